@@ -1,0 +1,52 @@
+# fanout — the two front-door commands are `make demo` and `make test`; both set everything up.
+
+PYTHON ?= $(shell command -v python3.11 || command -v python3)
+VENV := .venv
+BIN := $(VENV)/bin
+INSTALLED := $(VENV)/.installed
+DEMO_ARGS ?=
+TEST_ARGS ?=
+
+.PHONY: setup demo test lint format bench lock clean check-python check-java
+
+setup: $(INSTALLED)
+
+$(INSTALLED): requirements.lock pyproject.toml | check-python
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --disable-pip-version-check --require-hashes -r requirements.lock
+	$(BIN)/pip install --quiet --disable-pip-version-check --no-deps --no-build-isolation -e .
+	touch $(INSTALLED)
+
+check-python:
+	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info[:2] == (3, 11) else "fanout needs Python 3.11 (found " + sys.version.split()[0] + "); set PYTHON=/path/to/python3.11")'
+
+check-java:
+	@command -v java >/dev/null || { echo "fanout needs Java 17 or newer on PATH (Spark runs on the JVM); e.g. apt-get install openjdk-17-jre-headless"; exit 1; }
+	@java -version 2>&1 | awk -F'"' '/version/ { split($$2, v, "."); if (v[1] < 17) { print "fanout needs Java 17 or newer, found " $$2; exit 1 } }'
+
+demo: setup check-java
+	$(BIN)/fanout demo $(DEMO_ARGS)
+
+test: setup check-java
+	$(BIN)/pytest $(TEST_ARGS)
+
+lint: setup
+	$(BIN)/ruff check src tests bench
+	$(BIN)/ruff format --check src tests bench
+	$(BIN)/mypy
+
+format: setup
+	$(BIN)/ruff format src tests bench
+	$(BIN)/ruff check --fix src tests bench
+
+bench: setup check-java
+	$(BIN)/python bench/views.py
+
+# Re-pin every dependency from pyproject.toml (needs network); commit the new requirements.lock.
+lock:
+	$(PYTHON) -m venv /tmp/fanout-lock-venv && /tmp/fanout-lock-venv/bin/pip install --quiet uv
+	/tmp/fanout-lock-venv/bin/uv pip compile pyproject.toml --extra dev --generate-hashes \
+		--python-version 3.11 -o requirements.lock
+
+clean:
+	rm -rf $(VENV) var .pytest_cache .mypy_cache .ruff_cache .hypothesis

@@ -1,0 +1,439 @@
+"""The ``fanout`` command: run the parts of a deployment, subscribe, explain coverage, demo."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import logging
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from fanout.errors import FanoutError
+
+DEFAULT_PUBLISHER = "ws://127.0.0.1:7700"
+DEFAULT_RELAY = "ws://127.0.0.1:7701"
+#: Datasets built into the publisher, by the view kind they take.
+BUILTIN_KINDS = {"agents": "region"}
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the command line; returns the exit status."""
+    parser = _parser()
+    args = parser.parse_args(argv)
+    logging.basicConfig(
+        level=getattr(logging, args.log_level.upper()),
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        stream=sys.stderr,
+    )
+    try:
+        status: int = args.run(args)
+    except KeyboardInterrupt:
+        return 130
+    except FanoutError as exc:
+        print(f"fanout {args.command}: {exc}", file=sys.stderr)
+        return 2
+    return status
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="fanout",
+        description=(
+            "Live, personalised views of a large, volatile dataset, delivered to very many"
+            " subscribers: a Spark publisher holds the data, relays near the subscribers share it"
+            " and push each subscriber its own view."
+        ),
+        epilog="Run 'fanout COMMAND --help' for a command's options. Docs: docs/cli.md.",
+    )
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    _demo_parser(commands)
+    _publisher_parser(commands)
+    _relay_parser(commands)
+    _subscribe_parser(commands)
+    _explain_parser(commands)
+    return parser
+
+
+def _command(commands: Any, name: str, **kwargs: Any) -> argparse.ArgumentParser:
+    """Add a subcommand; every subcommand takes ``--log-level``."""
+    parser: argparse.ArgumentParser = commands.add_parser(name, **kwargs)
+    parser.add_argument(
+        "--log-level",
+        default="warning",
+        choices=["debug", "info", "warning", "error"],
+        help="what to log on stderr (default: warning)",
+    )
+    return parser
+
+
+def _add_simulation(parser: argparse.ArgumentParser, agents: int = 10_000) -> None:
+    group = parser.add_argument_group("simulation (the built-in 'agents' dataset)")
+    group.add_argument(
+        "--agents", type=int, default=agents, help=f"number of agents (default: {agents})"
+    )
+    group.add_argument(
+        "--dims", type=int, default=2, choices=[2, 3], help="2-D or 3-D world (default: 2)"
+    )
+    group.add_argument(
+        "--tick-rate", type=float, default=10.0, help="ticks per second (default: 10)"
+    )
+    group.add_argument(
+        "--world", type=float, default=1000.0, help="side of the world (default: 1000)"
+    )
+    group.add_argument(
+        "--speed", type=float, default=20.0, help="mean agent speed, units/s (default: 20)"
+    )
+    group.add_argument("--seed", type=int, default=0, help="simulation seed (default: 0)")
+    group.add_argument(
+        "--period",
+        type=int,
+        default=1,
+        help="each agent moves every PERIOD ticks (default: 1, every agent every tick)",
+    )
+
+
+def _simulation(args: argparse.Namespace, max_ticks: int = 0) -> Any:
+    from fanout.publisher.sources.simulation import SimulationParams
+
+    return SimulationParams(
+        agents=args.agents,
+        dims=args.dims,
+        rate=args.tick_rate,
+        world=args.world,
+        speed=args.speed,
+        seed=args.seed,
+        period=args.period,
+        max_ticks=max_ticks,
+    )
+
+
+# -- demo ------------------------------------------------------------------------------------
+
+
+def _demo_parser(commands: Any) -> None:
+    parser = _command(
+        commands,
+        "demo",
+        help="run a publisher, a relay and simulated subscribers with a live status view",
+        description=(
+            "Start the publisher (Spark local[*], the simulated 'agents' dataset), one relay and"
+            " simulated subscribers, each holding a box view that follows a moving point; show a"
+            " live status table until Ctrl-C. With --duration, run that long, then check every"
+            " subscriber's last view against the publisher's state at that tick and exit 0 only"
+            " if all match."
+        ),
+    )
+    parser.add_argument(
+        "--duration",
+        type=float,
+        default=0.0,
+        help="seconds to run, then check (default: until Ctrl-C)",
+    )
+    parser.add_argument(
+        "--subscribers", type=int, default=50, help="simulated subscribers (default: 50)"
+    )
+    parser.add_argument(
+        "--box", type=float, default=100.0, help="side of each subscriber's box (default: 100)"
+    )
+    parser.add_argument(
+        "--rate", type=float, default=10.0, help="pushes per second per subscriber (default: 10)"
+    )
+    parser.add_argument(
+        "--state-dir",
+        type=Path,
+        default=None,
+        help="publisher state (default: a fresh temporary directory)",
+    )
+    parser.add_argument(
+        "--plain", action="store_true", help="print status lines instead of a live table"
+    )
+    _add_simulation(parser)
+    parser.set_defaults(run=_run_demo)
+
+
+def _run_demo(args: argparse.Namespace) -> int:
+    from fanout.demo import DemoConfig, run_demo
+
+    config = DemoConfig(
+        duration=args.duration,
+        subscribers=args.subscribers,
+        box=args.box,
+        rate=args.rate,
+        simulation=_simulation(args),
+        state_dir=args.state_dir,
+        plain=args.plain,
+        log_level=args.log_level,
+    )
+    return run_demo(config)
+
+
+# -- publisher -------------------------------------------------------------------------------
+
+
+def _publisher_parser(commands: Any) -> None:
+    parser = _command(
+        commands,
+        "publisher",
+        help="run the Spark publisher and its control plane",
+        description=(
+            "Run the publisher: a Spark Structured Streaming pipeline holding the authoritative"
+            " data, and the WebSocket control plane where relays acquire primitives and receive"
+            " one batch per micro-batch. Prints 'fanout publisher ready ws://HOST:PORT' once"
+            " relays can connect. Restarting with the same --state-dir continues the same stream."
+        ),
+    )
+    parser.add_argument(
+        "--host", default="127.0.0.1", help="interface for the control plane (default: 127.0.0.1)"
+    )
+    parser.add_argument(
+        "--port",
+        type=int,
+        default=7700,
+        help="control-plane port; 0 picks a free one (default: 7700)",
+    )
+    parser.add_argument(
+        "--master",
+        default=None,
+        help="Spark master URL, e.g. spark://HOST:7077 (default: local[*])",
+    )
+    parser.add_argument(
+        "--state-dir",
+        type=Path,
+        default=Path("var/publisher"),
+        help="checkpoint and stream identity (default: var/publisher)",
+    )
+    parser.add_argument(
+        "--trigger",
+        type=float,
+        default=0.0,
+        help="seconds between micro-batches (default: 0, as fast as possible)",
+    )
+    parser.add_argument(
+        "--max-ticks",
+        type=int,
+        default=0,
+        help="stop the simulation after this tick (default: never)",
+    )
+    _add_simulation(parser)
+    parser.set_defaults(run=_run_publisher)
+
+
+def _run_publisher(args: argparse.Namespace) -> int:
+    from fanout.publisher.app import PublisherConfig, run
+
+    config = PublisherConfig(
+        host=args.host,
+        port=args.port,
+        master=args.master,
+        state_dir=args.state_dir,
+        simulation=_simulation(args, args.max_ticks),
+        trigger=args.trigger,
+    )
+    return run(config)
+
+
+# -- relay -----------------------------------------------------------------------------------
+
+
+def _relay_parser(commands: Any) -> None:
+    parser = _command(
+        commands,
+        "relay",
+        help="run a relay between the publisher and subscribers",
+        description=(
+            "Run a relay: it keeps a copy of the union of its subscribers' views, subscribes"
+            " upstream only for what it does not already cover, and pushes every subscriber its"
+            " own view at its own rate. Prints 'fanout relay ready ws://HOST:PORT' once"
+            " connected to the publisher and listening."
+        ),
+    )
+    parser.add_argument(
+        "--publisher",
+        default=DEFAULT_PUBLISHER,
+        help=f"publisher control plane (default: {DEFAULT_PUBLISHER})",
+    )
+    parser.add_argument(
+        "--host", default="127.0.0.1", help="interface for subscribers (default: 127.0.0.1)"
+    )
+    parser.add_argument(
+        "--port",
+        type=int,
+        default=7701,
+        help="port for subscribers; 0 picks a free one (default: 7701)",
+    )
+    parser.add_argument(
+        "--name", default="relay", help="name shown to the publisher (default: relay)"
+    )
+    parser.add_argument(
+        "--widen",
+        choices=["tiles", "margin"],
+        default="tiles",
+        help="widen upstream primitives to shared grid tiles, or the view plus a margin"
+        " (default: tiles)",
+    )
+    parser.add_argument(
+        "--margin",
+        type=float,
+        default=0.5,
+        help="grow views by this fraction of their size before widening (default: 0.5)",
+    )
+    parser.add_argument(
+        "--grace",
+        type=float,
+        default=10.0,
+        help="seconds before an unneeded primitive is released (default: 10)",
+    )
+    parser.set_defaults(run=_run_relay)
+
+
+def _run_relay(args: argparse.Namespace) -> int:
+    from fanout.relay.planner import Policy
+    from fanout.relay.server import RelayConfig, RelayServer
+
+    config = RelayConfig(
+        publisher=args.publisher,
+        host=args.host,
+        port=args.port,
+        name=args.name,
+        policy=Policy(widen=args.widen, margin=args.margin, grace=args.grace),
+    )
+    server = RelayServer(config)
+
+    def ready(port: int) -> None:
+        print(f"fanout relay ready ws://{config.host}:{port}", flush=True)
+
+    asyncio.run(server.run(ready))
+    return 0
+
+
+# -- subscribe -------------------------------------------------------------------------------
+
+
+def _subscribe_parser(commands: Any) -> None:
+    parser = _command(
+        commands,
+        "subscribe",
+        help="subscribe to a view on a relay and print its updates",
+        description=(
+            "Subscribe to a view and print one line per update: a summary, or with --json one"
+            " JSON object per line (tick, seq, full, entered, updated, left)."
+        ),
+    )
+    parser.add_argument(
+        "--relay", default=DEFAULT_RELAY, help=f"relay URL (default: {DEFAULT_RELAY})"
+    )
+    parser.add_argument("--dataset", default="agents", help="dataset (default: agents)")
+    what = parser.add_mutually_exclusive_group(required=True)
+    what.add_argument("--box", help="a box view: x0,y0,x1,y1 (or x0,y0,z0,x1,y1,z1 in 3-D)")
+    what.add_argument(
+        "--view", help="any view in text syntax, e.g. 'sphere:500,500,50' (docs/concepts.md)"
+    )
+    parser.add_argument(
+        "--rate", type=float, default=10.0, help="pushes per second at most (default: 10)"
+    )
+    parser.add_argument(
+        "--count", type=int, default=0, help="stop after this many updates (default: never)"
+    )
+    parser.add_argument("--json", action="store_true", help="one JSON object per update")
+    parser.set_defaults(run=_run_subscribe)
+
+
+def _run_subscribe(args: argparse.Namespace) -> int:
+    from fanout.views import parse
+
+    view = parse(f"box:{args.box}" if args.box else args.view, "region")
+    return asyncio.run(_subscribe(args, view))
+
+
+async def _subscribe(args: argparse.Namespace, view: Any) -> int:
+    from fanout.client import connect
+
+    async with connect(args.relay, name="fanout-subscribe") as subscriber:
+        live = await subscriber.subscribe(view, dataset=args.dataset, rate=args.rate)
+        seen = 0
+        async for update in live:
+            if args.json:
+                print(json.dumps(_update_json(update)), flush=True)
+            else:
+                print(
+                    f"tick {update.tick} seq {update.seq}: {'full, ' if update.full else ''}"
+                    f"{update.changed()} changed, {len(live.rows)} rows",
+                    flush=True,
+                )
+            seen += 1
+            if args.count and seen >= args.count:
+                break
+    return 0
+
+
+def _update_json(update: Any) -> dict[str, Any]:
+    def rows(columns: dict[str, np.ndarray]) -> list[dict[str, Any]]:
+        names = list(columns)
+        return [
+            dict(zip(names, values, strict=True))
+            for values in zip(*(columns[n].tolist() for n in names), strict=True)
+        ]
+
+    return {
+        "tick": update.tick,
+        "seq": update.seq,
+        "epoch": update.epoch,
+        "full": update.full,
+        "entered": rows(update.entered),
+        "updated": rows(update.updated),
+        "left": update.left.tolist(),
+    }
+
+
+# -- explain ---------------------------------------------------------------------------------
+
+
+def _explain_parser(commands: Any) -> None:
+    parser = _command(
+        commands,
+        "explain",
+        help="show whether held views cover a view, and what is missing",
+        description=(
+            "An EXPLAIN for subscriptions: the relay's coverage step made visible. Prints whether"
+            " the views in --have together cover --view and, if not, the residual primitives a"
+            " relay would subscribe upstream for."
+        ),
+    )
+    parser.add_argument(
+        "--dataset", default="agents", help="dataset the views are of (default: agents)"
+    )
+    parser.add_argument(
+        "--kind",
+        choices=["region", "sql", "topic", "path"],
+        default=None,
+        help="view language (default: from the dataset; needed for datasets not built in)",
+    )
+    parser.add_argument("--view", required=True, help="the view to explain, in text syntax")
+    parser.add_argument(
+        "--have",
+        action="append",
+        default=[],
+        metavar="VIEW",
+        help="a view already held (repeatable)",
+    )
+    parser.set_defaults(run=_run_explain)
+
+
+def _run_explain(args: argparse.Namespace) -> int:
+    from fanout.views.explain import explain
+
+    kind = args.kind or BUILTIN_KINDS.get(args.dataset)
+    if kind is None:
+        print(
+            f"fanout explain: dataset {args.dataset!r} is not built in;"
+            " say its view language with --kind",
+            file=sys.stderr,
+        )
+        return 2
+    print(explain(kind, args.view, args.have).render())
+    return 0

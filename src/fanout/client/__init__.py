@@ -1,0 +1,9 @@
+"""The subscriber library.
+
+async with connect(url) as sub:
+    view = await sub.subscribe(Box(...))
+"""
+
+from fanout.client.subscriber import LiveView, Subscriber, SubscriptionError, Update, connect
+
+__all__ = ["LiveView", "Subscriber", "SubscriptionError", "Update", "connect"]

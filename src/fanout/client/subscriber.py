@@ -1,0 +1,314 @@
+"""The subscriber side: connect to a relay, hold views, receive their updates.
+
+    async with connect("ws://127.0.0.1:7701") as sub:
+        view = await sub.subscribe(Box((0, 0), (100, 100)), dataset="agents")
+        async for update in view:
+            print(update.tick, len(view.rows))
+
+A ``LiveView`` keeps the materialised rows of its view (``view.rows``), applied from every push in
+order as frames arrive, so they are exact whether or not the program iterates. Iteration yields
+``Update`` notifications through a bounded buffer: if the program falls behind, the oldest
+notifications are dropped (counted in ``view.dropped``) — never the rows.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import time
+from collections import deque
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+from websockets.asyncio.client import ClientConnection
+from websockets.asyncio.client import connect as ws_connect
+from websockets.exceptions import ConnectionClosed
+
+from fanout.errors import FanoutError, ProtocolError
+from fanout.views import View
+from fanout.wire import codec
+from fanout.wire.columns import decode_columns
+from fanout.wire.messages import (
+    PROTOCOL_VERSION,
+    Error,
+    Hello,
+    NoUpdate,
+    Push,
+    Subscribe,
+    Subscribed,
+    Unsubscribe,
+    Unsubscribed,
+)
+from fanout.wire.session import check_welcome
+
+Columns = dict[str, npt.NDArray[Any]]
+
+#: Largest frame accepted from a relay (a first push of a large view).
+MAX_FRAME = 256 << 20
+
+
+class SubscriptionError(FanoutError):
+    """The relay refused or ended a subscription; ``code`` is the relay's error code."""
+
+    def __init__(self, code: str, message: str) -> None:
+        super().__init__(f"{code}: {message}")
+        self.code = code
+
+
+@dataclass(frozen=True)
+class Update:
+    """One push (or no-update) of a view, as received.
+
+    Attributes:
+        tick: the publisher tick the view's content is at.
+        seq: the publisher micro-batch it was cut from; epoch: the stream it belongs to.
+        full: the first push of the subscription (``entered`` is the whole view).
+        entered, updated: rows column by column; left: keys that left the view.
+        received_at: wall-clock time of arrival; tick_time: wall-clock time of the tick.
+    """
+
+    sub: int
+    epoch: int
+    seq: int
+    tick: int
+    full: bool
+    entered: Columns
+    updated: Columns
+    left: npt.NDArray[np.int64]
+    tick_time: float
+    received_at: float
+
+    @property
+    def no_update(self) -> bool:
+        """Nothing in the view changed (the relay's no-update message)."""
+        return not (self.full or self.entered or self.updated or len(self.left))
+
+    def changed(self) -> int:
+        """Rows entered, updated or left in this update."""
+        count = len(self.left)
+        for rows in (self.entered, self.updated):
+            if rows:
+                count += len(next(iter(rows.values())))
+        return count
+
+
+@dataclass
+class LiveView:
+    """A subscription's materialised rows and its stream of updates."""
+
+    sub: int
+    dataset: str
+    view: View
+    key: str
+    columns: list[str]
+    subscriber: Subscriber
+    rows: dict[Any, dict[str, Any]] = field(default_factory=dict)
+    epoch: int = -1
+    seq: int = -1
+    tick: int = -1
+    updates: int = 0
+    dropped: int = 0
+    error: SubscriptionError | None = None
+    buffer: int = 256
+    _queue: deque[Update] = field(default_factory=deque)
+    _signal: asyncio.Event = field(default_factory=asyncio.Event)
+    _closed: bool = False
+
+    def __aiter__(self) -> AsyncIterator[Update]:
+        return self._iterate()
+
+    async def _iterate(self) -> AsyncIterator[Update]:
+        while True:
+            while self._queue:
+                yield self._queue.popleft()
+            if self.error is not None:
+                raise self.error
+            if self._closed:
+                return
+            self._signal.clear()
+            await self._signal.wait()
+
+    async def change(self, view: View, rate: float | None = None) -> None:
+        """Move the view; the next update is a delta against the rows held."""
+        self.view = view
+        await self.subscriber._send(Subscribe(self.sub, self.dataset, view, rate or self.rate))
+
+    @property
+    def rate(self) -> float:
+        """Pushes per second asked for."""
+        return self.subscriber._rates[self.sub]
+
+    async def close(self) -> None:
+        """Unsubscribe; iteration ends once the relay confirms."""
+        await self.subscriber._send(Unsubscribe(self.sub))
+
+    def _apply(self, frame: Push | NoUpdate) -> Update:
+        if isinstance(frame, NoUpdate):
+            update = Update(
+                frame.sub,
+                frame.epoch,
+                frame.seq,
+                frame.tick,
+                False,
+                {},
+                {},
+                np.empty(0, np.int64),
+                0.0,
+                time.time(),
+            )
+        else:
+            update = self._apply_push(frame)
+        self.epoch, self.seq, self.tick = update.epoch, update.seq, update.tick
+        self.updates += 1
+        if len(self._queue) >= self.buffer:
+            self._queue.popleft()
+            self.dropped += 1
+        self._queue.append(update)
+        self._signal.set()
+        return update
+
+    def _apply_push(self, push: Push) -> Update:
+        entered = decode_columns(push.entered)
+        updated = decode_columns(push.updated)
+        left = decode_columns(push.left).get(self.key, np.empty(0, np.int64)).astype(np.int64)
+        if push.full:
+            self.rows.clear()
+        for key in left.tolist():
+            self.rows.pop(key, None)
+        for columns in (entered, updated):
+            if columns:
+                names = list(columns)
+                for values in zip(*(columns[n].tolist() for n in names), strict=True):
+                    row = dict(zip(names, values, strict=True))
+                    self.rows[row[self.key]] = row
+        return Update(
+            push.sub,
+            push.epoch,
+            push.seq,
+            push.tick,
+            push.full,
+            entered,
+            updated,
+            left,
+            push.tick_time,
+            time.time(),
+        )
+
+    def _end(self, error: SubscriptionError | None) -> None:
+        self.error = error
+        self._closed = True
+        self._signal.set()
+
+
+class Subscriber:
+    """One connection to a relay, holding any number of views."""
+
+    def __init__(self, websocket: ClientConnection, buffer: int = 256) -> None:
+        self._websocket = websocket
+        self._buffer = buffer
+        self._ids = itertools.count(1)
+        self._views: dict[int, LiveView] = {}
+        self._pending: dict[int, asyncio.Future[Subscribed]] = {}
+        self._pending_views: dict[int, tuple[str, View]] = {}
+        self._rates: dict[int, float] = {}
+        self._decoder = codec.to_subscriber()
+        self._reader: asyncio.Task[None] | None = None
+        self.errors: list[Error] = []
+
+    @property
+    def views(self) -> list[LiveView]:
+        """The views held."""
+        return list(self._views.values())
+
+    async def subscribe(self, view: View, dataset: str = "agents", rate: float = 10.0) -> LiveView:
+        """Hold ``view`` of ``dataset``, pushed at most ``rate`` times a second.
+
+        Raises:
+            SubscriptionError: the relay refused it (bad view, unknown dataset, ...).
+        """
+        sub = next(self._ids)
+        future: asyncio.Future[Subscribed] = asyncio.get_running_loop().create_future()
+        self._pending[sub] = future
+        self._pending_views[sub] = (dataset, view)
+        self._rates[sub] = rate
+        await self._send(Subscribe(sub, dataset, view, rate))
+        try:
+            await future
+        finally:
+            self._pending.pop(sub, None)
+            self._pending_views.pop(sub, None)
+        return self._views[sub]
+
+    async def _send(self, frame: Subscribe | Unsubscribe) -> None:
+        if isinstance(frame, Subscribe):
+            self._rates[frame.sub] = frame.rate
+        await self._websocket.send(codec.encode(frame))
+
+    async def _read(self) -> None:
+        failure: SubscriptionError | None = None
+        try:
+            async for message in self._websocket:
+                self._on_frame(self._decoder.decode(message))
+        except ConnectionClosed as exc:
+            failure = SubscriptionError("closed", f"connection to the relay closed: {exc}")
+        except ProtocolError as exc:
+            failure = SubscriptionError("protocol", str(exc))
+        failure = failure or SubscriptionError("closed", "connection to the relay closed")
+        for view in self._views.values():
+            if not view._closed:
+                view._end(failure)
+        for future in self._pending.values():
+            if not future.done():
+                future.set_exception(failure)
+
+    def _on_frame(self, frame: object) -> None:
+        match frame:
+            case Push() | NoUpdate() if frame.sub in self._views:
+                self._views[frame.sub]._apply(frame)
+            case Subscribed(sub=sub) if sub in self._pending:
+                dataset, view = self._pending_views[sub]
+                self._views[sub] = LiveView(
+                    sub, dataset, view, frame.key, frame.columns, self, buffer=self._buffer
+                )
+                self._pending[sub].set_result(frame)
+            case Unsubscribed(sub=sub) if sub in self._views:
+                self._views.pop(sub)._end(None)
+            case Error(ref=ref) if ref is not None and ref in self._pending:
+                self._pending[ref].set_exception(SubscriptionError(frame.code, frame.message))
+            case Error(ref=ref) if ref is not None and ref in self._views:
+                self._views.pop(ref)._end(SubscriptionError(frame.code, frame.message))
+            case Error():
+                self.errors.append(frame)
+            case _:
+                raise ProtocolError(f"unexpected frame from the relay: {frame!r:.200}")
+
+    async def close(self) -> None:
+        """Close the connection."""
+        await self._websocket.close()
+        if self._reader is not None:
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._reader
+
+
+@contextlib.asynccontextmanager
+async def connect(url: str, name: str = "", buffer: int = 256) -> AsyncIterator[Subscriber]:
+    """Connect to a relay, do the handshake, and yield a :class:`Subscriber`.
+
+    Raises:
+        HandshakeRefused: the relay refused the connection.
+        OSError: the relay cannot be reached.
+    """
+    async with ws_connect(url, max_size=MAX_FRAME, compression=None, open_timeout=10) as websocket:
+        hello = Hello(version=PROTOCOL_VERSION, role="subscriber", name=name)
+        await websocket.send(codec.encode(hello))
+        check_welcome(codec.to_subscriber().decode(await websocket.recv()))
+        subscriber = Subscriber(websocket, buffer)
+        subscriber._reader = asyncio.create_task(subscriber._read())
+        try:
+            yield subscriber
+        finally:
+            await subscriber.close()

@@ -1,0 +1,116 @@
+"""A connection's outbound side: a bounded send queue drained by one writer task.
+
+STYLE.md rule 4: every buffer is bounded and says what happens when full. Here, when full, the
+peer is too slow to keep up with what it asked for: the connection is closed with a reason (1008,
+"slow consumer") rather than buffering without bound or silently dropping frames that carry
+deltas. Producers on other threads (Spark's micro-batch callback) hand frames over with
+``offer_threadsafe``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Callable
+
+from websockets.asyncio.connection import Connection
+from websockets.exceptions import ConnectionClosed
+from websockets.protocol import State
+
+log = logging.getLogger(__name__)
+
+#: websockets' close code for a policy violation; the reason says which.
+POLICY_VIOLATION = 1008
+
+
+class Outbound:
+    """Frames waiting to be written to one WebSocket, at most ``limit`` of them.
+
+    Attributes:
+        sent: frames written so far.
+        overflowed: whether the queue ever filled (the connection was then closed).
+    """
+
+    def __init__(
+        self, websocket: Connection, limit: int, on_idle: Callable[[], None] | None = None
+    ) -> None:
+        self._websocket = websocket
+        self._queue: asyncio.Queue[bytes] = asyncio.Queue(maxsize=limit)
+        self._writing_since: float | None = None
+        self._on_idle = on_idle
+        self._loop = asyncio.get_running_loop()
+        self.sent = 0
+        self.overflowed = False
+        self._writer: asyncio.Task[None] | None = None
+        self._drained = asyncio.Event()
+
+    def start(self) -> None:
+        """Start the writer task (owned by this object; stopped by ``finish``)."""
+        self._writer = self._loop.create_task(self._run())
+
+    async def finish(self, grace: float = 1.0) -> None:
+        """Give queued frames up to ``grace`` seconds to go out, then stop the writer."""
+        if not self.idle and self._websocket.state is not State.CLOSED:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._drained.wait(), grace)
+        if self._writer is not None:
+            self._writer.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._writer
+
+    @property
+    def idle(self) -> bool:
+        """Nothing queued and nothing being written: the connection is ready for more."""
+        return self._writing_since is None and self._queue.empty()
+
+    def stalled_for(self, now: float) -> float:
+        """Seconds the frame being written has been waiting for the peer (0 if none)."""
+        return 0.0 if self._writing_since is None else now - self._writing_since
+
+    @property
+    def pending(self) -> int:
+        """Frames queued and not yet written."""
+        return self._queue.qsize()
+
+    def offer(self, data: bytes) -> bool:
+        """Queue a frame; if the queue is full, close the connection as a slow consumer.
+
+        Returns:
+            Whether the frame was queued.
+        """
+        if self.overflowed:
+            return False
+        try:
+            self._queue.put_nowait(data)
+            self._drained.clear()
+        except asyncio.QueueFull:
+            self.overflowed = True
+            self.close(f"slow consumer: {self._queue.maxsize} frames waiting to be sent")
+            return False
+        return True
+
+    def close(self, reason: str) -> None:
+        """Close the connection with a policy-violation code and ``reason``."""
+        log.warning("closing %s: %s", self._websocket.remote_address, reason)
+        self._loop.create_task(self._websocket.close(POLICY_VIOLATION, reason))
+
+    def offer_threadsafe(self, data: bytes) -> None:
+        """``offer`` from a thread other than the event loop's."""
+        self._loop.call_soon_threadsafe(self.offer, data)
+
+    async def _run(self) -> None:
+        """Write queued frames until the connection closes."""
+        try:
+            while True:
+                data = await self._queue.get()
+                self._writing_since = self._loop.time()
+                await self._websocket.send(data)
+                self.sent += 1
+                self._writing_since = None
+                if self._queue.empty():
+                    self._drained.set()
+                    if self._on_idle is not None:
+                        self._on_idle()
+        except ConnectionClosed:
+            return

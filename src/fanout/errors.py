@@ -1,0 +1,37 @@
+"""Errors that fanout raises to its callers.
+
+Every error a user can cause carries a message that names the problem and where it is; the wire
+layer turns them into ``Error(code, message)`` frames for whoever sent the bad input.
+"""
+
+from __future__ import annotations
+
+
+class FanoutError(Exception):
+    """Base class of every error fanout raises on purpose."""
+
+    code = "error"
+
+
+class InvalidView(FanoutError, ValueError):
+    """A subscription view (region, SQL, topic filter, object path) is malformed or unsupported."""
+
+    code = "invalid_view"
+
+
+class ProtocolError(FanoutError, ValueError):
+    """A peer sent a frame that does not decode or does not fit the conversation."""
+
+    code = "protocol"
+
+
+class ConfigError(FanoutError, ValueError):
+    """The configuration (fanout.toml or command-line flags) is invalid."""
+
+    code = "config"
+
+
+class BadRequest(FanoutError, ValueError):
+    """A well-formed request that cannot be answered as asked (say, a tick no longer kept)."""
+
+    code = "bad_request"

@@ -1,0 +1,222 @@
+"""The publisher's control plane: a WebSocket server where relays register, acquire and release
+upstream primitives and receive their batches; readers ask for authoritative state.
+
+It runs its own asyncio loop on a thread beside Spark's driver. Spark's micro-batch callback hands
+it finished batches (``deliver``), which it queues per relay; a relay whose queue fills is closed
+as a slow consumer (it reconnects and re-acquires, getting fresh snapshots) rather than making the
+pipeline wait for it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+from collections.abc import Callable
+
+import pyarrow as pa
+from websockets.asyncio.server import ServerConnection, serve
+from websockets.exceptions import ConnectionClosed
+
+from fanout.connection import Outbound
+from fanout.errors import FanoutError, InvalidView
+from fanout.publisher.datasets import Dataset
+from fanout.publisher.registry import Registry
+from fanout.views import View
+from fanout.views.region import Box, RegionUnion, Sector, Sphere
+from fanout.wire import codec
+from fanout.wire.columns import encode_columns
+from fanout.wire.messages import (
+    Acquire,
+    Batch,
+    Catalog,
+    Error,
+    Frame,
+    ReadState,
+    Release,
+    StateRows,
+    Welcome,
+)
+from fanout.wire.session import AcceptingSession
+
+log = logging.getLogger(__name__)
+
+StateReader = Callable[[str, View, int], tuple[int, pa.Table]]
+
+#: Largest frame a relay may send us (acquire/release/read_state are small).
+MAX_INBOUND = 1 << 20
+
+
+class ControlPlane:
+    """Serves relays and readers; delivers batches handed over by the pipeline."""
+
+    def __init__(
+        self,
+        datasets: dict[str, Dataset],
+        registry: Registry,
+        read_state: StateReader,
+        queue_limit: int = 64,
+    ) -> None:
+        self.datasets = datasets
+        self.registry = registry
+        self.read_state = read_state
+        self.queue_limit = queue_limit
+        self.port: int | None = None
+        self._relays: dict[int, Outbound] = {}
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._stop: asyncio.Event | None = None
+        self._thread: threading.Thread | None = None
+
+    # -- running -----------------------------------------------------------------------------
+
+    async def serve(self, host: str, port: int, ready: Callable[[int], None] | None = None) -> None:
+        """Serve until ``stop()``; calls ``ready(port)`` once listening."""
+        self._loop = asyncio.get_running_loop()
+        self._stop = asyncio.Event()
+        async with serve(
+            self._handle, host, port, max_size=MAX_INBOUND, compression=None, write_limit=1 << 20
+        ) as server:
+            self.port = next(iter(server.sockets)).getsockname()[1]
+            log.info("control plane listening on ws://%s:%d", host, self.port)
+            if ready is not None:
+                ready(self.port)
+            await self._stop.wait()
+
+    def start_in_thread(self, host: str, port: int) -> int:
+        """Run ``serve`` on a daemon thread; returns the bound port once listening."""
+        bound = threading.Event()
+        failure: list[BaseException] = []
+
+        def run() -> None:
+            try:
+                asyncio.run(self.serve(host, port, ready=lambda _: bound.set()))
+            except BaseException as exc:  # reported to the starting thread below
+                failure.append(exc)
+                bound.set()
+
+        self._thread = threading.Thread(target=run, name="fanout-control", daemon=True)
+        self._thread.start()
+        bound.wait()
+        if failure:
+            raise failure[0]
+        assert self.port is not None
+        return self.port
+
+    def stop(self) -> None:
+        """Stop serving (thread-safe)."""
+        if self._loop is not None and self._stop is not None:
+            self._loop.call_soon_threadsafe(self._stop.set)
+        if self._thread is not None:
+            self._thread.join(timeout=10)
+
+    # -- delivery (called from Spark's thread) ----------------------------------------------
+
+    def deliver(self, batches: dict[int, Batch]) -> None:
+        """Queue each relay's batch for sending; relays gone meanwhile are skipped."""
+        if self._loop is None:
+            return
+        encoded = {relay: codec.encode(batch) for relay, batch in batches.items()}
+        self._loop.call_soon_threadsafe(self._offer_all, encoded)
+
+    def _offer_all(self, encoded: dict[int, bytes]) -> None:
+        for relay, data in encoded.items():
+            outbound = self._relays.get(relay)
+            if outbound is not None:
+                outbound.offer(data)
+
+    # -- one connection ---------------------------------------------------------------------
+
+    async def _handle(self, websocket: ServerConnection) -> None:
+        session = AcceptingSession(
+            codec.to_publisher(), "fanout-publisher", frozenset({"relay", "reader"})
+        )
+        outbound = Outbound(websocket, self.queue_limit)
+        relay: int | None = None
+        outbound.start()
+        try:
+            async for message in websocket:
+                outcome = session.receive(message)
+                if outcome.reply is not None:
+                    outbound.offer(codec.encode(outcome.reply))
+                if isinstance(outcome.reply, Welcome) and session.hello is not None:
+                    relay = self._welcome(session.hello.role, session.hello.name, outbound)
+                if outcome.close:
+                    break
+                if outcome.deliver is not None:
+                    self._dispatch(outcome.deliver, relay, outbound)
+        except ConnectionClosed:
+            pass  # the peer went away; its primitives are released below
+        finally:
+            if relay is not None:
+                self._relays.pop(relay, None)
+                self.registry.drop_relay(relay)
+                log.info("relay %d disconnected", relay)
+            await outbound.finish()
+
+    def _welcome(self, role: str, name: str, outbound: Outbound) -> int | None:
+        catalog = Catalog(datasets=[dataset.info() for dataset in self.datasets.values()])
+        outbound.offer(codec.encode(catalog))
+        if role != "relay":
+            return None
+        relay = self.registry.add_relay(name)
+        self._relays[relay] = outbound
+        log.info("relay %d (%s) connected", relay, name or "unnamed")
+        return relay
+
+    def _dispatch(self, frame: Frame, relay: int | None, outbound: Outbound) -> None:
+        match frame:
+            case Acquire(prim=prim, dataset=dataset, view=view) if relay is not None:
+                self._reply_on_error(outbound, prim, self._acquire, relay, prim, dataset, view)
+            case Release(prim=prim) if relay is not None:
+                self._reply_on_error(outbound, prim, self.registry.release, relay, prim)
+            case Acquire() | Release():
+                outbound.offer(codec.encode(Error("role", "only relays hold primitives")))
+            case ReadState():
+                asyncio.get_running_loop().create_task(self._read_state(frame, outbound))
+            case _:
+                message = f"{type(frame).__name__.lower()} is not accepted by the publisher"
+                outbound.offer(codec.encode(Error("protocol", message)))
+
+    def _reply_on_error(
+        self, outbound: Outbound, ref: int, action: Callable[..., None], *args: object
+    ) -> None:
+        try:
+            action(*args)
+        except FanoutError as exc:
+            outbound.offer(codec.encode(Error(exc.code, str(exc), ref=ref)))
+
+    def _acquire(self, relay: int, prim: int, dataset: str, view: View) -> None:
+        self._check_view(dataset, view)
+        self.registry.acquire(relay, prim, dataset, view)
+
+    def _check_view(self, name: str, view: View) -> None:
+        dataset = self.datasets.get(name)
+        if dataset is None:
+            raise InvalidView(f"unknown dataset {name!r} (serving: {', '.join(self.datasets)})")
+        if dataset.index == "space":
+            if not isinstance(view, Box | Sphere | Sector | RegionUnion):
+                raise InvalidView(
+                    f"dataset {name!r} takes absolute region views upstream, not"
+                    f" {type(view).__name__}"
+                )
+            if view.dims != len(dataset.index_columns):
+                raise InvalidView(
+                    f"dataset {name!r} is {len(dataset.index_columns)}-D; the view is {view.dims}-D"
+                )
+
+    async def _read_state(self, request: ReadState, outbound: Outbound) -> None:
+        try:
+            self._check_view(request.dataset, request.view)
+            tick, table = await asyncio.to_thread(
+                self.read_state, request.dataset, request.view, request.tick
+            )
+        except (FanoutError, TimeoutError) as exc:
+            code = exc.code if isinstance(exc, FanoutError) else "timeout"
+            outbound.offer(codec.encode(Error(code, str(exc), ref=request.req)))
+            return
+        arrays = {
+            name: table.column(name).to_numpy(zero_copy_only=False) for name in table.column_names
+        }
+        rows = encode_columns(arrays)
+        reply = StateRows(req=request.req, dataset=request.dataset, tick=tick, rows=rows)
+        outbound.offer(codec.encode(reply))

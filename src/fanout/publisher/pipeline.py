@@ -1,0 +1,330 @@
+"""The publisher's Spark Structured Streaming pipeline (DESIGN.md section 4).
+
+source -> latest state per key (Spark state store) -> per micro-batch: match changed rows against
+every relay's primitives, snapshot fresh primitives, build one batch per relay -> the control plane
+sends them. Per-subscriber work never happens here; it scales with relays, not subscribers.
+
+The pipeline owns a *state directory*: Spark's checkpoint plus ``stream.json``, which fixes the
+stream's epoch and the simulation's clock origin so a restart from the checkpoint continues the
+same stream (same epoch, seq = Spark's batch id continues, simulation time continues).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import sys
+import time
+from collections import deque
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+from pyspark.errors import PySparkException
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql.streaming.query import StreamingQuery
+
+from fanout.errors import BadRequest, InvalidView
+from fanout.publisher.datasets import Dataset
+from fanout.publisher.delivery import BatchSink, Checkouts, Stamp, build_batches, rows_by_relay
+from fanout.publisher.matching import ShapeFrames, match, shapes_of
+from fanout.publisher.registry import Plan, Registry
+from fanout.publisher.sources.simulation import SimulationDataSource
+from fanout.publisher.state import current_state, latest_per_key, read_state
+from fanout.views import View
+from fanout.views.region import Box, RegionUnion, Sector, Sphere
+
+log = logging.getLogger(__name__)
+
+REGIONS = (Box, Sphere, Sector, RegionUnion)
+#: Recent micro-batches whose state can be read back (below Spark's minBatchesToRetain, 100).
+HISTORY = 90
+
+
+def spark_session(master: str | None = None, app_name: str = "fanout-publisher") -> SparkSession:
+    """Create (or get) the Spark session the publisher runs on.
+
+    ``master`` is only set when given: on a cluster, spark-submit's ``--master`` must win
+    (SPARK-NOTES.md). Python workers run this interpreter, or Python data sources cannot start.
+    """
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    builder = SparkSession.builder.appName(app_name)
+    if master:
+        builder = builder.master(master)
+    elif "SPARK_HOME" not in os.environ and not os.environ.get("MASTER"):
+        builder = builder.master("local[*]")
+    spark = (
+        builder.config("spark.ui.enabled", "false")
+        .config("spark.sql.shuffle.partitions", "4")
+        .config("spark.ui.showConsoleProgress", "false")
+        .getOrCreate()
+    )
+    spark.sparkContext.setLogLevel("ERROR")
+    spark.dataSource.register(SimulationDataSource)
+    return spark
+
+
+@dataclass(frozen=True)
+class StreamInfo:
+    """What fixes a stream's identity across restarts (``stream.json`` in the state directory)."""
+
+    epoch: int
+    start_time: float
+
+    @classmethod
+    def load_or_create(cls, state_dir: Path) -> StreamInfo:
+        """Read the stream's identity, or start a new stream (new epoch, clock origin now)."""
+        path = state_dir / "stream.json"
+        if path.exists():
+            data = json.loads(path.read_text())
+            return cls(epoch=int(data["epoch"]), start_time=float(data["start_time"]))
+        state_dir.mkdir(parents=True, exist_ok=True)
+        now = time.time()
+        info = cls(epoch=int(now * 1000), start_time=now)
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(json.dumps({"epoch": info.epoch, "start_time": info.start_time}))
+        tmp.replace(path)
+        return info
+
+
+class Pipeline:
+    """One dataset's streaming query and its per-micro-batch delivery."""
+
+    def __init__(
+        self,
+        spark: SparkSession,
+        dataset: Dataset,
+        registry: Registry,
+        sink: BatchSink,
+        state_dir: Path,
+    ) -> None:
+        self.spark = spark
+        self.registry = registry
+        self.sink = sink
+        self.state_dir = state_dir
+        self.checkpoint = str(state_dir / "checkpoint")
+        self.dataset = dataset
+        self.checkouts = Checkouts()
+        self.tick = 0
+        self.tick_time = 0.0
+        self._shapes: tuple[int, ShapeFrames | None] = (-1, None)
+        self.query: StreamingQuery | None = None
+        self.stream = StreamInfo(epoch=0, start_time=0.0)
+        #: (tick, batch id) of recent micro-batches handed to the sink, oldest first; kept
+        #: shorter than Spark's retained state versions so each can still be read back.
+        self.history: deque[tuple[int, int]] = deque(maxlen=HISTORY)
+        #: milliseconds per stage of the last micro-batch (see ``StageClock``).
+        self.last_stages: dict[str, float] = {}
+
+    def start(self, trigger_seconds: float = 0.0) -> StreamingQuery:
+        """Start the streaming query (returns at once; Spark runs it in the background).
+
+        A new stream's clock starts now, once Spark is up, not when the process started.
+        """
+        self.stream = StreamInfo.load_or_create(self.state_dir)
+        self.dataset = replace(
+            self.dataset,
+            simulation=replace(self.dataset.simulation, start_time=self.stream.start_time),
+        )
+        self.tick_time = self.stream.start_time
+        params = self.dataset.simulation
+        rows = (
+            self.spark.readStream.format("fanout_simulation").options(**params.to_options()).load()
+        )
+        writer = (
+            latest_per_key(rows, self.dataset)
+            .writeStream.outputMode("update")
+            .option("checkpointLocation", self.checkpoint)
+            .queryName(f"fanout-{self.dataset.name}")
+            .foreachBatch(self.on_micro_batch)
+        )
+        if trigger_seconds > 0:
+            writer = writer.trigger(processingTime=f"{trigger_seconds} seconds")
+        self.query = writer.start()
+        return self.query
+
+    def on_micro_batch(self, changes: DataFrame, batch_id: int) -> None:
+        """Deliver one micro-batch: one stamped batch per relay (see ``publisher.delivery``)."""
+        clock = StageClock()
+        plan = self.registry.plan(self.dataset.name)
+        changes = changes.persist()
+        try:
+            changed, matched = self._match_changes(changes, self._shapes_for(plan))
+            clock.lap("state+match")
+            stamp = Stamp(self.dataset.name, self.stream.epoch, batch_id, self.tick, self.tick_time)
+            snapshots = self._snapshots(plan, changes, batch_id)
+            clock.lap("snapshot")
+            batches = build_batches(
+                stamp=stamp,
+                key=self.dataset.key,
+                columns=list(self.dataset.columns),
+                relays=plan.relays,
+                changed=changed,
+                matched=matched,
+                snapshots=snapshots,
+                fresh=plan.fresh,
+                checkouts=self.checkouts,
+            )
+            clock.lap("build")
+            self.sink(batches)
+            clock.lap("send")
+            self.registry.delivered(plan)
+            self.history.append((self.tick, batch_id))
+        finally:
+            changes.unpersist()
+        self.last_stages = clock.stages
+        log.info(
+            "batch %d tick %d: %d changed, %d relays; %s",
+            batch_id,
+            self.tick,
+            len(changed),
+            len(batches),
+            clock,
+        )
+
+    def _match_changes(
+        self, changes: DataFrame, shapes: ShapeFrames | None
+    ) -> tuple[np.ndarray, dict[int, pa.Table]]:
+        """One Spark job: every changed row, paired with the relays holding it where any do.
+
+        Returns:
+            (sorted unique changed keys, relay -> its matched rows); advances ``tick``.
+        """
+        if shapes is None:
+            table = changes.toArrow()
+        else:
+            index, size = self.dataset.index_columns, self.dataset.cell_size
+            table = match(changes, shapes, index, size, keep_unmatched=True).toArrow()
+        if table.num_rows:
+            self.tick = max(self.tick, int(pc.max(table.column(self.dataset.order)).as_py()))
+            self.tick_time = max(self.tick_time, float(pc.max(table.column("ts")).as_py()))
+        changed = np.unique(table.column(self.dataset.key).to_numpy())
+        if shapes is None:
+            return changed, {}
+        return changed, rows_by_relay(table.filter(pc.is_valid(table.column("_relay"))))
+
+    def _shapes_for(self, plan: Plan) -> ShapeFrames | None:
+        version, cached = self._shapes
+        if version == plan.version:
+            return cached
+        if cached is not None:
+            cached.unpersist()
+        shapes = [
+            shape
+            for relay, prims in plan.prims.items()
+            for prim, view in prims.items()
+            for shape in shapes_of(relay, prim, _region(view))
+        ]
+        frames = self._frames(shapes) if shapes else None
+        self._shapes = (plan.version, frames)
+        return frames
+
+    def _frames(self, shapes: list) -> ShapeFrames:  # type: ignore[type-arg]
+        dims = len(self.dataset.index_columns)
+        return ShapeFrames.build(self.spark, shapes, dims, self.dataset.cell_size)
+
+    def _match(self, rows: DataFrame, shapes: ShapeFrames | None) -> dict[int, pa.Table]:
+        if shapes is None:
+            return {}
+        matched = match(rows, shapes, self.dataset.index_columns, self.dataset.cell_size)
+        return rows_by_relay(matched.toArrow())
+
+    def _snapshots(self, plan: Plan, changes: DataFrame, batch_id: int) -> dict[int, pa.Table]:
+        shapes = [
+            shape
+            for relay, prims in plan.fresh.items()
+            for prim in prims
+            for shape in shapes_of(relay, prim, _region(plan.prims[relay][prim]))
+        ]
+        if not shapes:
+            return {}
+        frames = self._frames(shapes)
+        try:
+            state = current_state(self.spark, self.checkpoint, self.dataset, changes, batch_id)
+            return self._match(state, frames)
+        finally:
+            frames.unpersist()
+
+    def read(self, view: View, tick: int, timeout: float) -> tuple[int, pa.Table]:
+        """The authoritative rows inside ``view`` as of ``tick`` (-1: the latest tick).
+
+        Reads the state store at the micro-batch that ended at ``tick`` (waiting for Spark to
+        commit it), so the rows returned are exactly the state at that tick.
+
+        Returns:
+            (the tick, rows with the dataset's columns, one per key).
+
+        Raises:
+            TimeoutError: ``tick`` was not reached within ``timeout`` seconds.
+            InvalidView: ``tick`` is too old to read back, or no micro-batch ended at it.
+        """
+        region = _region(view)
+        deadline = time.monotonic() + timeout
+        while not self.history or self.history[-1][0] < tick:
+            if time.monotonic() > deadline:
+                at = f"tick {self.history[-1][0]}" if self.history else "no batch yet"
+                raise TimeoutError(f"state is at {at}, not yet at tick {tick}")
+            time.sleep(0.05)
+        tick, batch_id = self._batch_at(tick)
+        frames = self._frames(shapes_of(0, 0, region))
+        try:
+            table = self._read_committed(batch_id, frames, deadline)
+        finally:
+            frames.unpersist()
+        _, first = np.unique(table.column(self.dataset.key).to_numpy(), return_index=True)
+        return tick, table.take(pa.array(np.sort(first)))
+
+    def _batch_at(self, tick: int) -> tuple[int, int]:
+        history = list(self.history)
+        if tick < 0:
+            return history[-1]
+        matches = [entry for entry in history if entry[0] == tick]
+        if matches:
+            return matches[-1]
+        oldest = history[0][0]
+        reason = (
+            "is older than the state kept" if tick < oldest else "is not where a micro-batch ended"
+        )
+        raise BadRequest(f"tick {tick} {reason} (readable: {oldest}..{history[-1][0]})")
+
+    def _read_committed(self, batch_id: int, frames: ShapeFrames, deadline: float) -> pa.Table:
+        # Spark commits a micro-batch just after its foreachBatch returns; until then the state
+        # store refuses to read it, so wait for the commit rather than read an older version.
+        while True:
+            try:
+                state = read_state(self.spark, self.checkpoint, self.dataset, batch_id)
+                rows = match(state, frames, self.dataset.index_columns, self.dataset.cell_size)
+                return rows.select(*self.dataset.columns).toArrow()
+            except PySparkException as exc:
+                if time.monotonic() > deadline:
+                    raise TimeoutError(
+                        f"batch {batch_id} was not committed in time: {exc}"
+                    ) from exc
+                time.sleep(0.05)
+
+
+class StageClock:
+    """Wall-clock milliseconds spent in each named stage of a micro-batch."""
+
+    def __init__(self) -> None:
+        self.stages: dict[str, float] = {}
+        self._last = time.perf_counter()
+
+    def lap(self, stage: str) -> None:
+        """Close ``stage`` at now."""
+        now = time.perf_counter()
+        self.stages[stage] = (now - self._last) * 1e3
+        self._last = now
+
+    def __str__(self) -> str:
+        return " ".join(f"{name} {ms:.0f} ms" for name, ms in self.stages.items())
+
+
+def _region(view: View) -> Box | Sphere | Sector | RegionUnion:
+    if not isinstance(view, REGIONS):
+        raise InvalidView(f"a space dataset takes region views, not {type(view).__name__}")
+    return view

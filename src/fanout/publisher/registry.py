@@ -1,0 +1,121 @@
+"""The publisher's table of relays and the upstream primitives each holds (000: [0133], [0135]).
+
+It is shared by two threads: the control plane's event loop (relays connect, acquire, release) and
+Spark's micro-batch callback (which reads a consistent plan). Every method takes the lock; a
+``Plan`` is an immutable copy, so a micro-batch works on one cut of the table however relays move
+meanwhile.
+
+Primitives acquired since the last delivered micro-batch are *fresh*: their next batch must carry
+a snapshot of their content. ``plan()`` reports them and ``delivered()`` clears them, in two steps,
+so a micro-batch that Spark retries after a failure snapshots them again.
+"""
+
+from __future__ import annotations
+
+import itertools
+import threading
+from dataclasses import dataclass, field
+
+from fanout.errors import FanoutError
+from fanout.views import View
+
+
+class RegistryError(FanoutError, ValueError):
+    """A relay asked for something inconsistent (a primitive id twice, an unknown one)."""
+
+    code = "primitive"
+
+
+@dataclass
+class _Relay:
+    name: str
+    prims: dict[int, tuple[str, View]] = field(default_factory=dict)
+    fresh: set[int] = field(default_factory=set)
+
+
+@dataclass(frozen=True)
+class Plan:
+    """One consistent cut of the registry for one dataset.
+
+    Attributes:
+        version: changes whenever any relay's primitives change (for caching match tables).
+        relays: every connected relay, with or without primitives of this dataset.
+        prims: relay -> primitive id -> view, for this dataset.
+        fresh: relay -> primitives that need a snapshot in this micro-batch.
+    """
+
+    version: int
+    relays: frozenset[int]
+    prims: dict[int, dict[int, View]]
+    fresh: dict[int, frozenset[int]]
+
+
+class Registry:
+    """Relays and their upstream primitives."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._relays: dict[int, _Relay] = {}
+        self._ids = itertools.count(1)
+        self._version = 0
+
+    def add_relay(self, name: str) -> int:
+        """Register a connected relay; returns its id."""
+        with self._lock:
+            relay = next(self._ids)
+            self._relays[relay] = _Relay(name)
+            self._version += 1
+            return relay
+
+    def drop_relay(self, relay: int) -> None:
+        """Forget a relay and all its primitives (it disconnected)."""
+        with self._lock:
+            self._relays.pop(relay, None)
+            self._version += 1
+
+    def acquire(self, relay: int, prim: int, dataset: str, view: View) -> None:
+        """Record that ``relay`` holds primitive ``prim``; its next batch carries a snapshot.
+
+        Raises:
+            RegistryError: the relay already holds a primitive with that id.
+        """
+        with self._lock:
+            entry = self._relays[relay]
+            if prim in entry.prims:
+                raise RegistryError(f"primitive {prim} is already held by this relay")
+            entry.prims[prim] = (dataset, view)
+            entry.fresh.add(prim)
+            self._version += 1
+
+    def release(self, relay: int, prim: int) -> None:
+        """Forget primitive ``prim`` of ``relay``.
+
+        Raises:
+            RegistryError: the relay holds no such primitive.
+        """
+        with self._lock:
+            entry = self._relays[relay]
+            if prim not in entry.prims:
+                raise RegistryError(f"primitive {prim} is not held by this relay")
+            del entry.prims[prim]
+            entry.fresh.discard(prim)
+            self._version += 1
+
+    def plan(self, dataset: str) -> Plan:
+        """A consistent copy of every relay's primitives of ``dataset``."""
+        with self._lock:
+            prims: dict[int, dict[int, View]] = {}
+            fresh: dict[int, frozenset[int]] = {}
+            for relay, entry in self._relays.items():
+                mine = {p: view for p, (name, view) in entry.prims.items() if name == dataset}
+                prims[relay] = mine
+                fresh[relay] = frozenset(p for p in entry.fresh if p in mine)
+            return Plan(self._version, frozenset(self._relays), prims, fresh)
+
+    def delivered(self, plan: Plan) -> None:
+        """The micro-batch built from ``plan`` was handed over: its snapshots are no longer due."""
+        with self._lock:
+            for relay, done in plan.fresh.items():
+                entry = self._relays.get(relay)
+                if entry is not None:
+                    entry.fresh -= done

@@ -1,0 +1,1 @@
+"""Spark streaming sources of the publisher's datasets."""

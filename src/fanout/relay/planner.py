@@ -1,0 +1,139 @@
+"""Coverage planning: what to subscribe upstream for, and what to let go.
+
+Founding document 000, [0078]-[0083] and [0155].
+
+On every subscribe or view change the relay asks whether its upstream primitives already cover the
+view (step S430). If not, it acquires more (S440), widened by policy so that the next small move of
+the view, or a neighbour's view, is already covered ([0083], "content neighbouring the first
+subscription"):
+
+* ``tiles`` (default): the view, grown by the margin, is snapped out to a grid of square tiles
+  whose side is the power of two at least twice the view's largest extent; the relay acquires the
+  tiles it does not hold yet. Tiles are shared by every view that touches them and a moving view
+  needs a new tile only when it crosses a tile edge, so upstream changes are rare and coverage
+  saturates as subscribers spread out.
+* ``margin``: one new primitive, the view's bounding box grown by the margin (hysteresis: the view
+  can move by the margin before it leaves it).
+
+Primitives whose every dependent view is covered by the others are released after a grace period.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Literal
+
+from fanout.errors import InvalidView
+from fanout.relay.upstream import Primitive
+from fanout.views import View, covers
+from fanout.views.region import Box, RegionUnion, Sector, Sphere
+
+Region = Box | Sphere | Sector | RegionUnion
+
+
+@dataclass(frozen=True)
+class Policy:
+    """How generously the relay widens what it asks for.
+
+    Attributes:
+        widen: ``tiles`` or ``margin`` (see the module docstring).
+        margin: grow the view by this fraction of its bounding box's largest side first.
+        min_margin: and by at least this many world units.
+        grace: seconds an unneeded primitive is kept before it is released.
+        max_overfetch: tiles whose total area (volume) exceeds this many times the grown view's
+            are not worth it (a long thin view, say): the grown view is acquired instead.
+    """
+
+    widen: Literal["tiles", "margin"] = "tiles"
+    margin: float = 0.5
+    min_margin: float = 0.0
+    grace: float = 10.0
+    max_overfetch: float = 16.0
+
+    def __post_init__(self) -> None:
+        if self.widen not in ("tiles", "margin"):
+            raise InvalidView(f"policy: widen={self.widen!r} must be 'tiles' or 'margin'")
+        if self.margin < 0 or self.min_margin < 0 or self.grace < 0 or self.max_overfetch < 1:
+            raise InvalidView(
+                "policy: margin, min_margin and grace must be >= 0, max_overfetch >= 1"
+            )
+
+
+def grown(view: Region, policy: Policy) -> Box:
+    """The view's bounding box, each axis grown by the margin (a fraction of that axis' extent)."""
+    bounds = view.bounds()
+    pads = [
+        max(policy.min_margin, policy.margin * (hi - lo))
+        for lo, hi in zip(bounds.lo, bounds.hi, strict=True)
+    ]
+    return Box(
+        tuple(lo - pad for lo, pad in zip(bounds.lo, pads, strict=True)),
+        tuple(hi + pad for hi, pad in zip(bounds.hi, pads, strict=True)),
+    )
+
+
+def tile_side(view: Region) -> float:
+    """The tile side for ``view``: the smallest power of two at least twice its largest extent."""
+    extent = max(_extent(view.bounds()), 1e-9)
+    return float(2.0 ** math.ceil(math.log2(2.0 * extent)))
+
+
+def tiles(box: Box, side: float) -> list[Box]:
+    """The grid tiles of ``side`` that ``box`` touches."""
+    ranges = [
+        range(math.floor(lo / side), math.floor(hi / side) + 1)
+        for lo, hi in zip(box.lo, box.hi, strict=True)
+    ]
+    return [
+        Box(tuple(i * side for i in cell), tuple((i + 1) * side for i in cell))
+        for cell in itertools.product(*ranges)
+    ]
+
+
+def to_acquire(held: Sequence[View], view: Region, policy: Policy) -> list[Box]:
+    """New primitives needed so that ``held`` plus them covers ``view`` (empty if covered)."""
+    if covers(list(held), view):
+        return []
+    wanted = grown(view, policy)
+    if policy.widen == "tiles":
+        side = tile_side(view)
+        candidates = tiles(wanted, side)
+        if len(candidates) * side**wanted.dims <= policy.max_overfetch * max(
+            wanted.measure(), 1e-300
+        ):
+            return [tile for tile in candidates if not covers(list(held), tile)]
+    return [wanted]
+
+
+def overlaps(a: Region, b: Region) -> bool:
+    """Whether the bounding boxes of two regions meet (a cheap necessary test for overlap)."""
+    box_a, box_b = a.bounds(), b.bounds()
+    return all(
+        lo_a <= hi_b and lo_b <= hi_a
+        for lo_a, hi_a, lo_b, hi_b in zip(box_a.lo, box_a.hi, box_b.lo, box_b.hi, strict=True)
+    )
+
+
+def unneeded(prims: Sequence[Primitive], views: Sequence[Region]) -> list[Primitive]:
+    """Primitives that can go: every view they touch stays covered by the remaining ready ones.
+
+    Oldest primitives are considered first, so a view that moved on lets go of where it was.
+    """
+    keep = list(prims)
+    gone: list[Primitive] = []
+    for prim in sorted(prims, key=lambda p: p.prim):
+        region = prim.view
+        assert isinstance(region, Box | Sphere | Sector | RegionUnion)
+        touching = [view for view in views if overlaps(region, view)]
+        others = [q.view for q in keep if q is not prim and q.ready]
+        if all(covers(others, view) for view in touching):
+            keep.remove(prim)
+            gone.append(prim)
+    return gone
+
+
+def _extent(box: Box) -> float:
+    return max(high - low for low, high in zip(box.lo, box.hi, strict=True))

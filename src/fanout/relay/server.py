@@ -1,0 +1,229 @@
+"""The relay's asyncio shell: sockets, timers and tasks around ``RelayCore``.
+
+Tasks (one ``TaskGroup`` owns them all, STYLE.md rule 5):
+
+* the subscriber server: one handler per connection, feeding frames to the core;
+* the upstream link: connects to the publisher, reconnects with backoff, feeds batches to the core;
+* the pump: asks the core for due pushes whenever something changed, a connection became
+  writable, or the earliest rate timer fires (000: [0138], Fig. 7);
+* housekeeping: releases spare primitives and disconnects subscribers that stopped reading.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import logging
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+
+from websockets.asyncio.client import connect
+from websockets.asyncio.server import ServerConnection, serve
+from websockets.exceptions import ConnectionClosed
+
+from fanout.connection import Outbound
+from fanout.errors import ProtocolError
+from fanout.relay.core import UPSTREAM, RelayCore, Send
+from fanout.relay.planner import Policy
+from fanout.wire import codec
+from fanout.wire.messages import (
+    PROTOCOL_VERSION,
+    Batch,
+    Catalog,
+    Error,
+    Hello,
+    StateRows,
+    Subscribe,
+    Unsubscribe,
+    Welcome,
+)
+from fanout.wire.session import AcceptingSession, check_welcome
+
+log = logging.getLogger(__name__)
+
+#: Largest frame accepted from a subscriber (subscriptions are small).
+MAX_FROM_SUBSCRIBER = 1 << 20
+#: Largest frame accepted from the publisher (a batch with a big snapshot).
+MAX_FROM_PUBLISHER = 256 << 20
+
+
+@dataclass(frozen=True)
+class RelayConfig:
+    """How a relay runs.
+
+    Attributes:
+        publisher: the publisher's control-plane URL (``ws://host:port``).
+        host: interface to listen on for subscribers.
+        port: port to listen on (0: any free port).
+        name: shown to the publisher and in logs.
+        policy: coverage planning policy.
+        queue_limit: frames queued per subscriber before it is closed as a slow consumer.
+        stall_timeout: seconds a subscriber may leave a push unread before it is closed.
+        reconnect_delay: first delay before reconnecting upstream (doubles up to 5 s).
+    """
+
+    publisher: str
+    host: str = "127.0.0.1"
+    port: int = 0
+    name: str = "relay"
+    policy: Policy = field(default_factory=Policy)
+    queue_limit: int = 64
+    stall_timeout: float = 10.0
+    reconnect_delay: float = 0.2
+
+
+class RelayServer:
+    """One relay process's event loop side."""
+
+    def __init__(self, config: RelayConfig) -> None:
+        self.config = config
+        self.core = RelayCore(config.policy)
+        self.port: int | None = None
+        self._clients: dict[int, Outbound] = {}
+        self._ids = itertools.count(1)
+        self._upstream: Outbound | None = None
+        self._wake = asyncio.Event()
+        self._upstream_ready = asyncio.Event()
+
+    async def run(self, ready: Callable[[int], None] | None = None) -> None:
+        """Serve until cancelled; ``ready(port)`` is called once serving and connected upstream."""
+        async with (
+            serve(
+                self._serve_client,
+                self.config.host,
+                self.config.port,
+                max_size=MAX_FROM_SUBSCRIBER,
+                compression=None,
+                write_limit=1 << 20,
+            ) as server,
+            asyncio.TaskGroup() as tasks,
+        ):
+            self.port = next(iter(server.sockets)).getsockname()[1]
+            tasks.create_task(self._upstream_link())
+            tasks.create_task(self._pump())
+            tasks.create_task(self._housekeeping())
+            await self._upstream_ready.wait()
+            log.info(
+                "relay %s listening on ws://%s:%d", self.config.name, self.config.host, self.port
+            )
+            if ready is not None:
+                ready(self.port)
+
+    # -- dispatch ------------------------------------------------------------------------
+
+    def _dispatch(self, sends: Iterable[Send]) -> None:
+        for send in sends:
+            if send.to == UPSTREAM:
+                # With no upstream connection there is nothing to tell: on reconnect the core
+                # acquires everything it holds anew.
+                if self._upstream is not None:
+                    self._upstream.offer(codec.encode(send.frame))
+            elif (outbound := self._clients.get(send.to)) is not None:
+                outbound.offer(codec.encode(send.frame))
+
+    # -- subscribers ---------------------------------------------------------------------
+
+    async def _serve_client(self, websocket: ServerConnection) -> None:
+        client = next(self._ids)
+        session = AcceptingSession(
+            codec.to_relay(), f"fanout-relay {self.config.name}", frozenset({"subscriber"})
+        )
+        outbound = Outbound(websocket, self.config.queue_limit, on_idle=self._wake.set)
+        self._clients[client] = outbound
+        outbound.start()
+        try:
+            async for message in websocket:
+                outcome = session.receive(message)
+                if outcome.reply is not None:
+                    outbound.offer(codec.encode(outcome.reply))
+                if outcome.close:
+                    break
+                match outcome.deliver:
+                    case Subscribe() as request:
+                        self._dispatch(self.core.on_subscribe(client, request))
+                    case Unsubscribe() as request:
+                        self._dispatch(self.core.on_unsubscribe(client, request))
+                self._wake.set()
+        except ConnectionClosed:
+            pass  # the subscriber went away; its subscriptions end below
+        finally:
+            self.core.on_disconnect(client)
+            del self._clients[client]
+            await outbound.finish()
+
+    # -- upstream ------------------------------------------------------------------------
+
+    async def _upstream_link(self) -> None:
+        delay = self.config.reconnect_delay
+        while True:
+            try:
+                await self._follow_publisher()
+                delay = self.config.reconnect_delay
+            except (OSError, ConnectionClosed, ProtocolError, TimeoutError) as exc:
+                log.warning(
+                    "upstream %s: %s; reconnecting in %.1f s", self.config.publisher, exc, delay
+                )
+            self._upstream = None
+            self.core.on_upstream_lost()
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, 5.0)
+
+    async def _follow_publisher(self) -> None:
+        async with connect(
+            self.config.publisher, max_size=MAX_FROM_PUBLISHER, compression=None, open_timeout=10
+        ) as websocket:
+            decoder = codec.from_publisher()
+            hello = Hello(version=PROTOCOL_VERSION, role="relay", name=self.config.name)
+            await websocket.send(codec.encode(hello))
+            check_welcome(decoder.decode(await websocket.recv()))
+            outbound = Outbound(websocket, limit=4096)
+            outbound.start()
+            try:
+                async for message in websocket:
+                    self._on_publisher_frame(decoder.decode(message), outbound)
+            finally:
+                await outbound.finish()
+
+    def _on_publisher_frame(self, frame: object, outbound: Outbound) -> None:
+        match frame:
+            case Catalog() as catalog:
+                self.core.on_catalog(catalog)
+                self._upstream = outbound
+                self._dispatch(self.core.on_upstream_connected())
+                self._upstream_ready.set()
+            case Batch() as batch:
+                self._dispatch(self.core.on_batch(batch))
+                self._wake.set()
+            case Error() as error:
+                self.core.on_upstream_error(error)
+            case Welcome() | StateRows():
+                raise ProtocolError(f"unexpected {type(frame).__name__.lower()} from the publisher")
+
+    # -- timers --------------------------------------------------------------------------
+
+    async def _pump(self) -> None:
+        loop = asyncio.get_running_loop()
+        while True:
+            wakeup = self.core.next_wakeup(loop.time())
+            timeout = None if wakeup is None else max(0.0, wakeup - loop.time())
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._wake.wait(), timeout)
+            self._wake.clear()
+            sends = self.core.pushes(loop.time(), self._is_idle)
+            self._dispatch(sends)
+
+    def _is_idle(self, client: int) -> bool:
+        outbound = self._clients.get(client)
+        return outbound is not None and outbound.idle
+
+    async def _housekeeping(self) -> None:
+        loop = asyncio.get_running_loop()
+        while True:
+            await asyncio.sleep(0.5)
+            now = loop.time()
+            self._dispatch(self.core.housekeeping(now))
+            for outbound in list(self._clients.values()):
+                stalled = outbound.stalled_for(now)
+                if stalled > self.config.stall_timeout:
+                    outbound.close(f"slow consumer: a push unread for {stalled:.0f} s")

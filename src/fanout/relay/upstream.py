@@ -1,0 +1,79 @@
+"""The relay's upstream store: primitives it holds at the publisher (000: subscriber data store).
+
+A primitive is *ready* once the batch carrying its snapshot has been applied; only ready
+primitives may serve subscribers, so a subscriber never sees a half-filled region. A primitive no
+longer needed by any subscription is released after a grace period, so a view that moves back
+and forth does not make the relay churn upstream subscriptions.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+from fanout.views import View
+
+
+@dataclass
+class Primitive:
+    """One upstream primitive.
+
+    Attributes:
+        prim: our id for it, unique for the relay's lifetime.
+        dataset: the dataset it selects from.
+        view: what it selects.
+        ready: its snapshot has been applied.
+        unneeded_since: when it stopped being needed (monotonic seconds), or None.
+    """
+
+    prim: int
+    dataset: str
+    view: View
+    ready: bool = False
+    unneeded_since: float | None = None
+
+
+class Upstream:
+    """Primitives held at the publisher, by id."""
+
+    def __init__(self) -> None:
+        self._prims: dict[int, Primitive] = {}
+        self._ids = itertools.count(1)
+
+    def __iter__(self) -> Iterator[Primitive]:
+        return iter(list(self._prims.values()))
+
+    def __len__(self) -> int:
+        return len(self._prims)
+
+    def get(self, prim: int) -> Primitive | None:
+        """The primitive with id ``prim``, if held."""
+        return self._prims.get(prim)
+
+    def add(self, dataset: str, view: View) -> Primitive:
+        """Record a new primitive (not ready until its snapshot arrives)."""
+        primitive = Primitive(next(self._ids), dataset, view)
+        self._prims[primitive.prim] = primitive
+        return primitive
+
+    def remove(self, prim: int) -> Primitive:
+        """Forget a primitive."""
+        return self._prims.pop(prim)
+
+    def views(self, dataset: str, ready_only: bool = False) -> list[View]:
+        """The views of the primitives of ``dataset`` (only ready ones if asked)."""
+        return [
+            p.view
+            for p in self._prims.values()
+            if p.dataset == dataset and (p.ready or not ready_only)
+        ]
+
+    def of(self, dataset: str) -> list[Primitive]:
+        """The primitives of ``dataset``."""
+        return [p for p in self._prims.values() if p.dataset == dataset]
+
+    def unready(self) -> None:
+        """Mark every primitive not ready (the upstream connection was lost)."""
+        for primitive in self._prims.values():
+            primitive.ready = False

@@ -1,0 +1,68 @@
+"""The kinds of view and the :data:`View` union of them all (DESIGN.md section 3).
+
+Four subscription languages share one protocol: regions (here, in :mod:`fanout.views.region`),
+SQL (:mod:`fanout.views.sql`), MQTT topic filters (:mod:`fanout.views.topic`) and QNX PPS object
+paths (:mod:`fanout.views.objects`). Each module offers ``parse(text)``, ``covers(have, view)``
+and ``residual(have, view)``; this module tells which one a view belongs to.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from types import ModuleType
+from typing import TypeAlias
+
+from fanout.errors import InvalidView
+from fanout.views import objects, sql, topic
+from fanout.views.region import REGIONS, Box, RegionUnion, Relative, Sector, Sphere
+
+View: TypeAlias = (
+    Box
+    | Sphere
+    | Sector
+    | RegionUnion
+    | Relative
+    | sql.Sql
+    | sql.SqlBox
+    | topic.TopicFilter
+    | objects.ObjectPath
+)
+"""Every view of every kind; a msgspec field of this type decodes any of them by its tag."""
+
+KIND_CLASSES: dict[str, tuple[type, ...]] = {
+    "region": REGIONS,
+    "sql": (sql.Sql, sql.SqlBox),
+    "topic": (topic.TopicFilter,),
+    "path": (objects.ObjectPath,),
+}
+"""The view classes of each kind, by the kind's name on the command line."""
+
+KIND_MODULES: dict[str, ModuleType] = {"sql": sql, "topic": topic, "path": objects}
+"""The module that parses and covers each non-region kind."""
+
+
+def kind_of(view: object) -> str:
+    """Return the kind of a view: ``region``, ``sql``, ``topic`` or ``path``.
+
+    Raises:
+        InvalidView: ``view`` is not a view.
+    """
+    for kind, classes in KIND_CLASSES.items():
+        if isinstance(view, classes):
+            return kind
+    raise InvalidView(f"{view!r} is not a view (a region, SQL query, topic filter or path)")
+
+
+def of_kind(kind: str) -> Callable[[object], list[object]]:
+    """Return a function keeping the members of a held collection that are of ``kind``.
+
+    Anything that is not a sequence (a region cover index) holds nothing of another kind.
+    """
+    classes = KIND_CLASSES[kind]
+
+    def keep(have: object) -> list[object]:
+        if not isinstance(have, Sequence):
+            return []
+        return [item for item in have if isinstance(item, classes)]
+
+    return keep

@@ -1,0 +1,231 @@
+"""Region views: the primitive shapes, their unions, and regions relative to an entity.
+
+Founding document [68]-[69]: a spatial subscription names a region of a 2-D or 3-D space; [72]:
+it may be relative to the subscriber's own position, which the relay looks up in its state. The
+primitives (:class:`Box`, :class:`Sphere`, :class:`Sector`) live in :mod:`fanout.views.shapes`
+and are re-exported here; this module adds :class:`RegionUnion` and :class:`Relative`, which share
+their protocol (``dims``, vectorised ``match``, ``bounds()``, ``grow(margin)``, ``str``).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Sequence
+from typing import TypeAlias
+
+import numpy.typing as npt
+from msgspec.structs import force_setattr
+
+from fanout.errors import InvalidView
+from fanout.views.base import ViewBase
+from fanout.views.shapes import (
+    PRIMITIVES,
+    Box,
+    Mask,
+    Primitive,
+    Sector,
+    Sphere,
+    direction,
+    format_number,
+    point,
+)
+
+__all__ = [
+    "PRIMITIVES",
+    "REGIONS",
+    "AbsoluteRegion",
+    "Box",
+    "Primitive",
+    "Region",
+    "RegionUnion",
+    "Relative",
+    "Sector",
+    "Sphere",
+    "direction",
+    "enclosing_box",
+    "format_entity",
+    "format_number",
+]
+
+
+class RegionUnion(ViewBase, tag="union", frozen=True):
+    """The union of one or more primitive regions of the same dimension.
+
+    Nested unions are flattened, so ``RegionUnion([a, RegionUnion([b, c])])`` equals
+    ``RegionUnion([a, b, c])``.
+
+    Raises:
+        InvalidView: no members, a member that is not a box, sphere or sector, or members of
+            different dimensions.
+    """
+
+    members: tuple[Box | Sphere | Sector, ...]
+
+    def __post_init__(self) -> None:
+        members = tuple(_flatten_members(self.members))
+        if not members:
+            raise InvalidView("union: needs at least one member")
+        for i, member in enumerate(members):
+            if member.dims != members[0].dims:
+                raise InvalidView(
+                    f"union: member {i} is {member.dims}-D but member 0 is {members[0].dims}-D"
+                )
+        force_setattr(self, "members", members)
+
+    def __str__(self) -> str:
+        return "|".join(str(member) for member in self.members)
+
+    @property
+    def dims(self) -> int:
+        """The number of axes, 2 or 3."""
+        return self.members[0].dims
+
+    def match(self, xs: npt.ArrayLike, ys: npt.ArrayLike, zs: npt.ArrayLike | None = None) -> Mask:
+        """Return a boolean mask of the points inside any member."""
+        mask = self.members[0].match(xs, ys, zs)
+        for member in self.members[1:]:
+            mask = mask | member.match(xs, ys, zs)
+        return mask
+
+    def bounds(self) -> Box:
+        """Return the smallest box holding every member."""
+        return enclosing_box([member.bounds() for member in self.members])
+
+    def grow(self, margin: float) -> RegionUnion:
+        """Return the union of the members each grown by ``margin``."""
+        return RegionUnion(tuple(member.grow(margin) for member in self.members))
+
+    def translate(self, offset: Sequence[float]) -> RegionUnion:
+        """Return the union moved by ``offset``."""
+        return RegionUnion(tuple(member.translate(offset) for member in self.members))
+
+
+def _flatten_members(members: object) -> Iterable[Primitive]:
+    """Yield the primitives of a union's members, opening nested unions."""
+    if isinstance(members, str | bytes) or not isinstance(members, Iterable):
+        raise InvalidView(f"union: members = {members!r} is not a sequence of regions")
+    for i, member in enumerate(members):
+        if isinstance(member, RegionUnion):
+            yield from member.members
+        elif isinstance(member, PRIMITIVES):
+            yield member
+        else:
+            raise InvalidView(f"union: member {i} = {member!r} is not a box, sphere or sector")
+
+
+AbsoluteRegion: TypeAlias = Box | Sphere | Sector | RegionUnion
+"""A region in the dataset's own coordinates."""
+
+
+class Relative(ViewBase, tag="relative", frozen=True):
+    """A region that follows an entity: ``view`` is in coordinates relative to its position.
+
+    Founding document [72]: "a subscriber process may request to subscribe to content within a
+    given radius of its current position without providing its current position", since the
+    relay can look the position up in its state. ``Relative(42, Sphere((0, 0), 50))`` is
+    "within 50 of entity 42". It matches nothing and covers nothing until resolved.
+
+    Raises:
+        InvalidView: ``entity`` is not an int or a non-empty string, or ``view`` is not an
+            absolute region.
+    """
+
+    entity: int | str
+    view: Box | Sphere | Sector | RegionUnion
+
+    def __post_init__(self) -> None:
+        entity = self.entity
+        if isinstance(entity, bool) or not isinstance(entity, int | str) or entity == "":
+            raise InvalidView(
+                f"relative: entity = {entity!r} must be an integer or a non-empty string"
+            )
+        if not isinstance(self.view, (*PRIMITIVES, RegionUnion)):
+            raise InvalidView(
+                f"relative: view = {self.view!r} must be a box, sphere, sector or union"
+            )
+
+    def __str__(self) -> str:
+        return f"rel:{format_entity(self.entity)}:{self.view}"
+
+    @property
+    def dims(self) -> int:
+        """The number of axes, 2 or 3."""
+        return self.view.dims
+
+    def resolve(self, position: Sequence[float]) -> AbsoluteRegion:
+        """Return the region in absolute coordinates, given the entity's ``position``.
+
+        Raises:
+            InvalidView: ``position`` is not ``dims`` finite numbers.
+        """
+        offset = point("relative", "position", position)
+        if len(offset) != self.dims:
+            raise InvalidView(
+                f"relative: position has {len(offset)} coordinates but the view is {self.dims}-D"
+            )
+        return self.view.translate(offset)
+
+    def match(self, xs: npt.ArrayLike, ys: npt.ArrayLike, zs: npt.ArrayLike | None = None) -> Mask:
+        """Refuse to match: the region's position is unknown until resolved.
+
+        Raises:
+            InvalidView: always; call ``resolve(position)`` first.
+        """
+        raise InvalidView(f"{self}: resolve(position) the relative view before matching")
+
+    def bounds(self) -> Box:
+        """Refuse: the region's position is unknown until resolved.
+
+        Raises:
+            InvalidView: always; call ``resolve(position)`` first.
+        """
+        raise InvalidView(f"{self}: resolve(position) the relative view before bounding it")
+
+    def grow(self, margin: float) -> Relative:
+        """Return the relative view with its region grown by ``margin``."""
+        return Relative(self.entity, self.view.grow(margin))
+
+
+def format_entity(entity: int | str) -> str:
+    """Return the text form of an entity key: digits for an int, else the string.
+
+    A string that would read back as something else (digits, or characters the text syntax
+    uses) is written as a JSON string.
+    """
+    if isinstance(entity, int):
+        return str(entity)
+    if _is_bare_key(entity):
+        return entity
+    return json.dumps(entity)
+
+
+def _is_bare_key(key: str) -> bool:
+    """Whether a string key can be written without quotes in the text syntax."""
+    try:
+        int(key)
+    except ValueError:
+        return all(ch.isalnum() or ch in "_-." for ch in key) and key.isascii()
+    return False
+
+
+Region: TypeAlias = Box | Sphere | Sector | RegionUnion | Relative
+"""Every region view."""
+
+REGIONS = (Box, Sphere, Sector, RegionUnion, Relative)
+
+
+def enclosing_box(boxes: Sequence[Box]) -> Box:
+    """Return the smallest box holding every box in ``boxes``.
+
+    Raises:
+        InvalidView: ``boxes`` is empty or mixes 2-D and 3-D.
+    """
+    if not boxes:
+        raise InvalidView("bounding box of no regions: give at least one")
+    dims = boxes[0].dims
+    for i, box in enumerate(boxes):
+        if box.dims != dims:
+            raise InvalidView(f"bounding box: region {i} is {box.dims}-D but region 0 is {dims}-D")
+    lo = tuple(min(box.lo[axis] for box in boxes) for axis in range(dims))
+    hi = tuple(max(box.hi[axis] for box in boxes) for axis in range(dims))
+    return Box(lo, hi)

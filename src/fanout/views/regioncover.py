@@ -1,0 +1,220 @@
+"""Coverage of region views: the relay's step S430/S440 for spatial subscriptions.
+
+Founding document [155]: the relay computes the set difference between the new subscription's
+region and the regions it already receives; if it is empty the relay can serve the subscription
+at once, else it subscribes upstream for (at least) the difference. [105]: decompose the view
+until each part is wholly covered or wholly disjoint.
+
+How a view primitive is decomposed (``_uncovered``), one cell at a time, starting from its
+bounding box:
+
+1. a cell the view certainly misses is dropped;
+2. a cell whose part of the view lies inside one held solid is covered: each constraint of the
+   solid (a box, half-space, ball or cone) holds the cell or is implied by one of the view's
+   own, so a sector held with the view's own arc covers the cells that arc cuts
+   (:func:`fanout.views.solids.active_constraints`);
+3. a held box that overlaps the cell is cut out of it exactly (box minus box is at most two
+   boxes per axis), and the pieces are decomposed against the other held solids; boxes alone
+   therefore give an exact answer at any size;
+4. a cell inside the view that nothing held meets is uncovered, whole;
+5. otherwise the cell is halved across its longest side, down to a side of 1/2**depth of the
+   view's, where a cell still undecided counts as uncovered. So ``covers`` may say False for a
+   view held only in pieces along a curve, but never says True wrongly.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from typing import TypeAlias
+
+from fanout.errors import InvalidView
+from fanout.views import cells
+from fanout.views.cells import Cell
+from fanout.views.coverindex import CoverIndex, bounding_solids
+from fanout.views.region import (
+    PRIMITIVES,
+    Box,
+    Primitive,
+    RegionUnion,
+    Relative,
+)
+from fanout.views.solids import CellSolid, Constraint, Solid, active_constraints, solid_of
+
+Held: TypeAlias = tuple[Solid, tuple[Constraint, ...]]
+"""A held solid near the view, with the constraints a cell must meet for it to be covered."""
+
+DEFAULT_DEPTH = {2: 5, 3: 4}
+"""Halvings of the view's longest side before an undecided cell counts as uncovered.
+
+A 2-D view is resolved to 1/32 of its size, a 3-D one to 1/16: the residual of a curved view
+stays within some tens (2-D) or a few hundred (3-D) boxes, and over-reaches the uncovered part
+by at most one such cell along its boundary. The planner widens it to a bounding box anyway.
+"""
+
+
+def view_primitives(view: object) -> tuple[Primitive, ...]:
+    """Return the primitives of a region view (a union's members).
+
+    Raises:
+        InvalidView: ``view`` is relative (it must be resolved against the entity's position
+            first) or not a region.
+    """
+    if isinstance(view, PRIMITIVES):
+        return (view,)
+    if isinstance(view, RegionUnion):
+        return view.members
+    if isinstance(view, Relative):
+        raise InvalidView(
+            f"{view}: a relative view is not coverable; resolve(position) it against the "
+            f"entity's position first"
+        )
+    raise InvalidView(f"{view!r} is not a region view")
+
+
+def index_of(have: CoverIndex | Sequence[object]) -> CoverIndex:
+    """Return ``have`` as a cover index, building one from its regions if it is a sequence.
+
+    Views of other kinds in ``have`` cover nothing of a region and are left out.
+
+    Raises:
+        InvalidView: ``have`` holds a relative region (resolve it first).
+    """
+    if isinstance(have, CoverIndex):
+        return have
+    return CoverIndex(
+        item for item in have if isinstance(item, (*PRIMITIVES, RegionUnion, Relative))
+    )
+
+
+def region_covers(
+    have: CoverIndex | Sequence[object], view: object, depth: int | None = None
+) -> bool:
+    """Whether the regions in ``have`` together cover every point of the region ``view``.
+
+    Args:
+        have: the regions held, as a cover index (what a relay keeps) or a sequence.
+        view: a box, sphere, sector or union.
+        depth: halvings before an undecided cell counts as uncovered (DEFAULT_DEPTH).
+
+    Returns:
+        True only if ``view`` is covered; False if it is not, or if a curved boundary leaves
+        it undecided at ``depth``.
+
+    Raises:
+        InvalidView: ``view`` or a member of ``have`` is relative, or ``view`` is not a region.
+    """
+    primitives = view_primitives(view)
+    index = index_of(have)
+    return all(_covers_primitive(index, primitive, depth) for primitive in primitives)
+
+
+def region_residual(
+    have: CoverIndex | Sequence[object], view: object, depth: int | None = None
+) -> list[Primitive]:
+    """Return primitives that, with ``have``, cover the region ``view``; [] if it is covered.
+
+    A view no held region meets comes back whole. Otherwise the residual is disjoint boxes:
+    exactly the uncovered part of a box view held as boxes, else cells that each hold some
+    uncovered part of the view (see the module docstring), neighbours merged. The members of a
+    union are taken in turn, each against ``have`` plus the residual found so far, so
+    overlapping members do not ask twice for the same part.
+
+    Raises:
+        InvalidView: as :func:`region_covers`.
+    """
+    primitives = view_primitives(view)
+    index = index_of(have)
+    found: list[Primitive] = []
+    for primitive in primitives:
+        extra = [solid_of(piece) for piece in found]
+        found.extend(_primitive_residual(index, primitive, extra, depth))
+    return found
+
+
+def _covers_primitive(index: CoverIndex, primitive: Primitive, depth: int | None) -> bool:
+    """Whether the held solids cover one view primitive."""
+    view = solid_of(primitive)
+    held = _against(view, index.near(view.lo, view.hi))
+    if any(not active for _, active in held):
+        return True
+    if not held:
+        return False
+    uncovered = _uncovered(view, held, _min_side(view, depth))
+    return next(uncovered, None) is None
+
+
+def _primitive_residual(
+    index: CoverIndex, primitive: Primitive, extra: list[Solid], depth: int | None
+) -> list[Primitive]:
+    """Return the residual of one view primitive against the index plus ``extra`` solids."""
+    view = solid_of(primitive)
+    nearby = index.near(view.lo, view.hi) + bounding_solids(extra, view.lo, view.hi)
+    held = _against(view, nearby)
+    if any(not active for _, active in held):
+        return []
+    if not any(solid.meets_cell(view.lo, view.hi) for solid, _ in held):
+        return [primitive]
+    pieces = sorted(cells.merge(_uncovered(view, held, _min_side(view, depth))))
+    if pieces == [(view.lo, view.hi)]:
+        return [primitive]
+    return [Box(lo, hi) for lo, hi in pieces]
+
+
+def _min_side(view: Solid, depth: int | None) -> float:
+    """Return the side below which an undecided cell of ``view`` counts as uncovered."""
+    if depth is None:
+        depth = DEFAULT_DEPTH[len(view.lo)]
+    if depth < 0:
+        raise InvalidView(f"depth = {depth} is negative")
+    return cells.longest_side(view.lo, view.hi) * 0.5**depth
+
+
+def _against(view: Solid, solids: list[Solid]) -> list[Held]:
+    """Pair each held solid with what a cell must meet for it to cover the view's part."""
+    return [(solid, active_constraints(solid, view)) for solid in solids]
+
+
+def _uncovered(view: Solid, held: list[Held], min_side: float) -> Iterator[Cell]:
+    """Yield disjoint cells holding every point of ``view`` that no held solid covers.
+
+    Depth-first with an explicit stack, so ``covers`` stops at the first uncovered cell.
+    Each yielded cell meets the view (or may: the tests are one-sided) and is not covered.
+    """
+    stack: list[tuple[Cell, list[Held]]] = [((view.lo, view.hi), held)]
+    while stack:
+        (lo, hi), candidates = stack.pop()
+        inside = view.contains_cell(lo, hi)
+        if not inside and not view.meets_cell(lo, hi):
+            continue
+        near = [pair for pair in candidates if pair[0].meets_cell(lo, hi)]
+        if any(_holds(active, lo, hi) for _, active in near):
+            continue
+        hole = _largest_box(near, lo, hi)
+        if hole is not None:
+            rest = [pair for pair in near if pair[0] is not hole]
+            pieces = cells.subtract(lo, hi, hole.lo, hole.hi)
+            stack.extend((piece, rest) for piece in pieces)
+        elif (inside and not near) or cells.longest_side(lo, hi) <= min_side:
+            yield lo, hi
+        else:
+            stack.extend((half, near) for half in cells.halve(lo, hi))
+
+
+def _holds(active: tuple[Constraint, ...], lo: cells.Point, hi: cells.Point) -> bool:
+    """Whether a cell meets every active constraint of a held solid (so it is covered)."""
+    return all(constraint.contains_cell(lo, hi) for constraint in active)
+
+
+def _largest_box(held: list[Held], lo: cells.Point, hi: cells.Point) -> CellSolid | None:
+    """Return the held box overlapping the cell most, or None if no box meets it.
+
+    Cutting the largest overlap first leaves the fewest, largest pieces.
+    """
+    best: CellSolid | None = None
+    best_overlap = -1.0
+    for solid, _ in held:
+        if isinstance(solid, CellSolid):
+            overlap = cells.overlap(solid.lo, solid.hi, lo, hi)
+            if overlap > best_overlap:
+                best, best_overlap = solid, overlap
+    return best

@@ -1,0 +1,198 @@
+"""SQL literals as the box algebra's values: numbers, strings, booleans, dates, timestamps, NULL.
+
+A literal in a view (``5``, ``-2.5``, ``'abc'``, ``TRUE``, ``NULL``, ``DATE '2024-01-31'``,
+``'2024-01-31'::DATE``, ``TIMESTAMP '2024-01-31 12:00'``) becomes a :class:`Constant`: a domain
+of ``fanout.views.sqlboxes`` and a value in it. Anything else is not a literal here, and the
+predicate using it is over-approximated by the caller.
+
+Rules:
+
+1. Integers stay exact (within 64 bits); other numbers become floats; non-finite ones are not read.
+2. A string compared with a column that is also compared with dates is read as a date (DuckDB
+   casts it the same way), if it is written ``YYYY-MM-DD``; timestamps likewise.
+3. A cast that would round (``2.5::INT``) is not read: the caller over-approximates instead.
+4. Views do not know their tables' schemas, and DuckDB casts a string literal to the type of the
+   column it is compared with. So a string that would read as a number, a date (other than the
+   canonical ``YYYY-MM-DD``, which orders the same either way) or a boolean is not read as text:
+   the caller treats the comparison as an atom it cannot box.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import math
+import re
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+from sqlglot import exp
+
+from fanout.views.sqlboxes import Domain, Scalar, date_value, timestamp_value
+
+
+@dataclass(frozen=True)
+class Constant:
+    """A literal: its domain and value (``None`` is SQL NULL) and its SQL text for messages."""
+
+    domain: Domain
+    value: Scalar | None
+    text: str = field(compare=False)
+
+
+def constant(node: exp.Expr) -> Constant | None:
+    """Return the literal ``node`` stands for, or None if it is not a literal this module reads.
+
+    Reads numbers (with a leading minus), strings, TRUE/FALSE, NULL and casts of literals to
+    numbers, text, DATE and TIMESTAMP (``DATE '2024-01-31'``, ``'2024-01-31'::DATE``).
+    """
+    node = unparen(node)
+    reader = _READERS.get(type(node))
+    return None if reader is None else reader(node, node.sql(dialect="duckdb"))
+
+
+def _literal(node: exp.Expr, text: str) -> Constant | None:
+    if not isinstance(node, exp.Literal):
+        return None
+    return Constant("str", node.this, text) if node.is_string else _number(node.this, text)
+
+
+def _negative(node: exp.Expr, text: str) -> Constant | None:
+    inner = constant(node.this)
+    if inner is None or inner.domain != "num" or not isinstance(inner.value, int | float):
+        return None
+    return Constant("num", -inner.value, text)
+
+
+_INTEGER = re.compile(r"\d+")
+_DECIMAL = re.compile(r"(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?")
+_DATE = re.compile(r"\s*(\d{4})-(\d{1,2})-(\d{1,2})\s*")
+_TIMESTAMP = re.compile(
+    r"\s*(\d{4})-(\d{1,2})-(\d{1,2})(?:[ T](\d{1,2}):(\d{2})(?::(\d{2})(?:\.(\d{1,6}))?)?)?\s*"
+)
+_CANONICAL_DATE = re.compile(r"\d{4}-\d{2}-\d{2}")
+_NUMERIC_START = re.compile(r"\s*[-+]?\.?\d")
+_BOOLEAN_WORDS = frozenset({"true", "false", "t", "f", "yes", "no", "y", "n", "on", "off"})
+_INT64 = (-(2**63), 2**63 - 1)
+_TIMESTAMP_TYPES = (exp.DType.TIMESTAMP, exp.DType.TIMESTAMPNTZ, exp.DType.DATETIME)
+
+
+def _number(literal: str, text: str) -> Constant | None:
+    """Read a numeric literal; integers stay exact, others become floats."""
+    if _INTEGER.fullmatch(literal):
+        value = int(literal)
+        return Constant("num", value, text) if _INT64[0] <= value <= _INT64[1] else None
+    if _DECIMAL.fullmatch(literal):
+        number = float(literal)
+        return Constant("num", number, text) if math.isfinite(number) else None
+    return None
+
+
+def _cast(node: exp.Expr, text: str) -> Constant | None:
+    """Read a cast of a literal to DATE, TIMESTAMP, text or a number."""
+    inner = constant(node.this)
+    if inner is None or inner.value is None:
+        return None if inner is None else Constant("any", None, text)  # a cast of NULL is NULL
+    target = node.args.get("to")
+    for types, read in _CASTS:
+        if isinstance(target, exp.DataType) and target.is_type(*types):
+            return read(inner, text)
+    return None
+
+
+def _as(inner: Constant, domain: Domain, text: str) -> Constant | None:
+    value = coerce(inner, domain)
+    return None if value is None else Constant(domain, value, text)
+
+
+def _as_text(inner: Constant, text: str) -> Constant | None:
+    return Constant("str", inner.value, text) if inner.domain == "str" else None
+
+
+def _as_integer(inner: Constant, text: str) -> Constant | None:
+    whole = inner.domain == "num" and isinstance(inner.value, int)
+    return Constant("num", inner.value, text) if whole else None  # 2.5::INT rounds: not read
+
+
+def _as_real(inner: Constant, text: str) -> Constant | None:
+    if inner.domain != "num" or not isinstance(inner.value, int | float):
+        return None
+    return Constant("num", float(inner.value), text)
+
+
+_READERS: dict[type[exp.Expr], Callable[[exp.Expr, str], Constant | None]] = {
+    exp.Null: lambda node, text: Constant("any", None, text),
+    exp.Boolean: lambda node, text: Constant("bool", bool(node.this), text),
+    exp.Literal: _literal,
+    exp.Neg: _negative,
+    exp.Cast: _cast,
+}
+_CASTS: list[tuple[Sequence[exp.DType], Callable[[Constant, str], Constant | None]]] = [
+    ([exp.DType.DATE], lambda inner, text: _as(inner, "date", text)),
+    (_TIMESTAMP_TYPES, lambda inner, text: _as(inner, "timestamp", text)),
+    (list(exp.DataType.TEXT_TYPES), _as_text),
+    (list(exp.DataType.INTEGER_TYPES), _as_integer),
+    (list(exp.DataType.REAL_TYPES), _as_real),
+]
+
+
+def coerce(value: Constant, domain: Domain) -> Scalar | None:
+    """Return a literal's value in ``domain``, or None if it has no exact value there.
+
+    Strings become dates or timestamps when they are written the ISO way; dates become timestamps
+    at midnight. Nothing else converts. A string that a number, date or boolean column would read
+    as such (rule 4) has no exact value as a string.
+    """
+    if value.domain == domain:
+        ambiguous = isinstance(value.value, str) and not plain_text(value.value)
+        return None if ambiguous else value.value
+    if value.domain == "str" and isinstance(value.value, str):
+        return _string_as(value.value, domain)
+    if value.domain == "date" and domain == "timestamp" and isinstance(value.value, int):
+        return value.value * 86_400_000_000
+    return None
+
+
+def _string_as(text: str, domain: Domain) -> Scalar | None:
+    """Read a string as a date or timestamp value; None if it is not one."""
+    if domain not in ("date", "timestamp"):
+        return None
+    moment = _parse_moment(text, date_only=domain == "date")
+    if moment is None:
+        return None
+    return date_value(moment.date()) if domain == "date" else timestamp_value(moment)
+
+
+def plain_text(text: str) -> bool:
+    """Return True if ``text`` orders the same whatever type the column it is compared with has.
+
+    DuckDB casts a string literal to the column's type: ``i < '10'`` compares numbers, ``d <
+    '2024-1-5'`` dates. A string starting like a number or date, or spelling a boolean, would
+    then order differently from its text; a canonical ``YYYY-MM-DD`` date orders the same as
+    text and as a date, so it is kept.
+    """
+    if _CANONICAL_DATE.fullmatch(text) and _parse_moment(text, date_only=True) is not None:
+        return True
+    return not _NUMERIC_START.match(text) and text.strip().lower() not in _BOOLEAN_WORDS
+
+
+def _parse_moment(text: str, date_only: bool) -> dt.datetime | None:
+    """Parse ``YYYY-MM-DD[ HH:MM[:SS[.ffffff]]]``; None for anything else or invalid dates."""
+    match = (_DATE if date_only else _TIMESTAMP).fullmatch(text)
+    if match is None:
+        return None
+    groups = match.groups()
+    year, month, day, hour, minute, second = (
+        [int(part) if part else 0 for part in groups[:6]] + [0, 0, 0]
+    )[:6]
+    fraction = groups[6] if len(groups) > 6 and groups[6] else "0"
+    try:
+        return dt.datetime(year, month, day, hour, minute, second, int(fraction.ljust(6, "0")))
+    except ValueError:
+        return None  # e.g. 2023-02-30: DuckDB rejects it when it runs the query
+
+
+def unparen(node: exp.Expr) -> exp.Expr:
+    """Return ``node`` without the parentheses around it."""
+    while isinstance(node, exp.Paren):
+        node = node.this
+    return node

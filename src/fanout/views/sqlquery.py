@@ -1,0 +1,503 @@
+"""One SQL view: validation, tables and joins, columns, and the per-table primitives it needs.
+
+Founding document [0158]-[0161] and Fig. 8: a subscriber subscribes with a SELECT query; the relay
+asks whether the subscriptions it holds upstream cover the query, and the relay runs the query
+itself on its copy of the tables ([0094], [0163]). So a query decomposes into one *primitive* per
+table: the rows (and columns) of that table the relay must hold to answer it.
+
+Rules:
+
+1. A view is one ``SELECT [DISTINCT [ON (...)]] items FROM table [AS alias] [join ...] [WHERE ...]
+   [ORDER BY ...] [LIMIT ...] [OFFSET ...]`` in DuckDB's dialect. Joins are INNER, LEFT, RIGHT,
+   FULL and CROSS (or commas), with ON or USING. Everything else (other statements, several
+   statements, set operations, CTEs, subqueries, aggregates, GROUP BY, HAVING, window functions,
+   NATURAL/ASOF/POSITIONAL/SEMI/ANTI joins, table functions, schema-qualified tables,
+   parameters) raises :class:`fanout.errors.InvalidView` naming the clause and where it is.
+2. Columns resolve without a schema: in a query over one table every column is that table's; over
+   several tables a column must be qualified (``u.name``), except the columns of a USING join.
+3. Predicate pushdown. The rows of a table that can appear in the result satisfy
+   ``C = WHERE AND (ON of every inner join)``, so the table needs the projection of C onto its
+   columns. A table on the NULL-extended side of an outer join also needs the rows that could
+   match there, whether or not they reach the result (they decide which rows are NULL-extended):
+   the projection of that join's ON clause. A table joined by an INNER or LEFT join goes no
+   further than its own join where that join's ON clause fails, so each of its needs is narrowed
+   by that clause. Projections are over-approximations; that is safe.
+4. A primitive carries the columns the query uses from its table (SELECT list, WHERE, ON, USING,
+   ORDER BY); ``*`` carries them all (``columns`` is None).
+5. ``exact`` is True when the relay need not filter again: one table, a WHERE clause boxed
+   exactly, no LIMIT/OFFSET/DISTINCT ON. ``faithful`` is True when the boxes *with atoms*
+   (``fanout.views.sqlwhere``) hold exactly the query's rows: one table, no LIMIT/OFFSET/
+   DISTINCT ON, no bounding box. Coverage counts on a held view's rows only then.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+import sqlglot
+import sqlglot.errors
+from sqlglot import exp
+
+from fanout.errors import InvalidView
+from fanout.views.sqlboxes import Box, ValueSet, simplify
+from fanout.views.sqlwhere import (
+    TRUE,
+    Atom,
+    Fields,
+    Normaliser,
+    QualifiedColumn,
+    Truth,
+    and_,
+    column_domains,
+    equality,
+    project,
+)
+
+DIALECT = "duckdb"
+
+_SUPPORTED_CLAUSES = frozenset(
+    {"expressions", "from_", "joins", "where", "order", "limit", "offset", "distinct"}
+)
+_REJECTED_CLAUSES = {
+    "with_": "WITH (common table expressions)",
+    "group": "GROUP BY",
+    "having": "HAVING",
+    "qualify": "QUALIFY",
+    "windows": "WINDOW",
+    "laterals": "LATERAL",
+    "pivots": "PIVOT",
+    "sample": "USING SAMPLE / TABLESAMPLE",
+    "into": "INTO",
+    "prewhere": "PREWHERE",
+    "connect": "CONNECT BY",
+    "locks": "FOR UPDATE",
+    "kind": "SELECT AS",
+}
+_REJECTED_NODES: tuple[tuple[type[exp.Expr], str], ...] = (
+    (exp.Subquery, "subqueries are not supported"),
+    (exp.Select, "subqueries are not supported"),
+    (exp.SetOperation, "set operations (UNION, INTERSECT, EXCEPT) are not supported"),
+    (exp.Exists, "subqueries are not supported"),
+    (exp.AggFunc, "aggregate functions are not supported"),
+    (exp.Window, "window functions are not supported"),
+    (exp.Placeholder, "query parameters are not supported; write the values in"),
+    (exp.Parameter, "query parameters are not supported; write the values in"),
+)
+
+
+@dataclass(frozen=True)
+class TableNeed:
+    """What one table must supply.
+
+    Attributes:
+        table: the table's name.
+        columns: the columns the query uses from it (None: all).
+        boxes: the rows, as boxes over real columns: the primitive a relay subscribes for.
+        cover: the same rows as boxes over columns and atoms (``fanout.views.sqlwhere.Atom``):
+            at most the rows of ``boxes``, compared atom by atom in coverage.
+    """
+
+    table: str
+    columns: tuple[str, ...] | None
+    boxes: tuple[Box, ...]
+    cover: tuple[Mapping[str | Atom, ValueSet], ...]
+
+
+@dataclass(frozen=True)
+class Analysis:
+    """A parsed and validated view.
+
+    Attributes:
+        text: the normalised SQL text.
+        needs: what each table the query reads must supply, sorted by table.
+        exact: the primitive selects exactly the query's rows (one table, all boxed, no LIMIT).
+        faithful: ``needs[0].cover`` holds exactly the query's rows (one table, no LIMIT).
+    """
+
+    text: str
+    needs: tuple[TableNeed, ...]
+    exact: bool
+    faithful: bool
+
+
+@dataclass(frozen=True)
+class _Source:
+    alias: str
+    table: str
+
+
+@dataclass(frozen=True)
+class _Join:
+    index: int  # position of the joined table among the sources (1 for the first join)
+    kind: str  # "inner", "left", "right" or "full"
+    on: exp.Expr | None
+    using: tuple[str, ...]
+
+    def nullable(self, position: int) -> bool:
+        """Return True if the source at ``position`` is NULL-extended by this join."""
+        if self.kind == "left":
+            return position == self.index
+        if self.kind == "right":
+            return position < self.index
+        return self.kind == "full" and position <= self.index
+
+
+def analyse(text: str) -> Analysis:
+    """Parse, validate and decompose a SQL view.
+
+    Args:
+        text: the view's SQL, DuckDB dialect.
+
+    Returns:
+        The view's normalised text, the primitive each table must supply, and whether the
+        primitive alone selects exactly the query's rows.
+
+    Raises:
+        InvalidView: the SQL does not parse or uses something views do not support; the message
+            names the problem and its line and column (or the offending fragment).
+    """
+    select = _parse(text)
+    where = _Locator(text)
+    _check_clauses(select, where)
+    _check_nodes(select, where)
+    sources, joins = _sources(select, where)
+    scope = _Scope(sources, joins, _output_aliases(select), where)
+    carried = _carried_columns(select, scope, joins)
+    contexts = _truths(select, joins, scope)
+    needs = _needs(sources, joins, contexts, carried)
+    row_selection = select.args.get("limit") or select.args.get("offset") or _distinct_on(select)
+    whole = len(sources) == 1 and not row_selection
+    text = _normal_text(select)
+    return Analysis(text, needs, whole and contexts[0].exact, whole and contexts[0].faithful)
+
+
+# ---------------------------------------------------------------------------------------------
+# Parsing and validation
+
+
+def _parse(text: str) -> exp.Select:
+    """Parse exactly one SELECT statement."""
+    try:
+        statements = [s for s in sqlglot.parse(text, read=DIALECT) if s is not None]
+    except sqlglot.errors.ParseError as error:
+        raise InvalidView(_parse_message(error)) from error
+    except sqlglot.errors.TokenError as error:
+        raise InvalidView(f"invalid SQL: {error}") from error
+    except RecursionError as error:
+        raise InvalidView("the query is nested too deeply to read") from error
+    if not statements:
+        raise InvalidView("the view's SQL is empty; expected a SELECT statement")
+    if len(statements) > 1:
+        raise InvalidView(f"a view is one SELECT statement; got {len(statements)} statements")
+    statement = statements[0]
+    if isinstance(statement, exp.SetOperation):
+        raise InvalidView(f"{statement.key.upper()} is not supported; a view is one SELECT")
+    if not isinstance(statement, exp.Select):
+        raise InvalidView(f"only SELECT statements can be views; got {statement.key.upper()}")
+    return statement
+
+
+def _parse_message(error: sqlglot.errors.ParseError) -> str:
+    if not error.errors:
+        return f"invalid SQL: {error}"
+    first = error.errors[0]
+    near = f" near {first['highlight']!r}" if first.get("highlight") else ""
+    return (
+        f"invalid SQL at line {first['line']}, column {first['col']}{near}: {first['description']}"
+    )
+
+
+class _Locator:
+    """Describes where a node is in the view's text, for error messages."""
+
+    def __init__(self, text: str) -> None:
+        self._text = text
+
+    def __call__(self, node: exp.Expr) -> str:
+        """Return ``'fragment' at line L, column C`` (or just the fragment if not located)."""
+        fragment = node.sql(dialect=DIALECT)
+        if len(fragment) > 60:
+            fragment = fragment[:57] + "..."
+        starts = [n.meta["start"] for n in node.walk() if "start" in n.meta]
+        if not starts:
+            return repr(fragment)
+        start = min(starts)
+        line_start = self._text.rfind("\n", 0, start) + 1
+        line = self._text.count("\n", 0, start) + 1
+        return f"{fragment!r} at line {line}, column {start - line_start + 1}"
+
+
+def _check_clauses(select: exp.Select, where: _Locator) -> None:
+    for key, value in select.args.items():
+        if not value or key in _SUPPORTED_CLAUSES:
+            continue
+        name = _REJECTED_CLAUSES.get(key, key.upper())
+        located = where(value) if isinstance(value, exp.Expr) else repr(value)
+        raise InvalidView(f"{name} is not supported in a view: {located}")
+    if not select.expressions:
+        raise InvalidView("the SELECT list is empty")
+    if select.args.get("from_") is None:
+        raise InvalidView("a view must read a table: the FROM clause is missing")
+
+
+def _check_nodes(select: exp.Select, where: _Locator) -> None:
+    for node in select.walk():
+        if node is select:
+            continue
+        for kind, problem in _REJECTED_NODES:
+            if isinstance(node, kind):
+                raise InvalidView(f"{problem}: {where(node)}")
+
+
+def _distinct_on(select: exp.Select) -> bool:
+    distinct = select.args.get("distinct")
+    return distinct is not None and distinct.args.get("on") is not None
+
+
+def _normal_text(select: exp.Select) -> str:
+    """Render the statement canonically (DuckDB dialect, upper-case keywords, no comments)."""
+    tree = select.copy()
+    for node in tree.walk():
+        node.comments = None
+    return tree.sql(dialect=DIALECT)
+
+
+# ---------------------------------------------------------------------------------------------
+# Tables and joins
+
+
+def _sources(select: exp.Select, where: _Locator) -> tuple[list[_Source], list[_Join]]:
+    """Return the query's tables in FROM order and its joins."""
+    sources = [_source(select.args["from_"].this, where)]
+    joins: list[_Join] = []
+    for node in select.args.get("joins") or []:
+        sources.append(_source(node.this, where))
+        joins.append(_join(node, len(sources) - 1, where))
+    aliases = [source.alias for source in sources]
+    for alias in aliases:
+        if aliases.count(alias) > 1:
+            raise InvalidView(f"table alias {alias!r} is used twice; give each table its own alias")
+    return sources, joins
+
+
+def _source(node: exp.Expr, where: _Locator) -> _Source:
+    if not isinstance(node, exp.Table) or not isinstance(node.this, exp.Identifier):
+        raise InvalidView(f"FROM and JOIN must name tables; {where(node)} is not a table")
+    if node.args.get("db") or node.args.get("catalog"):
+        raise InvalidView(f"tables must be named without a schema or catalog: {where(node)}")
+    extras = [key for key, value in node.args.items() if value and key not in ("this", "alias")]
+    if extras:
+        raise InvalidView(f"FROM and JOIN must name plain tables: {where(node)}")
+    alias = node.args.get("alias")
+    if alias is not None and alias.columns:
+        raise InvalidView(f"renaming a table's columns is not supported: {where(node)}")
+    table = node.name.lower()
+    return _Source(alias.name.lower() if alias is not None else table, table)
+
+
+def _join(node: exp.Join, index: int, where: _Locator) -> _Join:
+    method = str(node.args.get("method") or "").upper()
+    kind = str(node.args.get("kind") or "").upper()
+    side = str(node.args.get("side") or "").lower()
+    if method or kind in ("SEMI", "ANTI") or node.args.get("match_condition"):
+        name = method or kind or "ASOF"
+        raise InvalidView(f"{name} JOIN is not supported: {where(node)}")
+    using = tuple(identifier.name.lower() for identifier in node.args.get("using") or [])
+    if using and index > 1:
+        raise InvalidView(
+            f"USING is supported in the first join only (later ones need the tables' schemas); "
+            f"write ON instead: {where(node)}"
+        )
+    return _Join(index, side or "inner", node.args.get("on"), using)
+
+
+def _output_aliases(select: exp.Select) -> dict[str, exp.Expr]:
+    return {
+        item.alias.lower(): item.this for item in select.expressions if isinstance(item, exp.Alias)
+    }
+
+
+class _Scope:
+    """Resolves column references to (alias, column) without knowing the tables' schemas."""
+
+    def __init__(
+        self,
+        sources: Sequence[_Source],
+        joins: Sequence[_Join],
+        output_aliases: dict[str, exp.Expr],
+        where: _Locator,
+    ) -> None:
+        self.aliases = [source.alias for source in sources]
+        self.output_aliases = output_aliases
+        self.using: dict[str, QualifiedColumn | None] = {}
+        self._where = where
+        for join in joins:
+            for name in join.using:
+                left, right = (self.aliases[0], name), (self.aliases[join.index], name)
+                self.using[name] = {"inner": left, "left": left, "right": right}.get(join.kind)
+
+    def resolve(self, column: exp.Column) -> QualifiedColumn | None:
+        """Return the (alias, column) a reference names; None if it names no single column.
+
+        Raises:
+            InvalidView: the qualifier is not a table of the query, the reference has more than
+                two parts, or an unqualified column is ambiguous.
+        """
+        if column.args.get("db") or column.args.get("catalog"):
+            raise InvalidView(f"column references have at most two parts: {self._where(column)}")
+        name, qualifier = column.name.lower(), column.table.lower()
+        if qualifier:
+            if qualifier not in self.aliases:
+                raise InvalidView(
+                    f"unknown table {qualifier!r} in {self._where(column)}; "
+                    f"the query reads {', '.join(self.aliases)}"
+                )
+            return qualifier, name
+        self._check_not_output_alias(column, name)
+        if len(self.aliases) == 1:
+            return self.aliases[0], name
+        if name in self.using:
+            return self.using[name]
+        if name in self.aliases:
+            return None  # a whole-row reference; carried as all of that table's columns
+        raise InvalidView(
+            f"column {name!r} is ambiguous in a query over several tables; qualify it "
+            f"(e.g. {self.aliases[0]}.{name}): {self._where(column)}"
+        )
+
+    def _check_not_output_alias(self, column: exp.Column, name: str) -> None:
+        """Reject a WHERE/ON reference that may mean a SELECT alias rather than a column."""
+        aliased = self.output_aliases.get(name)
+        in_filter = column.find_ancestor(exp.Where, exp.Join) is not None
+        if aliased is None or not in_filter:
+            return
+        if isinstance(aliased, exp.Column) and aliased.name.lower() == name:
+            return
+        raise InvalidView(
+            f"{name!r} is also an alias in the SELECT list, so it is unclear whether the filter "
+            f"means the column or the alias; qualify the column or repeat the expression: "
+            f"{self._where(column)}"
+        )
+
+
+# ---------------------------------------------------------------------------------------------
+# Columns, predicates and per-table needs
+
+
+def _carried_columns(
+    select: exp.Select, scope: _Scope, joins: Sequence[_Join]
+) -> dict[str, set[str] | None]:
+    """Return, per alias, the columns the query uses (None: all of them)."""
+    carried: dict[str, set[str] | None] = {alias: set() for alias in scope.aliases}
+
+    def carry(alias: str, column: str | None) -> None:
+        found = carried[alias]
+        if column is None:
+            carried[alias] = None
+        elif found is not None:
+            found.add(column)
+
+    for join in joins:
+        for name in join.using:
+            carry(scope.aliases[0], name)
+            carry(scope.aliases[join.index], name)
+    for node in select.walk():
+        if isinstance(node, exp.Columns) or (
+            isinstance(node, exp.Star) and not isinstance(node.parent, exp.Column)
+        ):
+            for alias in scope.aliases:
+                carry(alias, None)
+        elif isinstance(node, exp.Column):
+            for alias, column in _column_use(node, scope):
+                carry(alias, column)
+    return carried
+
+
+def _column_use(node: exp.Column, scope: _Scope) -> list[tuple[str, str | None]]:
+    """Return the (alias, column or None for all columns) a column reference uses."""
+    name, qualifier = node.name.lower(), node.table.lower()
+    if isinstance(node.this, exp.Star):
+        return [(alias, None) for alias in scope.aliases if not qualifier or alias == qualifier]
+    if not qualifier and name in scope.output_aliases and node.find_ancestor(exp.Order):
+        return []  # ORDER BY an output column
+    if not qualifier and name in scope.aliases:
+        return [(name, None)]  # a table alias used as a column: the whole row
+    resolved = scope.resolve(node)
+    return [] if resolved is None else [resolved]  # None: a USING column, carried already
+
+
+def _truths(select: exp.Select, joins: Sequence[_Join], scope: _Scope) -> list[Truth]:
+    """Return the truth of ``WHERE AND inner ONs``, then of each join's ON clause."""
+    where = select.args.get("where")
+    clauses = [where.this] if where is not None else []
+    clauses += [join.on for join in joins if join.on is not None]
+    fields = Fields(scope.resolve, scope.aliases)
+    normaliser = Normaliser(fields, column_domains(clauses, fields))
+    result = normaliser.truth(where.this) if where is not None else TRUE
+    ons: list[Truth] = []
+    for join in joins:
+        on = normaliser.truth(join.on) if join.on is not None else TRUE
+        for name in join.using:
+            on = and_(on, equality((scope.aliases[0], name), (scope.aliases[join.index], name)))
+        ons.append(on)
+        if join.kind == "inner":
+            result = and_(result, on)
+    return [result, *ons]
+
+
+def _needs(
+    sources: Sequence[_Source],
+    joins: Sequence[_Join],
+    truths: Sequence[Truth],
+    carried: dict[str, set[str] | None],
+) -> tuple[TableNeed, ...]:
+    """Project the truths onto each table: the rows (and columns) each table must supply."""
+    cover: dict[str, list[dict[str | Atom, ValueSet]]] = {}
+    columns: dict[str, set[str] | None] = {}
+    for position, source in enumerate(sources):
+        gate = _gate(joins, truths, position)
+        contexts = [truths[0]]
+        contexts += [truths[i + 1] for i, join in enumerate(joins) if join.nullable(position)]
+        found = cover.setdefault(source.table, [])
+        for context in contexts:
+            found.extend(project(and_(context, gate).true, source.alias))
+        columns[source.table] = _union_columns(
+            columns.get(source.table, set()), carried[source.alias]
+        )
+    return tuple(_need(table, columns[table], cover[table]) for table in sorted(cover))
+
+
+def _need(
+    table: str, columns: set[str] | None, cover: list[dict[str | Atom, ValueSet]]
+) -> TableNeed:
+    """Build a table's need: its cover, and the primitive boxes left once atoms are dropped."""
+    tidy = simplify(cover)
+    real = simplify([real_columns(box) for box in tidy])
+    return TableNeed(
+        table,
+        None if columns is None else tuple(sorted(columns)),
+        tuple(Box.of(box) for box in real),
+        tuple(tidy),
+    )
+
+
+def real_columns(box: Mapping[str | Atom, ValueSet]) -> dict[str, ValueSet]:
+    """Return a box without its atoms: the over-approximation a primitive can carry."""
+    return {key: values for key, values in box.items() if isinstance(key, str)}
+
+
+def _gate(joins: Sequence[_Join], truths: Sequence[Truth], position: int) -> Truth:
+    """Return the ON clause every row of the source at ``position`` passes to go any further.
+
+    A table joined by an INNER or LEFT join continues past its own join only where it matched,
+    i.e. where that join's ON clause holds; the first table and the tables joined by RIGHT or
+    FULL joins (kept unmatched) have no such gate.
+    """
+    if position == 0 or joins[position - 1].kind not in ("inner", "left"):
+        return TRUE
+    return truths[position]
+
+
+def _union_columns(a: set[str] | None, b: set[str] | None) -> set[str] | None:
+    return None if a is None or b is None else a | b

@@ -1,0 +1,614 @@
+"""SQL predicates (WHERE and ON clauses) as unions of boxes, under SQL's three-valued logic.
+
+DESIGN.md section 3: "the WHERE clause is normalised into a union of boxes over columns ...
+predicates that cannot be boxed are over-approximated upstream and applied exactly on the relay".
+
+Rules of the normalisation:
+
+1. Every predicate P becomes a :class:`Truth`: the union of boxes where P is TRUE and the union
+   where P is FALSE; where it is NULL is what is left. ``NOT`` swaps the two; ``AND`` intersects
+   the TRUE sides and unites the FALSE sides; ``OR`` the other way round. No complement of a union
+   is ever taken, so NULLs come out right: ``NOT (a < 5)`` is FALSE, not TRUE, for a NULL ``a``.
+2. Comparisons of a column with literals (=, <>, <, <=, >, >=, BETWEEN, IN, IS [NOT] NULL,
+   IS [NOT] TRUE/FALSE, IS [NOT] DISTINCT FROM) are boxed exactly.
+3. Any other atom (LIKE, functions, arithmetic, comparisons of two columns of one table) over one
+   table becomes an :class:`Atom`: a boolean pseudo-column of that table, TRUE in the TRUE union
+   and FALSE in the FALSE one (narrowed to non-NULL values of the bare columns it compares
+   strictly, and for ``LIKE 'prefix%'`` to the strings with that prefix). Over real columns
+   alone the result over-approximates (``exact`` is False: the relay must filter again), but
+   with the atoms it is *faithful*: coverage between views can still compare them atom by atom.
+4. ``a.x = b.y`` across tables is kept in the box as an equality, so that projecting the box onto
+   one table transfers the other column's constraints (``a.x = b.y AND a.x < 5`` gives
+   ``b.y < 5``). Other atoms over several tables hold anywhere (not faithful).
+5. A union that grows past :data:`MAX_BOXES` boxes is replaced by its bounding box (neither
+   exact nor faithful).
+6. All literals compared with one column must share a domain; strings compared with a column
+   that is also compared with dates are read as dates (see ``fanout.views.sqlliterals``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+
+from sqlglot import exp
+
+from fanout.errors import InvalidView
+from fanout.views.sqlboxes import (
+    EVERYTHING,
+    NOT_NULL,
+    ONLY_NULL,
+    Domain,
+    ValueSet,
+    box_intersect,
+    compare,
+    complement,
+    hull,
+    intersect,
+    points,
+    simplify,
+)
+from fanout.views.sqlliterals import Constant, coerce, constant, plain_text, unparen
+
+MAX_BOXES = 64
+
+
+@dataclass(frozen=True, order=True)
+class Atom:
+    """A predicate the algebra cannot box, standing in boxes as a boolean pseudo-column.
+
+    ``text`` is the predicate's SQL with its columns unqualified and lower case, so the same
+    predicate in two views over the same table is the same atom.
+    """
+
+    text: str
+
+
+QualifiedColumn = tuple[str, str]  # (table alias, column), both lower case
+Field = tuple[str, str | Atom]  # a column or an atom of one table alias
+Resolve = Callable[[exp.Column], QualifiedColumn | None]
+Equality = frozenset[Field]
+
+TRUE_VALUE = points("bool", [True])
+FALSE_VALUE = points("bool", [False])
+
+
+@dataclass(frozen=True)
+class Conjunct:
+    """A box over the fields of several tables, and equalities between columns."""
+
+    box: Mapping[Field, ValueSet]
+    equalities: frozenset[Equality] = frozenset()
+
+
+@dataclass(frozen=True)
+class Truth:
+    """Where a predicate is TRUE and where it is FALSE, as unions of conjuncts.
+
+    ``exact``: the unions are exact over real columns (no atoms, equalities or bounding boxes).
+    ``faithful``: the unions are exact over real columns and atoms (no dropped atoms or
+    equalities between tables, no bounding boxes).
+    """
+
+    true: tuple[Conjunct, ...]
+    false: tuple[Conjunct, ...]
+    exact: bool = True
+    faithful: bool = True
+
+
+_ALL = (Conjunct({}),)
+TRUE = Truth(_ALL, ())
+FALSE = Truth((), _ALL)
+UNKNOWN = Truth((), ())  # a NULL predicate: neither TRUE nor FALSE anywhere
+
+_COMPARISONS: dict[type[exp.Expr], str] = {
+    exp.EQ: "=",
+    exp.NEQ: "<>",
+    exp.LT: "<",
+    exp.LTE: "<=",
+    exp.GT: ">",
+    exp.GTE: ">=",
+}
+_NODES: dict[str, type[exp.Expr]] = {op: kind for kind, op in _COMPARISONS.items()}
+# Atoms that are NULL whenever an operand is NULL; listed, not guessed, because a non-strict atom
+# wrongly listed here would make a primitive miss rows.
+_STRICT = (*_COMPARISONS, exp.Between, exp.Like, exp.ILike, exp.Glob, exp.SimilarTo)
+_FLIPPED = {"=": "=", "<>": "<>", "<": ">", "<=": ">=", ">": "<", ">=": "<="}
+_NEGATED = {"=": "<>", "<>": "=", "<": ">=", "<=": ">", ">": "<=", ">=": "<"}
+
+
+# ---------------------------------------------------------------------------------------------
+# Combining truths
+
+
+def and_(a: Truth, b: Truth) -> Truth:
+    """Return the truth of ``a AND b``."""
+    true, true_exact = _product(a.true, b.true)
+    false, false_exact = _union(a.false, b.false)
+    bounded = true_exact and false_exact
+    return Truth(
+        true, false, a.exact and b.exact and bounded, a.faithful and b.faithful and bounded
+    )
+
+
+def or_(a: Truth, b: Truth) -> Truth:
+    """Return the truth of ``a OR b``."""
+    true, true_exact = _union(a.true, b.true)
+    false, false_exact = _product(a.false, b.false)
+    bounded = true_exact and false_exact
+    return Truth(
+        true, false, a.exact and b.exact and bounded, a.faithful and b.faithful and bounded
+    )
+
+
+def not_(a: Truth) -> Truth:
+    """Return the truth of ``NOT a``."""
+    return Truth(a.false, a.true, a.exact, a.faithful)
+
+
+def _product(a: Sequence[Conjunct], b: Sequence[Conjunct]) -> tuple[tuple[Conjunct, ...], bool]:
+    """Intersect two unions pairwise; returns the union and whether it is exact."""
+    meets: list[Conjunct] = []
+    for left in a:
+        for right in b:
+            box = box_intersect(left.box, right.box)
+            if box is not None:
+                meets.append(Conjunct(box, left.equalities | right.equalities))
+    return _bounded(meets)
+
+
+def _union(a: Sequence[Conjunct], b: Sequence[Conjunct]) -> tuple[tuple[Conjunct, ...], bool]:
+    return _bounded([*a, *b])
+
+
+def _bounded(conjuncts: list[Conjunct]) -> tuple[tuple[Conjunct, ...], bool]:
+    """Simplify a union; past MAX_BOXES boxes, replace it by its bounding box (inexact)."""
+    groups: dict[frozenset[Equality], list[Mapping[Field, ValueSet]]] = {}
+    for conjunct in conjuncts:
+        groups.setdefault(conjunct.equalities, []).append(conjunct.box)
+    tidy = tuple(
+        Conjunct(box, equalities) for equalities, boxes in groups.items() for box in simplify(boxes)
+    )
+    if len(tidy) <= MAX_BOXES:
+        return tidy, True
+    return (Conjunct(hull([conjunct.box for conjunct in tidy])),), False
+
+
+def _only(field: Field, values: ValueSet) -> tuple[Conjunct, ...]:
+    """Return the union holding the rows whose ``field`` is in ``values``."""
+    if values.is_empty():
+        return ()
+    return (Conjunct({field: values}),)
+
+
+def equality(left: QualifiedColumn, right: QualifiedColumn) -> Truth:
+    """Return the truth of ``left = right`` for columns of two tables (FALSE is not boxed)."""
+    both = (Conjunct({left: NOT_NULL, right: NOT_NULL}),)
+    return Truth((Conjunct({}, frozenset({frozenset({left, right})})),), both, False, False)
+
+
+# ---------------------------------------------------------------------------------------------
+# Fields: what predicates compare
+
+
+class Fields:
+    """Names the operands predicates compare: a column, or an expression over one table (atom).
+
+    Args:
+        resolve: maps a column reference to its (alias, column); None if it names no single
+            column (a COALESCEd USING column of a FULL JOIN).
+        aliases: the query's table aliases (an expression without columns belongs to the only
+            one, if there is only one).
+    """
+
+    def __init__(self, resolve: Resolve, aliases: Sequence[str]) -> None:
+        self._resolve = resolve
+        self._aliases = aliases
+
+    def column(self, node: exp.Expr) -> QualifiedColumn | None:
+        """Return the column ``node`` is, if it is a bare column reference."""
+        node = unparen(node)
+        if isinstance(node, exp.Column) and not isinstance(node.this, exp.Star):
+            return self._resolve(node)
+        return None
+
+    def of(self, node: exp.Expr) -> Field | None:
+        """Return the field ``node`` is: a column, an atom, or None (a literal, several tables)."""
+        node = unparen(node)
+        if isinstance(node, exp.Column):
+            return self.column(node)
+        if constant(node) is not None:
+            return None
+        return self.atom(node)
+
+    def atom(self, node: exp.Expr) -> Field | None:
+        """Return an expression over one table as an atom; None if it reads several or varies.
+
+        The atom's text has its columns unqualified, so ``abs(x.i)`` over ``t AS x`` and
+        ``abs(i)`` over ``t`` are the same atom. Expressions whose value changes from one
+        evaluation to the next (``random()``, ``now()``) are never atoms.
+        """
+        canonical = unparen(node).copy()
+        if any(_volatile(part) for part in canonical.walk()):
+            return None
+        owners: set[str] = set()
+        for reference in list(canonical.find_all(exp.Column)):
+            resolved = None if isinstance(reference.this, exp.Star) else self._resolve(reference)
+            if resolved is None:
+                return None
+            owners.add(resolved[0])
+            reference.replace(exp.column(resolved[1], quoted=True))
+        if not owners and len(self._aliases) == 1:
+            owners.add(self._aliases[0])
+        if len(owners) != 1:
+            return None
+        for part in canonical.walk():
+            part.comments = None
+        return owners.pop(), Atom(canonical.sql(dialect="duckdb"))
+
+
+_VOLATILE_NODES = (exp.Rand, exp.CurrentTimestamp, exp.CurrentDate, exp.CurrentTime, exp.Uuid)
+_VOLATILE_NAMES = frozenset(
+    {"now", "random", "nextval", "currval", "setseed", "today", "get_current_time",
+     "get_current_timestamp", "transaction_timestamp", "gen_random_uuid", "uuid"}
+)  # fmt: skip
+
+
+def _volatile(node: exp.Expr) -> bool:
+    if isinstance(node, _VOLATILE_NODES):
+        return True
+    return isinstance(node, exp.Anonymous) and str(node.this).lower() in _VOLATILE_NAMES
+
+
+def field_name(field: Field) -> str:
+    """Return a field as messages name it: ``column alias.name`` or the atom's SQL."""
+    alias, name = field
+    return f"column {alias}.{name}" if isinstance(name, str) else repr(name.text)
+
+
+# ---------------------------------------------------------------------------------------------
+# Domains per field
+
+
+def column_domains(predicates: Iterable[exp.Expr], fields: Fields) -> dict[Field, Domain]:
+    """Settle the domain of every column and atom the predicates compare with literals.
+
+    Args:
+        predicates: WHERE and ON clauses of one query.
+        fields: names the compared operands.
+
+    Returns:
+        The domain each compared field's literals are read in.
+
+    Raises:
+        InvalidView: a field is compared with literals of incompatible types (a number and a
+            string, say); the message names the field and both literals.
+    """
+    seen: dict[Field, dict[Domain, str]] = {}
+    for predicate in predicates:
+        for field, value in _field_constants(predicate, fields):
+            if value.domain != "any":
+                seen.setdefault(field, {}).setdefault(value.domain, value.text)
+    return {field: _unify(field, found) for field, found in seen.items()}
+
+
+def _unify(field: Field, found: Mapping[Domain, str]) -> Domain:
+    domains = set(found)
+    if len(domains) == 1:
+        return domains.pop()
+    if domains <= {"str", "date"}:
+        return "date"
+    if domains <= {"str", "date", "timestamp"}:
+        return "timestamp"
+    first, second = sorted(found.items())[:2]
+    raise InvalidView(
+        f"{field_name(field)} is compared with values of different types: "
+        f"{first[1]} ({first[0]}) and {second[1]} ({second[0]})"
+    )
+
+
+def _field_constants(node: exp.Expr, fields: Fields) -> Iterator[tuple[Field, Constant]]:
+    """Yield (field, literal) for every comparison in a predicate's boolean structure."""
+    node = unparen(node)
+    if isinstance(node, exp.And | exp.Or):
+        for operand in node.flatten():  # a loop, not recursion: long chains are deep trees
+            yield from _field_constants(operand, fields)
+    elif isinstance(node, exp.Not):
+        yield from _field_constants(node.this, fields)
+    elif isinstance(node, exp.Column):
+        column = fields.column(node)
+        if column is not None:
+            yield column, Constant("bool", True, "TRUE")
+    else:
+        for subject, other in _operands(node):
+            value = constant(other)
+            field = fields.of(subject) if value is not None else None
+            if field is not None and value is not None:
+                yield field, value
+
+
+def _operands(node: exp.Expr) -> list[tuple[exp.Expr, exp.Expr]]:
+    """Return the (subject, compared-with) pairs of a comparison-like atom, both ways round."""
+    if isinstance(node, (*_COMPARISONS, exp.NullSafeEQ, exp.NullSafeNEQ, exp.Is)):
+        return [(node.this, node.expression), (node.expression, node.this)]
+    if isinstance(node, exp.Between):
+        return [(node.this, node.args["low"]), (node.this, node.args["high"])]
+    if isinstance(node, exp.In):
+        return [(node.this, item) for item in node.expressions]
+    return []
+
+
+# ---------------------------------------------------------------------------------------------
+# Predicates -> truths
+
+
+class Normaliser:
+    """Turns the predicates of one query into :class:`Truth` values.
+
+    Args:
+        fields: names the operands predicates compare.
+        domains: the domain of every compared field, from :func:`column_domains`.
+    """
+
+    def __init__(self, fields: Fields, domains: Mapping[Field, Domain]) -> None:
+        self._fields = fields
+        self._domains = domains
+        self._handlers: dict[type[exp.Expr], Callable[[exp.Expr], Truth]] = {
+            exp.And: lambda node: self._chain(node, and_),
+            exp.Or: lambda node: self._chain(node, or_),
+            exp.Not: lambda node: not_(self.truth(node.this)),
+            exp.Null: lambda node: UNKNOWN,
+            exp.Boolean: lambda node: TRUE if node.this else FALSE,
+            exp.Column: lambda node: self._comparison("=", node, exp.true(), node),
+            exp.Between: self._between,
+            exp.In: self._in,
+            exp.Is: lambda node: self._is(node.this, node.expression, node),
+            exp.NullSafeEQ: self._distinct,
+            exp.NullSafeNEQ: self._distinct,
+            exp.Like: self._like,
+        }
+
+    def truth(self, node: exp.Expr) -> Truth:
+        """Return where the predicate ``node`` is TRUE and where it is FALSE.
+
+        Raises:
+            InvalidView: the predicate names an unknown or ambiguous column, or is an empty IN.
+        """
+        node = unparen(node)
+        op = _COMPARISONS.get(type(node))
+        if op is not None:
+            return self._comparison(op, node.this, node.expression, node)
+        handler = self._handlers.get(type(node))
+        if handler is not None:
+            return handler(node)
+        return self._opaque(node, self._strict_fields(node))
+
+    def _chain(self, node: exp.Expr, combine: Callable[[Truth, Truth], Truth]) -> Truth:
+        """Fold a chain of ANDs (or ORs) in a loop: a long chain is a deep tree."""
+        operands = iter(node.flatten())
+        truth = self.truth(next(operands))
+        for operand in operands:
+            truth = combine(truth, self.truth(operand))
+        return truth
+
+    def _comparison(self, op: str, left: exp.Expr, right: exp.Expr, atom: exp.Expr) -> Truth:
+        """Return the truth of ``left <op> right``; ``atom`` is that comparison as a node."""
+        left_value, right_value = constant(left), constant(right)
+        if _is_null(left_value) or _is_null(right_value):
+            return UNKNOWN  # any comparison with NULL is NULL
+        left_field, right_field = self._fields.of(left), self._fields.of(right)
+        if left_field is not None and right_value is not None:
+            return self._field_constant(left_field, op, right_value, atom)
+        if right_field is not None and left_value is not None:
+            return self._field_constant(right_field, _FLIPPED[op], left_value, atom)
+        strict = [field for field in (left_field, right_field) if field is not None]
+        if op == "=" and left_field is not None and left_field == right_field:
+            return Truth(_only(left_field, NOT_NULL), ())  # x = x unless NULL (NaN = NaN too)
+        columns = [self._fields.column(left), self._fields.column(right)]
+        if op == "=" and columns[0] and columns[1] and columns[0][0] != columns[1][0]:
+            return equality(columns[0], columns[1])
+        return self._opaque(atom, strict)
+
+    def _field_constant(self, field: Field, op: str, value: Constant, atom: exp.Expr) -> Truth:
+        domain = self._domains.get(field, value.domain)
+        bound = coerce(value, domain)
+        if bound is None:
+            return self._opaque(atom, [field])
+        true = compare(op, domain, bound)
+        false = compare(_NEGATED[op], domain, bound)
+        return Truth(_only(field, true), _only(field, false), exact=_is_column(field))
+
+    def _between(self, node: exp.Expr) -> Truth:
+        subject, low, high = node.this, node.args["low"], node.args["high"]
+        if node.args.get("symmetric") and (_is_null(constant(low)) or _is_null(constant(high))):
+            return self._opaque(node, self._strict_fields(node))  # its own NULL rules
+        ordered = and_(self._bound(">=", subject, low), self._bound("<=", subject, high))
+        if not node.args.get("symmetric"):
+            return ordered
+        swapped = and_(self._bound(">=", subject, high), self._bound("<=", subject, low))
+        return or_(ordered, swapped)
+
+    def _bound(self, op: str, subject: exp.Expr, bound: exp.Expr) -> Truth:
+        atom = _NODES[op](this=subject.copy(), expression=bound.copy())
+        return self._comparison(op, subject, bound, atom)
+
+    def _in(self, node: exp.Expr) -> Truth:
+        items = node.expressions
+        if not items:
+            raise InvalidView(f"IN () needs at least one value: {node.sql(dialect='duckdb')}")
+        values = [constant(item) for item in items]
+        field = self._fields.of(node.this) if all(v is not None for v in values) else None
+        if field is not None:
+            return self._in_list(field, [v for v in values if v is not None], node)
+        truth = self._bound("=", node.this, items[0])
+        for item in items[1:]:
+            truth = or_(truth, self._bound("=", node.this, item))
+        return truth
+
+    def _in_list(self, field: Field, values: Sequence[Constant], atom: exp.Expr) -> Truth:
+        """Box ``field IN (literals)`` in one go: a NULL in the list leaves it never FALSE."""
+        present = [value for value in values if value.value is not None]
+        domain = self._domains.get(field, present[0].domain if present else "any")
+        bounds = [coerce(value, domain) for value in present]
+        if any(bound is None for bound in bounds):
+            return self._opaque(atom, [field])
+        inside = points(domain, [bound for bound in bounds if bound is not None])
+        outside = complement(inside).without_null()
+        has_null = len(present) < len(values)
+        false = () if has_null else _only(field, outside)
+        return Truth(_only(field, inside), false, exact=_is_column(field))
+
+    def _is(self, subject: exp.Expr, other: exp.Expr, atom: exp.Expr) -> Truth:
+        """Box ``subject IS NULL`` and ``subject IS TRUE/FALSE`` (never NULL themselves)."""
+        field = self._fields.of(subject)
+        value = constant(other)
+        if field is None or value is None:
+            return self._opaque(atom, [])
+        exact = _is_column(field)
+        if value.value is None:
+            return Truth(_only(field, ONLY_NULL), _only(field, NOT_NULL), exact=exact)
+        domain = self._domains.get(field, value.domain)
+        bound = coerce(value, domain)
+        if bound is None:
+            return self._opaque(atom, [])
+        inside = points(domain, [bound])
+        return Truth(_only(field, inside), _only(field, complement(inside)), exact=exact)
+
+    def _distinct(self, node: exp.Expr) -> Truth:
+        """Box ``x IS [NOT] DISTINCT FROM literal``: NULL-safe (in)equality."""
+        subject, other = node.this, node.expression
+        if constant(subject) is not None:
+            subject, other = other, subject
+        truth = self._is(subject, other, node)
+        return not_(truth) if isinstance(node, exp.NullSafeNEQ) else truth
+
+    def _like(self, node: exp.Expr) -> Truth:
+        """Box ``x LIKE pattern`` as an atom, narrowed to the strings with the pattern's prefix."""
+        subject = self._fields.of(node.this)
+        pattern = constant(node.expression)
+        if _is_null(pattern):
+            return UNKNOWN
+        truth = self._opaque(node, self._strict_fields(node))
+        if subject is None or pattern is None or not isinstance(pattern.value, str):
+            return truth
+        prefix = _prefix_range(pattern.value)
+        if prefix is None or self._domains.get(subject, "str") != "str":
+            return truth
+        true = tuple(
+            Conjunct({**c.box, subject: intersect(c.box.get(subject, EVERYTHING), prefix)})
+            for c in truth.true
+        )
+        return Truth(true, truth.false, truth.exact, truth.faithful)
+
+    def _opaque(self, atom: exp.Expr, strict: Iterable[Field]) -> Truth:
+        """Return the truth of a predicate that cannot be boxed: an :class:`Atom` pseudo-column.
+
+        Args:
+            atom: the predicate.
+            strict: fields the predicate compares strictly (NULL in, NULL out): where they are
+                NULL the predicate is NULL, so it is TRUE or FALSE only where they are not.
+        """
+        base: dict[Field, ValueSet] = dict.fromkeys(strict, NOT_NULL)
+        field = self._fields.atom(atom)
+        if field is None:
+            return Truth((Conjunct(base),), (Conjunct(base),), exact=False, faithful=False)
+        true = Conjunct({**base, field: TRUE_VALUE})
+        false = Conjunct({**base, field: FALSE_VALUE})
+        return Truth((true,), (false,), exact=False, faithful=True)
+
+    def _strict_fields(self, node: exp.Expr) -> list[Field]:
+        """Return the operands of a strict comparison-like predicate (NULL in, NULL out)."""
+        if not isinstance(node, _STRICT):
+            return []
+        operands = [node.this, node.args.get("expression"), node.args.get("low")]
+        fields = (self._fields.of(op) for op in operands if op is not None)
+        return [field for field in fields if field is not None]
+
+
+def _is_column(field: Field) -> bool:
+    return isinstance(field[1], str)
+
+
+def _is_null(value: Constant | None) -> bool:
+    return value is not None and value.value is None
+
+
+def _prefix_range(pattern: str) -> ValueSet | None:
+    """Return the strings starting with a LIKE pattern's literal prefix (None: no useful range).
+
+    A prefix that is not plain text (``'2024%'``) gives no range: its bounds would be read as
+    dates or numbers were the column not text.
+    """
+    cut = min((i for i, char in enumerate(pattern) if char in "%_\\"), default=len(pattern))
+    prefix = pattern[:cut]
+    upper = _next_string(prefix)
+    if not prefix or not plain_text(prefix) or (upper is not None and not plain_text(upper)):
+        return None
+    if upper is None:
+        return compare(">=", "str", prefix)
+    return intersect(compare(">=", "str", prefix), compare("<", "str", upper))
+
+
+def _next_string(prefix: str) -> str | None:
+    """Return the least string above every string starting with ``prefix`` (None: no bound)."""
+    while prefix:
+        code = ord(prefix[-1]) + 1
+        if 0xD800 <= code <= 0xDFFF:
+            code = 0xE000  # surrogates are not characters: skip to the next one
+        if code <= 0x10FFFF:
+            return prefix[:-1] + chr(code)
+        prefix = prefix[:-1]
+    return None
+
+
+# ---------------------------------------------------------------------------------------------
+# Projection onto one table
+
+
+def project(conjuncts: Iterable[Conjunct], alias: str) -> list[dict[str | Atom, ValueSet]]:
+    """Return the boxes over one table's fields that hold every row of ``alias`` in the union.
+
+    Equalities transfer constraints first: ``a.x = b.y`` makes both columns non-NULL and puts the
+    intersection of their value sets on each.
+
+    Args:
+        conjuncts: a union over the fields of several tables.
+        alias: the table alias to project onto.
+
+    Returns:
+        A simplified union of boxes over the alias's (unqualified) columns and atoms.
+    """
+    boxes: list[dict[str | Atom, ValueSet]] = []
+    for conjunct in conjuncts:
+        box = _transfer(conjunct)
+        if box is not None:
+            boxes.append({name: values for (owner, name), values in box.items() if owner == alias})
+    return simplify(boxes)
+
+
+def _transfer(conjunct: Conjunct) -> dict[Field, ValueSet] | None:
+    """Apply a conjunct's equalities to its box; None if that leaves it empty."""
+    box = dict(conjunct.box)
+    for group in _classes(conjunct.equalities):
+        sets = [box.get(field, EVERYTHING) for field in group]
+        if len({values.domain for values in sets} - {"any"}) > 1:
+            for field in group:  # incomparable domains: keep only that neither side is NULL
+                box[field] = intersect(box.get(field, EVERYTHING), NOT_NULL)
+            continue
+        merged = NOT_NULL
+        for values in sets:
+            merged = intersect(merged, values)
+        if merged.is_empty():
+            return None
+        box.update(dict.fromkeys(group, merged))
+    return box
+
+
+def _classes(equalities: Iterable[Equality]) -> list[set[Field]]:
+    """Group columns into classes of columns that are equal to each other."""
+    classes: list[set[Field]] = []
+    for pair in equalities:
+        touching = [group for group in classes if group & pair]
+        merged = set(pair).union(*touching)
+        classes = [group for group in classes if not group & pair] + [merged]
+    return classes

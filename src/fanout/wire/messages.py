@@ -1,0 +1,202 @@
+"""Every frame of the protocol, one union per direction (DESIGN.md section 8, STYLE.md rule 3).
+
+Frames are immutable tagged structs; they evolve only by adding fields with defaults, so an older
+peer keeps decoding what a newer one sends. Conversations:
+
+* subscriber -> relay: ``Hello``, then ``Subscribe`` / ``Unsubscribe`` at will.
+* relay -> subscriber: ``Welcome``, then ``Subscribed``, ``Push``, ``NoUpdate``,
+  ``Unsubscribed``, ``Error``.
+* relay -> publisher: ``Hello``, then ``Acquire`` / ``Release`` (upstream primitives),
+  ``ReadState``.
+* publisher -> relay: ``Welcome`` and ``Catalog``, then one ``Batch`` per micro-batch,
+  ``StateRows``, ``Error``.
+
+A ``reader`` (a tool such as the demo's checker) talks to the publisher like a relay but holds no
+primitives and receives no batches.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+import msgspec
+
+from fanout.views import View
+from fanout.wire.columns import Columns
+
+#: Bumped on any change an older peer could misread; peers with another version are refused.
+PROTOCOL_VERSION = 1
+
+Role = Literal["subscriber", "relay", "reader"]
+
+
+class Frame(msgspec.Struct, frozen=True, tag_field="type", omit_defaults=True):
+    """Base of every frame; each subclass sets its ``tag``."""
+
+
+class Hello(Frame, tag="hello", frozen=True):
+    """First frame from the connecting side: who it is and which protocol it speaks."""
+
+    version: int
+    role: Role
+    name: str = ""
+    capabilities: list[str] = []
+
+
+class Welcome(Frame, tag="welcome", frozen=True):
+    """The accepting side's answer to a compatible ``Hello``."""
+
+    version: int
+    server: str
+    session: str
+
+
+class Error(Frame, tag="error", frozen=True):
+    """Something the peer sent was refused; ``ref`` names the subscription/primitive/request."""
+
+    code: str
+    message: str
+    ref: int | None = None
+
+
+class Subscribe(Frame, tag="subscribe", frozen=True):
+    """Hold ``view`` of ``dataset`` under the subscriber-chosen id ``sub``.
+
+    Subscribing again with an id already in use changes that subscription's view: the next push is
+    a delta against what the subscriber already holds.
+    """
+
+    sub: int
+    dataset: str
+    view: View
+    rate: float = 10.0
+
+
+class Unsubscribe(Frame, tag="unsubscribe", frozen=True):
+    """Stop subscription ``sub``."""
+
+    sub: int
+
+
+class Subscribed(Frame, tag="subscribed", frozen=True):
+    """The relay accepted subscription ``sub``; rows will carry these columns, keyed by ``key``."""
+
+    sub: int
+    key: str
+    columns: list[str]
+
+
+class Unsubscribed(Frame, tag="unsubscribed", frozen=True):
+    """Subscription ``sub`` is gone; no more pushes for it follow."""
+
+    sub: int
+
+
+class Push(Frame, tag="push", frozen=True):
+    """The view's content at one publisher tick, as a delta against the previous push.
+
+    ``full`` marks the first push of a subscription (or the first after a view change), whose
+    ``entered`` rows are the whole view. ``left`` holds only the key column.
+    """
+
+    sub: int
+    epoch: int
+    seq: int
+    tick: int
+    tick_time: float
+    full: bool
+    entered: Columns
+    updated: Columns
+    left: Columns
+
+
+class NoUpdate(Frame, tag="no_update", frozen=True):
+    """Nothing in the view changed up to this tick (founding document [0139])."""
+
+    sub: int
+    epoch: int
+    seq: int
+    tick: int
+
+
+IndexKind = Literal["space", "sql", "topic", "path"]
+
+
+class DatasetInfo(msgspec.Struct, frozen=True):
+    """What a relay needs to know of a dataset: its key, columns and how views select rows.
+
+    ``index`` names the view language (``space``: region views over ``index_columns`` such as
+    ``("x", "y")``); ``columns`` maps each column to its numpy dtype string (or ``"str"``).
+    """
+
+    name: str
+    key: str
+    columns: dict[str, str]
+    index: IndexKind
+    index_columns: list[str]
+
+
+class Catalog(Frame, tag="catalog", frozen=True):
+    """The datasets a publisher serves; sent right after ``Welcome``."""
+
+    datasets: list[DatasetInfo]
+
+
+class Acquire(Frame, tag="acquire", frozen=True):
+    """A relay asks the publisher for the data of one upstream primitive, named ``prim``."""
+
+    prim: int
+    dataset: str
+    view: View
+
+
+class Release(Frame, tag="release", frozen=True):
+    """A relay no longer needs upstream primitive ``prim``."""
+
+    prim: int
+
+
+class Batch(Frame, tag="batch", frozen=True):
+    """One micro-batch of changes for one relay, stamped (dataset, epoch, seq, tick).
+
+    Every relay gets one batch per micro-batch, empty or not, so a missing ``seq`` is visible.
+    ``snapshots`` lists the primitives whose whole current content is included (as of ``tick``):
+    the relay first drops what it held inside them, then applies ``upserts`` and ``deletes``.
+    """
+
+    dataset: str
+    epoch: int
+    seq: int
+    tick: int
+    tick_time: float
+    upserts: Columns
+    deletes: Columns
+    snapshots: list[int] = []
+
+
+class ReadState(Frame, tag="read_state", frozen=True):
+    """Ask the publisher for its authoritative rows inside ``view`` as of ``tick``.
+
+    ``tick`` must be a tick some recent micro-batch ended at (any push's ``tick`` is one); the
+    publisher waits for it if it is still ahead. ``tick = -1`` reads the latest state.
+    """
+
+    req: int
+    dataset: str
+    view: View
+    tick: int = -1
+
+
+class StateRows(Frame, tag="state_rows", frozen=True):
+    """The publisher's authoritative rows for request ``req``, as of ``tick``."""
+
+    req: int
+    dataset: str
+    tick: int
+    rows: Columns
+
+
+ToRelay = Hello | Subscribe | Unsubscribe
+ToSubscriber = Welcome | Subscribed | Push | NoUpdate | Unsubscribed | Error
+ToPublisher = Hello | Acquire | Release | ReadState
+FromPublisher = Welcome | Catalog | Batch | StateRows | Error

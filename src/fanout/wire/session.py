@@ -1,0 +1,124 @@
+"""The handshake and error rules of every connection, sans I/O (STYLE.md rules 1 and 2).
+
+Rules, for the accepting side (relay for subscribers, publisher for relays and readers):
+
+1. The first frame must be ``Hello`` with our ``PROTOCOL_VERSION`` and a role we serve; it is
+   answered with ``Welcome``. Anything else first is answered with ``Error`` and the connection
+   closes, because we cannot know how to talk to that peer.
+2. After the handshake, a frame that does not decode (or a second ``Hello``) is answered with
+   ``Error`` and the connection stays open: one bad frame must not cost a subscriber its other
+   subscriptions.
+3. A peer that sends ``MAX_BAD_FRAMES`` bad frames in a row is closed: it is not speaking our
+   protocol and would otherwise cost us decode work forever.
+
+The connecting side sends ``Hello`` and expects ``Welcome``; an ``Error`` instead is a refusal.
+"""
+
+from __future__ import annotations
+
+import enum
+import uuid
+from dataclasses import dataclass
+from typing import Generic, TypeVar
+
+from fanout.errors import ProtocolError
+from fanout.wire.codec import Decoder
+from fanout.wire.messages import PROTOCOL_VERSION, Error, Frame, Hello, Role, Welcome
+
+MAX_BAD_FRAMES = 16
+
+T = TypeVar("T")
+
+
+class Phase(enum.Enum):
+    """Where a connection is in its life."""
+
+    AWAIT_HELLO = "await_hello"
+    OPEN = "open"
+    CLOSED = "closed"
+
+
+@dataclass(frozen=True)
+class Outcome(Generic[T]):
+    """What one received message leads to: a frame for the application, a reply, a close."""
+
+    deliver: T | None = None
+    reply: Frame | None = None
+    close: bool = False
+
+
+class AcceptingSession(Generic[T]):
+    """Handshake and error policy for the side that accepts connections."""
+
+    def __init__(self, decoder: Decoder[T], server: str, roles: frozenset[Role]) -> None:
+        self._decoder = decoder
+        self._server = server
+        self._roles = roles
+        self.phase = Phase.AWAIT_HELLO
+        self.hello: Hello | None = None
+        self.session_id = uuid.uuid4().hex[:12]
+        self.bad_frames = 0
+
+    def receive(self, data: bytes | str) -> Outcome[T]:
+        """Take one WebSocket message; say what to deliver, reply and whether to close."""
+        if self.phase is Phase.CLOSED:
+            return Outcome(close=True)
+        try:
+            frame = self._decoder.decode(data)
+        except ProtocolError as exc:
+            return self._bad_frame(str(exc))
+        if self.phase is Phase.AWAIT_HELLO:
+            return self._handshake(frame)
+        if isinstance(frame, Hello):
+            return self._bad_frame("duplicate hello: the handshake is already done")
+        self.bad_frames = 0
+        return Outcome(deliver=frame)
+
+    def _handshake(self, frame: T) -> Outcome[T]:
+        if not isinstance(frame, Hello):
+            return self._refuse(f"expected hello first, got {type(frame).__name__.lower()}")
+        if frame.version != PROTOCOL_VERSION:
+            return self._refuse(
+                f"protocol version {frame.version} is not supported (this side speaks"
+                f" {PROTOCOL_VERSION})"
+            )
+        if frame.role not in self._roles:
+            return self._refuse(f"role {frame.role!r} is not served here ({sorted(self._roles)})")
+        self.phase = Phase.OPEN
+        self.hello = frame
+        welcome = Welcome(version=PROTOCOL_VERSION, server=self._server, session=self.session_id)
+        return Outcome(reply=welcome)
+
+    def _refuse(self, message: str) -> Outcome[T]:
+        self.phase = Phase.CLOSED
+        return Outcome(reply=Error(code="handshake", message=message), close=True)
+
+    def _bad_frame(self, message: str) -> Outcome[T]:
+        if self.phase is Phase.AWAIT_HELLO:
+            return self._refuse(message)
+        self.bad_frames += 1
+        if self.bad_frames >= MAX_BAD_FRAMES:
+            self.phase = Phase.CLOSED
+            closing = f"{message} ({self.bad_frames} bad frames in a row; closing)"
+            return Outcome(reply=Error(code="protocol", message=closing), close=True)
+        return Outcome(reply=Error(code="protocol", message=message))
+
+
+class HandshakeRefused(ProtocolError):
+    """The accepting side answered our ``Hello`` with an ``Error``."""
+
+
+def check_welcome(frame: object) -> Welcome:
+    """Validate the accepting side's first frame.
+
+    Raises:
+        HandshakeRefused: if it is an ``Error`` (the peer's message is kept).
+        ProtocolError: if it is anything else but a compatible ``Welcome``.
+    """
+    if isinstance(frame, Error):
+        raise HandshakeRefused(f"{frame.code}: {frame.message}")
+    if not isinstance(frame, Welcome):
+        raise ProtocolError(f"expected welcome, got {type(frame).__name__.lower()}")
+    if frame.version != PROTOCOL_VERSION:
+        raise ProtocolError(f"peer speaks protocol {frame.version}, we speak {PROTOCOL_VERSION}")
+    return frame

@@ -1,0 +1,61 @@
+"""The publisher's registry of relays and primitives."""
+
+from __future__ import annotations
+
+import pytest
+
+from fanout.publisher.registry import Registry, RegistryError
+from fanout.views import Box
+
+BOX = Box((0, 0), (10, 10))
+
+
+def test_acquired_primitives_are_fresh_until_delivered() -> None:
+    registry = Registry()
+    relay = registry.add_relay("r")
+    registry.acquire(relay, 1, "agents", BOX)
+    plan = registry.plan("agents")
+    assert plan.prims == {relay: {1: BOX}}
+    assert plan.fresh == {relay: frozenset({1})}
+    # a retried micro-batch (not delivered) snapshots again
+    assert registry.plan("agents").fresh == {relay: frozenset({1})}
+    registry.delivered(plan)
+    assert registry.plan("agents").fresh == {relay: frozenset()}
+
+
+def test_a_plan_is_per_dataset_and_lists_every_relay() -> None:
+    registry = Registry()
+    a, b = registry.add_relay("a"), registry.add_relay("b")
+    registry.acquire(a, 1, "agents", BOX)
+    registry.acquire(b, 1, "other", BOX)
+    plan = registry.plan("agents")
+    assert plan.relays == frozenset({a, b})
+    assert plan.prims == {a: {1: BOX}, b: {}}
+
+
+def test_versions_change_with_primitives() -> None:
+    registry = Registry()
+    relay = registry.add_relay("r")
+    v0 = registry.plan("agents").version
+    registry.acquire(relay, 1, "agents", BOX)
+    v1 = registry.plan("agents").version
+    registry.release(relay, 1)
+    assert len({v0, v1, registry.plan("agents").version}) == 3
+
+
+def test_inconsistent_requests_are_errors() -> None:
+    registry = Registry()
+    relay = registry.add_relay("r")
+    registry.acquire(relay, 1, "agents", BOX)
+    with pytest.raises(RegistryError, match="already held"):
+        registry.acquire(relay, 1, "agents", BOX)
+    with pytest.raises(RegistryError, match="not held"):
+        registry.release(relay, 2)
+
+
+def test_a_dropped_relay_disappears_from_plans() -> None:
+    registry = Registry()
+    relay = registry.add_relay("r")
+    registry.acquire(relay, 1, "agents", BOX)
+    registry.drop_relay(relay)
+    assert registry.plan("agents").relays == frozenset()

@@ -1,0 +1,264 @@
+"""Whole relay conversations, sans I/O: frames in, frames out (relay/core.py)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from fanout.errors import ProtocolError
+from fanout.relay.core import UPSTREAM, RelayCore, Send
+from fanout.relay.planner import Policy
+from fanout.views import Box, Sphere
+from fanout.views.topic import parse as topic
+from fanout.wire.columns import decode_columns, encode_columns
+from fanout.wire.messages import (
+    Acquire,
+    Batch,
+    Catalog,
+    DatasetInfo,
+    Error,
+    NoUpdate,
+    Push,
+    Release,
+    Subscribe,
+    Subscribed,
+    Unsubscribe,
+    Unsubscribed,
+)
+
+INFO = DatasetInfo("agents", "id", {"id": "<i8", "x": "<f8", "y": "<f8"}, "space", ["x", "y"])
+CLIENT = 1
+
+
+def relay(policy: Policy | None = None) -> RelayCore:
+    core = RelayCore(policy or Policy(widen="margin", grace=0.0))
+    core.on_catalog(Catalog([INFO]))
+    assert core.on_upstream_connected() == []
+    return core
+
+
+def rows(**points: tuple[float, float]) -> dict[str, list[float] | list[int]]:
+    keys = [int(k[1:]) for k in points]
+    return {"id": keys, "x": [p[0] for p in points.values()], "y": [p[1] for p in points.values()]}
+
+
+def batch(
+    seq: int,
+    upserts: dict | None = None,
+    deletes: list[int] | None = None,
+    snapshots: list[int] | None = None,
+    epoch: int = 1,
+) -> Batch:
+    return Batch(
+        dataset="agents",
+        epoch=epoch,
+        seq=seq,
+        tick=10 * seq,
+        tick_time=float(seq),
+        upserts=encode_columns(upserts) if upserts else encode_columns({}),
+        deletes=encode_columns({"id": np.array(deletes or [], dtype=np.int64)}),
+        snapshots=snapshots or [],
+    )
+
+
+def frames(sends: list[Send], to: int) -> list[object]:
+    return [s.frame for s in sends if s.to == to]
+
+
+def subscribe(core: RelayCore, view: object, sub: int = 1) -> list[Acquire]:
+    sends = core.on_subscribe(CLIENT, Subscribe(sub, "agents", view, rate=1000.0))  # type: ignore[arg-type]
+    acquires = frames(sends, UPSTREAM)
+    assert all(isinstance(a, Acquire) for a in acquires)
+    return acquires  # type: ignore[return-value]
+
+
+def pushes(core: RelayCore, now: float = 100.0) -> list[Push | NoUpdate]:
+    return [s.frame for s in core.pushes(now, lambda client: True)]  # type: ignore[misc]
+
+
+def keys(columns: object) -> list[int]:
+    decoded = decode_columns(columns)  # type: ignore[arg-type]
+    return sorted(decoded["id"].tolist()) if "id" in decoded else []
+
+
+def test_subscribe_acquires_upstream_and_the_snapshot_makes_the_first_full_push() -> None:
+    core = relay()
+    sends = core.on_subscribe(CLIENT, Subscribe(1, "agents", Box((0, 0), (10, 10)), rate=1000.0))
+    assert isinstance(sends[0].frame, Subscribed)
+    (acquire,) = frames(sends, UPSTREAM)
+    assert isinstance(acquire, Acquire)
+    assert acquire.view == Box((-5, -5), (15, 15))
+    assert pushes(core) == []  # nothing is servable before the snapshot
+    core.on_batch(batch(0, rows(k1=(1, 1), k2=(12, 12), k3=(9, 9)), snapshots=[acquire.prim]))
+    (push,) = pushes(core)
+    assert isinstance(push, Push)
+    assert push.full
+    assert keys(push.entered) == [1, 3]  # k2 is held upstream (margin) but outside the view
+
+
+def test_pushes_are_deltas_entered_updated_left() -> None:
+    core = relay()
+    (acquire,) = subscribe(core, Box((0, 0), (10, 10)))
+    core.on_batch(batch(0, rows(k1=(1, 1), k2=(2, 2), k3=(3, 3)), snapshots=[acquire.prim]))
+    pushes(core, now=1.0)
+    core.on_batch(batch(1, rows(k1=(1.5, 1.5), k2=(13, 13), k4=(4, 4))))
+    (push,) = pushes(core, now=2.0)
+    assert isinstance(push, Push)
+    assert not push.full
+    assert keys(push.entered) == [4]
+    assert keys(push.updated) == [1]
+    assert keys(push.left) == [2]
+
+
+def test_no_change_in_the_view_is_a_no_update() -> None:
+    core = relay()
+    (acquire,) = subscribe(core, Box((0, 0), (10, 10)))
+    core.on_batch(batch(0, rows(k1=(1, 1)), snapshots=[acquire.prim]))
+    pushes(core, now=1.0)
+    core.on_batch(batch(1, rows(k9=(14, 14))))
+    (frame,) = pushes(core, now=2.0)
+    assert isinstance(frame, NoUpdate)
+    assert (frame.seq, frame.tick) == (1, 10)
+    assert pushes(core, now=3.0) == []  # nothing new: nothing at all
+
+
+def test_the_rate_limits_pushes_and_next_wakeup_says_when() -> None:
+    core = relay()
+    core.on_subscribe(CLIENT, Subscribe(1, "agents", Box((0, 0), (10, 10)), rate=2.0))
+    core.on_batch(batch(0, rows(k1=(1, 1)), snapshots=[1]))
+    assert len(pushes(core, now=10.0)) == 1
+    core.on_batch(batch(1, rows(k1=(2, 2))))
+    assert pushes(core, now=10.2) == []
+    assert core.next_wakeup(10.2) == pytest.approx(10.5)
+    assert len(pushes(core, now=10.5)) == 1
+
+
+def test_a_busy_connection_is_skipped_and_served_when_idle() -> None:
+    core = relay()
+    (acquire,) = subscribe(core, Box((0, 0), (10, 10)))
+    core.on_batch(batch(0, rows(k1=(1, 1)), snapshots=[acquire.prim]))
+    assert core.pushes(1.0, lambda client: False) == []
+    core.on_batch(batch(1, rows(k1=(2, 2))))
+    (send,) = core.pushes(2.0, lambda client: True)
+    assert isinstance(send.frame, Push)
+    assert send.frame.full  # coalesced: the skipped first push and the update arrive as one
+
+
+def test_a_second_subscriber_inside_held_coverage_costs_nothing_upstream() -> None:
+    core = relay()
+    (acquire,) = subscribe(core, Box((0, 0), (10, 10)))
+    core.on_batch(batch(0, rows(k1=(1, 1), k2=(12, 12)), snapshots=[acquire.prim]))
+    assert subscribe(core, Box((11, 11), (14, 14)), sub=2) == []
+    sent = {f.sub: f for f in pushes(core)}
+    assert keys(sent[2].entered) == [2]  # type: ignore[union-attr]
+
+
+def test_a_view_change_pushes_a_delta_once_coverage_is_ready() -> None:
+    core = relay()
+    (first,) = subscribe(core, Box((0, 0), (10, 10)))
+    core.on_batch(batch(0, rows(k1=(1, 1), k5=(51, 51)), snapshots=[first.prim]))
+    pushes(core, now=1.0)
+    (second,) = subscribe(core, Box((50, 50), (60, 60)))
+    assert pushes(core, now=2.0) == []  # the new region's snapshot has not arrived
+    core.on_batch(batch(1, rows(k5=(51, 51), k6=(55, 55)), snapshots=[second.prim]))
+    (push,) = pushes(core, now=3.0)
+    assert isinstance(push, Push)
+    assert not push.full
+    assert keys(push.entered) == [5, 6]
+    assert keys(push.left) == [1]
+
+
+def test_a_snapshot_replaces_what_was_held_inside_its_primitive() -> None:
+    core = relay()
+    (acquire,) = subscribe(core, Box((0, 0), (10, 10)))
+    core.on_batch(batch(0, rows(k1=(1, 1), k2=(2, 2)), snapshots=[acquire.prim]))
+    state = core.datasets["agents"].table
+    assert state.keys.tolist() == [1, 2]
+    # k2 left while the relay was not subscribed: a fresh snapshot no longer has it
+    core.on_upstream_connected()
+    core.on_batch(batch(5, rows(k1=(1, 1)), snapshots=[acquire.prim]))
+    assert state.keys.tolist() == [1]
+
+
+def test_unsubscribe_releases_the_primitive_after_the_grace_period() -> None:
+    core = relay(Policy(widen="margin", grace=5.0))
+    (acquire,) = subscribe(core, Box((0, 0), (10, 10)))
+    core.on_batch(batch(0, rows(k1=(1, 1)), snapshots=[acquire.prim]))
+    (ack,) = core.on_unsubscribe(CLIENT, Unsubscribe(1))
+    assert isinstance(ack.frame, Unsubscribed)
+    assert core.housekeeping(100.0) == []
+    (release,) = core.housekeeping(105.0)
+    assert release.frame == Release(acquire.prim)
+    assert len(core.datasets["agents"].table) == 0  # rows outside all primitives are pruned
+
+
+def test_a_disconnected_client_loses_its_subscriptions() -> None:
+    core = relay()
+    subscribe(core, Box((0, 0), (10, 10)))
+    core.on_disconnect(CLIENT)
+    assert len(core.downstream) == 0
+
+
+def test_a_replayed_batch_is_ignored_and_a_gap_resyncs() -> None:
+    core = relay()
+    (acquire,) = subscribe(core, Box((0, 0), (10, 10)))
+    core.on_batch(batch(0, rows(k1=(1, 1)), snapshots=[acquire.prim]))
+    assert core.on_batch(batch(0, rows(k1=(5, 5)))) == []
+    assert core.datasets["agents"].table.column("x").tolist() == [1.0]
+    sends = core.on_batch(batch(3, rows(k1=(2, 2))))
+    assert [type(s.frame) for s in sends] == [Release, Acquire]
+
+
+@pytest.mark.parametrize(
+    ("request_", "message"),
+    [
+        (Subscribe(1, "nope", Box((0, 0), (1, 1))), "unknown dataset 'nope'"),
+        (Subscribe(1, "agents", Box((0, 0, 0), (1, 1, 1))), "is 2-D; the view is 3-D"),
+        (Subscribe(1, "agents", topic("a/b")), "takes region views"),
+        (Subscribe(1, "agents", Box((0, 0), (1, 1)), rate=0.0), "rate 0.0 must be in"),
+    ],
+)
+def test_bad_subscriptions_get_an_error_naming_the_problem(
+    request_: Subscribe, message: str
+) -> None:
+    core = relay()
+    (send,) = core.on_subscribe(CLIENT, request_)
+    assert isinstance(send.frame, Error)
+    assert send.frame.ref == 1
+    assert message in send.frame.message
+    assert len(core.downstream) == 0
+
+
+def test_unsubscribing_an_unknown_subscription_is_an_error() -> None:
+    (send,) = relay().on_unsubscribe(CLIENT, Unsubscribe(9))
+    assert isinstance(send.frame, Error)
+    assert send.frame.code == "unknown_subscription"
+
+
+def test_batches_that_do_not_fit_the_catalog_are_protocol_errors() -> None:
+    core = relay()
+    with pytest.raises(ProtocolError, match="unknown dataset"):
+        core.on_batch(Batch("other", 1, 0, 0, 0.0, encode_columns({}), encode_columns({})))
+    with pytest.raises(ProtocolError, match="upsert columns"):
+        core.on_batch(batch(0, {"id": [1], "x": [1.0]}))
+    with pytest.raises(ProtocolError, match="duplicate keys"):
+        core.on_batch(batch(0, {"id": [1, 1], "x": [1.0, 2.0], "y": [0.0, 0.0]}))
+
+
+def test_a_refused_primitive_is_dropped() -> None:
+    core = relay()
+    (acquire,) = subscribe(core, Sphere((0, 0), 5))
+    core.on_upstream_error(Error("invalid_view", "no", ref=acquire.prim))
+    assert len(core.upstream) == 0
+
+
+def test_a_new_epoch_counts_every_held_row_as_updated() -> None:
+    core = relay()
+    (acquire,) = subscribe(core, Box((0, 0), (10, 10)))
+    core.on_batch(batch(7, rows(k1=(1, 1)), snapshots=[acquire.prim]))
+    pushes(core, now=1.0)
+    core.on_batch(batch(0, rows(k2=(2, 2)), epoch=2))
+    (push,) = pushes(core, now=2.0)
+    assert isinstance(push, Push)
+    assert keys(push.updated) == [1]
+    assert keys(push.entered) == [2]

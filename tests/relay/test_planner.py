@@ -1,0 +1,78 @@
+"""Coverage planning: tiles and margins, and releasing what is no longer needed."""
+
+from __future__ import annotations
+
+import pytest
+
+from fanout.errors import InvalidView
+from fanout.relay.planner import Policy, grown, tile_side, tiles, to_acquire, unneeded
+from fanout.relay.upstream import Primitive
+from fanout.views import Box, Sphere, covers
+
+
+def test_a_covered_view_needs_nothing() -> None:
+    held = [Box((0, 0), (100, 100))]
+    assert to_acquire(held, Box((10, 10), (20, 20)), Policy()) == []
+
+
+def test_tiles_cover_the_grown_view_and_skip_tiles_already_held() -> None:
+    view = Box((100, 100), (150, 150))
+    side = tile_side(view)
+    assert side == 128.0
+    first = to_acquire([], view, Policy())
+    assert covers(first, grown(view, Policy()))
+    assert all(t.hi[0] - t.lo[0] == side for t in first)
+    # a neighbour's view in the same tiles needs nothing more
+    assert to_acquire(first, Box((110, 120), (160, 170)), Policy()) == []
+    # a view half in new tiles gets only the new ones
+    more = to_acquire(first, Box((240, 100), (290, 150)), Policy())
+    assert more
+    assert not set(more) & set(first)
+
+
+def test_margin_policy_takes_the_view_plus_margin() -> None:
+    view = Sphere((50, 50), 10)
+    assert to_acquire([], view, Policy(widen="margin", margin=0.5)) == [Box((30, 30), (70, 70))]
+
+
+def test_a_long_thin_view_gets_one_primitive_not_huge_tiles() -> None:
+    view = Box((0, 0), (10, 10000))
+    acquired = to_acquire([], view, Policy())
+    assert acquired == [Box((-5, -5000), (15, 15000))]
+
+
+def test_a_flat_view_still_gets_a_primitive() -> None:
+    view = Box((5, 5), (5, 5))
+    acquired = to_acquire([], view, Policy())
+    assert acquired
+    assert covers(acquired, view)
+
+
+def test_tiles_enumerates_the_grid_cells_a_box_touches() -> None:
+    assert tiles(Box((-1, 0), (1, 0.5)), 1.0) == [
+        Box((-1, 0), (0, 1)),
+        Box((0, 0), (1, 1)),
+        Box((1, 0), (2, 1)),
+    ]
+
+
+def test_unneeded_releases_primitives_no_view_depends_on() -> None:
+    old = Primitive(1, "agents", Box((0, 0), (10, 10)), ready=True)
+    new = Primitive(2, "agents", Box((20, 0), (30, 10)), ready=True)
+    wide = Primitive(3, "agents", Box((0, 0), (30, 10)), ready=True)
+    assert unneeded([old, new], [Box((21, 1), (22, 2))]) == [old]
+    # the wide one covers everything, so the older small ones go
+    assert unneeded([old, new, wide], [Box((1, 1), (2, 2)), Box((21, 1), (22, 2))]) == [old, new]
+
+
+def test_a_primitive_is_kept_while_its_replacement_is_not_ready() -> None:
+    old = Primitive(1, "agents", Box((0, 0), (10, 10)), ready=True)
+    pending = Primitive(2, "agents", Box((0, 0), (10, 10)), ready=False)
+    assert unneeded([old, pending], [Box((1, 1), (2, 2))]) == [pending]
+
+
+def test_bad_policies_are_refused() -> None:
+    with pytest.raises(InvalidView, match="widen='grid'"):
+        Policy(widen="grid")  # type: ignore[arg-type]
+    with pytest.raises(InvalidView, match="margin"):
+        Policy(margin=-1)

@@ -1,0 +1,87 @@
+"""The handshake and error rules of the accepting side (wire/session.py)."""
+
+from __future__ import annotations
+
+import pytest
+
+from fanout.views import Box
+from fanout.wire import codec
+from fanout.wire.messages import PROTOCOL_VERSION, Error, Hello, Subscribe, Welcome
+from fanout.wire.session import (
+    MAX_BAD_FRAMES,
+    AcceptingSession,
+    HandshakeRefused,
+    Phase,
+    check_welcome,
+)
+
+
+def session() -> AcceptingSession:
+    return AcceptingSession(codec.to_relay(), "test", frozenset({"subscriber"}))
+
+
+def hello(version: int = PROTOCOL_VERSION, role: str = "subscriber") -> bytes:
+    return codec.encode(Hello(version, role))  # type: ignore[arg-type]
+
+
+def test_hello_is_answered_with_welcome_and_frames_flow() -> None:
+    accepting = session()
+    outcome = accepting.receive(hello())
+    assert isinstance(outcome.reply, Welcome)
+    assert accepting.phase is Phase.OPEN
+    request = Subscribe(1, "agents", Box((0, 0), (1, 1)))
+    assert accepting.receive(codec.encode(request)).deliver == request
+
+
+def test_anything_before_hello_is_refused_and_closes() -> None:
+    outcome = session().receive(codec.encode(Subscribe(1, "agents", Box((0, 0), (1, 1)))))
+    assert isinstance(outcome.reply, Error)
+    assert outcome.reply.code == "handshake"
+    assert "expected hello first" in outcome.reply.message
+    assert outcome.close
+
+
+def test_another_protocol_version_is_refused() -> None:
+    outcome = session().receive(hello(version=PROTOCOL_VERSION + 1))
+    assert isinstance(outcome.reply, Error)
+    assert "not supported" in outcome.reply.message
+    assert outcome.close
+
+
+def test_a_role_not_served_is_refused() -> None:
+    outcome = session().receive(hello(role="relay"))
+    assert isinstance(outcome.reply, Error)
+    assert "role 'relay' is not served here" in outcome.reply.message
+
+
+def test_a_bad_frame_after_the_handshake_gets_an_error_and_the_connection_stays() -> None:
+    accepting = session()
+    accepting.receive(hello())
+    outcome = accepting.receive(b"\x93garbage")
+    assert isinstance(outcome.reply, Error)
+    assert outcome.reply.code == "protocol"
+    assert not outcome.close
+    assert accepting.receive(codec.encode(Subscribe(1, "agents", Box((0, 0), (1, 1))))).deliver
+
+
+def test_a_second_hello_is_an_error() -> None:
+    accepting = session()
+    accepting.receive(hello())
+    outcome = accepting.receive(hello())
+    assert isinstance(outcome.reply, Error)
+    assert "duplicate hello" in outcome.reply.message
+
+
+def test_a_peer_sending_only_garbage_is_closed_eventually() -> None:
+    accepting = session()
+    accepting.receive(hello())
+    outcomes = [accepting.receive(b"\xc1") for _ in range(MAX_BAD_FRAMES)]
+    assert not any(o.close for o in outcomes[:-1])
+    assert outcomes[-1].close
+    assert accepting.phase is Phase.CLOSED
+
+
+def test_check_welcome_turns_a_refusal_into_an_exception() -> None:
+    with pytest.raises(HandshakeRefused, match="handshake: no"):
+        check_welcome(Error("handshake", "no"))
+    assert check_welcome(Welcome(PROTOCOL_VERSION, "s", "x")).server == "s"
