@@ -13,6 +13,8 @@ from typing import Any
 
 import numpy as np
 
+from websockets.exceptions import WebSocketException
+
 from fanout.errors import FanoutError
 
 DEFAULT_PUBLISHER = "ws://127.0.0.1:7700"
@@ -34,7 +36,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         status: int = args.run(args)
     except KeyboardInterrupt:
         return 130
-    except FanoutError as exc:
+    except (FanoutError, OSError, WebSocketException) as exc:
+        # what the user got wrong or what is unreachable: a sentence, not a traceback
         print(f"fanout {args.command}: {exc}", file=sys.stderr)
         return 2
     return status

@@ -510,7 +510,9 @@ def _drop_covered(boxes: list[dict[K, ValueSet]]) -> list[dict[K, ValueSet]]:
     kept: list[dict[K, ValueSet]] = []
     for i, box in enumerate(boxes):
         covered = any(
-            box_within(box, other) and (j < i or not box_within(other, box))
+            other.keys() <= box.keys()  # cheap first: a box is unconstrained where it lacks a key
+            and box_within(box, other)
+            and (j < i or not box_within(other, box))
             for j, other in enumerate(boxes)
             if j != i
         )

@@ -169,7 +169,8 @@ def analyse(text: str) -> Analysis:
     row_selection = select.args.get("limit") or select.args.get("offset") or _distinct_on(select)
     whole = len(sources) == 1 and not row_selection
     text = _normal_text(select)
-    return Analysis(text, needs, whole and contexts[0].exact, whole and contexts[0].faithful)
+    rows = contexts[0].true
+    return Analysis(text, needs, whole and rows.exact, whole and rows.faithful)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -369,8 +370,7 @@ class _Scope:
     def _check_not_output_alias(self, column: exp.Column, name: str) -> None:
         """Reject a WHERE/ON reference that may mean a SELECT alias rather than a column."""
         aliased = self.output_aliases.get(name)
-        in_filter = column.find_ancestor(exp.Where, exp.Join) is not None
-        if aliased is None or not in_filter:
+        if aliased is None or column.find_ancestor(exp.Where, exp.Join) is None:
             return
         if isinstance(aliased, exp.Column) and aliased.name.lower() == name:
             return
@@ -461,7 +461,7 @@ def _needs(
         contexts += [truths[i + 1] for i, join in enumerate(joins) if join.nullable(position)]
         found = cover.setdefault(source.table, [])
         for context in contexts:
-            found.extend(project(and_(context, gate).true, source.alias))
+            found.extend(project(and_(context, gate).true.conjuncts, source.alias))
         columns[source.table] = _union_columns(
             columns.get(source.table, set()), carried[source.alias]
         )

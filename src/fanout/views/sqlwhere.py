@@ -9,20 +9,26 @@ Rules of the normalisation:
    where P is FALSE; where it is NULL is what is left. ``NOT`` swaps the two; ``AND`` intersects
    the TRUE sides and unites the FALSE sides; ``OR`` the other way round. No complement of a union
    is ever taken, so NULLs come out right: ``NOT (a < 5)`` is FALSE, not TRUE, for a NULL ``a``.
-2. Comparisons of a column with literals (=, <>, <, <=, >, >=, BETWEEN, IN, IS [NOT] NULL,
-   IS [NOT] TRUE/FALSE, IS [NOT] DISTINCT FROM) are boxed exactly.
-3. Any other atom (LIKE, functions, arithmetic, comparisons of two columns of one table) over one
-   table becomes an :class:`Atom`: a boolean pseudo-column of that table, TRUE in the TRUE union
-   and FALSE in the FALSE one (narrowed to non-NULL values of the bare columns it compares
-   strictly, and for ``LIKE 'prefix%'`` to the strings with that prefix). Over real columns
-   alone the result over-approximates (``exact`` is False: the relay must filter again), but
-   with the atoms it is *faithful*: coverage between views can still compare them atom by atom.
-4. ``a.x = b.y`` across tables is kept in the box as an equality, so that projecting the box onto
+2. Comparisons of a *field* with literals (=, <>, <, <=, >, >=, BETWEEN, IN, IS [NOT] NULL,
+   IS [NOT] TRUE/FALSE, IS [NOT] DISTINCT FROM) are boxed exactly. A field is a column, or an
+   expression over the columns of one table (``abs(i)``, ``upper(s)``, ``i + j``): an
+   :class:`Atom`, a pseudo-column of that table holding the expression's value.
+3. Any other predicate over one table (LIKE, ``i < j``, a boolean function) is an atom too,
+   TRUE in the TRUE union and FALSE in the FALSE one, narrowed to non-NULL operands when it is a
+   strict comparison, and for ``LIKE 'prefix%'`` to the strings with that prefix.
+4. Atoms are dropped from primitives, which only the real columns can carry, so a primitive then
+   over-approximates (``exact`` is False: the relay must filter again); with its atoms the union
+   stays *faithful*, and coverage compares views atom by atom (``abs(i) < 2`` covers
+   ``abs(i) < 1``). Atoms are independent of the columns they are computed from, which can only
+   make coverage answer False more often; expressions that vary between evaluations
+   (``random()``, ``now()``) are never atoms.
+5. ``a.x = b.y`` across tables is kept in the box as an equality, so that projecting the box onto
    one table transfers the other column's constraints (``a.x = b.y AND a.x < 5`` gives
-   ``b.y < 5``). Other atoms over several tables hold anywhere (not faithful).
-5. A union that grows past :data:`MAX_BOXES` boxes is replaced by its bounding box (neither
-   exact nor faithful).
-6. All literals compared with one column must share a domain; strings compared with a column
+   ``b.y < 5``). Other predicates over several tables hold anywhere (not faithful).
+6. A union that grows past :data:`MAX_BOXES` boxes is replaced by its bounding box (neither
+   exact nor faithful). Each side of a :class:`Truth` is computed only when needed: the FALSE
+   side of an OR of ANDs is an exponential product that a WHERE clause without NOT never needs.
+7. All literals compared with one field must share a domain; strings compared with a column
    that is also compared with dates are read as dates (see ``fanout.views.sqlliterals``).
 """
 
@@ -55,9 +61,9 @@ MAX_BOXES = 64
 
 @dataclass(frozen=True, order=True)
 class Atom:
-    """A predicate the algebra cannot box, standing in boxes as a boolean pseudo-column.
+    """An expression or predicate over one table, standing in boxes as a pseudo-column.
 
-    ``text`` is the predicate's SQL with its columns unqualified and lower case, so the same
+    ``text`` is its SQL with its columns unqualified and lower case, so the same
     predicate in two views over the same table is the same atom.
     """
 
@@ -82,24 +88,62 @@ class Conjunct:
 
 
 @dataclass(frozen=True)
-class Truth:
-    """Where a predicate is TRUE and where it is FALSE, as unions of conjuncts.
+class Side:
+    """Where a predicate is TRUE (or where it is FALSE): a union of conjuncts.
 
-    ``exact``: the unions are exact over real columns (no atoms, equalities or bounding boxes).
-    ``faithful``: the unions are exact over real columns and atoms (no dropped atoms or
+    ``exact``: the union is exact over real columns (no atoms, equalities or bounding boxes).
+    ``faithful``: the union is exact over real columns and atoms (no dropped atoms, no
     equalities between tables, no bounding boxes).
     """
 
-    true: tuple[Conjunct, ...]
-    false: tuple[Conjunct, ...]
+    conjuncts: tuple[Conjunct, ...]
     exact: bool = True
     faithful: bool = True
 
 
+class Truth:
+    """Where a predicate is TRUE and where it is FALSE; each side is worked out when first needed.
+
+    A WHERE clause needs only its TRUE side, and the FALSE side of an OR of ANDs is a product
+    that grows exponentially: it is computed only if a NOT turns it into a TRUE side.
+    """
+
+    def __init__(self, true: Callable[[], Side], false: Callable[[], Side]) -> None:
+        self._make = {True: true, False: false}
+        self._sides: dict[bool, Side] = {}
+
+    @classmethod
+    def of(
+        cls,
+        true: tuple[Conjunct, ...],
+        false: tuple[Conjunct, ...],
+        exact: bool = True,
+        faithful: bool = True,
+    ) -> Truth:
+        """Return a truth whose sides are known, with the same exactness on both."""
+        sides = Side(true, exact, faithful), Side(false, exact, faithful)
+        return cls(lambda: sides[0], lambda: sides[1])
+
+    @property
+    def true(self) -> Side:
+        """Where the predicate is TRUE."""
+        return self._side(True)
+
+    @property
+    def false(self) -> Side:
+        """Where the predicate is FALSE."""
+        return self._side(False)
+
+    def _side(self, which: bool) -> Side:
+        if which not in self._sides:
+            self._sides[which] = self._make[which]()
+        return self._sides[which]
+
+
 _ALL = (Conjunct({}),)
-TRUE = Truth(_ALL, ())
-FALSE = Truth((), _ALL)
-UNKNOWN = Truth((), ())  # a NULL predicate: neither TRUE nor FALSE anywhere
+TRUE = Truth.of(_ALL, ())
+FALSE = Truth.of((), _ALL)
+UNKNOWN = Truth.of((), ())  # a NULL predicate: neither TRUE nor FALSE anywhere
 
 _COMPARISONS: dict[type[exp.Expr], str] = {
     exp.EQ: "=",
@@ -123,46 +167,39 @@ _NEGATED = {"=": "<>", "<>": "=", "<": ">=", "<=": ">", ">": "<=", ">=": "<"}
 
 def and_(a: Truth, b: Truth) -> Truth:
     """Return the truth of ``a AND b``."""
-    true, true_exact = _product(a.true, b.true)
-    false, false_exact = _union(a.false, b.false)
-    bounded = true_exact and false_exact
-    return Truth(
-        true, false, a.exact and b.exact and bounded, a.faithful and b.faithful and bounded
-    )
+    return Truth(lambda: _product(a.true, b.true), lambda: _union(a.false, b.false))
 
 
 def or_(a: Truth, b: Truth) -> Truth:
     """Return the truth of ``a OR b``."""
-    true, true_exact = _union(a.true, b.true)
-    false, false_exact = _product(a.false, b.false)
-    bounded = true_exact and false_exact
-    return Truth(
-        true, false, a.exact and b.exact and bounded, a.faithful and b.faithful and bounded
-    )
+    return Truth(lambda: _union(a.true, b.true), lambda: _product(a.false, b.false))
 
 
 def not_(a: Truth) -> Truth:
     """Return the truth of ``NOT a``."""
-    return Truth(a.false, a.true, a.exact, a.faithful)
+    return Truth(lambda: a.false, lambda: a.true)
 
 
-def _product(a: Sequence[Conjunct], b: Sequence[Conjunct]) -> tuple[tuple[Conjunct, ...], bool]:
-    """Intersect two unions pairwise; returns the union and whether it is exact."""
+def _product(a: Side, b: Side) -> Side:
+    """Intersect two unions pairwise."""
     meets: list[Conjunct] = []
-    for left in a:
-        for right in b:
+    for left in a.conjuncts:
+        for right in b.conjuncts:
             box = box_intersect(left.box, right.box)
             if box is not None:
                 meets.append(Conjunct(box, left.equalities | right.equalities))
-    return _bounded(meets)
+    return _bounded(meets, a, b)
 
 
-def _union(a: Sequence[Conjunct], b: Sequence[Conjunct]) -> tuple[tuple[Conjunct, ...], bool]:
-    return _bounded([*a, *b])
+def _union(a: Side, b: Side) -> Side:
+    return _bounded([*a.conjuncts, *b.conjuncts], a, b)
 
 
-def _bounded(conjuncts: list[Conjunct]) -> tuple[tuple[Conjunct, ...], bool]:
+def _bounded(conjuncts: list[Conjunct], a: Side, b: Side) -> Side:
     """Simplify a union; past MAX_BOXES boxes, replace it by its bounding box (inexact)."""
+    exact, faithful = a.exact and b.exact, a.faithful and b.faithful
+    if len(conjuncts) > 4 * MAX_BOXES:
+        return Side((_hull(conjuncts),), exact=False, faithful=False)  # too many to tidy
     groups: dict[frozenset[Equality], list[Mapping[Field, ValueSet]]] = {}
     for conjunct in conjuncts:
         groups.setdefault(conjunct.equalities, []).append(conjunct.box)
@@ -170,8 +207,13 @@ def _bounded(conjuncts: list[Conjunct]) -> tuple[tuple[Conjunct, ...], bool]:
         Conjunct(box, equalities) for equalities, boxes in groups.items() for box in simplify(boxes)
     )
     if len(tidy) <= MAX_BOXES:
-        return tidy, True
-    return (Conjunct(hull([conjunct.box for conjunct in tidy])),), False
+        return Side(tidy, exact, faithful)
+    return Side((_hull(tidy),), exact=False, faithful=False)
+
+
+def _hull(conjuncts: Sequence[Conjunct]) -> Conjunct:
+    """Return one conjunct holding them all (their equalities dropped: a bounding box)."""
+    return Conjunct(hull([conjunct.box for conjunct in conjuncts]))
 
 
 def _only(field: Field, values: ValueSet) -> tuple[Conjunct, ...]:
@@ -184,7 +226,8 @@ def _only(field: Field, values: ValueSet) -> tuple[Conjunct, ...]:
 def equality(left: QualifiedColumn, right: QualifiedColumn) -> Truth:
     """Return the truth of ``left = right`` for columns of two tables (FALSE is not boxed)."""
     both = (Conjunct({left: NOT_NULL, right: NOT_NULL}),)
-    return Truth((Conjunct({}, frozenset({frozenset({left, right})})),), both, False, False)
+    equal = (Conjunct({}, frozenset({frozenset({left, right})})),)
+    return Truth.of(equal, both, exact=False, faithful=False)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -384,12 +427,16 @@ class Normaliser:
         return self._opaque(node, self._strict_fields(node))
 
     def _chain(self, node: exp.Expr, combine: Callable[[Truth, Truth], Truth]) -> Truth:
-        """Fold a chain of ANDs (or ORs) in a loop: a long chain is a deep tree."""
-        operands = iter(node.flatten())
-        truth = self.truth(next(operands))
-        for operand in operands:
-            truth = combine(truth, self.truth(operand))
-        return truth
+        """Combine a chain of ANDs (or ORs) pairwise, level by level.
+
+        A long chain is a deep tree, so it is flattened rather than recursed into; and combining
+        neighbours in rounds keeps the unions being combined small until the last rounds.
+        """
+        truths = [self.truth(operand) for operand in node.flatten()]
+        while len(truths) > 1:
+            paired = [combine(a, b) for a, b in zip(truths[::2], truths[1::2], strict=False)]
+            truths = paired + truths[len(paired) * 2 :]
+        return truths[0]
 
     def _comparison(self, op: str, left: exp.Expr, right: exp.Expr, atom: exp.Expr) -> Truth:
         """Return the truth of ``left <op> right``; ``atom`` is that comparison as a node."""
@@ -403,7 +450,7 @@ class Normaliser:
             return self._field_constant(right_field, _FLIPPED[op], left_value, atom)
         strict = [field for field in (left_field, right_field) if field is not None]
         if op == "=" and left_field is not None and left_field == right_field:
-            return Truth(_only(left_field, NOT_NULL), ())  # x = x unless NULL (NaN = NaN too)
+            return Truth.of(_only(left_field, NOT_NULL), ())  # x = x unless NULL (NaN = NaN too)
         columns = [self._fields.column(left), self._fields.column(right)]
         if op == "=" and columns[0] and columns[1] and columns[0][0] != columns[1][0]:
             return equality(columns[0], columns[1])
@@ -416,7 +463,7 @@ class Normaliser:
             return self._opaque(atom, [field])
         true = compare(op, domain, bound)
         false = compare(_NEGATED[op], domain, bound)
-        return Truth(_only(field, true), _only(field, false), exact=_is_column(field))
+        return Truth.of(_only(field, true), _only(field, false), exact=_is_column(field))
 
     def _between(self, node: exp.Expr) -> Truth:
         subject, low, high = node.this, node.args["low"], node.args["high"]
@@ -456,7 +503,7 @@ class Normaliser:
         outside = complement(inside).without_null()
         has_null = len(present) < len(values)
         false = () if has_null else _only(field, outside)
-        return Truth(_only(field, inside), false, exact=_is_column(field))
+        return Truth.of(_only(field, inside), false, exact=_is_column(field))
 
     def _is(self, subject: exp.Expr, other: exp.Expr, atom: exp.Expr) -> Truth:
         """Box ``subject IS NULL`` and ``subject IS TRUE/FALSE`` (never NULL themselves)."""
@@ -466,13 +513,13 @@ class Normaliser:
             return self._opaque(atom, [])
         exact = _is_column(field)
         if value.value is None:
-            return Truth(_only(field, ONLY_NULL), _only(field, NOT_NULL), exact=exact)
+            return Truth.of(_only(field, ONLY_NULL), _only(field, NOT_NULL), exact=exact)
         domain = self._domains.get(field, value.domain)
         bound = coerce(value, domain)
         if bound is None:
             return self._opaque(atom, [])
         inside = points(domain, [bound])
-        return Truth(_only(field, inside), _only(field, complement(inside)), exact=exact)
+        return Truth.of(_only(field, inside), _only(field, complement(inside)), exact=exact)
 
     def _distinct(self, node: exp.Expr) -> Truth:
         """Box ``x IS [NOT] DISTINCT FROM literal``: NULL-safe (in)equality."""
@@ -496,9 +543,9 @@ class Normaliser:
             return truth
         true = tuple(
             Conjunct({**c.box, subject: intersect(c.box.get(subject, EVERYTHING), prefix)})
-            for c in truth.true
+            for c in truth.true.conjuncts
         )
-        return Truth(true, truth.false, truth.exact, truth.faithful)
+        return Truth.of(true, truth.false.conjuncts, exact=False)
 
     def _opaque(self, atom: exp.Expr, strict: Iterable[Field]) -> Truth:
         """Return the truth of a predicate that cannot be boxed: an :class:`Atom` pseudo-column.
@@ -511,10 +558,10 @@ class Normaliser:
         base: dict[Field, ValueSet] = dict.fromkeys(strict, NOT_NULL)
         field = self._fields.atom(atom)
         if field is None:
-            return Truth((Conjunct(base),), (Conjunct(base),), exact=False, faithful=False)
+            return Truth.of((Conjunct(base),), (Conjunct(base),), exact=False, faithful=False)
         true = Conjunct({**base, field: TRUE_VALUE})
         false = Conjunct({**base, field: FALSE_VALUE})
-        return Truth((true,), (false,), exact=False, faithful=True)
+        return Truth.of((true,), (false,), exact=False)
 
     def _strict_fields(self, node: exp.Expr) -> list[Field]:
         """Return the operands of a strict comparison-like predicate (NULL in, NULL out)."""

@@ -7,6 +7,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows
+
 from fanout.errors import ConfigError
 from fanout.publisher.sources.simulation import (
     SimulationParams,
@@ -89,13 +91,17 @@ def test_tick_rows_carry_the_tick_and_its_time() -> None:
     assert set(batch.column("ts").to_pylist()) == {1002.0}
 
 
-def test_latest_offset_never_goes_back_and_never_passes_the_cap() -> None:
-    params = SimulationParams(start_time=0.0, max_ticks_per_batch=5, max_ticks=12)
+def test_latest_offset_never_goes_back_and_respects_the_limits() -> None:
+    params = SimulationParams(agents=100, period=2, start_time=0.0, max_ticks_per_batch=5, max_ticks=12)
     reader = SimulationStreamReader(params)
-    assert reader.latestOffset({"tick": 3}, None) == {"tick": 8}  # type: ignore[arg-type]
-    assert reader.latestOffset({"tick": 10}, None) == {"tick": 12}  # type: ignore[arg-type]
+    limit = reader.getDefaultReadLimit()
+    assert limit == ReadMaxRows(250)  # 5 ticks of 50 moving agents
+    assert reader.latestOffset({"tick": 3}, limit) == {"tick": 8}
+    assert reader.latestOffset({"tick": 10}, limit) == {"tick": 12}
+    assert reader.latestOffset({"tick": 0}, ReadAllAvailable()) == {"tick": 12}
+    assert reader.latestOffset({"tick": 0}, ReadMaxRows(1)) == {"tick": 1}  # at least one tick
     future = SimulationStreamReader(SimulationParams(start_time=1e12))
-    assert future.latestOffset({"tick": 42}, None) == {"tick": 42}  # type: ignore[arg-type]
+    assert future.latestOffset({"tick": 42}, ReadAllAvailable()) == {"tick": 42}
 
 
 def test_options_round_trip_and_bad_options_are_named() -> None:

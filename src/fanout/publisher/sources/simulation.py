@@ -28,7 +28,7 @@ import numpy as np
 import numpy.typing as npt
 import pyarrow as pa
 from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
-from pyspark.sql.streaming.datasource import ReadLimit
+from pyspark.sql.streaming.datasource import ReadLimit, ReadMaxRows
 
 from fanout.errors import ConfigError
 
@@ -48,7 +48,8 @@ class SimulationParams:
         seed: seeds every agent's start, velocity and wander.
         period: each agent moves once every ``period`` ticks.
         max_ticks: the simulation stops after this tick (0 = never).
-        max_ticks_per_batch: admission control: a micro-batch covers at most this many ticks.
+        max_ticks_per_batch: admission control: a micro-batch covers at most this many ticks
+            (unless Spark asks for everything available, as ``availableNow`` triggers do).
         partitions: how many Spark partitions share the agents.
         start_time: wall-clock time (epoch seconds) of tick 0.
     """
@@ -213,11 +214,19 @@ class SimulationStreamReader(DataSourceStreamReader):
     def initialOffset(self) -> dict[str, int]:
         return {"tick": 0}
 
+    def getDefaultReadLimit(self) -> ReadLimit:
+        # Admission control in Spark's own terms: at most max_ticks_per_batch ticks of rows.
+        return ReadMaxRows(self.params.max_ticks_per_batch * self._rows_per_tick())
+
+    def _rows_per_tick(self) -> int:
+        return -(-self.params.agents // self.params.period)
+
     def latestOffset(self, start: dict[str, int], limit: ReadLimit) -> dict[str, int]:
         # Never move backwards (a restarted driver resumes at the committed tick) and never run
-        # ahead of the wall clock; cap each batch so a catch-up after downtime stays bounded.
-        elapsed = math.floor((time.time() - self.params.start_time) * self.params.rate)
-        tick = min(elapsed, start["tick"] + self.params.max_ticks_per_batch)
+        # ahead of the wall clock; under a row limit, a catch-up after downtime stays bounded.
+        tick = math.floor((time.time() - self.params.start_time) * self.params.rate)
+        if isinstance(limit, ReadMaxRows):
+            tick = min(tick, start["tick"] + max(1, limit.max_rows // self._rows_per_tick()))
         if self.params.max_ticks:
             tick = min(tick, self.params.max_ticks)
         return {"tick": max(start["tick"], tick)}

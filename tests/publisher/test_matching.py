@@ -1,0 +1,104 @@
+"""Region matching in Spark agrees with the views' own numpy ``match`` (the oracle)."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pyarrow as pa
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from fanout.publisher.matching import MAX_CELLS, ShapeFrames, match, shape_table, shapes_of
+from fanout.views import Box, RegionUnion, Sector, Sphere
+
+pytestmark = pytest.mark.spark
+
+coordinate = st.floats(0, 100, allow_nan=False)
+boxes = st.builds(
+    lambda x, y, w, h: Box((x, y), (x + w, y + h)), coordinate, coordinate,
+    st.floats(0, 40), st.floats(0, 40),
+)
+spheres = st.builds(lambda x, y, r: Sphere((x, y), r), coordinate, coordinate, st.floats(0, 30))
+sectors = st.builds(
+    lambda x, y, r, h, a: Sector((x, y), r, h, a),
+    coordinate, coordinate, st.floats(1, 40), st.floats(-math.pi, math.pi), st.floats(0.05, math.pi),
+)
+primitives = st.one_of(boxes, spheres, sectors)
+regions = st.one_of(primitives, st.lists(primitives, min_size=2, max_size=3).map(RegionUnion))
+
+
+def points(count: int, dims: int, seed: int) -> dict[str, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    table = {"id": np.arange(count, dtype=np.int64)}
+    for axis in "xyz"[:dims]:
+        table[axis] = rng.uniform(-10, 110, count)
+    return table
+
+
+def spark_pairs(spark, rows: dict[str, np.ndarray], views: dict[tuple[int, int], object],
+                cell: float, keep: bool = False) -> set[tuple[int | None, int]]:
+    dims = len(rows) - 1
+    shapes = [s for (relay, prim), view in views.items() for s in shapes_of(relay, prim, view)]
+    frames = ShapeFrames.build(spark, shapes, dims, cell)
+    try:
+        frame = spark.createDataFrame(pa.table(rows))
+        result = match(frame, frames, "xyz"[:dims], cell, keep_unmatched=keep).toArrow()
+    finally:
+        frames.unpersist()
+    return set(zip(result.column("_relay").to_pylist(), result.column("id").to_pylist(), strict=True))
+
+
+def oracle(rows: dict[str, np.ndarray], views: dict[tuple[int, int], object]) -> set[tuple[int, int]]:
+    coords = [rows[a] for a in "xyz" if a in rows]
+    return {
+        (relay, int(key))
+        for (relay, _), view in views.items()
+        for key in rows["id"][view.match(*coords)]  # type: ignore[attr-defined]
+    }
+
+
+@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(st.dictionaries(st.tuples(st.integers(1, 3), st.integers(1, 4)), regions, min_size=1, max_size=5),
+       st.sampled_from([5.0, 12.5, 50.0]), st.integers(0, 1000))
+def test_spark_matches_every_relay_exactly_like_numpy(spark, views, cell, seed) -> None:
+    rows = points(400, 2, seed)
+    assert spark_pairs(spark, rows, views, cell) == oracle(rows, views)
+
+
+def test_three_d_spheres_and_cones(spark) -> None:
+    rows = points(2000, 3, 7)
+    views = {
+        (1, 1): Sphere((50, 50, 50), 25),
+        (2, 1): Sector((20, 20, 20), 60, (0.7, 0.3), 0.4),
+        (2, 2): Box((0, 0, 0), (10, 100, 30)),
+    }
+    assert spark_pairs(spark, rows, views, 10.0) == oracle(rows, views)
+
+
+def test_a_huge_region_is_matched_without_exploding_cells(spark) -> None:
+    huge = Box((-1e9, -1e9), (1e9, 1e9))
+    bucketed, wide = shape_table(shapes_of(1, 1, huge), 2, 1.0)
+    assert bucketed.num_rows == 0
+    assert wide.num_rows == 1
+    rows = points(300, 2, 3)
+    views = {(1, 1): huge, (2, 1): Box((0, 0), (50, 50))}
+    assert spark_pairs(spark, rows, views, 1.0) == oracle(rows, views)
+
+
+def test_keep_unmatched_returns_every_row_once_more_with_its_matches(spark) -> None:
+    rows = points(200, 2, 11)
+    views = {(1, 1): Box((0, 0), (50, 50))}
+    pairs = spark_pairs(spark, rows, views, 10.0, keep=True)
+    matched = oracle(rows, views)
+    assert {p for p in pairs if p[0] is not None} == matched
+    unmatched = {key for relay, key in pairs if relay is None}
+    assert unmatched == set(range(200)) - {key for _, key in matched}
+
+
+def test_max_cells_bounds_the_cell_table() -> None:
+    side = math.isqrt(MAX_CELLS)
+    just_fits = Box((0, 0), (side - 0.5, side - 0.5))
+    bucketed, wide = shape_table(shapes_of(1, 1, just_fits), 2, 1.0)
+    assert (bucketed.num_rows, wide.num_rows) == (side * side, 0)

@@ -1,0 +1,212 @@
+"""The relay's asyncio shell over real sockets, against a scripted publisher on loopback.
+
+The publisher here is a small WebSocket server speaking the real protocol (so these tests need
+no Spark); the relay and the subscribers are the real ones.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator
+
+import numpy as np
+import pytest
+from websockets.asyncio.client import connect as ws_connect
+from websockets.asyncio.server import ServerConnection, serve
+from websockets.exceptions import ConnectionClosed
+
+from fanout.client import SubscriptionError, connect
+from fanout.relay.planner import Policy
+from fanout.relay.server import RelayConfig, RelayServer
+from fanout.views import Box
+from fanout.wire import codec
+from fanout.wire.columns import encode_columns
+from fanout.wire.messages import (
+    PROTOCOL_VERSION,
+    Acquire,
+    Batch,
+    Catalog,
+    DatasetInfo,
+    Error,
+    Hello,
+    Subscribe,
+    Subscribed,
+    Welcome,
+)
+
+INFO = DatasetInfo("agents", "id", {"id": "<i8", "x": "<f8", "y": "<f8"}, "space", ["x", "y"])
+
+
+class ScriptedPublisher:
+    """Accepts relays, records their acquires, sends the batches a test hands it."""
+
+    def __init__(self) -> None:
+        self.acquired: asyncio.Queue[Acquire] = asyncio.Queue()
+        self.relays: list[ServerConnection] = []
+        self.connections = 0
+        self.seq = 0
+
+    async def handle(self, websocket: ServerConnection) -> None:
+        hello = codec.to_publisher().decode(await websocket.recv())
+        assert isinstance(hello, Hello)
+        await websocket.send(codec.encode(Welcome(PROTOCOL_VERSION, "scripted", "s")))
+        await websocket.send(codec.encode(Catalog([INFO])))
+        self.relays.append(websocket)
+        self.connections += 1
+        with contextlib.suppress(ConnectionClosed):
+            async for message in websocket:
+                frame = codec.to_publisher().decode(message)
+                if isinstance(frame, Acquire):
+                    await self.acquired.put(frame)
+
+    async def send(self, rows: dict[str, list], snapshots: list[int] = (), deletes: list[int] = ()) -> None:
+        batch = Batch(
+            dataset="agents", epoch=1, seq=self.seq, tick=10 * self.seq, tick_time=0.0,
+            upserts=encode_columns(rows) if rows else encode_columns({}),
+            deletes=encode_columns({"id": np.array(deletes, dtype=np.int64)}),
+            snapshots=list(snapshots),
+        )
+        self.seq += 1
+        for relay in self.relays:
+            await relay.send(codec.encode(batch))
+
+
+@pytest.fixture
+async def deployment() -> AsyncIterator[tuple[ScriptedPublisher, RelayServer, str]]:
+    publisher = ScriptedPublisher()
+    async with serve(publisher.handle, "127.0.0.1", 0) as server:
+        port = next(iter(server.sockets)).getsockname()[1]
+        relay = RelayServer(
+            RelayConfig(
+                publisher=f"ws://127.0.0.1:{port}", policy=Policy(widen="margin"),
+                stall_timeout=1.0, reconnect_delay=0.05,
+            )
+        )
+        ready = asyncio.Event()
+        task = asyncio.create_task(relay.run(lambda _: ready.set()))
+        await asyncio.wait_for(ready.wait(), 10)
+        try:
+            yield publisher, relay, f"ws://127.0.0.1:{relay.port}"
+        finally:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+
+
+async def next_update(view, timeout: float = 5.0):
+    iterator = view.__aiter__()
+    return await asyncio.wait_for(iterator.__anext__(), timeout)
+
+
+async def test_a_subscriber_gets_its_view_through_the_relay(deployment) -> None:
+    publisher, _, url = deployment
+    async with connect(url) as subscriber:
+        view = await subscriber.subscribe(Box((0, 0), (10, 10)))
+        acquire = await asyncio.wait_for(publisher.acquired.get(), 5)
+        await publisher.send({"id": [1, 2], "x": [1.0, 11.0], "y": [1.0, 11.0]}, snapshots=[acquire.prim])
+        update = await next_update(view)
+        assert update.full
+        assert view.rows == {1: {"id": 1, "x": 1.0, "y": 1.0}}
+        await publisher.send({"id": [1, 3], "x": [2.0, 3.0], "y": [2.0, 3.0]})
+        update = await next_update(view)
+        assert sorted(view.rows) == [1, 3]
+        assert view.rows[1]["x"] == 2.0
+        assert update.tick == 10
+
+
+async def test_a_refused_subscription_raises_and_the_connection_keeps_working(deployment) -> None:
+    publisher, _, url = deployment
+    async with connect(url) as subscriber:
+        with pytest.raises(SubscriptionError, match="unknown dataset 'nope'"):
+            await subscriber.subscribe(Box((0, 0), (1, 1)), dataset="nope")
+        view = await subscriber.subscribe(Box((0, 0), (10, 10)))
+        acquire = await asyncio.wait_for(publisher.acquired.get(), 5)
+        await publisher.send({"id": [5], "x": [5.0], "y": [5.0]}, snapshots=[acquire.prim])
+        await next_update(view)
+        assert list(view.rows) == [5]
+
+
+async def raw_session(url: str):
+    websocket = await ws_connect(url)
+    await websocket.send(codec.encode(Hello(PROTOCOL_VERSION, "subscriber")))
+    assert isinstance(codec.to_subscriber().decode(await websocket.recv()), Welcome)
+    return websocket
+
+
+async def test_malformed_frames_get_errors_while_others_are_served(deployment) -> None:
+    publisher, _, url = deployment
+    async with connect(url) as good:
+        view = await good.subscribe(Box((0, 0), (10, 10)))
+        acquire = await asyncio.wait_for(publisher.acquired.get(), 5)
+        bad = await raw_session(url)
+        try:
+            await bad.send(b"\x81\xa4type\xa5bogus")
+            error = codec.to_subscriber().decode(await bad.recv())
+            assert isinstance(error, Error)
+            assert error.code == "protocol"
+            await bad.send("text is not the protocol")
+            error = codec.to_subscriber().decode(await bad.recv())
+            assert isinstance(error, Error)
+            assert "text messages" in error.message
+            # the bad connection still works for well-formed frames
+            await bad.send(codec.encode(Subscribe(1, "agents", Box((0, 0), (1, 1)))))
+            assert isinstance(codec.to_subscriber().decode(await bad.recv()), Subscribed)
+        finally:
+            await bad.close()
+        await publisher.send({"id": [7], "x": [7.0], "y": [7.0]}, snapshots=[acquire.prim])
+        await next_update(view)
+        assert list(view.rows) == [7]
+
+
+async def test_a_handshake_with_the_wrong_version_is_refused(deployment) -> None:
+    _, _, url = deployment
+    async with ws_connect(url) as websocket:
+        await websocket.send(codec.encode(Hello(PROTOCOL_VERSION + 1, "subscriber")))
+        error = codec.to_subscriber().decode(await websocket.recv())
+        assert isinstance(error, Error)
+        assert error.code == "handshake"
+        with pytest.raises(ConnectionClosed):
+            await asyncio.wait_for(websocket.recv(), 5)
+
+
+async def test_a_slow_consumer_is_cut_off_without_delaying_others(deployment) -> None:
+    publisher, _, url = deployment
+    rows = 20_000
+    big = {"id": list(range(rows)), "x": [5.0] * rows, "y": [5.0] * rows}
+    slow = await raw_session(url)  # subscribes, then never reads
+    await slow.send(codec.encode(Subscribe(1, "agents", Box((0, 0), (10, 10)), rate=100.0)))
+    acquire = await asyncio.wait_for(publisher.acquired.get(), 5)
+    async with connect(url) as fast:
+        view = await fast.subscribe(Box((0, 0), (10, 10)), rate=100.0)
+        await publisher.send(big, snapshots=[acquire.prim])
+        received = 0
+        for step in range(30):
+            moved = {"id": big["id"], "x": [5.0 + (step % 3) * 0.1] * rows, "y": big["y"]}
+            await publisher.send(moved)
+            await next_update(view)
+            received += 1
+        assert received == 30
+        # the slow one has been closed with a reason, not left to buffer without bound
+        await asyncio.sleep(1.5)
+        with pytest.raises(ConnectionClosed) as closed:
+            while True:
+                await asyncio.wait_for(slow.recv(), 5)
+        assert closed.value.rcvd is not None
+        assert "slow consumer" in closed.value.rcvd.reason
+
+
+async def test_the_relay_reacquires_after_the_publisher_connection_drops(deployment) -> None:
+    publisher, relay, url = deployment
+    async with connect(url) as subscriber:
+        view = await subscriber.subscribe(Box((0, 0), (10, 10)))
+        first = await asyncio.wait_for(publisher.acquired.get(), 5)
+        await publisher.send({"id": [1], "x": [1.0], "y": [1.0]}, snapshots=[first.prim])
+        await next_update(view)
+        await publisher.relays.pop().close()
+        again = await asyncio.wait_for(publisher.acquired.get(), 10)
+        assert (again.prim, again.view) == (first.prim, first.view)
+        assert publisher.connections == 2
+        await publisher.send({"id": [2], "x": [2.0], "y": [2.0]}, snapshots=[again.prim])
+        await next_update(view)
+        assert sorted(view.rows) == [2]  # the snapshot replaced what the relay held

@@ -1,0 +1,67 @@
+"""The ``fanout`` command line: every command explains itself; explain prints coverage."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from fanout.cli import main
+
+COMMANDS = ["demo", "publisher", "relay", "subscribe", "explain"]
+
+
+def test_top_level_help_lists_every_command(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exit_:
+        main(["--help"])
+    assert exit_.value.code == 0
+    out = capsys.readouterr().out
+    for command in COMMANDS:
+        assert command in out
+
+
+@pytest.mark.parametrize("command", COMMANDS)
+def test_every_command_has_useful_help(command: str, capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exit_:
+        main([command, "--help"])
+    assert exit_.value.code == 0
+    out = capsys.readouterr().out
+    assert "--log-level" in out
+    assert len(out.splitlines()) > 8
+
+
+def test_explain_prints_coverage_and_residual(capsys: pytest.CaptureFixture[str]) -> None:
+    status = main(["explain", "--view", "box:0,0,10,10", "--have", "box:0,0,5,10"])
+    out = capsys.readouterr().out
+    assert status == 0
+    assert "not covered" in out
+    assert "box:5,0,10,10" in out
+
+
+def test_explain_of_a_covered_view(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["explain", "--view", "sphere:5,5,1", "--have", "box:0,0,10,10"]) == 0
+    assert "result: covered" in capsys.readouterr().out
+
+
+def test_a_bad_view_is_a_clear_error_not_a_traceback(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["explain", "--view", "box:0,0,oops,1"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("fanout explain: ")
+    assert "Traceback" not in err
+
+
+def test_explain_needs_a_kind_for_datasets_not_built_in(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["explain", "--dataset", "orders", "--view", "a/b"]) == 2
+    assert "--kind" in capsys.readouterr().err
+    assert main(["explain", "--dataset", "orders", "--kind", "topic", "--view", "a/b", "--have", "a/#"]) == 0
+
+
+def test_subscribe_to_a_relay_that_is_not_there_fails_cleanly() -> None:
+    result = subprocess.run(
+        [sys.executable, "-m", "fanout", "subscribe", "--relay", "ws://127.0.0.1:9", "--box", "0,0,1,1"],
+        capture_output=True, text=True, timeout=60, check=False,
+    )
+    assert result.returncode != 0
+    assert "Traceback" not in result.stderr
+    assert "fanout subscribe:" in result.stderr
