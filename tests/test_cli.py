@@ -54,13 +54,30 @@ def test_a_bad_view_is_a_clear_error_not_a_traceback(capsys: pytest.CaptureFixtu
 def test_explain_needs_a_kind_for_datasets_not_built_in(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["explain", "--dataset", "orders", "--view", "a/b"]) == 2
     assert "--kind" in capsys.readouterr().err
-    assert main(["explain", "--dataset", "orders", "--kind", "topic", "--view", "a/b", "--have", "a/#"]) == 0
+    assert (
+        main(
+            ["explain", "--dataset", "orders", "--kind", "topic", "--view", "a/b", "--have", "a/#"]
+        )
+        == 0
+    )
 
 
 def test_subscribe_to_a_relay_that_is_not_there_fails_cleanly() -> None:
     result = subprocess.run(
-        [sys.executable, "-m", "fanout", "subscribe", "--relay", "ws://127.0.0.1:9", "--box", "0,0,1,1"],
-        capture_output=True, text=True, timeout=60, check=False,
+        [
+            sys.executable,
+            "-m",
+            "fanout",
+            "subscribe",
+            "--relay",
+            "ws://127.0.0.1:9",
+            "--box",
+            "0,0,1,1",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
     )
     assert result.returncode != 0
     assert "Traceback" not in result.stderr

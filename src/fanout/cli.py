@@ -12,7 +12,6 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-
 from websockets.exceptions import WebSocketException
 
 from fanout.errors import FanoutError

@@ -23,8 +23,16 @@ async def publisher(tmp_path: Path) -> AsyncIterator[Child]:
     """``fanout publisher`` on a free port: 2,000 agents at 10 ticks/s, Spark local[*]."""
     child = await start(
         "publisher",
-        ["--port", "0", "--state-dir", str(tmp_path / "publisher"), "--agents", "2000",
-         "--log-level", "info"],
+        [
+            "--port",
+            "0",
+            "--state-dir",
+            str(tmp_path / "publisher"),
+            "--agents",
+            "2000",
+            "--log-level",
+            "info",
+        ],
         tmp_path / "publisher.log",
     )
     try:
@@ -37,7 +45,8 @@ async def publisher(tmp_path: Path) -> AsyncIterator[Child]:
 async def relay(publisher: Child, tmp_path: Path) -> AsyncIterator[Child]:
     """``fanout relay`` connected to the publisher."""
     child = await start(
-        "relay", ["--publisher", publisher.url, "--port", "0", "--log-level", "info"],
+        "relay",
+        ["--publisher", publisher.url, "--port", "0", "--log-level", "info"],
         tmp_path / "relay.log",
     )
     try:
@@ -48,7 +57,4 @@ async def relay(publisher: Child, tmp_path: Path) -> AsyncIterator[Child]:
 
 async def settle(view, updates: int = 2, timeout: float = 60.0) -> None:
     """Wait until ``view`` has received ``updates`` more updates."""
-    target = view.updates + updates
-    async with asyncio.timeout(timeout):
-        while view.updates < target:
-            await asyncio.sleep(0.05)
+    await asyncio.wait_for(view.wait_updates(updates), timeout)

@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 from websockets.asyncio.client import connect as ws_connect
 
-from fanout.client import connect
+from fanout.client import SubscriptionError, connect
 from fanout.client.reader import open_reader
 from fanout.launch import Child
 from fanout.views import Box, Sphere
@@ -29,10 +29,15 @@ pytestmark = [pytest.mark.integration, pytest.mark.asyncio(loop_scope="module")]
 
 def expected_rows(state: dict[str, np.ndarray], view: Box | Sphere) -> dict[int, dict]:
     inside = np.flatnonzero(view.match(state["x"], state["y"]))
-    return {int(state["id"][i]): {name: values[i].item() for name, values in state.items()} for i in inside}
+    return {
+        int(state["id"][i]): {name: values[i].item() for name, values in state.items()}
+        for i in inside
+    }
 
 
-async def test_two_subscribers_see_exactly_the_publishers_state(publisher: Child, relay: Child) -> None:
+async def test_two_subscribers_see_exactly_the_publishers_state(
+    publisher: Child, relay: Child
+) -> None:
     async with connect(relay.url) as first, connect(relay.url) as second:
         box = await first.subscribe(Box((200, 200), (450, 450)))
         sphere = await second.subscribe(Sphere((400, 400), 120.0), rate=5.0)
@@ -51,7 +56,9 @@ async def test_two_subscribers_see_exactly_the_publishers_state(publisher: Child
         assert box.dropped == 0
 
 
-async def test_garbage_to_the_publisher_gets_an_error_and_it_keeps_serving(publisher: Child, relay: Child) -> None:
+async def test_garbage_to_the_publisher_gets_an_error_and_it_keeps_serving(
+    publisher: Child, relay: Child
+) -> None:
     async with ws_connect(publisher.url) as websocket:
         await websocket.send(codec.encode(Hello(PROTOCOL_VERSION, "reader")))
         assert isinstance(codec.from_publisher().decode(await websocket.recv()), Welcome)
@@ -70,16 +77,29 @@ async def test_reading_an_unknown_tick_is_a_clear_error(publisher: Child, relay:
     async with open_reader(publisher.url) as reader:
         _, rows = await reader.read("agents", Box((0, 0), (1000, 1000)))
         assert len(rows["id"]) == 2000
-        with pytest.raises(Exception, match="older than the state kept|not where a micro-batch ended"):
+        with pytest.raises(
+            SubscriptionError, match=r"older than the state kept|not where a micro-batch ended"
+        ):
             await reader.read("agents", Box((0, 0), (10, 10)), tick=1)
-        with pytest.raises(Exception, match="unknown dataset"):
+        with pytest.raises(SubscriptionError, match="unknown dataset"):
             await reader.read("nope", Box((0, 0), (10, 10)))
 
 
 async def test_cli_subscribe_prints_json_lines(relay: Child) -> None:
     process = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "fanout", "subscribe", "--relay", relay.url, "--box", "0,0,300,300", "--json", "--count", "2",
-        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+        sys.executable,
+        "-m",
+        "fanout",
+        "subscribe",
+        "--relay",
+        relay.url,
+        "--box",
+        "0,0,300,300",
+        "--json",
+        "--count",
+        "2",
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
     )
     out, err = await asyncio.wait_for(process.communicate(), 60)
     assert process.returncode == 0, err.decode()

@@ -17,13 +17,20 @@ pytestmark = pytest.mark.spark
 
 coordinate = st.floats(0, 100, allow_nan=False)
 boxes = st.builds(
-    lambda x, y, w, h: Box((x, y), (x + w, y + h)), coordinate, coordinate,
-    st.floats(0, 40), st.floats(0, 40),
+    lambda x, y, w, h: Box((x, y), (x + w, y + h)),
+    coordinate,
+    coordinate,
+    st.floats(0, 40),
+    st.floats(0, 40),
 )
 spheres = st.builds(lambda x, y, r: Sphere((x, y), r), coordinate, coordinate, st.floats(0, 30))
 sectors = st.builds(
     lambda x, y, r, h, a: Sector((x, y), r, h, a),
-    coordinate, coordinate, st.floats(1, 40), st.floats(-math.pi, math.pi), st.floats(0.05, math.pi),
+    coordinate,
+    coordinate,
+    st.floats(1, 40),
+    st.floats(-math.pi, math.pi),
+    st.floats(0.05, math.pi),
 )
 primitives = st.one_of(boxes, spheres, sectors)
 regions = st.one_of(primitives, st.lists(primitives, min_size=2, max_size=3).map(RegionUnion))
@@ -37,8 +44,13 @@ def points(count: int, dims: int, seed: int) -> dict[str, np.ndarray]:
     return table
 
 
-def spark_pairs(spark, rows: dict[str, np.ndarray], views: dict[tuple[int, int], object],
-                cell: float, keep: bool = False) -> set[tuple[int | None, int]]:
+def spark_pairs(
+    spark,
+    rows: dict[str, np.ndarray],
+    views: dict[tuple[int, int], object],
+    cell: float,
+    keep: bool = False,
+) -> set[tuple[int | None, int]]:
     dims = len(rows) - 1
     shapes = [s for (relay, prim), view in views.items() for s in shapes_of(relay, prim, view)]
     frames = ShapeFrames.build(spark, shapes, dims, cell)
@@ -47,10 +59,14 @@ def spark_pairs(spark, rows: dict[str, np.ndarray], views: dict[tuple[int, int],
         result = match(frame, frames, "xyz"[:dims], cell, keep_unmatched=keep).toArrow()
     finally:
         frames.unpersist()
-    return set(zip(result.column("_relay").to_pylist(), result.column("id").to_pylist(), strict=True))
+    return set(
+        zip(result.column("_relay").to_pylist(), result.column("id").to_pylist(), strict=True)
+    )
 
 
-def oracle(rows: dict[str, np.ndarray], views: dict[tuple[int, int], object]) -> set[tuple[int, int]]:
+def oracle(
+    rows: dict[str, np.ndarray], views: dict[tuple[int, int], object]
+) -> set[tuple[int, int]]:
     coords = [rows[a] for a in "xyz" if a in rows]
     return {
         (relay, int(key))
@@ -59,9 +75,16 @@ def oracle(rows: dict[str, np.ndarray], views: dict[tuple[int, int], object]) ->
     }
 
 
-@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(st.dictionaries(st.tuples(st.integers(1, 3), st.integers(1, 4)), regions, min_size=1, max_size=5),
-       st.sampled_from([5.0, 12.5, 50.0]), st.integers(0, 1000))
+@settings(
+    max_examples=12, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(
+    st.dictionaries(
+        st.tuples(st.integers(1, 3), st.integers(1, 4)), regions, min_size=1, max_size=5
+    ),
+    st.sampled_from([5.0, 12.5, 50.0]),
+    st.integers(0, 1000),
+)
 def test_spark_matches_every_relay_exactly_like_numpy(spark, views, cell, seed) -> None:
     rows = points(400, 2, seed)
     assert spark_pairs(spark, rows, views, cell) == oracle(rows, views)

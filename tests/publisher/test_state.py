@@ -28,19 +28,26 @@ def test_latest_per_key_keeps_the_newest_row_of_each_key(spark) -> None:
 
 def test_state_is_read_back_after_each_committed_batch(spark, tmp_path) -> None:
     """A real streaming query with the simulation source, state read at two batch ids."""
-    params = SimulationParams(agents=50, start_time=time.time() - 100, max_ticks=3, max_ticks_per_batch=1)
+    params = SimulationParams(
+        agents=50, start_time=time.time() - 100, max_ticks=3, max_ticks_per_batch=1
+    )
     dataset = agents(params)
     checkpoint = str(tmp_path / "checkpoint")
     seen: dict[int, dict[int, int]] = {}
 
     def record(batch, batch_id: int) -> None:
         state = current_state(spark, checkpoint, dataset, batch, batch_id).toArrow()
-        seen[batch_id] = dict(zip(state.column("id").to_pylist(), state.column("tick").to_pylist(), strict=True))
+        seen[batch_id] = dict(
+            zip(state.column("id").to_pylist(), state.column("tick").to_pylist(), strict=True)
+        )
 
     source = spark.readStream.format("fanout_simulation").options(**params.to_options()).load()
     query = (
-        latest_per_key(source, dataset).writeStream.outputMode("update")
-        .option("checkpointLocation", checkpoint).foreachBatch(record).start()
+        latest_per_key(source, dataset)
+        .writeStream.outputMode("update")
+        .option("checkpointLocation", checkpoint)
+        .foreachBatch(record)
+        .start()
     )
     try:
         query.processAllAvailable()  # one tick per batch (the read limit) up to max_ticks

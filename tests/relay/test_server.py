@@ -60,9 +60,15 @@ class ScriptedPublisher:
                 if isinstance(frame, Acquire):
                     await self.acquired.put(frame)
 
-    async def send(self, rows: dict[str, list], snapshots: list[int] = (), deletes: list[int] = ()) -> None:
+    async def send(
+        self, rows: dict[str, list], snapshots: list[int] = (), deletes: list[int] = ()
+    ) -> None:
         batch = Batch(
-            dataset="agents", epoch=1, seq=self.seq, tick=10 * self.seq, tick_time=0.0,
+            dataset="agents",
+            epoch=1,
+            seq=self.seq,
+            tick=10 * self.seq,
+            tick_time=0.0,
             upserts=encode_columns(rows) if rows else encode_columns({}),
             deletes=encode_columns({"id": np.array(deletes, dtype=np.int64)}),
             snapshots=list(snapshots),
@@ -79,8 +85,10 @@ async def deployment() -> AsyncIterator[tuple[ScriptedPublisher, RelayServer, st
         port = next(iter(server.sockets)).getsockname()[1]
         relay = RelayServer(
             RelayConfig(
-                publisher=f"ws://127.0.0.1:{port}", policy=Policy(widen="margin"),
-                stall_timeout=1.0, reconnect_delay=0.05,
+                publisher=f"ws://127.0.0.1:{port}",
+                policy=Policy(widen="margin"),
+                stall_timeout=1.0,
+                reconnect_delay=0.05,
             )
         )
         ready = asyncio.Event()
@@ -104,7 +112,9 @@ async def test_a_subscriber_gets_its_view_through_the_relay(deployment) -> None:
     async with connect(url) as subscriber:
         view = await subscriber.subscribe(Box((0, 0), (10, 10)))
         acquire = await asyncio.wait_for(publisher.acquired.get(), 5)
-        await publisher.send({"id": [1, 2], "x": [1.0, 11.0], "y": [1.0, 11.0]}, snapshots=[acquire.prim])
+        await publisher.send(
+            {"id": [1, 2], "x": [1.0, 11.0], "y": [1.0, 11.0]}, snapshots=[acquire.prim]
+        )
         update = await next_update(view)
         assert update.full
         assert view.rows == {1: {"id": 1, "x": 1.0, "y": 1.0}}
@@ -197,7 +207,7 @@ async def test_a_slow_consumer_is_cut_off_without_delaying_others(deployment) ->
 
 
 async def test_the_relay_reacquires_after_the_publisher_connection_drops(deployment) -> None:
-    publisher, relay, url = deployment
+    publisher, _, url = deployment
     async with connect(url) as subscriber:
         view = await subscriber.subscribe(Box((0, 0), (10, 10)))
         first = await asyncio.wait_for(publisher.acquired.get(), 5)

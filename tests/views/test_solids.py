@@ -91,13 +91,26 @@ def test_max_cosine_bounds_every_direction_into_the_cell(data: st.DataObject) ->
 
 
 def face_points(lo: tuple[float, ...], hi: tuple[float, ...]) -> np.ndarray:
-    """Random points on each face of a cell."""
+    """Random points on each face of a cell, plus dense points along every edge.
+
+    The largest cosine is often attained on an edge (in 3-D, inside it), where random face
+    samples land too sparsely to get within the tolerance.
+    """
     rng = np.random.default_rng(2)
     faces = []
     for axis, end in itertools.product(range(len(lo)), (lo, hi)):
         points = rng.uniform(lo, hi, size=(4000, len(lo)))
         points[:, axis] = end[axis]
         faces.append(points)
+    steps = np.linspace(0.0, 1.0, 2001)
+    for axis in range(len(lo)):
+        others = [a for a in range(len(lo)) if a != axis]
+        for ends in itertools.product((0, 1), repeat=len(others)):
+            edge = np.empty((len(steps), len(lo)))
+            edge[:, axis] = lo[axis] + steps * (hi[axis] - lo[axis])
+            for other, end in zip(others, ends, strict=True):
+                edge[:, other] = (lo, hi)[end][other]
+            faces.append(edge)
     return np.concatenate(faces)
 
 

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import datetime as dt
 import math
-import os
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -60,26 +59,6 @@ def db() -> Iterator[duckdb.DuckDBPyConnection]:
     connection.close()
 
 
-@pytest.fixture(scope="module")
-def spark() -> Iterator[Any]:
-    os.environ["PYSPARK_PYTHON"] = sys.executable
-    os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
-    from pyspark.sql import SparkSession  # noqa: PLC0415 - Spark starts only for this module
-
-    session = (
-        SparkSession.builder.master("local[1]")
-        .appName("test_sqlcompile")
-        .config("spark.ui.enabled", "false")
-        .config("spark.sql.shuffle.partitions", "1")
-        .config("spark.sql.session.timeZone", "UTC")
-        .config("spark.sql.timestampType", "TIMESTAMP_NTZ")
-        .config("spark.sql.codegen.wholeStage", "false")  # a few tiny jobs: skip compiling them
-        .getOrCreate()
-    )
-    yield session
-    session.stop()
-
-
 def ids(db: duckdb.DuckDBPyConnection, predicate: str) -> set[int]:
     return {row[0] for row in db.execute(f"SELECT id FROM t WHERE {predicate}").fetchall()}
 
@@ -96,7 +75,7 @@ def test_primitive_predicates_keep_the_querys_rows(
 
 @pytest.mark.spark
 def test_spark_filters_keep_the_primitives_rows(db: duckdb.DuckDBPyConnection, spark: Any) -> None:
-    from pyspark.sql.types import (  # noqa: PLC0415 - Spark is imported for this test only
+    from pyspark.sql.types import (
         BooleanType,
         DateType,
         DoubleType,

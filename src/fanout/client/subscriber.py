@@ -117,6 +117,7 @@ class LiveView:
     _queue: deque[Update] = field(default_factory=deque)
     _signal: asyncio.Event = field(default_factory=asyncio.Event)
     _closed: bool = False
+    _waiters: list[tuple[int, asyncio.Future[None]]] = field(default_factory=list)
 
     def __aiter__(self) -> AsyncIterator[Update]:
         return self._iterate()
@@ -131,6 +132,18 @@ class LiveView:
                 return
             self._signal.clear()
             await self._signal.wait()
+
+    async def wait_updates(self, count: int = 1) -> None:
+        """Return once ``count`` more updates have been applied to ``rows``.
+
+        Raises:
+            SubscriptionError: the subscription ended first.
+        """
+        if self.error is not None:
+            raise self.error
+        future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._waiters.append((self.updates + count, future))
+        await future
 
     async def change(self, view: View, rate: float | None = None) -> None:
         """Move the view; the next update is a delta against the rows held."""
@@ -169,7 +182,21 @@ class LiveView:
             self.dropped += 1
         self._queue.append(update)
         self._signal.set()
+        self._wake_waiters()
         return update
+
+    def _wake_waiters(self) -> None:
+        waiting = []
+        for target, future in self._waiters:
+            if future.done():
+                continue
+            if self.error is not None:
+                future.set_exception(self.error)
+            elif self._closed or self.updates >= target:
+                future.set_result(None)
+            else:
+                waiting.append((target, future))
+        self._waiters = waiting
 
     def _apply_push(self, push: Push) -> Update:
         entered = decode_columns(push.entered)
@@ -202,6 +229,7 @@ class LiveView:
         self.error = error
         self._closed = True
         self._signal.set()
+        self._wake_waiters()
 
 
 class Subscriber:

@@ -24,11 +24,12 @@ import msgspec
 
 from fanout.errors import InvalidView
 from fanout.views.base import ViewBase
-from fanout.views.sqlboxes import Box, ValueSet, box_within, simplify, subtract
+from fanout.views.sqlboxes import Box, box_within, simplify, subtract
 from fanout.views.sqlcompile import primitive_query, primitive_to_duckdb, to_duckdb, to_spark
+from fanout.views.sqlfields import Atom
 from fanout.views.sqlmatch import Batch, Mask, match
 from fanout.views.sqlquery import Analysis, analyse, real_columns
-from fanout.views.sqlwhere import Atom
+from fanout.views.sqlvalues import ValueSet
 
 __all__ = [
     "Sql",
@@ -89,6 +90,7 @@ class SqlBox(ViewBase, tag="sqlbox", frozen=True):
 
 
 def _box_key(box: Box) -> bytes:
+    """Order boxes by their encoding, so equal unions of boxes are stored alike."""
     return msgspec.json.encode(box)
 
 
@@ -140,11 +142,13 @@ SqlView: TypeAlias = Sql | SqlBox
 
 @functools.lru_cache(maxsize=4096)
 def _analysis(text: str) -> Analysis:
+    """Parse and analyse a view's text once; views are immutable, so the result is cached."""
     return analyse(text)
 
 
 @functools.lru_cache(maxsize=4096)
 def _primitives(text: str) -> tuple[SqlBox, ...]:
+    """Build (once) the primitives of a view's text."""
     return tuple(SqlBox(n.table, n.columns, n.boxes) for n in _analysis(text).needs)
 
 
@@ -278,6 +282,7 @@ def _takers(
 
 
 def _carries(held: Columns, needed: Columns) -> bool:
+    """Return True if a holder of ``held`` columns (None: all) has all of ``needed``."""
     if held is None:
         return True
     return needed is not None and set(needed) <= set(held)

@@ -24,8 +24,9 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import sqlglot
 from sqlglot import exp
 
-from fanout.views.sqlboxes import Box, Domain, Interval, Scalar, ValueSet, python_value
+from fanout.views.sqlboxes import Box
 from fanout.views.sqlquery import DIALECT
+from fanout.views.sqlvalues import Domain, Interval, Scalar, ValueSet, python_value
 
 if TYPE_CHECKING:
     from pyspark.sql import Column
@@ -49,6 +50,7 @@ def to_duckdb(view: Sql) -> str:
 
 @functools.lru_cache(maxsize=4096)
 def _quoted(text: str) -> str:
+    """Re-render a view's text with every identifier quoted (cached per text)."""
     return sqlglot.parse_one(text, read=DIALECT).sql(dialect=DIALECT, identify=True)
 
 
@@ -69,6 +71,7 @@ def primitive_query(prim: SqlBox) -> str:
     columns: list[exp.Expr] = [exp.Star()]
     if prim.columns is not None:
         columns = [exp.column(column, quoted=True) for column in prim.columns]
+        columns = columns or [exp.Literal.number(1)]  # no columns: the rows alone
     query = exp.select(*columns).from_(exp.table_(prim.table, quoted=True))
     return query.where(boxes_predicate(prim.boxes)).sql(dialect=DIALECT, identify=True)
 
@@ -83,6 +86,7 @@ def boxes_predicate(boxes: Sequence[Box]) -> exp.Expr:
 
 
 def _box_predicate(box: Box) -> exp.Expr:
+    """Return one box as the AND of its columns' predicates (TRUE for none)."""
     return _combine(
         [_range_predicate(column, values) for column, values in box.ranges],
         lambda parts: exp.and_(*parts),
@@ -91,6 +95,7 @@ def _box_predicate(box: Box) -> exp.Expr:
 
 
 def _range_predicate(column: str, values: ValueSet) -> exp.Expr:
+    """Return one column's value set as a predicate: IN-list, ranges, IS NULL."""
     reference = exp.column(column, quoted=True)
     literal = functools.partial(_literal, values.domain)
     point_values, ranges = _split(values.intervals)
@@ -141,6 +146,7 @@ def _split(intervals: Sequence[Interval]) -> tuple[list[Scalar], list[Interval]]
 
 
 def _combine(parts: list[T], join: Callable[[list[T]], T], empty: T) -> T:
+    """Join predicates with ``join``; ``empty`` when there are none, the one when one."""
     if not parts:
         return empty
     return parts[0] if len(parts) == 1 else join(parts)
@@ -166,27 +172,44 @@ def to_spark(prim: SqlBox) -> Column:
 
 
 def _spark_box(box: Box, sf: Any) -> Column:
+    """Return one box as a Spark Column (AND of its columns' conditions)."""
     return _spark_all([_spark_range(column, values, sf) for column, values in box.ranges], sf)
 
 
 def _spark_range(column: str, values: ValueSet, sf: Any) -> Column:
+    """Return one column's value set as a Spark Column."""
     reference = sf.col("`" + column.replace("`", "``") + "`")
+    literal = functools.partial(_spark_literal, values.domain, sf=sf)
     point_values, ranges = _split(values.intervals)
     parts = []
     if point_values:
-        parts.append(reference.isin([sf.lit(python_value(values.domain, v)) for v in point_values]))
+        parts.append(reference.isin([literal(v) for v in point_values]))
     for interval in ranges:
         bounds = []
         if interval.low is not None:
-            low = sf.lit(python_value(values.domain, interval.low))
+            low = literal(interval.low)
             bounds.append(reference >= low if interval.low_closed else reference > low)
         if interval.high is not None:
-            high = sf.lit(python_value(values.domain, interval.high))
+            high = literal(interval.high)
             bounds.append(reference <= high if interval.high_closed else reference < high)
         parts.append(_spark_all(bounds, sf) if bounds else reference.isNotNull())
     if values.null:
         parts.append(reference.isNull())
     return _spark_any(parts, sf)
+
+
+def _spark_literal(domain: Domain, value: Scalar, sf: Any) -> Column:
+    """Return a domain value as a Spark literal.
+
+    Timestamps are naive: they are written as text and cast to ``TIMESTAMP_NTZ``, so that no
+    time zone (the Python process's or the Spark session's) shifts them on the way.
+    """
+    native = python_value(domain, value)
+    if isinstance(native, dt.datetime):
+        result: Column = sf.lit(native.isoformat(sep=" ")).cast("timestamp_ntz")
+        return result
+    literal: Column = sf.lit(native)
+    return literal
 
 
 def _spark_any(parts: list[Column], sf: Any) -> Column:

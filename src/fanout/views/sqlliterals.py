@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 
 from sqlglot import exp
 
-from fanout.views.sqlboxes import Domain, Scalar, date_value, timestamp_value
+from fanout.views.sqlvalues import Domain, Scalar, date_value, timestamp_value
 
 
 @dataclass(frozen=True)
@@ -51,12 +51,14 @@ def constant(node: exp.Expr) -> Constant | None:
 
 
 def _literal(node: exp.Expr, text: str) -> Constant | None:
+    """Read a number or string literal."""
     if not isinstance(node, exp.Literal):
         return None
     return Constant("str", node.this, text) if node.is_string else _number(node.this, text)
 
 
 def _negative(node: exp.Expr, text: str) -> Constant | None:
+    """Read a negated number (``-2.5``)."""
     inner = constant(node.this)
     if inner is None or inner.domain != "num" or not isinstance(inner.value, int | float):
         return None
@@ -100,20 +102,24 @@ def _cast(node: exp.Expr, text: str) -> Constant | None:
 
 
 def _as(inner: Constant, domain: Domain, text: str) -> Constant | None:
+    """Read a literal as a value of ``domain`` (a cast to DATE or TIMESTAMP)."""
     value = coerce(inner, domain)
     return None if value is None else Constant(domain, value, text)
 
 
 def _as_text(inner: Constant, text: str) -> Constant | None:
+    """Read a cast to text: only strings."""
     return Constant("str", inner.value, text) if inner.domain == "str" else None
 
 
 def _as_integer(inner: Constant, text: str) -> Constant | None:
+    """Read a cast to an integer type: only integers, which it leaves unchanged."""
     whole = inner.domain == "num" and isinstance(inner.value, int)
     return Constant("num", inner.value, text) if whole else None  # 2.5::INT rounds: not read
 
 
 def _as_real(inner: Constant, text: str) -> Constant | None:
+    """Read a cast to a floating-point type."""
     if inner.domain != "num" or not isinstance(inner.value, int | float):
         return None
     return Constant("num", float(inner.value), text)

@@ -27,8 +27,9 @@ import numpy.typing as npt
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from fanout.views.sqlboxes import Box, Domain, Interval, Scalar, ValueSet
+from fanout.views.sqlboxes import Box
 from fanout.views.sqlliterals import Constant, coerce
+from fanout.views.sqlvalues import Domain, Interval, Scalar, ValueSet
 
 Batch: TypeAlias = "pa.Table | pa.RecordBatch | Mapping[str, Any]"
 Mask: TypeAlias = npt.NDArray[np.bool_]
@@ -149,6 +150,7 @@ def _in_intervals(
 def _interval_condition(
     array: pa.Array | pa.ChunkedArray, interval: Interval, to_bound: _Bound
 ) -> Any:
+    """Return the Arrow condition ``low <(=) array <(=) high`` of one interval."""
     conditions = []
     if interval.low is not None:
         low = pa.scalar(to_bound(interval.low), type=array.type)

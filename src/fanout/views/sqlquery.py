@@ -40,19 +40,10 @@ import sqlglot.errors
 from sqlglot import exp
 
 from fanout.errors import InvalidView
-from fanout.views.sqlboxes import Box, ValueSet, simplify
-from fanout.views.sqlwhere import (
-    TRUE,
-    Atom,
-    Fields,
-    Normaliser,
-    QualifiedColumn,
-    Truth,
-    and_,
-    column_domains,
-    equality,
-    project,
-)
+from fanout.views.sqlboxes import Box, simplify
+from fanout.views.sqlfields import Atom, Fields, QualifiedColumn, column_domains
+from fanout.views.sqlvalues import ValueSet
+from fanout.views.sqlwhere import TRUE, Normaliser, Truth, and_, equality, project
 
 DIALECT = "duckdb"
 
@@ -200,6 +191,7 @@ def _parse(text: str) -> exp.Select:
 
 
 def _parse_message(error: sqlglot.errors.ParseError) -> str:
+    """Turn sqlglot's parse error into a message with line, column and token."""
     if not error.errors:
         return f"invalid SQL: {error}"
     first = error.errors[0]
@@ -230,6 +222,7 @@ class _Locator:
 
 
 def _check_clauses(select: exp.Select, where: _Locator) -> None:
+    """Reject the clauses views do not support, and empty SELECT lists or FROMs."""
     for key, value in select.args.items():
         if not value or key in _SUPPORTED_CLAUSES:
             continue
@@ -243,6 +236,7 @@ def _check_clauses(select: exp.Select, where: _Locator) -> None:
 
 
 def _check_nodes(select: exp.Select, where: _Locator) -> None:
+    """Reject subqueries, aggregates, window functions and parameters anywhere."""
     for node in select.walk():
         if node is select:
             continue
@@ -252,6 +246,7 @@ def _check_nodes(select: exp.Select, where: _Locator) -> None:
 
 
 def _distinct_on(select: exp.Select) -> bool:
+    """Return True for ``SELECT DISTINCT ON (...)``, which picks rows."""
     distinct = select.args.get("distinct")
     return distinct is not None and distinct.args.get("on") is not None
 
@@ -283,6 +278,7 @@ def _sources(select: exp.Select, where: _Locator) -> tuple[list[_Source], list[_
 
 
 def _source(node: exp.Expr, where: _Locator) -> _Source:
+    """Read one FROM or JOIN item, which must be a plain table (with an alias)."""
     if not isinstance(node, exp.Table) or not isinstance(node.this, exp.Identifier):
         raise InvalidView(f"FROM and JOIN must name tables; {where(node)} is not a table")
     if node.args.get("db") or node.args.get("catalog"):
@@ -298,6 +294,7 @@ def _source(node: exp.Expr, where: _Locator) -> _Source:
 
 
 def _join(node: exp.Join, index: int, where: _Locator) -> _Join:
+    """Read one join's kind, ON clause and USING columns; reject the unsupported kinds."""
     method = str(node.args.get("method") or "").upper()
     kind = str(node.args.get("kind") or "").upper()
     side = str(node.args.get("side") or "").lower()
@@ -314,6 +311,7 @@ def _join(node: exp.Join, index: int, where: _Locator) -> _Join:
 
 
 def _output_aliases(select: exp.Select) -> dict[str, exp.Expr]:
+    """Return the SELECT list's aliases and the expressions they name."""
     return {
         item.alias.lower(): item.this for item in select.expressions if isinstance(item, exp.Alias)
     }
@@ -500,4 +498,5 @@ def _gate(joins: Sequence[_Join], truths: Sequence[Truth], position: int) -> Tru
 
 
 def _union_columns(a: set[str] | None, b: set[str] | None) -> set[str] | None:
+    """Unite two column sets (None: all columns)."""
     return None if a is None or b is None else a | b

@@ -28,51 +28,36 @@ Rules of the normalisation:
 6. A union that grows past :data:`MAX_BOXES` boxes is replaced by its bounding box (neither
    exact nor faithful). Each side of a :class:`Truth` is computed only when needed: the FALSE
    side of an OR of ANDs is an exponential product that a WHERE clause without NOT never needs.
-7. All literals compared with one field must share a domain; strings compared with a column
-   that is also compared with dates are read as dates (see ``fanout.views.sqlliterals``).
+7. Fields, atoms and the domain each field is compared in are settled by
+   ``fanout.views.sqlfields``; literals are read by ``fanout.views.sqlliterals``.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from sqlglot import exp
 
 from fanout.errors import InvalidView
-from fanout.views.sqlboxes import (
+from fanout.views.sqlboxes import box_intersect, hull, simplify
+from fanout.views.sqlfields import COMPARISONS, Atom, Field, Fields, QualifiedColumn
+from fanout.views.sqlliterals import Constant, coerce, constant, plain_text, unparen
+from fanout.views.sqlvalues import (
     EVERYTHING,
     NOT_NULL,
     ONLY_NULL,
     Domain,
     ValueSet,
-    box_intersect,
     compare,
     complement,
-    hull,
     intersect,
     points,
-    simplify,
 )
-from fanout.views.sqlliterals import Constant, coerce, constant, plain_text, unparen
 
 MAX_BOXES = 64
 
 
-@dataclass(frozen=True, order=True)
-class Atom:
-    """An expression or predicate over one table, standing in boxes as a pseudo-column.
-
-    ``text`` is its SQL with its columns unqualified and lower case, so the same
-    predicate in two views over the same table is the same atom.
-    """
-
-    text: str
-
-
-QualifiedColumn = tuple[str, str]  # (table alias, column), both lower case
-Field = tuple[str, str | Atom]  # a column or an atom of one table alias
-Resolve = Callable[[exp.Column], QualifiedColumn | None]
 Equality = frozenset[Field]
 
 TRUE_VALUE = points("bool", [True])
@@ -135,6 +120,7 @@ class Truth:
         return self._side(False)
 
     def _side(self, which: bool) -> Side:
+        """Return one side, computing it the first time."""
         if which not in self._sides:
             self._sides[which] = self._make[which]()
         return self._sides[which]
@@ -145,18 +131,10 @@ TRUE = Truth.of(_ALL, ())
 FALSE = Truth.of((), _ALL)
 UNKNOWN = Truth.of((), ())  # a NULL predicate: neither TRUE nor FALSE anywhere
 
-_COMPARISONS: dict[type[exp.Expr], str] = {
-    exp.EQ: "=",
-    exp.NEQ: "<>",
-    exp.LT: "<",
-    exp.LTE: "<=",
-    exp.GT: ">",
-    exp.GTE: ">=",
-}
-_NODES: dict[str, type[exp.Expr]] = {op: kind for kind, op in _COMPARISONS.items()}
+_NODES: dict[str, type[exp.Expr]] = {op: kind for kind, op in COMPARISONS.items()}
 # Atoms that are NULL whenever an operand is NULL; listed, not guessed, because a non-strict atom
 # wrongly listed here would make a primitive miss rows.
-_STRICT = (*_COMPARISONS, exp.Between, exp.Like, exp.ILike, exp.Glob, exp.SimilarTo)
+_STRICT = (*COMPARISONS, exp.Between, exp.Like, exp.ILike, exp.Glob, exp.SimilarTo)
 _FLIPPED = {"=": "=", "<>": "<>", "<": ">", "<=": ">=", ">": "<", ">=": "<="}
 _NEGATED = {"=": "<>", "<>": "=", "<": ">=", "<=": ">", ">": "<=", ">=": "<"}
 
@@ -192,6 +170,7 @@ def _product(a: Side, b: Side) -> Side:
 
 
 def _union(a: Side, b: Side) -> Side:
+    """Unite two unions."""
     return _bounded([*a.conjuncts, *b.conjuncts], a, b)
 
 
@@ -231,157 +210,6 @@ def equality(left: QualifiedColumn, right: QualifiedColumn) -> Truth:
 
 
 # ---------------------------------------------------------------------------------------------
-# Fields: what predicates compare
-
-
-class Fields:
-    """Names the operands predicates compare: a column, or an expression over one table (atom).
-
-    Args:
-        resolve: maps a column reference to its (alias, column); None if it names no single
-            column (a COALESCEd USING column of a FULL JOIN).
-        aliases: the query's table aliases (an expression without columns belongs to the only
-            one, if there is only one).
-    """
-
-    def __init__(self, resolve: Resolve, aliases: Sequence[str]) -> None:
-        self._resolve = resolve
-        self._aliases = aliases
-
-    def column(self, node: exp.Expr) -> QualifiedColumn | None:
-        """Return the column ``node`` is, if it is a bare column reference."""
-        node = unparen(node)
-        if isinstance(node, exp.Column) and not isinstance(node.this, exp.Star):
-            return self._resolve(node)
-        return None
-
-    def of(self, node: exp.Expr) -> Field | None:
-        """Return the field ``node`` is: a column, an atom, or None (a literal, several tables)."""
-        node = unparen(node)
-        if isinstance(node, exp.Column):
-            return self.column(node)
-        if constant(node) is not None:
-            return None
-        return self.atom(node)
-
-    def atom(self, node: exp.Expr) -> Field | None:
-        """Return an expression over one table as an atom; None if it reads several or varies.
-
-        The atom's text has its columns unqualified, so ``abs(x.i)`` over ``t AS x`` and
-        ``abs(i)`` over ``t`` are the same atom. Expressions whose value changes from one
-        evaluation to the next (``random()``, ``now()``) are never atoms.
-        """
-        canonical = unparen(node).copy()
-        if any(_volatile(part) for part in canonical.walk()):
-            return None
-        owners: set[str] = set()
-        for reference in list(canonical.find_all(exp.Column)):
-            resolved = None if isinstance(reference.this, exp.Star) else self._resolve(reference)
-            if resolved is None:
-                return None
-            owners.add(resolved[0])
-            reference.replace(exp.column(resolved[1], quoted=True))
-        if not owners and len(self._aliases) == 1:
-            owners.add(self._aliases[0])
-        if len(owners) != 1:
-            return None
-        for part in canonical.walk():
-            part.comments = None
-        return owners.pop(), Atom(canonical.sql(dialect="duckdb"))
-
-
-_VOLATILE_NODES = (exp.Rand, exp.CurrentTimestamp, exp.CurrentDate, exp.CurrentTime, exp.Uuid)
-_VOLATILE_NAMES = frozenset(
-    {"now", "random", "nextval", "currval", "setseed", "today", "get_current_time",
-     "get_current_timestamp", "transaction_timestamp", "gen_random_uuid", "uuid"}
-)  # fmt: skip
-
-
-def _volatile(node: exp.Expr) -> bool:
-    if isinstance(node, _VOLATILE_NODES):
-        return True
-    return isinstance(node, exp.Anonymous) and str(node.this).lower() in _VOLATILE_NAMES
-
-
-def field_name(field: Field) -> str:
-    """Return a field as messages name it: ``column alias.name`` or the atom's SQL."""
-    alias, name = field
-    return f"column {alias}.{name}" if isinstance(name, str) else repr(name.text)
-
-
-# ---------------------------------------------------------------------------------------------
-# Domains per field
-
-
-def column_domains(predicates: Iterable[exp.Expr], fields: Fields) -> dict[Field, Domain]:
-    """Settle the domain of every column and atom the predicates compare with literals.
-
-    Args:
-        predicates: WHERE and ON clauses of one query.
-        fields: names the compared operands.
-
-    Returns:
-        The domain each compared field's literals are read in.
-
-    Raises:
-        InvalidView: a field is compared with literals of incompatible types (a number and a
-            string, say); the message names the field and both literals.
-    """
-    seen: dict[Field, dict[Domain, str]] = {}
-    for predicate in predicates:
-        for field, value in _field_constants(predicate, fields):
-            if value.domain != "any":
-                seen.setdefault(field, {}).setdefault(value.domain, value.text)
-    return {field: _unify(field, found) for field, found in seen.items()}
-
-
-def _unify(field: Field, found: Mapping[Domain, str]) -> Domain:
-    domains = set(found)
-    if len(domains) == 1:
-        return domains.pop()
-    if domains <= {"str", "date"}:
-        return "date"
-    if domains <= {"str", "date", "timestamp"}:
-        return "timestamp"
-    first, second = sorted(found.items())[:2]
-    raise InvalidView(
-        f"{field_name(field)} is compared with values of different types: "
-        f"{first[1]} ({first[0]}) and {second[1]} ({second[0]})"
-    )
-
-
-def _field_constants(node: exp.Expr, fields: Fields) -> Iterator[tuple[Field, Constant]]:
-    """Yield (field, literal) for every comparison in a predicate's boolean structure."""
-    node = unparen(node)
-    if isinstance(node, exp.And | exp.Or):
-        for operand in node.flatten():  # a loop, not recursion: long chains are deep trees
-            yield from _field_constants(operand, fields)
-    elif isinstance(node, exp.Not):
-        yield from _field_constants(node.this, fields)
-    elif isinstance(node, exp.Column):
-        column = fields.column(node)
-        if column is not None:
-            yield column, Constant("bool", True, "TRUE")
-    else:
-        for subject, other in _operands(node):
-            value = constant(other)
-            field = fields.of(subject) if value is not None else None
-            if field is not None and value is not None:
-                yield field, value
-
-
-def _operands(node: exp.Expr) -> list[tuple[exp.Expr, exp.Expr]]:
-    """Return the (subject, compared-with) pairs of a comparison-like atom, both ways round."""
-    if isinstance(node, (*_COMPARISONS, exp.NullSafeEQ, exp.NullSafeNEQ, exp.Is)):
-        return [(node.this, node.expression), (node.expression, node.this)]
-    if isinstance(node, exp.Between):
-        return [(node.this, node.args["low"]), (node.this, node.args["high"])]
-    if isinstance(node, exp.In):
-        return [(node.this, item) for item in node.expressions]
-    return []
-
-
-# ---------------------------------------------------------------------------------------------
 # Predicates -> truths
 
 
@@ -418,7 +246,7 @@ class Normaliser:
             InvalidView: the predicate names an unknown or ambiguous column, or is an empty IN.
         """
         node = unparen(node)
-        op = _COMPARISONS.get(type(node))
+        op = COMPARISONS.get(type(node))
         if op is not None:
             return self._comparison(op, node.this, node.expression, node)
         handler = self._handlers.get(type(node))
@@ -457,6 +285,7 @@ class Normaliser:
         return self._opaque(atom, strict)
 
     def _field_constant(self, field: Field, op: str, value: Constant, atom: exp.Expr) -> Truth:
+        """Box ``field <op> literal``; an atom if the literal has no value in the field's domain."""
         domain = self._domains.get(field, value.domain)
         bound = coerce(value, domain)
         if bound is None:
@@ -466,6 +295,7 @@ class Normaliser:
         return Truth.of(_only(field, true), _only(field, false), exact=_is_column(field))
 
     def _between(self, node: exp.Expr) -> Truth:
+        """Box ``x [NOT] BETWEEN [SYMMETRIC] low AND high`` as two comparisons."""
         subject, low, high = node.this, node.args["low"], node.args["high"]
         if node.args.get("symmetric") and (_is_null(constant(low)) or _is_null(constant(high))):
             return self._opaque(node, self._strict_fields(node))  # its own NULL rules
@@ -476,10 +306,12 @@ class Normaliser:
         return or_(ordered, swapped)
 
     def _bound(self, op: str, subject: exp.Expr, bound: exp.Expr) -> Truth:
+        """Box one comparison of a desugared BETWEEN or IN."""
         atom = _NODES[op](this=subject.copy(), expression=bound.copy())
         return self._comparison(op, subject, bound, atom)
 
     def _in(self, node: exp.Expr) -> Truth:
+        """Box ``x IN (...)``: in one go for literals, else as ORed equalities."""
         items = node.expressions
         if not items:
             raise InvalidView(f"IN () needs at least one value: {node.sql(dialect='duckdb')}")
@@ -573,10 +405,12 @@ class Normaliser:
 
 
 def _is_column(field: Field) -> bool:
+    """Return True if a field is a real column (not an atom)."""
     return isinstance(field[1], str)
 
 
 def _is_null(value: Constant | None) -> bool:
+    """Return True if a literal is NULL."""
     return value is not None and value.value is None
 
 

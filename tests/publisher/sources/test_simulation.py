@@ -6,7 +6,6 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows
 
 from fanout.errors import ConfigError
@@ -92,7 +91,9 @@ def test_tick_rows_carry_the_tick_and_its_time() -> None:
 
 
 def test_latest_offset_never_goes_back_and_respects_the_limits() -> None:
-    params = SimulationParams(agents=100, period=2, start_time=0.0, max_ticks_per_batch=5, max_ticks=12)
+    params = SimulationParams(
+        agents=100, period=2, start_time=0.0, max_ticks_per_batch=5, max_ticks=12
+    )
     reader = SimulationStreamReader(params)
     limit = reader.getDefaultReadLimit()
     assert limit == ReadMaxRows(250)  # 5 ticks of 50 moving agents

@@ -1,0 +1,91 @@
+"""A LiveView applies every push to its rows in order; notices may drop, rows never do."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any, cast
+
+import numpy as np
+import pytest
+
+from fanout.client.subscriber import LiveView, Subscriber, SubscriptionError
+from fanout.views import Box
+from fanout.wire.columns import encode_columns
+from fanout.wire.messages import NoUpdate, Push
+
+
+def view(buffer: int = 256) -> LiveView:
+    return LiveView(
+        1, "agents", Box((0, 0), (1, 1)), "id", ["id", "x"], cast(Subscriber, None), buffer=buffer
+    )
+
+
+def push(
+    seq: int,
+    full: bool = False,
+    entered: dict[str, Any] | None = None,
+    updated: dict[str, Any] | None = None,
+    left: list[int] | None = None,
+) -> Push:
+    return Push(
+        sub=1,
+        epoch=1,
+        seq=seq,
+        tick=seq * 10,
+        tick_time=0.0,
+        full=full,
+        entered=encode_columns(entered or {}),
+        updated=encode_columns(updated or {}),
+        left=encode_columns({"id": np.array(left or [], dtype=np.int64)}),
+    )
+
+
+async def test_pushes_apply_in_order_to_the_rows() -> None:
+    live = view()
+    live._apply(push(0, full=True, entered={"id": [1, 2], "x": [0.1, 0.2]}))
+    live._apply(push(1, entered={"id": [3], "x": [0.3]}, updated={"id": [1], "x": [0.5]}, left=[2]))
+    assert live.rows == {1: {"id": 1, "x": 0.5}, 3: {"id": 3, "x": 0.3}}
+    assert (live.seq, live.tick) == (1, 10)
+    live._apply(push(2, full=True, entered={"id": [9], "x": [0.9]}))
+    assert list(live.rows) == [9]  # a full push replaces everything
+
+
+async def test_a_no_update_changes_nothing_but_the_tick() -> None:
+    live = view()
+    live._apply(push(0, full=True, entered={"id": [1], "x": [0.1]}))
+    update = live._apply(NoUpdate(1, 1, 5, 50))
+    assert update.no_update
+    assert live.rows == {1: {"id": 1, "x": 0.1}}
+    assert live.tick == 50
+
+
+async def test_a_lagging_reader_loses_notices_not_rows() -> None:
+    live = view(buffer=2)
+    for seq in range(5):
+        live._apply(push(seq, entered={"id": [seq], "x": [float(seq)]}))
+    assert live.dropped == 3
+    assert sorted(live.rows) == [0, 1, 2, 3, 4]
+    iterator = live.__aiter__()
+    assert (await iterator.__anext__()).seq == 3
+
+
+async def test_wait_updates_returns_after_that_many_more() -> None:
+    live = view()
+    waiting = asyncio.create_task(live.wait_updates(2))
+    await asyncio.sleep(0)  # let it register
+    live._apply(push(0, full=True))
+    await asyncio.sleep(0)
+    assert not waiting.done()
+    live._apply(push(1))
+    await asyncio.wait_for(waiting, 1)
+
+
+async def test_an_ended_subscription_raises_to_iterators_and_waiters() -> None:
+    live = view()
+    waiting = asyncio.create_task(live.wait_updates(1))
+    await asyncio.sleep(0)
+    live._end(SubscriptionError("closed", "gone"))
+    with pytest.raises(SubscriptionError, match="closed: gone"):
+        await waiting
+    with pytest.raises(SubscriptionError):
+        await live.__aiter__().__anext__()
