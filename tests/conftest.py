@@ -7,6 +7,11 @@ import sys
 from collections.abc import Iterator
 
 import pytest
+from hypothesis import settings
+
+# No per-example deadlines: the machines are shared and noisy, and speed is the benchmarks' job.
+settings.register_profile("fanout", deadline=None)
+settings.load_profile("fanout")
 
 os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)

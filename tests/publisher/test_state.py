@@ -1,4 +1,4 @@
-"""The authoritative state kept by Spark: latest per key, read back from the state store."""
+"""The authoritative state kept by Spark: latest per key, tombstones, read back from the store."""
 
 from __future__ import annotations
 
@@ -6,31 +6,45 @@ import time
 
 import pytest
 
+from fanout.publisher import sources
 from fanout.publisher.datasets import agents
 from fanout.publisher.sources.simulation import SimulationParams
-from fanout.publisher.state import current_state, latest_per_key, read_state
+from fanout.publisher.state import current_state, latest_per_key, live_rows, read_state
 
 pytestmark = pytest.mark.spark
 
 DATASET = agents(SimulationParams(agents=50))
 
 
-def rows(spark, data: list[tuple[int, float, float, int]]):
-    schema = "id long, x double, y double, kind int, tick long, ts double"
-    return spark.createDataFrame([(i, x, y, 0, t, float(t)) for i, x, y, t in data], schema)
+def rows(spark, data: list[tuple[int, float, int, bool]]):
+    """Rows (id, x, version, deleted) of the agents schema."""
+    schema = "id long, x double, y double, kind int, tick long, ts double, _version long, _deleted boolean"
+    return spark.createDataFrame(
+        [(i, x, 0.0, 0, v, float(v), v, deleted) for i, x, v, deleted in data], schema
+    )
 
 
 def test_latest_per_key_keeps_the_newest_row_of_each_key(spark) -> None:
-    data = [(1, 0.0, 0.0, 1), (1, 5.0, 5.0, 3), (1, 9.0, 9.0, 2), (2, 1.0, 1.0, 1)]
+    data = [(1, 0.0, 1, False), (1, 5.0, 3, False), (1, 9.0, 2, False), (2, 1.0, 1, False)]
     latest = latest_per_key(rows(spark, data), DATASET).orderBy("id").collect()
-    assert [(r.id, r.x, r.tick) for r in latest] == [(1, 5.0, 3), (2, 1.0, 1)]
+    assert [(r.id, r.x, r._version) for r in latest] == [(1, 5.0, 3), (2, 1.0, 1)]
+
+
+def test_a_delete_wins_over_older_rows_and_loses_to_newer_ones(spark) -> None:
+    data = [
+        (1, 1.0, 1, False),
+        (1, 0.0, 2, True),
+        (2, 2.0, 1, False),
+        (2, 0.0, 2, True),
+        (2, 7.0, 3, False),
+    ]
+    latest = live_rows(latest_per_key(rows(spark, data), DATASET)).collect()
+    assert [(r.id, r.x) for r in latest] == [(2, 7.0)]
 
 
 def test_state_is_read_back_after_each_committed_batch(spark, tmp_path) -> None:
     """A real streaming query with the simulation source, state read at two batch ids."""
-    params = SimulationParams(
-        agents=50, start_time=time.time() - 100, max_ticks=3, max_ticks_per_batch=1
-    )
+    params = SimulationParams(agents=50, max_ticks=3, max_ticks_per_batch=1)
     dataset = agents(params)
     checkpoint = str(tmp_path / "checkpoint")
     seen: dict[int, dict[int, int]] = {}
@@ -41,7 +55,7 @@ def test_state_is_read_back_after_each_committed_batch(spark, tmp_path) -> None:
             zip(state.column("id").to_pylist(), state.column("tick").to_pylist(), strict=True)
         )
 
-    source = spark.readStream.format("fanout_simulation").options(**params.to_options()).load()
+    source = sources.stream(spark, dataset, start_time=time.time() - 100)
     query = (
         latest_per_key(source, dataset)
         .writeStream.outputMode("update")
@@ -60,4 +74,4 @@ def test_state_is_read_back_after_each_committed_batch(spark, tmp_path) -> None:
         assert set(ticks.values()) == {batch_id + 1}
     committed = read_state(spark, checkpoint, dataset, 1).toArrow()
     assert set(committed.column("tick").to_pylist()) == {2}
-    assert committed.column_names == list(DATASET.columns)
+    assert committed.column_names == [*DATASET.columns, "_version", "_deleted"]

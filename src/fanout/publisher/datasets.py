@@ -1,15 +1,81 @@
 """Datasets the publisher serves: named, keyed tables with a schema, an index and a source.
 
-The built-in ``agents`` dataset is the demo's simulation; issue 3 adds datasets declared in
-``fanout.toml``.
+Every dataset is declared in ``fanout.toml`` (see ``publisher.config``) or built in (``agents``,
+the demo's simulation). Whatever its source, its stream reaches the pipeline as the declared
+columns plus two internal ones:
+
+* ``_version`` (long): the larger value is the newer version of a key's row (the simulation's
+  tick, the ingest log's offset, a declared order column, ...);
+* ``_deleted`` (boolean): the row is a tombstone — the key was deleted at that version.
+
+Column names starting with ``_`` are reserved for these and for matching.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Literal
 
 from fanout.publisher.sources.simulation import AXES, SimulationParams
 from fanout.wire.messages import DatasetInfo, IndexKind
+
+ColumnType = Literal["long", "int", "double", "float", "string", "boolean"]
+
+#: Declared column type -> the dtype its values travel as (see ``wire.columns``).
+WIRE_DTYPES: dict[str, str] = {
+    "long": "<i8",
+    "int": "<i4",
+    "double": "<f8",
+    "float": "<f4",
+    "string": "str",
+    "boolean": "|b1",
+}
+#: Declared column type -> Spark SQL type name.
+SPARK_TYPES: dict[str, str] = {
+    "long": "bigint",
+    "int": "int",
+    "double": "double",
+    "float": "float",
+    "string": "string",
+    "boolean": "boolean",
+}
+VERSION = "_version"
+DELETED = "_deleted"
+
+
+@dataclass(frozen=True)
+class SimulationSource:
+    """Agents moving in a 2-D or 3-D world (``sources.simulation``)."""
+
+    params: SimulationParams = field(default_factory=SimulationParams)
+
+
+@dataclass(frozen=True)
+class FilesSource:
+    """Files dropped into a folder, read by Spark's file source.
+
+    Attributes:
+        path: the folder watched.
+        format: ``json`` (one object per line), ``csv`` (with a header) or ``parquet``.
+        options: extra Spark reader options.
+        max_files_per_trigger: admission control: files per micro-batch at most.
+        deleted: a boolean column that marks a row as a delete of its key (None: no deletes).
+    """
+
+    path: str
+    format: Literal["json", "csv", "parquet"] = "json"
+    options: dict[str, str] = field(default_factory=dict)
+    max_files_per_trigger: int = 100
+    deleted: str | None = None
+
+
+@dataclass(frozen=True)
+class IngestSource:
+    """Producers ``publish()`` upserts and deletes through the control plane; every event is
+    appended durably to the ingest log before it is acknowledged (``sources.ingest``)."""
+
+
+Source = SimulationSource | FilesSource | IngestSource
 
 
 @dataclass(frozen=True)
@@ -18,57 +84,65 @@ class Dataset:
 
     Attributes:
         name: what subscribers call it.
-        key: the key column (int64).
-        columns: column -> numpy dtype string, key included.
+        key: the key column.
+        schema: column -> declared type, key included, in order.
         index: the view language rows are selected with.
-        index_columns: the columns that language reads (``x, y[, z]`` for ``space``).
-        order: the column whose larger value is the newer version of a row.
-        simulation: parameters of the simulation source feeding it.
+        index_columns: the columns that language reads: ``x, y[, z]`` for ``space``, the topic
+            column for ``topic``, the path column for ``path``, every column for ``sql``.
+        source: where rows come from.
+        order: a column whose larger value is the newer row (None: the source's own order).
+        time_column: a column holding each row's event time in epoch seconds (None: none).
         cell_size: grid cell side for region matching (see ``publisher.matching``).
     """
 
     name: str
     key: str
-    columns: dict[str, str]
+    schema: dict[str, ColumnType]
     index: IndexKind
     index_columns: tuple[str, ...]
-    order: str
-    simulation: SimulationParams = field(default_factory=SimulationParams)
+    source: Source
+    order: str | None = None
+    time_column: str | None = None
     cell_size: float = 50.0
+
+    @property
+    def columns(self) -> dict[str, str]:
+        """Column -> wire dtype, in schema order."""
+        return {name: WIRE_DTYPES[kind] for name, kind in self.schema.items()}
+
+    @property
+    def value_columns(self) -> list[str]:
+        """Every column but the key, in schema order."""
+        return [name for name in self.schema if name != self.key]
+
+    def spark_schema(self) -> str:
+        """The declared columns as a Spark DDL schema string."""
+        return ", ".join(f"`{name}` {SPARK_TYPES[kind]}" for name, kind in self.schema.items())
 
     def info(self) -> DatasetInfo:
         """The descriptor relays receive in the ``Catalog``."""
         return DatasetInfo(
             name=self.name,
             key=self.key,
-            columns=dict(self.columns),
+            columns=self.columns,
             index=self.index,
             index_columns=list(self.index_columns),
         )
-
-    @property
-    def value_columns(self) -> list[str]:
-        """Every column but the key, in schema order."""
-        return [name for name in self.columns if name != self.key]
 
 
 def agents(params: SimulationParams, cell_size: float | None = None) -> Dataset:
     """The built-in ``agents`` dataset: simulated agents moving in 2-D or 3-D."""
     axes = AXES[: params.dims]
-    columns = {
-        "id": "<i8",
-        **dict.fromkeys(axes, "<f8"),
-        "kind": "<i4",
-        "tick": "<i8",
-        "ts": "<f8",
-    }
+    schema: dict[str, ColumnType] = {"id": "long", **dict.fromkeys(axes, "double")}
+    schema |= {"kind": "int", "tick": "long", "ts": "double"}
     return Dataset(
         name="agents",
         key="id",
-        columns=columns,
+        schema=schema,
         index="space",
         index_columns=axes,
+        source=SimulationSource(params),
         order="tick",
-        simulation=params,
+        time_column="ts",
         cell_size=cell_size if cell_size is not None else params.world / 20.0,
     )

@@ -17,7 +17,7 @@ import os
 import sys
 import time
 from collections import deque
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -28,12 +28,13 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.streaming.query import StreamingQuery
 
 from fanout.errors import BadRequest, InvalidView
-from fanout.publisher.datasets import Dataset
+from fanout.publisher import sources
+from fanout.publisher.datasets import DELETED, VERSION, Dataset
 from fanout.publisher.delivery import BatchSink, Checkouts, Stamp, build_batches, rows_by_relay
 from fanout.publisher.matching import ShapeFrames, match, shapes_of
 from fanout.publisher.registry import Plan, Registry
 from fanout.publisher.sources.simulation import SimulationDataSource
-from fanout.publisher.state import current_state, latest_per_key, read_state
+from fanout.publisher.state import current_state, latest_per_key, live_rows, read_state
 from fanout.views import View
 from fanout.views.region import Box, RegionUnion, Sector, Sphere
 
@@ -126,15 +127,8 @@ class Pipeline:
         A new stream's clock starts now, once Spark is up, not when the process started.
         """
         self.stream = StreamInfo.load_or_create(self.state_dir)
-        self.dataset = replace(
-            self.dataset,
-            simulation=replace(self.dataset.simulation, start_time=self.stream.start_time),
-        )
         self.tick_time = self.stream.start_time
-        params = self.dataset.simulation
-        rows = (
-            self.spark.readStream.format("fanout_simulation").options(**params.to_options()).load()
-        )
+        rows = sources.stream(self.spark, self.dataset, self.stream.start_time)
         writer = (
             latest_per_key(rows, self.dataset)
             .writeStream.outputMode("update")
@@ -200,12 +194,15 @@ class Pipeline:
             index, size = self.dataset.index_columns, self.dataset.cell_size
             table = match(changes, shapes, index, size, keep_unmatched=True).toArrow()
         if table.num_rows:
-            self.tick = max(self.tick, int(pc.max(table.column(self.dataset.order)).as_py()))
-            self.tick_time = max(self.tick_time, float(pc.max(table.column("ts")).as_py()))
-        changed = np.unique(table.column(self.dataset.key).to_numpy())
+            self.tick = max(self.tick, int(pc.max(table.column(VERSION)).as_py()))
+            time_column = self.dataset.time_column
+            latest = pc.max(table.column(time_column)).as_py() if time_column else time.time()
+            self.tick_time = max(self.tick_time, float(latest))
+        changed = np.unique(table.column(self.dataset.key).to_numpy(zero_copy_only=False))
         if shapes is None:
             return changed, {}
-        return changed, rows_by_relay(table.filter(pc.is_valid(table.column("_relay"))))
+        live = pc.and_(pc.is_valid(table.column("_relay")), pc.invert(table.column(DELETED)))
+        return changed, rows_by_relay(table.filter(live))
 
     def _shapes_for(self, plan: Plan) -> ShapeFrames | None:
         version, cached = self._shapes
@@ -296,7 +293,7 @@ class Pipeline:
         # store refuses to read it, so wait for the commit rather than read an older version.
         while True:
             try:
-                state = read_state(self.spark, self.checkpoint, self.dataset, batch_id)
+                state = live_rows(read_state(self.spark, self.checkpoint, self.dataset, batch_id))
                 rows = match(state, frames, self.dataset.index_columns, self.dataset.cell_size)
                 return rows.select(*self.dataset.columns).toArrow()
             except PySparkException as exc:

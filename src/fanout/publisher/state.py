@@ -11,13 +11,17 @@ from __future__ import annotations
 import pyspark.sql.functions as sf
 from pyspark.sql import DataFrame, SparkSession
 
-from fanout.publisher.datasets import Dataset
+from fanout.publisher.datasets import DELETED, VERSION, Dataset
 
 
 def latest_per_key(rows: DataFrame, dataset: Dataset) -> DataFrame:
-    """Keep, per key, the row with the largest ``order`` value (streaming: emits changed keys)."""
-    values = sf.struct(*dataset.value_columns)
-    latest = sf.max_by(values, sf.col(dataset.order)).alias("latest")
+    """Keep, per key, the row with the largest ``_version`` (streaming: emits changed keys).
+
+    Tombstones (``_deleted``) are kept like any row, so a delete wins over older upserts and
+    loses to newer ones; readers of the state skip them.
+    """
+    values = sf.struct(*dataset.value_columns, VERSION, DELETED)
+    latest = sf.max_by(values, sf.col(VERSION)).alias("latest")
     return rows.groupBy(dataset.key).agg(latest).select(dataset.key, "latest.*")
 
 
@@ -34,10 +38,16 @@ def read_state(
         reader = reader.option("batchId", batch_id)
     store = reader.load(checkpoint)
     # max_by keeps (value, ordering) per key; the value struct holds the dataset's columns.
+    columns = [*dataset.value_columns, VERSION, DELETED]
     return store.select(
         sf.col(f"key.{dataset.key}").alias(dataset.key),
-        *(sf.col(f"value.valueWithExtremumOrdering.{c}").alias(c) for c in dataset.value_columns),
+        *(sf.col(f"value.valueWithExtremumOrdering.{c}").alias(c) for c in columns),
     )
+
+
+def live_rows(state: DataFrame) -> DataFrame:
+    """The rows of a state that are not tombstones."""
+    return state.where(~sf.col(DELETED))
 
 
 def current_state(
@@ -49,7 +59,7 @@ def current_state(
     this batch's changed rows over it.
     """
     if batch_id == 0:
-        return changes
+        return live_rows(changes)
     before = read_state(spark, checkpoint, dataset, batch_id - 1)
     kept = before.join(changes.select(dataset.key), on=dataset.key, how="left_anti")
-    return kept.unionByName(changes)
+    return live_rows(kept.unionByName(changes))

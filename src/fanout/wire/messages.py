@@ -59,17 +59,40 @@ class Error(Frame, tag="error", frozen=True):
     ref: int | None = None
 
 
+class Transform(msgspec.Struct, frozen=True, omit_defaults=True):
+    """How a relay adapts a subscription's rows for its subscriber (000: [0091]-[0093]).
+
+    Attributes:
+        columns: the columns to send (the key is always sent); None sends every column.
+        precision: ``float64`` as stored, ``float32``, or ``fixed``: floats become integers
+            counting ``quantum`` units (for subscribers without floating point).
+        quantum: the unit of ``fixed`` values, and for ``float64``/``float32`` an optional
+            rounding step (0: no rounding).
+        relative_to: the key of an entity; the dataset's index coordinates are sent relative to
+            that entity's position (the subscriber's own avatar, say).
+    """
+
+    columns: list[str] | None = None
+    precision: Literal["float64", "float32", "fixed"] = "float64"
+    quantum: float = 0.0
+    relative_to: int | str | None = None
+
+
 class Subscribe(Frame, tag="subscribe", frozen=True):
     """Hold ``view`` of ``dataset`` under the subscriber-chosen id ``sub``.
 
     Subscribing again with an id already in use changes that subscription's view: the next push is
-    a delta against what the subscriber already holds.
+    a delta against what the subscriber already holds. ``priority`` orders the subscriptions of one
+    subscriber when the relay cannot serve them all at once (higher first, with aging so none
+    starves); ``transform`` adapts the rows for the subscriber.
     """
 
     sub: int
     dataset: str
     view: View
     rate: float = 10.0
+    priority: int = 0
+    transform: Transform | None = None
 
 
 class Unsubscribe(Frame, tag="unsubscribe", frozen=True):
