@@ -6,7 +6,7 @@ import time
 
 import pytest
 
-from fanout.publisher import sources
+from fanout.publisher import streams
 from fanout.publisher.datasets import agents
 from fanout.publisher.sources.simulation import SimulationParams
 from fanout.publisher.state import current_state, latest_per_key, live_rows, read_state
@@ -55,7 +55,7 @@ def test_state_is_read_back_after_each_committed_batch(spark, tmp_path) -> None:
             zip(state.column("id").to_pylist(), state.column("tick").to_pylist(), strict=True)
         )
 
-    source = sources.stream(spark, dataset, start_time=time.time() - 100)
+    source = streams.stream(spark, dataset, start_time=time.time() - 100)
     query = (
         latest_per_key(source, dataset)
         .writeStream.outputMode("update")

@@ -13,23 +13,23 @@ import asyncio
 import logging
 import threading
 from collections.abc import Callable
+from typing import Protocol
 
 import pyarrow as pa
 from websockets.asyncio.server import ServerConnection, serve
 from websockets.exceptions import ConnectionClosed
 
 from fanout.connection import Outbound
-from fanout.errors import FanoutError, InvalidView
-from fanout.publisher.datasets import Dataset
+from fanout.errors import FanoutError
 from fanout.publisher.registry import Registry
 from fanout.views import View
-from fanout.views.region import Box, RegionUnion, Sector, Sphere
 from fanout.wire import codec
 from fanout.wire.columns import encode_columns
 from fanout.wire.messages import (
     Acquire,
     Batch,
     Catalog,
+    DatasetInfo,
     Error,
     Frame,
     ReadState,
@@ -41,7 +41,19 @@ from fanout.wire.session import AcceptingSession
 
 log = logging.getLogger(__name__)
 
-StateReader = Callable[[str, View, int], tuple[int, pa.Table]]
+
+class Datasets(Protocol):
+    """What the control plane needs of the publisher's datasets (``service.DatasetService``)."""
+
+    def infos(self) -> list[DatasetInfo]:
+        """The catalog."""
+
+    def check(self, name: str, view: View) -> View:
+        """The primitive to hold for ``view`` (raises InvalidView)."""
+
+    def read(self, name: str, view: View, tick: int) -> tuple[int, pa.Table]:
+        """The authoritative rows in ``view`` at ``tick`` (blocking)."""
+
 
 #: Largest frame a relay may send us (acquire/release/read_state are small).
 MAX_INBOUND = 1 << 20
@@ -52,14 +64,12 @@ class ControlPlane:
 
     def __init__(
         self,
-        datasets: dict[str, Dataset],
+        datasets: Datasets,
         registry: Registry,
-        read_state: StateReader,
         queue_limit: int = 64,
     ) -> None:
         self.datasets = datasets
         self.registry = registry
-        self.read_state = read_state
         self.queue_limit = queue_limit
         self.port: int | None = None
         self._relays: dict[int, Outbound] = {}
@@ -154,7 +164,7 @@ class ControlPlane:
             await outbound.finish()
 
     def _welcome(self, role: str, name: str, outbound: Outbound) -> int | None:
-        catalog = Catalog(datasets=[dataset.info() for dataset in self.datasets.values()])
+        catalog = Catalog(datasets=self.datasets.infos())
         outbound.offer(codec.encode(catalog))
         if role != "relay":
             return None
@@ -186,29 +196,12 @@ class ControlPlane:
             outbound.offer(codec.encode(Error(exc.code, str(exc), ref=ref)))
 
     def _acquire(self, relay: int, prim: int, dataset: str, view: View) -> None:
-        self._check_view(dataset, view)
-        self.registry.acquire(relay, prim, dataset, view)
-
-    def _check_view(self, name: str, view: View) -> None:
-        dataset = self.datasets.get(name)
-        if dataset is None:
-            raise InvalidView(f"unknown dataset {name!r} (serving: {', '.join(self.datasets)})")
-        if dataset.index == "space":
-            if not isinstance(view, Box | Sphere | Sector | RegionUnion):
-                raise InvalidView(
-                    f"dataset {name!r} takes absolute region views upstream, not"
-                    f" {type(view).__name__}"
-                )
-            if view.dims != len(dataset.index_columns):
-                raise InvalidView(
-                    f"dataset {name!r} is {len(dataset.index_columns)}-D; the view is {view.dims}-D"
-                )
+        self.registry.acquire(relay, prim, dataset, self.datasets.check(dataset, view))
 
     async def _read_state(self, request: ReadState, outbound: Outbound) -> None:
         try:
-            self._check_view(request.dataset, request.view)
             tick, table = await asyncio.to_thread(
-                self.read_state, request.dataset, request.view, request.tick
+                self.datasets.read, request.dataset, request.view, request.tick
             )
         except (FanoutError, TimeoutError) as exc:
             code = exc.code if isinstance(exc, FanoutError) else "timeout"

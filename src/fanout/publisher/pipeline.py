@@ -27,20 +27,18 @@ from pyspark.errors import PySparkException
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.streaming.query import StreamingQuery
 
-from fanout.errors import BadRequest, InvalidView
-from fanout.publisher import sources
+from fanout.errors import BadRequest
+from fanout.publisher import streams
 from fanout.publisher.datasets import DELETED, VERSION, Dataset
 from fanout.publisher.delivery import BatchSink, Checkouts, Stamp, build_batches, rows_by_relay
-from fanout.publisher.matching import ShapeFrames, match, shapes_of
+from fanout.publisher.matching import MatchTables, matcher_for
 from fanout.publisher.registry import Plan, Registry
 from fanout.publisher.sources.simulation import SimulationDataSource
 from fanout.publisher.state import current_state, latest_per_key, live_rows, read_state
 from fanout.views import View
-from fanout.views.region import Box, RegionUnion, Sector, Sphere
 
 log = logging.getLogger(__name__)
 
-REGIONS = (Box, Sphere, Sector, RegionUnion)
 #: Recent micro-batches whose state can be read back (below Spark's minBatchesToRetain, 100).
 HISTORY = 90
 
@@ -112,7 +110,8 @@ class Pipeline:
         self.checkouts = Checkouts()
         self.tick = 0
         self.tick_time = 0.0
-        self._shapes: tuple[int, ShapeFrames | None] = (-1, None)
+        self.matcher = matcher_for(dataset)
+        self._tables: tuple[int, MatchTables | None] = (-1, None)
         self.query: StreamingQuery | None = None
         self.stream = StreamInfo(epoch=0, start_time=0.0)
         #: (tick, batch id) of recent micro-batches handed to the sink, oldest first; kept
@@ -128,7 +127,7 @@ class Pipeline:
         """
         self.stream = StreamInfo.load_or_create(self.state_dir)
         self.tick_time = self.stream.start_time
-        rows = sources.stream(self.spark, self.dataset, self.stream.start_time)
+        rows = streams.stream(self.spark, self.dataset, self.stream.start_time)
         writer = (
             latest_per_key(rows, self.dataset)
             .writeStream.outputMode("update")
@@ -147,7 +146,7 @@ class Pipeline:
         plan = self.registry.plan(self.dataset.name)
         changes = changes.persist()
         try:
-            changed, matched = self._match_changes(changes, self._shapes_for(plan))
+            changed, matched = self._match_changes(changes, self._tables_for(plan))
             clock.lap("state+match")
             stamp = Stamp(self.dataset.name, self.stream.epoch, batch_id, self.tick, self.tick_time)
             snapshots = self._snapshots(plan, changes, batch_id)
@@ -181,70 +180,49 @@ class Pipeline:
         )
 
     def _match_changes(
-        self, changes: DataFrame, shapes: ShapeFrames | None
+        self, changes: DataFrame, tables: MatchTables | None
     ) -> tuple[np.ndarray, dict[int, pa.Table]]:
         """One Spark job: every changed row, paired with the relays holding it where any do.
 
         Returns:
-            (sorted unique changed keys, relay -> its matched rows); advances ``tick``.
+            (sorted unique changed keys, relay -> its matched live rows); advances ``tick``.
         """
-        if shapes is None:
+        if tables is None:
             table = changes.toArrow()
         else:
-            index, size = self.dataset.index_columns, self.dataset.cell_size
-            table = match(changes, shapes, index, size, keep_unmatched=True).toArrow()
+            table = self.matcher.match(changes, tables, keep_unmatched=True).toArrow()
         if table.num_rows:
             self.tick = max(self.tick, int(pc.max(table.column(VERSION)).as_py()))
             time_column = self.dataset.time_column
             latest = pc.max(table.column(time_column)).as_py() if time_column else time.time()
             self.tick_time = max(self.tick_time, float(latest))
         changed = np.unique(table.column(self.dataset.key).to_numpy(zero_copy_only=False))
-        if shapes is None:
+        if tables is None:
             return changed, {}
         live = pc.and_(pc.is_valid(table.column("_relay")), pc.invert(table.column(DELETED)))
         return changed, rows_by_relay(table.filter(live))
 
-    def _shapes_for(self, plan: Plan) -> ShapeFrames | None:
-        version, cached = self._shapes
+    def _tables_for(self, plan: Plan) -> MatchTables | None:
+        version, cached = self._tables
         if version == plan.version:
             return cached
         if cached is not None:
             cached.unpersist()
-        shapes = [
-            shape
-            for relay, prims in plan.prims.items()
-            for prim, view in prims.items()
-            for shape in shapes_of(relay, prim, _region(view))
-        ]
-        frames = self._frames(shapes) if shapes else None
-        self._shapes = (plan.version, frames)
-        return frames
-
-    def _frames(self, shapes: list) -> ShapeFrames:  # type: ignore[type-arg]
-        dims = len(self.dataset.index_columns)
-        return ShapeFrames.build(self.spark, shapes, dims, self.dataset.cell_size)
-
-    def _match(self, rows: DataFrame, shapes: ShapeFrames | None) -> dict[int, pa.Table]:
-        if shapes is None:
-            return {}
-        matched = match(rows, shapes, self.dataset.index_columns, self.dataset.cell_size)
-        return rows_by_relay(matched.toArrow())
+        prims = [(r, p, view) for r, held in plan.prims.items() for p, view in held.items()]
+        tables: MatchTables | None = self.matcher.tables(self.spark, prims)
+        self._tables = (plan.version, tables)
+        return tables
 
     def _snapshots(self, plan: Plan, changes: DataFrame, batch_id: int) -> dict[int, pa.Table]:
-        shapes = [
-            shape
-            for relay, prims in plan.fresh.items()
-            for prim in prims
-            for shape in shapes_of(relay, prim, _region(plan.prims[relay][prim]))
-        ]
-        if not shapes:
+        fresh = [(r, p, plan.prims[r][p]) for r, prims in plan.fresh.items() for p in prims]
+        tables = self.matcher.tables(self.spark, fresh) if fresh else None
+        if tables is None:
             return {}
-        frames = self._frames(shapes)
         try:
             state = current_state(self.spark, self.checkpoint, self.dataset, changes, batch_id)
-            return self._match(state, frames)
+            return rows_by_relay(self.matcher.match(state, tables).toArrow())
         finally:
-            frames.unpersist()
+            tables.unpersist()
 
     def read(self, view: View, tick: int, timeout: float) -> tuple[int, pa.Table]:
         """The authoritative rows inside ``view`` as of ``tick`` (-1: the latest tick).
@@ -259,7 +237,7 @@ class Pipeline:
             TimeoutError: ``tick`` was not reached within ``timeout`` seconds.
             InvalidView: ``tick`` is too old to read back, or no micro-batch ended at it.
         """
-        region = _region(view)
+        view = self.matcher.check(view)
         deadline = time.monotonic() + timeout
         while not self.history or self.history[-1][0] < tick:
             if time.monotonic() > deadline:
@@ -267,12 +245,13 @@ class Pipeline:
                 raise TimeoutError(f"state is at {at}, not yet at tick {tick}")
             time.sleep(0.05)
         tick, batch_id = self._batch_at(tick)
-        frames = self._frames(shapes_of(0, 0, region))
+        tables = self.matcher.tables(self.spark, [(0, 0, view)])
         try:
-            table = self._read_committed(batch_id, frames, deadline)
+            table = self._read_committed(batch_id, tables, deadline)
         finally:
-            frames.unpersist()
-        _, first = np.unique(table.column(self.dataset.key).to_numpy(), return_index=True)
+            tables.unpersist()
+        keys = table.column(self.dataset.key).to_numpy(zero_copy_only=False)
+        _, first = np.unique(keys, return_index=True)
         return tick, table.take(pa.array(np.sort(first)))
 
     def _batch_at(self, tick: int) -> tuple[int, int]:
@@ -288,13 +267,13 @@ class Pipeline:
         )
         raise BadRequest(f"tick {tick} {reason} (readable: {oldest}..{history[-1][0]})")
 
-    def _read_committed(self, batch_id: int, frames: ShapeFrames, deadline: float) -> pa.Table:
+    def _read_committed(self, batch_id: int, tables: MatchTables, deadline: float) -> pa.Table:
         # Spark commits a micro-batch just after its foreachBatch returns; until then the state
         # store refuses to read it, so wait for the commit rather than read an older version.
         while True:
             try:
                 state = live_rows(read_state(self.spark, self.checkpoint, self.dataset, batch_id))
-                rows = match(state, frames, self.dataset.index_columns, self.dataset.cell_size)
+                rows = self.matcher.match(state, tables)
                 return rows.select(*self.dataset.columns).toArrow()
             except PySparkException as exc:
                 if time.monotonic() > deadline:
@@ -319,9 +298,3 @@ class StageClock:
 
     def __str__(self) -> str:
         return " ".join(f"{name} {ms:.0f} ms" for name, ms in self.stages.items())
-
-
-def _region(view: View) -> Box | Sphere | Sector | RegionUnion:
-    if not isinstance(view, REGIONS):
-        raise InvalidView(f"a space dataset takes region views, not {type(view).__name__}")
-    return view

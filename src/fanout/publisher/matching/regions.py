@@ -1,4 +1,4 @@
-"""Matching changed rows against every relay's upstream primitives, in Spark (000: [0135]-[0137]).
+"""Matching rows against region primitives (boxes, spheres, sectors, unions) in Spark.
 
 Regions are matched by a cell-bucketed broadcast join plus an exact refine (SPARK-NOTES.md: ~200x
 faster than a nested-loop join): every primitive shape is exploded into the grid cells its bounding
@@ -21,6 +21,9 @@ import pyarrow as pa
 import pyspark.sql.functions as sf
 from pyspark.sql import Column, DataFrame, SparkSession
 
+from fanout.errors import InvalidView
+from fanout.publisher.matching.base import Prim
+from fanout.views import View
 from fanout.views.region import Box, RegionUnion, Sector, Sphere, direction
 
 #: Shapes whose bounding box touches more cells than this are matched without bucketing.
@@ -203,8 +206,8 @@ def match(
     """Pair rows with the relays whose primitives hold them: ``_relay, _prim`` + the row's columns.
 
     A row inside several shapes of one relay appears once per shape; delivery deduplicates. With
-    ``keep_unmatched`` every row appears at least once, unmatched ones with null ``_relay``, so one
-    Spark job yields both the matches and every changed key.
+    ``keep_unmatched`` every row appears at least once (a row without a bucketed match also with a
+    null ``_relay``), so one Spark job yields both the matches and every changed key.
     """
     columns = rows.columns
     cells = [f"_cell{a}" for a in range(len(index_columns))]
@@ -231,3 +234,50 @@ def match(
 
 def _same_cells(cells: Sequence[str]) -> Column:
     return _all(sf.col(f"row.{c}") == sf.col(f"shape.{c}") for c in cells)
+
+
+Region = Box | Sphere | Sector | RegionUnion
+
+
+@dataclass(frozen=True)
+class RegionMatcher:
+    """The matcher of ``space`` datasets."""
+
+    index_columns: tuple[str, ...]
+    cell_size: float
+
+    def check(self, view: View) -> View:
+        """Accept absolute regions of the dataset's dimensions.
+
+        Raises:
+            InvalidView: not an absolute region, or of the wrong dimensions.
+        """
+        if not isinstance(view, Box | Sphere | Sector | RegionUnion):
+            raise InvalidView(
+                f"this dataset takes absolute region views (box, sphere, sector, union), not"
+                f" {type(view).__name__}"
+            )
+        if view.dims != len(self.index_columns):
+            raise InvalidView(
+                f"this dataset is {len(self.index_columns)}-D; the view is {view.dims}-D"
+            )
+        return view
+
+    def tables(self, spark: SparkSession, prims: Iterable[Prim]) -> ShapeFrames | None:
+        """Explode every primitive into shapes and cells (see ``shape_table``)."""
+        shapes = [s for relay, prim, view in prims for s in shapes_of(relay, prim, _region(view))]
+        if not shapes:
+            return None
+        return ShapeFrames.build(spark, shapes, len(self.index_columns), self.cell_size)
+
+    def match(
+        self, rows: DataFrame, tables: ShapeFrames, keep_unmatched: bool = False
+    ) -> DataFrame:
+        """See ``match``."""
+        return match(rows, tables, self.index_columns, self.cell_size, keep_unmatched)
+
+
+def _region(view: View) -> Region:
+    if not isinstance(view, Box | Sphere | Sector | RegionUnion):
+        raise InvalidView(f"expected a region view, got {type(view).__name__}")
+    return view

@@ -10,7 +10,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from fanout.publisher.matching import MAX_CELLS, ShapeFrames, match, shape_table, shapes_of
+from fanout.publisher.matching.regions import MAX_CELLS, ShapeFrames, match, shape_table, shapes_of
 from fanout.views import Box, RegionUnion, Sector, Sphere
 
 pytestmark = pytest.mark.spark

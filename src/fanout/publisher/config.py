@@ -1,0 +1,173 @@
+"""``fanout.toml``: the publisher's datasets and settings, read and checked.
+
+The file has two tables, both optional (the reference is ``docs/configuration.md``)::
+
+    [publisher]                     # host, port, master, state_dir, trigger, log, retention_seconds
+    port = 7700
+
+    [datasets.orders]               # one table per dataset, in the order they are served
+    key = "order_id"
+    schema = { order_id = "long", customer = "string", amount = "double" }
+    index = { kind = "sql" }        # space (x, y[, z]) / sql / topic / path
+    source = { kind = "files", path = "data/orders", format = "json" }
+
+Every mistake is a :class:`~fanout.errors.ConfigError` whose message starts with the file and the
+key path of the value at fault (``fanout.toml: datasets.orders.key: 'oid' is not a column of the
+schema``), so the user can go straight to the line. Nothing is guessed: unknown keys are errors
+(with a suggestion), numbers must be numbers, and every column a setting names must be declared.
+"""
+
+from __future__ import annotations
+
+import re
+import tomllib
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from fanout.errors import ConfigError
+from fanout.publisher.configdatasets import read_datasets
+from fanout.publisher.configvalues import (
+    Table,
+    as_integer,
+    as_number,
+    as_string,
+    as_table,
+    check_keys,
+    fail,
+)
+from fanout.publisher.datasets import Dataset, agents
+from fanout.publisher.sources.simulation import SimulationParams
+
+
+def builtin_datasets() -> dict[str, Dataset]:
+    """Return the datasets served when ``fanout.toml`` declares none: the simulated ``agents``."""
+    return {"agents": agents(SimulationParams())}
+
+
+@dataclass(frozen=True)
+class PublisherSettings:
+    """Everything ``fanout.toml`` configures, with the command line's defaults.
+
+    Attributes:
+        datasets: name -> dataset, in declaration order (the built-in ``agents`` if none).
+        host, port: where the control plane listens (port 0: any free port).
+        master: Spark master URL; None uses ``local[*]`` (or spark-submit's).
+        state_dir: checkpoint and stream identity, relative to the working directory.
+        trigger: seconds between micro-batch starts (0: as fast as Spark goes).
+        log: URL of the log of delivered batches (``sqlite:///var/publisher/log.db``,
+            ``postgresql://host/db``); None keeps no log.
+        retention_seconds: how long logged batches are kept; None sets no time limit.
+    """
+
+    datasets: dict[str, Dataset] = field(default_factory=builtin_datasets)
+    host: str = "127.0.0.1"
+    port: int = 7700
+    master: str | None = None
+    state_dir: Path = Path("var/publisher")
+    trigger: float = 0.0
+    log: str | None = None
+    retention_seconds: float | None = None
+
+    def override(self, **flags: Any) -> PublisherSettings:
+        """Return these settings with the command-line flags that were given replacing them.
+
+        Args:
+            flags: setting name -> the flag's value; None means the flag was not given.
+
+        Returns:
+            The settings, the file's values kept where no flag was given.
+
+        Raises:
+            TypeError: a flag names no setting.
+        """
+        return replace(self, **{name: value for name, value in flags.items() if value is not None})
+
+
+def load_config(path: Path) -> PublisherSettings:
+    """Read and check a ``fanout.toml`` file.
+
+    Args:
+        path: the file.
+
+    Returns:
+        The settings it declares, defaults filled in.
+
+    Raises:
+        ConfigError: the file cannot be read, is not TOML, or declares something invalid; the
+            message names the file and the key at fault.
+    """
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise ConfigError(f"{path}: no such configuration file") from None
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"{path}: not UTF-8 text (byte {exc.start}: {exc.reason})") from None
+    except OSError as exc:
+        raise ConfigError(f"{path}: cannot read the configuration: {exc.strerror}") from None
+    return parse_config(text, str(path))
+
+
+def parse_config(text: str, source: str = "fanout.toml") -> PublisherSettings:
+    """Parse and check the text of a ``fanout.toml``.
+
+    Args:
+        text: the TOML text.
+        source: what error messages call the text (the file's path).
+
+    Returns:
+        The settings it declares, defaults filled in.
+
+    Raises:
+        ConfigError: the text is not TOML (the message has tomllib's line and column) or declares
+            something invalid (the message has the key path, e.g. ``datasets.orders.key``).
+    """
+    try:
+        document = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"{source}: invalid TOML: {exc}") from None
+    try:
+        return _settings(document)
+    except ConfigError as exc:
+        raise ConfigError(f"{source}: {exc}") from None
+
+
+def _settings(document: Table) -> PublisherSettings:
+    check_keys(document, ("publisher", "datasets"), "")
+    declared = read_datasets(document["datasets"]) if "datasets" in document else {}
+    settings = PublisherSettings(datasets=declared or builtin_datasets())
+    if "publisher" not in document:
+        return settings
+    return replace(settings, **_publisher(document["publisher"]))
+
+
+# -- [publisher] ---------------------------------------------------------------------------------
+
+_LOG_URL = re.compile(r"[a-z][a-z0-9+.-]*://.+")
+
+
+def _log_url(value: object, path: str) -> str:
+    url = as_string(value, path)
+    if not _LOG_URL.fullmatch(url):
+        fail(path, f"{url!r} is not a URL such as 'sqlite:///var/publisher/log.db'")
+    return url
+
+
+# Readers return Any: each value goes to the PublisherSettings field of the same name.
+_PUBLISHER_KEYS: dict[str, Callable[[object, str], Any]] = {
+    "host": as_string,
+    "port": lambda value, path: as_integer(value, path, 0, 65535),
+    "master": as_string,
+    "state_dir": lambda value, path: Path(as_string(value, path)),
+    "trigger": as_number,
+    "log": _log_url,
+    "retention_seconds": lambda value, path: as_number(value, path, "> 0"),
+}
+
+
+def _publisher(value: object) -> dict[str, Any]:
+    """Return the ``[publisher]`` table's settings, by ``PublisherSettings`` field name."""
+    table = as_table(value, "publisher")
+    check_keys(table, list(_PUBLISHER_KEYS), "publisher")
+    return {key: _PUBLISHER_KEYS[key](raw, f"publisher.{key}") for key, raw in table.items()}

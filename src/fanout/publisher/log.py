@@ -1,0 +1,670 @@
+"""The publisher's batch log: the only durable copy of the stream (004; DESIGN.md section 6).
+
+Relays keep no persistent state (004, claim 1: "eliminate a need for persistent storage of
+messages at brokers operating in the intermediate broker mode"), so whatever a relay or an
+``every``-mode subscriber must get again after a crash is replayed from here. Per
+(dataset, epoch, seq) the log holds one micro-batch's changed rows, before per-relay matching (the
+declared columns plus ``_version`` and ``_deleted``), with its tick and tick time. Replaying for a
+relay re-matches logged rows against that relay's primitives.
+
+Rules every backend keeps:
+
+1. ``append`` is durable when it returns, and idempotent on (dataset, epoch, seq): Spark re-runs a
+   micro-batch after a crash with the same seq, and the first write wins. Replacing an entry
+   could make a replay disagree with what relays already received.
+2. The log only ever loses a *prefix* of a stream (``trim``, ``apply_retention``), and remembers
+   how far it trimmed; an append below that point is a no-op too (a re-run of a micro-batch that
+   was logged and trimmed), so a stream never has a hole in front of its first entry.
+3. ``read`` never hides a gap: a seq it cannot return raises ``LogGap``, naming which seqs and
+   why (trimmed, never logged, not logged yet).
+
+Storage: one SQL table keyed by (dataset, epoch, seq), rows as Arrow IPC stream blobs, plus one
+small table of trim points. SQLite is the default (one host); PostgreSQL is the shared option for
+several hosts. Each log object has one write connection and one read connection, each behind its
+own lock: the Spark callback thread appends while the control plane's asyncio thread reads, and
+WAL (SQLite) or MVCC (PostgreSQL) lets the two proceed together.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import threading
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import TracebackType
+from typing import Any, Literal, Protocol, TypeVar
+from urllib.parse import urlsplit, urlunsplit
+
+import psycopg
+import pyarrow as pa
+from psycopg.conninfo import conninfo_to_dict
+
+from fanout.errors import BadRequest, ConfigError
+
+T = TypeVar("T")
+Stream = tuple[str, int]
+"""(dataset, epoch): one sequence of seqs."""
+GapReason = Literal["trimmed", "never logged", "not logged yet"]
+
+#: Entries fetched per round trip while reading (each can be megabytes of rows).
+READ_PAGE = 8
+
+
+@dataclass(frozen=True)
+class LogEntry:
+    """One micro-batch of one dataset, as logged.
+
+    Attributes:
+        dataset: the dataset's name.
+        epoch: the stream's epoch (changes only with a fresh publisher state directory).
+        seq: Spark's micro-batch id.
+        tick: the publisher tick the micro-batch ended at.
+        tick_time: wall-clock time of that tick, epoch seconds (retention measures age by it).
+        rows: every row of the dataset that changed in the micro-batch, before matching.
+    """
+
+    dataset: str
+    epoch: int
+    seq: int
+    tick: int
+    tick_time: float
+    rows: pa.Table
+
+
+@dataclass(frozen=True)
+class Retention:
+    """How long the log keeps entries, per (dataset, epoch) stream.
+
+    An entry is dropped when it is *expired* — older than ``max_age_seconds`` by its tick_time,
+    or not among the newest ``max_entries`` of its stream — and no holder needs it. Retention
+    drops a prefix of each stream: age counts from the first entry young enough (tick_time only
+    grows with seq in the pipeline, so that is exactly the old entries).
+
+    Attributes:
+        max_age_seconds: expire entries whose tick_time is older than this (None: never).
+        max_entries: keep at most this many newest entries per stream (None: no limit).
+        floor: (dataset, epoch) -> the lowest seq some holder (connected relay, durable
+            subscription) still needs. Entries at or above it are never dropped, whatever their
+            age; a stream absent from it has no holder. The caller recomputes it before each
+            ``apply_retention``, so a holder that never releases keeps its entries forever:
+            disconnecting stuck holders is the caller's policy, not the log's.
+
+    Raises:
+        ConfigError: a negative limit.
+    """
+
+    max_age_seconds: float | None = None
+    max_entries: int | None = None
+    floor: Mapping[Stream, int] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if self.max_age_seconds is not None and not self.max_age_seconds >= 0:
+            raise ConfigError(f"log retention max_age_seconds must be >= 0: {self.max_age_seconds}")
+        if self.max_entries is not None and self.max_entries < 0:
+            raise ConfigError(f"log retention max_entries must be >= 0: {self.max_entries}")
+
+
+@dataclass(frozen=True)
+class Gap:
+    """Seqs ``first..last`` (inclusive) that the log cannot return, and why."""
+
+    first: int
+    last: int
+    reason: GapReason
+
+    def __str__(self) -> str:
+        one = self.first == self.last
+        seqs = f"seq {self.first}" if one else f"seqs {self.first}..{self.last}"
+        verb = {
+            "trimmed": "was trimmed" if one else "were trimmed",
+            "never logged": "was never logged" if one else "were never logged",
+            "not logged yet": "is not logged yet" if one else "are not logged yet",
+        }[self.reason]
+        return f"{seqs} {verb}"
+
+
+class LogGap(BadRequest):
+    """A read asked for seqs the log does not hold.
+
+    Attributes:
+        dataset, epoch: the stream read.
+        gaps: the missing seqs, ascending, each with its reason.
+        held: (first, last) seq the stream holds now, or None.
+    """
+
+    def __init__(
+        self, dataset: str, epoch: int, gaps: Sequence[Gap], held: tuple[int, int] | None
+    ) -> None:
+        self.dataset = dataset
+        self.epoch = epoch
+        self.gaps = tuple(gaps)
+        self.held = held
+        holds = "nothing" if held is None else f"seqs {held[0]}..{held[1]}"
+        missing = ", ".join(str(gap) for gap in self.gaps)
+        super().__init__(f"{dataset} epoch {epoch}: {missing} (the log holds {holds})")
+
+
+class BatchLog(ABC):
+    """Durable, replayable micro-batches, keyed by (dataset, epoch, seq); thread-safe."""
+
+    @abstractmethod
+    def append(self, entry: LogEntry) -> None:
+        """Store ``entry``; durable when this returns.
+
+        A no-op if (dataset, epoch, seq) is held, or lies below the stream's trim point.
+        """
+
+    @abstractmethod
+    def read(self, dataset: str, epoch: int, first: int, last: int) -> Iterator[LogEntry]:
+        """Entries with seq in ``first..last``, ascending (nothing if ``first > last``).
+
+        Raises:
+            LogGap: some seq in the range is not held; raised by this call, before any entry,
+                or by the iterator if a concurrent trim removes entries not yet yielded.
+        """
+
+    @abstractmethod
+    def bounds(self, dataset: str, epoch: int) -> tuple[int, int] | None:
+        """The first and last seq held for the stream, or None if it holds nothing."""
+
+    @abstractmethod
+    def trim(self, dataset: str, epoch: int, below: int) -> int:
+        """Drop the stream's entries with seq < ``below``; returns how many were dropped.
+
+        The caller's explicit decision: ``Retention.floor`` does not apply here.
+        """
+
+    @abstractmethod
+    def apply_retention(self, policy: Retention, now: float) -> int:
+        """Drop expired entries no holder needs (see ``Retention``); returns how many."""
+
+    @abstractmethod
+    def close(self) -> None:
+        """Release connections; the log cannot be used afterwards."""
+
+    def __enter__(self) -> BatchLog:
+        return self
+
+    def __exit__(
+        self,
+        kind: type[BaseException] | None,
+        error: BaseException | None,
+        trace: TracebackType | None,
+    ) -> None:
+        self.close()
+
+
+def encode_rows(rows: pa.Table) -> pa.Buffer:
+    """A table as Arrow IPC stream bytes (schema, metadata and nulls exact)."""
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_stream(sink, rows.schema) as writer:
+        writer.write_table(rows)
+    return sink.getvalue()
+
+
+def decode_rows(blob: bytes) -> pa.Table:
+    """The table ``encode_rows`` wrote."""
+    return pa.ipc.open_stream(pa.py_buffer(blob)).read_all()
+
+
+def find_gaps(
+    first: int, last: int, held: Sequence[int], trimmed_below: int, last_held: int | None
+) -> list[Gap]:
+    """The seqs of ``first..last`` not in ``held``, each run split by why it is missing.
+
+    Args:
+        first, last: the range asked for (inclusive).
+        held: the seqs held within the range, ascending.
+        trimmed_below: the stream's trim point: seqs below it were dropped.
+        last_held: the stream's last seq held anywhere (None: nothing held).
+    """
+    gaps: list[Gap] = []
+    start = first
+    for seq in [*held, last + 1]:
+        if seq > start:
+            gaps.extend(_split_run(start, seq - 1, trimmed_below, last_held))
+        start = seq + 1
+    return gaps
+
+
+def _split_run(first: int, last: int, trimmed_below: int, last_held: int | None) -> list[Gap]:
+    # Below the trim point: dropped. After the stream's last entry: the publisher is not there
+    # yet. Between: a micro-batch that was never appended.
+    ahead = trimmed_below if last_held is None else max(trimmed_below, last_held + 1)
+    runs: list[Gap] = []
+    cuts: list[tuple[int, int, GapReason]] = [
+        (first, min(last, trimmed_below - 1), "trimmed"),
+        (max(first, trimmed_below), min(last, ahead - 1), "never logged"),
+        (max(first, ahead), last, "not logged yet"),
+    ]
+    for low, high, reason in cuts:
+        if low <= high:
+            runs.append(Gap(low, high, reason))
+    return runs
+
+
+class _Db(Protocol):
+    """What the SQL log needs of a connection, inside a transaction or a read."""
+
+    def fetch(self, sql: str, *params: object) -> list[tuple[Any, ...]]:
+        """Run a query; its rows."""
+
+    def change(self, sql: str, *params: object) -> int:
+        """Run a statement; how many rows it changed."""
+
+
+class _SqlLog(BatchLog):
+    """The log's logic in SQL that SQLite and PostgreSQL both run (``?`` placeholders).
+
+    Backends supply ``_write`` (a transaction on the write connection) and ``_read`` (the read
+    connection), each holding its own lock for the duration of one unit of work.
+    """
+
+    @abstractmethod
+    def _write(self, work: Callable[[_Db], T]) -> T:
+        """Run ``work`` in one transaction on the write connection, committed on return."""
+
+    @abstractmethod
+    def _read(self, work: Callable[[_Db], T]) -> T:
+        """Run ``work`` on the read connection."""
+
+    def append(self, entry: LogEntry) -> None:
+        """See ``BatchLog.append``."""
+        blob = memoryview(encode_rows(entry.rows))
+        params = (entry.dataset, entry.epoch, entry.seq, entry.tick, entry.tick_time, blob)
+        # One statement: the insert happens only above the trim point, and not over an entry.
+        self._write(lambda db: db.change(_INSERT, *params, entry.dataset, entry.epoch, entry.seq))
+
+    def read(self, dataset: str, epoch: int, first: int, last: int) -> Iterator[LogEntry]:
+        """See ``BatchLog.read``."""
+        if first > last:
+            return iter(())
+        held = self._read(lambda db: db.fetch(_COUNT, dataset, epoch, first, last)[0][0])
+        if held != last - first + 1:
+            raise self._gap(dataset, epoch, first, last)
+        return self._entries(dataset, epoch, first, last)
+
+    def _entries(self, dataset: str, epoch: int, first: int, last: int) -> Iterator[LogEntry]:
+        seq = first
+        while seq <= last:
+            page = self._page(dataset, epoch, seq, last)
+            if not page:
+                raise self._gap(dataset, epoch, seq, last)
+            for got, tick, tick_time, blob in page:
+                # A seq skipped here was trimmed after ``read`` checked the range.
+                if got != seq:
+                    raise self._gap(dataset, epoch, seq, last)
+                yield LogEntry(dataset, epoch, seq, tick, tick_time, decode_rows(blob))
+                seq += 1
+
+    def _page(self, dataset: str, epoch: int, first: int, last: int) -> list[tuple[Any, ...]]:
+        return self._read(lambda db: db.fetch(_PAGE, dataset, epoch, first, last, READ_PAGE))
+
+    def _gap(self, dataset: str, epoch: int, first: int, last: int) -> LogGap:
+        def look(db: _Db) -> tuple[list[int], int, tuple[int, int] | None]:
+            held = [row[0] for row in db.fetch(_HELD, dataset, epoch, first, last)]
+            return held, _trimmed_below(db, dataset, epoch), _bounds(db, dataset, epoch)
+
+        held, trimmed_below, bounds = self._read(look)
+        last_held = None if bounds is None else bounds[1]
+        gaps = find_gaps(first, last, held, trimmed_below, last_held)
+        return LogGap(dataset, epoch, gaps, bounds)
+
+    def bounds(self, dataset: str, epoch: int) -> tuple[int, int] | None:
+        """See ``BatchLog.bounds``."""
+        return self._read(lambda db: _bounds(db, dataset, epoch))
+
+    def trim(self, dataset: str, epoch: int, below: int) -> int:
+        """See ``BatchLog.trim``."""
+        return self._write(lambda db: _delete_below(db, dataset, epoch, below))
+
+    def apply_retention(self, policy: Retention, now: float) -> int:
+        """See ``BatchLog.apply_retention``."""
+        streams = self._read(lambda db: [(row[0], row[1]) for row in db.fetch(_STREAMS)])
+        # One transaction per stream keeps the writer's lock short between micro-batches.
+        return sum(self._retain(stream, policy, now) for stream in streams)
+
+    def _retain(self, stream: Stream, policy: Retention, now: float) -> int:
+        return self._write(lambda db: _retain(db, stream, policy, now))
+
+
+def _bounds(db: _Db, dataset: str, epoch: int) -> tuple[int, int] | None:
+    low, high = db.fetch(_BOUNDS, dataset, epoch)[0]
+    return None if low is None else (int(low), int(high))
+
+
+def _trimmed_below(db: _Db, dataset: str, epoch: int) -> int:
+    rows = db.fetch(_TRIMMED, dataset, epoch)
+    return int(rows[0][0]) if rows else 0
+
+
+def _delete_below(db: _Db, dataset: str, epoch: int, below: int) -> int:
+    """Drop seqs < ``below`` and raise the trim point past the last one dropped."""
+    (highest,) = db.fetch(_HIGHEST_BELOW, dataset, epoch, below)[0]
+    if highest is None:
+        return 0
+    dropped = db.change(_DELETE_BELOW, dataset, epoch, below)
+    db.change(_MARK_TRIMMED, dataset, epoch, int(highest) + 1)
+    return dropped
+
+
+def _retain(db: _Db, stream: Stream, policy: Retention, now: float) -> int:
+    """Apply ``policy`` to one stream: drop its expired prefix below the holders' floor."""
+    dataset, epoch = stream
+    bounds = _bounds(db, dataset, epoch)
+    if bounds is None:
+        return 0
+    past_end = bounds[1] + 1
+    # Each limit expires a prefix of the stream; an entry goes if either expires it.
+    cut = bounds[0]
+    if policy.max_entries is not None:
+        cut = max(cut, _cut_by_count(db, stream, policy.max_entries, past_end))
+    if policy.max_age_seconds is not None:
+        (young,) = db.fetch(_FIRST_YOUNG, dataset, epoch, now - policy.max_age_seconds)[0]
+        cut = max(cut, past_end if young is None else int(young))
+    return _delete_below(db, dataset, epoch, cut)
+
+
+def _cut_by_count(db: _Db, stream: Stream, keep: int, past_end: int) -> int:
+    """The first seq among the stream's newest ``keep`` entries."""
+    if keep == 0:
+        return past_end
+    newest = db.fetch(_NTH_NEWEST, *stream, keep - 1)
+    return int(newest[0][0]) if newest else 0
+
+
+_INSERT = """
+INSERT INTO fanout_log (dataset, epoch, seq, tick, tick_time, rows)
+SELECT ?, ?, ?, ?, ?, ?
+WHERE NOT EXISTS (
+    SELECT 1 FROM fanout_log_streams WHERE dataset = ? AND epoch = ? AND trimmed_below > ?
+)
+ON CONFLICT DO NOTHING
+"""
+_COUNT = "SELECT count(*) FROM fanout_log WHERE dataset = ? AND epoch = ? AND seq BETWEEN ? AND ?"
+_HELD = (
+    "SELECT seq FROM fanout_log WHERE dataset = ? AND epoch = ? AND seq BETWEEN ? AND ?"
+    " ORDER BY seq"
+)
+_PAGE = (
+    "SELECT seq, tick, tick_time, rows FROM fanout_log"
+    " WHERE dataset = ? AND epoch = ? AND seq BETWEEN ? AND ? ORDER BY seq LIMIT ?"
+)
+_BOUNDS = "SELECT min(seq), max(seq) FROM fanout_log WHERE dataset = ? AND epoch = ?"
+_TRIMMED = "SELECT trimmed_below FROM fanout_log_streams WHERE dataset = ? AND epoch = ?"
+_STREAMS = "SELECT DISTINCT dataset, epoch FROM fanout_log ORDER BY dataset, epoch"
+_HIGHEST_BELOW = "SELECT max(seq) FROM fanout_log WHERE dataset = ? AND epoch = ? AND seq < ?"
+_DELETE_BELOW = "DELETE FROM fanout_log WHERE dataset = ? AND epoch = ? AND seq < ?"
+_MARK_TRIMMED = """
+INSERT INTO fanout_log_streams (dataset, epoch, trimmed_below) VALUES (?, ?, ?)
+ON CONFLICT (dataset, epoch) DO UPDATE SET trimmed_below = excluded.trimmed_below
+WHERE fanout_log_streams.trimmed_below < excluded.trimmed_below
+"""
+_NTH_NEWEST = (
+    "SELECT seq FROM fanout_log WHERE dataset = ? AND epoch = ? ORDER BY seq DESC LIMIT 1 OFFSET ?"
+)
+_FIRST_YOUNG = "SELECT min(seq) FROM fanout_log WHERE dataset = ? AND epoch = ? AND tick_time >= ?"
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS fanout_log (
+    dataset TEXT NOT NULL,
+    epoch {int} NOT NULL,
+    seq {int} NOT NULL,
+    tick {int} NOT NULL,
+    tick_time {float} NOT NULL,
+    rows {blob} NOT NULL,
+    PRIMARY KEY (dataset, epoch, seq)
+);
+CREATE TABLE IF NOT EXISTS fanout_log_streams (
+    dataset TEXT NOT NULL,
+    epoch {int} NOT NULL,
+    trimmed_below {int} NOT NULL,
+    PRIMARY KEY (dataset, epoch)
+)
+"""
+
+
+def _schema(*, integer: str, real: str, blob: str) -> list[str]:
+    """The log's two tables in a backend's type names, one statement each."""
+    sql = _SCHEMA.format(int=integer, float=real, blob=blob)
+    return [statement for statement in sql.split(";") if statement.strip()]
+
+
+class _SqliteDb:
+    def __init__(self, connection: sqlite3.Connection) -> None:
+        self.connection = connection
+
+    def fetch(self, sql: str, *params: object) -> list[tuple[Any, ...]]:
+        return self.connection.execute(sql, params).fetchall()
+
+    def change(self, sql: str, *params: object) -> int:
+        return self.connection.execute(sql, params).rowcount
+
+
+class SqliteLog(_SqlLog):
+    """The log in one SQLite file: WAL, ``synchronous=FULL`` (every commit is fsynced).
+
+    Two connections, one for writes and one for reads, each behind its own lock; in WAL mode a
+    reader never blocks the writer, so the Spark thread's appends do not wait for replays.
+    """
+
+    def __init__(self, path: str | Path) -> None:
+        """Open the log at ``path``, creating the file and its folder if missing.
+
+        Raises:
+            sqlite3.Error: the file cannot be opened or is not a SQLite database.
+            OSError: the folder cannot be created.
+            ConfigError: SQLite refuses WAL mode there (a network file system, say).
+        """
+        self.path = Path(path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._closed = False
+        self._write_lock = threading.Lock()
+        self._read_lock = threading.Lock()
+        self._writer = self._connect()
+        try:
+            self._reader = self._connect()
+        except BaseException:
+            self._writer.close()
+            raise
+
+    def _connect(self) -> sqlite3.Connection:
+        # isolation_level=None: no implicit transactions; ``_write`` opens its own.
+        connection = sqlite3.connect(
+            self.path, timeout=30.0, isolation_level=None, check_same_thread=False
+        )
+        try:
+            mode = connection.execute("PRAGMA journal_mode=WAL").fetchone()[0]
+            if mode != "wal":
+                raise ConfigError(f"{self.path}: SQLite refused WAL mode (got {mode!r})")
+            # FULL, not WAL's usual NORMAL: NORMAL can lose the last commits on power loss,
+            # and an append must be durable when it returns.
+            connection.execute("PRAGMA synchronous=FULL")
+            for statement in _schema(integer="INTEGER", real="REAL", blob="BLOB"):
+                connection.execute(statement)
+        except BaseException:
+            connection.close()
+            raise
+        return connection
+
+    def _write(self, work: Callable[[_Db], T]) -> T:
+        with self._write_lock:
+            self._check_open()
+            # IMMEDIATE takes SQLite's write lock at BEGIN, so what ``work`` reads cannot be
+            # changed by another process before it writes.
+            self._writer.execute("BEGIN IMMEDIATE")
+            try:
+                result = work(_SqliteDb(self._writer))
+            except BaseException:
+                self._writer.execute("ROLLBACK")
+                raise
+            self._writer.execute("COMMIT")
+            return result
+
+    def _read(self, work: Callable[[_Db], T]) -> T:
+        with self._read_lock:
+            self._check_open()
+            return work(_SqliteDb(self._reader))
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise RuntimeError(f"the publisher log {self.path} is closed")
+
+    def close(self) -> None:
+        """See ``BatchLog.close``."""
+        with self._write_lock, self._read_lock:
+            self._closed = True
+            self._writer.close()
+            self._reader.close()
+
+
+class _PostgresDb:
+    def __init__(self, connection: psycopg.Connection[Any]) -> None:
+        self.connection = connection
+
+    def fetch(self, sql: str, *params: object) -> list[tuple[Any, ...]]:
+        # Binary results: bytea arrives as raw bytes, not hex text to decode.
+        return self.connection.execute(_postgres_sql(sql), params, binary=True).fetchall()
+
+    def change(self, sql: str, *params: object) -> int:
+        return self.connection.execute(_postgres_sql(sql), params).rowcount
+
+
+def _postgres_sql(sql: str) -> str:
+    # The shared statements use SQLite's ``?``; none contains a literal ``?`` or ``%``.
+    return sql.replace("?", "%s")
+
+
+class PostgresLog(_SqlLog):
+    """The log in a PostgreSQL database, shared by several hosts; tables created if missing.
+
+    Connections run with ``synchronous_commit = on`` whatever the server's default, so a commit
+    has reached the server's WAL on disk (and its synchronous standbys) when ``append`` returns.
+    Like ``SqliteLog``: one write and one read connection, each behind its own lock. A
+    connection the server or network dropped is replaced and the operation retried once: every
+    operation of the log is idempotent, so a retry after a lost acknowledgement is safe.
+    """
+
+    def __init__(self, dsn: str) -> None:
+        """Connect to ``dsn`` (a libpq URL or ``key=value`` string) and create the tables.
+
+        Raises:
+            psycopg.OperationalError: the server cannot be reached or refuses the login.
+        """
+        self.dsn = dsn
+        self._closed = False
+        self._write_lock = threading.Lock()
+        self._read_lock = threading.Lock()
+        self._writer = self._connect()
+        try:
+            self._create_schema()
+            self._reader = self._connect()
+        except BaseException:
+            self._writer.close()
+            raise
+
+    def _connect(self) -> psycopg.Connection[Any]:
+        params: dict[str, Any] = conninfo_to_dict(self.dsn)
+        params.setdefault("application_name", "fanout-log")
+        params.setdefault("connect_timeout", 10)
+        connection = psycopg.connect(**params, autocommit=True)
+        connection.execute("SET synchronous_commit = on")
+        return connection
+
+    def _create_schema(self) -> None:
+        with self._writer.transaction():
+            # Hosts starting together would race on CREATE TABLE IF NOT EXISTS (it is not
+            # atomic in PostgreSQL); a transaction-scoped advisory lock serialises them.
+            self._writer.execute("SELECT pg_advisory_xact_lock(hashtext('fanout_log'))")
+            for statement in _schema(integer="BIGINT", real="DOUBLE PRECISION", blob="BYTEA"):
+                self._writer.execute(statement)
+
+    def _write(self, work: Callable[[_Db], T]) -> T:
+        with self._write_lock:
+            self._check_open()
+            try:
+                return self._transaction(self._writer, work)
+            except psycopg.OperationalError:
+                if not self._writer.broken:
+                    raise
+                self._writer = self._connect()
+                return self._transaction(self._writer, work)
+
+    @staticmethod
+    def _transaction(connection: psycopg.Connection[Any], work: Callable[[_Db], T]) -> T:
+        with connection.transaction():
+            return work(_PostgresDb(connection))
+
+    def _read(self, work: Callable[[_Db], T]) -> T:
+        with self._read_lock:
+            self._check_open()
+            try:
+                return work(_PostgresDb(self._reader))
+            except psycopg.OperationalError:
+                if not self._reader.broken:
+                    raise
+                self._reader = self._connect()
+                return work(_PostgresDb(self._reader))
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise RuntimeError("the publisher log on PostgreSQL is closed")
+
+    def close(self) -> None:
+        """See ``BatchLog.close``."""
+        with self._write_lock, self._read_lock:
+            self._closed = True
+            self._writer.close()
+            self._reader.close()
+
+
+def open_log(url: str) -> BatchLog:
+    """Open the publisher log a URL names.
+
+    Args:
+        url: ``sqlite:///abs/path.db``, ``sqlite:relative/path.db`` (to the working directory)
+            or ``postgresql://user@host:port/db`` (any libpq URL; ``postgres://`` too).
+
+    Returns:
+        A ``SqliteLog`` or a ``PostgresLog``.
+
+    Raises:
+        ConfigError: the URL is not one of those, or the log it names cannot be opened; the
+            message names the URL, its password masked.
+    """
+    scheme = url.partition(":")[0].lower()
+    try:
+        if scheme == "sqlite":
+            return SqliteLog(_sqlite_path(url))
+        if scheme in ("postgresql", "postgres"):
+            return PostgresLog(url)
+    except (sqlite3.Error, OSError, psycopg.Error) as exc:
+        raise ConfigError(f"cannot open the publisher log {_masked(url)}: {exc}") from exc
+    raise ConfigError(
+        f"unsupported publisher log URL {_masked(url)!r}: use sqlite:///ABSOLUTE/PATH.db, "
+        "sqlite:RELATIVE/PATH.db or postgresql://USER@HOST:PORT/DATABASE"
+    )
+
+
+def _sqlite_path(url: str) -> str:
+    rest = url[len("sqlite:") :]
+    if rest.startswith("///"):
+        rest = rest[2:]
+    elif rest.startswith("//"):
+        raise ConfigError(
+            f"publisher log URL {url!r} names a host; SQLite takes sqlite:///ABSOLUTE/PATH.db "
+            "or sqlite:RELATIVE/PATH.db"
+        )
+    if rest in ("", ":memory:") or rest.endswith("/"):
+        raise ConfigError(f"publisher log URL {url!r} names no file (the log must be durable)")
+    return rest
+
+
+def _masked(url: str) -> str:
+    """``url`` with its password, if any, replaced by ``***``."""
+    parts = urlsplit(url)
+    if parts.password is None:
+        return url
+    host = parts.netloc.rpartition("@")[2]
+    return urlunsplit(parts._replace(netloc=f"{parts.username}:***@{host}"))

@@ -1,0 +1,34 @@
+"""Matching changed rows against every relay's upstream primitives, in Spark (000: [0135]-[0137]).
+
+One matcher per index kind: regions by a cell-bucketed broadcast join plus an exact refine
+(``regions``), SQL column boxes (``sql``), MQTT topic filters bucketed by their first level
+(``topics``) and object paths bucketed by directory (``paths``). Every matcher turns the relays'
+primitives into small broadcast tables once per change of the registry, then pairs rows with the
+relays holding them: ``_relay, _prim`` plus the row's columns. With ``keep_unmatched`` every row
+appears at least once: rows the bucketed join does not match also appear with a null ``_relay``
+(those matched only by a wide, unbucketed primitive appear both ways).
+"""
+
+from __future__ import annotations
+
+from fanout.publisher.datasets import Dataset
+from fanout.publisher.matching.base import Matcher, MatchTables, Prim
+from fanout.publisher.matching.paths import PathMatcher
+from fanout.publisher.matching.regions import RegionMatcher
+from fanout.publisher.matching.sql import SqlMatcher
+from fanout.publisher.matching.topics import TopicMatcher
+
+__all__ = ["MatchTables", "Matcher", "Prim", "matcher_for"]
+
+
+def matcher_for(dataset: Dataset) -> Matcher:
+    """The matcher for a dataset's index."""
+    match dataset.index:
+        case "space":
+            return RegionMatcher(dataset.index_columns, dataset.cell_size)
+        case "sql":
+            return SqlMatcher(dataset.name, frozenset(dataset.schema))
+        case "topic":
+            return TopicMatcher(dataset.index_columns[0])
+        case "path":
+            return PathMatcher(dataset.index_columns[0])

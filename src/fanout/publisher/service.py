@@ -1,0 +1,56 @@
+"""The publisher's datasets as the control plane sees them: one pipeline each.
+
+The control plane never touches Spark itself; it asks this service to check a view against a
+dataset's index (a relay's ``Acquire``) and to read the authoritative state (``ReadState``).
+"""
+
+from __future__ import annotations
+
+import pyarrow as pa
+
+from fanout.errors import InvalidView
+from fanout.publisher.pipeline import Pipeline
+from fanout.views import View
+from fanout.wire.messages import DatasetInfo
+
+#: How long a read-state request may wait for the state to reach the tick asked for.
+READ_TIMEOUT = 30.0
+
+
+class DatasetService:
+    """Pipelines by dataset name."""
+
+    def __init__(self, pipelines: dict[str, Pipeline]) -> None:
+        self.pipelines = pipelines
+
+    def infos(self) -> list[DatasetInfo]:
+        """What relays receive in the ``Catalog``."""
+        return [pipeline.dataset.info() for pipeline in self.pipelines.values()]
+
+    def pipeline(self, name: str) -> Pipeline:
+        """The pipeline of dataset ``name``.
+
+        Raises:
+            InvalidView: no such dataset.
+        """
+        pipeline = self.pipelines.get(name)
+        if pipeline is None:
+            serving = ", ".join(self.pipelines) or "none"
+            raise InvalidView(f"unknown dataset {name!r} (serving: {serving})")
+        return pipeline
+
+    def check(self, name: str, view: View) -> View:
+        """The primitive a relay may hold for ``view`` of dataset ``name``.
+
+        Raises:
+            InvalidView: unknown dataset, or a view that does not fit its index.
+        """
+        return self.pipeline(name).matcher.check(view)
+
+    def read(self, name: str, view: View, tick: int) -> tuple[int, pa.Table]:
+        """The authoritative rows of ``name`` inside ``view`` as of ``tick`` (blocking).
+
+        Raises:
+            InvalidView, BadRequest, TimeoutError: see ``Pipeline.read``.
+        """
+        return self.pipeline(name).read(view, tick, READ_TIMEOUT)

@@ -1,0 +1,229 @@
+"""The files source: files dropped into a folder become the latest state per key, later files win."""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import time
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from fanout.errors import ConfigError
+from fanout.publisher.datasets import Dataset, FilesSource
+from fanout.publisher.sources.files import files_stream, read_schema, rejections
+from fanout.publisher.state import latest_per_key
+
+pytestmark = pytest.mark.spark
+
+SCHEMA: dict[str, Any] = {"id": "long", "name": "string", "score": "double", "n": "int"}
+Row = dict[str, Any]
+#: One file: its rows, in order; a row with ``deleted`` true deletes its key.
+File = list[Row]
+
+
+def dataset(folder: Path, fmt: str, **source: Any) -> Dataset:
+    return Dataset(
+        name=f"files_{fmt}",
+        key="id",
+        schema=SCHEMA,
+        index="sql",
+        index_columns=tuple(SCHEMA),
+        source=FilesSource(path=str(folder), format=fmt, deleted="deleted", **source),  # type: ignore[arg-type]
+    )
+
+
+def random_files(rng: random.Random, count: int) -> list[File]:
+    """Files of updates and deletes on few keys, so keys repeat within and across files."""
+    files = []
+    for _ in range(count):
+        rows = []
+        for _ in range(rng.randint(3, 12)):
+            key = rng.randrange(12)
+            if rng.random() < 0.2:
+                rows.append({"id": key, "deleted": True})
+            else:
+                value = rng.randrange(1000)
+                rows.append({"id": key, "name": f"k{key}-{value}", "score": value / 4, "n": value})
+        files.append(rows)
+    return files
+
+
+def oracle(files: list[File]) -> dict[int, tuple[Any, ...]]:
+    """Live rows by key after applying every file's rows in order: later files win."""
+    state: dict[int, tuple[Any, ...] | None] = {}
+    for rows in files:
+        for row in rows:
+            deleted = row.get("deleted", False)
+            state[row["id"]] = None if deleted else (row["name"], row["score"], row["n"])
+    return {key: value for key, value in state.items() if value is not None}
+
+
+def write(folder: Path, staging: Path, name: str, fmt: str, rows: File, mtime: float) -> None:
+    """Write a file aside, stamp its mtime, then move it in whole (as producers should)."""
+    path = staging / name
+    if fmt == "json":
+        path.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    elif fmt == "csv":
+        lines = ["id,name,score,n,deleted"]
+        for row in rows:
+            fields = [row["id"], row.get("name"), row.get("score"), row.get("n")]
+            text = ["" if value is None else str(value) for value in fields]
+            lines.append(",".join([*text, "true" if row.get("deleted") else "false"]))
+        path.write_text("\n".join(lines) + "\n")
+    else:
+        table = pa.Table.from_pylist(
+            [{**dict.fromkeys(SCHEMA), "deleted": False, **row} for row in rows],
+            schema=pa.schema(
+                [
+                    ("id", pa.int64()),
+                    ("name", pa.string()),
+                    ("score", pa.float64()),
+                    ("n", pa.int32()),
+                    ("deleted", pa.bool_()),
+                ]
+            ),
+        )
+        pq.write_table(table, path)
+    os.utime(path, (mtime, mtime))
+    path.replace(folder / name)
+
+
+class LatestState:
+    """A foreachBatch sink applying ``latest_per_key``'s updates to a dict, like a relay."""
+
+    def __init__(self) -> None:
+        self.rows: dict[int, tuple[Any, ...] | None] = {}
+
+    def __call__(self, batch: Any, batch_id: int) -> None:
+        for row in batch.collect():
+            live = None if row["_deleted"] else (row["name"], row["score"], row["n"])
+            self.rows[row["id"]] = live
+
+    def live(self) -> dict[int, tuple[Any, ...]]:
+        return {key: value for key, value in self.rows.items() if value is not None}
+
+
+@pytest.mark.parametrize("fmt", ["json", "csv", "parquet"])
+def test_latest_state_per_key_matches_the_files_in_mtime_order(spark, tmp_path, fmt) -> None:
+    folder, staging = tmp_path / "in", tmp_path / "staging"
+    folder.mkdir()
+    staging.mkdir()
+    rng = random.Random(fmt)
+    files = random_files(rng, 7)
+    # Names run against mtimes, so only the mtime can be what orders the files.
+    base = time.time() - 1000
+    names = [f"{fmt}-{9 - i}.{fmt}" for i in range(len(files))]
+    for i in (0, 1, 2, 3):
+        write(folder, staging, names[i], fmt, files[i], base + i)
+    ds = dataset(folder, fmt, max_files_per_trigger=2)
+    sink = LatestState()
+    query = (
+        latest_per_key(files_stream(spark, ds), ds)
+        .writeStream.outputMode("update")
+        .option("checkpointLocation", str(tmp_path / "checkpoint"))
+        .foreachBatch(sink)
+        .start()
+    )
+    try:
+        query.processAllAvailable()
+        assert sink.live() == oracle(files[:4])
+        for i in (4, 5, 6):
+            write(folder, staging, names[i], fmt, files[i], base + i)
+        query.processAllAvailable()
+        assert sink.live() == oracle(files)
+        # admission control: at most two files per micro-batch
+        assert query.lastProgress["batchId"] >= 3
+    finally:
+        query.stop()
+
+
+def test_malformed_json_lines_are_rejected_counted_and_the_rest_ingested(spark, tmp_path) -> None:
+    folder = tmp_path / "in"
+    folder.mkdir()
+    lines = [
+        '{"id": 1, "name": "a", "score": 1.0, "n": 1}',
+        '{"id": 2, "name": "b", "score": 2.',  # cut short
+        '{"id": "three", "name": "c", "score": 3.0, "n": 3}',  # a key that is not a long
+        '{"name": "d", "score": 4.0, "n": 4}',  # no key
+        '{"id": 5, "name": "e", "score": 5.0, "n": 5, "extra": true}',  # extra fields: fine
+        '{"id": 1, "deleted": true}',
+        '{"id": 6, "name": "f", "score": 6, "n": 6}',
+    ]
+    (folder / "mixed.json").write_text("\n".join(lines) + "\n")
+    ds = Dataset(
+        name="files_malformed",
+        key="id",
+        schema=SCHEMA,
+        index="sql",
+        index_columns=tuple(SCHEMA),
+        source=FilesSource(path=str(folder), format="json", deleted="deleted"),
+    )
+    sink = LatestState()
+    counter = rejections(spark)
+    query = (
+        latest_per_key(files_stream(spark, ds), ds)
+        .writeStream.outputMode("update")
+        .option("checkpointLocation", str(tmp_path / "checkpoint"))
+        .foreachBatch(sink)
+        .start()
+    )
+    try:
+        query.processAllAvailable()
+    finally:
+        query.stop()
+    assert sink.live() == {5: ("e", 5.0, 5), 6: ("f", 6.0, 6)}
+    assert query.lastProgress["observedMetrics"]["fanout_files:files_malformed"]["rejected"] == 3
+    # The listener hears of the batch on Spark's listener bus, a moment after the batch.
+    deadline = time.monotonic() + 10
+    while counter.counts.get("files_malformed") != 3 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert counter.counts["files_malformed"] == 3
+    assert counter.samples["files_malformed"].startswith("mixed.json: ")
+
+
+def test_the_read_schema_is_declared_never_inferred(tmp_path) -> None:
+    ds = dataset(tmp_path, "csv")
+    assert read_schema(ds) == (
+        "`id` bigint, `name` string, `score` double, `n` int, `deleted` boolean, "
+        "`_corrupt_record` string"
+    )
+    declared = Dataset(
+        name="d",
+        key="id",
+        schema={**SCHEMA, "gone": "boolean"},
+        index="sql",
+        index_columns=("id",),
+        source=FilesSource(path=str(tmp_path), format="parquet", deleted="gone"),
+    )
+    assert read_schema(declared) == (
+        "`id` bigint, `name` string, `score` double, `n` int, `gone` boolean"
+    )
+
+
+def test_bad_declarations_are_named(spark, tmp_path) -> None:
+    bad_order = Dataset(
+        name="d",
+        key="id",
+        schema=SCHEMA,
+        index="sql",
+        index_columns=("id",),
+        source=FilesSource(path=str(tmp_path)),
+        order="score",
+    )
+    with pytest.raises(ConfigError, match="order column 'score' must be a long or int"):
+        files_stream(spark, bad_order)
+    bad_deleted = Dataset(
+        name="d",
+        key="id",
+        schema=SCHEMA,
+        index="sql",
+        index_columns=("id",),
+        source=FilesSource(path=str(tmp_path), deleted="name"),
+    )
+    with pytest.raises(ConfigError, match="deleted column 'name' must be boolean"):
+        files_stream(spark, bad_deleted)
