@@ -190,12 +190,12 @@ def _publisher_parser(commands: Any) -> None:
         ),
     )
     parser.add_argument(
-        "--host", default="127.0.0.1", help="interface for the control plane (default: 127.0.0.1)"
+        "--host", default=None, help="interface for the control plane (default: 127.0.0.1)"
     )
     parser.add_argument(
         "--port",
         type=int,
-        default=7700,
+        default=None,
         help="control-plane port; 0 picks a free one (default: 7700)",
     )
     parser.add_argument(
@@ -206,14 +206,27 @@ def _publisher_parser(commands: Any) -> None:
     parser.add_argument(
         "--state-dir",
         type=Path,
-        default=Path("var/publisher"),
+        default=None,
         help="checkpoint and stream identity (default: var/publisher)",
     )
     parser.add_argument(
         "--trigger",
         type=float,
-        default=0.0,
+        default=None,
         help="seconds between micro-batches (default: 0, as fast as possible)",
+    )
+    parser.add_argument(
+        "--config",
+        type=Path,
+        default=None,
+        help="fanout.toml declaring the datasets and publisher settings (docs/configuration.md);"
+        " flags given on the command line override the file. Without it the publisher serves"
+        " the built-in 'agents' simulation shaped by the simulation options below",
+    )
+    parser.add_argument(
+        "--log",
+        default=None,
+        help="URL of the log of delivered batches, e.g. sqlite:///var/publisher/log.db",
     )
     parser.add_argument(
         "--max-ticks",
@@ -226,17 +239,24 @@ def _publisher_parser(commands: Any) -> None:
 
 
 def _run_publisher(args: argparse.Namespace) -> int:
-    from fanout.publisher.app import PublisherConfig, run
+    from fanout.publisher.app import run
+    from fanout.publisher.config import PublisherSettings, load_config
+    from fanout.publisher.datasets import agents
 
-    config = PublisherConfig(
+    if args.config is not None:
+        settings = load_config(args.config)
+    else:
+        built_in = agents(_simulation(args, args.max_ticks))
+        settings = PublisherSettings(datasets={built_in.name: built_in})
+    settings = settings.override(
         host=args.host,
         port=args.port,
         master=args.master,
         state_dir=args.state_dir,
-        simulation=_simulation(args, args.max_ticks),
         trigger=args.trigger,
+        log=args.log,
     )
-    return run(config)
+    return run(settings)
 
 
 # -- relay -----------------------------------------------------------------------------------

@@ -24,7 +24,7 @@ from rich.live import Live
 from rich.table import Table
 
 from fanout.client import LiveView, connect
-from fanout.client.reader import open_reader
+from fanout.client.publisher import open_reader
 from fanout.launch import Child, start
 from fanout.publisher.sources.simulation import SimulationParams
 from fanout.views import Box, RegionUnion

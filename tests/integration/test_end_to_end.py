@@ -16,7 +16,7 @@ import pytest
 from websockets.asyncio.client import connect as ws_connect
 
 from fanout.client import SubscriptionError, connect
-from fanout.client.reader import open_reader
+from fanout.client.publisher import open_reader
 from fanout.launch import Child
 from fanout.views import Box, Sphere
 from fanout.wire import codec

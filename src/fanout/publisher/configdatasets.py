@@ -114,7 +114,7 @@ def _declared_dataset(name: str, table: Table, source: Source, path: str) -> Dat
     key = _column(key_value, schema, f"{path}.key", _KEY_TYPES, "the key")
     index, index_columns = _index(table.get("index", "sql"), schema, key, f"{path}.index")
     if isinstance(source, FilesSource) and source.deleted is not None:
-        _column(source.deleted, schema, f"{path}.source.deleted", ("boolean",), "a delete marker")
+        _check_delete_marker(source.deleted, schema, f"{path}.source.deleted")
     return Dataset(
         name=name,
         key=key,
@@ -175,6 +175,19 @@ def _check_column_name(column: str, path: str) -> None:
         fail(path, "column names starting with '_' are reserved for fanout's own columns")
     if not _COLUMN_NAME.fullmatch(column):
         fail(path, f"{column!r} is not a column name: use letters, digits and '_'")
+
+
+def _check_delete_marker(column: str, schema: Mapping[str, ColumnType], path: str) -> None:
+    """Check a files source's ``deleted`` column: a boolean column of the schema, or a column of
+    the files only (read as boolean, never served: ``sources.files`` rule 1)."""
+    if column in schema:
+        if schema[column] != "boolean":
+            fail(path, f"{column!r} is a {schema[column]} column; a delete marker must be boolean")
+        return
+    _check_column_name(column, path)
+    twin = next((name for name in schema if name.lower() == column.lower()), None)
+    if twin is not None:
+        fail(path, f"{column!r} and the column {twin!r} differ only in case")
 
 
 def _column(

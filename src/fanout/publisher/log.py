@@ -364,7 +364,7 @@ def _retain(db: _Db, stream: Stream, policy: Retention, now: float) -> int:
     if policy.max_age_seconds is not None:
         (young,) = db.fetch(_FIRST_YOUNG, dataset, epoch, now - policy.max_age_seconds)[0]
         cut = max(cut, past_end if young is None else int(young))
-    return _delete_below(db, dataset, epoch, cut)
+    return _delete_below(db, dataset, epoch, min(cut, policy.floor.get(stream, past_end)))
 
 
 def _cut_by_count(db: _Db, stream: Stream, keep: int, past_end: int) -> int:
@@ -620,35 +620,45 @@ class PostgresLog(_SqlLog):
 
 
 def open_log(url: str) -> BatchLog:
-    """Open the publisher log a URL names.
-
-    Args:
-        url: ``sqlite:///abs/path.db``, ``sqlite:relative/path.db`` (to the working directory)
-            or ``postgresql://user@host:port/db`` (any libpq URL; ``postgres://`` too).
+    """Open the publisher log a URL names (see ``check_log_url`` for the forms).
 
     Returns:
         A ``SqliteLog`` or a ``PostgresLog``.
 
     Raises:
-        ConfigError: the URL is not one of those, or the log it names cannot be opened; the
-            message names the URL, its password masked.
+        ConfigError: the URL is not a log URL, or the log it names cannot be opened; the message
+            names the URL, its password masked.
     """
-    scheme = url.partition(":")[0].lower()
+    kind, target = _parse_log_url(url)
     try:
-        if scheme == "sqlite":
-            return SqliteLog(_sqlite_path(url))
-        if scheme in ("postgresql", "postgres"):
-            return PostgresLog(url)
+        return SqliteLog(target) if kind == "sqlite" else PostgresLog(target)
     except (sqlite3.Error, OSError, psycopg.Error) as exc:
         raise ConfigError(f"cannot open the publisher log {_masked(url)}: {exc}") from exc
-    raise ConfigError(
-        f"unsupported publisher log URL {_masked(url)!r}: use sqlite:///ABSOLUTE/PATH.db, "
-        "sqlite:RELATIVE/PATH.db or postgresql://USER@HOST:PORT/DATABASE"
-    )
 
 
-def _sqlite_path(url: str) -> str:
-    rest = url[len("sqlite:") :]
+def check_log_url(url: str) -> None:
+    """Check a log URL without opening it (for configuration files).
+
+    Args:
+        url: ``sqlite:///abs/path.db``, ``sqlite:relative/path.db`` (to the working directory)
+            or ``postgresql://user@host:port/db`` (any libpq URL; ``postgres://`` too).
+
+    Raises:
+        ConfigError: anything else, naming the URL.
+    """
+    _parse_log_url(url)
+
+
+def _parse_log_url(url: str) -> tuple[Literal["sqlite", "postgresql"], str]:
+    """(backend, SQLite path or PostgreSQL DSN) of a log URL."""
+    scheme, _, rest = url.partition(":")
+    if scheme.lower() in ("postgresql", "postgres") and rest.startswith("//"):
+        return "postgresql", url
+    if scheme.lower() != "sqlite":
+        raise ConfigError(
+            f"unsupported publisher log URL {_masked(url)!r}: use sqlite:///ABSOLUTE/PATH.db, "
+            "sqlite:RELATIVE/PATH.db or postgresql://USER@HOST:PORT/DATABASE"
+        )
     if rest.startswith("///"):
         rest = rest[2:]
     elif rest.startswith("//"):
@@ -658,7 +668,7 @@ def _sqlite_path(url: str) -> str:
         )
     if rest in ("", ":memory:") or rest.endswith("/"):
         raise ConfigError(f"publisher log URL {url!r} names no file (the log must be durable)")
-    return rest
+    return "sqlite", rest
 
 
 def _masked(url: str) -> str:

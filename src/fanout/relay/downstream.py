@@ -1,26 +1,29 @@
 """The relay's downstream store: the subscriptions it serves (000: publisher data store).
 
-Each subscription remembers what its subscriber already holds (the sorted keys last sent and the
-seq of that push), so every push is a delta: entered, updated and left rows.
+Each subscription remembers what its subscriber already holds (``held``: the keys, view, state and
+reference position of its last push), so every push is a delta: entered, updated and left rows
+(``relay.pushes``). Subscriptions are indexed by connection and by dataset, so a disconnect or a
+new state touches only the subscriptions concerned.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
+from typing import TypeVar
 
-import numpy as np
-import numpy.typing as npt
-
+from fanout.relay.pushes import Held
+from fanout.relay.transforms import Shape
 from fanout.views import View
 
-Keys = npt.NDArray[np.int64]
 SubKey = tuple[int, int]  # (client, subscription id chosen by that client)
+Group = TypeVar("Group", int, str)
 
 
 @dataclass
 class Subscription:
-    """One subscriber's view and what it has received.
+    """One subscriber's view, how it is served, and what it has received.
 
     Attributes:
         client: the connection.
@@ -28,14 +31,16 @@ class Subscription:
         dataset: the dataset viewed.
         view: the current view.
         rate: pushes per second at most.
-        sent_keys: sorted keys the subscriber holds.
-        sent_seq: seq of the state its last push was cut from (-1: nothing sent yet).
-        first: the next push is the subscription's first (sent as ``full``).
-        changed: the view changed since the last push (a push is due even without new data).
-        servable: whether ready primitives cover the view, as of ``coverage_seen``.
-        coverage_seen: the relay's coverage version ``servable`` was computed at.
+        shape: the resolved transform its rows are sent in.
+        priority: the subscriber's priority (higher first; aging lifts waiting ones).
+        held: what the subscriber holds (None: nothing yet; the next push is ``full``).
+        servable: whether ready primitives cover the view, as last computed.
+        coverage_seen: (view, shrink version, growth version) ``servable`` was computed at.
         last_push: monotonic time of the last push.
-        pushes: pushes sent.
+        pushes: pushes and no-updates sent.
+        coalesced: publisher ticks folded into a later push instead of pushed on their own
+            (latest-value coalescing: the subscriber was busy or its rate did not allow more).
+        deferred: times a due push waited for the connection to finish writing.
     """
 
     client: int
@@ -43,14 +48,15 @@ class Subscription:
     dataset: str
     view: View
     rate: float
-    sent_keys: Keys = field(default_factory=lambda: np.empty(0, dtype=np.int64))
-    sent_seq: int = -1
-    first: bool = True
-    changed: bool = True
+    shape: Shape
+    priority: int = 0
+    held: Held | None = None
     servable: bool = False
-    coverage_seen: int = -1
-    last_push: float = float("-inf")
+    coverage_seen: tuple[View | None, int, int] = (None, -1, -1)
+    last_push: float = -math.inf
     pushes: int = 0
+    coalesced: int = 0
+    deferred: int = 0
 
     @property
     def key(self) -> SubKey:
@@ -59,10 +65,12 @@ class Subscription:
 
 
 class Downstream:
-    """Subscriptions by (client, sub)."""
+    """Subscriptions by (client, sub), indexed by client and by dataset."""
 
     def __init__(self) -> None:
         self._subs: dict[SubKey, Subscription] = {}
+        self._by_client: dict[int, dict[SubKey, Subscription]] = {}
+        self._by_dataset: dict[str, dict[SubKey, Subscription]] = {}
 
     def __iter__(self) -> Iterator[Subscription]:
         return iter(list(self._subs.values()))
@@ -75,17 +83,36 @@ class Downstream:
         return self._subs.get(key)
 
     def put(self, subscription: Subscription) -> None:
-        """Add or replace a subscription."""
+        """Add a subscription, or re-index one whose dataset changed."""
+        self.remove(subscription.key)
         self._subs[subscription.key] = subscription
+        self._by_client.setdefault(subscription.client, {})[subscription.key] = subscription
+        self._by_dataset.setdefault(subscription.dataset, {})[subscription.key] = subscription
 
     def remove(self, key: SubKey) -> Subscription | None:
         """Drop a subscription; returns it if it existed."""
-        return self._subs.pop(key, None)
+        subscription = self._subs.pop(key, None)
+        if subscription is not None:
+            _discard(self._by_client, subscription.client, key)
+            _discard(self._by_dataset, subscription.dataset, key)
+        return subscription
 
     def of_client(self, client: int) -> list[Subscription]:
         """Every subscription of one connection."""
-        return [s for s in self._subs.values() if s.client == client]
+        return list(self._by_client.get(client, {}).values())
+
+    def of_dataset(self, dataset: str) -> list[Subscription]:
+        """Every subscription of one dataset."""
+        return list(self._by_dataset.get(dataset, {}).values())
 
     def views(self, dataset: str) -> list[View]:
         """Every subscription view of ``dataset``."""
-        return [s.view for s in self._subs.values() if s.dataset == dataset]
+        return [s.view for s in self._by_dataset.get(dataset, {}).values()]
+
+
+def _discard(index: dict[Group, dict[SubKey, Subscription]], group: Group, key: SubKey) -> None:
+    members = index.get(group)
+    if members is not None:
+        members.pop(key, None)
+        if not members:
+            del index[group]

@@ -26,9 +26,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal
 
+import numpy as np
+import numpy.typing as npt
+
 from fanout.errors import InvalidView
 from fanout.relay.upstream import Primitive
-from fanout.views import View, covers
+from fanout.views import CoverIndex, View, covers
 from fanout.views.region import Box, RegionUnion, Sector, Sphere
 
 Region = Box | Sphere | Sector | RegionUnion
@@ -93,9 +96,18 @@ def tiles(box: Box, side: float) -> list[Box]:
     ]
 
 
-def to_acquire(held: Sequence[View], view: Region, policy: Policy) -> list[Box]:
-    """New primitives needed so that ``held`` plus them covers ``view`` (empty if covered)."""
-    if covers(list(held), view):
+def to_acquire(held: CoverIndex | Sequence[View], view: Region, policy: Policy) -> list[Box]:
+    """New primitives needed so that ``held`` plus them covers ``view`` (empty if covered).
+
+    Args:
+        held: what is held upstream; the relay passes its cover index (fast), tests may pass a
+            list.
+        view: the view to cover.
+        policy: how to widen.
+    """
+    if not isinstance(held, CoverIndex):
+        held = CoverIndex(held)
+    if covers(held, view):
         return []
     wanted = grown(view, policy)
     if policy.widen == "tiles":
@@ -104,7 +116,7 @@ def to_acquire(held: Sequence[View], view: Region, policy: Policy) -> list[Box]:
         if len(candidates) * side**wanted.dims <= policy.max_overfetch * max(
             wanted.measure(), 1e-300
         ):
-            return [tile for tile in candidates if not covers(list(held), tile)]
+            return [tile for tile in candidates if not covers(held, tile)]
     return [wanted]
 
 
@@ -120,19 +132,62 @@ def overlaps(a: Region, b: Region) -> bool:
 def unneeded(prims: Sequence[Primitive], views: Sequence[Region]) -> list[Primitive]:
     """Primitives that can go: every view they touch stays covered by the remaining ready ones.
 
-    Oldest primitives are considered first, so a view that moved on lets go of where it was.
+    Oldest primitives are considered first, so a view that moved on lets go of where it was. A
+    primitive whose interior no other ready primitive overlaps is kept whenever a view touches
+    it, without asking the coverage algebra (with shared tiles that is almost every primitive,
+    which keeps this pass cheap with thousands of views).
     """
-    keep = list(prims)
+    touching = _Boxes([view.bounds() for view in views])
+    ready = [p for p in prims if p.ready]
+    others = _Boxes([_region(p.view).bounds() for p in ready])
+    alive = np.ones(len(ready), dtype=bool)
+    slot = {p.prim: i for i, p in enumerate(ready)}
+    index = CoverIndex(p.view for p in ready)
     gone: list[Primitive] = []
     for prim in sorted(prims, key=lambda p: p.prim):
-        region = prim.view
-        assert isinstance(region, Box | Sphere | Sector | RegionUnion)
-        touching = [view for view in views if overlaps(region, view)]
-        others = [q.view for q in keep if q is not prim and q.ready]
-        if all(covers(others, view) for view in touching):
-            keep.remove(prim)
+        box = _region(prim.view).bounds()
+        mine = slot.get(prim.prim)
+        if mine is not None:
+            alive[mine] = False
+            index.remove(prim.view)
+        near = [views[i] for i in np.flatnonzero(touching.meeting(box))]
+        if not near or (
+            (others.overlapping(box) & alive).any() and all(covers(index, v) for v in near)
+        ):
             gone.append(prim)
+        elif mine is not None:
+            alive[mine] = True
+            index.add(prim.view)
     return gone
+
+
+class _Boxes:
+    """Bounding boxes as arrays, for vectorised overlap tests."""
+
+    def __init__(self, boxes: Sequence[Box]) -> None:
+        dims = boxes[0].dims if boxes else 0
+        self.lo = np.array([b.lo for b in boxes], dtype=np.float64).reshape(len(boxes), dims)
+        self.hi = np.array([b.hi for b in boxes], dtype=np.float64).reshape(len(boxes), dims)
+
+    def meeting(self, box: Box) -> npt.NDArray[np.bool_]:
+        """Which boxes meet ``box`` (closed: touching counts)."""
+        if not len(self.lo) or self.lo.shape[1] != box.dims:
+            return np.zeros(len(self.lo), dtype=bool)
+        lo, hi = np.asarray(box.lo), np.asarray(box.hi)
+        return np.all((self.lo <= hi) & (self.hi >= lo), axis=1)
+
+    def overlapping(self, box: Box) -> npt.NDArray[np.bool_]:
+        """Which boxes share interior with ``box`` (touching does not count)."""
+        if not len(self.lo) or self.lo.shape[1] != box.dims:
+            return np.zeros(len(self.lo), dtype=bool)
+        lo, hi = np.asarray(box.lo), np.asarray(box.hi)
+        return np.all((self.lo < hi) & (self.hi > lo), axis=1)
+
+
+def _region(view: View) -> Region:
+    if not isinstance(view, Box | Sphere | Sector | RegionUnion):
+        raise InvalidView(f"expected a region view, got {type(view).__name__}")
+    return view
 
 
 def _extent(box: Box) -> float:

@@ -1,30 +1,65 @@
-"""The relay's copy of the rows its upstream primitives cover (000: [0137], state data store).
+"""The relay's copy of the rows its upstream primitives cover (000: [0137], state data store),
+double-buffered (000: [0147]-[0151]).
+
+Rules:
+
+1. Batches are written to the **inert** buffer only; pushes read the **active** buffer only.
+2. At the end of an epoch the buffers swap atomically (one assignment on the event loop, between
+   two pushes), so every push is cut from one state, at one publisher tick.
+3. After a swap the new inert buffer is brought up to date: the writes since the last swap are
+   replayed on it, or — when they touched much of the table, which costs about the same — it
+   is overwritten with a copy of the active one. Either way both buffers are then equal.
+4. The active buffer carries a spatial index (``relay.spatial``) over the dataset's index
+   columns, built from the inert buffer just before it becomes active.
 
 Rows are kept column-wise, sorted by key, so a batch of changes applies with a few vectorised
 searches instead of a Python loop per row, and so the key sets of views come out sorted (cheap
-deltas against what a subscriber holds). Each row also records the ``seq`` of the batch that last
-changed it: a subscription's "updated" rows are those changed since the seq of its last push.
+deltas against what a subscriber holds). Keys are integers (held as int64) or strings (held as
+Python ``str`` in object arrays; topic and path datasets are keyed by name). Each row records the
+``seq`` of the batch that last changed it: a subscription's "updated" rows are those changed
+since the seq of its last push.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Protocol
 
 import numpy as np
 import numpy.typing as npt
 
+from fanout.relay.spatial import GridIndex, IndexedRegion
 from fanout.wire.columns import STRING
 
 Array = npt.NDArray[np.generic]
-Keys = npt.NDArray[np.int64]
+Keys = npt.NDArray[np.generic]  # int64, or object holding str
+Mask = npt.NDArray[np.bool_]
+Positions = npt.NDArray[np.intp]
+
+#: ``changed`` of every row after an epoch change: older than any seq of the new epoch.
+BEFORE_EPOCH = -1
 
 
-def _empty(dtype: str) -> Array:
-    return np.empty(0, dtype=object if dtype == STRING else np.dtype(dtype))
+def _dtype(wire: str) -> np.dtype[np.generic]:
+    return np.dtype(object) if wire == STRING else np.dtype(wire)
+
+
+def key_dtype(wire: str) -> np.dtype[np.generic]:
+    """The dtype keys of wire dtype ``wire`` are held as: int64 for integers, object for str.
+
+    Raises:
+        ValueError: ``wire`` is neither an integer dtype nor ``"str"``.
+    """
+    if wire == STRING:
+        return np.dtype(object)
+    if np.dtype(wire).kind not in "iu":
+        raise ValueError(f"a key column must hold integers or strings, not {wire}")
+    return np.dtype(np.int64)
 
 
 class Table:
-    """Rows of one dataset, keyed by an int64 key column, sorted by key."""
+    """Rows of one dataset, keyed by an integer or string key column, sorted by key."""
 
     def __init__(self, key: str, columns: Mapping[str, str]) -> None:
         """Create an empty table.
@@ -32,10 +67,17 @@ class Table:
         Args:
             key: name of the key column (must be in ``columns``).
             columns: column name -> wire dtype (numpy dtype string or ``"str"``).
+
+        Raises:
+            ValueError: the key column is not an integer or string column.
         """
         self.key = key
-        self.dtypes = dict(columns)
-        self.columns: dict[str, Array] = {name: _empty(dtype) for name, dtype in columns.items()}
+        self.wire = dict(columns)
+        self.dtypes = {name: _dtype(wire) for name, wire in columns.items()}
+        self.dtypes[key] = key_dtype(columns[key])
+        self.columns: dict[str, Array] = {
+            name: np.empty(0, dtype=dtype) for name, dtype in self.dtypes.items()
+        }
         self.changed: npt.NDArray[np.int64] = np.empty(0, dtype=np.int64)
 
     def __len__(self) -> int:
@@ -44,56 +86,293 @@ class Table:
     @property
     def keys(self) -> Keys:
         """The sorted keys."""
-        return self.columns[self.key]  # type: ignore[return-value]
+        return self.columns[self.key]
 
-    def upsert(self, rows: Mapping[str, Array], seq: int) -> None:
+    def as_keys(self, values: npt.ArrayLike) -> Keys:
+        """``values`` as keys of this table (int64 or object array)."""
+        return np.asarray(values, dtype=self.dtypes[self.key])
+
+    def locate(self, keys: Keys) -> Positions:
+        """The position of each key, or -1 where it is not held."""
+        held = self.keys
+        pos = np.searchsorted(held, keys)
+        found = pos < len(held)
+        found[found] = held[pos[found]] == keys[found]
+        return np.where(found, pos, -1)
+
+    def upsert(self, rows: Mapping[str, npt.ArrayLike], seq: int) -> None:
         """Insert or overwrite rows (unique keys); every column of the table must be present.
 
         Raises:
             KeyError: a column is missing from ``rows``.
         """
-        incoming = np.asarray(rows[self.key], dtype=np.int64)
-        if not len(incoming):
+        incoming = {name: np.asarray(rows[name], dtype=dtype) for name, dtype in self.dtypes.items()}
+        keys = incoming[self.key]
+        if not len(keys):
             return
-        keys = self.keys
-        pos = np.searchsorted(keys, incoming)
-        found = pos < len(keys)
-        found[found] = keys[pos[found]] == incoming[found]
-        at = pos[found]
-        for name in self.columns:
-            self.columns[name][at] = np.asarray(rows[name])[found]
-        self.changed[at] = seq
+        at = self.locate(keys)
+        found = at >= 0
+        hit = at[found]
+        for name, values in incoming.items():
+            self.columns[name][hit] = values[found]
+        self.changed[hit] = seq
         if not found.all():
-            self._insert(rows, ~found, seq)
+            self._insert({name: values[~found] for name, values in incoming.items()}, seq)
 
-    def _insert(self, rows: Mapping[str, Array], new: npt.NDArray[np.bool_], seq: int) -> None:
-        keys = np.concatenate([self.keys, np.asarray(rows[self.key], dtype=np.int64)[new]])
+    def _insert(self, rows: Mapping[str, Array], seq: int) -> None:
+        keys = np.concatenate([self.keys, rows[self.key]])
         order = np.argsort(keys, kind="stable")
-        for name in self.columns:
-            merged = np.concatenate([self.columns[name], np.asarray(rows[name])[new]])
-            self.columns[name] = merged[order]
-        self.changed = np.concatenate([self.changed, np.full(int(new.sum()), seq)])[order]
+        for name, values in rows.items():
+            self.columns[name] = np.concatenate([self.columns[name], values])[order]
+        fresh = np.full(len(rows[self.key]), seq, dtype=np.int64)
+        self.changed = np.concatenate([self.changed, fresh])[order]
 
     def delete(self, keys: npt.ArrayLike) -> None:
         """Remove rows by key; keys not present are ignored (a delete may race a prune)."""
-        gone = np.isin(self.keys, np.asarray(keys, dtype=np.int64))
-        if gone.any():
-            self._keep(~gone)
+        at = self.locate(self.as_keys(keys))
+        at = at[at >= 0]
+        if len(at):
+            keep = np.ones(len(self), dtype=bool)
+            keep[at] = False
+            self._keep(keep)
 
-    def delete_where(self, mask: npt.NDArray[np.bool_]) -> None:
+    def delete_where(self, mask: Mask) -> None:
         """Remove the rows where ``mask`` is True."""
         if mask.any():
             self._keep(~mask)
 
-    def _keep(self, keep: npt.NDArray[np.bool_]) -> None:
+    def _keep(self, keep: Mask) -> None:
         for name in self.columns:
             self.columns[name] = self.columns[name][keep]
         self.changed = self.changed[keep]
+
+    def restart_changes(self) -> None:
+        """Mark every row as changed before any seq (a new epoch restarts seqs)."""
+        self.changed[:] = BEFORE_EPOCH
 
     def column(self, name: str) -> Array:
         """One column, aligned with ``keys``."""
         return self.columns[name]
 
-    def take(self, index: npt.NDArray[np.intp]) -> dict[str, Array]:
-        """The rows at ``index`` (positions), column by column."""
-        return {name: values[index] for name, values in self.columns.items()}
+    def take(self, index: Positions, names: Sequence[str] | None = None) -> dict[str, Array]:
+        """The rows at ``index`` (positions), column by column (only ``names`` if given)."""
+        return {name: self.columns[name][index] for name in (names or self.columns)}
+
+    def copy_from(self, other: Table) -> None:
+        """Become an independent copy of ``other`` (same columns)."""
+        self.columns = {name: values.copy() for name, values in other.columns.items()}
+        self.changed = other.changed.copy()
+
+
+@dataclass(frozen=True)
+class Stamp:
+    """Where in the publisher's stream a buffer is: the last batch applied to it."""
+
+    epoch: int
+    seq: int
+    tick: int
+    tick_time: float
+
+
+class _Write(Protocol):
+    """One write to the inert buffer, kept to be replayed on the other buffer after a swap."""
+
+    @property
+    def rows(self) -> int:
+        """About how many rows it touches (to choose between replaying and copying)."""
+        ...
+
+    def apply(self, table: Table) -> None:
+        """Do the write on ``table``."""
+        ...
+
+
+@dataclass(frozen=True)
+class _Upsert:
+    values: Mapping[str, npt.ArrayLike]
+    seq: int
+    rows: int
+
+    def apply(self, table: Table) -> None:
+        table.upsert(self.values, self.seq)
+
+
+@dataclass(frozen=True)
+class _Delete:
+    keys: Keys
+
+    @property
+    def rows(self) -> int:
+        return len(self.keys)
+
+    def apply(self, table: Table) -> None:
+        table.delete(self.keys)
+
+
+@dataclass(frozen=True)
+class _DeleteInside:
+    """Delete rows inside any of ``regions`` and outside every one of ``kept``."""
+
+    regions: tuple[IndexedRegion, ...]
+    kept: tuple[IndexedRegion, ...]
+    coordinates: tuple[str, ...]
+    rows: int
+
+    def apply(self, table: Table) -> None:
+        coords = [table.column(name) for name in self.coordinates]
+        inside = np.zeros(len(table), dtype=bool)
+        for region in self.regions:
+            inside |= region.match(*coords)
+        at = np.flatnonzero(inside)
+        if len(at) and self.kept:
+            near = [column[at] for column in coords]
+            for region in self.kept:
+                at = at[~region.match(*near)]
+                near = [column[at] for column in coords]
+        mask = np.zeros(len(table), dtype=bool)
+        mask[at] = True
+        table.delete_where(mask)
+
+
+@dataclass(frozen=True)
+class _RestartChanges:
+    rows: int
+
+    def apply(self, table: Table) -> None:
+        table.restart_changes()
+
+
+@dataclass
+class BufferCounters:
+    """What the double buffer has done (visible in the relay's stats).
+
+    Attributes:
+        swaps: buffer swaps (epochs ended with new state).
+        replays: swaps after which the new inert buffer was caught up by replaying writes.
+        copies: swaps after which it was caught up by copying the active buffer.
+        writes: writes applied to the inert buffer.
+    """
+
+    swaps: int = 0
+    replays: int = 0
+    copies: int = 0
+    writes: int = 0
+
+
+@dataclass
+class DoubleBuffer:
+    """Active and inert copies of one dataset's table, the active one spatially indexed.
+
+    Attributes:
+        active: the table pushes read; not modified while active.
+        inert: the table writes go to.
+        stamp: the stream position of the active table (None before the first swap).
+        written: the stream position of the inert table (None before the first batch).
+        generation: how many swaps brought new state; identifies the active state.
+        index: the grid over the active table's index columns.
+        replay_limit: replay the writes on the new inert table when they touched at most this
+            fraction of its rows, else copy.
+        max_writes: writes kept for replay at most; past it the next catch-up copies (bounded).
+    """
+
+    key: str
+    columns: Mapping[str, str]
+    coordinates: tuple[str, ...]
+    replay_limit: float = 0.25
+    max_writes: int = 256
+    active: Table = field(init=False)
+    inert: Table = field(init=False)
+    stamp: Stamp | None = None
+    written: Stamp | None = None
+    generation: int = 0
+    counters: BufferCounters = field(default_factory=BufferCounters)
+    index: GridIndex = field(init=False)
+    _writes: list[_Write] = field(default_factory=list)
+    _overflowed: bool = False
+
+    def __post_init__(self) -> None:
+        self.active = Table(self.key, self.columns)
+        self.inert = Table(self.key, self.columns)
+        self.index = GridIndex([self.active.column(name) for name in self.coordinates])
+
+    @property
+    def dirty(self) -> bool:
+        """Whether the inert table holds writes the active one does not show yet."""
+        return bool(self._writes) or self._overflowed or self.written != self.stamp
+
+    # -- writes (inert buffer) ------------------------------------------------------------
+
+    def upsert(self, rows: Mapping[str, npt.ArrayLike], seq: int) -> None:
+        """Insert or overwrite rows in the inert table (see :meth:`Table.upsert`)."""
+        count = len(np.asarray(rows[self.key]))
+        if count:
+            self._write(_Upsert(rows, seq, count))
+
+    def delete(self, keys: npt.ArrayLike) -> None:
+        """Remove rows by key from the inert table."""
+        keys = self.inert.as_keys(keys)
+        if len(keys):
+            self._write(_Delete(keys))
+
+    def delete_inside(
+        self, regions: Sequence[IndexedRegion], kept: Sequence[IndexedRegion] = ()
+    ) -> None:
+        """Remove the inert table's rows inside any of ``regions`` but inside none of ``kept``."""
+        if regions:
+            rows = len(self.inert)
+            self._write(_DeleteInside(tuple(regions), tuple(kept), self.coordinates, rows))
+
+    def restart_changes(self) -> None:
+        """A new epoch: every row of the inert table counts as changed before any new seq."""
+        self._write(_RestartChanges(len(self.inert)))
+
+    def mark(self, stamp: Stamp) -> None:
+        """Record the stream position the inert table has reached."""
+        self.written = stamp
+
+    def _write(self, write: _Write) -> None:
+        write.apply(self.inert)
+        self.counters.writes += 1
+        if self._overflowed:
+            return
+        if len(self._writes) >= self.max_writes:
+            self._writes.clear()
+            self._overflowed = True  # too many to keep: the catch-up will copy instead
+            return
+        self._writes.append(write)
+
+    # -- the epoch's end ------------------------------------------------------------------
+
+    def swap(self) -> bool:
+        """End the epoch: the inert table becomes active (indexed), then is caught up.
+
+        Returns:
+            Whether there was anything to swap in.
+        """
+        if not self.dirty:
+            return False
+        self.index = GridIndex([self.inert.column(name) for name in self.coordinates])
+        self.active, self.inert = self.inert, self.active
+        self.stamp = self.written
+        self.generation += 1
+        self.counters.swaps += 1
+        self._catch_up()
+        return True
+
+    def _catch_up(self) -> None:
+        touched = sum(write.rows for write in self._writes)
+        if self._overflowed or touched > self.replay_limit * max(len(self.active), 1):
+            self.inert.copy_from(self.active)
+            self.counters.copies += 1
+        else:
+            for write in self._writes:
+                write.apply(self.inert)
+            self.counters.replays += 1
+        self._writes.clear()
+        self._overflowed = False
+
+    # -- reads (active buffer) ------------------------------------------------------------
+
+    def query(self, region: IndexedRegion) -> Positions:
+        """Sorted positions of the active rows ``region`` matches."""
+        return self.index.query(region)

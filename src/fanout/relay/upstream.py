@@ -12,7 +12,7 @@ import itertools
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from fanout.views import View
+from fanout.views import CoverIndex, View
 
 
 @dataclass
@@ -35,11 +35,13 @@ class Primitive:
 
 
 class Upstream:
-    """Primitives held at the publisher, by id."""
+    """Primitives held at the publisher, by id, with cover indexes per dataset."""
 
     def __init__(self) -> None:
         self._prims: dict[int, Primitive] = {}
         self._ids = itertools.count(1)
+        self._all: dict[str, CoverIndex] = {}
+        self._ready: dict[str, CoverIndex] = {}
 
     def __iter__(self) -> Iterator[Primitive]:
         return iter(list(self._prims.values()))
@@ -55,11 +57,34 @@ class Upstream:
         """Record a new primitive (not ready until its snapshot arrives)."""
         primitive = Primitive(next(self._ids), dataset, view)
         self._prims[primitive.prim] = primitive
+        self.cover(dataset).add(view)
         return primitive
 
     def remove(self, prim: int) -> Primitive:
-        """Forget a primitive."""
-        return self._prims.pop(prim)
+        """Forget a primitive.
+
+        Raises:
+            KeyError: ``prim`` is not held.
+        """
+        primitive = self._prims.pop(prim)
+        self.cover(primitive.dataset).remove(primitive.view)
+        if primitive.ready:
+            self.cover(primitive.dataset, ready_only=True).remove(primitive.view)
+        return primitive
+
+    def make_ready(self, primitive: Primitive) -> None:
+        """Its snapshot has been applied (and swapped in): it may serve subscribers."""
+        if not primitive.ready and primitive.prim in self._prims:
+            primitive.ready = True
+            self.cover(primitive.dataset, ready_only=True).add(primitive.view)
+
+    def cover(self, dataset: str, ready_only: bool = False) -> CoverIndex:
+        """The cover index of the primitives of ``dataset`` (only ready ones if asked)."""
+        indexes = self._ready if ready_only else self._all
+        index = indexes.get(dataset)
+        if index is None:
+            index = indexes[dataset] = CoverIndex()
+        return index
 
     def views(self, dataset: str, ready_only: bool = False) -> list[View]:
         """The views of the primitives of ``dataset`` (only ready ones if asked)."""
@@ -77,3 +102,4 @@ class Upstream:
         """Mark every primitive not ready (the upstream connection was lost)."""
         for primitive in self._prims.values():
             primitive.ready = False
+        self._ready.clear()

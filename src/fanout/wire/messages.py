@@ -12,12 +12,14 @@ peer keeps decoding what a newer one sends. Conversations:
   ``StateRows``, ``Error``.
 
 A ``reader`` (a tool such as the demo's checker) talks to the publisher like a relay but holds no
-primitives and receives no batches.
+primitives and receives no batches. A ``producer`` sends ``Publish`` frames to datasets whose source
+is ``ingest`` and gets ``Published`` once the events are durably in the ingest log.
 """
 
 from __future__ import annotations
 
-from typing import Literal
+from collections.abc import Sequence
+from typing import ClassVar, Literal
 
 import msgspec
 
@@ -27,7 +29,7 @@ from fanout.wire.columns import Columns
 #: Bumped on any change an older peer could misread; peers with another version are refused.
 PROTOCOL_VERSION = 1
 
-Role = Literal["subscriber", "relay", "reader"]
+Role = Literal["subscriber", "relay", "reader", "producer"]
 
 
 class Frame(msgspec.Struct, frozen=True, tag_field="type", omit_defaults=True):
@@ -35,7 +37,13 @@ class Frame(msgspec.Struct, frozen=True, tag_field="type", omit_defaults=True):
 
 
 class Hello(Frame, tag="hello", frozen=True):
-    """First frame from the connecting side: who it is and which protocol it speaks."""
+    """First frame from the connecting side: who it is and which protocol it speaks.
+
+    ``capabilities`` lists what a subscriber can decode: the number formats ``float64``,
+    ``float32`` and ``fixed`` (see :class:`Transform`, whose ``negotiate`` turns a requested
+    transform into the one the relay applies). Empty means "not declared": every format.
+    Unknown names are ignored, so newer subscribers may list more.
+    """
 
     version: int
     role: Role
@@ -62,20 +70,65 @@ class Error(Frame, tag="error", frozen=True):
 class Transform(msgspec.Struct, frozen=True, omit_defaults=True):
     """How a relay adapts a subscription's rows for its subscriber (000: [0091]-[0093]).
 
+    The relay applies the transform to floating-point columns only (integers and strings travel
+    as stored), in this order: projection, relative coordinates, then precision.
+
     Attributes:
-        columns: the columns to send (the key is always sent); None sends every column.
-        precision: ``float64`` as stored, ``float32``, or ``fixed``: floats become integers
-            counting ``quantum`` units (for subscribers without floating point).
-        quantum: the unit of ``fixed`` values, and for ``float64``/``float32`` an optional
-            rounding step (0: no rounding).
-        relative_to: the key of an entity; the dataset's index coordinates are sent relative to
-            that entity's position (the subscriber's own avatar, say).
+        columns: the columns to send (the key is always sent, first); None sends every column.
+            A column the dataset does not have is refused with ``Error{code:
+            "invalid_transform"}`` at subscribe time.
+        precision: ``float64`` as stored, ``float32``, or ``fixed``: floats become int64
+            values counting ``quantum`` units, rounded to nearest (for subscribers without
+            floating point); values beyond int64 saturate, NaN becomes ``FIXED_NAN``.
+        quantum: the unit of ``fixed`` values (0: ``DEFAULT_QUANTUM``), and for ``float64`` /
+            ``float32`` an optional rounding step (0: no rounding).
+        relative_to: the key of an entity; the dataset's index coordinates (``x, y[, z]``) are
+            sent relative to that entity's position (the subscriber's own avatar, say), looked
+            up in the relay's state at the tick of each push. If the relay does not hold the
+            entity when a push is due, the subscription ends with ``Error{code:
+            "entity_not_held"}``: absolute coordinates are never sent in their place.
+
+    Capabilities: a subscriber lists in ``Hello.capabilities`` the number formats it decodes —
+    ``float64``, ``float32``, ``fixed`` (integers; every subscriber decodes those). An empty
+    list declares nothing and means every format. :meth:`negotiate` is the rule both sides
+    apply to learn the effective transform.
     """
 
     columns: list[str] | None = None
     precision: Literal["float64", "float32", "fixed"] = "float64"
     quantum: float = 0.0
     relative_to: int | str | None = None
+
+    #: Capability names (``Hello.capabilities``).
+    FLOAT64: ClassVar[str] = "float64"
+    FLOAT32: ClassVar[str] = "float32"
+    FIXED: ClassVar[str] = "fixed"
+    #: The unit of ``fixed`` values when the transform names none: 1/1024, exact in binary.
+    DEFAULT_QUANTUM: ClassVar[float] = 1.0 / 1024.0
+    #: What a NaN becomes in ``fixed`` precision (the smallest int64; finite values saturate
+    #: one above it).
+    FIXED_NAN: ClassVar[int] = -(2**63)
+
+    def negotiate(self, capabilities: Sequence[str]) -> Transform:
+        """The transform a relay applies for a subscriber that declared ``capabilities``.
+
+        The precision asked for is kept if the subscriber decodes it; otherwise the other float
+        format if it decodes that; otherwise ``fixed``. ``fixed`` without a quantum gets
+        ``DEFAULT_QUANTUM``. Capability names this version does not know are ignored.
+        """
+        declared = set(capabilities)
+        every = {self.FLOAT64, self.FLOAT32}
+        floats = every & declared if declared else every
+        precision = self.precision
+        if precision != self.FIXED and precision not in floats:
+            other = self.FLOAT32 if precision == self.FLOAT64 else self.FLOAT64
+            precision = other if other in floats else "fixed"
+        quantum = self.quantum
+        if precision == self.FIXED and quantum == 0.0:
+            quantum = self.DEFAULT_QUANTUM
+        if (precision, quantum) == (self.precision, self.quantum):
+            return self
+        return msgspec.structs.replace(self, precision=precision, quantum=quantum)
 
 
 class Subscribe(Frame, tag="subscribe", frozen=True):
@@ -219,7 +272,24 @@ class StateRows(Frame, tag="state_rows", frozen=True):
     rows: Columns
 
 
+class Publish(Frame, tag="publish", frozen=True):
+    """A producer's upserts (whole rows) and deletes (keys) for an ``ingest`` dataset."""
+
+    req: int
+    dataset: str
+    upserts: Columns = Columns()
+    deletes: Columns = Columns()
+
+
+class Published(Frame, tag="published", frozen=True):
+    """The events of request ``req`` are durably in the ingest log at offsets first..last."""
+
+    req: int
+    first: int
+    last: int
+
+
 ToRelay = Hello | Subscribe | Unsubscribe
 ToSubscriber = Welcome | Subscribed | Push | NoUpdate | Unsubscribed | Error
-ToPublisher = Hello | Acquire | Release | ReadState
-FromPublisher = Welcome | Catalog | Batch | StateRows | Error
+ToPublisher = Hello | Acquire | Release | ReadState | Publish
+FromPublisher = Welcome | Catalog | Batch | StateRows | Published | Error

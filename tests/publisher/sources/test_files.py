@@ -1,4 +1,4 @@
-"""The files source: files dropped into a folder become the latest state per key, later files win."""
+"""The files source: dropped files become the latest state per key; later files win."""
 
 from __future__ import annotations
 
@@ -63,34 +63,49 @@ def oracle(files: list[File]) -> dict[int, tuple[Any, ...]]:
     return {key: value for key, value in state.items() if value is not None}
 
 
-def write(folder: Path, staging: Path, name: str, fmt: str, rows: File, mtime: float) -> None:
-    """Write a file aside, stamp its mtime, then move it in whole (as producers should)."""
-    path = staging / name
-    if fmt == "json":
-        path.write_text("".join(json.dumps(row) + "\n" for row in rows))
-    elif fmt == "csv":
-        lines = ["id,name,score,n,deleted"]
-        for row in rows:
-            fields = [row["id"], row.get("name"), row.get("score"), row.get("n")]
-            text = ["" if value is None else str(value) for value in fields]
-            lines.append(",".join([*text, "true" if row.get("deleted") else "false"]))
-        path.write_text("\n".join(lines) + "\n")
-    else:
-        table = pa.Table.from_pylist(
-            [{**dict.fromkeys(SCHEMA), "deleted": False, **row} for row in rows],
-            schema=pa.schema(
-                [
-                    ("id", pa.int64()),
-                    ("name", pa.string()),
-                    ("score", pa.float64()),
-                    ("n", pa.int32()),
-                    ("deleted", pa.bool_()),
-                ]
-            ),
-        )
-        pq.write_table(table, path)
-    os.utime(path, (mtime, mtime))
-    path.replace(folder / name)
+class DropFolder:
+    """The watched folder; files are written aside, stamped, then moved in whole."""
+
+    def __init__(self, root: Path) -> None:
+        self.path, self.staging = root / "in", root / "staging"
+        self.path.mkdir()
+        self.staging.mkdir()
+
+    def drop(self, name: str, rows: File, mtime: float) -> None:
+        """Write ``rows`` as file ``name`` (its suffix is its format) modified at ``mtime``."""
+        path = self.staging / name
+        fmt = path.suffix.removeprefix(".")
+        if fmt == "json":
+            path.write_text("".join(json.dumps(row) + "\n" for row in rows))
+        elif fmt == "csv":
+            path.write_text(csv_text(rows))
+        else:
+            pq.write_table(parquet_table(rows), path)
+        os.utime(path, (mtime, mtime))
+        path.replace(self.path / name)
+
+
+def csv_text(rows: File, header: str = "id,name,score,n,deleted") -> str:
+    lines = [header]
+    for row in rows:
+        fields = [row["id"], row.get("name"), row.get("score"), row.get("n")]
+        text = ["" if value is None else str(value) for value in fields]
+        lines.append(",".join([*text, "true" if row.get("deleted") else "false"]))
+    return "\r\n".join(lines) + "\r\n"  # CRLF, as spreadsheets write it
+
+
+def parquet_table(rows: File) -> pa.Table:
+    schema = pa.schema(
+        [
+            ("id", pa.int64()),
+            ("name", pa.string()),
+            ("score", pa.float64()),
+            ("n", pa.int32()),
+            ("deleted", pa.bool_()),
+        ]
+    )
+    full = [{**dict.fromkeys(SCHEMA), "deleted": False, **row} for row in rows]
+    return pa.Table.from_pylist(full, schema=schema)
 
 
 class LatestState:
@@ -110,17 +125,14 @@ class LatestState:
 
 @pytest.mark.parametrize("fmt", ["json", "csv", "parquet"])
 def test_latest_state_per_key_matches_the_files_in_mtime_order(spark, tmp_path, fmt) -> None:
-    folder, staging = tmp_path / "in", tmp_path / "staging"
-    folder.mkdir()
-    staging.mkdir()
-    rng = random.Random(fmt)
-    files = random_files(rng, 7)
+    folder = DropFolder(tmp_path)
+    files = random_files(random.Random(fmt), 7)
     # Names run against mtimes, so only the mtime can be what orders the files.
     base = time.time() - 1000
     names = [f"{fmt}-{9 - i}.{fmt}" for i in range(len(files))]
     for i in (0, 1, 2, 3):
-        write(folder, staging, names[i], fmt, files[i], base + i)
-    ds = dataset(folder, fmt, max_files_per_trigger=2)
+        folder.drop(names[i], files[i], base + i)
+    ds = dataset(folder.path, fmt, max_files_per_trigger=2)
     sink = LatestState()
     query = (
         latest_per_key(files_stream(spark, ds), ds)
@@ -133,18 +145,22 @@ def test_latest_state_per_key_matches_the_files_in_mtime_order(spark, tmp_path, 
         query.processAllAvailable()
         assert sink.live() == oracle(files[:4])
         for i in (4, 5, 6):
-            write(folder, staging, names[i], fmt, files[i], base + i)
+            folder.drop(names[i], files[i], base + i)
+        if fmt == "csv":
+            # A header naming other columns: every line of the file is rejected.
+            swapped = csv_text(files[0], header="name,id,score,n,deleted")
+            (folder.path / "swapped.csv").write_text(swapped)
         query.processAllAvailable()
         assert sink.live() == oracle(files)
         # admission control: at most two files per micro-batch
         assert query.lastProgress["batchId"] >= 3
+        print([(p["batchId"], p["durationMs"]) for p in query.recentProgress])
     finally:
         query.stop()
 
 
 def test_malformed_json_lines_are_rejected_counted_and_the_rest_ingested(spark, tmp_path) -> None:
-    folder = tmp_path / "in"
-    folder.mkdir()
+    folder = DropFolder(tmp_path)
     lines = [
         '{"id": 1, "name": "a", "score": 1.0, "n": 1}',
         '{"id": 2, "name": "b", "score": 2.',  # cut short
@@ -154,14 +170,14 @@ def test_malformed_json_lines_are_rejected_counted_and_the_rest_ingested(spark, 
         '{"id": 1, "deleted": true}',
         '{"id": 6, "name": "f", "score": 6, "n": 6}',
     ]
-    (folder / "mixed.json").write_text("\n".join(lines) + "\n")
+    (folder.path / "mixed.json").write_text("\n".join(lines) + "\n")
     ds = Dataset(
         name="files_malformed",
         key="id",
         schema=SCHEMA,
         index="sql",
         index_columns=tuple(SCHEMA),
-        source=FilesSource(path=str(folder), format="json", deleted="deleted"),
+        source=FilesSource(path=str(folder.path), format="json", deleted="deleted"),
     )
     sink = LatestState()
     counter = rejections(spark)
@@ -183,7 +199,7 @@ def test_malformed_json_lines_are_rejected_counted_and_the_rest_ingested(spark, 
     while counter.counts.get("files_malformed") != 3 and time.monotonic() < deadline:
         time.sleep(0.05)
     assert counter.counts["files_malformed"] == 3
-    assert counter.samples["files_malformed"].startswith("mixed.json: ")
+    assert counter.samples["files_malformed"].startswith("mixed.json:2: malformed: ")
 
 
 def test_the_read_schema_is_declared_never_inferred(tmp_path) -> None:

@@ -4,30 +4,35 @@ Rules, in the order a row meets them:
 
 1. **Schema.** Files are read with the dataset's declared schema, never an inferred one. The
    source's ``deleted`` column, when it is not a dataset column, is a boolean column of the files
-   appended to that schema (CSV: after the dataset's columns). CSV files have a header and their
-   columns in that order; Spark checks the header against the schema (``enforceSchema=false``).
-2. **Malformed input is rejected, counted and logged, never fatal.** JSON and CSV are read in
-   ``PERMISSIVE`` mode with a corrupt-record column: a line that does not parse or whose values do
-   not fit the declared types (or a CSV line with the wrong number of fields) is rejected whole,
-   as is any row without a key. Each micro-batch's rejections are an observed metric that
-   :class:`Rejections` counts per dataset and logs with a sample line. A whole file Spark cannot
-   read as declared (a CSV header that differs from the schema, a Parquet file with other column
-   types, a truncated file) is skipped (``ignoreCorruptFiles``) and named in the log by Spark.
-   ``FAILFAST`` is never used: one bad line must not stop the publisher. Options given in the
-   dataset's ``options`` override these defaults.
-3. **Deletes.** ``_deleted`` is the ``deleted`` column (null counts as false), or false.
-4. **Versions.** With a declared ``order`` column (long or int), ``_version`` is that column.
-   Otherwise later files win: ``_version = ms_since_2020(file mtime) << 22 | position``, where
-   position is the row's index in the file (Parquet: ``_metadata.row_index``) or, for JSON/CSV,
-   which Spark gives no row index, the row's index within its Spark partition (the low 33 bits of
-   ``monotonically_increasing_id``), which grows with the row's place in the file. Both are the
-   same when Spark re-reads a micro-batch (same files, same order), so a re-run batch yields the
-   same state. Limits, documented rather than hidden: 41 bits of milliseconds reach 2089 (files
-   modified before 2020 all count as 2020-01-01); positions saturate at 2**22 - 1 rows; two files
-   modified in the same millisecond are ordered by position only, and a JSON/CSV file that Spark
-   splits (larger than ``spark.sql.files.maxPartitionBytes``) orders repeated keys across its
-   splits arbitrarily. Moving a file in keeps its mtime (``mv``): touch it, or declare ``order``.
-   Spark's file source itself admits files oldest mtime first (``maxFilesPerTrigger`` per batch).
+   appended to that schema (CSV: after the dataset's columns). Text files are UTF-8.
+2. **Lines.** JSON and CSV files are read whole (Spark's ``text`` source, ``wholetext``) and split
+   into lines, so every row knows its line number in its file — Spark's JSON and CSV readers give
+   no row position, and streaming queries refuse ``monotonically_increasing_id``. Reading whole
+   files keeps each file in memory while it is parsed: keep files below ~100 MB (at most 2**22
+   lines); ``max_files_per_trigger`` bounds the files per micro-batch. Blank lines are skipped.
+   A CSV file's first line is its header and must name the columns of rule 1, in that order.
+   Parquet files are read by Spark's Parquet reader, whose ``_metadata.row_index`` is the row's
+   position.
+3. **Malformed input is rejected, counted and logged, never fatal.** Lines are parsed with
+   ``from_json`` / ``from_csv`` in ``PERMISSIVE`` mode with a corrupt-record column: a line that
+   does not parse, whose values do not fit the declared types, or (CSV) that has the wrong number
+   of fields is rejected whole, as is every line of a CSV file whose header differs, and any row
+   without a key. Each micro-batch's rejections are an observed metric that :class:`Rejections`
+   counts per dataset and logs with a sample (``file:line: reason: text``). A file Spark cannot
+   read at all (a truncated Parquet or gzip file, a Parquet file with other column types) is
+   skipped (``ignoreCorruptFiles``) and named in the log by Spark. ``FAILFAST`` is never used:
+   one bad line must not stop the publisher. The dataset's ``options`` go to both the reader and
+   the parser (``sep``, ``pathGlobFilter``, ...) and override these defaults.
+4. **Deletes.** ``_deleted`` is the ``deleted`` column (null counts as false), or false.
+5. **Versions.** With a declared ``order`` column (long or int), ``_version`` is that column.
+   Otherwise later files win, and later lines within a file:
+   ``_version = ms_since_2020(file mtime) << 22 | line``. Both parts are the same when Spark
+   re-reads a micro-batch (same files; the line is the line in the file, whatever the
+   partitioning), so a re-run batch yields the same state. Limits: 41 bits of milliseconds reach
+   2089 (files modified before 2020 count as 2020-01-01); lines past 2**22 - 1 share the last
+   value; two files modified in the same millisecond are ordered by line only, and the same line
+   number of both is a tie Spark breaks either way. Moving a file in keeps its mtime (``mv``):
+   touch it, or declare ``order``. Spark's file source admits files oldest mtime first.
 """
 
 from __future__ import annotations
@@ -40,6 +45,7 @@ from typing import Any
 import pyspark.sql.functions as sf
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql.streaming.listener import StreamingQueryListener
+from pyspark.sql.streaming.readwriter import DataStreamReader
 
 from fanout.errors import ConfigError
 from fanout.publisher.datasets import DELETED, VERSION, Dataset, FilesSource
@@ -47,14 +53,14 @@ from fanout.publisher.datasets import DELETED, VERSION, Dataset, FilesSource
 log = logging.getLogger(__name__)
 
 CORRUPT = "_corrupt_record"
+#: Working columns, dropped before the stream leaves this module.
+FILE, MTIME, POSITION, LINE, PROBLEM = "_file", "_mtime", "_position", "_line", "_problem"
 #: Observed-metric names of this source start with this, then the dataset's name.
 METRIC_PREFIX = "fanout_files:"
 #: 2020-01-01T00:00:00Z in epoch milliseconds: the zero of the time part of ``_version``.
 EPOCH_MS = 1_577_836_800_000
 POSITION_BITS = 22
 MAX_POSITION = (1 << POSITION_BITS) - 1
-#: ``monotonically_increasing_id`` keeps the row's index within its partition in its low 33 bits.
-PARTITION_ROW_MASK = (1 << 33) - 1
 SAMPLE_CHARS = 200
 FILE_SCAN_LOGGER = "org.apache.spark.sql.execution.datasources.FileScanRDD"
 
@@ -72,47 +78,56 @@ def files_stream(spark: SparkSession, dataset: Dataset) -> DataFrame:
     Raises:
         ConfigError: the source, its ``deleted`` column or the ``order`` column does not fit.
     """
-    source = _files_source(dataset)
+    source = files_source(dataset)
     rejections(spark)
-    reader = (
-        spark.readStream.format(source.format)
-        .schema(read_schema(dataset))
-        .options(**reader_options(source))
-    )
-    raw = reader.load(source.path)
-    rows = raw.withColumn(VERSION, version_column(dataset)).withColumn(
+    reader = spark.readStream.options(**reader_options(source))
+    if source.format == "parquet":
+        rows = parquet_rows(reader, dataset, source)
+    else:
+        rows = text_rows(reader, dataset, source)
+    rows = rows.withColumn(VERSION, version_column(dataset)).withColumn(
         DELETED, deleted_column(source)
     )
-    return reject_malformed(rows, dataset).select(*dataset.schema, VERSION, DELETED)
+    return reject_malformed(rows, dataset.name).select(*dataset.schema, VERSION, DELETED)
 
 
-def _files_source(dataset: Dataset) -> FilesSource:
+def files_source(dataset: Dataset) -> FilesSource:
+    """The dataset's files source, checked against the dataset.
+
+    Raises:
+        ConfigError: not a files dataset, or a setting that does not fit its schema.
+    """
     source = dataset.source
+    name = dataset.name
     if not isinstance(source, FilesSource):
-        raise ConfigError(f"dataset {dataset.name!r}: not a files source")
+        raise ConfigError(f"dataset {name!r}: not a files source")
     if source.format not in ("json", "csv", "parquet"):
-        raise ConfigError(f"dataset {dataset.name!r}: unknown file format {source.format!r}")
+        raise ConfigError(f"dataset {name!r}: unknown file format {source.format!r}")
     if source.max_files_per_trigger < 1:
-        raise ConfigError(f"dataset {dataset.name!r}: max_files_per_trigger must be at least 1")
+        raise ConfigError(f"dataset {name!r}: max_files_per_trigger must be at least 1")
     if source.deleted is not None and dataset.schema.get(source.deleted, "boolean") != "boolean":
-        raise ConfigError(
-            f"dataset {dataset.name!r}: deleted column {source.deleted!r} must be boolean"
-        )
+        raise ConfigError(f"dataset {name!r}: deleted column {source.deleted!r} must be boolean")
     if dataset.order is not None and dataset.schema.get(dataset.order) not in ("long", "int"):
         raise ConfigError(
-            f"dataset {dataset.name!r}: order column {dataset.order!r} must be a long or int "
-            "column of the dataset"
+            f"dataset {name!r}: order column {dataset.order!r} must be a long or int column"
         )
     return source
 
 
+def file_columns(dataset: Dataset) -> list[str]:
+    """The columns of the files: the dataset's, then the deleted column if it is not one."""
+    source = files_source(dataset)
+    extra = [source.deleted] if source.deleted and source.deleted not in dataset.schema else []
+    return [*dataset.schema, *extra]
+
+
 def read_schema(dataset: Dataset) -> str:
-    """The DDL schema the files are read with (see rule 1 of the module docstring).
+    """The DDL schema rows are read with (rule 1; JSON/CSV add the corrupt-record column).
 
     Raises:
         ConfigError: the dataset is not a files dataset.
     """
-    source = _files_source(dataset)
+    source = files_source(dataset)
     schema = dataset.spark_schema()
     if source.deleted is not None and source.deleted not in dataset.schema:
         schema += f", `{source.deleted}` boolean"
@@ -122,29 +137,93 @@ def read_schema(dataset: Dataset) -> str:
 
 
 def reader_options(source: FilesSource) -> dict[str, str]:
-    """Spark reader options: the defaults of rules 1-2, then the source's own options."""
+    """Spark reader options: the defaults of rules 2-3, then the source's own options."""
     options = {
         "maxFilesPerTrigger": str(source.max_files_per_trigger),
         "ignoreCorruptFiles": "true",
     }
     if source.format != "parquet":
-        options |= {"mode": "PERMISSIVE", "columnNameOfCorruptRecord": CORRUPT}
-    if source.format == "csv":
-        options |= {"header": "true", "enforceSchema": "false"}
+        options["wholetext"] = "true"
     return options | source.options
+
+
+def parser_options(source: FilesSource) -> dict[str, str]:
+    """``from_json`` / ``from_csv`` options: permissive, then the source's own options."""
+    return {"mode": "PERMISSIVE", "columnNameOfCorruptRecord": CORRUPT} | source.options
+
+
+def parquet_rows(reader: DataStreamReader, dataset: Dataset, source: FilesSource) -> DataFrame:
+    """Parquet rows with their file, mtime and row index; a row without a key is a problem."""
+    raw = reader.format("parquet").schema(read_schema(dataset)).load(source.path)
+    return raw.select(
+        *file_columns(dataset),
+        sf.col("_metadata.file_name").alias(FILE),
+        sf.col("_metadata.file_modification_time").alias(MTIME),
+        sf.col("_metadata.row_index").alias(POSITION),
+        sf.lit(None).cast("string").alias(LINE),
+        sf.when(sf.col(dataset.key).isNull(), sf.lit("no key")).alias(PROBLEM),
+    )
+
+
+def text_rows(reader: DataStreamReader, dataset: Dataset, source: FilesSource) -> DataFrame:
+    """JSON/CSV rows parsed line by line, each with its file, mtime, line number and problem."""
+    whole = reader.format("text").load(source.path)
+    lines = whole.select(
+        sf.col("_metadata.file_name").alias(FILE),
+        sf.col("_metadata.file_modification_time").alias(MTIME),
+        sf.split(sf.col("value"), "\n").alias("_lines"),
+    )
+    header_problem = _csv_header_problem(dataset, source)
+    exploded = lines.select(
+        FILE,
+        MTIME,
+        header_problem.alias(PROBLEM),
+        sf.posexplode("_lines").alias(POSITION, LINE),
+    )
+    exploded = exploded.withColumn(LINE, sf.regexp_replace(LINE, "\r$", ""))
+    exploded = exploded.where(sf.trim(LINE) != "")
+    if source.format == "csv":
+        exploded = exploded.where(sf.col(POSITION) > 0)  # the header
+    parse = sf.from_json if source.format == "json" else sf.from_csv
+    parsed = exploded.withColumn(
+        "_row", parse(sf.col(LINE), read_schema(dataset), parser_options(source))
+    )
+    problem = (
+        sf.when(sf.col(PROBLEM).isNotNull(), sf.col(PROBLEM))
+        .when(sf.col(f"_row.{CORRUPT}").isNotNull(), sf.lit("malformed"))
+        .when(sf.col(f"_row.{dataset.key}").isNull(), sf.lit("no key"))
+    )
+    return parsed.select(
+        *(sf.col(f"_row.`{name}`").alias(name) for name in file_columns(dataset)),
+        FILE,
+        MTIME,
+        POSITION,
+        LINE,
+        problem.alias(PROBLEM),
+    )
+
+
+def _csv_header_problem(dataset: Dataset, source: FilesSource) -> Column:
+    """A CSV file's problem if its header differs from rule 1's columns, else null."""
+    if source.format != "csv":
+        return sf.lit(None).cast("string")
+    expected = ",".join(file_columns(dataset))
+    separator = "\\Q" + source.options.get("sep", ",") + "\\E"
+    header = sf.regexp_replace(sf.element_at("_lines", 1), "\r$", "")
+    names = sf.transform(
+        sf.split(header, separator), lambda name: sf.trim(sf.regexp_replace(name, '"', ""))
+    )
+    fits = sf.array_join(names, ",") == sf.lit(expected)
+    return sf.when(~fits, sf.lit(f"header is not {expected}"))
 
 
 def version_column(dataset: Dataset) -> Column:
     """``_version``: the order column, or (file mtime, position in file) packed in one long."""
     if dataset.order is not None:
         return sf.col(dataset.order).cast("long")
-    millis = sf.unix_millis(sf.col("_metadata.file_modification_time")) - sf.lit(EPOCH_MS)
-    if _files_source(dataset).format == "parquet":
-        position = sf.col("_metadata.row_index")
-    else:
-        position = sf.monotonically_increasing_id().bitwiseAND(sf.lit(PARTITION_ROW_MASK))
+    millis = sf.unix_millis(sf.col(MTIME)) - sf.lit(EPOCH_MS)
     time_part = sf.greatest(millis, sf.lit(0)) * sf.lit(1 << POSITION_BITS)
-    return (time_part + sf.least(position, sf.lit(MAX_POSITION))).cast("long")
+    return (time_part + sf.least(sf.col(POSITION), sf.lit(MAX_POSITION))).cast("long")
 
 
 def deleted_column(source: FilesSource) -> Column:
@@ -154,19 +233,17 @@ def deleted_column(source: FilesSource) -> Column:
     return sf.coalesce(sf.col(source.deleted), sf.lit(False))
 
 
-def reject_malformed(rows: DataFrame, dataset: Dataset) -> DataFrame:
-    """Drop malformed or keyless rows, counting them in an observed metric (rule 2)."""
-    bad = sf.col(dataset.key).isNull()
-    reason = sf.lit("no key")
-    line = sf.lit("")
-    if _files_source(dataset).format != "parquet":
-        corrupt = sf.col(CORRUPT).isNotNull()
-        bad = bad | corrupt
-        reason = sf.when(corrupt, sf.lit("malformed")).otherwise(reason)
-        line = sf.coalesce(sf.substring(sf.col(CORRUPT), 1, SAMPLE_CHARS), line)
-    sample = sf.concat_ws(": ", sf.col("_metadata.file_name"), reason, line)
+def reject_malformed(rows: DataFrame, dataset_name: str) -> DataFrame:
+    """Drop the rows with a problem, counting them in an observed metric (rule 3)."""
+    bad = sf.col(PROBLEM).isNotNull()
+    sample = sf.concat_ws(
+        ": ",
+        sf.concat_ws(":", sf.col(FILE), (sf.col(POSITION) + 1).cast("string")),
+        sf.col(PROBLEM),
+        sf.substring(sf.col(LINE), 1, SAMPLE_CHARS),
+    )
     observed = rows.observe(
-        METRIC_PREFIX + dataset.name,
+        METRIC_PREFIX + dataset_name,
         sf.count_if(bad).alias("rejected"),
         sf.min(sf.when(bad, sample)).alias("sample"),
     )
@@ -178,7 +255,7 @@ class Rejections(StreamingQueryListener):
 
     Attributes:
         counts: dataset -> rows rejected since this listener was registered.
-        samples: dataset -> the last sample reported (``file: reason: line``).
+        samples: dataset -> the last sample reported (``file:line: reason: text``).
     """
 
     def __init__(self) -> None:
@@ -193,23 +270,21 @@ class Rejections(StreamingQueryListener):
         """Add this micro-batch's rejections and log them."""
         progress = event.progress
         for name, row in progress.observedMetrics.items():
-            if not name.startswith(METRIC_PREFIX) or not row["rejected"]:
-                continue
-            self.add(
-                name.removeprefix(METRIC_PREFIX), progress.batchId, row["rejected"], row["sample"]
-            )
+            if name.startswith(METRIC_PREFIX) and row["rejected"]:
+                dataset = name.removeprefix(METRIC_PREFIX)
+                self.add(dataset, progress.batchId, row["rejected"], row["sample"])
 
     def onQueryTerminated(self, event: Any) -> None:
         """Counts stay: they describe the files, not the query."""
 
     def add(self, dataset: str, batch_id: int, rejected: int, sample: str | None) -> None:
-        """Record ``rejected`` rows of ``dataset`` in micro-batch ``batch_id``."""
+        """Record ``rejected`` rows of ``dataset`` in micro-batch ``batch_id``, and log them."""
         with self._lock:
             self.counts[dataset] = self.counts.get(dataset, 0) + rejected
             if sample is not None:
                 self.samples[dataset] = sample
         log.warning(
-            "dataset %s, batch %d: rejected %d malformed file row(s), e.g. %s",
+            "dataset %s, batch %d: rejected %d file row(s), e.g. %s",
             dataset,
             batch_id,
             rejected,
@@ -224,7 +299,7 @@ _LISTENERS_LOCK = threading.Lock()
 def rejections(spark: SparkSession) -> Rejections:
     """The session's :class:`Rejections` listener, registered with it on first use.
 
-    Also lets Spark's file scan log the files it skips (rule 2) even when the session's log
+    Also lets Spark's file scan log the files it skips (rule 3) even when the session's log
     level is ``ERROR``, as the publisher sets it.
     """
     with _LISTENERS_LOCK:
@@ -241,7 +316,7 @@ def _log_skipped_files(spark: SparkSession) -> None:
     jvm = getattr(spark, "_jvm", None)
     if jvm is None:
         # Spark Connect: the server's logging is the server's to configure.
-        log.info("skipped corrupt files are logged by the Spark Connect server, not here")
+        log.info("files skipped as corrupt are logged by the Spark Connect server")
         return
     log4j = jvm.org.apache.logging.log4j
     log4j.core.config.Configurator.setLevel(FILE_SCAN_LOGGER, log4j.Level.WARN)

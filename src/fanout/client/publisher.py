@@ -1,0 +1,172 @@
+"""A reader: asks the publisher for its authoritative rows (used to check what relays deliver).
+
+async with open_reader("ws://127.0.0.1:7700") as reader:
+    tick, rows = await reader.read("agents", Box((0, 0), (100, 100)), tick=1234)
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+from collections.abc import AsyncIterator, Mapping, Sequence
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+from websockets.asyncio.client import ClientConnection
+from websockets.asyncio.client import connect as ws_connect
+from websockets.exceptions import ConnectionClosed
+
+from fanout.client.subscriber import MAX_FRAME, SubscriptionError
+from fanout.errors import ProtocolError
+from fanout.views import View
+from fanout.wire import codec
+from fanout.wire.columns import Columns, decode_columns, encode_columns
+from fanout.wire.messages import (
+    PROTOCOL_VERSION,
+    Catalog,
+    DatasetInfo,
+    Error,
+    Frame,
+    Hello,
+    Publish,
+    Published,
+    ReadState,
+    Role,
+    StateRows,
+)
+from fanout.wire.session import check_welcome
+
+Rows = dict[str, npt.NDArray[Any]]
+
+
+class PublisherClient:
+    """One reader or producer connection to the publisher."""
+
+    def __init__(self, websocket: ClientConnection) -> None:
+        self._websocket = websocket
+        self._ids = itertools.count(1)
+        self._pending: dict[int, asyncio.Future[Any]] = {}
+        self.datasets: dict[str, DatasetInfo] = {}
+        self._catalog = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+
+    async def catalog(self) -> dict[str, DatasetInfo]:
+        """The publisher's datasets."""
+        await self._catalog.wait()
+        return self.datasets
+
+    async def read(self, dataset: str, view: View, tick: int = -1) -> tuple[int, Rows]:
+        """The publisher's rows of ``dataset`` inside ``view`` as of ``tick`` (-1: latest).
+
+        Raises:
+            SubscriptionError: the publisher refused (unknown tick, bad view, timeout).
+        """
+        req = next(self._ids)
+        result: tuple[int, Rows] = await self._request(req, ReadState(req, dataset, view, tick))
+        return result
+
+    async def publish(
+        self,
+        dataset: str,
+        rows: Sequence[Mapping[str, Any]] | Mapping[str, Sequence[Any]] = (),
+        deletes: Sequence[Any] = (),
+    ) -> tuple[int, int]:
+        """Upsert ``rows`` (whole rows, as dicts or as columns) and delete keys ``deletes``.
+
+        Returns:
+            The ingest-log offsets (first, last) given to the events, once they are durable.
+
+        Raises:
+            SubscriptionError: the publisher refused them (unknown dataset, not an ingest
+                dataset, a value of the wrong type, a missing key...).
+        """
+        columns = _columns(rows)
+        key = await self._key(dataset)
+        request = Publish(
+            req=next(self._ids),
+            dataset=dataset,
+            upserts=encode_columns(columns) if columns else Columns(),
+            deletes=encode_columns({key: np.asarray(list(deletes))}) if deletes else Columns(),
+        )
+        result: tuple[int, int] = await self._request(request.req, request)
+        return result
+
+    async def _key(self, dataset: str) -> str:
+        info = (await self.catalog()).get(dataset)
+        if info is None:
+            raise SubscriptionError("invalid_view", f"unknown dataset {dataset!r}")
+        return info.key
+
+    async def _request(self, req: int, frame: Frame) -> Any:
+        future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        self._pending[req] = future
+        await self._websocket.send(codec.encode(frame))
+        try:
+            return await future
+        finally:
+            self._pending.pop(req, None)
+
+    async def _read(self) -> None:
+        decoder = codec.from_publisher()
+        failure: Exception = SubscriptionError("closed", "connection to the publisher closed")
+        try:
+            async for message in self._websocket:
+                self._on_frame(decoder.decode(message))
+        except (ConnectionClosed, ProtocolError) as exc:
+            failure = SubscriptionError("closed", str(exc))
+        for future in self._pending.values():
+            if not future.done():
+                future.set_exception(failure)
+
+    def _on_frame(self, frame: object) -> None:
+        match frame:
+            case Catalog(datasets=datasets):
+                self.datasets = {info.name: info for info in datasets}
+                self._catalog.set()
+            case StateRows(req=req) if req in self._pending:
+                self._pending[req].set_result((frame.tick, decode_columns(frame.rows)))
+            case Published(req=req) if req in self._pending:
+                self._pending[req].set_result((frame.first, frame.last))
+            case Error(ref=ref) if ref is not None and ref in self._pending:
+                self._pending[ref].set_exception(SubscriptionError(frame.code, frame.message))
+            case _:
+                raise ProtocolError(f"unexpected frame from the publisher: {frame!r:.200}")
+
+
+@contextlib.asynccontextmanager
+async def open_publisher(url: str, role: Role) -> AsyncIterator[PublisherClient]:
+    """Connect to the publisher's control plane as a ``reader`` or ``producer``."""
+    async with ws_connect(url, max_size=MAX_FRAME, compression=None, open_timeout=10) as websocket:
+        await websocket.send(codec.encode(Hello(version=PROTOCOL_VERSION, role=role)))
+        check_welcome(codec.from_publisher().decode(await websocket.recv()))
+        client = PublisherClient(websocket)
+        client._task = asyncio.create_task(client._read())
+        try:
+            yield client
+        finally:
+            await websocket.close()
+            await client._task
+
+
+def open_reader(url: str) -> contextlib.AbstractAsyncContextManager[PublisherClient]:
+    """Connect as a reader (``read`` the authoritative state)."""
+    return open_publisher(url, "reader")
+
+
+def open_producer(url: str) -> contextlib.AbstractAsyncContextManager[PublisherClient]:
+    """Connect as a producer (``publish`` to ingest datasets)."""
+    return open_publisher(url, "producer")
+
+
+def _columns(rows: Sequence[Mapping[str, Any]] | Mapping[str, Sequence[Any]]) -> dict[str, Any]:
+    if isinstance(rows, Mapping):
+        return {name: np.asarray(values) for name, values in rows.items()}
+    if not rows:
+        return {}
+    names = list(rows[0])
+    for index, row in enumerate(rows):
+        if list(row) != names:
+            raise ValueError(f"row {index} has columns {sorted(row)}, row 0 has {sorted(names)}")
+    return {name: np.asarray([row[name] for row in rows]) for name in names}

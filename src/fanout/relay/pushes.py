@@ -1,0 +1,227 @@
+"""Cutting a subscription's push from the active buffer (000: [0089]-[0093], [0139]).
+
+A push is a delta against what the subscriber already holds (:class:`Held`, the result of its last
+push): rows that **entered** the view, rows **updated** since the seq the subscriber holds, keys
+that **left**. The first push (nothing held) is the whole view, marked ``full``. Updated rows are
+those whose ``changed`` seq is newer than what is held — or every held row, when the subscriber's
+coordinates are relative to an entity that moved, or after the publisher's stream changed epoch.
+
+**Shared encodings.** Everything in a push but the subscription id is a function of (view,
+shape, what is held, the active state). What is held is in turn a function of the view and state
+it was cut from, so two subscriptions with equal (view, shape, held view, held generation,
+held seq) get byte-identical bodies. :class:`Encodings` keeps the bodies cut from the current
+active state of each dataset, keyed that way; the second such subscription reuses the first's
+encoded columns and only its few header bytes are encoded anew (``msgspec.Raw``). The cache is
+emptied when the dataset's generation changes, so it holds at most one body per distinct key of
+one state.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Hashable
+from dataclasses import dataclass, field
+
+import msgspec
+import numpy as np
+import numpy.typing as npt
+
+from fanout.relay.spatial import IndexedRegion
+from fanout.relay.state import DoubleBuffer, Keys, Positions, Stamp, Table
+from fanout.relay.transforms import EntityNotHeld, Shape, apply
+from fanout.views import View
+from fanout.wire.columns import encode_columns
+
+Anchor = tuple[float, ...]
+
+
+@dataclass(frozen=True)
+class Held:
+    """What a subscriber holds of one subscription: the result of its last push.
+
+    Attributes:
+        view: the view it was cut for.
+        generation: the buffer generation it was cut from.
+        epoch: the publisher epoch of that state.
+        seq: the seq of that state; rows changed after it are "updated" next time.
+        keys: the view's keys then, sorted.
+        anchor: the reference entity's position then (None without ``relative_to``).
+        refresh: every held row counts as updated at the next push (a new epoch).
+    """
+
+    view: View
+    generation: int
+    epoch: int
+    seq: int
+    keys: Keys
+    anchor: Anchor | None = None
+    refresh: bool = False
+
+    def signature(self) -> Hashable:
+        """What determines ``keys`` and ``anchor`` (for sharing bodies)."""
+        return (self.view, self.generation, self.seq, self.refresh)
+
+
+@dataclass(frozen=True)
+class Body:
+    """The part of a push that does not depend on who receives it.
+
+    Attributes:
+        keys: the view's keys at this push (what the subscriber holds after it).
+        anchor: the reference entity's position at this push.
+        full: the first push of the subscription: ``entered`` is the whole view.
+        changes: rows entered + updated + keys left (0: a no-update).
+        entered, updated, left: the encoded ``Columns`` of each.
+    """
+
+    keys: Keys
+    anchor: Anchor | None
+    full: bool
+    changes: int
+    entered: msgspec.Raw
+    updated: msgspec.Raw
+    left: msgspec.Raw
+
+
+class PushFrame(msgspec.Struct, tag="push", tag_field="type", frozen=True):
+    """``wire.messages.Push`` with its row payloads already encoded (same bytes on the wire)."""
+
+    sub: int
+    epoch: int
+    seq: int
+    tick: int
+    tick_time: float
+    full: bool
+    entered: msgspec.Raw
+    updated: msgspec.Raw
+    left: msgspec.Raw
+
+
+_encoder = msgspec.msgpack.Encoder()
+_NO_ROWS = msgspec.Raw(_encoder.encode(encode_columns({})))
+
+
+def encode_push(sub: int, stamp: Stamp, body: Body) -> bytes:
+    """The wire bytes of subscription ``sub``'s push of ``body``, cut at ``stamp``."""
+    frame = PushFrame(
+        sub,
+        stamp.epoch,
+        stamp.seq,
+        stamp.tick,
+        stamp.tick_time,
+        body.full,
+        body.entered,
+        body.updated,
+        body.left,
+    )
+    return _encoder.encode(frame)
+
+
+def cut(
+    region: IndexedRegion, shape: Shape, held: Held | None, buffer: DoubleBuffer
+) -> Body:
+    """Cut the push of ``region`` for a subscriber holding ``held``, from the active buffer.
+
+    Raises:
+        EntityNotHeld: the shape's reference entity is not in the active buffer.
+    """
+    table = buffer.active
+    anchor = locate_anchor(shape, buffer)
+    positions = buffer.query(region)
+    keys = table.keys[positions]
+    if held is None:
+        entered, updated, left = positions, positions[:0], keys[:0]
+    else:
+        present, left = _compare(held.keys, keys)
+        entered = positions[~present]
+        updated = positions[present]
+        if not (held.refresh or held.anchor != anchor):
+            updated = updated[table.changed[updated] > held.seq]
+    return Body(
+        keys=keys,
+        anchor=anchor,
+        full=held is None,
+        changes=len(entered) + len(updated) + len(left),
+        entered=_rows(table, entered, shape, anchor),
+        updated=_rows(table, updated, shape, anchor),
+        left=msgspec.Raw(_encoder.encode(encode_columns({table.key: left}))),
+    )
+
+
+def locate_anchor(shape: Shape, buffer: DoubleBuffer) -> Anchor | None:
+    """The reference entity's position in the active buffer (None without ``relative_to``).
+
+    Raises:
+        EntityNotHeld: the entity is not in the active buffer.
+    """
+    if shape.relative_to is None:
+        return None
+    table = buffer.active
+    (at,) = table.locate(table.as_keys([shape.relative_to]))
+    if at < 0:
+        raise EntityNotHeld(
+            f"entity {shape.relative_to!r} (relative_to) is not in this relay's state at tick"
+            f" {buffer.stamp.tick if buffer.stamp else -1}: its coordinates cannot be made"
+            " relative; subscribe to a view that contains it"
+        )
+    return tuple(float(table.column(name)[at]) for name in shape.relative)
+
+
+def _compare(held: Keys, keys: Keys) -> tuple[npt.NDArray[np.bool_], Keys]:
+    """For sorted key arrays: which of ``keys`` are in ``held``, and the held keys not in them."""
+    present = _members(keys, held)
+    return present, held[~_members(held, keys)]
+
+
+def _members(keys: Keys, among: Keys) -> npt.NDArray[np.bool_]:
+    if not len(among):
+        return np.zeros(len(keys), dtype=bool)
+    at = np.searchsorted(among, keys)
+    inside = at < len(among)
+    inside[inside] = among[at[inside]] == keys[inside]
+    return inside
+
+
+def _rows(table: Table, positions: Positions, shape: Shape, anchor: Anchor | None) -> msgspec.Raw:
+    if not len(positions):
+        return _NO_ROWS
+    rows = apply(table.take(positions, shape.columns), shape, anchor)
+    return msgspec.Raw(_encoder.encode(encode_columns(rows)))
+
+
+@dataclass
+class Encodings:
+    """Push bodies cut from the current active state of each dataset, shared by key.
+
+    Attributes:
+        cut: bodies computed.
+        shared: pushes that reused a body another subscription's push had computed.
+    """
+
+    cut: int = 0
+    shared: int = 0
+    _generation: dict[str, int] = field(default_factory=dict)
+    _bodies: dict[str, dict[Hashable, Body]] = field(default_factory=dict)
+
+    def get(self, dataset: str, generation: int, key: Hashable) -> Body | None:
+        """The body cut for ``key`` from this generation of ``dataset``, if any."""
+        if self._generation.get(dataset) != generation:
+            self._generation[dataset] = generation
+            self._bodies[dataset] = {}
+            return None
+        body = self._bodies[dataset].get(key)
+        if body is not None:
+            self.shared += 1
+        return body
+
+    def put(self, dataset: str, key: Hashable, body: Body) -> None:
+        """Remember a body cut from the current generation of ``dataset``."""
+        self.cut += 1
+        self._bodies.setdefault(dataset, {})[key] = body
+
+    def forget(self, dataset: str) -> None:
+        """Drop every body of ``dataset`` (its catalog entry changed)."""
+        self._generation.pop(dataset, None)
+        self._bodies.pop(dataset, None)
+
+    def __len__(self) -> int:
+        return sum(len(bodies) for bodies in self._bodies.values())

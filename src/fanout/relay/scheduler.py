@@ -1,0 +1,243 @@
+"""Which subscription to serve next: rates, priority with aging, parking (000: [0138], [0141]-
+[0146], Fig. 7). Pure: the caller passes the time in.
+
+Rules:
+
+1. A subscription is **pending** when it has something to push: its first push, a changed view,
+   or new state. ``wake`` makes it pending; serving it makes it not pending.
+2. A pending subscription is **due** once ``1 / rate`` seconds have passed since it was last
+   served; until then it waits in a timer queue (the relay's rate timers, [0138]).
+3. Due subscriptions are served highest **effective priority** first, where
+   ``effective = priority + aging * (now - due_since)``: priority grows while a subscription
+   waits ([0141], Fig. 7 step 782). At any one instant that order is the order of the constant
+   ``due_since - priority / aging``, so the ready queue is a heap that never needs re-keying.
+4. A due subscription the caller cannot serve now — its connection is still writing, its
+   coverage is not ready — is **parked** under a reason, keeping its ``due_since``; when the
+   reason clears (``unpark``) it rejoins the ready queue with the priority it has aged to.
+   Parking is how latest-value coalescing happens: nothing is queued for a busy connection, and
+   the push it gets when writable is cut from the newest state.
+5. Nothing starves: a subscription due at ``t`` outranks every subscription that becomes due
+   after ``t + (p_max - p) / aging``; since rates bound how often each of those can be served,
+   it is served within a bounded time whenever the relay serves anything at all.
+
+The caller's loop: ``settle(now)`` once per round, then ``pop()`` until None, and for each popped
+subscription either ``served(sid, now)``, ``park(sid, reason)``, or ``idle(sid)`` (nothing to
+send after all). Subscriptions popped but neither served nor parked must be handed back with
+``requeue`` — the pump's round may end on a time budget between two pops.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+import math
+from collections.abc import Hashable, Iterable
+from dataclasses import dataclass
+from enum import Enum
+
+#: Priority units gained per second of waiting: 100 ms of waiting is worth one priority level.
+AGING = 10.0
+
+
+class Where(Enum):
+    """Where a subscription is in the scheduler."""
+
+    IDLE = "idle"  # nothing pending
+    FRESH = "fresh"  # pending, not yet sorted into the timer or ready queue
+    TIMER = "timer"  # pending, waiting for its rate to allow the next push
+    READY = "ready"  # due, in the ready heap
+    POPPED = "popped"  # handed to the caller this round
+    PARKED = "parked"  # due but blocked; see ``reason``
+
+
+@dataclass
+class Slot:
+    """One subscription's scheduling state."""
+
+    priority: float
+    interval: float
+    last_served: float = -math.inf
+    due_since: float | None = None
+    where: Where = Where.IDLE
+    reason: Hashable = None
+    version: int = 0  # heap entries of older versions are stale
+    rewoken: bool = False  # woken while popped: pending again once resolved
+
+
+class Scheduler:
+    """Rate timers and an aging priority queue over subscriptions (any hashable ids).
+
+    Attributes:
+        aging: priority units gained per second of waiting.
+        served_count: pushes served.
+        parked_count: times a due subscription had to be parked.
+    """
+
+    def __init__(self, aging: float = AGING) -> None:
+        if not aging > 0:
+            raise ValueError(f"aging {aging!r} must be > 0 (else low priorities could starve)")
+        self.aging = aging
+        self.served_count = 0
+        self.parked_count = 0
+        self._slots: dict[Hashable, Slot] = {}
+        self._fresh: list[Hashable] = []
+        self._timers: list[tuple[float, int, int, Hashable]] = []
+        self._ready: list[tuple[float, int, int, Hashable]] = []
+        self._lots: dict[Hashable, set[Hashable]] = {}
+        self._order = itertools.count()
+
+    def __len__(self) -> int:
+        return len(self._slots)
+
+    def __contains__(self, sid: Hashable) -> bool:
+        return sid in self._slots
+
+    # -- membership -----------------------------------------------------------------------
+
+    def add(self, sid: Hashable, priority: float, rate: float) -> None:
+        """Start scheduling ``sid`` (pending: its first push is owed)."""
+        self._slots[sid] = Slot(priority=priority, interval=1.0 / rate)
+        self.wake(sid)
+
+    def update(self, sid: Hashable, priority: float, rate: float) -> None:
+        """Change a subscription's priority or rate; it keeps how long it has waited."""
+        slot = self._slots[sid]
+        slot.priority, slot.interval = priority, 1.0 / rate
+        if slot.where in (Where.READY, Where.TIMER):
+            self._enqueue(sid, slot)  # re-key; the old heap entry goes stale
+
+    def remove(self, sid: Hashable) -> None:
+        """Stop scheduling ``sid`` (unknown ids are ignored)."""
+        slot = self._slots.pop(sid, None)
+        if slot is not None and slot.where is Where.PARKED:
+            self._lots[slot.reason].discard(sid)
+
+    def priority(self, sid: Hashable, now: float) -> float:
+        """``sid``'s effective priority now (its priority plus what waiting added)."""
+        slot = self._slots[sid]
+        waited = 0.0 if slot.due_since is None else max(0.0, now - slot.due_since)
+        return slot.priority + self.aging * waited
+
+    # -- becoming pending -----------------------------------------------------------------
+
+    def wake(self, sid: Hashable) -> None:
+        """``sid`` has something new to push (unknown ids are ignored)."""
+        slot = self._slots.get(sid)
+        if slot is None:
+            return
+        if slot.where is Where.PARKED:
+            self._lots[slot.reason].discard(sid)
+        if slot.where is Where.POPPED:
+            slot.rewoken = True
+        elif slot.where in (Where.IDLE, Where.PARKED):
+            slot.where = Where.FRESH
+            self._fresh.append(sid)
+
+    def wake_all(self, sids: Iterable[Hashable]) -> None:
+        """``wake`` each of ``sids``."""
+        for sid in sids:
+            self.wake(sid)
+
+    def park(self, sid: Hashable, reason: Hashable) -> None:
+        """A popped subscription cannot be served until ``unpark(reason)``; it keeps its age."""
+        slot = self._slots[sid]
+        slot.where, slot.reason, slot.rewoken = Where.PARKED, reason, False
+        self._lots.setdefault(reason, set()).add(sid)
+        self.parked_count += 1
+
+    def unpark(self, reason: Hashable) -> None:
+        """Whatever was blocked by ``reason`` may be served again."""
+        for sid in self._lots.pop(reason, ()):
+            self.wake(sid)
+
+    def parked(self, reason: Hashable) -> int:
+        """How many subscriptions wait on ``reason``."""
+        return len(self._lots.get(reason, ()))
+
+    # -- a round --------------------------------------------------------------------------
+
+    def settle(self, now: float) -> None:
+        """Sort newly pending subscriptions and elapsed timers into the ready queue."""
+        fresh, self._fresh = self._fresh, []
+        for sid in fresh:
+            slot = self._slots.get(sid)
+            if slot is not None and slot.where is Where.FRESH:
+                self._enqueue(sid, slot, now)
+        while self._timers and self._timers[0][0] <= now:
+            due, _, version, sid = heapq.heappop(self._timers)
+            slot = self._slots.get(sid)
+            if slot is not None and slot.version == version and slot.where is Where.TIMER:
+                slot.due_since = due
+                self._push_ready(sid, slot)
+
+    def _enqueue(self, sid: Hashable, slot: Slot, now: float | None = None) -> None:
+        slot.version += 1
+        if slot.due_since is not None:  # it was due already (parked, or re-keyed): keep its age
+            self._push_ready(sid, slot)
+            return
+        due = slot.last_served + slot.interval
+        if now is not None and due <= now:
+            slot.due_since = now  # it waits from when it became pending
+            self._push_ready(sid, slot)
+        else:
+            slot.where = Where.TIMER
+            heapq.heappush(self._timers, (due, next(self._order), slot.version, sid))
+
+    def _push_ready(self, sid: Hashable, slot: Slot) -> None:
+        assert slot.due_since is not None
+        slot.where = Where.READY
+        key = slot.due_since - slot.priority / self.aging
+        heapq.heappush(self._ready, (key, next(self._order), slot.version, sid))
+
+    def pop(self) -> Hashable | None:
+        """The due subscription with the highest effective priority, or None."""
+        while self._ready:
+            _, _, version, sid = heapq.heappop(self._ready)
+            slot = self._slots.get(sid)
+            if slot is not None and slot.version == version and slot.where is Where.READY:
+                slot.where = Where.POPPED
+                return sid
+        return None
+
+    def served(self, sid: Hashable, now: float) -> None:
+        """A popped subscription was served at ``now``: not pending until woken again."""
+        slot = self._slots[sid]
+        slot.last_served, slot.due_since = now, None
+        self.served_count += 1
+        self._rest(sid, slot)
+
+    def idle(self, sid: Hashable) -> None:
+        """A popped subscription turned out to have nothing to send: not pending, not served."""
+        slot = self._slots[sid]
+        slot.due_since = None
+        self._rest(sid, slot)
+
+    def _rest(self, sid: Hashable, slot: Slot) -> None:
+        slot.where = Where.IDLE
+        if slot.rewoken:
+            slot.rewoken = False
+            self.wake(sid)
+
+    def requeue(self, sid: Hashable) -> None:
+        """Hand back a popped subscription unserved; it keeps its place and age."""
+        slot = self._slots.get(sid)
+        if slot is not None and slot.where is Where.POPPED:
+            slot.version += 1
+            slot.rewoken = False
+            self._push_ready(sid, slot)
+
+    def next_wakeup(self) -> float | None:
+        """When the next round has work: -inf if now, a rate timer's time, or None."""
+        if self._fresh or self._ready:
+            return -math.inf
+        while self._timers:
+            due, _, version, sid = self._timers[0]
+            slot = self._slots.get(sid)
+            if slot is not None and slot.version == version and slot.where is Where.TIMER:
+                return due
+            heapq.heappop(self._timers)
+        return None
+
+    def waiting(self) -> int:
+        """Subscriptions pending (fresh, timed, ready or parked)."""
+        return sum(1 for slot in self._slots.values() if slot.where is not Where.IDLE)
