@@ -15,7 +15,7 @@ import shutil
 import socket
 import subprocess
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -59,28 +59,30 @@ def throwaway_postgres() -> Iterator[str]:
     if binaries is None:
         pytest.skip("PostgreSQL is not installed (Debian: apt-get install postgresql)")
     user = _server_user()
-    home = Path(tempfile.mkdtemp(prefix="fanout-pg-"))
-    if user is not None:
-        account = pwd.getpwnam(user)
-        os.chown(home, account.pw_uid, account.pw_gid)
-    data, port = home / "data", free_port()
-    run = _runner(binaries, user)
-    run("initdb", "-D", data, "-U", "fanout", "-A", "trust", "-E", "UTF8", "--no-sync")
-    options = f"-c listen_addresses=127.0.0.1 -c port={port} -c unix_socket_directories={home}"
-    run("pg_ctl", "-D", data, "-l", home / "server.log", "-o", options, "-w", "start")
-    try:
+    with contextlib.ExitStack() as cleanup:
+        home = Path(tempfile.mkdtemp(prefix="fanout-pg-"))
+        cleanup.callback(shutil.rmtree, home)
+        if user is not None:
+            account = pwd.getpwnam(user)
+            os.chown(home, account.pw_uid, account.pw_gid)
+        data, port, server_log = home / "data", free_port(), home / "server.log"
+        run = _runner(binaries, user, server_log)
+        run("initdb", "-D", data, "-U", "fanout", "-A", "trust", "-E", "UTF8", "--no-sync")
+        options = f"-c listen_addresses=127.0.0.1 -c port={port} -c unix_socket_directories={home}"
+        run("pg_ctl", "-D", data, "-l", server_log, "-o", options, "-w", "start")
+        cleanup.callback(run, "pg_ctl", "-D", data, "-m", "immediate", "-w", "stop")
         yield f"postgresql://fanout@127.0.0.1:{port}/postgres"
-    finally:
-        run("pg_ctl", "-D", data, "-m", "immediate", "-w", "stop")
-        shutil.rmtree(home)
 
 
-def _runner(binaries: Path, user: str | None):  # type: ignore[no-untyped-def]
+def _runner(binaries: Path, user: str | None, server_log: Path) -> Callable[..., None]:
+    """Runs a PostgreSQL program (as ``user``); a failure fails the test with its output."""
+
     def run(program: str, *args: object) -> None:
         command = [str(binaries / program), *map(str, args)]
         done = subprocess.run(command, user=user, capture_output=True, text=True, check=False)
         if done.returncode:
-            pytest.fail(f"{' '.join(command)} failed:\n{done.stdout}{done.stderr}")
+            logged = server_log.read_text() if server_log.exists() else ""
+            pytest.fail(f"{' '.join(command)} failed:\n{done.stdout}{done.stderr}{logged}")
 
     return run
 

@@ -98,7 +98,7 @@ MISTAKES = [
         "publisher.trigger: expected a finite number, not a float (nan)",
     ),
     ("[publisher]\ntrigger = false", "publisher.trigger: expected a number, not a boolean (false)"),
-    ('[publisher]\nlog = "log.db"', "publisher.log: 'log.db' is not a URL such as"),
+    ('[publisher]\nlog = "log.db"', "publisher.log: unsupported publisher log URL 'log.db'"),
     (
         "[publisher]\nretention_seconds = 0",
         "publisher.retention_seconds: 0 is out of range: expected a number > 0",
@@ -457,7 +457,8 @@ def test_an_empty_file_serves_the_builtin_agents_with_the_command_lines_defaults
         7700,
         Path("var/publisher"),
     )
-    assert (settings.log, settings.retention_seconds) == (None, None)
+    assert (settings.log, settings.retention_seconds) == (None, 600.0)
+    assert settings.log_url() == f"sqlite:///{Path('var/publisher/log.db').resolve()}"
     assert settings == PublisherSettings()
     assert parse_config("[datasets]\n[publisher]\n") == settings
 

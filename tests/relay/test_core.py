@@ -22,6 +22,7 @@ from fanout.wire.messages import (
     Release,
     Subscribe,
     Subscribed,
+    Transform,
     Unsubscribe,
     Unsubscribed,
 )
@@ -73,7 +74,7 @@ def subscribe(core: RelayCore, view: object, sub: int = 1) -> list[Acquire]:
 
 
 def pushes(core: RelayCore, now: float = 100.0) -> list[Push | NoUpdate]:
-    return [s.frame for s in core.pushes(now, lambda client: True)]  # type: ignore[misc]
+    return [s.message() for s in core.pushes(now, lambda client: True)]  # type: ignore[misc]
 
 
 def keys(columns: object) -> list[int]:
@@ -140,8 +141,11 @@ def test_a_busy_connection_is_skipped_and_served_when_idle() -> None:
     assert core.pushes(1.0, lambda client: False) == []
     core.on_batch(batch(1, rows(k1=(2, 2))))
     (send,) = core.pushes(2.0, lambda client: True)
-    assert isinstance(send.frame, Push)
-    assert send.frame.full  # coalesced: the skipped first push and the update arrive as one
+    push = send.message()
+    assert isinstance(push, Push)
+    assert push.full  # coalesced: the skipped first push and the update arrive as one
+    assert keys(push.entered) == [1]
+    assert decode_columns(push.entered)["x"].tolist() == [2.0]
 
 
 def test_a_second_subscriber_inside_held_coverage_costs_nothing_upstream() -> None:
@@ -172,12 +176,13 @@ def test_a_snapshot_replaces_what_was_held_inside_its_primitive() -> None:
     core = relay()
     (acquire,) = subscribe(core, Box((0, 0), (10, 10)))
     core.on_batch(batch(0, rows(k1=(1, 1), k2=(2, 2)), snapshots=[acquire.prim]))
-    state = core.datasets["agents"].table
-    assert state.keys.tolist() == [1, 2]
+    core.end_epoch()
+    assert core.datasets["agents"].table.keys.tolist() == [1, 2]
     # k2 left while the relay was not subscribed: a fresh snapshot no longer has it
     core.on_upstream_connected()
     core.on_batch(batch(5, rows(k1=(1, 1)), snapshots=[acquire.prim]))
-    assert state.keys.tolist() == [1]
+    core.end_epoch()
+    assert core.datasets["agents"].table.keys.tolist() == [1]
 
 
 def test_unsubscribe_releases_the_primitive_after_the_grace_period() -> None:
@@ -189,6 +194,7 @@ def test_unsubscribe_releases_the_primitive_after_the_grace_period() -> None:
     assert core.housekeeping(100.0) == []
     (release,) = core.housekeeping(105.0)
     assert release.frame == Release(acquire.prim)
+    core.end_epoch()
     assert len(core.datasets["agents"].table) == 0  # rows outside all primitives are pruned
 
 
@@ -204,6 +210,7 @@ def test_a_replayed_batch_is_ignored_and_a_gap_resyncs() -> None:
     (acquire,) = subscribe(core, Box((0, 0), (10, 10)))
     core.on_batch(batch(0, rows(k1=(1, 1)), snapshots=[acquire.prim]))
     assert core.on_batch(batch(0, rows(k1=(5, 5)))) == []
+    core.end_epoch()
     assert core.datasets["agents"].table.column("x").tolist() == [1.0]
     sends = core.on_batch(batch(3, rows(k1=(2, 2))))
     assert [type(s.frame) for s in sends] == [Release, Acquire]
@@ -262,3 +269,200 @@ def test_a_new_epoch_counts_every_held_row_as_updated() -> None:
     assert isinstance(push, Push)
     assert keys(push.updated) == [1]
     assert keys(push.entered) == [2]
+
+
+# -- transforms, capabilities, sharing, scheduling, double buffering ------------------------
+
+
+def served(core: RelayCore, now: float, idle=lambda client: True) -> list[tuple[int, object]]:
+    return [(s.to, s.message()) for s in core.pushes(now, idle)]
+
+
+def ready_relay(view: object = Box((0, 0), (10, 10)), **points: tuple[float, float]) -> RelayCore:
+    """A relay whose first subscription's coverage is ready, holding ``points``."""
+    core = relay()
+    (acquire,) = subscribe(core, view, sub=99)
+    core.on_batch(batch(0, rows(**points), snapshots=[acquire.prim]))
+    core.on_unsubscribe(CLIENT, Unsubscribe(99))
+    return core
+
+
+def test_a_projection_sends_only_the_columns_asked_for() -> None:
+    core = ready_relay(k1=(1, 2))
+    request = Subscribe(1, "agents", Box((0, 0), (10, 10)), transform=Transform(columns=["y"]))
+    (reply,) = core.on_subscribe(2, request)
+    assert reply.frame == Subscribed(1, "id", ["id", "y"])
+    ((_, push),) = served(core, 1.0)
+    assert isinstance(push, Push)
+    assert decode_columns(push.entered).keys() == {"id", "y"}
+
+
+def test_an_unknown_column_is_refused_at_subscribe_time() -> None:
+    core = relay()
+    request = Subscribe(1, "agents", Box((0, 0), (1, 1)), transform=Transform(columns=["z"]))
+    (send,) = core.on_subscribe(CLIENT, request)
+    assert isinstance(send.frame, Error)
+    assert (send.frame.code, send.frame.ref) == ("invalid_transform", 1)
+    assert len(core.downstream) == 0
+
+
+def test_a_subscriber_without_floating_point_gets_fixed_point() -> None:
+    core = ready_relay(k1=(1.5, 2.25))
+    core.on_connect(2, ["fixed"])
+    core.on_subscribe(2, Subscribe(1, "agents", Box((0, 0), (10, 10))))
+    ((_, push),) = served(core, 1.0)
+    entered = decode_columns(push.entered)  # type: ignore[attr-defined]
+    assert entered["x"].dtype == np.int64
+    assert entered["x"].tolist() == [1.5 * 1024]
+    assert entered["y"].tolist() == [2.25 * 1024]
+
+
+def test_coordinates_relative_to_an_entity_follow_it() -> None:
+    core = ready_relay(k1=(1, 1), k2=(5, 5))
+    core.on_subscribe(
+        2, Subscribe(1, "agents", Box((0, 0), (10, 10)), transform=Transform(relative_to=2))
+    )
+    ((_, first),) = served(core, 1.0)
+    assert decode_columns(first.entered)["x"].tolist() == [-4.0, 0.0]  # type: ignore[attr-defined]
+    core.on_batch(batch(1, rows(k2=(6, 5))))  # only the entity moves
+    ((_, second),) = served(core, 2.0)
+    assert keys(second.updated) == [1, 2]  # type: ignore[attr-defined]
+    assert decode_columns(second.updated)["x"].tolist() == [-5.0, 0.0]  # type: ignore[attr-defined]
+
+
+def test_an_entity_that_leaves_the_relay_ends_the_subscription_with_an_error() -> None:
+    core = ready_relay(k1=(1, 1), k2=(5, 5))
+    core.on_subscribe(
+        2, Subscribe(1, "agents", Box((0, 0), (10, 10)), transform=Transform(relative_to=2))
+    )
+    served(core, 1.0)
+    core.on_batch(batch(1, deletes=[2]))
+    ((to, error),) = served(core, 2.0)
+    assert isinstance(error, Error)
+    assert (to, error.code, error.ref) == (2, "entity_not_held", 1)
+    assert len(core.downstream) == 0
+    assert core.stats()["ended_entity_not_held"] == 1
+
+
+def test_identical_views_share_one_encoded_body() -> None:
+    core = ready_relay(k1=(1, 1), k2=(2, 2))
+    view = Box((0, 0), (10, 10))
+    for client in (2, 3, 4):
+        core.on_subscribe(client, Subscribe(1, "agents", view))
+    core.on_subscribe(5, Subscribe(1, "agents", view, transform=Transform(precision="float32")))
+    sends = core.pushes(1.0, lambda client: True)
+    by_client = {s.to: s.frame for s in sends}
+    assert by_client[2] == by_client[3] == by_client[4]  # the same bytes
+    assert by_client[5] != by_client[2]
+    stats = core.stats()
+    assert (stats["bodies_cut"], stats["bodies_shared"]) == (2, 2)
+    core.on_batch(batch(1, rows(k1=(3, 3))))
+    core.pushes(2.0, lambda client: True)
+    assert core.stats()["bodies_shared"] == 4  # still in step: shared again
+
+
+def test_every_push_of_a_round_is_cut_from_one_state() -> None:
+    core = ready_relay(k1=(1, 1))
+    for client in (2, 3):
+        core.on_subscribe(client, Subscribe(1, "agents", Box((0, 0), (10, 10))))
+    round_ = core.serve(1.0, lambda client: True)
+    first = next(round_).message()
+    core.on_batch(batch(1, rows(k1=(2, 2))))  # arrives mid-round: into the inert buffer
+    second = next(round_).message()
+    assert isinstance(first, Push) and isinstance(second, Push)
+    assert first.seq == second.seq == 0
+    assert decode_columns(second.entered)["x"].tolist() == [1.0]
+    assert [s.message().seq for s in core.pushes(2.0, lambda client: True)] == [1, 1]  # type: ignore[attr-defined]
+
+
+def test_a_round_stopped_early_leaves_the_rest_for_the_next() -> None:
+    core = ready_relay(k1=(1, 1))
+    for client in range(2, 12):
+        core.on_subscribe(client, Subscribe(1, "agents", Box((0, 0), (10, 10))))
+    round_ = core.serve(1.0, lambda client: True)
+    firsts = [next(round_).to for _ in range(3)]
+    round_.close()  # the time budget ran out
+    assert core.next_wakeup(1.0) == 1.0  # more is due right now
+    rest = [s.to for s in core.pushes(1.0, lambda client: True)]
+    assert sorted(firsts + rest) == list(range(2, 12))
+
+
+def test_a_connection_gets_its_highest_priority_subscription_first() -> None:
+    core = ready_relay(k1=(1, 1))
+    for sub, priority in ((1, 0), (2, 5), (3, 1)):
+        request = Subscribe(sub, "agents", Box((0, 0), (10, 10)), rate=1000.0, priority=priority)
+        core.on_subscribe(2, request)
+    order = []
+    for step in range(3):
+        # the connection takes one push, then is busy until it has written it
+        (send,) = _one(core, 1.0 + step)
+        order.append(send.message().sub)  # type: ignore[attr-defined]
+        core.on_writable(2)
+    assert order == [2, 3, 1]
+
+
+def _one(core: RelayCore, now: float) -> list[Send]:
+    busy = False
+
+    def idle(client: int) -> bool:
+        return not busy
+
+    sends = []
+    for send in core.serve(now, idle):
+        sends.append(send)
+        busy = True
+    return sends
+
+
+def test_a_busy_subscriber_gets_the_latest_state_when_it_can_take_it() -> None:
+    core = ready_relay(k1=(1, 1))
+    core.on_subscribe(2, Subscribe(1, "agents", Box((0, 0), (10, 10)), rate=1000.0))
+    served(core, 1.0)
+    for seq in range(1, 5):
+        core.on_batch(batch(seq, rows(k1=(1 + seq, 1))))
+        assert core.pushes(1.0 + seq, lambda client: False) == []  # still writing
+    core.on_writable(2)
+    ((_, push),) = served(core, 6.0)
+    assert push.seq == 4  # type: ignore[attr-defined]
+    assert decode_columns(push.updated)["x"].tolist() == [5.0]  # type: ignore[attr-defined]
+    subscription = core.downstream.get((2, 1))
+    assert subscription is not None
+    assert subscription.coalesced == 3  # ticks 1-3 were folded into the push of tick 4
+    assert subscription.deferred >= 1
+
+
+def test_a_changed_transform_sends_everything_again() -> None:
+    core = ready_relay(k1=(1, 1))
+    core.on_subscribe(2, Subscribe(1, "agents", Box((0, 0), (10, 10))))
+    served(core, 1.0)
+    core.on_subscribe(
+        2, Subscribe(1, "agents", Box((0, 0), (10, 10)), transform=Transform(precision="float32"))
+    )
+    ((_, push),) = served(core, 2.0)
+    assert push.full  # type: ignore[attr-defined]
+    assert decode_columns(push.entered)["x"].dtype == np.float32  # type: ignore[attr-defined]
+
+
+def test_a_dataset_keyed_by_strings() -> None:
+    info = DatasetInfo(
+        "named", "name", {"name": "str", "x": "<f8", "y": "<f8"}, "space", ["x", "y"]
+    )
+    core = RelayCore(Policy(widen="margin", grace=0.0))
+    core.on_catalog(Catalog([info]))
+    (acquire,) = frames(
+        core.on_subscribe(2, Subscribe(1, "named", Box((0, 0), (10, 10)))), UPSTREAM
+    )
+    upserts = {
+        "name": np.array(["b", "a", "far"], dtype=object),
+        "x": [1.0, 2.0, 50.0],
+        "y": [1.0, 2.0, 50.0],
+    }
+    core.on_batch(
+        Batch("named", 1, 0, 0, 0.0, encode_columns(upserts), encode_columns({}), [acquire.prim])
+    )  # type: ignore[attr-defined]
+    ((_, first),) = served(core, 1.0)
+    assert decode_columns(first.entered)["name"].tolist() == ["a", "b"]  # type: ignore[attr-defined]
+    deletes = encode_columns({"name": np.array(["a"], dtype=object)})
+    core.on_batch(Batch("named", 1, 1, 10, 0.0, encode_columns({}), deletes))
+    ((_, second),) = served(core, 2.0)
+    assert decode_columns(second.left)["name"].tolist() == ["a"]  # type: ignore[attr-defined]

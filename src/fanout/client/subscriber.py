@@ -9,6 +9,13 @@ A ``LiveView`` keeps the materialised rows of its view (``view.rows``), applied 
 order as frames arrive, so they are exact whether or not the program iterates. Iteration yields
 ``Update`` notifications through a bounded buffer: if the program falls behind, the oldest
 notifications are dropped (counted in ``view.dropped``) — never the rows.
+
+A subscription may ask the relay to adapt its rows (``transform=Transform(...)``: projection,
+float32, fixed-point, coordinates relative to an entity) and to favour it over the connection's
+other subscriptions (``priority``). Rows hold the values as sent: float32 values as Python
+floats, ``fixed`` values as integers counting ``view.effective_transform.quantum``; the
+``capabilities`` given to :func:`connect` decide what the relay may send (see
+``Transform.negotiate``).
 """
 
 from __future__ import annotations
@@ -18,7 +25,7 @@ import contextlib
 import itertools
 import time
 from collections import deque
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -40,6 +47,7 @@ from fanout.wire.messages import (
     Push,
     Subscribe,
     Subscribed,
+    Transform,
     Unsubscribe,
     Unsubscribed,
 )
@@ -78,7 +86,7 @@ class Update:
     full: bool
     entered: Columns
     updated: Columns
-    left: npt.NDArray[np.int64]
+    left: npt.NDArray[Any]
     tick_time: float
     received_at: float
 
@@ -114,6 +122,8 @@ class LiveView:
     dropped: int = 0
     error: SubscriptionError | None = None
     buffer: int = 256
+    priority: int = 0
+    transform: Transform | None = None
     _queue: deque[Update] = field(default_factory=deque)
     _signal: asyncio.Event = field(default_factory=asyncio.Event)
     _closed: bool = False
@@ -148,7 +158,16 @@ class LiveView:
     async def change(self, view: View, rate: float | None = None) -> None:
         """Move the view; the next update is a delta against the rows held."""
         self.view = view
-        await self.subscriber._send(Subscribe(self.sub, self.dataset, view, rate or self.rate))
+        await self.subscriber._send(
+            Subscribe(
+                self.sub, self.dataset, view, rate or self.rate, self.priority, self.transform
+            )
+        )
+
+    @property
+    def effective_transform(self) -> Transform:
+        """The transform the relay applies: the one asked for, as the capabilities allow."""
+        return (self.transform or Transform()).negotiate(self.subscriber.capabilities)
 
     @property
     def rate(self) -> float:
@@ -201,7 +220,9 @@ class LiveView:
     def _apply_push(self, push: Push) -> Update:
         entered = decode_columns(push.entered)
         updated = decode_columns(push.updated)
-        left = decode_columns(push.left).get(self.key, np.empty(0, np.int64)).astype(np.int64)
+        left = decode_columns(push.left).get(self.key, np.empty(0, np.int64))
+        if left.dtype.kind in "iu":
+            left = left.astype(np.int64)
         if push.full:
             self.rows.clear()
         for key in left.tolist():
@@ -235,13 +256,16 @@ class LiveView:
 class Subscriber:
     """One connection to a relay, holding any number of views."""
 
-    def __init__(self, websocket: ClientConnection, buffer: int = 256) -> None:
+    def __init__(
+        self, websocket: ClientConnection, buffer: int = 256, capabilities: Sequence[str] = ()
+    ) -> None:
         self._websocket = websocket
         self._buffer = buffer
+        self.capabilities = tuple(capabilities)
         self._ids = itertools.count(1)
         self._views: dict[int, LiveView] = {}
         self._pending: dict[int, asyncio.Future[Subscribed]] = {}
-        self._pending_views: dict[int, tuple[str, View]] = {}
+        self._pending_views: dict[int, Subscribe] = {}
         self._rates: dict[int, float] = {}
         self._decoder = codec.to_subscriber()
         self._reader: asyncio.Task[None] | None = None
@@ -252,18 +276,36 @@ class Subscriber:
         """The views held."""
         return list(self._views.values())
 
-    async def subscribe(self, view: View, dataset: str = "agents", rate: float = 10.0) -> LiveView:
+    async def subscribe(
+        self,
+        view: View,
+        dataset: str = "agents",
+        rate: float = 10.0,
+        priority: int = 0,
+        transform: Transform | None = None,
+    ) -> LiveView:
         """Hold ``view`` of ``dataset``, pushed at most ``rate`` times a second.
 
+        Args:
+            view: what to hold.
+            dataset: which dataset.
+            rate: pushes per second at most.
+            priority: served before this connection's lower-priority subscriptions when the
+                relay cannot serve them all at once (waiting ones gain priority as they wait).
+            transform: how the relay adapts the rows (projection, precision, relative
+                coordinates); None sends them as stored.
+
         Raises:
-            SubscriptionError: the relay refused it (bad view, unknown dataset, ...).
+            SubscriptionError: the relay refused it (bad view, unknown dataset, bad
+                transform, ...).
         """
         sub = next(self._ids)
         future: asyncio.Future[Subscribed] = asyncio.get_running_loop().create_future()
+        request = Subscribe(sub, dataset, view, rate, priority, transform)
         self._pending[sub] = future
-        self._pending_views[sub] = (dataset, view)
+        self._pending_views[sub] = request
         self._rates[sub] = rate
-        await self._send(Subscribe(sub, dataset, view, rate))
+        await self._send(request)
         try:
             await future
         finally:
@@ -298,9 +340,17 @@ class Subscriber:
             case Push() | NoUpdate() if frame.sub in self._views:
                 self._views[frame.sub]._apply(frame)
             case Subscribed(sub=sub) if sub in self._pending:
-                dataset, view = self._pending_views[sub]
+                request = self._pending_views[sub]
                 self._views[sub] = LiveView(
-                    sub, dataset, view, frame.key, frame.columns, self, buffer=self._buffer
+                    sub,
+                    request.dataset,
+                    request.view,
+                    frame.key,
+                    frame.columns,
+                    self,
+                    buffer=self._buffer,
+                    priority=request.priority,
+                    transform=request.transform,
                 )
                 self._pending[sub].set_result(frame)
             case Unsubscribed(sub=sub) if sub in self._views:
@@ -323,18 +373,28 @@ class Subscriber:
 
 
 @contextlib.asynccontextmanager
-async def connect(url: str, name: str = "", buffer: int = 256) -> AsyncIterator[Subscriber]:
+async def connect(
+    url: str, name: str = "", buffer: int = 256, capabilities: Sequence[str] = ()
+) -> AsyncIterator[Subscriber]:
     """Connect to a relay, do the handshake, and yield a :class:`Subscriber`.
+
+    ``capabilities`` declares the number formats this program decodes (``float64``,
+    ``float32``, ``fixed``; empty: all); a relay sends only those (``Transform.negotiate``).
 
     Raises:
         HandshakeRefused: the relay refused the connection.
         OSError: the relay cannot be reached.
     """
     async with ws_connect(url, max_size=MAX_FRAME, compression=None, open_timeout=10) as websocket:
-        hello = Hello(version=PROTOCOL_VERSION, role="subscriber", name=name)
+        hello = Hello(
+            version=PROTOCOL_VERSION,
+            role="subscriber",
+            name=name,
+            capabilities=list(capabilities),
+        )
         await websocket.send(codec.encode(hello))
         check_welcome(codec.to_subscriber().decode(await websocket.recv()))
-        subscriber = Subscriber(websocket, buffer)
+        subscriber = Subscriber(websocket, buffer, capabilities)
         subscriber._reader = asyncio.create_task(subscriber._read())
         try:
             yield subscriber

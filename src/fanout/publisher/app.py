@@ -8,8 +8,9 @@ import sys
 import threading
 from types import FrameType
 
-from fanout.publisher.control import ControlPlane
 from fanout.publisher.config import PublisherSettings
+from fanout.publisher.control import ControlPlane
+from fanout.publisher.log import open_log
 from fanout.publisher.pipeline import Pipeline, spark_session
 from fanout.publisher.registry import Registry
 from fanout.publisher.service import DatasetService
@@ -26,9 +27,17 @@ def run(config: PublisherSettings) -> int:
     registry = Registry()
     pipelines: dict[str, Pipeline] = {}
     control = ControlPlane(DatasetService(pipelines), registry)
+    batch_log = open_log(config.log_url())
     for dataset in config.datasets.values():
-        state_dir = config.state_dir / dataset.name
-        pipelines[dataset.name] = Pipeline(spark, dataset, registry, control.deliver, state_dir)
+        pipelines[dataset.name] = Pipeline(
+            spark,
+            dataset,
+            registry=registry,
+            sink=control.deliver,
+            state_dir=config.state_dir / dataset.name,
+            log=batch_log,
+            retention_seconds=config.retention_seconds,
+        )
     port = control.start_in_thread(config.host, config.port)
     queries = [pipeline.start(config.trigger) for pipeline in pipelines.values()]
     print(f"fanout publisher ready ws://{config.host}:{port}", flush=True)
@@ -54,4 +63,5 @@ def run(config: PublisherSettings) -> int:
         query.stop()
     control.stop()
     spark.stop()
+    batch_log.close()
     return status

@@ -19,7 +19,6 @@ schema``), so the user can go straight to the line. Nothing is guessed: unknown 
 
 from __future__ import annotations
 
-import re
 import tomllib
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
@@ -38,6 +37,7 @@ from fanout.publisher.configvalues import (
     fail,
 )
 from fanout.publisher.datasets import Dataset, agents
+from fanout.publisher.log import check_log_url
 from fanout.publisher.sources.simulation import SimulationParams
 
 
@@ -57,8 +57,8 @@ class PublisherSettings:
         state_dir: checkpoint and stream identity, relative to the working directory.
         trigger: seconds between micro-batch starts (0: as fast as Spark goes).
         log: URL of the log of delivered batches (``sqlite:///var/publisher/log.db``,
-            ``postgresql://host/db``); None keeps no log.
-        retention_seconds: how long logged batches are kept; None sets no time limit.
+            ``postgresql://host/db``); None: a SQLite file ``log.db`` in ``state_dir``.
+        retention_seconds: how long logged batches are kept (beyond what holders still need).
     """
 
     datasets: dict[str, Dataset] = field(default_factory=builtin_datasets)
@@ -68,7 +68,11 @@ class PublisherSettings:
     state_dir: Path = Path("var/publisher")
     trigger: float = 0.0
     log: str | None = None
-    retention_seconds: float | None = None
+    retention_seconds: float = 600.0
+
+    def log_url(self) -> str:
+        """The log's URL: ``log``, or the SQLite file ``log.db`` in the state directory."""
+        return self.log or f"sqlite:///{(self.state_dir / 'log.db').resolve()}"
 
     def override(self, **flags: Any) -> PublisherSettings:
         """Return these settings with the command-line flags that were given replacing them.
@@ -144,13 +148,13 @@ def _settings(document: Table) -> PublisherSettings:
 
 # -- [publisher] ---------------------------------------------------------------------------------
 
-_LOG_URL = re.compile(r"[a-z][a-z0-9+.-]*://.+")
-
 
 def _log_url(value: object, path: str) -> str:
     url = as_string(value, path)
-    if not _LOG_URL.fullmatch(url):
-        fail(path, f"{url!r} is not a URL such as 'sqlite:///var/publisher/log.db'")
+    try:
+        check_log_url(url)
+    except ConfigError as exc:
+        fail(path, str(exc))
     return url
 
 

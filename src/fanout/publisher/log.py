@@ -27,6 +27,8 @@ WAL (SQLite) or MVCC (PostgreSQL) lets the two proceed together.
 
 from __future__ import annotations
 
+import logging
+import re
 import sqlite3
 import threading
 from abc import ABC, abstractmethod
@@ -35,7 +37,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
 from typing import Any, Literal, Protocol, TypeVar
-from urllib.parse import urlsplit, urlunsplit
 
 import psycopg
 import pyarrow as pa
@@ -43,6 +44,7 @@ from psycopg.conninfo import conninfo_to_dict
 
 from fanout.errors import BadRequest, ConfigError
 
+logger = logging.getLogger(__name__)
 T = TypeVar("T")
 Stream = tuple[str, int]
 """(dataset, epoch): one sequence of seqs."""
@@ -154,6 +156,11 @@ class BatchLog(ABC):
         """Store ``entry``; durable when this returns.
 
         A no-op if (dataset, epoch, seq) is held, or lies below the stream's trim point.
+
+        Raises:
+            sqlite3.Error, psycopg.Error: the entry could not be stored (disk full, server
+                gone): it is not in the log, and the micro-batch must fail (Spark re-runs it).
+            RuntimeError: the log is closed.
         """
 
     @abstractmethod
@@ -258,24 +265,60 @@ class _Db(Protocol):
 class _SqlLog(BatchLog):
     """The log's logic in SQL that SQLite and PostgreSQL both run (``?`` placeholders).
 
-    Backends supply ``_write`` (a transaction on the write connection) and ``_read`` (the read
-    connection), each holding its own lock for the duration of one unit of work.
+    Backends supply ``_transact`` (a transaction on the write connection), ``_query`` (the read
+    connection) and ``_disconnect``; this class holds each connection's lock for the duration of
+    one unit of work.
     """
 
+    def __init__(self, name: str) -> None:
+        self._name = name
+        self._closed = False
+        self._write_lock = threading.Lock()
+        self._read_lock = threading.Lock()
+
     @abstractmethod
-    def _write(self, work: Callable[[_Db], T]) -> T:
+    def _transact(self, work: Callable[[_Db], T]) -> T:
         """Run ``work`` in one transaction on the write connection, committed on return."""
 
     @abstractmethod
-    def _read(self, work: Callable[[_Db], T]) -> T:
+    def _query(self, work: Callable[[_Db], T]) -> T:
         """Run ``work`` on the read connection."""
+
+    @abstractmethod
+    def _disconnect(self) -> None:
+        """Close both connections."""
+
+    def _write(self, work: Callable[[_Db], T]) -> T:
+        with self._write_lock:
+            self._check_open()
+            return self._transact(work)
+
+    def _read(self, work: Callable[[_Db], T]) -> T:
+        with self._read_lock:
+            self._check_open()
+            return self._query(work)
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise RuntimeError(f"the publisher log {self._name} is closed")
+
+    def close(self) -> None:
+        """See ``BatchLog.close``."""
+        with self._write_lock, self._read_lock:
+            if not self._closed:
+                self._closed = True
+                self._disconnect()
 
     def append(self, entry: LogEntry) -> None:
         """See ``BatchLog.append``."""
         blob = memoryview(encode_rows(entry.rows))
-        params = (entry.dataset, entry.epoch, entry.seq, entry.tick, entry.tick_time, blob)
+        # int()/float(): the drivers bind only Python numbers, not numpy's.
+        stream = (entry.dataset, int(entry.epoch))
+        seq, tick, tick_time = int(entry.seq), int(entry.tick), float(entry.tick_time)
         # One statement: the insert happens only above the trim point, and not over an entry.
-        self._write(lambda db: db.change(_INSERT, *params, entry.dataset, entry.epoch, entry.seq))
+        self._write(
+            lambda db: db.change(_INSERT, *stream, seq, tick, tick_time, blob, *stream, seq)
+        )
 
     def read(self, dataset: str, epoch: int, first: int, last: int) -> Iterator[LogEntry]:
         """See ``BatchLog.read``."""
@@ -425,6 +468,12 @@ CREATE TABLE IF NOT EXISTS fanout_log_streams (
 """
 
 
+_BLOB_STORAGE = (
+    "SELECT attstorage FROM pg_attribute"
+    " WHERE attrelid = 'fanout_log'::regclass AND attname = 'rows'"
+)
+
+
 def _schema(*, integer: str, real: str, blob: str) -> list[str]:
     """The log's two tables in a backend's type names, one statement each."""
     sql = _SCHEMA.format(int=integer, float=real, blob=blob)
@@ -457,11 +506,9 @@ class SqliteLog(_SqlLog):
             OSError: the folder cannot be created.
             ConfigError: SQLite refuses WAL mode there (a network file system, say).
         """
+        super().__init__(str(path))
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        self._closed = False
-        self._write_lock = threading.Lock()
-        self._read_lock = threading.Lock()
         self._writer = self._connect()
         try:
             self._reader = self._connect()
@@ -470,7 +517,7 @@ class SqliteLog(_SqlLog):
             raise
 
     def _connect(self) -> sqlite3.Connection:
-        # isolation_level=None: no implicit transactions; ``_write`` opens its own.
+        # isolation_level=None: no implicit transactions; ``_transact`` opens its own.
         connection = sqlite3.connect(
             self.path, timeout=30.0, isolation_level=None, check_same_thread=False
         )
@@ -488,35 +535,24 @@ class SqliteLog(_SqlLog):
             raise
         return connection
 
-    def _write(self, work: Callable[[_Db], T]) -> T:
-        with self._write_lock:
-            self._check_open()
-            # IMMEDIATE takes SQLite's write lock at BEGIN, so what ``work`` reads cannot be
-            # changed by another process before it writes.
-            self._writer.execute("BEGIN IMMEDIATE")
-            try:
-                result = work(_SqliteDb(self._writer))
-            except BaseException:
-                self._writer.execute("ROLLBACK")
-                raise
-            self._writer.execute("COMMIT")
-            return result
+    def _transact(self, work: Callable[[_Db], T]) -> T:
+        # IMMEDIATE takes SQLite's write lock at BEGIN, so what ``work`` reads cannot be
+        # changed by another process before it writes.
+        self._writer.execute("BEGIN IMMEDIATE")
+        try:
+            result = work(_SqliteDb(self._writer))
+        except BaseException:
+            self._writer.execute("ROLLBACK")
+            raise
+        self._writer.execute("COMMIT")
+        return result
 
-    def _read(self, work: Callable[[_Db], T]) -> T:
-        with self._read_lock:
-            self._check_open()
-            return work(_SqliteDb(self._reader))
+    def _query(self, work: Callable[[_Db], T]) -> T:
+        return work(_SqliteDb(self._reader))
 
-    def _check_open(self) -> None:
-        if self._closed:
-            raise RuntimeError(f"the publisher log {self.path} is closed")
-
-    def close(self) -> None:
-        """See ``BatchLog.close``."""
-        with self._write_lock, self._read_lock:
-            self._closed = True
-            self._writer.close()
-            self._reader.close()
+    def _disconnect(self) -> None:
+        self._writer.close()
+        self._reader.close()
 
 
 class _PostgresDb:
@@ -542,8 +578,9 @@ class PostgresLog(_SqlLog):
     Connections run with ``synchronous_commit = on`` whatever the server's default, so a commit
     has reached the server's WAL on disk (and its synchronous standbys) when ``append`` returns.
     Like ``SqliteLog``: one write and one read connection, each behind its own lock. A
-    connection the server or network dropped is replaced and the operation retried once: every
-    operation of the log is idempotent, so a retry after a lost acknowledgement is safe.
+    connection the server or network dropped is replaced and the operation retried once (a
+    warning is logged): every operation of the log is idempotent, so a retry after a lost
+    acknowledgement is safe.
     """
 
     def __init__(self, dsn: str) -> None:
@@ -552,10 +589,8 @@ class PostgresLog(_SqlLog):
         Raises:
             psycopg.OperationalError: the server cannot be reached or refuses the login.
         """
+        super().__init__("on PostgreSQL")
         self.dsn = dsn
-        self._closed = False
-        self._write_lock = threading.Lock()
-        self._read_lock = threading.Lock()
         self._writer = self._connect()
         try:
             self._create_schema()
@@ -579,44 +614,49 @@ class PostgresLog(_SqlLog):
             self._writer.execute("SELECT pg_advisory_xact_lock(hashtext('fanout_log'))")
             for statement in _schema(integer="BIGINT", real="DOUBLE PRECISION", blob="BYTEA"):
                 self._writer.execute(statement)
+            # Arrow buffers of numbers barely compress, and trying costs appends 3-4x their
+            # time (bench/log.py): store the blobs out of line, uncompressed. Altered only when
+            # needed, since ALTER TABLE briefly locks out the other hosts' appends.
+            (storage,) = self._writer.execute(_BLOB_STORAGE).fetchone() or ("e",)
+            if storage != "e":
+                self._writer.execute(
+                    "ALTER TABLE fanout_log ALTER COLUMN rows SET STORAGE EXTERNAL"
+                )
 
-    def _write(self, work: Callable[[_Db], T]) -> T:
-        with self._write_lock:
-            self._check_open()
-            try:
-                return self._transaction(self._writer, work)
-            except psycopg.OperationalError:
-                if not self._writer.broken:
-                    raise
-                self._writer = self._connect()
-                return self._transaction(self._writer, work)
+    def _transact(self, work: Callable[[_Db], T]) -> T:
+        try:
+            return self._in_transaction(work)
+        except psycopg.OperationalError as exc:
+            if not self._writer.broken:
+                raise
+            self._writer = self._reconnect(self._writer, exc)
+        return self._in_transaction(work)
 
-    @staticmethod
-    def _transaction(connection: psycopg.Connection[Any], work: Callable[[_Db], T]) -> T:
-        with connection.transaction():
-            return work(_PostgresDb(connection))
+    def _in_transaction(self, work: Callable[[_Db], T]) -> T:
+        with self._writer.transaction():
+            return work(_PostgresDb(self._writer))
 
-    def _read(self, work: Callable[[_Db], T]) -> T:
-        with self._read_lock:
-            self._check_open()
-            try:
-                return work(_PostgresDb(self._reader))
-            except psycopg.OperationalError:
-                if not self._reader.broken:
-                    raise
-                self._reader = self._connect()
-                return work(_PostgresDb(self._reader))
+    def _query(self, work: Callable[[_Db], T]) -> T:
+        try:
+            return work(_PostgresDb(self._reader))
+        except psycopg.OperationalError as exc:
+            if not self._reader.broken:
+                raise
+            self._reader = self._reconnect(self._reader, exc)
+        return work(_PostgresDb(self._reader))
 
-    def _check_open(self) -> None:
-        if self._closed:
-            raise RuntimeError("the publisher log on PostgreSQL is closed")
+    def _reconnect(
+        self, broken: psycopg.Connection[Any], error: psycopg.OperationalError
+    ) -> psycopg.Connection[Any]:
+        # Every operation of the log is idempotent, so the caller runs it once more on the new
+        # connection, even if the lost one had committed it.
+        logger.warning("publisher log: connection to PostgreSQL lost (%s); reconnecting", error)
+        broken.close()
+        return self._connect()
 
-    def close(self) -> None:
-        """See ``BatchLog.close``."""
-        with self._write_lock, self._read_lock:
-            self._closed = True
-            self._writer.close()
-            self._reader.close()
+    def _disconnect(self) -> None:
+        self._writer.close()
+        self._reader.close()
 
 
 def open_log(url: str) -> BatchLog:
@@ -633,7 +673,7 @@ def open_log(url: str) -> BatchLog:
     try:
         return SqliteLog(target) if kind == "sqlite" else PostgresLog(target)
     except (sqlite3.Error, OSError, psycopg.Error) as exc:
-        raise ConfigError(f"cannot open the publisher log {_masked(url)}: {exc}") from exc
+        raise ConfigError(_masked(f"cannot open the publisher log {url}: {exc}", url)) from exc
 
 
 def check_log_url(url: str) -> None:
@@ -655,10 +695,8 @@ def _parse_log_url(url: str) -> tuple[Literal["sqlite", "postgresql"], str]:
     if scheme.lower() in ("postgresql", "postgres") and rest.startswith("//"):
         return "postgresql", url
     if scheme.lower() != "sqlite":
-        raise ConfigError(
-            f"unsupported publisher log URL {_masked(url)!r}: use sqlite:///ABSOLUTE/PATH.db, "
-            "sqlite:RELATIVE/PATH.db or postgresql://USER@HOST:PORT/DATABASE"
-        )
+        usage = "use sqlite:///ABSOLUTE/PATH.db, sqlite:RELATIVE/PATH.db or postgresql://..."
+        raise ConfigError(_masked(f"unsupported publisher log URL {url!r}: {usage}", url))
     if rest.startswith("///"):
         rest = rest[2:]
     elif rest.startswith("//"):
@@ -671,10 +709,13 @@ def _parse_log_url(url: str) -> tuple[Literal["sqlite", "postgresql"], str]:
     return "sqlite", rest
 
 
-def _masked(url: str) -> str:
-    """``url`` with its password, if any, replaced by ``***``."""
-    parts = urlsplit(url)
-    if parts.password is None:
-        return url
-    host = parts.netloc.rpartition("@")[2]
-    return urlunsplit(parts._replace(netloc=f"{parts.username}:***@{host}"))
+def _masked(text: str, url: str) -> str:
+    """``text`` with the password of ``url`` (wherever ``text`` quotes it) replaced by ``***``.
+
+    Works when ``url`` does not parse, too: libpq's errors quote a malformed URL whole.
+    """
+    authority = re.split(r"[/?#]", url.partition("://")[2], maxsplit=1)[0]
+    user, colon, password = authority.rpartition("@")[0].partition(":")
+    if not (colon and password):
+        return text
+    return text.replace(f"{user}:{password}@", f"{user}:***@")

@@ -31,6 +31,7 @@ from fanout.errors import BadRequest
 from fanout.publisher import streams
 from fanout.publisher.datasets import DELETED, VERSION, Dataset
 from fanout.publisher.delivery import BatchSink, Checkouts, Stamp, build_batches, rows_by_relay
+from fanout.publisher.log import BatchLog, LogEntry, Retention
 from fanout.publisher.matching import MatchTables, matcher_for
 from fanout.publisher.registry import Plan, Registry
 from fanout.publisher.sources.simulation import SimulationDataSource
@@ -41,6 +42,8 @@ log = logging.getLogger(__name__)
 
 #: Recent micro-batches whose state can be read back (below Spark's minBatchesToRetain, 100).
 HISTORY = 90
+#: Retention is applied to the log every this many micro-batches.
+RETENTION_EVERY = 50
 
 
 def spark_session(master: str | None = None, app_name: str = "fanout-publisher") -> SparkSession:
@@ -97,9 +100,12 @@ class Pipeline:
         self,
         spark: SparkSession,
         dataset: Dataset,
+        *,
         registry: Registry,
         sink: BatchSink,
         state_dir: Path,
+        log: BatchLog,
+        retention_seconds: float = 600.0,
     ) -> None:
         self.spark = spark
         self.registry = registry
@@ -108,6 +114,8 @@ class Pipeline:
         self.checkpoint = str(state_dir / "checkpoint")
         self.dataset = dataset
         self.checkouts = Checkouts()
+        self.log = log
+        self.retention_seconds = retention_seconds
         self.tick = 0
         self.tick_time = 0.0
         self.matcher = matcher_for(dataset)
@@ -146,9 +154,12 @@ class Pipeline:
         plan = self.registry.plan(self.dataset.name)
         changes = changes.persist()
         try:
-            changed, matched = self._match_changes(changes, self._tables_for(plan))
+            rows, matched = self._match_changes(changes, self._tables_for(plan))
+            changed = rows.column(self.dataset.key).to_numpy(zero_copy_only=False)
             clock.lap("state+match")
             stamp = Stamp(self.dataset.name, self.stream.epoch, batch_id, self.tick, self.tick_time)
+            self._log_batch(stamp, rows)
+            clock.lap("log")
             snapshots = self._snapshots(plan, changes, batch_id)
             clock.lap("snapshot")
             batches = build_batches(
@@ -181,11 +192,12 @@ class Pipeline:
 
     def _match_changes(
         self, changes: DataFrame, tables: MatchTables | None
-    ) -> tuple[np.ndarray, dict[int, pa.Table]]:
+    ) -> tuple[pa.Table, dict[int, pa.Table]]:
         """One Spark job: every changed row, paired with the relays holding it where any do.
 
         Returns:
-            (sorted unique changed keys, relay -> its matched live rows); advances ``tick``.
+            (the changed rows, one per key, sorted by key, with ``_version`` and ``_deleted``;
+            relay -> its matched live rows). Advances ``tick``.
         """
         if tables is None:
             table = changes.toArrow()
@@ -196,11 +208,26 @@ class Pipeline:
             time_column = self.dataset.time_column
             latest = pc.max(table.column(time_column)).as_py() if time_column else time.time()
             self.tick_time = max(self.tick_time, float(latest))
-        changed = np.unique(table.column(self.dataset.key).to_numpy(zero_copy_only=False))
+        _, first = np.unique(
+            table.column(self.dataset.key).to_numpy(zero_copy_only=False), return_index=True
+        )
+        internal = [
+            c for c in table.column_names if c.startswith("_") and c not in (VERSION, DELETED)
+        ]
+        rows = table.take(pa.array(first)).drop_columns(internal)
         if tables is None:
-            return changed, {}
+            return rows, {}
         live = pc.and_(pc.is_valid(table.column("_relay")), pc.invert(table.column(DELETED)))
-        return changed, rows_by_relay(table.filter(live))
+        return rows, rows_by_relay(table.filter(live))
+
+    def _log_batch(self, stamp: Stamp, rows: pa.Table) -> None:
+        # Durable before any relay sees the batch: the log is the only durable copy of the
+        # stream (seed 004). If this raises, the micro-batch fails and Spark re-runs it.
+        entry = LogEntry(stamp.dataset, stamp.epoch, stamp.seq, stamp.tick, stamp.tick_time, rows)
+        self.log.append(entry)
+        if stamp.seq % RETENTION_EVERY == 0:
+            policy = Retention(max_age_seconds=self.retention_seconds)
+            self.log.apply_retention(policy, now=time.time())
 
     def _tables_for(self, plan: Plan) -> MatchTables | None:
         version, cached = self._tables

@@ -1,28 +1,47 @@
 """The relay's logic, sans I/O (STYLE.md rule 1): frames and the clock in, frames out.
 
-The asyncio shell (``relay.server``) feeds it what subscribers and the publisher send and asks it,
-whenever something changed or a timer fired, which pushes are due. Everything a relay decides —
-coverage, upstream primitives, applying batches, deltas per subscriber — happens here, so whole
-conversations are tested without sockets.
+The asyncio shell (``relay.server``) feeds it what subscribers and the publisher send, tells it
+when a connection can take more, and pulls the pushes that are due. Everything a relay decides —
+coverage, upstream primitives, applying batches, scheduling, deltas and transforms per subscriber
+— happens here, so whole conversations are tested without sockets.
+
+One round of pushing (``serve``), as in 000 [0144] and [0150]:
+
+1. end the epoch: every dataset whose inert buffer took batches since the last round swaps
+   buffers (``relay.state``); primitives whose snapshots came with those batches become ready
+   at that moment, together with their rows; the dataset's subscriptions have something new;
+2. the scheduler (``relay.scheduler``) hands out due subscriptions, highest aged priority first;
+   one whose connection is still writing, or whose coverage is not ready, is parked and keeps
+   its age;
+3. each push is cut from the active buffer (``relay.pushes``), transformed for its subscriber
+   (``relay.transforms``), and encoded once per distinct (view, transform, held state).
+
+``serve`` yields pushes one at a time, so the shell can stop a round on a time budget and yield
+to its event loop; what was not served stays queued with its aged priority.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Generator, Hashable, Sequence
+from dataclasses import dataclass, field, replace
+from typing import cast
 
 import numpy as np
 
 from fanout.errors import InvalidView, ProtocolError
 from fanout.relay import planner
-from fanout.relay.downstream import Downstream, Subscription
+from fanout.relay.downstream import Downstream, SubKey, Subscription
 from fanout.relay.planner import Policy, Region
-from fanout.relay.state import Table
+from fanout.relay.pushes import Encodings, Held, cut, encode_push
+from fanout.relay.scheduler import AGING, Scheduler
+from fanout.relay.state import Array, DoubleBuffer, Stamp, Table
+from fanout.relay.transforms import EntityNotHeld, InvalidTransform, resolve
 from fanout.relay.upstream import Upstream
 from fanout.views import covers
 from fanout.views.region import Box, RegionUnion, Sector, Sphere
-from fanout.wire.columns import Columns, decode_columns, encode_columns
+from fanout.wire import codec
+from fanout.wire.columns import decode_columns
 from fanout.wire.messages import (
     Acquire,
     Batch,
@@ -31,7 +50,6 @@ from fanout.wire.messages import (
     Error,
     Frame,
     NoUpdate,
-    Push,
     Release,
     Subscribe,
     Subscribed,
@@ -44,39 +62,89 @@ log = logging.getLogger(__name__)
 #: ``Send.to`` for frames bound to the publisher; clients are numbered from 1.
 UPSTREAM = 0
 MAX_RATE = 1000.0
+#: Seconds after a release during which rows inside the released primitive (and no other) are
+#: pruned at each housekeeping: batches already on their way may still bring some.
+PRUNE_WINDOW = 2.0
 
 
 @dataclass(frozen=True)
 class Send:
-    """A frame for the publisher (``to == UPSTREAM``) or for one client."""
+    """A frame for the publisher (``to == UPSTREAM``) or for one client.
+
+    ``frame`` is a frame, or the bytes of one already encoded (pushes, whose encoded rows may be
+    shared by several subscribers).
+    """
 
     to: int
-    frame: Frame
+    frame: Frame | bytes
+
+    def message(self) -> Frame:
+        """The frame, decoded if it was sent encoded (for tests and tools)."""
+        if isinstance(self.frame, bytes):
+            return codec.to_subscriber().decode(self.frame)
+        return self.frame
+
+    def data(self) -> bytes:
+        """The frame's wire bytes."""
+        return self.frame if isinstance(self.frame, bytes) else codec.encode(self.frame)
 
 
 @dataclass
 class DatasetState:
-    """The relay's copy of one dataset and where it is in the stream."""
+    """The relay's copy of one dataset and where it is in the stream.
+
+    Attributes:
+        info: the catalog entry.
+        buffer: the double-buffered rows.
+        epoch, seq: the last batch received (written to the inert buffer).
+        readying: primitives whose snapshots are in the inert buffer: ready at the next swap.
+        released: (region, when) of primitives released lately, pruned for ``PRUNE_WINDOW``.
+    """
 
     info: DatasetInfo
-    table: Table
+    buffer: DoubleBuffer
     epoch: int = -1
     seq: int = -1
-    tick: int = -1
-    tick_time: float = 0.0
+    readying: list[int] = field(default_factory=list)
+    released: list[tuple[Region, float]] = field(default_factory=list)
+
+    @property
+    def table(self) -> Table:
+        """The active table (what pushes read)."""
+        return self.buffer.active
+
+
+@dataclass
+class Counters:
+    """What the relay has done; see ``RelayCore.stats``."""
+
+    batches: int = 0
+    pushes: int = 0
+    no_updates: int = 0
+    ended: int = 0
 
 
 class RelayCore:
-    """Subscriptions, upstream primitives and state of one relay."""
+    """Subscriptions, upstream primitives, state and scheduling of one relay."""
 
-    def __init__(self, policy: Policy | None = None) -> None:
+    def __init__(self, policy: Policy | None = None, aging: float = AGING) -> None:
         self.policy = policy or Policy()
         self.upstream = Upstream()
         self.downstream = Downstream()
         self.datasets: dict[str, DatasetState] = {}
-        self.batches = 0
-        self.pushes_sent = 0
-        self._coverage_version = 0
+        self.scheduler = Scheduler(aging)
+        self.encodings = Encodings()
+        self.counters = Counters()
+        self._capabilities: dict[int, tuple[str, ...]] = {}
+        # Ready coverage only matters to servability: growth can only make unservable
+        # subscriptions servable, shrinkage can break any.
+        self._grown = 0
+        self._shrunk = 0
+
+    @property
+    def pushes_sent(self) -> int:
+        """Pushes and no-updates sent so far."""
+        return self.counters.pushes + self.counters.no_updates
 
     # -- upstream -----------------------------------------------------------------------
 
@@ -86,8 +154,7 @@ class RelayCore:
         The new connection starts with no primitives at the publisher, so each one is acquired
         anew and becomes ready only when its snapshot arrives.
         """
-        self.upstream.unready()
-        self._coverage_version += 1
+        self.on_upstream_lost()
         for state in self.datasets.values():
             state.seq = -1  # the next batch sets the baseline; snapshots repair the gap
         return [Send(UPSTREAM, Acquire(p.prim, p.dataset, p.view)) for p in self.upstream]
@@ -95,17 +162,33 @@ class RelayCore:
     def on_upstream_lost(self) -> None:
         """The publisher connection dropped: nothing is ready until it is back."""
         self.upstream.unready()
-        self._coverage_version += 1
+        self._shrunk += 1
+        for state in self.datasets.values():
+            state.readying.clear()
 
     def on_catalog(self, catalog: Catalog) -> None:
-        """Learn (or re-learn) the publisher's datasets."""
+        """Learn (or re-learn) the publisher's datasets.
+
+        Raises:
+            ProtocolError: a dataset's key column is not an integer or string column.
+        """
         for info in catalog.datasets:
             current = self.datasets.get(info.name)
-            if current is None or current.info != info:
-                self.datasets[info.name] = DatasetState(info, Table(info.key, info.columns))
+            if current is not None and current.info == info:
+                continue
+            coordinates = tuple(info.index_columns) if info.index == "space" else ()
+            try:
+                buffer = DoubleBuffer(info.key, info.columns, coordinates)
+            except (ValueError, KeyError) as exc:
+                raise ProtocolError(f"catalog: dataset {info.name!r}: {exc}") from exc
+            self.datasets[info.name] = DatasetState(info, buffer)
+            self.encodings.forget(info.name)
+            for subscription in self.downstream.of_dataset(info.name):
+                subscription.held = None  # a new table: start over with a full push
+                self.scheduler.wake(subscription.key)
 
     def on_batch(self, batch: Batch) -> list[Send]:
-        """Apply one batch from the publisher.
+        """Apply one batch from the publisher to the inert buffer.
 
         Raises:
             ProtocolError: the batch is for an unknown dataset or its columns are inconsistent.
@@ -116,11 +199,11 @@ class RelayCore:
         if batch.epoch == state.epoch and batch.seq <= state.seq:
             return []  # a micro-batch Spark re-ran after a failure: already applied
         gap = state.seq >= 0 and batch.epoch == state.epoch and batch.seq != state.seq + 1
+        upserts, deletes = self._decode(state, batch)
         if state.epoch not in (-1, batch.epoch):
-            self._new_epoch(batch.dataset)
-        upserts, deletes = self._decode(state.info, batch)
+            state.buffer.restart_changes()  # seqs restart in a new epoch
         self._apply(state, batch, upserts, deletes)
-        self.batches += 1
+        self.counters.batches += 1
         if gap:
             log.warning(
                 "gap in %s: batch %d after %d; resyncing", batch.dataset, batch.seq, state.seq
@@ -128,7 +211,8 @@ class RelayCore:
             return self._resync(batch.dataset)
         return []
 
-    def _decode(self, info: DatasetInfo, batch: Batch) -> tuple[dict[str, np.ndarray], np.ndarray]:
+    def _decode(self, state: DatasetState, batch: Batch) -> tuple[dict[str, Array], Array]:
+        info, table = state.info, state.buffer.inert
         upserts = decode_columns(batch.upserts)
         if batch.upserts.length and set(upserts) != set(info.columns):
             raise ProtocolError(
@@ -136,40 +220,34 @@ class RelayCore:
                 f" {sorted(info.columns)}"
             )
         keys = decode_columns(batch.deletes).get(info.key)
-        deletes = np.empty(0, dtype=np.int64) if keys is None else keys.astype(np.int64)
-        if batch.upserts.length:
-            incoming = upserts[info.key]
-            if len(np.unique(incoming)) != len(incoming):
-                raise ProtocolError(f"batch {batch.seq}: duplicate keys in upserts")
+        try:
+            deletes = table.as_keys([] if keys is None else keys)
+            incoming = table.as_keys(upserts[info.key]) if batch.upserts.length else deletes[:0]
+        except (TypeError, ValueError) as exc:
+            raise ProtocolError(f"batch {batch.seq}: bad keys: {exc}") from exc
+        if len(incoming) > 1 and not _unique(incoming):
+            raise ProtocolError(f"batch {batch.seq}: duplicate keys in upserts")
         return upserts, deletes
 
     def _apply(
-        self, state: DatasetState, batch: Batch, upserts: dict[str, np.ndarray], deletes: np.ndarray
+        self, state: DatasetState, batch: Batch, upserts: dict[str, Array], deletes: Array
     ) -> None:
-        table = state.table
-        coords = [table.column(name) for name in state.info.index_columns]
+        buffer = state.buffer
+        snapshots = []
         for prim_id in batch.snapshots:
             prim = self.upstream.get(prim_id)
             if prim is None:
                 continue  # released while its snapshot was on the way
             # The snapshot is the primitive's whole content: drop what we held there first, so
             # rows that left it while we were not subscribed do not linger.
-            table.delete_where(_region(prim.view).match(*coords))
-            coords = [table.column(name) for name in state.info.index_columns]
-            prim.ready = True
-            self._coverage_version += 1
+            snapshots.append(_region(prim.view))
+            state.readying.append(prim_id)
+        buffer.delete_inside(snapshots)
         if batch.upserts.length:
-            table.upsert(upserts, batch.seq)
-        table.delete(deletes)
+            buffer.upsert(upserts, batch.seq)
+        buffer.delete(deletes)
+        buffer.mark(Stamp(batch.epoch, batch.seq, batch.tick, batch.tick_time))
         state.epoch, state.seq = batch.epoch, batch.seq
-        state.tick, state.tick_time = batch.tick, batch.tick_time
-
-    def _new_epoch(self, dataset: str) -> None:
-        # seqs restart in a new epoch: forget which seq each subscriber saw, so every row it
-        # holds counts as updated at its next push.
-        for subscription in self.downstream:
-            if subscription.dataset == dataset:
-                subscription.sent_seq = -1
 
     def _resync(self, dataset: str) -> list[Send]:
         sends: list[Send] = []
@@ -178,7 +256,7 @@ class RelayCore:
             sends.append(Send(UPSTREAM, Release(prim.prim)))
             fresh = self.upstream.add(dataset, prim.view)
             sends.append(Send(UPSTREAM, Acquire(fresh.prim, dataset, fresh.view)))
-        self._coverage_version += 1
+        self._shrunk += 1
         return sends
 
     def on_upstream_error(self, error: Error) -> None:
@@ -186,32 +264,52 @@ class RelayCore:
         log.error("publisher error %s: %s (ref %s)", error.code, error.message, error.ref)
         if error.ref is not None and self.upstream.get(error.ref) is not None:
             self.upstream.remove(error.ref)
-            self._coverage_version += 1
+            self._shrunk += 1
 
     # -- downstream ---------------------------------------------------------------------
+
+    def on_connect(self, client: int, capabilities: Sequence[str] = ()) -> None:
+        """A subscriber connected, declaring ``capabilities`` in its ``Hello``."""
+        self._capabilities[client] = tuple(capabilities)
 
     def on_disconnect(self, client: int) -> None:
         """A subscriber went away: its subscriptions end (primitives are released later)."""
         for subscription in self.downstream.of_client(client):
-            self.downstream.remove(subscription.key)
+            self._end(subscription)
+        self.scheduler.unpark(("client", client))
+        self._capabilities.pop(client, None)
+
+    def on_writable(self, client: int) -> None:
+        """A connection wrote everything it had: its parked subscriptions may be served."""
+        self.scheduler.unpark(("client", client))
 
     def on_subscribe(self, client: int, request: Subscribe) -> list[Send]:
-        """Add a subscription, or change its view if ``request.sub`` is already in use."""
+        """Add a subscription, or change it if ``request.sub`` is already in use."""
         try:
             state = self._check(request)
-        except InvalidView as exc:
+            shape = resolve(request.transform, state.info, self._capabilities.get(client, ()))
+        except (InvalidView, InvalidTransform) as exc:
             return [Send(client, Error(exc.code, str(exc), ref=request.sub))]
         sends: list[Send] = []
-        existing = self.downstream.get((client, request.sub))
-        if existing is None:
-            self.downstream.put(
-                Subscription(client, request.sub, request.dataset, request.view, request.rate)
+        key = (client, request.sub)
+        subscription = self.downstream.get(key)
+        if subscription is None:
+            subscription = Subscription(
+                client, request.sub, request.dataset, request.view, request.rate, shape
             )
-            reply = Subscribed(request.sub, state.info.key, list(state.info.columns))
+            self.scheduler.add(key, request.priority, request.rate)
+            reply = Subscribed(request.sub, state.info.key, list(shape.columns))
             sends.append(Send(client, reply))
         else:
-            existing.view, existing.rate, existing.changed = request.view, request.rate, True
-            existing.dataset = request.dataset
+            self.downstream.remove(key)  # re-indexed below, perhaps under another dataset
+            if (subscription.dataset, subscription.shape) != (request.dataset, shape):
+                subscription.held = None  # rows in another form: send them all again
+            self.scheduler.update(key, request.priority, request.rate)
+            self.scheduler.wake(key)
+        subscription.view, subscription.rate = request.view, request.rate
+        subscription.dataset, subscription.shape = request.dataset, shape
+        subscription.priority = request.priority
+        self.downstream.put(subscription)
         return sends + self._acquire_for(request.dataset, _region(request.view))
 
     def _check(self, request: Subscribe) -> DatasetState:
@@ -241,85 +339,151 @@ class RelayCore:
         return state
 
     def _acquire_for(self, dataset: str, view: Region) -> list[Send]:
-        held = self.upstream.views(dataset)
+        held = self.upstream.cover(dataset)
         sends: list[Send] = []
         for box in planner.to_acquire(held, view, self.policy):
             prim = self.upstream.add(dataset, box)
-            self._coverage_version += 1
             sends.append(Send(UPSTREAM, Acquire(prim.prim, dataset, box)))
         return sends
 
     def on_unsubscribe(self, client: int, request: Unsubscribe) -> list[Send]:
         """End a subscription."""
-        if self.downstream.remove((client, request.sub)) is None:
+        subscription = self.downstream.get((client, request.sub))
+        if subscription is None:
             message = f"no subscription {request.sub} on this connection"
             return [Send(client, Error("unknown_subscription", message, ref=request.sub))]
+        self._end(subscription)
         return [Send(client, Unsubscribed(request.sub))]
+
+    def _end(self, subscription: Subscription) -> None:
+        self.downstream.remove(subscription.key)
+        self.scheduler.remove(subscription.key)
 
     # -- pushing ------------------------------------------------------------------------
 
-    def pushes(self, now: float, idle: Callable[[int], bool]) -> list[Send]:
-        """The pushes due now, to subscribers whose connection is ready for more (000: [0138])."""
-        sends: list[Send] = []
-        for subscription in self.downstream:
-            state = self.datasets.get(subscription.dataset)
-            if state is None or not self._due(subscription, state, now):
+    def end_epoch(self) -> None:
+        """Swap in every dataset's new state (000: [0150], steps 1070b-1070d).
+
+        Primitives whose snapshots arrived with that state become ready with it, and the
+        dataset's subscriptions are woken: each has a new state to be pushed.
+        """
+        for name, state in self.datasets.items():
+            before = state.buffer.stamp
+            if not state.buffer.swap():
                 continue
-            if idle(subscription.client) and self._is_servable(subscription):
-                sends.append(Send(subscription.client, self._push(subscription, state, now)))
-        self.pushes_sent += len(sends)
-        return sends
+            after = state.buffer.stamp
+            refresh = before is not None and after is not None and before.epoch != after.epoch
+            self._ready_snapshots(name, state)
+            for subscription in self.downstream.of_dataset(name):
+                if refresh and subscription.held is not None:
+                    subscription.held = replace(subscription.held, refresh=True)
+                self.scheduler.wake(subscription.key)
+
+    def _ready_snapshots(self, name: str, state: DatasetState) -> None:
+        grew = False
+        for prim_id in state.readying:
+            prim = self.upstream.get(prim_id)
+            if prim is not None and not prim.ready:
+                self.upstream.make_ready(prim)
+                grew = True
+        state.readying.clear()
+        if grew:
+            self._grown += 1
+            self.scheduler.unpark(("coverage", name))
+
+    def serve(self, now: float, idle: Callable[[int], bool]) -> Generator[Send, None, None]:
+        """The pushes due now, highest aged priority first (000: [0138]-[0146], Fig. 7).
+
+        Ends the epoch first. Only subscriptions whose connection is ``idle`` (has written
+        everything before) are served; the others are parked until ``on_writable``. Stopping
+        the iteration early leaves the rest queued with their aged priorities.
+        """
+        self.end_epoch()
+        self.scheduler.settle(now)
+        popped: Hashable | None = None
+        try:
+            while (popped := self.scheduler.pop()) is not None:
+                send = self._serve_one(cast(SubKey, popped), now, idle)
+                if send is not None:
+                    yield send
+        finally:
+            if popped is not None:
+                self.scheduler.requeue(popped)  # a no-op unless it was left undecided
+
+    def pushes(self, now: float, idle: Callable[[int], bool]) -> list[Send]:
+        """Every push due now (``serve`` to the end)."""
+        return list(self.serve(now, idle))
 
     def next_wakeup(self, now: float) -> float | None:
-        """The earliest time a pending push becomes allowed by its subscription's rate."""
-        times = [
-            s.last_push + 1.0 / s.rate
-            for s in self.downstream
-            if (state := self.datasets.get(s.dataset)) is not None and _pending(s, state)
-        ]
-        return min(times, default=None)
+        """When pushing has work next: ``now`` if it has now, a rate timer's time, or None."""
+        if any(state.buffer.dirty for state in self.datasets.values()):
+            return now
+        wakeup = self.scheduler.next_wakeup()
+        return None if wakeup is None else max(wakeup, now)
 
-    def _due(self, subscription: Subscription, state: DatasetState, now: float) -> bool:
-        return (
-            _pending(subscription, state)
-            and now - subscription.last_push >= 1.0 / subscription.rate
-        )
+    def _serve_one(self, sid: SubKey, now: float, idle: Callable[[int], bool]) -> Send | None:
+        subscription = self.downstream.get(sid)
+        if subscription is None:
+            self.scheduler.remove(sid)
+            return None
+        state = self.datasets.get(subscription.dataset)
+        if state is None or state.buffer.stamp is None or not self._is_servable(subscription):
+            self.scheduler.park(sid, ("coverage", subscription.dataset))
+            return None
+        if not idle(subscription.client):
+            subscription.deferred += 1
+            self.scheduler.park(sid, ("client", subscription.client))
+            return None
+        return self._push(subscription, state, now)
 
     def _is_servable(self, subscription: Subscription) -> bool:
-        # Coverage only changes when primitives do, so the answer is cached per version.
-        if subscription.coverage_seen != self._coverage_version or subscription.changed:
-            ready = self.upstream.views(subscription.dataset, ready_only=True)
-            subscription.servable = bool(ready) and covers(ready, subscription.view)
-            subscription.coverage_seen = self._coverage_version
+        seen_view, shrunk, grown = subscription.coverage_seen
+        stale = seen_view != subscription.view or shrunk != self._shrunk
+        if stale or (not subscription.servable and grown != self._grown):
+            ready = self.upstream.cover(subscription.dataset, ready_only=True)
+            subscription.servable = len(ready) > 0 and covers(ready, subscription.view)
+            subscription.coverage_seen = (subscription.view, self._shrunk, self._grown)
         return subscription.servable
 
-    def _push(self, subscription: Subscription, state: DatasetState, now: float) -> Frame:
-        table = state.table
-        coords = [table.column(name) for name in state.info.index_columns]
-        index = np.flatnonzero(_region(subscription.view).match(*coords))
-        keys = table.keys[index]
-        held = np.isin(keys, subscription.sent_keys, assume_unique=True)
-        left = np.setdiff1d(subscription.sent_keys, keys, assume_unique=True)
-        entered = index[~held]
-        updated = index[held & (table.changed[index] > subscription.sent_seq)]
-        first = subscription.first
-        subscription.sent_keys, subscription.sent_seq = keys, state.seq
-        subscription.first = subscription.changed = False
+    def _push(self, subscription: Subscription, state: DatasetState, now: float) -> Send | None:
+        buffer, held, sid = state.buffer, subscription.held, subscription.key
+        stamp = buffer.stamp
+        assert stamp is not None
+        if held is not None and held.generation == buffer.generation and (
+            held.view == subscription.view
+        ):
+            self.scheduler.idle(sid)  # woken, but nothing is new for it
+            return None
+        key = (subscription.view, subscription.shape, None if held is None else held.signature())
+        body = self.encodings.get(subscription.dataset, buffer.generation, key)
+        if body is None:
+            try:
+                body = cut(_region(subscription.view), subscription.shape, held, buffer)
+            except EntityNotHeld as exc:
+                self._end(subscription)
+                self.counters.ended += 1
+                return Send(subscription.client, Error(exc.code, str(exc), ref=subscription.sub))
+            self.encodings.put(subscription.dataset, key, body)
+        advanced = held is None or (held.epoch, held.seq) != (stamp.epoch, stamp.seq)
+        if held is not None and held.epoch == stamp.epoch:
+            subscription.coalesced += max(0, stamp.seq - held.seq - 1)
+        subscription.held = Held(
+            subscription.view, buffer.generation, stamp.epoch, stamp.seq, body.keys, body.anchor
+        )
+        if not (body.full or body.changes or advanced):
+            self.scheduler.idle(sid)  # a new state, but neither a new tick nor a change
+            return None
+        self.scheduler.served(sid, now)
         subscription.last_push = now
         subscription.pushes += 1
-        if not (first or len(entered) or len(updated) or len(left)):
-            return NoUpdate(subscription.sub, state.epoch, state.seq, state.tick)
-        return Push(
-            sub=subscription.sub,
-            epoch=state.epoch,
-            seq=state.seq,
-            tick=state.tick,
-            tick_time=state.tick_time,
-            full=first,
-            entered=_rows(table, entered),
-            updated=_rows(table, updated),
-            left=encode_columns({table.key: left}),
-        )
+        if not (body.full or body.changes):
+            self.counters.no_updates += 1
+            return Send(
+                subscription.client,
+                NoUpdate(subscription.sub, stamp.epoch, stamp.seq, stamp.tick),
+            )
+        self.counters.pushes += 1
+        return Send(subscription.client, encode_push(subscription.sub, stamp, body))
 
     # -- housekeeping -------------------------------------------------------------------
 
@@ -328,9 +492,8 @@ class RelayCore:
         sends: list[Send] = []
         for name, state in self.datasets.items():
             prims = self.upstream.of(name)
-            views = [_region(s.view) for s in self.downstream if s.dataset == name]
+            views = [_region(view) for view in self.downstream.views(name)]
             spare = {p.prim for p in planner.unneeded(prims, views)}
-            released = False
             for prim in prims:
                 if prim.prim not in spare:
                     prim.unneeded_since = None
@@ -340,35 +503,59 @@ class RelayCore:
                 if now - prim.unneeded_since >= self.policy.grace:
                     self.upstream.remove(prim.prim)
                     sends.append(Send(UPSTREAM, Release(prim.prim)))
-                    released = True
-            if released:
-                self._coverage_version += 1
-            self._prune(state)
+                    state.released.append((_region(prim.view), now))
+                    self._shrunk += 1
+            self._prune(state, now)
         return sends
 
-    def _prune(self, state: DatasetState) -> None:
-        """Drop rows outside every held primitive (released ones, or rows that were in flight)."""
-        table = state.table
-        if not len(table):
+    def _prune(self, state: DatasetState, now: float) -> None:
+        """Drop rows inside recently released primitives and outside every held one.
+
+        Batches already on their way when a release was sent may still carry rows of that
+        primitive, so the area is pruned again at each housekeeping for ``PRUNE_WINDOW``.
+        """
+        state.released = [(r, t) for r, t in state.released if now - t <= PRUNE_WINDOW]
+        if not state.released:
             return
-        coords = [table.column(name) for name in state.info.index_columns]
-        covered = np.zeros(len(table), dtype=bool)
-        for prim in self.upstream.of(state.info.name):
-            covered |= _region(prim.view).match(*coords)
-        table.delete_where(~covered)
+        released = [region for region, _ in state.released]
+        held = [_region(p.view) for p in self.upstream.of(state.info.name)]
+        kept = [r for r in held if any(planner.overlaps(r, gone) for gone in released)]
+        state.buffer.delete_inside(released, kept)
+
+    def stats(self) -> dict[str, int]:
+        """Counters of the relay's work, for logs and benchmarks (STYLE.md rule 4)."""
+        buffers = [state.buffer.counters for state in self.datasets.values()]
+        subscriptions = list(self.downstream)
+        return {
+            "subscriptions": len(subscriptions),
+            "primitives": len(self.upstream),
+            "rows": sum(len(state.buffer.active) for state in self.datasets.values()),
+            "batches": self.counters.batches,
+            "swaps": sum(b.swaps for b in buffers),
+            "catch_up_replays": sum(b.replays for b in buffers),
+            "catch_up_copies": sum(b.copies for b in buffers),
+            "pushes": self.counters.pushes,
+            "no_updates": self.counters.no_updates,
+            "bodies_cut": self.encodings.cut,
+            "bodies_shared": self.encodings.shared,
+            "ticks_coalesced": sum(s.coalesced for s in subscriptions),
+            "pushes_deferred": sum(s.deferred for s in subscriptions),
+            "parked": self.scheduler.parked_count,
+            "ended_entity_not_held": self.counters.ended,
+        }
 
 
-def _pending(subscription: Subscription, state: DatasetState) -> bool:
-    return state.seq >= 0 and (subscription.changed or state.seq != subscription.sent_seq)
+def _unique(keys: Array) -> bool:
+    """Whether ``keys`` has no duplicates (O(n) when already sorted, as publishers often send)."""
+    if len(keys) < 2:
+        return True
+    if keys.dtype != object and bool(np.all(np.greater(keys[1:], keys[:-1]))):
+        return True
+    ordered = np.sort(keys)
+    return not bool(np.any(ordered[1:] == ordered[:-1]))
 
 
 def _region(view: object) -> Region:
     if not isinstance(view, Box | Sphere | Sector | RegionUnion):
         raise InvalidView(f"expected a region view, got {type(view).__name__}")
     return view
-
-
-def _rows(table: Table, index: np.ndarray) -> Columns:
-    if not len(index):
-        return Columns()
-    return encode_columns(table.take(index))

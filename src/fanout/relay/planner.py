@@ -24,7 +24,7 @@ import itertools
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Literal
+from typing import Literal, cast
 
 import numpy as np
 import numpy.typing as npt
@@ -150,7 +150,7 @@ def unneeded(prims: Sequence[Primitive], views: Sequence[Region]) -> list[Primit
         if mine is not None:
             alive[mine] = False
             index.remove(prim.view)
-        near = [views[i] for i in np.flatnonzero(touching.meeting(box))]
+        near = [views[int(i)] for i in np.flatnonzero(touching.meeting(box))]
         if not near or (
             (others.overlapping(box) & alive).any() and all(covers(index, v) for v in near)
         ):
@@ -174,14 +174,14 @@ class _Boxes:
         if not len(self.lo) or self.lo.shape[1] != box.dims:
             return np.zeros(len(self.lo), dtype=bool)
         lo, hi = np.asarray(box.lo), np.asarray(box.hi)
-        return np.all((self.lo <= hi) & (self.hi >= lo), axis=1)
+        return cast(npt.NDArray[np.bool_], np.all((self.lo <= hi) & (self.hi >= lo), axis=1))
 
     def overlapping(self, box: Box) -> npt.NDArray[np.bool_]:
         """Which boxes share interior with ``box`` (touching does not count)."""
         if not len(self.lo) or self.lo.shape[1] != box.dims:
             return np.zeros(len(self.lo), dtype=bool)
         lo, hi = np.asarray(box.lo), np.asarray(box.hi)
-        return np.all((self.lo < hi) & (self.hi > lo), axis=1)
+        return cast(npt.NDArray[np.bool_], np.all((self.lo < hi) & (self.hi > lo), axis=1))
 
 
 def _region(view: View) -> Region:

@@ -110,7 +110,14 @@ class Scheduler:
         """Stop scheduling ``sid`` (unknown ids are ignored)."""
         slot = self._slots.pop(sid, None)
         if slot is not None and slot.where is Where.PARKED:
-            self._lots[slot.reason].discard(sid)
+            self._leave_lot(sid, slot)
+
+    def _leave_lot(self, sid: Hashable, slot: Slot) -> None:
+        lot = self._lots.get(slot.reason)
+        if lot is not None:
+            lot.discard(sid)
+            if not lot:
+                del self._lots[slot.reason]
 
     def priority(self, sid: Hashable, now: float) -> float:
         """``sid``'s effective priority now (its priority plus what waiting added)."""
@@ -126,7 +133,7 @@ class Scheduler:
         if slot is None:
             return
         if slot.where is Where.PARKED:
-            self._lots[slot.reason].discard(sid)
+            self._leave_lot(sid, slot)
         if slot.where is Where.POPPED:
             slot.rewoken = True
         elif slot.where in (Where.IDLE, Where.PARKED):

@@ -5,8 +5,18 @@ Tasks (one ``TaskGroup`` owns them all, STYLE.md rule 5):
 * the subscriber server: one handler per connection, feeding frames to the core;
 * the upstream link: connects to the publisher, reconnects with backoff, feeds batches to the core;
 * the pump: asks the core for due pushes whenever something changed, a connection became
-  writable, or the earliest rate timer fires (000: [0138], Fig. 7);
+  writable, or the earliest rate timer fires (000: [0138], Fig. 7). A round of pushes runs for
+  at most ``RelayConfig.pump_budget`` seconds, then yields to the event loop so reads, writes
+  and batches keep flowing with thousands of subscribers; what was not served stays queued,
+  aging, for the next round;
 * housekeeping: releases spare primitives and disconnects subscribers that stopped reading.
+
+Slow consumers (STYLE.md rule 4): a subscriber is only pushed to when its connection has written
+everything before, so its queue holds at most one push (plus small control frames) and a slow
+reader gets fewer, larger deltas — latest-value coalescing, counted per subscription. One that
+leaves a push unread for ``stall_timeout`` seconds is closed (code 1008, reason ``slow consumer:
+...``); one whose queue still fills up (``queue_limit`` frames) is closed the same way. Neither
+ever delays another subscriber: nothing waits on a slow connection but its own writer task.
 """
 
 from __future__ import annotations
@@ -15,6 +25,7 @@ import asyncio
 import contextlib
 import itertools
 import logging
+import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
@@ -26,6 +37,7 @@ from fanout.connection import Outbound
 from fanout.errors import ProtocolError
 from fanout.relay.core import UPSTREAM, RelayCore, Send
 from fanout.relay.planner import Policy
+from fanout.relay.scheduler import AGING
 from fanout.wire import codec
 from fanout.wire.messages import (
     PROTOCOL_VERSION,
@@ -61,6 +73,9 @@ class RelayConfig:
         queue_limit: frames queued per subscriber before it is closed as a slow consumer.
         stall_timeout: seconds a subscriber may leave a push unread before it is closed.
         reconnect_delay: first delay before reconnecting upstream (doubles up to 5 s).
+        pump_budget: seconds one round of pushes may run before yielding to the event loop.
+        aging: priority units a waiting subscription gains per second (``relay.scheduler``).
+        stats_every: seconds between two log lines of the relay's counters (0: never).
     """
 
     publisher: str
@@ -71,6 +86,9 @@ class RelayConfig:
     queue_limit: int = 64
     stall_timeout: float = 10.0
     reconnect_delay: float = 0.2
+    pump_budget: float = 0.02
+    aging: float = AGING
+    stats_every: float = 30.0
 
 
 class RelayServer:
@@ -78,11 +96,12 @@ class RelayServer:
 
     def __init__(self, config: RelayConfig) -> None:
         self.config = config
-        self.core = RelayCore(config.policy)
+        self.core = RelayCore(config.policy, config.aging)
         self.port: int | None = None
         self._clients: dict[int, Outbound] = {}
         self._ids = itertools.count(1)
         self._upstream: Outbound | None = None
+        self._connected: set[int] = set()
         self._wake = asyncio.Event()
         self._upstream_ready = asyncio.Event()
 
@@ -118,9 +137,9 @@ class RelayServer:
                 # With no upstream connection there is nothing to tell: on reconnect the core
                 # acquires everything it holds anew.
                 if self._upstream is not None:
-                    self._upstream.offer(codec.encode(send.frame))
+                    self._upstream.offer(send.data())
             elif (outbound := self._clients.get(send.to)) is not None:
-                outbound.offer(codec.encode(send.frame))
+                outbound.offer(send.data())
 
     # -- subscribers ---------------------------------------------------------------------
 
@@ -129,7 +148,9 @@ class RelayServer:
         session = AcceptingSession(
             codec.to_relay(), f"fanout-relay {self.config.name}", frozenset({"subscriber"})
         )
-        outbound = Outbound(websocket, self.config.queue_limit, on_idle=self._wake.set)
+        outbound = Outbound(
+            websocket, self.config.queue_limit, on_idle=lambda: self._on_writable(client)
+        )
         self._clients[client] = outbound
         outbound.start()
         try:
@@ -139,6 +160,9 @@ class RelayServer:
                     outbound.offer(codec.encode(outcome.reply))
                 if outcome.close:
                     break
+                if session.hello is not None and client not in self._connected:
+                    self._connected.add(client)
+                    self.core.on_connect(client, session.hello.capabilities)
                 match outcome.deliver:
                     case Subscribe() as request:
                         self._dispatch(self.core.on_subscribe(client, request))
@@ -149,8 +173,13 @@ class RelayServer:
             pass  # the subscriber went away; its subscriptions end below
         finally:
             self.core.on_disconnect(client)
+            self._connected.discard(client)
             del self._clients[client]
             await outbound.finish()
+
+    def _on_writable(self, client: int) -> None:
+        self.core.on_writable(client)
+        self._wake.set()
 
     # -- upstream ------------------------------------------------------------------------
 
@@ -206,12 +235,22 @@ class RelayServer:
         loop = asyncio.get_running_loop()
         while True:
             wakeup = self.core.next_wakeup(loop.time())
-            timeout = None if wakeup is None else max(0.0, wakeup - loop.time())
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._wake.wait(), timeout)
+            if wakeup is None or wakeup > loop.time():
+                timeout = None if wakeup is None else wakeup - loop.time()
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._wake.wait(), timeout)
             self._wake.clear()
-            sends = self.core.pushes(loop.time(), self._is_idle)
-            self._dispatch(sends)
+            self._pump_round(loop.time())
+            await asyncio.sleep(0)  # let reads, writes and batches in between rounds
+
+    def _pump_round(self, now: float) -> None:
+        """Dispatch due pushes until there are none or the round's time budget is spent."""
+        deadline = time.perf_counter() + self.config.pump_budget
+        with contextlib.closing(self.core.serve(now, self._is_idle)) as pushes:
+            for send in pushes:
+                self._dispatch((send,))
+                if time.perf_counter() >= deadline:
+                    break
 
     def _is_idle(self, client: int) -> bool:
         outbound = self._clients.get(client)
@@ -219,10 +258,15 @@ class RelayServer:
 
     async def _housekeeping(self) -> None:
         loop = asyncio.get_running_loop()
+        logged = loop.time()
         while True:
             await asyncio.sleep(0.5)
             now = loop.time()
             self._dispatch(self.core.housekeeping(now))
+            self._wake.set()  # a prune may have left new state to swap in
+            if self.config.stats_every and now - logged >= self.config.stats_every:
+                logged = now
+                log.info("relay %s: %s", self.config.name, self.core.stats())
             for outbound in list(self._clients.values()):
                 stalled = outbound.stalled_for(now)
                 if stalled > self.config.stall_timeout:

@@ -14,9 +14,10 @@ rows in the cells its bounding box touches:
 * a query collects the slices of the cells under the view's bounding box (each member's, for a
   union), then applies the view's exact ``match`` to those candidates only.
 
-Rows whose coordinates are not finite are never in a cell; they are kept apart and always
-candidates, so the exact match decides for them as it would in a full scan. A query is therefore
-always equal to ``flatnonzero(view.match(*columns))`` — the property the tests check against that
+Rows whose coordinates are not finite are in no cell and never candidates: no finite region
+matches a NaN or infinite coordinate (every comparison with NaN is false, and an infinite point is
+beyond every finite bound), so leaving them out changes no answer. A query is therefore always
+equal to ``flatnonzero(view.match(*columns))`` — the property the tests check against that
 brute-force oracle.
 """
 
@@ -40,6 +41,8 @@ IndexedRegion = Box | Sphere | Sector | RegionUnion
 PER_CELL = 16
 #: Above this fraction of rows as candidates, a full vectorised scan is cheaper than gathering.
 SCAN_FRACTION = 0.5
+#: Relative widening of query bounds (see ``_candidates``).
+_SLACK = 1e-9
 
 
 class GridIndex:
@@ -64,7 +67,6 @@ class GridIndex:
         finite = np.ones(self.rows, dtype=bool)
         for column in self.columns:
             finite &= np.isfinite(column)
-        self.loose: Positions = np.flatnonzero(~finite)
         count = int(finite.sum())
         self.cells = max(1, math.ceil((count / per_cell) ** (1.0 / max(dims, 1)))) if count else 1
         self.lo = [float(c[finite].min()) if count else 0.0 for c in self.columns]
@@ -100,8 +102,8 @@ class GridIndex:
         parts = [self._candidates(member.bounds()) for member in members]
         total = sum(len(part) for part in parts)
         if total > SCAN_FRACTION * self.rows:
-            return np.flatnonzero(region.match(*self._coords(None)))
-        parts.append(self.loose)
+            with np.errstate(invalid="ignore"):  # non-finite rows: see the module docstring
+                return np.flatnonzero(region.match(*self._coords(None)))
         candidates = np.concatenate(parts) if len(parts) > 1 else parts[0]
         if len(members) > 1:
             candidates = _distinct(candidates)
@@ -114,16 +116,24 @@ class GridIndex:
             return self.columns
         return [column[at] for column in self.columns]
 
+    def _cell(self, axis: int, value: float) -> int:
+        """The cell index of ``value`` on ``axis``, by the rows' formula, kept in [-1, cells]."""
+        ratio = (value - self.lo[axis]) / self.side[axis]
+        return math.floor(min(max(ratio, -1.0), float(self.cells)))
+
     def _candidates(self, box: Box) -> Positions:
         """Positions of the rows in the cells under ``box`` (a superset of those inside it)."""
         ranges: list[range] = []
-        for axis, (low, high) in enumerate(zip(box.lo, box.hi, strict=True)):
+        for axis, (low_edge, high_edge) in enumerate(zip(box.lo, box.hi, strict=True)):
+            # Bounds are computed in floating point like ``match``; a point the match accepts
+            # may sit a few ulps outside them, so widen by far more than rounding can reach.
+            pad = _SLACK * (abs(low_edge) + abs(high_edge) + (high_edge - low_edge) + 1.0)
+            low, high = low_edge - pad, high_edge + pad
             if high < self.lo[axis] or low > self.hi[axis]:
                 return np.empty(0, dtype=np.intp)  # beyond every finite point on this axis
             # The same formula as the rows' cells, clamped the same way: monotonic, so a point
             # inside the box is in a cell between these two.
-            first = math.floor((low - self.lo[axis]) / self.side[axis])
-            last = math.floor((high - self.lo[axis]) / self.side[axis])
+            first, last = self._cell(axis, low), self._cell(axis, high)
             ranges.append(range(max(first, 0), min(last, self.cells - 1) + 1))
         *outer, inner = ranges
         slices: list[Positions] = []

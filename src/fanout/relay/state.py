@@ -127,19 +127,27 @@ class Table:
         fresh = np.full(len(rows[self.key]), seq, dtype=np.int64)
         self.changed = np.concatenate([self.changed, fresh])[order]
 
-    def delete(self, keys: npt.ArrayLike) -> None:
-        """Remove rows by key; keys not present are ignored (a delete may race a prune)."""
+    def delete(self, keys: npt.ArrayLike) -> bool:
+        """Remove rows by key; keys not present are ignored (a delete may race a prune).
+
+        Returns:
+            Whether any row was removed.
+        """
         at = self.locate(self.as_keys(keys))
         at = at[at >= 0]
-        if len(at):
-            keep = np.ones(len(self), dtype=bool)
-            keep[at] = False
-            self._keep(keep)
+        if not len(at):
+            return False
+        keep = np.ones(len(self), dtype=bool)
+        keep[at] = False
+        self._keep(keep)
+        return True
 
-    def delete_where(self, mask: Mask) -> None:
-        """Remove the rows where ``mask`` is True."""
-        if mask.any():
-            self._keep(~mask)
+    def delete_where(self, mask: Mask) -> bool:
+        """Remove the rows where ``mask`` is True; returns whether there were any."""
+        if not mask.any():
+            return False
+        self._keep(~mask)
+        return True
 
     def _keep(self, keep: Mask) -> None:
         for name in self.columns:
@@ -182,8 +190,8 @@ class _Write(Protocol):
         """About how many rows it touches (to choose between replaying and copying)."""
         ...
 
-    def apply(self, table: Table) -> None:
-        """Do the write on ``table``."""
+    def apply(self, table: Table) -> bool:
+        """Do the write on ``table``; whether it changed anything."""
         ...
 
 
@@ -193,8 +201,9 @@ class _Upsert:
     seq: int
     rows: int
 
-    def apply(self, table: Table) -> None:
+    def apply(self, table: Table) -> bool:
         table.upsert(self.values, self.seq)
+        return True
 
 
 @dataclass(frozen=True)
@@ -205,8 +214,8 @@ class _Delete:
     def rows(self) -> int:
         return len(self.keys)
 
-    def apply(self, table: Table) -> None:
-        table.delete(self.keys)
+    def apply(self, table: Table) -> bool:
+        return table.delete(self.keys)
 
 
 @dataclass(frozen=True)
@@ -218,7 +227,7 @@ class _DeleteInside:
     coordinates: tuple[str, ...]
     rows: int
 
-    def apply(self, table: Table) -> None:
+    def apply(self, table: Table) -> bool:
         coords = [table.column(name) for name in self.coordinates]
         inside = np.zeros(len(table), dtype=bool)
         for region in self.regions:
@@ -231,15 +240,16 @@ class _DeleteInside:
                 near = [column[at] for column in coords]
         mask = np.zeros(len(table), dtype=bool)
         mask[at] = True
-        table.delete_where(mask)
+        return table.delete_where(mask)
 
 
 @dataclass(frozen=True)
 class _RestartChanges:
     rows: int
 
-    def apply(self, table: Table) -> None:
+    def apply(self, table: Table) -> bool:
         table.restart_changes()
+        return len(table) > 0
 
 
 @dataclass
@@ -331,7 +341,10 @@ class DoubleBuffer:
         self.written = stamp
 
     def _write(self, write: _Write) -> None:
-        write.apply(self.inert)
+        # A write that changes nothing here changes nothing on the other buffer either (it is
+        # replayed at the same point of the same sequence), so it is neither kept nor counted.
+        if not write.apply(self.inert):
+            return
         self.counters.writes += 1
         if self._overflowed:
             return

@@ -25,7 +25,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Literal
+from typing import Literal, cast
 
 import numpy as np
 import numpy.typing as npt
@@ -168,4 +168,4 @@ def _fixed(values: Array, quantum: float) -> Array:
     nan = np.isnan(scaled)
     out = np.clip(np.nan_to_num(scaled, nan=0.0), _FIXED_MIN, _FIXED_MAX).astype(np.int64)
     out[nan] = Transform.FIXED_NAN
-    return out
+    return cast(Array, out)

@@ -120,8 +120,10 @@ class Transform(msgspec.Struct, frozen=True, omit_defaults=True):
         every = {self.FLOAT64, self.FLOAT32}
         floats = every & declared if declared else every
         precision = self.precision
-        if precision != self.FIXED and precision not in floats:
-            other = self.FLOAT32 if precision == self.FLOAT64 else self.FLOAT64
+        if precision != "fixed" and precision not in floats:
+            other: Literal["float64", "float32"] = (
+                "float32" if precision == "float64" else "float64"
+            )
             precision = other if other in floats else "fixed"
         quantum = self.quantum
         if precision == self.FIXED and quantum == 0.0:

@@ -10,7 +10,8 @@ Rules, in the order a row meets them:
    no row position, and streaming queries refuse ``monotonically_increasing_id``. Reading whole
    files keeps each file in memory while it is parsed: keep files below ~100 MB (at most 2**22
    lines); ``max_files_per_trigger`` bounds the files per micro-batch. Blank lines are skipped.
-   A CSV file's first line is its header and must name the columns of rule 1, in that order.
+   A CSV file's first line is its header (unless ``header=false``) and must name the columns of
+   rule 1, in that order.
    Parquet files are read by Spark's Parquet reader, whose ``_metadata.row_index`` is the row's
    position.
 3. **Malformed input is rejected, counted and logged, never fatal.** Lines are parsed with
@@ -22,7 +23,8 @@ Rules, in the order a row meets them:
    read at all (a truncated Parquet or gzip file, a Parquet file with other column types) is
    skipped (``ignoreCorruptFiles``) and named in the log by Spark. ``FAILFAST`` is never used:
    one bad line must not stop the publisher. The dataset's ``options`` go to both the reader and
-   the parser (``sep``, ``pathGlobFilter``, ...) and override these defaults.
+   the parser (``sep``, ``pathGlobFilter``, ``ignoreCorruptFiles``, ...), except those these
+   rules need (``mode``, ``columnNameOfCorruptRecord``, ``wholetext``, ``maxFilesPerTrigger``).
 4. **Deletes.** ``_deleted`` is the ``deleted`` column (null counts as false), or false.
 5. **Versions.** With a declared ``order`` column (long or int), ``_version`` is that column.
    Otherwise later files win, and later lines within a file:
@@ -137,19 +139,21 @@ def read_schema(dataset: Dataset) -> str:
 
 
 def reader_options(source: FilesSource) -> dict[str, str]:
-    """Spark reader options: the defaults of rules 2-3, then the source's own options."""
-    options = {
-        "maxFilesPerTrigger": str(source.max_files_per_trigger),
-        "ignoreCorruptFiles": "true",
-    }
+    """Spark reader options: defaults, the source's own options, then what rules 2-3 need."""
+    needed = {"maxFilesPerTrigger": str(source.max_files_per_trigger)}
     if source.format != "parquet":
-        options["wholetext"] = "true"
-    return options | source.options
+        needed["wholetext"] = "true"
+    return {"ignoreCorruptFiles": "true"} | source.options | needed
 
 
 def parser_options(source: FilesSource) -> dict[str, str]:
-    """``from_json`` / ``from_csv`` options: permissive, then the source's own options."""
-    return {"mode": "PERMISSIVE", "columnNameOfCorruptRecord": CORRUPT} | source.options
+    """``from_json`` / ``from_csv`` options: the source's own, but always permissive (rule 3)."""
+    return source.options | {"mode": "PERMISSIVE", "columnNameOfCorruptRecord": CORRUPT}
+
+
+def has_header(source: FilesSource) -> bool:
+    """CSV files start with a header line unless the source's options say ``header=false``."""
+    return source.format == "csv" and source.options.get("header", "true").lower() != "false"
 
 
 def parquet_rows(reader: DataStreamReader, dataset: Dataset, source: FilesSource) -> DataFrame:
@@ -182,8 +186,8 @@ def text_rows(reader: DataStreamReader, dataset: Dataset, source: FilesSource) -
     )
     exploded = exploded.withColumn(LINE, sf.regexp_replace(LINE, "\r$", ""))
     exploded = exploded.where(sf.trim(LINE) != "")
-    if source.format == "csv":
-        exploded = exploded.where(sf.col(POSITION) > 0)  # the header
+    if has_header(source):
+        exploded = exploded.where(sf.col(POSITION) > 0)
     parse = sf.from_json if source.format == "json" else sf.from_csv
     parsed = exploded.withColumn(
         "_row", parse(sf.col(LINE), read_schema(dataset), parser_options(source))
@@ -205,7 +209,7 @@ def text_rows(reader: DataStreamReader, dataset: Dataset, source: FilesSource) -
 
 def _csv_header_problem(dataset: Dataset, source: FilesSource) -> Column:
     """A CSV file's problem if its header differs from rule 1's columns, else null."""
-    if source.format != "csv":
+    if not has_header(source):
         return sf.lit(None).cast("string")
     expected = ",".join(file_columns(dataset))
     separator = "\\Q" + source.options.get("sep", ",") + "\\E"

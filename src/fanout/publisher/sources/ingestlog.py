@@ -1,0 +1,417 @@
+"""The ingest log: the durable, append-only log of the events producers publish.
+
+Rules (the ``ingest`` source, ``sources.ingest``, reads this log as a Spark stream):
+
+1. **Events.** An :class:`IngestEvent` upserts a key's whole row (``values`` gives every column;
+   ``None`` is a null) or deletes the key (``values=None``). Events are checked against the
+   dataset's schema when appended; a bad one raises :class:`fanout.errors.BadRequest` naming the
+   event and the column, and nothing of that call is appended.
+2. **Durable before acknowledged.** :meth:`IngestLog.append` is one SQLite transaction in WAL mode
+   with ``synchronous=FULL``: when it returns, its events are on disk and survive a crash of the
+   process (or of the machine). The control plane acknowledges a publish only after that.
+3. **Offsets.** Each dataset numbers its events 1, 2, 3, ... in append order; an offset is never
+   reused, not even after trimming. ``_version`` is the offset, so a later event of a key wins.
+   Events never change once appended, so a range of offsets reads the same every time.
+4. **Trimming.** :meth:`IngestLog.trim` drops a dataset's events up to an offset. Only the Spark
+   source calls it, from its ``commit``: Spark has then recorded that offset as processed, and
+   the events' effect is in the state store, so no reader needs them again.
+5. **Identity.** The log has an id (``log_id``) that the source's offsets carry, so a checkpoint
+   is never matched with another log.
+6. **Bounded.** A dataset holds at most ``max_backlog`` untrimmed events; an append beyond that
+   raises :class:`IngestBacklog` (producers retry later) instead of filling the disk.
+7. **Schemas.** The log stores each declared dataset's columns, so any process can read it
+   without the configuration; changing a dataset's columns while it holds untrimmed events is
+   refused.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import sqlite3
+import threading
+import uuid
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Self
+
+import msgspec
+import pyarrow as pa
+
+from fanout.errors import BadRequest, ConfigError, FanoutError
+from fanout.publisher.datasets import DELETED, VERSION, ColumnType, Dataset
+
+#: Untrimmed events per dataset at most, before appends are refused.
+DEFAULT_MAX_BACKLOG = 2_000_000
+#: Seconds a writer waits for another process's transaction (the Spark source trims).
+BUSY_TIMEOUT = 30.0
+
+ARROW_TYPES: dict[str, pa.DataType] = {
+    "long": pa.int64(),
+    "int": pa.int32(),
+    "double": pa.float64(),
+    "float": pa.float32(),
+    "string": pa.string(),
+    "boolean": pa.bool_(),
+}
+FLOAT32_MAX = 3.4028234663852886e38
+
+#: ``head``: the last offset given; ``floor``: events up to it are trimmed. One row per event,
+#: its stored row a msgpack ``[deleted, [values in schema order]]``.
+_TABLES = (
+    "CREATE TABLE IF NOT EXISTS log_meta (one INTEGER PRIMARY KEY CHECK (one = 1), log_id TEXT)",
+    "CREATE TABLE IF NOT EXISTS datasets (name TEXT PRIMARY KEY, key TEXT NOT NULL,"
+    " columns BLOB NOT NULL, head INTEGER NOT NULL, floor INTEGER NOT NULL)",
+    "CREATE TABLE IF NOT EXISTS events (dataset TEXT NOT NULL, seq INTEGER NOT NULL,"
+    " body BLOB NOT NULL, PRIMARY KEY (dataset, seq)) WITHOUT ROWID",
+)
+
+
+class IngestLogError(FanoutError, RuntimeError):
+    """The ingest log and a stream reading it disagree (rule 5), or a range is out of reach."""
+
+    code = "ingest_log"
+
+
+class IngestBacklog(BadRequest):
+    """A dataset's log holds ``max_backlog`` events Spark has not consumed yet (rule 6)."""
+
+    code = "ingest_backlog"
+
+
+class IngestEvent(msgspec.Struct, frozen=True):
+    """One published change: an upsert of ``key``'s whole row, or its delete (``values=None``)."""
+
+    key: Any
+    values: dict[str, Any] | None = None
+
+
+@dataclass(frozen=True)
+class EventSchema:
+    """A dataset's columns as the log checks and stores events: positional rows."""
+
+    dataset: str
+    key: str
+    types: tuple[tuple[str, ColumnType], ...]
+
+    @classmethod
+    def of(cls, dataset: Dataset) -> EventSchema:
+        """The schema of a declared dataset."""
+        return cls(dataset.name, dataset.key, tuple(dataset.schema.items()))
+
+    def to_json(self) -> bytes:
+        """The stored form of the column list."""
+        return msgspec.json.encode(self.types)
+
+    def arrow_schema(self) -> pa.Schema:
+        """The columns plus ``_version`` and ``_deleted``, as Arrow types."""
+        fields = [pa.field(name, ARROW_TYPES[kind]) for name, kind in self.types]
+        return pa.schema([*fields, pa.field(VERSION, pa.int64()), pa.field(DELETED, pa.bool_())])
+
+    def encode(self, index: int, event: IngestEvent) -> bytes:
+        """The stored form of ``event`` (the ``index``-th of its call): values in schema order.
+
+        Raises:
+            BadRequest: the event does not fit the schema (rule 1).
+        """
+        where = f"dataset {self.dataset!r}, event {index}"
+        if event.key is None:
+            raise BadRequest(f"{where}: no key (column {self.key!r})")
+        deleted = event.values is None
+        values = {} if event.values is None else dict(event.values)
+        if values.setdefault(self.key, event.key) != event.key:
+            raise BadRequest(f"{where}: column {self.key!r} differs from the event's key")
+        names = [name for name, _ in self.types]
+        unknown = sorted(set(values) - set(names))
+        if unknown:
+            raise BadRequest(f"{where}: no column {unknown[0]!r} in the dataset")
+        missing = [] if deleted else [name for name in names if name not in values]
+        if missing:
+            raise BadRequest(f"{where}: an upsert gives every column; missing {missing[0]!r}")
+        row = [_checked(where, name, kind, values.get(name)) for name, kind in self.types]
+        return _ENCODER.encode((deleted, row))
+
+    def decode(self, first: int, stored: Sequence[bytes]) -> pa.Table:
+        """Stored events with offsets ``first, first + 1, ...`` as a table of
+        :meth:`arrow_schema`."""
+        events = _DECODER.decode(_msgpack_array(stored))
+        rows = [row for _, row in events]
+        columns = list(zip(*rows, strict=True)) if rows else [()] * len(self.types)
+        arrays = [
+            pa.array(values, type=ARROW_TYPES[kind])
+            for values, (_, kind) in zip(columns, self.types, strict=True)
+        ]
+        arrays.append(pa.array(range(first, first + len(rows)), type=pa.int64()))
+        arrays.append(pa.array([deleted for deleted, _ in events], type=pa.bool_()))
+        return pa.Table.from_arrays(arrays, schema=self.arrow_schema())
+
+
+_ENCODER = msgspec.msgpack.Encoder()
+_DECODER = msgspec.msgpack.Decoder(list[tuple[bool, list[Any]]])
+
+
+def _msgpack_array(blobs: Sequence[bytes]) -> bytes:
+    """Concatenated msgpack values as one msgpack array, so they decode in one call."""
+    count = len(blobs)
+    if count < 16:
+        header = bytes([0x90 | count])
+    elif count < 1 << 16:
+        header = b"\xdc" + count.to_bytes(2, "big")
+    else:
+        header = b"\xdd" + count.to_bytes(4, "big")
+    return header + b"".join(blobs)
+
+
+def _checked(where: str, column: str, kind: ColumnType, value: Any) -> Any:
+    """``value`` as column ``column`` of type ``kind`` stores it (None stays None).
+
+    Raises:
+        BadRequest: the value is not of that type or out of its range.
+    """
+    if value is None:
+        return None
+    check = _CHECKS[kind]
+    stored = check(value)
+    if stored is _BAD:
+        shown = repr(value) if len(repr(value)) <= 40 else repr(value)[:40] + "..."
+        raise BadRequest(f"{where}: column {column!r} is {kind}, not {shown}")
+    return stored
+
+
+_BAD = object()
+
+
+def _integer(bits: int) -> Callable[[Any], Any]:
+    low, high = -(1 << (bits - 1)), (1 << (bits - 1)) - 1
+
+    def check(value: Any) -> Any:
+        ok = isinstance(value, int) and not isinstance(value, bool) and low <= value <= high
+        return value if ok else _BAD
+
+    return check
+
+
+def _real(limit: float) -> Callable[[Any], Any]:
+    def check(value: Any) -> Any:
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            return _BAD
+        number = float(value)
+        # Beyond float32's range a value would turn into infinity; infinities given are kept.
+        return _BAD if math.isfinite(number) and abs(number) > limit else number
+
+    return check
+
+
+_CHECKS: dict[str, Callable[[Any], Any]] = {
+    "long": _integer(64),
+    "int": _integer(32),
+    "double": _real(math.inf),
+    "float": _real(FLOAT32_MAX),
+    "string": lambda value: value if isinstance(value, str) else _BAD,
+    "boolean": lambda value: value if isinstance(value, bool) else _BAD,
+}
+
+
+class IngestLog:
+    """The durable, append-only log of ingest events of one publisher (rules 2-7).
+
+    One SQLite file (``state_dir / "ingest.db"``) holds every ingest dataset's events. Several
+    processes may open it: the control plane appends, Spark's source reads and trims. Methods
+    are thread-safe.
+
+    Args:
+        path: the log's file; created if missing.
+        datasets: datasets to :meth:`declare` at once.
+        max_backlog: untrimmed events per dataset at most (rule 6).
+    """
+
+    def __init__(
+        self,
+        path: str | Path,
+        datasets: Iterable[Dataset] = (),
+        max_backlog: int = DEFAULT_MAX_BACKLOG,
+    ) -> None:
+        self.path = Path(path)
+        self.max_backlog = max_backlog
+        self._lock = threading.Lock()
+        self._schemas: dict[str, EventSchema] = {}
+        self._db = sqlite3.connect(
+            self.path, timeout=BUSY_TIMEOUT, isolation_level=None, check_same_thread=False
+        )
+        self._db.execute("PRAGMA journal_mode=WAL")
+        self._db.execute("PRAGMA synchronous=FULL")
+        with self._transaction() as db:
+            for statement in _TABLES:
+                db.execute(statement)
+            db.execute("INSERT OR IGNORE INTO log_meta VALUES (1, ?)", (uuid.uuid4().hex,))
+            (self.log_id,) = db.execute("SELECT log_id FROM log_meta").fetchone()
+        for dataset in datasets:
+            self.declare(dataset)
+
+    @contextlib.contextmanager
+    def _transaction(self) -> Iterator[sqlite3.Connection]:
+        """One write transaction, taken up front so concurrent writers queue instead of failing."""
+        with self._lock:
+            self._db.execute("BEGIN IMMEDIATE")
+            try:
+                yield self._db
+            except BaseException:
+                self._db.execute("ROLLBACK")
+                raise
+            self._db.execute("COMMIT")
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Close the file; the log is unusable afterwards."""
+        with self._lock:
+            self._db.close()
+
+    def declare(self, dataset: Dataset) -> None:
+        """Make ``dataset`` take events, with its current columns.
+
+        Raises:
+            ConfigError: the dataset's key is not one of its columns, or its columns changed
+                while the log still holds untrimmed events written with the old ones.
+        """
+        if dataset.key not in dataset.schema:
+            raise ConfigError(f"dataset {dataset.name!r}: key {dataset.key!r} is not a column")
+        schema = EventSchema.of(dataset)
+        with self._transaction() as db:
+            found = db.execute(
+                "SELECT key, columns, head, floor FROM datasets WHERE name = ?", (dataset.name,)
+            ).fetchone()
+            if found is None:
+                db.execute(
+                    "INSERT INTO datasets VALUES (?, ?, ?, 0, 0)",
+                    (dataset.name, schema.key, schema.to_json()),
+                )
+            elif (found[0], bytes(found[1])) != (schema.key, schema.to_json()):
+                if found[2] > found[3]:
+                    raise ConfigError(
+                        f"dataset {dataset.name!r}: its columns changed but the ingest log still"
+                        f" holds events {found[3] + 1}..{found[2]} written with the old ones"
+                    )
+                db.execute(
+                    "UPDATE datasets SET key = ?, columns = ? WHERE name = ?",
+                    (schema.key, schema.to_json(), dataset.name),
+                )
+            self._schemas[dataset.name] = schema
+
+    def schema(self, dataset: str) -> EventSchema:
+        """The schema events of ``dataset`` are checked and stored with.
+
+        Raises:
+            BadRequest: the dataset was never declared in this log.
+        """
+        cached = self._schemas.get(dataset)
+        if cached is not None:
+            return cached
+        with self._lock:
+            found = self._db.execute(
+                "SELECT key, columns FROM datasets WHERE name = ?", (dataset,)
+            ).fetchone()
+        if found is None:
+            raise BadRequest(f"dataset {dataset!r} takes no published events")
+        types = msgspec.json.decode(found[1], type=tuple[tuple[str, ColumnType], ...])
+        schema = EventSchema(dataset, found[0], types)
+        self._schemas[dataset] = schema
+        return schema
+
+    def append(self, dataset: str, events: Sequence[IngestEvent]) -> list[int]:
+        """Append ``events`` to ``dataset``'s log, all or none, durably (rules 1-3, 6).
+
+        Returns:
+            The offsets given to the events, in order: consecutive, after every earlier one.
+
+        Raises:
+            BadRequest: an event does not fit the schema, or the dataset takes no events.
+            IngestBacklog: the dataset's untrimmed events would exceed ``max_backlog``.
+        """
+        schema = self.schema(dataset)
+        bodies = [schema.encode(index, event) for index, event in enumerate(events)]
+        if not bodies:
+            return []
+        with self._transaction() as db:
+            head, floor = _bounds(db, dataset)
+            if head - floor + len(bodies) > self.max_backlog:
+                raise IngestBacklog(
+                    f"dataset {dataset!r}: {head - floor} published events are not yet in the"
+                    f" state (at most {self.max_backlog}); publish again later"
+                )
+            db.executemany(
+                "INSERT INTO events VALUES (?, ?, ?)",
+                [(dataset, head + 1 + index, body) for index, body in enumerate(bodies)],
+            )
+            db.execute("UPDATE datasets SET head = ? WHERE name = ?", (head + len(bodies), dataset))
+        return list(range(head + 1, head + 1 + len(bodies)))
+
+    def read(self, dataset: str, after: int, upto: int) -> pa.Table:
+        """The events of ``dataset`` with offsets in ``(after, upto]``, in offset order.
+
+        Returns:
+            A table of the dataset's columns plus ``_version`` (the offset) and ``_deleted``.
+
+        Raises:
+            BadRequest: the dataset takes no events.
+            IngestLogError: part of the range is trimmed or not appended yet.
+        """
+        schema = self.schema(dataset)
+        with self._lock:
+            self._db.execute("BEGIN")  # one snapshot for the bounds and the rows
+            try:
+                head, floor = _bounds(self._db, dataset)
+                bodies = [
+                    body
+                    for (body,) in self._db.execute(
+                        "SELECT body FROM events WHERE dataset = ? AND seq > ? AND seq <= ?"
+                        " ORDER BY seq",
+                        (dataset, after, upto),
+                    )
+                ]
+            finally:
+                self._db.execute("COMMIT")
+        if not floor <= after <= upto <= head or len(bodies) != upto - after:
+            raise IngestLogError(
+                f"dataset {dataset!r}: cannot read offsets {after + 1}..{upto}: the log holds"
+                f" {floor + 1}..{head}"
+            )
+        return schema.decode(after + 1, bodies)
+
+    def latest(self, dataset: str) -> int:
+        """The last offset given to an event of ``dataset`` (0 if none)."""
+        with self._lock:
+            return _bounds(self._db, dataset)[0]
+
+    def trimmed(self, dataset: str) -> int:
+        """The offset up to which ``dataset``'s events were trimmed (0 if none)."""
+        with self._lock:
+            return _bounds(self._db, dataset)[1]
+
+    def trim(self, dataset: str, upto: int) -> None:
+        """Drop ``dataset``'s events up to offset ``upto`` (rule 4: the source calls this).
+
+        Raises:
+            IngestLogError: ``upto`` is past the last event.
+        """
+        with self._transaction() as db:
+            head, floor = _bounds(db, dataset)
+            if upto > head:
+                raise IngestLogError(
+                    f"dataset {dataset!r}: cannot trim up to {upto}, the last event is {head}"
+                )
+            if upto <= floor:
+                return
+            db.execute("DELETE FROM events WHERE dataset = ? AND seq <= ?", (dataset, upto))
+            db.execute("UPDATE datasets SET floor = ? WHERE name = ?", (upto, dataset))
+
+
+def _bounds(db: sqlite3.Connection, dataset: str) -> tuple[int, int]:
+    """(head, floor) of ``dataset``: its last offset and its trimmed offset (0, 0 if unknown)."""
+    found = db.execute("SELECT head, floor FROM datasets WHERE name = ?", (dataset,)).fetchone()
+    return (0, 0) if found is None else (int(found[0]), int(found[1]))

@@ -1,0 +1,370 @@
+"""The ingest log and source: checked, durable appends; offsets; trimming; exactly-once reads."""
+
+from __future__ import annotations
+
+import math
+import signal
+import subprocess
+import sys
+import tempfile
+import textwrap
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pytest
+from hypothesis import settings
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
+from pyspark.errors import StreamingQueryException
+from pyspark.sql.types import BooleanType, LongType, StringType, StructField, StructType
+
+from fanout.errors import BadRequest, ConfigError
+from fanout.publisher.datasets import Dataset, IngestSource
+from fanout.publisher.sources.ingest import (
+    IngestBacklog,
+    IngestEvent,
+    IngestLog,
+    IngestLogError,
+    IngestStreamReader,
+    ReaderOptions,
+    ingest_stream,
+)
+
+
+def ingest_dataset(name: str, schema: dict[str, Any], key: str) -> Dataset:
+    return Dataset(
+        name=name,
+        key=key,
+        schema=schema,
+        index="sql",
+        index_columns=tuple(schema),
+        source=IngestSource(),
+    )
+
+
+ORDERS = ingest_dataset(
+    "orders",
+    {
+        "id": "long",
+        "item": "string",
+        "qty": "int",
+        "price": "double",
+        "w": "float",
+        "ok": "boolean",
+    },
+    "id",
+)
+TOPICS = ingest_dataset("topics", {"topic": "string", "v": "long"}, "topic")
+
+VALUES = {
+    "long": st.integers(-(2**63), 2**63 - 1),
+    "int": st.integers(-(2**31), 2**31 - 1),
+    "double": st.floats(allow_nan=False),
+    "float": st.floats(allow_nan=False, width=32),
+    "string": st.text(max_size=8),
+    "boolean": st.booleans(),
+}
+KEYS = {"orders": st.integers(0, 5), "topics": st.sampled_from(["a", "a/b", "c"])}
+
+
+def events(dataset: Dataset) -> st.SearchStrategy[list[IngestEvent]]:
+    """Upserts (every column, some null) and deletes of a few keys."""
+    values = st.fixed_dictionaries(
+        {
+            name: st.none() | VALUES[kind]
+            for name, kind in dataset.schema.items()
+            if name != dataset.key
+        }
+    )
+    event = st.builds(IngestEvent, KEYS[dataset.name], st.none() | values)
+    return st.lists(event, max_size=6)
+
+
+def expected_row(dataset: Dataset, offset: int, event: IngestEvent) -> dict[str, Any]:
+    values = dict.fromkeys(dataset.schema) | (event.values or {}) | {dataset.key: event.key}
+    return {**values, "_version": offset, "_deleted": event.values is None}
+
+
+class IngestLogMachine(RuleBasedStateMachine):
+    """The log against an in-memory oracle: a list of events per dataset and a trim floor."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.folder = tempfile.TemporaryDirectory()
+        self.path = Path(self.folder.name) / "ingest.db"
+        self.log = IngestLog(self.path, [ORDERS, TOPICS])
+        self.events: dict[str, list[IngestEvent]] = {"orders": [], "topics": []}
+        self.floor = {"orders": 0, "topics": 0}
+
+    def teardown(self) -> None:
+        self.log.close()
+        self.folder.cleanup()
+
+    @rule(data=st.data(), dataset=st.sampled_from([ORDERS, TOPICS]))
+    def append(self, data: st.DataObject, dataset: Dataset) -> None:
+        batch = data.draw(events(dataset))
+        offsets = self.log.append(dataset.name, batch)
+        known = self.events[dataset.name]
+        assert offsets == list(range(len(known) + 1, len(known) + 1 + len(batch)))
+        known.extend(batch)
+
+    @rule(data=st.data(), bad=st.sampled_from(["type", "unknown", "missing", "key"]))
+    def append_with_one_bad_event_appends_nothing(self, data: st.DataObject, bad: str) -> None:
+        batch = data.draw(events(ORDERS))
+        wrong = {
+            "type": IngestEvent(1, {"item": 3, "qty": 1, "price": 1.0, "w": 1.0, "ok": True}),
+            "unknown": IngestEvent(1, {"nope": 1}),
+            "missing": IngestEvent(1, {"item": "x"}),
+            "key": IngestEvent(None),
+        }[bad]
+        batch.insert(data.draw(st.integers(0, len(batch))), wrong)
+        with pytest.raises(BadRequest):
+            self.log.append("orders", batch)
+
+    @rule(data=st.data(), dataset=st.sampled_from(["orders", "topics"]))
+    def read(self, data: st.DataObject, dataset: str) -> None:
+        head, floor = len(self.events[dataset]), self.floor[dataset]
+        after = data.draw(st.integers(floor, head))
+        upto = data.draw(st.integers(after, head))
+        table = self.log.read(dataset, after, upto)
+        schema = ORDERS if dataset == "orders" else TOPICS
+        expected = [
+            expected_row(schema, offset, self.events[dataset][offset - 1])
+            for offset in range(after + 1, upto + 1)
+        ]
+        assert table.to_pylist() == expected
+
+    @rule(data=st.data())
+    def read_outside_the_log_is_refused(self, data: st.DataObject) -> None:
+        head, floor = len(self.events["orders"]), self.floor["orders"]
+        beyond = [(head, head + 1)] + ([(floor - 1, head)] if floor else [])
+        after, upto = data.draw(st.sampled_from(beyond))
+        with pytest.raises(IngestLogError):
+            self.log.read("orders", after, upto)
+
+    @rule(data=st.data(), dataset=st.sampled_from(["orders", "topics"]))
+    def trim(self, data: st.DataObject, dataset: str) -> None:
+        upto = data.draw(st.integers(0, len(self.events[dataset])))
+        self.log.trim(dataset, upto)
+        self.floor[dataset] = max(self.floor[dataset], upto)
+
+    @rule()
+    def reopen(self) -> None:
+        self.log.close()
+        self.log = IngestLog(self.path)
+
+    @invariant()
+    def offsets_and_floors_match(self) -> None:
+        for dataset, known in self.events.items():
+            assert self.log.latest(dataset) == len(known)
+            assert self.log.trimmed(dataset) == self.floor[dataset]
+
+
+TestIngestLog = IngestLogMachine.TestCase
+TestIngestLog.settings = settings(max_examples=40, stateful_step_count=20)
+
+
+@pytest.fixture
+def log(tmp_path: Path):
+    with IngestLog(tmp_path / "ingest.db", [ORDERS, TOPICS]) as opened:
+        yield opened
+
+
+ROW = {"item": "x", "qty": 1, "price": 2.0, "w": 0.5, "ok": True}
+
+
+@pytest.mark.parametrize(
+    ("event", "message"),
+    [
+        (IngestEvent(1, {**ROW, "qty": "1"}), "column 'qty' is int, not '1'"),
+        (IngestEvent(1, {**ROW, "qty": 2**31}), "column 'qty' is int"),
+        (IngestEvent(1, {**ROW, "qty": True}), "column 'qty' is int, not True"),
+        (IngestEvent(1, {**ROW, "ok": 1}), "column 'ok' is boolean"),
+        (IngestEvent(1, {**ROW, "w": 1e39}), "column 'w' is float"),
+        (IngestEvent(1, {**ROW, "colour": "red"}), "no column 'colour'"),
+        (IngestEvent(1, {"item": "x"}), "an upsert gives every column; missing 'qty'"),
+        (IngestEvent(None, ROW), r"event 1: no key \(column 'id'\)"),
+        (IngestEvent("1", ROW), "column 'id' is long, not '1'"),
+        (IngestEvent(1, {**ROW, "id": 2}), "column 'id' differs from the event's key"),
+    ],
+)
+def test_bad_events_are_refused_naming_the_column(log, event, message) -> None:
+    with pytest.raises(BadRequest, match=message):
+        log.append("orders", [IngestEvent(0, ROW), event])
+    assert log.latest("orders") == 0
+
+
+def test_values_are_stored_as_their_column_types(log) -> None:
+    log.append("orders", [IngestEvent(7, {**ROW, "price": 3, "w": -math.inf, "qty": None})])
+    row = log.read("orders", 0, 1).to_pylist()[0]
+    assert row == {**ROW, "id": 7, "price": 3.0, "w": -math.inf, "qty": None} | {
+        "_version": 1,
+        "_deleted": False,
+    }
+    assert log.read("orders", 0, 1).schema.field("price").type == pa.float64()
+
+
+def test_unknown_datasets_and_changed_schemas_are_refused(log) -> None:
+    with pytest.raises(BadRequest, match="dataset 'nope' takes no published events"):
+        log.append("nope", [IngestEvent(1)])
+    log.append("topics", [IngestEvent("a", {"v": 1})])
+    changed = ingest_dataset("topics", {"topic": "string", "v": "double"}, "topic")
+    with pytest.raises(ConfigError, match=r"still holds events 1\.\.1"):
+        log.declare(changed)
+    log.trim("topics", 1)
+    log.declare(changed)  # nothing pending: the new columns apply
+    log.append("topics", [IngestEvent("a", {"v": 1.5})])
+    assert log.read("topics", 1, 2).column("v").to_pylist() == [1.5]
+
+
+def test_the_backlog_is_bounded(tmp_path) -> None:
+    with IngestLog(tmp_path / "ingest.db", [TOPICS], max_backlog=3) as small:
+        small.append("topics", [IngestEvent("a", {"v": i}) for i in range(3)])
+        with pytest.raises(IngestBacklog, match="3 published events are not yet in the state"):
+            small.append("topics", [IngestEvent("b")])
+        small.trim("topics", 2)
+        assert small.append("topics", [IngestEvent("b"), IngestEvent("c")]) == [4, 5]
+
+
+CHILD = textwrap.dedent(
+    """
+    import sys
+    from fanout.publisher.datasets import Dataset, IngestSource
+    from fanout.publisher.sources.ingestlog import IngestEvent, IngestLog
+
+    dataset = Dataset(
+        name="topics", key="topic", schema={"topic": "string", "v": "long"}, index="sql",
+        index_columns=("topic", "v"), source=IngestSource(),
+    )
+    log = IngestLog(sys.argv[1], [dataset])
+    batch = 0
+    while True:
+        offsets = log.append("topics", [IngestEvent(f"t{batch}", {"v": i}) for i in range(50)])
+        print(offsets[-1], flush=True)
+        batch += 1
+    """
+)
+
+
+def test_an_acknowledged_append_survives_kill_9(tmp_path) -> None:
+    path = tmp_path / "ingest.db"
+    command = [sys.executable, "-c", CHILD, str(path)]
+    with subprocess.Popen(command, stdout=subprocess.PIPE, text=True) as child:
+        try:
+            assert child.stdout is not None
+            acknowledged = [int(child.stdout.readline()) for _ in range(20)]
+            child.send_signal(signal.SIGKILL)  # while it appends batch 21 or later
+        finally:
+            child.kill()
+    assert acknowledged == [50 * (batch + 1) for batch in range(20)]
+    with IngestLog(path) as log:
+        latest = log.latest("topics")
+        assert latest >= acknowledged[-1]
+        assert latest % 50 == 0  # an interrupted append left nothing behind
+        rows = log.read("topics", 0, latest).to_pylist()
+    assert [(row["topic"], row["v"], row["_version"]) for row in rows] == [
+        (f"t{offset // 50}", offset % 50, offset + 1) for offset in range(latest)
+    ]
+
+
+def reader(path: Path, max_rows: int = 4, trim: bool = True) -> IngestStreamReader:
+    options = ReaderOptions(str(path), "topics", TOPICS.spark_schema(), max_rows, trim)
+    schema = StructType(
+        [
+            StructField("topic", StringType()),
+            StructField("v", LongType()),
+            StructField("_version", LongType()),
+            StructField("_deleted", BooleanType()),
+        ]
+    )
+    return IngestStreamReader(options, schema)
+
+
+def test_reader_reads_capped_ranges_and_re_reads_them_identically(log, tmp_path) -> None:
+    log.append("topics", [IngestEvent(f"k{i % 3}", {"v": i}) for i in range(10)])
+    log.append("topics", [IngestEvent("k1")])
+    source = reader(tmp_path / "ingest.db")
+    start = source.initialOffset()
+    assert start == {"log": log.log_id, "offset": 0}
+    seen = []
+    while True:
+        batches, end = source.read(start)
+        first = pa.Table.from_batches(list(batches), schema=source.arrow_schema)
+        if end == start:
+            assert first.num_rows == 0
+            break
+        assert first.num_rows == min(4, end["offset"] - start["offset"])
+        again = pa.Table.from_batches(
+            list(source.readBetweenOffsets(start, end)), schema=source.arrow_schema
+        )
+        assert again.equals(first)
+        seen += first.to_pylist()
+        start = end
+    assert [row["_version"] for row in seen] == list(range(1, 12))
+    assert seen[-1] == {"topic": "k1", "v": None, "_version": 11, "_deleted": True}
+    source.commit(start)
+    assert log.trimmed("topics") == 11
+
+
+def test_reader_refuses_a_checkpoint_that_does_not_fit_the_log(log, tmp_path) -> None:
+    log.append("topics", [IngestEvent("a", {"v": 1}), IngestEvent("b", {"v": 2})])
+    source = reader(tmp_path / "ingest.db")
+    with pytest.raises(IngestLogError, match="the checkpoint read ingest log other"):
+        source.read({"log": "other", "offset": 0})
+    with pytest.raises(IngestLogError, match="read up to offset 5 but the ingest log ends at 2"):
+        source.read({"log": log.log_id, "offset": 5})
+    log.trim("topics", 1)
+    with pytest.raises(IngestLogError, match="trimmed up to offset 1"):
+        source.initialOffset()
+    # Trigger.AvailableNow: nothing appended after the query started is read.
+    source.prepareForTriggerAvailableNow()
+    log.append("topics", [IngestEvent("c", {"v": 3})])
+    assert source.read({"log": log.log_id, "offset": 1})[1]["offset"] == 2
+
+
+@pytest.mark.spark
+def test_stream_delivers_every_event_once_in_offset_order_across_a_failure(spark, tmp_path) -> None:
+    path = tmp_path / "ingest.db"
+    checkpoint = str(tmp_path / "checkpoint")
+    published = [IngestEvent(f"k{i % 4}", {"v": i}) for i in range(16)] + [IngestEvent("k2")]
+    with IngestLog(path, [TOPICS]) as log:
+        log.append("topics", published[:12])
+        log.append("topics", published[12:])
+    attempts: dict[int, list[list[dict[str, Any]]]] = {}
+
+    def sink(batch, batch_id: int) -> None:
+        rows = batch.toArrow().to_pylist()
+        attempts.setdefault(batch_id, []).append(rows)
+        if batch_id == 1 and len(attempts[1]) == 1:
+            raise RuntimeError("the sink fails once, before Spark commits batch 1")
+
+    def run() -> Any:
+        stream = ingest_stream(spark, TOPICS, path, max_rows_per_batch=10)
+        return (
+            stream.writeStream.option("checkpointLocation", checkpoint).foreachBatch(sink).start()
+        )
+
+    query = run()
+    with pytest.raises(StreamingQueryException, match="the sink fails once"):
+        query.processAllAvailable()
+    query.stop()
+    query = run()  # Spark re-runs batch 1 with the same offsets, read from the log again
+    try:
+        query.processAllAvailable()
+        with IngestLog(path) as log:
+            more = [IngestEvent("k9", {"v": 100 + i}) for i in range(3)]
+            log.append("topics", more)
+        query.processAllAvailable()
+    finally:
+        query.stop()
+    assert attempts[1][0] == attempts[1][1]
+    delivered = [row for batch_id in sorted(attempts) for row in attempts[batch_id][-1]]
+    everything = published + more
+    assert delivered == [
+        expected_row(TOPICS, offset, event) for offset, event in enumerate(everything, 1)
+    ]
+    assert [len(attempts[batch_id][-1]) for batch_id in sorted(attempts)] == [10, 7, 3]
+    with IngestLog(path) as log:
+        # Spark commits a batch to its source when it plans the next one: all but the last.
+        assert log.trimmed("topics") == 17
