@@ -95,6 +95,12 @@ class Outbound:
         log.warning("closing %s: %s", self._websocket.remote_address, reason)
         self._loop.create_task(self._websocket.close(POLICY_VIOLATION, reason))
 
+    async def put(self, data: bytes) -> None:
+        """Queue a frame, waiting for room: for a long, paced stream such as a replay."""
+        if not self.overflowed:
+            await self._queue.put(data)
+            self._drained.clear()
+
     def offer_threadsafe(self, data: bytes) -> None:
         """``offer`` from a thread other than the event loop's."""
         self._loop.call_soon_threadsafe(self.offer, data)

@@ -54,7 +54,12 @@ class Datasets(Protocol):
     def read(self, name: str, view: View, tick: int) -> tuple[int, pa.Table]:
         """The authoritative rows in ``view`` at ``tick`` (blocking)."""
 
+    def replay(self, name: str, epoch: int, after: int) -> list[Batch]:
+        """Logged batches after seq ``after`` for a resuming relay (blocking; raises LogGap)."""
 
+
+#: Live batches held back for one relay while it is replayed to, before it is cut off.
+HELD_BACK_LIMIT = 1024
 #: Largest frame a relay may send us (acquire/release/read_state are small).
 MAX_INBOUND = 1 << 20
 
@@ -73,6 +78,8 @@ class ControlPlane:
         self.queue_limit = queue_limit
         self.port: int | None = None
         self._relays: dict[int, Outbound] = {}
+        #: Live batches for relays still being replayed to, sent once the replay is done.
+        self._held_back: dict[int, list[tuple[str, int, bytes]]] = {}
         self._loop: asyncio.AbstractEventLoop | None = None
         self._stop: asyncio.Event | None = None
         self._thread: threading.Thread | None = None
@@ -125,23 +132,34 @@ class ControlPlane:
         """Queue each relay's batch for sending; relays gone meanwhile are skipped."""
         if self._loop is None:
             return
-        encoded = {relay: codec.encode(batch) for relay, batch in batches.items()}
+        encoded = {
+            relay: (batch.dataset, batch.seq, codec.encode(batch))
+            for relay, batch in batches.items()
+        }
         self._loop.call_soon_threadsafe(self._offer_all, encoded)
 
-    def _offer_all(self, encoded: dict[int, bytes]) -> None:
-        for relay, data in encoded.items():
+    def _offer_all(self, encoded: dict[int, tuple[str, int, bytes]]) -> None:
+        for relay, (dataset, seq, data) in encoded.items():
             outbound = self._relays.get(relay)
-            if outbound is not None:
+            if outbound is None:
+                continue
+            held = self._held_back.get(relay)
+            if held is None:
                 outbound.offer(data)
+            elif len(held) < HELD_BACK_LIMIT:
+                held.append((dataset, seq, data))
+            else:
+                outbound.close(f"slow consumer: {len(held)} batches waiting behind a replay")
 
     # -- one connection ---------------------------------------------------------------------
 
     async def _handle(self, websocket: ServerConnection) -> None:
         session = AcceptingSession(
-            codec.to_publisher(), "fanout-publisher", frozenset({"relay", "reader"})
+            codec.to_publisher(), "fanout-publisher", frozenset({"relay", "reader", "producer"})
         )
         outbound = Outbound(websocket, self.queue_limit)
         relay: int | None = None
+        replay: asyncio.Task[None] | None = None
         outbound.start()
         try:
             async for message in websocket:
@@ -150,6 +168,10 @@ class ControlPlane:
                     outbound.offer(codec.encode(outcome.reply))
                 if isinstance(outcome.reply, Welcome) and session.hello is not None:
                     relay = self._welcome(session.hello.role, session.hello.name, outbound)
+                    if relay is not None and session.hello.resume:
+                        replay = asyncio.create_task(
+                            self._resume(relay, session.hello.resume, outbound)
+                        )
                 if outcome.close:
                     break
                 if outcome.deliver is not None:
@@ -157,7 +179,10 @@ class ControlPlane:
         except ConnectionClosed:
             pass  # the peer went away; its primitives are released below
         finally:
+            if replay is not None:
+                replay.cancel()
             if relay is not None:
+                self._held_back.pop(relay, None)
                 self._relays.pop(relay, None)
                 self.registry.drop_relay(relay)
                 log.info("relay %d disconnected", relay)
@@ -172,6 +197,35 @@ class ControlPlane:
         self._relays[relay] = outbound
         log.info("relay %d (%s) connected", relay, name or "unnamed")
         return relay
+
+    async def _resume(
+        self, relay: int, resume: dict[str, tuple[int, int]], outbound: Outbound
+    ) -> None:
+        """Replay what a reconnecting relay missed, then let its live batches through.
+
+        Live batches are held back from the moment the relay is welcomed; every seq not held
+        back is in the log (batches are logged before they are sent), so replaying the log up to
+        its end and then the held-back batches (skipping seqs already replayed) leaves no gap.
+        """
+        self._held_back[relay] = []
+        replayed: dict[str, int] = {}
+        for dataset, (epoch, seq) in resume.items():
+            try:
+                batches = await asyncio.to_thread(self.datasets.replay, dataset, epoch, seq)
+            except FanoutError as exc:
+                message = f"cannot replay {dataset} after seq {seq}: {exc}; resync from snapshots"
+                await outbound.put(codec.encode(Error("resync", message)))
+                continue
+            for batch in batches:
+                await outbound.put(codec.encode(batch))
+            replayed[dataset] = batches[-1].seq if batches else seq
+            log.info("relay %d: replayed %d batches of %s", relay, len(batches), dataset)
+        held = self._held_back[relay]
+        while held:
+            dataset, seq, data = held.pop(0)
+            if seq > replayed.get(dataset, -1):
+                await outbound.put(data)
+        del self._held_back[relay]  # no await since the last check: nothing slips in between
 
     def _dispatch(self, frame: Frame, relay: int | None, outbound: Outbound) -> None:
         match frame:

@@ -30,13 +30,22 @@ from pyspark.sql.streaming.query import StreamingQuery
 from fanout.errors import BadRequest
 from fanout.publisher import streams
 from fanout.publisher.datasets import DELETED, VERSION, Dataset
-from fanout.publisher.delivery import BatchSink, Checkouts, Stamp, build_batches, rows_by_relay
+from fanout.publisher.delivery import (
+    BatchSink,
+    Checkouts,
+    Stamp,
+    build_batches,
+    rows_by_relay,
+    to_columns,
+)
 from fanout.publisher.log import BatchLog, LogEntry, Retention
 from fanout.publisher.matching import MatchTables, matcher_for
 from fanout.publisher.registry import Plan, Registry
 from fanout.publisher.sources.simulation import SimulationDataSource
 from fanout.publisher.state import current_state, latest_per_key, live_rows, read_state
 from fanout.views import View
+from fanout.wire.columns import encode_columns
+from fanout.wire.messages import Batch
 
 log = logging.getLogger(__name__)
 
@@ -250,6 +259,42 @@ class Pipeline:
             return rows_by_relay(self.matcher.match(state, tables).toArrow())
         finally:
             tables.unpersist()
+
+    def replay(self, epoch: int, after: int) -> list[Batch]:
+        """Batches for a relay resuming after seq ``after``: every logged micro-batch since.
+
+        A replayed batch carries the micro-batch's whole change (not only what the relay's
+        primitives hold): the relay keeps what falls inside its coverage and prunes the rest,
+        so its state after the replay is what it would have been had it never left.
+
+        Raises:
+            BadRequest: ``epoch`` is not this stream's (``LogGap``: the seqs are no longer in
+                the log).
+        """
+        name = self.dataset.name
+        if epoch != self.stream.epoch:
+            raise BadRequest(
+                f"{name}: epoch {epoch} is over (the stream is at epoch {self.stream.epoch})"
+            )
+        bounds = self.log.bounds(name, epoch)
+        if bounds is None or bounds[1] <= after:
+            return []
+        return [self._replayed(entry) for entry in self.log.read(name, epoch, after + 1, bounds[1])]
+
+    def _replayed(self, entry: LogEntry) -> Batch:
+        deleted = entry.rows.column(DELETED).to_numpy(zero_copy_only=False)
+        key = self.dataset.key
+        live = entry.rows.filter(pa.array(~deleted))
+        gone = entry.rows.column(key).to_numpy(zero_copy_only=False)[deleted]
+        return Batch(
+            dataset=entry.dataset,
+            epoch=entry.epoch,
+            seq=entry.seq,
+            tick=entry.tick,
+            tick_time=entry.tick_time,
+            upserts=to_columns(live if live.num_rows else None, list(self.dataset.columns)),
+            deletes=encode_columns({key: gone}),
+        )
 
     def read(self, view: View, tick: int, timeout: float) -> tuple[int, pa.Table]:
         """The authoritative rows inside ``view`` as of ``tick`` (-1: the latest tick).

@@ -11,7 +11,7 @@ import pyarrow as pa
 from fanout.errors import InvalidView
 from fanout.publisher.pipeline import Pipeline
 from fanout.views import View
-from fanout.wire.messages import DatasetInfo
+from fanout.wire.messages import Batch, DatasetInfo
 
 #: How long a read-state request may wait for the state to reach the tick asked for.
 READ_TIMEOUT = 30.0
@@ -46,6 +46,15 @@ class DatasetService:
             InvalidView: unknown dataset, or a view that does not fit its index.
         """
         return self.pipeline(name).matcher.check(view)
+
+    def replay(self, name: str, epoch: int, after: int) -> list[Batch]:
+        """The logged batches of ``name`` after seq ``after``, as batches for a resuming relay.
+
+        Raises:
+            InvalidView: unknown dataset.
+            LogGap: another epoch, or seqs no longer (or never) in the log.
+        """
+        return self.pipeline(name).replay(epoch, after)
 
     def read(self, name: str, view: View, tick: int) -> tuple[int, pa.Table]:
         """The authoritative rows of ``name`` inside ``view`` as of ``tick`` (blocking).

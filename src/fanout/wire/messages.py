@@ -49,6 +49,9 @@ class Hello(Frame, tag="hello", frozen=True):
     role: Role
     name: str = ""
     capabilities: list[str] = []
+    #: A reconnecting relay: dataset -> (epoch, last seq it applied). The publisher replays the
+    #: batches after that seq from its log before any live batch, so the relay sees no gap.
+    resume: dict[str, tuple[int, int]] = {}
 
 
 class Welcome(Frame, tag="welcome", frozen=True):

@@ -58,13 +58,13 @@ ARROW_TYPES: dict[str, pa.DataType] = {
 FLOAT32_MAX = 3.4028234663852886e38
 
 #: ``head``: the last offset given; ``floor``: events up to it are trimmed. One row per event,
-#: its stored row a msgpack ``[deleted, [values in schema order]]``.
+#: its ``body`` a msgpack array of its values in schema order (a delete: the key, then nulls).
 _TABLES = (
     "CREATE TABLE IF NOT EXISTS log_meta (one INTEGER PRIMARY KEY CHECK (one = 1), log_id TEXT)",
     "CREATE TABLE IF NOT EXISTS datasets (name TEXT PRIMARY KEY, key TEXT NOT NULL,"
     " columns BLOB NOT NULL, head INTEGER NOT NULL, floor INTEGER NOT NULL)",
     "CREATE TABLE IF NOT EXISTS events (dataset TEXT NOT NULL, seq INTEGER NOT NULL,"
-    " body BLOB NOT NULL, PRIMARY KEY (dataset, seq)) WITHOUT ROWID",
+    " deleted INTEGER NOT NULL, body BLOB NOT NULL, PRIMARY KEY (dataset, seq))",
 )
 
 
@@ -109,8 +109,8 @@ class EventSchema:
         fields = [pa.field(name, ARROW_TYPES[kind]) for name, kind in self.types]
         return pa.schema([*fields, pa.field(VERSION, pa.int64()), pa.field(DELETED, pa.bool_())])
 
-    def encode(self, index: int, event: IngestEvent) -> bytes:
-        """The stored form of ``event`` (the ``index``-th of its call): values in schema order.
+    def encode(self, index: int, event: IngestEvent) -> tuple[bool, bytes]:
+        """The stored form of ``event`` (the ``index``-th of its call): (deleted, body).
 
         Raises:
             BadRequest: the event does not fit the schema (rule 1).
@@ -130,25 +130,24 @@ class EventSchema:
         if missing:
             raise BadRequest(f"{where}: an upsert gives every column; missing {missing[0]!r}")
         row = [_checked(where, name, kind, values.get(name)) for name, kind in self.types]
-        return _ENCODER.encode((deleted, row))
+        return deleted, _ENCODER.encode(row)
 
-    def decode(self, first: int, stored: Sequence[bytes]) -> pa.Table:
-        """Stored events with offsets ``first, first + 1, ...`` as a table of
-        :meth:`arrow_schema`."""
-        events = _DECODER.decode(_msgpack_array(stored))
-        rows = [row for _, row in events]
+    def decode(self, first: int, stored: Sequence[tuple[int, bytes]]) -> pa.Table:
+        """Stored events with offsets ``first, first + 1, ...`` as an :meth:`arrow_schema` table."""
+        # One msgpack array of every body decodes in one call, untyped: the types were checked
+        # on the way in, and Arrow converts each column at once.
+        rows = msgspec.msgpack.decode(_msgpack_array([body for _, body in stored]))
         columns = list(zip(*rows, strict=True)) if rows else [()] * len(self.types)
         arrays = [
             pa.array(values, type=ARROW_TYPES[kind])
             for values, (_, kind) in zip(columns, self.types, strict=True)
         ]
         arrays.append(pa.array(range(first, first + len(rows)), type=pa.int64()))
-        arrays.append(pa.array([deleted for deleted, _ in events], type=pa.bool_()))
+        arrays.append(pa.array([deleted for deleted, _ in stored], type=pa.bool_()))
         return pa.Table.from_arrays(arrays, schema=self.arrow_schema())
 
 
 _ENCODER = msgspec.msgpack.Encoder()
-_DECODER = msgspec.msgpack.Decoder(list[tuple[bool, list[Any]]])
 
 
 def _msgpack_array(blobs: Sequence[bytes]) -> bytes:
@@ -334,22 +333,25 @@ class IngestLog:
             IngestBacklog: the dataset's untrimmed events would exceed ``max_backlog``.
         """
         schema = self.schema(dataset)
-        bodies = [schema.encode(index, event) for index, event in enumerate(events)]
-        if not bodies:
+        stored = [schema.encode(index, event) for index, event in enumerate(events)]
+        if not stored:
             return []
         with self._transaction() as db:
             head, floor = _bounds(db, dataset)
-            if head - floor + len(bodies) > self.max_backlog:
+            if head - floor + len(stored) > self.max_backlog:
                 raise IngestBacklog(
                     f"dataset {dataset!r}: {head - floor} published events are not yet in the"
                     f" state (at most {self.max_backlog}); publish again later"
                 )
             db.executemany(
-                "INSERT INTO events VALUES (?, ?, ?)",
-                [(dataset, head + 1 + index, body) for index, body in enumerate(bodies)],
+                "INSERT INTO events VALUES (?, ?, ?, ?)",
+                [
+                    (dataset, head + 1 + index, deleted, body)
+                    for index, (deleted, body) in enumerate(stored)
+                ],
             )
-            db.execute("UPDATE datasets SET head = ? WHERE name = ?", (head + len(bodies), dataset))
-        return list(range(head + 1, head + 1 + len(bodies)))
+            db.execute("UPDATE datasets SET head = ? WHERE name = ?", (head + len(stored), dataset))
+        return list(range(head + 1, head + 1 + len(stored)))
 
     def read(self, dataset: str, after: int, upto: int) -> pa.Table:
         """The events of ``dataset`` with offsets in ``(after, upto]``, in offset order.
@@ -366,22 +368,19 @@ class IngestLog:
             self._db.execute("BEGIN")  # one snapshot for the bounds and the rows
             try:
                 head, floor = _bounds(self._db, dataset)
-                bodies = [
-                    body
-                    for (body,) in self._db.execute(
-                        "SELECT body FROM events WHERE dataset = ? AND seq > ? AND seq <= ?"
-                        " ORDER BY seq",
-                        (dataset, after, upto),
-                    )
-                ]
+                stored = self._db.execute(
+                    "SELECT deleted, body FROM events WHERE dataset = ? AND seq > ? AND seq <= ?"
+                    " ORDER BY seq",
+                    (dataset, after, upto),
+                ).fetchall()
             finally:
                 self._db.execute("COMMIT")
-        if not floor <= after <= upto <= head or len(bodies) != upto - after:
+        if not floor <= after <= upto <= head or len(stored) != upto - after:
             raise IngestLogError(
                 f"dataset {dataset!r}: cannot read offsets {after + 1}..{upto}: the log holds"
                 f" {floor + 1}..{head}"
             )
-        return schema.decode(after + 1, bodies)
+        return schema.decode(after + 1, stored)
 
     def latest(self, dataset: str) -> int:
         """The last offset given to an event of ``dataset`` (0 if none)."""
