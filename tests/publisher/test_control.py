@@ -1,0 +1,164 @@
+"""The publisher's control plane over real sockets, with a fake set of datasets (no Spark).
+
+The datasets behind it are a small in-memory stand-in; the control plane, the registry and the
+sockets are the real ones.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import AsyncIterator
+
+import numpy as np
+import pyarrow as pa
+import pytest
+from websockets.asyncio.client import ClientConnection, connect
+
+from fanout.errors import BadRequest, InvalidView
+from fanout.publisher.control import ControlPlane
+from fanout.publisher.registry import Registry
+from fanout.views import Box, View
+from fanout.wire import codec
+from fanout.wire.columns import encode_columns
+from fanout.wire.messages import (
+    PROTOCOL_VERSION,
+    Acquire,
+    Batch,
+    Catalog,
+    DatasetInfo,
+    Error,
+    Hello,
+    ReadState,
+    StateRows,
+    Welcome,
+)
+
+INFO = DatasetInfo("agents", "id", {"id": "<i8", "x": "<f8", "y": "<f8"}, "space", ["x", "y"])
+
+
+def batch(seq: int) -> Batch:
+    return Batch(
+        "agents",
+        1,
+        seq,
+        seq,
+        0.0,
+        encode_columns({}),
+        encode_columns({"id": np.array([], dtype=np.int64)}),
+    )
+
+
+class FakeDatasets:
+    """One dataset; replays seqs 1..`logged`; slow replays to let live batches pile up."""
+
+    def __init__(self) -> None:
+        self.logged = 6
+        self.replay_started = threading.Event()
+        self.release_replay = threading.Event()
+
+    def infos(self) -> list[DatasetInfo]:
+        return [INFO]
+
+    def check(self, name: str, view: View) -> View:
+        if name != "agents":
+            raise InvalidView(f"unknown dataset {name!r}")
+        if not isinstance(view, Box):
+            raise InvalidView("boxes only here")
+        return view
+
+    def read(self, name: str, view: View, tick: int) -> tuple[int, pa.Table]:
+        if tick > 100:
+            raise BadRequest(f"tick {tick} is not where a micro-batch ended")
+        return tick, pa.table({"id": [1], "x": [0.5], "y": [0.5]})
+
+    def replay(self, name: str, epoch: int, after: int) -> list[Batch]:
+        if epoch != 1:
+            raise BadRequest(f"epoch {epoch} is over")
+        self.replay_started.set()
+        self.release_replay.wait(10)
+        return [batch(seq) for seq in range(after + 1, self.logged + 1)]
+
+
+@pytest.fixture
+async def control() -> AsyncIterator[tuple[ControlPlane, FakeDatasets, str]]:
+    datasets = FakeDatasets()
+    plane = ControlPlane(datasets, Registry())
+    ready = asyncio.Event()
+    task = asyncio.create_task(plane.serve("127.0.0.1", 0, ready=lambda _: ready.set()))
+    await ready.wait()
+    try:
+        yield plane, datasets, f"ws://127.0.0.1:{plane.port}"
+    finally:
+        plane._stop.set()  # type: ignore[union-attr]
+        await task
+
+
+async def hello(url: str, role: str = "relay", **fields: object) -> ClientConnection:
+    websocket = await connect(url)
+    await websocket.send(codec.encode(Hello(PROTOCOL_VERSION, role, **fields)))  # type: ignore[arg-type]
+    assert isinstance(codec.from_publisher().decode(await websocket.recv()), Welcome)
+    assert isinstance(codec.from_publisher().decode(await websocket.recv()), Catalog)
+    return websocket
+
+
+async def frames(websocket: ClientConnection, count: int) -> list[object]:
+    return [
+        codec.from_publisher().decode(await asyncio.wait_for(websocket.recv(), 10))
+        for _ in range(count)
+    ]
+
+
+async def test_a_resuming_relay_gets_the_log_then_live_batches_without_gap_or_duplicate(
+    control,
+) -> None:
+    plane, datasets, url = control
+    relay = await hello(url, resume={"agents": (1, 3)})
+    await asyncio.to_thread(datasets.replay_started.wait, 10)
+    # live batches 6 (also in the log) and 7 arrive while the replay is still running
+    plane._offer_all({1: ("agents", 6, codec.encode(batch(6))), 99: ("agents", 6, b"")})
+    plane._offer_all({1: ("agents", 7, codec.encode(batch(7)))})
+    datasets.release_replay.set()
+    received = [frame.seq for frame in await frames(relay, 4)]  # type: ignore[attr-defined]
+    assert received == [4, 5, 6, 7]
+    await relay.close()
+
+
+async def test_a_relay_from_another_epoch_is_told_to_resync(control) -> None:
+    _, datasets, url = control
+    datasets.release_replay.set()
+    relay = await hello(url, resume={"agents": (0, 3)})
+    (error,) = await frames(relay, 1)
+    assert isinstance(error, Error)
+    assert error.code == "resync"
+    assert "epoch 0 is over" in error.message
+    await relay.close()
+
+
+async def test_acquire_is_checked_and_recorded(control) -> None:
+    plane, _, url = control
+    relay = await hello(url)
+    await relay.send(codec.encode(Acquire(1, "nope", Box((0, 0), (1, 1)))))
+    await relay.send(codec.encode(Acquire(2, "agents", Box((0, 0), (1, 1)))))
+    await relay.send(codec.encode(Acquire(2, "agents", Box((0, 0), (1, 1)))))
+    first, second = await frames(relay, 2)
+    assert isinstance(first, Error) and first.ref == 1 and "unknown dataset" in first.message
+    assert isinstance(second, Error) and second.ref == 2 and "already held" in second.message
+    assert plane.registry.plan("agents").prims == {1: {2: Box((0, 0), (1, 1))}}
+    await relay.close()
+
+
+async def test_readers_read_and_cannot_acquire(control) -> None:
+    _, _, url = control
+    reader = await hello(url, role="reader")
+    await reader.send(codec.encode(ReadState(7, "agents", Box((0, 0), (1, 1)), 5)))
+    await reader.send(codec.encode(ReadState(8, "agents", Box((0, 0), (1, 1)), 500)))
+    await reader.send(codec.encode(Acquire(1, "agents", Box((0, 0), (1, 1)))))
+    replies = {
+        getattr(f, "req", None) or getattr(f, "ref", None) or "role": f
+        for f in await frames(reader, 3)
+    }
+    assert isinstance(replies[7], StateRows) and replies[7].tick == 5
+    assert isinstance(replies[8], Error) and replies[8].code == "bad_request"
+    assert isinstance(replies["role"], Error) and "only relays" in replies["role"].message
+    await reader.close()
