@@ -80,6 +80,8 @@ class ControlPlane:
         self._relays: dict[int, Outbound] = {}
         #: Live batches for relays still being replayed to, sent once the replay is done.
         self._held_back: dict[int, list[tuple[str, int, bytes]]] = {}
+        #: relay -> dataset -> the last seq it had applied when it (re)connected, or replayed.
+        self._applied: dict[int, dict[str, int]] = {}
         self._loop: asyncio.AbstractEventLoop | None = None
         self._stop: asyncio.Event | None = None
         self._thread: threading.Thread | None = None
@@ -141,8 +143,8 @@ class ControlPlane:
     def _offer_all(self, encoded: dict[int, tuple[str, int, bytes]]) -> None:
         for relay, (dataset, seq, data) in encoded.items():
             outbound = self._relays.get(relay)
-            if outbound is None:
-                continue
+            if outbound is None or seq <= self._applied.get(relay, {}).get(dataset, -1):
+                continue  # gone, or a micro-batch Spark re-ran that the relay already applied
             held = self._held_back.get(relay)
             if held is None:
                 outbound.offer(data)
@@ -169,6 +171,9 @@ class ControlPlane:
                 if isinstance(outcome.reply, Welcome) and session.hello is not None:
                     relay = self._welcome(session.hello.role, session.hello.name, outbound)
                     if relay is not None and session.hello.resume:
+                        # hold live batches back from now on, before any can be offered
+                        self._held_back[relay] = []
+                        self._applied[relay] = {d: s for d, (_, s) in session.hello.resume.items()}
                         replay = asyncio.create_task(
                             self._resume(relay, session.hello.resume, outbound)
                         )
@@ -183,6 +188,7 @@ class ControlPlane:
                 replay.cancel()
             if relay is not None:
                 self._held_back.pop(relay, None)
+                self._applied.pop(relay, None)
                 self._relays.pop(relay, None)
                 self.registry.drop_relay(relay)
                 log.info("relay %d disconnected", relay)
@@ -207,12 +213,12 @@ class ControlPlane:
         back is in the log (batches are logged before they are sent), so replaying the log up to
         its end and then the held-back batches (skipping seqs already replayed) leaves no gap.
         """
-        self._held_back[relay] = []
-        replayed: dict[str, int] = {}
+        replayed = self._applied[relay]
         for dataset, (epoch, seq) in resume.items():
             try:
                 batches = await asyncio.to_thread(self.datasets.replay, dataset, epoch, seq)
             except FanoutError as exc:
+                replayed.pop(dataset, None)  # its seqs say nothing about this stream's
                 message = f"cannot replay {dataset} after seq {seq}: {exc}; resync from snapshots"
                 await outbound.put(codec.encode(Error("resync", message)))
                 continue
