@@ -129,9 +129,27 @@ def test_the_rate_limits_pushes_and_next_wakeup_says_when() -> None:
     core.on_batch(batch(0, rows(k1=(1, 1)), snapshots=[1]))
     assert len(pushes(core, now=10.0)) == 1
     core.on_batch(batch(1, rows(k1=(2, 2))))
-    assert pushes(core, now=10.2) == []
-    assert core.next_wakeup(10.2) == pytest.approx(10.5)
+    assert len(pushes(core, now=10.2)) == 1  # the rate's bucket holds a second push
+    core.on_batch(batch(2, rows(k1=(3, 3))))
+    assert pushes(core, now=10.3) == []
+    # the bucket refills at 2 pushes/s from 0.4 left at 10.2
+    assert core.next_wakeup(10.3) == pytest.approx(10.5)
     assert len(pushes(core, now=10.5)) == 1
+
+
+def test_a_view_change_alone_waits_for_the_next_tick_when_the_rate_is_tight() -> None:
+    core = relay()
+    core.on_subscribe(CLIENT, Subscribe(1, "agents", Box((0, 0), (10, 10)), rate=10.0))
+    core.on_batch(batch(0, rows(k1=(1, 1), k2=(3, 3)), snapshots=[1]))
+    for tick in range(1, 4):  # ticks at the subscription's rate use up its spare push
+        core.on_batch(batch(tick, rows(k1=(1, 1))))
+        assert len(pushes(core, now=10.0 + tick * 0.1)) == 1
+    core.on_subscribe(CLIENT, Subscribe(1, "agents", Box((2, 2), (10, 10)), rate=10.0))
+    assert pushes(core, now=10.35) == []  # a push now would delay the next tick's
+    core.on_batch(batch(4, rows(k1=(1, 1))))
+    (push,) = pushes(core, now=10.4)  # the tick's push carries the view change too
+    assert isinstance(push, Push)
+    assert (push.seq, keys(push.left)) == (4, [1])
 
 
 def test_a_busy_connection_is_skipped_and_served_when_idle() -> None:

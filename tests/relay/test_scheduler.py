@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Hashable
 
+import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from fanout.relay.scheduler import Scheduler
+from fanout.relay.scheduler import BURST, Scheduler
 
 
 def serve_round(scheduler: Scheduler, now: float, capacity: int) -> list[Hashable]:
@@ -45,10 +47,54 @@ def test_the_rate_holds_a_subscription_back_and_next_wakeup_says_until_when() ->
     scheduler.add("a", 0, rate=4.0)
     assert serve_round(scheduler, 10.0, capacity=9) == ["a"]
     scheduler.wake("a")
-    assert serve_round(scheduler, 10.1, capacity=9) == []
-    assert scheduler.next_wakeup() == pytest.approx(10.25)
+    assert serve_round(scheduler, 10.1, capacity=9) == ["a"]  # the bucket's spare push
+    scheduler.wake("a")
+    assert serve_round(scheduler, 10.15, capacity=9) == []
+    assert scheduler.next_wakeup() == pytest.approx(10.25)  # 0.4 left at 10.1, 4 per second
     assert serve_round(scheduler, 10.25, capacity=9) == ["a"]
     assert scheduler.next_wakeup() is None  # nothing pending
+
+
+def test_a_change_of_view_alone_waits_for_room_to_spare() -> None:
+    scheduler = Scheduler()
+    scheduler.add("a", 0, rate=10.0)
+    for now in (0.0, 0.01, 0.1, 0.2):  # a quick second push, then new state at the rate
+        scheduler.wake("a")
+        assert serve_round(scheduler, now, capacity=1) == ["a"]
+    scheduler.wake("a", eager=False)  # the view moved; the bucket holds 0.5
+    assert serve_round(scheduler, 0.25, capacity=1) == []
+    assert scheduler.next_wakeup() == pytest.approx(0.35)  # 1.5 pushes in the bucket
+    scheduler.wake("a")  # the next tick's state comes first and carries the view change
+    assert serve_round(scheduler, 0.3, capacity=1) == ["a"]
+
+
+def test_a_late_push_does_not_delay_the_next_one() -> None:
+    """Ticks at the subscription's own rate, each a little early or late: each goes out."""
+    scheduler = Scheduler()
+    scheduler.add("a", 0, rate=10.0)
+    pushes: list[Hashable] = []
+    delays = []
+    jitters = [0.0, 0.03, -0.02, 0.04, -0.03, 0.0, 0.02, -0.04, 0.0]  # seconds off the beat
+    ticks = [tick * 0.1 + jitter for tick, jitter in enumerate(jitters)]
+    scheduler.wake("a")
+    assert serve_round(scheduler, -0.01, capacity=1) == ["a"]  # spend the bucket's spare push
+    for now, following in itertools.pairwise(ticks):
+        scheduler.wake("a")
+        served = serve_round(scheduler, now, capacity=1)
+        timer = scheduler.next_wakeup()  # the pump's rate timer, if it is set before the next tick
+        if not served and timer is not None and timer < following:
+            served = serve_round(scheduler, timer, capacity=1)
+            delays.append(timer - now)
+        pushes += served
+    assert len(pushes) == 8
+    # Ticks that come early right after a late one wait at most what the rate needs (a strict
+    # 100 ms spacing would make five of them wait, 260 ms in all).
+    assert sum(delays) <= 0.09 + 1e-9
+    # a sustained faster stream is still held to the rate, after one push of slack
+    for tick in range(20):
+        scheduler.wake("a")
+        pushes += serve_round(scheduler, 1.0 + tick * 0.05, capacity=1)
+    assert len(pushes) <= 8 + 10 + 1  # 1 s at 10/s, plus the bucket's one spare push
 
 
 def test_a_parked_subscription_keeps_its_age() -> None:
@@ -93,6 +139,8 @@ def test_removed_and_updated_subscriptions() -> None:
     assert serve_round(scheduler, 0.0, capacity=5) == ["b"]
     assert scheduler.priority("b", 0.0) == 7
     scheduler.wake("b")
+    assert serve_round(scheduler, 0.0, capacity=5) == ["b"]  # the bucket's spare push
+    scheduler.wake("b")
     scheduler.settle(0.1)
     assert scheduler.next_wakeup() == pytest.approx(0.5)
     with pytest.raises(ValueError, match="aging"):
@@ -125,17 +173,25 @@ def test_nothing_starves_under_constant_overload(
     # Pushes that may precede one: every other subscription, once per interval it can fit in.
     ahead = sum(math.ceil(horizon * rates[sid]) + 1 for sid in range(count))
     bound = (ahead / capacity + 1) * step + horizon
-    last_served: dict[int, float | None] = dict.fromkeys(range(count))
+    served: dict[int, list[float]] = {sid: [] for sid in range(count)}
     for tick in range(int((bound * 3) / step)):
         now = tick * step
         for sid in range(count):
             scheduler.wake(sid)  # constant overload: everyone always has something new
         for sid in serve_round(scheduler, now, capacity):
-            before = last_served[sid]
-            assert before is None or now - before >= 1 / rates[sid] - 1e-9  # the rate holds
-            last_served[sid] = now
+            served[sid].append(now)
         for sid in range(count):
-            assert now - (last_served[sid] or 0.0) <= bound, f"{sid} starved"
+            last = served[sid][-1] if served[sid] else 0.0
+            assert now - last <= bound, f"{sid} starved"
+    for sid, times in served.items():
+        assert_rate(np.array(times), rates[sid])
+
+
+def assert_rate(times: np.ndarray, rate: float) -> None:
+    """At most rate * T + BURST pushes in any T seconds: k + 1 pushes span (k + 1 - BURST) / rate."""
+    for lag in range(1, len(times)):
+        spans = times[lag:] - times[:-lag]
+        assert np.all(spans >= (lag + 1 - BURST) / rate - 1e-9), f"{lag + 1} pushes too close"
 
 
 def test_priority_decides_who_gets_the_scarce_pushes() -> None:

@@ -30,8 +30,10 @@ from fanout.wire.messages import (
     DatasetInfo,
     Error,
     Hello,
+    Push,
     Subscribe,
     Subscribed,
+    Transform,
     Welcome,
 )
 
@@ -78,19 +80,19 @@ class ScriptedPublisher:
             await relay.send(codec.encode(batch))
 
 
-@pytest.fixture
-async def deployment() -> AsyncIterator[tuple[ScriptedPublisher, RelayServer, str]]:
+@contextlib.asynccontextmanager
+async def running(**config: object) -> AsyncIterator[tuple[ScriptedPublisher, RelayServer, str]]:
+    """A scripted publisher and a real relay on loopback; ``config`` overrides RelayConfig."""
     publisher = ScriptedPublisher()
     async with serve(publisher.handle, "127.0.0.1", 0) as server:
         port = next(iter(server.sockets)).getsockname()[1]
-        relay = RelayServer(
-            RelayConfig(
-                publisher=f"ws://127.0.0.1:{port}",
-                policy=Policy(widen="margin"),
-                stall_timeout=1.0,
-                reconnect_delay=0.05,
-            )
-        )
+        settings: dict[str, object] = {
+            "policy": Policy(widen="margin"),
+            "stall_timeout": 1.0,
+            "reconnect_delay": 0.05,
+        }
+        settings.update(config)
+        relay = RelayServer(RelayConfig(publisher=f"ws://127.0.0.1:{port}", **settings))  # type: ignore[arg-type]
         ready = asyncio.Event()
         task = asyncio.create_task(relay.run(lambda _: ready.set()))
         await asyncio.wait_for(ready.wait(), 10)
@@ -100,6 +102,12 @@ async def deployment() -> AsyncIterator[tuple[ScriptedPublisher, RelayServer, st
             task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await task
+
+
+@pytest.fixture
+async def deployment() -> AsyncIterator[tuple[ScriptedPublisher, RelayServer, str]]:
+    async with running() as deployed:
+        yield deployed
 
 
 async def next_update(view, timeout: float = 5.0):
@@ -137,8 +145,8 @@ async def test_a_refused_subscription_raises_and_the_connection_keeps_working(de
         assert list(view.rows) == [5]
 
 
-async def raw_session(url: str):
-    websocket = await ws_connect(url)
+async def raw_session(url: str, max_queue: int = 16):
+    websocket = await ws_connect(url, max_queue=max_queue)
     await websocket.send(codec.encode(Hello(PROTOCOL_VERSION, "subscriber")))
     assert isinstance(codec.to_subscriber().decode(await websocket.recv()), Welcome)
     return websocket
@@ -184,7 +192,9 @@ async def test_a_slow_consumer_is_cut_off_without_delaying_others(deployment) ->
     publisher, _, url = deployment
     rows = 20_000
     big = {"id": list(range(rows)), "x": [5.0] * rows, "y": [5.0] * rows}
-    slow = await raw_session(url)  # subscribes, then never reads
+    # Subscribes, then never reads; it takes in at most one message, so the kernel's buffers do
+    # not grow to hold everything the relay writes (loopback receive buffers may grow to 32 MB).
+    slow = await raw_session(url, max_queue=1)
     await slow.send(codec.encode(Subscribe(1, "agents", Box((0, 0), (10, 10)), rate=100.0)))
     acquire = await asyncio.wait_for(publisher.acquired.get(), 5)
     async with connect(url) as fast:
@@ -220,3 +230,73 @@ async def test_the_relay_reacquires_after_the_publisher_connection_drops(deploym
         await publisher.send({"id": [2], "x": [2.0], "y": [2.0]}, snapshots=[again.prim])
         await next_update(view)
         assert sorted(view.rows) == [2]  # the snapshot replaced what the relay held
+
+
+async def test_transforms_and_capabilities_reach_the_subscriber(deployment) -> None:
+    publisher, _, url = deployment
+    async with connect(url, capabilities=["fixed"]) as subscriber:
+        view = await subscriber.subscribe(
+            Box((0, 0), (10, 10)), transform=Transform(columns=["x"]), priority=3
+        )
+        assert view.columns == ["id", "x"]
+        assert view.effective_transform == Transform(
+            columns=["x"], precision="fixed", quantum=Transform.DEFAULT_QUANTUM
+        )
+        acquire = await asyncio.wait_for(publisher.acquired.get(), 5)
+        await publisher.send({"id": [1], "x": [1.5], "y": [2.0]}, snapshots=[acquire.prim])
+        await next_update(view)
+        assert view.rows == {1: {"id": 1, "x": 1536}}  # 1.5 in units of 1/1024
+        await view.change(Box((0, 0), (9, 9)))  # keeps its transform
+        await publisher.send({"id": [1], "x": [2.0], "y": [2.0]})
+        await next_update(view)
+        assert view.rows == {1: {"id": 1, "x": 2048}}
+
+
+async def test_many_subscriptions_are_served_in_rounds_that_yield() -> None:
+    async with running(pump_budget=0.0001) as (publisher, relay, url):
+        async with connect(url) as first, connect(url) as second:
+            views = [
+                await subscriber.subscribe(Box((0, 0), (10, 10)), rate=100.0)
+                for subscriber in (first, second)
+                for _ in range(40)
+            ]
+            acquire = await asyncio.wait_for(publisher.acquired.get(), 5)
+            await publisher.send({"id": [1], "x": [1.0], "y": [1.0]}, snapshots=[acquire.prim])
+            await asyncio.gather(*(asyncio.wait_for(v.wait_updates(1), 10) for v in views))
+            assert all(view.rows == {1: {"id": 1, "x": 1.0, "y": 1.0}} for view in views)
+        stats = relay.core.stats()
+        assert stats["bodies_shared"] >= 78  # one body for 80 subscriptions of one view
+
+
+async def test_a_slow_reader_gets_fewer_larger_pushes_while_others_get_every_tick() -> None:
+    async with running(stall_timeout=30.0) as (publisher, relay, url):
+        rows = 20_000
+        big = {"id": list(range(rows)), "x": [5.0] * rows, "y": [5.0] * rows}
+        slow = await ws_connect(url, max_queue=1)
+        await slow.send(codec.encode(Hello(PROTOCOL_VERSION, "subscriber")))
+        assert isinstance(codec.to_subscriber().decode(await slow.recv()), Welcome)
+        await slow.send(codec.encode(Subscribe(1, "agents", Box((0, 0), (10, 10)), rate=100.0)))
+        assert isinstance(codec.to_subscriber().decode(await slow.recv()), Subscribed)
+        acquire = await asyncio.wait_for(publisher.acquired.get(), 5)
+        async with connect(url) as fast:
+            view = await fast.subscribe(Box((0, 0), (10, 10)), rate=100.0)
+            await publisher.send(big, snapshots=[acquire.prim])
+            await next_update(view)
+            ticks = 30
+            for step in range(ticks):  # the slow one reads nothing meanwhile
+                moved = {"id": big["id"], "x": [5.0 + (step % 3) * 0.1] * rows, "y": big["y"]}
+                await publisher.send(moved)
+                update = await next_update(view)
+                assert update.seq == step + 1  # the fast one gets every tick, in time
+            received = []
+            while not received or received[-1].seq < ticks:
+                received.append(
+                    codec.to_subscriber().decode(await asyncio.wait_for(slow.recv(), 10))
+                )
+            assert len(received) < ticks + 1  # ticks were coalesced, not queued
+            assert all(isinstance(frame, Push) for frame in received)
+            slow_sub = relay.core.downstream.get((1, 1))
+            assert slow_sub is not None and slow_sub.coalesced > 0
+            fast_sub = relay.core.downstream.get((2, 1))
+            assert fast_sub is not None and fast_sub.coalesced == 0
+        await slow.close()

@@ -8,6 +8,8 @@ import sys
 import threading
 from types import FrameType
 
+from pyspark.errors import PySparkException
+
 from fanout.publisher.config import PublisherSettings
 from fanout.publisher.control import ControlPlane
 from fanout.publisher.log import open_log
@@ -51,6 +53,12 @@ def run(config: PublisherSettings) -> int:
     signal.signal(signal.SIGINT, stop)
     status = 0
     while not stopping.wait(1.0):
+        for pipeline in pipelines.values():
+            try:
+                pipeline.snapshot_if_idle()
+            except PySparkException:
+                # The next micro-batch carries the snapshots instead; nothing is lost.
+                log.exception("idle snapshots of %s failed", pipeline.dataset.name)
         ended = [query for query in queries if not query.isActive]
         for query in ended:
             error = query.exception()

@@ -15,6 +15,7 @@ import threading
 from collections.abc import Callable
 from typing import Protocol
 
+import numpy as np
 import pyarrow as pa
 from websockets.asyncio.server import ServerConnection, serve
 from websockets.exceptions import ConnectionClosed
@@ -24,7 +25,7 @@ from fanout.errors import FanoutError
 from fanout.publisher.registry import Registry
 from fanout.views import View
 from fanout.wire import codec
-from fanout.wire.columns import encode_columns
+from fanout.wire.columns import decode_columns, encode_columns
 from fanout.wire.messages import (
     Acquire,
     Batch,
@@ -32,6 +33,8 @@ from fanout.wire.messages import (
     DatasetInfo,
     Error,
     Frame,
+    Publish,
+    Published,
     ReadState,
     Release,
     StateRows,
@@ -56,6 +59,11 @@ class Datasets(Protocol):
 
     def replay(self, name: str, epoch: int, after: int) -> list[Batch]:
         """Logged batches after seq ``after`` for a resuming relay (blocking; raises LogGap)."""
+
+    def publish(
+        self, name: str, upserts: dict[str, np.ndarray], deletes: np.ndarray
+    ) -> tuple[int, int]:
+        """Append a producer's events durably (blocking)."""
 
 
 #: Live batches held back for one relay while it is replayed to, before it is cut off.
@@ -243,6 +251,8 @@ class ControlPlane:
                 outbound.offer(codec.encode(Error("role", "only relays hold primitives")))
             case ReadState():
                 asyncio.get_running_loop().create_task(self._read_state(frame, outbound))
+            case Publish():
+                asyncio.get_running_loop().create_task(self._publish(frame, outbound))
             case _:
                 message = f"{type(frame).__name__.lower()} is not accepted by the publisher"
                 outbound.offer(codec.encode(Error("protocol", message)))
@@ -257,6 +267,19 @@ class ControlPlane:
 
     def _acquire(self, relay: int, prim: int, dataset: str, view: View) -> None:
         self.registry.acquire(relay, prim, dataset, self.datasets.check(dataset, view))
+
+    async def _publish(self, request: Publish, outbound: Outbound) -> None:
+        # Acknowledged only once durable: the append returns after the fsync.
+        try:
+            upserts = decode_columns(request.upserts)
+            deletes = next(iter(decode_columns(request.deletes).values()), np.empty(0))
+            first, last = await asyncio.to_thread(
+                self.datasets.publish, request.dataset, upserts, deletes
+            )
+        except FanoutError as exc:
+            outbound.offer(codec.encode(Error(exc.code, str(exc), ref=request.req)))
+            return
+        outbound.offer(codec.encode(Published(request.req, first, last)))
 
     async def _read_state(self, request: ReadState, outbound: Outbound) -> None:
         try:

@@ -15,6 +15,7 @@ import json
 import logging
 import os
 import sys
+import threading
 import time
 from collections import deque
 from dataclasses import dataclass
@@ -29,7 +30,7 @@ from pyspark.sql.streaming.query import StreamingQuery
 
 from fanout.errors import BadRequest
 from fanout.publisher import streams
-from fanout.publisher.datasets import DELETED, VERSION, Dataset
+from fanout.publisher.datasets import DELETED, VERSION, Dataset, IngestSource
 from fanout.publisher.delivery import (
     BatchSink,
     Checkouts,
@@ -41,6 +42,7 @@ from fanout.publisher.delivery import (
 from fanout.publisher.log import BatchLog, LogEntry, Retention
 from fanout.publisher.matching import MatchTables, matcher_for
 from fanout.publisher.registry import Plan, Registry
+from fanout.publisher.sources.ingestlog import IngestEvent, IngestLog
 from fanout.publisher.sources.simulation import SimulationDataSource
 from fanout.publisher.state import current_state, latest_per_key, live_rows, read_state
 from fanout.views import View
@@ -124,6 +126,10 @@ class Pipeline:
         self.dataset = dataset
         self.checkouts = Checkouts()
         self.log = log
+        self._ingest: IngestLog | None = None
+        #: Serialises micro-batch delivery and idle snapshots (two threads, one set of checkouts).
+        self._lock = threading.Lock()
+        self._last_batch_at = time.monotonic()
         self.retention_seconds = retention_seconds
         self.tick = 0
         self.tick_time = 0.0
@@ -144,7 +150,9 @@ class Pipeline:
         """
         self.stream = StreamInfo.load_or_create(self.state_dir)
         self.tick_time = self.stream.start_time
-        rows = streams.stream(self.spark, self.dataset, self.stream.start_time)
+        if isinstance(self.dataset.source, IngestSource):
+            self._ingest = IngestLog(streams.ingest_log_path(self.state_dir), [self.dataset])
+        rows = streams.stream(self.spark, self.dataset, self.stream.start_time, self.state_dir)
         writer = (
             latest_per_key(rows, self.dataset)
             .writeStream.outputMode("update")
@@ -159,6 +167,11 @@ class Pipeline:
 
     def on_micro_batch(self, changes: DataFrame, batch_id: int) -> None:
         """Deliver one micro-batch: one stamped batch per relay (see ``publisher.delivery``)."""
+        with self._lock:
+            self._deliver_micro_batch(changes, batch_id)
+            self._last_batch_at = time.monotonic()
+
+    def _deliver_micro_batch(self, changes: DataFrame, batch_id: int) -> None:
         clock = StageClock()
         plan = self.registry.plan(self.dataset.name)
         changes = changes.persist()
@@ -191,13 +204,63 @@ class Pipeline:
             changes.unpersist()
         self.last_stages = clock.stages
         log.info(
-            "batch %d tick %d: %d changed, %d relays; %s",
+            "%s batch %d tick %d: %d changed, %d relays; %s",
+            self.dataset.name,
             batch_id,
             self.tick,
             len(changed),
             len(batches),
             clock,
         )
+
+    def snapshot_if_idle(self, idle_for: float = 1.0) -> None:
+        """Deliver fresh primitives' snapshots when no micro-batch is coming to carry them.
+
+        A dataset whose source is quiet (an ingest dataset nobody publishes to, say) runs no
+        micro-batches, so a relay acquiring a primitive would wait for its snapshot forever.
+        After ``idle_for`` seconds without a micro-batch, the snapshots go out in a batch stamped
+        with the last delivered seq (relays apply the snapshot part of such a batch).
+        """
+        if time.monotonic() - self._last_batch_at < idle_for or self._busy():
+            return
+        plan = self.registry.plan(self.dataset.name)
+        fresh = {relay: prims for relay, prims in plan.fresh.items() if prims}
+        if not fresh:
+            return
+        with self._lock:
+            tick, seq = self.history[-1] if self.history else (self.tick, -1)
+            snapshots = self._committed_snapshots(plan, seq) if seq >= 0 else {}
+            stamp = Stamp(self.dataset.name, self.stream.epoch, seq, tick, self.tick_time)
+            batches = build_batches(
+                stamp=stamp,
+                key=self.dataset.key,
+                columns=list(self.dataset.columns),
+                relays=frozenset(fresh),
+                changed=np.empty(0, dtype=np.int64),
+                matched={},
+                snapshots=snapshots,
+                fresh=fresh,
+                checkouts=self.checkouts,
+            )
+            self.sink(batches)
+            self.registry.delivered(plan)
+        log.info("idle %s: snapshots for %d relays at seq %d", self.dataset.name, len(fresh), seq)
+
+    def _busy(self) -> bool:
+        # Data waiting or a trigger running: a micro-batch is coming and will carry snapshots.
+        if self.query is None:
+            return True
+        status = self.query.status
+        return bool(status["isDataAvailable"] or status["isTriggerActive"])
+
+    def _committed_snapshots(self, plan: Plan, batch_id: int) -> dict[int, pa.Table]:
+        fresh = [(r, p, plan.prims[r][p]) for r, prims in plan.fresh.items() for p in prims]
+        tables = self.matcher.tables(self.spark, fresh)
+        try:
+            deadline = time.monotonic() + 30.0
+            return rows_by_relay(self._read_committed(batch_id, tables, deadline, all_columns=True))
+        finally:
+            tables.unpersist()
 
     def _match_changes(
         self, changes: DataFrame, tables: MatchTables | None
@@ -259,6 +322,32 @@ class Pipeline:
             return rows_by_relay(self.matcher.match(state, tables).toArrow())
         finally:
             tables.unpersist()
+
+    def publish(self, upserts: dict[str, np.ndarray], deletes: np.ndarray) -> tuple[int, int]:
+        """Append a producer's events to this ingest dataset's log (durable when it returns).
+
+        Upserts are appended before deletes, in row order.
+
+        Returns:
+            The offsets (first, last) the events got.
+
+        Raises:
+            BadRequest: the dataset is not an ingest dataset, or an event does not fit its schema.
+        """
+        if not isinstance(self.dataset.source, IngestSource):
+            raise BadRequest(
+                f"dataset {self.dataset.name!r} is not fed by publish (its source is"
+                f" {type(self.dataset.source).__name__})"
+            )
+        if self._ingest is None:
+            raise BadRequest(f"dataset {self.dataset.name!r} is not started yet; retry")
+        key = self.dataset.key
+        events = [IngestEvent(row[key], row) for row in _rows(upserts)]
+        events += [IngestEvent(value, None) for value in deletes.tolist()]
+        if not events:
+            raise BadRequest("publish: no upserts and no deletes")
+        offsets = self._ingest.append(self.dataset.name, events)
+        return offsets[0], offsets[-1]
 
     def replay(self, epoch: int, after: int) -> list[Batch]:
         """Batches for a relay resuming after seq ``after``: every logged micro-batch since.
@@ -339,14 +428,16 @@ class Pipeline:
         )
         raise BadRequest(f"tick {tick} {reason} (readable: {oldest}..{history[-1][0]})")
 
-    def _read_committed(self, batch_id: int, tables: MatchTables, deadline: float) -> pa.Table:
+    def _read_committed(
+        self, batch_id: int, tables: MatchTables, deadline: float, all_columns: bool = False
+    ) -> pa.Table:
         # Spark commits a micro-batch just after its foreachBatch returns; until then the state
         # store refuses to read it, so wait for the commit rather than read an older version.
         while True:
             try:
                 state = live_rows(read_state(self.spark, self.checkpoint, self.dataset, batch_id))
                 rows = self.matcher.match(state, tables)
-                return rows.select(*self.dataset.columns).toArrow()
+                return (rows if all_columns else rows.select(*self.dataset.columns)).toArrow()
             except PySparkException as exc:
                 if time.monotonic() > deadline:
                     raise TimeoutError(
@@ -370,3 +461,13 @@ class StageClock:
 
     def __str__(self) -> str:
         return " ".join(f"{name} {ms:.0f} ms" for name, ms in self.stages.items())
+
+
+def _rows(columns: dict[str, np.ndarray]) -> list[dict[str, object]]:
+    names = list(columns)
+    if not names:
+        return []
+    return [
+        dict(zip(names, values, strict=True))
+        for values in zip(*(columns[n].tolist() for n in names), strict=True)
+    ]

@@ -6,6 +6,7 @@ dataset's index (a relay's ``Acquire``) and to read the authoritative state (``R
 
 from __future__ import annotations
 
+import numpy as np
 import pyarrow as pa
 
 from fanout.errors import InvalidView
@@ -55,6 +56,16 @@ class DatasetService:
             LogGap: another epoch, or seqs no longer (or never) in the log.
         """
         return self.pipeline(name).replay(epoch, after)
+
+    def publish(
+        self, name: str, upserts: dict[str, np.ndarray], deletes: np.ndarray
+    ) -> tuple[int, int]:
+        """Append a producer's events durably to ingest dataset ``name`` (blocking).
+
+        Raises:
+            InvalidView: unknown dataset. BadRequest: not an ingest dataset, or bad events.
+        """
+        return self.pipeline(name).publish(upserts, deletes)
 
     def read(self, name: str, view: View, tick: int) -> tuple[int, pa.Table]:
         """The authoritative rows of ``name`` inside ``view`` as of ``tick`` (blocking).

@@ -24,29 +24,25 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Generator, Hashable, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from typing import cast
-
-import numpy as np
 
 from fanout.errors import InvalidView, ProtocolError
 from fanout.relay import planner
 from fanout.relay.downstream import Downstream, SubKey, Subscription
+from fanout.relay.ingest import DatasetState
 from fanout.relay.planner import Policy, Region
 from fanout.relay.pushes import Encodings, Held, cut, encode_push
 from fanout.relay.scheduler import AGING, Scheduler
-from fanout.relay.state import Array, DoubleBuffer, Stamp, Table
 from fanout.relay.transforms import EntityNotHeld, InvalidTransform, resolve
 from fanout.relay.upstream import Upstream
 from fanout.views import covers
 from fanout.views.region import Box, RegionUnion, Sector, Sphere
 from fanout.wire import codec
-from fanout.wire.columns import decode_columns
 from fanout.wire.messages import (
     Acquire,
     Batch,
     Catalog,
-    DatasetInfo,
     Error,
     Frame,
     NoUpdate,
@@ -87,31 +83,6 @@ class Send:
     def data(self) -> bytes:
         """The frame's wire bytes."""
         return self.frame if isinstance(self.frame, bytes) else codec.encode(self.frame)
-
-
-@dataclass
-class DatasetState:
-    """The relay's copy of one dataset and where it is in the stream.
-
-    Attributes:
-        info: the catalog entry.
-        buffer: the double-buffered rows.
-        epoch, seq: the last batch received (written to the inert buffer).
-        readying: primitives whose snapshots are in the inert buffer: ready at the next swap.
-        released: (region, when) of primitives released lately, pruned for ``PRUNE_WINDOW``.
-    """
-
-    info: DatasetInfo
-    buffer: DoubleBuffer
-    epoch: int = -1
-    seq: int = -1
-    readying: list[int] = field(default_factory=list)
-    released: list[tuple[Region, float]] = field(default_factory=list)
-
-    @property
-    def table(self) -> Table:
-        """The active table (what pushes read)."""
-        return self.buffer.active
 
 
 @dataclass
@@ -176,12 +147,7 @@ class RelayCore:
             current = self.datasets.get(info.name)
             if current is not None and current.info == info:
                 continue
-            coordinates = tuple(info.index_columns) if info.index == "space" else ()
-            try:
-                buffer = DoubleBuffer(info.key, info.columns, coordinates)
-            except (ValueError, KeyError) as exc:
-                raise ProtocolError(f"catalog: dataset {info.name!r}: {exc}") from exc
-            self.datasets[info.name] = DatasetState(info, buffer)
+            self.datasets[info.name] = DatasetState.of(info)
             self.encodings.forget(info.name)
             for subscription in self.downstream.of_dataset(info.name):
                 subscription.held = None  # a new table: start over with a full push
@@ -196,58 +162,21 @@ class RelayCore:
         state = self.datasets.get(batch.dataset)
         if state is None:
             raise ProtocolError(f"batch for unknown dataset {batch.dataset!r}")
-        if batch.epoch == state.epoch and batch.seq <= state.seq:
-            return []  # a micro-batch Spark re-ran after a failure: already applied
-        gap = state.seq >= 0 and batch.epoch == state.epoch and batch.seq != state.seq + 1
-        upserts, deletes = self._decode(state, batch)
-        if state.epoch not in (-1, batch.epoch):
-            state.buffer.restart_changes()  # seqs restart in a new epoch
-        self._apply(state, batch, upserts, deletes)
-        self.counters.batches += 1
-        if gap:
-            log.warning(
-                "gap in %s: batch %d after %d; resyncing", batch.dataset, batch.seq, state.seq
-            )
-            return self._resync(batch.dataset)
-        return []
-
-    def _decode(self, state: DatasetState, batch: Batch) -> tuple[dict[str, Array], Array]:
-        info, table = state.info, state.buffer.inert
-        upserts = decode_columns(batch.upserts)
-        if batch.upserts.length and set(upserts) != set(info.columns):
-            raise ProtocolError(
-                f"batch {batch.seq}: upsert columns {sorted(upserts)} are not"
-                f" {sorted(info.columns)}"
-            )
-        keys = decode_columns(batch.deletes).get(info.key)
-        try:
-            deletes = table.as_keys([] if keys is None else keys)
-            incoming = table.as_keys(upserts[info.key]) if batch.upserts.length else deletes[:0]
-        except (TypeError, ValueError) as exc:
-            raise ProtocolError(f"batch {batch.seq}: bad keys: {exc}") from exc
-        if len(incoming) > 1 and not _unique(incoming):
-            raise ProtocolError(f"batch {batch.seq}: duplicate keys in upserts")
-        return upserts, deletes
-
-    def _apply(
-        self, state: DatasetState, batch: Batch, upserts: dict[str, Array], deletes: Array
-    ) -> None:
-        buffer = state.buffer
+        if state.is_replay(batch):
+            return []
+        gap = state.is_gap(batch)
+        last = state.seq
         snapshots = []
         for prim_id in batch.snapshots:
             prim = self.upstream.get(prim_id)
-            if prim is None:
-                continue  # released while its snapshot was on the way
-            # The snapshot is the primitive's whole content: drop what we held there first, so
-            # rows that left it while we were not subscribed do not linger.
-            snapshots.append(_region(prim.view))
-            state.readying.append(prim_id)
-        buffer.delete_inside(snapshots)
-        if batch.upserts.length:
-            buffer.upsert(upserts, batch.seq)
-        buffer.delete(deletes)
-        buffer.mark(Stamp(batch.epoch, batch.seq, batch.tick, batch.tick_time))
-        state.epoch, state.seq = batch.epoch, batch.seq
+            if prim is not None:  # else released while its snapshot was on the way
+                snapshots.append((prim_id, _region(prim.view)))
+        state.write(batch, snapshots)
+        self.counters.batches += 1
+        if gap:
+            log.warning("gap in %s: batch %d after %d; resyncing", batch.dataset, batch.seq, last)
+            return self._resync(batch.dataset)
+        return []
 
     def _resync(self, dataset: str) -> list[Send]:
         sends: list[Send] = []
@@ -305,7 +234,7 @@ class RelayCore:
             if (subscription.dataset, subscription.shape) != (request.dataset, shape):
                 subscription.held = None  # rows in another form: send them all again
             self.scheduler.update(key, request.priority, request.rate)
-            self.scheduler.wake(key)
+            self.scheduler.wake(key, eager=subscription.held is None)
         subscription.view, subscription.rate = request.view, request.rate
         subscription.dataset, subscription.shape = request.dataset, shape
         subscription.priority = request.priority
@@ -449,8 +378,10 @@ class RelayCore:
         buffer, held, sid = state.buffer, subscription.held, subscription.key
         stamp = buffer.stamp
         assert stamp is not None
-        if held is not None and held.generation == buffer.generation and (
-            held.view == subscription.view
+        if (
+            held is not None
+            and held.generation == buffer.generation
+            and (held.view == subscription.view)
         ):
             self.scheduler.idle(sid)  # woken, but nothing is new for it
             return None
@@ -543,16 +474,6 @@ class RelayCore:
             "parked": self.scheduler.parked_count,
             "ended_entity_not_held": self.counters.ended,
         }
-
-
-def _unique(keys: Array) -> bool:
-    """Whether ``keys`` has no duplicates (O(n) when already sorted, as publishers often send)."""
-    if len(keys) < 2:
-        return True
-    if keys.dtype != object and bool(np.all(np.greater(keys[1:], keys[:-1]))):
-        return True
-    ordered = np.sort(keys)
-    return not bool(np.any(ordered[1:] == ordered[:-1]))
 
 
 def _region(view: object) -> Region:

@@ -18,7 +18,8 @@ one state.
 
 from __future__ import annotations
 
-from collections.abc import Hashable
+import sys
+from collections.abc import Hashable, Mapping
 from dataclasses import dataclass, field
 
 import msgspec
@@ -26,10 +27,10 @@ import numpy as np
 import numpy.typing as npt
 
 from fanout.relay.spatial import IndexedRegion
-from fanout.relay.state import DoubleBuffer, Keys, Positions, Stamp, Table
+from fanout.relay.state import Array, DoubleBuffer, Keys, Positions, Stamp, Table
 from fanout.relay.transforms import EntityNotHeld, Shape, apply
 from fanout.views import View
-from fanout.wire.columns import encode_columns
+from fanout.wire.columns import NUMERIC_DTYPES, Column, Columns, encode_columns
 
 Anchor = tuple[float, ...]
 
@@ -97,6 +98,11 @@ class PushFrame(msgspec.Struct, tag="push", tag_field="type", frozen=True):
 
 
 _encoder = msgspec.msgpack.Encoder()
+#: Numeric dtypes whose native bytes are their wire form (all of them, on little-endian
+#: machines; on others every column takes ``encode_columns``' byte-swapping path).
+_WIRE_DTYPES: dict[np.dtype[np.generic], str] = (
+    {np.dtype(wire): wire for wire in NUMERIC_DTYPES} if sys.byteorder == "little" else {}
+)
 _NO_ROWS = msgspec.Raw(_encoder.encode(encode_columns({})))
 
 
@@ -116,9 +122,7 @@ def encode_push(sub: int, stamp: Stamp, body: Body) -> bytes:
     return _encoder.encode(frame)
 
 
-def cut(
-    region: IndexedRegion, shape: Shape, held: Held | None, buffer: DoubleBuffer
-) -> Body:
+def cut(region: IndexedRegion, shape: Shape, held: Held | None, buffer: DoubleBuffer) -> Body:
     """Cut the push of ``region`` for a subscriber holding ``held``, from the active buffer.
 
     Raises:
@@ -143,7 +147,7 @@ def cut(
         changes=len(entered) + len(updated) + len(left),
         entered=_rows(table, entered, shape, anchor),
         updated=_rows(table, updated, shape, anchor),
-        left=msgspec.Raw(_encoder.encode(encode_columns({table.key: left}))),
+        left=_encode({table.key: left}),
     )
 
 
@@ -168,6 +172,8 @@ def locate_anchor(shape: Shape, buffer: DoubleBuffer) -> Anchor | None:
 
 def _compare(held: Keys, keys: Keys) -> tuple[npt.NDArray[np.bool_], Keys]:
     """For sorted key arrays: which of ``keys`` are in ``held``, and the held keys not in them."""
+    if len(held) == len(keys) and bool(np.all(held == keys)):  # the usual case: same rows
+        return np.ones(len(keys), dtype=bool), held[:0]
     present = _members(keys, held)
     return present, held[~_members(held, keys)]
 
@@ -175,7 +181,7 @@ def _compare(held: Keys, keys: Keys) -> tuple[npt.NDArray[np.bool_], Keys]:
 def _members(keys: Keys, among: Keys) -> npt.NDArray[np.bool_]:
     if not len(among):
         return np.zeros(len(keys), dtype=bool)
-    at = np.searchsorted(among, keys)
+    at = among.searchsorted(keys)
     inside = at < len(among)
     inside[inside] = among[at[inside]] == keys[inside]
     return inside
@@ -184,8 +190,25 @@ def _members(keys: Keys, among: Keys) -> npt.NDArray[np.bool_]:
 def _rows(table: Table, positions: Positions, shape: Shape, anchor: Anchor | None) -> msgspec.Raw:
     if not len(positions):
         return _NO_ROWS
-    rows = apply(table.take(positions, shape.columns), shape, anchor)
-    return msgspec.Raw(_encoder.encode(encode_columns(rows)))
+    return _encode(apply(table.take(positions, shape.columns), shape, anchor))
+
+
+def _encode(rows: Mapping[str, Array]) -> msgspec.Raw:
+    """``encode_columns`` then msgpack, with numeric columns packed directly.
+
+    The relay's arrays are fresh, contiguous and in native byte order, which on little-endian
+    machines is the wire's: their bytes go out as they are.
+    """
+    columns = []
+    length = 0
+    for name, values in rows.items():
+        length = len(values)
+        wire = _WIRE_DTYPES.get(values.dtype)
+        if wire is not None:
+            columns.append(Column(name, wire, values.tobytes()))
+        else:
+            columns.extend(encode_columns({name: values}).columns)
+    return msgspec.Raw(_encoder.encode(Columns(length, columns)))
 
 
 @dataclass

@@ -5,8 +5,15 @@ Rules:
 
 1. A subscription is **pending** when it has something to push: its first push, a changed view,
    or new state. ``wake`` makes it pending; serving it makes it not pending.
-2. A pending subscription is **due** once ``1 / rate`` seconds have passed since it was last
-   served; until then it waits in a timer queue (the relay's rate timers, [0138]).
+2. A pending subscription is **due** when its rate allows: a token bucket that fills at ``rate``
+   pushes per second, holds at most ``BURST`` and starts full; each push takes one. In any ``T``
+   seconds a subscription gets at most ``rate * T + BURST`` pushes, yet a push that went out
+   late (a tick arriving a little early, the loop busy) does not push the next one later
+   still: on a stream ticking at the subscription's own rate, every tick goes out. New state
+   (``wake``) needs one push in the bucket; a change of view alone (``wake(..., eager=False)``)
+   needs ``LAZY``: it goes out at once if the rate has room to spare, else with the next state,
+   so a subscriber that moves its view as often as the data ticks loses no ticks to it. Until
+   it is due a subscription waits in a timer queue (the relay's rate timers, [0138]).
 3. Due subscriptions are served highest **effective priority** first, where
    ``effective = priority + aging * (now - due_since)``: priority grows while a subscription
    waits ([0141], Fig. 7 step 782). At any one instant that order is the order of the constant
@@ -37,6 +44,10 @@ from enum import Enum
 
 #: Priority units gained per second of waiting: 100 ms of waiting is worth one priority level.
 AGING = 10.0
+#: Pushes a subscription's rate bucket holds at most (see rule 2).
+BURST = 2.0
+#: Pushes the bucket must hold for a push owed to a change of view alone (see rule 2).
+LAZY = 1.5
 
 
 class Where(Enum):
@@ -55,8 +66,10 @@ class Slot:
     """One subscription's scheduling state."""
 
     priority: float
-    interval: float
-    last_served: float = -math.inf
+    rate: float
+    credit: float = BURST  # pushes the rate allows, as of ``credit_at``
+    credit_at: float = -math.inf
+    need: float = 1.0  # credit the pending push needs (1, or LAZY for a view change alone)
     due_since: float | None = None
     where: Where = Where.IDLE
     reason: Hashable = None
@@ -96,15 +109,18 @@ class Scheduler:
 
     def add(self, sid: Hashable, priority: float, rate: float) -> None:
         """Start scheduling ``sid`` (pending: its first push is owed)."""
-        self._slots[sid] = Slot(priority=priority, interval=1.0 / rate)
+        self._slots[sid] = Slot(priority=priority, rate=rate)
         self.wake(sid)
 
     def update(self, sid: Hashable, priority: float, rate: float) -> None:
-        """Change a subscription's priority or rate; it keeps how long it has waited."""
+        """Change a subscription's priority or rate; it keeps how long it has waited.
+
+        The credit already in its rate bucket is kept (and grows at the new rate).
+        """
         slot = self._slots[sid]
-        slot.priority, slot.interval = priority, 1.0 / rate
+        slot.priority, slot.rate = priority, rate
         if slot.where in (Where.READY, Where.TIMER):
-            self._enqueue(sid, slot)  # re-key; the old heap entry goes stale
+            self._resort(sid, slot)
 
     def remove(self, sid: Hashable) -> None:
         """Stop scheduling ``sid`` (unknown ids are ignored)."""
@@ -127,11 +143,23 @@ class Scheduler:
 
     # -- becoming pending -----------------------------------------------------------------
 
-    def wake(self, sid: Hashable) -> None:
-        """``sid`` has something new to push (unknown ids are ignored)."""
+    def wake(self, sid: Hashable, eager: bool = True) -> None:
+        """``sid`` has something new to push (unknown ids are ignored).
+
+        Args:
+            sid: the subscription.
+            eager: new state (True), or only a change of its view, which may wait for the next
+                state if the rate has no room to spare (see rule 2).
+        """
         slot = self._slots.get(sid)
         if slot is None:
             return
+        need = 1.0 if eager else LAZY
+        if slot.where is Where.TIMER and need < slot.need:
+            slot.need = need
+            self._resort(sid, slot)  # due sooner now
+            return
+        slot.need = need if slot.where in (Where.IDLE, Where.PARKED) else min(slot.need, need)
         if slot.where is Where.PARKED:
             self._leave_lot(sid, slot)
         if slot.where is Where.POPPED:
@@ -177,13 +205,19 @@ class Scheduler:
                 slot.due_since = due
                 self._push_ready(sid, slot)
 
-    def _enqueue(self, sid: Hashable, slot: Slot, now: float | None = None) -> None:
+    def _resort(self, sid: Hashable, slot: Slot) -> None:
+        """Sort a queued subscription again at the next ``settle`` (its heap entry goes stale)."""
+        slot.version += 1
+        slot.where = Where.FRESH
+        self._fresh.append(sid)
+
+    def _enqueue(self, sid: Hashable, slot: Slot, now: float) -> None:
         slot.version += 1
         if slot.due_since is not None:  # it was due already (parked, or re-keyed): keep its age
             self._push_ready(sid, slot)
             return
-        due = slot.last_served + slot.interval
-        if now is not None and due <= now:
+        due = _due_at(slot)
+        if due <= now:
             slot.due_since = now  # it waits from when it became pending
             self._push_ready(sid, slot)
         else:
@@ -209,7 +243,8 @@ class Scheduler:
     def served(self, sid: Hashable, now: float) -> None:
         """A popped subscription was served at ``now``: not pending until woken again."""
         slot = self._slots[sid]
-        slot.last_served, slot.due_since = now, None
+        credit = min(BURST, slot.credit + (now - slot.credit_at) * slot.rate)
+        slot.credit, slot.credit_at, slot.due_since = max(credit - 1.0, 0.0), now, None
         self.served_count += 1
         self._rest(sid, slot)
 
@@ -248,3 +283,10 @@ class Scheduler:
     def waiting(self) -> int:
         """Subscriptions pending (fresh, timed, ready or parked)."""
         return sum(1 for slot in self._slots.values() if slot.where is not Where.IDLE)
+
+
+def _due_at(slot: Slot) -> float:
+    """When ``slot``'s rate bucket next holds what its push needs (-inf: it does already)."""
+    if slot.credit >= slot.need:
+        return -math.inf
+    return slot.credit_at + (slot.need - slot.credit) / slot.rate

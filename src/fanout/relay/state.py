@@ -106,7 +106,9 @@ class Table:
         Raises:
             KeyError: a column is missing from ``rows``.
         """
-        incoming = {name: np.asarray(rows[name], dtype=dtype) for name, dtype in self.dtypes.items()}
+        incoming = {
+            name: np.asarray(rows[name], dtype=dtype) for name, dtype in self.dtypes.items()
+        }
         keys = incoming[self.key]
         if not len(keys):
             return

@@ -126,12 +126,12 @@ def _check_entity(entity: int | str, info: DatasetInfo) -> None:
     key_is_str = info.columns[info.key] == STRING
     if isinstance(entity, bool) or isinstance(entity, str) != key_is_str:
         kind = "a string" if key_is_str else "an integer"
-        raise InvalidTransform(
-            f"relative_to {entity!r}: keys of dataset {info.name!r} are {kind}"
-        )
+        raise InvalidTransform(f"relative_to {entity!r}: keys of dataset {info.name!r} are {kind}")
 
 
-def apply(rows: Mapping[str, Array], shape: Shape, anchor: Sequence[float] | None) -> dict[str, Array]:
+def apply(
+    rows: Mapping[str, Array], shape: Shape, anchor: Sequence[float] | None
+) -> dict[str, Array]:
     """Adapt rows (column -> array, every column of ``shape``) to ``shape``.
 
     Args:

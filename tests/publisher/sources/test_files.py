@@ -33,7 +33,7 @@ def dataset(folder: Path, fmt: str, **source: Any) -> Dataset:
         schema=SCHEMA,
         index="sql",
         index_columns=tuple(SCHEMA),
-        source=FilesSource(path=str(folder), format=fmt, deleted="deleted", **source),  # type: ignore[arg-type]
+        source=FilesSource(path=str(folder), format=fmt, deleted="deleted", **source),
     )
 
 
@@ -155,12 +155,18 @@ def test_latest_state_per_key_matches_the_files_in_mtime_order(
         query.processAllAvailable()
         assert sink.live() == oracle(files)
         # admission control: 4 + 2 files in batches of at most max_files
-        assert query.lastProgress["batchId"] == (2 if max_files == 2 else 1)
+        last = query.lastProgress
+        assert last["batchId"] == (2 if max_files == 2 else 1)
+        if fmt == "csv":
+            assert last["observedMetrics"]["fanout_files:files_csv"]["rejected"] == len(files[0])
     finally:
         query.stop()
 
 
-def test_malformed_json_lines_are_rejected_counted_and_the_rest_ingested(spark, tmp_path) -> None:
+def test_malformed_lines_are_rejected_counted_and_the_rest_ingested_in_order(
+    spark, tmp_path
+) -> None:
+    """A declared order column (``n``) decides between versions, not the line."""
     folder = DropFolder(tmp_path)
     lines = [
         '{"id": 1, "name": "a", "score": 1.0, "n": 1}',
@@ -168,8 +174,11 @@ def test_malformed_json_lines_are_rejected_counted_and_the_rest_ingested(spark, 
         '{"id": "three", "name": "c", "score": 3.0, "n": 3}',  # a key that is not a long
         '{"name": "d", "score": 4.0, "n": 4}',  # no key
         '{"id": 5, "name": "e", "score": 5.0, "n": 5, "extra": true}',  # extra fields: fine
-        '{"id": 1, "deleted": true}',
+        "",
+        '{"id": 1, "deleted": true, "n": 9}',
         '{"id": 6, "name": "f", "score": 6, "n": 6}',
+        '{"id": 5, "name": "stale", "score": 0.5, "n": 2}',  # a later line, an older version
+        '{"id": 6, "name": "g", "score": 7.0}',  # no order value
     ]
     (folder.path / "mixed.json").write_text("\n".join(lines) + "\n")
     ds = Dataset(
@@ -179,6 +188,7 @@ def test_malformed_json_lines_are_rejected_counted_and_the_rest_ingested(spark, 
         index="sql",
         index_columns=tuple(SCHEMA),
         source=FilesSource(path=str(folder.path), format="json", deleted="deleted"),
+        order="n",
     )
     sink = LatestState()
     counter = rejections(spark)
@@ -194,12 +204,12 @@ def test_malformed_json_lines_are_rejected_counted_and_the_rest_ingested(spark, 
     finally:
         query.stop()
     assert sink.live() == {5: ("e", 5.0, 5), 6: ("f", 6.0, 6)}
-    assert query.lastProgress["observedMetrics"]["fanout_files:files_malformed"]["rejected"] == 3
+    assert query.lastProgress["observedMetrics"]["fanout_files:files_malformed"]["rejected"] == 4
     # The listener hears of the batch on Spark's listener bus, a moment after the batch.
     deadline = time.monotonic() + 10
-    while counter.counts.get("files_malformed") != 3 and time.monotonic() < deadline:
+    while counter.counts.get("files_malformed") != 4 and time.monotonic() < deadline:
         time.sleep(0.05)
-    assert counter.counts["files_malformed"] == 3
+    assert counter.counts["files_malformed"] == 4
     assert counter.samples["files_malformed"].startswith("mixed.json:2: malformed: ")
 
 

@@ -11,6 +11,7 @@ import textwrap
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 import pytest
 from hypothesis import settings
@@ -196,7 +197,9 @@ def test_bad_events_are_refused_naming_the_column(log, event, message) -> None:
 
 
 def test_values_are_stored_as_their_column_types(log) -> None:
-    log.append("orders", [IngestEvent(7, {**ROW, "price": 3, "w": -math.inf, "qty": None})])
+    # ints for doubles, and numpy scalars (as columnar frames decode to) are taken as values
+    values = {**ROW, "price": 3, "w": -math.inf, "qty": None, "ok": np.bool_(True)}
+    log.append("orders", [IngestEvent(np.int64(7), values)])
     row = log.read("orders", 0, 1).to_pylist()[0]
     assert row == {**ROW, "id": 7, "price": 3.0, "w": -math.inf, "qty": None} | {
         "_version": 1,

@@ -18,8 +18,9 @@ Rules, in the order a row meets them:
    ``from_json`` / ``from_csv`` in ``PERMISSIVE`` mode with a corrupt-record column: a line that
    does not parse, whose values do not fit the declared types, or (CSV) that has the wrong number
    of fields is rejected whole, as is every line of a CSV file whose header differs, and any row
-   without a key. Each micro-batch's rejections are an observed metric that :class:`Rejections`
-   counts per dataset and logs with a sample (``file:line: reason: text``). A file Spark cannot
+   without a key (or without a value of the ``order`` column). Each micro-batch's rejections
+   are an observed metric that :class:`Rejections` counts per dataset and logs with a sample
+   (``file:line: reason: text``). A file Spark cannot
    read at all (a truncated Parquet or gzip file, a Parquet file with other column types) is
    skipped (``ignoreCorruptFiles``) and named in the log by Spark. ``FAILFAST`` is never used:
    one bad line must not stop the publisher. The dataset's ``options`` go to both the reader and
@@ -90,6 +91,9 @@ def files_stream(spark: SparkSession, dataset: Dataset) -> DataFrame:
     rows = rows.withColumn(VERSION, version_column(dataset)).withColumn(
         DELETED, deleted_column(source)
     )
+    # A row without an order value has no place among its key's versions.
+    unordered = sf.when(sf.col(VERSION).isNull(), sf.lit(f"no {dataset.order}"))
+    rows = rows.withColumn(PROBLEM, sf.coalesce(sf.col(PROBLEM), unordered))
     return reject_malformed(rows, dataset.name).select(*dataset.schema, VERSION, DELETED)
 
 
@@ -195,7 +199,7 @@ def text_rows(reader: DataStreamReader, dataset: Dataset, source: FilesSource) -
     problem = (
         sf.when(sf.col(PROBLEM).isNotNull(), sf.col(PROBLEM))
         .when(sf.col(f"_row.{CORRUPT}").isNotNull(), sf.lit("malformed"))
-        .when(sf.col(f"_row.{dataset.key}").isNull(), sf.lit("no key"))
+        .when(sf.col(f"_row.`{dataset.key}`").isNull(), sf.lit("no key"))
     )
     return parsed.select(
         *(sf.col(f"_row.`{name}`").alias(name) for name in file_columns(dataset)),
@@ -249,7 +253,7 @@ def reject_malformed(rows: DataFrame, dataset_name: str) -> DataFrame:
     observed = rows.observe(
         METRIC_PREFIX + dataset_name,
         sf.count_if(bad).alias("rejected"),
-        sf.min(sf.when(bad, sample)).alias("sample"),
+        sf.min_by(sample, sf.when(bad, sf.col(POSITION))).alias("sample"),  # the first bad line
     )
     return observed.where(~bad)
 

@@ -39,6 +39,7 @@ from pyspark.sql.types import StructType
 from fanout.errors import ConfigError
 from fanout.publisher.datasets import DELETED, VERSION, Dataset
 from fanout.publisher.sources.ingestlog import (
+    LOG_FILE,
     IngestBacklog,
     IngestEvent,
     IngestLog,
@@ -46,6 +47,7 @@ from fanout.publisher.sources.ingestlog import (
 )
 
 __all__ = [
+    "LOG_FILE",
     "IngestBacklog",
     "IngestDataSource",
     "IngestEvent",
@@ -207,7 +209,7 @@ def ingest_stream(
     Args:
         spark: the session.
         dataset: an ingest dataset.
-        log_path: the publisher's ingest log (``state_dir / "ingest.db"``).
+        log_path: the publisher's ingest log (``state_dir / LOG_FILE``).
         max_rows_per_batch: events per micro-batch at most.
         trim: drop events once Spark has committed them (rule 4); off only to inspect a log.
 

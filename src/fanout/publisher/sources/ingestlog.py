@@ -37,11 +37,14 @@ from pathlib import Path
 from typing import Any, Self
 
 import msgspec
+import numpy as np
 import pyarrow as pa
 
 from fanout.errors import BadRequest, ConfigError, FanoutError
 from fanout.publisher.datasets import DELETED, VERSION, ColumnType, Dataset
 
+#: The log's file name in the publisher's state directory.
+LOG_FILE = "ingest.db"
 #: Untrimmed events per dataset at most, before appends are refused.
 DEFAULT_MAX_BACKLOG = 2_000_000
 #: Seconds a writer waits for another process's transaction (the Spark source trims).
@@ -143,7 +146,8 @@ class EventSchema:
             for values, (_, kind) in zip(columns, self.types, strict=True)
         ]
         arrays.append(pa.array(range(first, first + len(rows)), type=pa.int64()))
-        arrays.append(pa.array([deleted for deleted, _ in stored], type=pa.bool_()))
+        deleted = pa.array([flag for flag, _ in stored], type=pa.int8())  # SQLite stores 0/1
+        arrays.append(deleted.cast(pa.bool_()))
         return pa.Table.from_arrays(arrays, schema=self.arrow_schema())
 
 
@@ -168,6 +172,8 @@ def _checked(where: str, column: str, kind: ColumnType, value: Any) -> Any:
     Raises:
         BadRequest: the value is not of that type or out of its range.
     """
+    if isinstance(value, np.generic):
+        value = value.item()  # numpy scalars from columnar frames, as their Python value
     if value is None:
         return None
     check = _CHECKS[kind]
@@ -215,7 +221,7 @@ _CHECKS: dict[str, Callable[[Any], Any]] = {
 class IngestLog:
     """The durable, append-only log of ingest events of one publisher (rules 2-7).
 
-    One SQLite file (``state_dir / "ingest.db"``) holds every ingest dataset's events. Several
+    One SQLite file (``state_dir / LOG_FILE``) holds every ingest dataset's events. Several
     processes may open it: the control plane appends, Spark's source reads and trims. Methods
     are thread-safe.
 

@@ -1,0 +1,724 @@
+"""Benchmark one relay process: 100,000 moving entities, N subscribers with moving box views.
+
+Run ``.venv/bin/python bench/relay.py`` (``--quick`` for a short run); it prints one JSON object
+and writes ``bench/results/relay.json``.
+
+Processes, all on this machine and sharing its cores:
+
+* **publisher**: a scripted publisher speaking the real protocol (``Hello``/``Welcome``,
+  ``Catalog``, ``Acquire``/``Release``, one ``Batch`` per tick; no Spark): 100,000 entities in a
+  4,000 x 4,000 world, every one moving every tick, 10 ticks/s. Each batch carries the rows
+  inside the relay's primitives, deletes for rows that left them and snapshots for primitives
+  acquired since the last tick, like the real publisher's. ``tick_time`` is the batch's send
+  time.
+* **relay**: the real relay (``fanout.relay.server.RelayServer``, default configuration) in a
+  process of its own. The only instrumentation: the time each tick's state is swapped in
+  (``RelayCore.end_epoch``) is recorded, and CPU time and ``RelayCore.stats()`` are sampled at
+  the start and end of the measurement window.
+* **clients**: N subscriber connections spread over ``--processes`` processes. Each connection
+  speaks the real protocol over a real WebSocket (``Hello``, ``Subscribe`` at 10 pushes/s) and
+  moves its box view (125 x 125, about 100 entities) along its own path at 20 units/s, sending a
+  new ``Subscribe`` once a second. To leave the cores to the relay, clients decode only each
+  frame's header (type, sub, seq) instead of applying rows as the client library does.
+
+Per trial (one N): connect and subscribe everyone, warm up, then measure for ``--measure``
+seconds:
+
+* ``delivered``: per subscriber, the fraction of the ticks published in the window for which it
+  received a push (or no-update) cut from that tick's state;
+* ``p99_ms``: 99th percentile of tick-swap-to-receipt: from the relay swapping in the state of a
+  tick to a subscriber receiving the push cut from it (both clocks are this machine's);
+  ``p99_tick_ms`` is from the publisher sending the tick's batch (adds transfer and ingest);
+* ``bytes_per_update``: mean size of the frames (pushes and no-updates) received.
+
+A trial passes when every subscriber got >= 95% of the ticks and p99_ms <= 100. ``max_subscribers``
+is the largest N that passes: N doubles from ``--start`` until a trial fails, then is bisected.
+A last pair of trials at the same N compares distinct views with groups of ``--group``
+subscribers sharing each view (spectators of one camera), to measure shared encodings.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import datetime as dt
+import json
+import logging
+import math
+import multiprocessing as mp
+import os
+import platform
+import sys
+import time
+from dataclasses import asdict, dataclass, field
+from multiprocessing.connection import Connection
+from pathlib import Path
+from typing import Any
+
+import msgspec
+import numpy as np
+
+RESULTS = Path(__file__).parent / "results" / "relay.json"
+
+ENTITIES = 100_000
+WORLD = 4000.0
+TICK_RATE = 10.0
+ENTITY_SPEED = 20.0
+VIEW_SIDE = 125.0
+VIEW_SPEED = 20.0
+MOVE_EVERY = 1.0
+PUSH_RATE = 10.0
+TARGET_DELIVERED = 0.95
+TARGET_P99_MS = 100.0
+DRAIN = 1.5  # seconds after the window for its last pushes to arrive
+CONNECT_CONCURRENCY = 32
+COVERAGE_CELL = 32.0  # the publisher's raster for aligned (tile) primitives
+
+
+# -- the scripted publisher -------------------------------------------------------------------
+
+
+class Entities:
+    """Entities moving in straight lines at constant speed, bouncing off the world's walls."""
+
+    def __init__(self, count: int, seed: int = 7) -> None:
+        rng = np.random.default_rng(seed)
+        self.ids = np.arange(count, dtype=np.int64)
+        self.xy = rng.uniform(0, WORLD, (2, count))
+        angle = rng.uniform(0, 2 * math.pi, count)
+        self.velocity = ENTITY_SPEED * np.stack([np.cos(angle), np.sin(angle)])
+        self.kind = (self.ids % 7).astype(np.int32)
+
+    def step(self, seconds: float) -> None:
+        self.xy += self.velocity * seconds
+        low, high = self.xy < 0, self.xy > WORLD
+        self.xy[low] = -self.xy[low]
+        self.xy[high] = 2 * WORLD - self.xy[high]
+        self.velocity[low | high] *= -1
+
+
+class Coverage:
+    """Which entities lie inside the relay's primitives (tile primitives are rasterised)."""
+
+    def __init__(self) -> None:
+        self.side = math.ceil(WORLD / COVERAGE_CELL) + 1
+        self.counts = np.zeros((self.side, self.side), dtype=np.int32)
+        self.prims: dict[int, Any] = {}
+        self.loose: dict[int, Any] = {}  # primitives not aligned to the raster: exact match
+
+    def _cells(self, box: Any) -> tuple[slice, slice] | None:
+        edges = [v / COVERAGE_CELL for v in (*box.lo, *box.hi)]
+        if any(e != int(e) for e in edges):
+            return None
+        x0, y0, x1, y1 = (min(max(int(e), 0), self.side) for e in edges)
+        return slice(x0, x1), slice(y0, y1)
+
+    def add(self, prim: int, box: Any) -> None:
+        self.prims[prim] = box
+        cells = self._cells(box)
+        if cells is None:
+            self.loose[prim] = box
+        else:
+            self.counts[cells] += 1
+
+    def remove(self, prim: int) -> None:
+        box = self.prims.pop(prim, None)
+        if box is None:
+            return
+        cells = self._cells(box)
+        if cells is None:
+            del self.loose[prim]
+        else:
+            self.counts[cells] -= 1
+
+    def inside(self, xy: np.ndarray, prims: list[int] | None = None) -> np.ndarray:
+        if prims is not None:  # only these primitives
+            mask = np.zeros(xy.shape[1], dtype=bool)
+            for prim in prims:
+                if prim in self.prims:
+                    mask |= self.prims[prim].match(xy[0], xy[1])
+            return mask
+        cells = np.clip((xy / COVERAGE_CELL).astype(np.int64), 0, self.side - 1)
+        mask = self.counts[cells[0], cells[1]] > 0
+        for box in self.loose.values():
+            mask |= box.match(xy[0], xy[1])
+        return mask
+
+
+class ScriptedPublisher:
+    """Serves one relay: catalog, acquires and releases, one batch per tick."""
+
+    def __init__(self, entities: int) -> None:
+        self.entities = Entities(entities)
+        self.coverage = Coverage()
+        self.fresh: list[int] = []
+        self.sent: list[tuple[int, float]] = []
+        self.relay: Any = None
+
+    async def handle(self, websocket: Any) -> None:
+        from websockets.exceptions import ConnectionClosed
+
+        from fanout.wire import codec
+        from fanout.wire.messages import (
+            PROTOCOL_VERSION,
+            Acquire,
+            Catalog,
+            DatasetInfo,
+            Release,
+            Welcome,
+        )
+
+        columns = {"id": "<i8", "x": "<f8", "y": "<f8", "kind": "<i4", "tick": "<i8", "ts": "<f8"}
+        info = DatasetInfo("agents", "id", columns, "space", ["x", "y"])
+        decoder = codec.to_publisher()
+        decoder.decode(await websocket.recv())
+        await websocket.send(codec.encode(Welcome(PROTOCOL_VERSION, "bench-publisher", "b")))
+        await websocket.send(codec.encode(Catalog([info])))
+        self.relay = websocket
+        with contextlib.suppress(ConnectionClosed):  # the relay stops at the end of a trial
+            async for message in websocket:
+                frame = decoder.decode(message)
+                if isinstance(frame, Acquire):
+                    self.coverage.add(frame.prim, frame.view)
+                    self.fresh.append(frame.prim)
+                elif isinstance(frame, Release):
+                    self.coverage.remove(frame.prim)
+
+    async def ticks(self) -> None:
+        from fanout.wire import codec
+        from fanout.wire.columns import encode_columns
+        from fanout.wire.messages import Batch
+
+        period = 1.0 / TICK_RATE
+        next_tick = time.monotonic()
+        previous = np.zeros(len(self.entities.ids), dtype=bool)
+        seq = 0
+        while True:
+            next_tick += period
+            await asyncio.sleep(max(0.0, next_tick - time.monotonic()))
+            if self.relay is None:
+                continue
+            entities = self.entities
+            entities.step(period)
+            inside = self.coverage.inside(entities.xy)
+            snapshots, self.fresh = self.fresh, []
+            at = np.flatnonzero(inside)  # every entity moved: all of these are upserts
+            now = time.time()
+            rows = {
+                "id": entities.ids[at],
+                "x": entities.xy[0, at],
+                "y": entities.xy[1, at],
+                "kind": entities.kind[at],
+                "tick": np.full(len(at), seq, dtype=np.int64),
+                "ts": np.full(len(at), now),
+            }
+            gone = entities.ids[previous & ~inside]
+            batch = Batch(
+                dataset="agents",
+                epoch=1,
+                seq=seq,
+                tick=seq,
+                tick_time=now,
+                upserts=encode_columns(rows),
+                deletes=encode_columns({"id": gone}),
+                snapshots=snapshots,
+            )
+            previous = inside
+            with contextlib.suppress(Exception):
+                await self.relay.send(codec.encode(batch))
+                self.sent.append((seq, now))
+            seq += 1
+
+
+def publisher_main(conn: Connection, entities: int) -> None:
+    """The publisher process: serve, tick, answer the coordinator."""
+    from websockets.asyncio.server import serve
+
+    async def main() -> None:
+        publisher = ScriptedPublisher(entities)
+        async with serve(publisher.handle, "127.0.0.1", 0, max_size=None, compression=None) as srv:
+            conn.send(next(iter(srv.sockets)).getsockname()[1])
+            ticking = asyncio.create_task(publisher.ticks())
+            await control(conn, lambda: {"sent": publisher.sent})
+            ticking.cancel()
+
+    asyncio.run(main())
+
+
+async def control(conn: Connection, report: Any) -> None:
+    """Answer the coordinator: ``cpu`` samples, ``report`` sends ``report()``, ``stop`` ends."""
+    loop = asyncio.get_running_loop()
+    while True:
+        request = await loop.run_in_executor(None, conn.recv)
+        if request == "cpu":
+            conn.send((time.time(), time.process_time()))
+        elif request == "report":
+            conn.send(report())
+        else:
+            return
+
+
+# -- the relay --------------------------------------------------------------------------------
+
+
+def relay_main(conn: Connection, publisher: str, log: str, profile: str | None) -> None:
+    """The relay process: the real relay, recording when each tick's state is swapped in.
+
+    With ``profile``, the whole process runs under cProfile and its stats go to that file.
+    """
+    logging.basicConfig(filename=log, level=logging.WARNING)
+    from fanout.relay.server import RelayConfig, RelayServer
+
+    async def main() -> None:
+        server = RelayServer(RelayConfig(publisher=publisher, name="bench"))
+        core = server.core
+        swaps: list[tuple[int, float]] = []
+        end_epoch = core.end_epoch
+
+        def recorded_end_epoch() -> None:
+            before = {name: state.buffer.generation for name, state in core.datasets.items()}
+            end_epoch()
+            now = time.time()
+            for name, state in core.datasets.items():
+                stamp = state.buffer.stamp
+                if stamp is not None and state.buffer.generation != before.get(name):
+                    swaps.append((stamp.seq, now))
+
+        core.end_epoch = recorded_end_epoch  # type: ignore[method-assign]
+        ready = asyncio.Event()
+        running = asyncio.create_task(server.run(lambda port: ready.set()))
+        await ready.wait()
+        conn.send(server.port)
+        loop = asyncio.get_running_loop()
+        while True:
+            request = await loop.run_in_executor(None, conn.recv)
+            if request == "cpu":
+                conn.send((time.time(), time.process_time(), core.stats()))
+            elif request == "report":
+                conn.send({"swaps": swaps})
+            else:
+                break
+        running.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await running
+
+    if profile is None:
+        asyncio.run(main())
+        return
+    import cProfile
+
+    profiler = cProfile.Profile()
+    profiler.runcall(asyncio.run, main())
+    profiler.dump_stats(profile)
+
+
+# -- the subscribers --------------------------------------------------------------------------
+
+
+class Head(msgspec.Struct):
+    """The fields of a frame the clients look at; msgspec skips the rest undecoded."""
+
+    type: str
+    sub: int = 0
+    seq: int = -1
+
+
+@dataclass
+class Route:
+    """A view's centre moving at constant speed, bouncing inside the world.
+
+    The view moves in steps, at ``offset + k * MOVE_EVERY`` seconds into the trial, so that
+    subscribers sharing a route hold equal views.
+    """
+
+    x: float
+    y: float
+    vx: float
+    vy: float
+    offset: float = 0.0
+
+    def step(self, seconds: float) -> int:
+        """The last step at or before ``seconds`` into the trial."""
+        return math.floor((seconds - self.offset) / MOVE_EVERY)
+
+    def box(self, step: int) -> Any:
+        """The view at ``step``."""
+        from fanout.views import Box
+
+        seconds = self.offset + step * MOVE_EVERY
+        half, span = VIEW_SIDE / 2, WORLD - VIEW_SIDE
+
+        def fold(start: float, velocity: float) -> float:
+            travelled = (start - half + velocity * seconds) % (2 * span)
+            return half + (travelled if travelled <= span else 2 * span - travelled)
+
+        x, y = fold(self.x, self.vx), fold(self.y, self.vy)
+        return Box((x - half, y - half), (x + half, y + half))
+
+
+def routes(count: int, group: int, seed: int) -> list[Route]:
+    """One route per subscriber; the subscribers of one group share theirs."""
+    rng = np.random.default_rng(seed)
+    shared: list[Route] = []
+    distinct = math.ceil(count / group)
+    for index in range(distinct):
+        angle = rng.uniform(0, 2 * math.pi)
+        shared.append(
+            Route(
+                float(rng.uniform(VIEW_SIDE, WORLD - VIEW_SIDE)),
+                float(rng.uniform(VIEW_SIDE, WORLD - VIEW_SIDE)),
+                VIEW_SPEED * math.cos(angle),
+                VIEW_SPEED * math.sin(angle),
+                offset=MOVE_EVERY * index / distinct,  # moves spread evenly over each second
+            )
+        )
+    return [shared[i // group] for i in range(count)]
+
+
+class Subscriber:
+    """One subscriber connection: subscribes, moves its view, records what arrives."""
+
+    def __init__(self, url: str, route: Route, started: float) -> None:
+        self.url, self.route, self.started = url, route, started
+        self.received: list[tuple[int, float, int]] = []  # (seq, receipt time, bytes)
+        self.closed = ""
+        self.websocket: Any = None
+
+    async def open(self) -> None:
+        from websockets.asyncio.client import connect
+
+        from fanout.wire import codec
+        from fanout.wire.messages import PROTOCOL_VERSION, Hello
+
+        self.websocket = await connect(self.url, max_size=None, compression=None, open_timeout=60)
+        await self.websocket.send(codec.encode(Hello(PROTOCOL_VERSION, "subscriber", "bench")))
+        await self.websocket.recv()  # welcome
+        await self._subscribe(self.route.step(time.time() - self.started))
+
+    async def _subscribe(self, step: int) -> None:
+        from fanout.wire import codec
+        from fanout.wire.messages import Subscribe
+
+        request = Subscribe(1, "agents", self.route.box(step), rate=PUSH_RATE)
+        await self.websocket.send(codec.encode(request))
+
+    async def listen(self) -> None:
+        decode = msgspec.msgpack.Decoder(Head).decode
+        try:
+            async for message in self.websocket:
+                now = time.time()
+                head = decode(message)
+                if head.type in ("push", "no_update"):
+                    self.received.append((head.seq, now, len(message)))
+                elif head.type == "error":
+                    self.closed = f"error frame: {msgspec.msgpack.decode(message)}"
+        except Exception as exc:  # noqa: BLE001 - recorded as this subscriber's failure
+            self.closed = f"{type(exc).__name__}: {exc}"
+        if not self.closed:
+            self.closed = "closed by the relay"
+
+    async def move(self, until: float) -> None:
+        step = self.route.step(time.time() - self.started)
+        while time.time() < until:
+            step += 1
+            due = self.started + self.route.offset + step * MOVE_EVERY
+            await asyncio.sleep(max(0.0, due - time.time()))
+            with contextlib.suppress(Exception):  # a closed connection shows in ``closed``
+                await self._subscribe(step)
+
+
+def clients_main(conn: Connection, url: str, mine: list[Route], started: float) -> None:
+    """A client process: open its connections, then record until told the window is over."""
+
+    async def main() -> None:
+        subscribers = [Subscriber(url, route, started) for route in mine]
+        gate = asyncio.Semaphore(CONNECT_CONCURRENCY)
+
+        async def open_one(subscriber: Subscriber) -> None:
+            async with gate:
+                await subscriber.open()
+
+        await asyncio.gather(*(open_one(s) for s in subscribers))
+        listeners = [asyncio.create_task(s.listen()) for s in subscribers]
+        conn.send("ready")
+        loop = asyncio.get_running_loop()
+        start, end = await loop.run_in_executor(None, conn.recv)
+        movers = [asyncio.create_task(s.move(end)) for s in subscribers]
+        cpu = []
+        for moment in (start, end):
+            await asyncio.sleep(max(0.0, moment - time.time()))
+            cpu.append((time.time(), time.process_time()))
+        await asyncio.sleep(DRAIN)
+        received = [
+            [r for r in s.received if start - 1 <= r[1] <= end + DRAIN] for s in subscribers
+        ]
+        closed = [s.closed for s in subscribers if s.websocket.close_code is not None]
+        conn.send({"cpu": cpu, "received": received, "closed": closed})
+        for task in movers + listeners:
+            task.cancel()
+        for subscriber in subscribers:
+            with contextlib.suppress(Exception):
+                await subscriber.websocket.close()
+
+    asyncio.run(main())
+
+
+# -- the coordinator --------------------------------------------------------------------------
+
+
+@dataclass
+class Trial:
+    """One N: what was asked and what was measured."""
+
+    subscribers: int
+    group: int = 1
+    passed: bool = False
+    delivered_min: float = 0.0
+    delivered_mean: float = 0.0
+    p50_ms: float = math.nan
+    p99_ms: float = math.nan
+    p99_tick_ms: float = math.nan
+    bytes_per_update: float = math.nan
+    ticks_in_window: int = 0
+    tick_rate: float = 0.0
+    pushes_per_s: float = 0.0
+    relay_cpu: float = 0.0
+    relay_cpu_us_per_push: float = math.nan
+    clients_cpu: float = 0.0
+    publisher_cpu: float = 0.0
+    bodies_shared_fraction: float = 0.0
+    relay_rows: int = 0
+    disconnected: int = 0
+    relay_stats: dict[str, int] = field(default_factory=dict)
+
+
+def run_trial(subscribers: int, args: argparse.Namespace, group: int = 1) -> Trial:
+    """Start a publisher, a relay and the clients; measure one window; stop them all."""
+    context = mp.get_context("spawn")
+    children: list[Any] = []
+    log = Path(args.logs) / f"relay-{subscribers}-{group}.log"
+    log.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        pub_conn, pub_child = context.Pipe()
+        publisher = context.Process(target=publisher_main, args=(pub_child, args.entities))
+        publisher.start()
+        children.append(publisher)
+        pub_port = pub_conn.recv()
+        relay_conn, relay_child = context.Pipe()
+        profile = str(log.with_suffix(".prof")) if args.profile else None
+        relay = context.Process(
+            target=relay_main,
+            args=(relay_child, f"ws://127.0.0.1:{pub_port}", str(log), profile),
+        )
+        relay.start()
+        children.append(relay)
+        url = f"ws://127.0.0.1:{relay_conn.recv()}"
+        started = time.time()
+        everyone = routes(subscribers, group, seed=subscribers)
+        client_conns = []
+        for index in range(args.processes):
+            mine = everyone[index :: args.processes]
+            conn, child = context.Pipe()
+            process = context.Process(target=clients_main, args=(child, url, mine, started))
+            process.start()
+            children.append(process)
+            client_conns.append(conn)
+        for conn in client_conns:
+            assert conn.recv() == "ready"
+        start = time.time() + args.warmup
+        end = start + args.measure
+        for conn in client_conns:
+            conn.send((start, end))
+        samples = []
+        for moment in (start, end):
+            time.sleep(max(0.0, moment - time.time()))
+            relay_conn.send("cpu")
+            pub_conn.send("cpu")
+            samples.append((relay_conn.recv(), pub_conn.recv()))
+        reports = [conn.recv() for conn in client_conns]
+        relay_conn.send("report")
+        pub_conn.send("report")
+        swaps = relay_conn.recv()["swaps"]
+        sent = pub_conn.recv()["sent"]
+        relay_conn.send("stop")
+        pub_conn.send("stop")
+        return evaluate(subscribers, group, start, end, samples, reports, swaps, sent)
+    finally:
+        for child in children:
+            child.join(timeout=10)
+            if child.is_alive():
+                child.kill()
+                child.join()
+
+
+def evaluate(
+    subscribers: int,
+    group: int,
+    start: float,
+    end: float,
+    samples: list[Any],
+    reports: list[dict[str, Any]],
+    swaps: list[tuple[int, float]],
+    sent: list[tuple[int, float]],
+) -> Trial:
+    """Turn the raw records of one trial into its measures."""
+    trial = Trial(subscribers, group)
+    window = {seq: at for seq, at in sent if start <= at <= end}
+    swapped: dict[int, float] = {}
+    for seq, at in swaps:
+        swapped.setdefault(seq, at)
+    trial.ticks_in_window = len(window)
+    trial.tick_rate = len(window) / (end - start)
+    fractions, latencies, tick_latencies, sizes = [], [], [], []
+    for report in reports:
+        trial.disconnected += len(report["closed"])
+        for received in report["received"]:
+            got = {seq for seq, _, _ in received if seq in window}
+            fractions.append(len(got) / max(len(window), 1))
+            for seq, at, size in received:
+                if seq in window:
+                    sizes.append(size)
+                    tick_latencies.append(at - window[seq])
+                    if seq in swapped:
+                        latencies.append(at - swapped[seq])
+    trial.delivered_min = min(fractions, default=0.0)
+    trial.delivered_mean = float(np.mean(fractions)) if fractions else 0.0
+    if latencies:
+        trial.p50_ms = float(np.percentile(latencies, 50) * 1e3)
+        trial.p99_ms = float(np.percentile(latencies, 99) * 1e3)
+        trial.p99_tick_ms = float(np.percentile(tick_latencies, 99) * 1e3)
+        trial.bytes_per_update = float(np.mean(sizes))
+    (relay_0, pub_0), (relay_1, pub_1) = samples
+    wall = relay_1[0] - relay_0[0]
+    trial.relay_cpu = (relay_1[1] - relay_0[1]) / wall
+    trial.publisher_cpu = (pub_1[1] - pub_0[1]) / wall
+    trial.clients_cpu = sum(
+        (r["cpu"][1][1] - r["cpu"][0][1]) / (r["cpu"][1][0] - r["cpu"][0][0]) for r in reports
+    )
+    before, after = relay_0[2], relay_1[2]
+    delta = {key: after[key] - before.get(key, 0) for key in after}
+    pushes = delta["pushes"] + delta["no_updates"]
+    trial.pushes_per_s = pushes / wall
+    trial.relay_cpu_us_per_push = (relay_1[1] - relay_0[1]) / max(pushes, 1) * 1e6
+    bodies = delta["bodies_cut"] + delta["bodies_shared"]
+    trial.bodies_shared_fraction = delta["bodies_shared"] / max(bodies, 1)
+    trial.relay_rows = after["rows"]
+    trial.relay_stats = delta
+    trial.passed = (
+        trial.delivered_min >= TARGET_DELIVERED
+        and trial.p99_ms <= TARGET_P99_MS
+        and trial.disconnected == 0
+    )
+    return trial
+
+
+def search(args: argparse.Namespace) -> tuple[int, list[Trial]]:
+    """Double N until a trial fails, then bisect between the last pass and the first fail."""
+    trials: list[Trial] = []
+
+    def trial(n: int) -> bool:
+        result = run_trial(n, args)
+        trials.append(result)
+        print(json.dumps(summary(result)), file=sys.stderr, flush=True)
+        return result.passed
+
+    best, worst = 0, None
+    n = args.start
+    while n <= args.max:
+        if not trial(n):
+            worst = n
+            break
+        best = n
+        n *= 2
+    while worst is not None and worst - best > max(args.resolution * best, 1):
+        middle = (best + worst) // 2
+        if trial(middle):
+            best = middle
+        else:
+            worst = middle
+    return best, trials
+
+
+def summary(trial: Trial) -> dict[str, Any]:
+    """A trial without its raw counters, rounded for reading."""
+    out = {k: v for k, v in asdict(trial).items() if k != "relay_stats"}
+    return {k: round(v, 3) if isinstance(v, float) else v for k, v in out.items()}
+
+
+def machine() -> dict[str, object]:
+    """Describe the machine the numbers come from."""
+    model = "unknown"
+    cpuinfo = Path("/proc/cpuinfo")
+    if cpuinfo.exists():
+        for line in cpuinfo.read_text().splitlines():
+            if line.startswith("model name"):
+                model = line.split(":", 1)[1].strip()
+                break
+    return {
+        "cpu": model,
+        "cores": os.cpu_count(),
+        "python": platform.python_version(),
+        "date": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--entities", type=int, default=ENTITIES)
+    parser.add_argument("--start", type=int, default=125, help="first N (default: 125)")
+    parser.add_argument("--max", type=int, default=4096, help="largest N tried (default: 4096)")
+    parser.add_argument("--resolution", type=float, default=0.125, help="bisect to this fraction")
+    parser.add_argument("--processes", type=int, default=2, help="client processes")
+    parser.add_argument("--warmup", type=float, default=4.0)
+    parser.add_argument("--measure", type=float, default=10.0)
+    parser.add_argument("--group", type=int, default=8, help="subscribers per shared view")
+    parser.add_argument("--logs", default="/tmp/fanout-bench-relay", help="relay logs go here")
+    parser.add_argument("--quick", action="store_true", help="short windows, coarse search")
+    parser.add_argument(
+        "--profile", action="store_true", help="profile the relay (cProfile files next to logs)"
+    )
+    parser.add_argument("--only", type=int, help="run one trial with this N and print it")
+    args = parser.parse_args()
+    if args.quick:
+        args.warmup, args.measure, args.resolution = 2.0, 4.0, 0.5
+    if args.only:
+        print(json.dumps(summary(run_trial(args.only, args, group=args.group)), indent=2))
+        return
+    best, trials = search(args)
+    compare_at = max(best, args.start)
+    distinct = run_trial(compare_at, args, group=1)
+    shared = run_trial(compare_at, args, group=args.group)
+    top = next((t for t in trials if t.subscribers == best and t.passed), None)
+    results: dict[str, Any] = {
+        "max_subscribers": best,
+        "p99_ms": round(top.p99_ms, 1) if top else None,
+        "bytes_per_update": round(top.bytes_per_update, 1) if top else None,
+        "target_max_subscribers": 2000,
+        "entities": args.entities,
+        "tick_rate": TICK_RATE,
+        "push_rate": PUSH_RATE,
+        "view_side": VIEW_SIDE,
+        "client_processes": args.processes,
+        "warmup_s": args.warmup,
+        "measure_s": args.measure,
+        "criteria": {"delivered_min": TARGET_DELIVERED, "p99_ms_max": TARGET_P99_MS},
+        "trials": [summary(t) for t in trials],
+        "sharing": {
+            "subscribers": compare_at,
+            "group": args.group,
+            "distinct_views": summary(distinct),
+            "shared_views": summary(shared),
+            "relay_cpu_us_per_push_distinct": round(distinct.relay_cpu_us_per_push, 1),
+            "relay_cpu_us_per_push_shared": round(shared.relay_cpu_us_per_push, 1),
+        },
+        "machine": machine(),
+    }
+    text = json.dumps(results, indent=2)
+    print(text)
+    RESULTS.parent.mkdir(parents=True, exist_ok=True)
+    RESULTS.write_text(text + "\n")
+
+
+if __name__ == "__main__":
+    main()

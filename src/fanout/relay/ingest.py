@@ -1,0 +1,120 @@
+"""Taking in the publisher's batches: one dataset's stream position and inert buffer (000: [0137],
+steps S460-S470, and [0150] step 1070a).
+
+A batch is checked whole before anything is written (its columns are the catalog's, its keys
+are keys and unique), then written to the dataset's inert buffer in the protocol's order: drop
+what was held inside each snapshot primitive, apply the upserts, apply the deletes. Nothing here
+is visible to subscribers until the relay ends the epoch and the buffers swap.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from fanout.errors import ProtocolError
+from fanout.relay.spatial import IndexedRegion
+from fanout.relay.state import Array, DoubleBuffer, Stamp, Table
+from fanout.wire.columns import decode_columns
+from fanout.wire.messages import Batch, DatasetInfo
+
+
+@dataclass
+class DatasetState:
+    """The relay's copy of one dataset and where it is in the stream.
+
+    Attributes:
+        info: the catalog entry.
+        buffer: the double-buffered rows.
+        epoch, seq: the last batch received (written to the inert buffer).
+        readying: primitives whose snapshots are in the inert buffer: ready at the next swap.
+        released: (region, when) of primitives released lately, still pruned for a while.
+    """
+
+    info: DatasetInfo
+    buffer: DoubleBuffer
+    epoch: int = -1
+    seq: int = -1
+    readying: list[int] = field(default_factory=list)
+    released: list[tuple[IndexedRegion, float]] = field(default_factory=list)
+
+    @classmethod
+    def of(cls, info: DatasetInfo) -> DatasetState:
+        """An empty copy of the dataset ``info`` describes.
+
+        Raises:
+            ProtocolError: its key column is not an integer or string column.
+        """
+        coordinates = tuple(info.index_columns) if info.index == "space" else ()
+        try:
+            return cls(info, DoubleBuffer(info.key, info.columns, coordinates))
+        except (ValueError, KeyError) as exc:
+            raise ProtocolError(f"catalog: dataset {info.name!r}: {exc}") from exc
+
+    @property
+    def table(self) -> Table:
+        """The active table (what pushes read)."""
+        return self.buffer.active
+
+    def is_replay(self, batch: Batch) -> bool:
+        """Whether ``batch`` was applied already (Spark re-ran a micro-batch after a failure)."""
+        return batch.epoch == self.epoch and batch.seq <= self.seq
+
+    def is_gap(self, batch: Batch) -> bool:
+        """Whether batches are missing between the last one and ``batch``."""
+        return self.seq >= 0 and batch.epoch == self.epoch and batch.seq != self.seq + 1
+
+    def write(self, batch: Batch, snapshots: Sequence[tuple[int, IndexedRegion]] = ()) -> None:
+        """Check ``batch`` and write it to the inert buffer.
+
+        Args:
+            batch: the batch.
+            snapshots: (id, region) of the held primitives whose snapshots it carries; they
+                become ready when this state is swapped in.
+
+        Raises:
+            ProtocolError: its columns or keys do not fit the catalog, or keys repeat.
+        """
+        upserts, deletes = self._decode(batch)
+        buffer = self.buffer
+        if self.epoch not in (-1, batch.epoch):
+            buffer.restart_changes()  # seqs restart in a new epoch
+        # A snapshot is its primitive's whole content: drop what we held there first, so rows
+        # that left it while we were not subscribed do not linger.
+        buffer.delete_inside([region for _, region in snapshots])
+        self.readying.extend(prim for prim, _ in snapshots)
+        if batch.upserts.length:
+            buffer.upsert(upserts, batch.seq)
+        buffer.delete(deletes)
+        buffer.mark(Stamp(batch.epoch, batch.seq, batch.tick, batch.tick_time))
+        self.epoch, self.seq = batch.epoch, batch.seq
+
+    def _decode(self, batch: Batch) -> tuple[dict[str, Array], Array]:
+        info, table = self.info, self.buffer.inert
+        upserts = decode_columns(batch.upserts)
+        if batch.upserts.length and set(upserts) != set(info.columns):
+            raise ProtocolError(
+                f"batch {batch.seq}: upsert columns {sorted(upserts)} are not"
+                f" {sorted(info.columns)}"
+            )
+        keys = decode_columns(batch.deletes).get(info.key)
+        try:
+            deletes = table.as_keys([] if keys is None else keys)
+            incoming = table.as_keys(upserts[info.key]) if batch.upserts.length else deletes[:0]
+        except (TypeError, ValueError) as exc:
+            raise ProtocolError(f"batch {batch.seq}: bad keys: {exc}") from exc
+        if not _unique(incoming):
+            raise ProtocolError(f"batch {batch.seq}: duplicate keys in upserts")
+        return upserts, deletes
+
+
+def _unique(keys: Array) -> bool:
+    """Whether ``keys`` has no duplicates (O(n) when already sorted, as publishers often send)."""
+    if len(keys) < 2:
+        return True
+    if keys.dtype != object and bool(np.all(np.greater(keys[1:], keys[:-1]))):
+        return True
+    ordered = np.sort(keys)
+    return not bool(np.any(ordered[1:] == ordered[:-1]))
