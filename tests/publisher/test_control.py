@@ -17,6 +17,7 @@ from websockets.asyncio.client import ClientConnection, connect
 
 from fanout.errors import BadRequest, InvalidView
 from fanout.publisher.control import ControlPlane
+from fanout.publisher.log import Gap, LogGap
 from fanout.publisher.registry import Registry
 from fanout.views import Box, View
 from fanout.wire import codec
@@ -26,9 +27,11 @@ from fanout.wire.messages import (
     Acquire,
     Batch,
     Catalog,
+    Curious,
     DatasetInfo,
     Error,
     Hello,
+    Knowledge,
     ReadState,
     StateRows,
     Welcome,
@@ -71,6 +74,15 @@ class FakeDatasets:
         if tick > 100:
             raise BadRequest(f"tick {tick} is not where a micro-batch ended")
         return tick, pa.table({"id": [1], "x": [0.5], "y": [0.5]})
+
+    def knowledge(self, name: str, epoch: int, req: int, first: int, last: int) -> list[Knowledge]:
+        if first < 3:
+            raise LogGap(name, epoch, [Gap(first, 2, "trimmed")], (3, self.logged))
+        empty = encode_columns({})
+        return [
+            Knowledge(req, name, epoch, seq, seq, 0.0, empty, empty)
+            for seq in range(first, last + 1)
+        ]
 
     def replay(self, name: str, epoch: int, after: int) -> list[Batch]:
         if epoch != 1:
@@ -162,3 +174,17 @@ async def test_readers_read_and_cannot_acquire(control) -> None:
     assert isinstance(replies[8], Error) and replies[8].code == "bad_request"
     assert isinstance(replies["role"], Error) and "only relays" in replies["role"].message
     await reader.close()
+
+
+async def test_curiosity_is_answered_from_the_log_or_said_lost(control) -> None:
+    _, _, url = control
+    relay = await hello(url)
+    await relay.send(codec.encode(Curious(5, "agents", 1, 3, 4)))
+    first, second = await frames(relay, 2)
+    assert [(k.req, k.seq) for k in (first, second)] == [(5, 3), (5, 4)]  # type: ignore[attr-defined]
+    await relay.send(codec.encode(Curious(6, "agents", 1, 1, 4)))
+    (lost,) = await frames(relay, 1)
+    assert isinstance(lost, Error)
+    assert (lost.code, lost.ref) == ("lost", 6)
+    assert "trimmed" in lost.message
+    await relay.close()

@@ -22,6 +22,7 @@ from websockets.exceptions import ConnectionClosed
 
 from fanout.connection import Outbound
 from fanout.errors import FanoutError
+from fanout.publisher.log import LogGap
 from fanout.publisher.registry import Registry
 from fanout.views import View
 from fanout.wire import codec
@@ -30,9 +31,11 @@ from fanout.wire.messages import (
     Acquire,
     Batch,
     Catalog,
+    Curious,
     DatasetInfo,
     Error,
     Frame,
+    Knowledge,
     Publish,
     Published,
     ReadState,
@@ -64,6 +67,9 @@ class Datasets(Protocol):
         self, name: str, upserts: dict[str, np.ndarray], deletes: np.ndarray
     ) -> tuple[int, int]:
         """Append a producer's events durably (blocking)."""
+
+    def knowledge(self, name: str, epoch: int, req: int, first: int, last: int) -> list[Knowledge]:
+        """Logged micro-batches for a curious relay (blocking; raises BadRequest/LogGap)."""
 
 
 #: Live batches held back for one relay while it is replayed to, before it is cut off.
@@ -253,6 +259,8 @@ class ControlPlane:
                 asyncio.get_running_loop().create_task(self._read_state(frame, outbound))
             case Publish():
                 asyncio.get_running_loop().create_task(self._publish(frame, outbound))
+            case Curious() if relay is not None:
+                asyncio.get_running_loop().create_task(self._curious(frame, outbound))
             case _:
                 message = f"{type(frame).__name__.lower()} is not accepted by the publisher"
                 outbound.offer(codec.encode(Error("protocol", message)))
@@ -267,6 +275,23 @@ class ControlPlane:
 
     def _acquire(self, relay: int, prim: int, dataset: str, view: View) -> None:
         self.registry.acquire(relay, prim, dataset, self.datasets.check(dataset, view))
+
+    async def _curious(self, request: Curious, outbound: Outbound) -> None:
+        try:
+            answers = await asyncio.to_thread(
+                self.datasets.knowledge,
+                request.dataset,
+                request.epoch,
+                request.req,
+                request.first,
+                request.last,
+            )
+        except FanoutError as exc:
+            code = "lost" if isinstance(exc, LogGap) else exc.code
+            outbound.offer(codec.encode(Error(code, str(exc), ref=request.req)))
+            return
+        for answer in answers:
+            await outbound.put(codec.encode(answer))
 
     async def _publish(self, request: Publish, outbound: Outbound) -> None:
         # Acknowledged only once durable: the append returns after the fsync.

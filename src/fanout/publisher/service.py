@@ -11,8 +11,9 @@ import pyarrow as pa
 
 from fanout.errors import InvalidView
 from fanout.publisher.pipeline import Pipeline
+from fanout.publisher.replay import LoggedStream
 from fanout.views import View
-from fanout.wire.messages import Batch, DatasetInfo
+from fanout.wire.messages import Batch, DatasetInfo, Knowledge
 
 #: How long a read-state request may wait for the state to reach the tick asked for.
 READ_TIMEOUT = 30.0
@@ -55,7 +56,19 @@ class DatasetService:
             InvalidView: unknown dataset.
             LogGap: another epoch, or seqs no longer (or never) in the log.
         """
-        return self.pipeline(name).replay(epoch, after)
+        return self._logged(name).replay(epoch, after)
+
+    def knowledge(self, name: str, epoch: int, req: int, first: int, last: int) -> list[Knowledge]:
+        """Logged micro-batches ``first..last`` of ``name``, for a curious relay.
+
+        Raises:
+            InvalidView: unknown dataset; BadRequest/LogGap: see ``replay.knowledge``.
+        """
+        return self._logged(name).knowledge(req, epoch, first, last)
+
+    def _logged(self, name: str) -> LoggedStream:
+        pipeline = self.pipeline(name)
+        return LoggedStream(pipeline.log, pipeline.dataset, pipeline.stream.epoch)
 
     def publish(
         self, name: str, upserts: dict[str, np.ndarray], deletes: np.ndarray

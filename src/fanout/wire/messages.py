@@ -255,6 +255,34 @@ class Batch(Frame, tag="batch", frozen=True):
     snapshots: list[int] = []
 
 
+class Curious(Frame, tag="curious", frozen=True):
+    """A relay asks again for micro-batches it lacks: seqs ``first..last`` of (dataset, epoch).
+
+    Seed 004's *curiosity*, a NACK: the publisher answers from its log with one ``Knowledge`` per
+    seq, or with ``Error{code: "lost", ref: req}`` for seqs no longer (or never) logged.
+    """
+
+    req: int
+    dataset: str
+    epoch: int
+    first: int
+    last: int
+
+
+class Knowledge(Frame, tag="knowledge", frozen=True):
+    """One logged micro-batch's whole change (every changed row, and every deleted key), sent
+    in answer to ``Curious``; it does not advance the relay's live stream."""
+
+    req: int
+    dataset: str
+    epoch: int
+    seq: int
+    tick: int
+    tick_time: float
+    upserts: Columns
+    deletes: Columns
+
+
 class ReadState(Frame, tag="read_state", frozen=True):
     """Ask the publisher for its authoritative rows inside ``view`` as of ``tick``.
 
@@ -296,5 +324,5 @@ class Published(Frame, tag="published", frozen=True):
 
 ToRelay = Hello | Subscribe | Unsubscribe
 ToSubscriber = Welcome | Subscribed | Push | NoUpdate | Unsubscribed | Error
-ToPublisher = Hello | Acquire | Release | ReadState | Publish
-FromPublisher = Welcome | Catalog | Batch | StateRows | Published | Error
+ToPublisher = Hello | Acquire | Release | ReadState | Publish | Curious
+FromPublisher = Welcome | Catalog | Batch | Knowledge | StateRows | Published | Error
