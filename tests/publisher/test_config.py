@@ -451,7 +451,7 @@ def test_an_empty_file_serves_the_builtin_agents_with_the_command_lines_defaults
     # flags not given are None, so the file (or these defaults) decide; the help says them
     unset = (flags.host, flags.port, flags.master, flags.state_dir, flags.trigger, flags.log)
     assert unset == (None,) * 6
-    assert settings.override(**{"host": None, "port": None}) == settings
+    assert settings.override(host=None, port=None) == settings
     assert (settings.host, settings.port, settings.state_dir) == (
         "127.0.0.1",
         7700,

@@ -18,7 +18,10 @@ DATASET = agents(SimulationParams(agents=50))
 
 def rows(spark, data: list[tuple[int, float, int, bool]]):
     """Rows (id, x, version, deleted) of the agents schema."""
-    schema = "id long, x double, y double, kind int, tick long, ts double, _version long, _deleted boolean"
+    schema = (
+        "id long, x double, y double, kind int, tick long, ts double,"
+        " _version long, _deleted boolean"
+    )
     return spark.createDataFrame(
         [(i, x, 0.0, 0, v, float(v), v, deleted) for i, x, v, deleted in data], schema
     )
