@@ -42,6 +42,7 @@ format: setup
 bench: setup check-java
 	$(BIN)/python bench/views.py
 	$(BIN)/python bench/log.py
+	$(BIN)/python bench/pipeline.py
 
 # Re-pin every dependency from pyproject.toml (needs network); commit the new requirements.lock.
 lock:

@@ -29,7 +29,14 @@ seconds:
 * ``p99_ms``: 99th percentile of tick-swap-to-receipt: from the relay swapping in the state of a
   tick to a subscriber receiving the push cut from it (both clocks are this machine's);
   ``p99_tick_ms`` is from the publisher sending the tick's batch (adds transfer and ingest);
-* ``bytes_per_update``: mean size of the frames (pushes and no-updates) received.
+* ``bytes_per_update``: mean size of the frames (pushes and no-updates) received;
+* CPU, in cores, of the relay (its event loop and its writer thread), the publisher, the
+  clients, and ``other_cpu``: everything else the machine ran meanwhile (other tenants of a
+  shared machine), next to the one-minute ``load_average``;
+* ``relay_cpu_us_per_push``: the relay's CPU time (everything: ingest, housekeeping, socket
+  writes) per push; ``pump_cpu_us_per_push``: the event loop thread's CPU time in rounds of
+  pushes (scheduling, cutting, transforming, encoding, queueing) per push. CPU time, unlike
+  latency, does not grow when other processes take the cores.
 
 A trial passes when every subscriber got >= 95% of the ticks and p99_ms <= 100. ``max_subscribers``
 is the largest N that passes: N doubles from ``--start`` until a trial fails, then is bisected.
@@ -42,6 +49,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import cProfile
 import datetime as dt
 import json
 import logging
@@ -58,6 +66,25 @@ from typing import Any
 
 import msgspec
 import numpy as np
+from websockets.asyncio.client import connect
+from websockets.asyncio.server import serve
+from websockets.exceptions import ConnectionClosed
+
+from fanout.relay.server import RelayConfig, RelayServer
+from fanout.views import Box
+from fanout.wire import codec
+from fanout.wire.columns import encode_columns
+from fanout.wire.messages import (
+    PROTOCOL_VERSION,
+    Acquire,
+    Batch,
+    Catalog,
+    DatasetInfo,
+    Hello,
+    Release,
+    Subscribe,
+    Welcome,
+)
 
 RESULTS = Path(__file__).parent / "results" / "relay.json"
 
@@ -157,17 +184,6 @@ class ScriptedPublisher:
         self.relay: Any = None
 
     async def handle(self, websocket: Any) -> None:
-        from websockets.exceptions import ConnectionClosed
-
-        from fanout.wire import codec
-        from fanout.wire.messages import (
-            PROTOCOL_VERSION,
-            Acquire,
-            Catalog,
-            DatasetInfo,
-            Release,
-            Welcome,
-        )
 
         columns = {"id": "<i8", "x": "<f8", "y": "<f8", "kind": "<i4", "tick": "<i8", "ts": "<f8"}
         info = DatasetInfo("agents", "id", columns, "space", ["x", "y"])
@@ -186,9 +202,6 @@ class ScriptedPublisher:
                     self.coverage.remove(frame.prim)
 
     async def ticks(self) -> None:
-        from fanout.wire import codec
-        from fanout.wire.columns import encode_columns
-        from fanout.wire.messages import Batch
 
         period = 1.0 / TICK_RATE
         next_tick = time.monotonic()
@@ -233,7 +246,6 @@ class ScriptedPublisher:
 
 def publisher_main(conn: Connection, entities: int) -> None:
     """The publisher process: serve, tick, answer the coordinator."""
-    from websockets.asyncio.server import serve
 
     async def main() -> None:
         publisher = ScriptedPublisher(entities)
@@ -268,7 +280,6 @@ def relay_main(conn: Connection, publisher: str, log: str, profile: str | None) 
     With ``profile``, the whole process runs under cProfile and its stats go to that file.
     """
     logging.basicConfig(filename=log, level=logging.WARNING)
-    from fanout.relay.server import RelayConfig, RelayServer
 
     async def main() -> None:
         server = RelayServer(RelayConfig(publisher=publisher, name="bench"))
@@ -286,6 +297,15 @@ def relay_main(conn: Connection, publisher: str, log: str, profile: str | None) 
                     swaps.append((stamp.seq, now))
 
         core.end_epoch = recorded_end_epoch  # type: ignore[method-assign]
+        pumping = [0.0]  # CPU seconds the event loop's thread spent in rounds of pushes
+        pump_round = server._pump_round
+
+        def timed_pump_round(now: float) -> None:
+            started = time.thread_time()
+            pump_round(now)
+            pumping[0] += time.thread_time() - started
+
+        server._pump_round = timed_pump_round  # type: ignore[method-assign]
         ready = asyncio.Event()
         running = asyncio.create_task(server.run(lambda port: ready.set()))
         await ready.wait()
@@ -294,7 +314,7 @@ def relay_main(conn: Connection, publisher: str, log: str, profile: str | None) 
         while True:
             request = await loop.run_in_executor(None, conn.recv)
             if request == "cpu":
-                conn.send((time.time(), time.process_time(), core.stats()))
+                conn.send((time.time(), time.process_time(), core.stats(), pumping[0]))
             elif request == "report":
                 conn.send({"swaps": swaps})
             else:
@@ -306,7 +326,6 @@ def relay_main(conn: Connection, publisher: str, log: str, profile: str | None) 
     if profile is None:
         asyncio.run(main())
         return
-    import cProfile
 
     profiler = cProfile.Profile()
     profiler.runcall(asyncio.run, main())
@@ -344,7 +363,6 @@ class Route:
 
     def box(self, step: int) -> Any:
         """The view at ``step``."""
-        from fanout.views import Box
 
         seconds = self.offset + step * MOVE_EVERY
         half, span = VIEW_SIDE / 2, WORLD - VIEW_SIDE
@@ -386,10 +404,6 @@ class Subscriber:
         self.websocket: Any = None
 
     async def open(self) -> None:
-        from websockets.asyncio.client import connect
-
-        from fanout.wire import codec
-        from fanout.wire.messages import PROTOCOL_VERSION, Hello
 
         self.websocket = await connect(self.url, max_size=None, compression=None, open_timeout=60)
         await self.websocket.send(codec.encode(Hello(PROTOCOL_VERSION, "subscriber", "bench")))
@@ -397,8 +411,6 @@ class Subscriber:
         await self._subscribe(self.route.step(time.time() - self.started))
 
     async def _subscribe(self, step: int) -> None:
-        from fanout.wire import codec
-        from fanout.wire.messages import Subscribe
 
         request = Subscribe(1, "agents", self.route.box(step), rate=PUSH_RATE)
         await self.websocket.send(codec.encode(request))
@@ -413,7 +425,7 @@ class Subscriber:
                     self.received.append((head.seq, now, len(message)))
                 elif head.type == "error":
                     self.closed = f"error frame: {msgspec.msgpack.decode(message)}"
-        except Exception as exc:  # noqa: BLE001 - recorded as this subscriber's failure
+        except Exception as exc:  # recorded as this subscriber's failure
             self.closed = f"{type(exc).__name__}: {exc}"
         if not self.closed:
             self.closed = "closed by the relay"
@@ -485,11 +497,14 @@ class Trial:
     pushes_per_s: float = 0.0
     relay_cpu: float = 0.0
     relay_cpu_us_per_push: float = math.nan
+    pump_cpu_us_per_push: float = math.nan
     clients_cpu: float = 0.0
     publisher_cpu: float = 0.0
     bodies_shared_fraction: float = 0.0
     relay_rows: int = 0
     disconnected: int = 0
+    load_average: float = 0.0
+    other_cpu: float = 0.0
     relay_stats: dict[str, int] = field(default_factory=dict)
 
 
@@ -535,7 +550,7 @@ def run_trial(subscribers: int, args: argparse.Namespace, group: int = 1) -> Tri
             time.sleep(max(0.0, moment - time.time()))
             relay_conn.send("cpu")
             pub_conn.send("cpu")
-            samples.append((relay_conn.recv(), pub_conn.recv()))
+            samples.append((relay_conn.recv(), pub_conn.recv(), machine_busy()))
         reports = [conn.recv() for conn in client_conns]
         relay_conn.send("report")
         pub_conn.send("report")
@@ -543,7 +558,8 @@ def run_trial(subscribers: int, args: argparse.Namespace, group: int = 1) -> Tri
         sent = pub_conn.recv()["sent"]
         relay_conn.send("stop")
         pub_conn.send("stop")
-        return evaluate(subscribers, group, start, end, samples, reports, swaps, sent)
+        records = Records(start, end, samples, reports, swaps, sent)
+        return evaluate(Trial(subscribers, group), records)
     finally:
         for child in children:
             child.join(timeout=10)
@@ -552,18 +568,31 @@ def run_trial(subscribers: int, args: argparse.Namespace, group: int = 1) -> Tri
                 child.join()
 
 
-def evaluate(
-    subscribers: int,
-    group: int,
-    start: float,
-    end: float,
-    samples: list[Any],
-    reports: list[dict[str, Any]],
-    swaps: list[tuple[int, float]],
-    sent: list[tuple[int, float]],
-) -> Trial:
+@dataclass
+class Records:
+    """What the processes of one trial recorded.
+
+    Attributes:
+        start, end: the measurement window (wall clock).
+        samples: (relay, publisher, machine) CPU samples at the start and at the end.
+        reports: each client process's CPU samples, received frames and closed connections.
+        swaps: (seq, time) the relay swapped in the state of each tick.
+        sent: (seq, time) the publisher sent each tick's batch.
+    """
+
+    start: float
+    end: float
+    samples: list[Any]
+    reports: list[dict[str, Any]]
+    swaps: list[tuple[int, float]]
+    sent: list[tuple[int, float]]
+
+
+def evaluate(trial: Trial, records: Records) -> Trial:
     """Turn the raw records of one trial into its measures."""
-    trial = Trial(subscribers, group)
+    start, end, samples, reports = records.start, records.end, records.samples, records.reports
+    swaps, sent = records.swaps, records.sent
+    trial.load_average = os.getloadavg()[0]  # the last minute: this trial and anything else
     window = {seq: at for seq, at in sent if start <= at <= end}
     swapped: dict[int, float] = {}
     for seq, at in swaps:
@@ -589,18 +618,21 @@ def evaluate(
         trial.p99_ms = float(np.percentile(latencies, 99) * 1e3)
         trial.p99_tick_ms = float(np.percentile(tick_latencies, 99) * 1e3)
         trial.bytes_per_update = float(np.mean(sizes))
-    (relay_0, pub_0), (relay_1, pub_1) = samples
+    (relay_0, pub_0, busy_0), (relay_1, pub_1, busy_1) = samples
     wall = relay_1[0] - relay_0[0]
     trial.relay_cpu = (relay_1[1] - relay_0[1]) / wall
     trial.publisher_cpu = (pub_1[1] - pub_0[1]) / wall
     trial.clients_cpu = sum(
         (r["cpu"][1][1] - r["cpu"][0][1]) / (r["cpu"][1][0] - r["cpu"][0][0]) for r in reports
     )
+    ours = trial.relay_cpu + trial.publisher_cpu + trial.clients_cpu
+    trial.other_cpu = max(0.0, (busy_1 - busy_0) / wall - ours)  # other tenants of the machine
     before, after = relay_0[2], relay_1[2]
     delta = {key: after[key] - before.get(key, 0) for key in after}
     pushes = delta["pushes"] + delta["no_updates"]
     trial.pushes_per_s = pushes / wall
     trial.relay_cpu_us_per_push = (relay_1[1] - relay_0[1]) / max(pushes, 1) * 1e6
+    trial.pump_cpu_us_per_push = (relay_1[3] - relay_0[3]) / max(pushes, 1) * 1e6
     bodies = delta["bodies_cut"] + delta["bodies_shared"]
     trial.bodies_shared_fraction = delta["bodies_shared"] / max(bodies, 1)
     trial.relay_rows = after["rows"]
@@ -644,6 +676,16 @@ def summary(trial: Trial) -> dict[str, Any]:
     """A trial without its raw counters, rounded for reading."""
     out = {k: v for k, v in asdict(trial).items() if k != "relay_stats"}
     return {k: round(v, 3) if isinstance(v, float) else v for k, v in out.items()}
+
+
+def machine_busy() -> float:
+    """CPU seconds all cores of the machine have spent busy so far (from /proc/stat)."""
+    path = Path("/proc/stat")
+    if not path.exists():
+        return 0.0
+    fields = [int(v) for v in path.read_text().splitlines()[0].split()[1:]]
+    idle = fields[3] + (fields[4] if len(fields) > 4 else 0)  # idle + iowait
+    return (sum(fields[:8]) - idle) / os.sysconf("SC_CLK_TCK")
 
 
 def machine() -> dict[str, object]:
@@ -711,6 +753,8 @@ def main() -> None:
             "shared_views": summary(shared),
             "relay_cpu_us_per_push_distinct": round(distinct.relay_cpu_us_per_push, 1),
             "relay_cpu_us_per_push_shared": round(shared.relay_cpu_us_per_push, 1),
+            "pump_cpu_us_per_push_distinct": round(distinct.pump_cpu_us_per_push, 1),
+            "pump_cpu_us_per_push_shared": round(shared.pump_cpu_us_per_push, 1),
         },
         "machine": machine(),
     }

@@ -102,7 +102,7 @@ async def test_kill_9_and_restart_loses_and_repeats_nothing(tmp_path: Path) -> N
     try:
         # let the restarted publisher deliver micro-batches the relay misses: they come from the log
         async with asyncio.timeout(120):
-            while log.read_text().count("fanout.publisher.pipeline: batch") < 2:
+            while log.read_text().count("fanout.publisher.pipeline: agents batch") < 2:
                 await asyncio.sleep(0.2)
         with contextlib.suppress(ConnectionClosed):
             await relay.follow(url, until=relay.seqs[-1] + 5)

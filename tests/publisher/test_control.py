@@ -128,8 +128,10 @@ async def test_a_resuming_relay_gets_the_log_then_live_batches_without_gap_or_du
     relay = await hello(url, resume={"agents": (1, 3)})
     await asyncio.to_thread(datasets.replay_started.wait, 10)
     # live batches 6 (also in the log) and 7 arrive while the replay is still running
-    plane._offer_all({1: ("agents", 6, codec.encode(batch(6))), 99: ("agents", 6, b"")})
-    plane._offer_all({1: ("agents", 7, codec.encode(batch(7)))})
+    plane._offer_all(
+        {1: ("agents", 6, False, codec.encode(batch(6))), 99: ("agents", 6, False, b"")}
+    )
+    plane._offer_all({1: ("agents", 7, False, codec.encode(batch(7)))})
     datasets.release_replay.set()
     received = [frame.seq for frame in await frames(relay, 4)]  # type: ignore[attr-defined]
     assert received == [4, 5, 6, 7]

@@ -484,3 +484,18 @@ def test_a_dataset_keyed_by_strings() -> None:
     core.on_batch(Batch("named", 1, 1, 10, 0.0, encode_columns({}), deletes))
     ((_, second),) = served(core, 2.0)
     assert decode_columns(second.left)["name"].tolist() == ["a"]  # type: ignore[attr-defined]
+
+
+def test_a_batch_written_off_the_loop_is_swapped_in_only_once_finished() -> None:
+    core = ready_relay(k1=(1, 1))
+    core.on_subscribe(2, Subscribe(1, "agents", Box((0, 0), (10, 10)), rate=1000.0))
+    served(core, 1.0)
+    intake = core.admit(batch(1, rows(k1=(2, 2))))
+    assert intake is not None
+    intake.write()  # what the shell's writer thread does
+    assert core.next_wakeup(2.0) is None  # nothing to do until it is finished: no busy loop
+    assert core.pushes(2.0, lambda client: True) == []  # the dataset is busy: no swap
+    core.finish(intake)
+    ((_, push),) = served(core, 3.0)
+    assert push.seq == 1  # type: ignore[attr-defined]
+    assert core.admit(batch(1, rows(k1=(5, 5)))) is None  # already applied

@@ -188,7 +188,10 @@ def test_nothing_starves_under_constant_overload(
 
 
 def assert_rate(times: np.ndarray, rate: float) -> None:
-    """At most rate * T + BURST pushes in any T seconds: k + 1 pushes span (k + 1 - BURST) / rate."""
+    """At most rate * T + BURST pushes in any T seconds.
+
+    That is: any k + 1 pushes in a row span at least (k + 1 - BURST) / rate seconds.
+    """
     for lag in range(1, len(times)):
         spans = times[lag:] - times[:-lag]
         assert np.all(spans >= (lag + 1 - BURST) / rate - 1e-9), f"{lag + 1} pushes too close"

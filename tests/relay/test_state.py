@@ -116,12 +116,13 @@ def inside(square: tuple[float, float, float]) -> Box:
     buffer_operations,
     st.sampled_from([0.0, 0.25, 1e9]),  # always copy, the default, always replay
     st.sampled_from([2, 256]),  # a log that overflows into a copy, and one that does not
+    st.data(),
 )
 def test_the_double_buffer_shows_writes_only_after_a_swap(
-    script: list, replay_limit: float, max_writes: int
+    script: list, replay_limit: float, max_writes: int, data: st.DataObject
 ) -> None:
-    buffer = DoubleBuffer("id", {"id": "<i8", "x": "<f8", "y": "<f8"}, ("x", "y"))
-    buffer.replay_limit, buffer.max_writes = replay_limit, max_writes
+    columns = {"id": "<i8", "x": "<f8", "y": "<f8"}
+    buffer = DoubleBuffer("id", columns, ("x", "y"), replay_limit, max_writes)
     written: Oracle = {}  # what the inert buffer must hold
     shown: Oracle = {}  # what the active buffer must hold
     for seq, (op, arg) in enumerate(script):
@@ -146,9 +147,12 @@ def test_the_double_buffer_shows_writes_only_after_a_swap(
             written = {k: (x, y, BEFORE_EPOCH) for k, (x, y, _) in written.items()}
         else:
             buffer.mark(Stamp(1, seq, seq, 0.0))
+            if data.draw(st.booleans()):
+                buffer.stage_index()  # as the relay's worker thread does
             assert buffer.swap()
             shown = dict(written)
-            assert rows_of(buffer.inert) == shown  # caught up
+            buffer.catch_up()  # as the next write would
+            assert rows_of(buffer.inert) == shown
             for view in (Box((0, 0), (50, 50)), Sphere((50, 50), 30)):
                 columns = [buffer.active.column("x"), buffer.active.column("y")]
                 expected = np.flatnonzero(view.match(*columns))

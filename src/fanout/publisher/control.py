@@ -149,16 +149,16 @@ class ControlPlane:
         if self._loop is None:
             return
         encoded = {
-            relay: (batch.dataset, batch.seq, codec.encode(batch))
+            relay: (batch.dataset, batch.seq, bool(batch.snapshots), codec.encode(batch))
             for relay, batch in batches.items()
         }
         self._loop.call_soon_threadsafe(self._offer_all, encoded)
 
-    def _offer_all(self, encoded: dict[int, tuple[str, int, bytes]]) -> None:
-        for relay, (dataset, seq, data) in encoded.items():
+    def _offer_all(self, encoded: dict[int, tuple[str, int, bool, bytes]]) -> None:
+        for relay, (dataset, seq, snapshots, data) in encoded.items():
             outbound = self._relays.get(relay)
-            if outbound is None or seq <= self._applied.get(relay, {}).get(dataset, -1):
-                continue  # gone, or a micro-batch Spark re-ran that the relay already applied
+            if outbound is None or self._already_applied(relay, dataset, seq, snapshots):
+                continue
             held = self._held_back.get(relay)
             if held is None:
                 outbound.offer(data)
@@ -166,6 +166,13 @@ class ControlPlane:
                 held.append((dataset, seq, data))
             else:
                 outbound.close(f"slow consumer: {len(held)} batches waiting behind a replay")
+
+    def _already_applied(self, relay: int, dataset: str, seq: int, snapshots: bool) -> bool:
+        # A micro-batch Spark re-ran after a restart, which the resuming relay already applied.
+        # A batch re-stamped with the applied seq still goes if it carries snapshots (a quiet
+        # dataset's snapshots travel that way).
+        applied = self._applied.get(relay, {}).get(dataset)
+        return applied is not None and (seq < applied or (seq == applied and not snapshots))
 
     # -- one connection ---------------------------------------------------------------------
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import re
 import sys
 import threading
 import time
@@ -26,6 +27,13 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from pyspark.errors import PySparkException
 from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql.streaming.listener import (
+    QueryIdleEvent,
+    QueryProgressEvent,
+    QueryStartedEvent,
+    QueryTerminatedEvent,
+    StreamingQueryListener,
+)
 from pyspark.sql.streaming.query import StreamingQuery
 
 from fanout.errors import BadRequest
@@ -57,6 +65,36 @@ HISTORY = 90
 RETENTION_EVERY = 50
 
 
+#: Spark settings of a publisher on a cluster (spark-submit may add its own).
+CLUSTER = {
+    "spark.ui.enabled": "false",
+    "spark.ui.showConsoleProgress": "false",
+    "spark.sql.shuffle.partitions": "4",
+}
+#: Spark settings of an embedded publisher (``local[N]``), measured by ``bench/pipeline.py`` with a
+#: million keys: Spark's default 1 GiB heap cannot hold the HDFS-backed state store's copies of
+#: its map (about 0.3 GB per version, two versions kept), and garbage collection showed in every
+#: task (50-160 ms); with 4 GiB and one state partition per core, 10,000-row micro-batches took 1.7 s
+#: instead of 2.4 s. RocksDB (with changelog checkpointing, a 256 MiB block cache) did small
+#: micro-batches faster (1.0 s) but cost about 7 us per changed row against 3 us, so at 100,000
+#: updates/s it fell behind where the HDFS-backed store kept up.
+EMBEDDED = CLUSTER | {"spark.driver.memory": "4g"}
+
+
+def local_cores(master: str) -> int | None:
+    """The task slots of a ``local``, ``local[N]``, ``local[*]`` or ``local[N,F]`` master URL.
+
+    Returns:
+        The number of cores a local master runs tasks on, or None for any other master.
+    """
+    if master == "local":
+        return 1
+    found = re.fullmatch(r"local\[(\*|\d+)(?:,\s*\d+)?\]", master)
+    if found is None:
+        return None
+    return (os.cpu_count() or 1) if found[1] == "*" else max(1, int(found[1]))
+
+
 def spark_session(master: str | None = None, app_name: str = "fanout-publisher") -> SparkSession:
     """Create (or get) the Spark session the publisher runs on.
 
@@ -66,16 +104,18 @@ def spark_session(master: str | None = None, app_name: str = "fanout-publisher")
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     builder = SparkSession.builder.appName(app_name)
+    if master is None and "SPARK_HOME" not in os.environ and not os.environ.get("MASTER"):
+        master = "local[*]"
     if master:
         builder = builder.master(master)
-    elif "SPARK_HOME" not in os.environ and not os.environ.get("MASTER"):
-        builder = builder.master("local[*]")
-    spark = (
-        builder.config("spark.ui.enabled", "false")
-        .config("spark.sql.shuffle.partitions", "4")
-        .config("spark.ui.showConsoleProgress", "false")
-        .getOrCreate()
-    )
+    cores = local_cores(master) if master else None
+    settings = EMBEDDED if cores else CLUSTER
+    # A checkpoint keeps the state store provider and the number of state partitions it was
+    # created with (Spark restores them from its offset log), so these only shape new streams.
+    partitions = str(cores) if cores else settings["spark.sql.shuffle.partitions"]
+    for key, value in (settings | {"spark.sql.shuffle.partitions": partitions}).items():
+        builder = builder.config(key, value)
+    spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
     spark.dataSource.register(SimulationDataSource)
     return spark
@@ -153,11 +193,13 @@ class Pipeline:
         if isinstance(self.dataset.source, IngestSource):
             self._ingest = IngestLog(streams.ingest_log_path(self.state_dir), [self.dataset])
         rows = streams.stream(self.spark, self.dataset, self.stream.start_time, self.state_dir)
+        name = f"fanout-{self.dataset.name}"
+        self.spark.streams.addListener(ProgressLog(self.dataset.name, name))
         writer = (
             latest_per_key(rows, self.dataset)
             .writeStream.outputMode("update")
             .option("checkpointLocation", self.checkpoint)
-            .queryName(f"fanout-{self.dataset.name}")
+            .queryName(name)
             .foreachBatch(self.on_micro_batch)
         )
         if trigger_seconds > 0:
@@ -174,7 +216,10 @@ class Pipeline:
     def _deliver_micro_batch(self, changes: DataFrame, batch_id: int) -> None:
         clock = StageClock()
         plan = self.registry.plan(self.dataset.name)
-        changes = changes.persist()
+        # Snapshots read the changes a second time; without them, caching would only cost.
+        reread = any(plan.fresh.values())
+        if reread:
+            changes = changes.persist()
         try:
             rows, matched = self._match_changes(changes, self._tables_for(plan))
             changed = rows.column(self.dataset.key).to_numpy(zero_copy_only=False)
@@ -201,7 +246,8 @@ class Pipeline:
             self.registry.delivered(plan)
             self.history.append((self.tick, batch_id))
         finally:
-            changes.unpersist()
+            if reread:
+                changes.unpersist()
         self.last_stages = clock.stages
         log.info(
             "%s batch %d tick %d: %d changed, %d relays; %s",
@@ -248,10 +294,13 @@ class Pipeline:
 
     def _busy(self) -> bool:
         # Data waiting or a trigger running: a micro-batch is coming and will carry snapshots.
+        # So is one while the query is still starting ("Initializing sources"), when neither
+        # flag is set yet; snapshotting then would send relays an empty snapshot at seq -1.
         if self.query is None:
             return True
         status = self.query.status
-        return bool(status["isDataAvailable"] or status["isTriggerActive"])
+        starting = str(status["message"]).startswith("Initializing")
+        return bool(starting or status["isDataAvailable"] or status["isTriggerActive"])
 
     def _committed_snapshots(self, plan: Plan, batch_id: int) -> dict[int, pa.Table]:
         fresh = [(r, p, plan.prims[r][p]) for r, prims in plan.fresh.items() for p in prims]
@@ -444,6 +493,48 @@ class Pipeline:
                         f"batch {batch_id} was not committed in time: {exc}"
                     ) from exc
                 time.sleep(0.05)
+
+
+class ProgressLog(StreamingQueryListener):
+    """Logs Spark's own account of each micro-batch of one query (INFO), beside the stages.
+
+    One line per micro-batch: ``<dataset> progress batch N: {"durationMs": {...}, ...}``, where
+    ``durationMs`` splits the micro-batch into Spark's phases (``triggerExecution`` is all of it;
+    ``addBatch`` is the part in ``foreachBatch``, whose stages the pipeline logs itself).
+    """
+
+    def __init__(self, dataset: str, query_name: str) -> None:
+        self.dataset = dataset
+        self.query_name = query_name
+
+    def onQueryStarted(self, event: QueryStartedEvent) -> None:  # noqa: N802 (Spark's name)
+        """Nothing to log."""
+
+    def onQueryProgress(self, event: QueryProgressEvent) -> None:  # noqa: N802
+        """Log the micro-batch's durations, rows and state store figures."""
+        progress = event.progress
+        if progress.name != self.query_name or not log.isEnabledFor(logging.INFO):
+            return
+        state = [
+            {
+                "rows": op.numRowsTotal,
+                "commitMs": op.commitTimeMs,
+                "memoryBytes": op.memoryUsedBytes,
+            }
+            for op in progress.stateOperators
+        ]
+        summary = {
+            "durationMs": progress.durationMs,
+            "numInputRows": progress.numInputRows,
+            "state": state,
+        }
+        log.info("%s progress batch %d: %s", self.dataset, progress.batchId, json.dumps(summary))
+
+    def onQueryIdle(self, event: QueryIdleEvent) -> None:  # noqa: N802
+        """Nothing to log."""
+
+    def onQueryTerminated(self, event: QueryTerminatedEvent) -> None:  # noqa: N802
+        """Nothing to log."""
 
 
 class StageClock:

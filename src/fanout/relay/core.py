@@ -30,7 +30,7 @@ from typing import cast
 from fanout.errors import InvalidView, ProtocolError
 from fanout.relay import planner
 from fanout.relay.downstream import Downstream, SubKey, Subscription
-from fanout.relay.ingest import DatasetState
+from fanout.relay.ingest import DatasetState, Intake
 from fanout.relay.planner import Policy, Region
 from fanout.relay.pushes import Encodings, Held, cut, encode_push
 from fanout.relay.scheduler import AGING, Scheduler
@@ -123,12 +123,15 @@ class RelayCore:
         """The publisher connection is (re)established: acquire every primitive again.
 
         The new connection starts with no primitives at the publisher, so each one is acquired
-        anew and becomes ready only when its snapshot arrives.
+        anew and becomes ready only when its snapshot arrives. What was missed meanwhile the
+        publisher replays first (``resume_points`` went in the ``Hello``).
         """
         self.on_upstream_lost()
-        for state in self.datasets.values():
-            state.seq = -1  # the next batch sets the baseline; snapshots repair the gap
         return [Send(UPSTREAM, Acquire(p.prim, p.dataset, p.view)) for p in self.upstream]
+
+    def resume_points(self) -> dict[str, tuple[int, int]]:
+        """(epoch, last seq applied) per dataset, for the ``Hello`` of a reconnection."""
+        return {name: (s.epoch, s.seq) for name, s in self.datasets.items() if s.seq >= 0}
 
     def on_upstream_lost(self) -> None:
         """The publisher connection dropped: nothing is ready until it is back."""
@@ -154,27 +157,55 @@ class RelayCore:
                 self.scheduler.wake(subscription.key)
 
     def on_batch(self, batch: Batch) -> list[Send]:
-        """Apply one batch from the publisher to the inert buffer.
+        """Apply one batch from the publisher to the inert buffer, here and now.
 
         Raises:
             ProtocolError: the batch is for an unknown dataset or its columns are inconsistent.
+        """
+        intake = self.admit(batch)
+        if intake is None:
+            return []
+        try:
+            intake.write()
+        finally:
+            intake.state.busy = False
+        return self.finish(intake)
+
+    def admit(self, batch: Batch) -> Intake | None:
+        """Take a batch into its dataset's stream; the caller then runs ``write`` and ``finish``.
+
+        ``Intake.write`` may run on another thread: until ``finish``, the dataset is ``busy``
+        and the core neither swaps nor prunes it. Returns None for a batch already applied
+        (Spark re-ran a micro-batch after a failure).
+
+        Raises:
+            ProtocolError: the batch is for an unknown dataset.
         """
         state = self.datasets.get(batch.dataset)
         if state is None:
             raise ProtocolError(f"batch for unknown dataset {batch.dataset!r}")
         if state.is_replay(batch):
-            return []
-        gap = state.is_gap(batch)
-        last = state.seq
+            return None
         snapshots = []
         for prim_id in batch.snapshots:
             prim = self.upstream.get(prim_id)
             if prim is not None:  # else released while its snapshot was on the way
                 snapshots.append((prim_id, _region(prim.view)))
-        state.write(batch, snapshots)
+        state.busy = True
+        return Intake(state, batch, snapshots, state.seq if state.is_gap(batch) else None)
+
+    def finish(self, intake: Intake) -> list[Send]:
+        """The batch of ``intake`` is written: its state may be swapped in; resync after a gap."""
+        intake.state.busy = False
         self.counters.batches += 1
-        if gap:
-            log.warning("gap in %s: batch %d after %d; resyncing", batch.dataset, batch.seq, last)
+        if intake.gap_after is not None:
+            batch = intake.batch
+            log.warning(
+                "gap in %s: batch %d after %d; resyncing",
+                batch.dataset,
+                batch.seq,
+                intake.gap_after,
+            )
             return self._resync(batch.dataset)
         return []
 
@@ -191,6 +222,11 @@ class RelayCore:
     def on_upstream_error(self, error: Error) -> None:
         """The publisher refused something; a refused primitive is dropped."""
         log.error("publisher error %s: %s (ref %s)", error.code, error.message, error.ref)
+        if error.code == "resync":
+            # The publisher cannot replay what we missed: the next batch is the new baseline,
+            # and the snapshots of the primitives we acquired again repair the state.
+            for state in self.datasets.values():
+                state.seq = -1
         if error.ref is not None and self.upstream.get(error.ref) is not None:
             self.upstream.remove(error.ref)
             self._shrunk += 1
@@ -208,9 +244,13 @@ class RelayCore:
         self.scheduler.unpark(("client", client))
         self._capabilities.pop(client, None)
 
-    def on_writable(self, client: int) -> None:
-        """A connection wrote everything it had: its parked subscriptions may be served."""
-        self.scheduler.unpark(("client", client))
+    def on_writable(self, client: int) -> bool:
+        """A connection wrote everything it had: its parked subscriptions may be served.
+
+        Returns:
+            Whether any subscription was waiting for it (pushing has work).
+        """
+        return self.scheduler.unpark(("client", client)) > 0
 
     def on_subscribe(self, client: int, request: Subscribe) -> list[Send]:
         """Add a subscription, or change it if ``request.sub`` is already in use."""
@@ -239,7 +279,13 @@ class RelayCore:
         subscription.dataset, subscription.shape = request.dataset, shape
         subscription.priority = request.priority
         self.downstream.put(subscription)
-        return sends + self._acquire_for(request.dataset, _region(request.view))
+        acquires = self._acquire_for(request.dataset, _region(request.view))
+        if not acquires and not self.upstream.pending(request.dataset):
+            # Held primitives cover the view and all of them are ready: it is servable, and
+            # the coverage algebra need not be asked again.
+            subscription.servable = True
+            subscription.coverage_seen = (request.view, self._shrunk, self._grown)
+        return sends + acquires
 
     def _check(self, request: Subscribe) -> DatasetState:
         state = self.datasets.get(request.dataset)
@@ -298,7 +344,7 @@ class RelayCore:
         """
         for name, state in self.datasets.items():
             before = state.buffer.stamp
-            if not state.buffer.swap():
+            if state.busy or not state.buffer.swap():
                 continue
             after = state.buffer.stamp
             refresh = before is not None and after is not None and before.epoch != after.epoch
@@ -345,7 +391,7 @@ class RelayCore:
 
     def next_wakeup(self, now: float) -> float | None:
         """When pushing has work next: ``now`` if it has now, a rate timer's time, or None."""
-        if any(state.buffer.dirty for state in self.datasets.values()):
+        if any(state.buffer.dirty and not state.busy for state in self.datasets.values()):
             return now
         wakeup = self.scheduler.next_wakeup()
         return None if wakeup is None else max(wakeup, now)
@@ -446,8 +492,8 @@ class RelayCore:
         primitive, so the area is pruned again at each housekeeping for ``PRUNE_WINDOW``.
         """
         state.released = [(r, t) for r, t in state.released if now - t <= PRUNE_WINDOW]
-        if not state.released:
-            return
+        if not state.released or state.busy:
+            return  # a busy dataset is pruned at the next housekeeping
         released = [region for region, _ in state.released]
         held = [_region(p.view) for p in self.upstream.of(state.info.name)]
         kept = [r for r in held if any(planner.overlaps(r, gone) for gone in released)]
@@ -471,6 +517,7 @@ class RelayCore:
             "bodies_shared": self.encodings.shared,
             "ticks_coalesced": sum(s.coalesced for s in subscriptions),
             "pushes_deferred": sum(s.deferred for s in subscriptions),
+            "pending": self.scheduler.waiting(),
             "parked": self.scheduler.parked_count,
             "ended_entity_not_held": self.counters.ended,
         }

@@ -3,8 +3,13 @@ steps S460-S470, and [0150] step 1070a).
 
 A batch is checked whole before anything is written (its columns are the catalog's, its keys
 are keys and unique), then written to the dataset's inert buffer in the protocol's order: drop
-what was held inside each snapshot primitive, apply the upserts, apply the deletes. Nothing here
-is visible to subscribers until the relay ends the epoch and the buffers swap.
+what was held inside each snapshot primitive, apply the upserts, apply the deletes; last, the
+inert buffer's spatial index is built. Nothing here is visible to subscribers until the relay
+ends the epoch and the buffers swap.
+
+Writing touches only the dataset's inert buffer and this record, so the relay's shell runs it on
+a worker thread while the event loop keeps serving pushes from the active buffer; ``busy`` tells
+the core not to swap (or prune) that dataset meanwhile.
 """
 
 from __future__ import annotations
@@ -31,6 +36,7 @@ class DatasetState:
         epoch, seq: the last batch received (written to the inert buffer).
         readying: primitives whose snapshots are in the inert buffer: ready at the next swap.
         released: (region, when) of primitives released lately, still pruned for a while.
+        busy: a batch is being written (perhaps on another thread): no swap, no prune.
     """
 
     info: DatasetInfo
@@ -39,6 +45,7 @@ class DatasetState:
     seq: int = -1
     readying: list[int] = field(default_factory=list)
     released: list[tuple[IndexedRegion, float]] = field(default_factory=list)
+    busy: bool = False
 
     @classmethod
     def of(cls, info: DatasetInfo) -> DatasetState:
@@ -59,12 +66,18 @@ class DatasetState:
         return self.buffer.active
 
     def is_replay(self, batch: Batch) -> bool:
-        """Whether ``batch`` was applied already (Spark re-ran a micro-batch after a failure)."""
-        return batch.epoch == self.epoch and batch.seq <= self.seq
+        """Whether ``batch`` was applied already (Spark re-ran a micro-batch after a failure).
+
+        A batch re-stamped with the last seq that carries snapshots is not: the publisher sends a
+        quiet dataset's snapshots that way, and re-applying that seq's changes is harmless.
+        """
+        if batch.epoch != self.epoch:
+            return False
+        return batch.seq < self.seq or (batch.seq == self.seq and not batch.snapshots)
 
     def is_gap(self, batch: Batch) -> bool:
         """Whether batches are missing between the last one and ``batch``."""
-        return self.seq >= 0 and batch.epoch == self.epoch and batch.seq != self.seq + 1
+        return self.seq >= 0 and batch.epoch == self.epoch and batch.seq > self.seq + 1
 
     def write(self, batch: Batch, snapshots: Sequence[tuple[int, IndexedRegion]] = ()) -> None:
         """Check ``batch`` and write it to the inert buffer.
@@ -89,6 +102,7 @@ class DatasetState:
             buffer.upsert(upserts, batch.seq)
         buffer.delete(deletes)
         buffer.mark(Stamp(batch.epoch, batch.seq, batch.tick, batch.tick_time))
+        buffer.stage_index()
         self.epoch, self.seq = batch.epoch, batch.seq
 
     def _decode(self, batch: Batch) -> tuple[dict[str, Array], Array]:
@@ -118,3 +132,28 @@ def _unique(keys: Array) -> bool:
         return True
     ordered = np.sort(keys)
     return not bool(np.any(ordered[1:] == ordered[:-1]))
+
+
+@dataclass
+class Intake:
+    """A batch admitted to its dataset's stream, to be written (perhaps off the event loop).
+
+    Attributes:
+        state: the dataset (``busy`` until the core finishes the intake).
+        batch: the batch.
+        snapshots: (id, region) of the held primitives whose snapshots it carries.
+        gap_after: the seq it follows with batches missing in between, or None.
+    """
+
+    state: DatasetState
+    batch: Batch
+    snapshots: list[tuple[int, IndexedRegion]]
+    gap_after: int | None
+
+    def write(self) -> None:
+        """Check and write the batch to the inert buffer (``DatasetState.write``).
+
+        Raises:
+            ProtocolError: as ``DatasetState.write``; nothing was written then.
+        """
+        self.state.write(self.batch, self.snapshots)

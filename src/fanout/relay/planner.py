@@ -137,23 +137,32 @@ def unneeded(prims: Sequence[Primitive], views: Sequence[Region]) -> list[Primit
     it, without asking the coverage algebra (with shared tiles that is almost every primitive,
     which keeps this pass cheap with thousands of views).
     """
+    order = sorted(prims, key=lambda p: p.prim)
+    boxes = _Boxes([_region(p.view).bounds() for p in order])
     touching = _Boxes([view.bounds() for view in views])
+    touched = touching.any_meeting(boxes)
     ready = [p for p in prims if p.ready]
     others = _Boxes([_region(p.view).bounds() for p in ready])
     alive = np.ones(len(ready), dtype=bool)
     slot = {p.prim: i for i, p in enumerate(ready)}
-    index = CoverIndex(p.view for p in ready)
+    index: CoverIndex | None = None  # the alive ready primitives, built when first needed
     gone: list[Primitive] = []
-    for prim in sorted(prims, key=lambda p: p.prim):
+    for at, (prim, is_touched) in enumerate(zip(order, touched.tolist(), strict=True)):
         box = _region(prim.view).bounds()
         mine = slot.get(prim.prim)
+        if is_touched:
+            overlapping = others.overlapping(boxes, at) & alive
+            if mine is not None:
+                overlapping[mine] = False
+            if not overlapping.any():
+                continue  # needed: no other primitive could cover what it serves
+        if index is None:
+            index = CoverIndex(p.view for p, keep in zip(ready, alive, strict=True) if keep)
         if mine is not None:
             alive[mine] = False
             index.remove(prim.view)
-        near = [views[int(i)] for i in np.flatnonzero(touching.meeting(box))]
-        if not near or (
-            (others.overlapping(box) & alive).any() and all(covers(index, v) for v in near)
-        ):
+        near = [views[int(i)] for i in np.flatnonzero(touching.meeting(box))] if is_touched else []
+        if all(covers(index, view) for view in near):
             gone.append(prim)
         elif mine is not None:
             alive[mine] = True
@@ -169,6 +178,21 @@ class _Boxes:
         self.lo = np.array([b.lo for b in boxes], dtype=np.float64).reshape(len(boxes), dims)
         self.hi = np.array([b.hi for b in boxes], dtype=np.float64).reshape(len(boxes), dims)
 
+    def any_meeting(self, boxes: _Boxes, chunk: int = 1 << 20) -> npt.NDArray[np.bool_]:
+        """For each of ``boxes``, whether any of these boxes meets it (closed)."""
+        found = np.zeros(len(boxes.lo), dtype=bool)
+        if not len(self.lo) or not len(boxes.lo) or self.lo.shape[1] != boxes.lo.shape[1]:
+            return found
+        step = max(1, chunk // len(self.lo))  # bound the pairwise matrices' size
+        for start in range(0, len(boxes.lo), step):
+            lo, hi = boxes.lo[start : start + step], boxes.hi[start : start + step]
+            meets = np.ones((len(lo), len(self.lo)), dtype=bool)
+            for axis in range(lo.shape[1]):
+                meets &= self.lo[:, axis] <= hi[:, axis, None]
+                meets &= self.hi[:, axis] >= lo[:, axis, None]
+            found[start : start + step] = meets.any(axis=1)
+        return found
+
     def meeting(self, box: Box) -> npt.NDArray[np.bool_]:
         """Which boxes meet ``box`` (closed: touching counts)."""
         if not len(self.lo) or self.lo.shape[1] != box.dims:
@@ -176,12 +200,16 @@ class _Boxes:
         lo, hi = np.asarray(box.lo), np.asarray(box.hi)
         return cast(npt.NDArray[np.bool_], np.all((self.lo <= hi) & (self.hi >= lo), axis=1))
 
-    def overlapping(self, box: Box) -> npt.NDArray[np.bool_]:
-        """Which boxes share interior with ``box`` (touching does not count)."""
-        if not len(self.lo) or self.lo.shape[1] != box.dims:
+    def overlapping(self, boxes: _Boxes, at: int) -> npt.NDArray[np.bool_]:
+        """Which of these boxes share interior with ``boxes``' box ``at`` (touching does not)."""
+        if not len(self.lo) or self.lo.shape[1] != boxes.lo.shape[1]:
             return np.zeros(len(self.lo), dtype=bool)
-        lo, hi = np.asarray(box.lo), np.asarray(box.hi)
-        return cast(npt.NDArray[np.bool_], np.all((self.lo < hi) & (self.hi > lo), axis=1))
+        lo, hi = boxes.lo[at], boxes.hi[at]
+        inside: npt.NDArray[np.bool_] = (self.lo[:, 0] < hi[0]) & (self.hi[:, 0] > lo[0])
+        for axis in range(1, len(lo)):
+            inside &= self.lo[:, axis] < hi[axis]
+            inside &= self.hi[:, axis] > lo[axis]
+        return inside
 
 
 def _region(view: View) -> Region:

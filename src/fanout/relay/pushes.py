@@ -157,8 +157,8 @@ def locate_anchor(shape: Shape, buffer: DoubleBuffer) -> Anchor | None:
     Raises:
         EntityNotHeld: the entity is not in the active buffer.
     """
-    if shape.relative_to is None:
-        return None
+    if shape.relative_to is None or not shape.relative:
+        return None  # no coordinates sent, so none to make relative
     table = buffer.active
     (at,) = table.locate(table.as_keys([shape.relative_to]))
     if at < 0:

@@ -74,7 +74,7 @@ class Slot:
     where: Where = Where.IDLE
     reason: Hashable = None
     version: int = 0  # heap entries of older versions are stale
-    rewoken: bool = False  # woken while popped: pending again once resolved
+    rewoken: float | None = None  # woken while popped (with this need): pending again after
 
 
 class Scheduler:
@@ -159,11 +159,11 @@ class Scheduler:
             slot.need = need
             self._resort(sid, slot)  # due sooner now
             return
-        slot.need = need if slot.where in (Where.IDLE, Where.PARKED) else min(slot.need, need)
+        slot.need = need if slot.where is Where.IDLE else min(slot.need, need)
         if slot.where is Where.PARKED:
             self._leave_lot(sid, slot)
         if slot.where is Where.POPPED:
-            slot.rewoken = True
+            slot.rewoken = need if slot.rewoken is None else min(slot.rewoken, need)
         elif slot.where in (Where.IDLE, Where.PARKED):
             slot.where = Where.FRESH
             self._fresh.append(sid)
@@ -176,14 +176,16 @@ class Scheduler:
     def park(self, sid: Hashable, reason: Hashable) -> None:
         """A popped subscription cannot be served until ``unpark(reason)``; it keeps its age."""
         slot = self._slots[sid]
-        slot.where, slot.reason, slot.rewoken = Where.PARKED, reason, False
+        slot.where, slot.reason, slot.rewoken = Where.PARKED, reason, None
         self._lots.setdefault(reason, set()).add(sid)
         self.parked_count += 1
 
-    def unpark(self, reason: Hashable) -> None:
-        """Whatever was blocked by ``reason`` may be served again."""
-        for sid in self._lots.pop(reason, ()):
+    def unpark(self, reason: Hashable) -> int:
+        """Whatever was blocked by ``reason`` may be served again; returns how many."""
+        lot = self._lots.pop(reason, set())
+        for sid in lot:
             self.wake(sid)
+        return len(lot)
 
     def parked(self, reason: Hashable) -> int:
         """How many subscriptions wait on ``reason``."""
@@ -256,16 +258,16 @@ class Scheduler:
 
     def _rest(self, sid: Hashable, slot: Slot) -> None:
         slot.where = Where.IDLE
-        if slot.rewoken:
-            slot.rewoken = False
-            self.wake(sid)
+        if slot.rewoken is not None:
+            need, slot.rewoken = slot.rewoken, None
+            self.wake(sid, eager=need <= 1.0)
 
     def requeue(self, sid: Hashable) -> None:
         """Hand back a popped subscription unserved; it keeps its place and age."""
         slot = self._slots.get(sid)
         if slot is not None and slot.where is Where.POPPED:
             slot.version += 1
-            slot.rewoken = False
+            slot.rewoken = None
             self._push_ready(sid, slot)
 
     def next_wakeup(self) -> float | None:

@@ -26,6 +26,7 @@ from __future__ import annotations
 import itertools
 import math
 from collections.abc import Sequence
+from typing import cast
 
 import numpy as np
 import numpy.typing as npt
@@ -110,10 +111,8 @@ class GridIndex:
         if len(members) > 1:
             candidates = _distinct(candidates)
         coords = self._coords(candidates)
-        if isinstance(region, Box):  # the common case, without match()'s conversions
-            inside = _in_box(coords, region)
-        else:
-            inside = region.match(*coords)
+        # The common case, boxes, without match()'s conversions.
+        inside = _in_box(coords, region) if isinstance(region, Box) else region.match(*coords)
         matched = candidates[inside]
         matched.sort()
         return matched
@@ -125,38 +124,41 @@ class GridIndex:
 
     def _candidates(self, box: Box) -> Positions:
         """Positions of the rows in the cells under ``box`` (a superset of those inside it)."""
-        cells = self.cells
-        firsts, lasts = [], []
-        for axis, (low_edge, high_edge) in enumerate(zip(box.lo, box.hi, strict=True)):
-            # Bounds are computed in floating point like ``match``; a point the match accepts
-            # may sit a few ulps outside them, so widen by far more than rounding can reach.
-            pad = _SLACK * (abs(low_edge) + abs(high_edge) + (high_edge - low_edge) + 1.0)
-            low, high = low_edge - pad, high_edge + pad
-            if high < self.lo[axis] or low > self.hi[axis]:
-                return _NOWHERE  # beyond every finite point on this axis
-            # The rows' formula, clamped the same way: monotonic, so a point inside the box is
-            # in a cell between these two.
-            origin, side = self.lo[axis], self.side[axis]
-            first = math.floor(max((low - origin) / side, -1.0))
-            last = math.floor(min((high - origin) / side, float(cells)))
-            firsts.append(max(first, 0))
-            lasts.append(min(last, cells - 1))
-        *outer_first, inner_first = firsts
-        *outer_last, inner_last = lasts
-        offsets, order = self._offsets, self.order
+        spans = [
+            self._span(axis, low, high)
+            for axis, (low, high) in enumerate(zip(box.lo, box.hi, strict=True))
+        ]
+        if None in spans:
+            return _NOWHERE
+        cells, offsets, order = self.cells, self._offsets, self.order
+        *outer, (first, last) = cast(list[tuple[int, int]], spans)
         slices: list[Positions] = []
-        for prefix in itertools.product(
-            *(range(a, b + 1) for a, b in zip(outer_first, outer_last, strict=True))
-        ):
+        for prefix in itertools.product(*(range(a, b + 1) for a, b in outer)):
             base = 0
             for index in prefix:
                 base = base * cells + index
-            start, stop = offsets[base * cells + inner_first], offsets[base * cells + inner_last + 1]
+            start, stop = offsets[base * cells + first], offsets[base * cells + last + 1]
             if stop > start:
                 slices.append(order[start:stop])
         if not slices:
             return _NOWHERE
         return np.concatenate(slices) if len(slices) > 1 else slices[0]
+
+    def _span(self, axis: int, low: float, high: float) -> tuple[int, int] | None:
+        """The cells ``[low, high]`` touches on ``axis`` (None: beyond every finite point)."""
+        # Bounds are computed in floating point like ``match``; a point the match accepts may
+        # sit a few ulps outside them, so widen by far more than rounding can reach.
+        pad = _SLACK * (abs(low) + abs(high) + (high - low) + 1.0)
+        low, high = low - pad, high + pad
+        origin = self.lo[axis]
+        if high < origin or low > self.hi[axis]:
+            return None
+        # The rows' formula, clamped the same way: monotonic, so a point inside the box is in
+        # a cell between these two.
+        side, cells = self.side[axis], self.cells
+        first = math.floor(max((low - origin) / side, -1.0))
+        last = math.floor(min((high - origin) / side, float(cells)))
+        return (first if first > 0 else 0, last if last < cells - 1 else cells - 1)
 
 
 def _in_box(coords: list[Floats], box: Box) -> npt.NDArray[np.bool_]:

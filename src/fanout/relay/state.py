@@ -272,8 +272,39 @@ class BufferCounters:
 
 
 @dataclass
+class _Log:
+    """Writes to replay on the other buffer, at most ``limit`` of them (else: copy it)."""
+
+    limit: int
+    writes: list[_Write] = field(default_factory=list)
+    overflowed: bool = False
+
+    def __bool__(self) -> bool:
+        return bool(self.writes) or self.overflowed
+
+    def add(self, write: _Write) -> None:
+        if self.overflowed:
+            return
+        if len(self.writes) >= self.limit:
+            self.writes.clear()
+            self.overflowed = True  # too many to keep: the catch-up will copy instead
+            return
+        self.writes.append(write)
+
+    @property
+    def rows(self) -> int:
+        return sum(write.rows for write in self.writes)
+
+
+@dataclass
 class DoubleBuffer:
     """Active and inert copies of one dataset's table, the active one spatially indexed.
+
+    Every write and ``mark`` first catches the inert table up with the last swap, then applies
+    to it; ``swap`` itself only exchanges the tables (and installs the inert table's index if
+    ``stage_index`` built it already). So the heavy steps — writing, indexing, catching up —
+    may all run off the event loop (the relay's shell runs them on a worker thread), while the
+    loop keeps reading the active table; the shell must only never ``swap`` during them.
 
     Attributes:
         active: the table pushes read; not modified while active.
@@ -299,18 +330,23 @@ class DoubleBuffer:
     generation: int = 0
     counters: BufferCounters = field(default_factory=BufferCounters)
     index: GridIndex = field(init=False)
-    _writes: list[_Write] = field(default_factory=list)
-    _overflowed: bool = False
+    _pending: _Log = field(init=False)  # written to the inert table since the last swap
+    _behind: _Log | None = None  # what the inert table lacks since the last swap
+    _staged: GridIndex | None = None  # the inert table's index, if built since its last write
 
     def __post_init__(self) -> None:
         self.active = Table(self.key, self.columns)
         self.inert = Table(self.key, self.columns)
-        self.index = GridIndex([self.active.column(name) for name in self.coordinates])
+        self.index = self._index(self.active)
+        self._pending = _Log(self.max_writes)
+
+    def _index(self, table: Table) -> GridIndex:
+        return GridIndex([table.column(name) for name in self.coordinates])
 
     @property
     def dirty(self) -> bool:
         """Whether the inert table holds writes the active one does not show yet."""
-        return bool(self._writes) or self._overflowed or self.written != self.stamp
+        return bool(self._pending) or self.written != self.stamp
 
     # -- writes (inert buffer) ------------------------------------------------------------
 
@@ -331,60 +367,69 @@ class DoubleBuffer:
     ) -> None:
         """Remove the inert table's rows inside any of ``regions`` but inside none of ``kept``."""
         if regions:
+            self.catch_up()
             rows = len(self.inert)
             self._write(_DeleteInside(tuple(regions), tuple(kept), self.coordinates, rows))
 
     def restart_changes(self) -> None:
         """A new epoch: every row of the inert table counts as changed before any new seq."""
+        self.catch_up()
         self._write(_RestartChanges(len(self.inert)))
 
     def mark(self, stamp: Stamp) -> None:
         """Record the stream position the inert table has reached."""
+        self.catch_up()
         self.written = stamp
 
     def _write(self, write: _Write) -> None:
+        self.catch_up()
         # A write that changes nothing here changes nothing on the other buffer either (it is
         # replayed at the same point of the same sequence), so it is neither kept nor counted.
         if not write.apply(self.inert):
             return
+        self._staged = None
         self.counters.writes += 1
-        if self._overflowed:
-            return
-        if len(self._writes) >= self.max_writes:
-            self._writes.clear()
-            self._overflowed = True  # too many to keep: the catch-up will copy instead
-            return
-        self._writes.append(write)
+        self._pending.add(write)
+
+    def stage_index(self) -> None:
+        """Build the inert table's index now, so that ``swap`` need not."""
+        self.catch_up()
+        if self._staged is None:
+            self._staged = self._index(self.inert)
 
     # -- the epoch's end ------------------------------------------------------------------
 
     def swap(self) -> bool:
-        """End the epoch: the inert table becomes active (indexed), then is caught up.
+        """End the epoch: the inert table becomes active, with its index.
+
+        The new inert table is caught up by the next write (or ``catch_up``).
 
         Returns:
             Whether there was anything to swap in.
         """
         if not self.dirty:
             return False
-        self.index = GridIndex([self.inert.column(name) for name in self.coordinates])
+        self.index = self._staged if self._staged is not None else self._index(self.inert)
         self.active, self.inert = self.inert, self.active
         self.stamp = self.written
         self.generation += 1
         self.counters.swaps += 1
-        self._catch_up()
+        self._behind, self._pending = self._pending, _Log(self.max_writes)
+        self._staged = None
         return True
 
-    def _catch_up(self) -> None:
-        touched = sum(write.rows for write in self._writes)
-        if self._overflowed or touched > self.replay_limit * max(len(self.active), 1):
+    def catch_up(self) -> None:
+        """Bring the inert table up to date with the active one (000: [0150], step 1070d)."""
+        behind, self._behind = self._behind, None
+        if behind is None:
+            return
+        if behind.overflowed or behind.rows > self.replay_limit * max(len(self.active), 1):
             self.inert.copy_from(self.active)
             self.counters.copies += 1
         else:
-            for write in self._writes:
+            for write in behind.writes:
                 write.apply(self.inert)
             self.counters.replays += 1
-        self._writes.clear()
-        self._overflowed = False
 
     # -- reads (active buffer) ------------------------------------------------------------
 

@@ -14,7 +14,8 @@ Applying a shape to rows (:func:`apply`), in this order:
 1. projection: only the shape's columns, key first;
 2. relative coordinates: the index columns minus the reference entity's position (looked up in
    the active buffer at the push's tick; :class:`EntityNotHeld` if the relay does not hold it —
-   the relay then ends the subscription rather than send absolute coordinates);
+   the relay then ends the subscription rather than send absolute coordinates). A projection
+   without index columns has no coordinates to make relative, and needs no entity;
 3. precision, on floating-point columns only: ``float32``; or ``fixed``, int64 counts of
    ``quantum`` rounded to nearest, saturating beyond int64, NaN as ``Transform.FIXED_NAN``; and
    for the float formats an optional rounding to a multiple of ``quantum``.

@@ -42,6 +42,7 @@ class Upstream:
         self._ids = itertools.count(1)
         self._all: dict[str, CoverIndex] = {}
         self._ready: dict[str, CoverIndex] = {}
+        self._pending: dict[str, int] = {}
 
     def __iter__(self) -> Iterator[Primitive]:
         return iter(list(self._prims.values()))
@@ -58,6 +59,7 @@ class Upstream:
         primitive = Primitive(next(self._ids), dataset, view)
         self._prims[primitive.prim] = primitive
         self.cover(dataset).add(view)
+        self._pending[dataset] = self.pending(dataset) + 1
         return primitive
 
     def remove(self, prim: int) -> Primitive:
@@ -70,6 +72,8 @@ class Upstream:
         self.cover(primitive.dataset).remove(primitive.view)
         if primitive.ready:
             self.cover(primitive.dataset, ready_only=True).remove(primitive.view)
+        else:
+            self._pending[primitive.dataset] -= 1
         return primitive
 
     def make_ready(self, primitive: Primitive) -> None:
@@ -77,6 +81,11 @@ class Upstream:
         if not primitive.ready and primitive.prim in self._prims:
             primitive.ready = True
             self.cover(primitive.dataset, ready_only=True).add(primitive.view)
+            self._pending[primitive.dataset] -= 1
+
+    def pending(self, dataset: str) -> int:
+        """How many primitives of ``dataset`` wait for their snapshot."""
+        return self._pending.get(dataset, 0)
 
     def cover(self, dataset: str, ready_only: bool = False) -> CoverIndex:
         """The cover index of the primitives of ``dataset`` (only ready ones if asked)."""
@@ -100,6 +109,8 @@ class Upstream:
 
     def unready(self) -> None:
         """Mark every primitive not ready (the upstream connection was lost)."""
+        self._pending.clear()
         for primitive in self._prims.values():
             primitive.ready = False
+            self._pending[primitive.dataset] = self.pending(primitive.dataset) + 1
         self._ready.clear()
