@@ -25,7 +25,7 @@ from fanout.client.publisher import open_reader
 from fanout.launch import Child, start
 from fanout.views import Box
 
-from .conftest import settle
+from .conftest import poll, settle
 
 pytestmark = [pytest.mark.integration, pytest.mark.asyncio(loop_scope="module")]
 
@@ -45,11 +45,14 @@ async def daemon(args: list[str], log: Path, ready: str) -> asyncio.subprocess.P
         process = await asyncio.create_subprocess_exec(
             str(SPARK_CLASS), *args, stdout=out, stderr=asyncio.subprocess.STDOUT, env=env
         )
-    async with asyncio.timeout(120):
-        while ready not in log.read_text(errors="replace"):
-            if process.returncode is not None:
-                raise RuntimeError(f"{args[0]} exited: {log.read_text(errors='replace')[-2000:]}")
-            await asyncio.sleep(0.5)
+
+    def started() -> bool:
+        text = log.read_text(errors="replace")
+        if process.returncode is not None:
+            raise RuntimeError(f"{args[0]} exited: {text[-2000:]}")
+        return ready in text
+
+    await poll(started, 120, every=0.5)
     return process
 
 

@@ -23,6 +23,8 @@ from fanout.wire import codec
 from fanout.wire.columns import decode_columns
 from fanout.wire.messages import PROTOCOL_VERSION, Acquire, Batch, Catalog, Hello, Welcome
 
+from .conftest import poll
+
 pytestmark = pytest.mark.integration
 
 REGION = Box((0, 0), (500, 500))
@@ -101,9 +103,9 @@ async def test_kill_9_and_restart_loses_and_repeats_nothing(tmp_path: Path) -> N
     second = await publisher(tmp_path / "state", log, port=int(url.rsplit(":", 1)[1]))
     try:
         # let the restarted publisher deliver micro-batches the relay misses: they come from the log
-        async with asyncio.timeout(120):
-            while log.read_text().count("fanout.publisher.pipeline: agents batch") < 2:
-                await asyncio.sleep(0.2)
+        await poll(
+            lambda: log.read_text().count("fanout.publisher.pipeline: agents batch") >= 2, 120
+        )
         with contextlib.suppress(ConnectionClosed):
             await relay.follow(url, until=relay.seqs[-1] + 5)
         assert len(relay.seqs) > before
