@@ -146,6 +146,12 @@ async def test_a_relay_holding_object_paths_gets_snapshots_and_changes(publisher
                 {"path": "/trucks/t1", "state": "on"},
             ],
         )
+        # acknowledged means logged; wait until a batch has taken the rows into the state
+        async with open_reader(child.url) as reader:
+            await eventually(
+                lambda: reader.read("objects", path("/cars/.all")),
+                lambda result: len(result[1]["path"]) == 2,
+            )
         async with connect(child.url, max_size=None) as relay:
             await relay.send(codec.encode(Hello(PROTOCOL_VERSION, "relay", "model")))
             assert isinstance(codec.from_publisher().decode(await relay.recv()), Welcome)

@@ -125,6 +125,15 @@ def test_gone_relays_lose_their_checkouts() -> None:
     assert checkouts.held(1).tolist() == []
 
 
+def test_checkouts_hold_string_keys() -> None:
+    checkouts = Checkouts()
+    paths = np.array(["/cars/c1", "/cars/c2"], dtype=object)
+    assert checkouts.settle(1, paths, paths).tolist() == []
+    more = np.array(["/cars/c0", "/cars/c2"], dtype=object)
+    assert checkouts.settle(1, more, more[:1]).tolist() == ["/cars/c2"]
+    assert checkouts.held(1).tolist() == ["/cars/c0", "/cars/c1"]
+
+
 def test_rows_are_split_by_relay_and_deduplicated() -> None:
     matched = pa.table(
         {

@@ -58,7 +58,7 @@ def test_state_is_read_back_after_each_committed_batch(spark, tmp_path) -> None:
             zip(state.column("id").to_pylist(), state.column("tick").to_pylist(), strict=True)
         )
 
-    source = streams.stream(spark, dataset, start_time=time.time() - 100)
+    source = streams.stream(spark, dataset, start_time=time.time() - 100, state_dir=tmp_path)
     query = (
         latest_per_key(source, dataset)
         .writeStream.outputMode("update")

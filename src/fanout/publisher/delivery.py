@@ -102,7 +102,10 @@ class Checkouts:
         deletes = touched[~in_sorted(touched, sent)]
         remaining = held[~in_sorted(held, deletes)]
         added = sent[~in_sorted(sent, remaining)]
-        self._held[relay] = np.insert(remaining, np.searchsorted(remaining, added), added)
+        if len(remaining) == 0:  # also keeps the keys' dtype (EMPTY_KEYS is int64, keys may be str)
+            self._held[relay] = added
+        else:
+            self._held[relay] = np.insert(remaining, np.searchsorted(remaining, added), added)
         return deletes
 
 
