@@ -74,8 +74,8 @@ CLUSTER = {
 #: Spark settings of an embedded publisher (``local[N]``), measured by ``bench/pipeline.py`` with a
 #: million keys: Spark's default 1 GiB heap cannot hold the HDFS-backed state store's copies of
 #: its map (about 0.3 GB per version, two versions kept), and garbage collection showed in every
-#: task (50-160 ms); with 4 GiB and one state partition per core, 10,000-row micro-batches took 1.7 s
-#: instead of 2.4 s. RocksDB (with changelog checkpointing, a 256 MiB block cache) did small
+#: task (50-160 ms); with 4 GiB and one state partition per core, 10,000-row micro-batches took
+#: 1.7 s instead of 2.4 s. RocksDB (with changelog checkpointing, a 256 MiB block cache) did small
 #: micro-batches faster (1.0 s) but cost about 7 us per changed row against 3 us, so at 100,000
 #: updates/s it fell behind where the HDFS-backed store kept up.
 EMBEDDED = CLUSTER | {"spark.driver.memory": "4g"}

@@ -22,29 +22,38 @@ to its event loop; what was not served stays queued with its aged priority.
 
 from __future__ import annotations
 
+import itertools
 import logging
+from collections import deque
 from collections.abc import Callable, Generator, Hashable, Sequence
 from dataclasses import dataclass, replace
 from typing import cast
 
-from fanout.errors import InvalidView, ProtocolError
+import numpy as np
+
+from fanout.errors import BadRequest, InvalidView, ProtocolError
 from fanout.relay import planner
 from fanout.relay.downstream import Downstream, SubKey, Subscription
+from fanout.relay.every import ChangeSet, Cursor, History, delta, encode_delta
 from fanout.relay.ingest import DatasetState, Intake
 from fanout.relay.planner import Policy, Region
 from fanout.relay.pushes import Encodings, Held, cut, encode_push
 from fanout.relay.scheduler import AGING, Scheduler
-from fanout.relay.transforms import EntityNotHeld, InvalidTransform, resolve
+from fanout.relay.transforms import EntityNotHeld, InvalidTransform, Shape, resolve
 from fanout.relay.upstream import Upstream
 from fanout.views import covers
 from fanout.views.region import Box, RegionUnion, Sector, Sphere
 from fanout.wire import codec
+from fanout.wire.columns import decode_columns
 from fanout.wire.messages import (
     Acquire,
     Batch,
     Catalog,
+    Curious,
+    DatasetInfo,
     Error,
     Frame,
+    Knowledge,
     NoUpdate,
     Release,
     Subscribe,
@@ -61,6 +70,10 @@ MAX_RATE = 1000.0
 #: Seconds after a release during which rows inside the released primitive (and no other) are
 #: pruned at each housekeeping: batches already on their way may still bring some.
 PRUNE_WINDOW = 2.0
+#: Seqs an ``every`` subscription is sent at most per turn before others get theirs.
+EVERY_BURST = 64
+#: Curiosity request ids start here, apart from primitive ids (both come back as ``Error.ref``).
+FIRST_CURIOSITY = 1 << 40
 
 
 @dataclass(frozen=True)
@@ -103,6 +116,12 @@ class RelayCore:
         self.upstream = Upstream()
         self.downstream = Downstream()
         self.datasets: dict[str, DatasetState] = {}
+        self.histories: dict[str, History] = {}
+        self._curiosity = itertools.count(FIRST_CURIOSITY)
+        self._owed_resync: dict[SubKey, str] = {}
+        # A turn can be several frames (``every`` mode); what a stopped round did not yield of
+        # it goes out first in the next round, so nothing decided is lost.
+        self._unsent: deque[Send] = deque()
         self.scheduler = Scheduler(aging)
         self.encodings = Encodings()
         self.counters = Counters()
@@ -139,6 +158,10 @@ class RelayCore:
         self._shrunk += 1
         for state in self.datasets.values():
             state.readying.clear()
+        for history in self.histories.values():
+            history.forget_requests()  # they are asked again once coverage is back
+        for name in self.datasets:
+            self._distrust(name)
 
     def on_catalog(self, catalog: Catalog) -> None:
         """Learn (or re-learn) the publisher's datasets.
@@ -151,9 +174,13 @@ class RelayCore:
             if current is not None and current.info == info:
                 continue
             self.datasets[info.name] = DatasetState.of(info)
+            self.histories[info.name] = History()
             self.encodings.forget(info.name)
             for subscription in self.downstream.of_dataset(info.name):
                 subscription.held = None  # a new table: start over with a full push
+                if subscription.cursor is not None:
+                    subscription.cursor = None
+                    self._owed_resync[subscription.key] = f"dataset {info.name!r} changed"
                 self.scheduler.wake(subscription.key)
 
     def on_batch(self, batch: Batch) -> list[Send]:
@@ -206,8 +233,32 @@ class RelayCore:
                 batch.seq,
                 intake.gap_after,
             )
+            self._distrust(batch.dataset)
             return self._resync(batch.dataset)
+        self._record(intake)
         return []
+
+    def _record(self, intake: Intake) -> None:
+        """Keep the batch's change set for ``every`` subscriptions (``relay.every``)."""
+        batch, state = intake.batch, intake.state
+        deletes = state.table.as_keys([]) if intake.deletes is None else intake.deletes
+        change = ChangeSet(
+            batch.epoch,
+            batch.seq,
+            batch.tick,
+            batch.tick_time,
+            intake.upserts,
+            deletes,
+            pure=not batch.snapshots,
+        )
+        self.histories.setdefault(batch.dataset, History()).record(change)
+
+    def _distrust(self, dataset: str) -> None:
+        """The relay's coverage of ``dataset`` is being rebuilt: until each ``every``
+        subscription is servable again, its seqs come from the publisher's log."""
+        for subscription in self.downstream.of_dataset(dataset):
+            if subscription.cursor is not None:
+                subscription.cursor.trusted_after = None
 
     def _resync(self, dataset: str) -> list[Send]:
         sends: list[Send] = []
@@ -220,16 +271,79 @@ class RelayCore:
         return sends
 
     def on_upstream_error(self, error: Error) -> None:
-        """The publisher refused something; a refused primitive is dropped."""
+        """The publisher refused something: a refused primitive is dropped; ``every``
+        subscriptions waiting for seqs it cannot give start again (``resync``)."""
         log.error("publisher error %s: %s (ref %s)", error.code, error.message, error.ref)
+        for name, history in self.histories.items():
+            if error.ref is not None and history.owns(error.ref):
+                span = history.answered(error.ref)
+                assert span is not None
+                self._lost(name, span, error)
+                return
         if error.code == "resync":
             # The publisher cannot replay what we missed: the next batch is the new baseline,
             # and the snapshots of the primitives we acquired again repair the state.
             for state in self.datasets.values():
                 state.seq = -1
-        if error.ref is not None and self.upstream.get(error.ref) is not None:
-            self.upstream.remove(error.ref)
+        prim = None if error.ref is None else self.upstream.get(error.ref)
+        if prim is not None:
+            self.upstream.remove(prim.prim)
             self._shrunk += 1
+            self._distrust(prim.dataset)
+
+    def _lost(self, dataset: str, span: tuple[int, int], error: Error) -> None:
+        first, last = span
+        reason = (
+            f"seqs {first}..{last} of {dataset!r} cannot be had from the publisher"
+            f" ({error.code}: {error.message})"
+        )
+        for subscription in self.downstream.of_dataset(dataset):
+            cursor = subscription.cursor
+            if cursor is not None and first <= cursor.seq + 1 <= last:
+                subscription.cursor = None
+                self._owed_resync[subscription.key] = reason
+                self.scheduler.wake(subscription.key)
+
+    def on_knowledge(self, knowledge: Knowledge) -> bool:
+        """A logged micro-batch's whole change, in answer to curiosity.
+
+        Returns:
+            Whether a subscription was waiting for it (pushing has work).
+
+        Raises:
+            ProtocolError: its columns do not fit the catalog.
+        """
+        state = self.datasets.get(knowledge.dataset)
+        history = self.histories.get(knowledge.dataset)
+        if state is None or history is None:
+            raise ProtocolError(f"knowledge for unknown dataset {knowledge.dataset!r}")
+        rows = decode_columns(knowledge.upserts)
+        if knowledge.upserts.length and set(rows) != set(state.info.columns):
+            raise ProtocolError(
+                f"knowledge {knowledge.seq}: columns {sorted(rows)} are not"
+                f" {sorted(state.info.columns)}"
+            )
+        deleted = decode_columns(knowledge.deletes).get(state.info.key, np.empty(0))
+        try:
+            deleted = state.table.as_keys(deleted)
+            if knowledge.upserts.length:
+                rows[state.info.key] = state.table.as_keys(rows[state.info.key])
+        except (TypeError, ValueError) as exc:
+            raise ProtocolError(f"knowledge {knowledge.seq}: bad keys: {exc}") from exc
+        change = ChangeSet(
+            knowledge.epoch,
+            knowledge.seq,
+            knowledge.tick,
+            knowledge.tick_time,
+            rows if knowledge.upserts.length else {},
+            deleted,
+            whole=True,
+        )
+        history.learn(change)
+        history.received(knowledge.req, knowledge.seq)
+        waiting = [s.key for s in self.downstream.of_dataset(knowledge.dataset) if s.cursor]
+        self.scheduler.wake_all(waiting)
+        return bool(waiting)
 
     # -- downstream ---------------------------------------------------------------------
 
@@ -254,26 +368,30 @@ class RelayCore:
 
     def on_subscribe(self, client: int, request: Subscribe) -> list[Send]:
         """Add a subscription, or change it if ``request.sub`` is already in use."""
+        key = (client, request.sub)
+        subscription = self.downstream.get(key)
         try:
             state = self._check(request)
             shape = resolve(request.transform, state.info, self._capabilities.get(client, ()))
-        except (InvalidView, InvalidTransform) as exc:
+            cursor = _every_cursor(request, state, shape, subscription)
+        except (InvalidView, InvalidTransform, BadRequest) as exc:
             return [Send(client, Error(exc.code, str(exc), ref=request.sub))]
         sends: list[Send] = []
-        key = (client, request.sub)
-        subscription = self.downstream.get(key)
+        # ``every`` subscriptions ignore the rate: each seq goes out as soon as it can.
+        rate = MAX_RATE if request.mode == "every" else request.rate
         if subscription is None:
             subscription = Subscription(
                 client, request.sub, request.dataset, request.view, request.rate, shape
             )
-            self.scheduler.add(key, request.priority, request.rate)
+            subscription.mode, subscription.cursor = request.mode, cursor
+            self.scheduler.add(key, request.priority, rate)
             reply = Subscribed(request.sub, state.info.key, list(shape.columns))
             sends.append(Send(client, reply))
         else:
             self.downstream.remove(key)  # re-indexed below, perhaps under another dataset
             if (subscription.dataset, subscription.shape) != (request.dataset, shape):
                 subscription.held = None  # rows in another form: send them all again
-            self.scheduler.update(key, request.priority, request.rate)
+            self.scheduler.update(key, request.priority, rate)
             self.scheduler.wake(key, eager=subscription.held is None)
         subscription.view, subscription.rate = request.view, request.rate
         subscription.dataset, subscription.shape = request.dataset, shape
@@ -333,6 +451,7 @@ class RelayCore:
     def _end(self, subscription: Subscription) -> None:
         self.downstream.remove(subscription.key)
         self.scheduler.remove(subscription.key)
+        self._owed_resync.pop(subscription.key, None)
 
     # -- pushing ------------------------------------------------------------------------
 
@@ -356,10 +475,12 @@ class RelayCore:
 
     def _ready_snapshots(self, name: str, state: DatasetState) -> None:
         grew = False
+        stamp = state.buffer.stamp
         for prim_id in state.readying:
             prim = self.upstream.get(prim_id)
             if prim is not None and not prim.ready:
                 self.upstream.make_ready(prim)
+                prim.ready_seq = -1 if stamp is None else stamp.seq
                 grew = True
         state.readying.clear()
         if grew:
@@ -377,10 +498,12 @@ class RelayCore:
         self.scheduler.settle(now)
         popped: Hashable | None = None
         try:
+            while self._unsent:  # the rest of a turn a round stopped in
+                yield self._unsent.popleft()
             while (popped := self.scheduler.pop()) is not None:
-                send = self._serve_one(cast(SubKey, popped), now, idle)
-                if send is not None:
-                    yield send
+                self._unsent.extend(self._serve_one(cast(SubKey, popped), now, idle))
+                while self._unsent:
+                    yield self._unsent.popleft()
         finally:
             if popped is not None:
                 self.scheduler.requeue(popped)  # a no-op unless it was left undecided
@@ -391,25 +514,132 @@ class RelayCore:
 
     def next_wakeup(self, now: float) -> float | None:
         """When pushing has work next: ``now`` if it has now, a rate timer's time, or None."""
-        if any(state.buffer.dirty and not state.busy for state in self.datasets.values()):
+        if self._unsent or any(
+            state.buffer.dirty and not state.busy for state in self.datasets.values()
+        ):
             return now
         wakeup = self.scheduler.next_wakeup()
         return None if wakeup is None else max(wakeup, now)
 
-    def _serve_one(self, sid: SubKey, now: float, idle: Callable[[int], bool]) -> Send | None:
+    def _serve_one(self, sid: SubKey, now: float, idle: Callable[[int], bool]) -> list[Send]:
         subscription = self.downstream.get(sid)
         if subscription is None:
             self.scheduler.remove(sid)
-            return None
+            return []
         state = self.datasets.get(subscription.dataset)
         if state is None or state.buffer.stamp is None or not self._is_servable(subscription):
             self.scheduler.park(sid, ("coverage", subscription.dataset))
-            return None
+            return []
         if not idle(subscription.client):
             subscription.deferred += 1
             self.scheduler.park(sid, ("client", subscription.client))
-            return None
-        return self._push(subscription, state, now)
+            return []
+        if subscription.mode == "every":
+            return self._serve_every(subscription, state, now)
+        send = self._push(subscription, state, now)
+        return [] if send is None else [send]
+
+    def _serve_every(
+        self, subscription: Subscription, state: DatasetState, now: float
+    ) -> list[Send]:
+        """Up to ``EVERY_BURST`` seqs for an ``every`` subscription, in order (``relay.every``).
+
+        Its first push (and the first after a ``resync``) is the full view from the active
+        buffer; then one push or no-update per seq, from the live window or what the publisher's
+        log told; a seq neither holds is asked for (``Curious``) and the subscription waits.
+        """
+        sid, buffer = subscription.key, state.buffer
+        stamp = buffer.stamp
+        assert stamp is not None
+        history = self.histories.setdefault(subscription.dataset, History())
+        sends: list[Send] = []
+        cursor = subscription.cursor
+        owed = self._owed_resync.pop(sid, None)
+        if cursor is not None and cursor.epoch != stamp.epoch:
+            owed = f"the publisher's stream changed (epoch {cursor.epoch} -> {stamp.epoch})"
+            cursor = subscription.cursor = None
+        if owed is not None:
+            message = f"{owed}; the next push is the full view"
+            sends.append(Send(subscription.client, Error("resync", message, ref=subscription.sub)))
+        pushed = 0
+        if cursor is None:
+            body = cut(_region(subscription.view), subscription.shape, None, buffer)
+            subscription.cursor = Cursor(stamp.epoch, stamp.seq, body.keys, stamp.seq)
+            sends.append(Send(subscription.client, encode_push(subscription.sub, stamp, body)))
+            pushed = 1
+        else:
+            if cursor.trusted_after is None:
+                cursor.trusted_after = self._complete_after(subscription, stamp.seq)
+            pushed = self._every_seqs(subscription, state.info, history, cursor, sends)
+        current = subscription.cursor
+        assert current is not None
+        waiting = any(isinstance(send.frame, Curious) for send in sends) or (
+            current.seq < history.latest and pushed < EVERY_BURST and cursor is not None
+        )
+        if pushed:
+            subscription.last_push, subscription.pushes = now, subscription.pushes + pushed
+            self.scheduler.served(sid, now)
+            if current.seq < history.latest and not waiting:
+                self.scheduler.wake(sid)  # more is at hand: its next turn comes soon
+        elif waiting:
+            self.scheduler.park(sid, ("knowledge", subscription.dataset))
+        else:
+            self.scheduler.idle(sid)
+        return sends
+
+    def _complete_after(self, subscription: Subscription, seq: int) -> int:
+        """The seq after which this relay's batches hold every change inside the (servable)
+        subscription's view: when the last ready primitive overlapping it became ready.
+
+        A subscription resuming on a relay that kept covering its view while it was away
+        continues from the relay's window; elsewhere, older seqs come from the publisher's log.
+        """
+        region = _region(subscription.view)
+        since = [
+            p.ready_seq
+            for p in self.upstream.of(subscription.dataset)
+            if p.ready and planner.overlaps(_region(p.view), region)
+        ]
+        return max(since, default=seq)
+
+    def _every_seqs(
+        self,
+        subscription: Subscription,
+        info: DatasetInfo,
+        history: History,
+        cursor: Cursor,
+        sends: list[Send],
+    ) -> int:
+        """Append the seqs after ``cursor`` that are at hand to ``sends`` (and curiosity for the
+        first that is not); returns how many seqs went out."""
+        assert cursor.trusted_after is not None
+        region, index = _region(subscription.view), tuple(info.index_columns)
+        pushed = 0
+        while pushed < EVERY_BURST and cursor.seq < history.latest:
+            change = history.get(cursor.seq + 1, cursor.trusted_after)
+            if change is None:
+                sends.extend(self._ask(subscription.dataset, history, cursor))
+                break
+            found = delta(change, info.key, region, index, cursor.keys)
+            frame = encode_delta(subscription.sub, change, found, subscription.shape, info.key)
+            sends.append(Send(subscription.client, frame))
+            cursor.seq, cursor.keys = change.seq, found.held
+            pushed += 1
+            if found.changes:
+                self.counters.pushes += 1
+            else:
+                self.counters.no_updates += 1
+        return pushed
+
+    def _ask(self, dataset: str, history: History, cursor: Cursor) -> list[Send]:
+        """Curiosity for the seqs after ``cursor`` that are not at hand (000/004: a NACK)."""
+        assert cursor.trusted_after is not None
+        wanted = history.wanted(cursor.seq + 1, cursor.trusted_after)
+        if wanted is None:
+            return []  # asked already
+        req = next(self._curiosity)
+        history.asked(req, *wanted)
+        return [Send(UPSTREAM, Curious(req, dataset, cursor.epoch, *wanted))]
 
     def _is_servable(self, subscription: Subscription) -> bool:
         seen_view, shrunk, grown = subscription.coverage_seen
@@ -527,3 +757,50 @@ def _region(view: object) -> Region:
     if not isinstance(view, Box | Sphere | Sector | RegionUnion):
         raise InvalidView(f"expected a region view, got {type(view).__name__}")
     return view
+
+
+def _every_cursor(
+    request: Subscribe, state: DatasetState, shape: Shape, current: Subscription | None
+) -> Cursor | None:
+    """The cursor an ``every`` subscription starts from (None: a full push first).
+
+    Raises:
+        InvalidView: ``resume`` without mode ``every``; an ``every`` subscription changed.
+        InvalidTransform: ``relative_to`` with mode ``every``.
+        BadRequest: the resume token's keys are not keys of the dataset.
+    """
+    if current is not None and "every" in (current.mode, request.mode):
+        same = (current.dataset, current.view, current.mode, current.shape) == (
+            request.dataset,
+            request.view,
+            request.mode,
+            shape,
+        )
+        if not same or request.resume is not None:
+            raise InvalidView(
+                f"subscription {request.sub}: the dataset, view, mode and transform of an"
+                " 'every' subscription cannot change (only its priority can): unsubscribe and"
+                " subscribe again, with its resume token to continue where it stopped"
+            )
+        return current.cursor
+    if request.mode != "every":
+        if request.resume is not None:
+            raise InvalidView("resume tokens are for mode 'every' subscriptions")
+        return None
+    if shape.relative_to is not None:
+        raise InvalidTransform(
+            "mode 'every' sends rows as they changed, one seq at a time; coordinates relative"
+            " to a moving entity (relative_to) are for mode 'latest'"
+        )
+    resume = request.resume
+    if resume is None:
+        return None
+    key = state.info.key
+    try:
+        columns = decode_columns(resume.keys)
+        if resume.keys.length and set(columns) != {key}:
+            raise ValueError(f"it holds columns {sorted(columns)}, not only the key {key!r}")
+        keys = np.unique(state.table.as_keys(columns.get(key, [])))
+    except (ProtocolError, TypeError, ValueError) as exc:
+        raise BadRequest(f"subscription {request.sub}: bad resume token: {exc}") from exc
+    return Cursor(resume.epoch, resume.seq, keys)

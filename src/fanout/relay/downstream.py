@@ -13,9 +13,11 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import TypeVar
 
+from fanout.relay.every import Cursor
 from fanout.relay.pushes import Held
 from fanout.relay.transforms import Shape
 from fanout.views import View
+from fanout.wire.messages import Mode
 
 SubKey = tuple[int, int]  # (client, subscription id chosen by that client)
 Group = TypeVar("Group", int, str)
@@ -33,7 +35,9 @@ class Subscription:
         rate: pushes per second at most.
         shape: the resolved transform its rows are sent in.
         priority: the subscriber's priority (higher first; aging lifts waiting ones).
+        mode: ``latest`` (a consistent cut per push, ticks may be skipped) or ``every``.
         held: what the subscriber holds (None: nothing yet; the next push is ``full``).
+        cursor: where an ``every`` subscription is (None: the next push is ``full``).
         servable: whether ready primitives cover the view, as last computed.
         coverage_seen: (view, shrink version, growth version) ``servable`` was computed at.
         last_push: monotonic time of the last push.
@@ -50,7 +54,9 @@ class Subscription:
     rate: float
     shape: Shape
     priority: int = 0
+    mode: Mode = "latest"
     held: Held | None = None
+    cursor: Cursor | None = None
     servable: bool = False
     coverage_seen: tuple[View | None, int, int] = (None, -1, -1)
     last_push: float = -math.inf

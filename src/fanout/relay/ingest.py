@@ -79,8 +79,11 @@ class DatasetState:
         """Whether batches are missing between the last one and ``batch``."""
         return self.seq >= 0 and batch.epoch == self.epoch and batch.seq > self.seq + 1
 
-    def write(self, batch: Batch, snapshots: Sequence[tuple[int, IndexedRegion]] = ()) -> None:
-        """Check ``batch`` and write it to the inert buffer.
+    def write(
+        self, batch: Batch, snapshots: Sequence[tuple[int, IndexedRegion]] = ()
+    ) -> tuple[dict[str, Array], Array]:
+        """Check ``batch`` and write it to the inert buffer; returns its decoded upserts (column
+        -> array) and deleted keys.
 
         Args:
             batch: the batch.
@@ -104,6 +107,7 @@ class DatasetState:
         buffer.mark(Stamp(batch.epoch, batch.seq, batch.tick, batch.tick_time))
         buffer.stage_index()
         self.epoch, self.seq = batch.epoch, batch.seq
+        return upserts, deletes
 
     def _decode(self, batch: Batch) -> tuple[dict[str, Array], Array]:
         info, table = self.info, self.buffer.inert
@@ -143,12 +147,15 @@ class Intake:
         batch: the batch.
         snapshots: (id, region) of the held primitives whose snapshots it carries.
         gap_after: the seq it follows with batches missing in between, or None.
+        upserts, deletes: the batch decoded, once written.
     """
 
     state: DatasetState
     batch: Batch
     snapshots: list[tuple[int, IndexedRegion]]
     gap_after: int | None
+    upserts: dict[str, Array] = field(default_factory=dict)
+    deletes: Array | None = None
 
     def write(self) -> None:
         """Check and write the batch to the inert buffer (``DatasetState.write``).
@@ -156,4 +163,4 @@ class Intake:
         Raises:
             ProtocolError: as ``DatasetState.write``; nothing was written then.
         """
-        self.state.write(self.batch, self.snapshots)
+        self.upserts, self.deletes = self.state.write(self.batch, self.snapshots)

@@ -103,7 +103,7 @@ _encoder = msgspec.msgpack.Encoder()
 _WIRE_DTYPES: dict[np.dtype[np.generic], str] = (
     {np.dtype(wire): wire for wire in NUMERIC_DTYPES} if sys.byteorder == "little" else {}
 )
-_NO_ROWS = msgspec.Raw(_encoder.encode(encode_columns({})))
+NO_ROWS = msgspec.Raw(_encoder.encode(encode_columns({})))
 
 
 def encode_push(sub: int, stamp: Stamp, body: Body) -> bytes:
@@ -147,7 +147,7 @@ def cut(region: IndexedRegion, shape: Shape, held: Held | None, buffer: DoubleBu
         changes=len(entered) + len(updated) + len(left),
         entered=_rows(table, entered, shape, anchor),
         updated=_rows(table, updated, shape, anchor),
-        left=_encode({table.key: left}),
+        left=encode_rows({table.key: left}),
     )
 
 
@@ -189,11 +189,11 @@ def _members(keys: Keys, among: Keys) -> npt.NDArray[np.bool_]:
 
 def _rows(table: Table, positions: Positions, shape: Shape, anchor: Anchor | None) -> msgspec.Raw:
     if not len(positions):
-        return _NO_ROWS
-    return _encode(apply(table.take(positions, shape.columns), shape, anchor))
+        return NO_ROWS
+    return encode_rows(apply(table.take(positions, shape.columns), shape, anchor))
 
 
-def _encode(rows: Mapping[str, Array]) -> msgspec.Raw:
+def encode_rows(rows: Mapping[str, Array]) -> msgspec.Raw:
     """``encode_columns`` then msgpack, with numeric columns packed directly.
 
     The relay's arrays are fresh, contiguous and in native byte order, which on little-endian

@@ -47,6 +47,7 @@ from fanout.wire.messages import (
     Catalog,
     Error,
     Hello,
+    Knowledge,
     StateRows,
     Subscribe,
     Unsubscribe,
@@ -238,8 +239,12 @@ class RelayServer:
                 self._upstream_ready.set()
             case Batch() as batch:
                 await self._take_batch(batch)
+            case Knowledge() as knowledge:
+                if self.core.on_knowledge(knowledge):
+                    self._wake.set()
             case Error() as error:
                 self.core.on_upstream_error(error)
+                self._wake.set()
             case Welcome() | StateRows():
                 raise ProtocolError(f"unexpected {type(frame).__name__.lower()} from the publisher")
 

@@ -24,6 +24,8 @@ class Primitive:
         dataset: the dataset it selects from.
         view: what it selects.
         ready: its snapshot has been applied.
+        ready_seq: the seq of the state it became ready in: from the next seq on, the relay's
+            batches hold every change inside it (-1 while not ready).
         unneeded_since: when it stopped being needed (monotonic seconds), or None.
     """
 
@@ -31,6 +33,7 @@ class Primitive:
     dataset: str
     view: View
     ready: bool = False
+    ready_seq: int = -1
     unneeded_since: float | None = None
 
 
@@ -111,6 +114,6 @@ class Upstream:
         """Mark every primitive not ready (the upstream connection was lost)."""
         self._pending.clear()
         for primitive in self._prims.values():
-            primitive.ready = False
+            primitive.ready, primitive.ready_seq = False, -1
             self._pending[primitive.dataset] = self.pending(primitive.dataset) + 1
         self._ready.clear()

@@ -136,6 +136,22 @@ class Transform(msgspec.Struct, frozen=True, omit_defaults=True):
         return msgspec.structs.replace(self, precision=precision, quantum=quantum)
 
 
+Mode = Literal["latest", "every"]
+
+
+class Resume(msgspec.Struct, frozen=True):
+    """Where an ``every``-mode subscriber stopped: its resume token for one stream.
+
+    Attributes:
+        epoch, seq: the publisher stream and the last seq it received (push or no-update).
+        keys: the key column of the rows it holds (the view's content after that seq).
+    """
+
+    epoch: int
+    seq: int
+    keys: Columns
+
+
 class Subscribe(Frame, tag="subscribe", frozen=True):
     """Hold ``view`` of ``dataset`` under the subscriber-chosen id ``sub``.
 
@@ -143,6 +159,12 @@ class Subscribe(Frame, tag="subscribe", frozen=True):
     a delta against what the subscriber already holds. ``priority`` orders the subscriptions of one
     subscriber when the relay cannot serve them all at once (higher first, with aging so none
     starves); ``transform`` adapts the rows for the subscriber.
+
+    ``mode`` is ``latest`` (each push is the view's content at one tick; ticks may be skipped)
+    or ``every`` (every seq of the stream, in order, exactly once: a push or a no-update per
+    seq; ``rate`` does not apply). An ``every`` subscription may carry ``resume``: the relay
+    continues after that seq with no gap and no duplicate, from its memory or the publisher's
+    log, or answers ``Error{code: "resync"}`` and starts again with a full push.
     """
 
     sub: int
@@ -151,6 +173,8 @@ class Subscribe(Frame, tag="subscribe", frozen=True):
     rate: float = 10.0
     priority: int = 0
     transform: Transform | None = None
+    mode: Mode = "latest"
+    resume: Resume | None = None
 
 
 class Unsubscribe(Frame, tag="unsubscribe", frozen=True):
