@@ -347,9 +347,23 @@ def _subscribe_parser(commands: Any) -> None:
         ),
     )
     parser.add_argument(
-        "--relay", default=DEFAULT_RELAY, help=f"relay URL (default: {DEFAULT_RELAY})"
+        "--relay",
+        default=DEFAULT_RELAY,
+        help=(
+            f"relay URL (default: {DEFAULT_RELAY}); several, comma-separated, to move to the next"
+            " when a connection is lost (in mode every, resuming with no gap)"
+        ),
     )
     parser.add_argument("--dataset", default="agents", help="dataset (default: agents)")
+    parser.add_argument(
+        "--mode",
+        choices=("latest", "every"),
+        default="latest",
+        help=(
+            "latest: the view at one tick per update, ticks may be coalesced; every: every seq,"
+            " in order, exactly once (default: latest)"
+        ),
+    )
     what = parser.add_mutually_exclusive_group(required=True)
     what.add_argument("--box", help="a box view: x0,y0,x1,y1 (or x0,y0,z0,x1,y1,z1 in 3-D)")
     what.add_argument(
@@ -373,24 +387,47 @@ def _run_subscribe(args: argparse.Namespace) -> int:
 
 
 async def _subscribe(args: argparse.Namespace, view: Any) -> int:
-    from fanout.client import connect
+    from fanout.client import LiveView, SubscriptionError, connect
 
-    async with connect(args.relay, name="fanout-subscribe") as subscriber:
-        live = await subscriber.subscribe(view, dataset=args.dataset, rate=args.rate)
-        seen = 0
-        async for update in live:
-            if args.json:
-                print(json.dumps(_update_json(update)), flush=True)
-            else:
-                print(
-                    f"tick {update.tick} seq {update.seq}: {'full, ' if update.full else ''}"
-                    f"{update.changed()} changed, {len(live.rows)} rows",
-                    flush=True,
+    relays = [url.strip() for url in args.relay.split(",") if url.strip()]
+    live: LiveView | None = None
+    seen, turn, attempts = 0, 0, 0  # attempts: connections lost in a row with nothing received
+    while True:
+        url = relays[turn % len(relays)]
+        try:
+            async with connect(url, name="fanout-subscribe") as subscriber:
+                live = await subscriber.subscribe(
+                    view,
+                    dataset=args.dataset,
+                    rate=args.rate,
+                    mode=args.mode,
+                    resume=live if args.mode == "every" else None,
                 )
-            seen += 1
-            if args.count and seen >= args.count:
-                break
-    return 0
+                async for update in live:
+                    _print_update(args, update, len(live.rows))
+                    seen, attempts = seen + 1, 0
+                    if args.count and seen >= args.count:
+                        return 0
+                return 0  # unsubscribed
+        except (OSError, SubscriptionError) as exc:
+            if isinstance(exc, SubscriptionError) and exc.code != "closed":
+                raise  # refused: another relay would refuse it too
+            turn, attempts = turn + 1, attempts + 1
+            if attempts > len(relays):
+                raise
+            print(f"relay {url}: {exc}; trying {relays[turn % len(relays)]}", file=sys.stderr)
+            await asyncio.sleep(1.0)
+
+
+def _print_update(args: argparse.Namespace, update: Any, rows: int) -> None:
+    if args.json:
+        print(json.dumps(_update_json(update)), flush=True)
+    else:
+        print(
+            f"tick {update.tick} seq {update.seq}: {'full, ' if update.full else ''}"
+            f"{update.changed()} changed, {rows} rows",
+            flush=True,
+        )
 
 
 def _update_json(update: Any) -> dict[str, Any]:

@@ -16,6 +16,20 @@ other subscriptions (``priority``). Rows hold the values as sent: float32 values
 floats, ``fixed`` values as integers counting ``view.effective_transform.quantum``; the
 ``capabilities`` given to :func:`connect` decide what the relay may send (see
 ``Transform.negotiate``).
+
+``mode="every"`` asks for every change, in order, exactly once: one update per publisher seq (a
+push, or a no-update when nothing in the view changed), none coalesced, none dropped from the
+iteration buffer. ``view.token()`` is where it stopped; after a disconnect, subscribe again —
+on the same relay or another — with ``resume=old_view`` and the new view continues with the old
+rows from the next seq, with no gap and no duplicate::
+
+    view = await sub.subscribe(box, mode="every")
+    ...  # the connection drops
+    async with connect(other_relay) as sub2:
+        view = await sub2.subscribe(box, mode="every", resume=view)
+
+If the seqs it missed are no longer in the publisher's log, the relay says so (``view.resyncs``
+counts it) and starts again with a full push: never a silent loss.
 """
 
 from __future__ import annotations
@@ -38,13 +52,15 @@ from websockets.exceptions import ConnectionClosed
 from fanout.errors import FanoutError, ProtocolError
 from fanout.views import View
 from fanout.wire import codec
-from fanout.wire.columns import decode_columns
+from fanout.wire.columns import decode_columns, encode_columns
 from fanout.wire.messages import (
     PROTOCOL_VERSION,
     Error,
     Hello,
+    Mode,
     NoUpdate,
     Push,
+    Resume,
     Subscribe,
     Subscribed,
     Transform,
@@ -124,6 +140,9 @@ class LiveView:
     buffer: int = 256
     priority: int = 0
     transform: Transform | None = None
+    mode: Mode = "latest"
+    resyncs: int = 0
+    gaps: int = 0
     _queue: deque[Update] = field(default_factory=deque)
     _signal: asyncio.Event = field(default_factory=asyncio.Event)
     _closed: bool = False
@@ -155,8 +174,21 @@ class LiveView:
         self._waiters.append((self.updates + count, future))
         await future
 
+    def token(self) -> Resume:
+        """Where this view is: (epoch, seq, keys held), to resume an ``every`` subscription."""
+        keys = list(self.rows)
+        if keys and all(isinstance(k, int) for k in keys):
+            column: npt.NDArray[Any] = np.array(sorted(keys), dtype=np.int64)
+        else:
+            column = np.array(sorted(keys), dtype=object)
+        return Resume(self.epoch, self.seq, encode_columns({self.key: column}))
+
     async def change(self, view: View, rate: float | None = None) -> None:
-        """Move the view; the next update is a delta against the rows held."""
+        """Move the view; the next update is a delta against the rows held.
+
+        An ``every`` subscription's view cannot change (the relay refuses it and ends the
+        subscription): unsubscribe, and subscribe to the new view.
+        """
         self.view = view
         await self.subscriber._send(
             Subscribe(
@@ -194,9 +226,11 @@ class LiveView:
             )
         else:
             update = self._apply_push(frame)
+        if self.mode == "every" and not update.full and update.seq != self.seq + 1:
+            self.gaps += 1  # a relay broke its promise; counted so that tests can see it
         self.epoch, self.seq, self.tick = update.epoch, update.seq, update.tick
         self.updates += 1
-        if len(self._queue) >= self.buffer:
+        if self.mode == "latest" and len(self._queue) >= self.buffer:
             self._queue.popleft()
             self.dropped += 1
         self._queue.append(update)
@@ -267,6 +301,7 @@ class Subscriber:
         self._pending: dict[int, asyncio.Future[Subscribed]] = {}
         self._pending_views: dict[int, Subscribe] = {}
         self._rates: dict[int, float] = {}
+        self._resumed: dict[int, LiveView] = {}
         self._decoder = codec.to_subscriber()
         self._reader: asyncio.Task[None] | None = None
         self.errors: list[Error] = []
@@ -283,6 +318,9 @@ class Subscriber:
         rate: float = 10.0,
         priority: int = 0,
         transform: Transform | None = None,
+        *,
+        mode: Mode = "latest",
+        resume: LiveView | None = None,
     ) -> LiveView:
         """Hold ``view`` of ``dataset``, pushed at most ``rate`` times a second.
 
@@ -294,6 +332,10 @@ class Subscriber:
                 relay cannot serve them all at once (waiting ones gain priority as they wait).
             transform: how the relay adapts the rows (projection, precision, relative
                 coordinates); None sends them as stored.
+            mode: ``latest`` (each update is the view at one tick; ticks may be coalesced) or
+                ``every`` (every seq, in order, exactly once; ``rate`` does not apply).
+            resume: an ``every`` view of an earlier connection (the same view of the same
+                dataset): the new one starts with its rows and continues after its seq.
 
         Raises:
             SubscriptionError: the relay refused it (bad view, unknown dataset, bad
@@ -301,7 +343,14 @@ class Subscriber:
         """
         sub = next(self._ids)
         future: asyncio.Future[Subscribed] = asyncio.get_running_loop().create_future()
-        request = Subscribe(sub, dataset, view, rate, priority, transform)
+        token = None
+        if resume is not None:
+            if (resume.dataset, resume.view, mode) != (dataset, view, "every"):
+                raise ValueError("resume takes an 'every' view of the same dataset and view")
+            token = resume.token() if resume.seq >= 0 else None
+        request = Subscribe(sub, dataset, view, rate, priority, transform, mode, token)
+        if token is not None:
+            self._resumed[sub] = resume  # type: ignore[assignment]
         self._pending[sub] = future
         self._pending_views[sub] = request
         self._rates[sub] = rate
@@ -311,6 +360,7 @@ class Subscriber:
         finally:
             self._pending.pop(sub, None)
             self._pending_views.pop(sub, None)
+            self._resumed.pop(sub, None)
         return self._views[sub]
 
     async def _send(self, frame: Subscribe | Unsubscribe) -> None:
@@ -351,10 +401,19 @@ class Subscriber:
                     buffer=self._buffer,
                     priority=request.priority,
                     transform=request.transform,
+                    mode=request.mode,
                 )
+                earlier = self._resumed.get(sub)
+                if earlier is not None:  # continue from its rows and seq
+                    view = self._views[sub]
+                    view.rows = dict(earlier.rows)
+                    view.epoch, view.seq, view.tick = earlier.epoch, earlier.seq, earlier.tick
+                    view.resyncs, view.gaps = earlier.resyncs, earlier.gaps
                 self._pending[sub].set_result(frame)
             case Unsubscribed(sub=sub) if sub in self._views:
                 self._views.pop(sub)._end(None)
+            case Error(code="resync", ref=ref) if ref in self._views:
+                self._views[ref].resyncs += 1  # a full push follows
             case Error(ref=ref) if ref is not None and ref in self._pending:
                 self._pending[ref].set_exception(SubscriptionError(frame.code, frame.message))
             case Error(ref=ref) if ref is not None and ref in self._views:

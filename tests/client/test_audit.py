@@ -1,0 +1,115 @@
+"""Auditing an ``every`` subscriber against a real (SQLite) publisher log (client/audit.py)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pytest
+
+from fanout.client import Update
+from fanout.client.audit import audit
+from fanout.publisher.log import LogEntry, SqliteLog
+from fanout.views import Box
+
+VIEW = Box((0, 0), (10, 10))
+# seq -> the micro-batch's whole change: key -> (x, y) or None for a delete
+CHANGES: dict[int, dict[int, tuple[float, float] | None]] = {
+    0: {1: (1.0, 1.0), 2: (20.0, 20.0), 3: (5.0, 5.0)},
+    1: {1: (2.0, 2.0), 2: (3.0, 3.0)},  # 1 updated, 2 entered
+    2: {3: None, 4: (50.0, 50.0)},  # 3 deleted: left; 4 outside: nothing
+    3: {1: (30.0, 1.0)},  # 1 left the view
+}
+
+
+@pytest.fixture
+def log(tmp_path: Path):
+    with SqliteLog(tmp_path / "log.db") as stored:
+        for seq, change in CHANGES.items():
+            keys = sorted(change)
+            rows = pa.table(
+                {
+                    "id": pa.array(keys, pa.int64()),
+                    "x": [(change[k] or (0.0, 0.0))[0] for k in keys],
+                    "y": [(change[k] or (0.0, 0.0))[1] for k in keys],
+                    "_version": pa.array([seq] * len(keys), pa.int64()),
+                    "_deleted": [change[k] is None for k in keys],
+                }
+            )
+            stored.append(LogEntry("agents", 1, seq, 10 * seq, float(seq), rows))
+        yield stored
+
+
+def update(seq: int, entered=(), updated=(), left=(), full: bool = False) -> Update:
+    def columns(rows) -> dict[str, np.ndarray]:
+        if not rows:
+            return {}
+        return {
+            "id": np.array([k for k, _ in rows], dtype=np.int64),
+            "x": np.array([p[0] for _, p in rows]),
+            "y": np.array([p[1] for _, p in rows]),
+        }
+
+    return Update(
+        1,
+        1,
+        seq,
+        10 * seq,
+        full,
+        columns(entered),
+        columns(updated),
+        np.array(left, dtype=np.int64),
+        float(seq),
+        0.0,
+    )
+
+
+GOOD = [
+    update(0, entered=[(1, (1.0, 1.0)), (3, (5.0, 5.0))], full=True),
+    update(1, entered=[(2, (3.0, 3.0))], updated=[(1, (2.0, 2.0))]),
+    update(2, left=[3]),
+    update(3, left=[1]),
+]
+
+
+def run(log, updates):
+    return audit(updates, VIEW, key="id", index=("x", "y"), log=log, dataset="agents")
+
+
+def test_a_faithful_sequence_is_clean(log) -> None:
+    report = run(log, GOOD)
+    assert report.clean, report.problems
+    assert (report.delivered, report.first, report.last) == (4, 0, 3)
+    assert report.held == {2}
+
+
+def test_a_missing_seq_is_lost(log) -> None:
+    report = run(log, [GOOD[0], GOOD[1], GOOD[3]])
+    assert report.lost == 1
+    assert not report.clean
+
+
+def test_a_repeated_or_late_seq_is_counted(log) -> None:
+    report = run(log, [GOOD[0], GOOD[1], GOOD[2], GOOD[1], GOOD[3]])
+    assert report.duplicated == 1
+    report = run(log, [GOOD[0], GOOD[2], GOOD[1], GOOD[3]])
+    assert report.reordered == 1
+
+
+def test_wrong_rows_are_mismatched(log) -> None:
+    wrong = update(1, entered=[(2, (3.0, 3.5))], updated=[(1, (2.0, 2.0))])
+    report = run(log, [GOOD[0], wrong, GOOD[2], GOOD[3]])
+    assert report.mismatched == 1
+    missing_left = update(2)
+    report = run(log, [GOOD[0], GOOD[1], missing_left, GOOD[3]])
+    assert report.mismatched >= 1
+    assert "left" in report.problems[0]
+
+
+def test_a_full_push_after_a_resync_restarts_the_replay(log) -> None:
+    restart = update(3, entered=[(2, (3.0, 3.0))], full=True)
+    report = run(log, [GOOD[0], GOOD[1], restart])
+    assert report.clean, report.problems
+    assert report.restarts == 1
+    assert report.held == {2}
