@@ -31,6 +31,7 @@ from fanout.wire.messages import (
     DatasetInfo,
     Error,
     Hello,
+    Horizon,
     Knowledge,
     ReadState,
     StateRows,
@@ -159,6 +160,21 @@ async def test_acquire_is_checked_and_recorded(control) -> None:
     assert isinstance(first, Error) and first.ref == 1 and "unknown dataset" in first.message
     assert isinstance(second, Error) and second.ref == 2 and "already held" in second.message
     assert plane.registry.plan("agents").prims == {1: {2: Box((0, 0), (1, 1))}}
+    await relay.close()
+
+
+async def test_a_relays_horizon_holds_the_log_until_released(control) -> None:
+    plane, _, url = control
+    relay = await hello(url)
+    await relay.send(codec.encode(Horizon("agents", 1, 12)))
+    await relay.send(codec.encode(Horizon("agents", 1, 15)))
+    await relay.send(codec.encode(Curious(9, "agents", 1, 3, 3)))  # frames are taken in order:
+    await frames(relay, 1)  # once this is answered, the horizons were recorded
+    assert plane.registry.floor() == {("agents", 1): 15}
+    await relay.send(codec.encode(Horizon("agents", 1, -1)))
+    await relay.send(codec.encode(Curious(10, "agents", 1, 3, 3)))
+    await frames(relay, 1)
+    assert plane.registry.floor() == {}
     await relay.close()
 
 

@@ -59,3 +59,18 @@ def test_a_dropped_relay_disappears_from_plans() -> None:
     registry.acquire(relay, 1, "agents", BOX)
     registry.drop_relay(relay)
     assert registry.plan("agents").relays == frozenset()
+
+
+def test_the_log_floor_is_the_lowest_horizon_of_connected_relays() -> None:
+    registry = Registry()
+    first, second = registry.add_relay("a"), registry.add_relay("b")
+    registry.hold(first, "agents", 1, 40)
+    registry.hold(second, "agents", 1, 25)
+    registry.hold(second, "orders", 3, 7)
+    assert registry.floor() == {("agents", 1): 25, ("orders", 3): 7}
+    registry.hold(second, "agents", 1, -1)  # released
+    assert registry.floor() == {("agents", 1): 40, ("orders", 3): 7}
+    registry.drop_relay(first)  # gone: it holds nothing
+    assert registry.floor() == {("orders", 3): 7}
+    registry.hold(first, "agents", 1, 3)  # a relay that is gone is ignored
+    assert registry.floor() == {("orders", 3): 7}

@@ -28,6 +28,7 @@ from fanout.wire.messages import (
     Curious,
     DatasetInfo,
     Error,
+    Horizon,
     Knowledge,
     NoUpdate,
     Push,
@@ -397,3 +398,22 @@ def test_a_delta_takes_the_held_rows_to_the_view_after_the_change(before, moved,
     assert set(ids[found.entered].tolist()) == inside(after) - inside(before)
     assert set(ids[found.updated].tolist()) == inside(after) & inside(before) & set(moved)
     assert set(found.left.tolist()) == inside(before) - inside(after)
+
+
+def test_the_relay_tells_the_publisher_the_lowest_seq_its_subscribers_need() -> None:
+    publisher = Publisher()
+    core = relay()
+    subscriber = Subscriber()
+    publisher.take(core.on_subscribe(1, Subscribe(1, "agents", VIEW, mode="every")))
+    core.on_batch(publisher.step({1: (1.0, 1.0)}))
+    run(core, publisher, subscriber, 1.0)
+    horizons = [s.frame for s in core.housekeeping(2.0) if isinstance(s.frame, Horizon)]
+    assert horizons == [Horizon("agents", 1, 1)]
+    assert [s for s in core.housekeeping(3.0) if isinstance(s.frame, Horizon)] == []  # unchanged
+    core.on_batch(publisher.step({1: (2.0, 1.0)}))
+    run(core, publisher, subscriber, 4.0)
+    horizons = [s.frame for s in core.housekeeping(5.0) if isinstance(s.frame, Horizon)]
+    assert horizons == [Horizon("agents", 1, 2)]
+    core.on_disconnect(1)
+    horizons = [s.frame for s in core.housekeeping(6.0) if isinstance(s.frame, Horizon)]
+    assert horizons == [Horizon("agents", 1, -1)]  # released

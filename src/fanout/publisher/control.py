@@ -35,6 +35,7 @@ from fanout.wire.messages import (
     DatasetInfo,
     Error,
     Frame,
+    Horizon,
     Knowledge,
     Publish,
     Published,
@@ -268,6 +269,8 @@ class ControlPlane:
                 asyncio.get_running_loop().create_task(self._publish(frame, outbound))
             case Curious() if relay is not None:
                 asyncio.get_running_loop().create_task(self._curious(frame, outbound))
+            case Horizon(dataset=dataset, epoch=epoch, seq=seq) if relay is not None:
+                self.registry.hold(relay, dataset, epoch, seq)
             case _:
                 message = f"{type(frame).__name__.lower()} is not accepted by the publisher"
                 outbound.offer(codec.encode(Error("protocol", message)))

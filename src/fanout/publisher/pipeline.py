@@ -347,7 +347,10 @@ class Pipeline:
         entry = LogEntry(stamp.dataset, stamp.epoch, stamp.seq, stamp.tick, stamp.tick_time, rows)
         self.log.append(entry)
         if stamp.seq % RETENTION_EVERY == 0:
-            policy = Retention(max_age_seconds=self.retention_seconds)
+            # Entries a connected relay still needs stay, however old (seed 004: the log is
+            # trimmed only once its holders released them).
+            floor = self.registry.floor()
+            policy = Retention(max_age_seconds=self.retention_seconds, floor=floor)
             self.log.apply_retention(policy, now=time.time())
 
     def _tables_for(self, plan: Plan) -> MatchTables | None:

@@ -31,6 +31,7 @@ class _Relay:
     name: str
     prims: dict[int, tuple[str, View]] = field(default_factory=dict)
     fresh: set[int] = field(default_factory=set)
+    horizons: dict[tuple[str, int], int] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -100,6 +101,27 @@ class Registry:
             del entry.prims[prim]
             entry.fresh.discard(prim)
             self._version += 1
+
+    def hold(self, relay: int, dataset: str, epoch: int, seq: int) -> None:
+        """``relay`` still needs seqs ``seq`` onwards of (dataset, epoch); -1: none any more."""
+        with self._lock:
+            entry = self._relays.get(relay)
+            if entry is None:
+                return
+            if seq < 0:
+                entry.horizons.pop((dataset, epoch), None)
+            else:
+                entry.horizons[(dataset, epoch)] = seq
+
+    def floor(self) -> dict[tuple[str, int], int]:
+        """(dataset, epoch) -> the lowest seq a connected relay still needs (the log's
+        ``Retention.floor``)."""
+        with self._lock:
+            lowest: dict[tuple[str, int], int] = {}
+            for entry in self._relays.values():
+                for stream, seq in entry.horizons.items():
+                    lowest[stream] = min(seq, lowest.get(stream, seq))
+            return lowest
 
     def plan(self, dataset: str) -> Plan:
         """A consistent copy of every relay's primitives of ``dataset``."""

@@ -53,6 +53,7 @@ from fanout.wire.messages import (
     DatasetInfo,
     Error,
     Frame,
+    Horizon,
     Knowledge,
     NoUpdate,
     Release,
@@ -119,6 +120,7 @@ class RelayCore:
         self.histories: dict[str, History] = {}
         self._curiosity = itertools.count(FIRST_CURIOSITY)
         self._owed_resync: dict[SubKey, str] = {}
+        self._horizons: dict[str, tuple[int, int]] = {}  # dataset -> (epoch, seq) told upstream
         # A turn can be several frames (``every`` mode); what a stopped round did not yield of
         # it goes out first in the next round, so nothing decided is lost.
         self._unsent: deque[Send] = deque()
@@ -146,6 +148,7 @@ class RelayCore:
         publisher replays first (``resume_points`` went in the ``Hello``).
         """
         self.on_upstream_lost()
+        self._horizons.clear()  # a new connection holds nothing: told again at housekeeping
         return [Send(UPSTREAM, Acquire(p.prim, p.dataset, p.view)) for p in self.upstream]
 
     def resume_points(self) -> dict[str, tuple[int, int]]:
@@ -713,6 +716,28 @@ class RelayCore:
                     state.released.append((_region(prim.view), now))
                     self._shrunk += 1
             self._prune(state, now)
+        return sends + self._horizon_sends()
+
+    def _horizon_sends(self) -> list[Send]:
+        """Tell the publisher the lowest seq each dataset's ``every`` subscriptions may still
+        ask for, when it changed (``Horizon``: the log keeps entries from it on)."""
+        sends: list[Send] = []
+        for name, state in self.datasets.items():
+            needed = [
+                s.cursor.seq + 1
+                for s in self.downstream.of_dataset(name)
+                if s.cursor is not None and s.cursor.epoch == state.epoch
+            ]
+            want = (state.epoch, min(needed)) if needed else None
+            told = self._horizons.get(name)
+            if want == told:
+                continue
+            if told is not None and (want is None or want[0] != told[0]):
+                sends.append(Send(UPSTREAM, Horizon(name, told[0], -1)))
+                del self._horizons[name]
+            if want is not None:
+                sends.append(Send(UPSTREAM, Horizon(name, *want)))
+                self._horizons[name] = want
         return sends
 
     def _prune(self, state: DatasetState, now: float) -> None:

@@ -293,6 +293,19 @@ class Curious(Frame, tag="curious", frozen=True):
     last: int
 
 
+class Horizon(Frame, tag="horizon", frozen=True):
+    """A relay still needs seqs ``seq`` onwards of (dataset, epoch) from the publisher's log.
+
+    The lowest seq its ``every`` subscriptions may still ask for (seed 004: a subscriber's
+    release); ``seq = -1``: it needs nothing any more. The publisher does not trim the log past
+    the lowest horizon of its connected relays, whatever the age of the entries.
+    """
+
+    dataset: str
+    epoch: int
+    seq: int
+
+
 class Knowledge(Frame, tag="knowledge", frozen=True):
     """One logged micro-batch's whole change (every changed row, and every deleted key), sent
     in answer to ``Curious``; it does not advance the relay's live stream."""
@@ -348,5 +361,5 @@ class Published(Frame, tag="published", frozen=True):
 
 ToRelay = Hello | Subscribe | Unsubscribe
 ToSubscriber = Welcome | Subscribed | Push | NoUpdate | Unsubscribed | Error
-ToPublisher = Hello | Acquire | Release | ReadState | Publish | Curious
+ToPublisher = Hello | Acquire | Release | ReadState | Publish | Curious | Horizon
 FromPublisher = Welcome | Catalog | Batch | Knowledge | StateRows | Published | Error
