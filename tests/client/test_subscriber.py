@@ -10,7 +10,7 @@ import pytest
 
 from fanout.client.subscriber import LiveView, Subscriber, SubscriptionError
 from fanout.views import Box
-from fanout.wire.columns import encode_columns
+from fanout.wire.columns import decode_columns, encode_columns
 from fanout.wire.messages import NoUpdate, Push
 
 
@@ -89,3 +89,25 @@ async def test_an_ended_subscription_raises_to_iterators_and_waiters() -> None:
         await waiting
     with pytest.raises(SubscriptionError):
         await live.__aiter__().__anext__()
+
+
+async def test_an_every_view_keeps_every_notice_and_counts_breaks_in_the_sequence() -> None:
+    live = view(buffer=2)
+    live.mode = "every"
+    live._apply(push(0, full=True, entered={"id": [1], "x": [0.1]}))
+    for seq in range(1, 5):
+        live._apply(NoUpdate(1, 1, seq, 10 * seq))
+    assert live.dropped == 0  # never dropped in mode every: the program sees every seq
+    assert live.gaps == 0
+    live._apply(push(7, updated={"id": [1], "x": [0.7]}))
+    assert live.gaps == 1
+    iterator = live.__aiter__()
+    assert [(await iterator.__anext__()).seq for _ in range(6)] == [0, 1, 2, 3, 4, 7]
+
+
+def test_a_token_names_the_seq_and_the_keys_held() -> None:
+    live = view()
+    live._apply(push(3, full=True, entered={"id": [5, 2], "x": [0.5, 0.2]}))
+    token = live.token()
+    assert (token.epoch, token.seq) == (1, 3)
+    assert decode_columns(token.keys)["id"].tolist() == [2, 5]
