@@ -1,0 +1,207 @@
+"""Gapless delivery under faults, with real processes on loopback (issue 5, item 5).
+
+A Spark publisher and two relays run as processes; ``every``-mode subscribers (``fanout.client``)
+hold box views while a relay is killed with SIGKILL (its subscribers resume on the other relay), a
+subscriber is away for 30 s, a relay is stopped with SIGSTOP for 5 s, and the publisher is
+killed and restarted. Each check reads the publisher's log (its only durable copy of the stream)
+and replays every subscriber's updates against it: the seqs are contiguous (nothing lost,
+nothing duplicated, nothing reordered) and every update's entered, updated and left rows are
+exactly what that seq's logged change makes of the view.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+import pytest_asyncio
+
+from fanout.client import LiveView, SubscriptionError, Update, connect
+from fanout.client.audit import audit
+from fanout.launch import Child, start
+from fanout.publisher.log import SqliteLog
+from fanout.views import Box
+
+pytestmark = [pytest.mark.integration, pytest.mark.asyncio(loop_scope="module")]
+
+BOXES = [Box((100, 100), (300, 300)), Box((250, 250), (450, 450)), Box((600, 0), (800, 250))]
+
+
+@pytest_asyncio.fixture(scope="module", loop_scope="module")
+async def publisher(tmp_path: Path) -> AsyncIterator[list[Child]]:
+    """The publisher, in a list: the last test replaces it with its restarted self."""
+    children = [await _publisher(tmp_path, 0)]
+    try:
+        yield children
+    finally:
+        await children[-1].stop()
+
+
+async def _publisher(tmp_path: Path, port: int) -> Child:
+    args = ["--port", str(port), "--state-dir", str(tmp_path / "publisher"), "--agents", "2000"]
+    return await start("publisher", [*args, "--log-level", "info"], tmp_path / "publisher.log")
+
+
+@pytest_asyncio.fixture(scope="module", loop_scope="module")
+async def relays(publisher: list[Child], tmp_path: Path) -> AsyncIterator[list[Child]]:
+    children = []
+    try:
+        for name in ("a", "b", "c"):
+            args = ["--publisher", publisher[0].url, "--port", "0", "--name", name]
+            log = tmp_path / f"relay-{name}.log"
+            children.append(await start("relay", [*args, "--log-level", "info"], log))
+        yield children
+    finally:
+        for child in children:
+            await child.stop()
+
+
+class Follower:
+    """One ``every`` subscriber: every update it received, across its connections."""
+
+    def __init__(self, box: Box) -> None:
+        self.box = box
+        self.view: LiveView | None = None
+        self.updates: list[Update] = []
+        self.failures: list[SubscriptionError] = []
+        self._stack: contextlib.AsyncExitStack | None = None
+        self._task: asyncio.Task[None] | None = None
+        self._arrived = asyncio.Event()
+
+    async def attach(self, url: str) -> None:
+        """Connect to a relay and subscribe, resuming where the last connection stopped."""
+        await self.detach()
+        self._stack = contextlib.AsyncExitStack()
+        subscriber = await self._stack.enter_async_context(connect(url))
+        self.view = await subscriber.subscribe(self.box, mode="every", resume=self.view)
+        self._task = asyncio.create_task(self._drain(self.view))
+
+    async def _drain(self, view: LiveView) -> None:
+        try:
+            async for update in view:
+                self.updates.append(update)
+                self._arrived.set()
+        except SubscriptionError as exc:
+            self.failures.append(exc)  # the connection went away: the test reconnects
+
+    async def detach(self) -> None:
+        """Drop the connection (what a crash of the subscriber's side looks like)."""
+        if self._stack is not None:
+            with contextlib.suppress(Exception):
+                await self._stack.aclose()
+            self._stack = None
+        if self._task is not None:
+            with contextlib.suppress(asyncio.CancelledError):
+                await asyncio.wait_for(self._task, 10)
+            self._task = None
+
+    async def received(self, more: int, timeout: float = 120.0) -> None:
+        """Wait until ``more`` updates beyond those already received have arrived."""
+        target = len(self.updates) + more
+        async with asyncio.timeout(timeout):
+            while len(self.updates) < target:
+                self._arrived.clear()
+                await self._arrived.wait()
+
+    async def reached(self, seq: int, timeout: float = 180.0) -> None:
+        """Wait until the update of ``seq`` has arrived."""
+        async with asyncio.timeout(timeout):
+            while not self.updates or self.updates[-1].seq < seq:
+                self._arrived.clear()
+                await self._arrived.wait()
+
+
+def logged(tmp_path: Path, follower: Follower) -> int:
+    """The last seq in the publisher's log (of the stream ``follower`` follows)."""
+    with SqliteLog(tmp_path / "publisher" / "log.db") as stored:
+        bounds = stored.bounds("agents", follower.updates[0].epoch)
+    assert bounds is not None
+    return bounds[1]
+
+
+def check(follower: Follower, log: Path, resyncs: int = 0) -> int:
+    """Replay ``follower``'s updates against the publisher's log; returns how many seqs."""
+    view = follower.view
+    assert view is not None
+    assert view.gaps == 0
+    assert view.resyncs == resyncs
+    with SqliteLog(log) as stored:
+        report = audit(
+            follower.updates, follower.box, key="id", index=("x", "y"), log=stored, dataset="agents"
+        )
+    assert report.clean, report.problems
+    assert report.restarts == resyncs
+    assert report.held == set(view.rows)
+    return report.delivered
+
+
+async def test_a_killed_relays_subscribers_resume_on_another_relay(publisher, relays, tmp_path):
+    a, b, _ = relays
+    followers = [Follower(box) for box in BOXES]
+    for follower in followers:
+        await follower.attach(a.url)
+    await asyncio.gather(*(f.received(5) for f in followers))
+    a.kill()  # SIGKILL: no goodbye; the subscribers' connections break
+    await a.process.wait()
+    for follower in followers:
+        await follower.detach()
+        await follower.attach(b.url)
+    target = logged(tmp_path, followers[0]) + 3
+    await asyncio.gather(*(f.reached(target) for f in followers))
+    for follower in followers:
+        await follower.detach()
+        assert follower.failures, "the kill did not reach the subscriber"
+        check(follower, tmp_path / "publisher" / "log.db")
+
+
+async def test_a_subscriber_away_for_30_s_resumes_without_a_gap(publisher, relays, tmp_path):
+    _, b, _ = relays
+    follower = Follower(BOXES[0])
+    await follower.attach(b.url)
+    await follower.received(3)
+    await follower.detach()
+    away = follower.updates[-1].seq
+    await asyncio.sleep(30)
+    await follower.attach(b.url)
+    back = logged(tmp_path, follower)
+    assert back > away + 1, "no seq was published while the subscriber was away"
+    await follower.reached(back + 2)  # the missed seqs (the relay's window or the log), then live
+    await follower.detach()
+    check(follower, tmp_path / "publisher" / "log.db")
+
+
+async def test_a_relay_stopped_for_5_s_loses_nothing(publisher, relays, tmp_path):
+    _, _, c = relays
+    followers = [Follower(box) for box in BOXES[:2]]
+    for follower in followers:
+        await follower.attach(c.url)
+    await asyncio.gather(*(f.received(3) for f in followers))
+    c.pause()
+    await asyncio.sleep(5)
+    c.resume()
+    target = logged(tmp_path, followers[0]) + 3
+    await asyncio.gather(*(f.reached(target) for f in followers))
+    for follower in followers:
+        await follower.detach()
+        assert follower.failures == [] or all(e.code == "closed" for e in follower.failures)
+        check(follower, tmp_path / "publisher" / "log.db")
+
+
+async def test_the_publisher_killed_and_restarted_loses_nothing(publisher, relays, tmp_path):
+    _, b, c = relays
+    followers = [Follower(BOXES[0]), Follower(BOXES[2])]
+    await followers[0].attach(b.url)
+    await followers[1].attach(c.url)
+    await asyncio.gather(*(f.received(3) for f in followers))
+    first = publisher[-1]
+    first.kill()
+    await first.process.wait()
+    killed_at = logged(tmp_path, followers[0])
+    publisher.append(await _publisher(tmp_path, int(first.url.rsplit(":", 1)[1])))
+    await asyncio.gather(*(f.reached(killed_at + 3, timeout=240) for f in followers))
+    for follower in followers:
+        await follower.detach()
+        check(follower, tmp_path / "publisher" / "log.db")
