@@ -82,3 +82,20 @@ def test_subscribe_to_a_relay_that_is_not_there_fails_cleanly() -> None:
     assert result.returncode != 0
     assert "Traceback" not in result.stderr
     assert "fanout subscribe:" in result.stderr
+
+
+def test_subscribe_tries_each_relay_given_then_fails_cleanly() -> None:
+    result = subprocess.run(
+        [
+            *(sys.executable, "-m", "fanout", "subscribe", "--mode", "every", "--box", "0,0,1,1"),
+            *("--relay", "ws://127.0.0.1:9,ws://127.0.0.1:11"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert result.returncode != 0
+    assert "Traceback" not in result.stderr
+    assert "trying ws://127.0.0.1:11" in result.stderr
+    assert "fanout subscribe:" in result.stderr
