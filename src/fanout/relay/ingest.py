@@ -22,6 +22,7 @@ import numpy as np
 from fanout.errors import ProtocolError
 from fanout.relay.spatial import IndexedRegion
 from fanout.relay.state import Array, DoubleBuffer, Stamp, Table
+from fanout.views import View
 from fanout.wire.columns import decode_columns
 from fanout.wire.messages import Batch, DatasetInfo
 
@@ -80,14 +81,14 @@ class DatasetState:
         return self.seq >= 0 and batch.epoch == self.epoch and batch.seq > self.seq + 1
 
     def write(
-        self, batch: Batch, snapshots: Sequence[tuple[int, IndexedRegion]] = ()
+        self, batch: Batch, snapshots: Sequence[tuple[int, View]] = ()
     ) -> tuple[dict[str, Array], Array]:
         """Check ``batch`` and write it to the inert buffer; returns its decoded upserts (column
         -> array) and deleted keys.
 
         Args:
             batch: the batch.
-            snapshots: (id, region) of the held primitives whose snapshots it carries; they
+            snapshots: (id, view) of the held primitives whose snapshots it carries; they
                 become ready when this state is swapped in.
 
         Raises:
@@ -99,7 +100,7 @@ class DatasetState:
             buffer.restart_changes()  # seqs restart in a new epoch
         # A snapshot is its primitive's whole content: drop what we held there first, so rows
         # that left it while we were not subscribed do not linger.
-        buffer.delete_inside([region for _, region in snapshots])
+        self.drop_inside([view for _, view in snapshots])
         self.readying.extend(prim for prim, _ in snapshots)
         if batch.upserts.length:
             buffer.upsert(upserts, batch.seq)
@@ -108,6 +109,10 @@ class DatasetState:
         buffer.stage_index()
         self.epoch, self.seq = batch.epoch, batch.seq
         return upserts, deletes
+
+    def drop_inside(self, views: Sequence[View]) -> None:
+        """Delete the inert rows inside any of these primitives (regions; see ``relay.keyed``)."""
+        self.buffer.delete_inside([view for view in views if isinstance(view, IndexedRegion)])
 
     def _decode(self, batch: Batch) -> tuple[dict[str, Array], Array]:
         info, table = self.info, self.buffer.inert
@@ -145,14 +150,14 @@ class Intake:
     Attributes:
         state: the dataset (``busy`` until the core finishes the intake).
         batch: the batch.
-        snapshots: (id, region) of the held primitives whose snapshots it carries.
+        snapshots: (id, view) of the held primitives whose snapshots it carries.
         gap_after: the seq it follows with batches missing in between, or None.
         upserts, deletes: the batch decoded, once written.
     """
 
     state: DatasetState
     batch: Batch
-    snapshots: list[tuple[int, IndexedRegion]]
+    snapshots: list[tuple[int, View]]
     gap_after: int | None
     upserts: dict[str, Array] = field(default_factory=dict)
     deletes: Array | None = None

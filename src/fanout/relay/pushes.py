@@ -128,14 +128,28 @@ def cut(region: IndexedRegion, shape: Shape, held: Held | None, buffer: DoubleBu
     Raises:
         EntityNotHeld: the shape's reference entity is not in the active buffer.
     """
-    table = buffer.active
     anchor = locate_anchor(shape, buffer)
-    positions = buffer.query(region)
+    return cut_positions(buffer.query(region), shape, held, buffer, anchor)
+
+
+def cut_positions(
+    positions: Positions,
+    shape: Shape,
+    held: Held | None,
+    buffer: DoubleBuffer,
+    anchor: Anchor | None = None,
+) -> Body:
+    """Cut the push of the active rows at ``positions`` (sorted) for a subscriber holding ``held``.
+
+    The view's rows were found by the caller: a region's through the spatial index (:func:`cut`),
+    a topic filter's or an object path's by their keys (``relay.keyed``).
+    """
+    table = buffer.active
     keys = table.keys[positions]
     if held is None:
         entered, updated, left = positions, positions[:0], keys[:0]
     else:
-        present, left = _compare(held.keys, keys)
+        present, left = compare_keys(held.keys, keys)
         entered = positions[~present]
         updated = positions[present]
         if not (held.refresh or held.anchor != anchor):
@@ -170,15 +184,16 @@ def locate_anchor(shape: Shape, buffer: DoubleBuffer) -> Anchor | None:
     return tuple(float(table.column(name)[at]) for name in shape.relative)
 
 
-def _compare(held: Keys, keys: Keys) -> tuple[npt.NDArray[np.bool_], Keys]:
+def compare_keys(held: Keys, keys: Keys) -> tuple[npt.NDArray[np.bool_], Keys]:
     """For sorted key arrays: which of ``keys`` are in ``held``, and the held keys not in them."""
     if len(held) == len(keys) and bool(np.all(held == keys)):  # the usual case: same rows
         return np.ones(len(keys), dtype=bool), held[:0]
-    present = _members(keys, held)
-    return present, held[~_members(held, keys)]
+    present = members(keys, held)
+    return present, held[~members(held, keys)]
 
 
-def _members(keys: Keys, among: Keys) -> npt.NDArray[np.bool_]:
+def members(keys: Keys, among: Keys) -> npt.NDArray[np.bool_]:
+    """Which of ``keys`` are in the sorted array ``among``."""
     if not len(among):
         return np.zeros(len(keys), dtype=bool)
     at = among.searchsorted(keys)

@@ -13,6 +13,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 from fanout.views import CoverIndex, View
+from fanout.views.region import REGIONS
 
 
 @dataclass
@@ -61,7 +62,8 @@ class Upstream:
         """Record a new primitive (not ready until its snapshot arrives)."""
         primitive = Primitive(next(self._ids), dataset, view)
         self._prims[primitive.prim] = primitive
-        self.cover(dataset).add(view)
+        if isinstance(view, REGIONS):  # the cover index is of regions; other kinds use ``views``
+            self.cover(dataset).add(view)
         self._pending[dataset] = self.pending(dataset) + 1
         return primitive
 
@@ -72,9 +74,12 @@ class Upstream:
             KeyError: ``prim`` is not held.
         """
         primitive = self._prims.pop(prim)
-        self.cover(primitive.dataset).remove(primitive.view)
+        region = isinstance(primitive.view, REGIONS)
+        if region:
+            self.cover(primitive.dataset).remove(primitive.view)
         if primitive.ready:
-            self.cover(primitive.dataset, ready_only=True).remove(primitive.view)
+            if region:
+                self.cover(primitive.dataset, ready_only=True).remove(primitive.view)
         else:
             self._pending[primitive.dataset] -= 1
         return primitive
@@ -83,7 +88,8 @@ class Upstream:
         """Its snapshot has been applied (and swapped in): it may serve subscribers."""
         if not primitive.ready and primitive.prim in self._prims:
             primitive.ready = True
-            self.cover(primitive.dataset, ready_only=True).add(primitive.view)
+            if isinstance(primitive.view, REGIONS):
+                self.cover(primitive.dataset, ready_only=True).add(primitive.view)
             self._pending[primitive.dataset] -= 1
 
     def pending(self, dataset: str) -> int:
@@ -91,7 +97,7 @@ class Upstream:
         return self._pending.get(dataset, 0)
 
     def cover(self, dataset: str, ready_only: bool = False) -> CoverIndex:
-        """The cover index of the primitives of ``dataset`` (only ready ones if asked)."""
+        """The cover index of the region primitives of ``dataset`` (only ready ones if asked)."""
         indexes = self._ready if ready_only else self._all
         index = indexes.get(dataset)
         if index is None:
