@@ -1,0 +1,355 @@
+"""The relay's SQL tables in DuckDB, and its subscribers' queries run there (000: [0094], [0163],
+Fig. 8c, step 890; DESIGN.md section 5).
+
+Rules:
+
+1. One in-process DuckDB connection per relay, one table per ``sql`` dataset of the catalog,
+   named and typed as the dataset.
+2. A table **mirrors the active buffer** of its dataset (``relay.state``): the batches are written
+   and swapped exactly as for every other dataset, and before a query reads a table whose buffer
+   generation moved on, the table is brought to that generation in **one transaction** — the
+   rows changed since the mirrored seq are replaced, the keys no longer held deleted (after a new
+   epoch: everything reloaded). Queries run on the event loop between two pushes, never during a
+   swap, so a push never sees half a batch: each table is at one publisher tick.
+3. A subscriber's query runs as written (``views.sql.to_duckdb``), wrapped to return each result
+   row's **key** and **digest** (DuckDB's ``hash`` of the row). The key of a query over one table
+   is that dataset's key (sent as its key column, added in front when the SELECT list lacks it);
+   over several tables, or with a plain DISTINCT, it is ``_key``: JSON of the joined rows' keys,
+   or of the distinct row itself. The digest tells an updated row from an unchanged one.
+4. A query is **evaluated once per state** of the tables it reads, whoever subscribed to it:
+   results are cached by (view, generations of its tables).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+import duckdb
+import numpy as np
+import numpy.typing as npt
+import pyarrow as pa
+import sqlglot
+from sqlglot import exp
+
+from fanout.errors import InvalidView
+from fanout.relay.pushes import members
+from fanout.relay.state import Array, DoubleBuffer, Keys, Positions, Table
+from fanout.views.sql import Sql, to_duckdb
+from fanout.wire.messages import DatasetInfo
+
+#: Names the relay adds to a query's result; views may not use them.
+RESERVED = "__fanout_"
+#: The key column of results that are not keyed by one dataset's key (joins, DISTINCT).
+JOIN_KEY = "_key"
+#: Column wire dtype -> DuckDB type.
+DUCKDB_TYPES = {
+    "<i8": "BIGINT",
+    "<i4": "INTEGER",
+    "<i2": "SMALLINT",
+    "|i1": "TINYINT",
+    "<u8": "UBIGINT",
+    "<u4": "UINTEGER",
+    "<u2": "USMALLINT",
+    "|u1": "UTINYINT",
+    "<f8": "DOUBLE",
+    "<f4": "FLOAT",
+    "|b1": "BOOLEAN",
+    "str": "VARCHAR",
+}
+#: Prepared queries kept at most (one per distinct view subscribed; past it, all are dropped).
+MAX_QUERIES = 4096
+
+
+@dataclass(frozen=True)
+class Query:
+    """A SQL view prepared for the relay's DuckDB.
+
+    Attributes:
+        view: the view.
+        datasets: the datasets it reads, sorted.
+        key: the key column of its result rows.
+        columns: the result's columns, key first.
+        text: the SQL run: key, digest, then the view's own columns.
+    """
+
+    view: Sql
+    datasets: tuple[str, ...]
+    key: str
+    columns: tuple[str, ...]
+    text: str
+
+
+@dataclass(frozen=True)
+class Result:
+    """A query's rows at one state of its tables, sorted by key.
+
+    Attributes:
+        keys: the sorted keys.
+        digests: each row's hash, to tell updated rows.
+        rows: column -> values aligned with ``keys`` (every column of the query, key included).
+    """
+
+    keys: Keys
+    digests: npt.NDArray[np.uint64]
+    rows: dict[str, Array]
+
+
+@dataclass
+class _Mirror:
+    """What one DuckDB table holds: the buffer generation, stream position and keys."""
+
+    info: DatasetInfo
+    generation: int = -1
+    epoch: int = -1
+    seq: int = -1
+    keys: Keys = field(default_factory=lambda: np.empty(0, dtype=np.int64))
+
+
+@dataclass
+class StoreCounters:
+    """What the store has done (visible in the relay's stats).
+
+    Attributes:
+        syncs: tables brought to a new generation (one transaction each).
+        reloads: of which reloaded whole (first time, or a new epoch).
+        evaluations: queries run.
+        shared: query results reused by another subscription (or another push).
+    """
+
+    syncs: int = 0
+    reloads: int = 0
+    evaluations: int = 0
+    shared: int = 0
+
+
+class TableStore:
+    """The relay's DuckDB database: a table per SQL dataset, mirrored from the active buffers."""
+
+    def __init__(self) -> None:
+        self._db = duckdb.connect(":memory:")
+        self._mirrors: dict[str, _Mirror] = {}
+        self._names: dict[str, str] = {}  # table name as views spell it -> dataset
+        self._queries: dict[Sql, Query] = {}
+        self._results: dict[Sql, tuple[tuple[int, ...], Result]] = {}
+        self.counters = StoreCounters()
+
+    def define(self, info: DatasetInfo) -> None:
+        """Create (or re-create, empty) the table of a SQL dataset (a catalog entry)."""
+        columns = ", ".join(
+            f"{_quote(name)} {DUCKDB_TYPES.get(wire, 'VARCHAR')}"
+            for name, wire in info.columns.items()
+        )
+        self._db.execute(f"CREATE OR REPLACE TABLE {_quote(info.name)} ({columns})")
+        self._mirrors[info.name] = _Mirror(info)
+        self._names[info.name.lower()] = info.name
+        self._queries.clear()
+        self._results.clear()
+
+    def dataset(self, table: str) -> str | None:
+        """The dataset a view's table name stands for, if the relay has such a SQL dataset."""
+        return self._names.get(table.lower())
+
+    # -- mirroring ----------------------------------------------------------------------
+
+    def sync(self, name: str, buffer: DoubleBuffer) -> None:
+        """Bring dataset ``name``'s table to ``buffer``'s active state, in one transaction."""
+        mirror = self._mirrors[name]
+        if mirror.generation == buffer.generation:
+            return
+        table, stamp = buffer.active, buffer.stamp
+        whole = stamp is None or mirror.seq < 0 or stamp.epoch != mirror.epoch
+        self._db.execute("BEGIN TRANSACTION")
+        try:
+            if whole:
+                self._db.execute(f"DELETE FROM {_quote(name)}")
+                self._insert(name, table, None)
+            else:
+                self._update(mirror, table)
+            self._db.execute("COMMIT")
+        except BaseException:
+            self._db.execute("ROLLBACK")
+            raise
+        self.counters.syncs += 1
+        self.counters.reloads += whole
+        mirror.generation = buffer.generation
+        mirror.epoch, mirror.seq = (stamp.epoch, stamp.seq) if stamp else (-1, -1)
+        mirror.keys = table.keys.copy()
+
+    def _update(self, mirror: _Mirror, table: Table) -> None:
+        # Rows of the mirrored seq itself are written again: the publisher re-stamps a quiet
+        # dataset's snapshots with its last seq.
+        changed = np.flatnonzero(table.changed >= mirror.seq)
+        gone = mirror.keys[~members(mirror.keys, table.keys)]
+        stale = np.concatenate([gone, table.keys[changed]])
+        name, key = mirror.info.name, mirror.info.key
+        if len(stale):
+            self._db.register("__fanout_keys", pa.table({"k": pa.array(stale)}))
+            try:
+                self._db.execute(
+                    f"DELETE FROM {_quote(name)} WHERE {_quote(key)} IN"
+                    " (SELECT k FROM __fanout_keys)"
+                )
+            finally:
+                self._db.unregister("__fanout_keys")
+        self._insert(name, table, changed)
+
+    def _insert(self, name: str, table: Table, rows: Positions | None) -> None:
+        if rows is not None and not len(rows):
+            return
+        columns = table.columns if rows is None else table.take(rows)
+        self._db.register("__fanout_rows", pa.table({n: pa.array(v) for n, v in columns.items()}))
+        try:
+            self._db.execute(f"INSERT INTO {_quote(name)} BY NAME SELECT * FROM __fanout_rows")
+        finally:
+            self._db.unregister("__fanout_rows")
+
+    # -- queries ------------------------------------------------------------------------
+
+    def prepare(self, view: Sql, infos: Mapping[str, DatasetInfo]) -> Query:
+        """Check ``view`` against the relay's tables and prepare the query that runs it.
+
+        Args:
+            view: the subscriber's SQL view.
+            infos: the catalog, by dataset name.
+
+        Raises:
+            InvalidView: it reads a table the relay does not have, a column a table lacks,
+                names two result columns alike, or otherwise fails to bind in DuckDB.
+        """
+        query = self._queries.get(view)
+        if query is None:
+            if len(self._queries) >= MAX_QUERIES:
+                self._queries.clear()
+            query = self._queries[view] = self._prepare(view, infos)
+        return query
+
+    def _prepare(self, view: Sql, infos: Mapping[str, DatasetInfo]) -> Query:
+        select = sqlglot.parse_one(to_duckdb(view), read="duckdb")
+        assert isinstance(select, exp.Select)  # views are one SELECT (views.sqlquery)
+        sources = [(alias, self._source(table)) for alias, table in _sources(select)]
+        names = self._bind(to_duckdb(view))
+        distinct = select.args.get("distinct")
+        if len(sources) == 1 and not (distinct and not distinct.args.get("on")):
+            alias, dataset = sources[0]
+            key = infos[dataset].key
+            _check_key_column(select, key)
+            hidden: str | None = f"{_quote(alias)}.{_quote(key)}"
+            columns = names if key in names else [key, *names]
+        else:
+            key = JOIN_KEY
+            if key in names:
+                raise InvalidView(f"a result column is named {key!r}, the key of joined rows")
+            pairs = [f"{_quote(a)} := {_quote(a)}.{_quote(infos[d].key)}" for a, d in sources]
+            hidden = None if distinct else f"to_json(struct_pack({', '.join(pairs)}))"
+            columns = [key, *names]
+        inner = select.copy()
+        if hidden is not None:
+            inner = inner.select(f"{hidden} AS {RESERVED}key", dialect="duckdb", copy=False)
+        keyed = f"{RESERVED}key" if hidden is not None else f"to_json({RESERVED}q)"
+        listed = ", ".join(_quote(name) for name in names)
+        text = (
+            f"SELECT {keyed} AS {RESERVED}key, hash({listed}) AS {RESERVED}digest, {listed}"
+            f" FROM ({inner.sql(dialect='duckdb')}) AS {RESERVED}q"
+        )
+        datasets = tuple(sorted({dataset for _, dataset in sources}))
+        return Query(view, datasets, key, tuple(columns), text)
+
+    def _source(self, table: str) -> str:
+        dataset = self.dataset(table)
+        if dataset is None:
+            known = ", ".join(sorted(self._mirrors)) or "none"
+            raise InvalidView(f"unknown table {table!r} (the relay's SQL datasets: {known})")
+        return dataset
+
+    def _bind(self, text: str) -> list[str]:
+        """The result columns of ``text``, checked by DuckDB's binder (nothing runs)."""
+        try:
+            names = list(self._db.sql(text).columns)
+        except duckdb.Error as exc:
+            message = f"the query does not fit the relay's tables: {_first_line(exc)}"
+            raise InvalidView(message) from exc
+        for name in names:
+            if names.count(name) > 1:
+                raise InvalidView(f"two result columns are named {name!r}; rename one (AS ...)")
+            if name.startswith(RESERVED):
+                raise InvalidView(f"result column names may not start with {RESERVED!r}")
+        return names
+
+    def evaluate(self, query: Query, generations: tuple[int, ...]) -> Result:
+        """The query's rows with its tables at ``generations`` (synced by the caller).
+
+        Raises:
+            InvalidView: DuckDB failed to run it on the current rows (a cast of a bad value,
+                say).
+        """
+        cached = self._results.get(query.view)
+        if cached is not None and cached[0] == generations:
+            self.counters.shared += 1
+            return cached[1]
+        try:
+            table = self._db.sql(query.text).to_arrow_table()
+        except duckdb.Error as exc:
+            raise InvalidView(f"the query failed on the relay: {_first_line(exc)}") from exc
+        self.counters.evaluations += 1
+        result = _result(table, query)
+        self._results[query.view] = (generations, result)
+        return result
+
+    def forget(self, views: Sequence[Sql]) -> None:
+        """Drop cached results except those of ``views`` (the views still subscribed)."""
+        keep = set(views)
+        self._results = {v: r for v, r in self._results.items() if v in keep}
+
+
+def _result(table: pa.Table, query: Query) -> Result:
+    keys = _numpy(table.column(0))
+    if keys.dtype.kind in "iu":
+        keys = keys.astype(np.int64)
+    order = np.argsort(keys, kind="stable")
+    keys = keys[order]
+    digests = np.asarray(table.column(1).to_numpy(), dtype=np.uint64)[order]
+    rows = {name: _numpy(table.column(name))[order] for name in table.column_names[2:]}
+    rows[query.key] = keys
+    return Result(keys, digests, {name: rows[name] for name in query.columns})
+
+
+_AS_IS = (pa.types.is_integer, pa.types.is_floating, pa.types.is_boolean, pa.types.is_string)
+
+
+def _numpy(column: pa.ChunkedArray) -> Array:
+    """A result column as numpy: numbers as numbers (NULL as NaN), the rest as str or None."""
+    kind = column.type
+    if pa.types.is_decimal(kind) or (pa.types.is_boolean(kind) and column.null_count):
+        column = column.cast(pa.float64())
+    elif not any(test(kind) for test in _AS_IS):
+        column = column.cast(pa.string())
+    values = column.to_numpy(zero_copy_only=False)
+    return np.asarray(values, dtype=object) if values.dtype.kind in "OUS" else values
+
+
+def _sources(select: exp.Select) -> list[tuple[str, str]]:
+    """(alias, table) of the FROM table and every joined one."""
+    nodes = [select.args["from_"].this, *(join.this for join in select.args.get("joins") or [])]
+    return [(node.alias_or_name.lower(), node.name.lower()) for node in nodes]
+
+
+def _check_key_column(select: exp.Select, key: str) -> None:
+    """A result column named as the dataset's key must be the key (rows are keyed by it)."""
+    for item in select.expressions:
+        if item.alias_or_name != key or isinstance(item, exp.Star):
+            continue
+        inner = item.unalias()
+        if not (isinstance(inner, exp.Column) and inner.name == key):
+            raise InvalidView(
+                f"result column {key!r} must be the dataset's key column {key!r}, which keys"
+                " the rows sent; name the expression otherwise"
+            )
+
+
+def _quote(name: str) -> str:
+    return '"' + name.replace('"', '""') + '"'
+
+
+def _first_line(exc: BaseException) -> str:
+    return str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
