@@ -36,12 +36,15 @@ from fanout.relay import planner
 from fanout.relay.downstream import Downstream, SubKey, Subscription
 from fanout.relay.every import ChangeSet, Cursor, History, delta, encode_delta
 from fanout.relay.ingest import DatasetState, Intake
+from fanout.relay.keyed import KeyedState, dataset_state
 from fanout.relay.planner import Policy, Region
-from fanout.relay.pushes import Encodings, Held, cut, encode_push
+from fanout.relay.pushes import Body, Encodings, Held, cut, encode_push
 from fanout.relay.scheduler import AGING, Scheduler
+from fanout.relay.state import Stamp
+from fanout.relay.tableviews import TableViews
 from fanout.relay.transforms import EntityNotHeld, InvalidTransform, Shape, resolve
 from fanout.relay.upstream import Upstream
-from fanout.views import covers
+from fanout.views import View, covers
 from fanout.views.region import Box, RegionUnion, Sector, Sphere
 from fanout.wire import codec
 from fanout.wire.columns import decode_columns
@@ -126,6 +129,7 @@ class RelayCore:
         self._unsent: deque[Send] = deque()
         self.scheduler = Scheduler(aging)
         self.encodings = Encodings()
+        self.tableviews = TableViews()  # SQL, topic and object-path views
         self.counters = Counters()
         self._capabilities: dict[int, tuple[str, ...]] = {}
         # Ready coverage only matters to servability: growth can only make unservable
@@ -176,8 +180,9 @@ class RelayCore:
             current = self.datasets.get(info.name)
             if current is not None and current.info == info:
                 continue
-            self.datasets[info.name] = DatasetState.of(info)
+            self.datasets[info.name] = dataset_state(info)
             self.histories[info.name] = History()
+            self.tableviews.define(info)
             self.encodings.forget(info.name)
             for subscription in self.downstream.of_dataset(info.name):
                 subscription.held = None  # a new table: start over with a full push
@@ -220,7 +225,7 @@ class RelayCore:
         for prim_id in batch.snapshots:
             prim = self.upstream.get(prim_id)
             if prim is not None:  # else released while its snapshot was on the way
-                snapshots.append((prim_id, _region(prim.view)))
+                snapshots.append((prim_id, prim.view))
         state.busy = True
         return Intake(state, batch, snapshots, state.seq if state.is_gap(batch) else None)
 
@@ -375,7 +380,7 @@ class RelayCore:
         subscription = self.downstream.get(key)
         try:
             state = self._check(request)
-            shape = resolve(request.transform, state.info, self._capabilities.get(client, ()))
+            shape, row_key, columns = self._accept(client, request, state)
             cursor = _every_cursor(request, state, shape, subscription)
         except (InvalidView, InvalidTransform, BadRequest) as exc:
             return [Send(client, Error(exc.code, str(exc), ref=request.sub))]
@@ -388,7 +393,7 @@ class RelayCore:
             )
             subscription.mode, subscription.cursor = request.mode, cursor
             self.scheduler.add(key, request.priority, rate)
-            reply = Subscribed(request.sub, state.info.key, list(shape.columns))
+            reply = Subscribed(request.sub, row_key, columns)
             sends.append(Send(client, reply))
         else:
             self.downstream.remove(key)  # re-indexed below, perhaps under another dataset
@@ -400,8 +405,8 @@ class RelayCore:
         subscription.dataset, subscription.shape = request.dataset, shape
         subscription.priority = request.priority
         self.downstream.put(subscription)
-        acquires = self._acquire_for(request.dataset, _region(request.view))
-        if not acquires and not self.upstream.pending(request.dataset):
+        acquires = self._acquire_view(request.dataset, request.view)
+        if not acquires and not any(map(self.upstream.pending, self._reads(subscription))):
             # Held primitives cover the view and all of them are ready: it is servable, and
             # the coverage algebra need not be asked again.
             subscription.servable = True
@@ -418,9 +423,7 @@ class RelayCore:
                 f"rate {request.rate!r} must be in (0, {MAX_RATE:g}] pushes per second"
             )
         if state.info.index != "space":
-            raise InvalidView(
-                f"dataset {request.dataset!r} is not served by this relay's region index"
-            )
+            return state  # its language is checked by ``TableViews.check``
         view = request.view
         if not isinstance(view, Box | Sphere | Sector | RegionUnion):
             raise InvalidView(
@@ -433,6 +436,39 @@ class RelayCore:
                 f" {view.dims}-D"
             )
         return state
+
+    def _accept(
+        self, client: int, request: Subscribe, state: DatasetState
+    ) -> tuple[Shape, str, list[str]]:
+        """The shape of a subscription's rows, their key and columns (for ``Subscribed``)."""
+        capabilities = self._capabilities.get(client, ())
+        if state.info.index == "space":
+            shape = resolve(request.transform, state.info, capabilities)
+            return shape, state.info.key, list(shape.columns)
+        if request.mode == "every":
+            raise InvalidView(
+                f"dataset {request.dataset!r}: mode 'every' is served for region datasets only;"
+                " subscribe with mode 'latest'"
+            )
+        accepted = self.tableviews.check(
+            request.view, request.transform, state, self.datasets, capabilities
+        )
+        return accepted.shape, accepted.key, accepted.columns
+
+    def _acquire_view(self, dataset: str, view: View) -> list[Send]:
+        if self.datasets[dataset].info.index == "space":
+            return self._acquire_for(dataset, _region(view))
+        sends = []
+        for name, piece in self.tableviews.to_acquire(self.upstream, dataset, view):
+            prim = self.upstream.add(name, piece)
+            sends.append(Send(UPSTREAM, Acquire(prim.prim, name, piece)))
+        return sends
+
+    def _reads(self, subscription: Subscription) -> tuple[str, ...]:
+        """The datasets a subscription reads: its own, and those a SQL join reads."""
+        if self.datasets[subscription.dataset].info.index == "space":
+            return (subscription.dataset,)
+        return self.tableviews.reads(subscription.dataset, subscription.view)
 
     def _acquire_for(self, dataset: str, view: Region) -> list[Send]:
         held = self.upstream.cover(dataset)
@@ -471,7 +507,7 @@ class RelayCore:
             after = state.buffer.stamp
             refresh = before is not None and after is not None and before.epoch != after.epoch
             self._ready_snapshots(name, state)
-            for subscription in self.downstream.of_dataset(name):
+            for subscription in self._readers(name, state):
                 if refresh and subscription.held is not None:
                     subscription.held = replace(subscription.held, refresh=True)
                 self.scheduler.wake(subscription.key)
@@ -489,6 +525,15 @@ class RelayCore:
         if grew:
             self._grown += 1
             self.scheduler.unpark(("coverage", name))
+            if state.info.index == "sql":  # a join of another dataset may read it
+                for other in self.datasets:
+                    self.scheduler.unpark(("coverage", other))
+
+    def _readers(self, name: str, state: DatasetState) -> list[Subscription]:
+        """The subscriptions a new state of dataset ``name`` concerns (SQL joins read several)."""
+        if state.info.index != "sql":
+            return self.downstream.of_dataset(name)
+        return [s for s in self.downstream if name in self._reads(s)]
 
     def serve(self, now: float, idle: Callable[[int], bool]) -> Generator[Send, None, None]:
         """The pushes due now, highest aged priority first (000: [0138]-[0146], Fig. 7).
@@ -648,12 +693,20 @@ class RelayCore:
         seen_view, shrunk, grown = subscription.coverage_seen
         stale = seen_view != subscription.view or shrunk != self._shrunk
         if stale or (not subscription.servable and grown != self._grown):
-            ready = self.upstream.cover(subscription.dataset, ready_only=True)
-            subscription.servable = len(ready) > 0 and covers(ready, subscription.view)
+            subscription.servable = self._covered(subscription)
             subscription.coverage_seen = (subscription.view, self._shrunk, self._grown)
         return subscription.servable
 
+    def _covered(self, subscription: Subscription) -> bool:
+        dataset, view = subscription.dataset, subscription.view
+        if self.datasets[dataset].info.index != "space":
+            return self.tableviews.covered(self.upstream, dataset, view)
+        ready = self.upstream.cover(dataset, ready_only=True)
+        return len(ready) > 0 and covers(ready, view)
+
     def _push(self, subscription: Subscription, state: DatasetState, now: float) -> Send | None:
+        if isinstance(state, KeyedState):
+            return self._push_keyed(subscription, now)
         buffer, held, sid = state.buffer, subscription.held, subscription.key
         stamp = buffer.stamp
         assert stamp is not None
@@ -695,12 +748,56 @@ class RelayCore:
         self.counters.pushes += 1
         return Send(subscription.client, encode_push(subscription.sub, stamp, body))
 
+    def _push_keyed(self, subscription: Subscription, now: float) -> Send | None:
+        """A push of a SQL, topic or path view (``relay.tableviews``)."""
+        dataset = subscription.dataset
+        if self.tableviews.current(subscription, self.datasets):
+            self.scheduler.idle(subscription.key)  # woken, but nothing is new for it
+            return None
+        try:
+            body, after = self.tableviews.cut(
+                subscription, self.datasets, self.encodings, lambda: self.downstream.views(dataset)
+            )
+        except InvalidView as exc:  # the query failed on the current rows
+            self._end(subscription)
+            return Send(subscription.client, Error(exc.code, str(exc), ref=subscription.sub))
+        stamp = self.datasets[dataset].buffer.stamp
+        assert stamp is not None
+        return self._deliver(subscription, stamp, body, after, now)
+
+    def _deliver(
+        self, subscription: Subscription, stamp: Stamp, body: Body, after: Held, now: float
+    ) -> Send | None:
+        """Record what the subscriber holds after ``body``; the push, no-update, or nothing."""
+        held, sid = subscription.held, subscription.key
+        advanced = held is None or (held.epoch, held.seq) != (stamp.epoch, stamp.seq)
+        if held is not None and held.epoch == stamp.epoch:
+            subscription.coalesced += max(0, stamp.seq - held.seq - 1)
+        subscription.held = after
+        if not (body.full or body.changes or advanced):
+            self.scheduler.idle(sid)  # a new state, but neither a new tick nor a change
+            return None
+        self.scheduler.served(sid, now)
+        subscription.last_push = now
+        subscription.pushes += 1
+        if not (body.full or body.changes):
+            self.counters.no_updates += 1
+            return Send(
+                subscription.client,
+                NoUpdate(subscription.sub, stamp.epoch, stamp.seq, stamp.tick),
+            )
+        self.counters.pushes += 1
+        return Send(subscription.client, encode_push(subscription.sub, stamp, body))
+
     # -- housekeeping -------------------------------------------------------------------
 
     def housekeeping(self, now: float) -> list[Send]:
         """Release primitives unneeded for longer than the grace period; prune their rows."""
         sends: list[Send] = []
         for name, state in self.datasets.items():
+            if isinstance(state, KeyedState):
+                sends.extend(self._housekeep_keyed(name, state, now))
+                continue
             prims = self.upstream.of(name)
             views = [_region(view) for view in self.downstream.views(name)]
             spare = {p.prim for p in planner.unneeded(prims, views)}
@@ -740,6 +837,27 @@ class RelayCore:
                 self._horizons[name] = want
         return sends
 
+    def _housekeep_keyed(self, name: str, state: KeyedState, now: float) -> list[Send]:
+        """``housekeeping`` for a SQL, topic or path dataset."""
+        prims = self.upstream.of(name)
+        subscribed = [(s.dataset, s.view) for s in self.downstream]
+        needs = self.tableviews.needs(name, subscribed)
+        spare = {p.prim for p in self.tableviews.unneeded(prims, needs)}
+        sends: list[Send] = []
+        for prim in prims:
+            if prim.prim not in spare:
+                prim.unneeded_since = None
+                continue
+            if prim.unneeded_since is None:
+                prim.unneeded_since = now
+            if now - prim.unneeded_since >= self.policy.grace:
+                self.upstream.remove(prim.prim)
+                sends.append(Send(UPSTREAM, Release(prim.prim)))
+                state.dropped.append((prim.view, now))
+                self._shrunk += 1
+        state.prune(now, PRUNE_WINDOW, self.upstream.views(name))
+        return sends
+
     def _prune(self, state: DatasetState, now: float) -> None:
         """Drop rows inside recently released primitives and outside every held one.
 
@@ -775,6 +893,7 @@ class RelayCore:
             "pending": self.scheduler.waiting(),
             "parked": self.scheduler.parked_count,
             "ended_entity_not_held": self.counters.ended,
+            **self.tableviews.stats(),
         }
 
 
