@@ -1,0 +1,306 @@
+"""Relay conversations with SQL, topic and object-path views, sans I/O (relay/tableviews.py and
+its dispatch in relay/core.py)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from fanout.relay.core import UPSTREAM, RelayCore, Send
+from fanout.relay.planner import Policy
+from fanout.views import Box
+from fanout.views.objects import parse as path
+from fanout.views.sql import SqlBox
+from fanout.views.sql import parse as sql
+from fanout.views.topic import matches
+from fanout.views.topic import parse as topic
+from fanout.wire.columns import decode_columns, encode_columns
+from fanout.wire.messages import (
+    Acquire,
+    Batch,
+    Catalog,
+    DatasetInfo,
+    Error,
+    NoUpdate,
+    Push,
+    Release,
+    Subscribe,
+    Subscribed,
+    Transform,
+    Unsubscribe,
+)
+
+ORDERS = DatasetInfo(
+    "orders",
+    "order_id",
+    {"order_id": "<i8", "customer": "str", "amount": "<f8"},
+    "sql",
+    ["order_id", "customer", "amount"],
+)
+CUSTOMERS = DatasetInfo(
+    "customers", "name", {"name": "str", "tier": "<i8"}, "sql", ["name", "tier"]
+)
+SENSORS = DatasetInfo("sensors", "topic", {"topic": "str", "value": "<f8"}, "topic", ["topic"])
+OBJECTS = DatasetInfo("objects", "path", {"path": "str", "state": "str"}, "path", ["path"])
+CLIENT = 1
+
+
+class Conversation:
+    """A relay with the four datasets, a client, and the publisher's side played by hand."""
+
+    def __init__(self) -> None:
+        self.core = RelayCore(Policy(grace=0.0))
+        self.core.on_catalog(Catalog([ORDERS, CUSTOMERS, SENSORS, OBJECTS]))
+        self.seqs: dict[str, int] = {}
+        self.snapshots: dict[str, list[int]] = {}
+        self.now = 0.0
+        self.views: dict[int, dict[Any, dict[str, Any]]] = {}
+        self.keys: dict[int, str] = {}
+
+    def subscribe(self, sub: int, dataset: str, view: object, **options: Any) -> list[object]:
+        request = Subscribe(sub, dataset, view, rate=1000.0, **options)  # type: ignore[arg-type]
+        return self.take(self.core.on_subscribe(CLIENT, request))
+
+    def take(self, sends: list[Send]) -> list[object]:
+        """Frames for the client; acquires are remembered for the next batch's snapshots."""
+        out = []
+        for send in sends:
+            frame = send.message()
+            if send.to == UPSTREAM:
+                if isinstance(frame, Acquire):
+                    self.snapshots.setdefault(frame.dataset, []).append(frame.prim)
+                continue
+            if isinstance(frame, Subscribed):
+                self.keys[frame.sub] = frame.key
+            out.append(frame)
+        return out
+
+    def batch(self, dataset: str, upserts: dict[str, list] | None = None, deletes=()) -> None:
+        info = {d.name: d for d in (ORDERS, CUSTOMERS, SENSORS, OBJECTS)}[dataset]
+        seq = self.seqs[dataset] = self.seqs.get(dataset, -1) + 1
+        columns = {
+            name: np.array(
+                values, dtype=object if info.columns[name] == "str" else info.columns[name]
+            )
+            for name, values in (upserts or {}).items()
+        }
+        keys = np.array(
+            list(deletes), dtype=object if info.columns[info.key] == "str" else np.int64
+        )
+        snapshots = self.snapshots.pop(dataset, [])
+        frame = Batch(
+            dataset,
+            1,
+            seq,
+            seq,
+            0.0,
+            encode_columns(columns),
+            encode_columns({info.key: keys}),
+            snapshots,
+        )
+        self.take(self.core.on_batch(frame))
+
+    def push(self) -> list[object]:
+        """One round of pushes, applied to the client's views as the client library does."""
+        self.now += 1.0
+        frames = self.take(self.core.pushes(self.now, lambda client: True))
+        for frame in frames:
+            if isinstance(frame, Push):
+                self.apply(frame)
+        return frames
+
+    def apply(self, push: Push) -> None:
+        rows = self.views.setdefault(push.sub, {})
+        key = self.keys[push.sub]
+        if push.full:
+            rows.clear()
+        for gone in decode_columns(push.left).get(key, np.empty(0)).tolist():
+            del rows[gone]
+        for columns in (decode_columns(push.entered), decode_columns(push.updated)):
+            names = list(columns)
+            for values in zip(*(columns[n].tolist() for n in names), strict=True):
+                row = dict(zip(names, values, strict=True))
+                rows[row[key]] = row
+
+
+def orders(*rows: tuple[int, str, float]) -> dict[str, list]:
+    return {
+        "order_id": [r[0] for r in rows],
+        "customer": [r[1] for r in rows],
+        "amount": [r[2] for r in rows],
+    }
+
+
+def test_a_sql_view_acquires_its_primitive_and_gets_row_deltas() -> None:
+    talk = Conversation()
+    (reply,) = talk.subscribe(1, "orders", sql("SELECT amount FROM orders WHERE amount > 10"))
+    assert reply == Subscribed(1, "order_id", ["order_id", "amount"])
+    (prim,) = talk.core.upstream.views("orders")
+    assert isinstance(prim, SqlBox) and prim.columns is None  # widened to whole rows
+    talk.batch("orders", orders((1, "ada", 5.0), (2, "bob", 20.0), (3, "ada", 30.0)))
+    (first,) = talk.push()
+    assert isinstance(first, Push) and first.full
+    assert talk.views[1] == {2: {"order_id": 2, "amount": 20.0}, 3: {"order_id": 3, "amount": 30.0}}
+    talk.batch("orders", orders((1, "ada", 50.0), (3, "ada", 31.0)), deletes=[2])
+    (second,) = talk.push()
+    assert decode_columns(second.updated)["order_id"].tolist() == [3]  # type: ignore[attr-defined]
+    assert talk.views[1] == {1: {"order_id": 1, "amount": 50.0}, 3: {"order_id": 3, "amount": 31.0}}
+    talk.batch("orders", orders((2, "bob", 1.0)))  # outside the view
+    assert talk.push() == [NoUpdate(1, 1, 2, 2)]
+
+
+def test_a_join_reads_two_datasets_and_is_pushed_when_either_changes() -> None:
+    talk = Conversation()
+    text = "SELECT o.amount, c.tier FROM orders o JOIN customers c ON o.customer = c.name"
+    (reply,) = talk.subscribe(1, "orders", sql(text))
+    assert reply == Subscribed(1, "_key", ["_key", "amount", "tier"])
+    talk.batch("orders", orders((1, "ada", 5.0), (2, "bob", 20.0)))
+    assert talk.push() == []  # customers not held yet: not servable
+    talk.batch("customers", {"name": ["ada"], "tier": [1]})
+    talk.push()
+    assert [row["tier"] for row in talk.views[1].values()] == [1]
+    talk.batch("customers", {"name": ["ada", "bob"], "tier": [2, 3]})
+    (push,) = talk.push()
+    assert isinstance(push, Push)
+    assert sorted((r["amount"], r["tier"]) for r in talk.views[1].values()) == [(5.0, 2), (20.0, 3)]
+
+
+def test_identical_queries_share_one_evaluation() -> None:
+    talk = Conversation()
+    for sub in (1, 2, 3):
+        talk.subscribe(sub, "orders", sql("SELECT * FROM orders WHERE customer = 'ada'"))
+    talk.batch("orders", orders((1, "ada", 5.0)))
+    assert len(talk.push()) == 3
+    stats = talk.core.stats()
+    assert (stats["sql_evaluations"], stats["bodies_shared"]) == (1, 2)
+
+
+def test_a_topic_filter_gets_the_matching_retained_messages() -> None:
+    talk = Conversation()
+    (reply,) = talk.subscribe(1, "sensors", topic("a/+/c"))
+    assert reply == Subscribed(1, "topic", ["topic", "value"])
+    talk.subscribe(2, "sensors", topic("$share/g/a/#"))
+    assert talk.core.upstream.views("sensors") == [topic("a/+/c"), topic("a/#")]
+    talk.batch("sensors", {"topic": ["a/b/c", "a/x/c", "a/b/d", "z/b/c"], "value": [1, 2, 3, 4]})
+    talk.push()
+    assert sorted(talk.views[1]) == ["a/b/c", "a/x/c"]
+    assert sorted(talk.views[2]) == ["a/b/c", "a/b/d", "a/x/c"]
+    talk.batch("sensors", {"topic": ["a/q/c"], "value": [5.0]}, deletes=["a/b/c"])
+    talk.push()
+    assert sorted(talk.views[1]) == ["a/q/c", "a/x/c"]
+
+
+def test_an_object_path_view_gets_its_objects_and_attributes() -> None:
+    talk = Conversation()
+    (reply,) = talk.subscribe(1, "objects", path("/cars/.all?f=state"))
+    assert reply == Subscribed(1, "path", ["path", "state"])
+    (prim,) = talk.core.upstream.views("objects")
+    assert prim == path("/cars/.all")  # whole objects upstream
+    talk.subscribe(2, "objects", path("/cars/.all?f=state=on"))
+    talk.batch(
+        "objects", {"path": ["/cars/c1", "/cars/c2", "/cars/c2/door"], "state": ["on", "off", "x"]}
+    )
+    talk.push()
+    assert sorted(talk.views[1]) == ["/cars/c1", "/cars/c2"]
+    assert sorted(talk.views[2]) == ["/cars/c1"]
+    talk.batch("objects", {"path": ["/cars/c2"], "state": ["on"]})
+    talk.push()
+    assert sorted(talk.views[2]) == ["/cars/c1", "/cars/c2"]
+
+
+@pytest.mark.parametrize(
+    ("dataset", "view", "transform", "code", "message"),
+    [
+        ("orders", sql("SELECT * FROM nope"), None, "invalid_view", "unknown table 'nope'"),
+        ("orders", sql("SELECT zz FROM orders"), None, "invalid_view", '"zz" not found'),
+        ("orders", sql("SELECT * FROM customers"), None, "invalid_view", "does not read dataset"),
+        ("orders", topic("a/b"), None, "invalid_view", "takes SQL queries"),
+        ("sensors", Box((0, 0), (1, 1)), None, "invalid_view", "takes MQTT topic filters"),
+        ("objects", topic("a"), None, "invalid_view", "takes object paths"),
+        (
+            "orders",
+            sql("SELECT * FROM orders"),
+            Transform(columns=["amount"]),
+            "invalid_transform",
+            "SELECT list",
+        ),
+        ("sensors", topic("a"), Transform(relative_to="a"), "invalid_transform", "no coordinates"),
+    ],
+)
+def test_bad_subscriptions_get_an_error_and_others_go_on(
+    dataset: str, view: object, transform: Transform | None, code: str, message: str
+) -> None:
+    talk = Conversation()
+    talk.subscribe(1, "sensors", topic("a/#"))
+    (error,) = talk.subscribe(2, dataset, view, transform=transform)
+    assert isinstance(error, Error) and (error.code, error.ref) == (code, 2)
+    assert message in error.message
+    talk.batch("sensors", {"topic": ["a/b"], "value": [1.0]})
+    (push,) = talk.push()
+    assert isinstance(push, Push) and push.sub == 1
+
+
+def test_a_query_failing_on_the_rows_ends_only_its_subscription() -> None:
+    talk = Conversation()
+    talk.subscribe(1, "orders", sql("SELECT CAST(customer AS INTEGER) AS n FROM orders"))
+    talk.subscribe(2, "orders", sql("SELECT * FROM orders"))
+    talk.batch("orders", orders((1, "ada", 5.0)))
+    frames = talk.push()
+    (error,) = [f for f in frames if isinstance(f, Error)]
+    assert (error.code, error.ref) == ("invalid_view", 1)
+    assert [f.sub for f in frames if isinstance(f, Push)] == [2]  # type: ignore[attr-defined]
+    assert len(talk.core.downstream) == 1
+
+
+def test_unneeded_primitives_are_released_and_their_rows_pruned() -> None:
+    talk = Conversation()
+    talk.subscribe(1, "sensors", topic("a/#"))
+    talk.subscribe(2, "sensors", topic("b/#"))
+    talk.batch("sensors", {"topic": ["a/1", "b/1"], "value": [1.0, 2.0]})
+    talk.push()
+    talk.take(talk.core.on_unsubscribe(CLIENT, Unsubscribe(2)))
+    sends = talk.core.housekeeping(100.0)
+    (release,) = [s.frame for s in sends]
+    assert isinstance(release, Release) and release.prim == 2
+    talk.batch("sensors")
+    talk.push()
+    assert talk.core.datasets["sensors"].table.keys.tolist() == ["a/1"]
+
+
+# -- the delta sequence of a keyed view against a brute-force oracle ---------------------------
+
+TOPICS = st.lists(st.sampled_from(["a", "b", "c"]), min_size=1, max_size=3).map("/".join)
+CHANGES = st.lists(
+    st.tuples(st.dictionaries(TOPICS, st.integers(0, 9), max_size=5), st.sets(TOPICS, max_size=3)),
+    min_size=1,
+    max_size=8,
+)
+
+
+@settings(max_examples=40, deadline=None)
+@given(CHANGES, st.sampled_from(["a/+", "#", "a/#", "+/b/+", "c"]), st.integers(0, 9))
+def test_applying_every_push_reproduces_the_oracle_after_each_epoch(
+    changes: list[tuple[dict[str, int], set[str]]], text: str, threshold: int
+) -> None:
+    talk = Conversation()
+    talk.subscribe(1, "sensors", topic(text))
+    talk.subscribe(3, "orders", sql(f"SELECT * FROM orders WHERE amount >= {threshold}"))
+    retained: dict[str, int] = {}
+    ids: dict[str, int] = {}  # orders keyed by a number per topic
+    for upserts, deletes in changes:
+        deletes -= set(upserts)
+        retained.update(upserts)
+        for gone in deletes:
+            retained.pop(gone, None)
+        talk.batch("sensors", {"topic": list(upserts), "value": list(upserts.values())}, deletes)
+        rows = [(ids.setdefault(t, len(ids)), t, float(v)) for t, v in upserts.items()]
+        talk.batch("orders", orders(*rows), [ids.setdefault(t, len(ids)) for t in deletes])
+        talk.push()
+        want = {t: {"topic": t, "value": float(v)} for t, v in retained.items() if matches(text, t)}
+        assert talk.views.get(1, {}) == want
+        held = {row["customer"]: row["amount"] for row in talk.views.get(3, {}).values()}
+        assert held == {t: float(v) for t, v in retained.items() if v >= threshold}
