@@ -1,0 +1,165 @@
+"""A real relay serving SQL and topic views of a real publisher's datasets (issue 4, item 8):
+subscribers get row deltas whose rows, at every push's tick, are the publisher's."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+import pytest_asyncio
+
+from fanout.client import LiveView, connect
+from fanout.client.publisher import PublisherClient, open_producer, open_reader
+from fanout.launch import Child, start
+from fanout.views import View
+from fanout.views.sql import parse as sql
+from fanout.views.topic import parse as topic
+
+pytestmark = [pytest.mark.integration, pytest.mark.asyncio(loop_scope="module")]
+
+CONFIG = """
+[datasets.orders]
+key = "order_id"
+schema = { order_id = "long", customer = "string", amount = "double" }
+index = "sql"
+source = "ingest"
+
+[datasets.customers]
+key = "name"
+schema = { name = "string", tier = "long" }
+index = "sql"
+source = "ingest"
+
+[datasets.sensors]
+key = "topic"
+schema = { topic = "string", value = "double" }
+index = "topic"
+source = "ingest"
+"""
+
+
+@pytest_asyncio.fixture(scope="module", loop_scope="module")
+async def deployment(tmp_path: Path) -> AsyncIterator[tuple[Child, Child]]:
+    config = tmp_path / "fanout.toml"
+    config.write_text(CONFIG)
+    publisher = await start(
+        "publisher",
+        ["--config", str(config), "--port", "0", "--state-dir", str(tmp_path / "state")],
+        tmp_path / "publisher.log",
+    )
+    try:
+        relay = await start(
+            "relay",
+            ["--publisher", publisher.url, "--port", "0", "--log-level", "info"],
+            tmp_path / "relay.log",
+        )
+        try:
+            yield publisher, relay
+        finally:
+            await relay.stop()
+    finally:
+        await publisher.stop()
+
+
+def held(view: LiveView) -> dict[Any, dict[str, Any]]:
+    return {key: dict(row) for key, row in view.rows.items()}
+
+
+def as_rows(columns: dict[str, Any], key: str) -> dict[Any, dict[str, Any]]:
+    names = list(columns)
+    rows = zip(*(columns[name].tolist() for name in names), strict=True)
+    return {row[key]: row for row in (dict(zip(names, values, strict=True)) for values in rows)}
+
+
+async def matches_publisher(
+    reader: PublisherClient, view: LiveView, dataset: str, query: View, done: Callable[[dict], bool]
+) -> None:
+    """Wait until ``done(rows)``; every update on the way holds the publisher's rows at its tick."""
+    async with asyncio.timeout(90):
+        while True:
+            if view.updates:
+                rows, tick = held(view), view.tick
+                _, columns = await reader.read(dataset, query, tick)
+                assert rows == as_rows(columns, view.key), f"at tick {tick}"
+                if done(rows):
+                    return
+            await view.wait_updates()
+
+
+async def test_a_sql_view_gets_the_publishers_rows_as_deltas(deployment) -> None:
+    publisher, relay = deployment
+    query = sql("SELECT * FROM orders WHERE amount > 10 AND customer IN ('ada', 'bob')")
+    async with open_producer(publisher.url) as producer, open_reader(publisher.url) as reader:
+        await producer.publish(
+            "orders",
+            rows=[
+                {"order_id": 1, "customer": "ada", "amount": 50.0},
+                {"order_id": 2, "customer": "bob", "amount": 5.0},
+                {"order_id": 3, "customer": "cy", "amount": 70.0},
+            ],
+        )
+        async with connect(relay.url) as subscriber:
+            view = await subscriber.subscribe(query, dataset="orders", rate=50.0)
+            assert view.key == "order_id"
+            await matches_publisher(reader, view, "orders", query, lambda rows: 1 in rows)
+            await producer.publish(
+                "orders",
+                rows=[{"order_id": 2, "customer": "bob", "amount": 20.0}],
+                deletes=[1],
+            )
+            await matches_publisher(reader, view, "orders", query, lambda rows: set(rows) == {2})
+            assert view.rows[2] == {"order_id": 2, "customer": "bob", "amount": 20.0}
+
+
+async def test_a_join_is_run_on_the_relay(deployment) -> None:
+    publisher, relay = deployment
+    text = (
+        "SELECT o.order_id, o.amount, c.tier FROM orders o JOIN customers c ON o.customer = c.name"
+    )
+    async with open_producer(publisher.url) as producer, connect(relay.url) as subscriber:
+        await producer.publish("customers", rows=[{"name": "ada", "tier": 1}])
+        await producer.publish("orders", rows=[{"order_id": 10, "customer": "ada", "amount": 1.0}])
+        view = await subscriber.subscribe(sql(text), dataset="orders", rate=50.0)
+        assert view.key == "_key"
+
+        def tiers() -> dict[int, tuple[float, int]]:
+            return {row["order_id"]: (row["amount"], row["tier"]) for row in view.rows.values()}
+
+        async with asyncio.timeout(90):
+            while tiers().get(10) != (1.0, 1):
+                await view.wait_updates()
+            await producer.publish("customers", rows=[{"name": "ada", "tier": 2}])
+            while tiers().get(10) != (1.0, 2):
+                await view.wait_updates()
+
+
+async def test_a_topic_filter_gets_the_matching_retained_messages(deployment) -> None:
+    publisher, relay = deployment
+    view_filter = topic("plant/+/temp")
+    async with open_producer(publisher.url) as producer, open_reader(publisher.url) as reader:
+        await producer.publish(
+            "sensors",
+            rows=[
+                {"topic": "plant/1/temp", "value": 20.5},
+                {"topic": "plant/2/temp", "value": 21.0},
+                {"topic": "plant/1/rpm", "value": 900.0},
+            ],
+        )
+        async with connect(relay.url) as subscriber:
+            view = await subscriber.subscribe(view_filter, dataset="sensors", rate=50.0)
+            await matches_publisher(
+                reader, view, "sensors", view_filter, lambda rows: len(rows) == 2
+            )
+            await producer.publish(
+                "sensors", rows=[{"topic": "plant/3/temp", "value": 3.0}], deletes=["plant/1/temp"]
+            )
+            await matches_publisher(
+                reader,
+                view,
+                "sensors",
+                view_filter,
+                lambda rows: set(rows) == {"plant/2/temp", "plant/3/temp"},
+            )
