@@ -271,6 +271,11 @@ def test_unneeded_primitives_are_released_and_their_rows_pruned() -> None:
     assert talk.core.datasets["sensors"].table.keys.tolist() == ["a/1"]
 
 
+def test_mode_every_is_refused_for_keyed_datasets() -> None:
+    (error,) = Conversation().subscribe(1, "sensors", topic("a/#"), mode="every")
+    assert isinstance(error, Error) and "region datasets only" in error.message
+
+
 # -- the delta sequence of a keyed view against a brute-force oracle ---------------------------
 
 TOPICS = st.lists(st.sampled_from(["a", "b", "c"]), min_size=1, max_size=3).map("/".join)

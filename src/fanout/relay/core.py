@@ -727,26 +727,10 @@ class RelayCore:
                 self.counters.ended += 1
                 return Send(subscription.client, Error(exc.code, str(exc), ref=subscription.sub))
             self.encodings.put(subscription.dataset, key, body)
-        advanced = held is None or (held.epoch, held.seq) != (stamp.epoch, stamp.seq)
-        if held is not None and held.epoch == stamp.epoch:
-            subscription.coalesced += max(0, stamp.seq - held.seq - 1)
-        subscription.held = Held(
+        after = Held(
             subscription.view, buffer.generation, stamp.epoch, stamp.seq, body.keys, body.anchor
         )
-        if not (body.full or body.changes or advanced):
-            self.scheduler.idle(sid)  # a new state, but neither a new tick nor a change
-            return None
-        self.scheduler.served(sid, now)
-        subscription.last_push = now
-        subscription.pushes += 1
-        if not (body.full or body.changes):
-            self.counters.no_updates += 1
-            return Send(
-                subscription.client,
-                NoUpdate(subscription.sub, stamp.epoch, stamp.seq, stamp.tick),
-            )
-        self.counters.pushes += 1
-        return Send(subscription.client, encode_push(subscription.sub, stamp, body))
+        return self._deliver(subscription, stamp, body, after, now)
 
     def _push_keyed(self, subscription: Subscription, now: float) -> Send | None:
         """A push of a SQL, topic or path view (``relay.tableviews``)."""
