@@ -156,3 +156,15 @@ def test_distinct_rows_are_keyed_by_their_content(store: TableStore) -> None:
     write(buf, 0, orders((1, "ada", 10.0), (2, "ada", 99.0), (3, "bob", 1.0)))
     got = run(store, "SELECT DISTINCT customer FROM orders", buf)
     assert sorted(got) == ['{"customer":"ada"}', '{"customer":"bob"}']
+
+
+def test_results_of_views_no_longer_subscribed_are_forgotten(store: TableStore) -> None:
+    buf = buffer(ORDERS)
+    write(buf, 0, orders((1, "ada", 10.0)))
+    kept, dropped = sql("SELECT * FROM orders"), sql("SELECT amount FROM orders")
+    run(store, str(kept), buf)
+    run(store, str(dropped), buf)
+    store.forget([kept])
+    run(store, str(kept), buf)
+    run(store, str(dropped), buf)
+    assert (store.counters.evaluations, store.counters.shared) == (3, 1)

@@ -825,6 +825,8 @@ class RelayCore:
         """``housekeeping`` for a SQL, topic or path dataset."""
         prims = self.upstream.of(name)
         subscribed = [(s.dataset, s.view) for s in self.downstream]
+        if state.info.index == "sql":
+            self.tableviews.keep([view for _, view in subscribed])
         needs = self.tableviews.needs(name, subscribed)
         spare = {p.prim for p in self.tableviews.unneeded(prims, needs)}
         sends: list[Send] = []

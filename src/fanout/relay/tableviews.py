@@ -260,6 +260,10 @@ class TableViews:
                 alive.remove(prim)
         return gone
 
+    def keep(self, views: Iterable[View]) -> None:
+        """Forget the cached results of SQL views no longer subscribed (``views`` are)."""
+        self.store.forget([view for view in views if isinstance(view, Sql)])
+
     def stats(self) -> dict[str, int]:
         """Counters of the SQL store and topic matching."""
         counters = self.store.counters
