@@ -28,16 +28,17 @@ from dataclasses import dataclass, replace
 from typing import cast
 
 from fanout.errors import InvalidView, ProtocolError
-from fanout.relay import planner
+from fanout.relay import planner, relative
 from fanout.relay.downstream import Downstream, SubKey, Subscription
 from fanout.relay.ingest import DatasetState, Intake
 from fanout.relay.planner import Policy, Region
 from fanout.relay.pushes import Encodings, Held, cut, encode_push
 from fanout.relay.scheduler import AGING, Scheduler
 from fanout.relay.transforms import EntityNotHeld, InvalidTransform, resolve
-from fanout.relay.upstream import Upstream
-from fanout.views import covers
-from fanout.views.region import Box, RegionUnion, Sector, Sphere
+from fanout.relay.upstream import Primitive, Upstream
+from fanout.views import View, covers
+from fanout.views.entity import Entity
+from fanout.views.region import AbsoluteRegion, Box, RegionUnion, Relative, Sector, Sphere
 from fanout.wire import codec
 from fanout.wire.messages import (
     Acquire,
@@ -190,7 +191,8 @@ class RelayCore:
         for prim_id in batch.snapshots:
             prim = self.upstream.get(prim_id)
             if prim is not None:  # else released while its snapshot was on the way
-                snapshots.append((prim_id, _region(prim.view)))
+                view = prim.view
+                snapshots.append((prim_id, view if isinstance(view, Entity) else _region(view)))
         state.busy = True
         return Intake(state, batch, snapshots, state.seq if state.is_gap(batch) else None)
 
@@ -279,6 +281,8 @@ class RelayCore:
         subscription.dataset, subscription.shape = request.dataset, shape
         subscription.priority = request.priority
         self.downstream.put(subscription)
+        if isinstance(request.view, Relative):
+            return sends + self._follow(request.dataset, request.view, entity=True)
         acquires = self._acquire_for(request.dataset, _region(request.view))
         if not acquires and not self.upstream.pending(request.dataset):
             # Held primitives cover the view and all of them are ready: it is servable, and
@@ -301,17 +305,34 @@ class RelayCore:
                 f"dataset {request.dataset!r} is not served by this relay's region index"
             )
         view = request.view
-        if not isinstance(view, Box | Sphere | Sector | RegionUnion):
+        if not isinstance(view, Box | Sphere | Sector | RegionUnion | Relative):
             raise InvalidView(
-                f"dataset {request.dataset!r} takes region views (box, sphere, sector, union),"
-                f" not {type(view).__name__}"
+                f"dataset {request.dataset!r} takes region views (box, sphere, sector, union,"
+                f" relative), not {type(view).__name__}"
             )
+        if isinstance(view, Relative):
+            relative.check(view, state)
         if view.dims != len(state.info.index_columns):
             raise InvalidView(
                 f"dataset {request.dataset!r} is {len(state.info.index_columns)}-D; the view is"
                 f" {view.dims}-D"
             )
         return state
+
+    def _follow(self, dataset: str, view: Relative, entity: bool = False) -> list[Send]:
+        """Acquire what a relative view needs now (``relay.relative``, rules 1 and 3).
+
+        ``entity``: also its entity primitive if not held (only when subscribing: one the
+        publisher refused is not asked for again).
+        """
+        sends: list[Send] = []
+        if entity and self.upstream.entity(dataset, view.entity) is None:
+            prim = self.upstream.add(dataset, Entity(view.entity))
+            sends.append(Send(UPSTREAM, Acquire(prim.prim, dataset, prim.view)))
+        resolved = relative.locate(view, self.datasets[dataset])
+        if resolved is not None:
+            sends += self._acquire_for(dataset, resolved)
+        return sends
 
     def _acquire_for(self, dataset: str, view: Region) -> list[Send]:
         held = self.upstream.cover(dataset)
@@ -336,12 +357,14 @@ class RelayCore:
 
     # -- pushing ------------------------------------------------------------------------
 
-    def end_epoch(self) -> None:
+    def end_epoch(self) -> list[Send]:
         """Swap in every dataset's new state (000: [0150], steps 1070b-1070d).
 
         Primitives whose snapshots arrived with that state become ready with it, and the
-        dataset's subscriptions are woken: each has a new state to be pushed.
+        dataset's subscriptions are woken: each has a new state to be pushed. Views relative
+        to an entity that moved may need more upstream: the acquires are returned.
         """
+        sends: list[Send] = []
         for name, state in self.datasets.items():
             before = state.buffer.stamp
             if state.busy or not state.buffer.swap():
@@ -352,7 +375,10 @@ class RelayCore:
             for subscription in self.downstream.of_dataset(name):
                 if refresh and subscription.held is not None:
                     subscription.held = replace(subscription.held, refresh=True)
+                if isinstance(subscription.view, Relative):
+                    sends += self._follow(name, subscription.view)
                 self.scheduler.wake(subscription.key)
+        return sends
 
     def _ready_snapshots(self, name: str, state: DatasetState) -> None:
         grew = False
@@ -373,7 +399,7 @@ class RelayCore:
         everything before) are served; the others are parked until ``on_writable``. Stopping
         the iteration early leaves the rest queued with their aged priorities.
         """
-        self.end_epoch()
+        yield from self.end_epoch()
         self.scheduler.settle(now)
         popped: Hashable | None = None
         try:
@@ -402,25 +428,44 @@ class RelayCore:
             self.scheduler.remove(sid)
             return None
         state = self.datasets.get(subscription.dataset)
-        if state is None or state.buffer.stamp is None or not self._is_servable(subscription):
+        region: AbsoluteRegion | None = None
+        if state is not None and state.buffer.stamp is not None:
+            try:
+                region = self._region_now(subscription, state)
+            except EntityNotHeld as exc:
+                return self._fail(subscription, exc)
+        if state is None or region is None or not self._is_servable(subscription, region):
             self.scheduler.park(sid, ("coverage", subscription.dataset))
             return None
         if not idle(subscription.client):
             subscription.deferred += 1
             self.scheduler.park(sid, ("client", subscription.client))
             return None
-        return self._push(subscription, state, now)
+        return self._push(subscription, state, now, region)
 
-    def _is_servable(self, subscription: Subscription) -> bool:
+    def _region_now(self, subscription: Subscription, state: DatasetState) -> Region | None:
+        """The absolute region to push now (a relative view resolved; None: not yet)."""
+        if isinstance(subscription.view, Relative):
+            return relative.region(subscription.view, state, self.upstream)
+        return _region(subscription.view)
+
+    def _fail(self, subscription: Subscription, exc: EntityNotHeld) -> Send:
+        self._end(subscription)
+        self.counters.ended += 1
+        return Send(subscription.client, Error(exc.code, str(exc), ref=subscription.sub))
+
+    def _is_servable(self, subscription: Subscription, region: Region) -> bool:
         seen_view, shrunk, grown = subscription.coverage_seen
-        stale = seen_view != subscription.view or shrunk != self._shrunk
+        stale = seen_view != region or shrunk != self._shrunk
         if stale or (not subscription.servable and grown != self._grown):
             ready = self.upstream.cover(subscription.dataset, ready_only=True)
-            subscription.servable = len(ready) > 0 and covers(ready, subscription.view)
-            subscription.coverage_seen = (subscription.view, self._shrunk, self._grown)
+            subscription.servable = len(ready) > 0 and covers(ready, region)
+            subscription.coverage_seen = (region, self._shrunk, self._grown)
         return subscription.servable
 
-    def _push(self, subscription: Subscription, state: DatasetState, now: float) -> Send | None:
+    def _push(
+        self, subscription: Subscription, state: DatasetState, now: float, region: Region
+    ) -> Send | None:
         buffer, held, sid = state.buffer, subscription.held, subscription.key
         stamp = buffer.stamp
         assert stamp is not None
@@ -435,11 +480,9 @@ class RelayCore:
         body = self.encodings.get(subscription.dataset, buffer.generation, key)
         if body is None:
             try:
-                body = cut(_region(subscription.view), subscription.shape, held, buffer)
+                body = cut(region, subscription.shape, held, buffer)
             except EntityNotHeld as exc:
-                self._end(subscription)
-                self.counters.ended += 1
-                return Send(subscription.client, Error(exc.code, str(exc), ref=subscription.sub))
+                return self._fail(subscription, exc)
             self.encodings.put(subscription.dataset, key, body)
         advanced = held is None or (held.epoch, held.seq) != (stamp.epoch, stamp.seq)
         if held is not None and held.epoch == stamp.epoch:
@@ -469,8 +512,7 @@ class RelayCore:
         sends: list[Send] = []
         for name, state in self.datasets.items():
             prims = self.upstream.of(name)
-            views = [_region(view) for view in self.downstream.views(name)]
-            spare = {p.prim for p in planner.unneeded(prims, views)}
+            spare = self._spare(prims, self.downstream.views(name), state)
             for prim in prims:
                 if prim.prim not in spare:
                     prim.unneeded_since = None
@@ -480,10 +522,18 @@ class RelayCore:
                 if now - prim.unneeded_since >= self.policy.grace:
                     self.upstream.remove(prim.prim)
                     sends.append(Send(UPSTREAM, Release(prim.prim)))
-                    state.released.append((_region(prim.view), now))
+                    if not isinstance(prim.view, Entity):
+                        state.released.append((_region(prim.view), now))
                     self._shrunk += 1
             self._prune(state, now)
         return sends
+
+    def _spare(self, prims: list[Primitive], views: list[View], state: DatasetState) -> set[int]:
+        """Primitives no subscription needs (relative views count where they are now)."""
+        regions = [p for p in prims if not isinstance(p.view, Entity)]
+        needed = relative.needed(views, state)
+        spare = {p.prim for p in planner.unneeded(regions, needed)}
+        return spare | relative.spare_entities(prims, views)
 
     def _prune(self, state: DatasetState, now: float) -> None:
         """Drop rows inside recently released primitives and outside every held one.
@@ -495,9 +545,11 @@ class RelayCore:
         if not state.released or state.busy:
             return  # a busy dataset is pruned at the next housekeeping
         released = [region for region, _ in state.released]
-        held = [_region(p.view) for p in self.upstream.of(state.info.name)]
+        prims = self.upstream.of(state.info.name)
+        held = [_region(p.view) for p in prims if not isinstance(p.view, Entity)]
         kept = [r for r in held if any(planner.overlaps(r, gone) for gone in released)]
-        state.buffer.delete_inside(released, kept)
+        entities = [p.view.key for p in prims if isinstance(p.view, Entity)]
+        state.buffer.delete_inside(released, kept, entities)
 
     def stats(self) -> dict[str, int]:
         """Counters of the relay's work, for logs and benchmarks (STYLE.md rule 4)."""

@@ -3,8 +3,8 @@ steps S460-S470, and [0150] step 1070a).
 
 A batch is checked whole before anything is written (its columns are the catalog's, its keys
 are keys and unique), then written to the dataset's inert buffer in the protocol's order: drop
-what was held inside each snapshot primitive, apply the upserts, apply the deletes; last, the
-inert buffer's spatial index is built. Nothing here is visible to subscribers until the relay
+what was held inside each snapshot primitive (for an entity primitive: its row), apply the
+upserts, apply the deletes; last, the inert buffer's spatial index is built. Nothing here is visible to subscribers until the relay
 ends the epoch and the buffers swap.
 
 Writing touches only the dataset's inert buffer and this record, so the relay's shell runs it on
@@ -22,6 +22,7 @@ import numpy as np
 from fanout.errors import ProtocolError
 from fanout.relay.spatial import IndexedRegion
 from fanout.relay.state import Array, DoubleBuffer, Stamp, Table
+from fanout.views.entity import Entity
 from fanout.wire.columns import decode_columns
 from fanout.wire.messages import Batch, DatasetInfo
 
@@ -79,13 +80,15 @@ class DatasetState:
         """Whether batches are missing between the last one and ``batch``."""
         return self.seq >= 0 and batch.epoch == self.epoch and batch.seq > self.seq + 1
 
-    def write(self, batch: Batch, snapshots: Sequence[tuple[int, IndexedRegion]] = ()) -> None:
+    def write(
+        self, batch: Batch, snapshots: Sequence[tuple[int, IndexedRegion | Entity]] = ()
+    ) -> None:
         """Check ``batch`` and write it to the inert buffer.
 
         Args:
             batch: the batch.
-            snapshots: (id, region) of the held primitives whose snapshots it carries; they
-                become ready when this state is swapped in.
+            snapshots: (id, region or entity) of the held primitives whose snapshots it
+                carries; they become ready when this state is swapped in.
 
         Raises:
             ProtocolError: its columns or keys do not fit the catalog, or keys repeat.
@@ -96,7 +99,8 @@ class DatasetState:
             buffer.restart_changes()  # seqs restart in a new epoch
         # A snapshot is its primitive's whole content: drop what we held there first, so rows
         # that left it while we were not subscribed do not linger.
-        buffer.delete_inside([region for _, region in snapshots])
+        buffer.delete_inside([r for _, r in snapshots if not isinstance(r, Entity)])
+        buffer.delete([r.key for _, r in snapshots if isinstance(r, Entity)])
         self.readying.extend(prim for prim, _ in snapshots)
         if batch.upserts.length:
             buffer.upsert(upserts, batch.seq)
@@ -141,13 +145,13 @@ class Intake:
     Attributes:
         state: the dataset (``busy`` until the core finishes the intake).
         batch: the batch.
-        snapshots: (id, region) of the held primitives whose snapshots it carries.
+        snapshots: (id, region or entity) of the held primitives whose snapshots it carries.
         gap_after: the seq it follows with batches missing in between, or None.
     """
 
     state: DatasetState
     batch: Batch
-    snapshots: list[tuple[int, IndexedRegion]]
+    snapshots: list[tuple[int, IndexedRegion | Entity]]
     gap_after: int | None
 
     def write(self) -> None:

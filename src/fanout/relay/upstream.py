@@ -4,6 +4,9 @@ A primitive is *ready* once the batch carrying its snapshot has been applied; on
 primitives may serve subscribers, so a subscriber never sees a half-filled region. A primitive no
 longer needed by any subscription is released after a grace period, so a view that moves back
 and forth does not make the relay churn upstream subscriptions.
+
+Entity primitives (``views.entity``: the row of one key, held for views relative to it) are held
+like the others but are in no cover index: they cover no region; ``entity`` finds them by key.
 """
 
 from __future__ import annotations
@@ -13,6 +16,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 from fanout.views import CoverIndex, View
+from fanout.views.entity import Entity
 
 
 @dataclass
@@ -43,6 +47,7 @@ class Upstream:
         self._all: dict[str, CoverIndex] = {}
         self._ready: dict[str, CoverIndex] = {}
         self._pending: dict[str, int] = {}
+        self._entities: dict[tuple[str, Entity], Primitive] = {}
 
     def __iter__(self) -> Iterator[Primitive]:
         return iter(list(self._prims.values()))
@@ -58,7 +63,10 @@ class Upstream:
         """Record a new primitive (not ready until its snapshot arrives)."""
         primitive = Primitive(next(self._ids), dataset, view)
         self._prims[primitive.prim] = primitive
-        self.cover(dataset).add(view)
+        if isinstance(view, Entity):
+            self._entities[(dataset, view)] = primitive
+        else:
+            self.cover(dataset).add(view)
         self._pending[dataset] = self.pending(dataset) + 1
         return primitive
 
@@ -69,9 +77,13 @@ class Upstream:
             KeyError: ``prim`` is not held.
         """
         primitive = self._prims.pop(prim)
-        self.cover(primitive.dataset).remove(primitive.view)
+        if isinstance(primitive.view, Entity):
+            self._entities.pop((primitive.dataset, primitive.view), None)
+        else:
+            self.cover(primitive.dataset).remove(primitive.view)
         if primitive.ready:
-            self.cover(primitive.dataset, ready_only=True).remove(primitive.view)
+            if not isinstance(primitive.view, Entity):
+                self.cover(primitive.dataset, ready_only=True).remove(primitive.view)
         else:
             self._pending[primitive.dataset] -= 1
         return primitive
@@ -80,12 +92,17 @@ class Upstream:
         """Its snapshot has been applied (and swapped in): it may serve subscribers."""
         if not primitive.ready and primitive.prim in self._prims:
             primitive.ready = True
-            self.cover(primitive.dataset, ready_only=True).add(primitive.view)
+            if not isinstance(primitive.view, Entity):
+                self.cover(primitive.dataset, ready_only=True).add(primitive.view)
             self._pending[primitive.dataset] -= 1
 
     def pending(self, dataset: str) -> int:
         """How many primitives of ``dataset`` wait for their snapshot."""
         return self._pending.get(dataset, 0)
+
+    def entity(self, dataset: str, key: int | str) -> Primitive | None:
+        """The entity primitive of ``key`` in ``dataset``, if held."""
+        return self._entities.get((dataset, Entity(key)))
 
     def cover(self, dataset: str, ready_only: bool = False) -> CoverIndex:
         """The cover index of the primitives of ``dataset`` (only ready ones if asked)."""
