@@ -4,8 +4,8 @@ steps S460-S470, and [0150] step 1070a).
 A batch is checked whole before anything is written (its columns are the catalog's, its keys
 are keys and unique), then written to the dataset's inert buffer in the protocol's order: drop
 what was held inside each snapshot primitive (for an entity primitive: its row), apply the
-upserts, apply the deletes; last, the inert buffer's spatial index is built. Nothing here is visible to subscribers until the relay
-ends the epoch and the buffers swap.
+upserts, apply the deletes; last, the inert buffer's spatial index is built. Nothing here is
+visible to subscribers until the relay ends the epoch and the buffers swap.
 
 Writing touches only the dataset's inert buffer and this record, so the relay's shell runs it on
 a worker thread while the event loop keeps serving pushes from the active buffer; ``busy`` tells
