@@ -372,11 +372,14 @@ class RelayCore:
             after = state.buffer.stamp
             refresh = before is not None and after is not None and before.epoch != after.epoch
             self._ready_snapshots(name, state)
+            followed: set[Relative] = set()  # subscribers sharing a view share its planning
             for subscription in self.downstream.of_dataset(name):
                 if refresh and subscription.held is not None:
                     subscription.held = replace(subscription.held, refresh=True)
-                if isinstance(subscription.view, Relative):
-                    sends += self._follow(name, subscription.view)
+                view = subscription.view
+                if isinstance(view, Relative) and view not in followed:
+                    followed.add(view)
+                    sends += self._follow(name, view)
                 self.scheduler.wake(subscription.key)
         return sends
 
