@@ -70,6 +70,7 @@ from websockets.asyncio.client import connect
 from websockets.asyncio.server import serve
 from websockets.exceptions import ConnectionClosed
 
+from fanout.relay.core import Send
 from fanout.relay.server import RelayConfig, RelayServer
 from fanout.views import Box
 from fanout.wire import codec
@@ -287,14 +288,15 @@ def relay_main(conn: Connection, publisher: str, log: str, profile: str | None) 
         swaps: list[tuple[int, float]] = []
         end_epoch = core.end_epoch
 
-        def recorded_end_epoch() -> None:
+        def recorded_end_epoch() -> list[Send]:
             before = {name: state.buffer.generation for name, state in core.datasets.items()}
-            end_epoch()
+            sends = end_epoch()
             now = time.time()
             for name, state in core.datasets.items():
                 stamp = state.buffer.stamp
                 if stamp is not None and state.buffer.generation != before.get(name):
                     swaps.append((stamp.seq, now))
+            return sends
 
         core.end_epoch = recorded_end_epoch  # type: ignore[method-assign]
         pumping = [0.0]  # CPU seconds the event loop's thread spent in rounds of pushes

@@ -367,7 +367,11 @@ def _subscribe_parser(commands: Any) -> None:
     what = parser.add_mutually_exclusive_group(required=True)
     what.add_argument("--box", help="a box view: x0,y0,x1,y1 (or x0,y0,z0,x1,y1,z1 in 3-D)")
     what.add_argument(
-        "--view", help="any view in text syntax, e.g. 'sphere:500,500,50' (docs/concepts.md)"
+        "--view",
+        help=(
+            "any view in text syntax, e.g. 'sphere:500,500,50', or 'rel:42:sphere:0,0,50' to"
+            " follow entity 42 (docs/concepts.md)"
+        ),
     )
     parser.add_argument(
         "--rate", type=float, default=10.0, help="pushes per second at most (default: 10)"

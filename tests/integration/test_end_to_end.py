@@ -18,7 +18,8 @@ from websockets.asyncio.client import connect as ws_connect
 from fanout.client import SubscriptionError, connect
 from fanout.client.publisher import open_reader
 from fanout.launch import Child
-from fanout.views import Box, Sphere
+from fanout.views import Box, Relative, Sphere
+from fanout.views.entity import Entity
 from fanout.wire import codec
 from fanout.wire.messages import PROTOCOL_VERSION, Error, Hello, Welcome
 
@@ -54,6 +55,53 @@ async def test_two_subscribers_see_exactly_the_publishers_state(
                 assert rows == expected_rows(state, region)
                 assert rows, "a view of a populated region should not be empty"
         assert box.dropped == 0
+
+
+async def test_a_subscriber_follows_an_agent_with_a_relative_sphere(
+    publisher: Child, relay: Child
+) -> None:
+    near = Relative(7, Sphere((0, 0), 120.0))
+    async with connect(relay.url) as subscriber, open_reader(publisher.url) as reader:
+        view = await subscriber.subscribe(near)
+        positions = []
+        for _ in range(2):  # the agent moves between the checks: so does the view
+            await settle(view, 3, timeout=240.0)  # first finds the agent, then its region
+            tick, rows = view.tick, dict(view.rows)
+            _, agent = await reader.read("agents", Entity(7), tick)
+            position = (float(agent["x"][0]), float(agent["y"][0]))
+            region = near.resolve(position)
+            _, state = await reader.read("agents", region, tick)
+            assert rows == expected_rows(state, region)
+            assert 7 in rows
+            positions.append(position)
+        assert positions[0] != positions[1]
+        missing = await subscriber.subscribe(Relative(999_999, Sphere((0, 0), 50.0)))
+        with pytest.raises(SubscriptionError, match="does not exist") as failure:
+            await settle(missing, 1)
+        assert failure.value.code == "entity_not_held"
+
+
+async def test_cli_subscribe_takes_a_relative_view(relay: Child) -> None:
+    process = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "fanout",
+        "subscribe",
+        "--relay",
+        relay.url,
+        "--view",
+        "rel:3:sphere:0,0,150",
+        "--json",
+        "--count",
+        "2",
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    out, err = await asyncio.wait_for(process.communicate(), 60)
+    assert process.returncode == 0, err.decode()
+    lines = [json.loads(line) for line in out.decode().splitlines()]
+    assert lines[0]["full"] is True
+    assert 3 in {row["id"] for row in lines[0]["entered"]}
 
 
 async def test_garbage_to_the_publisher_gets_an_error_and_it_keeps_serving(

@@ -7,6 +7,7 @@ import pytest
 
 from fanout.errors import InvalidView
 from fanout.views import View, kind_of, parse
+from fanout.views.entity import Entity
 from fanout.views.kinds import of_kind
 from fanout.views.region import Box, RegionUnion, Relative, Sector, Sphere
 
@@ -26,6 +27,8 @@ EXAMPLES = [
     ("sql", parse("SELECT * FROM t WHERE x < 5", "sql")),
     ("topic", parse("sensors/+/temp", "topic")),
     ("path", parse("/pps/media/.all", "path")),
+    ("entity", Entity(7)),
+    ("entity", Entity("car-1")),
 ]
 
 

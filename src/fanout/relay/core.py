@@ -32,7 +32,7 @@ from typing import cast
 import numpy as np
 
 from fanout.errors import BadRequest, InvalidView, ProtocolError
-from fanout.relay import planner
+from fanout.relay import planner, relative
 from fanout.relay.downstream import Downstream, SubKey, Subscription
 from fanout.relay.every import ChangeSet, Cursor, History, delta, encode_delta
 from fanout.relay.ingest import DatasetState, Intake
@@ -43,9 +43,10 @@ from fanout.relay.scheduler import AGING, Scheduler
 from fanout.relay.state import Stamp
 from fanout.relay.tableviews import TableViews
 from fanout.relay.transforms import EntityNotHeld, InvalidTransform, Shape, resolve
-from fanout.relay.upstream import Upstream
+from fanout.relay.upstream import Primitive, Upstream
 from fanout.views import View, covers
-from fanout.views.region import Box, RegionUnion, Sector, Sphere
+from fanout.views.entity import Entity
+from fanout.views.region import Box, RegionUnion, Relative, Sector, Sphere
 from fanout.wire import codec
 from fanout.wire.columns import decode_columns
 from fanout.wire.messages import (
@@ -405,6 +406,8 @@ class RelayCore:
         subscription.dataset, subscription.shape = request.dataset, shape
         subscription.priority = request.priority
         self.downstream.put(subscription)
+        if isinstance(request.view, Relative):
+            return sends + self._follow(request.dataset, request.view, entity=True)
         acquires = self._acquire_view(request.dataset, request.view)
         if not acquires and not any(map(self.upstream.pending, self._reads(subscription))):
             # Held primitives cover the view and all of them are ready: it is servable, and
@@ -425,17 +428,34 @@ class RelayCore:
         if state.info.index != "space":
             return state  # its language is checked by ``TableViews.check``
         view = request.view
-        if not isinstance(view, Box | Sphere | Sector | RegionUnion):
+        if not isinstance(view, Box | Sphere | Sector | RegionUnion | Relative):
             raise InvalidView(
-                f"dataset {request.dataset!r} takes region views (box, sphere, sector, union),"
-                f" not {type(view).__name__}"
+                f"dataset {request.dataset!r} takes region views (box, sphere, sector, union,"
+                f" relative), not {type(view).__name__}"
             )
+        if isinstance(view, Relative):
+            relative.check(view, state)
         if view.dims != len(state.info.index_columns):
             raise InvalidView(
                 f"dataset {request.dataset!r} is {len(state.info.index_columns)}-D; the view is"
                 f" {view.dims}-D"
             )
         return state
+
+    def _follow(self, dataset: str, view: Relative, entity: bool = False) -> list[Send]:
+        """Acquire what a relative view needs now (``relay.relative``, rules 1 and 3).
+
+        ``entity``: also its entity primitive if not held (only when subscribing: one the
+        publisher refused is not asked for again).
+        """
+        sends: list[Send] = []
+        if entity and self.upstream.entity(dataset, view.entity) is None:
+            prim = self.upstream.add(dataset, Entity(view.entity))
+            sends.append(Send(UPSTREAM, Acquire(prim.prim, dataset, prim.view)))
+        resolved = relative.locate(view, self.datasets[dataset])
+        if resolved is not None:
+            sends += self._acquire_for(dataset, resolved)
+        return sends
 
     def _accept(
         self, client: int, request: Subscribe, state: DatasetState
@@ -494,12 +514,14 @@ class RelayCore:
 
     # -- pushing ------------------------------------------------------------------------
 
-    def end_epoch(self) -> None:
+    def end_epoch(self) -> list[Send]:
         """Swap in every dataset's new state (000: [0150], steps 1070b-1070d).
 
         Primitives whose snapshots arrived with that state become ready with it, and the
-        dataset's subscriptions are woken: each has a new state to be pushed.
+        dataset's subscriptions are woken: each has a new state to be pushed. Views relative
+        to an entity that moved may need more upstream: the acquires are returned.
         """
+        sends: list[Send] = []
         for name, state in self.datasets.items():
             before = state.buffer.stamp
             if state.busy or not state.buffer.swap():
@@ -507,10 +529,16 @@ class RelayCore:
             after = state.buffer.stamp
             refresh = before is not None and after is not None and before.epoch != after.epoch
             self._ready_snapshots(name, state)
+            followed: set[Relative] = set()  # subscribers sharing a view share its planning
             for subscription in self._readers(name, state):
+                view = subscription.view
+                if isinstance(view, Relative) and view not in followed:
+                    followed.add(view)
+                    sends += self._follow(name, view)
                 if refresh and subscription.held is not None:
                     subscription.held = replace(subscription.held, refresh=True)
                 self.scheduler.wake(subscription.key)
+        return sends
 
     def _ready_snapshots(self, name: str, state: DatasetState) -> None:
         grew = False
@@ -542,7 +570,7 @@ class RelayCore:
         everything before) are served; the others are parked until ``on_writable``. Stopping
         the iteration early leaves the rest queued with their aged priorities.
         """
-        self.end_epoch()
+        self._unsent.extend(self.end_epoch())  # acquires for relative views that moved
         self.scheduler.settle(now)
         popped: Hashable | None = None
         try:
@@ -575,7 +603,16 @@ class RelayCore:
             self.scheduler.remove(sid)
             return []
         state = self.datasets.get(subscription.dataset)
-        if state is None or state.buffer.stamp is None or not self._is_servable(subscription):
+        region: Region | None = None
+        if state is not None and state.buffer.stamp is not None and state.info.index == "space":
+            try:
+                region = self._region_now(subscription, state)
+            except EntityNotHeld as exc:
+                return [self._fail(subscription, exc)]
+            ready = region is not None
+        else:
+            ready = state is not None and state.buffer.stamp is not None
+        if state is None or not ready or not self._is_servable(subscription, region):
             self.scheduler.park(sid, ("coverage", subscription.dataset))
             return []
         if not idle(subscription.client):
@@ -584,8 +621,19 @@ class RelayCore:
             return []
         if subscription.mode == "every":
             return self._serve_every(subscription, state, now)
-        send = self._push(subscription, state, now)
+        send = self._push(subscription, state, now, region)
         return [] if send is None else [send]
+
+    def _region_now(self, subscription: Subscription, state: DatasetState) -> Region | None:
+        """The absolute region to push now (a relative view resolved; None: not yet)."""
+        if isinstance(subscription.view, Relative):
+            return relative.region(subscription.view, state, self.upstream)
+        return _region(subscription.view)
+
+    def _fail(self, subscription: Subscription, exc: EntityNotHeld) -> Send:
+        self._end(subscription)
+        self.counters.ended += 1
+        return Send(subscription.client, Error(exc.code, str(exc), ref=subscription.sub))
 
     def _serve_every(
         self, subscription: Subscription, state: DatasetState, now: float
@@ -646,7 +694,9 @@ class RelayCore:
         since = [
             p.ready_seq
             for p in self.upstream.of(subscription.dataset)
-            if p.ready and planner.overlaps(_region(p.view), region)
+            if p.ready
+            and not isinstance(p.view, Entity)
+            and planner.overlaps(_region(p.view), region)
         ]
         return max(since, default=seq)
 
@@ -689,23 +739,27 @@ class RelayCore:
         history.asked(req, *wanted)
         return [Send(UPSTREAM, Curious(req, dataset, cursor.epoch, *wanted))]
 
-    def _is_servable(self, subscription: Subscription) -> bool:
+    def _is_servable(self, subscription: Subscription, region: Region | None) -> bool:
+        """Whether ready primitives cover the view (``region``: a space view, resolved)."""
         seen_view, shrunk, grown = subscription.coverage_seen
-        stale = seen_view != subscription.view or shrunk != self._shrunk
+        seen = subscription.view if region is None else region
+        stale = seen_view != seen or shrunk != self._shrunk
         if stale or (not subscription.servable and grown != self._grown):
-            subscription.servable = self._covered(subscription)
-            subscription.coverage_seen = (subscription.view, self._shrunk, self._grown)
+            subscription.servable = self._covered(subscription, region)
+            subscription.coverage_seen = (seen, self._shrunk, self._grown)
         return subscription.servable
 
-    def _covered(self, subscription: Subscription) -> bool:
+    def _covered(self, subscription: Subscription, region: Region | None) -> bool:
         dataset, view = subscription.dataset, subscription.view
-        if self.datasets[dataset].info.index != "space":
+        if region is None:
             return self.tableviews.covered(self.upstream, dataset, view)
         ready = self.upstream.cover(dataset, ready_only=True)
-        return len(ready) > 0 and covers(ready, view)
+        return len(ready) > 0 and covers(ready, region)
 
-    def _push(self, subscription: Subscription, state: DatasetState, now: float) -> Send | None:
-        if isinstance(state, KeyedState):
+    def _push(
+        self, subscription: Subscription, state: DatasetState, now: float, region: Region | None
+    ) -> Send | None:
+        if isinstance(state, KeyedState) or region is None:
             return self._push_keyed(subscription, now)
         buffer, held, sid = state.buffer, subscription.held, subscription.key
         stamp = buffer.stamp
@@ -721,11 +775,9 @@ class RelayCore:
         body = self.encodings.get(subscription.dataset, buffer.generation, key)
         if body is None:
             try:
-                body = cut(_region(subscription.view), subscription.shape, held, buffer)
+                body = cut(region, subscription.shape, held, buffer)
             except EntityNotHeld as exc:
-                self._end(subscription)
-                self.counters.ended += 1
-                return Send(subscription.client, Error(exc.code, str(exc), ref=subscription.sub))
+                return self._fail(subscription, exc)
             self.encodings.put(subscription.dataset, key, body)
         after = Held(
             subscription.view, buffer.generation, stamp.epoch, stamp.seq, body.keys, body.anchor
@@ -783,8 +835,7 @@ class RelayCore:
                 sends.extend(self._housekeep_keyed(name, state, now))
                 continue
             prims = self.upstream.of(name)
-            views = [_region(view) for view in self.downstream.views(name)]
-            spare = {p.prim for p in planner.unneeded(prims, views)}
+            spare = self._spare(prims, self.downstream.views(name), state)
             for prim in prims:
                 if prim.prim not in spare:
                     prim.unneeded_since = None
@@ -794,10 +845,18 @@ class RelayCore:
                 if now - prim.unneeded_since >= self.policy.grace:
                     self.upstream.remove(prim.prim)
                     sends.append(Send(UPSTREAM, Release(prim.prim)))
-                    state.released.append((_region(prim.view), now))
+                    if not isinstance(prim.view, Entity):
+                        state.released.append((_region(prim.view), now))
                     self._shrunk += 1
             self._prune(state, now)
         return sends + self._horizon_sends()
+
+    def _spare(self, prims: list[Primitive], views: list[View], state: DatasetState) -> set[int]:
+        """Primitives no subscription needs (relative views count where they are now)."""
+        regions = [p for p in prims if not isinstance(p.view, Entity)]
+        needed = relative.needed(views, state)
+        spare = {p.prim for p in planner.unneeded(regions, needed)}
+        return spare | relative.spare_entities(prims, views)
 
     def _horizon_sends(self) -> list[Send]:
         """Tell the publisher the lowest seq each dataset's ``every`` subscriptions may still
@@ -854,9 +913,11 @@ class RelayCore:
         if not state.released or state.busy:
             return  # a busy dataset is pruned at the next housekeeping
         released = [region for region, _ in state.released]
-        held = [_region(p.view) for p in self.upstream.of(state.info.name)]
+        prims = self.upstream.of(state.info.name)
+        held = [_region(p.view) for p in prims if not isinstance(p.view, Entity)]
         kept = [r for r in held if any(planner.overlaps(r, gone) for gone in released)]
-        state.buffer.delete_inside(released, kept)
+        entities = [p.view.key for p in prims if isinstance(p.view, Entity)]
+        state.buffer.delete_inside(released, kept, entities)
 
     def stats(self) -> dict[str, int]:
         """Counters of the relay's work, for logs and benchmarks (STYLE.md rule 4)."""
@@ -917,6 +978,11 @@ def _every_cursor(
         if request.resume is not None:
             raise InvalidView("resume tokens are for mode 'every' subscriptions")
         return None
+    if isinstance(request.view, Relative):
+        raise InvalidView(
+            "mode 'every' takes absolute views: a view relative to a moving entity is for mode"
+            " 'latest'"
+        )
     if shape.relative_to is not None:
         raise InvalidTransform(
             "mode 'every' sends rows as they changed, one seq at a time; coordinates relative"

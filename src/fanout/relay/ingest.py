@@ -3,9 +3,9 @@ steps S460-S470, and [0150] step 1070a).
 
 A batch is checked whole before anything is written (its columns are the catalog's, its keys
 are keys and unique), then written to the dataset's inert buffer in the protocol's order: drop
-what was held inside each snapshot primitive, apply the upserts, apply the deletes; last, the
-inert buffer's spatial index is built. Nothing here is visible to subscribers until the relay
-ends the epoch and the buffers swap.
+what was held inside each snapshot primitive (for an entity primitive: its row), apply the
+upserts, apply the deletes; last, the inert buffer's spatial index is built. Nothing here is
+visible to subscribers until the relay ends the epoch and the buffers swap.
 
 Writing touches only the dataset's inert buffer and this record, so the relay's shell runs it on
 a worker thread while the event loop keeps serving pushes from the active buffer; ``busy`` tells
@@ -23,6 +23,7 @@ from fanout.errors import ProtocolError
 from fanout.relay.spatial import IndexedRegion
 from fanout.relay.state import Array, DoubleBuffer, Stamp, Table
 from fanout.views import View
+from fanout.views.entity import Entity
 from fanout.wire.columns import decode_columns
 from fanout.wire.messages import Batch, DatasetInfo
 
@@ -88,8 +89,9 @@ class DatasetState:
 
         Args:
             batch: the batch.
-            snapshots: (id, view) of the held primitives whose snapshots it carries; they
-                become ready when this state is swapped in.
+            snapshots: (id, view) of the held primitives whose snapshots it carries (a region,
+                an entity, or a key-selecting view); they become ready when this state is
+                swapped in.
 
         Raises:
             ProtocolError: its columns or keys do not fit the catalog, or keys repeat.
@@ -100,7 +102,8 @@ class DatasetState:
             buffer.restart_changes()  # seqs restart in a new epoch
         # A snapshot is its primitive's whole content: drop what we held there first, so rows
         # that left it while we were not subscribed do not linger.
-        self.drop_inside([view for _, view in snapshots])
+        self.drop_inside([view for _, view in snapshots if not isinstance(view, Entity)])
+        buffer.delete([view.key for _, view in snapshots if isinstance(view, Entity)])
         self.readying.extend(prim for prim, _ in snapshots)
         if batch.upserts.length:
             buffer.upsert(upserts, batch.seq)

@@ -19,7 +19,7 @@ one state.
 from __future__ import annotations
 
 import sys
-from collections.abc import Hashable, Mapping
+from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 import msgspec
@@ -173,15 +173,25 @@ def locate_anchor(shape: Shape, buffer: DoubleBuffer) -> Anchor | None:
     """
     if shape.relative_to is None or not shape.relative:
         return None  # no coordinates sent, so none to make relative
-    table = buffer.active
-    (at,) = table.locate(table.as_keys([shape.relative_to]))
-    if at < 0:
+    anchor = entity_position(buffer, shape.relative_to, shape.relative)
+    if anchor is None:
         raise EntityNotHeld(
             f"entity {shape.relative_to!r} (relative_to) is not in this relay's state at tick"
             f" {buffer.stamp.tick if buffer.stamp else -1}: its coordinates cannot be made"
             " relative; subscribe to a view that contains it"
         )
-    return tuple(float(table.column(name)[at]) for name in shape.relative)
+    return anchor
+
+
+def entity_position(
+    buffer: DoubleBuffer, entity: int | str, columns: Sequence[str]
+) -> Anchor | None:
+    """The values of ``columns`` in the active row keyed ``entity``, or None if not held."""
+    table = buffer.active
+    (at,) = table.locate(table.as_keys([entity]))
+    if at < 0:
+        return None
+    return tuple(float(table.column(name)[at]) for name in columns)
 
 
 def compare_keys(held: Keys, keys: Keys) -> tuple[npt.NDArray[np.bool_], Keys]:

@@ -222,12 +222,13 @@ class _Delete:
 
 @dataclass(frozen=True)
 class _DeleteInside:
-    """Delete rows inside any of ``regions`` and outside every one of ``kept``."""
+    """Delete rows inside any of ``regions``, outside every one of ``kept``, not keyed ``keys``."""
 
     regions: tuple[IndexedRegion, ...]
     kept: tuple[IndexedRegion, ...]
     coordinates: tuple[str, ...]
     rows: int
+    keys: Keys | None = None
 
     def apply(self, table: Table) -> bool:
         coords = [table.column(name) for name in self.coordinates]
@@ -240,6 +241,8 @@ class _DeleteInside:
             for region in self.kept:
                 at = at[~region.match(*near)]
                 near = [column[at] for column in coords]
+        if len(at) and self.keys is not None and len(self.keys):
+            at = at[~np.isin(table.keys[at], self.keys)]
         mask = np.zeros(len(table), dtype=bool)
         mask[at] = True
         return table.delete_where(mask)
@@ -363,13 +366,21 @@ class DoubleBuffer:
             self._write(_Delete(keys))
 
     def delete_inside(
-        self, regions: Sequence[IndexedRegion], kept: Sequence[IndexedRegion] = ()
+        self,
+        regions: Sequence[IndexedRegion],
+        kept: Sequence[IndexedRegion] = (),
+        kept_keys: npt.ArrayLike = (),
     ) -> None:
-        """Remove the inert table's rows inside any of ``regions`` but inside none of ``kept``."""
+        """Remove the inert table's rows inside any of ``regions`` but inside none of ``kept``.
+
+        Rows keyed one of ``kept_keys`` stay wherever they are (entity primitives hold them).
+        """
         if regions:
             self.catch_up()
             rows = len(self.inert)
-            self._write(_DeleteInside(tuple(regions), tuple(kept), self.coordinates, rows))
+            keys = self.inert.as_keys(kept_keys)
+            write = _DeleteInside(tuple(regions), tuple(kept), self.coordinates, rows, keys)
+            self._write(write)
 
     def restart_changes(self) -> None:
         """A new epoch: every row of the inert table counts as changed before any new seq."""

@@ -4,6 +4,9 @@ A primitive is *ready* once the batch carrying its snapshot has been applied; on
 primitives may serve subscribers, so a subscriber never sees a half-filled region. A primitive no
 longer needed by any subscription is released after a grace period, so a view that moves back
 and forth does not make the relay churn upstream subscriptions.
+
+Entity primitives (``views.entity``: the row of one key, held for views relative to it) are held
+like the others but are in no cover index: they cover no region; ``entity`` finds them by key.
 """
 
 from __future__ import annotations
@@ -13,6 +16,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 from fanout.views import CoverIndex, View
+from fanout.views.entity import Entity
 from fanout.views.region import REGIONS
 
 
@@ -47,6 +51,7 @@ class Upstream:
         self._all: dict[str, CoverIndex] = {}
         self._ready: dict[str, CoverIndex] = {}
         self._pending: dict[str, int] = {}
+        self._entities: dict[tuple[str, Entity], Primitive] = {}
 
     def __iter__(self) -> Iterator[Primitive]:
         return iter(list(self._prims.values()))
@@ -62,7 +67,9 @@ class Upstream:
         """Record a new primitive (not ready until its snapshot arrives)."""
         primitive = Primitive(next(self._ids), dataset, view)
         self._prims[primitive.prim] = primitive
-        if isinstance(view, REGIONS):  # the cover index is of regions; other kinds use ``views``
+        if isinstance(view, Entity):
+            self._entities[(dataset, view)] = primitive
+        elif isinstance(view, REGIONS):  # the cover index is of regions; other kinds: ``views``
             self.cover(dataset).add(view)
         self._pending[dataset] = self.pending(dataset) + 1
         return primitive
@@ -75,7 +82,9 @@ class Upstream:
         """
         primitive = self._prims.pop(prim)
         region = isinstance(primitive.view, REGIONS)
-        if region:
+        if isinstance(primitive.view, Entity):
+            self._entities.pop((primitive.dataset, primitive.view), None)
+        elif region:
             self.cover(primitive.dataset).remove(primitive.view)
         if primitive.ready:
             if region:
@@ -95,6 +104,10 @@ class Upstream:
     def pending(self, dataset: str) -> int:
         """How many primitives of ``dataset`` wait for their snapshot."""
         return self._pending.get(dataset, 0)
+
+    def entity(self, dataset: str, key: int | str) -> Primitive | None:
+        """The entity primitive of ``key`` in ``dataset``, if held."""
+        return self._entities.get((dataset, Entity(key)))
 
     def cover(self, dataset: str, ready_only: bool = False) -> CoverIndex:
         """The cover index of the region primitives of ``dataset`` (only ready ones if asked)."""

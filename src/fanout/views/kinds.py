@@ -3,7 +3,9 @@
 Four subscription languages share one protocol: regions (here, in :mod:`fanout.views.region`),
 SQL (:mod:`fanout.views.sql`), MQTT topic filters (:mod:`fanout.views.topic`) and QNX PPS object
 paths (:mod:`fanout.views.objects`). Each module offers ``parse(text)``, ``covers(have, view)``
-and ``residual(have, view)``; this module tells which one a view belongs to.
+and ``residual(have, view)``; this module tells which one a view belongs to. A fifth kind,
+``entity`` (:mod:`fanout.views.entity`), is a relay's upstream primitive, never a subscriber's
+view: the row of one key of a space dataset, held for a view relative to that entity.
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ from types import ModuleType
 from typing import TypeAlias
 
 from fanout.errors import InvalidView
-from fanout.views import objects, sql, topic
+from fanout.views import entity, objects, sql, topic
 from fanout.views.region import REGIONS, Box, RegionUnion, Relative, Sector, Sphere
 
 View: TypeAlias = (
@@ -26,6 +28,7 @@ View: TypeAlias = (
     | sql.SqlBox
     | topic.TopicFilter
     | objects.ObjectPath
+    | entity.Entity
 )
 """Every view of every kind; a msgspec field of this type decodes any of them by its tag."""
 
@@ -34,15 +37,21 @@ KIND_CLASSES: dict[str, tuple[type, ...]] = {
     "sql": (sql.Sql, sql.SqlBox),
     "topic": (topic.TopicFilter,),
     "path": (objects.ObjectPath,),
+    "entity": (entity.Entity,),
 }
 """The view classes of each kind, by the kind's name on the command line."""
 
-KIND_MODULES: dict[str, ModuleType] = {"sql": sql, "topic": topic, "path": objects}
+KIND_MODULES: dict[str, ModuleType] = {
+    "sql": sql,
+    "topic": topic,
+    "path": objects,
+    "entity": entity,
+}
 """The module that parses and covers each non-region kind."""
 
 
 def kind_of(view: object) -> str:
-    """Return the kind of a view: ``region``, ``sql``, ``topic`` or ``path``.
+    """Return the kind of a view: ``region``, ``sql``, ``topic``, ``path`` or ``entity``.
 
     Raises:
         InvalidView: ``view`` is not a view.

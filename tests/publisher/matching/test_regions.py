@@ -10,8 +10,17 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from fanout.publisher.matching.regions import MAX_CELLS, ShapeFrames, match, shape_table, shapes_of
+from fanout.errors import InvalidView
+from fanout.publisher.matching.regions import (
+    MAX_CELLS,
+    RegionMatcher,
+    ShapeFrames,
+    match,
+    shape_table,
+    shapes_of,
+)
 from fanout.views import Box, RegionUnion, Sector, Sphere
+from fanout.views.entity import Entity
 
 pytestmark = pytest.mark.spark
 
@@ -125,3 +134,37 @@ def test_max_cells_bounds_the_cell_table() -> None:
     just_fits = Box((0, 0), (side - 0.5, side - 0.5))
     bucketed, wide = shape_table(shapes_of(1, 1, just_fits), 2, 1.0)
     assert (bucketed.num_rows, wide.num_rows) == (side * side, 0)
+
+
+def test_entity_primitives_match_their_key_wherever_it_is(spark) -> None:
+    matcher = RegionMatcher(("x", "y"), 10.0, key="id")
+    rows = points(300, 2, 5)
+    prims = [(1, 1, Box((0, 0), (20, 20))), (1, 2, Entity(7)), (2, 1, Entity(250))]
+    tables = matcher.tables(spark, prims)
+    try:
+        frame = spark.createDataFrame(pa.table(rows))
+        result = matcher.match(frame, tables, keep_unmatched=True).toArrow()
+    finally:
+        tables.unpersist()
+    found = set(
+        zip(
+            result.column("_relay").to_pylist(),
+            result.column("_prim").to_pylist(),
+            result.column("id").to_pylist(),
+            strict=True,
+        )
+    )
+    in_box = set(rows["id"][Box((0, 0), (20, 20)).match(rows["x"], rows["y"])].tolist())
+    assert {key for relay, prim, key in found if (relay, prim) == (1, 1)} == in_box
+    assert {key for relay, prim, key in found if (relay, prim) == (1, 2)} == {7}
+    assert {key for relay, prim, key in found if (relay, prim) == (2, 1)} == {250}
+    unmatched = {key for relay, _, key in found if relay is None}
+    assert unmatched == set(range(300)) - in_box  # every row once more, as without entities
+
+
+def test_entity_primitives_are_checked_against_the_key_type() -> None:
+    assert RegionMatcher(("x", "y"), 10.0, key="id").check(Entity(3)) == Entity(3)
+    with pytest.raises(InvalidView, match="integer"):
+        RegionMatcher(("x", "y"), 10.0, key="id").check(Entity("a"))
+    with pytest.raises(InvalidView, match="region"):
+        RegionMatcher(("x", "y"), 10.0).check(Entity(3))  # no key column given: not taken

@@ -25,7 +25,8 @@ def matcher_for(dataset: Dataset) -> Matcher:
     """The matcher for a dataset's index."""
     match dataset.index:
         case "space":
-            return RegionMatcher(dataset.index_columns, dataset.cell_size)
+            string_keys = dataset.schema[dataset.key] == "string"
+            return RegionMatcher(dataset.index_columns, dataset.cell_size, dataset.key, string_keys)
         case "sql":
             return SqlMatcher(dataset.name, frozenset(dataset.schema))
         case "topic":

@@ -7,6 +7,10 @@ predicate keeps the rows really inside the shape. A shape touching more than ``M
 (a huge region) is not exploded; the few such shapes are matched by a broadcast nested-loop join
 instead, so one huge subscription cannot blow up the cell table.
 
+Space datasets also take :class:`~fanout.views.entity.Entity` primitives, the row of one key
+wherever it is (a relay following an entity for a view relative to it): those rows are paired
+by a broadcast equi-join on the key column, next to the shapes' join.
+
 Each step is a small DataFrame -> DataFrame function (STYLE.md rule 8).
 """
 
@@ -24,6 +28,7 @@ from pyspark.sql import Column, DataFrame, SparkSession
 from fanout.errors import InvalidView
 from fanout.publisher.matching.base import Prim
 from fanout.views import View
+from fanout.views.entity import Entity
 from fanout.views.region import Box, RegionUnion, Sector, Sphere, direction
 
 #: Shapes whose bounding box touches more cells than this are matched without bucketing.
@@ -212,6 +217,9 @@ class ShapeFrames:
     bucketed: DataFrame
     wide: DataFrame
     has_wide: bool
+    #: ``_relay, _prim, _key`` of entity primitives, and the dataset's key column (or None).
+    keyed: DataFrame | None = None
+    key: str | None = None
     _plans: dict[tuple[tuple[str, ...], float], JoinPlan] = field(
         default_factory=dict, compare=False, repr=False
     )
@@ -225,20 +233,52 @@ class ShapeFrames:
 
     @classmethod
     def build(
-        cls, spark: SparkSession, shapes: Iterable[Shape], dims: int, cell_size: float
+        cls,
+        spark: SparkSession,
+        shapes: Iterable[Shape],
+        dims: int,
+        cell_size: float,
+        *,
+        entities: Sequence[tuple[int, int, int | str]] = (),
+        key: str | None = None,
     ) -> ShapeFrames:
-        """Turn shapes into cached DataFrames ready to broadcast."""
+        """Turn shapes (and ``(relay, prim, key)`` of entity primitives) into cached DataFrames.
+
+        Raises:
+            ValueError: entities without the ``key`` column to match them on.
+        """
         bucketed, wide = shape_table(shapes, dims, cell_size)
+        keyed = None
+        if entities:
+            if key is None:
+                raise ValueError("entity primitives need the dataset's key column")
+            keyed = spark.createDataFrame(entity_table(entities)).cache()
         return cls(
             bucketed=spark.createDataFrame(bucketed).cache(),
             wide=spark.createDataFrame(wide).cache(),
             has_wide=wide.num_rows > 0,
+            keyed=keyed,
+            key=key,
         )
 
     def unpersist(self) -> None:
         """Release the cached tables."""
         self.bucketed.unpersist()
         self.wide.unpersist()
+        if self.keyed is not None:
+            self.keyed.unpersist()
+
+
+def entity_table(entities: Sequence[tuple[int, int, int | str]]) -> pa.Table:
+    """``_relay, _prim, _key`` of entity primitives (all keys of one type: the dataset's)."""
+    keys = [key for _, _, key in entities]
+    return pa.table(
+        {
+            "_relay": pa.array([relay for relay, _, _ in entities], pa.int32()),
+            "_prim": pa.array([prim for _, prim, _ in entities], pa.int64()),
+            "_key": pa.array(keys, pa.string() if isinstance(keys[0], str) else pa.int64()),
+        }
+    )
 
 
 def match(
@@ -265,11 +305,18 @@ def match(
             how="left" if keep_unmatched else "inner",
         )
     )
-    bucketed = joined.select("_relay", "_prim", *(f"row.{c}" for c in columns))
-    if not shapes.has_wide:
-        return bucketed
-    wide = rows.crossJoin(plan.wide).where(plan.inside).select("_relay", "_prim", *columns)
-    return bucketed.unionByName(wide)
+    matched = joined.select("_relay", "_prim", *(f"row.{c}" for c in columns))
+    if shapes.has_wide:
+        wide = rows.crossJoin(plan.wide).where(plan.inside).select("_relay", "_prim", *columns)
+        matched = matched.unionByName(wide)
+    if shapes.keyed is not None and shapes.key is not None:
+        keyed = (
+            rows.alias("row")
+            .join(sf.broadcast(shapes.keyed), sf.col(f"row.{shapes.key}") == sf.col("_key"))
+            .select("_relay", "_prim", *(f"row.{c}" for c in columns))
+        )
+        matched = matched.unionByName(keyed)
+    return matched
 
 
 def _same_cells(cells: Sequence[str]) -> Column:
@@ -285,13 +332,22 @@ class RegionMatcher:
 
     index_columns: tuple[str, ...]
     cell_size: float
+    #: The key column and whether keys are strings (for entity primitives; None: not taken).
+    key: str | None = None
+    string_keys: bool = False
 
     def check(self, view: View) -> View:
-        """Accept absolute regions of the dataset's dimensions.
+        """Accept absolute regions of the dataset's dimensions, and entities of its key's type.
 
         Raises:
-            InvalidView: not an absolute region, or of the wrong dimensions.
+            InvalidView: not an absolute region or entity, of the wrong dimensions, or an
+                entity key of the wrong type.
         """
+        if isinstance(view, Entity) and self.key is not None:
+            if isinstance(view.key, str) != self.string_keys:
+                kind = "a string" if self.string_keys else "an integer"
+                raise InvalidView(f"{view}: keys of this dataset are {kind}")
+            return view
         if not isinstance(view, Box | Sphere | Sector | RegionUnion):
             raise InvalidView(
                 f"this dataset takes absolute region views (box, sphere, sector, union), not"
@@ -304,11 +360,20 @@ class RegionMatcher:
         return view
 
     def tables(self, spark: SparkSession, prims: Iterable[Prim]) -> ShapeFrames | None:
-        """Explode every primitive into shapes and cells (see ``shape_table``)."""
-        shapes = [s for relay, prim, view in prims for s in shapes_of(relay, prim, _region(view))]
-        if not shapes:
+        """Explode every region primitive into shapes and cells (see ``shape_table``)."""
+        shapes: list[Shape] = []
+        entities: list[tuple[int, int, int | str]] = []
+        for relay, prim, view in prims:
+            if isinstance(view, Entity):
+                entities.append((relay, prim, view.key))
+            else:
+                shapes.extend(shapes_of(relay, prim, _region(view)))
+        if not shapes and not entities:
             return None
-        return ShapeFrames.build(spark, shapes, len(self.index_columns), self.cell_size)
+        dims = len(self.index_columns)
+        return ShapeFrames.build(
+            spark, shapes, dims, self.cell_size, entities=entities, key=self.key
+        )
 
     def match(
         self, rows: DataFrame, tables: ShapeFrames, keep_unmatched: bool = False
