@@ -22,24 +22,23 @@ to its event loop; what was not served stays queued with its aged priority.
 
 from __future__ import annotations
 
-import itertools
 import logging
 from collections import deque
 from collections.abc import Callable, Generator, Hashable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import cast
-
-import numpy as np
 
 from fanout.errors import BadRequest, InvalidView, ProtocolError
 from fanout.relay import planner, relative
 from fanout.relay.downstream import Downstream, SubKey, Subscription
-from fanout.relay.every import ChangeSet, Cursor, History, delta, encode_delta
+from fanout.relay.every import History
+from fanout.relay.everymode import EveryMode, every_cursor
 from fanout.relay.ingest import DatasetState, Intake
 from fanout.relay.keyed import KeyedState, dataset_state
 from fanout.relay.planner import Policy, Region
 from fanout.relay.pushes import Body, Encodings, Held, cut, encode_push
 from fanout.relay.scheduler import AGING, Scheduler
+from fanout.relay.sends import UPSTREAM, Counters, Send
 from fanout.relay.state import Stamp
 from fanout.relay.tableviews import TableViews
 from fanout.relay.transforms import EntityNotHeld, InvalidTransform, Shape, resolve
@@ -47,18 +46,11 @@ from fanout.relay.upstream import Primitive, Upstream
 from fanout.views import View, covers
 from fanout.views.entity import Entity
 from fanout.views.region import Box, RegionUnion, Relative, Sector, Sphere
-from fanout.wire import codec
-from fanout.wire.columns import decode_columns
 from fanout.wire.messages import (
     Acquire,
     Batch,
     Catalog,
-    Curious,
-    DatasetInfo,
     Error,
-    Frame,
-    Horizon,
-    Knowledge,
     NoUpdate,
     Release,
     Subscribe,
@@ -67,53 +59,17 @@ from fanout.wire.messages import (
     Unsubscribed,
 )
 
+__all__ = ["UPSTREAM", "RelayCore", "Send"]
+
 log = logging.getLogger(__name__)
 
-#: ``Send.to`` for frames bound to the publisher; clients are numbered from 1.
-UPSTREAM = 0
 MAX_RATE = 1000.0
 #: Seconds after a release during which rows inside the released primitive (and no other) are
 #: pruned at each housekeeping: batches already on their way may still bring some.
 PRUNE_WINDOW = 2.0
-#: Seqs an ``every`` subscription is sent at most per turn before others get theirs.
-EVERY_BURST = 64
-#: Curiosity request ids start here, apart from primitive ids (both come back as ``Error.ref``).
-FIRST_CURIOSITY = 1 << 40
 
 
-@dataclass(frozen=True)
-class Send:
-    """A frame for the publisher (``to == UPSTREAM``) or for one client.
-
-    ``frame`` is a frame, or the bytes of one already encoded (pushes, whose encoded rows may be
-    shared by several subscribers).
-    """
-
-    to: int
-    frame: Frame | bytes
-
-    def message(self) -> Frame:
-        """The frame, decoded if it was sent encoded (for tests and tools)."""
-        if isinstance(self.frame, bytes):
-            return codec.to_subscriber().decode(self.frame)
-        return self.frame
-
-    def data(self) -> bytes:
-        """The frame's wire bytes."""
-        return self.frame if isinstance(self.frame, bytes) else codec.encode(self.frame)
-
-
-@dataclass
-class Counters:
-    """What the relay has done; see ``RelayCore.stats``."""
-
-    batches: int = 0
-    pushes: int = 0
-    no_updates: int = 0
-    ended: int = 0
-
-
-class RelayCore:
+class RelayCore(EveryMode):
     """Subscriptions, upstream primitives, state and scheduling of one relay."""
 
     def __init__(self, policy: Policy | None = None, aging: float = AGING) -> None:
@@ -121,10 +77,7 @@ class RelayCore:
         self.upstream = Upstream()
         self.downstream = Downstream()
         self.datasets: dict[str, DatasetState] = {}
-        self.histories: dict[str, History] = {}
-        self._curiosity = itertools.count(FIRST_CURIOSITY)
-        self._owed_resync: dict[SubKey, str] = {}
-        self._horizons: dict[str, tuple[int, int]] = {}  # dataset -> (epoch, seq) told upstream
+        self._start_every()
         # A turn can be several frames (``every`` mode); what a stopped round did not yield of
         # it goes out first in the next round, so nothing decided is lost.
         self._unsent: deque[Send] = deque()
@@ -247,28 +200,6 @@ class RelayCore:
         self._record(intake)
         return []
 
-    def _record(self, intake: Intake) -> None:
-        """Keep the batch's change set for ``every`` subscriptions (``relay.every``)."""
-        batch, state = intake.batch, intake.state
-        deletes = state.table.as_keys([]) if intake.deletes is None else intake.deletes
-        change = ChangeSet(
-            batch.epoch,
-            batch.seq,
-            batch.tick,
-            batch.tick_time,
-            intake.upserts,
-            deletes,
-            pure=not batch.snapshots,
-        )
-        self.histories.setdefault(batch.dataset, History()).record(change)
-
-    def _distrust(self, dataset: str) -> None:
-        """The relay's coverage of ``dataset`` is being rebuilt: until each ``every``
-        subscription is servable again, its seqs come from the publisher's log."""
-        for subscription in self.downstream.of_dataset(dataset):
-            if subscription.cursor is not None:
-                subscription.cursor.trusted_after = None
-
     def _resync(self, dataset: str) -> list[Send]:
         sends: list[Send] = []
         for prim in self.upstream.of(dataset):
@@ -300,60 +231,6 @@ class RelayCore:
             self._shrunk += 1
             self._distrust(prim.dataset)
 
-    def _lost(self, dataset: str, span: tuple[int, int], error: Error) -> None:
-        first, last = span
-        reason = (
-            f"seqs {first}..{last} of {dataset!r} cannot be had from the publisher"
-            f" ({error.code}: {error.message})"
-        )
-        for subscription in self.downstream.of_dataset(dataset):
-            cursor = subscription.cursor
-            if cursor is not None and first <= cursor.seq + 1 <= last:
-                subscription.cursor = None
-                self._owed_resync[subscription.key] = reason
-                self.scheduler.wake(subscription.key)
-
-    def on_knowledge(self, knowledge: Knowledge) -> bool:
-        """A logged micro-batch's whole change, in answer to curiosity.
-
-        Returns:
-            Whether a subscription was waiting for it (pushing has work).
-
-        Raises:
-            ProtocolError: its columns do not fit the catalog.
-        """
-        state = self.datasets.get(knowledge.dataset)
-        history = self.histories.get(knowledge.dataset)
-        if state is None or history is None:
-            raise ProtocolError(f"knowledge for unknown dataset {knowledge.dataset!r}")
-        rows = decode_columns(knowledge.upserts)
-        if knowledge.upserts.length and set(rows) != set(state.info.columns):
-            raise ProtocolError(
-                f"knowledge {knowledge.seq}: columns {sorted(rows)} are not"
-                f" {sorted(state.info.columns)}"
-            )
-        deleted = decode_columns(knowledge.deletes).get(state.info.key, np.empty(0))
-        try:
-            deleted = state.table.as_keys(deleted)
-            if knowledge.upserts.length:
-                rows[state.info.key] = state.table.as_keys(rows[state.info.key])
-        except (TypeError, ValueError) as exc:
-            raise ProtocolError(f"knowledge {knowledge.seq}: bad keys: {exc}") from exc
-        change = ChangeSet(
-            knowledge.epoch,
-            knowledge.seq,
-            knowledge.tick,
-            knowledge.tick_time,
-            rows if knowledge.upserts.length else {},
-            deleted,
-            whole=True,
-        )
-        history.learn(change)
-        history.received(knowledge.req, knowledge.seq)
-        waiting = [s.key for s in self.downstream.of_dataset(knowledge.dataset) if s.cursor]
-        self.scheduler.wake_all(waiting)
-        return bool(waiting)
-
     # -- downstream ---------------------------------------------------------------------
 
     def on_connect(self, client: int, capabilities: Sequence[str] = ()) -> None:
@@ -382,7 +259,7 @@ class RelayCore:
         try:
             state = self._check(request)
             shape, row_key, columns = self._accept(client, request, state)
-            cursor = _every_cursor(request, state, shape, subscription)
+            cursor = every_cursor(request, state, shape, subscription)
         except (InvalidView, InvalidTransform, BadRequest) as exc:
             return [Send(client, Error(exc.code, str(exc), ref=request.sub))]
         sends: list[Send] = []
@@ -635,110 +512,6 @@ class RelayCore:
         self.counters.ended += 1
         return Send(subscription.client, Error(exc.code, str(exc), ref=subscription.sub))
 
-    def _serve_every(
-        self, subscription: Subscription, state: DatasetState, now: float
-    ) -> list[Send]:
-        """Up to ``EVERY_BURST`` seqs for an ``every`` subscription, in order (``relay.every``).
-
-        Its first push (and the first after a ``resync``) is the full view from the active
-        buffer; then one push or no-update per seq, from the live window or what the publisher's
-        log told; a seq neither holds is asked for (``Curious``) and the subscription waits.
-        """
-        sid, buffer = subscription.key, state.buffer
-        stamp = buffer.stamp
-        assert stamp is not None
-        history = self.histories.setdefault(subscription.dataset, History())
-        sends: list[Send] = []
-        cursor = subscription.cursor
-        owed = self._owed_resync.pop(sid, None)
-        if cursor is not None and cursor.epoch != stamp.epoch:
-            owed = f"the publisher's stream changed (epoch {cursor.epoch} -> {stamp.epoch})"
-            cursor = subscription.cursor = None
-        if owed is not None:
-            message = f"{owed}; the next push is the full view"
-            sends.append(Send(subscription.client, Error("resync", message, ref=subscription.sub)))
-        pushed = 0
-        if cursor is None:
-            body = cut(_region(subscription.view), subscription.shape, None, buffer)
-            subscription.cursor = Cursor(stamp.epoch, stamp.seq, body.keys, stamp.seq)
-            sends.append(Send(subscription.client, encode_push(subscription.sub, stamp, body)))
-            pushed = 1
-        else:
-            if cursor.trusted_after is None:
-                cursor.trusted_after = self._complete_after(subscription, stamp.seq)
-            pushed = self._every_seqs(subscription, state.info, history, cursor, sends)
-        current = subscription.cursor
-        assert current is not None
-        waiting = any(isinstance(send.frame, Curious) for send in sends) or (
-            current.seq < history.latest and pushed < EVERY_BURST and cursor is not None
-        )
-        if pushed:
-            subscription.last_push, subscription.pushes = now, subscription.pushes + pushed
-            self.scheduler.served(sid, now)
-            if current.seq < history.latest and not waiting:
-                self.scheduler.wake(sid)  # more is at hand: its next turn comes soon
-        elif waiting:
-            self.scheduler.park(sid, ("knowledge", subscription.dataset))
-        else:
-            self.scheduler.idle(sid)
-        return sends
-
-    def _complete_after(self, subscription: Subscription, seq: int) -> int:
-        """The seq after which this relay's batches hold every change inside the (servable)
-        subscription's view: when the last ready primitive overlapping it became ready.
-
-        A subscription resuming on a relay that kept covering its view while it was away
-        continues from the relay's window; elsewhere, older seqs come from the publisher's log.
-        """
-        region = _region(subscription.view)
-        since = [
-            p.ready_seq
-            for p in self.upstream.of(subscription.dataset)
-            if p.ready
-            and not isinstance(p.view, Entity)
-            and planner.overlaps(_region(p.view), region)
-        ]
-        return max(since, default=seq)
-
-    def _every_seqs(
-        self,
-        subscription: Subscription,
-        info: DatasetInfo,
-        history: History,
-        cursor: Cursor,
-        sends: list[Send],
-    ) -> int:
-        """Append the seqs after ``cursor`` that are at hand to ``sends`` (and curiosity for the
-        first that is not); returns how many seqs went out."""
-        assert cursor.trusted_after is not None
-        region, index = _region(subscription.view), tuple(info.index_columns)
-        pushed = 0
-        while pushed < EVERY_BURST and cursor.seq < history.latest:
-            change = history.get(cursor.seq + 1, cursor.trusted_after)
-            if change is None:
-                sends.extend(self._ask(subscription.dataset, history, cursor))
-                break
-            found = delta(change, info.key, region, index, cursor.keys)
-            frame = encode_delta(subscription.sub, change, found, subscription.shape, info.key)
-            sends.append(Send(subscription.client, frame))
-            cursor.seq, cursor.keys = change.seq, found.held
-            pushed += 1
-            if found.changes:
-                self.counters.pushes += 1
-            else:
-                self.counters.no_updates += 1
-        return pushed
-
-    def _ask(self, dataset: str, history: History, cursor: Cursor) -> list[Send]:
-        """Curiosity for the seqs after ``cursor`` that are not at hand (000/004: a NACK)."""
-        assert cursor.trusted_after is not None
-        wanted = history.wanted(cursor.seq + 1, cursor.trusted_after)
-        if wanted is None:
-            return []  # asked already
-        req = next(self._curiosity)
-        history.asked(req, *wanted)
-        return [Send(UPSTREAM, Curious(req, dataset, cursor.epoch, *wanted))]
-
     def _is_servable(self, subscription: Subscription, region: Region | None) -> bool:
         """Whether ready primitives cover the view (``region``: a space view, resolved)."""
         seen_view, shrunk, grown = subscription.coverage_seen
@@ -858,28 +631,6 @@ class RelayCore:
         spare = {p.prim for p in planner.unneeded(regions, needed)}
         return spare | relative.spare_entities(prims, views)
 
-    def _horizon_sends(self) -> list[Send]:
-        """Tell the publisher the lowest seq each dataset's ``every`` subscriptions may still
-        ask for, when it changed (``Horizon``: the log keeps entries from it on)."""
-        sends: list[Send] = []
-        for name, state in self.datasets.items():
-            needed = [
-                s.cursor.seq + 1
-                for s in self.downstream.of_dataset(name)
-                if s.cursor is not None and s.cursor.epoch == state.epoch
-            ]
-            want = (state.epoch, min(needed)) if needed else None
-            told = self._horizons.get(name)
-            if want == told:
-                continue
-            if told is not None and (want is None or want[0] != told[0]):
-                sends.append(Send(UPSTREAM, Horizon(name, told[0], -1)))
-                del self._horizons[name]
-            if want is not None:
-                sends.append(Send(UPSTREAM, Horizon(name, *want)))
-                self._horizons[name] = want
-        return sends
-
     def _housekeep_keyed(self, name: str, state: KeyedState, now: float) -> list[Send]:
         """``housekeeping`` for a SQL, topic or path dataset."""
         prims = self.upstream.of(name)
@@ -944,59 +695,4 @@ class RelayCore:
         }
 
 
-def _region(view: object) -> Region:
-    if not isinstance(view, Box | Sphere | Sector | RegionUnion):
-        raise InvalidView(f"expected a region view, got {type(view).__name__}")
-    return view
-
-
-def _every_cursor(
-    request: Subscribe, state: DatasetState, shape: Shape, current: Subscription | None
-) -> Cursor | None:
-    """The cursor an ``every`` subscription starts from (None: a full push first).
-
-    Raises:
-        InvalidView: ``resume`` without mode ``every``; an ``every`` subscription changed.
-        InvalidTransform: ``relative_to`` with mode ``every``.
-        BadRequest: the resume token's keys are not keys of the dataset.
-    """
-    if current is not None and "every" in (current.mode, request.mode):
-        same = (current.dataset, current.view, current.mode, current.shape) == (
-            request.dataset,
-            request.view,
-            request.mode,
-            shape,
-        )
-        if not same or request.resume is not None:
-            raise InvalidView(
-                f"subscription {request.sub}: the dataset, view, mode and transform of an"
-                " 'every' subscription cannot change (only its priority can): unsubscribe and"
-                " subscribe again, with its resume token to continue where it stopped"
-            )
-        return current.cursor
-    if request.mode != "every":
-        if request.resume is not None:
-            raise InvalidView("resume tokens are for mode 'every' subscriptions")
-        return None
-    if isinstance(request.view, Relative):
-        raise InvalidView(
-            "mode 'every' takes absolute views: a view relative to a moving entity is for mode"
-            " 'latest'"
-        )
-    if shape.relative_to is not None:
-        raise InvalidTransform(
-            "mode 'every' sends rows as they changed, one seq at a time; coordinates relative"
-            " to a moving entity (relative_to) are for mode 'latest'"
-        )
-    resume = request.resume
-    if resume is None:
-        return None
-    key = state.info.key
-    try:
-        columns = decode_columns(resume.keys)
-        if resume.keys.length and set(columns) != {key}:
-            raise ValueError(f"it holds columns {sorted(columns)}, not only the key {key!r}")
-        keys = np.unique(state.table.as_keys(columns.get(key, [])))
-    except (ProtocolError, TypeError, ValueError) as exc:
-        raise BadRequest(f"subscription {request.sub}: bad resume token: {exc}") from exc
-    return Cursor(resume.epoch, resume.seq, keys)
+_region = planner.as_region

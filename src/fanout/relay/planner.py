@@ -37,6 +37,17 @@ from fanout.views.region import Box, RegionUnion, Sector, Sphere
 Region = Box | Sphere | Sector | RegionUnion
 
 
+def as_region(view: object) -> Region:
+    """``view`` as an absolute region.
+
+    Raises:
+        InvalidView: it is not one (a relative view must be resolved first).
+    """
+    if not isinstance(view, Box | Sphere | Sector | RegionUnion):
+        raise InvalidView(f"expected a region view, got {type(view).__name__}")
+    return view
+
+
 @dataclass(frozen=True)
 class Policy:
     """How generously the relay widens what it asks for.

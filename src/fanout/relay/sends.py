@@ -1,0 +1,43 @@
+"""What the relay's core hands its shell: frames addressed to the publisher or to a client."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from fanout.wire import codec
+from fanout.wire.messages import Frame
+
+#: ``Send.to`` for frames bound to the publisher; clients are numbered from 1.
+UPSTREAM = 0
+
+
+@dataclass(frozen=True)
+class Send:
+    """A frame for the publisher (``to == UPSTREAM``) or for one client.
+
+    ``frame`` is a frame, or the bytes of one already encoded (pushes, whose encoded rows may be
+    shared by several subscribers).
+    """
+
+    to: int
+    frame: Frame | bytes
+
+    def message(self) -> Frame:
+        """The frame, decoded if it was sent encoded (for tests and tools)."""
+        if isinstance(self.frame, bytes):
+            return codec.to_subscriber().decode(self.frame)
+        return self.frame
+
+    def data(self) -> bytes:
+        """The frame's wire bytes."""
+        return self.frame if isinstance(self.frame, bytes) else codec.encode(self.frame)
+
+
+@dataclass
+class Counters:
+    """What the relay has done; see ``RelayCore.stats``."""
+
+    batches: int = 0
+    pushes: int = 0
+    no_updates: int = 0
+    ended: int = 0
