@@ -43,6 +43,9 @@ bench: setup check-java
 	$(BIN)/python bench/views.py
 	$(BIN)/python bench/log.py
 	$(BIN)/python bench/pipeline.py
+	$(BIN)/python bench/relay.py
+	$(BIN)/python bench/sharing.py --compare-assign
+	$(BIN)/python bench/soak.py --faults 10
 
 # Re-pin every dependency from pyproject.toml (needs network); commit the new requirements.lock.
 lock:

@@ -1,0 +1,933 @@
+"""Benchmark sharing (issue 4): the publisher's egress and CPU as subscribers grow, through
+relays and directly.
+
+Run ``.venv/bin/python bench/sharing.py`` (``--steps 100,1000,10000``, ``--duration`` seconds per
+window, ``--compare-assign``, ``--widen``); it prints one JSON object and, with the default
+steps and widening, writes ``bench/results/sharing.json``. Processes, all on this machine and
+sharing its cores:
+
+* **publisher**: the real ``fanout publisher`` (``fanout.launch``) on Spark ``local[2]``, serving
+  the built-in ``agents`` simulation (``AGENTS`` agents in a 1,000 x 1,000 world, 10 ticks/s,
+  each moving every ``PERIOD`` ticks, so every agent moves once a second) with a micro-batch
+  every ``TRIGGER`` seconds: every micro-batch carries every agent once, and as long as Spark
+  keeps up the micro-batch rate is the same in every case, so bytes per second compare. A
+  publisher slowed down by its relays would show as fewer micro-batches per second (reported).
+  One publisher serves every step; between steps its relays disconnect and their primitives
+  are dropped.
+* **subscribers**: N box views drawn around ``POINTS`` fixed points of interest (seeded): each
+  subscriber picks a point, a side in [``VIEW_SIDE``/2, ``VIEW_SIDE``] and an offset of at most a
+  quarter side, so its box contains the point; overlap grows with N. The first 100 subscribers
+  of the 1,000 are those of the 100, and so on. Views do not move.
+* **relay case**: ``RELAYS`` real relays (``fanout.relay.server.RelayServer`` with the
+  configuration ``fanout relay`` runs with: tiles widening, margin 0.5, grace 10 s; ``--widen
+  margin`` switches the widening policy, as ``fanout relay --widen margin``), each in a
+  process of its own, answering the benchmark's requests for ``RelayCore.stats()`` and CPU time.
+  Subscriber ``i`` goes to relay ``i mod RELAYS`` (*spread*: what a load balancer does;
+  fanout routes nothing today). With ``--compare-assign`` the relay case is run a second
+  time with every point's subscribers on one relay (point ``p`` to relay ``p mod RELAYS``, the
+  founding document's "hosts specialised to a set of views with a high degree of overlap").
+  The subscriptions (``Subscribe`` at ``PUSH_RATE`` pushes/s, real protocol, real WebSockets)
+  are multiplexed, ``--per-connection`` to a connection, over connections opened by one client
+  process that decodes only each frame's header.
+* **direct case**: what the same subscribers would cost the publisher if each held its box at
+  the publisher itself. The client process opens relay-role connections to the publisher and
+  ``Acquire``s exactly each subscriber's box. The publisher sends a row once per connection
+  even if several of its primitives hold it, so a connection holds at most one box per point
+  of interest and points are far enough apart that boxes of different points never meet: no
+  row is shared within a connection, and every subscriber's rows are paid for in full, as if it
+  had a connection of its own. What this leaves out — the per-connection cost of N connections
+  instead of about N / ``POINTS`` (empty batches, framing, one ``Batch`` built per connection) —
+  makes the direct case cheaper than it would be, not dearer.
+
+Per step and case, once every subscription has had its first push (relay case) or every
+primitive its snapshot (direct case), and ``--settle`` seconds more, one window measures. A
+window spans whole micro-batches: it opens ``WINDOW_EDGE`` seconds after the publisher logged
+handing one over and closes as long after the one ``--duration`` / ``TRIGGER`` micro-batches
+later, so that exactly those micro-batches' bytes fall inside it.
+
+* ``egress_bytes_per_s``: bytes the publisher's control-plane sockets delivered, as the kernel
+  counts them (``bytes_acked`` of every TCP connection to the publisher's port, from
+  ``ss -ti``): batches, with their WebSocket framing, and nothing else of note (the relays
+  send their acquires *to* it). The direct case also reports ``received_bytes_per_s``, the
+  batch frames the client process counted, as a cross-check.
+* ``publisher_cpu_s_per_s``: CPU seconds per second of the publisher's process tree (the Python
+  driver, Spark's JVM, its child, and the Python workers the JVM forks), from
+  ``/proc/<pid>/stat``: utime + stime, plus cutime + cstime for workers that have exited.
+* ``primitives``: upstream primitives held at the publisher (relay case: the relays' own count;
+  direct case: primitives whose snapshot arrived).
+* ``egress_bytes_per_micro_batch``, ``micro_batches_per_s`` (the window's micro-batches over
+  its length); ``stages_ms``: median per-stage timings the publisher logged for them.
+* relay case: the relays' CPU, pushes and no-updates per second, and the client process's CPU.
+
+Headline: ``egress_ratio_relay`` and ``egress_ratio_direct`` are egress at the last step over
+egress at the step before (10,000 / 1,000 by default); ``savings_at_10000`` is direct egress over
+relay egress at the last step. Targets: ``egress_ratio_relay`` <= 1.2, ``savings_at_10000`` >= 50.
+``per_micro_batch`` gives the same from bytes per micro-batch, which differences in Spark's pace
+between windows (a shared machine) do not move.
+
+A bound worth knowing when reading them: when every relay serves subscribers of every point
+(spread, from about 1,000 subscribers on), each relay holds at least one view around every
+point, so relay egress is at least ``RELAYS`` x ``POINTS`` x one view's rows, and savings at N
+cannot exceed
+N / (``RELAYS`` x ``POINTS``) — 50 at 10,000 — times (a view's rows / the rows a relay holds
+around its point). Tiles widening makes that last factor well below 1.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import datetime as dt
+import json
+import logging
+import multiprocessing as mp
+import os
+import platform
+import re
+import shutil
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from multiprocessing.connection import Connection
+from pathlib import Path
+from typing import Any
+
+import msgspec
+import numpy as np
+from websockets.asyncio.client import connect
+
+from fanout.launch import Child, start
+from fanout.relay.planner import Policy
+from fanout.relay.server import RelayConfig, RelayServer
+from fanout.views import Box
+from fanout.wire import codec
+from fanout.wire.messages import PROTOCOL_VERSION, Acquire, Hello, Subscribe
+
+RESULTS = Path(__file__).parent / "results" / "sharing.json"
+
+DEFAULT_STEPS = (100, 1000, 10000)
+AGENTS = 20_000
+WORLD = 1000.0
+TICK_RATE = 10.0
+PERIOD = 10  # each agent moves once a second, so once per micro-batch: 20,000 updates/s
+TRIGGER = 2.0  # seconds between micro-batches: Spark keeps up even on a busy machine
+WINDOW_EDGE = 0.3  # seconds after a micro-batch is handed over that a window opens or closes
+MASTER = "local[2]"
+POINTS = 50
+VIEW_SIDE = 32.0  # largest view side; sides are uniform in [VIEW_SIDE / 2, VIEW_SIDE]
+RELAYS = 4
+# Pushes/s per subscription: the relays' pushing is not what is measured, and at 10,000
+# subscriptions a higher rate would take the cores the publisher needs.
+PUSH_RATE = 0.1
+PER_CONNECTION = 50  # subscriptions per subscriber connection
+CONNECT_CONCURRENCY = 32
+READY_TIMEOUT = 180.0
+TARGET_EGRESS_RATIO = 1.2
+TARGET_SAVINGS = 50.0
+SEED = 4
+
+BATCH_LINE = re.compile(
+    r"^(?P<at>\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}) .*agents batch (?P<seq>\d+) tick \d+:"
+    r" (?P<changed>\d+) changed, (?P<relays>\d+) relays; (?P<rest>.*)$"
+)
+STAGE = re.compile(r"(?P<name>[a-z+]+) (?P<ms>\d+) ms")
+
+
+# -- the subscribers' views ----------------------------------------------------------------------
+
+
+def points_of_interest(rng: np.random.Generator) -> np.ndarray:
+    """``POINTS`` points, further apart (per axis, at least one) than two views can reach.
+
+    A view lies within 3/4 of ``VIEW_SIDE`` of its point on each axis, so views of two points
+    never meet.
+    """
+    spacing = 1.5 * VIEW_SIDE + 1.0
+    points: list[np.ndarray] = []
+    while len(points) < POINTS:
+        point = rng.uniform(VIEW_SIDE, WORLD - VIEW_SIDE, 2)
+        if all(np.max(np.abs(point - other)) > spacing for other in points):
+            points.append(point)
+    return np.array(points)
+
+
+@dataclass(frozen=True)
+class Views:
+    """Every subscriber's point of interest and box (the first n are step n's subscribers)."""
+
+    point: np.ndarray  # subscriber -> point index
+    lo: np.ndarray  # subscriber -> (x0, y0)
+    hi: np.ndarray  # subscriber -> (x1, y1)
+
+    @classmethod
+    def draw(cls, count: int, seed: int = SEED) -> Views:
+        """``count`` views around seeded points of interest."""
+        rng = np.random.default_rng(seed)
+        points = points_of_interest(rng)
+        point = rng.integers(0, POINTS, count)
+        side = rng.uniform(VIEW_SIDE / 2, VIEW_SIDE, count)
+        centre = points[point] + rng.uniform(-0.25, 0.25, (count, 2)) * side[:, None]
+        half = side[:, None] / 2
+        return cls(point, centre - half, centre + half)
+
+    def box(self, index: int) -> list[list[float]]:
+        """Subscriber ``index``'s box as ``[lo, hi]``."""
+        return [self.lo[index].tolist(), self.hi[index].tolist()]
+
+
+def relay_plan(views: Views, count: int, assign: str, per_connection: int) -> list[dict[str, Any]]:
+    """Subscriber connections of the relay case: ``{"relay": r, "views": [[sub, box], ...]}``."""
+    by_relay: list[list[int]] = [[] for _ in range(RELAYS)]
+    for index in range(count):
+        relay = index % RELAYS if assign == "spread" else int(views.point[index]) % RELAYS
+        by_relay[relay].append(index)
+    plan = []
+    for relay, members in enumerate(by_relay):
+        for start_at in range(0, len(members), per_connection):
+            chunk = members[start_at : start_at + per_connection]
+            plan.append({"relay": relay, "views": [[i, views.box(i)] for i in chunk]})
+    return plan
+
+
+def direct_plan(views: Views, count: int) -> list[dict[str, Any]]:
+    """Relay-role connections of the direct case: the k-th subscriber of each point goes to
+    connection k, so no connection holds two boxes that meet (see the module docstring)."""
+    seen = np.zeros(POINTS, dtype=np.int64)
+    connections: list[list[int]] = []
+    for index in range(count):
+        point = int(views.point[index])
+        rank = int(seen[point])
+        seen[point] += 1
+        if rank == len(connections):
+            connections.append([])
+        connections[rank].append(index)
+    for members in connections:
+        assert_disjoint(views, members)
+    return [{"views": [[i, views.box(i)] for i in members]} for members in connections]
+
+
+def assert_disjoint(views: Views, members: list[int]) -> None:
+    """No two boxes of ``members`` meet (a row inside both would be sent only once)."""
+    lo, hi = views.lo[members], views.hi[members]
+    meets = np.all((lo[:, None, :] <= hi[None, :, :]) & (hi[:, None, :] >= lo[None, :, :]), axis=2)
+    np.fill_diagonal(meets, False)
+    if meets.any():
+        raise AssertionError("two boxes on one direct connection meet")
+
+
+# -- the client process -------------------------------------------------------------------------
+
+
+class Head(msgspec.Struct):
+    """The fields of a frame the client process looks at; msgspec skips the rest undecoded."""
+
+    type: str
+    sub: int = 0
+    seq: int = -1
+    snapshots: list[int] = []
+    code: str = ""
+    message: str = ""
+    ref: int | None = None
+
+
+@dataclass
+class Received:
+    """What the client process saw: every counted frame's time and size, first pushes, errors."""
+
+    times: list[float] = field(default_factory=list)
+    sizes: list[int] = field(default_factory=list)
+    connections: list[int] = field(default_factory=list)
+    total: int = 0
+    started: set[int] = field(default_factory=set)  # subs with a push / prims with a snapshot
+    complete: asyncio.Event = field(default_factory=asyncio.Event)
+    errors: list[str] = field(default_factory=list)
+    closed: list[str] = field(default_factory=list)
+    cpu: list[tuple[float, float]] = field(default_factory=list)
+
+    def record(self, connection: int, size: int) -> None:
+        self.times.append(time.time())
+        self.sizes.append(size)
+        self.connections.append(connection)
+
+    def start(self, ids: list[int]) -> None:
+        self.started.update(ids)
+        if len(self.started) >= self.total:
+            self.complete.set()
+
+    def error(self, head: Head) -> None:
+        if len(self.errors) < 20:
+            self.errors.append(f"{head.code}: {head.message} (ref {head.ref})")
+
+
+async def subscriber_connection(
+    number: int, url: str, views: list[Any], *, rate: float, seen: Received, gate: asyncio.Semaphore
+) -> None:
+    """One subscriber connection holding ``views``; counts pushes and no-updates."""
+    decode = msgspec.msgpack.Decoder(Head).decode
+    async with gate:
+        websocket = await connect(url, max_size=None, compression=None, open_timeout=120)
+    async with websocket:
+        await websocket.send(codec.encode(Hello(PROTOCOL_VERSION, "subscriber", "bench")))
+        await websocket.recv()  # welcome
+        for sub, (lo, hi) in views:
+            request = Subscribe(sub, "agents", Box(tuple(lo), tuple(hi)), rate=rate)
+            await websocket.send(codec.encode(request))
+        async for message in websocket:
+            head = decode(message)
+            if head.type in ("push", "no_update"):
+                seen.record(number, len(message))
+                seen.start([head.sub])
+            elif head.type == "error":
+                seen.error(head)
+
+
+async def direct_connection(
+    number: int, url: str, views: list[Any], *, seen: Received, gate: asyncio.Semaphore
+) -> None:
+    """One relay-role connection to the publisher acquiring exactly ``views``; counts batches."""
+    decode = msgspec.msgpack.Decoder(Head).decode
+    async with gate:
+        websocket = await connect(url, max_size=None, compression=None, open_timeout=120)
+    async with websocket:
+        hello = Hello(PROTOCOL_VERSION, "relay", f"bench-direct-{number}")
+        await websocket.send(codec.encode(hello))
+        for sub, (lo, hi) in views:
+            acquire = Acquire(sub + 1, "agents", Box(tuple(lo), tuple(hi)))
+            await websocket.send(codec.encode(acquire))
+        async for message in websocket:
+            head = decode(message)
+            if head.type == "batch":
+                seen.record(number, len(message))
+                seen.start(head.snapshots)
+            elif head.type == "error":
+                seen.error(head)
+
+
+async def run_clients(spec: dict[str, Any]) -> dict[str, Any]:
+    """Open every connection of ``spec``, say ``ready`` on stdout, record until SIGTERM."""
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    loop.add_signal_handler(signal.SIGTERM, stop.set)
+    total = sum(len(c["views"]) for c in spec["connections"])
+    seen = Received(total=total)
+    gate = asyncio.Semaphore(CONNECT_CONCURRENCY)
+
+    async def one(number: int, connection: dict[str, Any]) -> None:
+        views = connection["views"]
+        try:
+            if spec["mode"] == "direct":
+                await direct_connection(number, spec["url"], views, seen=seen, gate=gate)
+            else:
+                url = spec["relays"][connection["relay"]]
+                await subscriber_connection(
+                    number, url, views, rate=spec["rate"], seen=seen, gate=gate
+                )
+        except Exception as exc:  # recorded; the coordinator reports it
+            seen.closed.append(f"connection {number}: {type(exc).__name__}: {exc}")
+        else:
+            seen.closed.append(f"connection {number}: closed by the peer")
+
+    tasks = [asyncio.create_task(one(n, c)) for n, c in enumerate(spec["connections"])]
+    began = time.time()
+    with contextlib.suppress(TimeoutError):
+        await asyncio.wait_for(seen.complete.wait(), READY_TIMEOUT)
+    ready = {"ready": len(seen.started), "total": total, "seconds": round(time.time() - began, 1)}
+    print(json.dumps(ready), flush=True)
+    while not stop.is_set():
+        seen.cpu.append((time.time(), time.process_time()))
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(stop.wait(), 0.5)
+    for task in tasks:
+        task.cancel()
+    await asyncio.gather(*tasks, return_exceptions=True)
+    return {
+        "ready": ready,
+        "times": seen.times,
+        "sizes": seen.sizes,
+        "connections": seen.connections,
+        "errors": seen.errors,
+        "closed": seen.closed,
+        "cpu": seen.cpu,
+    }
+
+
+# -- the relays ----------------------------------------------------------------------------------
+
+
+def relay_main(conn: Connection, publisher: str, name: str, log: str, widen: str) -> None:
+    """A relay process: ``fanout relay``'s server, answering ``sample`` and ``stop``."""
+    logging.basicConfig(filename=log, level=logging.INFO)
+
+    async def main() -> None:
+        policy = Policy(widen="margin" if widen == "margin" else "tiles")
+        server = RelayServer(RelayConfig(publisher=publisher, name=name, policy=policy))
+        ready = asyncio.Event()
+        running = asyncio.create_task(server.run(lambda port: ready.set()))
+        await ready.wait()
+        conn.send(f"ws://127.0.0.1:{server.port}")
+        loop = asyncio.get_running_loop()
+        while await loop.run_in_executor(None, conn.recv) == "sample":
+            conn.send((time.time(), time.process_time(), server.core.stats()))
+        running.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await running
+
+    asyncio.run(main())
+
+
+@dataclass
+class Relays:
+    """The relay processes of one step and the pipes to them."""
+
+    processes: list[Any]
+    pipes: list[Connection]
+    urls: list[str]
+
+    @classmethod
+    async def start(cls, publisher: str, logs: Path, widen: str) -> Relays:
+        """Start ``RELAYS`` relays; returns once each serves and is connected upstream."""
+        context = mp.get_context("spawn")
+        processes, pipes = [], []
+        for index in range(RELAYS):
+            mine, theirs = context.Pipe()
+            log = str(logs / f"relay-{index}.log")
+            process = context.Process(
+                target=relay_main,
+                args=(theirs, publisher, f"bench-relay-{index}", log, widen),
+            )
+            process.start()
+            processes.append(process)
+            pipes.append(mine)
+        relays = cls(processes, pipes, [])
+        relays.urls = [await asyncio.to_thread(pipe.recv) for pipe in pipes]
+        return relays
+
+    async def sample(self) -> list[tuple[float, float, dict[str, int]]]:
+        """(time, CPU seconds, stats) of every relay."""
+        for pipe in self.pipes:
+            pipe.send("sample")
+        return [await asyncio.to_thread(pipe.recv) for pipe in self.pipes]
+
+    async def stop(self) -> None:
+        """Stop every relay (killing any that does not stop within 10 s)."""
+        for pipe in self.pipes:
+            with contextlib.suppress(OSError):
+                pipe.send("stop")
+        for process in self.processes:
+            await asyncio.to_thread(process.join, 10)
+            if process.is_alive():
+                process.kill()
+                await asyncio.to_thread(process.join)
+
+
+# -- measuring the publisher ---------------------------------------------------------------------
+
+
+def socket_bytes(port: int) -> dict[str, int]:
+    """Bytes acknowledged so far on every established TCP connection from local ``port``,
+    keyed by the peer's address (``ss -ti``: the kernel's own count)."""
+    output = subprocess.run(
+        ["ss", "-tinH", "state", "established", f"( sport = :{port} )"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    counts: dict[str, int] = {}
+    peer = None
+    for line in output.splitlines():
+        if line and not line[0].isspace():
+            peer = line.split()[-1]
+        elif peer is not None and (found := re.search(r"bytes_acked:(\d+)", line)):
+            counts[peer] = int(found[1])
+    return counts
+
+
+def tree_cpu(root: int) -> float:
+    """CPU seconds (user + system) used so far by ``root`` and every process below it.
+
+    Spark's JVM forks Python workers (the simulation source runs in them) that come and go; a
+    worker's time moves into its parent's cutime/cstime when the parent reaps it, so live
+    processes' own and reaped children's times together count every process of the tree once.
+    """
+    parents: dict[int, int] = {}
+    times: dict[int, int] = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            text = (entry / "stat").read_text()
+        except OSError:
+            continue  # it ended meanwhile
+        fields = text[text.rindex(")") + 2 :].split()
+        pid = int(entry.name)
+        parents[pid] = int(fields[1])
+        times[pid] = sum(int(v) for v in fields[11:15])  # utime, stime, cutime, cstime
+    tree, frontier = {root}, [root]
+    while frontier:
+        parent = frontier.pop()
+        children = [pid for pid, ppid in parents.items() if ppid == parent and pid not in tree]
+        tree.update(children)
+        frontier.extend(children)
+    return sum(times.get(pid, 0) for pid in tree) / os.sysconf("SC_CLK_TCK")
+
+
+@dataclass
+class Sample:
+    """The publisher and relays at one moment."""
+
+    at: float
+    sockets: dict[str, int]
+    cpu: float
+    relays: list[tuple[float, float, dict[str, int]]]
+
+
+async def sample(publisher: Child, port: int, relays: Relays | None) -> Sample:
+    """Sample the publisher's sockets and CPU and, if any, the relays."""
+    relay_samples = await relays.sample() if relays else []
+    return Sample(time.time(), socket_bytes(port), tree_cpu(publisher.pid), relay_samples)
+
+
+def egress(before: Sample, after: Sample) -> int:
+    """Bytes the publisher delivered between two samples, over every connection."""
+    return sum(count - before.sockets.get(peer, 0) for peer, count in after.sockets.items())
+
+
+def publisher_stages(log: Path, began: float, ended: float) -> dict[str, Any]:
+    """Micro-batches the publisher logged in the window and their median stage timings."""
+    stages: dict[str, list[float]] = {}
+    batches = 0
+    for line in log.read_text(errors="replace").splitlines():
+        found = BATCH_LINE.search(line)
+        if not found:
+            continue
+        at = dt.datetime.strptime(found["at"], "%Y-%m-%d %H:%M:%S,%f").timestamp()
+        if not began <= at < ended:
+            continue
+        batches += 1
+        for stage in STAGE.finditer(found["rest"]):
+            stages.setdefault(stage["name"], []).append(float(stage["ms"]))
+    medians = {name: round(statistics.median(values), 1) for name, values in stages.items()}
+    return {"logged_micro_batches": batches, "stages_ms": medians}
+
+
+class BatchLines:
+    """Follows the publisher's log for the line it writes once a micro-batch is handed over."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.offset = 0
+        self.seen = 0
+
+    def _read(self) -> None:
+        with self.path.open("rb") as log:
+            log.seek(self.offset)
+            data = log.read()
+        complete = data.rfind(b"\n") + 1
+        self.seen += data[:complete].count(b"agents batch ")
+        self.offset += complete
+
+    async def after(self, count: int, timeout: float = 120.0) -> None:
+        """Return ``WINDOW_EDGE`` seconds after the ``count``-th micro-batch from now is sent."""
+        await asyncio.to_thread(self._read)
+        target, deadline = self.seen + count, time.monotonic() + timeout
+        while self.seen < target:
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"the publisher logged no micro-batch in {timeout:.0f} s")
+            await asyncio.sleep(0.05)
+            await asyncio.to_thread(self._read)
+        await asyncio.sleep(WINDOW_EDGE)
+
+
+# -- one step ------------------------------------------------------------------------------------
+
+
+async def run_clients_process(spec: dict[str, Any], workdir: Path, name: str) -> ClientProcess:
+    """Start the client process for ``spec``; returns once it says ``ready``."""
+    spec_path, out = workdir / f"{name}.spec.json", workdir / f"{name}.out.json"
+    spec_path.write_text(json.dumps(spec))
+    process = await asyncio.create_subprocess_exec(
+        sys.executable,
+        __file__,
+        "clients",
+        str(spec_path),
+        str(out),
+        stdout=asyncio.subprocess.PIPE,
+    )
+    assert process.stdout is not None
+    line = await asyncio.wait_for(process.stdout.readline(), READY_TIMEOUT + 120)
+    if not line:
+        status = await process.wait()
+        raise RuntimeError(f"{name}: the client process exited ({status}) before it was ready")
+    return ClientProcess(process, out, json.loads(line))
+
+
+@dataclass
+class ClientProcess:
+    """A running client process and what it said when ready."""
+
+    process: asyncio.subprocess.Process
+    out: Path
+    ready: dict[str, Any]
+
+    async def stop(self) -> dict[str, Any]:
+        """SIGTERM it and read its records."""
+        if self.process.returncode is None:
+            self.process.send_signal(signal.SIGTERM)
+            try:
+                await asyncio.wait_for(self.process.wait(), 60)
+            except TimeoutError:
+                self.process.kill()
+                await self.process.wait()
+        return dict(json.loads(self.out.read_text()))
+
+
+async def measure_step(
+    *,
+    case: str,
+    count: int,
+    publisher: Child,
+    port: int,
+    args: argparse.Namespace,
+    workdir: Path,
+) -> dict[str, Any]:
+    """One case (``relay``, ``relay-by-point`` or ``direct``) at ``count`` subscribers."""
+    views = Views.draw(max(args.steps))
+    name = f"{case}-{count}"
+    logs = workdir / name
+    logs.mkdir(parents=True, exist_ok=True)
+    relays: Relays | None = None
+    clients: ClientProcess | None = None
+    try:
+        if case == "direct":
+            connections = direct_plan(views, count)
+            spec = {"mode": "direct", "url": publisher.url, "connections": connections}
+        else:
+            relays = await Relays.start(publisher.url, logs, args.widen)
+            assign = "spread" if case == "relay" else "point"
+            connections = relay_plan(views, count, assign, args.per_connection)
+            spec = {
+                "mode": "relay",
+                "relays": relays.urls,
+                "rate": args.rate,
+                "connections": connections,
+            }
+        clients = await run_clients_process(spec, workdir, name)
+        await asyncio.sleep(args.settle)
+        # The window spans whole micro-batches: it opens just after one was sent and closes
+        # just after the ``batches``-th one after it, so exactly those are counted.
+        batches = max(1, round(args.duration / TRIGGER))
+        lines = BatchLines(publisher.log)
+        await lines.after(1)
+        before = await sample(publisher, port, relays)
+        await lines.after(batches)
+        after = await sample(publisher, port, relays)
+        records = await clients.stop()
+        clients = None
+    finally:
+        if clients is not None:
+            await clients.stop()
+        if relays is not None:
+            await relays.stop()
+    result = summarise(
+        case=case,
+        count=count,
+        connections=len(connections),
+        batches=batches,
+        window=(before, after),
+        records=records,
+    )
+    result |= publisher_stages(publisher.log, before.at, after.at)
+    print(json.dumps(result), file=sys.stderr, flush=True)
+    await asyncio.sleep(2.0)  # the publisher drops the connections and their primitives
+    return result
+
+
+def summarise(
+    *,
+    case: str,
+    count: int,
+    connections: int,
+    batches: int,
+    window: tuple[Sample, Sample],
+    records: dict[str, Any],
+) -> dict[str, Any]:
+    """The numbers of one window of ``batches`` micro-batches (see the module docstring)."""
+    before, after = window
+    wall = after.at - before.at
+    times = np.array(records["times"], dtype=np.float64)
+    sizes = np.array(records["sizes"], dtype=np.float64)
+    inside = (times >= before.at) & (times < after.at)
+    cpu = [(t, c) for t, c in records["cpu"] if before.at <= t <= after.at]
+    clients_cpu = (cpu[-1][1] - cpu[0][1]) / (cpu[-1][0] - cpu[0][0]) if len(cpu) > 1 else None
+    sent = egress(before, after)
+    result: dict[str, Any] = {
+        "case": case,
+        "subscribers": count,
+        "connections": connections,
+        "egress_bytes_per_s": round(sent / wall),
+        "egress_bytes_per_micro_batch": round(sent / batches),
+        "publisher_cpu_s_per_s": round((after.cpu - before.cpu) / wall, 3),
+        "publisher_connections": len(after.sockets),
+        "window_s": round(wall, 1),
+        "micro_batches": batches,
+        "micro_batches_per_s": round(batches / wall, 3),
+        "ready": records["ready"],
+        "clients_cpu_s_per_s": None if clients_cpu is None else round(clients_cpu, 3),
+        "errors": records["errors"],
+        "closed": [c for c in records["closed"] if "CancelledError" not in c],
+    }
+    if case == "direct":
+        result |= {
+            "primitives": records["ready"]["ready"],
+            "batches_received_per_connection": round(float(inside.sum()) / connections, 1),
+            "received_bytes_per_s": round(float(sizes[inside].sum()) / wall),
+        }
+    else:
+        relays = [
+            {key: a[2][key] - b[2].get(key, 0) for key in a[2]}
+            for b, a in zip(before.relays, after.relays, strict=True)
+        ]
+        result |= {
+            "primitives": sum(a[2]["primitives"] for a in after.relays),
+            "batches_received_per_relay": statistics.mean(r["batches"] for r in relays),
+            "relay_rows": [a[2]["rows"] for a in after.relays],
+            "relays_cpu_s_per_s": round(
+                sum(a[1] - b[1] for b, a in zip(before.relays, after.relays, strict=True)) / wall,
+                3,
+            ),
+            "pushes_per_s": round(sum(r["pushes"] + r["no_updates"] for r in relays) / wall),
+            "received_frames_per_s": round(float(inside.sum()) / wall),
+        }
+    return result
+
+
+# -- the run -------------------------------------------------------------------------------------
+
+
+async def start_publisher(workdir: Path, args: argparse.Namespace) -> tuple[Child, int]:
+    """``fanout publisher`` with the simulation of this benchmark; returns it and its port."""
+    arguments = [
+        "--master",
+        MASTER,
+        "--port",
+        "0",
+        "--state-dir",
+        str(workdir / "publisher"),
+        "--agents",
+        str(args.agents),
+        "--world",
+        str(WORLD),
+        "--tick-rate",
+        str(TICK_RATE),
+        "--period",
+        str(PERIOD),
+        "--trigger",
+        str(TRIGGER),
+        "--log-level",
+        "info",
+    ]
+    publisher = await start("publisher", arguments, workdir / "publisher.log")
+    port = int(publisher.url.rsplit(":", 1)[1])
+    # Let Spark's first micro-batches (which cover its start-up's ticks) go by.
+    deadline = time.time() + 120
+    while time.time() < deadline:
+        text = await asyncio.to_thread(publisher.log.read_text, errors="replace")
+        if text.count("agents batch ") >= 10:
+            break
+        await asyncio.sleep(1.0)
+    await asyncio.sleep(args.settle)
+    return publisher, port
+
+
+def ratio(steps: list[dict[str, Any]], key: str = "egress_bytes_per_s") -> float | None:
+    """``key`` at the last step over ``key`` at the step before."""
+    if len(steps) < 2 or not steps[-2][key] or steps[-1][key] is None:
+        return None
+    return round(steps[-1][key] / steps[-2][key], 3)
+
+
+def savings(
+    direct: list[dict[str, Any]], relay: list[dict[str, Any]], key: str = "egress_bytes_per_s"
+) -> float | None:
+    """Direct egress over relay egress (``key``) at the last step."""
+    if not relay[-1][key] or direct[-1][key] is None:
+        return None
+    return round(direct[-1][key] / relay[-1][key], 2)
+
+
+async def bench(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
+    """Every step, each case in turn (so a drift of the machine touches all of them)."""
+    main = asyncio.current_task()
+    assert main is not None
+    asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, main.cancel)
+    cases = ["relay", "direct"] + (["relay-by-point"] if args.compare_assign else [])
+    publisher, port = await start_publisher(workdir, args)
+    results: dict[str, list[dict[str, Any]]] = {case: [] for case in cases}
+    try:
+        for count in args.steps:
+            for case in cases:
+                step = await measure_step(
+                    case=case,
+                    count=count,
+                    publisher=publisher,
+                    port=port,
+                    args=args,
+                    workdir=workdir,
+                )
+                results[case].append(step)
+    finally:
+        await publisher.stop()
+    relay, direct = results["relay"], results["direct"]
+    ratio_relay, saved = ratio(relay), savings(direct, relay)
+    per_batch = "egress_bytes_per_micro_batch"
+    out: dict[str, Any] = {
+        "egress_ratio_relay": ratio_relay,
+        "egress_ratio_direct": ratio(direct),
+        "savings_at_10000": saved,
+        "ratio_steps": list(args.steps[-2:]),
+        "targets": {
+            "egress_ratio_relay_max": TARGET_EGRESS_RATIO,
+            "egress_ratio_relay_met": ratio_relay is not None
+            and ratio_relay <= TARGET_EGRESS_RATIO,
+            "savings_at_10000_min": TARGET_SAVINGS,
+            "savings_at_10000_met": saved is not None and saved >= TARGET_SAVINGS,
+        },
+        # The same from bytes per micro-batch: free of differences in micro-batch rate
+        # between windows (the machine is shared; Spark's pace varies with its load).
+        "per_micro_batch": {
+            "egress_ratio_relay": ratio(relay, per_batch),
+            "egress_ratio_direct": ratio(direct, per_batch),
+            "savings_at_10000": savings(direct, relay, per_batch),
+        },
+        "relay": relay,
+        "direct": direct,
+    }
+    if args.compare_assign:
+        by_point = results["relay-by-point"]
+        out["relay_by_point"] = {
+            "egress_ratio": ratio(by_point),
+            "savings_at_10000": savings(direct, by_point),
+            "per_micro_batch": {
+                "egress_ratio": ratio(by_point, per_batch),
+                "savings_at_10000": savings(direct, by_point, per_batch),
+            },
+            "steps": by_point,
+        }
+    return out
+
+
+METHOD = (
+    "One real Spark publisher (fanout publisher, local[2], micro-batch every {trigger:g} s) for"
+    " every step. Relay case: {relays} real relays (RelayServer, fanout relay's defaults) in"
+    " processes of their own; N subscriptions (Subscribe at {rate:g} pushes/s) over"
+    " WebSocket connections of {per_connection} subscriptions each, from one client process,"
+    " subscriber i on relay i mod {relays}. Direct case: the same N boxes acquired at the"
+    " publisher over relay-role connections (Hello role=relay, one Acquire per box), the k-th"
+    " subscriber of each point of interest on connection k, so no connection holds two boxes"
+    " that meet and every box's rows are sent in full; this leaves out the per-connection cost of"
+    " N connections, which favours the direct case. Egress: bytes_acked of every TCP connection"
+    " of the publisher's control-plane port (ss -ti), delta over the window. Publisher CPU:"
+    " utime+stime of the publisher process and its descendants (Spark's JVM) from /proc."
+)
+
+
+def machine() -> dict[str, Any]:
+    """Describe the machine the numbers come from."""
+    model, memory = "unknown", None
+    cpuinfo, meminfo = Path("/proc/cpuinfo"), Path("/proc/meminfo")
+    if cpuinfo.exists():
+        for line in cpuinfo.read_text().splitlines():
+            if line.startswith("model name"):
+                model = line.split(":", 1)[1].strip()
+                break
+    if meminfo.exists():
+        kib = int(meminfo.read_text().split()[1])
+        memory = round(kib / 2**20, 1)
+    return {
+        "cpu": model,
+        "cores": os.cpu_count(),
+        "memory_gib": memory,
+        "python": platform.python_version(),
+        "date": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
+        "load_average_1m": round(os.getloadavg()[0], 2),
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument(
+        "--steps",
+        type=lambda text: [int(v) for v in text.split(",")],
+        default=list(DEFAULT_STEPS),
+        help="subscriber counts, comma-separated (default: 100,1000,10000)",
+    )
+    parser.add_argument(
+        "--duration",
+        type=float,
+        default=30.0,
+        help=f"seconds per window, rounded to whole micro-batches ({TRIGGER:g} s each)",
+    )
+    parser.add_argument("--settle", type=float, default=4.0, help="seconds before a window")
+    parser.add_argument("--rate", type=float, default=PUSH_RATE, help="pushes/s per subscription")
+    parser.add_argument("--per-connection", type=int, default=PER_CONNECTION)
+    parser.add_argument("--agents", type=int, default=AGENTS)
+    parser.add_argument(
+        "--compare-assign",
+        action="store_true",
+        help="also run the relay case with each point's subscribers on one relay",
+    )
+    parser.add_argument(
+        "--widen",
+        choices=["tiles", "margin"],
+        default="tiles",
+        help="the relays' widening policy (default: tiles, as fanout relay)",
+    )
+    parser.add_argument("--workdir", type=Path, default=None, help="logs and state go here")
+    args = parser.parse_args()
+    if shutil.which("ss") is None:
+        sys.exit("bench/sharing.py needs ss (iproute2) to read the publisher's socket counters")
+    workdir = args.workdir or Path(tempfile.mkdtemp(prefix="fanout-bench-sharing-"))
+    workdir.mkdir(parents=True, exist_ok=True)
+    before = machine()
+    results = asyncio.run(bench(args, workdir))
+    results["method"] = METHOD.format(
+        trigger=TRIGGER, relays=RELAYS, rate=args.rate, per_connection=args.per_connection
+    )
+    results["setup"] = {
+        "steps": args.steps,
+        "agents": args.agents,
+        "world": WORLD,
+        "tick_rate": TICK_RATE,
+        "period": PERIOD,
+        "trigger_s": TRIGGER,
+        "master": MASTER,
+        "points_of_interest": POINTS,
+        "view_side": [VIEW_SIDE / 2, VIEW_SIDE],
+        "relays": RELAYS,
+        "widen": args.widen,
+        "push_rate": args.rate,
+        "subscriptions_per_connection": args.per_connection,
+        "settle_s": args.settle,
+        "duration_s": args.duration,
+        "logs": str(workdir),
+    }
+    results["machine"] = before | {"load_average_1m_at_end": round(os.getloadavg()[0], 2)}
+    text = json.dumps(results, indent=2)
+    print(text)
+    if args.steps == list(DEFAULT_STEPS) and args.widen == "tiles":
+        RESULTS.parent.mkdir(parents=True, exist_ok=True)
+        RESULTS.write_text(text + "\n")
+
+
+if __name__ == "__main__":
+    if len(sys.argv) == 4 and sys.argv[1] == "clients":
+        spec = json.loads(Path(sys.argv[2]).read_text())
+        recorded = asyncio.run(run_clients(spec))
+        Path(sys.argv[3]).write_text(json.dumps(recorded))
+    else:
+        main()
