@@ -47,7 +47,10 @@ async def deployment(tmp_path: Path) -> AsyncIterator[tuple[Child, Child]]:
     config.write_text(CONFIG)
     publisher = await start(
         "publisher",
-        ["--config", str(config), "--port", "0", "--state-dir", str(tmp_path / "state")],
+        [
+            *("--config", str(config), "--port", "0", "--state-dir", str(tmp_path / "state")),
+            *("--log-level", "info"),
+        ],
         tmp_path / "publisher.log",
     )
     try:
