@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import msgspec
 import pytest
 
 from fanout.views import Box
@@ -85,3 +86,20 @@ def test_check_welcome_turns_a_refusal_into_an_exception() -> None:
     with pytest.raises(HandshakeRefused, match="handshake: no"):
         check_welcome(Error("handshake", "no"))
     assert check_welcome(Welcome(PROTOCOL_VERSION, "s", "x")).server == "s"
+
+
+def test_a_subscribe_with_an_invalid_view_is_refused_as_that_subscription() -> None:
+    accepting = session()
+    accepting.receive(hello())
+    bad = msgspec.msgpack.encode(
+        {
+            "type": "subscribe",
+            "sub": 7,
+            "dataset": "agents",
+            "view": {"kind": "box", "lo": [5.0, 5.0], "hi": [1.0, 1.0]},
+        }
+    )
+    outcome = accepting.receive(bad)
+    assert isinstance(outcome.reply, Error)
+    assert (outcome.reply.code, outcome.reply.ref) == ("protocol", 7)
+    assert accepting.receive(b"\x93garbage").reply.ref is None  # type: ignore[union-attr]

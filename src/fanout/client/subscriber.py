@@ -328,8 +328,9 @@ class Subscriber:
             view: what to hold.
             dataset: which dataset.
             rate: pushes per second at most.
-            priority: served before this connection's lower-priority subscriptions when the
-                relay cannot serve them all at once (waiting ones gain priority as they wait).
+            priority: served before lower-priority subscriptions (the relay's, across its
+                connections) when the relay cannot serve them all at once; waiting ones gain
+                priority as they wait, so none starves.
             transform: how the relay adapts the rows (projection, precision, relative
                 coordinates); None sends them as stored.
             mode: ``latest`` (each update is the view at one tick; ticks may be coalesced) or

@@ -156,9 +156,10 @@ class Subscribe(Frame, tag="subscribe", frozen=True):
     """Hold ``view`` of ``dataset`` under the subscriber-chosen id ``sub``.
 
     Subscribing again with an id already in use changes that subscription's view: the next push is
-    a delta against what the subscriber already holds. ``priority`` orders the subscriptions of one
-    subscriber when the relay cannot serve them all at once (higher first, with aging so none
-    starves); ``transform`` adapts the rows for the subscriber.
+    a delta against what the subscriber already holds. ``priority`` orders the relay's due
+    subscriptions, across all its connections, when it cannot serve them all at once (higher
+    first; a waiting subscription gains priority as it waits, so none starves); ``transform``
+    adapts the rows for the subscriber.
 
     ``mode`` is ``latest`` (each push is the view's content at one tick; ticks may be skipped)
     or ``every`` (every seq of the stream, in order, exactly once: a push or a no-update per

@@ -21,6 +21,8 @@ import uuid
 from dataclasses import dataclass
 from typing import Generic, TypeVar
 
+import msgspec
+
 from fanout.errors import ProtocolError
 from fanout.wire.codec import Decoder
 from fanout.wire.messages import PROTOCOL_VERSION, Error, Frame, Hello, Role, Welcome
@@ -66,7 +68,7 @@ class AcceptingSession(Generic[T]):
         try:
             frame = self._decoder.decode(data)
         except ProtocolError as exc:
-            return self._bad_frame(str(exc))
+            return self._bad_frame(str(exc), _reference(data))
         if self.phase is Phase.AWAIT_HELLO:
             return self._handshake(frame)
         if isinstance(frame, Hello):
@@ -93,15 +95,33 @@ class AcceptingSession(Generic[T]):
         self.phase = Phase.CLOSED
         return Outcome(reply=Error(code="handshake", message=message), close=True)
 
-    def _bad_frame(self, message: str) -> Outcome[T]:
+    def _bad_frame(self, message: str, ref: int | None = None) -> Outcome[T]:
         if self.phase is Phase.AWAIT_HELLO:
             return self._refuse(message)
         self.bad_frames += 1
         if self.bad_frames >= MAX_BAD_FRAMES:
             self.phase = Phase.CLOSED
             closing = f"{message} ({self.bad_frames} bad frames in a row; closing)"
-            return Outcome(reply=Error(code="protocol", message=closing), close=True)
-        return Outcome(reply=Error(code="protocol", message=message))
+            return Outcome(reply=Error(code="protocol", message=closing, ref=ref), close=True)
+        return Outcome(reply=Error(code="protocol", message=message, ref=ref))
+
+
+def _reference(data: bytes | str) -> int | None:
+    """The ``sub``, ``req`` or ``prim`` a frame that failed to decode names, if it can be read:
+    so that a ``Subscribe`` whose view is invalid is refused as that subscription's error."""
+    if isinstance(data, str):
+        return None
+    try:
+        fields = msgspec.msgpack.decode(data)
+    except msgspec.DecodeError:
+        return None
+    if not isinstance(fields, dict):
+        return None
+    for name in ("sub", "req", "prim"):
+        value = fields.get(name)
+        if isinstance(value, int) and not isinstance(value, bool):
+            return value
+    return None
 
 
 class HandshakeRefused(ProtocolError):
