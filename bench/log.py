@@ -21,10 +21,8 @@ the working directory, not in a temporary folder that might be in memory.
 from __future__ import annotations
 
 import contextlib
-import datetime as dt
 import json
 import os
-import platform
 import pwd
 import shutil
 import socket
@@ -39,6 +37,7 @@ import numpy as np
 import pyarrow as pa
 
 from fanout.publisher.log import BatchLog, LogEntry, encode_rows, open_log
+from machine import describe
 
 ROWS = 10_000
 ENTRIES = 150
@@ -46,25 +45,6 @@ SMALL_ROWS = 10
 SMALL_ENTRIES = 300
 REPEATS = 3
 RESULTS = Path(__file__).parent / "results" / "log.json"
-
-
-def machine() -> dict[str, object]:
-    """Describe the machine the numbers come from."""
-    model = "unknown"
-    cpuinfo = Path("/proc/cpuinfo")
-    if cpuinfo.exists():
-        for line in cpuinfo.read_text().splitlines():
-            if line.startswith("model name"):
-                model = line.split(":", 1)[1].strip()
-                break
-    return {
-        "cpu": model,
-        "cores": os.cpu_count(),
-        "python": platform.python_version(),
-        "date": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
-        # The machines are shared: the load before the run says how quiet this one was.
-        "load_average_1m": round(os.getloadavg()[0], 2),
-    }
 
 
 def changed_rows(seq: int, rows: int) -> pa.Table:
@@ -181,7 +161,7 @@ def throwaway_postgres() -> Iterator[str]:
 
 def main() -> None:
     results: dict[str, object] = {
-        "machine": machine(),
+        "machine": describe(),
         "rows_per_entry": ROWS,
         "entries": ENTRIES,
         "rounds": REPEATS,

@@ -45,10 +45,8 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import datetime as dt
 import json
 import os
-import platform
 import re
 import shutil
 import signal
@@ -68,6 +66,7 @@ from fanout.launch import Child, start
 from fanout.views import Box
 from fanout.wire import codec
 from fanout.wire.messages import PROTOCOL_VERSION, Acquire, Catalog, Hello, Welcome
+from machine import describe
 
 RESULTS = Path(__file__).parent / "results" / "pipeline.json"
 
@@ -376,23 +375,6 @@ def cpu_busy(seconds: float = 5.0) -> float:
     return round((busy1 - busy0) / max(1, total1 - total0), 2)
 
 
-def machine() -> dict[str, Any]:
-    """Describe the machine the numbers come from."""
-    model = "unknown"
-    cpuinfo = Path("/proc/cpuinfo")
-    if cpuinfo.exists():
-        for line in cpuinfo.read_text().splitlines():
-            if line.startswith("model name"):
-                model = line.split(":", 1)[1].strip()
-                break
-    return {
-        "cpu": model,
-        "cores": os.cpu_count(),
-        "python": platform.python_version(),
-        "date": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
-    }
-
-
 def load() -> dict[str, float]:
     """Load average and core use right now (nothing of the benchmark running)."""
     return {"load_average_1m": round(os.getloadavg()[0], 2), "cpu_busy": cpu_busy()}
@@ -480,7 +462,7 @@ def main() -> None:
         "measure_s": args.measure,
         "logs": str(workdir),
     }
-    results["machine"] = machine() | {"at_start": before, "at_end": load()}
+    results["machine"] = describe() | {"at_start": before, "at_end": load()}
     text = json.dumps(results, indent=2)
     print(text)
     if not args.quick:

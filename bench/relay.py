@@ -50,13 +50,11 @@ import argparse
 import asyncio
 import contextlib
 import cProfile
-import datetime as dt
 import json
 import logging
 import math
 import multiprocessing as mp
 import os
-import platform
 import sys
 import time
 from dataclasses import asdict, dataclass, field
@@ -86,6 +84,7 @@ from fanout.wire.messages import (
     Subscribe,
     Welcome,
 )
+from machine import describe
 
 RESULTS = Path(__file__).parent / "results" / "relay.json"
 
@@ -690,23 +689,6 @@ def machine_busy() -> float:
     return (sum(fields[:8]) - idle) / os.sysconf("SC_CLK_TCK")
 
 
-def machine() -> dict[str, object]:
-    """Describe the machine the numbers come from."""
-    model = "unknown"
-    cpuinfo = Path("/proc/cpuinfo")
-    if cpuinfo.exists():
-        for line in cpuinfo.read_text().splitlines():
-            if line.startswith("model name"):
-                model = line.split(":", 1)[1].strip()
-                break
-    return {
-        "cpu": model,
-        "cores": os.cpu_count(),
-        "python": platform.python_version(),
-        "date": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
-    }
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--entities", type=int, default=ENTITIES)
@@ -758,7 +740,7 @@ def main() -> None:
             "pump_cpu_us_per_push_distinct": round(distinct.pump_cpu_us_per_push, 1),
             "pump_cpu_us_per_push_shared": round(shared.pump_cpu_us_per_push, 1),
         },
-        "machine": machine(),
+        "machine": describe(),
     }
     text = json.dumps(results, indent=2)
     print(text)

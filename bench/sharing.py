@@ -83,7 +83,6 @@ import json
 import logging
 import multiprocessing as mp
 import os
-import platform
 import re
 import shutil
 import signal
@@ -107,6 +106,7 @@ from fanout.relay.server import RelayConfig, RelayServer
 from fanout.views import Box
 from fanout.wire import codec
 from fanout.wire.messages import PROTOCOL_VERSION, Acquire, Hello, Subscribe
+from machine import describe
 
 RESULTS = Path(__file__).parent / "results" / "sharing.json"
 
@@ -836,28 +836,6 @@ METHOD = (
 )
 
 
-def machine() -> dict[str, Any]:
-    """Describe the machine the numbers come from."""
-    model, memory = "unknown", None
-    cpuinfo, meminfo = Path("/proc/cpuinfo"), Path("/proc/meminfo")
-    if cpuinfo.exists():
-        for line in cpuinfo.read_text().splitlines():
-            if line.startswith("model name"):
-                model = line.split(":", 1)[1].strip()
-                break
-    if meminfo.exists():
-        kib = int(meminfo.read_text().split()[1])
-        memory = round(kib / 2**20, 1)
-    return {
-        "cpu": model,
-        "cores": os.cpu_count(),
-        "memory_gib": memory,
-        "python": platform.python_version(),
-        "date": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
-        "load_average_1m": round(os.getloadavg()[0], 2),
-    }
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument(
@@ -893,7 +871,7 @@ def main() -> None:
         sys.exit("bench/sharing.py needs ss (iproute2) to read the publisher's socket counters")
     workdir = args.workdir or Path(tempfile.mkdtemp(prefix="fanout-bench-sharing-"))
     workdir.mkdir(parents=True, exist_ok=True)
-    before = machine()
+    before = describe()
     results = asyncio.run(bench(args, workdir))
     results["method"] = METHOD.format(
         trigger=TRIGGER, relays=RELAYS, rate=args.rate, per_connection=args.per_connection

@@ -16,11 +16,8 @@ Run ``.venv/bin/python bench/views.py``; it also writes ``bench/results/views.js
 
 from __future__ import annotations
 
-import datetime as dt
 import json
 import math
-import os
-import platform
 import random
 import statistics
 import time
@@ -30,29 +27,13 @@ from pathlib import Path
 
 from fanout.views import Box, CoverIndex, Sphere, covers, residual
 from fanout.views.topicindex import TopicIndex
+from machine import describe
 
 HELD_COUNTS = (10, 100, 1_000, 10_000)
 VIEWS_PER_COUNT = 2_000
 TOPIC_FILTERS = 100_000
 TOPICS_MATCHED = 300_000
 RESULTS = Path(__file__).parent / "results" / "views.json"
-
-
-def machine() -> dict[str, object]:
-    """Describe the machine the numbers come from."""
-    model = "unknown"
-    cpuinfo = Path("/proc/cpuinfo")
-    if cpuinfo.exists():
-        for line in cpuinfo.read_text().splitlines():
-            if line.startswith("model name"):
-                model = line.split(":", 1)[1].strip()
-                break
-    return {
-        "cpu": model,
-        "cores": os.cpu_count(),
-        "python": platform.python_version(),
-        "date": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
-    }
 
 
 def random_box(rng: random.Random, world: float, low: float, high: float) -> Box:
@@ -137,7 +118,7 @@ def bench_topics(results: dict[str, object]) -> None:
 
 
 def main() -> None:
-    results: dict[str, object] = {"machine": machine()}
+    results: dict[str, object] = {"machine": describe()}
     bench_covers(results)
     bench_topics(results)
     text = json.dumps(results, indent=2)

@@ -1,0 +1,32 @@
+"""What every benchmark records about the machine its numbers come from."""
+
+from __future__ import annotations
+
+import datetime as dt
+import os
+import platform
+from pathlib import Path
+
+
+def describe() -> dict[str, object]:
+    """CPU model, cores, memory, Python, date and the one-minute load average.
+
+    The machines are shared: the load at the start says how quiet this one was.
+    """
+    model, memory = "unknown", None
+    cpuinfo, meminfo = Path("/proc/cpuinfo"), Path("/proc/meminfo")
+    if cpuinfo.exists():
+        for line in cpuinfo.read_text().splitlines():
+            if line.startswith("model name"):
+                model = line.split(":", 1)[1].strip()
+                break
+    if meminfo.exists():
+        memory = round(int(meminfo.read_text().split()[1]) / 2**20, 1)
+    return {
+        "cpu": model,
+        "cores": os.cpu_count(),
+        "memory_gib": memory,
+        "python": platform.python_version(),
+        "date": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
+        "load_average_1m": round(os.getloadavg()[0], 2),
+    }
