@@ -609,20 +609,30 @@ class RelayCore(EveryMode):
                 continue
             prims = self.upstream.of(name)
             spare = self._spare(prims, self.downstream.views(name), state)
-            for prim in prims:
-                if prim.prim not in spare:
-                    prim.unneeded_since = None
-                    continue
-                if prim.unneeded_since is None:
-                    prim.unneeded_since = now
-                if now - prim.unneeded_since >= self.policy.grace:
-                    self.upstream.remove(prim.prim)
-                    sends.append(Send(UPSTREAM, Release(prim.prim)))
-                    if not isinstance(prim.view, Entity):
-                        state.released.append((_region(prim.view), now))
-                    self._shrunk += 1
+            for prim in self._release_spare(prims, spare, now, sends):
+                if not isinstance(prim.view, Entity):
+                    state.released.append((_region(prim.view), now))
             self._prune(state, now)
         return sends + self._horizon_sends()
+
+    def _release_spare(
+        self, prims: list[Primitive], spare: set[int], now: float, sends: list[Send]
+    ) -> list[Primitive]:
+        """Release the ``spare`` primitives unneeded for the grace period (appending the
+        ``Release`` frames to ``sends``); returns them. The others' grace clocks restart."""
+        released = []
+        for prim in prims:
+            if prim.prim not in spare:
+                prim.unneeded_since = None
+                continue
+            if prim.unneeded_since is None:
+                prim.unneeded_since = now
+            if now - prim.unneeded_since >= self.policy.grace:
+                self.upstream.remove(prim.prim)
+                sends.append(Send(UPSTREAM, Release(prim.prim)))
+                self._shrunk += 1
+                released.append(prim)
+        return released
 
     def _spare(self, prims: list[Primitive], views: list[View], state: DatasetState) -> set[int]:
         """Primitives no subscription needs (relative views count where they are now)."""
@@ -640,17 +650,8 @@ class RelayCore(EveryMode):
         needs = self.tableviews.needs(name, subscribed)
         spare = {p.prim for p in self.tableviews.unneeded(prims, needs)}
         sends: list[Send] = []
-        for prim in prims:
-            if prim.prim not in spare:
-                prim.unneeded_since = None
-                continue
-            if prim.unneeded_since is None:
-                prim.unneeded_since = now
-            if now - prim.unneeded_since >= self.policy.grace:
-                self.upstream.remove(prim.prim)
-                sends.append(Send(UPSTREAM, Release(prim.prim)))
-                state.dropped.append((prim.view, now))
-                self._shrunk += 1
+        for prim in self._release_spare(prims, spare, now, sends):
+            state.dropped.append((prim.view, now))
         state.prune(now, PRUNE_WINDOW, self.upstream.views(name))
         return sends
 
