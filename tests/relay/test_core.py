@@ -499,3 +499,33 @@ def test_a_batch_written_off_the_loop_is_swapped_in_only_once_finished() -> None
     ((_, push),) = served(core, 3.0)
     assert push.seq == 1  # type: ignore[attr-defined]
     assert core.admit(batch(1, rows(k1=(5, 5)))) is None  # already applied
+
+
+def test_a_3d_sphere_view_gets_the_rows_inside_the_ball() -> None:
+    info = DatasetInfo(
+        "agents", "id", {"id": "<i8", "x": "<f8", "y": "<f8", "z": "<f8"}, "space", ["x", "y", "z"]
+    )
+    core = RelayCore(Policy(widen="margin", grace=0.0))
+    core.on_catalog(Catalog([info]))
+    core.on_upstream_connected()
+    ball = Sphere((0, 0, 0), 10)
+    sends = core.on_subscribe(CLIENT, Subscribe(1, "agents", ball, rate=1000.0))
+    (acquire,) = frames(sends, UPSTREAM)
+    assert isinstance(acquire, Acquire)
+
+    def points(**at: tuple[float, float, float]) -> dict[str, list]:
+        keys = [int(k[1:]) for k in at]
+        return {"id": keys, **{c: [p[i] for p in at.values()] for i, c in enumerate("xyz")}}
+
+    # k2 is inside the ball's bounding cube but outside the ball; k3 is outside in z only
+    start = points(k1=(1, 2, 3), k2=(8, 8, 8), k3=(0, 0, 11), k4=(-5, 0, -5))
+    core.on_batch(batch(0, start, snapshots=[acquire.prim]))
+    (first,) = pushes(core, now=1.0)
+    assert isinstance(first, Push) and first.full
+    assert keys(first.entered) == [1, 4]
+    core.on_batch(batch(1, points(k1=(1, 2, 9), k3=(0, 0, 9), k4=(-5, 0, -9))))
+    (second,) = pushes(core, now=2.0)
+    assert isinstance(second, Push)
+    assert keys(second.entered) == [3]
+    assert keys(second.updated) == [1]
+    assert keys(second.left) == [4]  # |(-5, 0, -9)| > 10
