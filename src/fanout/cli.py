@@ -293,10 +293,11 @@ def _relay_parser(commands: Any) -> None:
     )
     parser.add_argument(
         "--widen",
-        choices=["tiles", "margin"],
+        choices=["tiles", "margin", "exact", "enclose"],
         default="tiles",
-        help="widen upstream primitives to shared grid tiles, or the view plus a margin"
-        " (default: tiles)",
+        help="what to acquire upstream for a view not covered: shared grid tiles, the view plus"
+        " a margin, exactly the uncovered part, or one box enclosing the view and the held"
+        " primitives it meets (default: tiles)",
     )
     parser.add_argument(
         "--margin",

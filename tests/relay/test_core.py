@@ -529,3 +529,17 @@ def test_a_3d_sphere_view_gets_the_rows_inside_the_ball() -> None:
     assert keys(second.entered) == [3]
     assert keys(second.updated) == [1]
     assert keys(second.left) == [4]  # |(-5, 0, -9)| > 10
+
+
+@pytest.mark.parametrize("widen", ["tiles", "margin", "exact", "enclose"])
+def test_every_widening_serves_a_second_view_beside_the_first(widen: str) -> None:
+    core = relay(Policy(widen=widen, grace=0.0))  # type: ignore[arg-type]
+    first = subscribe(core, Box((0, 0), (10, 10)), sub=1)
+    truth = rows(k1=(5, 5), k2=(15, 5), k3=(40, 40))
+    core.on_batch(batch(0, truth, snapshots=[a.prim for a in first]))
+    pushes(core, now=1.0)
+    second = subscribe(core, Box((8, 0), (18, 10)), sub=2)  # half covered by the first
+    core.on_batch(batch(1, truth, snapshots=[a.prim for a in second]))
+    served = {p.sub: p for p in pushes(core, now=2.0)}  # type: ignore[union-attr]
+    assert keys(served[2].entered) == [2]  # type: ignore[union-attr]
+    assert served[2].full  # type: ignore[union-attr]

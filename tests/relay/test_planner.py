@@ -2,10 +2,21 @@
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from fanout.errors import InvalidView
-from fanout.relay.planner import Policy, grown, tile_side, tiles, to_acquire, unneeded
+from fanout.relay.planner import (
+    WIDENINGS,
+    Policy,
+    grown,
+    tile_side,
+    tiles,
+    to_acquire,
+    unneeded,
+)
 from fanout.relay.upstream import Primitive
 from fanout.views import Box, Sphere, covers
 
@@ -76,3 +87,49 @@ def test_bad_policies_are_refused() -> None:
         Policy(widen="grid")  # type: ignore[arg-type]
     with pytest.raises(InvalidView, match="margin"):
         Policy(margin=-1)
+
+
+def test_exact_policy_takes_only_what_is_not_held() -> None:
+    held = [Box((0, 0), (50, 100))]
+    view = Box((40, 10), (80, 20))
+    acquired = to_acquire(held, view, Policy(widen="exact"))
+    assert covers([*held, *acquired], view)
+    assert sum(a.measure() for a in acquired) == pytest.approx(30 * 10)  # nothing more
+    assert to_acquire([], Sphere((5, 5), 2), Policy(widen="exact")) == [Sphere((5, 5), 2)]
+
+
+def test_enclose_policy_merges_the_view_with_the_held_primitives_it_meets() -> None:
+    held = [Box((0, 0), (10, 10)), Box((500, 500), (510, 510))]
+    view = Box((12, 0), (20, 8))
+    (box,) = to_acquire(held, view, Policy(widen="enclose", margin=0.25))
+    assert box == Box((0, -2), (22, 10))  # the grown view and the near box; not the far one
+    assert to_acquire([], view, Policy(widen="enclose", margin=0)) == [view]
+
+
+def test_an_unknown_policy_is_refused() -> None:
+    with pytest.raises(InvalidView, match="tiles, margin, exact, enclose"):
+        Policy(widen="nearest")  # type: ignore[arg-type]
+
+
+boxes = st.builds(
+    lambda x, y, w, h: Box((x, y), (x + w, y + h)),
+    st.integers(0, 90).map(float),
+    st.integers(0, 90).map(float),
+    st.integers(1, 30).map(float),
+    st.integers(1, 30).map(float),
+)
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(boxes, max_size=6), boxes, st.sampled_from(WIDENINGS))
+def test_every_policy_covers_the_view_with_what_is_held(held, view, widen) -> None:
+    """Oracle: after acquiring, held + acquired cover the view (checked on a grid of points)."""
+    acquired = to_acquire(held, view, Policy(widen=widen))
+    assert covers([*held, *acquired], view)
+    xs, ys = np.meshgrid(
+        np.linspace(view.lo[0], view.hi[0], 7), np.linspace(view.lo[1], view.hi[1], 7)
+    )
+    inside = np.zeros(xs.size, dtype=bool)
+    for region in [*held, *acquired]:
+        inside |= region.match(xs.ravel(), ys.ravel())
+    assert inside.all()

@@ -14,6 +14,14 @@ subscription"):
   saturates as subscribers spread out.
 * ``margin``: one new primitive, the view's bounding box grown by the margin (hysteresis: the view
   can move by the margin before it leaves it).
+* ``exact``: exactly the residual of the view against what is held ([0083]: "at least the portion
+  not already covered"): nothing more is fetched than the views need, so views that sit still and
+  cluster (spectators around points of interest) cost the publisher least; a moving view needs
+  new primitives at every move.
+* ``enclose``: one primitive, the bounding box of the grown view and of the held primitives it
+  meets ([0083]: "the minimum bounding box enclosing the current and the new region"); the ones
+  it encloses are released after the grace period, so neighbouring views merge into few
+  primitives.
 
 Primitives whose every dependent view is covered by the others are released after a grace period.
 """
@@ -31,7 +39,7 @@ import numpy.typing as npt
 
 from fanout.errors import InvalidView
 from fanout.relay.upstream import Primitive
-from fanout.views import CoverIndex, View, covers
+from fanout.views import CoverIndex, View, bounding_box, covers, residual
 from fanout.views.region import Box, RegionUnion, Sector, Sphere
 
 Region = Box | Sphere | Sector | RegionUnion
@@ -48,12 +56,16 @@ def as_region(view: object) -> Region:
     return view
 
 
+#: The widening policies (see the module docstring).
+WIDENINGS = ("tiles", "margin", "exact", "enclose")
+
+
 @dataclass(frozen=True)
 class Policy:
     """How generously the relay widens what it asks for.
 
     Attributes:
-        widen: ``tiles`` or ``margin`` (see the module docstring).
+        widen: ``tiles``, ``margin``, ``exact`` or ``enclose`` (see the module docstring).
         margin: grow the view by this fraction of its bounding box's largest side first.
         min_margin: and by at least this many world units.
         grace: seconds an unneeded primitive is kept before it is released.
@@ -61,15 +73,15 @@ class Policy:
             are not worth it (a long thin view, say): the grown view is acquired instead.
     """
 
-    widen: Literal["tiles", "margin"] = "tiles"
+    widen: Literal["tiles", "margin", "exact", "enclose"] = "tiles"
     margin: float = 0.5
     min_margin: float = 0.0
     grace: float = 10.0
     max_overfetch: float = 16.0
 
     def __post_init__(self) -> None:
-        if self.widen not in ("tiles", "margin"):
-            raise InvalidView(f"policy: widen={self.widen!r} must be 'tiles' or 'margin'")
+        if self.widen not in WIDENINGS:
+            raise InvalidView(f"policy: widen={self.widen!r} must be one of {', '.join(WIDENINGS)}")
         if self.margin < 0 or self.min_margin < 0 or self.grace < 0 or self.max_overfetch < 1:
             raise InvalidView(
                 "policy: margin, min_margin and grace must be >= 0, max_overfetch >= 1"
@@ -107,7 +119,7 @@ def tiles(box: Box, side: float) -> list[Box]:
     ]
 
 
-def to_acquire(held: CoverIndex | Sequence[View], view: Region, policy: Policy) -> list[Box]:
+def to_acquire(held: CoverIndex | Sequence[View], view: Region, policy: Policy) -> list[Region]:
     """New primitives needed so that ``held`` plus them covers ``view`` (empty if covered).
 
     Args:
@@ -120,7 +132,12 @@ def to_acquire(held: CoverIndex | Sequence[View], view: Region, policy: Policy) 
         held = CoverIndex(held)
     if covers(held, view):
         return []
+    if policy.widen == "exact":
+        return [as_region(piece) for piece in residual(held, view)]
     wanted = grown(view, policy)
+    if policy.widen == "enclose":
+        meeting = [prim for prim in held if overlaps(prim, wanted)]
+        return [bounding_box([wanted, *meeting])] if meeting else [wanted]
     if policy.widen == "tiles":
         side = tile_side(view)
         candidates = tiles(wanted, side)
