@@ -83,13 +83,15 @@ async def matches_publisher(
     """Wait until ``done(rows)``; every update on the way holds the publisher's rows at its tick."""
     async with asyncio.timeout(90):
         while True:
-            if view.updates:
+            seen = view.updates
+            if seen:
                 rows, tick = held(view), view.tick
                 _, columns = await reader.read(dataset, query, tick)
                 assert rows == as_rows(columns, view.key), f"at tick {tick}"
                 if done(rows):
                     return
-            await view.wait_updates()
+            if view.updates == seen:  # none arrived while the state was read: wait for one
+                await view.wait_updates()
 
 
 async def test_a_sql_view_gets_the_publishers_rows_as_deltas(deployment) -> None:
