@@ -101,7 +101,7 @@ import numpy as np
 from websockets.asyncio.client import connect
 
 from fanout.launch import Child, start
-from fanout.relay.planner import Policy
+from fanout.relay.planner import WIDENINGS, Policy
 from fanout.relay.server import RelayConfig, RelayServer
 from fanout.views import Box
 from fanout.wire import codec
@@ -359,12 +359,11 @@ async def run_clients(spec: dict[str, Any]) -> dict[str, Any]:
 # -- the relays ----------------------------------------------------------------------------------
 
 
-def relay_main(conn: Connection, publisher: str, name: str, log: str, widen: str) -> None:
+def relay_main(conn: Connection, publisher: str, name: str, log: str, policy: Policy) -> None:
     """A relay process: ``fanout relay``'s server, answering ``sample`` and ``stop``."""
     logging.basicConfig(filename=log, level=logging.INFO)
 
     async def main() -> None:
-        policy = Policy(widen="margin" if widen == "margin" else "tiles")
         server = RelayServer(RelayConfig(publisher=publisher, name=name, policy=policy))
         ready = asyncio.Event()
         running = asyncio.create_task(server.run(lambda port: ready.set()))
@@ -389,7 +388,7 @@ class Relays:
     urls: list[str]
 
     @classmethod
-    async def start(cls, publisher: str, logs: Path, widen: str) -> Relays:
+    async def start(cls, publisher: str, logs: Path, policy: Policy) -> Relays:
         """Start ``RELAYS`` relays; returns once each serves and is connected upstream."""
         context = mp.get_context("spawn")
         processes, pipes = [], []
@@ -398,7 +397,7 @@ class Relays:
             log = str(logs / f"relay-{index}.log")
             process = context.Process(
                 target=relay_main,
-                args=(theirs, publisher, f"bench-relay-{index}", log, widen),
+                args=(theirs, publisher, f"bench-relay-{index}", log, policy),
             )
             process.start()
             processes.append(process)
@@ -607,7 +606,8 @@ async def measure_step(
             connections = direct_plan(views, count)
             spec = {"mode": "direct", "url": publisher.url, "connections": connections}
         else:
-            relays = await Relays.start(publisher.url, logs, args.widen)
+            policy = Policy(widen=args.widen, margin=args.margin)
+            relays = await Relays.start(publisher.url, logs, policy)
             assign = "spread" if case == "relay" else "point"
             connections = relay_plan(views, count, assign, args.per_connection)
             spec = {
@@ -861,9 +861,15 @@ def main() -> None:
     )
     parser.add_argument(
         "--widen",
-        choices=["tiles", "margin"],
+        choices=list(WIDENINGS),
         default="tiles",
         help="the relays' widening policy (default: tiles, as fanout relay)",
+    )
+    parser.add_argument(
+        "--margin",
+        type=float,
+        default=Policy().margin,
+        help=f"the relays' widening margin (default: {Policy().margin}, as fanout relay)",
     )
     parser.add_argument("--workdir", type=Path, default=None, help="logs and state go here")
     args = parser.parse_args()
@@ -888,6 +894,7 @@ def main() -> None:
         "view_side": [VIEW_SIDE / 2, VIEW_SIDE],
         "relays": RELAYS,
         "widen": args.widen,
+        "margin": args.margin,
         "push_rate": args.rate,
         "subscriptions_per_connection": args.per_connection,
         "settle_s": args.settle,
@@ -897,7 +904,10 @@ def main() -> None:
     results["machine"] = before | {"load_average_1m_at_end": round(os.getloadavg()[0], 2)}
     text = json.dumps(results, indent=2)
     print(text)
-    if args.steps == list(DEFAULT_STEPS) and args.widen == "tiles":
+    if args.steps == list(DEFAULT_STEPS) and (args.widen, args.margin) == (
+        "tiles",
+        Policy().margin,
+    ):
         RESULTS.parent.mkdir(parents=True, exist_ok=True)
         RESULTS.write_text(text + "\n")
 
