@@ -17,7 +17,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from fanout.relay.core import UPSTREAM, RelayCore, Send
-from fanout.relay.every import CURIOSITY_CHUNK, ChangeSet, History, delta
+from fanout.relay.every import CURIOSITY_CHUNK, IDLE_WINDOW, ChangeSet, History, delta
 from fanout.relay.planner import Policy
 from fanout.views import Box
 from fanout.wire.columns import decode_columns, encode_columns
@@ -417,3 +417,14 @@ def test_the_relay_tells_the_publisher_the_lowest_seq_its_subscribers_need() -> 
     core.on_disconnect(1)
     horizons = [s.frame for s in core.housekeeping(6.0) if isinstance(s.frame, Horizon)]
     assert horizons == [Horizon("agents", 1, -1)]  # released
+
+
+def test_a_dataset_no_every_subscription_reads_keeps_a_short_window() -> None:
+    publisher = Publisher()
+    core = relay()
+    publisher.take(core.on_subscribe(1, Subscribe(1, "agents", VIEW)))  # mode latest
+    for x in range(20):
+        publisher.take(core.on_batch(publisher.step({1: (float(x % 10), 1.0)})))
+    history = core.histories["agents"]
+    kept = [seq for seq in range(20) if history.get(seq, -1) is not None]
+    assert kept == list(range(20 - IDLE_WINDOW, 20))

@@ -41,6 +41,9 @@ Region = Box | Sphere | Sector | RegionUnion
 WINDOW = 600
 #: ... and rows at most, over all of them (the window of a busy dataset is shorter).
 WINDOW_ROWS = 2_000_000
+#: Change sets kept while no ``every`` subscription reads the dataset (a resume arriving then
+#: takes older seqs from the publisher's log).
+IDLE_WINDOW = 8
 #: Seqs one curiosity request asks for at most.
 CURIOSITY_CHUNK = 500
 

@@ -16,7 +16,15 @@ import numpy as np
 from fanout.errors import BadRequest, InvalidView, ProtocolError
 from fanout.relay import planner
 from fanout.relay.downstream import Downstream, SubKey, Subscription
-from fanout.relay.every import ChangeSet, Cursor, History, delta, encode_delta
+from fanout.relay.every import (
+    IDLE_WINDOW,
+    WINDOW,
+    ChangeSet,
+    Cursor,
+    History,
+    delta,
+    encode_delta,
+)
 from fanout.relay.ingest import DatasetState, Intake
 from fanout.relay.planner import as_region
 from fanout.relay.pushes import cut, encode_push
@@ -74,7 +82,10 @@ class EveryMode:
             deletes,
             pure=not batch.snapshots,
         )
-        self.histories.setdefault(batch.dataset, History()).record(change)
+        history = self.histories.setdefault(batch.dataset, History())
+        reading = any(s.mode == "every" for s in self.downstream.of_dataset(batch.dataset))
+        history.window = WINDOW if reading else IDLE_WINDOW
+        history.record(change)
 
     def _distrust(self, dataset: str) -> None:
         """The relay's coverage of ``dataset`` is being rebuilt: until each ``every``
