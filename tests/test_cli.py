@@ -99,3 +99,8 @@ def test_subscribe_tries_each_relay_given_then_fails_cleanly() -> None:
     assert "Traceback" not in result.stderr
     assert "trying ws://127.0.0.1:11" in result.stderr
     assert "fanout subscribe:" in result.stderr
+
+
+def test_subscribe_without_a_relay_url_is_a_clear_error(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["subscribe", "--relay", " , ", "--box", "0,0,1,1"]) == 2
+    assert "give at least one relay URL" in capsys.readouterr().err

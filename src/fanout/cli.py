@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 from websockets.exceptions import WebSocketException
 
-from fanout.errors import FanoutError
+from fanout.errors import ConfigError, FanoutError
 
 DEFAULT_PUBLISHER = "ws://127.0.0.1:7700"
 DEFAULT_RELAY = "ws://127.0.0.1:7701"
@@ -395,6 +395,8 @@ async def _subscribe(args: argparse.Namespace, view: Any) -> int:
     from fanout.client import LiveView, SubscriptionError, connect
 
     relays = [url.strip() for url in args.relay.split(",") if url.strip()]
+    if not relays:
+        raise ConfigError(f"--relay {args.relay!r}: give at least one relay URL")
     live: LiveView | None = None
     seen, turn, attempts = 0, 0, 0  # attempts: connections lost in a row with nothing received
     while True:
