@@ -67,6 +67,31 @@ def test_query_equals_a_full_scan(data: st.DataObject) -> None:
         assert index.query(region).tolist() == expected.tolist()
 
 
+BOX_COORD = st.floats(-150, 150, allow_nan=False, allow_infinity=False)
+
+
+@st.composite
+def boxes(draw: st.DrawFn, dims: int) -> Box:
+    corner = [draw(BOX_COORD) for _ in range(dims)]
+    size = [draw(st.sampled_from([0.0, 1.0, 30.0, 400.0])) for _ in range(dims)]
+    return Box(tuple(corner), tuple(c + s for c, s in zip(corner, size, strict=True)))
+
+
+@settings(max_examples=300)
+@given(st.data())
+def test_query_many_equals_a_full_scan_of_each_box(data: st.DataObject) -> None:
+    dims = data.draw(st.sampled_from([2, 3]))
+    columns = data.draw(clouds(dims))
+    index = GridIndex(columns, per_cell=data.draw(st.integers(1, 32)))
+    asked = data.draw(st.lists(boxes(dims), max_size=12))
+    positions, bounds = index.query_many(asked)
+    assert len(bounds) == len(asked) + 1
+    for number, box in enumerate(asked):
+        with np.errstate(invalid="ignore"):
+            expected = np.flatnonzero(box.match(*columns))
+        assert positions[bounds[number] : bounds[number + 1]].tolist() == expected.tolist()
+
+
 def test_a_small_view_looks_at_few_rows() -> None:
     rng = np.random.default_rng(0)
     columns = [rng.uniform(0, 4000, 100_000), rng.uniform(0, 4000, 100_000)]

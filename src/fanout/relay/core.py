@@ -30,6 +30,7 @@ from typing import cast
 
 from fanout.errors import BadRequest, InvalidView, ProtocolError
 from fanout.relay import planner, relative
+from fanout.relay.batchcut import batchable, cut_boxes
 from fanout.relay.downstream import Downstream, SubKey, Subscription
 from fanout.relay.every import History
 from fanout.relay.everymode import EveryMode, every_cursor
@@ -64,6 +65,9 @@ __all__ = ["UPSTREAM", "RelayCore", "Send"]
 log = logging.getLogger(__name__)
 
 MAX_RATE = 1000.0
+#: Subscriptions popped and served together in one turn of a round (their box pushes are cut
+#: at once, ``relay.batchcut``); a round's time budget is checked between turns' pushes.
+TURN = 256
 #: Seconds after a release during which rows inside the released primitive (and no other) are
 #: pruned at each housekeeping: batches already on their way may still bring some.
 PRUNE_WINDOW = 2.0
@@ -449,17 +453,17 @@ class RelayCore(EveryMode):
         """
         self._unsent.extend(self.end_epoch())  # acquires for relative views that moved
         self.scheduler.settle(now)
-        popped: Hashable | None = None
+        popped: list[SubKey] = []
         try:
             while self._unsent:  # the rest of a turn a round stopped in
                 yield self._unsent.popleft()
-            while (popped := self.scheduler.pop()) is not None:
-                self._unsent.extend(self._serve_one(cast(SubKey, popped), now, idle))
+            while popped := self._pop_due():
+                self._unsent.extend(self._serve_turn(popped, now, idle))
                 while self._unsent:
                     yield self._unsent.popleft()
         finally:
-            if popped is not None:
-                self.scheduler.requeue(popped)  # a no-op unless it was left undecided
+            for sid in popped:
+                self.scheduler.requeue(sid)  # a no-op unless it was left undecided
 
     def pushes(self, now: float, idle: Callable[[int], bool]) -> list[Send]:
         """Every push due now (``serve`` to the end)."""
@@ -474,7 +478,53 @@ class RelayCore(EveryMode):
         wakeup = self.scheduler.next_wakeup()
         return None if wakeup is None else max(wakeup, now)
 
-    def _serve_one(self, sid: SubKey, now: float, idle: Callable[[int], bool]) -> list[Send]:
+    def _pop_due(self) -> list[SubKey]:
+        """The next due subscriptions, at most ``TURN`` of them, highest aged priority first."""
+        popped: list[SubKey] = []
+        while len(popped) < TURN and (sid := self.scheduler.pop()) is not None:
+            popped.append(cast(SubKey, sid))
+        return popped
+
+    def _serve_turn(
+        self, sids: list[SubKey], now: float, idle: Callable[[int], bool]
+    ) -> list[Send]:
+        """Serve popped subscriptions, in order; their box pushes are cut together.
+
+        One push per connection per turn: a later subscription of a connection already served
+        in this turn goes back to the queue with its age, so the next turn finds the connection
+        busy and parks it (its highest-priority subscription goes first, the others get the
+        state current when it can take more).
+        """
+        served: list[list[Send]] = []
+        boxes: list[tuple[int, Subscription, DatasetState, Box]] = []
+        clients: set[int] = set()
+        for sid in sids:
+            verdict = self._triage(sid, idle)
+            if isinstance(verdict, list):
+                served.append(verdict)
+                continue
+            subscription, state, region = verdict
+            if subscription.client in clients:
+                self.scheduler.requeue(sid)
+                continue
+            clients.add(subscription.client)
+            if subscription.mode == "every":
+                served.append(self._serve_every(subscription, state, now))
+            elif isinstance(region, Box) and batchable(region, subscription.shape):
+                boxes.append((len(served), subscription, state, region))
+                served.append([])
+            else:
+                send = self._push(subscription, state, now, region)
+                served.append([] if send is None else [send])
+        for at, send in self._push_boxes(boxes, now):
+            served[at].append(send)
+        return [send for sends in served for send in sends]
+
+    def _triage(
+        self, sid: SubKey, idle: Callable[[int], bool]
+    ) -> list[Send] | tuple[Subscription, DatasetState, Region | None]:
+        """What to do with a popped subscription: the sends that settle it (none when it is
+        parked or gone), or (subscription, state, region) when it is to be pushed."""
         subscription = self.downstream.get(sid)
         if subscription is None:
             self.scheduler.remove(sid)
@@ -496,10 +546,7 @@ class RelayCore(EveryMode):
             subscription.deferred += 1
             self.scheduler.park(sid, ("client", subscription.client))
             return []
-        if subscription.mode == "every":
-            return self._serve_every(subscription, state, now)
-        send = self._push(subscription, state, now, region)
-        return [] if send is None else [send]
+        return subscription, state, region
 
     def _region_now(self, subscription: Subscription, state: DatasetState) -> Region | None:
         """The absolute region to push now (a relative view resolved; None: not yet)."""
@@ -534,24 +581,79 @@ class RelayCore(EveryMode):
     ) -> Send | None:
         if isinstance(state, KeyedState) or region is None:
             return self._push_keyed(subscription, now)
-        buffer, held, sid = state.buffer, subscription.held, subscription.key
-        stamp = buffer.stamp
-        assert stamp is not None
-        if (
-            held is not None
-            and held.generation == buffer.generation
-            and (held.view == subscription.view)
-        ):
-            self.scheduler.idle(sid)  # woken, but nothing is new for it
+        if self._current(subscription, state):
             return None
-        key = (subscription.view, subscription.shape, None if held is None else held.signature())
-        body = self.encodings.get(subscription.dataset, buffer.generation, key)
+        key = self._body_key(subscription)
+        body = self.encodings.get(subscription.dataset, state.buffer.generation, key)
         if body is None:
             try:
-                body = cut(region, subscription.shape, held, buffer)
+                body = cut(region, subscription.shape, subscription.held, state.buffer)
             except EntityNotHeld as exc:
                 return self._fail(subscription, exc)
             self.encodings.put(subscription.dataset, key, body)
+        return self._deliver_body(subscription, state, body, now)
+
+    def _push_boxes(
+        self, boxes: list[tuple[int, Subscription, DatasetState, Box]], now: float
+    ) -> list[tuple[int, Send]]:
+        """``_push`` for box views (``batchcut.batchable``), their new bodies cut at once."""
+        wanted: dict[tuple[str, Shape], dict[Hashable, tuple[Box, Held | None]]] = {}
+        bodies: dict[tuple[str, Hashable], Body] = {}
+        due = []
+        for at, subscription, state, region in boxes:
+            if self._current(subscription, state):
+                continue
+            dataset, key = subscription.dataset, self._body_key(subscription)
+            due.append((at, subscription, state, key))
+            if (dataset, key) in bodies:
+                continue
+            body = self.encodings.get(dataset, state.buffer.generation, key)
+            if body is not None:
+                bodies[dataset, key] = body
+                continue
+            wanted.setdefault((dataset, subscription.shape), {})[key] = (region, subscription.held)
+        for (dataset, shape), cuts in wanted.items():
+            cut_now = cut_boxes(
+                [region for region, _ in cuts.values()],
+                [held for _, held in cuts.values()],
+                shape,
+                self.datasets[dataset].buffer,
+            )
+            for key, body in zip(cuts, cut_now, strict=True):
+                bodies[dataset, key] = body
+                self.encodings.put(dataset, key, body)
+        sends = []
+        for at, subscription, state, key in due:
+            send = self._deliver_body(subscription, state, bodies[subscription.dataset, key], now)
+            if send is not None:
+                sends.append((at, send))
+        self.encodings.shared += len(due) - len(bodies)
+        return sends
+
+    def _current(self, subscription: Subscription, state: DatasetState) -> bool:
+        """Whether the subscriber holds its view as of the active state: nothing to push."""
+        held, buffer = subscription.held, state.buffer
+        if (
+            held is not None
+            and held.generation == buffer.generation
+            and held.view == subscription.view
+        ):
+            self.scheduler.idle(subscription.key)  # woken, but nothing is new for it
+            return True
+        return False
+
+    @staticmethod
+    def _body_key(subscription: Subscription) -> Hashable:
+        """What a push body depends on besides the active state (``pushes.Encodings``)."""
+        held = subscription.held
+        return (subscription.view, subscription.shape, None if held is None else held.signature())
+
+    def _deliver_body(
+        self, subscription: Subscription, state: DatasetState, body: Body, now: float
+    ) -> Send | None:
+        buffer = state.buffer
+        stamp = buffer.stamp
+        assert stamp is not None
         after = Held(
             subscription.view, buffer.generation, stamp.epoch, stamp.seq, body.keys, body.anchor
         )

@@ -224,16 +224,29 @@ def encode_rows(rows: Mapping[str, Array]) -> msgspec.Raw:
     The relay's arrays are fresh, contiguous and in native byte order, which on little-endian
     machines is the wire's: their bytes go out as they are.
     """
+    length = len(next(iter(rows.values()))) if rows else 0
+    return encode_range(prepare_rows(rows), 0, length)
+
+
+Prepared = list[tuple[str, str | None, Array]]
+"""Columns ready for ``encode_range``: name, wire dtype if the bytes go out as they are, values."""
+
+
+def prepare_rows(rows: Mapping[str, Array]) -> Prepared:
+    """``rows`` with each column's wire dtype looked up once, for encoding many ranges."""
+    return [(name, _WIRE_DTYPES.get(values.dtype), values) for name, values in rows.items()]
+
+
+def encode_range(prepared: Prepared, start: int, stop: int) -> msgspec.Raw:
+    """``encode_rows`` of the rows ``start:stop`` of prepared columns."""
     columns = []
-    length = 0
-    for name, values in rows.items():
-        length = len(values)
-        wire = _WIRE_DTYPES.get(values.dtype)
+    for name, wire, values in prepared:
+        part = values[start:stop]
         if wire is not None:
-            columns.append(Column(name, wire, values.tobytes()))
+            columns.append(Column(name, wire, part.tobytes()))
         else:
-            columns.extend(encode_columns({name: values}).columns)
-    return msgspec.Raw(_encoder.encode(Columns(length, columns)))
+            columns.extend(encode_columns({name: part}).columns)
+    return msgspec.Raw(_encoder.encode(Columns(stop - start, columns)))
 
 
 @dataclass

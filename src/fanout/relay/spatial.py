@@ -36,6 +36,7 @@ from fanout.views.region import Box, RegionUnion, Sector, Sphere
 Positions = npt.NDArray[np.intp]
 Floats = npt.NDArray[np.float64]
 IndexedRegion = Box | Sphere | Sector | RegionUnion
+Bounds = npt.NDArray[np.int64]
 
 #: Rows per cell the grid aims for on uniform data: a small view touches a few cells, and a
 #: cell's slice is long enough that the per-slice overhead stays small.
@@ -86,6 +87,8 @@ class GridIndex:
         self.offsets = np.zeros(len(counts) + 1, dtype=np.int64)
         np.cumsum(counts, out=self.offsets[1:])
         self._offsets: list[int] = self.offsets.tolist()  # Python ints index faster
+        #: The coordinates in cell order: a cell's candidates are read from contiguous memory.
+        self.binned: list[Floats] = [column[self.order] for column in self.columns]
 
     def _axis_cells(self, axis: int, column: Floats) -> npt.NDArray[np.int64]:
         with np.errstate(invalid="ignore"):
@@ -116,6 +119,69 @@ class GridIndex:
         matched = candidates[inside]
         matched.sort()
         return matched
+
+    def query_many(self, boxes: Sequence[Box]) -> tuple[Positions, Bounds]:
+        """``query`` of many boxes at once, with one pass of vectorised steps for all of them.
+
+        A round of pushes asks the same grid for hundreds of small boxes; asking one at a time
+        costs a dozen numpy calls each on a few hundred rows. Here every box's cell slices are
+        laid end to end, gathered, filtered and sorted together.
+
+        Args:
+            boxes: boxes of the grid's dimension.
+
+        Returns:
+            ``(positions, bounds)``: the rows of box ``i`` are ``positions[bounds[i]:bounds[i +
+            1]]``, sorted, exactly ``query(boxes[i])``.
+        """
+        count = len(boxes)
+        if not self.rows or not count:
+            return _NOWHERE, np.zeros(count + 1, dtype=np.int64)
+        lo = np.array([box.lo for box in boxes], dtype=np.float64)
+        hi = np.array([box.hi for box in boxes], dtype=np.float64)
+        first, last = self._spans(lo, hi)
+        lengths = np.maximum(last - first + 1, 0)
+        slices = np.prod(lengths[:, :-1], axis=1)  # one slice per cell of the outer axes
+        owner = np.repeat(np.arange(count), slices)
+        local = np.arange(len(owner)) - np.repeat(np.cumsum(slices) - slices, slices)
+        outer: list[npt.NDArray[np.int64]] = []
+        for axis in reversed(range(lo.shape[1] - 1)):  # itertools.product's order
+            span = lengths[owner, axis]
+            outer.insert(0, first[owner, axis] + local % span)
+            local //= span
+        base = np.zeros(len(owner), dtype=np.int64)
+        for cells in outer:
+            base = base * self.cells + cells
+        base *= self.cells
+        start = self.offsets[base + first[owner, -1]]
+        size = np.maximum(self.offsets[base + last[owner, -1] + 1] - start, 0)
+        owner = np.repeat(owner, size)
+        at = np.repeat(start - (np.cumsum(size) - size), size) + np.arange(len(owner))
+        inside = np.ones(len(at), dtype=bool)
+        for axis, binned in enumerate(self.binned):
+            values = binned[at]
+            inside &= values >= lo[owner, axis]
+            inside &= values <= hi[owner, axis]
+        candidates = self.order[at]
+        code = owner[inside] * self.rows + candidates[inside]
+        code.sort()  # by box, then by row
+        owner, positions = np.divmod(code, self.rows)
+        bounds = np.zeros(count + 1, dtype=np.int64)
+        np.cumsum(np.bincount(owner, minlength=count), out=bounds[1:])
+        return positions.astype(np.intp, copy=False), bounds
+
+    def _spans(self, lo: Floats, hi: Floats) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]]:
+        """``_span`` of every box (rows of ``lo``/``hi``) on every axis; empty: first > last."""
+        pad = _SLACK * (np.abs(lo) + np.abs(hi) + (hi - lo) + 1.0)
+        low, high = lo - pad, hi + pad
+        origin, top, side = np.array(self.lo), np.array(self.hi), np.array(self.side)
+        first = np.floor(np.maximum((low - origin) / side, -1.0)).astype(np.int64)
+        last = np.floor(np.minimum((high - origin) / side, float(self.cells))).astype(np.int64)
+        first = np.maximum(first, 0)
+        last = np.minimum(last, self.cells - 1)
+        beyond = ((high < origin) | (low > top)).any(axis=1)
+        last[beyond] = -1  # no cells at all
+        return first, last
 
     def _coords(self, at: Positions | None) -> list[Floats]:
         if at is None:
