@@ -5,6 +5,17 @@ peer is too slow to keep up with what it asked for: the connection is closed wit
 "slow consumer") rather than buffering without bound or silently dropping frames that carry
 deltas. Producers on other threads (Spark's micro-batch callback) hand frames over with
 ``offer_threadsafe``.
+
+**Writing at once.** A relay offers thousands of frames a second, nearly all to connections
+that have nothing queued. Handing each to the writer task costs a queue round trip and a task
+switch per frame; instead, when nothing is queued or being written and the transport is not
+paused, ``offer`` writes the frame itself, as ``Connection.send`` would (the sans-I/O
+protocol frames it, ``send_data`` hands the bytes to the transport). If the transport then
+holds bytes the kernel did not take (it paused: its high-water mark is below them), the writer
+task waits for it to drain before anything else goes out, and the connection is not ``idle``
+meanwhile. This relies on websockets' ``Connection.protocol``, ``send_data``, ``paused`` and
+``drain`` (websockets 17, pinned in the lock file); the writer task path is the documented
+``send``.
 """
 
 from __future__ import annotations
@@ -22,6 +33,9 @@ log = logging.getLogger(__name__)
 
 #: websockets' close code for a policy violation; the reason says which.
 POLICY_VIOLATION = 1008
+#: Queued after a frame written at once that the transport could not pass on whole: the writer
+#: waits for the transport to drain before writing what follows.
+_DRAIN = None
 
 
 class Outbound:
@@ -36,7 +50,7 @@ class Outbound:
         self, websocket: Connection, limit: int, on_idle: Callable[[], None] | None = None
     ) -> None:
         self._websocket = websocket
-        self._queue: asyncio.Queue[bytes] = asyncio.Queue(maxsize=limit)
+        self._queue: asyncio.Queue[bytes | None] = asyncio.Queue(maxsize=limit)
         self._writing_since: float | None = None
         self._on_idle = on_idle
         self._loop = asyncio.get_running_loop()
@@ -81,6 +95,8 @@ class Outbound:
         """
         if self.overflowed:
             return False
+        if self.idle and self._write_now(data):
+            return True
         try:
             self._queue.put_nowait(data)
             self._drained.clear()
@@ -88,6 +104,25 @@ class Outbound:
             self.overflowed = True
             self.close(f"slow consumer: {self._queue.maxsize} frames waiting to be sent")
             return False
+        return True
+
+    def _write_now(self, data: bytes) -> bool:
+        """Write ``data`` without the writer task, if the connection is open and not paused."""
+        websocket = self._websocket
+        if (
+            websocket.protocol.state is not State.OPEN
+            or websocket.send_in_progress is not None
+            or _paused(websocket)
+            or websocket.transport.is_closing()
+        ):
+            return False
+        websocket.protocol.send_binary(data)
+        websocket.send_data()
+        self.sent += 1
+        if _paused(websocket):  # the kernel did not take it all: wait for the transport
+            self._writing_since = self._loop.time()
+            self._queue.put_nowait(_DRAIN)
+            self._drained.clear()
         return True
 
     def close(self, reason: str) -> None:
@@ -110,9 +145,12 @@ class Outbound:
         try:
             while True:
                 data = await self._queue.get()
-                self._writing_since = self._loop.time()
-                await self._websocket.send(data)
-                self.sent += 1
+                if data is _DRAIN:
+                    await self._websocket.drain()
+                else:
+                    self._writing_since = self._loop.time()
+                    await self._websocket.send(data)
+                    self.sent += 1
                 self._writing_since = None
                 if self._queue.empty():
                     self._drained.set()
@@ -120,3 +158,8 @@ class Outbound:
                         self._on_idle()
         except ConnectionClosed:
             return
+
+
+def _paused(websocket: Connection) -> bool:
+    """Whether the transport holds more than its high-water mark (websockets' flow control)."""
+    return websocket.paused

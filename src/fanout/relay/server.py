@@ -120,7 +120,9 @@ class RelayServer:
                     self.config.port,
                     max_size=MAX_FROM_SUBSCRIBER,
                     compression=None,
-                    write_limit=1 << 20,
+                    # Paused as soon as the kernel leaves bytes in the transport: a connection
+                    # is idle (may take the next push) only when it has written everything.
+                    write_limit=0,
                 ) as server,
                 asyncio.TaskGroup() as tasks,
             ):
