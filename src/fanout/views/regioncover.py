@@ -27,6 +27,9 @@ from __future__ import annotations
 from collections.abc import Iterator, Sequence
 from typing import TypeAlias
 
+import numpy as np
+import numpy.typing as npt
+
 from fanout.errors import InvalidView
 from fanout.views import cells
 from fanout.views.cells import Cell
@@ -134,13 +137,55 @@ def region_residual(
 def _covers_primitive(index: CoverIndex, primitive: Primitive, depth: int | None) -> bool:
     """Whether the held solids cover one view primitive."""
     view = solid_of(primitive)
-    held = _against(view, index.near(view.lo, view.hi))
+    near = index.near(view.lo, view.hi)
+    if not near:
+        return False
+    if isinstance(view, CellSolid) and all(isinstance(solid, CellSolid) for solid in near):
+        answer = _boxes_cover(view, near)
+        if answer is not None:
+            return answer
+    held = _against(view, near)
     if any(not active for _, active in held):
         return True
-    if not held:
-        return False
     uncovered = _uncovered(view, held, _min_side(view, depth))
     return next(uncovered, None) is None
+
+
+#: Largest (held boxes x elementary cells) ``_boxes_cover`` builds; beyond it, ``_uncovered``.
+_GRID_LIMIT = 1 << 18
+
+
+def _boxes_cover(view: CellSolid, boxes: list[Solid]) -> bool | None:
+    """Exactly whether closed boxes cover the closed box ``view``, on a grid of their edges.
+
+    The edges of the boxes inside the view cut it into elementary cells; each box is a union
+    of whole cells, so the boxes cover the view if and only if every cell lies inside one box.
+    On an axis where the view is flat its one cell is that coordinate. Vectorised: one
+    comparison per axis and box, so a view near a few dozen held tiles costs a few numpy
+    calls instead of a Python decomposition. None when the grid would exceed ``_GRID_LIMIT``.
+    """
+    low = np.array([box.lo for box in boxes], dtype=np.float64)
+    high = np.array([box.hi for box in boxes], dtype=np.float64)
+    inside: npt.NDArray[np.bool_] | None = None
+    dims = len(view.lo)
+    size = len(boxes)
+    for axis, (start, stop) in enumerate(zip(view.lo, view.hi, strict=True)):
+        if start == stop:
+            left = right = np.array([start])
+        else:
+            faces = {c for box in boxes for c in (box.lo[axis], box.hi[axis]) if start < c < stop}
+            ends = np.array(sorted({start, stop, *faces}), dtype=np.float64)
+            left, right = ends[:-1], ends[1:]
+        size *= len(left)
+        if size > _GRID_LIMIT:
+            return None
+        holds = (low[:, axis, None] <= left) & (right <= high[:, axis, None])
+        shape = [len(boxes)] + [1] * dims
+        shape[1 + axis] = len(left)
+        holds = holds.reshape(shape)
+        inside = holds if inside is None else inside & holds
+    assert inside is not None
+    return bool(inside.any(axis=0).all())
 
 
 def _primitive_residual(
