@@ -39,7 +39,8 @@ _DRAIN = None
 
 
 class Outbound:
-    """Frames waiting to be written to one WebSocket, at most ``limit`` of them.
+    """Frames waiting to be written to one WebSocket, at most ``limit`` of them (a frame written
+    at once that the transport is still draining counts as one).
 
     Attributes:
         sent: frames written so far.

@@ -1,0 +1,98 @@
+"""A connection's outbound side over a real WebSocket on loopback: frames written at once while
+the peer keeps up, busy while the kernel holds unsent bytes, in order either way."""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+from websockets.asyncio.client import ClientConnection, connect
+from websockets.asyncio.server import ServerConnection, serve
+
+from fanout.connection import Outbound
+
+
+@asynccontextmanager
+async def pair(write_limit: int = 0) -> AsyncIterator[tuple[ServerConnection, ClientConnection]]:
+    """A server-side connection (the one under test) and the client reading it."""
+    accepted: asyncio.Queue[ServerConnection] = asyncio.Queue()
+    done = asyncio.Event()
+
+    async def handler(websocket: ServerConnection) -> None:
+        await accepted.put(websocket)
+        await done.wait()
+
+    async with serve(
+        handler, "127.0.0.1", 0, write_limit=write_limit, max_size=None, compression=None
+    ) as server:
+        port = next(iter(server.sockets)).getsockname()[1]
+        try:
+            async with connect(
+                f"ws://127.0.0.1:{port}", max_size=None, max_queue=1, compression=None
+            ) as client:
+                server_side = await accepted.get()
+                # Small kernel buffers, so a few MiB cannot all be taken while nobody reads.
+                for side, option in ((server_side, socket.SO_SNDBUF), (client, socket.SO_RCVBUF)):
+                    sock = side.transport.get_extra_info("socket")
+                    sock.setsockopt(socket.SOL_SOCKET, option, 65_536)
+                yield server_side, client
+        finally:
+            done.set()
+
+
+async def test_a_frame_to_a_connection_with_nothing_pending_is_written_at_once() -> None:
+    async with pair() as (server_side, client):
+        idled: list[bool] = []
+        outbound = Outbound(server_side, limit=8, on_idle=lambda: idled.append(True))
+        outbound.start()
+        assert outbound.offer(b"one")
+        # Written by offer itself: nothing queued, the writer task did not run yet.
+        assert outbound.sent == 1 and outbound.pending == 0 and outbound.idle
+        assert await client.recv() == b"one"
+        await outbound.finish()
+
+
+async def test_a_peer_that_does_not_read_leaves_the_connection_busy_until_it_drains() -> None:
+    big = bytes(range(256)) * 16_384  # 4 MiB: more than the kernel's socket buffers take
+    async with pair() as (server_side, client):
+        idled: list[bool] = []
+        outbound = Outbound(server_side, limit=8, on_idle=lambda: idled.append(True))
+        outbound.start()
+        # The client's queue holds one message: once it has this one it stops reading.
+        assert outbound.offer(b"first")
+        await asyncio.sleep(0.2)
+        assert outbound.offer(big)
+        assert not outbound.idle  # the kernel left bytes in the transport
+        assert outbound.offer(b"after")  # queued behind them, not written past them
+        assert outbound.pending >= 1
+        assert await client.recv() == b"first"
+        assert await client.recv() == big
+        assert await client.recv() == b"after"
+        for _ in range(200):
+            if outbound.idle and idled:
+                break
+            await asyncio.sleep(0.01)
+        assert outbound.idle and idled  # drained: the core hears it may push again
+        assert outbound.sent == 3
+        await outbound.finish()
+
+
+async def test_a_full_queue_closes_the_connection_as_a_slow_consumer() -> None:
+    big = bytes(4 << 20)
+    async with pair() as (server_side, client):
+        outbound = Outbound(server_side, limit=2)
+        outbound.start()
+        assert outbound.offer(b"first")
+        await asyncio.sleep(0.2)  # the client has it and stops reading
+        assert outbound.offer(big)  # the kernel takes part: it counts as one frame waiting
+        assert outbound.offer(b"a")
+        assert not outbound.offer(b"b")
+        assert outbound.overflowed
+        assert await client.recv() == b"first"
+        assert await client.recv() == big  # then the close frame, with its reason
+        await asyncio.wait_for(server_side.wait_closed(), 10)
+        assert server_side.close_code == 1008
+        assert "slow consumer" in (server_side.close_reason or "")
+        await outbound.finish()
