@@ -311,6 +311,12 @@ def _relay_parser(commands: Any) -> None:
         default=10.0,
         help="seconds before an unneeded primitive is released (default: 10)",
     )
+    parser.add_argument(
+        "--lead",
+        type=float,
+        default=0.0,
+        help="acquire this many seconds of a moving view's motion ahead of it (default: 0, off)",
+    )
     parser.set_defaults(run=_run_relay)
 
 
@@ -323,7 +329,7 @@ def _run_relay(args: argparse.Namespace) -> int:
         host=args.host,
         port=args.port,
         name=args.name,
-        policy=Policy(widen=args.widen, margin=args.margin, grace=args.grace),
+        policy=Policy(widen=args.widen, margin=args.margin, grace=args.grace, lead=args.lead),
     )
     server = RelayServer(config)
 

@@ -543,3 +543,16 @@ def test_every_widening_serves_a_second_view_beside_the_first(widen: str) -> Non
     served = {p.sub: p for p in pushes(core, now=2.0)}  # type: ignore[union-attr]
     assert keys(served[2].entered) == [2]  # type: ignore[union-attr]
     assert served[2].full  # type: ignore[union-attr]
+
+
+def test_a_moving_view_is_acquired_ahead_of_its_motion() -> None:
+    core = relay(Policy(widen="margin", margin=0.0, lead=2.0))
+    core.on_subscribe(CLIENT, Subscribe(1, "agents", Box((0, 0), (10, 10))), now=0.0)
+    moved = core.on_subscribe(CLIENT, Subscribe(1, "agents", Box((20, 0), (30, 10))), now=1.0)
+    (acquire,) = frames(moved, UPSTREAM)
+    assert isinstance(acquire, Acquire)
+    assert acquire.view == Box((20, 0), (70, 10))  # 20 units/s, 2 s ahead, on the side it goes
+    # undated view changes (no clock) estimate nothing
+    core.on_subscribe(CLIENT, Subscribe(2, "agents", Box((500, 0), (510, 10))))
+    undated = core.on_subscribe(CLIENT, Subscribe(2, "agents", Box((520, 0), (530, 10))))
+    assert [f.view for f in frames(undated, UPSTREAM)] == [Box((520, 0), (530, 10))]  # type: ignore[attr-defined]

@@ -16,6 +16,7 @@ from fanout.relay.planner import (
     tiles,
     to_acquire,
     unneeded,
+    velocity,
 )
 from fanout.relay.upstream import Primitive
 from fanout.views import Box, Sphere, covers
@@ -118,6 +119,52 @@ boxes = st.builds(
     st.integers(1, 30).map(float),
     st.integers(1, 30).map(float),
 )
+
+
+def test_velocity_is_the_centre_move_over_the_time_between_view_changes() -> None:
+    before, after = Box((0, 0), (10, 10)), Box((4, -2), (14, 8))
+    assert velocity(before, after, 2.0) == (2.0, -1.0)
+    assert velocity(before, after, 0.0) is None  # no time passed
+    assert velocity(before, Box((500, 0), (510, 10)), 1.0) is None  # a jump, not motion
+    assert velocity(before, Box((0, 0, 0), (1, 1, 1)), 1.0) is None  # other dimensions
+    assert velocity(Sphere((0, 0), 5), Sphere((3, 4), 5), 1.0) == (3.0, 4.0)
+
+
+def test_a_lead_grows_the_view_ahead_of_its_motion_only() -> None:
+    view = Box((100, 100), (110, 110))
+    policy = Policy(widen="margin", margin=0.1, lead=2.0)
+    assert grown(view, policy, (5.0, -3.0)) == Box((99, 93), (121, 111))
+    assert grown(view, policy) == grown(view, Policy(widen="margin", margin=0.1))
+    assert grown(view, Policy(widen="margin", margin=0.1), (5.0, -3.0)) == Box((99, 99), (111, 111))
+    with pytest.raises(InvalidView, match="lead"):
+        Policy(lead=-1)
+
+
+@pytest.mark.parametrize("widen", ["margin", "tiles", "enclose"])
+def test_a_steadily_moving_view_acquires_less_often_with_a_lead(widen: str) -> None:
+    """A view moving 4 units/s, re-subscribed every second for a minute: with 3 s of lead it
+    leaves what was acquired for it less often, and is always covered."""
+
+    def acquisitions(lead: float) -> int:
+        policy = Policy(widen=widen, margin=0.2, lead=lead)  # type: ignore[arg-type]
+        held: list[Box] = []
+        count, before = 0, None
+        for second in range(60):
+            view = Box((4.0 * second, 0), (4.0 * second + 20, 20))
+            moving = None if before is None else velocity(before, view, 1.0)
+            new = to_acquire(held, view, policy, moving)
+            count += bool(new)
+            held += new
+            assert covers(held, view)
+            before = view
+        return count
+
+    assert acquisitions(lead=3.0) < acquisitions(lead=0.0)
+
+
+def test_exact_widening_takes_no_lead() -> None:
+    view = Box((0, 0), (10, 10))
+    assert to_acquire([], view, Policy(widen="exact", lead=5.0), (3.0, 0.0)) == [view]
 
 
 @settings(max_examples=150, deadline=None)

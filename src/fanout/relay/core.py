@@ -256,8 +256,12 @@ class RelayCore(EveryMode):
         """
         return self.scheduler.unpark(("client", client)) > 0
 
-    def on_subscribe(self, client: int, request: Subscribe) -> list[Send]:
-        """Add a subscription, or change it if ``request.sub`` is already in use."""
+    def on_subscribe(self, client: int, request: Subscribe, now: float | None = None) -> list[Send]:
+        """Add a subscription, or change it if ``request.sub`` is already in use.
+
+        ``now`` (monotonic seconds) dates a view change, so the planner learns how fast a view
+        moves (``Policy.lead``); without it no velocity is estimated.
+        """
         key = (client, request.sub)
         subscription = self.downstream.get(key)
         try:
@@ -283,13 +287,14 @@ class RelayCore(EveryMode):
                 subscription.held = None  # rows in another form: send them all again
             self.scheduler.update(key, request.priority, rate)
             self.scheduler.wake(key, eager=subscription.held is None)
+        _track_motion(subscription, request, now)
         subscription.view, subscription.rate = request.view, request.rate
         subscription.dataset, subscription.shape = request.dataset, shape
         subscription.priority = request.priority
         self.downstream.put(subscription)
         if isinstance(request.view, Relative):
             return sends + self._follow(request.dataset, request.view, entity=True)
-        acquires = self._acquire_view(request.dataset, request.view)
+        acquires = self._acquire_view(request.dataset, request.view, subscription.velocity)
         if not acquires and not any(map(self.upstream.pending, self._reads(subscription))):
             # Held primitives cover the view and all of them are ready: it is servable, and
             # the coverage algebra need not be asked again.
@@ -356,9 +361,11 @@ class RelayCore(EveryMode):
         )
         return accepted.shape, accepted.key, accepted.columns
 
-    def _acquire_view(self, dataset: str, view: View) -> list[Send]:
+    def _acquire_view(
+        self, dataset: str, view: View, moving: planner.Velocity | None = None
+    ) -> list[Send]:
         if self.datasets[dataset].info.index == "space":
-            return self._acquire_for(dataset, _region(view))
+            return self._acquire_for(dataset, _region(view), moving)
         sends = []
         for name, piece in self.tableviews.to_acquire(self.upstream, dataset, view):
             prim = self.upstream.add(name, piece)
@@ -371,10 +378,12 @@ class RelayCore(EveryMode):
             return (subscription.dataset,)
         return self.tableviews.reads(subscription.dataset, subscription.view)
 
-    def _acquire_for(self, dataset: str, view: Region) -> list[Send]:
+    def _acquire_for(
+        self, dataset: str, view: Region, moving: planner.Velocity | None = None
+    ) -> list[Send]:
         held = self.upstream.cover(dataset)
         sends: list[Send] = []
-        for box in planner.to_acquire(held, view, self.policy):
+        for box in planner.to_acquire(held, view, self.policy, moving):
             prim = self.upstream.add(dataset, box)
             sends.append(Send(UPSTREAM, Acquire(prim.prim, dataset, box)))
         return sends
@@ -799,3 +808,17 @@ class RelayCore(EveryMode):
 
 
 _region = planner.as_region
+
+
+def _track_motion(subscription: Subscription, request: Subscribe, now: float | None) -> None:
+    """Update a subscription's velocity from a change of its view at ``now`` (if dated)."""
+    if now is None:
+        return
+    if subscription.moved_at is None or subscription.dataset != request.dataset:
+        subscription.velocity = None
+    elif request.view != subscription.view:
+        elapsed = now - subscription.moved_at
+        subscription.velocity = planner.velocity(subscription.view, request.view, elapsed)
+    else:
+        return  # the same view again: it did not move
+    subscription.moved_at = now

@@ -45,6 +45,8 @@ class Subscription:
         coalesced: publisher ticks folded into a later push instead of pushed on their own
             (latest-value coalescing: the subscriber was busy or its rate did not allow more).
         deferred: times a due push waited for the connection to finish writing.
+        moved_at: monotonic time of the last change of view (None: not dated).
+        velocity: how fast the view moved at its last change (None: unknown or not moving).
     """
 
     client: int
@@ -63,6 +65,8 @@ class Subscription:
     pushes: int = 0
     coalesced: int = 0
     deferred: int = 0
+    moved_at: float | None = None
+    velocity: tuple[float, ...] | None = None
 
     @property
     def key(self) -> SubKey:

@@ -23,6 +23,14 @@ subscription"):
   it encloses are released after the grace period, so neighbouring views merge into few
   primitives.
 
+**Velocity-predicted margin** (``lead``, off by default): a view that moves is grown further
+ahead of its motion, by its velocity times ``lead`` seconds, on the side it moves towards. The
+velocity is the last move's: the change of the view's centre over the time between two view
+changes (:func:`velocity`); a jump of more than ``MAX_JUMP`` view sizes is a teleport, not
+motion, and predicts nothing. A view moving steadily then stays inside what was acquired for
+about ``lead`` seconds longer, so it needs new primitives less often. ``exact`` widening takes
+no lead (it fetches only what the view needs).
+
 Primitives whose every dependent view is covered by the others are released after a grace period.
 """
 
@@ -71,6 +79,7 @@ class Policy:
         grace: seconds an unneeded primitive is kept before it is released.
         max_overfetch: tiles whose total area (volume) exceeds this many times the grown view's
             are not worth it (a long thin view, say): the grown view is acquired instead.
+        lead: seconds of a moving view's motion to acquire ahead of it (0: none).
     """
 
     widen: Literal["tiles", "margin", "exact", "enclose"] = "tiles"
@@ -78,27 +87,65 @@ class Policy:
     min_margin: float = 0.0
     grace: float = 10.0
     max_overfetch: float = 16.0
+    lead: float = 0.0
 
     def __post_init__(self) -> None:
         if self.widen not in WIDENINGS:
             raise InvalidView(f"policy: widen={self.widen!r} must be one of {', '.join(WIDENINGS)}")
-        if self.margin < 0 or self.min_margin < 0 or self.grace < 0 or self.max_overfetch < 1:
+        values = (self.margin, self.min_margin, self.grace, self.lead)
+        if min(values) < 0 or not all(map(math.isfinite, values)) or self.max_overfetch < 1:
             raise InvalidView(
-                "policy: margin, min_margin and grace must be >= 0, max_overfetch >= 1"
+                "policy: margin, min_margin, grace and lead must be finite and >= 0,"
+                " max_overfetch >= 1"
             )
 
 
-def grown(view: Region, policy: Policy) -> Box:
-    """The view's bounding box, each axis grown by the margin (a fraction of that axis' extent)."""
+Velocity = tuple[float, ...]
+"""World units per second, one per axis."""
+
+#: A move longer than this many times the view's largest extent is a jump, not motion.
+MAX_JUMP = 4.0
+
+
+def grown(view: Region, policy: Policy, moving: Velocity | None = None) -> Box:
+    """The view's bounding box, each axis grown by the margin (a fraction of that axis' extent)
+    and, for a view ``moving`` at that velocity, by ``policy.lead`` seconds of its motion on the
+    side it moves towards."""
     bounds = view.bounds()
     pads = [
         max(policy.min_margin, policy.margin * (hi - lo))
         for lo, hi in zip(bounds.lo, bounds.hi, strict=True)
     ]
+    ahead = [speed * policy.lead for speed in moving] if moving else [0.0] * len(pads)
     return Box(
-        tuple(lo - pad for lo, pad in zip(bounds.lo, pads, strict=True)),
-        tuple(hi + pad for hi, pad in zip(bounds.hi, pads, strict=True)),
+        tuple(
+            lo - pad + min(step, 0.0) for lo, pad, step in zip(bounds.lo, pads, ahead, strict=True)
+        ),
+        tuple(
+            hi + pad + max(step, 0.0) for hi, pad, step in zip(bounds.hi, pads, ahead, strict=True)
+        ),
     )
+
+
+def velocity(before: View, after: View, seconds: float) -> Velocity | None:
+    """How fast a view moved from ``before`` to ``after`` in ``seconds`` (its centre's move).
+
+    None when it cannot tell: either is not an absolute region, their dimensions differ, no
+    time passed, or the move is a jump (more than ``MAX_JUMP`` times the view's extent).
+    """
+    regions = Box | Sphere | Sector | RegionUnion
+    if not (isinstance(before, regions) and isinstance(after, regions)) or seconds <= 0:
+        return None
+    old, new = before.bounds(), after.bounds()
+    if old.dims != new.dims:
+        return None
+    move = [
+        (n_lo + n_hi - o_lo - o_hi) / 2
+        for o_lo, o_hi, n_lo, n_hi in zip(old.lo, old.hi, new.lo, new.hi, strict=True)
+    ]
+    if math.hypot(*move) > MAX_JUMP * max(_extent(new), 1e-9):
+        return None
+    return tuple(step / seconds for step in move)
 
 
 def tile_side(view: Region) -> float:
@@ -119,7 +166,12 @@ def tiles(box: Box, side: float) -> list[Box]:
     ]
 
 
-def to_acquire(held: CoverIndex | Sequence[View], view: Region, policy: Policy) -> list[Region]:
+def to_acquire(
+    held: CoverIndex | Sequence[View],
+    view: Region,
+    policy: Policy,
+    moving: Velocity | None = None,
+) -> list[Region]:
     """New primitives needed so that ``held`` plus them covers ``view`` (empty if covered).
 
     Args:
@@ -127,6 +179,7 @@ def to_acquire(held: CoverIndex | Sequence[View], view: Region, policy: Policy) 
             list.
         view: the view to cover.
         policy: how to widen.
+        moving: the view's velocity, if it is moving (see ``velocity``; used with a ``lead``).
     """
     if not isinstance(held, CoverIndex):
         held = CoverIndex(held)
@@ -134,7 +187,7 @@ def to_acquire(held: CoverIndex | Sequence[View], view: Region, policy: Policy) 
         return []
     if policy.widen == "exact":
         return [as_region(piece) for piece in residual(held, view)]
-    wanted = grown(view, policy)
+    wanted = grown(view, policy, moving)
     if policy.widen == "enclose":
         meeting = [prim for prim in held if overlaps(prim, wanted)]
         return [bounding_box([wanted, *meeting])] if meeting else [wanted]

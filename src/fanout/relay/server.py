@@ -178,7 +178,8 @@ class RelayServer:
                     self.core.on_connect(client, session.hello.capabilities)
                 match outcome.deliver:
                     case Subscribe() as request:
-                        self._dispatch(self.core.on_subscribe(client, request))
+                        now = asyncio.get_running_loop().time()
+                        self._dispatch(self.core.on_subscribe(client, request, now))
                     case Unsubscribe() as request:
                         self._dispatch(self.core.on_unsubscribe(client, request))
                 self._wake.set()
