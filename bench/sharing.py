@@ -22,8 +22,10 @@ sharing its cores:
   configuration ``fanout relay`` runs with: tiles widening, margin 0.5, grace 10 s; ``--widen
   margin`` switches the widening policy, as ``fanout relay --widen margin``), each in a
   process of its own, answering the benchmark's requests for ``RelayCore.stats()`` and CPU time.
-  Subscriber ``i`` goes to relay ``i mod RELAYS`` (*spread*: what a load balancer does;
-  fanout routes nothing today). With ``--compare-assign`` the relay case is run a second
+  Subscriber ``i`` goes to relay ``i mod RELAYS`` (*spread*: what a load balancer does);
+  ``--assign area`` puts each on the relay ``fanout.client.rank`` ranks first for its view
+  (fanout's routing by area, grid side ``--area``), ``--assign point`` each point's
+  subscribers on one relay. With ``--compare-assign`` the relay case is run a second
   time with every point's subscribers on one relay (point ``p`` to relay ``p mod RELAYS``, the
   founding document's "hosts specialised to a set of views with a high degree of overlap").
   The subscriptions (``Subscribe`` at ``PUSH_RATE`` pushes/s, real protocol, real WebSockets)
@@ -100,6 +102,8 @@ import msgspec
 import numpy as np
 from websockets.asyncio.client import connect
 
+from fanout.client import rank
+from fanout.client.routing import DEFAULT_SIDE
 from fanout.launch import Child, start
 from fanout.relay.planner import WIDENINGS, Policy
 from fanout.relay.server import RelayConfig, RelayServer
@@ -180,11 +184,25 @@ class Views:
         return [self.lo[index].tolist(), self.hi[index].tolist()]
 
 
-def relay_plan(views: Views, count: int, assign: str, per_connection: int) -> list[dict[str, Any]]:
-    """Subscriber connections of the relay case: ``{"relay": r, "views": [[sub, box], ...]}``."""
+def relay_plan(
+    views: Views, count: int, assign: str, per_connection: int, area: float = DEFAULT_SIDE
+) -> list[dict[str, Any]]:
+    """Subscriber connections of the relay case: ``{"relay": r, "views": [[sub, box], ...]}``.
+
+    ``assign``: ``spread`` (subscriber i on relay i mod RELAYS), ``point`` (each point's
+    subscribers on one relay) or ``area`` (``fanout.client.rank`` with a grid of side
+    ``area``, over stable relay names standing for their URLs).
+    """
+    names = [f"relay-{number}" for number in range(RELAYS)]
     by_relay: list[list[int]] = [[] for _ in range(RELAYS)]
     for index in range(count):
-        relay = index % RELAYS if assign == "spread" else int(views.point[index]) % RELAYS
+        if assign == "spread":
+            relay = index % RELAYS
+        elif assign == "point":
+            relay = int(views.point[index]) % RELAYS
+        else:
+            box = Box(tuple(views.lo[index]), tuple(views.hi[index]))
+            relay = names.index(rank(names, box, area)[0])
         by_relay[relay].append(index)
     plan = []
     for relay, members in enumerate(by_relay):
@@ -608,8 +626,8 @@ async def measure_step(
         else:
             policy = Policy(widen=args.widen, margin=args.margin)
             relays = await Relays.start(publisher.url, logs, policy)
-            assign = "spread" if case == "relay" else "point"
-            connections = relay_plan(views, count, assign, args.per_connection)
+            assign = args.assign if case == "relay" else "point"
+            connections = relay_plan(views, count, assign, args.per_connection, args.area)
             spec = {
                 "mode": "relay",
                 "relays": relays.urls,
@@ -826,7 +844,7 @@ METHOD = (
     " every step. Relay case: {relays} real relays (RelayServer, fanout relay's defaults) in"
     " processes of their own; N subscriptions (Subscribe at {rate:g} pushes/s) over"
     " WebSocket connections of {per_connection} subscriptions each, from one client process,"
-    " subscriber i on relay i mod {relays}. Direct case: the same N boxes acquired at the"
+    " subscribers on relays by {assign}. Direct case: the same N boxes acquired at the"
     " publisher over relay-role connections (Hello role=relay, one Acquire per box), the k-th"
     " subscriber of each point of interest on connection k, so no connection holds two boxes"
     " that meet and every box's rows are sent in full; this leaves out the per-connection cost of"
@@ -860,6 +878,21 @@ def main() -> None:
         help="also run the relay case with each point's subscribers on one relay",
     )
     parser.add_argument(
+        "--assign",
+        choices=("spread", "point", "area"),
+        default="spread",
+        help=(
+            "how the relay case puts subscribers on relays: round robin (a load balancer), each"
+            " point's on one relay, or fanout's routing by area (default: spread)"
+        ),
+    )
+    parser.add_argument(
+        "--area",
+        type=float,
+        default=DEFAULT_SIDE,
+        help=f"routing grid side for --assign area (default: {DEFAULT_SIDE:g})",
+    )
+    parser.add_argument(
         "--widen",
         choices=list(WIDENINGS),
         default="tiles",
@@ -880,7 +913,15 @@ def main() -> None:
     before = describe()
     results = asyncio.run(bench(args, workdir))
     results["method"] = METHOD.format(
-        trigger=TRIGGER, relays=RELAYS, rate=args.rate, per_connection=args.per_connection
+        trigger=TRIGGER,
+        relays=RELAYS,
+        rate=args.rate,
+        per_connection=args.per_connection,
+        assign={
+            "spread": f"subscriber i on relay i mod {RELAYS}",
+            "point": "point of interest (each point's subscribers on one relay)",
+            "area": f"fanout.client.rank, routing grid side {args.area:g}",
+        }[args.assign],
     )
     results["setup"] = {
         "steps": args.steps,
@@ -895,6 +936,8 @@ def main() -> None:
         "relays": RELAYS,
         "widen": args.widen,
         "margin": args.margin,
+        "assign": args.assign,
+        "area": args.area,
         "push_rate": args.rate,
         "subscriptions_per_connection": args.per_connection,
         "settle_s": args.settle,
@@ -904,9 +947,10 @@ def main() -> None:
     results["machine"] = before | {"load_average_1m_at_end": round(os.getloadavg()[0], 2)}
     text = json.dumps(results, indent=2)
     print(text)
-    if args.steps == list(DEFAULT_STEPS) and (args.widen, args.margin) == (
+    if args.steps == list(DEFAULT_STEPS) and (args.widen, args.margin, args.assign) == (
         "tiles",
         Policy().margin,
+        "spread",
     ):
         RESULTS.parent.mkdir(parents=True, exist_ok=True)
         RESULTS.write_text(text + "\n")

@@ -104,3 +104,24 @@ def test_subscribe_tries_each_relay_given_then_fails_cleanly() -> None:
 def test_subscribe_without_a_relay_url_is_a_clear_error(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["subscribe", "--relay", " , ", "--box", "0,0,1,1"]) == 2
     assert "give at least one relay URL" in capsys.readouterr().err
+
+
+def test_subscribe_routed_by_area_tries_the_relays_in_the_views_ranking() -> None:
+    from fanout.client import rank
+    from fanout.views import Box
+
+    relays = ["ws://127.0.0.1:9", "ws://127.0.0.1:11", "ws://127.0.0.1:13"]
+    first = rank(relays, Box((500, 500), (510, 510)), 64.0)[0]
+    result = subprocess.run(
+        [
+            *(sys.executable, "-m", "fanout", "subscribe", "--box", "500,500,510,510"),
+            *("--relay", ",".join(relays), "--route", "area", "--area", "64"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert result.returncode != 0
+    assert "Traceback" not in result.stderr
+    assert result.stderr.startswith(f"relay {first}:")  # the view's first relay was tried first

@@ -361,6 +361,21 @@ def _subscribe_parser(commands: Any) -> None:
             " when a connection is lost (in mode every, resuming with no gap)"
         ),
     )
+    parser.add_argument(
+        "--route",
+        choices=("order", "area"),
+        default="order",
+        help=(
+            "order: try the --relay URLs as given; area: rank them by the view's area, so"
+            " subscribers of one area meet at one relay and share its data (default: order)"
+        ),
+    )
+    parser.add_argument(
+        "--area",
+        type=float,
+        default=256.0,
+        help="side of the routing grid for --route area, in world units (default: 256)",
+    )
     parser.add_argument("--dataset", default="agents", help="dataset (default: agents)")
     parser.add_argument(
         "--mode",
@@ -398,11 +413,13 @@ def _run_subscribe(args: argparse.Namespace) -> int:
 
 
 async def _subscribe(args: argparse.Namespace, view: Any) -> int:
-    from fanout.client import LiveView, SubscriptionError, connect
+    from fanout.client import LiveView, SubscriptionError, connect, rank
 
     relays = [url.strip() for url in args.relay.split(",") if url.strip()]
     if not relays:
         raise ConfigError(f"--relay {args.relay!r}: give at least one relay URL")
+    if args.route == "area":
+        relays = rank(relays, view, args.area)
     live: LiveView | None = None
     seen, turn, attempts = 0, 0, 0  # attempts: connections lost in a row with nothing received
     while True:

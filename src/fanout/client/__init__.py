@@ -4,6 +4,7 @@ async with connect(url) as sub:
     view = await sub.subscribe(Box(...))
 """
 
+from fanout.client.routing import rank
 from fanout.client.subscriber import LiveView, Subscriber, SubscriptionError, Update, connect
 
-__all__ = ["LiveView", "Subscriber", "SubscriptionError", "Update", "connect"]
+__all__ = ["LiveView", "Subscriber", "SubscriptionError", "Update", "connect", "rank"]

@@ -1,0 +1,70 @@
+"""Choosing a relay for a view, so that subscribers of the same area meet at the same relay.
+
+A relay shares data between the subscribers it serves (founding document 000: relays
+"specialised to a set of views with a high degree of overlap"). Two subscribers looking at the
+same place gain nothing from that if a load balancer puts them on different relays: each relay
+then holds the place, and the publisher sends it to each. :func:`rank` orders relays for a view
+by rendezvous (highest-random-weight) hashing of the view's *area* — the cell of a grid of side
+``side`` holding the centre of the view's bounding box — so that:
+
+* every subscriber of an area, on any machine, with the same relay list, picks the same relay
+  first, and the same one next if that one is gone (the rest of the ranking is the failover
+  order);
+* adding or removing a relay moves only the areas that relay wins or held, about 1/n of them;
+* areas spread over the relays like a hash does: choose ``side`` about the size of a cluster of
+  views (a point of interest with its spectators), much larger than one view and much smaller
+  than the world.
+
+Views with no place are hashed by their text (``views.to_text``): identical SQL queries, topic
+filters and object paths meet at one relay, where they are evaluated once. A view relative to an
+entity moves with it; it is hashed by the entity, so all views following one entity meet.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+from collections.abc import Sequence
+
+from fanout.errors import InvalidView
+from fanout.views import Box, Relative, Sector, Sphere, View, to_text
+from fanout.views.region import RegionUnion
+
+#: Default side of the routing grid, in world units.
+DEFAULT_SIDE = 256.0
+
+
+def area(view: View, side: float = DEFAULT_SIDE) -> str:
+    """The area ``view`` is routed by: a grid cell for a region, else the view itself.
+
+    Raises:
+        InvalidView: ``side`` is not a positive finite number.
+    """
+    if not (math.isfinite(side) and side > 0):
+        raise InvalidView(f"routing side {side!r} must be a positive number of world units")
+    if isinstance(view, Relative):
+        return f"entity:{view.entity!r}"
+    if isinstance(view, Box | Sphere | Sector | RegionUnion):
+        bounds = view.bounds()
+        centre = ((lo + hi) / 2 for lo, hi in zip(bounds.lo, bounds.hi, strict=True))
+        cell = ",".join(str(math.floor(c / side)) if math.isfinite(c) else "inf" for c in centre)
+        return f"cell:{cell}"
+    return f"view:{to_text(view)}"
+
+
+def rank(relays: Sequence[str], view: View, side: float = DEFAULT_SIDE) -> list[str]:
+    """``relays`` in the order a subscriber of ``view`` should try them (distinct, first best).
+
+    Raises:
+        InvalidView: no relays, or a bad ``side``.
+    """
+    distinct = list(dict.fromkeys(relays))
+    if not distinct:
+        raise InvalidView("no relays to route to")
+    key = area(view, side)
+    return sorted(distinct, key=lambda relay: _weight(key, relay), reverse=True)
+
+
+def _weight(key: str, relay: str) -> int:
+    digest = hashlib.blake2b(f"{key}\x00{relay}".encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "big")
