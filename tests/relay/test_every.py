@@ -10,16 +10,22 @@ its view as of that seq.
 from __future__ import annotations
 
 import itertools
+from collections.abc import Iterable
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from fanout.relay.core import UPSTREAM, RelayCore, Send
 from fanout.relay.every import CURIOSITY_CHUNK, IDLE_WINDOW, ChangeSet, History, delta
 from fanout.relay.planner import Policy
-from fanout.views import Box
+from fanout.views import Box, View
+from fanout.views.members import Selecting
+from fanout.views.objects import ObjectPath
+from fanout.views.topic import TopicFilter
 from fanout.wire.columns import decode_columns, encode_columns
 from fanout.wire.messages import (
     Acquire,
@@ -42,39 +48,93 @@ from fanout.wire.messages import (
 INFO = DatasetInfo("agents", "id", {"id": "<i8", "x": "<f8", "y": "<f8"}, "space", ["x", "y"])
 VIEW = Box((0, 0), (10, 10))
 Point = tuple[float, float]
+Key = int | str
+Row = tuple[float, ...]  # the values of the columns after the key, in the catalog's order
+
+
+@dataclass(frozen=True)
+class Kind:
+    """A dataset of one index kind, an ``every`` view of it, and a brute-force oracle."""
+
+    info: DatasetInfo
+    view: Selecting
+    keys: st.SearchStrategy[Key]
+    rows: st.SearchStrategy[Row]
+
+    @property
+    def values(self) -> list[str]:
+        return [c for c in self.info.columns if c != self.info.key]
+
+    def columns(self, rows: dict[Key, Row]) -> dict[str, np.ndarray]:
+        keys = sorted(rows)
+        out = {self.info.key: self.key_array(keys)}
+        for at, name in enumerate(self.values):
+            out[name] = np.array([rows[k][at] for k in keys], dtype=np.float64)
+        return out
+
+    def key_array(self, keys: Iterable[Key]) -> np.ndarray:
+        dtype = np.int64 if self.info.columns[self.info.key] == "<i8" else object
+        return np.array(sorted(keys), dtype=dtype)
+
+    def inside(self, view: object, key: Key, row: Row) -> bool:
+        """One row at a time, without ``views.members``."""
+        match view:
+            case TopicFilter():
+                return view.matches(str(key))
+            case ObjectPath():
+                attrs = dict(zip(self.values, row, strict=True))
+                return bool(view.match([str(key)], [attrs])[0])
+            case _:
+                return bool(view.match([row[0]], [row[1]])[0])  # type: ignore[attr-defined]
+
+    def relay(self) -> RelayCore:
+        core = RelayCore(Policy(widen="margin", grace=0.0))
+        core.on_catalog(Catalog([self.info]))
+        core.on_upstream_connected()
+        return core
+
+
+points = st.tuples(st.integers(-4, 24).map(float), st.integers(-4, 24).map(float))
+SPACE = Kind(INFO, VIEW, st.integers(1, 12), points)
+TOPICS = Kind(
+    DatasetInfo("sensors", "topic", {"topic": "str", "value": "<f8"}, "topic", ["topic"]),
+    TopicFilter("plant/+/temp"),
+    st.sampled_from(["plant/a/temp", "plant/b/temp", "plant/a/rpm", "yard/a/temp", "plant/temp"]),
+    st.tuples(st.integers(0, 9).map(float)),
+)
+PATHS = Kind(
+    DatasetInfo("cars", "path", {"path": "str", "rpm": "<f8"}, "path", ["path"]),
+    ObjectPath("/cars/.all?f=rpm>4"),
+    st.sampled_from(["/cars/c1", "/cars/c2", "/cars/c3", "/boats/b1", "/cars/old/c4"]),
+    st.tuples(st.integers(0, 9).map(float)),
+)
+KINDS = [SPACE, TOPICS, PATHS]
 
 
 def relay() -> RelayCore:
-    core = RelayCore(Policy(widen="margin", grace=0.0))
-    core.on_catalog(Catalog([INFO]))
-    core.on_upstream_connected()
-    return core
+    return SPACE.relay()
 
 
-def columns(points: dict[int, Point]) -> dict[str, np.ndarray]:
-    ids = sorted(points)
-    return {
-        "id": np.array(ids, dtype=np.int64),
-        "x": np.array([points[k][0] for k in ids], dtype=np.float64),
-        "y": np.array([points[k][1] for k in ids], dtype=np.float64),
-    }
+def columns(points: dict[Key, Row]) -> dict[str, np.ndarray]:
+    return SPACE.columns(points)
 
 
 @dataclass
 class Publisher:
     """The truth, a log of whole changes by seq, and one relay's primitives and checkout."""
 
+    kind: Kind = SPACE
     epoch: int = 1
     seq: int = -1
-    truth: dict[int, Point] = field(default_factory=dict)
-    states: dict[int, dict[int, Point]] = field(default_factory=dict)
-    log: dict[int, tuple[dict[int, Point], list[int]]] = field(default_factory=dict)
+    truth: dict[Key, Row] = field(default_factory=dict)
+    states: dict[int, dict[Key, Row]] = field(default_factory=dict)
+    log: dict[int, tuple[dict[Key, Row], list[Key]]] = field(default_factory=dict)
     oldest: int = 0  # the log's retention: seqs before it are gone
-    prims: dict[int, Box] = field(default_factory=dict)
+    prims: dict[int, View] = field(default_factory=dict)
     snapshots: set[int] = field(default_factory=set)
-    held: set[int] = field(default_factory=set)
+    held: set[Key] = field(default_factory=set)
 
-    def step(self, changes: dict[int, Point | None]) -> Batch:
+    def step(self, changes: dict[Key, Row | None]) -> Batch:
         """Apply one micro-batch and return the relay's batch of it."""
         self.seq += 1
         upserted = {k: p for k, p in changes.items() if p is not None}
@@ -84,26 +144,25 @@ class Publisher:
             del self.truth[key]
         self.states[self.seq] = dict(self.truth)
         self.log[self.seq] = (upserted, deleted)
-        inside = {k: p for k, p in upserted.items() if self._in_prims(p, self.prims.values())}
+        inside = {k: p for k, p in upserted.items() if self._in_prims(k, p, self.prims.values())}
         fresh = [self.prims[p] for p in self.snapshots if p in self.prims]
-        inside.update({k: p for k, p in self.truth.items() if self._in_prims(p, fresh)})
+        inside.update({k: p for k, p in self.truth.items() if self._in_prims(k, p, fresh)})
         gone = sorted((set(changes) & self.held) - set(inside))
         self.held = (self.held - set(gone)) | set(inside)
         snapshots, self.snapshots = sorted(self.snapshots), set()
         return Batch(
-            "agents",
+            self.kind.info.name,
             self.epoch,
             self.seq,
             10 * self.seq,
             float(self.seq),
-            encode_columns(columns(inside)),
-            encode_columns({"id": np.array(gone, dtype=np.int64)}),
+            encode_columns(self.kind.columns(inside)),
+            encode_columns({self.kind.info.key: self.kind.key_array(gone)}),
             snapshots,
         )
 
-    @staticmethod
-    def _in_prims(point: Point, prims: object) -> bool:
-        return any(bool(b.match([point[0]], [point[1]])[0]) for b in prims)  # type: ignore[attr-defined]
+    def _in_prims(self, key: Key, row: Row, prims: Iterable[View]) -> bool:
+        return any(self.kind.inside(prim, key, row) for prim in prims)
 
     def take(self, sends: list[Send]) -> list[Knowledge | Error]:
         """What the relay sent upstream; returns the answers to its curiosity."""
@@ -114,7 +173,7 @@ class Publisher:
                 continue
             match frame:
                 case Acquire(prim=prim, view=view):
-                    self.prims[prim] = view  # type: ignore[assignment]
+                    self.prims[prim] = view
                     self.snapshots.add(prim)
                 case Release(prim=prim):
                     self.prims.pop(prim, None)
@@ -131,13 +190,13 @@ class Publisher:
             out.append(
                 Knowledge(
                     ask.req,
-                    "agents",
+                    self.kind.info.name,
                     self.epoch,
                     seq,
                     10 * seq,
                     float(seq),
-                    encode_columns(columns(upserted)),
-                    encode_columns({"id": np.array(deleted, dtype=np.int64)}),
+                    encode_columns(self.kind.columns(upserted)),
+                    encode_columns({self.kind.info.key: self.kind.key_array(deleted)}),
                 )
             )
         return out
@@ -153,7 +212,8 @@ class Publisher:
 class Subscriber:
     """One ``every`` subscriber: its rows, the seqs it received, its resyncs."""
 
-    rows: dict[int, Point] = field(default_factory=dict)
+    kind: Kind = SPACE
+    rows: dict[Key, Row] = field(default_factory=dict)
     epoch: int = -1
     seq: int = -1
     seqs: list[int] = field(default_factory=list)
@@ -163,22 +223,7 @@ class Subscriber:
     def take(self, frame: object, publisher: Publisher) -> None:
         match frame:
             case Push() as push:
-                if push.full:
-                    self.rows.clear()
-                    self.seqs.append(-1)  # a restart mark: the sequence begins again
-                else:
-                    assert push.seq == self.seq + 1, (push.seq, self.seq)
-                for key in decode_columns(push.left).get("id", np.empty(0)).tolist():
-                    del self.rows[key]
-                for part in (push.entered, push.updated):
-                    rows = decode_columns(part)
-                    for k, x, y in zip(
-                        *(rows.get(c, np.empty(0)).tolist() for c in ("id", "x", "y")),
-                        strict=True,
-                    ):
-                        self.rows[k] = (x, y)
-                self.epoch, self.seq = push.epoch, push.seq
-                self.seqs.append(push.seq)
+                self._apply(push)
             case NoUpdate() as none:
                 assert none.seq == self.seq + 1, (none.seq, self.seq)
                 self.seq = none.seq
@@ -193,12 +238,31 @@ class Subscriber:
                 raise AssertionError(f"unexpected {frame!r}")
         if self.seq >= 0:
             truth = publisher.states[self.seq]
-            expected = {k: p for k, p in truth.items() if VIEW.match([p[0]], [p[1]])[0]}
+            view = self.kind.view
+            expected = {k: r for k, r in truth.items() if self.kind.inside(view, k, r)}
             assert self.rows == expected, f"after seq {self.seq}"
 
+    def _apply(self, push: Push) -> None:
+        key, values = self.kind.info.key, self.kind.values
+        if push.full:
+            self.rows.clear()
+            self.seqs.append(-1)  # a restart mark: the sequence begins again
+        else:
+            assert push.seq == self.seq + 1, (push.seq, self.seq)
+        for gone in decode_columns(push.left).get(key, np.empty(0)).tolist():
+            del self.rows[gone]
+        for part in (push.entered, push.updated):
+            rows = decode_columns(part)
+            if rows:
+                listed = [rows[c].tolist() for c in values]
+                for k, *row in zip(rows[key].tolist(), *listed, strict=True):
+                    self.rows[k] = tuple(row)
+        self.epoch, self.seq = push.epoch, push.seq
+        self.seqs.append(push.seq)
+
     def token(self) -> Resume:
-        keys = np.array(sorted(self.rows), dtype=np.int64)
-        return Resume(self.epoch, self.seq, encode_columns({"id": keys}))
+        keys = self.kind.key_array(self.rows)
+        return Resume(self.epoch, self.seq, encode_columns({self.kind.info.key: keys}))
 
 
 def run(core: RelayCore, publisher: Publisher, subscriber: Subscriber, now: float) -> None:
@@ -219,28 +283,33 @@ def run(core: RelayCore, publisher: Publisher, subscriber: Subscriber, now: floa
     raise AssertionError("the relay never went quiet")
 
 
-points = st.tuples(st.integers(-4, 24).map(float), st.integers(-4, 24).map(float))
-changes = st.dictionaries(st.integers(1, 12), st.none() | points, max_size=6)
-actions = st.one_of(
-    st.tuples(st.just("tick"), changes),
-    st.tuples(st.just("drop"), changes),
-    st.tuples(st.just("resume"), st.booleans()),
-    st.tuples(st.just("trim"), st.integers(1, 4)),
-)
+def script(kind: Kind) -> st.SearchStrategy[list[tuple[str, Any]]]:
+    changes = st.dictionaries(kind.keys, st.none() | kind.rows, max_size=6)
+    actions = st.one_of(
+        st.tuples(st.just("tick"), changes),
+        st.tuples(st.just("drop"), changes),
+        st.tuples(st.just("resume"), st.booleans()),
+        st.tuples(st.just("trim"), st.integers(1, 4)),
+    )
+    return st.lists(actions, max_size=25)
 
 
-@settings(max_examples=200, deadline=None)
-@given(st.dictionaries(st.integers(1, 12), points), st.lists(actions, max_size=25))
-def test_every_seq_arrives_once_in_order_and_matches_the_truth(start, script) -> None:
-    publisher = Publisher()
-    core = relay()
-    subscriber = Subscriber()
-    publisher.take(core.on_subscribe(1, Subscribe(1, "agents", VIEW, mode="every")))
+@pytest.mark.parametrize("kind", KINDS, ids=lambda kind: kind.info.index)
+@settings(max_examples=120, deadline=None)
+@given(data=st.data())
+def test_every_seq_arrives_once_in_order_and_matches_the_truth(kind: Kind, data) -> None:
+    start = data.draw(st.dictionaries(kind.keys, kind.rows), label="start")
+    steps = data.draw(script(kind), label="script")
+    name, view = kind.info.name, kind.view
+    publisher = Publisher(kind)
+    core = kind.relay()
+    subscriber = Subscriber(kind)
+    publisher.take(core.on_subscribe(1, Subscribe(1, name, view, mode="every")))
     core.on_batch(publisher.step(dict(start)))
     now = 1.0
     run(core, publisher, subscriber, now)
     trimmed = False
-    for action, arg in script:
+    for action, arg in steps:
         now += 1.0
         if action == "tick":
             publisher.take(core.on_batch(publisher.step(arg)))
@@ -249,8 +318,8 @@ def test_every_seq_arrives_once_in_order_and_matches_the_truth(start, script) ->
         elif action == "resume":
             core.on_disconnect(1)
             if arg:  # on another relay, which has never seen this stream
-                core, _ = relay(), publisher.reconnect()
-            request = Subscribe(1, "agents", VIEW, mode="every", resume=subscriber.token())
+                core, _ = kind.relay(), publisher.reconnect()
+            request = Subscribe(1, name, view, mode="every", resume=subscriber.token())
             publisher.take(core.on_subscribe(1, request))
             publisher.take(core.on_batch(publisher.step({})))
         elif action == "trim":
@@ -376,27 +445,27 @@ def test_a_repeated_seq_keeps_its_first_change_set() -> None:
     assert history.get(4, trusted_after=3) is pure
 
 
-@settings(max_examples=200, deadline=None)
-@given(
-    st.dictionaries(st.integers(0, 20), points),
-    st.dictionaries(st.integers(0, 20), points),
-    st.sets(st.integers(0, 20)),
-)
-def test_a_delta_takes_the_held_rows_to_the_view_after_the_change(before, moved, deleted) -> None:
-    """Oracle: the truth inside the view before and after one change."""
-    deleted -= set(moved)
+@pytest.mark.parametrize("kind", KINDS, ids=lambda kind: kind.info.index)
+@settings(max_examples=150, deadline=None)
+@given(data=st.data())
+def test_a_delta_takes_the_held_rows_to_the_view_after_the_change(kind: Kind, data) -> None:
+    """Oracle: the truth inside the view before and after one change, row by row."""
+    before = data.draw(st.dictionaries(kind.keys, kind.rows), label="before")
+    moved = data.draw(st.dictionaries(kind.keys, kind.rows), label="moved")
+    deleted = data.draw(st.sets(kind.keys), label="deleted") - set(moved)
 
-    def inside(truth: dict[int, Point]) -> set[int]:
-        return {k for k, p in truth.items() if VIEW.match([p[0]], [p[1]])[0]}
+    def inside(truth: dict[Key, Row]) -> set[Key]:
+        return {k for k, r in truth.items() if kind.inside(kind.view, k, r)}
 
     after = {k: p for k, p in {**before, **moved}.items() if k not in deleted}
-    held = np.array(sorted(inside(before)), dtype=np.int64)
-    change = ChangeSet(1, 1, 1, 0.0, columns(moved), np.array(sorted(deleted), dtype=np.int64))
-    found = delta(change, "id", VIEW, ("x", "y"), held)
-    ids = columns(moved)["id"]
+    held = kind.key_array(inside(before))
+    change = ChangeSet(1, 1, 1, 0.0, kind.columns(moved), kind.key_array(deleted))
+    index = tuple(kind.info.index_columns)
+    found = delta(change, kind.info.key, kind.view, index, held)
+    keys = kind.columns(moved)[kind.info.key]
     assert set(found.held.tolist()) == inside(after)
-    assert set(ids[found.entered].tolist()) == inside(after) - inside(before)
-    assert set(ids[found.updated].tolist()) == inside(after) & inside(before) & set(moved)
+    assert set(keys[found.entered].tolist()) == inside(after) - inside(before)
+    assert set(keys[found.updated].tolist()) == inside(after) & inside(before) & set(moved)
     assert set(found.left.tolist()) == inside(before) - inside(after)
 
 

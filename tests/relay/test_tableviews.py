@@ -271,9 +271,14 @@ def test_unneeded_primitives_are_released_and_their_rows_pruned() -> None:
     assert talk.core.datasets["sensors"].table.keys.tolist() == ["a/1"]
 
 
-def test_mode_every_is_refused_for_keyed_datasets() -> None:
-    (error,) = Conversation().subscribe(1, "sensors", topic("a/#"), mode="every")
-    assert isinstance(error, Error) and "region datasets only" in error.message
+def test_mode_every_is_refused_for_sql_views_and_served_for_topics_and_paths() -> None:
+    talk = Conversation()
+    (error,) = talk.subscribe(1, "orders", sql("SELECT * FROM orders"), mode="every")
+    assert isinstance(error, Error) and error.code == "invalid_view"
+    assert "mode 'latest'" in error.message
+    (topics,) = talk.subscribe(2, "sensors", topic("a/#"), mode="every")
+    (paths,) = talk.subscribe(3, "objects", path("/cars/.all"), mode="every")
+    assert isinstance(topics, Subscribed) and isinstance(paths, Subscribed)
 
 
 # -- the delta sequence of a keyed view against a brute-force oracle ---------------------------

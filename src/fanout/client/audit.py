@@ -22,9 +22,7 @@ from typing import Any
 
 from fanout.client.subscriber import Update
 from fanout.publisher.log import BatchLog
-from fanout.views.region import Box, RegionUnion, Sector, Sphere
-
-Region = Box | Sphere | Sector | RegionUnion
+from fanout.views.members import Selecting, members
 
 
 @dataclass
@@ -67,7 +65,7 @@ class Audit:
 
 def audit(
     updates: Sequence[Update],
-    view: Region,
+    view: Selecting,
     *,
     key: str,
     index: Sequence[str],
@@ -78,8 +76,8 @@ def audit(
 
     Args:
         updates: what the subscriber received, in order.
-        view: its view.
-        key: the dataset's key column; index: its coordinate columns.
+        view: its view (a region, topic filter or object path).
+        key: the dataset's key column; index: its index columns (coordinates, topic, path).
         log: the publisher's log.
         dataset: the dataset's name.
     """
@@ -133,13 +131,13 @@ def _count_order(updates: Sequence[Update], report: Audit) -> None:
 def _replay(
     update: Update,
     logged: dict[str, list[Any]],
-    view: Region,
+    view: Selecting,
     columns: tuple[str, tuple[str, ...]],
     held: dict[Any, dict[str, Any]],
 ) -> str | None:
     """Check one update against its seq's logged change and apply it to ``held``.
 
-    ``columns`` is (the key column, the coordinate columns).
+    ``columns`` is (the key column, the index columns).
     """
     key, index = columns
     deleted = logged.get("_deleted") or [False] * len(logged[key])
@@ -155,8 +153,9 @@ def _replay(
         wrong = [k for k, row in entered.items() if k in changed and not _same(row, changed[k])]
         return f"full push rows {wrong[:5]} differ from the log" if wrong else None
     gone = {k for k, flag in zip(logged[key], deleted, strict=True) if flag}
-    positions = [[row[c] for row in changed.values()] for c in index]
-    mask: list[bool] = view.match(*positions).tolist() if changed else []
+    names = next(iter(changed.values()), {})
+    rows = {c: [row[c] for row in changed.values()] for c in names}
+    mask: list[bool] = members(view, rows, index).tolist() if changed else []
     inside = {k for k, hit in zip(changed, mask, strict=True) if hit and k not in gone}
     expect_entered, expect_updated = inside - set(held), inside & set(held)
     expect_left = {k for k in changed if k in held and k not in inside}

@@ -351,11 +351,6 @@ class RelayCore(EveryMode):
         if state.info.index == "space":
             shape = resolve(request.transform, state.info, capabilities)
             return shape, state.info.key, list(shape.columns)
-        if request.mode == "every":
-            raise InvalidView(
-                f"dataset {request.dataset!r}: mode 'every' is served for region datasets only;"
-                " subscribe with mode 'latest'"
-            )
         accepted = self.tableviews.check(
             request.view, request.transform, state, self.datasets, capabilities
         )

@@ -33,10 +33,9 @@ import numpy.typing as npt
 from fanout.relay.pushes import NO_ROWS, Body, encode_push, encode_rows
 from fanout.relay.state import Array, Keys, Stamp
 from fanout.relay.transforms import Shape, apply
-from fanout.views.region import Box, RegionUnion, Sector, Sphere
+from fanout.views.members import Selecting, members
 from fanout.wire.messages import NoUpdate
 
-Region = Box | Sphere | Sector | RegionUnion
 #: Change sets a dataset's window keeps at most (each is one micro-batch) ...
 WINDOW = 600
 #: ... and rows at most, over all of them (the window of a busy dataset is shorter).
@@ -112,11 +111,13 @@ class Delta:
         return len(self.entered) + len(self.updated) + len(self.left)
 
 
-def delta(change: ChangeSet, key: str, view: Region, index: tuple[str, ...], held: Keys) -> Delta:
+def delta(
+    change: ChangeSet, key: str, view: Selecting, index: tuple[str, ...], held: Keys
+) -> Delta:
     """The push of ``change`` for a view whose subscriber holds the sorted keys ``held``."""
     if change.rows:
         keys = np.asarray(change.rows[key])
-        inside = view.match(*(change.rows[c] for c in index))
+        inside = members(view, change.rows, index)
     else:
         keys, inside = held[:0], np.zeros(0, dtype=bool)
     has = np.isin(keys, held)

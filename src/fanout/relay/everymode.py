@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Iterator
+from typing import cast
 
 import numpy as np
 
@@ -27,13 +28,17 @@ from fanout.relay.every import (
 )
 from fanout.relay.ingest import DatasetState, Intake
 from fanout.relay.planner import as_region
-from fanout.relay.pushes import cut, encode_push
+from fanout.relay.pushes import Body, cut, cut_positions, encode_push
 from fanout.relay.scheduler import Scheduler
 from fanout.relay.sends import UPSTREAM, Counters, Send
+from fanout.relay.tableviews import TableViews
 from fanout.relay.transforms import InvalidTransform, Shape
 from fanout.relay.upstream import Upstream
 from fanout.views.entity import Entity
+from fanout.views.members import SELECTING, Selecting
+from fanout.views.objects import ObjectPath
 from fanout.views.region import Relative
+from fanout.views.topic import TopicFilter
 from fanout.wire.columns import decode_columns
 from fanout.wire.messages import (
     Curious,
@@ -56,6 +61,7 @@ class EveryMode:
     datasets: dict[str, DatasetState]
     downstream: Downstream
     upstream: Upstream
+    tableviews: TableViews
     scheduler: Scheduler
     counters: Counters
     histories: dict[str, History]
@@ -172,7 +178,7 @@ class EveryMode:
             sends.append(Send(subscription.client, Error("resync", message, ref=subscription.sub)))
         pushed = 0
         if cursor is None:
-            body = cut(as_region(subscription.view), subscription.shape, None, buffer)
+            body = self._full_view(subscription, state)
             subscription.cursor = Cursor(stamp.epoch, stamp.seq, body.keys, stamp.seq)
             sends.append(Send(subscription.client, encode_push(subscription.sub, stamp, body)))
             pushed = 1
@@ -196,22 +202,34 @@ class EveryMode:
             self.scheduler.idle(sid)
         return sends
 
+    def _full_view(self, subscription: Subscription, state: DatasetState) -> Body:
+        """The first push of an ``every`` subscription: its whole view, from the active state."""
+        view, buffer = subscription.view, state.buffer
+        if isinstance(view, TopicFilter | ObjectPath):
+            dataset = subscription.dataset
+            positions = self.tableviews.positions(
+                view, state, lambda: self.downstream.views(dataset)
+            )
+            return cut_positions(positions, subscription.shape, None, buffer)
+        return cut(as_region(view), subscription.shape, None, buffer)
+
     def _complete_after(self, subscription: Subscription, seq: int) -> int:
         """The seq after which this relay's batches hold every change inside the (servable)
-        subscription's view: when the last ready primitive overlapping it became ready.
+        subscription's view: when the last ready primitive overlapping it became ready (for a
+        topic or path view, the last ready primitive of its dataset: a safe bound).
 
         A subscription resuming on a relay that kept covering its view while it was away
         continues from the relay's window; elsewhere, older seqs come from the publisher's log.
         """
-        region = as_region(subscription.view)
-        since = [
-            p.ready_seq
-            for p in self.upstream.of(subscription.dataset)
-            if p.ready
-            and not isinstance(p.view, Entity)
-            and planner.overlaps(as_region(p.view), region)
-        ]
-        return max(since, default=seq)
+        prims = [p for p in self.upstream.of(subscription.dataset) if p.ready]
+        if not isinstance(subscription.view, TopicFilter | ObjectPath):
+            region = as_region(subscription.view)
+            prims = [
+                p
+                for p in prims
+                if not isinstance(p.view, Entity) and planner.overlaps(as_region(p.view), region)
+            ]
+        return max((p.ready_seq for p in prims), default=seq)
 
     def _every_seqs(
         self,
@@ -224,14 +242,14 @@ class EveryMode:
         """Append the seqs after ``cursor`` that are at hand to ``sends`` (and curiosity for the
         first that is not); returns how many seqs went out."""
         assert cursor.trusted_after is not None
-        region, index = as_region(subscription.view), tuple(info.index_columns)
+        view, index = cast(Selecting, subscription.view), tuple(info.index_columns)
         pushed = 0
         while pushed < EVERY_BURST and cursor.seq < history.latest:
             change = history.get(cursor.seq + 1, cursor.trusted_after)
             if change is None:
                 sends.extend(self._ask(subscription.dataset, history, cursor))
                 break
-            found = delta(change, info.key, region, index, cursor.keys)
+            found = delta(change, info.key, view, index, cursor.keys)
             frame = encode_delta(subscription.sub, change, found, subscription.shape, info.key)
             sends.append(Send(subscription.client, frame))
             cursor.seq, cursor.keys = change.seq, found.held
@@ -307,6 +325,12 @@ def every_cursor(
         raise InvalidView(
             "mode 'every' takes absolute views: a view relative to a moving entity is for mode"
             " 'latest'"
+        )
+    if not isinstance(request.view, SELECTING):
+        raise InvalidView(
+            f"mode 'every' is served for region, topic and path views, not"
+            f" {type(request.view).__name__}: a SQL view's rows are a query's result over the"
+            " relay's tables; subscribe with mode 'latest'"
         )
     if shape.relative_to is not None:
         raise InvalidTransform(

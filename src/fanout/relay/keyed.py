@@ -27,6 +27,7 @@ import numpy.typing as npt
 from fanout.relay.ingest import DatasetState
 from fanout.relay.state import Mask, Positions, Table
 from fanout.views import View
+from fanout.views.members import members
 from fanout.views.objects import ObjectPath
 from fanout.views.sql import Sql, SqlBox
 from fanout.views.topic import TopicFilter
@@ -155,14 +156,7 @@ class TopicMatches:
 
 def path_positions(view: ObjectPath, table: Table, info: DatasetInfo) -> Positions:
     """Sorted positions of the objects ``view`` selects: in its scope, passing a filter if any."""
-    scope = np.flatnonzero(view.in_scope(_paths(table, info)))
-    if not view.filters or not len(scope):
-        return scope
-    names = [name for name in table.columns if name != info.index_columns[0]]
-    values = [table.column(name)[scope].tolist() for name in names]
-    attrs = [dict(zip(names, row, strict=True)) for row in zip(*values, strict=True)]
-    passing = view.match(table.column(info.index_columns[0])[scope].astype(np.str_), attrs)
-    return scope[passing]
+    return np.flatnonzero(members(view, table.columns, info.index_columns))
 
 
 def path_columns(view: ObjectPath, columns: Sequence[str], key: str) -> tuple[str, ...]:

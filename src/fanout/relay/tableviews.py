@@ -188,14 +188,16 @@ class TableViews:
         key = (view, subscription.shape, None if held is None else held.signature())
         body = encodings.get(subscription.dataset, buffer.generation, key)
         if body is None:
-            positions = self._positions(view, state, wanted)
+            positions = self.positions(view, state, wanted)
             body = cut_positions(positions, subscription.shape, held, buffer)
             encodings.put(subscription.dataset, key, body)
         return body, Held(view, buffer.generation, stamp.epoch, stamp.seq, body.keys)
 
-    def _positions(
-        self, view: View, state: DatasetState, wanted: Callable[[], Iterable[View]]
+    def positions(
+        self, view: View, state: DatasetState, wanted: Callable[[], Iterable[View]] = tuple
     ) -> Positions:
+        """Sorted positions of the active rows a topic or path ``view`` selects (``wanted``:
+        the dataset's subscribed views, matched in the same pass as a topic filter)."""
         table, info = state.buffer.active, state.info
         if isinstance(view, TopicFilter):
             matches = self._topics.setdefault(info.name, TopicMatches())
