@@ -213,6 +213,7 @@ class Subscriber:
     """One ``every`` subscriber: its rows, the seqs it received, its resyncs."""
 
     kind: Kind = SPACE
+    view: Selecting | None = None  # None: the kind's
     rows: dict[Key, Row] = field(default_factory=dict)
     epoch: int = -1
     seq: int = -1
@@ -238,7 +239,7 @@ class Subscriber:
                 raise AssertionError(f"unexpected {frame!r}")
         if self.seq >= 0:
             truth = publisher.states[self.seq]
-            view = self.kind.view
+            view = self.kind.view if self.view is None else self.view
             expected = {k: r for k, r in truth.items() if self.kind.inside(view, k, r)}
             assert self.rows == expected, f"after seq {self.seq}"
 
@@ -265,14 +266,21 @@ class Subscriber:
         return Resume(self.epoch, self.seq, encode_columns({self.kind.info.key: keys}))
 
 
-def run(core: RelayCore, publisher: Publisher, subscriber: Subscriber, now: float) -> None:
-    """Serve until the relay has nothing more to say (answering its curiosity)."""
+def run(
+    core: RelayCore,
+    publisher: Publisher,
+    subscriber: Subscriber | dict[int, Subscriber],
+    now: float,
+) -> None:
+    """Serve until the relay has nothing more to say (answering its curiosity); ``subscriber``:
+    client 1's, or each client's."""
+    clients = subscriber if isinstance(subscriber, dict) else {1: subscriber}
     for _ in range(200):
         sends = core.pushes(now, lambda client: True)
         answers = publisher.take(sends)
         for send in sends:
             if send.to != UPSTREAM:
-                subscriber.take(send.message(), publisher)
+                clients[send.to].take(send.message(), publisher)
         for answer in answers:
             if isinstance(answer, Knowledge):
                 core.on_knowledge(answer)
@@ -467,6 +475,27 @@ def test_a_delta_takes_the_held_rows_to_the_view_after_the_change(kind: Kind, da
     assert set(keys[found.entered].tolist()) == inside(after) - inside(before)
     assert set(keys[found.updated].tolist()) == inside(after) & inside(before) & set(moved)
     assert set(found.left.tolist()) == inside(before) - inside(after)
+
+
+def test_identical_every_subscriptions_share_each_seqs_delta_and_encoding() -> None:
+    publisher = Publisher()
+    core = relay()
+    views = {1: VIEW, 2: VIEW, 3: Box((0, 0), (5, 5))}  # client 3: another view
+    clients = {client: Subscriber(view=view) for client, view in views.items()}
+    for client, view in views.items():
+        publisher.take(core.on_subscribe(client, Subscribe(7, "agents", view, mode="every")))
+    core.on_batch(publisher.step({1: (1.0, 1.0), 2: (20.0, 1.0)}))
+    run(core, publisher, clients, 1.0)
+    frames: dict[int, list[Push | NoUpdate]] = {client: [] for client in clients}
+    for x in range(2, 6):
+        publisher.take(core.on_batch(publisher.step({1: (float(x), 1.0), 2: (x + 5.0, 1.0)})))
+        for send in core.pushes(float(x), lambda client: True):
+            frames[send.to].append(send.message())  # type: ignore[arg-type]
+            clients[send.to].take(send.message(), publisher)  # checked against the truth
+    assert frames[1] == frames[2] and len(frames[1]) == 4  # sub 7 in both: the same frames
+    assert frames[3] != frames[1]
+    stats = core.stats()
+    assert (stats["every_steps_computed"], stats["every_steps_shared"]) == (8, 4)
 
 
 def test_the_relay_tells_the_publisher_the_lowest_seq_its_subscribers_need() -> None:

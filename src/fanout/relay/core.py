@@ -793,6 +793,8 @@ class RelayCore(EveryMode):
             "no_updates": self.counters.no_updates,
             "bodies_cut": self.encodings.cut,
             "bodies_shared": self.encodings.shared,
+            "every_steps_computed": self.steps.computed,
+            "every_steps_shared": self.steps.shared,
             "ticks_coalesced": sum(s.coalesced for s in subscriptions),
             "pushes_deferred": sum(s.deferred for s in subscriptions),
             "pending": self.scheduler.waiting(),

@@ -23,7 +23,7 @@ from the publisher's log (``Curious`` -> ``Knowledge``: a micro-batch's whole ch
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Mapping
+from collections.abc import Hashable, Mapping
 from dataclasses import dataclass, field
 
 import msgspec
@@ -45,6 +45,8 @@ WINDOW_ROWS = 2_000_000
 IDLE_WINDOW = 8
 #: Seqs one curiosity request asks for at most.
 CURIOSITY_CHUNK = 500
+#: Steps (one seq's push for one view and held keys) remembered for sharing.
+STEPS = 4096
 
 _encoder = msgspec.msgpack.Encoder()
 
@@ -129,10 +131,33 @@ def delta(
     return Delta(entered, updated, left, np.union1d(remaining, keys[entered]).astype(held.dtype))
 
 
-def encode_delta(sub: int, change: ChangeSet, found: Delta, shape: Shape, key: str) -> bytes:
-    """The wire bytes of subscription ``sub``'s push of ``found`` (a no-update if it is empty)."""
+@dataclass(frozen=True)
+class Step:
+    """One seq's push for a view, from the keys its subscriber held before.
+
+    Attributes:
+        held: the sorted keys the subscriber holds after it.
+        body: the push's rows, or None for a no-update (nothing in the view changed).
+    """
+
+    held: Keys
+    body: Body | None
+
+
+def step(
+    change: ChangeSet,
+    view: Selecting,
+    shape: Shape,
+    held: Keys,
+    *,
+    key: str,
+    index: tuple[str, ...],
+) -> Step:
+    """The push of ``change`` for a view of this ``shape`` whose subscriber holds ``held``
+    (``key``, ``index``: the dataset's key and index columns)."""
+    found = delta(change, key, view, index, held)
     if not found.changes:
-        return _encoder.encode(NoUpdate(sub, change.epoch, change.seq, change.tick))
+        return Step(found.held, None)
     body = Body(
         keys=found.held,
         anchor=None,
@@ -142,7 +167,61 @@ def encode_delta(sub: int, change: ChangeSet, found: Delta, shape: Shape, key: s
         updated=_rows(change, found.updated, shape),
         left=encode_rows({key: found.left}),
     )
-    return encode_push(sub, Stamp(change.epoch, change.seq, change.tick, change.tick_time), body)
+    return Step(found.held, body)
+
+
+def encode_step(sub: int, change: ChangeSet, found: Step) -> bytes:
+    """The wire bytes of subscription ``sub``'s push (or no-update) of ``found``."""
+    if found.body is None:
+        return _encoder.encode(NoUpdate(sub, change.epoch, change.seq, change.tick))
+    stamp = Stamp(change.epoch, change.seq, change.tick, change.tick_time)
+    return encode_push(sub, stamp, found.body)
+
+
+class Steps:
+    """Recent steps by (change set, view, shape, keys held): ``every`` subscriptions with the same
+    view and transform at the same seq (an audience following one stream) share one delta and
+    one encoding of its rows; only the frame's subscription number differs.
+
+    Attributes:
+        computed: steps computed; shared: steps served from the memo instead.
+    """
+
+    def __init__(self, size: int = STEPS) -> None:
+        self.size = size
+        self.computed = 0
+        self.shared = 0
+        self._steps: OrderedDict[Hashable, Step] = OrderedDict()
+
+    def get(
+        self,
+        change: ChangeSet,
+        view: Selecting,
+        shape: Shape,
+        held: Keys,
+        *,
+        key: str,
+        index: tuple[str, ...],
+    ) -> Step:
+        """``step(...)``, computed once for equal arguments while it is remembered."""
+        stream = (change.epoch, change.seq, change.pure, change.whole)
+        token = (stream, view, shape, _content(held))
+        found = self._steps.get(token)
+        if found is not None:
+            self._steps.move_to_end(token)
+            self.shared += 1
+            return found
+        found = step(change, view, shape, held, key=key, index=index)
+        self.computed += 1
+        self._steps[token] = found
+        if len(self._steps) > self.size:
+            self._steps.popitem(last=False)
+        return found
+
+
+def _content(keys: Keys) -> Hashable:
+    """The keys themselves, hashable (equal for equal keys)."""
+    return tuple(keys.tolist()) if keys.dtype == object else (keys.dtype.str, keys.tobytes())
 
 
 def _rows(change: ChangeSet, positions: npt.NDArray[np.intp], shape: Shape) -> msgspec.Raw:

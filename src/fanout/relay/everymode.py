@@ -23,8 +23,8 @@ from fanout.relay.every import (
     ChangeSet,
     Cursor,
     History,
-    delta,
-    encode_delta,
+    Steps,
+    encode_step,
 )
 from fanout.relay.ingest import DatasetState, Intake
 from fanout.relay.planner import as_region
@@ -65,12 +65,14 @@ class EveryMode:
     scheduler: Scheduler
     counters: Counters
     histories: dict[str, History]
+    steps: Steps
     _curiosity: Iterator[int]
     _owed_resync: dict[SubKey, str]
     _horizons: dict[str, tuple[int, int]]  # dataset -> (epoch, seq) told upstream
 
     def _start_every(self) -> None:
         self.histories = {}
+        self.steps = Steps()
         self._curiosity = itertools.count(FIRST_CURIOSITY)
         self._owed_resync = {}
         self._horizons = {}
@@ -249,15 +251,16 @@ class EveryMode:
             if change is None:
                 sends.extend(self._ask(subscription.dataset, history, cursor))
                 break
-            found = delta(change, info.key, view, index, cursor.keys)
-            frame = encode_delta(subscription.sub, change, found, subscription.shape, info.key)
-            sends.append(Send(subscription.client, frame))
+            found = self.steps.get(
+                change, view, subscription.shape, cursor.keys, key=info.key, index=index
+            )
+            sends.append(Send(subscription.client, encode_step(subscription.sub, change, found)))
             cursor.seq, cursor.keys = change.seq, found.held
             pushed += 1
-            if found.changes:
-                self.counters.pushes += 1
-            else:
+            if found.body is None:
                 self.counters.no_updates += 1
+            else:
+                self.counters.pushes += 1
         return pushed
 
     def _ask(self, dataset: str, history: History, cursor: Cursor) -> list[Send]:
