@@ -13,6 +13,7 @@ from __future__ import annotations
 import itertools
 import math
 from collections.abc import Sequence
+from unittest.mock import patch
 
 import numpy as np
 import pytest
@@ -20,7 +21,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from fanout.errors import InvalidView
-from fanout.views import algebra
+from fanout.views import algebra, regioncover
 from fanout.views.algebra import bounding_box, covers, grow, residual
 from fanout.views.coverindex import CoverIndex
 from fanout.views.objects import ObjectPath
@@ -165,7 +166,10 @@ def test_covers_is_exact_for_boxes(data: st.DataObject) -> None:
         held += data.draw(tiling(view.grow(data.draw(st.sampled_from([0, 0.5]))), 4))
         if held and data.draw(st.booleans()):
             held.pop(data.draw(st.integers(0, len(held) - 1)))
-    assert covers(held, view) == exactly_covered(held, view)
+    # Grids up to the limit are checked cell by cell, larger ones vectorised: both, always.
+    limit = data.draw(st.sampled_from([0, regioncover._PLAIN_LIMIT, regioncover._GRID_LIMIT]))
+    with patch.object(regioncover, "_PLAIN_LIMIT", limit):
+        assert covers(held, view) == exactly_covered(held, view)
 
 
 @settings(max_examples=150, deadline=None)

@@ -24,6 +24,8 @@ bounding box:
 
 from __future__ import annotations
 
+import itertools
+import math
 from collections.abc import Iterator, Sequence
 from typing import TypeAlias
 
@@ -153,6 +155,10 @@ def _covers_primitive(index: CoverIndex, primitive: Primitive, depth: int | None
 
 #: Largest (held boxes x elementary cells) ``_boxes_cover`` builds; beyond it, ``_uncovered``.
 _GRID_LIMIT = 1 << 18
+#: Up to this many (held boxes x elementary cells), ``_boxes_cover`` checks the cells in plain
+#: Python: a view near a few tiles makes a grid of a handful of cells, where numpy's per-call
+#: cost would dominate.
+_PLAIN_LIMIT = 64
 
 
 def _boxes_cover(view: CellSolid, boxes: list[Solid]) -> bool | None:
@@ -160,25 +166,49 @@ def _boxes_cover(view: CellSolid, boxes: list[Solid]) -> bool | None:
 
     The edges of the boxes inside the view cut it into elementary cells; each box is a union
     of whole cells, so the boxes cover the view if and only if every cell lies inside one box.
-    On an axis where the view is flat its one cell is that coordinate. Vectorised: one
-    comparison per axis and box, so a view near a few dozen held tiles costs a few numpy
-    calls instead of a Python decomposition. None when the grid would exceed ``_GRID_LIMIT``.
+    On an axis where the view is flat its one cell is that coordinate. A box holding the whole
+    view decides at once; a small grid is checked cell by cell, a larger one vectorised (one
+    comparison per axis and box). None when the grid would exceed ``_GRID_LIMIT``.
     """
+    lo, hi = view.lo, view.hi
+    axes = range(len(lo))
+    if any(all(b.lo[a] <= lo[a] and hi[a] <= b.hi[a] for a in axes) for b in boxes):
+        return True
+    edges = [_edges(lo[a], hi[a], [c for b in boxes for c in (b.lo[a], b.hi[a])]) for a in axes]
+    size = len(boxes) * math.prod(len(axis) - 1 or 1 for axis in edges)
+    if size > _GRID_LIMIT:
+        return None
+    if size <= _PLAIN_LIMIT:
+        return all(
+            any(all(b.lo[a] <= c[a][0] and c[a][1] <= b.hi[a] for a in axes) for b in boxes)
+            for c in itertools.product(*(_spans(axis) for axis in edges))
+        )
+    return _grid_cover(edges, boxes)
+
+
+def _edges(start: float, stop: float, faces: list[float]) -> list[float]:
+    """The sorted cuts of ``[start, stop]``: its ends and the faces strictly inside."""
+    if start == stop:
+        return [start]
+    return sorted({start, stop, *(c for c in faces if start < c < stop)})
+
+
+def _spans(edges: list[float]) -> list[tuple[float, float]]:
+    """The elementary intervals between consecutive cuts (a flat axis: its one point)."""
+    if len(edges) == 1:
+        return [(edges[0], edges[0])]
+    return list(itertools.pairwise(edges))
+
+
+def _grid_cover(edges: list[list[float]], boxes: list[Solid]) -> bool:
+    """``_boxes_cover`` over its grid, vectorised."""
     low = np.array([box.lo for box in boxes], dtype=np.float64)
     high = np.array([box.hi for box in boxes], dtype=np.float64)
     inside: npt.NDArray[np.bool_] | None = None
-    dims = len(view.lo)
-    size = len(boxes)
-    for axis, (start, stop) in enumerate(zip(view.lo, view.hi, strict=True)):
-        if start == stop:
-            left = right = np.array([start])
-        else:
-            faces = {c for box in boxes for c in (box.lo[axis], box.hi[axis]) if start < c < stop}
-            ends = np.array(sorted({start, stop, *faces}), dtype=np.float64)
-            left, right = ends[:-1], ends[1:]
-        size *= len(left)
-        if size > _GRID_LIMIT:
-            return None
+    dims = len(edges)
+    for axis, cuts in enumerate(edges):
+        ends = np.array(cuts, dtype=np.float64)
+        left, right = (ends, ends) if len(ends) == 1 else (ends[:-1], ends[1:])
         holds = (low[:, axis, None] <= left) & (right <= high[:, axis, None])
         shape = [len(boxes)] + [1] * dims
         shape[1 + axis] = len(left)
