@@ -734,9 +734,10 @@ class RelayCore(EveryMode):
             if prim.unneeded_since is None:
                 prim.unneeded_since = now
             if now - prim.unneeded_since >= self.policy.grace:
+                # Spare: every view it touches stays covered by the other ready primitives,
+                # so no subscription's coverage changes (``_shrunk`` stays).
                 self.upstream.remove(prim.prim)
                 sends.append(Send(UPSTREAM, Release(prim.prim)))
-                self._shrunk += 1
                 released.append(prim)
         return released
 
