@@ -230,3 +230,35 @@ async def test_an_every_topic_subscription_gets_each_seq_once_and_resumes(deploy
     assert report.restarts == 0
     assert report.held == set(view.rows)
     assert report.delivered == report.last - report.first + 1  # every seq, once
+
+
+async def test_an_every_sql_subscription_gets_each_seq_of_its_projected_rows(deployment):
+    """Mode every over a row-by-row SQL view: the query's projected, computed rows, one update
+    per seq, in order; rows that stop matching or are deleted leave."""
+    publisher, relay = deployment
+    query = sql("SELECT order_id, amount * 2 AS doubled FROM orders WHERE customer = 'eve'")
+    expected: dict[int, float] = {}
+    updates: list[Update] = []
+    async with open_producer(publisher.url) as producer, connect(relay.url) as subscriber:
+        view = await subscriber.subscribe(query, dataset="orders", mode="every")
+        assert view.key == "order_id"
+        for number in range(100, 106):
+            customer = "eve" if number % 2 else "zed"
+            row = {"order_id": number, "customer": customer, "amount": float(number)}
+            await producer.publish("orders", rows=[row])
+            if customer == "eve":
+                expected[number] = 2.0 * number
+        await producer.publish(
+            "orders", rows=[{"order_id": 101, "customer": "zed", "amount": 1.0}], deletes=[103]
+        )
+        expected.pop(101)
+        expected.pop(103)
+
+        def doubled() -> dict[int, float]:
+            return {key: row["doubled"] for key, row in view.rows.items()}
+
+        await collect(view, updates, lambda: doubled() == expected)
+    seqs = [update.seq for update in updates]
+    assert seqs == list(range(seqs[0], seqs[0] + len(seqs)))  # every seq, once, in order
+    assert view.gaps == 0
+    assert all(set(row) == {"order_id", "doubled"} for row in view.rows.values())

@@ -271,14 +271,31 @@ def test_unneeded_primitives_are_released_and_their_rows_pruned() -> None:
     assert talk.core.datasets["sensors"].table.keys.tolist() == ["a/1"]
 
 
-def test_mode_every_is_refused_for_sql_views_and_served_for_topics_and_paths() -> None:
-    talk = Conversation()
-    (error,) = talk.subscribe(1, "orders", sql("SELECT * FROM orders"), mode="every")
+@pytest.mark.parametrize(
+    ("text", "reason"),
+    [
+        ("SELECT o.amount FROM orders o JOIN customers c ON o.customer = c.name", "several"),
+        ("SELECT DISTINCT customer FROM orders", "DISTINCT"),
+        ("SELECT * FROM orders ORDER BY amount LIMIT 3", "limits"),
+        ("SELECT DISTINCT ON (customer) * FROM orders ORDER BY customer, amount", "DISTINCT"),
+        ("SELECT * FROM orders OFFSET 2", "limits"),
+    ],
+)
+def test_mode_every_refuses_sql_views_that_do_not_decide_row_by_row(text, reason) -> None:
+    (error,) = Conversation().subscribe(1, "orders", sql(text), mode="every")
     assert isinstance(error, Error) and error.code == "invalid_view"
-    assert "mode 'latest'" in error.message
-    (topics,) = talk.subscribe(2, "sensors", topic("a/#"), mode="every")
-    (paths,) = talk.subscribe(3, "objects", path("/cars/.all"), mode="every")
-    assert isinstance(topics, Subscribed) and isinstance(paths, Subscribed)
+    assert reason in error.message and "mode 'latest'" in error.message
+
+
+def test_mode_every_serves_topics_paths_and_row_by_row_sql() -> None:
+    talk = Conversation()
+    query = sql("SELECT order_id, amount * 2 AS doubled FROM orders WHERE customer = 'ada'")
+    replies = [
+        talk.subscribe(1, "orders", query, mode="every"),
+        talk.subscribe(2, "sensors", topic("a/#"), mode="every"),
+        talk.subscribe(3, "objects", path("/cars/.all"), mode="every"),
+    ]
+    assert all(isinstance(reply, Subscribed) for (reply,) in replies)
 
 
 # -- the delta sequence of a keyed view against a brute-force oracle ---------------------------

@@ -46,6 +46,7 @@ from fanout.relay.upstream import Primitive, Upstream
 from fanout.views import View
 from fanout.views.entity import Entity
 from fanout.views.region import Box, RegionUnion, Relative, Sector, Sphere
+from fanout.views.sql import Sql
 from fanout.wire.messages import (
     Acquire,
     Batch,
@@ -347,6 +348,8 @@ class RelayCore(Serving):
         accepted = self.tableviews.check(
             request.view, request.transform, state, self.datasets, capabilities
         )
+        if request.mode == "every" and isinstance(request.view, Sql):
+            self.tableviews.check_every(request.view, self.datasets)
         return accepted.shape, accepted.key, accepted.columns
 
     def _acquire_view(

@@ -10,6 +10,9 @@ and the keys its subscriber holds; the push for seq ``s`` is computed from the c
 * an upserted row inside the view is *updated* if the subscriber holds its key, else *entered*;
 * an upserted row outside the view, or a deleted key, *left* if the subscriber holds it.
 
+A SQL view that decides row by row has its query run on the change set's rows alone
+(``rows_step``): the rows it returns are entered or updated, as the query projects them.
+
 So a subscriber resuming with its token — (epoch, seq, keys held) — can be continued by any relay
 that can get the change sets after that seq: from its window, or from the publisher's log.
 
@@ -23,7 +26,7 @@ from the publisher's log (``Curious`` -> ``Knowledge``: a micro-batch's whole ch
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Hashable, Mapping
+from collections.abc import Callable, Hashable, Mapping
 from dataclasses import dataclass, field
 
 import msgspec
@@ -31,7 +34,9 @@ import numpy as np
 import numpy.typing as npt
 
 from fanout.relay.pushes import NO_ROWS, Body, encode_push, encode_rows
+from fanout.relay.rows import encoded
 from fanout.relay.state import Array, Keys, Stamp
+from fanout.relay.tables import Result
 from fanout.relay.transforms import Shape, apply
 from fanout.views.members import Selecting, members
 from fanout.wire.messages import NoUpdate
@@ -170,6 +175,31 @@ def step(
     return Step(found.held, body)
 
 
+def rows_step(change: ChangeSet, result: Result, shape: Shape, held: Keys, *, key: str) -> Step:
+    """The push of ``change`` for a SQL view whose query, run on the change's rows alone, gave
+    ``result`` (``TableStore.evaluate_rows``): its rows are the query's, projected and
+    computed; a held key that changed to outside it, or was deleted, left."""
+    has = np.isin(result.keys, held)
+    entered, updated = np.flatnonzero(~has), np.flatnonzero(has)
+    changed = np.asarray(change.rows[key]) if change.rows else held[:0]
+    outside = changed[~np.isin(changed, result.keys)]
+    gone = np.asarray(change.deleted, dtype=held.dtype)
+    left = np.union1d(outside[np.isin(outside, held)], gone[np.isin(gone, held)])
+    after = np.union1d(held[~np.isin(held, left)], result.keys).astype(held.dtype)
+    if not (len(entered) or len(updated) or len(left)):
+        return Step(after, None)
+    body = Body(
+        keys=after,
+        anchor=None,
+        full=False,
+        changes=len(entered) + len(updated) + len(left),
+        entered=encoded(result.rows, entered, shape),
+        updated=encoded(result.rows, updated, shape),
+        left=encode_rows({key: left.astype(held.dtype)}),
+    )
+    return Step(after, body)
+
+
 def encode_step(sub: int, change: ChangeSet, found: Step) -> bytes:
     """The wire bytes of subscription ``sub``'s push (or no-update) of ``found``."""
     if found.body is None:
@@ -196,14 +226,13 @@ class Steps:
     def get(
         self,
         change: ChangeSet,
-        view: Selecting,
+        view: Hashable,
         shape: Shape,
         held: Keys,
-        *,
-        key: str,
-        index: tuple[str, ...],
+        compute: Callable[[], Step],
     ) -> Step:
-        """``step(...)``, computed once for equal arguments while it is remembered."""
+        """The step of ``change`` for ``view`` in ``shape`` from ``held``: ``compute()``,
+        called once for equal arguments while the step is remembered."""
         stream = (change.epoch, change.seq, change.pure, change.whole)
         token = (stream, view, shape, _content(held))
         found = self._steps.get(token)
@@ -211,7 +240,7 @@ class Steps:
             self._steps.move_to_end(token)
             self.shared += 1
             return found
-        found = step(change, view, shape, held, key=key, index=index)
+        found = compute()
         self.computed += 1
         self._steps[token] = found
         if len(self._steps) > self.size:

@@ -9,7 +9,7 @@ and tells the publisher the lowest seq its subscriptions still need (``Horizon``
 from __future__ import annotations
 
 import itertools
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import cast
 
 import numpy as np
@@ -23,14 +23,19 @@ from fanout.relay.every import (
     ChangeSet,
     Cursor,
     History,
+    Step,
     Steps,
     encode_step,
+    rows_step,
+    step,
 )
 from fanout.relay.ingest import DatasetState, Intake
 from fanout.relay.planner import as_region
-from fanout.relay.pushes import Body, cut, cut_positions, encode_push
+from fanout.relay.pushes import Body, Encodings, cut, cut_positions, encode_push
 from fanout.relay.scheduler import Scheduler
 from fanout.relay.sends import UPSTREAM, Counters, Send
+from fanout.relay.state import Array, Keys
+from fanout.relay.tables import Query, Result
 from fanout.relay.tableviews import TableViews
 from fanout.relay.transforms import InvalidTransform, Shape
 from fanout.relay.upstream import Upstream
@@ -38,6 +43,7 @@ from fanout.views.entity import Entity
 from fanout.views.members import SELECTING, Selecting
 from fanout.views.objects import ObjectPath
 from fanout.views.region import Relative
+from fanout.views.sql import Sql
 from fanout.views.topic import TopicFilter
 from fanout.wire.columns import decode_columns
 from fanout.wire.messages import (
@@ -62,6 +68,8 @@ class EveryMode:
     downstream: Downstream
     upstream: Upstream
     tableviews: TableViews
+    encodings: Encodings
+    _end: Callable[[Subscription], None]
     scheduler: Scheduler
     counters: Counters
     histories: dict[str, History]
@@ -179,15 +187,22 @@ class EveryMode:
             message = f"{owed}; the next push is the full view"
             sends.append(Send(subscription.client, Error("resync", message, ref=subscription.sub)))
         pushed = 0
-        if cursor is None:
-            body = self._full_view(subscription, state)
-            subscription.cursor = Cursor(stamp.epoch, stamp.seq, body.keys, stamp.seq)
-            sends.append(Send(subscription.client, encode_push(subscription.sub, stamp, body)))
-            pushed = 1
-        else:
-            if cursor.trusted_after is None:
-                cursor.trusted_after = self._complete_after(subscription, stamp.seq)
-            pushed = self._every_seqs(subscription, state.info, history, cursor, sends)
+        try:
+            if cursor is None:
+                body = self._full_view(subscription, state)
+                subscription.cursor = Cursor(stamp.epoch, stamp.seq, body.keys, stamp.seq)
+                sends.append(Send(subscription.client, encode_push(subscription.sub, stamp, body)))
+                pushed = 1
+            else:
+                if cursor.trusted_after is None:
+                    cursor.trusted_after = self._complete_after(subscription, stamp.seq)
+                pushed = self._every_seqs(subscription, state.info, history, cursor, sends)
+        except InvalidView as exc:  # a SQL view's query failed on the rows: it ends here
+            self._end(subscription)
+            return [
+                *sends,
+                Send(subscription.client, Error(exc.code, str(exc), ref=subscription.sub)),
+            ]
         current = subscription.cursor
         assert current is not None
         waiting = any(isinstance(send.frame, Curious) for send in sends) or (
@@ -205,8 +220,14 @@ class EveryMode:
         return sends
 
     def _full_view(self, subscription: Subscription, state: DatasetState) -> Body:
-        """The first push of an ``every`` subscription: its whole view, from the active state."""
+        """The first push of an ``every`` subscription: its whole view, from the active state.
+
+        Raises:
+            InvalidView: a SQL view's query failed on the relay's rows.
+        """
         view, buffer = subscription.view, state.buffer
+        if isinstance(view, Sql):
+            return self.tableviews.cut(subscription, self.datasets, self.encodings)[0]
         if isinstance(view, TopicFilter | ObjectPath):
             dataset = subscription.dataset
             positions = self.tableviews.positions(
@@ -218,13 +239,13 @@ class EveryMode:
     def _complete_after(self, subscription: Subscription, seq: int) -> int:
         """The seq after which this relay's batches hold every change inside the (servable)
         subscription's view: when the last ready primitive overlapping it became ready (for a
-        topic or path view, the last ready primitive of its dataset: a safe bound).
+        topic, path or SQL view, the last ready primitive of its dataset: a safe bound).
 
         A subscription resuming on a relay that kept covering its view while it was away
         continues from the relay's window; elsewhere, older seqs come from the publisher's log.
         """
         prims = [p for p in self.upstream.of(subscription.dataset) if p.ready]
-        if not isinstance(subscription.view, TopicFilter | ObjectPath):
+        if not isinstance(subscription.view, TopicFilter | ObjectPath | Sql):
             region = as_region(subscription.view)
             prims = [
                 p
@@ -244,16 +265,13 @@ class EveryMode:
         """Append the seqs after ``cursor`` that are at hand to ``sends`` (and curiosity for the
         first that is not); returns how many seqs went out."""
         assert cursor.trusted_after is not None
-        view, index = cast(Selecting, subscription.view), tuple(info.index_columns)
         pushed = 0
         while pushed < EVERY_BURST and cursor.seq < history.latest:
             change = history.get(cursor.seq + 1, cursor.trusted_after)
             if change is None:
                 sends.extend(self._ask(subscription.dataset, history, cursor))
                 break
-            found = self.steps.get(
-                change, view, subscription.shape, cursor.keys, key=info.key, index=index
-            )
+            found = self._step(subscription, info, change, cursor.keys)
             sends.append(Send(subscription.client, encode_step(subscription.sub, change, found)))
             cursor.seq, cursor.keys = change.seq, found.held
             pushed += 1
@@ -262,6 +280,35 @@ class EveryMode:
             else:
                 self.counters.pushes += 1
         return pushed
+
+    def _step(
+        self, subscription: Subscription, info: DatasetInfo, change: ChangeSet, held: Keys
+    ) -> Step:
+        """One seq's push for ``subscription`` (shared by identical ones: ``Steps``).
+
+        Raises:
+            InvalidView: a SQL view's query failed on the change's rows.
+        """
+        view, shape = subscription.view, subscription.shape
+        if isinstance(view, Sql):
+            infos = {name: state.info for name, state in self.datasets.items()}
+            query = self.tableviews.store.prepare(view, infos)
+
+            def compute() -> Step:
+                if not change.rows:
+                    return rows_step(change, _no_rows(query, held), shape, held, key=query.key)
+                result = self.tableviews.store.evaluate_rows(query, change.rows)
+                return rows_step(change, result, shape, held, key=query.key)
+
+            return self.steps.get(change, view, shape, held, compute)
+        selecting, index = cast(Selecting, view), tuple(info.index_columns)
+        return self.steps.get(
+            change,
+            view,
+            shape,
+            held,
+            lambda: step(change, selecting, shape, held, key=info.key, index=index),
+        )
 
     def _ask(self, dataset: str, history: History, cursor: Cursor) -> list[Send]:
         """Curiosity for the seqs after ``cursor`` that are not at hand (000/004: a NACK)."""
@@ -329,11 +376,10 @@ def every_cursor(
             "mode 'every' takes absolute views: a view relative to a moving entity is for mode"
             " 'latest'"
         )
-    if not isinstance(request.view, SELECTING):
+    if not isinstance(request.view, (*SELECTING, Sql)):
         raise InvalidView(
-            f"mode 'every' is served for region, topic and path views, not"
-            f" {type(request.view).__name__}: a SQL view's rows are a query's result over the"
-            " relay's tables; subscribe with mode 'latest'"
+            f"mode 'every' is served for region, topic, path and SQL views, not"
+            f" {type(request.view).__name__}"
         )
     if shape.relative_to is not None:
         raise InvalidTransform(
@@ -352,3 +398,9 @@ def every_cursor(
     except (ProtocolError, TypeError, ValueError) as exc:
         raise BadRequest(f"subscription {request.sub}: bad resume token: {exc}") from exc
     return Cursor(resume.epoch, resume.seq, keys)
+
+
+def _no_rows(query: Query, held: Keys) -> Result:
+    """The result of a query over no rows."""
+    empty: dict[str, Array] = {name: np.empty(0) for name in query.columns}
+    return Result(held[:0], np.empty(0, dtype=np.uint64), empty)

@@ -55,12 +55,13 @@ def cut_rows(result: Result, key: str, shape: Shape, held: HeldRows | None) -> B
         anchor=None,
         full=held is None,
         changes=len(entered) + len(updated) + len(left),
-        entered=_encoded(result.rows, entered, shape),
-        updated=_encoded(result.rows, updated, shape),
+        entered=encoded(result.rows, entered, shape),
+        updated=encoded(result.rows, updated, shape),
         left=encode_rows({key: left}),
     )
 
 
-def _encoded(rows: Mapping[str, Array], positions: Positions, shape: Shape) -> msgspec.Raw:
+def encoded(rows: Mapping[str, Array], positions: Positions, shape: Shape) -> msgspec.Raw:
+    """The rows at ``positions``, transformed for ``shape`` and encoded."""
     taken = {name: values[positions] for name, values in rows.items()}
     return encode_rows(apply(taken, shape, None) if len(positions) else {})

@@ -22,7 +22,7 @@ from fanout.relay.everymode import EveryMode
 from fanout.relay.ingest import DatasetState
 from fanout.relay.keyed import KeyedState
 from fanout.relay.planner import Region
-from fanout.relay.pushes import Body, Encodings, Held, cut, encode_push
+from fanout.relay.pushes import Body, Held, cut, encode_push
 from fanout.relay.sends import Send
 from fanout.relay.state import Stamp
 from fanout.relay.transforms import EntityNotHeld, Shape
@@ -38,14 +38,12 @@ TURN = 256
 class Serving(EveryMode):
     """The pushing half of ``RelayCore`` (whose stores and counters it uses)."""
 
-    encodings: Encodings
     _unsent: deque[Send]
     # Ready coverage only matters to servability: growth can only make unservable
     # subscriptions servable, shrinkage can break any.
     _grown: int
     _shrunk: int
     end_epoch: Callable[[], list[Send]]
-    _end: Callable[[Subscription], None]
 
     def serve(self, now: float, idle: Callable[[int], bool]) -> Generator[Send, None, None]:
         """The pushes due now, highest aged priority first (000: [0138]-[0146], Fig. 7).

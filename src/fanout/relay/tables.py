@@ -128,6 +128,9 @@ class TableStore:
 
     def __init__(self) -> None:
         self._db = duckdb.connect(":memory:")
+        # The same tables, empty: a query runs here on one micro-batch's changed rows only
+        # (``evaluate_rows``, for ``every`` subscriptions).
+        self._changes = duckdb.connect(":memory:")
         self._mirrors: dict[str, _Mirror] = {}
         self._names: dict[str, str] = {}  # table name as views spell it -> dataset
         self._queries: dict[Sql, Query] = {}
@@ -141,6 +144,7 @@ class TableStore:
             for name, wire in info.columns.items()
         )
         self._db.execute(f"CREATE OR REPLACE TABLE {_quote(info.name)} ({columns})")
+        self._changes.execute(f"CREATE OR REPLACE TABLE {_quote(info.name)} ({columns})")
         self._mirrors[info.name] = _Mirror(info)
         self._names[info.name.lower()] = info.name
         self._queries.clear()
@@ -295,6 +299,55 @@ class TableStore:
         result = _result(table, query)
         self._results[query.view] = (generations, result)
         return result
+
+    def row_by_row(self, query: Query) -> None:
+        """Check that the query decides each row on its own: a selection (and projection) of
+        one table, so that it can run on a micro-batch's changed rows (mode ``every``).
+
+        Raises:
+            InvalidView: it joins, is DISTINCT or limits rows. (SQL views never aggregate,
+                group, window or nest a query: ``views.sqlquery`` refuses those.)
+        """
+        select = sqlglot.parse_one(to_duckdb(query.view), read="duckdb")
+        found = [
+            what
+            for what, present in (
+                ("reads several tables", len(query.datasets) > 1 or select.find(exp.Join)),
+                ("is DISTINCT", select.args.get("distinct")),
+                ("limits rows", select.args.get("limit") or select.args.get("offset")),
+            )
+            if present
+        ]
+        if found:
+            raise InvalidView(
+                f"mode 'every' takes SQL views that select rows of one table one by one; this"
+                f" one {' and '.join(found)}: subscribe to it with mode 'latest'"
+            )
+
+    def evaluate_rows(self, query: Query, rows: Mapping[str, Array]) -> Result:
+        """The query's rows over ``rows`` alone, as its one table's content (``row_by_row``).
+
+        Raises:
+            InvalidView: DuckDB failed to run it on these rows.
+        """
+        (name,) = query.datasets
+        self._changes.execute("BEGIN TRANSACTION")
+        try:
+            columns = {column: pa.array(values) for column, values in rows.items()}
+            self._changes.register("__fanout_rows", pa.table(columns))
+            try:
+                self._changes.execute(
+                    f"INSERT INTO {_quote(name)} BY NAME SELECT * FROM __fanout_rows"
+                )
+            finally:
+                self._changes.unregister("__fanout_rows")
+            table = self._changes.sql(query.text).to_arrow_table()
+        except duckdb.Error as exc:
+            raise InvalidView(f"the query failed on the relay: {_first_line(exc)}") from exc
+        finally:
+            self._changes.execute("ROLLBACK")
+        self.counters.evaluations += 1
+        return _result(table, query)
 
     def forget(self, views: Sequence[Sql]) -> None:
         """Drop cached results except those of ``views`` (the views still subscribed)."""

@@ -118,6 +118,15 @@ class TableViews:
         shape = Shape(query.columns, transform.precision, transform.quantum, identity=identity)
         return Accepted(shape, query.key, list(query.columns))
 
+    def check_every(self, view: Sql, datasets: Mapping[str, DatasetState]) -> None:
+        """Check that a SQL view can be served in mode ``every`` (``TableStore.row_by_row``).
+
+        Raises:
+            InvalidView: its query does not decide each row on its own.
+        """
+        infos = {name: state.info for name, state in datasets.items()}
+        self.store.row_by_row(self.store.prepare(view, infos))
+
     def reads(self, dataset: str, view: View) -> tuple[str, ...]:
         """The datasets a view of ``dataset`` reads (a SQL join reads several)."""
         return tuple(sorted({name for name, _ in self._needs(dataset, view)}))
