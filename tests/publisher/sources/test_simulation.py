@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from dataclasses import replace
-
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -94,7 +92,7 @@ def test_tick_rows_carry_the_tick_and_its_time() -> None:
 
 def test_latest_offset_never_goes_back_and_respects_the_limits() -> None:
     params = SimulationParams(
-        agents=100, period=2, start_time=0.0, max_ticks_per_batch=5, max_ticks=12, emit="every"
+        agents=100, period=2, start_time=0.0, max_ticks_per_batch=5, max_ticks=12
     )
     reader = SimulationStreamReader(params)
     limit = reader.getDefaultReadLimit()
@@ -105,17 +103,6 @@ def test_latest_offset_never_goes_back_and_respects_the_limits() -> None:
     assert reader.latestOffset({"tick": 0}, ReadMaxRows(1)) == {"tick": 1}  # at least one tick
     future = SimulationStreamReader(SimulationParams(start_time=1e12))
     assert future.latestOffset({"tick": 42}, ReadAllAvailable()) == {"tick": 42}
-
-
-def test_emitting_latest_moves_catches_up_with_the_clock_when_a_period_fits_the_limit() -> None:
-    short = SimulationParams(agents=100, period=2, start_time=0.0, max_ticks_per_batch=5)
-    reader = SimulationStreamReader(replace(short, max_ticks=500))
-    limit = reader.getDefaultReadLimit()
-    assert reader.latestOffset({"tick": 3}, limit) == {"tick": 500}  # at most 100 rows: one batch
-    ids, _ = last_moves(short, 3, 500, 0, 100)
-    assert len(ids) <= limit.max_rows
-    long = SimulationStreamReader(replace(short, period=10, max_ticks=500))
-    assert long.latestOffset({"tick": 3}, long.getDefaultReadLimit()) == {"tick": 8}  # 5 ticks
 
 
 def test_options_round_trip_and_bad_options_are_named() -> None:

@@ -224,14 +224,9 @@ class SimulationStreamReader(DataSourceStreamReader):
     def latestOffset(self, start: dict[str, int], limit: ReadLimit) -> dict[str, int]:
         # Never move backwards (a restarted driver resumes at the committed tick) and never run
         # ahead of the wall clock; under a row limit, a catch-up after downtime stays bounded.
-        # Emitting each agent's latest move, a span of a whole period or more holds every agent
-        # once: if the limit admits that many rows, any span does, and the pipeline catches up
-        # with the clock in one micro-batch (after a slow first one, say).
         tick = math.floor((time.time() - self.params.start_time) * self.params.rate)
         if isinstance(limit, ReadMaxRows):
-            ticks = max(1, limit.max_rows // self._rows_per_tick())
-            if self.params.emit != "latest" or ticks < self.params.period:
-                tick = min(tick, start["tick"] + ticks)
+            tick = min(tick, start["tick"] + max(1, limit.max_rows // self._rows_per_tick()))
         if self.params.max_ticks:
             tick = min(tick, self.params.max_ticks)
         return {"tick": max(start["tick"], tick)}
