@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -125,3 +126,14 @@ def test_subscribe_routed_by_area_tries_the_relays_in_the_views_ranking() -> Non
     assert result.returncode != 0
     assert "Traceback" not in result.stderr
     assert result.stderr.startswith(f"relay {first}:")  # the view's first relay was tried first
+
+
+def test_the_demo_lets_a_micro_batch_take_a_minute_of_ticks_and_passes_it_on() -> None:
+    from fanout.cli import _parser, _simulation
+    from fanout.demo import DemoConfig, _publisher_args
+
+    demo = _simulation(_parser().parse_args(["demo"]))
+    publisher = _simulation(_parser().parse_args(["publisher", "--max-ticks-per-batch", "7"]))
+    assert (demo.max_ticks_per_batch, publisher.max_ticks_per_batch) == (600, 7)
+    args = _publisher_args(DemoConfig(simulation=demo), Path("/tmp/state"))
+    assert args[args.index("--max-ticks-per-batch") + 1] == "600"

@@ -139,6 +139,8 @@ def _publisher_args(config: DemoConfig, state_dir: Path) -> list[str]:
         str(sim.seed),
         "--period",
         str(sim.period),
+        "--max-ticks-per-batch",
+        str(sim.max_ticks_per_batch),
     ]
 
 
