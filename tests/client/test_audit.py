@@ -12,6 +12,7 @@ from fanout.client import Update
 from fanout.client.audit import audit
 from fanout.publisher.log import LogEntry, SqliteLog
 from fanout.views import Box
+from fanout.views.sql import parse as sql
 
 VIEW = Box((0, 0), (10, 10))
 # seq -> the micro-batch's whole change: key -> (x, y) or None for a delete
@@ -113,3 +114,30 @@ def test_a_full_push_after_a_resync_restarts_the_replay(log) -> None:
     assert report.clean, report.problems
     assert report.restarts == 1
     assert report.held == {2}
+
+
+def sql_update(seq: int, entered=(), updated=(), left=(), full: bool = False) -> Update:
+    def columns(rows) -> dict[str, np.ndarray]:
+        if not rows:
+            return {}
+        return {"id": np.array([k for k, _ in rows]), "s": np.array([s for _, s in rows])}
+
+    return Update(
+        1, 1, seq, 10 * seq, full, columns(entered), columns(updated), np.array(left), 0.0, 0.0
+    )
+
+
+def test_a_sql_view_is_audited_with_its_query_run_on_each_logged_change(log) -> None:
+    view = sql("SELECT id, x + y AS s FROM agents WHERE x < 10")
+    faithful = [
+        sql_update(0, entered=[(1, 2.0), (3, 10.0)], full=True),
+        sql_update(1, entered=[(2, 6.0)], updated=[(1, 4.0)]),
+        sql_update(2, left=[3]),  # deleted
+        sql_update(3, left=[1]),  # x = 30: no longer selected
+    ]
+    report = audit(faithful, view, key="id", index=(), log=log, dataset="agents")
+    assert report.clean, report.problems
+    assert report.held == {2}
+    wrong = [*faithful[:1], sql_update(1, entered=[(2, 6.0)], updated=[(1, 5.0)]), *faithful[2:]]
+    report = audit(wrong, view, key="id", index=(), log=log, dataset="agents")
+    assert report.mismatched == 1 and "rows [1]" in report.problems[0]

@@ -232,7 +232,7 @@ async def test_an_every_topic_subscription_gets_each_seq_once_and_resumes(deploy
     assert report.delivered == report.last - report.first + 1  # every seq, once
 
 
-async def test_an_every_sql_subscription_gets_each_seq_of_its_projected_rows(deployment):
+async def test_an_every_sql_subscription_gets_each_seq_of_its_projected_rows(deployment, tmp_path):
     """Mode every over a row-by-row SQL view: the query's projected, computed rows, one update
     per seq, in order; rows that stop matching or are deleted leave."""
     publisher, relay = deployment
@@ -262,3 +262,7 @@ async def test_an_every_sql_subscription_gets_each_seq_of_its_projected_rows(dep
     assert seqs == list(range(seqs[0], seqs[0] + len(seqs)))  # every seq, once, in order
     assert view.gaps == 0
     assert all(set(row) == {"order_id", "doubled"} for row in view.rows.values())
+    with SqliteLog(tmp_path / "state" / "log.db") as stored:
+        report = audit(updates, query, key="order_id", index=(), log=stored, dataset="orders")
+    assert report.clean, report.problems
+    assert report.held == set(view.rows)

@@ -16,13 +16,19 @@ first, or the one after an announced ``resync``) starts the replay again from it
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
+import pyarrow as pa
+
 from fanout.client.subscriber import Update
-from fanout.publisher.log import BatchLog
+from fanout.publisher.log import BatchLog, LogEntry
+from fanout.relay.tables import TableStore
 from fanout.views.members import Selecting, members
+from fanout.views.sql import Sql
+from fanout.wire.messages import DatasetInfo
 
 
 @dataclass
@@ -65,7 +71,7 @@ class Audit:
 
 def audit(
     updates: Sequence[Update],
-    view: Selecting,
+    view: Selecting | Sql,
     *,
     key: str,
     index: Sequence[str],
@@ -76,7 +82,8 @@ def audit(
 
     Args:
         updates: what the subscriber received, in order.
-        view: its view (a region, topic filter or object path).
+        view: its view (a region, topic filter, object path, or a SQL view of one table, whose
+            query is run on each logged change the way the relay runs it).
         key: the dataset's key column; index: its index columns (coordinates, topic, path).
         log: the publisher's log.
         dataset: the dataset's name.
@@ -87,10 +94,9 @@ def audit(
     seqs = [u.seq for u in updates]
     report.first, report.last = seqs[0], max(seqs)
     _count_order(updates, report)
-    changes = {
-        entry.seq: entry.rows.to_pydict()
-        for entry in log.read(dataset, updates[0].epoch, min(seqs), max(seqs))
-    }
+    entries = list(log.read(dataset, updates[0].epoch, min(seqs), max(seqs)))
+    select = _selector(view, key, tuple(index), dataset, entries)
+    changes = {entry.seq: entry.rows.to_pydict() for entry in entries}
     held: dict[Any, dict[str, Any]] = {}
     seen: set[int] = set()
     for update in updates:
@@ -102,12 +108,83 @@ def audit(
             report.mismatched += 1
             report.note(f"seq {update.seq}: not in the publisher's log")
             continue
-        problem = _replay(update, logged, view, (key, tuple(index)), held)
+        problem = _replay(update, logged, select(logged), key, held)
         if problem is not None:
             report.mismatched += 1
             report.note(f"seq {update.seq}: {problem}")
     report.held = set(held)
     return report
+
+
+Rows = dict[Any, dict[str, Any]]
+"""Rows by key, each a column -> value mapping."""
+
+
+def _selector(
+    view: Selecting | Sql,
+    key: str,
+    index: tuple[str, ...],
+    dataset: str,
+    entries: Sequence[LogEntry],
+) -> Callable[[dict[str, list[Any]]], Rows]:
+    """What of a logged change (columns -> values) the view selects, as its subscriber gets it:
+    the live rows it holds by key (a SQL view's: its query's rows)."""
+    if not isinstance(view, Sql):
+
+        def select(logged: dict[str, list[Any]]) -> Rows:
+            live = _live(logged, key)
+            if not live:
+                return {}
+            columns = {c: [row[c] for row in live.values()] for c in next(iter(live.values()))}
+            mask = members(view, columns, index).tolist()
+            return {k: row for (k, row), hit in zip(live.items(), mask, strict=True) if hit}
+
+        return select
+    if not entries:
+        return lambda logged: {}
+    schema = entries[0].rows.schema
+    info = DatasetInfo(
+        dataset,
+        key,
+        {f.name: _wire(f.type) for f in schema if not f.name.startswith("_")},
+        "sql",
+        [],
+    )
+    store = TableStore()
+    store.define(info)
+    query = store.prepare(view, {dataset: info})
+
+    def run(logged: dict[str, list[Any]]) -> Rows:
+        live = _live(logged, key)
+        if not live:
+            return {}
+        names = list(info.columns)
+        columns = {n: np.asarray([row[n] for row in live.values()]) for n in names}
+        result = store.evaluate_rows(query, columns)
+        lists = {name: values.tolist() for name, values in result.rows.items()}
+        return {
+            k: {name: lists[name][i] for name in lists} for i, k in enumerate(result.keys.tolist())
+        }
+
+    return run
+
+
+def _live(logged: dict[str, list[Any]], key: str) -> Rows:
+    """The logged change's upserted rows by key (internal columns dropped)."""
+    deleted = logged.get("_deleted") or [False] * len(logged[key])
+    names = [c for c in logged if not c.startswith("_")]
+    return {
+        k: {c: logged[c][i] for c in names}
+        for i, (k, gone) in enumerate(zip(logged[key], deleted, strict=True))
+        if not gone
+    }
+
+
+def _wire(kind: pa.DataType) -> str:
+    """A logged column's wire dtype (``DatasetInfo.columns``)."""
+    if pa.types.is_string(kind) or pa.types.is_large_string(kind):
+        return "str"
+    return str(np.dtype(kind.to_pandas_dtype()).str)
 
 
 def _count_order(updates: Sequence[Update], report: Audit) -> None:
@@ -131,41 +208,29 @@ def _count_order(updates: Sequence[Update], report: Audit) -> None:
 def _replay(
     update: Update,
     logged: dict[str, list[Any]],
-    view: Selecting,
-    columns: tuple[str, tuple[str, ...]],
-    held: dict[Any, dict[str, Any]],
+    selected: Rows,
+    key: str,
+    held: Rows,
 ) -> str | None:
-    """Check one update against its seq's logged change and apply it to ``held``.
-
-    ``columns`` is (the key column, the index columns).
-    """
-    key, index = columns
-    deleted = logged.get("_deleted") or [False] * len(logged[key])
-    changed = {
-        k: {c: logged[c][i] for c in logged if not c.startswith("_")}
-        for i, k in enumerate(logged[key])
-    }
+    """Check one update against its seq's logged change (``selected``: the rows of it the view
+    holds) and apply it to ``held``."""
     entered, updated = _rows(update.entered, key), _rows(update.updated, key)
     left = set(update.left.tolist())
     if update.full:
         held.clear()
         held.update(entered)
-        wrong = [k for k, row in entered.items() if k in changed and not _same(row, changed[k])]
+        wrong = [k for k, row in entered.items() if k in selected and not _same(row, selected[k])]
         return f"full push rows {wrong[:5]} differ from the log" if wrong else None
-    gone = {k for k, flag in zip(logged[key], deleted, strict=True) if flag}
-    names = next(iter(changed.values()), {})
-    rows = {c: [row[c] for row in changed.values()] for c in names}
-    mask: list[bool] = members(view, rows, index).tolist() if changed else []
-    inside = {k for k, hit in zip(changed, mask, strict=True) if hit and k not in gone}
+    inside = set(selected)
     expect_entered, expect_updated = inside - set(held), inside & set(held)
-    expect_left = {k for k in changed if k in held and k not in inside}
+    expect_left = {k for k in logged[key] if k in held and k not in inside}
     if (set(entered), set(updated), left) != (expect_entered, expect_updated, expect_left):
         return (
             f"entered {sorted(set(entered) ^ expect_entered)[:5]}, updated"
             f" {sorted(set(updated) ^ expect_updated)[:5]}, left"
             f" {sorted(left ^ expect_left)[:5]} differ from the log"
         )
-    wrong = [k for k, row in {**entered, **updated}.items() if not _same(row, changed[k])]
+    wrong = [k for k, row in {**entered, **updated}.items() if not _same(row, selected[k])]
     for k in left:
         del held[k]
     held.update(entered)
