@@ -85,9 +85,26 @@ def test_max_cosine_bounds_every_direction_into_the_cell(data: st.DataObject) ->
     # ...and is attained, on the cell's surface: dense sampling there gets close to it.
     holds_apex = all(low <= a <= high for low, a, high in zip(lo, apex, hi, strict=True))
     if not holds_apex:
-        surface = face_points(lo, hi) - np.array(apex)
+        surface = np.concatenate([face_points(lo, hi), near_points(apex, lo, hi)])
+        surface -= np.array(apex)
         lengths = np.linalg.norm(surface, axis=1)
         assert ((surface @ np.array(axis)) / lengths).max() >= bound - 0.02
+
+
+def near_points(
+    apex: tuple[float, ...], lo: tuple[float, ...], hi: tuple[float, ...]
+) -> np.ndarray:
+    """Points of a cell around its point nearest ``apex``, at distances from 1e-12 up.
+
+    An apex a hair's breadth from a cell (1e-9, say) sees the cell's part near it under wide
+    angles that only points as close as that show: face and edge samples miss them.
+    """
+    rng = np.random.default_rng(3)
+    nearest = np.clip(apex, lo, hi)
+    directions = rng.normal(size=(300, 40, len(lo)))
+    directions /= np.linalg.norm(directions, axis=2, keepdims=True)
+    radii = np.geomspace(1e-12, 20.0, 300)[:, None, None]
+    return np.clip(nearest + radii * directions, lo, hi).reshape(-1, len(lo))
 
 
 def face_points(lo: tuple[float, ...], hi: tuple[float, ...]) -> np.ndarray:
@@ -151,3 +168,14 @@ def test_merge_and_subtract_keep_the_union() -> None:
     assert cells.merge([(tuple(map(float, lo)), tuple(map(float, hi))) for lo, hi in grid]) == [
         ((0.0, 0.0), (3.0, 2.0))
     ]
+
+
+def test_max_cosine_is_attained_next_to_a_cell_a_hair_away() -> None:
+    # Found by Hypothesis: a segment 1e-9 from the apex, whose widest angle is 4e-10 along it.
+    axis = (0.36353657, 0.86429949, 0.34760259)
+    norm = math.sqrt(sum(a * a for a in axis))
+    axis = tuple(a / norm for a in axis)
+    apex, lo, hi = (0.0, 0.0, 0.0), (0.0, 1e-9, 0.0), (0.0, 1e-9, 1.0)
+    bound = _max_cosine(axis, apex, lo, hi)
+    surface = near_points(apex, lo, hi) - np.array(apex)
+    assert ((surface @ np.array(axis)) / np.linalg.norm(surface, axis=1)).max() >= bound - 0.02
