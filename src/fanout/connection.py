@@ -44,7 +44,9 @@ class Outbound:
 
     Attributes:
         sent: frames written so far.
+        sent_bytes: bytes of those frames (WebSocket framing not counted).
         overflowed: whether the queue ever filled (the connection was then closed).
+        closed_for: why ``close`` closed the connection, if it did.
     """
 
     def __init__(
@@ -56,7 +58,9 @@ class Outbound:
         self._on_idle = on_idle
         self._loop = asyncio.get_running_loop()
         self.sent = 0
+        self.sent_bytes = 0
         self.overflowed = False
+        self.closed_for: str | None = None
         self._writer: asyncio.Task[None] | None = None
         self._drained = asyncio.Event()
 
@@ -120,6 +124,7 @@ class Outbound:
         websocket.protocol.send_binary(data)
         websocket.send_data()
         self.sent += 1
+        self.sent_bytes += len(data)
         if _paused(websocket):  # the kernel did not take it all: wait for the transport
             self._writing_since = self._loop.time()
             self._queue.put_nowait(_DRAIN)
@@ -129,6 +134,7 @@ class Outbound:
     def close(self, reason: str) -> None:
         """Close the connection with a policy-violation code and ``reason``."""
         log.warning("closing %s: %s", self._websocket.remote_address, reason)
+        self.closed_for = reason
         self._loop.create_task(self._websocket.close(POLICY_VIOLATION, reason))
 
     async def put(self, data: bytes) -> None:
@@ -152,6 +158,7 @@ class Outbound:
                     self._writing_since = self._loop.time()
                     await self._websocket.send(data)
                     self.sent += 1
+                    self.sent_bytes += len(data)
                 self._writing_since = None
                 if self._queue.empty():
                     self._drained.set()

@@ -18,6 +18,7 @@ from websockets.asyncio.client import connect as ws_connect
 from fanout.client import SubscriptionError, connect
 from fanout.client.publisher import open_reader
 from fanout.launch import Child
+from fanout.metrics import scrape
 from fanout.views import Box, Relative, Sphere
 from fanout.views.entity import Entity
 from fanout.wire import codec
@@ -55,6 +56,30 @@ async def test_two_subscribers_see_exactly_the_publishers_state(
                 assert rows == expected_rows(state, region)
                 assert rows, "a view of a populated region should not be empty"
         assert box.dropped == 0
+
+
+async def test_the_publisher_and_the_relay_answer_get_metrics(
+    publisher: Child, relay: Child
+) -> None:
+    async with connect(relay.url) as subscriber:
+        view = await subscriber.subscribe(Box((200, 200), (450, 450)))
+        await settle(view, 2)
+        relay_side = await asyncio.to_thread(scrape, *address(relay.url))
+        publisher_side = await asyncio.to_thread(scrape, *address(publisher.url))
+    assert relay_side["fanout_relay_subscriptions"] >= 1
+    assert relay_side["fanout_relay_pushes_total"] >= 2
+    assert relay_side["fanout_relay_primitives"] >= 1
+    assert publisher_side["fanout_publisher_relays"] >= 1
+    assert publisher_side['fanout_publisher_micro_batches_total{dataset="agents"}'] >= 2
+    assert publisher_side['fanout_publisher_tick{dataset="agents"}'] > 0
+    assert publisher_side['fanout_publisher_stage_ms{dataset="agents",stage="state+match"}'] > 0
+    relays = [k for k in publisher_side if k.startswith("fanout_publisher_relay_bytes_sent")]
+    assert relays and all(publisher_side[k] > 0 for k in relays)
+
+
+def address(url: str) -> tuple[str, int]:
+    host, port = url.removeprefix("ws://").rsplit(":", 1)
+    return host, int(port)
 
 
 async def test_a_subscriber_follows_an_agent_with_a_relative_sphere(

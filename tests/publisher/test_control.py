@@ -16,6 +16,7 @@ import pytest
 from websockets.asyncio.client import ClientConnection, connect
 
 from fanout.errors import BadRequest, InvalidView
+from fanout.metrics import Sample, scrape
 from fanout.publisher.control import ControlPlane
 from fanout.publisher.log import Gap, LogGap
 from fanout.publisher.registry import Registry
@@ -70,6 +71,9 @@ class FakeDatasets:
         if not isinstance(view, Box):
             raise InvalidView("boxes only here")
         return view
+
+    def samples(self) -> list[Sample]:
+        return [Sample("publisher_seq", "gauge", "Last seq.", 7, {"dataset": "agents"})]
 
     def read(self, name: str, view: View, tick: int) -> tuple[int, pa.Table]:
         if tick > 100:
@@ -161,6 +165,36 @@ async def test_acquire_is_checked_and_recorded(control) -> None:
     assert isinstance(second, Error) and second.ref == 2 and "already held" in second.message
     assert plane.registry.plan("agents").prims == {1: {2: Box((0, 0), (1, 1))}}
     await relay.close()
+
+
+async def test_metrics_count_each_relays_frames_bytes_and_primitives(control) -> None:
+    plane, _, url = control
+    websocket = await connect(url)
+    await websocket.send(codec.encode(Hello(PROTOCOL_VERSION, "relay", name="east")))
+    received = [await websocket.recv(), await websocket.recv()]  # welcome, catalog
+    await websocket.send(codec.encode(Acquire(1, "agents", Box((0, 0), (1, 1)))))
+    await websocket.send(codec.encode(Acquire(2, "agents", Box((1, 1), (2, 2)))))
+    for _ in range(500):  # the acquires are applied as they arrive; no reply to wait for
+        if len(plane.registry.plan("agents").prims.get(1, {})) == 2:
+            break
+        await asyncio.sleep(0.01)
+    plane._offer_all({1: ("agents", 1, False, codec.encode(batch(1)))})
+    received.append(await websocket.recv())
+    scraped = await asyncio.to_thread(scrape, "127.0.0.1", plane.port)
+    relay = '{name="east",relay="1"}'
+    assert scraped["fanout_publisher_relays"] == 1
+    assert scraped[f"fanout_publisher_relay_primitives{relay}"] == 2
+    assert scraped[f"fanout_publisher_relay_frames_sent_total{relay}"] == 3
+    assert scraped[f"fanout_publisher_relay_bytes_sent_total{relay}"] == sum(map(len, received))
+    assert scraped['fanout_publisher_seq{dataset="agents"}'] == 7  # the datasets' own
+    await websocket.close()
+    for _ in range(50):
+        after = await asyncio.to_thread(scrape, "127.0.0.1", plane.port)
+        if after["fanout_publisher_relays"] == 0:
+            break
+        await asyncio.sleep(0.1)
+    assert f"fanout_publisher_relay_bytes_sent_total{relay}" not in after
+    assert after["fanout_publisher_bytes_sent_total"] >= sum(map(len, received))
 
 
 async def test_a_relays_horizon_holds_the_log_until_released(control) -> None:

@@ -5,6 +5,9 @@ It runs its own asyncio loop on a thread beside Spark's driver. Spark's micro-ba
 it finished batches (``deliver``), which it queues per relay; a relay whose queue fills is closed
 as a slow consumer (it reconnects and re-acquires, getting fresh snapshots) rather than making the
 pipeline wait for it.
+
+An HTTP ``GET /metrics`` on the same port is answered with what was written to each relay and
+the datasets' figures (``fanout.metrics``).
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ import pyarrow as pa
 from websockets.asyncio.server import ServerConnection, serve
 from websockets.exceptions import ConnectionClosed
 
+from fanout import metrics
 from fanout.connection import Outbound
 from fanout.errors import FanoutError
 from fanout.publisher.log import LogGap
@@ -72,6 +76,9 @@ class Datasets(Protocol):
     def knowledge(self, name: str, epoch: int, req: int, first: int, last: int) -> list[Knowledge]:
         """Logged micro-batches for a curious relay (blocking; raises BadRequest/LogGap)."""
 
+    def samples(self) -> list[metrics.Sample]:
+        """The datasets' figures for ``GET /metrics``."""
+
 
 #: Live batches held back for one relay while it is replayed to, before it is cut off.
 HELD_BACK_LIMIT = 1024
@@ -93,6 +100,10 @@ class ControlPlane:
         self.queue_limit = queue_limit
         self.port: int | None = None
         self._relays: dict[int, Outbound] = {}
+        #: Every open connection (relays, readers, producers), and what closed ones wrote.
+        self._open: set[Outbound] = set()
+        self._closed_sent = (0, 0)
+        self._slow_closed = 0
         #: Live batches for relays still being replayed to, sent once the replay is done.
         self._held_back: dict[int, list[tuple[str, int, bytes]]] = {}
         #: relay -> dataset -> the last seq it had applied when it (re)connected, or replayed.
@@ -108,7 +119,13 @@ class ControlPlane:
         self._loop = asyncio.get_running_loop()
         self._stop = asyncio.Event()
         async with serve(
-            self._handle, host, port, max_size=MAX_INBOUND, compression=None, write_limit=1 << 20
+            self._handle,
+            host,
+            port,
+            max_size=MAX_INBOUND,
+            compression=None,
+            write_limit=1 << 20,
+            process_request=metrics.route(self.samples),
         ) as server:
             self.port = next(iter(server.sockets)).getsockname()[1]
             log.info("control plane listening on ws://%s:%d", host, self.port)
@@ -142,6 +159,61 @@ class ControlPlane:
             self._loop.call_soon_threadsafe(self._stop.set)
         if self._thread is not None:
             self._thread.join(timeout=10)
+
+    # -- metrics -----------------------------------------------------------------------------
+
+    def samples(self) -> list[metrics.Sample]:
+        """What ``GET /metrics`` on the control plane's port answers."""
+        frames, sent = self._closed_sent
+        held = self.registry.held()
+        out = [
+            metrics.Sample("publisher_relays", "gauge", "Relays connected now.", len(self._relays)),
+            metrics.Sample(
+                "publisher_frames_sent",
+                "counter",
+                "Frames written to every connection (relays, readers, producers).",
+                frames + sum(outbound.sent for outbound in self._open),
+            ),
+            metrics.Sample(
+                "publisher_bytes_sent",
+                "counter",
+                "Bytes of frames written to every connection (WebSocket framing not counted).",
+                sent + sum(outbound.sent_bytes for outbound in self._open),
+            ),
+            metrics.Sample(
+                "publisher_slow_consumers_closed",
+                "counter",
+                "Connections closed as slow consumers.",
+                self._slow_closed + sum(o.closed_for is not None for o in self._open),
+            ),
+        ]
+        for relay, outbound in self._relays.items():
+            name, primitives = held.get(relay, ("", 0))
+            labels = {"relay": str(relay), "name": name}
+            out += [
+                metrics.Sample(
+                    "publisher_relay_frames_sent",
+                    "counter",
+                    "Frames written to one relay (batches, replies).",
+                    outbound.sent,
+                    labels,
+                ),
+                metrics.Sample(
+                    "publisher_relay_bytes_sent",
+                    "counter",
+                    "Bytes of frames written to one relay.",
+                    outbound.sent_bytes,
+                    labels,
+                ),
+                metrics.Sample(
+                    "publisher_relay_primitives",
+                    "gauge",
+                    "Primitives one relay holds now.",
+                    primitives,
+                    labels,
+                ),
+            ]
+        return out + self.datasets.samples()
 
     # -- delivery (called from Spark's thread) ----------------------------------------------
 
@@ -184,6 +256,7 @@ class ControlPlane:
         outbound = Outbound(websocket, self.queue_limit)
         relay: int | None = None
         replay: asyncio.Task[None] | None = None
+        self._open.add(outbound)
         outbound.start()
         try:
             async for message in websocket:
@@ -215,6 +288,10 @@ class ControlPlane:
                 self.registry.drop_relay(relay)
                 log.info("relay %d disconnected", relay)
             await outbound.finish()
+            self._open.discard(outbound)
+            frames, sent = self._closed_sent
+            self._closed_sent = (frames + outbound.sent, sent + outbound.sent_bytes)
+            self._slow_closed += outbound.closed_for is not None
 
     def _welcome(self, role: str, name: str, outbound: Outbound) -> int | None:
         catalog = Catalog(datasets=self.datasets.infos())

@@ -182,6 +182,9 @@ class Pipeline:
         self.history: deque[tuple[int, int]] = deque(maxlen=HISTORY)
         #: milliseconds per stage of the last micro-batch (see ``StageClock``).
         self.last_stages: dict[str, float] = {}
+        #: micro-batches delivered, and the changed rows they carried, since the process started.
+        self.micro_batches = 0
+        self.rows_changed = 0
 
     def start(self, trigger_seconds: float = 0.0) -> StreamingQuery:
         """Start the streaming query (returns at once; Spark runs it in the background).
@@ -249,6 +252,8 @@ class Pipeline:
             if reread:
                 changes.unpersist()
         self.last_stages = clock.stages
+        self.micro_batches += 1
+        self.rows_changed += len(changed)
         log.info(
             "%s batch %d tick %d: %d changed, %d relays; %s",
             self.dataset.name,

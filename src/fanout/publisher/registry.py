@@ -113,6 +113,11 @@ class Registry:
             else:
                 entry.horizons[(dataset, epoch)] = seq
 
+    def held(self) -> dict[int, tuple[str, int]]:
+        """relay -> (its name, how many primitives it holds)."""
+        with self._lock:
+            return {relay: (e.name, len(e.prims)) for relay, e in self._relays.items()}
+
     def floor(self) -> dict[tuple[str, int], int]:
         """(dataset, epoch) -> the lowest seq a connected relay still needs (the log's
         ``Retention.floor``)."""

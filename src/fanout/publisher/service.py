@@ -10,6 +10,7 @@ import numpy as np
 import pyarrow as pa
 
 from fanout.errors import InvalidView
+from fanout.metrics import Sample
 from fanout.publisher.pipeline import Pipeline
 from fanout.publisher.replay import LoggedStream
 from fanout.views import View
@@ -40,6 +41,48 @@ class DatasetService:
             serving = ", ".join(self.pipelines) or "none"
             raise InvalidView(f"unknown dataset {name!r} (serving: {serving})")
         return pipeline
+
+    def samples(self) -> list[Sample]:
+        """Each dataset's figures for ``GET /metrics`` (``fanout.metrics``)."""
+        out = []
+        for name, pipeline in self.pipelines.items():
+            labels = {"dataset": name}
+            seq = pipeline.history[-1][1] if pipeline.history else -1
+            out += [
+                Sample(
+                    "publisher_micro_batches",
+                    "counter",
+                    "Micro-batches delivered since the process started.",
+                    pipeline.micro_batches,
+                    labels,
+                ),
+                Sample(
+                    "publisher_rows_changed",
+                    "counter",
+                    "Changed rows those micro-batches carried.",
+                    pipeline.rows_changed,
+                    labels,
+                ),
+                Sample("publisher_seq", "gauge", "Seq of the last micro-batch.", seq, labels),
+                Sample(
+                    "publisher_tick",
+                    "gauge",
+                    "Tick of the last micro-batch.",
+                    pipeline.tick,
+                    labels,
+                ),
+            ]
+            out += [
+                Sample(
+                    "publisher_stage_ms",
+                    "gauge",
+                    "Milliseconds each stage of the last micro-batch took.",
+                    ms,
+                    {"dataset": name, "stage": stage},
+                )
+                for stage, ms in pipeline.last_stages.items()
+            ]
+        return out
 
     def check(self, name: str, view: View) -> View:
         """The primitive a relay may hold for ``view`` of dataset ``name``.

@@ -12,6 +12,9 @@ Tasks (one ``TaskGroup`` owns them all, STYLE.md rule 5):
   aging, for the next round;
 * housekeeping: releases spare primitives and disconnects subscribers that stopped reading.
 
+An HTTP ``GET /metrics`` on the subscriber port is answered with the relay's counters
+(``relay.metrics``, ``fanout.metrics``) instead of a WebSocket handshake.
+
 Slow consumers (STYLE.md rule 4): a subscriber is only pushed to when its connection has written
 everything before, so its queue holds at most one push (plus small control frames) and a slow
 reader gets fewer, larger deltas — latest-value coalescing, counted per subscription. One that
@@ -35,9 +38,11 @@ from websockets.asyncio.client import connect
 from websockets.asyncio.server import ServerConnection, serve
 from websockets.exceptions import ConnectionClosed
 
+from fanout import metrics
 from fanout.connection import Outbound
 from fanout.errors import ProtocolError
 from fanout.relay.core import UPSTREAM, RelayCore, Send
+from fanout.relay.metrics import relay_samples
 from fanout.relay.planner import Policy
 from fanout.relay.scheduler import AGING
 from fanout.wire import codec
@@ -109,6 +114,10 @@ class RelayServer:
         self._writer = concurrent.futures.ThreadPoolExecutor(1, "relay-writer")
         self._wake = asyncio.Event()
         self._upstream_ready = asyncio.Event()
+        #: (frames, bytes) written to subscriber connections since closed.
+        self._closed_sent = (0, 0)
+        self._slow_closed = 0
+        self._finishing: set[Outbound] = set()
 
     async def run(self, ready: Callable[[int], None] | None = None) -> None:
         """Serve until cancelled; ``ready(port)`` is called once serving and connected upstream."""
@@ -123,6 +132,7 @@ class RelayServer:
                     # Paused as soon as the kernel leaves bytes in the transport: a connection
                     # is idle (may take the next push) only when it has written everything.
                     write_limit=0,
+                    process_request=metrics.route(self.samples),
                 ) as server,
                 asyncio.TaskGroup() as tasks,
             ):
@@ -141,6 +151,19 @@ class RelayServer:
                     ready(self.port)
         finally:
             self._writer.shutdown(wait=True)  # the upstream task waited for its last write
+
+    def samples(self) -> list[metrics.Sample]:
+        """What ``GET /metrics`` on the relay's port answers (``relay.metrics``)."""
+        frames, sent = self._closed_sent
+        live = [*self._clients.values(), *self._finishing]
+        return relay_samples(
+            self.core.stats(),
+            connections=len(self._clients),
+            upstream_connected=self._upstream is not None,
+            frames_sent=frames + sum(outbound.sent for outbound in live),
+            bytes_sent=sent + sum(outbound.sent_bytes for outbound in live),
+            slow_closed=self._slow_closed + sum(o.closed_for is not None for o in live),
+        )
 
     # -- dispatch ------------------------------------------------------------------------
 
@@ -189,7 +212,12 @@ class RelayServer:
             self.core.on_disconnect(client)
             self._connected.discard(client)
             del self._clients[client]
+            self._finishing.add(outbound)  # still counted by ``samples`` while it finishes
             await outbound.finish()
+            self._finishing.discard(outbound)
+            frames, sent = self._closed_sent
+            self._closed_sent = (frames + outbound.sent, sent + outbound.sent_bytes)
+            self._slow_closed += outbound.closed_for is not None
 
     def _on_writable(self, client: int) -> None:
         if self.core.on_writable(client):

@@ -1,0 +1,112 @@
+"""``GET /metrics``: a relay's and a publisher's counters in Prometheus' text format.
+
+Both already listen on a WebSocket port; an HTTP ``GET /metrics`` on that same port is answered
+instead of being upgraded (websockets' ``process_request`` hook), so a Prometheus server, or
+``curl``, reads them where the process already listens. Any other plain HTTP request gets
+websockets' own answer (426: a WebSocket is expected).
+
+The process says what it measures as :class:`Sample` values, read afresh at each request
+(nothing is sampled between requests); ``prometheus_client`` turns them into the exposition
+format.
+"""
+
+from __future__ import annotations
+
+import urllib.request
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from dataclasses import dataclass, field
+from http import HTTPStatus
+from typing import Literal
+
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4, generate_latest
+from prometheus_client.parser import text_string_to_metric_families
+from prometheus_client.registry import Collector, CollectorRegistry
+from websockets.asyncio.server import ServerConnection
+from websockets.http11 import Request, Response
+
+PATH = "/metrics"
+
+
+@dataclass(frozen=True)
+class Sample:
+    """One value of one metric.
+
+    Attributes:
+        name: the metric's name without the ``fanout_`` prefix (a counter's without ``_total``).
+        kind: ``counter`` (only grows while the process runs) or ``gauge``.
+        help: what it counts.
+        value: its value now.
+        labels: label name -> value (e.g. which relay).
+    """
+
+    name: str
+    kind: Literal["counter", "gauge"]
+    help: str
+    value: float
+    labels: Mapping[str, str] = field(default_factory=dict)
+
+
+def render(samples: Iterable[Sample]) -> bytes:
+    """The samples in Prometheus' text exposition format, one family per name."""
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(_Samples(list(samples)))
+    return generate_latest(registry)
+
+
+def route(
+    samples: Callable[[], Iterable[Sample]],
+) -> Callable[[ServerConnection, Request], Response | None]:
+    """A websockets ``process_request`` hook answering ``GET /metrics`` with ``samples()``."""
+
+    def process_request(connection: ServerConnection, request: Request) -> Response | None:
+        if request.path.split("?", 1)[0] != PATH:
+            return None  # a WebSocket handshake (or websockets' 426 for plain HTTP)
+        response = connection.respond(HTTPStatus.OK, render(samples()).decode())
+        # ``respond``'s plain text becomes the format's own type: version 0.0.4, which every
+        # Prometheus reads (all fanout's metric names are plain ones, the same in 1.0.0).
+        del response.headers["Content-Type"]
+        response.headers["Content-Type"] = CONTENT_TYPE_PLAIN_0_0_4
+        return response
+
+    return process_request
+
+
+def scrape(host: str, port: int, timeout: float = 10.0) -> dict[str, float]:
+    """Read a relay's or a publisher's ``GET /metrics`` (blocking).
+
+    Returns:
+        Each sample's value by its name as exposed, with its labels in sorted order:
+        ``fanout_relay_pushes_total``,
+        ``fanout_publisher_relay_bytes_sent_total{name="a",relay="1"}``.
+    """
+    with urllib.request.urlopen(f"http://{host}:{port}{PATH}", timeout=timeout) as response:
+        text = response.read().decode()
+    values = {}
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            labels = ",".join(f'{k}="{v}"' for k, v in sorted(sample.labels.items()))
+            values[f"{sample.name}{{{labels}}}" if labels else sample.name] = sample.value
+    return values
+
+
+class _Samples(Collector):
+    def __init__(self, samples: list[Sample]) -> None:
+        self._samples = samples
+
+    def collect(self) -> Iterator[Metric]:
+        families: dict[str, CounterMetricFamily | GaugeMetricFamily] = {}
+        for sample in self._samples:
+            family = families.get(sample.name)
+            if family is None:
+                family = _family(sample)
+                families[sample.name] = family
+            family.add_metric(list(sample.labels.values()), sample.value)
+        yield from families.values()
+
+
+def _family(sample: Sample) -> CounterMetricFamily | GaugeMetricFamily:
+    name, labels = f"fanout_{sample.name}", list(sample.labels)
+    if sample.kind == "counter":
+        return CounterMetricFamily(name, sample.help, labels=labels)
+    return GaugeMetricFamily(name, sample.help, labels=labels)

@@ -1,0 +1,90 @@
+"""What a relay says on ``GET /metrics`` (``fanout.metrics``): its counters, named and explained.
+
+Every counter of ``RelayCore.stats()`` has an entry here (a test holds them to it), plus what only
+the server knows: connections, bytes written, slow consumers closed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Literal
+
+from fanout.metrics import Sample
+
+Kind = Literal["counter", "gauge"]
+
+#: ``RelayCore.stats()`` name -> (kind, help).
+CORE: dict[str, tuple[Kind, str]] = {
+    "subscriptions": ("gauge", "Subscriptions held now."),
+    "primitives": ("gauge", "Upstream primitives held at the publisher now."),
+    "rows": ("gauge", "Rows in the active state buffers now."),
+    "batches": ("counter", "Batches taken from the publisher."),
+    "swaps": ("counter", "State buffer swaps (a new tick's state made active)."),
+    "catch_up_replays": ("counter", "Inert buffers brought up to date by replaying a batch."),
+    "catch_up_copies": ("counter", "Inert buffers brought up to date by copying the active one."),
+    "pushes": ("counter", "Pushes sent to subscribers."),
+    "no_updates": ("counter", "No-update messages sent to subscribers."),
+    "bodies_cut": ("counter", "Push bodies computed."),
+    "bodies_shared": ("counter", "Pushes that reused a body computed for another subscription."),
+    "every_steps_computed": ("counter", "Mode-every deltas computed."),
+    "every_steps_shared": ("counter", "Mode-every pushes that reused another's delta."),
+    "ticks_coalesced": (
+        "gauge",
+        "Ticks folded into later pushes (latest-value coalescing), summed over current"
+        " subscriptions.",
+    ),
+    "pushes_deferred": (
+        "gauge",
+        "Pushes put off because the connection was still writing, summed over current"
+        " subscriptions.",
+    ),
+    "pending": ("gauge", "Subscriptions waiting in the scheduler's queue now."),
+    "parked": ("gauge", "Subscriptions parked on coverage or a busy connection now."),
+    "ended_entity_not_held": (
+        "counter",
+        "Subscriptions ended because their reference entity was not held.",
+    ),
+    "sql_syncs": ("counter", "Syncs of upstream rows into the relay's DuckDB."),
+    "sql_evaluations": ("counter", "SQL view evaluations."),
+    "sql_results_shared": ("counter", "SQL pushes that reused another identical query's result."),
+    "topic_passes": ("counter", "Passes of changed topics through the topic index."),
+}
+
+
+def relay_samples(
+    core: Mapping[str, int],
+    *,
+    connections: int,
+    upstream_connected: bool,
+    frames_sent: int,
+    bytes_sent: int,
+    slow_closed: int,
+) -> list[Sample]:
+    """The relay's samples: ``core`` (``RelayCore.stats()``) and the server's own figures.
+
+    Raises:
+        KeyError: a core counter has no entry in ``CORE``.
+    """
+    return [
+        *(Sample(f"relay_{name}", *CORE[name], value=value) for name, value in core.items()),
+        Sample("relay_connections", "gauge", "Subscriber connections open now.", connections),
+        Sample(
+            "relay_upstream_connected",
+            "gauge",
+            "1 while connected to the publisher.",
+            int(upstream_connected),
+        ),
+        Sample("relay_frames_sent", "counter", "Frames written to subscribers.", frames_sent),
+        Sample(
+            "relay_bytes_sent",
+            "counter",
+            "Bytes of frames written to subscribers (WebSocket framing not counted).",
+            bytes_sent,
+        ),
+        Sample(
+            "relay_slow_consumers_closed",
+            "counter",
+            "Subscriber connections closed as slow consumers.",
+            slow_closed,
+        ),
+    ]

@@ -1,0 +1,71 @@
+"""``GET /metrics`` on a WebSocket server's own port, read back by Prometheus' own parser."""
+
+from __future__ import annotations
+
+import asyncio
+import urllib.error
+import urllib.request
+
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+from websockets.asyncio.client import connect
+from websockets.asyncio.server import ServerConnection, serve
+
+from fanout.metrics import Sample, render, route, scrape
+
+SAMPLES = [
+    Sample("relay_pushes", "counter", "Pushes sent.", 7),
+    Sample("relay_rows", "gauge", "Rows held.", 2.5),
+    Sample("publisher_relay_bytes_sent", "counter", "Bytes.", 10, {"relay": "1", "name": 'a"b'}),
+    Sample("publisher_relay_bytes_sent", "counter", "Bytes.", 20, {"relay": "2", "name": "c"}),
+]
+
+
+def test_samples_render_as_families_prometheus_parses_back() -> None:
+    families = {f.name: f for f in text_string_to_metric_families(render(SAMPLES).decode())}
+    assert families["fanout_relay_pushes"].type == "counter"
+    assert families["fanout_relay_rows"].type == "gauge"
+    pushes = families["fanout_relay_pushes"].samples
+    assert [(s.name, s.value) for s in pushes] == [("fanout_relay_pushes_total", 7.0)]
+    sent = families["fanout_publisher_relay_bytes_sent"].samples
+    assert [(s.labels, s.value) for s in sent] == [
+        ({"relay": "1", "name": 'a"b'}, 10.0),  # a quote in a label value, escaped and back
+        ({"relay": "2", "name": "c"}, 20.0),
+    ]
+
+
+async def echo(websocket: ServerConnection) -> None:
+    async for message in websocket:
+        await websocket.send(message)
+
+
+async def test_get_metrics_is_answered_on_the_websocket_port_which_still_serves_websockets() -> (
+    None
+):
+    calls = []
+
+    def samples() -> list[Sample]:
+        calls.append(1)
+        return [Sample("relay_pushes", "counter", "Pushes sent.", len(calls))]
+
+    async with serve(echo, "127.0.0.1", 0, process_request=route(samples)) as server:
+        port = next(iter(server.sockets)).getsockname()[1]
+        first = await asyncio.to_thread(scrape, "127.0.0.1", port)
+        second = await asyncio.to_thread(scrape, "127.0.0.1", port)
+        assert (first, second) == (
+            {"fanout_relay_pushes_total": 1.0},
+            {"fanout_relay_pushes_total": 2.0},
+        )
+        url = f"http://127.0.0.1:{port}/metrics"
+        response = await asyncio.to_thread(urllib.request.urlopen, url, timeout=10)
+        with response:  # the format's own content type
+            assert response.headers["Content-Type"].startswith("text/plain; version=0.0.4")
+        with pytest.raises(urllib.error.HTTPError) as refused:  # any other path: no WebSocket
+            await asyncio.to_thread(
+                urllib.request.urlopen, f"http://127.0.0.1:{port}/other", timeout=10
+            )
+        refused.value.close()
+        assert refused.value.code == 426
+        async with connect(f"ws://127.0.0.1:{port}") as websocket:
+            await websocket.send(b"still a websocket server")
+            assert await websocket.recv() == b"still a websocket server"
