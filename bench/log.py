@@ -21,7 +21,6 @@ the working directory, not in a temporary folder that might be in memory.
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import pwd
 import shutil
@@ -37,7 +36,7 @@ import numpy as np
 import pyarrow as pa
 
 from fanout.publisher.log import BatchLog, LogEntry, encode_rows, open_log
-from machine import describe
+from machine import describe, write_results
 
 ROWS = 10_000
 ENTRIES = 150
@@ -176,10 +175,7 @@ def main() -> None:
     else:
         with throwaway_postgres() as dsn:
             results["postgresql"] = bench_backend(dsn)
-    text = json.dumps(results, indent=2)
-    RESULTS.parent.mkdir(parents=True, exist_ok=True)
-    RESULTS.write_text(text + "\n")
-    print(text)
+    write_results(results, RESULTS)
 
 
 if __name__ == "__main__":

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import datetime as dt
+import json
 import os
 import platform
+from collections.abc import Mapping
 from pathlib import Path
 
 
@@ -30,3 +32,13 @@ def describe() -> dict[str, object]:
         "date": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
         "load_average_1m": round(os.getloadavg()[0], 2),
     }
+
+
+def write_results(results: Mapping[str, object], path: Path | None) -> None:
+    """Print a benchmark's results as one JSON object and, unless ``path`` is None, write them
+    there (``bench/results/``)."""
+    text = json.dumps(results, indent=2)
+    print(text)
+    if path is not None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text + "\n")

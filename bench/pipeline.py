@@ -66,7 +66,7 @@ from fanout.launch import Child, start
 from fanout.views import Box
 from fanout.wire import codec
 from fanout.wire.messages import PROTOCOL_VERSION, Acquire, Catalog, Hello, Welcome
-from machine import describe
+from machine import describe, write_results
 
 RESULTS = Path(__file__).parent / "results" / "pipeline.json"
 
@@ -463,11 +463,7 @@ def main() -> None:
         "logs": str(workdir),
     }
     results["machine"] = describe() | {"at_start": before, "at_end": load()}
-    text = json.dumps(results, indent=2)
-    print(text)
-    if not args.quick:
-        RESULTS.parent.mkdir(parents=True, exist_ok=True)
-        RESULTS.write_text(text + "\n")
+    write_results(results, None if args.quick else RESULTS)
 
 
 if __name__ == "__main__":

@@ -84,7 +84,7 @@ from fanout.wire.messages import (
     Subscribe,
     Welcome,
 )
-from machine import describe
+from machine import describe, write_results
 
 RESULTS = Path(__file__).parent / "results" / "relay.json"
 
@@ -742,10 +742,7 @@ def main() -> None:
         },
         "machine": describe(),
     }
-    text = json.dumps(results, indent=2)
-    print(text)
-    RESULTS.parent.mkdir(parents=True, exist_ok=True)
-    RESULTS.write_text(text + "\n")
+    write_results(results, RESULTS)
 
 
 if __name__ == "__main__":

@@ -110,7 +110,7 @@ from fanout.relay.server import RelayConfig, RelayServer
 from fanout.views import Box
 from fanout.wire import codec
 from fanout.wire.messages import PROTOCOL_VERSION, Acquire, Hello, Subscribe
-from machine import describe
+from machine import describe, write_results
 
 RESULTS = Path(__file__).parent / "results" / "sharing.json"
 
@@ -945,15 +945,8 @@ def main() -> None:
         "logs": str(workdir),
     }
     results["machine"] = before | {"load_average_1m_at_end": round(os.getloadavg()[0], 2)}
-    text = json.dumps(results, indent=2)
-    print(text)
-    if args.steps == list(DEFAULT_STEPS) and (args.widen, args.margin, args.assign) == (
-        "tiles",
-        Policy().margin,
-        "spread",
-    ):
-        RESULTS.parent.mkdir(parents=True, exist_ok=True)
-        RESULTS.write_text(text + "\n")
+    default = (args.widen, args.margin, args.assign) == ("tiles", Policy().margin, "spread")
+    write_results(results, RESULTS if args.steps == list(DEFAULT_STEPS) and default else None)
 
 
 if __name__ == "__main__":

@@ -45,7 +45,7 @@ from fanout.client.audit import audit
 from fanout.launch import Child, start
 from fanout.publisher.log import SqliteLog
 from fanout.views import Box
-from machine import describe
+from machine import describe, write_results
 
 RESULTS = Path(__file__).parent / "results" / "soak.json"
 WORLD = 1000.0
@@ -261,10 +261,7 @@ def main() -> int:
     parser.add_argument("--no-save", action="store_true", help="do not write bench/results")
     args = parser.parse_args()
     result = asyncio.run(soak(args))
-    text = json.dumps(result, indent=2)
-    print(text)
-    if not args.no_save:
-        RESULTS.write_text(text + "\n")
+    write_results(result, None if args.no_save else RESULTS)
     return 0 if result["clean"] else 1
 
 

@@ -55,7 +55,7 @@ from fanout.publisher.datasets import agents
 from fanout.publisher.pipeline import spark_session
 from fanout.publisher.sources.simulation import SimulationParams
 from fanout.publisher.state import latest_per_key
-from machine import describe
+from machine import describe, write_results
 
 RESULTS = Path(__file__).parent / "results" / "state.json"
 
@@ -226,11 +226,7 @@ def main() -> None:
         },
         "machine": started,
     }
-    text = json.dumps(results, indent=2)
-    print(text)
-    if not args.quick:
-        RESULTS.parent.mkdir(parents=True, exist_ok=True)
-        RESULTS.write_text(text + "\n")
+    write_results(results, None if args.quick else RESULTS)
 
 
 if __name__ == "__main__":

@@ -16,7 +16,6 @@ Run ``.venv/bin/python bench/views.py``; it also writes ``bench/results/views.js
 
 from __future__ import annotations
 
-import json
 import math
 import random
 import statistics
@@ -27,7 +26,7 @@ from pathlib import Path
 
 from fanout.views import Box, CoverIndex, Sphere, covers, residual
 from fanout.views.topicindex import TopicIndex
-from machine import describe
+from machine import describe, write_results
 
 HELD_COUNTS = (10, 100, 1_000, 10_000)
 VIEWS_PER_COUNT = 2_000
@@ -121,10 +120,7 @@ def main() -> None:
     results: dict[str, object] = {"machine": describe()}
     bench_covers(results)
     bench_topics(results)
-    text = json.dumps(results, indent=2)
-    RESULTS.parent.mkdir(parents=True, exist_ok=True)
-    RESULTS.write_text(text + "\n")
-    print(text)
+    write_results(results, RESULTS)
 
 
 if __name__ == "__main__":
