@@ -50,8 +50,8 @@ async def test_get_metrics_is_answered_on_the_websocket_port_which_still_serves_
 
     async with serve(echo, "127.0.0.1", 0, process_request=route(samples)) as server:
         port = next(iter(server.sockets)).getsockname()[1]
-        first = await asyncio.to_thread(scrape, "127.0.0.1", port)
-        second = await asyncio.to_thread(scrape, "127.0.0.1", port)
+        first = await asyncio.to_thread(scrape, f"ws://127.0.0.1:{port}")
+        second = await asyncio.to_thread(scrape, f"ws://127.0.0.1:{port}")
         assert (first, second) == (
             {"fanout_relay_pushes_total": 1.0},
             {"fanout_relay_pushes_total": 2.0},

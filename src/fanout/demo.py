@@ -26,6 +26,7 @@ from rich.table import Table
 from fanout.client import LiveView, connect
 from fanout.client.publisher import open_reader
 from fanout.launch import Child, start
+from fanout.metrics import scrape
 from fanout.publisher.sources.simulation import SimulationParams
 from fanout.views import Box, RegionUnion
 
@@ -168,6 +169,7 @@ async def _run(config: DemoConfig, console: Console, publisher: str, relay: str)
             display.cancel()
             status = await _check(console, publisher, watchers) if config.duration else 0
             _summary(console, watchers, time.monotonic() - started)
+            await _egress(console, publisher, relay)
             for listener in listeners:
                 listener.cancel()
         return status
@@ -325,6 +327,28 @@ def _status_table(watchers: list[Watcher], rate: float, elapsed: float) -> Group
             f"{_lag_ms(watcher):.0f}",
         )
     return Group(summary, table)
+
+
+async def _egress(console: Console, publisher: str, relay: str) -> None:
+    """What the publisher wrote to the relay and the relay to its subscribers (``GET /metrics``):
+    the fan-out the relay does so the publisher does not."""
+    try:
+        upstream = await asyncio.to_thread(scrape, publisher)
+        downstream = await asyncio.to_thread(scrape, relay)
+    except OSError as exc:
+        console.print(f"metrics: could not be read ({exc})")
+        return
+    sent = sum(v for k, v in upstream.items() if k.startswith("fanout_publisher_relay_bytes_sent"))
+    console.print(
+        f"publisher -> relay: {sent / 1e6:.1f} MB; relay -> subscribers:"
+        f" {downstream['fanout_relay_bytes_sent_total'] / 1e6:.1f} MB in"
+        f" {downstream['fanout_relay_pushes_total']:.0f} pushes (metrics: {_http(relay)}/metrics,"
+        f" {_http(publisher)}/metrics)"
+    )
+
+
+def _http(url: str) -> str:
+    return url.replace("ws://", "http://", 1)
 
 
 def _summary(console: Console, watchers: list[Watcher], elapsed: float) -> None:

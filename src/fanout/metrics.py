@@ -12,6 +12,7 @@ format.
 
 from __future__ import annotations
 
+import urllib.parse
 import urllib.request
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
@@ -72,15 +73,20 @@ def route(
     return process_request
 
 
-def scrape(host: str, port: int, timeout: float = 10.0) -> dict[str, float]:
-    """Read a relay's or a publisher's ``GET /metrics`` (blocking).
+def scrape(url: str, timeout: float = 10.0) -> dict[str, float]:
+    """Read the ``GET /metrics`` of the relay or publisher at ``url`` (blocking).
+
+    Args:
+        url: where it serves, ``ws://host:port`` (as subscribers and relays connect) or
+            ``http://host:port``.
 
     Returns:
         Each sample's value by its name as exposed, with its labels in sorted order:
         ``fanout_relay_pushes_total``,
         ``fanout_publisher_relay_bytes_sent_total{name="a",relay="1"}``.
     """
-    with urllib.request.urlopen(f"http://{host}:{port}{PATH}", timeout=timeout) as response:
+    netloc = urllib.parse.urlsplit(url).netloc
+    with urllib.request.urlopen(f"http://{netloc}{PATH}", timeout=timeout) as response:
         text = response.read().decode()
     values = {}
     for family in text_string_to_metric_families(text):

@@ -64,8 +64,8 @@ async def test_the_publisher_and_the_relay_answer_get_metrics(
     async with connect(relay.url) as subscriber:
         view = await subscriber.subscribe(Box((200, 200), (450, 450)))
         await settle(view, 2)
-        relay_side = await asyncio.to_thread(scrape, *address(relay.url))
-        publisher_side = await asyncio.to_thread(scrape, *address(publisher.url))
+        relay_side = await asyncio.to_thread(scrape, relay.url)
+        publisher_side = await asyncio.to_thread(scrape, publisher.url)
     assert relay_side["fanout_relay_subscriptions"] >= 1
     assert relay_side["fanout_relay_pushes_total"] >= 2
     assert relay_side["fanout_relay_primitives"] >= 1
@@ -75,11 +75,6 @@ async def test_the_publisher_and_the_relay_answer_get_metrics(
     assert publisher_side['fanout_publisher_stage_ms{dataset="agents",stage="state+match"}'] > 0
     relays = [k for k in publisher_side if k.startswith("fanout_publisher_relay_bytes_sent")]
     assert relays and all(publisher_side[k] > 0 for k in relays)
-
-
-def address(url: str) -> tuple[str, int]:
-    host, port = url.removeprefix("ws://").rsplit(":", 1)
-    return host, int(port)
 
 
 async def test_a_subscriber_follows_an_agent_with_a_relative_sphere(

@@ -180,7 +180,7 @@ async def test_metrics_count_each_relays_frames_bytes_and_primitives(control) ->
         await asyncio.sleep(0.01)
     plane._offer_all({1: ("agents", 1, False, codec.encode(batch(1)))})
     received.append(await websocket.recv())
-    scraped = await asyncio.to_thread(scrape, "127.0.0.1", plane.port)
+    scraped = await asyncio.to_thread(scrape, url)
     relay = '{name="east",relay="1"}'
     assert scraped["fanout_publisher_relays"] == 1
     assert scraped[f"fanout_publisher_relay_primitives{relay}"] == 2
@@ -189,7 +189,7 @@ async def test_metrics_count_each_relays_frames_bytes_and_primitives(control) ->
     assert scraped['fanout_publisher_seq{dataset="agents"}'] == 7  # the datasets' own
     await websocket.close()
     for _ in range(50):
-        after = await asyncio.to_thread(scrape, "127.0.0.1", plane.port)
+        after = await asyncio.to_thread(scrape, url)
         if after["fanout_publisher_relays"] == 0:
             break
         await asyncio.sleep(0.1)

@@ -137,13 +137,13 @@ async def test_a_subscriber_gets_its_view_through_the_relay(deployment) -> None:
 
 
 async def test_metrics_count_what_the_relay_did(deployment) -> None:
-    publisher, relay, url = deployment
+    publisher, _, url = deployment
     async with connect(url) as subscriber:
         view = await subscriber.subscribe(Box((0, 0), (10, 10)))
         acquire = await asyncio.wait_for(publisher.acquired.get(), 5)
         await publisher.send({"id": [1], "x": [1.0], "y": [1.0]}, snapshots=[acquire.prim])
         await next_update(view)
-        live = await asyncio.to_thread(scrape, "127.0.0.1", relay.port)
+        live = await asyncio.to_thread(scrape, url)
     assert live["fanout_relay_subscriptions"] == 1
     assert live["fanout_relay_connections"] == 1
     assert live["fanout_relay_upstream_connected"] == 1
@@ -151,7 +151,7 @@ async def test_metrics_count_what_the_relay_did(deployment) -> None:
     assert live["fanout_relay_pushes_total"] == 1
     assert live["fanout_relay_bytes_sent_total"] > 0
     for _ in range(50):  # the subscriber's connection closes; its bytes stay counted
-        after = await asyncio.to_thread(scrape, "127.0.0.1", relay.port)
+        after = await asyncio.to_thread(scrape, url)
         if after["fanout_relay_connections"] == 0:
             break
         await asyncio.sleep(0.1)
@@ -221,7 +221,7 @@ async def test_a_handshake_with_the_wrong_version_is_refused(deployment) -> None
 
 
 async def test_a_slow_consumer_is_cut_off_without_delaying_others(deployment) -> None:
-    publisher, relay, url = deployment
+    publisher, _, url = deployment
     rows = 20_000
     big = {"id": list(range(rows)), "x": [5.0] * rows, "y": [5.0] * rows}
     # Subscribes, then never reads; it takes in at most one message, so the kernel's buffers do
@@ -246,7 +246,7 @@ async def test_a_slow_consumer_is_cut_off_without_delaying_others(deployment) ->
                 await asyncio.wait_for(slow.recv(), 5)
         assert closed.value.rcvd is not None
         assert "slow consumer" in closed.value.rcvd.reason
-    scraped = await asyncio.to_thread(scrape, "127.0.0.1", relay.port)
+    scraped = await asyncio.to_thread(scrape, url)
     assert scraped["fanout_relay_slow_consumers_closed_total"] == 1
 
 
