@@ -39,6 +39,7 @@ def run(config: PublisherSettings) -> int:
             state_dir=config.state_dir / dataset.name,
             log=batch_log,
             retention_seconds=config.retention_seconds,
+            mirror_rows=config.mirror_rows,
         )
     port = control.start_in_thread(config.host, config.port)
     queries = [pipeline.start(config.trigger) for pipeline in pipelines.values()]

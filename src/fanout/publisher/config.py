@@ -2,7 +2,8 @@
 
 The file has two tables, both optional (the reference is ``docs/configuration.md``)::
 
-    [publisher]                     # host, port, master, state_dir, trigger, log, retention_seconds
+    [publisher]                     # host, port, master, state_dir, trigger, log,
+                                    # retention_seconds, mirror_rows
     port = 7700
 
     [datasets.orders]               # one table per dataset, in the order they are served
@@ -38,6 +39,7 @@ from fanout.publisher.configvalues import (
 )
 from fanout.publisher.datasets import Dataset, agents
 from fanout.publisher.log import check_log_url
+from fanout.publisher.mirror import MAX_ROWS as MIRROR_ROWS
 from fanout.publisher.sources.simulation import SimulationParams
 
 
@@ -59,6 +61,8 @@ class PublisherSettings:
         log: URL of the log of delivered batches (``sqlite:///var/publisher/log.db``,
             ``postgresql://host/db``); None: a SQLite file ``log.db`` in ``state_dir``.
         retention_seconds: how long logged batches are kept (beyond what holders still need).
+        mirror_rows: space datasets up to this many live rows are mirrored in the driver for
+            snapshots (``publisher.mirror``); 0: snapshots always read Spark's state store.
     """
 
     datasets: dict[str, Dataset] = field(default_factory=builtin_datasets)
@@ -69,6 +73,7 @@ class PublisherSettings:
     trigger: float = 0.0
     log: str | None = None
     retention_seconds: float = 600.0
+    mirror_rows: int = MIRROR_ROWS
 
     def log_url(self) -> str:
         """The log's URL: ``log``, or the SQLite file ``log.db`` in the state directory."""
@@ -167,6 +172,7 @@ _PUBLISHER_KEYS: dict[str, Callable[[object, str], Any]] = {
     "trigger": as_number,
     "log": _log_url,
     "retention_seconds": lambda value, path: as_number(value, path, "> 0"),
+    "mirror_rows": lambda value, path: as_integer(value, path, 0, None),
 }
 
 

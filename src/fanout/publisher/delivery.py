@@ -63,7 +63,8 @@ def unique_rows(parts: list[pa.Table], key: str) -> pa.Table | None:
     parts = [part for part in parts if part.num_rows]
     if not parts:
         return None
-    table = pa.concat_tables(parts, promote_options="none")
+    # Tables from Spark and from the mirror may differ in their fields' nullability only.
+    table = pa.concat_tables(parts, promote_options="default")
     _, first = np.unique(table.column(key).to_numpy(), return_index=True)
     return table.take(pa.array(np.sort(first)))
 

@@ -49,6 +49,7 @@ from fanout.publisher.delivery import (
 )
 from fanout.publisher.log import BatchLog, LogEntry, Retention
 from fanout.publisher.matching import MatchTables, matcher_for
+from fanout.publisher.mirror import MAX_ROWS, Mirror
 from fanout.publisher.registry import Plan, Registry
 from fanout.publisher.sources.ingestlog import IngestEvent, IngestLog
 from fanout.publisher.sources.simulation import SimulationDataSource
@@ -157,6 +158,7 @@ class Pipeline:
         state_dir: Path,
         log: BatchLog,
         retention_seconds: float = 600.0,
+        mirror_rows: int = MAX_ROWS,
     ) -> None:
         self.spark = spark
         self.registry = registry
@@ -174,6 +176,12 @@ class Pipeline:
         self.tick = 0
         self.tick_time = 0.0
         self.matcher = matcher_for(dataset)
+        #: Live rows in the driver, for snapshots of space datasets (``publisher.mirror``).
+        self.mirror = (
+            Mirror(dataset.key, dataset.index_columns, mirror_rows)
+            if dataset.index == "space"
+            else None
+        )
         self._tables: tuple[int, MatchTables | None] = (-1, None)
         self.query: StreamingQuery | None = None
         self.stream = StreamInfo(epoch=0, start_time=0.0)
@@ -220,7 +228,7 @@ class Pipeline:
         clock = StageClock()
         plan = self.registry.plan(self.dataset.name)
         # Snapshots read the changes a second time; without them, caching would only cost.
-        reread = any(plan.fresh.values())
+        reread = any(plan.fresh.values()) and not self._mirrored(batch_id)
         if reread:
             changes = changes.persist()
         try:
@@ -230,6 +238,8 @@ class Pipeline:
             stamp = Stamp(self.dataset.name, self.stream.epoch, batch_id, self.tick, self.tick_time)
             self._log_batch(stamp, rows)
             clock.lap("log")
+            if self.mirror is not None:
+                self.mirror.apply(rows, batch_id)
             snapshots = self._snapshots(plan, changes, batch_id)
             clock.lap("snapshot")
             batches = build_batches(
@@ -309,6 +319,8 @@ class Pipeline:
 
     def _committed_snapshots(self, plan: Plan, batch_id: int) -> dict[int, pa.Table]:
         fresh = [(r, p, plan.prims[r][p]) for r, prims in plan.fresh.items() for p in prims]
+        if self.mirror is not None and self.mirror.holds(batch_id):
+            return self.mirror.snapshots(fresh)
         tables = self.matcher.tables(self.spark, fresh)
         try:
             deadline = time.monotonic() + 30.0
@@ -369,9 +381,26 @@ class Pipeline:
         self._tables = (plan.version, tables)
         return tables
 
+    def _mirrored(self, batch_id: int) -> bool:
+        """Whether micro-batch ``batch_id``'s snapshots will come from the mirror (not reading
+        ``changes`` again)."""
+        mirror = self.mirror
+        if mirror is None or mirror.too_big:
+            return False
+        return batch_id == 0 or mirror.holds(batch_id - 1) or mirror.holds(batch_id)
+
     def _snapshots(self, plan: Plan, changes: DataFrame, batch_id: int) -> dict[int, pa.Table]:
         fresh = [(r, p, plan.prims[r][p]) for r, prims in plan.fresh.items() for p in prims]
-        tables = self.matcher.tables(self.spark, fresh) if fresh else None
+        if not fresh:
+            return {}
+        mirror = self.mirror
+        if mirror is not None and not mirror.too_big and not mirror.holds(batch_id):
+            # After a restart: the state is read into the driver once, then kept up to date.
+            state = current_state(self.spark, self.checkpoint, self.dataset, changes, batch_id)
+            mirror.load(state.limit(mirror.max_rows + 1).toArrow(), batch_id)
+        if mirror is not None and mirror.holds(batch_id):
+            return mirror.snapshots(fresh)
+        tables = self.matcher.tables(self.spark, fresh)
         if tables is None:
             return {}
         try:

@@ -1,0 +1,241 @@
+"""The driver's mirror of a space dataset, against a brute-force oracle and against Spark's own
+snapshots from the state store."""
+
+from __future__ import annotations
+
+import math
+import time
+
+import numpy as np
+import pyarrow as pa
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from fanout.publisher import streams
+from fanout.publisher.datasets import agents
+from fanout.publisher.delivery import rows_by_relay
+from fanout.publisher.matching import matcher_for
+from fanout.publisher.mirror import Mirror
+from fanout.publisher.sources.simulation import SimulationParams
+from fanout.publisher.state import current_state, latest_per_key
+from fanout.views import Box
+from fanout.views.entity import Entity
+from fanout.views.region import RegionUnion, Sector, Sphere
+
+KEYS = 12
+# Coordinates on a coarse grid, so rows land on the primitives' boundaries often.
+coordinate = st.integers(0, 20).map(float)
+change = st.tuples(st.integers(0, KEYS - 1), coordinate, coordinate, st.booleans())
+changes = st.lists(change, max_size=15)
+
+
+def table(rows: list[tuple[int, float, float, bool]], version: int) -> pa.Table:
+    """One micro-batch's changed rows: one per key (the last one given wins, as Spark's would)."""
+    latest = {key: (x, y, deleted) for key, x, y, deleted in rows}
+    keys = sorted(latest)
+    return pa.table(
+        {
+            "id": pa.array(keys, pa.int64()),
+            "x": pa.array([latest[k][0] for k in keys], pa.float64()),
+            "y": pa.array([latest[k][1] for k in keys], pa.float64()),
+            "_version": pa.array([version] * len(keys), pa.int64()),
+            "_deleted": pa.array([latest[k][2] for k in keys], pa.bool_()),
+        }
+    )
+
+
+def region() -> st.SearchStrategy[object]:
+    box = st.tuples(coordinate, coordinate, st.integers(0, 12), st.integers(0, 12)).map(
+        lambda b: Box((b[0], b[1]), (b[0] + b[2], b[1] + b[3]))
+    )
+    sphere = st.tuples(coordinate, coordinate, st.integers(0, 8)).map(
+        lambda s: Sphere((s[0], s[1]), float(s[2]))
+    )
+    sector = st.tuples(coordinate, coordinate, st.integers(1, 10), st.integers(0, 7)).map(
+        lambda s: Sector((s[0], s[1]), float(s[2]), s[3] * math.pi / 4, 0.6)
+    )
+    entity = st.integers(0, KEYS + 2).map(Entity)
+    single = st.one_of(box, sphere, sector)
+    union = st.lists(single, min_size=2, max_size=3).map(lambda m: RegionUnion(tuple(m)))
+    return st.one_of(single, union, entity)
+
+
+def oracle(live: dict[int, tuple[float, float]], prims) -> dict[int, set[int]]:
+    """relay -> keys inside any of its primitives, point by point."""
+    found: dict[int, set[int]] = {}
+    for relay, _, view in prims:
+        for key, (x, y) in live.items():
+            inside = key == view.key if isinstance(view, Entity) else view.match([x], [y])[0]
+            if inside:
+                found.setdefault(relay, set()).add(key)
+    return found
+
+
+def keys_of(snapshots: dict[int, pa.Table]) -> dict[int, set[int]]:
+    return {relay: set(t.column("id").to_pylist()) for relay, t in snapshots.items()}
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    batches=st.lists(changes, min_size=1, max_size=6),
+    prims=st.lists(st.tuples(st.integers(0, 3), region()), max_size=6),
+    rerun=st.booleans(),
+)
+def test_snapshots_are_the_live_rows_inside_each_relays_primitives(
+    batches, prims, rerun: bool
+) -> None:
+    mirror = Mirror("id", ("x", "y"))
+    live: dict[int, tuple[float, float]] = {}
+    for seq, rows in enumerate(batches):
+        mirror.apply(table(rows, seq), seq)
+        if rerun:  # Spark re-runs a failed micro-batch with the same input
+            mirror.apply(table(rows, seq), seq)
+        for key, x, y, deleted in rows:
+            if deleted:
+                live.pop(key, None)
+            else:
+                live[key] = (x, y)
+        assert mirror.holds(seq) and mirror.rows == len(live)
+        numbered = [(relay, number, view) for number, (relay, view) in enumerate(prims)]
+        snapshots = mirror.snapshots(numbered)
+        assert keys_of(snapshots) == oracle(live, numbered)
+        for part in snapshots.values():
+            points = zip(part["x"].to_pylist(), part["y"].to_pylist(), strict=True)
+            got = dict(zip(part["id"].to_pylist(), points, strict=True))
+            assert got == {key: live[key] for key in got}
+            assert part.column_names == ["id", "x", "y"]
+
+
+def test_a_micro_batch_out_of_order_drops_it() -> None:
+    mirror = Mirror("id", ("x", "y"))
+    mirror.apply(table([(1, 1.0, 1.0, False)], 0), 0)
+    mirror.apply(table([(2, 2.0, 2.0, False)], 1), 1)
+    mirror.apply(table([(3, 3.0, 3.0, False)], 3), 3)  # 2 never came
+    assert not mirror.holds(3) and mirror.seq == -1
+    with pytest.raises(RuntimeError, match="not loaded"):
+        mirror.snapshots([(0, 1, Box((0, 0), (9, 9)))])
+    mirror.apply(table([(4, 4.0, 4.0, False)], 4), 4)  # not loaded: nothing to bring up to date
+    assert not mirror.holds(4)
+    mirror.load(table([(5, 5.0, 5.0, False)], 4), 4)  # a restart's read of the state store
+    assert keys_of(mirror.snapshots([(0, 1, Box((0, 0), (9, 9)))])) == {0: {5}}
+
+
+def test_a_state_larger_than_max_rows_is_left_to_the_state_store() -> None:
+    mirror = Mirror("id", ("x", "y"), max_rows=2)
+    mirror.apply(table([(1, 1.0, 1.0, False), (2, 2.0, 2.0, False)], 0), 0)
+    assert mirror.holds(0)
+    mirror.apply(table([(3, 3.0, 3.0, False)], 1), 1)
+    assert mirror.too_big and not mirror.holds(1)
+    mirror.load(table([(1, 1.0, 1.0, False)], 2), 2)  # too big once: until a restart
+    assert not mirror.holds(2)
+    assert Mirror("id", ("x", "y"), max_rows=0).too_big
+
+
+def test_string_keys_and_a_missing_entity() -> None:
+    mirror = Mirror("name", ("x", "y"))
+    rows = pa.table(
+        {
+            "name": ["a", "b"],
+            "x": [1.0, 50.0],
+            "y": [1.0, 50.0],
+            "_version": [1, 1],
+            "_deleted": [False, False],
+        }
+    )
+    mirror.apply(rows, 0)
+    prims = [(7, 1, Entity("b")), (7, 2, Entity("zz")), (8, 3, Box((0, 0), (2, 2)))]
+    assert keys_of_named(mirror.snapshots(prims)) == {7: {"b"}, 8: {"a"}}
+
+
+def test_nulls_in_a_column_are_kept_as_nulls() -> None:
+    mirror = Mirror("id", ("x", "y"))
+    first = pa.table(
+        {
+            "id": pa.array([1, 2], pa.int64()),
+            "x": [1.0, 2.0],
+            "y": [1.0, 2.0],
+            "kind": pa.array([5, 6], pa.int32()),
+            "_deleted": [False, False],
+        }
+    )
+    mirror.apply(first, 0)
+    later = pa.table(
+        {
+            "id": pa.array([2, 3], pa.int64()),
+            "x": pa.array([2.5, None], pa.float64()),  # a row with no place is inside no region
+            "y": [2.5, 3.0],
+            "kind": pa.array([None, 7], pa.int32()),
+            "_deleted": [False, False],
+        }
+    )
+    mirror.apply(later, 1)
+    got = mirror.snapshots([(0, 1, Box((0, 0), (9, 9))), (1, 2, Entity(3))])
+    assert got[0].sort_by("id").to_pydict() == {
+        "id": [1, 2],
+        "x": [1.0, 2.5],
+        "y": [1.0, 2.5],
+        "kind": [5, None],
+    }
+    assert got[1].to_pydict() == {"id": [3], "x": [None], "y": [3.0], "kind": [7]}
+    assert got[0].schema.field("kind").type == pa.int32()
+
+
+def keys_of_named(snapshots: dict[int, pa.Table]) -> dict[int, set[str]]:
+    return {relay: set(t.column("name").to_pylist()) for relay, t in snapshots.items()}
+
+
+@pytest.mark.spark
+def test_the_mirror_agrees_with_snapshots_read_from_the_state_store(spark, tmp_path) -> None:
+    """A real streaming query: in every micro-batch the mirror's snapshots equal the ones the
+    pipeline would read from Spark's state store; a second mirror loaded mid-stream (as after a
+    restart) agrees from then on."""
+    params = SimulationParams(agents=400, world=100.0, max_ticks=5, max_ticks_per_batch=1)
+    dataset = agents(params, cell_size=10.0)
+    matcher = matcher_for(dataset)
+    checkpoint = str(tmp_path / "checkpoint")
+    prims = [
+        (0, 1, Box((10.0, 10.0), (40.0, 35.0))),
+        (0, 2, Sphere((70.0, 70.0), 15.0)),
+        (1, 3, Sector((50.0, 50.0), 30.0, math.pi / 2, 0.8)),
+        (1, 4, Entity(7)),
+        (2, 5, RegionUnion((Box((0.0, 0.0), (5.0, 100.0)), Sphere((95.0, 5.0), 10.0)))),
+    ]
+    mirror, restarted = Mirror("id", dataset.index_columns), Mirror("id", dataset.index_columns)
+    compared: list[int] = []
+
+    def deliver(changes, batch_id: int) -> None:
+        state = current_state(spark, checkpoint, dataset, changes, batch_id)
+        tables = matcher.tables(spark, prims)
+        expected = rows_by_relay(matcher.match(state, tables).toArrow())
+        tables.unpersist()
+        assert sorted(expected) == [0, 1, 2]  # every relay's primitives hold rows
+        rows = changes.toArrow()
+        mirror.apply(rows, batch_id)
+        if batch_id == 2:
+            restarted.load(state.toArrow(), batch_id)
+        else:
+            restarted.apply(rows, batch_id)
+        for each in (mirror, restarted) if batch_id >= 2 else (mirror,):
+            got = each.snapshots(prims)
+            assert sorted(got) == sorted(expected)
+            for relay, part in got.items():
+                want = expected[relay].sort_by("id")
+                assert part.sort_by("id").to_pydict() == want.to_pydict()
+        compared.append(batch_id)
+
+    source = streams.stream(spark, dataset, start_time=time.time() - 100, state_dir=tmp_path)
+    query = (
+        latest_per_key(source, dataset)
+        .writeStream.outputMode("update")
+        .option("checkpointLocation", checkpoint)
+        .foreachBatch(deliver)
+        .start()
+    )
+    try:
+        query.processAllAvailable()
+    finally:
+        query.stop()
+    assert compared == [0, 1, 2, 3, 4]
+    assert mirror.rows == restarted.rows == 400
+    assert np.all(np.diff(compared) == 1)
