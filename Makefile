@@ -43,6 +43,7 @@ bench: setup check-java
 	$(BIN)/python bench/views.py
 	$(BIN)/python bench/log.py
 	$(BIN)/python bench/state.py
+	$(BIN)/python bench/snapshots.py
 	$(BIN)/python bench/pipeline.py
 	$(BIN)/python bench/relay.py
 	$(BIN)/python bench/sharing.py --compare-assign
