@@ -295,7 +295,13 @@ def _lag_ms(watcher: Watcher) -> float:
     return 1e3 * watcher.lags[-1] if watcher.lags else float("nan")
 
 
+#: What the status says before any push: Spark's first micro-batch takes a while.
+WAITING = "waiting for the publisher's first micro-batch (Spark is starting)"
+
+
 def _status_line(watchers: list[Watcher], rate: float, elapsed: float) -> str:
+    if _tick(watchers) < 0:
+        return f"{elapsed:6.1f} s  {WAITING}"
     lags = [_lag_ms(w) for w in watchers if w.lags]
     median = float(np.median(lags)) if lags else float("nan")
     worst = max(lags, default=float("nan"))
@@ -307,7 +313,11 @@ def _status_line(watchers: list[Watcher], rate: float, elapsed: float) -> str:
 
 def _status_table(watchers: list[Watcher], rate: float, elapsed: float) -> Group:
     summary = Table.grid(padding=(0, 2))
-    summary.add_row("elapsed", f"{elapsed:.1f} s", "publisher tick", str(_tick(watchers)))
+    tick = _tick(watchers)
+    shown = str(tick) if tick >= 0 else "-"
+    summary.add_row("elapsed", f"{elapsed:.1f} s", "publisher tick", shown)
+    if tick < 0:
+        summary.add_row(WAITING)
     summary.add_row("subscribers", str(len(watchers)), "updates/s delivered", f"{rate:.1f}")
     table = Table(title="subscribers, slowest first (lag = receipt - tick time)")
     for column in ("subscriber", "box centre", "rows", "updates", "tick", "lag ms"):
