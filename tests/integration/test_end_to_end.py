@@ -72,6 +72,7 @@ async def test_the_publisher_and_the_relay_answer_get_metrics(
     assert publisher_side["fanout_publisher_relays"] >= 1
     assert publisher_side['fanout_publisher_micro_batches_total{dataset="agents"}'] >= 2
     assert publisher_side['fanout_publisher_tick{dataset="agents"}'] > 0
+    assert publisher_side['fanout_publisher_mirror_rows{dataset="agents"}'] > 0
     assert publisher_side['fanout_publisher_stage_ms{dataset="agents",stage="state+match"}'] > 0
     relays = [k for k in publisher_side if k.startswith("fanout_publisher_relay_bytes_sent")]
     assert relays and all(publisher_side[k] > 0 for k in relays)
