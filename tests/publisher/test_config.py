@@ -107,6 +107,11 @@ MISTAKES = [
         "[publisher]\nretention_seconds = inf",
         "publisher.retention_seconds: expected a finite number, not a float (inf)",
     ),
+    (
+        "[publisher]\nmirror_rows = -1",
+        "publisher.mirror_rows: -1 is out of range: expected an integer >= 0",
+    ),
+    ("[publisher]\nmirror_rows = 1e6", "publisher.mirror_rows: expected an integer, not a float"),
     # dataset names
     ('[datasets.Orders]\nsource = "ingest"', "datasets.Orders: 'Orders' is not a dataset name"),
     ('[datasets.my-data]\nsource = "ingest"', "datasets.my-data: 'my-data' is not a dataset name"),
@@ -467,7 +472,7 @@ def test_publisher_settings_are_read() -> None:
     settings = parse_config(
         '[publisher]\nhost = "0.0.0.0"\nport = 0\nmaster = "spark://m:7077"\n'
         'state_dir = "/srv/fanout"\ntrigger = 1\nlog = "postgresql://db/fanout"\n'
-        "retention_seconds = 600\n"
+        "retention_seconds = 600\nmirror_rows = 0\n"
     )
     assert settings == replace(
         PublisherSettings(),
@@ -478,6 +483,7 @@ def test_publisher_settings_are_read() -> None:
         trigger=1.0,
         log="postgresql://db/fanout",
         retention_seconds=600.0,
+        mirror_rows=0,
     )
 
 
