@@ -38,7 +38,8 @@ from fanout.views.region import Box, RegionUnion, Sector, Sphere
 
 log = logging.getLogger(__name__)
 
-#: Default ``max_rows``: a few columns of this many rows take some hundreds of MB in the driver.
+#: Default ``max_rows``: with the ``agents`` columns about 225 bytes a row (the key dict
+#: included), so about 450 MB of the driver's memory at most.
 MAX_ROWS = 2_000_000
 
 Positions = npt.NDArray[np.int64]
