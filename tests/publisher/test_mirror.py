@@ -107,6 +107,29 @@ def test_snapshots_are_the_live_rows_inside_each_relays_primitives(
             assert part.column_names == ["id", "x", "y"]
 
 
+def test_a_3d_dataset_is_cut_by_3d_regions() -> None:
+    rng = np.random.default_rng(5)
+    points = rng.uniform(0, 10, (300, 3))
+    changes = pa.table(
+        {
+            "id": pa.array(np.arange(300), pa.int64()),
+            "x": points[:, 0],
+            "y": points[:, 1],
+            "z": points[:, 2],
+            "_deleted": np.zeros(300, dtype=bool),
+        }
+    )
+    mirror = Mirror("id", ("x", "y", "z"))
+    mirror.apply(changes, 0)
+    sphere = Sphere((5.0, 5.0, 5.0), 3.0)
+    box = Box((0.0, 0.0, 0.0), (4.0, 10.0, 2.0))
+    got = keys_of(mirror.snapshots([(0, 1, sphere), (1, 2, box)]))
+    x, y, z = points.T
+    assert got[0] == set(np.flatnonzero(sphere.match(x, y, z)).tolist())
+    assert got[1] == set(np.flatnonzero(box.match(x, y, z)).tolist())
+    assert 0 < len(got[0]) < 300 and 0 < len(got[1]) < 300
+
+
 def test_a_micro_batch_out_of_order_drops_it() -> None:
     mirror = Mirror("id", ("x", "y"))
     mirror.apply(table([(1, 1.0, 1.0, False)], 0), 0)
