@@ -107,17 +107,19 @@ def test_subscribe_without_a_relay_url_is_a_clear_error(capsys: pytest.CaptureFi
     assert "give at least one relay URL" in capsys.readouterr().err
 
 
-def test_subscribe_routed_by_area_tries_the_relays_in_the_views_ranking() -> None:
-    from fanout.client import rank
-    from fanout.views import Box
+def test_a_bad_widening_policy_is_refused_before_the_relay_starts(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    for bad in ("-1", "nan"):
+        assert main(["relay", "--port", "0", "--widen", "enclose", "--overshoot", bad]) == 2
+        err = capsys.readouterr().err
+        assert err.startswith("fanout relay: policy:") and "overshoot" in err
 
-    relays = ["ws://127.0.0.1:9", "ws://127.0.0.1:11", "ws://127.0.0.1:13"]
-    first = rank(relays, Box((500, 500), (510, 510)), 64.0)[0]
+
+def _first_relay_tried(route: list[str]) -> str:
+    """Run ``fanout subscribe`` against relays that are not there; the relay it tried first."""
     result = subprocess.run(
-        [
-            *(sys.executable, "-m", "fanout", "subscribe", "--box", "500,500,510,510"),
-            *("--relay", ",".join(relays), "--route", "area", "--area", "64"),
-        ],
+        [*(sys.executable, "-m", "fanout", "subscribe", "--box", "500,500,510,510"), *route],
         capture_output=True,
         text=True,
         timeout=60,
@@ -125,7 +127,32 @@ def test_subscribe_routed_by_area_tries_the_relays_in_the_views_ranking() -> Non
     )
     assert result.returncode != 0
     assert "Traceback" not in result.stderr
-    assert result.stderr.startswith(f"relay {first}:")  # the view's first relay was tried first
+    return result.stderr.split(": ", 1)[0]
+
+
+def test_subscribe_routed_by_area_or_by_key_tries_the_relays_in_that_ranking() -> None:
+    from fanout.client import rank
+    from fanout.views import Box
+
+    relays = ["ws://127.0.0.1:9", "ws://127.0.0.1:11", "ws://127.0.0.1:13"]
+    view = Box((500, 500), (510, 510))
+    by_area = rank(relays, view, 64.0)[0]
+    # a key whose first relay is not the area's, so that the two routes are told apart
+    key = next(f"poi-{i}" for i in range(100) if rank(relays, view, key=f"poi-{i}")[0] != by_area)
+    by_key = rank(relays, view, key=key)[0]
+    listed = ("--relay", ",".join(relays))
+    assert _first_relay_tried([*listed, "--route", "area", "--area", "64"]) == f"relay {by_area}"
+    assert _first_relay_tried([*listed, "--route", "key", "--key", key]) == f"relay {by_key}"
+
+
+def test_a_routing_key_needs_route_key_and_route_key_needs_one(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    box = ["subscribe", "--box", "0,0,1,1"]
+    assert main([*box, "--route", "key"]) == 2
+    assert "--route key needs --key" in capsys.readouterr().err
+    assert main([*box, "--key", "goal-3"]) == 2
+    assert "add --route key" in capsys.readouterr().err
 
 
 def test_the_demo_lets_a_micro_batch_take_a_minute_of_ticks_and_passes_it_on() -> None:

@@ -331,6 +331,13 @@ def _relay_parser(commands: Any) -> None:
         default=0.0,
         help="acquire this many seconds of a moving view's motion ahead of it (default: 0, off)",
     )
+    parser.add_argument(
+        "--overshoot",
+        type=float,
+        default=0.0,
+        help="with --widen enclose: a side of the enclosure that must grow by d grows by"
+        " (1 + this) * d (default: 0)",
+    )
     parser.set_defaults(run=_run_relay)
 
 
@@ -343,7 +350,13 @@ def _run_relay(args: argparse.Namespace) -> int:
         host=args.host,
         port=args.port,
         name=args.name,
-        policy=Policy(widen=args.widen, margin=args.margin, grace=args.grace, lead=args.lead),
+        policy=Policy(
+            widen=args.widen,
+            margin=args.margin,
+            grace=args.grace,
+            lead=args.lead,
+            overshoot=args.overshoot,
+        ),
     )
     server = RelayServer(config)
 
@@ -377,12 +390,16 @@ def _subscribe_parser(commands: Any) -> None:
     )
     parser.add_argument(
         "--route",
-        choices=("order", "area"),
+        choices=("order", "area", "key"),
         default="order",
         help=(
             "order: try the --relay URLs as given; area: rank them by the view's area, so"
-            " subscribers of one area meet at one relay and share its data (default: order)"
+            " subscribers of one area meet at one relay and share its data; key: rank them by"
+            " --key, so subscribers giving the same key meet (default: order)"
         ),
+    )
+    parser.add_argument(
+        "--key", help="routing key for --route key (e.g. the point of interest watched)"
     )
     parser.add_argument(
         "--area",
@@ -432,8 +449,12 @@ async def _subscribe(args: argparse.Namespace, view: Any) -> int:
     relays = [url.strip() for url in args.relay.split(",") if url.strip()]
     if not relays:
         raise ConfigError(f"--relay {args.relay!r}: give at least one relay URL")
-    if args.route == "area":
-        relays = rank(relays, view, args.area)
+    if args.route == "key" and not args.key:
+        raise ConfigError("--route key needs --key (subscribers giving one key meet at a relay)")
+    if args.key and args.route != "key":
+        raise ConfigError("--key is the routing key of --route key; add --route key")
+    if args.route != "order":
+        relays = rank(relays, view, args.area, args.key)
     live: LiveView | None = None
     seen, turn, attempts = 0, 0, 0  # attempts: connections lost in a row with nothing received
     while True:

@@ -36,11 +36,21 @@ def test_views_with_no_place_meet_by_their_text_and_relative_ones_by_their_entit
     assert area(near) == area(Relative(42, Box((-5, -5), (5, 5)))) == "entity:42"
 
 
+def test_views_with_one_key_meet_at_one_relay_wherever_they_lie() -> None:
+    near, far = Box((250, 250), (260, 260)), Box((9000, 0), (9010, 10))
+    assert rank(RELAYS, near, key="goal-3") == rank(RELAYS, far, key="goal-3")
+    firsts = {rank(RELAYS, near, key=f"goal-{i}")[0] for i in range(60)}
+    assert firsts == set(RELAYS)  # different keys spread over the relays
+    assert rank(RELAYS, near, key=None) == rank(RELAYS, near)
+
+
 def test_bad_routing_input_is_refused() -> None:
     with pytest.raises(InvalidView, match="no relays"):
         rank([], Box((0, 0), (1, 1)))
     with pytest.raises(InvalidView, match="positive"):
         rank(RELAYS, Box((0, 0), (1, 1)), side=0)
+    with pytest.raises(InvalidView, match="key must not be empty"):
+        rank(RELAYS, Box((0, 0), (1, 1)), key="")
 
 
 @settings(max_examples=200, deadline=None)

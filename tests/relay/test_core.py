@@ -545,6 +545,21 @@ def test_every_widening_serves_a_second_view_beside_the_first(widen: str) -> Non
     assert served[2].full  # type: ignore[union-attr]
 
 
+def test_an_enclosure_overshoots_and_the_first_is_released_once_enclosed() -> None:
+    core = relay(Policy(widen="enclose", margin=0.0, overshoot=1.0, grace=0.0))
+    (first,) = subscribe(core, Box((0, 0), (10, 10)), sub=1)
+    core.on_batch(batch(0, rows(k1=(5, 5), k2=(18, 5)), snapshots=[first.prim]))
+    (grown,) = subscribe(core, Box((5, 0), (15, 10)), sub=2)
+    assert grown.view == Box((0, 0), (20, 10))  # 5 beyond the first, pushed out 5 more
+    assert subscribe(core, Box((12, 2), (19, 8)), sub=3) == []  # the overshoot already holds it
+    core.on_batch(batch(1, rows(k1=(5, 5), k2=(18, 5)), snapshots=[grown.prim]))
+    core.end_epoch()
+    released = frames(core.housekeeping(now=50.0), UPSTREAM)
+    assert [r.prim for r in released] == [first.prim]  # type: ignore[attr-defined]
+    assert core.stats()["primitives_acquired"] == 2
+    assert core.stats()["primitives"] == 1
+
+
 def test_a_moving_view_is_acquired_ahead_of_its_motion() -> None:
     core = relay(Policy(widen="margin", margin=0.0, lead=2.0))
     core.on_subscribe(CLIENT, Subscribe(1, "agents", Box((0, 0), (10, 10))), now=0.0)

@@ -107,6 +107,68 @@ def test_enclose_policy_merges_the_view_with_the_held_primitives_it_meets() -> N
     assert to_acquire([], view, Policy(widen="enclose", margin=0)) == [view]
 
 
+def test_an_overshoot_pushes_each_side_the_enclosure_must_grow_further_out() -> None:
+    held = [Box((0, 0), (10, 10))]
+    view = Box((8, -2), (14, 6))  # beyond the held box by 4 at the right, 2 at the bottom
+    policy = Policy(widen="enclose", margin=0, overshoot=0.5)
+    assert to_acquire(held, view, policy) == [Box((0, -3), (16, 10))]
+    assert to_acquire([], view, policy) == [view]  # nothing to grow from
+    assert to_acquire(held, Box((2, 2), (5, 5)), policy) == []  # covered
+    with pytest.raises(InvalidView, match="overshoot"):
+        Policy(widen="enclose", overshoot=-0.5)
+    with pytest.raises(InvalidView, match="overshoot is for enclose widening, not tiles"):
+        Policy(overshoot=0.5)
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    st.lists(st.tuples(st.integers(-10, 10), st.integers(-10, 10)), min_size=1, max_size=40),
+    st.sampled_from([0.0, 0.25, 1.0]),
+)
+def test_an_enclosure_grows_by_one_plus_overshoot_times_what_each_side_needs(
+    offsets, overshoot
+) -> None:
+    """Oracle: views arriving one by one around a point (each meets the held box), each side of
+    the one held box moving out by exactly ``1 + overshoot`` times what the new view sticks
+    out, never in."""
+    policy = Policy(widen="enclose", margin=0, overshoot=overshoot, grace=0)
+    held: list[Box] = []
+    for dx, dy in offsets:
+        view = Box((float(dx), float(dy)), (dx + 20.0, dy + 20.0))
+        new = to_acquire(held, view, policy)
+        if held and new:
+            (old,), (box,) = held, new
+            for axis in range(2):
+                below = max(old.lo[axis] - view.lo[axis], 0.0)
+                above = max(view.hi[axis] - old.hi[axis], 0.0)
+                assert box.lo[axis] == old.lo[axis] - (1 + overshoot) * below
+                assert box.hi[axis] == old.hi[axis] + (1 + overshoot) * above
+        held = new or held  # the enclosed box is released (grace 0)
+        assert covers(held, view)
+
+
+def test_a_growing_cluster_of_views_is_re_acquired_less_often_with_an_overshoot() -> None:
+    """Spectators gathering around a point: 200 views, each side 16-32 and off the point by
+    at most a quarter side. With an overshoot the one enclosure grows fewer times."""
+    rng = np.random.default_rng(7)
+    side = rng.uniform(16, 32, 200)
+    centre = rng.uniform(-0.25, 0.25, (200, 2)) * side[:, None]
+
+    def growths(overshoot: float) -> int:
+        policy = Policy(widen="enclose", margin=0, overshoot=overshoot)
+        held: list[Box] = []
+        count = 0
+        for (cx, cy), s in zip(centre.tolist(), side.tolist(), strict=True):
+            view = Box((cx - s / 2, cy - s / 2), (cx + s / 2, cy + s / 2))
+            new = to_acquire(held, view, policy)
+            count += bool(new)
+            held = new or held
+            assert covers(held, view)
+        return count
+
+    assert growths(0.5) < growths(0.0)
+
+
 def test_an_unknown_policy_is_refused() -> None:
     with pytest.raises(InvalidView, match="tiles, margin, exact, enclose"):
         Policy(widen="nearest")  # type: ignore[arg-type]
@@ -168,10 +230,11 @@ def test_exact_widening_takes_no_lead() -> None:
 
 
 @settings(max_examples=150, deadline=None)
-@given(st.lists(boxes, max_size=6), boxes, st.sampled_from(WIDENINGS))
-def test_every_policy_covers_the_view_with_what_is_held(held, view, widen) -> None:
+@given(st.lists(boxes, max_size=6), boxes, st.sampled_from(WIDENINGS), st.sampled_from([0.0, 0.5]))
+def test_every_policy_covers_the_view_with_what_is_held(held, view, widen, overshoot) -> None:
     """Oracle: after acquiring, held + acquired cover the view (checked on a grid of points)."""
-    acquired = to_acquire(held, view, Policy(widen=widen))
+    policy = Policy(widen=widen, overshoot=overshoot if widen == "enclose" else 0.0)
+    acquired = to_acquire(held, view, policy)
     assert covers([*held, *acquired], view)
     xs, ys = np.meshgrid(
         np.linspace(view.lo[0], view.hi[0], 7), np.linspace(view.lo[1], view.hi[1], 7)

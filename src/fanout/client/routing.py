@@ -18,6 +18,11 @@ by rendezvous (highest-random-weight) hashing of the view's *area* — the cell 
 Views with no place are hashed by their text (``views.to_text``): identical SQL queries, topic
 filters and object paths meet at one relay, where they are evaluated once. A view relative to an
 entity moves with it; it is hashed by the entity, so all views following one entity meet.
+
+Where subscribers know what they share better than a grid does — the spectators of one match,
+the followers of one point of interest, the members of one team — they can give a routing
+``key`` instead: every view with the same key meets at one relay, wherever the views lie (a
+cluster of views that straddles a grid line is split by area, never by key).
 """
 
 from __future__ import annotations
@@ -52,17 +57,27 @@ def area(view: View, side: float = DEFAULT_SIDE) -> str:
     return f"view:{to_text(view)}"
 
 
-def rank(relays: Sequence[str], view: View, side: float = DEFAULT_SIDE) -> list[str]:
+def rank(
+    relays: Sequence[str], view: View, side: float = DEFAULT_SIDE, key: str | None = None
+) -> list[str]:
     """``relays`` in the order a subscriber of ``view`` should try them (distinct, first best).
 
+    Args:
+        relays: the relays' URLs (or any stable names).
+        view: the view; routed by its area (see :func:`area`) unless ``key`` is given.
+        side: the routing grid's side, in world units.
+        key: route by this key instead: every view with the same key meets at one relay.
+
     Raises:
-        InvalidView: no relays, or a bad ``side``.
+        InvalidView: no relays, a bad ``side`` or an empty ``key``.
     """
     distinct = list(dict.fromkeys(relays))
     if not distinct:
         raise InvalidView("no relays to route to")
-    key = area(view, side)
-    return sorted(distinct, key=lambda relay: _weight(key, relay), reverse=True)
+    if key is not None and not key:
+        raise InvalidView("a routing key must not be empty")
+    hashed = area(view, side) if key is None else f"key:{key}"
+    return sorted(distinct, key=lambda relay: _weight(hashed, relay), reverse=True)
 
 
 def _weight(key: str, relay: str) -> int:

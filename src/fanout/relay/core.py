@@ -525,6 +525,7 @@ class RelayCore(Serving):
         return {
             "subscriptions": len(subscriptions),
             "primitives": len(self.upstream),
+            "primitives_acquired": self.upstream.added,
             "rows": sum(len(state.buffer.active) for state in self.datasets.values()),
             "batches": self.counters.batches,
             "swaps": sum(b.swaps for b in buffers),

@@ -17,6 +17,10 @@ Kind = Literal["counter", "gauge"]
 CORE: dict[str, tuple[Kind, str]] = {
     "subscriptions": ("gauge", "Subscriptions held now."),
     "primitives": ("gauge", "Upstream primitives held at the publisher now."),
+    "primitives_acquired": (
+        "counter",
+        "Upstream primitives acquired (each one a snapshot the publisher cuts).",
+    ),
     "rows": ("gauge", "Rows in the active state buffers now."),
     "batches": ("counter", "Batches taken from the publisher."),
     "swaps": ("counter", "State buffer swaps (a new tick's state made active)."),

@@ -21,7 +21,11 @@ subscription"):
 * ``enclose``: one primitive, the bounding box of the grown view and of the held primitives it
   meets ([0083]: "the minimum bounding box enclosing the current and the new region"); the ones
   it encloses are released after the grace period, so neighbouring views merge into few
-  primitives.
+  primitives. With an ``overshoot`` the enclosure grows further than it must: each side that
+  has to move out moves out by ``1 + overshoot`` times as much. A cluster of views that keeps
+  growing (spectators gathering around a point of interest) then needs fewer re-acquires, each
+  a fresh snapshot at the publisher, and what is fetched for its first views already reaches
+  towards where later ones will be.
 
 **Velocity-predicted margin** (``lead``, off by default): a view that moves is grown further
 ahead of its motion, by its velocity times ``lead`` seconds, on the side it moves towards. The
@@ -74,12 +78,14 @@ class Policy:
 
     Attributes:
         widen: ``tiles``, ``margin``, ``exact`` or ``enclose`` (see the module docstring).
-        margin: grow the view by this fraction of its bounding box's largest side first.
+        margin: grow each axis of the view's bounding box by this fraction of its extent first.
         min_margin: and by at least this many world units.
         grace: seconds an unneeded primitive is kept before it is released.
         max_overfetch: tiles whose total area (volume) exceeds this many times the grown view's
             are not worth it (a long thin view, say): the grown view is acquired instead.
         lead: seconds of a moving view's motion to acquire ahead of it (0: none).
+        overshoot: ``enclose`` only: a side of the enclosure that has to grow grows by this
+            many times more than it has to (0: just enough).
     """
 
     widen: Literal["tiles", "margin", "exact", "enclose"] = "tiles"
@@ -88,16 +94,19 @@ class Policy:
     grace: float = 10.0
     max_overfetch: float = 16.0
     lead: float = 0.0
+    overshoot: float = 0.0
 
     def __post_init__(self) -> None:
         if self.widen not in WIDENINGS:
             raise InvalidView(f"policy: widen={self.widen!r} must be one of {', '.join(WIDENINGS)}")
-        values = (self.margin, self.min_margin, self.grace, self.lead)
+        values = (self.margin, self.min_margin, self.grace, self.lead, self.overshoot)
         if min(values) < 0 or not all(map(math.isfinite, values)) or self.max_overfetch < 1:
             raise InvalidView(
-                "policy: margin, min_margin, grace and lead must be finite and >= 0,"
+                "policy: margin, min_margin, grace, lead and overshoot must be finite and >= 0,"
                 " max_overfetch >= 1"
             )
+        if self.overshoot and self.widen != "enclose":
+            raise InvalidView(f"policy: overshoot is for enclose widening, not {self.widen}")
 
 
 Velocity = tuple[float, ...]
@@ -190,7 +199,9 @@ def to_acquire(
     wanted = grown(view, policy, moving)
     if policy.widen == "enclose":
         meeting = [prim for prim in held if overlaps(prim, wanted)]
-        return [bounding_box([wanted, *meeting])] if meeting else [wanted]
+        if not meeting:
+            return [wanted]
+        return [enclosure(bounding_box(meeting), wanted, policy.overshoot)]
     if policy.widen == "tiles":
         side = tile_side(view)
         candidates = tiles(wanted, side)
@@ -199,6 +210,18 @@ def to_acquire(
         ):
             return [tile for tile in candidates if not covers(held, tile)]
     return [wanted]
+
+
+def enclosure(held: Box, wanted: Box, overshoot: float) -> Box:
+    """The bounding box of ``held`` and ``wanted``, each side that grows beyond ``held`` pushed
+    out by ``overshoot`` times its growth more."""
+    lo = tuple(
+        min(h, w) - overshoot * max(h - w, 0.0) for h, w in zip(held.lo, wanted.lo, strict=True)
+    )
+    hi = tuple(
+        max(h, w) + overshoot * max(w - h, 0.0) for h, w in zip(held.hi, wanted.hi, strict=True)
+    )
+    return Box(lo, hi)
 
 
 def overlaps(a: Region, b: Region) -> bool:

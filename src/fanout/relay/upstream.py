@@ -52,6 +52,7 @@ class Upstream:
         self._ready: dict[str, CoverIndex] = {}
         self._pending: dict[str, int] = {}
         self._entities: dict[tuple[str, Entity], Primitive] = {}
+        self.added = 0  # primitives ever added: each an Acquire, a snapshot at the publisher
 
     def __iter__(self) -> Iterator[Primitive]:
         return iter(list(self._prims.values()))
@@ -67,6 +68,7 @@ class Upstream:
         """Record a new primitive (not ready until its snapshot arrives)."""
         primitive = Primitive(next(self._ids), dataset, view)
         self._prims[primitive.prim] = primitive
+        self.added += 1
         if isinstance(view, Entity):
             self._entities[(dataset, view)] = primitive
         elif isinstance(view, REGIONS):  # the cover index is of regions; other kinds: ``views``
