@@ -2,8 +2,9 @@
 relays and directly.
 
 Run ``.venv/bin/python bench/sharing.py`` (``--steps 100,1000,10000``, ``--duration`` seconds per
-window, ``--compare-assign``, ``--widen``); it prints one JSON object and, with the default
-steps and widening, writes ``bench/results/sharing.json``. Processes, all on this machine and
+window, ``--compare-assign``, ``--assign``, ``--widen``, ``--margin``, ``--overshoot``); it prints
+one JSON object and, with the default steps, assignment and widening, writes
+``bench/results/sharing.json``. Processes, all on this machine and
 sharing its cores:
 
 * **publisher**: the real ``fanout publisher`` (``fanout.launch``) on Spark ``local[2]``, serving
@@ -19,15 +20,18 @@ sharing its cores:
   quarter side, so its box contains the point; overlap grows with N. The first 100 subscribers
   of the 1,000 are those of the 100, and so on. Views do not move.
 * **relay case**: ``RELAYS`` real relays (``fanout.relay.server.RelayServer`` with the
-  configuration ``fanout relay`` runs with: tiles widening, margin 0.5, grace 10 s; ``--widen
-  margin`` switches the widening policy, as ``fanout relay --widen margin``), each in a
+  configuration ``fanout relay`` runs with: tiles widening, margin 0.5, grace 10 s; ``--widen``,
+  ``--margin`` and ``--overshoot`` change the widening policy as ``fanout relay``'s do), each in a
   process of its own, answering the benchmark's requests for ``RelayCore.stats()`` and CPU time.
   Subscriber ``i`` goes to relay ``i mod RELAYS`` (*spread*: what a load balancer does);
   ``--assign area`` puts each on the relay ``fanout.client.rank`` ranks first for its view
-  (fanout's routing by area, grid side ``--area``), ``--assign point`` each point's
-  subscribers on one relay. With ``--compare-assign`` the relay case is run a second
-  time with every point's subscribers on one relay (point ``p`` to relay ``p mod RELAYS``, the
-  founding document's "hosts specialised to a set of views with a high degree of overlap").
+  (fanout's routing by area, grid side ``--area``), ``--assign key`` on the relay it ranks
+  first for the subscriber's routing key, its point of interest (fanout's routing by key,
+  ``fanout subscribe --route key --key point-P``), and ``--assign point`` point ``p``'s
+  subscribers on relay ``p mod RELAYS`` (the benchmark's own assignment, balanced exactly).
+  With ``--compare-assign [ASSIGN]`` the relay case is run a second time with that assignment
+  (default ``point``): every point's subscribers on one relay, the founding document's "hosts
+  specialised to a set of views with a high degree of overlap".
   The subscriptions (``Subscribe`` at ``PUSH_RATE`` pushes/s, real protocol, real WebSockets)
   are multiplexed, ``--per-connection`` to a connection, over connections opened by one client
   process that decodes only each frame's header.
@@ -189,9 +193,10 @@ def relay_plan(
 ) -> list[dict[str, Any]]:
     """Subscriber connections of the relay case: ``{"relay": r, "views": [[sub, box], ...]}``.
 
-    ``assign``: ``spread`` (subscriber i on relay i mod RELAYS), ``point`` (each point's
-    subscribers on one relay) or ``area`` (``fanout.client.rank`` with a grid of side
-    ``area``, over stable relay names standing for their URLs).
+    ``assign``: ``spread`` (subscriber i on relay i mod RELAYS), ``point`` (point p's
+    subscribers on relay p mod RELAYS), ``area`` (``fanout.client.rank`` with a grid of side
+    ``area``) or ``key`` (``fanout.client.rank`` by the routing key ``point-P``); ranks are
+    over stable relay names standing for their URLs.
     """
     names = [f"relay-{number}" for number in range(RELAYS)]
     by_relay: list[list[int]] = [[] for _ in range(RELAYS)]
@@ -202,7 +207,8 @@ def relay_plan(
             relay = int(views.point[index]) % RELAYS
         else:
             box = Box(tuple(views.lo[index]), tuple(views.hi[index]))
-            relay = names.index(rank(names, box, area)[0])
+            key = f"point-{views.point[index]}" if assign == "key" else None
+            relay = names.index(rank(names, box, area, key)[0])
         by_relay[relay].append(index)
     plan = []
     for relay, members in enumerate(by_relay):
@@ -612,7 +618,8 @@ async def measure_step(
     args: argparse.Namespace,
     workdir: Path,
 ) -> dict[str, Any]:
-    """One case (``relay``, ``relay-by-point`` or ``direct``) at ``count`` subscribers."""
+    """One case (``relay``, ``direct`` or ``relay-by-`` the compared assignment) at ``count``
+    subscribers."""
     views = Views.draw(max(args.steps))
     name = f"{case}-{count}"
     logs = workdir / name
@@ -624,9 +631,9 @@ async def measure_step(
             connections = direct_plan(views, count)
             spec = {"mode": "direct", "url": publisher.url, "connections": connections}
         else:
-            policy = Policy(widen=args.widen, margin=args.margin)
+            policy = Policy(widen=args.widen, margin=args.margin, overshoot=args.overshoot)
             relays = await Relays.start(publisher.url, logs, policy)
-            assign = args.assign if case == "relay" else "point"
+            assign = args.assign if case == "relay" else args.compare_assign
             connections = relay_plan(views, count, assign, args.per_connection, args.area)
             spec = {
                 "mode": "relay",
@@ -712,6 +719,8 @@ def summarise(
         ]
         result |= {
             "primitives": sum(a[2]["primitives"] for a in after.relays),
+            # since the relays started, at this step: each one a snapshot the publisher cut
+            "primitives_acquired": sum(a[2]["primitives_acquired"] for a in after.relays),
             "batches_received_per_relay": statistics.mean(r["batches"] for r in relays),
             "relay_rows": [a[2]["rows"] for a in after.relays],
             "relays_cpu_s_per_s": round(
@@ -783,7 +792,8 @@ async def bench(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
     main = asyncio.current_task()
     assert main is not None
     asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, main.cancel)
-    cases = ["relay", "direct"] + (["relay-by-point"] if args.compare_assign else [])
+    compared = f"relay-by-{args.compare_assign}"
+    cases = ["relay", "direct"] + ([compared] if args.compare_assign else [])
     publisher, port = await start_publisher(workdir, args)
     results: dict[str, list[dict[str, Any]]] = {case: [] for case in cases}
     try:
@@ -826,15 +836,15 @@ async def bench(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
         "direct": direct,
     }
     if args.compare_assign:
-        by_point = results["relay-by-point"]
-        out["relay_by_point"] = {
-            "egress_ratio": ratio(by_point),
-            "savings_at_10000": savings(direct, by_point),
+        compared_steps = results[compared]
+        out[compared.replace("-", "_")] = {
+            "egress_ratio": ratio(compared_steps),
+            "savings_at_10000": savings(direct, compared_steps),
             "per_micro_batch": {
-                "egress_ratio": ratio(by_point, per_batch),
-                "savings_at_10000": savings(direct, by_point, per_batch),
+                "egress_ratio": ratio(compared_steps, per_batch),
+                "savings_at_10000": savings(direct, compared_steps, per_batch),
             },
-            "steps": by_point,
+            "steps": compared_steps,
         }
     return out
 
@@ -872,18 +882,22 @@ def main() -> None:
     parser.add_argument("--rate", type=float, default=PUSH_RATE, help="pushes/s per subscription")
     parser.add_argument("--per-connection", type=int, default=PER_CONNECTION)
     parser.add_argument("--agents", type=int, default=AGENTS)
+    assignments = ("spread", "point", "area", "key")
     parser.add_argument(
         "--compare-assign",
-        action="store_true",
-        help="also run the relay case with each point's subscribers on one relay",
+        nargs="?",
+        const="point",
+        choices=assignments,
+        help="also run the relay case with this assignment (default: point)",
     )
     parser.add_argument(
         "--assign",
-        choices=("spread", "point", "area"),
+        choices=assignments,
         default="spread",
         help=(
             "how the relay case puts subscribers on relays: round robin (a load balancer), each"
-            " point's on one relay, or fanout's routing by area (default: spread)"
+            " point's on one relay (p mod relays), fanout's routing by area, or fanout's routing"
+            " by key, the key being the point of interest (default: spread)"
         ),
     )
     parser.add_argument(
@@ -904,6 +918,12 @@ def main() -> None:
         default=Policy().margin,
         help=f"the relays' widening margin (default: {Policy().margin}, as fanout relay)",
     )
+    parser.add_argument(
+        "--overshoot",
+        type=float,
+        default=Policy().overshoot,
+        help="with --widen enclose: the relays' overshoot (default: 0, as fanout relay)",
+    )
     parser.add_argument("--workdir", type=Path, default=None, help="logs and state go here")
     args = parser.parse_args()
     if shutil.which("ss") is None:
@@ -921,6 +941,7 @@ def main() -> None:
             "spread": f"subscriber i on relay i mod {RELAYS}",
             "point": "point of interest (each point's subscribers on one relay)",
             "area": f"fanout.client.rank, routing grid side {args.area:g}",
+            "key": "fanout.client.rank by routing key, the subscriber's point of interest",
         }[args.assign],
     )
     results["setup"] = {
@@ -936,7 +957,9 @@ def main() -> None:
         "relays": RELAYS,
         "widen": args.widen,
         "margin": args.margin,
+        "overshoot": args.overshoot,
         "assign": args.assign,
+        "compare_assign": args.compare_assign,
         "area": args.area,
         "push_rate": args.rate,
         "subscriptions_per_connection": args.per_connection,
@@ -945,7 +968,12 @@ def main() -> None:
         "logs": str(workdir),
     }
     results["machine"] = before | {"load_average_1m_at_end": round(os.getloadavg()[0], 2)}
-    default = (args.widen, args.margin, args.assign) == ("tiles", Policy().margin, "spread")
+    default = (args.widen, args.margin, args.overshoot, args.assign) == (
+        "tiles",
+        Policy().margin,
+        Policy().overshoot,
+        "spread",
+    )
     write_results(results, RESULTS if args.steps == list(DEFAULT_STEPS) and default else None)
 
 
