@@ -61,6 +61,9 @@ later, so that exactly those micro-batches' bytes fall inside it.
   ``/proc/<pid>/stat``: utime + stime, plus cutime + cstime for workers that have exited.
 * ``primitives``: upstream primitives held at the publisher (relay case: the relays' own count;
   direct case: primitives whose snapshot arrived).
+* ``primitives_acquired`` (relay case): primitives the relays acquired since they started for
+  the step, each a snapshot the publisher cut; with ``enclose`` widening every growth of an
+  enclosure is one.
 * ``egress_bytes_per_micro_batch``, ``micro_batches_per_s`` (the window's micro-batches over
   its length); ``stages_ms``: median per-stage timings the publisher logged for them.
 * relay case: the relays' CPU, pushes and no-updates per second, and the client process's CPU.
