@@ -18,8 +18,10 @@ Processes, all on this machine and sharing its cores:
 * **clients**: N subscriber connections spread over ``--processes`` processes. Each connection
   speaks the real protocol over a real WebSocket (``Hello``, ``Subscribe`` at 10 pushes/s) and
   moves its box view (125 x 125, about 100 entities) along its own path at 20 units/s, sending a
-  new ``Subscribe`` once a second. To leave the cores to the relay, clients decode only each
-  frame's header (type, sub, seq) instead of applying rows as the client library does.
+  new ``Subscribe`` once a second. To leave the cores to the relay, clients speak WebSocket
+  through websockets' sans-I/O protocol on plain asyncio transports (no task or queue per
+  message) and decode only each frame's header (type, sub, seq) instead of applying rows as the
+  client library does.
 
 Per trial (one N): connect and subscribe everyone, warm up, then measure for ``--measure``
 seconds:
@@ -60,13 +62,17 @@ import time
 from dataclasses import asdict, dataclass, field
 from multiprocessing.connection import Connection
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import msgspec
 import numpy as np
-from websockets.asyncio.client import connect
 from websockets.asyncio.server import serve
+from websockets.client import ClientProtocol
 from websockets.exceptions import ConnectionClosed
+from websockets.frames import Frame, Opcode
+from websockets.http11 import Response
+from websockets.protocol import State
+from websockets.uri import parse_uri
 
 from fanout.relay.core import Send
 from fanout.relay.server import RelayConfig, RelayServer
@@ -395,41 +401,96 @@ def routes(count: int, group: int, seed: int) -> list[Route]:
     return [shared[i // group] for i in range(count)]
 
 
-class Subscriber:
-    """One subscriber connection: subscribes, moves its view, records what arrives."""
+class Subscriber(asyncio.Protocol):
+    """One subscriber connection: subscribes, moves its view, records what arrives.
+
+    It speaks WebSocket through websockets' sans-I/O protocol (``websockets.client.
+    ClientProtocol``) on a plain asyncio transport: the frames of each read are parsed in the
+    read's callback, with no task, queue or future per message, so that the clients leave the
+    machine's cores to the relay. It records every frame whole, as the relay sent it.
+    """
 
     def __init__(self, url: str, route: Route, started: float) -> None:
         self.url, self.route, self.started = url, route, started
         self.received: list[tuple[int, float, int]] = []  # (seq, receipt time, bytes)
         self.closed = ""
-        self.websocket: Any = None
+        self.close_code: int | None = None
+        self.protocol = ClientProtocol(parse_uri(url), max_size=None)
+        self.transport: asyncio.Transport | None = None
+        self.welcomed = asyncio.get_running_loop().create_future()
+        self._decode = msgspec.msgpack.Decoder(Head).decode
+        self._parts: list[bytes] = []
 
     async def open(self) -> None:
+        uri = parse_uri(self.url)
+        loop = asyncio.get_running_loop()
+        await loop.create_connection(lambda: self, uri.host, uri.port)
+        await asyncio.wait_for(self.welcomed, 60)
+        self._subscribe(self.route.step(time.time() - self.started))
 
-        self.websocket = await connect(self.url, max_size=None, compression=None, open_timeout=60)
-        await self.websocket.send(codec.encode(Hello(PROTOCOL_VERSION, "subscriber", "bench")))
-        await self.websocket.recv()  # welcome
-        await self._subscribe(self.route.step(time.time() - self.started))
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = cast(asyncio.Transport, transport)
+        self.protocol.send_request(self.protocol.connect())
+        self._flush()
 
-    async def _subscribe(self, step: int) -> None:
+    def data_received(self, data: bytes) -> None:
+        now = time.time()
+        self.protocol.receive_data(data)
+        for event in self.protocol.events_received():
+            if isinstance(event, Response):
+                if self.protocol.handshake_exc is not None:
+                    self._fail(f"handshake: {self.protocol.handshake_exc}")
+                else:
+                    self._send(codec.encode(Hello(PROTOCOL_VERSION, "subscriber", "bench")))
+            elif isinstance(event, Frame) and event.opcode in _DATA:
+                self._parts.append(event.data)
+                if event.fin:
+                    message = b"".join(self._parts)
+                    self._parts.clear()
+                    self._on_message(message, now)
+        if self.protocol.close_code is not None and self.close_code is None:
+            self.close_code = self.protocol.close_code
+            reason = f"{self.protocol.close_code} {self.protocol.close_reason}"
+            self._fail(f"closed by the relay: {reason}")
+        self._flush()
 
-        request = Subscribe(1, "agents", self.route.box(step), rate=PUSH_RATE)
-        await self.websocket.send(codec.encode(request))
+    def _on_message(self, message: bytes, now: float) -> None:
+        if not self.welcomed.done():
+            self.welcomed.set_result(None)
+            return
+        head = self._decode(message)
+        if head.type in ("push", "no_update"):
+            self.received.append((head.seq, now, len(message)))
+        elif head.type == "error":
+            self._fail(f"error frame: {msgspec.msgpack.decode(message)}")
 
-    async def listen(self) -> None:
-        decode = msgspec.msgpack.Decoder(Head).decode
-        try:
-            async for message in self.websocket:
-                now = time.time()
-                head = decode(message)
-                if head.type in ("push", "no_update"):
-                    self.received.append((head.seq, now, len(message)))
-                elif head.type == "error":
-                    self.closed = f"error frame: {msgspec.msgpack.decode(message)}"
-        except Exception as exc:  # recorded as this subscriber's failure
-            self.closed = f"{type(exc).__name__}: {exc}"
+    def connection_lost(self, exc: Exception | None) -> None:
+        if self.close_code is None:
+            self.close_code = self.protocol.close_code or 1006
+        self._fail(f"connection lost: {exc}" if exc else "closed by the relay")
+
+    def _fail(self, why: str) -> None:
         if not self.closed:
-            self.closed = "closed by the relay"
+            self.closed = why
+        if not self.welcomed.done():
+            self.welcomed.set_exception(ConnectionError(why))
+
+    def _send(self, data: bytes) -> None:
+        if self.protocol.state is State.OPEN:
+            self.protocol.send_binary(data)
+            self._flush()
+
+    def _flush(self) -> None:
+        assert self.transport is not None
+        for data in self.protocol.data_to_send():
+            if data:
+                self.transport.write(data)
+            elif self.transport.can_write_eof():
+                self.transport.write_eof()
+
+    def _subscribe(self, step: int) -> None:
+        request = Subscribe(1, "agents", self.route.box(step), rate=PUSH_RATE)
+        self._send(codec.encode(request))
 
     async def move(self, until: float) -> None:
         step = self.route.step(time.time() - self.started)
@@ -437,8 +498,17 @@ class Subscriber:
             step += 1
             due = self.started + self.route.offset + step * MOVE_EVERY
             await asyncio.sleep(max(0.0, due - time.time()))
-            with contextlib.suppress(ConnectionClosed):  # a closed connection shows in ``closed``
-                await self._subscribe(step)
+            self._subscribe(step)
+
+    def close(self) -> None:
+        if self.protocol.state is State.OPEN:
+            self.protocol.send_close()
+            self._flush()
+        if self.transport is not None:
+            self.transport.close()
+
+
+_DATA = (Opcode.BINARY, Opcode.TEXT, Opcode.CONT)
 
 
 def clients_main(conn: Connection, url: str, mine: list[Route], started: float) -> None:
@@ -453,7 +523,6 @@ def clients_main(conn: Connection, url: str, mine: list[Route], started: float) 
                 await subscriber.open()
 
         await asyncio.gather(*(open_one(s) for s in subscribers))
-        listeners = [asyncio.create_task(s.listen()) for s in subscribers]
         conn.send("ready")
         loop = asyncio.get_running_loop()
         start, end = await loop.run_in_executor(None, conn.recv)
@@ -466,13 +535,12 @@ def clients_main(conn: Connection, url: str, mine: list[Route], started: float) 
         received = [
             [r for r in s.received if start - 1 <= r[1] <= end + DRAIN] for s in subscribers
         ]
-        closed = [s.closed for s in subscribers if s.websocket.close_code is not None]
+        closed = [s.closed for s in subscribers if s.close_code is not None]
         conn.send({"cpu": cpu, "received": received, "closed": closed})
-        for task in movers + listeners:
+        for task in movers:
             task.cancel()
         for subscriber in subscribers:
-            with contextlib.suppress(ConnectionClosed, OSError):
-                await subscriber.websocket.close()
+            subscriber.close()
 
     asyncio.run(main())
 

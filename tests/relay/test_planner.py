@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -58,6 +60,31 @@ def test_a_flat_view_still_gets_a_primitive() -> None:
     acquired = to_acquire([], view, Policy())
     assert acquired
     assert covers(acquired, view)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.lists(st.tuples(st.integers(-1, 2), st.integers(-1, 2)), max_size=16),
+    st.tuples(st.floats(-300, 300), st.floats(-300, 300)),
+    st.tuples(st.floats(1, 150), st.floats(1, 150)),
+)
+def test_a_view_whose_own_tiles_are_held_needs_nothing_and_is_covered(cells, corner, size) -> None:  # type: ignore[no-untyped-def]
+    """The quick test ``to_acquire`` makes first (every tile of the view's own grid that it
+    touches is held) agrees with the coverage algebra: it never skips a view left uncovered,
+    and a view it passes is covered."""
+    view = Box(corner, (corner[0] + size[0], corner[1] + size[1]))
+    side = tile_side(view)
+    i0, j0 = (math.floor(c / side) for c in corner)  # held tiles near the view's own
+    held = [
+        Box(((i0 + i) * side, (j0 + j) * side), ((i0 + i + 1) * side, (j0 + j + 1) * side))
+        for i, j in cells
+    ]
+    needed = to_acquire(held, view, Policy())
+    assert covers(held + needed, view)
+    if set(tiles(view, side)) <= set(held):
+        assert needed == []
+    if not needed:
+        assert covers(held, view)
 
 
 def test_tiles_enumerates_the_grid_cells_a_box_touches() -> None:

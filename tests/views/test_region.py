@@ -109,6 +109,13 @@ def test_lists_and_tuples_make_equal_views_with_equal_hashes() -> None:
         (lambda: Box([0, 0], [1, 1, 1]), ["lo has 2", "hi has 3"]),
         (lambda: Box([0], [1]), ["lo has 1 coordinates", "2-D or 3-D"]),
         (lambda: Box([0, 0, 0, 0], [1, 1, 1, 1]), ["4 coordinates"]),
+        # tuples of floats, the form views are made in by the relay, are checked the same way
+        (lambda: Box((0.0, math.nan), (1.0, 1.0)), ["lo[1]", "nan", "finite"]),
+        (lambda: Box((0.0, 0.0), (math.inf, 1.0)), ["hi[0]", "inf"]),
+        (lambda: Box((5.0, 0.0), (1.0, 1.0)), ["lo[0] = 5.0", "hi[0] = 1.0"]),
+        (lambda: Box((0.0, 0.0), (1.0, 1.0, 1.0)), ["lo has 2", "hi has 3"]),
+        (lambda: Box((0.0,) * 4, (1.0,) * 4), ["4 coordinates"]),
+        (lambda: Box((0.0,), (1.0,)), ["1 coordinates"]),
         (lambda: Box(["a", 0], [1, 1]), ["lo[0]", "'a'", "not a number"]),
         (lambda: Box([True, 0], [1, 1]), ["lo[0]", "True"]),
         (lambda: Box("ab", [1, 1]), ["lo", "not a sequence"]),

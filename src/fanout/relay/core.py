@@ -26,7 +26,8 @@ from __future__ import annotations
 import logging
 from collections import deque
 from collections.abc import Sequence
-from dataclasses import replace
+
+import msgspec
 
 from fanout.errors import BadRequest, InvalidView, ProtocolError
 from fanout.relay import planner, relative
@@ -417,7 +418,7 @@ class RelayCore(Serving):
                     followed.add(view)
                     sends += self._follow(name, view)
                 if refresh and subscription.held is not None:
-                    subscription.held = replace(subscription.held, refresh=True)
+                    subscription.held = msgspec.structs.replace(subscription.held, refresh=True)
                 self.scheduler.wake(subscription.key)
         return sends
 

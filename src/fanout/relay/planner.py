@@ -40,6 +40,7 @@ Primitives whose every dependent view is covered by the others are released afte
 
 from __future__ import annotations
 
+import functools
 import itertools
 import math
 from collections.abc import Sequence
@@ -63,9 +64,12 @@ def as_region(view: object) -> Region:
     Raises:
         InvalidView: it is not one (a relative view must be resolved first).
     """
-    if not isinstance(view, Box | Sphere | Sector | RegionUnion):
+    if not isinstance(view, _REGIONS):
         raise InvalidView(f"expected a region view, got {type(view).__name__}")
     return view
+
+
+_REGIONS = (Box, Sphere, Sector, RegionUnion)  # a tuple: isinstance checks it faster
 
 
 #: The widening policies (see the module docstring).
@@ -169,10 +173,14 @@ def tiles(box: Box, side: float) -> list[Box]:
         range(math.floor(lo / side), math.floor(hi / side) + 1)
         for lo, hi in zip(box.lo, box.hi, strict=True)
     ]
-    return [
-        Box(tuple(i * side for i in cell), tuple((i + 1) * side for i in cell))
-        for cell in itertools.product(*ranges)
-    ]
+    return [_tile(side, cell) for cell in itertools.product(*ranges)]
+
+
+@functools.lru_cache(maxsize=1 << 16)
+def _tile(side: float, cell: tuple[int, ...]) -> Box:
+    """The tile of ``side`` at grid ``cell`` (remembered: views moving about ask for the same
+    tiles over and over, and a box is checked as it is made)."""
+    return Box(tuple(i * side for i in cell), tuple((i + 1) * side for i in cell))
 
 
 def to_acquire(
@@ -192,7 +200,7 @@ def to_acquire(
     """
     if not isinstance(held, CoverIndex):
         held = CoverIndex(held)
-    if covers(held, view):
+    if (policy.widen == "tiles" and _tiles_held(held, view)) or covers(held, view):
         return []
     if policy.widen == "exact":
         return [as_region(piece) for piece in residual(held, view)]
@@ -210,6 +218,14 @@ def to_acquire(
         ):
             return [tile for tile in candidates if not covers(held, tile)]
     return [wanted]
+
+
+def _tiles_held(held: CoverIndex, view: Region) -> bool:
+    """Whether every tile of ``view``'s own tile grid that it touches is held: a sufficient test
+    for coverage that a view moving among tiles acquired for it passes with a few lookups."""
+    if not isinstance(view, Box):
+        return False
+    return all(tile in held for tile in tiles(view, tile_side(view)))
 
 
 def enclosure(held: Box, wanted: Box, overshoot: float) -> Box:
@@ -317,9 +333,12 @@ class _Boxes:
 
 
 def _region(view: View) -> Region:
-    if not isinstance(view, Box | Sphere | Sector | RegionUnion):
+    if not isinstance(view, _REGIONS):
         raise InvalidView(f"expected a region view, got {type(view).__name__}")
     return view
+
+
+_REGIONS = (Box, Sphere, Sector, RegionUnion)  # a tuple: isinstance checks it faster
 
 
 def _extent(box: Box) -> float:

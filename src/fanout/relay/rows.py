@@ -10,7 +10,6 @@ row changes when either side does), so the digest decides.
 from __future__ import annotations
 
 from collections.abc import Hashable, Mapping
-from dataclasses import dataclass, field
 
 import msgspec
 import numpy as np
@@ -22,8 +21,7 @@ from fanout.relay.tables import Result
 from fanout.relay.transforms import Shape, apply
 
 
-@dataclass(frozen=True)
-class HeldRows(Held):
+class HeldRows(Held, frozen=True, gc=False):
     """What a subscriber holds of a SQL subscription (see :class:`Held`).
 
     Attributes:
@@ -31,7 +29,7 @@ class HeldRows(Held):
         generations: the buffer generations of the datasets the query read.
     """
 
-    digests: npt.NDArray[np.uint64] = field(default_factory=lambda: np.empty(0, np.uint64))
+    digests: npt.NDArray[np.uint64] = msgspec.field(default_factory=lambda: np.empty(0, np.uint64))
     generations: tuple[int, ...] = ()
 
     def signature(self) -> Hashable:

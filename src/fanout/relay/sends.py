@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import msgspec
+
 from fanout.wire import codec
 from fanout.wire.messages import Frame
 
@@ -11,8 +13,7 @@ from fanout.wire.messages import Frame
 UPSTREAM = 0
 
 
-@dataclass(frozen=True)
-class Send:
+class Send(msgspec.Struct, frozen=True, gc=False):
     """A frame for the publisher (``to == UPSTREAM``) or for one client.
 
     ``frame`` is a frame, or the bytes of one already encoded (pushes, whose encoded rows may be

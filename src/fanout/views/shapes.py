@@ -46,6 +46,8 @@ def format_number(value: float) -> str:
 
 def _number(owner: str, name: str, value: object) -> float:
     """Return ``value`` as a finite float, or raise InvalidView naming ``owner.name``."""
+    if type(value) is float and math.isfinite(value):  # the usual case, checked cheaply
+        return value
     if isinstance(value, bool) or not isinstance(value, Real):
         raise InvalidView(f"{owner}: {name} = {value!r} is not a number")
     number = float(value)
@@ -56,6 +58,13 @@ def _number(owner: str, name: str, value: object) -> float:
 
 def point(owner: str, name: str, value: object) -> Point:
     """Return ``value`` as a tuple of 2 or 3 finite floats, or raise InvalidView."""
+    if (
+        type(value) is tuple
+        and len(value) in (2, 3)
+        and all(type(v) is float for v in value)
+        and all(map(math.isfinite, value))
+    ):  # the usual case (views are made by the thousand a second), checked cheaply
+        return value
     if isinstance(value, str | bytes) or not isinstance(value, Iterable):
         raise InvalidView(f"{owner}: {name} = {value!r} is not a sequence of coordinates")
     coords = tuple(_number(owner, f"{name}[{i}]", item) for i, item in enumerate(value))
