@@ -46,6 +46,7 @@ bench: setup check-java
 	$(BIN)/python bench/snapshots.py
 	$(BIN)/python bench/pipeline.py
 	$(BIN)/python bench/relay.py
+	$(BIN)/python bench/relaycore.py
 	$(BIN)/python bench/sharing.py --compare-assign
 	$(BIN)/python bench/soak.py --faults 10
 
