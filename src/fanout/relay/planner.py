@@ -56,6 +56,7 @@ from fanout.views import CoverIndex, View, bounding_box, covers, residual
 from fanout.views.region import Box, RegionUnion, Sector, Sphere
 
 Region = Box | Sphere | Sector | RegionUnion
+_REGIONS = (Box, Sphere, Sector, RegionUnion)  # as a tuple: isinstance checks it faster
 
 
 def as_region(view: object) -> Region:
@@ -67,9 +68,6 @@ def as_region(view: object) -> Region:
     if not isinstance(view, _REGIONS):
         raise InvalidView(f"expected a region view, got {type(view).__name__}")
     return view
-
-
-_REGIONS = (Box, Sphere, Sector, RegionUnion)  # a tuple: isinstance checks it faster
 
 
 #: The widening policies (see the module docstring).
@@ -258,17 +256,17 @@ def unneeded(prims: Sequence[Primitive], views: Sequence[Region]) -> list[Primit
     which keeps this pass cheap with thousands of views).
     """
     order = sorted(prims, key=lambda p: p.prim)
-    boxes = _Boxes([_region(p.view).bounds() for p in order])
+    boxes = _Boxes([as_region(p.view).bounds() for p in order])
     touching = _Boxes([view.bounds() for view in views])
     touched = touching.any_meeting(boxes)
     ready = [p for p in prims if p.ready]
-    others = _Boxes([_region(p.view).bounds() for p in ready])
+    others = _Boxes([as_region(p.view).bounds() for p in ready])
     alive = np.ones(len(ready), dtype=bool)
     slot = {p.prim: i for i, p in enumerate(ready)}
     index: CoverIndex | None = None  # the alive ready primitives, built when first needed
     gone: list[Primitive] = []
     for at, (prim, is_touched) in enumerate(zip(order, touched.tolist(), strict=True)):
-        box = _region(prim.view).bounds()
+        box = as_region(prim.view).bounds()
         mine = slot.get(prim.prim)
         if is_touched:
             overlapping = others.overlapping(boxes, at) & alive
@@ -330,15 +328,6 @@ class _Boxes:
             inside &= self.lo[:, axis] < hi[axis]
             inside &= self.hi[:, axis] > lo[axis]
         return inside
-
-
-def _region(view: View) -> Region:
-    if not isinstance(view, _REGIONS):
-        raise InvalidView(f"expected a region view, got {type(view).__name__}")
-    return view
-
-
-_REGIONS = (Box, Sphere, Sector, RegionUnion)  # a tuple: isinstance checks it faster
 
 
 def _extent(box: Box) -> float:
