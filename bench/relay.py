@@ -40,8 +40,9 @@ seconds:
   pushes (scheduling, cutting, transforming, encoding, queueing) per push. CPU time, unlike
   latency, does not grow when other processes take the cores.
 
-A trial passes when every subscriber got >= 95% of the ticks and p99_ms <= 100. ``max_subscribers``
-is the largest N that passes: N doubles from ``--start`` until a trial fails, then is bisected.
+A trial passes when every subscriber got >= 95% of the ticks and p99_ms <= 100, and none was
+disconnected or sent an ``Error`` (``disconnected`` counts them). ``max_subscribers`` is the
+largest N that passes: N doubles from ``--start`` until a trial fails, then is bisected.
 A last pair of trials at the same N compares distinct views with groups of ``--group``
 subscribers sharing each view (spectators of one camera), to measure shared encodings.
 """
@@ -535,7 +536,7 @@ def clients_main(conn: Connection, url: str, mine: list[Route], started: float) 
         received = [
             [r for r in s.received if start - 1 <= r[1] <= end + DRAIN] for s in subscribers
         ]
-        closed = [s.closed for s in subscribers if s.close_code is not None]
+        closed = [s.closed for s in subscribers if s.closed]  # closed, or sent an error
         conn.send({"cpu": cpu, "received": received, "closed": closed})
         for task in movers:
             task.cancel()
