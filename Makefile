@@ -44,6 +44,7 @@ bench: setup check-java
 	$(BIN)/python bench/log.py
 	$(BIN)/python bench/state.py
 	$(BIN)/python bench/snapshots.py
+	$(BIN)/python bench/snapshots.py --index sql
 	$(BIN)/python bench/pipeline.py
 	$(BIN)/python bench/relay.py
 	$(BIN)/python bench/relaycore.py

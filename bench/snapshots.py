@@ -16,8 +16,11 @@ changed rows per micro-batch, ``local[2]`` with the publisher's embedded setting
 
 Each micro-batch snapshots ``PRIMS`` fresh boxes of side ``SIDE`` spread over ``RELAYS`` relays
 (a round of moving views reaching new tiles), and the two answers are checked to be the same
-rows. Also reported: loading the mirror from micro-batch 0's changes (a new stream) and from the
-state store (the first snapshot after a restart).
+rows. With ``--index sql`` the same dataset is a SQL table and the primitives are the same boxes
+as SQL (``SELECT * FROM agents WHERE x BETWEEN .. AND y BETWEEN ..``), matched by Spark
+predicates in the store and by ``SqlBox.match`` over Arrow in the mirror; the results go to
+``bench/results/snapshots-sql.json``. Also reported: loading the mirror from micro-batch 0's
+changes (a new stream) and from the state store (the first snapshot after a restart).
 """
 
 from __future__ import annotations
@@ -44,10 +47,12 @@ from fanout.publisher.mirror import Mirror
 from fanout.publisher.pipeline import spark_session
 from fanout.publisher.sources.simulation import SimulationParams
 from fanout.publisher.state import current_state, latest_per_key
-from fanout.views import Box
+from fanout.views import Box, View
+from fanout.views.sql import Sql
 from machine import describe, write_results
 
 RESULTS = Path(__file__).parent / "results" / "snapshots.json"
+RESULTS_SQL = Path(__file__).parent / "results" / "snapshots-sql.json"
 
 AGENTS = 1_000_000
 ROWS_PER_TICK = 10_000
@@ -59,13 +64,23 @@ SIDE = 64.0
 SEED = 3
 
 
-def prims(rng: np.random.Generator) -> list[tuple[int, int, Box]]:
-    """``PRIMS`` boxes of side ``SIDE`` at random places, over ``RELAYS`` relays."""
+def prims(rng: np.random.Generator, index: str) -> list[tuple[int, int, View]]:
+    """``PRIMS`` boxes of side ``SIDE`` at random places, over ``RELAYS`` relays (as SQL
+    primitives of the table ``agents`` when ``index`` is ``sql``)."""
     corners = rng.uniform(0, WORLD - SIDE, (PRIMS, 2))
     return [
-        (number % RELAYS, number, Box((x, y), (x + SIDE, y + SIDE)))
+        (number % RELAYS, number, box(x, y) if index == "space" else sql_box(x, y))
         for number, (x, y) in enumerate(corners.tolist())
     ]
+
+
+def box(x: float, y: float) -> Box:
+    return Box((x, y), (x + SIDE, y + SIDE))
+
+
+def sql_box(x: float, y: float) -> View:
+    where = f"x BETWEEN {x!r} AND {x + SIDE!r} AND y BETWEEN {y!r} AND {y + SIDE!r}"
+    return Sql(f"SELECT * FROM agents WHERE {where}").primitives()[0]
 
 
 def keys(snapshots: dict[int, pa.Table]) -> dict[int, list[int]]:
@@ -75,10 +90,13 @@ def keys(snapshots: dict[int, pa.Table]) -> dict[int, list[int]]:
 class Measure:
     """The ``foreachBatch`` handler: both ways, timed, in every micro-batch."""
 
-    def __init__(self, spark: SparkSession, checkpoint: str, params: SimulationParams) -> None:
+    def __init__(
+        self, spark: SparkSession, checkpoint: str, params: SimulationParams, index: str
+    ) -> None:
         self.spark = spark
         self.checkpoint = checkpoint
-        self.dataset = agents(params)
+        self.index = index
+        self.dataset = replace(agents(params), index=index)
         self.matcher = matcher_for(self.dataset)
         self.mirror = Mirror(self.dataset.key, self.dataset.index_columns)
         self.rng = np.random.default_rng(SEED)
@@ -101,7 +119,7 @@ class Measure:
             self.loads["from_micro_batch_0_ms"] = _ms(began)
             self.loads["rows"] = self.mirror.rows
             return
-        fresh = prims(self.rng)
+        fresh = prims(self.rng, self.index)
         began = time.perf_counter()
         state = current_state(self.spark, self.checkpoint, self.dataset, changes, batch_id)
         tables = self.matcher.tables(self.spark, fresh)
@@ -141,7 +159,7 @@ class Measure:
 
 def run(spark: SparkSession, params: SimulationParams, checkpoint: str, measure: Measure) -> None:
     """Run the stream from ``checkpoint`` up to ``params.max_ticks``."""
-    dataset = agents(params)
+    dataset = replace(agents(params), index=measure.index)
     source = streams.stream(spark, dataset, params.start_time, Path(tempfile.gettempdir()))
     query = (
         latest_per_key(source, dataset)
@@ -164,6 +182,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--batches", type=int, default=8, help="measured micro-batches")
     parser.add_argument("--quick", action="store_true", help="3 micro-batches")
+    parser.add_argument("--index", choices=("space", "sql"), default="space")
     args = parser.parse_args()
     measured = 3 if args.quick else args.batches
     workdir = Path(tempfile.mkdtemp(prefix="fanout-bench-snapshots-"))
@@ -179,7 +198,7 @@ def main() -> None:
         start_time=time.time() - 10_000_000,  # the clock far ahead: data always waiting
     )
     checkpoint = str(workdir / "checkpoint")
-    measure = Measure(spark, checkpoint, base)
+    measure = Measure(spark, checkpoint, base, args.index)
     try:
         # Ticks 1..period move every agent once: micro-batch 0 holds all of them.
         run(spark, replace(base, max_ticks=period, max_ticks_per_batch=period), checkpoint, measure)
@@ -204,6 +223,7 @@ def main() -> None:
         "mirror_load": measure.loads,
         "rounds": rounds,
         "setup": {
+            "index": args.index,
             "agents": AGENTS,
             "rows_per_tick": ROWS_PER_TICK,
             "fresh_primitives": PRIMS,
@@ -214,7 +234,8 @@ def main() -> None:
         },
         "machine": started,
     }
-    write_results(results, None if args.quick else RESULTS)
+    path = RESULTS if args.index == "space" else RESULTS_SQL
+    write_results(results, None if args.quick else path)
 
 
 if __name__ == "__main__":

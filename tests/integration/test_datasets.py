@@ -15,6 +15,7 @@ from websockets.asyncio.client import connect
 from fanout.client import SubscriptionError
 from fanout.client.publisher import open_producer, open_reader
 from fanout.launch import Child, start
+from fanout.metrics import scrape
 from fanout.views.objects import parse as path
 from fanout.views.sql import parse as sql
 from fanout.views.topic import parse as topic
@@ -184,3 +185,6 @@ async def test_a_relay_holding_object_paths_gets_snapshots_and_changes(publisher
                 "/cars/c1",
                 "/cars/c2",
             }  # not the door (a sub-directory), not trucks
+    # The driver's mirror holds the live objects: snapshots are cut from it, not the state store.
+    metrics = await asyncio.to_thread(scrape, child.url)
+    assert metrics['fanout_publisher_mirror_rows{dataset="objects"}'] == 4

@@ -1,11 +1,13 @@
-"""The driver's mirror of a space dataset, against a brute-force oracle and against Spark's own
-snapshots from the state store."""
+"""The driver's mirror of a dataset, against brute-force oracles (DuckDB for SQL primitives),
+against Spark's own snapshots from the state store, and against the Spark matchers."""
 
 from __future__ import annotations
 
+import datetime
 import math
 import time
 
+import duckdb
 import numpy as np
 import pyarrow as pa
 import pytest
@@ -16,12 +18,18 @@ from fanout.publisher import streams
 from fanout.publisher.datasets import agents
 from fanout.publisher.delivery import rows_by_relay
 from fanout.publisher.matching import matcher_for
+from fanout.publisher.matching.paths import PathMatcher
+from fanout.publisher.matching.sql import SqlMatcher
+from fanout.publisher.matching.topics import TopicMatcher
 from fanout.publisher.mirror import Mirror
 from fanout.publisher.sources.simulation import SimulationParams
 from fanout.publisher.state import current_state, latest_per_key
 from fanout.views import Box
 from fanout.views.entity import Entity
+from fanout.views.objects import ObjectPath
 from fanout.views.region import RegionUnion, Sector, Sphere
+from fanout.views.sql import Sql, SqlBox
+from fanout.views.topic import TopicFilter
 
 KEYS = 12
 # Coordinates on a coarse grid, so rows land on the primitives' boundaries often.
@@ -262,3 +270,202 @@ def test_the_mirror_agrees_with_snapshots_read_from_the_state_store(spark, tmp_p
     assert compared == [0, 1, 2, 3, 4]
     assert mirror.rows == restarted.rows == 400
     assert np.all(np.diff(compared) == 1)
+
+
+# -- topic, path and SQL datasets -------------------------------------------------------------
+
+TOPICS = ["a", "a/b", "a/c", "b/c", "$SYS/x", "a/b/c", "x.y", None]
+PATHS = ["/d/one", "/d/two", "/d/sub/three", "/e/one", "/top", "/d/", None]
+NAMES = ["p", "q", "r", None]
+keyed_change = st.tuples(
+    st.integers(0, KEYS - 1),
+    st.sampled_from(TOPICS),
+    st.sampled_from(PATHS),
+    st.one_of(st.none(), st.integers(0, 9)),
+    st.sampled_from(NAMES),
+    st.booleans(),
+)
+KeyedRow = tuple[str | None, str | None, int | None, str | None]
+
+
+def keyed_table(rows: list[tuple], version: int) -> pa.Table:
+    """One micro-batch's changed rows of a dataset with topic, path and SQL-queried columns."""
+    latest = {row[0]: row[1:] for row in rows}
+    keys = sorted(latest)
+    column = {name: [latest[k][i] for k in keys] for i, name in enumerate(("topic", "path", "v"))}
+    return pa.table(
+        {
+            "id": pa.array(keys, pa.int64()),
+            "topic": pa.array(column["topic"], pa.string()),
+            "path": pa.array(column["path"], pa.string()),
+            "v": pa.array(column["v"], pa.int32()),
+            "name": pa.array([latest[k][3] for k in keys], pa.string()),
+            "_version": pa.array([version] * len(keys), pa.int64()),
+            "_deleted": pa.array([latest[k][4] for k in keys], pa.bool_()),
+        }
+    )
+
+
+def mqtt_matches(topic_filter: str, topic: str) -> bool:
+    """MQTT 3.1.1 section 4.7, level by level (the oracle)."""
+    levels, names = topic_filter.split("/"), topic.split("/")
+    if levels[0] in ("+", "#") and topic.startswith("$"):
+        return False
+    for at, level in enumerate(levels):
+        if level == "#":
+            return True  # also the parent level itself: "a/#" matches "a"
+        if at >= len(names) or level not in ("+", names[at]):
+            return False
+    return len(levels) == len(names)
+
+
+def in_path_scope(text: str, object_path: str) -> bool:
+    """Whether the object at ``object_path`` is one the path ``text`` names, whole (the oracle)."""
+    if not text.endswith("/.all"):
+        return object_path == text
+    directory = text[: -len(".all")]
+    rest = object_path[len(directory) :]
+    return object_path.startswith(directory) and rest != "" and "/" not in rest
+
+
+topic_filters = st.sampled_from(["a", "a/+", "a/#", "+/c", "#", "+/+/c", "$SYS/#", "x.y"])
+object_paths = st.sampled_from(["/d/.all", "/d/one", "/d/one?delta", "/e/.all", "/.all", "/top"])
+sql_texts = st.sampled_from(
+    [
+        "SELECT * FROM t WHERE v > 3",
+        "SELECT id FROM t WHERE v BETWEEN 2 AND 5 OR name = 'q'",
+        "SELECT * FROM t WHERE name IS NULL",
+        "SELECT * FROM t WHERE NOT (v <= 6) AND name IN ('p', 'r')",
+        "SELECT * FROM t",
+    ]
+)
+
+
+def sql_oracle(live: dict[int, KeyedRow], prim: SqlBox) -> set[int]:
+    """The keys DuckDB's answer to the primitive's own query holds."""
+    ids = sorted(live)
+    t = pa.table(  # noqa: F841 (DuckDB reads it by its name)
+        {
+            "id": pa.array(ids, pa.int64()),
+            "v": pa.array([live[k][2] for k in ids], pa.int32()),
+            "name": pa.array([live[k][3] for k in ids], pa.string()),
+        }
+    )
+    query = str(prim).replace("SELECT *", "SELECT id", 1)
+    return {row[0] for row in duckdb.sql(query).fetchall()}
+
+
+@settings(max_examples=120, deadline=None)
+@given(
+    batches=st.lists(st.lists(keyed_change, max_size=12), min_size=1, max_size=5),
+    topics=st.lists(st.tuples(st.integers(0, 3), topic_filters), max_size=5),
+    paths=st.lists(st.tuples(st.integers(0, 3), object_paths), max_size=5),
+    queries=st.lists(st.tuples(st.integers(0, 3), sql_texts), max_size=4),
+)
+def test_topic_path_and_sql_snapshots_are_the_live_rows_each_primitive_selects(
+    batches, topics, paths, queries
+) -> None:
+    mirrors = {
+        "topic": Mirror("id", ("topic",)),
+        "path": Mirror("id", ("path",)),
+        "sql": Mirror("id", ("v", "name")),
+    }
+    prims = {
+        "topic": [(relay, n, TopicFilter(text)) for n, (relay, text) in enumerate(topics)],
+        "path": [(relay, n, ObjectPath(text)) for n, (relay, text) in enumerate(paths)],
+        "sql": [(relay, n, Sql(text).primitives()[0]) for n, (relay, text) in enumerate(queries)],
+    }
+    live: dict[int, KeyedRow] = {}
+    for seq, rows in enumerate(batches):
+        for mirror in mirrors.values():
+            mirror.apply(keyed_table(rows, seq), seq)
+        for key, topic, path, v, name, deleted in rows:
+            if deleted:
+                live.pop(key, None)
+            else:
+                live[key] = (topic, path, v, name)
+        expected: dict[str, dict[int, set[int]]] = {kind: {} for kind in mirrors}
+        for relay, _, view in prims["topic"]:
+            hits = {k for k, row in live.items() if row[0] and mqtt_matches(view.filter, row[0])}
+            expected["topic"].setdefault(relay, set()).update(hits)
+        for relay, text in paths:
+            scope = text.split("?")[0]
+            hits = {k for k, row in live.items() if row[1] and in_path_scope(scope, row[1])}
+            expected["path"].setdefault(relay, set()).update(hits)
+        for relay, _, view in prims["sql"]:
+            expected["sql"].setdefault(relay, set()).update(sql_oracle(live, view))
+        for kind, mirror in mirrors.items():
+            snapshots = mirror.snapshots(prims[kind])
+            assert keys_of(snapshots) == {r: keys for r, keys in expected[kind].items() if keys}
+            for part in snapshots.values():
+                assert part.column_names == ["id", "topic", "path", "v", "name"]
+                got = zip(part["topic"].to_pylist(), part["path"].to_pylist(), strict=True)
+                for key, (topic, path) in zip(part["id"].to_pylist(), got, strict=True):
+                    assert (topic, path) == live[key][:2]
+
+
+@pytest.mark.spark
+def test_the_mirror_selects_what_the_spark_matchers_select(spark) -> None:
+    """One table with nulls and timestamps, mirrored: each kind's snapshots are the rows the
+    publisher's Spark matcher pairs with each relay."""
+    stamp = datetime.datetime(2026, 1, 1, tzinfo=datetime.UTC)
+    rows = pa.table(
+        {
+            "id": pa.array(range(8), pa.int64()),
+            "topic": ["a/b", "a/c", "$SYS/x", None, "b", "a", "a/b/c", "x"],
+            "path": ["/d/one", "/d/two", "/d/s/x", "/e", None, "/d/one", "/top", "/d/"],
+            "amount": [1.0, 5.0, 10.0, None, float("nan"), 7.5, 99.0, 3.0],
+            "at": pa.array(
+                [stamp + datetime.timedelta(days=d) for d in range(7)] + [None],
+                pa.timestamp("us", tz="UTC"),
+            ),
+            "_deleted": [False] * 8,
+        }
+    )
+    sql = SqlMatcher("orders", frozenset(["id", "topic", "path", "amount", "at"]))
+    cases = [
+        ("topic", TopicMatcher("topic"), TopicFilter, ["a/#", "+/c", "#", "$SYS/+"]),
+        ("path", PathMatcher("path"), ObjectPath, ["/d/.all", "/d/one?f=x>1", "/.all"]),
+        (
+            ("amount", "at"),
+            sql,
+            Sql,
+            [
+                "SELECT * FROM orders WHERE amount > 4",
+                "SELECT * FROM orders WHERE at >= '2026-01-04' OR amount IS NULL",
+                "SELECT * FROM orders WHERE amount >= 50",
+            ],
+        ),
+    ]
+    for index, matcher, kind, texts in cases:
+        columns = (index,) if isinstance(index, str) else index
+        prims = [(n % 2, n, matcher.check(kind(text))) for n, text in enumerate(texts)]
+        tables = matcher.tables(spark, prims)
+        try:
+            frame = spark.createDataFrame(rows.drop_columns(["_deleted"]))
+            expected = rows_by_relay(matcher.match(frame, tables).toArrow())
+        finally:
+            tables.unpersist()
+        mirror = Mirror("id", columns)
+        mirror.apply(rows, 0)
+        got = mirror.snapshots(prims)
+        assert keys_of(got) == keys_of(expected), index
+        assert all(len(part) for part in got.values())
+        for relay, part in got.items():
+            assert comparable(part) == comparable(expected[relay])
+
+
+def comparable(rows: pa.Table) -> dict[str, list[object]]:
+    """The rows by key, NaN as a string (NaN equals nothing, itself included)."""
+    plain = rows.sort_by("id").to_pydict()
+    return {
+        name: ["nan" if value != value else value for value in values]  # noqa: PLR0124
+        for name, values in plain.items()
+    }
+
+
+def test_a_primitive_no_dataset_holds_is_refused() -> None:
+    mirror = Mirror("id", ("topic",))
+    mirror.apply(keyed_table([(1, "a", "/d/one", 1, "p", False)], 0), 0)
+    with pytest.raises(TypeError, match="no Sql primitives"):
+        mirror.snapshots([(0, 1, Sql("SELECT * FROM t"))])

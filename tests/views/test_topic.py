@@ -7,6 +7,7 @@ from collections.abc import Sequence
 
 import msgspec
 import numpy as np
+import pyarrow as pa
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -198,6 +199,34 @@ def test_vectorised_match_agrees_with_the_oracle(
     view = parse(filter_text)
     expected = [oracle_view(view, topic) for topic in topic_list]
     assert view.match(["/".join(topic) for topic in topic_list]).tolist() == expected
+
+
+# Levels that would be regex syntax, or escapes, if written into a pattern as they are.
+SPECIAL = ["x.y", "xzy", "(c)", "c", "a*", "aa", "é", " s", "\\E", "[^/]", "$s", "", "a"]
+
+
+@given(
+    filter_texts(shared=True),
+    st.lists(
+        st.one_of(st.none(), st.lists(st.sampled_from(SPECIAL), min_size=1, max_size=4)),
+        max_size=8,
+    ),
+    st.lists(st.sampled_from(SPECIAL), max_size=2),
+)
+def test_arrow_match_agrees_with_the_oracle(
+    filter_text: str, topic_list: list[list[str] | None], prefix: list[str]
+) -> None:
+    text = "/".join([*prefix, filter_text]) if prefix else filter_text
+    view = parse(text) if not text.startswith("$share/") or not prefix else parse(filter_text)
+    names = [None if topic is None else "/".join(topic) for topic in topic_list]
+    names = [None if name == "" else name for name in names]  # "" is no topic
+    expected = [False if name is None else oracle_view(view, name.split("/")) for name in names]
+    assert view.match_arrow(pa.array(names, pa.string())).tolist() == expected
+
+
+def test_arrow_match_takes_chunked_arrays() -> None:
+    topics = pa.chunked_array([["a/b", "$SYS/b"], ["x/b", None]])
+    assert parse("+/b").match_arrow(topics).tolist() == [True, False, True, False]
 
 
 # --- coverage, checked against every topic up to the depth that decides it -------------------

@@ -61,7 +61,7 @@ class PublisherSettings:
         log: URL of the log of delivered batches (``sqlite:///var/publisher/log.db``,
             ``postgresql://host/db``); None: a SQLite file ``log.db`` in ``state_dir``.
         retention_seconds: how long logged batches are kept (beyond what holders still need).
-        mirror_rows: space datasets up to this many live rows are mirrored in the driver for
+        mirror_rows: datasets of up to this many live rows are mirrored in the driver for
             snapshots (``publisher.mirror``); 0: snapshots always read Spark's state store.
     """
 

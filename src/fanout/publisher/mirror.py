@@ -1,13 +1,23 @@
-"""The driver's copy of a space dataset's live rows, for snapshots (000: [0155]-[0156]).
+"""The driver's copy of a dataset's live rows, for snapshots (000: [0155]-[0156]).
 
 A relay that acquires a primitive gets the rows inside it as of the micro-batch's tick. Read
 from Spark's state store, that is a Spark job over the whole state in every micro-batch with
 fresh primitives (1-2.5 s for a million rows on two cores), and moving views acquire tiles all
 the time. The mirror keeps the live rows in the driver instead, brought up to date with each
 micro-batch's changed rows (which the pipeline collects anyway), and cuts snapshots from them
-with the region views' own numpy ``match``: the same formulas as the Spark refine
-(``matching.regions.inside``), so a snapshot and the changes matched after it agree on every
-boundary.
+with the views' own numpy matching, which follows the Spark matchers' rules so that a snapshot
+and the changes matched after it agree on every row:
+
+* regions: their ``match``, the same formulas as the Spark refine (``matching.regions.inside``);
+  entities: their key;
+* topic filters: ``TopicFilter.match_arrow`` (in Arrow's kernels; the same regular expression as
+  the one ``matching.topics`` gives Spark);
+* object paths: ``ObjectPath.in_scope``, the object or the directory's objects, whole (filters
+  are the relay's business, as in ``matching.paths``);
+* SQL primitives: ``SqlBox.match`` over the rows as Arrow, in their own types (the rules of
+  ``views.sqlmatch``, which ``views.sql.to_spark`` compiles for Spark).
+
+A null in a topic or path column is matched by nothing, as Spark's predicates leave it.
 
 Spark's state store stays the authority. The mirror is loaded from it when a snapshot is first
 needed (at once from micro-batch 0's changes on a new stream; after a restart, one read of the
@@ -34,7 +44,10 @@ from fanout.publisher.delivery import rows_by_relay
 from fanout.publisher.matching.base import Prim
 from fanout.views.entity import Entity
 from fanout.views.members import members
+from fanout.views.objects import ObjectPath
 from fanout.views.region import Box, RegionUnion, Sector, Sphere
+from fanout.views.sql import SqlBox
+from fanout.views.topic import TopicFilter
 
 log = logging.getLogger(__name__)
 
@@ -46,7 +59,7 @@ Positions = npt.NDArray[np.int64]
 
 
 class Mirror:
-    """The live rows of one space dataset as of one micro-batch (see the module docstring).
+    """The live rows of one dataset as of one micro-batch (see the module docstring).
 
     Attributes:
         seq: the micro-batch the rows are as of (-1: not loaded).
@@ -61,7 +74,7 @@ class Mirror:
         self.seq = -1
         self.too_big = max_rows <= 0
         self._rows: _Rows | None = None
-        self._sorted: _Sorted | None = None
+        self._views: _Views | None = None
 
     @property
     def rows(self) -> int:
@@ -83,7 +96,7 @@ class Mirror:
         if live.num_rows > self.max_rows:
             self._give_up(live.num_rows)
             return False
-        self._rows, self._sorted, self.seq = _Rows(_public(live), self.key), None, seq
+        self._rows, self._views, self.seq = _Rows(_public(live), self.key), None, seq
         log.info("mirror loaded: %d live rows as of micro-batch %d", live.num_rows, seq)
         return True
 
@@ -107,36 +120,30 @@ class Mirror:
             return
         deleted = _deleted(changes).to_numpy(zero_copy_only=False)
         self._rows.change(_public(changes), deleted)
-        self._sorted, self.seq = None, seq
+        self._views, self.seq = None, seq
         if self._rows.count > self.max_rows:
             self._give_up(self._rows.count)
 
     def drop(self) -> None:
         """Forget the rows (the next snapshot loads them again)."""
-        self._rows, self._sorted, self.seq = None, None, -1
+        self._rows, self._views, self.seq = None, None, -1
 
     def snapshots(self, prims: Iterable[Prim]) -> dict[int, pa.Table]:
-        """relay -> the live rows inside any of its ``prims`` (regions and entities).
+        """relay -> the live rows inside any of its ``prims``.
 
         Raises:
             RuntimeError: it is not loaded.
-            TypeError: a primitive is neither a region nor an entity.
+            TypeError: a primitive is of no kind a dataset holds (see the module docstring).
         """
         rows = self._rows
         if rows is None:
             raise RuntimeError("the mirror is not loaded")
+        if self._views is None:
+            self._views = _Views(rows, self.index_columns)
         relays: list[npt.NDArray[np.int32]] = []
         positions: list[Positions] = []
         for relay, _, view in prims:
-            if isinstance(view, Entity):
-                hits = rows.positions([view.key])
-                hits = hits[hits >= 0]
-            elif isinstance(view, Box | Sphere | Sector | RegionUnion):
-                if self._sorted is None:
-                    self._sorted = _Sorted(rows, self.index_columns)
-                hits = self._sorted.inside(view)
-            else:
-                raise TypeError(f"a space dataset holds no {type(view).__name__} primitives")
+            hits = self._views.inside(view)
             relays.append(np.full(len(hits), relay, dtype=np.int32))
             positions.append(hits)
         if not positions:
@@ -227,6 +234,57 @@ class _Rows:
         moved = self.columns[self.key][holes].tolist()
         self.index.update(zip(moved, holes.tolist(), strict=True))
         self.count = remaining
+
+
+class _Views:
+    """What primitives are matched on, derived from the rows once per micro-batch, when first
+    needed: positions sorted by the first index column (regions), the index column as Arrow
+    strings (topics) or numpy ones (paths), the rows as Arrow (SQL)."""
+
+    def __init__(self, rows: _Rows, index_columns: Sequence[str]) -> None:
+        self.rows = rows
+        self.index_columns = index_columns
+        self._sorted: _Sorted | None = None
+        self._topics: pa.Array | None = None
+        self._named: tuple[Positions, npt.NDArray[np.str_]] | None = None
+        self._table: pa.Table | None = None
+
+    def inside(self, view: object) -> Positions:
+        """Positions of the rows ``view`` selects, sorted.
+
+        Raises:
+            TypeError: ``view`` is not a primitive of any dataset.
+        """
+        rows = self.rows
+        match view:
+            case Entity():
+                hits = rows.positions([view.key])
+                return hits[hits >= 0]
+            case Box() | Sphere() | Sector() | RegionUnion():
+                if self._sorted is None:
+                    self._sorted = _Sorted(rows, self.index_columns)
+                return self._sorted.inside(view)
+            case TopicFilter():
+                if self._topics is None:
+                    self._topics = pa.array(rows.columns[self.index_columns[0]], pa.string())
+                return np.flatnonzero(view.match_arrow(self._topics))
+            case ObjectPath():
+                named, paths = self._paths()
+                return named[view.in_scope(paths)]
+            case SqlBox():
+                if self._table is None:
+                    self._table = rows.take(np.arange(rows.count))
+                return np.flatnonzero(view.match(self._table))
+        raise TypeError(f"a dataset holds no {type(view).__name__} primitives")
+
+    def _paths(self) -> tuple[Positions, npt.NDArray[np.str_]]:
+        """Where the (one) index column is not null, and its values there."""
+        if self._named is None:
+            values = self.rows.columns[self.index_columns[0]].tolist()
+            named = [at for at, value in enumerate(values) if value is not None]
+            paths = np.array([values[at] for at in named], dtype=np.str_)
+            self._named = (np.array(named, dtype=np.int64), paths)
+        return self._named
 
 
 class _Sorted:

@@ -176,12 +176,8 @@ class Pipeline:
         self.tick = 0
         self.tick_time = 0.0
         self.matcher = matcher_for(dataset)
-        #: Live rows in the driver, for snapshots of space datasets (``publisher.mirror``).
-        self.mirror = (
-            Mirror(dataset.key, dataset.index_columns, mirror_rows)
-            if dataset.index == "space"
-            else None
-        )
+        #: Live rows in the driver, for snapshots (``publisher.mirror``).
+        self.mirror = Mirror(dataset.key, dataset.index_columns, mirror_rows)
         self._tables: tuple[int, MatchTables | None] = (-1, None)
         self.query: StreamingQuery | None = None
         self.stream = StreamInfo(epoch=0, start_time=0.0)
@@ -238,8 +234,7 @@ class Pipeline:
             stamp = Stamp(self.dataset.name, self.stream.epoch, batch_id, self.tick, self.tick_time)
             self._log_batch(stamp, rows)
             clock.lap("log")
-            if self.mirror is not None:
-                self.mirror.apply(rows, batch_id)
+            self.mirror.apply(rows, batch_id)
             snapshots = self._snapshots(plan, changes, batch_id)
             clock.lap("snapshot")
             batches = build_batches(
@@ -319,7 +314,7 @@ class Pipeline:
 
     def _committed_snapshots(self, plan: Plan, batch_id: int) -> dict[int, pa.Table]:
         fresh = [(r, p, plan.prims[r][p]) for r, prims in plan.fresh.items() for p in prims]
-        if self.mirror is not None and self.mirror.holds(batch_id):
+        if self.mirror.holds(batch_id):
             return self.mirror.snapshots(fresh)
         tables = self.matcher.tables(self.spark, fresh)
         try:
@@ -385,7 +380,7 @@ class Pipeline:
         """Whether micro-batch ``batch_id``'s snapshots will come from the mirror (not reading
         ``changes`` again)."""
         mirror = self.mirror
-        if mirror is None or mirror.too_big:
+        if mirror.too_big:
             return False
         return batch_id == 0 or mirror.holds(batch_id - 1) or mirror.holds(batch_id)
 
@@ -394,11 +389,11 @@ class Pipeline:
         if not fresh:
             return {}
         mirror = self.mirror
-        if mirror is not None and not mirror.too_big and not mirror.holds(batch_id):
+        if not mirror.too_big and not mirror.holds(batch_id):
             # After a restart: the state is read into the driver once, then kept up to date.
             state = current_state(self.spark, self.checkpoint, self.dataset, changes, batch_id)
             mirror.load(state.limit(mirror.max_rows + 1).toArrow(), batch_id)
-        if mirror is not None and mirror.holds(batch_id):
+        if mirror.holds(batch_id):
             return mirror.snapshots(fresh)
         tables = self.matcher.tables(self.spark, fresh)
         if tables is None:

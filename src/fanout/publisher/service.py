@@ -72,16 +72,15 @@ class DatasetService:
                     labels,
                 ),
             ]
-            if pipeline.mirror is not None:
-                out.append(
-                    Sample(
-                        "publisher_mirror_rows",
-                        "gauge",
-                        "Live rows in the driver's snapshot mirror (0: not loaded).",
-                        pipeline.mirror.rows,
-                        labels,
-                    )
+            out.append(
+                Sample(
+                    "publisher_mirror_rows",
+                    "gauge",
+                    "Live rows in the driver's snapshot mirror (0: not loaded).",
+                    pipeline.mirror.rows,
+                    labels,
                 )
+            )
             out += [
                 Sample(
                     "publisher_stage_ms",

@@ -24,11 +24,14 @@ from functools import cached_property
 
 import numpy as np
 import numpy.typing as npt
+import pyarrow as pa
+import pyarrow.compute as pc
 
 from fanout.views.base import ViewBase
 from fanout.views.topicsyntax import (
     SHARE_PREFIX,
     FilterParts,
+    arrow_regex,
     filter_regex,
     parse_filter,
     topic_levels,
@@ -99,6 +102,18 @@ class TopicFilter(ViewBase, tag="topic", frozen=True, dict=True):
         return np.fromiter(
             (pattern.fullmatch(topic) is not None for topic in topics), np.bool_, count
         )
+
+    def match_arrow(self, topics: pa.Array | pa.ChunkedArray) -> npt.NDArray[np.bool_]:
+        """``match`` over an Arrow string array, in Arrow's compute kernels (no Python per
+        topic); a null topic is matched by no filter.
+
+        Args:
+            topics: topic names already validated, as an Arrow string array.
+        """
+        mask = pc.match_substring_regex(topics, arrow_regex(self.levels))
+        if self.levels[0] in ("+", "#"):  # rule 5: not topics starting with '$'
+            mask = pc.and_(mask, pc.invert(pc.starts_with(topics, "$")))
+        return np.asarray(pc.fill_null(mask, False).to_numpy(zero_copy_only=False), dtype=np.bool_)
 
 
 def parse(text: str) -> TopicFilter:

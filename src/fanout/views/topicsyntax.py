@@ -205,3 +205,28 @@ def filter_regex(levels: tuple[str, ...]) -> re.Pattern[str]:
     if levels[0] in ("+", "#"):
         body = r"(?!\$)" + body  # rule 5 [MQTT-4.7.2-1]
     return re.compile(body, re.DOTALL)
+
+
+def arrow_regex(levels: tuple[str, ...]) -> str:
+    """``filter_regex`` in RE2 syntax (Arrow's ``match_substring_regex``), anchored, except rule 5.
+
+    RE2 has no lookahead, so the pattern does not exclude topics starting with ``$`` when the
+    filter starts with a wildcard: the caller does (``TopicFilter.match_arrow``). Literal
+    characters other than ASCII letters and digits are written as ``\\x{hex}``, so no level can
+    be read as regex syntax.
+    """
+    parts: list[str] = []
+    for level in levels:
+        if level == "#":
+            body = "/".join(parts) + "(?:/.*)?" if parts else ".*"
+            break
+        parts.append("[^/]*" if level == "+" else _re2_literal(level))
+    else:
+        body = "/".join(parts)
+    return f"(?s)^{body}$"
+
+
+def _re2_literal(level: str) -> str:
+    return "".join(
+        char if char.isascii() and char.isalnum() else f"\\x{{{ord(char):x}}}" for char in level
+    )
