@@ -48,6 +48,7 @@ bench: setup check-java
 	$(BIN)/python bench/pipeline.py
 	$(BIN)/python bench/relay.py
 	$(BIN)/python bench/relaycore.py
+	$(BIN)/python bench/release.py
 	$(BIN)/python bench/sharing.py --compare-assign
 	$(BIN)/python bench/soak.py --faults 10
 

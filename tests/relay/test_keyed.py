@@ -96,3 +96,25 @@ def test_topic_matches_equal_a_brute_force_oracle(topics: list[str], filters: li
         want = sorted(t for t in topics if matches(view.filter, t))
         assert found == want
     assert matcher.passes == 1  # every filter of the dataset in one pass over its topics
+
+
+@settings(max_examples=80, deadline=None)
+@given(
+    st.lists(TOPICS, min_size=1, max_size=12, unique=True),
+    st.lists(FILTERS, min_size=1, max_size=3),
+    st.lists(FILTERS, max_size=6),
+)
+def test_pruning_deletes_the_rows_of_released_primitives_no_kept_one_holds(
+    topics: list[str], dropped: list[str], kept: list[str]
+) -> None:
+    state = KeyedState.of(SENSORS)
+    state.write(batch(0, topics))
+    state.dropped.extend((topic(text), 0.0) for text in dropped)
+    state.prune(1.0, 2.0, kept=[topic(text) for text in kept])
+    state.buffer.swap()
+
+    def held(name: str, filters: list[str]) -> bool:
+        return any(matches(text, name) for text in filters)
+
+    want = sorted(name for name in topics if not held(name, dropped) or held(name, kept))
+    assert state.table.keys.tolist() == want

@@ -10,8 +10,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from fanout.relay import release
 from fanout.relay.core import UPSTREAM, RelayCore, Send
 from fanout.relay.planner import Policy
+from fanout.relay.tableviews import TableViews
+from fanout.relay.upstream import Primitive
 from fanout.views import Box
 from fanout.views.objects import parse as path
 from fanout.views.sql import SqlBox
@@ -269,6 +272,28 @@ def test_unneeded_primitives_are_released_and_their_rows_pruned() -> None:
     talk.batch("sensors")
     talk.push()
     assert talk.core.datasets["sensors"].table.keys.tolist() == ["a/1"]
+
+
+def test_unneeded_is_answered_anew_only_when_primitives_or_needs_change(monkeypatch) -> None:
+    answered: list[int] = []
+    answer = release.unneeded
+
+    def counted(prims, needs):
+        answered.append(len(prims))
+        return answer(prims, needs)
+
+    monkeypatch.setattr("fanout.relay.tableviews.release.unneeded", counted)
+    views = TableViews()
+    wide, narrow = Primitive(1, "s", topic("a/#"), ready=True), Primitive(2, "s", topic("a/1"))
+    needs = [topic("a/1")]
+    assert views.unneeded("s", [narrow, wide], needs) == [narrow]  # not ready: of no use
+    assert views.unneeded("s", [wide, narrow], needs) == [narrow]
+    assert answered == [2]
+    narrow.ready = True
+    assert views.unneeded("s", [wide, narrow], needs) == [wide]  # the oldest goes first
+    assert views.unneeded("s", [wide, narrow], [*needs, topic("a/2")]) == [narrow]
+    assert views.unneeded("t", [wide, narrow], [*needs, topic("a/2")]) == [narrow]  # per dataset
+    assert answered == [2, 2, 2, 2]
 
 
 @pytest.mark.parametrize(

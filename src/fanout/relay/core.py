@@ -496,7 +496,7 @@ class RelayCore(Serving):
         if state.info.index == "sql":
             self.tableviews.keep([view for _, view in subscribed])
         needs = self.tableviews.needs(name, subscribed)
-        spare = {p.prim for p in self.tableviews.unneeded(prims, needs)}
+        spare = {p.prim for p in self.tableviews.unneeded(name, prims, needs)}
         sends: list[Send] = []
         for prim in self._release_spare(prims, spare, now, sends):
             state.dropped.append((prim.view, now))

@@ -23,7 +23,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 import numpy.typing as npt
+import pyarrow as pa
 
+from fanout.relay import release
 from fanout.relay.ingest import DatasetState
 from fanout.relay.state import Mask, Positions, Table
 from fanout.views import View
@@ -72,9 +74,10 @@ class KeyedState(DatasetState):
             return
         self.buffer.catch_up()
         table = self.buffer.inert
-        gone = inside([view for view, _ in self.dropped], table, self.info)
-        if gone.any() and kept:
-            gone &= ~inside(kept, table, self.info)
+        dropped = [view for view, _ in self.dropped]
+        gone = inside(dropped, table, self.info)
+        if gone.any() and kept:  # only primitives that meet a dropped one can keep its rows
+            gone &= ~inside(release.near(kept, dropped), table, self.info)
         self.buffer.delete(table.keys[gone])
 
 
@@ -85,14 +88,20 @@ def inside(views: Iterable[View], table: Table, info: DatasetInfo) -> Mask:
     (the publisher ignores attribute filters upstream); a SQL primitive the rows in its boxes.
     """
     mask = np.zeros(len(table), dtype=bool)
+    topics: pa.Array | None = None
+    paths: npt.NDArray[np.str_] | None = None
     for view in views:
         if not len(table):
             break
         match view:
             case TopicFilter():
-                mask |= view.match(table.column(info.index_columns[0]).tolist())
+                if topics is None:
+                    topics = pa.array(table.column(info.index_columns[0]).tolist(), pa.string())
+                mask |= view.match_arrow(topics)
             case ObjectPath():
-                mask |= view.in_scope(_paths(table, info))
+                if paths is None:
+                    paths = _paths(table, info)
+                mask |= view.in_scope(paths)
             case SqlBox():
                 mask |= view.match(table.columns)
             case Sql():

@@ -21,10 +21,11 @@ index kinds to :class:`TableViews`, which answers the same questions in their la
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 
 from fanout.errors import InvalidView
+from fanout.relay import release
 from fanout.relay.downstream import Subscription
 from fanout.relay.ingest import DatasetState
 from fanout.relay.keyed import TopicMatches, path_columns, path_positions
@@ -63,6 +64,8 @@ class TableViews:
     def __init__(self) -> None:
         self.store = TableStore()
         self._topics: dict[str, TopicMatches] = {}
+        #: dataset -> (what ``unneeded`` was last asked, its answer's primitive ids)
+        self._unneeded: dict[str, tuple[Hashable, frozenset[int]]] = {}
 
     def define(self, info: DatasetInfo) -> None:
         """Learn a catalog entry (a SQL dataset gets its DuckDB table, emptied)."""
@@ -256,20 +259,18 @@ class TableViews:
             if held_in == dataset
         ]
 
-    def unneeded(self, prims: Sequence[Primitive], needs: Sequence[View]) -> list[Primitive]:
-        """Primitives that can go: every need stays covered by the other ready ones.
-
-        Oldest first, as for regions (``relay.planner.unneeded``), so a view that moved on lets
-        go of what it held before.
-        """
-        alive = sorted(prims, key=lambda p: p.prim)
-        gone: list[Primitive] = []
-        for prim in list(alive):
-            others = [p.view for p in alive if p is not prim and p.ready]
-            if all(others and covers(others, need) for need in needs):
-                gone.append(prim)
-                alive.remove(prim)
-        return gone
+    def unneeded(
+        self, dataset: str, prims: Sequence[Primitive], needs: Sequence[View]
+    ) -> list[Primitive]:
+        """Primitives of ``dataset`` that can go, oldest first: every need stays covered by the
+        other ready ones (``relay.release``). Asked at every housekeeping; answered anew only
+        when the primitives, their readiness or the needs have changed since."""
+        asked = (tuple(sorted((p.prim, p.ready) for p in prims)), tuple(needs))
+        known = self._unneeded.get(dataset)
+        if known is None or known[0] != asked:
+            known = (asked, frozenset(p.prim for p in release.unneeded(prims, needs)))
+            self._unneeded[dataset] = known
+        return [p for p in sorted(prims, key=lambda p: p.prim) if p.prim in known[1]]
 
     def keep(self, views: Iterable[View]) -> None:
         """Forget the cached results of SQL views no longer subscribed (``views`` are)."""

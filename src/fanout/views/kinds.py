@@ -3,7 +3,8 @@
 Four subscription languages share one protocol: regions (here, in :mod:`fanout.views.region`),
 SQL (:mod:`fanout.views.sql`), MQTT topic filters (:mod:`fanout.views.topic`) and QNX PPS object
 paths (:mod:`fanout.views.objects`). Each module offers ``parse(text)``, ``covers(have, view)``
-and ``residual(have, view)``; this module tells which one a view belongs to. A fifth kind,
+and ``residual(have, view)``, and the last three ``meets(a, b)`` (whether two views can share a
+row, topic or object); this module tells which one a view belongs to. A fifth kind,
 ``entity`` (:mod:`fanout.views.entity`), is a relay's upstream primitive, never a subscriber's
 view: the row of one key of a space dataset, held for a view relative to that entity.
 """

@@ -237,6 +237,14 @@ def covers(have: Sequence[ViewBase], view: ObjectPath) -> bool:
     return all(_primitive_covered(haves, *primitive) for primitive in _primitives(view))
 
 
+def meets(a: ObjectPath, b: ObjectPath) -> bool:
+    """Whether some object is in the scope of both paths (``f=`` filters aside: True may mean
+    only that the scopes meet)."""
+    if a.all or b.all:
+        return a.directory.rstrip("/") == b.directory.rstrip("/")
+    return a.object_path == b.object_path
+
+
 def residual(have: Sequence[ViewBase], view: ObjectPath) -> list[ObjectPath]:
     """ObjectPaths that, together with ``have``, cover ``view``; empty when it is covered.
 

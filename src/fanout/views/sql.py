@@ -24,7 +24,14 @@ import msgspec
 
 from fanout.errors import InvalidView
 from fanout.views.base import ViewBase
-from fanout.views.sqlboxes import Box, box_within, simplify, subtract
+from fanout.views.sqlboxes import (
+    Box,
+    box_meets,
+    box_within,
+    boxes_comparable,
+    simplify,
+    subtract,
+)
 from fanout.views.sqlcompile import primitive_query, primitive_to_duckdb, to_duckdb, to_spark
 from fanout.views.sqlfields import Atom
 from fanout.views.sqlmatch import Batch, Mask, match
@@ -201,6 +208,19 @@ def covers(have: Iterable[object], view: Sql | SqlBox) -> bool:
         if not inside_one and subtract(boxes, takers):
             return False
     return True
+
+
+def meets(a: SqlBox, b: SqlBox) -> bool:
+    """Whether some row could be in both primitives: one table, and two of their boxes share a
+    point (or cannot be compared: then True)."""
+    if a.table != b.table:
+        return False
+    for first in a.boxes:
+        for second in b.boxes:
+            x, y = first.as_map(), second.as_map()
+            if not boxes_comparable(x, y) or box_meets(x, y):
+                return True
+    return False
 
 
 def residual(have: Iterable[object], view: Sql | SqlBox) -> list[SqlBox]:

@@ -152,6 +152,29 @@ def covers(have: Sequence[ViewBase], view: TopicFilter) -> bool:
     return _covers_levels(_usable_levels(have, view), view.levels)
 
 
+def meets(a: TopicFilter, b: TopicFilter) -> bool:
+    """Whether some topic name is matched by both filters (a shared filter by its filter)."""
+    first, second = a.levels, b.levels
+    for at in range(max(len(first), len(second))):
+        x = first[at] if at < len(first) else None
+        y = second[at] if at < len(second) else None
+        if x == "#" or y == "#":  # the rest matches anything, this level included
+            other = y if x == "#" else x
+            if at == 0:
+                return other is None or not other.startswith("$")  # rule 5
+            # '#' also matches the parent: with the other filter ended there, the one topic
+            # both match has `at` levels, and one empty level would be "", no topic at all.
+            return not (other is None and at == 1 and "" in (first[0], second[0]))
+        if x is None or y is None:
+            return False  # one has more levels, and no '#' to take them
+        if x == "+" or y == "+":
+            if at == 0 and (y if x == "+" else x).startswith("$"):
+                return False  # rule 5: a first-level wildcard matches no '$' topic
+        elif x != y:
+            return False
+    return True
+
+
 def residual(have: Sequence[ViewBase], view: TopicFilter) -> list[TopicFilter]:
     """Filters that, together with ``have``, cover ``view``; empty when ``have`` covers it.
 
