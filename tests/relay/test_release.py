@@ -164,3 +164,38 @@ def test_views_of_other_kinds_never_meet_and_unknown_pairs_do() -> None:
 def test_near_are_the_views_meeting_any_other(views: list[View], others: list[View]) -> None:
     expected = [view for view in views if any(meets(view, other) for other in others)]
     assert near(views, others) == expected
+
+
+# One column, so that SQL primitives' hulls on it tell them apart (and NULL-letting ones not).
+one_column = st.builds(
+    lambda low, width, form: Sql(
+        "SELECT * FROM t WHERE " + form.format(low=low, high=low + width, other=low + 2 * width + 1)
+    ).primitives()[0],
+    st.integers(0, 20),
+    st.integers(0, 4),
+    st.sampled_from(
+        [
+            "v BETWEEN {low} AND {high}",
+            "v > {low}",
+            "v < {low}",
+            "v IN ({low}, {other})",
+            "v IS NULL OR v = {low}",
+            "v = {low} OR w = {high}",
+            "(v BETWEEN {low} AND {high}) OR (v BETWEEN {other} AND {other} + 1)",
+        ]
+    ),
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.lists(one_column, max_size=8),
+    st.lists(st.booleans(), min_size=8, max_size=8),
+    st.lists(one_column, max_size=5),
+)
+def test_sql_primitives_told_apart_by_one_column_go_as_the_naive_answer(
+    held: list[View], ready: list[bool], needs: list[View]
+) -> None:
+    prims = [Primitive(n, "d", view, ready=ready[n]) for n, view in enumerate(held)]
+    assert unneeded(prims, needs) == naive(prims, needs)
+    assert near(needs, held) == [v for v in needs if any(meets(v, h) for h in held)]

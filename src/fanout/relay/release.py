@@ -11,7 +11,8 @@ with a need (``meets`` of the view's kind) neither helps nor hinders covering it
 
 * each need is paired once with the ready primitives that meet it: those found under its
   ``probes`` (by a topic filter's literal levels, an object path's directory, a SQL
-  primitive's table), then the kind's exact ``meets``;
+  primitive's table and, among that table's, by the range of the column their boxes constrain
+  most often), then the kind's exact ``meets``;
 * a primitive's release is decided by the needs it meets alone, each checked against its own
   meeting primitives still held.
 
@@ -22,8 +23,12 @@ property test compares the two).
 from __future__ import annotations
 
 import itertools
+import math
+from collections import Counter
 from collections.abc import Callable, Hashable, Iterable, Sequence
 from typing import Generic, TypeVar
+
+import numpy as np
 
 from fanout.relay.upstream import Primitive
 from fanout.views import View, covers, kind_of, objects, sql, topic
@@ -123,17 +128,71 @@ class _Index(Generic[T]):
                 continue
             for key in keys:
                 self.found.setdefault(key, []).append(item)
+        self._hulls: dict[str, _Hulls[T]] = {}
 
     def meeting(self, view: View) -> list[T]:
         """The items whose views meet ``view``."""
         probe = probes(view)
+        found: Iterable[T]
         if probe is None:
-            candidates: Iterable[T] = self.items
+            return [item for item in self.items if meets(self.view_of(item), view)]
+        if isinstance(view, SqlBox):  # one key, the table's: narrowed by hulls
+            found = self._sql(view.table).overlapping(view)
         else:  # no item is under two of one view's probes
-            candidates = itertools.chain(
-                (item for key in probe for item in self.found.get(key, ())), self.wide
-            )
-        return [item for item in candidates if meets(self.view_of(item), view)]
+            found = (item for key in probe for item in self.found.get(key, ()))
+        return [
+            item for item in itertools.chain(found, self.wide) if meets(self.view_of(item), view)
+        ]
+
+    def _sql(self, table: str) -> _Hulls[T]:
+        hulls = self._hulls.get(table)
+        if hulls is None:
+            items = self.found.get(("sql", table), [])
+            hulls = self._hulls[table] = _Hulls(items, [self.view_of(i) for i in items])
+        return hulls
+
+
+class _Hulls(Generic[T]):
+    """SQL primitives of one table with their hulls on one column (the one their boxes
+    constrain most often), so that those whose hull overlaps a view's are found at once: two
+    primitives whose hulls on a column are apart share no row."""
+
+    def __init__(self, items: Sequence[T], views: Sequence[View]) -> None:
+        self.items = items
+        boxes = [view for view in views if isinstance(view, SqlBox)]
+        counts = Counter(
+            column
+            for view in boxes
+            for box in view.boxes
+            for column, values in box.ranges
+            if values.domain == "num" and not values.null
+        )
+        self.column = counts.most_common(1)[0][0] if counts else None
+        hulls = [_hull(view, self.column) for view in views]
+        self.low = np.array([low for low, _ in hulls], dtype=np.float64)
+        self.high = np.array([high for _, high in hulls], dtype=np.float64)
+
+    def overlapping(self, view: SqlBox) -> list[T]:
+        low, high = _hull(view, self.column)
+        close = (self.low <= high) & (self.high >= low)
+        return [self.items[at] for at in np.flatnonzero(close).tolist()]
+
+
+def _hull(view: View, column: str | None) -> tuple[float, float]:
+    """The closed range of ``column`` that ``view``'s rows may take (unbounded where a box does
+    not constrain it, lets NULL in, or is not numeric; empty for no boxes)."""
+    unbounded = (-math.inf, math.inf)
+    if column is None or not isinstance(view, SqlBox):
+        return unbounded
+    low, high = math.inf, -math.inf
+    for box in view.boxes:
+        values = dict(box.ranges).get(column)
+        if values is None or values.null or values.domain != "num":
+            return unbounded
+        for interval in values.intervals:  # a float rounds monotonically: never apart wrongly
+            low = min(low, -math.inf if interval.low is None else float(interval.low))
+            high = max(high, math.inf if interval.high is None else float(interval.high))
+    return low, high
 
 
 def near(views: Sequence[View], others: Sequence[View]) -> list[View]:
