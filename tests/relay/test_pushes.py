@@ -5,8 +5,10 @@ from __future__ import annotations
 import msgspec
 import numpy as np
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
-from fanout.relay.pushes import Encodings, Held, cut, encode_push
+from fanout.relay.pushes import Encodings, Held, both_members, cut, encode_push, members
 from fanout.relay.state import DoubleBuffer, Stamp
 from fanout.relay.transforms import EntityNotHeld, resolve
 from fanout.views import Box
@@ -103,3 +105,25 @@ def test_bodies_are_shared_within_one_generation_only() -> None:
     assert encodings.get("agents", 1, "key") is body
     assert encodings.get("agents", 2, "key") is None  # a new state: a new cache
     assert (encodings.cut, encodings.shared, len(encodings)) == (1, 1, 0)
+
+
+distinct_sorted = st.sets(st.integers(-50, 50), max_size=30).map(
+    lambda values: np.array(sorted(values), dtype=np.int64)
+)
+distinct_sorted_text = st.sets(st.text("ab", max_size=3), max_size=10).map(
+    lambda values: np.array(sorted(values), dtype=str)
+)
+
+
+@given(
+    st.one_of(
+        st.tuples(distinct_sorted, distinct_sorted),
+        st.tuples(distinct_sorted_text, distinct_sorted_text),
+    )
+)
+def test_membership_both_ways_is_set_membership(pair: tuple[np.ndarray, np.ndarray]) -> None:
+    keys, among = pair
+    present, back = both_members(keys, among)
+    assert present.tolist() == [key in set(among.tolist()) for key in keys.tolist()]
+    assert back.tolist() == [key in set(keys.tolist()) for key in among.tolist()]
+    assert members(keys, among).tolist() == present.tolist()

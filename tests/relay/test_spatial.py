@@ -92,6 +92,28 @@ def test_query_many_equals_a_full_scan_of_each_box(data: st.DataObject) -> None:
         assert positions[bounds[number] : bounds[number + 1]].tolist() == expected.tolist()
 
 
+@settings(max_examples=200)
+@given(st.data())
+def test_query_many_keeps_the_points_on_a_box_s_faces(data: st.DataObject) -> None:
+    """Boxes spanned by two of the points, so that points lie exactly on their faces."""
+    dims = data.draw(st.sampled_from([2, 3]))
+    columns = data.draw(clouds(dims))
+    finite = np.flatnonzero(np.all([np.isfinite(column) for column in columns], axis=0))
+    if not len(finite):
+        return
+    index = GridIndex(columns, per_cell=data.draw(st.integers(1, 32)))
+    asked = []
+    for _ in range(data.draw(st.integers(1, 8))):
+        one, other = (data.draw(st.sampled_from(finite.tolist())) for _ in range(2))
+        corners = [(float(c[one]), float(c[other])) for c in columns]
+        asked.append(Box(tuple(map(min, corners)), tuple(map(max, corners))))
+    positions, bounds = index.query_many(asked)
+    for number, box in enumerate(asked):
+        with np.errstate(invalid="ignore"):
+            expected = np.flatnonzero(box.match(*columns))
+        assert positions[bounds[number] : bounds[number + 1]].tolist() == expected.tolist()
+
+
 def test_a_small_view_looks_at_few_rows() -> None:
     rng = np.random.default_rng(0)
     columns = [rng.uniform(0, 4000, 100_000), rng.uniform(0, 4000, 100_000)]

@@ -20,8 +20,16 @@ from collections.abc import Sequence
 import numpy as np
 import numpy.typing as npt
 
-from fanout.relay.pushes import NO_ROWS, Body, Held, Prepared, encode_range, members, prepare_rows
-from fanout.relay.state import Array, DoubleBuffer, Positions, Table
+from fanout.relay.pushes import (
+    NO_ROWS,
+    Body,
+    Held,
+    Prepared,
+    both_members,
+    encode_range,
+    prepare_rows,
+)
+from fanout.relay.state import BEFORE_EPOCH, Array, DoubleBuffer, Positions, Table
 from fanout.relay.transforms import Shape, apply
 from fanout.views.region import Box
 
@@ -47,19 +55,18 @@ def cut_boxes(
     table = buffer.active
     count = len(boxes)
     rows, bounds = buffer.index.query_many(boxes)
-    owner = np.repeat(np.arange(count, dtype=np.int64), np.diff(bounds))
+    counts = np.diff(bounds)
+    owner = np.repeat(np.arange(count, dtype=np.int64), counts)
     keys = table.keys[rows]
     held_keys, held_owner = _held_keys(table, helds)
     present, kept = _compare(
         table, keys=keys, rows=rows, owner=owner, held_keys=held_keys, held_owner=held_owner
     )
     # The rule of ``cut_positions`` with no anchor: every held row is updated after a refresh,
-    # or when what is held was cut with an anchor; else the rows changed since the held seq.
-    held_seq = np.array([-1 if h is None else h.seq for h in helds], dtype=np.int64)
-    every = np.array(
-        [h is not None and (h.refresh or h.anchor is not None) for h in helds], dtype=bool
-    )
-    changed = present & (every[owner] | (table.changed[rows] > held_seq[owner]))
+    # or when what is held was cut with an anchor (changed after a seq before every row's);
+    # else the rows changed since the held seq.
+    since = np.array([_since(h) for h in helds], dtype=np.int64)
+    changed = present & (table.changed[rows] > np.repeat(since, counts))
     entered, entered_at = _gather(table, rows[~present], owner[~present], count, shape)
     updated, updated_at = _gather(table, rows[changed], owner[changed], count, shape)
     gone = prepare_rows({table.key: held_keys[~kept]})
@@ -85,6 +92,13 @@ def cut_boxes(
     return bodies
 
 
+def _since(held: Held | None) -> int:
+    """The seq after which a held row counts as updated (before every row's: all of them)."""
+    if held is None:
+        return BEFORE_EPOCH  # nothing held, nothing present
+    return BEFORE_EPOCH - 1 if held.refresh or held.anchor is not None else held.seq
+
+
 def _compare(
     table: Table,
     *,
@@ -97,8 +111,8 @@ def _compare(
     """Which rows each subscriber held already, and which held keys are still in its view.
 
     Both sides are coded (subscriber, key) — integer keys offset by the smallest, else the
-    key's position in the active table — and sorted, so one ``searchsorted`` each way answers
-    for every subscriber. Integer codes need no lookup in the (large) table.
+    key's position in the active table — and sorted, so one ``searchsorted`` answers both for
+    every subscriber. Integer codes need no lookup in the (large) table.
     """
     if keys.dtype.kind == "i" and len(keys) and len(held_keys):
         low = min(int(keys.min()), int(held_keys.min()))
@@ -106,15 +120,16 @@ def _compare(
         if (max(int(owner[-1]), int(held_owner[-1])) + 1) * span < 1 << 62:  # codes fit
             codes = owner * span + (keys.astype(np.int64, copy=False) - low)
             held_codes = held_owner * span + (held_keys.astype(np.int64, copy=False) - low)
-            return members(codes, held_codes), members(held_codes, codes)
+            return both_members(codes, held_codes)
     at = table.locate(held_keys)
     found = at >= 0
     stride = len(table) + 1
     held_codes = held_owner[found] * stride + at[found]
     codes = owner * stride + rows
+    present, kept_found = both_members(codes, held_codes)
     kept = np.zeros(len(held_keys), dtype=bool)
-    kept[found] = members(held_codes, codes)
-    return members(codes, held_codes), kept
+    kept[found] = kept_found
+    return present, kept
 
 
 def _held_keys(table: Table, helds: Sequence[Held | None]) -> tuple[Array, npt.NDArray[np.int64]]:

@@ -196,18 +196,32 @@ def compare_keys(held: Keys, keys: Keys) -> tuple[npt.NDArray[np.bool_], Keys]:
     """For sorted key arrays: which of ``keys`` are in ``held``, and the held keys not in them."""
     if len(held) == len(keys) and bool(np.all(held == keys)):  # the usual case: same rows
         return np.ones(len(keys), dtype=bool), held[:0]
-    present = members(keys, held)
-    return present, held[~members(held, keys)]
+    present, kept = both_members(keys, held)
+    return present, held[~kept]
 
 
 def members(keys: Keys, among: Keys) -> npt.NDArray[np.bool_]:
     """Which of ``keys`` are in the sorted array ``among``."""
+    return members_at(keys, among)[0]
+
+
+def members_at(keys: Keys, among: Keys) -> tuple[npt.NDArray[np.bool_], Positions]:
+    """``members(keys, among)``, and where in ``among`` each of ``keys`` is or would go (clipped
+    to its last position)."""
     if not len(among):
-        return np.zeros(len(keys), dtype=bool)
+        return np.zeros(len(keys), dtype=bool), np.zeros(len(keys), dtype=np.intp)
     at = among.searchsorted(keys)
-    inside = at < len(among)
-    inside[inside] = among[at[inside]] == keys[inside]
-    return inside
+    np.minimum(at, len(among) - 1, out=at)  # past the end: compared with the last, unequal
+    return among[at] == keys, at
+
+
+def both_members(keys: Keys, among: Keys) -> tuple[npt.NDArray[np.bool_], npt.NDArray[np.bool_]]:
+    """``members(keys, among)`` and ``members(among, keys)`` with one search, for sorted
+    arrays of distinct values."""
+    present, at = members_at(keys, among)
+    back = np.zeros(len(among), dtype=bool)
+    back[at.compress(present)] = True
+    return present, back
 
 
 def _rows(table: Table, positions: Positions, shape: Shape, anchor: Anchor | None) -> msgspec.Raw:

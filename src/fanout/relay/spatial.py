@@ -155,15 +155,19 @@ class GridIndex:
         base *= self.cells
         start = self.offsets[base + first[owner, -1]]
         size = np.maximum(self.offsets[base + last[owner, -1] + 1] - start, 0)
-        owner = np.repeat(owner, size)
-        at = np.repeat(start - (np.cumsum(size) - size), size) + np.arange(len(owner))
-        inside = np.ones(len(at), dtype=bool)
+        per_box = np.bincount(owner, weights=size, minlength=count).astype(np.int64)
+        total = int(per_box.sum())
+        at = np.repeat(start - (np.cumsum(size) - size), size) + np.arange(total)
+        # Each candidate against its box's bounds, repeated per box (cheaper than gathering
+        # them by owner); masks applied with ``compress`` (boolean indexing is slower).
+        inside = np.ones(total, dtype=bool)
         for axis, binned in enumerate(self.binned):
             values = binned[at]
-            inside &= values >= lo[owner, axis]
-            inside &= values <= hi[owner, axis]
-        candidates = self.order[at]
-        code = owner[inside] * self.rows + candidates[inside]
+            inside &= values >= np.repeat(lo[:, axis], per_box)
+            inside &= values <= np.repeat(hi[:, axis], per_box)
+        code = np.repeat(np.arange(count, dtype=np.int64) * self.rows, per_box)
+        code += self.order[at]
+        code = code.compress(inside)
         code.sort()  # by box, then by row
         owner, positions = np.divmod(code, self.rows)
         bounds = np.zeros(count + 1, dtype=np.int64)
