@@ -112,6 +112,7 @@ def test_query_many_keeps_the_points_on_a_box_s_faces(data: st.DataObject) -> No
         with np.errstate(invalid="ignore"):
             expected = np.flatnonzero(box.match(*columns))
         assert positions[bounds[number] : bounds[number + 1]].tolist() == expected.tolist()
+        assert index.query(box).tolist() == expected.tolist()
 
 
 def test_a_small_view_looks_at_few_rows() -> None:
