@@ -6,7 +6,7 @@ import math
 
 import numpy as np
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from fanout.errors import InvalidView
@@ -68,6 +68,7 @@ def test_a_flat_view_still_gets_a_primitive() -> None:
     st.tuples(st.floats(-300, 300), st.floats(-300, 300)),
     st.tuples(st.floats(1, 150), st.floats(1, 150)),
 )
+@example(cells=[(0, 0)], corner=(0.0, -5e-324), size=(1.0, 1.0))  # lo / side underflows to -0.0
 def test_a_view_whose_own_tiles_are_held_needs_nothing_and_is_covered(cells, corner, size) -> None:  # type: ignore[no-untyped-def]
     """The quick test ``to_acquire`` makes first (every tile of the view's own grid that it
     touches is held) agrees with the coverage algebra: it never skips a view left uncovered,
@@ -92,6 +93,14 @@ def test_tiles_enumerates_the_grid_cells_a_box_touches() -> None:
         Box((-1, 0), (0, 1)),
         Box((0, 0), (1, 1)),
         Box((1, 0), (2, 1)),
+    ]
+
+
+def test_tiles_of_a_box_starting_a_hair_below_a_grid_line_include_the_tile_below() -> None:
+    # -5e-324 / 2.0 underflows to -0.0, whose floor is tile 0; the box starts below it
+    assert tiles(Box((0.0, -5e-324), (1.0, 1.0)), 2.0) == [
+        Box((0.0, -2.0), (2.0, 0.0)),
+        Box((0.0, 0.0), (2.0, 2.0)),
     ]
 
 

@@ -168,10 +168,17 @@ def tile_side(view: Region) -> float:
 def tiles(box: Box, side: float) -> list[Box]:
     """The grid tiles of ``side`` that ``box`` touches."""
     ranges = [
-        range(math.floor(lo / side), math.floor(hi / side) + 1)
+        range(_first_tile(lo, side), math.floor(hi / side) + 1)
         for lo, hi in zip(box.lo, box.hi, strict=True)
     ]
     return [_tile(side, cell) for cell in itertools.product(*ranges)]
+
+
+def _first_tile(lo: float, side: float) -> int:
+    """The index of the tile holding ``lo``: ``floor(lo / side)``, unless the division
+    underflowed (a tiny negative ``lo`` gives -0.0, whose tile starts above ``lo``)."""
+    first = math.floor(lo / side)
+    return first - 1 if first * side > lo else first
 
 
 @functools.lru_cache(maxsize=1 << 16)
