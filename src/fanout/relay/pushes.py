@@ -30,7 +30,7 @@ from fanout.relay.spatial import IndexedRegion
 from fanout.relay.state import Array, DoubleBuffer, Keys, Positions, Stamp, Table
 from fanout.relay.transforms import EntityNotHeld, Shape, apply
 from fanout.views import View
-from fanout.wire.columns import NUMERIC_DTYPES, Column, Columns, encode_columns
+from fanout.wire.columns import NUMERIC_DTYPES, Column, Columns, encode_column, encode_columns
 
 Anchor = tuple[float, ...]
 
@@ -258,12 +258,12 @@ def prepare_rows(rows: Mapping[str, Array]) -> Prepared:
 
 def encode_range(prepared: Prepared, start: int, stop: int) -> msgspec.Raw:
     """``encode_rows`` of the rows ``start:stop`` of prepared columns."""
-    columns = []
-    for name, wire, values in prepared:
-        if wire is not None:
-            columns.append(Column(name, wire, values[start:stop]))  # type: ignore[arg-type]
-        else:
-            columns.extend(encode_columns({name: values[start:stop]}).columns)
+    columns = [
+        Column(name, wire, values[start:stop])  # type: ignore[arg-type]
+        if wire is not None
+        else encode_column(name, values[start:stop])  # type: ignore[arg-type]
+        for name, wire, values in prepared
+    ]
     return msgspec.Raw(_encoder.encode(Columns(stop - start, columns)))
 
 

@@ -61,7 +61,7 @@ class Where(Enum):
     PARKED = "parked"  # due but blocked; see ``reason``
 
 
-@dataclass
+@dataclass(slots=True)
 class Slot:
     """One subscription's scheduling state."""
 

@@ -166,7 +166,7 @@ class Table:
 
     def take(self, index: Positions, names: Sequence[str] | None = None) -> dict[str, Array]:
         """The rows at ``index`` (positions), column by column (only ``names`` if given)."""
-        return {name: self.columns[name][index] for name in (names or self.columns)}
+        return {name: self.columns[name].take(index) for name in (names or self.columns)}
 
     def copy_from(self, other: Table) -> None:
         """Become an independent copy of ``other`` (same columns)."""

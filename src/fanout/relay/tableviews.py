@@ -22,7 +22,9 @@ index kinds to :class:`TableViews`, which answers the same questions in their la
 from __future__ import annotations
 
 from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
+
+import msgspec
 
 from fanout.errors import InvalidView
 from fanout.relay import release
@@ -100,8 +102,8 @@ class TableViews:
             return self._check_sql(view, effective, info, datasets)
         shape = resolve(transform, info, capabilities)
         if isinstance(view, ObjectPath) and view.attributes is not None:
-            shape = replace(shape, columns=path_columns(view, shape.columns, info.key))
-            shape = replace(shape, identity=False)
+            columns = path_columns(view, shape.columns, info.key)
+            shape = msgspec.structs.replace(shape, columns=columns, identity=False)
         return Accepted(shape, info.key, list(shape.columns))
 
     def _check_sql(

@@ -25,9 +25,9 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from typing import Literal, cast
 
+import msgspec
 import numpy as np
 import numpy.typing as npt
 
@@ -55,9 +55,10 @@ class EntityNotHeld(FanoutError):
     code = "entity_not_held"
 
 
-@dataclass(frozen=True)
-class Shape:
+class Shape(msgspec.Struct, frozen=True):
     """A transform resolved for one dataset and one subscriber's capabilities.
+
+    A frozen struct: hashed and compared in C, as every push looks its body up by shape.
 
     Attributes:
         columns: the columns sent, key first.

@@ -65,11 +65,12 @@ def encode_columns(arrays: Mapping[str, npt.ArrayLike]) -> Columns:
             length = len(array)
         elif len(array) != length:
             raise ValueError(f"column {name!r} has {len(array)} rows, expected {length}")
-        columns.append(_encode_column(name, array))
+        columns.append(encode_column(name, array))
     return Columns(length=length or 0, columns=columns)
 
 
-def _encode_column(name: str, array: npt.NDArray[np.generic]) -> Column:
+def encode_column(name: str, array: npt.NDArray[np.generic]) -> Column:
+    """One 1-D array as a :class:`Column` (numeric columns little-endian)."""
     if array.dtype.kind in "OUS":
         return Column(name, STRING, [None if value is None else str(value) for value in array])
     little = array.astype(array.dtype.newbyteorder("<"), copy=False)
