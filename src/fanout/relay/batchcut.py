@@ -57,7 +57,7 @@ def cut_boxes(
     rows, bounds = buffer.index.query_many(boxes)
     counts = np.diff(bounds)
     owner = np.repeat(np.arange(count, dtype=np.int64), counts)
-    keys = table.keys[rows]
+    keys = table.keys.take(rows)
     held_keys, held_owner = _held_keys(table, helds)
     present, kept = _compare(
         table, keys=keys, rows=rows, owner=owner, held_keys=held_keys, held_owner=held_owner
@@ -66,7 +66,7 @@ def cut_boxes(
     # or when what is held was cut with an anchor (changed after a seq before every row's);
     # else the rows changed since the held seq.
     since = np.array([_since(h) for h in helds], dtype=np.int64)
-    changed = present & (table.changed[rows] > np.repeat(since, counts))
+    changed = present & (table.changed.take(rows) > np.repeat(since, counts))
     entered, entered_at = _gather(table, rows[~present], owner[~present], count, shape)
     updated, updated_at = _gather(table, rows[changed], owner[changed], count, shape)
     gone = prepare_rows({table.key: held_keys[~kept]})

@@ -162,11 +162,11 @@ class GridIndex:
         # them by owner); masks applied with ``compress`` (boolean indexing is slower).
         inside = np.ones(total, dtype=bool)
         for axis, binned in enumerate(self.binned):
-            values = binned[at]
+            values = binned.take(at)
             inside &= values >= np.repeat(lo[:, axis], per_box)
             inside &= values <= np.repeat(hi[:, axis], per_box)
         code = np.repeat(np.arange(count, dtype=np.int64) * self.rows, per_box)
-        code += self.order[at]
+        code += self.order.take(at)
         code = code.compress(inside)
         code.sort()  # by box, then by row
         owner, positions = np.divmod(code, self.rows)

@@ -55,7 +55,7 @@ class EntityNotHeld(FanoutError):
     code = "entity_not_held"
 
 
-class Shape(msgspec.Struct, frozen=True):
+class Shape(msgspec.Struct, frozen=True, cache_hash=True):
     """A transform resolved for one dataset and one subscriber's capabilities.
 
     A frozen struct: hashed and compared in C, as every push looks its body up by shape.

@@ -12,5 +12,5 @@ from __future__ import annotations
 import msgspec
 
 
-class ViewBase(msgspec.Struct, frozen=True, tag_field="kind"):
+class ViewBase(msgspec.Struct, frozen=True, tag_field="kind", cache_hash=True):
     """Base class of every view and primitive; subclasses set ``tag=...``."""
