@@ -131,3 +131,44 @@ def test_points_on_the_far_edge_are_found() -> None:
     assert index.query(Box((10, 10), (10, 10))).tolist() == [1]
     assert index.query(Box((10, 0), (20, 20))).tolist() == [1, 2]
     assert index.query(Box((11, 0), (20, 20))).tolist() == []
+
+
+ANY_FINITE = st.floats(allow_nan=False, allow_infinity=False)
+
+
+@settings(max_examples=200)
+@given(st.data())
+def test_points_and_boxes_anywhere_in_floating_point(data: st.DataObject) -> None:
+    """Points and boxes from the whole range of floats (where the spans of the data, the cells
+    and the query pads overflow) and non-finite points: still exactly a full scan."""
+    dims = data.draw(st.sampled_from([2, 3]))
+    count = data.draw(st.integers(1, 60))
+    point = st.one_of(ANY_FINITE, st.sampled_from([math.nan, math.inf, -math.inf, 1.7e308]))
+    columns = [
+        np.array(data.draw(st.lists(point, min_size=count, max_size=count))) for _ in range(dims)
+    ]
+    index = GridIndex(columns, per_cell=data.draw(st.integers(1, 8)))
+    asked = []
+    for _ in range(data.draw(st.integers(1, 6))):
+        corners = [
+            sorted(data.draw(st.lists(ANY_FINITE, min_size=2, max_size=2))) for _ in range(dims)
+        ]
+        asked.append(Box(tuple(c[0] for c in corners), tuple(c[1] for c in corners)))
+    positions, bounds = index.query_many(asked)
+    for number, box in enumerate(asked):
+        with np.errstate(invalid="ignore"):
+            expected = np.flatnonzero(box.match(*columns))
+        assert positions[bounds[number] : bounds[number + 1]].tolist() == expected.tolist()
+        assert index.query(box).tolist() == expected.tolist()
+
+
+def test_a_box_on_the_top_edge_of_the_data_finds_the_rows_there() -> None:
+    # (0 - 1e-9 + 7145192) / (7145192 / 3) rounds to 3.0 = cells: the first cell the box
+    # touches was computed past the last one, and its rows were missed
+    columns = [np.zeros(5), np.array([0.0, 0.0, 0.0, 0.0, -7145192.0])]
+    index = GridIndex(columns, per_cell=1)
+    box = Box((0.0, 0.0), (0.0, 0.0))
+    assert index.query(box).tolist() == [0, 1, 2, 3]
+    positions, bounds = index.query_many([box])
+    assert positions.tolist() == [0, 1, 2, 3]
+    assert bounds.tolist() == [0, 4]

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import itertools
 import math
+import sys
 from collections.abc import Sequence
 from typing import cast
 
@@ -75,7 +76,7 @@ class GridIndex:
         self.lo = [float(c[finite].min()) if count else 0.0 for c in self.columns]
         self.hi = [float(c[finite].max()) if count else 0.0 for c in self.columns]
         self.side = [
-            (high - low) / self.cells or 1.0 for low, high in zip(self.lo, self.hi, strict=True)
+            _side(low, high, self.cells) for low, high in zip(self.lo, self.hi, strict=True)
         ]
         cell = np.zeros(self.rows, dtype=np.int64)
         for axis, column in enumerate(self.columns):
@@ -91,7 +92,9 @@ class GridIndex:
         self.binned: list[Floats] = [column[self.order] for column in self.columns]
 
     def _axis_cells(self, axis: int, column: Floats) -> npt.NDArray[np.int64]:
-        with np.errstate(invalid="ignore"):
+        # Overflow (a difference beyond the largest floats) is infinite, hence the last cell,
+        # as in ``_span``: both sides compute the same monotonic formula.
+        with np.errstate(invalid="ignore", over="ignore"):
             raw = np.floor((column - self.lo[axis]) / self.side[axis])
         raw = np.nan_to_num(raw, nan=0.0, posinf=self.cells - 1, neginf=0.0)
         return np.clip(raw, 0, self.cells - 1).astype(np.int64)
@@ -176,13 +179,16 @@ class GridIndex:
 
     def _spans(self, lo: Floats, hi: Floats) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]]:
         """``_span`` of every box (rows of ``lo``/``hi``) on every axis; empty: first > last."""
-        pad = _SLACK * (np.abs(lo) + np.abs(hi) + (hi - lo) + 1.0)
-        low, high = lo - pad, hi + pad
         origin, top, side = np.array(self.lo), np.array(self.hi), np.array(self.side)
-        first = np.floor(np.maximum((low - origin) / side, -1.0)).astype(np.int64)
-        last = np.floor(np.minimum((high - origin) / side, float(self.cells))).astype(np.int64)
-        first = np.maximum(first, 0)
-        last = np.minimum(last, self.cells - 1)
+        # Near the largest floats the pad or a difference overflows to infinity, which spans
+        # to the first or last cell, as ``_span`` and ``_axis_cells`` do.
+        with np.errstate(over="ignore"):
+            pad = _SLACK * (np.abs(lo) + np.abs(hi) + (hi - lo) + 1.0)
+            low, high = lo - pad, hi + pad
+            # Clipped to the cells like the rows' (``_axis_cells``) before the cast: a quotient
+            # may round up to ``cells`` (or beyond any integer) for a box inside the data.
+            first = np.floor(np.clip((low - origin) / side, 0, self.cells - 1)).astype(np.int64)
+            last = np.floor(np.clip((high - origin) / side, 0, self.cells - 1)).astype(np.int64)
         beyond = ((high < origin) | (low > top)).any(axis=1)
         last[beyond] = -1  # no cells at all
         return first, last
@@ -225,10 +231,19 @@ class GridIndex:
             return None
         # The rows' formula, clamped the same way: monotonic, so a point inside the box is in
         # a cell between these two.
-        side, cells = self.side[axis], self.cells
-        first = math.floor(max((low - origin) / side, -1.0))
-        last = math.floor(min((high - origin) / side, float(cells)))
-        return (first if first > 0 else 0, last if last < cells - 1 else cells - 1)
+        side, top = self.side[axis], float(self.cells - 1)
+        first = math.floor(min(max((low - origin) / side, 0.0), top))
+        last = math.floor(min(max((high - origin) / side, 0.0), top))
+        return first, last
+
+
+def _side(low: float, high: float, cells: int) -> float:
+    """A cell's side on an axis whose finite points span ``[low, high]`` (finite even when
+    ``high - low`` overflows)."""
+    side = (high - low) / cells
+    if not math.isfinite(side):
+        side = min(high / cells - low / cells, sys.float_info.max)
+    return side or 1.0
 
 
 def _in_box(coords: list[Floats], box: Box) -> npt.NDArray[np.bool_]:
