@@ -97,6 +97,40 @@ def test_subscribe_acquires_upstream_and_the_snapshot_makes_the_first_full_push(
     assert keys(push.entered) == [1, 3]  # k2 is held upstream (margin) but outside the view
 
 
+@pytest.mark.parametrize("widen", ["tiles", "margin", "enclose", "exact"])
+@pytest.mark.parametrize(
+    "view",
+    [
+        Box((-1e308, -1e308), (1e308, 1e308)),  # everything, as far as floats go
+        Box((-1.7e308, 0.0), (1.7e308, 1.0)),  # its extent overflows
+        Box((0.0, 0.0), (1e300, 1e300)),
+        Box((1e308, 1e308), (1e308, 1e308)),  # a point where no tile can be computed
+    ],
+)
+def test_a_view_near_the_largest_floats_is_acquired_as_it_is_and_served(
+    view: Box, widen: str
+) -> None:
+    policy = Policy(widen=widen, grace=0.0, overshoot=0.75 if widen == "enclose" else 0.0)
+    core = relay(policy)
+    acquires = subscribe(core, view)
+    assert acquires
+    core.on_batch(
+        batch(
+            0,
+            rows(k1=(1.0, 0.5), k2=(1e308, 1e308), k3=(-5.0, -5.0)),
+            snapshots=[a.prim for a in acquires],
+        )
+    )
+    (push,) = pushes(core)
+    assert isinstance(push, Push)
+    inside = [
+        k
+        for k, (x, y) in {1: (1.0, 0.5), 2: (1e308, 1e308), 3: (-5.0, -5.0)}.items()
+        if view.lo[0] <= x <= view.hi[0] and view.lo[1] <= y <= view.hi[1]
+    ]
+    assert keys(push.entered) == inside
+
+
 def test_pushes_are_deltas_entered_updated_left() -> None:
     core = relay()
     (acquire,) = subscribe(core, Box((0, 0), (10, 10)))

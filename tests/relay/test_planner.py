@@ -88,6 +88,32 @@ def test_a_view_whose_own_tiles_are_held_needs_nothing_and_is_covered(cells, cor
         assert covers(held, view)
 
 
+FLOATS = st.floats(allow_nan=False, allow_infinity=False)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.lists(st.tuples(FLOATS, FLOATS), min_size=2, max_size=2),
+    st.sampled_from(["tiles", "margin", "enclose", "exact"]),
+    st.lists(st.tuples(FLOATS, FLOATS), min_size=2, max_size=2),
+)
+@example(corners=[(-1e308, 1e308), (-1e308, 1e308)], widen="tiles", other=[(0.0, 1.0), (0.0, 1.0)])
+@example(corners=[(1e308, 1e308), (-5.0, 5.0)], widen="tiles", other=[(0.0, 1.0), (0.0, 1.0)])
+def test_any_finite_box_gets_primitives_that_cover_it(corners, widen, other) -> None:  # type: ignore[no-untyped-def]
+    """Whatever finite box is asked for — the largest floats included, where tiles and margins
+    would overflow — the primitives acquired cover it, with or without another one held."""
+    view = Box(*zip(*(sorted(axis) for axis in corners), strict=True))
+    held = [Box(*zip(*(sorted(axis) for axis in other), strict=True))]
+    policy = Policy(widen=widen, overshoot=0.75 if widen == "enclose" else 0.0)
+    for before in ([], held):
+        assert covers(before + to_acquire(before, view, policy), view)
+
+
+def test_a_view_too_large_to_tile_has_no_tile_side() -> None:
+    assert tile_side(Box((-1e308, 0.0), (1e308, 1.0))) is None
+    assert tile_side(Box((0.0, 0.0), (1e300, 1.0))) == 2.0**998
+
+
 def test_tiles_enumerates_the_grid_cells_a_box_touches() -> None:
     assert tiles(Box((-1, 0), (1, 0.5)), 1.0) == [
         Box((-1, 0), (0, 1)),

@@ -130,12 +130,20 @@ def grown(view: Region, policy: Policy, moving: Velocity | None = None) -> Box:
     ahead = [speed * policy.lead for speed in moving] if moving else [0.0] * len(pads)
     return Box(
         tuple(
-            lo - pad + min(step, 0.0) for lo, pad, step in zip(bounds.lo, pads, ahead, strict=True)
+            _finite(lo - pad + min(step, 0.0), lo)
+            for lo, pad, step in zip(bounds.lo, pads, ahead, strict=True)
         ),
         tuple(
-            hi + pad + max(step, 0.0) for hi, pad, step in zip(bounds.hi, pads, ahead, strict=True)
+            _finite(hi + pad + max(step, 0.0), hi)
+            for hi, pad, step in zip(bounds.hi, pads, ahead, strict=True)
         ),
     )
+
+
+def _finite(value: float, otherwise: float) -> float:
+    """``value``, or ``otherwise`` when it is not finite (a huge view grown past the largest
+    floats is not grown on that side)."""
+    return value if math.isfinite(value) else otherwise
 
 
 def velocity(before: View, after: View, seconds: float) -> Velocity | None:
@@ -159,14 +167,26 @@ def velocity(before: View, after: View, seconds: float) -> Velocity | None:
     return tuple(step / seconds for step in move)
 
 
-def tile_side(view: Region) -> float:
-    """The tile side for ``view``: the smallest power of two at least twice its largest extent."""
+def tile_side(view: Region) -> float | None:
+    """The tile side for ``view``: the smallest power of two at least twice its largest extent
+    (None for a view too large to tile: that power of two is beyond floating point)."""
     extent = max(_extent(view.bounds()), 1e-9)
-    return float(2.0 ** math.ceil(math.log2(2.0 * extent)))
+    exponent = math.ceil(math.log2(2.0 * extent)) if math.isfinite(2.0 * extent) else 1024
+    return float(2.0**exponent) if exponent < 1024 else None
+
+
+def tileable(box: Box, side: float) -> bool:
+    """Whether ``box``'s tiles of ``side`` and their sizes are all finite floats (a box near
+    the largest floats is not, and is acquired as it is instead)."""
+    if math.log2(side) * box.dims >= 1000:  # side ** dims would overflow
+        return False
+    return all(
+        math.isfinite(c / side) and math.isfinite(abs(c) + 2.0 * side) for c in (*box.lo, *box.hi)
+    )
 
 
 def tiles(box: Box, side: float) -> list[Box]:
-    """The grid tiles of ``side`` that ``box`` touches."""
+    """The grid tiles of ``side`` that ``box`` touches (``tileable(box, side)`` must hold)."""
     ranges = [
         range(_first_tile(lo, side), math.floor(hi / side) + 1)
         for lo, hi in zip(box.lo, box.hi, strict=True)
@@ -215,8 +235,8 @@ def to_acquire(
         if not meeting:
             return [wanted]
         return [enclosure(bounding_box(meeting), wanted, policy.overshoot)]
-    if policy.widen == "tiles":
-        side = tile_side(view)
+    side = tile_side(view)
+    if policy.widen == "tiles" and side is not None and tileable(wanted, side):
         candidates = tiles(wanted, side)
         if len(candidates) * side**wanted.dims <= policy.max_overfetch * max(
             wanted.measure(), 1e-300
@@ -230,17 +250,22 @@ def _tiles_held(held: CoverIndex, view: Region) -> bool:
     for coverage that a view moving among tiles acquired for it passes with a few lookups."""
     if not isinstance(view, Box):
         return False
-    return all(tile in held for tile in tiles(view, tile_side(view)))
+    side = tile_side(view)
+    if side is None or not tileable(view, side):
+        return False
+    return all(tile in held for tile in tiles(view, side))
 
 
 def enclosure(held: Box, wanted: Box, overshoot: float) -> Box:
     """The bounding box of ``held`` and ``wanted``, each side that grows beyond ``held`` pushed
     out by ``overshoot`` times its growth more."""
     lo = tuple(
-        min(h, w) - overshoot * max(h - w, 0.0) for h, w in zip(held.lo, wanted.lo, strict=True)
+        _finite(min(h, w) - overshoot * max(h - w, 0.0), min(h, w))
+        for h, w in zip(held.lo, wanted.lo, strict=True)
     )
     hi = tuple(
-        max(h, w) + overshoot * max(w - h, 0.0) for h, w in zip(held.hi, wanted.hi, strict=True)
+        _finite(max(h, w) + overshoot * max(w - h, 0.0), max(h, w))
+        for h, w in zip(held.hi, wanted.hi, strict=True)
     )
     return Box(lo, hi)
 
