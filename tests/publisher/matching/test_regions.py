@@ -119,6 +119,28 @@ def test_a_huge_region_is_matched_without_exploding_cells(spark) -> None:
     assert spark_pairs(spark, rows, views, 1.0) == oracle(rows, views)
 
 
+def test_a_region_as_large_as_floats_go_is_wide() -> None:
+    huge = Box((-1e308, -1e308), (1e308, 1e308))  # more cells than a C integer counts
+    bucketed, wide = shape_table(shapes_of(1, 1, huge), 2, 0.5)
+    assert (bucketed.num_rows, wide.num_rows) == (0, 1)
+
+
+def test_rows_with_huge_infinite_or_nan_coordinates_are_matched_not_fatal(spark) -> None:
+    # floor(1e300 / 0.5) does not fit a 64-bit integer: under ANSI SQL it failed the batch
+    rows = points(50, 2, 5)
+    rows["x"][:4] = [1e300, -math.inf, math.nan, 1.7e308]
+    rows["y"][:4] = [1e300, 5.0, 5.0, 1.7e308]
+    views = {
+        (1, 1): Box((0, 0), (50, 50)),
+        (2, 1): Box((-1e308, -1e308), (1e308, 1e308)),
+        (3, 1): Box((1e299, 1e299), (1e301, 1e301)),
+        (4, 1): Box((1.7e308, 1.7e308), (1.7e308, 1.7e308)),  # in the clamped extreme cell
+    }
+    pairs = spark_pairs(spark, rows, views, 0.5)
+    assert pairs == oracle(rows, views)
+    assert {(3, 0), (4, 3)} <= pairs  # found by the views around them
+
+
 def test_keep_unmatched_returns_every_row_once_more_with_its_matches(spark) -> None:
     rows = points(200, 2, 11)
     views = {(1, 1): Box((0, 0), (50, 50))}

@@ -33,6 +33,8 @@ from fanout.views.region import Box, RegionUnion, Sector, Sphere, direction
 
 #: Shapes whose bounding box touches more cells than this are matched without bucketing.
 MAX_CELLS = 4096
+#: Cell indices are clamped to +-this (see ``cell_columns``): 2**62 fits a 64-bit integer.
+CELL_LIMIT = 2.0**62
 
 SHAPE_BOX, SHAPE_SPHERE, SHAPE_SECTOR = 0, 1, 2
 _AXES = range(3)
@@ -78,8 +80,13 @@ def _pad(values: Sequence[float]) -> tuple[float, ...]:
 
 
 def cell_range(lo: float, hi: float, cell_size: float) -> range:
-    """The integer cells ``[floor(lo / size), floor(hi / size)]`` a closed interval touches."""
-    return range(math.floor(lo / cell_size), math.floor(hi / cell_size) + 1)
+    """The integer cells ``[floor(lo / size), floor(hi / size)]`` a closed interval touches,
+    clamped to ``CELL_LIMIT`` as rows' cells are (``cell_columns``)."""
+    return range(_cell(lo / cell_size), _cell(hi / cell_size) + 1)
+
+
+def _cell(scaled: float) -> int:
+    return math.floor(max(min(scaled, CELL_LIMIT), -CELL_LIMIT))
 
 
 def shape_table(shapes: Iterable[Shape], dims: int, cell_size: float) -> tuple[pa.Table, pa.Table]:
@@ -98,7 +105,8 @@ def shape_table(shapes: Iterable[Shape], dims: int, cell_size: float) -> tuple[p
     wide: dict[str, list[float | int]] = {name: [] for name in _shape_columns(0)}
     for shape in shapes:
         ranges = [cell_range(shape.lo[a], shape.hi[a], cell_size) for a in range(dims)]
-        if math.prod(len(r) for r in ranges) > MAX_CELLS:
+        # Counted with Python integers: ``len`` of a huge region's range is beyond a C one.
+        if math.prod(r.stop - r.start for r in ranges) > MAX_CELLS:
             _append(wide, shape, ())
             continue
         for cell in itertools.product(*ranges):
@@ -140,9 +148,18 @@ def with_cells(rows: DataFrame, index_columns: Sequence[str], cell_size: float) 
 
 
 def cell_columns(index_columns: Sequence[str], cell_size: float) -> dict[str, Column]:
-    """The expressions of the grid cell columns ``_cell0 .. _cellN``."""
+    """The expressions of the grid cell columns ``_cell0 .. _cellN``.
+
+    A coordinate divided by the cell size is clamped to ``CELL_LIMIT`` before ``floor``: a
+    huge, infinite or NaN one would overflow its 64-bit result, an error that fails the
+    micro-batch under ANSI SQL (Spark 4's default). Such rows share the extreme cells, where
+    only huge shapes reach — and those are matched without cells anyway (``MAX_CELLS``).
+    """
+    limit_low, limit_high = sf.lit(-CELL_LIMIT), sf.lit(CELL_LIMIT)
     return {
-        f"_cell{a}": sf.floor(sf.col(name) / sf.lit(cell_size))
+        f"_cell{a}": sf.floor(
+            sf.least(sf.greatest(sf.col(name) / sf.lit(cell_size), limit_low), limit_high)
+        )
         for a, name in enumerate(index_columns)
     }
 
