@@ -44,6 +44,12 @@ def test_views_with_one_key_meet_at_one_relay_wherever_they_lie() -> None:
     assert rank(RELAYS, near, key=None) == rank(RELAYS, near)
 
 
+def test_views_near_the_largest_floats_have_an_area() -> None:
+    # 8e307 / 0.1 is beyond the floats: its cell is "inf", as an overflowing centre's is
+    assert area(Box((8e307, 0.0), (8e307, 1.0)), side=0.1) == "cell:inf,5"
+    assert area(Box((1.7e308, 0.0), (1.7e308, 1.0))) == area(Box((1.6e308, 0.0), (1.7e308, 1.0)))
+
+
 def test_bad_routing_input_is_refused() -> None:
     with pytest.raises(InvalidView, match="no relays"):
         rank([], Box((0, 0), (1, 1)))

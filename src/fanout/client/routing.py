@@ -51,8 +51,8 @@ def area(view: View, side: float = DEFAULT_SIDE) -> str:
         return f"entity:{view.entity!r}"
     if isinstance(view, Box | Sphere | Sector | RegionUnion):
         bounds = view.bounds()
-        centre = ((lo + hi) / 2 for lo, hi in zip(bounds.lo, bounds.hi, strict=True))
-        cell = ",".join(str(math.floor(c / side)) if math.isfinite(c) else "inf" for c in centre)
+        scaled = ((lo + hi) / 2 / side for lo, hi in zip(bounds.lo, bounds.hi, strict=True))
+        cell = ",".join(str(math.floor(q)) if math.isfinite(q) else "inf" for q in scaled)
         return f"cell:{cell}"
     return f"view:{to_text(view)}"
 
