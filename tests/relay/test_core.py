@@ -4,11 +4,14 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from hypothesis import HealthCheck, example, given, settings
+from hypothesis import strategies as st
 
 from fanout.errors import ProtocolError
 from fanout.relay.core import UPSTREAM, RelayCore, Send
 from fanout.relay.planner import Policy
 from fanout.views import Box, Sphere
+from fanout.views.region import RegionUnion, Sector
 from fanout.views.topic import parse as topic
 from fanout.wire.columns import decode_columns, encode_columns
 from fanout.wire.messages import (
@@ -129,6 +132,52 @@ def test_a_view_near_the_largest_floats_is_acquired_as_it_is_and_served(
         if view.lo[0] <= x <= view.hi[0] and view.lo[1] <= y <= view.hi[1]
     ]
     assert keys(push.entered) == inside
+
+
+ANY = st.floats(allow_nan=False, allow_infinity=False)
+RADIUS = st.floats(0, 1.7e308)
+
+
+@st.composite
+def any_region(draw: st.DrawFn) -> object:
+    """A region anywhere in the floats, of any size."""
+
+    def one(kind: str) -> object:
+        if kind == "box":
+            xs, ys = sorted([draw(ANY), draw(ANY)]), sorted([draw(ANY), draw(ANY)])
+            return Box((xs[0], ys[0]), (xs[1], ys[1]))
+        centre = (draw(ANY), draw(ANY))
+        if kind == "sphere":
+            return Sphere(centre, draw(RADIUS))
+        return Sector(centre, draw(RADIUS), draw(st.floats(-7, 7)), draw(st.floats(0.01, 3.14)))
+
+    kind = draw(st.sampled_from(["box", "sphere", "sector", "union"]))
+    if kind == "union":
+        return RegionUnion([one(draw(st.sampled_from(["box", "sphere", "sector"]))) for _ in "ab"])
+    return one(kind)
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(any_region(), min_size=1, max_size=3), st.sampled_from(["tiles", "exact"]))
+@example([Sphere((0.0, 0.0), 1.3407807929942597e154)], "exact")  # its square overflowed: raised
+@example([Sphere((0.0, 8.988465674311579e307), 8.98846567431158e307)], "tiles")  # bounds: inf
+@example([Box((-1.7e308, -1.7e308), (1.7e308, 1.7e308))], "tiles")  # cells never shrank
+def test_regions_anywhere_in_the_floats_are_served_without_failing(views, widen) -> None:  # type: ignore[no-untyped-def]
+    """Subscribing, taking a batch (rows near the largest floats too), pushing and housekeeping
+    with views of any size anywhere: whatever the relay decides, nothing raises (a raise in the
+    pump would stop it for every subscriber)."""
+    core = relay(Policy(widen=widen, grace=0.0))
+    prims = [a.prim for number, view in enumerate(views, 1) for a in subscribe(core, view, number)]
+    points = rows(k1=(0.0, 0.0), k2=(1e308, 1e308), k3=(-1e308, -1e308), k4=(1.7e308, 5.0))
+    core.on_batch(batch(0, points, snapshots=prims))
+    served = {push.sub: push for push in pushes(core) if isinstance(push, Push)}
+    assert sorted(served) == list(range(1, len(views) + 1))
+    xs, ys = np.array(points["x"]), np.array(points["y"])
+    for number, view in enumerate(views, 1):
+        with np.errstate(over="ignore", invalid="ignore"):
+            inside = np.array(points["id"])[view.match(xs, ys)]
+        assert keys(served[number].entered) == sorted(inside.tolist())
+    core.housekeeping(1000.0)
 
 
 def test_pushes_are_deltas_entered_updated_left() -> None:

@@ -75,10 +75,17 @@ def subtract(lo: Point, hi: Point, hole_lo: Point, hole_hi: Point) -> list[Cell]
 def halve(lo: Point, hi: Point) -> tuple[Cell, Cell]:
     """Split a cell in two across the middle of its longest axis (one k-d tree step)."""
     axis = max(range(len(lo)), key=lambda i: hi[i] - lo[i])
-    middle = lo[axis] + (hi[axis] - lo[axis]) / 2
-    lower_hi = (*hi[:axis], middle, *hi[axis + 1 :])
-    upper_lo = (*lo[:axis], middle, *lo[axis + 1 :])
+    half = midpoint(lo[axis], hi[axis])
+    lower_hi = (*hi[:axis], half, *hi[axis + 1 :])
+    upper_lo = (*lo[:axis], half, *lo[axis + 1 :])
     return (lo, lower_hi), (upper_lo, hi)
+
+
+def midpoint(low: float, high: float) -> float:
+    """The middle of ``[low, high]``, inside it even when ``high - low`` overflows (a cell
+    spanning most of the floats, whose halves would otherwise never shrink)."""
+    half = (high - low) / 2
+    return low + half if math.isfinite(half) else low / 2 + high / 2
 
 
 def longest_side(lo: Point, hi: Point) -> float:

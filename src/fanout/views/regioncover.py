@@ -271,8 +271,10 @@ def _uncovered(view: Solid, held: list[Held], min_side: float) -> Iterator[Cell]
             stack.extend((piece, rest) for piece in pieces)
         elif (inside and not near) or cells.longest_side(lo, hi) <= min_side:
             yield lo, hi
+        elif (lo, hi) in (halves := cells.halve(lo, hi)):
+            yield lo, hi  # too narrow for floating point to split: as small as cells get
         else:
-            stack.extend((half, near) for half in cells.halve(lo, hi))
+            stack.extend((half, near) for half in halves)
 
 
 def _holds(active: tuple[Constraint, ...], lo: cells.Point, hi: cells.Point) -> bool:

@@ -18,6 +18,7 @@ Unions and regions relative to an entity are in :mod:`fanout.views.region`.
 from __future__ import annotations
 
 import math
+import sys
 from collections.abc import Iterable, Sequence
 from numbers import Real
 from typing import TypeAlias
@@ -108,11 +109,18 @@ def _coordinates(
     return columns
 
 
+def _clamped(value: float) -> float:
+    """``value`` within the finite floats (a bound past them holds every finite point)."""
+    return max(-sys.float_info.max, min(value, sys.float_info.max))
+
+
 def _squared_distance(columns: list[Floats], center: Point) -> Floats:
-    """Return the squared distance of each point from ``center``, summed axis by axis."""
-    total = (columns[0] - center[0]) ** 2
-    for column, coord in zip(columns[1:], center[1:], strict=True):
-        total = total + (column - coord) ** 2
+    """Return the squared distance of each point from ``center``, summed axis by axis (infinite
+    where it is beyond the largest floats)."""
+    with np.errstate(over="ignore"):
+        total = (columns[0] - center[0]) ** 2
+        for column, coord in zip(columns[1:], center[1:], strict=True):
+            total = total + (column - coord) ** 2
     return total
 
 
@@ -235,10 +243,10 @@ class Sphere(ViewBase, tag="sphere", frozen=True):
         return np.asarray(squared <= self.radius * self.radius, dtype=np.bool_)
 
     def bounds(self) -> Box:
-        """Return the cube (square in 2-D) circumscribing the sphere."""
+        """Return the cube (square in 2-D) circumscribing the sphere (clamped to the floats)."""
         return Box(
-            tuple(c - self.radius for c in self.center),
-            tuple(c + self.radius for c in self.center),
+            tuple(_clamped(c - self.radius) for c in self.center),
+            tuple(_clamped(c + self.radius) for c in self.center),
         )
 
     def grow(self, margin: float) -> Sphere:
@@ -257,8 +265,8 @@ class Sphere(ViewBase, tag="sphere", frozen=True):
     def measure(self) -> float:
         """Return the disc's area (2-D) or the ball's volume (3-D)."""
         if self.dims == 2:
-            return math.pi * self.radius**2
-        return 4.0 / 3.0 * math.pi * self.radius**3
+            return math.pi * self.radius * self.radius  # ``**`` raises on overflow, ``*`` is inf
+        return 4.0 / 3.0 * math.pi * self.radius * self.radius * self.radius
 
 
 class Sector(ViewBase, tag="sector", frozen=True):
@@ -311,15 +319,16 @@ class Sector(ViewBase, tag="sector", frozen=True):
         within = squared <= self.radius * self.radius
         if self.half_angle >= math.pi:
             return np.asarray(within, dtype=np.bool_)
-        along = sum(
-            (
-                (column - c) * a
-                for column, c, a in zip(columns, self.center, self.axis, strict=True)
-            ),
-            start=np.zeros(np.shape(squared)),
-        )
-        # angle(p - c, axis) <= half_angle  <=>  (p - c) . axis >= |p - c| cos(half_angle)
-        inside = along >= np.sqrt(squared) * math.cos(self.half_angle)
+        with np.errstate(over="ignore", invalid="ignore"):  # beyond the floats: inf, or NaN
+            along = sum(
+                (
+                    (column - c) * a
+                    for column, c, a in zip(columns, self.center, self.axis, strict=True)
+                ),
+                start=np.zeros(np.shape(squared)),
+            )
+            # angle(p - c, axis) <= half_angle  <=>  (p - c) . axis >= |p - c| cos(half_angle)
+            inside = along >= np.sqrt(squared) * math.cos(self.half_angle)
         return np.asarray(within & inside, dtype=np.bool_)
 
     def bounds(self) -> Box:
@@ -333,8 +342,8 @@ class Sector(ViewBase, tag="sector", frozen=True):
         lo: list[float] = []
         hi: list[float] = []
         for i, c in enumerate(self.center):
-            hi.append(c + self._reach(axis[i]))
-            lo.append(c - self._reach(-axis[i]))
+            hi.append(_clamped(c + self._reach(axis[i])))
+            lo.append(_clamped(c - self._reach(-axis[i])))
         return Box(tuple(lo), tuple(hi))
 
     def _reach(self, cosine: float) -> float:
@@ -372,8 +381,9 @@ class Sector(ViewBase, tag="sector", frozen=True):
     def measure(self) -> float:
         """Return the sector's area (2-D) or the spherical cone's volume (3-D)."""
         if self.dims == 2:
-            return self.half_angle * self.radius**2
-        return 2.0 / 3.0 * math.pi * self.radius**3 * (1.0 - math.cos(self.half_angle))
+            return self.half_angle * self.radius * self.radius
+        cube = self.radius * self.radius * self.radius
+        return 2.0 / 3.0 * math.pi * cube * (1.0 - math.cos(self.half_angle))
 
 
 def _heading(dims: int, value: object) -> float | tuple[float, float]:

@@ -340,7 +340,7 @@ def _farthest_squared(center: Point, lo: Point, hi: Point) -> float:
     """
     total = 0.0
     for c, low, high in zip(center, lo, hi, strict=True):
-        total += max((low - c) ** 2, (high - c) ** 2)
+        total += max((low - c) * (low - c), (high - c) * (high - c))  # ``**`` raises on overflow
     return total
 
 
@@ -348,7 +348,8 @@ def _nearest_squared(center: Point, lo: Point, hi: Point) -> float:
     """Return the squared distance from ``center`` to the cell's nearest point."""
     total = 0.0
     for c, low, high in zip(center, lo, hi, strict=True):
-        total += (min(max(c, low), high) - c) ** 2
+        gap = min(max(c, low), high) - c
+        total += gap * gap
     return total
 
 
@@ -388,7 +389,7 @@ def _angular_spread(axis: Point, apex: Point, lo: Point, hi: Point) -> tuple[flo
     is seen from the apex within ``asin(radius / distance)`` of the centre's direction. None
     when the apex is inside that ball.
     """
-    middle = tuple((low + high) / 2 - a for low, high, a in zip(lo, hi, apex, strict=True))
+    middle = tuple(cells.midpoint(low, high) - a for low, high, a in zip(lo, hi, apex, strict=True))
     radius = math.dist(lo, hi) / 2
     distance = math.hypot(*middle)
     if distance <= radius * (1 + _SLACK):
