@@ -77,6 +77,16 @@ def boxes(draw: st.DrawFn, dims: int) -> Box:
     return Box(tuple(corner), tuple(c + s for c, s in zip(corner, size, strict=True)))
 
 
+def assert_both_queries_scan(index: GridIndex, columns: list[np.ndarray], asked: list[Box]) -> None:
+    """``query_many`` of the boxes and ``query`` of each find what a full scan finds."""
+    positions, bounds = index.query_many(asked)
+    for number, box in enumerate(asked):
+        with np.errstate(invalid="ignore"):
+            expected = np.flatnonzero(box.match(*columns))
+        assert positions[bounds[number] : bounds[number + 1]].tolist() == expected.tolist()
+        assert index.query(box).tolist() == expected.tolist()
+
+
 @settings(max_examples=300)
 @given(st.data())
 def test_query_many_equals_a_full_scan_of_each_box(data: st.DataObject) -> None:
@@ -107,12 +117,7 @@ def test_query_many_keeps_the_points_on_a_box_s_faces(data: st.DataObject) -> No
         one, other = (data.draw(st.sampled_from(finite.tolist())) for _ in range(2))
         corners = [(float(c[one]), float(c[other])) for c in columns]
         asked.append(Box(tuple(map(min, corners)), tuple(map(max, corners))))
-    positions, bounds = index.query_many(asked)
-    for number, box in enumerate(asked):
-        with np.errstate(invalid="ignore"):
-            expected = np.flatnonzero(box.match(*columns))
-        assert positions[bounds[number] : bounds[number + 1]].tolist() == expected.tolist()
-        assert index.query(box).tolist() == expected.tolist()
+    assert_both_queries_scan(index, columns, asked)
 
 
 def test_a_small_view_looks_at_few_rows() -> None:
@@ -154,12 +159,7 @@ def test_points_and_boxes_anywhere_in_floating_point(data: st.DataObject) -> Non
             sorted(data.draw(st.lists(ANY_FINITE, min_size=2, max_size=2))) for _ in range(dims)
         ]
         asked.append(Box(tuple(c[0] for c in corners), tuple(c[1] for c in corners)))
-    positions, bounds = index.query_many(asked)
-    for number, box in enumerate(asked):
-        with np.errstate(invalid="ignore"):
-            expected = np.flatnonzero(box.match(*columns))
-        assert positions[bounds[number] : bounds[number + 1]].tolist() == expected.tolist()
-        assert index.query(box).tolist() == expected.tolist()
+    assert_both_queries_scan(index, columns, asked)
 
 
 def test_a_box_on_the_top_edge_of_the_data_finds_the_rows_there() -> None:
