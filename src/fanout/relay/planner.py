@@ -235,8 +235,8 @@ def to_acquire(
         if not meeting:
             return [wanted]
         return [enclosure(bounding_box(meeting), wanted, policy.overshoot)]
-    side = tile_side(view)
-    if policy.widen == "tiles" and side is not None and tileable(wanted, side):
+    side = tile_side(view) if policy.widen == "tiles" else None
+    if side is not None and tileable(wanted, side):
         candidates = tiles(wanted, side)
         if len(candidates) * side**wanted.dims <= policy.max_overfetch * max(
             wanted.measure(), 1e-300
