@@ -4,6 +4,7 @@ scalar brute-force formula (STYLE.md 7)."""
 from __future__ import annotations
 
 import math
+from fractions import Fraction
 
 import msgspec
 import numpy as np
@@ -204,6 +205,61 @@ def test_match_agrees_with_the_scalar_definition(data: st.DataObject) -> None:
         expected = scalar_in(shape, tuple(cloud[:, i]))
         if expected is not None:
             assert mask[i] == expected, (shape, cloud[:, i])
+
+
+FINITE = st.floats(allow_nan=False, allow_infinity=False)
+RADIUS = st.floats(0, allow_infinity=False) | st.sampled_from([1.35e154, 1e-160, 5e-324, 1.7e308])
+
+
+def exact_in(shape: Sphere | Sector, point: tuple[float, ...]) -> bool | None:
+    """Membership by the definition in exact rational arithmetic (no overflow, no underflow);
+    None within a relative 1e-9 of the sphere or of the cone."""
+    offset = [Fraction(p) - Fraction(c) for p, c in zip(point, shape.center, strict=True)]
+    squared, reach = sum(o * o for o in offset), Fraction(shape.radius) ** 2
+    if abs(squared - reach) <= reach / 10**9:
+        return None
+    if squared > reach or isinstance(shape, Sphere) or shape.half_angle >= math.pi:
+        return squared < reach
+    along = sum(o * Fraction(a) for o, a in zip(offset, shape.axis, strict=True))
+    cosine = Fraction(math.cos(shape.half_angle))
+    # along >= |offset| cos, squared on each side with the signs in mind
+    gap = along * abs(along) - squared * cosine * abs(cosine)
+    return None if abs(gap) <= squared / 10**9 else gap > 0
+
+
+@st.composite
+def round_shapes(draw: st.DrawFn, dims: int) -> Sphere | Sector:
+    center, radius = [draw(FINITE) for _ in range(dims)], draw(RADIUS)
+    if draw(st.booleans()):
+        return Sphere(center, radius)
+    heading = draw(ANGLE) if dims == 2 else (draw(ANGLE), draw(st.floats(-1.5, 1.5)))
+    return Sector(center, radius, heading, draw(HALF_ANGLE))
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.data())
+def test_spheres_and_sectors_of_any_size_match_by_exact_distance(data: st.DataObject) -> None:
+    """Squares of distances overflow past about 1.3e154 and underflow below 1.5e-154; a far
+    point must still be outside a huge sphere, and a near one outside a tiny sphere."""
+    dims = data.draw(DIMS)
+    shape = data.draw(round_shapes(dims))
+    factors = st.floats(-2.5, 2.5)
+    cloud = [tuple(c + shape.radius * data.draw(factors) for c in shape.center) for _ in range(20)]
+    cloud += [tuple(data.draw(FINITE) for _ in range(dims)) for _ in range(5)]
+    cloud = [p for p in cloud if all(map(math.isfinite, p))]
+    assume(cloud)
+    mask = shape.match(*np.array(cloud).T)
+    for point, matched in zip(cloud, mask.tolist(), strict=True):
+        expected = exact_in(shape, point)
+        if expected is not None:
+            assert matched == expected, (shape, point)
+
+
+def test_a_far_point_is_outside_a_huge_sphere_and_a_near_one_outside_a_tiny_one() -> None:
+    assert Sphere([0, 0], 1e200).match([1e300, 5e199], [0, 5e199]).tolist() == [False, True]
+    assert Sphere([0, 0], 1e-200).match([1e-170, 5e-201], [0, 0]).tolist() == [False, True]
+    huge = Sector([0, 0], 1e200, 0.0, 0.5)
+    assert huge.match([1e300, 5e199, -5e199], [0, 0, 0]).tolist() == [False, True, False]
 
 
 def test_match_includes_the_boundary_and_the_apex() -> None:

@@ -69,6 +69,34 @@ def test_cell_tests_err_only_on_the_safe_side(data: st.DataObject) -> None:
         assert inside.all()
 
 
+def scaled(shape: Box | Sphere | Sector, factor: float) -> Box | Sphere | Sector:
+    """The same shape with every length times ``factor`` (a power of two: exact)."""
+    if isinstance(shape, Box):
+        return Box([v * factor for v in shape.lo], [v * factor for v in shape.hi])
+    center = [v * factor for v in shape.center]
+    if isinstance(shape, Sphere):
+        return Sphere(center, shape.radius * factor)
+    return Sector(center, shape.radius * factor, shape.heading, shape.half_angle)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.data())
+def test_cell_tests_and_match_do_not_depend_on_the_scale(data: st.DataObject) -> None:
+    """Scaling a shape, a cell and points by a power of two changes no answer, from 1e-271 to
+    1e271: squared distances of huge shapes overflow and those of tiny ones underflow unless
+    they are computed scaled (``distance_scale``)."""
+    dims = data.draw(st.sampled_from([2, 3]))
+    shape = data.draw(shapes(dims))
+    lo, hi = data.draw(cell_boxes(dims))
+    factor = math.ldexp(1.0, data.draw(st.integers(-900, 900)))
+    big, small = solid_of(scaled(shape, factor)), solid_of(shape)
+    big_cell = ([v * factor for v in lo], [v * factor for v in hi])
+    assert big.meets_cell(*big_cell) == small.meets_cell(lo, hi)
+    assert big.contains_cell(*big_cell) == small.contains_cell(lo, hi)
+    cloud = cell_points(lo, hi, data.draw(st.integers(0, 99)))
+    assert scaled(shape, factor).match(*(cloud * factor)).tolist() == shape.match(*cloud).tolist()
+
+
 @settings(max_examples=300, deadline=None)
 @given(st.data())
 def test_max_cosine_bounds_every_direction_into_the_cell(data: st.DataObject) -> None:

@@ -114,14 +114,63 @@ def _clamped(value: float) -> float:
     return max(-sys.float_info.max, min(value, sys.float_info.max))
 
 
-def _squared_distance(columns: list[Floats], center: Point) -> Floats:
-    """Return the squared distance of each point from ``center``, summed axis by axis (infinite
-    where it is beyond the largest floats)."""
-    with np.errstate(over="ignore"):
-        total = (columns[0] - center[0]) ** 2
-        for column, coord in zip(columns[1:], center[1:], strict=True):
-            total = total + (column - coord) ** 2
+def distance_scale(radius: float) -> float:
+    """The power of two that brings ``radius`` into [0.5, 1) (as near as the floats allow).
+
+    A sphere (or a sector's ball) holds the points whose squared distance from the center is at
+    most the squared radius. Unscaled, the squares overflow past about 1.3e154, so every far
+    point was "inside" a huge sphere (inf <= inf), and underflow below about 1.5e-154, so near
+    points were inside a tiny one (0 <= 0). Offsets are multiplied by this power of two first,
+    which changes the exponents and no rounding: the offsets that decide the test are then near
+    1. A radius of 0 takes the largest scale, so that no offset but 0 squares to 0. The relay
+    (``match``), the publisher's Spark refine and the coverage algebra's solids all scale by it.
+    """
+    exponent = math.frexp(radius)[1] if radius else -1074
+    return math.ldexp(1.0, min(max(-exponent, -1022), 1023))
+
+
+#: The angle test (``Sector.match``) does not depend on the offset's length, so an offset whose
+#: largest component is above ``CONE_BIG`` (its square overflows) is multiplied by
+#: ``CONE_DOWN``, and one below ``CONE_SMALL`` (its square underflows) by ``CONE_UP``: powers
+#: of two, exact, and the same literals in Spark.
+CONE_BIG, CONE_SMALL = 2.0**500, 2.0**-500
+CONE_DOWN, CONE_UP = 2.0**-600, 2.0**600
+
+
+def _offsets(columns: list[Floats], center: Point) -> list[Floats]:
+    """Each point's offset from ``center`` on each axis (infinite past the floats)."""
+    with np.errstate(over="ignore", invalid="ignore"):
+        return [column - c for column, c in zip(columns, center, strict=True)]
+
+
+def _scaled(offsets: list[Floats], scale: float | Floats) -> list[Floats]:
+    """The offsets times ``scale`` (a power of two, or one per point)."""
+    with np.errstate(over="ignore", under="ignore", invalid="ignore"):
+        return [offset * scale for offset in offsets]
+
+
+def _squared(offsets: list[Floats]) -> Floats:
+    """The squared length of each offset, summed axis by axis (infinite past the floats)."""
+    with np.errstate(over="ignore", under="ignore"):
+        total = offsets[0] * offsets[0]
+        for offset in offsets[1:]:
+            total = total + offset * offset
     return total
+
+
+def _within(offsets: list[Floats], radius: float) -> Mask:
+    """Whether each offset is at most ``radius`` long (compared scaled: ``distance_scale``)."""
+    scale = distance_scale(radius)
+    reach = radius * scale
+    return np.asarray(_squared(_scaled(offsets, scale)) <= reach * reach, dtype=np.bool_)
+
+
+def _cone_scale(offsets: list[Floats]) -> Floats:
+    """The power of two each offset is multiplied by for the angle test (see ``CONE_BIG``)."""
+    largest = np.abs(offsets[0])
+    for offset in offsets[1:]:
+        largest = np.fmax(largest, np.abs(offset))
+    return np.where(largest > CONE_BIG, CONE_DOWN, np.where(largest < CONE_SMALL, CONE_UP, 1.0))
 
 
 def direction(dims: int, heading: float | tuple[float, float]) -> Point:
@@ -239,8 +288,7 @@ class Sphere(ViewBase, tag="sphere", frozen=True):
     def match(self, xs: npt.ArrayLike, ys: npt.ArrayLike, zs: npt.ArrayLike | None = None) -> Mask:
         """Return a boolean mask of the points within the radius (boundary included)."""
         columns = _coordinates(self.dims, xs, ys, zs)
-        squared = _squared_distance(columns, self.center)
-        return np.asarray(squared <= self.radius * self.radius, dtype=np.bool_)
+        return _within(_offsets(columns, self.center), self.radius)
 
     def bounds(self) -> Box:
         """Return the cube (square in 2-D) circumscribing the sphere (clamped to the floats)."""
@@ -315,20 +363,18 @@ class Sector(ViewBase, tag="sector", frozen=True):
     def match(self, xs: npt.ArrayLike, ys: npt.ArrayLike, zs: npt.ArrayLike | None = None) -> Mask:
         """Return a boolean mask of the points inside the sector (boundary included)."""
         columns = _coordinates(self.dims, xs, ys, zs)
-        squared = _squared_distance(columns, self.center)
-        within = squared <= self.radius * self.radius
+        offsets = _offsets(columns, self.center)
+        within = _within(offsets, self.radius)
         if self.half_angle >= math.pi:
-            return np.asarray(within, dtype=np.bool_)
+            return within
+        offsets = _scaled(offsets, _cone_scale(offsets))
         with np.errstate(over="ignore", invalid="ignore"):  # beyond the floats: inf, or NaN
             along = sum(
-                (
-                    (column - c) * a
-                    for column, c, a in zip(columns, self.center, self.axis, strict=True)
-                ),
-                start=np.zeros(np.shape(squared)),
+                (offset * a for offset, a in zip(offsets, self.axis, strict=True)),
+                start=np.zeros(np.shape(within)),
             )
             # angle(p - c, axis) <= half_angle  <=>  (p - c) . axis >= |p - c| cos(half_angle)
-            inside = along >= np.sqrt(squared) * math.cos(self.half_angle)
+            inside = along >= np.sqrt(_squared(offsets)) * math.cos(self.half_angle)
         return np.asarray(within & inside, dtype=np.bool_)
 
     def bounds(self) -> Box:

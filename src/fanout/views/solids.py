@@ -24,6 +24,7 @@ from typing import TypeAlias
 
 from fanout.views import cells
 from fanout.views.region import Box, Primitive, Sector, Sphere
+from fanout.views.shapes import distance_scale
 
 Point: TypeAlias = tuple[float, ...]
 
@@ -63,17 +64,27 @@ class HalfSpace:
 
 
 class BallConstraint:
-    """Within ``radius`` of ``center``."""
+    """Within ``radius`` of ``center``.
 
-    __slots__ = ("center", "radius", "squared")
+    Distances are compared scaled by ``distance_scale(radius)``, as ``Sphere.match`` does:
+    unscaled, the squares of a huge radius and of a far corner are both infinite.
+    """
+
+    __slots__ = ("center", "radius", "scale", "squared")
 
     def __init__(self, center: Point, radius: float) -> None:
         self.center, self.radius = center, radius
-        self.squared = radius * radius
+        self.scale = distance_scale(radius)
+        reach = radius * self.scale
+        self.squared = reach * reach
 
     def contains_cell(self, lo: Point, hi: Point) -> bool:
         """Whether the cell's farthest corner is within the radius (the ball is convex)."""
-        return _farthest_squared(self.center, lo, hi) <= self.squared
+        return _farthest_squared(self.center, lo, hi, self.scale) <= self.squared
+
+    def meets_cell(self, lo: Point, hi: Point) -> bool:
+        """Whether the cell's nearest point is within the radius."""
+        return _nearest_squared(self.center, lo, hi, self.scale) <= self.squared
 
 
 class ConeConstraint:
@@ -106,7 +117,11 @@ class ConeConstraint:
         return _max_cosine(behind, self.apex, lo, hi) <= -self.cos_half - _SLACK
 
     def holds(self, offset: Point) -> bool:
-        """The angle test of ``Sector.match`` for one offset from the apex."""
+        """The angle test of ``Sector.match`` for one offset from the apex (scaled by a power of
+        two, which changes no rounding, so that its squared length neither overflows nor
+        underflows)."""
+        scale = distance_scale(max(abs(v) for v in offset))
+        offset = tuple(v * scale for v in offset)
         return _dot(offset, self.axis) >= math.sqrt(_dot(offset, offset)) * self.cos_half
 
 
@@ -158,7 +173,7 @@ class BallSolid:
 
     def meets_cell(self, lo: Point, hi: Point) -> bool:
         """Whether the cell's nearest point is within the radius."""
-        return _nearest_squared(self.ball.center, lo, hi) <= self.ball.squared
+        return self.ball.meets_cell(lo, hi)
 
     def contains_cell(self, lo: Point, hi: Point) -> bool:
         return self.ball.contains_cell(lo, hi)
@@ -194,7 +209,7 @@ class ConeSolid:
 
         True unless the cell is certainly outside the ball or certainly outside the cone.
         """
-        if _nearest_squared(self.ball.center, lo, hi) > self.ball.squared:
+        if not self.ball.meets_cell(lo, hi):
             return False
         if self.region.half_angle >= math.pi:
             return True
@@ -332,23 +347,26 @@ def _angle(u: Point, v: Point) -> float:
     return math.atan2(cross, _dot(u, v))
 
 
-def _farthest_squared(center: Point, lo: Point, hi: Point) -> float:
-    """Return the squared distance from ``center`` to the cell's farthest corner.
+def _farthest_squared(center: Point, lo: Point, hi: Point, scale: float) -> float:
+    """Return the squared distance from ``center`` to the cell's farthest corner, the offsets
+    times ``scale``.
 
-    Summed in the same order as ``Sphere.match``, so a cell whose farthest corner passes
-    holds only points that pass.
+    Computed as ``Sphere.match`` does and summed in the same order, so a cell whose farthest
+    corner passes holds only points that pass.
     """
     total = 0.0
     for c, low, high in zip(center, lo, hi, strict=True):
-        total += max((low - c) * (low - c), (high - c) * (high - c))  # ``**`` raises on overflow
+        near, far = (low - c) * scale, (high - c) * scale
+        total += max(near * near, far * far)  # ``**`` raises on overflow
     return total
 
 
-def _nearest_squared(center: Point, lo: Point, hi: Point) -> float:
-    """Return the squared distance from ``center`` to the cell's nearest point."""
+def _nearest_squared(center: Point, lo: Point, hi: Point, scale: float) -> float:
+    """Return the squared distance from ``center`` to the cell's nearest point, the offsets
+    times ``scale``."""
     total = 0.0
     for c, low, high in zip(center, lo, hi, strict=True):
-        gap = min(max(c, low), high) - c
+        gap = (min(max(c, low), high) - c) * scale
         total += gap * gap
     return total
 

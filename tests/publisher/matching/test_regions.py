@@ -141,6 +141,27 @@ def test_rows_with_huge_infinite_or_nan_coordinates_are_matched_not_fatal(spark)
     assert {(3, 0), (4, 3)} <= pairs  # found by the views around them
 
 
+def test_huge_and_tiny_spheres_and_sectors_match_by_their_true_distances(spark) -> None:
+    # Unscaled, squared distances past 1.3e154 were infinite (a point at 1e300 was inside a
+    # sphere of radius 1e200) and below 1.5e-154 were 0 (a point at 1e-170 was inside a sphere
+    # of radius 1e-200).
+    rows = {
+        "id": np.arange(8, dtype=np.int64),
+        "x": np.array([1e300, 5e199, -5e199, 1e-170, 5e-201, 0.0, math.inf, 1e180]),
+        "y": np.array([0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 1e179]),
+    }
+    views = {
+        (1, 1): Sphere((0, 0), 1e200),
+        (2, 1): Sector((0, 0), 1e200, 0.0, 0.5),
+        (3, 1): Sphere((0, 0), 1e-200),
+        (4, 1): Sector((0, 0), 1e-200, 0.0, 0.5),
+    }
+    expected = {1: {1, 2, 3, 4, 5, 7}, 2: {1, 3, 4, 5, 7}, 3: {4, 5}, 4: {4, 5}}
+    pairs = spark_pairs(spark, rows, views, 1.0)
+    assert pairs == {(relay, key) for relay, keys in expected.items() for key in keys}
+    assert pairs == oracle(rows, views)
+
+
 def test_keep_unmatched_returns_every_row_once_more_with_its_matches(spark) -> None:
     rows = points(200, 2, 11)
     views = {(1, 1): Box((0, 0), (50, 50))}

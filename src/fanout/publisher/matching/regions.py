@@ -30,6 +30,7 @@ from fanout.publisher.matching.base import Prim
 from fanout.views import View
 from fanout.views.entity import Entity
 from fanout.views.region import Box, RegionUnion, Sector, Sphere, direction
+from fanout.views.shapes import CONE_BIG, CONE_DOWN, CONE_SMALL, CONE_UP, distance_scale
 
 #: Shapes whose bounding box touches more cells than this are matched without bucketing.
 MAX_CELLS = 4096
@@ -53,6 +54,8 @@ class Shape:
     radius: float = 0.0
     axis: tuple[float, ...] = (0.0, 0.0, 0.0)
     cos_half: float = -1.0
+    #: Offsets from the center are multiplied by this for the ball test (``distance_scale``).
+    scale: float = 1.0
 
 
 def shapes_of(relay: int, prim: int, view: Box | Sphere | Sector | RegionUnion) -> list[Shape]:
@@ -66,12 +69,12 @@ def _shape(relay: int, prim: int, view: Box | Sphere | Sector) -> Shape:
     lo, hi = _pad(bounds.lo), _pad(bounds.hi)
     if isinstance(view, Box):
         return Shape(relay, prim, SHAPE_BOX, lo, hi)
-    center = _pad(view.center)
+    center, scale = _pad(view.center), distance_scale(view.radius)
     if isinstance(view, Sphere):
-        return Shape(relay, prim, SHAPE_SPHERE, lo, hi, center, view.radius)
+        return Shape(relay, prim, SHAPE_SPHERE, lo, hi, center, view.radius, scale=scale)
     axis = _pad(direction(view.dims, view.heading))
     cos_half = -1.0 if view.half_angle >= math.pi else math.cos(view.half_angle)
-    return Shape(relay, prim, SHAPE_SECTOR, lo, hi, center, view.radius, axis, cos_half)
+    return Shape(relay, prim, SHAPE_SECTOR, lo, hi, center, view.radius, axis, cos_half, scale)
 
 
 def _pad(values: Sequence[float]) -> tuple[float, ...]:
@@ -118,6 +121,7 @@ def _shape_columns(dims: int) -> list[str]:
     columns = ["_relay", "_prim", "_shape"]
     columns += [f"_lo{a}" for a in _AXES] + [f"_hi{a}" for a in _AXES]
     columns += [f"_c{a}" for a in _AXES] + ["_radius"] + [f"_d{a}" for a in _AXES] + ["_cos_half"]
+    columns.append("_scale")
     return columns + [f"_cell{a}" for a in range(dims)]
 
 
@@ -138,6 +142,7 @@ def _append(table: dict[str, list[float | int]], shape: Shape, cell: tuple[int, 
         table[f"_d{a}"].append(shape.axis[a])
     table["_radius"].append(shape.radius)
     table["_cos_half"].append(shape.cos_half)
+    table["_scale"].append(shape.scale)
     for a, index in enumerate(cell):
         table[f"_cell{a}"].append(index)
 
@@ -171,9 +176,20 @@ def inside(index_columns: Sequence[str]) -> Column:
     """
     point = [sf.col(name) for name in index_columns]
     in_box = _all((p >= sf.col(f"_lo{a}")) & (p <= sf.col(f"_hi{a}")) for a, p in enumerate(point))
-    squared = _sum((p - sf.col(f"_c{a}")) ** 2 for a, p in enumerate(point))
-    within = squared <= sf.col("_radius") * sf.col("_radius")
-    along = _sum((p - sf.col(f"_c{a}")) * sf.col(f"_d{a}") for a, p in enumerate(point))
+    offsets = [p - sf.col(f"_c{a}") for a, p in enumerate(point)]
+    # The ball and the angle test on scaled offsets, as ``Sphere.match`` and ``Sector.match``.
+    ball = [offset * sf.col("_scale") for offset in offsets]
+    reach = sf.col("_radius") * sf.col("_scale")
+    within = _sum(offset * offset for offset in ball) <= reach * reach
+    largest = sf.greatest(*(sf.abs(offset) for offset in offsets))  # 2 or 3 axes
+    cone_scale = (
+        sf.when(largest > sf.lit(CONE_BIG), sf.lit(CONE_DOWN))
+        .when(largest < sf.lit(CONE_SMALL), sf.lit(CONE_UP))
+        .otherwise(sf.lit(1.0))
+    )
+    cone = [offset * cone_scale for offset in offsets]
+    along = _sum(offset * sf.col(f"_d{a}") for a, offset in enumerate(cone))
+    squared = _sum(offset * offset for offset in cone)
     in_cone = (sf.col("_cos_half") <= -1.0) | (along >= sf.sqrt(squared) * sf.col("_cos_half"))
     return in_box & (
         (sf.col("_shape") == SHAPE_BOX)
