@@ -22,6 +22,7 @@ Rules:
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
@@ -127,15 +128,23 @@ class TableStore:
     """The relay's DuckDB database: a table per SQL dataset, mirrored from the active buffers."""
 
     def __init__(self) -> None:
-        self._db = duckdb.connect(":memory:")
-        # The same tables, empty: a query runs here on one micro-batch's changed rows only
-        # (``evaluate_rows``, for ``every`` subscriptions).
-        self._changes = duckdb.connect(":memory:")
         self._mirrors: dict[str, _Mirror] = {}
         self._names: dict[str, str] = {}  # table name as views spell it -> dataset
         self._queries: dict[Sql, Query] = {}
         self._results: dict[Sql, tuple[tuple[int, ...], Result]] = {}
         self.counters = StoreCounters()
+
+    @functools.cached_property
+    def _db(self) -> duckdb.DuckDBPyConnection:
+        """The mirrored tables. Opened on first use: each DuckDB database costs about 5 MB and
+        a pool of threads, which a relay without SQL datasets does not need."""
+        return duckdb.connect(":memory:")
+
+    @functools.cached_property
+    def _changes(self) -> duckdb.DuckDBPyConnection:
+        """The same tables, empty: a query runs here on one micro-batch's changed rows only
+        (``evaluate_rows``, for ``every`` subscriptions). Opened on first use."""
+        return duckdb.connect(":memory:")
 
     def define(self, info: DatasetInfo) -> None:
         """Create (or re-create, empty) the table of a SQL dataset (a catalog entry)."""
