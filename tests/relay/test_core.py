@@ -157,11 +157,21 @@ def any_region(draw: st.DrawFn) -> object:
     return one(kind)
 
 
+FOUND_RADIUS = 1591981113813695.0  # found by the property test below
+
+
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.lists(any_region(), min_size=1, max_size=3), st.sampled_from(["tiles", "exact"]))
 @example([Sphere((0.0, 0.0), 1.3407807929942597e154)], "exact")  # its square overflowed: raised
 @example([Sphere((0.0, 8.988465674311579e307), 8.98846567431158e307)], "tiles")  # bounds: inf
 @example([Box((-1.7e308, -1.7e308), (1.7e308, 1.7e308))], "tiles")  # cells never shrank
+@example(  # the residual, once held, did not cover the union: never served
+    [
+        Box((0, 0), (0, 0)),
+        RegionUnion((Sector((0, 0), FOUND_RADIUS, 6.25, 1.09375), Sphere((0, 0), FOUND_RADIUS))),
+    ],
+    "exact",
+)
 def test_regions_anywhere_in_the_floats_are_served_without_failing(views, widen) -> None:  # type: ignore[no-untyped-def]
     """Subscribing, taking a batch (rows near the largest floats too), pushing and housekeeping
     with views of any size anywhere: whatever the relay decides, nothing raises (a raise in the

@@ -133,6 +133,8 @@ def test_covers_is_never_wrong_and_residual_plus_have_covers_the_view(
     else:
         assert pieces != []
     assert in_union([*held, *pieces], cloud).all()
+    # What the relay relies on: once it holds the residual, covers() says the view is covered.
+    assert covers([*held, *pieces], view)
     for piece in pieces:
         assert piece.match(*cloud).shape == (cloud.shape[1],)
 
@@ -297,6 +299,19 @@ def test_a_view_nothing_meets_comes_back_whole_and_unions_do_not_ask_twice() -> 
     assert residual([Box([50, 50], [60, 60])], disc) == [disc]
     a, b = Box([0, 0], [10, 10]), Box([5, 0], [15, 10])
     assert residual([], RegionUnion([a, b])) == [a, Box([10, 0], [15, 10])]
+
+
+def test_holding_the_residual_of_a_curved_view_covers_it() -> None:
+    # covers() cuts cells at the pieces' faces, not where residual() cut them: slivers along
+    # the held sphere's surface were left undecided, and a relay in exact mode never served
+    # the view.
+    view = Sphere((0.0, 0.0, 0.0), 8.0)
+    held = [Box((0.0, 0.0, 0.0), (0.0, 0.0, 0.0)), Sphere((0.0, 0.0, 4.0), 7.0)]
+    pieces = residual(held, view)
+    assert covers([*held, *pieces], view)
+    assert all(isinstance(piece, Box) for piece in pieces)  # not the sphere whole
+    union = RegionUnion((Sector((0, 0), 1.6e15, 6.25, 1.09375), Sphere((0, 0), 1.6e15)))
+    assert covers([*held[:1], *residual(held[:1], union)], union)
 
 
 def test_a_residual_of_a_curved_view_hugs_the_curve() -> None:

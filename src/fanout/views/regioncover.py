@@ -124,6 +124,11 @@ def region_residual(
     union are taken in turn, each against ``have`` plus the residual found so far, so
     overlapping members do not ask twice for the same part.
 
+    Whatever it returns, ``region_covers`` of ``have`` plus it is true: a relay that acquires
+    the residual can serve the view. Cut pieces are checked for it (``_settle``), since
+    ``region_covers`` then cuts cells at other lines (the pieces' faces), and its one-sided
+    tests may leave slivers along a curve undecided.
+
     Raises:
         InvalidView: as :func:`region_covers`.
     """
@@ -132,14 +137,42 @@ def region_residual(
     found: list[Primitive] = []
     for primitive in primitives:
         extra = [solid_of(piece) for piece in found]
-        found.extend(_primitive_residual(index, primitive, extra, depth))
+        pieces, exact = _primitive_residual(index, primitive, extra, depth)
+        if not exact and pieces and pieces != [primitive]:
+            pieces = _settle(index, primitive, extra, pieces, depth)
+        found.extend(pieces)
     return found
 
 
-def _covers_primitive(index: CoverIndex, primitive: Primitive, depth: int | None) -> bool:
-    """Whether the held solids cover one view primitive."""
+#: Rounds of ``_settle`` before a primitive is asked for whole.
+_SETTLE_ROUNDS = 2
+
+
+def _settle(
+    index: CoverIndex,
+    primitive: Primitive,
+    extra: list[Solid],
+    pieces: list[Primitive],
+    depth: int | None,
+) -> list[Primitive]:
+    """``pieces`` and, if ``region_covers`` does not find the primitive covered with them held,
+    the residual left then, for a few rounds; after that the primitive whole (a primitive
+    always covers itself)."""
+    for _ in range(_SETTLE_ROUNDS):
+        held = extra + [solid_of(piece) for piece in pieces]
+        if _covers_primitive(index, primitive, depth, held):
+            return pieces
+        pieces = pieces + _primitive_residual(index, primitive, held, depth)[0]
+    held = extra + [solid_of(piece) for piece in pieces]
+    return pieces if _covers_primitive(index, primitive, depth, held) else [primitive]
+
+
+def _covers_primitive(
+    index: CoverIndex, primitive: Primitive, depth: int | None, extra: Sequence[Solid] = ()
+) -> bool:
+    """Whether the held solids (the index's, and ``extra``) cover one view primitive."""
     view = solid_of(primitive)
-    near = index.near(view.lo, view.hi)
+    near = index.near(view.lo, view.hi) + bounding_solids(extra, view.lo, view.hi)
     if not near:
         return False
     if isinstance(view, CellSolid) and all(isinstance(solid, CellSolid) for solid in near):
@@ -220,19 +253,22 @@ def _grid_cover(edges: list[list[float]], boxes: list[Solid]) -> bool:
 
 def _primitive_residual(
     index: CoverIndex, primitive: Primitive, extra: list[Solid], depth: int | None
-) -> list[Primitive]:
-    """Return the residual of one view primitive against the index plus ``extra`` solids."""
+) -> tuple[list[Primitive], bool]:
+    """Return the residual of one view primitive against the index plus ``extra`` solids, and
+    whether it is exact: a box held only as boxes is cut exactly (``_uncovered`` cuts boxes out
+    of boxes, and ``_boxes_cover`` decides on the same faces), so it needs no settling."""
     view = solid_of(primitive)
     nearby = index.near(view.lo, view.hi) + bounding_solids(extra, view.lo, view.hi)
+    exact = isinstance(view, CellSolid) and all(isinstance(s, CellSolid) for s in nearby)
     held = _against(view, nearby)
     if any(not active for _, active in held):
-        return []
+        return [], exact
     if not any(solid.meets_cell(view.lo, view.hi) for solid, _ in held):
-        return [primitive]
+        return [primitive], exact
     pieces = sorted(cells.merge(_uncovered(view, held, _min_side(view, depth))))
     if pieces == [(view.lo, view.hi)]:
-        return [primitive]
-    return [Box(lo, hi) for lo, hi in pieces]
+        return [primitive], exact
+    return [Box(lo, hi) for lo, hi in pieces], exact
 
 
 def _min_side(view: Solid, depth: int | None) -> float:
