@@ -307,6 +307,8 @@ def test_residual_with_have_covers_the_view(have: list[TopicFilter], view: Topic
         (["a/+", "a", "a/+/+/#"], "a/#", True),
         (["a/+", "a/+/+/#"], "a/#", False),  # misses "a" itself
         (["+/+"], "/+", True),
+        (["/+/#"], "/#", True),  # "/#" also matches "", but "" is no topic name
+        (["/+/#"], "+/#", False),  # "x" itself
         ([], "a", False),
         (["$share/g/a/#"], "a/b", False),  # a share of the messages is not all of them
         (["$share/g/a/#"], "$share/g/a/b", True),

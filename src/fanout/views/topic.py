@@ -215,16 +215,19 @@ def _covers_levels(haves: Sequence[Levels], view: Levels) -> bool:
     alive = [(levels, 0) for levels in haves]
     position = 0
     first = True
+    nameless = False  # the topic read so far is one empty level: "", not a topic name
     while True:
         if not first:
             if any(_at_multilevel(levels, j) for levels, j in alive):
                 return True  # a have's '#' matches every continuation of this prefix
-            if _accepts(view, position) and not any(j == len(levels) for levels, j in alive):
+            ends_here = _accepts(view, position) and not nameless
+            if ends_here and not any(j == len(levels) for levels, j in alive):
                 return False  # the topic read so far is a witness
         if position == len(view):
             return True  # the view matches no longer topic
         token = view[position]
         level = _FRESH if token in ("+", "#") else token
+        nameless = first and level == ""
         position = position if token == "#" else position + 1
         alive = [
             (levels, after)
