@@ -98,6 +98,15 @@ def test_topic_matches_equal_a_brute_force_oracle(topics: list[str], filters: li
     assert matcher.passes == 1  # every filter of the dataset in one pass over its topics
 
 
+def test_rows_whose_topic_is_no_topic_name_are_matched_by_nothing() -> None:
+    # One such row (from a files source, say) made every topic view of the dataset fail.
+    rows = table(SENSORS, topic=["a", "", "b/#", "c"], value=[1.0, 2.0, 3.0, 4.0])
+    views = [topic("#"), topic("+")]
+    matcher = TopicMatches()
+    found = [rows.keys[matcher.positions(v, rows, SENSORS, 1, lambda: views)] for v in views]
+    assert [f.tolist() for f in found] == [["a", "c"], ["a", "c"]]
+
+
 @settings(max_examples=80, deadline=None)
 @given(
     st.lists(TOPICS, min_size=1, max_size=12, unique=True),

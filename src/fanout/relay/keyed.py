@@ -25,6 +25,7 @@ import numpy as np
 import numpy.typing as npt
 import pyarrow as pa
 
+from fanout.errors import InvalidView
 from fanout.relay import release
 from fanout.relay.ingest import DatasetState
 from fanout.relay.state import Mask, Positions, Table
@@ -156,7 +157,11 @@ class TopicMatches:
             index.add(text, number)
         hits: list[list[int]] = [[] for _ in filters]
         for position, topic in enumerate(table.column(info.index_columns[0]).tolist()):
-            for number in index.match(topic):
+            try:
+                numbers = index.match(topic)
+            except InvalidView:
+                continue  # null, empty, a wildcard...: not a topic name, so matched by nothing
+            for number in numbers:
                 hits[number].append(position)
         for text, positions in zip(filters, hits, strict=True):
             self._positions[text] = np.asarray(positions, dtype=np.intp)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import re
 import signal
 import subprocess
 import sys
@@ -194,6 +195,30 @@ def test_bad_events_are_refused_naming_the_column(log, event, message) -> None:
     with pytest.raises(BadRequest, match=message):
         log.append("orders", [IngestEvent(0, ROW), event])
     assert log.latest("orders") == 0
+
+
+def test_a_topic_dataset_refuses_what_is_no_topic_name(tmp_path) -> None:
+    # Relays match a topic dataset's rows through the MQTT topic index and the coverage algebra
+    # leaves "" out: such rows would be served to nobody, or differently by relay and publisher.
+    sensors = Dataset(
+        name="sensors",
+        key="topic",
+        schema={"topic": "string", "v": "long"},
+        index="topic",
+        index_columns=("topic",),
+        source=IngestSource(),
+    )
+    with IngestLog(tmp_path / "ingest.db", [sensors]) as opened:
+        for bad, message in [("", "empty"), ("a/#", "wildcard '#'"), ("a/+/b", "wildcard '+'")]:
+            with pytest.raises(
+                BadRequest, match=f"event 1: column 'topic': .*{re.escape(message)}"
+            ):
+                opened.append("sensors", [IngestEvent("a/b", {"v": 1}), IngestEvent(bad, {"v": 2})])
+        assert opened.latest("sensors") == 0
+        assert opened.append("sensors", [IngestEvent("/", {"v": 1}), IngestEvent("", None)]) == [
+            1,
+            2,
+        ]
 
 
 def test_values_are_stored_as_their_column_types(log) -> None:

@@ -40,8 +40,9 @@ import msgspec
 import numpy as np
 import pyarrow as pa
 
-from fanout.errors import BadRequest, ConfigError, FanoutError
+from fanout.errors import BadRequest, ConfigError, FanoutError, InvalidView
 from fanout.publisher.datasets import DELETED, VERSION, ColumnType, Dataset
+from fanout.views.topicsyntax import topic_levels
 
 #: The log's file name in the publisher's state directory.
 LOG_FILE = "ingest.db"
@@ -92,16 +93,23 @@ class IngestEvent(msgspec.Struct, frozen=True):
 
 @dataclass(frozen=True)
 class EventSchema:
-    """A dataset's columns as the log checks and stores events: positional rows."""
+    """A dataset's columns as the log checks and stores events: positional rows.
+
+    ``topic`` names the column of a topic dataset's index, whose values must be MQTT topic
+    names: relays and the coverage algebra take them to be (known for declared datasets only;
+    appends come through the control plane, which declares every ingest dataset).
+    """
 
     dataset: str
     key: str
     types: tuple[tuple[str, ColumnType], ...]
+    topic: str | None = None
 
     @classmethod
     def of(cls, dataset: Dataset) -> EventSchema:
         """The schema of a declared dataset."""
-        return cls(dataset.name, dataset.key, tuple(dataset.schema.items()))
+        topic = dataset.index_columns[0] if dataset.index == "topic" else None
+        return cls(dataset.name, dataset.key, tuple(dataset.schema.items()), topic)
 
     def to_json(self) -> bytes:
         """The stored form of the column list."""
@@ -133,6 +141,12 @@ class EventSchema:
         if missing:
             raise BadRequest(f"{where}: an upsert gives every column; missing {missing[0]!r}")
         row = [_checked(where, name, kind, values.get(name)) for name, kind in self.types]
+        topic = values.get(self.topic) if self.topic is not None else None
+        if topic is not None and not deleted:
+            try:
+                topic_levels(topic)
+            except InvalidView as exc:
+                raise BadRequest(f"{where}: column {self.topic!r}: {exc}") from None
         return deleted, _ENCODER.encode(row)
 
     def decode(self, first: int, stored: Sequence[tuple[int, bytes]]) -> pa.Table:
