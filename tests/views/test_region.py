@@ -349,6 +349,11 @@ def test_grow_widens_each_shape_as_its_own_kind() -> None:
     grown = Sector([0, 0], 1, 0, math.pi / 6).grow(1)
     assert grown.center == pytest.approx((-2, 0))
     assert grown.radius == pytest.approx(4)
+    # A hair under pi the apex would move back by 1e16 and the margin be lost in rounding: the
+    # disc around the centre is the smaller answer.
+    wide = Sector([0, 0], 0, 1.0, math.nextafter(math.pi, 0)).grow(5)
+    assert wide == Sector([0, 0], 5, 1.0, math.pi)
+    assert wide.match([3.0, -4.0], [4.0, -3.0]).all()
     with pytest.raises(InvalidView, match=r"margin = -1\.0 is negative"):
         Box([0, 0], [1, 1]).grow(-1)
 

@@ -401,23 +401,28 @@ class Sector(ViewBase, tag="sector", frozen=True):
         return 0.0 if reach <= self.radius * _REACH_NOISE else reach
 
     def grow(self, margin: float) -> Sector:
-        """Return a sector of the same heading and half-angle holding every point within
-        ``margin`` of this one.
+        """Return a sector of the same heading holding every point within ``margin`` of this
+        one.
 
         The apex moves back along the axis by ``margin / sin(half_angle)`` so that each edge
-        moves out by ``margin``, and the radius grows by that shift plus ``margin``. A full
-        disc or ball (half-angle pi) just grows its radius.
+        moves out by ``margin``, and the radius grows by that shift plus ``margin``; or, when
+        that is larger, the whole disc or ball of radius ``radius + margin`` around the centre
+        (half-angle pi) is returned. A sector nearly as wide as the ball would otherwise move
+        its apex back by a great deal (``margin / sin(half_angle)``: 1e16 for a margin of 5 a
+        hair under pi) and lose the margin in rounding at that scale. A full disc or ball just
+        grows its radius.
 
         Raises:
             InvalidView: ``margin`` is negative or not finite.
         """
         margin = _margin("sector", margin)
-        sine = math.sin(self.half_angle)
+        ball = Sector(self.center, self.radius + margin, self.heading, math.pi)
         if self.half_angle >= math.pi or margin == 0:
-            return Sector(self.center, self.radius + margin, self.heading, self.half_angle)
-        shift = margin / sine
+            return ball if margin else self
+        shift = margin / math.sin(self.half_angle)
         apex = tuple(c - shift * a for c, a in zip(self.center, self.axis, strict=True))
-        return Sector(apex, self.radius + margin + shift, self.heading, self.half_angle)
+        cone = Sector(apex, self.radius + margin + shift, self.heading, self.half_angle)
+        return cone if cone.measure() <= ball.measure() else ball
 
     def translate(self, offset: Sequence[float]) -> Sector:
         """Return the sector moved by ``offset``; its heading is unchanged."""
