@@ -1,10 +1,12 @@
-"""Shared fixtures: one Spark session for the whole test session (SPARK-NOTES.md)."""
+"""Shared fixtures: one Spark session for the whole test session (SPARK-NOTES.md), and helpers
+that tests in several directories use."""
 
 from __future__ import annotations
 
 import os
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from typing import Any
 
 import pytest
 from hypothesis import settings
@@ -36,3 +38,24 @@ def spark() -> Iterator[object]:
     session.dataSource.register(SimulationDataSource)
     yield session
     session.stop()
+
+
+def _scaled(view: Any, factor: float) -> Any:
+    """A region with every length times ``factor`` (exact for a power of two)."""
+    from fanout.views.region import Box, RegionUnion, Sector, Sphere
+
+    if isinstance(view, RegionUnion):
+        return RegionUnion([_scaled(member, factor) for member in view.members])
+    if isinstance(view, Box):
+        return Box([v * factor for v in view.lo], [v * factor for v in view.hi])
+    center = [v * factor for v in view.center]
+    if isinstance(view, Sphere):
+        return Sphere(center, view.radius * factor)
+    assert isinstance(view, Sector), view
+    return Sector(center, view.radius * factor, view.heading, view.half_angle)
+
+
+@pytest.fixture(scope="session")
+def scaled() -> Callable[[Any, float], Any]:
+    """``scaled(region, factor)``: the region with every length times ``factor``."""
+    return _scaled

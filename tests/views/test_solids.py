@@ -69,19 +69,9 @@ def test_cell_tests_err_only_on_the_safe_side(data: st.DataObject) -> None:
         assert inside.all()
 
 
-def scaled(shape: Box | Sphere | Sector, factor: float) -> Box | Sphere | Sector:
-    """The same shape with every length times ``factor`` (a power of two: exact)."""
-    if isinstance(shape, Box):
-        return Box([v * factor for v in shape.lo], [v * factor for v in shape.hi])
-    center = [v * factor for v in shape.center]
-    if isinstance(shape, Sphere):
-        return Sphere(center, shape.radius * factor)
-    return Sector(center, shape.radius * factor, shape.heading, shape.half_angle)
-
-
 @settings(max_examples=300, deadline=None)
 @given(st.data())
-def test_cell_tests_and_match_do_not_depend_on_the_scale(data: st.DataObject) -> None:
+def test_cell_tests_and_match_do_not_depend_on_the_scale(scaled, data: st.DataObject) -> None:  # type: ignore[no-untyped-def]
     """Scaling a shape, a cell and points by a power of two changes no answer, from 1e-271 to
     1e271: squared distances of huge shapes overflow and those of tiny ones underflow unless
     they are computed scaled (``distance_scale``)."""

@@ -88,14 +88,16 @@ def oracle(
     max_examples=12, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
 )
 @given(
-    st.dictionaries(
+    views=st.dictionaries(
         st.tuples(st.integers(1, 3), st.integers(1, 4)), regions, min_size=1, max_size=5
     ),
-    st.sampled_from([5.0, 12.5, 50.0]),
-    st.integers(0, 1000),
-    st.sampled_from([1.0, 2.0**-600, 2.0**600]),
+    cell=st.sampled_from([5.0, 12.5, 50.0]),
+    seed=st.integers(0, 1000),
+    scale=st.sampled_from([1.0, 2.0**-600, 2.0**600]),
 )
-def test_spark_matches_every_relay_exactly_like_numpy(spark, views, cell, seed, scale) -> None:
+def test_spark_matches_every_relay_exactly_like_numpy(
+    spark, scaled, *, views, cell, seed, scale
+) -> None:
     """Also with every length times a power of two (exact), which changes no answer: squares of
     distances beyond the floats' range on either side are compared scaled."""
     rows = points(400, 2, seed)
@@ -104,18 +106,6 @@ def test_spark_matches_every_relay_exactly_like_numpy(spark, views, cell, seed, 
     views = {at: scaled(view, scale) for at, view in views.items()}
     assert oracle(rows, views) == expected
     assert spark_pairs(spark, rows, views, cell * scale) == expected
-
-
-def scaled(view, factor: float):  # type: ignore[no-untyped-def]
-    """``view`` with every length times ``factor``."""
-    if isinstance(view, RegionUnion):
-        return RegionUnion([scaled(member, factor) for member in view.members])
-    if isinstance(view, Box):
-        return Box([v * factor for v in view.lo], [v * factor for v in view.hi])
-    center = [v * factor for v in view.center]
-    if isinstance(view, Sphere):
-        return Sphere(center, view.radius * factor)
-    return Sector(center, view.radius * factor, view.heading, view.half_angle)
 
 
 def test_three_d_spheres_and_cones(spark) -> None:
