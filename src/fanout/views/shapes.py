@@ -114,63 +114,72 @@ def _clamped(value: float) -> float:
     return max(-sys.float_info.max, min(value, sys.float_info.max))
 
 
-def distance_scale(radius: float) -> float:
-    """The power of two that brings ``radius`` into [0.5, 1) (as near as the floats allow).
+#: Lengths between these square well inside the floats (no overflow, no underflow).
+SAFE_SMALL, SAFE_BIG = 2.0**-500, 2.0**500
+#: The angle test (``Sector.match``) does not depend on the offset's length, so an offset whose
+#: largest component is above ``SAFE_BIG`` is multiplied by ``SHRINK``, and one below
+#: ``SAFE_SMALL`` by ``STRETCH``: powers of two, exact, and the same literals in Spark.
+SHRINK, STRETCH = 2.0**-600, 2.0**600
 
-    A sphere (or a sector's ball) holds the points whose squared distance from the center is at
-    most the squared radius. Unscaled, the squares overflow past about 1.3e154, so every far
-    point was "inside" a huge sphere (inf <= inf), and underflow below about 1.5e-154, so near
-    points were inside a tiny one (0 <= 0). Offsets are multiplied by this power of two first,
-    which changes the exponents and no rounding: the offsets that decide the test are then near
-    1. A radius of 0 takes the largest scale, so that no offset but 0 squares to 0. The relay
-    (``match``), the publisher's Spark refine and the coverage algebra's solids all scale by it.
+
+def distance_scale(radius: float) -> float:
+    """The power of two offsets from a sphere's (or a sector's) center are multiplied by before
+    they are squared: 1 for a radius between 2**-500 and 2**500, else the one that brings the
+    radius into [0.5, 1) (as near as the floats allow).
+
+    A sphere holds the points whose squared distance from the center is at most the squared
+    radius. Unscaled, squares overflow past about 1.3e154, so every far point was "inside" a
+    huge sphere (inf <= inf), and underflow below about 1.5e-154, so near points were inside a
+    tiny one (0 <= 0). A power of two changes the exponents and no rounding, and brings the
+    offsets that decide the test near 1. Between 2**-500 and 2**500 the squares of those
+    offsets are already well inside the floats (an offset whose square overflows is beyond the
+    radius anyway, one whose square underflows within it), so nothing is multiplied. A radius
+    of 0 takes the largest scale, so that no offset but 0 squares to 0. The relay (``match``),
+    the publisher's Spark refine and the coverage algebra's solids all scale by it.
     """
+    if SAFE_SMALL <= radius <= SAFE_BIG:
+        return 1.0
     exponent = math.frexp(radius)[1] if radius else -1074
     return math.ldexp(1.0, min(max(-exponent, -1022), 1023))
 
 
-#: The angle test (``Sector.match``) does not depend on the offset's length, so an offset whose
-#: largest component is above ``CONE_BIG`` (its square overflows) is multiplied by
-#: ``CONE_DOWN``, and one below ``CONE_SMALL`` (its square underflows) by ``CONE_UP``: powers
-#: of two, exact, and the same literals in Spark.
-CONE_BIG, CONE_SMALL = 2.0**500, 2.0**-500
-CONE_DOWN, CONE_UP = 2.0**-600, 2.0**600
+# The helpers below run under ``np.errstate(all="ignore")``, set once by each ``match``:
+# beyond the floats an offset is infinite (or NaN for NaN coordinates), and squares of offsets
+# far smaller than what decides the test underflow.
 
 
 def _offsets(columns: list[Floats], center: Point) -> list[Floats]:
-    """Each point's offset from ``center`` on each axis (infinite past the floats)."""
-    with np.errstate(over="ignore", invalid="ignore"):
-        return [column - c for column, c in zip(columns, center, strict=True)]
-
-
-def _scaled(offsets: list[Floats], scale: float | Floats) -> list[Floats]:
-    """The offsets times ``scale`` (a power of two, or one per point)."""
-    with np.errstate(over="ignore", under="ignore", invalid="ignore"):
-        return [offset * scale for offset in offsets]
+    """Each point's offset from ``center`` on each axis."""
+    return [column - c for column, c in zip(columns, center, strict=True)]
 
 
 def _squared(offsets: list[Floats]) -> Floats:
-    """The squared length of each offset, summed axis by axis (infinite past the floats)."""
-    with np.errstate(over="ignore", under="ignore"):
-        total = offsets[0] * offsets[0]
-        for offset in offsets[1:]:
-            total = total + offset * offset
+    """The squared length of each offset, summed axis by axis."""
+    total = offsets[0] * offsets[0]
+    for offset in offsets[1:]:
+        total = total + offset * offset
     return total
 
 
 def _within(offsets: list[Floats], radius: float) -> Mask:
     """Whether each offset is at most ``radius`` long (compared scaled: ``distance_scale``)."""
     scale = distance_scale(radius)
+    if scale != 1.0:
+        offsets = [offset * scale for offset in offsets]
     reach = radius * scale
-    return np.asarray(_squared(_scaled(offsets, scale)) <= reach * reach, dtype=np.bool_)
+    return np.asarray(_squared(offsets) <= reach * reach, dtype=np.bool_)
 
 
-def _cone_scale(offsets: list[Floats]) -> Floats:
-    """The power of two each offset is multiplied by for the angle test (see ``CONE_BIG``)."""
+def _cone_scaled(offsets: list[Floats]) -> list[Floats]:
+    """The offsets, each point's multiplied by its power of two for the angle test (see
+    ``SAFE_BIG``); as they are when none needs one."""
     largest = np.abs(offsets[0])
     for offset in offsets[1:]:
         largest = np.fmax(largest, np.abs(offset))
-    return np.where(largest > CONE_BIG, CONE_DOWN, np.where(largest < CONE_SMALL, CONE_UP, 1.0))
+    if largest.size and largest.min() >= SAFE_SMALL and largest.max() <= SAFE_BIG:
+        return offsets
+    scale = np.where(largest > SAFE_BIG, SHRINK, np.where(largest < SAFE_SMALL, STRETCH, 1.0))
+    return [offset * scale for offset in offsets]
 
 
 def direction(dims: int, heading: float | tuple[float, float]) -> Point:
@@ -288,7 +297,8 @@ class Sphere(ViewBase, tag="sphere", frozen=True):
     def match(self, xs: npt.ArrayLike, ys: npt.ArrayLike, zs: npt.ArrayLike | None = None) -> Mask:
         """Return a boolean mask of the points within the radius (boundary included)."""
         columns = _coordinates(self.dims, xs, ys, zs)
-        return _within(_offsets(columns, self.center), self.radius)
+        with np.errstate(all="ignore"):  # see ``_offsets``
+            return _within(_offsets(columns, self.center), self.radius)
 
     def bounds(self) -> Box:
         """Return the cube (square in 2-D) circumscribing the sphere (clamped to the floats)."""
@@ -363,12 +373,12 @@ class Sector(ViewBase, tag="sector", frozen=True):
     def match(self, xs: npt.ArrayLike, ys: npt.ArrayLike, zs: npt.ArrayLike | None = None) -> Mask:
         """Return a boolean mask of the points inside the sector (boundary included)."""
         columns = _coordinates(self.dims, xs, ys, zs)
-        offsets = _offsets(columns, self.center)
-        within = _within(offsets, self.radius)
-        if self.half_angle >= math.pi:
-            return within
-        offsets = _scaled(offsets, _cone_scale(offsets))
-        with np.errstate(over="ignore", invalid="ignore"):  # beyond the floats: inf, or NaN
+        with np.errstate(all="ignore"):  # see ``_offsets``
+            offsets = _offsets(columns, self.center)
+            within = _within(offsets, self.radius)
+            if self.half_angle >= math.pi:
+                return within
+            offsets = _cone_scaled(offsets)
             along = sum(
                 (offset * a for offset, a in zip(offsets, self.axis, strict=True)),
                 start=np.zeros(np.shape(within)),

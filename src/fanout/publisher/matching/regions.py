@@ -30,7 +30,7 @@ from fanout.publisher.matching.base import Prim
 from fanout.views import View
 from fanout.views.entity import Entity
 from fanout.views.region import Box, RegionUnion, Sector, Sphere, direction
-from fanout.views.shapes import CONE_BIG, CONE_DOWN, CONE_SMALL, CONE_UP, distance_scale
+from fanout.views.shapes import SAFE_BIG, SAFE_SMALL, SHRINK, STRETCH, distance_scale
 
 #: Shapes whose bounding box touches more cells than this are matched without bucketing.
 MAX_CELLS = 4096
@@ -183,8 +183,8 @@ def inside(index_columns: Sequence[str]) -> Column:
     within = _sum(offset * offset for offset in ball) <= reach * reach
     largest = sf.greatest(*(sf.abs(offset) for offset in offsets))  # 2 or 3 axes
     cone_scale = (
-        sf.when(largest > sf.lit(CONE_BIG), sf.lit(CONE_DOWN))
-        .when(largest < sf.lit(CONE_SMALL), sf.lit(CONE_UP))
+        sf.when(largest > sf.lit(SAFE_BIG), sf.lit(SHRINK))
+        .when(largest < sf.lit(SAFE_SMALL), sf.lit(STRETCH))
         .otherwise(sf.lit(1.0))
     )
     cone = [offset * cone_scale for offset in offsets]
