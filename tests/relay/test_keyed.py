@@ -105,6 +105,7 @@ def test_rows_whose_topic_is_no_topic_name_are_matched_by_nothing() -> None:
     matcher = TopicMatches()
     found = [rows.keys[matcher.positions(v, rows, SENSORS, 1, lambda: views)] for v in views]
     assert [f.tolist() for f in found] == [["a", "c"], ["a", "c"]]
+    assert matcher.not_topics == 2  # one pass for both filters: "" and "b/#"
 
 
 @settings(max_examples=80, deadline=None)

@@ -122,9 +122,11 @@ class TopicMatches:
 
     Attributes:
         passes: passes made over the dataset's topics (one per generation and new filters).
+        not_topics: rows those passes found whose topic is no topic name (matched by nothing).
     """
 
     passes: int = 0
+    not_topics: int = 0
     _generation: int = -1
     _positions: dict[str, Positions] = field(default_factory=dict)
 
@@ -159,8 +161,9 @@ class TopicMatches:
         for position, topic in enumerate(table.column(info.index_columns[0]).tolist()):
             try:
                 numbers = index.match(topic)
-            except InvalidView:
-                continue  # null, empty, a wildcard...: not a topic name, so matched by nothing
+            except InvalidView:  # null, empty, a wildcard...: counted, matched by nothing
+                self.not_topics += 1
+                continue
             for number in numbers:
                 hits[number].append(position)
         for text, positions in zip(filters, hits, strict=True):

@@ -52,6 +52,10 @@ CORE: dict[str, tuple[Kind, str]] = {
     "sql_evaluations": ("counter", "SQL view evaluations."),
     "sql_results_shared": ("counter", "SQL pushes that reused another identical query's result."),
     "topic_passes": ("counter", "Passes of changed topics through the topic index."),
+    "topic_rows_not_topics": (
+        "counter",
+        "Rows met in those passes whose topic is no MQTT topic name (matched by no filter).",
+    ),
 }
 
 

@@ -286,6 +286,7 @@ class TableViews:
             "sql_evaluations": counters.evaluations,
             "sql_results_shared": counters.shared,
             "topic_passes": sum(t.passes for t in self._topics.values()),
+            "topic_rows_not_topics": sum(t.not_topics for t in self._topics.values()),
         }
 
 
