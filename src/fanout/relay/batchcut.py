@@ -9,26 +9,26 @@ transforming of rows — as one pass of vectorised operations over all views' ro
 end; only slicing and encoding remain per push. The bodies are byte-identical to ``cut``'s (the
 property test checks it), so they can be shared through ``Encodings`` like any other.
 
+The first steps, finding each box's rows and comparing them with what its subscriber holds,
+run in compiled code when the package was built with its kernel (``cutkernel``, setup.py) and
+the table's keys are integers: about a dozen numpy passes a turn become one loop, run without
+the GIL. Otherwise ``compare_numpy`` does the same with numpy; both give the same ``Turn``.
+
 Applies when the region is a box and the shape has no coordinates relative to an entity
 (:func:`batchable`); everything else goes through ``cut``.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from typing import NamedTuple
 
 import numpy as np
 import numpy.typing as npt
 
-from fanout.relay.pushes import (
-    NO_ROWS,
-    Body,
-    Held,
-    Prepared,
-    both_members,
-    encode_range,
-    prepare_rows,
-)
+from fanout.relay.compiled import cutkernel
+from fanout.relay.pushes import NO_ROWS, Body, Held, both_members, encode_range, prepare_rows
+from fanout.relay.spatial import GridIndex
 from fanout.relay.state import BEFORE_EPOCH, Array, DoubleBuffer, Positions, Table
 from fanout.relay.transforms import Shape, apply
 from fanout.views.region import Box
@@ -53,31 +53,20 @@ def cut_boxes(
         buffer: the double buffer whose active table is cut.
     """
     table = buffer.active
-    count = len(boxes)
-    rows, bounds = buffer.index.query_many(boxes)
-    counts = np.diff(bounds)
-    owner = np.repeat(np.arange(count, dtype=np.int64), counts)
-    keys = table.keys.take(rows)
-    held_keys, held_owner = _held_keys(table, helds)
-    present, kept = _compare(
-        table, keys=keys, rows=rows, owner=owner, held_keys=held_keys, held_owner=held_owner
-    )
-    # The rule of ``cut_positions`` with no anchor: every held row is updated after a refresh,
-    # or when what is held was cut with an anchor (changed after a seq before every row's);
-    # else the rows changed since the held seq.
-    since = np.array([_since(h) for h in helds], dtype=np.int64)
-    changed = present & (table.changed.take(rows) > np.repeat(since, counts))
-    entered, entered_at = _gather(table, rows[~present], owner[~present], count, shape)
-    updated, updated_at = _gather(table, rows[changed], owner[changed], count, shape)
-    gone = prepare_rows({table.key: held_keys[~kept]})
-    gone_at = _bounds(held_owner[~kept], count).tolist()
+    split = compare_compiled if compiled(table, buffer.index, len(boxes)) else compare_numpy
+    turn = split(boxes, helds, table, buffer.index)
+    keys = turn.columns[table.key].take(turn.rows)
+    entered = prepare_rows(apply(turn.take(turn.entered, shape.columns), shape, None))
+    updated = prepare_rows(apply(turn.take(turn.updated, shape.columns), shape, None))
+    gone = prepare_rows({table.key: turn.gone})
+    at, entered_bounds = turn.rows_at.tolist(), turn.entered_at.tolist()
+    updated_bounds, gone_bounds = turn.updated_at.tolist(), turn.gone_at.tolist()
     nothing_left = encode_range(gone, 0, 0)
-    at = bounds.tolist()
     bodies = []
     for number, held in enumerate(helds):
-        new = entered_at[number], entered_at[number + 1]
-        moved = updated_at[number], updated_at[number + 1]
-        left = gone_at[number], gone_at[number + 1]
+        new = entered_bounds[number], entered_bounds[number + 1]
+        moved = updated_bounds[number], updated_bounds[number + 1]
+        left = gone_bounds[number], gone_bounds[number + 1]
         bodies.append(
             Body(
                 keys=keys[at[number] : at[number + 1]],
@@ -90,6 +79,111 @@ def cut_boxes(
             )
         )
     return bodies
+
+
+class Turn(NamedTuple):
+    """A turn's boxes against what their subscribers hold; run ``i`` of each array is
+    ``array[array_at[i]:array_at[i + 1]]``.
+
+    Attributes:
+        rows: each box's rows, in key order (positions in ``columns``).
+        entered: those its subscriber does not hold.
+        updated: those it holds, changed since what it holds.
+        gone: held keys no longer in the box.
+        columns: the columns the positions index: the active table's, or the grid's copy of
+            them in cell order (``GridIndex.carried``).
+    """
+
+    rows: Positions
+    rows_at: Bounds
+    entered: Positions
+    entered_at: Bounds
+    updated: Positions
+    updated_at: Bounds
+    gone: Array
+    gone_at: Bounds
+    columns: Mapping[str, Array]
+
+    def take(self, positions: Positions, names: Sequence[str] | None) -> dict[str, Array]:
+        """The rows at ``positions``, column by column (only ``names`` if given)."""
+        return {name: self.columns[name].take(positions) for name in (names or self.columns)}
+
+
+def compiled(table: Table, index: GridIndex, count: int) -> bool:
+    """Whether ``compare_compiled`` applies to ``count`` boxes: the kernel is built, the keys
+    are integers, the grid carries the table in cell order (``DoubleBuffer`` builds it so then)
+    and the boxes and rows fit the kernel's sort codes (two positions and a box in 63 bits)."""
+    bits = max(1, (index.rows - 1).bit_length())
+    return (
+        cutkernel is not None
+        and table.keys.dtype == np.int64
+        and len(index.binned) in (2, 3)
+        and index.rows > 0
+        and index.carried_changed is not None
+        and (count + 1).bit_length() + 2 * bits <= 63
+    )
+
+
+def compare_compiled(
+    boxes: Sequence[Box], helds: Sequence[Held | None], table: Table, index: GridIndex
+) -> Turn:
+    """``compare_numpy``'s answer from the compiled kernel (``cutkernel.cut_turn``)."""
+    assert cutkernel is not None and index.carried_changed is not None
+    shape = len(boxes), len(index.binned)
+    lo = np.array([box.lo for box in boxes], dtype=np.float64).reshape(shape)
+    hi = np.array([box.hi for box in boxes], dtype=np.float64).reshape(shape)
+    first, last = index.spans(lo, hi)
+    held_keys, held_owner = _held_keys(table, helds)
+    since = np.array([_since(h) for h in helds], dtype=np.int64)
+    return Turn(
+        *cutkernel.cut_turn(
+            lo,
+            hi,
+            first,
+            last,
+            index.cells,
+            index.offsets,
+            index.order,
+            index.binned,
+            index.carried[table.key],
+            index.carried_changed,
+            held_keys,
+            _bounds(held_owner, len(boxes)),
+            since,
+        ),
+        index.carried,
+    )
+
+
+def compare_numpy(
+    boxes: Sequence[Box], helds: Sequence[Held | None], table: Table, index: GridIndex
+) -> Turn:
+    """Each box's rows (``GridIndex.query_many``) against what its subscriber holds."""
+    count = len(boxes)
+    rows, bounds = index.query_many(boxes)
+    counts = np.diff(bounds)
+    owner = np.repeat(np.arange(count, dtype=np.int64), counts)
+    keys = table.keys.take(rows)
+    held_keys, held_owner = _held_keys(table, helds)
+    present, kept = _compare(
+        table, keys=keys, rows=rows, owner=owner, held_keys=held_keys, held_owner=held_owner
+    )
+    # The rule of ``cut_positions`` with no anchor: every held row is updated after a refresh,
+    # or when what is held was cut with an anchor (changed after a seq before every row's);
+    # else the rows changed since the held seq.
+    since = np.array([_since(h) for h in helds], dtype=np.int64)
+    changed = present & (table.changed.take(rows) > np.repeat(since, counts))
+    return Turn(
+        rows,
+        bounds,
+        rows[~present],
+        _bounds(owner[~present], count),
+        rows[changed],
+        _bounds(owner[changed], count),
+        held_keys[~kept],
+        _bounds(held_owner[~kept], count),
+        table.columns,
+    )
 
 
 def _since(held: Held | None) -> int:
@@ -138,14 +232,6 @@ def _held_keys(table: Table, helds: Sequence[Held | None]) -> tuple[Array, npt.N
     lengths = [0 if h is None else len(h.keys) for h in helds]
     keys = table.as_keys(np.concatenate(parts)) if parts else table.keys[:0]
     return keys, np.repeat(np.arange(len(helds), dtype=np.int64), lengths)
-
-
-def _gather(
-    table: Table, rows: Positions, owner: npt.NDArray[np.int64], count: int, shape: Shape
-) -> tuple[Prepared, list[int]]:
-    """The rows at ``rows``, transformed for ``shape``, and their bounds per subscriber."""
-    columns = apply(table.take(rows, shape.columns), shape, None)
-    return prepare_rows(columns), _bounds(owner, count).tolist()
 
 
 def _bounds(owner: npt.NDArray[np.int64], count: int) -> Bounds:

@@ -41,6 +41,7 @@ from websockets.exceptions import ConnectionClosed
 from fanout import metrics
 from fanout.connection import Outbound
 from fanout.errors import ProtocolError
+from fanout.relay.compiled import COMPILED
 from fanout.relay.core import UPSTREAM, RelayCore, Send
 from fanout.relay.metrics import relay_samples
 from fanout.relay.planner import Policy
@@ -142,10 +143,11 @@ class RelayServer:
                 tasks.create_task(self._housekeeping())
                 await self._upstream_ready.wait()
                 log.info(
-                    "relay %s listening on ws://%s:%d",
+                    "relay %s listening on ws://%s:%d (box views cut %s)",
                     self.config.name,
                     self.config.host,
                     self.port,
+                    "by the compiled kernel" if COMPILED else "with numpy: no kernel",
                 )
                 if ready is not None:
                     ready(self.port)

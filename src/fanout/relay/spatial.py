@@ -26,8 +26,8 @@ from __future__ import annotations
 import itertools
 import math
 import sys
-from collections.abc import Sequence
-from typing import cast
+from collections.abc import Mapping, Sequence
+from typing import Any, cast
 
 import numpy as np
 import numpy.typing as npt
@@ -58,12 +58,19 @@ class GridIndex:
         cells: cells per axis.
     """
 
-    def __init__(self, columns: Sequence[npt.NDArray[np.generic]], per_cell: int = PER_CELL):
+    def __init__(
+        self,
+        columns: Sequence[npt.NDArray[np.generic]],
+        per_cell: int = PER_CELL,
+        carry: tuple[Mapping[str, npt.NDArray[Any]], npt.NDArray[np.int64]] | None = None,
+    ):
         """Build the grid over ``columns`` (one array per index axis, equally long).
 
         Args:
             columns: coordinate arrays, one per axis (2 or 3 of them).
             per_cell: rows per cell to aim for.
+            carry: a table's columns and its rows' changed seqs, to keep a copy of in cell order
+                (``carried``).
         """
         self.columns: list[Floats] = [np.asarray(c, dtype=np.float64) for c in columns]
         self.rows = len(self.columns[0]) if self.columns else 0
@@ -90,6 +97,14 @@ class GridIndex:
         self._offsets: list[int] = self.offsets.tolist()  # Python ints index faster
         #: The coordinates in cell order: a cell's candidates are read from contiguous memory.
         self.binned: list[Floats] = [column[self.order] for column in self.columns]
+        #: With ``carry``: the table's columns and changed seqs in cell order, so that the
+        #: compiled kernel (``batchcut``) reads a box's rows from a few runs of memory rather
+        #: than from rows scattered over the table.
+        self.carried: dict[str, npt.NDArray[Any]] = {}
+        self.carried_changed: npt.NDArray[np.int64] | None = None
+        if carry is not None:
+            self.carried = {name: values.take(self.order) for name, values in carry[0].items()}
+            self.carried_changed = carry[1].take(self.order)
 
     def _axis_cells(self, axis: int, column: Floats) -> npt.NDArray[np.int64]:
         # Overflow (a difference beyond the largest floats) is infinite, hence the last cell,
@@ -142,7 +157,7 @@ class GridIndex:
             return _NOWHERE, np.zeros(count + 1, dtype=np.int64)
         lo = np.array([box.lo for box in boxes], dtype=np.float64)
         hi = np.array([box.hi for box in boxes], dtype=np.float64)
-        first, last = self._spans(lo, hi)
+        first, last = self.spans(lo, hi)
         lengths = np.maximum(last - first + 1, 0)
         slices = np.prod(lengths[:, :-1], axis=1)  # one slice per cell of the outer axes
         owner = np.repeat(np.arange(count), slices)
@@ -177,7 +192,7 @@ class GridIndex:
         np.cumsum(np.bincount(owner, minlength=count), out=bounds[1:])
         return positions.astype(np.intp, copy=False), bounds
 
-    def _spans(self, lo: Floats, hi: Floats) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]]:
+    def spans(self, lo: Floats, hi: Floats) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]]:
         """``_span`` of every box (rows of ``lo``/``hi``) on every axis; empty: first > last."""
         origin, top, side = np.array(self.lo), np.array(self.hi), np.array(self.side)
         # Near the largest floats the pad or a difference overflows to infinity, which spans

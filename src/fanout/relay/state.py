@@ -29,6 +29,7 @@ from typing import Protocol
 import numpy as np
 import numpy.typing as npt
 
+from fanout.relay.compiled import COMPILED
 from fanout.relay.spatial import GridIndex, IndexedRegion
 from fanout.wire.columns import STRING
 
@@ -344,7 +345,12 @@ class DoubleBuffer:
         self._pending = _Log(self.max_writes)
 
     def _index(self, table: Table) -> GridIndex:
-        return GridIndex([table.column(name) for name in self.coordinates])
+        # The compiled kernel reads every column in the grid's cell order (``GridIndex.carried``).
+        carry = COMPILED and table.keys.dtype == np.int64
+        return GridIndex(
+            [table.column(name) for name in self.coordinates],
+            carry=(table.columns, table.changed) if carry else None,
+        )
 
     @property
     def dirty(self) -> bool:
