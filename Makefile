@@ -11,7 +11,7 @@ TEST_ARGS ?=
 
 setup: $(INSTALLED)
 
-# setup.py builds the relay's compiled kernel (a C++ compiler and Python's headers; without
+# setup.py builds the relay's compiled kernel (a C compiler and Python's headers; without
 # them fanout installs and runs, slower: the relay cuts with numpy and the tests say so).
 $(INSTALLED): requirements.lock pyproject.toml setup.py src/fanout/relay/cutkernel.pyx | check-python
 	$(PYTHON) -m venv $(VENV)

@@ -1,6 +1,6 @@
 """Builds fanout's one compiled module, the relay's box-cutting kernel (``fanout.relay.cutkernel``).
 
-Everything else is in pyproject.toml. The extension is optional: without a C++ compiler the
+Everything else is in pyproject.toml. The extension is optional: without a C compiler the
 install still succeeds and the relay cuts with numpy instead (``fanout.relay.batchcut``), slower.
 """
 
@@ -13,7 +13,6 @@ setup(
             Extension(
                 "fanout.relay.cutkernel",
                 ["src/fanout/relay/cutkernel.pyx"],
-                language="c++",
                 extra_compile_args=["-O2"],
                 optional=True,
             )

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import numpy as np
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from fanout.relay import batchcut, state
 from fanout.relay.batchcut import batchable, cut_boxes
 from fanout.relay.pushes import Body, Held, cut
 from fanout.relay.state import DoubleBuffer, Stamp
@@ -73,6 +75,26 @@ def same(got: Body, expected: Body) -> None:
 def test_a_round_cut_at_once_is_byte_identical_to_cutting_each(
     seed: int, info: DatasetInfo, transform: Transform | None, views: int, scale: int
 ) -> None:
+    check_round(seed, info, transform, views, scale)
+
+
+def test_without_the_compiled_kernel_integer_keys_are_cut_with_numpy(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # An install without a C compiler (setup.py): no kernel, no copy of the table in cell order.
+    monkeypatch.setattr(batchcut, "cutkernel", None)
+    monkeypatch.setattr(state, "COMPILED", False)
+    for seed in range(30):
+        rng = np.random.default_rng(seed)
+        transform = TRANSFORMS[int(rng.integers(len(TRANSFORMS)))]
+        check_round(seed, INT_KEYS, transform, int(rng.integers(1, 13)), 1)
+
+
+def check_round(
+    seed: int, info: DatasetInfo, transform: Transform | None, views: int, scale: int
+) -> None:
+    """A round of ``views`` random boxes, against what random subscribers hold, cut at once and
+    each alone, byte for byte."""
     rng = np.random.default_rng(seed)
     buffer = DoubleBuffer(info.key, info.columns, ("x", "y"))
     shape = resolve(transform, info)
@@ -100,6 +122,7 @@ def test_a_round_cut_at_once_is_byte_identical_to_cutting_each(
         step(buffer, info, seq, rng, scale)
     bodies = cut_boxes(boxes, helds, shape, buffer)
     assert len(bodies) == len(boxes)
+    assert (buffer.index.carried_changed is not None) == (state.COMPILED and info.key == "id")
     for box, held, body in zip(boxes, helds, bodies, strict=True):
         same(body, cut(box, shape, held, buffer))
 

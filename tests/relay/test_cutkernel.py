@@ -10,6 +10,7 @@ from hypothesis import strategies as st
 from fanout.relay import compiled as kernel
 from fanout.relay.batchcut import Turn, compare_compiled, compare_numpy, compiled
 from fanout.relay.pushes import Held
+from fanout.relay.spatial import GridIndex
 from fanout.relay.state import DoubleBuffer, Stamp
 from fanout.views import Box
 
@@ -95,8 +96,8 @@ def test_the_kernel_cuts_a_turn_as_numpy_does(
 
 
 def test_the_kernel_is_built_here() -> None:
-    # make setup builds it (setup.py); without a C++ compiler the relay falls back to numpy.
-    assert kernel.COMPILED, "fanout.relay.cutkernel is not built: is a C++ compiler installed?"
+    # make setup builds it (setup.py); without a C compiler the relay falls back to numpy.
+    assert kernel.COMPILED, "fanout.relay.cutkernel is not built: is a C compiler installed?"
 
 
 def test_string_keys_take_the_numpy_path() -> None:
@@ -111,13 +112,12 @@ def test_string_keys_take_the_numpy_path() -> None:
 def test_the_kernel_refuses_four_axes() -> None:
     if kernel.cutkernel is None:
         pytest.skip("kernel not built (test_the_kernel_is_built_here says so)")
-    empty = np.zeros((1, 4))
-    spans = np.zeros((1, 4), dtype=np.int64)
+    box, axes = np.zeros((1, 4)), np.ones(4)
     binned = [np.zeros(1)] * 4
     none = np.zeros(0, dtype=np.int64)
     with pytest.raises(ValueError, match="2 or 3 axes"):
         kernel.cutkernel.cut_turn(
-            empty, empty, spans, spans, 1, np.zeros(2, dtype=np.int64), np.zeros(1, dtype=np.intp),
+            box, box, axes, axes, axes, 1, np.zeros(2, dtype=np.int64), np.zeros(1, dtype=np.intp),
             binned, none, none, none, np.zeros(2, dtype=np.int64), np.zeros(1, dtype=np.int64),
         )  # fmt: skip
 
@@ -127,3 +127,36 @@ def test_a_turn_too_large_for_the_sort_codes_takes_the_numpy_path() -> None:
     buffer = buffer_of(2, keys, np.zeros((1000, 2)), np.ones(1000, dtype=np.int64))
     assert compiled(buffer.active, buffer.index, 2**40)
     assert not compiled(buffer.active, buffer.index, 2**44)  # 45 + 2 * 10 bits > 63
+
+
+FINITE = st.one_of(
+    st.floats(-150, 150),
+    st.floats(allow_nan=False, allow_infinity=False),
+    st.sampled_from([0.0, -0.0, 5e-324, 1.7976931348623157e308, -1.7976931348623157e308]),
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    dims=st.integers(2, 3),
+    points=st.lists(st.lists(FINITE, min_size=3, max_size=3), min_size=1, max_size=40),
+    corners=st.lists(
+        st.tuples(
+            st.lists(FINITE, min_size=3, max_size=3), st.lists(FINITE, min_size=3, max_size=3)
+        ),
+        max_size=8,
+    ),
+)
+def test_the_kernel_finds_the_cells_a_box_spans_as_the_grid_does(
+    dims: int, points: list[list[float]], corners: list[tuple[list[float], list[float]]]
+) -> None:
+    if kernel.cutkernel is None:
+        pytest.skip("kernel not built (test_the_kernel_is_built_here says so)")
+    coords = np.array(points)[:, :dims]
+    index = GridIndex(list(coords.T))
+    lo = np.array([np.minimum(a, b)[:dims] for a, b in corners]).reshape(len(corners), dims)
+    hi = np.array([np.maximum(a, b)[:dims] for a, b in corners]).reshape(len(corners), dims)
+    got = kernel.cutkernel.spans(lo, hi, index.origin, index.top, index.side_array, index.cells)
+    expected = index.spans(lo, hi)
+    assert got[0].tolist() == expected[0].tolist()
+    assert got[1].tolist() == expected[1].tolist()

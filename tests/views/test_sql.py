@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import datetime as dt
 import math
+import re
 from collections.abc import Iterator, Sequence
 from typing import Any
 
@@ -289,6 +290,15 @@ def test_not_covered_has_a_witness_row(
         assert not prim_ids(db, prim), (prim, row)
 
 
+def reads_dates_differently(first: str, second: str) -> bool:
+    """Whether ``first`` compares d only with strings like '2024-01-03' and ``second`` with a
+    DATE: alone, ``first`` reads its strings as strings (nothing says d holds dates); with
+    ``second``, as dates. Value sets of two domains are not compared (sqlvalues rule 4)."""
+    return (
+        "DATE '" in second and "DATE '" not in first and re.search(r"'20\d\d-", first) is not None
+    )
+
+
 @given(predicates(), predicates())
 @FAST
 def test_a_view_covers_itself_and_narrower_views(first: str, second: str) -> None:
@@ -296,8 +306,18 @@ def test_a_view_covers_itself_and_narrower_views(first: str, second: str) -> Non
     narrower = view_of(f"({first}) AND ({second})")
     assert covers([view], view)
     assert residual([view], view) == []
-    if view.exact:
+    if view.exact and not reads_dates_differently(first, second):
         assert covers([view], narrower)
+
+
+def test_a_string_read_as_a_date_in_one_view_and_as_a_string_in_another_is_not_compared() -> None:
+    # Without a schema, d = '2024-01-03' may be a string column's comparison: the conjunction
+    # reads the string as a date (d is compared with a DATE there), so the two are not compared
+    # and coverage is refused, never wrongly granted (found by Hypothesis; sqlvalues rule 4).
+    alone = view_of("d = '2024-01-03'")
+    narrower = view_of("(d = '2024-01-03') AND (d <> DATE '2024-01-01')")
+    assert not covers([alone], narrower)
+    assert covers([view_of("d = DATE '2024-01-03'")], narrower)
 
 
 # ---------------------------------------------------------------------------------------------

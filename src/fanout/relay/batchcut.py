@@ -132,15 +132,18 @@ def compare_compiled(
     shape = len(boxes), len(index.binned)
     lo = np.array([box.lo for box in boxes], dtype=np.float64).reshape(shape)
     hi = np.array([box.hi for box in boxes], dtype=np.float64).reshape(shape)
-    first, last = index.spans(lo, hi)
-    held_keys, held_owner = _held_keys(table, helds)
+    parts = [h.keys for h in helds if h is not None]
+    held_keys = table.as_keys(np.concatenate(parts)) if parts else table.keys[:0]
+    held_at = np.zeros(len(helds) + 1, dtype=np.int64)
+    np.cumsum([0 if h is None else len(h.keys) for h in helds], out=held_at[1:])
     since = np.array([_since(h) for h in helds], dtype=np.int64)
     return Turn(
         *cutkernel.cut_turn(
             lo,
             hi,
-            first,
-            last,
+            index.origin,
+            index.top,
+            index.side_array,
             index.cells,
             index.offsets,
             index.order,
@@ -148,7 +151,7 @@ def compare_compiled(
             index.carried[table.key],
             index.carried_changed,
             held_keys,
-            _bounds(held_owner, len(boxes)),
+            held_at,
             since,
         ),
         index.carried,

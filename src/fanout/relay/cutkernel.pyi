@@ -13,8 +13,9 @@ _Keys = npt.NDArray[Any]  # int64 (checked where the kernel is chosen: batchcut.
 def cut_turn(
     lo: _Floats,
     hi: _Floats,
-    first: _Ints,
-    last: _Ints,
+    origin: _Floats,
+    top: _Floats,
+    side: _Floats,
     cells: int,
     offsets: _Ints,
     order: _Positions,
@@ -25,3 +26,6 @@ def cut_turn(
     held_at: _Ints,
     since: _Ints,
 ) -> tuple[_Positions, _Ints, _Positions, _Ints, _Positions, _Ints, _Ints, _Ints]: ...
+def spans(
+    lo: _Floats, hi: _Floats, origin: _Floats, top: _Floats, side: _Floats, cells: int
+) -> tuple[_Ints, _Ints]: ...

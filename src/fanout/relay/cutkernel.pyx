@@ -1,14 +1,13 @@
 # cython: language_level=3, boundscheck=False, wraparound=False, cdivision=True
 # cython: initializedcheck=False
-# distutils: language = c++
 """A turn of box views cut in compiled code: the loop that ``batchcut.cut_boxes`` otherwise runs
 as a dozen numpy passes (the grid lookup, the comparison with what each subscriber holds, the
 "updated since" test).
 
-Two passes, each without the GIL (the ingest thread runs meanwhile), with numpy's sort between:
+Two loops, each without the GIL (the ingest thread runs meanwhile), with numpy's sort between:
 
-1. for each box, walk the grid cells under it (the spans ``GridIndex.spans`` computed) and keep
-   the candidates inside the box, coded ``(box, position in the table, position in the grid)``
+1. for each box, find the grid cells under it (``GridIndex.spans``' arithmetic), walk them and
+   keep the candidates inside the box, coded ``(box, position in the table, position in the grid)``
    in the bits of one int64;
 2. sort the codes (numpy's vectorised sort: sorting a hundred random positions a box in a loop
    here cost twice the rest of the kernel, in mispredicted branches), so each box's rows are in
@@ -24,14 +23,20 @@ Integer keys only (``batchcut`` takes the numpy path for string keys); 2 or 3 in
 answers are the numpy path's exactly: ``tests/relay/test_cutkernel.py`` checks it.
 """
 
+from libc.math cimport fabs, floor
+
 import numpy as np
+
+#: ``spatial._SLACK``: the relative widening of a box's bounds before finding its cells.
+cdef double SLACK = 1e-9
 
 
 def cut_turn(
     const double[:, ::1] lo,
     const double[:, ::1] hi,
-    const long long[:, ::1] first,
-    const long long[:, ::1] last,
+    const double[::1] origin,
+    const double[::1] top,
+    const double[::1] side,
     long long cells,
     const long long[::1] offsets,
     const Py_ssize_t[::1] order,
@@ -47,11 +52,9 @@ def cut_turn(
 
     Args:
         lo, hi: the boxes' corners, one row per box.
-        first, last: the grid cells each box spans per axis (``GridIndex.spans``; an empty span,
-            ``last < first`` on some axis, means no cells).
-        cells, offsets, order, binned: the grid (``GridIndex``): cells per axis, where each
-            cell's rows start in ``order``, the rows in cell order, their coordinates in that
-            order.
+        origin, top, side, cells, offsets, order, binned: the grid (``GridIndex``): its finite
+            points' bounds and its cells' side per axis, cells per axis, where each cell's rows
+            start in ``order``, the rows in cell order, their coordinates in that order.
         keys, changed: the table's int64 keys (sorted in the table) and each row's last changed
             seq, in the grid's cell order (``GridIndex.carried``).
         held: every subscriber's held keys (each run sorted), box after box; ``held_at`` the
@@ -70,9 +73,53 @@ def cut_turn(
     bits = max(1, (len(keys) - 1).bit_length())
     if (lo.shape[0] + 1).bit_length() + 2 * bits > 63:
         raise ValueError(f"{lo.shape[0]} boxes of {len(keys)} rows are too many for one turn")
+    first, last = spans(lo, hi, origin, top, side, cells)
     codes_out, rows_at = _inside(lo, hi, first, last, cells, offsets, order, binned, bits)
     codes_out.sort()
     return _compare(codes_out, rows_at, keys, changed, held, held_at, since, bits)
+
+
+def spans(
+    const double[:, ::1] lo,
+    const double[:, ::1] hi,
+    const double[::1] origin,
+    const double[::1] top,
+    const double[::1] side,
+    long long cells,
+):
+    """``GridIndex.spans``, the same operations in the same order (so the same answers): the
+    first and last cell each box touches per axis, both widened by a relative slack; no cells
+    (``last`` -1 on every axis) for a box beyond the grid's points on some axis."""
+    cdef Py_ssize_t count = lo.shape[0], dims = lo.shape[1], box, axis
+    first_out = np.empty((count, dims), dtype=np.int64)
+    last_out = np.empty((count, dims), dtype=np.int64)
+    cdef long long[:, ::1] first = first_out
+    cdef long long[:, ::1] last = last_out
+    cdef double pad, low, high, ceiling = <double>(cells - 1)
+    cdef bint beyond
+    with nogil:
+        for box in range(count):
+            beyond = False
+            for axis in range(dims):
+                pad = SLACK * (fabs(lo[box, axis]) + fabs(hi[box, axis]) + (hi[box, axis] - lo[box, axis]) + 1.0)
+                low = lo[box, axis] - pad
+                high = hi[box, axis] + pad
+                first[box, axis] = <long long>floor(_clip((low - origin[axis]) / side[axis], ceiling))
+                last[box, axis] = <long long>floor(_clip((high - origin[axis]) / side[axis], ceiling))
+                beyond = beyond or high < origin[axis] or low > top[axis]
+            if beyond:
+                for axis in range(dims):
+                    last[box, axis] = -1
+    return first_out, last_out
+
+
+cdef inline double _clip(double value, double ceiling) noexcept nogil:
+    """``numpy.clip(value, 0, ceiling)`` (``minimum(maximum(value, 0), ceiling)``)."""
+    if not value >= 0.0:  # NaN never comes: the boxes and the grid are finite
+        value = 0.0
+    if value > ceiling:
+        value = ceiling
+    return value
 
 
 def _inside(

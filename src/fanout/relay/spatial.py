@@ -85,6 +85,9 @@ class GridIndex:
         self.side = [
             _side(low, high, self.cells) for low, high in zip(self.lo, self.hi, strict=True)
         ]
+        #: ``lo``, ``hi`` and ``side`` as arrays, for the vectorised and compiled lookups.
+        self.origin, self.top = np.array(self.lo), np.array(self.hi)
+        self.side_array = np.array(self.side)
         cell = np.zeros(self.rows, dtype=np.int64)
         for axis, column in enumerate(self.columns):
             cell = cell * self.cells + self._axis_cells(axis, column)
@@ -193,8 +196,11 @@ class GridIndex:
         return positions.astype(np.intp, copy=False), bounds
 
     def spans(self, lo: Floats, hi: Floats) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]]:
-        """``_span`` of every box (rows of ``lo``/``hi``) on every axis; empty: first > last."""
-        origin, top, side = np.array(self.lo), np.array(self.hi), np.array(self.side)
+        """``_span`` of every box (rows of ``lo``/``hi``) on every axis; empty: first > last.
+
+        ``cutkernel.spans`` does the same arithmetic in compiled code: keep the two alike.
+        """
+        origin, top, side = self.origin, self.top, self.side_array
         # Near the largest floats the pad or a difference overflows to infinity, which spans
         # to the first or last cell, as ``_span`` and ``_axis_cells`` do.
         with np.errstate(over="ignore"):
