@@ -135,53 +135,82 @@ def _inside(
 ):
     """Pass 1: the rows inside each box, coded ``box, order[j], j`` (``bits`` bits for each
     position), box after box, and the bounds of each box's run."""
-    cdef Py_ssize_t count = lo.shape[0], dims = lo.shape[1]
+    cdef Py_ssize_t count = lo.shape[0], dims = lo.shape[1], box, total = 0, found = 0
     cdef const double[::1] x = binned[0]
     cdef const double[::1] y = binned[1]
     cdef const double[::1] z = binned[2] if dims == 3 else binned[0]
-    cdef Py_ssize_t box, a, b, j, start, stop, base, total = 0, found = 0
-    cdef Py_ssize_t a0, a1, b0, b1
-    cdef double x_lo, x_hi, y_lo, y_hi, z_lo, z_hi, value
+    cdef Grid grid
+    grid.dims, grid.cells, grid.bits = dims, cells, bits
+    grid.offsets, grid.order = &offsets[0], &order[0]
+    grid.x, grid.y, grid.z = &x[0], &y[0], &z[0]
     with nogil:  # an upper bound: every candidate
         for box in range(count):
-            a0, a1, b0, b1 = _outer(first, last, box, dims)
-            for a in range(a0, a1 + 1):
-                for b in range(b0, b1 + 1):
-                    base = ((a * cells + b) * cells) if dims == 3 else a * cells
-                    start = offsets[base + first[box, dims - 1]]
-                    stop = offsets[base + last[box, dims - 1] + 1]
-                    if stop > start:
-                        total += stop - start
-    codes_out = np.empty(total, dtype=np.int64)
+            total = _walk(&grid, lo, hi, first, last, box, NULL, total)
+    codes_out = np.empty(max(total, 1), dtype=np.int64)
     at_out = np.zeros(count + 1, dtype=np.int64)
     cdef long long[::1] codes = codes_out
     cdef long long[::1] at = at_out
     with nogil:
         for box in range(count):
-            x_lo, x_hi, y_lo, y_hi = lo[box, 0], hi[box, 0], lo[box, 1], hi[box, 1]
-            # In 2-D the third test repeats the first (passed already).
-            z_lo = lo[box, 2] if dims == 3 else x_lo
-            z_hi = hi[box, 2] if dims == 3 else x_hi
-            a0, a1, b0, b1 = _outer(first, last, box, dims)
-            for a in range(a0, a1 + 1):
-                for b in range(b0, b1 + 1):
-                    base = ((a * cells + b) * cells) if dims == 3 else a * cells
-                    start = offsets[base + first[box, dims - 1]]
-                    stop = offsets[base + last[box, dims - 1] + 1]
-                    for j in range(start, stop):
-                        value = x[j]
-                        if value < x_lo or value > x_hi:
-                            continue
-                        value = y[j]
-                        if value < y_lo or value > y_hi:
-                            continue
-                        value = z[j]
-                        if value < z_lo or value > z_hi:
-                            continue
-                        codes[found] = (((box << bits) | order[j]) << bits) | j
-                        found += 1
+            found = _walk(&grid, lo, hi, first, last, box, &codes[0], found)
             at[box + 1] = found
     return codes_out[:found], at_out
+
+
+cdef struct Grid:
+    Py_ssize_t dims
+    long long cells
+    int bits
+    const long long* offsets
+    const Py_ssize_t* order
+    const double* x
+    const double* y
+    const double* z
+
+
+cdef Py_ssize_t _walk(
+    const Grid* grid,
+    const double[:, ::1] lo,
+    const double[:, ::1] hi,
+    const long long[:, ::1] first,
+    const long long[:, ::1] last,
+    Py_ssize_t box,
+    long long* codes,
+    Py_ssize_t found,
+) noexcept nogil:
+    """Walk the cells under box ``box``: write each row inside it to ``codes`` from ``found``
+    on (``codes`` NULL: count every candidate instead); return ``found`` past them."""
+    cdef Py_ssize_t dims = grid.dims, a, b, j, start, stop, base
+    cdef Py_ssize_t a0, a1, b0, b1
+    cdef long long cells = grid.cells, code
+    cdef double value
+    cdef double x_lo = lo[box, 0], x_hi = hi[box, 0], y_lo = lo[box, 1], y_hi = hi[box, 1]
+    # In 2-D the third test repeats the first (passed already).
+    cdef double z_lo = lo[box, 2] if dims == 3 else x_lo
+    cdef double z_hi = hi[box, 2] if dims == 3 else x_hi
+    a0, a1, b0, b1 = _outer(first, last, box, dims)
+    for a in range(a0, a1 + 1):
+        for b in range(b0, b1 + 1):
+            base = ((a * cells + b) * cells) if dims == 3 else a * cells
+            start = grid.offsets[base + first[box, dims - 1]]
+            stop = grid.offsets[base + last[box, dims - 1] + 1]
+            if codes == NULL:
+                found += max(stop - start, 0)
+                continue
+            for j in range(start, stop):
+                value = grid.x[j]
+                if value < x_lo or value > x_hi:
+                    continue
+                value = grid.y[j]
+                if value < y_lo or value > y_hi:
+                    continue
+                value = grid.z[j]
+                if value < z_lo or value > z_hi:
+                    continue
+                code = (box << grid.bits) | grid.order[j]
+                codes[found] = (code << grid.bits) | j
+                found += 1
+    return found
 
 
 def _compare(
