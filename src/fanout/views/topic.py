@@ -29,6 +29,8 @@ import pyarrow.compute as pc
 
 from fanout.views.base import ViewBase
 from fanout.views.topicsyntax import (
+    MAX_TOPIC_BYTES,
+    NOT_IN_NAMES,
     SHARE_PREFIX,
     FilterParts,
     arrow_regex,
@@ -105,14 +107,22 @@ class TopicFilter(ViewBase, tag="topic", frozen=True, dict=True):
 
     def match_arrow(self, topics: pa.Array | pa.ChunkedArray) -> npt.NDArray[np.bool_]:
         """``match`` over an Arrow string array, in Arrow's compute kernels (no Python per
-        topic); a null topic is matched by no filter.
+        topic). What is no topic name (null, empty, longer than 65,535 bytes, with U+0000 or a
+        wildcard) is matched by no filter, as at a relay (``relay.keyed``) and in Spark
+        (``publisher.matching.topics``): ``#`` and ``+`` would otherwise match ``""``.
 
         Args:
-            topics: topic names already validated, as an Arrow string array.
+            topics: topics as an Arrow string array.
         """
         mask = pc.match_substring_regex(topics, arrow_regex(self.levels))
         if self.levels[0] in ("+", "#"):  # rule 5: not topics starting with '$'
             mask = pc.and_(mask, pc.invert(pc.starts_with(topics, "$")))
+        size = pc.binary_length(topics)
+        named = pc.and_(
+            pc.and_(pc.greater(size, 0), pc.less_equal(size, MAX_TOPIC_BYTES)),
+            pc.invert(pc.match_substring_regex(topics, NOT_IN_NAMES)),
+        )
+        mask = pc.and_(mask, named)
         return np.asarray(pc.fill_null(mask, False).to_numpy(zero_copy_only=False), dtype=np.bool_)
 
 

@@ -30,6 +30,9 @@ from typing import NamedTuple
 from fanout.errors import InvalidView
 
 MAX_TOPIC_BYTES = 65535
+#: A regular expression (RE2 and Java alike) finding what no topic name contains: a wildcard or
+#: U+0000 (``topic_levels``).
+NOT_IN_NAMES = "[+#\\x00]"
 SHARE_PREFIX = "$share/"
 
 

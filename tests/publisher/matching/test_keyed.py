@@ -56,6 +56,28 @@ def test_topic_filters_match_like_mqtt(spark, texts: list[str], names: list[str]
     assert {name for _, name in pairs} == set(names)
 
 
+def test_rows_whose_topic_is_no_topic_name_are_matched_by_no_filter(spark) -> None:
+    # As at a relay (relay.keyed) and in the mirror (TopicFilter.match_arrow); such rows come
+    # from a files source (the ingest log refuses them).
+    names = ["", "a", "a/+", "#", "a\x00b", "x" * 65536, "/"]
+    rows = pa.table({"topic": names, "value": [1.0] * len(names)})
+    prims = [(1, 1, topic("#")), (2, 2, topic("+")), (3, 3, topic("a/#")), (4, 4, topic("+/+"))]
+    pairs = run(spark, TopicMatcher("topic"), rows, prims)
+    assert {p for p in pairs if p[0] is not None} == {
+        (1, "a"),
+        (2, "a"),
+        (3, "a"),
+        (1, "/"),
+        (4, "/"),
+    }
+    assert {name for _, name in pairs} == set(names)  # still every row, for its changed key
+    mirrored = {text: topic(text).match_arrow(pa.array(names)).tolist() for text in ("#", "+/+")}
+    assert mirrored == {
+        "#": [name in ("a", "/") for name in names],
+        "+/+": [name == "/" for name in names],
+    }
+
+
 def test_filter_regexes_quote_and_guard() -> None:
     assert filter_regex("a/+/c") == "^a/[^/]*/c$"
     assert filter_regex("sport/#") == "^sport(/.*)?$"

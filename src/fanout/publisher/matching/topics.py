@@ -5,6 +5,7 @@ with that first level, found by a broadcast equi-join; filters starting with a w
 nature) are matched by a broadcast nested-loop join. The exact refine is a regular expression per
 filter: ``+`` is one level (possibly empty), a trailing ``#`` is any number of levels including
 the parent's, and topics starting with ``$`` are not matched by filters starting with a wildcard.
+Rows whose topic is no topic name are matched by no filter.
 Shared subscriptions (``$share/group/filter``) are matched by their filter: which member of a group
 gets a message is decided downstream.
 """
@@ -22,6 +23,7 @@ from fanout.errors import InvalidView
 from fanout.publisher.matching.base import Prim
 from fanout.views import View
 from fanout.views.topic import TopicFilter
+from fanout.views.topicsyntax import MAX_TOPIC_BYTES, NOT_IN_NAMES
 
 _SPECIAL = set("\\^$.|?*+()[]{}")
 
@@ -106,7 +108,7 @@ class TopicMatcher:
         first = sf.substring_index(topic, "/", 1)
         joined = rows.alias("row").join(
             sf.broadcast(tables.bucketed).alias("shape"),
-            on=(first == sf.col("shape._first")) & _rlike(topic),
+            on=(first == sf.col("shape._first")) & _rlike(topic) & _named(topic),
             how="left" if keep_unmatched else "inner",
         )
         result = joined.select("_relay", "_prim", *(f"row.`{c}`" for c in rows.columns))
@@ -115,7 +117,7 @@ class TopicMatcher:
         wide = (
             rows.alias("row")
             .crossJoin(sf.broadcast(tables.wide))
-            .where(_rlike(topic))
+            .where(_rlike(topic) & _named(topic))
             .select("_relay", "_prim", *(f"row.`{c}`" for c in rows.columns))
         )
         return result.unionByName(wide)
@@ -124,6 +126,14 @@ class TopicMatcher:
 def _rlike(topic: Column) -> Column:
     # The pattern is a column (one per filter); Spark caches the last compiled pattern.
     return sf.regexp_like(topic, sf.col("_regex"))
+
+
+def _named(topic: Column) -> Column:
+    """Whether ``topic`` is a topic name (``views.topicsyntax.topic_levels``): other rows (an
+    empty topic, a wildcard in it...) are matched by no filter, as at a relay and in the mirror
+    (``#`` and ``+`` would otherwise match ``""``)."""
+    size = sf.octet_length(topic)
+    return (size > 0) & (size <= MAX_TOPIC_BYTES) & ~sf.regexp_like(topic, sf.lit(NOT_IN_NAMES))
 
 
 def _schema(bucketed: bool) -> pa.Schema:
