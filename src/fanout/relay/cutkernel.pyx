@@ -95,17 +95,18 @@ def spans(
     last_out = np.empty((count, dims), dtype=np.int64)
     cdef long long[:, ::1] first = first_out
     cdef long long[:, ::1] last = last_out
-    cdef double pad, low, high, ceiling = <double>(cells - 1)
+    cdef double a, b, pad, low, high, ceiling = <double>(cells - 1)
     cdef bint beyond
     with nogil:
         for box in range(count):
             beyond = False
             for axis in range(dims):
-                pad = SLACK * (fabs(lo[box, axis]) + fabs(hi[box, axis]) + (hi[box, axis] - lo[box, axis]) + 1.0)
-                low = lo[box, axis] - pad
-                high = hi[box, axis] + pad
-                first[box, axis] = <long long>floor(_clip((low - origin[axis]) / side[axis], ceiling))
-                last[box, axis] = <long long>floor(_clip((high - origin[axis]) / side[axis], ceiling))
+                a, b = lo[box, axis], hi[box, axis]
+                pad = SLACK * (fabs(a) + fabs(b) + (b - a) + 1.0)
+                low, high = a - pad, b + pad
+                a, b = (low - origin[axis]) / side[axis], (high - origin[axis]) / side[axis]
+                first[box, axis] = <long long>floor(_clip(a, ceiling))
+                last[box, axis] = <long long>floor(_clip(b, ceiling))
                 beyond = beyond or high < origin[axis] or low > top[axis]
             if beyond:
                 for axis in range(dims):
