@@ -132,10 +132,9 @@ def compare_compiled(
     shape = len(boxes), len(index.binned)
     lo = np.array([box.lo for box in boxes], dtype=np.float64).reshape(shape)
     hi = np.array([box.hi for box in boxes], dtype=np.float64).reshape(shape)
-    parts = [h.keys for h in helds if h is not None]
-    held_keys = table.as_keys(np.concatenate(parts)) if parts else table.keys[:0]
+    held_keys, lengths = _held_keys(table, helds)
     held_at = np.zeros(len(helds) + 1, dtype=np.int64)
-    np.cumsum([0 if h is None else len(h.keys) for h in helds], out=held_at[1:])
+    np.cumsum(lengths, out=held_at[1:])
     since = np.array([_since(h) for h in helds], dtype=np.int64)
     return Turn(
         *cutkernel.cut_turn(
@@ -167,7 +166,8 @@ def compare_numpy(
     counts = np.diff(bounds)
     owner = np.repeat(np.arange(count, dtype=np.int64), counts)
     keys = table.keys.take(rows)
-    held_keys, held_owner = _held_keys(table, helds)
+    held_keys, lengths = _held_keys(table, helds)
+    held_owner = np.repeat(np.arange(count, dtype=np.int64), lengths)
     present, kept = _compare(
         table, keys=keys, rows=rows, owner=owner, held_keys=held_keys, held_owner=held_owner
     )
@@ -229,12 +229,12 @@ def _compare(
     return present, kept
 
 
-def _held_keys(table: Table, helds: Sequence[Held | None]) -> tuple[Array, npt.NDArray[np.int64]]:
-    """Every held key, subscriber after subscriber, and the subscriber of each."""
+def _held_keys(table: Table, helds: Sequence[Held | None]) -> tuple[Array, list[int]]:
+    """Every held key, subscriber after subscriber, and how many each subscriber holds."""
     parts = [h.keys for h in helds if h is not None]
     lengths = [0 if h is None else len(h.keys) for h in helds]
     keys = table.as_keys(np.concatenate(parts)) if parts else table.keys[:0]
-    return keys, np.repeat(np.arange(len(helds), dtype=np.int64), lengths)
+    return keys, lengths
 
 
 def _bounds(owner: npt.NDArray[np.int64], count: int) -> Bounds:

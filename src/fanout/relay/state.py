@@ -346,7 +346,7 @@ class DoubleBuffer:
 
     def _index(self, table: Table) -> GridIndex:
         # The compiled kernel reads every column in the grid's cell order (``GridIndex.carried``).
-        carry = COMPILED and table.keys.dtype == np.int64
+        carry = COMPILED and table.keys.dtype == np.int64 and len(self.coordinates) in (2, 3)
         return GridIndex(
             [table.column(name) for name in self.coordinates],
             carry=(table.columns, table.changed) if carry else None,
