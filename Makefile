@@ -11,9 +11,9 @@ TEST_ARGS ?=
 
 setup: $(INSTALLED)
 
-# setup.py builds the relay's compiled kernel (a C compiler and Python's headers; without
+# setup.py builds the relay's compiled kernels (a C compiler and Python's headers; without
 # them fanout installs and runs, slower: the relay cuts with numpy and the tests say so).
-$(INSTALLED): requirements.lock pyproject.toml setup.py src/fanout/relay/cutkernel.pyx | check-python
+$(INSTALLED): requirements.lock pyproject.toml setup.py $(wildcard src/fanout/relay/*.pyx) | check-python
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --disable-pip-version-check --require-hashes -r requirements.lock
 	$(BIN)/pip install --quiet --disable-pip-version-check --no-deps --no-build-isolation -e .

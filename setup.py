@@ -1,7 +1,9 @@
-"""Builds fanout's one compiled module, the relay's box-cutting kernel (``fanout.relay.cutkernel``).
+"""Builds fanout's compiled modules, the relay's kernels: cutting box views
+(``fanout.relay.cutkernel``) and packing their rows into wire bytes (``fanout.relay.packkernel``).
 
-Everything else is in pyproject.toml. The extension is optional: without a C compiler the
-install still succeeds and the relay cuts with numpy instead (``fanout.relay.batchcut``), slower.
+Everything else is in pyproject.toml. The extensions are optional: without a C compiler the
+install still succeeds and the relay cuts and encodes with numpy and msgspec instead
+(``fanout.relay.batchcut``), slower.
 """
 
 from Cython.Build import cythonize
@@ -11,11 +13,12 @@ setup(
     ext_modules=cythonize(
         [
             Extension(
-                "fanout.relay.cutkernel",
-                ["src/fanout/relay/cutkernel.pyx"],
+                f"fanout.relay.{name}",
+                [f"src/fanout/relay/{name}.pyx"],
                 extra_compile_args=["-O2"],
                 optional=True,
             )
+            for name in ("cutkernel", "packkernel")
         ],
         compiler_directives={"language_level": 3},
     )

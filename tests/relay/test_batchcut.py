@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from fanout.relay import batchcut, state
+from fanout.relay import batchcut, pushes, state
 from fanout.relay.batchcut import batchable, cut_boxes
 from fanout.relay.pushes import Body, Held, cut
 from fanout.relay.state import DoubleBuffer, Stamp
@@ -81,8 +81,9 @@ def test_a_round_cut_at_once_is_byte_identical_to_cutting_each(
 def test_without_the_compiled_kernel_integer_keys_are_cut_with_numpy(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    # An install without a C compiler (setup.py): no kernel, no copy of the table in cell order.
+    # An install without a C compiler (setup.py): no kernels, no copy of the table in cell order.
     monkeypatch.setattr(batchcut, "cutkernel", None)
+    monkeypatch.setattr(pushes, "packkernel", None)
     monkeypatch.setattr(state, "COMPILED", False)
     for seed in range(30):
         rng = np.random.default_rng(seed)

@@ -97,7 +97,7 @@ def test_the_kernel_cuts_a_turn_as_numpy_does(
 
 def test_the_kernel_is_built_here() -> None:
     # make setup builds it (setup.py); without a C compiler the relay falls back to numpy.
-    assert kernel.COMPILED, "fanout.relay.cutkernel is not built: is a C compiler installed?"
+    assert kernel.COMPILED, "the relay's kernels are not built: is a C compiler installed?"
 
 
 def test_string_keys_take_the_numpy_path() -> None:

@@ -21,7 +21,7 @@ from fanout.metrics import scrape
 from fanout.relay.core import RelayCore
 from fanout.relay.metrics import CORE
 from fanout.relay.planner import Policy
-from fanout.relay.server import RelayConfig, RelayServer
+from fanout.relay.server import UPSTREAM_READ, RelayConfig, RelayServer, _read_more_at_once
 from fanout.views import Box
 from fanout.wire import codec
 from fanout.wire.columns import encode_columns
@@ -334,3 +334,20 @@ async def test_a_slow_reader_gets_fewer_larger_pushes_while_others_get_every_tic
             fast_sub = relay.core.downstream.get((2, 1))
             assert fast_sub is not None and fast_sub.coalesced == 0
         await slow.close()
+
+
+async def test_the_upstream_link_reads_a_batch_in_large_reads(deployment) -> None:
+    # asyncio reads 256 KiB a turn of the loop; a batch of megabytes behind a busy pump would
+    # come in over many rounds of pushes. The relay's upstream link reads what is there.
+    _, relay, _ = deployment
+    assert relay._upstream is not None
+    assert relay._upstream._websocket.transport.max_size == UPSTREAM_READ
+
+
+async def test_reading_more_at_once_leaves_other_transports_alone() -> None:
+    class Elsewhere(asyncio.BaseTransport):  # e.g. another event loop's, with no max_size
+        pass
+
+    transport = Elsewhere()
+    _read_more_at_once(transport)
+    assert not hasattr(transport, "max_size")

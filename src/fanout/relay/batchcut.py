@@ -5,14 +5,17 @@ boxes (000: [0139]-[0146]). :func:`pushes.cut` costs a dozen numpy calls per pus
 hundred-odd rows of one view, so per-call overhead, not work, sets the relay's pace.
 :func:`cut_boxes` does the same steps for a whole round together — the grid lookup
 (``GridIndex.query_many``), the comparison with what each subscriber holds, the gathering and
-transforming of rows — as one pass of vectorised operations over all views' rows laid end to
-end; only slicing and encoding remain per push. The bodies are byte-identical to ``cut``'s (the
+transforming and encoding of rows — as one pass over all views' rows laid end to end; only
+building each push's ``Body`` remains per push. The bodies are byte-identical to ``cut``'s (the
 property test checks it), so they can be shared through ``Encodings`` like any other.
 
 The first steps, finding each box's rows and comparing them with what its subscriber holds,
-run in compiled code when the package was built with its kernel (``cutkernel``, setup.py) and
+run in compiled code when the package was built with its kernels (``cutkernel``, setup.py) and
 the table's keys are integers: about a dozen numpy passes a turn become one loop, run without
-the GIL. Otherwise ``compare_numpy`` does the same with numpy; both give the same ``Turn``.
+the GIL. Otherwise ``compare_numpy`` does the same with numpy; both give the same ``Turn``. The
+last step, encoding each push's rows, is one pass over the turn too: ``pushes.encode_runs``
+gathers and packs every push's entered, updated and left rows (``packkernel``) instead of
+encoding them push by push.
 
 Applies when the region is a box and the shape has no coordinates relative to an entity
 (:func:`batchable`); everything else goes through ``cut``.
@@ -23,11 +26,12 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import NamedTuple
 
+import msgspec
 import numpy as np
 import numpy.typing as npt
 
 from fanout.relay.compiled import cutkernel
-from fanout.relay.pushes import NO_ROWS, Body, Held, both_members, encode_range, prepare_rows
+from fanout.relay.pushes import NO_ROWS, Body, Held, both_members, encode_rows, encode_runs
 from fanout.relay.spatial import GridIndex
 from fanout.relay.state import BEFORE_EPOCH, Array, DoubleBuffer, Positions, Table
 from fanout.relay.transforms import Shape, apply
@@ -56,29 +60,38 @@ def cut_boxes(
     split = compare_compiled if compiled(table, buffer.index, len(boxes)) else compare_numpy
     turn = split(boxes, helds, table, buffer.index)
     keys = turn.columns[table.key].take(turn.rows)
-    entered = prepare_rows(apply(turn.take(turn.entered, shape.columns), shape, None))
-    updated = prepare_rows(apply(turn.take(turn.updated, shape.columns), shape, None))
-    gone = prepare_rows({table.key: turn.gone})
-    at, entered_bounds = turn.rows_at.tolist(), turn.entered_at.tolist()
-    updated_bounds, gone_bounds = turn.updated_at.tolist(), turn.gone_at.tolist()
-    nothing_left = encode_range(gone, 0, 0)
-    bodies = []
-    for number, held in enumerate(helds):
-        new = entered_bounds[number], entered_bounds[number + 1]
-        moved = updated_bounds[number], updated_bounds[number + 1]
-        left = gone_bounds[number], gone_bounds[number + 1]
-        bodies.append(
-            Body(
-                keys=keys[at[number] : at[number + 1]],
-                anchor=None,
-                full=held is None,
-                changes=new[1] - new[0] + moved[1] - moved[0] + left[1] - left[0],
-                entered=encode_range(entered, *new) if new[1] > new[0] else NO_ROWS,
-                updated=encode_range(updated, *moved) if moved[1] > moved[0] else NO_ROWS,
-                left=encode_range(gone, *left) if left[1] > left[0] else nothing_left,
-            )
+    entered = _section(turn, turn.entered, turn.entered_at, shape)
+    updated = _section(turn, turn.updated, turn.updated_at, shape)
+    gone = {table.key: turn.gone}
+    left = encode_runs(gone, None, turn.gone_at, encode_rows({table.key: turn.gone[:0]}))
+    at = turn.rows_at.tolist()
+    changes = (np.diff(turn.entered_at) + np.diff(turn.updated_at) + np.diff(turn.gone_at)).tolist()
+    return [
+        Body(
+            keys=keys[at[number] : at[number + 1]],
+            anchor=None,
+            full=held is None,
+            changes=changes[number],
+            entered=entered[number],
+            updated=updated[number],
+            left=left[number],
         )
-    return bodies
+        for number, held in enumerate(helds)
+    ]
+
+
+def _section(turn: Turn, positions: Positions, bounds: Bounds, shape: Shape) -> list[msgspec.Raw]:
+    """The encoded rows of one section of every push of the turn (entered or updated): run
+    ``i`` is the rows at ``positions[bounds[i]:bounds[i + 1]]``, transformed by ``shape``.
+
+    Rows that go out as stored are gathered as they are packed; others are transformed first,
+    the whole section at once.
+    """
+    if shape.identity:
+        columns = {name: turn.columns[name] for name in shape.columns}
+        return encode_runs(columns, positions, bounds, NO_ROWS)
+    rows = apply(turn.take(positions, shape.columns), shape, None)
+    return encode_runs(rows, None, bounds, NO_ROWS)
 
 
 class Turn(NamedTuple):

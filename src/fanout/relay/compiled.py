@@ -1,18 +1,20 @@
-"""The relay's compiled kernel (``cutkernel``, built by setup.py), or None without it.
+"""The relay's compiled kernels (built by setup.py), or None without them.
 
-The install builds it when a C compiler and Python's headers are there; otherwise fanout runs
-without it and ``batchcut`` cuts box views with numpy (the same answers, slower). A relay logs
-which when it starts.
+``cutkernel`` cuts a turn of box views, ``packkernel`` packs rows into their wire bytes. The
+install builds them when a C compiler and Python's headers are there; otherwise fanout runs
+without them, and ``batchcut`` and ``pushes`` do the same with numpy and msgspec (the same
+answers, slower). A relay logs which when it starts.
 """
 
 from __future__ import annotations
 
 try:
-    from fanout.relay import cutkernel
+    from fanout.relay import cutkernel, packkernel
 except ImportError:  # installed without a C compiler (setup.py)
     cutkernel = None  # type: ignore[assignment]
+    packkernel = None  # type: ignore[assignment]
 
-#: Whether this install cuts box views with the compiled kernel.
-COMPILED = cutkernel is not None
+#: Whether this install cuts and packs box views with the compiled kernels.
+COMPILED = cutkernel is not None and packkernel is not None
 
-__all__ = ["COMPILED", "cutkernel"]
+__all__ = ["COMPILED", "cutkernel", "packkernel"]

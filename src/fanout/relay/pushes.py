@@ -21,11 +21,14 @@ from __future__ import annotations
 import sys
 from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import cache
+from itertools import pairwise
 
 import msgspec
 import numpy as np
 import numpy.typing as npt
 
+from fanout.relay.compiled import packkernel
 from fanout.relay.spatial import IndexedRegion
 from fanout.relay.state import Array, DoubleBuffer, Keys, Positions, Stamp, Table
 from fanout.relay.transforms import EntityNotHeld, Shape, apply
@@ -265,6 +268,46 @@ def encode_range(prepared: Prepared, start: int, stop: int) -> msgspec.Raw:
         for name, wire, values in prepared
     ]
     return msgspec.Raw(_encoder.encode(Columns(stop - start, columns)))
+
+
+def encode_runs(
+    rows: Mapping[str, Array],
+    positions: Positions | None,
+    bounds: npt.NDArray[np.int64],
+    empty: msgspec.Raw,
+) -> list[msgspec.Raw]:
+    """``encode_rows`` of many runs of rows at once: run ``i`` is the rows at
+    ``positions[bounds[i]:bounds[i + 1]]`` (``positions`` None: the rows themselves in that
+    range); an empty run is ``empty``.
+
+    With the compiled packer (``packkernel``) and numeric columns the runs are gathered and
+    packed in one pass of compiled code; otherwise each is encoded as ``encode_range`` does.
+    The bytes are the same.
+    """
+    names = list(rows)
+    if packkernel is not None and all(rows[name].dtype in _WIRE_DTYPES for name in names):
+        return packkernel.pack_runs(
+            [_prefix(name, _WIRE_DTYPES[rows[name].dtype]) for name in names],
+            [np.ascontiguousarray(rows[name]) for name in names],
+            positions,
+            bounds,
+            empty,
+            msgspec.Raw,
+        )
+    if positions is not None:
+        rows = {name: rows[name].take(positions) for name in names}
+    prepared = prepare_rows(rows)
+    return [
+        encode_range(prepared, start, stop) if stop > start else empty
+        for start, stop in pairwise(bounds.tolist())
+    ]
+
+
+@cache
+def _prefix(name: str, wire: str) -> bytes:
+    """The msgpack of a ``Column`` up to its data: ``Column(name, wire, b"")`` without its
+    empty ``bin`` header (``packkernel.pack_runs`` writes each run's after it)."""
+    return _encoder.encode(Column(name, wire, b""))[:-2]
 
 
 @dataclass

@@ -67,6 +67,8 @@ log = logging.getLogger(__name__)
 MAX_FROM_SUBSCRIBER = 1 << 20
 #: Largest frame accepted from the publisher (a batch with a big snapshot).
 MAX_FROM_PUBLISHER = 256 << 20
+#: Bytes the upstream link reads from its socket at a time (asyncio's default: 256 KiB).
+UPSTREAM_READ = 8 << 20
 
 
 @dataclass(frozen=True)
@@ -147,7 +149,7 @@ class RelayServer:
                     self.config.name,
                     self.config.host,
                     self.port,
-                    "by the compiled kernel" if COMPILED else "with numpy: no kernel",
+                    "by the compiled kernels" if COMPILED else "with numpy: no kernels built",
                 )
                 if ready is not None:
                     ready(self.port)
@@ -255,6 +257,7 @@ class RelayServer:
             )
             await websocket.send(codec.encode(hello))
             check_welcome(decoder.decode(await websocket.recv()))
+            _read_more_at_once(websocket.transport)
             outbound = Outbound(websocket, limit=4096)
             outbound.start()
             try:
@@ -350,3 +353,16 @@ class RelayServer:
                 stalled = outbound.stalled_for(now)
                 if stalled > self.config.stall_timeout:
                     outbound.close(f"slow consumer: a push unread for {stalled:.0f} s")
+
+
+def _read_more_at_once(transport: asyncio.BaseTransport) -> None:
+    """Let the upstream link read up to ``UPSTREAM_READ`` bytes a time.
+
+    asyncio's socket transport reads at most 256 KiB per turn of the event loop (its
+    ``max_size``), and a turn may hold a round of pushes of up to ``pump_budget``: with a
+    busy pump, a tick's batch of megabytes would come in over a dozen rounds and be swapped
+    in that much later. Reading what the socket holds takes it in one or two. A transport
+    without ``max_size`` (another event loop's) is left as it is.
+    """
+    if isinstance(getattr(transport, "max_size", None), int):
+        transport.max_size = UPSTREAM_READ  # type: ignore[attr-defined]
