@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import sys
 from collections.abc import AsyncIterator
 
 import numpy as np
@@ -351,3 +352,11 @@ async def test_reading_more_at_once_leaves_other_transports_alone() -> None:
     transport = Elsewhere()
     _read_more_at_once(transport)
     assert not hasattr(transport, "max_size")
+
+
+async def test_the_relay_shortens_the_switch_interval_while_it_runs() -> None:
+    # so that the writer thread gets the GIL back soon after each numpy call (RelayConfig)
+    before = sys.getswitchinterval()
+    async with running(switch_interval=0.002):
+        assert sys.getswitchinterval() == pytest.approx(0.002)
+    assert sys.getswitchinterval() == pytest.approx(before)
