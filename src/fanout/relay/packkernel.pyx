@@ -110,6 +110,8 @@ def pack_runs(
                 continue
             size = fixed + _uint_size(n)
             for c in range(width):
+                if n * itemsize[c] >= 4294967296:
+                    raise ValueError(f"a run of {n} rows: column {c} is over msgpack's 4 GiB")
                 size += _bin_size(n * itemsize[c]) + n * itemsize[c]
             packed = PyBytes_FromStringAndSize(NULL, size)
             to = PyBytes_AS_STRING(packed)
@@ -162,52 +164,47 @@ cdef inline char* _gather(
     return to + bytes_
 
 
-cdef inline Py_ssize_t _uint_size(uint64_t n) noexcept:
-    if n < 128:
-        return 1
+cdef inline Py_ssize_t _sized_size(uint64_t n) noexcept:
+    """The bytes ``_sized`` writes for ``n``."""
+    return 2 if n < 256 else 3 if n < 65536 else 5 if n < 4294967296 else 9
+
+
+cdef inline char* _sized(char* to, int marker, uint64_t n) noexcept:
+    """``n`` in the smallest of msgpack's 1-, 2-, 4- or 8-byte big-endian forms, after
+    ``marker`` or the next three markers (uint 8 to 64 from 0xcc, bin 8 to 32 from 0xc4)."""
     if n < 256:
-        return 2
+        to[0] = <char>marker
+        to[1] = <char>n
+        return to + 2
     if n < 65536:
-        return 3
+        to[0] = <char>(marker + 1)
+        return _big_endian(to + 1, n, 2)
     if n < 4294967296:
-        return 5
-    return 9
+        to[0] = <char>(marker + 2)
+        return _big_endian(to + 1, n, 4)
+    to[0] = <char>(marker + 3)
+    return _big_endian(to + 1, n, 8)
+
+
+cdef inline Py_ssize_t _uint_size(uint64_t n) noexcept:
+    return 1 if n < 128 else _sized_size(n)
 
 
 cdef inline char* _uint(char* to, uint64_t n) noexcept:
     """A non-negative msgpack integer, in its smallest form (as msgspec writes it)."""
     if n < 128:
-        to[0] = <char>n
+        to[0] = <char>n  # positive fixint
         return to + 1
-    if n < 256:
-        to[0] = <char>0xcc
-        to[1] = <char>n
-        return to + 2
-    if n < 65536:
-        to[0] = <char>0xcd
-        return _big_endian(to + 1, n, 2)
-    if n < 4294967296:
-        to[0] = <char>0xce
-        return _big_endian(to + 1, n, 4)
-    to[0] = <char>0xcf
-    return _big_endian(to + 1, n, 8)
+    return _sized(to, 0xcc, n)
 
 
 cdef inline Py_ssize_t _bin_size(Py_ssize_t n) noexcept:
-    return 2 if n < 256 else 3 if n < 65536 else 5
+    return _sized_size(<uint64_t>n)
 
 
 cdef inline char* _bin(char* to, Py_ssize_t n) noexcept:
-    """A msgpack ``bin`` header for ``n`` bytes (bin 8, 16 or 32)."""
-    if n < 256:
-        to[0] = <char>0xc4
-        to[1] = <char>n
-        return to + 2
-    if n < 65536:
-        to[0] = <char>0xc5
-        return _big_endian(to + 1, <uint64_t>n, 2)
-    to[0] = <char>0xc6
-    return _big_endian(to + 1, <uint64_t>n, 4)
+    """A msgpack ``bin`` header for ``n`` bytes (bin 8, 16 or 32; ``pack_runs`` refuses more)."""
+    return _sized(to, 0xc4, <uint64_t>n)
 
 
 cdef inline Py_ssize_t _array_size(Py_ssize_t n) noexcept:
