@@ -18,7 +18,7 @@ setup(
                 extra_compile_args=["-O2"],
                 optional=True,
             )
-            for name in ("cutkernel", "packkernel")
+            for name in ("cutkernel", "gridkernel", "packkernel")
         ],
         compiler_directives={"language_level": 3},
     )

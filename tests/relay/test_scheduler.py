@@ -5,6 +5,7 @@ from __future__ import annotations
 import itertools
 import math
 from collections.abc import Hashable
+from typing import cast
 
 import numpy as np
 import pytest
@@ -210,3 +211,61 @@ def test_priority_decides_who_gets_the_scarce_pushes() -> None:
         for sid in serve_round(scheduler, now, capacity=1):
             counts[str(sid)] += 1
     assert counts["high"] > counts["low"] > 0
+
+
+@settings(max_examples=100)
+@given(
+    ops=st.lists(
+        st.tuples(
+            st.sampled_from(["wake", "lazy", "round", "park", "unpark", "remove", "update"]),
+            st.integers(0, 11),
+            st.integers(1, 5),
+        ),
+        max_size=80,
+    ),
+    priorities=st.lists(st.integers(0, 5), min_size=12, max_size=12),
+)
+def test_pop_many_pops_what_pop_would_one_by_one(
+    ops: list[tuple[str, int, int]], priorities: list[int]
+) -> None:
+    one, many = Scheduler(), Scheduler()
+    for scheduler in (one, many):
+        for sid, priority in enumerate(priorities):
+            scheduler.add(sid, priority, rate=10.0 if sid % 3 else 40.0)
+    now = 0.0
+    for op, sid, count in ops:
+        now += 0.013
+        if op in {"round", "park"}:
+            one.settle(now)
+            many.settle(now)
+            singles = []
+            while len(singles) < count and (popped := one.pop()) is not None:
+                singles.append(popped)
+            assert many.pop_many(count) == singles
+            for scheduler in (one, many):
+                settle_popped(scheduler, singles, now, park=op == "park")
+        else:
+            for scheduler in (one, many):
+                apply(scheduler, op, sid)
+    one.settle(now + 1)
+    many.settle(now + 1)
+    assert many.pop_many(100) == list(iter(one.pop, None))
+
+
+def apply(scheduler: Scheduler, op: str, sid: int) -> None:
+    if op in {"wake", "lazy"}:
+        scheduler.wake(sid, eager=op == "wake")
+    elif op == "unpark":
+        scheduler.unpark(sid % 2)
+    elif op == "remove":
+        scheduler.remove(sid)
+    elif op == "update" and sid in scheduler:
+        scheduler.update(sid, priority=sid % 4, rate=20.0)  # re-sorted: its old entry is stale
+
+
+def settle_popped(scheduler: Scheduler, popped: list[Hashable], now: float, park: bool) -> None:
+    for at, sid in enumerate(popped):
+        if park and at == 0:
+            scheduler.park(sid, cast(int, sid) % 2)
+        else:
+            scheduler.served(sid, now)

@@ -1,6 +1,7 @@
 """The relay's compiled kernels (built by setup.py), or None without them.
 
-``cutkernel`` cuts a turn of box views, ``packkernel`` packs rows into their wire bytes. The
+``cutkernel`` cuts a turn of box views, ``packkernel`` packs rows into their wire bytes,
+``gridkernel`` builds a buffer's grid index (on the writer thread, without the GIL). The
 install builds them when a C compiler and Python's headers are there; otherwise fanout runs
 without them, and ``batchcut`` and ``pushes`` do the same with numpy and msgspec (the same
 answers, slower). A relay logs which when it starts.
@@ -9,12 +10,13 @@ answers, slower). A relay logs which when it starts.
 from __future__ import annotations
 
 try:
-    from fanout.relay import cutkernel, packkernel
+    from fanout.relay import cutkernel, gridkernel, packkernel
 except ImportError:  # installed without a C compiler (setup.py)
     cutkernel = None  # type: ignore[assignment]
+    gridkernel = None  # type: ignore[assignment]
     packkernel = None  # type: ignore[assignment]
 
 #: Whether this install cuts and packs box views with the compiled kernels.
 COMPILED = cutkernel is not None and packkernel is not None
 
-__all__ = ["COMPILED", "cutkernel", "packkernel"]
+__all__ = ["COMPILED", "cutkernel", "gridkernel", "packkernel"]

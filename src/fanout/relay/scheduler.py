@@ -155,6 +155,10 @@ class Scheduler:
         if slot is None:
             return
         need = 1.0 if eager else LAZY
+        if slot.where is Where.IDLE:  # the common case (a new state wakes every reader)
+            slot.need, slot.where = need, Where.FRESH
+            self._fresh.append(sid)
+            return
         if slot.where is Where.TIMER and need < slot.need:
             slot.need = need
             self._resort(sid, slot)  # due sooner now
@@ -196,10 +200,27 @@ class Scheduler:
     def settle(self, now: float) -> None:
         """Sort newly pending subscriptions and elapsed timers into the ready queue."""
         fresh, self._fresh = self._fresh, []
+        slots, ready = self._slots, self._ready
+        entries = []  # ``_enqueue``'s ready entries, heaped at once below (a swap wakes many)
         for sid in fresh:
-            slot = self._slots.get(sid)
-            if slot is not None and slot.where is Where.FRESH:
-                self._enqueue(sid, slot, now)
+            slot = slots.get(sid)
+            if slot is None or slot.where is not Where.FRESH:
+                continue
+            if slot.due_since is None and _due_at(slot) > now:
+                self._enqueue(sid, slot, now)  # to the timers
+                continue
+            slot.version += 1
+            if slot.due_since is None:
+                slot.due_since = now  # it waits from when it became pending
+            slot.where = Where.READY
+            key = slot.due_since - slot.priority / self.aging
+            entries.append((key, next(self._order), slot.version, sid))
+        if len(entries) * 4 >= len(ready):
+            ready.extend(entries)
+            heapq.heapify(ready)
+        else:
+            for entry in entries:
+                heapq.heappush(ready, entry)
         while self._timers and self._timers[0][0] <= now:
             due, _, version, sid = heapq.heappop(self._timers)
             slot = self._slots.get(sid)
@@ -231,6 +252,18 @@ class Scheduler:
         slot.where = Where.READY
         key = slot.due_since - slot.priority / self.aging
         heapq.heappush(self._ready, (key, next(self._order), slot.version, sid))
+
+    def pop_many(self, count: int) -> list[Hashable]:
+        """``pop`` up to ``count`` times: the due subscriptions in the order ``pop`` gives."""
+        popped: list[Hashable] = []
+        ready, slots = self._ready, self._slots
+        while ready and len(popped) < count:
+            _, _, version, sid = heapq.heappop(ready)
+            slot = slots.get(sid)
+            if slot is not None and slot.version == version and slot.where is Where.READY:
+                slot.where = Where.POPPED
+                popped.append(sid)
+        return popped
 
     def pop(self) -> Hashable | None:
         """The due subscription with the highest effective priority, or None."""

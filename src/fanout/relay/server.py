@@ -3,8 +3,9 @@
 Tasks (one ``TaskGroup`` owns them all, STYLE.md rule 5):
 
 * the subscriber server: one handler per connection, feeding frames to the core;
-* the upstream link: connects to the publisher, reconnects with backoff, feeds batches to the core
-  (each written to the inert buffer on the writer thread, the one thread besides the loop);
+* the upstream link: connects to the publisher, reconnects with backoff, hands batches to the
+  writer (``relay.writer``: each is written to the inert buffer on the writer thread, the one
+  thread besides the loop, and the pump swaps it in as soon as it is written);
 * the pump: asks the core for due pushes whenever something changed, a connection became
   writable, or the earliest rate timer fires (000: [0138], Fig. 7). A round of pushes runs for
   at most ``RelayConfig.pump_budget`` seconds, then yields to the event loop so reads, writes
@@ -26,7 +27,6 @@ ever delays another subscriber: nothing waits on a slow connection but its own w
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures
 import contextlib
 import itertools
 import logging
@@ -47,6 +47,7 @@ from fanout.relay.core import UPSTREAM, RelayCore, Send
 from fanout.relay.metrics import relay_samples
 from fanout.relay.planner import Policy
 from fanout.relay.scheduler import AGING
+from fanout.relay.writer import Writer
 from fanout.wire import codec
 from fanout.wire.messages import (
     PROTOCOL_VERSION,
@@ -120,9 +121,10 @@ class RelayServer:
         self._ids = itertools.count(1)
         self._upstream: Outbound | None = None
         self._connected: set[int] = set()
-        #: One thread writes batches to inert buffers, in order.
-        self._writer = concurrent.futures.ThreadPoolExecutor(1, "relay-writer")
         self._wake = asyncio.Event()
+        #: One thread writes batches to inert buffers, in order; the pump swaps them in.
+        self._writer = Writer(self.core, self._dispatch, self._wake.set, self._drop_upstream)
+        self._upstream_transport: asyncio.Transport | None = None
         self._upstream_ready = asyncio.Event()
         #: (frames, bytes) written to subscriber connections since closed.
         self._closed_sent = (0, 0)
@@ -168,7 +170,7 @@ class RelayServer:
                 if ready is not None:
                     ready(self.port)
         finally:
-            self._writer.shutdown(wait=True)  # the upstream task waited for its last write
+            self._writer.shutdown()  # the upstream task waited for its last write
             sys.setswitchinterval(interval)
 
     def samples(self) -> list[metrics.Sample]:
@@ -273,23 +275,41 @@ class RelayServer:
             await websocket.send(codec.encode(hello))
             check_welcome(decoder.decode(await websocket.recv()))
             _read_more_at_once(websocket.transport)
+            self._upstream_transport = websocket.transport
             outbound = Outbound(websocket, limit=4096)
             outbound.start()
             try:
                 async for message in websocket:
                     await self._on_publisher_frame(decoder.decode(message), outbound)
+            except ConnectionClosed:
+                if self._writer.failure is not None:  # dropped for a batch that failed
+                    raise self._writer.failure from None
+                raise
             finally:
+                self._upstream_transport = None
+                await self._writer.stop()
                 await outbound.finish()
 
+    def _drop_upstream(self, error: BaseException) -> None:
+        """A batch failed to write: drop the publisher connection (the link then reconnects)."""
+        log.warning("upstream %s: dropping the connection: %s", self.config.publisher, error)
+        if self._upstream_transport is not None:
+            self._upstream_transport.abort()
+
     async def _on_publisher_frame(self, frame: object, outbound: Outbound) -> None:
+        if isinstance(frame, Batch):
+            self._writer.put(frame)
+            # One batch may wait while another is written, so that the next write starts
+            # as soon as the pump swaps the last one in; more wait in the socket.
+            await self._writer.room(1)
+            return
+        await self._writer.drain()  # other frames apply after the batches before them
         match frame:
             case Catalog() as catalog:
                 self.core.on_catalog(catalog)
                 self._upstream = outbound
                 self._dispatch(self.core.on_upstream_connected())
                 self._upstream_ready.set()
-            case Batch() as batch:
-                await self._take_batch(batch)
             case Knowledge() as knowledge:
                 if self.core.on_knowledge(knowledge):
                     self._wake.set()
@@ -298,33 +318,6 @@ class RelayServer:
                 self._wake.set()
             case Welcome() | StateRows():
                 raise ProtocolError(f"unexpected {type(frame).__name__.lower()} from the publisher")
-
-    async def _take_batch(self, batch: Batch) -> None:
-        """Write a batch to the inert buffer on a worker thread, then let the pump swap it in.
-
-        Writing 100,000 rows, indexing them and catching up the other buffer takes tens of
-        milliseconds; on a thread (numpy releases the GIL for most of it) pushes keep flowing
-        meanwhile from the active buffer (000: [0147]-[0151]).
-        """
-        intake = self.core.admit(batch)
-        if intake is None:
-            return
-        loop = asyncio.get_running_loop()
-        writing = loop.run_in_executor(self._writer, intake.write)
-        try:
-            await asyncio.shield(writing)
-        except asyncio.CancelledError:
-            # The buffer is the thread's until the write ends; the core may not touch it.
-            with contextlib.suppress(Exception):
-                await writing
-            intake.state.busy = False
-            raise
-        except BaseException:
-            intake.state.busy = False
-            raise
-        self._dispatch(self.core.finish(intake))
-        self._wake.set()
-        await asyncio.sleep(0)  # let the pump swap it in before the next batch is written
 
     # -- timers --------------------------------------------------------------------------
 
@@ -337,17 +330,21 @@ class RelayServer:
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(self._wake.wait(), timeout)
             self._wake.clear()
+            self._writer.advance()  # a batch written meanwhile is swapped in first
             self._pump_round(loop.time())
             await asyncio.sleep(0)  # let reads, writes and batches in between rounds
 
     def _pump_round(self, now: float) -> None:
-        """Dispatch due pushes until there are none or the round's time budget is spent."""
+        """Dispatch due pushes until there are none, the round's time budget is spent, or a
+        batch is written (the next round starts from its state)."""
         deadline = time.perf_counter() + self.config.pump_budget
+        writer = self._writer
         with contextlib.closing(self.core.serve(now, self._is_idle)) as pushes:
             for send in pushes:
                 self._dispatch((send,))
-                if time.perf_counter() >= deadline:
+                if time.perf_counter() >= deadline or writer.written():
                     break
+        writer.advance()
 
     def _is_idle(self, client: int) -> bool:
         outbound = self._clients.get(client)

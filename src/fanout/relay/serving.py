@@ -81,10 +81,7 @@ class Serving(EveryMode):
 
     def _pop_due(self) -> list[SubKey]:
         """The next due subscriptions, at most ``TURN`` of them, highest aged priority first."""
-        popped: list[SubKey] = []
-        while len(popped) < TURN and (sid := self.scheduler.pop()) is not None:
-            popped.append(cast(SubKey, sid))
-        return popped
+        return cast(list[SubKey], self.scheduler.pop_many(TURN))
 
     def _serve_turn(
         self, sids: list[SubKey], now: float, idle: Callable[[int], bool]

@@ -32,6 +32,7 @@ from typing import Any, cast
 import numpy as np
 import numpy.typing as npt
 
+from fanout.relay.compiled import gridkernel
 from fanout.views.region import Box, RegionUnion, Sector, Sphere
 
 Positions = npt.NDArray[np.intp]
@@ -72,42 +73,68 @@ class GridIndex:
             carry: a table's columns and its rows' changed seqs, to keep a copy of in cell order
                 (``carried``).
         """
-        self.columns: list[Floats] = [np.asarray(c, dtype=np.float64) for c in columns]
+        self.columns: list[Floats] = [
+            np.ascontiguousarray(c, dtype=np.float64) for c in columns
+        ]
         self.rows = len(self.columns[0]) if self.columns else 0
         dims = len(self.columns)
-        finite = np.ones(self.rows, dtype=bool)
-        for column in self.columns:
-            finite &= np.isfinite(column)
-        count = int(finite.sum())
+        compiled = gridkernel is not None and 0 < dims <= 3
+        if compiled:
+            finite, count, self.lo, self.hi = gridkernel.finite_bounds(self.columns)
+        else:
+            finite = np.ones(self.rows, dtype=bool)
+            for column in self.columns:
+                finite &= np.isfinite(column)
+            count = int(finite.sum())
+            self.lo = [float(c[finite].min()) if count else 0.0 for c in self.columns]
+            self.hi = [float(c[finite].max()) if count else 0.0 for c in self.columns]
         self.cells = max(1, math.ceil((count / per_cell) ** (1.0 / max(dims, 1)))) if count else 1
-        self.lo = [float(c[finite].min()) if count else 0.0 for c in self.columns]
-        self.hi = [float(c[finite].max()) if count else 0.0 for c in self.columns]
         self.side = [
             _side(low, high, self.cells) for low, high in zip(self.lo, self.hi, strict=True)
         ]
         #: ``lo``, ``hi`` and ``side`` as arrays, for the vectorised and compiled lookups.
         self.origin, self.top = np.array(self.lo), np.array(self.hi)
         self.side_array = np.array(self.side)
-        cell = np.zeros(self.rows, dtype=np.int64)
-        for axis, column in enumerate(self.columns):
-            cell = cell * self.cells + self._axis_cells(axis, column)
-        cell[~finite] = self.cells**dims  # past every real cell: never in a slice
-        key = cell.astype(np.uint16) if self.cells**dims < 1 << 16 else cell
-        self.order: Positions = np.argsort(key, kind="stable")
-        counts = np.bincount(cell, minlength=self.cells**dims + 1)
-        self.offsets = np.zeros(len(counts) + 1, dtype=np.int64)
-        np.cumsum(counts, out=self.offsets[1:])
+        if compiled:
+            self.order, self.offsets = gridkernel.bin_rows(
+                self.columns, finite.view(np.uint8), self.origin, self.side_array, self.cells
+            )
+        else:
+            self.order, self.offsets = self._bin(finite)
         self._offsets: list[int] = self.offsets.tolist()  # Python ints index faster
-        #: The coordinates in cell order: a cell's candidates are read from contiguous memory.
-        self.binned: list[Floats] = [column[self.order] for column in self.columns]
         #: With ``carry``: the table's columns and changed seqs in cell order, so that the
         #: compiled kernel (``batchcut``) reads a box's rows from a few runs of memory rather
         #: than from rows scattered over the table.
         self.carried: dict[str, npt.NDArray[Any]] = {}
         self.carried_changed: npt.NDArray[np.int64] | None = None
+        names = list(carry[0]) if carry is not None else []
+        arrays = [*self.columns, *(carry[0].values() if carry is not None else ())]
         if carry is not None:
-            self.carried = {name: values.take(self.order) for name, values in carry[0].items()}
-            self.carried_changed = carry[1].take(self.order)
+            arrays.append(carry[1])
+        #: The coordinates in cell order: a cell's candidates are read from contiguous memory.
+        self.binned: list[Floats]
+        if compiled and all(_gatherable(array) for array in arrays):
+            taken = gridkernel.gather(arrays, self.order)
+        else:
+            taken = [array.take(self.order) for array in arrays]
+        self.binned = taken[:dims]
+        if carry is not None:
+            self.carried = dict(zip(names, taken[dims : dims + len(names)], strict=True))
+            self.carried_changed = taken[-1]
+
+    def _bin(self, finite: npt.NDArray[np.bool_]) -> tuple[Positions, npt.NDArray[np.int64]]:
+        """``gridkernel.bin_rows`` with numpy: the rows in cell order, and where cells start."""
+        dims = len(self.columns)
+        cell = np.zeros(self.rows, dtype=np.int64)
+        for axis, column in enumerate(self.columns):
+            cell = cell * self.cells + self._axis_cells(axis, column)
+        cell[~finite] = self.cells**dims  # past every real cell: never in a slice
+        key = cell.astype(np.uint16) if self.cells**dims < 1 << 16 else cell
+        order: Positions = np.argsort(key, kind="stable")
+        counts = np.bincount(cell, minlength=self.cells**dims + 1)
+        offsets = np.zeros(len(counts) + 1, dtype=np.int64)
+        np.cumsum(counts, out=offsets[1:])
+        return order, offsets
 
     def _axis_cells(self, axis: int, column: Floats) -> npt.NDArray[np.int64]:
         # Overflow (a difference beyond the largest floats) is infinite, hence the last cell,
@@ -265,6 +292,11 @@ def _side(low: float, high: float, cells: int) -> float:
     if not math.isfinite(side):
         side = min(high / cells - low / cells, sys.float_info.max)
     return side or 1.0
+
+
+def _gatherable(array: npt.NDArray[Any]) -> bool:
+    """Whether ``gridkernel.gather`` takes ``array`` (1-D, contiguous, no Python objects)."""
+    return array.ndim == 1 and array.flags.c_contiguous and not array.dtype.hasobject
 
 
 def _in_box(coords: list[Floats], box: Box) -> npt.NDArray[np.bool_]:
