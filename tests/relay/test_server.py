@@ -267,6 +267,27 @@ async def test_the_relay_reacquires_after_the_publisher_connection_drops(deploym
         assert sorted(view.rows) == [2]  # the snapshot replaced what the relay held
 
 
+async def test_a_malformed_batch_drops_the_publisher_link_and_the_relay_starts_over(
+    deployment, caplog: pytest.LogCaptureFixture
+) -> None:
+    publisher, _, url = deployment
+    async with connect(url) as subscriber:
+        view = await subscriber.subscribe(Box((0, 0), (10, 10)))
+        first = await asyncio.wait_for(publisher.acquired.get(), 5)
+        await publisher.send({"id": [1], "x": [1.0], "y": [1.0]}, snapshots=[first.prim])
+        await next_update(view)
+        await publisher.send({"id": [2], "x": [2.0]})  # no "y": refused whole, not written
+        again = await asyncio.wait_for(publisher.acquired.get(), 10)  # a new connection
+        assert publisher.connections == 2 and again.view == first.view
+        assert "upsert columns" in caplog.text
+        assert view.rows == {1: {"id": 1, "x": 1.0, "y": 1.0}}  # nothing of it reached anyone
+        del publisher.relays[0]  # the dropped connection
+        publisher.seq = 1  # the relay resumes after seq 0, the last batch it took
+        await publisher.send({"id": [3], "x": [3.0], "y": [3.0]}, snapshots=[again.prim])
+        await next_update(view)
+        assert sorted(view.rows) == [3]
+
+
 async def test_transforms_and_capabilities_reach_the_subscriber(deployment) -> None:
     publisher, _, url = deployment
     async with connect(url, capabilities=["fixed"]) as subscriber:
