@@ -8,10 +8,13 @@ import socket
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
+from hypothesis import given
+from hypothesis import strategies as st
 from websockets.asyncio.client import ClientConnection, connect
 from websockets.asyncio.server import ServerConnection, serve
+from websockets.frames import Frame, Opcode
 
-from fanout.connection import Outbound
+from fanout.connection import Outbound, binary_frame
 
 
 @asynccontextmanager
@@ -51,6 +54,27 @@ async def test_a_frame_to_a_connection_with_nothing_pending_is_written_at_once()
         # Written by offer itself: nothing queued, the writer task did not run yet.
         assert outbound.sent == 1 and outbound.pending == 0 and outbound.idle
         assert await client.recv() == b"one"
+        await outbound.finish()
+
+
+@given(size=st.one_of(st.integers(0, 300), st.sampled_from([125, 126, 127, 65535, 65536, 70000])))
+def test_a_binary_frame_is_framed_as_websockets_frames_it(size: int) -> None:
+    data = bytes(range(256)) * (size // 256) + bytes(size % 256)
+    expected = Frame(Opcode.BINARY, data).serialize(mask=False, extensions=[])
+    assert binary_frame(data) == expected
+
+
+async def test_frames_of_every_header_size_reach_the_peer_whole() -> None:
+    async with pair() as (server_side, client):
+        outbound = Outbound(server_side, limit=8)
+        outbound.start()
+        for size in (0, 125, 126, 65535, 65536, 300_000):
+            data = bytes(range(256)) * (size // 256) + bytes(size % 256)
+            assert outbound.offer(data)
+            assert await asyncio.wait_for(client.recv(), 5) == data
+        server_side.protocol.send_binary(b"by websockets")  # in step with the frames before
+        server_side.send_data()
+        assert await asyncio.wait_for(client.recv(), 5) == b"by websockets"
         await outbound.finish()
 
 

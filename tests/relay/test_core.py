@@ -10,6 +10,7 @@ from hypothesis import strategies as st
 from fanout.errors import ProtocolError
 from fanout.relay.core import UPSTREAM, RelayCore, Send
 from fanout.relay.planner import Policy
+from fanout.relay.scheduler import BURST
 from fanout.views import Box, Sphere
 from fanout.views.region import RegionUnion, Sector
 from fanout.views.topic import parse as topic
@@ -221,11 +222,12 @@ def test_the_rate_limits_pushes_and_next_wakeup_says_when() -> None:
     core.on_subscribe(CLIENT, Subscribe(1, "agents", Box((0, 0), (10, 10)), rate=2.0))
     core.on_batch(batch(0, rows(k1=(1, 1)), snapshots=[1]))
     assert len(pushes(core, now=10.0)) == 1
-    core.on_batch(batch(1, rows(k1=(2, 2))))
-    assert len(pushes(core, now=10.2)) == 1  # the rate's bucket holds a second push
-    core.on_batch(batch(2, rows(k1=(3, 3))))
+    for seq in range(1, int(BURST)):
+        core.on_batch(batch(seq, rows(k1=(seq, seq))))
+        assert len(pushes(core, now=10.0)) == 1  # the rate's bucket holds spare pushes
+    core.on_batch(batch(int(BURST), rows(k1=(9, 9))))
     assert pushes(core, now=10.3) == []
-    # the bucket refills at 2 pushes/s from 0.4 left at 10.2
+    # the bucket refills at 2 pushes/s from empty at 10.0
     assert core.next_wakeup(10.3) == pytest.approx(10.5)
     assert len(pushes(core, now=10.5)) == 1
 
@@ -234,13 +236,13 @@ def test_a_view_change_alone_waits_for_the_next_tick_when_the_rate_is_tight() ->
     core = relay()
     core.on_subscribe(CLIENT, Subscribe(1, "agents", Box((0, 0), (10, 10)), rate=10.0))
     core.on_batch(batch(0, rows(k1=(1, 1), k2=(3, 3)), snapshots=[1]))
-    for tick in range(1, 4):  # ticks at the subscription's rate use up its spare push
+    for tick in range(1, 4):  # quick ticks use up the bucket's spare pushes
         core.on_batch(batch(tick, rows(k1=(1, 1))))
-        assert len(pushes(core, now=10.0 + tick * 0.1)) == 1
+        assert len(pushes(core, now=10.0 + tick * 0.01)) == 1
     core.on_subscribe(CLIENT, Subscribe(1, "agents", Box((2, 2), (10, 10)), rate=10.0))
-    assert pushes(core, now=10.35) == []  # a push now would delay the next tick's
+    assert pushes(core, now=10.08) == []  # a push now would delay the next tick's
     core.on_batch(batch(4, rows(k1=(1, 1))))
-    (push,) = pushes(core, now=10.4)  # the tick's push carries the view change too
+    (push,) = pushes(core, now=10.13)  # the tick's push carries the view change too
     assert isinstance(push, Push)
     assert (push.seq, keys(push.left)) == (4, [1])
 

@@ -46,12 +46,12 @@ def test_waiting_raises_priority_until_the_low_one_wins() -> None:
 def test_the_rate_holds_a_subscription_back_and_next_wakeup_says_until_when() -> None:
     scheduler = Scheduler()
     scheduler.add("a", 0, rate=4.0)
-    assert serve_round(scheduler, 10.0, capacity=9) == ["a"]
-    scheduler.wake("a")
-    assert serve_round(scheduler, 10.1, capacity=9) == ["a"]  # the bucket's spare push
+    for _ in range(int(BURST)):  # the full bucket: BURST pushes at once
+        scheduler.wake("a")
+        assert serve_round(scheduler, 10.0, capacity=9) == ["a"]
     scheduler.wake("a")
     assert serve_round(scheduler, 10.15, capacity=9) == []
-    assert scheduler.next_wakeup() == pytest.approx(10.25)  # 0.4 left at 10.1, 4 per second
+    assert scheduler.next_wakeup() == pytest.approx(10.25)  # empty at 10.0, 4 per second
     assert serve_round(scheduler, 10.25, capacity=9) == ["a"]
     assert scheduler.next_wakeup() is None  # nothing pending
 
@@ -77,8 +77,9 @@ def test_a_late_push_does_not_delay_the_next_one() -> None:
     delays = []
     jitters = [0.0, 0.03, -0.02, 0.04, -0.03, 0.0, 0.02, -0.04, 0.0]  # seconds off the beat
     ticks = [tick * 0.1 + jitter for tick, jitter in enumerate(jitters)]
-    scheduler.wake("a")
-    assert serve_round(scheduler, -0.01, capacity=1) == ["a"]  # spend the bucket's spare push
+    for _ in range(int(BURST) - 1):  # spend the bucket's spare pushes
+        scheduler.wake("a")
+        assert serve_round(scheduler, -0.01, capacity=1) == ["a"]
     for now, following in itertools.pairwise(ticks):
         scheduler.wake("a")
         served = serve_round(scheduler, now, capacity=1)
@@ -95,7 +96,43 @@ def test_a_late_push_does_not_delay_the_next_one() -> None:
     for tick in range(20):
         scheduler.wake("a")
         pushes += serve_round(scheduler, 1.0 + tick * 0.05, capacity=1)
-    assert len(pushes) <= 8 + 10 + 1  # 1 s at 10/s, plus the bucket's one spare push
+    assert len(pushes) <= 8 + 10 + BURST - 1  # 1 s at 10/s, plus the bucket's spare pushes
+
+
+@settings(max_examples=200)
+@given(
+    ticks=st.lists(
+        st.tuples(
+            st.floats(-0.02, 0.02),  # the tick a little early or late
+            st.floats(0.0, 0.09),  # its push sent that late (the loop busy with others)
+            st.one_of(st.none(), st.floats(0.1, 0.9)),  # the view moved that far into the tick
+        ),
+        min_size=1,
+        max_size=60,
+    )
+)
+def test_on_a_stream_at_its_rate_every_tick_is_due_at_once(
+    ticks: list[tuple[float, float, float | None]],
+) -> None:
+    """Ticks at the subscription's own rate, up to 20 ms early or late; each push sent up to
+    90 ms after its tick; the view moving between ticks: every tick is due as soon as it comes,
+    however late the push before it went out (rule 2)."""
+    scheduler = Scheduler()
+    scheduler.add("a", 0, rate=10.0)
+    previous = 0.0
+    for number, (jitter, late, moved) in enumerate(ticks, start=1):
+        now = number * 0.1 + jitter
+        if moved is not None:  # pushed at once if the rate has room to spare
+            at = previous + moved * (now - previous)
+            scheduler.wake("a", eager=False)
+            scheduler.settle(at)
+            if scheduler.pop() == "a":
+                scheduler.served("a", at)
+        scheduler.wake("a")
+        scheduler.settle(now)
+        assert scheduler.pop() == "a", f"tick {number} waits for the rate"
+        scheduler.served("a", now + late)
+        previous = now
 
 
 def test_a_parked_subscription_keeps_its_age() -> None:
@@ -139,11 +176,12 @@ def test_removed_and_updated_subscriptions() -> None:
     scheduler.update("b", 7, rate=2.0)
     assert serve_round(scheduler, 0.0, capacity=5) == ["b"]
     assert scheduler.priority("b", 0.0) == 7
-    scheduler.wake("b")
-    assert serve_round(scheduler, 0.0, capacity=5) == ["b"]  # the bucket's spare push
+    for _ in range(int(BURST) - 1):
+        scheduler.wake("b")
+        assert serve_round(scheduler, 0.0, capacity=5) == ["b"]  # the bucket's spare pushes
     scheduler.wake("b")
     scheduler.settle(0.1)
-    assert scheduler.next_wakeup() == pytest.approx(0.5)
+    assert scheduler.next_wakeup() == pytest.approx(0.5)  # empty at 0.0, 2 per second
     with pytest.raises(ValueError, match="aging"):
         Scheduler(aging=0.0)
 

@@ -16,7 +16,7 @@ except ImportError:  # installed without a C compiler (setup.py)
     gridkernel = None  # type: ignore[assignment]
     packkernel = None  # type: ignore[assignment]
 
-#: Whether this install cuts and packs box views with the compiled kernels.
-COMPILED = cutkernel is not None and packkernel is not None
+#: Whether this install has all the compiled kernels (it builds all or none of them).
+COMPILED = cutkernel is not None and gridkernel is not None and packkernel is not None
 
 __all__ = ["COMPILED", "cutkernel", "gridkernel", "packkernel"]

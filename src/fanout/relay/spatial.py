@@ -73,9 +73,7 @@ class GridIndex:
             carry: a table's columns and its rows' changed seqs, to keep a copy of in cell order
                 (``carried``).
         """
-        self.columns: list[Floats] = [
-            np.ascontiguousarray(c, dtype=np.float64) for c in columns
-        ]
+        self.columns: list[Floats] = [np.ascontiguousarray(c, dtype=np.float64) for c in columns]
         self.rows = len(self.columns[0]) if self.columns else 0
         dims = len(self.columns)
         compiled = gridkernel is not None and 0 < dims <= 3
