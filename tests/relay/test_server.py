@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import sys
 from collections.abc import AsyncIterator
 
@@ -381,3 +382,11 @@ async def test_the_relay_shortens_the_switch_interval_while_it_runs() -> None:
     async with running(switch_interval=0.002):
         assert sys.getswitchinterval() == pytest.approx(0.002)
     assert sys.getswitchinterval() == pytest.approx(before)
+
+
+async def test_the_relay_collects_young_garbage_less_often_while_it_runs() -> None:
+    # so that short-lived objects die young instead of piling up for full collections
+    before = gc.get_threshold()
+    async with running(young_collection=12_345):
+        assert gc.get_threshold() == (12_345, *before[1:])
+    assert gc.get_threshold() == before
