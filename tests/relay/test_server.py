@@ -138,13 +138,19 @@ async def test_a_subscriber_gets_its_view_through_the_relay(deployment) -> None:
         assert update.tick == 10
 
 
+async def first_push(publisher: ScriptedPublisher, subscriber):
+    """Subscribe to a box; the publisher answers its acquire with one row. (view, acquire)"""
+    view = await subscriber.subscribe(Box((0, 0), (10, 10)))
+    acquire = await asyncio.wait_for(publisher.acquired.get(), 5)
+    await publisher.send({"id": [1], "x": [1.0], "y": [1.0]}, snapshots=[acquire.prim])
+    await next_update(view)
+    return view, acquire
+
+
 async def test_metrics_count_what_the_relay_did(deployment) -> None:
     publisher, _, url = deployment
     async with connect(url) as subscriber:
-        view = await subscriber.subscribe(Box((0, 0), (10, 10)))
-        acquire = await asyncio.wait_for(publisher.acquired.get(), 5)
-        await publisher.send({"id": [1], "x": [1.0], "y": [1.0]}, snapshots=[acquire.prim])
-        await next_update(view)
+        await first_push(publisher, subscriber)
         live = await asyncio.to_thread(scrape, url)
     assert live["fanout_relay_subscriptions"] == 1
     assert live["fanout_relay_connections"] == 1
@@ -255,10 +261,7 @@ async def test_a_slow_consumer_is_cut_off_without_delaying_others(deployment) ->
 async def test_the_relay_reacquires_after_the_publisher_connection_drops(deployment) -> None:
     publisher, _, url = deployment
     async with connect(url) as subscriber:
-        view = await subscriber.subscribe(Box((0, 0), (10, 10)))
-        first = await asyncio.wait_for(publisher.acquired.get(), 5)
-        await publisher.send({"id": [1], "x": [1.0], "y": [1.0]}, snapshots=[first.prim])
-        await next_update(view)
+        view, first = await first_push(publisher, subscriber)
         await publisher.relays.pop().close()
         again = await asyncio.wait_for(publisher.acquired.get(), 10)
         assert (again.prim, again.view) == (first.prim, first.view)
@@ -273,10 +276,7 @@ async def test_a_malformed_batch_drops_the_publisher_link_and_the_relay_starts_o
 ) -> None:
     publisher, _, url = deployment
     async with connect(url) as subscriber:
-        view = await subscriber.subscribe(Box((0, 0), (10, 10)))
-        first = await asyncio.wait_for(publisher.acquired.get(), 5)
-        await publisher.send({"id": [1], "x": [1.0], "y": [1.0]}, snapshots=[first.prim])
-        await next_update(view)
+        view, first = await first_push(publisher, subscriber)
         await publisher.send({"id": [2], "x": [2.0]})  # no "y": refused whole, not written
         again = await asyncio.wait_for(publisher.acquired.get(), 10)  # a new connection
         assert publisher.connections == 2 and again.view == first.view

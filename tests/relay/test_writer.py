@@ -67,15 +67,17 @@ class Pump:
 
 
 @contextlib.asynccontextmanager
-async def pumping() -> AsyncIterator[Pump]:
+async def pumping(advancing: bool = True) -> AsyncIterator[Pump]:
+    """A pump, advancing the writer when woken (``advancing``) or only when the test does."""
     pump = Pump()
-    task = asyncio.create_task(pump.run())
+    task = asyncio.create_task(pump.run()) if advancing else None
     try:
         yield pump
     finally:
-        task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await task
+        if task is not None:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
         await pump.writer.stop()
         pump.writer.shutdown()
 
@@ -93,8 +95,7 @@ async def test_batches_are_swapped_in_one_by_one_in_order() -> None:
 
 
 async def test_a_written_batch_is_swapped_in_by_advance_not_before() -> None:
-    pump = Pump()  # nobody advances it but the test
-    try:
+    async with pumping(advancing=False) as pump:  # nobody advances it but the test
         pump.writer.put(batch(0))
         assert pump.core.datasets["agents"].busy
         await asyncio.wait_for(pump.woken.wait(), 10)
@@ -103,9 +104,6 @@ async def test_a_written_batch_is_swapped_in_by_advance_not_before() -> None:
         pump.writer.advance()
         assert pump.swapped == [0] and not pump.writer.written()
         assert not pump.core.datasets["agents"].busy
-    finally:
-        await pump.writer.stop()
-        pump.writer.shutdown()
 
 
 async def test_room_holds_the_reader_back_until_the_queue_shrinks() -> None:
@@ -158,13 +156,10 @@ async def test_a_replayed_batch_is_skipped() -> None:
 
 
 async def test_stop_waits_for_the_write_in_flight_and_drops_the_queue() -> None:
-    pump = Pump()
-    try:
+    async with pumping(advancing=False) as pump:
         pump.writer.put(batch(0, rows=200_000))
         pump.writer.put(batch(1))
         await pump.writer.stop()  # the thread owns the buffer until its write ends
         state = pump.core.datasets["agents"]
         assert not state.busy and state.seq == 0
         assert pump.swapped == [0] and pump.writer.queued == 0
-    finally:
-        pump.writer.shutdown()
