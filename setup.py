@@ -1,8 +1,10 @@
 """Builds fanout's compiled modules, the relay's kernels: cutting box views
-(``fanout.relay.cutkernel``) and packing their rows into wire bytes (``fanout.relay.packkernel``).
+(``fanout.relay.cutkernel``), packing their rows into wire bytes (``fanout.relay.packkernel``),
+and, on the writer thread, indexing a batch (``fanout.relay.gridkernel``) and overwriting its
+rows (``fanout.relay.tablekernel``).
 
 Everything else is in pyproject.toml. The extensions are optional: without a C compiler the
-install still succeeds and the relay cuts and encodes with numpy and msgspec instead
+install still succeeds and the relay does the same with numpy and msgspec instead
 (``fanout.relay.batchcut``), slower.
 """
 
@@ -18,7 +20,7 @@ setup(
                 extra_compile_args=["-O2"],
                 optional=True,
             )
-            for name in ("cutkernel", "gridkernel", "packkernel")
+            for name in ("cutkernel", "gridkernel", "packkernel", "tablekernel")
         ],
         compiler_directives={"language_level": 3},
     )

@@ -1,7 +1,8 @@
 """The relay's compiled kernels (built by setup.py), or None without them.
 
 ``cutkernel`` cuts a turn of box views, ``packkernel`` packs rows into their wire bytes,
-``gridkernel`` builds a buffer's grid index (on the writer thread, without the GIL). The
+``gridkernel`` builds a buffer's grid index and ``tablekernel`` overwrites a batch's rows (both
+on the writer thread, without the GIL). The
 install builds them when a C compiler and Python's headers are there; otherwise fanout runs
 without them, and ``batchcut`` and ``pushes`` do the same with numpy and msgspec (the same
 answers, slower). A relay logs which when it starts.
@@ -10,13 +11,14 @@ answers, slower). A relay logs which when it starts.
 from __future__ import annotations
 
 try:
-    from fanout.relay import cutkernel, gridkernel, packkernel
+    from fanout.relay import cutkernel, gridkernel, packkernel, tablekernel
 except ImportError:  # installed without a C compiler (setup.py)
     cutkernel = None  # type: ignore[assignment]
     gridkernel = None  # type: ignore[assignment]
     packkernel = None  # type: ignore[assignment]
+    tablekernel = None  # type: ignore[assignment]
 
 #: Whether this install has all the compiled kernels (it builds all or none of them).
-COMPILED = cutkernel is not None and gridkernel is not None and packkernel is not None
+COMPILED = all(kernel is not None for kernel in (cutkernel, gridkernel, packkernel, tablekernel))
 
-__all__ = ["COMPILED", "cutkernel", "gridkernel", "packkernel"]
+__all__ = ["COMPILED", "cutkernel", "gridkernel", "packkernel", "tablekernel"]

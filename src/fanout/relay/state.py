@@ -29,7 +29,7 @@ from typing import Protocol
 import numpy as np
 import numpy.typing as npt
 
-from fanout.relay.compiled import COMPILED
+from fanout.relay.compiled import COMPILED, tablekernel
 from fanout.relay.spatial import GridIndex, IndexedRegion
 from fanout.wire.columns import STRING
 
@@ -113,12 +113,20 @@ class Table:
         keys = incoming[self.key]
         if not len(keys):
             return
-        at = self.locate(keys)
-        found = at >= 0
-        hit = at[found]
-        for name, values in incoming.items():
-            self.columns[name][hit] = values[found]
-        self.changed[hit] = seq
+        names = list(incoming)
+        targets = [self.columns[name] for name in names]
+        sources = [incoming[name] for name in names]
+        if tablekernel is not None and keys.dtype == np.int64 and _fixed(*targets, *sources):
+            # One pass without the GIL (the writer thread's; ``relay.tablekernel``).
+            at = tablekernel.overwrite(self.keys, keys, targets, sources, self.changed, seq)
+            found = at >= 0
+        else:
+            at = self.locate(keys)
+            found = at >= 0
+            hit = at[found]
+            for name, values in incoming.items():
+                self.columns[name][hit] = values[found]
+            self.changed[hit] = seq
         if not found.all():
             self._insert({name: values[~found] for name, values in incoming.items()}, seq)
 
@@ -171,8 +179,21 @@ class Table:
 
     def copy_from(self, other: Table) -> None:
         """Become an independent copy of ``other`` (same columns)."""
-        self.columns = {name: values.copy() for name, values in other.columns.items()}
-        self.changed = other.changed.copy()
+        arrays = [*other.columns.values(), other.changed]
+        if tablekernel is not None and _fixed(*arrays):
+            copied = tablekernel.copies(arrays)  # without the GIL (the writer thread's)
+        else:
+            copied = [values.copy() for values in arrays]
+        self.columns = dict(zip(other.columns, copied[:-1], strict=True))
+        self.changed = copied[-1]
+
+
+def _fixed(*arrays: Array) -> bool:
+    """Whether ``tablekernel`` takes these columns: 1-D, contiguous, no Python objects."""
+    return all(
+        array.ndim == 1 and array.flags.c_contiguous and not array.dtype.hasobject
+        for array in arrays
+    )
 
 
 @dataclass(frozen=True)
