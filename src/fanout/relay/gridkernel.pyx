@@ -3,7 +3,7 @@
 """Building a buffer's grid index (``spatial.GridIndex``) in compiled code, without the GIL.
 
 The relay's writer thread builds the inert buffer's grid for every batch while the event loop
-serves pushes. In numpy that is some sixty calls; the thread needs the GIL back after each, and
+serves pushes. In numpy that is dozens of calls; the thread needs the GIL back after each, and
 with the loop busy it waits for it every time (``RelayConfig.switch_interval``), so the build
 took twice its CPU time in wall time and cost the loop a few milliseconds of switching. Here
 it is three calls, each one pass without the GIL:

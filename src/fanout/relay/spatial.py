@@ -32,7 +32,7 @@ from typing import Any, cast
 import numpy as np
 import numpy.typing as npt
 
-from fanout.relay.compiled import gridkernel
+from fanout.relay.compiled import fixed_width, gridkernel
 from fanout.views.region import Box, RegionUnion, Sector, Sphere
 
 Positions = npt.NDArray[np.intp]
@@ -111,7 +111,7 @@ class GridIndex:
             arrays.append(carry[1])
         #: The coordinates in cell order: a cell's candidates are read from contiguous memory.
         self.binned: list[Floats]
-        if compiled and all(_gatherable(array) for array in arrays):
+        if compiled and fixed_width(*arrays):
             taken = gridkernel.gather(arrays, self.order)
         else:
             taken = [array.take(self.order) for array in arrays]
@@ -290,11 +290,6 @@ def _side(low: float, high: float, cells: int) -> float:
     if not math.isfinite(side):
         side = min(high / cells - low / cells, sys.float_info.max)
     return side or 1.0
-
-
-def _gatherable(array: npt.NDArray[Any]) -> bool:
-    """Whether ``gridkernel.gather`` takes ``array`` (1-D, contiguous, no Python objects)."""
-    return array.ndim == 1 and array.flags.c_contiguous and not array.dtype.hasobject
 
 
 def _in_box(coords: list[Floats], box: Box) -> npt.NDArray[np.bool_]:

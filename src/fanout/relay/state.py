@@ -29,7 +29,7 @@ from typing import Protocol
 import numpy as np
 import numpy.typing as npt
 
-from fanout.relay.compiled import COMPILED, tablekernel
+from fanout.relay.compiled import COMPILED, fixed_width, tablekernel
 from fanout.relay.spatial import GridIndex, IndexedRegion
 from fanout.wire.columns import STRING
 
@@ -116,7 +116,7 @@ class Table:
         names = list(incoming)
         targets = [self.columns[name] for name in names]
         sources = [incoming[name] for name in names]
-        if tablekernel is not None and keys.dtype == np.int64 and _fixed(*targets, *sources):
+        if tablekernel is not None and keys.dtype == np.int64 and fixed_width(*targets, *sources):
             # One pass without the GIL (the writer thread's; ``relay.tablekernel``).
             at = tablekernel.overwrite(self.keys, keys, targets, sources, self.changed, seq)
             found = at >= 0
@@ -180,20 +180,12 @@ class Table:
     def copy_from(self, other: Table) -> None:
         """Become an independent copy of ``other`` (same columns)."""
         arrays = [*other.columns.values(), other.changed]
-        if tablekernel is not None and _fixed(*arrays):
+        if tablekernel is not None and fixed_width(*arrays):
             copied = tablekernel.copies(arrays)  # without the GIL (the writer thread's)
         else:
             copied = [values.copy() for values in arrays]
         self.columns = dict(zip(other.columns, copied[:-1], strict=True))
         self.changed = copied[-1]
-
-
-def _fixed(*arrays: Array) -> bool:
-    """Whether ``tablekernel`` takes these columns: 1-D, contiguous, no Python objects."""
-    return all(
-        array.ndim == 1 and array.flags.c_contiguous and not array.dtype.hasobject
-        for array in arrays
-    )
 
 
 @dataclass(frozen=True)
