@@ -365,6 +365,34 @@ def test_batches_that_do_not_fit_the_catalog_are_protocol_errors() -> None:
         core.on_batch(batch(0, {"id": [1, 1], "x": [1.0, 2.0], "y": [0.0, 0.0]}))
 
 
+@pytest.mark.parametrize(
+    ("columns", "index_columns", "message"),
+    [
+        ({"id": "<i8", "x": "zz", "y": "<f8"}, ["x", "y"], "column 'x' has dtype 'zz'"),
+        ({"id": "<f8", "x": "<f8", "y": "<f8"}, ["x", "y"], "integers or strings"),
+        ({"x": "<f8", "y": "<f8"}, ["x", "y"], "'id'"),
+        ({"id": "<i8", "x": "str", "y": "<f8"}, ["x", "y"], "'x' is str, not a number"),
+        ({"id": "<i8", "x": "<f8", "y": "<f8"}, ["x", "x"], "2 or 3 distinct columns"),
+        ({"id": "<i8", "x": "<f8"}, ["x"], "2 or 3 distinct columns"),
+        ({"id": "<i8", "x": "<f8", "y": "<f8"}, ["x", "q"], "'q' is not a column"),
+    ],
+)
+def test_a_catalog_the_relay_cannot_hold_is_a_protocol_error(
+    columns: dict[str, str], index_columns: list[str], message: str
+) -> None:
+    core = relay()
+    good = DatasetInfo("new", "id", {"id": "<i8", "x": "<f4", "y": "<i4"}, "space", ["x", "y"])
+    bad = DatasetInfo("other", "id", columns, "space", index_columns)
+    changed = DatasetInfo("agents", "id", {"id": "<i8", "x": "<f8", "y": "<f8"}, "sql", ["x"])
+    with pytest.raises(ProtocolError, match=message):
+        core.on_catalog(Catalog([good, changed, bad]))
+    assert set(core.datasets) == {"agents"}  # nothing of that catalog was learnt
+    assert core.datasets["agents"].info == INFO
+    core.on_catalog(Catalog([good, changed]))
+    assert core.datasets["new"].info == good
+    assert core.datasets["agents"].info == changed
+
+
 def test_a_refused_primitive_is_dropped() -> None:
     core = relay()
     (acquire,) = subscribe(core, Sphere((0, 0), 5))

@@ -127,13 +127,17 @@ class RelayCore(Serving):
         """Learn (or re-learn) the publisher's datasets.
 
         Raises:
-            ProtocolError: a dataset's key column is not an integer or string column.
+            ProtocolError: a dataset the relay cannot hold (see ``DatasetState.of``); then
+                nothing of the catalog is learnt.
         """
-        for info in catalog.datasets:
-            current = self.datasets.get(info.name)
-            if current is not None and current.info == info:
-                continue
-            self.datasets[info.name] = dataset_state(info)
+        fresh = {
+            info.name: dataset_state(info)
+            for info in catalog.datasets
+            if (current := self.datasets.get(info.name)) is None or current.info != info
+        }
+        for state in fresh.values():
+            info = state.info
+            self.datasets[info.name] = state
             self.histories[info.name] = History()
             self.tableviews.define(info)
             self.encodings.forget(info.name)

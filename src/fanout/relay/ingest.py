@@ -24,8 +24,29 @@ from fanout.relay.spatial import IndexedRegion
 from fanout.relay.state import Array, DoubleBuffer, Stamp, Table
 from fanout.views import View
 from fanout.views.entity import Entity
-from fanout.wire.columns import decode_columns
+from fanout.wire.columns import NUMERIC_DTYPES, STRING, decode_columns
 from fanout.wire.messages import Batch, DatasetInfo
+
+
+def _check_columns(columns: dict[str, str], coordinates: tuple[str, ...]) -> None:
+    """Refuse what the relay could not hold: dtypes that do not travel, a bad space index.
+
+    Raises:
+        ValueError: naming the column and what is wrong with it.
+    """
+    for name, dtype in columns.items():
+        if dtype != STRING and dtype not in NUMERIC_DTYPES:
+            travel = ", ".join([STRING, *sorted(NUMERIC_DTYPES)])
+            raise ValueError(f"column {name!r} has dtype {dtype!r}, not one of {travel}")
+    if not coordinates:
+        return
+    if len(coordinates) not in (2, 3) or len(set(coordinates)) != len(coordinates):
+        raise ValueError(f"a space index names 2 or 3 distinct columns, not {list(coordinates)}")
+    for name in coordinates:
+        if name not in columns:
+            raise ValueError(f"space index column {name!r} is not a column")
+        if columns[name] == STRING or np.dtype(columns[name]).kind not in "iuf":
+            raise ValueError(f"space index column {name!r} is {columns[name]}, not a number")
 
 
 @dataclass
@@ -54,10 +75,13 @@ class DatasetState:
         """An empty copy of the dataset ``info`` describes.
 
         Raises:
-            ProtocolError: its key column is not an integer or string column.
+            ProtocolError: a column's dtype does not travel, its key column is not an integer
+                or string column, or a space index does not name 2 or 3 distinct numeric
+                columns.
         """
         coordinates = tuple(info.index_columns) if info.index == "space" else ()
         try:
+            _check_columns(info.columns, coordinates)
             return cls(info, DoubleBuffer(info.key, info.columns, coordinates))
         except (ValueError, KeyError) as exc:
             raise ProtocolError(f"catalog: dataset {info.name!r}: {exc}") from exc

@@ -42,7 +42,7 @@ def dataset_state(info: DatasetInfo) -> DatasetState:
     """An empty copy of the dataset: a :class:`KeyedState` unless its index is ``space``.
 
     Raises:
-        ProtocolError: its key column is not an integer or string column.
+        ProtocolError: the relay cannot hold it (see ``DatasetState.of``).
     """
     return DatasetState.of(info) if info.index == "space" else KeyedState.of(info)
 
