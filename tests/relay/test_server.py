@@ -48,17 +48,19 @@ INFO = DatasetInfo("agents", "id", {"id": "<i8", "x": "<f8", "y": "<f8"}, "space
 class ScriptedPublisher:
     """Accepts relays, records their acquires, sends the batches a test hands it."""
 
-    def __init__(self) -> None:
+    def __init__(self, catalogs: list[Catalog] | None = None) -> None:
         self.acquired: asyncio.Queue[Acquire] = asyncio.Queue()
         self.relays: list[ServerConnection] = []
         self.connections = 0
         self.seq = 0
+        self.catalogs = catalogs or [Catalog([INFO])]  # one a connection; the last one stays
 
     async def handle(self, websocket: ServerConnection) -> None:
         hello = codec.to_publisher().decode(await websocket.recv())
         assert isinstance(hello, Hello)
         await websocket.send(codec.encode(Welcome(PROTOCOL_VERSION, "scripted", "s")))
-        await websocket.send(codec.encode(Catalog([INFO])))
+        catalog = self.catalogs.pop(0) if len(self.catalogs) > 1 else self.catalogs[0]
+        await websocket.send(codec.encode(catalog))
         self.relays.append(websocket)
         self.connections += 1
         with contextlib.suppress(ConnectionClosed):
@@ -86,9 +88,11 @@ class ScriptedPublisher:
 
 
 @contextlib.asynccontextmanager
-async def running(**config: object) -> AsyncIterator[tuple[ScriptedPublisher, RelayServer, str]]:
+async def running(
+    publisher: ScriptedPublisher | None = None, **config: object
+) -> AsyncIterator[tuple[ScriptedPublisher, RelayServer, str]]:
     """A scripted publisher and a real relay on loopback; ``config`` overrides RelayConfig."""
-    publisher = ScriptedPublisher()
+    publisher = publisher or ScriptedPublisher()
     async with serve(publisher.handle, "127.0.0.1", 0) as server:
         port = next(iter(server.sockets)).getsockname()[1]
         settings: dict[str, object] = {
@@ -287,6 +291,19 @@ async def test_a_malformed_batch_drops_the_publisher_link_and_the_relay_starts_o
         await publisher.send({"id": [3], "x": [3.0], "y": [3.0]}, snapshots=[again.prim])
         await next_update(view)
         assert sorted(view.rows) == [3]
+
+
+async def test_a_catalog_the_relay_cannot_hold_is_logged_and_the_relay_connects_again(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    bad = DatasetInfo("agents", "id", {"id": "<i8", "x": "<c16", "y": "<f8"}, "space", ["x", "y"])
+    publisher = ScriptedPublisher([Catalog([bad]), Catalog([INFO])])
+    async with running(publisher) as (_, _, url), connect(url) as subscriber:
+        assert "column 'x' has dtype '<c16'" in caplog.text
+        del publisher.relays[0]  # the connection the relay dropped
+        view, _ = await first_push(publisher, subscriber)  # ready once it could hold a catalog
+        assert view.rows == {1: {"id": 1, "x": 1.0, "y": 1.0}}
+        assert publisher.connections == 2
 
 
 async def test_transforms_and_capabilities_reach_the_subscriber(deployment) -> None:
