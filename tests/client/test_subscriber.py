@@ -5,13 +5,25 @@ from __future__ import annotations
 import asyncio
 from typing import Any, cast
 
+import msgspec
 import numpy as np
 import pytest
+from websockets.asyncio.server import ServerConnection, serve
 
-from fanout.client.subscriber import LiveView, Subscriber, SubscriptionError
+from fanout.client.subscriber import LiveView, Subscriber, SubscriptionError, connect
+from fanout.errors import ProtocolError
 from fanout.views import Box
+from fanout.wire import codec
 from fanout.wire.columns import decode_columns, encode_columns
-from fanout.wire.messages import NoUpdate, Push
+from fanout.wire.messages import (
+    PROTOCOL_VERSION,
+    Hello,
+    NoUpdate,
+    Push,
+    Subscribe,
+    Subscribed,
+    Welcome,
+)
 
 
 def view(buffer: int = 256) -> LiveView:
@@ -111,3 +123,50 @@ def test_a_token_names_the_seq_and_the_keys_held() -> None:
     token = live.token()
     assert (token.epoch, token.seq) == (1, 3)
     assert decode_columns(token.keys)["id"].tolist() == [2, 5]
+
+
+@pytest.mark.parametrize(
+    ("section", "payload"),
+    [
+        ("entered", {"entered": {"x": [0.1]}}),
+        ("updated", {"updated": {"x": [0.1, 0.2]}}),
+    ],
+)
+def test_rows_without_the_key_are_a_protocol_error_and_change_nothing(
+    section: str, payload: dict[str, dict[str, list[float]]]
+) -> None:
+    live = view()
+    live._apply(push(0, full=True, entered={"id": [1], "x": [0.1]}))
+    with pytest.raises(ProtocolError, match=f"{section} rows without the key column 'id'"):
+        live._apply(push(1, full=True, **payload))
+    assert live.rows == {1: {"id": 1, "x": 0.1}}
+    assert live.seq == 0
+
+
+def test_left_rows_without_the_key_are_a_protocol_error() -> None:
+    live = view()
+    live._apply(push(0, full=True, entered={"id": [1], "x": [0.1]}))
+    bad = msgspec.structs.replace(push(1), left=encode_columns({"x": [1.0]}))
+    with pytest.raises(ProtocolError, match="1 left rows without the key column 'id'"):
+        live._apply(bad)
+    assert live.rows == {1: {"id": 1, "x": 0.1}}
+
+
+async def test_a_relay_that_sends_rows_without_keys_ends_the_views_with_an_error() -> None:
+    async def relay(websocket: ServerConnection) -> None:  # a real socket, a broken relay
+        decode = codec.to_relay().decode
+        assert isinstance(decode(await websocket.recv()), Hello)
+        await websocket.send(codec.encode(Welcome(PROTOCOL_VERSION, "broken", "s")))
+        subscribe = decode(await websocket.recv())
+        assert isinstance(subscribe, Subscribe)
+        await websocket.send(codec.encode(Subscribed(subscribe.sub, "id", ["id", "x"])))
+        bad = msgspec.structs.replace(push(0, full=True, entered={"x": [0.1]}), sub=subscribe.sub)
+        await websocket.send(codec.encode(bad))
+        await websocket.wait_closed()
+
+    async with serve(relay, "127.0.0.1", 0) as server:
+        port = next(iter(server.sockets)).getsockname()[1]
+        async with connect(f"ws://127.0.0.1:{port}") as subscriber:
+            live = await subscriber.subscribe(Box((0, 0), (1, 1)))
+            with pytest.raises(SubscriptionError, match=r"protocol: .*without the key column"):
+                await asyncio.wait_for(live.__aiter__().__anext__(), 5)

@@ -52,6 +52,7 @@ from websockets.exceptions import ConnectionClosed
 from fanout.errors import FanoutError, ProtocolError
 from fanout.views import View
 from fanout.wire import codec
+from fanout.wire.columns import Columns as Payload
 from fanout.wire.columns import decode_columns, encode_columns
 from fanout.wire.messages import (
     PROTOCOL_VERSION,
@@ -252,9 +253,9 @@ class LiveView:
         self._waiters = waiting
 
     def _apply_push(self, push: Push) -> Update:
-        entered = decode_columns(push.entered)
-        updated = decode_columns(push.updated)
-        left = decode_columns(push.left).get(self.key, np.empty(0, np.int64))
+        entered = self._rows_of(push.entered, "entered")
+        updated = self._rows_of(push.updated, "updated")
+        left = self._rows_of(push.left, "left").get(self.key, np.empty(0, np.int64))
         if left.dtype.kind in "iu":
             left = left.astype(np.int64)
         if push.full:
@@ -279,6 +280,20 @@ class LiveView:
             push.tick_time,
             time.time(),
         )
+
+    def _rows_of(self, columns: Payload, section: str) -> Columns:
+        """A push's section decoded; rows must carry the key.
+
+        Raises:
+            ProtocolError: the section does not decode, or holds rows without the key column.
+        """
+        decoded = decode_columns(columns)
+        if columns.length and self.key not in decoded:
+            raise ProtocolError(
+                f"push for subscription {self.sub}: {columns.length} {section} rows without"
+                f" the key column {self.key!r}"
+            )
+        return decoded
 
     def _end(self, error: SubscriptionError | None) -> None:
         self.error = error
