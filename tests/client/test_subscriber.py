@@ -147,7 +147,7 @@ def test_left_rows_without_the_key_are_a_protocol_error() -> None:
     live = view()
     live._apply(push(0, full=True, entered={"id": [1], "x": [0.1]}))
     bad = msgspec.structs.replace(push(1), left=encode_columns({"x": [1.0]}))
-    with pytest.raises(ProtocolError, match="1 left rows without the key column 'id'"):
+    with pytest.raises(ProtocolError, match="left: 1 rows without the key column 'id'"):
         live._apply(bad)
     assert live.rows == {1: {"id": 1, "x": 0.1}}
 

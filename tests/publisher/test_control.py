@@ -34,6 +34,8 @@ from fanout.wire.messages import (
     Hello,
     Horizon,
     Knowledge,
+    Publish,
+    Published,
     ReadState,
     StateRows,
     Welcome,
@@ -61,6 +63,7 @@ class FakeDatasets:
         self.logged = 6
         self.replay_started = threading.Event()
         self.release_replay = threading.Event()
+        self.published: list[tuple[str, dict[str, np.ndarray], list[object]]] = []
 
     def infos(self) -> list[DatasetInfo]:
         return [INFO]
@@ -74,6 +77,12 @@ class FakeDatasets:
 
     def samples(self) -> list[Sample]:
         return [Sample("publisher_seq", "gauge", "Last seq.", 7, {"dataset": "agents"})]
+
+    def publish(
+        self, name: str, upserts: dict[str, np.ndarray], deletes: np.ndarray
+    ) -> tuple[int, int]:
+        self.published.append((name, upserts, deletes.tolist()))
+        return 0, len(deletes) - 1
 
     def read(self, name: str, view: View, tick: int) -> tuple[int, pa.Table]:
         if tick > 100:
@@ -226,6 +235,28 @@ async def test_readers_read_and_cannot_acquire(control) -> None:
     assert isinstance(replies[8], Error) and replies[8].code == "bad_request"
     assert isinstance(replies["role"], Error) and "only relays" in replies["role"].message
     await reader.close()
+
+
+async def test_a_producer_deletes_by_the_key_column_only(control) -> None:
+    _, datasets, url = control
+    producer = await hello(url, role="producer")
+    no_rows = encode_columns({})
+    by_key = encode_columns({"id": np.array([4, 5], dtype=np.int64)})
+    not_the_key = encode_columns({"x": np.array([4.0])})
+    await producer.send(codec.encode(Publish(1, "agents", no_rows, by_key)))
+    await producer.send(codec.encode(Publish(2, "agents", no_rows, not_the_key)))
+    await producer.send(codec.encode(Publish(3, "trucks", no_rows, by_key)))
+    replies = {
+        getattr(f, "req", None) or getattr(f, "ref", None): f for f in await frames(producer, 3)
+    }
+    first, refused, unknown = replies[1], replies[2], replies[3]
+    assert isinstance(first, Published) and (first.req, first.first, first.last) == (1, 0, 1)
+    assert isinstance(refused, Error) and (refused.code, refused.ref) == ("protocol", 2)
+    assert "publish 2 deletes: 1 rows without the key column 'id'" in refused.message
+    assert isinstance(unknown, Error) and unknown.code == "invalid_view"
+    assert "unknown dataset 'trucks' (serving: agents)" in unknown.message
+    assert [(name, deletes) for name, _, deletes in datasets.published] == [("agents", [4, 5])]
+    await producer.close()
 
 
 async def test_curiosity_is_answered_from_the_log_or_said_lost(control) -> None:

@@ -19,6 +19,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from fanout.errors import ProtocolError
 from fanout.relay.core import UPSTREAM, RelayCore, Send
 from fanout.relay.every import CURIOSITY_CHUNK, IDLE_WINDOW, ChangeSet, History, delta
 from fanout.relay.planner import Policy
@@ -546,3 +547,10 @@ def test_a_dataset_no_every_subscription_reads_keeps_a_short_window() -> None:
     history = core.histories["agents"]
     kept = [seq for seq in range(20) if history.get(seq, -1) is not None]
     assert kept == list(range(20 - IDLE_WINDOW, 20))
+
+
+def test_knowledge_deleting_rows_without_the_key_column_is_a_protocol_error() -> None:
+    core = relay()
+    bad = Knowledge(7, "agents", 1, 3, 30, 3.0, encode_columns({}), encode_columns({"x": [1.0]}))
+    with pytest.raises(ProtocolError, match="^knowledge 3 deletes: 1 rows without the key"):
+        core.on_knowledge(bad)

@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
 from fanout.errors import ProtocolError
-from fanout.wire.columns import Column, Columns, decode_columns, encode_columns
+from fanout.wire.columns import Column, Columns, decode_columns, encode_columns, key_column
 
 NUMERIC = st.sampled_from(["<i8", "<i4", "<f8", "<f4", "|b1", "|u1"])
 
@@ -77,3 +77,11 @@ def test_a_dtype_that_cannot_travel_is_refused() -> None:
 def test_inconsistent_payloads_are_protocol_errors(payload: Columns, message: str) -> None:
     with pytest.raises(ProtocolError, match=message):
         decode_columns(payload)
+
+
+def test_the_key_column_of_a_payload_of_keys() -> None:
+    keys = key_column(encode_columns({"id": np.array([3, 1], dtype=np.int64)}), "id", "deletes")
+    assert keys.tolist() == [3, 1]
+    assert key_column(encode_columns({}), "id", "deletes").tolist() == []
+    with pytest.raises(ProtocolError, match="deletes: 2 rows without the key column 'id'"):
+        key_column(encode_columns({"name": ["a", "b"]}), "id", "deletes")

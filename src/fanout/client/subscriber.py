@@ -53,7 +53,7 @@ from fanout.errors import FanoutError, ProtocolError
 from fanout.views import View
 from fanout.wire import codec
 from fanout.wire.columns import Columns as Payload
-from fanout.wire.columns import decode_columns, encode_columns
+from fanout.wire.columns import decode_columns, encode_columns, key_column
 from fanout.wire.messages import (
     PROTOCOL_VERSION,
     Error,
@@ -255,7 +255,7 @@ class LiveView:
     def _apply_push(self, push: Push) -> Update:
         entered = self._rows_of(push.entered, "entered")
         updated = self._rows_of(push.updated, "updated")
-        left = self._rows_of(push.left, "left").get(self.key, np.empty(0, np.int64))
+        left = key_column(push.left, self.key, f"push for subscription {self.sub}: left")
         if left.dtype.kind in "iu":
             left = left.astype(np.int64)
         if push.full:

@@ -25,12 +25,12 @@ from websockets.exceptions import ConnectionClosed
 
 from fanout import metrics
 from fanout.connection import Outbound
-from fanout.errors import FanoutError
+from fanout.errors import FanoutError, InvalidView
 from fanout.publisher.log import LogGap
 from fanout.publisher.registry import Registry
 from fanout.views import View
 from fanout.wire import codec
-from fanout.wire.columns import decode_columns, encode_columns
+from fanout.wire.columns import decode_columns, encode_columns, key_column
 from fanout.wire.messages import (
     Acquire,
     Batch,
@@ -384,7 +384,9 @@ class ControlPlane:
         # Acknowledged only once durable: the append returns after the fsync.
         try:
             upserts = decode_columns(request.upserts)
-            deletes = next(iter(decode_columns(request.deletes).values()), np.empty(0))
+            deletes = key_column(
+                request.deletes, self._key_of(request.dataset), f"publish {request.req} deletes"
+            )
             first, last = await asyncio.to_thread(
                 self.datasets.publish, request.dataset, upserts, deletes
             )
@@ -392,6 +394,13 @@ class ControlPlane:
             outbound.offer(codec.encode(Error(exc.code, str(exc), ref=request.req)))
             return
         outbound.offer(codec.encode(Published(request.req, first, last)))
+
+    def _key_of(self, dataset: str) -> str:
+        """The key column of ``dataset`` (raises InvalidView: no such dataset)."""
+        keys = {info.name: info.key for info in self.datasets.infos()}
+        if dataset not in keys:
+            raise InvalidView(f"unknown dataset {dataset!r} (serving: {', '.join(keys) or 'none'})")
+        return keys[dataset]
 
     async def _read_state(self, request: ReadState, outbound: Outbound) -> None:
         try:

@@ -45,7 +45,7 @@ from fanout.views.objects import ObjectPath
 from fanout.views.region import Relative
 from fanout.views.sql import Sql
 from fanout.views.topic import TopicFilter
-from fanout.wire.columns import decode_columns
+from fanout.wire.columns import decode_columns, key_column
 from fanout.wire.messages import (
     Curious,
     DatasetInfo,
@@ -142,9 +142,9 @@ class EveryMode:
                 f"knowledge {knowledge.seq}: columns {sorted(rows)} are not"
                 f" {sorted(state.info.columns)}"
             )
-        deleted = decode_columns(knowledge.deletes).get(state.info.key, np.empty(0))
+        keys = key_column(knowledge.deletes, state.info.key, f"knowledge {knowledge.seq} deletes")
         try:
-            deleted = state.table.as_keys(deleted)
+            deleted = state.table.as_keys(keys)
             if knowledge.upserts.length:
                 rows[state.info.key] = state.table.as_keys(rows[state.info.key])
         except (TypeError, ValueError) as exc:

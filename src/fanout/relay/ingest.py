@@ -24,7 +24,7 @@ from fanout.relay.spatial import IndexedRegion
 from fanout.relay.state import Array, DoubleBuffer, Stamp, Table
 from fanout.views import View
 from fanout.views.entity import Entity
-from fanout.wire.columns import NUMERIC_DTYPES, STRING, decode_columns
+from fanout.wire.columns import NUMERIC_DTYPES, STRING, decode_columns, key_column
 from fanout.wire.messages import Batch, DatasetInfo
 
 
@@ -149,9 +149,9 @@ class DatasetState:
                 f"batch {batch.seq}: upsert columns {sorted(upserts)} are not"
                 f" {sorted(info.columns)}"
             )
-        keys = decode_columns(batch.deletes).get(info.key)
+        keys = key_column(batch.deletes, info.key, f"batch {batch.seq} deletes")
         try:
-            deletes = table.as_keys([] if keys is None else keys)
+            deletes = table.as_keys(keys)
             incoming = table.as_keys(upserts[info.key]) if batch.upserts.length else deletes[:0]
         except (TypeError, ValueError) as exc:
             raise ProtocolError(f"batch {batch.seq}: bad keys: {exc}") from exc

@@ -96,6 +96,28 @@ def decode_columns(payload: Columns) -> dict[str, npt.NDArray[np.generic]]:
     return arrays
 
 
+def key_column(payload: Columns, key: str, what: str) -> npt.NDArray[np.generic]:
+    """The ``key`` column of a payload that names rows by key (deletes, left rows).
+
+    Args:
+        payload: the columns.
+        key: the key column's name.
+        what: what the payload is, for the error (``"batch 7 deletes"``).
+
+    Returns:
+        The keys; an empty int64 array when the payload holds no rows.
+
+    Raises:
+        ProtocolError: the payload does not decode, or holds rows but no ``key`` column.
+    """
+    arrays = decode_columns(payload)
+    if key in arrays:
+        return arrays[key]
+    if payload.length:
+        raise ProtocolError(f"{what}: {payload.length} rows without the key column {key!r}")
+    return np.empty(0, dtype=np.int64)
+
+
 def _decode_column(column: Column, length: int) -> npt.NDArray[np.generic]:
     if column.dtype == STRING:
         if not isinstance(column.data, list) or len(column.data) != length:
