@@ -14,6 +14,7 @@ import numpy as np
 import pyarrow as pa
 import pytest
 from websockets.asyncio.client import ClientConnection, connect
+from websockets.exceptions import ConnectionClosed
 
 from fanout.errors import BadRequest, InvalidView
 from fanout.metrics import Sample, scrape
@@ -85,6 +86,8 @@ class FakeDatasets:
         return 0, len(deletes) - 1
 
     def read(self, name: str, view: View, tick: int) -> tuple[int, pa.Table]:
+        if tick == 666:
+            raise OSError("No space left on device")  # a fault of the publisher's, not the reader's
         if tick > 100:
             raise BadRequest(f"tick {tick} is not where a micro-batch ended")
         return tick, pa.table({"id": [1], "x": [0.5], "y": [0.5]})
@@ -99,6 +102,8 @@ class FakeDatasets:
         ]
 
     def replay(self, name: str, epoch: int, after: int) -> list[Batch]:
+        if epoch == 666:
+            raise OSError("the log's disk is gone")  # a fault of the publisher's
         if epoch != 1:
             raise BadRequest(f"epoch {epoch} is over")
         self.replay_started.set()
@@ -235,6 +240,39 @@ async def test_readers_read_and_cannot_acquire(control) -> None:
     assert isinstance(replies[8], Error) and replies[8].code == "bad_request"
     assert isinstance(replies["role"], Error) and "only relays" in replies["role"].message
     await reader.close()
+
+
+async def test_a_request_that_fails_in_the_publisher_is_answered_and_the_connection_lives(
+    control, caplog: pytest.LogCaptureFixture
+) -> None:
+    _, _, url = control
+    reader = await hello(url, role="reader")
+    await reader.send(codec.encode(ReadState(9, "agents", Box((0, 0), (1, 1)), 666)))
+    (failed,) = await frames(reader, 1)
+    assert isinstance(failed, Error) and (failed.code, failed.ref) == ("internal", 9)
+    assert "OSError: No space left on device" in failed.message
+    assert "request 9 failed" in caplog.text
+    await reader.send(codec.encode(ReadState(10, "agents", Box((0, 0), (1, 1)), 5)))
+    (rows,) = await frames(reader, 1)
+    assert isinstance(rows, StateRows) and rows.req == 10
+    await reader.close()
+
+
+async def test_a_replay_that_fails_in_the_publisher_closes_the_relays_connection(
+    control, caplog: pytest.LogCaptureFixture
+) -> None:
+    plane, _, url = control
+    relay = await hello(url, resume={"agents": (666, 3)})
+    with pytest.raises(ConnectionClosed) as closed:
+        await asyncio.wait_for(relay.recv(), 10)  # not left waiting for batches held back
+    assert closed.value.rcvd is not None and closed.value.rcvd.code == 1011  # internal error
+    assert plane._held_back == {} and plane.registry.held() == {}
+    for _ in range(100):  # websockets logs the handler's error as it closes the connection
+        if "the log's disk is gone" in caplog.text:
+            break
+        await asyncio.sleep(0.01)
+    assert "connection handler failed" in caplog.text
+    assert "the log's disk is gone" in caplog.text
 
 
 async def test_a_producer_deletes_by_the_key_column_only(control) -> None:

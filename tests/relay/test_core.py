@@ -365,7 +365,7 @@ def test_batches_that_do_not_fit_the_catalog_are_protocol_errors() -> None:
     with pytest.raises(ProtocolError, match="duplicate keys"):
         core.on_batch(batch(0, {"id": [1, 1], "x": [1.0, 2.0], "y": [0.0, 0.0]}))
     no_keys = msgspec.structs.replace(batch(0), deletes=encode_columns({"x": [1.0]}))
-    with pytest.raises(ProtocolError, match="^batch 0 deletes: 1 rows without the key column"):
+    with pytest.raises(ProtocolError, match=r"^batch 0 deletes: 1 rows without the key column"):
         core.on_batch(no_keys)
 
 

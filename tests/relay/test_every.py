@@ -552,5 +552,5 @@ def test_a_dataset_no_every_subscription_reads_keeps_a_short_window() -> None:
 def test_knowledge_deleting_rows_without_the_key_column_is_a_protocol_error() -> None:
     core = relay()
     bad = Knowledge(7, "agents", 1, 3, 30, 3.0, encode_columns({}), encode_columns({"x": [1.0]}))
-    with pytest.raises(ProtocolError, match="^knowledge 3 deletes: 1 rows without the key"):
+    with pytest.raises(ProtocolError, match=r"^knowledge 3 deletes: 1 rows without the key"):
         core.on_knowledge(bad)

@@ -15,8 +15,8 @@ from __future__ import annotations
 import asyncio
 import logging
 import threading
-from collections.abc import Callable
-from typing import Protocol
+from collections.abc import Callable, Coroutine
+from typing import Any, Protocol
 
 import numpy as np
 import pyarrow as pa
@@ -255,32 +255,35 @@ class ControlPlane:
         )
         outbound = Outbound(websocket, self.queue_limit)
         relay: int | None = None
-        replay: asyncio.Task[None] | None = None
         self._open.add(outbound)
         outbound.start()
         try:
-            async for message in websocket:
-                outcome = session.receive(message)
-                if outcome.reply is not None:
-                    outbound.offer(codec.encode(outcome.reply))
-                if isinstance(outcome.reply, Welcome) and session.hello is not None:
-                    relay = self._welcome(session.hello.role, session.hello.name, outbound)
-                    if relay is not None and session.hello.resume:
-                        # hold live batches back from now on, before any can be offered
-                        self._held_back[relay] = []
-                        self._applied[relay] = {d: s for d, (_, s) in session.hello.resume.items()}
-                        replay = asyncio.create_task(
-                            self._resume(relay, session.hello.resume, outbound)
-                        )
-                if outcome.close:
-                    break
-                if outcome.deliver is not None:
-                    self._dispatch(outcome.deliver, relay, outbound)
-        except ConnectionClosed:
-            pass  # the peer went away; its primitives are released below
+            # The connection owns the work its requests started (a replay, reads, publishes):
+            # when it ends, what is still running is cancelled and waited for.
+            async with asyncio.TaskGroup() as group:
+                work = _Work(group)
+                try:
+                    async for message in websocket:
+                        outcome = session.receive(message)
+                        if outcome.reply is not None:
+                            outbound.offer(codec.encode(outcome.reply))
+                        if isinstance(outcome.reply, Welcome) and session.hello is not None:
+                            hello = session.hello
+                            relay = self._welcome(hello.role, hello.name, outbound)
+                            if relay is not None and hello.resume:
+                                # hold live batches back from now on, before any can be offered
+                                self._held_back[relay] = []
+                                self._applied[relay] = {d: s for d, (_, s) in hello.resume.items()}
+                                work.start(self._resume(relay, hello.resume, outbound))
+                        if outcome.close:
+                            break
+                        if outcome.deliver is not None:
+                            self._dispatch(outcome.deliver, relay, outbound, work)
+                except ConnectionClosed:
+                    pass  # the peer went away; its primitives are released below
+                finally:
+                    work.cancel()
         finally:
-            if replay is not None:
-                replay.cancel()
             if relay is not None:
                 self._held_back.pop(relay, None)
                 self._applied.pop(relay, None)
@@ -332,7 +335,7 @@ class ControlPlane:
                 await outbound.put(data)
         del self._held_back[relay]  # no await since the last check: nothing slips in between
 
-    def _dispatch(self, frame: Frame, relay: int | None, outbound: Outbound) -> None:
+    def _dispatch(self, frame: Frame, relay: int | None, outbound: Outbound, work: _Work) -> None:
         match frame:
             case Acquire(prim=prim, dataset=dataset, view=view) if relay is not None:
                 self._reply_on_error(outbound, prim, self._acquire, relay, prim, dataset, view)
@@ -341,11 +344,11 @@ class ControlPlane:
             case Acquire() | Release():
                 outbound.offer(codec.encode(Error("role", "only relays hold primitives")))
             case ReadState():
-                asyncio.get_running_loop().create_task(self._read_state(frame, outbound))
+                work.start(_answered(frame.req, self._read_state(frame, outbound), outbound))
             case Publish():
-                asyncio.get_running_loop().create_task(self._publish(frame, outbound))
+                work.start(_answered(frame.req, self._publish(frame, outbound), outbound))
             case Curious() if relay is not None:
-                asyncio.get_running_loop().create_task(self._curious(frame, outbound))
+                work.start(_answered(frame.req, self._curious(frame, outbound), outbound))
             case Horizon(dataset=dataset, epoch=epoch, seq=seq) if relay is not None:
                 self.registry.hold(relay, dataset, epoch, seq)
             case _:
@@ -417,3 +420,31 @@ class ControlPlane:
         rows = encode_columns(arrays)
         reply = StateRows(req=request.req, dataset=request.dataset, tick=tick, rows=rows)
         outbound.offer(codec.encode(reply))
+
+
+class _Work:
+    """The tasks one connection started, in its ``TaskGroup``, and a way to cancel them."""
+
+    def __init__(self, group: asyncio.TaskGroup) -> None:
+        self._group = group
+        self._running: set[asyncio.Task[None]] = set()
+
+    def start(self, job: Coroutine[Any, Any, None]) -> None:
+        task = self._group.create_task(job)
+        self._running.add(task)
+        task.add_done_callback(self._running.discard)
+
+    def cancel(self) -> None:
+        for task in self._running:
+            task.cancel()
+
+
+async def _answered(req: int, job: Coroutine[Any, Any, None], outbound: Outbound) -> None:
+    """Run a request's ``job``; a fault of ours in it is logged and told to the requester
+    (``Error{code: "internal"}``), so that no request waits forever and the connection lives."""
+    try:
+        await job
+    except Exception as exc:
+        log.exception("request %d failed", req)
+        message = f"request {req} failed in the publisher: {type(exc).__name__}: {exc}"
+        outbound.offer(codec.encode(Error("internal", message, ref=req)))
