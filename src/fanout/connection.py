@@ -180,6 +180,11 @@ class Outbound:
             return
 
 
+def close_reason(text: str) -> str:
+    """``text`` cut to what a close frame's reason holds (123 bytes of UTF-8, RFC 6455 5.5)."""
+    return text.encode()[:123].decode(errors="ignore")
+
+
 def binary_frame(data: bytes) -> bytes:
     """``data`` as one unmasked binary WebSocket frame (RFC 6455 section 5.2), as websockets'
     ``Frame.serialize`` writes it for a server without extensions.

@@ -153,6 +153,8 @@ def test_left_rows_without_the_key_are_a_protocol_error() -> None:
 
 
 async def test_a_relay_that_sends_rows_without_keys_ends_the_views_with_an_error() -> None:
+    closed: list[int | None] = []
+
     async def relay(websocket: ServerConnection) -> None:  # a real socket, a broken relay
         decode = codec.to_relay().decode
         assert isinstance(decode(await websocket.recv()), Hello)
@@ -163,6 +165,7 @@ async def test_a_relay_that_sends_rows_without_keys_ends_the_views_with_an_error
         bad = msgspec.structs.replace(push(0, full=True, entered={"x": [0.1]}), sub=subscribe.sub)
         await websocket.send(codec.encode(bad))
         await websocket.wait_closed()
+        closed.append(websocket.close_code)
 
     async with serve(relay, "127.0.0.1", 0) as server:
         port = next(iter(server.sockets)).getsockname()[1]
@@ -170,3 +173,6 @@ async def test_a_relay_that_sends_rows_without_keys_ends_the_views_with_an_error
             live = await subscriber.subscribe(Box((0, 0), (1, 1)))
             with pytest.raises(SubscriptionError, match=r"protocol: .*without the key column"):
                 await asyncio.wait_for(live.__aiter__().__anext__(), 5)
+            with pytest.raises(SubscriptionError, match=r"protocol: .*without the key column"):
+                await asyncio.wait_for(subscriber.subscribe(Box((0, 0), (1, 1))), 5)
+    assert closed == [1002]  # the relay was told: protocol error

@@ -17,8 +17,10 @@ import numpy.typing as npt
 from websockets.asyncio.client import ClientConnection
 from websockets.asyncio.client import connect as ws_connect
 from websockets.exceptions import ConnectionClosed
+from websockets.frames import CloseCode
 
 from fanout.client.subscriber import MAX_FRAME, SubscriptionError
+from fanout.connection import close_reason
 from fanout.errors import ProtocolError
 from fanout.views import View
 from fanout.wire import codec
@@ -49,19 +51,28 @@ class PublisherClient:
         self._ids = itertools.count(1)
         self._pending: dict[int, asyncio.Future[Any]] = {}
         self.datasets: dict[str, DatasetInfo] = {}
-        self._catalog = asyncio.Event()
+        self._catalog = asyncio.Event()  # set by the catalog, or by the connection's end
         self._task: asyncio.Task[None] | None = None
+        #: Why the connection can serve no more, if so.
+        self.failure: SubscriptionError | None = None
 
     async def catalog(self) -> dict[str, DatasetInfo]:
-        """The publisher's datasets."""
+        """The publisher's datasets.
+
+        Raises:
+            SubscriptionError: the connection can serve no more (``failure``).
+        """
         await self._catalog.wait()
+        if self.failure is not None:
+            raise self.failure
         return self.datasets
 
     async def read(self, dataset: str, view: View, tick: int = -1) -> tuple[int, Rows]:
         """The publisher's rows of ``dataset`` inside ``view`` as of ``tick`` (-1: latest).
 
         Raises:
-            SubscriptionError: the publisher refused (unknown tick, bad view, timeout).
+            SubscriptionError: the publisher refused (unknown tick, bad view, timeout), or the
+                connection can serve no more (``failure``).
         """
         req = next(self._ids)
         result: tuple[int, Rows] = await self._request(req, ReadState(req, dataset, view, tick))
@@ -80,7 +91,8 @@ class PublisherClient:
 
         Raises:
             SubscriptionError: the publisher refused them (unknown dataset, not an ingest
-                dataset, a value of the wrong type, a missing key...).
+                dataset, a value of the wrong type, a missing key...), or the connection can
+                serve no more (``failure``).
         """
         columns = _columns(rows)
         key = await self._key(dataset)
@@ -100,6 +112,8 @@ class PublisherClient:
         return info.key
 
     async def _request(self, req: int, frame: Frame) -> Any:
+        if self.failure is not None:
+            raise self.failure
         future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
         self._pending[req] = future
         await self._websocket.send(codec.encode(frame))
@@ -110,12 +124,18 @@ class PublisherClient:
 
     async def _read(self) -> None:
         decoder = codec.from_publisher()
-        failure: Exception = SubscriptionError("closed", "connection to the publisher closed")
+        failure = SubscriptionError("closed", "connection to the publisher closed")
         try:
             async for message in self._websocket:
                 self._on_frame(decoder.decode(message))
-        except (ConnectionClosed, ProtocolError) as exc:
+        except ConnectionClosed as exc:
             failure = SubscriptionError("closed", str(exc))
+        except ProtocolError as exc:
+            failure = SubscriptionError("protocol", str(exc))
+            # Nobody reads this connection any more: close it, so the publisher learns why.
+            await self._websocket.close(CloseCode.PROTOCOL_ERROR, close_reason(str(exc)))
+        self.failure = failure
+        self._catalog.set()
         for future in self._pending.values():
             if not future.done():
                 future.set_exception(failure)

@@ -48,7 +48,9 @@ import numpy.typing as npt
 from websockets.asyncio.client import ClientConnection
 from websockets.asyncio.client import connect as ws_connect
 from websockets.exceptions import ConnectionClosed
+from websockets.frames import CloseCode
 
+from fanout.connection import close_reason
 from fanout.errors import FanoutError, ProtocolError
 from fanout.views import View
 from fanout.wire import codec
@@ -320,6 +322,8 @@ class Subscriber:
         self._decoder = codec.to_subscriber()
         self._reader: asyncio.Task[None] | None = None
         self.errors: list[Error] = []
+        #: Why the connection can serve no more (its views ended with this error), if so.
+        self.failure: SubscriptionError | None = None
 
     @property
     def views(self) -> list[LiveView]:
@@ -355,7 +359,7 @@ class Subscriber:
 
         Raises:
             SubscriptionError: the relay refused it (bad view, unknown dataset, bad
-                transform, ...).
+                transform, ...), or the connection can serve no more (``failure``).
         """
         sub = next(self._ids)
         future: asyncio.Future[Subscribed] = asyncio.get_running_loop().create_future()
@@ -380,6 +384,8 @@ class Subscriber:
         return self._views[sub]
 
     async def _send(self, frame: Subscribe | Unsubscribe) -> None:
+        if self.failure is not None:
+            raise self.failure
         if isinstance(frame, Subscribe):
             self._rates[frame.sub] = frame.rate
         await self._websocket.send(codec.encode(frame))
@@ -393,7 +399,10 @@ class Subscriber:
             failure = SubscriptionError("closed", f"connection to the relay closed: {exc}")
         except ProtocolError as exc:
             failure = SubscriptionError("protocol", str(exc))
+            # Nobody reads this connection any more: close it, so the relay learns why.
+            await self._websocket.close(CloseCode.PROTOCOL_ERROR, close_reason(str(exc)))
         failure = failure or SubscriptionError("closed", "connection to the relay closed")
+        self.failure = failure
         for view in self._views.values():
             if not view._closed:
                 view._end(failure)
