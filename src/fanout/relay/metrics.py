@@ -67,6 +67,7 @@ def relay_samples(
     frames_sent: int,
     bytes_sent: int,
     slow_closed: int,
+    reads_throttled: int,
 ) -> list[Sample]:
     """The relay's samples: ``core`` (``RelayCore.stats()``) and the server's own figures.
 
@@ -94,5 +95,12 @@ def relay_samples(
             "counter",
             "Subscriber connections closed as slow consumers.",
             slow_closed,
+        ),
+        Sample(
+            "relay_reads_throttled",
+            "counter",
+            "Times a subscriber connection sent frames faster than read_rate and was not read"
+            " for a while.",
+            reads_throttled,
         ),
     ]

@@ -13,6 +13,10 @@ Tasks (one ``TaskGroup`` owns them all, STYLE.md rule 5):
   aging, for the next round;
 * housekeeping: releases spare primitives and disconnects subscribers that stopped reading.
 
+A subscriber connection is read at most ``RelayConfig.read_rate`` frames a second after a first
+``read_burst`` (``relay.throttle``): one that floods the relay with view changes is slowed down,
+by not being read, rather than taking the event loop from everyone else.
+
 An HTTP ``GET /metrics`` on the subscriber port is answered with the relay's counters
 (``relay.metrics``, ``fanout.metrics``) instead of a WebSocket handshake.
 
@@ -48,6 +52,7 @@ from fanout.relay.core import UPSTREAM, RelayCore, Send
 from fanout.relay.metrics import relay_samples
 from fanout.relay.planner import Policy
 from fanout.relay.scheduler import AGING
+from fanout.relay.throttle import Throttle
 from fanout.relay.writer import Writer
 from fanout.wire import codec
 from fanout.wire.messages import (
@@ -86,6 +91,9 @@ class RelayConfig:
         policy: coverage planning policy.
         queue_limit: frames queued per subscriber before it is closed as a slow consumer.
         stall_timeout: seconds a subscriber may leave a push unread before it is closed.
+        read_rate, read_burst: frames a second the relay reads from one subscriber
+            connection, after a first burst (``relay.throttle``); past that it stops reading
+            the connection for a while (TCP slows the sender down). 0: no limit.
         reconnect_delay: first delay before reconnecting upstream (doubles up to 5 s).
         pump_budget: seconds one round of pushes may run before yielding to the event loop.
         aging: priority units a waiting subscription gains per second (``relay.scheduler``).
@@ -112,6 +120,8 @@ class RelayConfig:
     policy: Policy = field(default_factory=Policy)
     queue_limit: int = 64
     stall_timeout: float = 10.0
+    read_rate: float = 1000.0
+    read_burst: int = 1000
     reconnect_delay: float = 0.2
     pump_budget: float = 0.02
     aging: float = AGING
@@ -139,6 +149,7 @@ class RelayServer:
         #: (frames, bytes) written to subscriber connections since closed.
         self._closed_sent = (0, 0)
         self._slow_closed = 0
+        self._reads_throttled = 0
         self._finishing: set[Outbound] = set()
 
     async def run(self, ready: Callable[[int], None] | None = None) -> None:
@@ -198,6 +209,7 @@ class RelayServer:
             frames_sent=frames + sum(outbound.sent for outbound in live),
             bytes_sent=sent + sum(outbound.sent_bytes for outbound in live),
             slow_closed=self._slow_closed + sum(o.closed_for is not None for o in live),
+            reads_throttled=self._reads_throttled,
         )
 
     # -- dispatch ------------------------------------------------------------------------
@@ -224,6 +236,9 @@ class RelayServer:
         )
         self._clients[client] = outbound
         outbound.start()
+        loop = asyncio.get_running_loop()
+        rate = self.config.read_rate
+        throttle = Throttle(rate, self.config.read_burst) if rate > 0 else None
         try:
             async for message in websocket:
                 outcome = session.receive(message)
@@ -236,11 +251,13 @@ class RelayServer:
                     self.core.on_connect(client, session.hello.capabilities)
                 match outcome.deliver:
                     case Subscribe() as request:
-                        now = asyncio.get_running_loop().time()
-                        self._dispatch(self.core.on_subscribe(client, request, now))
+                        self._dispatch(self.core.on_subscribe(client, request, loop.time()))
                     case Unsubscribe() as request:
                         self._dispatch(self.core.on_unsubscribe(client, request))
                 self._wake.set()
+                if throttle is not None and (wait := throttle.take(loop.time())) > 0:
+                    self._reads_throttled += 1
+                    await asyncio.sleep(wait)
         except ConnectionClosed:
             pass  # the subscriber went away; its subscriptions end below
         finally:
