@@ -8,10 +8,12 @@ import socket
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 from websockets.asyncio.client import ClientConnection, connect
 from websockets.asyncio.server import ServerConnection, serve
+from websockets.exceptions import ConnectionClosed
 from websockets.frames import Frame, Opcode
 
 from fanout.connection import Outbound, binary_frame
@@ -120,3 +122,20 @@ async def test_a_full_queue_closes_the_connection_as_a_slow_consumer() -> None:
         assert server_side.close_code == 1008
         assert "slow consumer" in (server_side.close_reason or "")
         await outbound.finish()
+
+
+async def test_closing_twice_closes_once_with_the_first_reason(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    async with pair() as (server_side, client):
+        outbound = Outbound(server_side, limit=2)
+        outbound.start()
+        outbound.close("slow consumer: a push unread for 11 s")
+        outbound.close("slow consumer: a push unread for 12 s")  # the next housekeeping
+        with pytest.raises(ConnectionClosed):
+            await client.recv()
+        await outbound.finish()  # waits for the closing handshake it started
+        assert server_side.close_code == 1008
+        assert server_side.close_reason == "slow consumer: a push unread for 11 s"
+        assert outbound.closed_for == "slow consumer: a push unread for 11 s"
+        assert caplog.text.count("closing") == 1

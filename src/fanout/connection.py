@@ -64,6 +64,7 @@ class Outbound:
         self.overflowed = False
         self.closed_for: str | None = None
         self._writer: asyncio.Task[None] | None = None
+        self._closing: asyncio.Task[None] | None = None
         self._drained = asyncio.Event()
         #: Whether ``offer`` may frame what it writes at once itself (``binary_frame``): a
         #: server's frames are not masked, and no extension was negotiated to transform them.
@@ -77,7 +78,8 @@ class Outbound:
         self._writer = self._loop.create_task(self._run())
 
     async def finish(self, grace: float = 1.0) -> None:
-        """Give queued frames up to ``grace`` seconds to go out, then stop the writer."""
+        """Give queued frames up to ``grace`` seconds to go out, then stop the writer (and
+        wait for a closing handshake ``close`` started: websockets bounds it)."""
         if not self.idle and self._websocket.state is not State.CLOSED:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._drained.wait(), grace)
@@ -85,6 +87,8 @@ class Outbound:
             self._writer.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._writer
+        if self._closing is not None:
+            await self._closing
 
     @property
     def idle(self) -> bool:
@@ -144,10 +148,13 @@ class Outbound:
         return True
 
     def close(self, reason: str) -> None:
-        """Close the connection with a policy-violation code and ``reason``."""
+        """Close the connection with a policy-violation code and ``reason`` (once: later calls,
+        while the closing handshake runs, do nothing)."""
+        if self._closing is not None:
+            return
         log.warning("closing %s: %s", self._websocket.remote_address, reason)
         self.closed_for = reason
-        self._loop.create_task(self._websocket.close(POLICY_VIOLATION, reason))
+        self._closing = self._loop.create_task(self._websocket.close(POLICY_VIOLATION, reason))
 
     async def put(self, data: bytes) -> None:
         """Queue a frame, waiting for room: for a long, paced stream such as a replay."""
