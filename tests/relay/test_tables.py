@@ -168,3 +168,22 @@ def test_results_of_views_no_longer_subscribed_are_forgotten(store: TableStore) 
     run(store, str(kept), buf)
     run(store, str(dropped), buf)
     assert (store.counters.evaluations, store.counters.shared) == (3, 1)
+
+
+def test_a_query_past_the_time_limit_is_stopped_and_fails_once_per_state() -> None:
+    store = TableStore(query_timeout=0.2)
+    store.define(ORDERS)
+    buf = buffer(ORDERS)
+    many = 30_000  # a join on no key: 450 million pairs, far longer than the limit
+    ids = np.arange(many, dtype=np.int64)
+    customers = np.full(many, "ada", dtype=object)
+    write(buf, 0, {"order_id": ids, "customer": customers, "amount": ids * 1.0})
+    text = "SELECT a.amount FROM orders a JOIN orders b ON a.amount < b.amount"
+    with pytest.raises(InvalidView, match=r"ran longer than 0\.2 s on the relay and was stopped"):
+        run(store, text, buf)
+    assert store.watchdog.interrupted == 1
+    with pytest.raises(InvalidView, match=r"ran longer than 0\.2 s"):
+        run(store, text, buf)  # the same rows: it fails without running again
+    assert store.watchdog.interrupted == 1 and store.counters.evaluations == 0
+    got = run(store, "SELECT amount FROM orders WHERE order_id = 7", buf)  # the store still works
+    assert got == {7: {"order_id": 7, "amount": 7.0}}

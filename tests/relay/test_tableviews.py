@@ -55,8 +55,8 @@ CLIENT = 1
 class Conversation:
     """A relay with the four datasets, a client, and the publisher's side played by hand."""
 
-    def __init__(self) -> None:
-        self.core = RelayCore(Policy(grace=0.0))
+    def __init__(self, **options: Any) -> None:
+        self.core = RelayCore(Policy(grace=0.0), **options)
         self.core.on_catalog(Catalog([ORDERS, CUSTOMERS, SENSORS, OBJECTS]))
         self.seqs: dict[str, int] = {}
         self.snapshots: dict[str, list[int]] = {}
@@ -256,6 +256,21 @@ def test_a_query_failing_on_the_rows_ends_only_its_subscription() -> None:
     (error,) = [f for f in frames if isinstance(f, Error)]
     assert (error.code, error.ref) == ("invalid_view", 1)
     assert [f.sub for f in frames if isinstance(f, Push)] == [2]  # type: ignore[attr-defined]
+    assert len(talk.core.downstream) == 1
+
+
+def test_a_query_past_the_time_limit_ends_only_its_subscription() -> None:
+    talk = Conversation(query_timeout=0.2)
+    endless = "SELECT a.amount FROM orders a JOIN orders b ON a.amount < b.amount"
+    talk.subscribe(1, "orders", sql(endless))  # 450 million pairs of 30,000 orders
+    talk.subscribe(2, "orders", sql("SELECT * FROM orders WHERE order_id < 3"))
+    talk.batch("orders", orders(*((n, "ada", float(n)) for n in range(30_000))))
+    frames = talk.push()
+    (error,) = [f for f in frames if isinstance(f, Error)]
+    assert (error.code, error.ref) == ("invalid_view", 1)
+    assert "ran longer than 0.2 s on the relay and was stopped" in error.message
+    assert [f.sub for f in frames if isinstance(f, Push)] == [2]  # type: ignore[attr-defined]
+    assert sorted(talk.views[2]) == [0, 1, 2]
     assert len(talk.core.downstream) == 1
 
 

@@ -41,6 +41,7 @@ from fanout.relay.pushes import Encodings
 from fanout.relay.scheduler import AGING, Scheduler
 from fanout.relay.sends import UPSTREAM, Counters, Send
 from fanout.relay.serving import Serving
+from fanout.relay.tables import QUERY_TIMEOUT
 from fanout.relay.tableviews import TableViews
 from fanout.relay.transforms import InvalidTransform, Shape, resolve
 from fanout.relay.upstream import Primitive, Upstream
@@ -73,7 +74,12 @@ PRUNE_WINDOW = 2.0
 class RelayCore(Serving):
     """Subscriptions, upstream primitives, state and scheduling of one relay."""
 
-    def __init__(self, policy: Policy | None = None, aging: float = AGING) -> None:
+    def __init__(
+        self,
+        policy: Policy | None = None,
+        aging: float = AGING,
+        query_timeout: float = QUERY_TIMEOUT,
+    ) -> None:
         self.policy = policy or Policy()
         self.upstream = Upstream()
         self.downstream = Downstream()
@@ -84,7 +90,7 @@ class RelayCore(Serving):
         self._unsent: deque[Send] = deque()
         self.scheduler = Scheduler(aging)
         self.encodings = Encodings()
-        self.tableviews = TableViews()  # SQL, topic and object-path views
+        self.tableviews = TableViews(query_timeout)  # SQL, topic and object-path views
         self.counters = Counters()
         self._capabilities: dict[int, tuple[str, ...]] = {}
         self._grown = 0

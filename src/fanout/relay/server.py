@@ -52,6 +52,7 @@ from fanout.relay.core import UPSTREAM, RelayCore, Send
 from fanout.relay.metrics import relay_samples
 from fanout.relay.planner import Policy
 from fanout.relay.scheduler import AGING
+from fanout.relay.tables import QUERY_TIMEOUT
 from fanout.relay.throttle import Throttle
 from fanout.relay.writer import Writer
 from fanout.wire import codec
@@ -94,6 +95,8 @@ class RelayConfig:
         read_rate, read_burst: frames a second the relay reads from one subscriber
             connection, after a first burst (``relay.throttle``); past that it stops reading
             the connection for a while (TCP slows the sender down). 0: no limit.
+        query_timeout: seconds a subscriber's SQL may run (on the event loop, every other
+            subscriber waiting) before it is stopped and the subscription ends with an error.
         reconnect_delay: first delay before reconnecting upstream (doubles up to 5 s).
         pump_budget: seconds one round of pushes may run before yielding to the event loop.
         aging: priority units a waiting subscription gains per second (``relay.scheduler``).
@@ -122,6 +125,7 @@ class RelayConfig:
     stall_timeout: float = 10.0
     read_rate: float = 1000.0
     read_burst: int = 1000
+    query_timeout: float = QUERY_TIMEOUT
     reconnect_delay: float = 0.2
     pump_budget: float = 0.02
     aging: float = AGING
@@ -135,7 +139,7 @@ class RelayServer:
 
     def __init__(self, config: RelayConfig) -> None:
         self.config = config
-        self.core = RelayCore(config.policy, config.aging)
+        self.core = RelayCore(config.policy, config.aging, config.query_timeout)
         self.port: int | None = None
         self._clients: dict[int, Outbound] = {}
         self._ids = itertools.count(1)

@@ -36,9 +36,12 @@ from sqlglot import exp
 from fanout.errors import InvalidView
 from fanout.relay.pushes import members
 from fanout.relay.state import Array, DoubleBuffer, Keys, Positions, Table
+from fanout.relay.watchdog import Watchdog
 from fanout.views.sql import Sql, to_duckdb
 from fanout.wire.messages import DatasetInfo
 
+#: Seconds a subscriber's query may run on the relay's event loop before it is stopped.
+QUERY_TIMEOUT = 0.5
 #: Names the relay adds to a query's result; views may not use them.
 RESERVED = "__fanout_"
 #: The key column of results that are not keyed by one dataset's key (joins, DISTINCT).
@@ -125,13 +128,19 @@ class StoreCounters:
 
 
 class TableStore:
-    """The relay's DuckDB database: a table per SQL dataset, mirrored from the active buffers."""
+    """The relay's DuckDB database: a table per SQL dataset, mirrored from the active buffers.
 
-    def __init__(self) -> None:
+    A query still running after ``query_timeout`` seconds is interrupted (``relay.watchdog``)
+    and fails like any other query that fails on the current rows.
+    """
+
+    def __init__(self, query_timeout: float = QUERY_TIMEOUT) -> None:
         self._mirrors: dict[str, _Mirror] = {}
         self._names: dict[str, str] = {}  # table name as views spell it -> dataset
         self._queries: dict[Sql, Query] = {}
-        self._results: dict[Sql, tuple[tuple[int, ...], Result]] = {}
+        # view -> (generations, its result, or why it failed on the tables at them)
+        self._results: dict[Sql, tuple[tuple[int, ...], Result | str]] = {}
+        self.watchdog = Watchdog(query_timeout)
         self.counters = StoreCounters()
 
     @functools.cached_property
@@ -294,20 +303,40 @@ class TableStore:
 
         Raises:
             InvalidView: DuckDB failed to run it on the current rows (a cast of a bad value,
-                say).
+                say), or it ran past ``query_timeout``.
         """
         cached = self._results.get(query.view)
         if cached is not None and cached[0] == generations:
             self.counters.shared += 1
+            if isinstance(cached[1], str):
+                raise InvalidView(cached[1])  # it failed on these very rows: not run again
             return cached[1]
         try:
-            table = self._db.sql(query.text).to_arrow_table()
-        except duckdb.Error as exc:
-            raise InvalidView(f"the query failed on the relay: {_first_line(exc)}") from exc
+            table = self._run(self._db, query.text)
+        except InvalidView as failure:
+            self._results[query.view] = (generations, str(failure))
+            raise
         self.counters.evaluations += 1
         result = _result(table, query)
         self._results[query.view] = (generations, result)
         return result
+
+    def _run(self, db: duckdb.DuckDBPyConnection, text: str) -> pa.Table:
+        """Run a subscriber's query under the time limit.
+
+        Raises:
+            InvalidView: DuckDB failed to run it, or it ran past the limit.
+        """
+        try:
+            with self.watchdog.watching(db):
+                return db.sql(text).to_arrow_table()
+        except duckdb.InterruptException as exc:
+            raise InvalidView(
+                f"the query ran longer than {self.watchdog.limit:g} s on the relay and was"
+                " stopped; narrow it (fewer rows, joins on keys)"
+            ) from exc
+        except duckdb.Error as exc:
+            raise InvalidView(f"the query failed on the relay: {_first_line(exc)}") from exc
 
     def row_by_row(self, query: Query) -> None:
         """Check that the query decides each row on its own: a selection (and projection) of
@@ -350,7 +379,7 @@ class TableStore:
                 )
             finally:
                 self._changes.unregister("__fanout_rows")
-            table = self._changes.sql(query.text).to_arrow_table()
+            table = self._run(self._changes, query.text)
         except duckdb.Error as exc:
             raise InvalidView(f"the query failed on the relay: {_first_line(exc)}") from exc
         finally:

@@ -34,7 +34,7 @@ from fanout.relay.keyed import TopicMatches, path_columns, path_positions
 from fanout.relay.pushes import Body, Encodings, Held, cut_positions
 from fanout.relay.rows import HeldRows, cut_rows
 from fanout.relay.state import Positions, Stamp
-from fanout.relay.tables import TableStore
+from fanout.relay.tables import QUERY_TIMEOUT, TableStore
 from fanout.relay.transforms import InvalidTransform, Shape, resolve
 from fanout.relay.upstream import Primitive, Upstream
 from fanout.views import View, covers, residual
@@ -63,8 +63,8 @@ class Accepted:
 class TableViews:
     """The relay's serving of SQL, topic and object-path views (module docstring)."""
 
-    def __init__(self) -> None:
-        self.store = TableStore()
+    def __init__(self, query_timeout: float = QUERY_TIMEOUT) -> None:
+        self.store = TableStore(query_timeout)
         self._topics: dict[str, TopicMatches] = {}
         #: dataset -> (what ``unneeded`` was last asked, its answer's primitive ids)
         self._unneeded: dict[str, tuple[Hashable, frozenset[int]]] = {}
