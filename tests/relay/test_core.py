@@ -374,7 +374,7 @@ def test_batches_that_do_not_fit_the_catalog_are_protocol_errors() -> None:
     [
         ({"id": "<i8", "x": "zz", "y": "<f8"}, ["x", "y"], "column 'x' has dtype 'zz'"),
         ({"id": "<f8", "x": "<f8", "y": "<f8"}, ["x", "y"], "integers or strings"),
-        ({"x": "<f8", "y": "<f8"}, ["x", "y"], "'id'"),
+        ({"x": "<f8", "y": "<f8"}, ["x", "y"], "the key column 'id' is not one of"),
         ({"id": "<i8", "x": "str", "y": "<f8"}, ["x", "y"], "'x' is str, not a number"),
         ({"id": "<i8", "x": "<f8", "y": "<f8"}, ["x", "x"], "2 or 3 distinct columns"),
         ({"id": "<i8", "x": "<f8"}, ["x"], "2 or 3 distinct columns"),

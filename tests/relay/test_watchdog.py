@@ -5,6 +5,7 @@ from __future__ import annotations
 import duckdb
 import pytest
 
+from fanout.relay import watchdog as watchdog_module
 from fanout.relay.watchdog import Watchdog
 
 
@@ -34,3 +35,20 @@ def test_statements_within_the_limit_are_left_alone() -> None:
 def test_a_limit_that_could_not_work_is_refused(limit: float) -> None:
     with pytest.raises(ValueError, match="must be > 0 seconds"):
         Watchdog(limit)
+
+
+def test_the_thread_ends_when_idle_and_starts_again_for_the_next_statement(monkeypatch) -> None:
+    monkeypatch.setattr(watchdog_module, "IDLE_EXIT", 0.05)
+    db = duckdb.connect()
+    watchdog = Watchdog(0.1)
+    with watchdog.watching(db):
+        db.sql("SELECT 1").fetchall()
+    first = watchdog._thread
+    assert first is not None
+    first.join(5)
+    assert not first.is_alive() and watchdog._thread is None
+    endless = "SELECT count(*) FROM range(100000) a, range(100000) b WHERE a.range + b.range < 0"
+    with pytest.raises(duckdb.InterruptException), watchdog.watching(db):
+        db.sql(endless).fetchall()  # the new thread still keeps time
+    assert watchdog._thread is not None and watchdog._thread is not first
+    db.close()

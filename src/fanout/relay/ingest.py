@@ -28,12 +28,15 @@ from fanout.wire.columns import NUMERIC_DTYPES, STRING, decode_columns, key_colu
 from fanout.wire.messages import Batch, DatasetInfo
 
 
-def _check_columns(columns: dict[str, str], coordinates: tuple[str, ...]) -> None:
-    """Refuse what the relay could not hold: dtypes that do not travel, a bad space index.
+def _check_columns(key: str, columns: dict[str, str], coordinates: tuple[str, ...]) -> None:
+    """Refuse what the relay could not hold: dtypes that do not travel, no key column, a bad
+    space index.
 
     Raises:
         ValueError: naming the column and what is wrong with it.
     """
+    if key not in columns:
+        raise ValueError(f"the key column {key!r} is not one of its columns {sorted(columns)}")
     for name, dtype in columns.items():
         if dtype != STRING and dtype not in NUMERIC_DTYPES:
             travel = ", ".join([STRING, *sorted(NUMERIC_DTYPES)])
@@ -81,7 +84,7 @@ class DatasetState:
         """
         coordinates = tuple(info.index_columns) if info.index == "space" else ()
         try:
-            _check_columns(info.columns, coordinates)
+            _check_columns(info.key, info.columns, coordinates)
             return cls(info, DoubleBuffer(info.key, info.columns, coordinates))
         except (ValueError, KeyError) as exc:
             raise ProtocolError(f"catalog: dataset {info.name!r}: {exc}") from exc

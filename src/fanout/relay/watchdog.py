@@ -6,11 +6,12 @@ subscriber's pushes meanwhile. The watchdog interrupts a statement that is still
 ``limit`` seconds (DuckDB's ``interrupt``, which may be called from another thread); the
 statement then raises ``duckdb.InterruptException`` and the connection stays usable.
 
-One daemon thread serves every statement, started on first use; arming and disarming it is a
-lock and a notify. The lock also keeps an interrupt meant for one statement from reaching the
-next: the thread interrupts only while the statement it timed is still armed, and a statement is
-disarmed (under the lock) before the next one starts. An interrupt that reaches an idle
-connection is ignored by DuckDB.
+One daemon thread serves a watchdog's statements, started on first use and ended after
+``IDLE_EXIT`` seconds without one; arming and disarming it is a lock (and a notify when the thread
+was idle). The lock also
+keeps an interrupt meant for one statement from reaching the next: the thread interrupts only
+while the statement it timed is still armed, and a statement is disarmed (under the lock) before
+the next one starts. An interrupt that reaches an idle connection is ignored by DuckDB.
 """
 
 from __future__ import annotations
@@ -22,6 +23,9 @@ import time
 from collections.abc import Iterator
 
 import duckdb
+
+#: Seconds without a statement after which the watchdog's thread ends (the next one starts it).
+IDLE_EXIT = 30.0
 
 
 class Watchdog:
@@ -35,6 +39,7 @@ class Watchdog:
         self._lock = threading.Condition()
         self._armed: tuple[float, duckdb.DuckDBPyConnection] | None = None
         self._thread: threading.Thread | None = None
+        self._idle = False  # the thread waits for a statement, not for a deadline
 
     @contextlib.contextmanager
     def watching(self, db: duckdb.DuckDBPyConnection) -> Iterator[None]:
@@ -46,7 +51,11 @@ class Watchdog:
                     target=self._watch, name="fanout-sql-watchdog", daemon=True
                 )
                 self._thread.start()
-            self._lock.notify()
+            elif self._idle:
+                # Woken only from its idle wait: waiting for an earlier statement's deadline,
+                # it finds this one's when that passes, so a busy relay's queries do not each
+                # wake it (and take the GIL from the event loop).
+                self._lock.notify()
         try:
             yield
         finally:
@@ -57,7 +66,12 @@ class Watchdog:
         with self._lock:
             while True:
                 if self._armed is None:
-                    self._lock.wait()
+                    self._idle = True
+                    woken = self._lock.wait(IDLE_EXIT)
+                    self._idle = False
+                    if not woken and self._armed is None:
+                        self._thread = None
+                        return
                     continue
                 # No reference to the connection is kept while waiting: it is closed with its
                 # store, not held by this thread till the interpreter exits.
