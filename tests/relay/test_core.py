@@ -404,6 +404,23 @@ def test_a_refused_primitive_is_dropped() -> None:
     assert len(core.upstream) == 0
 
 
+def test_the_subscriptions_a_refused_primitive_leaves_uncovered_end_with_its_error() -> None:
+    core = relay()
+    (refused,) = subscribe(core, Box((0, 0), (10, 10)), sub=1)
+    (kept,) = subscribe(core, Box((100, 100), (110, 110)), sub=2)
+    assert subscribe(core, Box((2, 2), (4, 4)), sub=3) == []  # covered by the first one
+    refusal = Error("invalid_view", "no such area", ref=refused.prim)
+    (send_1, send_3) = core.on_upstream_error(refusal)
+    for send, sub in ((send_1, 1), (send_3, 3)):
+        assert send.to == CLIENT and isinstance(send.frame, Error)
+        assert (send.frame.code, send.frame.ref) == ("invalid_view", sub)
+        assert "the publisher refused data this view needs: no such area" in send.frame.message
+    assert [s.sub for s in core.downstream] == [2]
+    core.on_batch(batch(0, rows(k7=(105.0, 105.0)), snapshots=[kept.prim]))
+    (push,) = pushes(core)
+    assert isinstance(push, Push) and (push.sub, keys(push.entered)) == (2, [7])
+
+
 def test_a_new_epoch_counts_every_held_row_as_updated() -> None:
     core = relay()
     (acquire,) = subscribe(core, Box((0, 0), (10, 10)))

@@ -442,3 +442,16 @@ async def _read_all(websocket) -> None:
     with contextlib.suppress(ConnectionClosed):
         async for _ in websocket:
             pass
+
+
+async def test_a_view_whose_data_the_publisher_refuses_ends_with_the_publishers_error(
+    deployment,
+) -> None:
+    publisher, _, url = deployment
+    async with connect(url) as subscriber:
+        view = await subscriber.subscribe(Box((0, 0), (10, 10)))
+        acquire = await asyncio.wait_for(publisher.acquired.get(), 5)
+        refusal = Error("invalid_view", "dataset 'agents' is gone", ref=acquire.prim)
+        await publisher.relays[0].send(codec.encode(refusal))
+        with pytest.raises(SubscriptionError, match="refused data this view needs: dataset"):
+            await next_update(view)

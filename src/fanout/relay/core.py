@@ -219,8 +219,9 @@ class RelayCore(Serving):
         self._shrunk += 1
         return sends
 
-    def on_upstream_error(self, error: Error) -> None:
-        """The publisher refused something: a refused primitive is dropped; ``every``
+    def on_upstream_error(self, error: Error) -> list[Send]:
+        """The publisher refused something: a refused primitive is dropped, and the
+        subscriptions it leaves uncovered end with the publisher's error; ``every``
         subscriptions waiting for seqs it cannot give start again (``resync``)."""
         log.error("publisher error %s: %s (ref %s)", error.code, error.message, error.ref)
         for name, history in self.histories.items():
@@ -228,17 +229,40 @@ class RelayCore(Serving):
                 span = history.answered(error.ref)
                 assert span is not None
                 self._lost(name, span, error)
-                return
+                return []
         if error.code == "resync":
             # The publisher cannot replay what we missed: the next batch is the new baseline,
             # and the snapshots of the primitives we acquired again repair the state.
             for state in self.datasets.values():
                 state.seq = -1
         prim = None if error.ref is None else self.upstream.get(error.ref)
-        if prim is not None:
-            self.upstream.remove(prim.prim)
-            self._shrunk += 1
-            self._distrust(prim.dataset)
+        if prim is None:
+            return []
+        self.upstream.remove(prim.prim)
+        self._shrunk += 1
+        self._distrust(prim.dataset)
+        return self._refused(prim.dataset, error)
+
+    def _refused(self, dataset: str, error: Error) -> list[Send]:
+        """End the subscriptions of ``dataset`` that the primitives still held (ready or not)
+        no longer cover: the publisher refused data they need, and nothing would ask again.
+        A view relative to an entity is planned anew as the entity moves: it is left be."""
+        sends: list[Send] = []
+        state = self.datasets.get(dataset)
+        for subscription in list(self.downstream.of_dataset(dataset)):
+            view = subscription.view
+            if isinstance(view, Relative):
+                continue
+            space = state is not None and state.info.index == "space"
+            region = planner.as_region(view) if space else None
+            if state is not None and self._covered(subscription, region, ready_only=False):
+                continue
+            self._end(subscription)
+            message = f"the publisher refused data this view needs: {error.message}"
+            sends.append(
+                Send(subscription.client, Error(error.code, message, ref=subscription.sub))
+            )
+        return sends
 
     # -- downstream ---------------------------------------------------------------------
 

@@ -349,7 +349,7 @@ class RelayServer:
                 if self.core.on_knowledge(knowledge):
                     self._wake.set()
             case Error() as error:
-                self.core.on_upstream_error(error)
+                self._dispatch(self.core.on_upstream_error(error))
                 self._wake.set()
             case Welcome() | StateRows():
                 raise ProtocolError(f"unexpected {type(frame).__name__.lower()} from the publisher")

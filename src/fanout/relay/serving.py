@@ -167,12 +167,15 @@ class Serving(EveryMode):
             subscription.coverage_seen = (seen, self._shrunk, self._grown)
         return subscription.servable
 
-    def _covered(self, subscription: Subscription, region: Region | None) -> bool:
+    def _covered(
+        self, subscription: Subscription, region: Region | None, ready_only: bool = True
+    ) -> bool:
+        """Whether the primitives held (ready ones only, unless asked) cover the view."""
         dataset, view = subscription.dataset, subscription.view
         if region is None:
-            return self.tableviews.covered(self.upstream, dataset, view)
-        ready = self.upstream.cover(dataset, ready_only=True)
-        return len(ready) > 0 and covers(ready, region)
+            return self.tableviews.covered(self.upstream, dataset, view, ready_only)
+        held = self.upstream.cover(dataset, ready_only=ready_only)
+        return len(held) > 0 and covers(held, region)
 
     def _push(
         self, subscription: Subscription, state: DatasetState, now: float, region: Region | None

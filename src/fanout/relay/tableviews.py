@@ -154,11 +154,13 @@ class TableViews:
                     held.append(widened)
         return acquire
 
-    def covered(self, upstream: Upstream, dataset: str, view: View) -> bool:
-        """Whether ready primitives cover every part of ``view``."""
+    def covered(
+        self, upstream: Upstream, dataset: str, view: View, ready_only: bool = True
+    ) -> bool:
+        """Whether primitives held (ready ones only, unless asked) cover every part of ``view``."""
         for name, need in self._needs(dataset, view):
-            ready = upstream.views(name, ready_only=True)
-            if not ready or not covers(ready, need):
+            held = upstream.views(name, ready_only=ready_only)
+            if not held or not covers(held, need):
                 return False
         return True
 
