@@ -112,6 +112,10 @@ MISTAKES = [
         "publisher.mirror_rows: -1 is out of range: expected an integer >= 0",
     ),
     ("[publisher]\nmirror_rows = 1e6", "publisher.mirror_rows: expected an integer, not a float"),
+    (
+        "[publisher]\nmax_primitives = 0",
+        "publisher.max_primitives: 0 is out of range: expected an integer >= 1",
+    ),
     # dataset names
     ('[datasets.Orders]\nsource = "ingest"', "datasets.Orders: 'Orders' is not a dataset name"),
     ('[datasets.my-data]\nsource = "ingest"', "datasets.my-data: 'my-data' is not a dataset name"),
@@ -472,7 +476,7 @@ def test_publisher_settings_are_read() -> None:
     settings = parse_config(
         '[publisher]\nhost = "0.0.0.0"\nport = 0\nmaster = "spark://m:7077"\n'
         'state_dir = "/srv/fanout"\ntrigger = 1\nlog = "postgresql://db/fanout"\n'
-        "retention_seconds = 600\nmirror_rows = 0\n"
+        "retention_seconds = 600\nmirror_rows = 0\nmax_primitives = 50\n"
     )
     assert settings == replace(
         PublisherSettings(),
@@ -484,6 +488,7 @@ def test_publisher_settings_are_read() -> None:
         log="postgresql://db/fanout",
         retention_seconds=600.0,
         mirror_rows=0,
+        max_primitives=50,
     )
 
 

@@ -53,6 +53,19 @@ def test_inconsistent_requests_are_errors() -> None:
         registry.release(relay, 2)
 
 
+def test_a_relay_holds_at_most_max_primitives_and_others_are_not_limited_by_it() -> None:
+    registry = Registry(max_primitives=2)
+    busy, calm = registry.add_relay("busy"), registry.add_relay("calm")
+    registry.acquire(busy, 1, "agents", BOX)
+    registry.acquire(busy, 2, "agents", BOX)
+    with pytest.raises(RegistryError, match="holds 2 primitives, the most the publisher allows"):
+        registry.acquire(busy, 3, "agents", BOX)
+    registry.acquire(calm, 1, "agents", BOX)  # another relay's count is its own
+    registry.release(busy, 1)
+    registry.acquire(busy, 3, "agents", BOX)  # room again once one is released
+    assert registry.plan("agents").prims == {busy: {2: BOX, 3: BOX}, calm: {1: BOX}}
+
+
 def test_a_dropped_relay_disappears_from_plans() -> None:
     registry = Registry()
     relay = registry.add_relay("r")

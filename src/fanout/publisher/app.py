@@ -26,7 +26,7 @@ def run(config: PublisherSettings) -> int:
     Prints ``fanout publisher ready ws://HOST:PORT`` on stdout once relays can connect.
     """
     spark = spark_session(config.master)
-    registry = Registry()
+    registry = Registry(config.max_primitives)
     pipelines: dict[str, Pipeline] = {}
     control = ControlPlane(DatasetService(pipelines), registry)
     batch_log = open_log(config.log_url())

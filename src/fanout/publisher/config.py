@@ -3,7 +3,7 @@
 The file has two tables, both optional (the reference is ``docs/configuration.md``)::
 
     [publisher]                     # host, port, master, state_dir, trigger, log,
-                                    # retention_seconds, mirror_rows
+                                    # retention_seconds, mirror_rows, max_primitives
     port = 7700
 
     [datasets.orders]               # one table per dataset, in the order they are served
@@ -40,6 +40,7 @@ from fanout.publisher.configvalues import (
 from fanout.publisher.datasets import Dataset, agents
 from fanout.publisher.log import check_log_url
 from fanout.publisher.mirror import MAX_ROWS as MIRROR_ROWS
+from fanout.publisher.registry import MAX_PRIMITIVES
 from fanout.publisher.sources.simulation import SimulationParams
 
 
@@ -63,6 +64,8 @@ class PublisherSettings:
         retention_seconds: how long logged batches are kept (beyond what holders still need).
         mirror_rows: datasets of up to this many live rows are mirrored in the driver for
             snapshots (``publisher.mirror``); 0: snapshots always read Spark's state store.
+        max_primitives: upstream primitives one relay may hold at once; an ``Acquire``
+            beyond them is refused (``publisher.registry``).
     """
 
     datasets: dict[str, Dataset] = field(default_factory=builtin_datasets)
@@ -74,6 +77,7 @@ class PublisherSettings:
     log: str | None = None
     retention_seconds: float = 600.0
     mirror_rows: int = MIRROR_ROWS
+    max_primitives: int = MAX_PRIMITIVES
 
     def log_url(self) -> str:
         """The log's URL: ``log``, or the SQLite file ``log.db`` in the state directory."""
@@ -173,6 +177,7 @@ _PUBLISHER_KEYS: dict[str, Callable[[object, str], Any]] = {
     "log": _log_url,
     "retention_seconds": lambda value, path: as_number(value, path, "> 0"),
     "mirror_rows": lambda value, path: as_integer(value, path, 0, None),
+    "max_primitives": lambda value, path: as_integer(value, path, 1, None),
 }
 
 

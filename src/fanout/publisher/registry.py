@@ -19,9 +19,15 @@ from dataclasses import dataclass, field
 from fanout.errors import FanoutError
 from fanout.views import View
 
+#: Upstream primitives one relay may hold at once (``PublisherSettings.max_primitives``). In
+#: ``bench/sharing.py`` four relays held 50-510 between them for 10,000 subscribers: a relay
+#: past this many is planning badly or is broken, and every primitive costs the matching.
+MAX_PRIMITIVES = 100_000
+
 
 class RegistryError(FanoutError, ValueError):
-    """A relay asked for something inconsistent (a primitive id twice, an unknown one)."""
+    """A relay asked for something inconsistent (a primitive id twice, an unknown one) or
+    more than it may hold."""
 
     code = "primitive"
 
@@ -54,7 +60,8 @@ class Plan:
 class Registry:
     """Relays and their upstream primitives."""
 
-    def __init__(self) -> None:
+    def __init__(self, max_primitives: int = MAX_PRIMITIVES) -> None:
+        self.max_primitives = max_primitives
         self._lock = threading.Lock()
         self._relays: dict[int, _Relay] = {}
         self._ids = itertools.count(1)
@@ -78,12 +85,18 @@ class Registry:
         """Record that ``relay`` holds primitive ``prim``; its next batch carries a snapshot.
 
         Raises:
-            RegistryError: the relay already holds a primitive with that id.
+            RegistryError: the relay already holds a primitive with that id, or holds
+                ``max_primitives`` already.
         """
         with self._lock:
             entry = self._relays[relay]
             if prim in entry.prims:
                 raise RegistryError(f"primitive {prim} is already held by this relay")
+            if len(entry.prims) >= self.max_primitives:
+                raise RegistryError(
+                    f"this relay holds {len(entry.prims)} primitives, the most the publisher"
+                    " allows one relay (max_primitives); release some first"
+                )
             entry.prims[prim] = (dataset, view)
             entry.fresh.add(prim)
             self._version += 1
