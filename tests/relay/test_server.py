@@ -455,3 +455,16 @@ async def test_a_view_whose_data_the_publisher_refuses_ends_with_the_publishers_
         await publisher.relays[0].send(codec.encode(refusal))
         with pytest.raises(SubscriptionError, match="refused data this view needs: dataset"):
             await next_update(view)
+
+
+@pytest.mark.parametrize(
+    ("config", "message"),
+    [
+        ({"read_rate": 10.0, "read_burst": 0}, "rate > 0 and burst >= 1"),
+        ({"read_rate": float("inf")}, "rate > 0 and burst >= 1"),
+        ({"query_timeout": 0.0}, "must be > 0 seconds"),
+    ],
+)
+def test_limits_that_could_not_work_are_refused_at_once(config: dict, message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        RelayServer(RelayConfig(publisher="ws://127.0.0.1:1", **config))

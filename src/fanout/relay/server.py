@@ -138,6 +138,13 @@ class RelayServer:
     """One relay process's event loop side."""
 
     def __init__(self, config: RelayConfig) -> None:
+        """A relay that will run as ``config`` says.
+
+        Raises:
+            ValueError: a read throttle or query time limit that could not work.
+        """
+        if config.read_rate > 0:
+            Throttle(config.read_rate, config.read_burst)  # checked now, not per connection
         self.config = config
         self.core = RelayCore(config.policy, config.aging, config.query_timeout)
         self.port: int | None = None
