@@ -397,6 +397,22 @@ def test_a_catalog_the_relay_cannot_hold_is_a_protocol_error(
     assert core.datasets["agents"].info == changed
 
 
+def test_a_connection_holds_at_most_max_subscriptions() -> None:
+    core = RelayCore(Policy(widen="margin", grace=0.0), max_subscriptions=2)
+    core.on_catalog(Catalog([INFO]))
+    subscribe(core, Box((0, 0), (10, 10)), sub=1)
+    subscribe(core, Box((0, 0), (10, 10)), sub=2)
+    (refused,) = core.on_subscribe(CLIENT, Subscribe(3, "agents", Box((0, 0), (1, 1))))
+    assert isinstance(refused.frame, Error)
+    assert (refused.frame.code, refused.frame.ref) == ("bad_request", 3)
+    assert "holds 2 subscriptions, the most the relay allows" in refused.frame.message
+    subscribe(core, Box((5, 5), (9, 9)), sub=2)  # a view change is no new subscription
+    assert core.on_subscribe(2, Subscribe(1, "agents", Box((0, 0), (1, 1))))  # another client
+    core.on_unsubscribe(CLIENT, Unsubscribe(1))
+    subscribe(core, Box((0, 0), (1, 1)), sub=3)  # room again
+    assert sorted(s.key for s in core.downstream) == [(CLIENT, 2), (CLIENT, 3), (2, 1)]
+
+
 def test_a_refused_primitive_is_dropped() -> None:
     core = relay()
     (acquire,) = subscribe(core, Sphere((0, 0), 5))

@@ -69,6 +69,9 @@ MAX_RATE = 1000.0
 #: Seconds after a release during which rows inside the released primitive (and no other) are
 #: pruned at each housekeeping: batches already on their way may still bring some.
 PRUNE_WINDOW = 2.0
+#: Subscriptions one subscriber connection may hold at once (``RelayConfig.max_subscriptions``):
+#: each holds its rows' keys and a scheduler slot, so a connection's memory is bounded.
+MAX_SUBSCRIPTIONS = 10_000
 
 
 class RelayCore(Serving):
@@ -79,8 +82,10 @@ class RelayCore(Serving):
         policy: Policy | None = None,
         aging: float = AGING,
         query_timeout: float = QUERY_TIMEOUT,
+        max_subscriptions: int = MAX_SUBSCRIPTIONS,
     ) -> None:
         self.policy = policy or Policy()
+        self.max_subscriptions = max_subscriptions
         self.upstream = Upstream()
         self.downstream = Downstream()
         self.datasets: dict[str, DatasetState] = {}
@@ -294,6 +299,11 @@ class RelayCore(Serving):
         key = (client, request.sub)
         subscription = self.downstream.get(key)
         try:
+            if subscription is None and self.downstream.count(client) >= self.max_subscriptions:
+                raise BadRequest(
+                    f"this connection holds {self.max_subscriptions} subscriptions, the most the"
+                    " relay allows one connection (max_subscriptions); unsubscribe some first"
+                )
             state = self._check(request)
             shape, row_key, columns = self._accept(client, request, state)
             cursor = every_cursor(request, state, shape, subscription)

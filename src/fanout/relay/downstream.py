@@ -107,6 +107,10 @@ class Downstream:
             _discard(self._by_dataset, subscription.dataset, key)
         return subscription
 
+    def count(self, client: int) -> int:
+        """How many subscriptions ``client`` holds."""
+        return len(self._by_client.get(client, ()))
+
     def of_client(self, client: int) -> list[Subscription]:
         """Every subscription of one connection."""
         return list(self._by_client.get(client, {}).values())

@@ -48,7 +48,7 @@ from fanout import metrics
 from fanout.connection import Outbound
 from fanout.errors import ProtocolError
 from fanout.relay.compiled import COMPILED
-from fanout.relay.core import UPSTREAM, RelayCore, Send
+from fanout.relay.core import MAX_SUBSCRIPTIONS, UPSTREAM, RelayCore, Send
 from fanout.relay.metrics import relay_samples
 from fanout.relay.planner import Policy
 from fanout.relay.scheduler import AGING
@@ -97,6 +97,8 @@ class RelayConfig:
             the connection for a while (TCP slows the sender down). 0: no limit.
         query_timeout: seconds a subscriber's SQL may run (on the event loop, every other
             subscriber waiting) before it is stopped and the subscription ends with an error.
+        max_subscriptions: subscriptions one connection may hold at once; a new one beyond
+            them is refused (``bad_request``).
         reconnect_delay: first delay before reconnecting upstream (doubles up to 5 s).
         pump_budget: seconds one round of pushes may run before yielding to the event loop.
         aging: priority units a waiting subscription gains per second (``relay.scheduler``).
@@ -126,6 +128,7 @@ class RelayConfig:
     read_rate: float = 1000.0
     read_burst: int = 1000
     query_timeout: float = QUERY_TIMEOUT
+    max_subscriptions: int = MAX_SUBSCRIPTIONS
     reconnect_delay: float = 0.2
     pump_budget: float = 0.02
     aging: float = AGING
@@ -146,7 +149,9 @@ class RelayServer:
         if config.read_rate > 0:
             Throttle(config.read_rate, config.read_burst)  # checked now, not per connection
         self.config = config
-        self.core = RelayCore(config.policy, config.aging, config.query_timeout)
+        self.core = RelayCore(
+            config.policy, config.aging, config.query_timeout, config.max_subscriptions
+        )
         self.port: int | None = None
         self._clients: dict[int, Outbound] = {}
         self._ids = itertools.count(1)
