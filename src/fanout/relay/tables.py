@@ -307,9 +307,9 @@ class TableStore:
         """
         cached = self._results.get(query.view)
         if cached is not None and cached[0] == generations:
-            self.counters.shared += 1
             if isinstance(cached[1], str):
                 raise InvalidView(cached[1])  # it failed on these very rows: not run again
+            self.counters.shared += 1
             return cached[1]
         try:
             table = self._run(self._db, query.text)
