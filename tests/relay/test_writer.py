@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import threading
 from collections.abc import AsyncIterator
 
 import numpy as np
@@ -11,6 +12,7 @@ import pytest
 
 from fanout.errors import ProtocolError
 from fanout.relay.core import RelayCore
+from fanout.relay.ingest import Intake
 from fanout.relay.sends import Send
 from fanout.relay.writer import Writer
 from fanout.wire.columns import encode_columns
@@ -37,11 +39,32 @@ def batch(seq: int, rows: int = 1000, dataset: str = "agents", bad: bool = False
 
 
 class Pump:
-    """Stands in for the relay's pump: advances the writer whenever it is woken."""
+    """Stands in for the relay's pump: advances the writer whenever it is woken.
+
+    Writes on the writer thread wait for ``gate`` (open unless a test closes it), so that a
+    test can hold batches queued behind a write however fast the machine writes them.
+    """
 
     def __init__(self) -> None:
         self.core = RelayCore()
         self.core.on_catalog(Catalog([INFO]))
+        self.gate = threading.Event()
+        self.gate.set()
+        admit = self.core.admit
+
+        def gated(batch: Batch) -> Intake | None:
+            intake = admit(batch)
+            if intake is not None:
+                write = intake.write
+
+                def waiting() -> None:
+                    assert self.gate.wait(10), "the test never opened the gate"
+                    write()
+
+                intake.write = waiting  # type: ignore[method-assign]
+            return intake
+
+        self.core.admit = gated  # type: ignore[method-assign]
         self.swapped: list[int] = []  # seqs swapped in, in order
         self.failures: list[BaseException] = []
         self.sent: list[Send] = []
@@ -84,9 +107,11 @@ async def pumping(advancing: bool = True) -> AsyncIterator[Pump]:
 
 async def test_batches_are_swapped_in_one_by_one_in_order() -> None:
     async with pumping() as pump:
+        pump.gate.clear()
         for seq in range(5):
             pump.writer.put(batch(seq, rows=20_000))
         assert pump.writer.queued == 4  # one is being written
+        pump.gate.set()
         await asyncio.wait_for(pump.writer.drain(), 10)
         assert pump.swapped == [0, 1, 2, 3, 4]  # every tick was swapped in: none skipped
         state = pump.core.datasets["agents"]
@@ -108,9 +133,11 @@ async def test_a_written_batch_is_swapped_in_by_advance_not_before() -> None:
 
 async def test_room_holds_the_reader_back_until_the_queue_shrinks() -> None:
     async with pumping() as pump:
+        pump.gate.clear()
         for seq in range(4):
             pump.writer.put(batch(seq, rows=50_000))
         assert pump.writer.queued == 3
+        pump.gate.set()
         await asyncio.wait_for(pump.writer.room(1), 10)
         assert pump.writer.queued <= 1
         assert pump.swapped[:2] == [0, 1]
@@ -157,8 +184,10 @@ async def test_a_replayed_batch_is_skipped() -> None:
 
 async def test_stop_waits_for_the_write_in_flight_and_drops_the_queue() -> None:
     async with pumping(advancing=False) as pump:
+        pump.gate.clear()
         pump.writer.put(batch(0, rows=200_000))
         pump.writer.put(batch(1))
+        pump.gate.set()
         await pump.writer.stop()  # the thread owns the buffer until its write ends
         state = pump.core.datasets["agents"]
         assert not state.busy and state.seq == 0
