@@ -267,7 +267,7 @@ async def test_a_replay_that_fails_in_the_publisher_closes_the_relays_connection
         await asyncio.wait_for(relay.recv(), 10)  # not left waiting for batches held back
     assert closed.value.rcvd is not None and closed.value.rcvd.code == 1011  # internal error
     assert plane._held_back == {} and plane.registry.held() == {}
-    for _ in range(100):  # websockets logs the handler's error as it closes the connection
+    for _ in range(1000):  # websockets logs the handler's error as it closes the connection
         if "the log's disk is gone" in caplog.text:
             break
         await asyncio.sleep(0.01)
