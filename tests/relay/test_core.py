@@ -565,6 +565,17 @@ def test_a_round_stopped_early_leaves_the_rest_for_the_next() -> None:
     assert sorted(firsts + rest) == list(range(2, 12))
 
 
+def test_a_round_past_its_deadline_starts_no_more_pushes_and_keeps_their_order() -> None:
+    core = ready_relay(k1=(1, 1))
+    for client, priority in ((2, 0), (3, 2), (4, 1)):
+        request = Subscribe(1, "agents", Sphere((5, 5), 5), rate=1000.0, priority=priority)
+        core.on_subscribe(client, request)
+    late = [s.to for s in core.serve(1.0, lambda client: True, deadline=0.0)]
+    assert late == [3]  # past the deadline already: the first push only, then the round ends
+    assert core.next_wakeup(1.0) == 1.0
+    assert [s.to for s in core.pushes(1.0, lambda client: True)] == [4, 2]
+
+
 def test_a_connection_gets_its_highest_priority_subscription_first() -> None:
     core = ready_relay(k1=(1, 1))
     for sub, priority in ((1, 0), (2, 5), (3, 1)):

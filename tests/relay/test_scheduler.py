@@ -158,6 +158,21 @@ def test_an_unserved_pop_goes_back_with_its_place() -> None:
     assert scheduler.pop() == "a"
 
 
+def test_a_deferred_subscription_waits_until_its_time_then_is_due() -> None:
+    scheduler = Scheduler()
+    scheduler.add("a", 5, rate=1000.0)
+    scheduler.add("b", 0, rate=1000.0)
+    scheduler.settle(0.0)
+    assert scheduler.pop() == "a"
+    scheduler.defer("a", 2.5)  # its connection spent its SQL time: not before 2.5
+    assert serve_round(scheduler, 0.0, capacity=5) == ["b"]
+    assert scheduler.next_wakeup() == 2.5
+    scheduler.wake("a")  # new state does not bring it forward
+    assert serve_round(scheduler, 2.4, capacity=5) == []
+    assert serve_round(scheduler, 2.5, capacity=5) == ["a"]
+    assert scheduler.waiting() == 0
+
+
 def test_a_wake_while_popped_is_not_lost() -> None:
     scheduler = Scheduler()
     scheduler.add("a", 0, rate=1000.0)

@@ -463,9 +463,10 @@ async def test_a_view_whose_data_the_publisher_refuses_ends_with_the_publishers_
 @pytest.mark.parametrize(
     ("config", "message"),
     [
-        ({"read_rate": 10.0, "read_burst": 0}, "rate > 0 and burst >= 1"),
-        ({"read_rate": float("inf")}, "rate > 0 and burst >= 1"),
+        ({"read_rate": 10.0, "read_burst": 0}, "rate > 0 and burst > 0"),
+        ({"read_rate": float("inf")}, "rate > 0 and burst > 0"),
         ({"query_timeout": 0.0}, "must be > 0 seconds"),
+        ({"sql_share": 0.0}, "0 < share <= 1 and burst > 0"),
     ],
 )
 def test_limits_that_could_not_work_are_refused_at_once(config: dict, message: str) -> None:

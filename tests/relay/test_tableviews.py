@@ -64,9 +64,11 @@ class Conversation:
         self.views: dict[int, dict[Any, dict[str, Any]]] = {}
         self.keys: dict[int, str] = {}
 
-    def subscribe(self, sub: int, dataset: str, view: object, **options: Any) -> list[object]:
+    def subscribe(
+        self, sub: int, dataset: str, view: object, client: int = CLIENT, **options: Any
+    ) -> list[object]:
         request = Subscribe(sub, dataset, view, rate=1000.0, **options)  # type: ignore[arg-type]
-        return self.take(self.core.on_subscribe(CLIENT, request))
+        return self.take(self.core.on_subscribe(client, request))
 
     def take(self, sends: list[Send]) -> list[object]:
         """Frames for the client; acquires are remembered for the next batch's snapshots."""
@@ -272,6 +274,26 @@ def test_a_query_past_the_time_limit_ends_only_its_subscription() -> None:
     assert [f.sub for f in frames if isinstance(f, Push)] == [2]  # type: ignore[attr-defined]
     assert sorted(talk.views[2]) == [0, 1, 2]
     assert len(talk.core.downstream) == 1
+
+
+def test_a_connection_past_its_sql_share_is_put_off_while_others_are_served() -> None:
+    talk = Conversation(sql_share=0.001, sql_burst=1e-9)  # any query overdraws the bucket
+    talk.subscribe(1, "orders", sql("SELECT * FROM orders WHERE amount > 10"))
+    talk.subscribe(2, "sensors", topic("a/#"))  # the same connection's topic view
+    talk.batch("orders", orders((1, "ada", 20.0)))
+    talk.batch("sensors", {"topic": ["a/1"], "value": [1.0]})
+    assert sorted(f.sub for f in talk.push() if isinstance(f, Push)) == [1, 2]  # type: ignore[attr-defined]
+    talk.subscribe(3, "orders", sql("SELECT * FROM orders WHERE amount > 5"), client=2)
+    talk.batch("orders", orders((2, "bob", 30.0)))
+    talk.batch("sensors", {"topic": ["a/2"], "value": [2.0]})
+    # Client 1 spent its SQL time: its SQL view waits; its topic view and client 2 do not.
+    assert sorted(f.sub for f in talk.push() if isinstance(f, Push)) == [2, 3]  # type: ignore[attr-defined]
+    assert talk.core.stats()["sql_pushes_put_off"] == 1
+    paid_back = talk.core.next_wakeup(talk.now)
+    assert paid_back is not None and paid_back > talk.now + 1.0
+    talk.now = paid_back - 1.0  # ``push`` adds a second
+    assert [f.sub for f in talk.push() if isinstance(f, Push)] == [1]  # type: ignore[attr-defined]
+    assert sorted(talk.views[1]) == [1, 2]  # the newest rows: nothing of them was lost
 
 
 def test_unneeded_primitives_are_released_and_their_rows_pruned() -> None:

@@ -1,4 +1,5 @@
-"""The read throttle keeps a connection within rate * T + burst frames, and no tighter."""
+"""The read throttle keeps a connection within rate * T + burst frames, and no tighter; the
+SQL time budgets keep a connection's SQL within share * T + burst seconds, and no tighter."""
 
 from __future__ import annotations
 
@@ -6,7 +7,7 @@ import pytest
 from hypothesis import example, given
 from hypothesis import strategies as st
 
-from fanout.relay.throttle import Throttle
+from fanout.relay.throttle import Budgets, Throttle
 
 
 @example(rate=10.0, burst=1, gaps=[0.0, 1.0, 0.0, 0.0])  # idle time must not pile up tokens
@@ -49,5 +50,70 @@ def test_a_connection_within_its_rate_never_waits() -> None:
 
 @pytest.mark.parametrize(("rate", "burst"), [(0.0, 5), (-1.0, 5), (float("inf"), 5), (5.0, 0)])
 def test_a_throttle_that_could_not_work_is_refused(rate: float, burst: float) -> None:
-    with pytest.raises(ValueError, match="rate > 0 and burst >= 1"):
+    with pytest.raises(ValueError, match="rate > 0 and burst > 0"):
         Throttle(rate, burst)
+
+
+@example(share=0.25, burst=0.1, work=[(1.0, 0.0), (0.0, 5.0), (0.5, 0.0), (0.5, 0.0)])
+@given(
+    share=st.floats(0.01, 1.0),
+    burst=st.floats(0.001, 2.0),
+    work=st.lists(
+        st.tuples(st.floats(0.0, 0.6), st.one_of(st.just(0.0), st.floats(0.0, 3.0))), max_size=100
+    ),
+)
+def test_sql_run_as_told_stays_within_the_share(
+    share: float, burst: float, work: list[tuple[float, float]]
+) -> None:
+    """Oracle: the pushes' own times. A connection whose SQL pushes take ``seconds`` each and
+    are wanted again ``gap`` later; each runs when wanted unless ``until`` puts it off."""
+    budgets = Budgets(share, burst)
+    now, runs = 0.0, []
+    for seconds, gap in work:
+        until = budgets.until(7, now)
+        if until is not None:
+            assert until > now
+            now = until
+        runs.append((now, seconds))
+        budgets.spend(7, seconds, now)
+        now += seconds + gap
+    for i, (start, _) in enumerate(runs):
+        spent = 0.0
+        for j in range(i, len(runs)):
+            begun, seconds = runs[j]
+            spent += seconds
+            # One push may overdraw the bucket (its time is known only after it ran).
+            assert spent <= share * (begun + seconds - start) + burst + seconds + 1e-9
+
+
+@given(share=st.floats(0.05, 1.0), seconds=st.floats(0.001, 0.5), pushes=st.integers(1, 200))
+def test_expensive_sql_runs_at_the_share_after_the_burst(
+    share: float, seconds: float, pushes: int
+) -> None:
+    budgets = Budgets(share, burst=1.0)
+    now = 0.0
+    for _ in range(pushes):
+        now = budgets.until(7, now) or now
+        budgets.spend(7, seconds, now)
+        now += seconds
+    total = pushes * seconds
+    assert now >= (total - 1.0 - seconds) / share - 1e-9  # held to the share after the burst
+    assert now <= max(total, (total - 1.0) / share + seconds) + 1e-9  # and put off no longer
+
+
+def test_sql_budgets_are_per_connection_and_forgotten_with_it() -> None:
+    budgets = Budgets(share=0.5, burst=0.1)
+    budgets.spend(1, 0.3, now=0.0)  # 0.2 overdrawn at 0.3: paid back at 0.7
+    assert budgets.until(1, 0.5) == pytest.approx(0.7)
+    assert budgets.until(2, 0.5) is None  # another connection is not put off
+    assert budgets.until(1, 0.7) is None
+    assert budgets.put_off == 1
+    budgets.spend(1, 0.3, now=0.7)
+    budgets.forget(1)
+    assert budgets.until(1, 0.8) is None
+
+
+@pytest.mark.parametrize(("share", "burst"), [(0.0, 1.0), (1.5, 1.0), (0.5, 0.0)])
+def test_a_sql_budget_that_could_not_work_is_refused(share: float, burst: float) -> None:
+    with pytest.raises(ValueError, match="0 < share <= 1 and burst > 0"):
+        Budgets(share, burst)

@@ -43,6 +43,7 @@ from fanout.relay.sends import UPSTREAM, Counters, Send
 from fanout.relay.serving import Serving
 from fanout.relay.tables import QUERY_TIMEOUT
 from fanout.relay.tableviews import TableViews
+from fanout.relay.throttle import SQL_BURST, SQL_SHARE, Budgets
 from fanout.relay.transforms import InvalidTransform, Shape, resolve
 from fanout.relay.upstream import Primitive, Upstream
 from fanout.views import View
@@ -81,8 +82,11 @@ class RelayCore(Serving):
         self,
         policy: Policy | None = None,
         aging: float = AGING,
+        *,
         query_timeout: float = QUERY_TIMEOUT,
         max_subscriptions: int = MAX_SUBSCRIPTIONS,
+        sql_share: float = SQL_SHARE,
+        sql_burst: float = SQL_BURST,
     ) -> None:
         self.policy = policy or Policy()
         self.max_subscriptions = max_subscriptions
@@ -96,6 +100,7 @@ class RelayCore(Serving):
         self.scheduler = Scheduler(aging)
         self.encodings = Encodings()
         self.tableviews = TableViews(query_timeout)  # SQL, topic and object-path views
+        self.sql_budgets = Budgets(sql_share, sql_burst)  # SQL time per connection
         self.counters = Counters()
         self._capabilities: dict[int, tuple[str, ...]] = {}
         self._grown = 0
@@ -281,6 +286,7 @@ class RelayCore(Serving):
             self._end(subscription)
         self.scheduler.unpark(("client", client))
         self._capabilities.pop(client, None)
+        self.sql_budgets.forget(client)
 
     def on_writable(self, client: int) -> bool:
         """A connection wrote everything it had: its parked subscriptions may be served.
@@ -588,6 +594,7 @@ class RelayCore(Serving):
             "parked": self.scheduler.parked_count,
             "ended_entity_not_held": self.counters.ended,
             **self.tableviews.stats(),
+            "sql_pushes_put_off": self.sql_budgets.put_off,
         }
 
 

@@ -51,6 +51,10 @@ CORE: dict[str, tuple[Kind, str]] = {
     "sql_syncs": ("counter", "Syncs of upstream rows into the relay's DuckDB."),
     "sql_evaluations": ("counter", "SQL view evaluations."),
     "sql_results_shared": ("counter", "SQL pushes that reused another identical query's result."),
+    "sql_pushes_put_off": (
+        "counter",
+        "SQL pushes put off because their connection had spent its share of SQL time.",
+    ),
     "topic_passes": ("counter", "Passes of changed topics through the topic index."),
     "topic_rows_not_topics": (
         "counter",

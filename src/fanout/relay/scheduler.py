@@ -34,9 +34,10 @@ Rules:
    it is served within a bounded time whenever the relay serves anything at all.
 
 The caller's loop: ``settle(now)`` once per round, then ``pop()`` until None, and for each popped
-subscription either ``served(sid, now)``, ``park(sid, reason)``, or ``idle(sid)`` (nothing to
-send after all). Subscriptions popped but neither served nor parked must be handed back with
-``requeue`` — the pump's round may end on a time budget between two pops.
+subscription either ``served(sid, now)``, ``park(sid, reason)``, ``defer(sid, until)`` (not
+before then), or ``idle(sid)`` (nothing to send after all). Subscriptions popped but none of
+these must be handed back with ``requeue`` — the pump's round may end on a time budget between
+two pops.
 """
 
 from __future__ import annotations
@@ -301,6 +302,15 @@ class Scheduler:
         if slot.rewoken is not None:
             need, slot.rewoken = slot.rewoken, None
             self.wake(sid, eager=need <= 1.0)
+
+    def defer(self, sid: Hashable, until: float) -> None:
+        """A popped subscription may not be served before ``until`` (its connection has spent
+        its SQL time, ``relay.throttle.Budgets``): it waits in the timer queue, then is due
+        again, its age counted from then."""
+        slot = self._slots[sid]
+        slot.version += 1
+        slot.where, slot.rewoken, slot.due_since = Where.TIMER, None, None
+        heapq.heappush(self._timers, (until, next(self._order), slot.version, sid))
 
     def requeue(self, sid: Hashable) -> None:
         """Hand back a popped subscription unserved; it keeps its place and age."""

@@ -53,7 +53,7 @@ from fanout.relay.metrics import relay_samples
 from fanout.relay.planner import Policy
 from fanout.relay.scheduler import AGING
 from fanout.relay.tables import QUERY_TIMEOUT
-from fanout.relay.throttle import Throttle
+from fanout.relay.throttle import SQL_BURST, SQL_SHARE, Throttle
 from fanout.relay.writer import Writer
 from fanout.wire import codec
 from fanout.wire.messages import (
@@ -99,6 +99,9 @@ class RelayConfig:
             subscriber waiting) before it is stopped and the subscription ends with an error.
         max_subscriptions: subscriptions one connection may hold at once; a new one beyond
             them is refused (``bad_request``).
+        sql_share, sql_burst: seconds of the event loop one connection's SQL pushes may take
+            per second, after a first burst (``relay.throttle.Budgets``); past that its SQL
+            pushes are put off until the time is paid back, and other subscribers are served.
         reconnect_delay: first delay before reconnecting upstream (doubles up to 5 s).
         pump_budget: seconds one round of pushes may run before yielding to the event loop.
         aging: priority units a waiting subscription gains per second (``relay.scheduler``).
@@ -129,6 +132,8 @@ class RelayConfig:
     read_burst: int = 1000
     query_timeout: float = QUERY_TIMEOUT
     max_subscriptions: int = MAX_SUBSCRIPTIONS
+    sql_share: float = SQL_SHARE
+    sql_burst: float = SQL_BURST
     reconnect_delay: float = 0.2
     pump_budget: float = 0.02
     aging: float = AGING
@@ -144,13 +149,18 @@ class RelayServer:
         """A relay that will run as ``config`` says.
 
         Raises:
-            ValueError: a read throttle or query time limit that could not work.
+            ValueError: a read throttle, query time limit or SQL time budget that could not work.
         """
         if config.read_rate > 0:
             Throttle(config.read_rate, config.read_burst)  # checked now, not per connection
         self.config = config
         self.core = RelayCore(
-            config.policy, config.aging, config.query_timeout, config.max_subscriptions
+            config.policy,
+            config.aging,
+            query_timeout=config.query_timeout,
+            max_subscriptions=config.max_subscriptions,
+            sql_share=config.sql_share,
+            sql_burst=config.sql_burst,
         )
         self.port: int | None = None
         self._clients: dict[int, Outbound] = {}
@@ -386,7 +396,7 @@ class RelayServer:
         batch is written (the next round starts from its state)."""
         deadline = time.perf_counter() + self.config.pump_budget
         writer = self._writer
-        with contextlib.closing(self.core.serve(now, self._is_idle)) as pushes:
+        with contextlib.closing(self.core.serve(now, self._is_idle, deadline)) as pushes:
             for send in pushes:
                 self._dispatch((send,))
                 if time.perf_counter() >= deadline or writer.written():

@@ -6,10 +6,18 @@ everything, or to be pushed — and the turn's pushes are cut: box views of a da
 (``relay.batchcut``), other regions one by one (``relay.pushes``), SQL, topic and path views by
 ``relay.tableviews``, ``every`` subscriptions seq by seq (``relay.everymode``). A body is encoded
 once per distinct (view, transform, held state) and shared (``pushes.Encodings``).
+
+Two things keep a round from holding the event loop: a turn stops starting pushes other than
+of boxes (those are cut together, microseconds each) once the round's ``deadline`` has passed
+(the rest go back to the queue with their age; the turn's first push is always made, so every
+round gets something done), and a connection whose SQL pushes
+have taken more than their share of the loop has them put off (``relay.throttle.Budgets``).
 """
 
 from __future__ import annotations
 
+import math
+import time
 from collections import deque
 from collections.abc import Callable, Generator, Hashable
 from typing import cast
@@ -25,9 +33,11 @@ from fanout.relay.planner import Region
 from fanout.relay.pushes import Body, Held, cut, encode_push
 from fanout.relay.sends import Send
 from fanout.relay.state import Stamp
+from fanout.relay.throttle import Budgets
 from fanout.relay.transforms import EntityNotHeld, Shape
 from fanout.views import covers
 from fanout.views.region import Box, Relative
+from fanout.views.sql import Sql
 from fanout.wire.messages import Error, NoUpdate
 
 #: Subscriptions popped and served together in one turn of a round (their box pushes are cut
@@ -43,14 +53,19 @@ class Serving(EveryMode):
     # subscriptions servable, shrinkage can break any.
     _grown: int
     _shrunk: int
+    sql_budgets: Budgets
     end_epoch: Callable[[], list[Send]]
 
-    def serve(self, now: float, idle: Callable[[int], bool]) -> Generator[Send, None, None]:
+    def serve(
+        self, now: float, idle: Callable[[int], bool], deadline: float = math.inf
+    ) -> Generator[Send, None, None]:
         """The pushes due now, highest aged priority first (000: [0138]-[0146], Fig. 7).
 
         Ends the epoch first. Only subscriptions whose connection is ``idle`` (has written
         everything before) are served; the others are parked until ``on_writable``. Stopping
-        the iteration early leaves the rest queued with their aged priorities.
+        the iteration early leaves the rest queued with their aged priorities; so does the
+        ``deadline`` (``time.perf_counter``), after which no new turn starts and a turn starts
+        no more pushes.
         """
         self._unsent.extend(self.end_epoch())  # acquires for relative views that moved
         self.scheduler.settle(now)
@@ -59,9 +74,11 @@ class Serving(EveryMode):
             while self._unsent:  # the rest of a turn a round stopped in
                 yield self._unsent.popleft()
             while popped := self._pop_due():
-                self._unsent.extend(self._serve_turn(popped, now, idle))
+                self._unsent.extend(self._serve_turn(popped, now, idle, deadline))
                 while self._unsent:
                     yield self._unsent.popleft()
+                if time.perf_counter() >= deadline:
+                    return
         finally:
             for sid in popped:
                 self.scheduler.requeue(sid)  # a no-op unless it was left undecided
@@ -84,19 +101,21 @@ class Serving(EveryMode):
         return cast(list[SubKey], self.scheduler.pop_many(TURN))
 
     def _serve_turn(
-        self, sids: list[SubKey], now: float, idle: Callable[[int], bool]
+        self, sids: list[SubKey], now: float, idle: Callable[[int], bool], deadline: float
     ) -> list[Send]:
         """Serve popped subscriptions, in order; their box pushes are cut together.
 
         One push per connection per turn: a later subscription of a connection already served
         in this turn goes back to the queue with its age, so the next turn finds the connection
         busy and parks it (its highest-priority subscription goes first, the others get the
-        state current when it can take more).
+        state current when it can take more). Past the ``deadline`` no more pushes other than
+        of boxes start (the first always does): the rest go back to the queue with their age.
         """
         served: list[list[Send]] = []
         boxes: list[tuple[int, Subscription, DatasetState, Box]] = []
         clients: set[int] = set()
-        for sid in sids:
+        pushed = False  # a push not of a box (those are cheap, and cut together at the end)
+        for at, sid in enumerate(sids):
             verdict = self._triage(sid, idle)
             if isinstance(verdict, list):
                 served.append(verdict)
@@ -105,12 +124,24 @@ class Serving(EveryMode):
             if subscription.client in clients:
                 self.scheduler.requeue(sid)
                 continue
+            box = (
+                subscription.mode != "every"
+                and isinstance(region, Box)
+                and batchable(region, subscription.shape)
+            )
+            if not box and pushed and time.perf_counter() >= deadline:
+                for rest in sids[at:]:
+                    self.scheduler.requeue(rest)
+                break
             clients.add(subscription.client)
-            if subscription.mode == "every":
-                served.append(self._serve_every(subscription, state, now))
-            elif isinstance(region, Box) and batchable(region, subscription.shape):
+            if box:
+                assert isinstance(region, Box)
                 boxes.append((len(served), subscription, state, region))
                 served.append([])
+                continue
+            pushed = True
+            if subscription.mode == "every":
+                served.append(self._serve_every(subscription, state, now))
             else:
                 send = self._push(subscription, state, now, region)
                 served.append([] if send is None else [send])
@@ -261,18 +292,28 @@ class Serving(EveryMode):
         return self._deliver(subscription, stamp, body, after, now)
 
     def _push_keyed(self, subscription: Subscription, now: float) -> Send | None:
-        """A push of a SQL, topic or path view (``relay.tableviews``)."""
-        dataset = subscription.dataset
+        """A push of a SQL, topic or path view (``relay.tableviews``); a SQL push of a
+        connection that spent its share of SQL time is put off (``relay.throttle.Budgets``)."""
+        dataset, client = subscription.dataset, subscription.client
         if self.tableviews.current(subscription, self.datasets):
             self.scheduler.idle(subscription.key)  # woken, but nothing is new for it
             return None
+        sql = isinstance(subscription.view, Sql)
+        if sql and (until := self.sql_budgets.until(client, now)) is not None:
+            self.scheduler.defer(subscription.key, until)
+            return None
+        counters = self.tableviews.store.counters
+        before = counters.seconds
         try:
             body, after = self.tableviews.cut(
                 subscription, self.datasets, self.encodings, lambda: self.downstream.views(dataset)
             )
         except InvalidView as exc:  # the query failed on the current rows
             self._end(subscription)
-            return Send(subscription.client, Error(exc.code, str(exc), ref=subscription.sub))
+            return Send(client, Error(exc.code, str(exc), ref=subscription.sub))
+        finally:
+            if sql:  # its query's time, if it ran (not a result shared, not the table syncs)
+                self.sql_budgets.spend(client, counters.seconds - before, now)
         stamp = self.datasets[dataset].buffer.stamp
         assert stamp is not None
         return self._deliver(subscription, stamp, body, after, now)

@@ -23,6 +23,7 @@ Rules:
 from __future__ import annotations
 
 import functools
+import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
@@ -119,12 +120,15 @@ class StoreCounters:
         reloads: of which reloaded whole (first time, or a new epoch).
         evaluations: queries run.
         shared: query results reused by another subscription (or another push).
+        seconds: time spent running subscribers' queries (not syncing tables), failed ones
+            included: what a connection's SQL time budget counts (``relay.throttle.Budgets``).
     """
 
     syncs: int = 0
     reloads: int = 0
     evaluations: int = 0
     shared: int = 0
+    seconds: float = 0.0
 
 
 class TableStore:
@@ -327,6 +331,7 @@ class TableStore:
         Raises:
             InvalidView: DuckDB failed to run it, or it ran past the limit.
         """
+        started = time.perf_counter()
         try:
             with self.watchdog.watching(db):
                 return db.sql(text).to_arrow_table()
@@ -337,6 +342,8 @@ class TableStore:
             ) from exc
         except duckdb.Error as exc:
             raise InvalidView(f"the query failed on the relay: {_first_line(exc)}") from exc
+        finally:
+            self.counters.seconds += time.perf_counter() - started
 
     def row_by_row(self, query: Query) -> None:
         """Check that the query decides each row on its own: a selection (and projection) of
