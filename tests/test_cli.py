@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from fanout.cli import main
+from fanout.cli import RELAY_LIMITS, _limits_given, _parser, main
 
 COMMANDS = ["demo", "publisher", "relay", "subscribe", "explain"]
 
@@ -164,3 +164,18 @@ def test_the_demo_lets_a_micro_batch_take_a_minute_of_ticks_and_passes_it_on() -
     assert (demo.max_ticks_per_batch, publisher.max_ticks_per_batch) == (600, 7)
     args = _publisher_args(DemoConfig(simulation=demo), Path("/tmp/state"))
     assert args[args.index("--max-ticks-per-batch") + 1] == "600"
+
+
+def test_the_relay_limit_flags_default_to_relay_config_and_reach_it(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    from fanout.relay.server import RelayConfig
+
+    defaults = RelayConfig(publisher="ws://127.0.0.1:1")
+    for flag, kind, default, _ in RELAY_LIMITS:
+        field = flag[2:].replace("-", "_")
+        assert getattr(defaults, field) == default and type(getattr(defaults, field)) is kind
+    args = _parser().parse_args(["relay", "--sql-share", "0.5", "--max-subscriptions", "7"])
+    assert _limits_given(args) == {"sql_share": 0.5, "max_subscriptions": 7}
+    assert main(["relay", "--port", "0", "--read-burst", "0"]) == 2
+    assert capsys.readouterr().err.strip() == "fanout relay: read_burst must be >= 1 frame, not 0"

@@ -338,7 +338,31 @@ def _relay_parser(commands: Any) -> None:
         help="with --widen enclose: a side of the enclosure that must grow by d grows by"
         " (1 + this) * d (default: 0)",
     )
+    limits = parser.add_argument_group(
+        "limits", "what one subscriber connection may take of the relay (docs/configuration.md)"
+    )
+    for flag, kind, default, what in RELAY_LIMITS:
+        limits.add_argument(flag, type=kind, help=f"{what} (default: {default})")
     parser.set_defaults(run=_run_relay)
+
+
+#: The relay's limits as flags: (flag, type, default, help). The defaults are ``RelayConfig``'s
+#: (a test holds them equal); a flag not given leaves the field at its default.
+RELAY_LIMITS: list[tuple[str, type, float, str]] = [
+    ("--queue-limit", int, 64, "frames queued for a subscriber before it is closed as slow"),
+    (
+        "--stall-timeout",
+        float,
+        10.0,
+        "seconds a push may go unread before its subscriber is closed as slow",
+    ),
+    ("--read-rate", float, 1000.0, "frames a second read from a connection; 0: no limit"),
+    ("--read-burst", int, 1000, "frames read at once before --read-rate applies"),
+    ("--query-timeout", float, 0.5, "seconds a subscriber's SQL may run before it is stopped"),
+    ("--max-subscriptions", int, 10_000, "subscriptions one connection may hold"),
+    ("--sql-share", float, 0.25, "seconds of the event loop a connection's SQL may take a second"),
+    ("--sql-burst", float, 1.0, "seconds its SQL may take at first, before --sql-share applies"),
+]
 
 
 def _run_relay(args: argparse.Namespace) -> int:
@@ -357,6 +381,7 @@ def _run_relay(args: argparse.Namespace) -> int:
             lead=args.lead,
             overshoot=args.overshoot,
         ),
+        **_limits_given(args),
     )
     server = RelayServer(config)
 
@@ -365,6 +390,12 @@ def _run_relay(args: argparse.Namespace) -> int:
 
     asyncio.run(server.run(ready))
     return 0
+
+
+def _limits_given(args: argparse.Namespace) -> dict[str, Any]:
+    """The ``RELAY_LIMITS`` flags given, as ``RelayConfig`` fields."""
+    given = {flag[2:].replace("-", "_"): flag for flag, *_ in RELAY_LIMITS}
+    return {name: getattr(args, name) for name in given if getattr(args, name) is not None}
 
 
 # -- subscribe -------------------------------------------------------------------------------

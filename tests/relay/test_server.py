@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import gc
+import re
 import sys
 from collections.abc import AsyncIterator
 
@@ -19,6 +20,7 @@ from websockets.asyncio.server import ServerConnection, serve
 from websockets.exceptions import ConnectionClosed
 
 from fanout.client import SubscriptionError, connect
+from fanout.errors import ConfigError
 from fanout.metrics import scrape
 from fanout.relay.core import RelayCore
 from fanout.relay.metrics import CORE
@@ -463,12 +465,19 @@ async def test_a_view_whose_data_the_publisher_refuses_ends_with_the_publishers_
 @pytest.mark.parametrize(
     ("config", "message"),
     [
-        ({"read_rate": 10.0, "read_burst": 0}, "rate > 0 and burst > 0"),
-        ({"read_rate": float("inf")}, "rate > 0 and burst > 0"),
-        ({"query_timeout": 0.0}, "must be > 0 seconds"),
-        ({"sql_share": 0.0}, "0 < share <= 1 and burst > 0"),
+        ({"read_rate": 10.0, "read_burst": 0}, "read_burst must be >= 1 frame, not 0"),
+        ({"read_rate": float("inf")}, "read_rate must be a finite number, not inf"),
+        ({"read_rate": -1.0}, "read_rate must be >= 0 frames a second (0: no limit), not -1.0"),
+        ({"query_timeout": 0.0}, "query_timeout must be > 0 seconds, not 0.0"),
+        ({"sql_share": 0.0}, "sql_share must be in (0, 1] seconds a second, not 0.0"),
+        ({"sql_share": 2.0}, "sql_share must be in (0, 1] seconds a second, not 2.0"),
+        ({"sql_burst": float("nan")}, "sql_burst must be a finite number, not nan"),
+        ({"max_subscriptions": 0}, "max_subscriptions must be >= 1, not 0"),
+        ({"queue_limit": 0}, "queue_limit must be >= 1, not 0"),
+        ({"stall_timeout": -1.0}, "stall_timeout must be > 0 seconds, not -1.0"),
+        ({"pump_budget": 0.0}, "pump_budget must be > 0 seconds, not 0.0"),
     ],
 )
 def test_limits_that_could_not_work_are_refused_at_once(config: dict, message: str) -> None:
-    with pytest.raises(ValueError, match=message):
+    with pytest.raises(ConfigError, match=re.escape(message)):
         RelayServer(RelayConfig(publisher="ws://127.0.0.1:1", **config))

@@ -35,6 +35,7 @@ import contextlib
 import gc
 import itertools
 import logging
+import math
 import sys
 import time
 from collections.abc import Callable, Iterable
@@ -46,7 +47,7 @@ from websockets.exceptions import ConnectionClosed
 
 from fanout import metrics
 from fanout.connection import Outbound
-from fanout.errors import ProtocolError
+from fanout.errors import ConfigError, ProtocolError
 from fanout.relay.compiled import COMPILED
 from fanout.relay.core import MAX_SUBSCRIPTIONS, UPSTREAM, RelayCore, Send
 from fanout.relay.metrics import relay_samples
@@ -141,18 +142,42 @@ class RelayConfig:
     switch_interval: float = 0.001
     young_collection: int = 10_000
 
+    def __post_init__(self) -> None:
+        """Raises:
+        ConfigError: a limit that could not work, named as the field (and the flag) is.
+        """
+        finite = {
+            "stall_timeout": self.stall_timeout,
+            "read_rate": self.read_rate,
+            "query_timeout": self.query_timeout,
+            "sql_share": self.sql_share,
+            "sql_burst": self.sql_burst,
+            "pump_budget": self.pump_budget,
+        }
+        for name, value in finite.items():
+            if not math.isfinite(value):
+                raise ConfigError(f"{name} must be a finite number, not {value}")
+        limits = [
+            ("queue_limit", self.queue_limit >= 1, ">= 1"),
+            ("stall_timeout", self.stall_timeout > 0, "> 0 seconds"),
+            ("read_rate", self.read_rate >= 0, ">= 0 frames a second (0: no limit)"),
+            ("read_burst", self.read_burst >= 1, ">= 1 frame"),
+            ("query_timeout", self.query_timeout > 0, "> 0 seconds"),
+            ("max_subscriptions", self.max_subscriptions >= 1, ">= 1"),
+            ("sql_share", 0 < self.sql_share <= 1, "in (0, 1] seconds a second"),
+            ("sql_burst", self.sql_burst > 0, "> 0 seconds"),
+            ("pump_budget", self.pump_budget > 0, "> 0 seconds"),
+        ]
+        for name, holds, wanted in limits:
+            if not holds:
+                raise ConfigError(f"{name} must be {wanted}, not {getattr(self, name)}")
+
 
 class RelayServer:
     """One relay process's event loop side."""
 
     def __init__(self, config: RelayConfig) -> None:
-        """A relay that will run as ``config`` says.
-
-        Raises:
-            ValueError: a read throttle, query time limit or SQL time budget that could not work.
-        """
-        if config.read_rate > 0:
-            Throttle(config.read_rate, config.read_burst)  # checked now, not per connection
+        """A relay that will run as ``config`` (checked when it was made) says."""
         self.config = config
         self.core = RelayCore(
             config.policy,
