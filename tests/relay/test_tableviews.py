@@ -277,7 +277,7 @@ def test_a_query_past_the_time_limit_ends_only_its_subscription() -> None:
 
 
 def test_a_connection_past_its_sql_share_is_put_off_while_others_are_served() -> None:
-    talk = Conversation(sql_share=0.001, sql_burst=1e-9)  # any query overdraws the bucket
+    talk = Conversation(sql_share=1e-6, sql_burst=1e-9)  # any query overdraws it for > 1 s
     talk.subscribe(1, "orders", sql("SELECT * FROM orders WHERE amount > 10"))
     talk.subscribe(2, "sensors", topic("a/#"))  # the same connection's topic view
     talk.batch("orders", orders((1, "ada", 20.0)))

@@ -569,7 +569,7 @@ class RelayCore(Serving):
         entities = [p.view.key for p in prims if isinstance(p.view, Entity)]
         state.buffer.delete_inside(released, kept, entities)
 
-    def stats(self) -> dict[str, int]:
+    def stats(self) -> dict[str, float]:
         """Counters of the relay's work, for logs and benchmarks (STYLE.md rule 4)."""
         buffers = [state.buffer.counters for state in self.datasets.values()]
         subscriptions = list(self.downstream)

@@ -51,6 +51,10 @@ CORE: dict[str, tuple[Kind, str]] = {
     "sql_syncs": ("counter", "Syncs of upstream rows into the relay's DuckDB."),
     "sql_evaluations": ("counter", "SQL view evaluations."),
     "sql_results_shared": ("counter", "SQL pushes that reused another identical query's result."),
+    "sql_query_seconds": (
+        "counter",
+        "Seconds the event loop spent running subscribers' SQL (failed queries included).",
+    ),
     "sql_pushes_put_off": (
         "counter",
         "SQL pushes put off because their connection had spent its share of SQL time.",
@@ -64,7 +68,7 @@ CORE: dict[str, tuple[Kind, str]] = {
 
 
 def relay_samples(
-    core: Mapping[str, int],
+    core: Mapping[str, float],
     *,
     connections: int,
     upstream_connected: bool,

@@ -280,13 +280,14 @@ class TableViews:
         """Forget the cached results of SQL views no longer subscribed (``views`` are)."""
         self.store.forget([view for view in views if isinstance(view, Sql)])
 
-    def stats(self) -> dict[str, int]:
+    def stats(self) -> dict[str, float]:
         """Counters of the SQL store and topic matching."""
         counters = self.store.counters
         return {
             "sql_syncs": counters.syncs,
             "sql_evaluations": counters.evaluations,
             "sql_results_shared": counters.shared,
+            "sql_query_seconds": round(counters.seconds, 6),
             "topic_passes": sum(t.passes for t in self._topics.values()),
             "topic_rows_not_topics": sum(t.not_topics for t in self._topics.values()),
         }
