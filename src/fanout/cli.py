@@ -394,8 +394,8 @@ def _run_relay(args: argparse.Namespace) -> int:
 
 def _limits_given(args: argparse.Namespace) -> dict[str, Any]:
     """The ``RELAY_LIMITS`` flags given, as ``RelayConfig`` fields."""
-    given = {flag[2:].replace("-", "_"): flag for flag, *_ in RELAY_LIMITS}
-    return {name: getattr(args, name) for name in given if getattr(args, name) is not None}
+    names = [flag[2:].replace("-", "_") for flag, *_ in RELAY_LIMITS]
+    return {name: getattr(args, name) for name in names if getattr(args, name) is not None}
 
 
 # -- subscribe -------------------------------------------------------------------------------

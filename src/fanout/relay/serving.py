@@ -10,8 +10,8 @@ once per distinct (view, transform, held state) and shared (``pushes.Encodings``
 Two things keep a round from holding the event loop: a turn stops starting pushes other than
 of boxes (those are cut together, microseconds each) once the round's ``deadline`` has passed
 (the rest go back to the queue with their age; the turn's first push is always made, so every
-round gets something done), and a connection whose SQL pushes
-have taken more than their share of the loop has them put off (``relay.throttle.Budgets``).
+round gets something done), and a connection whose SQL pushes have taken more than their share
+of the loop has them put off (``relay.throttle.Budgets``).
 """
 
 from __future__ import annotations
