@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+import asyncio
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from websockets.asyncio.server import ServerConnection, serve
 
 from fanout.cli import RELAY_LIMITS, _limits_given, _parser, main
+from fanout.wire import codec
+from fanout.wire.messages import Error
 
 COMMANDS = ["demo", "publisher", "relay", "subscribe", "explain"]
 
@@ -100,6 +104,20 @@ def test_subscribe_tries_each_relay_given_then_fails_cleanly() -> None:
     assert "Traceback" not in result.stderr
     assert "trying ws://127.0.0.1:11" in result.stderr
     assert "fanout subscribe:" in result.stderr
+
+
+async def test_subscribe_moves_on_from_a_full_relay(capsys: pytest.CaptureFixture[str]) -> None:
+    async def full(websocket: ServerConnection) -> None:
+        await websocket.recv()  # its Hello
+        await websocket.send(codec.encode(Error("unavailable", "no room here")))
+
+    async with serve(full, "127.0.0.1", 0) as server:
+        url = f"ws://127.0.0.1:{next(iter(server.sockets)).getsockname()[1]}"
+        argv = ["subscribe", "--relay", f"{url},ws://127.0.0.1:9", "--box", "0,0,1,1"]
+        assert await asyncio.to_thread(main, argv) == 2
+    err = capsys.readouterr().err
+    assert f"relay {url}: unavailable: no room here; trying ws://127.0.0.1:9" in err
+    assert err.strip().endswith("fanout subscribe: unavailable: no room here")  # tried both
 
 
 def test_subscribe_without_a_relay_url_is_a_clear_error(capsys: pytest.CaptureFixture[str]) -> None:

@@ -339,7 +339,7 @@ def _relay_parser(commands: Any) -> None:
         " (1 + this) * d (default: 0)",
     )
     limits = parser.add_argument_group(
-        "limits", "what one subscriber connection may take of the relay (docs/configuration.md)"
+        "limits", "what subscriber connections may take of the relay (docs/configuration.md)"
     )
     for flag, kind, default, what in RELAY_LIMITS:
         limits.add_argument(flag, type=kind, help=f"{what} (default: {default})")
@@ -360,6 +360,8 @@ RELAY_LIMITS: list[tuple[str, type, float, str]] = [
     ("--read-burst", int, 1000, "frames read at once before --read-rate applies"),
     ("--query-timeout", float, 0.5, "seconds a subscriber's SQL may run before it is stopped"),
     ("--max-subscriptions", int, 10_000, "subscriptions one connection may hold"),
+    ("--max-connections", int, 10_000, "subscriber connections served at once (ulimit -n!)"),
+    ("--hello-timeout", float, 10.0, "seconds a new connection may take to say Hello"),
     ("--sql-share", float, 0.25, "seconds of the event loop a connection's SQL may take a second"),
     ("--sql-burst", float, 1.0, "seconds its SQL may take at first, before --sql-share applies"),
 ]
@@ -475,7 +477,7 @@ def _run_subscribe(args: argparse.Namespace) -> int:
 
 
 async def _subscribe(args: argparse.Namespace, view: Any) -> int:
-    from fanout.client import LiveView, SubscriptionError, connect, rank
+    from fanout.client import HandshakeRefused, LiveView, SubscriptionError, connect, rank
 
     relays = [url.strip() for url in args.relay.split(",") if url.strip()]
     if not relays:
@@ -505,8 +507,11 @@ async def _subscribe(args: argparse.Namespace, view: Any) -> int:
                     if args.count and seen >= args.count:
                         return 0
                 return 0  # unsubscribed
-        except (OSError, SubscriptionError) as exc:
-            if isinstance(exc, SubscriptionError) and exc.code != "closed":
+        except (OSError, SubscriptionError, HandshakeRefused) as exc:
+            if isinstance(exc, SubscriptionError | HandshakeRefused) and exc.code not in (
+                "closed",
+                "unavailable",  # the relay is full: another may have room
+            ):
                 raise  # refused: another relay would refuse it too
             turn, attempts = turn + 1, attempts + 1
             if attempts > len(relays):

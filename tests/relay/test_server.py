@@ -19,7 +19,7 @@ from websockets.asyncio.client import connect as ws_connect
 from websockets.asyncio.server import ServerConnection, serve
 from websockets.exceptions import ConnectionClosed
 
-from fanout.client import SubscriptionError, connect
+from fanout.client import HandshakeRefused, SubscriptionError, connect
 from fanout.errors import ConfigError
 from fanout.metrics import scrape
 from fanout.relay.core import RelayCore
@@ -232,6 +232,39 @@ async def test_a_handshake_with_the_wrong_version_is_refused(deployment) -> None
         assert error.code == "handshake"
         with pytest.raises(ConnectionClosed):
             await asyncio.wait_for(websocket.recv(), 5)
+
+
+async def test_a_connection_without_a_hello_is_refused_after_the_hello_timeout() -> None:
+    async with (
+        running(hello_timeout=0.3) as (_, relay, url),
+        ws_connect(url) as silent,
+        connect(url) as greeted,
+    ):
+        error = codec.to_subscriber().decode(await asyncio.wait_for(silent.recv(), 5))
+        assert error == Error("handshake", "no hello within 0.3 s; closing")
+        with pytest.raises(ConnectionClosed):
+            await asyncio.wait_for(silent.recv(), 5)
+        await asyncio.sleep(0.3)  # a connection that said hello is never timed out
+        view = await asyncio.wait_for(greeted.subscribe(Box((0, 0), (10, 10))), 5)
+        assert view.sub == 1 and relay.core.stats()["subscriptions"] == 1
+
+
+async def test_beyond_max_connections_a_hello_is_refused_as_unavailable() -> None:
+    async with running(max_connections=2) as (_, relay, url):
+        async with connect(url) as first, connect(url):
+            with pytest.raises(HandshakeRefused, match="serves its most connections") as full:
+                async with connect(url):
+                    pass
+            assert full.value.code == "unavailable"
+            assert (await asyncio.wait_for(first.subscribe(Box((0, 0), (1, 1))), 5)).sub == 1
+            scraped = await asyncio.to_thread(scrape, url)
+            assert scraped["fanout_relay_connections_refused_total"] == 1
+        for _ in range(100):  # both closed: there is room again
+            if not relay._connected:
+                break
+            await asyncio.sleep(0.05)
+        async with connect(url) as again:
+            assert (await asyncio.wait_for(again.subscribe(Box((0, 0), (1, 1))), 5)).sub == 1
 
 
 async def test_a_slow_consumer_is_cut_off_without_delaying_others(deployment) -> None:

@@ -83,9 +83,25 @@ def test_a_peer_sending_only_garbage_is_closed_eventually() -> None:
 
 
 def test_check_welcome_turns_a_refusal_into_an_exception() -> None:
-    with pytest.raises(HandshakeRefused, match="handshake: no"):
+    with pytest.raises(HandshakeRefused, match="handshake: no") as refused:
         check_welcome(Error("handshake", "no"))
+    assert refused.value.code == "handshake"
     assert check_welcome(Welcome(PROTOCOL_VERSION, "s", "x")).server == "s"
+
+
+def test_a_hello_without_room_is_refused_as_unavailable_and_closes() -> None:
+    full: list[str | None] = ["no room: try another"]
+    accepting = AcceptingSession(
+        codec.to_relay(), "test", frozenset({"subscriber"}), room=lambda: full[0]
+    )
+    outcome = accepting.receive(hello())
+    assert outcome.close and outcome.reply == Error("unavailable", "no room: try another")
+    assert accepting.phase is Phase.CLOSED and accepting.hello is None
+    full[0] = None  # room again: the next connection is welcome
+    fresh = AcceptingSession(
+        codec.to_relay(), "test", frozenset({"subscriber"}), room=lambda: full[0]
+    )
+    assert isinstance(fresh.receive(hello()).reply, Welcome)
 
 
 def test_a_subscribe_with_an_invalid_view_is_refused_as_that_subscription() -> None:

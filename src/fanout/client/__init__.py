@@ -6,5 +6,14 @@ async with connect(url) as sub:
 
 from fanout.client.routing import rank
 from fanout.client.subscriber import LiveView, Subscriber, SubscriptionError, Update, connect
+from fanout.wire.session import HandshakeRefused
 
-__all__ = ["LiveView", "Subscriber", "SubscriptionError", "Update", "connect", "rank"]
+__all__ = [
+    "HandshakeRefused",
+    "LiveView",
+    "Subscriber",
+    "SubscriptionError",
+    "Update",
+    "connect",
+    "rank",
+]

@@ -466,7 +466,8 @@ async def connect(
     ``float32``, ``fixed``; empty: all); a relay sends only those (``Transform.negotiate``).
 
     Raises:
-        HandshakeRefused: the relay refused the connection.
+        HandshakeRefused: the relay refused the connection; code ``unavailable``: it serves
+            its most connections (another relay may have room).
         OSError: the relay cannot be reached.
     """
     async with ws_connect(url, max_size=MAX_FRAME, compression=None, open_timeout=10) as websocket:

@@ -76,6 +76,7 @@ def relay_samples(
     bytes_sent: int,
     slow_closed: int,
     reads_throttled: int,
+    refused: int,
 ) -> list[Sample]:
     """The relay's samples: ``core`` (``RelayCore.stats()``) and the server's own figures.
 
@@ -110,5 +111,11 @@ def relay_samples(
             "Times a subscriber connection sent frames faster than read_rate and was not read"
             " for a while.",
             reads_throttled,
+        ),
+        Sample(
+            "relay_connections_refused",
+            "counter",
+            "Subscriber connections refused at their Hello: the relay served max_connections.",
+            refused,
         ),
     ]

@@ -15,7 +15,10 @@ Tasks (one ``TaskGroup`` owns them all, STYLE.md rule 5):
 
 A subscriber connection is read at most ``RelayConfig.read_rate`` frames a second after a first
 ``read_burst`` (``relay.throttle``): one that floods the relay with view changes is slowed down,
-by not being read, rather than taking the event loop from everyone else.
+by not being read, rather than taking the event loop from everyone else. A connection that
+sends no ``Hello`` within ``hello_timeout`` seconds is refused and closed; beyond
+``max_connections`` served at once, a new one's ``Hello`` is refused with ``unavailable`` (the
+`fanout subscribe` given several relays tries the next).
 
 An HTTP ``GET /metrics`` on the subscriber port is answered with the relay's counters
 (``relay.metrics``, ``fanout.metrics``) instead of a WebSocket handshake.
@@ -100,6 +103,11 @@ class RelayConfig:
             subscriber waiting) before it is stopped and the subscription ends with an error.
         max_subscriptions: subscriptions one connection may hold at once; a new one beyond
             them is refused (``bad_request``).
+        max_connections: subscriber connections the relay serves at once; the ``Hello`` of one
+            more is refused with ``unavailable`` (its client may try another relay). Each takes
+            a file descriptor: keep it below the process's limit (``ulimit -n``).
+        hello_timeout: seconds a new connection may take to send its ``Hello``; one that has
+            not is refused (``handshake``) and closed.
         sql_share, sql_burst: seconds of the event loop one connection's SQL pushes may take
             per second, after a first burst (``relay.throttle.Budgets``); past that its SQL
             pushes are put off until the time is paid back, and other subscribers are served.
@@ -133,6 +141,8 @@ class RelayConfig:
     read_burst: int = 1000
     query_timeout: float = QUERY_TIMEOUT
     max_subscriptions: int = MAX_SUBSCRIPTIONS
+    max_connections: int = 10_000
+    hello_timeout: float = 10.0
     sql_share: float = SQL_SHARE
     sql_burst: float = SQL_BURST
     reconnect_delay: float = 0.2
@@ -150,6 +160,7 @@ class RelayConfig:
             "stall_timeout": self.stall_timeout,
             "read_rate": self.read_rate,
             "query_timeout": self.query_timeout,
+            "hello_timeout": self.hello_timeout,
             "sql_share": self.sql_share,
             "sql_burst": self.sql_burst,
             "pump_budget": self.pump_budget,
@@ -164,6 +175,8 @@ class RelayConfig:
             ("read_burst", self.read_burst >= 1, ">= 1 frame"),
             ("query_timeout", self.query_timeout > 0, "> 0 seconds"),
             ("max_subscriptions", self.max_subscriptions >= 1, ">= 1"),
+            ("max_connections", self.max_connections >= 1, ">= 1"),
+            ("hello_timeout", self.hello_timeout > 0, "> 0 seconds"),
             ("sql_share", 0 < self.sql_share <= 1, "in (0, 1] seconds a second"),
             ("sql_burst", self.sql_burst > 0, "> 0 seconds"),
             ("pump_budget", self.pump_budget > 0, "> 0 seconds"),
@@ -201,6 +214,7 @@ class RelayServer:
         self._closed_sent = (0, 0)
         self._slow_closed = 0
         self._reads_throttled = 0
+        self._refused_full = 0
         self._finishing: set[Outbound] = set()
 
     async def run(self, ready: Callable[[int], None] | None = None) -> None:
@@ -261,6 +275,7 @@ class RelayServer:
             bytes_sent=sent + sum(outbound.sent_bytes for outbound in live),
             slow_closed=self._slow_closed + sum(o.closed_for is not None for o in live),
             reads_throttled=self._reads_throttled,
+            refused=self._refused_full,
         )
 
     # -- dispatch ------------------------------------------------------------------------
@@ -280,35 +295,34 @@ class RelayServer:
     async def _serve_client(self, websocket: ServerConnection) -> None:
         client = next(self._ids)
         session = AcceptingSession(
-            codec.to_relay(), f"fanout-relay {self.config.name}", frozenset({"subscriber"})
+            codec.to_relay(),
+            f"fanout-relay {self.config.name}",
+            frozenset({"subscriber"}),
+            room=self._room,
         )
         outbound = Outbound(
             websocket, self.config.queue_limit, on_idle=lambda: self._on_writable(client)
         )
         self._clients[client] = outbound
         outbound.start()
-        loop = asyncio.get_running_loop()
         rate = self.config.read_rate
         throttle = Throttle(rate, self.config.read_burst) if rate > 0 else None
         try:
-            async for message in websocket:
-                outcome = session.receive(message)
-                if outcome.reply is not None:
-                    outbound.offer(codec.encode(outcome.reply))
-                if outcome.close:
-                    break
-                if session.hello is not None and client not in self._connected:
-                    self._connected.add(client)
-                    self.core.on_connect(client, session.hello.capabilities)
-                match outcome.deliver:
-                    case Subscribe() as request:
-                        self._dispatch(self.core.on_subscribe(client, request, loop.time()))
-                    case Unsubscribe() as request:
-                        self._dispatch(self.core.on_unsubscribe(client, request))
-                self._wake.set()
-                if throttle is not None and (wait := throttle.take(loop.time())) > 0:
-                    self._reads_throttled += 1
-                    await asyncio.sleep(wait)
+            async with asyncio.timeout(self.config.hello_timeout) as handshake:
+                async for message in websocket:
+                    outcome = session.receive(message)
+                    if outcome.reply is not None:
+                        outbound.offer(codec.encode(outcome.reply))
+                    if outcome.close:
+                        break
+                    if session.hello is not None and client not in self._connected:
+                        handshake.reschedule(None)
+                        self._connected.add(client)
+                        self.core.on_connect(client, session.hello.capabilities)
+                    await self._take(client, outcome.deliver, throttle)
+        except TimeoutError:
+            late = f"no hello within {self.config.hello_timeout:g} s; closing"
+            outbound.offer(codec.encode(Error(code="handshake", message=late)))
         except ConnectionClosed:
             pass  # the subscriber went away; its subscriptions end below
         finally:
@@ -321,6 +335,29 @@ class RelayServer:
             frames, sent = self._closed_sent
             self._closed_sent = (frames + outbound.sent, sent + outbound.sent_bytes)
             self._slow_closed += outbound.closed_for is not None
+
+    def _room(self) -> str | None:
+        """Why a new subscriber connection is refused at its ``Hello``, or None."""
+        if len(self._connected) < self.config.max_connections:
+            return None
+        self._refused_full += 1
+        return (
+            f"the relay serves its most connections ({self.config.max_connections},"
+            " max_connections); connect to another relay"
+        )
+
+    async def _take(self, client: int, frame: object, throttle: Throttle | None) -> None:
+        """Act on a subscriber's frame, then pause reading if its throttle says so."""
+        loop = asyncio.get_running_loop()
+        match frame:
+            case Subscribe() as request:
+                self._dispatch(self.core.on_subscribe(client, request, loop.time()))
+            case Unsubscribe() as request:
+                self._dispatch(self.core.on_unsubscribe(client, request))
+        self._wake.set()
+        if throttle is not None and (wait := throttle.take(loop.time())) > 0:
+            self._reads_throttled += 1
+            await asyncio.sleep(wait)
 
     def _on_writable(self, client: int) -> None:
         if self.core.on_writable(client):

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import enum
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Generic, TypeVar
 
@@ -52,10 +53,24 @@ class Outcome(Generic[T]):
 class AcceptingSession(Generic[T]):
     """Handshake and error policy for the side that accepts connections."""
 
-    def __init__(self, decoder: Decoder[T], server: str, roles: frozenset[Role]) -> None:
+    def __init__(
+        self,
+        decoder: Decoder[T],
+        server: str,
+        roles: frozenset[Role],
+        room: Callable[[], str | None] = lambda: None,
+    ) -> None:
+        """Args:
+        decoder: decodes the frames this side takes.
+        server: this side's name, in its ``Welcome``.
+        roles: the roles it serves.
+        room: asked when a valid ``Hello`` arrives: None to admit the connection, else why
+            there is no room for it (refused with code ``unavailable``).
+        """
         self._decoder = decoder
         self._server = server
         self._roles = roles
+        self._room = room
         self.phase = Phase.AWAIT_HELLO
         self.hello: Hello | None = None
         self.session_id = uuid.uuid4().hex[:12]
@@ -86,14 +101,16 @@ class AcceptingSession(Generic[T]):
             )
         if frame.role not in self._roles:
             return self._refuse(f"role {frame.role!r} is not served here ({sorted(self._roles)})")
+        if (full := self._room()) is not None:
+            return self._refuse(full, code="unavailable")
         self.phase = Phase.OPEN
         self.hello = frame
         welcome = Welcome(version=PROTOCOL_VERSION, server=self._server, session=self.session_id)
         return Outcome(reply=welcome)
 
-    def _refuse(self, message: str) -> Outcome[T]:
+    def _refuse(self, message: str, code: str = "handshake") -> Outcome[T]:
         self.phase = Phase.CLOSED
-        return Outcome(reply=Error(code="handshake", message=message), close=True)
+        return Outcome(reply=Error(code=code, message=message), close=True)
 
     def _bad_frame(self, message: str, ref: int | None = None) -> Outcome[T]:
         if self.phase is Phase.AWAIT_HELLO:
@@ -125,7 +142,16 @@ def _reference(data: bytes | str) -> int | None:
 
 
 class HandshakeRefused(ProtocolError):
-    """The accepting side answered our ``Hello`` with an ``Error``."""
+    """The accepting side answered our ``Hello`` with an ``Error``.
+
+    Attributes:
+        code: the ``Error``'s code: ``handshake`` (this side's ``Hello`` was refused), or
+            ``unavailable`` (the peer has no room for another connection: try another).
+    """
+
+    def __init__(self, code: str, message: str) -> None:
+        super().__init__(f"{code}: {message}")
+        self.code = code
 
 
 def check_welcome(frame: object) -> Welcome:
@@ -136,7 +162,7 @@ def check_welcome(frame: object) -> Welcome:
         ProtocolError: if it is anything else but a compatible ``Welcome``.
     """
     if isinstance(frame, Error):
-        raise HandshakeRefused(f"{frame.code}: {frame.message}")
+        raise HandshakeRefused(frame.code, frame.message)
     if not isinstance(frame, Welcome):
         raise ProtocolError(f"expected welcome, got {type(frame).__name__.lower()}")
     if frame.version != PROTOCOL_VERSION:
