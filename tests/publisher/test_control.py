@@ -309,3 +309,22 @@ async def test_curiosity_is_answered_from_the_log_or_said_lost(control) -> None:
     assert (lost.code, lost.ref) == ("lost", 6)
     assert "trimmed" in lost.message
     await relay.close()
+
+
+async def test_a_connection_without_a_hello_is_refused_after_the_hello_timeout(control) -> None:
+    plane, _, url = control
+    plane.hello_timeout = 0.3
+    async with connect(url) as silent:
+        relay = await hello(url)  # a relay that said hello in time is served on
+        error = codec.from_publisher().decode(await asyncio.wait_for(silent.recv(), 5))
+        assert error == Error("handshake", "no hello within 0.3 s; closing")
+        with pytest.raises(ConnectionClosed):
+            await asyncio.wait_for(silent.recv(), 5)
+        await asyncio.sleep(0.3)
+        await relay.send(codec.encode(Acquire(1, "agents", Box((0, 0), (1, 1)))))
+        for _ in range(500):
+            if plane.registry.plan("agents").prims:
+                break
+            await asyncio.sleep(0.01)
+        assert len(plane.registry.plan("agents").prims) == 1
+        await relay.close()

@@ -39,6 +39,7 @@ from fanout.wire.messages import (
     DatasetInfo,
     Error,
     Frame,
+    Hello,
     Horizon,
     Knowledge,
     Publish,
@@ -84,6 +85,8 @@ class Datasets(Protocol):
 HELD_BACK_LIMIT = 1024
 #: Largest frame a relay may send us (acquire/release/read_state are small).
 MAX_INBOUND = 1 << 20
+#: Seconds a new connection may take to send its ``Hello`` before it is refused and closed.
+HELLO_TIMEOUT = 10.0
 
 
 class ControlPlane:
@@ -94,10 +97,12 @@ class ControlPlane:
         datasets: Datasets,
         registry: Registry,
         queue_limit: int = 64,
+        hello_timeout: float = HELLO_TIMEOUT,
     ) -> None:
         self.datasets = datasets
         self.registry = registry
         self.queue_limit = queue_limit
+        self.hello_timeout = hello_timeout
         self.port: int | None = None
         self._relays: dict[int, Outbound] = {}
         #: Every open connection (relays, readers, producers), and what closed ones wrote.
@@ -263,22 +268,21 @@ class ControlPlane:
             async with asyncio.TaskGroup() as group:
                 work = _Work(group)
                 try:
-                    async for message in websocket:
-                        outcome = session.receive(message)
-                        if outcome.reply is not None:
-                            outbound.offer(codec.encode(outcome.reply))
-                        if isinstance(outcome.reply, Welcome) and session.hello is not None:
-                            hello = session.hello
-                            relay = self._welcome(hello.role, hello.name, outbound)
-                            if relay is not None and hello.resume:
-                                # hold live batches back from now on, before any can be offered
-                                self._held_back[relay] = []
-                                self._applied[relay] = {d: s for d, (_, s) in hello.resume.items()}
-                                work.start(self._resume(relay, hello.resume, outbound))
-                        if outcome.close:
-                            break
-                        if outcome.deliver is not None:
-                            self._dispatch(outcome.deliver, relay, outbound, work)
+                    async with asyncio.timeout(self.hello_timeout) as handshake:
+                        async for message in websocket:
+                            outcome = session.receive(message)
+                            if outcome.reply is not None:
+                                outbound.offer(codec.encode(outcome.reply))
+                            if isinstance(outcome.reply, Welcome) and session.hello is not None:
+                                handshake.reschedule(None)
+                                relay = self._welcomed(session.hello, outbound, work)
+                            if outcome.close:
+                                break
+                            if outcome.deliver is not None:
+                                self._dispatch(outcome.deliver, relay, outbound, work)
+                except TimeoutError:
+                    late = f"no hello within {self.hello_timeout:g} s; closing"
+                    outbound.offer(codec.encode(Error(code="handshake", message=late)))
                 except ConnectionClosed:
                     pass  # the peer went away; its primitives are released below
                 finally:
@@ -295,6 +299,16 @@ class ControlPlane:
             frames, sent = self._closed_sent
             self._closed_sent = (frames + outbound.sent, sent + outbound.sent_bytes)
             self._slow_closed += outbound.closed_for is not None
+
+    def _welcomed(self, hello: Hello, outbound: Outbound, work: _Work) -> int | None:
+        """A peer was welcomed: send it the catalog; a relay that resumes is replayed to."""
+        relay = self._welcome(hello.role, hello.name, outbound)
+        if relay is not None and hello.resume:
+            # hold live batches back from now on, before any can be offered
+            self._held_back[relay] = []
+            self._applied[relay] = {d: s for d, (_, s) in hello.resume.items()}
+            work.start(self._resume(relay, hello.resume, outbound))
+        return relay
 
     def _welcome(self, role: str, name: str, outbound: Outbound) -> int | None:
         catalog = Catalog(datasets=self.datasets.infos())
