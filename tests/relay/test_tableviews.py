@@ -296,6 +296,27 @@ def test_a_connection_past_its_sql_share_is_put_off_while_others_are_served() ->
     assert sorted(talk.views[1]) == [1, 2]  # the newest rows: nothing of them was lost
 
 
+def test_an_every_sql_view_past_its_share_is_put_off_then_gets_every_seq() -> None:
+    talk = Conversation(sql_share=1e-6, sql_burst=1e-9)  # any query overdraws it for > 1 s
+    query = sql("SELECT order_id, amount FROM orders WHERE amount > 10")
+    talk.subscribe(1, "orders", query, mode="every")
+    talk.batch("orders", orders((1, "ada", 20.0)))
+    (first,) = talk.push()
+    assert isinstance(first, Push) and first.full and first.seq == 0
+    for seq in (1, 2, 3):
+        talk.batch("orders", orders((seq + 1, "bob", 30.0 + seq)))
+        assert talk.push() == []  # put off: its connection spent its SQL time
+    assert talk.core.stats()["sql_pushes_put_off"] == 1  # then it waits on its timer
+    seqs = []
+    while len(seqs) < 3:
+        paid_back = talk.core.next_wakeup(talk.now)
+        assert paid_back is not None
+        talk.now = max(talk.now, paid_back - 1.0)  # ``push`` adds a second
+        seqs += [f.seq for f in talk.push() if isinstance(f, Push | NoUpdate)]  # type: ignore[union-attr]
+    assert seqs == [1, 2, 3]  # every seq, in order, none lost while it waited
+    assert sorted(talk.views[1]) == [1, 2, 3, 4]
+
+
 def test_unneeded_primitives_are_released_and_their_rows_pruned() -> None:
     talk = Conversation()
     talk.subscribe(1, "sensors", topic("a/#"))

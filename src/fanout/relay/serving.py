@@ -10,8 +10,9 @@ once per distinct (view, transform, held state) and shared (``pushes.Encodings``
 Two things keep a round from holding the event loop: a turn stops starting pushes other than
 of boxes (those are cut together, microseconds each) once the round's ``deadline`` has passed
 (the rest go back to the queue with their age; the turn's first push is always made, so every
-round gets something done), and a connection whose SQL pushes have taken more than their share
-of the loop has them put off (``relay.throttle.Budgets``).
+round gets something done), and a connection whose SQL pushes (``latest`` or ``every``) have
+taken more than their share of the loop has them put off (``relay.throttle.Budgets``); an
+``every`` subscription catches up afterwards, seq by seq, as any slow one does.
 """
 
 from __future__ import annotations
@@ -133,6 +134,10 @@ class Serving(EveryMode):
                 for rest in sids[at:]:
                     self.scheduler.requeue(rest)
                 break
+            sql = isinstance(subscription.view, Sql)
+            if sql and (until := self.sql_budgets.until(subscription.client, now)) is not None:
+                self.scheduler.defer(sid, until)  # its connection spent its SQL time
+                continue
             clients.add(subscription.client)
             if box:
                 assert isinstance(region, Box)
@@ -140,11 +145,15 @@ class Serving(EveryMode):
                 served.append([])
                 continue
             pushed = True
+            counters = self.tableviews.store.counters
+            before = counters.seconds
             if subscription.mode == "every":
                 served.append(self._serve_every(subscription, state, now))
             else:
                 send = self._push(subscription, state, now, region)
                 served.append([] if send is None else [send])
+            if sql:  # its query's time, if one ran (not a result shared, nor table syncs)
+                self.sql_budgets.spend(subscription.client, counters.seconds - before, now)
         for at, send in self._push_boxes(boxes, now):
             served[at].append(send)
         return [send for sends in served for send in sends]
@@ -292,28 +301,18 @@ class Serving(EveryMode):
         return self._deliver(subscription, stamp, body, after, now)
 
     def _push_keyed(self, subscription: Subscription, now: float) -> Send | None:
-        """A push of a SQL, topic or path view (``relay.tableviews``); a SQL push of a
-        connection that spent its share of SQL time is put off (``relay.throttle.Budgets``)."""
-        dataset, client = subscription.dataset, subscription.client
+        """A push of a SQL, topic or path view (``relay.tableviews``)."""
+        dataset = subscription.dataset
         if self.tableviews.current(subscription, self.datasets):
             self.scheduler.idle(subscription.key)  # woken, but nothing is new for it
             return None
-        sql = isinstance(subscription.view, Sql)
-        if sql and (until := self.sql_budgets.until(client, now)) is not None:
-            self.scheduler.defer(subscription.key, until)
-            return None
-        counters = self.tableviews.store.counters
-        before = counters.seconds
         try:
             body, after = self.tableviews.cut(
                 subscription, self.datasets, self.encodings, lambda: self.downstream.views(dataset)
             )
         except InvalidView as exc:  # the query failed on the current rows
             self._end(subscription)
-            return Send(client, Error(exc.code, str(exc), ref=subscription.sub))
-        finally:
-            if sql:  # its query's time, if it ran (not a result shared, not the table syncs)
-                self.sql_budgets.spend(client, counters.seconds - before, now)
+            return Send(subscription.client, Error(exc.code, str(exc), ref=subscription.sub))
         stamp = self.datasets[dataset].buffer.stamp
         assert stamp is not None
         return self._deliver(subscription, stamp, body, after, now)
