@@ -120,6 +120,18 @@ async def test_subscribe_moves_on_from_a_full_relay(capsys: pytest.CaptureFixtur
     assert err.strip().endswith("fanout subscribe: unavailable: no room here")  # tried both
 
 
+def test_subscribe_parses_the_view_in_the_kind_given(capsys: pytest.CaptureFixture[str]) -> None:
+    relay = ["subscribe", "--relay", "ws://127.0.0.1:9"]
+    assert main([*relay, "--kind", "sql", "--box", "0,0,1,1"]) == 2
+    assert "--box is a region; give the sql view with --view" in capsys.readouterr().err
+    assert main([*relay, "--kind", "sql", "--view", "SELECT id FROM t WHERE"]) == 2
+    assert capsys.readouterr().err.startswith("fanout subscribe: invalid SQL")
+    assert main([*relay, "--kind", "topic", "--view", "a/#/b"]) == 2
+    assert "'#' must be the last level" in capsys.readouterr().err
+    assert main([*relay, "--kind", "topic", "--view", "a/#"]) == 2  # valid: then no relay there
+    assert "fanout subscribe:" in capsys.readouterr().err
+
+
 def test_subscribe_without_a_relay_url_is_a_clear_error(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["subscribe", "--relay", " , ", "--box", "0,0,1,1"]) == 2
     assert "give at least one relay URL" in capsys.readouterr().err

@@ -456,7 +456,17 @@ def _subscribe_parser(commands: Any) -> None:
         "--view",
         help=(
             "any view in text syntax, e.g. 'sphere:500,500,50', or 'rel:42:sphere:0,0,50' to"
-            " follow entity 42 (docs/concepts.md)"
+            " follow entity 42; with --kind, a SELECT, a topic filter or an object path"
+            " (docs/concepts.md)"
+        ),
+    )
+    parser.add_argument(
+        "--kind",
+        choices=["region", "sql", "topic", "path"],
+        default="region",
+        help=(
+            "the language of --view, the dataset's: region, sql (a SELECT), topic (an MQTT"
+            " filter) or path (an object path) (default: region)"
         ),
     )
     parser.add_argument(
@@ -472,7 +482,9 @@ def _subscribe_parser(commands: Any) -> None:
 def _run_subscribe(args: argparse.Namespace) -> int:
     from fanout.views import parse
 
-    view = parse(f"box:{args.box}" if args.box else args.view, "region")
+    if args.box and args.kind != "region":
+        raise ConfigError(f"--box is a region; give the {args.kind} view with --view")
+    view = parse(f"box:{args.box}" if args.box else args.view, args.kind)
     return asyncio.run(_subscribe(args, view))
 
 

@@ -4,6 +4,8 @@ subscribers get row deltas whose rows, at every push's tick, are the publisher's
 from __future__ import annotations
 
 import asyncio
+import json
+import sys
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
@@ -120,6 +122,24 @@ async def test_a_sql_view_gets_the_publishers_rows_as_deltas(deployment) -> None
             )
             await matches_publisher(reader, view, "orders", query, lambda rows: set(rows) == {2})
             assert view.rows[2] == {"order_id": 2, "customer": "bob", "amount": 20.0}
+
+
+async def test_fanout_subscribe_prints_a_sql_views_rows(deployment) -> None:
+    publisher, relay = deployment
+    async with open_producer(publisher.url) as producer:
+        await producer.publish("orders", rows=[{"order_id": 77, "customer": "dee", "amount": 77.5}])
+    command = await asyncio.create_subprocess_exec(
+        *(sys.executable, "-m", "fanout", "subscribe", "--relay", relay.url),
+        *("--dataset", "orders", "--kind", "sql", "--count", "1", "--json"),
+        *("--view", "SELECT order_id, amount FROM orders WHERE customer = 'dee'"),
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    out, err = await asyncio.wait_for(command.communicate(), 90)
+    assert command.returncode == 0, err.decode()
+    (line,) = out.decode().splitlines()
+    update = json.loads(line)
+    assert update["full"] and update["entered"] == [{"order_id": 77, "amount": 77.5}]
 
 
 async def test_a_join_is_run_on_the_relay(deployment) -> None:
