@@ -20,6 +20,7 @@ from fanout.publisher.datasets import (
     Dataset,
     FilesSource,
     IngestSource,
+    PostgresSource,
     SimulationSource,
     agents,
 )
@@ -290,16 +291,16 @@ MISTAKES = [
     ),
     (
         orders_with_source('source = { kind = "kafka" }'),
-        "datasets.orders.source.kind: 'kafka' is not one of simulation, files, ingest",
+        "datasets.orders.source.kind: 'kafka' is not one of simulation, files, ingest, postgres",
     ),
     (
         orders_with_source('source = "kafka"'),
-        "datasets.orders.source: 'kafka' is not one of simulation, files, ingest",
+        "datasets.orders.source: 'kafka' is not one of simulation, files, ingest, postgres",
     ),
     (
         orders_with_source('source = { kind = "file", path = "x" }'),
-        "datasets.orders.source.kind: 'file' is not one of simulation, files, ingest (did you"
-        " mean 'files'?)",
+        "datasets.orders.source.kind: 'file' is not one of simulation, files, ingest, postgres"
+        " (did you mean 'files'?)",
     ),
     (
         orders_with_source('source = "files"'),
@@ -545,6 +546,19 @@ def test_reader_options_reach_spark_as_strings() -> None:
         format="csv",
         options={"header": "true", "sep": ";", "samplingRatio": "0.5", "maxColumns": "10"},
     )
+
+
+def test_a_postgres_source_names_its_database_and_table() -> None:
+    url = "postgresql://fanout@db:5432/shop"
+    source = f'source = {{ kind = "postgres", url = "{url}", table = "orders_v2" }}'
+    dataset = parse_config(orders_with_source(source)).datasets["orders"]
+    assert dataset.source == PostgresSource(url, "orders_v2")
+    bare = parse_config(orders_with_source(f'source = {{ kind = "postgres", url = "{url}" }}'))
+    assert bare.datasets["orders"].source == PostgresSource(url)  # the table: the dataset's name
+    with pytest.raises(ConfigError, match=r"source\.url: expected a postgresql:// URL"):
+        parse_config(orders_with_source('source = { kind = "postgres", url = "mysql://db" }'))
+    with pytest.raises(ConfigError, match="url"):
+        parse_config(orders_with_source('source = { kind = "postgres" }'))
 
 
 def test_datasets_keep_the_order_they_are_declared_in() -> None:

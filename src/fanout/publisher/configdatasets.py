@@ -3,9 +3,9 @@
 A dataset (``publisher.datasets.Dataset``) is a named, keyed table: ``key``, ``schema`` (column =
 type, in order), ``index`` (the view language: ``space`` over x, y[, z], ``sql`` over predicate
 columns, ``topic`` or ``path`` over one string column), optional ``order``, ``time`` and
-``cell_size``, and a ``source`` (``simulation``, ``files`` or ``ingest``). A simulation produces
-fixed columns, so its ``schema``, ``key`` and ``index`` may be left out: they default to the
-built-in ``agents`` layout. The reference is ``docs/configuration.md``.
+``cell_size``, and a ``source`` (``simulation``, ``files``, ``ingest`` or ``postgres``). A
+simulation produces fixed columns, so its ``schema``, ``key`` and ``index`` may be left out: they
+default to the built-in ``agents`` layout. The reference is ``docs/configuration.md``.
 """
 
 from __future__ import annotations
@@ -38,6 +38,7 @@ from fanout.publisher.datasets import (
     Dataset,
     FilesSource,
     IngestSource,
+    PostgresSource,
     SimulationSource,
     Source,
     agents,
@@ -108,7 +109,7 @@ def _check_dataset_name(name: str, path: str) -> None:
 
 
 def _declared_dataset(name: str, table: Table, source: Source, path: str) -> Dataset:
-    """Return a dataset whose schema, key and index the file declares (files, ingest)."""
+    """Return a dataset whose schema, key and index the file declares (files, ingest, postgres)."""
     schema = _schema(required(table, "schema", path, "a table of column = type"), f"{path}.schema")
     key_value = required(table, "key", path, "the name of the key column")
     key = _column(key_value, schema, f"{path}.key", _KEY_TYPES, "the key")
@@ -379,8 +380,18 @@ def _ingest_source(table: Table, path: str) -> IngestSource:
     return IngestSource()
 
 
+def _postgres_source(table: Table, path: str) -> PostgresSource:
+    check_keys(table, ("kind", "url", "table"), path)
+    url = as_string(required(table, "url", path, "the database, postgresql://..."), f"{path}.url")
+    if not url.startswith(("postgresql://", "postgres://")):
+        fail(f"{path}.url", f"expected a postgresql:// URL, not {url!r}")
+    name = as_string(table["table"], f"{path}.table") if "table" in table else None
+    return PostgresSource(url, name)
+
+
 _SOURCE_READERS: dict[str, Callable[[Table, str], Source]] = {
     "simulation": _simulation_source,
     "files": _files_source,
     "ingest": _ingest_source,
+    "postgres": _postgres_source,
 }

@@ -75,7 +75,21 @@ class IngestSource:
     appended durably to the ingest log before it is acknowledged (``sources.ingest``)."""
 
 
-Source = SimulationSource | FilesSource | IngestSource
+@dataclass(frozen=True)
+class PostgresSource:
+    """A PostgreSQL table: its rows, then every change to them, captured by a trigger
+    (``sources.postgres``; 003's DB connector).
+
+    Attributes:
+        url: the database, ``postgresql://user@host:port/db``.
+        table: the table (None: the dataset's name).
+    """
+
+    url: str
+    table: str | None = None
+
+
+Source = SimulationSource | FilesSource | IngestSource | PostgresSource
 
 
 @dataclass(frozen=True)

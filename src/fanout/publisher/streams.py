@@ -12,10 +12,18 @@ from pathlib import Path
 import pyspark.sql.functions as sf
 from pyspark.sql import DataFrame, SparkSession
 
-from fanout.publisher.datasets import DELETED, VERSION, Dataset, FilesSource, SimulationSource
+from fanout.publisher.datasets import (
+    DELETED,
+    VERSION,
+    Dataset,
+    FilesSource,
+    PostgresSource,
+    SimulationSource,
+)
 from fanout.publisher.sources.files import files_stream
 from fanout.publisher.sources.ingest import ingest_stream
 from fanout.publisher.sources.ingestlog import LOG_FILE
+from fanout.publisher.sources.postgres import postgres_stream
 
 
 def stream(spark: SparkSession, dataset: Dataset, start_time: float, state_dir: Path) -> DataFrame:
@@ -34,6 +42,8 @@ def stream(spark: SparkSession, dataset: Dataset, start_time: float, state_dir: 
         return rows.withColumn(VERSION, sf.col("tick")).withColumn(DELETED, sf.lit(False))
     if isinstance(source, FilesSource):
         return files_stream(spark, dataset)
+    if isinstance(source, PostgresSource):
+        return postgres_stream(spark, dataset)
     return ingest_stream(spark, dataset, ingest_log_path(state_dir))
 
 

@@ -1,0 +1,346 @@
+"""The ``postgres`` source: a PostgreSQL table's rows and every change to them (003: the DB
+connector), read as a Spark stream.
+
+Rules:
+
+1. **Capture.** ``install`` adds to the database, idempotently: ``fanout_clock`` (one row per
+   captured table: the id of its last change), ``fanout_changes`` (table, id, ``U`` or ``D``, the
+   row as ``jsonb``), the function ``fanout_capture()``, and on the table a row trigger after
+   every insert, update and delete, and a statement trigger that refuses ``TRUNCATE`` (it would
+   drop rows with no change to say so).
+2. **Commit order, no gaps.** The trigger takes each change's id from the table's clock row
+   (``UPDATE ... RETURNING``). That row stays locked until the writing transaction ends, so ids
+   are handed out in commit order and without holes (a transaction that rolls back takes its
+   ids back with it): once a reader has seen id ``n``, no commit can add a change at or below
+   ``n``. The price: transactions writing one captured table commit one at a time.
+3. **Snapshot.** A new stream (``initialOffset``) copies the table's rows into the changes as
+   upserts, under the clock row's lock, and starts just before them; older changes of the table
+   are dropped. So the first micro-batch holds the table as it was, and the next ones every
+   change after, in order.
+4. **Driver-side, exactly once, trimmed.** As the ``ingest`` source: ``read(start)`` returns
+   the changes after ``start`` (at most ``maxRowsPerBatch``), ``readBetweenOffsets`` reads a range
+   again identically, ``commit(end)`` deletes the changes Spark has committed. A range that is no
+   longer there (another stream took a new snapshot of the table) is refused, never skipped.
+5. **Keys.** A delete's change carries the old row; an update that changes the key is a delete
+   of the old key and an upsert of the new one. ``_version`` is the change's id.
+6. **A database that goes away** (a restart, a failover) is connected to again, with backoff,
+   for up to ``RECONNECT_FOR`` seconds before the read fails (and with it the publisher's
+   stream, which a restart continues from its checkpoint: no change is trimmed before Spark
+   committed it).
+
+One stream per captured table: two publishers reading one table would trim each other's changes.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+import psycopg
+import pyarrow as pa
+from psycopg import sql
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql.datasource import DataSource, SimpleDataSourceStreamReader
+from pyspark.sql.pandas.types import to_arrow_schema
+from pyspark.sql.types import StructType
+
+from fanout.errors import ConfigError, FanoutError
+from fanout.publisher.datasets import DELETED, VERSION, Dataset, PostgresSource
+
+log = logging.getLogger(__name__)
+T = TypeVar("T")
+
+SOURCE_NAME = "fanout_postgres"
+#: Seconds a reader keeps connecting again to a database that went away (rule 6).
+RECONNECT_FOR = 30.0
+#: Changes per micro-batch at most (admission control).
+DEFAULT_MAX_ROWS_PER_BATCH = 100_000
+
+INSTALL = """
+CREATE TABLE IF NOT EXISTS fanout_clock (source text PRIMARY KEY, n bigint NOT NULL);
+CREATE TABLE IF NOT EXISTS fanout_changes (
+    source text NOT NULL,
+    id bigint NOT NULL,
+    op char(1) NOT NULL,
+    data jsonb NOT NULL,
+    PRIMARY KEY (source, id)
+);
+CREATE OR REPLACE FUNCTION fanout_capture() RETURNS trigger LANGUAGE plpgsql AS $$
+DECLARE
+    key text := TG_ARGV[0];
+    next bigint;
+BEGIN
+    IF TG_OP = 'DELETE' OR (TG_OP = 'UPDATE' AND to_jsonb(OLD) -> key <> to_jsonb(NEW) -> key)
+    THEN
+        UPDATE fanout_clock SET n = n + 1 WHERE source = TG_TABLE_NAME RETURNING n INTO next;
+        INSERT INTO fanout_changes VALUES (TG_TABLE_NAME, next, 'D', to_jsonb(OLD));
+    END IF;
+    IF TG_OP <> 'DELETE' THEN
+        UPDATE fanout_clock SET n = n + 1 WHERE source = TG_TABLE_NAME RETURNING n INTO next;
+        INSERT INTO fanout_changes VALUES (TG_TABLE_NAME, next, 'U', to_jsonb(NEW));
+    END IF;
+    RETURN NULL;
+END $$;
+CREATE OR REPLACE FUNCTION fanout_refuse_truncate() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    RAISE EXCEPTION 'fanout captures the changes of table %: delete its rows instead of TRUNCATE',
+        TG_TABLE_NAME;
+END $$;
+"""
+
+
+class CaptureError(FanoutError):
+    """The database cannot be captured as declared, or a stream's changes are gone."""
+
+    code = "config"
+
+
+@dataclass(frozen=True)
+class ReaderOptions:
+    """The options of the ``fanout_postgres`` source (Spark passes them as strings)."""
+
+    url: str
+    table: str
+    schema: str
+    max_rows_per_batch: int = DEFAULT_MAX_ROWS_PER_BATCH
+
+    @classmethod
+    def from_options(cls, options: Mapping[str, str]) -> ReaderOptions:
+        """Parse Spark's options (``url``, ``table``, ``schema``, ``maxRowsPerBatch``).
+
+        Raises:
+            ConfigError: an option is missing or malformed.
+        """
+        lowered = {name.lower(): value for name, value in options.items()}
+        missing = [name for name in ("url", "table", "schema") if name not in lowered]
+        if missing:
+            raise ConfigError(f"{SOURCE_NAME}: option {missing[0]!r} is required")
+        rows = lowered.get("maxrowsperbatch", str(DEFAULT_MAX_ROWS_PER_BATCH))
+        if not rows.isdigit() or int(rows) < 1:
+            raise ConfigError(f"{SOURCE_NAME}: maxRowsPerBatch={rows!r} is not a positive count")
+        return cls(lowered["url"], lowered["table"], lowered["schema"], int(rows))
+
+
+def install(url: str, table: str, key: str, columns: Mapping[str, str]) -> None:
+    """Capture ``table``'s changes (rule 1); checks that it has the dataset's columns.
+
+    Raises:
+        CaptureError: the database cannot be reached, or the table lacks a column.
+    """
+    try:
+        with psycopg.connect(url) as db:
+            found = {
+                name
+                for (name,) in db.execute(
+                    "SELECT column_name FROM information_schema.columns WHERE table_name = %s",
+                    (table,),
+                )
+            }
+            if not found:
+                raise CaptureError(f"postgres source: the database has no table {table!r}")
+            missing = sorted(set(columns) - found)
+            if missing:
+                raise CaptureError(
+                    f"postgres source: table {table!r} has no column {missing[0]!r}"
+                    f" (it has {sorted(found)})"
+                )
+            db.execute(INSTALL)
+            name = sql.Identifier(table)
+            capture = sql.Identifier(f"fanout_capture_{table}")
+            truncate = sql.Identifier(f"fanout_refuse_truncate_{table}")
+            db.execute(sql.SQL("DROP TRIGGER IF EXISTS {} ON {}").format(capture, name))
+            db.execute(
+                sql.SQL(
+                    "CREATE TRIGGER {} AFTER INSERT OR UPDATE OR DELETE ON {}"
+                    " FOR EACH ROW EXECUTE FUNCTION fanout_capture({})"
+                ).format(capture, name, sql.Literal(key))
+            )
+            db.execute(sql.SQL("DROP TRIGGER IF EXISTS {} ON {}").format(truncate, name))
+            db.execute(
+                sql.SQL(
+                    "CREATE TRIGGER {} BEFORE TRUNCATE ON {}"
+                    " FOR EACH STATEMENT EXECUTE FUNCTION fanout_refuse_truncate()"
+                ).format(truncate, name)
+            )
+            db.execute("INSERT INTO fanout_clock VALUES (%s, 0) ON CONFLICT DO NOTHING", (table,))
+    except psycopg.Error as exc:
+        raise CaptureError(f"postgres source for table {table!r}: {exc}") from exc
+
+
+class PostgresStreamReader(SimpleDataSourceStreamReader):
+    """Reads one captured table's changes on the driver (rules 2-5)."""
+
+    def __init__(self, options: ReaderOptions, schema: StructType) -> None:
+        self.options = options
+        self.arrow_schema = to_arrow_schema(schema, timezone="UTC")
+        self._db: psycopg.Connection[Any] | None = None
+
+    def __getstate__(self) -> dict[str, Any]:
+        # A connection cannot travel; whoever unpickles connects again.
+        return {**self.__dict__, "_db": None}
+
+    @property
+    def db(self) -> psycopg.Connection[Any]:
+        """The connection, opened on first use (in the process Spark runs this reader in)."""
+        if self._db is None or self._db.closed:
+            self._db = psycopg.connect(self.options.url, autocommit=True)
+        return self._db
+
+    def _retrying(self, work: Callable[[psycopg.Connection[Any]], T]) -> T:
+        """``work(connection)``, connecting again while the database is away (rule 6).
+
+        Raises:
+            CaptureError: the database stayed away for ``RECONNECT_FOR`` seconds.
+        """
+        deadline, delay = time.monotonic() + RECONNECT_FOR, 0.1
+        while True:
+            try:
+                return work(self.db)
+            except psycopg.OperationalError as exc:
+                self.stop()
+                if time.monotonic() + delay > deadline:
+                    raise CaptureError(
+                        f"table {self.options.table!r}: the database stayed unreachable for"
+                        f" {RECONNECT_FOR:g} s: {exc}"
+                    ) from exc
+                log.warning(
+                    "table %s: %s; connecting again in %.1f s", self.options.table, exc, delay
+                )
+                time.sleep(delay)
+                delay = min(delay * 2, 5.0)
+
+    def initialOffset(self) -> dict[str, Any]:
+        """Copy the table's rows into its changes and start just before them (rule 3)."""
+        return self._retrying(self._snapshot)
+
+    def _snapshot(self, db: psycopg.Connection[Any]) -> dict[str, Any]:
+        table = self.options.table
+        with db.transaction():
+            (clock,) = db.execute(
+                "SELECT n FROM fanout_clock WHERE source = %s FOR UPDATE", (table,)
+            ).fetchone() or (None,)
+            if clock is None:
+                raise CaptureError(f"table {table!r} is not captured: the publisher installs it")
+            db.execute("DELETE FROM fanout_changes WHERE source = %s", (table,))
+            copied = db.execute(
+                sql.SQL(
+                    "INSERT INTO fanout_changes SELECT %s, %s + row_number() OVER (), 'U',"
+                    " to_jsonb(t) FROM {} t"
+                ).format(sql.Identifier(table)),
+                (table, clock),
+            ).rowcount
+            self.db.execute("UPDATE fanout_clock SET n = n + %s WHERE source = %s", (copied, table))
+        return {"id": int(clock)}
+
+    def read(self, start: dict[str, Any]) -> tuple[Iterator[pa.RecordBatch], dict[str, Any]]:
+        """The changes after ``start``, at most ``max_rows_per_batch`` of them."""
+        after = int(start["id"])
+        rows = self._changes(after, after + self.options.max_rows_per_batch)
+        end = rows[-1][0] if rows else after
+        return self._batches(rows), {"id": end}
+
+    def readBetweenOffsets(
+        self, start: dict[str, Any], end: dict[str, Any]
+    ) -> Iterator[pa.RecordBatch]:
+        """The changes in ``(start, end]`` again, identical to the first read."""
+        after, upto = int(start["id"]), int(end["id"])
+        rows = self._changes(after, upto)
+        if len(rows) != upto - after:
+            raise CaptureError(
+                f"table {self.options.table!r}: changes {after + 1}..{upto} are no longer all"
+                " there (another stream took a snapshot of the table?)"
+            )
+        return self._batches(rows)
+
+    def commit(self, end: dict[str, Any]) -> None:
+        """Spark committed everything up to ``end``: delete those changes."""
+        self._retrying(
+            lambda db: db.execute(
+                "DELETE FROM fanout_changes WHERE source = %s AND id <= %s",
+                (self.options.table, int(end["id"])),
+            )
+        )
+
+    def stop(self) -> None:
+        """The stream stopped: close the connection."""
+        if self._db is not None:
+            self._db.close()
+            self._db = None
+
+    def _changes(self, after: int, upto: int) -> list[tuple[int, str, dict[str, Any]]]:
+        """Changes ``after < id <= upto``, in order; refused if one before them is gone."""
+        rows: list[tuple[int, str, dict[str, Any]]] = self._retrying(
+            lambda db: db.execute(
+                "SELECT id, op, data FROM fanout_changes WHERE source = %s AND id > %s"
+                " AND id <= %s ORDER BY id",
+                (self.options.table, after, upto),
+            ).fetchall()
+        )
+        if rows and rows[0][0] != after + 1:
+            raise CaptureError(
+                f"table {self.options.table!r}: the stream read up to change {after}, but the"
+                f" next one there is {rows[0][0]} (another stream took a snapshot of the table?)"
+            )
+        return rows
+
+    def _batches(self, rows: list[tuple[int, str, dict[str, Any]]]) -> Iterator[pa.RecordBatch]:
+        # A list iterator, not a generator: Spark's prefetch cache copies the iterator.
+        if not rows:
+            return iter([])
+        columns: dict[str, list[Any]] = {}
+        for field in self.arrow_schema:
+            if field.name == VERSION:
+                columns[field.name] = [change_id for change_id, _, _ in rows]
+            elif field.name == DELETED:
+                columns[field.name] = [op == "D" for _, op, _ in rows]
+            else:
+                values = [row.get(field.name) for _, _, row in rows]
+                if pa.types.is_floating(field.type):  # jsonb spells NaN and infinities as text
+                    values = [float(v) if isinstance(v, str) else v for v in values]
+                columns[field.name] = values
+        table = pa.table(
+            {f.name: pa.array(columns[f.name], type=f.type) for f in self.arrow_schema},
+            schema=self.arrow_schema,
+        )
+        return iter(table.to_batches())
+
+
+class PostgresDataSource(DataSource):
+    """``spark.readStream.format("fanout_postgres")`` with :class:`ReaderOptions` options."""
+
+    @classmethod
+    def name(cls) -> str:
+        return SOURCE_NAME
+
+    def schema(self) -> str:
+        declared = ReaderOptions.from_options(self.options).schema
+        return f"{declared}, `{VERSION}` bigint, `{DELETED}` boolean"
+
+    def simpleStreamReader(self, schema: StructType) -> SimpleDataSourceStreamReader:
+        return PostgresStreamReader(ReaderOptions.from_options(self.options), schema)
+
+
+def postgres_stream(
+    spark: SparkSession, dataset: Dataset, *, max_rows_per_batch: int = DEFAULT_MAX_ROWS_PER_BATCH
+) -> DataFrame:
+    """A captured table's rows, then its changes, as a stream of the dataset's columns,
+    ``_version`` and ``_deleted``; installs the capture first (``install``).
+
+    Raises:
+        CaptureError: the table cannot be captured (see ``install``).
+    """
+    source = dataset.source
+    assert isinstance(source, PostgresSource)
+    table = source.table or dataset.name
+    install(source.url, table, dataset.key, dataset.schema)
+    spark.dataSource.register(PostgresDataSource)
+    options = {
+        "url": source.url,
+        "table": table,
+        "schema": dataset.spark_schema(),
+        "maxRowsPerBatch": str(max_rows_per_batch),
+    }
+    return spark.readStream.format(SOURCE_NAME).options(**options).load()

@@ -1,0 +1,288 @@
+"""The postgres source: a table's rows, then its changes in commit order, on a real PostgreSQL
+server (the session's throwaway one), read by the stream reader Spark runs (without Spark)."""
+
+from __future__ import annotations
+
+import itertools
+import threading
+from collections.abc import Iterator
+from typing import Any
+
+import psycopg
+import pyarrow as pa
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from pyspark.sql.types import (
+    BooleanType,
+    DoubleType,
+    LongType,
+    StringType,
+    StructField,
+    StructType,
+)
+
+from fanout.errors import ConfigError
+from fanout.publisher.sources import postgres
+from fanout.publisher.sources.postgres import (
+    CaptureError,
+    PostgresStreamReader,
+    ReaderOptions,
+    install,
+)
+
+COLUMNS = {"order_id": "long", "customer": "string", "amount": "double"}
+SCHEMA = StructType(
+    [
+        StructField("order_id", LongType()),
+        StructField("customer", StringType()),
+        StructField("amount", DoubleType()),
+        StructField("_version", LongType()),
+        StructField("_deleted", BooleanType()),
+    ]
+)
+_tables = itertools.count()
+_readers: list[PostgresStreamReader] = []
+
+
+@pytest.fixture(autouse=True)
+def _stop_readers() -> Iterator[None]:
+    """Readers close their connections as Spark stops them."""
+    yield
+    while _readers:
+        _readers.pop().stop()
+
+
+@pytest.fixture
+def table(postgres_dsn: str) -> Iterator[str]:
+    """A fresh ``orders`` table of its own (each test captures its own)."""
+    name = f"orders_{next(_tables)}"
+    with psycopg.connect(postgres_dsn, autocommit=True) as db:
+        db.execute(
+            f"CREATE TABLE {name} (order_id bigint PRIMARY KEY, customer text,"
+            " amount double precision, note text)"
+        )
+        yield name
+
+
+def execute(dsn: str, *statements: str) -> None:
+    with psycopg.connect(dsn, autocommit=True) as db:
+        for statement in statements:
+            db.execute(statement)
+
+
+def reader(dsn: str, table: str, rows: int = 1000) -> PostgresStreamReader:
+    install(dsn, table, "order_id", COLUMNS)
+    made = PostgresStreamReader(ReaderOptions(dsn, table, "unused", rows), SCHEMA)
+    _readers.append(made)
+    return made
+
+
+def changes(batches: Iterator[pa.RecordBatch]) -> list[dict[str, Any]]:
+    return [row for batch in batches for row in batch.to_pylist()]
+
+
+def test_a_new_stream_reads_the_table_then_every_change_in_order(
+    postgres_dsn: str, table: str
+) -> None:
+    execute(postgres_dsn, f"INSERT INTO {table} VALUES (1, 'ada', 5, 'x'), (2, 'bob', 'NaN', 'y')")
+    stream = reader(postgres_dsn, table)
+    start = stream.initialOffset()
+    execute(
+        postgres_dsn,
+        f"INSERT INTO {table} VALUES (3, 'cy', 7, NULL)",
+        f"UPDATE {table} SET order_id = 10 WHERE order_id = 1",  # a new key: delete, then upsert
+        f"UPDATE {table} SET amount = 8 WHERE order_id = 3",
+        f"DELETE FROM {table} WHERE order_id = 2",
+    )
+    batches, end = stream.read(start)
+    read = changes(batches)
+    assert [(r["_version"], r["order_id"], r["_deleted"]) for r in read] == [
+        (1, 1, False),  # the snapshot
+        (2, 2, False),
+        (3, 3, False),  # then the changes, in commit order
+        (4, 1, True),
+        (5, 10, False),
+        (6, 3, False),
+        (7, 2, True),
+    ]
+    assert read[1]["amount"] != read[1]["amount"]  # NaN travels (jsonb spells it as text)
+    assert read[5]["amount"] == 8.0 and "note" not in read[0]  # the dataset's columns only
+    assert end == {"id": start["id"] + 7}
+    again = changes(stream.readBetweenOffsets(start, end))
+    assert repr(again) == repr(read)  # read again, identically (repr: NaN is not NaN)
+    batches, later = stream.read(end)
+    assert changes(batches) == [] and later == end
+
+
+def test_admission_control_and_commit_trims_what_spark_committed(
+    postgres_dsn: str, table: str
+) -> None:
+    execute(postgres_dsn, f"INSERT INTO {table} SELECT n, 'c', n FROM generate_series(1, 25) n")
+    stream = reader(postgres_dsn, table, rows=10)
+    start = stream.initialOffset()
+    ends = []
+    offset = start
+    for _ in range(4):
+        batches, offset = stream.read(offset)
+        ends.append((len(changes(batches)), offset["id"] - start["id"]))
+    assert ends == [(10, 10), (10, 20), (5, 25), (0, 25)]
+    stream.commit({"id": start["id"] + 20})
+    with psycopg.connect(postgres_dsn) as db:
+        (left,) = db.execute(
+            "SELECT count(*) FROM fanout_changes WHERE source = %s", (table,)
+        ).fetchone() or (0,)
+    assert left == 5
+    with pytest.raises(CaptureError, match="no longer all there"):
+        stream.readBetweenOffsets(start, {"id": start["id"] + 10})
+
+
+def test_a_rolled_back_transaction_leaves_no_gap(postgres_dsn: str, table: str) -> None:
+    stream = reader(postgres_dsn, table)
+    start = stream.initialOffset()
+    with psycopg.connect(postgres_dsn) as db:
+        db.execute(f"INSERT INTO {table} VALUES (1, 'ada', 1, NULL)")
+        db.rollback()
+        db.execute(f"INSERT INTO {table} VALUES (2, 'bob', 2, NULL)")
+        db.commit()
+    batches, end = stream.read(start)
+    assert [r["order_id"] for r in changes(batches)] == [2]
+    assert end == {"id": start["id"] + 1}
+
+
+def test_truncate_is_refused_so_no_row_vanishes_unseen(postgres_dsn: str, table: str) -> None:
+    reader(postgres_dsn, table)
+    with pytest.raises(psycopg.errors.RaiseException, match="delete its rows instead"):
+        execute(postgres_dsn, f"TRUNCATE {table}")
+
+
+def test_a_snapshot_by_another_stream_is_refused_not_skipped(postgres_dsn: str, table: str) -> None:
+    execute(postgres_dsn, f"INSERT INTO {table} VALUES (1, 'ada', 1, NULL)")
+    first = reader(postgres_dsn, table)
+    start = first.initialOffset()
+    reader(postgres_dsn, table).initialOffset()  # a second stream on the same table
+    with pytest.raises(CaptureError, match="another stream took a snapshot"):
+        first.read(start)
+
+
+def test_writers_that_overlap_are_read_in_commit_order(postgres_dsn: str, table: str) -> None:
+    """The second writer's change waits for the first writer's commit (the clock row's lock),
+    so its id comes after it, whichever transaction started first."""
+    execute(postgres_dsn, f"INSERT INTO {table} VALUES (1, 'ada', 0, NULL)")
+    stream = reader(postgres_dsn, table)
+    start = stream.initialOffset()
+    first, second = psycopg.connect(postgres_dsn), psycopg.connect(postgres_dsn)
+    try:
+        second.execute("SELECT 1")  # the second transaction starts first
+        first.execute(f"UPDATE {table} SET amount = 1 WHERE order_id = 1")
+        waiting = threading.Thread(
+            target=lambda: (
+                second.execute(f"INSERT INTO {table} VALUES (2, 'bob', 2, NULL)"),
+                second.commit(),
+            )
+        )
+        waiting.start()
+        waiting.join(0.5)
+        assert waiting.is_alive()  # held back by the first writer's clock lock
+        first.commit()
+        waiting.join(10)
+    finally:
+        first.close()
+        second.close()
+    batches, _ = stream.read(start)
+    assert [(r["order_id"], r["amount"]) for r in changes(batches)][1:] == [(1, 1.0), (2, 2.0)]
+
+
+OPS = st.lists(
+    st.tuples(
+        st.sampled_from(["insert", "update", "rekey", "delete"]),
+        st.integers(1, 6),
+        st.integers(0, 99),
+        st.booleans(),  # commit (True) or roll back
+    ),
+    max_size=25,
+)
+
+
+@settings(
+    max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(before=st.lists(st.integers(1, 6), unique=True, max_size=4), ops=OPS)
+def test_the_snapshot_plus_the_changes_is_the_table(
+    postgres_dsn: str, table: str, before: list[int], ops: list[tuple[str, int, int, bool]]
+) -> None:
+    """Oracle: the table itself. Replaying the stream (upserts and deletes by key, in order)
+    from nothing gives exactly the table's rows, whatever was done and rolled back."""
+    execute(postgres_dsn, f"DELETE FROM {table}")
+    for key in before:
+        execute(postgres_dsn, f"INSERT INTO {table} VALUES ({key}, 'c', {key}, NULL)")
+    stream = reader(postgres_dsn, table, rows=7)
+    offset = stream.initialOffset()
+    with psycopg.connect(postgres_dsn) as db:
+        for op, key, value, commit in ops:
+            statement = {
+                "insert": f"INSERT INTO {table} VALUES ({key}, 'c', {value}, NULL)"
+                " ON CONFLICT (order_id) DO UPDATE SET amount = EXCLUDED.amount",
+                "update": f"UPDATE {table} SET amount = {value} WHERE order_id = {key}",
+                "rekey": f"UPDATE {table} SET order_id = {key + 10} WHERE order_id = {key}"
+                f" AND NOT EXISTS (SELECT 1 FROM {table} WHERE order_id = {key + 10})",
+                "delete": f"DELETE FROM {table} WHERE order_id = {key}",
+            }[op]
+            db.execute(statement)
+            db.commit() if commit else db.rollback()
+        replayed: dict[int, float] = {}
+        while True:
+            batches, end = stream.read(offset)
+            rows = changes(batches)
+            if not rows:
+                break
+            for row in rows:
+                if row["_deleted"]:
+                    replayed.pop(row["order_id"], None)
+                else:
+                    replayed[row["order_id"]] = row["amount"]
+            stream.commit(end)
+            offset = end
+        actual = dict(db.execute(f"SELECT order_id, amount FROM {table}").fetchall())
+    assert replayed == actual
+
+
+def test_a_connection_the_database_dropped_is_made_again(postgres_dsn: str, table: str) -> None:
+    stream = reader(postgres_dsn, table)
+    start = stream.initialOffset()
+    execute(
+        postgres_dsn,
+        f"SELECT pg_terminate_backend({stream.db.info.backend_pid})",  # as a restart would
+        f"INSERT INTO {table} VALUES (1, 'ada', 1, NULL)",
+    )
+    batches, end = stream.read(start)
+    assert [r["order_id"] for r in changes(batches)] == [1] and end == {"id": start["id"] + 1}
+
+
+def test_a_database_that_stays_away_fails_the_read(
+    monkeypatch: pytest.MonkeyPatch, table: str
+) -> None:
+    monkeypatch.setattr(postgres, "RECONNECT_FOR", 0.3)
+    gone = PostgresStreamReader(
+        ReaderOptions("postgresql://fanout@127.0.0.1:9/none", table, "unused"), SCHEMA
+    )
+    with pytest.raises(CaptureError, match=r"stayed unreachable for 0\.3 s"):
+        gone.read({"id": 0})
+
+
+def test_a_table_without_the_datasets_columns_is_refused(postgres_dsn: str, table: str) -> None:
+    with pytest.raises(CaptureError, match="has no column 'price'"):
+        install(postgres_dsn, table, "order_id", {**COLUMNS, "price": "double"})
+    with pytest.raises(CaptureError, match="the database has no table 'nope'"):
+        install(postgres_dsn, "nope", "order_id", COLUMNS)
+    with pytest.raises(CaptureError, match="postgres source for table"):
+        install("postgresql://fanout@127.0.0.1:9/none", table, "order_id", COLUMNS)
+
+
+def test_reader_options_are_checked() -> None:
+    with pytest.raises(ConfigError, match="option 'table' is required"):
+        ReaderOptions.from_options({"url": "postgresql://x", "schema": "a int"})
+    with pytest.raises(ConfigError, match="maxRowsPerBatch='0'"):
+        ReaderOptions.from_options(
+            {"url": "postgresql://x", "table": "t", "schema": "a int", "maxRowsPerBatch": "0"}
+        )
