@@ -165,6 +165,13 @@ def test_a_snapshot_by_another_stream_is_refused_not_skipped(postgres_dsn: str, 
         first.read(start)
 
 
+def test_a_stream_ahead_of_the_tables_changes_is_refused(postgres_dsn: str, table: str) -> None:
+    stream = reader(postgres_dsn, table)
+    start = stream.initialOffset()
+    with pytest.raises(CaptureError, match="changes end at"):
+        stream.read({"id": start["id"] + 5})  # as after restoring an older copy of the database
+
+
 def test_writers_that_overlap_are_read_in_commit_order(postgres_dsn: str, table: str) -> None:
     """The second writer's change waits for the first writer's commit (the clock row's lock),
     so its id comes after it, whichever transaction started first."""

@@ -171,7 +171,7 @@ def install(url: str, table: str, key: str, columns: Mapping[str, str]) -> None:
 
 
 class PostgresStreamReader(SimpleDataSourceStreamReader):
-    """Reads one captured table's changes on the driver (rules 2-5)."""
+    """Reads one captured table's changes on the driver (rules 2-6)."""
 
     def __init__(self, options: ReaderOptions, schema: StructType) -> None:
         self.options = options
@@ -232,15 +232,31 @@ class PostgresStreamReader(SimpleDataSourceStreamReader):
                 ).format(sql.Identifier(table)),
                 (table, clock),
             ).rowcount
-            self.db.execute("UPDATE fanout_clock SET n = n + %s WHERE source = %s", (copied, table))
+            db.execute("UPDATE fanout_clock SET n = n + %s WHERE source = %s", (copied, table))
         return {"id": int(clock)}
 
     def read(self, start: dict[str, Any]) -> tuple[Iterator[pa.RecordBatch], dict[str, Any]]:
         """The changes after ``start``, at most ``max_rows_per_batch`` of them."""
         after = int(start["id"])
         rows = self._changes(after, after + self.options.max_rows_per_batch)
+        if not rows:
+            self._check_clock(after)
         end = rows[-1][0] if rows else after
         return self._batches(rows), {"id": end}
+
+    def _check_clock(self, after: int) -> None:
+        """Refuse a stream that read further than the table's changes go (rule 4)."""
+        (clock,) = self._retrying(
+            lambda db: db.execute(
+                "SELECT n FROM fanout_clock WHERE source = %s", (self.options.table,)
+            ).fetchone()
+        ) or (None,)
+        if clock is None or clock < after:
+            raise CaptureError(
+                f"table {self.options.table!r}: the stream read up to change {after}, but the"
+                f" table's changes end at {clock} (the database restored from an older copy,"
+                " or its capture dropped?); start a new stream (a new state directory)"
+            )
 
     def readBetweenOffsets(
         self, start: dict[str, Any], end: dict[str, Any]
