@@ -45,6 +45,7 @@ from fanout.publisher.sources.ingestlog import (
     IngestLog,
     IngestLogError,
 )
+from fanout.publisher.sources.options import lowered, max_rows
 
 __all__ = [
     "LOG_FILE",
@@ -80,19 +81,12 @@ class ReaderOptions:
         Raises:
             ConfigError: an option is missing or malformed.
         """
-        lowered = {name.lower(): value for name, value in options.items()}
-        missing = [name for name in ("path", "dataset", "schema") if name not in lowered]
-        if missing:
-            raise ConfigError(f"{SOURCE_NAME}: option {missing[0]!r} is required")
-        rows = lowered.get("maxrowsperbatch", str(DEFAULT_MAX_ROWS_PER_BATCH))
-        if not rows.isdigit() or int(rows) < 1:
-            raise ConfigError(f"{SOURCE_NAME}: maxRowsPerBatch={rows!r} is not a positive count")
-        trim = lowered.get("trim", "true").lower()
+        found = lowered(options, SOURCE_NAME, ("path", "dataset", "schema"))
+        rows = max_rows(found, SOURCE_NAME, DEFAULT_MAX_ROWS_PER_BATCH)
+        trim = found.get("trim", "true").lower()
         if trim not in ("true", "false"):
             raise ConfigError(f"{SOURCE_NAME}: trim={trim!r} is not true or false")
-        return cls(
-            lowered["path"], lowered["dataset"], lowered["schema"], int(rows), trim == "true"
-        )
+        return cls(found["path"], found["dataset"], found["schema"], rows, trim == "true")
 
 
 class IngestStreamReader(SimpleDataSourceStreamReader, SupportsTriggerAvailableNow):

@@ -47,8 +47,9 @@ from pyspark.sql.datasource import DataSource, SimpleDataSourceStreamReader
 from pyspark.sql.pandas.types import to_arrow_schema
 from pyspark.sql.types import StructType
 
-from fanout.errors import ConfigError, FanoutError
+from fanout.errors import FanoutError
 from fanout.publisher.datasets import DELETED, VERSION, Dataset, PostgresSource
+from fanout.publisher.sources.options import lowered, max_rows
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -114,14 +115,9 @@ class ReaderOptions:
         Raises:
             ConfigError: an option is missing or malformed.
         """
-        lowered = {name.lower(): value for name, value in options.items()}
-        missing = [name for name in ("url", "table", "schema") if name not in lowered]
-        if missing:
-            raise ConfigError(f"{SOURCE_NAME}: option {missing[0]!r} is required")
-        rows = lowered.get("maxrowsperbatch", str(DEFAULT_MAX_ROWS_PER_BATCH))
-        if not rows.isdigit() or int(rows) < 1:
-            raise ConfigError(f"{SOURCE_NAME}: maxRowsPerBatch={rows!r} is not a positive count")
-        return cls(lowered["url"], lowered["table"], lowered["schema"], int(rows))
+        found = lowered(options, SOURCE_NAME, ("url", "table", "schema"))
+        rows = max_rows(found, SOURCE_NAME, DEFAULT_MAX_ROWS_PER_BATCH)
+        return cls(found["url"], found["table"], found["schema"], rows)
 
 
 def install(url: str, table: str, key: str, columns: Mapping[str, str]) -> None:
