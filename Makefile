@@ -52,6 +52,7 @@ bench: setup check-java
 	$(BIN)/python bench/relaycore.py
 	$(BIN)/python bench/release.py
 	$(BIN)/python bench/sqlshare.py
+	$(BIN)/python bench/postgres.py
 	$(BIN)/python bench/sharing.py --compare-assign
 	$(BIN)/python bench/soak.py --faults 10
 
