@@ -280,6 +280,10 @@ def test_a_database_that_stays_away_fails_the_read(
 def test_a_table_without_the_datasets_columns_is_refused(postgres_dsn: str, table: str) -> None:
     with pytest.raises(CaptureError, match="has no column 'price'"):
         install(postgres_dsn, table, "order_id", {**COLUMNS, "price": "double"})
+    with pytest.raises(CaptureError, match=r"column 'note' of table .* is text, which does not"):
+        install(postgres_dsn, table, "order_id", {**COLUMNS, "note": "double"})
+    with pytest.raises(CaptureError, match="is double precision, which does not read as"):
+        install(postgres_dsn, table, "order_id", {**COLUMNS, "amount": "long"})
     with pytest.raises(CaptureError, match="the database has no table 'nope'"):
         install(postgres_dsn, "nope", "order_id", COLUMNS)
     with pytest.raises(CaptureError, match="postgres source for table"):

@@ -120,29 +120,48 @@ class ReaderOptions:
         return cls(found["url"], found["table"], found["schema"], rows)
 
 
+#: fanout column type -> the PostgreSQL types (``information_schema`` spelling) that read as it.
+READS_AS: dict[str, frozenset[str]] = {
+    "long": frozenset({"bigint", "integer", "smallint"}),
+    "int": frozenset({"integer", "smallint"}),
+    "double": frozenset({"double precision", "real", "numeric", "bigint", "integer", "smallint"}),
+    "float": frozenset({"real", "double precision", "numeric", "integer", "smallint"}),
+    "string": frozenset({"text", "character varying", "character"}),
+    "boolean": frozenset({"boolean"}),
+}
+
+
 def install(url: str, table: str, key: str, columns: Mapping[str, str]) -> None:
-    """Capture ``table``'s changes (rule 1); checks that it has the dataset's columns.
+    """Capture ``table``'s changes (rule 1); checks that it has the dataset's columns, of types
+    that read as the declared ones (``READS_AS``).
 
     Raises:
-        CaptureError: the database cannot be reached, or the table lacks a column.
+        CaptureError: the database cannot be reached, or the table lacks a column or has one
+            of another type.
     """
     try:
         with psycopg.connect(url) as db:
-            found = {
-                name
-                for (name,) in db.execute(
-                    "SELECT column_name FROM information_schema.columns WHERE table_name = %s",
+            found: dict[str, str] = dict(
+                db.execute(
+                    "SELECT column_name, data_type FROM information_schema.columns"
+                    " WHERE table_name = %s",
                     (table,),
-                )
-            }
+                ).fetchall()
+            )
             if not found:
                 raise CaptureError(f"postgres source: the database has no table {table!r}")
-            missing = sorted(set(columns) - found)
-            if missing:
-                raise CaptureError(
-                    f"postgres source: table {table!r} has no column {missing[0]!r}"
-                    f" (it has {sorted(found)})"
-                )
+            for column, kind in columns.items():
+                if column not in found:
+                    raise CaptureError(
+                        f"postgres source: table {table!r} has no column {column!r}"
+                        f" (it has {sorted(found)})"
+                    )
+                if found[column] not in READS_AS[kind]:
+                    raise CaptureError(
+                        f"postgres source: column {column!r} of table {table!r} is"
+                        f" {found[column]}, which does not read as the dataset's {kind}"
+                        f" (it takes {', '.join(sorted(READS_AS[kind]))})"
+                    )
             db.execute(INSTALL)
             name = sql.Identifier(table)
             capture = sql.Identifier(f"fanout_capture_{table}")
