@@ -125,7 +125,7 @@ READS_AS: dict[str, frozenset[str]] = {
     "long": frozenset({"bigint", "integer", "smallint"}),
     "int": frozenset({"integer", "smallint"}),
     "double": frozenset({"double precision", "real", "numeric", "bigint", "integer", "smallint"}),
-    "float": frozenset({"real", "double precision", "numeric", "integer", "smallint"}),
+    "float": frozenset({"real", "double precision", "numeric", "bigint", "integer", "smallint"}),
     "string": frozenset({"text", "character varying", "character"}),
     "boolean": frozenset({"boolean"}),
 }
