@@ -12,6 +12,7 @@ from fanout.errors import ProtocolError
 from fanout.relay.core import UPSTREAM, RelayCore, Send
 from fanout.relay.planner import Policy
 from fanout.relay.scheduler import BURST
+from fanout.relay.tables import TableStore
 from fanout.views import Box, Sphere
 from fanout.views.region import RegionUnion, Sector
 from fanout.views.topic import parse as topic
@@ -37,7 +38,7 @@ CLIENT = 1
 
 
 def relay(policy: Policy | None = None) -> RelayCore:
-    core = RelayCore(policy or Policy(widen="margin", grace=0.0))
+    core = RelayCore(policy or Policy(widen="margin", grace=0.0), engine=TableStore())
     core.on_catalog(Catalog([INFO]))
     assert core.on_upstream_connected() == []
     return core
@@ -570,7 +571,7 @@ def test_a_round_past_its_deadline_starts_no_more_pushes_and_keeps_their_order()
     for client, priority in ((2, 0), (3, 2), (4, 1)):
         request = Subscribe(1, "agents", Sphere((5, 5), 5), rate=1000.0, priority=priority)
         core.on_subscribe(client, request)
-    late = [s.to for s in core.serve(1.0, lambda client: True, deadline=0.0)]
+    late = [s.to for s in core.serve(1.0, lambda client: True, lambda: True)]
     assert late == [3]  # past the deadline already: the first push only, then the round ends
     assert core.next_wakeup(1.0) == 1.0
     assert [s.to for s in core.pushes(1.0, lambda client: True)] == [4, 2]

@@ -20,9 +20,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from fanout.errors import ProtocolError
+from fanout.relay.changesets import CURIOSITY_CHUNK, IDLE_WINDOW, ChangeSet, History, delta
 from fanout.relay.core import UPSTREAM, RelayCore, Send
-from fanout.relay.every import CURIOSITY_CHUNK, IDLE_WINDOW, ChangeSet, History, delta
 from fanout.relay.planner import Policy
+from fanout.relay.tables import TableStore
 from fanout.views import Box, View
 from fanout.views.members import SELECTING as SELECTING_VIEWS
 from fanout.views.members import Selecting
@@ -100,7 +101,7 @@ class Kind:
                 return bool(view.match([row[0]], [row[1]])[0])  # type: ignore[attr-defined]
 
     def relay(self) -> RelayCore:
-        core = RelayCore(Policy(widen="margin", grace=0.0))
+        core = RelayCore(Policy(widen="margin", grace=0.0), engine=TableStore())
         core.on_catalog(Catalog([self.info]))
         core.on_upstream_connected()
         return core

@@ -5,8 +5,8 @@ from __future__ import annotations
 import msgspec
 import numpy as np
 
+from fanout.relay.engine import Result
 from fanout.relay.rows import HeldRows, cut_rows
-from fanout.relay.tables import Result
 from fanout.relay.transforms import Shape
 from fanout.views.sql import parse as sql
 from fanout.wire.columns import Columns, decode_columns

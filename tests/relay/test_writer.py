@@ -12,7 +12,7 @@ import pytest
 
 from fanout.errors import ProtocolError
 from fanout.relay.core import RelayCore
-from fanout.relay.ingest import Intake
+from fanout.relay.intake import Intake
 from fanout.relay.sends import Send
 from fanout.relay.writer import Writer
 from fanout.wire.columns import encode_columns

@@ -1,60 +1,60 @@
-"""The relay's logic, sans I/O (STYLE.md rule 1): frames and the clock in, frames out.
+"""The relay's logic, sans I/O: frames, the clock and budgets in, frames out.
 
 The asyncio shell (``relay.server``) feeds it what subscribers and the publisher send, tells it
-when a connection can take more, and pulls the pushes that are due. Everything a relay decides —
-coverage, upstream primitives, applying batches, scheduling, deltas and transforms per subscriber
-— happens here, so whole conversations are tested without sockets.
+when a connection can take more, and pulls the pushes that are due; it also makes the query
+engine SQL views run in (``relay.engine``), so no database, thread or clock is inside. Everything
+a relay decides — coverage, upstream primitives, applying batches, scheduling, deltas and
+transforms per subscriber — happens here, so whole conversations are tested without sockets.
 
-One round of pushing (``serve``), as in 000 [0144] and [0150]:
+The core is a composition: the stores and each dataset's kind (``relay.kinds``: everything that
+depends on whether a dataset holds regions, SQL rows, topics or objects), the subscription
+lifecycle (``relay.lifecycle``), rounds of pushes (``relay.serving``) and ``every`` mode
+(``relay.every``). It never asks which kind of dataset it holds.
+
+One round of pushing (``serve``), as in CA 3197003 [0144] and [0150]:
 
 1. end the epoch: every dataset whose inert buffer took batches since the last round swaps
    buffers (``relay.state``); primitives whose snapshots came with those batches become ready
-   at that moment, together with their rows; the dataset's subscriptions have something new;
+   at that moment, together with their rows; the subscriptions reading the dataset have
+   something new;
 2. the scheduler (``relay.scheduler``) hands out due subscriptions, highest aged priority first;
-   one whose connection is still writing, or whose coverage is not ready, is parked and keeps
-   its age;
-3. each push is cut from the active buffer (``relay.pushes``), transformed for its subscriber
-   (``relay.transforms``), and encoded once per distinct (view, transform, held state).
-
-``serve`` yields pushes one at a time, so the shell can stop a round on a time budget and yield
-to its event loop; what was not served stays queued with its aged priority. Steps 2 and 3 live in
-``relay.serving``, ``every`` mode in ``relay.everymode``: both are mixed into :class:`RelayCore`.
+   one whose connection is still writing, or whose coverage is not ready, waits and keeps its
+   age;
+3. each push is cut from the active buffer by its dataset's kind, transformed for its
+   subscriber (``relay.transforms``), and encoded once per distinct (view, transform, held
+   state).
 """
 
 from __future__ import annotations
 
 import logging
-from collections import deque
-from collections.abc import Sequence
+from collections.abc import Callable, Generator, Sequence
 
 import msgspec
 
 from fanout.errors import BadRequest, InvalidView, ProtocolError
-from fanout.relay import planner, relative
+from fanout.relay import kinds, planner
+from fanout.relay.changesets import History
 from fanout.relay.downstream import Downstream, Subscription
-from fanout.relay.every import History
-from fanout.relay.everymode import every_cursor
-from fanout.relay.ingest import DatasetState, Intake
-from fanout.relay.keyed import KeyedState, dataset_state
-from fanout.relay.planner import Policy, Region
+from fanout.relay.engine import QueryEngine, engine_stats
+from fanout.relay.every import EveryMode, every_cursor
+from fanout.relay.intake import DatasetState, Intake
+from fanout.relay.kinds import DatasetKind, Parts
+from fanout.relay.lifecycle import Lifecycle
+from fanout.relay.planner import Policy
 from fanout.relay.pushes import Encodings
 from fanout.relay.scheduler import AGING, Scheduler
 from fanout.relay.sends import UPSTREAM, Counters, Send
-from fanout.relay.serving import Serving
-from fanout.relay.tables import QUERY_TIMEOUT
-from fanout.relay.tableviews import TableViews
+from fanout.relay.serving import Serving, never
 from fanout.relay.throttle import SQL_BURST, SQL_SHARE, Budgets
-from fanout.relay.transforms import InvalidTransform, Shape, resolve
+from fanout.relay.transforms import InvalidTransform
 from fanout.relay.upstream import Primitive, Upstream
-from fanout.views import View
-from fanout.views.entity import Entity
-from fanout.views.region import Box, RegionUnion, Relative, Sector, Sphere
-from fanout.views.sql import Sql
 from fanout.wire.messages import (
     Acquire,
     Batch,
     Catalog,
     Error,
+    Knowledge,
     Release,
     Subscribe,
     Subscribed,
@@ -67,44 +67,70 @@ __all__ = ["UPSTREAM", "RelayCore", "Send"]
 log = logging.getLogger(__name__)
 
 MAX_RATE = 1000.0
-#: Seconds after a release during which rows inside the released primitive (and no other) are
-#: pruned at each housekeeping: batches already on their way may still bring some.
-PRUNE_WINDOW = 2.0
 #: Subscriptions one subscriber connection may hold at once (``RelayConfig.max_subscriptions``):
 #: each holds its rows' keys and a scheduler slot, so a connection's memory is bounded.
 MAX_SUBSCRIPTIONS = 10_000
 
 
-class RelayCore(Serving):
-    """Subscriptions, upstream primitives, state and scheduling of one relay."""
+class RelayCore:
+    """Subscriptions, upstream primitives, state and scheduling of one relay.
+
+    Attributes:
+        parts: the stores, shared with each dataset's kind.
+        upstream, downstream, datasets: the primitives held, the subscriptions served, the
+            relay's copy of each dataset (``parts``'s).
+        scheduler: when each subscription is due.
+        every: ``every`` mode's change sets and cursors.
+    """
 
     def __init__(
         self,
         policy: Policy | None = None,
         aging: float = AGING,
         *,
-        query_timeout: float = QUERY_TIMEOUT,
+        engine: QueryEngine | None = None,
         max_subscriptions: int = MAX_SUBSCRIPTIONS,
         sql_share: float = SQL_SHARE,
         sql_burst: float = SQL_BURST,
     ) -> None:
-        self.policy = policy or Policy()
+        """
+        Args:
+            policy: how regions are planned and unneeded primitives kept.
+            aging: how fast a waiting subscription's priority rises.
+            engine: where SQL views run (``relay.tables.TableStore``); without one, a catalog
+                with a SQL dataset is refused.
+            max_subscriptions: subscriptions one connection may hold.
+            sql_share, sql_burst: each connection's share of the loop for SQL pushes.
+        """
+        self.parts = Parts(policy or Policy(), Upstream(), Downstream(), Encodings(), engine)
         self.max_subscriptions = max_subscriptions
-        self.upstream = Upstream()
-        self.downstream = Downstream()
-        self.datasets: dict[str, DatasetState] = {}
-        self._start_every()
-        # A turn can be several frames (``every`` mode); what a stopped round did not yield of
-        # it goes out first in the next round, so nothing decided is lost.
-        self._unsent: deque[Send] = deque()
         self.scheduler = Scheduler(aging)
-        self.encodings = Encodings()
-        self.tableviews = TableViews(query_timeout)  # SQL, topic and object-path views
-        self.sql_budgets = Budgets(sql_share, sql_burst)  # SQL time per connection
+        self.lifecycle = Lifecycle(self.parts.downstream, self.scheduler)
         self.counters = Counters()
+        self.every = EveryMode(self.parts, self.lifecycle, self.counters)
+        budgets = Budgets(sql_share, sql_burst)
+        self.serving = Serving(self.parts, self.lifecycle, self.every, budgets, self.counters)
         self._capabilities: dict[int, tuple[str, ...]] = {}
-        self._grown = 0
-        self._shrunk = 0
+
+    @property
+    def upstream(self) -> Upstream:
+        """The primitives held at the publisher."""
+        return self.parts.upstream
+
+    @property
+    def downstream(self) -> Downstream:
+        """The subscriptions served."""
+        return self.parts.downstream
+
+    @property
+    def datasets(self) -> dict[str, DatasetState]:
+        """The relay's copy of each dataset, by name."""
+        return self.parts.datasets
+
+    @property
+    def histories(self) -> dict[str, History]:
+        """Each dataset's ``every``-mode change sets."""
+        return self.every.histories
 
     @property
     def pushes_sent(self) -> int:
@@ -121,7 +147,7 @@ class RelayCore(Serving):
         publisher replays first (``resume_points`` went in the ``Hello``).
         """
         self.on_upstream_lost()
-        self._horizons.clear()  # a new connection holds nothing: told again at housekeeping
+        self.every.upstream_connected()
         return [Send(UPSTREAM, Acquire(p.prim, p.dataset, p.view)) for p in self.upstream]
 
     def resume_points(self) -> dict[str, tuple[int, int]]:
@@ -131,37 +157,32 @@ class RelayCore(Serving):
     def on_upstream_lost(self) -> None:
         """The publisher connection dropped: nothing is ready until it is back."""
         self.upstream.unready()
-        self._shrunk += 1
+        self.parts.shrunk += 1
         for state in self.datasets.values():
             state.readying.clear()
-        for history in self.histories.values():
-            history.forget_requests()  # they are asked again once coverage is back
-        for name in self.datasets:
-            self._distrust(name)
+        self.every.upstream_lost()
 
     def on_catalog(self, catalog: Catalog) -> None:
-        """Learn (or re-learn) the publisher's datasets.
+        """Learn (or re-learn) the publisher's datasets: each one new or changed gets its
+        kind, chosen from its index (``relay.kinds.make``), with an empty copy.
 
         Raises:
-            ProtocolError: a dataset the relay cannot hold (see ``DatasetState.of``); then
-                nothing of the catalog is learnt.
+            ProtocolError: a dataset the relay cannot hold; then nothing of the catalog is
+                learnt.
         """
         fresh = {
-            info.name: dataset_state(info)
+            info.name: kinds.make(info, self.parts)
             for info in catalog.datasets
             if (current := self.datasets.get(info.name)) is None or current.info != info
         }
-        for state in fresh.values():
-            info = state.info
-            self.datasets[info.name] = state
-            self.histories[info.name] = History()
-            self.tableviews.define(info)
-            self.encodings.forget(info.name)
-            for subscription in self.downstream.of_dataset(info.name):
+        for name, kind in fresh.items():
+            self.parts.kinds[name] = kind
+            self.datasets[name] = kind.state
+            self.every.define(name)
+            self.parts.encodings.forget(name)
+            for subscription in self.downstream.of_dataset(name):
                 subscription.held = None  # a new table: start over with a full push
-                if subscription.cursor is not None:
-                    subscription.cursor = None
-                    self._owed_resync[subscription.key] = f"dataset {info.name!r} changed"
+                self.lifecycle.restart(subscription)
                 self.scheduler.wake(subscription.key)
 
     def on_batch(self, batch: Batch) -> list[Send]:
@@ -214,9 +235,9 @@ class RelayCore(Serving):
                 batch.seq,
                 intake.gap_after,
             )
-            self._distrust(batch.dataset)
+            self.every.distrust(batch.dataset)
             return self._resync(batch.dataset)
-        self._record(intake)
+        self.every.record(intake)
         return []
 
     def _resync(self, dataset: str) -> list[Send]:
@@ -226,20 +247,27 @@ class RelayCore(Serving):
             sends.append(Send(UPSTREAM, Release(prim.prim)))
             fresh = self.upstream.add(dataset, prim.view)
             sends.append(Send(UPSTREAM, Acquire(fresh.prim, dataset, fresh.view)))
-        self._shrunk += 1
+        self.parts.shrunk += 1
         return sends
+
+    def on_knowledge(self, knowledge: Knowledge) -> bool:
+        """A logged micro-batch's whole change, in answer to curiosity (``relay.every``).
+
+        Returns:
+            Whether a subscription was waiting for it (pushing has work).
+
+        Raises:
+            ProtocolError: its columns do not fit the catalog.
+        """
+        return self.every.on_knowledge(knowledge)
 
     def on_upstream_error(self, error: Error) -> list[Send]:
         """The publisher refused something: a refused primitive is dropped, and the
         subscriptions it leaves uncovered end with the publisher's error; ``every``
         subscriptions waiting for seqs it cannot give start again (``resync``)."""
         log.error("publisher error %s: %s (ref %s)", error.code, error.message, error.ref)
-        for name, history in self.histories.items():
-            if error.ref is not None and history.owns(error.ref):
-                span = history.answered(error.ref)
-                assert span is not None
-                self._lost(name, span, error)
-                return []
+        if self.every.refused(error):
+            return []
         if error.code == "resync":
             # The publisher cannot replay what we missed: the next batch is the new baseline,
             # and the snapshots of the primitives we acquired again repair the state.
@@ -249,25 +277,21 @@ class RelayCore(Serving):
         if prim is None:
             return []
         self.upstream.remove(prim.prim)
-        self._shrunk += 1
-        self._distrust(prim.dataset)
+        self.parts.shrunk += 1
+        self.every.distrust(prim.dataset)
         return self._refused(prim.dataset, error)
 
     def _refused(self, dataset: str, error: Error) -> list[Send]:
         """End the subscriptions of ``dataset`` that the primitives still held (ready or not)
         no longer cover: the publisher refused data they need, and nothing would ask again.
-        A view relative to an entity is planned anew as the entity moves: it is left be."""
+        A view planned anew as it moves (relative to an entity) is left be."""
         sends: list[Send] = []
-        state = self.datasets.get(dataset)
-        for subscription in list(self.downstream.of_dataset(dataset)):
+        kind = self.parts.kinds.get(dataset)
+        for subscription in self.downstream.of_dataset(dataset):
             view = subscription.view
-            if isinstance(view, Relative):
+            if kind is not None and (kind.follows(view) or kind.covered(view, ready_only=False)):
                 continue
-            space = state is not None and state.info.index == "space"
-            region = planner.as_region(view) if space else None
-            if state is not None and self._covered(subscription, region, ready_only=False):
-                continue
-            self._end(subscription)
+            self.lifecycle.end(subscription)
             message = f"the publisher refused data this view needs: {error.message}"
             sends.append(
                 Send(subscription.client, Error(error.code, message, ref=subscription.sub))
@@ -283,18 +307,18 @@ class RelayCore(Serving):
     def on_disconnect(self, client: int) -> None:
         """A subscriber went away: its subscriptions end (primitives are released later)."""
         for subscription in self.downstream.of_client(client):
-            self._end(subscription)
-        self.scheduler.unpark(("client", client))
+            self.lifecycle.end(subscription)
+        self.lifecycle.writable(client)
         self._capabilities.pop(client, None)
-        self.sql_budgets.forget(client)
+        self.serving.budgets.forget(client)
 
     def on_writable(self, client: int) -> bool:
-        """A connection wrote everything it had: its parked subscriptions may be served.
+        """A connection wrote everything it had: its waiting subscriptions may be served.
 
         Returns:
             Whether any subscription was waiting for it (pushing has work).
         """
-        return self.scheduler.unpark(("client", client)) > 0
+        return self.lifecycle.writable(client)
 
     def on_subscribe(self, client: int, request: Subscribe, now: float | None = None) -> list[Send]:
         """Add a subscription, or change it if ``request.sub`` is already in use.
@@ -310,125 +334,54 @@ class RelayCore(Serving):
                     f"this connection holds {self.max_subscriptions} subscriptions, the most the"
                     " relay allows one connection (max_subscriptions); unsubscribe some first"
                 )
-            state = self._check(request)
-            shape, row_key, columns = self._accept(client, request, state)
-            cursor = every_cursor(request, state, shape, subscription)
+            kind = self._check(request)
+            accepted = kind.accept(request, self._capabilities.get(client, ()))
+            shape = accepted.shape
+            cursor = every_cursor(request, kind, shape, subscription)
         except (InvalidView, InvalidTransform, BadRequest) as exc:
             return [Send(client, Error(exc.code, str(exc), ref=request.sub))]
         sends: list[Send] = []
         # ``every`` subscriptions ignore the rate: each seq goes out as soon as it can.
         rate = MAX_RATE if request.mode == "every" else request.rate
+        reads = kind.reads(request.view)
         if subscription is None:
             subscription = Subscription(
                 client, request.sub, request.dataset, request.view, request.rate, shape
             )
             subscription.mode, subscription.cursor = request.mode, cursor
-            self.scheduler.add(key, request.priority, rate)
-            reply = Subscribed(request.sub, row_key, columns)
-            sends.append(Send(client, reply))
+            subscription.priority, subscription.reads = request.priority, reads
+            self.lifecycle.start(subscription, rate)
+            sends.append(Send(client, Subscribed(request.sub, accepted.key, accepted.columns)))
         else:
             self.downstream.remove(key)  # re-indexed below, perhaps under another dataset
             if (subscription.dataset, subscription.shape) != (request.dataset, shape):
                 subscription.held = None  # rows in another form: send them all again
+                self.lifecycle.restart(subscription)
             self.scheduler.update(key, request.priority, rate)
             self.scheduler.wake(key, eager=subscription.held is None)
         _track_motion(subscription, request, now)
         subscription.view, subscription.rate = request.view, request.rate
         subscription.dataset, subscription.shape = request.dataset, shape
-        subscription.priority = request.priority
+        subscription.priority, subscription.reads = request.priority, reads
         self.downstream.put(subscription)
-        if isinstance(request.view, Relative):
-            return sends + self._follow(request.dataset, request.view, entity=True)
-        acquires = self._acquire_view(request.dataset, request.view, subscription.velocity)
-        if not acquires and not any(map(self.upstream.pending, self._reads(subscription))):
+        added = kind.acquire(request.view, subscription.velocity, subscribing=True)
+        if not added and not any(map(self.upstream.pending, reads)):
             # Held primitives cover the view and all of them are ready: it is servable, and
-            # the coverage algebra need not be asked again.
+            # the coverage algebra need not be asked again (a view that moves is, at its push).
             subscription.servable = True
-            subscription.coverage_seen = (request.view, self._shrunk, self._grown)
-        return sends + acquires
+            subscription.coverage_seen = (request.view, self.parts.shrunk, self.parts.grown)
+        return sends + _acquires(added)
 
-    def _check(self, request: Subscribe) -> DatasetState:
-        state = self.datasets.get(request.dataset)
-        if state is None:
+    def _check(self, request: Subscribe) -> DatasetKind:
+        kind = self.parts.kinds.get(request.dataset)
+        if kind is None:
             known = ", ".join(self.datasets) or "none yet: the relay is not connected upstream"
             raise InvalidView(f"unknown dataset {request.dataset!r} (known: {known})")
         if not 0 < request.rate <= MAX_RATE:
             raise InvalidView(
                 f"rate {request.rate!r} must be in (0, {MAX_RATE:g}] pushes per second"
             )
-        if state.info.index != "space":
-            return state  # its language is checked by ``TableViews.check``
-        view = request.view
-        if not isinstance(view, Box | Sphere | Sector | RegionUnion | Relative):
-            raise InvalidView(
-                f"dataset {request.dataset!r} takes region views (box, sphere, sector, union,"
-                f" relative), not {type(view).__name__}"
-            )
-        if isinstance(view, Relative):
-            relative.check(view, state)
-        if view.dims != len(state.info.index_columns):
-            raise InvalidView(
-                f"dataset {request.dataset!r} is {len(state.info.index_columns)}-D; the view is"
-                f" {view.dims}-D"
-            )
-        return state
-
-    def _follow(self, dataset: str, view: Relative, entity: bool = False) -> list[Send]:
-        """Acquire what a relative view needs now (``relay.relative``, rules 1 and 3).
-
-        ``entity``: also its entity primitive if not held (only when subscribing: one the
-        publisher refused is not asked for again).
-        """
-        sends: list[Send] = []
-        if entity and self.upstream.entity(dataset, view.entity) is None:
-            prim = self.upstream.add(dataset, Entity(view.entity))
-            sends.append(Send(UPSTREAM, Acquire(prim.prim, dataset, prim.view)))
-        resolved = relative.locate(view, self.datasets[dataset])
-        if resolved is not None:
-            sends += self._acquire_for(dataset, resolved)
-        return sends
-
-    def _accept(
-        self, client: int, request: Subscribe, state: DatasetState
-    ) -> tuple[Shape, str, list[str]]:
-        """The shape of a subscription's rows, their key and columns (for ``Subscribed``)."""
-        capabilities = self._capabilities.get(client, ())
-        if state.info.index == "space":
-            shape = resolve(request.transform, state.info, capabilities)
-            return shape, state.info.key, list(shape.columns)
-        accepted = self.tableviews.check(
-            request.view, request.transform, state, self.datasets, capabilities
-        )
-        if request.mode == "every" and isinstance(request.view, Sql):
-            self.tableviews.check_every(request.view, self.datasets)
-        return accepted.shape, accepted.key, accepted.columns
-
-    def _acquire_view(
-        self, dataset: str, view: View, moving: planner.Velocity | None = None
-    ) -> list[Send]:
-        if self.datasets[dataset].info.index == "space":
-            return self._acquire_for(dataset, _region(view), moving)
-        sends = []
-        for name, piece in self.tableviews.to_acquire(self.upstream, dataset, view):
-            prim = self.upstream.add(name, piece)
-            sends.append(Send(UPSTREAM, Acquire(prim.prim, name, piece)))
-        return sends
-
-    def _reads(self, subscription: Subscription) -> tuple[str, ...]:
-        """The datasets a subscription reads: its own, and those a SQL join reads."""
-        if self.datasets[subscription.dataset].info.index == "space":
-            return (subscription.dataset,)
-        return self.tableviews.reads(subscription.dataset, subscription.view)
-
-    def _acquire_for(
-        self, dataset: str, view: Region, moving: planner.Velocity | None = None
-    ) -> list[Send]:
-        held = self.upstream.cover(dataset)
-        sends: list[Send] = []
-        for box in planner.to_acquire(held, view, self.policy, moving):
-            prim = self.upstream.add(dataset, box)
-            sends.append(Send(UPSTREAM, Acquire(prim.prim, dataset, box)))
-        return sends
+        return kind
 
     def on_unsubscribe(self, client: int, request: Unsubscribe) -> list[Send]:
         """End a subscription."""
@@ -436,43 +389,57 @@ class RelayCore(Serving):
         if subscription is None:
             message = f"no subscription {request.sub} on this connection"
             return [Send(client, Error("unknown_subscription", message, ref=request.sub))]
-        self._end(subscription)
+        self.lifecycle.end(subscription)
         return [Send(client, Unsubscribed(request.sub))]
-
-    def _end(self, subscription: Subscription) -> None:
-        self.downstream.remove(subscription.key)
-        self.scheduler.remove(subscription.key)
-        self._owed_resync.pop(subscription.key, None)
 
     # -- pushing ------------------------------------------------------------------------
 
+    def serve(
+        self, now: float, idle: Callable[[int], bool], out_of_time: Callable[[], bool] = never
+    ) -> Generator[Send, None, None]:
+        """End the epoch, then the pushes due now (``relay.serving.Serving.serve``)."""
+        return self.serving.serve(now, idle, out_of_time, first=self.end_epoch())
+
+    def pushes(self, now: float, idle: Callable[[int], bool]) -> list[Send]:
+        """Every push due now (``serve`` to the end)."""
+        return list(self.serve(now, idle))
+
+    def next_wakeup(self, now: float) -> float | None:
+        """When pushing has work next: ``now`` if it has now, a rate timer's time, or None."""
+        if self.serving.has_unsent() or any(
+            state.buffer.dirty and not state.busy for state in self.datasets.values()
+        ):
+            return now
+        wakeup = self.scheduler.next_wakeup()
+        return None if wakeup is None else max(wakeup, now)
+
     def end_epoch(self) -> list[Send]:
-        """Swap in every dataset's new state (000: [0150], steps 1070b-1070d).
+        """Swap in every dataset's new state (CA 3197003 [0150], steps 1070b-1070d).
 
         Primitives whose snapshots arrived with that state become ready with it, and the
-        dataset's subscriptions are woken: each has a new state to be pushed. Views relative
-        to an entity that moved may need more upstream: the acquires are returned.
+        subscriptions that read the dataset are woken: each has a new state to be pushed.
+        Views that moved (relative to an entity) may need more upstream: the acquires are
+        returned.
         """
-        sends: list[Send] = []
-        for name, state in self.datasets.items():
+        added: list[Primitive] = []
+        for name, kind in self.parts.kinds.items():
+            state = kind.state
             before = state.buffer.stamp
             if state.busy or not state.buffer.swap():
                 continue
             after = state.buffer.stamp
             refresh = before is not None and after is not None and before.epoch != after.epoch
-            self._ready_snapshots(name, state)
-            followed: set[Relative] = set()  # subscribers sharing a view share its planning
-            for subscription in self._readers(name, state):
-                view = subscription.view
-                if isinstance(view, Relative) and view not in followed:
-                    followed.add(view)
-                    sends += self._follow(name, view)
+            self._ready_snapshots(name)
+            readers = self.downstream.of_reader(name)
+            added += kind.after_swap(readers)
+            for subscription in readers:
                 if refresh and subscription.held is not None:
                     subscription.held = msgspec.structs.replace(subscription.held, refresh=True)
                 self.scheduler.wake(subscription.key)
-        return sends
+        return _acquires(added)
 
-    def _ready_snapshots(self, name: str, state: DatasetState) -> None:
+    def _ready_snapshots(self, name: str) -> None:
+        state = self.datasets[name]
         grew = False
         stamp = state.buffer.stamp
         for prim_id in state.readying:
@@ -483,96 +450,30 @@ class RelayCore(Serving):
                 grew = True
         state.readying.clear()
         if grew:
-            self._grown += 1
-            self.scheduler.unpark(("coverage", name))
-            if state.info.index == "sql":  # a join of another dataset may read it
-                for other in self.datasets:
-                    self.scheduler.unpark(("coverage", other))
-
-    def _readers(self, name: str, state: DatasetState) -> list[Subscription]:
-        """The subscriptions a new state of dataset ``name`` concerns (SQL joins read several)."""
-        if state.info.index != "sql":
-            return self.downstream.of_dataset(name)
-        return [s for s in self.downstream if name in self._reads(s)]
+            self.parts.grown += 1
+            # Its own subscriptions, and those of other datasets that read it (SQL joins).
+            readers = {s.dataset for s in self.downstream.of_reader(name)}
+            self.lifecycle.coverage_grew({name} | readers)
 
     # -- housekeeping -------------------------------------------------------------------
 
     def housekeeping(self, now: float) -> list[Send]:
-        """Release primitives unneeded for longer than the grace period; prune their rows."""
+        """Release primitives unneeded for longer than the grace period, prune their rows;
+        tell the publisher how far back ``every`` subscriptions may still ask."""
         sends: list[Send] = []
-        for name, state in self.datasets.items():
-            if isinstance(state, KeyedState):
-                sends.extend(self._housekeep_keyed(name, state, now))
-                continue
-            prims = self.upstream.of(name)
-            spare = self._spare(prims, self.downstream.views(name), state)
-            for prim in self._release_spare(prims, spare, now, sends):
-                if not isinstance(prim.view, Entity):
-                    state.released.append((_region(prim.view), now))
-            self._prune(state, now)
-        return sends + self._horizon_sends()
-
-    def _release_spare(
-        self, prims: list[Primitive], spare: set[int], now: float, sends: list[Send]
-    ) -> list[Primitive]:
-        """Release the ``spare`` primitives unneeded for the grace period (appending the
-        ``Release`` frames to ``sends``); returns them. The others' grace clocks restart."""
-        released = []
-        for prim in prims:
-            if prim.prim not in spare:
-                prim.unneeded_since = None
-                continue
-            if prim.unneeded_since is None:
-                prim.unneeded_since = now
-            if now - prim.unneeded_since >= self.policy.grace:
-                # Spare: every view it touches stays covered by the other ready primitives,
-                # so no subscription's coverage changes (``_shrunk`` stays).
-                self.upstream.remove(prim.prim)
-                sends.append(Send(UPSTREAM, Release(prim.prim)))
-                released.append(prim)
-        return released
-
-    def _spare(self, prims: list[Primitive], views: list[View], state: DatasetState) -> set[int]:
-        """Primitives no subscription needs (relative views count where they are now)."""
-        regions = [p for p in prims if not isinstance(p.view, Entity)]
-        needed = relative.needed(views, state)
-        spare = {p.prim for p in planner.unneeded(regions, needed)}
-        return spare | relative.spare_entities(prims, views)
-
-    def _housekeep_keyed(self, name: str, state: KeyedState, now: float) -> list[Send]:
-        """``housekeeping`` for a SQL, topic or path dataset."""
-        prims = self.upstream.of(name)
-        subscribed = [(s.dataset, s.view) for s in self.downstream]
-        if state.info.index == "sql":
-            self.tableviews.keep([view for _, view in subscribed])
-        needs = self.tableviews.needs(name, subscribed)
-        spare = {p.prim for p in self.tableviews.unneeded(name, prims, needs)}
-        sends: list[Send] = []
-        for prim in self._release_spare(prims, spare, now, sends):
-            state.dropped.append((prim.view, now))
-        state.prune(now, PRUNE_WINDOW, self.upstream.views(name))
-        return sends
-
-    def _prune(self, state: DatasetState, now: float) -> None:
-        """Drop rows inside recently released primitives and outside every held one.
-
-        Batches already on their way when a release was sent may still carry rows of that
-        primitive, so the area is pruned again at each housekeeping for ``PRUNE_WINDOW``.
-        """
-        state.released = [(r, t) for r, t in state.released if now - t <= PRUNE_WINDOW]
-        if not state.released or state.busy:
-            return  # a busy dataset is pruned at the next housekeeping
-        released = [region for region, _ in state.released]
-        prims = self.upstream.of(state.info.name)
-        held = [_region(p.view) for p in prims if not isinstance(p.view, Entity)]
-        kept = [r for r in held if any(planner.overlaps(r, gone) for gone in released)]
-        entities = [p.view.key for p in prims if isinstance(p.view, Entity)]
-        state.buffer.delete_inside(released, kept, entities)
+        for kind in self.parts.kinds.values():
+            sends += kind.housekeeping(now)
+        return sends + self.every.horizons()
 
     def stats(self) -> dict[str, float]:
-        """Counters of the relay's work, for logs and benchmarks (STYLE.md rule 4)."""
+        """Counters of the relay's work, for logs and benchmarks (every buffer bounded and
+        its counters visible)."""
         buffers = [state.buffer.counters for state in self.datasets.values()]
         subscriptions = list(self.downstream)
+        by_kind: dict[str, float] = dict.fromkeys(kinds.STATS, 0)
+        for kind in self.parts.kinds.values():
+            for name, value in kind.stats().items():
+                by_kind[name] += value
         return {
             "subscriptions": len(subscriptions),
             "primitives": len(self.upstream),
@@ -584,21 +485,24 @@ class RelayCore(Serving):
             "catch_up_copies": sum(b.copies for b in buffers),
             "pushes": self.counters.pushes,
             "no_updates": self.counters.no_updates,
-            "bodies_cut": self.encodings.cut,
-            "bodies_shared": self.encodings.shared,
-            "every_steps_computed": self.steps.computed,
-            "every_steps_shared": self.steps.shared,
+            "bodies_cut": self.parts.encodings.cut,
+            "bodies_shared": self.parts.encodings.shared,
+            "every_steps_computed": self.every.steps.computed,
+            "every_steps_shared": self.every.steps.shared,
             "ticks_coalesced": sum(s.coalesced for s in subscriptions),
             "pushes_deferred": sum(s.deferred for s in subscriptions),
             "pending": self.scheduler.waiting(),
             "parked": self.scheduler.parked_count,
             "ended_entity_not_held": self.counters.ended,
-            **self.tableviews.stats(),
-            "sql_pushes_put_off": self.sql_budgets.put_off,
+            **engine_stats(self.parts.engine),
+            **by_kind,
+            "sql_pushes_put_off": self.serving.budgets.put_off,
         }
 
 
-_region = planner.as_region
+def _acquires(added: list[Primitive]) -> list[Send]:
+    """The ``Acquire`` frames of primitives just added."""
+    return [Send(UPSTREAM, Acquire(p.prim, p.dataset, p.view)) for p in added]
 
 
 def _track_motion(subscription: Subscription, request: Subscribe, now: float | None) -> None:

@@ -9,11 +9,12 @@ new state touches only the subscriptions concerned.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator
+from collections.abc import Hashable, Iterator
 from dataclasses import dataclass
 from typing import TypeVar
 
-from fanout.relay.every import Cursor
+from fanout.relay.changesets import Cursor
+from fanout.relay.lifecycle import Phase
 from fanout.relay.pushes import Held
 from fanout.relay.transforms import Shape
 from fanout.views import View
@@ -47,6 +48,9 @@ class Subscription:
         deferred: times a due push waited for the connection to finish writing.
         moved_at: monotonic time of the last change of view (None: not dated).
         velocity: how fast the view moved at its last change (None: unknown or not moving).
+        reads: the datasets its view reads (its own; several for a SQL join).
+        phase: where it is in its lifecycle (``relay.lifecycle``).
+        owed: why its next push is a ``resync`` restart (None: it is not).
     """
 
     client: int
@@ -60,13 +64,16 @@ class Subscription:
     held: Held | None = None
     cursor: Cursor | None = None
     servable: bool = False
-    coverage_seen: tuple[View | None, int, int] = (None, -1, -1)
+    coverage_seen: tuple[Hashable, int, int] = (None, -1, -1)
     last_push: float = -math.inf
     pushes: int = 0
     coalesced: int = 0
     deferred: int = 0
     moved_at: float | None = None
     velocity: tuple[float, ...] | None = None
+    reads: tuple[str, ...] = ()
+    phase: Phase = Phase.PENDING
+    owed: str | None = None
 
     @property
     def key(self) -> SubKey:
@@ -81,6 +88,7 @@ class Downstream:
         self._subs: dict[SubKey, Subscription] = {}
         self._by_client: dict[int, dict[SubKey, Subscription]] = {}
         self._by_dataset: dict[str, dict[SubKey, Subscription]] = {}
+        self._by_read: dict[str, dict[SubKey, Subscription]] = {}
 
     def __iter__(self) -> Iterator[Subscription]:
         return iter(list(self._subs.values()))
@@ -93,11 +101,14 @@ class Downstream:
         return self._subs.get(key)
 
     def put(self, subscription: Subscription) -> None:
-        """Add a subscription, or re-index one whose dataset changed."""
-        self.remove(subscription.key)
-        self._subs[subscription.key] = subscription
-        self._by_client.setdefault(subscription.client, {})[subscription.key] = subscription
-        self._by_dataset.setdefault(subscription.dataset, {})[subscription.key] = subscription
+        """Add a subscription, or re-index one whose dataset or reads changed."""
+        key = subscription.key
+        self.remove(key)
+        self._subs[key] = subscription
+        self._by_client.setdefault(subscription.client, {})[key] = subscription
+        self._by_dataset.setdefault(subscription.dataset, {})[key] = subscription
+        for name in subscription.reads or (subscription.dataset,):
+            self._by_read.setdefault(name, {})[key] = subscription
 
     def remove(self, key: SubKey) -> Subscription | None:
         """Drop a subscription; returns it if it existed."""
@@ -105,6 +116,8 @@ class Downstream:
         if subscription is not None:
             _discard(self._by_client, subscription.client, key)
             _discard(self._by_dataset, subscription.dataset, key)
+            for name in subscription.reads or (subscription.dataset,):
+                _discard(self._by_read, name, key)
         return subscription
 
     def count(self, client: int) -> int:
@@ -118,6 +131,10 @@ class Downstream:
     def of_dataset(self, dataset: str) -> list[Subscription]:
         """Every subscription of one dataset."""
         return list(self._by_dataset.get(dataset, {}).values())
+
+    def of_reader(self, dataset: str) -> list[Subscription]:
+        """Every subscription whose view reads ``dataset`` (its own, or joined)."""
+        return list(self._by_read.get(dataset, {}).values())
 
     def views(self, dataset: str) -> list[View]:
         """Every subscription view of ``dataset``."""

@@ -1,360 +1,335 @@
-"""``every`` mode: every seq of the stream delivered to a subscriber, in order, exactly once
-(seed 004, Gryphon; DESIGN.md section 6), sans I/O.
+"""The relay's side of ``every`` mode (US 7,487,246; ``relay.changesets`` holds the pure parts).
 
-A relay keeps no persistent state. Per dataset it remembers a bounded window of recent *change
-sets* — what each live batch changed, by seq — and what it learnt from the publisher's log in
-answer to its curiosity. An ``every`` subscription has a *cursor* (the last seq its subscriber has)
-and the keys its subscriber holds; the push for seq ``s`` is computed from the change set of
-``s`` alone:
-
-* an upserted row inside the view is *updated* if the subscriber holds its key, else *entered*;
-* an upserted row outside the view, or a deleted key, *left* if the subscriber holds it.
-
-A SQL view that decides row by row has its query run on the change set's rows alone
-(``rows_step``): the rows it returns are entered or updated, as the query projects them.
-
-So a subscriber resuming with its token — (epoch, seq, keys held) — can be continued by any relay
-that can get the change sets after that seq: from its window, or from the publisher's log.
-
-A live batch's change set is restricted to the relay's coverage: it is complete for a view only
-once the relay's primitives covering that view were ready, and not at all if the batch carried
-snapshots (those rows did not change). Each subscription therefore remembers ``trusted_after``,
-the seq from which its relay's window is complete for its view; older seqs, and impure ones, come
-from the publisher's log (``Curious`` -> ``Knowledge``: a micro-batch's whole change).
+:class:`EveryMode` records each batch's change set, serves ``every`` subscriptions one seq at a
+time from the window or from what the publisher's log told (``Curious`` -> ``Knowledge``),
+restarts a subscription that cannot be continued with an announced ``resync``, and tells the
+publisher the lowest seq its subscriptions still need (``Horizon``). What depends on the
+dataset's kind (the full view, when the window is complete for a view, one seq's step) it asks
+the kind (``relay.kinds``).
 """
 
 from __future__ import annotations
 
-from collections import OrderedDict
-from collections.abc import Callable, Hashable, Mapping
-from dataclasses import dataclass, field
+import itertools
 
-import msgspec
 import numpy as np
-import numpy.typing as npt
 
-from fanout.relay.pushes import NO_ROWS, Body, encode_push, encode_rows
-from fanout.relay.rows import encoded
-from fanout.relay.state import Array, Keys, Stamp
-from fanout.relay.tables import Result
-from fanout.relay.transforms import Shape, apply
-from fanout.views.members import Selecting, members
-from fanout.wire.messages import NoUpdate
+from fanout.errors import BadRequest, InvalidView, ProtocolError
+from fanout.relay.changesets import (
+    IDLE_WINDOW,
+    WINDOW,
+    ChangeSet,
+    Cursor,
+    History,
+    Steps,
+    encode_step,
+)
+from fanout.relay.downstream import Subscription
+from fanout.relay.intake import Intake
+from fanout.relay.kinds import DatasetKind, Parts
+from fanout.relay.lifecycle import Lifecycle
+from fanout.relay.pushes import encode_push
+from fanout.relay.sends import UPSTREAM, Counters, Send
+from fanout.relay.transforms import Shape
+from fanout.wire.columns import decode_columns, key_column
+from fanout.wire.messages import (
+    Curious,
+    Error,
+    Horizon,
+    Knowledge,
+    Subscribe,
+)
 
-#: Change sets a dataset's window keeps at most (each is one micro-batch) ...
-WINDOW = 600
-#: ... and rows at most, over all of them (the window of a busy dataset is shorter).
-WINDOW_ROWS = 2_000_000
-#: Change sets kept while no ``every`` subscription reads the dataset (a resume arriving then
-#: takes older seqs from the publisher's log).
-IDLE_WINDOW = 8
-#: Seqs one curiosity request asks for at most.
-CURIOSITY_CHUNK = 500
-#: Steps (one seq's push for one view and held keys) remembered for sharing.
-STEPS = 4096
-
-_encoder = msgspec.msgpack.Encoder()
-
-
-@dataclass(frozen=True)
-class ChangeSet:
-    """What one micro-batch changed.
-
-    Attributes:
-        epoch, seq, tick, tick_time: its stamp.
-        rows: upserted rows, column -> array (every dataset column).
-        deleted: deleted keys.
-        pure: only changes (no snapshot rows mixed in).
-        whole: the micro-batch's whole change (from the publisher's log), not only what one
-            relay's coverage held.
-    """
-
-    epoch: int
-    seq: int
-    tick: int
-    tick_time: float
-    rows: Mapping[str, Array]
-    deleted: Keys
-    pure: bool = True
-    whole: bool = False
-
-    @property
-    def size(self) -> int:
-        """Rows upserted + keys deleted."""
-        upserted = len(next(iter(self.rows.values()))) if self.rows else 0
-        return upserted + len(self.deleted)
+#: Seqs an ``every`` subscription is sent at most per turn before others get theirs.
+EVERY_BURST = 64
+#: Curiosity request ids start here, apart from primitive ids (both come back as ``Error.ref``).
+FIRST_CURIOSITY = 1 << 40
 
 
-@dataclass
-class Cursor:
-    """Where an ``every`` subscription is in its stream.
+class EveryMode:
+    """``every`` subscriptions of a relay: their change sets, cursors, curiosity and horizons.
 
     Attributes:
-        epoch, seq: the last seq its subscriber received (a push or a no-update).
-        keys: the sorted keys its subscriber holds after that seq.
-        trusted_after: the seq after which the relay's live change sets are complete for its
-            view (its coverage was ready from then on); None until the subscription is
-            servable again after it started, resumed, or lost its coverage.
+        histories: each dataset's change sets by seq (``relay.changesets.History``).
+        steps: recent steps, shared by equal subscriptions.
     """
 
-    epoch: int
-    seq: int
-    keys: Keys
-    trusted_after: int | None = None
+    def __init__(self, parts: Parts, lifecycle: Lifecycle, counters: Counters) -> None:
+        self._parts = parts
+        self._lifecycle = lifecycle
+        self._counters = counters
+        self.histories: dict[str, History] = {}
+        self.steps = Steps()
+        self._curiosity = itertools.count(FIRST_CURIOSITY)
+        self._horizons: dict[str, tuple[int, int]] = {}  # dataset -> (epoch, seq) told upstream
 
+    def define(self, dataset: str) -> None:
+        """A dataset is new or changed in the catalog: its history starts empty, and its
+        ``every`` subscriptions start again with a full view, announced by a ``resync``."""
+        self.histories[dataset] = History()
+        for subscription in self._parts.downstream.of_dataset(dataset):
+            if subscription.cursor is not None:
+                subscription.cursor = None
+                subscription.owed = f"dataset {dataset!r} changed"
 
-@dataclass
-class Delta:
-    """One seq's push for one subscription: positions into the change set's rows, keys left."""
+    def record(self, intake: Intake) -> None:
+        """Keep the batch's change set for ``every`` subscriptions (``relay.changesets``)."""
+        batch, state = intake.batch, intake.state
+        deletes = state.table.as_keys([]) if intake.deletes is None else intake.deletes
+        change = ChangeSet(
+            batch.epoch,
+            batch.seq,
+            batch.tick,
+            batch.tick_time,
+            intake.upserts,
+            deletes,
+            pure=not batch.snapshots,
+        )
+        history = self.histories.setdefault(batch.dataset, History())
+        subscriptions = self._parts.downstream.of_dataset(batch.dataset)
+        reading = any(s.mode == "every" for s in subscriptions)
+        history.window = WINDOW if reading else IDLE_WINDOW
+        history.record(change)
 
-    entered: npt.NDArray[np.intp]
-    updated: npt.NDArray[np.intp]
-    left: Keys
-    held: Keys
+    def upstream_lost(self) -> None:
+        """The publisher connection dropped: what was asked is asked again once it is back,
+        and no window is trusted until coverage is."""
+        for history in self.histories.values():
+            history.forget_requests()
+        for name in self._parts.datasets:
+            self.distrust(name)
 
-    @property
-    def changes(self) -> int:
-        """Rows entered + updated + keys left."""
-        return len(self.entered) + len(self.updated) + len(self.left)
+    def upstream_connected(self) -> None:
+        """A new publisher connection holds no horizons: they are told again."""
+        self._horizons.clear()
 
+    def distrust(self, dataset: str) -> None:
+        """The relay's coverage of ``dataset`` is being rebuilt: until each ``every``
+        subscription is servable again, its seqs come from the publisher's log."""
+        for subscription in self._parts.downstream.of_dataset(dataset):
+            if subscription.cursor is not None:
+                subscription.cursor.trusted_after = None
 
-def delta(
-    change: ChangeSet, key: str, view: Selecting, index: tuple[str, ...], held: Keys
-) -> Delta:
-    """The push of ``change`` for a view whose subscriber holds the sorted keys ``held``."""
-    if change.rows:
-        keys = np.asarray(change.rows[key])
-        inside = members(view, change.rows, index)
-    else:
-        keys, inside = held[:0], np.zeros(0, dtype=bool)
-    has = np.isin(keys, held)
-    entered = np.flatnonzero(inside & ~has)
-    updated = np.flatnonzero(inside & has)
-    gone = np.asarray(change.deleted, dtype=held.dtype)
-    left = np.union1d(keys[~inside & has], gone[np.isin(gone, held)]).astype(held.dtype)
-    remaining = held[~np.isin(held, left)]
-    return Delta(entered, updated, left, np.union1d(remaining, keys[entered]).astype(held.dtype))
+    def refused(self, error: Error) -> bool:
+        """The publisher could not answer a curiosity request (``error.ref``): subscriptions
+        waiting for those seqs start again (``resync``). Returns whether it was one."""
+        if error.ref is None:
+            return False
+        for name, history in self.histories.items():
+            if history.owns(error.ref):
+                span = history.answered(error.ref)
+                assert span is not None
+                self._lost(name, span, error)
+                return True
+        return False
 
+    def _lost(self, dataset: str, span: tuple[int, int], error: Error) -> None:
+        first, last = span
+        reason = (
+            f"seqs {first}..{last} of {dataset!r} cannot be had from the publisher"
+            f" ({error.code}: {error.message})"
+        )
+        for subscription in self._parts.downstream.of_dataset(dataset):
+            cursor = subscription.cursor
+            if cursor is not None and first <= cursor.seq + 1 <= last:
+                subscription.cursor = None
+                subscription.owed = reason
+                self._lifecycle.restart(subscription)
+                self._lifecycle.scheduler.wake(subscription.key)
 
-@dataclass(frozen=True)
-class Step:
-    """One seq's push for a view, from the keys its subscriber held before.
+    def on_knowledge(self, knowledge: Knowledge) -> bool:
+        """A logged micro-batch's whole change, in answer to curiosity.
 
-    Attributes:
-        held: the sorted keys the subscriber holds after it.
-        body: the push's rows, or None for a no-update (nothing in the view changed).
-    """
+        Returns:
+            Whether a subscription was waiting for it (pushing has work).
 
-    held: Keys
-    body: Body | None
-
-
-def step(
-    change: ChangeSet,
-    view: Selecting,
-    shape: Shape,
-    held: Keys,
-    *,
-    key: str,
-    index: tuple[str, ...],
-) -> Step:
-    """The push of ``change`` for a view of this ``shape`` whose subscriber holds ``held``
-    (``key``, ``index``: the dataset's key and index columns)."""
-    found = delta(change, key, view, index, held)
-    if not found.changes:
-        return Step(found.held, None)
-    body = Body(
-        keys=found.held,
-        anchor=None,
-        full=False,
-        changes=found.changes,
-        entered=_rows(change, found.entered, shape),
-        updated=_rows(change, found.updated, shape),
-        left=encode_rows({key: found.left}),
-    )
-    return Step(found.held, body)
-
-
-def rows_step(change: ChangeSet, result: Result, shape: Shape, held: Keys, *, key: str) -> Step:
-    """The push of ``change`` for a SQL view whose query, run on the change's rows alone, gave
-    ``result`` (``TableStore.evaluate_rows``): its rows are the query's, projected and
-    computed; a held key that changed to outside it, or was deleted, left."""
-    has = np.isin(result.keys, held)
-    entered, updated = np.flatnonzero(~has), np.flatnonzero(has)
-    changed = np.asarray(change.rows[key]) if change.rows else held[:0]
-    outside = changed[~np.isin(changed, result.keys)]
-    gone = np.asarray(change.deleted, dtype=held.dtype)
-    left = np.union1d(outside[np.isin(outside, held)], gone[np.isin(gone, held)])
-    after = np.union1d(held[~np.isin(held, left)], result.keys).astype(held.dtype)
-    if not (len(entered) or len(updated) or len(left)):
-        return Step(after, None)
-    body = Body(
-        keys=after,
-        anchor=None,
-        full=False,
-        changes=len(entered) + len(updated) + len(left),
-        entered=encoded(result.rows, entered, shape),
-        updated=encoded(result.rows, updated, shape),
-        left=encode_rows({key: left.astype(held.dtype)}),
-    )
-    return Step(after, body)
-
-
-def encode_step(sub: int, change: ChangeSet, found: Step) -> bytes:
-    """The wire bytes of subscription ``sub``'s push (or no-update) of ``found``."""
-    if found.body is None:
-        return _encoder.encode(NoUpdate(sub, change.epoch, change.seq, change.tick))
-    stamp = Stamp(change.epoch, change.seq, change.tick, change.tick_time)
-    return encode_push(sub, stamp, found.body)
-
-
-class Steps:
-    """Recent steps by (change set, view, shape, keys held): ``every`` subscriptions with the same
-    view and transform at the same seq (an audience following one stream) share one delta and
-    one encoding of its rows; only the frame's subscription number differs.
-
-    Attributes:
-        computed: steps computed; shared: steps served from the memo instead.
-    """
-
-    def __init__(self, size: int = STEPS) -> None:
-        self.size = size
-        self.computed = 0
-        self.shared = 0
-        self._steps: OrderedDict[Hashable, Step] = OrderedDict()
-
-    def get(
-        self,
-        change: ChangeSet,
-        view: Hashable,
-        shape: Shape,
-        held: Keys,
-        compute: Callable[[], Step],
-    ) -> Step:
-        """The step of ``change`` for ``view`` in ``shape`` from ``held``: ``compute()``,
-        called once for equal arguments while the step is remembered."""
-        stream = (change.epoch, change.seq, change.pure, change.whole)
-        token = (stream, view, shape, _content(held))
-        found = self._steps.get(token)
-        if found is not None:
-            self._steps.move_to_end(token)
-            self.shared += 1
-            return found
-        found = compute()
-        self.computed += 1
-        self._steps[token] = found
-        if len(self._steps) > self.size:
-            self._steps.popitem(last=False)
-        return found
-
-
-def _content(keys: Keys) -> Hashable:
-    """The keys themselves, hashable (equal for equal keys)."""
-    return tuple(keys.tolist()) if keys.dtype == object else (keys.dtype.str, keys.tobytes())
-
-
-def _rows(change: ChangeSet, positions: npt.NDArray[np.intp], shape: Shape) -> msgspec.Raw:
-    if not len(positions):
-        return NO_ROWS
-    return encode_rows(apply({c: change.rows[c][positions] for c in shape.columns}, shape, None))
-
-
-@dataclass
-class History:
-    """One dataset's change sets by seq: the live window, and knowledge from the log.
-
-    Attributes:
-        latest: the newest seq seen live (-1: none yet).
-        epoch: the stream those seqs belong to (-1: none yet).
-    """
-
-    window: int = WINDOW
-    window_rows: int = WINDOW_ROWS
-    latest: int = -1
-    epoch: int = -1
-    _live: OrderedDict[int, ChangeSet] = field(default_factory=OrderedDict)
-    _learnt: OrderedDict[int, ChangeSet] = field(default_factory=OrderedDict)
-    _asked: dict[int, tuple[int, int]] = field(default_factory=dict)
-
-    def record(self, change: ChangeSet) -> None:
-        """Remember a live batch's change set (the oldest beyond the window are forgotten).
-
-        A seq seen before keeps its first change set: the publisher re-sends a quiet dataset's
-        last seq to carry snapshots, and that copy is not pure.
+        Raises:
+            ProtocolError: its columns do not fit the catalog.
         """
-        if change.epoch != self.epoch:
-            self.clear()  # a new stream: the old seqs mean nothing in it
-            self.epoch = change.epoch
-        if change.seq in self._live:
-            return
-        self._live[change.seq] = change
-        self.latest = max(self.latest, change.seq)
-        _bound(self._live, self.window, self.window_rows)
+        state = self._parts.datasets.get(knowledge.dataset)
+        history = self.histories.get(knowledge.dataset)
+        if state is None or history is None:
+            raise ProtocolError(f"knowledge for unknown dataset {knowledge.dataset!r}")
+        rows = decode_columns(knowledge.upserts)
+        if knowledge.upserts.length and set(rows) != set(state.info.columns):
+            raise ProtocolError(
+                f"knowledge {knowledge.seq}: columns {sorted(rows)} are not"
+                f" {sorted(state.info.columns)}"
+            )
+        keys = key_column(knowledge.deletes, state.info.key, f"knowledge {knowledge.seq} deletes")
+        try:
+            deleted = state.table.as_keys(keys)
+            if knowledge.upserts.length:
+                rows[state.info.key] = state.table.as_keys(rows[state.info.key])
+        except (TypeError, ValueError) as exc:
+            raise ProtocolError(f"knowledge {knowledge.seq}: bad keys: {exc}") from exc
+        change = ChangeSet(
+            knowledge.epoch,
+            knowledge.seq,
+            knowledge.tick,
+            knowledge.tick_time,
+            rows if knowledge.upserts.length else {},
+            deleted,
+            whole=True,
+        )
+        history.learn(change)
+        history.received(knowledge.req, knowledge.seq)
+        subscriptions = self._parts.downstream.of_dataset(knowledge.dataset)
+        waiting = [s.key for s in subscriptions if s.cursor]
+        self._lifecycle.scheduler.wake_all(waiting)
+        return bool(waiting)
 
-    def learn(self, change: ChangeSet) -> None:
-        """Remember a micro-batch's whole change, from the publisher's log."""
-        if change.epoch != self.epoch:
-            return  # asked for before the stream changed
-        self._learnt[change.seq] = change
-        _bound(self._learnt, self.window, self.window_rows)
+    def serve(self, subscription: Subscription, kind: DatasetKind, now: float) -> list[Send]:
+        """Up to ``EVERY_BURST`` seqs for an ``every`` subscription, in order.
 
-    def clear(self) -> None:
-        """Forget everything (a new epoch)."""
-        self._live.clear()
-        self._learnt.clear()
-        self._asked.clear()
-        self.latest = -1
-        self.epoch = -1
+        Its first push (and the first after a ``resync``) is the full view from the active
+        buffer; then one push or no-update per seq, from the live window or what the publisher's
+        log told; a seq neither holds is asked for (``Curious``) and the subscription waits.
+        """
+        lifecycle, stamp = self._lifecycle, kind.state.buffer.stamp
+        assert stamp is not None
+        history = self.histories.setdefault(subscription.dataset, History())
+        sends: list[Send] = []
+        cursor = subscription.cursor
+        owed, subscription.owed = subscription.owed, None
+        if cursor is not None and cursor.epoch != stamp.epoch:
+            owed = f"the publisher's stream changed (epoch {cursor.epoch} -> {stamp.epoch})"
+            cursor = subscription.cursor = None
+        if owed is not None:
+            message = f"{owed}; the next push is the full view"
+            sends.append(Send(subscription.client, Error("resync", message, ref=subscription.sub)))
+        pushed = 0
+        try:
+            if cursor is None:
+                body = kind.full_view(subscription)
+                subscription.cursor = Cursor(stamp.epoch, stamp.seq, body.keys, stamp.seq)
+                sends.append(Send(subscription.client, encode_push(subscription.sub, stamp, body)))
+                pushed = 1
+            else:
+                if cursor.trusted_after is None:
+                    cursor.trusted_after = kind.complete_after(subscription.view, stamp.seq)
+                pushed = self._seqs(subscription, kind, history, cursor, sends)
+        except InvalidView as exc:  # a SQL view's query failed on the rows: it ends here
+            lifecycle.end(subscription)
+            return [
+                *sends,
+                Send(subscription.client, Error(exc.code, str(exc), ref=subscription.sub)),
+            ]
+        current = subscription.cursor
+        assert current is not None
+        waiting = any(isinstance(send.frame, Curious) for send in sends) or (
+            current.seq < history.latest and pushed < EVERY_BURST and cursor is not None
+        )
+        if pushed:
+            lifecycle.pushed(subscription, now, pushed)
+            if current.seq < history.latest and not waiting:
+                lifecycle.scheduler.wake(subscription.key)  # more is at hand: soon again
+        elif waiting:
+            lifecycle.asking(subscription)
+        else:
+            lifecycle.scheduler.idle(subscription.key)
+        return sends
 
-    def get(self, seq: int, trusted_after: int) -> ChangeSet | None:
-        """The change set of ``seq`` usable for a view complete in the window after
-        ``trusted_after``, or None if it must be learnt first."""
-        live = self._live.get(seq)
-        if live is not None and live.pure and seq > trusted_after:
-            return live
-        return self._learnt.get(seq)
+    def _seqs(
+        self,
+        subscription: Subscription,
+        kind: DatasetKind,
+        history: History,
+        cursor: Cursor,
+        sends: list[Send],
+    ) -> int:
+        """Append the seqs after ``cursor`` that are at hand to ``sends`` (and curiosity for the
+        first that is not); returns how many seqs went out."""
+        assert cursor.trusted_after is not None
+        pushed = 0
+        while pushed < EVERY_BURST and cursor.seq < history.latest:
+            change = history.get(cursor.seq + 1, cursor.trusted_after)
+            if change is None:
+                sends.extend(self._ask(subscription.dataset, history, cursor))
+                break
+            found = kind.step(subscription, change, cursor.keys, self.steps)
+            sends.append(Send(subscription.client, encode_step(subscription.sub, change, found)))
+            cursor.seq, cursor.keys = change.seq, found.held
+            pushed += 1
+            if found.body is None:
+                self._counters.no_updates += 1
+            else:
+                self._counters.pushes += 1
+        return pushed
 
-    def wanted(self, first: int, trusted_after: int) -> tuple[int, int] | None:
-        """The seqs to ask the publisher for so that ``first`` onwards can be served, or None
-        when they are there or already asked for."""
-        if first > self.latest or self.get(first, trusted_after) is not None:
-            return None
-        if any(a <= first <= b for a, b in self._asked.values()):
-            return None
-        last = first
-        while (
-            last + 1 <= self.latest
-            and last + 1 - first < CURIOSITY_CHUNK
-            and self.get(last + 1, trusted_after) is None
-        ):
-            last += 1
-        return first, last
+    def _ask(self, dataset: str, history: History, cursor: Cursor) -> list[Send]:
+        """Curiosity for the seqs after ``cursor`` that are not at hand (US 7,487,246: a NACK)."""
+        assert cursor.trusted_after is not None
+        wanted = history.wanted(cursor.seq + 1, cursor.trusted_after)
+        if wanted is None:
+            return []  # asked already
+        req = next(self._curiosity)
+        history.asked(req, *wanted)
+        return [Send(UPSTREAM, Curious(req, dataset, cursor.epoch, *wanted))]
 
-    def asked(self, req: int, first: int, last: int) -> None:
-        """A curiosity request ``req`` for seqs first..last is on its way."""
-        self._asked[req] = (first, last)
-
-    def received(self, req: int, seq: int) -> None:
-        """Knowledge of ``seq`` came in answer to ``req``: the request is settled at its last."""
-        span = self._asked.get(req)
-        if span is not None and seq >= span[1]:
-            del self._asked[req]
-
-    def answered(self, req: int) -> tuple[int, int] | None:
-        """Request ``req`` is settled (answered or lost); returns its range."""
-        return self._asked.pop(req, None)
-
-    def owns(self, req: int) -> bool:
-        """Whether request ``req`` is one of this dataset's."""
-        return req in self._asked
-
-    def forget_requests(self) -> None:
-        """Requests in flight will not be answered (the publisher connection dropped)."""
-        self._asked.clear()
+    def horizons(self) -> list[Send]:
+        """Tell the publisher the lowest seq each dataset's ``every`` subscriptions may still
+        ask for, when it changed (``Horizon``: the log keeps entries from it on)."""
+        sends: list[Send] = []
+        for name, state in self._parts.datasets.items():
+            needed = [
+                s.cursor.seq + 1
+                for s in self._parts.downstream.of_dataset(name)
+                if s.cursor is not None and s.cursor.epoch == state.epoch
+            ]
+            want = (state.epoch, min(needed)) if needed else None
+            told = self._horizons.get(name)
+            if want == told:
+                continue
+            if told is not None and (want is None or want[0] != told[0]):
+                sends.append(Send(UPSTREAM, Horizon(name, told[0], -1)))
+                del self._horizons[name]
+            if want is not None:
+                sends.append(Send(UPSTREAM, Horizon(name, *want)))
+                self._horizons[name] = want
+        return sends
 
 
-def _bound(changes: OrderedDict[int, ChangeSet], limit: int, rows: int) -> None:
-    total = sum(change.size for change in changes.values())
-    while changes and (len(changes) > limit or total > rows):
-        _, oldest = changes.popitem(last=False)
-        total -= oldest.size
+def every_cursor(
+    request: Subscribe, kind: DatasetKind, shape: Shape, current: Subscription | None
+) -> Cursor | None:
+    """The cursor an ``every`` subscription starts from (None: a full push first).
+
+    Raises:
+        InvalidView: ``resume`` without mode ``every``; an ``every`` subscription changed; a
+            view mode ``every`` cannot serve (``DatasetKind.check_every``).
+        InvalidTransform: a transform mode ``every`` cannot apply (``relative_to``).
+        BadRequest: the resume token's keys are not keys of the dataset.
+    """
+    if current is not None and "every" in (current.mode, request.mode):
+        same = (current.dataset, current.view, current.mode, current.shape) == (
+            request.dataset,
+            request.view,
+            request.mode,
+            shape,
+        )
+        if not same or request.resume is not None:
+            raise InvalidView(
+                f"subscription {request.sub}: the dataset, view, mode and transform of an"
+                " 'every' subscription cannot change (only its priority can): unsubscribe and"
+                " subscribe again, with its resume token to continue where it stopped"
+            )
+        return current.cursor
+    if request.mode != "every":
+        if request.resume is not None:
+            raise InvalidView("resume tokens are for mode 'every' subscriptions")
+        return None
+    kind.check_every(request.view, shape)
+    resume = request.resume
+    if resume is None:
+        return None
+    table = kind.state.table
+    key = kind.state.info.key
+    try:
+        columns = decode_columns(resume.keys)
+        if resume.keys.length and set(columns) != {key}:
+            raise ValueError(f"it holds columns {sorted(columns)}, not only the key {key!r}")
+        keys = np.unique(table.as_keys(columns.get(key, [])))
+    except (ProtocolError, TypeError, ValueError) as exc:
+        raise BadRequest(f"subscription {request.sub}: bad resume token: {exc}") from exc
+    return Cursor(resume.epoch, resume.seq, keys)

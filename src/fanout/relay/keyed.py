@@ -27,7 +27,7 @@ import pyarrow as pa
 
 from fanout.errors import InvalidView
 from fanout.relay import release
-from fanout.relay.ingest import DatasetState
+from fanout.relay.intake import DatasetState
 from fanout.relay.state import Mask, Positions, Table
 from fanout.views import View
 from fanout.views.members import members
@@ -36,15 +36,6 @@ from fanout.views.sql import Sql, SqlBox
 from fanout.views.topic import TopicFilter
 from fanout.views.topicindex import TopicIndex
 from fanout.wire.messages import DatasetInfo
-
-
-def dataset_state(info: DatasetInfo) -> DatasetState:
-    """An empty copy of the dataset: a :class:`KeyedState` unless its index is ``space``.
-
-    Raises:
-        ProtocolError: the relay cannot hold it (see ``DatasetState.of``).
-    """
-    return DatasetState.of(info) if info.index == "space" else KeyedState.of(info)
 
 
 @dataclass

@@ -44,7 +44,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from fanout.errors import InvalidView
-from fanout.relay.ingest import DatasetState
+from fanout.relay.intake import DatasetState
 from fanout.relay.pushes import entity_position
 from fanout.relay.transforms import EntityNotHeld
 from fanout.relay.upstream import Primitive, Upstream

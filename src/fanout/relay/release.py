@@ -1,7 +1,7 @@
 """Which upstream primitives of a SQL, topic or path dataset no subscription needs any more.
 
 A primitive may go when every need (each subscription's part of the dataset,
-``TableViews.needs``) stays covered by the other ready primitives; the oldest go first, as for
+``relay.kinds.keyed``) stays covered by the other ready primitives; the oldest go first, as for
 regions (``relay.planner.unneeded``), so a view that moved on lets go of what it held before.
 
 Asked naively that is a coverage check of every need against every primitive but one, for

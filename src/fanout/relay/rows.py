@@ -15,9 +15,9 @@ import msgspec
 import numpy as np
 import numpy.typing as npt
 
+from fanout.relay.engine import Result
 from fanout.relay.pushes import Body, Held, compare_keys, encode_rows
 from fanout.relay.state import Array, Positions
-from fanout.relay.tables import Result
 from fanout.relay.transforms import Shape, apply
 
 

@@ -56,7 +56,7 @@ from fanout.relay.core import MAX_SUBSCRIPTIONS, UPSTREAM, RelayCore, Send
 from fanout.relay.metrics import relay_samples
 from fanout.relay.planner import Policy
 from fanout.relay.scheduler import AGING
-from fanout.relay.tables import QUERY_TIMEOUT
+from fanout.relay.tables import QUERY_TIMEOUT, TableStore
 from fanout.relay.throttle import SQL_BURST, SQL_SHARE, Throttle
 from fanout.relay.writer import Writer
 from fanout.wire import codec
@@ -195,7 +195,7 @@ class RelayServer:
         self.core = RelayCore(
             config.policy,
             config.aging,
-            query_timeout=config.query_timeout,
+            engine=TableStore(config.query_timeout),
             max_subscriptions=config.max_subscriptions,
             sql_share=config.sql_share,
             sql_burst=config.sql_burst,
@@ -458,7 +458,8 @@ class RelayServer:
         batch is written (the next round starts from its state)."""
         deadline = time.perf_counter() + self.config.pump_budget
         writer = self._writer
-        with contextlib.closing(self.core.serve(now, self._is_idle, deadline)) as pushes:
+        rounds = self.core.serve(now, self._is_idle, lambda: time.perf_counter() >= deadline)
+        with contextlib.closing(rounds) as pushes:
             for send in pushes:
                 self._dispatch((send,))
                 if time.perf_counter() >= deadline or writer.written():

@@ -29,12 +29,12 @@ from dataclasses import dataclass, field
 
 import duckdb
 import numpy as np
-import numpy.typing as npt
 import pyarrow as pa
 import sqlglot
 from sqlglot import exp
 
 from fanout.errors import InvalidView
+from fanout.relay.engine import Query, Result
 from fanout.relay.pushes import members
 from fanout.relay.state import Array, DoubleBuffer, Keys, Positions, Table
 from fanout.relay.watchdog import Watchdog
@@ -64,40 +64,6 @@ DUCKDB_TYPES = {
 }
 #: Prepared queries kept at most (one per distinct view subscribed; past it, all are dropped).
 MAX_QUERIES = 4096
-
-
-@dataclass(frozen=True)
-class Query:
-    """A SQL view prepared for the relay's DuckDB.
-
-    Attributes:
-        view: the view.
-        datasets: the datasets it reads, sorted.
-        key: the key column of its result rows.
-        columns: the result's columns, key first.
-        text: the SQL run: key, digest, then the view's own columns.
-    """
-
-    view: Sql
-    datasets: tuple[str, ...]
-    key: str
-    columns: tuple[str, ...]
-    text: str
-
-
-@dataclass(frozen=True)
-class Result:
-    """A query's rows at one state of its tables, sorted by key.
-
-    Attributes:
-        keys: the sorted keys.
-        digests: each row's hash, to tell updated rows.
-        rows: column -> values aligned with ``keys`` (every column of the query, key included).
-    """
-
-    keys: Keys
-    digests: npt.NDArray[np.uint64]
-    rows: dict[str, Array]
 
 
 @dataclass

@@ -15,9 +15,11 @@ import itertools
 from collections.abc import Iterator
 from dataclasses import dataclass
 
+from fanout.relay.sends import UPSTREAM, Send
 from fanout.views import CoverIndex, View
 from fanout.views.entity import Entity
 from fanout.views.region import REGIONS
+from fanout.wire.messages import Release
 
 
 @dataclass
@@ -138,3 +140,28 @@ class Upstream:
             primitive.ready, primitive.ready_seq = False, -1
             self._pending[primitive.dataset] = self.pending(primitive.dataset) + 1
         self._ready.clear()
+
+
+def release_spare(
+    upstream: Upstream, prims: list[Primitive], spare: set[int], now: float, grace: float
+) -> tuple[list[Primitive], list[Send]]:
+    """Release the ``spare`` primitives among ``prims`` that have been unneeded for ``grace``
+    seconds; the others' grace clocks restart. Returns the released ones and their ``Release``
+    frames.
+
+    Spare means every view a primitive touches stays covered by the other ready primitives, so
+    no subscription's coverage changes when it goes.
+    """
+    released: list[Primitive] = []
+    sends: list[Send] = []
+    for prim in prims:
+        if prim.prim not in spare:
+            prim.unneeded_since = None
+            continue
+        if prim.unneeded_since is None:
+            prim.unneeded_since = now
+        if now - prim.unneeded_since >= grace:
+            upstream.remove(prim.prim)
+            sends.append(Send(UPSTREAM, Release(prim.prim)))
+            released.append(prim)
+    return released, sends

@@ -29,7 +29,7 @@ from collections import deque
 from collections.abc import Callable, Iterable
 from typing import Protocol
 
-from fanout.relay.ingest import Intake
+from fanout.relay.intake import Intake
 from fanout.relay.sends import Send
 from fanout.wire.messages import Batch
 

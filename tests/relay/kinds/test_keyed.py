@@ -1,5 +1,5 @@
-"""Relay conversations with SQL, topic and object-path views, sans I/O (relay/tableviews.py and
-its dispatch in relay/core.py)."""
+"""Relay conversations with SQL, topic and object-path views, sans I/O (relay/kinds/keyed.py,
+sql.py, topic.py, path.py, through relay/core.py)."""
 
 from __future__ import annotations
 
@@ -12,8 +12,10 @@ from hypothesis import strategies as st
 
 from fanout.relay import release
 from fanout.relay.core import UPSTREAM, RelayCore, Send
+from fanout.relay.kinds.keyed import KeyedKind
+from fanout.relay.lifecycle import Phase
 from fanout.relay.planner import Policy
-from fanout.relay.tableviews import TableViews
+from fanout.relay.tables import QUERY_TIMEOUT, TableStore
 from fanout.relay.upstream import Primitive
 from fanout.views import Box
 from fanout.views.objects import parse as path
@@ -55,8 +57,9 @@ CLIENT = 1
 class Conversation:
     """A relay with the four datasets, a client, and the publisher's side played by hand."""
 
-    def __init__(self, **options: Any) -> None:
-        self.core = RelayCore(Policy(grace=0.0), **options)
+    def __init__(self, query_timeout: float = QUERY_TIMEOUT, **options: Any) -> None:
+        engine = TableStore(query_timeout)
+        self.core = RelayCore(Policy(grace=0.0), engine=engine, **options)
         self.core.on_catalog(Catalog([ORDERS, CUSTOMERS, SENSORS, OBJECTS]))
         self.seqs: dict[str, int] = {}
         self.snapshots: dict[str, list[int]] = {}
@@ -289,11 +292,14 @@ def test_a_connection_past_its_sql_share_is_put_off_while_others_are_served() ->
     # Client 1 spent its SQL time: its SQL view waits; its topic view and client 2 do not.
     assert sorted(f.sub for f in talk.push() if isinstance(f, Push)) == [2, 3]  # type: ignore[attr-defined]
     assert talk.core.stats()["sql_pushes_put_off"] == 1
+    put_off = talk.core.downstream.get((CLIENT, 1))
+    assert put_off is not None and put_off.phase is Phase.PUT_OFF
     paid_back = talk.core.next_wakeup(talk.now)
     assert paid_back is not None and paid_back > talk.now + 1.0
     talk.now = paid_back - 1.0  # ``push`` adds a second
     assert [f.sub for f in talk.push() if isinstance(f, Push)] == [1]  # type: ignore[attr-defined]
     assert sorted(talk.views[1]) == [1, 2]  # the newest rows: nothing of them was lost
+    assert put_off.phase is Phase.LIVE
 
 
 def test_an_every_sql_view_past_its_share_is_put_off_then_gets_every_seq() -> None:
@@ -340,17 +346,19 @@ def test_unneeded_is_answered_anew_only_when_primitives_or_needs_change(monkeypa
         answered.append(len(prims))
         return answer(prims, needs)
 
-    monkeypatch.setattr("fanout.relay.tableviews.release.unneeded", counted)
-    views = TableViews()
+    monkeypatch.setattr("fanout.relay.kinds.keyed.release.unneeded", counted)
+    kinds = Conversation().core.parts.kinds
+    sensors, objects = kinds["sensors"], kinds["objects"]
+    assert isinstance(sensors, KeyedKind) and isinstance(objects, KeyedKind)
     wide, narrow = Primitive(1, "s", topic("a/#"), ready=True), Primitive(2, "s", topic("a/1"))
     needs = [topic("a/1")]
-    assert views.unneeded("s", [narrow, wide], needs) == [narrow]  # not ready: of no use
-    assert views.unneeded("s", [wide, narrow], needs) == [narrow]
+    assert sensors.unneeded([narrow, wide], needs) == [narrow]  # not ready: of no use
+    assert sensors.unneeded([wide, narrow], needs) == [narrow]
     assert answered == [2]
     narrow.ready = True
-    assert views.unneeded("s", [wide, narrow], needs) == [wide]  # the oldest goes first
-    assert views.unneeded("s", [wide, narrow], [*needs, topic("a/2")]) == [narrow]
-    assert views.unneeded("t", [wide, narrow], [*needs, topic("a/2")]) == [narrow]  # per dataset
+    assert sensors.unneeded([wide, narrow], needs) == [wide]  # the oldest goes first
+    assert sensors.unneeded([wide, narrow], [*needs, topic("a/2")]) == [narrow]
+    assert objects.unneeded([wide, narrow], [*needs, topic("a/2")]) == [narrow]  # per dataset
     assert answered == [2, 2, 2, 2]
 
 

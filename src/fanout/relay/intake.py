@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Self
 
 import numpy as np
 
@@ -74,18 +75,18 @@ class DatasetState:
     busy: bool = False
 
     @classmethod
-    def of(cls, info: DatasetInfo) -> DatasetState:
-        """An empty copy of the dataset ``info`` describes.
+    def of(cls, info: DatasetInfo, coordinates: Sequence[str] = ()) -> Self:
+        """An empty copy of the dataset ``info`` describes (``coordinates``: the columns of its
+        space index, if its rows are indexed in space).
 
         Raises:
             ProtocolError: a column's dtype does not travel, its key column is not an integer
                 or string column, or a space index does not name 2 or 3 distinct numeric
                 columns.
         """
-        coordinates = tuple(info.index_columns) if info.index == "space" else ()
         try:
-            _check_columns(info.key, info.columns, coordinates)
-            return cls(info, DoubleBuffer(info.key, info.columns, coordinates))
+            _check_columns(info.key, info.columns, tuple(coordinates))
+            return cls(info, DoubleBuffer(info.key, info.columns, tuple(coordinates)))
         except (ValueError, KeyError) as exc:
             raise ProtocolError(f"catalog: dataset {info.name!r}: {exc}") from exc
 

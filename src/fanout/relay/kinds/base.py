@@ -1,0 +1,209 @@
+"""What a dataset kind does for the relay core: the interface, and the parts it works with.
+
+The core (``relay.core``) never asks which kind of dataset it holds. When the catalog names a
+dataset it looks its index kind up once (``relay.kinds.make``) and from then on asks that kind's
+object every question whose answer depends on the kind:
+
+* **subscribing** (CA 3197003 [0161], step 818): is the view of the dataset's language, what
+  shape its rows take, which datasets it reads (a SQL join reads several);
+* **upstream** (steps 830-840): which primitives to acquire so that held ones cover the view;
+* **coverage**: where the view is now (a view relative to a moving entity is resolved at every
+  push), and whether ready primitives cover it;
+* **pushing** (steps 890-894): the push, a delta against what the subscriber holds, and what it
+  holds after; pushes that are cheap cut together in one pass;
+* **every mode** (US 7,487,246): the first full view, the seq from which the relay's window is
+  complete for a view, one seq's step;
+* **after a swap and at housekeeping**: what to acquire for views that moved, which primitives
+  no view needs any more, rows to prune.
+
+Everything a kind needs from the rest of the relay is in :class:`Parts`, shared by all kinds of
+one core.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Hashable, Sequence
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from fanout.relay.changesets import ChangeSet, Step, Steps
+from fanout.relay.downstream import Downstream, Subscription
+from fanout.relay.engine import QueryEngine
+from fanout.relay.intake import DatasetState
+from fanout.relay.planner import Policy, Velocity
+from fanout.relay.pushes import Body, Encodings, Held
+from fanout.relay.sends import Send
+from fanout.relay.state import Keys
+from fanout.relay.transforms import Shape
+from fanout.relay.upstream import Primitive, Upstream
+from fanout.views import View
+from fanout.wire.messages import Subscribe
+
+#: Seconds after a release during which rows inside the released primitive (and no other) are
+#: pruned at each housekeeping: batches already on their way may still bring some.
+PRUNE_WINDOW = 2.0
+
+
+@dataclass
+class Parts:
+    """The relay's stores, shared by the core and every dataset kind it holds.
+
+    Attributes:
+        policy: how regions are planned and how long unneeded primitives are kept.
+        upstream: the primitives held at the publisher.
+        downstream: the subscriptions served.
+        encodings: push bodies cut this generation, shared by equal subscriptions.
+        engine: where SQL views are evaluated (None: the relay serves no SQL dataset).
+        datasets: the relay's copy of each dataset, by name.
+        kinds: each dataset's kind, by name.
+        grown, shrunk: how many times ready coverage grew (primitives became ready) and shrank
+            (primitives lost or refused): a subscription's servability is asked again only
+            when they moved since it was last (growth can only make unservable ones servable,
+            shrinkage can break any).
+    """
+
+    policy: Policy
+    upstream: Upstream
+    downstream: Downstream
+    encodings: Encodings
+    engine: QueryEngine | None
+    datasets: dict[str, DatasetState] = field(default_factory=dict)
+    kinds: dict[str, DatasetKind] = field(default_factory=dict)
+    grown: int = 0
+    shrunk: int = 0
+
+
+@dataclass(frozen=True)
+class Accepted:
+    """A subscription accepted: the shape of its rows, their key and columns (``Subscribed``)."""
+
+    shape: Shape
+    key: str
+    columns: list[str]
+
+
+Cut = tuple[Body, Held]
+"""A push's body and what its subscriber holds after it."""
+
+
+class DatasetKind(Protocol):
+    """One dataset's kind at the relay: every answer the core needs that depends on it."""
+
+    @property
+    def state(self) -> DatasetState:
+        """The relay's copy of the dataset (rows and stream position)."""
+        ...
+
+    @property
+    def metered(self) -> bool:
+        """Whether its pushes count against the connection's SQL time."""
+        ...
+
+    # -- subscribing ------------------------------------------------------------------
+
+    def accept(self, request: Subscribe, capabilities: Sequence[str]) -> Accepted:
+        """Check a subscription's view, transform and mode against the dataset.
+
+        Raises:
+            InvalidView: the view is not of the dataset's language, or does not fit it.
+            InvalidTransform: the transform cannot apply to its rows.
+        """
+        ...
+
+    def check_every(self, view: View, shape: Shape) -> None:
+        """Refuse what mode ``every`` cannot serve of this view and shape.
+
+        Raises:
+            InvalidView, InvalidTransform: naming why.
+        """
+        ...
+
+    def reads(self, view: View) -> tuple[str, ...]:
+        """The datasets a view reads (its own; several for a SQL join)."""
+        ...
+
+    def acquire(self, view: View, moving: Velocity | None, subscribing: bool) -> list[Primitive]:
+        """Add to the upstream store the primitives to acquire so that held ones cover
+        ``view`` (``moving``: how fast it moves; ``subscribing``: it is new or changed); returns
+        them (the core sends their ``Acquire``)."""
+        ...
+
+    # -- coverage ---------------------------------------------------------------------
+
+    def locate(self, subscription: Subscription) -> Hashable | None:
+        """What the subscription's push is cut from now (a relative view resolved), or None
+        if that is not known yet.
+
+        Raises:
+            EntityNotHeld: the entity a relative view follows does not exist.
+        """
+        ...
+
+    def covered(self, located: Hashable, ready_only: bool = True) -> bool:
+        """Whether primitives held (ready ones only, unless asked) cover a located view."""
+        ...
+
+    def follows(self, view: View) -> bool:
+        """Whether the view is planned anew as it moves (so a refusal does not end it)."""
+        ...
+
+    # -- pushing ----------------------------------------------------------------------
+
+    def batched(self, subscription: Subscription, located: Hashable) -> bool:
+        """Whether this push is cheap and cut together with others (``cut_together``)."""
+        ...
+
+    def cut(self, subscription: Subscription, located: Hashable) -> Cut | None:
+        """The push from the active state (None: the subscriber holds it already).
+
+        Raises:
+            InvalidView: a SQL view's query failed on the relay's rows.
+            EntityNotHeld: a ``relative_to`` transform's entity is not held.
+        """
+        ...
+
+    def cut_together(self, due: Sequence[tuple[Subscription, Hashable]]) -> list[Cut | None]:
+        """``cut`` for many batched pushes at once, in order."""
+        ...
+
+    def query_seconds(self) -> float:
+        """Seconds its queries have run so far (what ``metered`` pushes are charged)."""
+        ...
+
+    # -- every mode -------------------------------------------------------------------
+
+    def full_view(self, subscription: Subscription) -> Body:
+        """The whole view from the active state (an ``every`` subscription's first push).
+
+        Raises:
+            InvalidView: a SQL view's query failed on the relay's rows.
+        """
+        ...
+
+    def complete_after(self, view: View, seq: int) -> int:
+        """The seq after which the relay's batches hold every change inside ``view`` (``seq``
+        if no ready primitive bears on it)."""
+        ...
+
+    def step(self, subscription: Subscription, change: ChangeSet, held: Keys, steps: Steps) -> Step:
+        """One seq's push for an ``every`` subscription holding ``held`` (shared: ``steps``).
+
+        Raises:
+            InvalidView: a SQL view's query failed on the change's rows.
+        """
+        ...
+
+    # -- epochs and housekeeping ------------------------------------------------------
+
+    def after_swap(self, readers: Sequence[Subscription]) -> list[Primitive]:
+        """Primitives added now that a new state is active (for views that moved), as
+        ``acquire``; ``readers``: the subscriptions that read the dataset."""
+        ...
+
+    def housekeeping(self, now: float) -> list[Send]:
+        """Release primitives unneeded for the grace period; prune rows nothing holds."""
+        ...
+
+    def stats(self) -> dict[str, float]:
+        """Counters of this kind's own work, summed over its datasets by the core."""
+        ...

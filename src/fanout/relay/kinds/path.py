@@ -1,0 +1,49 @@
+"""Object datasets (index ``path``): objects by path, views that are object paths.
+
+A view selects the objects in its scope that pass its ``f=`` comparisons, if any
+(``views.members``), and sends the attributes ``f=`` names. It is acquired upstream without
+options: the publisher holds whole objects upstream.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import msgspec
+
+from fanout.relay.keyed import path_columns, path_positions
+from fanout.relay.kinds.base import Accepted
+from fanout.relay.kinds.keyed import KeyedKind
+from fanout.relay.state import Positions
+from fanout.relay.transforms import resolve
+from fanout.views import View
+from fanout.views.objects import ObjectPath
+from fanout.wire.messages import Subscribe
+
+
+class PathKind(KeyedKind):
+    """A ``path`` dataset at the relay (``relay.kinds.base.DatasetKind``)."""
+
+    language = (ObjectPath, "object paths")
+
+    def accept(self, request: Subscribe, capabilities: Sequence[str]) -> Accepted:
+        """An object path; its rows carry the key and the attributes it names (all if none)."""
+        self._check_language(request.view, request.transform, capabilities)
+        info = self.state.info
+        shape = resolve(request.transform, info, capabilities)
+        view = request.view
+        assert isinstance(view, ObjectPath)
+        if view.attributes is not None:
+            columns = path_columns(view, shape.columns, info.key)
+            shape = msgspec.structs.replace(shape, columns=columns, identity=False)
+        return Accepted(shape, info.key, list(shape.columns))
+
+    def widened(self, piece: View) -> View:
+        """The path without options."""
+        assert isinstance(piece, ObjectPath)
+        return ObjectPath(piece.object_path)
+
+    def positions(self, view: View) -> Positions:
+        """The objects in the path's scope that pass its filters."""
+        assert isinstance(view, ObjectPath)
+        return path_positions(view, self.state.buffer.active, self.state.info)

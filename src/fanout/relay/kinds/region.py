@@ -1,0 +1,285 @@
+"""Region datasets (index ``space``): rows with coordinates, views that are regions of space.
+
+A view is a box, sphere, sector or union of them, or a region relative to a moving entity
+(``relay.relative``). Upstream primitives are regions planned to serve many views
+(``relay.planner``: tiles, margins, enclosures), held in a cover index; a view is servable when
+ready primitives cover it (``fanout.views.covers``). Its pushes are cut from the active buffer
+through the spatial index (``relay.pushes``), box views of one turn all together
+(``relay.batchcut``), bodies shared by equal subscriptions (``pushes.Encodings``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Hashable, Sequence
+
+from fanout.errors import InvalidView
+from fanout.relay import planner, relative
+from fanout.relay.batchcut import batchable, cut_boxes
+from fanout.relay.changesets import ChangeSet, Step, Steps, step
+from fanout.relay.downstream import Subscription
+from fanout.relay.intake import DatasetState
+from fanout.relay.kinds.base import PRUNE_WINDOW, Accepted, Cut, Parts
+from fanout.relay.planner import Region, Velocity, as_region
+from fanout.relay.pushes import Body, Held, cut
+from fanout.relay.sends import Send
+from fanout.relay.state import Keys
+from fanout.relay.transforms import InvalidTransform, Shape, resolve
+from fanout.relay.upstream import Primitive, release_spare
+from fanout.views import View, covers
+from fanout.views.entity import Entity
+from fanout.views.region import Box, RegionUnion, Relative, Sector, Sphere
+from fanout.wire.messages import DatasetInfo, Subscribe
+
+
+class RegionKind:
+    """A ``space`` dataset at the relay (``relay.kinds.base.DatasetKind``)."""
+
+    metered = False
+    STATS: tuple[str, ...] = ()
+
+    def __init__(self, info: DatasetInfo, parts: Parts) -> None:
+        """
+        Raises:
+            ProtocolError: the relay cannot hold the dataset (``DatasetState.of``).
+        """
+        self.state = DatasetState.of(info, info.index_columns)
+        self.name = info.name
+        self._parts = parts
+
+    # -- subscribing ------------------------------------------------------------------
+
+    def accept(self, request: Subscribe, capabilities: Sequence[str]) -> Accepted:
+        """A region view of as many dimensions as the dataset's coordinates."""
+        view, info = request.view, self.state.info
+        if not isinstance(view, Box | Sphere | Sector | RegionUnion | Relative):
+            raise InvalidView(
+                f"dataset {info.name!r} takes region views (box, sphere, sector, union,"
+                f" relative), not {type(view).__name__}"
+            )
+        if isinstance(view, Relative):
+            relative.check(view, self.state)
+        if view.dims != len(info.index_columns):
+            raise InvalidView(
+                f"dataset {info.name!r} is {len(info.index_columns)}-D; the view is {view.dims}-D"
+            )
+        shape = resolve(request.transform, info, capabilities)
+        return Accepted(shape, info.key, list(shape.columns))
+
+    def check_every(self, view: View, shape: Shape) -> None:
+        """Mode ``every`` takes absolute views and absolute coordinates."""
+        if isinstance(view, Relative):
+            raise InvalidView(
+                "mode 'every' takes absolute views: a view relative to a moving entity is for"
+                " mode 'latest'"
+            )
+        if shape.relative_to is not None:
+            raise InvalidTransform(
+                "mode 'every' sends rows as they changed, one seq at a time; coordinates"
+                " relative to a moving entity (relative_to) are for mode 'latest'"
+            )
+
+    def reads(self, view: View) -> tuple[str, ...]:
+        """Its own dataset."""
+        return (self.name,)
+
+    def acquire(self, view: View, moving: Velocity | None, subscribing: bool) -> list[Primitive]:
+        """Plan and add the primitives the view needs; a relative view follows its entity
+        (``relay.relative`` rules 1 and 3; its entity primitive only when ``subscribing``:
+        one the publisher refused is not asked for again)."""
+        if isinstance(view, Relative):
+            return self._follow(view, entity=subscribing)
+        return self._acquire_for(as_region(view), moving)
+
+    def _follow(self, view: Relative, entity: bool) -> list[Primitive]:
+        upstream = self._parts.upstream
+        added: list[Primitive] = []
+        if entity and upstream.entity(self.name, view.entity) is None:
+            added.append(upstream.add(self.name, Entity(view.entity)))
+        resolved = relative.locate(view, self.state)
+        if resolved is not None:
+            added += self._acquire_for(resolved, None)
+        return added
+
+    def _acquire_for(self, view: Region, moving: Velocity | None) -> list[Primitive]:
+        upstream = self._parts.upstream
+        held = upstream.cover(self.name)
+        planned = planner.to_acquire(held, view, self._parts.policy, moving)
+        return [upstream.add(self.name, box) for box in planned]
+
+    # -- coverage ---------------------------------------------------------------------
+
+    def locate(self, subscription: Subscription) -> Region | None:
+        """The absolute region to push now (a relative view resolved; None: not yet)."""
+        view = subscription.view
+        if isinstance(view, Relative):
+            return relative.region(view, self.state, self._parts.upstream)
+        return as_region(view)
+
+    def covered(self, located: Hashable, ready_only: bool = True) -> bool:
+        """Whether held region primitives (ready ones only, unless asked) cover it."""
+        held = self._parts.upstream.cover(self.name, ready_only=ready_only)
+        return len(held) > 0 and covers(held, as_region(located))
+
+    def follows(self, view: View) -> bool:
+        """A relative view is planned anew as its entity moves."""
+        return isinstance(view, Relative)
+
+    # -- pushing ----------------------------------------------------------------------
+
+    def batched(self, subscription: Subscription, located: Hashable) -> bool:
+        """Box views are cut together (``relay.batchcut``)."""
+        return isinstance(located, Box) and batchable(located, subscription.shape)
+
+    def cut(self, subscription: Subscription, located: Hashable) -> Cut | None:
+        """The push of the region ``located`` (None: the subscriber holds the active state)."""
+        if self._current(subscription):
+            return None
+        encodings, buffer = self._parts.encodings, self.state.buffer
+        key = _body_key(subscription)
+        body = encodings.get(self.name, buffer.generation, key)
+        if body is None:
+            body = cut(as_region(located), subscription.shape, subscription.held, buffer)
+            encodings.put(self.name, key, body)
+        return body, self._held_after(subscription, body)
+
+    def cut_together(self, due: Sequence[tuple[Subscription, Hashable]]) -> list[Cut | None]:
+        """``cut`` for box views, the bodies not yet encoded cut in one pass per shape."""
+        encodings, buffer = self._parts.encodings, self.state.buffer
+        wanted: dict[Shape, dict[Hashable, tuple[Box, Held | None]]] = {}
+        bodies: dict[Hashable, Body] = {}
+        keys: list[Hashable | None] = []
+        for subscription, located in due:
+            if self._current(subscription):
+                keys.append(None)
+                continue
+            key = _body_key(subscription)
+            keys.append(key)
+            if key in bodies:
+                continue
+            body = encodings.get(self.name, buffer.generation, key)
+            if body is not None:
+                bodies[key] = body
+                continue
+            assert isinstance(located, Box)
+            wanted.setdefault(subscription.shape, {})[key] = (located, subscription.held)
+        for shape, cuts in wanted.items():
+            regions = [region for region, _ in cuts.values()]
+            helds = [held for _, held in cuts.values()]
+            for key, body in zip(cuts, cut_boxes(regions, helds, shape, buffer), strict=True):
+                bodies[key] = body
+                encodings.put(self.name, key, body)
+        pushed = [key for key in keys if key is not None]
+        encodings.shared += len(pushed) - len(set(pushed))
+        return [
+            None if key is None else (bodies[key], self._held_after(subscription, bodies[key]))
+            for (subscription, _), key in zip(due, keys, strict=True)
+        ]
+
+    def _current(self, subscription: Subscription) -> bool:
+        """Whether the subscriber holds its view as of the active state: nothing to push."""
+        held, buffer = subscription.held, self.state.buffer
+        return (
+            held is not None
+            and held.generation == buffer.generation
+            and held.view == subscription.view
+        )
+
+    def _held_after(self, subscription: Subscription, body: Body) -> Held:
+        buffer = self.state.buffer
+        stamp = buffer.stamp
+        assert stamp is not None
+        return Held(
+            subscription.view, buffer.generation, stamp.epoch, stamp.seq, body.keys, body.anchor
+        )
+
+    def query_seconds(self) -> float:
+        """Region pushes run no queries."""
+        return 0.0
+
+    # -- every mode -------------------------------------------------------------------
+
+    def full_view(self, subscription: Subscription) -> Body:
+        """The whole region from the active buffer."""
+        return cut(as_region(subscription.view), subscription.shape, None, self.state.buffer)
+
+    def complete_after(self, view: View, seq: int) -> int:
+        """When the last ready primitive overlapping the view became ready."""
+        region = as_region(view)
+        ready = [
+            p.ready_seq
+            for p in self._parts.upstream.of(self.name)
+            if p.ready
+            and not isinstance(p.view, Entity)
+            and planner.overlaps(as_region(p.view), region)
+        ]
+        return max(ready, default=seq)
+
+    def step(self, subscription: Subscription, change: ChangeSet, held: Keys, steps: Steps) -> Step:
+        """The rows of the change inside the region (``relay.changesets.step``)."""
+        view, shape = as_region(subscription.view), subscription.shape
+        info = self.state.info
+        index = tuple(info.index_columns)
+        return steps.get(
+            change,
+            view,
+            shape,
+            held,
+            lambda: step(change, view, shape, held, key=info.key, index=index),
+        )
+
+    # -- epochs and housekeeping ------------------------------------------------------
+
+    def after_swap(self, readers: Sequence[Subscription]) -> list[Primitive]:
+        """Relative views whose entity moved may need more upstream (rule 3); subscribers
+        sharing a view share its planning."""
+        added: list[Primitive] = []
+        followed: set[Relative] = set()
+        for subscription in readers:
+            view = subscription.view
+            if isinstance(view, Relative) and view not in followed:
+                followed.add(view)
+                added += self._follow(view, entity=False)
+        return added
+
+    def housekeeping(self, now: float) -> list[Send]:
+        """Release primitives no view needs (relative views count where they are now) for the
+        grace period; prune the rows of released ones."""
+        parts, state = self._parts, self.state
+        prims = parts.upstream.of(self.name)
+        views = parts.downstream.views(self.name)
+        regions = [p for p in prims if not isinstance(p.view, Entity)]
+        spare = {p.prim for p in planner.unneeded(regions, relative.needed(views, state))}
+        spare |= relative.spare_entities(prims, views)
+        released, sends = release_spare(parts.upstream, prims, spare, now, parts.policy.grace)
+        for prim in released:
+            if not isinstance(prim.view, Entity):
+                state.released.append((as_region(prim.view), now))
+        self._prune(now)
+        return sends
+
+    def _prune(self, now: float) -> None:
+        """Drop rows inside recently released primitives and outside every held one.
+
+        Batches already on their way when a release was sent may still carry rows of that
+        primitive, so the area is pruned again at each housekeeping for ``PRUNE_WINDOW``.
+        """
+        state = self.state
+        state.released = [(r, t) for r, t in state.released if now - t <= PRUNE_WINDOW]
+        if not state.released or state.busy:
+            return  # a busy dataset is pruned at the next housekeeping
+        released = [region for region, _ in state.released]
+        prims = self._parts.upstream.of(self.name)
+        held = [as_region(p.view) for p in prims if not isinstance(p.view, Entity)]
+        kept = [r for r in held if any(planner.overlaps(r, gone) for gone in released)]
+        entities = [p.view.key for p in prims if isinstance(p.view, Entity)]
+        state.buffer.delete_inside(released, kept, entities)
+
+    def stats(self) -> dict[str, float]:
+        """No counters of its own."""
+        return {}
+
+
+def _body_key(subscription: Subscription) -> Hashable:
+    """What a push body depends on besides the active state (``pushes.Encodings``)."""
+    held = subscription.held
+    return (subscription.view, subscription.shape, None if held is None else held.signature())

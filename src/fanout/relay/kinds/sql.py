@@ -1,0 +1,183 @@
+"""SQL datasets (index ``sql``): rows of a table, views that are SELECT queries.
+
+A view is a query over the relay's tables, run by the query engine the shell passed in
+(``relay.engine``; DuckDB in ``relay.tables``), once per state of the tables it reads whoever
+subscribed to it. A join reads several datasets, so its needs are one primitive per table: the
+boxes its WHERE clause bounds each table's rows to (``views.sql.Sql.primitives``), acquired with
+every column (the publisher sends whole rows anyway). Its push is a delta of the query's result
+against what the subscriber holds (``relay.rows``: keys and row digests). Its query time counts
+against its connection's SQL share (``metered``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Hashable, Sequence
+
+import numpy as np
+
+from fanout.errors import InvalidView, ProtocolError
+from fanout.relay.changesets import ChangeSet, Step, Steps, rows_step
+from fanout.relay.downstream import Subscription
+from fanout.relay.engine import Query, QueryEngine, Result
+from fanout.relay.kinds.base import Accepted, Cut, Parts
+from fanout.relay.kinds.keyed import KeyedKind
+from fanout.relay.pushes import Body
+from fanout.relay.rows import HeldRows, cut_rows
+from fanout.relay.sends import Send
+from fanout.relay.state import Array, Keys
+from fanout.relay.transforms import InvalidTransform, Shape
+from fanout.views import View
+from fanout.views.sql import Sql, SqlBox
+from fanout.wire.messages import DatasetInfo, Subscribe
+
+
+class SqlKind(KeyedKind):
+    """A ``sql`` dataset at the relay (``relay.kinds.base.DatasetKind``)."""
+
+    language = (Sql, "SQL queries (SELECT ...)")
+    metered = True
+
+    def __init__(self, info: DatasetInfo, parts: Parts) -> None:
+        """Define the dataset's table in the engine, empty.
+
+        Raises:
+            ProtocolError: the relay has no query engine, or cannot hold the dataset.
+        """
+        if parts.engine is None:
+            raise ProtocolError(
+                f"catalog: dataset {info.name!r} is a SQL dataset and this relay has no query"
+                " engine"
+            )
+        super().__init__(info, parts)
+        self.engine: QueryEngine = parts.engine
+        self.engine.define(info)
+
+    def accept(self, request: Subscribe, capabilities: Sequence[str]) -> Accepted:
+        """A query that binds to the relay's tables and reads this dataset; it is projected by
+        its SELECT list, so only a precision applies to its rows.
+
+        Raises:
+            InvalidView: it is not a query, does not bind, or does not read this dataset.
+            InvalidTransform: the transform projects columns or moves coordinates.
+        """
+        transform = self._check_language(request.view, request.transform, capabilities)
+        if transform.columns is not None:
+            raise InvalidTransform("a SQL view is projected by its SELECT list, not a transform")
+        view = request.view
+        assert isinstance(view, Sql)
+        query = self._prepare(view)
+        if self.name not in query.datasets:
+            raise InvalidView(f"the query does not read dataset {self.name!r}: {view.text}")
+        identity = transform.precision == "float64" and transform.quantum == 0.0
+        shape = Shape(query.columns, transform.precision, transform.quantum, identity=identity)
+        return Accepted(shape, query.key, list(query.columns))
+
+    def check_every(self, view: View, shape: Shape) -> None:
+        """Mode ``every`` needs a query that decides each row on its own.
+
+        Raises:
+            InvalidView: it does not (``TableStore.row_by_row``).
+        """
+        self.engine.row_by_row(self._prepare(view))
+
+    def _prepare(self, view: View) -> Query:
+        assert isinstance(view, Sql)
+        infos = {name: state.info for name, state in self._parts.datasets.items()}
+        return self.engine.prepare(view, infos)
+
+    def needs(self, view: View) -> list[tuple[str, View]]:
+        """One primitive per table the query reads."""
+        assert isinstance(view, Sql)
+        engine = self.engine
+        return [(engine.dataset(prim.table) or prim.table, prim) for prim in view.primitives()]
+
+    def widened(self, piece: View) -> View:
+        """The piece with every column."""
+        assert isinstance(piece, SqlBox)
+        return SqlBox(piece.table, None, piece.boxes)
+
+    # -- pushing ----------------------------------------------------------------------
+
+    def cut(self, subscription: Subscription, located: Hashable) -> Cut | None:
+        """The query's result at the tables' current states, as a delta (None: none of its
+        tables changed since the last push).
+
+        Raises:
+            InvalidView: the query failed on the relay's rows.
+        """
+        held, view = subscription.held, subscription.view
+        rows_held = held if isinstance(held, HeldRows) else None
+        if rows_held is not None and rows_held.view == view and self._unchanged(rows_held):
+            return None
+        query = self._prepare(view)
+        datasets = self._parts.datasets
+        for name in query.datasets:
+            self.engine.sync(name, datasets[name].buffer)
+        generations = tuple(datasets[name].buffer.generation for name in query.datasets)
+        result = self.engine.evaluate(query, generations)
+        buffer = self.state.buffer
+        stamp = buffer.stamp
+        assert stamp is not None
+        signature = None if rows_held is None else rows_held.signature()
+        key = (view, subscription.shape, generations, signature)
+        encodings = self._parts.encodings
+        body = encodings.get(self.name, buffer.generation, key)
+        if body is None:
+            body = cut_rows(result, query.key, subscription.shape, rows_held)
+            encodings.put(self.name, key, body)
+        after = HeldRows(
+            view,
+            buffer.generation,
+            stamp.epoch,
+            stamp.seq,
+            result.keys,
+            digests=result.digests,
+            generations=generations,
+        )
+        return body, after
+
+    def _unchanged(self, held: HeldRows) -> bool:
+        """Whether none of the tables the held rows were read from has changed since."""
+        datasets = self._parts.datasets
+        now = tuple(datasets[name].buffer.generation for name in self.reads(held.view))
+        return held.generations == now
+
+    def query_seconds(self) -> float:
+        """Seconds subscribers' queries have run in the engine."""
+        return self.engine.counters.seconds
+
+    # -- every mode -------------------------------------------------------------------
+
+    def full_view(self, subscription: Subscription) -> Body:
+        """The query's whole result on the current tables."""
+        found = self.cut(subscription, subscription.view)
+        assert found is not None  # an every subscription holds no rows of its own
+        return found[0]
+
+    def step(self, subscription: Subscription, change: ChangeSet, held: Keys, steps: Steps) -> Step:
+        """The query run on the change's rows alone (``relay.changesets.rows_step``)."""
+        view, shape = subscription.view, subscription.shape
+        query = self._prepare(view)
+
+        def compute() -> Step:
+            if not change.rows:
+                return rows_step(change, _no_rows(query, held), shape, held, key=query.key)
+            result = self.engine.evaluate_rows(query, change.rows)
+            return rows_step(change, result, shape, held, key=query.key)
+
+        return steps.get(change, view, shape, held, compute)
+
+    # -- housekeeping -----------------------------------------------------------------
+
+    def housekeeping(self, now: float) -> list[Send]:
+        """Forget the engine's results of views no longer subscribed, then as any keyed
+        dataset."""
+        views = [s.view for s in self._parts.downstream]
+        self.engine.forget([view for view in views if isinstance(view, Sql)])
+        return super().housekeeping(now)
+
+
+def _no_rows(query: Query, held: Keys) -> Result:
+    """The result of a query over no rows."""
+    empty: dict[str, Array] = {name: np.empty(0) for name in query.columns}
+    return Result(held[:0], np.empty(0, dtype=np.uint64), empty)
