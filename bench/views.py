@@ -25,7 +25,7 @@ from functools import partial
 from pathlib import Path
 
 from fanout.views import Box, CoverIndex, Sphere, covers, residual
-from fanout.views.topicindex import TopicIndex
+from fanout.views.topic.index import TopicIndex
 from machine import describe, write_results
 
 HELD_COUNTS = (10, 100, 1_000, 10_000)

@@ -22,12 +22,13 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from fanout.errors import InvalidView
-from fanout.views import algebra, regioncover
+from fanout.views import algebra
 from fanout.views.algebra import bounding_box, covers, grow, residual
-from fanout.views.coverindex import CoverIndex
 from fanout.views.objects import ObjectPath
 from fanout.views.region import Box, RegionUnion, Relative, Sector, Sphere
-from fanout.views.regioncover import region_residual
+from fanout.views.region import cover as regioncover
+from fanout.views.region.cover import region_residual
+from fanout.views.region.coverindex import CoverIndex
 from fanout.views.topic import TopicFilter
 
 Region = Box | Sphere | Sector | RegionUnion

@@ -15,7 +15,7 @@ and the changes matched after it agree on every row:
 * object paths: ``ObjectPath.in_scope``, the object or the directory's objects, whole (filters
   are the relay's business, as in ``matching.paths``);
 * SQL primitives: ``SqlBox.match`` over the rows as Arrow, in their own types (the rules of
-  ``views.sqlmatch``, which ``views.sql.to_spark`` compiles for Spark).
+  ``views.sql.match``, which ``views.sql.to_spark`` compiles for Spark).
 
 A null in a topic or path column is matched by nothing, as Spark's predicates leave it.
 

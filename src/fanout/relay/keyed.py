@@ -8,7 +8,7 @@ how a primitive or a view picks rows, so this module supplies that:
   **released** primitive's rows are pruned (when no other held primitive holds them): both as
   deletes by key (``DoubleBuffer.delete``), which replay on the other buffer like any write;
 * a **view's rows** on the active buffer: a topic filter's through the match index
-  (``views.topicindex``; every distinct filter of the dataset in one pass over its topics, once
+  (``views.topic.index``; every distinct filter of the dataset in one pass over its topics, once
   per buffer generation), an object path's by scope and attribute filters. The push is then cut
   like a region's (``relay.pushes.cut_positions``): entered, updated since the held seq, left.
 
@@ -34,7 +34,7 @@ from fanout.views.members import members
 from fanout.views.objects import ObjectPath
 from fanout.views.sql import Sql, SqlBox
 from fanout.views.topic import TopicFilter
-from fanout.views.topicindex import TopicIndex
+from fanout.views.topic.index import TopicIndex
 from fanout.wire.messages import DatasetInfo
 
 

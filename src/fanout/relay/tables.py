@@ -218,7 +218,7 @@ class TableStore:
 
     def _prepare(self, view: Sql, infos: Mapping[str, DatasetInfo]) -> Query:
         select = sqlglot.parse_one(to_duckdb(view), read="duckdb")
-        assert isinstance(select, exp.Select)  # views are one SELECT (views.sqlquery)
+        assert isinstance(select, exp.Select)  # views are one SELECT (views.sql.query)
         sources = [(alias, self._source(table)) for alias, table in _sources(select)]
         names = self._bind(to_duckdb(view))
         distinct = select.args.get("distinct")
@@ -317,7 +317,7 @@ class TableStore:
 
         Raises:
             InvalidView: it joins, is DISTINCT or limits rows. (SQL views never aggregate,
-                group, window or nest a query: ``views.sqlquery`` refuses those.)
+                group, window or nest a query: ``views.sql.query`` refuses those.)
         """
         select = sqlglot.parse_one(to_duckdb(query.view), read="duckdb")
         found = [

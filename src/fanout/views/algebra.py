@@ -6,7 +6,7 @@ subscribes for (at least) the uncovered portion if not; [155]: one way to widen 
 an axis-aligned bounding box of everything wanted.
 
 :func:`covers` and :func:`residual` dispatch on the kind of the view. Regions are decomposed here
-(:mod:`fanout.views.regioncover`); SQL, topic and object-path views go to their own modules,
+(:mod:`fanout.views.region.cover`); SQL, topic and object-path views go to their own modules,
 each given only the held views of its own kind: a held view of another kind covers nothing.
 """
 
@@ -15,10 +15,10 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 
 from fanout.errors import InvalidView
-from fanout.views.coverindex import CoverIndex
 from fanout.views.kinds import KIND_MODULES, View, kind_of, of_kind
 from fanout.views.region import REGIONS, Box, enclosing_box
-from fanout.views.regioncover import region_covers, region_residual
+from fanout.views.region.cover import region_covers, region_residual
+from fanout.views.region.coverindex import CoverIndex
 
 Have = CoverIndex | Sequence[View]
 """What a relay holds: a cover index of regions, or any sequence of views."""
@@ -28,7 +28,7 @@ def covers(have: Have, view: View) -> bool:
     """Whether the views in ``have`` together cover ``view`` (step S430).
 
     Never True wrongly. For a curved region it may be False when ``have`` covers the view only
-    in pieces that meet along a curve (see :mod:`fanout.views.regioncover`).
+    in pieces that meet along a curve (see :mod:`fanout.views.region.cover`).
 
     Args:
         have: the views held upstream; a :class:`CoverIndex` the relay keeps up to date is

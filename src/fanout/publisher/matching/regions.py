@@ -30,7 +30,7 @@ from fanout.publisher.matching.base import Prim
 from fanout.views import View
 from fanout.views.entity import Entity
 from fanout.views.region import Box, RegionUnion, Sector, Sphere, direction
-from fanout.views.shapes import SAFE_BIG, SAFE_SMALL, SHRINK, STRETCH, distance_scale
+from fanout.views.region.shapes import SAFE_BIG, SAFE_SMALL, SHRINK, STRETCH, distance_scale
 
 #: Shapes whose bounding box touches more cells than this are matched without bucketing.
 MAX_CELLS = 4096

@@ -23,7 +23,7 @@ from fanout.errors import InvalidView
 from fanout.publisher.matching.base import Prim
 from fanout.views import View
 from fanout.views.topic import TopicFilter
-from fanout.views.topicsyntax import MAX_TOPIC_BYTES, NOT_IN_NAMES
+from fanout.views.topic.syntax import MAX_TOPIC_BYTES, NOT_IN_NAMES
 
 _SPECIAL = set("\\^$.|?*+()[]{}")
 
@@ -129,7 +129,7 @@ def _rlike(topic: Column) -> Column:
 
 
 def _named(topic: Column) -> Column:
-    """Whether ``topic`` is a topic name (``views.topicsyntax.topic_levels``): other rows (an
+    """Whether ``topic`` is a topic name (``views.topic.syntax.topic_levels``): other rows (an
     empty topic, a wildcard in it...) are matched by no filter, as at a relay and in the mirror
     (``#`` and ``+`` would otherwise match ``""``)."""
     size = sf.octet_length(topic)

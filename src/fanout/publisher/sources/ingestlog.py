@@ -42,7 +42,7 @@ import pyarrow as pa
 
 from fanout.errors import BadRequest, ConfigError, FanoutError, InvalidView
 from fanout.publisher.datasets import DELETED, VERSION, ColumnType, Dataset
-from fanout.views.topicsyntax import topic_levels
+from fanout.views.topic.syntax import topic_levels
 
 #: The log's file name in the publisher's state directory.
 LOG_FILE = "ingest.db"

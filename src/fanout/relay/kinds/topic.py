@@ -1,6 +1,6 @@
 """Topic datasets (index ``topic``): messages by topic, views that are MQTT topic filters.
 
-A filter's rows come from the match index (``views.topicindex``): every distinct filter of the
+A filter's rows come from the match index (``views.topic.index``): every distinct filter of the
 dataset is matched in one pass over its topics, once per buffer generation
 (``relay.keyed.TopicMatches``). A filter is acquired upstream without its ``$share/group/``: the
 relay keeps every retained message, whichever member of a group it serves.

@@ -22,9 +22,8 @@ import itertools
 import math
 from typing import TypeAlias
 
-from fanout.views import cells
-from fanout.views.region import Box, Primitive, Sector, Sphere
-from fanout.views.shapes import distance_scale
+from fanout.views.region import Box, Primitive, Sector, Sphere, cells
+from fanout.views.region.shapes import distance_scale
 
 Point: TypeAlias = tuple[float, ...]
 

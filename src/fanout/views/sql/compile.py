@@ -24,9 +24,9 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import sqlglot
 from sqlglot import exp
 
-from fanout.views.sqlboxes import Box
-from fanout.views.sqlquery import DIALECT
-from fanout.views.sqlvalues import Domain, Interval, Scalar, ValueSet, python_value
+from fanout.views.sql.boxes import Box
+from fanout.views.sql.query import DIALECT
+from fanout.views.sql.values import Domain, Interval, Scalar, ValueSet, python_value
 
 if TYPE_CHECKING:
     from pyspark.sql import Column

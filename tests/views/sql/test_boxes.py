@@ -11,8 +11,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from fanout.errors import InvalidView
-from fanout.views.sqlboxes import Box, box_subtract, box_within, hull, simplify, subtract
-from fanout.views.sqlvalues import (
+from fanout.views.sql.boxes import Box, box_subtract, box_within, hull, simplify, subtract
+from fanout.views.sql.values import (
     EVERYTHING,
     NOT_NULL,
     ONLY_NULL,

@@ -26,7 +26,7 @@ Rules:
    ORDER BY); ``*`` carries them all (``columns`` is None).
 5. ``exact`` is True when the relay need not filter again: one table, a WHERE clause boxed
    exactly, no LIMIT/OFFSET/DISTINCT ON. ``faithful`` is True when the boxes *with atoms*
-   (``fanout.views.sqlwhere``) hold exactly the query's rows: one table, no LIMIT/OFFSET/
+   (``fanout.views.sql.where``) hold exactly the query's rows: one table, no LIMIT/OFFSET/
    DISTINCT ON, no bounding box. Coverage counts on a held view's rows only then.
 """
 
@@ -40,10 +40,10 @@ import sqlglot.errors
 from sqlglot import exp
 
 from fanout.errors import InvalidView
-from fanout.views.sqlboxes import Box, simplify
-from fanout.views.sqlfields import Atom, Fields, QualifiedColumn, column_domains
-from fanout.views.sqlvalues import ValueSet
-from fanout.views.sqlwhere import TRUE, Normaliser, Truth, and_, equality, project
+from fanout.views.sql.boxes import Box, simplify
+from fanout.views.sql.fields import Atom, Fields, QualifiedColumn, column_domains
+from fanout.views.sql.values import ValueSet
+from fanout.views.sql.where import TRUE, Normaliser, Truth, and_, equality, project
 
 DIALECT = "duckdb"
 
@@ -85,7 +85,7 @@ class TableNeed:
         table: the table's name.
         columns: the columns the query uses from it (None: all).
         boxes: the rows, as boxes over real columns: the primitive a relay subscribes for.
-        cover: the same rows as boxes over columns and atoms (``fanout.views.sqlwhere.Atom``):
+        cover: the same rows as boxes over columns and atoms (``fanout.views.sql.where.Atom``):
             at most the rows of ``boxes``, compared atom by atom in coverage.
     """
 

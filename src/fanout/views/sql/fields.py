@@ -2,11 +2,11 @@
 
 A field is a column (``u.age``) or an :class:`Atom`: an expression or predicate over the columns
 of one table (``abs(u.age)``, ``u.name LIKE 'a%'``), which the box algebra treats as a
-pseudo-column of that table (see ``fanout.views.sqlwhere``).
+pseudo-column of that table (see ``fanout.views.sql.where``).
 
 Rules:
 
-1. Columns resolve through the query's scope (``fanout.views.sqlquery``); an expression is an
+1. Columns resolve through the query's scope (``fanout.views.sql.query``); an expression is an
    atom if every column in it belongs to one table (or, in a query over one table, it has none)
    and its value does not change from one evaluation to the next (not ``random()``, ``now()``).
 2. An atom is named by its SQL with its columns unqualified and lower case, so the same
@@ -24,8 +24,8 @@ from dataclasses import dataclass
 from sqlglot import exp
 
 from fanout.errors import InvalidView
-from fanout.views.sqlliterals import Constant, constant, unparen
-from fanout.views.sqlvalues import Domain
+from fanout.views.sql.literals import Constant, constant, unparen
+from fanout.views.sql.values import Domain
 
 
 @dataclass(frozen=True, order=True)

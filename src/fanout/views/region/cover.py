@@ -12,7 +12,7 @@ bounding box:
 2. a cell whose part of the view lies inside one held solid is covered: each constraint of the
    solid (a box, half-space, ball or cone) holds the cell or is implied by one of the view's
    own, so a sector held with the view's own arc covers the cells that arc cuts
-   (:func:`fanout.views.solids.active_constraints`);
+   (:func:`fanout.views.region.solids.active_constraints`);
 3. a held box that overlaps the cell is cut out of it exactly (box minus box is at most two
    boxes per axis), and the pieces are decomposed against the other held solids; boxes alone
    therefore give an exact answer at any size;
@@ -33,17 +33,17 @@ import numpy as np
 import numpy.typing as npt
 
 from fanout.errors import InvalidView
-from fanout.views import cells
-from fanout.views.cells import Cell
-from fanout.views.coverindex import CoverIndex, bounding_solids
 from fanout.views.region import (
     PRIMITIVES,
     Box,
     Primitive,
     RegionUnion,
     Relative,
+    cells,
 )
-from fanout.views.solids import CellSolid, Constraint, Solid, active_constraints, solid_of
+from fanout.views.region.cells import Cell
+from fanout.views.region.coverindex import CoverIndex, bounding_solids
+from fanout.views.region.solids import CellSolid, Constraint, Solid, active_constraints, solid_of
 
 Held: TypeAlias = tuple[Solid, tuple[Constraint, ...]]
 """A held solid near the view, with the constraints a cell must meet for it to be covered."""

@@ -6,7 +6,7 @@ in its subscriber data store completely cover query Q?") becomes box arithmetic.
 
 Rules:
 
-1. A box gives some columns a value set each (``fanout.views.sqlvalues``: intervals of one
+1. A box gives some columns a value set each (``fanout.views.sql.values``: intervals of one
    domain, and maybe NULL); a column it does not mention is unconstrained. A box holds the rows
    whose every constrained column has a value in its set.
 2. A union of boxes is a list of boxes; it need not be disjoint.
@@ -25,7 +25,7 @@ from typing import TypeVar
 import msgspec
 
 from fanout.errors import InvalidView
-from fanout.views.sqlvalues import (
+from fanout.views.sql.values import (
     EVERYTHING,
     ValueSet,
     comparable,

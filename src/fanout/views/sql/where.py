@@ -29,7 +29,7 @@ Rules of the normalisation:
    exact nor faithful). Each side of a :class:`Truth` is computed only when needed: the FALSE
    side of an OR of ANDs is an exponential product that a WHERE clause without NOT never needs.
 7. Fields, atoms and the domain each field is compared in are settled by
-   ``fanout.views.sqlfields``; literals are read by ``fanout.views.sqlliterals``.
+   ``fanout.views.sql.fields``; literals are read by ``fanout.views.sql.literals``.
 """
 
 from __future__ import annotations
@@ -40,10 +40,10 @@ from dataclasses import dataclass
 from sqlglot import exp
 
 from fanout.errors import InvalidView
-from fanout.views.sqlboxes import box_intersect, hull, simplify
-from fanout.views.sqlfields import COMPARISONS, Atom, Field, Fields, QualifiedColumn
-from fanout.views.sqlliterals import Constant, coerce, constant, plain_text, unparen
-from fanout.views.sqlvalues import (
+from fanout.views.sql.boxes import box_intersect, hull, simplify
+from fanout.views.sql.fields import COMPARISONS, Atom, Field, Fields, QualifiedColumn
+from fanout.views.sql.literals import Constant, coerce, constant, plain_text, unparen
+from fanout.views.sql.values import (
     EVERYTHING,
     NOT_NULL,
     ONLY_NULL,

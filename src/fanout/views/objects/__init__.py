@@ -1,6 +1,6 @@
 """Object-path views: QNX PPS style paths with attribute filters (seed 001, DESIGN.md section 3).
 
-Syntax is in :mod:`fanout.views.objectsyntax`. What a view means — fanout keeps state and pushes
+Syntax is in :mod:`fanout.views.objects.syntax`. What a view means — fanout keeps state and pushes
 each subscriber its view, so a view is read as the set of (object, attribute) cells it delivers:
 
 - scope: the one object named, or with ``.all`` every object directly in the directory (seed 001:
@@ -35,7 +35,7 @@ import numpy as np
 import numpy.typing as npt
 
 from fanout.views.base import ViewBase
-from fanout.views.objectsyntax import (
+from fanout.views.objects.syntax import (
     LONG_LONG_MAX,
     LONG_LONG_MIN,
     AttributeFilter,
@@ -186,7 +186,7 @@ def parse(text: str) -> ObjectPath:
     """Parse a PPS object path with open options into a view.
 
     Raises:
-        InvalidView: the text is not a valid object path (see :mod:`objectsyntax`).
+        InvalidView: the text is not a valid object path (see ``views.objects.syntax``).
     """
     return ObjectPath(text)
 

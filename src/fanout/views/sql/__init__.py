@@ -9,7 +9,7 @@ holds upstream cover it ([0161], step 830) and, if not, subscribes for the uncov
 - :class:`SqlBox` is a primitive: a table, the columns carried, and a union of boxes over the
   table's columns. It is what a relay subscribes for upstream and what the publisher filters by.
 - :func:`covers` and :func:`residual` answer the coverage question exactly for everything the
-  box algebra represents (``fanout.views.sqlboxes``) and never wrongly claim coverage.
+  box algebra represents (``fanout.views.sql.boxes``) and never wrongly claim coverage.
 - :func:`to_duckdb`, :func:`primitive_to_duckdb` and :func:`to_spark` compile views and
   primitives for the relay (DuckDB) and the publisher (Spark).
 """
@@ -24,7 +24,7 @@ import msgspec
 
 from fanout.errors import InvalidView
 from fanout.views.base import ViewBase
-from fanout.views.sqlboxes import (
+from fanout.views.sql.boxes import (
     Box,
     box_meets,
     box_within,
@@ -32,11 +32,11 @@ from fanout.views.sqlboxes import (
     simplify,
     subtract,
 )
-from fanout.views.sqlcompile import primitive_query, primitive_to_duckdb, to_duckdb, to_spark
-from fanout.views.sqlfields import Atom
-from fanout.views.sqlmatch import Batch, Mask, match
-from fanout.views.sqlquery import Analysis, analyse, real_columns
-from fanout.views.sqlvalues import ValueSet
+from fanout.views.sql.compile import primitive_query, primitive_to_duckdb, to_duckdb, to_spark
+from fanout.views.sql.fields import Atom
+from fanout.views.sql.match import Batch, Mask, match
+from fanout.views.sql.query import Analysis, analyse, real_columns
+from fanout.views.sql.values import ValueSet
 
 __all__ = [
     "Sql",
@@ -109,7 +109,7 @@ class Sql(ViewBase, tag="sql", frozen=True):
 
     Raises:
         InvalidView: the query does not parse or uses something views do not support (see
-            ``fanout.views.sqlquery``); the message names the problem and where it is.
+            ``fanout.views.sql.query``); the message names the problem and where it is.
     """
 
     text: str
@@ -181,7 +181,7 @@ def parse(text: str) -> Sql:
 def covers(have: Iterable[object], view: Sql | SqlBox) -> bool:
     """Return True if ``have`` holds every row and column ``view`` may need.
 
-    Exact over the box algebra (continuous domains: see ``fanout.views.sqlboxes``); never True
+    Exact over the box algebra (continuous domains: see ``fanout.views.sql.boxes``); never True
     when some needed row might be missing. A held primitive holds its boxes. A held single-table
     view holds its rows, compared atom by atom for predicates that cannot be boxed (so it covers
     itself and narrower views), or nothing if a LIMIT or a bounding box blurs its rows; a held

@@ -23,8 +23,8 @@ from hypothesis import strategies as st
 from fanout.errors import InvalidView
 from fanout.views import sql
 from fanout.views.sql import Sql, SqlBox, covers, parse, primitive_to_duckdb, residual, to_duckdb
-from fanout.views.sqlboxes import Box
-from fanout.views.sqlvalues import Interval, ValueSet
+from fanout.views.sql.boxes import Box
+from fanout.views.sql.values import Interval, ValueSet
 
 FAST = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 

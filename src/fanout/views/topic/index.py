@@ -33,7 +33,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator, Sized
 from typing import Generic, TypeVar
 
-from fanout.views.topicsyntax import MAX_TOPIC_BYTES, parse_filter, topic_levels
+from fanout.views.topic.syntax import MAX_TOPIC_BYTES, parse_filter, topic_levels
 
 Bag = TypeVar("Bag", bound=Sized)
 

@@ -27,9 +27,9 @@ import numpy.typing as npt
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from fanout.views.sqlboxes import Box
-from fanout.views.sqlliterals import Constant, coerce
-from fanout.views.sqlvalues import Domain, Interval, Scalar, ValueSet
+from fanout.views.sql.boxes import Box
+from fanout.views.sql.literals import Constant, coerce
+from fanout.views.sql.values import Domain, Interval, Scalar, ValueSet
 
 Batch: TypeAlias = "pa.Table | pa.RecordBatch | Mapping[str, Any]"
 Mask: TypeAlias = npt.NDArray[np.bool_]

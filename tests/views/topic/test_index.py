@@ -9,7 +9,7 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, 
 
 from fanout.errors import InvalidView
 from fanout.views.topic import matches
-from fanout.views.topicindex import TopicIndex
+from fanout.views.topic.index import TopicIndex
 
 
 def brute_match(pairs: set[tuple[str, int]], topic: str) -> set[int]:

@@ -17,7 +17,7 @@ import numpy.typing as npt
 
 from fanout.errors import InvalidView
 from fanout.views.region import PRIMITIVES, Primitive, RegionUnion, Relative
-from fanout.views.solids import Solid, solid_of
+from fanout.views.region.solids import Solid, solid_of
 
 Point: TypeAlias = tuple[float, ...]
 

@@ -2,7 +2,7 @@
 
 A literal in a view (``5``, ``-2.5``, ``'abc'``, ``TRUE``, ``NULL``, ``DATE '2024-01-31'``,
 ``'2024-01-31'::DATE``, ``TIMESTAMP '2024-01-31 12:00'``) becomes a :class:`Constant`: a domain
-of ``fanout.views.sqlboxes`` and a value in it. Anything else is not a literal here, and the
+of ``fanout.views.sql.boxes`` and a value in it. Anything else is not a literal here, and the
 predicate using it is over-approximated by the caller.
 
 Rules:
@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 
 from sqlglot import exp
 
-from fanout.views.sqlvalues import Domain, Scalar, date_value, timestamp_value
+from fanout.views.sql.values import Domain, Scalar, date_value, timestamp_value
 
 
 @dataclass(frozen=True)

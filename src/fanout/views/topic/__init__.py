@@ -1,7 +1,7 @@
 """Topic views: MQTT topic filters, matching, and coverage (DESIGN.md section 3, "Topic").
 
 A :class:`TopicFilter` is a subscription to every topic an MQTT 3.1.1 / 5.0 topic filter matches
-(syntax and matching rules in :mod:`fanout.views.topicsyntax`). Coverage answers the relay planner's
+(syntax and matching rules in ``views.topic.syntax``). Coverage answers the relay planner's
 question "do the filters I already hold upstream deliver every message this view needs?", exactly:
 
 - ``covers(have, view)`` is True iff no topic name matched by ``view`` is missed by every usable
@@ -28,7 +28,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from fanout.views.base import ViewBase
-from fanout.views.topicsyntax import (
+from fanout.views.topic.syntax import (
     MAX_TOPIC_BYTES,
     NOT_IN_NAMES,
     SHARE_PREFIX,

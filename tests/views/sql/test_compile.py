@@ -17,7 +17,7 @@ import duckdb
 import pytest
 
 from fanout.views.sql import SqlBox, parse, primitive_to_duckdb, to_duckdb, to_spark
-from fanout.views.sqlboxes import Box
+from fanout.views.sql.boxes import Box
 
 ROWS: list[tuple[Any, ...]] = [
     (0, 1, 0.5, "a", dt.date(2024, 1, 1), dt.datetime(2024, 1, 1, 8, 30), True),

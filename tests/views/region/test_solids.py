@@ -13,9 +13,8 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from fanout.views import cells
-from fanout.views.region import Box, Sector, Sphere
-from fanout.views.solids import _max_cosine, active_constraints, solid_of
+from fanout.views.region import Box, Sector, Sphere, cells
+from fanout.views.region.solids import _max_cosine, active_constraints, solid_of
 
 # Rounded to 9 places: distances that underflow (1e-175 squared is 0) are not geometry.
 COORD = st.integers(-10, 10).map(float) | st.floats(-10, 10).map(lambda v: round(v, 9))

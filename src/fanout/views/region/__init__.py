@@ -2,7 +2,7 @@
 
 Founding document [68]-[69]: a spatial subscription names a region of a 2-D or 3-D space; [72]:
 it may be relative to the subscriber's own position, which the relay looks up in its state. The
-primitives (:class:`Box`, :class:`Sphere`, :class:`Sector`) live in :mod:`fanout.views.shapes`
+primitives (:class:`Box`, :class:`Sphere`, :class:`Sector`) live in ``views.region.shapes``
 and are re-exported here; this module adds :class:`RegionUnion` and :class:`Relative`, which share
 their protocol (``dims``, vectorised ``match``, ``bounds()``, ``grow(margin)``, ``str``).
 """
@@ -18,7 +18,7 @@ from msgspec.structs import force_setattr
 
 from fanout.errors import InvalidView
 from fanout.views.base import ViewBase
-from fanout.views.shapes import (
+from fanout.views.region.shapes import (
     PRIMITIVES,
     Box,
     Mask,
