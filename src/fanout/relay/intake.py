@@ -142,7 +142,8 @@ class DatasetState:
         return upserts, deletes
 
     def drop_inside(self, views: Sequence[View]) -> None:
-        """Delete the inert rows inside any of these primitives (regions; see ``relay.keyed``)."""
+        """Delete the inert rows inside any of these primitives (regions; keyed datasets:
+        ``relay.keyedstate``)."""
         self.buffer.delete_inside([view for view in views if isinstance(view, IndexedRegion)])
 
     def _decode(self, batch: Batch) -> tuple[dict[str, Array], Array]:

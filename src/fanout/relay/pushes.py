@@ -143,7 +143,8 @@ def cut_positions(
     """Cut the push of the active rows at ``positions`` (sorted) for a subscriber holding ``held``.
 
     The view's rows were found by the caller: a region's through the spatial index (:func:`cut`),
-    a topic filter's or an object path's by their keys (``relay.keyed``).
+    a topic filter's or an object path's by their keys (``relay.kinds.topic``,
+    ``relay.kinds.path``).
     """
     table = buffer.active
     keys = table.keys[positions]

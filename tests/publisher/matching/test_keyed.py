@@ -57,7 +57,7 @@ def test_topic_filters_match_like_mqtt(spark, texts: list[str], names: list[str]
 
 
 def test_rows_whose_topic_is_no_topic_name_are_matched_by_no_filter(spark) -> None:
-    # As at a relay (relay.keyed) and in the mirror (TopicFilter.match_arrow); such rows come
+    # As at a relay (relay.kinds.topic) and in the mirror (TopicFilter.match_arrow); such rows come
     # from a files source (the ingest log refuses them).
     names = ["", "a", "a/+", "#", "a\x00b", "x" * 65536, "/"]
     rows = pa.table({"topic": names, "value": [1.0] * len(names)})

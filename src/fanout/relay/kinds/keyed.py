@@ -19,7 +19,7 @@ from fanout.errors import InvalidView
 from fanout.relay import release
 from fanout.relay.changesets import ChangeSet, Step, Steps, step
 from fanout.relay.downstream import Subscription
-from fanout.relay.keyed import KeyedState
+from fanout.relay.keyedstate import KeyedState
 from fanout.relay.kinds.base import PRUNE_WINDOW, Accepted, Cut, Parts
 from fanout.relay.planner import Velocity
 from fanout.relay.pushes import Body, Held, cut_positions

@@ -10,15 +10,16 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import msgspec
+import numpy as np
 
-from fanout.relay.keyed import path_columns, path_positions
 from fanout.relay.kinds.base import Accepted
 from fanout.relay.kinds.keyed import KeyedKind
-from fanout.relay.state import Positions
+from fanout.relay.state import Positions, Table
 from fanout.relay.transforms import resolve
 from fanout.views import View
+from fanout.views.members import members
 from fanout.views.objects import ObjectPath
-from fanout.wire.messages import Subscribe
+from fanout.wire.messages import DatasetInfo, Subscribe
 
 
 class PathKind(KeyedKind):
@@ -47,3 +48,15 @@ class PathKind(KeyedKind):
         """The objects in the path's scope that pass its filters."""
         assert isinstance(view, ObjectPath)
         return path_positions(view, self.state.buffer.active, self.state.info)
+
+
+def path_positions(view: ObjectPath, table: Table, info: DatasetInfo) -> Positions:
+    """Sorted positions of the objects ``view`` selects: in its scope, passing a filter if any."""
+    return np.flatnonzero(members(view, table.columns, info.index_columns))
+
+
+def path_columns(view: ObjectPath, columns: Sequence[str], key: str) -> tuple[str, ...]:
+    """The columns a path view sends: the key and the attributes ``f=`` names (all if none)."""
+    if view.attributes is None:
+        return tuple(columns)
+    return tuple(name for name in columns if name == key or name in view.attributes)

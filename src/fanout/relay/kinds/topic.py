@@ -2,18 +2,24 @@
 
 A filter's rows come from the match index (``views.topic.index``): every distinct filter of the
 dataset is matched in one pass over its topics, once per buffer generation
-(``relay.keyed.TopicMatches``). A filter is acquired upstream without its ``$share/group/``: the
+(:class:`TopicMatches`). A filter is acquired upstream without its ``$share/group/``: the
 relay keeps every retained message, whichever member of a group it serves.
 """
 
 from __future__ import annotations
 
-from fanout.relay.keyed import TopicMatches
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from fanout.errors import InvalidView
 from fanout.relay.kinds.base import Parts
 from fanout.relay.kinds.keyed import KeyedKind
-from fanout.relay.state import Positions
+from fanout.relay.state import Positions, Table
 from fanout.views import View
 from fanout.views.topic import TopicFilter
+from fanout.views.topic.index import TopicIndex
 from fanout.wire.messages import DatasetInfo
 
 
@@ -47,3 +53,58 @@ class TopicKind(KeyedKind):
             "topic_passes": self._matches.passes,
             "topic_rows_not_topics": self._matches.not_topics,
         }
+
+
+@dataclass
+class TopicMatches:
+    """The active rows each topic filter of a dataset matches, for one buffer generation.
+
+    Attributes:
+        passes: passes made over the dataset's topics (one per generation and new filters).
+        not_topics: rows those passes found whose topic is no topic name (matched by nothing).
+    """
+
+    passes: int = 0
+    not_topics: int = 0
+    _generation: int = -1
+    _positions: dict[str, Positions] = field(default_factory=dict)
+
+    def positions(
+        self,
+        view: TopicFilter,
+        table: Table,
+        info: DatasetInfo,
+        generation: int,
+        wanted: Callable[[], Iterable[View]],
+    ) -> Positions:
+        """Sorted positions of the rows ``view`` matches in ``table`` (the active buffer).
+
+        The first call for a generation matches every topic filter ``wanted()`` lists (the
+        dataset's views) in one pass: each topic walks the match index once, whatever the number of
+        filters.
+        """
+        if generation != self._generation:
+            self._generation, self._positions = generation, {}
+        found = self._positions.get(view.filter)
+        if found is None:
+            filters = {v.filter for v in wanted() if isinstance(v, TopicFilter)} | {view.filter}
+            self._match(sorted(filters - set(self._positions)), table, info)
+            found = self._positions[view.filter]
+        return found
+
+    def _match(self, filters: Sequence[str], table: Table, info: DatasetInfo) -> None:
+        index = TopicIndex()
+        for number, text in enumerate(filters):
+            index.add(text, number)
+        hits: list[list[int]] = [[] for _ in filters]
+        for position, topic in enumerate(table.column(info.index_columns[0]).tolist()):
+            try:
+                numbers = index.match(topic)
+            except InvalidView:  # null, empty, a wildcard...: counted, matched by nothing
+                self.not_topics += 1
+                continue
+            for number in numbers:
+                hits[number].append(position)
+        for text, positions in zip(filters, hits, strict=True):
+            self._positions[text] = np.asarray(positions, dtype=np.intp)
+        self.passes += 1

@@ -108,7 +108,7 @@ class TopicFilter(ViewBase, tag="topic", frozen=True, dict=True):
     def match_arrow(self, topics: pa.Array | pa.ChunkedArray) -> npt.NDArray[np.bool_]:
         """``match`` over an Arrow string array, in Arrow's compute kernels (no Python per
         topic). What is no topic name (null, empty, longer than 65,535 bytes, with U+0000 or a
-        wildcard) is matched by no filter, as at a relay (``relay.keyed``) and in Spark
+        wildcard) is matched by no filter, as at a relay (``relay.kinds.topic``) and in Spark
         (``publisher.matching.topics``): ``#`` and ``+`` would otherwise match ``""``.
 
         Args:

@@ -1,5 +1,5 @@
-"""Topic, path and SQL datasets' rows by key: snapshots, pruning, and view matching
-(relay/keyed.py)."""
+"""Topic, path and SQL datasets' rows by key at the relay: snapshots and pruning
+(relay/keyedstate.py)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from fanout.relay.keyed import KeyedState, TopicMatches, inside, path_columns, path_positions
+from fanout.relay.keyedstate import KeyedState, inside
 from fanout.relay.state import Table
 from fanout.views.objects import parse as path
 from fanout.views.sql import SqlBox
@@ -67,45 +67,8 @@ def test_primitives_of_each_kind_select_rows() -> None:
     assert not inside([prim], sql_rows, OBJECTS).any()  # no boxes: no rows
 
 
-def test_a_path_view_filters_objects_and_names_its_attributes() -> None:
-    rows = table(
-        OBJECTS,
-        path=["/c/1", "/c/2", "/c/3", "/d/1"],
-        state=["on", "off", "on", "on"],
-        rpm=[900, 5000, 6000, 7000],
-    )
-    view = path("/c/.all?delta,f=state+rpm>4000")
-    assert rows.keys[path_positions(view, rows, OBJECTS)].tolist() == ["/c/2", "/c/3"]
-    # f= names the attributes sent (state) and the comparisons that filter (rpm>4000)
-    assert path_columns(view, ["path", "state", "rpm"], "path") == ("path", "state")
-    assert path_columns(path("/c/1"), ["path", "state", "rpm"], "path") == ("path", "state", "rpm")
-
-
 TOPICS = st.lists(st.sampled_from(["a", "b", "$s"]), min_size=1, max_size=3).map("/".join)
 FILTERS = st.sampled_from(["a/+", "a/#", "#", "+/b", "a/b/a", "$s/#", "+/+/+", "$share/g/a/#"])
-
-
-@settings(max_examples=60, deadline=None)
-@given(st.lists(TOPICS, max_size=12, unique=True), st.lists(FILTERS, min_size=1, max_size=4))
-def test_topic_matches_equal_a_brute_force_oracle(topics: list[str], filters: list[str]) -> None:
-    rows = table(SENSORS, topic=topics, value=[0.0] * len(topics))
-    matcher = TopicMatches()
-    views = [topic(text) for text in filters]
-    for view in views:
-        found = rows.keys[matcher.positions(view, rows, SENSORS, 1, lambda: views)].tolist()
-        want = sorted(t for t in topics if matches(view.filter, t))
-        assert found == want
-    assert matcher.passes == 1  # every filter of the dataset in one pass over its topics
-
-
-def test_rows_whose_topic_is_no_topic_name_are_matched_by_nothing() -> None:
-    # One such row (from a files source, say) made every topic view of the dataset fail.
-    rows = table(SENSORS, topic=["a", "", "b/#", "c"], value=[1.0, 2.0, 3.0, 4.0])
-    views = [topic("#"), topic("+")]
-    matcher = TopicMatches()
-    found = [rows.keys[matcher.positions(v, rows, SENSORS, 1, lambda: views)] for v in views]
-    assert [f.tolist() for f in found] == [["a", "c"], ["a", "c"]]
-    assert matcher.not_topics == 2  # one pass for both filters: "" and "b/#"
 
 
 @settings(max_examples=80, deadline=None)
