@@ -46,7 +46,7 @@ from fanout.publisher.mirror import MAX_ROWS, Mirror
 from fanout.publisher.progress import ProgressLog, StageClock
 from fanout.publisher.reads import StateStore, read_view
 from fanout.publisher.registry import Registry
-from fanout.publisher.sources.ingestlog import IngestEvent, IngestLog
+from fanout.publisher.sources.producerlog import IngestEvent, IngestLog
 from fanout.publisher.state import latest_per_key
 from fanout.views import View
 
