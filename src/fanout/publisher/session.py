@@ -3,10 +3,10 @@
 The control plane (``publisher.control``) is the asyncio shell around it: it feeds the session
 what the peer sends (``receive``) and the live batches the pipeline hands over (``offer``), runs
 the blocking work the session asks for (a replay of the log, reads, publishes, curiosity) on
-threads, owns the hello timer, and moves the bytes. Everything a connection decides is here, so
-the rules below are tested without sockets (``tests/publisher/test_session.py``).
+threads, owns the hello timer, and moves the bytes.
 
-Rules. Everything that decides what a connection is sent, or in which phase it is, lives here.
+Rules. Everything that decides what a connection is sent, or in which phase it is, lives here,
+so these are tested without sockets (``tests/publisher/test_session.py``).
 
 1. **Handshake.** The first frame must be a ``Hello`` (``wire.session.AcceptingSession``: version,
    role, refusals). It is answered with ``Welcome``, then the ``Catalog``. A peer that sends no
@@ -38,8 +38,9 @@ Phases (``Phase``) and what moves between them (``TRANSITIONS``)::
     HELLO --welcomed, a reader or producer--> SERVING
     HELLO --welcomed, a relay--> LIVE
     HELLO --welcomed, a relay that resumes--> REPLAYING --held back released--> LIVE
+    HELLO --hello overdue--> CLOSED
     REPLAYING --held back full--> CLOSED
-    any --refused, hello overdue, too many bad frames, connection ended--> CLOSED
+    any --refused (a bad handshake, too many bad frames), connection ended--> CLOSED
 """
 
 from __future__ import annotations
