@@ -44,8 +44,8 @@ from fanout.publisher.datasets import agents
 from fanout.publisher.delivery import rows_by_relay
 from fanout.publisher.matching import matcher_for
 from fanout.publisher.mirror import Mirror
-from fanout.publisher.pipeline import spark_session
 from fanout.publisher.sources.simulation import SimulationParams
+from fanout.publisher.spark import spark_session
 from fanout.publisher.state import current_state, latest_per_key
 from fanout.views import Box, View
 from fanout.views.sql import Sql

@@ -52,8 +52,8 @@ from pyspark.sql.streaming.query import StreamingQuery
 
 from fanout.publisher import streams
 from fanout.publisher.datasets import agents
-from fanout.publisher.pipeline import spark_session
 from fanout.publisher.sources.simulation import SimulationParams
+from fanout.publisher.spark import spark_session
 from fanout.publisher.state import latest_per_key
 from machine import describe, write_results
 

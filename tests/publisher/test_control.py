@@ -121,7 +121,7 @@ async def control() -> AsyncIterator[tuple[ControlPlane, FakeDatasets, str]]:
     try:
         yield plane, datasets, f"ws://127.0.0.1:{plane.port}"
     finally:
-        plane._stop.set()  # type: ignore[union-attr]
+        plane.stop()
         await task
 
 
@@ -147,10 +147,8 @@ async def test_a_resuming_relay_gets_the_log_then_live_batches_without_gap_or_du
     relay = await hello(url, resume={"agents": (1, 3)})
     await asyncio.to_thread(datasets.replay_started.wait, 10)
     # live batches 6 (also in the log) and 7 arrive while the replay is still running
-    plane._offer_all(
-        {1: ("agents", 6, False, codec.encode(batch(6))), 99: ("agents", 6, False, b"")}
-    )
-    plane._offer_all({1: ("agents", 7, False, codec.encode(batch(7)))})
+    plane.deliver({1: batch(6), 99: batch(6)})  # relay 99 is gone: skipped
+    plane.deliver({1: batch(7)})
     datasets.release_replay.set()
     received = [frame.seq for frame in await frames(relay, 4)]  # type: ignore[attr-defined]
     assert received == [4, 5, 6, 7]
@@ -192,7 +190,7 @@ async def test_metrics_count_each_relays_frames_bytes_and_primitives(control) ->
         if len(plane.registry.plan("agents").prims.get(1, {})) == 2:
             break
         await asyncio.sleep(0.01)
-    plane._offer_all({1: ("agents", 1, False, codec.encode(batch(1)))})
+    plane.deliver({1: batch(1)})
     received.append(await websocket.recv())
     scraped = await asyncio.to_thread(scrape, url)
     relay = '{name="east",relay="1"}'
@@ -266,7 +264,7 @@ async def test_a_replay_that_fails_in_the_publisher_closes_the_relays_connection
     with pytest.raises(ConnectionClosed) as closed:
         await asyncio.wait_for(relay.recv(), 10)  # not left waiting for batches held back
     assert closed.value.rcvd is not None and closed.value.rcvd.code == 1011  # internal error
-    assert plane._held_back == {} and plane.registry.held() == {}
+    assert plane.registry.held() == {}
     for _ in range(1000):  # websockets logs the handler's error as it closes the connection
         if "the log's disk is gone" in caplog.text:
             break

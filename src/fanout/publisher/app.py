@@ -13,9 +13,10 @@ from pyspark.errors import PySparkException
 from fanout.publisher.config import PublisherSettings
 from fanout.publisher.control import ControlPlane
 from fanout.publisher.log import open_log
-from fanout.publisher.pipeline import Pipeline, spark_session
+from fanout.publisher.pipeline import Pipeline
 from fanout.publisher.registry import Registry
 from fanout.publisher.service import DatasetService
+from fanout.publisher.spark import spark_session
 
 log = logging.getLogger(__name__)
 

@@ -1,10 +1,12 @@
 """The publisher's control plane: a WebSocket server where relays register, acquire and release
 upstream primitives and receive their batches; readers ask for authoritative state.
 
-It runs its own asyncio loop on a thread beside Spark's driver. Spark's micro-batch callback hands
-it finished batches (``deliver``), which it queues per relay; a relay whose queue fills is closed
-as a slow consumer (it reconnects and re-acquires, getting fresh snapshots) rather than making the
-pipeline wait for it.
+This is the asyncio shell around ``publisher.session``, which decides everything a connection is
+sent: the shell moves bytes, owns time (the hello timer) and runs blocking work (replays of the
+log, reads, publishes) on threads. It runs its own asyncio loop on a thread beside Spark's
+driver. Spark's micro-batch callback hands it finished batches (``deliver``), which it queues per
+relay; a relay whose queue fills is closed as a slow consumer (it reconnects and re-acquires,
+getting fresh snapshots) rather than making the pipeline wait for it.
 
 An HTTP ``GET /metrics`` on the same port is answered with what was written to each relay and
 the datasets' figures (``fanout.metrics``).
@@ -16,6 +18,7 @@ import asyncio
 import logging
 import threading
 from collections.abc import Callable, Coroutine
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 import numpy as np
@@ -28,28 +31,31 @@ from fanout.connection import Outbound
 from fanout.errors import FanoutError, InvalidView
 from fanout.publisher.log import LogGap
 from fanout.publisher.registry import Registry
+from fanout.publisher.session import (
+    Action,
+    Close,
+    Delivery,
+    Forward,
+    PublisherSession,
+    Replay,
+    Send,
+    Start,
+    Welcomed,
+)
 from fanout.views import View
 from fanout.wire import codec
 from fanout.wire.columns import decode_columns, encode_columns, key_column
 from fanout.wire.messages import (
-    Acquire,
     Batch,
-    Catalog,
     Curious,
     DatasetInfo,
     Error,
-    Frame,
-    Hello,
-    Horizon,
     Knowledge,
     Publish,
     Published,
     ReadState,
-    Release,
     StateRows,
-    Welcome,
 )
-from fanout.wire.session import AcceptingSession
 
 log = logging.getLogger(__name__)
 
@@ -81,8 +87,6 @@ class Datasets(Protocol):
         """The datasets' figures for ``GET /metrics``."""
 
 
-#: Live batches held back for one relay while it is replayed to, before it is cut off.
-HELD_BACK_LIMIT = 1024
 #: Largest frame a relay may send us (acquire/release/read_state are small).
 MAX_INBOUND = 1 << 20
 #: Seconds a new connection may take to send its ``Hello`` before it is refused and closed.
@@ -104,15 +108,12 @@ class ControlPlane:
         self.queue_limit = queue_limit
         self.hello_timeout = hello_timeout
         self.port: int | None = None
-        self._relays: dict[int, Outbound] = {}
+        #: relay id -> its connection, for the batches the pipeline hands over.
+        self._relays: dict[int, _Peer] = {}
         #: Every open connection (relays, readers, producers), and what closed ones wrote.
         self._open: set[Outbound] = set()
         self._closed_sent = (0, 0)
         self._slow_closed = 0
-        #: Live batches for relays still being replayed to, sent once the replay is done.
-        self._held_back: dict[int, list[tuple[str, int, bytes]]] = {}
-        #: relay -> dataset -> the last seq it had applied when it (re)connected, or replayed.
-        self._applied: dict[int, dict[str, int]] = {}
         self._loop: asyncio.AbstractEventLoop | None = None
         self._stop: asyncio.Event | None = None
         self._thread: threading.Thread | None = None
@@ -192,7 +193,8 @@ class ControlPlane:
                 self._slow_closed + sum(o.closed_for is not None for o in self._open),
             ),
         ]
-        for relay, outbound in self._relays.items():
+        for relay, peer in self._relays.items():
+            outbound = peer.outbound
             name, primitives = held.get(relay, ("", 0))
             labels = {"relay": str(relay), "name": name}
             out += [
@@ -226,159 +228,104 @@ class ControlPlane:
         """Queue each relay's batch for sending; relays gone meanwhile are skipped."""
         if self._loop is None:
             return
-        encoded = {
-            relay: (batch.dataset, batch.seq, bool(batch.snapshots), codec.encode(batch))
-            for relay, batch in batches.items()
-        }
+        encoded = {relay: Delivery.of(batch) for relay, batch in batches.items()}
         self._loop.call_soon_threadsafe(self._offer_all, encoded)
 
-    def _offer_all(self, encoded: dict[int, tuple[str, int, bool, bytes]]) -> None:
-        for relay, (dataset, seq, snapshots, data) in encoded.items():
-            outbound = self._relays.get(relay)
-            if outbound is None or self._already_applied(relay, dataset, seq, snapshots):
-                continue
-            held = self._held_back.get(relay)
-            if held is None:
-                outbound.offer(data)
-            elif len(held) < HELD_BACK_LIMIT:
-                held.append((dataset, seq, data))
-            else:
-                outbound.close(f"slow consumer: {len(held)} batches waiting behind a replay")
-
-    def _already_applied(self, relay: int, dataset: str, seq: int, snapshots: bool) -> bool:
-        # A micro-batch Spark re-ran after a restart, which the resuming relay already applied.
-        # A batch re-stamped with the applied seq still goes if it carries snapshots (a quiet
-        # dataset's snapshots travel that way).
-        applied = self._applied.get(relay, {}).get(dataset)
-        return applied is not None and (seq < applied or (seq == applied and not snapshots))
+    def _offer_all(self, deliveries: dict[int, Delivery]) -> None:
+        for relay, delivery in deliveries.items():
+            peer = self._relays.get(relay)
+            if peer is not None:
+                self._act(peer.session.offer(delivery), peer)
 
     # -- one connection ---------------------------------------------------------------------
 
     async def _handle(self, websocket: ServerConnection) -> None:
-        session = AcceptingSession(
-            codec.to_publisher(), "fanout-publisher", frozenset({"relay", "reader", "producer"})
-        )
+        session = PublisherSession(self.registry, self.datasets.check, self.datasets.infos)
         outbound = Outbound(websocket, self.queue_limit)
-        relay: int | None = None
         self._open.add(outbound)
         outbound.start()
         try:
             # The connection owns the work its requests started (a replay, reads, publishes):
             # when it ends, what is still running is cancelled and waited for.
             async with asyncio.TaskGroup() as group:
-                work = _Work(group)
+                peer = _Peer(session, outbound, _Work(group))
                 try:
                     async with asyncio.timeout(self.hello_timeout) as handshake:
+                        peer.handshake = handshake
                         async for message in websocket:
-                            outcome = session.receive(message)
-                            if outcome.reply is not None:
-                                outbound.offer(codec.encode(outcome.reply))
-                            if isinstance(outcome.reply, Welcome) and session.hello is not None:
-                                handshake.reschedule(None)
-                                relay = self._welcomed(session.hello, outbound, work)
-                            if outcome.close:
+                            if not self._act(session.receive(message), peer):
                                 break
-                            if outcome.deliver is not None:
-                                self._dispatch(outcome.deliver, relay, outbound, work)
                 except TimeoutError:
-                    late = f"no hello within {self.hello_timeout:g} s; closing"
-                    outbound.offer(codec.encode(Error(code="handshake", message=late)))
+                    self._act(session.hello_overdue(self.hello_timeout), peer)
                 except ConnectionClosed:
                     pass  # the peer went away; its primitives are released below
                 finally:
-                    work.cancel()
+                    peer.work.cancel()
         finally:
-            if relay is not None:
-                self._held_back.pop(relay, None)
-                self._applied.pop(relay, None)
-                self._relays.pop(relay, None)
-                self.registry.drop_relay(relay)
-                log.info("relay %d disconnected", relay)
+            if session.relay is not None:
+                self._relays.pop(session.relay, None)
+                log.info("relay %d disconnected", session.relay)
+            session.close()
             await outbound.finish()
             self._open.discard(outbound)
             frames, sent = self._closed_sent
             self._closed_sent = (frames + outbound.sent, sent + outbound.sent_bytes)
             self._slow_closed += outbound.closed_for is not None
 
-    def _welcomed(self, hello: Hello, outbound: Outbound, work: _Work) -> int | None:
-        """A peer was welcomed: send it the catalog; a relay that resumes is replayed to."""
-        relay = self._welcome(hello.role, hello.name, outbound)
-        if relay is not None and hello.resume:
-            # hold live batches back from now on, before any can be offered
-            self._held_back[relay] = []
-            self._applied[relay] = {d: s for d, (_, s) in hello.resume.items()}
-            work.start(self._resume(relay, hello.resume, outbound))
-        return relay
+    def _act(self, actions: list[Action], peer: _Peer) -> bool:
+        """Carry out what the session decided; returns False once the connection is to end."""
+        outbound = peer.outbound
+        for action in actions:
+            match action:
+                case Send(frame=frame):
+                    outbound.offer(codec.encode(frame))
+                case Forward(data=data):
+                    outbound.offer(data)
+                case Welcomed(relay=relay):
+                    if peer.handshake is not None:
+                        peer.handshake.reschedule(None)
+                    if relay is not None:
+                        self._relays[relay] = peer
+                        log.info("relay %d (%s) connected", relay, peer.session.name)
+                case Replay(resume=resume):
+                    peer.work.start(self._replay(peer, resume))
+                case Start(request=request):
+                    peer.work.start(
+                        _answered(request.req, self._answer(request, outbound), outbound)
+                    )
+                case Close(reason=None):
+                    return False
+                case Close(reason=str() as reason):
+                    outbound.close(reason)
+        return True
 
-    def _welcome(self, role: str, name: str, outbound: Outbound) -> int | None:
-        catalog = Catalog(datasets=self.datasets.infos())
-        outbound.offer(codec.encode(catalog))
-        if role != "relay":
-            return None
-        relay = self.registry.add_relay(name)
-        self._relays[relay] = outbound
-        log.info("relay %d (%s) connected", relay, name or "unnamed")
-        return relay
-
-    async def _resume(
-        self, relay: int, resume: dict[str, tuple[int, int]], outbound: Outbound
-    ) -> None:
-        """Replay what a reconnecting relay missed, then let its live batches through.
-
-        Live batches are held back from the moment the relay is welcomed; every seq not held
-        back is in the log (batches are logged before they are sent), so replaying the log up to
-        its end and then the held-back batches (skipping seqs already replayed) leaves no gap.
-        """
-        replayed = self._applied[relay]
+    async def _replay(self, peer: _Peer, resume: dict[str, tuple[int, int]]) -> None:
+        """Replay what a reconnecting relay missed, then the live batches held back meanwhile
+        (``publisher.session``, rule 3); put one frame at a time, paced by the relay's queue."""
+        session, outbound = peer.session, peer.outbound
         for dataset, (epoch, seq) in resume.items():
             try:
                 batches = await asyncio.to_thread(self.datasets.replay, dataset, epoch, seq)
             except FanoutError as exc:
-                replayed.pop(dataset, None)  # its seqs say nothing about this stream's
-                message = f"cannot replay {dataset} after seq {seq}: {exc}; resync from snapshots"
-                await outbound.put(codec.encode(Error("resync", message)))
+                error = session.replay_failed(dataset, seq, str(exc))
+                if error is not None:
+                    await outbound.put(codec.encode(error))
                 continue
-            for batch in batches:
+            for batch in session.replayed(batches):
                 await outbound.put(codec.encode(batch))
-            replayed[dataset] = batches[-1].seq if batches else seq
-            log.info("relay %d: replayed %d batches of %s", relay, len(batches), dataset)
-        held = self._held_back[relay]
-        while held:
-            dataset, seq, data = held.pop(0)
-            if seq > replayed.get(dataset, -1):
-                await outbound.put(data)
-        del self._held_back[relay]  # no await since the last check: nothing slips in between
+            log.info("relay %s: replayed %d batches of %s", session.relay, len(batches), dataset)
+        # No await between the session's last answer and its going live: nothing slips between.
+        while (data := session.next_held_back()) is not None:
+            await outbound.put(data)
 
-    def _dispatch(self, frame: Frame, relay: int | None, outbound: Outbound, work: _Work) -> None:
-        match frame:
-            case Acquire(prim=prim, dataset=dataset, view=view) if relay is not None:
-                self._reply_on_error(outbound, prim, self._acquire, relay, prim, dataset, view)
-            case Release(prim=prim) if relay is not None:
-                self._reply_on_error(outbound, prim, self.registry.release, relay, prim)
-            case Acquire() | Release():
-                outbound.offer(codec.encode(Error("role", "only relays hold primitives")))
+    async def _answer(self, request: ReadState | Publish | Curious, outbound: Outbound) -> None:
+        match request:
             case ReadState():
-                work.start(_answered(frame.req, self._read_state(frame, outbound), outbound))
+                await self._read_state(request, outbound)
             case Publish():
-                work.start(_answered(frame.req, self._publish(frame, outbound), outbound))
-            case Curious() if relay is not None:
-                work.start(_answered(frame.req, self._curious(frame, outbound), outbound))
-            case Horizon(dataset=dataset, epoch=epoch, seq=seq) if relay is not None:
-                self.registry.hold(relay, dataset, epoch, seq)
-            case _:
-                message = f"{type(frame).__name__.lower()} is not accepted by the publisher"
-                outbound.offer(codec.encode(Error("protocol", message)))
-
-    def _reply_on_error(
-        self, outbound: Outbound, ref: int, action: Callable[..., None], *args: object
-    ) -> None:
-        try:
-            action(*args)
-        except FanoutError as exc:
-            outbound.offer(codec.encode(Error(exc.code, str(exc), ref=ref)))
-
-    def _acquire(self, relay: int, prim: int, dataset: str, view: View) -> None:
-        self.registry.acquire(relay, prim, dataset, self.datasets.check(dataset, view))
+                await self._publish(request, outbound)
+            case Curious():
+                await self._curious(request, outbound)
 
     async def _curious(self, request: Curious, outbound: Outbound) -> None:
         try:
@@ -434,6 +381,16 @@ class ControlPlane:
         rows = encode_columns(arrays)
         reply = StateRows(req=request.req, dataset=request.dataset, tick=tick, rows=rows)
         outbound.offer(codec.encode(reply))
+
+
+@dataclass
+class _Peer:
+    """One connection as the shell holds it: its session, its outbound queue, its tasks."""
+
+    session: PublisherSession
+    outbound: Outbound
+    work: _Work
+    handshake: asyncio.Timeout | None = None
 
 
 class _Work:

@@ -72,7 +72,7 @@ class FilesSource:
 @dataclass(frozen=True)
 class IngestSource:
     """Producers ``publish()`` upserts and deletes through the control plane; every event is
-    appended durably to the ingest log before it is acknowledged (``sources.ingest``)."""
+    appended durably to the ingest log before it is acknowledged (``sources.producers``)."""
 
 
 @dataclass(frozen=True)

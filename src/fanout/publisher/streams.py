@@ -21,9 +21,9 @@ from fanout.publisher.datasets import (
     SimulationSource,
 )
 from fanout.publisher.sources.files import files_stream
-from fanout.publisher.sources.ingest import ingest_stream
-from fanout.publisher.sources.ingestlog import LOG_FILE
 from fanout.publisher.sources.postgres import postgres_stream
+from fanout.publisher.sources.producerlog import LOG_FILE
+from fanout.publisher.sources.producers import ingest_stream
 
 
 def stream(spark: SparkSession, dataset: Dataset, start_time: float, state_dir: Path) -> DataFrame:

@@ -17,7 +17,7 @@ from dataclasses import replace
 from typing import Any, Literal, get_args
 
 from fanout.errors import ConfigError, InvalidView
-from fanout.publisher.configvalues import (
+from fanout.publisher.config.values import (
     Table,
     alternatives,
     as_choice,

@@ -26,7 +26,7 @@ from fanout.publisher.datasets import (
 )
 from fanout.publisher.sources.simulation import SimulationParams
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 EXAMPLE = ROOT / "examples" / "fanout.toml"
 
 ORDERS_SCHEMA = (

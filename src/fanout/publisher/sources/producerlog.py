@@ -1,6 +1,7 @@
-"""The ingest log: the durable, append-only log of the events producers publish.
+"""The ingest log: the durable, append-only log of the events producers publish (the producers'
+source, ``sources.producers``, reads it).
 
-Rules (the ``ingest`` source, ``sources.ingest``, reads this log as a Spark stream):
+Rules:
 
 1. **Events.** An :class:`IngestEvent` upserts a key's whole row (``values`` gives every column;
    ``None`` is a null) or deletes the key (``values=None``). Events are checked against the

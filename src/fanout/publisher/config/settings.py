@@ -27,8 +27,8 @@ from pathlib import Path
 from typing import Any
 
 from fanout.errors import ConfigError
-from fanout.publisher.configdatasets import read_datasets
-from fanout.publisher.configvalues import (
+from fanout.publisher.config.datasets import read_datasets
+from fanout.publisher.config.values import (
     Table,
     as_integer,
     as_number,

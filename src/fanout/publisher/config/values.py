@@ -3,8 +3,8 @@
 ``tomllib`` gives dicts, lists and scalars; the readers here check each value's type and range
 and raise :class:`~fanout.errors.ConfigError` with a message ``PATH: PROBLEM``, where ``PATH`` is
 spelled as in the file (``datasets.orders.schema.amount``, ``datasets.agents.index.columns[1]``,
-quoted where TOML would quote: ``datasets.x.schema."my col"``). ``publisher.config`` uses them to
-read ``fanout.toml``.
+quoted where TOML would quote: ``datasets.x.schema."my col"``). ``config.settings`` and
+``config.datasets`` use them to read ``fanout.toml``.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The publisher's batch log: durable, idempotent, gaps reported (004; issue 5).
+"""The publisher's batch log: durable, idempotent, gaps reported (US 7,487,246; issue 5).
 
 Every test runs on both backends (SQLite, and PostgreSQL on a throwaway server). The stateful
 test drives a log and a brute-force in-memory oracle with the same random appends (duplicates

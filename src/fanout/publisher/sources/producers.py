@@ -1,13 +1,14 @@
-"""The ``ingest`` source: the events producers publish, read from the ingest log by offset.
+"""The producers' source (``source = { kind = "ingest" }``): the events producers publish, read
+from the ingest log (``sources.producerlog``) by offset.
 
 Producers ``publish()`` upserts and deletes through the control plane, which appends them to the
-publisher's :class:`~fanout.publisher.sources.ingestlog.IngestLog` (``state_dir / "ingest.db"``)
+publisher's :class:`~fanout.publisher.sources.producerlog.IngestLog` (``state_dir / "ingest.db"``)
 and acknowledges once ``append`` returns: nothing acknowledged is lost. This module reads that
 log as a Spark stream. Rules:
 
 1. **Driver-side.** The log lives on the driver's disk, so ``fanout_ingest`` is a
-   ``SimpleDataSourceStreamReader``, which Spark runs on the driver (SPARK-NOTES.md: ~45 ms
-   micro-batches at the least). Offsets are ``{"log": log id, "offset": n}``.
+   ``SimpleDataSourceStreamReader``, which Spark runs on the driver (a micro-batch of such a
+   source takes about 45 ms at the least). Offsets are ``{"log": log id, "offset": n}``.
 2. **Admission control.** ``read(start)`` returns the events after ``start``, at most
    ``maxRowsPerBatch`` of them, as Arrow batches of the dataset's columns plus ``_version`` (the
    offset) and ``_deleted``.
@@ -38,14 +39,14 @@ from pyspark.sql.types import StructType
 
 from fanout.errors import ConfigError
 from fanout.publisher.datasets import DELETED, VERSION, Dataset
-from fanout.publisher.sources.ingestlog import (
+from fanout.publisher.sources.options import lowered, max_rows
+from fanout.publisher.sources.producerlog import (
     LOG_FILE,
     IngestBacklog,
     IngestEvent,
     IngestLog,
     IngestLogError,
 )
-from fanout.publisher.sources.options import lowered, max_rows
 
 __all__ = [
     "LOG_FILE",
