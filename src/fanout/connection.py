@@ -1,6 +1,6 @@
 """A connection's outbound side: a bounded send queue drained by one writer task.
 
-STYLE.md rule 4: every buffer is bounded and says what happens when full. Here, when full, the
+Every buffer is bounded and says what happens when full. Here, when full, the
 peer is too slow to keep up with what it asked for: the connection is closed with a reason (1008,
 "slow consumer") rather than buffering without bound or silently dropping frames that carry
 deltas. Producers on other threads (Spark's micro-batch callback) hand frames over with

@@ -1,4 +1,4 @@
-"""The grid index finds exactly what a full scan finds (brute-force oracle, STYLE.md rule 7)."""
+"""The grid index finds exactly what a full scan finds (a brute-force oracle)."""
 
 from __future__ import annotations
 

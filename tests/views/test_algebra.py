@@ -1,4 +1,4 @@
-"""The coverage algebra against brute-force oracles (STYLE.md 7).
+"""The coverage algebra against brute-force oracles.
 
 For random views and haves (boxes, spheres, sectors, unions; 2-D and 3-D):
 

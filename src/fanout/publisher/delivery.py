@@ -1,4 +1,4 @@
-"""Per-relay delivery of one micro-batch (000: [0134]-[0137]; DESIGN.md section 4).
+"""Per-relay delivery of one micro-batch (CA 3197003 [0134]-[0137]).
 
 For every micro-batch the publisher builds exactly one ``Batch`` per connected relay — empty ones
 too, so a relay sees every ``seq`` and a gap is visible — stamped (dataset, epoch, seq = Spark's

@@ -1,4 +1,4 @@
-"""The driver's copy of a dataset's live rows, for snapshots (000: [0155]-[0156]).
+"""The driver's copy of a dataset's live rows, for snapshots (CA 3197003 [0155]-[0156]).
 
 A relay that acquires a primitive gets the rows inside it as of the micro-batch's tick. Read
 from Spark's state store, that is a Spark job over the whole state in every micro-batch with

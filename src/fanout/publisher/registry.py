@@ -1,4 +1,5 @@
-"""The publisher's table of relays and the upstream primitives each holds (000: [0133], [0135]).
+"""The publisher's table of relays and the upstream primitives each holds (CA 3197003 [0133],
+[0135]).
 
 It is shared by two threads: the control plane's event loop (relays connect, acquire, release) and
 Spark's micro-batch callback (which reads a consistent plan). Every method takes the lock; a

@@ -1,4 +1,4 @@
-"""Serving the log back: replays for resuming relays, knowledge for curious ones (seed 004).
+"""Serving the log back: replays for resuming relays, knowledge for curious ones (US 7,487,246).
 
 Both send a logged micro-batch's *whole* change — every changed row and every deleted key, not
 only what one relay's primitives hold. A relay keeps what falls inside its coverage (and its

@@ -1,9 +1,9 @@
 """The authoritative latest state per key, kept by Spark's built-in stateful aggregation.
 
-SPARK-NOTES.md measured ``groupBy(key).agg(max_by(struct(...), order))`` in update mode at 10-80x
-the speed of the Python stateful APIs, so the pipeline keeps state that way. Its state store can be
-read back as a batch DataFrame (``format("statestore")``), which is how the publisher answers
-snapshot and read-state requests without keeping a second copy.
+``groupBy(key).agg(max_by(struct(...), order))`` in update mode ran at 10-80x the speed of
+Spark's Python stateful APIs (docs/benchmarks.md, on ``bench/state.py``), so the pipeline keeps
+state that way. Its state store can be read back as a batch DataFrame (``format("statestore")``),
+which is how the publisher answers snapshot and read-state requests without keeping a second copy.
 """
 
 from __future__ import annotations

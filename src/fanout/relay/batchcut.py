@@ -1,7 +1,7 @@
 """Cutting the pushes of many box views from one active buffer at once.
 
 After a swap, a round serves hundreds of subscriptions from the same state, most of them plain
-boxes (000: [0139]-[0146]). :func:`pushes.cut` costs a dozen numpy calls per push, each on the
+boxes (CA 3197003 [0139]-[0146]). :func:`pushes.cut` costs a dozen numpy calls per push, each on the
 hundred-odd rows of one view, so per-call overhead, not work, sets the relay's pace.
 :func:`cut_boxes` does the same steps for a whole round together — the grid lookup
 (``GridIndex.query_many``), the comparison with what each subscriber holds, the gathering and

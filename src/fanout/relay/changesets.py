@@ -1,5 +1,5 @@
 """``every`` mode: every seq of the stream delivered to a subscriber, in order, exactly once
-(seed 004, Gryphon; DESIGN.md section 6), sans I/O.
+(US 7,487,246; docs/delivery.md), sans I/O.
 
 A relay keeps no persistent state. Per dataset it remembers a bounded window of recent *change
 sets* — what each live batch changed, by seq — and what it learnt from the publisher's log in

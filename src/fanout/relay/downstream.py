@@ -1,4 +1,4 @@
-"""The relay's downstream store: the subscriptions it serves (000: publisher data store).
+"""The relay's downstream store: the subscriptions it serves (CA 3197003's publisher data store).
 
 Each subscription remembers what its subscriber already holds (``held``: the keys, view, state and
 reference position of its last push), so every push is a delta: entered, updated and left rows

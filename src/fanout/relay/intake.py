@@ -1,5 +1,5 @@
-"""Taking in the publisher's batches: one dataset's stream position and inert buffer (000: [0137],
-steps S460-S470, and [0150] step 1070a).
+"""Taking in the publisher's batches: one dataset's stream position and inert buffer (CA 3197003
+[0137], steps S460-S470, and [0150] step 1070a).
 
 A batch is checked whole before anything is written (its columns are the catalog's, its keys
 are keys and unique), then written to the dataset's inert buffer in the protocol's order: drop

@@ -1,4 +1,4 @@
-"""Cutting a subscription's push from the active buffer (000: [0089]-[0093], [0139]).
+"""Cutting a subscription's push from the active buffer (CA 3197003 [0089]-[0093], [0139]).
 
 A push is a delta against what the subscriber already holds (:class:`Held`, the result of its last
 push): rows that **entered** the view, rows **updated** since the seq the subscriber holds, keys

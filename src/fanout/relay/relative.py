@@ -1,4 +1,4 @@
-"""Views relative to the subscriber's own entity, resolved at the relay (000: [0072]).
+"""Views relative to the subscriber's own entity, resolved at the relay (CA 3197003 [0072]).
 
 ``Relative(42, Sphere((0, 0), 50))`` is "within 50 of entity 42": the subscriber does not say
 where 42 is; the relay looks it up in its state at every push ([0072]: "the intermediary

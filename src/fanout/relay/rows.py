@@ -1,4 +1,4 @@
-"""Cutting a SQL subscription's push from its query's result (000: [0160], "row deltas").
+"""Cutting a SQL subscription's push from its query's result (CA 3197003 [0160], "row deltas").
 
 A query's result (``relay.tables.Result``) is keyed rows with a digest each. Against what the
 subscriber holds (:class:`HeldRows`: the keys and digests of its last push) a push is: rows whose

@@ -1,4 +1,4 @@
-"""Which subscription to serve next: rates, priority with aging, parking (000: [0138], [0141]-
+"""Which subscription to serve next: rates, priority with aging, parking (CA 3197003 [0138], [0141]-
 [0146], Fig. 7). Pure: the caller passes the time in.
 
 Rules:

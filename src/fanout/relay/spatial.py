@@ -1,4 +1,4 @@
-"""A uniform grid over the index columns of the relay's active buffer (000: [0137], "a spatial
+"""A uniform grid over the index columns of the relay's active buffer (CA 3197003 [0137], "a spatial
 acceleration structure").
 
 Every push evaluates a subscription's view on the active buffer; scanning all rows (100,000 of

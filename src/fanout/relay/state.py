@@ -1,5 +1,5 @@
-"""The relay's copy of the rows its upstream primitives cover (000: [0137], state data store),
-double-buffered (000: [0147]-[0151]).
+"""The relay's copy of the rows its upstream primitives cover (CA 3197003 [0137], state data store),
+double-buffered (CA 3197003 [0147]-[0151]).
 
 Rules:
 
@@ -449,7 +449,7 @@ class DoubleBuffer:
         return True
 
     def catch_up(self) -> None:
-        """Bring the inert table up to date with the active one (000: [0150], step 1070d)."""
+        """Bring the inert table up to date with the active one (CA 3197003 [0150], step 1070d)."""
         behind, self._behind = self._behind, None
         if behind is None:
             return

@@ -1,5 +1,5 @@
-"""The relay's SQL tables in DuckDB, and its subscribers' queries run there (000: [0094], [0163],
-Fig. 8c, step 890; DESIGN.md section 5).
+"""The relay's SQL tables in DuckDB, and its subscribers' queries run there (CA 3197003 [0094],
+[0163], Fig. 8c, step 890).
 
 Rules:
 

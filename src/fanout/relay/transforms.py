@@ -1,4 +1,4 @@
-"""Adapting a subscription's rows for its subscriber (000: [0091]-[0093]).
+"""Adapting a subscription's rows for its subscriber (CA 3197003 [0091]-[0093]).
 
 A subscriber's ``Transform`` (``wire.messages``) is resolved once, at subscribe time, against the
 dataset and the capabilities the subscriber declared in its ``Hello``, into a :class:`Shape`: the

@@ -1,4 +1,5 @@
-"""The relay's upstream store: primitives it holds at the publisher (000: subscriber data store).
+"""The relay's upstream store: primitives it holds at the publisher (CA 3197003's subscriber data
+store).
 
 A primitive is *ready* once the batch carrying its snapshot has been applied; only ready
 primitives may serve subscribers, so a subscriber never sees a half-filled region. A primitive no

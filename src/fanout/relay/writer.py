@@ -1,5 +1,5 @@
-"""Batches written on the writer thread and swapped in as soon as they are written (000: [0147]-
-[0151]).
+"""Batches written on the writer thread and swapped in as soon as they are written (CA 3197003
+[0147]-[0151]).
 
 The upstream link hands each batch to ``Writer.put`` as soon as it is read, and may read the
 next while it is written. One thread writes batches to inert buffers, in order. The pump calls

@@ -1,4 +1,5 @@
-"""Views: what a subscriber asks for, in one of four subscription languages (DESIGN.md section 3).
+"""Views: what a subscriber asks for, in one of four subscription languages (docs/concepts.md,
+"Views").
 
 Regions (boxes, spheres, sectors, unions, regions relative to an entity), SQL queries, MQTT topic
 filters and QNX PPS object paths; the coverage algebra that tells a relay whether what it holds

@@ -1,4 +1,4 @@
-"""The kinds of view and the :data:`View` union of them all (DESIGN.md section 3).
+"""The kinds of view and the :data:`View` union of them all (docs/concepts.md, "Views").
 
 Four subscription languages share one protocol: regions (here, in :mod:`fanout.views.region`),
 SQL (:mod:`fanout.views.sql`), MQTT topic filters (:mod:`fanout.views.topic`) and QNX PPS object

@@ -1,5 +1,5 @@
 """Region views: validation, normalisation, wire form, and vectorised matching against a
-scalar brute-force formula (STYLE.md 7)."""
+scalar brute-force formula."""
 
 from __future__ import annotations
 

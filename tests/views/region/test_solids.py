@@ -1,4 +1,4 @@
-"""The one-sided cell tests under the coverage algebra, against sampled points (STYLE.md 7).
+"""The one-sided cell tests under the coverage algebra, against sampled points.
 
 ``meets_cell`` may only err towards True and ``contains_cell`` towards False; a constraint may
 only be said to imply another when it does.

@@ -1,4 +1,5 @@
-"""Matching changed rows against every relay's upstream primitives, in Spark (000: [0135]-[0137]).
+"""Matching changed rows against every relay's upstream primitives, in Spark (CA 3197003
+[0135]-[0137]).
 
 One matcher per index kind: regions by a cell-bucketed broadcast join plus an exact refine
 (``regions``), SQL column boxes (``sql``), MQTT topic filters bucketed by their first level

@@ -1,4 +1,4 @@
-"""Matching rows against object-path primitives (QNX PPS style, seed 001).
+"""Matching rows against object-path primitives (QNX PPS style, US 9,026,567).
 
 An object path primitive selects one object (``/dir/obj``) or every object of a directory
 (``/dir/.all``); rows are bucketed by their object's directory and joined on it. Attribute

@@ -1,17 +1,18 @@
 """Matching rows against region primitives (boxes, spheres, sectors, unions) in Spark.
 
-Regions are matched by a cell-bucketed broadcast join plus an exact refine (SPARK-NOTES.md: ~200x
-faster than a nested-loop join): every primitive shape is exploded into the grid cells its bounding
-box touches, that small table is broadcast, changed rows join it on their own cell, and a refine
-predicate keeps the rows really inside the shape. A shape touching more than ``MAX_CELLS`` cells
-(a huge region) is not exploded; the few such shapes are matched by a broadcast nested-loop join
-instead, so one huge subscription cannot blow up the cell table.
+Regions are matched by a cell-bucketed broadcast join plus an exact refine (measured on a 2-core
+machine before this code was written: ~200x faster than a nested-loop join): every primitive shape
+is exploded into the grid cells its bounding box touches, that small table is broadcast, changed
+rows join it on their own cell, and a refine predicate keeps the rows really inside the shape. A
+shape touching more than ``MAX_CELLS`` cells (a huge region) is not exploded; the few such shapes
+are matched by a broadcast nested-loop join instead, so one huge subscription cannot blow up the
+cell table.
 
 Space datasets also take :class:`~fanout.views.entity.Entity` primitives, the row of one key
 wherever it is (a relay following an entity for a view relative to it): those rows are paired
 by a broadcast equi-join on the key column, next to the shapes' join.
 
-Each step is a small DataFrame -> DataFrame function (STYLE.md rule 8).
+Each step is a small DataFrame -> DataFrame function, tested on batch DataFrames.
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
-"""The ``postgres`` source: a PostgreSQL table's rows and every change to them (003: the DB
-connector), read as a Spark stream.
+"""The ``postgres`` source: a PostgreSQL table's rows and every change to them (Liebig et al.: the
+DB connector), read as a Spark stream.
 
 Rules:
 

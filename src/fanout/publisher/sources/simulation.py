@@ -3,7 +3,8 @@
 Positions are a closed-form function of (seed, agent, tick): each agent drifts along a straight
 line with a sinusoidal wander and bounces off the walls of ``[0, world]``. So ``read()`` is
 deterministic for an offset range — after a restart Spark re-reads a batch and gets the same rows,
-which is what exactly-once delivery rests on (SPARK-NOTES.md) — and executors need no state.
+which is what exactly-once delivery rests on (Spark re-runs a failed batch id over the same
+offsets) — and executors need no state.
 
 Ticks are wall-clock driven: tick ``t`` happens at ``start_time + t / rate``. ``start_time`` is
 fixed when a pipeline's checkpoint is created and passed in again on restart, so the simulation's

@@ -1,10 +1,11 @@
-"""Object-path views: QNX PPS style paths with attribute filters (seed 001, DESIGN.md section 3).
+"""Object-path views: QNX PPS style paths with attribute filters (US 9,026,567, the QNX PPS
+patent; docs/concepts.md, "Views").
 
 Syntax is in :mod:`fanout.views.objects.syntax`. What a view means — fanout keeps state and pushes
 each subscriber its view, so a view is read as the set of (object, attribute) cells it delivers:
 
-- scope: the one object named, or with ``.all`` every object directly in the directory (seed 001:
-  the ``.all`` proxy file subscribes to all objects contained in one directory);
+- scope: the one object named, or with ``.all`` every object directly in the directory
+  (US 9,026,567: the ``.all`` proxy file subscribes to all objects contained in one directory);
 - attributes: the bare names in ``f=`` (PPS delta mode queues only the listed attributes), or every
   attribute when ``f=`` names none;
 - filters: an object is in the view when any ``f=`` value comparison holds for it ("notifications

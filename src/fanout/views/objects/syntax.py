@@ -1,4 +1,4 @@
-"""QNX PPS object paths and pathname open options: the rules of the text (seed 001).
+"""QNX PPS object paths and pathname open options: the rules of the text (US 9,026,567).
 
 Rules, from the QNX PPS Developer's Guide ("Objects and their attributes", "Pathname open options",
 "Filtering notifications"):

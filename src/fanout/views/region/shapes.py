@@ -2,7 +2,7 @@
 
 Founding document [69]: a spatial subscription names a region by "coordinates defining corners
 of a bounding box", "a set of angles defining a circular or spherical sector", or "a position and
-a radius". Each is a frozen, tagged msgspec Struct (DESIGN.md section 3) with:
+a radius". Each is a frozen, tagged msgspec Struct with:
 
 * ``dims`` (2 or 3) and a vectorised ``match(xs, ys, zs=None)`` on numpy arrays;
 * ``bounds()``, the smallest axis-aligned :class:`Box` holding it;

@@ -1,7 +1,7 @@
 """The box algebra under SQL views: boxes over columns and unions of boxes.
 
-DESIGN.md section 3: a SQL view's WHERE clause becomes a union of boxes over columns, and the
-coverage question of the founding document ([0161], step 830: "does the union of the subscriptions
+A SQL view's WHERE clause becomes a union of boxes over columns, and the
+coverage question of CA 3197003 ([0161], step 830: "does the union of the subscriptions
 in its subscriber data store completely cover query Q?") becomes box arithmetic.
 
 Rules:

@@ -1,8 +1,8 @@
 """Compiling SQL views and primitives for the two engines that run them.
 
-DESIGN.md sections 4 and 5: the publisher (Spark) filters its tables by each relay's primitives;
+The publisher (Spark) filters its tables by each relay's primitives;
 the relay keeps its copy of the tables in DuckDB and runs its subscribers' queries there
-(founding document [0094] and [0163], step 890).
+(CA 3197003 [0094] and [0163], step 890).
 
 - :func:`to_duckdb`: the view's query as the relay runs it (identifiers quoted, same semantics).
 - :func:`primitive_to_duckdb`: a primitive as a DuckDB WHERE predicate.

@@ -1,6 +1,6 @@
 """Vectorised matching of rows against SQL primitives (a union of boxes over one table).
 
-DESIGN.md section 3: every view kind offers ``match(batch) -> mask``. The relay uses it to keep
+Every view kind offers ``match(batch) -> mask``. The relay uses it to keep
 the rows of a batch that fall inside a primitive; tests use it to compare primitives with DuckDB.
 
 Rules (they mirror DuckDB's, so a primitive's mask equals DuckDB's answer to its predicate):

@@ -1,6 +1,6 @@
 """Value sets: the values one column of a SQL view's box may take (``fanout.views.sql.boxes``).
 
-DESIGN.md section 3: a SQL view's WHERE clause becomes a union of boxes over columns; a box gives
+A SQL view's WHERE clause becomes a union of boxes over columns; a box gives
 each column it constrains a value set. This module is the one-column half of that algebra.
 
 Rules:

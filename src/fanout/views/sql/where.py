@@ -1,7 +1,7 @@
 """SQL predicates (WHERE and ON clauses) as unions of boxes, under SQL's three-valued logic.
 
-DESIGN.md section 3: "the WHERE clause is normalised into a union of boxes over columns ...
-predicates that cannot be boxed are over-approximated upstream and applied exactly on the relay".
+The WHERE clause is normalised into a union of boxes over columns; predicates that cannot be
+boxed are over-approximated upstream and applied exactly on the relay.
 
 Rules of the normalisation:
 

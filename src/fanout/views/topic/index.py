@@ -12,7 +12,8 @@ Shared filters (``$share/group/f``, MQTT 5.0 section 4.8.2) live in a second tri
 slots map the full filter text to its members: :meth:`TopicIndex.match` returns every member,
 :meth:`TopicIndex.match_shared` returns them per shared subscription so delivery can pick one.
 
-Stored as rows (seed 002, "a distributed topic match space"): every node is one key -> value row,
+Stored as rows (IPCOM000235838D, "A distributed topic match space for publish
+subscribe"): every node is one key -> value row,
 
 - key: the filter prefix, each level followed by ``/`` (so the root is ``""``, the node of ``a`` is
   ``"a/"`` and that of ``/a`` is ``"/a/"``: the trailing separator keeps empty levels apart);
