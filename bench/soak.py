@@ -17,7 +17,7 @@ Every ``--interval`` seconds one fault, drawn at random (seeded):
 A subscriber whose connection breaks moves to the next relay and resumes with its view (its
 resume token), as ``fanout subscribe --relay A,B,C --mode every`` does. After the last fault the
 run waits until every subscriber has reached the publisher's last logged seq, then audits each
-one against the log (``fanout.client.audit``):
+one against the log (``fanout.testing.audit``):
 
 * ``published``: seqs the publisher logged from the first to the last any subscriber received;
 * ``delivered``: updates received (pushes and no-updates), over all subscribers;
@@ -41,9 +41,9 @@ from pathlib import Path
 from typing import Any
 
 from fanout.client import LiveView, SubscriptionError, Update, connect
-from fanout.client.audit import audit
 from fanout.launch import Child, start
 from fanout.publisher.log import SqliteLog
+from fanout.testing.audit import audit
 from fanout.views import Box
 from machine import describe, write_results
 
