@@ -23,9 +23,10 @@ import pytest_asyncio
 from fanout.client import connect
 from fanout.client.publisher import open_reader
 from fanout.launch import Child, start
+from fanout.testing.wait import eventually
 from fanout.views import Box
 
-from .conftest import poll, settle
+from .conftest import settle
 
 pytestmark = [pytest.mark.integration, pytest.mark.asyncio(loop_scope="module")]
 
@@ -52,7 +53,7 @@ async def daemon(args: list[str], log: Path, ready: str) -> asyncio.subprocess.P
             raise RuntimeError(f"{args[0]} exited: {text[-2000:]}")
         return ready in text
 
-    await poll(started, 120, every=0.5)
+    await eventually(started, timeout=120, every=0.5, in_thread=True, what=f"{args[0]} ready")
     return process
 
 

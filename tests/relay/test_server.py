@@ -26,6 +26,7 @@ from fanout.relay.core import RelayCore
 from fanout.relay.metrics import CORE
 from fanout.relay.planner import Policy
 from fanout.relay.server import UPSTREAM_READ, RelayConfig, RelayServer, _read_more_at_once
+from fanout.testing.wait import eventually
 from fanout.views import Box
 from fanout.wire import codec
 from fanout.wire.columns import encode_columns
@@ -164,12 +165,10 @@ async def test_metrics_count_what_the_relay_did(deployment) -> None:
     assert live["fanout_relay_rows"] == 1
     assert live["fanout_relay_pushes_total"] == 1
     assert live["fanout_relay_bytes_sent_total"] > 0
-    for _ in range(50):  # the subscriber's connection closes; its bytes stay counted
-        after = await asyncio.to_thread(scrape, url)
-        if after["fanout_relay_connections"] == 0:
-            break
-        await asyncio.sleep(0.1)
-    assert after["fanout_relay_connections"] == 0
+    # the subscriber's connection closes; its bytes stay counted
+    after = await eventually(
+        lambda: scrape(url), lambda now: now["fanout_relay_connections"] == 0, in_thread=True
+    )
     assert after["fanout_relay_subscriptions"] == 0
     assert after["fanout_relay_bytes_sent_total"] >= live["fanout_relay_bytes_sent_total"]
     assert after["fanout_relay_frames_sent_total"] >= live["fanout_relay_frames_sent_total"]
@@ -259,10 +258,7 @@ async def test_beyond_max_connections_a_hello_is_refused_as_unavailable() -> Non
             assert (await asyncio.wait_for(first.subscribe(Box((0, 0), (1, 1))), 5)).sub == 1
             scraped = await asyncio.to_thread(scrape, url)
             assert scraped["fanout_relay_connections_refused_total"] == 1
-        for _ in range(100):  # both closed: there is room again
-            if not relay._connected:
-                break
-            await asyncio.sleep(0.05)
+        await eventually(lambda: not relay._connected, what="both closed: there is room again")
         async with connect(url) as again:
             assert (await asyncio.wait_for(again.subscribe(Box((0, 0), (1, 1))), 5)).sub == 1
 
@@ -467,11 +463,8 @@ async def test_a_flooding_connection_is_read_at_its_rate_while_others_are_served
             await next_update(view)
             assert view.rows == {7: {"id": 7, "x": 505.0, "y": 505.0}}
             assert relay.core.stats()["subscriptions"] < 201  # the flood is still being read
-            for _ in range(300):  # every frame is read in the end, none dropped
-                if relay.core.stats()["subscriptions"] == 201:
-                    break
-                await asyncio.sleep(0.05)
-            assert relay.core.stats()["subscriptions"] == 201
+            # every frame is read in the end, none dropped
+            await eventually(lambda: relay.core.stats()["subscriptions"], lambda n: n == 201)
             assert (await asyncio.to_thread(scrape, url))["fanout_relay_reads_throttled_total"] > 0
         await reading
 

@@ -5,6 +5,8 @@ that users can test their code against real fanout peers too (as ``pyspark.testi
 Each module is small and imports only what it needs: importing one pulls in no Spark, and DuckDB
 or a PostgreSQL driver only where the module works with them:
 
+- :mod:`fanout.testing.wait`: ``eventually()``, polling a condition until it holds or failing
+  with what was last seen.
 - :mod:`fanout.testing.audit`: ``audit()``, an ``every`` subscriber's updates replayed against
   the publisher's log.
 """
