@@ -21,7 +21,6 @@ from __future__ import annotations
 import argparse
 import itertools
 import random
-import sys
 import threading
 import time
 from pathlib import Path
@@ -38,10 +37,8 @@ from pyspark.sql.types import (
 )
 
 from fanout.publisher.sources.postgres import PostgresStreamReader, ReaderOptions, install
+from fanout.testing.postgres import throwaway_postgres
 from machine import describe, write_results
-
-sys.path.insert(0, str(Path(__file__).parents[1] / "tests" / "publisher"))
-from conftest import throwaway_postgres  # the tests' throwaway server
 
 RESULTS = Path(__file__).parent / "results" / "postgres.json"
 COLUMNS = {"order_id": "long", "customer": "string", "amount": "double"}

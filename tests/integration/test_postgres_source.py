@@ -14,10 +14,9 @@ import pytest_asyncio
 
 from fanout.client import LiveView, connect
 from fanout.launch import Child, start
+from fanout.testing.postgres import MISSING, postgres_binaries, throwaway_postgres
 from fanout.testing.wait import eventually
 from fanout.views.sql import parse as sql
-
-from ..publisher.conftest import throwaway_postgres
 
 pytestmark = [pytest.mark.integration, pytest.mark.asyncio(loop_scope="module")]
 
@@ -33,6 +32,8 @@ source = {{ kind = "postgres", url = "{url}", table = "shop_orders" }}
 @pytest.fixture(scope="module")
 def database() -> Iterator[str]:
     """A PostgreSQL server whose ``shop_orders`` table holds two rows before fanout starts."""
+    if postgres_binaries() is None:
+        pytest.skip(MISSING)
     with throwaway_postgres() as url, psycopg.connect(url, autocommit=True) as db:
         db.execute(
             "CREATE TABLE shop_orders (order_id bigint PRIMARY KEY, customer text,"

@@ -7,6 +7,9 @@ or a PostgreSQL driver only where the module works with them:
 
 - :mod:`fanout.testing.wait`: ``eventually()``, polling a condition until it holds or failing
   with what was last seen.
+- :mod:`fanout.testing.ports`: ``free_port()``, a loopback port nobody listens on.
+- :mod:`fanout.testing.postgres`: ``throwaway_postgres()``, a PostgreSQL server in a temporary
+  folder on a free loopback port.
 - :mod:`fanout.testing.audit`: ``audit()``, an ``every`` subscriber's updates replayed against
   the publisher's log.
 """
