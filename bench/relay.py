@@ -5,12 +5,12 @@ and writes ``bench/results/relay.json``.
 
 Processes, all on this machine and sharing its cores:
 
-* **publisher**: a scripted publisher speaking the real protocol (``Hello``/``Welcome``,
-  ``Catalog``, ``Acquire``/``Release``, one ``Batch`` per tick; no Spark): 100,000 entities in a
-  4,000 x 4,000 world, every one moving every tick, 10 ticks/s. Each batch carries the rows
-  inside the relay's primitives, deletes for rows that left them and snapshots for primitives
-  acquired since the last tick, like the real publisher's. ``tick_time`` is the batch's send
-  time.
+* **publisher**: a scripted publisher speaking the real protocol (``fanout.testing.publisher``:
+  ``Hello``/``Welcome``, ``Catalog``, ``Acquire``/``Release``, one ``Batch`` per tick; no
+  Spark): 100,000 entities in a 4,000 x 4,000 world, every one moving every tick, 10 ticks/s.
+  Each batch carries the rows inside the relay's primitives, deletes for rows that left them and
+  snapshots for primitives acquired since the last tick, like the real publisher's.
+  ``tick_time`` is the batch's send time.
 * **relay**: the real relay (``fanout.relay.server.RelayServer``, default configuration) in a
   process of its own. The only instrumentation: the time each tick's state is swapped in
   (``RelayCore.end_epoch``) is recorded, and CPU time and ``RelayCore.stats()`` are sampled at
@@ -70,24 +70,21 @@ from typing import Any
 import msgspec
 import numpy as np
 from picows import WSCloseCode, WSFrame, WSListener, WSMsgType, WSTransport, ws_connect
-from websockets.asyncio.server import serve
-from websockets.exceptions import ConnectionClosed
 
 from fanout.relay.core import Send
 from fanout.relay.server import RelayConfig, RelayServer
+from fanout.testing.publisher import ScriptedPublisher, serving
 from fanout.views import Box
 from fanout.wire import codec
-from fanout.wire.columns import encode_columns
 from fanout.wire.messages import (
     PROTOCOL_VERSION,
     Acquire,
-    Batch,
     Catalog,
     DatasetInfo,
+    Frame,
     Hello,
     Release,
     Subscribe,
-    Welcome,
 )
 from machine import describe, write_results
 
@@ -106,6 +103,13 @@ TARGET_P99_MS = 100.0
 DRAIN = 1.5  # seconds after the window for its last pushes to arrive
 CONNECT_CONCURRENCY = 32
 COVERAGE_CELL = 32.0  # the publisher's raster for aligned (tile) primitives
+AGENTS = DatasetInfo(
+    "agents",
+    "id",
+    {"id": "<i8", "x": "<f8", "y": "<f8", "kind": "<i4", "tick": "<i8", "ts": "<f8"},
+    "space",
+    ["x", "y"],
+)
 
 
 # -- the scripted publisher -------------------------------------------------------------------
@@ -178,51 +182,39 @@ class Coverage:
         return mask
 
 
-class ScriptedPublisher:
-    """Serves one relay: catalog, acquires and releases, one batch per tick."""
+class World:
+    """The publisher's side of a trial: moving entities, served by a scripted publisher
+    (``fanout.testing.publisher``) that feeds the relay's acquires and releases to the coverage
+    raster and sends one batch per tick."""
 
     def __init__(self, entities: int) -> None:
         self.entities = Entities(entities)
         self.coverage = Coverage()
-        self.fresh: list[int] = []
+        self.publisher = ScriptedPublisher(
+            Catalog([AGENTS]), name="bench-publisher", on_frame=self._track
+        )
         self.sent: list[tuple[int, float]] = []
-        self.relay: Any = None
 
-    async def handle(self, websocket: Any) -> None:
-
-        columns = {"id": "<i8", "x": "<f8", "y": "<f8", "kind": "<i4", "tick": "<i8", "ts": "<f8"}
-        info = DatasetInfo("agents", "id", columns, "space", ["x", "y"])
-        decoder = codec.to_publisher()
-        decoder.decode(await websocket.recv())
-        await websocket.send(codec.encode(Welcome(PROTOCOL_VERSION, "bench-publisher", "b")))
-        await websocket.send(codec.encode(Catalog([info])))
-        self.relay = websocket
-        with contextlib.suppress(ConnectionClosed):  # the relay stops at the end of a trial
-            async for message in websocket:
-                frame = decoder.decode(message)
-                if isinstance(frame, Acquire):
-                    self.coverage.add(frame.prim, frame.view)
-                    self.fresh.append(frame.prim)
-                elif isinstance(frame, Release):
-                    self.coverage.remove(frame.prim)
+    def _track(self, frame: Frame) -> None:
+        if isinstance(frame, Acquire):
+            self.coverage.add(frame.prim, frame.view)
+        elif isinstance(frame, Release):
+            self.coverage.remove(frame.prim)
 
     async def ticks(self) -> None:
-
         period = 1.0 / TICK_RATE
         next_tick = time.monotonic()
         previous = np.zeros(len(self.entities.ids), dtype=bool)
-        seq = 0
         while True:
             next_tick += period
             await asyncio.sleep(max(0.0, next_tick - time.monotonic()))
-            if self.relay is None:
+            if not self.publisher.relays:
                 continue
             entities = self.entities
             entities.step(period)
             inside = self.coverage.inside(entities.xy)
-            snapshots, self.fresh = self.fresh, []
             at = np.flatnonzero(inside)  # every entity moved: all of these are upserts
-            now = time.time()
+            seq, now = self.publisher.next_seq.get("agents", 0), time.time()
             rows = {
                 "id": entities.ids[at],
                 "x": entities.xy[0, at],
@@ -232,32 +224,24 @@ class ScriptedPublisher:
                 "ts": np.full(len(at), now),
             }
             gone = entities.ids[previous & ~inside]
-            batch = Batch(
-                dataset="agents",
-                epoch=1,
-                seq=seq,
-                tick=seq,
-                tick_time=now,
-                upserts=encode_columns(rows),
-                deletes=encode_columns({"id": gone}),
-                snapshots=snapshots,
+            snapshots = self.publisher.take_fresh()
+            batch = await self.publisher.send(
+                rows, deletes=gone, snapshots=snapshots, tick_time=now
             )
             previous = inside
-            with contextlib.suppress(ConnectionClosed):  # the relay is gone: the trial says so
-                await self.relay.send(codec.encode(batch))
-                self.sent.append((seq, now))
-            seq += 1
+            if self.publisher.relays:  # else the relay is gone: the trial says so
+                self.sent.append((batch.seq, now))
 
 
 def publisher_main(conn: Connection, entities: int) -> None:
     """The publisher process: serve, tick, answer the coordinator."""
 
     async def main() -> None:
-        publisher = ScriptedPublisher(entities)
-        async with serve(publisher.handle, "127.0.0.1", 0, max_size=None, compression=None) as srv:
-            conn.send(next(iter(srv.sockets)).getsockname()[1])
-            ticking = asyncio.create_task(publisher.ticks())
-            await control(conn, lambda: {"sent": publisher.sent})
+        world = World(entities)
+        async with serving(world.publisher) as url:
+            conn.send(url)
+            ticking = asyncio.create_task(world.ticks())
+            await control(conn, lambda: {"sent": world.sent})
             ticking.cancel()
 
     asyncio.run(main())
@@ -569,12 +553,12 @@ def run_trial(subscribers: int, args: argparse.Namespace, group: int = 1) -> Tri
         publisher = context.Process(target=publisher_main, args=(pub_child, args.entities))
         publisher.start()
         children.append(publisher)
-        pub_port = pub_conn.recv()
+        pub_url = pub_conn.recv()
         relay_conn, relay_child = context.Pipe()
         profile = str(log.with_suffix(".prof")) if args.profile else None
         relay = context.Process(
             target=relay_main,
-            args=(relay_child, f"ws://127.0.0.1:{pub_port}", str(log), profile),
+            args=(relay_child, pub_url, str(log), profile),
         )
         relay.start()
         children.append(relay)
