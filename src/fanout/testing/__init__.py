@@ -14,6 +14,7 @@ or a PostgreSQL driver only where the module works with them:
   to real relays, sending the batches its caller makes (no Spark).
 - :mod:`fanout.testing.relays`: real relays on loopback, in this event loop or in a process of
   their own.
+- :mod:`fanout.testing.frames`: ``head()``, a frame's header decoded and the rest skipped.
 - :mod:`fanout.testing.audit`: ``audit()``, an ``every`` subscriber's updates replayed against
   the publisher's log.
 - :mod:`fanout.testing.cpu`: CPU time of a process, a process tree or the whole machine.
