@@ -20,6 +20,7 @@ the working directory, not in a temporary folder that might be in memory.
 
 from __future__ import annotations
 
+import argparse
 import os
 import statistics
 import tempfile
@@ -30,8 +31,9 @@ import numpy as np
 import pyarrow as pa
 
 from fanout.publisher.log import BatchLog, LogEntry, encode_rows, open_log
+from fanout.testing.calibration import calibrate
+from fanout.testing.machine import describe, write_results
 from fanout.testing.postgres import throwaway_postgres
-from machine import describe, write_results
 
 ROWS = 10_000
 ENTRIES = 150
@@ -121,8 +123,10 @@ def bench_encode() -> float:
 
 
 def main() -> None:
+    argparse.ArgumentParser(description=__doc__.splitlines()[0]).parse_args()
     results: dict[str, object] = {
         "machine": describe(),
+        "calibration": calibrate(),
         "rows_per_entry": ROWS,
         "entries": ENTRIES,
         "rounds": REPEATS,

@@ -63,11 +63,12 @@ from websockets.asyncio.client import ClientConnection, connect
 
 from fanout.launch import Child, start
 from fanout.testing import frames
+from fanout.testing.calibration import calibrate
 from fanout.testing.cpu import busy_fraction
+from fanout.testing.machine import describe, write_results
 from fanout.views import Box
 from fanout.wire import codec
 from fanout.wire.messages import PROTOCOL_VERSION, Acquire, Catalog, Hello, Welcome
-from machine import describe, write_results
 
 RESULTS = Path(__file__).parent / "results" / "pipeline.json"
 
@@ -418,6 +419,7 @@ def main() -> None:
         args.warmup, args.measure = 30.0, 15.0
     workdir = args.workdir or Path(tempfile.mkdtemp(prefix="fanout-bench-pipeline-"))
     before = load()
+    calibration = calibrate()
     results = asyncio.run(bench(args, workdir))
     results["setup"] = {
         "agents": AGENTS,
@@ -432,6 +434,7 @@ def main() -> None:
         "logs": str(workdir),
     }
     results["machine"] = describe() | {"at_start": before, "at_end": load()}
+    results["calibration"] = calibration
     write_results(results, None if args.quick else RESULTS)
 
 

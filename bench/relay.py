@@ -71,6 +71,8 @@ from picows import WSCloseCode, WSFrame, WSListener, WSMsgType, WSTransport, ws_
 from fanout.relay.core import Send
 from fanout.relay.server import RelayConfig, RelayServer
 from fanout.testing import cpu, frames
+from fanout.testing.calibration import calibrate
+from fanout.testing.machine import describe, write_results
 from fanout.testing.publisher import ScriptedPublisher, serving
 from fanout.testing.relays import RelayProcess
 from fanout.views import Box
@@ -85,7 +87,6 @@ from fanout.wire.messages import (
     Release,
     Subscribe,
 )
-from machine import describe, write_results
 
 RESULTS = Path(__file__).parent / "results" / "relay.json"
 
@@ -697,6 +698,7 @@ def main() -> None:
     if args.only:
         print(json.dumps(summary(run_trial(args.only, args, group=args.group)), indent=2))
         return
+    calibration = calibrate()
     best, trials = search(args)
     compare_at = max(best, args.start)
     distinct = run_trial(compare_at, args, group=1)
@@ -727,6 +729,7 @@ def main() -> None:
             "pump_cpu_us_per_push_shared": round(shared.pump_cpu_us_per_push, 1),
         },
         "machine": describe(),
+        "calibration": calibration,
     }
     write_results(results, RESULTS)
 

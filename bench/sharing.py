@@ -112,13 +112,14 @@ from fanout.launch import Child, start
 from fanout.relay.planner import WIDENINGS, Policy
 from fanout.relay.server import RelayConfig
 from fanout.testing import frames
+from fanout.testing.calibration import calibrate
 from fanout.testing.cpu import process_tree, this_process
+from fanout.testing.machine import describe, write_results
 from fanout.testing.relays import RelayProcess, RelaySample
 from fanout.testing.wait import NotYet, eventually
 from fanout.views import Box
 from fanout.wire import codec
 from fanout.wire.messages import PROTOCOL_VERSION, Acquire, Hello, Subscribe
-from machine import describe, write_results
 
 RESULTS = Path(__file__).parent / "results" / "sharing.json"
 
@@ -880,7 +881,7 @@ def main() -> None:
         sys.exit("bench/sharing.py needs ss (iproute2) to read the publisher's socket counters")
     workdir = args.workdir or Path(tempfile.mkdtemp(prefix="fanout-bench-sharing-"))
     workdir.mkdir(parents=True, exist_ok=True)
-    before = describe()
+    before, calibration = describe(), calibrate()
     results = asyncio.run(bench(args, workdir))
     results["method"] = METHOD.format(
         trigger=TRIGGER,
@@ -918,6 +919,7 @@ def main() -> None:
         "logs": str(workdir),
     }
     results["machine"] = before | {"load_average_1m_at_end": round(os.getloadavg()[0], 2)}
+    results["calibration"] = calibration
     default = (args.widen, args.margin, args.overshoot, args.assign) == (
         "tiles",
         Policy().margin,

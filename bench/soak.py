@@ -44,9 +44,10 @@ from fanout.client import LiveView, SubscriptionError, Update, connect
 from fanout.launch import Child, start
 from fanout.publisher.log import SqliteLog
 from fanout.testing.audit import audit
+from fanout.testing.calibration import calibrate
+from fanout.testing.machine import describe, write_results
 from fanout.testing.wait import NotYet, eventually
 from fanout.views import Box
-from machine import describe, write_results
 
 RESULTS = Path(__file__).parent / "results" / "soak.json"
 WORLD = 1000.0
@@ -259,7 +260,8 @@ def main() -> int:
     parser.add_argument("--seed", type=int, default=7, help="random seed of the fault plan")
     parser.add_argument("--no-save", action="store_true", help="do not write bench/results")
     args = parser.parse_args()
-    result = asyncio.run(soak(args))
+    calibration = calibrate()
+    result = asyncio.run(soak(args)) | {"calibration": calibration}
     write_results(result, None if args.no_save else RESULTS)
     return 0 if result["clean"] else 1
 

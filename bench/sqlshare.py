@@ -50,10 +50,11 @@ import pyarrow as pa
 from fanout.client import connect
 from fanout.launch import start
 from fanout.metrics import scrape
+from fanout.testing.calibration import calibrate
+from fanout.testing.machine import describe, write_results
 from fanout.testing.publisher import ScriptedPublisher, serving
 from fanout.views.sql import parse as sql
 from fanout.wire.messages import Catalog, DatasetInfo
-from machine import describe, write_results
 
 RESULTS = Path(__file__).parent / "results" / "sqlshare.json"
 ORDERS = DatasetInfo(
@@ -218,7 +219,7 @@ def main() -> None:
     args = parser.parse_args()
     if args.quick:
         args.warmup, args.measure = 2.0, 5.0
-    machine = describe()
+    machine, calibration = describe(), calibrate()
     alone = query_ms(args.rows, args.join_rows)
     trials = [
         asyncio.run(trial(args, "unlimited", ["--sql-share", "1", "--sql-burst", "1e9"])),
@@ -227,6 +228,7 @@ def main() -> None:
     results = {
         "benchmark": "sqlshare",
         "machine": machine,
+        "calibration": calibration,
         "workload": {
             "rows": args.rows,
             "changed_per_tick": args.changed,

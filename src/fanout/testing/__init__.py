@@ -18,4 +18,6 @@ or a PostgreSQL driver only where the module works with them:
 - :mod:`fanout.testing.audit`: ``audit()``, an ``every`` subscriber's updates replayed against
   the publisher's log.
 - :mod:`fanout.testing.cpu`: CPU time of a process, a process tree or the whole machine.
+- :mod:`fanout.testing.machine` and :mod:`fanout.testing.calibration`: what every benchmark
+  records about the machine it ran on, and a fixed workload timed in the same run.
 """
