@@ -48,6 +48,7 @@ async def running_relay(
 
     Raises:
         TimeoutError: it was not ready within ``timeout`` seconds.
+        Exception: what stopped it from starting (a port in use, say), as it was raised.
     """
     relay = RelayServer(RelayConfig(publisher=publisher, **{"host": LOOPBACK, **config}))
     ready = asyncio.Event()
