@@ -1,9 +1,9 @@
 """Benchmark the publisher's batch log on both backends; print one JSON object.
 
 Run ``.venv/bin/python bench/log.py``; it also writes ``bench/results/log.json``. PostgreSQL runs
-on a throwaway server this script starts (``initdb``/``pg_ctl`` from PATH or Debian's
-``/usr/lib/postgresql/VERSION/bin``) with the server's default durability (``fsync = on``), or on
-the server named by ``FANOUT_BENCH_POSTGRES`` (a DSN). Per backend:
+on a throwaway server this script starts (``fanout.testing.postgres``: ``initdb``/``pg_ctl`` from
+PATH or Debian's ``/usr/lib/postgresql/VERSION/bin``) with the server's default durability
+(``fsync = on``), or on the server named by ``FANOUT_BENCH_POSTGRES`` (a DSN). Per backend:
 
 * ``append_per_s``, ``append_mb_per_s``, ``append_ms_p50``/``p99``: appending
   ``ENTRIES`` micro-batches of ``ROWS`` changed rows each (the ``agents`` columns plus
@@ -20,23 +20,20 @@ the working directory, not in a temporary folder that might be in memory.
 
 from __future__ import annotations
 
-import contextlib
+import argparse
 import os
-import pwd
-import shutil
-import socket
 import statistics
-import subprocess
 import tempfile
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
 
 from fanout.publisher.log import BatchLog, LogEntry, encode_rows, open_log
-from machine import describe, write_results
+from fanout.testing.calibration import calibrate
+from fanout.testing.machine import describe, write_results
+from fanout.testing.postgres import throwaway_postgres
 
 ROWS = 10_000
 ENTRIES = 150
@@ -125,42 +122,11 @@ def bench_encode() -> float:
     return float(round(size / (time.perf_counter() - start) / 1e6, 1))
 
 
-@contextlib.contextmanager
-def throwaway_postgres() -> Iterator[str]:
-    """A PostgreSQL server in a temporary folder, on a free loopback port; yields its DSN.
-
-    The same recipe as ``tests/publisher/conftest.py``: as root, the server runs as ``postgres``.
-    """
-    found = shutil.which("initdb")
-    candidates = sorted(Path("/usr/lib/postgresql").glob("*/bin/initdb"), reverse=True)
-    if found is None and not candidates:
-        raise FileNotFoundError("PostgreSQL is not installed (Debian: apt-get install postgresql)")
-    binaries = Path(found).resolve().parent if found else candidates[0].parent
-    user = "postgres" if os.geteuid() == 0 else None
-    home = Path(tempfile.mkdtemp(prefix="fanout-bench-pg-"))
-    if user:
-        os.chown(home, pwd.getpwnam(user).pw_uid, pwd.getpwnam(user).pw_gid)
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
-
-    def run(*command: object) -> None:
-        program, *args = map(str, command)
-        subprocess.run([str(binaries / program), *args], user=user, check=True, capture_output=True)
-
-    run("initdb", "-D", home / "data", "-U", "fanout", "-A", "trust", "-E", "UTF8", "--no-sync")
-    options = f"-c listen_addresses=127.0.0.1 -c port={port} -c unix_socket_directories={home}"
-    run("pg_ctl", "-D", home / "data", "-l", home / "server.log", "-o", options, "-w", "start")
-    try:
-        yield f"postgresql://fanout@127.0.0.1:{port}/postgres"
-    finally:
-        run("pg_ctl", "-D", home / "data", "-m", "fast", "-w", "stop")
-        shutil.rmtree(home)
-
-
 def main() -> None:
+    argparse.ArgumentParser(description=__doc__.splitlines()[0]).parse_args()
     results: dict[str, object] = {
         "machine": describe(),
+        "calibration": calibrate(),
         "rows_per_entry": ROWS,
         "entries": ENTRIES,
         "rounds": REPEATS,

@@ -58,15 +58,17 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import msgspec
 import numpy as np
 from websockets.asyncio.client import ClientConnection, connect
 
 from fanout.launch import Child, start
+from fanout.testing import frames
+from fanout.testing.calibration import calibrate
+from fanout.testing.cpu import busy_fraction
+from fanout.testing.machine import describe, write_results
 from fanout.views import Box
 from fanout.wire import codec
 from fanout.wire.messages import PROTOCOL_VERSION, Acquire, Catalog, Hello, Welcome
-from machine import describe, write_results
 
 RESULTS = Path(__file__).parent / "results" / "pipeline.json"
 
@@ -102,24 +104,6 @@ STAGE = re.compile(r"(?P<name>[a-z+]+) (?P<ms>\d+) ms")
 
 
 # -- the model relays (their own process) ------------------------------------------------------
-
-
-class Rows(msgspec.Struct, frozen=True):
-    """A ``Columns`` payload's row count; its columns are skipped undecoded."""
-
-    length: int = 0
-
-
-class BatchHead(msgspec.Struct):
-    """The fields of a publisher frame the relays look at."""
-
-    type: str
-    seq: int = -1
-    tick: int = -1
-    tick_time: float = 0.0
-    upserts: Rows = Rows()
-    deletes: Rows = Rows()
-    snapshots: list[int] = []
 
 
 def boxes_of(relay: int) -> list[Box]:
@@ -158,15 +142,14 @@ async def receive(
     snapped: asyncio.Event,
 ) -> None:
     """Record every batch; set ``snapped`` once every primitive's snapshot has arrived."""
-    decode_head = msgspec.msgpack.Decoder(BatchHead).decode
     snapshots: set[int] = set()
     async for message in websocket:
         received = time.time()
         if isinstance(message, str):
             raise RuntimeError(f"relay {relay}: a text frame from the publisher")
-        head = decode_head(message)
+        head = frames.head(message)
         if head.type != "batch":
-            raise RuntimeError(f"relay {relay}: unexpected frame {msgspec.msgpack.decode(message)}")
+            raise RuntimeError(f"relay {relay}: unexpected frame {frames.whole(message)}")
         records.append(
             (
                 relay,
@@ -358,26 +341,13 @@ def spark_medians(batches: list[dict[str, Any]]) -> dict[str, float]:
 # -- the machine -------------------------------------------------------------------------------
 
 
-def cpu_busy(seconds: float = 5.0) -> float:
-    """The fraction of all cores busy over ``seconds`` (from /proc/stat; -1 where absent)."""
-    stat = Path("/proc/stat")
-    if not stat.exists():
-        return -1.0
-
-    def sample() -> tuple[int, int]:
-        fields = [int(v) for v in stat.read_text().splitlines()[0].split()[1:]]
-        idle = fields[3] + fields[4]
-        return sum(fields) - idle, sum(fields)
-
-    busy0, total0 = sample()
-    time.sleep(seconds)
-    busy1, total1 = sample()
-    return round((busy1 - busy0) / max(1, total1 - total0), 2)
-
-
-def load() -> dict[str, float]:
-    """Load average and core use right now (nothing of the benchmark running)."""
-    return {"load_average_1m": round(os.getloadavg()[0], 2), "cpu_busy": cpu_busy()}
+def load() -> dict[str, float | None]:
+    """Load average and core use over 5 s from now (nothing of the benchmark running)."""
+    busy = busy_fraction(5.0)
+    return {
+        "load_average_1m": round(os.getloadavg()[0], 2),
+        "cpu_busy": None if busy is None else round(busy, 2),
+    }
 
 
 # -- main --------------------------------------------------------------------------------------
@@ -449,6 +419,7 @@ def main() -> None:
         args.warmup, args.measure = 30.0, 15.0
     workdir = args.workdir or Path(tempfile.mkdtemp(prefix="fanout-bench-pipeline-"))
     before = load()
+    calibration = calibrate()
     results = asyncio.run(bench(args, workdir))
     results["setup"] = {
         "agents": AGENTS,
@@ -463,6 +434,7 @@ def main() -> None:
         "logs": str(workdir),
     }
     results["machine"] = describe() | {"at_start": before, "at_end": load()}
+    results["calibration"] = calibration
     write_results(results, None if args.quick else RESULTS)
 
 

@@ -21,7 +21,6 @@ from __future__ import annotations
 import argparse
 import itertools
 import random
-import sys
 import threading
 import time
 from pathlib import Path
@@ -38,10 +37,9 @@ from pyspark.sql.types import (
 )
 
 from fanout.publisher.sources.postgres import PostgresStreamReader, ReaderOptions, install
-from machine import describe, write_results
-
-sys.path.insert(0, str(Path(__file__).parents[1] / "tests" / "publisher"))
-from conftest import throwaway_postgres  # the tests' throwaway server
+from fanout.testing.calibration import calibrate
+from fanout.testing.machine import describe, write_results
+from fanout.testing.postgres import throwaway_postgres
 
 RESULTS = Path(__file__).parent / "results" / "postgres.json"
 COLUMNS = {"order_id": "long", "customer": "string", "amount": "double"}
@@ -123,7 +121,7 @@ def main() -> None:
     args = parser.parse_args()
     if args.quick:
         args.seconds, args.changes = 2.0, 20_000
-    machine = describe()
+    machine, calibration = describe(), calibrate()
     with throwaway_postgres() as url:
         writes: dict[str, float] = {}
         for writers in (1, 4):
@@ -135,6 +133,7 @@ def main() -> None:
     results = {
         "benchmark": "postgres",
         "machine": machine,
+        "calibration": calibration,
         "seconds_per_write_measurement": args.seconds,
         "writes_per_s": writes,
         "capture_cost_1_writer": round(writes["1_writers_plain"] / writes["1_writers_captured"], 2),

@@ -5,12 +5,12 @@ and writes ``bench/results/relay.json``.
 
 Processes, all on this machine and sharing its cores:
 
-* **publisher**: a scripted publisher speaking the real protocol (``Hello``/``Welcome``,
-  ``Catalog``, ``Acquire``/``Release``, one ``Batch`` per tick; no Spark): 100,000 entities in a
-  4,000 x 4,000 world, every one moving every tick, 10 ticks/s. Each batch carries the rows
-  inside the relay's primitives, deletes for rows that left them and snapshots for primitives
-  acquired since the last tick, like the real publisher's. ``tick_time`` is the batch's send
-  time.
+* **publisher**: a scripted publisher speaking the real protocol (``fanout.testing.publisher``:
+  ``Hello``/``Welcome``, ``Catalog``, ``Acquire``/``Release``, one ``Batch`` per tick; no
+  Spark): 100,000 entities in a 4,000 x 4,000 world, every one moving every tick, 10 ticks/s.
+  Each batch carries the rows inside the relay's primitives, deletes for rows that left them and
+  snapshots for primitives acquired since the last tick, like the real publisher's.
+  ``tick_time`` is the batch's send time.
 * **relay**: the real relay (``fanout.relay.server.RelayServer``, default configuration) in a
   process of its own. The only instrumentation: the time each tick's state is swapped in
   (``RelayCore.end_epoch``) is recorded, and CPU time and ``RelayCore.stats()`` are sampled at
@@ -53,43 +53,40 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
-import cProfile
 import json
-import logging
 import math
 import multiprocessing as mp
 import os
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any
 
-import msgspec
 import numpy as np
 from picows import WSCloseCode, WSFrame, WSListener, WSMsgType, WSTransport, ws_connect
-from websockets.asyncio.server import serve
-from websockets.exceptions import ConnectionClosed
 
 from fanout.relay.core import Send
 from fanout.relay.server import RelayConfig, RelayServer
+from fanout.testing import cpu, frames
+from fanout.testing.calibration import calibrate
+from fanout.testing.machine import describe, write_results
+from fanout.testing.publisher import ScriptedPublisher, serving
+from fanout.testing.relays import RelayProcess
 from fanout.views import Box
 from fanout.wire import codec
-from fanout.wire.columns import encode_columns
 from fanout.wire.messages import (
     PROTOCOL_VERSION,
     Acquire,
-    Batch,
     Catalog,
     DatasetInfo,
+    Frame,
     Hello,
     Release,
     Subscribe,
-    Welcome,
 )
-from machine import describe, write_results
 
 RESULTS = Path(__file__).parent / "results" / "relay.json"
 
@@ -106,6 +103,13 @@ TARGET_P99_MS = 100.0
 DRAIN = 1.5  # seconds after the window for its last pushes to arrive
 CONNECT_CONCURRENCY = 32
 COVERAGE_CELL = 32.0  # the publisher's raster for aligned (tile) primitives
+AGENTS = DatasetInfo(
+    "agents",
+    "id",
+    {"id": "<i8", "x": "<f8", "y": "<f8", "kind": "<i4", "tick": "<i8", "ts": "<f8"},
+    "space",
+    ["x", "y"],
+)
 
 
 # -- the scripted publisher -------------------------------------------------------------------
@@ -178,51 +182,39 @@ class Coverage:
         return mask
 
 
-class ScriptedPublisher:
-    """Serves one relay: catalog, acquires and releases, one batch per tick."""
+class World:
+    """The publisher's side of a trial: moving entities, served by a scripted publisher
+    (``fanout.testing.publisher``) that feeds the relay's acquires and releases to the coverage
+    raster and sends one batch per tick."""
 
     def __init__(self, entities: int) -> None:
         self.entities = Entities(entities)
         self.coverage = Coverage()
-        self.fresh: list[int] = []
+        self.publisher = ScriptedPublisher(
+            Catalog([AGENTS]), name="bench-publisher", on_frame=self._track
+        )
         self.sent: list[tuple[int, float]] = []
-        self.relay: Any = None
 
-    async def handle(self, websocket: Any) -> None:
-
-        columns = {"id": "<i8", "x": "<f8", "y": "<f8", "kind": "<i4", "tick": "<i8", "ts": "<f8"}
-        info = DatasetInfo("agents", "id", columns, "space", ["x", "y"])
-        decoder = codec.to_publisher()
-        decoder.decode(await websocket.recv())
-        await websocket.send(codec.encode(Welcome(PROTOCOL_VERSION, "bench-publisher", "b")))
-        await websocket.send(codec.encode(Catalog([info])))
-        self.relay = websocket
-        with contextlib.suppress(ConnectionClosed):  # the relay stops at the end of a trial
-            async for message in websocket:
-                frame = decoder.decode(message)
-                if isinstance(frame, Acquire):
-                    self.coverage.add(frame.prim, frame.view)
-                    self.fresh.append(frame.prim)
-                elif isinstance(frame, Release):
-                    self.coverage.remove(frame.prim)
+    def _track(self, frame: Frame) -> None:
+        if isinstance(frame, Acquire):
+            self.coverage.add(frame.prim, frame.view)
+        elif isinstance(frame, Release):
+            self.coverage.remove(frame.prim)
 
     async def ticks(self) -> None:
-
         period = 1.0 / TICK_RATE
         next_tick = time.monotonic()
         previous = np.zeros(len(self.entities.ids), dtype=bool)
-        seq = 0
         while True:
             next_tick += period
             await asyncio.sleep(max(0.0, next_tick - time.monotonic()))
-            if self.relay is None:
+            if not self.publisher.relays:
                 continue
             entities = self.entities
             entities.step(period)
             inside = self.coverage.inside(entities.xy)
-            snapshots, self.fresh = self.fresh, []
             at = np.flatnonzero(inside)  # every entity moved: all of these are upserts
-            now = time.time()
+            seq, now = self.publisher.next_seq.get("agents", 0), time.time()
             rows = {
                 "id": entities.ids[at],
                 "x": entities.xy[0, at],
@@ -232,32 +224,24 @@ class ScriptedPublisher:
                 "ts": np.full(len(at), now),
             }
             gone = entities.ids[previous & ~inside]
-            batch = Batch(
-                dataset="agents",
-                epoch=1,
-                seq=seq,
-                tick=seq,
-                tick_time=now,
-                upserts=encode_columns(rows),
-                deletes=encode_columns({"id": gone}),
-                snapshots=snapshots,
+            snapshots = self.publisher.take_fresh()
+            batch = await self.publisher.send(
+                rows, deletes=gone, snapshots=snapshots, tick_time=now
             )
             previous = inside
-            with contextlib.suppress(ConnectionClosed):  # the relay is gone: the trial says so
-                await self.relay.send(codec.encode(batch))
-                self.sent.append((seq, now))
-            seq += 1
+            if self.publisher.relays:  # else the relay is gone: the trial says so
+                self.sent.append((batch.seq, now))
 
 
 def publisher_main(conn: Connection, entities: int) -> None:
     """The publisher process: serve, tick, answer the coordinator."""
 
     async def main() -> None:
-        publisher = ScriptedPublisher(entities)
-        async with serve(publisher.handle, "127.0.0.1", 0, max_size=None, compression=None) as srv:
-            conn.send(next(iter(srv.sockets)).getsockname()[1])
-            ticking = asyncio.create_task(publisher.ticks())
-            await control(conn, lambda: {"sent": publisher.sent})
+        world = World(entities)
+        async with serving(world.publisher) as url:
+            conn.send(url)
+            ticking = asyncio.create_task(world.ticks())
+            await control(conn, lambda: {"sent": world.sent})
             ticking.cancel()
 
     asyncio.run(main())
@@ -269,7 +253,7 @@ async def control(conn: Connection, report: Any) -> None:
     while True:
         request = await loop.run_in_executor(None, conn.recv)
         if request == "cpu":
-            conn.send((time.time(), time.process_time()))
+            conn.send(cpu.this_process())
         elif request == "report":
             conn.send(report())
         else:
@@ -279,74 +263,37 @@ async def control(conn: Connection, report: Any) -> None:
 # -- the relay --------------------------------------------------------------------------------
 
 
-def relay_main(conn: Connection, publisher: str, log: str, profile: str | None) -> None:
-    """The relay process: the real relay, recording when each tick's state is swapped in.
+def instrument(server: RelayServer) -> Callable[[], dict[str, Any]]:
+    """The relay process's only instrumentation (``fanout.testing.relays.Instrument``): when each
+    tick's state is swapped in, and the CPU time of the event loop's rounds of pushes."""
+    core = server.core
+    swaps: list[tuple[int, float]] = []
+    end_epoch = core.end_epoch
 
-    With ``profile``, the whole process runs under cProfile and its stats go to that file.
-    """
-    logging.basicConfig(filename=log, level=logging.WARNING)
+    def recorded_end_epoch() -> list[Send]:
+        before = {name: state.buffer.generation for name, state in core.datasets.items()}
+        sends = end_epoch()
+        now = time.time()
+        for name, state in core.datasets.items():
+            stamp = state.buffer.stamp
+            if stamp is not None and state.buffer.generation != before.get(name):
+                swaps.append((stamp.seq, now))
+        return sends
 
-    async def main() -> None:
-        server = RelayServer(RelayConfig(publisher=publisher, name="bench"))
-        core = server.core
-        swaps: list[tuple[int, float]] = []
-        end_epoch = core.end_epoch
+    core.end_epoch = recorded_end_epoch  # type: ignore[method-assign]
+    pumping = [0.0]  # CPU seconds the event loop's thread spent in rounds of pushes
+    pump_round = server._pump_round
 
-        def recorded_end_epoch() -> list[Send]:
-            before = {name: state.buffer.generation for name, state in core.datasets.items()}
-            sends = end_epoch()
-            now = time.time()
-            for name, state in core.datasets.items():
-                stamp = state.buffer.stamp
-                if stamp is not None and state.buffer.generation != before.get(name):
-                    swaps.append((stamp.seq, now))
-            return sends
+    def timed_pump_round(now: float) -> None:
+        started = time.thread_time()
+        pump_round(now)
+        pumping[0] += time.thread_time() - started
 
-        core.end_epoch = recorded_end_epoch  # type: ignore[method-assign]
-        pumping = [0.0]  # CPU seconds the event loop's thread spent in rounds of pushes
-        pump_round = server._pump_round
-
-        def timed_pump_round(now: float) -> None:
-            started = time.thread_time()
-            pump_round(now)
-            pumping[0] += time.thread_time() - started
-
-        server._pump_round = timed_pump_round  # type: ignore[method-assign]
-        ready = asyncio.Event()
-        running = asyncio.create_task(server.run(lambda port: ready.set()))
-        await ready.wait()
-        conn.send(server.port)
-        loop = asyncio.get_running_loop()
-        while True:
-            request = await loop.run_in_executor(None, conn.recv)
-            if request == "cpu":
-                conn.send((time.time(), time.process_time(), core.stats(), pumping[0]))
-            elif request == "report":
-                conn.send({"swaps": swaps})
-            else:
-                break
-        running.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await running
-
-    if profile is None:
-        asyncio.run(main())
-        return
-
-    profiler = cProfile.Profile()
-    profiler.runcall(asyncio.run, main())
-    profiler.dump_stats(profile)
+    server._pump_round = timed_pump_round  # type: ignore[method-assign]
+    return lambda: {"swaps": list(swaps), "pump_cpu": pumping[0]}
 
 
 # -- the subscribers --------------------------------------------------------------------------
-
-
-class Head(msgspec.Struct):
-    """The fields of a frame the clients look at; msgspec skips the rest undecoded."""
-
-    type: str
-    sub: int = 0
-    seq: int = -1
 
 
 @dataclass
@@ -417,7 +364,6 @@ class Subscriber(WSListener):
         self.close_code: int | None = None
         self.transport: WSTransport | None = None
         self.welcomed = asyncio.get_running_loop().create_future()
-        self._decode = msgspec.msgpack.Decoder(Head).decode
         self._parts = bytearray()
 
     async def open(self) -> None:
@@ -449,11 +395,11 @@ class Subscriber(WSListener):
         if not self.welcomed.done():
             self.welcomed.set_result(None)
             return
-        head = self._decode(message)
+        head = frames.head(message)
         if head.type in ("push", "no_update"):
             self.received.append((head.seq, now, len(message)))
         elif head.type == "error":
-            self._fail(f"error frame: {msgspec.msgpack.decode(message)}")
+            self._fail(f"error frame: {frames.whole(message)}")
 
     def on_ws_disconnected(self, transport: WSTransport) -> None:
         if self.close_code is None:
@@ -507,16 +453,16 @@ def clients_main(conn: Connection, url: str, mine: list[Route], started: float) 
         loop = asyncio.get_running_loop()
         start, end = await loop.run_in_executor(None, conn.recv)
         movers = [asyncio.create_task(s.move(end)) for s in subscribers]
-        cpu = []
+        samples = []
         for moment in (start, end):
             await asyncio.sleep(max(0.0, moment - time.time()))
-            cpu.append((time.time(), time.process_time()))
+            samples.append(cpu.this_process())
         await asyncio.sleep(DRAIN)
         received = [
             [r for r in s.received if start - 1 <= r[1] <= end + DRAIN] for s in subscribers
         ]
         closed = [s.closed for s in subscribers if s.closed]  # closed, or sent an error
-        conn.send({"cpu": cpu, "received": received, "closed": closed})
+        conn.send({"cpu": samples, "received": received, "closed": closed})
         for task in movers:
             task.cancel()
         for subscriber in subscribers:
@@ -562,6 +508,7 @@ def run_trial(subscribers: int, args: argparse.Namespace, group: int = 1) -> Tri
     """Start a publisher, a relay and the clients; measure one window; stop them all."""
     context = mp.get_context("spawn")
     children: list[Any] = []
+    relay: RelayProcess | None = None
     log = Path(args.logs) / f"relay-{subscribers}-{group}.log"
     log.parent.mkdir(parents=True, exist_ok=True)
     try:
@@ -569,16 +516,14 @@ def run_trial(subscribers: int, args: argparse.Namespace, group: int = 1) -> Tri
         publisher = context.Process(target=publisher_main, args=(pub_child, args.entities))
         publisher.start()
         children.append(publisher)
-        pub_port = pub_conn.recv()
-        relay_conn, relay_child = context.Pipe()
-        profile = str(log.with_suffix(".prof")) if args.profile else None
-        relay = context.Process(
-            target=relay_main,
-            args=(relay_child, f"ws://127.0.0.1:{pub_port}", str(log), profile),
+        pub_url = pub_conn.recv()
+        relay = RelayProcess(
+            RelayConfig(publisher=pub_url, name="bench"),
+            log=log,
+            instrument=instrument,
+            profile=log.with_suffix(".prof") if args.profile else None,
         )
-        relay.start()
-        children.append(relay)
-        url = f"ws://127.0.0.1:{relay_conn.recv()}"
+        url = relay.ready()
         started = time.time()
         everyone = routes(subscribers, group, seed=subscribers)
         client_conns = []
@@ -598,19 +543,18 @@ def run_trial(subscribers: int, args: argparse.Namespace, group: int = 1) -> Tri
         samples = []
         for moment in (start, end):
             time.sleep(max(0.0, moment - time.time()))
-            relay_conn.send("cpu")
             pub_conn.send("cpu")
-            samples.append((relay_conn.recv(), pub_conn.recv(), machine_busy()))
+            samples.append((relay.sample(), pub_conn.recv(), cpu.machine()))
         reports = [conn.recv() for conn in client_conns]
-        relay_conn.send("report")
+        swaps = relay.sample().report["swaps"]  # after the clients' drain: every swap of the window
         pub_conn.send("report")
-        swaps = relay_conn.recv()["swaps"]
         sent = pub_conn.recv()["sent"]
-        relay_conn.send("stop")
         pub_conn.send("stop")
         records = Records(start, end, samples, reports, swaps, sent)
         return evaluate(Trial(subscribers, group), records)
     finally:
+        if relay is not None:
+            relay.stop()
         for child in children:
             child.join(timeout=10)
             if child.is_alive():
@@ -624,7 +568,7 @@ class Records:
 
     Attributes:
         start, end: the measurement window (wall clock).
-        samples: (relay, publisher, machine) CPU samples at the start and at the end.
+        samples: (relay, publisher, machine) samples at the start and at the end.
         reports: each client process's CPU samples, received frames and closed connections.
         swaps: (seq, time) the relay swapped in the state of each tick.
         sent: (seq, time) the publisher sent each tick's batch.
@@ -672,20 +616,21 @@ def evaluate(trial: Trial, records: Records) -> Trial:
     if ingest:
         trial.p99_swap_ms = float(np.percentile(ingest, 99) * 1e3)
     (relay_0, pub_0, busy_0), (relay_1, pub_1, busy_1) = samples
-    wall = relay_1[0] - relay_0[0]
-    trial.relay_cpu = (relay_1[1] - relay_0[1]) / wall
-    trial.publisher_cpu = (pub_1[1] - pub_0[1]) / wall
-    trial.clients_cpu = sum(
-        (r["cpu"][1][1] - r["cpu"][0][1]) / (r["cpu"][1][0] - r["cpu"][0][0]) for r in reports
-    )
+    wall = relay_1.cpu.at - relay_0.cpu.at
+    trial.relay_cpu = relay_1.cpu.cores_since(relay_0.cpu)
+    trial.publisher_cpu = pub_1.cores_since(pub_0)
+    trial.clients_cpu = sum(r["cpu"][1].cores_since(r["cpu"][0]) for r in reports)
     ours = trial.relay_cpu + trial.publisher_cpu + trial.clients_cpu
-    trial.other_cpu = max(0.0, (busy_1 - busy_0) / wall - ours)  # other tenants of the machine
-    before, after = relay_0[2], relay_1[2]
+    if busy_0 is not None and busy_1 is not None:  # other tenants of the machine
+        trial.other_cpu = max(0.0, busy_1.cores_since(busy_0) - ours)
+    before, after = relay_0.stats, relay_1.stats
     delta = {key: after[key] - before.get(key, 0) for key in after}
     pushes = delta["pushes"] + delta["no_updates"]
     trial.pushes_per_s = pushes / wall
-    trial.relay_cpu_us_per_push = (relay_1[1] - relay_0[1]) / max(pushes, 1) * 1e6
-    trial.pump_cpu_us_per_push = (relay_1[3] - relay_0[3]) / max(pushes, 1) * 1e6
+    relay_seconds = relay_1.cpu.seconds - relay_0.cpu.seconds
+    trial.relay_cpu_us_per_push = relay_seconds / max(pushes, 1) * 1e6
+    pump_seconds = relay_1.report["pump_cpu"] - relay_0.report["pump_cpu"]
+    trial.pump_cpu_us_per_push = pump_seconds / max(pushes, 1) * 1e6
     bodies = delta["bodies_cut"] + delta["bodies_shared"]
     trial.bodies_shared_fraction = delta["bodies_shared"] / max(bodies, 1)
     trial.relay_rows = after["rows"]
@@ -731,16 +676,6 @@ def summary(trial: Trial) -> dict[str, Any]:
     return {k: round(v, 3) if isinstance(v, float) else v for k, v in out.items()}
 
 
-def machine_busy() -> float:
-    """CPU seconds all cores of the machine have spent busy so far (from /proc/stat)."""
-    path = Path("/proc/stat")
-    if not path.exists():
-        return 0.0
-    fields = [int(v) for v in path.read_text().splitlines()[0].split()[1:]]
-    idle = fields[3] + (fields[4] if len(fields) > 4 else 0)  # idle + iowait
-    return (sum(fields[:8]) - idle) / os.sysconf("SC_CLK_TCK")
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--entities", type=int, default=ENTITIES)
@@ -763,6 +698,7 @@ def main() -> None:
     if args.only:
         print(json.dumps(summary(run_trial(args.only, args, group=args.group)), indent=2))
         return
+    calibration = calibrate()
     best, trials = search(args)
     compare_at = max(best, args.start)
     distinct = run_trial(compare_at, args, group=1)
@@ -793,6 +729,7 @@ def main() -> None:
             "pump_cpu_us_per_push_shared": round(shared.pump_cpu_us_per_push, 1),
         },
         "machine": describe(),
+        "calibration": calibration,
     }
     write_results(results, RESULTS)
 

@@ -37,9 +37,10 @@ import numpy as np
 
 from fanout.relay.core import UPSTREAM, RelayCore
 from fanout.relay.planner import Policy
+from fanout.testing.calibration import calibrate
+from fanout.testing.machine import describe, write_results
 from fanout.wire.columns import encode_columns
 from fanout.wire.messages import Acquire, Batch, Catalog, DatasetInfo, Subscribe
-from machine import describe, write_results
 from relay import Entities, routes
 
 RESULTS = Path(__file__).parent / "results" / "relaycore.json"
@@ -135,13 +136,14 @@ def main() -> None:
     parser.add_argument("--ticks", type=int, default=20)
     parser.add_argument("--profile", action="store_true", help="print the hottest functions")
     args = parser.parse_args()
+    calibration = calibrate()
     profiler = cProfile.Profile() if args.profile else None
     result = run(args.subscribers, args.ticks, profiler)
     if profiler is not None:
         pstats.Stats(profiler, stream=sys.stderr).sort_stats("tottime").print_stats(25)
         print(json.dumps(result))
         return
-    write_results({**result, "machine": describe()}, RESULTS)
+    write_results({**result, "machine": describe(), "calibration": calibration}, RESULTS)
 
 
 if __name__ == "__main__":

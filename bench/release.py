@@ -30,11 +30,12 @@ from pathlib import Path
 
 from fanout.relay.release import unneeded
 from fanout.relay.upstream import Primitive
+from fanout.testing.calibration import calibrate
+from fanout.testing.machine import describe, write_results
 from fanout.views import View
 from fanout.views.objects import ObjectPath
 from fanout.views.sql import Sql
 from fanout.views.topic import TopicFilter
-from machine import describe, write_results
 
 RESULTS = Path(__file__).parent / "results" / "release.json"
 SITES = 50
@@ -84,7 +85,7 @@ def main() -> None:
     parser.add_argument("--give-up", type=float, default=20.0, help="seconds")
     parser.add_argument("--out", type=Path, default=RESULTS)
     args = parser.parse_args()
-    started = describe()
+    started, calibration = describe(), calibrate()
     sizes = [int(size) for size in args.sizes.split(",")]
     results: dict[str, object] = {}
     for kind, need in KINDS.items():
@@ -95,6 +96,7 @@ def main() -> None:
                 break
         results[kind] = runs
     results["machine"] = started
+    results["calibration"] = calibration
     write_results(results, args.out)
 
 

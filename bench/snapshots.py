@@ -47,9 +47,10 @@ from fanout.publisher.mirror import Mirror
 from fanout.publisher.sources.simulation import SimulationParams
 from fanout.publisher.spark import spark_session
 from fanout.publisher.state import current_state, latest_per_key
+from fanout.testing.calibration import calibrate
+from fanout.testing.machine import describe, write_results
 from fanout.views import Box, View
 from fanout.views.sql import Sql
-from machine import describe, write_results
 
 RESULTS = Path(__file__).parent / "results" / "snapshots.json"
 RESULTS_SQL = Path(__file__).parent / "results" / "snapshots-sql.json"
@@ -187,7 +188,7 @@ def main() -> None:
     measured = 3 if args.quick else args.batches
     workdir = Path(tempfile.mkdtemp(prefix="fanout-bench-snapshots-"))
     spark = spark_session(MASTER, app_name="fanout-bench-snapshots")
-    started = describe()
+    started, calibration = describe(), calibrate()
     period = AGENTS // ROWS_PER_TICK
     base = SimulationParams(
         agents=AGENTS,
@@ -233,6 +234,7 @@ def main() -> None:
             "master": MASTER,
         },
         "machine": started,
+        "calibration": calibration,
     }
     path = RESULTS if args.index == "space" else RESULTS_SQL
     write_results(results, None if args.quick else path)

@@ -5,11 +5,12 @@ object and writes ``bench/results/sqlshare.json``.
 
 Processes, all on this machine:
 
-* **publisher** (this process): a scripted publisher speaking the real protocol, serving one SQL
-  dataset, ``orders`` (``--rows`` rows: ``order_id``, ``customer``, ``amount``), 10 ticks/s;
-  each tick changes ``--changed`` rows' amounts. ``tick_time`` is the batch's send time.
-* **relay**: ``fanout relay`` (the real command, in a process of its own), with the SQL time
-  budget of the trial.
+* **publisher** (this process): a scripted publisher speaking the real protocol
+  (``fanout.testing.publisher``), serving one SQL dataset, ``orders`` (``--rows`` rows:
+  ``order_id``, ``customer``, ``amount``), 10 ticks/s; each tick changes ``--changed`` rows'
+  amounts. ``tick_time`` is the batch's send time.
+* **relay**: ``fanout relay`` (the real command, in a process of its own, its log in a temporary
+  folder), with the SQL time budget of the trial.
 * **subscribers** (this process, through the client library): a *calm* connection with one
   cheap view (``SELECT * FROM orders WHERE order_id < 100``) at 10 pushes/s, and a *heavy*
   connection with ``--queries`` different views, each a non-key self-join of ``--join-rows``
@@ -37,7 +38,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -45,24 +46,15 @@ from typing import Any
 import duckdb
 import numpy as np
 import pyarrow as pa
-from websockets.asyncio.server import ServerConnection, serve
-from websockets.exceptions import ConnectionClosed
 
 from fanout.client import connect
+from fanout.launch import start
 from fanout.metrics import scrape
+from fanout.testing.calibration import calibrate
+from fanout.testing.machine import describe, write_results
+from fanout.testing.publisher import ScriptedPublisher, serving
 from fanout.views.sql import parse as sql
-from fanout.wire import codec
-from fanout.wire.columns import encode_columns
-from fanout.wire.messages import (
-    PROTOCOL_VERSION,
-    Acquire,
-    Batch,
-    Catalog,
-    DatasetInfo,
-    Hello,
-    Welcome,
-)
-from machine import describe, write_results
+from fanout.wire.messages import Catalog, DatasetInfo
 
 RESULTS = Path(__file__).parent / "results" / "sqlshare.json"
 ORDERS = DatasetInfo(
@@ -86,9 +78,9 @@ def heavy(query: int, join_rows: int) -> str:
     )
 
 
-class Publisher:
-    """Serves ``orders`` to the relay: every row at first and with new snapshots, then the
-    changed rows each tick."""
+class Orders:
+    """The ``orders`` table, served by a scripted publisher: every row at first and with new
+    snapshots, then the changed rows each tick."""
 
     def __init__(self, rows: int, changed: int) -> None:
         self.rng = np.random.default_rng(7)
@@ -96,53 +88,30 @@ class Publisher:
         self.customers = np.array([f"c{i % 97}" for i in range(rows)], dtype=object)
         self.amounts = self.rng.uniform(1.0, 1000.0, rows)
         self.changed = changed
-        self.relay: ServerConnection | None = None
-        self.acquired: list[int] = []
-        self.seq = 0
+        self.publisher = ScriptedPublisher(Catalog([ORDERS]), name="bench")
         self.sent: dict[int, float] = {}  # tick -> when its batch was sent
 
-    async def handle(self, websocket: ServerConnection) -> None:
-        hello = codec.to_publisher().decode(await websocket.recv())
-        assert isinstance(hello, Hello)
-        await websocket.send(codec.encode(Welcome(PROTOCOL_VERSION, "bench", "s")))
-        await websocket.send(codec.encode(Catalog([ORDERS])))
-        self.relay = websocket
-        with contextlib.suppress(ConnectionClosed):
-            async for message in websocket:
-                frame = codec.to_publisher().decode(message)
-                if isinstance(frame, Acquire):
-                    self.acquired.append(frame.prim)
+    @property
+    def seq(self) -> int:
+        """The next batch's seq (and tick)."""
+        return self.publisher.next_seq.get(ORDERS.name, 0)
 
     async def tick(self) -> None:
-        if self.relay is None:
+        if not self.publisher.relays:
             return
-        snapshots, self.acquired = self.acquired, []
-        if snapshots or self.seq == 0:
+        snapshots = self.publisher.take_fresh()
+        if snapshots or not self.sent:
             at = np.arange(len(self.ids))
         else:
             at = self.rng.choice(len(self.ids), self.changed, replace=False)
             self.amounts[at] = self.rng.uniform(1.0, 1000.0, len(at))
-        now = time.time()
-        batch = Batch(
-            dataset="orders",
-            epoch=1,
-            seq=self.seq,
-            tick=self.seq,
-            tick_time=now,
-            upserts=encode_columns(
-                {
-                    "order_id": self.ids[at],
-                    "customer": self.customers[at],
-                    "amount": self.amounts[at],
-                }
-            ),
-            deletes=encode_columns({"order_id": self.ids[:0]}),
-            snapshots=snapshots,
-        )
-        self.sent[self.seq] = now
-        self.seq += 1
-        with contextlib.suppress(ConnectionClosed):
-            await self.relay.send(codec.encode(batch))
+        upserts = {
+            "order_id": self.ids[at],
+            "customer": self.customers[at],
+            "amount": self.amounts[at],
+        }
+        batch = await self.publisher.send(upserts, snapshots=snapshots)
+        self.sent[batch.tick] = batch.tick_time
 
 
 def query_ms(rows: int, join_rows: int) -> float:
@@ -161,35 +130,20 @@ def query_ms(rows: int, join_rows: int) -> float:
 
 
 async def trial(args: argparse.Namespace, name: str, limits: list[str]) -> dict[str, Any]:
-    publisher = Publisher(args.rows, args.changed)
-    async with serve(publisher.handle, "127.0.0.1", 0) as server:
-        port = next(iter(server.sockets)).getsockname()[1]
-        relay = await asyncio.create_subprocess_exec(
-            str(Path(sys.executable).parent / "fanout"),
-            "relay",
-            "--publisher",
-            f"ws://127.0.0.1:{port}",
-            "--port",
-            "0",
-            *limits,
-            stdout=asyncio.subprocess.PIPE,
+    orders = Orders(args.rows, args.changed)
+    logs = Path(tempfile.mkdtemp(prefix="fanout-bench-sqlshare-"))
+    async with serving(orders.publisher) as url:
+        relay = await start(
+            "relay", ["--publisher", url, "--port", "0", *limits], logs / f"relay-{name}.log"
         )
         try:
-            assert relay.stdout is not None
-            line = (await asyncio.wait_for(relay.stdout.readline(), 30)).decode()
-            if "ready" not in line:
-                raise RuntimeError(f"the relay did not start: {line!r}")
-            url = line.split()[-1]
-            return await _measure(args, name, publisher, url)
+            return await _measure(args, name, orders, relay.url)
         finally:
-            relay.terminate()
-            await relay.wait()
+            await relay.stop()
 
 
-async def _measure(
-    args: argparse.Namespace, name: str, publisher: Publisher, url: str
-) -> dict[str, Any]:
-    ticking = asyncio.create_task(_tick(publisher))
+async def _measure(args: argparse.Namespace, name: str, orders: Orders, url: str) -> dict[str, Any]:
+    ticking = asyncio.create_task(_tick(orders))
     latencies: list[float] = []
     calm_ticks: set[int] = set()
     heavy_pushes = 0
@@ -199,7 +153,7 @@ async def _measure(
         async for update in view:
             if measuring:
                 calm_ticks.add(update.tick)
-                latencies.append(update.received_at - publisher.sent[update.tick])
+                latencies.append(update.received_at - orders.sent[update.tick])
 
     async def follow_heavy(view: Any) -> None:
         nonlocal heavy_pushes
@@ -217,9 +171,9 @@ async def _measure(
                 followers.append(asyncio.create_task(follow_heavy(view)))
             await asyncio.sleep(args.warmup)
             before = await asyncio.to_thread(scrape, url)
-            first_tick, measuring = publisher.seq, True
+            first_tick, measuring = orders.seq, True
             await asyncio.sleep(args.measure)
-            measuring, last_tick = False, publisher.seq - 1
+            measuring, last_tick = False, orders.seq - 1
             after = await asyncio.to_thread(scrape, url)
             for follower in followers:
                 follower.cancel()
@@ -244,11 +198,11 @@ async def _measure(
     }
 
 
-async def _tick(publisher: Publisher) -> None:
+async def _tick(orders: Orders) -> None:
     loop = asyncio.get_running_loop()
     next_at = loop.time()
     while True:
-        await publisher.tick()
+        await orders.tick()
         next_at += TICK
         await asyncio.sleep(max(0.0, next_at - loop.time()))
 
@@ -265,7 +219,7 @@ def main() -> None:
     args = parser.parse_args()
     if args.quick:
         args.warmup, args.measure = 2.0, 5.0
-    machine = describe()
+    machine, calibration = describe(), calibrate()
     alone = query_ms(args.rows, args.join_rows)
     trials = [
         asyncio.run(trial(args, "unlimited", ["--sql-share", "1", "--sql-burst", "1e9"])),
@@ -274,6 +228,7 @@ def main() -> None:
     results = {
         "benchmark": "sqlshare",
         "machine": machine,
+        "calibration": calibration,
         "workload": {
             "rows": args.rows,
             "changed_per_tick": args.changed,

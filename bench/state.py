@@ -55,7 +55,8 @@ from fanout.publisher.datasets import agents
 from fanout.publisher.sources.simulation import SimulationParams
 from fanout.publisher.spark import spark_session
 from fanout.publisher.state import latest_per_key
-from machine import describe, write_results
+from fanout.testing.calibration import calibrate
+from fanout.testing.machine import describe, write_results
 
 RESULTS = Path(__file__).parent / "results" / "state.json"
 
@@ -190,7 +191,7 @@ def main() -> None:
     measured = 3 if args.quick else args.batches
     workdir = Path(tempfile.mkdtemp(prefix="fanout-bench-state-"))
     spark = spark_session(MASTER, app_name="fanout-bench-state")
-    started = describe()
+    started, calibration = describe(), calibrate()
     try:
         cases = {case: measure_case(spark, case, workdir, measured) for case in args.cases}
     finally:
@@ -225,6 +226,7 @@ def main() -> None:
             "skipped_batches": SKIP,
         },
         "machine": started,
+        "calibration": calibration,
     }
     write_results(results, None if args.quick else RESULTS)
 

@@ -16,6 +16,7 @@ Run ``.venv/bin/python bench/views.py``; it also writes ``bench/results/views.js
 
 from __future__ import annotations
 
+import argparse
 import math
 import random
 import statistics
@@ -24,9 +25,10 @@ from collections.abc import Callable
 from functools import partial
 from pathlib import Path
 
+from fanout.testing.calibration import calibrate
+from fanout.testing.machine import describe, write_results
 from fanout.views import Box, CoverIndex, Sphere, covers, residual
 from fanout.views.topic.index import TopicIndex
-from machine import describe, write_results
 
 HELD_COUNTS = (10, 100, 1_000, 10_000)
 VIEWS_PER_COUNT = 2_000
@@ -117,7 +119,8 @@ def bench_topics(results: dict[str, object]) -> None:
 
 
 def main() -> None:
-    results: dict[str, object] = {"machine": describe()}
+    argparse.ArgumentParser(description=__doc__.splitlines()[0]).parse_args()
+    results: dict[str, object] = {"machine": describe(), "calibration": calibrate()}
     bench_covers(results)
     bench_topics(results)
     write_results(results, RESULTS)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
@@ -58,15 +58,3 @@ async def relay(publisher: Child, tmp_path: Path) -> AsyncIterator[Child]:
 async def settle(view, updates: int = 2, timeout: float = 60.0) -> None:
     """Wait until ``view`` has received ``updates`` more updates."""
     await asyncio.wait_for(view.wait_updates(updates), timeout)
-
-
-async def poll(predicate: Callable[[], bool], timeout: float, every: float = 0.2) -> None:
-    """Wait until ``predicate()`` (run off the event loop: it may read files) holds.
-
-    For what gives no event to wait on, such as a child's log file.
-    """
-    async with asyncio.timeout(timeout):
-        while True:
-            if await asyncio.to_thread(predicate):
-                return
-            await asyncio.sleep(every)

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import os
-import socket
 import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -23,19 +22,15 @@ import pytest_asyncio
 from fanout.client import connect
 from fanout.client.publisher import open_reader
 from fanout.launch import Child, start
+from fanout.testing.ports import free_port
+from fanout.testing.wait import eventually
 from fanout.views import Box
 
-from .conftest import poll, settle
+from .conftest import settle
 
 pytestmark = [pytest.mark.integration, pytest.mark.asyncio(loop_scope="module")]
 
 SPARK_CLASS = Path(pyspark.__file__).parent / "bin" / "spark-class"
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
 
 
 async def daemon(args: list[str], log: Path, ready: str) -> asyncio.subprocess.Process:
@@ -52,7 +47,7 @@ async def daemon(args: list[str], log: Path, ready: str) -> asyncio.subprocess.P
             raise RuntimeError(f"{args[0]} exited: {text[-2000:]}")
         return ready in text
 
-    await poll(started, 120, every=0.5)
+    await eventually(started, timeout=120, every=0.5, in_thread=True, what=f"{args[0]} ready")
     return process
 
 

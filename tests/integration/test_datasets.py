@@ -16,6 +16,7 @@ from fanout.client import SubscriptionError
 from fanout.client.publisher import open_producer, open_reader
 from fanout.launch import Child, start
 from fanout.metrics import scrape
+from fanout.testing.wait import eventually
 from fanout.views.objects import parse as path
 from fanout.views.sql import parse as sql
 from fanout.views.topic import parse as topic
@@ -23,9 +24,11 @@ from fanout.wire import codec
 from fanout.wire.columns import decode_columns
 from fanout.wire.messages import PROTOCOL_VERSION, Acquire, Batch, Catalog, Hello, Welcome
 
-from .conftest import poll
-
 pytestmark = [pytest.mark.integration, pytest.mark.asyncio(loop_scope="module")]
+
+#: How long to poll the publisher's state for published rows: Spark picks them up on its next
+#: micro-batch.
+NEXT_BATCH = {"timeout": 90.0, "every": 0.5}
 
 CONFIG = """
 [datasets.orders]
@@ -75,16 +78,6 @@ async def publisher(tmp_path: Path) -> AsyncIterator[tuple[Child, Path]]:
         await child.stop()
 
 
-async def eventually(read, check, timeout: float = 90.0):
-    """Poll ``read()`` until ``check(result)`` holds (Spark picks data up on its next batch)."""
-    async with asyncio.timeout(timeout):
-        while True:
-            result = await read()
-            if check(result):
-                return result
-            await asyncio.sleep(0.5)
-
-
 async def test_published_topics_are_served_by_topic_filter(publisher) -> None:
     child, _ = publisher
     async with open_producer(child.url) as producer:
@@ -109,6 +102,7 @@ async def test_published_topics_are_served_by_topic_filter(publisher) -> None:
                 result[1]["topic"].tolist() == ["plant/2/temp"]
                 and result[1]["value"].tolist() == [22.0]
             ),
+            **NEXT_BATCH,
         )
 
 
@@ -132,10 +126,13 @@ async def test_files_dropped_in_the_folder_are_served_by_sql(publisher) -> None:
             lambda result: (
                 result[1]["order_id"].tolist() == [3] and result[1]["amount"].tolist() == [5.0]
             ),
+            **NEXT_BATCH,
         )
     # The malformed line, counted and reported: by Spark's progress event, which its listener
     # bus delivers after the micro-batch, so the log may say it a moment after the state shows.
-    await poll(lambda: "rejected 1 file row(s)" in Path(child.log).read_text(), 30)
+    await eventually(
+        lambda: "rejected 1 file row(s)" in Path(child.log).read_text(), timeout=30, in_thread=True
+    )
 
 
 async def test_a_relay_holding_object_paths_gets_snapshots_and_changes(publisher) -> None:
@@ -155,6 +152,7 @@ async def test_a_relay_holding_object_paths_gets_snapshots_and_changes(publisher
             await eventually(
                 lambda: reader.read("objects", path("/cars/.all")),
                 lambda result: len(result[1]["path"]) == 2,
+                **NEXT_BATCH,
             )
         async with connect(child.url, max_size=None) as relay:
             await relay.send(codec.encode(Hello(PROTOCOL_VERSION, "relay", "model")))

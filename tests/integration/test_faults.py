@@ -21,9 +21,9 @@ import pytest_asyncio
 from websockets.exceptions import ConnectionClosed
 
 from fanout.client import LiveView, SubscriptionError, Update, connect
-from fanout.client.audit import audit
 from fanout.launch import Child, start
 from fanout.publisher.log import SqliteLog
+from fanout.testing.audit import audit
 from fanout.views import Box
 
 pytestmark = [pytest.mark.integration, pytest.mark.asyncio(loop_scope="module")]

@@ -14,11 +14,11 @@ import pytest
 import pytest_asyncio
 
 from fanout.client import LiveView, connect
-from fanout.client.audit import audit
 from fanout.client.publisher import PublisherClient, open_producer, open_reader
 from fanout.client.subscriber import Update
 from fanout.launch import Child, start
 from fanout.publisher.log import SqliteLog
+from fanout.testing.audit import audit
 from fanout.views import View
 from fanout.views.sql import parse as sql
 from fanout.views.topic import parse as topic

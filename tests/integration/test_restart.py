@@ -18,12 +18,11 @@ from websockets.exceptions import ConnectionClosed
 
 from fanout.client.publisher import open_reader
 from fanout.launch import Child, start
+from fanout.testing.wait import eventually
 from fanout.views import Box
 from fanout.wire import codec
 from fanout.wire.columns import decode_columns
 from fanout.wire.messages import PROTOCOL_VERSION, Acquire, Batch, Catalog, Hello, Welcome
-
-from .conftest import poll
 
 pytestmark = pytest.mark.integration
 
@@ -103,8 +102,10 @@ async def test_kill_9_and_restart_loses_and_repeats_nothing(tmp_path: Path) -> N
     second = await publisher(tmp_path / "state", log, port=int(url.rsplit(":", 1)[1]))
     try:
         # let the restarted publisher deliver micro-batches the relay misses: they come from the log
-        await poll(
-            lambda: log.read_text().count("fanout.publisher.pipeline: agents batch") >= 2, 120
+        await eventually(
+            lambda: log.read_text().count("fanout.publisher.pipeline: agents batch") >= 2,
+            timeout=120,
+            in_thread=True,
         )
         with contextlib.suppress(ConnectionClosed):
             await relay.follow(url, until=relay.seqs[-1] + 5)

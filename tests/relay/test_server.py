@@ -1,7 +1,7 @@
 """The relay's asyncio shell over real sockets, against a scripted publisher on loopback.
 
-The publisher here is a small WebSocket server speaking the real protocol (so these tests need
-no Spark); the relay and the subscribers are the real ones.
+The publisher here is ``fanout.testing.publisher.ScriptedPublisher``, speaking the real protocol
+(so these tests need no Spark); the relay and the subscribers are the real ones.
 """
 
 from __future__ import annotations
@@ -13,10 +13,8 @@ import re
 import sys
 from collections.abc import AsyncIterator
 
-import numpy as np
 import pytest
 from websockets.asyncio.client import connect as ws_connect
-from websockets.asyncio.server import ServerConnection, serve
 from websockets.exceptions import ConnectionClosed
 
 from fanout.client import HandshakeRefused, SubscriptionError, connect
@@ -26,13 +24,13 @@ from fanout.relay.core import RelayCore
 from fanout.relay.metrics import CORE
 from fanout.relay.planner import Policy
 from fanout.relay.server import UPSTREAM_READ, RelayConfig, RelayServer, _read_more_at_once
+from fanout.testing.publisher import ScriptedPublisher, serving
+from fanout.testing.relays import running_relay
+from fanout.testing.wait import eventually
 from fanout.views import Box
 from fanout.wire import codec
-from fanout.wire.columns import encode_columns
 from fanout.wire.messages import (
     PROTOCOL_VERSION,
-    Acquire,
-    Batch,
     Catalog,
     DatasetInfo,
     Error,
@@ -47,72 +45,20 @@ from fanout.wire.messages import (
 INFO = DatasetInfo("agents", "id", {"id": "<i8", "x": "<f8", "y": "<f8"}, "space", ["x", "y"])
 
 
-class ScriptedPublisher:
-    """Accepts relays, records their acquires, sends the batches a test hands it."""
-
-    def __init__(self, catalogs: list[Catalog] | None = None) -> None:
-        self.acquired: asyncio.Queue[Acquire] = asyncio.Queue()
-        self.relays: list[ServerConnection] = []
-        self.connections = 0
-        self.seq = 0
-        self.catalogs = catalogs or [Catalog([INFO])]  # one a connection; the last one stays
-
-    async def handle(self, websocket: ServerConnection) -> None:
-        hello = codec.to_publisher().decode(await websocket.recv())
-        assert isinstance(hello, Hello)
-        await websocket.send(codec.encode(Welcome(PROTOCOL_VERSION, "scripted", "s")))
-        catalog = self.catalogs.pop(0) if len(self.catalogs) > 1 else self.catalogs[0]
-        await websocket.send(codec.encode(catalog))
-        self.relays.append(websocket)
-        self.connections += 1
-        with contextlib.suppress(ConnectionClosed):
-            async for message in websocket:
-                frame = codec.to_publisher().decode(message)
-                if isinstance(frame, Acquire):
-                    await self.acquired.put(frame)
-
-    async def send(
-        self, rows: dict[str, list], snapshots: list[int] = (), deletes: list[int] = ()
-    ) -> None:
-        batch = Batch(
-            dataset="agents",
-            epoch=1,
-            seq=self.seq,
-            tick=10 * self.seq,
-            tick_time=0.0,
-            upserts=encode_columns(rows) if rows else encode_columns({}),
-            deletes=encode_columns({"id": np.array(deletes, dtype=np.int64)}),
-            snapshots=list(snapshots),
-        )
-        self.seq += 1
-        for relay in self.relays:
-            await relay.send(codec.encode(batch))
-
-
 @contextlib.asynccontextmanager
 async def running(
     publisher: ScriptedPublisher | None = None, **config: object
 ) -> AsyncIterator[tuple[ScriptedPublisher, RelayServer, str]]:
     """A scripted publisher and a real relay on loopback; ``config`` overrides RelayConfig."""
-    publisher = publisher or ScriptedPublisher()
-    async with serve(publisher.handle, "127.0.0.1", 0) as server:
-        port = next(iter(server.sockets)).getsockname()[1]
-        settings: dict[str, object] = {
-            "policy": Policy(widen="margin"),
-            "stall_timeout": 1.0,
-            "reconnect_delay": 0.05,
-        }
-        settings.update(config)
-        relay = RelayServer(RelayConfig(publisher=f"ws://127.0.0.1:{port}", **settings))  # type: ignore[arg-type]
-        ready = asyncio.Event()
-        task = asyncio.create_task(relay.run(lambda _: ready.set()))
-        await asyncio.wait_for(ready.wait(), 10)
-        try:
-            yield publisher, relay, f"ws://127.0.0.1:{relay.port}"
-        finally:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+    publisher = publisher or ScriptedPublisher(Catalog([INFO]))
+    settings: dict[str, object] = {
+        "policy": Policy(widen="margin"),
+        "stall_timeout": 1.0,
+        "reconnect_delay": 0.05,
+    }
+    settings.update(config)
+    async with serving(publisher) as url, running_relay(url, **settings) as (relay, relay_url):
+        yield publisher, relay, relay_url
 
 
 @pytest.fixture
@@ -130,24 +76,24 @@ async def test_a_subscriber_gets_its_view_through_the_relay(deployment) -> None:
     publisher, _, url = deployment
     async with connect(url) as subscriber:
         view = await subscriber.subscribe(Box((0, 0), (10, 10)))
-        acquire = await asyncio.wait_for(publisher.acquired.get(), 5)
+        acquire = await publisher.next_acquire()
         await publisher.send(
             {"id": [1, 2], "x": [1.0, 11.0], "y": [1.0, 11.0]}, snapshots=[acquire.prim]
         )
         update = await next_update(view)
         assert update.full
         assert view.rows == {1: {"id": 1, "x": 1.0, "y": 1.0}}
-        await publisher.send({"id": [1, 3], "x": [2.0, 3.0], "y": [2.0, 3.0]})
+        await publisher.send({"id": [1, 3], "x": [2.0, 3.0], "y": [2.0, 3.0]}, tick=10)
         update = await next_update(view)
         assert sorted(view.rows) == [1, 3]
         assert view.rows[1]["x"] == 2.0
-        assert update.tick == 10
+        assert (update.seq, update.tick) == (1, 10)
 
 
 async def first_push(publisher: ScriptedPublisher, subscriber):
     """Subscribe to a box; the publisher answers its acquire with one row. (view, acquire)"""
     view = await subscriber.subscribe(Box((0, 0), (10, 10)))
-    acquire = await asyncio.wait_for(publisher.acquired.get(), 5)
+    acquire = await publisher.next_acquire()
     await publisher.send({"id": [1], "x": [1.0], "y": [1.0]}, snapshots=[acquire.prim])
     await next_update(view)
     return view, acquire
@@ -164,12 +110,10 @@ async def test_metrics_count_what_the_relay_did(deployment) -> None:
     assert live["fanout_relay_rows"] == 1
     assert live["fanout_relay_pushes_total"] == 1
     assert live["fanout_relay_bytes_sent_total"] > 0
-    for _ in range(50):  # the subscriber's connection closes; its bytes stay counted
-        after = await asyncio.to_thread(scrape, url)
-        if after["fanout_relay_connections"] == 0:
-            break
-        await asyncio.sleep(0.1)
-    assert after["fanout_relay_connections"] == 0
+    # the subscriber's connection closes; its bytes stay counted
+    after = await eventually(
+        lambda: scrape(url), lambda now: now["fanout_relay_connections"] == 0, in_thread=True
+    )
     assert after["fanout_relay_subscriptions"] == 0
     assert after["fanout_relay_bytes_sent_total"] >= live["fanout_relay_bytes_sent_total"]
     assert after["fanout_relay_frames_sent_total"] >= live["fanout_relay_frames_sent_total"]
@@ -185,7 +129,7 @@ async def test_a_refused_subscription_raises_and_the_connection_keeps_working(de
         with pytest.raises(SubscriptionError, match="unknown dataset 'nope'"):
             await subscriber.subscribe(Box((0, 0), (1, 1)), dataset="nope")
         view = await subscriber.subscribe(Box((0, 0), (10, 10)))
-        acquire = await asyncio.wait_for(publisher.acquired.get(), 5)
+        acquire = await publisher.next_acquire()
         await publisher.send({"id": [5], "x": [5.0], "y": [5.0]}, snapshots=[acquire.prim])
         await next_update(view)
         assert list(view.rows) == [5]
@@ -202,7 +146,7 @@ async def test_malformed_frames_get_errors_while_others_are_served(deployment) -
     publisher, _, url = deployment
     async with connect(url) as good:
         view = await good.subscribe(Box((0, 0), (10, 10)))
-        acquire = await asyncio.wait_for(publisher.acquired.get(), 5)
+        acquire = await publisher.next_acquire()
         bad = await raw_session(url)
         try:
             await bad.send(b"\x81\xa4type\xa5bogus")
@@ -259,10 +203,7 @@ async def test_beyond_max_connections_a_hello_is_refused_as_unavailable() -> Non
             assert (await asyncio.wait_for(first.subscribe(Box((0, 0), (1, 1))), 5)).sub == 1
             scraped = await asyncio.to_thread(scrape, url)
             assert scraped["fanout_relay_connections_refused_total"] == 1
-        for _ in range(100):  # both closed: there is room again
-            if not relay._connected:
-                break
-            await asyncio.sleep(0.05)
+        await eventually(lambda: not relay._connected, what="both closed: there is room again")
         async with connect(url) as again:
             assert (await asyncio.wait_for(again.subscribe(Box((0, 0), (1, 1))), 5)).sub == 1
 
@@ -275,7 +216,7 @@ async def test_a_slow_consumer_is_cut_off_without_delaying_others(deployment) ->
     # not grow to hold everything the relay writes (loopback receive buffers may grow to 32 MB).
     slow = await raw_session(url, max_queue=1)
     await slow.send(codec.encode(Subscribe(1, "agents", Box((0, 0), (10, 10)), rate=100.0)))
-    acquire = await asyncio.wait_for(publisher.acquired.get(), 5)
+    acquire = await publisher.next_acquire()
     async with connect(url) as fast:
         view = await fast.subscribe(Box((0, 0), (10, 10)), rate=100.0)
         await publisher.send(big, snapshots=[acquire.prim])
@@ -302,7 +243,7 @@ async def test_the_relay_reacquires_after_the_publisher_connection_drops(deploym
     async with connect(url) as subscriber:
         view, first = await first_push(publisher, subscriber)
         await publisher.relays.pop().close()
-        again = await asyncio.wait_for(publisher.acquired.get(), 10)
+        again = await publisher.next_acquire(10)
         assert (again.prim, again.view) == (first.prim, first.view)
         assert publisher.connections == 2
         await publisher.send({"id": [2], "x": [2.0], "y": [2.0]}, snapshots=[again.prim])
@@ -317,12 +258,11 @@ async def test_a_malformed_batch_drops_the_publisher_link_and_the_relay_starts_o
     async with connect(url) as subscriber:
         view, first = await first_push(publisher, subscriber)
         await publisher.send({"id": [2], "x": [2.0]})  # no "y": refused whole, not written
-        again = await asyncio.wait_for(publisher.acquired.get(), 10)  # a new connection
+        again = await publisher.next_acquire(10)  # a new connection
         assert publisher.connections == 2 and again.view == first.view
         assert "upsert columns" in caplog.text
         assert view.rows == {1: {"id": 1, "x": 1.0, "y": 1.0}}  # nothing of it reached anyone
-        del publisher.relays[0]  # the dropped connection
-        publisher.seq = 1  # the relay resumes after seq 0, the last batch it took
+        publisher.next_seq["agents"] = 1  # the relay resumes after seq 0, the last batch it took
         await publisher.send({"id": [3], "x": [3.0], "y": [3.0]}, snapshots=[again.prim])
         await next_update(view)
         assert sorted(view.rows) == [3]
@@ -335,7 +275,6 @@ async def test_a_catalog_the_relay_cannot_hold_is_logged_and_the_relay_connects_
     publisher = ScriptedPublisher([Catalog([bad]), Catalog([INFO])])
     async with running(publisher) as (_, _, url), connect(url) as subscriber:
         assert "column 'x' has dtype '<c16'" in caplog.text
-        del publisher.relays[0]  # the connection the relay dropped
         view, _ = await first_push(publisher, subscriber)  # ready once it could hold a catalog
         assert view.rows == {1: {"id": 1, "x": 1.0, "y": 1.0}}
         assert publisher.connections == 2
@@ -351,7 +290,7 @@ async def test_transforms_and_capabilities_reach_the_subscriber(deployment) -> N
         assert view.effective_transform == Transform(
             columns=["x"], precision="fixed", quantum=Transform.DEFAULT_QUANTUM
         )
-        acquire = await asyncio.wait_for(publisher.acquired.get(), 5)
+        acquire = await publisher.next_acquire()
         await publisher.send({"id": [1], "x": [1.5], "y": [2.0]}, snapshots=[acquire.prim])
         await next_update(view)
         assert view.rows == {1: {"id": 1, "x": 1536}}  # 1.5 in units of 1/1024
@@ -369,7 +308,7 @@ async def test_many_subscriptions_are_served_in_rounds_that_yield() -> None:
                 for subscriber in (first, second)
                 for _ in range(40)
             ]
-            acquire = await asyncio.wait_for(publisher.acquired.get(), 5)
+            acquire = await publisher.next_acquire()
             await publisher.send({"id": [1], "x": [1.0], "y": [1.0]}, snapshots=[acquire.prim])
             await asyncio.gather(*(asyncio.wait_for(v.wait_updates(1), 10) for v in views))
             assert all(view.rows == {1: {"id": 1, "x": 1.0, "y": 1.0}} for view in views)
@@ -386,7 +325,7 @@ async def test_a_slow_reader_gets_fewer_larger_pushes_while_others_get_every_tic
         assert isinstance(codec.to_subscriber().decode(await slow.recv()), Welcome)
         await slow.send(codec.encode(Subscribe(1, "agents", Box((0, 0), (10, 10)), rate=100.0)))
         assert isinstance(codec.to_subscriber().decode(await slow.recv()), Subscribed)
-        acquire = await asyncio.wait_for(publisher.acquired.get(), 5)
+        acquire = await publisher.next_acquire()
         async with connect(url) as fast:
             view = await fast.subscribe(Box((0, 0), (10, 10)), rate=100.0)
             await publisher.send(big, snapshots=[acquire.prim])
@@ -460,18 +399,15 @@ async def test_a_flooding_connection_is_read_at_its_rate_while_others_are_served
             assert burst <= read <= rate * elapsed + burst + 1 + 5  # the burst, then the rate
             # Another connection is served meanwhile, without waiting for the flood.
             view = await asyncio.wait_for(calm.subscribe(Box((500, 500), (510, 510))), 2)
-            acquire = await asyncio.wait_for(publisher.acquired.get(), 5)
+            acquire = await publisher.next_acquire()
             while acquire.view.bounds().lo[0] < 400:  # the flooder's, read before
-                acquire = await asyncio.wait_for(publisher.acquired.get(), 5)
+                acquire = await publisher.next_acquire()
             await publisher.send({"id": [7], "x": [505.0], "y": [505.0]}, snapshots=[acquire.prim])
             await next_update(view)
             assert view.rows == {7: {"id": 7, "x": 505.0, "y": 505.0}}
             assert relay.core.stats()["subscriptions"] < 201  # the flood is still being read
-            for _ in range(300):  # every frame is read in the end, none dropped
-                if relay.core.stats()["subscriptions"] == 201:
-                    break
-                await asyncio.sleep(0.05)
-            assert relay.core.stats()["subscriptions"] == 201
+            # every frame is read in the end, none dropped
+            await eventually(lambda: relay.core.stats()["subscriptions"], lambda n: n == 201)
             assert (await asyncio.to_thread(scrape, url))["fanout_relay_reads_throttled_total"] > 0
         await reading
 
@@ -488,9 +424,9 @@ async def test_a_view_whose_data_the_publisher_refuses_ends_with_the_publishers_
     publisher, _, url = deployment
     async with connect(url) as subscriber:
         view = await subscriber.subscribe(Box((0, 0), (10, 10)))
-        acquire = await asyncio.wait_for(publisher.acquired.get(), 5)
+        acquire = await publisher.next_acquire()
         refusal = Error("invalid_view", "dataset 'agents' is gone", ref=acquire.prim)
-        await publisher.relays[0].send(codec.encode(refusal))
+        assert await publisher.broadcast(refusal) == 1
         with pytest.raises(SubscriptionError, match="refused data this view needs: dataset"):
             await next_update(view)
 

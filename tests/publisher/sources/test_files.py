@@ -17,6 +17,7 @@ from fanout.errors import ConfigError
 from fanout.publisher.datasets import Dataset, FilesSource
 from fanout.publisher.sources.files import files_stream, read_schema, rejections
 from fanout.publisher.state import latest_per_key
+from fanout.testing.wait import eventually_sync
 
 pytestmark = pytest.mark.spark
 
@@ -206,10 +207,7 @@ def test_malformed_lines_are_rejected_counted_and_the_rest_ingested_in_order(
     assert sink.live() == {5: ("e", 5.0, 5), 6: ("f", 6.0, 6)}
     assert query.lastProgress["observedMetrics"]["fanout_files:files_malformed"]["rejected"] == 4
     # The listener hears of the batch on Spark's listener bus, a moment after the batch.
-    deadline = time.monotonic() + 10
-    while counter.counts.get("files_malformed") != 4 and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert counter.counts["files_malformed"] == 4
+    eventually_sync(lambda: counter.counts.get("files_malformed"), lambda n: n == 4)
     assert counter.samples["files_malformed"].startswith("mixed.json:2: malformed: ")
 
 

@@ -1,4 +1,10 @@
-"""What every benchmark records about the machine its numbers come from."""
+"""What every benchmark records about the machine its numbers come from, and how it reports them.
+
+A benchmark is a program a stranger can rerun: it prints one JSON object last, with the machine
+it ran on (:func:`describe`) and a calibration score timed in the same run
+(``fanout.testing.calibration.calibrate``) in it; :func:`write_results` refuses results that lack
+either.
+"""
 
 from __future__ import annotations
 
@@ -8,6 +14,9 @@ import os
 import platform
 from collections.abc import Mapping
 from pathlib import Path
+
+#: What every benchmark's results must hold.
+REQUIRED = ("machine", "calibration")
 
 
 def describe() -> dict[str, object]:
@@ -36,7 +45,14 @@ def describe() -> dict[str, object]:
 
 def write_results(results: Mapping[str, object], path: Path | None) -> None:
     """Print a benchmark's results as one JSON object and, unless ``path`` is None, write them
-    there (``bench/results/``)."""
+    there (``bench/results/``).
+
+    Raises:
+        ValueError: ``results`` lack the machine description or the calibration score.
+    """
+    missing = [name for name in REQUIRED if name not in results]
+    if missing:
+        raise ValueError(f"a benchmark's results must hold {' and '.join(missing)}")
     text = json.dumps(results, indent=2)
     print(text)
     if path is not None:

@@ -1,5 +1,6 @@
-"""Audit an ``every`` subscriber's updates against the publisher's log (seed 004's promise:
-every change, in order, exactly once).
+"""Audit an ``every`` subscriber's updates against the publisher's log: every change, in order,
+exactly once (docs/delivery.md; US 7,487,246, "Gapless delivery and durable subscriptions in a
+content-based publish/subscribe system").
 
 The log is the only durable copy of the stream; :func:`audit` replays a subscriber's received
 updates against it and counts what broke the promise::
@@ -12,23 +13,27 @@ For each update, the logged change of its seq decides what the update must hold:
 changed and are inside the view are *entered* (if the subscriber did not hold them) or *updated*;
 held rows that changed to outside it, or were deleted, *left*; nothing else. A full push (the
 first, or the one after an announced ``resync``) starts the replay again from its rows.
+
+What a view selects is decided here independently of the relay: regions, topic filters and
+object paths by ``fanout.views.members``, SQL views by running the view's text in a DuckDB
+database of its own over each changed row alone (mode ``every`` takes only SQL views that
+select rows one by one), not by the relay's query engine that the audit checks.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from fanout.client.subscriber import Update
-from fanout.publisher.log import BatchLog, LogEntry
-from fanout.relay.tables import TableStore
+from fanout.publisher.log import BatchLog
 from fanout.views.members import Selecting, members
 from fanout.views.sql import Sql
-from fanout.wire.messages import DatasetInfo
 
 
 @dataclass
@@ -82,11 +87,18 @@ def audit(
 
     Args:
         updates: what the subscriber received, in order.
-        view: its view (a region, topic filter, object path, or a SQL view of one table, whose
-            query is run on each logged change the way the relay runs it).
+        view: its view (a region, topic filter, object path, or a SQL view of one table that
+            selects rows one by one, as mode ``every`` requires).
         key: the dataset's key column; index: its index columns (coordinates, topic, path).
         log: the publisher's log.
         dataset: the dataset's name.
+
+    Returns:
+        What the replay found.
+
+    Raises:
+        ValueError: a SQL view made more than one row of one row (it does not select rows one
+            by one).
     """
     report = Audit(delivered=len(updates))
     if not updates:
@@ -94,21 +106,25 @@ def audit(
     seqs = [u.seq for u in updates]
     report.first, report.last = seqs[0], max(seqs)
     _count_order(updates, report)
-    entries = list(log.read(dataset, updates[0].epoch, min(seqs), max(seqs)))
-    select = _selector(view, key, tuple(index), dataset, entries)
-    changes = {entry.seq: entry.rows.to_pydict() for entry in entries}
+    changes = {e.seq: e.rows for e in log.read(dataset, updates[0].epoch, min(seqs), max(seqs))}
+    select = (
+        _sql_selector(view, key, dataset)
+        if isinstance(view, Sql)
+        else _member_selector(view, key, index)
+    )
     held: dict[Any, dict[str, Any]] = {}
     seen: set[int] = set()
     for update in updates:
         if update.seq in seen:
             continue
         seen.add(update.seq)
-        logged = changes.get(update.seq)
-        if logged is None:
+        rows = changes.get(update.seq)
+        if rows is None:
             report.mismatched += 1
             report.note(f"seq {update.seq}: not in the publisher's log")
             continue
-        problem = _replay(update, logged, select(logged), key, held)
+        selected = select(_live(rows))
+        problem = _replay(update, rows.column(key).to_pylist(), selected, key, held)
         if problem is not None:
             report.mismatched += 1
             report.note(f"seq {update.seq}: {problem}")
@@ -120,71 +136,55 @@ Rows = dict[Any, dict[str, Any]]
 """Rows by key, each a column -> value mapping."""
 
 
-def _selector(
-    view: Selecting | Sql,
-    key: str,
-    index: tuple[str, ...],
-    dataset: str,
-    entries: Sequence[LogEntry],
-) -> Callable[[dict[str, list[Any]]], Rows]:
-    """What of a logged change (columns -> values) the view selects, as its subscriber gets it:
-    the live rows it holds by key (a SQL view's: its query's rows)."""
-    if not isinstance(view, Sql):
+def _live(rows: pa.Table) -> pa.Table:
+    """A logged change's upserted rows (deleted ones and internal columns dropped)."""
+    if "_deleted" in rows.column_names:
+        rows = rows.filter(pc.invert(rows.column("_deleted").fill_null(False)))
+    return rows.select([name for name in rows.column_names if not name.startswith("_")])
 
-        def select(logged: dict[str, list[Any]]) -> Rows:
-            live = _live(logged, key)
-            if not live:
-                return {}
-            columns = {c: [row[c] for row in live.values()] for c in next(iter(live.values()))}
-            mask = members(view, columns, index).tolist()
-            return {k: row for (k, row), hit in zip(live.items(), mask, strict=True) if hit}
 
-        return select
-    if not entries:
-        return lambda logged: {}
-    schema = entries[0].rows.schema
-    info = DatasetInfo(
-        dataset,
-        key,
-        {f.name: _wire(f.type) for f in schema if not f.name.startswith("_")},
-        "sql",
-        [],
-    )
-    store = TableStore()
-    store.define(info)
-    query = store.prepare(view, {dataset: info})
+def _member_selector(view: Selecting, key: str, index: Sequence[str]) -> Callable[[pa.Table], Rows]:
+    """What a region, topic filter or object path selects of a change's live rows, by key."""
 
-    def run(logged: dict[str, list[Any]]) -> Rows:
-        live = _live(logged, key)
-        if not live:
+    def select(live: pa.Table) -> Rows:
+        if not live.num_rows:
             return {}
-        names = list(info.columns)
-        columns = {n: np.asarray([row[n] for row in live.values()]) for n in names}
-        result = store.evaluate_rows(query, columns)
-        lists = {name: values.tolist() for name, values in result.rows.items()}
-        return {
-            k: {name: lists[name][i] for name in lists} for i, k in enumerate(result.keys.tolist())
-        }
+        # every column: an object path's f= comparisons read columns other than the index
+        columns = {name: live.column(name).to_pylist() for name in live.column_names}
+        inside = live.filter(pa.array(members(view, columns, tuple(index))))
+        return {row[key]: row for row in inside.to_pylist()}
 
-    return run
+    return select
 
 
-def _live(logged: dict[str, list[Any]], key: str) -> Rows:
-    """The logged change's upserted rows by key (internal columns dropped)."""
-    deleted = logged.get("_deleted") or [False] * len(logged[key])
-    names = [c for c in logged if not c.startswith("_")]
-    return {
-        k: {c: logged[c][i] for c in names}
-        for i, (k, gone) in enumerate(zip(logged[key], deleted, strict=True))
-        if not gone
-    }
+def _sql_selector(view: Sql, key: str, dataset: str) -> Callable[[pa.Table], Rows]:
+    """What a SQL view selects of a change's live rows, as its subscriber gets them: the
+    query's row for each row it selects, keyed by that row's key (the relay sends the key
+    even when the query does not select it).
 
+    The view's text runs in a DuckDB database of its own on each row alone, the table named
+    as the dataset holding just that row: one query per row, an oracle as plain as can be.
+    """
+    import duckdb  # noqa: PLC0415 - only SQL views need DuckDB: other audits stay light
 
-def _wire(kind: pa.DataType) -> str:
-    """A logged column's wire dtype (``DatasetInfo.columns``)."""
-    if pa.types.is_string(kind) or pa.types.is_large_string(kind):
-        return "str"
-    return str(np.dtype(kind.to_pandas_dtype()).str)
+    database = duckdb.connect()
+
+    def select(live: pa.Table) -> Rows:
+        selected: Rows = {}
+        for number, row_key in enumerate(live.column(key).to_pylist()):
+            database.register(dataset, live.slice(number, 1))
+            try:
+                result = database.sql(view.text)
+                names, found = result.columns, result.fetchall()
+            finally:
+                database.unregister(dataset)
+            if len(found) > 1:
+                raise ValueError(f"{view} made {len(found)} rows of the row of key {row_key!r}")
+            if found:
+                selected[row_key] = {key: row_key, **dict(zip(names, found[0], strict=True))}
+        return selected
+
+    return select
 
 
 def _count_order(updates: Sequence[Update], report: Audit) -> None:
@@ -207,13 +207,13 @@ def _count_order(updates: Sequence[Update], report: Audit) -> None:
 
 def _replay(
     update: Update,
-    logged: dict[str, list[Any]],
+    changed: list[Any],
     selected: Rows,
     key: str,
     held: Rows,
 ) -> str | None:
-    """Check one update against its seq's logged change (``selected``: the rows of it the view
-    holds) and apply it to ``held``."""
+    """Check one update against its seq's logged change (``changed``: the keys it upserted or
+    deleted; ``selected``: the rows of it the view holds) and apply it to ``held``."""
     entered, updated = _rows(update.entered, key), _rows(update.updated, key)
     left = set(update.left.tolist())
     if update.full:
@@ -223,7 +223,7 @@ def _replay(
         return f"full push rows {wrong[:5]} differ from the log" if wrong else None
     inside = set(selected)
     expect_entered, expect_updated = inside - set(held), inside & set(held)
-    expect_left = {k for k in logged[key] if k in held and k not in inside}
+    expect_left = {k for k in changed if k in held and k not in inside}
     if (set(entered), set(updated), left) != (expect_entered, expect_updated, expect_left):
         return (
             f"entered {sorted(set(entered) ^ expect_entered)[:5]}, updated"
@@ -251,4 +251,13 @@ def _rows(columns: dict[str, Any], key: str) -> dict[Any, dict[str, Any]]:
 
 def _same(row: dict[str, Any], logged: dict[str, Any]) -> bool:
     """The received row's columns hold the logged values (a projection sends fewer)."""
-    return all(logged.get(c, value) == value for c, value in row.items())
+    return all(_equal(logged.get(c, value), value) for c, value in row.items())
+
+
+def _equal(a: Any, b: Any) -> bool:
+    """Equal values, a missing value equal to any other (NULL may arrive as None or NaN)."""
+    return a == b or (_missing(a) and _missing(b))
+
+
+def _missing(value: Any) -> bool:
+    return value is None or (isinstance(value, float) and math.isnan(value))

@@ -1,7 +1,9 @@
-"""Auditing an ``every`` subscriber against a real (SQLite) publisher log (client/audit.py)."""
+"""Auditing an ``every`` subscriber against a real (SQLite) publisher log (testing/audit.py)."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -9,8 +11,8 @@ import pyarrow as pa
 import pytest
 
 from fanout.client import Update
-from fanout.client.audit import audit
 from fanout.publisher.log import LogEntry, SqliteLog
+from fanout.testing.audit import audit
 from fanout.views import Box
 from fanout.views.sql import parse as sql
 
@@ -141,3 +143,59 @@ def test_a_sql_view_is_audited_with_its_query_run_on_each_logged_change(log) -> 
     wrong = [*faithful[:1], sql_update(1, entered=[(2, 6.0)], updated=[(1, 5.0)]), *faithful[2:]]
     report = audit(wrong, view, key="id", index=(), log=log, dataset="agents")
     assert report.mismatched == 1 and "rows [1]" in report.problems[0]
+
+
+def test_a_sql_view_that_does_not_select_the_key_is_keyed_by_the_datasets_key(log) -> None:
+    # The relay sends the key column in front of the query's own columns.
+    view = sql("SELECT x + y AS s FROM agents WHERE x < 10")
+    faithful = [
+        sql_update(0, entered=[(1, 2.0), (3, 10.0)], full=True),
+        sql_update(1, entered=[(2, 6.0)], updated=[(1, 4.0)]),
+        sql_update(2, left=[3]),
+        sql_update(3, left=[1]),
+    ]
+    report = audit(faithful, view, key="id", index=(), log=log, dataset="agents")
+    assert report.clean, report.problems
+    assert report.held == {2}
+    late = [*faithful[:3], sql_update(3)]  # 1 moved out of the view but never left
+    report = audit(late, view, key="id", index=(), log=log, dataset="agents")
+    assert report.mismatched == 1 and "left [1]" in report.problems[0]
+
+
+def test_a_missing_value_may_arrive_as_nan(tmp_path: Path) -> None:
+    with SqliteLog(tmp_path / "log.db") as stored:
+        rows = pa.table(
+            {
+                "id": pa.array([1], pa.int64()),
+                "x": [1.0],
+                "y": [1.0],
+                "v": pa.array([None], pa.float64()),
+                "_version": pa.array([0], pa.int64()),
+                "_deleted": [False],
+            }
+        )
+        stored.append(LogEntry("agents", 1, 0, 0, 0.0, rows))
+        received = {
+            "id": np.array([1]),
+            "x": np.array([1.0]),
+            "y": np.array([1.0]),
+            "v": np.array([np.nan]),
+        }
+        full = Update(1, 1, 0, 0, True, received, {}, np.array([], dtype=np.int64), 0.0, 0.0)
+        report = run(stored, [full])
+        assert report.clean, report.problems
+        wrong = Update(
+            1, 1, 0, 0, True, {**received, "v": np.array([2.0])}, {}, np.array([]), 0.0, 0.0
+        )
+        assert run(stored, [wrong]).mismatched == 1
+
+
+def test_the_sql_oracle_is_not_the_relays_query_engine() -> None:
+    # The audit checks what relays send; it must not decide it with the relay's own code.
+    code = (
+        "import sys\n"
+        "import fanout.testing.audit\n"
+        "bad = sorted(m for m in sys.modules if m.startswith(('fanout.relay', 'pyspark')))\n"
+        "assert not bad, bad\n"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True)

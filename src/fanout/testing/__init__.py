@@ -1,0 +1,23 @@
+"""fanout's testing package: what its own tests and benchmarks use, shipped with the library so
+that users can test their code against real fanout peers too (as ``pyspark.testing`` or
+``trio.testing`` are).
+
+Each module is small and imports only what it needs: importing one pulls in no Spark, and DuckDB
+or a PostgreSQL driver only where the module works with them:
+
+- :mod:`fanout.testing.wait`: ``eventually()``, polling a condition until it holds or failing
+  with what was last seen.
+- :mod:`fanout.testing.ports`: ``free_port()``, a loopback port nobody listens on.
+- :mod:`fanout.testing.postgres`: ``throwaway_postgres()``, a PostgreSQL server in a temporary
+  folder on a free loopback port.
+- :mod:`fanout.testing.publisher`: ``ScriptedPublisher``, a publisher speaking the real protocol
+  to real relays, sending the batches its caller makes (no Spark).
+- :mod:`fanout.testing.relays`: real relays on loopback, in this event loop or in a process of
+  their own.
+- :mod:`fanout.testing.frames`: ``head()``, a frame's header decoded and the rest skipped.
+- :mod:`fanout.testing.audit`: ``audit()``, an ``every`` subscriber's updates replayed against
+  the publisher's log.
+- :mod:`fanout.testing.cpu`: CPU time of a process, a process tree or the whole machine.
+- :mod:`fanout.testing.machine` and :mod:`fanout.testing.calibration`: what every benchmark
+  records about the machine it ran on, and a fixed workload timed in the same run.
+"""

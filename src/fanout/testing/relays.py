@@ -1,0 +1,215 @@
+"""Real relays on loopback, for tests and benchmarks: in this event loop
+(:func:`running_relay`), or in a process of their own (:class:`RelayProcess`), whose CPU time
+and counters a benchmark samples without sharing its cores with the relay.
+
+For the ``fanout relay`` command itself, as a user starts it, see ``fanout.launch.start``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import cProfile
+import logging
+import multiprocessing as mp
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass, field, replace
+from multiprocessing.connection import Connection
+from pathlib import Path
+from typing import Any
+
+from fanout.relay.server import RelayConfig, RelayServer
+from fanout.testing import cpu
+from fanout.testing.ports import LOOPBACK
+
+#: Makes a report function for a relay process, given its server before it runs (to wrap its
+#: methods, say); the report's dict goes with every sample. A top-level function: it is pickled.
+Instrument = Callable[[RelayServer], Callable[[], dict[str, Any]]]
+
+
+def relay_url(relay: RelayServer) -> str:
+    """Where ``relay`` serves subscribers (once it runs)."""
+    return f"ws://{relay.config.host}:{relay.port}"
+
+
+@contextlib.asynccontextmanager
+async def running_relay(
+    publisher: str, *, timeout: float = 10.0, **config: Any
+) -> AsyncIterator[tuple[RelayServer, str]]:
+    """Run a real relay in this event loop, on a free loopback port, until the block ends.
+
+    Args:
+        publisher: the publisher's URL.
+        timeout: seconds it may take to serve and connect upstream.
+        config: ``RelayConfig`` fields other than ``publisher`` (``stall_timeout=1.0``, ...).
+
+    Yields:
+        The relay, once it serves and is connected upstream, and its URL.
+
+    Raises:
+        TimeoutError: it was not ready within ``timeout`` seconds.
+        Exception: what stopped it from starting (a port in use, say), as it was raised.
+    """
+    relay = RelayServer(RelayConfig(publisher=publisher, **{"host": LOOPBACK, **config}))
+    ready = asyncio.Event()
+    task = asyncio.create_task(relay.run(lambda _: ready.set()))
+    try:
+        waiting = asyncio.create_task(ready.wait())
+        done, _ = await asyncio.wait(
+            {task, waiting}, timeout=timeout, return_when=asyncio.FIRST_COMPLETED
+        )
+        waiting.cancel()
+        if task in done:
+            task.result()  # it failed to start: raise why
+            raise RuntimeError("the relay stopped before it was ready")
+        if not done:
+            raise TimeoutError(f"the relay was not ready within {timeout:g} s")
+        yield relay, relay_url(relay)
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+
+
+@dataclass(frozen=True)
+class RelaySample:
+    """A relay process at one moment.
+
+    Attributes:
+        cpu: the process's CPU time so far, and when.
+        stats: ``RelayCore.stats()`` then.
+        report: what the process's instrument reported then (empty without one).
+    """
+
+    cpu: cpu.CpuSample
+    stats: dict[str, float]
+    report: dict[str, Any] = field(default_factory=dict)
+
+
+class RelayProcess:
+    """A real relay (``RelayServer``) in a process of its own, started by a benchmark.
+
+    The process serves until :meth:`stop`; :meth:`sample` asks it for its CPU time and counters
+    over a pipe. Start several, then wait for each to be :meth:`ready`.
+    """
+
+    def __init__(
+        self,
+        config: RelayConfig,
+        *,
+        log: Path | None = None,
+        level: int = logging.WARNING,
+        instrument: Instrument | None = None,
+        profile: Path | None = None,
+    ) -> None:
+        """Start the process.
+
+        Args:
+            config: the relay's configuration (its ``port`` 0: a free one).
+            log: where the relay's log goes (none without).
+            level: the lowest level logged.
+            instrument: see :data:`Instrument`.
+            profile: run the process under cProfile and dump its stats to this file.
+        """
+        context = mp.get_context("spawn")
+        self._pipe, theirs = context.Pipe()
+        self.process = context.Process(
+            target=_serve,
+            args=(theirs, _Job(replace(config, host=LOOPBACK), log, level, instrument, profile)),
+            name=f"relay-{config.name}",
+        )
+        self.process.start()
+        theirs.close()
+        self._url: str | None = None
+
+    def ready(self, timeout: float = 120.0) -> str:
+        """Wait until the relay serves and is connected upstream; return its URL.
+
+        Raises:
+            RuntimeError: the process failed or ended first, or said nothing within
+                ``timeout`` seconds.
+        """
+        if self._url is None:
+            if not self._pipe.poll(timeout):
+                raise RuntimeError(f"the relay process was not ready within {timeout:g} s")
+            try:
+                kind, value = self._pipe.recv()
+            except EOFError:
+                raise RuntimeError(f"the relay process ended ({self.process.exitcode})") from None
+            if kind != "ready":
+                raise RuntimeError(f"the relay process failed: {value}")
+            self._url = str(value)
+        return self._url
+
+    def sample(self) -> RelaySample:
+        """The relay's CPU time, counters and instrument's report now (after :meth:`ready`)."""
+        self.ready()
+        self._pipe.send("sample")
+        sampled: RelaySample = self._pipe.recv()
+        return sampled
+
+    def stop(self, timeout: float = 10.0) -> None:
+        """Stop the relay; kill the process if it has not ended within ``timeout`` seconds."""
+        with contextlib.suppress(OSError):
+            self._pipe.send("stop")
+        self.process.join(timeout)
+        if self.process.is_alive():
+            self.process.kill()
+            self.process.join()
+        self._pipe.close()
+
+
+@dataclass(frozen=True)
+class _Job:
+    """What a relay process is to run (see ``RelayProcess``)."""
+
+    config: RelayConfig
+    log: Path | None
+    level: int
+    instrument: Instrument | None
+    profile: Path | None
+
+
+def _serve(pipe: Connection, job: _Job) -> None:
+    """The relay process: serve, answer ``sample`` requests, end on ``stop``."""
+    if job.log is not None:
+        logging.basicConfig(filename=job.log, level=job.level)
+    if job.profile is None:
+        asyncio.run(_relay_main(pipe, job.config, job.instrument))
+        return
+    profiler = cProfile.Profile()
+    try:
+        profiler.runcall(asyncio.run, _relay_main(pipe, job.config, job.instrument))
+    finally:
+        profiler.dump_stats(job.profile)
+
+
+async def _relay_main(pipe: Connection, config: RelayConfig, instrument: Instrument | None) -> None:
+    server = RelayServer(config)
+    report = instrument(server) if instrument is not None else dict
+    ready = asyncio.Event()
+    running = asyncio.create_task(server.run(lambda _: ready.set()))
+    waiting = asyncio.create_task(ready.wait())
+    await asyncio.wait({running, waiting}, return_when=asyncio.FIRST_COMPLETED)
+    if running.done():
+        waiting.cancel()
+        failure = running.exception() if not running.cancelled() else None
+        pipe.send(("failed", repr(failure)))
+        return
+    pipe.send(("ready", relay_url(server)))
+    loop = asyncio.get_running_loop()
+    try:
+        while await loop.run_in_executor(None, _request, pipe) == "sample":
+            pipe.send(RelaySample(cpu.this_process(), server.core.stats(), report()))
+    finally:
+        running.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await running
+
+
+def _request(pipe: Connection) -> str:
+    """The next request; ``stop`` if the benchmark's end of the pipe is gone."""
+    try:
+        return str(pipe.recv())
+    except EOFError:
+        return "stop"

@@ -1,0 +1,38 @@
+"""What every benchmark records and how it reports it (testing/machine.py)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from fanout.testing.machine import describe, write_results
+
+
+def test_the_machine_is_described_with_its_load() -> None:
+    machine = describe()
+    assert set(machine) == {"cpu", "cores", "memory_gib", "python", "date", "load_average_1m"}
+    assert isinstance(machine["cores"], int) and machine["cores"] >= 1
+    assert str(machine["python"]).startswith("3.")
+
+
+def test_results_are_printed_as_one_json_object_and_written(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    results = {"machine": describe(), "calibration": {"python_s": 0.1, "numpy_s": 0.1}, "n": 3}
+    path = tmp_path / "results" / "bench.json"
+    write_results(results, path)
+    assert json.loads(capsys.readouterr().out) == results
+    assert json.loads(path.read_text()) == results
+    write_results(results, None)  # printed only
+    assert json.loads(capsys.readouterr().out) == results
+
+
+def test_results_without_the_machine_or_the_calibration_are_refused(tmp_path: Path) -> None:
+    path = tmp_path / "bench.json"
+    with pytest.raises(ValueError, match="must hold calibration"):
+        write_results({"machine": describe()}, path)
+    with pytest.raises(ValueError, match="must hold machine and calibration"):
+        write_results({"n": 3}, path)
+    assert not path.exists()
