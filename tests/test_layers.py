@@ -1,0 +1,43 @@
+"""The packages' layers (docs/architecture.md): who may import whom, read from the source."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+import fanout
+
+SRC = Path(fanout.__file__).parent
+
+#: package -> the other fanout packages and modules it may import.
+ALLOWED: dict[str, set[str]] = {
+    "views": {"errors"},
+    "wire": {"errors", "views"},
+    "client": {"errors", "connection", "views", "wire"},
+    "relay": {"errors", "connection", "metrics", "views", "wire"},
+    "publisher": {"errors", "connection", "metrics", "views", "wire"},
+}
+
+
+def imported(path: Path) -> set[str]:
+    """The top-level fanout packages or modules a source file imports (at any depth)."""
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        names: list[str] = []
+        if isinstance(node, ast.Import):
+            names = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            names = [node.module]
+        found |= {name.split(".")[1] for name in names if name.startswith("fanout.")}
+    return found
+
+
+@pytest.mark.parametrize("package", sorted(ALLOWED))
+def test_a_package_imports_only_the_layers_below_it(package: str) -> None:
+    wrong = {
+        str(path.relative_to(SRC)): sorted(imported(path) - ALLOWED[package] - {package})
+        for path in sorted((SRC / package).rglob("*.py"))
+    }
+    assert {path: names for path, names in wrong.items() if names} == {}
