@@ -31,7 +31,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from fanout.client.subscriber import Update
-from fanout.publisher.log import BatchLog
+from fanout.publisher.log.base import BatchLog
 from fanout.views.members import Selecting, members
 from fanout.views.sql import Sql
 
