@@ -56,10 +56,11 @@ bench: setup check-java
 	$(BIN)/python bench/sharing.py --compare-assign
 	$(BIN)/python bench/soak.py --faults 10
 
-# Re-pin every dependency from pyproject.toml (needs network); commit the new requirements.lock.
+# Re-pin every dependency of every extra from pyproject.toml (needs network); versions already
+# in requirements.lock are kept where they still fit. Commit the new requirements.lock.
 lock:
 	$(PYTHON) -m venv /tmp/fanout-lock-venv && /tmp/fanout-lock-venv/bin/pip install --quiet uv
-	/tmp/fanout-lock-venv/bin/uv pip compile pyproject.toml --extra dev --generate-hashes \
+	/tmp/fanout-lock-venv/bin/uv pip compile pyproject.toml --all-extras --generate-hashes \
 		--python-version 3.11 -o requirements.lock
 
 clean:
