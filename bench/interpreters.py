@@ -12,7 +12,11 @@ neither always runs first on a machine whose load drifts):
 
 * ``loop_s``: a plain Python loop (dict lookups, integer arithmetic, ``str``), the calibration:
   it measures the interpreter alone;
-* ``bench/relaycore.py --no-save``: ``serve_us_per_push``, ``move_us``, ``subscribe_us``.
+* ``bench/relaycore.py --no-save``: ``serve_us_per_push``, ``move_us``, ``subscribe_us``;
+* with ``--relay N``, also one trial of ``bench/relay.py --only N --group 1``: the whole relay
+  process over real sockets (asyncio, websockets, ingest), its publisher and its clients all
+  under that interpreter: ``relay_cpu_us_per_push`` and ``pump_cpu_us_per_push`` (CPU time,
+  which other processes on the machine do not inflate as they do latency) and ``p99_ms``.
 
 Every interpreter imports fanout from this checkout's ``src/`` (``PYTHONPATH``), so all run the
 same code and the same compiled kernels. Reported per measure: the median of the runs, their
@@ -35,6 +39,7 @@ from machine import describe, write_results
 HERE = Path(__file__).parent
 RESULTS = HERE / "results" / "relaycore-interpreters.json"
 MEASURES = ("loop_s", "serve_us_per_push", "move_us", "subscribe_us")
+RELAY_MEASURES = ("relay_cpu_us_per_push", "pump_cpu_us_per_push", "p99_ms")
 LOOP = """
 import time
 
@@ -73,6 +78,21 @@ def run_once(python: str, subscribers: int, ticks: int) -> dict[str, float]:
     return {"loop_s": round(float(loop.stdout), 3), **{m: result[m] for m in MEASURES[1:]}}
 
 
+def run_relay(python: str, subscribers: int) -> dict[str, float]:
+    """One ``bench/relay.py`` trial of ``subscribers`` distinct views under ``python``."""
+    env = {**os.environ, "PYTHONPATH": str(HERE.parent / "src")}
+    trial = subprocess.run(
+        [python, str(HERE / "relay.py"), "--only", str(subscribers), "--group", "1"],
+        capture_output=True,
+        text=True,
+        check=True,
+        env=env,
+        timeout=900,
+    )
+    result = json.loads(trial.stdout)
+    return {m: result[m] for m in RELAY_MEASURES}
+
+
 def summary(values: list[float]) -> dict[str, Any]:
     """Median, minimum, maximum and spread of one measure's runs."""
     median = statistics.median(values)
@@ -102,6 +122,9 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=5, help="runs per interpreter (default: 5)")
     parser.add_argument("--subscribers", type=int, default=2000)
     parser.add_argument("--ticks", type=int, default=20)
+    parser.add_argument(
+        "--relay", type=int, default=0, help="also a bench/relay.py trial of N subscribers"
+    )
     parser.add_argument("--no-save", action="store_true", help="do not write bench/results")
     args = parser.parse_args()
     pythons: list[str] = args.python
@@ -109,12 +132,16 @@ def main() -> None:
     load = describe()
     for round_ in range(args.runs):
         for python in pythons if round_ % 2 == 0 else reversed(pythons):
-            runs[python].append(run_once(python, args.subscribers, args.ticks))
+            run = run_once(python, args.subscribers, args.ticks)
+            if args.relay:
+                run.update(run_relay(python, args.relay))
+            runs[python].append(run)
     results: list[dict[str, Any]] = []
-    baseline = {m: statistics.median(r[m] for r in runs[pythons[0]]) for m in MEASURES}
+    names = MEASURES + RELAY_MEASURES if args.relay else MEASURES
+    baseline = {m: statistics.median(r[m] for r in runs[pythons[0]]) for m in names}
     for python in pythons:
-        measures = {m: summary([r[m] for r in runs[python]]) for m in MEASURES}
-        speedup = {m: round(baseline[m] / measures[m]["median"], 2) for m in MEASURES}
+        measures = {m: summary([r[m] for r in runs[python]]) for m in names}
+        speedup = {m: round(baseline[m] / measures[m]["median"], 2) for m in names}
         results.append({**interpreter(python), **measures, "speedup": speedup})
     machine = describe()
     machine["load_average_1m_at_start"] = load["load_average_1m"]
@@ -122,6 +149,7 @@ def main() -> None:
         {
             "subscribers": args.subscribers,
             "ticks": args.ticks,
+            "relay_subscribers": args.relay,
             "runs": args.runs,
             "interpreters": results,
             "machine": machine,
