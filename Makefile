@@ -1,20 +1,38 @@
 # fanout — the two front-door commands are `make demo` and `make test`; both set everything up.
 
-PYTHON ?= $(shell command -v python3.11 || command -v python3)
+# The interpreter .venv is made from: the first python3.11 on PATH (or in /usr/local/bin, /usr/bin)
+# that is an optimized build (PGO/LTO; bench/interpreter.py says which are), else the first
+# python3.11, else python3 (check-python then says what is missing). The relay's event loop is
+# plain Python: an optimized build runs it faster (docs/benchmarks.md). `make PYTHON=...` overrides.
+ifndef PYTHON
+PYTHON := $(shell for python in $$(which -a python3.11 2>/dev/null) /usr/local/bin/python3.11 /usr/bin/python3.11; do \
+	[ -x "$$python" ] && "$$python" bench/interpreter.py >/dev/null 2>&1 && { echo "$$python"; exit 0; }; \
+	done; command -v python3.11 || command -v python3)
+endif
+# The executable behind $(PYTHON) (a pyenv shim names another): .venv is made anew when it changes.
+PYTHON_EXE := $(shell $(PYTHON) -c 'import os, sys; print(os.path.realpath(sys.executable))' 2>/dev/null)
 VENV := .venv
 BIN := $(VENV)/bin
 INSTALLED := $(VENV)/.installed
+MADE_BY := $(VENV)/.made-by
 DEMO_ARGS ?=
 TEST_ARGS ?=
 
-.PHONY: setup demo test lint format bench lock clean check-python check-java
+.PHONY: setup demo test lint format bench lock clean check-python check-java FORCE
 
 setup: $(INSTALLED)
 
+# Which interpreter made .venv. Rewritten (and .venv made anew, empty) only when that changes,
+# so that its date says when .venv must be filled again.
+$(MADE_BY): FORCE | check-python
+	@if [ "$$(cat $@ 2>/dev/null)" != "$(PYTHON_EXE)" ]; then \
+		echo "$(VENV): made with $(PYTHON_EXE)"; \
+		$(PYTHON) -m venv --clear $(VENV) && echo "$(PYTHON_EXE)" > $@; \
+	fi
+
 # setup.py builds the relay's compiled kernels (a C compiler and Python's headers; without
 # them fanout installs and runs, slower: the relay cuts with numpy and the tests say so).
-$(INSTALLED): requirements.lock pyproject.toml setup.py $(wildcard src/fanout/relay/*.pyx) | check-python
-	$(PYTHON) -m venv $(VENV)
+$(INSTALLED): requirements.lock pyproject.toml setup.py $(wildcard src/fanout/relay/*.pyx) $(MADE_BY)
 	$(BIN)/pip install --quiet --disable-pip-version-check --require-hashes -r requirements.lock
 	$(BIN)/pip install --quiet --disable-pip-version-check --no-deps --no-build-isolation -e .
 	touch $(INSTALLED)
@@ -56,10 +74,11 @@ bench: setup check-java
 	$(BIN)/python bench/sharing.py --compare-assign
 	$(BIN)/python bench/soak.py --faults 10
 
-# Re-pin every dependency from pyproject.toml (needs network); commit the new requirements.lock.
+# Re-pin every dependency of every extra from pyproject.toml (needs network); versions already
+# in requirements.lock are kept where they still fit. Commit the new requirements.lock.
 lock:
 	$(PYTHON) -m venv /tmp/fanout-lock-venv && /tmp/fanout-lock-venv/bin/pip install --quiet uv
-	/tmp/fanout-lock-venv/bin/uv pip compile pyproject.toml --extra dev --generate-hashes \
+	/tmp/fanout-lock-venv/bin/uv pip compile pyproject.toml --all-extras --generate-hashes \
 		--python-version 3.11 -o requirements.lock
 
 clean:

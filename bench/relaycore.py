@@ -1,8 +1,9 @@
 """Benchmark the relay's core in one process: CPU per push and per view move, no sockets.
 
 Run ``.venv/bin/python bench/relaycore.py`` (``--subscribers N``, ``--ticks T``); it prints one
-JSON object and writes ``bench/results/relaycore.json``. ``--profile`` also prints the hottest
-functions (and writes nothing: the profiler slows what it measures).
+JSON object and writes ``bench/results/relaycore.json`` (not with ``--no-save``). ``--profile``
+also prints the hottest functions (and writes nothing: the profiler slows what it measures).
+``bench/interpreters.py`` runs it under several Python builds.
 
 ``bench/relay.py`` measures the whole relay over real sockets, where the machine's other
 processes and the network stack make every number noisy; this one runs ``RelayCore`` alone, fed
@@ -135,6 +136,7 @@ def main() -> None:
     parser.add_argument("--subscribers", type=int, default=2000)
     parser.add_argument("--ticks", type=int, default=20)
     parser.add_argument("--profile", action="store_true", help="print the hottest functions")
+    parser.add_argument("--no-save", action="store_true", help="do not write bench/results")
     args = parser.parse_args()
     calibration = calibrate()
     profiler = cProfile.Profile() if args.profile else None
@@ -143,7 +145,10 @@ def main() -> None:
         pstats.Stats(profiler, stream=sys.stderr).sort_stats("tottime").print_stats(25)
         print(json.dumps(result))
         return
-    write_results({**result, "machine": describe(), "calibration": calibration}, RESULTS)
+    write_results(
+        {**result, "machine": describe(), "calibration": calibration},
+        None if args.no_save else RESULTS,
+    )
 
 
 if __name__ == "__main__":

@@ -1,18 +1,37 @@
-"""The ``fanout`` command line: every command explains itself; explain prints coverage."""
+"""The ``fanout`` command line: every command explains itself; explain prints coverage;
+usage errors exit 2 and failures 1; subscribe prints strict JSON in the dataset's language."""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import json
+import math
 import subprocess
 import sys
+from collections.abc import AsyncIterator
+from importlib import metadata
 from pathlib import Path
 
+import numpy as np
 import pytest
 from websockets.asyncio.server import ServerConnection, serve
 
-from fanout.cli import RELAY_LIMITS, _limits_given, _parser, main
+from fanout.cli import FAILURE, RELAY_LIMITS, USAGE, _limits_given, _parser, main
+from fanout.views import Box
+from fanout.views.sql import Sql
+from fanout.views.topic import TopicFilter
 from fanout.wire import codec
-from fanout.wire.messages import Error
+from fanout.wire.columns import encode_columns
+from fanout.wire.messages import (
+    PROTOCOL_VERSION,
+    Error,
+    Hello,
+    Push,
+    Subscribe,
+    Subscribed,
+    Welcome,
+)
 
 COMMANDS = ["demo", "publisher", "relay", "subscribe", "explain"]
 
@@ -50,7 +69,7 @@ def test_explain_of_a_covered_view(capsys: pytest.CaptureFixture[str]) -> None:
 
 
 def test_a_bad_view_is_a_clear_error_not_a_traceback(capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["explain", "--view", "box:0,0,oops,1"]) == 2
+    assert main(["explain", "--view", "box:0,0,oops,1"]) == USAGE
     err = capsys.readouterr().err
     assert err.startswith("fanout explain: ")
     assert "Traceback" not in err
@@ -84,7 +103,7 @@ def test_subscribe_to_a_relay_that_is_not_there_fails_cleanly() -> None:
         timeout=60,
         check=False,
     )
-    assert result.returncode != 0
+    assert result.returncode == FAILURE
     assert "Traceback" not in result.stderr
     assert "fanout subscribe:" in result.stderr
 
@@ -100,7 +119,7 @@ def test_subscribe_tries_each_relay_given_then_fails_cleanly() -> None:
         timeout=60,
         check=False,
     )
-    assert result.returncode != 0
+    assert result.returncode == FAILURE
     assert "Traceback" not in result.stderr
     assert "trying ws://127.0.0.1:11" in result.stderr
     assert "fanout subscribe:" in result.stderr
@@ -114,7 +133,7 @@ async def test_subscribe_moves_on_from_a_full_relay(capsys: pytest.CaptureFixtur
     async with serve(full, "127.0.0.1", 0) as server:
         url = f"ws://127.0.0.1:{next(iter(server.sockets)).getsockname()[1]}"
         argv = ["subscribe", "--relay", f"{url},ws://127.0.0.1:9", "--box", "0,0,1,1"]
-        assert await asyncio.to_thread(main, argv) == 2
+        assert await asyncio.to_thread(main, argv) == FAILURE
     err = capsys.readouterr().err
     assert f"relay {url}: unavailable: no room here; trying ws://127.0.0.1:9" in err
     assert err.strip().endswith("fanout subscribe: unavailable: no room here")  # tried both
@@ -128,7 +147,7 @@ def test_subscribe_parses_the_view_in_the_kind_given(capsys: pytest.CaptureFixtu
     assert capsys.readouterr().err.startswith("fanout subscribe: invalid SQL")
     assert main([*relay, "--kind", "topic", "--view", "a/#/b"]) == 2
     assert "'#' must be the last level" in capsys.readouterr().err
-    assert main([*relay, "--kind", "topic", "--view", "a/#"]) == 2  # valid: then no relay there
+    assert main([*relay, "--kind", "topic", "--view", "a/#"]) == FAILURE  # valid; no relay there
     assert "fanout subscribe:" in capsys.readouterr().err
 
 
@@ -155,7 +174,7 @@ def _first_relay_tried(route: list[str]) -> str:
         timeout=60,
         check=False,
     )
-    assert result.returncode != 0
+    assert result.returncode == FAILURE
     assert "Traceback" not in result.stderr
     return result.stderr.split(": ", 1)[0]
 
@@ -209,3 +228,152 @@ def test_the_relay_limit_flags_default_to_relay_config_and_reach_it(
     assert _limits_given(args) == {"sql_share": 0.5, "max_subscriptions": 7}
     assert main(["relay", "--port", "0", "--read-burst", "0"]) == 2
     assert capsys.readouterr().err.strip() == "fanout relay: read_burst must be >= 1 frame, not 0"
+
+
+def test_version_prints_the_installed_version(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exit_:
+        main(["--version"])
+    assert exit_.value.code == 0
+    assert capsys.readouterr().out.strip() == f"fanout {metadata.version('fanout')}"
+
+
+def test_usage_errors_exit_2_and_failures_exit_1(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exit_:  # argparse's own: an unknown flag
+        main(["subscribe", "--box", "0,0,1,1", "--no-such-flag"])
+    assert exit_.value.code == USAGE
+    # ours: a bad view, a bad flag value, flags that do not go together
+    assert main(["subscribe", "--relay", "ws://127.0.0.1:9", "--box", "0,0,oops,1"]) == USAGE
+    assert main(["relay", "--port", "0", "--sql-share", "2"]) == USAGE
+    assert main(["subscribe", "--box", "0,0,1,1", "--kind", "topic"]) == USAGE
+    assert main(["explain", "--dataset", "orders", "--view", "a/b"]) == USAGE
+    capsys.readouterr()
+    # running fails: no relay listens there
+    assert main(["subscribe", "--relay", "ws://127.0.0.1:9", "--box", "0,0,1,1"]) == FAILURE
+    assert capsys.readouterr().err.splitlines()[-1].startswith("fanout subscribe: ")
+
+
+#: A push whose rows hold every float JSON has no number for.
+NON_FINITE = {"id": np.array([1, 2, 3]), "value": np.array([math.nan, math.inf, -math.inf])}
+
+
+@contextlib.asynccontextmanager
+async def scripted_relay(datasets: dict[str, str]) -> AsyncIterator[tuple[str, list[object]]]:
+    """A relay on loopback whose ``Welcome`` names ``datasets``; it answers every subscription
+    with one full push of ``NON_FINITE``. Yields its URL and the frames it received."""
+    received: list[object] = []
+
+    async def relay(websocket: ServerConnection) -> None:
+        received.append(codec.to_relay().decode(await websocket.recv()))
+        await websocket.send(codec.encode(Welcome(PROTOCOL_VERSION, "scripted", "s", datasets)))
+        async for message in websocket:
+            request = codec.to_relay().decode(message)
+            received.append(request)
+            if isinstance(request, Subscribe):
+                await websocket.send(codec.encode(Subscribed(request.sub, "id", ["id", "value"])))
+                rows, keys = encode_columns(NON_FINITE), encode_columns({"id": np.zeros(0, int)})
+                push = Push(request.sub, 1, 5, 9, 0.0, True, rows, keys, keys)
+                await websocket.send(codec.encode(push))
+
+    async with serve(relay, "127.0.0.1", 0) as server:
+        yield f"ws://127.0.0.1:{next(iter(server.sockets)).getsockname()[1]}", received
+
+
+def _strict(line: str) -> object:
+    """``line`` parsed as JSON that holds no NaN nor Infinity (which Python's json accepts)."""
+
+    def refuse(constant: str) -> None:
+        raise ValueError(f"not JSON: {constant}")
+
+    return json.loads(line, parse_constant=refuse)
+
+
+async def test_subscribe_json_is_strict_json_with_null_for_non_finite_floats(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    async with scripted_relay({"agents": "space"}) as (url, _):
+        argv = ["subscribe", "--relay", url, "--box", "0,0,1,1", "--count", "1", "--json"]
+        assert await asyncio.to_thread(main, argv) == 0
+    (line,) = capsys.readouterr().out.splitlines()
+    update = _strict(line)
+    assert update == {
+        "tick": 9,
+        "seq": 5,
+        "epoch": 1,
+        "full": True,
+        "entered": [{"id": 1, "value": None}, {"id": 2, "value": None}, {"id": 3, "value": None}],
+        "updated": [],
+        "left": [],
+    }
+
+
+@pytest.mark.parametrize(
+    ("index", "text", "expected"),
+    [
+        ("topic", "plant/+/temp", TopicFilter),
+        ("sql", "SELECT id, value FROM readings WHERE value > 1", Sql),
+        ("space", "box:0,0,10,10", Box),
+    ],
+)
+async def test_subscribe_takes_the_views_kind_from_the_dataset(
+    index: str, text: str, expected: type, capsys: pytest.CaptureFixture[str]
+) -> None:
+    async with scripted_relay({"readings": index, "agents": "space"}) as (url, received):
+        argv = ["subscribe", "--relay", url, "--dataset", "readings", "--view", text]
+        assert await asyncio.to_thread(main, [*argv, "--count", "1"]) == 0
+    assert "tick 9 seq 5: full, 3 changed, 3 rows" in capsys.readouterr().out
+    (subscribe,) = [frame for frame in received if isinstance(frame, Subscribe)]
+    assert isinstance(subscribe.view, expected) and subscribe.dataset == "readings"
+
+
+async def test_subscribe_without_kind_to_a_dataset_the_relay_does_not_serve_fails(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    async with scripted_relay({"agents": "space"}) as (url, received):
+        argv = ["subscribe", "--relay", url, "--dataset", "nope", "--view", "a/b"]
+        assert await asyncio.to_thread(main, argv) == FAILURE
+    assert "unknown dataset 'nope' (known: agents)" in capsys.readouterr().err
+    assert [type(frame) for frame in received] == [Hello]  # nothing subscribed
+
+
+async def test_subscribe_without_kind_to_a_relay_that_does_not_say_kinds(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    async with scripted_relay({}) as (url, received):  # an older relay: an empty Welcome
+        argv = ["subscribe", "--relay", url, "--view", "sphere:0,0,5", "--count", "1"]
+        assert await asyncio.to_thread(main, argv) == 0  # agents: built in, region views
+        assert isinstance(received[-1], Subscribe)
+        argv = ["subscribe", "--relay", url, "--dataset", "readings", "--view", "a/b"]
+        assert await asyncio.to_thread(main, argv) == USAGE
+    assert "does not say which views dataset 'readings' takes; give --kind" in (
+        capsys.readouterr().err
+    )
+
+
+#: Run ``fanout`` with every package of the relay's extra failing to import.
+WITHOUT_RELAY_EXTRA = """
+import importlib.abc, sys
+
+class NotInstalled(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path, target=None):
+        if name.partition(".")[0] in ("duckdb", "pyarrow", "prometheus_client"):
+            raise ModuleNotFoundError(f"No module named {name!r}", name=name)
+        return None
+
+sys.meta_path.insert(0, NotInstalled())
+from fanout.cli import main
+sys.exit(main(sys.argv[1:]))
+"""
+
+
+def test_a_command_whose_extra_is_not_installed_says_which_to_install() -> None:
+    result = subprocess.run(
+        [sys.executable, "-c", WITHOUT_RELAY_EXTRA, "relay", "--port", "0"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert result.returncode == FAILURE
+    assert "Traceback" not in result.stderr
+    assert "fanout relay: needs " in result.stderr
+    assert "pip install 'fanout[relay]'" in result.stderr

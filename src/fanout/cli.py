@@ -1,29 +1,43 @@
-"""The ``fanout`` command: run the parts of a deployment, subscribe, explain coverage, demo."""
+"""The ``fanout`` command: run the parts of a deployment, subscribe, explain coverage, demo.
+
+Exit statuses: 0 success; 1 a failure while running (a relay or publisher unreachable, a
+subscription refused, a connection lost, a package of the command's extra not installed); 2 a
+usage error: the command line, or the configuration file it names, asks for what cannot be done
+(argparse's own errors, a bad flag value, a bad view). Errors are one line on stderr,
+``fanout COMMAND: message``, not a traceback.
+"""
 
 from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import logging
 import sys
 from collections.abc import Sequence
+from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 from websockets.exceptions import WebSocketException
 
-from fanout.errors import ConfigError, FanoutError
+from fanout.errors import ConfigError, FanoutError, InvalidView
 
 DEFAULT_PUBLISHER = "ws://127.0.0.1:7700"
 DEFAULT_RELAY = "ws://127.0.0.1:7701"
 #: Datasets built into the publisher, by the view kind they take.
 BUILTIN_KINDS = {"agents": "region"}
+#: Exit statuses.
+FAILURE, USAGE = 1, 2
+#: The extra each command needs beyond the base install (docs/deploy.md).
+EXTRAS = {"relay": "relay", "publisher": "publisher", "demo": "demo"}
+#: The modules those extras install: one missing is a missing extra, not a bug.
+EXTRA_MODULES = frozenset(
+    {"duckdb", "pyarrow", "prometheus_client", "pyspark", "py4j", "pandas", "psycopg", "rich"}
+)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Run the command line; returns the exit status."""
+    """Run the command line; returns the exit status (0, ``FAILURE`` or ``USAGE``)."""
     parser = _parser()
     args = parser.parse_args(argv)
     logging.basicConfig(
@@ -35,11 +49,32 @@ def main(argv: Sequence[str] | None = None) -> int:
         status: int = args.run(args)
     except KeyboardInterrupt:
         return 130
-    except (FanoutError, OSError, WebSocketException) as exc:
-        # what the user got wrong or what is unreachable: a sentence, not a traceback
+    except (ConfigError, InvalidView) as exc:  # what the command line asks for cannot be done
         print(f"fanout {args.command}: {exc}", file=sys.stderr)
-        return 2
+        return USAGE
+    except (FanoutError, OSError, WebSocketException) as exc:  # what failed while running
+        print(f"fanout {args.command}: {exc}", file=sys.stderr)
+        return FAILURE
+    except ModuleNotFoundError as exc:
+        module = (exc.name or "").partition(".")[0]
+        if module not in EXTRA_MODULES or args.command not in EXTRAS:
+            raise
+        extra = EXTRAS[args.command]
+        print(
+            f"fanout {args.command}: needs {module}, which is not installed here:"
+            f" pip install 'fanout[{extra}]' (docs/deploy.md)",
+            file=sys.stderr,
+        )
+        return FAILURE
     return status
+
+
+def _version() -> str:
+    """fanout's version, as installed."""
+    try:
+        return metadata.version("fanout")
+    except metadata.PackageNotFoundError:  # run from a source tree that was never installed
+        return "(not installed: no version)"
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -52,6 +87,7 @@ def _parser() -> argparse.ArgumentParser:
         ),
         epilog="Run 'fanout COMMAND --help' for a command's options. Docs: docs/cli.md.",
     )
+    parser.add_argument("--version", action="version", version=f"fanout {_version()}")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     _demo_parser(commands)
     _publisher_parser(commands)
@@ -463,10 +499,10 @@ def _subscribe_parser(commands: Any) -> None:
     parser.add_argument(
         "--kind",
         choices=["region", "sql", "topic", "path"],
-        default="region",
+        default=None,
         help=(
             "the language of --view, the dataset's: region, sql (a SELECT), topic (an MQTT"
-            " filter) or path (an object path) (default: region)"
+            " filter) or path (an object path) (default: the dataset's, as the relay says)"
         ),
     )
     parser.add_argument(
@@ -480,86 +516,9 @@ def _subscribe_parser(commands: Any) -> None:
 
 
 def _run_subscribe(args: argparse.Namespace) -> int:
-    from fanout.views import parse
+    from fanout.cli_subscribe import run
 
-    if args.box and args.kind != "region":
-        raise ConfigError(f"--box is a region; give the {args.kind} view with --view")
-    view = parse(f"box:{args.box}" if args.box else args.view, args.kind)
-    return asyncio.run(_subscribe(args, view))
-
-
-async def _subscribe(args: argparse.Namespace, view: Any) -> int:
-    from fanout.client import HandshakeRefused, LiveView, SubscriptionError, connect, rank
-
-    relays = [url.strip() for url in args.relay.split(",") if url.strip()]
-    if not relays:
-        raise ConfigError(f"--relay {args.relay!r}: give at least one relay URL")
-    if args.route == "key" and not args.key:
-        raise ConfigError("--route key needs --key (subscribers giving one key meet at a relay)")
-    if args.key and args.route != "key":
-        raise ConfigError("--key is the routing key of --route key; add --route key")
-    if args.route != "order":
-        relays = rank(relays, view, args.area, args.key)
-    live: LiveView | None = None
-    seen, turn, attempts = 0, 0, 0  # attempts: connections lost in a row with nothing received
-    while True:
-        url = relays[turn % len(relays)]
-        try:
-            async with connect(url, name="fanout-subscribe") as subscriber:
-                live = await subscriber.subscribe(
-                    view,
-                    dataset=args.dataset,
-                    rate=args.rate,
-                    mode=args.mode,
-                    resume=live if args.mode == "every" else None,
-                )
-                async for update in live:
-                    _print_update(args, update, len(live.rows))
-                    seen, attempts = seen + 1, 0
-                    if args.count and seen >= args.count:
-                        return 0
-                return 0  # unsubscribed
-        except (OSError, SubscriptionError, HandshakeRefused) as exc:
-            if isinstance(exc, SubscriptionError | HandshakeRefused) and exc.code not in (
-                "closed",
-                "unavailable",  # the relay is full: another may have room
-            ):
-                raise  # refused: another relay would refuse it too
-            turn, attempts = turn + 1, attempts + 1
-            if attempts > len(relays):
-                raise
-            print(f"relay {url}: {exc}; trying {relays[turn % len(relays)]}", file=sys.stderr)
-            await asyncio.sleep(1.0)
-
-
-def _print_update(args: argparse.Namespace, update: Any, rows: int) -> None:
-    if args.json:
-        print(json.dumps(_update_json(update)), flush=True)
-    else:
-        print(
-            f"tick {update.tick} seq {update.seq}: {'full, ' if update.full else ''}"
-            f"{update.changed()} changed, {rows} rows",
-            flush=True,
-        )
-
-
-def _update_json(update: Any) -> dict[str, Any]:
-    def rows(columns: dict[str, np.ndarray]) -> list[dict[str, Any]]:
-        names = list(columns)
-        return [
-            dict(zip(names, values, strict=True))
-            for values in zip(*(columns[n].tolist() for n in names), strict=True)
-        ]
-
-    return {
-        "tick": update.tick,
-        "seq": update.seq,
-        "epoch": update.epoch,
-        "full": update.full,
-        "entered": rows(update.entered),
-        "updated": rows(update.updated),
-        "left": update.left.tolist(),
-    }
+    return asyncio.run(run(args))
 
 
 # -- explain ---------------------------------------------------------------------------------
@@ -601,11 +560,8 @@ def _run_explain(args: argparse.Namespace) -> int:
 
     kind = args.kind or BUILTIN_KINDS.get(args.dataset)
     if kind is None:
-        print(
-            f"fanout explain: dataset {args.dataset!r} is not built in;"
-            " say its view language with --kind",
-            file=sys.stderr,
+        raise ConfigError(
+            f"dataset {args.dataset!r} is not built in; say its view language with --kind"
         )
-        return 2
     print(explain(kind, args.view, args.have).render())
     return 0

@@ -142,6 +142,23 @@ async def test_fanout_subscribe_prints_a_sql_views_rows(deployment) -> None:
     assert update["full"] and update["entered"] == [{"order_id": 77, "amount": 77.5}]
 
 
+async def test_fanout_subscribe_takes_the_views_language_from_the_dataset(deployment) -> None:
+    publisher, relay = deployment
+    async with open_producer(publisher.url) as producer:
+        await producer.publish("sensors", rows=[{"topic": "hall/9/temp", "value": 9.5}])
+    command = await asyncio.create_subprocess_exec(
+        *(sys.executable, "-m", "fanout", "subscribe", "--relay", relay.url),
+        *("--dataset", "sensors", "--view", "hall/+/temp", "--count", "1", "--json"),
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    out, err = await asyncio.wait_for(command.communicate(), 90)
+    assert command.returncode == 0, err.decode()
+    (line,) = out.decode().splitlines()
+    update = json.loads(line)
+    assert update["full"] and update["entered"] == [{"topic": "hall/9/temp", "value": 9.5}]
+
+
 async def test_a_join_is_run_on_the_relay(deployment) -> None:
     publisher, relay = deployment
     text = (

@@ -280,6 +280,21 @@ async def test_a_catalog_the_relay_cannot_hold_is_logged_and_the_relay_connects_
         assert publisher.connections == 2
 
 
+async def test_subscribers_are_told_each_dataset_and_the_views_it_takes() -> None:
+    orders = DatasetInfo("orders", "order_id", {"order_id": "<i8", "amount": "<f8"}, "sql", [])
+    publisher = ScriptedPublisher([Catalog([INFO, orders]), Catalog([INFO])])
+    async with running(publisher) as (_, _, url):
+        async with connect(url) as subscriber:
+            assert subscriber.datasets == {"agents": "region", "orders": "sql"}
+        await publisher.relays.pop().close()  # the relay connects again: the second catalog
+        async with asyncio.timeout(10):
+            while True:
+                async with connect(url) as subscriber:
+                    if subscriber.datasets == {"agents": "region"}:
+                        break
+                await asyncio.sleep(0.05)
+
+
 async def test_transforms_and_capabilities_reach_the_subscriber(deployment) -> None:
     publisher, _, url = deployment
     async with connect(url, capabilities=["fixed"]) as subscriber:

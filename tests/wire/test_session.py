@@ -119,3 +119,33 @@ def test_a_subscribe_with_an_invalid_view_is_refused_as_that_subscription() -> N
     assert isinstance(outcome.reply, Error)
     assert (outcome.reply.code, outcome.reply.ref) == ("protocol", 7)
     assert accepting.receive(b"\x93garbage").reply.ref is None  # type: ignore[union-attr]
+
+
+def test_the_welcome_names_the_datasets_served_when_asked_at_the_hello() -> None:
+    served: dict[str, str] = {}
+    accepting = AcceptingSession(
+        codec.to_relay(), "test", frozenset({"subscriber"}), datasets=lambda: served
+    )
+    served["orders"] = "sql"  # learnt after the session was made, before its hello
+    outcome = accepting.receive(hello())
+    assert isinstance(outcome.reply, Welcome)
+    assert outcome.reply.datasets == {"orders": "sql"}
+    assert session().receive(hello()).reply.datasets == {}  # type: ignore[union-attr]
+
+
+class WelcomeBeforeDatasets(msgspec.Struct, tag="welcome", tag_field="type", frozen=True):
+    """``Welcome`` as peers older than its ``datasets`` field decode it."""
+
+    version: int
+    server: str
+    session: str
+
+
+def test_welcome_with_datasets_and_without_decode_on_either_side() -> None:
+    new = Welcome(PROTOCOL_VERSION, "relay", "s", {"orders": "sql", "shapes": "a-kind-to-come"})
+    old = msgspec.msgpack.decode(codec.encode(new), type=WelcomeBeforeDatasets)
+    assert (old.version, old.server, old.session) == (PROTOCOL_VERSION, "relay", "s")
+    from_old = msgspec.msgpack.encode(WelcomeBeforeDatasets(PROTOCOL_VERSION, "relay", "s"))
+    assert codec.to_subscriber().decode(from_old) == Welcome(PROTOCOL_VERSION, "relay", "s")
+    assert codec.to_subscriber().decode(codec.encode(new)) == new
+    assert b"datasets" not in codec.encode(Welcome(PROTOCOL_VERSION, "publisher", "s"))

@@ -39,7 +39,7 @@ import contextlib
 import itertools
 import time
 from collections import deque
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -76,6 +76,8 @@ Columns = dict[str, npt.NDArray[Any]]
 
 #: Largest frame accepted from a relay (a first push of a large view).
 MAX_FRAME = 256 << 20
+#: The view kind of each index kind named otherwise: a ``space`` index takes region views.
+VIEW_KINDS = {"space": "region"}
 
 
 class SubscriptionError(FanoutError):
@@ -308,11 +310,21 @@ class Subscriber:
     """One connection to a relay, holding any number of views."""
 
     def __init__(
-        self, websocket: ClientConnection, buffer: int = 256, capabilities: Sequence[str] = ()
+        self,
+        websocket: ClientConnection,
+        buffer: int = 256,
+        capabilities: Sequence[str] = (),
+        datasets: Mapping[str, str] | None = None,
     ) -> None:
         self._websocket = websocket
         self._buffer = buffer
         self.capabilities = tuple(capabilities)
+        #: The datasets the relay serves, each with the kind of view it takes (``region``,
+        #: ``sql``, ``topic``, ``path``), as its ``Welcome`` said; empty if it said nothing (a
+        #: relay older than this field, or one that has no catalog from the publisher yet).
+        self.datasets = {
+            name: VIEW_KINDS.get(index, index) for name, index in (datasets or {}).items()
+        }
         self._ids = itertools.count(1)
         self._views: dict[int, LiveView] = {}
         self._pending: dict[int, asyncio.Future[Subscribed]] = {}
@@ -478,8 +490,8 @@ async def connect(
             capabilities=list(capabilities),
         )
         await websocket.send(codec.encode(hello))
-        check_welcome(codec.to_subscriber().decode(await websocket.recv()))
-        subscriber = Subscriber(websocket, buffer, capabilities)
+        welcome = check_welcome(codec.to_subscriber().decode(await websocket.recv()))
+        subscriber = Subscriber(websocket, buffer, capabilities, welcome.datasets)
         subscriber._reader = asyncio.create_task(subscriber._read())
         try:
             yield subscriber

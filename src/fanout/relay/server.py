@@ -1,16 +1,16 @@
 """The relay's asyncio shell: sockets, timers and tasks around ``RelayCore``.
 
-Tasks (one ``TaskGroup`` owns them all, STYLE.md rule 5):
+Tasks (one ``TaskGroup`` owns them all):
 
 * the subscriber server: one handler per connection, feeding frames to the core;
 * the upstream link: connects to the publisher, reconnects with backoff, hands batches to the
   writer (``relay.writer``: each is written to the inert buffer on the writer thread, the one
   thread besides the loop, and the pump swaps it in as soon as it is written);
 * the pump: asks the core for due pushes whenever something changed, a connection became
-  writable, or the earliest rate timer fires (000: [0138], Fig. 7). A round of pushes runs for
-  at most ``RelayConfig.pump_budget`` seconds, then yields to the event loop so reads, writes
-  and batches keep flowing with thousands of subscribers; what was not served stays queued,
-  aging, for the next round;
+  writable, or the earliest rate timer fires (CA 3197003 [0138], Fig. 7). A round of pushes
+  runs for at most ``RelayConfig.pump_budget`` seconds, then yields to the event loop so reads,
+  writes and batches keep flowing with thousands of subscribers; what was not served stays
+  queued, aging, for the next round;
 * housekeeping: releases spare primitives and disconnects subscribers that stopped reading.
 
 A subscriber connection is read at most ``RelayConfig.read_rate`` frames a second after a first
@@ -23,11 +23,11 @@ sends no ``Hello`` within ``hello_timeout`` seconds is refused and closed; beyon
 An HTTP ``GET /metrics`` on the subscriber port is answered with the relay's counters
 (``relay.metrics``, ``fanout.metrics``) instead of a WebSocket handshake.
 
-Slow consumers (STYLE.md rule 4): a subscriber is only pushed to when its connection has written
-everything before, so its queue holds at most one push (plus small control frames) and a slow
-reader gets fewer, larger deltas — latest-value coalescing, counted per subscription. One that
-leaves a push unread for ``stall_timeout`` seconds is closed (code 1008, reason ``slow consumer:
-...``); one whose queue still fills up (``queue_limit`` frames) is closed the same way. Neither
+Slow consumers: a subscriber is only pushed to when its connection has written everything
+before, so its queue holds at most one push (plus small control frames) and a slow reader gets
+fewer, larger deltas — latest-value coalescing, counted per subscription. One that leaves a
+push unread for ``stall_timeout`` seconds is closed (code 1008, reason ``slow consumer: ...``);
+one whose queue still fills up (``queue_limit`` frames) is closed the same way. Neither
 ever delays another subscriber: nothing waits on a slow connection but its own writer task.
 """
 
@@ -216,6 +216,8 @@ class RelayServer:
         self._reads_throttled = 0
         self._refused_full = 0
         self._finishing: set[Outbound] = set()
+        #: The publisher's datasets and their index kinds, for subscribers' ``Welcome``.
+        self._datasets: dict[str, str] = {}
 
     async def run(self, ready: Callable[[int], None] | None = None) -> None:
         """Serve until cancelled; ``ready(port)`` is called once serving and connected upstream.
@@ -299,6 +301,7 @@ class RelayServer:
             f"fanout-relay {self.config.name}",
             frozenset({"subscriber"}),
             room=self._room,
+            datasets=lambda: self._datasets,
         )
         outbound = Outbound(
             websocket, self.config.queue_limit, on_idle=lambda: self._on_writable(client)
@@ -426,6 +429,7 @@ class RelayServer:
         match frame:
             case Catalog() as catalog:
                 self.core.on_catalog(catalog)
+                self._datasets = {info.name: info.index for info in catalog.datasets}
                 self._upstream = outbound
                 self._dispatch(self.core.on_upstream_connected())
                 self._upstream_ready.set()

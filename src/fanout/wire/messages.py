@@ -1,4 +1,4 @@
-"""Every frame of the protocol, one union per direction (DESIGN.md section 8, STYLE.md rule 3).
+"""Every frame of the protocol, one union per direction (docs/protocol.md).
 
 Frames are immutable tagged structs; they evolve only by adding fields with defaults, so an older
 peer keeps decoding what a newer one sends. Conversations:
@@ -55,11 +55,20 @@ class Hello(Frame, tag="hello", frozen=True):
 
 
 class Welcome(Frame, tag="welcome", frozen=True):
-    """The accepting side's answer to a compatible ``Hello``."""
+    """The accepting side's answer to a compatible ``Hello``.
+
+    ``datasets``: a relay's answer to a subscriber names the datasets it serves, each with the
+    kind of its index (``DatasetInfo.index``: ``space``, ``sql``, ``topic``, ``path``), so that
+    a subscriber can tell which view language a dataset takes before it subscribes. Empty from
+    a relay that does not have the publisher's catalog yet, from relays older than the field,
+    and from a publisher (whose ``Catalog`` follows). Kinds are plain strings, not a closed
+    set, so that a subscriber still decodes a ``Welcome`` naming a kind newer than itself.
+    """
 
     version: int
     server: str
     session: str
+    datasets: dict[str, str] = {}
 
 
 class Error(Frame, tag="error", frozen=True):
@@ -71,7 +80,7 @@ class Error(Frame, tag="error", frozen=True):
 
 
 class Transform(msgspec.Struct, frozen=True, omit_defaults=True):
-    """How a relay adapts a subscription's rows for its subscriber (000: [0091]-[0093]).
+    """How a relay adapts a subscription's rows for its subscriber (CA 3197003 [0091]-[0093]).
 
     The relay applies the transform to floating-point columns only (integers and strings travel
     as stored), in this order: projection, relative coordinates, then precision.
@@ -283,8 +292,9 @@ class Batch(Frame, tag="batch", frozen=True):
 class Curious(Frame, tag="curious", frozen=True):
     """A relay asks again for micro-batches it lacks: seqs ``first..last`` of (dataset, epoch).
 
-    Seed 004's *curiosity*, a NACK: the publisher answers from its log with one ``Knowledge`` per
-    seq, or with ``Error{code: "lost", ref: req}`` for seqs no longer (or never) logged.
+    The *curiosity* of US 7,487,246 (gapless delivery), a NACK: the publisher answers from its
+    log with one ``Knowledge`` per seq, or with ``Error{code: "lost", ref: req}`` for seqs no
+    longer (or never) logged.
     """
 
     req: int
@@ -297,7 +307,7 @@ class Curious(Frame, tag="curious", frozen=True):
 class Horizon(Frame, tag="horizon", frozen=True):
     """A relay still needs seqs ``seq`` onwards of (dataset, epoch) from the publisher's log.
 
-    The lowest seq its ``every`` subscriptions may still ask for (seed 004: a subscriber's
+    The lowest seq its ``every`` subscriptions may still ask for (US 7,487,246: a subscriber's
     release); ``seq = -1``: it needs nothing any more. The publisher does not trim the log past
     the lowest horizon of its connected relays, whatever the age of the entries.
     """

@@ -1,4 +1,4 @@
-"""The handshake and error rules of every connection, sans I/O (STYLE.md rules 1 and 2).
+"""The handshake and error rules of every connection, sans I/O (docs/protocol.md).
 
 Rules, for the accepting side (relay for subscribers, publisher for relays and readers):
 
@@ -59,6 +59,7 @@ class AcceptingSession(Generic[T]):
         server: str,
         roles: frozenset[Role],
         room: Callable[[], str | None] = lambda: None,
+        datasets: Callable[[], dict[str, str]] = dict,
     ) -> None:
         """Args:
         decoder: decodes the frames this side takes.
@@ -66,11 +67,14 @@ class AcceptingSession(Generic[T]):
         roles: the roles it serves.
         room: asked when a valid ``Hello`` arrives: None to admit the connection, else why
             there is no room for it (refused with code ``unavailable``).
+        datasets: asked when a ``Hello`` is admitted: the datasets served and the kind of
+            each one's index, for the ``Welcome`` (a relay's, to its subscribers).
         """
         self._decoder = decoder
         self._server = server
         self._roles = roles
         self._room = room
+        self._datasets = datasets
         self.phase = Phase.AWAIT_HELLO
         self.hello: Hello | None = None
         self.session_id = uuid.uuid4().hex[:12]
@@ -105,7 +109,12 @@ class AcceptingSession(Generic[T]):
             return self._refuse(full, code="unavailable")
         self.phase = Phase.OPEN
         self.hello = frame
-        welcome = Welcome(version=PROTOCOL_VERSION, server=self._server, session=self.session_id)
+        welcome = Welcome(
+            version=PROTOCOL_VERSION,
+            server=self._server,
+            session=self.session_id,
+            datasets=self._datasets(),
+        )
         return Outcome(reply=welcome)
 
     def _refuse(self, message: str, code: str = "handshake") -> Outcome[T]:

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Iterable, Mapping
-from typing import TypeAlias
+from typing import TYPE_CHECKING, TypeAlias
 
 import msgspec
 
@@ -34,9 +34,11 @@ from fanout.views.sql.boxes import (
 )
 from fanout.views.sql.compile import primitive_query, primitive_to_duckdb, to_duckdb, to_spark
 from fanout.views.sql.fields import Atom
-from fanout.views.sql.match import Batch, Mask, match
 from fanout.views.sql.query import Analysis, analyse, real_columns
 from fanout.views.sql.values import ValueSet
+
+if TYPE_CHECKING:
+    from fanout.views.sql.match import Batch, Mask
 
 __all__ = [
     "Sql",
@@ -90,6 +92,10 @@ class SqlBox(ViewBase, tag="sqlbox", frozen=True):
             KeyError: the batch lacks a constrained column.
             TypeError: a column's type cannot be compared with the primitive's bounds.
         """
+        # matching runs on pyarrow, the relay's and the publisher's (their extras), not the
+        # subscriber's, who only makes views
+        from fanout.views.sql.match import match  # noqa: PLC0415
+
         return match(self.boxes, batch)
 
     def __str__(self) -> str:

@@ -21,11 +21,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from functools import cached_property
+from typing import TYPE_CHECKING
 
 import numpy as np
 import numpy.typing as npt
-import pyarrow as pa
-import pyarrow.compute as pc
 
 from fanout.views.base import ViewBase
 from fanout.views.topic.syntax import (
@@ -38,6 +37,9 @@ from fanout.views.topic.syntax import (
     parse_filter,
     topic_levels,
 )
+
+if TYPE_CHECKING:
+    import pyarrow as pa
 
 Levels = tuple[str, ...]
 
@@ -114,6 +116,9 @@ class TopicFilter(ViewBase, tag="topic", frozen=True, dict=True):
         Args:
             topics: topics as an Arrow string array.
         """
+        # pyarrow is the relay's and the publisher's (their extras), not the subscriber's
+        import pyarrow.compute as pc  # noqa: PLC0415
+
         mask = pc.match_substring_regex(topics, arrow_regex(self.levels))
         if self.levels[0] in ("+", "#"):  # rule 5: not topics starting with '$'
             mask = pc.and_(mask, pc.invert(pc.starts_with(topics, "$")))
