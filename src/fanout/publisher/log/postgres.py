@@ -1,15 +1,19 @@
-"""The log in a PostgreSQL database (the shared option: several hosts)."""
+"""The log in a PostgreSQL database (the shared option: several hosts).
+
+psycopg is imported when a log is opened, not with this module: the log's package (and its
+interface, which the audit in ``fanout.testing`` reads) loads without the driver.
+"""
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from typing import Any, TypeVar
-
-import psycopg
-from psycopg.conninfo import conninfo_to_dict
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from fanout.publisher.log.sql import Db, SqlLog, schema
+
+if TYPE_CHECKING:
+    import psycopg
 
 T = TypeVar("T")
 
@@ -56,7 +60,10 @@ class PostgresLog(SqlLog):
         Raises:
             psycopg.OperationalError: the server cannot be reached or refuses the login.
         """
+        import psycopg  # noqa: PLC0415 (see the module docstring)
+
         super().__init__("on PostgreSQL")
+        self._lost: type[psycopg.OperationalError] = psycopg.OperationalError
         self.dsn = dsn
         self._writer = self._connect()
         try:
@@ -67,6 +74,9 @@ class PostgresLog(SqlLog):
             raise
 
     def _connect(self) -> psycopg.Connection[Any]:
+        import psycopg  # noqa: PLC0415 (see the module docstring)
+        from psycopg.conninfo import conninfo_to_dict  # noqa: PLC0415
+
         params: dict[str, Any] = conninfo_to_dict(self.dsn)
         params.setdefault("application_name", "fanout-log")
         params.setdefault("connect_timeout", 10)
@@ -93,7 +103,7 @@ class PostgresLog(SqlLog):
     def _transact(self, work: Callable[[Db], T]) -> T:
         try:
             return self._in_transaction(work)
-        except psycopg.OperationalError as exc:
+        except self._lost as exc:
             if not self._writer.broken:
                 raise
             self._writer = self._reconnect(self._writer, exc)
@@ -106,7 +116,7 @@ class PostgresLog(SqlLog):
     def _query(self, work: Callable[[Db], T]) -> T:
         try:
             return work(_PostgresDb(self._reader))
-        except psycopg.OperationalError as exc:
+        except self._lost as exc:
             if not self._reader.broken:
                 raise
             self._reader = self._reconnect(self._reader, exc)

@@ -7,8 +7,6 @@ import re
 import sqlite3
 from typing import Literal
 
-import psycopg
-
 from fanout.errors import ConfigError
 from fanout.publisher.log.base import BatchLog
 from fanout.publisher.log.postgres import PostgresLog
@@ -27,8 +25,15 @@ def open_log(url: str) -> BatchLog:
     """
     kind, target = _parse_log_url(url)
     try:
-        return SqliteLog(target) if kind == "sqlite" else PostgresLog(target)
-    except (sqlite3.Error, OSError, psycopg.Error) as exc:
+        if kind == "sqlite":
+            return SqliteLog(target)
+    except (sqlite3.Error, OSError) as exc:
+        raise ConfigError(_masked(f"cannot open the publisher log {url}: {exc}", url)) from exc
+    import psycopg  # noqa: PLC0415 (loaded only to open a PostgreSQL log: ``log.postgres``)
+
+    try:
+        return PostgresLog(target)
+    except (OSError, psycopg.Error) as exc:
         raise ConfigError(_masked(f"cannot open the publisher log {url}: {exc}", url)) from exc
 
 
