@@ -1,5 +1,5 @@
-"""Shared fixtures: one Spark session for the whole test session (SPARK-NOTES.md), and helpers
-that tests in several directories use."""
+"""Shared fixtures: one Spark session for the whole test session (starting one costs seconds),
+and helpers that tests in several directories use."""
 
 from __future__ import annotations
 

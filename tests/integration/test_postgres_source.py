@@ -1,6 +1,6 @@
-"""The DB connector end to end (seed 003): a real PostgreSQL table's rows, and every change
-written to it afterwards, reach a subscriber's SQL view through a real publisher (Spark) and a
-real relay."""
+"""The database connector end to end (Liebig et al.): a real PostgreSQL table's rows, and every
+change written to it afterwards, reach a subscriber's SQL view through a real publisher (Spark)
+and a real relay."""
 
 from __future__ import annotations
 

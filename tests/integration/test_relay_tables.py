@@ -220,7 +220,7 @@ async def collect(view: LiveView, into: list[Update], done: Callable[[], bool]) 
 
 
 async def test_an_every_topic_subscription_gets_each_seq_once_and_resumes(deployment, tmp_path):
-    """Mode every over a topic filter (seed 004's durable subscription): every seq, in order,
+    """Mode every over a topic filter (US 7,487,246's durable subscription): every seq, in order,
     exactly once, across a disconnection with messages published meanwhile; audited against the
     publisher's log."""
     publisher, relay = deployment

@@ -1,4 +1,4 @@
-"""Columnar row payloads: each column is a raw little-endian array (DESIGN.md section 8).
+"""Columnar row payloads: each column is a raw little-endian array (docs/protocol.md).
 
 Numbers travel as the bytes of a numpy array, so a float64 arrives bit-for-bit as it left the
 publisher; strings travel as a msgpack list. Decoding checks every length, so a truncated or

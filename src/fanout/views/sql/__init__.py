@@ -1,8 +1,8 @@
 """SQL views: subscriptions to relational datasets, and the coverage algebra over them.
 
-DESIGN.md section 3 (SQL) and founding document [0070], [0094], [0158]-[0163] (Fig. 8): a
-subscriber subscribes with a SELECT query; the relay decides whether the primitives it already
-holds upstream cover it ([0161], step 830) and, if not, subscribes for the uncovered part.
+CA 3197003 [0070], [0094], [0158]-[0163] (Fig. 8; docs/concepts.md, "Views"): a subscriber
+subscribes with a SELECT query; the relay decides whether the primitives it already holds upstream
+cover it ([0161], step 830) and, if not, subscribes for the uncovered part.
 
 - :class:`Sql` is the view on the wire: its SQL text, normalised. It decomposes into one
   :class:`SqlBox` primitive per table it reads (:meth:`Sql.primitives`).

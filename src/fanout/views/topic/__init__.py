@@ -1,4 +1,4 @@
-"""Topic views: MQTT topic filters, matching, and coverage (DESIGN.md section 3, "Topic").
+"""Topic views: MQTT topic filters, matching, and coverage (docs/concepts.md, "Views").
 
 A :class:`TopicFilter` is a subscription to every topic an MQTT 3.1.1 / 5.0 topic filter matches
 (syntax and matching rules in ``views.topic.syntax``). Coverage answers the relay planner's
