@@ -103,6 +103,11 @@ class RelayCore:
             sql_share, sql_burst: each connection's share of the loop for SQL pushes.
         """
         self.parts = Parts(policy or Policy(), Upstream(), Downstream(), Encodings(), engine)
+        # The parts the core itself uses most, as plain attributes (they are never replaced).
+        self.upstream: Upstream = self.parts.upstream
+        self.downstream: Downstream = self.parts.downstream
+        self.datasets: dict[str, DatasetState] = self.parts.datasets
+        self._kinds = self.parts.kinds
         self.max_subscriptions = max_subscriptions
         self.scheduler = Scheduler(aging)
         self.lifecycle = Lifecycle(self.parts.downstream, self.scheduler)
@@ -111,21 +116,6 @@ class RelayCore:
         budgets = Budgets(sql_share, sql_burst)
         self.serving = Serving(self.parts, self.lifecycle, self.every, budgets, self.counters)
         self._capabilities: dict[int, tuple[str, ...]] = {}
-
-    @property
-    def upstream(self) -> Upstream:
-        """The primitives held at the publisher."""
-        return self.parts.upstream
-
-    @property
-    def downstream(self) -> Downstream:
-        """The subscriptions served."""
-        return self.parts.downstream
-
-    @property
-    def datasets(self) -> dict[str, DatasetState]:
-        """The relay's copy of each dataset, by name."""
-        return self.parts.datasets
 
     @property
     def histories(self) -> dict[str, History]:
@@ -364,7 +354,7 @@ class RelayCore:
         subscription.dataset, subscription.shape = request.dataset, shape
         subscription.priority, subscription.reads = request.priority, reads
         self.downstream.put(subscription)
-        added = kind.acquire(request.view, subscription.velocity, subscribing=True)
+        added = kind.acquire(request.view, subscription.velocity, True)
         if not added and not any(map(self.upstream.pending, reads)):
             # Held primitives cover the view and all of them are ready: it is servable, and
             # the coverage algebra need not be asked again (a view that moves is, at its push).
@@ -373,7 +363,7 @@ class RelayCore:
         return sends + _acquires(added)
 
     def _check(self, request: Subscribe) -> DatasetKind:
-        kind = self.parts.kinds.get(request.dataset)
+        kind = self._kinds.get(request.dataset)
         if kind is None:
             known = ", ".join(self.datasets) or "none yet: the relay is not connected upstream"
             raise InvalidView(f"unknown dataset {request.dataset!r} (known: {known})")

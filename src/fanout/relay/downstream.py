@@ -88,7 +88,8 @@ class Downstream:
         self._subs: dict[SubKey, Subscription] = {}
         self._by_client: dict[int, dict[SubKey, Subscription]] = {}
         self._by_dataset: dict[str, dict[SubKey, Subscription]] = {}
-        self._by_read: dict[str, dict[SubKey, Subscription]] = {}
+        #: dataset -> subscriptions of other datasets whose views read it too (SQL joins)
+        self._by_join: dict[str, dict[SubKey, Subscription]] = {}
 
     def __iter__(self) -> Iterator[Subscription]:
         return iter(list(self._subs.values()))
@@ -107,8 +108,9 @@ class Downstream:
         self._subs[key] = subscription
         self._by_client.setdefault(subscription.client, {})[key] = subscription
         self._by_dataset.setdefault(subscription.dataset, {})[key] = subscription
-        for name in subscription.reads or (subscription.dataset,):
-            self._by_read.setdefault(name, {})[key] = subscription
+        for name in subscription.reads:
+            if name != subscription.dataset:
+                self._by_join.setdefault(name, {})[key] = subscription
 
     def remove(self, key: SubKey) -> Subscription | None:
         """Drop a subscription; returns it if it existed."""
@@ -116,8 +118,9 @@ class Downstream:
         if subscription is not None:
             _discard(self._by_client, subscription.client, key)
             _discard(self._by_dataset, subscription.dataset, key)
-            for name in subscription.reads or (subscription.dataset,):
-                _discard(self._by_read, name, key)
+            for name in subscription.reads:
+                if name != subscription.dataset:
+                    _discard(self._by_join, name, key)
         return subscription
 
     def count(self, client: int) -> int:
@@ -134,7 +137,9 @@ class Downstream:
 
     def of_reader(self, dataset: str) -> list[Subscription]:
         """Every subscription whose view reads ``dataset`` (its own, or joined)."""
-        return list(self._by_read.get(dataset, {}).values())
+        own = list(self._by_dataset.get(dataset, {}).values())
+        joined = self._by_join.get(dataset)
+        return own if joined is None else own + list(joined.values())
 
     def views(self, dataset: str) -> list[View]:
         """Every subscription view of ``dataset``."""

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 from collections.abc import Hashable, Sequence
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import NamedTuple, Protocol
 
 from fanout.relay.changesets import ChangeSet, Step, Steps
 from fanout.relay.downstream import Downstream, Subscription
@@ -73,9 +73,11 @@ class Parts:
     shrunk: int = 0
 
 
-@dataclass(frozen=True)
-class Accepted:
-    """A subscription accepted: the shape of its rows, their key and columns (``Subscribed``)."""
+class Accepted(NamedTuple):
+    """A subscription accepted: the shape of its rows, their key and columns (``Subscribed``).
+
+    A named tuple, not a frozen dataclass: one is made for every subscription and view change.
+    """
 
     shape: Shape
     key: str

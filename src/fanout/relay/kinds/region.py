@@ -113,7 +113,7 @@ class RegionKind:
         view = subscription.view
         if isinstance(view, Relative):
             return relative.region(view, self.state, self._parts.upstream)
-        return as_region(view)
+        return view  # type: ignore[return-value]  # an absolute region: ``accept`` checked it
 
     def covered(self, located: Hashable, ready_only: bool = True) -> bool:
         """Whether held region primitives (ready ones only, unless asked) cover it."""
