@@ -360,7 +360,7 @@ class RelayCore:
             # the coverage algebra need not be asked again (a view that moves is, at its push).
             subscription.servable = True
             subscription.coverage_seen = (request.view, self.parts.shrunk, self.parts.grown)
-        return sends + _acquires(added)
+        return sends + [Send(UPSTREAM, Acquire(p.prim, p.dataset, p.view)) for p in added]
 
     def _check(self, request: Subscribe) -> DatasetKind:
         kind = self._kinds.get(request.dataset)

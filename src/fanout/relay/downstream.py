@@ -108,9 +108,10 @@ class Downstream:
         self._subs[key] = subscription
         self._by_client.setdefault(subscription.client, {})[key] = subscription
         self._by_dataset.setdefault(subscription.dataset, {})[key] = subscription
-        for name in subscription.reads:
-            if name != subscription.dataset:
-                self._by_join.setdefault(name, {})[key] = subscription
+        if len(subscription.reads) > 1:  # a join: indexed under the other datasets it reads
+            for name in subscription.reads:
+                if name != subscription.dataset:
+                    self._by_join.setdefault(name, {})[key] = subscription
 
     def remove(self, key: SubKey) -> Subscription | None:
         """Drop a subscription; returns it if it existed."""
@@ -118,9 +119,10 @@ class Downstream:
         if subscription is not None:
             _discard(self._by_client, subscription.client, key)
             _discard(self._by_dataset, subscription.dataset, key)
-            for name in subscription.reads:
-                if name != subscription.dataset:
-                    _discard(self._by_join, name, key)
+            if len(subscription.reads) > 1:
+                for name in subscription.reads:
+                    if name != subscription.dataset:
+                        _discard(self._by_join, name, key)
         return subscription
 
     def count(self, client: int) -> int:

@@ -118,8 +118,7 @@ class Serving:
         start (the first always does): the rest go back to the queue with their age.
         """
         served: list[list[Send]] = []
-        together: dict[int, list[tuple[int, Subscription, Hashable]]] = {}
-        kinds: dict[int, DatasetKind] = {}
+        together: dict[DatasetKind, list[tuple[int, Subscription, Hashable]]] = {}
         clients: set[int] = set()
         pushed = False  # a push not cut together (those are cheap)
         for at, sid in enumerate(sids):
@@ -142,8 +141,7 @@ class Serving:
                 continue
             clients.add(subscription.client)
             if cheap:
-                kinds[id(kind)] = kind
-                together.setdefault(id(kind), []).append((len(served), subscription, located))
+                together.setdefault(kind, []).append((len(served), subscription, located))
                 served.append([])
                 continue
             pushed = True
@@ -154,10 +152,10 @@ class Serving:
                 served.append(self._push(subscription, kind, located, now))
             if kind.metered:  # its query's time, if one ran (not a result shared, nor syncs)
                 self.budgets.spend(subscription.client, kind.query_seconds() - before, now)
-        for number, due in together.items():
-            cuts = kinds[number].cut_together([(s, located) for _, s, located in due])
+        for kind, due in together.items():
+            cuts = kind.cut_together([(s, located) for _, s, located in due])
             for (at, subscription, _), found in zip(due, cuts, strict=True):
-                served[at] += self._deliver(subscription, kinds[number], found, now)
+                served[at] += self._deliver(subscription, kind, found, now)
         return [send for sends in served for send in sends]
 
     def _triage(

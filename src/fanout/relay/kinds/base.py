@@ -24,7 +24,9 @@ from __future__ import annotations
 
 from collections.abc import Hashable, Sequence
 from dataclasses import dataclass, field
-from typing import NamedTuple, Protocol
+from typing import Protocol
+
+import msgspec
 
 from fanout.relay.changesets import ChangeSet, Step, Steps
 from fanout.relay.downstream import Downstream, Subscription
@@ -73,10 +75,11 @@ class Parts:
     shrunk: int = 0
 
 
-class Accepted(NamedTuple):
+class Accepted(msgspec.Struct, frozen=True, gc=False):
     """A subscription accepted: the shape of its rows, their key and columns (``Subscribed``).
 
-    A named tuple, not a frozen dataclass: one is made for every subscription and view change.
+    A struct, not a frozen dataclass: one is made for every subscription and view change, and a
+    struct is made in C.
     """
 
     shape: Shape

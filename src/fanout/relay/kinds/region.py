@@ -168,8 +168,8 @@ class RegionKind:
             for key, body in zip(cuts, cut_boxes(regions, helds, shape, buffer), strict=True):
                 bodies[key] = body
                 encodings.put(self.name, key, body)
-        pushed = [key for key in keys if key is not None]
-        encodings.shared += len(pushed) - len(set(pushed))
+        # ``bodies`` holds one body per distinct key pushed: the other pushes shared one.
+        encodings.shared += len(keys) - keys.count(None) - len(bodies)
         return [
             None if key is None else (bodies[key], self._held_after(subscription, bodies[key]))
             for (subscription, _), key in zip(due, keys, strict=True)
