@@ -34,7 +34,8 @@ THIS = HERE.parent
 
 
 def commit(checkout: Path) -> str:
-    """The checkout's commit (short), with ``+`` if it has uncommitted changes."""
+    """The checkout's commit (short), with ``+`` if it has uncommitted changes (besides
+    ``bench/results/``, which the benchmark itself may write)."""
     head = subprocess.run(
         ["git", "-C", str(checkout), "rev-parse", "--short", "HEAD"],
         capture_output=True,
@@ -42,7 +43,8 @@ def commit(checkout: Path) -> str:
         check=True,
     ).stdout.strip()
     dirty = subprocess.run(
-        ["git", "-C", str(checkout), "status", "--porcelain", "--untracked-files=no"],
+        ["git", "-C", str(checkout), "status", "--porcelain", "--untracked-files=no", "--"]
+        + [".", ":!bench/results"],
         capture_output=True,
         text=True,
         check=True,

@@ -28,6 +28,7 @@ from fanout.relay.kinds import Cut, DatasetKind, Parts
 from fanout.relay.lifecycle import Lifecycle
 from fanout.relay.pushes import encode_push
 from fanout.relay.sends import Counters, Send
+from fanout.relay.state import Stamp
 from fanout.relay.throttle import Budgets
 from fanout.relay.transforms import EntityNotHeld
 from fanout.wire.messages import Error, NoUpdate
@@ -58,6 +59,8 @@ class Serving:
         counters: Counters,
     ) -> None:
         self._parts = parts
+        self._downstream = parts.downstream
+        self._kinds = parts.kinds
         self._lifecycle = lifecycle
         self._scheduler = lifecycle.scheduler
         self._every = every
@@ -152,22 +155,36 @@ class Serving:
                 served.append(self._push(subscription, kind, located, now))
             if kind.metered:  # its query's time, if one ran (not a result shared, nor syncs)
                 self.budgets.spend(subscription.client, kind.query_seconds() - before, now)
+        self._push_together(together, served, now)
+        return [send for sends in served for send in sends]
+
+    def _push_together(
+        self,
+        together: dict[DatasetKind, list[tuple[int, Subscription, Hashable]]],
+        served: list[list[Send]],
+        now: float,
+    ) -> None:
+        """Cut each kind's cheap pushes of the turn at once; each goes in its place in
+        ``served``."""
         for kind, due in together.items():
             cuts = kind.cut_together([(s, located) for _, s, located in due])
+            stamp = kind.state.buffer.stamp
+            assert stamp is not None
             for (at, subscription, _), found in zip(due, cuts, strict=True):
-                served[at] += self._deliver(subscription, kind, found, now)
-        return [send for sends in served for send in sends]
+                send = self._deliver(subscription, stamp, found, now)
+                if send is not None:
+                    served[at].append(send)
 
     def _triage(
         self, sid: SubKey, idle: Callable[[int], bool]
     ) -> list[Send] | tuple[Subscription, DatasetKind, Hashable]:
         """What to do with a popped subscription: the sends that settle it (none when it
         waits or is gone), or (subscription, kind, located view) when it is to be pushed."""
-        subscription = self._parts.downstream.get(sid)
+        subscription = self._downstream.get(sid)
         if subscription is None:
             self._scheduler.remove(sid)
             return []
-        kind = self._parts.kinds.get(subscription.dataset)
+        kind = self._kinds.get(subscription.dataset)
         located: Hashable | None = None
         if kind is not None and kind.state.buffer.stamp is not None:
             try:
@@ -212,18 +229,20 @@ class Serving:
         except InvalidView as exc:  # a SQL view's query failed on the current rows
             self._lifecycle.end(subscription)
             return [Send(subscription.client, Error(exc.code, str(exc), ref=subscription.sub))]
-        return self._deliver(subscription, kind, found, now)
-
-    def _deliver(
-        self, subscription: Subscription, kind: DatasetKind, found: Cut | None, now: float
-    ) -> list[Send]:
-        """Record what the subscriber holds after ``found``; the push, no-update, or nothing."""
-        if found is None:
-            self._scheduler.idle(subscription.key)  # woken, but nothing is new for it
-            return []
-        body, after = found
         stamp = kind.state.buffer.stamp
         assert stamp is not None
+        send = self._deliver(subscription, stamp, found, now)
+        return [] if send is None else [send]
+
+    def _deliver(
+        self, subscription: Subscription, stamp: Stamp, found: Cut | None, now: float
+    ) -> Send | None:
+        """Record what the subscriber holds after ``found`` (cut from the state ``stamp``
+        names); the push, no-update, or nothing."""
+        if found is None:
+            self._scheduler.idle(subscription.key)  # woken, but nothing is new for it
+            return None
+        body, after = found
         held = subscription.held
         advanced = held is None or (held.epoch, held.seq) != (stamp.epoch, stamp.seq)
         if held is not None and held.epoch == stamp.epoch:
@@ -231,11 +250,11 @@ class Serving:
         subscription.held = after
         if not (body.full or body.changes or advanced):
             self._scheduler.idle(subscription.key)  # a new state, but no new tick nor change
-            return []
+            return None
         self._lifecycle.pushed(subscription, now)
         if not (body.full or body.changes):
             self._counters.no_updates += 1
             no_update = NoUpdate(subscription.sub, stamp.epoch, stamp.seq, stamp.tick)
-            return [Send(subscription.client, no_update)]
+            return Send(subscription.client, no_update)
         self._counters.pushes += 1
-        return [Send(subscription.client, encode_push(subscription.sub, stamp, body))]
+        return Send(subscription.client, encode_push(subscription.sub, stamp, body))
