@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -20,16 +22,6 @@ SENSORS = DatasetInfo("sensors", "topic", {"topic": "str", "value": "<f8"}, "top
 OBJECTS = DatasetInfo(
     "objects", "path", {"path": "str", "state": "str", "rpm": "<i8"}, "path", ["path"]
 )
-
-
-def table(info: DatasetInfo, **columns: list) -> Table:
-    rows = Table(info.key, info.columns)
-    arrays = {
-        name: np.array(values, dtype=object if info.columns[name] == "str" else None)
-        for name, values in columns.items()
-    }
-    rows.upsert(arrays, 0)
-    return rows
 
 
 def batch(seq: int, topics: list[str], snapshots: list[int] = ()) -> Batch:  # type: ignore[assignment]
@@ -59,7 +51,7 @@ def test_released_primitives_are_pruned_except_where_another_holds_the_rows() ->
     assert state.dropped == []
 
 
-def test_primitives_of_each_kind_select_rows() -> None:
+def test_primitives_of_each_kind_select_rows(table: Callable[..., Table]) -> None:
     rows = table(OBJECTS, path=["/c/1", "/c/2", "/c/2/door", "/t/1"], state=["a"] * 4, rpm=[1] * 4)
     assert inside([path("/c/.all?f=rpm>5")], rows, OBJECTS).tolist() == [True, True, False, False]
     sql_rows = table(OBJECTS, path=["/a", "/b"], state=["on", "off"], rpm=[1, 9])

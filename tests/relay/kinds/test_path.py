@@ -2,30 +2,19 @@
 
 from __future__ import annotations
 
-import numpy as np
+from collections.abc import Callable
 
 from fanout.relay.kinds.path import path_columns, path_positions
 from fanout.relay.state import Table
 from fanout.views.objects import parse as path
 from fanout.wire.messages import DatasetInfo
 
-SENSORS = DatasetInfo("sensors", "topic", {"topic": "str", "value": "<f8"}, "topic", ["topic"])
 OBJECTS = DatasetInfo(
     "objects", "path", {"path": "str", "state": "str", "rpm": "<i8"}, "path", ["path"]
 )
 
 
-def table(info: DatasetInfo, **columns: list) -> Table:
-    rows = Table(info.key, info.columns)
-    arrays = {
-        name: np.array(values, dtype=object if info.columns[name] == "str" else None)
-        for name, values in columns.items()
-    }
-    rows.upsert(arrays, 0)
-    return rows
-
-
-def test_a_path_view_filters_objects_and_names_its_attributes() -> None:
+def test_a_path_view_filters_objects_and_names_its_attributes(table: Callable[..., Table]) -> None:
     rows = table(
         OBJECTS,
         path=["/c/1", "/c/2", "/c/3", "/d/1"],
