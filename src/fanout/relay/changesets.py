@@ -39,7 +39,7 @@ from fanout.relay.rows import encoded
 from fanout.relay.state import Array, Keys, Stamp
 from fanout.relay.transforms import Shape, apply
 from fanout.views.members import Selecting, members
-from fanout.wire.messages import NoUpdate
+from fanout.wire.messages import DatasetInfo, NoUpdate
 
 #: Change sets a dataset's window keeps at most (each is one micro-batch) ...
 WINDOW = 600
@@ -173,6 +173,27 @@ def step(
         left=encode_rows({key: found.left}),
     )
     return Step(found.held, body)
+
+
+def shared_step(
+    steps: Steps,
+    change: ChangeSet,
+    view: Selecting,
+    shape: Shape,
+    held: Keys,
+    *,
+    info: DatasetInfo,
+) -> Step:
+    """``step`` for a view of the dataset ``info`` describes, shared through ``steps`` by every
+    subscription with the same view, shape and held keys at this seq."""
+    index = tuple(info.index_columns)
+    return steps.get(
+        change,
+        view,
+        shape,
+        held,
+        lambda: step(change, view, shape, held, key=info.key, index=index),
+    )
 
 
 def rows_step(change: ChangeSet, result: Result, shape: Shape, held: Keys, *, key: str) -> Step:

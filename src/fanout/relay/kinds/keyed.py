@@ -17,7 +17,7 @@ from collections.abc import Hashable, Iterable, Sequence
 
 from fanout.errors import InvalidView
 from fanout.relay import release
-from fanout.relay.changesets import ChangeSet, Step, Steps, step
+from fanout.relay.changesets import ChangeSet, Step, Steps, shared_step
 from fanout.relay.downstream import Subscription
 from fanout.relay.keyedstate import KeyedState
 from fanout.relay.kinds.base import PRUNE_WINDOW, Accepted, Cut, Parts
@@ -181,17 +181,10 @@ class KeyedKind:
 
     def step(self, subscription: Subscription, change: ChangeSet, held: Keys, steps: Steps) -> Step:
         """The rows of the change the view selects (``relay.changesets.step``)."""
-        view, shape, info = subscription.view, subscription.shape, self.state.info
+        view = subscription.view
         assert isinstance(view, self.language[0])
         selecting: Selecting = view  # type: ignore[assignment]  # topic filter or object path
-        index = tuple(info.index_columns)
-        return steps.get(
-            change,
-            view,
-            shape,
-            held,
-            lambda: step(change, selecting, shape, held, key=info.key, index=index),
-        )
+        return shared_step(steps, change, selecting, subscription.shape, held, info=self.state.info)
 
     # -- epochs and housekeeping ------------------------------------------------------
 

@@ -15,7 +15,7 @@ from collections.abc import Hashable, Sequence
 from fanout.errors import InvalidView
 from fanout.relay import planner, relative
 from fanout.relay.batchcut import batchable, cut_boxes
-from fanout.relay.changesets import ChangeSet, Step, Steps, step
+from fanout.relay.changesets import ChangeSet, Step, Steps, shared_step
 from fanout.relay.downstream import Subscription
 from fanout.relay.intake import DatasetState
 from fanout.relay.kinds.base import PRUNE_WINDOW, Accepted, Cut, Parts
@@ -216,16 +216,8 @@ class RegionKind:
 
     def step(self, subscription: Subscription, change: ChangeSet, held: Keys, steps: Steps) -> Step:
         """The rows of the change inside the region (``relay.changesets.step``)."""
-        view, shape = as_region(subscription.view), subscription.shape
-        info = self.state.info
-        index = tuple(info.index_columns)
-        return steps.get(
-            change,
-            view,
-            shape,
-            held,
-            lambda: step(change, view, shape, held, key=info.key, index=index),
-        )
+        view = as_region(subscription.view)
+        return shared_step(steps, change, view, subscription.shape, held, info=self.state.info)
 
     # -- epochs and housekeeping ------------------------------------------------------
 
