@@ -98,10 +98,7 @@ class Lifecycle:
         self.scheduler = scheduler
 
     def _move(self, subscription: Subscription, event: Event) -> None:
-        # ``advance``, inlined: this runs for every push.
-        if subscription.phase is Phase.ENDED:
-            raise LifecycleError(f"{event.value} after the subscription ended")
-        subscription.phase = TRANSITIONS[event]
+        subscription.phase = advance(subscription.phase, event)
 
     def start(self, subscription: Subscription, rate: float) -> None:
         """A new subscription (rule 1): queued for its first push (the caller indexes it in
@@ -135,9 +132,9 @@ class Lifecycle:
 
     def pushed(self, subscription: Subscription, now: float, count: int = 1) -> None:
         """``count`` pushes or no-updates went out at ``now`` (rule 6)."""
-        if subscription.phase is Phase.ENDED:  # ``_move``, inlined: this runs for every push
+        if subscription.phase is Phase.ENDED:  # ``advance``, inlined: this runs for every push
             raise LifecycleError(f"{Event.PUSHED.value} after the subscription ended")
-        subscription.phase = Phase.LIVE
+        subscription.phase = TRANSITIONS[Event.PUSHED]
         subscription.last_push = now
         subscription.pushes += count
         self.scheduler.served(subscription.key, now)
