@@ -4,7 +4,7 @@
 as a dozen numpy passes (the grid lookup, the comparison with what each subscriber holds, the
 "updated since" test).
 
-Two loops, each without the GIL (the ingest thread runs meanwhile), with numpy's sort between:
+Two loops, each without the GIL (the writer thread runs meanwhile), with numpy's sort between:
 
 1. for each box, find the grid cells under it (``GridIndex.spans``' arithmetic), walk them and
    keep the candidates inside the box, coded ``(box, position in the table, position in the grid)``
@@ -16,7 +16,7 @@ Two loops, each without the GIL (the ingest thread runs meanwhile), with numpy's
 
 Every read after the first pass is of the grid's copy of the table in cell order
 (``GridIndex.carried``): a box's rows lie in a few runs of memory there, where in the table they
-are scattered, one cache miss a row and column (in the relay, between the ingest thread's writes
+are scattered, one cache miss a row and column (in the relay, between the writer thread's writes
 and the sockets' buffers, little of the 100,000-row table stays in cache).
 
 Integer keys only (``batchcut`` takes the numpy path for string keys); 2 or 3 index axes. The

@@ -93,7 +93,7 @@ class TopicFilter(ViewBase, tag="topic", frozen=True, dict=True):
         return filter_regex(self.levels).fullmatch(topic) is not None
 
     def match(self, topics: Sequence[str] | npt.NDArray[np.str_]) -> npt.NDArray[np.bool_]:
-        """Vectorised matching over topic names already validated (e.g. on ingest).
+        """Vectorised matching over topic names already validated (e.g. when a batch was taken in).
 
         Args:
             topics: topic names, as a sequence or a numpy string array.
