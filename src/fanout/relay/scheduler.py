@@ -16,7 +16,7 @@ Rules:
    it is due a subscription waits in a timer queue (the relay's rate timers, [0138]). On a
    stream ticking at the subscription's rate the bucket refills exactly as fast as pushes empty
    it, so whatever it holds after the first pushes it keeps: ``BURST`` leaves a spare push
-   beyond what a view change may take, and a tick arriving early (batches take varying time to write)
+   beyond what a view change may take, and a tick arriving early (writes take varying time)
    does not wait for the bucket. With a bucket of 2 and view changes taking 1.5, subscribers
    were left with no spare push, and every early tick made them wait on their timer: at 250
    subscribers the median push went out 40 ms after its tick.
