@@ -43,8 +43,10 @@ def commit(checkout: Path) -> str:
         check=True,
     ).stdout.strip()
     dirty = subprocess.run(
-        ["git", "-C", str(checkout), "status", "--porcelain", "--untracked-files=no", "--"]
-        + [".", ":!bench/results"],
+        [
+            *("git", "-C", str(checkout), "status", "--porcelain", "--untracked-files=no"),
+            *("--", ".", ":!bench/results"),
+        ],
         capture_output=True,
         text=True,
         check=True,
