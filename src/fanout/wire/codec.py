@@ -36,7 +36,9 @@ class Decoder(Generic[T]):
             raise ProtocolError("text messages are not part of the protocol; send binary msgpack")
         try:
             return self._decoder.decode(data)
-        except msgspec.DecodeError as exc:
+        except (msgspec.DecodeError, ValueError) as exc:
+            # ValueError: msgspec lets UnicodeDecodeError through for a frame tag that is not
+            # UTF-8; any other is bad input too, and answered the same way.
             raise ProtocolError(f"malformed frame: {exc}") from exc
 
 

@@ -139,7 +139,9 @@ def _reference(data: bytes | str) -> int | None:
         return None
     try:
         fields = msgspec.msgpack.decode(data)
-    except msgspec.DecodeError:
+    except (msgspec.DecodeError, ValueError, TypeError, RecursionError):
+        # Not msgpack, or msgpack with a string that is not UTF-8 (UnicodeDecodeError) or a key
+        # that cannot key a dict: no reference to read, and the frame is refused all the same.
         return None
     if not isinstance(fields, dict):
         return None
