@@ -8,7 +8,7 @@ Rules:
 2. It **waits for coverage** while ready primitives do not cover its view (its snapshots are on
    the way, a relative view's entity moved off what is held, the upstream link is down). It is
    parked under ``("coverage", dataset)`` and unparked when primitives of a dataset it reads
-   become ready, or any coverage shrinks.
+   become ready (a live subscription whose coverage shrank finds out at its next turn).
 3. It is **blocked** while its connection has not written everything it was sent before: parked
    under ``("client", connection)`` until the shell says the connection is writable. Its
    pushes meanwhile coalesce into one (latest-value) for mode ``latest``; an ``every``
