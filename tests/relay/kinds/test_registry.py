@@ -13,7 +13,7 @@ import fanout.relay
 from fanout.errors import ProtocolError
 from fanout.relay import kinds
 from fanout.relay.core import UPSTREAM, RelayCore
-from fanout.relay.kinds.keyed import KeyedKind
+from fanout.relay.kinds.keyed import SelectingKind
 from fanout.relay.state import Positions
 from fanout.views import View
 from fanout.views.topic import TopicFilter
@@ -52,7 +52,7 @@ def test_every_catalog_index_has_a_kind_and_an_unknown_one_is_refused() -> None:
     assert core.datasets == {}
 
 
-class ExactTopics(KeyedKind):
+class ExactTopics(SelectingKind):
     """A kind for the test: topic names that select only the rows of exactly that topic."""
 
     language = (TopicFilter, "topic names")

@@ -13,6 +13,7 @@ language of their own, primitives acquired as residuals.
 
 from __future__ import annotations
 
+import abc
 from collections.abc import Hashable, Iterable, Sequence
 
 from fanout.errors import InvalidView
@@ -32,9 +33,10 @@ from fanout.views.members import Selecting
 from fanout.wire.messages import DatasetInfo, Subscribe, Transform
 
 
-class KeyedKind:
-    """A dataset whose views select rows in a language of their own (topic filters, object
-    paths; SQL extends it). Subclasses name the language and say which rows a view selects.
+class KeyedKind(abc.ABC):
+    """A dataset whose views are in a language of their own (topic filters, object paths, SQL):
+    checking, residual acquisition, coverage and housekeeping. Subclasses name the language and
+    cut the pushes (``SelectingKind`` for views that select rows by position).
 
     Attributes:
         language: the view class the dataset takes, and how errors name it.
@@ -86,7 +88,8 @@ class KeyedKind:
         return effective
 
     def check_every(self, view: View, shape: Shape) -> None:
-        """Every view of the language is served in mode ``every``."""
+        """Every view of the language is served in mode ``every`` (SQL narrows this)."""
+        return
 
     def reads(self, view: View) -> tuple[str, ...]:
         """The datasets the view reads."""
@@ -139,29 +142,25 @@ class KeyedKind:
         """Cut one at a time."""
         return False
 
+    @abc.abstractmethod
     def cut(self, subscription: Subscription, located: Hashable) -> Cut | None:
-        """The rows the view selects, as a delta (None: nothing new since the last push)."""
-        held, view = subscription.held, subscription.view
-        buffer = self.state.buffer
-        if held is not None and held.view == view and held.generation == buffer.generation:
-            return None
-        stamp = buffer.stamp
-        assert stamp is not None
-        encodings = self._parts.encodings
-        key = (view, subscription.shape, None if held is None else held.signature())
-        body = encodings.get(self.name, buffer.generation, key)
-        if body is None:
-            body = cut_positions(self.positions(view), subscription.shape, held, buffer)
-            encodings.put(self.name, key, body)
-        return body, Held(view, buffer.generation, stamp.epoch, stamp.seq, body.keys)
+        """The push from the active state (None: nothing new since the last push).
+
+        Raises:
+            InvalidView: a SQL view's query failed on the relay's rows.
+        """
+
+    @abc.abstractmethod
+    def full_view(self, subscription: Subscription) -> Body:
+        """The whole view from the active state (an ``every`` subscription's first push)."""
+
+    @abc.abstractmethod
+    def step(self, subscription: Subscription, change: ChangeSet, held: Keys, steps: Steps) -> Step:
+        """One seq's push for an ``every`` subscription holding ``held`` (shared: ``steps``)."""
 
     def cut_together(self, due: Sequence[tuple[Subscription, Hashable]]) -> list[Cut | None]:
         """``cut``, one by one."""
         return [self.cut(subscription, located) for subscription, located in due]
-
-    def positions(self, view: View) -> Positions:
-        """Sorted positions of the active rows the view selects."""
-        raise NotImplementedError(f"{type(self).__name__} selects no rows by position")
 
     def query_seconds(self) -> float:
         """No queries run."""
@@ -169,22 +168,10 @@ class KeyedKind:
 
     # -- every mode -------------------------------------------------------------------
 
-    def full_view(self, subscription: Subscription) -> Body:
-        """Every row the view selects, from the active buffer."""
-        positions = self.positions(subscription.view)
-        return cut_positions(positions, subscription.shape, None, self.state.buffer)
-
     def complete_after(self, view: View, seq: int) -> int:
         """When the last ready primitive of the dataset became ready (a safe bound)."""
         ready = [p.ready_seq for p in self._parts.upstream.of(self.name) if p.ready]
         return max(ready, default=seq)
-
-    def step(self, subscription: Subscription, change: ChangeSet, held: Keys, steps: Steps) -> Step:
-        """The rows of the change the view selects (``relay.changesets.step``)."""
-        view = subscription.view
-        assert isinstance(view, self.language[0])
-        selecting: Selecting = view  # type: ignore[assignment]  # topic filter or object path
-        return shared_step(steps, change, selecting, subscription.shape, held, info=self.state.info)
 
     # -- epochs and housekeeping ------------------------------------------------------
 
@@ -229,3 +216,41 @@ class KeyedKind:
     def stats(self) -> dict[str, float]:
         """No counters of its own."""
         return {}
+
+
+class SelectingKind(KeyedKind):
+    """A keyed dataset whose views select some of its rows (topic filters, object paths): the
+    push is cut from the active buffer by the selected rows' positions
+    (``relay.pushes.cut_positions``), each seq's step by ``relay.changesets.step``."""
+
+    @abc.abstractmethod
+    def positions(self, view: View) -> Positions:
+        """Sorted positions of the active rows the view selects."""
+
+    def cut(self, subscription: Subscription, located: Hashable) -> Cut | None:
+        """The rows the view selects, as a delta (None: nothing new since the last push)."""
+        held, view = subscription.held, subscription.view
+        buffer = self.state.buffer
+        if held is not None and held.view == view and held.generation == buffer.generation:
+            return None
+        stamp = buffer.stamp
+        assert stamp is not None
+        encodings = self._parts.encodings
+        key = (view, subscription.shape, None if held is None else held.signature())
+        body = encodings.get(self.name, buffer.generation, key)
+        if body is None:
+            body = cut_positions(self.positions(view), subscription.shape, held, buffer)
+            encodings.put(self.name, key, body)
+        return body, Held(view, buffer.generation, stamp.epoch, stamp.seq, body.keys)
+
+    def full_view(self, subscription: Subscription) -> Body:
+        """Every row the view selects, from the active buffer."""
+        positions = self.positions(subscription.view)
+        return cut_positions(positions, subscription.shape, None, self.state.buffer)
+
+    def step(self, subscription: Subscription, change: ChangeSet, held: Keys, steps: Steps) -> Step:
+        """The rows of the change the view selects (``relay.changesets.step``)."""
+        view = subscription.view
+        assert isinstance(view, self.language[0])
+        selecting: Selecting = view  # type: ignore[assignment]  # topic filter or object path
+        return shared_step(steps, change, selecting, subscription.shape, held, info=self.state.info)

@@ -13,7 +13,7 @@ import msgspec
 import numpy as np
 
 from fanout.relay.kinds.base import Accepted
-from fanout.relay.kinds.keyed import KeyedKind
+from fanout.relay.kinds.keyed import SelectingKind
 from fanout.relay.state import Positions, Table
 from fanout.relay.transforms import resolve
 from fanout.views import View
@@ -22,7 +22,7 @@ from fanout.views.objects import ObjectPath
 from fanout.wire.messages import DatasetInfo, Subscribe
 
 
-class PathKind(KeyedKind):
+class PathKind(SelectingKind):
     """A ``path`` dataset at the relay (``relay.kinds.base.DatasetKind``)."""
 
     language = (ObjectPath, "object paths")

@@ -15,7 +15,7 @@ import numpy as np
 
 from fanout.errors import InvalidView
 from fanout.relay.kinds.base import Parts
-from fanout.relay.kinds.keyed import KeyedKind
+from fanout.relay.kinds.keyed import SelectingKind
 from fanout.relay.state import Positions, Table
 from fanout.views import View
 from fanout.views.topic import TopicFilter
@@ -23,7 +23,7 @@ from fanout.views.topic.index import TopicIndex
 from fanout.wire.messages import DatasetInfo
 
 
-class TopicKind(KeyedKind):
+class TopicKind(SelectingKind):
     """A ``topic`` dataset at the relay (``relay.kinds.base.DatasetKind``)."""
 
     language = (TopicFilter, "MQTT topic filters")
