@@ -68,8 +68,9 @@ from typing import Any
 import numpy as np
 from picows import WSCloseCode, WSFrame, WSListener, WSMsgType, WSTransport, ws_connect
 
+from fanout.relay.config import RelayConfig
 from fanout.relay.core import Send
-from fanout.relay.server import RelayConfig, RelayServer
+from fanout.relay.server import RelayServer
 from fanout.testing import cpu, frames
 from fanout.testing.calibration import calibrate
 from fanout.testing.machine import describe, write_results

@@ -109,8 +109,8 @@ from websockets.asyncio.client import connect
 from fanout.client import rank
 from fanout.client.routing import DEFAULT_SIDE
 from fanout.launch import Child, start
+from fanout.relay.config import RelayConfig
 from fanout.relay.planner import WIDENINGS, Policy
-from fanout.relay.server import RelayConfig
 from fanout.testing import frames
 from fanout.testing.calibration import calibrate
 from fanout.testing.cpu import process_tree, this_process

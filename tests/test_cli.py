@@ -218,7 +218,7 @@ def test_the_demo_lets_a_micro_batch_take_a_minute_of_ticks_and_passes_it_on() -
 def test_the_relay_limit_flags_default_to_relay_config_and_reach_it(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    from fanout.relay.server import RelayConfig
+    from fanout.relay.config import RelayConfig
 
     defaults = RelayConfig(publisher="ws://127.0.0.1:1")
     for flag, kind, default, _ in RELAY_LIMITS:

@@ -398,14 +398,22 @@ RELAY_LIMITS: list[tuple[str, type, float, str]] = [
     ("--max-subscriptions", int, 10_000, "subscriptions one connection may hold"),
     ("--max-connections", int, 10_000, "subscriber connections served at once (ulimit -n!)"),
     ("--hello-timeout", float, 10.0, "seconds a new connection may take to say Hello"),
+    (
+        "--catalog-wait",
+        float,
+        30.0,
+        "seconds a subscription waits for the catalog while the relay has no publisher",
+    ),
+    ("--max-held", int, 10_000, "subscriptions held waiting for the catalog, in all"),
     ("--sql-share", float, 0.25, "seconds of the event loop a connection's SQL may take a second"),
     ("--sql-burst", float, 1.0, "seconds its SQL may take at first, before --sql-share applies"),
 ]
 
 
 def _run_relay(args: argparse.Namespace) -> int:
+    from fanout.relay.config import RelayConfig
     from fanout.relay.planner import Policy
-    from fanout.relay.server import RelayConfig, RelayServer
+    from fanout.relay.server import RelayServer
 
     config = RelayConfig(
         publisher=args.publisher,

@@ -187,6 +187,23 @@ class Outbound:
             return
 
 
+async def refuse(websocket: Connection, reason: str) -> None:
+    """Close ``websocket`` with a policy-violation code and ``reason``, discarding what the
+    peer sent meanwhile.
+
+    A handler that stops reading a peer which keeps sending leaves websockets' queue of
+    received frames full; websockets then stops reading the socket, so the peer's closing
+    frame, behind those frames, would not be read and the closing handshake would take its
+    whole timeout (10 s), the connection held all along. Reading on while closing lets it end
+    at once.
+    """
+    closing = asyncio.create_task(websocket.close(POLICY_VIOLATION, close_reason(reason)))
+    with contextlib.suppress(ConnectionClosed):
+        async for _ in websocket:
+            pass
+    await closing
+
+
 def close_reason(text: str) -> str:
     """``text`` cut to what a close frame's reason holds (123 bytes of UTF-8, RFC 6455 5.5)."""
     return text.encode()[:123].decode(errors="ignore")

@@ -17,6 +17,7 @@ from websockets.exceptions import ConnectionClosed
 
 from fanout.client import connect
 from fanout.relay.planner import Policy
+from fanout.testing.hostile import HELLO, mutated
 from fanout.testing.publisher import ScriptedPublisher, serving
 from fanout.testing.relays import running_relay
 from fanout.views import Box
@@ -24,32 +25,10 @@ from fanout.wire import codec
 from fanout.wire.messages import Catalog, DatasetInfo, Error
 from fanout.wire.session import MAX_BAD_FRAMES
 
-from .test_wire import HELLO, VALID
-
 INFO = DatasetInfo("agents", "id", {"id": "<i8", "x": "<f8", "y": "<f8"}, "space", ["x", "y"])
 TICKS = 30
 HOSTILE = 6  # connections
 MESSAGES = 120  # each
-
-
-def mutated(rng: random.Random) -> bytes | str:
-    """A hostile message: a valid frame with a few bytes edited, raw bytes, or text."""
-    roll = rng.random()
-    if roll < 0.1:
-        return "".join(rng.choice("{}[]\"':,abc\x00é") for _ in range(rng.randint(0, 40)))
-    if roll < 0.25:
-        return rng.randbytes(rng.randint(0, 300))
-    data = bytearray(rng.choice(VALID))
-    for _ in range(rng.randint(1, 4)):
-        at = rng.randrange(len(data))
-        match rng.randrange(3):
-            case 0:
-                data[at] = rng.getrandbits(8)
-            case 1:
-                del data[at]
-            case _:
-                data.insert(at, rng.getrandbits(8))
-    return bytes(data)
 
 
 async def attack(url: str, seed: int, greet: bool) -> list[str]:

@@ -6,62 +6,18 @@ from __future__ import annotations
 
 import contextlib
 
-import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from fanout.errors import ProtocolError
-from fanout.views import Box, Sphere
-from fanout.views.objects import parse as path
-from fanout.views.sql import parse as sql
-from fanout.views.topic import parse as topic
+from fanout.testing.hostile import HELLO, VALID
 from fanout.wire import codec
-from fanout.wire.columns import encode_columns
 from fanout.wire.messages import (
-    PROTOCOL_VERSION,
-    Acquire,
-    Batch,
-    Curious,
     Error,
-    Hello,
-    Publish,
-    ReadState,
-    Release,
-    Subscribe,
-    Transform,
-    Unsubscribe,
 )
 from fanout.wire.session import MAX_BAD_FRAMES, AcceptingSession, Phase, _reference
 
-VALID = [
-    codec.encode(frame)
-    for frame in (
-        Hello(version=PROTOCOL_VERSION, role="subscriber", name="fuzz"),
-        Subscribe(1, "agents", Box((0, 0), (10, 10)), rate=5.0, priority=2),
-        Subscribe(2, "agents", Sphere((1, 2, 3), 4.0), transform=Transform(precision="float32")),
-        Subscribe(3, "orders", sql("SELECT id, amount FROM orders WHERE amount > 10")),
-        Subscribe(4, "sensors", topic("a/+/c"), mode="every"),
-        Subscribe(5, "objects", path("/cars/.all?f=rpm>4000")),
-        Unsubscribe(3),
-        Acquire(7, "agents", Box((0, 0), (1, 1))),
-        Release(7),
-        Curious(9, "agents", 1, 2, 5),
-        ReadState(11, "agents", Box((0, 0), (1, 1))),
-        Publish(12, "sensors", encode_columns({"topic": np.array(["a"], dtype=object)})),
-        Batch(
-            "agents",
-            1,
-            2,
-            3,
-            0.5,
-            encode_columns({"id": np.arange(3), "x": np.ones(3), "y": np.zeros(3)}),
-            encode_columns({"id": np.arange(2)}),
-            [1],
-        ),
-    )
-]
 DECODERS = [codec.to_relay(), codec.to_publisher(), codec.to_subscriber(), codec.from_publisher()]
-HELLO = VALID[0]
 
 EDITS = st.lists(
     st.tuples(

@@ -3,16 +3,18 @@
 A Spark publisher and two relays run as processes; ``every``-mode subscribers (``fanout.client``)
 hold box views while a relay is killed with SIGKILL (its subscribers resume on the other relay), a
 subscriber is away for 30 s, a relay is stopped with SIGSTOP for 5 s, and the publisher is
-killed and restarted. Each check reads the publisher's log (its only durable copy of the stream)
-and replays every subscriber's updates against it: the seqs are contiguous (nothing lost,
-nothing duplicated, nothing reordered) and every update's entered, updated and left rows are
-exactly what that seq's logged change makes of the view.
+killed and restarted while new subscribers arrive (one at a relay started meanwhile). Each check
+reads the publisher's log (its only durable copy of the stream) and replays every subscriber's
+updates against it: the seqs are contiguous (nothing lost, nothing duplicated, nothing
+reordered) and every update's entered, updated and left rows are exactly what that seq's logged
+change makes of the view.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import socket
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -24,6 +26,8 @@ from fanout.client import LiveView, SubscriptionError, Update, connect
 from fanout.launch import Child, start
 from fanout.publisher.log import SqliteLog
 from fanout.testing.audit import audit
+from fanout.testing.ports import LOOPBACK, free_port
+from fanout.testing.wait import eventually
 from fanout.views import Box
 
 pytestmark = [pytest.mark.integration, pytest.mark.asyncio(loop_scope="module")]
@@ -192,6 +196,8 @@ async def test_a_relay_stopped_for_5_s_loses_nothing(publisher, relays, tmp_path
 
 
 async def test_the_publisher_killed_and_restarted_loses_nothing(publisher, relays, tmp_path):
+    """...and subscribers arriving meanwhile, at relays that knew the publisher and at one
+    started while it was away, are all taken (held until the catalog) and served gaplessly."""
     _, b, c = relays
     followers = [Follower(BOXES[0]), Follower(BOXES[2])]
     await followers[0].attach(b.url)
@@ -201,8 +207,29 @@ async def test_the_publisher_killed_and_restarted_loses_nothing(publisher, relay
     first.kill()
     await first.process.wait()
     killed_at = logged(tmp_path, followers[0])
+    # A relay started while the publisher is away: it listens, but has no catalog yet.
+    port = free_port()
+    args = ["--publisher", first.url, "--port", str(port), "--name", "d", "--log-level", "info"]
+    late = asyncio.create_task(start("relay", args, tmp_path / "relay-d.log"))
+    await eventually(lambda: listening(port), what="relay d listens", timeout=60, in_thread=True)
+    newcomers = [Follower(BOXES[1]), Follower(BOXES[1])]
+    arriving = [
+        asyncio.create_task(newcomers[0].attach(f"ws://{LOOPBACK}:{port}")),
+        asyncio.create_task(newcomers[1].attach(b.url)),
+    ]
+    await asyncio.sleep(1.0)
+    assert not arriving[0].done(), "relay d answered before it had a catalog"
     publisher.append(await _publisher(tmp_path, int(first.url.rsplit(":", 1)[1])))
-    await asyncio.gather(*(f.reached(killed_at + 3, timeout=240) for f in followers))
-    for follower in followers:
+    relays.append(await late)  # ready once connected; stopped with the others
+    await asyncio.gather(*arriving)  # none refused: SubscriptionError would raise here
+    everyone = followers + newcomers
+    await asyncio.gather(*(f.reached(killed_at + 3, timeout=240) for f in everyone))
+    for follower in everyone:
         await follower.detach()
         check(follower, tmp_path / "publisher" / "log.db")
+
+
+def listening(port: int) -> bool:
+    """Whether something accepts TCP connections on ``port`` of loopback."""
+    with socket.socket() as probe:
+        return probe.connect_ex((LOOPBACK, port)) == 0

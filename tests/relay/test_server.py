@@ -20,10 +20,11 @@ from websockets.exceptions import ConnectionClosed
 from fanout.client import HandshakeRefused, SubscriptionError, connect
 from fanout.errors import ConfigError
 from fanout.metrics import scrape
+from fanout.relay.config import RelayConfig
 from fanout.relay.core import RelayCore
 from fanout.relay.metrics import CORE
 from fanout.relay.planner import Policy
-from fanout.relay.server import UPSTREAM_READ, RelayConfig, RelayServer, _read_more_at_once
+from fanout.relay.server import UPSTREAM_READ, RelayServer, _read_more_at_once
 from fanout.testing.publisher import ScriptedPublisher, serving
 from fanout.testing.relays import running_relay
 from fanout.testing.wait import eventually

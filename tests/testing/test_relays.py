@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 from fanout.client import connect
+from fanout.relay.config import RelayConfig
 from fanout.relay.planner import Policy
-from fanout.relay.server import RelayConfig
 from fanout.testing.cpu import CpuSample
 from fanout.testing.ports import LOOPBACK, free_port
 from fanout.testing.publisher import ScriptedPublisher, serving

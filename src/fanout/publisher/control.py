@@ -27,7 +27,7 @@ from websockets.asyncio.server import ServerConnection, serve
 from websockets.exceptions import ConnectionClosed
 
 from fanout import metrics
-from fanout.connection import Outbound
+from fanout.connection import Outbound, refuse
 from fanout.errors import FanoutError, InvalidView
 from fanout.publisher.log import LogGap
 from fanout.publisher.registry import Registry
@@ -244,6 +244,7 @@ class ControlPlane:
         outbound = Outbound(websocket, self.queue_limit)
         self._open.add(outbound)
         outbound.start()
+        refused = False  # the session ended the connection (bad input): close it here
         try:
             # The connection owns the work its requests started (a replay, reads, publishes):
             # when it ends, what is still running is cancelled and waited for.
@@ -254,6 +255,7 @@ class ControlPlane:
                         peer.handshake = handshake
                         async for message in websocket:
                             if not self._act(session.receive(message), peer):
+                                refused = True
                                 break
                 except TimeoutError:
                     self._act(session.hello_overdue(self.hello_timeout), peer)
@@ -271,6 +273,8 @@ class ControlPlane:
             frames, sent = self._closed_sent
             self._closed_sent = (frames + outbound.sent, sent + outbound.sent_bytes)
             self._slow_closed += outbound.closed_for is not None
+            if refused:
+                await refuse(websocket, "refused: see the error frame")
 
     def _act(self, actions: list[Action], peer: _Peer) -> bool:
         """Carry out what the session decided; returns False once the connection is to end."""

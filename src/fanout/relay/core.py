@@ -36,8 +36,9 @@ from fanout.errors import BadRequest, InvalidView, ProtocolError
 from fanout.relay import kinds, planner
 from fanout.relay.changesets import History
 from fanout.relay.downstream import Downstream, Subscription
-from fanout.relay.engine import QueryEngine, engine_stats
+from fanout.relay.engine import QueryEngine
 from fanout.relay.every import EveryMode, every_cursor
+from fanout.relay.holding import Holding
 from fanout.relay.intake import DatasetState, Intake
 from fanout.relay.kinds import DatasetKind, Parts
 from fanout.relay.lifecycle import Lifecycle
@@ -46,6 +47,7 @@ from fanout.relay.pushes import Encodings
 from fanout.relay.scheduler import AGING, Scheduler
 from fanout.relay.sends import UPSTREAM, Counters, Send
 from fanout.relay.serving import Serving, never
+from fanout.relay.stats import core_stats
 from fanout.relay.throttle import SQL_BURST, SQL_SHARE, Budgets
 from fanout.relay.transforms import InvalidTransform
 from fanout.relay.upstream import Primitive, Upstream
@@ -92,6 +94,7 @@ class RelayCore:
         max_subscriptions: int = MAX_SUBSCRIPTIONS,
         sql_share: float = SQL_SHARE,
         sql_burst: float = SQL_BURST,
+        holding: Holding | None = None,
     ) -> None:
         """
         Args:
@@ -101,6 +104,7 @@ class RelayCore:
                 with a SQL dataset is refused.
             max_subscriptions: subscriptions one connection may hold.
             sql_share, sql_burst: each connection's share of the loop for SQL pushes.
+            holding: where subscriptions to datasets not known yet wait for a catalog.
         """
         self.parts = Parts(policy or Policy(), Upstream(), Downstream(), Encodings(), engine)
         # The parts the core itself uses most, as plain attributes (they are never replaced).
@@ -116,6 +120,9 @@ class RelayCore:
         budgets = Budgets(sql_share, sql_burst)
         self.serving = Serving(self.parts, self.lifecycle, self.every, budgets, self.counters)
         self._capabilities: dict[int, tuple[str, ...]] = {}
+        #: Subscriptions to datasets not known yet, held until a catalog comes.
+        self.holding = Holding() if holding is None else holding
+        self.catalogued = False
 
     @property
     def histories(self) -> dict[str, History]:
@@ -138,7 +145,11 @@ class RelayCore:
         """
         self.on_upstream_lost()
         self.every.upstream_connected()
-        return [Send(UPSTREAM, Acquire(p.prim, p.dataset, p.view)) for p in self.upstream]
+        self.catalogued = True  # the catalog came first
+        sends = [Send(UPSTREAM, Acquire(p.prim, p.dataset, p.view)) for p in self.upstream]
+        for held in self.holding.release():  # taken now as if they had just come
+            sends += self.on_subscribe(held.client, held.request)
+        return sends
 
     def resume_points(self) -> dict[str, tuple[int, int]]:
         """(epoch, last seq applied) per dataset, for the ``Hello`` of a reconnection."""
@@ -146,6 +157,7 @@ class RelayCore:
 
     def on_upstream_lost(self) -> None:
         """The publisher connection dropped: nothing is ready until it is back."""
+        self.catalogued = False
         self.upstream.unready()
         self.parts.shrunk += 1
         for state in self.datasets.values():
@@ -165,6 +177,7 @@ class RelayCore:
             for info in catalog.datasets
             if (current := self.datasets.get(info.name)) is None or current.info != info
         }
+        self.catalogued = True
         for name, kind in fresh.items():
             self.parts.kinds[name] = kind
             self.datasets[name] = kind.state
@@ -298,6 +311,7 @@ class RelayCore:
         """A subscriber went away: its subscriptions end (primitives are released later)."""
         for subscription in self.downstream.of_client(client):
             self.lifecycle.end(subscription)
+        self.holding.drop(client)
         self.lifecycle.writable(client)
         self._capabilities.pop(client, None)
         self.serving.budgets.forget(client)
@@ -318,12 +332,19 @@ class RelayCore:
         """
         key = (client, request.sub)
         subscription = self.downstream.get(key)
-        try:
-            if subscription is None and self.downstream.count(client) >= self.max_subscriptions:
-                raise BadRequest(
+        if subscription is None and not self.holding.holds(*key):
+            held = self.downstream.count(client) + self.holding.count(client)
+            if held >= self.max_subscriptions:
+                message = (
                     f"this connection holds {self.max_subscriptions} subscriptions, the most the"
                     " relay allows one connection (max_subscriptions); unsubscribe some first"
                 )
+                return [Send(client, Error(BadRequest.code, message, ref=request.sub))]
+        if subscription is None and request.dataset not in self._kinds and not self.catalogued:
+            refused = self.holding.hold(client, request, now)  # until the catalog comes
+            return [] if refused is None else [Send(client, refused)]
+        self.holding.drop(client, request.sub)  # held no longer: taken now
+        try:
             kind = self._check(request)
             accepted = kind.accept(request, self._capabilities.get(client, ()))
             shape = accepted.shape
@@ -376,6 +397,8 @@ class RelayCore:
     def on_unsubscribe(self, client: int, request: Unsubscribe) -> list[Send]:
         """End a subscription."""
         subscription = self.downstream.get((client, request.sub))
+        if subscription is None and self.holding.drop(client, request.sub):
+            return [Send(client, Unsubscribed(request.sub))]
         if subscription is None:
             message = f"no subscription {request.sub} on this connection"
             return [Send(client, Error("unknown_subscription", message, ref=request.sub))]
@@ -450,44 +473,15 @@ class RelayCore:
     def housekeeping(self, now: float) -> list[Send]:
         """Release primitives unneeded for longer than the grace period, prune their rows;
         tell the publisher how far back ``every`` subscriptions may still ask."""
-        sends: list[Send] = []
+        sends = [Send(client, error) for client, error in self.holding.expired(now)]
         for kind in self.parts.kinds.values():
             sends += kind.housekeeping(now)
         return sends + self.every.horizons()
 
     def stats(self) -> dict[str, float]:
-        """Counters of the relay's work, for logs and benchmarks (every buffer bounded and
-        its counters visible)."""
-        buffers = [state.buffer.counters for state in self.datasets.values()]
-        subscriptions = list(self.downstream)
-        by_kind: dict[str, float] = dict.fromkeys(kinds.STATS, 0)
-        for kind in self.parts.kinds.values():
-            for name, value in kind.stats().items():
-                by_kind[name] += value
-        return {
-            "subscriptions": len(subscriptions),
-            "primitives": len(self.upstream),
-            "primitives_acquired": self.upstream.added,
-            "rows": sum(len(state.buffer.active) for state in self.datasets.values()),
-            "batches": self.counters.batches,
-            "swaps": sum(b.swaps for b in buffers),
-            "catch_up_replays": sum(b.replays for b in buffers),
-            "catch_up_copies": sum(b.copies for b in buffers),
-            "pushes": self.counters.pushes,
-            "no_updates": self.counters.no_updates,
-            "bodies_cut": self.parts.encodings.cut,
-            "bodies_shared": self.parts.encodings.shared,
-            "every_steps_computed": self.every.steps.computed,
-            "every_steps_shared": self.every.steps.shared,
-            "ticks_coalesced": sum(s.coalesced for s in subscriptions),
-            "pushes_deferred": sum(s.deferred for s in subscriptions),
-            "pending": self.scheduler.waiting(),
-            "parked": self.scheduler.parked_count,
-            "ended_entity_not_held": self.counters.ended,
-            **engine_stats(self.parts.engine),
-            **by_kind,
-            "sql_pushes_put_off": self.serving.budgets.put_off,
-        }
+        """Counters of the relay's work, for logs, ``/metrics`` and benchmarks
+        (``relay.stats``)."""
+        return core_stats(self)
 
 
 def _acquires(added: list[Primitive]) -> list[Send]:

@@ -48,6 +48,18 @@ CORE: dict[str, tuple[Kind, str]] = {
         "counter",
         "Subscriptions ended because their reference entity was not held.",
     ),
+    "primitives_pending": (
+        "gauge",
+        "Upstream primitives acquired whose snapshot has not come yet (their views wait).",
+    ),
+    "held": (
+        "gauge",
+        "Subscriptions held until the relay knows their dataset (no catalog from upstream yet).",
+    ),
+    "held_refused": (
+        "counter",
+        "Held subscriptions refused: no room to hold more, or no catalog within the wait.",
+    ),
     "sql_syncs": ("counter", "Syncs of upstream rows into the relay's DuckDB."),
     "sql_evaluations": ("counter", "SQL view evaluations."),
     "sql_results_shared": ("counter", "SQL pushes that reused another identical query's result."),
@@ -77,6 +89,10 @@ def relay_samples(
     slow_closed: int,
     reads_throttled: int,
     refused: int,
+    ungreeted: int = 0,
+    frames_refused: int = 0,
+    closed_bad: int = 0,
+    hello_timeouts: int = 0,
 ) -> list[Sample]:
     """The relay's samples: ``core`` (``RelayCore.stats()``) and the server's own figures.
 
@@ -117,5 +133,31 @@ def relay_samples(
             "counter",
             "Subscriber connections refused at their Hello: the relay served max_connections.",
             refused,
+        ),
+        Sample(
+            "relay_connections_ungreeted",
+            "gauge",
+            "Connections open now that have not said Hello yet (closed after hello_timeout).",
+            ungreeted,
+        ),
+        Sample(
+            "relay_frames_refused",
+            "counter",
+            "Frames from subscriber connections answered with an Error: malformed, or not"
+            " fitting the conversation (a refused view is not counted here).",
+            frames_refused,
+        ),
+        Sample(
+            "relay_connections_closed_bad_input",
+            "counter",
+            "Connections closed for what they sent: a refused handshake, too many bad frames in"
+            " a row, or a frame over the size limit.",
+            closed_bad,
+        ),
+        Sample(
+            "relay_hello_timeouts",
+            "counter",
+            "Connections closed for sending no Hello within hello_timeout.",
+            hello_timeouts,
         ),
     ]

@@ -21,7 +21,12 @@ sends no ``Hello`` within ``hello_timeout`` seconds is refused and closed; beyon
 `fanout subscribe` given several relays tries the next).
 
 An HTTP ``GET /metrics`` on the subscriber port is answered with the relay's counters
-(``relay.metrics``, ``fanout.metrics``) instead of a WebSocket handshake.
+(``relay.metrics``, ``fanout.metrics``) instead of a WebSocket handshake; ``GET /healthz`` and
+``GET /readyz`` are the probes of a load balancer (ready: connected upstream, with room).
+
+A relay without its publisher (starting, or the publisher restarting) keeps accepting
+subscribers: a subscription to a dataset it does not know yet is held until the catalog comes
+(``relay.holding``), then taken, or refused with ``unavailable`` after 30 s.
 
 Slow consumers: a subscriber is only pushed to when its connection has written everything
 before, so its queue holds at most one push (plus small control frames) and a slow reader gets
@@ -38,26 +43,25 @@ import contextlib
 import gc
 import itertools
 import logging
-import math
 import sys
 import time
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
 
 from websockets.asyncio.client import connect
 from websockets.asyncio.server import ServerConnection, serve
 from websockets.exceptions import ConnectionClosed
+from websockets.frames import CloseCode
 
 from fanout import metrics
-from fanout.connection import Outbound
-from fanout.errors import ConfigError, ProtocolError
+from fanout.connection import Outbound, refuse
+from fanout.errors import ProtocolError
 from fanout.relay.compiled import COMPILED
-from fanout.relay.core import MAX_SUBSCRIPTIONS, UPSTREAM, RelayCore, Send
+from fanout.relay.config import RelayConfig
+from fanout.relay.core import UPSTREAM, RelayCore, Send
+from fanout.relay.holding import Holding
 from fanout.relay.metrics import relay_samples
-from fanout.relay.planner import Policy
-from fanout.relay.scheduler import AGING
-from fanout.relay.tables import QUERY_TIMEOUT, TableStore
-from fanout.relay.throttle import SQL_BURST, SQL_SHARE, Throttle
+from fanout.relay.tables import TableStore
+from fanout.relay.throttle import Throttle
 from fanout.relay.writer import Writer
 from fanout.wire import codec
 from fanout.wire.messages import (
@@ -76,114 +80,17 @@ from fanout.wire.session import AcceptingSession, check_welcome
 
 log = logging.getLogger(__name__)
 
-#: Largest frame accepted from a subscriber (subscriptions are small).
+#: Largest frame accepted from a subscriber (subscriptions are small); a larger one closes
+#: the connection (1009).
 MAX_FROM_SUBSCRIBER = 1 << 20
+#: Frames received from a subscriber and not yet read that websockets holds before it stops
+#: reading the socket (its ``max_queue``): with ``MAX_FROM_SUBSCRIBER``, what one connection
+#: can make the relay hold of what it sent is about 5 MiB, however it misbehaves.
+MAX_QUEUED_FROM_SUBSCRIBER = 4
 #: Largest frame accepted from the publisher (a batch with a big snapshot).
 MAX_FROM_PUBLISHER = 256 << 20
 #: Bytes the upstream link reads from its socket at a time (asyncio's default: 256 KiB).
 UPSTREAM_READ = 8 << 20
-
-
-@dataclass(frozen=True)
-class RelayConfig:
-    """How a relay runs.
-
-    Attributes:
-        publisher: the publisher's control-plane URL (``ws://host:port``).
-        host: interface to listen on for subscribers.
-        port: port to listen on (0: any free port).
-        name: shown to the publisher and in logs.
-        policy: coverage planning policy.
-        queue_limit: frames queued per subscriber before it is closed as a slow consumer.
-        stall_timeout: seconds a subscriber may leave a push unread before it is closed.
-        read_rate, read_burst: frames a second the relay reads from one subscriber
-            connection, after a first burst (``relay.throttle``); past that it stops reading
-            the connection for a while (TCP slows the sender down). 0: no limit.
-        query_timeout: seconds a subscriber's SQL may run (on the event loop, every other
-            subscriber waiting) before it is stopped and the subscription ends with an error.
-        max_subscriptions: subscriptions one connection may hold at once; a new one beyond
-            them is refused (``bad_request``).
-        max_connections: subscriber connections the relay serves at once; the ``Hello`` of one
-            more is refused with ``unavailable`` (its client may try another relay). Each takes
-            a file descriptor: keep it below the process's limit (``ulimit -n``).
-        hello_timeout: seconds a new connection may take to send its ``Hello``; one that has
-            not is refused (``handshake``) and closed.
-        sql_share, sql_burst: seconds of the event loop one connection's SQL pushes may take
-            per second, after a first burst (``relay.throttle.Budgets``); past that its SQL
-            pushes are put off until the time is paid back, and other subscribers are served.
-        reconnect_delay: first delay before reconnecting upstream (doubles up to 5 s).
-        pump_budget: seconds one round of pushes may run before yielding to the event loop.
-        aging: priority units a waiting subscription gains per second (``relay.scheduler``).
-        stats_every: seconds between two log lines of the relay's counters (0: never).
-        switch_interval: the interpreter's thread switch interval while the relay runs
-            (``sys.setswitchinterval``; 0: leave it as it is). Under load the event loop holds
-            the GIL nearly all the time, and the writer thread waits up to this long each time
-            it needs it back between two numpy calls: at Python's default of 5 ms, writing a
-            tick's batch took three times its CPU time and the swap came that much later.
-        young_collection: tracked objects allocated (net) before the garbage collector's
-            youngest generation is collected, while the relay runs (``gc.set_threshold``'s
-            first value; 0: leave it as it is). Python's default, 700, made the collector run
-            33 times a second at 2,000 subscribers and promote enough short-lived objects
-            (websockets' futures and frames, a round's lists) to trigger a full collection of
-            the 300,000 objects of 2,000 connections every 8-10 s, an 80-100 ms pause. At
-            10,000 nearly all of them die young: the collector took 2-6% of its former time
-            and never ran a full collection in a trial.
-    """
-
-    publisher: str
-    host: str = "127.0.0.1"
-    port: int = 0
-    name: str = "relay"
-    policy: Policy = field(default_factory=Policy)
-    queue_limit: int = 64
-    stall_timeout: float = 10.0
-    read_rate: float = 1000.0
-    read_burst: int = 1000
-    query_timeout: float = QUERY_TIMEOUT
-    max_subscriptions: int = MAX_SUBSCRIPTIONS
-    max_connections: int = 10_000
-    hello_timeout: float = 10.0
-    sql_share: float = SQL_SHARE
-    sql_burst: float = SQL_BURST
-    reconnect_delay: float = 0.2
-    pump_budget: float = 0.02
-    aging: float = AGING
-    stats_every: float = 30.0
-    switch_interval: float = 0.001
-    young_collection: int = 10_000
-
-    def __post_init__(self) -> None:
-        """Raises:
-        ConfigError: a limit that could not work, named as the field (and the flag) is.
-        """
-        finite = {
-            "stall_timeout": self.stall_timeout,
-            "read_rate": self.read_rate,
-            "query_timeout": self.query_timeout,
-            "hello_timeout": self.hello_timeout,
-            "sql_share": self.sql_share,
-            "sql_burst": self.sql_burst,
-            "pump_budget": self.pump_budget,
-        }
-        for name, value in finite.items():
-            if not math.isfinite(value):
-                raise ConfigError(f"{name} must be a finite number, not {value}")
-        limits = [
-            ("queue_limit", self.queue_limit >= 1, ">= 1"),
-            ("stall_timeout", self.stall_timeout > 0, "> 0 seconds"),
-            ("read_rate", self.read_rate >= 0, ">= 0 frames a second (0: no limit)"),
-            ("read_burst", self.read_burst >= 1, ">= 1 frame"),
-            ("query_timeout", self.query_timeout > 0, "> 0 seconds"),
-            ("max_subscriptions", self.max_subscriptions >= 1, ">= 1"),
-            ("max_connections", self.max_connections >= 1, ">= 1"),
-            ("hello_timeout", self.hello_timeout > 0, "> 0 seconds"),
-            ("sql_share", 0 < self.sql_share <= 1, "in (0, 1] seconds a second"),
-            ("sql_burst", self.sql_burst > 0, "> 0 seconds"),
-            ("pump_budget", self.pump_budget > 0, "> 0 seconds"),
-        ]
-        for name, holds, wanted in limits:
-            if not holds:
-                raise ConfigError(f"{name} must be {wanted}, not {getattr(self, name)}")
 
 
 class RelayServer:
@@ -199,6 +106,7 @@ class RelayServer:
             max_subscriptions=config.max_subscriptions,
             sql_share=config.sql_share,
             sql_burst=config.sql_burst,
+            holding=Holding(config.catalog_wait, config.max_held),
         )
         self.port: int | None = None
         self._clients: dict[int, Outbound] = {}
@@ -215,6 +123,9 @@ class RelayServer:
         self._slow_closed = 0
         self._reads_throttled = 0
         self._refused_full = 0
+        self._frames_refused = 0
+        self._closed_bad = 0
+        self._hello_timeouts = 0
         self._finishing: set[Outbound] = set()
         #: The publisher's datasets and their index kinds, for subscribers' ``Welcome``.
         self._datasets: dict[str, str] = {}
@@ -238,11 +149,12 @@ class RelayServer:
                     self.config.host,
                     self.config.port,
                     max_size=MAX_FROM_SUBSCRIBER,
+                    max_queue=MAX_QUEUED_FROM_SUBSCRIBER,
                     compression=None,
                     # Paused as soon as the kernel leaves bytes in the transport: a connection
                     # is idle (may take the next push) only when it has written everything.
                     write_limit=0,
-                    process_request=metrics.route(self.samples),
+                    process_request=metrics.route(self.samples, self.unready),
                 ) as server,
                 asyncio.TaskGroup() as tasks,
             ):
@@ -265,6 +177,18 @@ class RelayServer:
             sys.setswitchinterval(interval)
             gc.set_threshold(*thresholds)
 
+    def unready(self) -> str | None:
+        """Why the relay should be sent no subscribers now (``GET /readyz``), or None.
+
+        A relay without its publisher still accepts subscriptions (held until the catalog
+        comes, ``relay.holding``), but a load balancer does better sending them elsewhere.
+        """
+        if self._upstream is None:
+            return f"not connected upstream ({self.config.publisher})"
+        if len(self._connected) >= self.config.max_connections:
+            return f"serving its most connections ({self.config.max_connections})"
+        return None
+
     def samples(self) -> list[metrics.Sample]:
         """What ``GET /metrics`` on the relay's port answers (``relay.metrics``)."""
         frames, sent = self._closed_sent
@@ -278,6 +202,10 @@ class RelayServer:
             slow_closed=self._slow_closed + sum(o.closed_for is not None for o in live),
             reads_throttled=self._reads_throttled,
             refused=self._refused_full,
+            ungreeted=len(self._clients) - len(self._connected),
+            frames_refused=self._frames_refused,
+            closed_bad=self._closed_bad,
+            hello_timeouts=self._hello_timeouts,
         )
 
     # -- dispatch ------------------------------------------------------------------------
@@ -310,13 +238,19 @@ class RelayServer:
         outbound.start()
         rate = self.config.read_rate
         throttle = Throttle(rate, self.config.read_burst) if rate > 0 else None
+        refused: str | None = None  # why the relay closes the connection, if it does
         try:
             async with asyncio.timeout(self.config.hello_timeout) as handshake:
                 async for message in websocket:
                     outcome = session.receive(message)
+                    if isinstance(outcome.reply, Error):
+                        bad = outcome.reply.code != "unavailable"
+                        self._frames_refused += bad
+                        self._closed_bad += bad and outcome.close
                     if outcome.reply is not None:
                         outbound.offer(codec.encode(outcome.reply))
                     if outcome.close:
+                        refused = getattr(outcome.reply, "message", "closing")
                         break
                     if session.hello is not None and client not in self._connected:
                         handshake.reschedule(None)
@@ -324,10 +258,14 @@ class RelayServer:
                         self.core.on_connect(client, session.hello.capabilities)
                     await self._take(client, outcome.deliver, throttle)
         except TimeoutError:
-            late = f"no hello within {self.config.hello_timeout:g} s; closing"
-            outbound.offer(codec.encode(Error(code="handshake", message=late)))
-        except ConnectionClosed:
-            pass  # the subscriber went away; its subscriptions end below
+            self._hello_timeouts += 1
+            refused = f"no hello within {self.config.hello_timeout:g} s; closing"
+            outbound.offer(codec.encode(Error(code="handshake", message=refused)))
+        except ConnectionClosed as closed:
+            # The subscriber went away (its subscriptions end below), or sent a frame over
+            # max_size, which websockets refuses by closing with 1009.
+            too_big = closed.sent is not None and closed.sent.code == CloseCode.MESSAGE_TOO_BIG
+            self._closed_bad += too_big
         finally:
             self.core.on_disconnect(client)
             self._connected.discard(client)
@@ -338,6 +276,8 @@ class RelayServer:
             frames, sent = self._closed_sent
             self._closed_sent = (frames + outbound.sent, sent + outbound.sent_bytes)
             self._slow_closed += outbound.closed_for is not None
+            if refused is not None:
+                await refuse(websocket, refused)
 
     def _room(self) -> str | None:
         """Why a new subscriber connection is refused at its ``Hello``, or None."""

@@ -213,8 +213,11 @@ def _keys(deletes: Sequence[Any] | npt.NDArray[Any], info: DatasetInfo) -> npt.N
 
 
 @contextlib.asynccontextmanager
-async def serving(publisher: ScriptedPublisher, host: str = LOOPBACK) -> AsyncIterator[str]:
-    """Serve ``publisher`` on a free port of ``host``; yield its URL (``ws://host:port``)."""
-    async with serve(publisher.handle, host, 0, max_size=None, compression=None) as server:
+async def serving(
+    publisher: ScriptedPublisher, host: str = LOOPBACK, port: int = 0
+) -> AsyncIterator[str]:
+    """Serve ``publisher`` on ``port`` of ``host`` (0: a free one); yield its URL
+    (``ws://host:port``)."""
+    async with serve(publisher.handle, host, port, max_size=None, compression=None) as server:
         port = next(iter(server.sockets)).getsockname()[1]
         yield f"ws://{host}:{port}"

@@ -18,7 +18,8 @@ from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any
 
-from fanout.relay.server import RelayConfig, RelayServer
+from fanout.relay.config import RelayConfig
+from fanout.relay.server import RelayServer
 from fanout.testing import cpu
 from fanout.testing.ports import LOOPBACK
 

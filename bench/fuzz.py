@@ -1,0 +1,188 @@
+"""Fuzz a real publisher and a real relay with a million hostile frames while subscribers are
+served, and report what broke (issue 31).
+
+Run ``.venv/bin/python bench/fuzz.py`` (``--frames 1000000`` by default); it prints one JSON
+object last and writes ``bench/results/fuzz.json``.
+
+Processes on this machine: the real publisher (Spark ``local[*]``, the ``agents`` simulation),
+one real relay, ``--workers`` hostile processes (``fanout.testing.hostile``), and in this process
+``--subscribers`` well-behaved subscribers (``fanout.client``) with box views. The run:
+
+1. **baseline**: ``--seconds`` of the subscribers alone: updates a second;
+2. **attack**: the hostile processes send ``--frames`` messages over ``--connections``
+   connections at once (each replaced when the server closes it): valid frames of every
+   direction mutated byte by byte, raw bytes and text; to the relay as a subscriber (with and
+   without a ``Hello``) and to the publisher as a relay, a reader and a producer. Meanwhile the
+   subscribers' updates a second are measured again.
+
+Reported:
+
+* ``frames``, ``frames_per_s``: messages sent, and how fast;
+* ``violations``: answers that are not the documented ones (an ``Error`` frame with a code, or a
+  close with 1000, 1008 or 1009), plus ``handler_crashes``, plus a server process that died;
+* ``handler_crashes``: connections closed with 1011 (a handler that raised) plus tracebacks in
+  either server's log (bad input may log one line, never a traceback);
+* ``good_rate_ratio``: the subscribers' update rate under attack over the baseline (>= 0.9 is
+  the target);
+* ``errors``, ``closes``: the answers by code.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from fanout.client import connect
+from fanout.launch import Child, start
+from fanout.testing.calibration import calibrate
+from fanout.testing.hostile import FuzzPlan, HostileProcess, Tally
+from fanout.testing.machine import describe, write_results
+from fanout.views import Box
+from fanout.wire import codec
+from fanout.wire.messages import PROTOCOL_VERSION, Hello
+
+RESULTS = Path(__file__).parent / "results" / "fuzz.json"
+
+
+def hello(role: str) -> bytes:
+    return codec.encode(Hello(version=PROTOCOL_VERSION, role=role, name="fuzz"))  # type: ignore[arg-type]
+
+
+class Subscribers:
+    """Well-behaved subscribers counting their updates."""
+
+    def __init__(self, url: str, count: int) -> None:
+        self.url = url
+        self.count = count
+        self.updates = 0
+        self._tasks: list[asyncio.Task[None]] = []
+
+    async def start(self) -> None:
+        for n in range(self.count):
+            ready = asyncio.Event()
+            self._tasks.append(asyncio.create_task(self._follow(n, ready)))
+            await asyncio.wait_for(ready.wait(), 120)
+
+    async def _follow(self, n: int, ready: asyncio.Event) -> None:
+        corner = 100.0 * (n % 8)
+        async with connect(self.url) as subscriber:
+            view = await subscriber.subscribe(Box((corner, corner), (corner + 150, corner + 150)))
+            ready.set()
+            async for _ in view:
+                self.updates += 1
+
+    async def rate(self, seconds: float) -> float:
+        """Updates a second over the next ``seconds``, over all subscribers."""
+        before, started = self.updates, time.monotonic()
+        await asyncio.sleep(seconds)
+        return (self.updates - before) / (time.monotonic() - started)
+
+    async def stop(self) -> None:
+        for task in self._tasks:
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+
+
+def tracebacks(log: Path) -> int:
+    return log.read_text(errors="replace").count("Traceback (most recent call last)")
+
+
+async def run(args: argparse.Namespace, root: Path) -> dict[str, Any]:
+    publisher: Child | None = None
+    relay: Child | None = None
+    hostile: list[HostileProcess] = []
+    try:
+        publisher = await start(
+            "publisher",
+            ["--port", "0", "--state-dir", str(root / "publisher"), "--agents", str(args.agents)],
+            root / "publisher.log",
+        )
+        relay = await start(
+            "relay", ["--publisher", publisher.url, "--port", "0"], root / "relay.log"
+        )
+        subscribers = Subscribers(relay.url, args.subscribers)
+        await subscribers.start()
+        await subscribers.rate(5.0)  # warm up
+        baseline = await subscribers.rate(args.seconds)
+        targets = (
+            (relay.url, True),
+            (relay.url, False),
+            (relay.url, True),
+            (publisher.url, hello("relay")),
+            (publisher.url, hello("reader")),
+            (publisher.url, hello("producer")),
+        )
+        per_connection = -(-args.frames // args.connections)
+        connections = -(-args.connections // args.workers)
+        started = time.monotonic()
+        hostile = [
+            HostileProcess(FuzzPlan(targets, connections, per_connection, seed=worker))
+            for worker in range(args.workers)
+        ]
+        rates = []
+        while any(process.process.is_alive() for process in hostile):
+            rates.append(await subscribers.rate(args.seconds))
+        tally = Tally()
+        for process in hostile:
+            tally.merge(await asyncio.to_thread(process.done, 60.0))
+        elapsed = time.monotonic() - started
+        await subscribers.stop()
+        alive = {
+            "publisher": publisher.process.returncode is None,
+            "relay": relay.process.returncode is None,
+        }
+    finally:
+        for process in hostile:
+            process.stop()
+        for child in (relay, publisher):
+            if child is not None:
+                await child.stop()
+    logged = tracebacks(root / "publisher.log") + tracebacks(root / "relay.log")
+    crashes = tally.closes[1011] + logged
+    attacked = sorted(rates)[len(rates) // 2] if rates else 0.0
+    return {
+        "frames": tally.frames,
+        "frames_per_s": round(tally.frames / elapsed, 1),
+        "violations": tally.violation_count + crashes + sum(not up for up in alive.values()),
+        "handler_crashes": crashes,
+        "good_rate_ratio": round(attacked / baseline, 3) if baseline else 0.0,
+        "baseline_updates_per_s": round(baseline, 1),
+        "attack_updates_per_s_median": round(attacked, 1),
+        "attack_updates_per_s": [round(rate, 1) for rate in rates],
+        "seconds": round(elapsed, 1),
+        "connections_opened": tally.connections,
+        "refused_to_connect": tally.refused_to_connect,
+        "errors": dict(tally.errors),
+        "closes": {str(code): count for code, count in sorted(tally.closes.items())},
+        "violations_seen": tally.violations,
+        "alive": alive,
+    }
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--frames", type=int, default=1_000_000, help="hostile messages in all")
+    parser.add_argument("--connections", type=int, default=48, help="hostile connections at once")
+    parser.add_argument("--workers", type=int, default=2, help="hostile processes")
+    parser.add_argument("--subscribers", type=int, default=8, help="well-behaved subscribers")
+    parser.add_argument("--agents", type=int, default=2_000, help="simulated agents")
+    parser.add_argument("--seconds", type=float, default=10.0, help="seconds of one rate sample")
+    parser.add_argument("--no-save", action="store_true", help="do not write bench/results")
+    args = parser.parse_args()
+    machine, calibration = describe(), calibrate()
+    with tempfile.TemporaryDirectory(prefix="fanout-fuzz-") as tmp:
+        results = asyncio.run(run(args, Path(tmp)))
+    results["arguments"] = vars(args)
+    results["machine"] = machine
+    results["calibration"] = calibration
+    write_results(results, None if args.no_save else RESULTS)
+    return 0 if results["violations"] == 0 and results["good_rate_ratio"] >= 0.9 else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

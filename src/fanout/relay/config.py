@@ -1,0 +1,130 @@
+"""How a relay runs: its ``RelayConfig``, every limit checked when it is made.
+
+``fanout relay`` takes each limit as a flag (``fanout.cli.RELAY_LIMITS``, whose defaults a test
+holds equal to these).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+from fanout.errors import ConfigError
+from fanout.relay.core import MAX_SUBSCRIPTIONS
+from fanout.relay.holding import CATALOG_WAIT, MAX_HELD
+from fanout.relay.planner import Policy
+from fanout.relay.scheduler import AGING
+from fanout.relay.tables import QUERY_TIMEOUT
+from fanout.relay.throttle import SQL_BURST, SQL_SHARE
+
+
+@dataclass(frozen=True)
+class RelayConfig:
+    """How a relay runs.
+
+    Attributes:
+        publisher: the publisher's control-plane URL (``ws://host:port``).
+        host: interface to listen on for subscribers.
+        port: port to listen on (0: any free port).
+        name: shown to the publisher and in logs.
+        policy: coverage planning policy.
+        queue_limit: frames queued per subscriber before it is closed as a slow consumer.
+        stall_timeout: seconds a subscriber may leave a push unread before it is closed.
+        read_rate, read_burst: frames a second the relay reads from one subscriber
+            connection, after a first burst (``relay.throttle``); past that it stops reading
+            the connection for a while (TCP slows the sender down). 0: no limit.
+        query_timeout: seconds a subscriber's SQL may run (on the event loop, every other
+            subscriber waiting) before it is stopped and the subscription ends with an error.
+        max_subscriptions: subscriptions one connection may hold at once; a new one beyond
+            them is refused (``bad_request``).
+        max_connections: subscriber connections the relay serves at once; the ``Hello`` of one
+            more is refused with ``unavailable`` (its client may try another relay). Each takes
+            a file descriptor: keep it below the process's limit (``ulimit -n``).
+        hello_timeout: seconds a new connection may take to send its ``Hello``; one that has
+            not is refused (``handshake``) and closed.
+        catalog_wait: seconds a subscription to a dataset the relay does not know yet is held
+            while the relay has no catalog from upstream (``relay.holding``); then it is
+            refused with ``unavailable``.
+        max_held: such subscriptions held at once, over all connections; one more is refused
+            with ``unavailable`` at once.
+        sql_share, sql_burst: seconds of the event loop one connection's SQL pushes may take
+            per second, after a first burst (``relay.throttle.Budgets``); past that its SQL
+            pushes are put off until the time is paid back, and other subscribers are served.
+        reconnect_delay: first delay before reconnecting upstream (doubles up to 5 s).
+        pump_budget: seconds one round of pushes may run before yielding to the event loop.
+        aging: priority units a waiting subscription gains per second (``relay.scheduler``).
+        stats_every: seconds between two log lines of the relay's counters (0: never).
+        switch_interval: the interpreter's thread switch interval while the relay runs
+            (``sys.setswitchinterval``; 0: leave it as it is). Under load the event loop holds
+            the GIL nearly all the time, and the writer thread waits up to this long each time
+            it needs it back between two numpy calls: at Python's default of 5 ms, writing a
+            tick's batch took three times its CPU time and the swap came that much later.
+        young_collection: tracked objects allocated (net) before the garbage collector's
+            youngest generation is collected, while the relay runs (``gc.set_threshold``'s
+            first value; 0: leave it as it is). Python's default, 700, made the collector run
+            33 times a second at 2,000 subscribers and promote enough short-lived objects
+            (websockets' futures and frames, a round's lists) to trigger a full collection of
+            the 300,000 objects of 2,000 connections every 8-10 s, an 80-100 ms pause. At
+            10,000 nearly all of them die young: the collector took 2-6% of its former time
+            and never ran a full collection in a trial.
+    """
+
+    publisher: str
+    host: str = "127.0.0.1"
+    port: int = 0
+    name: str = "relay"
+    policy: Policy = field(default_factory=Policy)
+    queue_limit: int = 64
+    stall_timeout: float = 10.0
+    read_rate: float = 1000.0
+    read_burst: int = 1000
+    query_timeout: float = QUERY_TIMEOUT
+    max_subscriptions: int = MAX_SUBSCRIPTIONS
+    max_connections: int = 10_000
+    hello_timeout: float = 10.0
+    catalog_wait: float = CATALOG_WAIT
+    max_held: int = MAX_HELD
+    sql_share: float = SQL_SHARE
+    sql_burst: float = SQL_BURST
+    reconnect_delay: float = 0.2
+    pump_budget: float = 0.02
+    aging: float = AGING
+    stats_every: float = 30.0
+    switch_interval: float = 0.001
+    young_collection: int = 10_000
+
+    def __post_init__(self) -> None:
+        """Raises:
+        ConfigError: a limit that could not work, named as the field (and the flag) is.
+        """
+        finite = {
+            "stall_timeout": self.stall_timeout,
+            "read_rate": self.read_rate,
+            "query_timeout": self.query_timeout,
+            "hello_timeout": self.hello_timeout,
+            "catalog_wait": self.catalog_wait,
+            "sql_share": self.sql_share,
+            "sql_burst": self.sql_burst,
+            "pump_budget": self.pump_budget,
+        }
+        for name, value in finite.items():
+            if not math.isfinite(value):
+                raise ConfigError(f"{name} must be a finite number, not {value}")
+        limits = [
+            ("queue_limit", self.queue_limit >= 1, ">= 1"),
+            ("stall_timeout", self.stall_timeout > 0, "> 0 seconds"),
+            ("read_rate", self.read_rate >= 0, ">= 0 frames a second (0: no limit)"),
+            ("read_burst", self.read_burst >= 1, ">= 1 frame"),
+            ("query_timeout", self.query_timeout > 0, "> 0 seconds"),
+            ("max_subscriptions", self.max_subscriptions >= 1, ">= 1"),
+            ("max_connections", self.max_connections >= 1, ">= 1"),
+            ("hello_timeout", self.hello_timeout > 0, "> 0 seconds"),
+            ("catalog_wait", self.catalog_wait > 0, "> 0 seconds"),
+            ("max_held", self.max_held >= 0, ">= 0 (0: refuse at once)"),
+            ("sql_share", 0 < self.sql_share <= 1, "in (0, 1] seconds a second"),
+            ("sql_burst", self.sql_burst > 0, "> 0 seconds"),
+            ("pump_budget", self.pump_budget > 0, "> 0 seconds"),
+        ]
+        for name, holds, wanted in limits:
+            if not holds:
+                raise ConfigError(f"{name} must be {wanted}, not {getattr(self, name)}")
