@@ -107,7 +107,9 @@ async def run(args: argparse.Namespace, root: Path) -> dict[str, Any]:
         )
         subscribers = Subscribers(relay.url, args.subscribers)
         await subscribers.start()
-        await subscribers.rate(5.0)  # warm up
+        for _ in range(30):  # warm up: until the pipeline's updates flow
+            if await subscribers.rate(5.0) > 0:
+                break
         baseline = await subscribers.rate(args.seconds)
         targets = (
             (relay.url, True),

@@ -1,0 +1,146 @@
+"""Fuzzing the publisher's port over real sockets: hostile connections in every role (a relay,
+a reader, a producer, and none: no ``Hello``) send mutated frames, raw bytes and text, while a
+well-behaved relay keeps getting its batches.
+
+The control plane, its sessions, the registry and the sockets are the real ones; the datasets
+behind them are a small in-memory stand-in (no Spark: what is fuzzed is the port). Every hostile
+message gets an ``Error`` frame with a code or a clean close; no traceback is logged; the good
+relay gets every batch.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import AsyncIterator
+
+import numpy as np
+import pyarrow as pa
+import pytest
+from websockets.asyncio.client import connect
+
+from fanout.errors import BadRequest, InvalidView
+from fanout.metrics import Sample
+from fanout.publisher.control import ControlPlane
+from fanout.publisher.registry import Registry
+from fanout.testing.hostile import Tally, fuzz
+from fanout.views import Box, View
+from fanout.wire import codec
+from fanout.wire.columns import encode_columns
+from fanout.wire.messages import (
+    PROTOCOL_VERSION,
+    Batch,
+    Catalog,
+    DatasetInfo,
+    Hello,
+    Knowledge,
+    Welcome,
+)
+
+INFO = DatasetInfo("agents", "id", {"id": "<i8", "x": "<f8", "y": "<f8"}, "space", ["x", "y"])
+BATCHES = 30
+HOSTILE = 8  # connections at once, two of each role
+FRAMES = 150  # each
+
+
+class Datasets:
+    """One dataset of boxes; answers reads, publishes and log requests plainly."""
+
+    def infos(self) -> list[DatasetInfo]:
+        return [INFO]
+
+    def check(self, name: str, view: View) -> View:
+        if name != "agents":
+            raise InvalidView(f"unknown dataset {name!r}")
+        if not isinstance(view, Box):
+            raise InvalidView("boxes only here")
+        return view
+
+    def samples(self) -> list[Sample]:
+        return []
+
+    def publish(
+        self, name: str, upserts: dict[str, np.ndarray], deletes: np.ndarray
+    ) -> tuple[int, int]:
+        self.check(name, Box((0, 0), (1, 1)))
+        return 0, 0
+
+    def read(self, name: str, view: View, tick: int) -> tuple[int, pa.Table]:
+        self.check(name, view)
+        if tick > 100:
+            raise BadRequest(f"tick {tick} is not where a micro-batch ended")
+        return tick, pa.table({"id": [1], "x": [0.5], "y": [0.5]})
+
+    def knowledge(self, name: str, epoch: int, req: int, first: int, last: int) -> list[Knowledge]:
+        self.check(name, Box((0, 0), (1, 1)))
+        if last - first > 100:
+            raise BadRequest("at most 100 seqs at once")
+        empty = encode_columns({})
+        return [
+            Knowledge(req, name, epoch, seq, seq, 0.0, empty, empty)
+            for seq in range(first, last + 1)
+        ]
+
+    def replay(self, name: str, epoch: int, after: int) -> list[Batch]:
+        raise BadRequest(f"epoch {epoch} is over")
+
+
+def batch(seq: int) -> Batch:
+    empty = encode_columns({"id": np.array([], dtype=np.int64)})
+    return Batch("agents", 1, seq, seq, 0.0, encode_columns({}), empty)
+
+
+@pytest.fixture
+async def plane() -> AsyncIterator[tuple[ControlPlane, str]]:
+    control = ControlPlane(Datasets(), Registry())
+    ready = asyncio.Event()
+    task = asyncio.create_task(control.serve("127.0.0.1", 0, ready=lambda _: ready.set()))
+    await ready.wait()
+    try:
+        yield control, f"ws://127.0.0.1:{control.port}"
+    finally:
+        control.stop()
+        await task
+
+
+def greeting(role: str) -> bytes:
+    return codec.encode(Hello(PROTOCOL_VERSION, role, name="fuzz"))  # type: ignore[arg-type]
+
+
+async def test_hostile_peers_in_every_role_get_errors_and_a_good_relay_gets_every_batch(
+    plane: tuple[ControlPlane, str], caplog: pytest.LogCaptureFixture
+) -> None:
+    control, url = plane
+    caplog.set_level(logging.INFO)
+    async with connect(url) as relay:
+        await relay.send(greeting("relay"))
+        assert isinstance(codec.from_publisher().decode(await relay.recv()), Welcome)
+        assert isinstance(codec.from_publisher().decode(await relay.recv()), Catalog)
+        number = max(control._relays)
+        tally = Tally()
+        roles: list[bool | bytes] = [
+            greeting("relay"),
+            greeting("reader"),
+            greeting("producer"),
+            False,
+        ]
+        attacks = [
+            asyncio.create_task(fuzz(url, seed, FRAMES, roles[seed % 4], tally))
+            for seed in range(HOSTILE)
+        ]
+        received: list[int] = []
+        for seq in range(1, BATCHES + 1):
+            control.deliver({number: batch(seq)})
+            await asyncio.sleep(0.02)
+        await asyncio.gather(*attacks)
+        while len(received) < BATCHES:
+            frame = codec.from_publisher().decode(await asyncio.wait_for(relay.recv(), 10))
+            if isinstance(frame, Batch):
+                received.append(frame.seq)
+    assert received == list(range(1, BATCHES + 1))
+    assert tally.frames == HOSTILE * FRAMES
+    assert tally.violation_count == 0, tally.violations
+    assert set(tally.closes) <= {1000, 1008}, tally.closes
+    assert tally.errors["protocol"] > 0, tally.errors
+    tracebacks = [r for r in caplog.records if r.exc_info is not None]
+    assert tracebacks == [], [r.getMessage() for r in tracebacks]
