@@ -180,7 +180,13 @@ async def soak(args: argparse.Namespace) -> dict[str, Any]:
             print(json.dumps({"progress": faults[-1]}), file=sys.stderr, flush=True)
             await asyncio.sleep(args.interval)
         log = root / "publisher" / "log.db"
-        epoch = next(f.updates[0].epoch for f in followers if f.updates)
+        epochs = [f.updates[0].epoch for f in followers if f.updates]
+        if not epochs:
+            raise SystemExit(
+                "no subscriber received any update: the faults came faster than the publisher"
+                " restarts (try a longer --interval)"
+            )
+        epoch = epochs[0]
         target = last_logged(log, epoch)
         # Those still behind after ``--settle`` seconds are counted, not waited for.
         with contextlib.suppress(NotYet):
