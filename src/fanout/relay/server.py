@@ -53,6 +53,7 @@ from fanout.connection import Outbound
 from fanout.errors import ConfigError, ProtocolError
 from fanout.relay.compiled import COMPILED
 from fanout.relay.core import MAX_SUBSCRIPTIONS, UPSTREAM, RelayCore, Send
+from fanout.relay.httpserver import HttpSubscription, connection_type, routes
 from fanout.relay.metrics import relay_samples
 from fanout.relay.planner import Policy
 from fanout.relay.scheduler import AGING
@@ -64,6 +65,7 @@ from fanout.wire.messages import (
     PROTOCOL_VERSION,
     Batch,
     Catalog,
+    DatasetInfo,
     Error,
     Hello,
     Knowledge,
@@ -201,7 +203,7 @@ class RelayServer:
             sql_burst=config.sql_burst,
         )
         self.port: int | None = None
-        self._clients: dict[int, Outbound] = {}
+        self._clients: dict[int, Outbound | HttpSubscription] = {}
         self._ids = itertools.count(1)
         self._upstream: Outbound | None = None
         self._connected: set[int] = set()
@@ -215,9 +217,10 @@ class RelayServer:
         self._slow_closed = 0
         self._reads_throttled = 0
         self._refused_full = 0
-        self._finishing: set[Outbound] = set()
+        self._finishing: set[Outbound | HttpSubscription] = set()
         #: The publisher's datasets and their index kinds, for subscribers' ``Welcome``.
         self._datasets: dict[str, str] = {}
+        self._catalog: list[DatasetInfo] = []
 
     async def run(self, ready: Callable[[int], None] | None = None) -> None:
         """Serve until cancelled; ``ready(port)`` is called once serving and connected upstream.
@@ -242,7 +245,11 @@ class RelayServer:
                     # Paused as soon as the kernel leaves bytes in the transport: a connection
                     # is idle (may take the next push) only when it has written everything.
                     write_limit=0,
-                    process_request=metrics.route(self.samples),
+                    process_request=routes(self, metrics.route(self.samples)),
+                    # HTTP streams (``relay.httpserver``) last as long as their subscription:
+                    # the opening handshake's timeout is the connection class's.
+                    open_timeout=None,
+                    create_connection=connection_type(self, self.config.hello_timeout),
                 ) as server,
                 asyncio.TaskGroup() as tasks,
             ):
@@ -339,6 +346,43 @@ class RelayServer:
             self._closed_sent = (frames + outbound.sent, sent + outbound.sent_bytes)
             self._slow_closed += outbound.closed_for is not None
 
+    # -- HTTP streams (``relay.httpserver.Relay``) --------------------------------------
+
+    def attach(self, downstream: HttpSubscription) -> int:
+        """Count an HTTP stream in as a subscriber connection; returns its client number."""
+        client = next(self._ids)
+        self._clients[client] = downstream
+        self._connected.add(client)
+        self.core.on_connect(client)
+        return client
+
+    def detach(self, client: int) -> None:
+        """An HTTP stream is over: its subscription ends."""
+        self.core.on_disconnect(client)
+        self._connected.discard(client)
+        downstream = self._clients.pop(client)
+        frames, sent = self._closed_sent
+        self._closed_sent = (frames + downstream.sent, sent + downstream.sent_bytes)
+        self._slow_closed += downstream.closed_for is not None
+
+    def subscribe(self, client: int, request: Subscribe) -> None:
+        """An HTTP stream's subscription, as if its ``Subscribe`` frame had come."""
+        now = asyncio.get_running_loop().time()
+        self._dispatch(self.core.on_subscribe(client, request, now))
+        self._wake.set()
+
+    def writable(self, client: int) -> None:
+        """An HTTP stream wrote everything it had."""
+        self._on_writable(client)
+
+    def room(self) -> str | None:
+        """Why one more connection is refused, or None."""
+        return self._room()
+
+    def catalog(self) -> list[DatasetInfo]:
+        """The publisher's datasets as its last ``Catalog`` listed them."""
+        return self._catalog
+
     def _room(self) -> str | None:
         """Why a new subscriber connection is refused at its ``Hello``, or None."""
         if len(self._connected) < self.config.max_connections:
@@ -430,6 +474,7 @@ class RelayServer:
             case Catalog() as catalog:
                 self.core.on_catalog(catalog)
                 self._datasets = {info.name: info.index for info in catalog.datasets}
+                self._catalog = list(catalog.datasets)
                 self._upstream = outbound
                 self._dispatch(self.core.on_upstream_connected())
                 self._upstream_ready.set()
