@@ -54,7 +54,7 @@ SUB = 1
 VIEW_KIND = {"space": "region", "sql": "sql", "topic": "topic", "path": "path"}
 #: Query parameters ``/v1/subscribe`` takes; any other is refused (a typo would be ignored).
 PARAMETERS = frozenset(
-    {"dataset", "view", "mode", "rate", "priority", "columns", "token", "format"}
+    {"dataset", "view", "mode", "rate", "priority", "columns", "token", "format", "access_token"}
 )
 #: How events are written.
 Format = Literal["ndjson", "sse"]

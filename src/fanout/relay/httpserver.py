@@ -32,7 +32,7 @@ from websockets.asyncio.server import ServerConnection
 from websockets.datastructures import Headers
 from websockets.http11 import SERVER, Request, Response
 
-from fanout.errors import ProtocolError
+from fanout.errors import ProtocolError, Unauthorized
 from fanout.relay.httpapi import (
     CONTENT_TYPES,
     SUB,
@@ -87,6 +87,15 @@ class Relay(Protocol):
 
     def room(self) -> str | None:
         """Why one more connection is refused (the relay serves its most), or None."""
+        ...
+
+    def authenticate(self, token: str | None, role: str = "subscriber") -> object:
+        """What ``token`` grants (None without authentication).
+
+        Raises:
+            Unauthorized: authentication is configured and the token is missing, not valid,
+                or does not grant ``role``.
+        """
         ...
 
     def catalog(self) -> list[DatasetInfo]:
@@ -145,13 +154,17 @@ def routes(relay: Relay, fallback: Hook) -> Hook:
     def process_request(connection: ServerConnection, request: Request) -> Response | None:
         path = request.path.split("?", 1)[0]
         if path == DATASETS and not _upgrade(request):
+            try:
+                relay.authenticate(request_token(request))
+            except Unauthorized as exc:
+                return refusal(_unauthorized(exc))
             return json_response(HTTPStatus.OK, datasets_json(relay.catalog()))
         return fallback(connection, request)
 
     return process_request
 
 
-def json_response(status: int, body: bytes) -> Response:
+def json_response(status: int, body: bytes, extra: list[tuple[str, str]] = []) -> Response:  # noqa: B006  # not mutated
     """A whole JSON response."""
     headers = Headers(
         [
@@ -159,9 +172,41 @@ def json_response(status: int, body: bytes) -> Response:
             ("Content-Length", str(len(body))),
             ("Cache-Control", "no-store"),
             ("Connection", "close"),
+            *extra,
         ]
     )
     return Response(status, HTTPStatus(status).phrase, headers, body)
+
+
+def refusal(error: HttpError) -> Response:
+    """A refused request's whole response."""
+    return json_response(error.status, error.body(), _challenge(error))
+
+
+def request_token(request: Request) -> str | None:
+    """The token a request presents: ``Authorization: Bearer ...``, else ``access_token=``
+    in the query (for clients that cannot set headers: a browser's ``EventSource``)."""
+    header = request.headers.get("Authorization", "")
+    scheme, _, credentials = header.partition(" ")
+    if scheme.lower() == "bearer" and credentials.strip():
+        return credentials.strip()
+    query = urllib.parse.urlsplit(request.path).query
+    for name, value in urllib.parse.parse_qsl(query, keep_blank_values=True):
+        if name == "access_token":
+            return value
+    return None
+
+
+def _unauthorized(exc: Unauthorized) -> HttpError:
+    status = HTTPStatus.FORBIDDEN if exc.code == "forbidden" else HTTPStatus.UNAUTHORIZED
+    return HttpError(status, exc.code, exc.message)
+
+
+def _challenge(error: HttpError) -> list[tuple[str, str]]:
+    """RFC 6750's ``WWW-Authenticate`` for a 401: which scheme to use."""
+    if error.status != HTTPStatus.UNAUTHORIZED:
+        return []
+    return [("WWW-Authenticate", 'Bearer realm="fanout", error="invalid_token"')]
 
 
 class HttpSubscription:
@@ -189,6 +234,8 @@ class HttpSubscription:
         self.sent = 0
         self.sent_bytes = 0
         self.closed_for: str | None = None
+        #: What the request's token grants (None without authentication).
+        self.grant: object = None
 
     async def run(self) -> None:
         """Serve the stream until its subscription ends or the client goes away."""
@@ -215,6 +262,10 @@ class HttpSubscription:
             await self._close()
 
     def _parse(self, relay: Relay) -> StreamRequest:
+        try:
+            self.grant = relay.authenticate(request_token(self._request))
+        except Unauthorized as exc:
+            raise _unauthorized(exc) from None
         query = urllib.parse.urlsplit(self._request.path).query
         datasets = {info.name: info.index for info in relay.catalog()}
         request = parse_subscribe(query, _headers(self._request), datasets)
@@ -291,7 +342,7 @@ class HttpSubscription:
 
     def _refuse(self, error: HttpError) -> None:
         body = error.body()
-        head = _head(error.status, "application/json", length=len(body))
+        head = _head(error.status, "application/json", length=len(body), extra=_challenge(error))
         self._connection.transport.write(head + body)
         self._head_sent = True
         self._finished = True
@@ -308,7 +359,14 @@ class HttpSubscription:
             await asyncio.wait_for(asyncio.shield(self._connection.connection_lost_waiter), LINGER)
 
 
-def _head(status: int, content_type: str, *, chunked: bool = False, length: int = 0) -> bytes:
+def _head(
+    status: int,
+    content_type: str,
+    *,
+    chunked: bool = False,
+    length: int = 0,
+    extra: list[tuple[str, str]] = [],  # noqa: B006  # not mutated
+) -> bytes:
     lines = [
         f"HTTP/1.1 {status} {HTTPStatus(status).phrase}",
         f"Content-Type: {content_type}",
@@ -317,6 +375,7 @@ def _head(status: int, content_type: str, *, chunked: bool = False, length: int 
         "Connection: close",
         f"Server: {SERVER}",
         "Transfer-Encoding: chunked" if chunked else f"Content-Length: {length}",
+        *(f"{name}: {value}" for name, value in extra),
     ]
     if content_type == CONTENT_TYPES["sse"]:
         lines.append("X-Accel-Buffering: no")  # proxies such as nginx: do not hold events back

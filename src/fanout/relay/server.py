@@ -43,12 +43,14 @@ import sys
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from websockets.asyncio.client import connect
 from websockets.asyncio.server import ServerConnection, serve
 from websockets.exceptions import ConnectionClosed
 
-from fanout import metrics
+from fanout import metrics, tls
+from fanout.auth import AuthConfig, Grant, Verifier
 from fanout.connection import Outbound
 from fanout.errors import ConfigError, ProtocolError
 from fanout.relay.compiled import COMPILED
@@ -122,6 +124,12 @@ class RelayConfig:
             the GIL nearly all the time, and the writer thread waits up to this long each time
             it needs it back between two numpy calls: at Python's default of 5 ms, writing a
             tick's batch took three times its CPU time and the swap came that much later.
+        auth: how subscribers' tokens are checked (``fanout.auth``); None: no authentication,
+            every connection is served.
+        token: the relay's own token, sent to the publisher in its ``Hello`` (role ``relay``).
+        tls_cert, tls_key: PEM files: serve ``wss://`` and ``https://`` with them (None: plain).
+        tls_ca: PEM file of the authorities trusted for a ``wss://`` publisher (None: the
+            system's).
         young_collection: tracked objects allocated (net) before the garbage collector's
             youngest generation is collected, while the relay runs (``gc.set_threshold``'s
             first value; 0: leave it as it is). Python's default, 700, made the collector run
@@ -153,6 +161,11 @@ class RelayConfig:
     stats_every: float = 30.0
     switch_interval: float = 0.001
     young_collection: int = 10_000
+    auth: AuthConfig | None = None
+    token: str = field(default="", repr=False)
+    tls_cert: Path | None = None
+    tls_key: Path | None = None
+    tls_ca: Path | None = None
 
     def __post_init__(self) -> None:
         """Raises:
@@ -186,6 +199,8 @@ class RelayConfig:
         for name, holds, wanted in limits:
             if not holds:
                 raise ConfigError(f"{name} must be {wanted}, not {getattr(self, name)}")
+        if (self.tls_cert is None) != (self.tls_key is None):
+            raise ConfigError("TLS needs both a certificate and its key (tls_cert, tls_key)")
 
 
 class RelayServer:
@@ -221,6 +236,7 @@ class RelayServer:
         #: The publisher's datasets and their index kinds, for subscribers' ``Welcome``.
         self._datasets: dict[str, str] = {}
         self._catalog: list[DatasetInfo] = []
+        self._verifier = None if config.auth is None else Verifier(config.auth)
 
     async def run(self, ready: Callable[[int], None] | None = None) -> None:
         """Serve until cancelled; ``ready(port)`` is called once serving and connected upstream.
@@ -234,6 +250,10 @@ class RelayServer:
             sys.setswitchinterval(self.config.switch_interval)
         if self.config.young_collection > 0:
             gc.set_threshold(self.config.young_collection, *thresholds[1:])
+        config = self.config
+        ssl = None
+        if config.tls_cert is not None and config.tls_key is not None:
+            ssl = tls.server_context(config.tls_cert, config.tls_key)
         try:
             async with (
                 serve(
@@ -244,12 +264,15 @@ class RelayServer:
                     compression=None,
                     # Paused as soon as the kernel leaves bytes in the transport: a connection
                     # is idle (may take the next push) only when it has written everything.
-                    write_limit=0,
+                    # asyncio's TLS transport pauses at ``>=`` its high-water mark where the
+                    # plain one pauses at ``>``: 0 would pause it when empty and never resume.
+                    write_limit=0 if ssl is None else 1,
                     process_request=routes(self, metrics.route(self.samples)),
                     # HTTP streams (``relay.httpserver``) last as long as their subscription:
                     # the opening handshake's timeout is the connection class's.
                     open_timeout=None,
                     create_connection=connection_type(self, self.config.hello_timeout),
+                    ssl=ssl,
                 ) as server,
                 asyncio.TaskGroup() as tasks,
             ):
@@ -259,8 +282,9 @@ class RelayServer:
                 tasks.create_task(self._housekeeping())
                 await self._upstream_ready.wait()
                 log.info(
-                    "relay %s listening on ws://%s:%d (box views cut %s)",
+                    "relay %s listening on %s://%s:%d (box views cut %s)",
                     self.config.name,
+                    "ws" if ssl is None else "wss",
                     self.config.host,
                     self.port,
                     "by the compiled kernels" if COMPILED else "with numpy: no kernels built",
@@ -309,6 +333,7 @@ class RelayServer:
             frozenset({"subscriber"}),
             room=self._room,
             datasets=lambda: self._datasets,
+            authenticate=None if self._verifier is None else self._authenticate_hello,
         )
         outbound = Outbound(
             websocket, self.config.queue_limit, on_idle=lambda: self._on_writable(client)
@@ -375,6 +400,17 @@ class RelayServer:
         """An HTTP stream wrote everything it had."""
         self._on_writable(client)
 
+    def authenticate(self, token: str | None, role: str = "subscriber") -> Grant | None:
+        """What ``token`` grants, or None without authentication.
+
+        Raises:
+            Unauthorized: with authentication, no valid token granting ``role``.
+        """
+        return None if self._verifier is None else self._verifier.verify(token, role)
+
+    def _authenticate_hello(self, hello: Hello) -> Grant | None:
+        return self.authenticate(hello.token, hello.role)
+
     def room(self) -> str | None:
         """Why one more connection is refused, or None."""
         return self._room()
@@ -429,7 +465,11 @@ class RelayServer:
 
     async def _follow_publisher(self) -> None:
         async with connect(
-            self.config.publisher, max_size=MAX_FROM_PUBLISHER, compression=None, open_timeout=10
+            self.config.publisher,
+            max_size=MAX_FROM_PUBLISHER,
+            compression=None,
+            open_timeout=10,
+            ssl=tls.for_url(self.config.publisher, self.config.tls_ca),
         ) as websocket:
             decoder = codec.from_publisher()
             hello = Hello(
@@ -437,6 +477,7 @@ class RelayServer:
                 role="relay",
                 name=self.config.name,
                 resume=self.core.resume_points(),
+                token=self.config.token,
             )
             await websocket.send(codec.encode(hello))
             check_welcome(decoder.decode(await websocket.recv()))
