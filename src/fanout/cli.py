@@ -567,6 +567,14 @@ def _explain_parser(commands: Any) -> None:
         metavar="VIEW",
         help="a view already held (repeatable)",
     )
+    parser.add_argument(
+        "--rule",
+        action="append",
+        default=[],
+        metavar="DATASET=VIEW",
+        help="an access rule, as a token's rules claim holds them (repeatable): explain the"
+        " effective view, --view intersected with the rules (docs/security.md#access-rules)",
+    )
     parser.set_defaults(run=_run_explain)
 
 
@@ -578,5 +586,18 @@ def _run_explain(args: argparse.Namespace) -> int:
         raise ConfigError(
             f"dataset {args.dataset!r} is not built in; say its view language with --kind"
         )
-    print(explain(kind, args.view, args.have).render())
+    view = args.view
+    if args.rule:
+        from fanout.relay.rules import effective
+        from fanout.views.text import parse, to_text
+
+        rules = cli_security.rules_of(args.rule)
+        try:
+            served = to_text(effective(parse(view, kind), args.dataset, kind, rules))
+        except FanoutError as exc:  # Unauthorized: what a relay would refuse, and why
+            print(f"EFFECTIVE VIEW: refused ({getattr(exc, 'code', 'error')}): {exc}")
+            return FAILURE
+        print(f"EFFECTIVE VIEW under {len(args.rule)} rule(s): {served}")
+        view = served
+    print(explain(kind, view, args.have).render())
     return 0

@@ -140,6 +140,21 @@ def token_parser(commands: Any, command: Any) -> None:
     parser.set_defaults(run=run_token)
 
 
+def rules_of(given: list[str]) -> dict[str, list[str]]:
+    """``--rule DATASET=VIEW`` options as a rules claim: dataset -> views.
+
+    Raises:
+        ConfigError: one is not ``DATASET=VIEW``.
+    """
+    rules: dict[str, list[str]] = {}
+    for rule in given:
+        dataset, equals, view = rule.partition("=")
+        if not equals or not dataset or not view:
+            raise ConfigError(f"--rule {rule!r}: expected DATASET=VIEW")
+        rules.setdefault(dataset, []).append(view)
+    return rules
+
+
 def run_token(args: argparse.Namespace) -> int:
     """Print the token ``fanout token``'s flags ask for."""
     from fanout.auth import issue
@@ -148,13 +163,7 @@ def run_token(args: argparse.Namespace) -> int:
         key = args.key_file.read_text(encoding="utf-8").strip()
     except (OSError, UnicodeDecodeError) as exc:
         raise ConfigError(f"--key-file {args.key_file}: cannot read it: {exc}") from None
-    rules: dict[str, list[str]] | None = None
-    for rule in args.rule:
-        dataset, equals, view = rule.partition("=")
-        if not equals or not dataset or not view:
-            raise ConfigError(f"--rule {rule!r}: expected DATASET=VIEW")
-        rules = rules or {}
-        rules.setdefault(dataset, []).append(view)
+    rules = rules_of(args.rule) if args.rule else None
     print(
         issue(
             args.algorithm,

@@ -9,6 +9,7 @@ reason, while a subscriber with a good one keeps being served.
 from __future__ import annotations
 
 import asyncio
+import json
 import urllib.parse
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -191,3 +192,37 @@ async def test_plain_connections_to_a_tls_port_get_nothing(relay: Child) -> None
     with pytest.raises(Exception):  # noqa: B017  # whichever way the TLS server drops it
         async with connect(plain, token="whatever"):
             pass
+
+
+async def test_a_token_with_rules_sees_its_view_within_them_over_both_apis(
+    publisher: Child, relay: Child, keys: Keys
+) -> None:
+    ssl = client_context(keys.cert)
+    rules = {"agents": "box:200,200,300,300"}
+    granted = Box((200, 200), (300, 300))  # BOX within the rules
+    async with connect(relay.url, token=keys.subscriber(rules=rules), ssl=ssl) as subscriber:
+        view = await subscriber.subscribe(BOX)
+        await asyncio.wait_for(view.wait_updates(2), 60)
+        tick, rows = view.tick, dict(view.rows)
+    reader_token = issue("HS256", SECRET, ["relay"])
+    async with open_reader(publisher.url, token=reader_token, ssl=ssl) as reader:
+        _, state = await reader.read("agents", granted, tick)
+    assert sorted(rows) == sorted(state["id"].tolist())
+    assert all(200 <= r["x"] <= 300 and 200 <= r["y"] <= 300 for r in rows.values())
+    base = "https://" + urllib.parse.urlsplit(relay.url).netloc
+    query = urllib.parse.urlencode({"dataset": "agents", "view": str(BOX)})
+    headers = {"Authorization": f"Bearer {keys.subscriber(rules=rules)}"}
+    async with (
+        httpx.AsyncClient(verify=ssl, timeout=60) as client,
+        client.stream("GET", f"{base}/v1/subscribe?{query}", headers=headers) as stream,
+    ):
+        lines = stream.aiter_lines()
+        await anext(lines)
+        push = json.loads(await anext(lines))
+    assert push["entered"]
+    assert all(200 <= r["x"] <= 300 and 200 <= r["y"] <= 300 for r in push["entered"])
+    outside = {"Authorization": f"Bearer {keys.subscriber(rules={'agents': 'box:0,0,10,10'})}"}
+    async with httpx.AsyncClient(verify=ssl, timeout=60) as client:
+        response = await client.get(f"{base}/v1/subscribe?{query}", headers=outside)
+    assert (response.status_code, response.json()["error"]) == (403, "forbidden")
+    assert "outside your rules" in response.json()["message"]

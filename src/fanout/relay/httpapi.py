@@ -34,6 +34,7 @@ import numpy as np
 import numpy.typing as npt
 
 from fanout.errors import InvalidView, ProtocolError
+from fanout.relay.rules import VIEW_KIND
 from fanout.views.text import parse as parse_view
 from fanout.wire.columns import decode_columns, encode_columns, key_column
 from fanout.wire.messages import (
@@ -50,8 +51,6 @@ from fanout.wire.messages import (
 
 #: The one subscription an HTTP stream holds, as the core numbers it on its connection.
 SUB = 1
-#: The view language of each index kind (``DatasetInfo.index``).
-VIEW_KIND = {"space": "region", "sql": "sql", "topic": "topic", "path": "path"}
 #: Query parameters ``/v1/subscribe`` takes; any other is refused (a typo would be ignored).
 PARAMETERS = frozenset(
     {"dataset", "view", "mode", "rate", "priority", "columns", "token", "format", "access_token"}

@@ -55,6 +55,7 @@ LINGER = 5.0
 #: HTTP status of each error code the relay's core answers a subscription with.
 _STATUS = {
     "unavailable": HTTPStatus.SERVICE_UNAVAILABLE,
+    "forbidden": HTTPStatus.FORBIDDEN,
     "unknown_dataset": HTTPStatus.NOT_FOUND,
 }
 

@@ -52,12 +52,13 @@ from websockets.exceptions import ConnectionClosed
 from fanout import metrics, tls
 from fanout.auth import AuthConfig, Grant, Verifier
 from fanout.connection import Outbound
-from fanout.errors import ConfigError, ProtocolError
+from fanout.errors import ConfigError, ProtocolError, Unauthorized
 from fanout.relay.compiled import COMPILED
 from fanout.relay.core import MAX_SUBSCRIPTIONS, UPSTREAM, RelayCore, Send
 from fanout.relay.httpserver import HttpSubscription, connection_type, routes
 from fanout.relay.metrics import relay_samples
 from fanout.relay.planner import Policy
+from fanout.relay.rules import restrict
 from fanout.relay.scheduler import AGING
 from fanout.relay.tables import QUERY_TIMEOUT, TableStore
 from fanout.relay.throttle import SQL_BURST, SQL_SHARE, Throttle
@@ -237,6 +238,8 @@ class RelayServer:
         self._datasets: dict[str, str] = {}
         self._catalog: list[DatasetInfo] = []
         self._verifier = None if config.auth is None else Verifier(config.auth)
+        #: What each connection's token grants (with authentication), for its access rules.
+        self._grants: dict[int, Grant] = {}
 
     async def run(self, ready: Callable[[int], None] | None = None) -> None:
         """Serve until cancelled; ``ready(port)`` is called once serving and connected upstream.
@@ -353,6 +356,8 @@ class RelayServer:
                     if session.hello is not None and client not in self._connected:
                         handshake.reschedule(None)
                         self._connected.add(client)
+                        if isinstance(session.grant, Grant):
+                            self._grants[client] = session.grant
                         self.core.on_connect(client, session.hello.capabilities)
                     await self._take(client, outcome.deliver, throttle)
         except TimeoutError:
@@ -363,6 +368,7 @@ class RelayServer:
         finally:
             self.core.on_disconnect(client)
             self._connected.discard(client)
+            self._grants.pop(client, None)
             del self._clients[client]
             self._finishing.add(outbound)  # still counted by ``samples`` while it finishes
             await outbound.finish()
@@ -378,6 +384,8 @@ class RelayServer:
         client = next(self._ids)
         self._clients[client] = downstream
         self._connected.add(client)
+        if isinstance(downstream.grant, Grant):
+            self._grants[client] = downstream.grant
         self.core.on_connect(client)
         return client
 
@@ -385,6 +393,7 @@ class RelayServer:
         """An HTTP stream is over: its subscription ends."""
         self.core.on_disconnect(client)
         self._connected.discard(client)
+        self._grants.pop(client, None)
         downstream = self._clients.pop(client)
         frames, sent = self._closed_sent
         self._closed_sent = (frames + downstream.sent, sent + downstream.sent_bytes)
@@ -392,8 +401,7 @@ class RelayServer:
 
     def subscribe(self, client: int, request: Subscribe) -> None:
         """An HTTP stream's subscription, as if its ``Subscribe`` frame had come."""
-        now = asyncio.get_running_loop().time()
-        self._dispatch(self.core.on_subscribe(client, request, now))
+        self._subscribe(client, request, asyncio.get_running_loop().time())
         self._wake.set()
 
     def writable(self, client: int) -> None:
@@ -434,13 +442,25 @@ class RelayServer:
         loop = asyncio.get_running_loop()
         match frame:
             case Subscribe() as request:
-                self._dispatch(self.core.on_subscribe(client, request, loop.time()))
+                self._subscribe(client, request, loop.time())
             case Unsubscribe() as request:
                 self._dispatch(self.core.on_unsubscribe(client, request))
         self._wake.set()
         if throttle is not None and (wait := throttle.take(loop.time())) > 0:
             self._reads_throttled += 1
             await asyncio.sleep(wait)
+
+    def _subscribe(self, client: int, request: Subscribe, now: float) -> None:
+        """Hand a subscription to the core with its view intersected with the connection's
+        access rules (``relay.rules``), or refuse it (``forbidden``)."""
+        grant = self._grants.get(client)
+        if grant is not None:
+            try:
+                request = restrict(request, grant.rules, self._datasets)
+            except Unauthorized as exc:
+                self._dispatch([Send(client, Error(exc.code, exc.message, ref=request.sub))])
+                return
+        self._dispatch(self.core.on_subscribe(client, request, now))
 
     def _on_writable(self, client: int) -> None:
         if self.core.on_writable(client):
