@@ -9,6 +9,7 @@ reason while another stream keeps being served.
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 import json
 import urllib.parse
@@ -176,3 +177,20 @@ async def test_websocket_subscribers_and_metrics_still_work_on_the_same_port(rel
         view = await sub.subscribe(BOX)
         await view.wait_updates(2)
     assert "fanout_relay_pushes_total" in scrape(relay.url)
+
+
+async def test_probes_and_latency_and_version_metrics(publisher: Child, relay: Child) -> None:
+    from fanout.metrics import scrape
+
+    async with httpx.AsyncClient(timeout=TIMEOUT) as client:
+        health = await client.get(f"{http(publisher)}/healthz")
+        assert (health.status_code, health.text) == (200, "ok\n")
+        ready = await client.get(f"{http(publisher)}/readyz")
+        assert (ready.status_code, ready.text) == (200, "ready\n")  # it has served pushes
+    relay_metrics = await asyncio.to_thread(scrape, relay.url)
+    assert relay_metrics["fanout_relay_tick_to_push_seconds_count"] > 0
+    assert relay_metrics["fanout_relay_tick_to_push_seconds_sum"] >= 0
+    infos = [name for name in relay_metrics if name.startswith("fanout_build_info{")]
+    assert len(infos) == 1 and 'role="relay"' in infos[0]
+    published = await asyncio.to_thread(scrape, publisher.url)
+    assert any('role="publisher"' in name for name in published if "build_info" in name)

@@ -36,7 +36,13 @@ def run(config: PublisherSettings) -> int:
     spark = spark_session(config.master)
     registry = Registry(config.max_primitives)
     pipelines: dict[str, Pipeline] = {}
-    control = ControlPlane(DatasetService(pipelines), registry, auth=config.auth, ssl=ssl)
+    control = ControlPlane(
+        DatasetService(pipelines),
+        registry,
+        auth=config.auth,
+        ssl=ssl,
+        not_ready=lambda: _not_ready(pipelines),
+    )
     batch_log = open_log(config.log_url())
     for dataset in config.datasets.values():
         pipelines[dataset.name] = Pipeline(
@@ -83,3 +89,13 @@ def run(config: PublisherSettings) -> int:
     spark.stop()
     batch_log.close()
     return status
+
+
+def _not_ready(pipelines: dict[str, Pipeline]) -> str | None:
+    """Why relays cannot be served yet (``GET /readyz``), or None: every dataset's streaming
+    query runs and has reported progress at least once."""
+    for name, pipeline in pipelines.items():
+        why = pipeline.not_ready()
+        if why is not None:
+            return f"dataset {name!r}: {why}"
+    return None

@@ -31,6 +31,7 @@ from fanout import metrics
 from fanout.auth import AuthConfig, Grant, Verifier
 from fanout.connection import Outbound
 from fanout.errors import FanoutError, InvalidView
+from fanout.publisher import probes
 from fanout.publisher.log import LogGap
 from fanout.publisher.registry import Registry
 from fanout.publisher.session import (
@@ -108,6 +109,7 @@ class ControlPlane:
         *,
         auth: AuthConfig | None = None,
         ssl: SSLContext | None = None,
+        not_ready: Callable[[], str | None] = lambda: None,
     ) -> None:
         """Args:
         datasets, registry: what is served, and who holds which primitives.
@@ -115,6 +117,7 @@ class ControlPlane:
         hello_timeout: seconds a new connection may take to send its ``Hello``.
         auth: how tokens are checked (``fanout.auth``); None: every connection is served.
         ssl: serve ``wss://`` with this TLS context; None: plain ``ws://``.
+        not_ready: why the publisher cannot serve relays yet, or None (``GET /readyz``).
         """
         self.datasets = datasets
         self.registry = registry
@@ -122,6 +125,7 @@ class ControlPlane:
         self.hello_timeout = hello_timeout
         self._verifier = None if auth is None else Verifier(auth)
         self._ssl = ssl
+        self._not_ready = not_ready
         self.port: int | None = None
         #: relay id -> its connection, for the batches the pipeline hands over.
         self._relays: dict[int, _Peer] = {}
@@ -146,7 +150,7 @@ class ControlPlane:
             max_size=MAX_INBOUND,
             compression=None,
             write_limit=1 << 20,
-            process_request=metrics.route(self.samples),
+            process_request=probes.route(self._not_ready, metrics.route(self.samples)),
             ssl=self._ssl,
         ) as server:
             self.port = next(iter(server.sockets)).getsockname()[1]
@@ -190,6 +194,7 @@ class ControlPlane:
         frames, sent = self._closed_sent
         held = self.registry.held()
         out = [
+            metrics.build_info("publisher"),
             metrics.Sample("publisher_relays", "gauge", "Relays connected now.", len(self._relays)),
             metrics.Sample(
                 "publisher_frames_sent",

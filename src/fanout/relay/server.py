@@ -240,6 +240,11 @@ class RelayServer:
         self._verifier = None if config.auth is None else Verifier(config.auth)
         #: What each connection's token grants (with authentication), for its access rules.
         self._grants: dict[int, Grant] = {}
+        self._tick_to_push = metrics.Histogram(
+            "relay_tick_to_push_seconds",
+            "Seconds from a tick (the publisher's clock) to the relay handing its push to the"
+            " subscriber's connection.",
+        )
 
     async def run(self, ready: Callable[[int], None] | None = None) -> None:
         """Serve until cancelled; ``ready(port)`` is called once serving and connected upstream.
@@ -299,10 +304,19 @@ class RelayServer:
             sys.setswitchinterval(interval)
             gc.set_threshold(*thresholds)
 
-    def samples(self) -> list[metrics.Sample]:
+    def samples(self) -> list[metrics.Sample | metrics.Histogram]:
         """What ``GET /metrics`` on the relay's port answers (``relay.metrics``)."""
         frames, sent = self._closed_sent
         live = [*self._clients.values(), *self._finishing]
+        return [
+            metrics.build_info("relay"),
+            self._tick_to_push,
+            *self._relay_samples(frames, sent, live),
+        ]
+
+    def _relay_samples(
+        self, frames: int, sent: int, live: list[Outbound | HttpSubscription]
+    ) -> list[metrics.Sample]:
         return relay_samples(
             self.core.stats(),
             connections=len(self._clients),
@@ -575,6 +589,11 @@ class RelayServer:
                 if time.perf_counter() >= deadline or writer.written():
                     break
         writer.advance()
+        pushed = self.core.take_pushed_ticks()
+        if pushed:
+            wall = time.time()
+            for tick_time in pushed:
+                self._tick_to_push.observe(max(0.0, wall - tick_time))
 
     def _is_idle(self, client: int) -> bool:
         outbound = self._clients.get(client)
