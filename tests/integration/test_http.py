@@ -12,8 +12,10 @@ from __future__ import annotations
 import asyncio
 import itertools
 import json
+import os
 import urllib.parse
 from collections.abc import AsyncIterator
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -194,3 +196,65 @@ async def test_probes_and_latency_and_version_metrics(publisher: Child, relay: C
     assert len(infos) == 1 and 'role="relay"' in infos[0]
     published = await asyncio.to_thread(scrape, publisher.url)
     assert any('role="publisher"' in name for name in published if "build_info" in name)
+
+
+VIEWER_STATE = """JSON.stringify({
+    tick: fanoutViewer.tick, view: fanoutViewer.servedView, error: fanoutViewer.error,
+    rows: [...fanoutViewer.rows.values()].map((r) => [r.id, r.x, r.y]),
+})"""
+
+
+async def viewer_state(page: Any) -> dict[str, Any]:
+    state: dict[str, Any] = json.loads(await page.evaluate(VIEWER_STATE))
+    assert state["error"] is None, state["error"]
+    return state
+
+
+async def check_against_publisher(publisher: Child, state: dict[str, Any]) -> Box:
+    """The rows the page holds are the publisher's inside the view the page subscribed to."""
+    lo_hi = [float(v) for v in state["view"].removeprefix("box:").split(",")]
+    box = Box(lo_hi[:2], lo_hi[2:])
+    async with open_reader(publisher.url) as reader:
+        _, truth = await reader.read("agents", box, state["tick"])
+    expected = {
+        int(i): (float(x), float(y))
+        for i, x, y in zip(truth["id"], truth["x"], truth["y"], strict=True)
+    }
+    assert {int(i): (x, y) for i, x, y in state["rows"]} == expected
+    assert expected, "the view holds agents"
+    return box
+
+
+async def test_the_viewer_shows_the_publishers_rows_and_follows_a_pan(
+    publisher: Child, relay: Child, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    from fanout.testing.browser import open_browser
+    from fanout.testing.wait import eventually
+
+    directory = tmp_path_factory.mktemp("browser")
+    url = f"{http(relay)}/?dataset=agents&view=box:200,200,500,500&rate=5"
+    async with open_browser(url, directory, size=(1000, 700)) as page:
+        assert await page.evaluate("document.title") == "fanout viewer"
+
+        async def settled() -> dict[str, Any] | None:
+            state = await viewer_state(page)
+            return state if state["rows"] and state["view"] else None
+
+        before = await eventually(settled, timeout=60)
+        first = await check_against_publisher(publisher, before)
+        await page.drag((600, 400), (300, 400))  # the map moves right: the view moves east
+        moved = await eventually(
+            lambda: _moved(page, before["view"]), timeout=60, what="the view to follow the pan"
+        )
+        second = await check_against_publisher(publisher, moved)
+        assert second.lo[0] > first.lo[0] and second.lo[1] == pytest.approx(first.lo[1])
+        stats = await page.evaluate("document.getElementById('stats').textContent")
+        assert "rows" in stats and "latency" in stats and "pushes/s" in stats
+        artifacts = Path(os.environ.get("FANOUT_ARTIFACTS", "var/artifacts"))
+        shot = await page.screenshot(artifacts / "viewer.png")
+    assert shot.stat().st_size > 10_000  # a picture with agents on it, not a blank page
+
+
+async def _moved(page: Any, old_view: str) -> dict[str, Any] | None:
+    state = await viewer_state(page)
+    return state if state["view"] != old_view and state["rows"] else None

@@ -21,11 +21,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import time
 import urllib.parse
 from collections.abc import Awaitable, Callable, Mapping
 from http import HTTPStatus
+from importlib import resources
 from typing import ClassVar, Protocol
 
 from websockets.asyncio.server import ServerConnection
@@ -50,6 +52,13 @@ log = logging.getLogger(__name__)
 
 SUBSCRIBE = "/v1/subscribe"
 DATASETS = "/v1/datasets"
+#: The live viewer's files (``relay/viewer/``), by the path they are served at.
+VIEWER = {
+    "/": ("index.html", "text/html; charset=utf-8"),
+    "/index.html": ("index.html", "text/html; charset=utf-8"),
+    "/viewer.js": ("viewer.js", "text/javascript; charset=utf-8"),
+    "/viewer.css": ("viewer.css", "text/css; charset=utf-8"),
+}
 #: Seconds a finished stream's last bytes may take to go out before the socket is dropped.
 LINGER = 5.0
 #: HTTP status of each error code the relay's core answers a subscription with.
@@ -150,10 +159,13 @@ def connection_type(relay: Relay, opening: float) -> type[HttpConnection]:
 
 
 def routes(relay: Relay, fallback: Hook) -> Hook:
-    """A ``process_request`` hook answering ``GET /v1/datasets``, then ``fallback``'s paths."""
+    """A ``process_request`` hook answering ``GET /v1/datasets`` and the viewer's files
+    (``GET /``), then ``fallback``'s paths."""
 
     def process_request(connection: ServerConnection, request: Request) -> Response | None:
         path = request.path.split("?", 1)[0]
+        if path in VIEWER and not _upgrade(request):
+            return viewer_file(path)
         if path == DATASETS and not _upgrade(request):
             try:
                 relay.authenticate(request_token(request))
@@ -177,6 +189,27 @@ def json_response(status: int, body: bytes, extra: list[tuple[str, str]] = []) -
         ]
     )
     return Response(status, HTTPStatus(status).phrase, headers, body)
+
+
+def viewer_file(path: str) -> Response:
+    """One of the viewer's files, packaged with fanout (``relay/viewer/``)."""
+    name, content_type = VIEWER[path]
+    body = _viewer_bytes(name)
+    headers = Headers(
+        [
+            ("Content-Type", content_type),
+            ("Content-Length", str(len(body))),
+            ("Cache-Control", "no-cache"),
+            ("X-Content-Type-Options", "nosniff"),
+            ("Connection", "close"),
+        ]
+    )
+    return Response(HTTPStatus.OK, "OK", headers, body)
+
+
+@functools.cache
+def _viewer_bytes(name: str) -> bytes:
+    return (resources.files("fanout.relay") / "viewer" / name).read_bytes()
 
 
 def refusal(error: HttpError) -> Response:
