@@ -20,6 +20,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from http import HTTPStatus
 from importlib import metadata
+from ssl import SSLContext
 from typing import Literal
 
 from prometheus_client.core import (
@@ -134,20 +135,23 @@ def route(
     return process_request
 
 
-def scrape(url: str, timeout: float = 10.0) -> dict[str, float]:
+def scrape(url: str, timeout: float = 10.0, ssl: SSLContext | None = None) -> dict[str, float]:
     """Read the ``GET /metrics`` of the relay or publisher at ``url`` (blocking).
 
     Args:
         url: where it serves, ``ws://host:port`` (as subscribers and relays connect) or
-            ``http://host:port``.
+            ``http://host:port``; ``wss://`` or ``https://`` for one serving TLS.
+        ssl: the TLS context to verify it with (default: the system's authorities).
 
     Returns:
         Each sample's value by its name as exposed, with its labels in sorted order:
         ``fanout_relay_pushes_total``,
         ``fanout_publisher_relay_bytes_sent_total{name="a",relay="1"}``.
     """
-    netloc = urllib.parse.urlsplit(url).netloc
-    with urllib.request.urlopen(f"http://{netloc}{PATH}", timeout=timeout) as response:
+    parts = urllib.parse.urlsplit(url)
+    scheme = "https" if parts.scheme in ("wss", "https") else "http"
+    address = f"{scheme}://{parts.netloc}{PATH}"
+    with urllib.request.urlopen(address, timeout=timeout, context=ssl) as response:
         text = response.read().decode()
     values = {}
     for family in text_string_to_metric_families(text):
