@@ -103,3 +103,20 @@ async def test_without_a_token_nothing_is_read() -> None:
                 pass
         assert refused.value.code == "unauthorized"
         await asyncio.sleep(0)
+
+
+async def test_a_token_with_rules_is_told_only_of_the_datasets_they_name() -> None:
+    import httpx
+
+    async with (
+        deployment() as (_, url),
+        connect(url, token=token(agents="box:0,0,5,5")) as ruled,
+        connect(url, token=token()) as free,
+    ):
+        assert set(ruled.datasets) == {"agents"}
+        assert set(free.datasets) == {"agents", "orders", "users"}
+        base = url.replace("ws://", "http://")
+        headers = {"Authorization": f"Bearer {token(orders='tenant = 1')}"}
+        async with httpx.AsyncClient(timeout=10) as client:
+            described = (await client.get(f"{base}/v1/datasets", headers=headers)).json()
+        assert [d["name"] for d in described["datasets"]] == ["orders"]

@@ -45,6 +45,7 @@ from fanout.relay.httpapi import (
     datasets_json,
     parse_subscribe,
 )
+from fanout.relay.rules import visible
 from fanout.wire import codec
 from fanout.wire.messages import DatasetInfo, Error, Subscribe
 
@@ -168,10 +169,11 @@ def routes(relay: Relay, fallback: Hook) -> Hook:
             return viewer_file(path)
         if path == DATASETS and not _upgrade(request):
             try:
-                relay.authenticate(request_token(request))
+                grant = relay.authenticate(request_token(request))
             except Unauthorized as exc:
                 return refusal(_unauthorized(exc))
-            return json_response(HTTPStatus.OK, datasets_json(relay.catalog()))
+            shown = visible({info.name: info for info in relay.catalog()}, grant)
+            return json_response(HTTPStatus.OK, datasets_json(list(shown.values())))
         return fallback(connection, request)
 
     return process_request

@@ -32,6 +32,7 @@ dataset's language are refused the same way, naming the dataset and the rule's n
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from typing import TypeVar
 
 import msgspec
 import sqlglot
@@ -46,6 +47,7 @@ from fanout.views.text import parse as parse_view
 from fanout.views.topic import TopicFilter
 from fanout.wire.messages import Subscribe
 
+T = TypeVar("T")
 #: Rules by dataset, as a token's claim holds them: view texts.
 Rules = Mapping[str, Sequence[str]]
 DIALECT = "duckdb"
@@ -305,6 +307,16 @@ def _rule_query(dataset: str, text: str) -> exp.Select:
 
 def _quoted(name: str) -> str:
     return exp.to_identifier(name, quoted=True).sql(dialect=DIALECT)
+
+
+def visible(datasets: Mapping[str, T], grant: object) -> dict[str, T]:
+    """The datasets a connection is told of: those its token's rules name, or all of them
+    (no rules claim, or no authentication). A dataset it may not read is not described to it.
+    """
+    rules = getattr(grant, "rules", None)
+    if rules is None:
+        return dict(datasets)
+    return {name: value for name, value in datasets.items() if name in rules}
 
 
 def restrict(request: Subscribe, rules: Rules | None, datasets: Mapping[str, str]) -> Subscribe:

@@ -58,7 +58,7 @@ from fanout.relay.core import MAX_SUBSCRIPTIONS, UPSTREAM, RelayCore, Send
 from fanout.relay.httpserver import HttpSubscription, connection_type, routes
 from fanout.relay.metrics import relay_samples
 from fanout.relay.planner import Policy
-from fanout.relay.rules import restrict
+from fanout.relay.rules import restrict, visible
 from fanout.relay.scheduler import AGING
 from fanout.relay.tables import QUERY_TIMEOUT, TableStore
 from fanout.relay.throttle import SQL_BURST, SQL_SHARE, Throttle
@@ -349,7 +349,7 @@ class RelayServer:
             f"fanout-relay {self.config.name}",
             frozenset({"subscriber"}),
             room=self._room,
-            datasets=lambda: self._datasets,
+            datasets=lambda: visible(self._datasets, session.grant),
             authenticate=None if self._verifier is None else self._authenticate_hello,
         )
         outbound = Outbound(
