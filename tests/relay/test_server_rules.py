@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 from collections.abc import AsyncIterator
 
 import pytest
@@ -120,3 +121,29 @@ async def test_a_token_with_rules_is_told_only_of_the_datasets_they_name() -> No
         async with httpx.AsyncClient(timeout=10) as client:
             described = (await client.get(f"{base}/v1/datasets", headers=headers)).json()
         assert [d["name"] for d in described["datasets"]] == ["orders"]
+
+
+async def test_fanout_subscribe_presents_its_token_file(tmp_path, capsys) -> None:  # type: ignore[no-untyped-def]
+    from fanout.cli import main
+
+    async with deployment() as (publisher, url):
+        argv = ["subscribe", "--relay", url, "--box", "0,0,10,10", "--count", "1", "--json"]
+        refused = await asyncio.to_thread(main, argv)
+        assert refused == 1
+        assert "unauthorized: a token is required" in capsys.readouterr().err
+        token_file = tmp_path / "ana.token"
+        token_file.write_text(token(agents="box:0,0,5,5") + "\n")
+        running = asyncio.create_task(
+            asyncio.to_thread(main, [*argv, "--token-file", str(token_file)])
+        )
+
+        async def fed() -> bool:
+            await publisher.send(
+                {"id": [1, 2], "x": [1.0, 8.0], "y": [1.0, 8.0]}, snapshots=publisher.take_fresh()
+            )
+            return running.done()
+
+        await eventually(fed)
+        assert running.result() == 0
+        (line,) = capsys.readouterr().out.splitlines()
+        assert [row["id"] for row in json.loads(line)["entered"]] == [1]  # 2 is outside the rules
