@@ -65,3 +65,49 @@ async def test_the_viewer_is_served_at_the_root() -> None:
         assert "window.fanoutViewer" in script.text
         assert (await client.get(base + "/viewer.css")).status_code == 200
         assert (await client.get(base + "/nothing-here")).status_code == 426  # a WebSocket port
+
+
+async def test_the_viewer_shows_a_topic_dataset_as_a_table_that_highlights_changes(
+    tmp_path,  # type: ignore[no-untyped-def]
+) -> None:
+    from fanout.testing.browser import open_browser
+
+    sensors = DatasetInfo("sensors", "topic", {"topic": "str", "value": "<f8"}, "topic", ["topic"])
+    publisher = ScriptedPublisher(Catalog([sensors]))
+    async with (
+        serving(publisher) as url,
+        running_relay(url, policy=Policy(widen="exact")) as (_, relay_url),
+    ):
+        base = relay_url.replace("ws://", "http://")
+        page_url = f"{base}/?dataset=sensors&view=plant/%2B/temp"
+        async with open_browser(page_url, tmp_path / "browser") as page:
+            rows = {
+                "topic": ["plant/1/temp", "plant/2/temp", "yard/1/temp"],
+                "value": [1.0, 2.0, 3.0],
+            }
+
+            async def table_now() -> list[list[str]]:
+                """The table's rows as the page shows them: class, then cells."""
+                return await page.evaluate(  # type: ignore[no-any-return]
+                    "[...document.querySelectorAll('#table tbody tr')]"
+                    ".map((tr) => [tr.className, ...[...tr.cells].map((td) => td.textContent)])"
+                )
+
+            async def shown() -> list[list[str]]:  # snapshots of what was acquired, until shown
+                await publisher.send(rows, dataset="sensors", snapshots=publisher.take_fresh())
+                return await table_now()
+
+            table = await eventually(shown, lambda t: len(t) == 2, timeout=30)
+            assert sorted(row[1:] for row in table) == [
+                ["plant/1/temp", "1"],
+                ["plant/2/temp", "2"],
+            ]
+            assert {row[0] for row in table} <= {"entered", "updated"}  # just arrived or resent
+            assert await page.evaluate("document.getElementById('view').value") == "plant/+/temp"
+            await publisher.send(dataset="sensors", deletes=["plant/2/temp"])
+            flashed = await eventually(
+                table_now, lambda t: ["left", "plant/2/temp", "2"] in t, timeout=30
+            )
+            assert ["plant/1/temp", "1"] in [row[1:] for row in flashed]
+            await eventually(table_now, lambda t: [row[1] for row in t] == ["plant/1/temp"])
+            await page.screenshot(tmp_path / "table.png")
