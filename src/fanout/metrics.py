@@ -1,9 +1,10 @@
 """``GET /metrics``: a relay's and a publisher's counters in Prometheus' text format.
 
-Both already listen on a WebSocket port; an HTTP ``GET /metrics`` on that same port is answered
-instead of being upgraded (websockets' ``process_request`` hook), so a Prometheus server, or
-``curl``, reads them where the process already listens. Any other plain HTTP request gets
-websockets' own answer (426: a WebSocket is expected).
+Both already listen on a WebSocket port; an HTTP ``GET /metrics`` (and ``/healthz``,
+``/readyz``) on that same port is answered instead of being upgraded (websockets'
+``process_request`` hook), so a Prometheus server, or ``curl``, reads them where the process
+already listens. Any other plain HTTP request gets websockets' own answer (426: a WebSocket is
+expected).
 
 The process says what it measures as :class:`Sample` values, read afresh at each request
 (nothing is sampled between requests); ``prometheus_client`` turns them into the exposition
@@ -37,6 +38,8 @@ from websockets.asyncio.server import ServerConnection
 from websockets.http11 import Request, Response
 
 PATH = "/metrics"
+HEALTH = "/healthz"
+READY = "/readyz"
 
 
 @dataclass(frozen=True)
@@ -119,11 +122,29 @@ def render(samples: Iterable[Sample | Histogram]) -> bytes:
 
 def route(
     samples: Callable[[], Iterable[Sample | Histogram]],
+    unready: Callable[[], str | None] = lambda: None,
 ) -> Callable[[ServerConnection, Request], Response | None]:
-    """A websockets ``process_request`` hook answering ``GET /metrics`` with ``samples()``."""
+    """A websockets ``process_request`` hook answering ``GET /metrics`` with ``samples()``,
+    and the probes of load balancers and orchestrators.
+
+    Args:
+        samples: the process's metrics now.
+        unready: why the process cannot serve now, or None if it can.
+
+    ``GET /healthz`` answers 200 while the process answers at all (liveness); ``GET /readyz``
+    200 when ``unready()`` is None, else 503 with its reason (readiness: send it no one).
+    """
 
     def process_request(connection: ServerConnection, request: Request) -> Response | None:
-        if request.path.split("?", 1)[0] != PATH:
+        path = request.path.split("?", 1)[0]
+        if path == HEALTH:
+            return connection.respond(HTTPStatus.OK, "ok\n")
+        if path == READY:
+            reason = unready()
+            if reason is None:
+                return connection.respond(HTTPStatus.OK, "ready\n")
+            return connection.respond(HTTPStatus.SERVICE_UNAVAILABLE, f"not ready: {reason}\n")
+        if path != PATH:
             return None  # a WebSocket handshake (or websockets' 426 for plain HTTP)
         response = connection.respond(HTTPStatus.OK, render(samples()).decode())
         # ``respond``'s plain text becomes the format's own type: version 0.0.4, which every

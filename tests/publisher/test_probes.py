@@ -1,12 +1,12 @@
-"""The publisher's /healthz and /readyz, answered on a real WebSocket server's port."""
+"""/healthz and /readyz (the publisher's readiness), answered on a real WebSocket server's port
+by ``fanout.metrics.route``."""
 
 from __future__ import annotations
 
 import httpx
 from websockets.asyncio.server import ServerConnection, serve
 
-from fanout.metrics import route as metrics_route
-from fanout.publisher.probes import route
+from fanout.metrics import route
 
 
 async def echo(websocket: ServerConnection) -> None:
@@ -16,7 +16,7 @@ async def echo(websocket: ServerConnection) -> None:
 
 async def test_ready_says_why_not_until_it_is_and_health_is_always_ok() -> None:
     why: list[str | None] = ["dataset 'agents': no micro-batch yet"]
-    hook = route(lambda: why[0], metrics_route(list))
+    hook = route(list, lambda: why[0])
     async with serve(echo, "127.0.0.1", 0, process_request=hook) as server:
         port = next(iter(server.sockets)).getsockname()[1]
         async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}") as client:

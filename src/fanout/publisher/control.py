@@ -31,7 +31,6 @@ from fanout import metrics
 from fanout.auth import AuthConfig, Grant, Verifier
 from fanout.connection import Outbound
 from fanout.errors import FanoutError, InvalidView
-from fanout.publisher import probes
 from fanout.publisher.log import LogGap
 from fanout.publisher.registry import Registry
 from fanout.publisher.session import (
@@ -150,7 +149,7 @@ class ControlPlane:
             max_size=MAX_INBOUND,
             compression=None,
             write_limit=1 << 20,
-            process_request=probes.route(self._not_ready, metrics.route(self.samples)),
+            process_request=metrics.route(self.samples, self._not_ready),
             ssl=self._ssl,
         ) as server:
             self.port = next(iter(server.sockets)).getsockname()[1]
