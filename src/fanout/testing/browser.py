@@ -26,6 +26,8 @@ from websockets.asyncio.client import ClientConnection, connect
 #: Debian's package names the binary ``chromium``; other systems ``chromium-browser``.
 BINARIES = ("chromium", "chromium-browser", "google-chrome")
 _LISTENING = "DevTools listening on "
+#: Whether the page navigated to has loaded, scripts included (not the blank page before it).
+_LOADED = 'document.readyState === "complete" && location.href !== "about:blank"'
 
 
 class BrowserError(Exception):
@@ -83,6 +85,21 @@ class Page:
             text = details.get("exception", {}).get("description") or details.get("text")
             raise BrowserError(f"the page's script failed: {text}")
         return result["result"].get("value")
+
+    async def loaded(self, timeout: float = 60.0) -> None:
+        """Wait until the page navigated to and its scripts have loaded.
+
+        Raises:
+            BrowserError: it had not within ``timeout`` seconds.
+        """
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        while loop.time() < deadline:
+            with contextlib.suppress(BrowserError):  # the old document may be going away
+                if await self.evaluate(_LOADED):
+                    return
+            await asyncio.sleep(0.05)
+        raise BrowserError(f"the page did not load within {timeout:g} s")
 
     async def drag(
         self, start: tuple[float, float], end: tuple[float, float], steps: int = 8
@@ -198,6 +215,7 @@ async def open_browser(
                     {"width": size[0], "height": size[1], "deviceScaleFactor": 1, "mobile": False},
                 )
                 await page.command("Page.navigate", {"url": url})
+                await page.loaded(timeout)
                 yield page
                 with contextlib.suppress(BrowserError, TimeoutError):
                     await _command(socket, ids, waiting, "Browser.close", None, session=None)
