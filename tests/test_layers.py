@@ -15,9 +15,9 @@ SRC = Path(fanout.__file__).parent
 ALLOWED: dict[str, set[str]] = {
     "views": {"errors"},
     "wire": {"errors", "views"},
-    "client": {"errors", "connection", "views", "wire"},
-    "relay": {"errors", "connection", "metrics", "views", "wire"},
-    "publisher": {"errors", "connection", "metrics", "views", "wire"},
+    "client": {"errors", "connection", "views", "wire", "tls"},
+    "relay": {"errors", "connection", "metrics", "views", "wire", "auth", "tls"},
+    "publisher": {"errors", "connection", "metrics", "views", "wire", "auth", "tls"},
 }
 
 

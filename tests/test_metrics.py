@@ -69,3 +69,23 @@ async def test_get_metrics_is_answered_on_the_websocket_port_which_still_serves_
         async with connect(f"ws://127.0.0.1:{port}") as websocket:
             await websocket.send(b"still a websocket server")
             assert await websocket.recv() == b"still a websocket server"
+
+
+def test_a_histogram_renders_cumulative_buckets_and_build_info_its_version() -> None:
+    from fanout.metrics import Histogram, build_info
+
+    latency = Histogram("relay_tick_to_push_seconds", "Seconds.", bounds=(0.1, 1.0))
+    for value in (0.05, 0.1, 0.5, 3.0):
+        latency.observe(value)
+    text = render([latency, build_info("relay")]).decode()
+    families = {f.name: f for f in text_string_to_metric_families(text)}
+    histogram = families["fanout_relay_tick_to_push_seconds"]
+    assert histogram.type == "histogram"
+    values = {(s.name, s.labels.get("le")): s.value for s in histogram.samples}
+    assert values[("fanout_relay_tick_to_push_seconds_bucket", "0.1")] == 2  # 0.1 counts in 0.1
+    assert values[("fanout_relay_tick_to_push_seconds_bucket", "1.0")] == 3
+    assert values[("fanout_relay_tick_to_push_seconds_bucket", "+Inf")] == 4
+    assert values[("fanout_relay_tick_to_push_seconds_count", None)] == 4
+    assert values[("fanout_relay_tick_to_push_seconds_sum", None)] == pytest.approx(3.65)
+    (info,) = families["fanout_build_info"].samples
+    assert info.value == 1 and info.labels["role"] == "relay" and info.labels["version"]

@@ -20,6 +20,7 @@ from typing import Any
 
 from websockets.exceptions import WebSocketException
 
+from fanout import cli_security
 from fanout.errors import ConfigError, FanoutError, InvalidView
 
 DEFAULT_PUBLISHER = "ws://127.0.0.1:7700"
@@ -94,6 +95,7 @@ def _parser() -> argparse.ArgumentParser:
     _relay_parser(commands)
     _subscribe_parser(commands)
     _explain_parser(commands)
+    cli_security.token_parser(commands, _command)
     return parser
 
 
@@ -285,6 +287,7 @@ def _publisher_parser(commands: Any) -> None:
         help="stop the simulation after this tick (default: never)",
     )
     _add_simulation(parser)
+    cli_security.add_server(parser)
     parser.set_defaults(run=_run_publisher)
 
 
@@ -305,6 +308,9 @@ def _run_publisher(args: argparse.Namespace) -> int:
         state_dir=args.state_dir,
         trigger=args.trigger,
         log=args.log,
+        auth=cli_security.auth_config(args),
+        tls_cert=args.tls_cert,
+        tls_key=args.tls_key,
     )
     return run(settings)
 
@@ -379,6 +385,8 @@ def _relay_parser(commands: Any) -> None:
     )
     for flag, kind, default, what in RELAY_LIMITS:
         limits.add_argument(flag, type=kind, help=f"{what} (default: {default})")
+    cli_security.add_server(parser)
+    cli_security.add_client(parser)
     parser.set_defaults(run=_run_relay)
 
 
@@ -427,12 +435,18 @@ def _run_relay(args: argparse.Namespace) -> int:
             lead=args.lead,
             overshoot=args.overshoot,
         ),
+        auth=cli_security.auth_config(args),
+        token=cli_security.token(args),
+        tls_cert=args.tls_cert,
+        tls_key=args.tls_key,
+        tls_ca=args.tls_ca,
         **_limits_given(args),
     )
     server = RelayServer(config)
+    scheme = "ws" if config.tls_cert is None else "wss"
 
     def ready(port: int) -> None:
-        print(f"fanout relay ready ws://{config.host}:{port}", flush=True)
+        print(f"fanout relay ready {scheme}://{config.host}:{port}", flush=True)
 
     asyncio.run(server.run(ready))
     return 0
@@ -520,6 +534,7 @@ def _subscribe_parser(commands: Any) -> None:
         "--count", type=int, default=0, help="stop after this many updates (default: never)"
     )
     parser.add_argument("--json", action="store_true", help="one JSON object per update")
+    cli_security.add_client(parser)
     parser.set_defaults(run=_run_subscribe)
 
 
@@ -560,6 +575,14 @@ def _explain_parser(commands: Any) -> None:
         metavar="VIEW",
         help="a view already held (repeatable)",
     )
+    parser.add_argument(
+        "--rule",
+        action="append",
+        default=[],
+        metavar="DATASET=VIEW",
+        help="an access rule, as a token's rules claim holds them (repeatable): explain the"
+        " effective view, --view intersected with the rules (docs/security.md#access-rules)",
+    )
     parser.set_defaults(run=_run_explain)
 
 
@@ -571,5 +594,18 @@ def _run_explain(args: argparse.Namespace) -> int:
         raise ConfigError(
             f"dataset {args.dataset!r} is not built in; say its view language with --kind"
         )
-    print(explain(kind, args.view, args.have).render())
+    view = args.view
+    if args.rule:
+        from fanout.relay.rules import effective
+        from fanout.views.text import parse, to_text
+
+        rules = cli_security.rules_of(args.rule)
+        try:
+            served = to_text(effective(parse(view, kind), args.dataset, kind, rules))
+        except FanoutError as exc:  # Unauthorized: what a relay would refuse, and why
+            print(f"EFFECTIVE VIEW: refused ({getattr(exc, 'code', 'error')}): {exc}")
+            return FAILURE
+        print(f"EFFECTIVE VIEW under {len(args.rule)} rule(s): {served}")
+        view = served
+    print(explain(kind, view, args.have).render())
     return 0

@@ -16,10 +16,12 @@ import asyncio
 import json
 import math
 import sys
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 
+from fanout import cli_security, tls
 from fanout.cli import BUILTIN_KINDS
 from fanout.client import HandshakeRefused, LiveView, SubscriptionError, Update, connect, rank
 from fanout.errors import ConfigError
@@ -56,12 +58,17 @@ async def _view(args: argparse.Namespace, relays: list[str]) -> View:
     """The view of the command line, parsed in its dataset's language."""
     if args.box:
         return parse(f"box:{args.box}", "region")
-    kind = args.kind or await dataset_kind(relays, args.dataset)
+    kind = args.kind or await dataset_kind(relays, args.dataset, lambda url: _security(args, url))
     return parse(args.view, kind)
 
 
-async def dataset_kind(relays: list[str], dataset: str) -> str:
-    """The kind of view ``dataset`` takes, as the first relay that answers says.
+async def dataset_kind(
+    relays: list[str],
+    dataset: str,
+    security: Callable[[str], dict[str, Any]] = lambda url: {},
+) -> str:
+    """The kind of view ``dataset`` takes, as the first relay that answers says
+    (``security(url)``: the token and TLS context to connect to one with).
 
     Raises:
         SubscriptionError: the relay serves no such dataset (code ``invalid_view``, as it would
@@ -71,7 +78,7 @@ async def dataset_kind(relays: list[str], dataset: str) -> str:
     """
     for turn, url in enumerate(relays, 1):
         try:
-            async with connect(url, name="fanout-subscribe") as subscriber:
+            async with connect(url, name="fanout-subscribe", **security(url)) as subscriber:
                 kinds = subscriber.datasets
         except (OSError, HandshakeRefused) as exc:
             if turn == len(relays):
@@ -100,7 +107,7 @@ async def _follow(args: argparse.Namespace, view: View, relays: list[str]) -> in
     while True:
         url = relays[turn % len(relays)]
         try:
-            async with connect(url, name="fanout-subscribe") as subscriber:
+            async with connect(url, name="fanout-subscribe", **_security(args, url)) as subscriber:
                 live = await subscriber.subscribe(
                     view,
                     dataset=args.dataset,
@@ -165,3 +172,8 @@ def finite(value: Any) -> Any:
     if isinstance(value, float) and not math.isfinite(value):
         return None
     return value
+
+
+def _security(args: argparse.Namespace, url: str) -> dict[str, Any]:
+    """The token and TLS context ``connect`` takes, as the flags give them."""
+    return {"token": cli_security.token(args), "ssl": tls.for_url(url, args.tls_ca)}

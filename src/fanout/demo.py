@@ -111,6 +111,7 @@ async def _demo(config: DemoConfig, state_dir: Path) -> int:
         console.print(
             f"publisher {publisher.url}, relay {relay.url}; {config.subscribers} subscribers"
         )
+        console.print(f"live viewer: {_http(relay.url)}/  (open it in a browser)")
         return await _run(config, console, publisher.url, relay.url)
     finally:
         for child in reversed(children):

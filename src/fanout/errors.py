@@ -35,3 +35,17 @@ class BadRequest(FanoutError, ValueError):
     """A well-formed request that cannot be answered as asked (say, a tick no longer kept)."""
 
     code = "bad_request"
+
+
+class Unauthorized(FanoutError):
+    """A connection or request without a valid token for what it asks (``fanout.auth``).
+
+    Attributes:
+        code: ``unauthorized`` (no token, or one that is not valid: HTTP 401) or ``forbidden``
+            (a valid token that does not grant it: HTTP 403).
+    """
+
+    def __init__(self, code: str, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message

@@ -13,17 +13,27 @@ format.
 
 from __future__ import annotations
 
+import bisect
+import platform
 import urllib.parse
 import urllib.request
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from http import HTTPStatus
+from importlib import metadata
+from ssl import SSLContext
 from typing import Literal
 
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.core import (
+    CounterMetricFamily,
+    GaugeMetricFamily,
+    HistogramMetricFamily,
+    Metric,
+)
 from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.registry import Collector, CollectorRegistry
+from prometheus_client.utils import floatToGoString
 from websockets.asyncio.server import ServerConnection
 from websockets.http11 import Request, Response
 
@@ -51,7 +61,59 @@ class Sample:
     labels: Mapping[str, str] = field(default_factory=dict)
 
 
-def render(samples: Iterable[Sample]) -> bytes:
+#: Bucket bounds, in seconds, of latency histograms (a tick's age when it is pushed).
+LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
+
+
+@dataclass
+class Histogram:
+    """Observations counted in buckets: Prometheus' histogram (cumulative buckets, sum, count).
+
+    Attributes:
+        name: the metric's name without the ``fanout_`` prefix.
+        help: what it measures.
+        bounds: the buckets' upper bounds, ascending (``+Inf`` is added on output).
+    """
+
+    name: str
+    help: str
+    bounds: tuple[float, ...] = LATENCY_BUCKETS
+    counts: list[int] = field(default_factory=list)
+    total: float = 0.0
+    count: int = 0
+
+    def __post_init__(self) -> None:
+        self.counts = [0] * (len(self.bounds) + 1)
+
+    def observe(self, value: float) -> None:
+        """Count one observation (one at a bucket's bound falls in that bucket)."""
+        self.counts[bisect.bisect_left(self.bounds, value)] += 1
+        self.total += value
+        self.count += 1
+
+    def family(self) -> HistogramMetricFamily:
+        """The histogram as prometheus_client exposes it."""
+        cumulative, buckets = 0, []
+        for bound, count in zip([*self.bounds, float("inf")], self.counts, strict=True):
+            cumulative += count
+            buckets.append((floatToGoString(bound), cumulative))  # type: ignore[no-untyped-call]
+        family = HistogramMetricFamily(f"fanout_{self.name}", self.help)
+        family.add_metric([], buckets, self.total)
+        return family
+
+
+def build_info(role: str) -> Sample:
+    """``fanout_build_info``: 1, labelled with fanout's version, the Python running it and the
+    process's role (``relay``, ``publisher``)."""
+    try:
+        version = metadata.version("fanout")
+    except metadata.PackageNotFoundError:  # a source tree never installed
+        version = "unknown"
+    labels = {"version": version, "python": platform.python_version(), "role": role}
+    return Sample("build_info", "gauge", "fanout's version and Python; always 1.", 1, labels)
+
+
+def render(samples: Iterable[Sample | Histogram]) -> bytes:
     """The samples in Prometheus' text exposition format, one family per name."""
     registry = CollectorRegistry(auto_describe=False)
     registry.register(_Samples(list(samples)))
@@ -59,7 +121,7 @@ def render(samples: Iterable[Sample]) -> bytes:
 
 
 def route(
-    samples: Callable[[], Iterable[Sample]],
+    samples: Callable[[], Iterable[Sample | Histogram]],
     unready: Callable[[], str | None] = lambda: None,
 ) -> Callable[[ServerConnection, Request], Response | None]:
     """A websockets ``process_request`` hook answering ``GET /metrics`` with ``samples()``,
@@ -94,20 +156,23 @@ def route(
     return process_request
 
 
-def scrape(url: str, timeout: float = 10.0) -> dict[str, float]:
+def scrape(url: str, timeout: float = 10.0, ssl: SSLContext | None = None) -> dict[str, float]:
     """Read the ``GET /metrics`` of the relay or publisher at ``url`` (blocking).
 
     Args:
         url: where it serves, ``ws://host:port`` (as subscribers and relays connect) or
-            ``http://host:port``.
+            ``http://host:port``; ``wss://`` or ``https://`` for one serving TLS.
+        ssl: the TLS context to verify it with (default: the system's authorities).
 
     Returns:
         Each sample's value by its name as exposed, with its labels in sorted order:
         ``fanout_relay_pushes_total``,
         ``fanout_publisher_relay_bytes_sent_total{name="a",relay="1"}``.
     """
-    netloc = urllib.parse.urlsplit(url).netloc
-    with urllib.request.urlopen(f"http://{netloc}{PATH}", timeout=timeout) as response:
+    parts = urllib.parse.urlsplit(url)
+    scheme = "https" if parts.scheme in ("wss", "https") else "http"
+    address = f"{scheme}://{parts.netloc}{PATH}"
+    with urllib.request.urlopen(address, timeout=timeout, context=ssl) as response:
         text = response.read().decode()
     values = {}
     for family in text_string_to_metric_families(text):
@@ -118,12 +183,15 @@ def scrape(url: str, timeout: float = 10.0) -> dict[str, float]:
 
 
 class _Samples(Collector):
-    def __init__(self, samples: list[Sample]) -> None:
+    def __init__(self, samples: list[Sample | Histogram]) -> None:
         self._samples = samples
 
     def collect(self) -> Iterator[Metric]:
         families: dict[str, CounterMetricFamily | GaugeMetricFamily] = {}
         for sample in self._samples:
+            if isinstance(sample, Histogram):
+                yield sample.family()
+                continue
             family = families.get(sample.name)
             if family is None:
                 family = _family(sample)

@@ -220,9 +220,25 @@ def test_requests_are_started_for_the_shell() -> None:
     session = new_session()
     session.receive(hello())
     curious = Curious(5, "agents", 1, 3, 4)
-    publish = Publish(6, "agents")
+    read = ReadState(7, "agents", BOX)
     assert session.receive(codec.encode(curious)) == [Start(curious)]
-    assert session.receive(codec.encode(publish)) == [Start(publish)]
+    assert session.receive(codec.encode(read)) == [Start(read)]
+    producer = new_session()
+    producer.receive(hello("producer"))
+    publish = Publish(6, "agents")
+    assert producer.receive(codec.encode(publish)) == [Start(publish)]
+
+
+def test_each_role_reads_or_writes_only_what_it_is_for() -> None:
+    """A token grants a role: a producer's must not read the state, a relay's not publish."""
+    relay, producer = new_session(), new_session()
+    relay.receive(hello())
+    producer.receive(hello("producer"))
+    refused = relay.receive(codec.encode(Publish(6, "agents")))
+    assert refused == [Send(Error("role", "publish is for a producer, not a relay", ref=6))]
+    refused = producer.receive(codec.encode(ReadState(7, "agents", BOX)))
+    message = "readstate is for a relay or a reader, not a producer"
+    assert refused == [Send(Error("role", message, ref=7))]
 
 
 # -- live batches, resume, replay ---------------------------------------------------------------

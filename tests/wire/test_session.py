@@ -5,6 +5,7 @@ from __future__ import annotations
 import msgspec
 import pytest
 
+from fanout.errors import Unauthorized
 from fanout.views import Box
 from fanout.wire import codec
 from fanout.wire.messages import PROTOCOL_VERSION, Error, Hello, Subscribe, Welcome
@@ -149,3 +150,27 @@ def test_welcome_with_datasets_and_without_decode_on_either_side() -> None:
     assert codec.to_subscriber().decode(from_old) == Welcome(PROTOCOL_VERSION, "relay", "s")
     assert codec.to_subscriber().decode(codec.encode(new)) == new
     assert b"datasets" not in codec.encode(Welcome(PROTOCOL_VERSION, "publisher", "s"))
+
+
+def test_a_hello_whose_token_is_refused_closes_before_anything_is_read() -> None:
+    from fanout.views import Box
+    from fanout.wire.messages import Subscribe
+
+    def authenticate(hello: Hello) -> str:
+        if hello.token != "good":
+            raise Unauthorized("unauthorized", "the token has expired")
+        return "grant"
+
+    accepting = AcceptingSession(
+        codec.to_relay(), "test", frozenset({"subscriber"}), authenticate=authenticate
+    )
+    outcome = accepting.receive(codec.encode(Hello(PROTOCOL_VERSION, "subscriber", token="bad")))
+    assert outcome.close and outcome.reply == Error("unauthorized", "the token has expired")
+    assert accepting.hello is None and accepting.grant is None
+    after = accepting.receive(codec.encode(Subscribe(1, "agents", Box((0, 0), (1, 1)))))
+    assert after.close and after.deliver is None  # nothing after a refused hello is read
+    welcomed = AcceptingSession(
+        codec.to_relay(), "test", frozenset({"subscriber"}), authenticate=authenticate
+    )
+    outcome = welcomed.receive(codec.encode(Hello(PROTOCOL_VERSION, "subscriber", token="good")))
+    assert isinstance(outcome.reply, Welcome) and welcomed.grant == "grant"

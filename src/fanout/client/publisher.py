@@ -10,6 +10,7 @@ import asyncio
 import contextlib
 import itertools
 from collections.abc import AsyncIterator, Mapping, Sequence
+from ssl import SSLContext
 from typing import Any
 
 import numpy as np
@@ -19,6 +20,7 @@ from websockets.asyncio.client import connect as ws_connect
 from websockets.exceptions import ConnectionClosed
 from websockets.frames import CloseCode
 
+from fanout import tls
 from fanout.client.subscriber import MAX_FRAME, SubscriptionError
 from fanout.connection import close_reason
 from fanout.errors import ProtocolError
@@ -156,10 +158,20 @@ class PublisherClient:
 
 
 @contextlib.asynccontextmanager
-async def open_publisher(url: str, role: Role) -> AsyncIterator[PublisherClient]:
-    """Connect to the publisher's control plane as a ``reader`` or ``producer``."""
-    async with ws_connect(url, max_size=MAX_FRAME, compression=None, open_timeout=10) as websocket:
-        await websocket.send(codec.encode(Hello(version=PROTOCOL_VERSION, role=role)))
+async def open_publisher(
+    url: str, role: Role, *, token: str = "", ssl: SSLContext | None = None
+) -> AsyncIterator[PublisherClient]:
+    """Connect to the publisher's control plane as a ``reader`` or ``producer``.
+
+    ``token``: a JSON Web Token granting the role (a reader needs ``relay``), for a publisher
+    that requires one; ``ssl``: the TLS context for ``wss://`` (default: the system's).
+    """
+    secure = ssl if ssl is not None else tls.for_url(url)
+    async with ws_connect(
+        url, max_size=MAX_FRAME, compression=None, open_timeout=10, ssl=secure
+    ) as websocket:
+        hello = Hello(version=PROTOCOL_VERSION, role=role, token=token)
+        await websocket.send(codec.encode(hello))
         check_welcome(codec.from_publisher().decode(await websocket.recv()))
         client = PublisherClient(websocket)
         client._task = asyncio.create_task(client._read())
@@ -170,14 +182,18 @@ async def open_publisher(url: str, role: Role) -> AsyncIterator[PublisherClient]
             await client._task
 
 
-def open_reader(url: str) -> contextlib.AbstractAsyncContextManager[PublisherClient]:
+def open_reader(
+    url: str, *, token: str = "", ssl: SSLContext | None = None
+) -> contextlib.AbstractAsyncContextManager[PublisherClient]:
     """Connect as a reader (``read`` the authoritative state)."""
-    return open_publisher(url, "reader")
+    return open_publisher(url, "reader", token=token, ssl=ssl)
 
 
-def open_producer(url: str) -> contextlib.AbstractAsyncContextManager[PublisherClient]:
+def open_producer(
+    url: str, *, token: str = "", ssl: SSLContext | None = None
+) -> contextlib.AbstractAsyncContextManager[PublisherClient]:
     """Connect as a producer (``publish`` to ingest datasets)."""
-    return open_publisher(url, "producer")
+    return open_publisher(url, "producer", token=token, ssl=ssl)
 
 
 def _columns(rows: Sequence[Mapping[str, Any]] | Mapping[str, Sequence[Any]]) -> dict[str, Any]:

@@ -41,6 +41,7 @@ import time
 from collections import deque
 from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass, field
+from ssl import SSLContext
 from typing import Any
 
 import numpy as np
@@ -50,6 +51,7 @@ from websockets.asyncio.client import connect as ws_connect
 from websockets.exceptions import ConnectionClosed
 from websockets.frames import CloseCode
 
+from fanout import tls
 from fanout.connection import close_reason
 from fanout.errors import FanoutError, ProtocolError
 from fanout.views import View
@@ -470,24 +472,38 @@ class Subscriber:
 
 @contextlib.asynccontextmanager
 async def connect(
-    url: str, name: str = "", buffer: int = 256, capabilities: Sequence[str] = ()
+    url: str,
+    name: str = "",
+    buffer: int = 256,
+    capabilities: Sequence[str] = (),
+    *,
+    token: str = "",
+    ssl: SSLContext | None = None,
 ) -> AsyncIterator[Subscriber]:
     """Connect to a relay, do the handshake, and yield a :class:`Subscriber`.
 
     ``capabilities`` declares the number formats this program decodes (``float64``,
     ``float32``, ``fixed``; empty: all); a relay sends only those (``Transform.negotiate``).
+    ``token``: a JSON Web Token granting role ``subscriber``, for a relay that requires one
+    (docs/security.md). ``ssl``: the TLS context for a ``wss://`` URL (default: one trusting
+    the system's authorities).
 
     Raises:
         HandshakeRefused: the relay refused the connection; code ``unavailable``: it serves
-            its most connections (another relay may have room).
+            its most connections (another relay may have room); ``unauthorized`` or
+            ``forbidden``: no valid token for it.
         OSError: the relay cannot be reached.
     """
-    async with ws_connect(url, max_size=MAX_FRAME, compression=None, open_timeout=10) as websocket:
+    secure = ssl if ssl is not None else tls.for_url(url)
+    async with ws_connect(
+        url, max_size=MAX_FRAME, compression=None, open_timeout=10, ssl=secure
+    ) as websocket:
         hello = Hello(
             version=PROTOCOL_VERSION,
             role="subscriber",
             name=name,
             capabilities=list(capabilities),
+            token=token,
         )
         await websocket.send(codec.encode(hello))
         welcome = check_welcome(codec.to_subscriber().decode(await websocket.recv()))

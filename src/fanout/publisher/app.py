@@ -10,6 +10,8 @@ from types import FrameType
 
 from pyspark.errors import PySparkException
 
+from fanout import tls
+from fanout.errors import ConfigError
 from fanout.publisher.config import PublisherSettings
 from fanout.publisher.control import ControlPlane
 from fanout.publisher.log import open_log
@@ -26,10 +28,21 @@ def run(config: PublisherSettings) -> int:
 
     Prints ``fanout publisher ready ws://HOST:PORT`` on stdout once relays can connect.
     """
+    ssl = None
+    if config.tls_cert is not None or config.tls_key is not None:
+        if config.tls_cert is None or config.tls_key is None:
+            raise ConfigError("TLS needs both a certificate and its key (tls_cert, tls_key)")
+        ssl = tls.server_context(config.tls_cert, config.tls_key)
     spark = spark_session(config.master)
     registry = Registry(config.max_primitives)
     pipelines: dict[str, Pipeline] = {}
-    control = ControlPlane(DatasetService(pipelines), registry)
+    control = ControlPlane(
+        DatasetService(pipelines),
+        registry,
+        auth=config.auth,
+        ssl=ssl,
+        not_ready=lambda: _not_ready(pipelines),
+    )
     batch_log = open_log(config.log_url())
     for dataset in config.datasets.values():
         pipelines[dataset.name] = Pipeline(
@@ -44,7 +57,8 @@ def run(config: PublisherSettings) -> int:
         )
     port = control.start_in_thread(config.host, config.port)
     queries = [pipeline.start(config.trigger) for pipeline in pipelines.values()]
-    print(f"fanout publisher ready ws://{config.host}:{port}", flush=True)
+    scheme = "ws" if ssl is None else "wss"
+    print(f"fanout publisher ready {scheme}://{config.host}:{port}", flush=True)
     stopping = threading.Event()
 
     def stop(signum: int, _frame: FrameType | None) -> None:
@@ -75,3 +89,13 @@ def run(config: PublisherSettings) -> int:
     spark.stop()
     batch_log.close()
     return status
+
+
+def _not_ready(pipelines: dict[str, Pipeline]) -> str | None:
+    """Why relays cannot be served yet (``GET /readyz``), or None: every dataset's streaming
+    query runs and has reported progress at least once."""
+    for name, pipeline in pipelines.items():
+        why = pipeline.not_ready()
+        if why is not None:
+            return f"dataset {name!r}: {why}"
+    return None

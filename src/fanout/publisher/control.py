@@ -19,6 +19,7 @@ import logging
 import threading
 from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
+from ssl import SSLContext
 from typing import Any, Protocol
 
 import numpy as np
@@ -27,6 +28,7 @@ from websockets.asyncio.server import ServerConnection, serve
 from websockets.exceptions import ConnectionClosed
 
 from fanout import metrics
+from fanout.auth import AuthConfig, Grant, Verifier
 from fanout.connection import Outbound, refuse
 from fanout.errors import FanoutError, InvalidView
 from fanout.publisher.log import LogGap
@@ -50,6 +52,7 @@ from fanout.wire.messages import (
     Curious,
     DatasetInfo,
     Error,
+    Hello,
     Knowledge,
     Publish,
     Published,
@@ -102,11 +105,26 @@ class ControlPlane:
         registry: Registry,
         queue_limit: int = 64,
         hello_timeout: float = HELLO_TIMEOUT,
+        *,
+        auth: AuthConfig | None = None,
+        ssl: SSLContext | None = None,
+        not_ready: Callable[[], str | None] = lambda: None,
     ) -> None:
+        """Args:
+        datasets, registry: what is served, and who holds which primitives.
+        queue_limit: frames queued per connection before it is closed as a slow consumer.
+        hello_timeout: seconds a new connection may take to send its ``Hello``.
+        auth: how tokens are checked (``fanout.auth``); None: every connection is served.
+        ssl: serve ``wss://`` with this TLS context; None: plain ``ws://``.
+        not_ready: why the publisher cannot serve relays yet, or None (``GET /readyz``).
+        """
         self.datasets = datasets
         self.registry = registry
         self.queue_limit = queue_limit
         self.hello_timeout = hello_timeout
+        self._verifier = None if auth is None else Verifier(auth)
+        self._ssl = ssl
+        self._not_ready = not_ready
         self.port: int | None = None
         #: relay id -> its connection, for the batches the pipeline hands over.
         self._relays: dict[int, _Peer] = {}
@@ -131,10 +149,12 @@ class ControlPlane:
             max_size=MAX_INBOUND,
             compression=None,
             write_limit=1 << 20,
-            process_request=metrics.route(self.samples),
+            process_request=metrics.route(self.samples, self._not_ready),
+            ssl=self._ssl,
         ) as server:
             self.port = next(iter(server.sockets)).getsockname()[1]
-            log.info("control plane listening on ws://%s:%d", host, self.port)
+            scheme = "ws" if self._ssl is None else "wss"
+            log.info("control plane listening on %s://%s:%d", scheme, host, self.port)
             if ready is not None:
                 ready(self.port)
             await self._stop.wait()
@@ -173,6 +193,7 @@ class ControlPlane:
         frames, sent = self._closed_sent
         held = self.registry.held()
         out = [
+            metrics.build_info("publisher"),
             metrics.Sample("publisher_relays", "gauge", "Relays connected now.", len(self._relays)),
             metrics.Sample(
                 "publisher_frames_sent",
@@ -240,7 +261,9 @@ class ControlPlane:
     # -- one connection ---------------------------------------------------------------------
 
     async def _handle(self, websocket: ServerConnection) -> None:
-        session = PublisherSession(self.registry, self.datasets.check, self.datasets.infos)
+        session = PublisherSession(
+            self.registry, self.datasets.check, self.datasets.infos, self._authenticate
+        )
         outbound = Outbound(websocket, self.queue_limit)
         self._open.add(outbound)
         outbound.start()
@@ -275,6 +298,14 @@ class ControlPlane:
             self._slow_closed += outbound.closed_for is not None
             if refused:
                 await refuse(websocket, "refused: see the error frame")
+
+    def _authenticate(self, hello: Hello) -> Grant | None:
+        """What a ``Hello``'s token grants (None without authentication).
+
+        Raises:
+            Unauthorized: no valid token granting the ``Hello``'s role.
+        """
+        return None if self._verifier is None else self._verifier.verify(hello.token, hello.role)
 
     def _act(self, actions: list[Action], peer: _Peer) -> bool:
         """Carry out what the session decided; returns False once the connection is to end."""

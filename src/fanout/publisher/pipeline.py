@@ -207,6 +207,18 @@ class Pipeline:
             clock,
         )
 
+    def not_ready(self) -> str | None:
+        """Why this dataset cannot be served yet, or None: its streaming query runs and has
+        reported progress (a first micro-batch, or an idle trigger)."""
+        query = self.query
+        if query is None:
+            return "the streaming query has not started"
+        if not query.isActive:
+            return "the streaming query stopped"
+        if self.micro_batches == 0 and query.lastProgress is None:
+            return "no micro-batch yet"
+        return None
+
     def snapshot_if_idle(self, idle_for: float = 1.0) -> None:
         """Deliver fresh primitives' snapshots when no micro-batch is coming to carry them.
 

@@ -198,16 +198,21 @@ class PublisherSession:
         registry: Registry,
         check: Callable[[str, View], View],
         catalog: Callable[[], list[DatasetInfo]],
+        authenticate: Callable[[Hello], object] | None = None,
     ) -> None:
         """Args:
         registry: relays and the primitives they hold (shared with the pipeline).
         check: the primitive to hold for a view of a dataset (raises InvalidView).
         catalog: the datasets served, sent to every peer after its ``Welcome``.
+        authenticate: checks a ``Hello``'s token for its role (``wire.session``); None: no
+            authentication.
         """
         self._registry = registry
         self._check = check
         self._catalog = catalog
-        self._handshake = AcceptingSession(codec.to_publisher(), "fanout-publisher", ROLES)
+        self._handshake = AcceptingSession(
+            codec.to_publisher(), "fanout-publisher", ROLES, authenticate=authenticate
+        )
         self.phase = Phase.HELLO
         self.relay: int | None = None
         self.name = "unnamed"
@@ -274,8 +279,15 @@ class PublisherSession:
                 refusal = self._refusal(prim, self._registry.release, relay, prim)
             case Horizon(dataset=dataset, epoch=epoch, seq=seq) if relay is not None:
                 self._registry.hold(relay, dataset, epoch, seq)
-            case ReadState() | Publish():
+            case ReadState() if self._role() in ("relay", "reader"):
                 return [Start(frame)]
+            case Publish() if self._role() == "producer":
+                return [Start(frame)]
+            case ReadState() | Publish():
+                # Each role reads or writes only what it is for (a token grants a role).
+                wanted = "a relay or a reader" if isinstance(frame, ReadState) else "a producer"
+                message = f"{type(frame).__name__.lower()} is for {wanted}, not a {self._role()}"
+                refusal = Error("role", message, ref=frame.req)
             case Curious() if relay is not None:
                 return [Start(frame)]
             case Acquire() | Release():
@@ -284,6 +296,10 @@ class PublisherSession:
                 message = f"{type(frame).__name__.lower()} is not accepted by the publisher"
                 refusal = Error("protocol", message)
         return [] if refusal is None else [Send(refusal)]
+
+    def _role(self) -> str:
+        hello = self._handshake.hello
+        return "" if hello is None else hello.role
 
     def _acquire(self, relay: int, prim: int, dataset: str, view: View) -> None:
         self._registry.acquire(relay, prim, dataset, self._check(dataset, view))

@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from pathlib import Path
 
+from fanout.auth import AuthConfig
 from fanout.errors import ConfigError
 from fanout.relay.core import MAX_SUBSCRIPTIONS
 from fanout.relay.holding import CATALOG_WAIT, MAX_HELD
@@ -59,6 +61,12 @@ class RelayConfig:
             the GIL nearly all the time, and the writer thread waits up to this long each time
             it needs it back between two numpy calls: at Python's default of 5 ms, writing a
             tick's batch took three times its CPU time and the swap came that much later.
+        auth: how subscribers' tokens are checked (``fanout.auth``); None: no authentication,
+            every connection is served.
+        token: the relay's own token, sent to the publisher in its ``Hello`` (role ``relay``).
+        tls_cert, tls_key: PEM files: serve ``wss://`` and ``https://`` with them (None: plain).
+        tls_ca: PEM file of the authorities trusted for a ``wss://`` publisher (None: the
+            system's).
         young_collection: tracked objects allocated (net) before the garbage collector's
             youngest generation is collected, while the relay runs (``gc.set_threshold``'s
             first value; 0: leave it as it is). Python's default, 700, made the collector run
@@ -92,6 +100,11 @@ class RelayConfig:
     stats_every: float = 30.0
     switch_interval: float = 0.001
     young_collection: int = 10_000
+    auth: AuthConfig | None = None
+    token: str = field(default="", repr=False)
+    tls_cert: Path | None = None
+    tls_key: Path | None = None
+    tls_ca: Path | None = None
 
     def __post_init__(self) -> None:
         """Raises:
@@ -128,3 +141,5 @@ class RelayConfig:
         for name, holds, wanted in limits:
             if not holds:
                 raise ConfigError(f"{name} must be {wanted}, not {getattr(self, name)}")
+        if (self.tls_cert is None) != (self.tls_key is None):
+            raise ConfigError("TLS needs both a certificate and its key (tls_cert, tls_key)")

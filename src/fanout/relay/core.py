@@ -478,6 +478,13 @@ class RelayCore:
             sends += kind.housekeeping(now)
         return sends + self.every.horizons()
 
+    def take_pushed_ticks(self) -> list[float]:
+        """The wall-clock times of the ticks pushed since the last call (for the shell's
+        tick-to-push latency; at most ``sends.PUSHED_TICKS`` of the latest)."""
+        ticks = list(self.counters.pushed_ticks)
+        self.counters.pushed_ticks.clear()
+        return ticks
+
     def stats(self) -> dict[str, float]:
         """Counters of the relay's work, for logs, ``/metrics`` and benchmarks
         (``relay.stats``)."""

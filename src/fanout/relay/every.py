@@ -255,6 +255,7 @@ class EveryMode:
                 self._counters.no_updates += 1
             else:
                 self._counters.pushes += 1
+                self._counters.pushed_ticks.append(change.tick_time)
         return pushed
 
     def _ask(self, dataset: str, history: History, cursor: Cursor) -> list[Send]:

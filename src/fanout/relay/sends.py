@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections import deque
+from dataclasses import dataclass, field
 
 import msgspec
 
@@ -34,11 +35,21 @@ class Send(msgspec.Struct, frozen=True, gc=False):
         return self.frame if isinstance(self.frame, bytes) else codec.encode(self.frame)
 
 
+#: Ticks remembered for the shell's tick-to-push histogram between two of its reads.
+PUSHED_TICKS = 4096
+
+
 @dataclass
 class Counters:
-    """What the relay has done; see ``RelayCore.stats``."""
+    """What the relay has done; see ``RelayCore.stats``.
+
+    ``pushed_ticks``: the wall-clock time of the tick of each push since the shell last took
+    them (``RelayCore.take_pushed_ticks``), for its tick-to-push latency; bounded (the oldest
+    are dropped: the shell takes them after every round of pushes).
+    """
 
     batches: int = 0
     pushes: int = 0
     no_updates: int = 0
     ended: int = 0
+    pushed_ticks: deque[float] = field(default_factory=lambda: deque(maxlen=PUSHED_TICKS))

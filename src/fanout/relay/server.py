@@ -52,14 +52,17 @@ from websockets.asyncio.server import ServerConnection, serve
 from websockets.exceptions import ConnectionClosed
 from websockets.frames import CloseCode
 
-from fanout import metrics
+from fanout import metrics, tls
+from fanout.auth import Grant, Verifier
 from fanout.connection import Outbound, refuse
-from fanout.errors import ProtocolError
+from fanout.errors import ProtocolError, Unauthorized
 from fanout.relay.compiled import COMPILED
 from fanout.relay.config import RelayConfig
 from fanout.relay.core import UPSTREAM, RelayCore, Send
 from fanout.relay.holding import Holding
+from fanout.relay.httpserver import HttpSubscription, connection_type, routes
 from fanout.relay.metrics import relay_samples
+from fanout.relay.rules import restrict, visible
 from fanout.relay.tables import TableStore
 from fanout.relay.throttle import Throttle
 from fanout.relay.writer import Writer
@@ -68,6 +71,7 @@ from fanout.wire.messages import (
     PROTOCOL_VERSION,
     Batch,
     Catalog,
+    DatasetInfo,
     Error,
     Hello,
     Knowledge,
@@ -109,7 +113,7 @@ class RelayServer:
             holding=Holding(config.catalog_wait, config.max_held),
         )
         self.port: int | None = None
-        self._clients: dict[int, Outbound] = {}
+        self._clients: dict[int, Outbound | HttpSubscription] = {}
         self._ids = itertools.count(1)
         self._upstream: Outbound | None = None
         self._connected: set[int] = set()
@@ -126,9 +130,18 @@ class RelayServer:
         self._frames_refused = 0
         self._closed_bad = 0
         self._hello_timeouts = 0
-        self._finishing: set[Outbound] = set()
+        self._finishing: set[Outbound | HttpSubscription] = set()
         #: The publisher's datasets and their index kinds, for subscribers' ``Welcome``.
         self._datasets: dict[str, str] = {}
+        self._catalog: list[DatasetInfo] = []
+        self._verifier = None if config.auth is None else Verifier(config.auth)
+        #: What each connection's token grants (with authentication), for its access rules.
+        self._grants: dict[int, Grant] = {}
+        self._tick_to_push = metrics.Histogram(
+            "relay_tick_to_push_seconds",
+            "Seconds from a tick (the publisher's clock) to the relay handing its push to the"
+            " subscriber's connection.",
+        )
 
     async def run(self, ready: Callable[[int], None] | None = None) -> None:
         """Serve until cancelled; ``ready(port)`` is called once serving and connected upstream.
@@ -142,6 +155,10 @@ class RelayServer:
             sys.setswitchinterval(self.config.switch_interval)
         if self.config.young_collection > 0:
             gc.set_threshold(self.config.young_collection, *thresholds[1:])
+        config = self.config
+        ssl = None
+        if config.tls_cert is not None and config.tls_key is not None:
+            ssl = tls.server_context(config.tls_cert, config.tls_key)
         try:
             async with (
                 serve(
@@ -153,8 +170,15 @@ class RelayServer:
                     compression=None,
                     # Paused as soon as the kernel leaves bytes in the transport: a connection
                     # is idle (may take the next push) only when it has written everything.
-                    write_limit=0,
-                    process_request=metrics.route(self.samples, self.unready),
+                    # asyncio's TLS transport pauses at ``>=`` its high-water mark where the
+                    # plain one pauses at ``>``: 0 would pause it when empty and never resume.
+                    write_limit=0 if ssl is None else 1,
+                    process_request=routes(self, metrics.route(self.samples, self.unready)),
+                    # HTTP streams (``relay.httpserver``) last as long as their subscription:
+                    # the opening handshake's timeout is the connection class's.
+                    open_timeout=None,
+                    create_connection=connection_type(self, self.config.hello_timeout),
+                    ssl=ssl,
                 ) as server,
                 asyncio.TaskGroup() as tasks,
             ):
@@ -164,8 +188,9 @@ class RelayServer:
                 tasks.create_task(self._housekeeping())
                 await self._upstream_ready.wait()
                 log.info(
-                    "relay %s listening on ws://%s:%d (box views cut %s)",
+                    "relay %s listening on %s://%s:%d (box views cut %s)",
                     self.config.name,
+                    "ws" if ssl is None else "wss",
                     self.config.host,
                     self.port,
                     "by the compiled kernels" if COMPILED else "with numpy: no kernels built",
@@ -189,10 +214,19 @@ class RelayServer:
             return f"serving its most connections ({self.config.max_connections})"
         return None
 
-    def samples(self) -> list[metrics.Sample]:
+    def samples(self) -> list[metrics.Sample | metrics.Histogram]:
         """What ``GET /metrics`` on the relay's port answers (``relay.metrics``)."""
         frames, sent = self._closed_sent
         live = [*self._clients.values(), *self._finishing]
+        return [
+            metrics.build_info("relay"),
+            self._tick_to_push,
+            *self._relay_samples(frames, sent, live),
+        ]
+
+    def _relay_samples(
+        self, frames: int, sent: int, live: list[Outbound | HttpSubscription]
+    ) -> list[metrics.Sample]:
         return relay_samples(
             self.core.stats(),
             connections=len(self._clients),
@@ -229,7 +263,8 @@ class RelayServer:
             f"fanout-relay {self.config.name}",
             frozenset({"subscriber"}),
             room=self._room,
-            datasets=lambda: self._datasets,
+            datasets=lambda: visible(self._datasets, session.grant),
+            authenticate=None if self._verifier is None else self._authenticate_hello,
         )
         outbound = Outbound(
             websocket, self.config.queue_limit, on_idle=lambda: self._on_writable(client)
@@ -255,6 +290,8 @@ class RelayServer:
                     if session.hello is not None and client not in self._connected:
                         handshake.reschedule(None)
                         self._connected.add(client)
+                        if isinstance(session.grant, Grant):
+                            self._grants[client] = session.grant
                         self.core.on_connect(client, session.hello.capabilities)
                     await self._take(client, outcome.deliver, throttle)
         except TimeoutError:
@@ -269,6 +306,7 @@ class RelayServer:
         finally:
             self.core.on_disconnect(client)
             self._connected.discard(client)
+            self._grants.pop(client, None)
             del self._clients[client]
             self._finishing.add(outbound)  # still counted by ``samples`` while it finishes
             await outbound.finish()
@@ -278,6 +316,56 @@ class RelayServer:
             self._slow_closed += outbound.closed_for is not None
             if refused is not None:
                 await refuse(websocket, refused)
+
+    # -- HTTP streams (``relay.httpserver.Relay``) --------------------------------------
+
+    def attach(self, downstream: HttpSubscription) -> int:
+        """Count an HTTP stream in as a subscriber connection; returns its client number."""
+        client = next(self._ids)
+        self._clients[client] = downstream
+        self._connected.add(client)
+        if isinstance(downstream.grant, Grant):
+            self._grants[client] = downstream.grant
+        self.core.on_connect(client)
+        return client
+
+    def detach(self, client: int) -> None:
+        """An HTTP stream is over: its subscription ends."""
+        self.core.on_disconnect(client)
+        self._connected.discard(client)
+        self._grants.pop(client, None)
+        downstream = self._clients.pop(client)
+        frames, sent = self._closed_sent
+        self._closed_sent = (frames + downstream.sent, sent + downstream.sent_bytes)
+        self._slow_closed += downstream.closed_for is not None
+
+    def subscribe(self, client: int, request: Subscribe) -> None:
+        """An HTTP stream's subscription, as if its ``Subscribe`` frame had come."""
+        self._subscribe(client, request, asyncio.get_running_loop().time())
+        self._wake.set()
+
+    def writable(self, client: int) -> None:
+        """An HTTP stream wrote everything it had."""
+        self._on_writable(client)
+
+    def authenticate(self, token: str | None, role: str = "subscriber") -> Grant | None:
+        """What ``token`` grants, or None without authentication.
+
+        Raises:
+            Unauthorized: with authentication, no valid token granting ``role``.
+        """
+        return None if self._verifier is None else self._verifier.verify(token, role)
+
+    def _authenticate_hello(self, hello: Hello) -> Grant | None:
+        return self.authenticate(hello.token, hello.role)
+
+    def room(self) -> str | None:
+        """Why one more connection is refused, or None."""
+        return self._room()
+
+    def catalog(self) -> list[DatasetInfo]:
+        """The publisher's datasets as its last ``Catalog`` listed them."""
+        return self._catalog
 
     def _room(self) -> str | None:
         """Why a new subscriber connection is refused at its ``Hello``, or None."""
@@ -294,13 +382,25 @@ class RelayServer:
         loop = asyncio.get_running_loop()
         match frame:
             case Subscribe() as request:
-                self._dispatch(self.core.on_subscribe(client, request, loop.time()))
+                self._subscribe(client, request, loop.time())
             case Unsubscribe() as request:
                 self._dispatch(self.core.on_unsubscribe(client, request))
         self._wake.set()
         if throttle is not None and (wait := throttle.take(loop.time())) > 0:
             self._reads_throttled += 1
             await asyncio.sleep(wait)
+
+    def _subscribe(self, client: int, request: Subscribe, now: float) -> None:
+        """Hand a subscription to the core with its view intersected with the connection's
+        access rules (``relay.rules``), or refuse it (``forbidden``)."""
+        grant = self._grants.get(client)
+        if grant is not None:
+            try:
+                request = restrict(request, grant.rules, self._datasets)
+            except Unauthorized as exc:
+                self._dispatch([Send(client, Error(exc.code, exc.message, ref=request.sub))])
+                return
+        self._dispatch(self.core.on_subscribe(client, request, now))
 
     def _on_writable(self, client: int) -> None:
         if self.core.on_writable(client):
@@ -325,7 +425,11 @@ class RelayServer:
 
     async def _follow_publisher(self) -> None:
         async with connect(
-            self.config.publisher, max_size=MAX_FROM_PUBLISHER, compression=None, open_timeout=10
+            self.config.publisher,
+            max_size=MAX_FROM_PUBLISHER,
+            compression=None,
+            open_timeout=10,
+            ssl=tls.for_url(self.config.publisher, self.config.tls_ca),
         ) as websocket:
             decoder = codec.from_publisher()
             hello = Hello(
@@ -333,6 +437,7 @@ class RelayServer:
                 role="relay",
                 name=self.config.name,
                 resume=self.core.resume_points(),
+                token=self.config.token,
             )
             await websocket.send(codec.encode(hello))
             check_welcome(decoder.decode(await websocket.recv()))
@@ -370,6 +475,7 @@ class RelayServer:
             case Catalog() as catalog:
                 self.core.on_catalog(catalog)
                 self._datasets = {info.name: info.index for info in catalog.datasets}
+                self._catalog = list(catalog.datasets)
                 self._upstream = outbound
                 self._dispatch(self.core.on_upstream_connected())
                 self._upstream_ready.set()
@@ -409,6 +515,11 @@ class RelayServer:
                 if time.perf_counter() >= deadline or writer.written():
                     break
         writer.advance()
+        pushed = self.core.take_pushed_ticks()
+        if pushed:
+            wall = time.time()
+            for tick_time in pushed:
+                self._tick_to_push.observe(max(0.0, wall - tick_time))
 
     def _is_idle(self, client: int) -> bool:
         outbound = self._clients.get(client)

@@ -257,4 +257,5 @@ class Serving:
             no_update = NoUpdate(subscription.sub, stamp.epoch, stamp.seq, stamp.tick)
             return Send(subscription.client, no_update)
         self._counters.pushes += 1
+        self._counters.pushed_ticks.append(stamp.tick_time)
         return Send(subscription.client, encode_push(subscription.sub, stamp, body))

@@ -52,6 +52,9 @@ class Hello(Frame, tag="hello", frozen=True):
     #: A reconnecting relay: dataset -> (epoch, last seq it applied). The publisher replays the
     #: batches after that seq from its log before any live batch, so the relay sees no gap.
     resume: dict[str, tuple[int, int]] = {}
+    #: A JSON Web Token, where the accepting side requires one (``fanout.auth``): it must
+    #: grant this ``role``. Empty: none.
+    token: str = ""
 
 
 class Welcome(Frame, tag="welcome", frozen=True):

@@ -5,6 +5,8 @@ Rules, for the accepting side (relay for subscribers, publisher for relays and r
 1. The first frame must be ``Hello`` with our ``PROTOCOL_VERSION`` and a role we serve; it is
    answered with ``Welcome``. Anything else first is answered with ``Error`` and the connection
    closes, because we cannot know how to talk to that peer.
+   With authentication, the ``Hello``'s token must grant its role, or the connection is
+   refused (``unauthorized``, ``forbidden``) before anything it sends is read.
 2. After the handshake, a frame that does not decode (or a second ``Hello``) is answered with
    ``Error`` and the connection stays open: one bad frame must not cost a subscriber its other
    subscriptions.
@@ -24,7 +26,7 @@ from typing import Generic, TypeVar
 
 import msgspec
 
-from fanout.errors import ProtocolError
+from fanout.errors import ProtocolError, Unauthorized
 from fanout.wire.codec import Decoder
 from fanout.wire.messages import PROTOCOL_VERSION, Error, Frame, Hello, Role, Welcome
 
@@ -58,8 +60,10 @@ class AcceptingSession(Generic[T]):
         decoder: Decoder[T],
         server: str,
         roles: frozenset[Role],
+        *,
         room: Callable[[], str | None] = lambda: None,
         datasets: Callable[[], dict[str, str]] = dict,
+        authenticate: Callable[[Hello], object] | None = None,
     ) -> None:
         """Args:
         decoder: decodes the frames this side takes.
@@ -69,12 +73,19 @@ class AcceptingSession(Generic[T]):
             there is no room for it (refused with code ``unavailable``).
         datasets: asked when a ``Hello`` is admitted: the datasets served and the kind of
             each one's index, for the ``Welcome`` (a relay's, to its subscribers).
+        authenticate: asked when a ``Hello`` of a served role arrives, before anything else:
+            what its token grants (kept as ``grant``), or raises ``Unauthorized``, and the
+            connection is refused with the error's code (``unauthorized``, ``forbidden``)
+            and closed. None: no authentication.
         """
         self._decoder = decoder
         self._server = server
         self._roles = roles
         self._room = room
         self._datasets = datasets
+        self._authenticate = authenticate
+        #: What the peer's token grants (``authenticate``'s answer), once admitted.
+        self.grant: object = None
         self.phase = Phase.AWAIT_HELLO
         self.hello: Hello | None = None
         self.session_id = uuid.uuid4().hex[:12]
@@ -105,6 +116,11 @@ class AcceptingSession(Generic[T]):
             )
         if frame.role not in self._roles:
             return self._refuse(f"role {frame.role!r} is not served here ({sorted(self._roles)})")
+        if self._authenticate is not None:
+            try:
+                self.grant = self._authenticate(frame)
+            except Unauthorized as exc:
+                return self._refuse(exc.message, code=exc.code)
         if (full := self._room()) is not None:
             return self._refuse(full, code="unavailable")
         self.phase = Phase.OPEN

@@ -74,7 +74,7 @@ def error(text: str) -> str:
 # (the TOML, how its error message starts after the file name: 'KEY PATH: PROBLEM')
 MISTAKES = [
     # the document and [publisher]
-    ("[relay]\nport = 1", "relay: unknown key (known keys: publisher, datasets)"),
+    ("[relay]\nport = 1", "relay: unknown key (known keys: publisher, datasets, auth)"),
     ("datasets = 5", "datasets: expected a table, not an integer (5)"),
     ('publisher = "x"', "publisher: expected a table, not a string ('x')"),
     ("[publisher]\nprot = 1", "publisher.prot: unknown key (did you mean 'port'?)"),
@@ -915,3 +915,35 @@ def test_simulation_sources_carry_their_parameters() -> None:
     assert dataset.source == SimulationSource(
         SimulationParams(emit="every", max_ticks=5, partitions=4)
     )
+
+
+def test_the_auth_table_configures_tokens_and_the_publisher_table_tls(tmp_path: Path) -> None:
+    secret = tmp_path / "secret"
+    secret.write_text("k" * 40 + "\n")
+    settings = parse_config(
+        f'[auth]\nkey_file = "{secret}"\naudience = "fanout"\n'
+        '[publisher]\ntls_cert = "c.pem"\ntls_key = "k.pem"\n'
+    )
+    assert settings.auth is not None
+    assert (settings.auth.algorithm, settings.auth.key, settings.auth.audience) == (
+        "HS256",
+        "k" * 40,
+        "fanout",
+    )
+    assert (settings.tls_cert, settings.tls_key) == (Path("c.pem"), Path("k.pem"))
+    assert parse_config("").auth is None
+
+
+@pytest.mark.parametrize(
+    ("text", "says"),
+    [
+        ("[auth]\n", "auth: give the key (key = ...) or the file holding it"),
+        ('[auth]\nkey = "short"\n', "auth: an HS256 secret must be at least 32 bytes"),
+        ('[auth]\nkey = "' + "k" * 40 + '"\nalgorithm = "none"\n', "auth algorithm must be"),
+        ('[auth]\nkey_file = "/no/such/file"\n', "auth key file /no/such/file: cannot read"),
+        ('[auth]\nkey = "' + "k" * 40 + '"\nalgo = "RS256"\n', "auth.algo"),
+    ],
+)
+def test_a_bad_auth_table_is_refused_naming_the_key(text: str, says: str) -> None:
+    with pytest.raises(ConfigError, match=re.escape(says)):
+        parse_config(text)

@@ -1,10 +1,14 @@
 """``fanout.toml``: the publisher's datasets and settings, read and checked.
 
-The file has two tables, both optional (the reference is ``docs/configuration.md``)::
+The file has three tables, all optional (the reference is ``docs/configuration.md``)::
 
     [publisher]                     # host, port, master, state_dir, trigger, log,
                                     # retention_seconds, mirror_rows, max_primitives
     port = 7700
+
+    [auth]                          # tokens (docs/security.md): algorithm, key or
+    algorithm = "HS256"             # key_file, audience, issuer, leeway
+    key_file = "secret.txt"
 
     [datasets.orders]               # one table per dataset, in the order they are served
     key = "order_id"
@@ -26,6 +30,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from fanout.auth import AuthConfig
 from fanout.errors import ConfigError
 from fanout.publisher.config.datasets import read_datasets
 from fanout.publisher.config.values import (
@@ -66,6 +71,9 @@ class PublisherSettings:
             snapshots (``publisher.mirror``); 0: snapshots always read Spark's state store.
         max_primitives: upstream primitives one relay may hold at once; an ``Acquire``
             beyond them is refused (``publisher.registry``).
+        auth: how connections' tokens are checked (``fanout.auth``); None: no
+            authentication.
+        tls_cert, tls_key: PEM files: serve ``wss://`` with them (None: plain ``ws://``).
     """
 
     datasets: dict[str, Dataset] = field(default_factory=builtin_datasets)
@@ -78,6 +86,9 @@ class PublisherSettings:
     retention_seconds: float = 600.0
     mirror_rows: int = MIRROR_ROWS
     max_primitives: int = MAX_PRIMITIVES
+    auth: AuthConfig | None = None
+    tls_cert: Path | None = None
+    tls_key: Path | None = None
 
     def log_url(self) -> str:
         """The log's URL: ``log``, or the SQLite file ``log.db`` in the state directory."""
@@ -147,12 +158,39 @@ def parse_config(text: str, source: str = "fanout.toml") -> PublisherSettings:
 
 
 def _settings(document: Table) -> PublisherSettings:
-    check_keys(document, ("publisher", "datasets"), "")
+    check_keys(document, ("publisher", "datasets", "auth"), "")
     declared = read_datasets(document["datasets"]) if "datasets" in document else {}
     settings = PublisherSettings(datasets=declared or builtin_datasets())
+    if "auth" in document:
+        settings = replace(settings, auth=_auth(document["auth"]))
     if "publisher" not in document:
         return settings
     return replace(settings, **_publisher(document["publisher"]))
+
+
+def _auth(value: object) -> AuthConfig:
+    """The ``[auth]`` table: ``algorithm``, ``key`` or ``key_file``, ``audience``, ``issuer``,
+    ``leeway``."""
+    table = as_table(value, "auth")
+    check_keys(table, ("algorithm", "key", "key_file", "audience", "issuer", "leeway"), "auth")
+    if ("key" in table) == ("key_file" in table):
+        fail("auth", "give the key (key = ...) or the file holding it (key_file = ...), one")
+    options: dict[str, Any] = {
+        name: as_string(table[name], f"auth.{name}")
+        for name in ("audience", "issuer")
+        if name in table
+    }
+    if "leeway" in table:
+        options["leeway"] = as_number(table["leeway"], "auth.leeway")
+    algorithm = as_string(table.get("algorithm", "HS256"), "auth.algorithm")
+    try:
+        if "key_file" in table:
+            return AuthConfig.from_file(
+                algorithm, Path(as_string(table["key_file"], "auth.key_file")), **options
+            )
+        return AuthConfig(algorithm, as_string(table["key"], "auth.key"), **options)  # type: ignore[arg-type]  # checked there
+    except ConfigError as exc:
+        fail("auth", str(exc))
 
 
 # -- [publisher] ---------------------------------------------------------------------------------
@@ -178,6 +216,8 @@ _PUBLISHER_KEYS: dict[str, Callable[[object, str], Any]] = {
     "retention_seconds": lambda value, path: as_number(value, path, "> 0"),
     "mirror_rows": lambda value, path: as_integer(value, path, 0, None),
     "max_primitives": lambda value, path: as_integer(value, path, 1, None),
+    "tls_cert": lambda value, path: Path(as_string(value, path)),
+    "tls_key": lambda value, path: Path(as_string(value, path)),
 }
 
 

@@ -1,0 +1,357 @@
+"""The HTTP streaming API's pure side: requests in, subscriptions and JSON events out.
+
+``GET /v1/subscribe?dataset=&view=&mode=&rate=`` subscribes like a ``Subscribe`` frame and
+answers a stream of JSON events, one per line (NDJSON, ``application/x-ndjson``) or as
+Server-Sent Events (``text/event-stream``, chosen by ``format=sse`` or an ``Accept`` header
+naming it). ``GET /v1/datasets`` describes the datasets. See docs/http.md.
+
+Events, in order: ``subscribed`` (the key and the columns), then ``push`` (the first one
+``full``: the whole view; then deltas: ``entered`` and ``updated`` rows as objects, ``left``
+keys) and ``no_update``; ``error`` ends the stream unless its code is ``resync`` (a full push
+follows). Numbers are strict JSON: NaN and infinities are ``null``.
+
+An ``every`` subscription's pushes and no-updates carry ``token``: where the stream is (epoch,
+seq and the keys held), URL-safe. ``token=`` in the URL or SSE's ``Last-Event-ID`` header
+resumes after it, on this relay or another, with no gap and no duplicate (docs/delivery.md).
+
+Nothing here touches a socket: :func:`parse_subscribe` reads a request's query, and
+:class:`EventStream` turns the relay's frames for one subscription into encoded events.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import math
+import urllib.parse
+import zlib
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import msgspec
+import numpy as np
+import numpy.typing as npt
+
+from fanout.errors import InvalidView, ProtocolError
+from fanout.relay.rules import VIEW_KIND
+from fanout.views.text import parse as parse_view
+from fanout.wire.columns import decode_columns, encode_columns, key_column
+from fanout.wire.messages import (
+    DatasetInfo,
+    Error,
+    NoUpdate,
+    Push,
+    Resume,
+    Subscribe,
+    Subscribed,
+    Transform,
+    Unsubscribed,
+)
+
+#: The one subscription an HTTP stream holds, as the core numbers it on its connection.
+SUB = 1
+#: Query parameters ``/v1/subscribe`` takes; any other is refused (a typo would be ignored).
+PARAMETERS = frozenset(
+    {"dataset", "view", "mode", "rate", "priority", "columns", "token", "format", "access_token"}
+)
+#: How events are written.
+Format = Literal["ndjson", "sse"]
+CONTENT_TYPES: dict[Format, str] = {
+    "ndjson": "application/x-ndjson",
+    "sse": "text/event-stream",
+}
+#: Error codes from the relay that do not end a subscription.
+_GOES_ON = frozenset({"resync"})
+_JSON = msgspec.json.Encoder()
+
+
+class HttpError(Exception):
+    """A request refused: its HTTP status, an error code and a message for whoever sent it."""
+
+    def __init__(self, status: int, code: str, message: str) -> None:
+        super().__init__(message)
+        self.status, self.code, self.message = status, code, message
+
+    def body(self) -> bytes:
+        """The JSON body of the refusal: ``{"error": code, "message": message}``."""
+        return _JSON.encode({"error": self.code, "message": self.message}) + b"\n"
+
+
+@dataclass(frozen=True)
+class StreamRequest:
+    """What a ``/v1/subscribe`` request asks for.
+
+    Attributes:
+        subscribe: the ``Subscribe`` frame it stands for.
+        format: ``ndjson`` or ``sse``.
+    """
+
+    subscribe: Subscribe
+    format: Format
+
+
+def parse_subscribe(
+    query: str, headers: Mapping[str, str], datasets: Mapping[str, str]
+) -> StreamRequest:
+    """Read a ``/v1/subscribe`` request.
+
+    Args:
+        query: the URL's query string (after ``?``).
+        headers: the request's headers (``Accept``, ``Last-Event-ID``), names in any case.
+        datasets: the relay's datasets, name -> index kind (``space``, ``sql``, ...).
+
+    Returns:
+        The subscription and the format to answer in.
+
+    Raises:
+        HttpError: a missing, repeated, unknown or malformed parameter (400), an unknown
+            dataset (404), a view that does not parse (400), a token that does not decode
+            (400); the message says which.
+    """
+    params = _single_params(query)
+    dataset = _required(params, "dataset")
+    if dataset not in datasets:
+        known = ", ".join(sorted(datasets)) or "none yet: the relay is not connected upstream"
+        raise HttpError(404, "unknown_dataset", f"unknown dataset {dataset!r} (known: {known})")
+    kind = VIEW_KIND.get(datasets[dataset], datasets[dataset])
+    try:
+        view = parse_view(_required(params, "view"), kind)
+    except InvalidView as exc:
+        raise HttpError(400, "invalid_view", f"view: {exc}") from None
+    mode = params.get("mode", "latest")
+    if mode not in ("latest", "every"):
+        raise HttpError(400, "bad_request", f"mode must be 'latest' or 'every', not {mode!r}")
+    rate = _number(params, "rate", 10.0)
+    priority = int(_number(params, "priority", 0.0, integer=True))
+    transform = None
+    if "columns" in params:
+        columns = [name for name in params["columns"].split(",") if name]
+        transform = Transform(columns=columns)
+    token = params.get("token") or _header(headers, "last-event-id")
+    resume = None
+    if token:
+        if mode != "every":
+            raise HttpError(400, "bad_request", "a resume token is for mode=every only")
+        resume = decode_token(token)
+    subscribe = Subscribe(
+        SUB,
+        dataset,
+        view,
+        rate=rate,
+        priority=priority,
+        transform=transform,
+        mode=mode,  # type: ignore[arg-type]  # checked above
+        resume=resume,
+    )
+    return StreamRequest(subscribe, _format(params, headers))
+
+
+def datasets_json(infos: list[DatasetInfo]) -> bytes:
+    """``GET /v1/datasets``'s body: each dataset's key, columns, index and view language."""
+    described = [
+        {
+            "name": info.name,
+            "key": info.key,
+            "columns": info.columns,
+            "index": info.index,
+            "index_columns": info.index_columns,
+            "view": VIEW_KIND.get(info.index, info.index),
+        }
+        for info in infos
+    ]
+    return _JSON.encode({"datasets": described}) + b"\n"
+
+
+def encode_token(resume: Resume) -> str:
+    """A resume token as URL-safe text (msgpack, deflated, base64url without padding)."""
+    packed = zlib.compress(msgspec.msgpack.encode(resume), 6)
+    return base64.urlsafe_b64encode(packed).rstrip(b"=").decode()
+
+
+def decode_token(token: str) -> Resume:
+    """Read a token :func:`encode_token` wrote.
+
+    Raises:
+        HttpError: 400, the token is not one (truncated, edited, another program's).
+    """
+    try:
+        packed = base64.urlsafe_b64decode(token + "=" * (-len(token) % 4))
+        resume = msgspec.msgpack.decode(zlib.decompress(packed), type=Resume)
+        decode_columns(resume.keys)
+    except (ValueError, binascii.Error, zlib.error, msgspec.DecodeError, ProtocolError):
+        raise HttpError(400, "bad_token", "the resume token does not decode") from None
+    return resume
+
+
+class EventStream:
+    """One HTTP subscription's events, from the relay's frames for it.
+
+    Attributes:
+        ended: whether the subscription is over (an error that ends it, or unsubscribed);
+            nothing more is to be written after the last event.
+        key: the key column, once ``subscribed``.
+    """
+
+    def __init__(self, format: Format, mode: str, resumed: Resume | None = None) -> None:
+        """Args:
+        format: how events are written.
+        mode: the subscription's mode (``every`` events carry tokens).
+        resumed: the token the stream resumes from: the keys held before its first event.
+        """
+        self.format, self.mode = format, mode
+        self.ended = False
+        self.key = ""
+        #: Keys the subscriber holds (mode ``every`` only, for its tokens).
+        self._held: set[Any] = set()
+        self._held_dtype: npt.DTypeLike = np.int64
+        if resumed is not None:
+            keys = decode_columns(resumed.keys)
+            for column in keys.values():
+                self._held_dtype = column.dtype
+                self._held.update(column.tolist())
+
+    def event(self, frame: object) -> bytes:
+        """The encoded event for one frame of the relay (``b""`` for one that is not its).
+
+        Raises:
+            ProtocolError: a push whose rows do not decode (a relay's bug: the stream ends).
+        """
+        match frame:
+            case Subscribed() as subscribed:
+                self.key = subscribed.key
+                return self._write(
+                    "subscribed",
+                    {"type": "subscribed", "key": subscribed.key, "columns": subscribed.columns},
+                )
+            case Push() as push:
+                return self._push(push)
+            case NoUpdate() as none:
+                body: dict[str, Any] = {"type": "no_update", "epoch": none.epoch}
+                body.update(seq=none.seq, tick=none.tick)
+                return self._write("no_update", self._stamped(body, none.epoch, none.seq))
+            case Error() as error:
+                self.ended = self.ended or error.code not in _GOES_ON
+                return self._write(
+                    "error", {"type": "error", "error": error.code, "message": error.message}
+                )
+            case Unsubscribed():
+                self.ended = True
+        return b""
+
+    def _push(self, push: Push) -> bytes:
+        entered, updated = decode_columns(push.entered), decode_columns(push.updated)
+        left = key_column(push.left, self.key, "left")
+        if self.mode == "every":
+            if push.full:
+                self._held.clear()
+            self._held.difference_update(left.tolist())
+            for rows in (entered, updated):
+                if self.key in rows:
+                    self._held_dtype = rows[self.key].dtype
+                    self._held.update(rows[self.key].tolist())
+        body: dict[str, Any] = {
+            "type": "push",
+            "epoch": push.epoch,
+            "seq": push.seq,
+            "tick": push.tick,
+            "tick_time": push.tick_time,
+            "full": push.full,
+            "entered": rows_json(entered),
+            "updated": rows_json(updated),
+            "left": [_plain(value) for value in left.tolist()],
+        }
+        return self._write("push", self._stamped(body, push.epoch, push.seq))
+
+    def _stamped(self, body: dict[str, Any], epoch: int, seq: int) -> dict[str, Any]:
+        if self.mode == "every":
+            body["token"] = encode_token(self._token(epoch, seq))
+        return body
+
+    def _token(self, epoch: int, seq: int) -> Resume:
+        keys = sorted(self._held)
+        if keys and all(isinstance(key, int) for key in keys):
+            column: npt.NDArray[Any] = np.array(keys, dtype=np.int64)
+        else:
+            column = np.array(keys, dtype=object)
+        return Resume(epoch, seq, encode_columns({self.key: column}))
+
+    def _write(self, name: str, body: dict[str, Any]) -> bytes:
+        data = _JSON.encode(body)
+        if self.format == "ndjson":
+            return data + b"\n"
+        token = body.get("token")
+        head = f"id: {token}\n" if token else ""
+        return f"{head}event: {name}\n".encode() + b"data: " + data + b"\n\n"
+
+
+def rows_json(columns: Mapping[str, npt.NDArray[Any]]) -> list[dict[str, Any]]:
+    """Rows as JSON objects, column by column: non-finite floats become ``None``."""
+    names = list(columns)
+    values = [[_plain(value) for value in columns[name].tolist()] for name in names]
+    return [dict(zip(names, row, strict=True)) for row in zip(*values, strict=True)]
+
+
+def _plain(value: Any) -> Any:
+    """A value strict JSON can hold: NaN and infinities (a NULL number) become None."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    return value
+
+
+def _single_params(query: str) -> dict[str, str]:
+    try:
+        pairs = urllib.parse.parse_qsl(
+            query, keep_blank_values=True, strict_parsing=bool(query), max_num_fields=32
+        )
+    except ValueError as exc:
+        raise HttpError(400, "bad_request", f"the query string does not parse: {exc}") from None
+    params: dict[str, str] = {}
+    for name, value in pairs:
+        if name not in PARAMETERS:
+            expected = ", ".join(sorted(PARAMETERS))
+            raise HttpError(400, "bad_request", f"unknown parameter {name!r} (known: {expected})")
+        if name in params:
+            raise HttpError(400, "bad_request", f"parameter {name!r} given twice")
+        params[name] = value
+    return params
+
+
+def _required(params: Mapping[str, str], name: str) -> str:
+    value = params.get(name)
+    if not value:
+        raise HttpError(400, "bad_request", f"parameter {name!r} is required")
+    return value
+
+
+def _number(
+    params: Mapping[str, str], name: str, default: float, *, integer: bool = False
+) -> float:
+    text = params.get(name)
+    if text is None:
+        return default
+    try:
+        value = int(text) if integer else float(text)
+    except ValueError:
+        wanted = "an integer" if integer else "a number"
+        raise HttpError(400, "bad_request", f"{name} must be {wanted}, not {text!r}") from None
+    if not math.isfinite(value):
+        raise HttpError(400, "bad_request", f"{name} must be finite, not {text!r}")
+    return value
+
+
+def _format(params: Mapping[str, str], headers: Mapping[str, str]) -> Format:
+    chosen = params.get("format")
+    if chosen is None:
+        accept = _header(headers, "accept") or ""
+        return "sse" if "text/event-stream" in accept else "ndjson"
+    if chosen not in CONTENT_TYPES:
+        raise HttpError(400, "bad_request", f"format must be 'ndjson' or 'sse', not {chosen!r}")
+    return "sse" if chosen == "sse" else "ndjson"
+
+
+def _header(headers: Mapping[str, str], name: str) -> str | None:
+    for key, value in headers.items():
+        if key.lower() == name:
+            return value
+    return None

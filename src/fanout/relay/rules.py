@@ -1,0 +1,342 @@
+"""Per-view access rules: what a subscriber may see is its view intersected with its rules.
+
+A token's ``rules`` claim (``fanout.auth``) lists, per dataset, views in the dataset's language:
+regions (``box:0,0,500,500``), SQL predicates (``tenant = 'a'``, or a whole ``SELECT * FROM
+orders WHERE tenant = 'a'``), topic filters (``plant/1/#``), object paths (``/cars/c1``). With a
+rules claim, a dataset it does not name is not readable at all, and a view of one it names is
+served as its **effective view**, a view of the same language computed here, in the coverage
+algebra, before the relay's core sees the subscription:
+
+* a region view inside the rules (``covers``) is served as it is; a box, or a union of boxes,
+  against box rules is clipped to them (the union of the pieces); a view that sticks out of
+  curved rules, or a view relative to an entity, is refused (no region of the algebra is their
+  intersection);
+* a topic filter inside a rule is served as it is; otherwise it is narrowed to its
+  intersection with the one rule it meets (a filter that meets several rules, partly each, is
+  refused: subscribe to each part);
+* an object path must lie inside a rule (``covers``);
+* a SQL view reads only tables it has rules for (joins included); every table it reads is
+  restricted to its rules' rows before the query runs — the rules' predicates are added to the
+  WHERE clause for the FROM table and INNER/CROSS joins, and to the ON clause of a LEFT join
+  (whose ungranted rows then never match: the row is NULL-extended). RIGHT and FULL joins are
+  refused.
+
+The effective view is an ordinary view: the core acquires, covers, cuts, shares encodings
+(only between subscribers with the same effective view), serves mode ``every`` and resumes it
+as for any other. Nothing outside the rules is cut, so nothing outside them is encoded.
+
+Refusals are ``Unauthorized("forbidden", ...)``; rules that do not parse as views of the
+dataset's language are refused the same way, naming the dataset and the rule's number.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import TypeVar
+
+import msgspec
+import sqlglot
+import sqlglot.errors
+from sqlglot import exp
+
+from fanout.errors import InvalidView, Unauthorized
+from fanout.views import View, covers
+from fanout.views.region import Box, RegionUnion, Relative, Sector, Sphere
+from fanout.views.sql import Sql
+from fanout.views.text import parse as parse_view
+from fanout.views.topic import TopicFilter
+from fanout.wire.messages import Subscribe
+
+T = TypeVar("T")
+#: Rules by dataset, as a token's claim holds them: view texts.
+Rules = Mapping[str, Sequence[str]]
+DIALECT = "duckdb"
+#: The view language of each index kind (``DatasetInfo.index``).
+VIEW_KIND = {"space": "region", "sql": "sql", "topic": "topic", "path": "path"}
+
+
+def effective(view: View, dataset: str, kind: str, rules: Rules | None) -> View:
+    """The view a subscriber with ``rules`` is served for ``view`` of ``dataset``.
+
+    Args:
+        view: the view it asked for.
+        dataset: the dataset subscribed to.
+        kind: the dataset's view language: ``region``, ``sql``, ``topic`` or ``path``.
+        rules: the token's rules; None: no rules claim, the view as it is.
+
+    Returns:
+        The view intersected with the rules (the view itself when the rules cover it).
+
+    Raises:
+        Unauthorized: ``forbidden``: the rules grant no row of a dataset the view reads, the
+            intersection is not a view of the language (see the module), or the rules of the
+            dataset do not parse.
+    """
+    if rules is None:
+        return view
+    if isinstance(view, Sql):
+        return restrict_sql(view, rules)
+    granted = _granted(dataset, kind, rules)
+    if isinstance(view, Relative):
+        raise Unauthorized(
+            "forbidden",
+            f"views relative to an entity are not served under access rules on {dataset!r}:"
+            " subscribe to an absolute region inside your rules",
+        )
+    if covers(granted, view):
+        return view
+    if isinstance(view, Box | Sphere | Sector | RegionUnion):
+        return _clip(view, granted, dataset)
+    if isinstance(view, TopicFilter):
+        return _narrow_topic(view, granted, dataset)
+    raise Unauthorized("forbidden", f"the view {view} is not inside your rules on {dataset!r}")
+
+
+def parse_rules(dataset: str, kind: str, texts: Sequence[str]) -> list[View]:
+    """A dataset's rules as views of its language.
+
+    Raises:
+        Unauthorized: ``forbidden``: one does not parse (the message says which, by number,
+            and why, without quoting it).
+    """
+    views: list[View] = []
+    for number, text in enumerate(texts, 1):
+        try:
+            if kind == "sql":
+                views.append(Sql(_rule_query(dataset, text).sql(dialect=DIALECT)))
+            else:
+                views.append(parse_view(text, kind))
+        except InvalidView as exc:
+            raise Unauthorized(
+                "forbidden", f"your rule {number} on {dataset!r} is not a valid {kind} view: {exc}"
+            ) from None
+    return views
+
+
+def _granted(dataset: str, kind: str, rules: Rules) -> list[View]:
+    texts = rules.get(dataset)
+    if not texts:
+        raise Unauthorized("forbidden", f"your token grants no rows of dataset {dataset!r}")
+    return parse_rules(dataset, kind, texts)
+
+
+# -- regions --------------------------------------------------------------------------------
+
+
+def _clip(view: Box | Sphere | Sector | RegionUnion, granted: Sequence[View], dataset: str) -> View:
+    """A box (union) intersected with box rules: the union of the non-empty pieces."""
+    mine = view.members if isinstance(view, RegionUnion) else (view,)
+    theirs = [member for rule in granted for member in _members(rule)]
+    if not all(isinstance(m, Box) for m in (*mine, *theirs)):
+        raise Unauthorized(
+            "forbidden",
+            f"the view {view} is not inside your rules on {dataset!r}, and only boxes are"
+            " clipped to rules: subscribe to a view inside them",
+        )
+    pieces = [
+        piece
+        for a in mine
+        for b in theirs
+        if (piece := box_meet(a, b)) is not None  # type: ignore[arg-type]  # boxes, checked
+    ]
+    if not pieces:
+        raise Unauthorized("forbidden", f"the view {view} lies outside your rules on {dataset!r}")
+    return pieces[0] if len(pieces) == 1 else RegionUnion(tuple(pieces))
+
+
+def box_meet(a: Box, b: Box) -> Box | None:
+    """The intersection of two boxes (closed: boxes that touch meet in a flat box), or None."""
+    if a.dims != b.dims:
+        return None
+    lo = tuple(max(x, y) for x, y in zip(a.lo, b.lo, strict=True))
+    hi = tuple(min(x, y) for x, y in zip(a.hi, b.hi, strict=True))
+    if any(low > high for low, high in zip(lo, hi, strict=True)):
+        return None
+    return Box(lo, hi)
+
+
+def _members(view: View) -> tuple[View, ...]:
+    return view.members if isinstance(view, RegionUnion) else (view,)
+
+
+# -- topics ---------------------------------------------------------------------------------
+
+
+def _narrow_topic(view: TopicFilter, granted: Sequence[View], dataset: str) -> TopicFilter:
+    meets = {
+        meet
+        for rule in granted
+        if isinstance(rule, TopicFilter)
+        and (meet := topic_meet(view.topic_filter, rule.topic_filter)) is not None
+    }
+    if not meets:
+        raise Unauthorized(
+            "forbidden", f"the filter {view} matches none of your rules on {dataset!r}"
+        )
+    if len(meets) > 1:
+        parts = ", ".join(sorted(meets))
+        raise Unauthorized(
+            "forbidden",
+            f"the filter {view} meets several of your rules on {dataset!r}: subscribe to each"
+            f" part ({parts})",
+        )
+    (meet,) = meets
+    share = view.share_group
+    return TopicFilter(meet if share is None else f"$share/{share}/{meet}")
+
+
+def topic_meet(a: str, b: str) -> str | None:
+    """The filter matching exactly the topics both MQTT filters match, or None if none does.
+
+    Wildcards meet anything at their level (``+``: one level, ``#``: the rest, including the
+    parent level itself, as MQTT 4.7.1.2 has it); topics starting with ``$`` are matched by no
+    filter starting with a wildcard (MQTT 4.7.2).
+    """
+    left, right = a.split("/"), b.split("/")
+    if _dollar_against_wildcard(left, right) or _dollar_against_wildcard(right, left):
+        return None
+    out: list[str] = []
+    for index in range(max(len(left), len(right)) + 1):
+        x = left[index] if index < len(left) else None
+        y = right[index] if index < len(right) else None
+        if x == "#":
+            return "/".join(out + right[index:])
+        if y == "#":
+            return "/".join(out + left[index:])
+        if x is None or y is None:
+            return "/".join(out) if x is None and y is None else None
+        if x == "+":
+            out.append(y)
+        elif y in ("+", x):
+            out.append(x)
+        else:
+            return None
+    return "/".join(out)
+
+
+def _dollar_against_wildcard(levels: list[str], other: list[str]) -> bool:
+    return levels[0].startswith("$") and other[0] in ("+", "#")
+
+
+# -- SQL ------------------------------------------------------------------------------------
+
+
+def restrict_sql(view: Sql, rules: Rules) -> Sql:
+    """A SQL view over its tables restricted to their rules' rows (see the module).
+
+    Raises:
+        Unauthorized: ``forbidden``: a table without rules, a RIGHT or FULL join, or rules
+            that do not parse.
+    """
+    tree = sqlglot.parse_one(view.text, dialect=DIALECT)
+    assert isinstance(tree, exp.Select), view.text  # Sql accepts nothing else
+    where: list[exp.Expression] = []
+    source = tree.args["from_"].this
+    where += _predicates(source, rules)
+    for join in tree.args.get("joins") or []:
+        side = (join.side or "").upper()
+        if side in ("RIGHT", "FULL"):
+            raise Unauthorized(
+                "forbidden", f"{side} joins are not served under access rules; use a LEFT join"
+            )
+        predicates = _predicates(join.this, rules)
+        if side == "LEFT":
+            on = join.args.get("on")
+            join.set("on", exp.and_(*([on] if on is not None else []), *predicates))
+        else:
+            where += predicates
+    if where:
+        tree = tree.where(exp.and_(*where), copy=False)
+    return Sql(tree.sql(dialect=DIALECT))
+
+
+def _predicates(table: exp.Expression, rules: Rules) -> list[exp.Expression]:
+    """The rules of one table of a query, qualified by its alias: one predicate (an OR)."""
+    if not isinstance(table, exp.Table):
+        raise Unauthorized("forbidden", "only tables are read under access rules")
+    name, alias = table.name.lower(), table.alias_or_name
+    texts = rules.get(name)
+    if not texts:
+        raise Unauthorized("forbidden", f"your token grants no rows of dataset {name!r}")
+    conditions = []
+    for number, text in enumerate(texts, 1):
+        try:
+            rule = _rule_query(name, text)
+            Sql(rule.sql(dialect=DIALECT))  # the rule alone must be a valid view
+        except InvalidView as exc:
+            raise Unauthorized(
+                "forbidden", f"your rule {number} on {name!r} is not a valid sql view: {exc}"
+            ) from None
+        condition = rule.args.get("where")
+        if condition is None:
+            return []  # a rule granting every row
+        predicate = condition.this.copy()
+        for column in predicate.find_all(exp.Column):
+            column.set("table", exp.to_identifier(alias))
+        conditions.append(exp.paren(predicate, copy=False))
+    return [exp.paren(exp.or_(*conditions), copy=False)]
+
+
+def _rule_query(dataset: str, text: str) -> exp.Select:
+    """A SQL rule as a ``SELECT * FROM dataset WHERE ...``: given whole, or as its condition.
+
+    Raises:
+        InvalidView: it does not parse, or is a query of another table or of several.
+    """
+    whole = text.lstrip()[:6].lower() == "select"
+    query = text if whole else f"SELECT * FROM {_quoted(dataset)} WHERE {text}"
+    try:
+        tree = sqlglot.parse_one(query, dialect=DIALECT)
+    except sqlglot.errors.ParseError as exc:
+        raise InvalidView(f"it does not parse ({str(exc).splitlines()[0]})") from None
+    if not isinstance(tree, exp.Select):
+        raise InvalidView("it is not a SELECT or a condition")
+    source = tree.args.get("from_")
+    if (
+        source is None
+        or not isinstance(source.this, exp.Table)
+        or source.this.name.lower() != dataset
+        or tree.args.get("joins")
+    ):
+        raise InvalidView(f"a rule reads its own table, {dataset!r}, alone")
+    for key in ("limit", "offset", "distinct", "order", "group", "having"):
+        if tree.args.get(key):
+            raise InvalidView("a rule is a condition on rows: no LIMIT, DISTINCT, ORDER BY")
+    return tree
+
+
+def _quoted(name: str) -> str:
+    return exp.to_identifier(name, quoted=True).sql(dialect=DIALECT)
+
+
+def visible(datasets: Mapping[str, T], grant: object) -> dict[str, T]:
+    """The datasets a connection is told of: those its token's rules name, or all of them
+    (no rules claim, or no authentication). A dataset it may not read is not described to it.
+    """
+    rules = getattr(grant, "rules", None)
+    if rules is None:
+        return dict(datasets)
+    return {name: value for name, value in datasets.items() if name in rules}
+
+
+def restrict(request: Subscribe, rules: Rules | None, datasets: Mapping[str, str]) -> Subscribe:
+    """A subscription request with its view replaced by the effective view.
+
+    Args:
+        request: the ``Subscribe`` as the subscriber sent it.
+        rules: its token's rules (None: none, the request as it is).
+        datasets: the relay's datasets, name -> index kind (``space``, ``sql``, ...).
+
+    Raises:
+        Unauthorized: ``forbidden`` (see :func:`effective`).
+    """
+    if rules is None:
+        return request
+    if request.dataset not in rules and not isinstance(request.view, Sql):
+        raise Unauthorized("forbidden", f"your token grants no rows of dataset {request.dataset!r}")
+    index = datasets.get(request.dataset)
+    if index is None:
+        return request  # the core refuses a dataset it does not know, naming those it does
+    kind = VIEW_KIND.get(index, index)
+    view = effective(request.view, request.dataset, kind, rules)
+    return request if view == request.view else msgspec.structs.replace(request, view=view)
