@@ -18,6 +18,7 @@ ALLOWED: dict[str, set[str]] = {
     "client": {"errors", "connection", "views", "wire"},
     "relay": {"errors", "connection", "metrics", "views", "wire"},
     "publisher": {"errors", "connection", "metrics", "views", "wire"},
+    "cache": {"errors", "wire"},
 }
 
 
