@@ -10,9 +10,11 @@ from types import FrameType
 
 from pyspark.errors import PySparkException
 
+from fanout.publisher.busconnector import BusConnector
 from fanout.publisher.config import PublisherSettings
 from fanout.publisher.control import ControlPlane
 from fanout.publisher.log import open_log
+from fanout.publisher.objects import ObjectTable, object_type
 from fanout.publisher.pipeline import Pipeline
 from fanout.publisher.registry import Registry
 from fanout.publisher.service import DatasetService
@@ -31,6 +33,7 @@ def run(config: PublisherSettings) -> int:
     pipelines: dict[str, Pipeline] = {}
     control = ControlPlane(DatasetService(pipelines), registry)
     batch_log = open_log(config.log_url())
+    bus = _bus(config)
     for dataset in config.datasets.values():
         pipelines[dataset.name] = Pipeline(
             spark,
@@ -41,7 +44,10 @@ def run(config: PublisherSettings) -> int:
             log=batch_log,
             retention_seconds=config.retention_seconds,
             mirror_rows=config.mirror_rows,
+            bus=bus,
         )
+    if bus is not None:
+        bus.start()
     port = control.start_in_thread(config.host, config.port)
     queries = [pipeline.start(config.trigger) for pipeline in pipelines.values()]
     print(f"fanout publisher ready ws://{config.host}:{port}", flush=True)
@@ -72,6 +78,22 @@ def run(config: PublisherSettings) -> int:
     for query in queries:
         query.stop()
     control.stop()
+    if bus is not None:
+        bus.stop()
     spark.stop()
     batch_log.close()
     return status
+
+
+def _bus(config: PublisherSettings) -> BusConnector | None:
+    """The database connector on the subject bus, for the datasets that opted in (None: none)."""
+    if config.bus is None:
+        return None
+    tables = {
+        dataset.name: ObjectTable(
+            object_type(dataset), config.bus.domain, config.bus.fragment_bytes
+        )
+        for dataset in config.datasets.values()
+        if dataset.bus is not None
+    }
+    return BusConnector(config.bus.url, config.bus.domain, tables) if tables else None
