@@ -205,7 +205,9 @@ class CacheCore:
                 self.counters.stale += 1
                 return None
             version = max(floor, 0)
-        elif version <= floor:
+        elif version < floor or (entry is not None and entry.valid and version <= entry.version):
+            # Older than shown, or the version held again (a repeat). The version an evicted
+            # object had is taken again: it is not older than what was shown.
             self.counters.stale += 1
             return None
         self._place(ref, tokens, exists)
