@@ -410,7 +410,7 @@ class SnoopyCache:
         """
         while True:
             try:
-                answer = await self.nc.request(subject, payload, timeout=LOAD_RETRY * 5)
+                answer = await self.nc.request(subject, payload, timeout=LOAD_RETRY * 2)
             except (nats.errors.TimeoutError, nats.errors.NoRespondersError) as exc:
                 if asyncio.get_running_loop().time() >= deadline:
                     raise LoadTimeout(f"query {subject} not answered: {exc}") from None

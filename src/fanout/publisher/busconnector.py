@@ -9,7 +9,9 @@ loop, so everything about one object leaves in version order (``publisher.object
 The bus never holds the pipeline up: a micro-batch waits at most ``PUBLISH_WAIT`` seconds for
 its messages to reach the server, and a bus that is away (NATS reconnects by itself, forever)
 costs the caches messages, which they fetch again when they reconnect (``docs/caches.md``), not
-the relays their batches. Malformed requests are counted and dropped.
+the relays their batches. Malformed requests are counted and dropped; requests for a type whose
+table is not loaded yet (before its first micro-batch) are dropped too, and asked again by the
+caches.
 """
 
 from __future__ import annotations
@@ -60,6 +62,7 @@ class BusCounters:
     malformed: int = 0
     unknown_type: int = 0
     late: int = 0
+    not_ready: int = 0
     per_type_loads: dict[str, int] = field(default_factory=dict)
 
 
@@ -219,6 +222,11 @@ class BusConnector:
             table = self._table(type_name)
             if table is None:
                 return
+            if not table.loaded:
+                # Before the first micro-batch, "not there" would be a lie: the cache asks
+                # again (every LOAD_RETRY seconds) until the table is loaded.
+                self.counters.not_ready += 1
+                return
             out = table.load_reply(key, request, time.time())
         except (ValueError, msgspec.DecodeError, InvalidSubject) as exc:
             self.counters.malformed += 1
@@ -238,6 +246,9 @@ class BusConnector:
             log.warning("bus: malformed QUERY on %s dropped: %s", msg.subject, exc)
             return
         table = self._table(type_name)
+        if table is not None and not table.loaded:
+            self.counters.not_ready += 1
+            return  # not answered: the cache asks again (as for a LOAD)
         if table is None:
             reply = QueryReply(query.request, 0, f"unknown type {type_name!r}")
         else:
