@@ -92,9 +92,11 @@ async def converge(cache: SnoopyCache, args: argparse.Namespace, reads: Reads) -
     handles = {key: cache.find_by_key("item", key) for key in range(1, args.items + 1)}
     deadline = time.monotonic() + args.timeout
     while True:
-        rows = {key: await handle.get() for key, handle in handles.items()}
-        for key, row in rows.items():
-            reads.check(key, handles[key].version, row, "final read")
+        rows = {}
+        for key, handle in handles.items():
+            rows[key] = await handle.get()
+            # At once: the next get may wait, and the cache may take newer versions meanwhile.
+            reads.check(key, handle.version, rows[key], "final read")
         if all(row is not None and row["closed"] for row in rows.values()):
             break
         if time.monotonic() > deadline:
@@ -136,6 +138,8 @@ async def main(args: argparse.Namespace) -> int:
             "faults": counters.faults,
             "snooped": counters.snooped,
             "malformed": counters.malformed,
+            "loads_sent": cache.shell.loads_sent,
+            "refetches": cache.shell.refetches,
         }
         print(json.dumps(result), flush=True)
         return 0 if not reads.stale and not differs else 1
@@ -151,6 +155,9 @@ def parse(argv: list[str]) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--nats", default="nats://127.0.0.1:4222")
     parser.add_argument("--domain", default="auction")
+    parser.add_argument(
+        "--load-wait", type=float, default=180.0, help="seconds to wait for the publisher at most"
+    )
     parser.add_argument("--db", required=True, help="postgresql://user@host:port/db")
     parser.add_argument("--name", required=True, help="the bidder's name")
     parser.add_argument("--items", type=int, default=20, help="items 1..N are on sale")

@@ -16,7 +16,9 @@ from fanout.cache.client import SnoopyCache
 
 
 async def main(args: argparse.Namespace) -> int:
-    async with await SnoopyCache.connect(args.nats, args.domain, name="watcher") as cache:
+    async with await SnoopyCache.connect(
+        args.nats, args.domain, name="watcher", load_wait=args.load_wait
+    ) as cache:
         changes = cache.events()  # from now on: nothing taken below is missed
         following = await cache.find_by_label("item", args.label)
         print(f"following {args.label}: {len(following.keys())} items", flush=True)
@@ -44,6 +46,9 @@ def parse(argv: list[str]) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--nats", default="nats://127.0.0.1:4222")
     parser.add_argument("--domain", default="auction")
+    parser.add_argument(
+        "--load-wait", type=float, default=180.0, help="seconds to wait for the publisher at most"
+    )
     parser.add_argument("--label", default="computer.>", help="a label pattern (* and > wildcards)")
     parser.add_argument("--until-closed", action="store_true")
     parser.add_argument("--timeout", type=float, default=3600.0, help="seconds to watch at most")

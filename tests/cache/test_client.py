@@ -188,12 +188,9 @@ async def test_a_full_cache_evicts_and_faults_again(server: NatsServer, feed: Fe
         assert cache.counters.faults == 6
 
 
-async def test_no_connector_is_a_clear_error(server: NatsServer, monkeypatch) -> None:
-    from fanout.cache import client
-
-    monkeypatch.setattr(client, "TYPES_WAIT", 1.0)
+async def test_no_connector_is_a_clear_error(server: NatsServer) -> None:
     with pytest.raises(LoadTimeout, match="domain = 'elsewhere'"):
-        await SnoopyCache.connect(server.url, "elsewhere")
+        await SnoopyCache.connect(server.url, "elsewhere", load_wait=1.0)
 
 
 async def test_a_restarted_bus_is_caught_up_by_loading_again(

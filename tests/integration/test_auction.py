@@ -1,7 +1,8 @@
 """The auction of Liebig et al. (section 5), end to end: items and bids in a real PostgreSQL, a
 real nats-server, the Spark publisher as the database connector, four bidder processes each with
 a snoopy cache (``examples/auction/bidder.py``) bidding concurrently, and a watcher following a
-category by label (``examples/auction/watcher.py``). After the auction closes, every cache
+category by label (``examples/auction/watcher.py``); nats-server is killed and restarted while
+they bid. After the auction closes, every cache
 equals the database, and no bidder ever read an older version of an item after a newer one or a
 high bid nobody bid."""
 
@@ -56,7 +57,16 @@ async def publisher(tmp_path: Path, database: str, bus: NatsServer) -> AsyncIter
     config.write_text(text.replace("nats://127.0.0.1:4222", bus.url))
     child = await start(
         "publisher",
-        ["--config", str(config), "--port", "0", "--state-dir", str(tmp_path / "state")],
+        [
+            "--config",
+            str(config),
+            "--port",
+            "0",
+            "--state-dir",
+            str(tmp_path / "state"),
+            "--log-level",
+            "info",
+        ],
         tmp_path / "publisher.log",
     )
     try:
@@ -129,6 +139,9 @@ async def test_every_cache_converges_to_the_database_with_no_stale_reads(
         )
         for seed, name in enumerate(BIDDERS)
     ]
+    # Mid-auction the bus goes away and comes back: what the caches missed they load again.
+    await asyncio.sleep(3)
+    await asyncio.to_thread(bus.restart, 1.0)
     for bidder in bidders:
         await line(bidder, "bidding done")
     close(database)
@@ -141,6 +154,7 @@ async def test_every_cache_converges_to_the_database_with_no_stale_reads(
         assert result["stale_reads"] == [], result
         assert result["differs"] == [], result
         assert result["malformed"] == 0
+        assert result["closed_items"] == 0, result  # every read found its item, open
     assert codes == [0] * len(BIDDERS)
     assert sum(result["placed"] for result in results) > 0, results
     # The caches shared their loads: together they faulted fewer items than they read.

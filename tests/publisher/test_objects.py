@@ -104,3 +104,18 @@ def test_large_objects_are_fragmented_with_one_request_and_version(title: str, s
 def test_a_bad_domain_is_a_config_error() -> None:
     with pytest.raises(ConfigError, match=r"bus\.domain"):
         parse_config(CONFIG.replace('"auction"', '"Auction"'))
+
+
+def test_it_answers_only_once_the_stream_caught_up() -> None:
+    objects = table()
+    assert not objects.ready
+    objects.changes([], [], [], "b1.0", 0.0)  # a new stream's first micro-batch may be empty
+    assert objects.loaded and not objects.ready
+    objects.changes([row(1, "a")], [1], [False], "b1.1", 0.0)  # the table's rows
+    assert objects.ready
+    empty = table()
+    empty.mark_ready()
+    assert not empty.ready  # idle before any micro-batch: nothing is known yet
+    empty.changes([], [], [], "b1.0", 0.0)
+    empty.mark_ready()  # idle after one: the table is empty
+    assert empty.ready

@@ -14,7 +14,7 @@ Rules:
 1. **Handles at once, loads on first access.** ``find_by_key`` returns a handle and starts
    listening to the object's subject; ``get`` returns its state if a message about it was
    snooped meanwhile, and only otherwise publishes a ``LOAD`` and waits for the reply (retried
-   every ``LOAD_RETRY`` seconds, up to ``LOAD_WAIT``). Concurrent accesses share one load.
+   every ``LOAD_RETRY`` seconds, up to ``load_wait``). Concurrent accesses share one load.
 2. **Snooping.** Every message under a subject the cache listens to is taken if newer
    (``cache.core``): other caches' load replies warm this one, updates, creations and
    deletions keep it current, and the application is told through callbacks and
@@ -81,12 +81,10 @@ log = logging.getLogger(__name__)
 
 #: Seconds between sending a ``LOAD`` again that got no reply.
 LOAD_RETRY = 1.0
-#: Seconds an access waits at most for its object to load.
-LOAD_WAIT = 30.0
+#: Seconds an access, a query or ``connect`` waits at most for the connector (by default).
+LOAD_WAIT = 60.0
 #: Changes one ``events()`` iterator holds at most (the oldest is dropped beyond).
 EVENTS_QUEUED = 10_000
-#: Seconds ``connect`` waits for the connector to answer which types it serves.
-TYPES_WAIT = 30.0
 
 
 class UnknownType(FanoutError):
@@ -129,7 +127,7 @@ class Handle:
         """The object's state, None if it does not exist.
 
         Raises:
-            LoadTimeout: it could not be loaded in ``LOAD_WAIT`` seconds.
+            LoadTimeout: it could not be loaded in the cache's ``load_wait`` seconds.
         """
         return await self.cache._get(self.ref)
 
@@ -179,12 +177,14 @@ class SnoopyCache:
         capacity: int,
         snoop: bool,
         db: str | None,
+        load_wait: float = 0.0,
     ) -> None:
         self.nc = nc
         self.domain = domain
         self.types = types
         self.snoop = snoop
         self.db = db
+        self.load_wait = load_wait or LOAD_WAIT
         self.core = CacheCore(capacity)
         self.reassembly = Reassembly()
         self.shell = ShellCounters()
@@ -213,6 +213,7 @@ class SnoopyCache:
         capacity: int = 10_000,
         snoop: bool = True,
         name: str = "fanout-cache",
+        load_wait: float = LOAD_WAIT,
     ) -> SnoopyCache:
         """Connect to NATS and ask the connector which types it serves.
 
@@ -223,10 +224,12 @@ class SnoopyCache:
             capacity: objects held at most besides those followed collections pin.
             snoop: take other caches' load replies (rule 2; False only for comparisons).
             name: the connection's name on the NATS server.
+            load_wait: seconds a load or a query (and this connect) waits at most for the
+                connector (a publisher still starting answers after its first micro-batch).
 
         Raises:
             InvalidSubject: ``domain`` is not a name.
-            LoadTimeout: no connector answered in ``TYPES_WAIT`` seconds.
+            LoadTimeout: no connector answered in ``load_wait`` seconds.
             OSError, nats.errors.Error: NATS could not be reached.
         """
         check_name(domain, "the domain")
@@ -247,11 +250,11 @@ class SnoopyCache:
             error_cb=_error,
         )
         try:
-            types = await _types(nc, domain)
+            types = await _types(nc, domain, load_wait)
         except BaseException:
             await nc.close()
             raise
-        cache = cls(nc, domain, types, capacity=capacity, snoop=snoop, db=db)
+        cache = cls(nc, domain, types, capacity=capacity, snoop=snoop, db=db, load_wait=load_wait)
         holder.append(cache)
         return cache
 
@@ -300,7 +303,7 @@ class SnoopyCache:
         Raises:
             UnknownType: the connector does not serve ``type_name``.
             InvalidLabel: ``pattern`` is not a label pattern.
-            LoadTimeout: the query was not answered in ``LOAD_WAIT`` seconds.
+            LoadTimeout: the query was not answered in ``load_wait`` seconds.
         """
         self._type(type_name)
         tokens = pattern_tokens(pattern)
@@ -363,11 +366,11 @@ class SnoopyCache:
         """Send ``LOAD`` for ``refs`` and wait until each has its reply (rule 1).
 
         Raises:
-            LoadTimeout: some were not answered in ``LOAD_WAIT`` seconds.
+            LoadTimeout: some were not answered in ``load_wait`` seconds.
         """
         request = self._request_id()
         waiting = self._answers[request] = set(refs)
-        deadline = asyncio.get_running_loop().time() + LOAD_WAIT
+        deadline = asyncio.get_running_loop().time() + self.load_wait
         try:
             while waiting:
                 for ref in list(waiting):
@@ -379,7 +382,7 @@ class SnoopyCache:
                 await self._until(lambda: not waiting, deadline, LOAD_RETRY)
                 if waiting and asyncio.get_running_loop().time() >= deadline:
                     raise LoadTimeout(
-                        f"no LOADREPLY for {sorted(map(str, waiting))[:5]} in {LOAD_WAIT:g} s"
+                        f"no LOADREPLY for {sorted(map(str, waiting))[:5]} in {self.load_wait:g} s"
                         f" (is a publisher with [bus] domain {self.domain!r} running?)"
                     )
         finally:
@@ -391,7 +394,7 @@ class SnoopyCache:
         self._queried[request] = 0
         payload = msgspec.msgpack.encode(QueryRequest(request, collection.pattern))
         subject = query_subject(collection.type_name, self.domain)
-        deadline = asyncio.get_running_loop().time() + LOAD_WAIT
+        deadline = asyncio.get_running_loop().time() + self.load_wait
         try:
             count = (await self._ask(subject, payload, deadline)).count
             await self._until(lambda: self._queried[request] >= count, deadline, None)
@@ -632,15 +635,15 @@ class Transaction:
         return await self.connection.execute(query, params)
 
 
-async def _types(nc: Client, domain: str) -> dict[str, TypeInfo]:
-    deadline = asyncio.get_running_loop().time() + TYPES_WAIT
+async def _types(nc: Client, domain: str, wait: float) -> dict[str, TypeInfo]:
+    deadline = asyncio.get_running_loop().time() + wait
     while True:
         try:
             answer = await nc.request(types_subject(domain), b"", timeout=2)
         except (nats.errors.TimeoutError, nats.errors.NoRespondersError):
             if asyncio.get_running_loop().time() >= deadline:
                 raise LoadTimeout(
-                    f"no connector answered {types_subject(domain)} in {TYPES_WAIT:g} s (is a"
+                    f"no connector answered {types_subject(domain)} in {wait:g} s (is a"
                     f" publisher with [bus] domain = {domain!r} running?)"
                 ) from None
             await asyncio.sleep(0.5)

@@ -63,6 +63,7 @@ def run(config: PublisherSettings) -> int:
     while not stopping.wait(1.0):
         for pipeline in pipelines.values():
             try:
+                pipeline.bus_ready_if_idle()
                 pipeline.snapshot_if_idle()
             except PySparkException:
                 # The next micro-batch carries the snapshots instead; nothing is lost.

@@ -10,8 +10,8 @@ The bus never holds the pipeline up: a micro-batch waits at most ``PUBLISH_WAIT`
 its messages to reach the server, and a bus that is away (NATS reconnects by itself, forever)
 costs the caches messages, which they fetch again when they reconnect (``docs/caches.md``), not
 the relays their batches. Malformed requests are counted and dropped; requests for a type whose
-table is not loaded yet (before its first micro-batch) are dropped too, and asked again by the
-caches.
+table is not ready yet (``ObjectTable.ready``: before the stream caught up) are dropped too, and
+asked again by the caches.
 """
 
 from __future__ import annotations
@@ -121,7 +121,12 @@ class BusConnector:
         await self._nc.subscribe(f"{QUERY}.*.{self.domain}", cb=self._on_query)
         await self._nc.subscribe(types_subject(self.domain), cb=self._on_types)
         await self._nc.flush()
-        log.info("bus: connected to %s, domain %s, types %s", self.url, self.domain, *self.tables)
+        log.info(
+            "bus: connected to %s, domain %s, types %s",
+            self.url,
+            self.domain,
+            ", ".join(self.tables),
+        )
         ready.set()
         await self._stopped.wait()
         with contextlib.suppress(Exception):
@@ -186,6 +191,12 @@ class BusConnector:
                 "bus: micro-batch %s of %s not flushed in %gs", request, type_name, PUBLISH_WAIT
             )
 
+    def idle(self, type_name: str) -> None:
+        """The stream of ``type_name`` is idle after a micro-batch: its table is ready
+        (``ObjectTable.ready``); thread-safe."""
+        if self._loop is not None:
+            self._loop.call_soon_threadsafe(self.tables[type_name].mark_ready)
+
     async def _send(self, out: list[Outgoing]) -> None:
         assert self._nc is not None
         try:
@@ -222,9 +233,9 @@ class BusConnector:
             table = self._table(type_name)
             if table is None:
                 return
-            if not table.loaded:
-                # Before the first micro-batch, "not there" would be a lie: the cache asks
-                # again (every LOAD_RETRY seconds) until the table is loaded.
+            if not table.ready:
+                # Before the stream caught up, "not there" could be a lie: the cache asks
+                # again (every LOAD_RETRY seconds) until the table is ready.
                 self.counters.not_ready += 1
                 return
             out = table.load_reply(key, request, time.time())
@@ -246,7 +257,7 @@ class BusConnector:
             log.warning("bus: malformed QUERY on %s dropped: %s", msg.subject, exc)
             return
         table = self._table(type_name)
-        if table is not None and not table.loaded:
+        if table is not None and not table.ready:
             self.counters.not_ready += 1
             return  # not answered: the cache asks again (as for a LOAD)
         if table is None:

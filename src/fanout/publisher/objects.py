@@ -72,8 +72,12 @@ class ObjectTable:
     """One type's live objects and what to publish about them (rules 1-5).
 
     Attributes:
-        loaded: whether it holds the type's objects (after a restart, the pipeline loads the
-            state once before the first micro-batch it publishes).
+        loaded: whether it holds the type's objects as of the last micro-batch (after a restart,
+            the pipeline loads the state once before the first micro-batch it publishes).
+        ready: whether it answers loads and queries: once it was loaded, or a micro-batch with
+            rows came, or the stream went idle after its first micro-batch (``mark_ready``).
+            Before, "not there" could be a lie: a new stream's first micro-batch may come
+            empty, the table's rows in the next one.
     """
 
     def __init__(self, kind: ObjectType, domain: str, fragment_bytes: int = FRAGMENT_BYTES) -> None:
@@ -81,6 +85,7 @@ class ObjectTable:
         self.domain = domain
         self.fragment_bytes = fragment_bytes
         self.loaded = False
+        self.ready = False
         self._live: dict[int | str, _Live] = {}
 
     def __len__(self) -> int:
@@ -105,6 +110,7 @@ class ObjectTable:
             now: the connector's wall clock.
         """
         self.loaded = True
+        self.ready = self.ready or bool(rows)
         key, out = self.kind.info.key, []
         for at in sorted(range(len(rows)), key=versions.__getitem__):
             row, version = rows[at], versions[at]
@@ -124,6 +130,10 @@ class ObjectTable:
             if before is not None and old_label != label:
                 out += self._messages(kind, ref, old_label, version, row, request, now)
         return out
+
+    def mark_ready(self) -> None:
+        """The stream is idle after a micro-batch: the table holds everything there is."""
+        self.ready = self.loaded
 
     def load_reply(self, key_spelled: str, request: str, now: float) -> list[Outgoing]:
         """What answers a ``LOAD`` of the key spelled ``key_spelled`` (rule 3).

@@ -226,6 +226,12 @@ class Pipeline:
         request = f"b{self.stream.epoch}.{batch_id}"
         self.bus.publish_changes(self.dataset.name, rows, request, before if batch_id else None)
 
+    def bus_ready_if_idle(self) -> None:
+        """Tell the bus connector this dataset's stream caught up, once it is idle after its
+        first micro-batch (``ObjectTable.ready``)."""
+        if self.bus is not None and self.micro_batches and not self._busy():
+            self.bus.idle(self.dataset.name)
+
     def snapshot_if_idle(self, idle_for: float = 1.0) -> None:
         """Deliver fresh primitives' snapshots when no micro-batch is coming to carry them.
 
