@@ -7,8 +7,10 @@ PostgreSQL, a throwaway ``nats-server`` and a real publisher (Spark, ``local[*]`
 of ``--items`` items published on the bus, then, ``--runs`` times:
 
 1. **with snooping**: ``--caches`` caches in this process, each on its own NATS connection,
-   read ``--reads`` keys each, concurrently, drawn from a Zipf distribution (exponent
-   ``--zipf``) with a seed per cache; every read that faults sends one ``LOAD`` to the publisher;
+   find the keys they will read (``find_by_key``), then read ``--reads`` keys each,
+   concurrently, drawn from a Zipf distribution (exponent ``--zipf``) with a seed per cache;
+   every read that faults sends one ``LOAD`` to the publisher; a read of an object another
+   cache loaded since this one found it is a hit;
 2. **without snooping**: as many new caches with ``snoop=False`` (each takes only the replies to
    its own loads), the same seeds, so the same reads; ``loads_with_snooping`` and
    ``loads_without_snooping`` are the ``LOAD`` messages each group sent, in the same run;
@@ -75,18 +77,27 @@ async def read_group(
 ) -> tuple[list[SnoopyCache], int, int, int]:
     """Connect the caches and let each read its keys; returns them (still connected), and the
     LOADs sent, hits and faults."""
+    caches_range = range(args.caches)
     caches = [
-        await SnoopyCache.connect(url, "bench", snoop=snoop, name=f"c{n}")
-        for n in range(args.caches)
+        await SnoopyCache.connect(url, "bench", snoop=snoop, name=f"c{n}") for n in caches_range
     ]
 
-    async def reader(n: int, cache: SnoopyCache) -> None:
+    keys = [zipf_keys(args.items, args.zipf, args.reads, run * 1000 + n) for n in caches_range]
+    # Found first, read later (as when an application lists items and then opens them): the
+    # handles listen to their objects from the start, so another cache's load can warm them.
+    handles = [
+        {key: cache.find_by_key("item", key) for key in set(mine)}
+        for cache, mine in zip(caches, keys, strict=True)
+    ]
+    await asyncio.sleep(1.0)  # every subscription reached the server
+
+    async def reader(n: int) -> None:
         rng = random.Random(run * 1000 + n)
-        for key in zipf_keys(args.items, args.zipf, args.reads, run * 1000 + n):
-            await cache.find_by_key("item", key).get()
+        for key in keys[n]:
+            await handles[n][key].get()
             await asyncio.sleep(rng.uniform(0, 2 * args.pause))
 
-    await asyncio.gather(*(reader(n, cache) for n, cache in enumerate(caches)))
+    await asyncio.gather(*(reader(n) for n in caches_range))
     loads = sum(cache.shell.loads_sent for cache in caches)
     hits = sum(cache.counters.hits for cache in caches)
     faults = sum(cache.counters.faults for cache in caches)

@@ -106,6 +106,7 @@ async def test_updates_creates_and_deletes_reach_every_cache_in_order(
     async with await SnoopyCache.connect(server.url, "shop") as cache:
         seen: list[tuple[str, int]] = []
         cache.on_change(lambda change: seen.append((change.kind, change.version)))
+        changes = cache.events()
         handle = cache.find_by_key("item", 2)
         assert await handle.get() is None  # not there: a LOADREPLY without state
         created = await feed.change(item(2, "garden"))
@@ -115,12 +116,17 @@ async def test_updates_creates_and_deletes_reach_every_cache_in_order(
         deleted = await feed.change(item(2, "garden"), deleted=True)
         await eventually(lambda: handle.version, lambda v: v == deleted)
         assert await handle.get() is None
-        assert seen == [
+        expected = [
             ("LOADREPLY", 0),
             ("CREATE", created),
             ("UPDATENOTIFY", updated),
             ("DELETE", deleted),
         ]
+        assert seen == expected
+        # the same changes, in the same order, through an async iterator
+        iterated = [await anext(changes) for _ in expected]
+        assert [(change.kind, change.version) for change in iterated] == expected
+        await changes.aclose()
 
 
 async def test_a_label_collection_is_kept_current(server: NatsServer, feed: Feed) -> None:

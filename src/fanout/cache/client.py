@@ -200,6 +200,7 @@ class SnoopyCache:
         self._ids = itertools.count()
         self._prefix = f"{os.getpid()}.{id(self):x}"
         self._tasks: set[asyncio.Task[None]] = set()
+        self._closing = False
 
     # -- connecting ------------------------------------------------------------------------------
 
@@ -239,6 +240,10 @@ class SnoopyCache:
             if holder:
                 holder[0]._on_reconnected()
 
+        async def disconnected() -> None:
+            if not (holder and holder[0]._closing):
+                log.warning("cache: disconnected from NATS; reconnecting")
+
         nc = await nats.connect(
             url,
             name=name,
@@ -246,7 +251,7 @@ class SnoopyCache:
             reconnect_time_wait=0.5,
             allow_reconnect=True,
             reconnected_cb=reconnected,
-            disconnected_cb=_disconnected,
+            disconnected_cb=disconnected,
             error_cb=_error,
         )
         try:
@@ -260,6 +265,7 @@ class SnoopyCache:
 
     async def close(self) -> None:
         """Stop listening and close the connection."""
+        self._closing = True
         for task in self._tasks:
             task.cancel()
         with contextlib.suppress(Exception):
@@ -508,15 +514,10 @@ class SnoopyCache:
         """Call ``callback`` with every change taken (on the event loop; keep it short)."""
         self._callbacks.append(callback)
 
-    async def events(self) -> AsyncIterator[Change]:
-        """Every change taken from now on, in the order taken (rule 6: bounded)."""
-        queue: asyncio.Queue[Change] = asyncio.Queue(EVENTS_QUEUED)
-        self._queues.append(queue)
-        try:
-            while True:
-                yield await queue.get()
-        finally:
-            self._queues.remove(queue)
+    def events(self) -> Events:
+        """Every change taken from the moment this is called, in the order taken (rule 6:
+        bounded); ``aclose()`` it when done."""
+        return Events(self._queues)
 
     def _tell(self, change: Change) -> None:
         for callback in self._callbacks:
@@ -576,6 +577,29 @@ class SnoopyCache:
         """Delete one object in its own transaction (rule 4)."""
         async with self.transaction() as tx:
             await tx.delete(type_name, key)
+
+
+class Events:
+    """An async iterator over a cache's changes (``SnoopyCache.events``): it collects from the
+    moment it is made, not from its first ``__anext__``."""
+
+    def __init__(self, queues: list[asyncio.Queue[Change]]) -> None:
+        self._queues = queues
+        self._queue: asyncio.Queue[Change] = asyncio.Queue(EVENTS_QUEUED)
+        queues.append(self._queue)
+
+    def __aiter__(self) -> Events:
+        return self
+
+    async def __anext__(self) -> Change:
+        if self._queue not in self._queues:
+            raise StopAsyncIteration
+        return await self._queue.get()
+
+    async def aclose(self) -> None:
+        """Stop collecting."""
+        if self._queue in self._queues:
+            self._queues.remove(self._queue)
 
 
 class Transaction:
@@ -656,10 +680,6 @@ async def _unsubscribe(task: asyncio.Task[Subscription]) -> None:
         await (await task).unsubscribe()
 
 
-async def _disconnected() -> None:
-    log.warning("cache: disconnected from NATS; reconnecting")
-
-
 async def _error(exc: Exception) -> None:
     log.warning("cache: NATS: %s", exc)
 
@@ -667,6 +687,7 @@ async def _error(exc: Exception) -> None:
 __all__ = [
     "Change",
     "Collection",
+    "Events",
     "Handle",
     "LoadTimeout",
     "NotStored",
