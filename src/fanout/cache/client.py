@@ -51,27 +51,23 @@ import psycopg
 from nats.aio.client import Client
 from nats.aio.msg import Msg
 from nats.aio.subscription import Subscription
-from psycopg import sql
 
 from fanout.cache.core import CacheCore, Change, Counters, Reassembly, Ref
+from fanout.cache.handles import Collection, Events, Handle
+from fanout.cache.incoming import MALFORMED, read
+from fanout.cache.writes import NotStored, Transaction
 from fanout.errors import FanoutError
 from fanout.wire.bus import (
-    InvalidSubject,
     LoadRequest,
-    ObjectMessage,
     QueryReply,
     QueryRequest,
     Row,
     TypeInfo,
     TypesReply,
     check_name,
-    decode_row,
-    key_from_token,
     label_filter,
-    label_from_tokens,
     load_subject,
     object_filter,
-    parse_object_subject,
     pattern_tokens,
     query_subject,
     types_subject,
@@ -83,8 +79,6 @@ log = logging.getLogger(__name__)
 LOAD_RETRY = 1.0
 #: Seconds an access, a query or ``connect`` waits at most for the connector (by default).
 LOAD_WAIT = 60.0
-#: Changes one ``events()`` iterator holds at most (the oldest is dropped beyond).
-EVENTS_QUEUED = 10_000
 
 
 class UnknownType(FanoutError):
@@ -99,12 +93,6 @@ class LoadTimeout(FanoutError):
     code = "timeout"
 
 
-class NotStored(FanoutError):
-    """A write to a type that is not stored in PostgreSQL, or with columns it does not have."""
-
-    code = "bad_request"
-
-
 @dataclass
 class ShellCounters:
     """The shell's counts (the core's are in ``Counters``)."""
@@ -114,55 +102,6 @@ class ShellCounters:
     reconnects: int = 0
     events_dropped: int = 0
     foreign_ignored: int = 0
-
-
-class Handle:
-    """An object found by key (rule 1): nothing is loaded until ``get``."""
-
-    def __init__(self, cache: SnoopyCache, ref: Ref) -> None:
-        self.cache = cache
-        self.ref = ref
-
-    async def get(self) -> Row | None:
-        """The object's state, None if it does not exist.
-
-        Raises:
-            LoadTimeout: it could not be loaded in the cache's ``load_wait`` seconds.
-        """
-        return await self.cache._get(self.ref)
-
-    @property
-    def version(self) -> int:
-        """The version held (-1: none)."""
-        return self.cache.core.shown_floor(self.ref)
-
-
-class Collection:
-    """A followed label pattern's objects (kept current by snooping)."""
-
-    def __init__(self, cache: SnoopyCache, collection: int, type_name: str, pattern: str) -> None:
-        self.cache = cache
-        self.id = collection
-        self.type_name = type_name
-        self.pattern = pattern
-
-    def keys(self) -> set[int | str]:
-        """The keys of the objects it holds now."""
-        return set(self.cache.core.collections[self.id].members)
-
-    def items(self) -> dict[int | str, Row]:
-        """key -> state of the objects it holds now."""
-        objects = self.cache.core.objects
-        out: dict[int | str, Row] = {}
-        for key in self.keys():
-            entry = objects.get((self.type_name, key))
-            if entry is not None and entry.row is not None:
-                out[key] = entry.row
-        return out
-
-    async def close(self) -> None:
-        """Stop following it."""
-        await self.cache._unfollow(self)
 
 
 class SnoopyCache:
@@ -451,47 +390,31 @@ class SnoopyCache:
     async def _on_object(self, msg: Msg) -> None:
         try:
             self._take(msg)
-        except (InvalidSubject, msgspec.DecodeError, msgspec.ValidationError, ValueError) as exc:
+        except MALFORMED as exc:
             self.core.counters.malformed += 1
             log.warning("cache: malformed message on %s dropped: %s", msg.subject, exc)
         finally:
             self._arrived.set()
 
     def _take(self, msg: Msg) -> None:
-        subject = parse_object_subject(msg.subject)
-        info = self.types.get(subject.type_name)
-        if info is None or subject.domain != self.domain:
-            raise InvalidSubject(f"{msg.subject!r}: not a type of domain {self.domain!r}")
-        key = key_from_token(subject.key_token, info.integer_key)
-        message = msgspec.msgpack.decode(msg.data, type=ObjectMessage)
-        if not message.found and (message.parts != 1 or message.data):
-            raise ValueError("a message without state has one empty part")
-        data = self.reassembly.add(msg.subject, message)
-        if data is None:
-            return
-        row = decode_row(data) if message.found else None
-        ref: Ref = (subject.type_name, key)
-        if row is not None and row.get(info.key) != key:
-            raise ValueError(f"the state's key {row.get(info.key)!r} is not the subject's {key!r}")
-        if row is None:
-            label = label_from_tokens(subject.label_tokens)
-        else:
-            value = row.get(info.label) if info.label is not None else None
-            label = None if value is None else str(value)
+        incoming = read(msg.subject, msg.data, self.domain, self.types, self.reassembly)
+        if incoming is None:
+            return  # more fragments to come
+        ref, message = incoming.ref, incoming
         own = self._answered(message.request, ref)
-        if message.request in self._queried and subject.kind == "LOADREPLY":
+        if message.request in self._queried and message.kind == "LOADREPLY":
             self._queried[message.request] += 1
         if not self.snoop and not own:
             entry = self.core.objects.get(ref)
-            if subject.kind == "LOADREPLY" or entry is None or not entry.valid:
+            if message.kind == "LOADREPLY" or entry is None or not entry.valid:
                 self.shell.foreign_ignored += 1
                 return
         change = self.core.offer(
-            subject.kind,
+            message.kind,
             ref,
             version=message.version,
-            row=row,
-            label=label,
+            row=message.row,
+            label=message.label,
             sent=message.sent,
             own=own,
         )
@@ -562,7 +485,7 @@ class SnoopyCache:
             raise NotStored("this cache was connected without db=: it cannot write")
         connection = await psycopg.AsyncConnection.connect(self.db)
         async with connection, connection.transaction():
-            yield Transaction(self, connection)
+            yield Transaction(self._type, connection)
 
     async def save(self, type_name: str, row: Row) -> None:
         """Insert or update one object in its own transaction (rule 4).
@@ -577,86 +500,6 @@ class SnoopyCache:
         """Delete one object in its own transaction (rule 4)."""
         async with self.transaction() as tx:
             await tx.delete(type_name, key)
-
-
-class Events:
-    """An async iterator over a cache's changes (``SnoopyCache.events``): it collects from the
-    moment it is made, not from its first ``__anext__``."""
-
-    def __init__(self, queues: list[asyncio.Queue[Change]]) -> None:
-        self._queues = queues
-        self._queue: asyncio.Queue[Change] = asyncio.Queue(EVENTS_QUEUED)
-        queues.append(self._queue)
-
-    def __aiter__(self) -> Events:
-        return self
-
-    async def __anext__(self) -> Change:
-        if self._queue not in self._queues:
-            raise StopAsyncIteration
-        return await self._queue.get()
-
-    async def aclose(self) -> None:
-        """Stop collecting."""
-        if self._queue in self._queues:
-            self._queues.remove(self._queue)
-
-
-class Transaction:
-    """Writes in one PostgreSQL transaction (``SnoopyCache.transaction``)."""
-
-    def __init__(self, cache: SnoopyCache, connection: Any) -> None:
-        self.cache = cache
-        self.connection = connection
-
-    def _table(self, type_name: str) -> tuple[TypeInfo, str]:
-        info = self.cache._type(type_name)
-        if info.table is None:
-            raise NotStored(f"type {type_name!r} is not stored in PostgreSQL")
-        return info, info.table
-
-    async def save(self, type_name: str, row: Row) -> None:
-        """Insert the row, or update the object with its key.
-
-        Raises:
-            UnknownType: not a type served. NotStored: not in PostgreSQL, or a column it does
-                not have, or no key.
-        """
-        info, table = self._table(type_name)
-        unknown = sorted(set(row) - set(info.columns))
-        if unknown or info.key not in row:
-            what = f"columns {unknown}" if unknown else f"no key column {info.key!r}"
-            raise NotStored(f"type {type_name!r}: {what} (it has {sorted(info.columns)})")
-        columns = list(row)
-        updates = [c for c in columns if c != info.key]
-        statement = sql.SQL("INSERT INTO {} ({}) VALUES ({}) ON CONFLICT ({}) DO ").format(
-            sql.Identifier(table),
-            sql.SQL(", ").join(map(sql.Identifier, columns)),
-            sql.SQL(", ").join(sql.Placeholder() * len(columns)),
-            sql.Identifier(info.key),
-        )
-        if updates:
-            statement += sql.SQL("UPDATE SET {}").format(
-                sql.SQL(", ").join(
-                    sql.SQL("{} = EXCLUDED.{}").format(sql.Identifier(c), sql.Identifier(c))
-                    for c in updates
-                )
-            )
-        else:
-            statement += sql.SQL("NOTHING")
-        await self.connection.execute(statement, [row[c] for c in columns])
-
-    async def delete(self, type_name: str, key: int | str) -> None:
-        """Delete the object with ``key`` (nothing if there is none)."""
-        info, table = self._table(type_name)
-        statement = sql.SQL("DELETE FROM {} WHERE {} = %s").format(
-            sql.Identifier(table), sql.Identifier(info.key)
-        )
-        await self.connection.execute(statement, [key])
-
-    async def execute(self, query: str, params: Any = None) -> Any:
-        """Run any SQL in the transaction (a conditional update, say); returns its cursor."""
-        return await self.connection.execute(query, params)
 
 
 async def _types(nc: Client, domain: str, wait: float) -> dict[str, TypeInfo]:
