@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 import sys
+import urllib.request
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
@@ -166,3 +168,10 @@ async def test_every_cache_converges_to_the_database_with_no_stale_reads(
         if str(row["category"]).startswith("computer.hardware.")
     }
     assert followed == hardware
+    # the connector's counts, on the publisher's /metrics
+    host_port = publisher.url.removeprefix("ws://")
+    text = await asyncio.to_thread(
+        lambda: urllib.request.urlopen(f"http://{host_port}/metrics", timeout=10).read().decode()
+    )
+    loads = re.search(r"^fanout_publisher_bus_loads_total (\d+)", text, re.M)
+    assert loads is not None and int(loads.group(1)) > 0, text
