@@ -23,6 +23,8 @@ from fanout.testing.wait import eventually
 from fanout.wire.bus import InvalidLabel, ObjectMessage, encode_row
 
 pytestmark = [pytest.mark.integration, pytest.mark.asyncio(loop_scope="module")]
+#: Seconds to wait for what the bus brings: generous, the machine may be loaded.
+WAIT = 60
 
 CONFIG = """
 [bus]
@@ -90,11 +92,12 @@ async def test_a_load_warms_every_other_cache(server: NatsServer, feed: Feed) ->
         await SnoopyCache.connect(server.url, "shop") as second,
     ):
         there, here = first.find_by_key("item", 1), second.find_by_key("item", 1)
+        await here.listening()
         loads = feed.connector.counters.loads
         assert (await there.get())["title"] == "a lamp " * 30
         assert first.counters.faults == 1
         # the second cache snooped the first one's LOADREPLY: no load of its own
-        await eventually(lambda: here.version, lambda v: v >= 1)
+        await eventually(lambda: here.version, lambda v: v >= 1, timeout=WAIT)
         assert (await here.get())["category"] == "computer.hardware.misc"
         assert (second.counters.faults, second.counters.hits, second.counters.snooped) == (0, 1, 1)
         assert feed.connector.counters.loads == loads + 1
@@ -111,10 +114,10 @@ async def test_updates_creates_and_deletes_reach_every_cache_in_order(
         assert await handle.get() is None  # not there: a LOADREPLY without state
         created = await feed.change(item(2, "garden"))
         updated = await feed.change(item(2, "garden", "rake"))
-        await eventually(lambda: handle.version, lambda v: v == updated)
+        await eventually(lambda: handle.version, lambda v: v == updated, timeout=WAIT)
         assert (await handle.get())["title"] == "rake"
         deleted = await feed.change(item(2, "garden"), deleted=True)
-        await eventually(lambda: handle.version, lambda v: v == deleted)
+        await eventually(lambda: handle.version, lambda v: v == deleted, timeout=WAIT)
         assert await handle.get() is None
         expected = [
             ("LOADREPLY", 0),
@@ -138,9 +141,9 @@ async def test_a_label_collection_is_kept_current(server: NatsServer, feed: Feed
         assert 12 not in computers.items()
         await feed.change(item(12, "computer.misc"))  # moves in
         await feed.change(item(10, "garden"))  # moves out
-        await eventually(computers.keys, lambda keys: 12 in keys and 10 not in keys)
+        await eventually(computers.keys, lambda keys: 12 in keys and 10 not in keys, timeout=WAIT)
         await feed.change(item(11, "computer.software"), deleted=True)
-        await eventually(computers.keys, lambda keys: 11 not in keys)
+        await eventually(computers.keys, lambda keys: 11 not in keys, timeout=WAIT)
         await computers.close()
 
 
@@ -174,12 +177,21 @@ async def test_bad_input_is_a_clear_error_or_counted_and_dropped(
             await raw.flush()
         finally:
             await raw.close()
-        await eventually(lambda: cache.counters.malformed, lambda n: n == 3)
-        await eventually(lambda: feed.connector.counters.malformed, lambda n: n >= 1)
+        await eventually(lambda: cache.counters.malformed, lambda n: n == 3, timeout=WAIT)
+        await eventually(lambda: feed.connector.counters.malformed, lambda n: n >= 1, timeout=WAIT)
         # still served
         version = await feed.change(item(1, "x", "after"))
-        await eventually(lambda: handle.version, lambda v: v == version)
+        await eventually(lambda: handle.version, lambda v: v == version, timeout=WAIT)
         assert (await handle.get())["title"] == "after"
+
+
+async def test_concurrent_accesses_share_one_load(server: NatsServer, feed: Feed) -> None:
+    await feed.change(item(40, "x", "shared"))
+    async with await SnoopyCache.connect(server.url, "shop") as cache:
+        handle = cache.find_by_key("item", 40)
+        rows = await asyncio.gather(*(handle.get() for _ in range(5)))
+        assert [row["title"] for row in rows] == ["shared"] * 5
+        assert cache.shell.loads_sent == 1
 
 
 async def test_a_full_cache_evicts_and_faults_again(server: NatsServer, feed: Feed) -> None:
@@ -215,9 +227,9 @@ async def test_a_restarted_bus_is_caught_up_by_loading_again(
         for n in range(5):  # published while the bus is away: the connector's buffer, or lost
             last = await feed.change(item(30, "x", f"v{n + 1}"))
         await asyncio.to_thread(server.start)
-        await eventually(lambda: cache.shell.reconnects, lambda n: n >= 1, timeout=60)
-        await eventually(lambda: handle.version, lambda v: v == last, timeout=60)
+        await eventually(lambda: cache.shell.reconnects, lambda n: n >= 1, timeout=WAIT)
+        await eventually(lambda: handle.version, lambda v: v == last, timeout=WAIT)
         assert (await handle.get())["title"] == "v5"
         assert shown == sorted(shown)
         after = await feed.change(item(30, "x", "v6"))
-        await eventually(lambda: handle.version, lambda v: v == after, timeout=60)
+        await eventually(lambda: handle.version, lambda v: v == after, timeout=WAIT)

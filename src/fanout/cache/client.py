@@ -140,6 +140,7 @@ class SnoopyCache:
         self._prefix = f"{os.getpid()}.{id(self):x}"
         self._tasks: set[asyncio.Task[None]] = set()
         self._closing = False
+        self._loading: dict[Ref, asyncio.Future[None]] = {}
 
     # -- connecting ------------------------------------------------------------------------------
 
@@ -279,6 +280,12 @@ class SnoopyCache:
             subject = object_filter("*", ref[0], ref[1], self.domain)
             self._subs[ref] = asyncio.ensure_future(self.nc.subscribe(subject, cb=self._on_object))
 
+    async def _listening(self, ref: Ref) -> None:
+        if ref not in self._subs:
+            self._want(ref)
+        await self._subs[ref]
+        await self.nc.flush()
+
     def _drop_subscription(self, ref: Ref) -> None:
         task = self._subs.pop(ref, None)
         if task is not None:
@@ -298,7 +305,12 @@ class SnoopyCache:
         if ref not in self.core.objects:
             self._want(ref)  # evicted since it was found: found again
         self.core.fault(ref)
-        await self._load([ref])
+        loading = self._loading.get(ref)
+        if loading is None:
+            # One load however many accesses wait for it (rule 1).
+            loading = self._loading[ref] = asyncio.ensure_future(self._load([ref]))
+            loading.add_done_callback(lambda _: self._loading.pop(ref, None))
+        await asyncio.shield(loading)
         held = self.core.objects.get(ref)
         if held is None or not held.valid:
             # Evicted while loading (a tiny capacity): load once more, held this time.

@@ -20,8 +20,9 @@ Rules:
    ``FLOORS_PER_OBJECT`` times ``capacity`` of them, oldest forgotten first), so that rule 1
    holds across an eviction and a fault that brings the object back.
 5. **Counted.** ``hits``: accesses served from the cache; ``faults``: accesses that found the
-   object invalid and loaded it (one ``LOAD``); ``snooped``: messages taken that were not the
-   reply to this cache's own load; ``stale``: messages dropped by rule 1; ``evicted``.
+   object invalid and waited for a load (accesses at the same time share one ``LOAD``);
+   ``snooped``: messages taken that were not the reply to this cache's own load; ``stale``:
+   messages dropped by rule 1; ``evicted``.
 """
 
 from __future__ import annotations

@@ -31,6 +31,11 @@ class Handle:
         """
         return await self.cache._get(self.ref)
 
+    async def listening(self) -> None:
+        """Return once the NATS server has this handle's subscription: from then on, every
+        message about the object reaches the cache (``find_by_key`` returns before that)."""
+        await self.cache._listening(self.ref)
+
     @property
     def version(self) -> int:
         """The version held (-1: none)."""
