@@ -140,7 +140,8 @@ class BusConnector:
             self._thread.join(timeout=10)
 
     async def _disconnected(self) -> None:
-        log.warning("bus: disconnected from %s; reconnecting", self.url)
+        if self._stopped is None or not self._stopped.is_set():
+            log.warning("bus: disconnected from %s; reconnecting", self.url)
 
     async def _reconnected(self) -> None:
         log.info("bus: reconnected to %s", self.url)
