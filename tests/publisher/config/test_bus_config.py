@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from fanout.errors import ConfigError
@@ -49,3 +51,12 @@ def test_every_bus_mistake_names_the_key(text: str, says: str) -> None:
     with pytest.raises(ConfigError) as raised:
         parse_config(text)
     assert says in str(raised.value)
+
+
+def test_the_auction_examples_configuration_reads() -> None:
+    example = Path(__file__).resolve().parents[3] / "examples" / "auction" / "fanout.toml"
+    text = example.read_text().replace("DSN", "postgresql://fanout@127.0.0.1:5432/postgres")
+    settings = parse_config(text, str(example))
+    assert settings.bus is not None and settings.bus.domain == "auction"
+    assert settings.datasets["item"].bus == BusOptions(label="category")
+    assert settings.datasets["bid"].bus == BusOptions()
