@@ -178,7 +178,10 @@ class BusConnector:
                 log.info("bus: %s loaded with %d live objects", type_name, len(table))
             out = table.changes(changed, versions, deleted, request, time.time())
             await self._send(out)
-            await self._flush()
+            assert self._nc is not None
+            if self._nc.is_connected:
+                # Away, the messages wait in the client's buffer: the micro-batch does not.
+                await self._flush()
 
         if self._loop is None:
             raise RuntimeError("the bus connector is not started")
