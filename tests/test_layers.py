@@ -18,6 +18,7 @@ ALLOWED: dict[str, set[str]] = {
     "client": {"errors", "connection", "views", "wire", "tls"},
     "relay": {"errors", "connection", "metrics", "views", "wire", "auth", "tls"},
     "publisher": {"errors", "connection", "metrics", "views", "wire", "auth", "tls"},
+    "cache": {"errors", "wire"},
 }
 
 

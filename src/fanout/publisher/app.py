@@ -12,6 +12,8 @@ from pyspark.errors import PySparkException
 
 from fanout import tls
 from fanout.errors import ConfigError
+from fanout.publisher.busconnector import BusConnector
+from fanout.publisher.bustable import ObjectTable, object_type
 from fanout.publisher.config import PublisherSettings
 from fanout.publisher.control import ControlPlane
 from fanout.publisher.log import open_log
@@ -44,6 +46,7 @@ def run(config: PublisherSettings) -> int:
         not_ready=lambda: _not_ready(pipelines),
     )
     batch_log = open_log(config.log_url())
+    bus = _bus(config)
     for dataset in config.datasets.values():
         pipelines[dataset.name] = Pipeline(
             spark,
@@ -54,7 +57,10 @@ def run(config: PublisherSettings) -> int:
             log=batch_log,
             retention_seconds=config.retention_seconds,
             mirror_rows=config.mirror_rows,
+            bus=bus,
         )
+    if bus is not None:
+        bus.start()
     port = control.start_in_thread(config.host, config.port)
     queries = [pipeline.start(config.trigger) for pipeline in pipelines.values()]
     scheme = "ws" if ssl is None else "wss"
@@ -71,6 +77,7 @@ def run(config: PublisherSettings) -> int:
     while not stopping.wait(1.0):
         for pipeline in pipelines.values():
             try:
+                pipeline.bus_ready_if_idle()
                 pipeline.snapshot_if_idle()
             except PySparkException:
                 # The next micro-batch carries the snapshots instead; nothing is lost.
@@ -86,6 +93,8 @@ def run(config: PublisherSettings) -> int:
     for query in queries:
         query.stop()
     control.stop()
+    if bus is not None:
+        bus.stop()
     spark.stop()
     batch_log.close()
     return status
@@ -99,3 +108,17 @@ def _not_ready(pipelines: dict[str, Pipeline]) -> str | None:
         if why is not None:
             return f"dataset {name!r}: {why}"
     return None
+
+
+def _bus(config: PublisherSettings) -> BusConnector | None:
+    """The database connector on the subject bus, for the datasets that opted in (None: none)."""
+    if config.bus is None:
+        return None
+    tables = {
+        dataset.name: ObjectTable(
+            object_type(dataset), config.bus.domain, config.bus.fragment_bytes
+        )
+        for dataset in config.datasets.values()
+        if dataset.bus is not None
+    }
+    return BusConnector(config.bus.url, config.bus.domain, tables) if tables else None

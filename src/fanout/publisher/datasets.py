@@ -93,6 +93,18 @@ Source = SimulationSource | FilesSource | IngestSource | PostgresSource
 
 
 @dataclass(frozen=True)
+class BusOptions:
+    """A dataset's objects published on the subject bus (``publisher.bustable``).
+
+    Attributes:
+        label: a string column whose value is each object's label (dot-separated segments,
+            e.g. ``computer.hardware.misc``); None: objects have no label.
+    """
+
+    label: str | None = None
+
+
+@dataclass(frozen=True)
 class Dataset:
     """One dataset of the publisher.
 
@@ -107,6 +119,7 @@ class Dataset:
         order: a column whose larger value is the newer row (None: the source's own order).
         time_column: a column holding each row's event time in epoch seconds (None: none).
         cell_size: grid cell side for region matching (see ``publisher.matching``).
+        bus: published on the subject bus as a type of objects (None: not).
     """
 
     name: str
@@ -118,6 +131,7 @@ class Dataset:
     order: str | None = None
     time_column: str | None = None
     cell_size: float = 50.0
+    bus: BusOptions | None = None
 
     @property
     def columns(self) -> dict[str, str]:

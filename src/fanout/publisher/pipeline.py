@@ -29,6 +29,7 @@ from pyspark.sql.streaming.query import StreamingQuery
 
 from fanout.errors import BadRequest
 from fanout.publisher import streams
+from fanout.publisher.busconnector import BusConnector
 from fanout.publisher.datasets import Dataset, IngestSource
 from fanout.publisher.delivery import BatchSink, Checkouts, Stamp, build_batches
 from fanout.publisher.log import BatchLog
@@ -47,7 +48,7 @@ from fanout.publisher.progress import ProgressLog, StageClock
 from fanout.publisher.reads import StateStore, read_view
 from fanout.publisher.registry import Registry
 from fanout.publisher.sources.producerlog import IngestEvent, IngestLog
-from fanout.publisher.state import latest_per_key
+from fanout.publisher.state import latest_per_key, live_rows, read_state
 from fanout.views import View
 
 log = logging.getLogger(__name__)
@@ -93,6 +94,7 @@ class Pipeline:
         log: BatchLog,
         retention_seconds: float = 600.0,
         mirror_rows: int = MAX_ROWS,
+        bus: BusConnector | None = None,
     ) -> None:
         self.spark = spark
         self.registry = registry
@@ -124,6 +126,8 @@ class Pipeline:
         #: micro-batches delivered, and the changed rows they carried, since the process started.
         self.micro_batches = 0
         self.rows_changed = 0
+        #: The subject bus this dataset's objects are published on (None: not published).
+        self.bus = bus if dataset.bus is not None else None
 
     def start(self, trigger_seconds: float = 0.0) -> StreamingQuery:
         """Start the streaming query (returns at once; Spark runs it in the background).
@@ -189,6 +193,9 @@ class Pipeline:
             clock.lap("build")
             self.sink(batches)
             clock.lap("send")
+            if self.bus is not None:
+                self._publish_on_bus(changed.rows, batch_id)
+                clock.lap("bus")
             self.registry.delivered(plan)
             self.history.append((self.tick, batch_id))
         finally:
@@ -218,6 +225,24 @@ class Pipeline:
         if self.micro_batches == 0 and query.lastProgress is None:
             return "no micro-batch yet"
         return None
+
+    def _publish_on_bus(self, rows: pa.Table, batch_id: int) -> None:
+        """The micro-batch's changes as the database connector's messages (``docs/caches.md``);
+        after a restart, the connector's table is loaded from the state before it once."""
+        assert self.bus is not None
+
+        def before() -> pa.Table:
+            state = read_state(self.spark, self.checkpoint, self.dataset, batch_id - 1)
+            return live_rows(state).toArrow()
+
+        request = f"b{self.stream.epoch}.{batch_id}"
+        self.bus.publish_changes(self.dataset.name, rows, request, before if batch_id else None)
+
+    def bus_ready_if_idle(self) -> None:
+        """Tell the bus connector this dataset's stream caught up, once it is idle after its
+        first micro-batch (``ObjectTable.ready``)."""
+        if self.bus is not None and self.micro_batches and not self._busy():
+            self.bus.idle(self.dataset.name)
 
     def snapshot_if_idle(self, idle_for: float = 1.0) -> None:
         """Deliver fresh primitives' snapshots when no micro-batch is coming to carry them.

@@ -91,7 +91,27 @@ class DatasetService:
                 )
                 for stage, ms in pipeline.last_stages.items()
             ]
-        return out
+        return out + self._bus_samples()
+
+    def _bus_samples(self) -> list[Sample]:
+        """The bus connector's counts (``publisher.busconnector``), if there is one."""
+        bus = next((p.bus for p in self.pipelines.values() if p.bus is not None), None)
+        if bus is None:
+            return []
+        counts = bus.counters
+        described = {
+            "published": "Messages published on the subject bus.",
+            "loads": "LOAD requests answered.",
+            "queries": "QUERY requests answered.",
+            "malformed": "Malformed bus requests dropped.",
+            "unknown_type": "Bus requests for a type not served, dropped.",
+            "not_ready": "Bus requests dropped before the type's stream caught up.",
+            "late": "Micro-batches whose messages did not reach the bus in time.",
+        }
+        return [
+            Sample(f"publisher_bus_{name}", "counter", text, getattr(counts, name), {})
+            for name, text in described.items()
+        ]
 
     def check(self, name: str, view: View) -> View:
         """The primitive a relay may hold for ``view`` of dataset ``name``.

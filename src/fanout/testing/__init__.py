@@ -10,6 +10,8 @@ or a PostgreSQL driver only where the module works with them:
 - :mod:`fanout.testing.ports`: ``free_port()``, a loopback port nobody listens on.
 - :mod:`fanout.testing.postgres`: ``throwaway_postgres()``, a PostgreSQL server in a temporary
   folder on a free loopback port.
+- :mod:`fanout.testing.nats`: ``throwaway_nats()``, a NATS server on a free loopback port that
+  a test can kill and start again.
 - :mod:`fanout.testing.publisher`: ``ScriptedPublisher``, a publisher speaking the real protocol
   to real relays, sending the batches its caller makes (no Spark).
 - :mod:`fanout.testing.relays`: real relays on loopback, in this event loop or in a process of

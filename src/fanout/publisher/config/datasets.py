@@ -34,6 +34,7 @@ from fanout.publisher.config.values import (
     suggestion,
 )
 from fanout.publisher.datasets import (
+    BusOptions,
     ColumnType,
     Dataset,
     FilesSource,
@@ -49,7 +50,7 @@ from fanout.wire.messages import IndexKind
 
 FileFormat = Literal["json", "csv", "parquet"]
 
-_DATASET_KEYS = ("key", "schema", "index", "order", "time", "cell_size", "source")
+_DATASET_KEYS = ("key", "schema", "index", "order", "time", "cell_size", "source", "bus")
 # Lower case only: SQL views fold table names to lower case, so 'Orders' could not be named.
 _DATASET_NAME = re.compile(r"[a-z][a-z0-9_]*")
 _COLUMN_NAME = re.compile(r"[A-Za-z][A-Za-z0-9_]*")
@@ -85,11 +86,30 @@ def _dataset(name: str, value: object, path: str) -> Dataset:
         dataset = _simulation_dataset(name, table, source, path)
     else:
         dataset = _declared_dataset(name, table, source, path)
+    if "bus" in table:
+        dataset = replace(dataset, bus=_bus(table["bus"], dataset.schema, f"{path}.bus"))
     if "cell_size" not in table:
         return dataset
     if dataset.index != "space":
         fail(f"{path}.cell_size", "only a space index has a cell size")
     return replace(dataset, cell_size=as_number(table["cell_size"], f"{path}.cell_size", "> 0"))
+
+
+def _bus(value: object, schema: Mapping[str, ColumnType], path: str) -> BusOptions | None:
+    """Return a dataset's ``bus`` opt-in: ``true``, ``false`` or ``{ label = "column" }``."""
+    if isinstance(value, bool):
+        return BusOptions() if value else None
+    if not isinstance(value, dict):
+        fail(
+            path,
+            'expected true, false or a table such as { label = "category" }, not'
+            f" {described(value)}",
+        )
+    check_keys(value, ("label",), path)
+    if "label" not in value:
+        return BusOptions()
+    label = _column(value["label"], schema, f"{path}.label", ("string",), "a label column")
+    return BusOptions(label=label)
 
 
 def _check_dataset_name(name: str, path: str) -> None:

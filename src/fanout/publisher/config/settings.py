@@ -41,12 +41,30 @@ from fanout.publisher.config.values import (
     as_table,
     check_keys,
     fail,
+    required,
 )
 from fanout.publisher.datasets import Dataset, agents
 from fanout.publisher.log import check_log_url
 from fanout.publisher.mirror import MAX_ROWS as MIRROR_ROWS
 from fanout.publisher.registry import MAX_PRIMITIVES
 from fanout.publisher.sources.simulation import SimulationParams
+from fanout.wire.bus import FRAGMENT_BYTES, InvalidSubject, check_name
+
+
+@dataclass(frozen=True)
+class BusSettings:
+    """The ``[bus]`` table: the NATS server the publisher connects to as the database connector
+    (``publisher.busconnector``; ``docs/caches.md``).
+
+    Attributes:
+        url: ``nats://host:port`` (several, comma-separated, for a cluster).
+        domain: the data source domain: one subject token (``wire.bus`` rule 1).
+        fragment_bytes: the largest piece of an object's state in one message.
+    """
+
+    url: str
+    domain: str = "fanout"
+    fragment_bytes: int = FRAGMENT_BYTES
 
 
 def builtin_datasets() -> dict[str, Dataset]:
@@ -74,6 +92,7 @@ class PublisherSettings:
         auth: how connections' tokens are checked (``fanout.auth``); None: no
             authentication.
         tls_cert, tls_key: PEM files: serve ``wss://`` with them (None: plain ``ws://``).
+        bus: the subject bus the datasets with ``bus`` are published on (None: none).
     """
 
     datasets: dict[str, Dataset] = field(default_factory=builtin_datasets)
@@ -89,6 +108,7 @@ class PublisherSettings:
     auth: AuthConfig | None = None
     tls_cert: Path | None = None
     tls_key: Path | None = None
+    bus: BusSettings | None = None
 
     def log_url(self) -> str:
         """The log's URL: ``log``, or the SQLite file ``log.db`` in the state directory."""
@@ -158,11 +178,19 @@ def parse_config(text: str, source: str = "fanout.toml") -> PublisherSettings:
 
 
 def _settings(document: Table) -> PublisherSettings:
-    check_keys(document, ("publisher", "datasets", "auth"), "")
+    check_keys(document, ("publisher", "datasets", "auth", "bus"), "")
     declared = read_datasets(document["datasets"]) if "datasets" in document else {}
     settings = PublisherSettings(datasets=declared or builtin_datasets())
     if "auth" in document:
         settings = replace(settings, auth=_auth(document["auth"]))
+    if "bus" in document:
+        settings = replace(settings, bus=_bus(document["bus"]))
+    opted = [name for name, dataset in settings.datasets.items() if dataset.bus is not None]
+    if opted and settings.bus is None:
+        fail(
+            f"datasets.{opted[0]}.bus",
+            'publishing on the bus needs a [bus] table with the server, e.g. url = "nats://127.0.0.1:4222"',
+        )
     if "publisher" not in document:
         return settings
     return replace(settings, **_publisher(document["publisher"]))
@@ -191,6 +219,24 @@ def _auth(value: object) -> AuthConfig:
         return AuthConfig(algorithm, as_string(table["key"], "auth.key"), **options)  # type: ignore[arg-type]  # checked there
     except ConfigError as exc:
         fail("auth", str(exc))
+
+
+def _bus(value: object) -> BusSettings:
+    """Return the ``[bus]`` table's settings."""
+    table = as_table(value, "bus")
+    check_keys(table, ("url", "domain", "fragment_bytes"), "bus")
+    url = as_string(required(table, "url", "bus", 'the NATS server, "nats://host:port"'), "bus.url")
+    if not all(part.strip().startswith(("nats://", "tls://")) for part in url.split(",")):
+        fail("bus.url", f"expected nats://host:port (or tls://), not {url!r}")
+    domain = as_string(table.get("domain", "fanout"), "bus.domain")
+    try:
+        check_name(domain, "the domain")
+    except InvalidSubject as exc:
+        fail("bus.domain", str(exc))
+    size = as_integer(
+        table.get("fragment_bytes", FRAGMENT_BYTES), "bus.fragment_bytes", 64, 1 << 20
+    )
+    return BusSettings(url=url, domain=domain, fragment_bytes=size)
 
 
 # -- [publisher] ---------------------------------------------------------------------------------

@@ -1,0 +1,552 @@
+"""A snoopy object cache for applications (Liebig et al., §4.1.1-4.1.2): the asyncio shell on
+NATS (and PostgreSQL for writes) around ``cache.core``. The reference is ``docs/caches.md``::
+
+    async with await SnoopyCache.connect("nats://127.0.0.1:4222", "auction", db=dsn) as cache:
+        item = cache.find_by_key("item", 1234)        # a handle, at once; nothing loaded yet
+        row = await item.get()                        # the state: snooped meanwhile, or loaded
+        misc = await cache.find_by_label("item", "computer.hardware.*")
+        async for change in cache.events():           # or cache.on_change(callback)
+            ...
+        await cache.save("bid", {"id": 7, "item": 1234, "amount": 12.5})
+
+Rules:
+
+1. **Handles at once, loads on first access.** ``find_by_key`` returns a handle and starts
+   listening to the object's subject; ``get`` returns its state if a message about it was
+   snooped meanwhile, and only otherwise publishes a ``LOAD`` and waits for the reply (retried
+   every ``LOAD_RETRY`` seconds, up to ``load_wait``). Concurrent accesses share one load.
+2. **Snooping.** Every message under a subject the cache listens to is taken if newer
+   (``cache.core``): other caches' load replies warm this one, updates, creations and
+   deletions keep it current, and the application is told through callbacks and
+   ``events()`` iterators. ``snoop=False`` makes a cache that takes only its own load replies
+   for objects it holds no state of (the baseline ``bench/snoopy.py`` compares with).
+3. **Reconnects.** After NATS reconnects, whatever was published while the cache was away is
+   lost to it, so it loads again every object it holds state of and queries every followed
+   label pattern again (counted in ``refetches``). Versions make the replies safe to take in
+   any order.
+4. **Writes go to the database, not the cache.** ``save``, ``delete`` and ``transaction`` write
+   PostgreSQL in one transaction; the change comes back to every cache, this one included,
+   through the connector's ``UPDATENOTIFY``/``CREATE``/``DELETE``.
+5. **Bad input.** A malformed bus message is counted (``malformed``) and dropped; an unknown
+   type raises ``UnknownType``, a bad label pattern ``InvalidLabel``, at once.
+6. **Bounded.** The core holds at most ``capacity`` unpinned objects; an ``events()`` iterator
+   holds at most ``EVENTS_QUEUED`` changes, dropping the oldest beyond (``events_dropped``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import logging
+import os
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass
+from types import TracebackType
+from typing import Any
+
+import msgspec
+import nats
+import psycopg
+from nats.aio.client import Client
+from nats.aio.msg import Msg
+from nats.aio.subscription import Subscription
+
+from fanout.cache.core import CacheCore, Change, Counters, Reassembly, Ref
+from fanout.cache.handles import Collection, Events, Handle
+from fanout.cache.incoming import MALFORMED, read
+from fanout.cache.writes import NotStored, Transaction
+from fanout.errors import FanoutError
+from fanout.wire.bus import (
+    LoadRequest,
+    QueryReply,
+    QueryRequest,
+    Row,
+    TypeInfo,
+    TypesReply,
+    check_name,
+    label_filter,
+    load_subject,
+    object_filter,
+    pattern_tokens,
+    query_subject,
+    types_subject,
+)
+
+log = logging.getLogger(__name__)
+
+#: Seconds between sending a ``LOAD`` again that got no reply.
+LOAD_RETRY = 1.0
+#: Seconds an access, a query or ``connect`` waits at most for the connector (by default).
+LOAD_WAIT = 60.0
+
+
+class UnknownType(FanoutError):
+    """A type the connector does not serve."""
+
+    code = "unknown_type"
+
+
+class LoadTimeout(FanoutError):
+    """No reply to a ``LOAD`` or ``QUERY`` in time (is the publisher running?)."""
+
+    code = "timeout"
+
+
+@dataclass
+class ShellCounters:
+    """The shell's counts (the core's are in ``Counters``)."""
+
+    loads_sent: int = 0
+    refetches: int = 0
+    reconnects: int = 0
+    events_dropped: int = 0
+    foreign_ignored: int = 0
+
+
+class SnoopyCache:
+    """A snoopy object cache on one NATS connection (see the module docstring)."""
+
+    def __init__(
+        self,
+        nc: Client,
+        domain: str,
+        types: dict[str, TypeInfo],
+        *,
+        capacity: int,
+        snoop: bool,
+        db: str | None,
+        load_wait: float = 0.0,
+    ) -> None:
+        self.nc = nc
+        self.domain = domain
+        self.types = types
+        self.snoop = snoop
+        self.db = db
+        self.load_wait = load_wait or LOAD_WAIT
+        self.core = CacheCore(capacity)
+        self.reassembly = Reassembly()
+        self.shell = ShellCounters()
+        self._subs: dict[Ref, asyncio.Task[Subscription]] = {}
+        self._labels: dict[int, tuple[Subscription, Collection]] = {}
+        #: request id -> refs whose reply has not come yet (own loads, rule 1).
+        self._answers: dict[str, set[Ref]] = {}
+        #: query request id -> replies seen.
+        self._queried: dict[str, int] = {}
+        self._arrived = asyncio.Event()
+        self._callbacks: list[Callable[[Change], None]] = []
+        self._queues: list[asyncio.Queue[Change]] = []
+        self._ids = itertools.count()
+        self._prefix = f"{os.getpid()}.{id(self):x}"
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._closing = False
+        self._loading: dict[Ref, asyncio.Future[None]] = {}
+
+    # -- connecting ------------------------------------------------------------------------------
+
+    @classmethod
+    async def connect(
+        cls,
+        url: str,
+        domain: str,
+        *,
+        db: str | None = None,
+        capacity: int = 10_000,
+        snoop: bool = True,
+        name: str = "fanout-cache",
+        load_wait: float = LOAD_WAIT,
+    ) -> SnoopyCache:
+        """Connect to NATS and ask the connector which types it serves.
+
+        Args:
+            url: the NATS server(s), ``nats://host:port``.
+            domain: the connector's data source domain (its ``[bus] domain``).
+            db: the PostgreSQL database writes go to (None: this cache does not write).
+            capacity: objects held at most besides those followed collections pin.
+            snoop: take other caches' load replies (rule 2; False only for comparisons).
+            name: the connection's name on the NATS server.
+            load_wait: seconds a load or a query (and this connect) waits at most for the
+                connector (a publisher still starting answers after its first micro-batch).
+
+        Raises:
+            InvalidSubject: ``domain`` is not a name.
+            LoadTimeout: no connector answered in ``load_wait`` seconds.
+            OSError, nats.errors.Error: NATS could not be reached.
+        """
+        check_name(domain, "the domain")
+        holder: list[SnoopyCache] = []
+
+        async def reconnected() -> None:
+            if holder:
+                holder[0]._on_reconnected()
+
+        async def disconnected() -> None:
+            if not (holder and holder[0]._closing):
+                log.warning("cache: disconnected from NATS; reconnecting")
+
+        nc = await nats.connect(
+            url,
+            name=name,
+            max_reconnect_attempts=-1,
+            reconnect_time_wait=0.5,
+            allow_reconnect=True,
+            reconnected_cb=reconnected,
+            disconnected_cb=disconnected,
+            error_cb=_error,
+        )
+        try:
+            types = await _types(nc, domain, load_wait)
+        except BaseException:
+            await nc.close()
+            raise
+        cache = cls(nc, domain, types, capacity=capacity, snoop=snoop, db=db, load_wait=load_wait)
+        holder.append(cache)
+        return cache
+
+    async def close(self) -> None:
+        """Stop listening and close the connection."""
+        self._closing = True
+        for task in self._tasks:
+            task.cancel()
+        with contextlib.suppress(Exception):
+            await self.nc.drain()
+
+    async def __aenter__(self) -> SnoopyCache:
+        return self
+
+    async def __aexit__(
+        self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        await self.close()
+
+    @property
+    def counters(self) -> Counters:
+        """The core's counts (hits, faults, snooped, stale, evicted, malformed)."""
+        return self.core.counters
+
+    # -- finding ---------------------------------------------------------------------------------
+
+    def find_by_key(self, type_name: str, key: int | str) -> Handle:
+        """A handle to object ``key`` of ``type_name``, at once (rule 1).
+
+        Raises:
+            UnknownType: the connector does not serve ``type_name``.
+            TypeError: ``key`` is not of the type's key kind.
+        """
+        info = self._type(type_name)
+        if info.integer_key != (isinstance(key, int) and not isinstance(key, bool)):
+            kind = "an integer" if info.integer_key else "a string"
+            raise TypeError(f"type {type_name!r} has {kind} key, not {key!r}")
+        ref: Ref = (type_name, key)
+        self._want(ref)
+        return Handle(self, ref)
+
+    async def find_by_label(self, type_name: str, pattern: str) -> Collection:
+        """The objects of ``type_name`` whose label ``pattern`` selects, kept current.
+
+        Returns once the connector's reply to the query has arrived in full.
+
+        Raises:
+            UnknownType: the connector does not serve ``type_name``.
+            InvalidLabel: ``pattern`` is not a label pattern.
+            LoadTimeout: the query was not answered in ``load_wait`` seconds.
+        """
+        self._type(type_name)
+        tokens = pattern_tokens(pattern)
+        collection = Collection(self, self.core.follow(type_name, tokens), type_name, pattern)
+        subject = label_filter("*", type_name, self.domain, pattern)
+        sub = await self.nc.subscribe(subject, cb=self._on_object)
+        self._labels[collection.id] = (sub, collection)
+        await self._query(collection)
+        return collection
+
+    async def _unfollow(self, collection: Collection) -> None:
+        sub, _ = self._labels.pop(collection.id)
+        self.core.unfollow(collection.id)
+        with contextlib.suppress(Exception):
+            await sub.unsubscribe()
+
+    def _type(self, type_name: str) -> TypeInfo:
+        info = self.types.get(type_name)
+        if info is None:
+            served = ", ".join(sorted(self.types)) or "none"
+            raise UnknownType(f"unknown type {type_name!r} (the connector serves: {served})")
+        return info
+
+    def _want(self, ref: Ref) -> None:
+        for gone in self.core.want(ref):
+            self._drop_subscription(gone)
+        if ref not in self._subs:
+            subject = object_filter("*", ref[0], ref[1], self.domain)
+            self._subs[ref] = asyncio.ensure_future(self.nc.subscribe(subject, cb=self._on_object))
+
+    async def _listening(self, ref: Ref) -> None:
+        if ref not in self._subs:
+            self._want(ref)
+        await self._subs[ref]
+        await self.nc.flush()
+
+    def _drop_subscription(self, ref: Ref) -> None:
+        task = self._subs.pop(ref, None)
+        if task is not None:
+            self._spawn(_unsubscribe(task))
+
+    def _spawn(self, work: Any) -> None:
+        task: asyncio.Task[None] = asyncio.ensure_future(work)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    # -- loading ---------------------------------------------------------------------------------
+
+    async def _get(self, ref: Ref) -> Row | None:
+        entry = self.core.read(ref)
+        if entry is not None:
+            return entry.row
+        if ref not in self.core.objects:
+            self._want(ref)  # evicted since it was found: found again
+        self.core.fault(ref)
+        loading = self._loading.get(ref)
+        if loading is None:
+            # One load however many accesses wait for it (rule 1).
+            loading = self._loading[ref] = asyncio.ensure_future(self._load([ref]))
+            loading.add_done_callback(lambda _: self._loading.pop(ref, None))
+        await asyncio.shield(loading)
+        held = self.core.objects.get(ref)
+        if held is None or not held.valid:
+            # Evicted while loading (a tiny capacity): load once more, held this time.
+            self._want(ref)
+            await self._load([ref])
+            held = self.core.objects[ref]
+        return held.row
+
+    async def _load(self, refs: list[Ref]) -> None:
+        """Send ``LOAD`` for ``refs`` and wait until each has its reply (rule 1).
+
+        Raises:
+            LoadTimeout: some were not answered in ``load_wait`` seconds.
+        """
+        request = self._request_id()
+        waiting = self._answers[request] = set(refs)
+        deadline = asyncio.get_running_loop().time() + self.load_wait
+        try:
+            while waiting:
+                for ref in list(waiting):
+                    if ref in self._subs:
+                        await self._subs[ref]
+                    payload = msgspec.msgpack.encode(LoadRequest(request))
+                    await self.nc.publish(load_subject(ref[0], ref[1], self.domain), payload)
+                    self.shell.loads_sent += 1
+                await self._until(lambda: not waiting, deadline, LOAD_RETRY)
+                if waiting and asyncio.get_running_loop().time() >= deadline:
+                    raise LoadTimeout(
+                        f"no LOADREPLY for {sorted(map(str, waiting))[:5]} in {self.load_wait:g} s"
+                        f" (is a publisher with [bus] domain {self.domain!r} running?)"
+                    )
+        finally:
+            del self._answers[request]
+
+    async def _query(self, collection: Collection) -> None:
+        """Ask the connector for a collection's objects; wait until all of them came."""
+        request = self._request_id()
+        self._queried[request] = 0
+        payload = msgspec.msgpack.encode(QueryRequest(request, collection.pattern))
+        subject = query_subject(collection.type_name, self.domain)
+        deadline = asyncio.get_running_loop().time() + self.load_wait
+        try:
+            count = (await self._ask(subject, payload, deadline)).count
+            await self._until(lambda: self._queried[request] >= count, deadline, None)
+            if self._queried[request] < count:
+                raise LoadTimeout(
+                    f"query {subject}: {self._queried[request]} of {count} objects came"
+                )
+        finally:
+            del self._queried[request]
+
+    async def _ask(self, subject: str, payload: bytes, deadline: float) -> QueryReply:
+        """Send a query until the connector answers it.
+
+        Raises:
+            LoadTimeout: not answered by ``deadline``. UnknownType: refused (an unknown type).
+        """
+        while True:
+            try:
+                answer = await self.nc.request(subject, payload, timeout=LOAD_RETRY * 2)
+            except (nats.errors.TimeoutError, nats.errors.NoRespondersError) as exc:
+                if asyncio.get_running_loop().time() >= deadline:
+                    raise LoadTimeout(f"query {subject} not answered: {exc}") from None
+                await asyncio.sleep(LOAD_RETRY)
+                continue
+            reply = msgspec.msgpack.decode(answer.data, type=QueryReply)
+            if reply.error:
+                raise UnknownType(reply.error)
+            return reply
+
+    async def _until(self, done: Callable[[], bool], deadline: float, every: float | None) -> None:
+        """Wait until ``done()`` (checked whenever a message arrives), ``every`` seconds at most
+        (None: until ``deadline``)."""
+        loop = asyncio.get_running_loop()
+        stop = deadline if every is None else min(deadline, loop.time() + every)
+        while not done():
+            left = stop - loop.time()
+            if left <= 0:
+                return
+            self._arrived.clear()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._arrived.wait(), left)
+
+    def _request_id(self) -> str:
+        return f"{self._prefix}.{next(self._ids)}"
+
+    # -- snooping (rule 2) -----------------------------------------------------------------------
+
+    async def _on_object(self, msg: Msg) -> None:
+        try:
+            self._take(msg)
+        except MALFORMED as exc:
+            self.core.counters.malformed += 1
+            log.warning("cache: malformed message on %s dropped: %s", msg.subject, exc)
+        finally:
+            self._arrived.set()
+
+    def _take(self, msg: Msg) -> None:
+        incoming = read(msg.subject, msg.data, self.domain, self.types, self.reassembly)
+        if incoming is None:
+            return  # more fragments to come
+        ref, message = incoming.ref, incoming
+        own = self._answered(message.request, ref)
+        if message.request in self._queried and message.kind == "LOADREPLY":
+            self._queried[message.request] += 1
+        if not self.snoop and not own:
+            entry = self.core.objects.get(ref)
+            if message.kind == "LOADREPLY" or entry is None or not entry.valid:
+                self.shell.foreign_ignored += 1
+                return
+        change = self.core.offer(
+            message.kind,
+            ref,
+            version=message.version,
+            row=message.row,
+            label=message.label,
+            sent=message.sent,
+            own=own,
+        )
+        for gone in self.core.evicted:
+            self._drop_subscription(gone)
+        self.core.evicted.clear()
+        if change is not None:
+            self._tell(change)
+
+    def _answered(self, request: str, ref: Ref) -> bool:
+        waiting = self._answers.get(request)
+        if waiting is None:
+            return False
+        waiting.discard(ref)
+        return True
+
+    # -- telling the application -----------------------------------------------------------------
+
+    def on_change(self, callback: Callable[[Change], None]) -> None:
+        """Call ``callback`` with every change taken (on the event loop; keep it short)."""
+        self._callbacks.append(callback)
+
+    def events(self) -> Events:
+        """Every change taken from the moment this is called, in the order taken (rule 6:
+        bounded); ``aclose()`` it when done."""
+        return Events(self._queues)
+
+    def _tell(self, change: Change) -> None:
+        for callback in self._callbacks:
+            try:
+                callback(change)
+            except Exception:
+                log.exception("cache: a change callback failed")
+        for queue in self._queues:
+            if queue.full():
+                queue.get_nowait()
+                self.shell.events_dropped += 1
+            queue.put_nowait(change)
+
+    # -- reconnecting (rule 3) -------------------------------------------------------------------
+
+    def _on_reconnected(self) -> None:
+        self.shell.reconnects += 1
+        self._spawn(self._refetch())
+
+    async def _refetch(self) -> None:
+        held = [ref for ref, entry in self.core.objects.items() if entry.valid]
+        self.shell.refetches += 1
+        log.info("cache: reconnected; loading %d objects again", len(held))
+        try:
+            if held:
+                await self._load(held)
+            for _, collection in list(self._labels.values()):
+                await self._query(collection)
+        except (LoadTimeout, nats.errors.Error) as exc:
+            log.warning("cache: refetch after a reconnect incomplete: %s", exc)
+
+    # -- writing (rule 4) ------------------------------------------------------------------------
+
+    @contextlib.asynccontextmanager
+    async def transaction(self) -> AsyncIterator[Transaction]:
+        """A PostgreSQL transaction: committed when the block ends, rolled back if it raises.
+
+        Raises:
+            NotStored: this cache was connected without ``db``.
+        """
+        if self.db is None:
+            raise NotStored("this cache was connected without db=: it cannot write")
+        connection = await psycopg.AsyncConnection.connect(self.db)
+        async with connection, connection.transaction():
+            yield Transaction(self._type, connection)
+
+    async def save(self, type_name: str, row: Row) -> None:
+        """Insert or update one object in its own transaction (rule 4).
+
+        Raises:
+            UnknownType, NotStored: see ``Transaction.save``.
+        """
+        async with self.transaction() as tx:
+            await tx.save(type_name, row)
+
+    async def delete(self, type_name: str, key: int | str) -> None:
+        """Delete one object in its own transaction (rule 4)."""
+        async with self.transaction() as tx:
+            await tx.delete(type_name, key)
+
+
+async def _types(nc: Client, domain: str, wait: float) -> dict[str, TypeInfo]:
+    deadline = asyncio.get_running_loop().time() + wait
+    while True:
+        try:
+            answer = await nc.request(types_subject(domain), b"", timeout=2)
+        except (nats.errors.TimeoutError, nats.errors.NoRespondersError):
+            if asyncio.get_running_loop().time() >= deadline:
+                raise LoadTimeout(
+                    f"no connector answered {types_subject(domain)} in {wait:g} s (is a"
+                    f" publisher with [bus] domain = {domain!r} running?)"
+                ) from None
+            await asyncio.sleep(0.5)
+            continue
+        return msgspec.msgpack.decode(answer.data, type=TypesReply).types
+
+
+async def _unsubscribe(task: asyncio.Task[Subscription]) -> None:
+    with contextlib.suppress(Exception):
+        await (await task).unsubscribe()
+
+
+async def _error(exc: Exception) -> None:
+    log.warning("cache: NATS: %s", exc)
+
+
+__all__ = [
+    "Change",
+    "Collection",
+    "Events",
+    "Handle",
+    "LoadTimeout",
+    "NotStored",
+    "SnoopyCache",
+    "Transaction",
+    "UnknownType",
+]

@@ -1,0 +1,210 @@
+"""The database connector's side of the subject bus, without I/O (Liebig et al., §3 and §4.1:
+"the DB Connector"): what to publish for a micro-batch's changes, a ``LOAD`` and a ``QUERY``.
+``publisher.busconnector`` moves the bytes; the namespace is ``wire.bus``'s, the reference
+``docs/caches.md``.
+
+Rules:
+
+1. **One table per type** (a dataset that opted in with ``bus``): key -> (version, row) of its
+   live objects as of the last micro-batch published, kept in the driver.
+2. **Changes in commit order.** A micro-batch's changed rows (one per key, its newest version)
+   are published as ``CREATE`` (the key was not live), ``UPDATENOTIFY`` (it was) or ``DELETE``
+   (a tombstone), under the object's subject with its label. An object whose label changed is
+   published under its old subject as well (with its new state), so that collections following
+   the old label see it leave. Within a micro-batch, rows go in version order.
+3. **Loads from the table.** A ``LOAD`` is answered with the object's current version under its
+   subject, to every cache; a key with no live object with a ``LOADREPLY`` without state,
+   version 0, under the subject with no label (``found`` False: "not there").
+4. **Queries** publish a ``LOADREPLY`` for every live object whose label the pattern selects
+   (NATS's rules, ``wire.bus.tokens_match``) and count them for the requester.
+5. **Fragments.** Each state is cut into pieces of at most ``fragment_bytes`` (``wire.bus``
+   rule 5), all under the same subject with the same request id and version.
+
+The shell calls all of these from one thread (its event loop), so what is published for one
+object is in version order on the bus: a cache never receives a reply older than an update it
+already received from the same connector.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from fanout.publisher.datasets import Dataset, PostgresSource
+from fanout.wire.bus import (
+    FRAGMENT_BYTES,
+    ObjectKind,
+    ObjectMessage,
+    Row,
+    TypeInfo,
+    encode_row,
+    fragments,
+    key_from_token,
+    label_tokens,
+    object_subject,
+    pattern_tokens,
+    tokens_match,
+)
+
+Outgoing = tuple[str, ObjectMessage]
+
+
+@dataclass(frozen=True)
+class ObjectType:
+    """A dataset as a type of objects on the bus.
+
+    Attributes:
+        name: the type's name (the dataset's).
+        info: what caches are told about it (``TYPES``).
+    """
+
+    name: str
+    info: TypeInfo
+
+
+@dataclass
+class _Live:
+    version: int
+    row: Row
+
+
+class ObjectTable:
+    """One type's live objects and what to publish about them (rules 1-5).
+
+    Attributes:
+        loaded: whether it holds the type's objects as of the last micro-batch (after a restart,
+            the pipeline loads the state once before the first micro-batch it publishes).
+        ready: whether it answers loads and queries: once it was loaded, or a micro-batch with
+            rows came, or the stream went idle after its first micro-batch (``mark_ready``).
+            Before, "not there" could be a lie: a new stream's first micro-batch may come
+            empty, the table's rows in the next one.
+    """
+
+    def __init__(self, kind: ObjectType, domain: str, fragment_bytes: int = FRAGMENT_BYTES) -> None:
+        self.kind = kind
+        self.domain = domain
+        self.fragment_bytes = fragment_bytes
+        self.loaded = False
+        self.ready = False
+        self._live: dict[int | str, _Live] = {}
+
+    def __len__(self) -> int:
+        return len(self._live)
+
+    def load(self, rows: Iterable[Row], versions: Iterable[int]) -> None:
+        """Hold ``rows`` (every live object, with its version) and nothing else."""
+        key = self.kind.info.key
+        self._live = {_key(row[key]): _Live(v, row) for row, v in zip(rows, versions, strict=True)}
+        self.loaded = True
+
+    def changes(
+        self, rows: list[Row], versions: list[int], deleted: list[bool], request: str, now: float
+    ) -> list[Outgoing]:
+        """Apply a micro-batch's changed rows and say what to publish (rule 2).
+
+        Args:
+            rows: the changed rows (the dataset's columns), one per key.
+            versions: each row's version.
+            deleted: whether each row is a tombstone.
+            request: the micro-batch's request id.
+            now: the connector's wall clock.
+        """
+        self.loaded = True
+        self.ready = self.ready or bool(rows)
+        key, out = self.kind.info.key, []
+        for at in sorted(range(len(rows)), key=versions.__getitem__):
+            row, version = rows[at], versions[at]
+            ref = _key(row[key])
+            before = self._live.get(ref)
+            old_label = self._label(before.row) if before is not None else None
+            if deleted[at]:
+                if before is None:
+                    continue  # nothing live to delete (a re-run of the micro-batch)
+                del self._live[ref]
+                out += self._messages("DELETE", ref, old_label, version, None, request, now)
+                continue
+            self._live[ref] = _Live(version, row)
+            label = self._label(row)
+            kind: ObjectKind = "CREATE" if before is None else "UPDATENOTIFY"
+            out += self._messages(kind, ref, label, version, row, request, now)
+            if before is not None and old_label != label:
+                out += self._messages(kind, ref, old_label, version, row, request, now)
+        return out
+
+    def mark_ready(self) -> None:
+        """The stream is idle after a micro-batch: the table holds everything there is."""
+        self.ready = self.loaded
+
+    def load_reply(self, key_spelled: str, request: str, now: float) -> list[Outgoing]:
+        """What answers a ``LOAD`` of the key spelled ``key_spelled`` (rule 3).
+
+        Raises:
+            InvalidSubject: the token spells no key of this type.
+        """
+        ref = key_from_token(key_spelled, self.kind.info.integer_key)
+        live = self._live.get(ref)
+        if live is None:
+            return self._messages("LOADREPLY", ref, None, 0, None, request, now)
+        label = self._label(live.row)
+        return self._messages("LOADREPLY", ref, label, live.version, live.row, request, now)
+
+    def query(self, pattern: str, request: str, now: float) -> tuple[list[Outgoing], int]:
+        """What answers a ``QUERY`` (rule 4): the messages, and how many objects they carry.
+
+        Raises:
+            InvalidLabel: ``pattern`` is not a label pattern.
+        """
+        wanted = pattern_tokens(pattern)
+        out: list[Outgoing] = []
+        count = 0
+        for ref, live in self._live.items():
+            label = self._label(live.row)
+            if tokens_match(wanted, label_tokens(label)):
+                count += 1
+                out += self._messages("LOADREPLY", ref, label, live.version, live.row, request, now)
+        return out, count
+
+    def _label(self, row: Row) -> str | None:
+        column = self.kind.info.label
+        value = row.get(column) if column is not None else None
+        return None if value is None else str(value)
+
+    def _messages(  # noqa: PLR0917  # one message's every field, always all given
+        self,
+        kind: ObjectKind,
+        ref: int | str,
+        label: str | None,
+        version: int,
+        row: Row | None,
+        request: str,
+        now: float,
+    ) -> list[Outgoing]:
+        subject = object_subject(kind, self.kind.name, ref, self.domain, label)
+        if row is None:
+            return [(subject, ObjectMessage(request, version, False, 0, 1, b"", now))]
+        pieces = fragments(encode_row(row), self.fragment_bytes)
+        return [
+            (subject, ObjectMessage(request, version, True, part, len(pieces), piece, now))
+            for part, piece in enumerate(pieces)
+        ]
+
+
+def object_type(dataset: Dataset) -> ObjectType:
+    """A dataset that opted in with ``bus`` as a type of objects."""
+    assert dataset.bus is not None
+    source = dataset.source
+    table = (source.table or dataset.name) if isinstance(source, PostgresSource) else None
+    info = TypeInfo(
+        key=dataset.key,
+        integer_key=dataset.schema[dataset.key] in ("long", "int"),
+        label=dataset.bus.label,
+        columns=dict(dataset.schema),
+        table=table,
+    )
+    return ObjectType(dataset.name, info)
+
+
+def _key(value: object) -> int | str:
+    if isinstance(value, bool) or not isinstance(value, int | str):
+        raise TypeError(f"a key is an integer or a string, not {value!r}")
+    return value
