@@ -413,6 +413,13 @@ RELAY_LIMITS: list[tuple[str, type, float, str]] = [
         "seconds a subscription waits for the catalog while the relay has no publisher",
     ),
     ("--max-held", int, 10_000, "subscriptions held waiting for the catalog, in all"),
+    (
+        "--control-share",
+        float,
+        0.5,
+        "seconds of the event loop subscribers' frames may take a second, all connections",
+    ),
+    ("--control-burst", float, 0.5, "seconds they may take at first"),
     ("--sql-share", float, 0.25, "seconds of the event loop a connection's SQL may take a second"),
     ("--sql-burst", float, 1.0, "seconds its SQL may take at first, before --sql-share applies"),
 ]

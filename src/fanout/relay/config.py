@@ -17,7 +17,7 @@ from fanout.relay.holding import CATALOG_WAIT, MAX_HELD
 from fanout.relay.planner import Policy
 from fanout.relay.scheduler import AGING
 from fanout.relay.tables import QUERY_TIMEOUT
-from fanout.relay.throttle import SQL_BURST, SQL_SHARE
+from fanout.relay.throttle import CONTROL_BURST, CONTROL_SHARE, SQL_BURST, SQL_SHARE
 
 
 @dataclass(frozen=True)
@@ -49,6 +49,10 @@ class RelayConfig:
             refused with ``unavailable``.
         max_held: such subscriptions held at once, over all connections; one more is refused
             with ``unavailable`` at once.
+        control_share, control_burst: seconds of the event loop acting on subscribers' frames
+            (subscribe, unsubscribe) may take per second, all connections together, after a
+            first burst (``relay.throttle``); past that a connection whose frame finds the
+            time spent is not read until it is paid back, so pushes keep the rest of the loop.
         sql_share, sql_burst: seconds of the event loop one connection's SQL pushes may take
             per second, after a first burst (``relay.throttle.Budgets``); past that its SQL
             pushes are put off until the time is paid back, and other subscribers are served.
@@ -92,6 +96,8 @@ class RelayConfig:
     hello_timeout: float = 10.0
     catalog_wait: float = CATALOG_WAIT
     max_held: int = MAX_HELD
+    control_share: float = CONTROL_SHARE
+    control_burst: float = CONTROL_BURST
     sql_share: float = SQL_SHARE
     sql_burst: float = SQL_BURST
     reconnect_delay: float = 0.2
@@ -116,6 +122,8 @@ class RelayConfig:
             "query_timeout": self.query_timeout,
             "hello_timeout": self.hello_timeout,
             "catalog_wait": self.catalog_wait,
+            "control_share": self.control_share,
+            "control_burst": self.control_burst,
             "sql_share": self.sql_share,
             "sql_burst": self.sql_burst,
             "pump_budget": self.pump_budget,
@@ -134,6 +142,8 @@ class RelayConfig:
             ("hello_timeout", self.hello_timeout > 0, "> 0 seconds"),
             ("catalog_wait", self.catalog_wait > 0, "> 0 seconds"),
             ("max_held", self.max_held >= 0, ">= 0 (0: refuse at once)"),
+            ("control_share", 0 < self.control_share <= 1, "in (0, 1] seconds a second"),
+            ("control_burst", self.control_burst > 0, "> 0 seconds"),
             ("sql_share", 0 < self.sql_share <= 1, "in (0, 1] seconds a second"),
             ("sql_burst", self.sql_burst > 0, "> 0 seconds"),
             ("pump_budget", self.pump_budget > 0, "> 0 seconds"),

@@ -127,6 +127,8 @@ class RelayServer:
         self._slow_closed = 0
         self._reads_throttled = 0
         self._refused_full = 0
+        #: The time acting on subscribers' frames may take, all connections together.
+        self._control = Throttle(config.control_share, config.control_burst)
         self._frames_refused = 0
         self._closed_bad = 0
         self._hello_timeouts = 0
@@ -378,15 +380,21 @@ class RelayServer:
         )
 
     async def _take(self, client: int, frame: object, throttle: Throttle | None) -> None:
-        """Act on a subscriber's frame, then pause reading if its throttle says so."""
+        """Act on a subscriber's frame, then pause reading if its throttle or the relay's
+        control time says so (``relay.throttle``)."""
         loop = asyncio.get_running_loop()
+        started = time.perf_counter()
         match frame:
             case Subscribe() as request:
                 self._subscribe(client, request, loop.time())
             case Unsubscribe() as request:
                 self._dispatch(self.core.on_unsubscribe(client, request))
         self._wake.set()
-        if throttle is not None and (wait := throttle.take(loop.time())) > 0:
+        now = loop.time()
+        wait = self._control.take(now, time.perf_counter() - started)
+        if throttle is not None:
+            wait = max(wait, throttle.take(now))
+        if wait > 0:
             self._reads_throttled += 1
             await asyncio.sleep(wait)
 

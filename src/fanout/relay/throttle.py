@@ -6,6 +6,11 @@
   connection, after a first ``burst``; past that it stops reading that connection for a while,
   so the sender is slowed down by TCP's flow control, not refused, and other connections are
   not slowed down with it.
+* **Control time** (all connections together): a thousand connections, each within its read
+  rate, could still fill the loop with view changes and leave no time for pushes. The time
+  the relay spends acting on subscribers' frames is one bucket of ``control_share`` seconds a
+  second (``RelayConfig``); a connection whose frame finds it overdrawn is not read until it
+  is paid back, so pushes keep the rest of the loop.
 * **SQL time** (``Budgets``): each SQL push runs the subscriber's query in DuckDB on the loop
   (up to the query time limit). A connection's SQL pushes may take ``share`` seconds of the
   loop per second, after a first ``burst`` seconds; a connection past that has its SQL pushes
@@ -20,6 +25,10 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
+#: Seconds of the event loop acting on subscribers' frames may take per second, all
+#: connections together, and at first.
+CONTROL_SHARE = 0.5
+CONTROL_BURST = 0.5
 #: Seconds of the event loop one connection's SQL pushes may take per second (``Budgets``).
 SQL_SHARE = 0.25
 #: Seconds they may take at first, or after a rest: two queries stopped at the default time
