@@ -35,3 +35,8 @@ class BadRequest(FanoutError, ValueError):
     """A well-formed request that cannot be answered as asked (say, a tick no longer kept)."""
 
     code = "bad_request"
+
+
+class InvalidWrite(BadRequest):
+    """A write to an object (PPS text lines, an object or directory name) is malformed or not
+    allowed; nothing of it was applied."""
