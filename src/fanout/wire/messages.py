@@ -234,7 +234,7 @@ class NoUpdate(Frame, tag="no_update", frozen=True):
     tick: int
 
 
-IndexKind = Literal["space", "sql", "topic", "path"]
+IndexKind = Literal["space", "sql", "topic", "path", "objects"]
 
 
 class DatasetInfo(msgspec.Struct, frozen=True):
