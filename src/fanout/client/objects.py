@@ -69,6 +69,18 @@ class ObjectFile:
         """Whether the first push has arrived."""
         return self._version > 0
 
+    async def started(self) -> None:
+        """Return once the first push has arrived.
+
+        Raises:
+            SubscriptionError: the subscription ended first.
+        """
+        while not self.ready:
+            if self.error is not None:
+                raise self.error
+            self._changed.clear()
+            await self._changed.wait()
+
     async def read(self, wait: bool | None = None) -> str:
         """The next read, in PPS text (``views.objects.reading``, rules 2-4).
 
