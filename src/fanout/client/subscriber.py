@@ -77,7 +77,7 @@ Columns = dict[str, npt.NDArray[Any]]
 #: Largest frame accepted from a relay (a first push of a large view).
 MAX_FRAME = 256 << 20
 #: The view kind of each index kind named otherwise: a ``space`` index takes region views.
-VIEW_KINDS = {"space": "region"}
+VIEW_KINDS = {"space": "region", "objects": "path"}
 
 
 class SubscriptionError(FanoutError):

@@ -106,6 +106,11 @@ class ChangeStatus:
         self.overflows = 0
 
     @property
+    def full_next(self) -> bool:
+        """Whether the next read is a full one (the first, or after an overflow)."""
+        return self._full
+
+    @property
     def pending(self) -> bool:
         """Whether a read would give something."""
         return self._full or bool(self._queue)
