@@ -359,6 +359,10 @@ class ObjectsFS(fuse.Operations):  # type: ignore[misc]  # an untyped base class
         """Nothing to truncate: an object is its attributes (rule 3)."""
         return 0
 
+    def utimens(self, path: str, times: Any = None, fh: Any = None) -> int:
+        """Nothing to set: objects have no times of their own (``touch`` works)."""
+        return 0
+
     def unlink(self, path: str) -> None:
         """Delete an object (rule 4)."""
         base = _base(path)
