@@ -370,7 +370,7 @@ class Published(Frame, tag="published", frozen=True):
     last: int
 
 
-ToRelay = Hello | Subscribe | Unsubscribe
-ToSubscriber = Welcome | Subscribed | Push | NoUpdate | Unsubscribed | Error
+ToRelay = Hello | Subscribe | Unsubscribe | Publish
+ToSubscriber = Welcome | Subscribed | Push | NoUpdate | Unsubscribed | Published | Error
 ToPublisher = Hello | Acquire | Release | ReadState | Publish | Curious | Horizon
 FromPublisher = Welcome | Catalog | Batch | Knowledge | StateRows | Published | Error
