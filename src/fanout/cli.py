@@ -594,7 +594,7 @@ def _mount_parser(commands: Any) -> None:
     parser.add_argument(
         "--publisher",
         default=None,
-        help="the publisher writes go to (default: none, the mount is read-only)",
+        help="send writes to this publisher (default: through the relay, which forwards them)",
     )
     parser.add_argument("dataset", metavar="DATASET", help="an objects dataset")
     parser.add_argument("mountpoint", metavar="MOUNTPOINT", help="an empty directory")

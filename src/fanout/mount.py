@@ -5,7 +5,9 @@ interface for publishers and subscribers alike; docs/objects.md).
 Rules of the mount:
 
 1. Directories are directories, objects are files, ``dir/.all`` is every object of ``dir``.
-   Reads come from the relay, writes go to the publisher and return once durable there.
+   Reads come from the relay. Writes go through the relay, which forwards them to the
+   publisher, or with ``--publisher`` to the publisher directly; either way a write returns once
+   durable at the publisher.
 2. Open options follow ``?`` in the name, as in PPS: ``cat 'obj?delta,wait'``,
    ``cat 'dir/.all?delta,wait,f=speed>50'``. Without ``wait`` or ``delta`` a file reads like a
    plain file: one full version of the object, then end of file. With ``wait`` or ``delta`` it
@@ -21,7 +23,7 @@ Rules of the mount:
    non-persistent one.
 5. While the relay cannot be reached, reads and lookups fail with ``EIO``; each later operation
    tries to reconnect, and open files resubscribe (a delta reader starts again with a full
-   read). Writes need only the publisher.
+   read). Writes sent to the publisher directly (``--publisher``) need only the publisher.
 6. ``SIGINT`` and ``SIGTERM`` unmount (libfuse's handlers), after which the connections close.
 
 The FUSE callbacks run on libfuse's threads; they hand every network step to one asyncio loop on
@@ -77,7 +79,7 @@ class Link:
 
     Args:
         relay: the relay's URL (reads).
-        publisher: the publisher's URL (writes), or None for a read-only mount.
+        publisher: the publisher's URL (writes), or None to write through the relay.
         dataset: the objects dataset.
     """
 
@@ -125,14 +127,14 @@ class Link:
         return self._objects
 
     async def writer(self) -> Objects:
-        """The publisher connection, made anew if it was lost.
+        """Where writes go: the publisher connection, made anew if it was lost, or without a
+        publisher URL the relay's, which forwards each write to the publisher.
 
         Raises:
-            InvalidWrite: the mount is read-only (no publisher).
-            Unreachable: the publisher cannot be reached now.
+            Unreachable: the publisher (or the relay) cannot be reached now.
         """
         if self.publisher is None:
-            raise InvalidWrite("this mount is read-only: fanout mount --publisher URL writes")
+            return await self.reader()
         writer = self._writer
         producer = None if writer is None else writer.producer
         if writer is not None and producer is not None and producer.failure is None:

@@ -31,6 +31,7 @@ from fanout.views.objects import ObjectPath
 from fanout.views.objects.reading import ChangeStatus, apply_push, full_text
 from fanout.views.objects.store import (
     DIRECTORY_MARK,
+    KEY,
     OBJECT_MARK,
     Cell,
     ObjectStore,
@@ -152,7 +153,8 @@ class Objects:
 
     Args:
         subscriber: a relay connection (``client.connect``), or None to write only.
-        producer: a publisher connection (``client.publisher.open_producer``), or None to read only.
+        producer: a publisher connection (``client.publisher.open_producer``) to write to; None
+            writes through the relay, which forwards each write to the publisher.
         dataset: the dataset's name.
     """
 
@@ -221,9 +223,11 @@ class Objects:
         return await self._publish([], [cell_key(check_object_path(path, "directory"), "/")])
 
     async def _publish(self, upserts: list[Row], deletes: list[str]) -> tuple[int, int]:
-        if self.producer is None:
-            raise InvalidWrite("these objects have no publisher connection to write to")
-        return await self.producer.publish(self.dataset, upserts, deletes)
+        if self.producer is not None:
+            return await self.producer.publish(self.dataset, upserts, deletes)
+        if self.subscriber is not None:  # the relay forwards it to the publisher
+            return await self.subscriber.publish(self.dataset, upserts, deletes, key=KEY)
+        raise InvalidWrite("these objects have no connection to write through")
 
 
 def _is_set(line: WriteLine) -> bool:
