@@ -22,8 +22,8 @@ sends no ``Hello`` within ``hello_timeout`` seconds is refused and closed; beyon
 
 A subscriber's write (``Publish``, e.g. ``fanout mount``'s to an objects dataset) is forwarded
 to the publisher over the upstream link and its answer sent back under the subscriber's ``req``;
-while there is no publisher connection, or ``MAX_FORWARDED`` writes wait for answers, it is
-refused ``unavailable``.
+while there is no publisher connection, or too many writes wait for answers, it is refused
+``unavailable`` (``relay.forwarding``).
 
 An HTTP ``GET /metrics`` on the subscriber port is answered with the relay's counters
 (``relay.metrics``, ``fanout.metrics``) instead of a WebSocket handshake.
@@ -49,7 +49,6 @@ import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
-import msgspec
 from websockets.asyncio.client import connect
 from websockets.asyncio.server import ServerConnection, serve
 from websockets.exceptions import ConnectionClosed
@@ -59,6 +58,7 @@ from fanout.connection import Outbound
 from fanout.errors import ConfigError, ProtocolError
 from fanout.relay.compiled import COMPILED
 from fanout.relay.core import MAX_SUBSCRIPTIONS, UPSTREAM, RelayCore, Send
+from fanout.relay.forwarding import Forwarder
 from fanout.relay.metrics import relay_samples
 from fanout.relay.planner import Policy
 from fanout.relay.scheduler import AGING
@@ -90,8 +90,6 @@ MAX_FROM_SUBSCRIBER = 1 << 20
 MAX_FROM_PUBLISHER = 256 << 20
 #: Bytes the upstream link reads from its socket at a time (asyncio's default: 256 KiB).
 UPSTREAM_READ = 8 << 20
-#: Subscribers' writes (``Publish``) the relay forwards to the publisher at a time, at most.
-MAX_FORWARDED = 1024
 
 
 @dataclass(frozen=True)
@@ -214,9 +212,8 @@ class RelayServer:
         self._clients: dict[int, Outbound] = {}
         self._ids = itertools.count(1)
         self._upstream: Outbound | None = None
-        #: forwarded writes awaiting the publisher's answer: upstream req -> (client, its req)
-        self._forwarded: dict[int, tuple[int, int]] = {}
-        self._forward_ids = itertools.count(-1, -1)
+        #: subscribers' writes forwarded to the publisher, awaiting its answers
+        self._forwarder = Forwarder()
         self._connected: set[int] = set()
         self._wake = asyncio.Event()
         #: One thread writes batches to inert buffers, in order; the pump swaps them in.
@@ -378,41 +375,13 @@ class RelayServer:
             await asyncio.sleep(wait)
 
     def _forward(self, client: int, request: Publish) -> None:
-        """Send a subscriber's write on to the publisher over the upstream link; its answer
-        comes back to the subscriber under the subscriber's ``req`` (``_answer_forwarded``).
-
-        A relay forwards at most ``MAX_FORWARDED`` writes at a time; past that, or while it has
-        no publisher, the write is refused ``unavailable`` (nothing of it was sent)."""
-        refusal = None
-        if self._upstream is None:
-            refusal = "the relay has no connection to the publisher now; write again later"
-        elif len(self._forwarded) >= MAX_FORWARDED:
-            refusal = f"the relay forwards {MAX_FORWARDED} writes at most at a time"
-        if refusal is not None:
-            self._reply(client, Error("unavailable", refusal, ref=request.req))
-            return
-        assert self._upstream is not None
-        upstream_req = next(self._forward_ids)  # negative: never a primitive's id
-        self._forwarded[upstream_req] = (client, request.req)
-        self._upstream.offer(codec.encode(msgspec.structs.replace(request, req=upstream_req)))
-
-    def _answer_forwarded(self, frame: Published | Error) -> None:
-        """The publisher's answer to a forwarded write, to the subscriber that sent it."""
-        upstream_req = frame.req if isinstance(frame, Published) else frame.ref
-        client, req = self._forwarded.pop(upstream_req)  # type: ignore[arg-type]
-        answer = (
-            msgspec.structs.replace(frame, req=req)
-            if isinstance(frame, Published)
-            else msgspec.structs.replace(frame, ref=req)
-        )
-        self._reply(client, answer)
-
-    def _fail_forwarded(self) -> None:
-        """The publisher connection is gone: forwarded writes get no answer from it."""
-        for client, req in self._forwarded.values():
-            message = "the relay lost its publisher connection: the write may or may not be applied"
-            self._reply(client, Error("unavailable", message, ref=req))
-        self._forwarded.clear()
+        """Send a subscriber's write on to the publisher, or refuse it (``relay.forwarding``)."""
+        action = self._forwarder.forward(client, request, self._upstream is not None)
+        if isinstance(action, Error):
+            self._reply(client, action)
+        else:
+            assert self._upstream is not None
+            self._upstream.offer(codec.encode(action))
 
     def _reply(self, client: int, frame: Published | Error) -> None:
         outbound = self._clients.get(client)
@@ -436,7 +405,8 @@ class RelayServer:
                     "upstream %s: %s; reconnecting in %.1f s", self.config.publisher, exc, delay
                 )
             self._upstream = None
-            self._fail_forwarded()
+            for client, refusal in self._forwarder.lost():
+                self._reply(client, refusal)
             self.core.on_upstream_lost()
             await asyncio.sleep(delay)
             delay = min(delay * 2, 5.0)
@@ -494,10 +464,8 @@ class RelayServer:
             case Knowledge() as knowledge:
                 if self.core.on_knowledge(knowledge):
                     self._wake.set()
-            case Published() as done if done.req in self._forwarded:
-                self._answer_forwarded(done)
-            case Error(ref=ref) as error if ref is not None and ref in self._forwarded:
-                self._answer_forwarded(error)
+            case Published() | Error() if self._forwarder.answers(frame):
+                self._reply(*self._forwarder.answer(frame))
             case Error() as error:
                 self._dispatch(self.core.on_upstream_error(error))
                 self._wake.set()

@@ -1,46 +1,14 @@
-"""``fanout mount``: an ``objects`` dataset as a file system, where ``ls``, ``cat`` and ``echo``
-publish and subscribe (US 9,026,567, QNX PPS: objects are files and the file-system API is the
-interface for publishers and subscribers alike; docs/objects.md).
-
-Rules of the mount:
-
-1. Directories are directories, objects are files, ``dir/.all`` is every object of ``dir``.
-   Reads come from the relay. Writes go through the relay, which forwards them to the
-   publisher, or with ``--publisher`` to the publisher directly; either way a write returns once
-   durable at the publisher.
-2. Open options follow ``?`` in the name, as in PPS: ``cat 'obj?delta,wait'``,
-   ``cat 'dir/.all?delta,wait,f=speed>50'``. Without ``wait`` or ``delta`` a file reads like a
-   plain file: one full version of the object, then end of file. With ``wait`` or ``delta`` it
-   reads like a stream (``tail -f``): each read gives what the PPS mode says
-   (``views.objects.reading``) and a read with nothing new blocks (``wait``) or ends (no
-   ``wait``).
-3. Each ``write`` is one or more whole lines of PPS text (``views.objects.text``) applied to the
-   object all or nothing. A malformed line, an unknown option, a quality above 9 or a bad path
-   fails that ``write`` with ``EINVAL`` and a logged reason; the mount and its other users go on.
-   Opening with ``O_TRUNC`` (``>``) truncates nothing: an object is its attributes.
-4. ``mkdir`` makes a directory, ``rmdir`` removes an empty one, ``rm`` deletes an object,
-   creating a file (``touch``, ``>>``) creates an empty object; ``obj?nopersist`` creates a
-   non-persistent one.
-5. While the relay cannot be reached, reads and lookups fail with ``EIO``; each later operation
-   tries to reconnect, and open files resubscribe (a delta reader starts again with a full
-   read). Writes sent to the publisher directly (``--publisher``) need only the publisher.
-6. ``SIGINT`` and ``SIGTERM`` unmount (libfuse's handlers), after which the connections close.
-
-The FUSE callbacks run on libfuse's threads; they hand every network step to one asyncio loop on
-a thread of its own (:class:`Link`) and wait for its answer.
-"""
+"""The FUSE operations of a mounted objects dataset (``fanout.mount``'s rules): lookups, reads in
+PPS modes, writes, handles. Every network step goes through the ``Link``."""
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import errno
 import itertools
 import logging
 import os
-import signal
 import stat
-import subprocess
 import threading
 import time
 from collections.abc import Coroutine
@@ -49,129 +17,21 @@ from typing import Any, TypeVar
 
 import mfusepy as fuse  # type: ignore[import-untyped]  # ships no type hints
 
-from fanout.client.objects import ObjectFile, Objects
-from fanout.client.publisher import open_producer
-from fanout.client.subscriber import SubscriptionError, connect
-from fanout.errors import FanoutError, InvalidView, InvalidWrite
+from fanout.client.objects import ObjectFile
+from fanout.client.subscriber import SubscriptionError
+from fanout.errors import InvalidView, InvalidWrite
+from fanout.mount.link import STEP_TIMEOUT, Link, Unreachable
 from fanout.views.objects import ObjectPath
 from fanout.views.objects.reading import name_of
 from fanout.views.objects.store import directory_of
 from fanout.views.objects.text import parse_write
 
-log = logging.getLogger(__name__)
+log = logging.getLogger("fanout.mount")
 
 T = TypeVar("T")
 
-#: Seconds a network step may take before the operation fails with EIO.
-STEP_TIMEOUT = 30.0
 #: Seconds a blocked read waits at a time before looking whether the mount is stopping.
 WAIT_SLICE = 0.5
-#: libfuse worker threads at most: every blocked ``wait`` reader holds one.
-MAX_THREADS = 256
-
-
-class Unreachable(FanoutError):
-    """The relay or the publisher cannot be reached now (the mount answers EIO)."""
-
-
-class Link:
-    """The mount's connections, on an asyncio loop of their own (rule 5).
-
-    Args:
-        relay: the relay's URL (reads).
-        publisher: the publisher's URL (writes), or None to write through the relay.
-        dataset: the objects dataset.
-    """
-
-    def __init__(self, relay: str, publisher: str | None, dataset: str) -> None:
-        self.relay = relay
-        self.publisher = publisher
-        self.dataset = dataset
-        self.loop = asyncio.new_event_loop()
-        self._thread = threading.Thread(
-            target=self.loop.run_forever, name="mount-link", daemon=True
-        )
-        self._thread.start()
-        self._reads: contextlib.AsyncExitStack | None = None
-        self._writes: contextlib.AsyncExitStack | None = None
-        self._objects: Objects | None = None
-        self._writer: Objects | None = None
-        #: bumped at every reconnection to the relay: files of older ones resubscribe
-        self.generation = 0
-
-    def call(self, step: Coroutine[Any, Any, T], timeout: float = STEP_TIMEOUT) -> T:
-        """Run ``step`` on the loop and wait for it (from a FUSE thread)."""
-        return asyncio.run_coroutine_threadsafe(step, self.loop).result(timeout)
-
-    async def reader(self) -> Objects:
-        """The relay connection, made anew if it was lost.
-
-        Raises:
-            Unreachable: the relay cannot be reached now.
-        """
-        objects = self._objects
-        subscriber = None if objects is None else objects.subscriber
-        if objects is not None and subscriber is not None and subscriber.failure is None:
-            return objects
-        await self._close_reads()
-        stack = contextlib.AsyncExitStack()
-        try:
-            subscriber = await asyncio.wait_for(
-                stack.enter_async_context(connect(self.relay, name="fanout-mount")), 10
-            )
-        except (OSError, TimeoutError, FanoutError) as error:
-            await stack.aclose()
-            raise Unreachable(f"relay {self.relay}: {error}") from error
-        self._reads, self.generation = stack, self.generation + 1
-        self._objects = Objects(subscriber, None, self.dataset)
-        return self._objects
-
-    async def writer(self) -> Objects:
-        """Where writes go: the publisher connection, made anew if it was lost, or without a
-        publisher URL the relay's, which forwards each write to the publisher.
-
-        Raises:
-            Unreachable: the publisher (or the relay) cannot be reached now.
-        """
-        if self.publisher is None:
-            return await self.reader()
-        writer = self._writer
-        producer = None if writer is None else writer.producer
-        if writer is not None and producer is not None and producer.failure is None:
-            return writer
-        if self._writes is not None:
-            await self._writes.aclose()
-        stack = contextlib.AsyncExitStack()
-        try:
-            producer = await asyncio.wait_for(
-                stack.enter_async_context(open_producer(self.publisher)), 10
-            )
-        except (OSError, TimeoutError, FanoutError) as error:
-            await stack.aclose()
-            raise Unreachable(f"publisher {self.publisher}: {error}") from error
-        self._writes = stack
-        self._writer = Objects(None, producer, self.dataset)
-        return self._writer
-
-    async def _close_reads(self) -> None:
-        if self._reads is not None:
-            with contextlib.suppress(Exception):
-                await self._reads.aclose()
-        self._reads, self._objects = None, None
-
-    def close(self) -> None:
-        """Close both connections and stop the loop."""
-
-        async def close() -> None:
-            await self._close_reads()
-            if self._writes is not None:
-                with contextlib.suppress(Exception):
-                    await self._writes.aclose()
-
-        with contextlib.suppress(Exception):
-            self.call(close(), timeout=10)
-        self.loop.call_soon_threadsafe(self.loop.stop)
-        self._thread.join(timeout=10)
 
 
 @dataclass
@@ -481,56 +341,3 @@ def _view(path: str) -> ObjectPath:
     except InvalidView as error:
         log.warning("open of %s refused: %s", path, error)
         raise fuse.FuseOSError(errno.EINVAL) from error
-
-
-def mount(relay: str, publisher: str | None, dataset: str, mountpoint: str) -> int:
-    """Mount ``dataset`` at ``mountpoint`` and serve it until unmounted or signalled (rule 6).
-
-    Returns:
-        0 once unmounted.
-    """
-    mountpoint = os.path.abspath(mountpoint)  # libfuse moves to '/' once mounted
-    link = Link(relay, publisher, dataset)
-    operations = ObjectsFS(link)
-    failure: list[BaseException] = []
-
-    def serve() -> None:
-        try:
-            fuse.FUSE(
-                operations,
-                mountpoint,
-                raw_fi=True,
-                foreground=True,
-                fsname=f"fanout:{dataset}",
-                max_threads=MAX_THREADS,
-                intr=True,  # a signalled reader's blocked read is interrupted (fuse_interrupted)
-            )
-        except BaseException as error:  # handed to the main thread, which raises it
-            failure.append(error)
-
-    # libfuse installs its own SIGINT/SIGTERM handlers only where none is set; these are set,
-    # so the main thread hears the signal, ends blocked reads and unmounts (rule 6).
-    def stop(signum: int, _frame: object) -> None:
-        log.info("signal %d: unmounting %s", signum, mountpoint)
-        operations.stopping.set()
-        subprocess.run(["fusermount3", "-u", "-z", mountpoint], check=False)
-
-    previous = {sig: signal.signal(sig, stop) for sig in (signal.SIGINT, signal.SIGTERM)}
-    # libfuse interrupts a request's thread with SIGUSR1 (``intr``) but, configured through
-    # mfusepy's init, installs no handler for it: without one it would end the process.
-    previous[signal.SIGUSR1] = signal.signal(signal.SIGUSR1, lambda _signum, _frame: None)
-    server = threading.Thread(target=serve, name="fuse", daemon=True)
-    try:
-        server.start()
-        while server.is_alive():
-            server.join(timeout=0.5)
-    finally:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
-        operations.stopping.set()
-        link.close()
-    if failure and not isinstance(failure[0], RuntimeError):
-        raise failure[0]
-    if failure:
-        log.info("unmounted %s (libfuse said %s)", mountpoint, failure[0])
-    return 0
