@@ -2,19 +2,23 @@
 the latency from ``echo >>`` returning to a ``cat 'obj?delta,wait'`` reader printing the change.
 
 One real deployment on loopback: ``fanout publisher`` with an objects dataset (Spark ``local[*]``),
-``fanout relay``, ``fanout mount``; ``--objects`` objects (1,000) written first, ``--watchers``
+``fanout relay``, two ``fanout mount``; ``--objects`` objects (1,000) written first, ``--watchers``
 (10) ``cat '/bench/oK?delta,wait'`` processes, one per object. Each run measures:
 
 * ``writes_per_s_library``: ``Objects.write`` of one attribute, one after the other, each
   returning once durable at the publisher;
 * ``writes_per_s_mount``: the same through the mount, each an ``open(O_APPEND)``, one
-  ``write(2)`` and a ``close`` of an object file, as ``echo 'attr::v' >> obj`` does;
+  ``write(2)`` and a ``close`` of an object file, as ``echo 'attr::v' >> obj`` does; the mount
+  writes through the relay, which forwards to the publisher (``writes_per_s_mount_direct``: a
+  second mount, ``--publisher``, writing to the publisher itself);
 * ``echo_to_watch``: ``bash -c "echo 'seq:n:K' >> obj"`` run, and the time from it returning to
   the watcher of that object printing ``seq:n:K`` (one sample at a time, round robin over the
   watchers);
-* the Spark micro-batch share: the median of Spark's ``triggerExecution`` for the micro-batches
-  of that run (from the publisher's progress log), over the median latency. The rest is the wait
-  for the next trigger, the relay (apply, push at the subscription's rate, 100/s) and the mount.
+* the Spark micro-batch share: the median, over the micro-batches of that run, of the time from
+  a micro-batch's start to its batches being sent (Spark's steps before ``foreachBatch`` plus the
+  pipeline's stages, from the publisher's log), over the run's median latency. The rest is the
+  wait for the next trigger, the relay (apply, push at the subscription's rate, 100/s) and the
+  mount.
 
 Prints one JSON object last: the median of ``--runs`` runs and their spread (min, max), the
 runs, the machine and its calibration; writes it to ``bench/results/objects.json``.
@@ -149,7 +153,23 @@ def percentile(values: list[float], fraction: float) -> float:
     return ordered[min(len(ordered) - 1, round(fraction * (len(ordered) - 1)))]
 
 
-async def deploy(root: Path) -> tuple[Child, Child, asyncio.subprocess.Process, Path]:
+async def mount(
+    root: Path, name: str, relay: Child, publisher: Child | None
+) -> tuple[asyncio.subprocess.Process, Path]:
+    """``fanout mount``: writes through the relay, or to ``publisher`` directly."""
+    mountpoint = root / name
+    mountpoint.mkdir()
+    direct = ["--publisher", publisher.url] if publisher is not None else []
+    with (root / f"{name}.log").open("ab") as log:
+        process = await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "fanout", "mount", "--relay", relay.url, *direct, "pps",
+            str(mountpoint), stderr=log,
+        )  # fmt: skip
+    await eventually(lambda: os.path.ismount(mountpoint), timeout=30)
+    return process, mountpoint
+
+
+async def deploy(root: Path) -> tuple[Child, Child, list[asyncio.subprocess.Process], Path, Path]:
     (root / "fanout.toml").write_text(CONFIG)
     publisher = await start(
         "publisher",
@@ -158,19 +178,13 @@ async def deploy(root: Path) -> tuple[Child, Child, asyncio.subprocess.Process, 
         root / "publisher.log",
     )  # fmt: skip
     relay = await start("relay", ["--publisher", publisher.url, "--port", "0"], root / "relay.log")
-    mountpoint = root / "mnt"
-    mountpoint.mkdir()
-    with (root / "mount.log").open("ab") as log:
-        mount = await asyncio.create_subprocess_exec(
-            sys.executable, "-m", "fanout", "mount", "--relay", relay.url, "--publisher",
-            publisher.url, "pps", str(mountpoint), stderr=log,
-        )  # fmt: skip
-    await eventually(lambda: os.path.ismount(mountpoint), timeout=30)
-    return publisher, relay, mount, mountpoint
+    through, mountpoint = await mount(root, "mnt", relay, None)
+    direct, direct_point = await mount(root, "direct", relay, publisher)
+    return publisher, relay, [through, direct], mountpoint, direct_point
 
 
 async def bench(args: argparse.Namespace, root: Path) -> dict[str, Any]:
-    publisher, relay, mount, mountpoint = await deploy(root)
+    publisher, relay, mounts, mountpoint, direct_point = await deploy(root)
     watchers: list[Watcher] = []
     try:
         async with open_producer(publisher.url) as producer:
@@ -196,11 +210,13 @@ async def bench(args: argparse.Namespace, root: Path) -> dict[str, Any]:
                 spark = spark_batch_ms(root / "publisher.log", since, stamp())
                 library = await library_writes(objects, args.writes)
                 through_mount = await asyncio.to_thread(mount_writes, mountpoint, args.writes)
+                direct = await asyncio.to_thread(mount_writes, direct_point, args.writes)
                 p50 = statistics.median(latencies)
                 runs.append(
                     {
                         "writes_per_s_library": round(library, 1),
                         "writes_per_s_mount": round(through_mount, 1),
+                        "writes_per_s_mount_direct": round(direct, 1),
                         "echo_to_watch_p50_ms": round(p50, 1),
                         "echo_to_watch_p99_ms": round(percentile(latencies, 0.99), 1),
                         "spark_batch_p50_ms": statistics.median(spark) if spark else None,
@@ -215,9 +231,10 @@ async def bench(args: argparse.Namespace, root: Path) -> dict[str, Any]:
     finally:
         for watcher in watchers:
             watcher.stop()
-        mount.send_signal(signal.SIGTERM)
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(mount.wait(), 30)
+        for process in mounts:
+            process.send_signal(signal.SIGTERM)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(process.wait(), 30)
         await relay.stop()
         await publisher.stop()
     summary: dict[str, Any] = {}
