@@ -195,6 +195,9 @@ async def test_a_bad_write_is_einval_with_a_logged_reason_and_nothing_half_appli
     assert "'five' is not a finite number" in deployment.log.read_text()
     status, _, err = await shell(f"echo 'x::1' >> '{mnt}/bad?bogus'")
     assert status != 0 and "Invalid argument" in err
+    status, _, err = await shell(f"echo 'x::1' >> {mnt}/.hidden")  # not an object's name
+    assert status != 0 and "Invalid argument" in err
+    assert "special object '.hidden'" in deployment.log.read_text()
     # others go on, and the refused writes left nothing behind
     await shell(f"echo 'after::yes' >> {mnt}/bad")
     await eventually(
