@@ -59,8 +59,7 @@ class Admission:
                         self.store.apply((), [row[KEY]])
                     else:
                         self.store.apply([row], ())
-            gone = self.store.restart()
-            self._append(gone)
+            gone = self.store.restart(then=self._append)
         log.info(
             "objects %s: %d cells back, %d non-persistent deleted",
             name,
@@ -80,14 +79,13 @@ class Admission:
             InvalidWrite: the request is bad; nothing of it was applied.
             BadRequest, IngestBacklog: the log refused the cells; the store is left as before.
         """
+        offsets: list[int] = []
+
+        def append(effects: Effects) -> None:  # a failed append undoes the request
+            offsets.extend(self._append(effects))
+
         with self._lock:
-            before = dict(self.store.cells)
-            effects = self.store.admit(upserts, deletes)
-            try:
-                offsets = self._append(effects)
-            except BaseException:
-                self.store = ObjectStore(before.values())
-                raise
+            self.store.admit(upserts, deletes, then=append)
         if not offsets:
             last = self.ingest.latest(self.dataset.name)
             return last, last

@@ -169,3 +169,20 @@ def test_directories() -> None:
 def test_a_bad_object_path_is_refused(path: str) -> None:
     with pytest.raises(InvalidWrite):
         ObjectStore().write(path, [SetAttribute("a", Value("", "1"))])
+
+
+def test_a_request_whose_then_fails_is_undone() -> None:
+    store = ObjectStore()
+    store.write("/d/o", [SetAttribute("a", Value("", "1"))])
+    before = dict(store.cells)
+
+    def log_full(effects: object) -> None:
+        raise OSError("the log refused")
+
+    row = {"object": "/d/o", "attr": "a", "value": "2", "quality": 0, "persist": True}
+    with pytest.raises(OSError, match="refused"):
+        store.admit([row, {"object": "/e/p", "attr": ""}], ["/d/o?a"], then=log_full)
+    assert store.cells == before
+    seen: list[object] = []
+    effects = store.admit([row], [], then=seen.append)
+    assert seen == [effects] and store.attributes("/d/o") == {"a": Value("", "2")}

@@ -27,7 +27,7 @@ subscribers keep one to hold what their views deliver.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
@@ -230,15 +230,25 @@ class ObjectStore:
         """
         return self._request(lambda effects: self._remove_directory(path, effects))
 
-    def admit(self, upserts: Sequence[Mapping[str, Any]], deletes: Sequence[str]) -> Effects:
+    def admit(
+        self,
+        upserts: Sequence[Mapping[str, Any]],
+        deletes: Sequence[str],
+        then: Callable[[Effects], object] | None = None,
+    ) -> Effects:
         """Apply a producer's request given as cells (the wire's ``Publish``), all or nothing.
 
         Upserts first, in order: a row with attr ``"/"`` makes a directory, ``""`` creates an
         object (its ``persist``), any other sets that attribute at the row's quality. Then
         deletes: ``dir?/`` removes a directory, ``obj?`` an object, ``obj?attr`` an attribute.
 
+        Args:
+            then: called with the effects before the request counts as applied (the publisher
+                appends them to its log there); if it raises, the request is undone.
+
         Raises:
             InvalidWrite: any part is bad; nothing is applied.
+            Exception: whatever ``then`` raised; nothing is applied.
         """
 
         def apply(effects: Effects) -> None:
@@ -253,16 +263,17 @@ class ObjectStore:
                 else:
                     self._write(path, [DeleteAttribute(attr)], True, effects)
 
-        return self._request(apply)
+        return self._request(apply, then)
 
-    def restart(self) -> Effects:
-        """Drop the non-persistent objects and attributes (rule 5), as after a restart."""
+    def restart(self, then: Callable[[Effects], object] | None = None) -> Effects:
+        """Drop the non-persistent objects and attributes (rule 5), as after a restart
+        (``then``: as for :meth:`admit`)."""
         gone = [
             cell.key
             for cell in self.cells.values()
             if not cell.persist or not self._persistent_object(cell.object)
         ]
-        return self._request(lambda effects: self._remove_all(gone, effects))
+        return self._request(lambda effects: self._remove_all(gone, effects), then)
 
     def apply(self, upserts: Iterable[Mapping[str, Any]], deletes: Iterable[str]) -> None:
         """Lay already-admitted cells over the store, blindly (a replay, or a subscriber's copy)."""
@@ -273,11 +284,15 @@ class ObjectStore:
 
     # -- the steps -------------------------------------------------------------------------------
 
-    def _request(self, apply: Any) -> Effects:
+    def _request(
+        self, apply: Callable[[Effects], None], then: Callable[[Effects], object] | None = None
+    ) -> Effects:
         effects = Effects([], [])
         self._undo = _Undo()
         try:
             apply(effects)
+            if then is not None:
+                then(effects)
         except BaseException:
             for key, cell in self._undo.before.items():
                 self._remove(key)
