@@ -377,3 +377,11 @@ def test_a_command_whose_extra_is_not_installed_says_which_to_install() -> None:
     assert "Traceback" not in result.stderr
     assert "fanout relay: needs " in result.stderr
     assert "pip install 'fanout[relay]'" in result.stderr
+
+
+def test_mount_refuses_a_mount_point_that_is_not_a_directory(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    missing = tmp_path / "nowhere"
+    assert main(["mount", "--relay", "ws://127.0.0.1:1", "pps", str(missing)]) == USAGE
+    assert "is not a directory" in capsys.readouterr().err

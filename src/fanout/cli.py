@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import logging
+import os
 import sys
 from collections.abc import Sequence
 from importlib import metadata
@@ -30,10 +31,11 @@ BUILTIN_KINDS = {"agents": "region"}
 #: Exit statuses.
 FAILURE, USAGE = 1, 2
 #: The extra each command needs beyond the base install (docs/deploy.md).
-EXTRAS = {"relay": "relay", "publisher": "publisher", "demo": "demo"}
+EXTRAS = {"relay": "relay", "publisher": "publisher", "demo": "demo", "mount": "mount"}
 #: The modules those extras install: one missing is a missing extra, not a bug.
 EXTRA_MODULES = frozenset(
     {"duckdb", "pyarrow", "prometheus_client", "pyspark", "py4j", "pandas", "psycopg", "rich"}
+    | {"mfusepy"}
 )
 
 
@@ -96,6 +98,7 @@ def _parser() -> argparse.ArgumentParser:
     _subscribe_parser(commands)
     _explain_parser(commands)
     cli_security.token_parser(commands, _command)
+    _mount_parser(commands)
     return parser
 
 
@@ -616,3 +619,42 @@ def _run_explain(args: argparse.Namespace) -> int:
         view = served
     print(explain(kind, view, args.have).render())
     return 0
+
+
+# -- mount -----------------------------------------------------------------------------------
+
+
+def _mount_parser(commands: Any) -> None:
+    parser = _command(
+        commands,
+        "mount",
+        help="mount an objects dataset as files: ls, cat and echo subscribe and publish",
+        description=(
+            "Mount an objects dataset (QNX-PPS-style objects) at MOUNTPOINT with FUSE: directories"
+            " are directories, objects are files. 'cat obj' prints an object, 'cat 'obj?delta,"
+            "wait'' follows its changes, 'echo attr::value >> obj' publishes (durable when it"
+            " returns), 'rm obj' deletes it. Runs in the foreground; Ctrl-C or SIGTERM unmounts"
+            " (docs/objects.md)."
+        ),
+    )
+    parser.add_argument(
+        "--relay",
+        default=DEFAULT_RELAY,
+        help=f"the relay reads come from (default: {DEFAULT_RELAY})",
+    )
+    parser.add_argument(
+        "--publisher",
+        default=None,
+        help="send writes to this publisher (default: through the relay, which forwards them)",
+    )
+    parser.add_argument("dataset", metavar="DATASET", help="an objects dataset")
+    parser.add_argument("mountpoint", metavar="MOUNTPOINT", help="an empty directory")
+    parser.set_defaults(run=_run_mount)
+
+
+def _run_mount(args: argparse.Namespace) -> int:
+    from fanout.mount import mount
+
+    if not os.path.isdir(args.mountpoint):
+        raise ConfigError(f"mount point {args.mountpoint!r} is not a directory")
+    return mount(args.relay, args.publisher, args.dataset, args.mountpoint)

@@ -49,3 +49,8 @@ class Unauthorized(FanoutError):
         super().__init__(message)
         self.code = code
         self.message = message
+
+
+class InvalidWrite(BadRequest):
+    """A write to an object (PPS text lines, an object or directory name) is malformed or not
+    allowed; nothing of it was applied."""

@@ -230,12 +230,13 @@ def test_requests_are_started_for_the_shell() -> None:
 
 
 def test_each_role_reads_or_writes_only_what_it_is_for() -> None:
-    """A token grants a role: a producer's must not read the state, a relay's not publish."""
-    relay, producer = new_session(), new_session()
-    relay.receive(hello())
+    """A token grants a role: a producer's must not read the state, a reader's not publish (a
+    relay's may: it forwards its subscribers' writes, checking their tokens)."""
+    reader, producer = new_session(), new_session()
+    reader.receive(hello("reader"))
     producer.receive(hello("producer"))
-    refused = relay.receive(codec.encode(Publish(6, "agents")))
-    assert refused == [Send(Error("role", "publish is for a producer, not a relay", ref=6))]
+    refused = reader.receive(codec.encode(Publish(6, "agents")))
+    assert refused == [Send(Error("role", "publish is for a producer, not a reader", ref=6))]
     refused = producer.receive(codec.encode(ReadState(7, "agents", BOX)))
     message = "readstate is for a relay or a reader, not a producer"
     assert refused == [Send(Error("role", message, ref=7))]

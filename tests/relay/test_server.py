@@ -36,6 +36,8 @@ from fanout.wire.messages import (
     DatasetInfo,
     Error,
     Hello,
+    Publish,
+    Published,
     Push,
     Subscribe,
     Subscribed,
@@ -490,3 +492,30 @@ async def test_a_view_whose_data_the_publisher_refuses_ends_with_the_publishers_
 def test_limits_that_could_not_work_are_refused_at_once(config: dict, message: str) -> None:
     with pytest.raises(ConfigError, match=re.escape(message)):
         RelayServer(RelayConfig(publisher="ws://127.0.0.1:1", **config))
+
+
+async def test_a_subscribers_write_is_forwarded_and_answered_under_its_req() -> None:
+    seen: list[object] = []
+    publisher = ScriptedPublisher(Catalog([INFO]), on_frame=seen.append)
+
+    def forwarded() -> list[Publish]:
+        return [frame for frame in seen if isinstance(frame, Publish)]
+
+    async with running(publisher) as (_, _, url), connect(url) as subscriber:
+        write = asyncio.create_task(
+            subscriber.publish("agents", [{"id": 7, "x": 1.0, "y": 2.0}], [3], key="id")
+        )
+        first = (await eventually(forwarded))[0]
+        assert first.req < 0 and first.dataset == "agents"  # the relay's own req
+        await publisher.broadcast(Published(first.req, 10, 11))
+        assert await asyncio.wait_for(write, 5) == (10, 11)
+        refused = asyncio.create_task(subscriber.publish("agents", [{"id": 8, "x": 0.0, "y": 0.0}]))
+        second = (await eventually(lambda: forwarded()[1:]))[0]
+        await publisher.broadcast(Error("bad_request", "no such thing", ref=second.req))
+        with pytest.raises(SubscriptionError, match="bad_request: no such thing"):
+            await asyncio.wait_for(refused, 5)
+        lost = asyncio.create_task(subscriber.publish("agents", [{"id": 9, "x": 0.0, "y": 0.0}]))
+        await eventually(lambda: forwarded()[2:])
+        await publisher.relays[0].close()  # the answer is lost with the connection
+        with pytest.raises(SubscriptionError, match=r"unavailable: .*may or may not be applied"):
+            await asyncio.wait_for(lost, 5)

@@ -64,6 +64,8 @@ from fanout.wire.messages import (
     Hello,
     Mode,
     NoUpdate,
+    Publish,
+    Published,
     Push,
     Resume,
     Subscribe,
@@ -79,7 +81,7 @@ Columns = dict[str, npt.NDArray[Any]]
 #: Largest frame accepted from a relay (a first push of a large view).
 MAX_FRAME = 256 << 20
 #: The view kind of each index kind named otherwise: a ``space`` index takes region views.
-VIEW_KINDS = {"space": "region"}
+VIEW_KINDS = {"space": "region", "objects": "path"}
 
 
 class SubscriptionError(FanoutError):
@@ -333,6 +335,7 @@ class Subscriber:
         self._pending_views: dict[int, Subscribe] = {}
         self._rates: dict[int, float] = {}
         self._resumed: dict[int, LiveView] = {}
+        self._publishing: dict[int, asyncio.Future[tuple[int, int]]] = {}
         self._decoder = codec.to_subscriber()
         self._reader: asyncio.Task[None] | None = None
         self.errors: list[Error] = []
@@ -397,7 +400,50 @@ class Subscriber:
             self._resumed.pop(sub, None)
         return self._views[sub]
 
-    async def _send(self, frame: Subscribe | Unsubscribe) -> None:
+    async def publish(
+        self,
+        dataset: str,
+        rows: Sequence[Mapping[str, Any]],
+        deletes: Sequence[Any] = (),
+        *,
+        key: str | None = None,
+    ) -> tuple[int, int]:
+        """Write through the relay, which forwards to the publisher: upsert ``rows`` (whole rows)
+        and delete keys ``deletes`` of an ingest dataset, as ``PublisherClient.publish`` does.
+
+        Args:
+            key: the dataset's key column, which names ``deletes`` (needed with them).
+
+        Returns:
+            The ingest-log offsets (first, last) of the events, once they are durable.
+
+        Raises:
+            ValueError: deletes without ``key``, or rows whose columns differ.
+            SubscriptionError: the publisher refused them, the relay could not forward them
+                (``unavailable``: no publisher connection now, or it was lost meanwhile: the
+                write may or may not be applied), or this connection can serve no more.
+        """
+        if deletes and key is None:
+            raise ValueError("deletes need the dataset's key column (key=...)")
+        names = list(rows[0]) if rows else []
+        if any(list(row) != names for row in rows):
+            raise ValueError("every row must have the same columns, in the same order")
+        upserts = {name: np.asarray([row[name] for row in rows]) for name in names}
+        request = Publish(
+            next(self._ids),
+            dataset,
+            encode_columns(upserts) if upserts else Payload(),
+            encode_columns({str(key): np.asarray(list(deletes))}) if deletes else Payload(),
+        )
+        future: asyncio.Future[tuple[int, int]] = asyncio.get_running_loop().create_future()
+        self._publishing[request.req] = future
+        try:
+            await self._send(request)
+            return await future
+        finally:
+            self._publishing.pop(request.req, None)
+
+    async def _send(self, frame: Subscribe | Unsubscribe | Publish) -> None:
         if self.failure is not None:
             raise self.failure
         if isinstance(frame, Subscribe):
@@ -420,7 +466,8 @@ class Subscriber:
         for view in self._views.values():
             if not view._closed:
                 view._end(failure)
-        for future in self._pending.values():
+        futures: list[asyncio.Future[Any]] = [*self._pending.values()]
+        for future in [*futures, *self._publishing.values()]:
             if not future.done():
                 future.set_exception(failure)
 
@@ -453,6 +500,10 @@ class Subscriber:
                 self._views.pop(sub)._end(None)
             case Error(code="resync", ref=ref) if ref in self._views:
                 self._views[ref].resyncs += 1  # a full push follows
+            case Published(req=req, first=first, last=last) if req in self._publishing:
+                self._publishing[req].set_result((first, last))
+            case Error(ref=ref) if ref is not None and ref in self._publishing:
+                self._publishing[ref].set_exception(SubscriptionError(frame.code, frame.message))
             case Error(ref=ref) if ref is not None and ref in self._pending:
                 self._pending[ref].set_exception(SubscriptionError(frame.code, frame.message))
             case Error(ref=ref) if ref is not None and ref in self._views:

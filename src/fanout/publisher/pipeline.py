@@ -44,6 +44,7 @@ from fanout.publisher.microbatch import (
     snapshots,
 )
 from fanout.publisher.mirror import MAX_ROWS, Mirror
+from fanout.publisher.objects import Admission
 from fanout.publisher.progress import ProgressLog, StageClock
 from fanout.publisher.reads import StateStore, read_view
 from fanout.publisher.registry import Registry
@@ -105,6 +106,8 @@ class Pipeline:
         self.checkouts = Checkouts()
         self.log = log
         self._ingest: IngestLog | None = None
+        #: An objects dataset's admission of producers' writes (``publisher.objects``).
+        self.admission: Admission | None = None
         #: Serialises micro-batch delivery and idle snapshots (two threads, one set of checkouts).
         self._lock = threading.Lock()
         self._last_batch_at = time.monotonic()
@@ -138,6 +141,9 @@ class Pipeline:
         self.tick_time = self.stream.start_time
         if isinstance(self.dataset.source, IngestSource):
             self._ingest = IngestLog(streams.ingest_log_path(self.state_dir), [self.dataset])
+            if self.dataset.index == "objects":
+                self.admission = Admission(self.dataset, self._ingest)
+                self.admission.recover(self.spark, self.checkpoint)
         rows = streams.stream(self.spark, self.dataset, self.stream.start_time, self.state_dir)
         name = f"fanout-{self.dataset.name}"
         self.spark.streams.addListener(ProgressLog(self.dataset.name, name))
@@ -305,6 +311,8 @@ class Pipeline:
             )
         if self._ingest is None:
             raise BadRequest(f"dataset {self.dataset.name!r} is not started yet; retry")
+        if self.admission is not None:
+            return self.admission.publish(_rows(upserts), deletes.tolist())
         key = self.dataset.key
         events = [IngestEvent(row[key], row) for row in _rows(upserts)]
         events += [IngestEvent(value, None) for value in deletes.tolist()]

@@ -281,7 +281,9 @@ class PublisherSession:
                 self._registry.hold(relay, dataset, epoch, seq)
             case ReadState() if self._role() in ("relay", "reader"):
                 return [Start(frame)]
-            case Publish() if self._role() == "producer":
+            case Publish() if self._role() in ("producer", "relay"):
+                # A relay forwards its subscribers' writes (relay.forwarding), each checked
+                # there for a token granting the producer role.
                 return [Start(frame)]
             case ReadState() | Publish():
                 # Each role reads or writes only what it is for (a token grants a role).

@@ -20,6 +20,11 @@ sends no ``Hello`` within ``hello_timeout`` seconds is refused and closed; beyon
 ``max_connections`` served at once, a new one's ``Hello`` is refused with ``unavailable`` (the
 `fanout subscribe` given several relays tries the next).
 
+A subscriber's write (``Publish``, e.g. ``fanout mount``'s to an objects dataset) is forwarded
+to the publisher over the upstream link and its answer sent back under the subscriber's ``req``;
+while there is no publisher connection, or too many writes wait for answers, it is refused
+``unavailable`` (``relay.forwarding``).
+
 An HTTP ``GET /metrics`` on the subscriber port is answered with the relay's counters
 (``relay.metrics``, ``fanout.metrics``) instead of a WebSocket handshake; ``GET /healthz`` and
 ``GET /readyz`` are the probes of a load balancer (ready: connected upstream, with room).
@@ -59,6 +64,7 @@ from fanout.errors import ProtocolError, Unauthorized
 from fanout.relay.compiled import COMPILED
 from fanout.relay.config import RelayConfig
 from fanout.relay.core import UPSTREAM, RelayCore, Send
+from fanout.relay.forwarding import Forwarder
 from fanout.relay.holding import Holding
 from fanout.relay.httpserver import HttpSubscription, connection_type, routes
 from fanout.relay.metrics import relay_samples
@@ -75,6 +81,8 @@ from fanout.wire.messages import (
     Error,
     Hello,
     Knowledge,
+    Publish,
+    Published,
     StateRows,
     Subscribe,
     Unsubscribe,
@@ -116,6 +124,8 @@ class RelayServer:
         self._clients: dict[int, Outbound | HttpSubscription] = {}
         self._ids = itertools.count(1)
         self._upstream: Outbound | None = None
+        #: subscribers' writes forwarded to the publisher, awaiting its answers
+        self._forwarder = Forwarder()
         self._connected: set[int] = set()
         self._wake = asyncio.Event()
         #: One thread writes batches to inert buffers, in order; the pump swaps them in.
@@ -389,6 +399,8 @@ class RelayServer:
                 self._subscribe(client, request, loop.time())
             case Unsubscribe() as request:
                 self._dispatch(self.core.on_unsubscribe(client, request))
+            case Publish() as request:
+                self._forward(client, request)
         self._wake.set()
         now = loop.time()
         wait = self._control.take(now, time.perf_counter() - started)
@@ -410,6 +422,26 @@ class RelayServer:
                 return
         self._dispatch(self.core.on_subscribe(client, request, now))
 
+    def _forward(self, client: int, request: Publish) -> None:
+        """Send a subscriber's write on to the publisher, or refuse it (``relay.forwarding``):
+        with authentication, only a token granting the producer role may write."""
+        grant = self._grants.get(client)
+        if self._verifier is not None and (grant is None or "producer" not in grant.roles):
+            message = "writing needs a token granting the producer role"
+            self._reply(client, Error("forbidden", message, ref=request.req))
+            return
+        action = self._forwarder.forward(client, request, self._upstream is not None)
+        if isinstance(action, Error):
+            self._reply(client, action)
+        else:
+            assert self._upstream is not None
+            self._upstream.offer(codec.encode(action))
+
+    def _reply(self, client: int, frame: Published | Error) -> None:
+        outbound = self._clients.get(client)
+        if outbound is not None:
+            outbound.offer(codec.encode(frame))
+
     def _on_writable(self, client: int) -> None:
         if self.core.on_writable(client):
             self._wake.set()
@@ -427,6 +459,8 @@ class RelayServer:
                     "upstream %s: %s; reconnecting in %.1f s", self.config.publisher, exc, delay
                 )
             self._upstream = None
+            for client, refusal in self._forwarder.lost():
+                self._reply(client, refusal)
             self.core.on_upstream_lost()
             await asyncio.sleep(delay)
             delay = min(delay * 2, 5.0)
@@ -490,6 +524,8 @@ class RelayServer:
             case Knowledge() as knowledge:
                 if self.core.on_knowledge(knowledge):
                     self._wake.set()
+            case Published() | Error() if self._forwarder.answers(frame):
+                self._reply(*self._forwarder.answer(frame))
             case Error() as error:
                 self._dispatch(self.core.on_upstream_error(error))
                 self._wake.set()

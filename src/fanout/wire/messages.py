@@ -237,7 +237,7 @@ class NoUpdate(Frame, tag="no_update", frozen=True):
     tick: int
 
 
-IndexKind = Literal["space", "sql", "topic", "path"]
+IndexKind = Literal["space", "sql", "topic", "path", "objects"]
 
 
 class DatasetInfo(msgspec.Struct, frozen=True):
@@ -373,7 +373,7 @@ class Published(Frame, tag="published", frozen=True):
     last: int
 
 
-ToRelay = Hello | Subscribe | Unsubscribe
-ToSubscriber = Welcome | Subscribed | Push | NoUpdate | Unsubscribed | Error
+ToRelay = Hello | Subscribe | Unsubscribe | Publish
+ToSubscriber = Welcome | Subscribed | Push | NoUpdate | Unsubscribed | Published | Error
 ToPublisher = Hello | Acquire | Release | ReadState | Publish | Curious | Horizon
 FromPublisher = Welcome | Catalog | Batch | Knowledge | StateRows | Published | Error

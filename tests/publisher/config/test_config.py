@@ -205,9 +205,12 @@ MISTAKES = [
     # indexes
     (
         orders('index = { kind = "geo" }'),
-        "datasets.orders.index.kind: 'geo' is not one of space, sql, topic, path",
+        "datasets.orders.index.kind: 'geo' is not one of space, sql, topic, path, objects",
     ),
-    (orders('index = "geo"'), "datasets.orders.index: 'geo' is not one of space, sql, topic, path"),
+    (
+        orders('index = "geo"'),
+        "datasets.orders.index: 'geo' is not one of space, sql, topic, path, objects",
+    ),
     (
         orders("index = 1"),
         "datasets.orders.index: expected a table or a kind name, not an integer (1)",
@@ -947,3 +950,28 @@ def test_the_auth_table_configures_tokens_and_the_publisher_table_tls(tmp_path: 
 def test_a_bad_auth_table_is_refused_naming_the_key(text: str, says: str) -> None:
     with pytest.raises(ConfigError, match=re.escape(says)):
         parse_config(text)
+
+
+def test_an_objects_dataset_takes_the_fixed_cell_layout() -> None:
+    settings = parse_config('[datasets.pps]\nindex = "objects"\nsource = "ingest"\n')
+    pps = settings.datasets["pps"]
+    assert (pps.key, pps.index, pps.index_columns) == ("cell", "objects", ("object",))
+    assert list(pps.schema) == ["cell", "object", "attr", "value", "encoding", "quality", "persist"]
+
+
+@pytest.mark.parametrize(
+    ("lines", "expected"),
+    [
+        ('source = { kind = "files", path = "x" }', "datasets.pps.source: an objects dataset is"),
+        ('source = "ingest"\nkey = "id"', "datasets.pps.key: an objects dataset's key is 'cell'"),
+        (
+            'source = "ingest"\nschema = { id = "long" }',
+            "datasets.pps.schema: an objects dataset's schema is fixed",
+        ),
+        ('source = "ingest"\ntime = "quality"', "datasets.pps.time: an objects dataset orders"),
+    ],
+)
+def test_an_objects_dataset_refuses_another_layout(lines: str, expected: str) -> None:
+    assert error(f'[datasets.pps]\nindex = "objects"\n{lines}\n').startswith(
+        f"fanout.toml: {expected}"
+    )

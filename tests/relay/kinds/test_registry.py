@@ -38,16 +38,18 @@ def test_the_core_never_asks_which_kind_a_dataset_is(module: str) -> None:
                 f"{module}:{node.lineno} imports the views of one kind ({node.module})"
             )
         if isinstance(node, ast.Constant):
-            assert node.value not in ("space", "sql", "topic", "path"), (
+            assert node.value not in ("space", "sql", "topic", "path", "objects"), (
                 f"{module}:{node.lineno} names a kind ({node.value!r})"
             )
 
 
 def test_every_catalog_index_has_a_kind_and_an_unknown_one_is_refused() -> None:
-    assert set(kinds.KINDS) == {"space", "sql", "topic", "path"}
+    assert set(kinds.KINDS) == {"space", "sql", "topic", "path", "objects"}
     info = DatasetInfo("x", "id", {"id": "<i8"}, "graph", ["id"])  # type: ignore[arg-type]
     core = RelayCore()
-    with pytest.raises(ProtocolError, match="index 'graph', not one of path, space, sql, topic"):
+    with pytest.raises(
+        ProtocolError, match="index 'graph', not one of objects, path, space, sql, topic"
+    ):
         core.on_catalog(Catalog([info]))
     assert core.datasets == {}
 

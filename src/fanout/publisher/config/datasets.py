@@ -45,6 +45,8 @@ from fanout.publisher.datasets import (
     agents,
 )
 from fanout.publisher.sources.simulation import SimulationParams
+from fanout.views.objects.store import KEY as OBJECTS_KEY
+from fanout.views.objects.store import SCHEMA as OBJECTS_SCHEMA
 from fanout.views.sql import parse as parse_sql
 from fanout.wire.messages import IndexKind
 
@@ -84,6 +86,8 @@ def _dataset(name: str, value: object, path: str) -> Dataset:
     source = _source(required(table, "source", path, what), f"{path}.source")
     if isinstance(source, SimulationSource):
         dataset = _simulation_dataset(name, table, source, path)
+    elif _index_kind(table.get("index")) == "objects":
+        dataset = _objects_dataset(name, table, source, path)
     else:
         dataset = _declared_dataset(name, table, source, path)
     if "bus" in table:
@@ -145,6 +149,37 @@ def _declared_dataset(name: str, table: Table, source: Source, path: str) -> Dat
         source=source,
         order=_optional_column(table, "order", schema, path, _ORDER_TYPES),
         time_column=_optional_column(table, "time", schema, path, _NUMERIC),
+    )
+
+
+def _index_kind(value: object) -> object:
+    """The kind an ``index`` value names (a name, or a table's ``kind``), unchecked."""
+    return value.get("kind") if isinstance(value, dict) else value
+
+
+def _objects_dataset(name: str, table: Table, source: Source, path: str) -> Dataset:
+    """Return an ``objects`` dataset: cells of PPS objects (``views.objects.store``), fed by
+    producers. Its schema and key are fixed; the file may repeat them."""
+    if not isinstance(source, IngestSource):
+        fail(f"{path}.source", "an objects dataset is written by producers: its source is ingest")
+    schema = dict(OBJECTS_SCHEMA)
+    if "schema" in table and _schema(table["schema"], f"{path}.schema") != schema:
+        fail(f"{path}.schema", f"an objects dataset's schema is fixed: {schema}; leave it out")
+    if table.get("key", OBJECTS_KEY) != OBJECTS_KEY:
+        fail(f"{path}.key", f"an objects dataset's key is {OBJECTS_KEY!r}; leave it out")
+    for key in ("order", "time"):
+        if key in table:
+            fail(f"{path}.{key}", "an objects dataset orders its cells by the ingest log")
+    index = table["index"]
+    if isinstance(index, dict):
+        check_keys(index, ("kind",), f"{path}.index")
+    return Dataset(
+        name=name,
+        key=OBJECTS_KEY,
+        schema=schema,  # type: ignore[arg-type]  # SCHEMA's types are ColumnType names
+        index="objects",
+        index_columns=("object",),
+        source=source,
     )
 
 
@@ -262,6 +297,8 @@ def _index(
         return kind, _space_columns(named, schema, columns_path)
     if kind == "sql":
         return kind, tuple(schema) if named is None else _sql_columns(named, columns_path)
+    if kind == "objects":
+        fail(kind_path, "an objects index takes the fixed objects schema: leave schema and key out")
     return kind, _name_column(kind, named, schema, key, columns_path)
 
 

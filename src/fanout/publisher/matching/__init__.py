@@ -32,5 +32,5 @@ def matcher_for(dataset: Dataset) -> Matcher:
             return SqlMatcher(dataset.name, frozenset(dataset.schema))
         case "topic":
             return TopicMatcher(dataset.index_columns[0])
-        case "path":
+        case "path" | "objects":
             return PathMatcher(dataset.index_columns[0])

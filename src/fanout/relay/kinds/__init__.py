@@ -11,6 +11,7 @@ from collections.abc import Callable
 
 from fanout.errors import ProtocolError
 from fanout.relay.kinds.base import Accepted, Cut, DatasetKind, Parts
+from fanout.relay.kinds.objects import ObjectsKind
 from fanout.relay.kinds.path import PathKind
 from fanout.relay.kinds.region import RegionKind
 from fanout.relay.kinds.sql import SqlKind
@@ -24,11 +25,12 @@ KINDS: dict[str, Callable[[DatasetInfo, Parts], DatasetKind]] = {
     "sql": SqlKind,
     "topic": TopicKind,
     "path": PathKind,
+    "objects": ObjectsKind,
 }
 """Index kind (``DatasetInfo.index``) -> the class that serves datasets of it."""
 
 STATS: tuple[str, ...] = tuple(
-    name for kind in (RegionKind, SqlKind, TopicKind, PathKind) for name in kind.STATS
+    name for kind in (RegionKind, SqlKind, TopicKind, PathKind, ObjectsKind) for name in kind.STATS
 )
 """The counters kinds add to the relay's stats (zero while no dataset of the kind is held)."""
 

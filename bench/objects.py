@@ -1,0 +1,275 @@
+"""Objects as files: attribute writes per second through a fuse3 mount and through the library, and
+the latency from ``echo >>`` returning to a ``cat 'obj?delta,wait'`` reader printing the change.
+
+One real deployment on loopback: ``fanout publisher`` with an objects dataset (Spark ``local[*]``),
+``fanout relay``, two ``fanout mount``; ``--objects`` objects (1,000) written first, ``--watchers``
+(10) ``cat '/bench/oK?delta,wait'`` processes, one per object. Each run measures:
+
+* ``writes_per_s_library``: ``Objects.write`` of one attribute, one after the other, each
+  returning once durable at the publisher;
+* ``writes_per_s_mount``: the same through the mount, each an ``open(O_APPEND)``, one
+  ``write(2)`` and a ``close`` of an object file, as ``echo 'attr::v' >> obj`` does; the mount
+  writes through the relay, which forwards to the publisher (``writes_per_s_mount_direct``: a
+  second mount, ``--publisher``, writing to the publisher itself);
+* ``echo_to_watch``: ``bash -c "echo 'seq:n:K' >> obj"`` run, and the time from it returning to
+  the watcher of that object printing ``seq:n:K`` (one sample at a time, round robin over the
+  watchers);
+* the Spark micro-batch share: the median, over the micro-batches of that run, of the time from
+  a micro-batch's start to its batches being sent (Spark's steps before ``foreachBatch`` plus the
+  pipeline's stages, from the publisher's log), over the run's median latency. The rest is the
+  wait for the next trigger, the relay (apply, push at the subscription's rate, 100/s) and the
+  mount.
+
+Prints one JSON object last: the median of ``--runs`` runs and their spread (min, max), the
+runs, the machine and its calibration; writes it to ``bench/results/objects.json``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import os
+import re
+import signal
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from fanout.client.objects import Objects
+from fanout.client.publisher import open_producer
+from fanout.launch import Child, start
+from fanout.testing.calibration import calibrate
+from fanout.testing.machine import describe, write_results
+from fanout.testing.wait import eventually
+from fanout.views.objects.store import Cell
+from fanout.views.objects.text import Value
+
+RESULTS = Path(__file__).parent / "results" / "objects.json"
+CONFIG = '[datasets.pps]\nindex = "objects"\nsource = "ingest"\n'
+_PROGRESS = re.compile(
+    r"^(\S+ \S+) INFO fanout.publisher.progress: pps progress batch (\d+): (.*)$"
+)
+_STAGES = re.compile(r"INFO fanout.publisher.pipeline: pps batch (\d+) tick \d+: .*?; (.*)$")
+#: Spark's steps of a micro-batch before ``foreachBatch`` (``addBatch``) runs the pipeline's.
+_BEFORE = ("latestOffset", "getBatch", "queryPlanning", "walCommit")
+
+
+class Watcher:
+    """One ``cat 'obj?delta,wait'`` process and the times its lines arrived."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.lines: dict[str, float] = {}
+        self._process: asyncio.subprocess.Process | None = None
+        self._task: asyncio.Task[None] | None = None
+
+    async def start(self) -> None:
+        self._process = await asyncio.create_subprocess_exec(
+            "cat", f"{self.path}?delta,wait", stdout=asyncio.subprocess.PIPE
+        )
+        self._task = asyncio.create_task(self._read(self._process))
+
+    async def _read(self, process: asyncio.subprocess.Process) -> None:
+        assert process.stdout is not None
+        while line := await process.stdout.readline():
+            self.lines[line.decode().rstrip("\n")] = time.perf_counter()
+
+    async def arrival(self, line: str, timeout: float = 120.0) -> float:
+        await eventually(lambda: line in self.lines, timeout=timeout, every=0.001)
+        return self.lines[line]
+
+    def stop(self) -> None:
+        if self._process is not None:
+            with contextlib.suppress(ProcessLookupError):
+                self._process.send_signal(signal.SIGINT)
+
+
+async def library_writes(objects: Objects, count: int) -> float:
+    started = time.perf_counter()
+    for index in range(count):
+        await objects.write(f"/bench/o{index % 1000}", f"lib:n:{index}\n")
+    return count / (time.perf_counter() - started)
+
+
+def mount_writes(mountpoint: Path, count: int) -> float:
+    started = time.perf_counter()
+    for index in range(count):
+        handle = os.open(mountpoint / "bench" / f"o{index % 1000}", os.O_WRONLY | os.O_APPEND)
+        try:
+            os.write(handle, f"mnt:n:{index}\n".encode())
+        finally:
+            os.close(handle)
+    return count / (time.perf_counter() - started)
+
+
+async def echo_to_watch(watchers: list[Watcher], samples: int, first: int) -> list[float]:
+    latencies = []
+    for number in range(first, first + samples):
+        watcher = watchers[number % len(watchers)]
+        shell = await asyncio.create_subprocess_exec(
+            "bash", "-c", f"echo 'seq:n:{number}' >> '{watcher.path}'"
+        )
+        if await shell.wait() != 0:
+            raise RuntimeError(f"echo to {watcher.path} failed")
+        returned = time.perf_counter()
+        latencies.append((await watcher.arrival(f"seq:n:{number}") - returned) * 1000)
+    return latencies
+
+
+def spark_batch_ms(log: Path, since: str, until: str) -> list[float]:
+    """Per micro-batch logged between two log timestamps, the milliseconds from its start to its
+    batches being sent to the relays: Spark's steps before ``addBatch`` plus the pipeline's
+    stages (state+match, log, snapshot, build, send). Spark's commit after it is not counted."""
+    text = log.read_text().splitlines()
+    stages: dict[str, float] = {}
+    for line in text:
+        found = _STAGES.search(line)
+        if found:
+            spent = re.findall(r"(\d+) ms", found.group(2))
+            stages[found.group(1)] = sum(float(ms) for ms in spent)
+    out = []
+    for line in text:
+        found = _PROGRESS.match(line)
+        if found and since <= found.group(1) <= until and found.group(2) in stages:
+            durations = json.loads(found.group(3))["durationMs"]
+            before = sum(float(durations.get(step, 0)) for step in _BEFORE)
+            out.append(before + stages[found.group(2)])
+    return out
+
+
+def stamp() -> str:
+    # The log's asctime format (logging's default): "2026-11-26 15:22:08,945"
+    now = time.time()
+    return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(now)) + f",{int(now % 1 * 1000):03d}"
+
+
+def percentile(values: list[float], fraction: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, round(fraction * (len(ordered) - 1)))]
+
+
+async def mount(
+    root: Path, name: str, relay: Child, publisher: Child | None
+) -> tuple[asyncio.subprocess.Process, Path]:
+    """``fanout mount``: writes through the relay, or to ``publisher`` directly."""
+    mountpoint = root / name
+    mountpoint.mkdir()
+    direct = ["--publisher", publisher.url] if publisher is not None else []
+    with (root / f"{name}.log").open("ab") as log:
+        process = await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "fanout", "mount", "--relay", relay.url, *direct, "pps",
+            str(mountpoint), stderr=log,
+        )  # fmt: skip
+    await eventually(lambda: os.path.ismount(mountpoint), timeout=30)
+    return process, mountpoint
+
+
+async def deploy(root: Path) -> tuple[Child, Child, list[asyncio.subprocess.Process], Path, Path]:
+    (root / "fanout.toml").write_text(CONFIG)
+    publisher = await start(
+        "publisher",
+        ["--config", str(root / "fanout.toml"), "--port", "0", "--state-dir",
+         str(root / "state"), "--log-level", "info"],
+        root / "publisher.log",
+    )  # fmt: skip
+    relay = await start("relay", ["--publisher", publisher.url, "--port", "0"], root / "relay.log")
+    through, mountpoint = await mount(root, "mnt", relay, None)
+    direct, direct_point = await mount(root, "direct", relay, publisher)
+    return publisher, relay, [through, direct], mountpoint, direct_point
+
+
+async def bench(args: argparse.Namespace, root: Path) -> dict[str, Any]:
+    publisher, relay, mounts, mountpoint, direct_point = await deploy(root)
+    watchers: list[Watcher] = []
+    try:
+        async with open_producer(publisher.url) as producer:
+            objects = Objects(None, producer, "pps")
+            cells = [
+                Cell(f"/bench/o{index}", attr, Value("n", "0"), 0, True).row()
+                for index in range(args.objects)
+                for attr in ("", "seq")
+            ]
+            await producer.publish("pps", cells)
+            watchers = [Watcher(mountpoint / "bench" / f"o{i}") for i in range(args.watchers)]
+            await eventually(
+                (mountpoint / "bench" / f"o{args.objects - 1}").exists, timeout=120, in_thread=True
+            )
+            for watcher in watchers:
+                await watcher.start()
+            for watcher in watchers:
+                await watcher.arrival("seq:n:0")
+            runs = []
+            for run in range(args.runs):
+                since = stamp()
+                latencies = await echo_to_watch(watchers, args.samples, 1 + run * args.samples)
+                spark = spark_batch_ms(root / "publisher.log", since, stamp())
+                library = await library_writes(objects, args.writes)
+                through_mount = await asyncio.to_thread(mount_writes, mountpoint, args.writes)
+                direct = await asyncio.to_thread(mount_writes, direct_point, args.writes)
+                p50 = statistics.median(latencies)
+                runs.append(
+                    {
+                        "writes_per_s_library": round(library, 1),
+                        "writes_per_s_mount": round(through_mount, 1),
+                        "writes_per_s_mount_direct": round(direct, 1),
+                        "echo_to_watch_p50_ms": round(p50, 1),
+                        "echo_to_watch_p99_ms": round(percentile(latencies, 0.99), 1),
+                        "spark_batch_p50_ms": statistics.median(spark) if spark else None,
+                        "microbatch_share": (
+                            round(statistics.median(spark) / p50, 3) if spark else None
+                        ),
+                        "samples": len(latencies),
+                        "micro_batches": len(spark),
+                    }
+                )
+                print(json.dumps(runs[-1]), file=sys.stderr, flush=True)
+    finally:
+        for watcher in watchers:
+            watcher.stop()
+        for process in mounts:
+            process.send_signal(signal.SIGTERM)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(process.wait(), 30)
+        await relay.stop()
+        await publisher.stop()
+    summary: dict[str, Any] = {}
+    for key in runs[0]:
+        values = [run[key] for run in runs if run[key] is not None]
+        if key in ("samples", "micro_batches") or not values:
+            continue
+        summary[key] = round(statistics.median(values), 3)
+        summary[f"{key}_spread"] = [min(values), max(values)]
+    return {
+        **summary,
+        "objects": args.objects,
+        "watchers": args.watchers,
+        "runs": runs,
+        "noisy": "other sessions ran tests on the 2 cores meanwhile (see load_average_1m)",
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--objects", type=int, default=1000)
+    parser.add_argument("--watchers", type=int, default=10)
+    parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--samples", type=int, default=40, help="echo-to-watch samples per run")
+    parser.add_argument("--writes", type=int, default=300, help="writes per run, each way")
+    parser.add_argument("--no-save", action="store_true", help="do not write bench/results")
+    args = parser.parse_args()
+    calibration = calibrate()
+    with tempfile.TemporaryDirectory(prefix="fanout-bench-objects-") as root:
+        result = asyncio.run(bench(args, Path(root)))
+    write_results(
+        {**result, "machine": describe(), "calibration": calibration},
+        None if args.no_save else RESULTS,
+    )
+
+
+if __name__ == "__main__":
+    main()

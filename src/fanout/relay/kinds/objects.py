@@ -1,0 +1,93 @@
+"""Objects datasets (index ``objects``): PPS objects as cells, views that are object paths
+(US 9,026,567, QNX PPS; ``views.objects.store`` for the cells, docs/objects.md).
+
+A row is one cell: an attribute of an object, or an object's or directory's marker. A view
+``/dir/obj`` selects the cells of that object, ``/dir/.all`` those of every object and directory
+directly in ``dir``. ``f=`` names keep the markers and the named attributes' cells; ``f=``
+comparisons keep the objects for which one holds, judged on all of their attributes (each cell's
+value read by its encoding). Upstream the view is acquired without options (the publisher's path
+matching on the ``object`` column), so the relay holds whole objects.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+import numpy.typing as npt
+
+from fanout.errors import InvalidView
+from fanout.relay.kinds.base import Accepted
+from fanout.relay.kinds.path import PathKind
+from fanout.relay.state import Positions, Table
+from fanout.relay.transforms import resolve
+from fanout.views import View
+from fanout.views.objects import ObjectPath, passes
+from fanout.views.objects.store import DIRECTORY_MARK, OBJECT_MARK
+from fanout.wire.messages import Subscribe
+
+
+class ObjectsKind(PathKind):
+    """An ``objects`` dataset at the relay (``relay.kinds.base.DatasetKind``)."""
+
+    def accept(self, request: Subscribe, capabilities: Sequence[str]) -> Accepted:
+        """An object path; its rows are whole cells (``f=`` narrows which cells, not columns).
+
+        Raises:
+            InvalidView: not an object path, or ``f=`` comparisons in mode ``every`` (an
+                object's filter reads several cells, a step sees one).
+            InvalidTransform: the transform does not fit the dataset.
+        """
+        self._check_language(request.view, request.transform, capabilities)
+        view = request.view
+        assert isinstance(view, ObjectPath)
+        if request.mode == "every" and view.filters:
+            raise InvalidView(
+                f"{view.path!r}: f= comparisons on an objects dataset are served in mode"
+                " 'latest' only"
+            )
+        info = self.state.info
+        shape = resolve(request.transform, info, capabilities)
+        return Accepted(shape, info.key, list(shape.columns))
+
+    def positions(self, view: View) -> Positions:
+        """The cells of the objects in the path's scope that pass its filters."""
+        assert isinstance(view, ObjectPath)
+        return cell_positions(view, self.state.buffer.active)
+
+
+def cell_positions(view: ObjectPath, table: Table) -> Positions:
+    """Sorted positions of the cells ``view`` selects (the module's rules)."""
+    objects = np.asarray(table.columns["object"], dtype=np.str_)
+    if not len(objects):
+        return np.empty(0, dtype=np.int64)
+    attrs = np.asarray(table.columns["attr"], dtype=np.str_)
+    mask = view.in_scope(objects)
+    if view.filters and mask.any():
+        mask &= np.isin(objects, sorted(_passing(view, table, mask)))
+    if view.attributes is not None:
+        mask &= np.isin(attrs, [*sorted(view.attributes), OBJECT_MARK, DIRECTORY_MARK])
+    return np.flatnonzero(mask)
+
+
+def _passing(view: ObjectPath, table: Table, mask: npt.NDArray[np.bool_]) -> set[str]:
+    """The objects in scope for which one of the view's comparisons holds."""
+    values: dict[str, dict[str, object]] = {}
+    columns = table.columns
+    for at in np.flatnonzero(mask).tolist():
+        attr = str(columns["attr"][at])
+        cells = values.setdefault(str(columns["object"][at]), {})
+        if attr not in (OBJECT_MARK, DIRECTORY_MARK):
+            cells[attr] = typed(str(columns["encoding"][at]), str(columns["value"][at]))
+    return {
+        path for path, cells in values.items() if any(passes(flt, cells) for flt in view.filters)
+    }
+
+
+def typed(encoding: str, text: str) -> object:
+    """A cell's value as ``f=`` compares it: numbers as numbers, booleans as booleans."""
+    if encoding == "n":
+        return int(text) if text.lstrip("-").isdigit() else float(text)
+    if encoding == "b":
+        return text == "true"
+    return text

@@ -1,0 +1,145 @@
+"""Reading objects in PPS modes: full, delta with a change status per reader, directory notices
+(US 9,026,567, QNX PPS; docs/objects.md).
+
+Rules:
+
+1. A subscriber's copy of a view is an :class:`~fanout.views.objects.store.ObjectStore` fed with
+   the cells each push brings (:func:`apply_push`), which says what changed as notices: ``+@name``
+   for an object created, ``-@name`` for one deleted (and nothing more about its attributes),
+   ``@name`` with the attributes whose value changed, ``-attr`` for those deleted. Directories and
+   markers make no notices of their own; a changed quality or persistence alone is no change.
+2. Full mode: a read gives one consistent version of the object (or of every object of a
+   directory, in name order), from one push.
+3. Delta mode: each reader has its own change status (:class:`ChangeStatus`). Its first read gives
+   everything, as a full read; later ones the notices queued since its previous read, the changes
+   of one object merged into one ``@name`` while no other object's came between.
+4. A change status holds at most ``limit`` notices; past that it drops them and its next read is a
+   full one again (a reader that does not keep up sees the newest state, not every step).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+from fanout.views.objects.store import (
+    DIRECTORY_MARK,
+    OBJECT_MARK,
+    ObjectStore,
+    cell_of,
+    directory_of,
+    split_key,
+)
+from fanout.views.objects.text import (
+    Changed,
+    Created,
+    Deleted,
+    Notice,
+    Value,
+    format_notices,
+    format_object,
+)
+
+DEFAULT_LIMIT = 10_000
+
+
+def name_of(path: str) -> str:
+    """An object's name: the last segment of its path."""
+    return path.rsplit("/", 1)[1]
+
+
+def apply_push(
+    store: ObjectStore, upserts: Iterable[Mapping[str, Any]], deletes: Iterable[str]
+) -> list[Notice]:
+    """Lay a push's cells over ``store`` and say what changed (rule 1)."""
+    notices: list[Notice] = []
+    deleted_objects: set[str] = set()
+    gone: list[tuple[str, str]] = [split_key(key) for key in deletes]
+    for path, attr in gone:
+        if attr == OBJECT_MARK and store.is_object(path):
+            deleted_objects.add(path)
+    changed: dict[str, dict[str, Value | None]] = {}
+    for path, attr in gone:
+        if path in deleted_objects or attr in (OBJECT_MARK, DIRECTORY_MARK):
+            continue
+        if store.cells.get(f"{path}?{attr}") is not None:
+            changed.setdefault(path, {})[attr] = None
+    notices += [Deleted(name_of(path)) for path in sorted(deleted_objects)]
+    rows = list(upserts)
+    for row in rows:
+        cell = cell_of(row)
+        held = store.cells.get(cell.key)
+        if cell.attr == OBJECT_MARK and held is None:
+            notices.append(Created(name_of(cell.object)))
+        elif cell.attr not in (OBJECT_MARK, DIRECTORY_MARK) and (
+            held is None or held.value != cell.value
+        ):
+            changed.setdefault(cell.object, {})[cell.attr] = cell.value
+    store.apply(rows, [f"{path}?{attr}" for path, attr in gone])
+    notices += [Changed(name_of(path), attrs) for path, attrs in sorted(changed.items())]
+    return notices
+
+
+def full_text(store: ObjectStore, path: str) -> str:
+    """A full read of ``path`` (rule 2): an object, or with ``.all`` every object of a directory.
+
+    Args:
+        store: the reader's copy.
+        path: ``/dir/obj`` or ``/dir/.all``, without options.
+    """
+    if name_of(path) == ".all":
+        directory = directory_of(path)
+        paths = [p for p in store.entries(directory) if store.is_object(p)]
+    else:
+        paths = [path] if store.is_object(path) else []
+    return "".join(format_object(name_of(p), store.attributes(p)) for p in paths)
+
+
+class ChangeStatus:
+    """One reader's change status in delta mode (rules 3 and 4)."""
+
+    def __init__(self, limit: int = DEFAULT_LIMIT) -> None:
+        self.limit = limit
+        self._queue: list[Notice] = []
+        self._full = True
+        #: Times the queue overflowed and a full read was given instead (rule 4).
+        self.overflows = 0
+
+    @property
+    def full_next(self) -> bool:
+        """Whether the next read is a full one (the first, or after an overflow)."""
+        return self._full
+
+    @property
+    def pending(self) -> bool:
+        """Whether a read would give something."""
+        return self._full or bool(self._queue)
+
+    def offer(self, notices: Sequence[Notice]) -> None:
+        """Queue a push's notices for this reader."""
+        if self._full or not notices:
+            return
+        for notice in notices:
+            last = self._queue[-1] if self._queue else None
+            if (
+                isinstance(notice, Changed)
+                and isinstance(last, Changed)
+                and last.name == notice.name
+            ):
+                self._queue[-1] = Changed(notice.name, {**last.attributes, **notice.attributes})
+            else:
+                self._queue.append(notice)
+        if len(self._queue) > self.limit:
+            self._queue.clear()
+            self._full = True
+            self.overflows += 1
+
+    def take(self, store: ObjectStore, path: str) -> str:
+        """The text of this reader's next read, and its status cleared (rules 3 and 4)."""
+        if self._full:
+            self._full = False
+            self._queue.clear()
+            return full_text(store, path)
+        text = format_notices(self._queue)
+        self._queue.clear()
+        return text

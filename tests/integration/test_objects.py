@@ -1,0 +1,334 @@
+"""Objects as files (issue 24): a real Spark publisher with an objects dataset, a real relay, the
+library, and a real fuse3 mount driven by real ls, cat, echo and rm — started once for the module.
+
+Needs /dev/fuse and fusermount3 (Debian's fuse3) and root, as CI has; skipped where they are not.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import errno
+import os
+import shutil
+import signal
+import sys
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+import pytest_asyncio
+
+from fanout.client import connect
+from fanout.client.objects import Objects
+from fanout.client.publisher import open_producer, open_reader
+from fanout.client.subscriber import SubscriptionError
+from fanout.launch import Child, start
+from fanout.testing.ports import free_port
+from fanout.testing.wait import eventually
+from fanout.views.objects import ObjectPath
+
+pytestmark = [
+    pytest.mark.integration,
+    pytest.mark.asyncio(loop_scope="module"),
+    pytest.mark.skipif(
+        not (os.path.exists("/dev/fuse") and shutil.which("fusermount3") and os.geteuid() == 0),
+        reason="needs /dev/fuse, fusermount3 (Debian's fuse3) and root",
+    ),
+]
+
+CONFIG = """
+[datasets.pps]
+index = "objects"
+source = "ingest"
+"""
+
+#: A write shows at the relay after the publisher's next micro-batch (seconds on a loaded box).
+SHOWS = {"timeout": 90.0, "every": 0.3}
+
+
+@dataclass
+class Deployment:
+    """The module's processes: publisher, relay, mount, and where they keep things."""
+
+    root: Path
+    publisher: Child
+    relay: Child
+    relay_port: int
+    mount: asyncio.subprocess.Process
+    mountpoint: Path
+
+    @property
+    def log(self) -> Path:
+        return self.root / "mount.log"
+
+
+async def start_publisher(root: Path, port: int) -> Child:
+    return await start(
+        "publisher",
+        [
+            "--config",
+            str(root / "fanout.toml"),
+            "--port",
+            str(port),
+            "--state-dir",
+            str(root / "state"),
+            "--log-level",
+            "info",
+        ],
+        root / "publisher.log",
+    )
+
+
+async def start_relay(root: Path, publisher: str, port: int) -> Child:
+    return await start(
+        "relay",
+        ["--publisher", publisher, "--port", str(port), "--log-level", "info"],
+        root / "relay.log",
+    )
+
+
+@pytest_asyncio.fixture(scope="module", loop_scope="module")
+async def deployment(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Deployment]:
+    root = tmp_path_factory.mktemp("objects")
+    (root / "fanout.toml").write_text(CONFIG)
+    mountpoint = root / "mnt"
+    mountpoint.mkdir()
+    publisher = await start_publisher(root, free_port())
+    relay_port = free_port()
+    relay = await start_relay(root, publisher.url, relay_port)
+    with (root / "mount.log").open("ab") as log:
+        mount = await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "fanout", "mount", "--relay", relay.url, "--log-level", "info",
+            "pps", str(mountpoint), stderr=log,
+        )  # fmt: skip
+    deployment = Deployment(root, publisher, relay, relay_port, mount, mountpoint)
+    try:
+        await eventually(lambda: mounted(mountpoint), timeout=30, what="the mount")
+        # the first lookup waits for the relay's first push, after Spark's first micro-batch
+        await eventually(lambda: shell(f"ls {mountpoint}"), lambda r: r[0] == 0, timeout=180)
+        yield deployment
+    finally:
+        if mount.returncode is None:
+            mount.send_signal(signal.SIGTERM)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(mount.wait(), 20)
+        if mounted(mountpoint):
+            await shell(f"fusermount3 -u -z {mountpoint}")
+        if mount.returncode is None:
+            mount.kill()
+        await deployment.relay.stop()
+        await deployment.publisher.stop()
+
+
+async def shell(command: str, timeout: float = 60.0) -> tuple[int, str, str]:
+    """Run ``command`` with bash; (status, stdout, stderr)."""
+    process = await asyncio.create_subprocess_exec(
+        "bash", "-c", command, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE
+    )
+    out, err = await asyncio.wait_for(process.communicate(), timeout)
+    assert process.returncode is not None
+    return process.returncode, out.decode(), err.decode()
+
+
+def write_once(path: Path, text: str) -> int:
+    """Append ``text`` to ``path`` in one write(2); its errno, 0 if it succeeded."""
+    handle = os.open(path, os.O_WRONLY | os.O_APPEND)
+    try:
+        os.write(handle, text.encode())
+    except OSError as error:
+        return error.errno or -1
+    finally:
+        os.close(handle)
+    return 0
+
+
+def mounted(path: Path) -> bool:
+    return os.path.ismount(path)
+
+
+async def cat(path: Path) -> str:
+    status, out, err = await shell(f"cat '{path}'")
+    return out if status == 0 else f"status {status}: {err}"
+
+
+async def test_ls_cat_echo_rm_and_mkdir_on_the_mount(deployment: Deployment) -> None:
+    mnt = deployment.mountpoint
+    assert (await shell(f"mkdir {mnt}/cars"))[0] == 0
+    status, _, err = await shell(
+        f"echo 'speed:n:42' >> {mnt}/cars/c1 && echo 'state::on' >> {mnt}/cars/c1"
+    )
+    assert status == 0, err
+    await eventually(
+        lambda: cat(mnt / "cars/c1"), lambda text: text == "@c1\nspeed:n:42\nstate::on\n", **SHOWS
+    )
+    assert (await shell(f"ls {mnt}/cars"))[1] == "c1\n"
+    assert (await shell(f"ls {mnt}"))[1] == "cars\n"
+    await shell(f"echo 'x::1' >> {mnt}/cars/c2")
+    await eventually(
+        lambda: cat(mnt / "cars/.all"),
+        lambda text: text == "@c1\nspeed:n:42\nstate::on\n@c2\nx::1\n",
+        **SHOWS,
+    )
+    assert (await shell(f"rm {mnt}/cars/c2"))[0] == 0
+    await eventually(lambda: shell(f"ls {mnt}/cars"), lambda result: result[1] == "c1\n", **SHOWS)
+    await eventually(lambda: cat(mnt / "cars/.all"), lambda t: "c2" not in t, **SHOWS)
+
+
+async def test_a_bad_write_is_einval_with_a_logged_reason_and_nothing_half_applied(
+    deployment: Deployment,
+) -> None:
+    mnt = deployment.mountpoint
+    await shell(f"echo 'good:n:1' >> {mnt}/bad")
+    await eventually(lambda: cat(mnt / "bad"), lambda text: text == "@bad\ngood:n:1\n", **SHOWS)
+    for text, reason in [
+        ("good:n:2\n[q=12]other::x\n", "quality '12' must be an integer from 0 to 9"),
+        ("good:n:3\nno colon here\n", "expected name:encoding:value"),
+        ("[zz]good:n:4\n", "unknown option 'zz'"),
+    ]:
+        # one write(2) is one request: a shell's printf may split lines into several writes
+        assert await asyncio.to_thread(write_once, mnt / "bad", text) == errno.EINVAL, text
+        assert reason in deployment.log.read_text(), reason
+    status, _, err = await shell(f"echo 'good:n:five' >> {mnt}/bad")
+    assert status != 0 and "Invalid argument" in err, err
+    assert "'five' is not a finite number" in deployment.log.read_text()
+    status, _, err = await shell(f"echo 'x::1' >> '{mnt}/bad?bogus'")
+    assert status != 0 and "Invalid argument" in err
+    status, _, err = await shell(f"echo 'x::1' >> {mnt}/.hidden")  # not an object's name
+    assert status != 0 and "Invalid argument" in err
+    assert "special object '.hidden'" in deployment.log.read_text()
+    # others go on, and the refused writes left nothing behind
+    await shell(f"echo 'after::yes' >> {mnt}/bad")
+    await eventually(
+        lambda: cat(mnt / "bad"), lambda text: text == "@bad\nafter::yes\ngood:n:1\n", **SHOWS
+    )
+
+
+async def test_cat_delta_wait_prints_each_change_like_tail_f(deployment: Deployment) -> None:
+    mnt = deployment.mountpoint
+    await shell(f"echo 'speed:n:1' >> {mnt}/watched")
+    await eventually(lambda: cat(mnt / "watched"), lambda t: "speed:n:1" in t, **SHOWS)
+    watcher = await asyncio.create_subprocess_exec(
+        "cat", f"{mnt}/watched?delta,wait", stdout=asyncio.subprocess.PIPE
+    )
+    assert watcher.stdout is not None
+    try:
+        first = await asyncio.wait_for(watcher.stdout.readuntil(b"speed:n:1\n"), 60)
+        assert first == b"@watched\nspeed:n:1\n"
+        await shell(f"echo 'speed:n:2' >> {mnt}/watched")
+        assert await asyncio.wait_for(watcher.stdout.readuntil(b"speed:n:2\n"), 90) == (
+            b"@watched\nspeed:n:2\n"
+        )
+        await shell(f"echo '-speed' >> {mnt}/watched")
+        assert await asyncio.wait_for(watcher.stdout.readuntil(b"-speed\n"), 90) == (
+            b"@watched\n-speed\n"
+        )
+    finally:
+        watcher.send_signal(signal.SIGINT)  # Ctrl-C: the blocked read is interrupted
+        assert await asyncio.wait_for(watcher.wait(), 20) != 0
+
+
+async def test_two_producers_merge_quality_orders_and_two_delta_readers_each_see_changes(
+    deployment: Deployment,
+) -> None:
+    mnt = deployment.mountpoint
+    async with (
+        connect(deployment.relay.url) as subscriber,
+        open_producer(deployment.publisher.url) as one,
+        open_producer(deployment.publisher.url) as two,
+    ):
+        first = Objects(subscriber, one, "pps")
+        second = Objects(None, two, "pps")
+        await first.write("/fleet/t1", "speed:n:10\n[q=5]owner::ann\n")
+        await second.write("/fleet/t1", "fuel:n:80\n")
+        early = await first.open("/fleet/t1?delta")
+        await eventually(early.read, lambda text: "fuel:n:80" in text, **SHOWS)
+        late = await first.open("/fleet/t1?delta")
+        await late.started()
+        await second.write("/fleet/t1", "[q=2]owner::bob\n")  # lower quality: dropped
+        await first.write("/fleet/t1", "speed:n:11\n")
+        await eventually(
+            lambda: cat(mnt / "fleet/t1"),
+            lambda text: text == "@t1\nfuel:n:80\nowner::ann\nspeed:n:11\n",
+            **SHOWS,
+        )
+        assert await early.read() == "@t1\nspeed:n:11\n"
+        assert await late.read() == "@t1\nfuel:n:80\nowner::ann\nspeed:n:11\n"
+        await second.write("/fleet/t1", "[q=5]owner::cy\n-fuel\n")  # equal quality replaces
+        assert await early.read(wait=True) in ("@t1\n-fuel\nowner::cy\n",)
+        assert await late.read(wait=True) == "@t1\n-fuel\nowner::cy\n"
+        assert await early.read() == ""  # non-blocking, nothing new
+        # f= filters and the directory proxy keep working on the objects kind
+        await first.write("/fleet/t2", "speed:n:99\n")
+        fast = await first.open("/fleet/.all?f=speed>50")
+        await eventually(fast.read, lambda text: text == "@t2\nspeed:n:99\n", **SHOWS)
+        notices = await first.open("/fleet/.all?delta")
+        await eventually(notices.read, lambda text: text.startswith("@t1"), **SHOWS)
+        await first.delete("/fleet/t2")
+        await first.write("/fleet/t3", "a::1\n")
+        seen: list[str] = []
+
+        async def read_more() -> str:  # the two changes may come in two reads
+            seen.append(await notices.read())
+            return "".join(seen)
+
+        text = await eventually(read_more, lambda text: "+@t3" in text and "-@t2" in text, **SHOWS)
+        assert "-@t2\n" in text and "+@t3\n@t3\na::1\n" in text
+        with pytest.raises(SubscriptionError, match="not a finite number"):
+            await second.producer.publish(  # type: ignore[union-attr]
+                "pps",
+                [{"cell": "/fleet/t1?x", "object": "/fleet/t1", "attr": "x", "value": "no",
+                  "encoding": "n", "quality": 0, "persist": True}],
+            )  # fmt: skip
+
+
+async def test_reads_fail_with_eio_while_the_relay_is_away(deployment: Deployment) -> None:
+    mnt = deployment.mountpoint
+    await shell(f"echo 'v::1' >> {mnt}/away")
+    await eventually(lambda: cat(mnt / "away"), lambda t: "v::1" in t, **SHOWS)
+    await deployment.relay.stop()
+    await eventually(
+        lambda: shell(f"cat {mnt}/away"),
+        lambda result: result[0] != 0 and "Input/output error" in result[2],
+        timeout=60,
+    )
+    status, _, err = await shell(f"echo 'v::2' >> {mnt}/away")  # written through the relay
+    assert status != 0 and "Input/output error" in err, err
+    deployment.relay = await start_relay(
+        deployment.root, deployment.publisher.url, deployment.relay_port
+    )
+    await eventually(lambda: shell(f"echo 'v::3' >> {mnt}/away"), lambda r: r[0] == 0, **SHOWS)
+    await eventually(lambda: cat(mnt / "away"), lambda t: t == "@away\nv::3\n", **SHOWS)
+
+
+async def test_after_a_publisher_restart_persistent_objects_are_back_and_n_ones_gone(
+    deployment: Deployment,
+) -> None:
+    mnt = deployment.mountpoint
+    await shell(
+        f"mkdir -p {mnt}/keep && echo 'a::1' >> {mnt}/keep/o && echo '[n]b::2' >> {mnt}/keep/o"
+    )
+    await shell(f"echo 'c::3' >> '{mnt}/keep/gone?nopersist'")
+    await eventually(lambda: cat(mnt / "keep/.all"), lambda t: "c::3" in t and "b::2" in t, **SHOWS)
+    port = int(deployment.publisher.url.rsplit(":", 1)[1])
+    assert await deployment.publisher.stop() == 0
+    deployment.publisher = await start_publisher(deployment.root, port)
+    async with open_reader(deployment.publisher.url) as reader:
+        _, rows = await eventually(
+            lambda: reader.read("pps", ObjectPath("/keep/.all")),
+            lambda result: "/keep/gone?" not in result[1]["cell"].tolist(),
+            **SHOWS,
+        )
+    assert sorted(rows["cell"].tolist()) == ["/keep/o?", "/keep/o?a"]
+    await eventually(lambda: cat(mnt / "keep/.all"), lambda t: t == "@o\na::1\n", **SHOWS)
+    # the relay forwards the mount's writes to the restarted publisher
+    await eventually(lambda: shell(f"echo 'd::4' >> {mnt}/keep/o"), lambda r: r[0] == 0, **SHOWS)
+    await eventually(lambda: cat(mnt / "keep/o"), lambda t: t == "@o\na::1\nd::4\n", **SHOWS)
+
+
+async def test_sigterm_unmounts_cleanly(deployment: Deployment) -> None:
+    deployment.mount.send_signal(signal.SIGTERM)
+    assert await asyncio.wait_for(deployment.mount.wait(), 30) == 0
+    assert not mounted(deployment.mountpoint)
+    assert "Traceback" not in deployment.log.read_text()
