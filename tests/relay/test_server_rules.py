@@ -23,7 +23,7 @@ from fanout.testing.relays import running_relay
 from fanout.testing.wait import eventually
 from fanout.views import Box
 from fanout.views.sql import parse as sql
-from fanout.wire.messages import Catalog, DatasetInfo
+from fanout.wire.messages import Catalog, DatasetInfo, Publish
 
 SECRET = "relay-secret-" + "k" * 32
 AGENTS = DatasetInfo("agents", "id", {"id": "<i8", "x": "<f8", "y": "<f8"}, "space", ["x", "y"])
@@ -147,3 +147,24 @@ async def test_fanout_subscribe_presents_its_token_file(tmp_path, capsys) -> Non
         assert running.result() == 0
         (line,) = capsys.readouterr().out.splitlines()
         assert [row["id"] for row in json.loads(line)["entered"]] == [1]  # 2 is outside the rules
+
+
+async def test_only_a_token_granting_producer_may_write_through_the_relay() -> None:
+    async with deployment() as (_, url), connect(url, token=token()) as reader:
+        with pytest.raises(SubscriptionError, match="producer role") as refused:
+            await asyncio.wait_for(reader.publish("orders", [{"id": 1, "tenant": "a"}]), 10)
+        assert refused.value.code == "forbidden"
+    seen: list[object] = []
+    publisher = ScriptedPublisher(Catalog([AGENTS, ORDERS, USERS]), on_frame=seen.append)
+    writer_token = issue("HS256", SECRET, ["subscriber", "producer"])
+    async with (
+        serving(publisher) as upstream,
+        running_relay(upstream, auth=AuthConfig("HS256", SECRET)) as (_, url),
+        connect(url, token=writer_token) as writer,
+    ):
+        writing = asyncio.create_task(writer.publish("orders", [{"id": 1, "tenant": "a"}]))
+        forwarded = await eventually(
+            lambda: [f for f in seen if isinstance(f, Publish)], what="the write forwarded"
+        )
+        assert forwarded[0].dataset == "orders"
+        writing.cancel()
