@@ -141,7 +141,16 @@ class Dataset:
             columns=self.columns,
             index=self.index,
             index_columns=list(self.index_columns),
+            nullable=self.nullable,
         )
+
+    @property
+    def nullable(self) -> list[str]:
+        """The columns that may hold NULL: every one but the key, except the simulation's
+        (it never makes a NULL, and its relays then carry no validity at all)."""
+        if isinstance(self.source, SimulationSource):
+            return []
+        return self.value_columns
 
 
 def agents(params: SimulationParams, cell_size: float | None = None) -> Dataset:

@@ -31,6 +31,7 @@ import numpy as np
 import numpy.typing as npt
 
 from fanout.relay.compiled import cutkernel
+from fanout.relay.nulls import with_companions
 from fanout.relay.pushes import NO_ROWS, Body, Held, both_members, encode_rows, encode_runs
 from fanout.relay.spatial import GridIndex
 from fanout.relay.state import BEFORE_EPOCH, Array, DoubleBuffer, Positions, Table
@@ -88,7 +89,9 @@ def _section(turn: Turn, positions: Positions, bounds: Bounds, shape: Shape) -> 
     the whole section at once.
     """
     if shape.identity:
-        columns = {name: turn.columns[name] for name in shape.columns}
+        columns = {
+            name: turn.columns[name] for name in with_companions(shape.columns, turn.columns)
+        }
         return encode_runs(columns, positions, bounds, NO_ROWS)
     rows = apply(turn.take(positions, shape.columns), shape, None)
     return encode_runs(rows, None, bounds, NO_ROWS)
@@ -118,8 +121,10 @@ class Turn(NamedTuple):
     columns: Mapping[str, Array]
 
     def take(self, positions: Positions, names: Sequence[str] | None) -> dict[str, Array]:
-        """The rows at ``positions``, column by column (only ``names`` if given)."""
-        return {name: self.columns[name].take(positions) for name in (names or self.columns)}
+        """The rows at ``positions``, column by column (only ``names`` if given, with their
+        companions: ``relay.nulls``)."""
+        chosen = with_companions(names, self.columns) if names else self.columns
+        return {name: self.columns[name].take(positions) for name in chosen}
 
 
 def compiled(table: Table, index: GridIndex, count: int) -> bool:

@@ -29,11 +29,21 @@ import numpy as np
 import numpy.typing as npt
 
 from fanout.relay.compiled import packkernel
+from fanout.relay.nulls import is_companion, valid_of
 from fanout.relay.spatial import IndexedRegion
 from fanout.relay.state import Array, DoubleBuffer, Keys, Positions, Stamp, Table
 from fanout.relay.transforms import EntityNotHeld, Shape, apply
 from fanout.views import View
-from fanout.wire.columns import NUMERIC_DTYPES, Column, Columns, encode_column, encode_columns
+from fanout.wire.columns import (
+    NUMERIC_DTYPES,
+    STRING,
+    VALID,
+    Column,
+    Columns,
+    encode_column,
+    encode_columns,
+    validity,
+)
 
 Anchor = tuple[float, ...]
 
@@ -251,23 +261,38 @@ their bytes as they are)."""
 
 
 def prepare_rows(rows: Mapping[str, Array]) -> Prepared:
-    """``rows`` with each column's wire dtype looked up once, for encoding many ranges."""
+    """``rows`` with each column's wire dtype looked up once, for encoding many ranges; a
+    column's companion (``relay.nulls``) right after it, as its validity (``VALID``)."""
     prepared: Prepared = []
     for name, values in rows.items():
+        if is_companion(name):
+            continue
         wire = _WIRE_DTYPES.get(values.dtype)
         as_is = values if wire is None else np.ascontiguousarray(values).data
         prepared.append((name, wire, as_is))
+        valid = rows.get(valid_of(name))
+        if valid is not None:
+            prepared.append((name, VALID, valid))
     return prepared
 
 
 def encode_range(prepared: Prepared, start: int, stop: int) -> msgspec.Raw:
     """``encode_rows`` of the rows ``start:stop`` of prepared columns."""
-    columns = [
-        Column(name, wire, values[start:stop])  # type: ignore[arg-type]
-        if wire is not None
-        else encode_column(name, values[start:stop])  # type: ignore[arg-type]
-        for name, wire, values in prepared
-    ]
+    columns: list[Column] = []
+    for name, wire, values in prepared:
+        part = values[start:stop]
+        if wire is None:
+            columns.append(encode_column(name, part))  # type: ignore[arg-type]
+        elif wire != VALID:
+            columns.append(Column(name, wire, part))  # type: ignore[arg-type]
+        elif not part.all():  # type: ignore[union-attr]
+            if columns[-1].dtype == STRING:  # a string column's nulls are None in its list
+                strings = columns[-1].data
+                assert isinstance(strings, list)
+                for at in np.flatnonzero(np.logical_not(part)).tolist():
+                    strings[at] = None
+            else:
+                columns.append(Column(name, VALID, validity(part)))  # type: ignore[arg-type]
     return msgspec.Raw(_encoder.encode(Columns(stop - start, columns)))
 
 
@@ -286,7 +311,8 @@ def encode_runs(
     The bytes are the same.
     """
     names = list(rows)
-    if packkernel is not None and all(rows[name].dtype in _WIRE_DTYPES for name in names):
+    packable = all(rows[name].dtype in _WIRE_DTYPES and not is_companion(name) for name in names)
+    if packkernel is not None and packable:
         return packkernel.pack_runs(
             [_prefix(name, _WIRE_DTYPES[rows[name].dtype]) for name in names],
             [np.ascontiguousarray(rows[name]) for name in names],

@@ -30,6 +30,7 @@ import numpy as np
 import numpy.typing as npt
 
 from fanout.relay.compiled import COMPILED, fixed_width, tablekernel
+from fanout.relay.nulls import with_companions
 from fanout.relay.spatial import GridIndex, IndexedRegion
 from fanout.wire.columns import STRING
 
@@ -174,8 +175,10 @@ class Table:
         return self.columns[name]
 
     def take(self, index: Positions, names: Sequence[str] | None = None) -> dict[str, Array]:
-        """The rows at ``index`` (positions), column by column (only ``names`` if given)."""
-        return {name: self.columns[name].take(index) for name in (names or self.columns)}
+        """The rows at ``index`` (positions), column by column (only ``names`` if given, with
+        their companions: ``relay.nulls``)."""
+        chosen = with_companions(names, self.columns) if names else self.columns
+        return {name: self.columns[name].take(index) for name in chosen}
 
     def copy_from(self, other: Table) -> None:
         """Become an independent copy of ``other`` (same columns)."""

@@ -35,10 +35,12 @@ from sqlglot import exp
 
 from fanout.errors import InvalidView
 from fanout.relay.engine import Query, Result
+from fanout.relay.nulls import is_companion, split, valid_of, with_companions
 from fanout.relay.pushes import members
 from fanout.relay.state import Array, DoubleBuffer, Keys, Positions, Table
 from fanout.relay.watchdog import Watchdog
 from fanout.views.sql import Sql, to_duckdb
+from fanout.wire.arrow import to_arrow, to_numpy
 from fanout.wire.messages import DatasetInfo
 
 #: Seconds a subscriber's query may run on the relay's event loop before it is stopped.
@@ -190,7 +192,7 @@ class TableStore:
         if rows is not None and not len(rows):
             return
         columns = table.columns if rows is None else table.take(rows)
-        self._db.register("__fanout_rows", pa.table({n: pa.array(v) for n, v in columns.items()}))
+        self._db.register("__fanout_rows", arrow_rows(columns))
         try:
             self._db.execute(f"INSERT INTO {_quote(name)} BY NAME SELECT * FROM __fanout_rows")
         finally:
@@ -344,8 +346,7 @@ class TableStore:
         (name,) = query.datasets
         self._changes.execute("BEGIN TRANSACTION")
         try:
-            columns = {column: pa.array(values) for column, values in rows.items()}
-            self._changes.register("__fanout_rows", pa.table(columns))
+            self._changes.register("__fanout_rows", arrow_rows(rows))
             try:
                 self._changes.execute(
                     f"INSERT INTO {_quote(name)} BY NAME SELECT * FROM __fanout_rows"
@@ -373,23 +374,40 @@ def _result(table: pa.Table, query: Query) -> Result:
     order = np.argsort(keys, kind="stable")
     keys = keys[order]
     digests = np.asarray(table.column(1).to_numpy(), dtype=np.uint64)[order]
-    rows = {name: _numpy(table.column(name))[order] for name in table.column_names[2:]}
+    rows = split({name: _numpy(table.column(name)) for name in table.column_names[2:]})
+    rows = {name: values[order] for name, values in rows.items()}
     rows[query.key] = keys
-    return Result(keys, digests, {name: rows[name] for name in query.columns})
+    return Result(
+        keys, digests, {name: rows[name] for name in with_companions(query.columns, rows)}
+    )
 
 
 _AS_IS = (pa.types.is_integer, pa.types.is_floating, pa.types.is_boolean, pa.types.is_string)
 
 
 def _numpy(column: pa.ChunkedArray) -> Array:
-    """A result column as numpy: numbers as numbers (NULL as NaN), the rest as str or None."""
+    """A result column as numpy: numbers as numbers, the rest as str; NULL masked (``None``
+    in a string column)."""
     kind = column.type
-    if pa.types.is_decimal(kind) or (pa.types.is_boolean(kind) and column.null_count):
+    if pa.types.is_decimal(kind):
         column = column.cast(pa.float64())
     elif not any(test(kind) for test in _AS_IS):
         column = column.cast(pa.string())
-    values = column.to_numpy(zero_copy_only=False)
-    return np.asarray(values, dtype=object) if values.dtype.kind in "OUS" else values
+    values = to_numpy(column)
+    if values.dtype.kind in "OUS" and not isinstance(values, np.ma.MaskedArray):
+        return np.asarray(values, dtype=object)
+    return values
+
+
+def arrow_rows(rows: Mapping[str, Array]) -> pa.Table:
+    """The relay's rows (``relay.state``) as an Arrow table, NULL where a companion says so."""
+    return pa.table(
+        {
+            name: to_arrow(values, rows.get(valid_of(name)))
+            for name, values in rows.items()
+            if not is_companion(name)
+        }
+    )
 
 
 def _sources(select: exp.Select) -> list[tuple[str, str]]:

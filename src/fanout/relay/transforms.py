@@ -32,6 +32,7 @@ import numpy as np
 import numpy.typing as npt
 
 from fanout.errors import FanoutError
+from fanout.relay.nulls import valid_of
 from fanout.wire.columns import STRING
 from fanout.wire.messages import DatasetInfo, Transform
 
@@ -153,6 +154,9 @@ def apply(
         if values.dtype.kind == "f":
             values = _precision(values, shape)
         out[name] = values
+        companion = valid_of(name)  # NULL stays NULL whatever the precision (``relay.nulls``)
+        if companion in rows:
+            out[companion] = rows[companion]
     return out
 
 

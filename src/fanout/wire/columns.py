@@ -3,11 +3,20 @@
 Numbers travel as the bytes of a numpy array, so a float64 arrives bit-for-bit as it left the
 publisher; strings travel as a msgpack list. Decoding checks every length, so a truncated or
 inconsistent payload is a :class:`ProtocolError`, never a silent misread.
+
+NULL: a string column's nulls are ``None`` in its list. Any other column that holds a null is
+followed by its **validity**: a second entry of the same name with dtype ``"valid"`` whose data
+is a bitmap, bit ``i`` (least significant first, Arrow's layout) of byte ``i // 8`` set when row
+``i`` holds a value. A column without nulls carries none, so payloads without nulls are exactly
+what they were. In numpy a column with nulls is a ``numpy.ma.MaskedArray`` (masked: null), whose
+``tolist()`` gives ``None`` for them; the bytes under a null are meaningless. NaN is a number,
+never a null.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 import msgspec
 import numpy as np
@@ -21,10 +30,13 @@ NUMERIC_DTYPES = frozenset(
 )
 #: dtype marker for string columns (a msgpack list of str or None).
 STRING = "str"
+#: dtype marker of a column's validity bitmap (follows the column it belongs to).
+VALID = "valid"
 
 
 class Column(msgspec.Struct, array_like=True, frozen=True):
-    """One named column: ``dtype`` is a little-endian numpy dtype string or ``"str"``."""
+    """One named column: ``dtype`` is a little-endian numpy dtype string, ``"str"``, or
+    ``"valid"`` (the validity bitmap of the column of that name)."""
 
     name: str
     dtype: str
@@ -47,10 +59,12 @@ def encode_columns(arrays: Mapping[str, npt.ArrayLike]) -> Columns:
     """Pack equally long arrays into a :class:`Columns` payload.
 
     Args:
-        arrays: column name -> 1-D array (numeric, bool or str/object).
+        arrays: column name -> 1-D array (numeric, bool or str/object); a
+            ``numpy.ma.MaskedArray`` holds nulls where it is masked.
 
     Returns:
-        The payload; numeric arrays are converted to little-endian.
+        The payload; numeric arrays are converted to little-endian, each followed by its
+        validity if it holds a null.
 
     Raises:
         ValueError: if the arrays differ in length or a dtype cannot travel.
@@ -65,8 +79,54 @@ def encode_columns(arrays: Mapping[str, npt.ArrayLike]) -> Columns:
             length = len(array)
         elif len(array) != length:
             raise ValueError(f"column {name!r} has {len(array)} rows, expected {length}")
-        columns.append(encode_column(name, array))
+        columns.extend(encode_nullable(name, values))
     return Columns(length=length or 0, columns=columns)
+
+
+def encode_nullable(name: str, values: npt.ArrayLike) -> list[Column]:
+    """A 1-D array as its :class:`Column`, followed by its validity if it holds a null
+    (``values`` a masked array with a masked row; a string column's nulls are ``None``)."""
+    mask = np.ma.getmaskarray(values) if isinstance(values, np.ma.MaskedArray) else None
+    if mask is None or not mask.any():
+        return [encode_column(name, np.asarray(values))]
+    data = np.ma.getdata(values)
+    if data.dtype.kind in "OUS":
+        strings = np.array(data, dtype=object)
+        strings[mask] = None
+        return [encode_column(name, strings)]
+    return [encode_column(name, data), Column(name, VALID, validity(~mask))]
+
+
+def from_values(values: Sequence[Any] | npt.ArrayLike) -> npt.NDArray[np.generic]:
+    """Python values as a column: ``None`` is a null (a masked row, or ``None`` in a string
+    column); numbers, booleans and strings take numpy's usual dtypes.
+
+    Args:
+        values: a sequence of values (or an array, returned as it is).
+
+    Returns:
+        A numpy array, masked where null if any value is ``None`` and the others are not
+        strings.
+    """
+    if isinstance(values, np.ndarray):
+        return values
+    items = list(values)  # type: ignore[arg-type]
+    nulls = [value is None for value in items]
+    if not any(nulls) or all(nulls):
+        return np.asarray(items)
+    present = [value for value in items if value is not None]
+    if all(isinstance(value, str) for value in present):
+        return np.asarray(items, dtype=object)
+    filler = present[0]
+    data = np.asarray([filler if null else value for value, null in zip(items, nulls, strict=True)])
+    if data.dtype.kind == "f":
+        data[np.asarray(nulls)] = np.nan
+    return np.ma.MaskedArray(data, mask=nulls)
+
+
+def validity(valid: npt.NDArray[np.bool_]) -> bytes:
+    """The wire's validity bitmap of a boolean array (True: the row holds a value)."""
+    return np.packbits(valid, bitorder="little").tobytes()
 
 
 def encode_column(name: str, array: npt.NDArray[np.generic]) -> Column:
@@ -81,19 +141,42 @@ def encode_column(name: str, array: npt.NDArray[np.generic]) -> Column:
 
 
 def decode_columns(payload: Columns) -> dict[str, npt.NDArray[np.generic]]:
-    """Unpack a payload into numpy arrays (numeric ones are read-only views of the frame).
+    """Unpack a payload into numpy arrays (numeric ones are read-only views of the frame); a
+    column with a validity bitmap becomes a ``numpy.ma.MaskedArray``, masked where null.
 
     Raises:
-        ProtocolError: if a column's dtype is unknown or its size disagrees with ``length``.
+        ProtocolError: if a column's dtype is unknown, its size disagrees with ``length``, or
+            a validity bitmap does not follow a numeric column of its name.
     """
     if payload.length < 0:
         raise ProtocolError(f"columns: negative length {payload.length}")
     arrays: dict[str, npt.NDArray[np.generic]] = {}
+    last: Column | None = None
     for column in payload.columns:
-        if column.name in arrays:
+        if column.dtype == VALID:
+            if last is None or last.name != column.name or last.dtype in (STRING, VALID):
+                raise ProtocolError(
+                    f"column {column.name!r}: a validity bitmap must follow the numeric column"
+                    " of its name"
+                )
+            valid = _decode_validity(column, payload.length)
+            arrays[column.name] = np.ma.MaskedArray(arrays[column.name], mask=~valid)
+        elif column.name in arrays:
             raise ProtocolError(f"columns: duplicate column {column.name!r}")
-        arrays[column.name] = _decode_column(column, payload.length)
+        else:
+            arrays[column.name] = _decode_column(column, payload.length)
+        last = column
     return arrays
+
+
+def _decode_validity(column: Column, length: int) -> npt.NDArray[np.bool_]:
+    if not isinstance(column.data, bytes) or len(column.data) != (length + 7) // 8:
+        raise ProtocolError(
+            f"column {column.name!r}: a validity bitmap of {length} rows is"
+            f" {(length + 7) // 8} bytes"
+        )
+    bits = np.unpackbits(np.frombuffer(column.data, dtype=np.uint8), bitorder="little")
+    return bits[:length].astype(bool)
 
 
 def key_column(payload: Columns, key: str, what: str) -> npt.NDArray[np.generic]:
@@ -108,10 +191,13 @@ def key_column(payload: Columns, key: str, what: str) -> npt.NDArray[np.generic]
         The keys; an empty int64 array when the payload holds no rows.
 
     Raises:
-        ProtocolError: the payload does not decode, or holds rows but no ``key`` column.
+        ProtocolError: the payload does not decode, holds rows but no ``key`` column, or a
+            null key.
     """
     arrays = decode_columns(payload)
     if key in arrays:
+        if isinstance(arrays[key], np.ma.MaskedArray):
+            raise ProtocolError(f"{what}: the key column {key!r} holds a null")
         return arrays[key]
     if payload.length:
         raise ProtocolError(f"{what}: {payload.length} rows without the key column {key!r}")

@@ -1,0 +1,205 @@
+"""NULL end to end (issue 29): rows with NULL in every column type, published through the
+producer API to a real Spark publisher, served by a real relay; every SQL view's rows, at every
+push's tick, are DuckDB's answer to the view on the publisher's rows at that tick (the oracle
+of ``fanout.testing.audit``, not the relay's store). NaN stays a number."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import pytest_asyncio
+
+from fanout.client import LiveView, connect
+from fanout.client.publisher import PublisherClient, open_producer, open_reader
+from fanout.launch import Child, start
+from fanout.testing.audit import duckdb_answer, same_rows
+from fanout.views.sql import parse as sql
+
+pytestmark = [pytest.mark.integration, pytest.mark.asyncio(loop_scope="module")]
+
+CONFIG = """
+[datasets.flights]
+key = "id"
+index = "sql"
+source = "ingest"
+
+[datasets.flights.schema]
+id = "long"
+carrier = "string"
+dep_delay = "double"
+arr_delay = "long"
+seats = "int"
+cancelled = "boolean"
+
+[datasets.carriers]
+key = "code"
+schema = { code = "string", name = "string", rank = "long" }
+index = "sql"
+source = "ingest"
+"""
+
+NAN = float("nan")
+FLIGHTS = [
+    {
+        "id": 1,
+        "carrier": "AA",
+        "dep_delay": 75.0,
+        "arr_delay": 80,
+        "seats": 100,
+        "cancelled": False,
+    },
+    {
+        "id": 2,
+        "carrier": "BA",
+        "dep_delay": None,
+        "arr_delay": None,
+        "seats": None,
+        "cancelled": True,
+    },
+    {"id": 3, "carrier": None, "dep_delay": 130.0, "arr_delay": 5, "seats": 50, "cancelled": None},
+    {"id": 4, "carrier": "AA", "dep_delay": NAN, "arr_delay": 150, "seats": 70, "cancelled": False},
+    {
+        "id": 5,
+        "carrier": "CX",
+        "dep_delay": -3.0,
+        "arr_delay": None,
+        "seats": 0,
+        "cancelled": False,
+    },
+    {
+        "id": 6,
+        "carrier": "BA",
+        "dep_delay": 20.0,
+        "arr_delay": 10,
+        "seats": None,
+        "cancelled": None,
+    },
+]
+CARRIERS = [
+    {"code": "AA", "name": "American", "rank": 2},
+    {"code": "BA", "name": None, "rank": None},
+]
+
+VIEWS = [
+    "SELECT * FROM flights WHERE dep_delay IS NULL",
+    "SELECT * FROM flights WHERE dep_delay > 60",
+    "SELECT * FROM flights WHERE dep_delay > 120 OR arr_delay > 120",
+    "SELECT * FROM flights WHERE dep_delay IS NOT NULL AND seats IS NULL",
+    "SELECT * FROM flights WHERE carrier IN ('AA', 'CX')",
+    "SELECT * FROM flights WHERE NOT (arr_delay BETWEEN 0 AND 60)",
+    "SELECT * FROM flights WHERE carrier LIKE 'B%' OR cancelled",
+    "SELECT * FROM flights WHERE cancelled IS NULL",
+    "SELECT id, seats FROM flights WHERE seats < 80",
+]
+JOIN = (
+    "SELECT f.id, f.dep_delay, c.name, c.rank FROM flights f JOIN carriers c ON f.carrier = c.code"
+)
+
+
+@pytest_asyncio.fixture(scope="module", loop_scope="module")
+async def deployment(tmp_path: Path) -> AsyncIterator[tuple[Child, Child]]:
+    config = tmp_path / "fanout.toml"
+    config.write_text(CONFIG)
+    publisher = await start(
+        "publisher",
+        [
+            *("--config", str(config), "--port", "0", "--state-dir", str(tmp_path / "state")),
+            *("--log-level", "info"),
+        ],
+        tmp_path / "publisher.log",
+    )
+    try:
+        relay = await start(
+            "relay",
+            ["--publisher", publisher.url, "--port", "0", "--log-level", "info"],
+            tmp_path / "relay.log",
+        )
+        try:
+            yield publisher, relay
+        finally:
+            await relay.stop()
+    finally:
+        await publisher.stop()
+
+
+async def table_at(reader: PublisherClient, dataset: str, tick: int) -> dict[str, Any]:
+    """The publisher's whole table ``dataset`` at ``tick`` (NULL masked)."""
+    _, columns = await reader.read(dataset, sql(f"SELECT * FROM {dataset}"), tick)
+    return columns
+
+
+async def agrees_at_every_push(
+    reader: PublisherClient, view: LiveView, text: str, final: list[tuple[Any, ...]] | None
+) -> None:
+    """Every update's rows are DuckDB's answer at its tick, until the answer is ``final``'s
+    (None: until one update was checked)."""
+    async with asyncio.timeout(120):
+        while True:
+            seen = view.updates
+            if seen:
+                tick = view.tick
+                names, want = duckdb_answer(
+                    text, {"flights": await table_at(reader, "flights", tick)}
+                )
+                got = list(view.rows.values())
+                assert same_rows(got, names, want), f"{text} at tick {tick}: {got} != {want}"
+                if final is None or same_rows(got, names, final):
+                    return
+            if view.updates == seen:
+                await view.wait_updates()
+
+
+async def test_sql_views_over_nulls_are_duckdbs_answers(deployment) -> None:
+    publisher, relay = deployment
+    async with open_producer(publisher.url) as producer, open_reader(publisher.url) as reader:
+        await producer.publish("flights", rows=FLIGHTS)
+        async with connect(relay.url) as subscriber:
+            views = [
+                await subscriber.subscribe(sql(text), dataset="flights", rate=50.0)
+                for text in VIEWS
+            ]
+            for text, view in zip(VIEWS, views, strict=True):
+                await agrees_at_every_push(reader, view, text, None)
+            # NULLs become values, values become NULL, a row goes
+            changed = [
+                {**FLIGHTS[1], "dep_delay": 61.0, "seats": 7},
+                {**FLIGHTS[0], "dep_delay": None, "carrier": None, "cancelled": None},
+            ]
+            await producer.publish("flights", rows=changed, deletes=[5])
+            final_rows = [changed[1], changed[0], FLIGHTS[2], FLIGHTS[3], FLIGHTS[5]]
+            final_table = {name: [row[name] for row in final_rows] for name in FLIGHTS[0]}
+            for text, view in zip(VIEWS, views, strict=True):
+                _, final = duckdb_answer(text, {"flights": final_table})
+                await agrees_at_every_push(reader, view, text, final)
+    null_rows = views[0].rows
+    assert set(null_rows) == {1}  # dep_delay IS NULL: not the NaN row
+    assert null_rows[1]["carrier"] is None and null_rows[1]["cancelled"] is None
+    # NULL > 60 is unknown; NaN > 60 holds in DuckDB (NaN is the largest number)
+    assert set(views[1].rows) == {2, 3, 4}
+    assert views[8].rows[2] == {"id": 2, "seats": 7}
+
+
+async def test_a_join_with_null_keys_and_values(deployment) -> None:
+    publisher, relay = deployment
+    async with open_producer(publisher.url) as producer, open_reader(publisher.url) as reader:
+        await producer.publish("carriers", rows=CARRIERS)
+        await producer.publish("flights", rows=FLIGHTS[2:4])
+        async with connect(relay.url) as subscriber:
+            view = await subscriber.subscribe(sql(JOIN), dataset="flights", rate=50.0)
+            async with asyncio.timeout(120):
+                while True:
+                    tables = {
+                        "flights": await table_at(reader, "flights", -1),
+                        "carriers": await table_at(reader, "carriers", -1),
+                    }
+                    names, want = duckdb_answer(JOIN, tables)
+                    if view.updates and same_rows(view.rows.values(), names, want):
+                        break
+                    await asyncio.sleep(0.3)
+    rows = {row["id"]: row for row in view.rows.values()}
+    assert 3 not in rows  # a NULL join key joins nothing
+    assert rows[4]["name"] == "American" and rows[4]["rank"] == 2
