@@ -26,7 +26,14 @@ from fanout.relay.spatial import IndexedRegion
 from fanout.relay.state import Array, DoubleBuffer, Stamp, Table
 from fanout.views import View
 from fanout.views.entity import Entity
-from fanout.wire.columns import NUMERIC_DTYPES, STRING, Columns, decode_columns, key_column
+from fanout.wire.columns import (
+    NUMERIC_DTYPES,
+    STRING,
+    Columns,
+    decimal_type,
+    decode_columns,
+    key_column,
+)
 from fanout.wire.messages import Batch, DatasetInfo
 
 
@@ -46,8 +53,8 @@ def _check_columns(info: DatasetInfo, coordinates: tuple[str, ...]) -> None:
     for name, dtype in columns.items():
         if "\x00" in name:
             raise ValueError(f"column {name!r} has a NUL character in its name")
-        if dtype != STRING and dtype not in NUMERIC_DTYPES:
-            travel = ", ".join([STRING, *sorted(NUMERIC_DTYPES)])
+        if dtype != STRING and dtype not in NUMERIC_DTYPES and decimal_type(dtype) is None:
+            travel = ", ".join([STRING, "decimal(p,s)", *sorted(NUMERIC_DTYPES)])
             raise ValueError(f"column {name!r} has dtype {dtype!r}, not one of {travel}")
     if not coordinates:
         return
@@ -56,7 +63,7 @@ def _check_columns(info: DatasetInfo, coordinates: tuple[str, ...]) -> None:
     for name in coordinates:
         if name not in columns:
             raise ValueError(f"space index column {name!r} is not a column")
-        if columns[name] == STRING or np.dtype(columns[name]).kind not in "iuf":
+        if columns[name] not in NUMERIC_DTYPES or np.dtype(columns[name]).kind not in "iuf":
             raise ValueError(f"space index column {name!r} is {columns[name]}, not a number")
 
 
@@ -170,7 +177,9 @@ class DatasetState:
 def held_columns(info: DatasetInfo) -> dict[str, str]:
     """The columns the relay holds of dataset ``info``: its own and the companions of its
     nullable non-string columns (``relay.nulls``)."""
-    companions = {valid_of(name): "|b1" for name in info.nullable if info.columns[name] != STRING}
+    companions = {
+        valid_of(name): "|b1" for name in info.nullable if info.columns[name] in NUMERIC_DTYPES
+    }
     return {**info.columns, **companions}
 
 
@@ -195,7 +204,7 @@ def decode_rows(info: DatasetInfo, payload: Columns, what: str) -> dict[str, Arr
             raise ProtocolError(f"{what}: column {name!r} holds a NULL but may not")
     rows = split(arrays)
     for name in nullable:
-        if info.columns[name] != STRING and valid_of(name) not in rows:
+        if info.columns[name] in NUMERIC_DTYPES and valid_of(name) not in rows:
             rows[valid_of(name)] = np.ones(payload.length, dtype=bool)
     return rows
 

@@ -268,7 +268,7 @@ def prepare_rows(rows: Mapping[str, Array]) -> Prepared:
         if is_companion(name):
             continue
         wire = _WIRE_DTYPES.get(values.dtype)
-        as_is = values if wire is None else np.ascontiguousarray(values).data
+        as_is = values if wire is None else _bytes_of(values).data
         prepared.append((name, wire, as_is))
         valid = rows.get(valid_of(name))
         if valid is not None:
@@ -315,7 +315,7 @@ def encode_runs(
     if packkernel is not None and packable:
         return packkernel.pack_runs(
             [_prefix(name, _WIRE_DTYPES[rows[name].dtype]) for name in names],
-            [np.ascontiguousarray(rows[name]) for name in names],
+            [_bytes_of(rows[name]) for name in names],
             positions,
             bounds,
             empty,
@@ -328,6 +328,13 @@ def encode_runs(
         encode_range(prepared, start, stop) if stop > start else empty
         for start, stop in pairwise(bounds.tolist())
     ]
+
+
+def _bytes_of(values: Array) -> Array:
+    """A contiguous array whose buffer holds ``values``' wire bytes (timestamps and dates as
+    the int64 they are: a buffer cannot hold numpy's datetime64)."""
+    values = np.ascontiguousarray(values)
+    return values.view(np.int64) if values.dtype.kind == "M" else values
 
 
 @cache

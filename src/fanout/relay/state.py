@@ -32,7 +32,7 @@ import numpy.typing as npt
 from fanout.relay.compiled import COMPILED, fixed_width, tablekernel
 from fanout.relay.nulls import with_companions
 from fanout.relay.spatial import GridIndex, IndexedRegion
-from fanout.wire.columns import STRING
+from fanout.wire.columns import NUMERIC_DTYPES, STRING
 
 Array = npt.NDArray[np.generic]
 Keys = npt.NDArray[np.generic]  # int64, or object holding str
@@ -44,7 +44,8 @@ BEFORE_EPOCH = -1
 
 
 def _dtype(wire: str) -> np.dtype[np.generic]:
-    return np.dtype(object) if wire == STRING else np.dtype(wire)
+    """Strings and decimals (``Decimal``) are held as objects, the rest as their numpy dtype."""
+    return np.dtype(wire) if wire in NUMERIC_DTYPES else np.dtype(object)
 
 
 def key_dtype(wire: str) -> np.dtype[np.generic]:

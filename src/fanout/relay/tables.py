@@ -41,6 +41,7 @@ from fanout.relay.state import Array, DoubleBuffer, Keys, Positions, Table
 from fanout.relay.watchdog import Watchdog
 from fanout.views.sql import Sql, to_duckdb
 from fanout.wire.arrow import to_arrow, to_numpy
+from fanout.wire.columns import DATE, TIMESTAMP, decimal_type
 from fanout.wire.messages import DatasetInfo
 
 #: Seconds a subscriber's query may run on the relay's event loop before it is stopped.
@@ -63,7 +64,19 @@ DUCKDB_TYPES = {
     "<f4": "FLOAT",
     "|b1": "BOOLEAN",
     "str": "VARCHAR",
+    TIMESTAMP: "TIMESTAMPTZ",
+    DATE: "DATE",
 }
+
+
+def duckdb_type(wire: str) -> str:
+    """The DuckDB type of a column of wire dtype ``wire`` (``decimal(p,s)``: DECIMAL(p,s))."""
+    decimal = decimal_type(wire)
+    if decimal is not None:
+        return f"DECIMAL({decimal[0]},{decimal[1]})"
+    return DUCKDB_TYPES.get(wire, "VARCHAR")
+
+
 #: Prepared queries kept at most (one per distinct view subscribed; past it, all are dropped).
 MAX_QUERIES = 4096
 
@@ -119,19 +132,18 @@ class TableStore:
     def _db(self) -> duckdb.DuckDBPyConnection:
         """The mirrored tables. Opened on first use: each DuckDB database costs about 5 MB and
         a pool of threads, which a relay without SQL datasets does not need."""
-        return duckdb.connect(":memory:")
+        return _connect()
 
     @functools.cached_property
     def _changes(self) -> duckdb.DuckDBPyConnection:
         """The same tables, empty: a query runs here on one micro-batch's changed rows only
         (``evaluate_rows``, for ``every`` subscriptions). Opened on first use."""
-        return duckdb.connect(":memory:")
+        return _connect()
 
     def define(self, info: DatasetInfo) -> None:
         """Create (or re-create, empty) the table of a SQL dataset (a catalog entry)."""
         columns = ", ".join(
-            f"{_quote(name)} {DUCKDB_TYPES.get(wire, 'VARCHAR')}"
-            for name, wire in info.columns.items()
+            f"{_quote(name)} {duckdb_type(wire)}" for name, wire in info.columns.items()
         )
         self._db.execute(f"CREATE OR REPLACE TABLE {_quote(info.name)} ({columns})")
         self._changes.execute(f"CREATE OR REPLACE TABLE {_quote(info.name)} ({columns})")
@@ -382,16 +394,30 @@ def _result(table: pa.Table, query: Query) -> Result:
     )
 
 
-_AS_IS = (pa.types.is_integer, pa.types.is_floating, pa.types.is_boolean, pa.types.is_string)
+_AS_IS = (
+    pa.types.is_integer,
+    pa.types.is_floating,
+    pa.types.is_boolean,
+    pa.types.is_string,
+    pa.types.is_timestamp,
+    pa.types.is_date,
+    pa.types.is_decimal,
+)
+
+
+def _connect() -> duckdb.DuckDBPyConnection:
+    """An in-memory database whose session time zone is UTC: timestamps are instants, and
+    ``now()``, casts of text and dates read the same on every relay wherever it runs."""
+    db = duckdb.connect(":memory:")
+    db.execute("SET TimeZone = 'UTC'")
+    return db
 
 
 def _numpy(column: pa.ChunkedArray) -> Array:
-    """A result column as numpy: numbers as numbers, the rest as str; NULL masked (``None``
-    in a string column)."""
+    """A result column as numpy: numbers, timestamps and dates as such, decimals as ``Decimal``
+    (exact), the rest as str; NULL masked (``None`` in a string or decimal column)."""
     kind = column.type
-    if pa.types.is_decimal(kind):
-        column = column.cast(pa.float64())
-    elif not any(test(kind) for test in _AS_IS):
+    if not any(test(kind) for test in _AS_IS):
         column = column.cast(pa.string())
     values = to_numpy(column)
     if values.dtype.kind in "OUS" and not isinstance(values, np.ma.MaskedArray):

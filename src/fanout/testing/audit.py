@@ -22,6 +22,7 @@ select rows one by one), not by the relay's query engine that the audit checks.
 
 from __future__ import annotations
 
+import datetime
 import math
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -34,7 +35,7 @@ from fanout.client.subscriber import Update
 from fanout.publisher.log.base import BatchLog
 from fanout.views.members import Selecting, members
 from fanout.views.sql import Sql
-from fanout.wire.columns import from_values
+from fanout.wire.columns import from_values, to_python
 
 
 @dataclass
@@ -243,7 +244,7 @@ def _rows(columns: dict[str, Any], key: str) -> dict[Any, dict[str, Any]]:
     if not columns:
         return {}
     names = list(columns)
-    lists = [columns[n].tolist() for n in names]
+    lists = [to_python(columns[n]) for n in names]
     return {
         row[key]: row
         for row in (dict(zip(names, v, strict=True)) for v in zip(*lists, strict=True))
@@ -260,6 +261,16 @@ def _equal(a: Any, b: Any) -> bool:
     if a is None or b is None:
         return a is None and b is None
     return bool(a == b) or (_nan(a) and _nan(b))
+
+
+def _canonical(value: Any) -> str:
+    """A value spelled so that equal values are equal text: NaN is NaN, an instant is its UTC
+    time whatever zone object it carries."""
+    if _nan(value):
+        return "NaN"
+    if isinstance(value, datetime.datetime) and value.utcoffset() is not None:
+        return "instant " + value.astimezone(datetime.UTC).isoformat()
+    return repr(value)
 
 
 def _nan(value: Any) -> bool:
@@ -285,6 +296,7 @@ def duckdb_answer(
     from fanout.wire.arrow import to_arrow  # noqa: PLC0415 - pyarrow-only, like duckdb
 
     database = duckdb.connect()
+    database.execute("SET TimeZone = 'UTC'")
     try:
         for name, columns in tables.items():
             arrow = pa.table(
@@ -309,7 +321,7 @@ def same_rows(
     multiset: NULL equal only to NULL, NaN only to NaN."""
 
     def canonical(row: Sequence[Any]) -> tuple[str, ...]:
-        return tuple("NaN" if _nan(value) else repr(value) for value in row)
+        return tuple(_canonical(value) for value in row)
 
     mine = sorted(canonical([row[name] for name in names]) for row in got)
     return mine == sorted(canonical(row) for row in want)

@@ -15,6 +15,9 @@ never a null.
 
 from __future__ import annotations
 
+import datetime
+import decimal
+import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -24,12 +27,30 @@ import numpy.typing as npt
 
 from fanout.errors import ProtocolError
 
+#: A timestamp: microseconds since 1970-01-01 00:00 UTC (numpy ``datetime64[us]``, in UTC).
+TIMESTAMP = "<M8[us]"
+#: A date: days since 1970-01-01 (numpy ``datetime64[D]``).
+DATE = "<M8[D]"
 #: numpy dtypes that travel as raw little-endian bytes.
 NUMERIC_DTYPES = frozenset(
-    {"<i8", "<i4", "<f8", "<f4", "<i2", "|i1", "|u1", "<u2", "<u4", "<u8", "|b1"}
+    {"<i8", "<i4", "<f8", "<f4", "<i2", "|i1", "|u1", "<u2", "<u4", "<u8", "|b1", TIMESTAMP, DATE}
 )
 #: dtype marker for string columns (a msgpack list of str or None).
 STRING = "str"
+#: dtype marker for exact decimal columns in a payload: a msgpack list of decimal strings or
+#: None (a catalog names the type whole, ``decimal(p,s)``).
+DECIMAL = "decimal"
+#: A decimal's digits at most (as in DuckDB, PostgreSQL's common use and Arrow's decimal128).
+MAX_PRECISION = 38
+_DECIMAL_TYPE = re.compile(r"decimal\((\d+),(\d+)\)")
+
+
+def decimal_type(dtype: str) -> tuple[int, int] | None:
+    """(precision, scale) of a catalog's ``decimal(p,s)`` dtype, None for any other dtype."""
+    found = _DECIMAL_TYPE.fullmatch(dtype)
+    return (int(found[1]), int(found[2])) if found else None
+
+
 #: dtype marker of a column's validity bitmap (follows the column it belongs to).
 VALID = "valid"
 
@@ -97,7 +118,7 @@ def encode_nullable(name: str, values: npt.ArrayLike) -> list[Column]:
     return [encode_column(name, data), Column(name, VALID, validity(~mask))]
 
 
-def from_values(values: Sequence[Any] | npt.ArrayLike) -> npt.NDArray[np.generic]:
+def from_values(values: Sequence[Any] | npt.ArrayLike) -> npt.NDArray[np.generic]:  # noqa: PLR0911
     """Python values as a column: ``None`` is a null (a masked row, or ``None`` in a string
     column); numbers, booleans and strings take numpy's usual dtypes.
 
@@ -112,16 +133,56 @@ def from_values(values: Sequence[Any] | npt.ArrayLike) -> npt.NDArray[np.generic
         return values
     items = list(values)  # type: ignore[arg-type]
     nulls = [value is None for value in items]
+    present = [value for value in items if value is not None]
+    if present and all(_aware(value) for value in present):
+        instants = [value.astimezone(datetime.UTC).replace(tzinfo=None) for value in present]
+        return _masked(items, nulls, np.array(instants, dtype=TIMESTAMP))
+    if present and all(type(value) is datetime.date for value in present):
+        return _masked(items, nulls, np.array(present, dtype=DATE))
+    if present and all(isinstance(value, decimal.Decimal | str) for value in present):
+        out = np.empty(len(items), dtype=object)
+        out[:] = items
+        return out
+    if any(isinstance(value, datetime.date | decimal.Decimal) for value in present):
+        out = np.empty(len(items), dtype=object)  # mixed: travels as text, for the
+        out[:] = items  # publisher to refuse with the column named
+        return out
     if not any(nulls) or all(nulls):
         return np.asarray(items)
-    present = [value for value in items if value is not None]
-    if all(isinstance(value, str) for value in present):
-        return np.asarray(items, dtype=object)
     filler = present[0]
     data = np.asarray([filler if null else value for value, null in zip(items, nulls, strict=True)])
     if data.dtype.kind == "f":
         data[np.asarray(nulls)] = np.nan
     return np.ma.MaskedArray(data, mask=nulls)
+
+
+def _aware(value: Any) -> bool:
+    return isinstance(value, datetime.datetime) and value.utcoffset() is not None
+
+
+def _masked(
+    items: Sequence[Any], nulls: Sequence[bool], present: npt.NDArray[np.generic]
+) -> npt.NDArray[np.generic]:
+    """``present`` (the non-null values) spread over ``len(items)`` rows, masked where null."""
+    data = np.zeros(len(items), dtype=present.dtype)
+    data[~np.asarray(nulls, dtype=bool)] = present
+    return np.ma.MaskedArray(data, mask=nulls) if any(nulls) else data
+
+
+def to_python(values: npt.NDArray[np.generic]) -> list[Any]:
+    """A decoded column as Python values: ``None`` for NULL, timestamps as ``datetime`` in UTC,
+    dates as ``date``, decimals as ``Decimal``, numbers and strings as themselves."""
+    kind = values.dtype
+    if kind == np.dtype(TIMESTAMP) or kind == np.dtype(DATE):
+        mask = np.ma.getmaskarray(values) if isinstance(values, np.ma.MaskedArray) else None
+        plain: list[Any] = np.ma.getdata(values).tolist()
+        if kind == np.dtype(TIMESTAMP):
+            plain = [v.replace(tzinfo=datetime.UTC) for v in plain]
+        if mask is not None:
+            plain = [None if null else v for v, null in zip(plain, mask.tolist(), strict=True)]
+        return plain
+    out: list[Any] = values.tolist()
+    return out
 
 
 def validity(valid: npt.NDArray[np.bool_]) -> bytes:
@@ -130,9 +191,14 @@ def validity(valid: npt.NDArray[np.bool_]) -> bytes:
 
 
 def encode_column(name: str, array: npt.NDArray[np.generic]) -> Column:
-    """One 1-D array as a :class:`Column` (numeric columns little-endian)."""
+    """One 1-D array as a :class:`Column` (numeric columns little-endian; an object array of
+    ``Decimal`` values as a decimal column)."""
     if array.dtype.kind in "OUS":
-        return Column(name, STRING, [None if value is None else str(value) for value in array])
+        values = [None if value is None else value for value in array.tolist()]
+        present = [value for value in values if value is not None]
+        if present and all(isinstance(value, decimal.Decimal) for value in present):
+            return Column(name, DECIMAL, [None if v is None else str(v) for v in values])
+        return Column(name, STRING, [None if v is None else str(v) for v in values])
     little = array.astype(array.dtype.newbyteorder("<"), copy=False)
     dtype = little.dtype.str
     if dtype not in NUMERIC_DTYPES:
@@ -154,7 +220,7 @@ def decode_columns(payload: Columns) -> dict[str, npt.NDArray[np.generic]]:
     last: Column | None = None
     for column in payload.columns:
         if column.dtype == VALID:
-            if last is None or last.name != column.name or last.dtype in (STRING, VALID):
+            if last is None or last.name != column.name or last.dtype in (STRING, DECIMAL, VALID):
                 raise ProtocolError(
                     f"column {column.name!r}: a validity bitmap must follow the numeric column"
                     " of its name"
@@ -205,10 +271,18 @@ def key_column(payload: Columns, key: str, what: str) -> npt.NDArray[np.generic]
 
 
 def _decode_column(column: Column, length: int) -> npt.NDArray[np.generic]:
-    if column.dtype == STRING:
+    if column.dtype in (STRING, DECIMAL):
         if not isinstance(column.data, list) or len(column.data) != length:
             raise ProtocolError(f"column {column.name!r}: expected a list of {length} strings")
-        return np.array(column.data, dtype=object)
+        if column.dtype == STRING:
+            return np.array(column.data, dtype=object)
+        try:
+            exact = [None if v is None else decimal.Decimal(v) for v in column.data]
+        except (decimal.InvalidOperation, TypeError, ValueError) as exc:
+            raise ProtocolError(f"column {column.name!r}: not a decimal: {exc}") from None
+        out = np.empty(length, dtype=object)
+        out[:] = exact
+        return out
     if column.dtype not in NUMERIC_DTYPES:
         raise ProtocolError(f"column {column.name!r}: unknown dtype {column.dtype!r}")
     if not isinstance(column.data, bytes):
