@@ -6,14 +6,17 @@ of ``fanout.testing.audit``, not the relay's store). NaN stays a number."""
 from __future__ import annotations
 
 import asyncio
+import datetime
+import json
 from collections.abc import AsyncIterator
+from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
 import pytest
 import pytest_asyncio
 
-from fanout.client import LiveView, connect
+from fanout.client import LiveView, SubscriptionError, connect
 from fanout.client.publisher import PublisherClient, open_producer, open_reader
 from fanout.launch import Child, start
 from fanout.testing.audit import duckdb_answer, same_rows
@@ -35,9 +38,27 @@ arr_delay = "long"
 seats = "int"
 cancelled = "boolean"
 
+[datasets.bookings]
+key = "id"
+schema = {{ id = "long", booked = "timestamp", day = "date", fare = "decimal(8,2)", seat = "int" }}
+index = "sql"
+source = "ingest"
+
+[datasets.trips]
+key = "id"
+index = "sql"
+source = {{ kind = "files", path = "{trips}", format = "json" }}
+
+[datasets.trips.schema]
+id = "long"
+started = "timestamp"
+km = "double"
+stops = "long"
+fare = "decimal(6,2)"
+
 [datasets.carriers]
 key = "code"
-schema = { code = "string", name = "string", rank = "long" }
+schema = {{ code = "string", name = "string", rank = "long" }}
 index = "sql"
 source = "ingest"
 """
@@ -103,7 +124,8 @@ JOIN = (
 @pytest_asyncio.fixture(scope="module", loop_scope="module")
 async def deployment(tmp_path: Path) -> AsyncIterator[tuple[Child, Child]]:
     config = tmp_path / "fanout.toml"
-    config.write_text(CONFIG)
+    (tmp_path / "trips").mkdir()
+    config.write_text(CONFIG.format(trips=tmp_path / "trips"))
     publisher = await start(
         "publisher",
         [
@@ -132,8 +154,29 @@ async def table_at(reader: PublisherClient, dataset: str, tick: int) -> dict[str
     return columns
 
 
+async def published(reader: PublisherClient, dataset: str, rows: int) -> None:
+    """Wait until the publisher's state of ``dataset`` holds ``rows`` rows. (Subscribing before
+    that, a first push may carry the rows stamped with the tick before them: the publisher cuts
+    a new primitive's snapshot from its mirror, which may be a micro-batch ahead of the ticks it
+    can be read back at.)"""
+    async with asyncio.timeout(120):
+        while True:
+            try:
+                columns = await table_at(reader, dataset, -1)
+            except SubscriptionError as exc:  # no micro-batch yet
+                assert exc.code == "timeout", exc
+                columns = {}
+            if columns and len(next(iter(columns.values()))) == rows:
+                return
+            await asyncio.sleep(0.2)
+
+
 async def agrees_at_every_push(
-    reader: PublisherClient, view: LiveView, text: str, final: list[tuple[Any, ...]] | None
+    reader: PublisherClient,
+    view: LiveView,
+    text: str,
+    final: list[tuple[Any, ...]] | None,
+    dataset: str = "flights",
 ) -> None:
     """Every update's rows are DuckDB's answer at its tick, until the answer is ``final``'s
     (None: until one update was checked)."""
@@ -142,9 +185,7 @@ async def agrees_at_every_push(
             seen = view.updates
             if seen:
                 tick = view.tick
-                names, want = duckdb_answer(
-                    text, {"flights": await table_at(reader, "flights", tick)}
-                )
+                names, want = duckdb_answer(text, {dataset: await table_at(reader, dataset, tick)})
                 got = list(view.rows.values())
                 assert same_rows(got, names, want), f"{text} at tick {tick}: {got} != {want}"
                 if final is None or same_rows(got, names, final):
@@ -157,6 +198,7 @@ async def test_sql_views_over_nulls_are_duckdbs_answers(deployment) -> None:
     publisher, relay = deployment
     async with open_producer(publisher.url) as producer, open_reader(publisher.url) as reader:
         await producer.publish("flights", rows=FLIGHTS)
+        await published(reader, "flights", len(FLIGHTS))
         async with connect(relay.url) as subscriber:
             views = [
                 await subscriber.subscribe(sql(text), dataset="flights", rate=50.0)
@@ -203,3 +245,109 @@ async def test_a_join_with_null_keys_and_values(deployment) -> None:
     rows = {row["id"]: row for row in view.rows.values()}
     assert 3 not in rows  # a NULL join key joins nothing
     assert rows[4]["name"] == "American" and rows[4]["rank"] == 2
+
+
+UTC = datetime.UTC
+BOOKINGS = [
+    {
+        "id": 1,
+        "booked": datetime.datetime(
+            2024, 3, 1, 12, 0, 0, 5, tzinfo=datetime.timezone(datetime.timedelta(hours=1))
+        ),
+        "day": datetime.date(2024, 3, 1),
+        "fare": Decimal("120.50"),
+        "seat": 7,
+    },
+    {"id": 2, "booked": None, "day": None, "fare": None, "seat": None},
+    {
+        "id": 3,
+        "booked": datetime.datetime(2024, 3, 2, tzinfo=UTC),
+        "day": datetime.date(2024, 3, 2),
+        "fare": Decimal("999999.99"),
+        "seat": None,
+    },
+]
+
+
+async def test_producers_publish_timestamps_dates_decimals_and_nulls(deployment) -> None:
+    publisher, relay = deployment
+    texts = [
+        "SELECT * FROM bookings WHERE fare > 100",
+        "SELECT * FROM bookings WHERE booked IS NULL OR seat IS NULL",
+        "SELECT * FROM bookings WHERE day = DATE '2024-03-01'",
+        "SELECT id, booked FROM bookings WHERE booked < TIMESTAMPTZ '2024-03-01 12:00:00+00'",
+    ]
+    async with open_producer(publisher.url) as producer, open_reader(publisher.url) as reader:
+        await producer.publish("bookings", rows=BOOKINGS)
+        await published(reader, "bookings", len(BOOKINGS))
+        async with connect(relay.url) as subscriber:
+            views = [
+                await subscriber.subscribe(sql(text), dataset="bookings", rate=50.0)
+                for text in texts
+            ]
+            for text, view in zip(texts, views, strict=True):
+                await agrees_at_every_push(reader, view, text, None, "bookings")
+            # bad input: refused with the column named, and nothing of that publish applied
+            bad = [
+                (
+                    {"booked": datetime.datetime(2024, 3, 1)},
+                    "column 'booked' is timestamp",
+                ),  # naive
+                ({"booked": "2024-03-01T00:00:00Z"}, "column 'booked' is timestamp"),
+                ({"fare": Decimal("1234567.00")}, r"column 'fare' is decimal(8,2)"),
+                ({"fare": Decimal("1.001")}, r"column 'fare' is decimal(8,2)"),
+                ({"day": "yesterday"}, "column 'day' is date"),
+            ]
+            for values, message in bad:
+                with pytest.raises(SubscriptionError) as refused:
+                    await producer.publish(
+                        "bookings", rows=[{**BOOKINGS[1], "id": 9}, {**BOOKINGS[0], **values}]
+                    )
+                assert refused.value.code == "bad_request"
+                assert message in str(refused.value), str(refused.value)
+            await producer.publish("bookings", rows=[{**BOOKINGS[1], "id": 10}])
+            await agrees_at_every_push(reader, views[1], texts[1], None, "bookings")
+            await eventually_has(views[1], 10)
+    rows = views[0].rows
+    assert set(rows) == {1, 3}
+    assert rows[1]["booked"] == datetime.datetime(2024, 3, 1, 11, 0, 0, 5, tzinfo=UTC)
+    assert rows[1]["day"] == datetime.date(2024, 3, 1)
+    assert rows[3]["fare"] == Decimal("999999.99") and isinstance(rows[3]["fare"], Decimal)
+    assert 9 not in views[1].rows  # nothing of a refused publish was applied
+    assert views[1].rows[2] == {"id": 2, "booked": None, "day": None, "fare": None, "seat": None}
+
+
+async def eventually_has(view: LiveView, key: object) -> None:
+    async with asyncio.timeout(120):
+        while key not in view.rows:
+            await view.wait_updates()
+
+
+async def test_files_with_nulls_and_timestamps(deployment, tmp_path: Path) -> None:
+    publisher, relay = deployment
+    lines = [
+        {"id": 1, "started": "2024-03-01T10:00:00.000001Z", "km": 3.5, "stops": 2, "fare": 12.5},
+        {"id": 2, "started": None, "km": None, "stops": None, "fare": None},
+        {"id": 3, "started": "2024-03-01T12:00:00+02:00", "km": 80.0, "fare": 1.25},  # no stops
+    ]
+    (tmp_path / "trips" / "a.json").write_text("\n".join(json.dumps(line) for line in lines) + "\n")
+    texts = [
+        "SELECT * FROM trips WHERE stops IS NULL",
+        "SELECT * FROM trips WHERE km > 10 OR started IS NULL",
+        "SELECT * FROM trips WHERE fare < 10",
+    ]
+    async with open_reader(publisher.url) as reader, connect(relay.url) as subscriber:
+        await published(reader, "trips", len(lines))
+        views = [
+            await subscriber.subscribe(sql(text), dataset="trips", rate=50.0) for text in texts
+        ]
+        for text, view in zip(texts, views, strict=True):
+            await agrees_at_every_push(reader, view, text, None, "trips")
+            async with asyncio.timeout(120):
+                while not view.rows:
+                    await view.wait_updates()
+            await agrees_at_every_push(reader, view, text, None, "trips")
+    assert set(views[0].rows) == {2, 3}
+    assert views[0].rows[3]["started"] == datetime.datetime(2024, 3, 1, 10, tzinfo=UTC)
+    assert views[2].rows[3]["fare"] == Decimal("1.25")
+    assert views[1].rows[2] == {"id": 2, "started": None, "km": None, "stops": None, "fare": None}
