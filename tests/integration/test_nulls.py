@@ -18,8 +18,10 @@ import pytest_asyncio
 
 from fanout.client import LiveView, SubscriptionError, connect
 from fanout.client.publisher import PublisherClient, open_producer, open_reader
+from fanout.client.subscriber import Update
 from fanout.launch import Child, start
-from fanout.testing.audit import duckdb_answer, same_rows
+from fanout.publisher.log import SqliteLog
+from fanout.testing.audit import audit, duckdb_answer, same_rows
 from fanout.views.sql import parse as sql
 
 pytestmark = [pytest.mark.integration, pytest.mark.asyncio(loop_scope="module")]
@@ -351,3 +353,31 @@ async def test_files_with_nulls_and_timestamps(deployment, tmp_path: Path) -> No
     assert views[0].rows[3]["started"] == datetime.datetime(2024, 3, 1, 10, tzinfo=UTC)
     assert views[2].rows[3]["fare"] == Decimal("1.25")
     assert views[1].rows[2] == {"id": 2, "started": None, "km": None, "stops": None, "fare": None}
+
+
+async def test_an_every_sql_view_over_nulls_is_audited_against_the_log(
+    deployment, tmp_path: Path
+) -> None:
+    """Mode every: each seq's rows as the log's change makes them (the audit's DuckDB runs the
+    view on each logged row, NULLs as logged), NULL never equal to NaN."""
+    publisher, relay = deployment
+    query = sql("SELECT id, dep_delay, seats FROM flights WHERE dep_delay IS NULL OR seats > 60")
+    updates: list[Update] = []
+    async with open_producer(publisher.url) as producer, connect(relay.url) as subscriber:
+        view = await subscriber.subscribe(query, dataset="flights", mode="every")
+        for number, (delay, seats) in enumerate(
+            [(None, 10), (5.0, None), (NAN, 70), (None, None), (1.0, 61)], start=100
+        ):
+            row = {**FLIGHTS[0], "id": number, "dep_delay": delay, "seats": seats}
+            await producer.publish("flights", rows=[row])
+        await producer.publish("flights", rows=[{**FLIGHTS[0], "id": 100, "dep_delay": 2.0}])
+        expected = {102, 103, 104}
+        async with asyncio.timeout(120):
+            async for update in view:
+                updates.append(update)
+                if {k for k in view.rows if k >= 100} == expected:
+                    break
+    assert view.rows[103] == {"id": 103, "dep_delay": None, "seats": None}
+    with SqliteLog(tmp_path / "state" / "log.db") as stored:
+        report = audit(updates, query, key="id", index=(), log=stored, dataset="flights")
+    assert report.clean, report.problems

@@ -194,11 +194,11 @@ def encode_column(name: str, array: npt.NDArray[np.generic]) -> Column:
     """One 1-D array as a :class:`Column` (numeric columns little-endian; an object array of
     ``Decimal`` values as a decimal column)."""
     if array.dtype.kind in "OUS":
-        values = [None if value is None else value for value in array.tolist()]
-        present = [value for value in values if value is not None]
-        if present and all(isinstance(value, decimal.Decimal) for value in present):
-            return Column(name, DECIMAL, [None if v is None else str(v) for v in values])
-        return Column(name, STRING, [None if v is None else str(v) for v in values])
+        values = array.tolist()
+        first = next((value for value in values if value is not None), None)
+        # A column of one type: its first value says whether it is a decimal column.
+        kind = DECIMAL if isinstance(first, decimal.Decimal) else STRING
+        return Column(name, kind, [None if v is None else str(v) for v in values])
     little = array.astype(array.dtype.newbyteorder("<"), copy=False)
     dtype = little.dtype.str
     if dtype not in NUMERIC_DTYPES:
