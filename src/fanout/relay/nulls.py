@@ -36,6 +36,12 @@ def is_companion(name: str) -> bool:
     return name.endswith(SUFFIX)
 
 
+def has_companions(rows: Mapping[str, object]) -> bool:
+    """Whether some of ``rows``' names is a companion's (one scan in C: no other name holds a
+    NUL character, which catalogs and result columns may not)."""
+    return "\x00" in "".join(rows)
+
+
 def with_companions(names: Iterable[str], held: Mapping[str, object]) -> list[str]:
     """``names`` and, after each, its companion if ``held`` has one."""
     out: list[str] = []

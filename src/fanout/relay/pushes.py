@@ -29,7 +29,7 @@ import numpy as np
 import numpy.typing as npt
 
 from fanout.relay.compiled import packkernel
-from fanout.relay.nulls import is_companion, valid_of
+from fanout.relay.nulls import has_companions, is_companion, valid_of
 from fanout.relay.spatial import IndexedRegion
 from fanout.relay.state import Array, DoubleBuffer, Keys, Positions, Stamp, Table
 from fanout.relay.transforms import EntityNotHeld, Shape, apply
@@ -112,8 +112,10 @@ _encoder = msgspec.msgpack.Encoder()
 #: Numeric dtypes whose native bytes are their wire form (all of them, on little-endian
 #: machines; on others every column takes ``encode_columns``' byte-swapping path).
 _WIRE_DTYPES: dict[np.dtype[np.generic], str] = (
-    {np.dtype(wire): wire for wire in NUMERIC_DTYPES} if sys.byteorder == "little" else {}
-)
+    {np.dtype(wire): wire for wire in NUMERIC_DTYPES if np.dtype(wire).kind != "M"}
+    if sys.byteorder == "little"
+    else {}
+)  # (timestamps and dates take ``encode_columns``' path: a buffer cannot hold datetime64)
 NO_ROWS = msgspec.Raw(_encoder.encode(encode_columns({})))
 
 
@@ -260,15 +262,30 @@ Prepared = list[tuple[str, str | None, Array | memoryview]]
 their bytes as they are)."""
 
 
+class _WithValidity(Prepared):
+    """Prepared columns some of which are validities (``VALID``), each after its column."""
+
+
 def prepare_rows(rows: Mapping[str, Array]) -> Prepared:
     """``rows`` with each column's wire dtype looked up once, for encoding many ranges; a
     column's companion (``relay.nulls``) right after it, as its validity (``VALID``)."""
+    if has_companions(rows):
+        return _prepare_nullable(rows)
     prepared: Prepared = []
+    for name, values in rows.items():
+        wire = _WIRE_DTYPES.get(values.dtype)
+        as_is = values if wire is None else np.ascontiguousarray(values).data
+        prepared.append((name, wire, as_is))
+    return prepared
+
+
+def _prepare_nullable(rows: Mapping[str, Array]) -> Prepared:
+    prepared = _WithValidity()
     for name, values in rows.items():
         if is_companion(name):
             continue
         wire = _WIRE_DTYPES.get(values.dtype)
-        as_is = values if wire is None else _bytes_of(values).data
+        as_is = values if wire is None else np.ascontiguousarray(values).data
         prepared.append((name, wire, as_is))
         valid = rows.get(valid_of(name))
         if valid is not None:
@@ -278,6 +295,20 @@ def prepare_rows(rows: Mapping[str, Array]) -> Prepared:
 
 def encode_range(prepared: Prepared, start: int, stop: int) -> msgspec.Raw:
     """``encode_rows`` of the rows ``start:stop`` of prepared columns."""
+    if isinstance(prepared, _WithValidity):
+        return _encode_nullable(prepared, start, stop)
+    columns = [
+        Column(name, wire, values[start:stop])  # type: ignore[arg-type]
+        if wire is not None
+        else encode_column(name, values[start:stop])  # type: ignore[arg-type]
+        for name, wire, values in prepared
+    ]
+    return msgspec.Raw(_encoder.encode(Columns(stop - start, columns)))
+
+
+def _encode_nullable(prepared: Prepared, start: int, stop: int) -> msgspec.Raw:
+    """``encode_range`` of columns some of which have a validity: sent only for a range that
+    holds a NULL."""
     columns: list[Column] = []
     for name, wire, values in prepared:
         part = values[start:stop]
@@ -311,11 +342,11 @@ def encode_runs(
     The bytes are the same.
     """
     names = list(rows)
-    packable = all(rows[name].dtype in _WIRE_DTYPES and not is_companion(name) for name in names)
-    if packkernel is not None and packable:
+    packable = all(rows[name].dtype in _WIRE_DTYPES for name in names)
+    if packkernel is not None and packable and not has_companions(rows):
         return packkernel.pack_runs(
             [_prefix(name, _WIRE_DTYPES[rows[name].dtype]) for name in names],
-            [_bytes_of(rows[name]) for name in names],
+            [np.ascontiguousarray(rows[name]) for name in names],
             positions,
             bounds,
             empty,
@@ -328,13 +359,6 @@ def encode_runs(
         encode_range(prepared, start, stop) if stop > start else empty
         for start, stop in pairwise(bounds.tolist())
     ]
-
-
-def _bytes_of(values: Array) -> Array:
-    """A contiguous array whose buffer holds ``values``' wire bytes (timestamps and dates as
-    the int64 they are: a buffer cannot hold numpy's datetime64)."""
-    values = np.ascontiguousarray(values)
-    return values.view(np.int64) if values.dtype.kind == "M" else values
 
 
 @cache

@@ -30,7 +30,7 @@ import numpy as np
 import numpy.typing as npt
 
 from fanout.relay.compiled import COMPILED, fixed_width, tablekernel
-from fanout.relay.nulls import with_companions
+from fanout.relay.nulls import is_companion, with_companions
 from fanout.relay.spatial import GridIndex, IndexedRegion
 from fanout.wire.columns import NUMERIC_DTYPES, STRING
 
@@ -82,6 +82,8 @@ class Table:
             name: np.empty(0, dtype=dtype) for name, dtype in self.dtypes.items()
         }
         self.changed: npt.NDArray[np.int64] = np.empty(0, dtype=np.int64)
+        #: Whether some column has a companion (``relay.nulls``): only then does ``take`` look.
+        self.nullable = any(map(is_companion, columns))
 
     def __len__(self) -> int:
         return len(self.keys)
@@ -178,7 +180,12 @@ class Table:
     def take(self, index: Positions, names: Sequence[str] | None = None) -> dict[str, Array]:
         """The rows at ``index`` (positions), column by column (only ``names`` if given, with
         their companions: ``relay.nulls``)."""
-        chosen = with_companions(names, self.columns) if names else self.columns
+        if not names:
+            chosen: Sequence[str] = list(self.columns)
+        elif self.nullable:
+            chosen = with_companions(names, self.columns)
+        else:
+            chosen = names
         return {name: self.columns[name].take(index) for name in chosen}
 
     def copy_from(self, other: Table) -> None:

@@ -280,6 +280,8 @@ class TableStore:
                 raise InvalidView(f"two result columns are named {name!r}; rename one (AS ...)")
             if name.startswith(RESERVED):
                 raise InvalidView(f"result column names may not start with {RESERVED!r}")
+            if "\x00" in name:
+                raise InvalidView(f"result column {name!r} has a NUL character in its name")
         return names
 
     def evaluate(self, query: Query, generations: tuple[int, ...]) -> Result:

@@ -154,9 +154,11 @@ def apply(
         if values.dtype.kind == "f":
             values = _precision(values, shape)
         out[name] = values
-        companion = valid_of(name)  # NULL stays NULL whatever the precision (``relay.nulls``)
-        if companion in rows:
-            out[companion] = rows[companion]
+    if len(rows) > len(shape.columns):  # companions: NULL stays NULL whatever the precision
+        for name in shape.columns:
+            companion = valid_of(name)
+            if companion in rows:
+                out[companion] = rows[companion]
     return out
 
 
