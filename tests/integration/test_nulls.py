@@ -370,7 +370,8 @@ async def test_an_every_sql_view_over_nulls_is_audited_against_the_log(
         ):
             row = {**FLIGHTS[0], "id": number, "dep_delay": delay, "seats": seats}
             await producer.publish("flights", rows=[row])
-        await producer.publish("flights", rows=[{**FLIGHTS[0], "id": 100, "dep_delay": 2.0}])
+        leaves = {**FLIGHTS[0], "id": 100, "dep_delay": 2.0, "seats": 10}  # neither holds now
+        await producer.publish("flights", rows=[leaves])
         expected = {102, 103, 104}
         async with asyncio.timeout(120):
             async for update in view:
