@@ -187,7 +187,7 @@ def apply(push: Push, rows: dict[Any, dict[str, Any]], key: str) -> None:
 
 
 @settings(
-    max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow], database=None
+    max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow], database=None
 )
 @given(st.lists(PREDICATES, min_size=1, max_size=3), PREDICATES, CHANGES)
 def test_every_push_is_duckdbs_answer_on_the_publishers_rows(
