@@ -385,3 +385,16 @@ def test_mount_refuses_a_mount_point_that_is_not_a_directory(
     missing = tmp_path / "nowhere"
     assert main(["mount", "--relay", "ws://127.0.0.1:1", "pps", str(missing)]) == USAGE
     assert "is not a directory" in capsys.readouterr().err
+
+
+def test_json_spells_timestamps_dates_and_decimals_as_text() -> None:
+    import datetime
+    from decimal import Decimal
+
+    from fanout.cli_subscribe import finite
+
+    instant = datetime.datetime(2024, 3, 1, 10, 0, 0, 5, tzinfo=datetime.UTC)
+    assert finite(instant) == "2024-03-01T10:00:00.000005+00:00"
+    assert finite(datetime.date(2024, 2, 29)) == "2024-02-29"
+    assert finite(Decimal("99999999.99")) == "99999999.99"
+    assert finite(None) is None and finite(float("nan")) is None

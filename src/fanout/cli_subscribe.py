@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import datetime
+import decimal
 import json
 import math
 import sys
@@ -26,6 +28,7 @@ from fanout.cli import BUILTIN_KINDS
 from fanout.client import HandshakeRefused, LiveView, SubscriptionError, Update, connect, rank
 from fanout.errors import ConfigError
 from fanout.views import View, parse
+from fanout.wire.columns import to_python
 
 #: How long to wait before trying the next relay.
 RETRY_DELAY = 1.0
@@ -163,14 +166,19 @@ def _rows(columns: dict[str, np.ndarray]) -> list[dict[str, Any]]:
     names = list(columns)
     return [
         {name: finite(value) for name, value in zip(names, values, strict=True)}
-        for values in zip(*(columns[name].tolist() for name in names), strict=True)
+        for values in zip(*(to_python(columns[name]) for name in names), strict=True)
     ]
 
 
 def finite(value: Any) -> Any:
-    """``value``, or None for a float that is not finite (JSON has no NaN nor infinity)."""
+    """``value`` as JSON holds it: None for a float that is not finite (JSON has no NaN nor
+    infinity); timestamps and dates as ISO 8601 text; decimals as their exact text."""
     if isinstance(value, float) and not math.isfinite(value):
         return None
+    if isinstance(value, datetime.date):  # datetimes too
+        return value.isoformat()
+    if isinstance(value, decimal.Decimal):
+        return str(value)
     return value
 
 

@@ -1,10 +1,14 @@
 """The database connector end to end (Liebig et al.): a real PostgreSQL table's rows, and every
 change written to it afterwards, reach a subscriber's SQL view through a real publisher (Spark)
-and a real relay."""
+and a real relay; a table with ``timestamptz``, ``date``, ``numeric`` and NULLs in every column
+(issue 29) arrives as ``datetime`` in UTC, ``date``, exact ``Decimal`` and ``None``, every SQL
+view's rows DuckDB's answer to the view on the table's rows."""
 
 from __future__ import annotations
 
+import datetime
 from collections.abc import AsyncIterator, Iterator
+from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
@@ -14,6 +18,7 @@ import pytest_asyncio
 
 from fanout.client import LiveView, connect
 from fanout.launch import Child, start
+from fanout.testing.audit import duckdb_answer, same_rows
 from fanout.testing.postgres import MISSING, postgres_binaries, throwaway_postgres
 from fanout.testing.wait import eventually
 from fanout.views.sql import parse as sql
@@ -26,7 +31,42 @@ key = "order_id"
 schema = {{ order_id = "long", customer = "string", amount = "double" }}
 index = "sql"
 source = {{ kind = "postgres", url = "{url}", table = "shop_orders" }}
+
+[datasets.payments]
+key = "id"
+index = "sql"
+source = {{ kind = "postgres", url = "{url}", table = "payments" }}
+
+[datasets.payments.schema]
+id = "long"
+paid_at = "timestamp"
+day = "date"
+amount = "decimal(12,2)"
+payer = "string"
+settled = "boolean"
+tries = "int"
+rate = "double"
 """
+
+
+UTC = datetime.UTC
+COLUMNS = ("id", "paid_at", "day", "amount", "payer", "settled", "tries", "rate")
+PAYMENTS = [
+    (1, "2024-03-01 10:00:00.123456+00", "2024-03-01", "12.50", "ada", True, 1, 0.5),
+    (2, None, None, None, None, None, None, None),
+    (3, "2024-03-01 12:30:00+02", "2024-02-29", "99999999.99", "bob", False, 3, None),
+    (4, "2024-03-02 00:00:00+00", None, "0.01", None, None, None, float("nan")),
+]
+VIEWS = [
+    "SELECT * FROM payments WHERE amount > 10.50",
+    "SELECT * FROM payments WHERE paid_at IS NULL",
+    "SELECT * FROM payments WHERE day = DATE '2024-03-01' OR day IS NULL",
+    "SELECT * FROM payments WHERE paid_at > TIMESTAMPTZ '2024-03-01 10:00:00+00'",
+    "SELECT * FROM payments WHERE NOT settled",
+    "SELECT id, amount FROM payments WHERE amount BETWEEN 0 AND 20 OR payer LIKE 'b%'",
+    "SELECT * FROM payments WHERE rate > 0.1",
+    "SELECT id, paid_at FROM payments WHERE paid_at > now() - INTERVAL '100000 days'",
+]
 
 
 @pytest.fixture(scope="module")
@@ -40,6 +80,14 @@ def database() -> Iterator[str]:
             " amount double precision, note text)"
         )
         db.execute("INSERT INTO shop_orders VALUES (1, 'ada', 10, 'x'), (2, 'bob', 20, 'y')")
+        db.execute(
+            "CREATE TABLE payments (id bigint PRIMARY KEY, paid_at timestamptz, day date,"
+            " amount numeric(12,2), payer text, settled boolean, tries integer,"
+            " rate double precision)"
+        )
+        db.cursor().executemany(
+            "INSERT INTO payments VALUES (%s, %s, %s, %s, %s, %s, %s, %s)", PAYMENTS
+        )
         yield url
 
 
@@ -88,3 +136,53 @@ async def test_a_tables_rows_and_then_its_changes_reach_a_sql_view(
             20: {"order_id": 20, "amount": 20.0},
             4: {"order_id": 4, "amount": 40.0},
         }
+
+
+def payments_table(database: str) -> dict[str, list[object]]:
+    """The table as PostgreSQL holds it now (psycopg: datetime, date, Decimal, None)."""
+    with psycopg.connect(database) as db:
+        db.execute("SET TIME ZONE 'UTC'")
+        found = db.execute(f"SELECT {', '.join(COLUMNS)} FROM payments").fetchall()
+    return {name: [row[number] for row in found] for number, name in enumerate(COLUMNS)}
+
+
+def comparison(view: LiveView, text: str, database: str) -> tuple[bool, str]:
+    """Whether the view's rows are DuckDB's answer on the table now, and both, to show."""
+    names, want = duckdb_answer(text, {"payments": payments_table(database)})
+    got = [[row[name] for name in names] for row in view.rows.values()]
+    agreed = bool(view.updates) and same_rows(view.rows.values(), names, want)
+    return agreed, f"{text}: got {got}, DuckDB says {want}"
+
+
+async def test_timestamps_dates_decimals_and_nulls_from_postgres(
+    deployment: tuple[Child, Child], database: str
+) -> None:
+    _, relay = deployment
+    async with connect(relay.url) as subscriber:
+        views = [
+            await subscriber.subscribe(sql(text), dataset="payments", rate=50.0) for text in VIEWS
+        ]
+        for text, view in zip(VIEWS, views, strict=True):
+            await eventually(
+                lambda v=view, t=text: comparison(v, t, database), lambda c: c[0], timeout=120
+            )
+        everything = views[1]  # paid_at IS NULL
+        assert everything.rows[2] == dict.fromkeys(COLUMNS[1:], None) | {"id": 2}
+        first = views[0].rows[1]
+        assert first["paid_at"] == datetime.datetime(2024, 3, 1, 10, 0, 0, 123456, tzinfo=UTC)
+        assert first["day"] == datetime.date(2024, 3, 1)
+        assert first["amount"] == Decimal("12.50") and isinstance(first["amount"], Decimal)
+        assert views[0].rows[3]["amount"] == Decimal("99999999.99")  # exact, not a float
+        assert views[0].rows[3]["paid_at"] == datetime.datetime(2024, 3, 1, 10, 30, tzinfo=UTC)
+        with psycopg.connect(database, autocommit=True) as db:
+            db.execute("UPDATE payments SET paid_at = NULL, amount = 20.25 WHERE id = 1")
+            db.execute(
+                "UPDATE payments SET paid_at = '2024-03-05 08:00+00', day = '2024-03-01'"
+                " WHERE id = 2"
+            )
+            db.execute("DELETE FROM payments WHERE id = 4")
+        for text, view in zip(VIEWS, views, strict=True):
+            await eventually(
+                lambda v=view, t=text: comparison(v, t, database), lambda c: c[0], timeout=120
+            )
+        assert set(views[1].rows) == {1}

@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from fanout.relay.nulls import valid_of
 from fanout.relay.transforms import InvalidTransform, Shape, apply, resolve
 from fanout.wire.messages import DatasetInfo, Transform
 
@@ -111,3 +112,12 @@ def test_equal_transforms_resolve_to_equal_shapes() -> None:
     assert first == second
     assert hash(first) == hash(second)
     assert isinstance(first, Shape)
+
+
+def test_null_stays_null_whatever_the_precision() -> None:
+    valid = np.array([False, True])
+    rows = {**ROWS, valid_of("x"): valid, valid_of("kind"): valid}
+    for transform in (Transform(precision="fixed", quantum=0.5), Transform(columns=["x"])):
+        out = apply(rows, resolve(transform, INFO), None)
+        assert out[valid_of("x")] is valid  # the value's validity goes with it
+        assert valid_of("kind") in out or "kind" not in out

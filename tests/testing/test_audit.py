@@ -162,32 +162,31 @@ def test_a_sql_view_that_does_not_select_the_key_is_keyed_by_the_datasets_key(lo
     assert report.mismatched == 1 and "left [1]" in report.problems[0]
 
 
-def test_a_missing_value_may_arrive_as_nan(tmp_path: Path) -> None:
+def test_null_is_only_null_and_nan_only_nan(tmp_path: Path) -> None:
     with SqliteLog(tmp_path / "log.db") as stored:
         rows = pa.table(
             {
-                "id": pa.array([1], pa.int64()),
-                "x": [1.0],
-                "y": [1.0],
-                "v": pa.array([None], pa.float64()),
-                "_version": pa.array([0], pa.int64()),
-                "_deleted": [False],
+                "id": pa.array([1, 2], pa.int64()),
+                "x": [1.0, 2.0],
+                "y": [1.0, 2.0],
+                "v": pa.array([None, float("nan")], pa.float64()),
+                "_version": pa.array([0, 0], pa.int64()),
+                "_deleted": [False, False],
             }
         )
         stored.append(LogEntry("agents", 1, 0, 0, 0.0, rows))
         received = {
-            "id": np.array([1]),
-            "x": np.array([1.0]),
-            "y": np.array([1.0]),
-            "v": np.array([np.nan]),
+            "id": np.array([1, 2]),
+            "x": np.array([1.0, 2.0]),
+            "y": np.array([1.0, 2.0]),
+            "v": np.ma.MaskedArray([0.0, np.nan], mask=[True, False]),
         }
         full = Update(1, 1, 0, 0, True, received, {}, np.array([], dtype=np.int64), 0.0, 0.0)
         report = run(stored, [full])
         assert report.clean, report.problems
-        wrong = Update(
-            1, 1, 0, 0, True, {**received, "v": np.array([2.0])}, {}, np.array([]), 0.0, 0.0
-        )
-        assert run(stored, [wrong]).mismatched == 1
+        for wrong_v in (np.array([np.nan, np.nan]), np.ma.MaskedArray([0.0, 0.0], mask=[1, 1])):
+            wrong = Update(1, 1, 0, 0, True, {**received, "v": wrong_v}, {}, np.array([]), 0.0, 0.0)
+            assert run(stored, [wrong]).mismatched == 1
 
 
 def test_the_sql_oracle_is_not_the_relays_query_engine() -> None:

@@ -10,7 +10,14 @@ from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
 from fanout.errors import ProtocolError
-from fanout.wire.columns import Column, Columns, decode_columns, encode_columns, key_column
+from fanout.wire.columns import (
+    Column,
+    Columns,
+    decode_columns,
+    encode_columns,
+    from_values,
+    key_column,
+)
 
 NUMERIC = st.sampled_from(["<i8", "<i4", "<f8", "<f4", "|b1", "|u1"])
 
@@ -85,3 +92,82 @@ def test_the_key_column_of_a_payload_of_keys() -> None:
     assert key_column(encode_columns({}), "id", "deletes").tolist() == []
     with pytest.raises(ProtocolError, match="deletes: 2 rows without the key column 'id'"):
         key_column(encode_columns({"name": ["a", "b"]}), "id", "deletes")
+
+
+@st.composite
+def nullable_columns(draw: st.DrawFn) -> tuple[str, list[object]]:
+    """A column as Python values, ``None`` for NULL (the oracle: what a subscriber must see)."""
+    rows = draw(st.integers(0, 40))
+    values = {
+        "<i8": st.integers(-(2**63), 2**63 - 1),
+        "<i4": st.integers(-(2**31), 2**31 - 1),
+        "<f8": st.floats(allow_nan=True),
+        "|b1": st.booleans(),
+        "str": st.text(max_size=5),
+    }
+    dtype = draw(st.sampled_from(sorted(values)))
+    return dtype, draw(st.lists(st.none() | values[dtype], min_size=rows, max_size=rows))
+
+
+def _same(a: object, b: object) -> bool:
+    if isinstance(a, float) and isinstance(b, float) and np.isnan(a) and np.isnan(b):
+        return True  # NaN is a number: it arrives as NaN
+    return a == b and (a is None) == (b is None)
+
+
+@given(st.lists(nullable_columns(), min_size=1, max_size=4))
+def test_nulls_in_every_column_type_arrive_as_none(columns: list[tuple[str, list]]) -> None:
+    rows = min(len(values) for _, values in columns)
+    table: dict[str, np.ndarray] = {}
+    for number, (dtype, drawn) in enumerate(columns):
+        values = drawn[:rows]
+        nulls = [value is None for value in values]
+        if dtype == "str":
+            table[f"c{number}"] = np.array(values, dtype=object)
+        else:
+            data = np.array([0 if v is None else v for v in values], dtype=dtype)
+            table[f"c{number}"] = np.ma.MaskedArray(data, mask=nulls)
+        columns[number] = (dtype, values)
+    wire = msgspec.msgpack.encode(encode_columns(table))
+    back = decode_columns(msgspec.msgpack.decode(wire, type=Columns))
+    for number, (_, values) in enumerate(columns):
+        got = back[f"c{number}"].tolist()
+        assert len(got) == len(values)
+        assert all(_same(a, b) for a, b in zip(got, values, strict=True)), (got, values)
+
+
+def test_a_column_without_nulls_carries_no_validity() -> None:
+    payload = encode_columns({"a": np.ma.MaskedArray([1, 2], mask=[False, False])})
+    assert [column.dtype for column in payload.columns] == ["<i8"]
+    payload = encode_columns({"a": np.ma.MaskedArray([1, 2], mask=[False, True])})
+    assert [column.dtype for column in payload.columns] == ["<i8", "valid"]
+    assert payload.columns[1].data == bytes([0b01])
+
+
+def test_python_values_with_none_become_a_masked_column() -> None:
+    assert from_values([1, None, 3]).tolist() == [1, None, 3]
+    assert from_values([1.5, None]).dtype == np.float64
+    assert from_values([True, None]).tolist() == [True, None]
+    assert from_values(["a", None]).tolist() == ["a", None]
+    assert from_values([float("nan"), None]).tolist()[1] is None
+
+
+@pytest.mark.parametrize(
+    ("payload", "message"),
+    [
+        (Columns(1, [Column("a", "valid", b"\x01")]), "must follow"),
+        (Columns(1, [Column("a", "str", ["x"]), Column("a", "valid", b"\x01")]), "must follow"),
+        (Columns(1, [Column("a", "<i8", b"\0" * 8), Column("b", "valid", b"\x01")]), "follow"),
+        (Columns(9, [Column("a", "|u1", b"\0" * 9), Column("a", "valid", b"\x01")]), "2 bytes"),
+        (Columns(1, [Column("a", "<i8", b"\0" * 8), Column("a", "valid", [])]), "1 bytes"),
+    ],
+)
+def test_bad_validity_is_a_protocol_error(payload: Columns, message: str) -> None:
+    with pytest.raises(ProtocolError, match=message):
+        decode_columns(payload)
+
+
+def test_a_null_key_is_a_protocol_error() -> None:
+    payload = encode_columns({"id": np.ma.MaskedArray([1, 2], mask=[False, True])})
+    with pytest.raises(ProtocolError, match="holds a null"):
+        key_column(payload, "id", "deletes")

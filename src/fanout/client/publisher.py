@@ -26,7 +26,7 @@ from fanout.connection import close_reason
 from fanout.errors import ProtocolError
 from fanout.views import View
 from fanout.wire import codec
-from fanout.wire.columns import Columns, decode_columns, encode_columns
+from fanout.wire.columns import Columns, decode_columns, encode_columns, from_values
 from fanout.wire.messages import (
     PROTOCOL_VERSION,
     Catalog,
@@ -198,11 +198,11 @@ def open_producer(
 
 def _columns(rows: Sequence[Mapping[str, Any]] | Mapping[str, Sequence[Any]]) -> dict[str, Any]:
     if isinstance(rows, Mapping):
-        return {name: np.asarray(values) for name, values in rows.items()}
+        return {name: from_values(values) for name, values in rows.items()}
     if not rows:
         return {}
     names = list(rows[0])
     for index, row in enumerate(rows):
         if list(row) != names:
             raise ValueError(f"row {index} has columns {sorted(row)}, row 0 has {sorted(names)}")
-    return {name: np.asarray([row[name] for row in rows]) for name in names}
+    return {name: from_values([row[name] for row in rows]) for name in names}

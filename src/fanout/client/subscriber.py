@@ -57,7 +57,7 @@ from fanout.errors import FanoutError, ProtocolError
 from fanout.views import View
 from fanout.wire import codec
 from fanout.wire.columns import Columns as Payload
-from fanout.wire.columns import decode_columns, encode_columns, key_column
+from fanout.wire.columns import decode_columns, encode_columns, key_column, to_python
 from fanout.wire.messages import (
     PROTOCOL_VERSION,
     Error,
@@ -273,7 +273,7 @@ class LiveView:
         for columns in (entered, updated):
             if columns:
                 names = list(columns)
-                for values in zip(*(columns[n].tolist() for n in names), strict=True):
+                for values in zip(*(to_python(columns[n]) for n in names), strict=True):
                     row = dict(zip(names, values, strict=True))
                     self.rows[row[self.key]] = row
         return Update(

@@ -46,6 +46,7 @@ from fanout.publisher.session import (
 )
 from fanout.views import View
 from fanout.wire import codec
+from fanout.wire.arrow import to_numpy
 from fanout.wire.columns import decode_columns, encode_columns, key_column
 from fanout.wire.messages import (
     Batch,
@@ -410,10 +411,7 @@ class ControlPlane:
             code = exc.code if isinstance(exc, FanoutError) else "timeout"
             outbound.offer(codec.encode(Error(code, str(exc), ref=request.req)))
             return
-        arrays = {
-            name: table.column(name).to_numpy(zero_copy_only=False) for name in table.column_names
-        }
-        rows = encode_columns(arrays)
+        rows = encode_columns({name: to_numpy(table.column(name)) for name in table.column_names})
         reply = StateRows(req=request.req, dataset=request.dataset, tick=tick, rows=rows)
         outbound.offer(codec.encode(reply))
 

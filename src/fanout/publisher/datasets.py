@@ -13,14 +13,19 @@ Column names starting with ``_`` are reserved for these and for matching.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from typing import Literal
 
 from fanout.publisher.sources.simulation import AXES, SimulationParams
+from fanout.wire.columns import DATE, MAX_PRECISION, TIMESTAMP
 from fanout.wire.messages import DatasetInfo, IndexKind
 
-ColumnType = Literal["long", "int", "double", "float", "string", "boolean"]
+ColumnType = str
+"""A declared column type: one of ``TYPES``, or ``decimal(p,s)`` (``column_type`` checks)."""
 
+#: The column types without parameters (``decimal(p,s)`` besides them).
+TYPES = ("long", "int", "double", "float", "string", "boolean", "timestamp", "date")
 #: Declared column type -> the dtype its values travel as (see ``wire.columns``).
 WIRE_DTYPES: dict[str, str] = {
     "long": "<i8",
@@ -29,6 +34,8 @@ WIRE_DTYPES: dict[str, str] = {
     "float": "<f4",
     "string": "str",
     "boolean": "|b1",
+    "timestamp": TIMESTAMP,
+    "date": DATE,
 }
 #: Declared column type -> Spark SQL type name.
 SPARK_TYPES: dict[str, str] = {
@@ -38,7 +45,49 @@ SPARK_TYPES: dict[str, str] = {
     "float": "float",
     "string": "string",
     "boolean": "boolean",
+    "timestamp": "timestamp",
+    "date": "date",
 }
+_DECIMAL = re.compile(r"decimal\(\s*(\d+)\s*,\s*(\d+)\s*\)")
+
+
+def decimal_of(kind: ColumnType) -> tuple[int, int] | None:
+    """(precision, scale) of a ``decimal(p,s)`` type, None for any other type."""
+    found = _DECIMAL.fullmatch(kind)
+    return (int(found[1]), int(found[2])) if found else None
+
+
+def column_type(kind: str) -> ColumnType:
+    """``kind`` checked to be a column type, in its canonical spelling (``decimal(12,2)``).
+
+    Raises:
+        ValueError: it is not one, or a decimal's precision is not 1-38 or its scale not
+            0-precision.
+    """
+    if kind in TYPES:
+        return kind
+    decimal = decimal_of(kind.strip().lower())
+    if decimal is None:
+        raise ValueError(f"{kind!r} is not a column type ({', '.join(TYPES)}, decimal(p,s))")
+    precision, scale = decimal
+    if not 1 <= precision <= MAX_PRECISION or not 0 <= scale <= precision:
+        raise ValueError(
+            f"{kind!r}: a decimal's precision is 1 to {MAX_PRECISION} and its scale 0 to the"
+            " precision"
+        )
+    return f"decimal({precision},{scale})"
+
+
+def wire_dtype(kind: ColumnType) -> str:
+    """The wire dtype of a column type (``decimal(p,s)`` travels as itself)."""
+    return kind if decimal_of(kind) else WIRE_DTYPES[kind]
+
+
+def spark_type(kind: ColumnType) -> str:
+    """The Spark SQL type of a column type."""
+    return kind if decimal_of(kind) else SPARK_TYPES[kind]
+
+
 VERSION = "_version"
 DELETED = "_deleted"
 
@@ -136,7 +185,7 @@ class Dataset:
     @property
     def columns(self) -> dict[str, str]:
         """Column -> wire dtype, in schema order."""
-        return {name: WIRE_DTYPES[kind] for name, kind in self.schema.items()}
+        return {name: wire_dtype(kind) for name, kind in self.schema.items()}
 
     @property
     def value_columns(self) -> list[str]:
@@ -145,7 +194,7 @@ class Dataset:
 
     def spark_schema(self) -> str:
         """The declared columns as a Spark DDL schema string."""
-        return ", ".join(f"`{name}` {SPARK_TYPES[kind]}" for name, kind in self.schema.items())
+        return ", ".join(f"`{name}` {spark_type(kind)}" for name, kind in self.schema.items())
 
     def info(self) -> DatasetInfo:
         """The descriptor relays receive in the ``Catalog``."""
@@ -155,7 +204,16 @@ class Dataset:
             columns=self.columns,
             index=self.index,
             index_columns=list(self.index_columns),
+            nullable=self.nullable,
         )
+
+    @property
+    def nullable(self) -> list[str]:
+        """The columns that may hold NULL: every one but the key, except the simulation's
+        (it never makes a NULL, and its relays then carry no validity at all)."""
+        if isinstance(self.source, SimulationSource):
+            return []
+        return self.value_columns
 
 
 def agents(params: SimulationParams, cell_size: float | None = None) -> Dataset:

@@ -22,6 +22,7 @@ import numpy as np
 import numpy.typing as npt
 import pyarrow as pa
 
+from fanout.wire.arrow import to_numpy
 from fanout.wire.columns import Columns, encode_columns
 from fanout.wire.messages import Batch
 
@@ -124,8 +125,7 @@ def to_columns(table: pa.Table | None, columns: list[str]) -> Columns:
     """Encode an Arrow table's ``columns`` for the wire (an absent table is zero rows)."""
     if table is None:
         return Columns()
-    arrays = {name: table.column(name).to_numpy(zero_copy_only=False) for name in columns}
-    return encode_columns(arrays)
+    return encode_columns({name: to_numpy(table.column(name)) for name in columns})
 
 
 def build_batches(

@@ -51,6 +51,7 @@ from fanout.publisher.registry import Registry
 from fanout.publisher.sources.producerlog import IngestEvent, IngestLog
 from fanout.publisher.state import latest_per_key, live_rows, read_state
 from fanout.views import View
+from fanout.wire.columns import to_python
 
 log = logging.getLogger(__name__)
 
@@ -337,5 +338,5 @@ def _rows(columns: dict[str, np.ndarray]) -> list[dict[str, object]]:
         return []
     return [
         dict(zip(names, values, strict=True))
-        for values in zip(*(columns[n].tolist() for n in names), strict=True)
+        for values in zip(*(to_python(columns[n]) for n in names), strict=True)
     ]

@@ -31,6 +31,7 @@ import numpy as np
 import numpy.typing as npt
 
 from fanout.relay.compiled import cutkernel
+from fanout.relay.nulls import has_companions, with_companions
 from fanout.relay.pushes import NO_ROWS, Body, Held, both_members, encode_rows, encode_runs
 from fanout.relay.spatial import GridIndex
 from fanout.relay.state import BEFORE_EPOCH, Array, DoubleBuffer, Positions, Table
@@ -88,7 +89,8 @@ def _section(turn: Turn, positions: Positions, bounds: Bounds, shape: Shape) -> 
     the whole section at once.
     """
     if shape.identity:
-        columns = {name: turn.columns[name] for name in shape.columns}
+        names = with_companions(shape.columns, turn.columns) if turn.nullable else shape.columns
+        columns = {name: turn.columns[name] for name in names}
         return encode_runs(columns, positions, bounds, NO_ROWS)
     rows = apply(turn.take(positions, shape.columns), shape, None)
     return encode_runs(rows, None, bounds, NO_ROWS)
@@ -118,8 +120,17 @@ class Turn(NamedTuple):
     columns: Mapping[str, Array]
 
     def take(self, positions: Positions, names: Sequence[str] | None) -> dict[str, Array]:
-        """The rows at ``positions``, column by column (only ``names`` if given)."""
-        return {name: self.columns[name].take(positions) for name in (names or self.columns)}
+        """The rows at ``positions``, column by column (only ``names`` if given, with their
+        companions: ``relay.nulls``)."""
+        if not names:
+            return {name: values.take(positions) for name, values in self.columns.items()}
+        chosen = with_companions(names, self.columns) if self.nullable else names
+        return {name: self.columns[name].take(positions) for name in chosen}
+
+    @property
+    def nullable(self) -> bool:
+        """Whether some column has a companion (``relay.nulls``)."""
+        return has_companions(self.columns)
 
 
 def compiled(table: Table, index: GridIndex, count: int) -> bool:

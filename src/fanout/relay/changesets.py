@@ -34,6 +34,7 @@ import numpy as np
 import numpy.typing as npt
 
 from fanout.relay.engine import Result
+from fanout.relay.nulls import with_companions
 from fanout.relay.pushes import NO_ROWS, Body, encode_push, encode_rows
 from fanout.relay.rows import encoded
 from fanout.relay.state import Array, Keys, Stamp
@@ -277,7 +278,8 @@ def _content(keys: Keys) -> Hashable:
 def _rows(change: ChangeSet, positions: npt.NDArray[np.intp], shape: Shape) -> msgspec.Raw:
     if not len(positions):
         return NO_ROWS
-    return encode_rows(apply({c: change.rows[c][positions] for c in shape.columns}, shape, None))
+    names = with_companions(shape.columns, change.rows)
+    return encode_rows(apply({c: change.rows[c][positions] for c in names}, shape, None))
 
 
 @dataclass

@@ -25,7 +25,7 @@ from fanout.relay.changesets import (
     encode_step,
 )
 from fanout.relay.downstream import Subscription
-from fanout.relay.intake import Intake
+from fanout.relay.intake import Intake, decode_rows
 from fanout.relay.kinds import DatasetKind, Parts
 from fanout.relay.lifecycle import Lifecycle
 from fanout.relay.pushes import encode_push
@@ -150,12 +150,7 @@ class EveryMode:
         history = self.histories.get(knowledge.dataset)
         if state is None or history is None:
             raise ProtocolError(f"knowledge for unknown dataset {knowledge.dataset!r}")
-        rows = decode_columns(knowledge.upserts)
-        if knowledge.upserts.length and set(rows) != set(state.info.columns):
-            raise ProtocolError(
-                f"knowledge {knowledge.seq}: columns {sorted(rows)} are not"
-                f" {sorted(state.info.columns)}"
-            )
+        rows = decode_rows(state.info, knowledge.upserts, f"knowledge {knowledge.seq}")
         keys = key_column(knowledge.deletes, state.info.key, f"knowledge {knowledge.seq} deletes")
         try:
             deleted = state.table.as_keys(keys)
@@ -330,6 +325,8 @@ def every_cursor(
         columns = decode_columns(resume.keys)
         if resume.keys.length and set(columns) != {key}:
             raise ValueError(f"it holds columns {sorted(columns)}, not only the key {key!r}")
+        if isinstance(columns.get(key), np.ma.MaskedArray):
+            raise ValueError(f"its key column {key!r} holds a null")
         keys = np.unique(table.as_keys(columns.get(key, [])))
     except (ProtocolError, TypeError, ValueError) as exc:
         raise BadRequest(f"subscription {request.sub}: bad resume token: {exc}") from exc

@@ -21,26 +21,40 @@ from typing import Self
 import numpy as np
 
 from fanout.errors import ProtocolError
+from fanout.relay.nulls import split, valid_of
 from fanout.relay.spatial import IndexedRegion
 from fanout.relay.state import Array, DoubleBuffer, Stamp, Table
 from fanout.views import View
 from fanout.views.entity import Entity
-from fanout.wire.columns import NUMERIC_DTYPES, STRING, decode_columns, key_column
+from fanout.wire.columns import (
+    NUMERIC_DTYPES,
+    STRING,
+    Columns,
+    decimal_type,
+    decode_columns,
+    key_column,
+)
 from fanout.wire.messages import Batch, DatasetInfo
 
 
-def _check_columns(key: str, columns: dict[str, str], coordinates: tuple[str, ...]) -> None:
-    """Refuse what the relay could not hold: dtypes that do not travel, no key column, a bad
-    space index.
+def _check_columns(info: DatasetInfo, coordinates: tuple[str, ...]) -> None:
+    """Refuse what the relay could not hold: dtypes that do not travel, no key column, a
+    nullable key or unknown nullable column, a NUL in a name, a bad space index.
 
     Raises:
         ValueError: naming the column and what is wrong with it.
     """
+    key, columns = info.key, info.columns
     if key not in columns:
         raise ValueError(f"the key column {key!r} is not one of its columns {sorted(columns)}")
+    for name in info.nullable:
+        if name == key or name not in columns:
+            raise ValueError(f"nullable column {name!r} is not one of its value columns")
     for name, dtype in columns.items():
-        if dtype != STRING and dtype not in NUMERIC_DTYPES:
-            travel = ", ".join([STRING, *sorted(NUMERIC_DTYPES)])
+        if "\x00" in name:
+            raise ValueError(f"column {name!r} has a NUL character in its name")
+        if dtype != STRING and dtype not in NUMERIC_DTYPES and decimal_type(dtype) is None:
+            travel = ", ".join([STRING, "decimal(p,s)", *sorted(NUMERIC_DTYPES)])
             raise ValueError(f"column {name!r} has dtype {dtype!r}, not one of {travel}")
     if not coordinates:
         return
@@ -49,7 +63,7 @@ def _check_columns(key: str, columns: dict[str, str], coordinates: tuple[str, ..
     for name in coordinates:
         if name not in columns:
             raise ValueError(f"space index column {name!r} is not a column")
-        if columns[name] == STRING or np.dtype(columns[name]).kind not in "iuf":
+        if columns[name] not in NUMERIC_DTYPES or np.dtype(columns[name]).kind not in "iuf":
             raise ValueError(f"space index column {name!r} is {columns[name]}, not a number")
 
 
@@ -85,8 +99,8 @@ class DatasetState:
                 columns.
         """
         try:
-            _check_columns(info.key, info.columns, tuple(coordinates))
-            return cls(info, DoubleBuffer(info.key, info.columns, tuple(coordinates)))
+            _check_columns(info, tuple(coordinates))
+            return cls(info, DoubleBuffer(info.key, held_columns(info), tuple(coordinates)))
         except (ValueError, KeyError) as exc:
             raise ProtocolError(f"catalog: dataset {info.name!r}: {exc}") from exc
 
@@ -148,12 +162,7 @@ class DatasetState:
 
     def _decode(self, batch: Batch) -> tuple[dict[str, Array], Array]:
         info, table = self.info, self.buffer.inert
-        upserts = decode_columns(batch.upserts)
-        if batch.upserts.length and set(upserts) != set(info.columns):
-            raise ProtocolError(
-                f"batch {batch.seq}: upsert columns {sorted(upserts)} are not"
-                f" {sorted(info.columns)}"
-            )
+        upserts = decode_rows(info, batch.upserts, f"batch {batch.seq}")
         keys = key_column(batch.deletes, info.key, f"batch {batch.seq} deletes")
         try:
             deletes = table.as_keys(keys)
@@ -163,6 +172,41 @@ class DatasetState:
         if not _unique(incoming):
             raise ProtocolError(f"batch {batch.seq}: duplicate keys in upserts")
         return upserts, deletes
+
+
+def held_columns(info: DatasetInfo) -> dict[str, str]:
+    """The columns the relay holds of dataset ``info``: its own and the companions of its
+    nullable non-string columns (``relay.nulls``)."""
+    companions = {
+        valid_of(name): "|b1" for name in info.nullable if info.columns[name] in NUMERIC_DTYPES
+    }
+    return {**info.columns, **companions}
+
+
+def decode_rows(info: DatasetInfo, payload: Columns, what: str) -> dict[str, Array]:
+    """Whole rows of dataset ``info`` (a batch's upserts, a change from the log) as the relay
+    holds them: every column, and each nullable one's companion.
+
+    Raises:
+        ProtocolError: the columns are not the dataset's, or a column that may not hold NULL
+            does.
+    """
+    arrays = decode_columns(payload)
+    if not payload.length:
+        return {}
+    if set(arrays) != set(info.columns):
+        raise ProtocolError(
+            f"{what}: upsert columns {sorted(arrays)} are not {sorted(info.columns)}"
+        )
+    nullable = set(info.nullable)
+    for name, values in arrays.items():
+        if isinstance(values, np.ma.MaskedArray) and name not in nullable:
+            raise ProtocolError(f"{what}: column {name!r} holds a NULL but may not")
+    rows = split(arrays)
+    for name in nullable:
+        if info.columns[name] in NUMERIC_DTYPES and valid_of(name) not in rows:
+            rows[valid_of(name)] = np.ones(payload.length, dtype=bool)
+    return rows
 
 
 def _unique(keys: Array) -> bool:

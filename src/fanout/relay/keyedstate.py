@@ -24,7 +24,8 @@ import pyarrow as pa
 
 from fanout.relay import release
 from fanout.relay.intake import DatasetState
-from fanout.relay.state import Mask, Table
+from fanout.relay.nulls import masked
+from fanout.relay.state import Array, Mask, Table
 from fanout.views import View
 from fanout.views.objects import ObjectPath
 from fanout.views.sql import Sql, SqlBox
@@ -76,6 +77,7 @@ def inside(views: Iterable[View], table: Table, info: DatasetInfo) -> Mask:
     mask = np.zeros(len(table), dtype=bool)
     topics: pa.Array | None = None
     paths: npt.NDArray[np.str_] | None = None
+    rows: dict[str, Array] | None = None  # the columns with NULLs masked (``relay.nulls``)
     for view in views:
         if not len(table):
             break
@@ -89,11 +91,13 @@ def inside(views: Iterable[View], table: Table, info: DatasetInfo) -> Mask:
                     paths = _paths(table, info)
                 mask |= view.in_scope(paths)
             case SqlBox():
-                mask |= view.match(table.columns)
+                rows = masked(table.columns) if rows is None else rows
+                mask |= view.match(rows)
             case Sql():
+                rows = masked(table.columns) if rows is None else rows
                 for prim in view.primitives():
                     if prim.table == info.name.lower():
-                        mask |= prim.match(table.columns)
+                        mask |= prim.match(rows)
     return mask
 
 

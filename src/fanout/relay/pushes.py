@@ -29,11 +29,21 @@ import numpy as np
 import numpy.typing as npt
 
 from fanout.relay.compiled import packkernel
+from fanout.relay.nulls import has_companions, is_companion, valid_of
 from fanout.relay.spatial import IndexedRegion
 from fanout.relay.state import Array, DoubleBuffer, Keys, Positions, Stamp, Table
 from fanout.relay.transforms import EntityNotHeld, Shape, apply
 from fanout.views import View
-from fanout.wire.columns import NUMERIC_DTYPES, Column, Columns, encode_column, encode_columns
+from fanout.wire.columns import (
+    NUMERIC_DTYPES,
+    STRING,
+    VALID,
+    Column,
+    Columns,
+    encode_column,
+    encode_columns,
+    validity,
+)
 
 Anchor = tuple[float, ...]
 
@@ -102,8 +112,10 @@ _encoder = msgspec.msgpack.Encoder()
 #: Numeric dtypes whose native bytes are their wire form (all of them, on little-endian
 #: machines; on others every column takes ``encode_columns``' byte-swapping path).
 _WIRE_DTYPES: dict[np.dtype[np.generic], str] = (
-    {np.dtype(wire): wire for wire in NUMERIC_DTYPES} if sys.byteorder == "little" else {}
-)
+    {np.dtype(wire): wire for wire in NUMERIC_DTYPES if np.dtype(wire).kind != "M"}
+    if sys.byteorder == "little"
+    else {}
+)  # (timestamps and dates take ``encode_columns``' path: a buffer cannot hold datetime64)
 NO_ROWS = msgspec.Raw(_encoder.encode(encode_columns({})))
 
 
@@ -250,8 +262,15 @@ Prepared = list[tuple[str, str | None, Array | memoryview]]
 their bytes as they are)."""
 
 
+class _WithValidity(Prepared):
+    """Prepared columns some of which are validities (``VALID``), each after its column."""
+
+
 def prepare_rows(rows: Mapping[str, Array]) -> Prepared:
-    """``rows`` with each column's wire dtype looked up once, for encoding many ranges."""
+    """``rows`` with each column's wire dtype looked up once, for encoding many ranges; a
+    column's companion (``relay.nulls``) right after it, as its validity (``VALID``)."""
+    if has_companions(rows):
+        return _prepare_nullable(rows)
     prepared: Prepared = []
     for name, values in rows.items():
         wire = _WIRE_DTYPES.get(values.dtype)
@@ -260,14 +279,51 @@ def prepare_rows(rows: Mapping[str, Array]) -> Prepared:
     return prepared
 
 
+def _prepare_nullable(rows: Mapping[str, Array]) -> Prepared:
+    prepared = _WithValidity()
+    for name, values in rows.items():
+        if is_companion(name):
+            continue
+        wire = _WIRE_DTYPES.get(values.dtype)
+        as_is = values if wire is None else np.ascontiguousarray(values).data
+        prepared.append((name, wire, as_is))
+        valid = rows.get(valid_of(name))
+        if valid is not None:
+            prepared.append((name, VALID, valid))
+    return prepared
+
+
 def encode_range(prepared: Prepared, start: int, stop: int) -> msgspec.Raw:
     """``encode_rows`` of the rows ``start:stop`` of prepared columns."""
+    if isinstance(prepared, _WithValidity):
+        return _encode_nullable(prepared, start, stop)
     columns = [
         Column(name, wire, values[start:stop])  # type: ignore[arg-type]
         if wire is not None
         else encode_column(name, values[start:stop])  # type: ignore[arg-type]
         for name, wire, values in prepared
     ]
+    return msgspec.Raw(_encoder.encode(Columns(stop - start, columns)))
+
+
+def _encode_nullable(prepared: Prepared, start: int, stop: int) -> msgspec.Raw:
+    """``encode_range`` of columns some of which have a validity: sent only for a range that
+    holds a NULL."""
+    columns: list[Column] = []
+    for name, wire, values in prepared:
+        part = values[start:stop]
+        if wire is None:
+            columns.append(encode_column(name, part))  # type: ignore[arg-type]
+        elif wire != VALID:
+            columns.append(Column(name, wire, part))  # type: ignore[arg-type]
+        elif not part.all():  # type: ignore[union-attr]
+            if columns[-1].dtype == STRING:  # a string column's nulls are None in its list
+                strings = columns[-1].data
+                assert isinstance(strings, list)
+                for at in np.flatnonzero(np.logical_not(part)).tolist():
+                    strings[at] = None
+            else:
+                columns.append(Column(name, VALID, validity(part)))  # type: ignore[arg-type]
     return msgspec.Raw(_encoder.encode(Columns(stop - start, columns)))
 
 
@@ -286,7 +342,8 @@ def encode_runs(
     The bytes are the same.
     """
     names = list(rows)
-    if packkernel is not None and all(rows[name].dtype in _WIRE_DTYPES for name in names):
+    packable = all(rows[name].dtype in _WIRE_DTYPES for name in names)
+    if packkernel is not None and packable and not has_companions(rows):
         return packkernel.pack_runs(
             [_prefix(name, _WIRE_DTYPES[rows[name].dtype]) for name in names],
             [np.ascontiguousarray(rows[name]) for name in names],

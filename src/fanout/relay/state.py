@@ -30,8 +30,9 @@ import numpy as np
 import numpy.typing as npt
 
 from fanout.relay.compiled import COMPILED, fixed_width, tablekernel
+from fanout.relay.nulls import is_companion, with_companions
 from fanout.relay.spatial import GridIndex, IndexedRegion
-from fanout.wire.columns import STRING
+from fanout.wire.columns import NUMERIC_DTYPES, STRING
 
 Array = npt.NDArray[np.generic]
 Keys = npt.NDArray[np.generic]  # int64, or object holding str
@@ -43,7 +44,8 @@ BEFORE_EPOCH = -1
 
 
 def _dtype(wire: str) -> np.dtype[np.generic]:
-    return np.dtype(object) if wire == STRING else np.dtype(wire)
+    """Strings and decimals (``Decimal``) are held as objects, the rest as their numpy dtype."""
+    return np.dtype(wire) if wire in NUMERIC_DTYPES else np.dtype(object)
 
 
 def key_dtype(wire: str) -> np.dtype[np.generic]:
@@ -80,6 +82,8 @@ class Table:
             name: np.empty(0, dtype=dtype) for name, dtype in self.dtypes.items()
         }
         self.changed: npt.NDArray[np.int64] = np.empty(0, dtype=np.int64)
+        #: Whether some column has a companion (``relay.nulls``): only then does ``take`` look.
+        self.nullable = any(map(is_companion, columns))
 
     def __len__(self) -> int:
         return len(self.keys)
@@ -174,8 +178,15 @@ class Table:
         return self.columns[name]
 
     def take(self, index: Positions, names: Sequence[str] | None = None) -> dict[str, Array]:
-        """The rows at ``index`` (positions), column by column (only ``names`` if given)."""
-        return {name: self.columns[name].take(index) for name in (names or self.columns)}
+        """The rows at ``index`` (positions), column by column (only ``names`` if given, with
+        their companions: ``relay.nulls``)."""
+        if not names:
+            chosen: Sequence[str] = list(self.columns)
+        elif self.nullable:
+            chosen = with_companions(names, self.columns)
+        else:
+            chosen = names
+        return {name: self.columns[name].take(index) for name in chosen}
 
     def copy_from(self, other: Table) -> None:
         """Become an independent copy of ``other`` (same columns)."""

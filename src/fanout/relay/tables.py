@@ -35,10 +35,13 @@ from sqlglot import exp
 
 from fanout.errors import InvalidView
 from fanout.relay.engine import Query, Result
+from fanout.relay.nulls import is_companion, split, valid_of, with_companions
 from fanout.relay.pushes import members
 from fanout.relay.state import Array, DoubleBuffer, Keys, Positions, Table
 from fanout.relay.watchdog import Watchdog
 from fanout.views.sql import Sql, to_duckdb
+from fanout.wire.arrow import to_arrow, to_numpy
+from fanout.wire.columns import DATE, TIMESTAMP, decimal_type
 from fanout.wire.messages import DatasetInfo
 
 #: Seconds a subscriber's query may run on the relay's event loop before it is stopped.
@@ -61,7 +64,19 @@ DUCKDB_TYPES = {
     "<f4": "FLOAT",
     "|b1": "BOOLEAN",
     "str": "VARCHAR",
+    TIMESTAMP: "TIMESTAMPTZ",
+    DATE: "DATE",
 }
+
+
+def duckdb_type(wire: str) -> str:
+    """The DuckDB type of a column of wire dtype ``wire`` (``decimal(p,s)``: DECIMAL(p,s))."""
+    decimal = decimal_type(wire)
+    if decimal is not None:
+        return f"DECIMAL({decimal[0]},{decimal[1]})"
+    return DUCKDB_TYPES.get(wire, "VARCHAR")
+
+
 #: Prepared queries kept at most (one per distinct view subscribed; past it, all are dropped).
 MAX_QUERIES = 4096
 
@@ -117,19 +132,18 @@ class TableStore:
     def _db(self) -> duckdb.DuckDBPyConnection:
         """The mirrored tables. Opened on first use: each DuckDB database costs about 5 MB and
         a pool of threads, which a relay without SQL datasets does not need."""
-        return duckdb.connect(":memory:")
+        return _connect()
 
     @functools.cached_property
     def _changes(self) -> duckdb.DuckDBPyConnection:
         """The same tables, empty: a query runs here on one micro-batch's changed rows only
         (``evaluate_rows``, for ``every`` subscriptions). Opened on first use."""
-        return duckdb.connect(":memory:")
+        return _connect()
 
     def define(self, info: DatasetInfo) -> None:
         """Create (or re-create, empty) the table of a SQL dataset (a catalog entry)."""
         columns = ", ".join(
-            f"{_quote(name)} {DUCKDB_TYPES.get(wire, 'VARCHAR')}"
-            for name, wire in info.columns.items()
+            f"{_quote(name)} {duckdb_type(wire)}" for name, wire in info.columns.items()
         )
         self._db.execute(f"CREATE OR REPLACE TABLE {_quote(info.name)} ({columns})")
         self._changes.execute(f"CREATE OR REPLACE TABLE {_quote(info.name)} ({columns})")
@@ -190,7 +204,7 @@ class TableStore:
         if rows is not None and not len(rows):
             return
         columns = table.columns if rows is None else table.take(rows)
-        self._db.register("__fanout_rows", pa.table({n: pa.array(v) for n, v in columns.items()}))
+        self._db.register("__fanout_rows", arrow_rows(columns))
         try:
             self._db.execute(f"INSERT INTO {_quote(name)} BY NAME SELECT * FROM __fanout_rows")
         finally:
@@ -266,6 +280,8 @@ class TableStore:
                 raise InvalidView(f"two result columns are named {name!r}; rename one (AS ...)")
             if name.startswith(RESERVED):
                 raise InvalidView(f"result column names may not start with {RESERVED!r}")
+            if "\x00" in name:
+                raise InvalidView(f"result column {name!r} has a NUL character in its name")
         return names
 
     def evaluate(self, query: Query, generations: tuple[int, ...]) -> Result:
@@ -344,8 +360,7 @@ class TableStore:
         (name,) = query.datasets
         self._changes.execute("BEGIN TRANSACTION")
         try:
-            columns = {column: pa.array(values) for column, values in rows.items()}
-            self._changes.register("__fanout_rows", pa.table(columns))
+            self._changes.register("__fanout_rows", arrow_rows(rows))
             try:
                 self._changes.execute(
                     f"INSERT INTO {_quote(name)} BY NAME SELECT * FROM __fanout_rows"
@@ -373,23 +388,54 @@ def _result(table: pa.Table, query: Query) -> Result:
     order = np.argsort(keys, kind="stable")
     keys = keys[order]
     digests = np.asarray(table.column(1).to_numpy(), dtype=np.uint64)[order]
-    rows = {name: _numpy(table.column(name))[order] for name in table.column_names[2:]}
+    rows = split({name: _numpy(table.column(name)) for name in table.column_names[2:]})
+    rows = {name: values[order] for name, values in rows.items()}
     rows[query.key] = keys
-    return Result(keys, digests, {name: rows[name] for name in query.columns})
+    return Result(
+        keys, digests, {name: rows[name] for name in with_companions(query.columns, rows)}
+    )
 
 
-_AS_IS = (pa.types.is_integer, pa.types.is_floating, pa.types.is_boolean, pa.types.is_string)
+_AS_IS = (
+    pa.types.is_integer,
+    pa.types.is_floating,
+    pa.types.is_boolean,
+    pa.types.is_string,
+    pa.types.is_timestamp,
+    pa.types.is_date,
+    pa.types.is_decimal,
+)
+
+
+def _connect() -> duckdb.DuckDBPyConnection:
+    """An in-memory database whose session time zone is UTC: timestamps are instants, and
+    ``now()``, casts of text and dates read the same on every relay wherever it runs."""
+    db = duckdb.connect(":memory:")
+    db.execute("SET TimeZone = 'UTC'")
+    return db
 
 
 def _numpy(column: pa.ChunkedArray) -> Array:
-    """A result column as numpy: numbers as numbers (NULL as NaN), the rest as str or None."""
+    """A result column as numpy: numbers, timestamps and dates as such, decimals as ``Decimal``
+    (exact), the rest as str; NULL masked (``None`` in a string or decimal column)."""
     kind = column.type
-    if pa.types.is_decimal(kind) or (pa.types.is_boolean(kind) and column.null_count):
-        column = column.cast(pa.float64())
-    elif not any(test(kind) for test in _AS_IS):
+    if not any(test(kind) for test in _AS_IS):
         column = column.cast(pa.string())
-    values = column.to_numpy(zero_copy_only=False)
-    return np.asarray(values, dtype=object) if values.dtype.kind in "OUS" else values
+    values = to_numpy(column)
+    if values.dtype.kind in "OUS" and not isinstance(values, np.ma.MaskedArray):
+        return np.asarray(values, dtype=object)
+    return values
+
+
+def arrow_rows(rows: Mapping[str, Array]) -> pa.Table:
+    """The relay's rows (``relay.state``) as an Arrow table, NULL where a companion says so."""
+    return pa.table(
+        {
+            name: to_arrow(values, rows.get(valid_of(name)))
+            for name, values in rows.items()
+            if not is_companion(name)
+        }
+    )
 
 
 def _sources(select: exp.Select) -> list[tuple[str, str]]:

@@ -32,6 +32,7 @@ import numpy as np
 import numpy.typing as npt
 
 from fanout.errors import FanoutError
+from fanout.relay.nulls import valid_of
 from fanout.wire.columns import STRING
 from fanout.wire.messages import DatasetInfo, Transform
 
@@ -153,6 +154,11 @@ def apply(
         if values.dtype.kind == "f":
             values = _precision(values, shape)
         out[name] = values
+    if len(rows) > len(shape.columns):  # companions: NULL stays NULL whatever the precision
+        for name in shape.columns:
+            companion = valid_of(name)
+            if companion in rows:
+                out[companion] = rows[companion]
     return out
 
 

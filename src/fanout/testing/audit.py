@@ -22,8 +22,9 @@ select rows one by one), not by the relay's query engine that the audit checks.
 
 from __future__ import annotations
 
+import datetime
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -34,6 +35,7 @@ from fanout.client.subscriber import Update
 from fanout.publisher.log.base import BatchLog
 from fanout.views.members import Selecting, members
 from fanout.views.sql import Sql
+from fanout.wire.columns import from_values, to_python
 
 
 @dataclass
@@ -242,7 +244,7 @@ def _rows(columns: dict[str, Any], key: str) -> dict[Any, dict[str, Any]]:
     if not columns:
         return {}
     names = list(columns)
-    lists = [columns[n].tolist() for n in names]
+    lists = [to_python(columns[n]) for n in names]
     return {
         row[key]: row
         for row in (dict(zip(names, v, strict=True)) for v in zip(*lists, strict=True))
@@ -255,9 +257,71 @@ def _same(row: dict[str, Any], logged: dict[str, Any]) -> bool:
 
 
 def _equal(a: Any, b: Any) -> bool:
-    """Equal values, a missing value equal to any other (NULL may arrive as None or NaN)."""
-    return a == b or (_missing(a) and _missing(b))
+    """Equal values: NULL (``None``) only to NULL, NaN (a number) only to NaN."""
+    if a is None or b is None:
+        return a is None and b is None
+    return bool(a == b) or (_nan(a) and _nan(b))
 
 
-def _missing(value: Any) -> bool:
-    return value is None or (isinstance(value, float) and math.isnan(value))
+def _canonical(value: Any) -> str:
+    """A value spelled so that equal values are equal text: NaN is NaN, an instant is its UTC
+    time whatever zone object it carries."""
+    if _nan(value):
+        return "NaN"
+    if isinstance(value, datetime.datetime) and value.utcoffset() is not None:
+        return "instant " + value.astimezone(datetime.UTC).isoformat()
+    return repr(value)
+
+
+def _nan(value: Any) -> bool:
+    return isinstance(value, float) and math.isnan(value)
+
+
+def duckdb_answer(
+    text: str, tables: Mapping[str, Mapping[str, Any]]
+) -> tuple[list[str], list[tuple[Any, ...]]]:
+    """DuckDB's answer to a SQL view's ``text`` over ``tables``: an oracle for any view (joins
+    included) that shares nothing with the relay but DuckDB itself.
+
+    Args:
+        text: the view's SQL, as its subscriber wrote it.
+        tables: table name -> column -> values (numpy arrays, masked where NULL, or lists
+            with ``None``; Arrow arrays).
+
+    Returns:
+        The result's column names and its rows (NULL as ``None``), in DuckDB's order.
+    """
+    import duckdb  # noqa: PLC0415 - only SQL audits need DuckDB: other audits stay light
+
+    from fanout.wire.arrow import to_arrow  # noqa: PLC0415 - pyarrow-only, like duckdb
+
+    database = duckdb.connect()
+    database.execute("SET TimeZone = 'UTC'")
+    try:
+        for name, columns in tables.items():
+            arrow = pa.table(
+                {
+                    column: values
+                    if isinstance(values, pa.Array | pa.ChunkedArray)
+                    else to_arrow(from_values(values))
+                    for column, values in columns.items()
+                }
+            )
+            database.register(name, arrow)
+        result = database.sql(text)
+        return list(result.columns), result.fetchall()
+    finally:
+        database.close()
+
+
+def same_rows(
+    got: Iterable[Mapping[str, Any]], names: Sequence[str], want: Sequence[tuple[Any, ...]]
+) -> bool:
+    """Whether the rows a subscriber holds (``got``, projected on ``names``) are ``want`` as a
+    multiset: NULL equal only to NULL, NaN only to NaN."""
+
+    def canonical(row: Sequence[Any]) -> tuple[str, ...]:
+        return tuple(_canonical(value) for value in row)
+
+    mine = sorted(canonical([row[name] for name in names]) for row in got)
+    return mine == sorted(canonical(row) for row in want)

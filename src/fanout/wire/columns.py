@@ -3,11 +3,23 @@
 Numbers travel as the bytes of a numpy array, so a float64 arrives bit-for-bit as it left the
 publisher; strings travel as a msgpack list. Decoding checks every length, so a truncated or
 inconsistent payload is a :class:`ProtocolError`, never a silent misread.
+
+NULL: a string column's nulls are ``None`` in its list. Any other column that holds a null is
+followed by its **validity**: a second entry of the same name with dtype ``"valid"`` whose data
+is a bitmap, bit ``i`` (least significant first, Arrow's layout) of byte ``i // 8`` set when row
+``i`` holds a value. A column without nulls carries none, so payloads without nulls are exactly
+what they were. In numpy a column with nulls is a ``numpy.ma.MaskedArray`` (masked: null), whose
+``tolist()`` gives ``None`` for them; the bytes under a null are meaningless. NaN is a number,
+never a null.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import datetime
+import decimal
+import re
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 import msgspec
 import numpy as np
@@ -15,16 +27,37 @@ import numpy.typing as npt
 
 from fanout.errors import ProtocolError
 
+#: A timestamp: microseconds since 1970-01-01 00:00 UTC (numpy ``datetime64[us]``, in UTC).
+TIMESTAMP = "<M8[us]"
+#: A date: days since 1970-01-01 (numpy ``datetime64[D]``).
+DATE = "<M8[D]"
 #: numpy dtypes that travel as raw little-endian bytes.
 NUMERIC_DTYPES = frozenset(
-    {"<i8", "<i4", "<f8", "<f4", "<i2", "|i1", "|u1", "<u2", "<u4", "<u8", "|b1"}
+    {"<i8", "<i4", "<f8", "<f4", "<i2", "|i1", "|u1", "<u2", "<u4", "<u8", "|b1", TIMESTAMP, DATE}
 )
 #: dtype marker for string columns (a msgpack list of str or None).
 STRING = "str"
+#: dtype marker for exact decimal columns in a payload: a msgpack list of decimal strings or
+#: None (a catalog names the type whole, ``decimal(p,s)``).
+DECIMAL = "decimal"
+#: A decimal's digits at most (as in DuckDB, PostgreSQL's common use and Arrow's decimal128).
+MAX_PRECISION = 38
+_DECIMAL_TYPE = re.compile(r"decimal\((\d+),(\d+)\)")
+
+
+def decimal_type(dtype: str) -> tuple[int, int] | None:
+    """(precision, scale) of a catalog's ``decimal(p,s)`` dtype, None for any other dtype."""
+    found = _DECIMAL_TYPE.fullmatch(dtype)
+    return (int(found[1]), int(found[2])) if found else None
+
+
+#: dtype marker of a column's validity bitmap (follows the column it belongs to).
+VALID = "valid"
 
 
 class Column(msgspec.Struct, array_like=True, frozen=True):
-    """One named column: ``dtype`` is a little-endian numpy dtype string or ``"str"``."""
+    """One named column: ``dtype`` is a little-endian numpy dtype string, ``"str"``, or
+    ``"valid"`` (the validity bitmap of the column of that name)."""
 
     name: str
     dtype: str
@@ -47,10 +80,12 @@ def encode_columns(arrays: Mapping[str, npt.ArrayLike]) -> Columns:
     """Pack equally long arrays into a :class:`Columns` payload.
 
     Args:
-        arrays: column name -> 1-D array (numeric, bool or str/object).
+        arrays: column name -> 1-D array (numeric, bool or str/object); a
+            ``numpy.ma.MaskedArray`` holds nulls where it is masked.
 
     Returns:
-        The payload; numeric arrays are converted to little-endian.
+        The payload; numeric arrays are converted to little-endian, each followed by its
+        validity if it holds a null.
 
     Raises:
         ValueError: if the arrays differ in length or a dtype cannot travel.
@@ -65,14 +100,105 @@ def encode_columns(arrays: Mapping[str, npt.ArrayLike]) -> Columns:
             length = len(array)
         elif len(array) != length:
             raise ValueError(f"column {name!r} has {len(array)} rows, expected {length}")
-        columns.append(encode_column(name, array))
+        columns.extend(encode_nullable(name, values))
     return Columns(length=length or 0, columns=columns)
 
 
+def encode_nullable(name: str, values: npt.ArrayLike) -> list[Column]:
+    """A 1-D array as its :class:`Column`, followed by its validity if it holds a null
+    (``values`` a masked array with a masked row; a string column's nulls are ``None``)."""
+    mask = np.ma.getmaskarray(values) if isinstance(values, np.ma.MaskedArray) else None
+    if mask is None or not mask.any():
+        return [encode_column(name, np.asarray(values))]
+    data = np.ma.getdata(values)
+    if data.dtype.kind in "OUS":
+        strings = np.array(data, dtype=object)
+        strings[mask] = None
+        return [encode_column(name, strings)]
+    return [encode_column(name, data), Column(name, VALID, validity(~mask))]
+
+
+def from_values(values: Sequence[Any] | npt.ArrayLike) -> npt.NDArray[np.generic]:  # noqa: PLR0911
+    """Python values as a column: ``None`` is a null (a masked row, or ``None`` in a string
+    column); numbers, booleans and strings take numpy's usual dtypes.
+
+    Args:
+        values: a sequence of values (or an array, returned as it is).
+
+    Returns:
+        A numpy array, masked where null if any value is ``None`` and the others are not
+        strings.
+    """
+    if isinstance(values, np.ndarray):
+        return values
+    items = list(values)  # type: ignore[arg-type]
+    nulls = [value is None for value in items]
+    present = [value for value in items if value is not None]
+    if present and all(_aware(value) for value in present):
+        instants = [value.astimezone(datetime.UTC).replace(tzinfo=None) for value in present]
+        return _masked(items, nulls, np.array(instants, dtype=TIMESTAMP))
+    if present and all(type(value) is datetime.date for value in present):
+        return _masked(items, nulls, np.array(present, dtype=DATE))
+    if present and all(isinstance(value, decimal.Decimal | str) for value in present):
+        out = np.empty(len(items), dtype=object)
+        out[:] = items
+        return out
+    if any(isinstance(value, datetime.date | decimal.Decimal) for value in present):
+        out = np.empty(len(items), dtype=object)  # mixed: travels as text, for the
+        out[:] = items  # publisher to refuse with the column named
+        return out
+    if not any(nulls) or all(nulls):
+        return np.asarray(items)
+    filler = present[0]
+    data = np.asarray([filler if null else value for value, null in zip(items, nulls, strict=True)])
+    if data.dtype.kind == "f":
+        data[np.asarray(nulls)] = np.nan
+    return np.ma.MaskedArray(data, mask=nulls)
+
+
+def _aware(value: Any) -> bool:
+    return isinstance(value, datetime.datetime) and value.utcoffset() is not None
+
+
+def _masked(
+    items: Sequence[Any], nulls: Sequence[bool], present: npt.NDArray[np.generic]
+) -> npt.NDArray[np.generic]:
+    """``present`` (the non-null values) spread over ``len(items)`` rows, masked where null."""
+    data = np.zeros(len(items), dtype=present.dtype)
+    data[~np.asarray(nulls, dtype=bool)] = present
+    return np.ma.MaskedArray(data, mask=nulls) if any(nulls) else data
+
+
+def to_python(values: npt.NDArray[np.generic]) -> list[Any]:
+    """A decoded column as Python values: ``None`` for NULL, timestamps as ``datetime`` in UTC,
+    dates as ``date``, decimals as ``Decimal``, numbers and strings as themselves."""
+    kind = values.dtype
+    if kind == np.dtype(TIMESTAMP) or kind == np.dtype(DATE):
+        mask = np.ma.getmaskarray(values) if isinstance(values, np.ma.MaskedArray) else None
+        plain: list[Any] = np.ma.getdata(values).tolist()
+        if kind == np.dtype(TIMESTAMP):
+            plain = [v.replace(tzinfo=datetime.UTC) for v in plain]
+        if mask is not None:
+            plain = [None if null else v for v, null in zip(plain, mask.tolist(), strict=True)]
+        return plain
+    out: list[Any] = values.tolist()
+    return out
+
+
+def validity(valid: npt.NDArray[np.bool_]) -> bytes:
+    """The wire's validity bitmap of a boolean array (True: the row holds a value)."""
+    return np.packbits(valid, bitorder="little").tobytes()
+
+
 def encode_column(name: str, array: npt.NDArray[np.generic]) -> Column:
-    """One 1-D array as a :class:`Column` (numeric columns little-endian)."""
+    """One 1-D array as a :class:`Column` (numeric columns little-endian; an object array of
+    ``Decimal`` values as a decimal column)."""
     if array.dtype.kind in "OUS":
-        return Column(name, STRING, [None if value is None else str(value) for value in array])
+        values = array.tolist()
+        first = next((value for value in values if value is not None), None)
+        # A column of one type: its first value says whether it is a decimal column.
+        kind = DECIMAL if isinstance(first, decimal.Decimal) else STRING
+        return Column(name, kind, [None if v is None else str(v) for v in values])
     little = array.astype(array.dtype.newbyteorder("<"), copy=False)
     dtype = little.dtype.str
     if dtype not in NUMERIC_DTYPES:
@@ -81,19 +207,42 @@ def encode_column(name: str, array: npt.NDArray[np.generic]) -> Column:
 
 
 def decode_columns(payload: Columns) -> dict[str, npt.NDArray[np.generic]]:
-    """Unpack a payload into numpy arrays (numeric ones are read-only views of the frame).
+    """Unpack a payload into numpy arrays (numeric ones are read-only views of the frame); a
+    column with a validity bitmap becomes a ``numpy.ma.MaskedArray``, masked where null.
 
     Raises:
-        ProtocolError: if a column's dtype is unknown or its size disagrees with ``length``.
+        ProtocolError: if a column's dtype is unknown, its size disagrees with ``length``, or
+            a validity bitmap does not follow a numeric column of its name.
     """
     if payload.length < 0:
         raise ProtocolError(f"columns: negative length {payload.length}")
     arrays: dict[str, npt.NDArray[np.generic]] = {}
+    last: Column | None = None
     for column in payload.columns:
-        if column.name in arrays:
+        if column.dtype == VALID:
+            if last is None or last.name != column.name or last.dtype in (STRING, DECIMAL, VALID):
+                raise ProtocolError(
+                    f"column {column.name!r}: a validity bitmap must follow the numeric column"
+                    " of its name"
+                )
+            valid = _decode_validity(column, payload.length)
+            arrays[column.name] = np.ma.MaskedArray(arrays[column.name], mask=~valid)
+        elif column.name in arrays:
             raise ProtocolError(f"columns: duplicate column {column.name!r}")
-        arrays[column.name] = _decode_column(column, payload.length)
+        else:
+            arrays[column.name] = _decode_column(column, payload.length)
+        last = column
     return arrays
+
+
+def _decode_validity(column: Column, length: int) -> npt.NDArray[np.bool_]:
+    if not isinstance(column.data, bytes) or len(column.data) != (length + 7) // 8:
+        raise ProtocolError(
+            f"column {column.name!r}: a validity bitmap of {length} rows is"
+            f" {(length + 7) // 8} bytes"
+        )
+    bits = np.unpackbits(np.frombuffer(column.data, dtype=np.uint8), bitorder="little")
+    return bits[:length].astype(bool)
 
 
 def key_column(payload: Columns, key: str, what: str) -> npt.NDArray[np.generic]:
@@ -108,10 +257,13 @@ def key_column(payload: Columns, key: str, what: str) -> npt.NDArray[np.generic]
         The keys; an empty int64 array when the payload holds no rows.
 
     Raises:
-        ProtocolError: the payload does not decode, or holds rows but no ``key`` column.
+        ProtocolError: the payload does not decode, holds rows but no ``key`` column, or a
+            null key.
     """
     arrays = decode_columns(payload)
     if key in arrays:
+        if isinstance(arrays[key], np.ma.MaskedArray):
+            raise ProtocolError(f"{what}: the key column {key!r} holds a null")
         return arrays[key]
     if payload.length:
         raise ProtocolError(f"{what}: {payload.length} rows without the key column {key!r}")
@@ -119,10 +271,18 @@ def key_column(payload: Columns, key: str, what: str) -> npt.NDArray[np.generic]
 
 
 def _decode_column(column: Column, length: int) -> npt.NDArray[np.generic]:
-    if column.dtype == STRING:
+    if column.dtype in (STRING, DECIMAL):
         if not isinstance(column.data, list) or len(column.data) != length:
             raise ProtocolError(f"column {column.name!r}: expected a list of {length} strings")
-        return np.array(column.data, dtype=object)
+        if column.dtype == STRING:
+            return np.array(column.data, dtype=object)
+        try:
+            exact = [None if v is None else decimal.Decimal(v) for v in column.data]
+        except (decimal.InvalidOperation, TypeError, ValueError) as exc:
+            raise ProtocolError(f"column {column.name!r}: not a decimal: {exc}") from None
+        out = np.empty(length, dtype=object)
+        out[:] = exact
+        return out
     if column.dtype not in NUMERIC_DTYPES:
         raise ProtocolError(f"column {column.name!r}: unknown dtype {column.dtype!r}")
     if not isinstance(column.data, bytes):

@@ -244,7 +244,9 @@ class DatasetInfo(msgspec.Struct, frozen=True):
     """What a relay needs to know of a dataset: its key, columns and how views select rows.
 
     ``index`` names the view language (``space``: region views over ``index_columns`` such as
-    ``("x", "y")``); ``columns`` maps each column to its numpy dtype string (or ``"str"``).
+    ``("x", "y")``); ``columns`` maps each column to its numpy dtype string (or ``"str"``);
+    ``nullable`` lists the columns that may hold NULL (never the key; string columns hold
+    ``None`` whether listed or not).
     """
 
     name: str
@@ -252,6 +254,7 @@ class DatasetInfo(msgspec.Struct, frozen=True):
     columns: dict[str, str]
     index: IndexKind
     index_columns: list[str]
+    nullable: list[str] = []
 
 
 class Catalog(Frame, tag="catalog", frozen=True):

@@ -6,7 +6,6 @@ import json
 import re
 from dataclasses import replace
 from pathlib import Path
-from typing import get_args
 
 import pytest
 from hypothesis import given
@@ -16,6 +15,7 @@ from fanout import cli
 from fanout.errors import ConfigError
 from fanout.publisher.config import PublisherSettings, load_config, parse_config
 from fanout.publisher.datasets import (
+    TYPES,
     ColumnType,
     Dataset,
     FilesSource,
@@ -152,12 +152,16 @@ MISTAKES = [
     (
         orders(schema='schema = { order_id = "long", amount = "money" }'),
         "datasets.orders.schema.amount: type 'money' is not one of long, int, double, float,"
-        " string, boolean",
+        " string, boolean, timestamp, date, decimal(p,s)",
     ),
     (
         orders(schema='schema = { order_id = "long", amount = "integer" }'),
         "datasets.orders.schema.amount: type 'integer' is not one of long, int, double, float,"
-        " string, boolean (did you mean 'int'?)",
+        " string, boolean, timestamp, date, decimal(p,s) (did you mean 'int'?)",
+    ),
+    (
+        orders(schema='schema = { order_id = "long", amount = "decimal(40,2)" }'),
+        "datasets.orders.schema.amount: 'decimal(40,2)': a decimal's precision is 1 to 38",
     ),
     (
         orders(schema='schema = { order_id = "long", amount = 5 }'),
@@ -725,7 +729,7 @@ def test_every_key_is_documented() -> None:
 
 # -- random valid configurations round-trip ------------------------------------------------------
 
-COLUMN_TYPES: list[ColumnType] = list(get_args(ColumnType))
+COLUMN_TYPES: list[ColumnType] = [*TYPES, "decimal(12,2)", "decimal(38,0)"]
 NUMERIC: list[ColumnType] = ["long", "int", "double", "float"]
 # Names that are never SQL keywords (they start with d/c and a digit or '_' follows).
 DATASET_NAMES = st.from_regex(r"d[0-9_][a-z0-9_]{0,6}", fullmatch=True)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime
 import math
 import re
 import signal
@@ -9,6 +10,7 @@ import subprocess
 import sys
 import tempfile
 import textwrap
+from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
@@ -289,3 +291,63 @@ def test_an_acknowledged_append_survives_kill_9(tmp_path) -> None:
     assert [(row["topic"], row["v"], row["_version"]) for row in rows] == [
         (f"t{offset // 50}", offset % 50, offset + 1) for offset in range(latest)
     ]
+
+
+TYPED = ingest_dataset(
+    "typed",
+    {"id": "long", "at": "timestamp", "day": "date", "fare": "decimal(6,2)"},
+    "id",
+)
+UTC = datetime.UTC
+TYPED_ROW = {
+    "at": datetime.datetime(2024, 3, 1, 12, tzinfo=datetime.timezone(datetime.timedelta(hours=2))),
+    "day": datetime.date(2024, 2, 29),
+    "fare": Decimal("1234.50"),
+}
+
+
+@pytest.mark.parametrize(
+    ("values", "message"),
+    [
+        ({"at": "2024-03-01 12:00"}, "column 'at' is timestamp, not '2024-03-01 12:00'"),
+        ({"at": datetime.datetime(2024, 3, 1)}, "column 'at' is timestamp.*needs a time zone"),
+        ({"day": datetime.datetime(2024, 3, 1, tzinfo=UTC)}, "column 'day' is date"),
+        ({"day": "2024-03-01"}, "column 'day' is date"),
+        ({"fare": Decimal("12345.00")}, r"column 'fare' is decimal\(6,2\)"),  # 7 digits
+        ({"fare": Decimal("1.005")}, r"column 'fare' is decimal\(6,2\)"),  # 3 decimals
+        ({"fare": 1.5}, r"column 'fare' is decimal\(6,2\), not 1.5"),  # a float is not exact
+        ({"fare": "one"}, r"column 'fare' is decimal\(6,2\)"),
+        ({"fare": Decimal("NaN")}, r"column 'fare' is decimal\(6,2\)"),
+    ],
+)
+def test_a_value_that_does_not_fit_its_column_is_refused_and_nothing_applied(
+    tmp_path: Path, values: dict[str, Any], message: str
+) -> None:
+    with IngestLog(tmp_path / "ingest.db", [TYPED]) as opened:
+        with pytest.raises(BadRequest, match=f"event 1: {message}"):
+            opened.append(
+                "typed", [IngestEvent(1, TYPED_ROW), IngestEvent(2, {**TYPED_ROW, **values})]
+            )
+        assert opened.latest("typed") == 0
+
+
+def test_timestamps_dates_and_decimals_are_stored_exactly(tmp_path: Path) -> None:
+    with IngestLog(tmp_path / "ingest.db", [TYPED]) as opened:
+        rows = [
+            IngestEvent(1, TYPED_ROW),
+            IngestEvent(2, {"at": None, "day": None, "fare": None}),
+            IngestEvent(3, {**TYPED_ROW, "fare": 7, "at": TYPED_ROW["at"].replace(microsecond=1)}),
+            IngestEvent(4, {**TYPED_ROW, "fare": "9999.99"}),
+        ]
+        opened.append("typed", rows)
+        table = opened.read("typed", 0, 4)
+    assert table.schema.field("at").type == pa.timestamp("us", tz="UTC")
+    assert table.schema.field("fare").type == pa.decimal128(6, 2)
+    got = table.to_pylist()
+    assert got[0]["at"] == datetime.datetime(2024, 3, 1, 10, tzinfo=UTC)  # the same instant
+    assert got[0]["day"] == datetime.date(2024, 2, 29)
+    assert got[0]["fare"] == Decimal("1234.50")
+    assert (got[1]["at"], got[1]["day"], got[1]["fare"]) == (None, None, None)
+    assert got[2]["at"] == datetime.datetime(2024, 3, 1, 10, 0, 0, 1, tzinfo=UTC)
+    assert got[2]["fare"] == Decimal("7.00")
+    assert got[3]["fare"] == Decimal("9999.99")

@@ -34,6 +34,7 @@ from fanout.publisher.config.values import (
     suggestion,
 )
 from fanout.publisher.datasets import (
+    TYPES,
     BusOptions,
     ColumnType,
     Dataset,
@@ -43,6 +44,7 @@ from fanout.publisher.datasets import (
     SimulationSource,
     Source,
     agents,
+    column_type,
 )
 from fanout.publisher.sources.simulation import SimulationParams
 from fanout.views.objects.store import KEY as OBJECTS_KEY
@@ -56,7 +58,8 @@ _DATASET_KEYS = ("key", "schema", "index", "order", "time", "cell_size", "source
 # Lower case only: SQL views fold table names to lower case, so 'Orders' could not be named.
 _DATASET_NAME = re.compile(r"[a-z][a-z0-9_]*")
 _COLUMN_NAME = re.compile(r"[A-Za-z][A-Za-z0-9_]*")
-_COLUMN_TYPES: dict[str, ColumnType] = {name: name for name in get_args(ColumnType)}
+#: The column types by name; ``decimal(p,s)`` is listed for the message, and parsed apart.
+_COLUMN_TYPES: dict[str, ColumnType] = {name: name for name in (*TYPES, "decimal(p,s)")}
 _NUMERIC = ("long", "int", "double", "float")
 # Keys are compared and hashed: floats make unreliable keys and booleans allow only two rows.
 _KEY_TYPES = ("long", "int", "string")
@@ -176,7 +179,7 @@ def _objects_dataset(name: str, table: Table, source: Source, path: str) -> Data
     return Dataset(
         name=name,
         key=OBJECTS_KEY,
-        schema=schema,  # type: ignore[arg-type]  # SCHEMA's types are ColumnType names
+        schema=schema,
         index="objects",
         index_columns=("object",),
         source=source,
@@ -222,7 +225,14 @@ def _schema(value: object, path: str) -> dict[str, ColumnType]:
                 " SQL views could not tell them apart",
             )
         folded[column.lower()] = column
-        schema[column] = as_choice(kind, _COLUMN_TYPES, column_path, "type")
+        name = as_string(kind, column_path)
+        if name.lower().startswith("decimal("):
+            try:
+                schema[column] = column_type(name)
+            except ValueError as exc:
+                fail(column_path, str(exc))
+        else:
+            schema[column] = as_choice(name, _COLUMN_TYPES, column_path, "type")
     return schema
 
 

@@ -33,6 +33,9 @@ One stream per captured table: two publishers reading one table would trim each 
 
 from __future__ import annotations
 
+import datetime
+import decimal
+import json
 import logging
 import time
 from collections.abc import Callable, Iterator, Mapping
@@ -42,13 +45,14 @@ from typing import Any, TypeVar
 import psycopg
 import pyarrow as pa
 from psycopg import sql
+from psycopg.types.json import set_json_loads
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.datasource import DataSource, SimpleDataSourceStreamReader
 from pyspark.sql.pandas.types import to_arrow_schema
 from pyspark.sql.types import StructType
 
 from fanout.errors import FanoutError
-from fanout.publisher.datasets import DELETED, VERSION, Dataset, PostgresSource
+from fanout.publisher.datasets import DELETED, VERSION, Dataset, PostgresSource, decimal_of
 from fanout.publisher.sources.options import lowered, max_rows
 
 log = logging.getLogger(__name__)
@@ -128,7 +132,15 @@ READS_AS: dict[str, frozenset[str]] = {
     "float": frozenset({"real", "double precision", "numeric", "bigint", "integer", "smallint"}),
     "string": frozenset({"text", "character varying", "character"}),
     "boolean": frozenset({"boolean"}),
+    "timestamp": frozenset({"timestamp with time zone"}),
+    "date": frozenset({"date"}),
 }
+
+
+def reads_as(kind: str) -> frozenset[str]:
+    """The PostgreSQL types that read as the column type ``kind`` (``decimal(p,s)``: numeric,
+    whose values must fit it)."""
+    return frozenset({"numeric"}) if decimal_of(kind) else READS_AS[kind]
 
 
 def install(url: str, table: str, key: str, columns: Mapping[str, str]) -> None:
@@ -156,11 +168,11 @@ def install(url: str, table: str, key: str, columns: Mapping[str, str]) -> None:
                         f"postgres source: table {table!r} has no column {column!r}"
                         f" (it has {sorted(found)})"
                     )
-                if found[column] not in READS_AS[kind]:
+                if found[column] not in reads_as(kind):
                     raise CaptureError(
                         f"postgres source: column {column!r} of table {table!r} is"
                         f" {found[column]}, which does not read as the dataset's {kind}"
-                        f" (it takes {', '.join(sorted(READS_AS[kind]))})"
+                        f" (it takes {', '.join(sorted(reads_as(kind)))})"
                     )
             db.execute(INSTALL)
             name = sql.Identifier(table)
@@ -202,6 +214,8 @@ class PostgresStreamReader(SimpleDataSourceStreamReader):
         """The connection, opened on first use (in the process Spark runs this reader in)."""
         if self._db is None or self._db.closed:
             self._db = psycopg.connect(self.options.url, autocommit=True)
+            # jsonb numbers as Decimal: a numeric column's value stays exact (``_batches``).
+            set_json_loads(_exact_json, self._db)
         return self._db
 
     def _retrying(self, work: Callable[[psycopg.Connection[Any]], T]) -> T:
@@ -329,14 +343,29 @@ class PostgresStreamReader(SimpleDataSourceStreamReader):
                 columns[field.name] = [op == "D" for _, op, _ in rows]
             else:
                 values = [row.get(field.name) for _, _, row in rows]
-                if pa.types.is_floating(field.type):  # jsonb spells NaN and infinities as text
-                    values = [float(v) if isinstance(v, str) else v for v in values]
-                columns[field.name] = values
+                columns[field.name] = _from_json(values, field.type)
         table = pa.table(
             {f.name: pa.array(columns[f.name], type=f.type) for f in self.arrow_schema},
             schema=self.arrow_schema,
         )
         return iter(table.to_batches())
+
+
+def _exact_json(text: str | bytes) -> Any:
+    return json.loads(text, parse_float=decimal.Decimal)
+
+
+def _from_json(values: list[Any], kind: pa.DataType) -> list[Any]:
+    """A column's values as ``to_jsonb`` spelled them, as Python values of its Arrow type."""
+    if pa.types.is_floating(kind):  # numbers come as Decimal; NaN and infinities as text
+        return [None if v is None else float(v) for v in values]
+    if pa.types.is_timestamp(kind):  # ISO 8601 with the session's offset: an instant
+        return [None if v is None else datetime.datetime.fromisoformat(v) for v in values]
+    if pa.types.is_date(kind):
+        return [None if v is None else datetime.date.fromisoformat(v) for v in values]
+    if pa.types.is_decimal(kind):
+        return [None if v is None else decimal.Decimal(v) for v in values]
+    return values
 
 
 class PostgresDataSource(DataSource):

@@ -28,6 +28,8 @@ Rules:
 from __future__ import annotations
 
 import contextlib
+import datetime
+import decimal
 import math
 import sqlite3
 import threading
@@ -42,7 +44,7 @@ import numpy as np
 import pyarrow as pa
 
 from fanout.errors import BadRequest, ConfigError, FanoutError, InvalidView
-from fanout.publisher.datasets import DELETED, VERSION, ColumnType, Dataset
+from fanout.publisher.datasets import DELETED, VERSION, ColumnType, Dataset, decimal_of
 from fanout.views.topic.syntax import topic_levels
 
 #: The log's file name in the publisher's state directory.
@@ -59,7 +61,17 @@ ARROW_TYPES: dict[str, pa.DataType] = {
     "float": pa.float32(),
     "string": pa.string(),
     "boolean": pa.bool_(),
+    "timestamp": pa.timestamp("us", tz="UTC"),
+    "date": pa.date32(),
 }
+
+
+def arrow_type(kind: ColumnType) -> pa.DataType:
+    """The Arrow type of a column type."""
+    found = decimal_of(kind)
+    return pa.decimal128(*found) if found else ARROW_TYPES[kind]
+
+
 FLOAT32_MAX = 3.4028234663852886e38
 
 #: ``head``: the last offset given; ``floor``: events up to it are trimmed. One row per event,
@@ -118,7 +130,7 @@ class EventSchema:
 
     def arrow_schema(self) -> pa.Schema:
         """The columns plus ``_version`` and ``_deleted``, as Arrow types."""
-        fields = [pa.field(name, ARROW_TYPES[kind]) for name, kind in self.types]
+        fields = [pa.field(name, arrow_type(kind)) for name, kind in self.types]
         return pa.schema([*fields, pa.field(VERSION, pa.int64()), pa.field(DELETED, pa.bool_())])
 
     def encode(self, index: int, event: IngestEvent) -> tuple[bool, bytes]:
@@ -157,7 +169,7 @@ class EventSchema:
         rows = msgspec.msgpack.decode(_msgpack_array([body for _, body in stored]))
         columns = list(zip(*rows, strict=True)) if rows else [()] * len(self.types)
         arrays = [
-            pa.array(values, type=ARROW_TYPES[kind])
+            _stored_array(values, kind)
             for values, (_, kind) in zip(columns, self.types, strict=True)
         ]
         arrays.append(pa.array(range(first, first + len(rows)), type=pa.int64()))
@@ -167,6 +179,13 @@ class EventSchema:
 
 
 _ENCODER = msgspec.msgpack.Encoder()
+
+
+def _stored_array(values: Sequence[Any], kind: ColumnType) -> pa.Array:
+    """A column of stored values (``_checked``'s forms) as Arrow."""
+    if decimal_of(kind):  # stored as exact decimal text
+        return pa.array(values, type=pa.string()).cast(arrow_type(kind))
+    return pa.array(values, type=arrow_type(kind))  # timestamps, dates: stored as integers
 
 
 def _msgpack_array(blobs: Sequence[bytes]) -> bytes:
@@ -191,11 +210,17 @@ def _checked(where: str, column: str, kind: ColumnType, value: Any) -> Any:
         value = value.item()  # numpy scalars from columnar frames, as their Python value
     if value is None:
         return None
-    check = _CHECKS[kind]
+    found = decimal_of(kind)
+    check = _CHECKS[kind] if found is None else _decimal(*found)
     stored = check(value)
     if stored is _BAD:
         shown = repr(value) if len(repr(value)) <= 40 else repr(value)[:40] + "..."
-        raise BadRequest(f"{where}: column {column!r} is {kind}, not {shown}")
+        why = (
+            " (a timestamp needs a time zone)"
+            if kind == "timestamp" and isinstance(value, datetime.datetime)
+            else ""
+        )
+        raise BadRequest(f"{where}: column {column!r} is {kind}, not {shown}{why}")
     return stored
 
 
@@ -230,7 +255,51 @@ _CHECKS: dict[str, Callable[[Any], Any]] = {
     "float": _real(FLOAT32_MAX),
     "string": lambda value: value if isinstance(value, str) else _BAD,
     "boolean": lambda value: value if isinstance(value, bool) else _BAD,
+    "timestamp": lambda value: _micros(value) if _aware(value) else _BAD,
+    "date": lambda value: _days(value) if type(value) is datetime.date else _BAD,
 }
+_EPOCH = datetime.datetime(1970, 1, 1, tzinfo=datetime.UTC)
+
+
+def _aware(value: Any) -> bool:
+    """A ``datetime`` with a time zone: a naive one names no instant, so it is refused."""
+    return isinstance(value, datetime.datetime) and value.utcoffset() is not None
+
+
+def _micros(value: datetime.datetime) -> int:
+    """Microseconds since the epoch (UTC): how a timestamp is stored."""
+    return (value - _EPOCH) // datetime.timedelta(microseconds=1)
+
+
+def _days(value: datetime.date) -> int:
+    """Days since the epoch: how a date is stored."""
+    return (value - _EPOCH.date()).days
+
+
+def _decimal(precision: int, scale: int) -> Callable[[Any], Any]:
+    """A decimal(p,s) check: a ``Decimal``, an integer or decimal text whose digits fit
+    exactly (never rounded: a value with more digits than the column keeps is refused);
+    stored as text with ``scale`` decimals."""
+
+    def check(value: Any) -> Any:
+        if isinstance(value, bool) or not isinstance(value, int | str | decimal.Decimal):
+            return _BAD
+        try:
+            number = decimal.Decimal(value)
+        except decimal.InvalidOperation:
+            return _BAD
+        if not number.is_finite():
+            return _BAD
+        exponent = number.as_tuple().exponent
+        assert isinstance(exponent, int)
+        if -exponent > scale and number != number.quantize(decimal.Decimal(1).scaleb(-scale)):
+            return _BAD  # more decimals than the scale keeps
+        exact = number.quantize(decimal.Decimal(1).scaleb(-scale))
+        if len(exact.as_tuple().digits) > precision and exact != 0:
+            return _BAD  # more digits than the precision
+        return str(exact)
+
+    return check
 
 
 class IngestLog:
