@@ -62,6 +62,8 @@ from fanout.relay.holding import Holding
 from fanout.relay.metrics import relay_samples
 from fanout.relay.tables import TableStore
 from fanout.relay.throttle import Throttle
+from fanout.relay.tier.link import serve_below
+from fanout.relay.tier.relays import Relays
 from fanout.relay.writer import Writer
 from fanout.wire import codec
 from fanout.wire.messages import (
@@ -115,7 +117,10 @@ class RelayServer:
         self._connected: set[int] = set()
         self._wake = asyncio.Event()
         #: One thread writes batches to inert buffers, in order; the pump swaps them in.
-        self._writer = Writer(self.core, self._dispatch, self._wake.set, self._drop_upstream)
+        #: Relays below this one (``relay.tier``): batches are forwarded to them as written.
+        self.relays = Relays(self.core)
+        self._below: dict[int, ServerConnection] = {}
+        self._writer = Writer(self.relays, self._dispatch, self._wake.set, self._drop_upstream)
         self._upstream_transport: asyncio.Transport | None = None
         self._upstream_ready = asyncio.Event()
         #: (frames, bytes) written to subscriber connections since closed.
@@ -227,7 +232,7 @@ class RelayServer:
         session = AcceptingSession(
             codec.to_relay(),
             f"fanout-relay {self.config.name}",
-            frozenset({"subscriber"}),
+            frozenset({"subscriber", "relay"}),
             room=self._room,
             datasets=lambda: self._datasets,
         )
@@ -256,6 +261,9 @@ class RelayServer:
                         handshake.reschedule(None)
                         self._connected.add(client)
                         self.core.on_connect(client, session.hello.capabilities)
+                        if session.hello.role == "relay":  # a relay below: relay.tier
+                            refused = await self._serve_below(client, websocket, session.hello)
+                            break
                     await self._take(client, outcome.deliver, throttle)
         except TimeoutError:
             self._hello_timeouts += 1
@@ -267,6 +275,7 @@ class RelayServer:
             too_big = closed.sent is not None and closed.sent.code == CloseCode.MESSAGE_TOO_BIG
             self._closed_bad += too_big
         finally:
+            self._below.pop(client, None)
             self.core.on_disconnect(client)
             self._connected.discard(client)
             del self._clients[client]
@@ -278,6 +287,15 @@ class RelayServer:
             self._slow_closed += outbound.closed_for is not None
             if refused is not None:
                 await refuse(websocket, refused)
+
+    async def _serve_below(
+        self, client: int, websocket: ServerConnection, hello: Hello
+    ) -> str | None:
+        """Serve a relay below (``relay.tier``); returns why to close it, if it is closed."""
+        self._below[client] = websocket
+        return await serve_below(
+            self.relays, client, websocket, hello, dispatch=self._dispatch, wake=self._wake.set
+        )
 
     def _room(self) -> str | None:
         """Why a new subscriber connection is refused at its ``Hello``, or None."""
@@ -320,6 +338,11 @@ class RelayServer:
                 )
             self._upstream = None
             self.core.on_upstream_lost()
+            for client in self.relays.upstream_lost():  # they connect again (relay.tier)
+                if (below := self._below.get(client)) is not None:
+                    asyncio.get_running_loop().create_task(
+                        below.close(CloseCode.GOING_AWAY, "upstream lost; connect again")
+                    )
             await asyncio.sleep(delay)
             delay = min(delay * 2, 5.0)
 
@@ -374,10 +397,17 @@ class RelayServer:
                 self._dispatch(self.core.on_upstream_connected())
                 self._upstream_ready.set()
             case Knowledge() as knowledge:
-                if self.core.on_knowledge(knowledge):
+                waiting, sends = self.relays.on_knowledge(knowledge)
+                self._dispatch(sends)
+                if waiting:
                     self._wake.set()
             case Error() as error:
-                self._dispatch(self.core.on_upstream_error(error))
+                passed = self.relays.on_upstream_error(error)
+                if passed is None:
+                    self._dispatch(self.core.on_upstream_error(error))
+                    self._dispatch(self.relays.uncovered())
+                else:
+                    self._dispatch(passed)
                 self._wake.set()
             case Welcome() | StateRows():
                 raise ProtocolError(f"unexpected {type(frame).__name__.lower()} from the publisher")
@@ -420,11 +450,13 @@ class RelayServer:
         while True:
             await asyncio.sleep(0.5)
             now = loop.time()
-            self._dispatch(self.core.housekeeping(now))
+            self._dispatch(self.relays.housekeeping(now))
             self._wake.set()  # a prune may have left new state to swap in
             if self.config.stats_every and now - logged >= self.config.stats_every:
                 logged = now
-                log.info("relay %s: %s", self.config.name, self.core.stats())
+                log.info(
+                    "relay %s: %s", self.config.name, {**self.core.stats(), **self.relays.stats()}
+                )
             for outbound in list(self._clients.values()):
                 stalled = outbound.stalled_for(now)
                 if stalled > self.config.stall_timeout:

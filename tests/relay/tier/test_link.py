@@ -1,0 +1,62 @@
+"""A relay below a relay, over real sockets: scripted publisher -> mid relay -> edge relay ->
+subscribers (``relay.tier``). The publisher is ``fanout.testing.publisher.ScriptedPublisher``
+(no Spark); both relays and the subscribers are the real ones."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import AsyncIterator
+
+import numpy as np
+
+from fanout.client import connect
+from fanout.relay.planner import Policy
+from fanout.relay.server import RelayServer
+from fanout.testing.publisher import ScriptedPublisher, serving
+from fanout.testing.relays import running_relay
+from fanout.testing.wait import eventually
+from fanout.views import Box
+from fanout.wire.messages import Catalog, DatasetInfo
+
+INFO = DatasetInfo("agents", "id", {"id": "<i8", "x": "<f8", "y": "<f8"}, "space", ["x", "y"])
+SETTINGS: dict[str, object] = {"policy": Policy(widen="margin"), "reconnect_delay": 0.05}
+
+
+@contextlib.asynccontextmanager
+async def tiers() -> AsyncIterator[tuple[ScriptedPublisher, RelayServer, RelayServer, str]]:
+    """A scripted publisher, a mid relay on it, an edge relay on the mid; yields them and the
+    edge's URL."""
+    publisher = ScriptedPublisher(Catalog([INFO]))
+    async with (
+        serving(publisher) as url,
+        running_relay(url, name="mid", **SETTINGS) as (mid, mid_url),
+        running_relay(mid_url, name="edge", **SETTINGS) as (edge, edge_url),
+    ):
+        yield publisher, mid, edge, edge_url
+
+
+def rows(n: int, seq: int) -> dict[str, np.ndarray]:
+    """``n`` agents on a diagonal, moved by ``seq``."""
+    ids = np.arange(n, dtype=np.int64)
+    return {"id": ids, "x": (ids * 10.0 + seq) % 1000, "y": (ids * 10.0 + seq) % 1000}
+
+
+async def feed(publisher: ScriptedPublisher, seq: int, n: int = 100) -> None:
+    """One batch of every agent, carrying the snapshots of primitives acquired since."""
+    await publisher.send(rows(n, seq), snapshots=publisher.take_fresh())
+
+
+async def test_an_edge_relay_serves_its_subscriber_through_the_mid_relay() -> None:
+    async with tiers() as (publisher, mid, edge, url), connect(url) as subscriber:
+        box = Box((0, 0), (200, 200))
+        view = await subscriber.subscribe(box)
+        for seq in range(3):  # the mid's primitive, then the edge's snapshot, then changes
+            await feed(publisher, seq)
+            await eventually(lambda: mid.core.datasets["agents"].seq == seq, timeout=10)
+        expected = {i for i in range(100) if (i * 10 + 2) % 1000 <= 200}
+        await eventually(lambda: set(view.rows) == expected, timeout=10)
+        assert len(publisher.relays) == 1  # only the mid relay talks to the publisher
+        assert edge.core.upstream.added >= 1 and mid.relays.snapshots >= 1
+        await feed(publisher, 3)
+        moved = {i: float((i * 10 + 3) % 1000) for i in range(100) if (i * 10 + 3) % 1000 <= 200}
+        await eventually(lambda: {i: r["x"] for i, r in view.rows.items()} == moved, timeout=10)
