@@ -52,7 +52,7 @@ async def test_an_edge_relay_serves_its_subscriber_through_the_mid_relay() -> No
         view = await subscriber.subscribe(box)
         for seq in range(3):  # the mid's primitive, then the edge's snapshot, then changes
             await feed(publisher, seq)
-            await eventually(lambda: mid.core.datasets["agents"].seq == seq, timeout=10)
+            await eventually(lambda s=seq: mid.core.datasets["agents"].seq == s, timeout=10)
         expected = {i for i in range(100) if (i * 10 + 2) % 1000 <= 200}
         await eventually(lambda: set(view.rows) == expected, timeout=10)
         assert len(publisher.relays) == 1  # only the mid relay talks to the publisher
