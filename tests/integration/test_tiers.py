@@ -24,6 +24,7 @@ from fanout.launch import Child, start
 from fanout.metrics import scrape
 from fanout.publisher.log import SqliteLog
 from fanout.testing.audit import audit
+from fanout.testing.ports import free_port
 from fanout.testing.wait import eventually
 from fanout.views import Box
 
@@ -32,26 +33,24 @@ pytestmark = [pytest.mark.integration, pytest.mark.asyncio(loop_scope="module")]
 BOXES = [Box((100, 100), (300, 300)), Box((250, 250), (450, 450)), Box((600, 0), (800, 250))]
 
 
+async def _mid(publisher: Child, tmp_path: Path, port: int) -> Child:
+    args = ["--publisher", publisher.url, "--port", str(port), "--name", "mid"]
+    return await start("relay", [*args, "--log-level", "info"], tmp_path / "relay-mid.log")
+
+
 @pytest_asyncio.fixture(scope="module", loop_scope="module")
-async def tree(publisher: Child, tmp_path: Path) -> AsyncIterator[tuple[Child, Child]]:
-    """A mid relay on the publisher and an edge relay on the mid relay."""
-    mid = await start(
-        "relay",
-        ["--publisher", publisher.url, "--port", "0", "--name", "mid", "--log-level", "info"],
-        tmp_path / "relay-mid.log",
-    )
+async def tree(publisher: Child, tmp_path: Path) -> AsyncIterator[list[Child]]:
+    """[a mid relay on the publisher, an edge relay on the mid relay]; the last test replaces
+    the mid relay with its restarted self (on the same port)."""
+    children = [await _mid(publisher, tmp_path, free_port())]
     try:
-        edge = await start(
-            "relay",
-            ["--upstream", mid.url, "--port", "0", "--name", "edge", "--log-level", "info"],
-            tmp_path / "relay-edge.log",
-        )
-        try:
-            yield mid, edge
-        finally:
-            await edge.stop()
+        args = ["--upstream", children[0].url, "--port", "0", "--name", "edge"]
+        edge = await start("relay", [*args, "--log-level", "info"], tmp_path / "relay-edge.log")
+        children.append(edge)
+        yield children
     finally:
-        await mid.stop()
+        for child in reversed(children):
+            await child.stop()
 
 
 class Recorder:
@@ -102,7 +101,7 @@ async def until(recorders: list[Recorder], count: int, timeout: float = 120.0) -
 
 
 async def test_an_edge_relay_serves_the_same_rows_at_the_same_ticks_as_a_flat_one(
-    relay: Child, tree: tuple[Child, Child]
+    relay: Child, tree: list[Child]
 ) -> None:
     _, edge = tree
     async with connect(relay.url) as flat_side, connect(edge.url) as edge_side:
@@ -121,7 +120,7 @@ async def test_an_edge_relay_serves_the_same_rows_at_the_same_ticks_as_a_flat_on
 
 
 async def test_every_mode_is_gapless_through_two_tiers(
-    publisher: Child, relay: Child, tree: tuple[Child, Child], tmp_path: Path
+    publisher: Child, relay: Child, tree: list[Child], tmp_path: Path
 ) -> None:
     _, edge = tree
     async with connect(relay.url) as flat_side, connect(edge.url) as edge_side:
@@ -164,3 +163,36 @@ def _changes(update: Update) -> tuple[object, ...]:
 def _rows(columns: dict[str, Any]) -> list[tuple[object, ...]]:
     names = sorted(columns)
     return sorted(zip(*(columns[n].tolist() for n in names), strict=True))
+
+
+async def test_a_restarted_mid_relay_costs_every_mode_subscribers_of_the_edge_nothing(
+    publisher: Child, tree: list[Child], tmp_path: Path
+) -> None:
+    mid, edge = tree
+    async with connect(edge.url) as side:
+        followers = [Recorder(await side.subscribe(box, mode="every")) for box in BOXES]
+        await until(followers, 10)
+        mid.kill()  # SIGKILL: the edge relay loses its upstream, its subscribers stay
+        await mid.process.wait()
+        port = int(mid.url.rsplit(":", 1)[1])
+        tree[0] = await _mid(publisher, tmp_path, port)
+        with SqliteLog(tmp_path / "publisher" / "log.db") as stored:
+            bounds = stored.bounds("agents", followers[0].updates[0].epoch)
+        assert bounds is not None
+        target = bounds[1] + 5  # seqs logged while the mid relay was away, and after
+        await eventually(
+            lambda: [f.updates[-1].seq for f in followers],
+            lambda seqs: min(seqs) >= target,
+            timeout=180,
+            every=0.5,
+            what=f"every follower past seq {target}",
+        )
+        for follower in followers:
+            await follower.stop()
+    with SqliteLog(tmp_path / "publisher" / "log.db") as stored:
+        for follower, box in zip(followers, BOXES, strict=True):
+            assert follower.view.gaps == 0 and follower.view.resyncs == 0
+            report = audit(
+                follower.updates, box, key="id", index=("x", "y"), log=stored, dataset="agents"
+            )
+            assert report.clean, report.problems

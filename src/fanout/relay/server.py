@@ -199,7 +199,7 @@ class RelayServer:
         frames, sent = self._closed_sent
         live = [*self._clients.values(), *self._finishing]
         return relay_samples(
-            self.core.stats(),
+            {**self.core.stats(), **self.relays.stats()},
             connections=len(self._clients),
             upstream_connected=self._upstream is not None,
             frames_sent=frames + sum(outbound.sent for outbound in live),

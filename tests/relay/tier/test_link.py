@@ -4,12 +4,14 @@ subscribers (``relay.tier``). The publisher is ``fanout.testing.publisher.Script
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 from collections.abc import AsyncIterator
 
 import numpy as np
 
 from fanout.client import connect
+from fanout.metrics import scrape
 from fanout.relay.planner import Policy
 from fanout.relay.server import RelayServer
 from fanout.testing.publisher import ScriptedPublisher, serving
@@ -50,6 +52,7 @@ async def test_an_edge_relay_serves_its_subscriber_through_the_mid_relay() -> No
     async with tiers() as (publisher, mid, edge, url), connect(url) as subscriber:
         box = Box((0, 0), (200, 200))
         view = await subscriber.subscribe(box)
+        await publisher.next_acquire()  # the mid relay's, for the edge relay's primitive
         for seq in range(3):  # the mid's primitive, then the edge's snapshot, then changes
             await feed(publisher, seq)
             await eventually(lambda s=seq: mid.core.datasets["agents"].seq == s, timeout=10)
@@ -60,3 +63,28 @@ async def test_an_edge_relay_serves_its_subscriber_through_the_mid_relay() -> No
         await feed(publisher, 3)
         moved = {i: float((i * 10 + 3) % 1000) for i in range(100) if (i * 10 + 3) % 1000 <= 200}
         await eventually(lambda: {i: r["x"] for i, r in view.rows.items()} == moved, timeout=10)
+        counters = await asyncio.to_thread(scrape, url.replace(str(edge.port), str(mid.port)))
+        assert counters["fanout_relay_relays_below"] == 1
+        assert counters["fanout_relay_below_batches_total"] >= 2
+        assert counters["fanout_relay_below_snapshots_total"] >= 1
+
+
+async def test_a_mid_relay_that_loses_the_publisher_drops_its_edges_which_come_back() -> None:
+    async with tiers() as (publisher, mid, edge, url), connect(url) as subscriber:
+        view = await subscriber.subscribe(Box((0, 0), (200, 200)))
+        await publisher.next_acquire()
+        for seq in range(3):
+            await feed(publisher, seq)
+            await eventually(lambda s=seq: mid.core.datasets["agents"].seq == s, timeout=10)
+        await eventually(lambda: len(view.rows) == 20, timeout=10)
+        await publisher.relays.pop().close()  # the mid relay loses the publisher
+        await eventually(lambda: edge.unready() is not None, timeout=10, what="the edge dropped")
+        await eventually(lambda: mid.relays.below, timeout=20, what="the edge back at the mid")
+        # The mid relay re-acquired its primitive; the edge its own, from the mid relay.
+        await publisher.next_acquire()
+        for seq in range(3, 6):
+            await feed(publisher, seq)
+            await eventually(lambda s=seq: mid.core.datasets["agents"].seq == s, timeout=10)
+        moved = {i: float((i * 10 + 5) % 1000) for i in range(100) if (i * 10 + 5) % 1000 <= 200}
+        await eventually(lambda: {i: r["x"] for i, r in view.rows.items()} == moved, timeout=10)
+        assert view.error is None  # the subscriber kept its connection to the edge throughout
