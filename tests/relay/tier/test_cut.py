@@ -12,7 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from fanout.relay.changesets import ChangeSet
-from fanout.relay.state import Table
+from fanout.relay.state import DoubleBuffer, Stamp, Table
 from fanout.relay.tier import cut
 from fanout.views import Box
 
@@ -106,3 +106,16 @@ def test_a_snapshot_is_the_rows_inside_and_merging_it_keeps_them(
     merged = cut.merge(earlier, content, "id")
     assert as_rows(merged.upserts) == {**moved, **inside(rows, views)}
     assert not set(merged.deletes.tolist()) & set(inside(rows, views))
+
+
+@settings(max_examples=200, deadline=None)
+@given(rows=state, views=st.lists(boxes(), max_size=3))
+def test_a_snapshot_of_the_active_buffer_through_its_index_is_the_rows_inside(
+    rows: Rows, views: list[Box]
+) -> None:
+    buffer = DoubleBuffer("id", COLUMNS, INDEX)
+    if rows:
+        buffer.upsert(arrays(rows), 0)
+    buffer.mark(Stamp(1, 0, 0, 0.0))
+    buffer.swap()
+    assert as_rows(cut.snapshot_active(buffer, views)) == inside(rows, views)

@@ -22,7 +22,7 @@ import numpy.typing as npt
 
 from fanout.relay.changesets import ChangeSet, delta
 from fanout.relay.planner import Region
-from fanout.relay.state import Array, Keys, Table
+from fanout.relay.state import Array, DoubleBuffer, Keys, Table
 from fanout.views.members import members
 from fanout.views.region import Box, RegionUnion, Sector, Sphere
 
@@ -86,6 +86,14 @@ def snapshot(table: Table, views: Sequence[Region], index: Sequence[str]) -> Row
     """The rows of ``table`` inside any of ``views``, every column."""
     mask = inside({name: table.column(name) for name in index}, views, index)
     return table.take(np.flatnonzero(mask))
+
+
+def snapshot_active(buffer: DoubleBuffer, views: Sequence[Region]) -> Rows:
+    """The rows of ``buffer``'s active table inside any of ``views``, found through its grid
+    index (``snapshot`` of the active table, without a scan of every row)."""
+    if not views:
+        return buffer.active.take(np.zeros(0, np.intp))
+    return buffer.active.take(buffer.query(union(views)))
 
 
 def merge(cut: Cut, content: Rows, key: str) -> Cut:

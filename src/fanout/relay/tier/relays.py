@@ -287,7 +287,7 @@ class Relays:
         if not ready:
             return []
         info = state.info
-        content = cut.snapshot(state.table, [p.view for p in ready], info.index_columns)
+        content = cut.snapshot_active(state.buffer, [p.view for p in ready])
         for held in ready:
             held.live = True
         before = below.checkout.get(dataset, state.table.as_keys([]))
