@@ -23,7 +23,8 @@ class RelayConfig:
     """How a relay runs.
 
     Attributes:
-        publisher: the publisher's control-plane URL (``ws://host:port``).
+        publisher: the publisher's control-plane URL (``ws://host:port``), or another relay's
+            port (``fanout relay --upstream``: a tier, ``relay.tier``).
         host: interface to listen on for subscribers.
         port: port to listen on (0: any free port).
         name: shown to the publisher and in logs.
