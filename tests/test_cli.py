@@ -377,3 +377,14 @@ def test_a_command_whose_extra_is_not_installed_says_which_to_install() -> None:
     assert "Traceback" not in result.stderr
     assert "fanout relay: needs " in result.stderr
     assert "pip install 'fanout[relay]'" in result.stderr
+
+
+def test_a_relay_takes_another_relay_as_upstream_or_the_publisher_not_both(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    args = _parser().parse_args(["relay", "--upstream", "ws://mid:7710"])
+    assert args.upstream == "ws://mid:7710"
+    with pytest.raises(SystemExit) as exited:
+        _parser().parse_args(["relay", "--publisher", "ws://p:7700", "--upstream", "ws://m:7710"])
+    assert exited.value.code == 2
+    assert "not allowed with argument" in capsys.readouterr().err
