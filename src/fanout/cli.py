@@ -337,6 +337,12 @@ def _relay_parser(commands: Any) -> None:
         " docs/cluster.md); that relay's port, ws://HOST:PORT",
     )
     parser.add_argument(
+        "--serve-relays",
+        action="store_true",
+        help="also serve relays started with --upstream pointed at this one (a tier:"
+        " docs/cluster.md); off by default, so that an exposed relay serves subscribers only",
+    )
+    parser.add_argument(
         "--host", default="127.0.0.1", help="interface for subscribers (default: 127.0.0.1)"
     )
     parser.add_argument(
@@ -427,6 +433,7 @@ def _run_relay(args: argparse.Namespace) -> int:
         host=args.host,
         port=args.port,
         name=args.name,
+        serve_relays=args.serve_relays,
         policy=Policy(
             widen=args.widen,
             margin=args.margin,

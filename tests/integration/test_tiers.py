@@ -34,7 +34,7 @@ BOXES = [Box((100, 100), (300, 300)), Box((250, 250), (450, 450)), Box((600, 0),
 
 
 async def _mid(publisher: Child, tmp_path: Path, port: int) -> Child:
-    args = ["--publisher", publisher.url, "--port", str(port), "--name", "mid"]
+    args = ["--publisher", publisher.url, "--port", str(port), "--name", "mid", "--serve-relays"]
     return await start("relay", [*args, "--log-level", "info"], tmp_path / "relay-mid.log")
 
 

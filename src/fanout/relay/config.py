@@ -68,6 +68,9 @@ class RelayConfig:
             the 300,000 objects of 2,000 connections every 8-10 s, an 80-100 ms pause. At
             10,000 nearly all of them die young: the collector took 2-6% of its former time
             and never ran a full collection in a trial.
+        serve_relays: accept relays below this one (``Hello{role: "relay"}``, ``fanout relay
+            --upstream`` pointed here: a tier, ``relay.tier``); off, their ``Hello`` is refused,
+            so that a relay facing the internet lets no stranger make it acquire data.
     """
 
     publisher: str
@@ -93,6 +96,7 @@ class RelayConfig:
     stats_every: float = 30.0
     switch_interval: float = 0.001
     young_collection: int = 10_000
+    serve_relays: bool = False
 
     def __post_init__(self) -> None:
         """Raises:

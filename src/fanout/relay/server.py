@@ -73,6 +73,7 @@ from fanout.wire.messages import (
     Error,
     Hello,
     Knowledge,
+    Role,
     StateRows,
     Subscribe,
     Unsubscribe,
@@ -118,7 +119,10 @@ class RelayServer:
         self._wake = asyncio.Event()
         #: One thread writes batches to inert buffers, in order; the pump swaps them in.
         #: Relays below this one (``relay.tier``): batches are forwarded to them as written.
-        self.relays = Relays(self.core)
+        self.relays = Relays(self.core, max_primitives=config.max_subscriptions)
+        self._roles: frozenset[Role] = frozenset(
+            {"subscriber", "relay"} if config.serve_relays else {"subscriber"}
+        )
         self._below: dict[int, ServerConnection] = {}
         self._writer = Writer(self.relays, self._dispatch, self._wake.set, self._drop_upstream)
         self._upstream_transport: asyncio.Transport | None = None
@@ -232,7 +236,7 @@ class RelayServer:
         session = AcceptingSession(
             codec.to_relay(),
             f"fanout-relay {self.config.name}",
-            frozenset({"subscriber", "relay"}),
+            self._roles,
             room=self._room,
             datasets=lambda: self._datasets,
         )

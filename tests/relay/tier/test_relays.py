@@ -320,3 +320,13 @@ def test_a_relay_below_that_goes_away_leaves_nothing_pinned() -> None:
     tree.relays.gone(EDGE)
     assert tree.mid.downstream.views("agents") == []
     assert tree.relays.upstream_lost() == []
+
+
+def test_a_relay_below_holds_at_most_its_share_of_primitives() -> None:
+    relays = Relays(core(), max_primitives=2)
+    relays.welcome(EDGE, Hello(version=1, role="relay", name="edge"))
+    for prim in (1, 2):
+        relays.on_frame(EDGE, Acquire(prim, "agents", Box((prim, 0), (prim + 1, 1))))
+    (refused,) = relays.on_frame(EDGE, Acquire(3, "agents", Box((0, 0), (1, 1))))
+    assert refused.frame == Error("bad_request", refused.frame.message, ref=3)
+    assert "2 primitives" in refused.frame.message

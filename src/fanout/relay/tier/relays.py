@@ -131,8 +131,15 @@ class Relays:
         passed: curiosity requests passed upstream; answered: answered from the window.
     """
 
-    def __init__(self, core: RelayCore) -> None:
+    def __init__(self, core: RelayCore, max_primitives: int = 10_000) -> None:
+        """
+        Args:
+            core: the relay's core.
+            max_primitives: primitives one relay below may hold here at once; an ``Acquire``
+                beyond them is refused (``bad_request``).
+        """
         self.core = core
+        self.max_primitives = max_primitives
         self.below: dict[int, Below] = {}
         self._passed = itertools.count(FIRST_PASSED)
         #: our request -> (client, its request, last seq asked)
@@ -233,6 +240,9 @@ class Relays:
         client, prim = below.client, acquire.prim
         if prim in below.prims:
             return [Send(client, Error("primitive", f"primitive {prim} is held", ref=prim))]
+        if len(below.prims) >= self.max_primitives:
+            message = f"a relay below may hold {self.max_primitives} primitives here at most"
+            return [Send(client, Error("bad_request", message, ref=prim))]
         problem = self._refusal(acquire)
         if problem is not None:
             return [Send(client, Error("invalid_view", problem, ref=prim))]
