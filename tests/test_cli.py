@@ -398,3 +398,14 @@ def test_json_spells_timestamps_dates_and_decimals_as_text() -> None:
     assert finite(datetime.date(2024, 2, 29)) == "2024-02-29"
     assert finite(Decimal("99999999.99")) == "99999999.99"
     assert finite(None) is None and finite(float("nan")) is None
+
+
+def test_a_relay_takes_another_relay_as_upstream_or_the_publisher_not_both(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    args = _parser().parse_args(["relay", "--upstream", "ws://mid:7710"])
+    assert args.upstream == "ws://mid:7710"
+    with pytest.raises(SystemExit) as exited:
+        _parser().parse_args(["relay", "--publisher", "ws://p:7700", "--upstream", "ws://m:7710"])
+    assert exited.value.code == 2
+    assert "not allowed with argument" in capsys.readouterr().err

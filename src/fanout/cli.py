@@ -333,10 +333,23 @@ def _relay_parser(commands: Any) -> None:
             " connected to the publisher and listening."
         ),
     )
-    parser.add_argument(
+    above = parser.add_mutually_exclusive_group()
+    above.add_argument(
         "--publisher",
         default=DEFAULT_PUBLISHER,
         help=f"publisher control plane (default: {DEFAULT_PUBLISHER})",
+    )
+    above.add_argument(
+        "--upstream",
+        metavar="URL",
+        help="another relay to take the data from instead of the publisher (a tier:"
+        " docs/cluster.md); that relay's port, ws://HOST:PORT",
+    )
+    parser.add_argument(
+        "--serve-relays",
+        action="store_true",
+        help="also serve relays started with --upstream pointed at this one (a tier:"
+        " docs/cluster.md); off by default, so that an exposed relay serves subscribers only",
     )
     parser.add_argument(
         "--host", default="127.0.0.1", help="interface for subscribers (default: 127.0.0.1)"
@@ -434,10 +447,11 @@ def _run_relay(args: argparse.Namespace) -> int:
     from fanout.relay.server import RelayServer
 
     config = RelayConfig(
-        publisher=args.publisher,
+        publisher=args.upstream or args.publisher,
         host=args.host,
         port=args.port,
         name=args.name,
+        serve_relays=args.serve_relays,
         policy=Policy(
             widen=args.widen,
             margin=args.margin,

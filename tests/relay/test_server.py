@@ -25,6 +25,7 @@ from fanout.relay.core import RelayCore
 from fanout.relay.metrics import CORE
 from fanout.relay.planner import Policy
 from fanout.relay.server import UPSTREAM_READ, RelayServer, _read_more_at_once
+from fanout.relay.tier.relays import Relays
 from fanout.testing.publisher import ScriptedPublisher, serving
 from fanout.testing.relays import running_relay
 from fanout.testing.wait import eventually
@@ -123,7 +124,8 @@ async def test_metrics_count_what_the_relay_did(deployment) -> None:
 
 
 def test_every_core_counter_is_named_and_explained_for_metrics() -> None:
-    assert set(RelayCore(Policy()).stats()) == set(CORE)
+    core = RelayCore(Policy())
+    assert set(core.stats()) | set(Relays(core).stats()) == set(CORE)
 
 
 async def test_a_refused_subscription_raises_and_the_connection_keeps_working(deployment) -> None:

@@ -25,7 +25,8 @@ class RelayConfig:
     """How a relay runs.
 
     Attributes:
-        publisher: the publisher's control-plane URL (``ws://host:port``).
+        publisher: the publisher's control-plane URL (``ws://host:port``), or another relay's
+            port (``fanout relay --upstream``: a tier, ``relay.tier``).
         host: interface to listen on for subscribers.
         port: port to listen on (0: any free port).
         name: shown to the publisher and in logs.
@@ -79,6 +80,9 @@ class RelayConfig:
             the 300,000 objects of 2,000 connections every 8-10 s, an 80-100 ms pause. At
             10,000 nearly all of them die young: the collector took 2-6% of its former time
             and never ran a full collection in a trial.
+        serve_relays: accept relays below this one (``Hello{role: "relay"}``, ``fanout relay
+            --upstream`` pointed here: a tier, ``relay.tier``); off, their ``Hello`` is refused,
+            so that a relay facing the internet lets no stranger make it acquire data.
     """
 
     publisher: str
@@ -111,6 +115,7 @@ class RelayConfig:
     tls_cert: Path | None = None
     tls_key: Path | None = None
     tls_ca: Path | None = None
+    serve_relays: bool = False
 
     def __post_init__(self) -> None:
         """Raises:

@@ -90,6 +90,9 @@ class Downstream:
         self._by_dataset: dict[str, dict[SubKey, Subscription]] = {}
         #: dataset -> subscriptions of other datasets whose views read it too (SQL joins)
         self._by_join: dict[str, dict[SubKey, Subscription]] = {}
+        #: dataset -> views held for relays below this one (``relay.tier``), counted: the
+        #: coverage they need is kept like a subscription's.
+        self.pinned: dict[str, dict[View, int]] = {}
 
     def __iter__(self) -> Iterator[Subscription]:
         return iter(list(self._subs.values()))
@@ -144,8 +147,24 @@ class Downstream:
         return own if joined is None else own + list(joined.values())
 
     def views(self, dataset: str) -> list[View]:
-        """Every subscription view of ``dataset``."""
-        return [s.view for s in self._by_dataset.get(dataset, {}).values()]
+        """Every subscription view of ``dataset``, and the views pinned for relays below."""
+        own = [s.view for s in self._by_dataset.get(dataset, {}).values()]
+        pinned = self.pinned.get(dataset)
+        return own if not pinned else own + list(pinned)
+
+    def pin(self, dataset: str, view: View) -> None:
+        """Keep the coverage of ``view`` as if a subscription held it (until ``unpin``)."""
+        counts = self.pinned.setdefault(dataset, {})
+        counts[view] = counts.get(view, 0) + 1
+
+    def unpin(self, dataset: str, view: View) -> None:
+        """Undo one ``pin`` of ``view``."""
+        counts = self.pinned.get(dataset, {})
+        left = counts.get(view, 0) - 1
+        if left > 0:
+            counts[view] = left
+        else:
+            counts.pop(view, None)
 
 
 def _discard(index: dict[Group, dict[SubKey, Subscription]], group: Group, key: SubKey) -> None:

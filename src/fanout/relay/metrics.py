@@ -76,6 +76,19 @@ CORE: dict[str, tuple[Kind, str]] = {
         "counter",
         "Rows met in those passes whose topic is no MQTT topic name (matched by no filter).",
     ),
+    # Relays below this one (relay.tier).
+    "relays_below": ("gauge", "Relays connected below this one (their upstream is this relay)."),
+    "below_primitives": ("gauge", "Primitives the relays below hold here now."),
+    "below_batches": ("counter", "Batches forwarded to relays below."),
+    "below_snapshots": ("counter", "Primitives of relays below whose snapshot was sent."),
+    "below_curiosity_passed": (
+        "counter",
+        "Curiosity requests of relays below passed upstream (not answerable from the window).",
+    ),
+    "below_curiosity_answered": (
+        "counter",
+        "Curiosity requests of relays below answered from this relay's window.",
+    ),
 }
 
 

@@ -71,6 +71,8 @@ from fanout.relay.metrics import relay_samples
 from fanout.relay.rules import restrict, visible
 from fanout.relay.tables import TableStore
 from fanout.relay.throttle import Throttle
+from fanout.relay.tier.link import serve_below
+from fanout.relay.tier.relays import Relays
 from fanout.relay.writer import Writer
 from fanout.wire import codec
 from fanout.wire.messages import (
@@ -83,6 +85,7 @@ from fanout.wire.messages import (
     Knowledge,
     Publish,
     Published,
+    Role,
     StateRows,
     Subscribe,
     Unsubscribe,
@@ -129,7 +132,13 @@ class RelayServer:
         self._connected: set[int] = set()
         self._wake = asyncio.Event()
         #: One thread writes batches to inert buffers, in order; the pump swaps them in.
-        self._writer = Writer(self.core, self._dispatch, self._wake.set, self._drop_upstream)
+        #: Relays below this one (``relay.tier``): batches are forwarded to them as written.
+        self.relays = Relays(self.core, max_primitives=config.max_subscriptions)
+        self._roles: frozenset[Role] = frozenset(
+            {"subscriber", "relay"} if config.serve_relays else {"subscriber"}
+        )
+        self._below: dict[int, ServerConnection] = {}
+        self._writer = Writer(self.relays, self._dispatch, self._wake.set, self._drop_upstream)
         self._upstream_transport: asyncio.Transport | None = None
         self._upstream_ready = asyncio.Event()
         #: (frames, bytes) written to subscriber connections since closed.
@@ -240,7 +249,7 @@ class RelayServer:
         self, frames: int, sent: int, live: list[Outbound | HttpSubscription]
     ) -> list[metrics.Sample]:
         return relay_samples(
-            self.core.stats(),
+            {**self.core.stats(), **self.relays.stats()},
             connections=len(self._clients),
             upstream_connected=self._upstream is not None,
             frames_sent=frames + sum(outbound.sent for outbound in live),
@@ -273,7 +282,7 @@ class RelayServer:
         session = AcceptingSession(
             codec.to_relay(),
             f"fanout-relay {self.config.name}",
-            frozenset({"subscriber"}),
+            self._roles,
             room=self._room,
             datasets=lambda: visible(self._datasets, session.grant),
             authenticate=None if self._verifier is None else self._authenticate_hello,
@@ -290,11 +299,8 @@ class RelayServer:
             async with asyncio.timeout(self.config.hello_timeout) as handshake:
                 async for message in websocket:
                     outcome = session.receive(message)
-                    if isinstance(outcome.reply, Error):
-                        bad = outcome.reply.code != "unavailable"
-                        self._frames_refused += bad
-                        self._closed_bad += bad and outcome.close
                     if outcome.reply is not None:
+                        self._count_refusal(outcome.reply, outcome.close)
                         outbound.offer(codec.encode(outcome.reply))
                     if outcome.close:
                         refused = getattr(outcome.reply, "message", "closing")
@@ -305,6 +311,9 @@ class RelayServer:
                         if isinstance(session.grant, Grant):
                             self._grants[client] = session.grant
                         self.core.on_connect(client, session.hello.capabilities)
+                        if session.hello.role == "relay":  # a relay below: relay.tier
+                            refused = await self._serve_below(client, websocket, session.hello)
+                            break
                     await self._take(client, outcome.deliver, throttle)
         except TimeoutError:
             self._hello_timeouts += 1
@@ -316,18 +325,32 @@ class RelayServer:
             too_big = closed.sent is not None and closed.sent.code == CloseCode.MESSAGE_TOO_BIG
             self._closed_bad += too_big
         finally:
-            self.core.on_disconnect(client)
-            self._connected.discard(client)
-            self._grants.pop(client, None)
-            del self._clients[client]
-            self._finishing.add(outbound)  # still counted by ``samples`` while it finishes
-            await outbound.finish()
-            self._finishing.discard(outbound)
-            frames, sent = self._closed_sent
-            self._closed_sent = (frames + outbound.sent, sent + outbound.sent_bytes)
-            self._slow_closed += outbound.closed_for is not None
-            if refused is not None:
-                await refuse(websocket, refused)
+            await self._end_client(client, websocket, outbound, refused)
+
+    def _count_refusal(self, reply: object, close: bool) -> None:
+        """Count a refusal of what a connection sent (not one for want of room)."""
+        if isinstance(reply, Error) and reply.code != "unavailable":
+            self._frames_refused += 1
+            self._closed_bad += close
+
+    async def _end_client(
+        self, client: int, websocket: ServerConnection, outbound: Outbound, refused: str | None
+    ) -> None:
+        """A subscriber connection is over: its subscriptions end, its last frames go out, and
+        it is closed with ``refused`` if the relay refused it."""
+        self._below.pop(client, None)
+        self.core.on_disconnect(client)
+        self._connected.discard(client)
+        self._grants.pop(client, None)
+        del self._clients[client]
+        self._finishing.add(outbound)  # still counted by ``samples`` while it finishes
+        await outbound.finish()
+        self._finishing.discard(outbound)
+        frames, sent = self._closed_sent
+        self._closed_sent = (frames + outbound.sent, sent + outbound.sent_bytes)
+        self._slow_closed += outbound.closed_for is not None
+        if refused is not None:
+            await refuse(websocket, refused)
 
     # -- HTTP streams (``relay.httpserver.Relay``) --------------------------------------
 
@@ -378,6 +401,15 @@ class RelayServer:
     def catalog(self) -> list[DatasetInfo]:
         """The publisher's datasets as its last ``Catalog`` listed them."""
         return self._catalog
+
+    async def _serve_below(
+        self, client: int, websocket: ServerConnection, hello: Hello
+    ) -> str | None:
+        """Serve a relay below (``relay.tier``); returns why to close it, if it is closed."""
+        self._below[client] = websocket
+        return await serve_below(
+            self.relays, client, websocket, hello, dispatch=self._dispatch, wake=self._wake.set
+        )
 
     def _room(self) -> str | None:
         """Why a new subscriber connection is refused at its ``Hello``, or None."""
@@ -462,6 +494,11 @@ class RelayServer:
             for client, refusal in self._forwarder.lost():
                 self._reply(client, refusal)
             self.core.on_upstream_lost()
+            for client in self.relays.upstream_lost():  # they connect again (relay.tier)
+                if (below := self._below.get(client)) is not None:
+                    asyncio.get_running_loop().create_task(
+                        below.close(CloseCode.GOING_AWAY, "upstream lost; connect again")
+                    )
             await asyncio.sleep(delay)
             delay = min(delay * 2, 5.0)
 
@@ -522,12 +559,19 @@ class RelayServer:
                 self._dispatch(self.core.on_upstream_connected())
                 self._upstream_ready.set()
             case Knowledge() as knowledge:
-                if self.core.on_knowledge(knowledge):
+                waiting, sends = self.relays.on_knowledge(knowledge)
+                self._dispatch(sends)
+                if waiting:
                     self._wake.set()
             case Published() | Error() if self._forwarder.answers(frame):
                 self._reply(*self._forwarder.answer(frame))
             case Error() as error:
-                self._dispatch(self.core.on_upstream_error(error))
+                passed = self.relays.on_upstream_error(error)
+                if passed is None:
+                    self._dispatch(self.core.on_upstream_error(error))
+                    self._dispatch(self.relays.uncovered())
+                else:
+                    self._dispatch(passed)
                 self._wake.set()
             case Welcome() | StateRows():
                 raise ProtocolError(f"unexpected {type(frame).__name__.lower()} from the publisher")
@@ -575,11 +619,13 @@ class RelayServer:
         while True:
             await asyncio.sleep(0.5)
             now = loop.time()
-            self._dispatch(self.core.housekeeping(now))
+            self._dispatch(self.relays.housekeeping(now))
             self._wake.set()  # a prune may have left new state to swap in
             if self.config.stats_every and now - logged >= self.config.stats_every:
                 logged = now
-                log.info("relay %s: %s", self.config.name, self.core.stats())
+                log.info(
+                    "relay %s: %s", self.config.name, {**self.core.stats(), **self.relays.stats()}
+                )
             for outbound in list(self._clients.values()):
                 stalled = outbound.stalled_for(now)
                 if stalled > self.config.stall_timeout:
