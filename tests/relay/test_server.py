@@ -433,27 +433,28 @@ async def test_a_flooding_connection_is_read_at_its_rate_while_others_are_served
 
 
 async def test_many_connections_together_are_read_within_the_relays_control_time() -> None:
-    # Each connection far below its own read rate; together past the control time.
-    share = 0.002  # seconds a second: a few subscriptions a second in all
+    # Each connection far below its own read rate; together past the control time, which is
+    # a tenth of a millisecond a second here: a frame or two, then every reader waits (a
+    # second at most at a time).
+    share = 0.0001
     async with running(control_share=share, control_burst=share) as (_, relay, url):
         flooders = [await ws_connect(url) for _ in range(5)]
         for flooder in flooders:
             await flooder.send(codec.encode(Hello(PROTOCOL_VERSION, "subscriber")))
         readers = [asyncio.create_task(_read_all(flooder)) for flooder in flooders]
         for n, flooder in enumerate(flooders):
-            for sub in range(1, 21):
+            for sub in range(1, 5):
                 box = Box((sub, n), (sub + 1, n + 1))
                 await flooder.send(codec.encode(Subscribe(sub, "agents", box)))
-        await asyncio.sleep(0.5)
-        assert relay.core.stats()["subscriptions"] < 100  # paused, not all read at once
-        assert (await asyncio.to_thread(scrape, url))["fanout_relay_reads_throttled_total"] > 0
-        # every frame is read in the end, none dropped
-        await eventually(
-            lambda: relay.core.stats()["subscriptions"], lambda n: n == 100, timeout=60
+        read = await eventually(
+            lambda: relay.core.stats()["subscriptions"], lambda n: n >= 1, what="a first read"
         )
-        for flooder in flooders:
-            await flooder.close()
-        await asyncio.gather(*readers)
+        await asyncio.sleep(0.5)
+        assert relay.core.stats()["subscriptions"] < 20, read  # the others wait to be read
+        assert (await asyncio.to_thread(scrape, url))["fanout_relay_reads_throttled_total"] > 0
+        for flooder, reader in zip(flooders, readers, strict=True):
+            reader.cancel()
+            flooder.transport.abort()  # the relay is not reading them: no closing handshake
 
 
 async def _read_all(websocket) -> None:

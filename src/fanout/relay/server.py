@@ -435,7 +435,9 @@ class RelayServer:
                 self._forward(client, request)
         self._wake.set()
         now = loop.time()
-        wait = self._control.take(now, time.perf_counter() - started)
+        # At most a second at a time: a connection overdrawn by many others is read again
+        # within a second, one frame at a time, and a relay stopping does not wait for it.
+        wait = min(self._control.take(now, time.perf_counter() - started), 1.0)
         if throttle is not None:
             wait = max(wait, throttle.take(now))
         if wait > 0:
