@@ -379,7 +379,25 @@ def _relay_parser(commands: Any) -> None:
     )
     for flag, kind, default, what in RELAY_LIMITS:
         limits.add_argument(flag, type=kind, help=f"{what} (default: {default})")
+    mqtt = parser.add_argument_group("MQTT", "stock MQTT 3.1.1 and 5.0 clients (docs/mqtt.md)")
+    mqtt.add_argument(
+        "--mqtt-port",
+        type=int,
+        help="serve MQTT clients on this port (1883 is MQTT's; default: off)",
+    )
+    for flag, kind, default, what in MQTT_LIMITS:
+        mqtt.add_argument(flag, type=kind, help=f"{what} (default: {default})")
     parser.set_defaults(run=_run_relay)
+
+
+#: The MQTT listener's limits as flags, like ``RELAY_LIMITS``: ``relay.mqtt.broker.Limits``.
+MQTT_LIMITS: list[tuple[str, type, float, str]] = [
+    ("--mqtt-max-packet", int, 1 << 20, "largest MQTT packet accepted, in bytes"),
+    ("--mqtt-max-queued", int, 1000, "QoS 1 messages kept per session while its client is away"),
+    ("--mqtt-session-expiry", float, 3600.0, "longest a persistent session outlives its client"),
+    ("--mqtt-max-subscriptions", int, 10_000, "topic filters one MQTT session may hold"),
+    ("--mqtt-receive-maximum", int, 100, "QoS 1 messages in flight to one MQTT client"),
+]
 
 
 #: The relay's limits as flags: (flag, type, default, help). The defaults are ``RelayConfig``'s
@@ -412,6 +430,7 @@ RELAY_LIMITS: list[tuple[str, type, float, str]] = [
 
 def _run_relay(args: argparse.Namespace) -> int:
     from fanout.relay.config import RelayConfig
+    from fanout.relay.mqtt.broker import Limits as MqttLimits
     from fanout.relay.planner import Policy
     from fanout.relay.server import RelayServer
 
@@ -427,6 +446,8 @@ def _run_relay(args: argparse.Namespace) -> int:
             lead=args.lead,
             overshoot=args.overshoot,
         ),
+        mqtt_port=args.mqtt_port,
+        mqtt=MqttLimits(**_given(args, MQTT_LIMITS, "--mqtt-")),
         **_limits_given(args),
     )
     server = RelayServer(config)
@@ -440,8 +461,21 @@ def _run_relay(args: argparse.Namespace) -> int:
 
 def _limits_given(args: argparse.Namespace) -> dict[str, Any]:
     """The ``RELAY_LIMITS`` flags given, as ``RelayConfig`` fields."""
-    names = [flag[2:].replace("-", "_") for flag, *_ in RELAY_LIMITS]
-    return {name: getattr(args, name) for name in names if getattr(args, name) is not None}
+    return _given(args, RELAY_LIMITS)
+
+
+def _given(
+    args: argparse.Namespace, flags: list[tuple[str, type, float, str]], prefix: str = "--"
+) -> dict[str, Any]:
+    """The ``flags`` given, as fields (the flag without ``prefix``, ``-`` as ``_``)."""
+    names = {
+        flag[2:].replace("-", "_"): flag[len(prefix) :].replace("-", "_") for flag, *_ in flags
+    }
+    return {
+        field: getattr(args, name)
+        for name, field in names.items()
+        if getattr(args, name) is not None
+    }
 
 
 # -- subscribe -------------------------------------------------------------------------------

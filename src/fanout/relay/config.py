@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from fanout.errors import ConfigError
 from fanout.relay.core import MAX_SUBSCRIPTIONS
 from fanout.relay.holding import CATALOG_WAIT, MAX_HELD
+from fanout.relay.mqtt.broker import Limits as MqttLimits
 from fanout.relay.planner import Policy
 from fanout.relay.scheduler import AGING
 from fanout.relay.tables import QUERY_TIMEOUT
@@ -67,6 +68,10 @@ class RelayConfig:
             the 300,000 objects of 2,000 connections every 8-10 s, an 80-100 ms pause. At
             10,000 nearly all of them die young: the collector took 2-6% of its former time
             and never ran a full collection in a trial.
+        mqtt_port: port of the MQTT listener (``fanout.relay.mqtt``; 0: any free port), None: none.
+        mqtt: what one MQTT client may take (``fanout relay --mqtt-*``); MQTT connections are
+            read at most ``read_rate`` packets a second after ``read_burst``, as subscribers'
+            frames are.
     """
 
     publisher: str
@@ -92,6 +97,8 @@ class RelayConfig:
     stats_every: float = 30.0
     switch_interval: float = 0.001
     young_collection: int = 10_000
+    mqtt_port: int | None = None
+    mqtt: MqttLimits = field(default_factory=MqttLimits)
 
     def __post_init__(self) -> None:
         """Raises:

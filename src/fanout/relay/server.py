@@ -60,6 +60,8 @@ from fanout.relay.config import RelayConfig
 from fanout.relay.core import UPSTREAM, RelayCore, Send
 from fanout.relay.holding import Holding
 from fanout.relay.metrics import relay_samples
+from fanout.relay.mqtt.broker import Broker
+from fanout.relay.mqtt.listener import Listener
 from fanout.relay.tables import TableStore
 from fanout.relay.throttle import Throttle
 from fanout.relay.writer import Writer
@@ -129,6 +131,15 @@ class RelayServer:
         self._finishing: set[Outbound] = set()
         #: The publisher's datasets and their index kinds, for subscribers' ``Welcome``.
         self._datasets: dict[str, str] = {}
+        self.mqtt: Listener | None = None
+        if config.mqtt_port is not None:
+            self.mqtt = Listener(
+                Broker(config.mqtt),
+                config.host,
+                config.mqtt_port,
+                read_rate=config.read_rate,
+                read_burst=config.read_burst,
+            )
 
     async def run(self, ready: Callable[[int], None] | None = None) -> None:
         """Serve until cancelled; ``ready(port)`` is called once serving and connected upstream.
@@ -162,6 +173,16 @@ class RelayServer:
                 tasks.create_task(self._upstream_link())
                 tasks.create_task(self._pump())
                 tasks.create_task(self._housekeeping())
+                if self.mqtt is not None:
+                    mqtt_ready = asyncio.Event()
+                    tasks.create_task(self.mqtt.run(lambda _: mqtt_ready.set()))
+                    await mqtt_ready.wait()
+                    log.info(
+                        "relay %s: MQTT on %s:%d",
+                        self.config.name,
+                        self.config.host,
+                        self.mqtt.port,
+                    )
                 await self._upstream_ready.wait()
                 log.info(
                     "relay %s listening on ws://%s:%d (box views cut %s)",
