@@ -385,6 +385,18 @@ def _relay_parser(commands: Any) -> None:
         type=int,
         help="serve MQTT clients on this port (1883 is MQTT's; default: off)",
     )
+    mqtt.add_argument(
+        "--mqtt-dataset",
+        help="the topic dataset retained MQTT messages are kept in (an ingest dataset with a"
+        " 'payload' string column; default: none)",
+    )
+    mqtt.add_argument(
+        "--mqtt-route",
+        action="append",
+        default=[],
+        metavar="PREFIX=DATASET",
+        help="topics starting with PREFIX are kept in DATASET (repeatable; longest prefix wins)",
+    )
     for flag, kind, default, what in MQTT_LIMITS:
         mqtt.add_argument(flag, type=kind, help=f"{what} (default: {default})")
     parser.set_defaults(run=_run_relay)
@@ -431,6 +443,7 @@ RELAY_LIMITS: list[tuple[str, type, float, str]] = [
 def _run_relay(args: argparse.Namespace) -> int:
     from fanout.relay.config import RelayConfig
     from fanout.relay.mqtt.broker import Limits as MqttLimits
+    from fanout.relay.mqtt.ingest import parse_route
     from fanout.relay.planner import Policy
     from fanout.relay.server import RelayServer
 
@@ -447,6 +460,8 @@ def _run_relay(args: argparse.Namespace) -> int:
             overshoot=args.overshoot,
         ),
         mqtt_port=args.mqtt_port,
+        mqtt_dataset=args.mqtt_dataset,
+        mqtt_routes=tuple(parse_route(route) for route in args.mqtt_route),
         mqtt=MqttLimits(**_given(args, MQTT_LIMITS, "--mqtt-")),
         **_limits_given(args),
     )

@@ -72,6 +72,8 @@ class RelayConfig:
         mqtt: what one MQTT client may take (``fanout relay --mqtt-*``); MQTT connections are
             read at most ``read_rate`` packets a second after ``read_burst``, as subscribers'
             frames are.
+        mqtt_dataset, mqtt_routes: the topic dataset retained MQTT messages are kept in, by
+            default and by topic prefix (``relay.mqtt.ingest``); neither: none is kept.
     """
 
     publisher: str
@@ -99,6 +101,8 @@ class RelayConfig:
     young_collection: int = 10_000
     mqtt_port: int | None = None
     mqtt: MqttLimits = field(default_factory=MqttLimits)
+    mqtt_dataset: str | None = None
+    mqtt_routes: tuple[tuple[str, str], ...] = ()
 
     def __post_init__(self) -> None:
         """Raises:
