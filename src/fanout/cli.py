@@ -397,6 +397,24 @@ def _relay_parser(commands: Any) -> None:
         metavar="PREFIX=DATASET",
         help="topics starting with PREFIX are kept in DATASET (repeatable; longest prefix wins)",
     )
+    mqtt.add_argument(
+        "--mqtt-redis",
+        metavar="HOST:PORT",
+        help="a node of the Redis Cluster holding the shared match table: relays given the same"
+        " cluster are one MQTT broker (default: none, this relay alone)",
+    )
+    mqtt.add_argument(
+        "--mqtt-peer-port",
+        type=int,
+        default=0,
+        help="port other relays forward MQTT messages to (default: 0, a free one)",
+    )
+    mqtt.add_argument(
+        "--mqtt-lease",
+        type=float,
+        default=3.0,
+        help="seconds a relay that died stays a subscriber in the shared table (default: 3)",
+    )
     for flag, kind, default, what in MQTT_LIMITS:
         mqtt.add_argument(flag, type=kind, help=f"{what} (default: {default})")
     parser.set_defaults(run=_run_relay)
@@ -462,6 +480,9 @@ def _run_relay(args: argparse.Namespace) -> int:
         mqtt_port=args.mqtt_port,
         mqtt_dataset=args.mqtt_dataset,
         mqtt_routes=tuple(parse_route(route) for route in args.mqtt_route),
+        mqtt_redis=args.mqtt_redis,
+        mqtt_peer_port=args.mqtt_peer_port,
+        mqtt_lease=args.mqtt_lease,
         mqtt=MqttLimits(**_given(args, MQTT_LIMITS, "--mqtt-")),
         **_limits_given(args),
     )

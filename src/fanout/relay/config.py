@@ -74,6 +74,10 @@ class RelayConfig:
             frames are.
         mqtt_dataset, mqtt_routes: the topic dataset retained MQTT messages are kept in, by
             default and by topic prefix (``relay.mqtt.ingest``); neither: none is kept.
+        mqtt_redis: ``host:port`` of a Redis Cluster node holding the shared match table of a
+            cluster of relays (``relay.mqtt.cluster``); None: this relay is a broker alone.
+        mqtt_peer_port: port other relays forward MQTT messages to (0: any free port).
+        mqtt_lease: seconds a dead relay stays a subscriber in the shared table.
     """
 
     publisher: str
@@ -103,6 +107,9 @@ class RelayConfig:
     mqtt: MqttLimits = field(default_factory=MqttLimits)
     mqtt_dataset: str | None = None
     mqtt_routes: tuple[tuple[str, str], ...] = ()
+    mqtt_redis: str | None = None
+    mqtt_peer_port: int = 0
+    mqtt_lease: float = 3.0
 
     def __post_init__(self) -> None:
         """Raises:

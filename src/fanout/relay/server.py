@@ -60,10 +60,10 @@ from fanout.relay.config import RelayConfig
 from fanout.relay.core import UPSTREAM, RelayCore, Send
 from fanout.relay.holding import Holding
 from fanout.relay.metrics import relay_samples
-from fanout.relay.mqtt.broker import Broker
-from fanout.relay.mqtt.ingest import Pending, Routes
+from fanout.relay.mqtt.cluster import Cluster
 from fanout.relay.mqtt.listener import Listener
 from fanout.relay.mqtt.producer import ProducerLink
+from fanout.relay.mqtt.setup import mqtt_parts
 from fanout.relay.tables import TableStore
 from fanout.relay.throttle import Throttle
 from fanout.relay.writer import Writer
@@ -135,20 +135,9 @@ class RelayServer:
         self._datasets: dict[str, str] = {}
         self.mqtt: Listener | None = None
         self.mqtt_ingest: ProducerLink | None = None
+        self.mqtt_cluster: Cluster | None = None
         if config.mqtt_port is not None:
-            broker = Broker(config.mqtt)
-            self.mqtt = Listener(
-                broker,
-                config.host,
-                config.mqtt_port,
-                read_rate=config.read_rate,
-                read_burst=config.read_burst,
-            )
-            routes = Routes(config.mqtt_dataset, config.mqtt_routes)
-            if routes.datasets():
-                link = ProducerLink(config.publisher, Pending(routes), broker, config.name)
-                self.mqtt.on_published = lambda published: link.offer(published.message)
-                self.mqtt_ingest = link
+            self.mqtt, self.mqtt_ingest, self.mqtt_cluster = mqtt_parts(config)
 
     async def run(self, ready: Callable[[int], None] | None = None) -> None:
         """Serve until cancelled; ``ready(port)`` is called once serving and connected upstream.
@@ -184,6 +173,10 @@ class RelayServer:
                 tasks.create_task(self._housekeeping())
                 if self.mqtt_ingest is not None:
                     tasks.create_task(self.mqtt_ingest.run(self.config.reconnect_delay))
+                if self.mqtt_cluster is not None:
+                    joined = asyncio.Event()
+                    tasks.create_task(self.mqtt_cluster.run(joined.set))
+                    await joined.wait()
                 if self.mqtt is not None:
                     mqtt_ready = asyncio.Event()
                     tasks.create_task(self.mqtt.run(lambda _: mqtt_ready.set()))

@@ -31,6 +31,7 @@ Rules (MQTT 3.1.1 and 5.0; sections in brackets):
 from __future__ import annotations
 
 import itertools
+from collections.abc import Collection
 from dataclasses import dataclass
 from typing import TypeAlias
 
@@ -128,6 +129,9 @@ class Broker:
         self._subscribers: dict[int, tuple[Session, str]] = {}
         self._ids = itertools.count(1)
         self._turns: dict[str, int] = {}  # $share filter -> its next member's turn
+        self._filter_changes: list[tuple[str, int]] = []
+        #: False in a cluster: the cluster chooses which relay serves a share group.
+        self.shared_locally = True
         self._assigned = itertools.count(1)
 
     # -- connections -----------------------------------------------------------------------
@@ -323,25 +327,51 @@ class Broker:
         )
         return actions + self._publish(message, session.client_id)
 
-    def publish(self, message: p.Publish, origin: str = "") -> list[Action]:
-        """Deliver ``message`` from elsewhere (another relay, the topic dataset) to the clients."""
-        return self._deliver(message, origin)
+    def publish(
+        self,
+        message: p.Publish,
+        origin: str = "",
+        *,
+        plain: bool = True,
+        shares: Collection[str] | None = None,
+    ) -> list[Action]:
+        """Deliver ``message`` from elsewhere (another relay) to this relay's clients.
+
+        Args:
+            message: the message.
+            origin: the client id that published it (for No Local).
+            plain: deliver it to the matching plain subscriptions.
+            shares: the shared subscriptions (``$share/GROUP/filter`` texts) this relay was
+                chosen to deliver it to one member of; None: every matching one.
+        """
+        return self._deliver(message, origin, plain, shares)
 
     def _publish(self, message: p.Publish, client_id: str) -> list[Action]:
-        return [Published(message, client_id), *self._deliver(message, client_id)]
+        # In a cluster, which relay serves a share group is the cluster's choice (rule 4).
+        shares = None if self.shared_locally else ()
+        return [Published(message, client_id), *self._deliver(message, client_id, True, shares)]
 
-    def _deliver(self, message: p.Publish, origin: str) -> list[Action]:
+    def take_filter_changes(self) -> list[tuple[str, int]]:
+        """(filter, +1 or -1) for every subscription added or removed since the last call."""
+        changes, self._filter_changes = self._filter_changes, []
+        return changes
+
+    def _deliver(
+        self, message: p.Publish, origin: str, plain: bool, shares: Collection[str] | None
+    ) -> list[Action]:
         if message.retain:
             if message.payload:
                 self.retained[message.topic] = message
             else:
                 self.retained.pop(message.topic, None)
         targets: dict[str, tuple[Session, int, bool, list[int]]] = {}
-        for sub_id in self._index.match(message.topic):
+        for sub_id in self._index.match(message.topic) if plain else ():
             session, text = self._subscribers[sub_id]
             if not text.startswith("$share/"):  # shared: one member per group, below
                 _target(targets, session, session.subscriptions[text][1], message, origin)
         for text, members in sorted(self._index.match_shared(message.topic).items()):
+            if shares is not None and text not in shares:
+                continue
             ordered = sorted(members)
             turn = self._turns.get(text, 0)
             self._turns[text] = turn + 1
@@ -401,6 +431,8 @@ class Broker:
                 identifier if isinstance(identifier, int) else None,
             )
             sub_id = known[0] if known else next(self._ids)
+            if known is None:
+                self._filter_changes.append((text, 1))
             session.subscriptions[text] = (sub_id, sub)
             self._subscribers[sub_id] = (session, text)
             self._index.add(text, sub_id)
@@ -435,6 +467,7 @@ class Broker:
                 continue
             self._index.remove(text, known[0])
             del self._subscribers[known[0]]
+            self._filter_changes.append((text, -1))
             codes.append(p.SUCCESS)
         ack = p.UnsubAck(packet.packet_id, tuple(codes))
         return [Send(connection, encode(ack, session.version))]
@@ -481,6 +514,7 @@ class Broker:
         for text, (sub_id, _) in session.subscriptions.items():
             self._index.remove(text, sub_id)
             del self._subscribers[sub_id]
+            self._filter_changes.append((text, -1))
         session.subscriptions.clear()
         if self.sessions.get(session.client_id) is session:
             del self.sessions[session.client_id]

@@ -37,12 +37,15 @@ class Listener:
         read_burst: int = 1000,
         max_buffered: int = 8 << 20,
         on_published: Callable[[Published], None] | None = None,
+        on_filters: Callable[[list[tuple[str, int]]], None] | None = None,
     ) -> None:
-        """A listener for ``broker``; ``on_published`` hears every message clients publish."""
+        """A listener for ``broker``; ``on_published`` hears every message clients publish,
+        ``on_filters`` every subscription taken (+1) or dropped (-1)."""
         self.broker = broker
         self.host, self.port = host, port
         self.read_rate, self.read_burst, self.max_buffered = read_rate, read_burst, max_buffered
         self.on_published = on_published
+        self.on_filters = on_filters
         self.slow_closed = 0
         self._writers: dict[int, asyncio.StreamWriter] = {}
         self._ids = itertools.count(1)
@@ -80,6 +83,9 @@ class Listener:
                     writer.close()  # after what was written before
             elif self.on_published is not None:
                 self.on_published(action)
+        changes = self.broker.take_filter_changes()  # taken always: the list is bounded
+        if changes and self.on_filters is not None:
+            self.on_filters(changes)
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         connection = next(self._ids)

@@ -201,8 +201,9 @@ class MatchTable:
 
     # -- cache -----------------------------------------------------------------------------
 
-    async def follow_invalidations(self, block_ms: int = 1000) -> int:
-        """Read the invalidation stream once (waiting up to ``block_ms``); entries dropped."""
+    async def follow_invalidations(self, block_ms: int | None = None) -> int:
+        """Read the invalidation stream once (waiting up to ``block_ms``, None: not waiting);
+        the number of cached entries dropped."""
         if self._seen == "$":
             last = await self.redis.xrevrange(self._stream, count=1)
             self._seen = _text(last[0][0]) if last else "0-0"
