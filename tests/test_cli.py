@@ -242,7 +242,7 @@ def test_the_relay_limit_flags_default_to_relay_config_and_reach_it(
 def test_the_mqtt_limit_flags_default_to_the_brokers_limits_and_reach_them(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    from fanout.relay.mqtt.broker import Limits
+    from fanout.relay.mqtt.actions import Limits
 
     defaults = Limits()
     for flag, kind, default, _ in MQTT_LIMITS:

@@ -420,7 +420,7 @@ def _relay_parser(commands: Any) -> None:
     parser.set_defaults(run=_run_relay)
 
 
-#: The MQTT listener's limits as flags, like ``RELAY_LIMITS``: ``relay.mqtt.broker.Limits``.
+#: The MQTT listener's limits as flags, like ``RELAY_LIMITS``: ``relay.mqtt.actions.Limits``.
 MQTT_LIMITS: list[tuple[str, type, float, str]] = [
     ("--mqtt-max-packet", int, 1 << 20, "largest MQTT packet accepted, in bytes"),
     ("--mqtt-max-queued", int, 1000, "QoS 1 messages kept per session while its client is away"),
@@ -460,7 +460,7 @@ RELAY_LIMITS: list[tuple[str, type, float, str]] = [
 
 def _run_relay(args: argparse.Namespace) -> int:
     from fanout.relay.config import RelayConfig
-    from fanout.relay.mqtt.broker import Limits as MqttLimits
+    from fanout.relay.mqtt.actions import Limits as MqttLimits
     from fanout.relay.mqtt.ingest import parse_route
     from fanout.relay.planner import Policy
     from fanout.relay.server import RelayServer

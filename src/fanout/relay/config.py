@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from fanout.errors import ConfigError
 from fanout.relay.core import MAX_SUBSCRIPTIONS
 from fanout.relay.holding import CATALOG_WAIT, MAX_HELD
-from fanout.relay.mqtt.broker import Limits as MqttLimits
+from fanout.relay.mqtt.actions import Limits as MqttLimits
 from fanout.relay.planner import Policy
 from fanout.relay.scheduler import AGING
 from fanout.relay.tables import QUERY_TIMEOUT

@@ -12,7 +12,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from fanout.relay.mqtt import packets as p
-from fanout.relay.mqtt.broker import Broker, Close, Limits, Published, Send
+from fanout.relay.mqtt.actions import Close, Limits, Published, Send
+from fanout.relay.mqtt.broker import Broker
 from fanout.relay.mqtt.decoding import decode, split
 from fanout.relay.mqtt.encoding import encode
 

@@ -30,7 +30,8 @@ from collections.abc import Callable
 from typing import Any
 
 from fanout.relay.mqtt import packets as p
-from fanout.relay.mqtt.broker import Action, Broker
+from fanout.relay.mqtt.actions import Action
+from fanout.relay.mqtt.broker import Broker
 from fanout.relay.mqtt.decoding import decode, split
 from fanout.relay.mqtt.encoding import encode
 from fanout.relay.mqtt.matchtable import MatchTable

@@ -16,7 +16,8 @@ import logging
 import time
 from collections.abc import Callable, Iterable
 
-from fanout.relay.mqtt.broker import Action, Broker, Close, Published, Send
+from fanout.relay.mqtt.actions import Action, Close, Published, Send
+from fanout.relay.mqtt.broker import Broker
 from fanout.relay.throttle import Throttle
 
 log = logging.getLogger(__name__)

@@ -8,7 +8,8 @@ from typing import TYPE_CHECKING
 
 from redis.asyncio.cluster import RedisCluster
 
-from fanout.relay.mqtt.broker import Broker, Published
+from fanout.relay.mqtt.actions import Published
+from fanout.relay.mqtt.broker import Broker
 from fanout.relay.mqtt.cluster import Cluster
 from fanout.relay.mqtt.ingest import Pending, Routes
 from fanout.relay.mqtt.listener import Listener
