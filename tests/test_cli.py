@@ -17,7 +17,16 @@ import numpy as np
 import pytest
 from websockets.asyncio.server import ServerConnection, serve
 
-from fanout.cli import FAILURE, RELAY_LIMITS, USAGE, _limits_given, _parser, main
+from fanout.cli import (
+    FAILURE,
+    MQTT_LIMITS,
+    RELAY_LIMITS,
+    USAGE,
+    _given,
+    _limits_given,
+    _parser,
+    main,
+)
 from fanout.views import Box
 from fanout.views.sql import Sql
 from fanout.views.topic import TopicFilter
@@ -228,6 +237,22 @@ def test_the_relay_limit_flags_default_to_relay_config_and_reach_it(
     assert _limits_given(args) == {"sql_share": 0.5, "max_subscriptions": 7}
     assert main(["relay", "--port", "0", "--read-burst", "0"]) == 2
     assert capsys.readouterr().err.strip() == "fanout relay: read_burst must be >= 1 frame, not 0"
+
+
+def test_the_mqtt_limit_flags_default_to_the_brokers_limits_and_reach_them(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    from fanout.relay.mqtt.actions import Limits
+
+    defaults = Limits()
+    for flag, kind, default, _ in MQTT_LIMITS:
+        field = flag[len("--mqtt-") :].replace("-", "_")
+        assert getattr(defaults, field) == default and type(getattr(defaults, field)) is kind
+    args = _parser().parse_args(["relay", "--mqtt-port", "0", "--mqtt-max-queued", "5"])
+    assert args.mqtt_port == 0
+    assert _given(args, MQTT_LIMITS, "--mqtt-") == {"max_queued": 5}
+    assert main(["relay", "--port", "0", "--mqtt-receive-maximum", "0"]) == 2
+    assert "mqtt receive_maximum must be in [1, 65535], not 0" in capsys.readouterr().err
 
 
 def test_version_prints_the_installed_version(capsys: pytest.CaptureFixture[str]) -> None:

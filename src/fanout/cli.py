@@ -403,7 +403,55 @@ def _relay_parser(commands: Any) -> None:
         limits.add_argument(flag, type=kind, help=f"{what} (default: {default})")
     cli_security.add_server(parser)
     cli_security.add_client(parser)
+    mqtt = parser.add_argument_group("MQTT", "stock MQTT 3.1.1 and 5.0 clients (docs/mqtt.md)")
+    mqtt.add_argument(
+        "--mqtt-port",
+        type=int,
+        help="serve MQTT clients on this port (1883 is MQTT's; default: off)",
+    )
+    mqtt.add_argument(
+        "--mqtt-dataset",
+        help="the topic dataset retained MQTT messages are kept in (an ingest dataset with a"
+        " 'payload' string column; default: none)",
+    )
+    mqtt.add_argument(
+        "--mqtt-route",
+        action="append",
+        default=[],
+        metavar="PREFIX=DATASET",
+        help="topics starting with PREFIX are kept in DATASET (repeatable; longest prefix wins)",
+    )
+    mqtt.add_argument(
+        "--mqtt-redis",
+        metavar="HOST:PORT",
+        help="a node of the Redis Cluster holding the shared match table: relays given the same"
+        " cluster are one MQTT broker (default: none, this relay alone)",
+    )
+    mqtt.add_argument(
+        "--mqtt-peer-port",
+        type=int,
+        default=0,
+        help="port other relays forward MQTT messages to (default: 0, a free one)",
+    )
+    mqtt.add_argument(
+        "--mqtt-lease",
+        type=float,
+        default=3.0,
+        help="seconds a relay that died stays a subscriber in the shared table (default: 3)",
+    )
+    for flag, kind, default, what in MQTT_LIMITS:
+        mqtt.add_argument(flag, type=kind, help=f"{what} (default: {default})")
     parser.set_defaults(run=_run_relay)
+
+
+#: The MQTT listener's limits as flags, like ``RELAY_LIMITS``: ``relay.mqtt.actions.Limits``.
+MQTT_LIMITS: list[tuple[str, type, float, str]] = [
+    ("--mqtt-max-packet", int, 1 << 20, "largest MQTT packet accepted, in bytes"),
+    ("--mqtt-max-queued", int, 1000, "QoS 1 messages kept per session while its client is away"),
+    ("--mqtt-session-expiry", float, 3600.0, "longest a persistent session outlives its client"),
+    ("--mqtt-max-subscriptions", int, 10_000, "topic filters one MQTT session may hold"),
+    ("--mqtt-receive-maximum", int, 100, "QoS 1 messages in flight to one MQTT client"),
+]
 
 
 #: The relay's limits as flags: (flag, type, default, help). The defaults are ``RelayConfig``'s
@@ -443,6 +491,8 @@ RELAY_LIMITS: list[tuple[str, type, float, str]] = [
 
 def _run_relay(args: argparse.Namespace) -> int:
     from fanout.relay.config import RelayConfig
+    from fanout.relay.mqtt.actions import Limits as MqttLimits
+    from fanout.relay.mqtt.ingest import parse_route
     from fanout.relay.planner import Policy
     from fanout.relay.server import RelayServer
 
@@ -464,6 +514,13 @@ def _run_relay(args: argparse.Namespace) -> int:
         tls_cert=args.tls_cert,
         tls_key=args.tls_key,
         tls_ca=args.tls_ca,
+        mqtt_port=args.mqtt_port,
+        mqtt_dataset=args.mqtt_dataset,
+        mqtt_routes=tuple(parse_route(route) for route in args.mqtt_route),
+        mqtt_redis=args.mqtt_redis,
+        mqtt_peer_port=args.mqtt_peer_port,
+        mqtt_lease=args.mqtt_lease,
+        mqtt=MqttLimits(**_given(args, MQTT_LIMITS, "--mqtt-")),
         **_limits_given(args),
     )
     server = RelayServer(config)
@@ -478,8 +535,21 @@ def _run_relay(args: argparse.Namespace) -> int:
 
 def _limits_given(args: argparse.Namespace) -> dict[str, Any]:
     """The ``RELAY_LIMITS`` flags given, as ``RelayConfig`` fields."""
-    names = [flag[2:].replace("-", "_") for flag, *_ in RELAY_LIMITS]
-    return {name: getattr(args, name) for name in names if getattr(args, name) is not None}
+    return _given(args, RELAY_LIMITS)
+
+
+def _given(
+    args: argparse.Namespace, flags: list[tuple[str, type, float, str]], prefix: str = "--"
+) -> dict[str, Any]:
+    """The ``flags`` given, as fields (the flag without ``prefix``, ``-`` as ``_``)."""
+    names = {
+        flag[2:].replace("-", "_"): flag[len(prefix) :].replace("-", "_") for flag, *_ in flags
+    }
+    return {
+        field: getattr(args, name)
+        for name, field in names.items()
+        if getattr(args, name) is not None
+    }
 
 
 # -- subscribe -------------------------------------------------------------------------------

@@ -14,6 +14,7 @@ from fanout.auth import AuthConfig
 from fanout.errors import ConfigError
 from fanout.relay.core import MAX_SUBSCRIPTIONS
 from fanout.relay.holding import CATALOG_WAIT, MAX_HELD
+from fanout.relay.mqtt.actions import Limits as MqttLimits
 from fanout.relay.planner import Policy
 from fanout.relay.scheduler import AGING
 from fanout.relay.tables import QUERY_TIMEOUT
@@ -83,6 +84,16 @@ class RelayConfig:
         serve_relays: accept relays below this one (``Hello{role: "relay"}``, ``fanout relay
             --upstream`` pointed here: a tier, ``relay.tier``); off, their ``Hello`` is refused,
             so that a relay facing the internet lets no stranger make it acquire data.
+        mqtt_port: port of the MQTT listener (``fanout.relay.mqtt``; 0: any free port), None: none.
+        mqtt: what one MQTT client may take (``fanout relay --mqtt-*``); MQTT connections are
+            read at most ``read_rate`` packets a second after ``read_burst``, as subscribers'
+            frames are.
+        mqtt_dataset, mqtt_routes: the topic dataset retained MQTT messages are kept in, by
+            default and by topic prefix (``relay.mqtt.ingest``); neither: none is kept.
+        mqtt_redis: ``host:port`` of a Redis Cluster node holding the shared match table of a
+            cluster of relays (``relay.mqtt.cluster``); None: this relay is a broker alone.
+        mqtt_peer_port: port other relays forward MQTT messages to (0: any free port).
+        mqtt_lease: seconds a dead relay stays a subscriber in the shared table.
     """
 
     publisher: str
@@ -116,6 +127,13 @@ class RelayConfig:
     tls_key: Path | None = None
     tls_ca: Path | None = None
     serve_relays: bool = False
+    mqtt_port: int | None = None
+    mqtt: MqttLimits = field(default_factory=MqttLimits)
+    mqtt_dataset: str | None = None
+    mqtt_routes: tuple[tuple[str, str], ...] = ()
+    mqtt_redis: str | None = None
+    mqtt_peer_port: int = 0
+    mqtt_lease: float = 3.0
 
     def __post_init__(self) -> None:
         """Raises:

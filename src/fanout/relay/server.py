@@ -68,6 +68,10 @@ from fanout.relay.forwarding import Forwarder
 from fanout.relay.holding import Holding
 from fanout.relay.httpserver import HttpSubscription, connection_type, routes
 from fanout.relay.metrics import relay_samples
+from fanout.relay.mqtt.cluster import Cluster
+from fanout.relay.mqtt.listener import Listener
+from fanout.relay.mqtt.producer import ProducerLink
+from fanout.relay.mqtt.setup import mqtt_parts
 from fanout.relay.rules import restrict, visible
 from fanout.relay.tables import TableStore
 from fanout.relay.throttle import Throttle
@@ -163,6 +167,11 @@ class RelayServer:
             "Seconds from a tick (the publisher's clock) to the relay handing its push to the"
             " subscriber's connection.",
         )
+        self.mqtt: Listener | None = None
+        self.mqtt_ingest: ProducerLink | None = None
+        self.mqtt_cluster: Cluster | None = None
+        if config.mqtt_port is not None:
+            self.mqtt, self.mqtt_ingest, self.mqtt_cluster = mqtt_parts(config)
 
     async def run(self, ready: Callable[[int], None] | None = None) -> None:
         """Serve until cancelled; ``ready(port)`` is called once serving and connected upstream.
@@ -207,6 +216,22 @@ class RelayServer:
                 tasks.create_task(self._upstream_link())
                 tasks.create_task(self._pump())
                 tasks.create_task(self._housekeeping())
+                if self.mqtt_ingest is not None:
+                    tasks.create_task(self.mqtt_ingest.run(self.config.reconnect_delay))
+                if self.mqtt_cluster is not None:
+                    joined = asyncio.Event()
+                    tasks.create_task(self.mqtt_cluster.run(joined.set))
+                    await joined.wait()
+                if self.mqtt is not None:
+                    mqtt_ready = asyncio.Event()
+                    tasks.create_task(self.mqtt.run(lambda _: mqtt_ready.set()))
+                    await mqtt_ready.wait()
+                    log.info(
+                        "relay %s: MQTT on %s:%d",
+                        self.config.name,
+                        self.config.host,
+                        self.mqtt.port,
+                    )
                 await self._upstream_ready.wait()
                 log.info(
                     "relay %s listening on %s://%s:%d (box views cut %s)",

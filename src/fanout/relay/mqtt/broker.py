@@ -1,0 +1,520 @@
+"""The relay's MQTT broker: packets in, packets out, no sockets and no clock inside.
+
+The asyncio shell (``relay.mqtt.listener``) feeds each connection's bytes to :meth:`Broker.receive`
+with the time, and carries out what comes back: :class:`Send` bytes to a connection,
+:class:`Close` one, and :class:`Published` messages to hand on (to the topic dataset).
+
+Rules (MQTT 3.1.1 and 5.0; sections in brackets):
+
+1. The first packet of a connection is a CONNECT, and only the first [MQTT-3.1.0-1, 3.1.0-2].
+2. A CONNECT with a client id already connected takes the session over: the old connection is
+   closed (5.0: DISCONNECT 0x8E first) [MQTT-3.1.4-2]. An empty client id gets one assigned
+   (5.0: Assigned Client Identifier), except with a persistent session in 3.1.1 (CONNACK 0x02).
+3. A connection that closes without a DISCONNECT (or with 5.0's 0x04) has its will published
+   [MQTT-3.1.2-8]; a normal DISCONNECT discards it [MQTT-3.14.4-3].
+4. A message goes to every session with a matching subscription once, at the highest QoS of its
+   matching subscriptions, capped by the message's (3.3.5); to one member of each matching
+   ``$share`` group, taken in turn (5.0 4.8.2); not back to its publisher under No Local.
+5. QoS 1 messages stay in flight until PUBACKed and are sent again, DUP set, when the session's
+   client reconnects [MQTT-4.4.0-1]; a session away keeps them queued (``sessions``).
+6. Retained messages: a PUBLISH with RETAIN replaces the topic's retained message, an empty
+   payload removes it [MQTT-3.3.1-6, 3.3.1-10]; a new subscription gets the retained messages its
+   filter matches, RETAIN set (5.0 Retain Handling 1 and 2 honoured); shared ones get none.
+7. Bad input gets the reaction MQTT specifies: a malformed packet, a topic name with wildcards,
+   QoS 2 (not offered: CONNACK's Maximum QoS is 1), a packet over the size limit — 5.0: a
+   DISCONNECT with the reason code, then close; 3.1.1: close [MQTT-4.8.0-1]. An invalid filter
+   in a SUBSCRIBE is refused in its SUBACK (0x8F; 3.1.1: 0x80), the others are granted.
+8. A client that sends nothing for 1.5 times its keep alive is closed [MQTT-3.1.2-24]
+   (:meth:`Broker.tick`); so is a session that expired while away.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Collection
+from dataclasses import dataclass
+
+from fanout.errors import InvalidView
+from fanout.relay.mqtt import packets as p
+from fanout.relay.mqtt.actions import Action, Close, Limits, Published, Send
+from fanout.relay.mqtt.decoding import decode, split
+from fanout.relay.mqtt.encoding import encode
+from fanout.relay.mqtt.sessions import Session, Subscription
+from fanout.views.topic import matches
+from fanout.views.topic.index import TopicIndex
+from fanout.views.topic.syntax import parse_filter, topic_levels
+
+
+@dataclass
+class _Connection:
+    buffer: bytearray
+    last_seen: float
+    session: Session | None = None
+    version: int = p.V5  # until the CONNECT says: errors before it are answered as 5.0
+    keepalive: int = 0
+    packets: int = 0
+
+
+class Broker:
+    """Sessions, subscriptions and retained messages of one relay's MQTT clients."""
+
+    def __init__(self, limits: Limits | None = None) -> None:
+        self.limits = limits or Limits()
+        self.retained: dict[str, p.Publish] = {}
+        self.sessions: dict[str, Session] = {}
+        self.refused = 0  # connections closed for bad input
+        self._connections: dict[int, _Connection] = {}
+        self._index = TopicIndex()
+        self._subscribers: dict[int, tuple[Session, str]] = {}
+        self._ids = itertools.count(1)
+        self._turns: dict[str, int] = {}  # $share filter -> its next member's turn
+        self._filter_changes: list[tuple[str, int]] = []
+        #: False in a cluster: the cluster chooses which relay serves a share group.
+        self.shared_locally = True
+        self._assigned = itertools.count(1)
+
+    # -- connections -----------------------------------------------------------------------
+
+    def opened(self, connection: int, now: float) -> None:
+        """A client connected (its CONNECT is still to come)."""
+        self._connections[connection] = _Connection(bytearray(), now)
+
+    def receive(self, connection: int, data: bytes, now: float) -> list[Action]:
+        """Take bytes read from ``connection`` and answer every whole packet among them."""
+        state = self._connections.get(connection)
+        if state is None:
+            return []
+        state.buffer += data
+        state.last_seen = now
+        actions: list[Action] = []
+        while connection in self._connections:
+            try:
+                found = split(state.buffer, self.limits.max_packet)
+                if found is None:
+                    break
+                first, body, taken = found
+                del state.buffer[:taken]
+                state.packets += 1
+                packet = decode(first, body, state.version)
+                actions += self._handle(connection, state, packet, now)
+            except p.PacketError as error:
+                actions += self._refuse(connection, state, error.code, str(error))
+        return actions
+
+    def packets(self, connection: int) -> int:
+        """Packets read from ``connection`` so far (the shell throttles on them)."""
+        state = self._connections.get(connection)
+        return 0 if state is None else state.packets
+
+    def lost(self, connection: int, now: float) -> list[Action]:
+        """The connection closed without a DISCONNECT (or was closed): publish its will."""
+        state = self._connections.pop(connection, None)
+        if state is None or state.session is None:
+            return []
+        session = state.session
+        will, session.will = session.will, None
+        actions = self._leave(session, now)
+        if will is not None:
+            actions += self._publish(
+                p.Publish(
+                    will.topic, will.payload, will.qos, will.retain, properties=will.properties
+                ),
+                session.client_id,
+            )
+        return actions
+
+    def tick(self, now: float) -> list[Action]:
+        """Close connections past their keep alive and drop sessions that expired (rule 8)."""
+        actions: list[Action] = []
+        for connection, state in list(self._connections.items()):
+            limit = state.keepalive * 1.5
+            if state.keepalive and now - state.last_seen > limit:
+                actions += self._refuse(connection, state, p.KEEP_ALIVE_TIMEOUT, "keep alive")
+        for session in list(self.sessions.values()):
+            if session.connection is None and session.expired(now):
+                self._end(session)
+        return actions
+
+    # -- packets ---------------------------------------------------------------------------
+
+    def _handle(
+        self, connection: int, state: _Connection, packet: p.Packet, now: float
+    ) -> list[Action]:
+        if state.session is None:
+            if not isinstance(packet, p.Connect):
+                raise p.PacketError(
+                    "the first packet must be CONNECT [MQTT-3.1.0-1]", p.PROTOCOL_ERROR
+                )
+            return self._connect(connection, state, packet, now)
+        session = state.session
+        match packet:
+            case p.Publish():
+                actions = self._client_publish(connection, session, packet)
+            case p.PubAck():
+                session.in_flight.pop(packet.packet_id, None)
+                actions = self._drain(session)
+            case p.Subscribe():
+                actions = self._subscribe(connection, session, packet)
+            case p.Unsubscribe():
+                actions = self._unsubscribe(connection, session, packet)
+            case p.PingReq():
+                actions = [Send(connection, encode(p.PingResp(), session.version))]
+            case p.Disconnect():
+                actions = self._disconnect(connection, state, packet, now)
+            case p.Connect():
+                raise p.PacketError("a second CONNECT [MQTT-3.1.0-2]", p.PROTOCOL_ERROR)
+            case _:
+                name = type(packet).__name__
+                raise p.PacketError(f"{name} is not sent to a server", p.PROTOCOL_ERROR)
+        return actions
+
+    def _connect(
+        self, connection: int, state: _Connection, packet: p.Connect, now: float
+    ) -> list[Action]:
+        state.version, state.keepalive = packet.version, packet.keepalive
+        v5 = packet.version == p.V5
+        client_id, properties = packet.client_id, list[tuple[int, object]]()
+        if not client_id:
+            if not v5 and not packet.clean_start:
+                ack = p.ConnAck(False, 0x02)  # 3.1.1: identifier rejected [MQTT-3.1.3-8]
+                return [
+                    Send(connection, encode(ack, state.version)),
+                    Close(connection, "empty client id with a persistent session"),
+                ]
+            client_id = f"fanout-{next(self._assigned)}-{connection}"
+            if v5:
+                properties.append((0x12, client_id))
+        actions: list[Action] = []
+        old = self.sessions.get(client_id)
+        if old is not None and old.connection is not None:
+            actions += self._take_over(old, now)
+        if old is not None and packet.clean_start:
+            self._end(old)
+            old = None
+        expiry = self._expiry(packet)
+        if old is None:
+            session = Session(client_id, packet.version, connection, expiry)
+            self.sessions[client_id] = session
+        else:
+            session = old
+            session.version, session.connection, session.expiry = packet.version, connection, expiry
+            session.away_since = None
+        session.will = packet.will
+        session.receive_maximum = int(p.prop(packet.properties, 0x21, 65535))  # type: ignore[call-overload]
+        session.max_packet_size = int(p.prop(packet.properties, 0x27, 268_435_460))  # type: ignore[call-overload]
+        state.session = session
+        if v5:
+            properties += [
+                (0x24, 1),  # Maximum QoS: 1
+                (0x27, self.limits.max_packet),
+                (0x21, self.limits.receive_maximum),
+            ]
+            if expiry != _requested_expiry(packet):
+                properties.append((0x11, int(min(expiry, 0xFFFFFFFF))))
+        ack = p.ConnAck(old is not None, p.SUCCESS, tuple(properties))
+        actions.append(Send(connection, encode(ack, session.version)))
+        return actions + self._resume(session)
+
+    def _expiry(self, packet: p.Connect) -> float:
+        return min(_requested_expiry(packet), self.limits.session_expiry)
+
+    def _take_over(self, old: Session, now: float) -> list[Action]:
+        connection = old.connection
+        assert connection is not None
+        actions: list[Action] = []
+        if old.version == p.V5:
+            data = encode(p.Disconnect(p.SESSION_TAKEN_OVER), p.V5)
+            actions.append(Send(connection, data))
+        actions.append(Close(connection, "session taken over"))
+        return actions + self.lost(connection, now)
+
+    def _resume(self, session: Session) -> list[Action]:
+        """Send what a returning session missed: in-flight messages again, then the queue."""
+        connection = session.connection
+        assert connection is not None
+        actions: list[Action] = [
+            Send(connection, encode(_dup(message), session.version))
+            for message in session.in_flight.values()
+        ]
+        return actions + self._drain(session)
+
+    def _drain(self, session: Session) -> list[Action]:
+        actions: list[Action] = []
+        while session.queued and session.can_send():
+            actions += self._send(session, session.queued.popleft())
+        return actions
+
+    def _client_publish(self, connection: int, session: Session, packet: p.Publish) -> list[Action]:
+        if packet.qos == 2:
+            raise p.PacketError("QoS 2 is not offered (Maximum QoS 1)", p.QOS_NOT_SUPPORTED)
+        if p.prop(packet.properties, 0x23) is not None:
+            raise p.PacketError("a topic alias, past Topic Alias Maximum 0", p.PROTOCOL_ERROR)
+        try:
+            topic_levels(packet.topic)
+        except InvalidView as error:
+            raise p.PacketError(str(error), p.TOPIC_NAME_INVALID) from error
+        actions: list[Action] = []
+        if packet.qos == 1:
+            assert packet.packet_id is not None
+            actions.append(Send(connection, encode(p.PubAck(packet.packet_id), session.version)))
+        message = p.Publish(
+            packet.topic,
+            packet.payload,
+            packet.qos,
+            packet.retain,
+            properties=_forwarded(packet.properties),
+        )
+        return actions + self._publish(message, session.client_id)
+
+    def publish(
+        self,
+        message: p.Publish,
+        origin: str = "",
+        *,
+        plain: bool = True,
+        shares: Collection[str] | None = None,
+    ) -> list[Action]:
+        """Deliver ``message`` from elsewhere (another relay) to this relay's clients.
+
+        Args:
+            message: the message.
+            origin: the client id that published it (for No Local).
+            plain: deliver it to the matching plain subscriptions.
+            shares: the shared subscriptions (``$share/GROUP/filter`` texts) this relay was
+                chosen to deliver it to one member of; None: every matching one.
+        """
+        return self._deliver(message, origin, plain, shares)
+
+    def _publish(self, message: p.Publish, client_id: str) -> list[Action]:
+        # In a cluster, which relay serves a share group is the cluster's choice (rule 4).
+        shares = None if self.shared_locally else ()
+        return [Published(message, client_id), *self._deliver(message, client_id, True, shares)]
+
+    def take_filter_changes(self) -> list[tuple[str, int]]:
+        """(filter, +1 or -1) for every subscription added or removed since the last call."""
+        changes, self._filter_changes = self._filter_changes, []
+        return changes
+
+    def _deliver(
+        self, message: p.Publish, origin: str, plain: bool, shares: Collection[str] | None
+    ) -> list[Action]:
+        if message.retain:
+            if message.payload:
+                self.retained[message.topic] = message
+            else:
+                self.retained.pop(message.topic, None)
+        targets: dict[str, tuple[Session, int, bool, list[int]]] = {}
+        for sub_id in self._index.match(message.topic) if plain else ():
+            session, text = self._subscribers[sub_id]
+            if not text.startswith("$share/"):  # shared: one member per group, below
+                _target(targets, session, session.subscriptions[text][1], message, origin)
+        for text, members in sorted(self._index.match_shared(message.topic).items()):
+            if shares is not None and text not in shares:
+                continue
+            ordered = sorted(members)
+            turn = self._turns.get(text, 0)
+            self._turns[text] = turn + 1
+            session, _ = self._subscribers[ordered[turn % len(ordered)]]
+            _target(targets, session, session.subscriptions[text][1], message, "")
+        actions: list[Action] = []
+        for session, qos, retain, identifiers in targets.values():
+            properties = message.properties + tuple((0x0B, i) for i in identifiers)
+            copy = p.Publish(message.topic, message.payload, qos, retain, properties=properties)
+            actions += self._offer(session, copy)
+        return actions
+
+    def _offer(self, session: Session, message: p.Publish) -> list[Action]:
+        """Send ``message`` to ``session`` now, or queue it (QoS 1) while it cannot take it."""
+        if session.connection is None or (message.qos and not session.can_send()):
+            if message.qos:
+                session.queue(message, self.limits.max_queued)
+            return []
+        return self._send(session, message)
+
+    def _send(self, session: Session, message: p.Publish) -> list[Action]:
+        assert session.connection is not None
+        if message.qos:
+            message = _with_id(message, session.next_packet_id())
+            session.in_flight[message.packet_id or 0] = message
+        data = encode(message, session.version)
+        if len(data) > session.max_packet_size:
+            session.in_flight.pop(message.packet_id or 0, None)
+            return []  # 5.0 3.1.2.11.4: not sent, as if delivered
+        return [Send(session.connection, data)]
+
+    def _subscribe(self, connection: int, session: Session, packet: p.Subscribe) -> list[Action]:
+        v5 = session.version == p.V5
+        identifier = p.prop(packet.properties, 0x0B)
+        codes, retained = [], []
+        for text, options in packet.filters:
+            try:
+                parts = parse_filter(text)
+            except InvalidView:
+                codes.append(p.TOPIC_FILTER_INVALID if v5 else 0x80)
+                continue
+            shared = parts.share_group is not None
+            if shared and options & 0x04:
+                raise p.PacketError(
+                    "No Local on a shared subscription [MQTT-3.8.3-4]", p.PROTOCOL_ERROR
+                )
+            known = session.subscriptions.get(text)
+            if known is None and len(session.subscriptions) >= self.limits.max_subscriptions:
+                codes.append(p.QUOTA_EXCEEDED if v5 else 0x80)
+                continue
+            qos = min(options & 0x03, 1)
+            sub = Subscription(
+                text,
+                qos,
+                bool(options & 0x04),
+                bool(options & 0x08),
+                identifier if isinstance(identifier, int) else None,
+            )
+            sub_id = known[0] if known else next(self._ids)
+            if known is None:
+                self._filter_changes.append((text, 1))
+            session.subscriptions[text] = (sub_id, sub)
+            self._subscribers[sub_id] = (session, text)
+            self._index.add(text, sub_id)
+            codes.append(qos)
+            handling = (options >> 4) & 0x03
+            if not shared and (handling == 0 or (handling == 1 and known is None)):
+                retained += [(m, qos) for m in self._retained_for(parts.topic_filter)]
+        ack = p.SubAck(packet.packet_id, tuple(codes))
+        actions: list[Action] = [Send(connection, encode(ack, session.version))]
+        for message, qos in retained:
+            copy = p.Publish(
+                message.topic,
+                message.payload,
+                min(qos, message.qos),
+                True,
+                properties=message.properties,
+            )
+            actions += self._offer(session, copy)
+        return actions
+
+    def _retained_for(self, filter: str) -> list[p.Publish]:
+        return [m for topic, m in sorted(self.retained.items()) if matches(filter, topic)]
+
+    def _unsubscribe(
+        self, connection: int, session: Session, packet: p.Unsubscribe
+    ) -> list[Action]:
+        codes = []
+        for text in packet.filters:
+            known = session.subscriptions.pop(text, None)
+            if known is None:
+                codes.append(p.NO_SUBSCRIPTION_EXISTED)
+                continue
+            self._index.remove(text, known[0])
+            del self._subscribers[known[0]]
+            self._filter_changes.append((text, -1))
+            codes.append(p.SUCCESS)
+        ack = p.UnsubAck(packet.packet_id, tuple(codes))
+        return [Send(connection, encode(ack, session.version))]
+
+    def _disconnect(
+        self, connection: int, state: _Connection, packet: p.Disconnect, now: float
+    ) -> list[Action]:
+        session = state.session
+        assert session is not None
+        expiry = p.prop(packet.properties, 0x11)
+        if isinstance(expiry, int):
+            if session.expiry == 0 and expiry:
+                raise p.PacketError(
+                    "session expiry set at DISCONNECT after 0 [MQTT-3.14.2-2]", p.PROTOCOL_ERROR
+                )
+            session.expiry = min(expiry, self.limits.session_expiry)
+        if packet.code != 0x04:  # "Disconnect with Will Message" keeps it
+            session.will = None
+        return [Close(connection, "client disconnected"), *self.lost(connection, now)]
+
+    def _refuse(self, connection: int, state: _Connection, code: int, why: str) -> list[Action]:
+        """Rule 7: tell a 5.0 client why (if it has connected), then close."""
+        self.refused += 1
+        actions: list[Action] = []
+        if state.version == p.V5 and state.session is not None:
+            actions.append(Send(connection, encode(p.Disconnect(code, ((0x1F, why[:200]),)), p.V5)))
+        elif state.session is None and code == p.UNSUPPORTED_PROTOCOL_VERSION:
+            # 3.1.1's return code 1 reads the same to either version's client [MQTT-3.1.2-2]
+            actions.append(Send(connection, encode(p.ConnAck(False, 0x01), p.V311)))
+        actions.append(Close(connection, why))
+        return actions + self.lost(connection, 0.0 if state.session is None else state.last_seen)
+
+    # -- sessions --------------------------------------------------------------------------
+
+    def _leave(self, session: Session, now: float) -> list[Action]:
+        session.connection = None
+        if session.expiry <= 0:
+            self._end(session)
+        else:
+            session.away_since = now
+        return []
+
+    def _end(self, session: Session) -> None:
+        for text, (sub_id, _) in session.subscriptions.items():
+            self._index.remove(text, sub_id)
+            del self._subscribers[sub_id]
+            self._filter_changes.append((text, -1))
+        session.subscriptions.clear()
+        if self.sessions.get(session.client_id) is session:
+            del self.sessions[session.client_id]
+
+
+def _requested_expiry(packet: p.Connect) -> float:
+    if packet.version == p.V5:
+        return float(p.prop(packet.properties, 0x11, 0))  # type: ignore[arg-type]
+    return 0.0 if packet.clean_start else float("inf")
+
+
+def _target(
+    targets: dict[str, tuple[Session, int, bool, list[int]]],
+    session: Session,
+    sub: Subscription,
+    message: p.Publish,
+    origin: str,
+) -> None:
+    """Add ``session``'s matching ``sub`` to ``targets``: one copy per session (rule 4)."""
+    if sub.no_local and session.client_id == origin:
+        return
+    qos = min(sub.qos, message.qos)
+    retain = message.retain and sub.retain_as_published
+    ids = [sub.identifier] if sub.identifier else []
+    entry = targets.get(session.client_id)
+    if entry is None:
+        targets[session.client_id] = (session, qos, retain, ids)
+    else:
+        _, known_qos, known_retain, known_ids = entry
+        targets[session.client_id] = (
+            session,
+            max(known_qos, qos),
+            known_retain or retain,
+            known_ids + ids,
+        )
+
+
+def _dup(message: p.Publish) -> p.Publish:
+    return p.Publish(
+        message.topic,
+        message.payload,
+        message.qos,
+        message.retain,
+        True,
+        message.packet_id,
+        message.properties,
+    )
+
+
+def _with_id(message: p.Publish, packet_id: int) -> p.Publish:
+    return p.Publish(
+        message.topic,
+        message.payload,
+        message.qos,
+        message.retain,
+        False,
+        packet_id,
+        message.properties,
+    )
+
+
+def _forwarded(properties: p.Properties) -> p.Properties:
+    """The properties a server passes on to subscribers (5.0 3.3.2.3): not the alias or ids."""
+    return tuple((k, v) for k, v in properties if k not in (0x23, 0x0B))

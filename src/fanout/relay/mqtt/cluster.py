@@ -1,0 +1,240 @@
+"""Relays as one MQTT broker: the shared match table says which relays want a message, and the
+relay a client published at forwards it to them, and to them only.
+
+Rules:
+
+1. Every subscription a client of this relay takes or drops is written to the shared table
+   (``matchtable``) in the order it happened; the relay renews its lease and its peer address
+   (``NAMESPACE + "addr:" + relay``) every third of a lease, and sweeps dead relays every lease.
+   A relay that finds it was swept while alive (it stalled past its lease) writes its
+   subscriptions again.
+2. A message a client publishes here is delivered here at once (the broker), then looked up in
+   the table and forwarded to every other relay with a matching plain subscription, once, over
+   one TCP connection per peer: MQTT 5.0 PUBLISH packets (our codec) whose user properties say
+   who published it (``o``), whether the peer delivers it to its plain subscriptions (``p``) and
+   to which of its shared subscriptions (``s``, one per share group it was chosen for).
+3. Lookups and forwards are done one message at a time, in the order clients published them,
+   and a peer connection keeps that order: order per publisher and topic holds across relays.
+4. A ``$share`` group spans the cluster: for each matching group the publishing relay picks one
+   of the group's relays in turn, and that relay one of its members (the broker).
+5. Forwarding is at most once across a failure: a message in flight to a relay whose connection
+   breaks is counted (``lost``), not sent again. A relay that dies leaves the table within a
+   lease; its clients reconnect to another relay.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable
+from typing import Any
+
+from fanout.relay.mqtt import packets as p
+from fanout.relay.mqtt.actions import Action
+from fanout.relay.mqtt.broker import Broker
+from fanout.relay.mqtt.decoding import decode, split
+from fanout.relay.mqtt.encoding import encode
+from fanout.relay.mqtt.matchtable import MatchTable
+
+log = logging.getLogger(__name__)
+
+MAX_PEER_PACKET = 256 << 20
+USER = 0x26
+
+
+def share_filter(key: str) -> str:
+    """The ``$share/GROUP/filter`` text of a table's share key ``GROUP/prefix/``."""
+    group, _, prefix = key.partition("/")
+    return f"$share/{group}/{prefix[:-1]}"
+
+
+def peer_packet(message: p.Publish, origin: str, plain: bool, shares: list[str]) -> bytes:
+    """The bytes that forward ``message`` to a peer (rule 2)."""
+    marks: list[tuple[int, object]] = [(USER, ("o", origin)), (USER, ("p", "1" if plain else "0"))]
+    marks += [(USER, ("s", text)) for text in shares]
+    packet_id = 1 if message.qos else None
+    forwarded = p.Publish(
+        message.topic,
+        message.payload,
+        message.qos,
+        message.retain,
+        False,
+        packet_id,
+        message.properties + tuple(marks),
+    )
+    return encode(forwarded, p.V5)
+
+
+def read_peer_packet(message: p.Publish) -> tuple[p.Publish, str, bool, list[str]]:
+    """(message, origin, plain, shares) of a forwarded PUBLISH (``peer_packet``'s inverse)."""
+    origin, plain, shares = "", False, []
+    kept = []
+    for ident, value in message.properties:
+        if ident == USER and isinstance(value, tuple) and value[0] in ("o", "p", "s"):
+            name, text = value
+            if name == "o" and not origin:
+                origin = text
+            elif name == "p":
+                plain = text == "1"
+            elif name == "s":
+                shares.append(text)
+            continue
+        kept.append((ident, value))
+    clean = p.Publish(
+        message.topic, message.payload, message.qos, message.retain, properties=tuple(kept)
+    )
+    return clean, origin, plain, shares
+
+
+class Cluster:
+    """This relay's part of the cluster: the table, its peers, the forwarding queue."""
+
+    def __init__(
+        self,
+        table: MatchTable,
+        broker: Broker,
+        apply: Callable[[list[Action]], None],
+        host: str,
+        peer_port: int = 0,
+    ) -> None:
+        """A cluster member over ``table`` whose deliveries go through ``apply``."""
+        self.table, self.broker, self.apply = table, broker, apply
+        self.host, self.peer_port = host, peer_port
+        self.forwarded = self.received = self.lost = 0
+        self._queue: asyncio.Queue[tuple[Any, ...]] = asyncio.Queue()
+        self._peers: dict[str, asyncio.StreamWriter] = {}
+        self._turns: dict[str, int] = {}
+        self._served: set[asyncio.StreamWriter] = set()
+        self._registered = 0  # subscriptions of this relay in the table
+        broker.shared_locally = False
+
+    # -- what the broker says -----------------------------------------------------------------
+
+    def on_filters(self, changes: list[tuple[str, int]]) -> None:
+        """Subscriptions taken (+1) or dropped (-1) here, to be written in order (rule 1)."""
+        for text, delta in changes:
+            self._queue.put_nowait(("filter", text, delta))
+
+    def on_published(self, message: p.Publish, origin: str) -> None:
+        """A message a client published here, to be forwarded in order (rule 3)."""
+        self._queue.put_nowait(("publish", message, origin))
+
+    # -- running ------------------------------------------------------------------------------
+
+    async def run(self, ready: Callable[[], None] | None = None) -> None:
+        """Serve peers, keep the lease, forward; until cancelled."""
+        server = await asyncio.start_server(self._serve_peer, self.host, self.peer_port)
+        try:
+            async with server, asyncio.TaskGroup() as tasks:
+                self.peer_port = server.sockets[0].getsockname()[1]
+                await self._renew()
+                tasks.create_task(self._keep_lease())
+                tasks.create_task(self._work())
+                if ready is not None:
+                    ready()
+        except Exception:
+            log.exception("mqtt cluster: stopped")
+            raise
+        finally:
+            for writer in self._peers.values():
+                writer.transport.abort()
+            for writer in self._served:
+                writer.transport.abort()
+            await self.table.redis.aclose()
+
+    async def _renew(self) -> None:
+        table = self.table
+        await table.renew()
+        key = f"{table.namespace}addr:{table.relay}"
+        await table.redis.set(key, f"{self.host}:{self.peer_port}", px=int(table.lease * 1000))
+        if self._registered and not await table.redis.sismember(
+            table.namespace + "relays", table.relay
+        ):
+            # Swept while alive (this relay stalled past its lease): register again.
+            log.warning("mqtt cluster: %s was swept while alive; registering again", table.relay)
+            self._registered = 0
+            for session in self.broker.sessions.values():
+                self.on_filters([(text, 1) for text in session.subscriptions])
+
+    async def _keep_lease(self) -> None:
+        beats = 0
+        while True:
+            await asyncio.sleep(self.table.lease / 3)
+            await self._renew()
+            beats += 1
+            if beats % 3 == 0:
+                for relay in await self.table.sweep():
+                    log.info("mqtt cluster: swept relay %s (lease expired)", relay)
+            await self.table.follow_invalidations()
+
+    async def _work(self) -> None:
+        while True:
+            item = await self._queue.get()
+            if item[0] == "filter":
+                _, text, delta = item
+                await (self.table.add(text) if delta > 0 else self.table.remove(text))
+                self._registered += delta
+            else:
+                _, message, origin = item
+                await self._forward(message, origin)
+
+    async def _forward(self, message: p.Publish, origin: str) -> None:
+        matches = await self.table.match(message.topic)
+        me = self.table.relay
+        targets: dict[str, tuple[bool, list[str]]] = {
+            relay: (True, []) for relay in matches.relays if relay != me
+        }
+        local: list[str] = []
+        for key, members in sorted(matches.shared.items()):
+            ordered = sorted(members)
+            turn = self._turns.get(key, 0)
+            self._turns[key] = turn + 1
+            chosen = ordered[turn % len(ordered)]
+            if chosen == me:
+                local.append(share_filter(key))
+            else:
+                targets.setdefault(chosen, (False, []))[1].append(share_filter(key))
+        if local:
+            self.apply(self.broker.publish(message, origin, plain=False, shares=local))
+        for relay, (plain, shares) in sorted(targets.items()):
+            await self._send(relay, peer_packet(message, origin, plain, shares))
+
+    async def _send(self, relay: str, data: bytes) -> None:
+        writer = self._peers.get(relay)
+        try:
+            if writer is None or writer.is_closing():
+                address = await self.table.redis.get(f"{self.table.namespace}addr:{relay}")
+                if address is None:
+                    self.lost += 1  # gone since the lookup: its lease ran out (rule 5)
+                    return
+                host, _, port = address.decode().rpartition(":")
+                opened = await asyncio.wait_for(asyncio.open_connection(host, int(port)), 5)
+                writer = self._peers[relay] = opened[1]
+            writer.write(data)
+            await writer.drain()
+            self.forwarded += 1
+        except (OSError, TimeoutError) as error:
+            self.lost += 1
+            self._peers.pop(relay, None)
+            log.warning("mqtt cluster: forwarding to %s failed: %s", relay, error)
+
+    async def _serve_peer(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        buffer = bytearray()
+        self._served.add(writer)
+        try:
+            while data := await reader.read(65536):
+                buffer += data
+                while found := split(buffer, MAX_PEER_PACKET):
+                    first, body, taken = found
+                    del buffer[:taken]
+                    packet = decode(first, body, p.V5)
+                    if not isinstance(packet, p.Publish):
+                        raise p.PacketError("a peer sends only PUBLISH", p.PROTOCOL_ERROR)
+                    message, origin, plain, shares = read_peer_packet(packet)
+                    self.received += 1
+                    self.apply(self.broker.publish(message, origin, plain=plain, shares=shares))
+        except (OSError, p.PacketError) as error:
+            log.warning("mqtt cluster: a peer connection failed: %s", error)
+        finally:
+            self._served.discard(writer)
+            writer.close()

@@ -1,0 +1,344 @@
+"""The shared match table of IPCOM000235838D in Redis Cluster: every relay's MQTT subscriptions in
+one distributed table, so a publication is matched against all relays' subscriptions without
+flooding and without proxy subscriptions.
+
+Rules (the entry layout is ``views/topic/index.py``'s, stored in Redis instead of memory):
+
+1. **Entries.** One Redis hash per topic-filter prefix, keyed ``NAMESPACE + prefix`` where the
+   prefix is the filter's levels, each followed by ``/`` (the root is ``""``). Its fields:
+   ``c:LEVEL`` -> how many filters held continue with that next level (``+`` and ``#``
+   included); ``s:RELAY`` -> how many of that relay's subscriptions are exactly this filter;
+   ``g:GROUP/RELAY`` -> the same for ``$share/GROUP/filter``. Parents are created as needed:
+   adding a filter increments every entry on its path; removing it decrements them, and a
+   field that reaches 0 is deleted in the same step (a Lua script on the one key), so that
+   concurrent writers of several relays commute: the table after any interleaving is the one
+   after the same adds and removes in any order.
+2. **Lookup** walks only the branches a topic can match: from the root, level by level, the
+   literal child and ``+``, collecting ``#`` children on the way (not at the first level of a
+   ``$`` topic, [MQTT-4.7.2-1]); the entries of one level are fetched together in one
+   pipelined round trip (Redis Cluster sends each node its share in parallel).
+3. **Caching.** Fetched entries are kept in a bounded LRU cache. Every write appends the
+   prefixes it changed to one Redis stream; every table reads that stream (``invalidations``)
+   and drops those entries, and drops all of them if it fell behind the stream's trimmed
+   start. An entry is also dropped after ``max_age`` seconds, so a reader that cannot follow
+   the stream is wrong for a bounded time.
+4. **Leases.** A relay holds a lease key that expires ``lease`` seconds after its last renewal
+   (``renew``); lookups return only relays whose lease is alive, so a relay that dies stops
+   being a subscriber within a lease. A relay that restarts takes a new incarnation name and
+   registers its subscriptions again. Each relay's filters are also kept under its name, so
+   that any relay can ``sweep`` a dead one's out of the table: it first renames that list
+   (atomic: of two sweepers only one gets it), then removes its filters as ``remove`` does.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import OrderedDict
+from dataclasses import dataclass, field
+from typing import Any
+
+from redis.exceptions import ResponseError
+
+from fanout.views.topic.syntax import parse_filter, topic_levels
+
+#: Decrements one field, deleting it at 0 or below, atomically on its key.
+DECREMENT = """
+local v = redis.call('HINCRBY', KEYS[1], ARGV[1], -tonumber(ARGV[2]))
+if v <= 0 then redis.call('HDEL', KEYS[1], ARGV[1]) end
+return v
+"""
+STREAM_LENGTH = 10_000
+
+
+@dataclass
+class Entry:
+    """One row of the table: a filter prefix's next levels and subscribers."""
+
+    children: set[str]
+    relays: dict[str, int]
+    groups: dict[str, dict[str, int]]
+    at: float = 0.0
+
+    @classmethod
+    def read(cls, fields: dict[Any, Any], now: float) -> Entry:
+        """The entry whose Redis hash is ``fields`` (bytes or str)."""
+        children: set[str] = set()
+        relays: dict[str, int] = {}
+        groups: dict[str, dict[str, int]] = {}
+        for raw_name, raw_value in fields.items():
+            name = raw_name.decode() if isinstance(raw_name, bytes) else raw_name
+            count = int(raw_value)
+            kind, rest = name[:2], name[2:]
+            if kind == "c:":
+                children.add(rest)
+            elif kind == "s:":
+                relays[rest] = count
+            elif kind == "g:":
+                group, _, relay = rest.rpartition("/")
+                groups.setdefault(group, {})[relay] = count
+        return cls(children, relays, groups, now)
+
+
+@dataclass
+class Matches:
+    """Who wants a topic: relays with matching plain filters, and each matching share group's
+    relays (by ``GROUP/filter-prefix``, one entry per shared subscription)."""
+
+    relays: set[str] = field(default_factory=set)
+    shared: dict[str, set[str]] = field(default_factory=dict)
+
+
+def entry_key(levels: tuple[str, ...]) -> str:
+    """Rule 1's prefix of ``levels``: each level followed by ``/``."""
+    return "".join(level + "/" for level in levels)
+
+
+def path_fields(filter: str, relay: str) -> list[tuple[str, str]]:
+    """(entry prefix, field) of every field adding ``filter`` for ``relay`` increments."""
+    parts = parse_filter(filter)
+    levels = parts.levels
+    fields = [(entry_key(levels[:i]), "c:" + levels[i]) for i in range(len(levels))]
+    own = f"g:{parts.share_group}/{relay}" if parts.share_group is not None else f"s:{relay}"
+    return [*fields, (entry_key(levels), own)]
+
+
+class MatchTable:
+    """One relay's view of the shared table in a Redis Cluster (``redis.asyncio.RedisCluster``).
+
+    Attributes:
+        lookups: entries fetched from Redis so far; rounds: round trips they took;
+        cache_hits: entries served from the cache.
+    """
+
+    def __init__(
+        self,
+        redis: Any,
+        relay: str,
+        *,
+        namespace: str = "fanout:mt:",
+        lease: float = 3.0,
+        cache_size: int = 10_000,
+        max_age: float = 5.0,
+    ) -> None:
+        """A table for ``relay`` (an incarnation name: rule 4) over the client ``redis``."""
+        self.redis, self.relay, self.namespace = redis, relay, namespace
+        self.lease, self.cache_size, self.max_age = lease, cache_size, max_age
+        self.lookups = self.rounds = self.cache_hits = 0
+        self._cache: OrderedDict[str, Entry] = OrderedDict()
+        self._stream = namespace + "invalidations"
+        self._seen = "$"
+        self._alive: dict[str, tuple[bool, float]] = {}
+        self._decrement = redis.register_script(DECREMENT)
+
+    # -- writes ----------------------------------------------------------------------------
+
+    async def add(self, filter: str) -> None:
+        """Hold one more subscription of this relay to ``filter``.
+
+        Raises:
+            InvalidView: ``filter`` is not a valid topic filter.
+        """
+        fields = path_fields(filter, self.relay)
+        pipe = self.redis.pipeline()
+        for prefix, name in fields:
+            pipe.hincrby(self.namespace + prefix, name, 1)
+        pipe.hincrby(self._filters_key(self.relay), filter, 1)
+        pipe.sadd(self.namespace + "relays", self.relay)
+        await pipe.execute()
+        await self._invalidate([prefix for prefix, _ in fields])
+
+    async def remove(self, filter: str) -> None:
+        """Hold one subscription of this relay to ``filter`` less (it must be held)."""
+        await self._decrement(keys=[self._filters_key(self.relay)], args=[filter, 1])
+        await self._remove(filter, self.relay, 1)
+
+    async def _remove(self, filter: str, relay: str, count: int) -> None:
+        fields = path_fields(filter, relay)
+        for prefix, name in fields:
+            await self._decrement(keys=[self.namespace + prefix], args=[name, count])
+        await self._invalidate([prefix for prefix, _ in fields])
+
+    async def sweep(self) -> list[str]:
+        """Remove the filters of every relay whose lease expired (rule 4); the relays swept."""
+        swept = []
+        for raw in await self.redis.smembers(self.namespace + "relays"):
+            relay = raw.decode() if isinstance(raw, bytes) else raw
+            if relay == self.relay or await self.redis.exists(self._lease_key(relay)):
+                continue
+            claimed = self._filters_key(relay) + ":swept"
+            try:
+                await self.redis.rename(self._filters_key(relay), claimed)
+            except ResponseError as error:  # the list is gone: another relay swept it
+                if "no such key" not in str(error).lower():
+                    raise
+                await self.redis.srem(self.namespace + "relays", relay)
+                continue
+            for filter, count in (await self.redis.hgetall(claimed)).items():
+                text = filter.decode() if isinstance(filter, bytes) else filter
+                await self._remove(text, relay, int(count))
+            await self.redis.delete(claimed)
+            await self.redis.srem(self.namespace + "relays", relay)
+            swept.append(relay)
+        return swept
+
+    def _filters_key(self, relay: str) -> str:
+        # The relay's name as a hash tag: its list and the list renamed live in one slot.
+        return f"{self.namespace}filters:{{{relay}}}"
+
+    async def renew(self) -> None:
+        """Renew this relay's lease (rule 4): call it more often than ``lease`` seconds."""
+        await self.redis.set(self._lease_key(self.relay), b"1", px=int(self.lease * 1000))
+
+    async def _invalidate(self, prefixes: list[str]) -> None:
+        await self.redis.xadd(
+            self._stream, {"p": "\n".join(prefixes)}, maxlen=STREAM_LENGTH, approximate=True
+        )
+        for prefix in prefixes:
+            self._cache.pop(prefix, None)
+
+    def _lease_key(self, relay: str) -> str:
+        return f"{self.namespace}lease:{relay}"
+
+    # -- cache -----------------------------------------------------------------------------
+
+    async def follow_invalidations(self, block_ms: int | None = None) -> int:
+        """Read the invalidation stream once (waiting up to ``block_ms``, None: not waiting);
+        the number of cached entries dropped."""
+        if self._seen == "$":
+            last = await self.redis.xrevrange(self._stream, count=1)
+            self._seen = _text(last[0][0]) if last else "0-0"
+        answer = await self.redis.xread({self._stream: self._seen}, block=block_ms, count=1000)
+        dropped = 0
+        if answer and await self._fell_behind():
+            dropped += len(self._cache)
+            self._cache.clear()  # what was trimmed away unread is unknown: rule 3
+        for _, messages in _stream_items(answer):
+            for ident, body in messages:
+                self._seen = _text(ident)
+                text = _text(body.get(b"p", body.get("p", b"")))
+                for prefix in text.split("\n"):
+                    dropped += self._cache.pop(prefix, None) is not None
+        return dropped
+
+    async def _fell_behind(self) -> bool:
+        info = await self.redis.xinfo_stream(self._stream)
+        deleted = info.get("max-deleted-entry-id", b"0-0")
+        return _id(deleted) > _id(self._seen)
+
+    # -- lookups ---------------------------------------------------------------------------
+
+    async def _entries(self, prefixes: list[str]) -> dict[str, Entry]:
+        """The entries of ``prefixes``: cached ones, the rest in one pipelined round trip."""
+        now = time.monotonic()
+        found: dict[str, Entry] = {}
+        missing = []
+        for prefix in dict.fromkeys(prefixes):
+            entry = self._cache.get(prefix)
+            if entry is not None and now - entry.at < self.max_age:
+                self._cache.move_to_end(prefix)
+                found[prefix] = entry
+                self.cache_hits += 1
+            else:
+                missing.append(prefix)
+        if missing:
+            pipe = self.redis.pipeline()
+            for prefix in missing:
+                pipe.hgetall(self.namespace + prefix)
+            for prefix, fields in zip(missing, await pipe.execute(), strict=True):
+                entry = Entry.read(fields, now)
+                found[prefix] = entry
+                self._cache[prefix] = entry
+            self.lookups += len(missing)
+            self.rounds += 1
+            while len(self._cache) > self.cache_size:
+                self._cache.popitem(last=False)
+        return found
+
+    async def match(self, topic: str) -> Matches:
+        """Every live relay with a filter matching ``topic`` (rule 2), and the share groups.
+
+        Raises:
+            InvalidView: ``topic`` is not a valid topic name.
+        """
+        levels = topic_levels(topic)
+        dollar = levels[0].startswith("$")
+        frontier: list[tuple[str, ...]] = [()]
+        entries = await self._entries([""])
+        hits: list[tuple[str, ...]] = []
+        for depth, level in enumerate(levels):
+            wild = not (depth == 0 and dollar)
+            following: list[tuple[str, ...]] = []
+            for prefix in frontier:
+                children = entries[entry_key(prefix)].children
+                if wild and "#" in children:
+                    hits.append((*prefix, "#"))
+                if level in children:
+                    following.append((*prefix, level))
+                if wild and "+" in children:
+                    following.append((*prefix, "+"))
+            frontier = following
+            wanted = [entry_key(p) for p in frontier + hits if entry_key(p) not in entries]
+            if wanted:
+                entries.update(await self._entries(wanted))
+        for prefix in frontier:
+            hits.append(prefix)
+            if "#" in entries[entry_key(prefix)].children:
+                hits.append((*prefix, "#"))
+        wanted = [entry_key(p) for p in hits if entry_key(p) not in entries]
+        if wanted:
+            entries.update(await self._entries(wanted))
+        return await self._alive_only(hits, entries)
+
+    async def _alive_only(self, hits: list[tuple[str, ...]], entries: dict[str, Entry]) -> Matches:
+        matches = Matches()
+        candidates: set[str] = set()
+        for prefix in hits:
+            entry = entries[entry_key(prefix)]
+            candidates.update(entry.relays)
+            for members in entry.groups.values():
+                candidates.update(members)
+        alive = await self._leases(candidates)
+        for prefix in hits:
+            key = entry_key(prefix)
+            entry = entries[key]
+            matches.relays.update(r for r in entry.relays if r in alive)
+            for group, members in entry.groups.items():
+                live = {r for r in members if r in alive}
+                if live:
+                    matches.shared.setdefault(f"{group}/{key}", set()).update(live)
+        return matches
+
+    async def _leases(self, relays: set[str]) -> set[str]:
+        """The relays among ``relays`` whose lease is alive (looked up at most every lease/4)."""
+        now = time.monotonic()
+        unknown = [r for r in relays if now - self._alive.get(r, (False, -1e9))[1] > self.lease / 4]
+        if unknown:
+            pipe = self.redis.pipeline()
+            for relay in unknown:
+                pipe.exists(self._lease_key(relay))
+            for relay, exists in zip(unknown, await pipe.execute(), strict=True):
+                self._alive[relay] = (bool(exists), now)
+            self.rounds += 1
+        return {r for r in relays if self._alive[r][0]}
+
+
+def _id(ident: Any) -> tuple[int, int]:
+    text = ident.decode() if isinstance(ident, bytes) else str(ident)
+    ms, _, seq = text.partition("-")
+    return int(ms), int(seq or 0)
+
+
+def _text(value: Any) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+def _stream_items(answer: Any) -> list[tuple[Any, list[tuple[Any, dict[Any, Any]]]]]:
+    """XREAD's answer as (stream, messages) pairs, whichever shape the client gives."""
+    if not answer:
+        return []
+    if isinstance(answer, dict):
+        return [
+            (name, list(messages[0] if messages and isinstance(messages[0], list) else messages))
+            for name, messages in answer.items()
+        ]
+    return [(name, messages) for name, messages in answer]

@@ -1,0 +1,63 @@
+"""Which topic dataset an MQTT message is kept in, and the batches waiting for the publisher."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from fanout.errors import ConfigError
+from fanout.relay.mqtt.ingest import Pending, Routes, parse_route
+from fanout.relay.mqtt.packets import Publish
+
+
+def test_the_longest_prefix_wins_then_the_default() -> None:
+    routes = Routes("all", (("plant/", "plants"), ("plant/7/", "seven")))
+    assert routes.dataset("plant/7/temp") == "seven"
+    assert routes.dataset("plant/1/temp") == "plants"
+    assert routes.dataset("home/door") == "all"
+    assert Routes(None, (("a/", "x"),)).dataset("b") is None
+    assert routes.datasets() == ["all", "plants", "seven"]
+
+
+def test_routes_are_checked() -> None:
+    assert parse_route("plant/=sensors") == ("plant/", "sensors")
+    for bad in ("plant/", "=x", "a/=", "a/+=x", "#=x"):
+        with pytest.raises(ConfigError):
+            parse_route(bad)
+
+
+messages = st.lists(
+    st.tuples(
+        st.sampled_from(["a", "b", "c"]), st.sampled_from([b"", b"1", b"2", b"\xff"]), st.booleans()
+    ),
+    max_size=20,
+)
+
+
+@given(messages)
+def test_a_batch_holds_the_last_retained_message_of_each_topic(
+    sent: list[tuple[str, bytes, bool]],
+) -> None:
+    pending = Pending(Routes("d"))
+    for topic, payload, retain in sent:
+        pending.add(Publish(topic, payload, 0, retain))
+    # The oracle: replay the messages on a dict, as the dataset's state would be.
+    state: dict[str, str | None] = {}
+    for topic, payload, retain in sent:
+        if retain and payload != b"\xff":
+            state[topic] = payload.decode() or None
+    batches = pending.take()
+    upserts = {t: v for t, v in state.items() if v is not None}
+    deletes = sorted(t for t, v in state.items() if v is None)
+    assert batches == ([("d", upserts, deletes)] if state else [])
+    assert pending.skipped == sum(1 for _, p, r in sent if r and p == b"\xff")
+    assert pending.take() == []
+
+
+def test_past_its_bound_new_topics_are_dropped_and_counted() -> None:
+    pending = Pending(Routes("d"), max_pending=2)
+    for topic in ("a", "b", "c", "a"):
+        pending.add(Publish(topic, b"x", 0, True))
+    assert pending.take() == [("d", {"a": "x", "b": "x"}, [])]
+    assert pending.dropped == 1
