@@ -1,9 +1,10 @@
 """The relay's producer link: retained MQTT messages into their topic datasets at the publisher.
 
 A connection of its own to the publisher's control plane, as a ``producer`` (the relay's
-upstream link stays the relay's): it sends each batch of ``ingest.Pending`` as one ``Publish``
-per dataset and waits for it to be durable (``Published``) before the next. The live path to
-MQTT clients never waits for it, nor for Spark.
+upstream link stays the relay's; the retained state is read on another, as a ``reader``): it
+sends each batch of ``ingest.Pending`` as one ``Publish`` per dataset and waits for it to be
+durable (``Published``) before the next. The live path to MQTT clients never waits for it, nor
+for Spark.
 
 When it connects it also reads each routed dataset's rows (``ReadState`` of ``#``) into the
 broker's retained messages that the broker does not hold yet: a relay that restarts serves the
@@ -72,17 +73,17 @@ class ProducerLink:
                 async with connect(
                     self.url, max_size=MAX_FRAME, compression=None, open_timeout=10
                 ) as websocket:
-                    keys = await self._handshake(websocket)
+                    keys = await self._handshake(websocket, "producer")
                     delay = reconnect_delay
-                    await self._load_retained(websocket, keys)
+                    await self._load_retained(keys)
                     await self._send_batches(websocket, keys)
             except (OSError, ConnectionClosed, ProtocolError, TimeoutError) as error:
                 log.warning("mqtt ingest to %s: %s; again in %.1f s", self.url, error, delay)
             await asyncio.sleep(delay)
             delay = min(delay * 2, 5.0)
 
-    async def _handshake(self, websocket: ClientConnection) -> dict[str, str]:
-        hello = Hello(version=PROTOCOL_VERSION, role="producer", name=f"{self.name}-mqtt")
+    async def _handshake(self, websocket: ClientConnection, role: str) -> dict[str, str]:
+        hello = Hello(version=PROTOCOL_VERSION, role=role, name=f"{self.name}-mqtt")  # type: ignore[arg-type]
         await websocket.send(codec.encode(hello))
         decoder = codec.from_publisher()
         check_welcome(decoder.decode(await websocket.recv()))
@@ -107,7 +108,16 @@ class ProducerLink:
         self._req += 1
         return self._req
 
-    async def _load_retained(self, websocket: ClientConnection, keys: dict[str, str]) -> None:
+    async def _load_retained(self, keys: dict[str, str]) -> None:
+        """Read the routed datasets' rows as a reader (a producer only writes: each role reads
+        or writes only what it is for), on a connection of its own."""
+        async with connect(
+            self.url, max_size=MAX_FRAME, compression=None, open_timeout=10
+        ) as websocket:
+            await self._handshake(websocket, "reader")
+            await self._read_retained(websocket, keys)
+
+    async def _read_retained(self, websocket: ClientConnection, keys: dict[str, str]) -> None:
         for dataset in self.pending.routes.datasets():
             if dataset not in keys:
                 log.warning("mqtt ingest: %r is not a topic dataset of the publisher", dataset)
