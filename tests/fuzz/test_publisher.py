@@ -21,6 +21,7 @@ from websockets.asyncio.client import connect
 
 from fanout.errors import BadRequest, InvalidView
 from fanout.metrics import Sample
+from fanout.publisher import control as control_module
 from fanout.publisher.control import ControlPlane
 from fanout.publisher.registry import Registry
 from fanout.testing.hostile import Tally, fuzz
@@ -144,3 +145,35 @@ async def test_hostile_peers_in_every_role_get_errors_and_a_good_relay_gets_ever
     assert tally.errors["protocol"] > 0, tally.errors
     tracebacks = [r for r in caplog.records if r.exc_info is not None]
     assert tracebacks == [], [r.getMessage() for r in tracebacks]
+
+
+async def test_connections_that_sent_bad_input_share_a_small_budget_of_loop_time(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # A budget of 5 ms a second for all suspects: a flood of bad frames must wait for it, and
+    # the good relay, which never sent one, keeps getting its batches at once.
+    monkeypatch.setattr(control_module, "SUSPECT_SHARE", 0.005)
+    monkeypatch.setattr(control_module, "SUSPECT_BURST", 0.005)
+    control = ControlPlane(Datasets(), Registry())
+    ready = asyncio.Event()
+    serving = asyncio.create_task(control.serve("127.0.0.1", 0, ready=lambda _: ready.set()))
+    await ready.wait()
+    url = f"ws://127.0.0.1:{control.port}"
+    try:
+        async with connect(url) as relay:
+            await relay.send(greeting("relay"))
+            await relay.recv(), await relay.recv()  # Welcome, Catalog
+            number = max(control._relays)
+            tally = Tally()
+            attack = asyncio.create_task(fuzz(url, 7, 400, greeting("producer"), tally))
+            for seq in range(1, 11):
+                control.deliver({number: batch(seq)})
+                frame = codec.from_publisher().decode(await asyncio.wait_for(relay.recv(), 2))
+                assert isinstance(frame, Batch) and frame.seq == seq
+                await asyncio.sleep(0.05)
+            await asyncio.wait_for(attack, 60)
+    finally:
+        control.stop()
+        await serving
+    delayed = [s.value for s in control.samples() if s.name == "publisher_suspect_reads_delayed"]
+    assert delayed[0] > 0, delayed

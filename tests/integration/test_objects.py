@@ -10,6 +10,7 @@ import asyncio
 import contextlib
 import errno
 import os
+import random
 import shutil
 import signal
 import sys
@@ -281,6 +282,74 @@ async def test_two_producers_merge_quality_orders_and_two_delta_readers_each_see
                 [{"cell": "/fleet/t1?x", "object": "/fleet/t1", "attr": "x", "value": "no",
                   "encoding": "n", "quality": 0, "persist": True}],
             )  # fmt: skip
+
+
+#: Well-formed writes the fuzzer mutates.
+VALID_WRITES = [
+    b"speed:n:42\n",
+    b"[q=3]state::on\n",
+    b"[n]temp:n:-1.5e3\n",
+    b"-speed\n",
+    b"note::a value: with colons\n",
+    b"a::1\nb:n:2\n-c\n",
+]
+#: What a write or a name may be answered besides success: a refusal naming the caller's
+#: mistake (never EIO: the relay is up; an unexpected failure would be EIO or a traceback).
+REFUSED = {errno.EINVAL, errno.ENOENT, errno.EISDIR, errno.ENAMETOOLONG, errno.ENOTDIR}
+
+
+def fuzzed_write(rng: random.Random) -> bytes:
+    roll = rng.random()
+    data = bytearray(rng.choice(VALID_WRITES))
+    if roll < 0.4:
+        for _ in range(rng.randrange(1, 4)):
+            data[rng.randrange(len(data))] = rng.randrange(256)
+    elif roll < 0.6:
+        data[rng.randrange(len(data)) :] = b""
+    elif roll < 0.8:
+        data = bytearray(rng.randbytes(rng.randrange(1, 120)))
+    elif roll < 0.85:
+        data = bytearray(b"big::" + b"x" * rng.randrange(100_000, 400_000) + b"\n")
+    return bytes(data)
+
+
+def write_bytes(path: Path, data: bytes) -> int:
+    """Append ``data`` to ``path`` (creating it) in one write(2); its errno, 0 if it worked."""
+    try:
+        handle = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT)
+    except OSError as error:
+        return error.errno or -1
+    try:
+        os.write(handle, data)
+    except OSError as error:
+        return error.errno or -1
+    finally:
+        os.close(handle)
+    return 0
+
+
+async def test_fuzzed_writes_and_names_are_refused_or_applied_and_the_mount_goes_on(
+    deployment: Deployment,
+) -> None:
+    # The mount's entry point under fuzzing (issue 31): mutated and random writes, huge ones,
+    # and odd names, each one write(2) through the real mount.
+    mnt = deployment.mountpoint
+    await shell(f"mkdir -p {mnt}/fz")
+    logs = [deployment.log, deployment.root / "relay.log", deployment.root / "publisher.log"]
+    rng = random.Random(31)
+    names = ["o1", "o2", "o?x", ".all", "..", "a" * 300, "é\u00e9", "o1?delta", "fz", "x\ty"]
+    answers: dict[int, int] = {}
+    for _ in range(120):
+        name = rng.choice(names)
+        result = await asyncio.to_thread(write_bytes, mnt / "fz" / name, fuzzed_write(rng))
+        answers[result] = answers.get(result, 0) + 1
+    assert set(answers) - {0} <= REFUSED, answers
+    assert answers.get(0) and answers.get(errno.EINVAL), answers  # some applied, some refused
+    assert mounted(mnt)
+    await shell(f"echo 'after::fuzz' >> {mnt}/fz/good")
+    await eventually(lambda: cat(mnt / "fz/good"), lambda t: t == "@good\nafter::fuzz\n", **SHOWS)
+    for log in logs:
+        assert "Traceback" not in log.read_text(errors="replace"), log
 
 
 async def test_reads_fail_with_eio_while_the_relay_is_away(deployment: Deployment) -> None:

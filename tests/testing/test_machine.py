@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
-from fanout.testing.machine import describe, write_results
+from fanout.testing.machine import describe, tree_rss, write_results
 
 
 def test_the_machine_is_described_with_its_load() -> None:
@@ -36,3 +39,20 @@ def test_results_without_the_machine_or_the_calibration_are_refused(tmp_path: Pa
     with pytest.raises(ValueError, match="must hold machine and calibration"):
         write_results({"n": 3}, path)
     assert not path.exists()
+
+
+HOLD_64_MIB = "import time; b = bytearray(64 * 2**20); print(1, flush=True); time.sleep(60)"
+
+
+def test_tree_rss_counts_a_child_and_is_zero_for_no_process() -> None:
+    # A child holding 64 MiB: the tree's memory grows by at least that much over the parent's.
+    with subprocess.Popen([sys.executable, "-c", HOLD_64_MIB], stdout=subprocess.PIPE) as child:
+        try:
+            assert child.stdout is not None
+            child.stdout.readline()
+            alone = tree_rss(child.pid)
+            assert alone >= 64 * 2**20
+            assert tree_rss(os.getpid()) >= alone + 1
+        finally:
+            child.kill()
+    assert tree_rss(child.pid) == 0

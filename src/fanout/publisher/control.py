@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import threading
+import time
 from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
 from ssl import SSLContext
@@ -44,6 +45,7 @@ from fanout.publisher.session import (
     Start,
     Welcomed,
 )
+from fanout.relay.throttle import Throttle
 from fanout.views import View
 from fanout.wire import codec
 from fanout.wire.arrow import to_numpy
@@ -95,6 +97,14 @@ class Datasets(Protocol):
 MAX_INBOUND = 1 << 20
 #: Seconds a new connection may take to send its ``Hello`` before it is refused and closed.
 HELLO_TIMEOUT = 10.0
+#: Seconds of the event loop a second, all together, that connections which have sent a frame
+#: refused as bad input may take (``relay.throttle.Throttle``): the loop also hands Spark's
+#: batches to the relays, and a crowd sending garbage must not slow that down. Connections
+#: that never sent a bad frame are not counted against it.
+SUSPECT_SHARE = 0.2
+SUSPECT_BURST = 0.2
+#: Error codes that are not the sender's fault (a connection answered with one stays trusted).
+NOT_BAD_INPUT = frozenset({"unavailable", "log_gap", "resync", "closed"})
 
 
 class ControlPlane:
@@ -133,6 +143,8 @@ class ControlPlane:
         self._open: set[Outbound] = set()
         self._closed_sent = (0, 0)
         self._slow_closed = 0
+        self._suspects = Throttle(SUSPECT_SHARE, SUSPECT_BURST)
+        self._suspect_waits = 0
         self._loop: asyncio.AbstractEventLoop | None = None
         self._stop: asyncio.Event | None = None
         self._thread: threading.Thread | None = None
@@ -214,6 +226,12 @@ class ControlPlane:
                 "Connections closed as slow consumers.",
                 self._slow_closed + sum(o.closed_for is not None for o in self._open),
             ),
+            metrics.Sample(
+                "publisher_suspect_reads_delayed",
+                "counter",
+                "Times a connection that sent bad input waited for the loop time it may take.",
+                self._suspect_waits,
+            ),
         ]
         for relay, peer in self._relays.items():
             outbound = peer.outbound
@@ -278,9 +296,12 @@ class ControlPlane:
                     async with asyncio.timeout(self.hello_timeout) as handshake:
                         peer.handshake = handshake
                         async for message in websocket:
+                            started = time.perf_counter()
                             if not self._act(session.receive(message), peer):
                                 refused = True
                                 break
+                            if peer.suspect:
+                                await self._pay(time.perf_counter() - started)
                 except TimeoutError:
                     self._act(session.hello_overdue(self.hello_timeout), peer)
                 except ConnectionClosed:
@@ -300,6 +321,14 @@ class ControlPlane:
             if refused:
                 await refuse(websocket, "refused: see the error frame")
 
+    async def _pay(self, cost: float) -> None:
+        """Charge a suspect connection's frame to the shared budget; wait if it is overdrawn
+        (a second at most at a time, so that a stopping publisher does not wait for it)."""
+        wait = min(self._suspects.take(time.monotonic(), cost), 1.0)
+        if wait > 0:
+            self._suspect_waits += 1
+            await asyncio.sleep(wait)
+
     def _authenticate(self, hello: Hello) -> Grant | None:
         """What a ``Hello``'s token grants (None without authentication).
 
@@ -314,6 +343,8 @@ class ControlPlane:
         for action in actions:
             match action:
                 case Send(frame=frame):
+                    if isinstance(frame, Error) and frame.code not in NOT_BAD_INPUT:
+                        peer.suspect = True
                     outbound.offer(codec.encode(frame))
                 case Forward(data=data):
                     outbound.offer(data)
@@ -424,6 +455,8 @@ class _Peer:
     outbound: Outbound
     work: _Work
     handshake: asyncio.Timeout | None = None
+    #: It has sent a frame refused as bad input: its frames draw on the shared budget.
+    suspect: bool = False
 
 
 class _Work:

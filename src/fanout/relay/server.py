@@ -323,6 +323,7 @@ class RelayServer:
         try:
             async with asyncio.timeout(self.config.hello_timeout) as handshake:
                 async for message in websocket:
+                    started = time.perf_counter()  # decoding a frame is control time too
                     outcome = session.receive(message)
                     if outcome.reply is not None:
                         self._count_refusal(outcome.reply, outcome.close)
@@ -339,7 +340,7 @@ class RelayServer:
                         if session.hello.role == "relay":  # a relay below: relay.tier
                             refused = await self._serve_below(client, websocket, session.hello)
                             break
-                    await self._take(client, outcome.deliver, throttle)
+                    await self._take(client, outcome.deliver, throttle, started)
         except TimeoutError:
             self._hello_timeouts += 1
             refused = f"no hello within {self.config.hello_timeout:g} s; closing"
@@ -446,11 +447,12 @@ class RelayServer:
             " max_connections); connect to another relay"
         )
 
-    async def _take(self, client: int, frame: object, throttle: Throttle | None) -> None:
-        """Act on a subscriber's frame, then pause reading if its throttle or the relay's
-        control time says so (``relay.throttle``)."""
+    async def _take(
+        self, client: int, frame: object, throttle: Throttle | None, started: float
+    ) -> None:
+        """Act on a subscriber's frame (decoded from ``started``, ``time.perf_counter``), then
+        pause reading if its throttle or the relay's control time says so (``relay.throttle``)."""
         loop = asyncio.get_running_loop()
-        started = time.perf_counter()
         match frame:
             case Subscribe() as request:
                 self._subscribe(client, request, loop.time())

@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import multiprocessing as mp
+import os
 import random
 from collections import Counter
 from dataclasses import dataclass, field
@@ -295,7 +296,8 @@ async def _fuzz(plan: FuzzPlan, pipe: Connection) -> Tally:
     return tally
 
 
-def _main(plan: CrowdPlan | FuzzPlan, pipe: Connection) -> None:
+def _main(plan: CrowdPlan | FuzzPlan, pipe: Connection, nice: int) -> None:
+    os.nice(nice)
     try:
         if isinstance(plan, CrowdPlan):
             tally = asyncio.run(_crowd(plan, pipe))
@@ -308,12 +310,19 @@ def _main(plan: CrowdPlan | FuzzPlan, pipe: Connection) -> None:
 
 
 class HostileProcess:
-    """A crowd (``CrowdPlan``) or a fuzzer (``FuzzPlan``) in a process of its own."""
+    """A crowd (``CrowdPlan``) or a fuzzer (``FuzzPlan``) in a process of its own.
 
-    def __init__(self, plan: CrowdPlan | FuzzPlan) -> None:
+    Args:
+        plan: what it does.
+        nice: added to its scheduling niceness (``os.nice``): 19 lets the servers under attack
+            have the CPU first, as they would if the attackers ran on machines of their own;
+            the servers' own work on the attack (reading, refusing, closing) is still theirs.
+    """
+
+    def __init__(self, plan: CrowdPlan | FuzzPlan, nice: int = 0) -> None:
         context = mp.get_context("spawn")
         self._pipe, theirs = context.Pipe()
-        self.process = context.Process(target=_main, args=(plan, theirs), name="hostile")
+        self.process = context.Process(target=_main, args=(plan, theirs, nice), name="hostile")
         self.process.start()
         theirs.close()
 

@@ -58,3 +58,31 @@ def write_results(results: Mapping[str, object], path: Path | None) -> None:
     if path is not None:
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(text + "\n")
+
+
+def tree_rss(pid: int) -> int:
+    """The resident memory of a process and all its descendants, in bytes (Linux ``/proc``).
+
+    A publisher's memory is its own and its Spark JVM's (a child); a process that has exited
+    (or is exiting) while being read counts as 0.
+
+    Args:
+        pid: the root process.
+
+    Returns:
+        The sum of ``VmRSS`` over the tree; 0 when ``pid`` does not exist.
+    """
+    total, pending = 0, [pid]
+    while pending:
+        current = pending.pop()
+        proc = Path("/proc") / str(current)
+        try:
+            for line in (proc / "status").read_text().splitlines():
+                if line.startswith("VmRSS:"):
+                    total += int(line.split()[1]) * 1024
+                    break
+            for task in (proc / "task").iterdir():
+                pending += [int(child) for child in (task / "children").read_text().split()]
+        except (FileNotFoundError, ProcessLookupError):
+            continue
+    return total
