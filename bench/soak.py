@@ -60,7 +60,7 @@ from fanout.launch import Child, start
 from fanout.publisher.log import SqliteLog
 from fanout.testing.audit import audit
 from fanout.testing.calibration import calibrate
-from fanout.testing.machine import describe, tree_rss, write_results
+from fanout.testing.machine import describe, rss, tree_rss, write_results
 from fanout.testing.wait import NotYet, eventually
 from fanout.views import Box
 
@@ -213,16 +213,16 @@ class Memory:
             now = time.monotonic()
             for name, child in self.deployment.children().items():
                 self.samples.append((now, name.split("-")[0], tree_rss(child.pid)))
-            self.samples.append((now, "bench", tree_rss(os.getpid())))
+            self.samples.append((now, "bench", rss(os.getpid())))
             await asyncio.sleep(2.0)
 
     def peaks(self, start: float, end: float) -> dict[str, float]:
         """The peak per role (MiB) among the samples taken in ``[start, end)``."""
         peak: dict[str, int] = {}
-        for at, role, rss in self.samples:
+        for at, role, resident in self.samples:
             if start <= at < end:
-                peak[role] = max(peak.get(role, 0), rss)
-        return {role: round(rss / 2**20, 1) for role, rss in sorted(peak.items())}
+                peak[role] = max(peak.get(role, 0), resident)
+        return {role: round(most / 2**20, 1) for role, most in sorted(peak.items())}
 
 
 class Faults:
@@ -241,6 +241,8 @@ class Faults:
         self.rng = rng
         self.weights = weights
         self.publisher_gap = publisher_gap
+        #: The newest seq any subscriber had when the publisher was last (re)started.
+        self.mark = -1
         self.held: set[str] = set()
         self.log: list[dict[str, Any]] = []
         self.skipped = 0
@@ -250,8 +252,11 @@ class Faults:
         if kind == "churn":
             return ["subscriber"]
         if kind == "kill_publisher":
+            # Again only once it has served a while and its batches flow again: killing a
+            # publisher still restarting from its checkpoint would only stretch one outage.
             up = time.monotonic() - self.deployment.publisher_ready
-            free = "publisher" not in self.held and up >= self.publisher_gap
+            flowing = max(f.seq for f in self.followers) >= self.mark + 10
+            free = "publisher" not in self.held and up >= self.publisher_gap and flowing
             return ["publisher"] if free else []
         role = "mid" if kind.endswith("_mid") else "relay"
         names = [name for name in self.deployment.children() if name.startswith(role + "-")]
@@ -288,6 +293,8 @@ class Faults:
                 await self.deployment.pause(target, seconds)
             else:
                 await self.deployment.kill(target)
+                if target == "publisher":
+                    self.mark = max(f.seq for f in self.followers)
         finally:
             self.held.discard(target)
 
@@ -330,7 +337,10 @@ async def soak(args: argparse.Namespace) -> dict[str, Any]:
     faults = Faults(deployment, followers, rng, parse_weights(args.weights), args.publisher_gap)
     began = time.monotonic()
     try:
-        await asyncio.sleep(args.interval)
+        # Faults start once every subscriber is served (Spark's first micro-batches take a
+        # while on a loaded machine).
+        await eventually(lambda: all(f.updates for f in followers), timeout=600, every=1.0)
+        began = time.monotonic()
         while len(faults.log) < args.faults:
             if faults.start_one(began):
                 print(json.dumps({"progress": faults.log[-1]}), file=sys.stderr, flush=True)
@@ -338,15 +348,13 @@ async def soak(args: argparse.Namespace) -> dict[str, Any]:
         await faults.finish()
         faulted = time.monotonic()
         log = root / "publisher" / "log.db"
-        epochs = [f.updates[0].epoch for f in followers if f.updates]
-        if not epochs:
-            raise SystemExit(
-                "no subscriber received any update: the faults came faster than the publisher"
-                " restarts (try a longer --interval)"
-            )
-        epoch = epochs[0]
+        epoch = followers[0].updates[0].epoch
+        # The target is a seq logged after the last fault (the publisher may have been
+        # restarting then); those still behind after ``--settle`` seconds are counted.
+        ended = last_logged(log, epoch)
+        with contextlib.suppress(NotYet):
+            await eventually(lambda: last_logged(log, epoch) >= ended + 5, timeout=args.settle)
         target = last_logged(log, epoch)
-        # Those still behind after ``--settle`` seconds are counted, not waited for.
         with contextlib.suppress(NotYet):
             await eventually(
                 lambda: min(f.seq for f in followers) >= target, timeout=args.settle, every=0.5

@@ -60,6 +60,18 @@ def write_results(results: Mapping[str, object], path: Path | None) -> None:
         path.write_text(text + "\n")
 
 
+def rss(pid: int) -> int:
+    """The resident memory of one process, in bytes (Linux ``/proc``); 0 when it does not
+    exist (or is exiting while being read)."""
+    try:
+        for line in (Path("/proc") / str(pid) / "status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) * 1024
+    except (FileNotFoundError, ProcessLookupError):
+        pass
+    return 0
+
+
 def tree_rss(pid: int) -> int:
     """The resident memory of a process and all its descendants, in bytes (Linux ``/proc``).
 
@@ -75,13 +87,9 @@ def tree_rss(pid: int) -> int:
     total, pending = 0, [pid]
     while pending:
         current = pending.pop()
-        proc = Path("/proc") / str(current)
+        total += rss(current)
         try:
-            for line in (proc / "status").read_text().splitlines():
-                if line.startswith("VmRSS:"):
-                    total += int(line.split()[1]) * 1024
-                    break
-            for task in (proc / "task").iterdir():
+            for task in (Path("/proc") / str(current) / "task").iterdir():
                 pending += [int(child) for child in (task / "children").read_text().split()]
         except (FileNotFoundError, ProcessLookupError):
             continue
