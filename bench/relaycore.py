@@ -18,7 +18,11 @@ Reports:
   cutting, transforming, encoding) per push;
 * ``move_us``: wall time of ``RelayCore.on_subscribe`` per view change (coverage planning
   included);
-* ``subscribe_us``: the same for the first subscription of each subscriber.
+* ``subscribe_us``: the same for the first subscription of each subscriber;
+* ``serve_cpu_us_per_push``, ``move_cpu_us``: the same as the first two in this thread's CPU
+  time (``time.thread_time``), which other processes on a shared machine disturb far less than
+  wall time: the measure to compare two checkouts with (``bench/checkouts.py``) when the machine
+  is not quiet.
 
 Ingest (writing each tick's rows into the double buffer) is not timed.
 """
@@ -103,22 +107,24 @@ def run(subscribers: int, ticks: int, profiler: cProfile.Profile | None) -> dict
     feed.tick(acquired)  # the snapshots of everything acquired
     now = 1.0
     core.pushes(now, lambda client: True)  # first pushes: whole views
-    serve_s = move_s = 0.0
+    serve_s = move_s = serve_cpu = move_cpu = 0.0
     pushes = moves = 0
     if profiler is not None:
         profiler.enable()
     for tick in range(1, ticks + 1):
         now += TICK
         feed.tick([])
-        started = time.perf_counter()
+        started, cpu = time.perf_counter(), time.thread_time()
         pushes += len(core.pushes(now, lambda client: True))
         serve_s += time.perf_counter() - started
-        started = time.perf_counter()
+        serve_cpu += time.thread_time() - cpu
+        started, cpu = time.perf_counter(), time.thread_time()
         for client in range(1 + tick % 10, subscribers + 1, 10):  # each view once a second
             request = Subscribe(1, "agents", paths[client - 1].box(tick), rate=RATE)
             core.on_subscribe(client, request, now)
             moves += 1
         move_s += time.perf_counter() - started
+        move_cpu += time.thread_time() - cpu
     if profiler is not None:
         profiler.disable()
     return {
@@ -127,6 +133,8 @@ def run(subscribers: int, ticks: int, profiler: cProfile.Profile | None) -> dict
         "pushes": pushes,
         "serve_us_per_push": round(serve_s / max(pushes, 1) * 1e6, 1),
         "move_us": round(move_s / max(moves, 1) * 1e6, 1),
+        "serve_cpu_us_per_push": round(serve_cpu / max(pushes, 1) * 1e6, 1),
+        "move_cpu_us": round(move_cpu / max(moves, 1) * 1e6, 1),
         "subscribe_us": round(subscribe_s / subscribers * 1e6, 1),
     }
 

@@ -16,7 +16,7 @@ from websockets.asyncio.server import ServerConnection, serve
 from websockets.exceptions import ConnectionClosed
 from websockets.frames import Frame, Opcode
 
-from fanout.connection import Outbound, binary_frame
+from fanout.connection import Outbound, binary_frame, dial
 from fanout.testing.wait import eventually
 
 
@@ -137,3 +137,16 @@ async def test_closing_twice_closes_once_with_the_first_reason(
         assert server_side.close_reason == "slow consumer: a push unread for 11 s"
         assert outbound.closed_for == "slow consumer: a push unread for 11 s"
         assert caplog.text.count("closing") == 1
+
+
+async def test_dial_raises_connection_error_when_the_handshake_is_broken_off() -> None:
+    async def hang_up(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await reader.read(100)
+        writer.close()
+
+    server = await asyncio.start_server(hang_up, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    async with server:
+        with pytest.raises(ConnectionError, match="opening handshake failed"):
+            async with dial(f"ws://127.0.0.1:{port}", open_timeout=5):
+                pass

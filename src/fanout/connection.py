@@ -25,10 +25,12 @@ import asyncio
 import contextlib
 import logging
 import struct
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
+from typing import Any
 
+from websockets.asyncio.client import ClientConnection, connect
 from websockets.asyncio.connection import Connection
-from websockets.exceptions import ConnectionClosed
+from websockets.exceptions import ConnectionClosed, InvalidHandshake
 from websockets.protocol import Side, State
 
 log = logging.getLogger(__name__)
@@ -233,3 +235,24 @@ _HEADER_64 = struct.Struct("!BBQ").pack
 def _paused(websocket: Connection) -> bool:
     """Whether the transport holds more than its high-water mark (websockets' flow control)."""
     return websocket.paused
+
+
+@contextlib.asynccontextmanager
+async def dial(url: str, **options: Any) -> AsyncIterator[ClientConnection]:
+    """Open a WebSocket to ``url`` (``websockets.asyncio.client.connect`` with ``options``).
+
+    A server that breaks the opening handshake off (killed or restarting while it answers, or
+    not a WebSocket server) is one that cannot be reached now, as one that refuses the TCP
+    connection is: both raise ``ConnectionError``, so that a caller that reconnects (a relay's
+    upstream link, a subscriber moving to the next relay) handles them alike.
+
+    Raises:
+        ConnectionError: the handshake failed (websockets' ``InvalidHandshake``, chained).
+        OSError: the server cannot be reached (refused, unreachable; ``TimeoutError`` too).
+    """
+    try:
+        websocket = await connect(url, **options)
+    except InvalidHandshake as exc:
+        raise ConnectionError(f"{url}: the opening handshake failed: {exc}") from exc
+    async with websocket:
+        yield websocket

@@ -83,3 +83,23 @@ async def test_a_subscription_held_longer_than_the_wait_is_refused_as_unavailabl
             await asyncio.wait_for(subscriber.subscribe(Box((0, 0), (1, 1))), 10)
         assert refused.value.code == "unavailable"
         assert relay.core.stats()["held_refused"] == 1
+
+
+async def test_a_publisher_breaking_off_handshakes_does_not_end_the_relays_upstream_link() -> None:
+    # A publisher killed or restarting while it answers closes the TCP connection during the
+    # WebSocket handshake: the relay keeps trying (it used to exit), and connects once it can.
+    async def hang_up(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await reader.read(100)  # the start of the handshake, then nothing
+        writer.close()
+
+    async with relay_alone() as (_, url, publisher_port):
+        breaking = await asyncio.start_server(hang_up, LOOPBACK, publisher_port)
+        async with breaking:
+            await asyncio.sleep(0.5)  # several attempts, each broken off
+        breaking.close()
+        await breaking.wait_closed()
+        assert await asyncio.to_thread(probe, url, "/healthz") == (200, "ok\n")
+        publisher = ScriptedPublisher(Catalog([INFO]))
+        async with serving(publisher, port=publisher_port), connect(url) as subscriber:
+            await asyncio.wait_for(subscriber.subscribe(Box((0, 0), (10, 10))), 10)
+            await eventually(lambda: probe(url, "/readyz")[0] == 200, in_thread=True)

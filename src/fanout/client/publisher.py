@@ -16,13 +16,12 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 from websockets.asyncio.client import ClientConnection
-from websockets.asyncio.client import connect as ws_connect
 from websockets.exceptions import ConnectionClosed
 from websockets.frames import CloseCode
 
 from fanout import tls
 from fanout.client.subscriber import MAX_FRAME, SubscriptionError
-from fanout.connection import close_reason
+from fanout.connection import close_reason, dial
 from fanout.errors import ProtocolError
 from fanout.views import View
 from fanout.wire import codec
@@ -167,7 +166,7 @@ async def open_publisher(
     that requires one; ``ssl``: the TLS context for ``wss://`` (default: the system's).
     """
     secure = ssl if ssl is not None else tls.for_url(url)
-    async with ws_connect(
+    async with dial(
         url, max_size=MAX_FRAME, compression=None, open_timeout=10, ssl=secure
     ) as websocket:
         hello = Hello(version=PROTOCOL_VERSION, role=role, token=token)

@@ -47,12 +47,11 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 from websockets.asyncio.client import ClientConnection
-from websockets.asyncio.client import connect as ws_connect
 from websockets.exceptions import ConnectionClosed
 from websockets.frames import CloseCode
 
 from fanout import tls
-from fanout.connection import close_reason
+from fanout.connection import close_reason, dial
 from fanout.errors import FanoutError, ProtocolError
 from fanout.views import View
 from fanout.wire import codec
@@ -546,7 +545,7 @@ async def connect(
         OSError: the relay cannot be reached.
     """
     secure = ssl if ssl is not None else tls.for_url(url)
-    async with ws_connect(
+    async with dial(
         url, max_size=MAX_FRAME, compression=None, open_timeout=10, ssl=secure
     ) as websocket:
         hello = Hello(

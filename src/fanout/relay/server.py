@@ -52,14 +52,13 @@ import sys
 import time
 from collections.abc import Callable, Iterable
 
-from websockets.asyncio.client import connect
 from websockets.asyncio.server import ServerConnection, serve
 from websockets.exceptions import ConnectionClosed
 from websockets.frames import CloseCode
 
 from fanout import metrics, tls
 from fanout.auth import Grant, Verifier
-from fanout.connection import Outbound, refuse
+from fanout.connection import Outbound, dial, refuse
 from fanout.errors import ProtocolError, Unauthorized
 from fanout.relay.compiled import COMPILED
 from fanout.relay.config import RelayConfig
@@ -532,7 +531,7 @@ class RelayServer:
             delay = min(delay * 2, 5.0)
 
     async def _follow_publisher(self) -> None:
-        async with connect(
+        async with dial(
             self.config.publisher,
             max_size=MAX_FROM_PUBLISHER,
             compression=None,

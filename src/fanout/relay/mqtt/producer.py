@@ -22,9 +22,10 @@ import logging
 from typing import Any
 
 import numpy as np
-from websockets.asyncio.client import ClientConnection, connect
+from websockets.asyncio.client import ClientConnection
 from websockets.exceptions import ConnectionClosed
 
+from fanout.connection import dial
 from fanout.errors import ProtocolError
 from fanout.relay.mqtt.broker import Broker
 from fanout.relay.mqtt.ingest import PAYLOAD, Pending
@@ -70,7 +71,7 @@ class ProducerLink:
         delay = reconnect_delay
         while True:
             try:
-                async with connect(
+                async with dial(
                     self.url, max_size=MAX_FRAME, compression=None, open_timeout=10
                 ) as websocket:
                     keys = await self._handshake(websocket, "producer")
@@ -111,7 +112,7 @@ class ProducerLink:
     async def _load_retained(self, keys: dict[str, str]) -> None:
         """Read the routed datasets' rows as a reader (a producer only writes: each role reads
         or writes only what it is for), on a connection of its own."""
-        async with connect(
+        async with dial(
             self.url, max_size=MAX_FRAME, compression=None, open_timeout=10
         ) as websocket:
             await self._handshake(websocket, "reader")
