@@ -32,7 +32,9 @@ one against the log (``fanout.testing.audit``):
 * ``expected``: per subscriber, the seqs from its first to its last update, summed;
 * ``lost`` / ``duplicated`` / ``reordered``: seqs never received, received twice, received after
   a later one; ``mismatched``: updates whose rows differ from the logged change; ``resyncs``:
-  announced restarts (the log no longer held what a subscriber missed). All must be 0.
+  announced restarts (the log no longer held what a subscriber missed). All must be 0;
+* ``restart_failures``: a killed process that did not start again on its port (it is tried
+  again); must be empty.
 
 Memory: every 2 s the resident memory of each process tree (the publisher with its Spark JVM,
 each relay, this process) is read; ``peak_rss_mib`` is the peak per role, and
@@ -56,7 +58,7 @@ from pathlib import Path
 from typing import Any
 
 from fanout.client import LiveView, SubscriptionError, Update, connect
-from fanout.launch import Child, start
+from fanout.launch import Child, LaunchError, start
 from fanout.publisher.log import SqliteLog
 from fanout.testing.audit import audit
 from fanout.testing.calibration import calibrate
@@ -246,6 +248,7 @@ class Faults:
         self.held: set[str] = set()
         self.log: list[dict[str, Any]] = []
         self.skipped = 0
+        self.restart_failures: list[str] = []
         self.tasks: set[asyncio.Task[None]] = set()
 
     def _targets(self, kind: str) -> list[str]:
@@ -292,11 +295,21 @@ class Faults:
             if seconds is not None:
                 await self.deployment.pause(target, seconds)
             else:
-                await self.deployment.kill(target)
+                await self._kill(target)
                 if target == "publisher":
                     self.mark = max(f.seq for f in self.followers)
         finally:
             self.held.discard(target)
+
+    async def _kill(self, target: str) -> None:
+        """Kill and restart ``target``; a restart that fails is a finding (``restart_failures``)
+        and is tried again, so that the run goes on."""
+        try:
+            await self.deployment.kill(target)
+        except LaunchError as exc:
+            self.restart_failures.append(f"{target}: {str(exc)[-400:]}")
+            await asyncio.sleep(1.0)
+            await self._kill(target)
 
     async def finish(self) -> None:
         """Wait for the faults still running (their processes back)."""
@@ -370,6 +383,7 @@ async def soak(args: argparse.Namespace) -> dict[str, Any]:
     result = report(args, followers, faults.log, log=log, target=target)
     return result | {
         "skipped_slots": faults.skipped,
+        "restart_failures": faults.restart_failures,
         "peak_rss_mib": memory.peaks(0.0, float("inf")),
         "rss_first_half_mib": memory.peaks(began, middle),
         "rss_second_half_mib": memory.peaks(middle, faulted),
@@ -451,7 +465,8 @@ def main() -> int:
     calibration = calibrate()
     result = asyncio.run(soak(args)) | {"calibration": calibration}
     write_results(result, None if args.no_save else RESULTS)
-    return 0 if result["clean"] and not result["behind_at_end"] else 1
+    healthy = not result["behind_at_end"] and not result["restart_failures"]
+    return 0 if result["clean"] and healthy else 1
 
 
 if __name__ == "__main__":
