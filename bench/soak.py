@@ -50,6 +50,7 @@ import contextlib
 import json
 import os
 import random
+import signal
 import sys
 import tempfile
 import time
@@ -463,6 +464,9 @@ def main() -> int:
     parser.add_argument("--no-save", action="store_true", help="do not write bench/results")
     args = parser.parse_args()
     calibration = calibrate()
+    # SIGTERM as Ctrl-C: the run is cancelled and stops every process it started (killed
+    # without it, it would leave them running, some stopped).
+    signal.signal(signal.SIGTERM, signal.default_int_handler)
     result = asyncio.run(soak(args)) | {"calibration": calibration}
     write_results(result, None if args.no_save else RESULTS)
     healthy = not result["behind_at_end"] and not result["restart_failures"]
