@@ -20,7 +20,7 @@ from fanout.relay.planner import Policy
 from fanout.relay.rules import effective, restrict, topic_meet
 from fanout.relay.tables import TableStore
 from fanout.views import Box
-from fanout.views.region import RegionUnion, Relative, Sphere
+from fanout.views.region import Intersection, RegionUnion, Relative, Sphere
 from fanout.views.sql import Sql
 from fanout.views.text import parse
 from fanout.views.topic import TopicFilter
@@ -77,26 +77,57 @@ def test_a_box_view_is_clipped_to_box_rules_exactly(
     assert {p for p in POINTS if in_region(served, *p)} == wanted
 
 
-@given(boxes(), st.integers(0, 12), st.integers(0, 12), st.integers(1, 8))
-def test_against_curved_rules_a_view_is_served_only_inside_them(
-    view: Box, cx: int, cy: int, r: int
-) -> None:
-    rules = {"agents": [f"sphere:{cx},{cy},{r}"]}
+@st.composite
+def discs(draw: st.DrawFn) -> Sphere:
+    return Sphere((draw(coords), draw(coords)), draw(st.integers(1, 8)))
+
+
+def in_disc(disc: Sphere, x: float, y: float) -> bool:
+    (cx, cy), r = disc.center, disc.radius
+    return (x - cx) ** 2 + (y - cy) ** 2 <= r * r
+
+
+def inside(shape: Any, x: float, y: float) -> bool:
+    """The oracle: plain comparisons, a union's members, an intersection's parts."""
+    if isinstance(shape, RegionUnion):
+        return any(inside(member, x, y) for member in shape.members)
+    if isinstance(shape, Intersection):
+        return all(inside(part, x, y) for part in shape.parts)
+    return in_disc(shape, x, y) if isinstance(shape, Sphere) else in_box(shape, x, y)
+
+
+shapes = st.one_of(boxes(), discs())
+
+
+@settings(max_examples=300)
+@example(Box((0, 0), (12, 12)), [Sphere((6, 6), 4)])
+@example(Sphere((6, 6), 5), [Box((0, 0), (6, 6)), Sphere((12, 12), 6)])
+@given(
+    st.one_of(shapes, st.lists(shapes, min_size=2, max_size=3).map(tuple).map(RegionUnion)),
+    st.lists(shapes, min_size=1, max_size=3),
+)
+def test_a_region_view_is_served_exactly_inside_its_rules(view: Any, rule_shapes: list) -> None:
+    """Boxes, discs and unions of them against box and disc rules: a point is served iff it is
+    in the view and in some rule; a refusal only when no point is."""
+    rules = {"agents": [str(shape) for shape in rule_shapes]}
+    wanted = {
+        p for p in POINTS if inside(view, *p) and any(inside(rule, *p) for rule in rule_shapes)
+    }
     try:
         served = effective(view, "agents", "region", rules)
     except Unauthorized as refused:
         assert refused.code == "forbidden"
+        assert not wanted, "refused although the view meets the rules"
         return
-    assert served == view
-    corners = itertools.product((view.lo[0], view.hi[0]), (view.lo[1], view.hi[1]))
-    assert all((x - cx) ** 2 + (y - cy) ** 2 <= r * r for x, y in corners)
+    assert {p for p in POINTS if inside(served, *p)} == wanted
+    assert parse(str(served), "region") == served  # explain shows it, and it reads back
 
 
 def test_region_refusals_say_why() -> None:
     rules = {"agents": ["box:0,0,10,10"]}
     cases = [
         (Box((20, 20), (30, 30)), "agents", "lies outside your rules"),
-        (Sphere((5, 5), 20), "agents", "only boxes are clipped"),
+        (Sphere((50, 50), 20), "agents", "lies outside your rules"),
         (Relative(4, Sphere((0, 0), 1)), "agents", "relative to an entity"),
         (Box((0, 0), (1, 1)), "ships", "grants no rows of dataset 'ships'"),
     ]
@@ -107,6 +138,21 @@ def test_region_refusals_say_why() -> None:
     with pytest.raises(Unauthorized, match="rule 2 on 'agents' is not a valid region view"):
         effective(Box((0, 0), (1, 1)), "agents", "region", {"agents": ["box:0,0,1,1", "box:9"]})
     assert effective(Box((0, 0), (1, 1)), "agents", "region", None) == Box((0, 0), (1, 1))
+    with pytest.raises(Unauthorized, match="rule 1 on 'agents' is not an absolute region"):
+        effective(Box((0, 0), (1, 1)), "agents", "region", {"agents": ["rel:4:box:0,0,1,1"]})
+    both = {"agents": ["box:0,0,5,5&sphere:0,0,5", "box:4,4,9,9"]}
+    with pytest.raises(Unauthorized, match="one of them an intersection"):
+        effective(Sphere((4, 4), 3), "agents", "region", both)
+    assert effective(Sphere((4, 4), 3), "agents", "region", {"agents": both["agents"][:1]}) == (
+        Intersection((Sphere((4, 4), 3), Box((0, 0), (5, 5)), Sphere((0, 0), 5)))
+    )
+
+
+def test_a_view_against_a_curved_rule_is_their_intersection() -> None:
+    served = effective(Box((0, 0), (10, 10)), "agents", "region", {"agents": ["sphere:0,0,5"]})
+    assert served == Intersection((Box((0, 0), (10, 10)), Sphere((0, 0), 5)))
+    assert str(served) == "box:0,0,10,10&sphere:0,0,5"
+    assert served.bounds() == Box((0, 0), (5, 5))
 
 
 # -- topics -----------------------------------------------------------------------------------
@@ -285,6 +331,13 @@ def wide_boxes(draw: st.DrawFn) -> Box:
     return Box((x0, y0), (x0 + draw(st.integers(2, 5)), y0 + draw(st.integers(2, 5))))
 
 
+@st.composite
+def wide_discs(draw: st.DrawFn) -> Sphere:
+    """Discs a few units wide, as rules: a view meets them partly, so it is served their
+    intersection."""
+    return Sphere((draw(st.integers(0, 8)), draw(st.integers(0, 8))), draw(st.integers(1, 4)))
+
+
 class Upstream:
     """A brute-force publisher: the truth, a log by seq, snapshots of what is acquired."""
 
@@ -360,8 +413,10 @@ DENSE = [
 @settings(max_examples=120, deadline=None)
 @example([Box((0, 0), (4, 4)), Box((3, 3), (7, 6))], Box((2, 1), (8, 8)), "latest", DENSE)
 @example([Box((0, 0), (4, 4)), Box((3, 3), (7, 6))], Box((2, 1), (8, 8)), "every", DENSE)
+@example([Sphere((4, 4), 3)], Box((2, 1), (8, 8)), "latest", DENSE)
+@example([Sphere((4, 4), 3), Box((6, 0), (9, 3))], Box((2, 1), (8, 8)), "every", DENSE)
 @given(
-    st.lists(wide_boxes(), min_size=1, max_size=3),
+    st.lists(st.one_of(wide_boxes(), wide_discs()), min_size=1, max_size=3),
     wide_boxes(),
     st.sampled_from(["latest", "every"]),
     st.lists(
@@ -376,12 +431,12 @@ DENSE = [
     ),
 )
 def test_no_row_outside_the_rules_reaches_a_subscriber(
-    rule_boxes: list[Box], view: Box, mode: str, script: list
+    rule_shapes: list[Box | Sphere], view: Box, mode: str, script: list
 ) -> None:
     """Every mode, view changes (latest) and resumes (every): each row pushed lies inside the
-    rules, and after every push of mode latest the subscriber holds exactly the truth inside
-    its view and its rules (plain comparisons)."""
-    rules = {"agents": [str(b) for b in rule_boxes]}
+    rules (boxes and discs), and after every push of mode latest the subscriber holds exactly
+    the truth inside its view and its rules (plain comparisons)."""
+    rules = {"agents": [str(shape) for shape in rule_shapes]}
     core = RelayCore(Policy(widen="margin", grace=0.0), engine=TableStore())
     core.on_catalog(Catalog([INFO]))
     core.on_upstream_connected()
@@ -390,7 +445,7 @@ def test_no_row_outside_the_rules_reaches_a_subscriber(
     current = view
 
     def granted(x: float, y: float) -> bool:
-        return any(in_box(b, x, y) for b in rule_boxes)
+        return any(inside(shape, x, y) for shape in rule_shapes)
 
     def subscribe(asked: Box, resume: Resume | None = None) -> bool:
         request = Subscribe(1, "agents", asked, rate=1000.0, mode=mode, resume=resume)  # type: ignore[arg-type]

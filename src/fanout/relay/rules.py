@@ -41,7 +41,16 @@ from sqlglot import exp
 
 from fanout.errors import InvalidView, Unauthorized
 from fanout.views import View, covers
-from fanout.views.region import Box, RegionUnion, Relative, Sector, Sphere
+from fanout.views.region import (
+    AbsoluteRegion,
+    Box,
+    Intersection,
+    RegionUnion,
+    Relative,
+    Sector,
+    Sphere,
+    meet_bounds,
+)
 from fanout.views.sql import Sql
 from fanout.views.text import parse as parse_view
 from fanout.views.topic import TopicFilter
@@ -83,10 +92,10 @@ def effective(view: View, dataset: str, kind: str, rules: Rules | None) -> View:
             f"views relative to an entity are not served under access rules on {dataset!r}:"
             " subscribe to an absolute region inside your rules",
         )
+    if isinstance(view, Box | Sphere | Sector | RegionUnion | Intersection):
+        return _meet_region(view, _region_rules(granted, dataset), dataset)
     if covers(granted, view):
         return view
-    if isinstance(view, Box | Sphere | Sector | RegionUnion):
-        return _clip(view, granted, dataset)
     if isinstance(view, TopicFilter):
         return _narrow_topic(view, granted, dataset)
     raise Unauthorized("forbidden", f"the view {view} is not inside your rules on {dataset!r}")
@@ -123,36 +132,77 @@ def _granted(dataset: str, kind: str, rules: Rules) -> list[View]:
 # -- regions --------------------------------------------------------------------------------
 
 
-def _clip(view: Box | Sphere | Sector | RegionUnion, granted: Sequence[View], dataset: str) -> View:
-    """A box (union) intersected with box rules: the union of the non-empty pieces."""
-    mine = view.members if isinstance(view, RegionUnion) else (view,)
-    theirs = [member for rule in granted for member in _members(rule)]
-    if not all(isinstance(m, Box) for m in (*mine, *theirs)):
+def _meet_region(view: AbsoluteRegion, rules: Sequence[AbsoluteRegion], dataset: str) -> View:
+    """A region view intersected with region rules.
+
+    A view the rules cover: itself. Boxes against boxes: the union of the non-empty box pieces
+    (the relay cuts boxes fastest, all of a turn's together). Otherwise an
+    :class:`Intersection` of the view and the union of the rules its bounds meet.
+    """
+    if covers(rules, view):
+        return view
+    bounds = view.bounds()
+    meeting = [rule for rule in rules if rule.dims == view.dims and _near(rule, bounds)]
+    if not meeting:
+        raise Unauthorized("forbidden", f"the view {view} lies outside your rules on {dataset!r}")
+    theirs = [member for rule in meeting for member in _members(rule)]
+    mine = _members(view)
+    if all(isinstance(m, Box) for m in (*mine, *theirs)):
+        pieces = [
+            piece
+            for a in mine
+            for b in theirs
+            if (piece := box_meet(a, b)) is not None  # type: ignore[arg-type]  # boxes, checked
+        ]
+        if not pieces:
+            raise Unauthorized(
+                "forbidden", f"the view {view} lies outside your rules on {dataset!r}"
+            )
+        return pieces[0] if len(pieces) == 1 else RegionUnion(tuple(pieces))
+    if len(meeting) > 1 and any(isinstance(rule, Intersection) for rule in meeting):
         raise Unauthorized(
             "forbidden",
-            f"the view {view} is not inside your rules on {dataset!r}, and only boxes are"
-            " clipped to rules: subscribe to a view inside them",
+            f"the view {view} meets several of your rules on {dataset!r}, one of them an"
+            " intersection (a union of intersections is no region): subscribe to a view"
+            " meeting one of them",
         )
-    pieces = [
-        piece
-        for a in mine
-        for b in theirs
-        if (piece := box_meet(a, b)) is not None  # type: ignore[arg-type]  # boxes, checked
-    ]
-    if not pieces:
-        raise Unauthorized("forbidden", f"the view {view} lies outside your rules on {dataset!r}")
-    return pieces[0] if len(pieces) == 1 else RegionUnion(tuple(pieces))
+    rule = meeting[0] if len(meeting) == 1 else RegionUnion(tuple(theirs))  # type: ignore[arg-type]  # primitives: no intersection among several, checked
+    try:
+        return Intersection((view, rule))  # type: ignore[arg-type]  # an intersection flattens
+    except InvalidView:  # the bounds of the whole do not meet: nothing is granted
+        raise Unauthorized(
+            "forbidden", f"the view {view} lies outside your rules on {dataset!r}"
+        ) from None
+
+
+def _region_rules(granted: Sequence[View], dataset: str) -> list[AbsoluteRegion]:
+    """The rules as absolute regions.
+
+    Raises:
+        Unauthorized: ``forbidden``: a rule is relative to an entity (a rule is a fixed place).
+    """
+    rules: list[AbsoluteRegion] = []
+    for number, rule in enumerate(granted, 1):
+        if not isinstance(rule, Box | Sphere | Sector | RegionUnion | Intersection):
+            raise Unauthorized(
+                "forbidden",
+                f"your rule {number} on {dataset!r} is not an absolute region (a rule is a"
+                " fixed place, not one relative to an entity)",
+            )
+        rules.append(rule)
+    return rules
+
+
+def _near(region: AbsoluteRegion, bounds: Box) -> bool:
+    """Whether a region's bounding box meets ``bounds`` (else it grants nothing of them)."""
+    return box_meet(region.bounds(), bounds) is not None
 
 
 def box_meet(a: Box, b: Box) -> Box | None:
     """The intersection of two boxes (closed: boxes that touch meet in a flat box), or None."""
     if a.dims != b.dims:
         return None
-    lo = tuple(max(x, y) for x, y in zip(a.lo, b.lo, strict=True))
-    hi = tuple(min(x, y) for x, y in zip(a.hi, b.hi, strict=True))
-    if any(low > high for low, high in zip(lo, hi, strict=True)):
-        return None
-    return Box(lo, hi)
+    return meet_bounds([a, b])
 
 
 def _members(view: View) -> tuple[View, ...]:

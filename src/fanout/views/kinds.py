@@ -17,13 +17,14 @@ from typing import TypeAlias
 
 from fanout.errors import InvalidView
 from fanout.views import entity, objects, sql, topic
-from fanout.views.region import REGIONS, Box, RegionUnion, Relative, Sector, Sphere
+from fanout.views.region import REGIONS, Box, Intersection, RegionUnion, Relative, Sector, Sphere
 
 View: TypeAlias = (
     Box
     | Sphere
     | Sector
     | RegionUnion
+    | Intersection
     | Relative
     | sql.Sql
     | sql.SqlBox

@@ -20,13 +20,13 @@ import numpy as np
 import numpy.typing as npt
 
 from fanout.views.objects import ObjectPath
-from fanout.views.region import Box, RegionUnion, Sector, Sphere
+from fanout.views.region import Box, Intersection, RegionUnion, Sector, Sphere
 from fanout.views.topic import TopicFilter
 
-Selecting: TypeAlias = Box | Sphere | Sector | RegionUnion | TopicFilter | ObjectPath
+Selecting: TypeAlias = Box | Sphere | Sector | RegionUnion | Intersection | TopicFilter | ObjectPath
 """The views that select rows of one dataset by their own columns."""
 
-SELECTING = (Box, Sphere, Sector, RegionUnion, TopicFilter, ObjectPath)
+SELECTING = (Box, Sphere, Sector, RegionUnion, Intersection, TopicFilter, ObjectPath)
 
 Columns = Mapping[str, npt.ArrayLike]
 
@@ -49,7 +49,7 @@ def members(view: Selecting, rows: Columns, index: Sequence[str]) -> npt.NDArray
             return view.match(_strings(rows[index[0]]))
         case ObjectPath():
             return _objects(view, rows, index[0])
-        case Box() | Sphere() | Sector() | RegionUnion():
+        case Box() | Sphere() | Sector() | RegionUnion() | Intersection():
             return np.asarray(view.match(*(rows[name] for name in index)), dtype=np.bool_)
     raise TypeError(f"{type(view).__name__} does not select rows by their columns")
 
