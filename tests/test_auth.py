@@ -118,3 +118,13 @@ def test_fanout_explain_shows_the_effective_view_under_rules(capsys) -> None:  #
     assert "residual (1 primitive" in out and "box:0,0,50,50" in out
     assert main([*argv, "--rule", "agents=box:200,200,300,300"]) == 1
     assert "refused (forbidden)" in capsys.readouterr().out
+
+
+def test_fanout_explain_shows_a_filter_meeting_two_rules_as_any_of_two(capsys) -> None:  # type: ignore[no-untyped-def]
+    from fanout.cli import main
+
+    argv = ["explain", "--dataset", "t", "--kind", "topic", "--view", "plant/+/temp"]
+    assert main([*argv, "--rule", "t=plant/1/#", "--rule", "t=plant/2/#"]) == 0
+    out = capsys.readouterr().out
+    assert "EFFECTIVE VIEW under 2 rule(s): plant/1/temp | plant/2/temp" in out
+    assert "residual (2 primitives" in out

@@ -20,6 +20,8 @@ from fanout.relay.planner import Policy
 from fanout.relay.rules import effective, restrict, topic_meet
 from fanout.relay.tables import TableStore
 from fanout.views import Box
+from fanout.views.anyof import AnyOf
+from fanout.views.objects import ObjectPath
 from fanout.views.region import Intersection, RegionUnion, Relative, Sphere
 from fanout.views.sql import Sql
 from fanout.views.text import parse
@@ -198,17 +200,39 @@ def test_topic_meets_match_exactly_the_topics_both_filters_match(a: str, b: str)
     assert got == both
 
 
+def served_filters(served: object) -> list[str]:
+    if isinstance(served, AnyOf):
+        return [member.filter for member in served.views]  # type: ignore[union-attr]
+    assert isinstance(served, TopicFilter)
+    return [served.filter]
+
+
+@settings(max_examples=300)
+@example("+/b", ["a/#", "b/#"])
+@example("#", ["a/+", "a/b", "b"])
 @given(filters(), st.lists(filters(), min_size=1, max_size=3))
-def test_a_topic_view_is_served_only_inside_its_rules(view: str, rules: list[str]) -> None:
+def test_a_topic_view_is_served_exactly_inside_its_rules(view: str, rules: list[str]) -> None:
+    """A topic is served iff the view and some rule match it; a refusal only when none is."""
+    wanted = {t for t in TOPICS if match(view, t) and any(match(rule, t) for rule in rules)}
     try:
         served = effective(TopicFilter(view), "t", "topic", {"t": rules})
     except Unauthorized as refused:
         assert refused.code == "forbidden"
+        assert not wanted, "refused although the filter meets the rules"
         return
-    assert isinstance(served, TopicFilter)
-    for topic in TOPICS:
-        if match(served.filter, topic):
-            assert match(view, topic) and any(match(rule, topic) for rule in rules), topic
+    got = {t for t in TOPICS if any(match(f, t) for f in served_filters(served))}
+    assert got == wanted
+
+
+def test_a_filter_meeting_several_rules_is_served_any_of_the_meets() -> None:
+    rules = {"t": ["plant/1/#", "plant/2/#"]}
+    served = effective(TopicFilter("plant/+/temp"), "t", "topic", rules)
+    assert served == AnyOf((TopicFilter("plant/1/temp"), TopicFilter("plant/2/temp")))
+    assert str(served) == "plant/1/temp | plant/2/temp"
+    shared = effective(TopicFilter("$share/g/plant/+/temp"), "t", "topic", rules)
+    assert served_filters(shared) == ["$share/g/plant/1/temp", "$share/g/plant/2/temp"]
+    wider = effective(TopicFilter("plant/+/temp"), "t", "topic", {"t": ["plant/1/#", "plant/#"]})
+    assert wider == TopicFilter("plant/+/temp"), "a meet another holds adds nothing"
 
 
 def test_a_shared_topic_view_keeps_its_group() -> None:
@@ -305,13 +329,55 @@ def test_a_whole_select_rule_and_a_rule_without_where_grant_as_their_condition()
     assert everything == Sql("SELECT * FROM orders")
 
 
-def test_object_paths_must_lie_inside_a_rule() -> None:
-    rules = {"cars": ["/cars/c1"]}
+PATHS = ["/cars/c1", "/cars/c2", "/cars/c3", "/boats/b1", "/cars/sub/c1"]
+path_views = st.sampled_from(
+    ["/cars/.all", "/cars/c1", "/cars/c2", "/boats/.all", "/cars/sub/.all"]
+)
+
+
+def in_path(view: str, path: str) -> bool:
+    """The oracle: an object names itself, ``.all`` the objects directly in its directory."""
+    if view.endswith("/.all"):
+        directory = view[: -len(".all")]
+        return path.startswith(directory) and "/" not in path[len(directory) :]
+    return path == view
+
+
+@settings(max_examples=200)
+@given(path_views, st.lists(path_views, min_size=1, max_size=3), st.sampled_from(["", "?delta"]))
+def test_an_object_path_is_narrowed_exactly_to_its_rules(
+    view: str, rules: list[str], options: str
+) -> None:
+    """An object is served iff the view and some rule hold it; the view's options are kept."""
+    wanted = {p for p in PATHS if in_path(view, p) and any(in_path(rule, p) for rule in rules)}
+    try:
+        served = effective(parse(view + options, "path"), "cars", "path", {"cars": rules})
+    except Unauthorized as refused:
+        assert refused.code == "forbidden"
+        assert not wanted
+        return
+    paths = served.views if isinstance(served, AnyOf) else (served,)
+    assert all(isinstance(p, ObjectPath) and p.delta == bool(options) for p in paths)
+    got = {p for p in PATHS if any(in_path(v.object_path, p) for v in paths)}  # type: ignore[union-attr]
+    assert got == wanted
+
+
+def test_object_path_narrowing_and_its_refusals() -> None:
+    rules = {"cars": ["/cars/c1", "/cars/c2"]}
     assert effective(parse("/cars/c1?delta", "path"), "cars", "path", rules) == parse(
         "/cars/c1?delta", "path"
     )
-    with pytest.raises(Unauthorized, match="not inside your rules"):
-        effective(parse("/cars/c2", "path"), "cars", "path", rules)
+    assert str(effective(parse("/cars/.all?delta", "path"), "cars", "path", rules)) == (
+        "/cars/c1?delta | /cars/c2?delta"
+    )
+    with pytest.raises(Unauthorized, match="meets none of your rules"):
+        effective(parse("/cars/c3", "path"), "cars", "path", rules)
+    with pytest.raises(Unauthorized, match=r"rule 1 on 'cars' selects attributes or values \(f=\)"):
+        effective(parse("/cars/.all", "path"), "cars", "path", {"cars": ["/cars/.all?f=speed"]})
+    with pytest.raises(Unauthorized, match="which its options do not fit"):
+        effective(parse("/cars/.all?deltadir", "path"), "cars", "path", rules)
+    either = AnyOf((parse("/cars/c1", "path"), parse("/cars/c3", "path")))  # type: ignore[arg-type]
+    assert effective(either, "cars", "path", rules) == parse("/cars/c1", "path")
 
 
 # -- served by the relay's core ---------------------------------------------------------------
