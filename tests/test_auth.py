@@ -106,3 +106,25 @@ def test_fanout_token_signs_what_the_relay_verifies(tmp_path, capsys) -> None:  
     assert grant.rules == {"agents": ("box:0,0,9,9", "box:20,20,30,30")}
     assert main([*argv, "--rule", "no-equals-sign"]) == 2
     assert "expected DATASET=VIEW" in capsys.readouterr().err
+
+
+def test_fanout_explain_shows_the_effective_view_under_rules(capsys) -> None:  # type: ignore[no-untyped-def]
+    from fanout.cli import main
+
+    argv = ["explain", "--dataset", "agents", "--view", "box:0,0,100,100"]
+    assert main([*argv, "--rule", "agents=sphere:0,0,50"]) == 0
+    out = capsys.readouterr().out
+    assert "EFFECTIVE VIEW under 1 rule(s): box:0,0,100,100&sphere:0,0,50" in out
+    assert "residual (1 primitive" in out and "box:0,0,50,50" in out
+    assert main([*argv, "--rule", "agents=box:200,200,300,300"]) == 1
+    assert "refused (forbidden)" in capsys.readouterr().out
+
+
+def test_fanout_explain_shows_a_filter_meeting_two_rules_as_any_of_two(capsys) -> None:  # type: ignore[no-untyped-def]
+    from fanout.cli import main
+
+    argv = ["explain", "--dataset", "t", "--kind", "topic", "--view", "plant/+/temp"]
+    assert main([*argv, "--rule", "t=plant/1/#", "--rule", "t=plant/2/#"]) == 0
+    out = capsys.readouterr().out
+    assert "EFFECTIVE VIEW under 2 rule(s): plant/1/temp | plant/2/temp" in out
+    assert "residual (2 primitives" in out

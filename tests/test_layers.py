@@ -16,8 +16,8 @@ ALLOWED: dict[str, set[str]] = {
     "views": {"errors"},
     "wire": {"errors", "views"},
     "client": {"errors", "connection", "views", "wire", "tls"},
-    "relay": {"errors", "connection", "metrics", "views", "wire", "auth", "tls"},
-    "publisher": {"errors", "connection", "metrics", "views", "wire", "auth", "tls"},
+    "relay": {"errors", "connection", "metrics", "views", "wire", "auth", "expiry", "tls"},
+    "publisher": {"errors", "connection", "metrics", "views", "wire", "auth", "expiry", "tls"},
     "cache": {"errors", "wire"},
 }
 

@@ -23,6 +23,7 @@ wrong audience or issuer, a role not granted.
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -104,12 +105,15 @@ class Grant:
         rules: dataset -> the views its holder may see there, as text, in the dataset's view
             language (the ``rules`` claim); None: no rules claim, every row of every dataset.
         expires: when it expires (seconds since the epoch).
+        leeway: seconds past ``expires`` the verifier still accepted it (clock skew): a
+            connection it opened ends at ``expires + leeway`` (``fanout.expiry``).
     """
 
     subject: str
     roles: frozenset[str]
     rules: Mapping[str, tuple[str, ...]] | None
     expires: float
+    leeway: float = 0.0
 
 
 class Verifier:
@@ -162,7 +166,7 @@ class Verifier:
             raise Unauthorized("unauthorized", f"the token has no {exc.claim!r} claim") from None
         except jwt.InvalidTokenError:
             raise Unauthorized("unauthorized", "the token is not a valid JWT") from None
-        grant = _grant(claims)
+        grant = dataclasses.replace(_grant(claims), leeway=config.leeway)
         needed = NEEDED.get(role, role)
         if needed not in grant.roles:
             granted = ", ".join(sorted(grant.roles)) or "none"

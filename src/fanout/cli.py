@@ -695,12 +695,11 @@ def _run_explain(args: argparse.Namespace) -> int:
 
         rules = cli_security.rules_of(args.rule)
         try:
-            served = to_text(effective(parse(view, kind), args.dataset, kind, rules))
+            view = effective(parse(view, kind), args.dataset, kind, rules)
         except FanoutError as exc:  # Unauthorized: what a relay would refuse, and why
             print(f"EFFECTIVE VIEW: refused ({getattr(exc, 'code', 'error')}): {exc}")
             return FAILURE
-        print(f"EFFECTIVE VIEW under {len(args.rule)} rule(s): {served}")
-        view = served
+        print(f"EFFECTIVE VIEW under {len(args.rule)} rule(s): {to_text(view)}")
     print(explain(kind, view, args.have).render())
     return 0
 

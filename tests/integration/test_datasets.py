@@ -12,7 +12,9 @@ import pytest
 import pytest_asyncio
 from websockets.asyncio.client import connect
 
+from fanout.auth import issue
 from fanout.client import SubscriptionError
+from fanout.client import connect as subscribe_to
 from fanout.client.publisher import open_producer, open_reader
 from fanout.launch import Child, start
 from fanout.metrics import scrape
@@ -186,3 +188,57 @@ async def test_a_relay_holding_object_paths_gets_snapshots_and_changes(publisher
     # The driver's mirror holds the live objects: snapshots are cut from it, not the state store.
     metrics = await asyncio.to_thread(scrape, child.url)
     assert metrics['fanout_publisher_mirror_rows{dataset="objects"}'] == 4
+
+
+SECRET = "datasets-secret-" + "s" * 32
+
+
+@pytest_asyncio.fixture(scope="module", loop_scope="module")
+async def guarded(publisher: tuple[Child, Path], tmp_path: Path) -> AsyncIterator[Child]:
+    """A relay on the publisher that checks tokens (``--auth-key-file``)."""
+    secret = tmp_path / "relay-secret"
+    secret.write_text(SECRET)
+    child = await start(
+        "relay",
+        ["--publisher", publisher[0].url, "--port", "0", "--auth-key-file", str(secret)],
+        tmp_path / "guarded-relay.log",
+    )
+    try:
+        yield child
+    finally:
+        await child.stop()
+
+
+async def test_a_topic_filter_meeting_two_rules_gets_the_topics_of_both(
+    publisher: tuple[Child, Path], guarded: Child
+) -> None:
+    """``plant/+/temp`` under the rules ``plant/1/#`` and ``plant/2/#`` is served as any of
+    ``plant/1/temp`` and ``plant/2/temp``: those topics, and no other, while a subscriber
+    without rules gets every temperature."""
+    async with open_producer(publisher[0].url) as producer:
+        await producer.publish(
+            "sensors",
+            rows=[
+                {"topic": "plant/1/temp", "value": 30.0},
+                {"topic": "plant/2/temp", "value": 31.0},
+                {"topic": "plant/3/temp", "value": 32.0},
+                {"topic": "plant/1/rpm", "value": 900.0},
+            ],
+        )
+    ruled = issue("HS256", SECRET, ["subscriber"], rules={"sensors": ["plant/1/#", "plant/2/#"]})
+    free = issue("HS256", SECRET, ["subscriber"])
+    async with (
+        subscribe_to(guarded.url, token=ruled) as ruled_client,
+        subscribe_to(guarded.url, token=free) as free_client,
+    ):
+        mine = await ruled_client.subscribe(topic("plant/+/temp"), "sensors")
+        theirs = await free_client.subscribe(topic("plant/+/temp"), "sensors")
+        await eventually(
+            lambda: theirs.rows.get("plant/3/temp", {}).get("value") == 32.0, **NEXT_BATCH
+        )
+        await eventually(
+            lambda: {k: r["value"] for k, r in mine.rows.items()},
+            lambda held: held == {"plant/1/temp": 30.0, "plant/2/temp": 31.0},
+            **NEXT_BATCH,
+        )
+        assert "plant/3/temp" in theirs.rows and "plant/1/rpm" not in theirs.rows

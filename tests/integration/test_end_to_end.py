@@ -9,15 +9,20 @@ from __future__ import annotations
 
 import asyncio
 import json
+import math
 import sys
+from collections.abc import AsyncIterator
+from pathlib import Path
 
 import numpy as np
 import pytest
+import pytest_asyncio
 from websockets.asyncio.client import connect as ws_connect
 
+from fanout.auth import issue
 from fanout.client import SubscriptionError, connect
 from fanout.client.publisher import open_reader
-from fanout.launch import Child
+from fanout.launch import Child, start
 from fanout.metrics import scrape
 from fanout.views import Box, Relative, Sphere
 from fanout.views.entity import Entity
@@ -177,3 +182,49 @@ async def test_cli_subscribe_prints_json_lines(relay: Child) -> None:
     assert lines[0]["full"] is True
     assert all({"tick", "seq", "entered", "updated", "left"} <= set(line) for line in lines)
     assert all(0 <= row["x"] <= 300 for row in lines[0]["entered"])
+
+
+SECRET = "end-to-end-secret-" + "s" * 32
+
+
+@pytest_asyncio.fixture(scope="module", loop_scope="module")
+async def guarded(publisher: Child, tmp_path: Path) -> AsyncIterator[Child]:
+    """A second relay on the same publisher that checks tokens (``--auth-key-file``)."""
+    secret = tmp_path / "relay-secret"
+    secret.write_text(SECRET)
+    child = await start(
+        "relay",
+        ["--publisher", publisher.url, "--port", "0", "--auth-key-file", str(secret)],
+        tmp_path / "guarded-relay.log",
+    )
+    try:
+        yield child
+    finally:
+        await child.stop()
+
+
+async def test_a_sphere_rule_serves_a_box_view_within_the_sphere(
+    publisher: Child, guarded: Child
+) -> None:
+    """The effective view is the box intersected with the sphere: at the tick of its last
+    update the subscriber holds exactly the publisher's rows inside both (plain comparisons)."""
+    cx, cy, r = 500.0, 500.0, 150.0
+    ruled = issue("HS256", SECRET, ["subscriber"], rules={"agents": f"sphere:{cx},{cy},{r}"})
+    box = Box((400, 300), (900, 900))
+    async with connect(guarded.url, token=ruled) as client:
+        view = await client.subscribe(box)
+        await settle(view, 3)
+        async with open_reader(publisher.url) as reader:
+            tick, rows = view.tick, dict(view.rows)
+            _, state = await reader.read("agents", box, tick)
+        in_both = box.match(state["x"], state["y"]) & (
+            np.hypot(state["x"] - cx, state["y"] - cy) <= r
+        )
+        inside = {
+            int(state["id"][i]): {name: values[i].item() for name, values in state.items()}
+            for i in np.flatnonzero(in_both)
+        }
+        assert rows == inside
+        assert rows, "the box and the sphere share a populated area"
+        assert len(inside) < len(expected_rows(state, box)), "the rule narrowed nothing"
+        assert all(math.hypot(row["x"] - cx, row["y"] - cy) <= r for row in rows.values())

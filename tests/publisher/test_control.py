@@ -16,6 +16,7 @@ import pytest
 from websockets.asyncio.client import ClientConnection, connect
 from websockets.exceptions import ConnectionClosed
 
+from fanout.auth import AuthConfig, issue
 from fanout.errors import BadRequest, InvalidView
 from fanout.metrics import Sample, scrape
 from fanout.publisher.control import ControlPlane
@@ -326,3 +327,34 @@ async def test_a_connection_without_a_hello_is_refused_after_the_hello_timeout(c
             await asyncio.sleep(0.01)
         assert len(plane.registry.plan("agents").prims) == 1
         await relay.close()
+
+
+async def test_a_producer_is_told_and_closed_when_its_token_expires() -> None:
+    """With tokens, a producer whose token expires gets ``unauthorized`` "the token has
+    expired" and a 1008 close at expiry; a producer with a longer token goes on publishing."""
+    secret = "control-secret-" + "c" * 32
+    datasets = FakeDatasets()
+    plane = ControlPlane(datasets, Registry(), auth=AuthConfig("HS256", secret))
+    ready = asyncio.Event()
+    task = asyncio.create_task(plane.serve("127.0.0.1", 0, ready=lambda _: ready.set()))
+    await ready.wait()
+    url = f"ws://127.0.0.1:{plane.port}"
+    by_key = encode_columns({"id": np.array([4], dtype=np.int64)})
+    try:
+        kept = await hello(url, role="producer", token=issue("HS256", secret, ["producer"]))
+        short = await hello(
+            url, role="producer", token=issue("HS256", secret, ["producer"], ttl=3.0)
+        )
+        await short.send(codec.encode(Publish(1, "agents", encode_columns({}), by_key)))
+        assert isinstance((await frames(short, 1))[0], Published), "served until it expires"
+        told = codec.from_publisher().decode(await asyncio.wait_for(short.recv(), 30))
+        assert told == Error(code="unauthorized", message="the token has expired")
+        with pytest.raises(ConnectionClosed):
+            await asyncio.wait_for(short.recv(), 10)
+        assert (short.close_code, short.close_reason) == (1008, "the token has expired")
+        await kept.send(codec.encode(Publish(2, "agents", encode_columns({}), by_key)))
+        assert isinstance((await frames(kept, 1))[0], Published)
+        await kept.close()
+    finally:
+        plane.stop()
+        await task

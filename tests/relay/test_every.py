@@ -14,6 +14,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+import msgspec
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -23,8 +24,10 @@ from fanout.errors import ProtocolError
 from fanout.relay.changesets import CURIOSITY_CHUNK, IDLE_WINDOW, ChangeSet, History, delta
 from fanout.relay.core import UPSTREAM, RelayCore, Send
 from fanout.relay.planner import Policy
+from fanout.relay.rules import restrict
 from fanout.relay.tables import TableStore
 from fanout.views import Box, View
+from fanout.views.anyof import AnyOf
 from fanout.views.members import SELECTING as SELECTING_VIEWS
 from fanout.views.members import Selecting
 from fanout.views.objects import ObjectPath
@@ -85,6 +88,8 @@ class Kind:
     def inside(self, view: object, key: Key, row: Row) -> bool:
         """One row at a time, without ``views.members``."""
         match view:
+            case AnyOf():
+                return any(self.inside(member, key, row) for member in view.views)
             case TopicFilter():
                 return view.matches(str(key))
             case ObjectPath():
@@ -369,6 +374,71 @@ def test_every_seq_arrives_once_in_order_and_matches_the_truth(kind: Kind, data)
     for before, after in itertools.pairwise(runs):
         assert after[0] > before[-1]  # a resync never goes back in time
     assert len(runs) == subscriber.resyncs + 1
+
+
+#: Under access rules: the kind, its rules, and by hand which rows the view and a rule both hold.
+PLANTS = Kind(
+    TOPICS.info,
+    TopicFilter("plant/+/temp"),
+    st.sampled_from(["plant/a/temp", "plant/b/temp", "plant/c/temp", "plant/a/rpm", "yard/a/temp"]),
+    TOPICS.rows,
+)
+RULED = [
+    (PLANTS, ["plant/a/#", "plant/b/#"], lambda key, row: key in ("plant/a/temp", "plant/b/temp")),
+    (
+        PATHS,
+        ["/cars/c1", "/cars/c2", "/boats/.all"],
+        lambda k, r: k in ("/cars/c1", "/cars/c2") and r[0] > 4,
+    ),
+]
+
+
+@pytest.mark.parametrize(("kind", "rules", "allowed"), RULED, ids=["topic", "path"])
+@settings(max_examples=60, deadline=None)
+@given(data=st.data())
+def test_under_rules_meeting_several_an_every_stream_holds_exactly_what_they_grant(
+    kind: Kind, rules: list[str], allowed: Callable[[Key, Row], bool], data: st.DataObject
+) -> None:
+    """A view meeting several rules is served any of its meets (``relay.rules``): after every
+    seq, resumes included, the subscriber holds exactly the rows inside the view and a rule,
+    decided by hand."""
+    start = data.draw(st.dictionaries(kind.keys, kind.rows), label="start")
+    steps = data.draw(script(kind), label="script")
+    name = kind.info.name
+    request = restrict(
+        Subscribe(1, name, kind.view, mode="every"), {name: rules}, {name: kind.info.index}
+    )
+    assert isinstance(request.view, AnyOf)
+    publisher, core = Publisher(kind), kind.relay()
+    subscriber = Subscriber(kind, view=request.view)  # type: ignore[arg-type]  # selecting
+
+    def granted() -> None:
+        truth = publisher.states[subscriber.seq]
+        assert subscriber.rows == {k: r for k, r in truth.items() if allowed(k, r)}
+
+    publisher.take(core.on_subscribe(1, request))
+    core.on_batch(publisher.step(dict(start)))
+    now = 1.0
+    run(core, publisher, subscriber, now)
+    for action, arg in steps:
+        now += 1.0
+        if action in ("tick", "drop"):
+            batch = publisher.step(arg)
+            if action == "tick":
+                publisher.take(core.on_batch(batch))
+        elif action == "resume":
+            core.on_disconnect(1)
+            resumed = msgspec.structs.replace(request, resume=subscriber.token())
+            publisher.take(core.on_subscribe(1, resumed))
+            publisher.take(core.on_batch(publisher.step({})))
+        run(core, publisher, subscriber, now)
+        if subscriber.seq >= 0:
+            granted()
+    for _ in range(2):
+        publisher.take(core.on_batch(publisher.step({})))
+        run(core, publisher, subscriber, now + 1.0)
+    assert subscriber.errors == [] and subscriber.seq == publisher.seq
+    granted()
 
 
 def _runs(seqs: list[int]) -> list[list[int]]:

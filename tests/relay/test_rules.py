@@ -20,7 +20,9 @@ from fanout.relay.planner import Policy
 from fanout.relay.rules import effective, restrict, topic_meet
 from fanout.relay.tables import TableStore
 from fanout.views import Box
-from fanout.views.region import RegionUnion, Relative, Sphere
+from fanout.views.anyof import AnyOf
+from fanout.views.objects import ObjectPath
+from fanout.views.region import Intersection, RegionUnion, Relative, Sphere
 from fanout.views.sql import Sql
 from fanout.views.text import parse
 from fanout.views.topic import TopicFilter
@@ -77,26 +79,57 @@ def test_a_box_view_is_clipped_to_box_rules_exactly(
     assert {p for p in POINTS if in_region(served, *p)} == wanted
 
 
-@given(boxes(), st.integers(0, 12), st.integers(0, 12), st.integers(1, 8))
-def test_against_curved_rules_a_view_is_served_only_inside_them(
-    view: Box, cx: int, cy: int, r: int
-) -> None:
-    rules = {"agents": [f"sphere:{cx},{cy},{r}"]}
+@st.composite
+def discs(draw: st.DrawFn) -> Sphere:
+    return Sphere((draw(coords), draw(coords)), draw(st.integers(1, 8)))
+
+
+def in_disc(disc: Sphere, x: float, y: float) -> bool:
+    (cx, cy), r = disc.center, disc.radius
+    return (x - cx) ** 2 + (y - cy) ** 2 <= r * r
+
+
+def inside(shape: Any, x: float, y: float) -> bool:
+    """The oracle: plain comparisons, a union's members, an intersection's parts."""
+    if isinstance(shape, RegionUnion):
+        return any(inside(member, x, y) for member in shape.members)
+    if isinstance(shape, Intersection):
+        return all(inside(part, x, y) for part in shape.parts)
+    return in_disc(shape, x, y) if isinstance(shape, Sphere) else in_box(shape, x, y)
+
+
+shapes = st.one_of(boxes(), discs())
+
+
+@settings(max_examples=300)
+@example(Box((0, 0), (12, 12)), [Sphere((6, 6), 4)])
+@example(Sphere((6, 6), 5), [Box((0, 0), (6, 6)), Sphere((12, 12), 6)])
+@given(
+    st.one_of(shapes, st.lists(shapes, min_size=2, max_size=3).map(tuple).map(RegionUnion)),
+    st.lists(shapes, min_size=1, max_size=3),
+)
+def test_a_region_view_is_served_exactly_inside_its_rules(view: Any, rule_shapes: list) -> None:
+    """Boxes, discs and unions of them against box and disc rules: a point is served iff it is
+    in the view and in some rule; a refusal only when no point is."""
+    rules = {"agents": [str(shape) for shape in rule_shapes]}
+    wanted = {
+        p for p in POINTS if inside(view, *p) and any(inside(rule, *p) for rule in rule_shapes)
+    }
     try:
         served = effective(view, "agents", "region", rules)
     except Unauthorized as refused:
         assert refused.code == "forbidden"
+        assert not wanted, "refused although the view meets the rules"
         return
-    assert served == view
-    corners = itertools.product((view.lo[0], view.hi[0]), (view.lo[1], view.hi[1]))
-    assert all((x - cx) ** 2 + (y - cy) ** 2 <= r * r for x, y in corners)
+    assert {p for p in POINTS if inside(served, *p)} == wanted
+    assert parse(str(served), "region") == served  # explain shows it, and it reads back
 
 
 def test_region_refusals_say_why() -> None:
     rules = {"agents": ["box:0,0,10,10"]}
     cases = [
         (Box((20, 20), (30, 30)), "agents", "lies outside your rules"),
-        (Sphere((5, 5), 20), "agents", "only boxes are clipped"),
+        (Sphere((50, 50), 20), "agents", "lies outside your rules"),
         (Relative(4, Sphere((0, 0), 1)), "agents", "relative to an entity"),
         (Box((0, 0), (1, 1)), "ships", "grants no rows of dataset 'ships'"),
     ]
@@ -107,6 +140,21 @@ def test_region_refusals_say_why() -> None:
     with pytest.raises(Unauthorized, match="rule 2 on 'agents' is not a valid region view"):
         effective(Box((0, 0), (1, 1)), "agents", "region", {"agents": ["box:0,0,1,1", "box:9"]})
     assert effective(Box((0, 0), (1, 1)), "agents", "region", None) == Box((0, 0), (1, 1))
+    with pytest.raises(Unauthorized, match="rule 1 on 'agents' is not an absolute region"):
+        effective(Box((0, 0), (1, 1)), "agents", "region", {"agents": ["rel:4:box:0,0,1,1"]})
+    both = {"agents": ["box:0,0,5,5&sphere:0,0,5", "box:4,4,9,9"]}
+    with pytest.raises(Unauthorized, match="one of them an intersection"):
+        effective(Sphere((4, 4), 3), "agents", "region", both)
+    assert effective(Sphere((4, 4), 3), "agents", "region", {"agents": both["agents"][:1]}) == (
+        Intersection((Sphere((4, 4), 3), Box((0, 0), (5, 5)), Sphere((0, 0), 5)))
+    )
+
+
+def test_a_view_against_a_curved_rule_is_their_intersection() -> None:
+    served = effective(Box((0, 0), (10, 10)), "agents", "region", {"agents": ["sphere:0,0,5"]})
+    assert served == Intersection((Box((0, 0), (10, 10)), Sphere((0, 0), 5)))
+    assert str(served) == "box:0,0,10,10&sphere:0,0,5"
+    assert served.bounds() == Box((0, 0), (5, 5))
 
 
 # -- topics -----------------------------------------------------------------------------------
@@ -152,17 +200,39 @@ def test_topic_meets_match_exactly_the_topics_both_filters_match(a: str, b: str)
     assert got == both
 
 
+def served_filters(served: object) -> list[str]:
+    if isinstance(served, AnyOf):
+        return [member.filter for member in served.views]  # type: ignore[union-attr]
+    assert isinstance(served, TopicFilter)
+    return [served.filter]
+
+
+@settings(max_examples=300)
+@example("+/b", ["a/#", "b/#"])
+@example("#", ["a/+", "a/b", "b"])
 @given(filters(), st.lists(filters(), min_size=1, max_size=3))
-def test_a_topic_view_is_served_only_inside_its_rules(view: str, rules: list[str]) -> None:
+def test_a_topic_view_is_served_exactly_inside_its_rules(view: str, rules: list[str]) -> None:
+    """A topic is served iff the view and some rule match it; a refusal only when none is."""
+    wanted = {t for t in TOPICS if match(view, t) and any(match(rule, t) for rule in rules)}
     try:
         served = effective(TopicFilter(view), "t", "topic", {"t": rules})
     except Unauthorized as refused:
         assert refused.code == "forbidden"
+        assert not wanted, "refused although the filter meets the rules"
         return
-    assert isinstance(served, TopicFilter)
-    for topic in TOPICS:
-        if match(served.filter, topic):
-            assert match(view, topic) and any(match(rule, topic) for rule in rules), topic
+    got = {t for t in TOPICS if any(match(f, t) for f in served_filters(served))}
+    assert got == wanted
+
+
+def test_a_filter_meeting_several_rules_is_served_any_of_the_meets() -> None:
+    rules = {"t": ["plant/1/#", "plant/2/#"]}
+    served = effective(TopicFilter("plant/+/temp"), "t", "topic", rules)
+    assert served == AnyOf((TopicFilter("plant/1/temp"), TopicFilter("plant/2/temp")))
+    assert str(served) == "plant/1/temp | plant/2/temp"
+    shared = effective(TopicFilter("$share/g/plant/+/temp"), "t", "topic", rules)
+    assert served_filters(shared) == ["$share/g/plant/1/temp", "$share/g/plant/2/temp"]
+    wider = effective(TopicFilter("plant/+/temp"), "t", "topic", {"t": ["plant/1/#", "plant/#"]})
+    assert wider == TopicFilter("plant/+/temp"), "a meet another holds adds nothing"
 
 
 def test_a_shared_topic_view_keeps_its_group() -> None:
@@ -259,13 +329,55 @@ def test_a_whole_select_rule_and_a_rule_without_where_grant_as_their_condition()
     assert everything == Sql("SELECT * FROM orders")
 
 
-def test_object_paths_must_lie_inside_a_rule() -> None:
-    rules = {"cars": ["/cars/c1"]}
+PATHS = ["/cars/c1", "/cars/c2", "/cars/c3", "/boats/b1", "/cars/sub/c1"]
+path_views = st.sampled_from(
+    ["/cars/.all", "/cars/c1", "/cars/c2", "/boats/.all", "/cars/sub/.all"]
+)
+
+
+def in_path(view: str, path: str) -> bool:
+    """The oracle: an object names itself, ``.all`` the objects directly in its directory."""
+    if view.endswith("/.all"):
+        directory = view[: -len(".all")]
+        return path.startswith(directory) and "/" not in path[len(directory) :]
+    return path == view
+
+
+@settings(max_examples=200)
+@given(path_views, st.lists(path_views, min_size=1, max_size=3), st.sampled_from(["", "?delta"]))
+def test_an_object_path_is_narrowed_exactly_to_its_rules(
+    view: str, rules: list[str], options: str
+) -> None:
+    """An object is served iff the view and some rule hold it; the view's options are kept."""
+    wanted = {p for p in PATHS if in_path(view, p) and any(in_path(rule, p) for rule in rules)}
+    try:
+        served = effective(parse(view + options, "path"), "cars", "path", {"cars": rules})
+    except Unauthorized as refused:
+        assert refused.code == "forbidden"
+        assert not wanted
+        return
+    paths = served.views if isinstance(served, AnyOf) else (served,)
+    assert all(isinstance(p, ObjectPath) and p.delta == bool(options) for p in paths)
+    got = {p for p in PATHS if any(in_path(v.object_path, p) for v in paths)}  # type: ignore[union-attr]
+    assert got == wanted
+
+
+def test_object_path_narrowing_and_its_refusals() -> None:
+    rules = {"cars": ["/cars/c1", "/cars/c2"]}
     assert effective(parse("/cars/c1?delta", "path"), "cars", "path", rules) == parse(
         "/cars/c1?delta", "path"
     )
-    with pytest.raises(Unauthorized, match="not inside your rules"):
-        effective(parse("/cars/c2", "path"), "cars", "path", rules)
+    assert str(effective(parse("/cars/.all?delta", "path"), "cars", "path", rules)) == (
+        "/cars/c1?delta | /cars/c2?delta"
+    )
+    with pytest.raises(Unauthorized, match="meets none of your rules"):
+        effective(parse("/cars/c3", "path"), "cars", "path", rules)
+    with pytest.raises(Unauthorized, match=r"rule 1 on 'cars' selects attributes or values \(f=\)"):
+        effective(parse("/cars/.all", "path"), "cars", "path", {"cars": ["/cars/.all?f=speed"]})
+    with pytest.raises(Unauthorized, match="which its options do not fit"):
+        effective(parse("/cars/.all?deltadir", "path"), "cars", "path", rules)
+    either = AnyOf((parse("/cars/c1", "path"), parse("/cars/c3", "path")))  # type: ignore[arg-type]
+    assert effective(either, "cars", "path", rules) == parse("/cars/c1", "path")
 
 
 # -- served by the relay's core ---------------------------------------------------------------
@@ -283,6 +395,13 @@ def wide_boxes(draw: st.DrawFn) -> Box:
     """Boxes a few units wide, so that views, rules and rows meet often."""
     x0, y0 = draw(st.integers(0, 4)), draw(st.integers(0, 4))
     return Box((x0, y0), (x0 + draw(st.integers(2, 5)), y0 + draw(st.integers(2, 5))))
+
+
+@st.composite
+def wide_discs(draw: st.DrawFn) -> Sphere:
+    """Discs a few units wide, as rules: a view meets them partly, so it is served their
+    intersection."""
+    return Sphere((draw(st.integers(0, 8)), draw(st.integers(0, 8))), draw(st.integers(1, 4)))
 
 
 class Upstream:
@@ -360,8 +479,10 @@ DENSE = [
 @settings(max_examples=120, deadline=None)
 @example([Box((0, 0), (4, 4)), Box((3, 3), (7, 6))], Box((2, 1), (8, 8)), "latest", DENSE)
 @example([Box((0, 0), (4, 4)), Box((3, 3), (7, 6))], Box((2, 1), (8, 8)), "every", DENSE)
+@example([Sphere((4, 4), 3)], Box((2, 1), (8, 8)), "latest", DENSE)
+@example([Sphere((4, 4), 3), Box((6, 0), (9, 3))], Box((2, 1), (8, 8)), "every", DENSE)
 @given(
-    st.lists(wide_boxes(), min_size=1, max_size=3),
+    st.lists(st.one_of(wide_boxes(), wide_discs()), min_size=1, max_size=3),
     wide_boxes(),
     st.sampled_from(["latest", "every"]),
     st.lists(
@@ -376,12 +497,12 @@ DENSE = [
     ),
 )
 def test_no_row_outside_the_rules_reaches_a_subscriber(
-    rule_boxes: list[Box], view: Box, mode: str, script: list
+    rule_shapes: list[Box | Sphere], view: Box, mode: str, script: list
 ) -> None:
     """Every mode, view changes (latest) and resumes (every): each row pushed lies inside the
-    rules, and after every push of mode latest the subscriber holds exactly the truth inside
-    its view and its rules (plain comparisons)."""
-    rules = {"agents": [str(b) for b in rule_boxes]}
+    rules (boxes and discs), and after every push of mode latest the subscriber holds exactly
+    the truth inside its view and its rules (plain comparisons)."""
+    rules = {"agents": [str(shape) for shape in rule_shapes]}
     core = RelayCore(Policy(widen="margin", grace=0.0), engine=TableStore())
     core.on_catalog(Catalog([INFO]))
     core.on_upstream_connected()
@@ -390,7 +511,7 @@ def test_no_row_outside_the_rules_reaches_a_subscriber(
     current = view
 
     def granted(x: float, y: float) -> bool:
-        return any(in_box(b, x, y) for b in rule_boxes)
+        return any(inside(shape, x, y) for shape in rule_shapes)
 
     def subscribe(asked: Box, resume: Resume | None = None) -> bool:
         request = Subscribe(1, "agents", asked, rate=1000.0, mode=mode, resume=resume)  # type: ignore[arg-type]

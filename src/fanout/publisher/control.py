@@ -28,7 +28,7 @@ import pyarrow as pa
 from websockets.asyncio.server import ServerConnection, serve
 from websockets.exceptions import ConnectionClosed
 
-from fanout import metrics
+from fanout import expiry, metrics
 from fanout.auth import AuthConfig, Grant, Verifier
 from fanout.connection import Outbound, refuse
 from fanout.errors import FanoutError, InvalidView
@@ -287,6 +287,7 @@ class ControlPlane:
         self._open.add(outbound)
         outbound.start()
         refused = False  # the session ended the connection (bad input): close it here
+        expired = False  # its token expired (``fanout.expiry``): close it here
         try:
             # The connection owns the work its requests started (a replay, reads, publishes):
             # when it ends, what is still running is cancelled and waited for.
@@ -303,7 +304,11 @@ class ControlPlane:
                             if peer.suspect:
                                 await self._pay(time.perf_counter() - started)
                 except TimeoutError:
-                    self._act(session.hello_overdue(self.hello_timeout), peer)
+                    if isinstance(session.grant, Grant):  # after the hello: its token expired
+                        outbound.offer(codec.encode(expiry.expired()))
+                        expired = True
+                    else:
+                        self._act(session.hello_overdue(self.hello_timeout), peer)
                 except ConnectionClosed:
                     pass  # the peer went away; its primitives are released below
                 finally:
@@ -318,8 +323,10 @@ class ControlPlane:
             frames, sent = self._closed_sent
             self._closed_sent = (frames + outbound.sent, sent + outbound.sent_bytes)
             self._slow_closed += outbound.closed_for is not None
-            if refused:
-                await refuse(websocket, "refused: see the error frame")
+            if refused or expired:
+                await refuse(
+                    websocket, expiry.EXPIRED if expired else "refused: see the error frame"
+                )
 
     async def _pay(self, cost: float) -> None:
         """Charge a suspect connection's frame to the shared budget; wait if it is overdrawn
@@ -350,7 +357,7 @@ class ControlPlane:
                     outbound.offer(data)
                 case Welcomed(relay=relay):
                     if peer.handshake is not None:
-                        peer.handshake.reschedule(None)
+                        peer.handshake.reschedule(expiry.deadline(peer.session.grant))
                     if relay is not None:
                         self._relays[relay] = peer
                         log.info("relay %d (%s) connected", relay, peer.session.name)

@@ -220,6 +220,12 @@ class PublisherSession:
         self._last_seq: dict[str, int] = {}
         self._held_back: deque[Delivery] = deque()
 
+    @property
+    def grant(self) -> object:
+        """What the peer's token grants, once admitted (None before, or without
+        authentication)."""
+        return self._handshake.grant
+
     def _move(self, event: Event) -> None:
         following = TRANSITIONS.get((self.phase, event))
         if following is None:

@@ -34,6 +34,7 @@ from websockets.asyncio.server import ServerConnection
 from websockets.datastructures import Headers
 from websockets.http11 import SERVER, Request, Response
 
+from fanout import expiry
 from fanout.errors import ProtocolError, Unauthorized
 from fanout.relay.httpapi import (
     CONTENT_TYPES,
@@ -288,10 +289,14 @@ class HttpSubscription:
         self._connection.on_resume = lambda: self._resumed(client)
         try:
             relay.subscribe(client, request.subscribe)
-            await asyncio.wait(
+            ends = expiry.deadline(self.grant, self._loop)
+            done, _ = await asyncio.wait(
                 [self._ended, self._connection.connection_lost_waiter],
+                timeout=None if ends is None else ends - self._loop.time(),
                 return_when=asyncio.FIRST_COMPLETED,
             )
+            if not done:  # the token expired: a last error event, and the stream ends
+                self.offer(codec.encode(expiry.expired()))
         finally:
             relay.detach(client)
             self._connection.on_resume = None

@@ -53,10 +53,16 @@ import numpy.typing as npt
 from fanout.errors import InvalidView
 from fanout.relay.upstream import Primitive
 from fanout.views import CoverIndex, View, bounding_box, covers, residual
-from fanout.views.region import Box, RegionUnion, Sector, Sphere
+from fanout.views.region import Box, Intersection, RegionUnion, Sector, Sphere
 
-Region = Box | Sphere | Sector | RegionUnion
-_REGIONS = (Box, Sphere, Sector, RegionUnion)  # as a tuple: isinstance checks it faster
+Region = Box | Sphere | Sector | RegionUnion | Intersection
+_REGIONS = (
+    Box,
+    Sphere,
+    Sector,
+    RegionUnion,
+    Intersection,
+)  # as a tuple: isinstance checks it faster
 
 
 def as_region(view: object) -> Region:
@@ -152,7 +158,7 @@ def velocity(before: View, after: View, seconds: float) -> Velocity | None:
     None when it cannot tell: either is not an absolute region, their dimensions differ, no
     time passed, or the move is a jump (more than ``MAX_JUMP`` times the view's extent).
     """
-    regions = Box | Sphere | Sector | RegionUnion
+    regions = Box | Sphere | Sector | RegionUnion | Intersection
     if not (isinstance(before, regions) and isinstance(after, regions)) or seconds <= 0:
         return None
     old, new = before.bounds(), after.bounds()

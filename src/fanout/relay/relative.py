@@ -50,7 +50,15 @@ from fanout.relay.transforms import EntityNotHeld
 from fanout.relay.upstream import Primitive, Upstream
 from fanout.views import View
 from fanout.views.entity import Entity
-from fanout.views.region import AbsoluteRegion, Box, RegionUnion, Relative, Sector, Sphere
+from fanout.views.region import (
+    AbsoluteRegion,
+    Box,
+    Intersection,
+    RegionUnion,
+    Relative,
+    Sector,
+    Sphere,
+)
 from fanout.wire.columns import STRING
 
 
@@ -114,7 +122,7 @@ def needed(views: Iterable[View], state: DatasetState) -> list[AbsoluteRegion]:
             resolved = locate(view, state)
             if resolved is not None:
                 regions.append(resolved)
-        elif isinstance(view, Box | Sphere | Sector | RegionUnion):
+        elif isinstance(view, Box | Sphere | Sector | RegionUnion | Intersection):
             regions.append(view)
     return regions
 

@@ -8,13 +8,23 @@ served as its **effective view**, a view of the same language computed here, in 
 algebra, before the relay's core sees the subscription:
 
 * a region view inside the rules (``covers``) is served as it is; a box, or a union of boxes,
-  against box rules is clipped to them (the union of the pieces); a view that sticks out of
-  curved rules, or a view relative to an entity, is refused (no region of the algebra is their
-  intersection);
-* a topic filter inside a rule is served as it is; otherwise it is narrowed to its
-  intersection with the one rule it meets (a filter that meets several rules, partly each, is
-  refused: subscribe to each part);
-* an object path must lie inside a rule (``covers``);
+  against box rules is clipped to them (the union of the box pieces, which the relay cuts
+  fastest); any other absolute region (spheres, sectors, unions mixing them, on either side)
+  is served as an :class:`~fanout.views.region.Intersection` of the view and the union of the
+  rules its bounds meet. A view relative to an entity is refused: its effective view would
+  move with the entity, and no region of the algebra is "this moving region, within these
+  fixed ones" (the relay resolves a relative view afresh at each push, after the rules would
+  have been applied); subscribe to an absolute region instead. An intersection rule among
+  several rules is refused too (a union of intersections is no region);
+* a topic filter inside a rule is served as it is; otherwise as its intersection with each
+  rule it meets (``topic_meet``), meets that another holds left out: one filter, or any of
+  several (:class:`~fanout.views.anyof.AnyOf`), each keeping the view's ``$share`` group;
+* an object path inside a rule is served as it is; otherwise narrowed to the scopes of the
+  rules it meets (``/cars/.all`` against ``/cars/c1`` and ``/cars/c2``: those two objects,
+  with the view's options), one path or any of several. A rule that selects attributes or
+  values (``f=``) narrows nothing: a view it holds only in part is refused (the intersection
+  of two ``f=`` selections is no path);
+* any of several views: each member narrowed, members no rule meets left out;
 * a SQL view reads only tables it has rules for (joins included); every table it reads is
   restricted to its rules' rows before the query runs — the rules' predicates are added to the
   WHERE clause for the FROM table and INNER/CROSS joins, and to the ON clause of a LEFT join
@@ -41,10 +51,22 @@ from sqlglot import exp
 
 from fanout.errors import InvalidView, Unauthorized
 from fanout.views import View, covers
-from fanout.views.region import Box, RegionUnion, Relative, Sector, Sphere
+from fanout.views.anyof import AnyOf, members_of
+from fanout.views.objects import ObjectPath
+from fanout.views.region import (
+    AbsoluteRegion,
+    Box,
+    Intersection,
+    RegionUnion,
+    Relative,
+    Sector,
+    Sphere,
+    meet_bounds,
+)
 from fanout.views.sql import Sql
 from fanout.views.text import parse as parse_view
 from fanout.views.topic import TopicFilter
+from fanout.views.topic import covers as topic_covers
 from fanout.wire.messages import Subscribe
 
 T = TypeVar("T")
@@ -83,13 +105,49 @@ def effective(view: View, dataset: str, kind: str, rules: Rules | None) -> View:
             f"views relative to an entity are not served under access rules on {dataset!r}:"
             " subscribe to an absolute region inside your rules",
         )
+    if isinstance(view, Box | Sphere | Sector | RegionUnion | Intersection):
+        return _meet_region(view, _region_rules(granted, dataset), dataset)
     if covers(granted, view):
         return view
-    if isinstance(view, Box | Sphere | Sector | RegionUnion):
-        return _clip(view, granted, dataset)
+    return _narrow(view, granted, dataset, kind, rules)
+
+
+def _narrow(view: View, granted: Sequence[View], dataset: str, kind: str, rules: Rules) -> View:
+    """A topic filter, object path or any of several, not inside the rules, narrowed to them."""
     if isinstance(view, TopicFilter):
         return _narrow_topic(view, granted, dataset)
+    if isinstance(view, ObjectPath):
+        return _narrow_path(view, granted, dataset)
+    if isinstance(view, AnyOf):
+        return _narrow_each(view, dataset, kind, rules)
     raise Unauthorized("forbidden", f"the view {view} is not inside your rules on {dataset!r}")
+
+
+class Outside(Unauthorized):
+    """A view (or a member of one) that no rule meets: it grants nothing of it."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__("forbidden", message)
+
+
+def _narrow_each(view: AnyOf, dataset: str, kind: str, rules: Rules) -> View:
+    """Any of several views: each narrowed, those no rule meets left out.
+
+    Raises:
+        Unauthorized: ``forbidden``: no member meets a rule, or one is refused for another
+            reason (that reason).
+    """
+    served: list[object] = []
+    for member in view.views:
+        try:
+            served.extend(members_of(effective(member, dataset, kind, rules)))
+        except Outside:
+            continue  # this member's part of the intersection is empty
+    if not served:
+        raise Outside(f"the view {view} meets none of your rules on {dataset!r}")
+    if len(served) == 1:
+        return served[0]  # type: ignore[return-value]  # a member: a view of the language
+    return AnyOf(tuple(served))  # type: ignore[arg-type]  # members of the view's language
 
 
 def parse_rules(dataset: str, kind: str, texts: Sequence[str]) -> list[View]:
@@ -123,36 +181,73 @@ def _granted(dataset: str, kind: str, rules: Rules) -> list[View]:
 # -- regions --------------------------------------------------------------------------------
 
 
-def _clip(view: Box | Sphere | Sector | RegionUnion, granted: Sequence[View], dataset: str) -> View:
-    """A box (union) intersected with box rules: the union of the non-empty pieces."""
-    mine = view.members if isinstance(view, RegionUnion) else (view,)
-    theirs = [member for rule in granted for member in _members(rule)]
-    if not all(isinstance(m, Box) for m in (*mine, *theirs)):
+def _meet_region(view: AbsoluteRegion, rules: Sequence[AbsoluteRegion], dataset: str) -> View:
+    """A region view intersected with region rules.
+
+    A view the rules cover: itself. Boxes against boxes: the union of the non-empty box pieces
+    (the relay cuts boxes fastest, all of a turn's together). Otherwise an
+    :class:`Intersection` of the view and the union of the rules its bounds meet.
+    """
+    if covers(rules, view):
+        return view
+    bounds = view.bounds()
+    meeting = [rule for rule in rules if rule.dims == view.dims and _near(rule, bounds)]
+    if not meeting:
+        raise Outside(f"the view {view} lies outside your rules on {dataset!r}")
+    theirs = [member for rule in meeting for member in _members(rule)]
+    mine = _members(view)
+    if all(isinstance(m, Box) for m in (*mine, *theirs)):
+        pieces = [
+            piece
+            for a in mine
+            for b in theirs
+            if (piece := box_meet(a, b)) is not None  # type: ignore[arg-type]  # boxes, checked
+        ]
+        if not pieces:
+            raise Outside(f"the view {view} lies outside your rules on {dataset!r}")
+        return pieces[0] if len(pieces) == 1 else RegionUnion(tuple(pieces))
+    if len(meeting) > 1 and any(isinstance(rule, Intersection) for rule in meeting):
         raise Unauthorized(
             "forbidden",
-            f"the view {view} is not inside your rules on {dataset!r}, and only boxes are"
-            " clipped to rules: subscribe to a view inside them",
+            f"the view {view} meets several of your rules on {dataset!r}, one of them an"
+            " intersection (a union of intersections is no region): subscribe to a view"
+            " meeting one of them",
         )
-    pieces = [
-        piece
-        for a in mine
-        for b in theirs
-        if (piece := box_meet(a, b)) is not None  # type: ignore[arg-type]  # boxes, checked
-    ]
-    if not pieces:
-        raise Unauthorized("forbidden", f"the view {view} lies outside your rules on {dataset!r}")
-    return pieces[0] if len(pieces) == 1 else RegionUnion(tuple(pieces))
+    rule = meeting[0] if len(meeting) == 1 else RegionUnion(tuple(theirs))  # type: ignore[arg-type]  # primitives: no intersection among several, checked
+    try:
+        return Intersection((view, rule))  # type: ignore[arg-type]  # an intersection flattens
+    except InvalidView:  # the bounds of the whole do not meet: nothing is granted
+        raise Outside(f"the view {view} lies outside your rules on {dataset!r}") from None
+
+
+def _region_rules(granted: Sequence[View], dataset: str) -> list[AbsoluteRegion]:
+    """The rules as absolute regions.
+
+    Raises:
+        Unauthorized: ``forbidden``: a rule is relative to an entity (a rule is a fixed place).
+    """
+    rules: list[AbsoluteRegion] = []
+    for number, rule in enumerate(granted, 1):
+        if not isinstance(rule, Box | Sphere | Sector | RegionUnion | Intersection):
+            raise Unauthorized(
+                "forbidden",
+                f"your rule {number} on {dataset!r} is not an absolute region (a rule is a"
+                " fixed place, not one relative to an entity)",
+            )
+        rules.append(rule)
+    return rules
+
+
+def _near(region: AbsoluteRegion, bounds: Box) -> bool:
+    """Whether a region's bounding box meets ``bounds`` (else it grants nothing of them)."""
+    return box_meet(region.bounds(), bounds) is not None
 
 
 def box_meet(a: Box, b: Box) -> Box | None:
     """The intersection of two boxes (closed: boxes that touch meet in a flat box), or None."""
     if a.dims != b.dims:
         return None
-    lo = tuple(max(x, y) for x, y in zip(a.lo, b.lo, strict=True))
-    hi = tuple(min(x, y) for x, y in zip(a.hi, b.hi, strict=True))
-    if any(low > high for low, high in zip(lo, hi, strict=True)):
-        return None
-    return Box(lo, hi)
+    return meet_bounds([a, b])
 
 
 def _members(view: View) -> tuple[View, ...]:
@@ -162,27 +257,27 @@ def _members(view: View) -> tuple[View, ...]:
 # -- topics ---------------------------------------------------------------------------------
 
 
-def _narrow_topic(view: TopicFilter, granted: Sequence[View], dataset: str) -> TopicFilter:
-    meets = {
-        meet
-        for rule in granted
-        if isinstance(rule, TopicFilter)
-        and (meet := topic_meet(view.topic_filter, rule.topic_filter)) is not None
-    }
+def _narrow_topic(view: TopicFilter, granted: Sequence[View], dataset: str) -> View:
+    """A topic filter intersected with topic rules: the filters matching what it and each rule
+    both match (``topic_meet``), one filter or any of several, each keeping its share group."""
+    meets: list[str] = []
+    for rule in granted:
+        if not isinstance(rule, TopicFilter):
+            continue
+        meet = topic_meet(view.topic_filter, rule.topic_filter)
+        if meet is None or _topic_within(meet, meets):
+            continue
+        meets = [kept for kept in meets if not _topic_within(kept, [meet])] + [meet]
     if not meets:
-        raise Unauthorized(
-            "forbidden", f"the filter {view} matches none of your rules on {dataset!r}"
-        )
-    if len(meets) > 1:
-        parts = ", ".join(sorted(meets))
-        raise Unauthorized(
-            "forbidden",
-            f"the filter {view} meets several of your rules on {dataset!r}: subscribe to each"
-            f" part ({parts})",
-        )
-    (meet,) = meets
+        raise Outside(f"the filter {view} matches none of your rules on {dataset!r}")
     share = view.share_group
-    return TopicFilter(meet if share is None else f"$share/{share}/{meet}")
+    filters = [TopicFilter(meet if share is None else f"$share/{share}/{meet}") for meet in meets]
+    return filters[0] if len(filters) == 1 else AnyOf(tuple(filters))
+
+
+def _topic_within(meet: str, others: Sequence[str]) -> bool:
+    """Whether the filters ``others`` match every topic ``meet`` matches (it adds nothing)."""
+    return bool(others) and topic_covers([TopicFilter(o) for o in others], TopicFilter(meet))
 
 
 def topic_meet(a: str, b: str) -> str | None:
@@ -216,6 +311,63 @@ def topic_meet(a: str, b: str) -> str | None:
 
 def _dollar_against_wildcard(levels: list[str], other: list[str]) -> bool:
     return levels[0].startswith("$") and other[0] in ("+", "#")
+
+
+# -- object paths ---------------------------------------------------------------------------
+
+
+def _narrow_path(view: ObjectPath, granted: Sequence[View], dataset: str) -> View:
+    """An object path narrowed to the scopes of the rules it meets: the object it names, or
+    the objects of its directory each rule grants, with the view's options; one path, or any
+    of several.
+
+    Raises:
+        Unauthorized: ``forbidden``: no rule meets it, or one that does selects attributes or
+            values (``f=``) and does not hold the whole view (the intersection of two ``f=``
+            selections is no path).
+    """
+    scopes: list[str] = []
+    for number, rule in enumerate(granted, 1):
+        if not isinstance(rule, ObjectPath):
+            continue
+        scope = _scope_meet(view, rule)
+        if scope is None:
+            continue
+        if rule.attributes is not None or rule.filters:
+            raise Unauthorized(
+                "forbidden",
+                f"your rule {number} on {dataset!r} selects attributes or values (f=) and"
+                f" holds only part of {view}: subscribe to a view inside it",
+            )
+        if rule.all and not view.all:
+            scopes = [scope]  # the directory's rule grants the view's one object whole
+            break
+        if scope not in scopes:
+            scopes.append(scope)
+    if not scopes:
+        raise Outside(f"the path {view} meets none of your rules on {dataset!r}")
+    options = view.path.partition("?")[2]
+    try:
+        paths = [ObjectPath(f"{scope}?{options}" if options else scope) for scope in scopes]
+    except InvalidView as exc:  # an option of a directory's, such as deltadir, on an object
+        raise Unauthorized(
+            "forbidden",
+            f"the path {view} is narrowed by your rules on {dataset!r} to objects, which its"
+            f" options do not fit ({exc}): subscribe to the objects your rules name",
+        ) from None
+    return paths[0] if len(paths) == 1 else AnyOf(tuple(paths))
+
+
+def _scope_meet(view: ObjectPath, rule: ObjectPath) -> str | None:
+    """The object path (no options) both scopes hold: the directory's ``.all``, one object,
+    or None."""
+    if view.directory.rstrip("/") != rule.directory.rstrip("/"):
+        return None
+    if view.all:
+        return rule.object_path
+    if rule.all or rule.object == view.object:
+        return view.object_path
+    return None
 
 
 # -- SQL ------------------------------------------------------------------------------------

@@ -56,7 +56,7 @@ from websockets.asyncio.server import ServerConnection, serve
 from websockets.exceptions import ConnectionClosed
 from websockets.frames import CloseCode
 
-from fanout import metrics, tls
+from fanout import expiry, metrics, tls
 from fanout.auth import Grant, Verifier
 from fanout.connection import Outbound, dial, refuse
 from fanout.errors import ProtocolError, Unauthorized
@@ -331,7 +331,7 @@ class RelayServer:
                         refused = getattr(outcome.reply, "message", "closing")
                         break
                     if session.hello is not None and client not in self._connected:
-                        handshake.reschedule(None)
+                        handshake.reschedule(expiry.deadline(session.grant))
                         self._connected.add(client)
                         if isinstance(session.grant, Grant):
                             self._grants[client] = session.grant
@@ -341,9 +341,13 @@ class RelayServer:
                             break
                     await self._take(client, outcome.deliver, throttle, started)
         except TimeoutError:
-            self._hello_timeouts += 1
-            refused = f"no hello within {self.config.hello_timeout:g} s; closing"
-            outbound.offer(codec.encode(Error(code="handshake", message=refused)))
+            if client in self._connected:  # after the hello: its token expired
+                refused = expiry.EXPIRED
+                outbound.offer(codec.encode(expiry.expired()))
+            else:
+                self._hello_timeouts += 1
+                refused = f"no hello within {self.config.hello_timeout:g} s; closing"
+                outbound.offer(codec.encode(Error(code="handshake", message=refused)))
         except ConnectionClosed as closed:
             # The subscriber went away (its subscriptions end below), or sent a frame over
             # max_size, which websockets refuses by closing with 1009.

@@ -33,11 +33,11 @@ import numpy as np
 import numpy.typing as npt
 
 from fanout.relay.compiled import fixed_width, gridkernel
-from fanout.views.region import Box, RegionUnion, Sector, Sphere
+from fanout.views.region import Box, Intersection, RegionUnion, Sector, Sphere
 
 Positions = npt.NDArray[np.intp]
 Floats = npt.NDArray[np.float64]
-IndexedRegion = Box | Sphere | Sector | RegionUnion
+IndexedRegion = Box | Sphere | Sector | RegionUnion | Intersection
 Bounds = npt.NDArray[np.int64]
 
 #: Rows per cell the grid aims for on uniform data: a small view touches a few cells, and a

@@ -8,13 +8,14 @@ upstream covers a view, and what is missing; their text syntax.
 
 from fanout.views.algebra import bounding_box, covers, grow, residual
 from fanout.views.kinds import View, kind_of
-from fanout.views.region import Box, Region, RegionUnion, Relative, Sector, Sphere
+from fanout.views.region import Box, Intersection, Region, RegionUnion, Relative, Sector, Sphere
 from fanout.views.region.coverindex import CoverIndex
 from fanout.views.text import parse, parse_region, to_text
 
 __all__ = [
     "Box",
     "CoverIndex",
+    "Intersection",
     "Region",
     "RegionUnion",
     "Relative",

@@ -8,6 +8,7 @@ an axis-aligned bounding box of everything wanted.
 :func:`covers` and :func:`residual` dispatch on the kind of the view. Regions are decomposed here
 (:mod:`fanout.views.region.cover`); SQL, topic and object-path views go to their own modules,
 each given only the held views of its own kind: a held view of another kind covers nothing.
+A union of topic filters or object paths (``AnyOf``) is covered when each member is.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 
 from fanout.errors import InvalidView
+from fanout.views.anyof import AnyOf
 from fanout.views.kinds import KIND_MODULES, View, kind_of, of_kind
 from fanout.views.region import REGIONS, Box, enclosing_box
 from fanout.views.region.cover import region_covers, region_residual
@@ -41,6 +43,8 @@ def covers(have: Have, view: View) -> bool:
     """
     if isinstance(view, REGIONS):
         return region_covers(have, view)
+    if isinstance(view, AnyOf):
+        return all(covers(have, member) for member in view.views)
     kind = kind_of(view)
     return bool(KIND_MODULES[kind].covers(of_kind(kind)(have), view))
 
@@ -56,6 +60,8 @@ def residual(have: Have, view: View) -> list[View]:
     """
     if isinstance(view, REGIONS):
         return list(region_residual(have, view))
+    if isinstance(view, AnyOf):
+        return [piece for member in view.views for piece in residual(have, member)]
     kind = kind_of(view)
     return list(KIND_MODULES[kind].residual(of_kind(kind)(have), view))
 

@@ -71,18 +71,19 @@ class Explanation:
         return f"{'' if exact else '~'}{share:.1%} of the view's {noun}"
 
 
-def explain(kind: str, view: str, have: Sequence[str]) -> Explanation:
+def explain(kind: str, view: str | View, have: Sequence[str]) -> Explanation:
     """Parse a view and the views held, and explain the view's coverage.
 
     Args:
         kind: ``region``, ``sql``, ``topic`` or ``path``.
-        view: the view's text.
+        view: the view's text, or the view (an effective view under access rules, which may
+            have no text of its own to read back).
         have: the held views' texts.
 
     Raises:
         InvalidView: a text that does not parse as a view of ``kind``, or a relative region.
     """
-    parsed = parse(view, kind)
+    parsed = parse(view, kind) if isinstance(view, str) else view
     held = [parse(text, kind) for text in have]
     return Explanation(
         kind=kind,

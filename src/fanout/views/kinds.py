@@ -17,18 +17,21 @@ from typing import TypeAlias
 
 from fanout.errors import InvalidView
 from fanout.views import entity, objects, sql, topic
-from fanout.views.region import REGIONS, Box, RegionUnion, Relative, Sector, Sphere
+from fanout.views.anyof import AnyOf
+from fanout.views.region import REGIONS, Box, Intersection, RegionUnion, Relative, Sector, Sphere
 
 View: TypeAlias = (
     Box
     | Sphere
     | Sector
     | RegionUnion
+    | Intersection
     | Relative
     | sql.Sql
     | sql.SqlBox
     | topic.TopicFilter
     | objects.ObjectPath
+    | AnyOf
     | entity.Entity
 )
 """Every view of every kind; a msgspec field of this type decodes any of them by its tag."""
@@ -54,9 +57,13 @@ KIND_MODULES: dict[str, ModuleType] = {
 def kind_of(view: object) -> str:
     """Return the kind of a view: ``region``, ``sql``, ``topic``, ``path`` or ``entity``.
 
+    An ``AnyOf`` is of its members' kind.
+
     Raises:
         InvalidView: ``view`` is not a view.
     """
+    if isinstance(view, AnyOf):
+        view = view.views[0]
     for kind, classes in KIND_CLASSES.items():
         if isinstance(view, classes):
             return kind

@@ -4,6 +4,7 @@ outside a relay's buffers (a batch's change set, a log entry being audited) and 
 * a region selects the rows whose coordinates (the dataset's index columns) lie inside it;
 * a topic filter the rows whose topic (the index column) it matches, ``$share/group/`` ignored
   (a group member gets every matching message, as in mode ``latest``);
+* any of several topic filters or object paths the rows any of them selects;
 * an object path the objects in its scope (the index column holds the path) that pass one of its
   ``f=`` comparisons, if it has any; the comparisons read every other column.
 
@@ -19,14 +20,17 @@ from typing import TypeAlias
 import numpy as np
 import numpy.typing as npt
 
+from fanout.views.anyof import AnyOf
 from fanout.views.objects import ObjectPath
-from fanout.views.region import Box, RegionUnion, Sector, Sphere
+from fanout.views.region import Box, Intersection, RegionUnion, Sector, Sphere
 from fanout.views.topic import TopicFilter
 
-Selecting: TypeAlias = Box | Sphere | Sector | RegionUnion | TopicFilter | ObjectPath
+Selecting: TypeAlias = (
+    Box | Sphere | Sector | RegionUnion | Intersection | TopicFilter | ObjectPath | AnyOf
+)
 """The views that select rows of one dataset by their own columns."""
 
-SELECTING = (Box, Sphere, Sector, RegionUnion, TopicFilter, ObjectPath)
+SELECTING = (Box, Sphere, Sector, RegionUnion, Intersection, TopicFilter, ObjectPath, AnyOf)
 
 Columns = Mapping[str, npt.ArrayLike]
 
@@ -45,11 +49,16 @@ def members(view: Selecting, rows: Columns, index: Sequence[str]) -> npt.NDArray
         TypeError: ``view`` is not a selecting view.
     """
     match view:
+        case AnyOf():
+            mask = members(view.views[0], rows, index)
+            for member in view.views[1:]:
+                mask = mask | members(member, rows, index)
+            return mask
         case TopicFilter():
             return view.match(_strings(rows[index[0]]))
         case ObjectPath():
             return _objects(view, rows, index[0])
-        case Box() | Sphere() | Sector() | RegionUnion():
+        case Box() | Sphere() | Sector() | RegionUnion() | Intersection():
             return np.asarray(view.match(*(rows[name] for name in index)), dtype=np.bool_)
     raise TypeError(f"{type(view).__name__} does not select rows by their columns")
 

@@ -3,7 +3,8 @@
 Region grammar (whitespace allowed around numbers and separators)::
 
     region    := "rel:" entity ":" absolute | absolute
-    absolute  := primitive ("|" primitive)*          # two or more make a union
+    absolute  := union ("&" union)*                  # two or more make an intersection
+    union     := primitive ("|" primitive)*          # two or more make a union
     primitive := "box:" numbers                      # x0,y0,x1,y1 | x0,y0,z0,x1,y1,z1
                | "sphere:" numbers                   # cx,cy,r | cx,cy,cz,r
                | "sector:" numbers                   # cx,cy,r,heading,half | cx,cy,cz,r,az,el,half
@@ -27,6 +28,7 @@ from fanout.views.kinds import View
 from fanout.views.region import (
     AbsoluteRegion,
     Box,
+    Intersection,
     Primitive,
     Region,
     RegionUnion,
@@ -109,7 +111,7 @@ class _Parser:
             self.at += len("rel:")
             entity = self._entity()
             self._expect(":")
-            view: Region = Relative(entity, self._absolute())
+            view: Region = Relative(entity, self._relative_region())
         else:
             view = self._absolute()
         self._skip_space()
@@ -117,7 +119,24 @@ class _Parser:
             raise self._error(f"unexpected {self._token()!r}")
         return view
 
+    def _relative_region(self) -> Primitive | RegionUnion:
+        start = self.at
+        region = self._absolute()
+        if isinstance(region, Intersection):
+            self.at = start
+            raise self._error("a relative region is a box, sphere, sector or union, not an '&'")
+        return region
+
     def _absolute(self) -> AbsoluteRegion:
+        parts = [self._union()]
+        while self._skip_space() == "&":
+            self.at += 1
+            parts.append(self._union())
+        if len(parts) == 1:
+            return parts[0]
+        return _build(self.text, "intersection", 1, lambda: Intersection(tuple(parts)))
+
+    def _union(self) -> Primitive | RegionUnion:
         members = [self._primitive()]
         while self._skip_space() == "|":
             self.at += 1
@@ -191,7 +210,7 @@ class _Parser:
     def _token(self) -> str:
         """Return the text from the cursor up to the next separator, for error messages."""
         rest = self.text[self.at :]
-        found = re.match(r"[^,:|\s]+|.", rest)
+        found = re.match(r"[^,:|&\s]+|.", rest)
         return found.group() if found else ""
 
     def _error(self, problem: str) -> InvalidView:

@@ -29,6 +29,7 @@ from fanout.relay.state import Keys, Positions
 from fanout.relay.transforms import InvalidTransform, Shape, resolve
 from fanout.relay.upstream import Primitive, release_spare
 from fanout.views import View, covers, residual
+from fanout.views.anyof import AnyOf
 from fanout.views.members import Selecting
 from fanout.wire.messages import DatasetInfo, Subscribe, Transform
 
@@ -80,7 +81,9 @@ class KeyedKind(abc.ABC):
             InvalidTransform: the transform asks for coordinates relative to an entity.
         """
         wanted, language = self.language
-        if not isinstance(view, wanted):
+        if isinstance(view, AnyOf) and isinstance(view.views[0], wanted):
+            pass  # a union of the language's views (an effective view under rules)
+        elif not isinstance(view, wanted):
             raise InvalidView(f"dataset {self.name!r} takes {language}, not {type(view).__name__}")
         effective = (transform or Transform()).negotiate(capabilities)
         if effective.relative_to is not None:
@@ -96,7 +99,9 @@ class KeyedKind(abc.ABC):
         return tuple(sorted({name for name, _ in self.needs(view)}))
 
     def needs(self, view: View) -> list[tuple[str, View]]:
-        """(dataset, primitive) pairs the view needs held."""
+        """(dataset, primitive) pairs the view needs held (each member of an ``AnyOf``)."""
+        if isinstance(view, AnyOf):
+            return [(self.name, member) for member in view.views]
         return [(self.name, view)]
 
     def acquire(self, view: View, moving: Velocity | None, subscribing: bool) -> list[Primitive]:
@@ -251,6 +256,6 @@ class SelectingKind(KeyedKind):
     def step(self, subscription: Subscription, change: ChangeSet, held: Keys, steps: Steps) -> Step:
         """The rows of the change the view selects (``relay.changesets.step``)."""
         view = subscription.view
-        assert isinstance(view, self.language[0])
-        selecting: Selecting = view  # type: ignore[assignment]  # topic filter or object path
+        assert isinstance(view, (AnyOf, self.language[0]))
+        selecting: Selecting = view  # type: ignore[assignment]  # topic filters or object paths
         return shared_step(steps, change, selecting, subscription.shape, held, info=self.state.info)

@@ -17,6 +17,7 @@ from fanout.relay.kinds.keyed import SelectingKind
 from fanout.relay.state import Positions, Table
 from fanout.relay.transforms import resolve
 from fanout.views import View
+from fanout.views.anyof import AnyOf, members_of
 from fanout.views.members import members
 from fanout.views.objects import ObjectPath
 from fanout.wire.messages import DatasetInfo, Subscribe
@@ -28,14 +29,16 @@ class PathKind(SelectingKind):
     language = (ObjectPath, "object paths")
 
     def accept(self, request: Subscribe, capabilities: Sequence[str]) -> Accepted:
-        """An object path; its rows carry the key and the attributes it names (all if none)."""
+        """An object path (or any of several); its rows carry the key and the attributes it
+        names (all if none; any of several: those any of them names)."""
         self._check_language(request.view, request.transform, capabilities)
         info = self.state.info
         shape = resolve(request.transform, info, capabilities)
         view = request.view
-        assert isinstance(view, ObjectPath)
-        if view.attributes is not None:
-            columns = path_columns(view, shape.columns, info.key)
+        paths = [path for path in members_of(view) if isinstance(path, ObjectPath)]
+        if all(path.attributes is not None for path in paths):
+            names = {name for path in paths for name in path_columns(path, shape.columns, info.key)}
+            columns = tuple(name for name in shape.columns if name in names)
             shape = msgspec.structs.replace(shape, columns=columns, identity=False)
         return Accepted(shape, info.key, list(shape.columns))
 
@@ -45,12 +48,12 @@ class PathKind(SelectingKind):
         return ObjectPath(piece.object_path)
 
     def positions(self, view: View) -> Positions:
-        """The objects in the path's scope that pass its filters."""
-        assert isinstance(view, ObjectPath)
+        """The objects in the path's scope that pass its filters (any of several paths')."""
+        assert isinstance(view, ObjectPath | AnyOf)
         return path_positions(view, self.state.buffer.active, self.state.info)
 
 
-def path_positions(view: ObjectPath, table: Table, info: DatasetInfo) -> Positions:
+def path_positions(view: ObjectPath | AnyOf, table: Table, info: DatasetInfo) -> Positions:
     """Sorted positions of the objects ``view`` selects: in its scope, passing a filter if any."""
     return np.flatnonzero(members(view, table.columns, info.index_columns))
 

@@ -1,7 +1,7 @@
 """Region datasets (index ``space``): rows with coordinates, views that are regions of space.
 
-A view is a box, sphere, sector or union of them, or a region relative to a moving entity
-(``relay.relative``). Upstream primitives are regions planned to serve many views
+A view is a box, sphere, sector, union or intersection of them, or a region relative to a
+moving entity (``relay.relative``). Upstream primitives are regions planned to serve many views
 (``relay.planner``: tiles, margins, enclosures), held in a cover index; a view is servable when
 ready primitives cover it (``fanout.views.covers``). Its pushes are cut from the active buffer
 through the spatial index (``relay.pushes``), box views of one turn all together
@@ -27,7 +27,7 @@ from fanout.relay.transforms import InvalidTransform, Shape, resolve
 from fanout.relay.upstream import Primitive, release_spare
 from fanout.views import View, covers
 from fanout.views.entity import Entity
-from fanout.views.region import Box, RegionUnion, Relative, Sector, Sphere
+from fanout.views.region import Box, Intersection, RegionUnion, Relative, Sector, Sphere
 from fanout.wire.messages import DatasetInfo, Subscribe
 
 
@@ -51,10 +51,10 @@ class RegionKind:
     def accept(self, request: Subscribe, capabilities: Sequence[str]) -> Accepted:
         """A region view of as many dimensions as the dataset's coordinates."""
         view, info = request.view, self.state.info
-        if not isinstance(view, Box | Sphere | Sector | RegionUnion | Relative):
+        if not isinstance(view, Box | Sphere | Sector | RegionUnion | Intersection | Relative):
             raise InvalidView(
                 f"dataset {info.name!r} takes region views (box, sphere, sector, union,"
-                f" relative), not {type(view).__name__}"
+                f" intersection, relative), not {type(view).__name__}"
             )
         if isinstance(view, Relative):
             relative.check(view, self.state)

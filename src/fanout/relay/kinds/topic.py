@@ -18,6 +18,7 @@ from fanout.relay.kinds.base import Parts
 from fanout.relay.kinds.keyed import SelectingKind
 from fanout.relay.state import Positions, Table
 from fanout.views import View
+from fanout.views.anyof import AnyOf
 from fanout.views.topic import TopicFilter
 from fanout.views.topic.index import TopicIndex
 from fanout.wire.messages import DatasetInfo
@@ -39,13 +40,19 @@ class TopicKind(SelectingKind):
         return TopicFilter(piece.topic_filter)
 
     def positions(self, view: View) -> Positions:
-        """The rows the filter matches, every subscribed filter matched in the same pass."""
-        assert isinstance(view, TopicFilter)
+        """The rows the filter (any of the filters) matches, every subscribed filter matched in
+        the same pass."""
         buffer, info = self.state.buffer, self.state.info
         subscribed = self._parts.downstream
-        return self._matches.positions(
-            view, buffer.active, info, buffer.generation, lambda: subscribed.views(self.name)
-        )
+        found: Positions | None = None
+        for member in view.views if isinstance(view, AnyOf) else (view,):
+            assert isinstance(member, TopicFilter)
+            positions = self._matches.positions(
+                member, buffer.active, info, buffer.generation, lambda: subscribed.views(self.name)
+            )
+            found = positions if found is None else np.union1d(found, positions)
+        assert found is not None
+        return found
 
     def stats(self) -> dict[str, float]:
         """Passes over the topics, and rows whose topic is no topic name."""
@@ -87,7 +94,12 @@ class TopicMatches:
             self._generation, self._positions = generation, {}
         found = self._positions.get(view.filter)
         if found is None:
-            filters = {v.filter for v in wanted() if isinstance(v, TopicFilter)} | {view.filter}
+            filters = {
+                member.filter
+                for v in wanted()
+                for member in (v.views if isinstance(v, AnyOf) else (v,))
+                if isinstance(member, TopicFilter)
+            } | {view.filter}
             self._match(sorted(filters - set(self._positions)), table, info)
             found = self._positions[view.filter]
         return found

@@ -21,10 +21,12 @@ import numpy as np
 import numpy.typing as npt
 
 from fanout.relay.changesets import ChangeSet, delta
-from fanout.relay.planner import Region
 from fanout.relay.state import Array, DoubleBuffer, Keys, Table
 from fanout.views.members import members
 from fanout.views.region import Box, RegionUnion, Sector, Sphere
+
+#: What relays below acquire (an intersection is a subscriber's effective view, never theirs).
+Region = Box | Sphere | Sector | RegionUnion
 
 Rows = dict[str, Array]
 

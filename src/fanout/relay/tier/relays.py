@@ -49,10 +49,11 @@ import numpy as np
 from fanout.relay.changesets import ChangeSet
 from fanout.relay.core import RelayCore
 from fanout.relay.intake import Intake
-from fanout.relay.planner import Region, overlaps
+from fanout.relay.planner import overlaps
 from fanout.relay.sends import UPSTREAM, Send
 from fanout.relay.state import Keys
 from fanout.relay.tier import cut
+from fanout.relay.tier.cut import Region
 from fanout.views.entity import Entity
 from fanout.views.members import members
 from fanout.views.region import Box, RegionUnion, Sector, Sphere

@@ -1,4 +1,5 @@
-"""Region views: the primitive shapes, their unions, and regions relative to an entity.
+"""Region views: the primitive shapes, their unions and intersections, and regions relative to
+an entity.
 
 Founding document [68]-[69]: a spatial subscription names a region of a 2-D or 3-D space; [72]:
 it may be relative to the subscriber's own position, which the relay looks up in its state. The
@@ -35,6 +36,7 @@ __all__ = [
     "REGIONS",
     "AbsoluteRegion",
     "Box",
+    "Intersection",
     "Primitive",
     "Region",
     "RegionUnion",
@@ -113,7 +115,92 @@ def _flatten_members(members: object) -> Iterable[Primitive]:
             raise InvalidView(f"union: member {i} = {member!r} is not a box, sphere or sector")
 
 
-AbsoluteRegion: TypeAlias = Box | Sphere | Sector | RegionUnion
+class Intersection(ViewBase, tag="meet", frozen=True):
+    """The points inside every one of two or more regions (boxes, spheres, sectors, unions).
+
+    What a subscriber under access rules is served when its view is not inside them
+    (``relay.rules``): its view intersected with the union of its rules. Nested intersections
+    are flattened. Its bounds are the intersection of its parts' bounds; for coverage it is
+    taken as that box (``views.region.cover``), which holds it.
+
+    Raises:
+        InvalidView: fewer than two parts, a part that is not an absolute region, parts of
+            different dimensions, or parts whose bounding boxes do not meet (the
+            intersection is certainly empty).
+    """
+
+    parts: tuple[Box | Sphere | Sector | RegionUnion, ...]
+
+    def __post_init__(self) -> None:
+        parts = tuple(_flatten_parts(self.parts))
+        if len(parts) < 2:
+            raise InvalidView("intersection: needs at least two regions")
+        for i, part in enumerate(parts):
+            if part.dims != parts[0].dims:
+                raise InvalidView(
+                    f"intersection: part {i} is {part.dims}-D but part 0 is {parts[0].dims}-D"
+                )
+        force_setattr(self, "parts", parts)
+        if meet_bounds([part.bounds() for part in parts]) is None:
+            raise InvalidView(f"intersection: {self} is empty (its parts' bounds do not meet)")
+
+    def __str__(self) -> str:
+        return "&".join(str(part) for part in self.parts)
+
+    @property
+    def dims(self) -> int:
+        """The number of axes, 2 or 3."""
+        return self.parts[0].dims
+
+    def match(self, xs: npt.ArrayLike, ys: npt.ArrayLike, zs: npt.ArrayLike | None = None) -> Mask:
+        """Return a boolean mask of the points inside every part."""
+        mask = self.parts[0].match(xs, ys, zs)
+        for part in self.parts[1:]:
+            mask = mask & part.match(xs, ys, zs)
+        return mask
+
+    def bounds(self) -> Box:
+        """Return the intersection of the parts' bounding boxes (which holds every point)."""
+        box = meet_bounds([part.bounds() for part in self.parts])
+        assert box is not None  # checked when made
+        return box
+
+    def grow(self, margin: float) -> Intersection:
+        """Return the intersection of the parts each grown by ``margin`` (it holds every point
+        within ``margin`` of this one)."""
+        return Intersection(tuple(part.grow(margin) for part in self.parts))
+
+    def translate(self, offset: Sequence[float]) -> Intersection:
+        """Return the intersection moved by ``offset``."""
+        return Intersection(tuple(part.translate(offset) for part in self.parts))
+
+
+def _flatten_parts(parts: object) -> Iterable[Box | Sphere | Sector | RegionUnion]:
+    """Yield the parts of an intersection's parts, opening nested intersections."""
+    if isinstance(parts, str | bytes) or not isinstance(parts, Iterable):
+        raise InvalidView(f"intersection: parts = {parts!r} is not a sequence of regions")
+    for i, part in enumerate(parts):
+        if isinstance(part, Intersection):
+            yield from part.parts
+        elif isinstance(part, (*PRIMITIVES, RegionUnion)):
+            yield part
+        else:
+            raise InvalidView(
+                f"intersection: part {i} = {part!r} is not a box, sphere, sector or union"
+            )
+
+
+def meet_bounds(boxes: Sequence[Box]) -> Box | None:
+    """The intersection of closed boxes of one dimension (touching boxes meet in a flat box),
+    or None if they have no point in common."""
+    lo = tuple(max(axis) for axis in zip(*(box.lo for box in boxes), strict=True))
+    hi = tuple(min(axis) for axis in zip(*(box.hi for box in boxes), strict=True))
+    if any(low > high for low, high in zip(lo, hi, strict=True)):
+        return None
+    return Box(lo, hi)
+
+
+AbsoluteRegion: TypeAlias = Box | Sphere | Sector | RegionUnion | Intersection
 """A region in the dataset's own coordinates."""
 
 
@@ -208,10 +295,10 @@ def _is_bare_key(key: str) -> bool:
     return False
 
 
-Region: TypeAlias = Box | Sphere | Sector | RegionUnion | Relative
+Region: TypeAlias = Box | Sphere | Sector | RegionUnion | Intersection | Relative
 """Every region view."""
 
-REGIONS = (Box, Sphere, Sector, RegionUnion, Relative)
+REGIONS = (Box, Sphere, Sector, RegionUnion, Intersection, Relative)
 
 
 def enclosing_box(boxes: Sequence[Box]) -> Box:

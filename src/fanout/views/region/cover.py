@@ -20,6 +20,11 @@ bounding box:
 5. otherwise the cell is halved across its longest side, down to a side of 1/2**depth of the
    view's, where a cell still undecided counts as uncovered. So ``covers`` may say False for a
    view held only in pieces along a curve, but never says True wrongly.
+
+An intersection of regions (``Intersection``) is taken as its bounding box, the intersection of
+its parts' bounding boxes: covering the box covers it, and the residual is the box's. This is
+conservative: ``covers`` may say False for an intersection held whole but not its box corners,
+and the relay then acquires those corners too; it never says True wrongly.
 """
 
 from __future__ import annotations
@@ -36,6 +41,7 @@ from fanout.errors import InvalidView
 from fanout.views.region import (
     PRIMITIVES,
     Box,
+    Intersection,
     Primitive,
     RegionUnion,
     Relative,
@@ -58,7 +64,8 @@ by at most one such cell along its boundary. The planner widens it to a bounding
 
 
 def view_primitives(view: object) -> tuple[Primitive, ...]:
-    """Return the primitives of a region view (a union's members).
+    """Return the primitives of a region view (a union's members; an intersection's bounding
+    box, see the module).
 
     Raises:
         InvalidView: ``view`` is relative (it must be resolved against the entity's position
@@ -68,6 +75,8 @@ def view_primitives(view: object) -> tuple[Primitive, ...]:
         return (view,)
     if isinstance(view, RegionUnion):
         return view.members
+    if isinstance(view, Intersection):
+        return (view.bounds(),)
     if isinstance(view, Relative):
         raise InvalidView(
             f"{view}: a relative view is not coverable; resolve(position) it against the "
