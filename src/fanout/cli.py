@@ -441,7 +441,40 @@ def _relay_parser(commands: Any) -> None:
     )
     for flag, kind, default, what in MQTT_LIMITS:
         mqtt.add_argument(flag, type=kind, help=f"{what} (default: {default})")
+    _cluster_arguments(parser)
     parser.set_defaults(run=_run_relay)
+
+
+def _cluster_arguments(parser: argparse.ArgumentParser) -> None:
+    cluster = parser.add_argument_group(
+        "cluster", "relays sharing a map of responsibility (docs/cluster.md)"
+    )
+    cluster.add_argument(
+        "--registry",
+        metavar="redis://HOST:PORT",
+        help="a node of the Redis Cluster holding the map of responsibility: the relay joins"
+        " it under --name (unique per cluster) and redirects new subscriptions another relay"
+        " is responsible for (default: none, this relay alone)",
+    )
+    cluster.add_argument(
+        "--registry-lease",
+        type=float,
+        default=3.0,
+        help="seconds a relay that died stays in the map (default: 3)",
+    )
+    cluster.add_argument(
+        "--registry-side",
+        type=float,
+        default=256.0,
+        help="side of the grid cells space datasets are split into, the same on every relay"
+        " (default: 256)",
+    )
+    cluster.add_argument(
+        "--advertise",
+        metavar="URL",
+        help="the URL subscribers are redirected to for this relay (default: ws://HOST:PORT"
+        " as it listens)",
+    )
 
 
 #: The MQTT listener's limits as flags, like ``RELAY_LIMITS``: ``relay.mqtt.actions.Limits``.
@@ -520,6 +553,10 @@ def _run_relay(args: argparse.Namespace) -> int:
         mqtt_redis=args.mqtt_redis,
         mqtt_peer_port=args.mqtt_peer_port,
         mqtt_lease=args.mqtt_lease,
+        registry=args.registry,
+        registry_lease=args.registry_lease,
+        registry_side=args.registry_side,
+        advertise=args.advertise,
         mqtt=MqttLimits(**_given(args, MQTT_LIMITS, "--mqtt-")),
         **_limits_given(args),
     )
