@@ -13,6 +13,7 @@ from pathlib import Path
 from fanout.auth import AuthConfig
 from fanout.errors import ConfigError
 from fanout.relay.cluster.responsibility import DEFAULT_SIDE
+from fanout.relay.cluster.settings import registry_address
 from fanout.relay.core import MAX_SUBSCRIPTIONS
 from fanout.relay.holding import CATALOG_WAIT, MAX_HELD
 from fanout.relay.mqtt.actions import Limits as MqttLimits
@@ -192,5 +193,7 @@ class RelayConfig:
         for name, holds, wanted in limits:
             if not holds:
                 raise ConfigError(f"{name} must be {wanted}, not {getattr(self, name)}")
+        if self.registry is not None:
+            registry_address(self.registry)
         if (self.tls_cert is None) != (self.tls_key is None):
             raise ConfigError("TLS needs both a certificate and its key (tls_cert, tls_key)")

@@ -34,6 +34,7 @@ from redis.exceptions import RedisError
 from fanout.metrics import Sample
 from fanout.relay.cluster.redirects import redirect
 from fanout.relay.cluster.responsibility import DEFAULT_SIDE, ResponsibilityMap
+from fanout.relay.cluster.settings import registry_address
 from fanout.wire.messages import Error, Subscribe
 
 log = logging.getLogger(__name__)
@@ -78,13 +79,10 @@ def connect(address: str) -> RedisCluster:
         address: ``redis://host:port`` or ``host:port``.
 
     Raises:
-        ValueError: the address has no port.
+        ConfigError: the address is not of that form.
     """
-    bare = address.removeprefix("redis://").rstrip("/")
-    host, _, port = bare.rpartition(":")
-    if not host or not port.isdigit():
-        raise ValueError(f"a registry is redis://HOST:PORT (a Redis Cluster node), not {address!r}")
-    return RedisCluster(host=host, port=int(port))
+    host, port = registry_address(address)
+    return RedisCluster(host=host, port=port)
 
 
 class Registry:
