@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import sys
 import time
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
@@ -59,10 +60,15 @@ async def _relay(publisher: Child, registry: str, name: str, tmp_path: Path, por
 @pytest_asyncio.fixture(scope="module", loop_scope="module")
 async def relays(publisher: Child, registry: str, tmp_path: Path) -> AsyncIterator[list[Child]]:
     """Four relays in the map; a test may replace one with its restarted self."""
-    children: list[Child] = []
+    started = await asyncio.gather(
+        *(_relay(publisher, registry, name, tmp_path, 0) for name in NAMES),
+        return_exceptions=True,
+    )
+    children = [child for child in started if isinstance(child, Child)]
     try:
-        for name in NAMES:
-            children.append(await _relay(publisher, registry, name, tmp_path, 0))
+        for failed in started:
+            if isinstance(failed, BaseException):
+                raise failed
         yield children
     finally:
         for child in children:
@@ -266,3 +272,30 @@ async def test_a_killed_relays_parts_move_within_a_lease_and_its_every_subscribe
     async with connect_cluster(survivors[0].url) as again:
         view = await again.subscribe(mine[0], rate=20)
         assert again.relay_of(view) == relays[dead].url
+
+
+async def test_fanout_subscribe_follows_a_redirect(relays: list[Child]) -> None:
+    await members_seen(relays, len(NAMES))
+    box = BOXES[0]
+    owner = the_map(relays).owner_of("agents", box).url
+    entry = next(child.url for child in relays if child.url != owner)
+    lo, hi = box.bounds().lo, box.bounds().hi
+    process = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "fanout",
+        "subscribe",
+        "--relay",
+        entry,
+        "--box",
+        f"{lo[0]},{lo[1]},{hi[0]},{hi[1]}",
+        "--count",
+        "2",
+        "--json",
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    out, err = await asyncio.wait_for(process.communicate(), 120)
+    assert process.returncode == 0, err.decode()
+    assert f"redirected to relay {owner}" in err.decode()
+    assert len(out.decode().splitlines()) == 2
