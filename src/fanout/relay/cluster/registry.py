@@ -143,10 +143,10 @@ class Registry:
         Raises:
             RedisError: the first join failed (the relay should not start without its map).
         """
-        await self.beat()
-        if joined is not None:
-            joined()
         try:
+            await self.beat()
+            if joined is not None:
+                joined()
             while True:
                 await asyncio.sleep(self.lease / 3)
                 try:
