@@ -29,6 +29,11 @@ sharing its cores:
   first for the subscriber's routing key, its point of interest (fanout's routing by key,
   ``fanout subscribe --route key --key point-P``), and ``--assign point`` point ``p``'s
   subscribers on relay ``p mod RELAYS`` (the benchmark's own assignment, balanced exactly).
+  With ``--registry`` the relays share a map of responsibility in a Redis Cluster started for
+  the run (``fanout relay --registry``, grid side ``--area``) and redirect each subscription to
+  the relay responsible for its view's cell; the client process follows the redirects as
+  ``fanout.client.cluster`` does (one more connection from a subscriber connection to each relay
+  it is sent to), so subscribers entering round robin (``spread``) meet where the map says.
   With ``--compare-assign [ASSIGN]`` the relay case is run a second time with that assignment
   (default ``point``): every point's subscribers on one relay, the founding document's "hosts
   specialised to a set of views with a high degree of overlap".
@@ -115,6 +120,7 @@ from fanout.testing import frames
 from fanout.testing.calibration import calibrate
 from fanout.testing.cpu import process_tree, this_process
 from fanout.testing.machine import describe, write_results
+from fanout.testing.redis import throwaway_redis_cluster
 from fanout.testing.relays import RelayProcess, RelaySample
 from fanout.testing.wait import NotYet, eventually
 from fanout.views import Box
@@ -263,6 +269,7 @@ class Received:
     started: set[int] = field(default_factory=set)  # subs with a push / prims with a snapshot
     complete: asyncio.Event = field(default_factory=asyncio.Event)
     errors: list[str] = field(default_factory=list)
+    redirects: int = 0
     closed: list[str] = field(default_factory=list)
     cpu: list[tuple[float, float]] = field(default_factory=list)
 
@@ -282,22 +289,56 @@ class Received:
 
 
 async def subscriber_connection(
-    number: int, url: str, views: list[Any], *, rate: float, seen: Received, gate: asyncio.Semaphore
+    number: int,
+    url: str,
+    views: list[Any] | asyncio.Queue[Any],
+    *,
+    rate: float,
+    seen: Received,
+    gate: asyncio.Semaphore,
 ) -> None:
-    """One subscriber connection holding ``views``; counts pushes and no-updates."""
+    """One subscriber connection holding ``views`` (a list, or a queue of views redirected to
+    it); counts pushes and no-updates. A redirected view is subscribed again over one more
+    connection to the relay named (``fanout.client.cluster``'s way), opened at the first."""
     async with gate:
         websocket = await connect(url, max_size=None, compression=None, open_timeout=120)
-    async with websocket:
+    boxes: dict[int, Any] = {}
+    followed: dict[str, asyncio.Queue[Any]] = {}
+    async with websocket, asyncio.TaskGroup() as tasks:
         await websocket.send(codec.encode(Hello(PROTOCOL_VERSION, "subscriber", "bench")))
         await websocket.recv()  # welcome
-        for sub, (lo, hi) in views:
+
+        async def send(sub: int, lo: list[float], hi: list[float]) -> None:
+            boxes[sub] = [lo, hi]
             request = Subscribe(sub, "agents", Box(tuple(lo), tuple(hi)), rate=rate)
             await websocket.send(codec.encode(request))
+
+        async def sends(queue: asyncio.Queue[Any]) -> None:
+            while True:
+                sub, (lo, hi) = await queue.get()
+                await send(sub, lo, hi)
+
+        if isinstance(views, asyncio.Queue):
+            tasks.create_task(sends(views))
+        else:
+            for sub, (lo, hi) in views:
+                await send(sub, lo, hi)
         async for message in websocket:
             head = frames.head(message)
             if head.type in ("push", "no_update"):
                 seen.record(number, len(message))
                 seen.start([head.sub])
+            elif head.type == "error" and head.code == "redirect" and head.location:
+                seen.redirects += 1
+                queue = followed.get(head.location)
+                if queue is None:
+                    queue = followed[head.location] = asyncio.Queue()
+                    tasks.create_task(
+                        subscriber_connection(
+                            number, head.location, queue, rate=rate, seen=seen, gate=gate
+                        )
+                    )
+                queue.put_nowait([head.ref, boxes[head.ref or 0]])
             elif head.type == "error":
                 seen.error(head)
 
@@ -367,6 +408,7 @@ async def run_clients(spec: dict[str, Any]) -> dict[str, Any]:
         "sizes": seen.sizes,
         "connections": seen.connections,
         "errors": seen.errors,
+        "redirects": seen.redirects,
         "closed": seen.closed,
         "cpu": seen.cpu,
     }
@@ -383,11 +425,25 @@ class Relays:
     urls: list[str]
 
     @classmethod
-    async def start(cls, publisher: str, logs: Path, policy: Policy) -> Relays:
-        """Start ``RELAYS`` relays; returns once each serves and is connected upstream."""
+    async def start(
+        cls,
+        publisher: str,
+        logs: Path,
+        policy: Policy,
+        registry: str | None = None,
+        side: float = DEFAULT_SIDE,
+    ) -> Relays:
+        """Start ``RELAYS`` relays (in the map of ``registry`` if given); returns once each
+        serves and is connected upstream."""
         processes = [
             RelayProcess(
-                RelayConfig(publisher=publisher, name=f"bench-relay-{index}", policy=policy),
+                RelayConfig(
+                    publisher=publisher,
+                    name=f"bench-relay-{index}",
+                    policy=policy,
+                    registry=registry,
+                    registry_side=side,
+                ),
                 log=logs / f"relay-{index}.log",
                 level=logging.INFO,
             )
@@ -577,7 +633,7 @@ async def measure_step(
             spec = {"mode": "direct", "url": publisher.url, "connections": connections}
         else:
             policy = Policy(widen=args.widen, margin=args.margin, overshoot=args.overshoot)
-            relays = await Relays.start(publisher.url, logs, policy)
+            relays = await Relays.start(publisher.url, logs, policy, args.registry_url, args.area)
             assign = args.assign if case == "relay" else args.compare_assign
             connections = relay_plan(views, count, assign, args.per_connection, args.area)
             spec = {
@@ -649,6 +705,7 @@ def summarise(
         "ready": records["ready"],
         "clients_cpu_s_per_s": None if clients_cpu is None else round(clients_cpu, 3),
         "errors": records["errors"],
+        "redirects": records.get("redirects", 0),
         "closed": [c for c in records["closed"] if "CancelledError" not in c],
     }
     if case == "direct":
@@ -875,6 +932,20 @@ def main() -> None:
         default=Policy().overshoot,
         help="with --widen enclose: the relays' overshoot (default: 0, as fanout relay)",
     )
+    parser.add_argument(
+        "--registry",
+        action="store_true",
+        help="the relays share a map of responsibility in a Redis Cluster started for the run"
+        " (grid side --area) and redirect subscriptions to the responsible relay; the client"
+        " follows the redirects",
+    )
+    parser.add_argument(
+        "--out",
+        type=Path,
+        default=None,
+        help="write the results here (default: bench/results/sharing.json for the default"
+        " configuration and steps, sharing-registry.json for the same with --registry)",
+    )
     parser.add_argument("--workdir", type=Path, default=None, help="logs and state go here")
     args = parser.parse_args()
     if shutil.which("ss") is None:
@@ -882,7 +953,12 @@ def main() -> None:
     workdir = args.workdir or Path(tempfile.mkdtemp(prefix="fanout-bench-sharing-"))
     workdir.mkdir(parents=True, exist_ok=True)
     before, calibration = describe(), calibrate()
-    results = asyncio.run(bench(args, workdir))
+    with contextlib.ExitStack() as redis:
+        args.registry_url = None
+        if args.registry:
+            host, port = redis.enter_context(throwaway_redis_cluster())[0]
+            args.registry_url = f"redis://{host}:{port}"
+        results = asyncio.run(bench(args, workdir))
     results["method"] = METHOD.format(
         trigger=TRIGGER,
         relays=RELAYS,
@@ -893,7 +969,13 @@ def main() -> None:
             "point": "point of interest (each point's subscribers on one relay)",
             "area": f"fanout.client.rank, routing grid side {args.area:g}",
             "key": "fanout.client.rank by routing key, the subscriber's point of interest",
-        }[args.assign],
+        }[args.assign]
+        + (
+            ", entering round robin and redirected by the relays' shared map of responsibility"
+            f" (Redis Cluster, grid side {args.area:g})"
+            if args.registry
+            else ""
+        ),
     )
     results["setup"] = {
         "steps": args.steps,
@@ -910,6 +992,7 @@ def main() -> None:
         "margin": args.margin,
         "overshoot": args.overshoot,
         "assign": args.assign,
+        "registry": args.registry,
         "compare_assign": args.compare_assign,
         "area": args.area,
         "push_rate": args.rate,
@@ -926,7 +1009,12 @@ def main() -> None:
         Policy().overshoot,
         "spread",
     )
-    write_results(results, RESULTS if args.steps == list(DEFAULT_STEPS) and default else None)
+    path = RESULTS.with_name("sharing-registry.json") if args.registry else RESULTS
+    if args.out is not None:
+        path = args.out
+    elif args.steps != list(DEFAULT_STEPS) or not default:
+        path = None
+    write_results(results, path)
 
 
 if __name__ == "__main__":

@@ -434,3 +434,27 @@ def test_a_relay_takes_another_relay_as_upstream_or_the_publisher_not_both(
         _parser().parse_args(["relay", "--publisher", "ws://p:7700", "--upstream", "ws://m:7710"])
     assert exited.value.code == 2
     assert "not allowed with argument" in capsys.readouterr().err
+
+
+def test_a_relay_takes_its_registry_from_flags_over_fanout_toml(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from fanout.cli import _cluster_given
+
+    toml = tmp_path / "fanout.toml"
+    toml.write_text('[cluster]\nregistry = "redis://10.0.0.9:7000"\nlease = 5\nside = 128.0\n')
+    args = _parser().parse_args(["relay", "--config", str(toml), "--registry-lease", "2"])
+    assert _cluster_given(args) == {
+        "registry": "redis://10.0.0.9:7000",
+        "registry_lease": 2.0,
+        "registry_side": 128.0,
+    }
+    assert _cluster_given(_parser().parse_args(["relay"])) == {}  # alone, as before
+    toml.write_text("[cluster]\nlease = -1\n")
+    assert main(["relay", "--port", "0", "--config", str(toml)]) == 2
+    assert "cluster.lease: must be > 0, not -1" in capsys.readouterr().err
+    toml.write_text('[cluster]\nregistri = "redis://x:1"\n')
+    assert main(["relay", "--port", "0", "--config", str(toml)]) == 2
+    assert "cluster.registri: unknown key" in capsys.readouterr().err
+    assert main(["relay", "--port", "0", "--registry", "redis://no-port"]) == 2
+    assert "a registry is redis://HOST:PORT" in capsys.readouterr().err

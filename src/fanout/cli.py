@@ -441,7 +441,44 @@ def _relay_parser(commands: Any) -> None:
     )
     for flag, kind, default, what in MQTT_LIMITS:
         mqtt.add_argument(flag, type=kind, help=f"{what} (default: {default})")
+    _cluster_arguments(parser)
     parser.set_defaults(run=_run_relay)
+
+
+def _cluster_arguments(parser: argparse.ArgumentParser) -> None:
+    cluster = parser.add_argument_group(
+        "cluster", "relays sharing a map of responsibility (docs/cluster.md)"
+    )
+    cluster.add_argument(
+        "--registry",
+        metavar="redis://HOST:PORT",
+        help="a node of the Redis Cluster holding the map of responsibility: the relay joins"
+        " it under --name (unique per cluster) and redirects new subscriptions another relay"
+        " is responsible for (default: none, this relay alone)",
+    )
+    cluster.add_argument(
+        "--registry-lease",
+        type=float,
+        help="seconds a relay that died stays in the map (default: 3)",
+    )
+    cluster.add_argument(
+        "--registry-side",
+        type=float,
+        help="side of the grid cells space datasets are split into, the same on every relay"
+        " (default: 256)",
+    )
+    cluster.add_argument(
+        "--advertise",
+        metavar="URL",
+        help="the URL subscribers are redirected to for this relay (default: ws://HOST:PORT"
+        " as it listens)",
+    )
+    cluster.add_argument(
+        "--config",
+        type=Path,
+        help="fanout.toml whose [cluster] table gives the four settings above (flags given"
+        " override it; docs/configuration.md)",
+    )
 
 
 #: The MQTT listener's limits as flags, like ``RELAY_LIMITS``: ``relay.mqtt.actions.Limits``.
@@ -489,6 +526,25 @@ RELAY_LIMITS: list[tuple[str, type, float, str]] = [
 ]
 
 
+def _cluster_given(args: argparse.Namespace) -> dict[str, Any]:
+    """``RelayConfig``'s registry fields from the flags, else ``--config``'s ``[cluster]``;
+    those neither gives keep their defaults."""
+    from fanout.relay.cluster.settings import ClusterSettings, load_cluster
+
+    file = ClusterSettings() if args.config is None else load_cluster(args.config)
+    given = {
+        "registry": (args.registry, file.registry),
+        "registry_lease": (args.registry_lease, file.lease),
+        "registry_side": (args.registry_side, file.side),
+        "advertise": (args.advertise, file.advertise),
+    }
+    return {
+        field: flag if flag is not None else setting
+        for field, (flag, setting) in given.items()
+        if flag is not None or setting is not None
+    }
+
+
 def _run_relay(args: argparse.Namespace) -> int:
     from fanout.relay.config import RelayConfig
     from fanout.relay.mqtt.actions import Limits as MqttLimits
@@ -520,6 +576,7 @@ def _run_relay(args: argparse.Namespace) -> int:
         mqtt_redis=args.mqtt_redis,
         mqtt_peer_port=args.mqtt_peer_port,
         mqtt_lease=args.mqtt_lease,
+        **_cluster_given(args),
         mqtt=MqttLimits(**_given(args, MQTT_LIMITS, "--mqtt-")),
         **_limits_given(args),
     )

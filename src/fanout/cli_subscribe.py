@@ -26,6 +26,7 @@ import numpy as np
 from fanout import cli_security, tls
 from fanout.cli import BUILTIN_KINDS
 from fanout.client import HandshakeRefused, LiveView, SubscriptionError, Update, connect, rank
+from fanout.client.cluster import connect_cluster
 from fanout.errors import ConfigError
 from fanout.views import View, parse
 from fanout.wire.columns import to_python
@@ -110,14 +111,18 @@ async def _follow(args: argparse.Namespace, view: View, relays: list[str]) -> in
     while True:
         url = relays[turn % len(relays)]
         try:
-            async with connect(url, name="fanout-subscribe", **_security(args, url)) as subscriber:
-                live = await subscriber.subscribe(
+            # A relay in a map of responsibility may redirect the view: followed (docs/cluster.md).
+            options = _security(args, url)
+            async with connect_cluster(url, name="fanout-subscribe", **options) as cluster:
+                live = await cluster.subscribe(
                     view,
                     dataset=args.dataset,
                     rate=args.rate,
                     mode=args.mode,
                     resume=live if args.mode == "every" else None,
                 )
+                if cluster.redirects:
+                    print(f"redirected to relay {cluster.relay_of(live)}", file=sys.stderr)
                 async for update in live:
                     line = json_line(update) if args.json else summary(update, len(live.rows))
                     print(line, flush=True)

@@ -84,11 +84,16 @@ VIEW_KINDS = {"space": "region", "objects": "path"}
 
 
 class SubscriptionError(FanoutError):
-    """The relay refused or ended a subscription; ``code`` is the relay's error code."""
+    """The relay refused or ended a subscription; ``code`` is the relay's error code.
 
-    def __init__(self, code: str, message: str) -> None:
+    ``location``: with code ``redirect``, the URL of the relay responsible for the subscription
+    (``fanout.client.cluster`` follows it).
+    """
+
+    def __init__(self, code: str, message: str, location: str | None = None) -> None:
         super().__init__(f"{code}: {message}")
         self.code = code
+        self.location = location
 
 
 @dataclass(frozen=True)
@@ -356,6 +361,7 @@ class Subscriber:
         *,
         mode: Mode = "latest",
         resume: LiveView | None = None,
+        stay: bool = False,
     ) -> LiveView:
         """Hold ``view`` of ``dataset``, pushed at most ``rate`` times a second.
 
@@ -372,10 +378,13 @@ class Subscriber:
                 ``every`` (every seq, in order, exactly once; ``rate`` does not apply).
             resume: an ``every`` view of an earlier connection (the same view of the same
                 dataset): the new one starts with its rows and continues after its seq.
+            stay: be served by this relay even if another is responsible for the view (no
+                redirect; ``fanout.client.cluster`` sets it when it cannot follow one).
 
         Raises:
             SubscriptionError: the relay refused it (bad view, unknown dataset, bad
-                transform, ...), or the connection can serve no more (``failure``).
+                transform, ...; code ``redirect``: another relay is responsible for it, at
+                ``location``), or the connection can serve no more (``failure``).
         """
         sub = next(self._ids)
         future: asyncio.Future[Subscribed] = asyncio.get_running_loop().create_future()
@@ -384,7 +393,7 @@ class Subscriber:
             if (resume.dataset, resume.view, mode) != (dataset, view, "every"):
                 raise ValueError("resume takes an 'every' view of the same dataset and view")
             token = resume.token() if resume.seq >= 0 else None
-        request = Subscribe(sub, dataset, view, rate, priority, transform, mode, token)
+        request = Subscribe(sub, dataset, view, rate, priority, transform, mode, token, stay)
         if token is not None:
             self._resumed[sub] = resume  # type: ignore[assignment]
         self._pending[sub] = future
@@ -504,7 +513,8 @@ class Subscriber:
             case Error(ref=ref) if ref is not None and ref in self._publishing:
                 self._publishing[ref].set_exception(SubscriptionError(frame.code, frame.message))
             case Error(ref=ref) if ref is not None and ref in self._pending:
-                self._pending[ref].set_exception(SubscriptionError(frame.code, frame.message))
+                failure = SubscriptionError(frame.code, frame.message, frame.location)
+                self._pending[ref].set_exception(failure)
             case Error(ref=ref) if ref is not None and ref in self._views:
                 self._views.pop(ref)._end(SubscriptionError(frame.code, frame.message))
             case Error():

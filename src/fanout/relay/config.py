@@ -12,6 +12,8 @@ from pathlib import Path
 
 from fanout.auth import AuthConfig
 from fanout.errors import ConfigError
+from fanout.relay.cluster.responsibility import DEFAULT_SIDE
+from fanout.relay.cluster.settings import registry_address
 from fanout.relay.core import MAX_SUBSCRIPTIONS
 from fanout.relay.holding import CATALOG_WAIT, MAX_HELD
 from fanout.relay.mqtt.actions import Limits as MqttLimits
@@ -94,6 +96,15 @@ class RelayConfig:
             cluster of relays (``relay.mqtt.cluster``); None: this relay is a broker alone.
         mqtt_peer_port: port other relays forward MQTT messages to (0: any free port).
         mqtt_lease: seconds a dead relay stays a subscriber in the shared table.
+        registry: ``redis://host:port`` of a Redis Cluster node holding the map of
+            responsibility shared by relays (``relay.cluster``): this relay joins it under
+            ``name`` (unique in the cluster) and redirects new subscriptions another relay is
+            responsible for; None: the relay works alone.
+        registry_lease: seconds a relay that died stays in the map.
+        registry_side: side of the grid of cells space datasets are split into, world units
+            (the same on every relay of a cluster).
+        advertise: the URL subscribers are redirected to for this relay (default
+            ``ws[s]://host:port`` as it listens).
     """
 
     publisher: str
@@ -134,6 +145,10 @@ class RelayConfig:
     mqtt_redis: str | None = None
     mqtt_peer_port: int = 0
     mqtt_lease: float = 3.0
+    registry: str | None = None
+    registry_lease: float = 3.0
+    registry_side: float = DEFAULT_SIDE
+    advertise: str | None = None
 
     def __post_init__(self) -> None:
         """Raises:
@@ -150,6 +165,8 @@ class RelayConfig:
             "sql_share": self.sql_share,
             "sql_burst": self.sql_burst,
             "pump_budget": self.pump_budget,
+            "registry_lease": self.registry_lease,
+            "registry_side": self.registry_side,
         }
         for name, value in finite.items():
             if not math.isfinite(value):
@@ -170,9 +187,13 @@ class RelayConfig:
             ("sql_share", 0 < self.sql_share <= 1, "in (0, 1] seconds a second"),
             ("sql_burst", self.sql_burst > 0, "> 0 seconds"),
             ("pump_budget", self.pump_budget > 0, "> 0 seconds"),
+            ("registry_lease", self.registry_lease > 0, "> 0 seconds"),
+            ("registry_side", self.registry_side > 0, "> 0 world units"),
         ]
         for name, holds, wanted in limits:
             if not holds:
                 raise ConfigError(f"{name} must be {wanted}, not {getattr(self, name)}")
+        if self.registry is not None:
+            registry_address(self.registry)
         if (self.tls_cert is None) != (self.tls_key is None):
             raise ConfigError("TLS needs both a certificate and its key (tls_cert, tls_key)")

@@ -60,6 +60,8 @@ from fanout import expiry, metrics, tls
 from fanout.auth import Grant, Verifier
 from fanout.connection import Outbound, dial, refuse
 from fanout.errors import ProtocolError, Unauthorized
+from fanout.relay.cluster.registry import Registry
+from fanout.relay.cluster.registry import connect as registry_client
 from fanout.relay.compiled import COMPILED
 from fanout.relay.config import RelayConfig
 from fanout.relay.core import UPSTREAM, RelayCore, Send
@@ -171,6 +173,12 @@ class RelayServer:
         self.mqtt_cluster: Cluster | None = None
         if config.mqtt_port is not None:
             self.mqtt, self.mqtt_ingest, self.mqtt_cluster = mqtt_parts(config)
+        #: The map of responsibility shared with other relays (``relay.cluster``), if any.
+        self.registry: Registry | None = None
+        if config.registry is not None:
+            client = registry_client(config.registry)
+            lease, side = config.registry_lease, config.registry_side
+            self.registry = Registry(client, config.name, lease=lease, side=side)
 
     async def run(self, ready: Callable[[int], None] | None = None) -> None:
         """Serve until cancelled; ``ready(port)`` is called once serving and connected upstream.
@@ -217,6 +225,13 @@ class RelayServer:
                 tasks.create_task(self._housekeeping())
                 if self.mqtt_ingest is not None:
                     tasks.create_task(self.mqtt_ingest.run(self.config.reconnect_delay))
+                if self.registry is not None:  # joined before it is ready (relay.cluster)
+                    scheme = "ws" if ssl is None else "wss"
+                    own = f"{scheme}://{self.config.host}:{self.port}"
+                    self.registry.url = self.config.advertise or own
+                    in_map = asyncio.Event()
+                    tasks.create_task(self.registry.run(in_map.set))
+                    await in_map.wait()
                 if self.mqtt_cluster is not None:
                     joined = asyncio.Event()
                     tasks.create_task(self.mqtt_cluster.run(joined.set))
@@ -267,6 +282,7 @@ class RelayServer:
             metrics.build_info("relay"),
             self._tick_to_push,
             *self._relay_samples(frames, sent, live),
+            *(self.registry.samples() if self.registry is not None else []),
         ]
 
     def _relay_samples(
@@ -476,7 +492,13 @@ class RelayServer:
 
     def _subscribe(self, client: int, request: Subscribe, now: float) -> None:
         """Hand a subscription to the core with its view intersected with the connection's
-        access rules (``relay.rules``), or refuse it (``forbidden``)."""
+        access rules (``relay.rules``), refuse it (``forbidden``), or redirect it to the relay
+        responsible for it (``relay.cluster``)."""
+        if self.registry is not None:
+            held = self.core.downstream.get((client, request.sub)) is not None
+            if (redirect := self.registry.redirect(request, held)) is not None:
+                self._dispatch([Send(client, redirect)])
+                return
         grant = self._grants.get(client)
         if grant is not None:
             try:

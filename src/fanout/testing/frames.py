@@ -32,7 +32,7 @@ class Head(msgspec.Struct, frozen=True):
         seq, tick, tick_time: a push's, no-update's or batch's stamp.
         snapshots: the primitives whose snapshot a batch carries.
         upserts, deletes: a batch's row counts.
-        code, message, ref: an error's.
+        code, message, ref, location: an error's (location: a redirect's relay).
     """
 
     type: str
@@ -46,6 +46,7 @@ class Head(msgspec.Struct, frozen=True):
     code: str = ""
     message: str = ""
     ref: int | None = None
+    location: str | None = None
 
 
 _decode = msgspec.msgpack.Decoder(Head).decode

@@ -75,11 +75,16 @@ class Welcome(Frame, tag="welcome", frozen=True):
 
 
 class Error(Frame, tag="error", frozen=True):
-    """Something the peer sent was refused; ``ref`` names the subscription/primitive/request."""
+    """Something the peer sent was refused; ``ref`` names the subscription/primitive/request.
+
+    ``location``: with code ``redirect``, the URL of the relay responsible for the refused
+    subscription's part (docs/cluster.md); subscribe there instead.
+    """
 
     code: str
     message: str
     ref: int | None = None
+    location: str | None = None
 
 
 class Transform(msgspec.Struct, frozen=True, omit_defaults=True):
@@ -178,6 +183,11 @@ class Subscribe(Frame, tag="subscribe", frozen=True):
     seq; ``rate`` does not apply). An ``every`` subscription may carry ``resume``: the relay
     continues after that seq with no gap and no duplicate, from its memory or the publisher's
     log, or answers ``Error{code: "resync"}`` and starts again with a full push.
+
+    A relay in a map of responsibility answers a new subscription whose part another relay is
+    responsible for with ``Error{code: "redirect", location: URL}``, unless ``stay`` is true
+    (the subscriber could not reach that relay, or was sent round in a circle): then it serves
+    it itself.
     """
 
     sub: int
@@ -188,6 +198,7 @@ class Subscribe(Frame, tag="subscribe", frozen=True):
     transform: Transform | None = None
     mode: Mode = "latest"
     resume: Resume | None = None
+    stay: bool = False
 
 
 class Unsubscribe(Frame, tag="unsubscribe", frozen=True):

@@ -74,7 +74,10 @@ def error(text: str) -> str:
 # (the TOML, how its error message starts after the file name: 'KEY PATH: PROBLEM')
 MISTAKES = [
     # the document and [publisher]
-    ("[relay]\nport = 1", "relay: unknown key (known keys: publisher, datasets, auth, bus)"),
+    (
+        "[relay]\nport = 1",
+        "relay: unknown key (known keys: publisher, datasets, auth, bus, cluster)",
+    ),
     ("datasets = 5", "datasets: expected a table, not an integer (5)"),
     ('publisher = "x"', "publisher: expected a table, not a string ('x')"),
     ("[publisher]\nprot = 1", "publisher.prot: unknown key (did you mean 'port'?)"),

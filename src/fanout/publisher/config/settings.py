@@ -178,7 +178,8 @@ def parse_config(text: str, source: str = "fanout.toml") -> PublisherSettings:
 
 
 def _settings(document: Table) -> PublisherSettings:
-    check_keys(document, ("publisher", "datasets", "auth", "bus"), "")
+    # [cluster] is the relays' (``fanout relay --config``, ``relay.cluster.settings``).
+    check_keys(document, ("publisher", "datasets", "auth", "bus", "cluster"), "")
     declared = read_datasets(document["datasets"]) if "datasets" in document else {}
     settings = PublisherSettings(datasets=declared or builtin_datasets())
     if "auth" in document:

@@ -1,0 +1,108 @@
+"""Subscribing to relays that share a map of responsibility: redirects followed.
+
+A relay in a cluster (``fanout relay --registry``) answers a new subscription another relay is
+responsible for with a redirect naming that relay's URL (docs/cluster.md).
+:class:`ClusterSubscriber` subscribes at the relay it was given and follows redirects, holding
+one connection per relay it was sent to, so views of one place meet at one relay whichever
+relay a load balancer gave the subscriber::
+
+    async with connect_cluster("ws://any-relay:7701") as cluster:
+        view = await cluster.subscribe(Box((0, 0), (100, 100)))
+
+Rules:
+
+1. At most ``max_hops`` redirects are followed for one subscription; past them (relays that
+   disagree about the members for a moment) the last relay is asked to ``stay``.
+2. A relay the subscriber is sent to but cannot reach or that refuses the connection (it died and
+   the map does not know yet, or it is full) is not waited for: the relay that redirected is
+   asked to ``stay``.
+3. A connection that fails is forgotten, so the next subscription there connects afresh; its
+   views end with the connection's error (resume ``every`` views with ``resume=``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import AsyncIterator
+from typing import Any
+
+from fanout.client.subscriber import LiveView, Subscriber, SubscriptionError, connect
+from fanout.views import View
+from fanout.wire.session import HandshakeRefused
+
+#: Redirects followed for one subscription before a relay is asked to stay.
+MAX_HOPS = 3
+
+
+class ClusterSubscriber:
+    """Connections to the relays of one cluster, opened as redirects lead to them."""
+
+    def __init__(self, entry: str, stack: contextlib.AsyncExitStack, **options: Any) -> None:
+        """Subscriptions start at ``entry``; ``options`` go to every ``connect``."""
+        self.entry = entry
+        self._stack = stack
+        self._options = options
+        self._connections: dict[str, Subscriber] = {}
+        #: Redirects followed so far, all subscriptions together.
+        self.redirects = 0
+
+    async def connection(self, url: str) -> Subscriber:
+        """The open connection to ``url``, opened now if there is none (rule 3).
+
+        Raises:
+            OSError, HandshakeRefused: the relay cannot be reached or refused the connection.
+        """
+        held = self._connections.get(url)
+        if held is not None and held.failure is None:
+            return held
+        subscriber = await self._stack.enter_async_context(connect(url, **self._options))
+        self._connections[url] = subscriber
+        return subscriber
+
+    async def subscribe(
+        self, view: View, dataset: str = "agents", *, max_hops: int = MAX_HOPS, **options: Any
+    ) -> LiveView:
+        """Hold ``view`` at the relay responsible for it (``Subscriber.subscribe``'s options).
+
+        Raises:
+            SubscriptionError: a relay refused it for another reason than a redirect.
+            OSError, HandshakeRefused: the entry relay cannot be reached.
+        """
+        url, previous = self.entry, None
+        for hop in range(max_hops + 1):
+            try:
+                subscriber = await self.connection(url)
+            except (OSError, HandshakeRefused):
+                if previous is None:
+                    raise
+                url, previous = previous, None  # rule 2: the relay that sent us here serves it
+                return await (await self.connection(url)).subscribe(
+                    view, dataset, stay=True, **options
+                )
+            try:
+                return await subscriber.subscribe(view, dataset, stay=hop == max_hops, **options)
+            except SubscriptionError as error:
+                if error.code != "redirect" or error.location is None:
+                    raise
+                self.redirects += 1
+                url, previous = error.location, url
+        raise AssertionError("unreachable: the last hop stays")  # pragma: no cover
+
+    def relay_of(self, view: LiveView) -> str:
+        """The URL of the relay serving ``view``.
+
+        Raises:
+            KeyError: ``view`` is not one of this cluster subscriber's.
+        """
+        for url, subscriber in self._connections.items():
+            if any(held is view for held in subscriber.views):
+                return url
+        raise KeyError("not a view of this cluster subscriber")
+
+
+@contextlib.asynccontextmanager
+async def connect_cluster(entry: str, **options: Any) -> AsyncIterator[ClusterSubscriber]:
+    """A :class:`ClusterSubscriber` entering at relay ``entry``; every connection it opened is
+    closed when the block ends. ``options``: ``connect``'s (name, token, ssl, ...)."""
+    async with contextlib.AsyncExitStack() as stack:
+        yield ClusterSubscriber(entry, stack, **options)

@@ -1,0 +1,111 @@
+"""``fanout.client.cluster`` against real relays (in this event loop) sharing a map in a real
+Redis Cluster, on a scripted publisher: a subscription entering at the wrong relay is
+redirected and served by the responsible one; one sent to a relay that cannot be reached (in the
+map, but dead) is served by the relay that sent it (``stay``); a view change is never
+redirected."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator, Iterator
+
+import pytest
+
+from fanout.client.cluster import connect_cluster
+from fanout.relay.cluster.registry import Registry, connect
+from fanout.testing.ports import LOOPBACK, free_port
+from fanout.testing.publisher import ScriptedPublisher, serving
+from fanout.testing.redis import throwaway_redis_cluster
+from fanout.testing.relays import running_relay
+from fanout.testing.wait import eventually
+from fanout.views import Box
+from fanout.wire.messages import Catalog, DatasetInfo
+
+pytestmark = pytest.mark.asyncio
+INFO = DatasetInfo("agents", "id", {"id": "<i8", "x": "<f8", "y": "<f8"}, "space", ["x", "y"])
+
+
+@pytest.fixture(scope="module")
+def registry() -> Iterator[str]:
+    with throwaway_redis_cluster() as nodes:
+        host, port = nodes[0]
+        yield f"redis://{host}:{port}"
+
+
+@contextlib.asynccontextmanager
+async def two_relays(registry: str, prefix: str) -> AsyncIterator[tuple[list, ScriptedPublisher]]:  # type: ignore[type-arg]
+    publisher = ScriptedPublisher(Catalog([INFO]))
+    async with (
+        serving(publisher) as url,
+        running_relay(url, name=f"{prefix}a", registry=registry, registry_lease=30.0) as a,
+        running_relay(url, name=f"{prefix}b", registry=registry, registry_lease=30.0) as b,
+    ):
+        relays = [a, b]
+        for server, _ in relays:
+            assert server.registry is not None
+            await eventually(
+                lambda server=server: server.registry.beat(),
+                lambda read: {f"{prefix}a", f"{prefix}b"} <= set(read.members),
+                timeout=30,
+                what="both in the map",
+            )
+        yield relays, publisher
+
+
+def owned_by(server, name: str) -> Box:  # type: ignore[no-untyped-def]
+    """A box of a cell the map gives to relay ``name``."""
+    for x in range(0, 256 * 64, 256):
+        box = Box((x + 10.0, 10.0), (x + 20.0, 20.0))
+        if server.registry.map.owner_of("agents", box).name == name:
+            return box
+    raise AssertionError(f"no cell of {name} in 64")
+
+
+async def test_a_subscription_at_the_wrong_relay_is_served_by_the_responsible_one(
+    registry: str,
+) -> None:
+    async with two_relays(registry, "w") as ([(a, a_url), (b, b_url)], publisher):
+        box = owned_by(a, "wb")
+        async with connect_cluster(a_url) as cluster:
+            view = await cluster.subscribe(box)
+            assert cluster.relay_of(view) == b_url and cluster.redirects == 1
+            assert a.registry is not None and a.registry.redirected == 1
+            assert b.core.stats()["subscriptions"] == 1 and a.core.stats()["subscriptions"] == 0
+            acquire = await publisher.next_acquire()
+            inside = box.lo[0] + 5.0
+            await publisher.send({"id": [1], "x": [inside], "y": [15.0]}, snapshots=[acquire.prim])
+            await asyncio.wait_for(view.wait_updates(1), 10)
+            assert set(view.rows) == {1}
+            # A view change stays where the view is, whoever owns the new place.
+            await view.change(owned_by(a, "wa"))
+            await eventually(
+                lambda: b.core.stats()["subscriptions"] == 1 and view.error is None,
+                timeout=10,
+                what="the changed view still at b",
+            )
+            assert b.registry is not None and b.registry.redirected == 0
+
+
+async def test_a_subscription_sent_to_an_unreachable_relay_stays_where_it_entered(
+    registry: str,
+) -> None:
+    async with two_relays(registry, "u") as ([(a, a_url), _], _):
+        # A relay that died a moment ago: still in the map (its lease runs), gone from the port.
+        dead = f"ws://{LOOPBACK}:{free_port()}"
+        ghost = Registry(connect(registry), "ughost", dead, lease=30.0)
+        await ghost.beat()
+        try:
+            await eventually(
+                a.registry.beat,  # type: ignore[union-attr]
+                lambda read: "ughost" in read.members,
+                timeout=30,
+                what="the ghost in a's map",
+            )
+            box = owned_by(a, "ughost")
+            async with connect_cluster(a_url) as cluster:
+                view = await cluster.subscribe(box)
+                assert cluster.relay_of(view) == a_url
+                assert a.core.stats()["subscriptions"] == 1
+        finally:
+            await ghost.leave()

@@ -1,0 +1,301 @@
+"""Four relays sharing a map of responsibility in a real Redis Cluster, with a real Spark
+publisher (issue 27, deliverable 2 and its tests): started once for the module, as a user would
+(``fanout relay --registry redis://...``).
+
+Subscribers enter at any relay (round robin, as a load balancer spreads them) through
+``fanout.client.cluster`` and are redirected to the relay the map makes responsible for their
+view's cell; the publisher then holds the same primitives at the same relays whichever relay they
+entered at. A relay killed with SIGKILL leaves the map within a lease; its ``every``
+subscribers resume through a surviving relay, are redirected to the cell's new owner, and lose,
+duplicate and reorder nothing (``fanout.testing.audit`` against the publisher's log), while the
+other relays' subscribers are served throughout; restarted under its name, it is back in the map.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import sys
+import time
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+
+import pytest
+import pytest_asyncio
+
+from fanout.client import LiveView, SubscriptionError, Update
+from fanout.client.cluster import ClusterSubscriber, connect_cluster
+from fanout.launch import Child, start
+from fanout.metrics import scrape
+from fanout.publisher.log import SqliteLog
+from fanout.relay.cluster.responsibility import ResponsibilityMap
+from fanout.testing.audit import audit
+from fanout.testing.redis import throwaway_redis_cluster
+from fanout.testing.wait import eventually
+from fanout.views import Box
+
+pytestmark = [pytest.mark.integration, pytest.mark.asyncio(loop_scope="module")]
+
+NAMES = ("r0", "r1", "r2", "r3")
+LEASE = 2.0
+#: One box in each of twelve cells of the 256-unit grid over the 1,000-unit world.
+BOXES = [
+    Box((x + 60, y + 60), (x + 190, y + 190)) for x in (0, 256, 512, 768) for y in (0, 256, 512)
+]
+
+
+@pytest.fixture(scope="module")
+def registry() -> Iterator[str]:
+    with throwaway_redis_cluster() as nodes:
+        host, port = nodes[0]
+        yield f"redis://{host}:{port}"
+
+
+async def _relay(publisher: Child, registry: str, name: str, tmp_path: Path, port: int) -> Child:
+    args = ["--publisher", publisher.url, "--port", str(port), "--name", name, "--grace", "1"]
+    args += ["--registry", registry, "--registry-lease", str(LEASE), "--log-level", "info"]
+    return await start("relay", args, tmp_path / f"relay-{name}.log")
+
+
+@pytest_asyncio.fixture(scope="module", loop_scope="module")
+async def relays(publisher: Child, registry: str, tmp_path: Path) -> AsyncIterator[list[Child]]:
+    """Four relays in the map; a test may replace one with its restarted self."""
+    started = await asyncio.gather(
+        *(_relay(publisher, registry, name, tmp_path, 0) for name in NAMES),
+        return_exceptions=True,
+    )
+    children = [child for child in started if isinstance(child, Child)]
+    try:
+        for failed in started:
+            if isinstance(failed, BaseException):
+                raise failed
+        yield children
+    finally:
+        for child in children:
+            await child.stop()
+
+
+def the_map(relays: list[Child], alive: set[str] | None = None) -> ResponsibilityMap:
+    """The map as the relays should read it (names -> URLs of the live ones)."""
+    alive = set(NAMES) if alive is None else alive
+    return ResponsibilityMap({n: c.url for n, c in zip(NAMES, relays, strict=True) if n in alive})
+
+
+async def metric(url: str, name: str) -> float:
+    return (await asyncio.to_thread(scrape, url)).get(name, 0.0)
+
+
+async def members_seen(relays: list[Child], count: int) -> None:
+    """Wait until every given relay's map holds ``count`` members."""
+    for child in relays:
+        await eventually(
+            lambda child=child: metric(child.url, "fanout_relay_registry_members"),
+            lambda members: members == count,
+            timeout=60,
+            every=0.2,
+            what=f"{count} members in {child.url}'s map",
+        )
+
+
+async def primitives_by_relay(publisher: Child) -> dict[str, float]:
+    samples = await asyncio.to_thread(scrape, publisher.url)
+    held: dict[str, float] = {}
+    for name, value in samples.items():
+        if name.startswith("fanout_publisher_relay_primitives{"):
+            relay = name.split('name="', 1)[1].split('"', 1)[0]
+            held[relay] = held.get(relay, 0.0) + value
+    return held
+
+
+async def test_subscribers_entering_anywhere_meet_at_the_responsible_relay(
+    publisher: Child, relays: list[Child]
+) -> None:
+    await members_seen(relays, len(NAMES))
+    expected = {i: the_map(relays).owner_of("agents", box).url for i, box in enumerate(BOXES)}
+    assert len(set(expected.values())) >= 3  # the cells are spread over the relays
+    owners = {
+        name for name, child in zip(NAMES, relays, strict=True) if child.url in expected.values()
+    }
+    by_entry = {}
+    for label, entries in (
+        ("all at r0", [relays[0].url] * len(BOXES)),
+        ("round robin", [relays[i % len(relays)].url for i in range(len(BOXES))]),
+    ):
+        async with contextlib.AsyncExitStack() as stack:
+            clusters = {
+                url: await stack.enter_async_context(connect_cluster(url)) for url in set(entries)
+            }
+            views = [
+                await clusters[url].subscribe(box, rate=20)
+                for url, box in zip(entries, BOXES, strict=True)
+            ]
+            serving = {
+                i: clusters[url].relay_of(view)
+                for i, (url, view) in enumerate(zip(entries, views, strict=True))
+            }
+            assert serving == expected, label
+            await asyncio.gather(*(asyncio.wait_for(v.wait_updates(2), 120) for v in views))
+            assert any(view.rows for view in views)
+            held = await eventually(
+                lambda: primitives_by_relay(publisher),
+                lambda held: all(held.get(name, 0) > 0 for name in owners),
+                timeout=60,
+                what="primitives at every responsible relay",
+            )
+            by_entry[label] = {name: count for name, count in held.items() if count}
+            redirected = sum([await metric(c.url, "fanout_relay_redirected_total") for c in relays])
+            assert redirected >= sum(url != expected[i] for i, url in enumerate(entries))
+        # the views are gone: the relays release their primitives after the grace period
+        await eventually(
+            lambda: primitives_by_relay(publisher),
+            lambda held: not any(held.values()),
+            timeout=60,
+            what="every primitive released",
+        )
+    # the publisher holds the same primitives at the same relays, wherever subscribers entered
+    assert by_entry["all at r0"] == by_entry["round robin"]
+    assert set(by_entry["round robin"]) == owners
+
+
+class Follower:
+    """One ``every`` subscriber of one box, across its connections (resumed with its view)."""
+
+    def __init__(self, box: Box) -> None:
+        self.box = box
+        self.view: LiveView | None = None
+        self.relay = ""
+        self.updates: list[Update] = []
+        self.failures: list[SubscriptionError] = []
+        self._stack: contextlib.AsyncExitStack | None = None
+        self._task: asyncio.Task[None] | None = None
+
+    async def attach(self, entry: str) -> None:
+        """Enter the cluster at ``entry`` and subscribe, resuming where the last view stopped."""
+        await self.detach()
+        self._stack = contextlib.AsyncExitStack()
+        cluster: ClusterSubscriber = await self._stack.enter_async_context(connect_cluster(entry))
+        self.view = await cluster.subscribe(self.box, mode="every", resume=self.view)
+        self.relay = cluster.relay_of(self.view)
+        self._task = asyncio.create_task(self._drain(self.view))
+
+    async def _drain(self, view: LiveView) -> None:
+        try:
+            async for update in view:
+                self.updates.append(update)
+        except SubscriptionError as exc:
+            self.failures.append(exc)  # its relay died: the test resumes it elsewhere
+
+    async def detach(self) -> None:
+        if self._stack is not None:
+            with contextlib.suppress(OSError, SubscriptionError):
+                await self._stack.aclose()
+            self._stack = None
+        if self._task is not None:
+            with contextlib.suppress(asyncio.CancelledError):
+                await asyncio.wait_for(self._task, 30)
+            self._task = None
+
+    async def reached(self, seq: int) -> None:
+        await eventually(
+            lambda: self.updates[-1].seq if self.updates else -1,
+            lambda last: last >= seq,
+            timeout=180,
+            every=0.2,
+            what=f"{self.box} past seq {seq}",
+        )
+
+
+def last_logged(tmp_path: Path, epoch: int) -> int:
+    with SqliteLog(tmp_path / "publisher" / "log.db") as stored:
+        bounds = stored.bounds("agents", epoch)
+    assert bounds is not None
+    return bounds[1]
+
+
+async def test_a_killed_relays_parts_move_within_a_lease_and_its_every_subscribers_lose_nothing(
+    publisher: Child, registry: str, relays: list[Child], tmp_path: Path
+) -> None:
+    await members_seen(relays, len(NAMES))
+    owners = [the_map(relays).owner_of("agents", box).name for box in BOXES]
+    victim = max(NAMES, key=owners.count)
+    dead = NAMES.index(victim)
+    survivors = [c for n, c in zip(NAMES, relays, strict=True) if n != victim]
+    mine = [box for box, owner in zip(BOXES, owners, strict=True) if owner == victim]
+    followers = [Follower(box) for box in mine]
+    for i, follower in enumerate(followers):  # entering at the others, sent to the victim
+        await follower.attach(survivors[i % len(survivors)].url)
+        assert follower.relay == relays[dead].url
+    # A latest-mode subscriber of a surviving relay, to show it is served throughout.
+    other = next(box for box, owner in zip(BOXES, owners, strict=True) if owner != victim)
+    async with connect_cluster(survivors[0].url) as bystanders:
+        bystander = await bystanders.subscribe(other, rate=20)
+        await asyncio.gather(
+            *(f.reached(f.updates[-1].seq + 3 if f.updates else 3) for f in followers)
+        )
+        relays[dead].kill()  # SIGKILL: no goodbye, its lease runs out
+        await relays[dead].process.wait()
+        killed = time.monotonic()
+        await members_seen(survivors, len(NAMES) - 1)
+        moved_after = time.monotonic() - killed
+        survivors_map = the_map(relays, set(NAMES) - {victim})
+        for i, follower in enumerate(followers):
+            await follower.detach()
+            assert follower.failures, "the kill did not reach the subscriber"
+            await follower.attach(survivors[(i + 1) % len(survivors)].url)
+            assert follower.relay == survivors_map.owner_of("agents", follower.box).url
+        target = last_logged(tmp_path, followers[0].updates[0].epoch) + 3
+        await asyncio.gather(*(f.reached(target) for f in followers))
+        before = bystander.tick
+        await asyncio.wait_for(bystander.wait_updates(3), 120)
+        assert bystander.error is None and bystander.tick > before
+    # within a lease, plus the beats that read it and a loaded machine's slack
+    assert moved_after < LEASE + 15, moved_after
+    with SqliteLog(tmp_path / "publisher" / "log.db") as stored:
+        for follower in followers:
+            await follower.detach()
+            assert follower.view is not None and follower.view.gaps == 0
+            report = audit(
+                follower.updates,
+                follower.box,
+                key="id",
+                index=("x", "y"),
+                log=stored,
+                dataset="agents",
+            )
+            assert report.clean, report.problems
+            assert (report.lost, report.duplicated, report.reordered) == (0, 0, 0)
+            assert report.delivered >= 6
+    # Restarted under its name (on its port), it is back in the map and responsible again.
+    port = int(relays[dead].url.rsplit(":", 1)[1])
+    relays[dead] = await _relay(publisher, registry, victim, tmp_path, port)
+    await members_seen(relays, len(NAMES))
+    async with connect_cluster(survivors[0].url) as again:
+        view = await again.subscribe(mine[0], rate=20)
+        assert again.relay_of(view) == relays[dead].url
+
+
+async def test_fanout_subscribe_follows_a_redirect(relays: list[Child]) -> None:
+    await members_seen(relays, len(NAMES))
+    box = BOXES[0]
+    owner = the_map(relays).owner_of("agents", box).url
+    entry = next(child.url for child in relays if child.url != owner)
+    lo, hi = box.bounds().lo, box.bounds().hi
+    process = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "fanout",
+        "subscribe",
+        "--relay",
+        entry,
+        "--box",
+        f"{lo[0]},{lo[1]},{hi[0]},{hi[1]}",
+        "--count",
+        "2",
+        "--json",
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    out, err = await asyncio.wait_for(process.communicate(), 120)
+    assert process.returncode == 0, err.decode()
+    assert f"redirected to relay {owner}" in err.decode()
+    assert len(out.decode().splitlines()) == 2

@@ -1,0 +1,111 @@
+"""The map's members in a real Redis Cluster (three masters on loopback, started here): joining,
+leases running out, coming back, leaving, and each member told when the map changes."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+from collections.abc import Iterator
+
+import pytest
+
+from fanout.relay.cluster.registry import Registry, connect
+from fanout.relay.cluster.responsibility import ResponsibilityMap
+from fanout.testing.redis import throwaway_redis_cluster
+from fanout.testing.wait import eventually
+from fanout.views import Box
+from fanout.wire.messages import Subscribe
+
+pytestmark = pytest.mark.asyncio
+runs = itertools.count()
+
+
+@pytest.fixture(scope="module")
+def node() -> Iterator[str]:
+    with throwaway_redis_cluster() as nodes:
+        host, port = nodes[0]
+        yield f"redis://{host}:{port}"
+
+
+def member(node: str, name: str, lease: float = 0.6) -> Registry:
+    return Registry(connect(node), name, f"ws://{name}:1", lease=lease)
+
+
+@contextlib.asynccontextmanager
+async def running(registry: Registry):  # type: ignore[no-untyped-def]
+    joined = asyncio.Event()
+    task = asyncio.create_task(registry.run(joined.set))
+    await asyncio.wait_for(joined.wait(), 30)
+    try:
+        yield task
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+
+
+async def test_members_join_see_each_other_and_a_leaver_goes_at_once(node: str) -> None:
+    run = next(runs)
+    names = [f"j{run}-{i}" for i in range(3)]
+    seen: list[tuple[ResponsibilityMap, ResponsibilityMap]] = []
+    first = member(node, names[0])
+    first.on_change = lambda before, after: seen.append((before, after))
+    async with running(first), running(member(node, names[1])):
+        async with running(member(node, names[2])):
+            await eventually(
+                lambda: set(first.map.members) >= set(names), timeout=30, what="all three"
+            )
+            assert first.map.members[names[2]] == f"ws://{names[2]}:1"
+        # A clean stop leaves at once: gone at the next beat, long before its lease.
+        await eventually(lambda: names[2] not in first.map.members, timeout=30, what="left")
+    assert seen and any(names[2] in after.members for _, after in seen)
+
+
+async def test_a_member_that_stops_renewing_leaves_within_its_lease_and_comes_back(
+    node: str,
+) -> None:
+    run = next(runs)
+    watcher = member(node, f"w{run}")
+    async with running(watcher):
+        stalled = member(node, f"s{run}", lease=0.6)
+        await stalled.beat()  # joined, then silent: like a relay killed
+        await eventually(lambda: f"s{run}" in watcher.map.members, timeout=30, what="joined")
+        started = asyncio.get_running_loop().time()
+        await eventually(lambda: f"s{run}" not in watcher.map.members, timeout=30, what="gone")
+        # within its lease plus a beat of the watcher (and the machine's load)
+        assert asyncio.get_running_loop().time() - started < 10
+        # Restarted under the same name at another URL: back with its new address.
+        again = Registry(connect(node), f"s{run}", "ws://elsewhere:2", lease=0.6)
+        async with running(again):
+            await eventually(
+                lambda: watcher.map.members.get(f"s{run}") == "ws://elsewhere:2",
+                timeout=30,
+                what="back",
+            )
+        await stalled.leave()
+
+
+async def test_members_reading_the_same_map_redirect_a_view_to_the_same_owner(node: str) -> None:
+    run = next(runs)
+    members = [member(node, f"r{run}-{i}") for i in range(4)]
+    async with contextlib.AsyncExitStack() as stack:
+        for registry in members:
+            await stack.enter_async_context(running(registry))
+        names = {registry.name for registry in members}
+        for registry in members:
+            await eventually(
+                lambda registry=registry: names <= set(registry.map.members),
+                timeout=30,
+                what="the same members",
+            )
+        for x in range(0, 2048, 256):
+            request = Subscribe(1, "agents", Box((x + 10, 10), (x + 60, 60)))
+            answers = [registry.redirect(request, held=False) for registry in members]
+            served = [
+                registry.name for registry, a in zip(members, answers, strict=True) if a is None
+            ]
+            assert len(served) == 1  # exactly one serves it, the others send it there
+            owner = members[0].map.owner_of("agents", request.view)
+            assert served == [owner.name]
+            assert {a.location for a in answers if a is not None} == {owner.url}

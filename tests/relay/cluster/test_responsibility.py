@@ -1,0 +1,139 @@
+"""The map of responsibility (``relay.cluster.responsibility``) against brute force.
+
+The oracles are written here from what the map promises, not from how it computes: an owner is
+a live member; the owner among all members stays the owner among any subset that still holds it
+(checked over every such subset); a join moves parts only to the joiner, a leave only away from
+the leaver; a region view's cell is found by walking the grid's lines.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from fractions import Fraction
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from fanout.relay.cluster.redirects import redirect
+from fanout.relay.cluster.responsibility import (
+    BUCKETS,
+    NoLiveRelay,
+    ResponsibilityMap,
+    moved,
+    part_of,
+)
+from fanout.views import Box, Relative, Sphere
+from fanout.views.topic import TopicFilter
+from fanout.wire.messages import Subscribe
+
+names = st.text(alphabet="abcdefgh-0123456789", min_size=1, max_size=8)
+member_sets = st.sets(names, min_size=1, max_size=6)
+parts = st.lists(st.text(min_size=1, max_size=12), min_size=1, max_size=40, unique=True)
+
+
+def members(names: set[str] | frozenset[str]) -> ResponsibilityMap:
+    return ResponsibilityMap({name: f"ws://{name}:1" for name in names})
+
+
+@given(member_sets, parts)
+def test_every_part_has_exactly_one_live_owner_that_any_subset_holding_it_agrees_on(
+    live: set[str], some: list[str]
+) -> None:
+    whole = members(live)
+    for part in some:
+        owner = whole.owner(part)
+        assert owner.name in live and owner.url == f"ws://{owner.name}:1"
+        others = sorted(live - {owner.name})
+        for size in range(len(others) + 1):
+            for subset in itertools.combinations(others, size):
+                assert members({owner.name, *subset}).owner(part).name == owner.name
+
+
+@given(member_sets, names, parts)
+def test_a_join_moves_parts_only_to_the_joiner_and_a_leave_only_from_the_leaver(
+    live: set[str], joiner: str, some: list[str]
+) -> None:
+    before, after = members(live - {joiner}), members(live | {joiner})
+    if not before.members:
+        return
+    for part in moved(before, after, some):
+        assert after.owner(part).name == joiner
+    for part in moved(after, before, some):
+        assert after.owner(part).name == joiner  # the leaver held it
+    for part in set(some) - set(moved(before, after, some)):
+        assert before.owner(part).name == after.owner(part).name
+
+
+@settings(max_examples=20)
+@given(st.sets(names, min_size=2, max_size=6))
+def test_parts_spread_over_the_members_like_a_hash(live: set[str]) -> None:
+    grid = members(live)
+    count = 3000
+    owners = [grid.owner(f"agents/cell:{i},{j}").name for i in range(60) for j in range(50)]
+    share = {name: owners.count(name) / count for name in live}
+    # 3,000 parts: a member's share is within a third of 1/n by far (binomial, sd ~ 1/sqrt(3000n))
+    assert all(abs(s - 1 / len(live)) < 1 / (3 * len(live)) for s in share.values()), share
+
+
+def test_an_empty_map_names_nobody() -> None:
+    with pytest.raises(NoLiveRelay):
+        members(set()).owner("agents/cell:0,0")
+
+
+coordinate = st.floats(-1e6, 1e6, allow_nan=False)
+sizes = st.floats(0, 1e4, allow_nan=False)
+
+
+def exact_cell(centre: float, side: float) -> Fraction:
+    """The exact quotient centre / side (rationals: no rounding)."""
+    return Fraction(centre) / Fraction(side)
+
+
+@given(coordinate, coordinate, sizes, sizes, st.sampled_from([1.0, 100.0, 256.0, 1000.0, 0.3]))
+def test_a_box_belongs_to_the_cell_holding_its_centre(
+    x: float, y: float, w: float, h: float, side: float
+) -> None:
+    box = Box((x, y), (x + w, y + h))
+    bounds = box.bounds()
+    centres = [(lo + hi) / 2 for lo, hi in zip(bounds.lo, bounds.hi, strict=True)]
+    cells = part_of("agents", box, side).removeprefix("agents/cell:").split(",")
+    for centre, cell in zip(centres, cells, strict=True):
+        quotient = exact_cell(centre, side)
+        # The floor of the exact quotient, except where the float division rounds a quotient
+        # a hair below a grid line onto it (every relay rounds alike, so they still agree).
+        near_a_line = abs(quotient - round(quotient)) <= abs(quotient) * Fraction(1, 2**50)
+        assert int(cell) == math.floor(quotient) or near_a_line, (centre, side, cell)
+
+
+def test_views_of_one_place_share_a_part_and_other_views_hash_into_buckets() -> None:
+    near = [Box((10, 10), (50, 50)), Sphere((30, 30), 15), Box((0, 0), (60, 60))]
+    assert len({part_of("agents", view) for view in near}) == 1
+    assert part_of("agents", Box((300, 10), (340, 50))) != part_of("agents", near[0])
+    assert part_of("other", near[0]) != part_of("agents", near[0])
+    follow = [Relative(7, Sphere((0, 0), 10)), Relative(7, Box((-5, -5), (5, 5)))]
+    assert len({part_of("agents", view) for view in follow}) == 1
+    bucket = part_of("sensors", TopicFilter("plant/+/temp"))
+    assert bucket.startswith("sensors/bucket:")
+    assert 0 <= int(bucket.rsplit(":", 1)[1]) < BUCKETS
+    assert bucket == part_of("sensors", TopicFilter("plant/+/temp"))
+    with pytest.raises(ValueError, match="side"):
+        part_of("agents", near[0], side=0)
+
+
+def test_a_new_subscription_is_redirected_to_its_owner_and_nothing_else_is() -> None:
+    grid = members({"a", "b", "c"})
+    box = Box((10, 10), (50, 50))
+    owner = grid.owner_of("agents", box)
+    other = next(name for name in "abc" if name != owner.name)
+    request = Subscribe(4, "agents", box)
+    answer = redirect(grid, other, request, held=False)
+    assert answer is not None
+    assert (answer.code, answer.ref, answer.location) == ("redirect", 4, owner.url)
+    assert owner.name in answer.message
+    assert redirect(grid, owner.name, request, held=False) is None
+    assert redirect(grid, other, request, held=True) is None  # a view change stays
+    stay = Subscribe(4, "agents", box, stay=True)
+    assert redirect(grid, other, stay, held=False) is None
+    assert redirect(members(set()), other, request, held=False) is None
