@@ -1,5 +1,5 @@
-"""What the broker says to its shell (``Send``, ``Close``, ``Published``) and what bounds it
-(``Limits``: ``fanout relay --mqtt-*``)."""
+"""What the broker says to its shell (``Send``, ``Close``, ``Published``, ``Restore``) and what
+bounds it (``Limits``: ``fanout relay --mqtt-*``)."""
 
 from __future__ import annotations
 
@@ -68,4 +68,13 @@ class Published:
     client_id: str
 
 
-Action: TypeAlias = Send | Close | Published
+@dataclass(frozen=True)
+class Restore:
+    """Read the session of ``client_id`` from Redis for connection ``connection``, whose
+    CONNECT waits for it (``Broker.restored``)."""
+
+    connection: int
+    client_id: str
+
+
+Action: TypeAlias = Send | Close | Published | Restore

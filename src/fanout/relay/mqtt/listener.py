@@ -16,7 +16,7 @@ import logging
 import time
 from collections.abc import Callable, Iterable
 
-from fanout.relay.mqtt.actions import Action, Close, Published, Send
+from fanout.relay.mqtt.actions import Action, Close, Published, Restore, Send
 from fanout.relay.mqtt.broker import Broker
 from fanout.relay.throttle import Throttle
 
@@ -47,6 +47,8 @@ class Listener:
         self.read_rate, self.read_burst, self.max_buffered = read_rate, read_burst, max_buffered
         self.on_published = on_published
         self.on_filters = on_filters
+        #: Hears each ``Restore`` (a CONNECT waiting for its session from Redis): ``durable``.
+        self.on_restore: Callable[[Restore], None] | None = None
         self.slow_closed = 0
         self._writers: dict[int, asyncio.StreamWriter] = {}
         self._ids = itertools.count(1)
@@ -82,6 +84,10 @@ class Listener:
                 writer = self._writers.get(action.connection)
                 if writer is not None:
                     writer.close()  # after what was written before
+            elif isinstance(action, Restore):
+                if self.on_restore is None:
+                    raise RuntimeError("the broker parked a CONNECT and nobody restores it")
+                self.on_restore(action)
             elif self.on_published is not None:
                 self.on_published(action)
         changes = self.broker.take_filter_changes()  # taken always: the list is bounded

@@ -71,3 +71,29 @@ class Session:
     def expired(self, now: float) -> bool:
         """Whether the session ended while its client was away (rule 2)."""
         return self.away_since is not None and now - self.away_since >= self.expiry
+
+
+def add_target(
+    targets: dict[str, tuple[Session, int, bool, list[int]]],
+    session: Session,
+    sub: Subscription,
+    message: Publish,
+    origin: str,
+) -> None:
+    """Add ``session``'s matching ``sub`` to ``targets``: one copy per session (broker rule 4)."""
+    if sub.no_local and session.client_id == origin:
+        return
+    qos = min(sub.qos, message.qos)
+    retain = message.retain and sub.retain_as_published
+    ids = [sub.identifier] if sub.identifier else []
+    entry = targets.get(session.client_id)
+    if entry is None:
+        targets[session.client_id] = (session, qos, retain, ids)
+    else:
+        _, known_qos, known_retain, known_ids = entry
+        targets[session.client_id] = (
+            session,
+            max(known_qos, qos),
+            known_retain or retain,
+            known_ids + ids,
+        )
