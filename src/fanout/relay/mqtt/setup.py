@@ -1,9 +1,11 @@
 """A relay's MQTT parts, made from its ``RelayConfig``: the listener, the ingest link into topic
-datasets, and the cluster membership (each only if configured)."""
+datasets, the cluster membership and its persistent sessions in Redis (each only if configured)."""
 
 from __future__ import annotations
 
+import logging
 import uuid
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from redis.asyncio.cluster import RedisCluster
@@ -11,17 +13,27 @@ from redis.asyncio.cluster import RedisCluster
 from fanout.relay.mqtt.actions import Published
 from fanout.relay.mqtt.broker import Broker
 from fanout.relay.mqtt.cluster import Cluster
+from fanout.relay.mqtt.durable import Durable
 from fanout.relay.mqtt.ingest import Pending, Routes
 from fanout.relay.mqtt.listener import Listener
 from fanout.relay.mqtt.matchtable import MatchTable
 from fanout.relay.mqtt.producer import ProducerLink
+from fanout.relay.mqtt.stored import SessionStore
 
 if TYPE_CHECKING:
     from fanout.relay.config import RelayConfig
 
+log = logging.getLogger(__name__)
 
-def mqtt_parts(config: RelayConfig) -> tuple[Listener, ProducerLink | None, Cluster | None]:
-    """The listener on ``config.mqtt_port``, and the ingest link and cluster if configured."""
+
+def mqtt_parts(
+    config: RelayConfig, url: Callable[[], str] | None = None
+) -> tuple[Listener, ProducerLink | None, Cluster | None]:
+    """The listener on ``config.mqtt_port``, and the ingest link and cluster if configured.
+
+    ``url()`` is where the relay serves subscribers once it runs: a cluster with a topic dataset
+    follows its persistent sessions there (``durable``), unless the relay asks for tokens.
+    """
     assert config.mqtt_port is not None
     broker = Broker(config.mqtt)
     listener = Listener(
@@ -45,6 +57,14 @@ def mqtt_parts(config: RelayConfig) -> tuple[Listener, ProducerLink | None, Clus
         )
         cluster = Cluster(table, broker, listener.apply, config.host, config.mqtt_peer_port)
         listener.on_filters = cluster.on_filters
+        plain = config.auth is None and config.tls_cert is None
+        if routes.datasets() and url is not None and plain:
+            store = SessionStore(table.redis, table.namespace)
+            durable = Durable(store, broker, listener.apply, routes, url=url, owner=incarnation)
+            listener.on_restore = durable.on_restore
+            cluster.durable = durable
+        elif routes.datasets() and not plain:
+            log.warning("mqtt: persistent sessions stay in this relay (tokens or TLS on its port)")
 
     def published(action: Published) -> None:
         if link is not None:
