@@ -80,6 +80,8 @@ class Broker:
         #: live copy for a session, and holds it back by returning False.
         self.durable = False
         self.on_offer: Callable[[Session, p.Publish, p.Publish], bool] | None = None
+        #: Hears every message delivered here (``fromlog``: the log does not send it again).
+        self.on_deliver: Callable[[p.Publish], None] | None = None
 
     # -- connections -----------------------------------------------------------------------
 
@@ -331,6 +333,8 @@ class Broker:
     def _deliver(
         self, message: p.Publish, origin: str, plain: bool, shares: Collection[str] | None
     ) -> list[Action]:
+        if self.on_deliver is not None:
+            self.on_deliver(message)
         if message.retain:
             if message.payload:
                 self.retained[message.topic] = message

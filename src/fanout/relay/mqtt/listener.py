@@ -14,7 +14,8 @@ import contextlib
 import itertools
 import logging
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Coroutine, Iterable
+from typing import Any
 
 from fanout.relay.mqtt.actions import Action, Close, Published, Restore, Send
 from fanout.relay.mqtt.broker import Broker
@@ -49,6 +50,8 @@ class Listener:
         self.on_filters = on_filters
         #: Hears each ``Restore`` (a CONNECT waiting for its session from Redis): ``durable``.
         self.on_restore: Callable[[Restore], None] | None = None
+        #: Run alongside the listener (``fromlog``'s feed), ended with it.
+        self.companions: list[Callable[[], Coroutine[Any, Any, None]]] = []
         self.slow_closed = 0
         self._writers: dict[int, asyncio.StreamWriter] = {}
         self._ids = itertools.count(1)
@@ -56,7 +59,9 @@ class Listener:
     async def run(self, ready: Callable[[int], None] | None = None) -> None:
         """Serve until cancelled; ``ready(port)`` is called once listening."""
         server = await asyncio.start_server(self._serve, self.host, self.port)
-        async with server:
+        async with server, asyncio.TaskGroup() as tasks:
+            for companion in self.companions:
+                tasks.create_task(companion())
             self.port = server.sockets[0].getsockname()[1]
             if ready is not None:
                 ready(self.port)
