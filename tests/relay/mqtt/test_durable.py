@@ -151,3 +151,29 @@ def test_the_log_sends_only_what_the_live_path_did_not(events: list[tuple[str, A
     got = Counter((t, m) for t, m, *_ in c.publishes(1))
     assert got == expected
     assert follow.position is not None and follow.position.seq == seq
+
+
+def test_a_restored_session_gets_the_gap_from_the_log_before_newer_live_messages() -> None:
+    """Messages published while the session was on no relay are in the log only, later than
+    the relay's seq at the restore: live ones wait until the log carried one of them."""
+    broker = Broker()
+    c = Clients(broker)
+    c.connect(1, "s", properties=((0x11, 300),))
+    c.send(1, p.Subscribe(1, (("a/+", 1),)))
+    c.take(1)
+    durable = Durable(None, broker, c.apply, Routes("d"), url=str, owner="r")  # type: ignore[arg-type]
+    follow = Follow("s", Subscription("a/+", 1), "d", Position(1, 0, frozenset()), True)
+    durable._follows[("s", "a/+")] = follow
+    durable._held["s"] = []
+    durable._reached(follow, True)  # the stream is at the relay's seq already
+    c.apply(broker.publish(p.Publish("a/3", b"m3", 1, retain=True)))  # live, after the restore
+    assert c.publishes(1) == []
+    durable._take(follow, "topic", _update(1, [("a/1", "m1"), ("a/2", "m2")]))  # the gap
+    durable._check("s")
+    c.apply(broker.publish(p.Publish("a/4", b"m4", 1)))  # not retained: the log never has it
+    durable._take(follow, "topic", _update(2, [("a/3", "m3")]))
+    durable._check("s")
+    got = [(t, m) for t, m, *_ in c.publishes(1)]
+    assert got == [("a/1", b"m1"), ("a/2", b"m2"), ("a/3", b"m3"), ("a/4", b"m4")]
+    c.apply(broker.publish(p.Publish("a/5", b"m5", 1, retain=True)))
+    assert [(t, m) for t, m, *_ in c.publishes(1)] == [("a/5", b"m5")]  # caught up: at once

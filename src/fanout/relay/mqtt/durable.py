@@ -19,9 +19,12 @@ Rules (of a relay in a cluster, ``--mqtt-redis``, with a topic dataset, ``--mqtt
    acknowledged: when the session has nothing in flight and nothing queued.
 5. After a restore, replayed rows go with DUP set, and live messages for the session are held
    back until each follow stream reached the seq the relay was at when it started (the first
-   push of a ``latest`` subscription of the same filter): then they are sent, those the log
-   carried meanwhile having gone at their place in it. Messages reach the client in the log's
-   order: by seq, and within one seq in topic order.
+   push of a ``latest`` subscription of the same filter) and the log carried a message held
+   back for it: what its publisher published before that one is then in the log too, and was
+   replayed first. (Held messages the log will not carry, not retained, end the wait at once;
+   ``CATCH_UP_WAIT`` seconds after the restore the held go out anyway.) Then the rest go, those
+   the log carried meanwhile having gone at their place in it. Messages reach the client in
+   the log's order: by seq, and within one seq in topic order.
 6. A session that ends here (clean start, expiry) is deleted from Redis if this relay wrote it
    last; a follow stream ends with its subscription or session.
 
@@ -37,9 +40,8 @@ import contextlib
 import logging
 import time
 from collections import deque
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
 
 from redis.exceptions import RedisError
 
@@ -69,6 +71,8 @@ class Follow:
     dataset: str
     position: Position | None
     catching_up: bool = False
+    reached: bool = False  # the stream reached the seq the relay was at (rule 5)
+    saw_held: bool = False  # the log carried a message held back for the session (rule 5)
     task: asyncio.Task[None] | None = None
     memo: dict[str, deque[bytes]] = field(default_factory=dict)
 
@@ -100,10 +104,15 @@ class Durable:
         self.url, self.owner, self.sync = url, owner, sync
         self.restored = self.replayed = self.deduplicated = self.resyncs = 0
         self._follows: dict[tuple[str, str], Follow] = {}
-        self._held: dict[str, list[p.Publish]] = {}
+        #: Live copies held back per restored session, each with whether the log will carry it.
+        self._held: dict[str, list[tuple[p.Publish, bool]]] = {}
+        self._held_since: dict[str, float] = {}
         self._saved: dict[str, str] = {}  # client id -> the JSON last written
         self._subscriber: Subscriber | None = None
         self._background: set[asyncio.Task[None]] = set()
+        #: True while ``fromlog`` delivers a row of the log: sessions following it take it
+        #: from their own stream instead.
+        self.feeding = False
         broker.durable = True
         broker.on_offer = self.on_offer
 
@@ -117,6 +126,11 @@ class Durable:
 
     def on_offer(self, session: Session, message: p.Publish, copy: p.Publish) -> bool:
         """A live copy for ``session``: remember it for the log (rule 3), hold it (rule 5)."""
+        if self.feeding:
+            return not any(
+                (session.client_id, text) in self._follows and matches(text, message.topic)
+                for text in session.subscriptions
+            )
         if message.retain and message.payload:
             for text in session.subscriptions:
                 follow = self._follows.get((session.client_id, text))
@@ -130,7 +144,8 @@ class Durable:
         held = self._held.get(session.client_id)
         if held is None:
             return True
-        held.append(copy)
+        held.append((copy, bool(message.retain and message.payload)))
+        self._check(session.client_id)  # one the log will not carry may end the wait
         return False
 
     # -- running ------------------------------------------------------------------------------
@@ -178,6 +193,7 @@ class Durable:
             self._start(follow)
         if catching:
             self._held.setdefault(action.client_id, [])
+            self._held_since[action.client_id] = time.monotonic()
 
     async def _sync(self) -> None:
         """Start and stop follow streams as subscriptions come and go; save sessions (rule 1)."""
@@ -196,11 +212,16 @@ class Durable:
                     self._start(follow)
             if session.connection is not None:
                 await self._save(session)
+        for client_id, since in list(self._held_since.items()):
+            if time.monotonic() - since > CATCH_UP_WAIT:  # bounded: the log may never carry them
+                log.warning("mqtt session %r: catching up took too long", client_id)
+                self._release(client_id)
         for key in [key for key in self._follows if key not in wanted]:
             self._stop(self._follows.pop(key))
         for client_id in [c for c in self._saved if c not in self.broker.sessions]:
             del self._saved[client_id]
             self._held.pop(client_id, None)
+            self._held_since.pop(client_id, None)
             await self.store.delete(client_id, self.owner)
 
     async def _save(self, session: Session) -> None:
@@ -250,10 +271,12 @@ class Durable:
             async for update in stream:
                 self._take(follow, stream.key, update)
                 if target is not None and follow.catching_up:
-                    self._reached(follow, update.seq >= target)
+                    follow.reached = follow.reached or update.seq >= target
+                    self._check(follow.client_id)
         except SubscriptionError as error:
             log.warning("mqtt session %r: %s not followed: %s", follow.client_id, view, error)
-            self._reached(follow, True)
+            if error.code != "closed":  # closed: followed again once the relay is reached
+                self._reached(follow, True)
         except (OSError, FanoutError, ConnectionError) as error:
             log.warning("mqtt session %r: following %s: %s", follow.client_id, view, error)
         except Exception:
@@ -280,7 +303,7 @@ class Durable:
         for columns in (update.entered, update.updated):
             if key in columns:
                 topics.update(str(t) for t in columns[key].tolist())
-        rows = list(_rows(update.entered, key)) + list(_rows(update.updated, key))
+        rows = rows_of(update, key)
         if update.full:
             if before is not None:
                 self.resyncs += 1  # away past the log's retention: what it missed is gone
@@ -303,6 +326,7 @@ class Durable:
                 earlier = memo.popleft()
                 copy = _take_held(held, topic, earlier)
                 if copy is not None:
+                    follow.saw_held = True
                     actions += self.broker.offer(client_id, copy)
                 if earlier == payload:
                     break
@@ -312,15 +336,33 @@ class Durable:
         return self.broker.offer(client_id, message)
 
     def _reached(self, follow: Follow, done: bool) -> None:
-        """``follow`` caught up (``done``): once all of its session's have, the held go out."""
-        if not done or not follow.catching_up:
-            return
-        follow.catching_up = False
-        client_id = follow.client_id
-        if any(f.catching_up for (c, _), f in self._follows.items() if c == client_id):
-            return
+        """``follow``'s stream reached the relay's seq (``done``); see whether it caught up."""
+        if done and follow.catching_up:
+            follow.reached = True
+            self._check(follow.client_id)
+
+    def _check(self, client_id: str) -> None:
+        """Rule 5: a stream caught up once it reached the relay's seq and the log carried a
+        message held back for it (what was published before it is then in the log too), or
+        only messages the log will not carry were held; once all of a session's have, the held
+        go out."""
+        held = self._held.get(client_id, [])
+        follows = [f for (c, _), f in self._follows.items() if c == client_id]
+        for follow in follows:
+            if follow.catching_up and follow.reached:
+                mine = [logged for m, logged in held if matches(follow.sub.filter, m.topic)]
+                follow.catching_up = not follow.saw_held and (not mine or any(mine))
+        if not any(f.catching_up for f in follows):
+            self._release(client_id)
+
+    def _release(self, client_id: str) -> None:
+        """Send what was held back for ``client_id``, in the order it came."""
+        self._held_since.pop(client_id, None)
+        for (c, _), follow in self._follows.items():
+            if c == client_id:
+                follow.catching_up = False
         actions: list[Action] = []
-        for copy in self._held.pop(client_id, []):
+        for copy, _ in self._held.pop(client_id, []):
             actions += self.broker.offer(client_id, copy)
         self.apply(actions)
 
@@ -353,19 +395,24 @@ def _earlier(subscriber: Subscriber, follow: Follow) -> LiveView | None:
     )
 
 
-def _rows(columns: dict[str, Any], key: str) -> Iterable[tuple[str, bytes]]:
-    if not columns or key not in columns or PAYLOAD not in columns:
-        return []
-    return [
-        (str(t), str(v).encode())
-        for t, v in zip(columns[key].tolist(), columns[PAYLOAD].tolist(), strict=True)
-        if v is not None
-    ]
+def rows_of(update: Update, key: str) -> list[tuple[str, bytes]]:
+    """(topic, payload) of the rows ``update`` entered or updated (a NULL payload: none)."""
+    found = []
+    for columns in (update.entered, update.updated):
+        if key in columns and PAYLOAD in columns:
+            found += [
+                (str(t), str(v).encode())
+                for t, v in zip(columns[key].tolist(), columns[PAYLOAD].tolist(), strict=True)
+                if v is not None
+            ]
+    return found
 
 
-def _take_held(held: list[p.Publish] | None, topic: str, payload: bytes) -> p.Publish | None:
+def _take_held(
+    held: list[tuple[p.Publish, bool]] | None, topic: str, payload: bytes
+) -> p.Publish | None:
     """Remove and return the held copy of (topic, payload), if one waits (rule 5)."""
-    for index, copy in enumerate(held or ()):
+    for index, (copy, _) in enumerate(held or ()):
         if copy.topic == topic and copy.payload == payload:
-            return (held or []).pop(index)
+            return (held or []).pop(index)[0]
     return None

@@ -14,6 +14,7 @@ from fanout.relay.mqtt.actions import Published
 from fanout.relay.mqtt.broker import Broker
 from fanout.relay.mqtt.cluster import Cluster
 from fanout.relay.mqtt.durable import Durable
+from fanout.relay.mqtt.fromlog import LogFeed
 from fanout.relay.mqtt.ingest import Pending, Routes
 from fanout.relay.mqtt.listener import Listener
 from fanout.relay.mqtt.matchtable import MatchTable
@@ -31,8 +32,9 @@ def mqtt_parts(
 ) -> tuple[Listener, ProducerLink | None, Cluster | None]:
     """The listener on ``config.mqtt_port``, and the ingest link and cluster if configured.
 
-    ``url()`` is where the relay serves subscribers once it runs: a cluster with a topic dataset
-    follows its persistent sessions there (``durable``), unless the relay asks for tokens.
+    ``url()`` is where the relay serves subscribers once it runs: with a topic dataset, the relay
+    reads the dataset's log there (``fromlog``; in a cluster also for persistent sessions,
+    ``durable``), unless its port asks for tokens or TLS.
     """
     assert config.mqtt_port is not None
     broker = Broker(config.mqtt)
@@ -43,10 +45,15 @@ def mqtt_parts(
         read_rate=config.read_rate,
         read_burst=config.read_burst,
     )
-    link = None
+    link = feed = None
     routes = Routes(config.mqtt_dataset, config.mqtt_routes)
+    plain = config.auth is None and config.tls_cert is None
     if routes.datasets():
         link = ProducerLink(config.publisher, Pending(routes), broker, config.name)
+        if url is not None and plain:
+            shared = config.mqtt_redis is None
+            feed = LogFeed(broker, listener.apply, routes, url, shared=shared)
+            listener.companions.append(feed.run)
     cluster = None
     if config.mqtt_redis is not None:
         host, _, port = config.mqtt_redis.rpartition(":")
@@ -57,14 +64,18 @@ def mqtt_parts(
         )
         cluster = Cluster(table, broker, listener.apply, config.host, config.mqtt_peer_port)
         listener.on_filters = cluster.on_filters
-        plain = config.auth is None and config.tls_cert is None
         if routes.datasets() and url is not None and plain:
             store = SessionStore(table.redis, table.namespace)
             durable = Durable(store, broker, listener.apply, routes, url=url, owner=incarnation)
             listener.on_restore = durable.on_restore
             cluster.durable = durable
-        elif routes.datasets() and not plain:
-            log.warning("mqtt: persistent sessions stay in this relay (tokens or TLS on its port)")
+            if feed is not None:
+                feed.durable = durable
+    if routes.datasets() and not plain:
+        log.warning(
+            "mqtt: other producers' messages do not reach MQTT clients, and persistent sessions"
+            " stay in this relay (the relay's port asks for tokens or TLS)"
+        )
 
     def published(action: Published) -> None:
         if link is not None:
