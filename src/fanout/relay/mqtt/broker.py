@@ -15,13 +15,15 @@ Rules (MQTT 3.1.1 and 5.0; sections in brackets):
 4. A message goes to every session with a matching subscription once, at the highest QoS of its
    matching subscriptions, capped by the message's (3.3.5); to one member of each matching
    ``$share`` group, taken in turn (5.0 4.8.2); not back to its publisher under No Local.
-5. QoS 1 messages stay in flight until PUBACKed and are sent again, DUP set, when the session's
-   client reconnects [MQTT-4.4.0-1]; a session away keeps them queued (``sessions``).
+5. QoS 1 and 2 messages stay in flight until PUBACKed (PUBCOMPed) and are sent again, DUP set
+   (a released QoS 2 one: its PUBREL), when the session's client reconnects [MQTT-4.4.0-1]; a
+   session away keeps them queued (``sessions``). A QoS 2 message from a client is delivered
+   once, when it first comes, and answered PUBREC; its PUBREL PUBCOMP (4.3.3, method B).
 6. Retained messages: a PUBLISH with RETAIN replaces the topic's retained message, an empty
    payload removes it [MQTT-3.3.1-6, 3.3.1-10]; a new subscription gets the retained messages its
    filter matches, RETAIN set (5.0 Retain Handling 1 and 2 honoured); shared ones get none.
 7. Bad input gets the reaction MQTT specifies: a malformed packet, a topic name with wildcards,
-   QoS 2 (not offered: CONNACK's Maximum QoS is 1), a packet over the size limit — 5.0: a
+   more QoS 2 messages awaiting PUBREL than Receive Maximum, a packet over the size limit — 5.0: a
    DISCONNECT with the reason code, then close; 3.1.1: close [MQTT-4.8.0-1]. An invalid filter
    in a SUBSCRIBE is refused in its SUBACK (0x8F; 3.1.1: 0x80), the others are granted.
 8. A client that sends nothing for 1.5 times its keep alive is closed [MQTT-3.1.2-24]
@@ -182,9 +184,17 @@ class Broker:
         match packet:
             case p.Publish():
                 actions = self._client_publish(connection, session, packet)
-            case p.PubAck():
-                session.in_flight.pop(packet.packet_id, None)
+            case p.PubAck() | p.PubComp():
+                session.complete(packet.packet_id)
                 actions = self._drain(session)
+            case p.PubRec():
+                actions = self._pubrec(connection, session, packet)
+            case p.PubRel():
+                known = packet.packet_id in session.incoming
+                session.incoming.discard(packet.packet_id)
+                code = p.SUCCESS if known or session.version != p.V5 else p.PACKET_ID_NOT_FOUND
+                done = p.PubComp(packet.packet_id, code)
+                actions = [Send(connection, encode(done, session.version))]
             case p.Subscribe():
                 actions = self._subscribe(connection, session, packet)
             case p.Unsubscribe():
@@ -240,7 +250,6 @@ class Broker:
         state.session = session
         if v5:
             properties += [
-                (0x24, 1),  # Maximum QoS: 1
                 (0x27, self.limits.max_packet),
                 (0x21, self.limits.receive_maximum),
             ]
@@ -268,8 +277,10 @@ class Broker:
         connection = session.connection
         assert connection is not None
         actions: list[Action] = [
-            Send(connection, encode(replace(message, dup=True), session.version))
-            for message in session.in_flight.values()
+            Send(connection, encode(p.PubRel(i), session.version))
+            if i in session.released
+            else Send(connection, encode(replace(message, dup=True), session.version))
+            for i, message in session.in_flight.items()
         ]
         return actions + self._drain(session)
 
@@ -279,9 +290,15 @@ class Broker:
             actions += self._send(session, session.queued.popleft())
         return actions
 
+    def _pubrec(self, connection: int, session: Session, packet: p.PubRec) -> list[Action]:
+        if packet.code >= 0x80:  # the client refused it: it is done with
+            session.complete(packet.packet_id)
+            return self._drain(session)
+        known = session.release(packet.packet_id)
+        code = p.SUCCESS if known or session.version != p.V5 else p.PACKET_ID_NOT_FOUND
+        return [Send(connection, encode(p.PubRel(packet.packet_id, code), session.version))]
+
     def _client_publish(self, connection: int, session: Session, packet: p.Publish) -> list[Action]:
-        if packet.qos == 2:
-            raise p.PacketError("QoS 2 is not offered (Maximum QoS 1)", p.QOS_NOT_SUPPORTED)
         if p.prop(packet.properties, 0x23) is not None:
             raise p.PacketError("a topic alias, past Topic Alias Maximum 0", p.PROTOCOL_ERROR)
         try:
@@ -292,6 +309,15 @@ class Broker:
         if packet.qos == 1:
             assert packet.packet_id is not None
             actions.append(Send(connection, encode(p.PubAck(packet.packet_id), session.version)))
+        elif packet.qos == 2:
+            assert packet.packet_id is not None
+            again = packet.packet_id in session.incoming
+            if not again and len(session.incoming) >= self.limits.receive_maximum:
+                raise p.PacketError("past Receive Maximum at QoS 2", p.RECEIVE_MAXIMUM_EXCEEDED)
+            session.incoming.add(packet.packet_id)
+            actions.append(Send(connection, encode(p.PubRec(packet.packet_id), session.version)))
+            if again:
+                return actions  # delivered when it first came (sessions rule 6)
         message = p.Publish(
             packet.topic,
             packet.payload,
@@ -399,7 +425,7 @@ class Broker:
             if known is None and len(session.subscriptions) >= self.limits.max_subscriptions:
                 codes.append(p.QUOTA_EXCEEDED if v5 else 0x80)
                 continue
-            qos = min(options & 0x03, 1)
+            qos = options & 0x03
             sub = Subscription(
                 text,
                 qos,
