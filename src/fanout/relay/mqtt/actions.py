@@ -16,10 +16,11 @@ class Limits:
 
     Attributes:
         max_packet: largest packet accepted, in bytes (announced in 5.0's CONNACK).
-        max_queued: QoS 1 messages kept per session while its client is away or busy.
+        max_queued: QoS 1 and 2 messages kept per session while its client is away or busy.
         session_expiry: longest a persistent session outlives its connection, in seconds.
         max_subscriptions: topic filters one session may hold.
-        receive_maximum: QoS 1 messages in flight to one client (5.0 asks the client too).
+        receive_maximum: QoS 1 and 2 messages in flight to one client (5.0 asks the client
+            too), and QoS 2 messages of one client awaiting their PUBREL.
     """
 
     max_packet: int = 1 << 20

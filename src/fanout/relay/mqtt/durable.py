@@ -8,7 +8,7 @@ Rules (of a relay in a cluster, ``--mqtt-redis``, with a topic dataset, ``--mqtt
    and, for each followed subscription, its position in the topic dataset's log.
 2. A CONNECT with clean start off for a session this relay does not hold waits for Redis
    (``Broker.restored``): the session comes back with its subscriptions, whichever relay held it.
-3. Each QoS 1 subscription (not ``$share``) of a persistent session held here follows its
+3. Each QoS 1 or 2 subscription (not ``$share``) of a persistent session held here follows its
    dataset with an ``every`` subscription of its filter on this relay: the relay's window, then
    the publisher's log, from the session's position. A row (topic, payload) of a seq goes to the
    session at QoS 1 unless the live path offered that message already: each live copy of a
