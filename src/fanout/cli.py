@@ -487,7 +487,7 @@ MQTT_LIMITS: list[tuple[str, type, float, str]] = [
     ("--mqtt-max-queued", int, 1000, "QoS 1 messages kept per session while its client is away"),
     ("--mqtt-session-expiry", float, 3600.0, "longest a persistent session outlives its client"),
     ("--mqtt-max-subscriptions", int, 10_000, "topic filters one MQTT session may hold"),
-    ("--mqtt-receive-maximum", int, 100, "QoS 1 messages in flight to one MQTT client"),
+    ("--mqtt-receive-maximum", int, 100, "QoS 1 and 2 messages in flight to one MQTT client"),
 ]
 
 

@@ -5,14 +5,24 @@ dataset's state (and its log), and a relay started later serves that state as re
 from __future__ import annotations
 
 import asyncio
+import threading
 from collections.abc import AsyncIterator
 from pathlib import Path
 
+import paho.mqtt.client as mqtt
 import pytest
 import pytest_asyncio
+from paho.mqtt.enums import CallbackAPIVersion
+from paho.mqtt.packettypes import PacketTypes
+from paho.mqtt.properties import Properties
+from redis.asyncio.cluster import RedisCluster
 
-from fanout.client.publisher import open_reader
+from fanout.client.publisher import open_producer, open_reader
 from fanout.launch import Child, start
+from fanout.relay.mqtt.matchtable import MatchTable
+from fanout.relay.mqtt.stored import Position, SessionStore
+from fanout.testing.ports import free_port
+from fanout.testing.redis import throwaway_redis_cluster
 from fanout.testing.relays import running_relay
 from fanout.testing.wait import eventually
 from fanout.views.topic import parse as topic
@@ -86,3 +96,170 @@ async def test_retained_messages_are_the_topic_datasets_state(
             "mosquitto_sub", "-p", str(relay.mqtt.port), "-t", "dev/+/state", "-C", "2", "-v"
         )
         assert sorted(out.splitlines()) == ["dev/1/state on", "dev/2/state off"]
+
+
+class Session:
+    """A paho-mqtt 5.0 client with a persistent session (clean start off, 300 s expiry)."""
+
+    def __init__(self, port: int, client_id: str) -> None:
+        self.client = mqtt.Client(CallbackAPIVersion.VERSION2, client_id, protocol=mqtt.MQTTv5)
+        self.got: list[tuple[str, bytes, bool]] = []
+        self.lock = threading.Lock()
+        self.client.on_message = self._on_message
+        properties = Properties(PacketTypes.CONNECT)
+        properties.SessionExpiryInterval = 300
+        self.client.connect("127.0.0.1", port, clean_start=False, properties=properties)
+        self.client.loop_start()
+
+    def _on_message(self, client: object, userdata: object, message: mqtt.MQTTMessage) -> None:
+        with self.lock:
+            self.got.append((message.topic, message.payload, bool(message.dup)))
+
+    def received(self) -> list[tuple[str, bytes, bool]]:
+        with self.lock:
+            return list(self.got)
+
+
+async def positioned(node: tuple[str, int], client_id: str, filter: str, held: int = 0) -> None:
+    """Wait until Redis holds ``client_id``'s session with a position for ``filter`` past at
+    least ``held`` of its topics, and the match table a subscriber of it (``filter``'s ``+``
+    levels read as ``x``)."""
+    redis = RedisCluster(host=node[0], port=node[1])
+    try:
+        store = SessionStore(redis)
+
+        async def position() -> Position | None:
+            record = await store.load(client_id)
+            return None if record is None else record.positions.get(filter)
+
+        await eventually(
+            position, lambda found: found is not None and len(found.topics) >= held, timeout=90
+        )
+        table = MatchTable(redis, "test", max_age=0)
+
+        async def relays() -> set[str]:
+            return set((await table.match(filter.replace("+", "x"))).relays)
+
+        await eventually(relays, bool, timeout=20)  # the shared table has its subscription
+    finally:
+        await redis.aclose()
+
+
+async def test_a_persistent_session_survives_its_relay_killed_mid_stream(
+    publisher: Child, tmp_path: Path
+) -> None:
+    """Three relays over Redis Cluster, the Spark publisher's topic dataset: a subscriber's relay
+    is SIGKILLed mid-stream, it reconnects to another relay with clean start off, and gets every
+    retained message published (each on a topic of its own, so each is in the log), in publish
+    order; a message it got twice is marked DUP the second time."""
+    with throwaway_redis_cluster() as nodes:
+        node = f"{nodes[0][0]}:{nodes[0][1]}"
+        relays: dict[str, tuple[Child, int]] = {}
+        try:
+            for name in ("a", "b", "c"):
+                port = free_port()
+                child = await start(
+                    "relay",
+                    [
+                        *("--publisher", publisher.url, "--port", "0", "--name", name),
+                        *("--mqtt-port", str(port), "--mqtt-redis", node),
+                        *("--mqtt-lease", "1.5", "--mqtt-dataset", "devices"),
+                    ],
+                    tmp_path / f"relay-{name}.log",
+                )
+                relays[name] = (child, port)
+            first = subscriber = Session(relays["c"][1], "durable-1")
+            subscriber.client.subscribe("feed/+", qos=1)
+            feeder = mqtt.Client(CallbackAPIVersion.VERSION2, "feeder", protocol=mqtt.MQTTv5)
+            feeder.connect("127.0.0.1", relays["a"][1])
+            feeder.loop_start()
+            sent = [(f"feed/{n:04d}", str(n).encode()) for n in range(120)]
+            try:
+                await positioned(nodes[0], "durable-1", "feed/+")
+                for n, (topic_name, payload) in enumerate(sent):
+                    feeder.publish(topic_name, payload, qos=1, retain=True)
+                    await asyncio.sleep(0.05)
+                    if n == 40:
+                        # The session's position in the log moved on: it is resumed from there.
+                        await positioned(nodes[0], "durable-1", "feed/+", held=20)
+                        relays["c"][0].kill()  # SIGKILL mid-stream
+                        first.client.loop_stop()
+                    if n == 60:  # away for a while, then back on another relay
+                        subscriber = Session(relays["b"][1], "durable-1")
+
+                def complete() -> set[bytes]:  # across both relays: nothing lost
+                    return {p for _, p, _ in first.received() + subscriber.received()}
+
+                await eventually(
+                    complete, lambda have: have >= {p for _, p in sent}, timeout=90, every=0.5
+                )
+                await asyncio.sleep(1.0)  # a late duplicate would have come by now
+            finally:
+                feeder.loop_stop()
+                subscriber.client.loop_stop()
+            before = {(t, p) for t, p, _ in first.received()}
+            after = subscriber.received()
+            seen: set[tuple[str, bytes]] = set()
+            order: list[tuple[str, bytes]] = []
+            for topic_name, payload, dup in after:
+                if (topic_name, payload) in seen | before:
+                    assert dup, f"{topic_name} {payload!r} again without DUP"
+                if (topic_name, payload) in seen:
+                    continue
+                seen.add((topic_name, payload))
+                order.append((topic_name, payload))
+            # Nothing lost across the kill: what the old relay delivered, then the new one.
+            assert {*before, *order} >= set(sent)
+            assert order == sorted(order, key=sent.index), "not in publish order"
+            # Resumed from the position: what was acknowledged before it is not sent again.
+            assert ("feed/0000", b"0") not in order
+        finally:
+            for child, _ in relays.values():
+                await child.stop()
+
+
+async def test_a_producers_messages_reach_mqtt_subscribers_once(publisher: Child) -> None:
+    """Rows written through the producer API reach a matching MQTT subscriber once; a retained
+    message an MQTT client published reaches it once too, though the log carries it again."""
+    async with running_relay(publisher.url, mqtt_port=0, mqtt_dataset="devices") as (relay, _):
+        assert relay.mqtt is not None
+        subscriber = mqtt.Client(CallbackAPIVersion.VERSION2, "news", protocol=mqtt.MQTTv5)
+        got: list[tuple[str, bytes]] = []
+        subscriber.on_message = lambda _c, _u, m: got.append((m.topic, m.payload))
+        subscriber.connect("127.0.0.1", relay.mqtt.port)
+        subscriber.loop_start()
+        try:
+            subscriber.subscribe("news/#", qos=1)
+            async with open_producer(publisher.url) as producer:
+                # Until the relay follows the dataset's log, a row is state, not news: probe.
+                probes = iter(range(1000))
+
+                async def probe() -> list[tuple[str, bytes]]:
+                    row = {"topic": "news/probe", "payload": str(next(probes))}
+                    await producer.publish("devices", [row])
+                    return [m for m in got if m[0] == "news/probe"]
+
+                await eventually(probe, bool, timeout=90, every=2.0)
+                await run(
+                    *("mosquitto_pub", "-p", str(relay.mqtt.port), "-q", "1", "-r"),
+                    *("-t", "news/mqtt", "-m", "live"),
+                )
+                rows = [{"topic": "news/api", "payload": "from a producer"}]
+                await producer.publish("devices", [*rows, {"topic": "other", "payload": "x"}])
+
+            def news() -> list[tuple[str, bytes]]:
+                return sorted(m for m in got if m[0] != "news/probe")
+
+            await eventually(lambda: len(news()) >= 2, timeout=90, every=0.5)
+            # The next micro-batches carry news/mqtt as well: it is not sent again.
+            async with open_reader(publisher.url) as reader:
+                await eventually(
+                    lambda: reader.read("devices", topic("news/#")),
+                    lambda result: "news/mqtt" in result[1]["topic"].tolist(),
+                    **NEXT_BATCH,
+                )
+            await asyncio.sleep(2.0)
+            assert news() == [("news/api", b"from a producer"), ("news/mqtt", b"live")]
+        finally:
+            subscriber.disconnect()
+            subscriber.loop_stop()

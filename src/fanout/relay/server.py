@@ -172,7 +172,7 @@ class RelayServer:
         self.mqtt_ingest: ProducerLink | None = None
         self.mqtt_cluster: Cluster | None = None
         if config.mqtt_port is not None:
-            self.mqtt, self.mqtt_ingest, self.mqtt_cluster = mqtt_parts(config)
+            self.mqtt, self.mqtt_ingest, self.mqtt_cluster = mqtt_parts(config, self._local_url)
         #: The map of responsibility shared with other relays (``relay.cluster``), if any.
         self.registry: Registry | None = None
         if config.registry is not None:
@@ -261,6 +261,11 @@ class RelayServer:
             self._writer.shutdown()  # the upstream task waited for its last write
             sys.setswitchinterval(interval)
             gc.set_threshold(*thresholds)
+
+    def _local_url(self) -> str:
+        """Where this relay serves subscribers, as a program on this host reaches it."""
+        host = {"0.0.0.0": "127.0.0.1", "::": "[::1]", "": "127.0.0.1"}.get(self.config.host)
+        return f"ws://{host or self.config.host}:{self.port}"
 
     def unready(self) -> str | None:
         """Why the relay should be sent no subscribers now (``GET /readyz``), or None.

@@ -7,6 +7,7 @@ broker's match index).
 from __future__ import annotations
 
 from collections import defaultdict
+from dataclasses import replace
 
 from hypothesis import given
 from hypothesis import strategies as st
@@ -170,9 +171,9 @@ def test_bad_input_gets_the_mqtt_reaction() -> None:
     c.send(2, p.Publish("t", b"x" * 100))  # 3.1.1: too large is closed without a word
     assert c.take(2) == [] and 2 in c.closed
     c.connect(3, "c")
-    c.send(3, p.Publish("t", b"", 2, packet_id=1))
-    last = c.take(3)[-1]
-    assert isinstance(last, p.Disconnect) and last.code == p.QOS_NOT_SUPPORTED
+    c.take(3)
+    c.send(3, p.PubRel(9))  # a PUBREL of nothing: answered, the connection stays
+    assert c.take(3) == [p.PubComp(9, p.PACKET_ID_NOT_FOUND)] and 3 not in c.closed
     c.broker.opened(4, 0.0)
     c.apply(c.broker.receive(4, encode(p.PingReq(), p.V5), 0.0))
     assert 4 in c.closed  # the first packet must be CONNECT
@@ -237,3 +238,52 @@ def test_each_client_gets_each_message_once_iff_one_of_its_filters_matches(
     for n, texts in held.items():
         expected = [t for t in published if any(levels_match(f, t) for f in texts)]
         assert [m[0] for m in c.publishes(n)] == expected
+
+
+def test_qos_2_from_a_client_is_delivered_once_however_often_it_comes() -> None:
+    c = Clients()
+    c.connect(1, "sub")
+    c.send(1, p.Subscribe(1, (("t/#", 2),)))
+    assert c.take(1)[-1] == p.SubAck(1, (2,))
+    c.connect(2, "pub")
+    c.take(2)
+    c.send(2, p.Publish("t/1", b"x", 2, packet_id=5))
+    assert c.take(2) == [p.PubRec(5)]
+    c.send(2, p.Publish("t/1", b"x", 2, dup=True, packet_id=5))  # PUBREC was lost: sent again
+    assert c.take(2) == [p.PubRec(5)]
+    assert c.publishes(1) == [("t/1", b"x", 2, False)]  # once
+    c.send(2, p.PubRel(5))
+    assert c.take(2) == [p.PubComp(5)]
+    c.send(2, p.Publish("t/1", b"y", 2, packet_id=5))  # the identifier is free again: news
+    assert c.publishes(1) == [("t/1", b"y", 2, False)]
+
+
+def test_qos_2_to_a_client_survives_its_reconnects() -> None:
+    c = Clients()
+    c.connect(1, "sub", properties=((0x11, 300),))
+    c.send(1, p.Subscribe(1, (("t", 2),)))
+    c.take(1)
+    c.connect(2, "pub")
+    c.send(2, p.Publish("t", b"a", 2, packet_id=1))
+    c.send(2, p.Publish("t", b"b", 2, packet_id=2))
+    first, second = [m for m in c.take(1) if isinstance(m, p.Publish)]
+    assert (first.qos, second.qos) == (2, 2)
+    c.send(1, p.PubRec(first.packet_id or 0))
+    assert c.take(1) == [p.PubRel(first.packet_id or 0)]
+    c.apply(c.broker.lost(1, 0.0))  # gone before PUBCOMP, and before PUBREC of the second
+    c.connect(3, "sub", clean_start=False, properties=((0x11, 300),))
+    got = c.take(3)
+    assert got[1:] == [p.PubRel(first.packet_id or 0), replace(second, dup=True)]
+    c.send(3, p.PubComp(first.packet_id or 0))
+    c.send(3, p.PubRec(second.packet_id or 0))
+    c.send(3, p.PubComp(second.packet_id or 0))
+    assert not c.broker.sessions["sub"].in_flight
+
+
+def test_qos_2_past_receive_maximum_is_refused() -> None:
+    c = Clients(Broker(Limits(receive_maximum=1)))
+    c.connect(1, "pub")
+    c.send(1, p.Publish("t", b"", 2, packet_id=1))
+    c.send(1, p.Publish("t", b"", 2, packet_id=2))  # no PUBREL for the first yet
+    last = c.take(1)[-1]
+    assert isinstance(last, p.Disconnect) and last.code == p.RECEIVE_MAXIMUM_EXCEEDED

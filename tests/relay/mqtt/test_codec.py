@@ -90,7 +90,8 @@ def packets(draw: st.DrawFn) -> tuple[p.Packet, int]:
         )
     elif kind == 3:
         code = draw(st.integers(0, 255)) if v5 else 0
-        packet = p.PubAck(draw(ids), code, draw(props_for(v, [0x1F, 0x26])) if code or v5 else ())
+        ack = draw(st.sampled_from([p.PubAck, p.PubRec, p.PubRel, p.PubComp]))
+        packet = ack(draw(ids), code, draw(props_for(v, [0x1F, 0x26])) if code or v5 else ())
     elif kind == 4:
         options = st.integers(0, 2) | (
             st.tuples(st.integers(0, 2), st.integers(0, 3), st.integers(0, 2)).map(
@@ -150,7 +151,7 @@ def test_reserved_flags_are_malformed(case: tuple[p.Packet, int], flags: int) ->
     data = bytearray(encode(packet, version))
     kind = data[0] >> 4
     assume(kind != p.PUBLISH)
-    fixed = 2 if kind in (p.SUBSCRIBE, p.UNSUBSCRIBE) else 0
+    fixed = 2 if kind in (p.SUBSCRIBE, p.UNSUBSCRIBE, p.PUBREL) else 0
     assume(flags != fixed)
     data[0] = kind << 4 | flags
     with pytest.raises(p.PacketError):
@@ -165,7 +166,8 @@ def test_a_body_shorter_than_its_fields_is_malformed(case: tuple[p.Packet, int],
     first, body, _ = split(data, len(data)) or (0, b"", 0)
     # Packets whose last field runs to the end of the body may lose bytes and stay valid.
     assume(not isinstance(packet, (p.Publish, p.SubAck, p.UnsubAck, p.Disconnect, p.ConnAck)))
-    assume(not isinstance(packet, p.PubAck) or version == p.V311)
+    acks = (p.PubAck, p.PubRec, p.PubRel, p.PubComp)
+    assume(not isinstance(packet, acks) or version == p.V311)
     if isinstance(packet, (p.Subscribe, p.Unsubscribe)):
         cut = 1  # more may cut whole entries off a list, which leaves a valid packet
     assume(cut <= len(body))
@@ -236,7 +238,8 @@ V3, V5 = p.V311, p.V5
         (b"\x82\x02\x00\x01", V3, p.PROTOCOL_ERROR),  # SUBSCRIBE without a filter
         (b"\x82\x06\x00\x01\x00\x01a\x03", V3, p.MALFORMED_PACKET),  # QoS 3 requested
         (b"\x82\x06\x00\x01\x00\x01a\x04", V3, p.MALFORMED_PACKET),  # No Local in 3.1.1
-        (b"\x50\x02\x00\x01", V3, p.PROTOCOL_ERROR),  # PUBREC: QoS 2 is not spoken
+        (b"\x60\x02\x00\x01", V3, p.MALFORMED_PACKET),  # PUBREL without its flags 0010
+        (b"\xf0\x00", V5, p.PROTOCOL_ERROR),  # AUTH: not spoken
     ],
 )
 def test_named_malformed_packets_get_their_reason_codes(

@@ -229,3 +229,26 @@ async def test_garbage_and_wildcard_topics_are_cut_off_while_a_good_client_is_se
             await eventually(lambda: reasons == [0x90], timeout=10)
         client.publish("ok/1", b"still here")
         await eventually(lambda: good.got() == [("ok/1", b"still here", 0, False)], timeout=10)
+
+
+async def test_qos_2_both_ways_exactly_once_across_a_reconnect(relay: RelayServer) -> None:
+    port = port_of(relay)
+    device, sender = Paho(port, "q2-device"), Paho(port, "q2-sender")
+    with sender.connected() as publisher:
+
+        async def publish(n: int) -> None:
+            info = publisher.publish(f"q2/{n}", str(n).encode(), qos=2)
+            await asyncio.to_thread(info.wait_for_publish, 10)  # PUBCOMP came back
+
+        with device.connected(clean_start=False, expiry=300) as client:
+            client.subscribe("q2/#", qos=2)
+            await eventually(lambda: getattr(session(relay, "q2-device"), "subscriptions", None))
+            for n in range(10):
+                await publish(n)
+            await eventually(lambda: len(device.got()) == 10, timeout=10)
+        for n in range(10, 20):  # while the device is away: kept for its session
+            await publish(n)
+        with device.connected(clean_start=False, expiry=300):
+            await eventually(lambda: len(device.got()) >= 20, timeout=10)
+            await asyncio.sleep(0.5)  # a duplicate would have come by now
+    assert [m[:3] for m in device.got()] == [(f"q2/{n}", str(n).encode(), 2) for n in range(20)]

@@ -1,5 +1,5 @@
-"""What the broker says to its shell (``Send``, ``Close``, ``Published``) and what bounds it
-(``Limits``: ``fanout relay --mqtt-*``)."""
+"""What the broker says to its shell (``Send``, ``Close``, ``Published``, ``Restore``) and what
+bounds it (``Limits``: ``fanout relay --mqtt-*``)."""
 
 from __future__ import annotations
 
@@ -16,10 +16,11 @@ class Limits:
 
     Attributes:
         max_packet: largest packet accepted, in bytes (announced in 5.0's CONNACK).
-        max_queued: QoS 1 messages kept per session while its client is away or busy.
+        max_queued: QoS 1 and 2 messages kept per session while its client is away or busy.
         session_expiry: longest a persistent session outlives its connection, in seconds.
         max_subscriptions: topic filters one session may hold.
-        receive_maximum: QoS 1 messages in flight to one client (5.0 asks the client too).
+        receive_maximum: QoS 1 and 2 messages in flight to one client (5.0 asks the client
+            too), and QoS 2 messages of one client awaiting their PUBREL.
     """
 
     max_packet: int = 1 << 20
@@ -68,4 +69,13 @@ class Published:
     client_id: str
 
 
-Action: TypeAlias = Send | Close | Published
+@dataclass(frozen=True)
+class Restore:
+    """Read the session of ``client_id`` from Redis for connection ``connection``, whose
+    CONNECT waits for it (``Broker.restored``)."""
+
+    connection: int
+    client_id: str
+
+
+Action: TypeAlias = Send | Close | Published | Restore

@@ -15,31 +15,35 @@ Rules (MQTT 3.1.1 and 5.0; sections in brackets):
 4. A message goes to every session with a matching subscription once, at the highest QoS of its
    matching subscriptions, capped by the message's (3.3.5); to one member of each matching
    ``$share`` group, taken in turn (5.0 4.8.2); not back to its publisher under No Local.
-5. QoS 1 messages stay in flight until PUBACKed and are sent again, DUP set, when the session's
-   client reconnects [MQTT-4.4.0-1]; a session away keeps them queued (``sessions``).
+5. QoS 1 and 2 messages stay in flight until PUBACKed (PUBCOMPed) and are sent again, DUP set
+   (a released QoS 2 one: its PUBREL), when the session's client reconnects [MQTT-4.4.0-1]; a
+   session away keeps them queued (``sessions``). A QoS 2 message from a client is delivered
+   once, when it first comes, and answered PUBREC; its PUBREL PUBCOMP (4.3.3, method B).
 6. Retained messages: a PUBLISH with RETAIN replaces the topic's retained message, an empty
    payload removes it [MQTT-3.3.1-6, 3.3.1-10]; a new subscription gets the retained messages its
    filter matches, RETAIN set (5.0 Retain Handling 1 and 2 honoured); shared ones get none.
 7. Bad input gets the reaction MQTT specifies: a malformed packet, a topic name with wildcards,
-   QoS 2 (not offered: CONNACK's Maximum QoS is 1), a packet over the size limit — 5.0: a
+   more QoS 2 messages awaiting PUBREL than Receive Maximum, a packet over the size limit — 5.0: a
    DISCONNECT with the reason code, then close; 3.1.1: close [MQTT-4.8.0-1]. An invalid filter
    in a SUBSCRIBE is refused in its SUBACK (0x8F; 3.1.1: 0x80), the others are granted.
 8. A client that sends nothing for 1.5 times its keep alive is closed [MQTT-3.1.2-24]
    (:meth:`Broker.tick`); so is a session that expired while away.
+9. With sessions kept in Redis (``durable``), a CONNECT resuming a session not held here is
+   answered once Redis was read (``Restore``, :meth:`Broker.restored`).
 """
 
 from __future__ import annotations
 
 import itertools
-from collections.abc import Collection
-from dataclasses import dataclass
+from collections.abc import Callable, Collection
+from dataclasses import dataclass, replace
 
 from fanout.errors import InvalidView
 from fanout.relay.mqtt import packets as p
-from fanout.relay.mqtt.actions import Action, Close, Limits, Published, Send
+from fanout.relay.mqtt.actions import Action, Close, Limits, Published, Restore, Send
 from fanout.relay.mqtt.decoding import decode, split
 from fanout.relay.mqtt.encoding import encode
-from fanout.relay.mqtt.sessions import Session, Subscription
+from fanout.relay.mqtt.sessions import Session, Subscription, add_target
 from fanout.views.topic import matches
 from fanout.views.topic.index import TopicIndex
 from fanout.views.topic.syntax import parse_filter, topic_levels
@@ -53,6 +57,7 @@ class _Connection:
     version: int = p.V5  # until the CONNECT says: errors before it are answered as 5.0
     keepalive: int = 0
     packets: int = 0
+    parked: p.Connect | None = None  # waiting for its session from Redis (``Restore``)
 
 
 class Broker:
@@ -72,6 +77,13 @@ class Broker:
         #: False in a cluster: the cluster chooses which relay serves a share group.
         self.shared_locally = True
         self._assigned = itertools.count(1)
+        #: Set by ``durable`` (sessions kept in Redis): a CONNECT resuming a session this relay
+        #: does not hold waits for ``restored``; ``on_offer(session, message, copy)`` hears each
+        #: live copy for a session, and holds it back by returning False.
+        self.durable = False
+        self.on_offer: Callable[[Session, p.Publish, p.Publish], bool] | None = None
+        #: Hears every message delivered here (``fromlog``: the log does not send it again).
+        self.on_deliver: Callable[[p.Publish], None] | None = None
 
     # -- connections -----------------------------------------------------------------------
 
@@ -87,7 +99,7 @@ class Broker:
         state.buffer += data
         state.last_seen = now
         actions: list[Action] = []
-        while connection in self._connections:
+        while connection in self._connections and state.parked is None:
             try:
                 found = split(state.buffer, self.limits.max_packet)
                 if found is None:
@@ -100,6 +112,28 @@ class Broker:
             except p.PacketError as error:
                 actions += self._refuse(connection, state, error.code, str(error))
         return actions
+
+    def restored(
+        self, connection: int, subscriptions: list[Subscription], now: float
+    ) -> list[Action]:
+        """Answer a CONNECT parked by ``Restore``: its session comes back with
+        ``subscriptions`` (none: a new session), then the packets read meanwhile are handled."""
+        state = self._connections.get(connection)
+        if state is None or state.parked is None:
+            return []
+        packet, state.parked = state.parked, None
+        if subscriptions and packet.client_id not in self.sessions:
+            session = Session(packet.client_id, packet.version, None, 0.0, away_since=now)
+            self.sessions[packet.client_id] = session
+            for subscription in subscriptions:
+                self._install(session, subscription)
+        actions = self._connect(connection, state, packet, now, park=False)
+        return actions + self.receive(connection, b"", now)
+
+    def offer(self, client_id: str, message: p.Publish) -> list[Action]:
+        """Deliver ``message`` to session ``client_id`` alone (a replay from the log), if held."""
+        session = self.sessions.get(client_id)
+        return [] if session is None else self._offer(session, message)
 
     def packets(self, connection: int) -> int:
         """Packets read from ``connection`` so far (the shell throttles on them)."""
@@ -150,9 +184,17 @@ class Broker:
         match packet:
             case p.Publish():
                 actions = self._client_publish(connection, session, packet)
-            case p.PubAck():
-                session.in_flight.pop(packet.packet_id, None)
+            case p.PubAck() | p.PubComp():
+                session.complete(packet.packet_id)
                 actions = self._drain(session)
+            case p.PubRec():
+                actions = self._pubrec(connection, session, packet)
+            case p.PubRel():
+                known = packet.packet_id in session.incoming
+                session.incoming.discard(packet.packet_id)
+                code = p.SUCCESS if known or session.version != p.V5 else p.PACKET_ID_NOT_FOUND
+                done = p.PubComp(packet.packet_id, code)
+                actions = [Send(connection, encode(done, session.version))]
             case p.Subscribe():
                 actions = self._subscribe(connection, session, packet)
             case p.Unsubscribe():
@@ -169,7 +211,7 @@ class Broker:
         return actions
 
     def _connect(
-        self, connection: int, state: _Connection, packet: p.Connect, now: float
+        self, connection: int, state: _Connection, packet: p.Connect, now: float, park: bool = True
     ) -> list[Action]:
         state.version, state.keepalive = packet.version, packet.keepalive
         v5 = packet.version == p.V5
@@ -184,6 +226,9 @@ class Broker:
             client_id = f"fanout-{next(self._assigned)}-{connection}"
             if v5:
                 properties.append((0x12, client_id))
+        if park and self.durable and not packet.clean_start and client_id not in self.sessions:
+            state.parked = packet  # its session may be in Redis: ``restored`` goes on
+            return [Restore(connection, client_id)]
         actions: list[Action] = []
         old = self.sessions.get(client_id)
         if old is not None and old.connection is not None:
@@ -205,7 +250,6 @@ class Broker:
         state.session = session
         if v5:
             properties += [
-                (0x24, 1),  # Maximum QoS: 1
                 (0x27, self.limits.max_packet),
                 (0x21, self.limits.receive_maximum),
             ]
@@ -233,8 +277,10 @@ class Broker:
         connection = session.connection
         assert connection is not None
         actions: list[Action] = [
-            Send(connection, encode(_dup(message), session.version))
-            for message in session.in_flight.values()
+            Send(connection, encode(p.PubRel(i), session.version))
+            if i in session.released
+            else Send(connection, encode(replace(message, dup=True), session.version))
+            for i, message in session.in_flight.items()
         ]
         return actions + self._drain(session)
 
@@ -244,9 +290,15 @@ class Broker:
             actions += self._send(session, session.queued.popleft())
         return actions
 
+    def _pubrec(self, connection: int, session: Session, packet: p.PubRec) -> list[Action]:
+        if packet.code >= 0x80:  # the client refused it: it is done with
+            session.complete(packet.packet_id)
+            return self._drain(session)
+        known = session.release(packet.packet_id)
+        code = p.SUCCESS if known or session.version != p.V5 else p.PACKET_ID_NOT_FOUND
+        return [Send(connection, encode(p.PubRel(packet.packet_id, code), session.version))]
+
     def _client_publish(self, connection: int, session: Session, packet: p.Publish) -> list[Action]:
-        if packet.qos == 2:
-            raise p.PacketError("QoS 2 is not offered (Maximum QoS 1)", p.QOS_NOT_SUPPORTED)
         if p.prop(packet.properties, 0x23) is not None:
             raise p.PacketError("a topic alias, past Topic Alias Maximum 0", p.PROTOCOL_ERROR)
         try:
@@ -257,6 +309,15 @@ class Broker:
         if packet.qos == 1:
             assert packet.packet_id is not None
             actions.append(Send(connection, encode(p.PubAck(packet.packet_id), session.version)))
+        elif packet.qos == 2:
+            assert packet.packet_id is not None
+            again = packet.packet_id in session.incoming
+            if not again and len(session.incoming) >= self.limits.receive_maximum:
+                raise p.PacketError("past Receive Maximum at QoS 2", p.RECEIVE_MAXIMUM_EXCEEDED)
+            session.incoming.add(packet.packet_id)
+            actions.append(Send(connection, encode(p.PubRec(packet.packet_id), session.version)))
+            if again:
+                return actions  # delivered when it first came (sessions rule 6)
         message = p.Publish(
             packet.topic,
             packet.payload,
@@ -298,6 +359,8 @@ class Broker:
     def _deliver(
         self, message: p.Publish, origin: str, plain: bool, shares: Collection[str] | None
     ) -> list[Action]:
+        if self.on_deliver is not None:
+            self.on_deliver(message)
         if message.retain:
             if message.payload:
                 self.retained[message.topic] = message
@@ -307,7 +370,7 @@ class Broker:
         for sub_id in self._index.match(message.topic) if plain else ():
             session, text = self._subscribers[sub_id]
             if not text.startswith("$share/"):  # shared: one member per group, below
-                _target(targets, session, session.subscriptions[text][1], message, origin)
+                add_target(targets, session, session.subscriptions[text][1], message, origin)
         for text, members in sorted(self._index.match_shared(message.topic).items()):
             if shares is not None and text not in shares:
                 continue
@@ -315,12 +378,13 @@ class Broker:
             turn = self._turns.get(text, 0)
             self._turns[text] = turn + 1
             session, _ = self._subscribers[ordered[turn % len(ordered)]]
-            _target(targets, session, session.subscriptions[text][1], message, "")
+            add_target(targets, session, session.subscriptions[text][1], message, "")
         actions: list[Action] = []
         for session, qos, retain, identifiers in targets.values():
             properties = message.properties + tuple((0x0B, i) for i in identifiers)
             copy = p.Publish(message.topic, message.payload, qos, retain, properties=properties)
-            actions += self._offer(session, copy)
+            if self.on_offer is None or self.on_offer(session, message, copy):
+                actions += self._offer(session, copy)
         return actions
 
     def _offer(self, session: Session, message: p.Publish) -> list[Action]:
@@ -334,7 +398,7 @@ class Broker:
     def _send(self, session: Session, message: p.Publish) -> list[Action]:
         assert session.connection is not None
         if message.qos:
-            message = _with_id(message, session.next_packet_id())
+            message = replace(message, packet_id=session.next_packet_id())
             session.in_flight[message.packet_id or 0] = message
         data = encode(message, session.version)
         if len(data) > session.max_packet_size:
@@ -361,7 +425,7 @@ class Broker:
             if known is None and len(session.subscriptions) >= self.limits.max_subscriptions:
                 codes.append(p.QUOTA_EXCEEDED if v5 else 0x80)
                 continue
-            qos = min(options & 0x03, 1)
+            qos = options & 0x03
             sub = Subscription(
                 text,
                 qos,
@@ -369,12 +433,7 @@ class Broker:
                 bool(options & 0x08),
                 identifier if isinstance(identifier, int) else None,
             )
-            sub_id = known[0] if known else next(self._ids)
-            if known is None:
-                self._filter_changes.append((text, 1))
-            session.subscriptions[text] = (sub_id, sub)
-            self._subscribers[sub_id] = (session, text)
-            self._index.add(text, sub_id)
+            self._install(session, sub)
             codes.append(qos)
             handling = (options >> 4) & 0x03
             if not shared and (handling == 0 or (handling == 1 and known is None)):
@@ -391,6 +450,15 @@ class Broker:
             )
             actions += self._offer(session, copy)
         return actions
+
+    def _install(self, session: Session, sub: Subscription) -> None:
+        known = session.subscriptions.get(sub.filter)
+        sub_id = known[0] if known else next(self._ids)
+        if known is None:
+            self._filter_changes.append((sub.filter, 1))
+        session.subscriptions[sub.filter] = (sub_id, sub)
+        self._subscribers[sub_id] = (session, sub.filter)
+        self._index.add(sub.filter, sub_id)
 
     def _retained_for(self, filter: str) -> list[p.Publish]:
         return [m for topic, m in sorted(self.retained.items()) if matches(filter, topic)]
@@ -463,56 +531,6 @@ def _requested_expiry(packet: p.Connect) -> float:
     if packet.version == p.V5:
         return float(p.prop(packet.properties, 0x11, 0))  # type: ignore[arg-type]
     return 0.0 if packet.clean_start else float("inf")
-
-
-def _target(
-    targets: dict[str, tuple[Session, int, bool, list[int]]],
-    session: Session,
-    sub: Subscription,
-    message: p.Publish,
-    origin: str,
-) -> None:
-    """Add ``session``'s matching ``sub`` to ``targets``: one copy per session (rule 4)."""
-    if sub.no_local and session.client_id == origin:
-        return
-    qos = min(sub.qos, message.qos)
-    retain = message.retain and sub.retain_as_published
-    ids = [sub.identifier] if sub.identifier else []
-    entry = targets.get(session.client_id)
-    if entry is None:
-        targets[session.client_id] = (session, qos, retain, ids)
-    else:
-        _, known_qos, known_retain, known_ids = entry
-        targets[session.client_id] = (
-            session,
-            max(known_qos, qos),
-            known_retain or retain,
-            known_ids + ids,
-        )
-
-
-def _dup(message: p.Publish) -> p.Publish:
-    return p.Publish(
-        message.topic,
-        message.payload,
-        message.qos,
-        message.retain,
-        True,
-        message.packet_id,
-        message.properties,
-    )
-
-
-def _with_id(message: p.Publish, packet_id: int) -> p.Publish:
-    return p.Publish(
-        message.topic,
-        message.payload,
-        message.qos,
-        message.retain,
-        False,
-        packet_id,
-        message.properties,
-    )
 
 
 def _forwarded(properties: p.Properties) -> p.Properties:

@@ -33,6 +33,7 @@ from fanout.relay.mqtt import packets as p
 from fanout.relay.mqtt.actions import Action
 from fanout.relay.mqtt.broker import Broker
 from fanout.relay.mqtt.decoding import decode, split
+from fanout.relay.mqtt.durable import Durable
 from fanout.relay.mqtt.encoding import encode
 from fanout.relay.mqtt.matchtable import MatchTable
 
@@ -106,6 +107,8 @@ class Cluster:
         self._turns: dict[str, int] = {}
         self._served: set[asyncio.StreamWriter] = set()
         self._registered = 0  # subscriptions of this relay in the table
+        #: Persistent sessions kept in Redis (``durable``), run with the cluster; None: none.
+        self.durable: Durable | None = None
         broker.shared_locally = False
 
     # -- what the broker says -----------------------------------------------------------------
@@ -130,6 +133,8 @@ class Cluster:
                 await self._renew()
                 tasks.create_task(self._keep_lease())
                 tasks.create_task(self._work())
+                if self.durable is not None:
+                    tasks.create_task(self.durable.run())
                 if ready is not None:
                     ready()
         except Exception:
@@ -140,6 +145,8 @@ class Cluster:
                 writer.transport.abort()
             for writer in self._served:
                 writer.transport.abort()
+            if self.durable is not None:
+                await self.durable.close()
             await self.table.redis.aclose()
 
     async def _renew(self) -> None:

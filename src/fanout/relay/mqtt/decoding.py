@@ -18,7 +18,10 @@ from fanout.relay.mqtt.packets import (
     PROPERTIES,
     PROTOCOL_ERROR,
     PUBACK,
+    PUBCOMP,
     PUBLISH,
+    PUBREC,
+    PUBREL,
     REPEATABLE,
     SUBACK,
     SUBSCRIBE,
@@ -41,7 +44,10 @@ from fanout.relay.mqtt.packets import (
     PingResp,
     Properties,
     PubAck,
+    PubComp,
     Publish,
+    PubRec,
+    PubRel,
     SubAck,
     Subscribe,
     UnsubAck,
@@ -195,6 +201,9 @@ _FIXED_FLAGS = {
     CONNECT: 0,
     CONNACK: 0,
     PUBACK: 0,
+    PUBREC: 0,
+    PUBREL: 2,
+    PUBCOMP: 0,
     SUBSCRIBE: 2,
     SUBACK: 0,
     UNSUBSCRIBE: 2,
@@ -218,7 +227,7 @@ def decode(first: int, body: bytes, version: int) -> Packet:
 
     Raises:
         PacketError: anything the rules at the top of this module forbid, and packet types this
-            codec does not speak (QoS 2's PUBREC, PUBREL, PUBCOMP; AUTH), as protocol errors.
+            codec does not speak (AUTH), as protocol errors.
     """
     kind, flags = first >> 4, first & 0x0F
     if kind != PUBLISH and _FIXED_FLAGS.get(kind, flags) != flags:
@@ -237,6 +246,9 @@ _NAMES = {
     CONNACK: "CONNACK",
     PUBLISH: "PUBLISH",
     PUBACK: "PUBACK",
+    PUBREC: "PUBREC",
+    PUBREL: "PUBREL",
+    PUBCOMP: "PUBCOMP",
     SUBSCRIBE: "SUBSCRIBE",
     SUBACK: "SUBACK",
     UNSUBSCRIBE: "UNSUBSCRIBE",
@@ -303,14 +315,21 @@ def _publish(reader: _Reader, flags: int, v5: bool) -> Publish:
     return Publish(topic, reader.take(reader.left()), qos, retain, dup, packet_id, properties)
 
 
-def _puback(reader: _Reader, flags: int, v5: bool) -> PubAck:
-    packet_id = reader.u16()
-    code, properties = SUCCESS, NO_PROPERTIES
-    if v5 and reader.left():  # 5.0 3.4.2.1: code and properties may both be left out
-        code = reader.byte()
-        if reader.left():
-            properties = reader.properties(_ACK_PROPS)
-    return PubAck(packet_id, code, properties)
+def _ack(
+    kind: type[PubAck | PubRec | PubRel | PubComp],
+) -> Callable[[_Reader, int, bool], Packet]:
+    """The decoder of PUBACK, PUBREC, PUBREL or PUBCOMP: one layout (3.4-3.7)."""
+
+    def read(reader: _Reader, flags: int, v5: bool) -> Packet:
+        packet_id = reader.u16()
+        code, properties = SUCCESS, NO_PROPERTIES
+        if v5 and reader.left():  # 5.0 3.4.2.1: code and properties may both be left out
+            code = reader.byte()
+            if reader.left():
+                properties = reader.properties(_ACK_PROPS)
+        return kind(packet_id, code, properties)
+
+    return read
 
 
 def _subscribe(reader: _Reader, flags: int, v5: bool) -> Subscribe:
@@ -373,7 +392,10 @@ _DECODERS: dict[int, Callable[[_Reader, int, bool], Packet]] = {
     CONNECT: _connect,
     CONNACK: _connack,
     PUBLISH: _publish,
-    PUBACK: _puback,
+    PUBACK: _ack(PubAck),
+    PUBREC: _ack(PubRec),
+    PUBREL: _ack(PubRel),
+    PUBCOMP: _ack(PubComp),
     SUBSCRIBE: _subscribe,
     SUBACK: _suback,
     UNSUBSCRIBE: _unsubscribe,

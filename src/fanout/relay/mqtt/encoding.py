@@ -17,7 +17,10 @@ from fanout.relay.mqtt.packets import (
     PINGRESP,
     PROPERTIES,
     PUBACK,
+    PUBCOMP,
     PUBLISH,
+    PUBREC,
+    PUBREL,
     SUBACK,
     SUBSCRIBE,
     U16,
@@ -35,7 +38,10 @@ from fanout.relay.mqtt.packets import (
     PingResp,
     Properties,
     PubAck,
+    PubComp,
     Publish,
+    PubRec,
+    PubRel,
     SubAck,
     Subscribe,
     UnsubAck,
@@ -119,11 +125,16 @@ def _encode_publish(packet: Publish, v5: bool) -> bytes:
     return _frame((PUBLISH << 4) | flags, body + _props(packet.properties, v5) + packet.payload)
 
 
-def _encode_puback(packet: PubAck, v5: bool) -> bytes:
+#: The first byte of PUBACK, PUBREC, PUBREL (fixed flags 0010) and PUBCOMP.
+_ACK_FIRST = {PubAck: PUBACK << 4, PubRec: PUBREC << 4, PubRel: PUBREL << 4 | 2}
+_ACK_FIRST[PubComp] = PUBCOMP << 4
+
+
+def _encode_ack(packet: PubAck | PubRec | PubRel | PubComp, v5: bool) -> bytes:
     body = _u16(packet.packet_id)
     if v5 and (packet.code or packet.properties):
         body += bytes([packet.code]) + encode_properties(packet.properties)
-    return _frame(PUBACK << 4, body)
+    return _frame(_ACK_FIRST[type(packet)], body)
 
 
 def _encode_connack(packet: ConnAck, v5: bool) -> bytes:
@@ -190,7 +201,10 @@ def _encode_connect(packet: Connect, _: bool) -> bytes:
 
 _ENCODERS: dict[type, Callable[[Any, bool], bytes]] = {
     Publish: _encode_publish,
-    PubAck: _encode_puback,
+    PubAck: _encode_ack,
+    PubRec: _encode_ack,
+    PubRel: _encode_ack,
+    PubComp: _encode_ack,
     ConnAck: _encode_connack,
     SubAck: _encode_suback,
     UnsubAck: _encode_unsuback,

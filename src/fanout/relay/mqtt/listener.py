@@ -14,9 +14,10 @@ import contextlib
 import itertools
 import logging
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Coroutine, Iterable
+from typing import Any
 
-from fanout.relay.mqtt.actions import Action, Close, Published, Send
+from fanout.relay.mqtt.actions import Action, Close, Published, Restore, Send
 from fanout.relay.mqtt.broker import Broker
 from fanout.relay.throttle import Throttle
 
@@ -47,6 +48,10 @@ class Listener:
         self.read_rate, self.read_burst, self.max_buffered = read_rate, read_burst, max_buffered
         self.on_published = on_published
         self.on_filters = on_filters
+        #: Hears each ``Restore`` (a CONNECT waiting for its session from Redis): ``durable``.
+        self.on_restore: Callable[[Restore], None] | None = None
+        #: Run alongside the listener (``fromlog``'s feed), ended with it.
+        self.companions: list[Callable[[], Coroutine[Any, Any, None]]] = []
         self.slow_closed = 0
         self._writers: dict[int, asyncio.StreamWriter] = {}
         self._ids = itertools.count(1)
@@ -54,7 +59,9 @@ class Listener:
     async def run(self, ready: Callable[[int], None] | None = None) -> None:
         """Serve until cancelled; ``ready(port)`` is called once listening."""
         server = await asyncio.start_server(self._serve, self.host, self.port)
-        async with server:
+        async with server, asyncio.TaskGroup() as tasks:
+            for companion in self.companions:
+                tasks.create_task(companion())
             self.port = server.sockets[0].getsockname()[1]
             if ready is not None:
                 ready(self.port)
@@ -82,6 +89,10 @@ class Listener:
                 writer = self._writers.get(action.connection)
                 if writer is not None:
                     writer.close()  # after what was written before
+            elif isinstance(action, Restore):
+                if self.on_restore is None:
+                    raise RuntimeError("the broker parked a CONNECT and nobody restores it")
+                self.on_restore(action)
             elif self.on_published is not None:
                 self.on_published(action)
         changes = self.broker.take_filter_changes()  # taken always: the list is bounded

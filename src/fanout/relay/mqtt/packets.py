@@ -30,6 +30,7 @@ from typing import TypeAlias
 
 # Packet types (fixed header, high nibble).
 CONNECT, CONNACK, PUBLISH, PUBACK = 1, 2, 3, 4
+PUBREC, PUBREL, PUBCOMP = 5, 6, 7
 SUBSCRIBE, SUBACK, UNSUBSCRIBE, UNSUBACK = 8, 9, 10, 11
 PINGREQ, PINGRESP, DISCONNECT = 12, 13, 14
 
@@ -49,6 +50,8 @@ SESSION_TAKEN_OVER = 0x8E
 TOPIC_FILTER_INVALID = 0x8F
 TOPIC_NAME_INVALID = 0x90
 PACKET_TOO_LARGE = 0x95
+PACKET_ID_NOT_FOUND = 0x92
+RECEIVE_MAXIMUM_EXCEEDED = 0x93
 QUOTA_EXCEEDED = 0x97
 QOS_NOT_SUPPORTED = 0x9B
 SHARED_SUBSCRIPTIONS_NOT_SUPPORTED = 0x9E
@@ -162,6 +165,33 @@ class PubAck:
 
 
 @dataclass(frozen=True)
+class PubRec:
+    """PUBREC (3.5): QoS 2's first answer, "received"."""
+
+    packet_id: int
+    code: int = SUCCESS
+    properties: Properties = ()
+
+
+@dataclass(frozen=True)
+class PubRel:
+    """PUBREL (3.6): QoS 2's "release" (fixed flags ``0010``)."""
+
+    packet_id: int
+    code: int = SUCCESS
+    properties: Properties = ()
+
+
+@dataclass(frozen=True)
+class PubComp:
+    """PUBCOMP (3.7): QoS 2's last answer, "complete"."""
+
+    packet_id: int
+    code: int = SUCCESS
+    properties: Properties = ()
+
+
+@dataclass(frozen=True)
 class Subscribe:
     """SUBSCRIBE (3.8): (filter, options) pairs; options' low two bits are the maximum QoS."""
 
@@ -220,6 +250,9 @@ Packet: TypeAlias = (
     | ConnAck
     | Publish
     | PubAck
+    | PubRec
+    | PubRel
+    | PubComp
     | Subscribe
     | SubAck
     | Unsubscribe

@@ -11,6 +11,11 @@ Rules (MQTT 3.1.1 section 4.1, MQTT 5.0 section 4.1):
 4. The queue is bounded (``Limits.max_queued``): when full, the oldest message is dropped and
    counted (``dropped``), so a client away for long costs the relay a bounded amount of memory.
 5. Packet identifiers of messages sent are 1..65535, never one still in flight [MQTT-2.2.1-3].
+6. QoS 2 (4.3.3): a message sent stays in flight until PUBCOMP; once PUBRECed it is released
+   (``released``): a returning client gets its PUBREL again, not the message. A message
+   received at QoS 2 is delivered once, when it first arrives; its packet identifier is kept
+   (``incoming``) until PUBREL, and the same identifier arriving again meanwhile is not
+   delivered again.
 """
 
 from __future__ import annotations
@@ -48,6 +53,8 @@ class Session:
     max_packet_size: int = 268_435_460
     dropped: int = 0
     away_since: float | None = None
+    released: set[int] = field(default_factory=set)
+    incoming: set[int] = field(default_factory=set)
     _next_id: int = 0
 
     def next_packet_id(self) -> int:
@@ -57,6 +64,18 @@ class Session:
             if self._next_id not in self.in_flight:
                 return self._next_id
 
+    def release(self, packet_id: int) -> bool:
+        """A PUBREC for ``packet_id``: whether it was in flight (now released, rule 6)."""
+        if packet_id not in self.in_flight:
+            return False
+        self.released.add(packet_id)
+        return True
+
+    def complete(self, packet_id: int) -> None:
+        """A PUBACK or PUBCOMP for ``packet_id``: it is no longer in flight."""
+        self.in_flight.pop(packet_id, None)
+        self.released.discard(packet_id)
+
     def queue(self, message: Publish, limit: int) -> None:
         """Keep ``message`` until the client can take it, dropping the oldest past ``limit``."""
         self.queued.append(message)
@@ -65,9 +84,35 @@ class Session:
             self.dropped += 1
 
     def can_send(self) -> bool:
-        """Whether another QoS 1 message may go out now (5.0 Receive Maximum, 3.3.4)."""
+        """Whether another QoS 1 or 2 message may go out now (5.0 Receive Maximum, 3.3.4)."""
         return self.connection is not None and len(self.in_flight) < self.receive_maximum
 
     def expired(self, now: float) -> bool:
         """Whether the session ended while its client was away (rule 2)."""
         return self.away_since is not None and now - self.away_since >= self.expiry
+
+
+def add_target(
+    targets: dict[str, tuple[Session, int, bool, list[int]]],
+    session: Session,
+    sub: Subscription,
+    message: Publish,
+    origin: str,
+) -> None:
+    """Add ``session``'s matching ``sub`` to ``targets``: one copy per session (broker rule 4)."""
+    if sub.no_local and session.client_id == origin:
+        return
+    qos = min(sub.qos, message.qos)
+    retain = message.retain and sub.retain_as_published
+    ids = [sub.identifier] if sub.identifier else []
+    entry = targets.get(session.client_id)
+    if entry is None:
+        targets[session.client_id] = (session, qos, retain, ids)
+    else:
+        _, known_qos, known_retain, known_ids = entry
+        targets[session.client_id] = (
+            session,
+            max(known_qos, qos),
+            known_retain or retain,
+            known_ids + ids,
+        )

@@ -1,9 +1,11 @@
 """A relay's MQTT parts, made from its ``RelayConfig``: the listener, the ingest link into topic
-datasets, and the cluster membership (each only if configured)."""
+datasets, the cluster membership and its persistent sessions in Redis (each only if configured)."""
 
 from __future__ import annotations
 
+import logging
 import uuid
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from redis.asyncio.cluster import RedisCluster
@@ -11,17 +13,29 @@ from redis.asyncio.cluster import RedisCluster
 from fanout.relay.mqtt.actions import Published
 from fanout.relay.mqtt.broker import Broker
 from fanout.relay.mqtt.cluster import Cluster
+from fanout.relay.mqtt.durable import Durable
+from fanout.relay.mqtt.fromlog import LogFeed
 from fanout.relay.mqtt.ingest import Pending, Routes
 from fanout.relay.mqtt.listener import Listener
 from fanout.relay.mqtt.matchtable import MatchTable
 from fanout.relay.mqtt.producer import ProducerLink
+from fanout.relay.mqtt.stored import SessionStore
 
 if TYPE_CHECKING:
     from fanout.relay.config import RelayConfig
 
+log = logging.getLogger(__name__)
 
-def mqtt_parts(config: RelayConfig) -> tuple[Listener, ProducerLink | None, Cluster | None]:
-    """The listener on ``config.mqtt_port``, and the ingest link and cluster if configured."""
+
+def mqtt_parts(
+    config: RelayConfig, url: Callable[[], str] | None = None
+) -> tuple[Listener, ProducerLink | None, Cluster | None]:
+    """The listener on ``config.mqtt_port``, and the ingest link and cluster if configured.
+
+    ``url()`` is where the relay serves subscribers once it runs: with a topic dataset, the relay
+    reads the dataset's log there (``fromlog``; in a cluster also for persistent sessions,
+    ``durable``), unless its port asks for tokens or TLS.
+    """
     assert config.mqtt_port is not None
     broker = Broker(config.mqtt)
     listener = Listener(
@@ -31,10 +45,15 @@ def mqtt_parts(config: RelayConfig) -> tuple[Listener, ProducerLink | None, Clus
         read_rate=config.read_rate,
         read_burst=config.read_burst,
     )
-    link = None
+    link = feed = None
     routes = Routes(config.mqtt_dataset, config.mqtt_routes)
+    plain = config.auth is None and config.tls_cert is None
     if routes.datasets():
         link = ProducerLink(config.publisher, Pending(routes), broker, config.name)
+        if url is not None and plain:
+            shared = config.mqtt_redis is None
+            feed = LogFeed(broker, listener.apply, routes, url, shared=shared)
+            listener.companions.append(feed.run)
     cluster = None
     if config.mqtt_redis is not None:
         host, _, port = config.mqtt_redis.rpartition(":")
@@ -45,6 +64,18 @@ def mqtt_parts(config: RelayConfig) -> tuple[Listener, ProducerLink | None, Clus
         )
         cluster = Cluster(table, broker, listener.apply, config.host, config.mqtt_peer_port)
         listener.on_filters = cluster.on_filters
+        if routes.datasets() and url is not None and plain:
+            store = SessionStore(table.redis, table.namespace)
+            durable = Durable(store, broker, listener.apply, routes, url=url, owner=incarnation)
+            listener.on_restore = durable.on_restore
+            cluster.durable = durable
+            if feed is not None:
+                feed.durable = durable
+    if routes.datasets() and not plain:
+        log.warning(
+            "mqtt: other producers' messages do not reach MQTT clients, and persistent sessions"
+            " stay in this relay (the relay's port asks for tokens or TLS)"
+        )
 
     def published(action: Published) -> None:
         if link is not None:

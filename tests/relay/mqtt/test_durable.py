@@ -1,0 +1,179 @@
+"""Persistent sessions kept in Redis: the stored record, the broker's parked CONNECT, and what
+a follow stream sends of the log (checked against a count written here: each message once)."""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import Any
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from tests.relay.mqtt.test_broker import Clients
+
+from fanout.client.subscriber import Update
+from fanout.relay.mqtt import packets as p
+from fanout.relay.mqtt.actions import Restore
+from fanout.relay.mqtt.broker import Broker
+from fanout.relay.mqtt.durable import Durable, Follow, followed
+from fanout.relay.mqtt.ingest import Routes
+from fanout.relay.mqtt.sessions import Subscription
+from fanout.relay.mqtt.stored import Position, Record
+
+filters = st.sampled_from(["a/+", "a/#", "b", "+/x", "$share/g/a"])
+subscriptions = st.builds(
+    Subscription,
+    filters,
+    st.integers(0, 1),
+    st.booleans(),
+    st.booleans(),
+    st.none() | st.integers(1, 1000),
+)
+positions = st.none() | st.builds(
+    Position,
+    st.integers(0, 2**40),
+    st.integers(-1, 2**40),
+    st.frozensets(st.text(min_size=1, max_size=8)),
+    st.sampled_from(["topic", "name"]),
+)
+
+
+@given(
+    st.text(max_size=10),
+    st.floats(0, 1e6),
+    st.lists(subscriptions, max_size=4),
+    st.dictionaries(filters, positions, max_size=3),
+)
+def test_a_record_reads_back_as_written(
+    owner: str, expiry: float, subs: list[Subscription], pos: dict[str, Position | None]
+) -> None:
+    record = Record(owner, expiry, tuple(subs), pos)
+    assert Record.decode(record.encode()) == record
+
+
+@pytest.mark.parametrize("text", ["", "[]", "{}", '{"owner": "a"}', '{"owner":1,"expiry":"x"}'])
+def test_a_record_that_does_not_decode_is_refused(text: str) -> None:
+    with pytest.raises(ValueError, match="not a stored MQTT session"):
+        Record.decode(text)
+
+
+def test_followed_subscriptions_are_qos_1_plain_filters_of_a_dataset() -> None:
+    routes = Routes("devices", (("plant/", "sensors"),))
+    assert followed(Subscription("dev/+", 1), routes) == "devices"
+    assert followed(Subscription("plant/+/t", 1), routes) == "sensors"
+    assert followed(Subscription("dev/+", 0), routes) is None
+    assert followed(Subscription("$share/g/dev/+", 1), routes) is None
+    assert followed(Subscription("x", 1), Routes()) is None
+
+
+def test_a_parked_connect_is_answered_once_its_session_is_restored() -> None:
+    broker = Broker()
+    broker.durable = True
+    c = Clients(broker)
+    c.connect(1, "dev-1", clean_start=False, properties=((0x11, 300),))
+    assert [a for a in c.published if isinstance(a, Restore)] == [Restore(1, "dev-1")]
+    c.send(1, p.Subscribe(7, (("b/#", 1),)))  # read while parked: answered after the CONNACK
+    assert c.take(1) == []
+    c.apply(broker.restored(1, [Subscription("a/+", 1)], 0.0))
+    got = c.take(1)
+    assert isinstance(got[0], p.ConnAck) and got[0].session_present
+    assert isinstance(got[1], p.SubAck) and got[1].packet_id == 7
+    c.connect(2, "pub")
+    c.send(2, p.Publish("a/x", b"1", 1, packet_id=1))
+    c.send(2, p.Publish("b/y", b"2", 1, packet_id=2))
+    assert [(t, m) for t, m, *_ in c.publishes(1)] == [("a/x", b"1"), ("b/y", b"2")]
+
+
+def test_a_new_client_id_with_nothing_stored_gets_a_new_session() -> None:
+    broker = Broker()
+    broker.durable = True
+    c = Clients(broker)
+    c.connect(1, "fresh", clean_start=False, properties=((0x11, 300),))
+    c.apply(broker.restored(1, [], 0.0))
+    got = c.take(1)
+    assert isinstance(got[0], p.ConnAck) and not got[0].session_present
+    assert "fresh" in broker.sessions
+
+
+def _update(seq: int, rows: list[tuple[str, str]]) -> Update:
+    entered: dict[str, Any] = {}
+    if rows:
+        entered = {
+            "topic": np.array([t for t, _ in rows], dtype=object),
+            "payload": np.array([v for _, v in rows], dtype=object),
+        }
+    return Update(1, 1, seq, seq, False, entered, {}, np.empty(0, object), 0.0, 0.0)
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    st.lists(
+        st.one_of(
+            st.tuples(st.just("live"), st.sampled_from(["a/1", "a/2", "a/3"])),
+            st.tuples(st.just("foreign"), st.sampled_from(["a/1", "a/4"])),
+            st.tuples(st.just("batch"), st.integers(0, 4)),
+        ),
+        max_size=40,
+    )
+)
+def test_the_log_sends_only_what_the_live_path_did_not(events: list[tuple[str, Any]]) -> None:
+    """Live retained messages are logged later, in order, several to a micro-batch (the last of
+    a topic kept); rows of another producer only in the log. The client gets each live message
+    once and each foreign row the log holds once: counted here from the events."""
+    broker = Broker()
+    c = Clients(broker)
+    c.connect(1, "s", properties=((0x11, 300),))
+    c.send(1, p.Subscribe(1, (("a/+", 1),)))
+    c.take(1)
+    durable = Durable(None, broker, c.apply, Routes("d"), url=str, owner="r")  # type: ignore[arg-type]
+    follow = Follow("s", Subscription("a/+", 1), "d", Position(1, 0, frozenset()))
+    durable._follows[("s", "a/+")] = follow  # the stream as _sync starts it
+    unlogged: list[tuple[str, bytes]] = []
+    foreign: list[tuple[str, bytes]] = []
+    expected: Counter[tuple[str, bytes]] = Counter()
+    seq = 0
+    for n, (kind, value) in enumerate(events):
+        if kind == "live":
+            message = (value, f"m{n}".encode())
+            c.apply(broker.publish(p.Publish(value, message[1], 1, retain=True)))
+            unlogged.append(message)
+            expected[message] += 1
+        elif kind == "foreign":
+            foreign.append((value, f"f{n}".encode()))
+        else:  # a micro-batch: the first ``value`` live messages waiting, and the foreign ones
+            taken, unlogged = unlogged[:value], unlogged[value:]
+            last = dict(taken + foreign)  # the last message of each topic in the batch
+            expected.update((t, m) for t, m in foreign if last[t] == m)  # the log's rows
+            foreign = []
+            seq += 1
+            durable._take(follow, "topic", _update(seq, [(t, m.decode()) for t, m in last.items()]))
+    got = Counter((t, m) for t, m, *_ in c.publishes(1))
+    assert got == expected
+    assert follow.position is not None and follow.position.seq == seq
+
+
+def test_a_restored_session_gets_the_gap_from_the_log_before_newer_live_messages() -> None:
+    """Messages published while the session was on no relay are in the log only, later than
+    the relay's seq at the restore: live ones wait until the log carried one of them."""
+    broker = Broker()
+    c = Clients(broker)
+    c.connect(1, "s", properties=((0x11, 300),))
+    c.send(1, p.Subscribe(1, (("a/+", 1),)))
+    c.take(1)
+    durable = Durable(None, broker, c.apply, Routes("d"), url=str, owner="r")  # type: ignore[arg-type]
+    follow = Follow("s", Subscription("a/+", 1), "d", Position(1, 0, frozenset()), True)
+    durable._follows[("s", "a/+")] = follow
+    durable._held["s"] = []
+    durable._reached(follow, True)  # the stream is at the relay's seq already
+    c.apply(broker.publish(p.Publish("a/3", b"m3", 1, retain=True)))  # live, after the restore
+    assert c.publishes(1) == []
+    durable._take(follow, "topic", _update(1, [("a/1", "m1"), ("a/2", "m2")]))  # the gap
+    durable._check("s")
+    c.apply(broker.publish(p.Publish("a/4", b"m4", 1)))  # not retained: the log never has it
+    durable._take(follow, "topic", _update(2, [("a/3", "m3")]))
+    durable._check("s")
+    got = [(t, m) for t, m, *_ in c.publishes(1)]
+    assert got == [("a/1", b"m1"), ("a/2", b"m2"), ("a/3", b"m3"), ("a/4", b"m4")]
+    c.apply(broker.publish(p.Publish("a/5", b"m5", 1, retain=True)))
+    assert [(t, m) for t, m, *_ in c.publishes(1)] == [("a/5", b"m5")]  # caught up: at once
