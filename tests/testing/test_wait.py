@@ -106,3 +106,24 @@ def test_the_blocking_form_probes_once_more_at_the_deadline() -> None:
         return time.monotonic() - started >= 0.1
 
     assert eventually_sync(late, timeout=0.1, every=10.0)
+
+
+async def test_exceptions_named_as_retrying_count_as_not_yet_and_others_propagate() -> None:
+    calls = iter([LookupError("not yet"), LookupError("still not"), 7])
+
+    def probe() -> int:
+        value = next(calls)
+        if isinstance(value, Exception):
+            raise value
+        return value
+
+    assert await eventually(probe, every=0.01, retrying=(LookupError,)) == 7
+    with pytest.raises(NotYet, match="still failing"):
+        await eventually(
+            lambda: (_ for _ in ()).throw(LookupError("still failing")),
+            timeout=0.1,
+            every=0.01,
+            retrying=(LookupError,),
+        )
+    with pytest.raises(ValueError):
+        await eventually(lambda: int("x"), retrying=(LookupError,))

@@ -65,6 +65,7 @@ async def eventually(
     every: float = 0.05,
     what: str = "",
     in_thread: bool = False,
+    retrying: tuple[type[Exception], ...] = (),
 ) -> T:
     """Poll ``probe()`` until ``check`` holds for its value (in an event loop).
 
@@ -75,6 +76,9 @@ async def eventually(
         every: seconds between two probes.
         what: what is awaited, for the failure's message.
         in_thread: run ``probe`` in a worker thread (it blocks: reads a file, a pipe).
+        retrying: exceptions the probe may raise while the awaited state is not there yet
+            (e.g. a read before the publisher's first micro-batch): each counts as a probe
+            that did not pass, and the last one is shown if the wait runs out.
 
     Returns:
         The probe's first value that passed the check.
@@ -87,9 +91,15 @@ async def eventually(
     try:
         async with asyncio.timeout(timeout) as deadline:
             while True:
-                value = await asyncio.to_thread(probe) if in_thread else probe()
-                if inspect.isawaitable(value):
-                    value = await value
+                try:
+                    value = await asyncio.to_thread(probe) if in_thread else probe()
+                    if inspect.isawaitable(value):
+                        value = await value
+                except retrying as exc:
+                    probes += 1
+                    last = exc
+                    await asyncio.sleep(every)
+                    continue
                 probes += 1
                 last = value
                 if _holds(check, value):
