@@ -34,7 +34,8 @@ one against the log (``fanout.testing.audit``):
   a later one; ``mismatched``: updates whose rows differ from the logged change; ``resyncs``:
   announced restarts (the log no longer held what a subscriber missed). All must be 0;
 * ``restart_failures``: a killed process that did not start again on its port (it is tried
-  again); must be empty.
+  again); ``follower_crashes``: a subscriber that failed with an error the client library does
+  not document (it stops following); both must be empty.
 
 Memory: every 2 s the resident memory of each process tree (the publisher with its Spark JVM,
 each relay, this process) is read; ``peak_rss_mib`` is the peak per role, and
@@ -376,14 +377,18 @@ async def soak(args: argparse.Namespace) -> dict[str, Any]:
     finally:
         for task in [*tasks, sampler]:
             task.cancel()
-        for task in [*tasks, sampler]:
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+        ended = await asyncio.gather(*tasks, sampler, return_exceptions=True)
+        crashes = [
+            f"{type(exc).__name__}: {exc}"
+            for exc in ended
+            if isinstance(exc, BaseException) and not isinstance(exc, asyncio.CancelledError)
+        ]
         await deployment.stop()
     middle = began + (faulted - began) / 2
     result = report(args, followers, faults.log, log=log, target=target)
     return result | {
         "skipped_slots": faults.skipped,
+        "follower_crashes": crashes,
         "restart_failures": faults.restart_failures,
         "peak_rss_mib": memory.peaks(0.0, float("inf")),
         "rss_first_half_mib": memory.peaks(began, middle),
@@ -469,7 +474,9 @@ def main() -> int:
     signal.signal(signal.SIGTERM, signal.default_int_handler)
     result = asyncio.run(soak(args)) | {"calibration": calibration}
     write_results(result, None if args.no_save else RESULTS)
-    healthy = not result["behind_at_end"] and not result["restart_failures"]
+    healthy = not (
+        result["behind_at_end"] or result["restart_failures"] or result["follower_crashes"]
+    )
     return 0 if result["clean"] and healthy else 1
 
 

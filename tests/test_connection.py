@@ -16,7 +16,7 @@ from websockets.asyncio.server import ServerConnection, serve
 from websockets.exceptions import ConnectionClosed
 from websockets.frames import Frame, Opcode
 
-from fanout.connection import Outbound, binary_frame, dial
+from fanout.connection import Outbound, binary_frame, dial, greet
 from fanout.testing.wait import eventually
 
 
@@ -150,3 +150,15 @@ async def test_dial_raises_connection_error_when_the_handshake_is_broken_off() -
         with pytest.raises(ConnectionError, match="opening handshake failed"):
             async with dial(f"ws://127.0.0.1:{port}", open_timeout=5):
                 pass
+
+
+async def test_greet_raises_connection_error_when_the_peer_closes_before_answering() -> None:
+    async def hang_up(websocket: ServerConnection) -> None:
+        await websocket.recv()
+        websocket.transport.abort()
+
+    async with serve(hang_up, "127.0.0.1", 0) as server:
+        port = server.sockets[0].getsockname()[1]
+        async with dial(f"ws://127.0.0.1:{port}") as websocket:
+            with pytest.raises(ConnectionError, match="before the handshake's answer"):
+                await greet(websocket, b"hello", "the peer")

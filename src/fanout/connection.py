@@ -256,3 +256,22 @@ async def dial(url: str, **options: Any) -> AsyncIterator[ClientConnection]:
         raise ConnectionError(f"{url}: the opening handshake failed: {exc}") from exc
     async with websocket:
         yield websocket
+
+
+async def greet(websocket: ClientConnection, hello: bytes, url: str) -> bytes | str:
+    """Send our ``Hello`` and return the peer's first frame (its ``Welcome`` or ``Error``).
+
+    A peer that closes the connection before answering (killed, restarting) cannot be reached
+    now, as with :func:`dial`.
+
+    Raises:
+        ConnectionError: the connection closed before the answer (``ConnectionClosed``, chained).
+    """
+    try:
+        await websocket.send(hello)
+        answer = await websocket.recv()
+    except ConnectionClosed as exc:
+        raise ConnectionError(
+            f"{url}: the connection closed before the handshake's answer"
+        ) from exc
+    return answer

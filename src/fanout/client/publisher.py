@@ -21,7 +21,7 @@ from websockets.frames import CloseCode
 
 from fanout import tls
 from fanout.client.subscriber import MAX_FRAME, SubscriptionError
-from fanout.connection import close_reason, dial
+from fanout.connection import close_reason, dial, greet
 from fanout.errors import ProtocolError
 from fanout.views import View
 from fanout.wire import codec
@@ -170,8 +170,9 @@ async def open_publisher(
         url, max_size=MAX_FRAME, compression=None, open_timeout=10, ssl=secure
     ) as websocket:
         hello = Hello(version=PROTOCOL_VERSION, role=role, token=token)
-        await websocket.send(codec.encode(hello))
-        check_welcome(codec.from_publisher().decode(await websocket.recv()))
+        check_welcome(
+            codec.from_publisher().decode(await greet(websocket, codec.encode(hello), url))
+        )
         client = PublisherClient(websocket)
         client._task = asyncio.create_task(client._read())
         try:

@@ -51,7 +51,7 @@ from websockets.exceptions import ConnectionClosed
 from websockets.frames import CloseCode
 
 from fanout import tls
-from fanout.connection import close_reason, dial
+from fanout.connection import close_reason, dial, greet
 from fanout.errors import FanoutError, ProtocolError
 from fanout.views import View
 from fanout.wire import codec
@@ -552,7 +552,8 @@ async def connect(
         HandshakeRefused: the relay refused the connection; code ``unavailable``: it serves
             its most connections (another relay may have room); ``unauthorized`` or
             ``forbidden``: no valid token for it.
-        OSError: the relay cannot be reached.
+        OSError: the relay cannot be reached (``ConnectionError``: it broke the handshake off,
+            or closed the connection before answering the ``Hello``).
     """
     secure = ssl if ssl is not None else tls.for_url(url)
     async with dial(
@@ -565,8 +566,8 @@ async def connect(
             capabilities=list(capabilities),
             token=token,
         )
-        await websocket.send(codec.encode(hello))
-        welcome = check_welcome(codec.to_subscriber().decode(await websocket.recv()))
+        answer = await greet(websocket, codec.encode(hello), url)
+        welcome = check_welcome(codec.to_subscriber().decode(answer))
         subscriber = Subscriber(websocket, buffer, capabilities, welcome.datasets)
         subscriber._reader = asyncio.create_task(subscriber._read())
         try:
