@@ -61,6 +61,7 @@ ARROW_TYPES: dict[str, pa.DataType] = {
     "boolean": pa.bool_(),
     "timestamp": pa.timestamp("us", tz="UTC"),
     "date": pa.date32(),
+    "bytes": pa.binary(),
 }
 
 
