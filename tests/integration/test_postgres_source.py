@@ -52,7 +52,13 @@ rate = "double"
 key = "id"
 index = "sql"
 source = {{ kind = "postgres", url = "{url}", table = "ledger" }}
-schema = {{ id = "long", amount = "decimal(6,2)", ratio = "float", at = "timestamp" }}
+
+[datasets.ledger.schema]
+id = "long"
+amount = "decimal(6,2)"
+ratio = "float"
+at = "timestamp"
+sig = "bytes"
 """
 
 
@@ -98,11 +104,11 @@ def database() -> Iterator[str]:
         # numeric without a precision: its values may exceed the declared decimal(6,2)
         db.execute(
             "CREATE TABLE ledger (id bigint PRIMARY KEY, amount numeric, ratio double precision,"
-            " at timestamptz)"
+            " at timestamptz, sig bytea)"
         )
         db.execute(
-            "INSERT INTO ledger VALUES (1, 1.50, 0.5, '2024-03-01 10:00+00'),"
-            " (2, 12345.5, 0.5, NULL)"  # 7 digits: refused from the table's first read on
+            "INSERT INTO ledger VALUES (1, 1.50, 0.5, '2024-03-01 10:00+00', '\\x00ff'),"
+            " (2, 12345.5, 0.5, NULL, NULL)"  # 7 digits: refused from the table's first read on
         )
         yield url
 
@@ -218,6 +224,9 @@ async def test_a_value_that_does_not_fit_is_refused_and_the_stream_flows_on(
     publisher, relay = deployment
     async with connect(relay.url) as subscriber:
         view = await subscriber.subscribe(sql("SELECT * FROM ledger"), dataset="ledger", rate=50)
+        signed = await subscriber.subscribe(
+            sql("SELECT id, sig FROM ledger WHERE length(sig) = 2 OR sig = 'ab'"), dataset="ledger"
+        )
         await eventually(lambda: set(view.rows), lambda keys: keys == {1}, timeout=120)
         with psycopg.connect(database, autocommit=True) as db:
             db.execute("INSERT INTO ledger VALUES (3, 1.234, 0.5, NULL)")  # 3 decimals
@@ -225,7 +234,7 @@ async def test_a_value_that_does_not_fit_is_refused_and_the_stream_flows_on(
             db.execute("INSERT INTO ledger VALUES (4, 2, 1e300, NULL)")  # beyond a float
             db.execute("INSERT INTO ledger VALUES (5, 2, 0.25, 'infinity')")
             db.execute("INSERT INTO ledger VALUES (6, 9999.99, 'Infinity', NULL)")  # fits
-            db.execute("UPDATE ledger SET amount = -0.5 WHERE id = 6")
+            db.execute("UPDATE ledger SET amount = -0.5, sig = 'ab' WHERE id = 6")
         await eventually(lambda: set(view.rows), lambda keys: keys == {1, 6}, timeout=120)
         await eventually(lambda: view.rows[6]["amount"], lambda a: a == Decimal("-0.50"))
         assert view.rows[1] == {  # the update that did not fit changed nothing
@@ -233,8 +242,11 @@ async def test_a_value_that_does_not_fit_is_refused_and_the_stream_flows_on(
             "amount": Decimal("1.50"),
             "ratio": 0.5,
             "at": datetime.datetime(2024, 3, 1, 10, tzinfo=UTC),
+            "sig": b"\x00\xff",  # bytea as bytes
         }
         assert view.rows[6]["ratio"] == float("inf")
+        await eventually(lambda: signed.rows, lambda rows: set(rows) == {1, 6})
+        assert signed.rows[6] == {"id": 6, "sig": b"ab"}
     await eventually(lambda: refused(publisher), lambda n: n == 5, in_thread=True, timeout=60)
     logged = publisher.log.read_text()
     assert "table 'ledger', key 2, change " in logged
