@@ -360,7 +360,11 @@ class PostgresStreamReader(SimpleDataSourceStreamReader):
         # A list iterator, not a generator: Spark's prefetch cache copies the iterator.
         if not rows:
             return iter([])
-        declared = [f for f in self.arrow_schema if f.name not in (VERSION, DELETED, PROBLEM)]
+        declared = [
+            (f.name, column_kind(f.type), f.type)
+            for f in self.arrow_schema
+            if f.name not in (VERSION, DELETED, PROBLEM)
+        ]
         columns: dict[str, list[Any]] = {f.name: [] for f in self.arrow_schema}
         for change_id, op, data in rows:
             values, problem = self._fitted(change_id, op == "D", data, declared)
@@ -376,7 +380,11 @@ class PostgresStreamReader(SimpleDataSourceStreamReader):
         return iter(table.to_batches())
 
     def _fitted(
-        self, change_id: int, deleted: bool, data: dict[str, Any], declared: list[pa.Field]
+        self,
+        change_id: int,
+        deleted: bool,
+        data: dict[str, Any],
+        declared: list[tuple[str, ColumnType, pa.DataType]],
     ) -> tuple[dict[str, Any], str | None]:
         """One change's values as Arrow takes them, and its problem if it is refused (rule 7).
 
@@ -384,21 +392,20 @@ class PostgresStreamReader(SimpleDataSourceStreamReader):
         NULL in it. A refused upsert keeps only its key (the row is dropped before the state).
         """
         values: dict[str, Any] = {}
-        for field in declared:
+        for name, column, arrow in declared:
             try:
-                values[field.name] = _from_json(field.name, data.get(field.name), field.type)
+                values[name] = _from_json(name, data.get(name), column, arrow)
             except Unfit as exc:
                 if deleted:
-                    values[field.name] = None
+                    values[name] = None
                     continue
                 key = self.options.key
                 where = f"table {self.options.table!r}"
                 if key is not None:
                     where += f", key {data.get(key)!r}"
                 problem = f"{where}, change {change_id}: {exc}"
-                return {f.name: data.get(f.name) if f.name == key else None for f in declared}, (
-                    problem
-                )
+                kept = {name: data.get(name) if name == key else None for name, _, _ in declared}
+                return kept, problem
         return values, None
 
 
@@ -406,13 +413,13 @@ def _exact_json(text: str | bytes) -> Any:
     return json.loads(text, parse_float=decimal.Decimal)
 
 
-def _from_json(name: str, value: Any, kind: pa.DataType) -> Any:
-    """A value as ``to_jsonb`` spelled it, as a Python value of the column's Arrow type.
+def _from_json(name: str, value: Any, column: ColumnType, kind: pa.DataType) -> Any:
+    """A value as ``to_jsonb`` spelled it, as a Python value of column ``name``'s Arrow type
+    ``kind`` (of column type ``column``).
 
     Raises:
         Unfit: it does not fit the column's type (``sources.fitting``).
     """
-    column = column_kind(kind)
     if value is None:
         return None
     if pa.types.is_floating(kind):  # numbers come as Decimal; NaN and infinities as text
