@@ -403,7 +403,9 @@ async def test_producers_publish_bytes_and_sql_views_select_them(deployment, tmp
                 await asyncio.sleep(0.2)
         async with connect(relay.url) as subscriber:
             # Every primitive is acquired, its snapshot applied, before the rows change: a
-            # snapshot cut meanwhile may be a micro-batch ahead of the tick it is stamped with.
+            # snapshot cut meanwhile may be a micro-batch ahead of the tick it is stamped with
+            # (the publisher's mirror; seen here as a push at the tick before a change holding
+            # the change).
             every = await subscriber.subscribe(EVERY, dataset="carriers", mode="every")
             views = [
                 await subscriber.subscribe(sql(text), dataset="carriers", rate=50.0)
@@ -411,6 +413,9 @@ async def test_producers_publish_bytes_and_sql_views_select_them(deployment, tmp
             ]
             for text, view in zip(BLOB_VIEWS, views, strict=True):
                 await agrees_at_every_push(reader, view, oracle_text(text), None, "carriers")
+            async with asyncio.timeout(120):
+                while not every.updates:  # its first view: its snapshot applied
+                    await every.wait_updates()
             with pytest.raises(SubscriptionError, match="column 'data' is bytes, not 'text'"):
                 await producer.publish(
                     "carriers", rows=[{**BLOBS[1], "code": "k9"}, {**BLOBS[0], "data": "text"}]
