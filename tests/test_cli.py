@@ -423,6 +423,7 @@ def test_json_spells_timestamps_dates_and_decimals_as_text() -> None:
     assert finite(datetime.date(2024, 2, 29)) == "2024-02-29"
     assert finite(Decimal("99999999.99")) == "99999999.99"
     assert finite(None) is None and finite(float("nan")) is None
+    assert finite(b"\x00\xff") == "AP8="  # bytes as base64
 
 
 def test_a_relay_takes_another_relay_as_upstream_or_the_publisher_not_both(

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import base64
 import datetime
 import decimal
 import json
@@ -177,9 +178,12 @@ def _rows(columns: dict[str, np.ndarray]) -> list[dict[str, Any]]:
 
 def finite(value: Any) -> Any:
     """``value`` as JSON holds it: None for a float that is not finite (JSON has no NaN nor
-    infinity); timestamps and dates as ISO 8601 text; decimals as their exact text."""
+    infinity); timestamps and dates as ISO 8601 text; decimals as their exact text; bytes as
+    base64 text (RFC 4648, with padding)."""
     if isinstance(value, float) and not math.isfinite(value):
         return None
+    if isinstance(value, bytes):
+        return base64.b64encode(value).decode("ascii")
     if isinstance(value, datetime.date):  # datetimes too
         return value.isoformat()
     if isinstance(value, decimal.Decimal):

@@ -18,6 +18,7 @@ import pytest_asyncio
 
 from fanout.client import LiveView, connect
 from fanout.launch import Child, start
+from fanout.metrics import scrape
 from fanout.testing.audit import duckdb_answer, same_rows
 from fanout.testing.postgres import MISSING, postgres_binaries, throwaway_postgres
 from fanout.testing.wait import eventually
@@ -46,6 +47,18 @@ payer = "string"
 settled = "boolean"
 tries = "int"
 rate = "double"
+
+[datasets.ledger]
+key = "id"
+index = "sql"
+source = {{ kind = "postgres", url = "{url}", table = "ledger" }}
+
+[datasets.ledger.schema]
+id = "long"
+amount = "decimal(6,2)"
+ratio = "float"
+at = "timestamp"
+sig = "bytes"
 """
 
 
@@ -87,6 +100,15 @@ def database() -> Iterator[str]:
         )
         db.cursor().executemany(
             "INSERT INTO payments VALUES (%s, %s, %s, %s, %s, %s, %s, %s)", PAYMENTS
+        )
+        # numeric without a precision: its values may exceed the declared decimal(6,2)
+        db.execute(
+            "CREATE TABLE ledger (id bigint PRIMARY KEY, amount numeric, ratio double precision,"
+            " at timestamptz, sig bytea)"
+        )
+        db.execute(
+            "INSERT INTO ledger VALUES (1, 1.50, 0.5, '2024-03-01 10:00+00', '\\x00ff'),"
+            " (2, 12345.5, 0.5, NULL, NULL)"  # 7 digits: refused from the table's first read on
         )
         yield url
 
@@ -186,3 +208,49 @@ async def test_timestamps_dates_decimals_and_nulls_from_postgres(
                 lambda v=view, t=text: comparison(v, t, database), lambda c: c[0], timeout=120
             )
         assert set(views[1].rows) == {1}
+
+
+def refused(publisher: Child) -> float:
+    return scrape(publisher.url).get('fanout_publisher_rows_refused_total{dataset="ledger"}', 0)
+
+
+async def test_a_value_that_does_not_fit_is_refused_and_the_stream_flows_on(
+    deployment: tuple[Child, Child], database: str
+) -> None:
+    """A numeric beyond the declared decimal(6,2) (more digits, more decimals), a double beyond
+    a float's range and an infinite timestamptz are refused with the table, key and column
+    named, counted in the publisher's /metrics, and none of their writes applied; the changes
+    around them reach the subscriber."""
+    publisher, relay = deployment
+    async with connect(relay.url) as subscriber:
+        view = await subscriber.subscribe(sql("SELECT * FROM ledger"), dataset="ledger", rate=50)
+        signed = await subscriber.subscribe(
+            sql("SELECT id, sig FROM ledger WHERE length(sig) = 2 OR sig = 'ab'"), dataset="ledger"
+        )
+        await eventually(lambda: set(view.rows), lambda keys: keys == {1}, timeout=120)
+        with psycopg.connect(database, autocommit=True) as db:
+            db.execute("INSERT INTO ledger VALUES (3, 1.234, 0.5, NULL)")  # 3 decimals
+            db.execute("UPDATE ledger SET amount = 99999, ratio = 2 WHERE id = 1")  # 7 digits
+            db.execute("INSERT INTO ledger VALUES (4, 2, 1e300, NULL)")  # beyond a float
+            db.execute("INSERT INTO ledger VALUES (5, 2, 0.25, 'infinity')")
+            db.execute("INSERT INTO ledger VALUES (6, 9999.99, 'Infinity', NULL)")  # fits
+            db.execute("UPDATE ledger SET amount = -0.5, sig = 'ab' WHERE id = 6")
+        await eventually(lambda: set(view.rows), lambda keys: keys == {1, 6}, timeout=120)
+        await eventually(lambda: view.rows[6]["amount"], lambda a: a == Decimal("-0.50"))
+        assert view.rows[1] == {  # the update that did not fit changed nothing
+            "id": 1,
+            "amount": Decimal("1.50"),
+            "ratio": 0.5,
+            "at": datetime.datetime(2024, 3, 1, 10, tzinfo=UTC),
+            "sig": b"\x00\xff",  # bytea as bytes
+        }
+        assert view.rows[6]["ratio"] == float("inf")
+        await eventually(lambda: signed.rows, lambda rows: set(rows) == {1, 6})
+        assert signed.rows[6] == {"id": 6, "sig": b"ab"}
+    await eventually(lambda: refused(publisher), lambda n: n == 5, in_thread=True, timeout=60)
+    logged = publisher.log.read_text()
+    assert "table 'ledger', key 2, change " in logged
+    assert ": column 'amount' is decimal(6,2), not Decimal('12345.5')" in logged
+    assert "table 'ledger', key 1, change " in logged
+    assert "column 'ratio' is float, not 1e+300" in logged
+    assert "column 'at' is timestamp, not 'infinity'" in logged

@@ -19,7 +19,7 @@ from fanout.relay.httpapi import (
     parse_subscribe,
 )
 from fanout.views import Box
-from fanout.wire.columns import decode_columns, encode_columns
+from fanout.wire.columns import decode_columns, encode_columns, from_values
 from fanout.wire.messages import DatasetInfo, Error, NoUpdate, Push, Resume, Subscribed
 
 DATASETS = {"agents": "space", "orders": "sql"}
@@ -149,6 +149,20 @@ def test_events_are_strict_json_and_every_mode_tokens_hold_the_keys() -> None:
         (4, [1, 2, 3]),
         (5, [1, 3, 9]),
         (6, [1, 3, 9]),
+    ]
+
+
+def test_bytes_are_base64_and_null_is_null() -> None:
+    stream = EventStream("ndjson", "latest")
+    stream.event(Subscribed(1, "id", ["id", "b"]))
+    blobs = from_values([b"\x00\xff", None, b""])
+    line = stream.event(
+        push(1, full=True, entered={"id": np.array([1, 2, 3]), "b": blobs}, left=[])
+    )
+    assert json.loads(line)["entered"] == [
+        {"id": 1, "b": "AP8="},  # base64 (RFC 4648, padded)
+        {"id": 2, "b": None},
+        {"id": 3, "b": ""},
     ]
 
 

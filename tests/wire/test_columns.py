@@ -104,6 +104,7 @@ def nullable_columns(draw: st.DrawFn) -> tuple[str, list[object]]:
         "<f8": st.floats(allow_nan=True),
         "|b1": st.booleans(),
         "str": st.text(max_size=5),
+        "bytes": st.binary(max_size=5),
     }
     dtype = draw(st.sampled_from(sorted(values)))
     return dtype, draw(st.lists(st.none() | values[dtype], min_size=rows, max_size=rows))
@@ -122,8 +123,8 @@ def test_nulls_in_every_column_type_arrive_as_none(columns: list[tuple[str, list
     for number, (dtype, drawn) in enumerate(columns):
         values = drawn[:rows]
         nulls = [value is None for value in values]
-        if dtype == "str":
-            table[f"c{number}"] = np.array(values, dtype=object)
+        if dtype in ("str", "bytes"):
+            table[f"c{number}"] = from_values(values) if values else np.array([], dtype=object)
         else:
             data = np.array([0 if v is None else v for v in values], dtype=dtype)
             table[f"c{number}"] = np.ma.MaskedArray(data, mask=nulls)
@@ -163,6 +164,36 @@ def test_python_values_with_none_become_a_masked_column() -> None:
     ],
 )
 def test_bad_validity_is_a_protocol_error(payload: Columns, message: str) -> None:
+    with pytest.raises(ProtocolError, match=message):
+        decode_columns(payload)
+
+
+def test_bytes_travel_as_offsets_and_data_with_a_validity_bitmap_for_their_nulls() -> None:
+    values = [b"a\x00", None, b"", b"\x00\x00", b"\xff"]  # trailing NULs are kept
+    payload = encode_columns({"b": from_values(values)})
+    assert [(c.name, c.dtype) for c in payload.columns] == [("b", "bytes"), ("b", "valid")]
+    offsets = np.frombuffer(payload.columns[0].data, "<u4", count=6)  # type: ignore[arg-type]
+    assert offsets.tolist() == [0, 2, 2, 2, 4, 5]
+    assert payload.columns[1].data == bytes([0b11101])
+    back = decode_columns(msgspec.msgpack.decode(msgspec.msgpack.encode(payload), type=Columns))
+    assert back["b"].tolist() == values
+    assert [c.dtype for c in encode_columns({"b": from_values([b"x"])}).columns] == ["bytes"]
+
+
+@pytest.mark.parametrize(
+    ("payload", "message"),
+    [
+        (Columns(2, [Column("b", "bytes", b"\0" * 8)]), "need 12 bytes"),
+        (Columns(1, [Column("b", "bytes", ["x"])]), "need 8 bytes"),
+        (Columns(1, [Column("b", "bytes", b"\1\0\0\0\1\0\0\0x")]), "offsets do not fit"),
+        (Columns(1, [Column("b", "bytes", b"\0\0\0\0\2\0\0\0x")]), "offsets do not fit"),
+        (
+            Columns(2, [Column("b", "bytes", b"\0\0\0\0\2\0\0\0\1\0\0\0xy")]),
+            "offsets do not fit",
+        ),
+    ],
+)
+def test_bad_bytes_are_a_protocol_error(payload: Columns, message: str) -> None:
     with pytest.raises(ProtocolError, match=message):
         decode_columns(payload)
 

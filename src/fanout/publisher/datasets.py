@@ -18,14 +18,14 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from fanout.publisher.sources.simulation import AXES, SimulationParams
-from fanout.wire.columns import DATE, MAX_PRECISION, TIMESTAMP
+from fanout.wire.columns import BYTES, DATE, MAX_PRECISION, TIMESTAMP
 from fanout.wire.messages import DatasetInfo, IndexKind
 
 ColumnType = str
 """A declared column type: one of ``TYPES``, or ``decimal(p,s)`` (``column_type`` checks)."""
 
 #: The column types without parameters (``decimal(p,s)`` besides them).
-TYPES = ("long", "int", "double", "float", "string", "boolean", "timestamp", "date")
+TYPES = ("long", "int", "double", "float", "string", "boolean", "timestamp", "date", "bytes")
 #: Declared column type -> the dtype its values travel as (see ``wire.columns``).
 WIRE_DTYPES: dict[str, str] = {
     "long": "<i8",
@@ -36,6 +36,7 @@ WIRE_DTYPES: dict[str, str] = {
     "boolean": "|b1",
     "timestamp": TIMESTAMP,
     "date": DATE,
+    "bytes": BYTES,
 }
 #: Declared column type -> Spark SQL type name.
 SPARK_TYPES: dict[str, str] = {
@@ -47,6 +48,7 @@ SPARK_TYPES: dict[str, str] = {
     "boolean": "boolean",
     "timestamp": "timestamp",
     "date": "date",
+    "bytes": "binary",
 }
 _DECIMAL = re.compile(r"decimal\(\s*(\d+)\s*,\s*(\d+)\s*\)")
 

@@ -13,6 +13,7 @@ from fanout.errors import InvalidView
 from fanout.metrics import Sample
 from fanout.publisher.pipeline import Pipeline
 from fanout.publisher.replay import LoggedStream
+from fanout.publisher.sources.refusals import refusals
 from fanout.views import View
 from fanout.wire.messages import Batch, DatasetInfo, Knowledge
 
@@ -48,7 +49,15 @@ class DatasetService:
         for name, pipeline in self.pipelines.items():
             labels = {"dataset": name}
             seq = pipeline.history[-1][1] if pipeline.history else -1
+            refused = refusals(pipeline.spark).counts.get(name, 0)
             out += [
+                Sample(
+                    "publisher_rows_refused",
+                    "counter",
+                    "Source rows refused (malformed, or a value that does not fit its column).",
+                    refused,
+                    labels,
+                ),
                 Sample(
                     "publisher_micro_batches",
                     "counter",

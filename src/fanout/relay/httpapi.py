@@ -286,7 +286,8 @@ class EventStream:
 
 
 def rows_json(columns: Mapping[str, npt.NDArray[Any]]) -> list[dict[str, Any]]:
-    """Rows as JSON objects, column by column: non-finite floats become ``None``."""
+    """Rows as JSON objects, column by column: non-finite floats become ``None``; bytes are
+    base64 text (msgspec's JSON spelling of ``bytes``)."""
     names = list(columns)
     values = [[_plain(value) for value in columns[name].tolist()] for name in names]
     return [dict(zip(names, row, strict=True)) for row in zip(*values, strict=True)]

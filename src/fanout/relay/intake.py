@@ -27,6 +27,7 @@ from fanout.relay.state import Array, DoubleBuffer, Stamp, Table
 from fanout.views import View
 from fanout.views.entity import Entity
 from fanout.wire.columns import (
+    BYTES,
     NUMERIC_DTYPES,
     STRING,
     Columns,
@@ -53,8 +54,8 @@ def _check_columns(info: DatasetInfo, coordinates: tuple[str, ...]) -> None:
     for name, dtype in columns.items():
         if "\x00" in name:
             raise ValueError(f"column {name!r} has a NUL character in its name")
-        if dtype != STRING and dtype not in NUMERIC_DTYPES and decimal_type(dtype) is None:
-            travel = ", ".join([STRING, "decimal(p,s)", *sorted(NUMERIC_DTYPES)])
+        if dtype not in (STRING, BYTES) and dtype not in NUMERIC_DTYPES and not decimal_type(dtype):
+            travel = ", ".join([STRING, BYTES, "decimal(p,s)", *sorted(NUMERIC_DTYPES)])
             raise ValueError(f"column {name!r} has dtype {dtype!r}, not one of {travel}")
     if not coordinates:
         return

@@ -40,8 +40,8 @@ from fanout.wire.columns import (
     VALID,
     Column,
     Columns,
-    encode_column,
     encode_columns,
+    encode_objects,
     validity,
 )
 
@@ -297,12 +297,12 @@ def encode_range(prepared: Prepared, start: int, stop: int) -> msgspec.Raw:
     """``encode_rows`` of the rows ``start:stop`` of prepared columns."""
     if isinstance(prepared, _WithValidity):
         return _encode_nullable(prepared, start, stop)
-    columns = [
-        Column(name, wire, values[start:stop])  # type: ignore[arg-type]
-        if wire is not None
-        else encode_column(name, values[start:stop])  # type: ignore[arg-type]
-        for name, wire, values in prepared
-    ]
+    columns: list[Column] = []
+    for name, wire, values in prepared:
+        if wire is not None:
+            columns.append(Column(name, wire, values[start:stop]))  # type: ignore[arg-type]
+        else:  # strings, decimals, bytes (with their validity if they hold a NULL)
+            columns += encode_objects(name, values[start:stop])  # type: ignore[arg-type]
     return msgspec.Raw(_encoder.encode(Columns(stop - start, columns)))
 
 
@@ -313,7 +313,7 @@ def _encode_nullable(prepared: Prepared, start: int, stop: int) -> msgspec.Raw:
     for name, wire, values in prepared:
         part = values[start:stop]
         if wire is None:
-            columns.append(encode_column(name, part))  # type: ignore[arg-type]
+            columns += encode_objects(name, part)  # type: ignore[arg-type]
         elif wire != VALID:
             columns.append(Column(name, wire, part))  # type: ignore[arg-type]
         elif not part.all():  # type: ignore[union-attr]

@@ -41,7 +41,7 @@ from fanout.relay.state import Array, DoubleBuffer, Keys, Positions, Table
 from fanout.relay.watchdog import Watchdog
 from fanout.views.sql import Sql, to_duckdb
 from fanout.wire.arrow import to_arrow, to_numpy
-from fanout.wire.columns import DATE, TIMESTAMP, decimal_type
+from fanout.wire.columns import BYTES, DATE, TIMESTAMP, decimal_type
 from fanout.wire.messages import DatasetInfo
 
 #: Seconds a subscriber's query may run on the relay's event loop before it is stopped.
@@ -64,6 +64,7 @@ DUCKDB_TYPES = {
     "<f4": "FLOAT",
     "|b1": "BOOLEAN",
     "str": "VARCHAR",
+    BYTES: "BLOB",
     TIMESTAMP: "TIMESTAMPTZ",
     DATE: "DATE",
 }
@@ -234,7 +235,8 @@ class TableStore:
         select = sqlglot.parse_one(to_duckdb(view), read="duckdb")
         assert isinstance(select, exp.Select)  # views are one SELECT (views.sql.query)
         sources = [(alias, self._source(table)) for alias, table in _sources(select)]
-        names = self._bind(to_duckdb(view))
+        select = _byte_lengths(select, {alias: infos[dataset] for alias, dataset in sources})
+        names = self._bind(select.sql(dialect="duckdb"))
         distinct = select.args.get("distinct")
         if len(sources) == 1 and not (distinct and not distinct.args.get("on")):
             alias, dataset = sources[0]
@@ -404,6 +406,8 @@ _AS_IS = (
     pa.types.is_timestamp,
     pa.types.is_date,
     pa.types.is_decimal,
+    pa.types.is_binary,
+    pa.types.is_large_binary,
 )
 
 
@@ -417,7 +421,8 @@ def _connect() -> duckdb.DuckDBPyConnection:
 
 def _numpy(column: pa.ChunkedArray) -> Array:
     """A result column as numpy: numbers, timestamps and dates as such, decimals as ``Decimal``
-    (exact), the rest as str; NULL masked (``None`` in a string or decimal column)."""
+    (exact), BLOBs as ``bytes``, the rest as str; NULL masked (``None`` in a string, decimal or
+    bytes column)."""
     kind = column.type
     if not any(test(kind) for test in _AS_IS):
         column = column.cast(pa.string())
@@ -436,6 +441,25 @@ def arrow_rows(rows: Mapping[str, Array]) -> pa.Table:
             if not is_companion(name)
         }
     )
+
+
+def _byte_lengths(select: exp.Select, sources: Mapping[str, DatasetInfo]) -> exp.Select:
+    """``select`` with ``length(b)`` of a bytes column ``b`` as ``octet_length(b)``: its number of
+    bytes, as PostgreSQL's ``length(bytea)`` (DuckDB's ``length`` takes no BLOB)."""
+
+    def blob(column: exp.Column) -> bool:
+        infos = [sources[column.table]] if column.table in sources else sources.values()
+        return any(info.columns.get(column.name) == BYTES for info in infos)
+
+    def rewrite(node: exp.Expr) -> exp.Expr:
+        inner = node.this if isinstance(node, exp.Length) else None
+        if isinstance(inner, exp.Column) and blob(inner):
+            return exp.Anonymous(this="octet_length", expressions=[inner.copy()])
+        return node
+
+    rewritten = select.transform(rewrite)
+    assert isinstance(rewritten, exp.Select)
+    return rewritten
 
 
 def _sources(select: exp.Select) -> list[tuple[str, str]]:

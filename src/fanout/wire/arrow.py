@@ -16,11 +16,21 @@ import pyarrow.compute as pc
 _FILL = {"f": np.nan, "i": 0, "u": 0, "b": False}
 
 
+#: Arrow types held in numpy as objects, ``None`` where null.
+_OBJECTS = (
+    pa.types.is_decimal,
+    pa.types.is_string,
+    pa.types.is_large_string,
+    pa.types.is_binary,
+    pa.types.is_large_binary,
+)
+
+
 def to_numpy(column: pa.Array | pa.ChunkedArray) -> npt.NDArray[np.generic]:
     """An Arrow column as numpy: a ``numpy.ma.MaskedArray`` (masked: null) if it holds a null.
 
-    Strings come as an object array and decimals as one of ``Decimal`` (``None`` where null,
-    also unmasked: the wire's string and decimal columns carry their nulls in the list);
+    Strings come as an object array, decimals as one of ``Decimal`` and bytes as one of
+    ``bytes`` (``None`` where null, also unmasked, as the relay holds them);
     timestamps as ``datetime64[us]`` in UTC, dates as ``datetime64[D]``.
     """
     kind = column.type
@@ -28,7 +38,7 @@ def to_numpy(column: pa.Array | pa.ChunkedArray) -> npt.NDArray[np.generic]:
         column = column.cast(pa.timestamp("us"))  # the instants, in UTC (Arrow stores UTC)
     elif pa.types.is_date(kind):
         column = column.cast(pa.date32())
-    if pa.types.is_decimal(kind) or pa.types.is_string(kind) or pa.types.is_large_string(kind):
+    if any(test(kind) for test in _OBJECTS):
         values = np.empty(len(column), dtype=object)
         values[:] = column.to_pylist()
         return values

@@ -4,19 +4,25 @@ Numbers travel as the bytes of a numpy array, so a float64 arrives bit-for-bit a
 publisher; strings travel as a msgpack list. Decoding checks every length, so a truncated or
 inconsistent payload is a :class:`ProtocolError`, never a silent misread.
 
-NULL: a string column's nulls are ``None`` in its list. Any other column that holds a null is
-followed by its **validity**: a second entry of the same name with dtype ``"valid"`` whose data
-is a bitmap, bit ``i`` (least significant first, Arrow's layout) of byte ``i // 8`` set when row
-``i`` holds a value. A column without nulls carries none, so payloads without nulls are exactly
-what they were. In numpy a column with nulls is a ``numpy.ma.MaskedArray`` (masked: null), whose
-``tolist()`` gives ``None`` for them; the bytes under a null are meaningless. NaN is a number,
-never a null.
+Bytes travel as one buffer, Arrow's binary layout: ``length + 1`` little-endian uint32 offsets
+(the first 0, never decreasing) and then every value's bytes, value ``i`` from offset ``i`` to
+offset ``i + 1``.
+
+NULL: a string or decimal column's nulls are ``None`` in its list. Any other column that holds
+a null is followed by its **validity**: a second entry of the same name with dtype ``"valid"``
+whose data is a bitmap, bit ``i`` (least significant first, Arrow's layout) of byte ``i // 8``
+set when row ``i`` holds a value. A column without nulls carries none, so payloads without nulls
+are exactly what they were. In numpy a column with nulls is a ``numpy.ma.MaskedArray`` (masked:
+null), whose ``tolist()`` gives ``None`` for them; the bytes under a null are meaningless. A
+bytes column is an object array of ``bytes``, ``None`` where null (a null's value on the wire is
+empty). NaN is a number, never a null.
 """
 
 from __future__ import annotations
 
 import datetime
 import decimal
+import itertools
 import re
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -40,6 +46,8 @@ STRING = "str"
 #: dtype marker for exact decimal columns in a payload: a msgpack list of decimal strings or
 #: None (a catalog names the type whole, ``decimal(p,s)``).
 DECIMAL = "decimal"
+#: dtype marker for bytes columns (offsets and values in one buffer, as Arrow's binary).
+BYTES = "bytes"
 #: A decimal's digits at most (as in DuckDB, PostgreSQL's common use and Arrow's decimal128).
 MAX_PRECISION = 38
 _DECIMAL_TYPE = re.compile(r"decimal\((\d+),(\d+)\)")
@@ -56,8 +64,9 @@ VALID = "valid"
 
 
 class Column(msgspec.Struct, array_like=True, frozen=True):
-    """One named column: ``dtype`` is a little-endian numpy dtype string, ``"str"``, or
-    ``"valid"`` (the validity bitmap of the column of that name)."""
+    """One named column: ``dtype`` is a little-endian numpy dtype string, ``"str"``,
+    ``"decimal"``, ``"bytes"``, or ``"valid"`` (the validity bitmap of the column of that
+    name)."""
 
     name: str
     dtype: str
@@ -109,12 +118,17 @@ def encode_nullable(name: str, values: npt.ArrayLike) -> list[Column]:
     (``values`` a masked array with a masked row; a string column's nulls are ``None``)."""
     mask = np.ma.getmaskarray(values) if isinstance(values, np.ma.MaskedArray) else None
     if mask is None or not mask.any():
-        return [encode_column(name, np.asarray(values))]
+        array = np.asarray(values)
+        return (
+            encode_objects(name, array)
+            if array.dtype.kind in "OS"
+            else [encode_column(name, array)]
+        )
     data = np.ma.getdata(values)
     if data.dtype.kind in "OUS":
-        strings = np.array(data, dtype=object)
-        strings[mask] = None
-        return [encode_column(name, strings)]
+        objects = np.array(data, dtype=object)
+        objects[mask] = None
+        return encode_objects(name, objects)
     return [encode_column(name, data), Column(name, VALID, validity(~mask))]
 
 
@@ -139,11 +153,15 @@ def from_values(values: Sequence[Any] | npt.ArrayLike) -> npt.NDArray[np.generic
         return _masked(items, nulls, np.array(instants, dtype=TIMESTAMP))
     if present and all(type(value) is datetime.date for value in present):
         return _masked(items, nulls, np.array(present, dtype=DATE))
+    if present and all(isinstance(value, bytes | bytearray | memoryview) for value in present):
+        out = np.empty(len(items), dtype=object)  # not numpy's bytes: they drop trailing NULs
+        out[:] = [None if value is None else bytes(value) for value in items]
+        return out
     if present and all(isinstance(value, decimal.Decimal | str) for value in present):
         out = np.empty(len(items), dtype=object)
         out[:] = items
         return out
-    if any(isinstance(value, datetime.date | decimal.Decimal) for value in present):
+    if any(isinstance(value, datetime.date | decimal.Decimal | bytes) for value in present):
         out = np.empty(len(items), dtype=object)  # mixed: travels as text, for the
         out[:] = items  # publisher to refuse with the column named
         return out
@@ -192,11 +210,14 @@ def validity(valid: npt.NDArray[np.bool_]) -> bytes:
 
 def encode_column(name: str, array: npt.NDArray[np.generic]) -> Column:
     """One 1-D array as a :class:`Column` (numeric columns little-endian; an object array of
-    ``Decimal`` values as a decimal column)."""
+    ``Decimal`` values as a decimal column, of ``bytes`` as a bytes column, its nulls empty:
+    ``encode_objects`` adds their validity)."""
     if array.dtype.kind in "OUS":
         values = array.tolist()
         first = next((value for value in values if value is not None), None)
-        # A column of one type: its first value says whether it is a decimal column.
+        # A column of one type: its first value says whether it is a decimal or bytes column.
+        if isinstance(first, bytes):
+            return Column(name, BYTES, pack_bytes(values))
         kind = DECIMAL if isinstance(first, decimal.Decimal) else STRING
         return Column(name, kind, [None if v is None else str(v) for v in values])
     little = array.astype(array.dtype.newbyteorder("<"), copy=False)
@@ -204,6 +225,50 @@ def encode_column(name: str, array: npt.NDArray[np.generic]) -> Column:
     if dtype not in NUMERIC_DTYPES:
         raise ValueError(f"column {name!r} has dtype {array.dtype} which cannot travel")
     return Column(name, dtype, np.ascontiguousarray(little).tobytes())
+
+
+def encode_objects(name: str, array: npt.NDArray[np.generic]) -> list[Column]:
+    """An object array (strings, decimals or bytes; ``None`` where null) as its columns: one,
+    and for bytes with a null its validity after it."""
+    column = encode_column(name, array)
+    if column.dtype != BYTES:
+        return [column]
+    nulls = np.fromiter((value is None for value in array.tolist()), bool, len(array))
+    if not nulls.any():
+        return [column]
+    return [column, Column(name, VALID, validity(~nulls))]
+
+
+def pack_bytes(values: Sequence[bytes | None]) -> bytes:
+    """Bytes values (None: null, packed as empty) in the wire's layout: offsets, then data."""
+    data = b"".join(b"" if value is None else value for value in values)
+    if len(data) >= 1 << 32:
+        raise ValueError(f"{len(data)} bytes of values in one column: more than 4 GiB")
+    ends = np.fromiter(
+        (0 if value is None else len(value) for value in values), np.int64, len(values)
+    )
+    offsets = np.zeros(len(values) + 1, dtype="<u4")
+    offsets[1:] = np.cumsum(ends)
+    return offsets.tobytes() + data
+
+
+def _unpack_bytes(column: Column, length: int) -> npt.NDArray[np.generic]:
+    """A bytes column's values as an object array of ``bytes``.
+
+    Raises:
+        ProtocolError: the data is not bytes, or its offsets do not fit the layout.
+    """
+    data = column.data
+    head = 4 * (length + 1)
+    if not isinstance(data, bytes) or len(data) < head:
+        raise ProtocolError(f"column {column.name!r}: bytes of {length} rows need {head} bytes")
+    offsets = np.frombuffer(data, dtype="<u4", count=length + 1).astype(np.int64)
+    if offsets[0] != 0 or offsets[-1] != len(data) - head or np.any(np.diff(offsets) < 0):
+        raise ProtocolError(f"column {column.name!r}: bytes offsets do not fit the data")
+    starts = (offsets + head).tolist()
+    out = np.empty(length, dtype=object)
+    out[:] = [data[start:end] for start, end in itertools.pairwise(starts)]
+    return out
 
 
 def decode_columns(payload: Columns) -> dict[str, npt.NDArray[np.generic]]:
@@ -222,11 +287,14 @@ def decode_columns(payload: Columns) -> dict[str, npt.NDArray[np.generic]]:
         if column.dtype == VALID:
             if last is None or last.name != column.name or last.dtype in (STRING, DECIMAL, VALID):
                 raise ProtocolError(
-                    f"column {column.name!r}: a validity bitmap must follow the numeric column"
-                    " of its name"
+                    f"column {column.name!r}: a validity bitmap must follow the numeric or bytes"
+                    " column of its name"
                 )
             valid = _decode_validity(column, payload.length)
-            arrays[column.name] = np.ma.MaskedArray(arrays[column.name], mask=~valid)
+            if last.dtype == BYTES:  # held as objects: None where null
+                arrays[column.name][~valid] = None  # type: ignore[assignment]
+            else:
+                arrays[column.name] = np.ma.MaskedArray(arrays[column.name], mask=~valid)
         elif column.name in arrays:
             raise ProtocolError(f"columns: duplicate column {column.name!r}")
         else:
@@ -283,6 +351,8 @@ def _decode_column(column: Column, length: int) -> npt.NDArray[np.generic]:
         out = np.empty(length, dtype=object)
         out[:] = exact
         return out
+    if column.dtype == BYTES:
+        return _unpack_bytes(column, length)
     if column.dtype not in NUMERIC_DTYPES:
         raise ProtocolError(f"column {column.name!r}: unknown dtype {column.dtype!r}")
     if not isinstance(column.data, bytes):

@@ -155,12 +155,12 @@ MISTAKES = [
     (
         orders(schema='schema = { order_id = "long", amount = "money" }'),
         "datasets.orders.schema.amount: type 'money' is not one of long, int, double, float,"
-        " string, boolean, timestamp, date, decimal(p,s)",
+        " string, boolean, timestamp, date, bytes, decimal(p,s)",
     ),
     (
         orders(schema='schema = { order_id = "long", amount = "integer" }'),
         "datasets.orders.schema.amount: type 'integer' is not one of long, int, double, float,"
-        " string, boolean, timestamp, date, decimal(p,s) (did you mean 'int'?)",
+        " string, boolean, timestamp, date, bytes, decimal(p,s) (did you mean 'int'?)",
     ),
     (
         orders(schema='schema = { order_id = "long", amount = "decimal(40,2)" }'),

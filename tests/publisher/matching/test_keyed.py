@@ -132,6 +132,39 @@ def test_sql_primitives_match_like_their_own_match(spark) -> None:
     assert expected  # the cases do select rows
 
 
+def test_sql_primitives_over_bytes_match_by_null_only_in_spark_as_in_their_own_match(
+    spark,
+) -> None:
+    """A bytes column is not bounded by value (views.sql.match, rule 5): Spark's matching and
+    the primitive's own match (the mirror's, the relay's) both hold every non-NULL row for a
+    comparison, NULL rows only for IS NULL; the relay evaluates the comparison itself."""
+    rows = pa.table(
+        {
+            "id": list(range(4)),
+            "blob": pa.array([b"\x00\xff", None, b"ab", b""], type=pa.binary()),
+        }
+    )
+    views = [
+        "SELECT * FROM orders WHERE blob = '\\x00\\xFF'::BLOB",
+        "SELECT * FROM orders WHERE blob = 'ab'",
+        "SELECT * FROM orders WHERE blob IS NULL",
+        "SELECT * FROM orders WHERE blob > 'a' AND id < 3",
+    ]
+    matcher = SqlMatcher("orders", frozenset(rows.column_names), frozenset({"blob"}))
+    prims = [(i + 1, 1, matcher.check(sqlviews.parse(text))) for i, text in enumerate(views)]
+    pairs = run(spark, matcher, rows, prims)
+    expected = {
+        (relay, key)
+        for relay, _, prim in prims
+        for key, hit in zip(rows.column("id").to_pylist(), prim.match(rows).tolist(), strict=True)
+        if hit
+    }
+    assert {p for p in pairs if p[0] is not None} == expected
+    assert {key for relay, key in expected if relay == 2} == {0, 2, 3}  # every non-NULL row
+    assert {key for relay, key in expected if relay == 3} == {1}
+    assert {key for relay, key in expected if relay == 4} == {0, 2}
+
+
 @pytest.mark.parametrize(
     ("matcher", "view", "message"),
     [

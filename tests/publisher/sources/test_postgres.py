@@ -6,6 +6,7 @@ from __future__ import annotations
 import itertools
 import threading
 from collections.abc import Iterator
+from decimal import Decimal
 from typing import Any
 
 import psycopg
@@ -14,12 +15,17 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from pyspark.sql.types import (
+    BinaryType,
     BooleanType,
+    DateType,
+    DecimalType,
     DoubleType,
+    FloatType,
     LongType,
     StringType,
     StructField,
     StructType,
+    TimestampType,
 )
 
 from fanout.errors import ConfigError
@@ -39,6 +45,7 @@ SCHEMA = StructType(
         StructField("amount", DoubleType()),
         StructField("_version", LongType()),
         StructField("_deleted", BooleanType()),
+        StructField("_problem", StringType()),
     ]
 )
 _tables = itertools.count()
@@ -73,7 +80,7 @@ def execute(dsn: str, *statements: str) -> None:
 
 def reader(dsn: str, table: str, rows: int = 1000) -> PostgresStreamReader:
     install(dsn, table, "order_id", COLUMNS)
-    made = PostgresStreamReader(ReaderOptions(dsn, table, "unused", rows), SCHEMA)
+    made = PostgresStreamReader(ReaderOptions(dsn, table, "unused", rows, "order_id"), SCHEMA)
     _readers.append(made)
     return made
 
@@ -297,3 +304,86 @@ def test_reader_options_are_checked() -> None:
         ReaderOptions.from_options(
             {"url": "postgresql://x", "table": "t", "schema": "a int", "maxRowsPerBatch": "0"}
         )
+
+
+def test_a_change_whose_value_does_not_fit_is_marked_refused_whole(postgres_dsn: str) -> None:
+    """A numeric beyond the declared decimal(6,2), a double beyond a float's range and a
+    timestamptz of infinity each refuse their change, naming the table, key and column, with
+    only the key kept; a delete is never refused; the changes around them read as they are."""
+    columns = {"id": "long", "amount": "decimal(6,2)", "ratio": "float", "at": "timestamp"}
+    schema = StructType(
+        [
+            StructField("id", LongType()),
+            StructField("amount", DecimalType(6, 2)),
+            StructField("ratio", FloatType()),
+            StructField("at", TimestampType()),
+            StructField("_version", LongType()),
+            StructField("_deleted", BooleanType()),
+            StructField("_problem", StringType()),
+        ]
+    )
+    execute(
+        postgres_dsn,
+        "CREATE TABLE ledger_unit (id bigint PRIMARY KEY, amount numeric, ratio double precision,"
+        " at timestamptz)",
+    )
+    install(postgres_dsn, "ledger_unit", "id", columns)
+    stream = PostgresStreamReader(ReaderOptions(postgres_dsn, "ledger_unit", "", 100, "id"), schema)
+    _readers.append(stream)
+    start = stream.initialOffset()
+    execute(
+        postgres_dsn,
+        "INSERT INTO ledger_unit VALUES (1, 1.5, 0.5, '2024-03-01 10:00+00')",
+        "INSERT INTO ledger_unit VALUES (2, 12345.5, 0.5, NULL)",  # 7 digits in decimal(6,2)
+        "INSERT INTO ledger_unit VALUES (3, 1.234, 0.5, NULL)",  # 3 decimals
+        "INSERT INTO ledger_unit VALUES (4, 'NaN', 0.5, NULL)",
+        "INSERT INTO ledger_unit VALUES (5, 1, 1e300, NULL)",  # beyond a float's range
+        "INSERT INTO ledger_unit VALUES (6, 1, 'Infinity', 'infinity')",
+        "INSERT INTO ledger_unit VALUES (7, 9999.99, 'Infinity', NULL)",  # fits
+        "DELETE FROM ledger_unit WHERE id = 2",  # a delete of a row that does not fit
+    )
+    read = changes(stream.read(start)[0])
+    refused = {row["id"]: row["_problem"] for row in read if row["_problem"] is not None}
+    assert set(refused) == {2, 3, 4, 5, 6}
+    assert refused[2].startswith("table 'ledger_unit', key 2, change ")
+    assert refused[2].endswith(": column 'amount' is decimal(6,2), not Decimal('12345.5')")
+    assert "column 'amount' is decimal(6,2), not Decimal('1.234')" in refused[3]
+    assert "column 'ratio' is float, not 1e+300" in refused[5]
+    assert "column 'at' is timestamp, not 'infinity'" in refused[6]
+    assert all(
+        row["amount"] is None and row["ratio"] is None for row in read if row["_problem"]
+    )  # nothing but the key of a refused change
+    fine = [row for row in read if row["_problem"] is None]
+    assert [(row["id"], row["_deleted"]) for row in fine] == [(1, False), (7, False), (2, True)]
+    assert fine[0]["amount"] == Decimal("1.50") and fine[1]["amount"] == Decimal("9999.99")
+    assert fine[1]["ratio"] == float("inf")
+    assert fine[2]["amount"] is None  # the delete's value that does not fit: NULL
+
+
+def test_bytea_reads_as_bytes_in_both_of_postgres_spellings(postgres_dsn: str) -> None:
+    schema = StructType(
+        [
+            StructField("id", LongType()),
+            StructField("blob", BinaryType()),
+            StructField("day", DateType()),
+            StructField("_version", LongType()),
+            StructField("_deleted", BooleanType()),
+            StructField("_problem", StringType()),
+        ]
+    )
+    execute(postgres_dsn, "CREATE TABLE blobs_unit (id bigint PRIMARY KEY, blob bytea, day date)")
+    install(postgres_dsn, "blobs_unit", "id", {"id": "long", "blob": "bytes", "day": "date"})
+    stream = PostgresStreamReader(ReaderOptions(postgres_dsn, "blobs_unit", "", 100, "id"), schema)
+    _readers.append(stream)
+    start = stream.initialOffset()
+    with psycopg.connect(postgres_dsn, autocommit=True) as db:
+        db.execute("INSERT INTO blobs_unit VALUES (1, %s, '2024-03-01')", (b"\x00\\a\xff",))
+        db.execute("SET bytea_output = 'escape'")  # the writer's session spells the change
+        db.execute("INSERT INTO blobs_unit VALUES (2, %s, NULL)", (b"\x00\\a\xff\x7f",))
+        db.execute("INSERT INTO blobs_unit VALUES (3, '', 'infinity')")
+    read = changes(stream.read(start)[0])
+    assert [(row["id"], row["blob"], row["_problem"]) for row in read[:2]] == [
+        (1, b"\x00\\a\xff", None),
+        (2, b"\x00\\a\xff\x7f", None),
+    ]
+    assert read[2]["_problem"].endswith("column 'day' is date, not 'infinity'")

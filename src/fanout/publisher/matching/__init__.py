@@ -29,7 +29,8 @@ def matcher_for(dataset: Dataset) -> Matcher:
             string_keys = dataset.schema[dataset.key] == "string"
             return RegionMatcher(dataset.index_columns, dataset.cell_size, dataset.key, string_keys)
         case "sql":
-            return SqlMatcher(dataset.name, frozenset(dataset.schema))
+            blobs = frozenset(c.lower() for c, kind in dataset.schema.items() if kind == "bytes")
+            return SqlMatcher(dataset.name, frozenset(dataset.schema), blobs)
         case "topic":
             return TopicMatcher(dataset.index_columns[0])
         case "path" | "objects":

@@ -37,6 +37,8 @@ class SqlMatcher:
 
     table: str
     columns: frozenset[str]
+    #: Bytes columns: matched by NULL or not only (``views.sql.match``, rule 5), lower case.
+    unbounded: frozenset[str] = frozenset()
 
     def check(self, view: View) -> View:
         """Accept a primitive of this table, or a query reading it (its primitive for this table).
@@ -71,7 +73,7 @@ class SqlMatcher:
         pairs = sf.array(
             *(
                 sf.when(
-                    to_spark(box),
+                    to_spark(box, self.unbounded),
                     sf.struct(
                         sf.lit(relay).cast("int").alias("_relay"),
                         sf.lit(prim).cast("long").alias("_prim"),

@@ -19,7 +19,7 @@ Rules, in the order a row meets them:
    does not parse, whose values do not fit the declared types, or (CSV) that has the wrong number
    of fields is rejected whole, as is every line of a CSV file whose header differs, and any row
    without a key (or without a value of the ``order`` column). Each micro-batch's rejections
-   are an observed metric that :class:`Rejections` counts per dataset and logs with a sample
+   are an observed metric that ``sources.refusals`` counts per dataset and logs with a sample
    (``file:line: reason: text``). A file Spark cannot
    read at all (a truncated Parquet or gzip file, a Parquet file with other column types) is
    skipped (``ignoreCorruptFiles``) and named in the log by Spark. ``FAILFAST`` is never used:
@@ -41,17 +41,14 @@ Rules, in the order a row meets them:
 from __future__ import annotations
 
 import logging
-import threading
-import weakref
-from typing import Any
 
 import pyspark.sql.functions as sf
 from pyspark.sql import Column, DataFrame, SparkSession
-from pyspark.sql.streaming.listener import StreamingQueryListener
 from pyspark.sql.streaming.readwriter import DataStreamReader
 
 from fanout.errors import ConfigError
 from fanout.publisher.datasets import DELETED, VERSION, Dataset, FilesSource
+from fanout.publisher.sources.refusals import FILES_PREFIX, Refusals, drop_refused, refusals
 
 log = logging.getLogger(__name__)
 
@@ -59,7 +56,7 @@ CORRUPT = "_corrupt_record"
 #: Working columns, dropped before the stream leaves this module.
 FILE, MTIME, POSITION, LINE, PROBLEM = "_file", "_mtime", "_position", "_line", "_problem"
 #: Observed-metric names of this source start with this, then the dataset's name.
-METRIC_PREFIX = "fanout_files:"
+METRIC_PREFIX = FILES_PREFIX
 #: 2020-01-01T00:00:00Z in epoch milliseconds: the zero of the time part of ``_version``.
 EPOCH_MS = 1_577_836_800_000
 POSITION_BITS = 22
@@ -72,7 +69,7 @@ def files_stream(spark: SparkSession, dataset: Dataset) -> DataFrame:
     """The rows of the files dropped into the dataset's folder, with ``_version``/``_deleted``.
 
     Args:
-        spark: the session; a :class:`Rejections` listener is registered with it on first use.
+        spark: the session; a ``Refusals`` listener is registered with it on first use.
         dataset: a dataset whose source is a :class:`FilesSource`.
 
     Returns:
@@ -243,81 +240,26 @@ def deleted_column(source: FilesSource) -> Column:
 
 def reject_malformed(rows: DataFrame, dataset_name: str) -> DataFrame:
     """Drop the rows with a problem, counting them in an observed metric (rule 3)."""
-    bad = sf.col(PROBLEM).isNotNull()
     sample = sf.concat_ws(
         ": ",
         sf.concat_ws(":", sf.col(FILE), (sf.col(POSITION) + 1).cast("string")),
         sf.col(PROBLEM),
         sf.substring(sf.col(LINE), 1, SAMPLE_CHARS),
     )
-    observed = rows.observe(
-        METRIC_PREFIX + dataset_name,
-        sf.count_if(bad).alias("rejected"),
-        sf.min_by(sample, sf.when(bad, sf.col(POSITION))).alias("sample"),  # the first bad line
+    return drop_refused(
+        rows, METRIC_PREFIX + dataset_name, sf.col(PROBLEM), sample, sf.col(POSITION)
     )
-    return observed.where(~bad)
 
 
-class Rejections(StreamingQueryListener):
-    """Counts and logs the rows the files source rejected, from each micro-batch's metrics.
-
-    Attributes:
-        counts: dataset -> rows rejected since this listener was registered.
-        samples: dataset -> the last sample reported (``file:line: reason: text``).
-    """
-
-    def __init__(self) -> None:
-        self.counts: dict[str, int] = {}
-        self.samples: dict[str, str] = {}
-        self._lock = threading.Lock()
-
-    def onQueryStarted(self, event: Any) -> None:
-        """Nothing to count yet."""
-
-    def onQueryProgress(self, event: Any) -> None:
-        """Add this micro-batch's rejections and log them."""
-        progress = event.progress
-        for name, row in progress.observedMetrics.items():
-            if name.startswith(METRIC_PREFIX) and row["rejected"]:
-                dataset = name.removeprefix(METRIC_PREFIX)
-                self.add(dataset, progress.batchId, row["rejected"], row["sample"])
-
-    def onQueryTerminated(self, event: Any) -> None:
-        """Counts stay: they describe the files, not the query."""
-
-    def add(self, dataset: str, batch_id: int, rejected: int, sample: str | None) -> None:
-        """Record ``rejected`` rows of ``dataset`` in micro-batch ``batch_id``, and log them."""
-        with self._lock:
-            self.counts[dataset] = self.counts.get(dataset, 0) + rejected
-            if sample is not None:
-                self.samples[dataset] = sample
-        log.warning(
-            "dataset %s, batch %d: rejected %d file row(s), e.g. %s",
-            dataset,
-            batch_id,
-            rejected,
-            sample,
-        )
-
-
-_LISTENERS: weakref.WeakKeyDictionary[SparkSession, Rejections] = weakref.WeakKeyDictionary()
-_LISTENERS_LOCK = threading.Lock()
-
-
-def rejections(spark: SparkSession) -> Rejections:
-    """The session's :class:`Rejections` listener, registered with it on first use.
+def rejections(spark: SparkSession) -> Refusals:
+    """The session's :class:`Refusals` listener, registered with it on first use.
 
     Also lets Spark's file scan log the files it skips (rule 3) even when the session's log
     level is ``ERROR``, as the publisher sets it.
     """
-    with _LISTENERS_LOCK:
-        listener = _LISTENERS.get(spark)
-        if listener is None:
-            listener = Rejections()
-            spark.streams.addListener(listener)
-            _LISTENERS[spark] = listener
-            _log_skipped_files(spark)
-        return listener
+    listener = refusals(spark)
+    _log_skipped_files(spark)
+    return listener
 
 
 def _log_skipped_files(spark: SparkSession) -> None:

@@ -27,6 +27,13 @@ Rules:
    for up to ``RECONNECT_FOR`` seconds before the read fails (and with it the publisher's
    stream, which a restart continues from its checkpoint: no change is trimmed before Spark
    committed it).
+7. **Values that do not fit are refused, not fatal.** A change whose value does not fit its
+   column (``sources.fitting``: a ``numeric`` with more digits or decimals than the declared
+   ``decimal(p,s)``, a number beyond a ``float``'s range, a ``timestamptz`` of ``infinity`` or
+   past the year 9999, ...) is refused whole: the reader marks it with its problem (the
+   table, the key, the change and the column), and the stream drops it before the state,
+   counted per dataset and logged (``sources.refusals``), so none of it is applied and the
+   changes after it flow on. A delete is never refused: only its key matters.
 
 One stream per captured table: two publishers reading one table would trim each other's changes.
 """
@@ -37,6 +44,7 @@ import datetime
 import decimal
 import json
 import logging
+import math
 import time
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
@@ -44,6 +52,7 @@ from typing import Any, TypeVar
 
 import psycopg
 import pyarrow as pa
+import pyspark.sql.functions as sf
 from psycopg import sql
 from psycopg.types.json import set_json_loads
 from pyspark.sql import DataFrame, SparkSession
@@ -52,13 +61,26 @@ from pyspark.sql.pandas.types import to_arrow_schema
 from pyspark.sql.types import StructType
 
 from fanout.errors import FanoutError
-from fanout.publisher.datasets import DELETED, VERSION, Dataset, PostgresSource, decimal_of
+from fanout.publisher.datasets import (
+    DELETED,
+    VERSION,
+    ColumnType,
+    Dataset,
+    PostgresSource,
+    decimal_of,
+)
+from fanout.publisher.sources.fitting import Unfit, stored, unfit
 from fanout.publisher.sources.options import lowered, max_rows
+from fanout.publisher.sources.refusals import POSTGRES_PREFIX, drop_refused, refusals
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
 
 SOURCE_NAME = "fanout_postgres"
+#: The reader's column naming why a change is refused (rule 7; null: it is not).
+PROBLEM = "_problem"
+#: Characters of a refused change's problem logged at most.
+SAMPLE_CHARS = 300
 #: Seconds a reader keeps connecting again to a database that went away (rule 6).
 RECONNECT_FOR = 30.0
 #: Changes per micro-batch at most (admission control).
@@ -111,17 +133,19 @@ class ReaderOptions:
     table: str
     schema: str
     max_rows_per_batch: int = DEFAULT_MAX_ROWS_PER_BATCH
+    #: The dataset's key column, named with a refused change (rule 7); None: the change's id.
+    key: str | None = None
 
     @classmethod
     def from_options(cls, options: Mapping[str, str]) -> ReaderOptions:
-        """Parse Spark's options (``url``, ``table``, ``schema``, ``maxRowsPerBatch``).
+        """Parse Spark's options (``url``, ``table``, ``schema``, ``maxRowsPerBatch``, ``key``).
 
         Raises:
             ConfigError: an option is missing or malformed.
         """
         found = lowered(options, SOURCE_NAME, ("url", "table", "schema"))
         rows = max_rows(found, SOURCE_NAME, DEFAULT_MAX_ROWS_PER_BATCH)
-        return cls(found["url"], found["table"], found["schema"], rows)
+        return cls(found["url"], found["table"], found["schema"], rows, found.get("key"))
 
 
 #: fanout column type -> the PostgreSQL types (``information_schema`` spelling) that read as it.
@@ -134,6 +158,7 @@ READS_AS: dict[str, frozenset[str]] = {
     "boolean": frozenset({"boolean"}),
     "timestamp": frozenset({"timestamp with time zone"}),
     "date": frozenset({"date"}),
+    "bytes": frozenset({"bytea"}),
 }
 
 
@@ -335,37 +360,146 @@ class PostgresStreamReader(SimpleDataSourceStreamReader):
         # A list iterator, not a generator: Spark's prefetch cache copies the iterator.
         if not rows:
             return iter([])
-        columns: dict[str, list[Any]] = {}
-        for field in self.arrow_schema:
-            if field.name == VERSION:
-                columns[field.name] = [change_id for change_id, _, _ in rows]
-            elif field.name == DELETED:
-                columns[field.name] = [op == "D" for _, op, _ in rows]
-            else:
-                values = [row.get(field.name) for _, _, row in rows]
-                columns[field.name] = _from_json(values, field.type)
+        declared = [
+            (f.name, column_kind(f.type), f.type)
+            for f in self.arrow_schema
+            if f.name not in (VERSION, DELETED, PROBLEM)
+        ]
+        columns: dict[str, list[Any]] = {f.name: [] for f in self.arrow_schema}
+        for change_id, op, data in rows:
+            values, problem = self._fitted(change_id, op == "D", data, declared)
+            for name, value in values.items():
+                columns[name].append(value)
+            columns[VERSION].append(change_id)
+            columns[DELETED].append(op == "D")
+            columns[PROBLEM].append(problem)
         table = pa.table(
             {f.name: pa.array(columns[f.name], type=f.type) for f in self.arrow_schema},
             schema=self.arrow_schema,
         )
         return iter(table.to_batches())
 
+    def _fitted(
+        self,
+        change_id: int,
+        deleted: bool,
+        data: dict[str, Any],
+        declared: list[tuple[str, ColumnType, pa.DataType]],
+    ) -> tuple[dict[str, Any], str | None]:
+        """One change's values as Arrow takes them, and its problem if it is refused (rule 7).
+
+        A delete is never refused: only its key matters, so a value that does not fit is
+        NULL in it. A refused upsert keeps only its key (the row is dropped before the state).
+        """
+        values: dict[str, Any] = {}
+        for name, column, arrow in declared:
+            try:
+                values[name] = _from_json(name, data.get(name), column, arrow)
+            except Unfit as exc:
+                if deleted:
+                    values[name] = None
+                    continue
+                key = self.options.key
+                where = f"table {self.options.table!r}"
+                if key is not None:
+                    where += f", key {data.get(key)!r}"
+                problem = f"{where}, change {change_id}: {exc}"
+                kept = {name: data.get(name) if name == key else None for name, _, _ in declared}
+                return kept, problem
+        return values, None
+
 
 def _exact_json(text: str | bytes) -> Any:
     return json.loads(text, parse_float=decimal.Decimal)
 
 
-def _from_json(values: list[Any], kind: pa.DataType) -> list[Any]:
-    """A column's values as ``to_jsonb`` spelled them, as Python values of its Arrow type."""
+def _from_json(name: str, value: Any, column: ColumnType, kind: pa.DataType) -> Any:
+    """A value as ``to_jsonb`` spelled it, as a Python value of column ``name``'s Arrow type
+    ``kind`` (of column type ``column``).
+
+    Raises:
+        Unfit: it does not fit the column's type (``sources.fitting``).
+    """
+    if value is None:
+        return None
     if pa.types.is_floating(kind):  # numbers come as Decimal; NaN and infinities as text
-        return [None if v is None else float(v) for v in values]
-    if pa.types.is_timestamp(kind):  # ISO 8601 with the session's offset: an instant
-        return [None if v is None else datetime.datetime.fromisoformat(v) for v in values]
-    if pa.types.is_date(kind):
-        return [None if v is None else datetime.date.fromisoformat(v) for v in values]
+        number = float(value)
+        if isinstance(value, decimal.Decimal) and value.is_finite() and not math.isfinite(number):
+            raise unfit(name, column, value)  # beyond the range of a double
+        value = number
+    elif column in _TEXT:  # timestamps, dates and bytes are spelled as text
+        value = _parsed(name, column, value, _TEXT[column])
+    kept = stored(name, column, value)
+    return decimal.Decimal(kept) if pa.types.is_decimal(kind) else kept  # exact text
+
+
+def _parsed(name: str, column: str, value: Any, parse: Callable[[str], Any]) -> Any:
+    """``parse(value)``; text PostgreSQL holds but Python cannot (``infinity``, a year past
+    9999 or before 1, ...) does not fit."""
+    try:
+        return parse(value)
+    except (TypeError, ValueError):
+        raise unfit(name, column, value) from None
+
+
+def bytea(text: str) -> bytes:
+    """A ``bytea`` value as PostgreSQL spells it in text (and ``to_jsonb``): hex (``\\x0a1b``),
+    or the escape format (``bytea_output = escape``: ``\\ooo`` octal, ``\\\\``, the rest as is).
+
+    Raises:
+        ValueError: it is neither.
+    """
+    if text.startswith("\\x"):
+        return bytes.fromhex(text[2:])
+    out = bytearray()
+    at = 0
+    while at < len(text):
+        if text[at] != "\\":
+            out += text[at].encode("latin-1")
+            at += 1
+        elif text[at + 1 : at + 2] == "\\":
+            out.append(0x5C)
+            at += 2
+        else:
+            out.append(int(text[at + 1 : at + 4], 8))
+            at += 4
+    return bytes(out)
+
+
+_TEXT: dict[ColumnType, Callable[[str], Any]] = {
+    # ISO 8601 with the session's offset: an instant
+    "timestamp": datetime.datetime.fromisoformat,
+    "date": datetime.date.fromisoformat,
+    "bytes": bytea,
+}
+
+
+def column_kind(kind: pa.DataType) -> ColumnType:
+    """The fanout column type of a column read as Arrow type ``kind``."""
     if pa.types.is_decimal(kind):
-        return [None if v is None else decimal.Decimal(v) for v in values]
-    return values
+        return f"decimal({kind.precision},{kind.scale})"
+    if pa.types.is_timestamp(kind):
+        return "timestamp"
+    for name, arrow in _KINDS.items():
+        if kind == arrow:
+            return name
+    if pa.types.is_large_string(kind):
+        return "string"
+    if pa.types.is_large_binary(kind):
+        return "bytes"
+    raise ValueError(f"no column type reads as {kind}")
+
+
+_KINDS: dict[ColumnType, pa.DataType] = {
+    "long": pa.int64(),
+    "int": pa.int32(),
+    "double": pa.float64(),
+    "float": pa.float32(),
+    "string": pa.string(),
+    "boolean": pa.bool_(),
+    "date": pa.date32(),
+    "bytes": pa.binary(),
+}
 
 
 class PostgresDataSource(DataSource):
@@ -377,7 +511,7 @@ class PostgresDataSource(DataSource):
 
     def schema(self) -> str:
         declared = ReaderOptions.from_options(self.options).schema
-        return f"{declared}, `{VERSION}` bigint, `{DELETED}` boolean"
+        return f"{declared}, `{VERSION}` bigint, `{DELETED}` boolean, `{PROBLEM}` string"
 
     def simpleStreamReader(self, schema: StructType) -> SimpleDataSourceStreamReader:
         return PostgresStreamReader(ReaderOptions.from_options(self.options), schema)
@@ -402,5 +536,15 @@ def postgres_stream(
         "table": table,
         "schema": dataset.spark_schema(),
         "maxRowsPerBatch": str(max_rows_per_batch),
+        "key": dataset.key,
     }
-    return spark.readStream.format(SOURCE_NAME).options(**options).load()
+    refusals(spark)
+    changes = spark.readStream.format(SOURCE_NAME).options(**options).load()
+    refused = drop_refused(
+        changes,
+        POSTGRES_PREFIX + dataset.name,
+        sf.col(PROBLEM),
+        sf.substring(sf.col(PROBLEM), 1, SAMPLE_CHARS),
+        sf.col(VERSION),
+    )
+    return refused.drop(PROBLEM)

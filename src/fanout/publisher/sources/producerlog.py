@@ -28,13 +28,10 @@ Rules:
 from __future__ import annotations
 
 import contextlib
-import datetime
-import decimal
-import math
 import sqlite3
 import threading
 import uuid
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Self
@@ -45,6 +42,7 @@ import pyarrow as pa
 
 from fanout.errors import BadRequest, ConfigError, FanoutError, InvalidView
 from fanout.publisher.datasets import DELETED, VERSION, ColumnType, Dataset, decimal_of
+from fanout.publisher.sources.fitting import Unfit, stored
 from fanout.views.topic.syntax import topic_levels
 
 #: The log's file name in the publisher's state directory.
@@ -63,6 +61,7 @@ ARROW_TYPES: dict[str, pa.DataType] = {
     "boolean": pa.bool_(),
     "timestamp": pa.timestamp("us", tz="UTC"),
     "date": pa.date32(),
+    "bytes": pa.binary(),
 }
 
 
@@ -71,8 +70,6 @@ def arrow_type(kind: ColumnType) -> pa.DataType:
     found = decimal_of(kind)
     return pa.decimal128(*found) if found else ARROW_TYPES[kind]
 
-
-FLOAT32_MAX = 3.4028234663852886e38
 
 #: ``head``: the last offset given; ``floor``: events up to it are trimmed. One row per event,
 #: its ``body`` a msgpack array of its values in schema order (a delete: the key, then nulls).
@@ -204,102 +201,14 @@ def _checked(where: str, column: str, kind: ColumnType, value: Any) -> Any:
     """``value`` as column ``column`` of type ``kind`` stores it (None stays None).
 
     Raises:
-        BadRequest: the value is not of that type or out of its range.
+        BadRequest: the value is not of that type or out of its range (``sources.fitting``).
     """
     if isinstance(value, np.generic):
         value = value.item()  # numpy scalars from columnar frames, as their Python value
-    if value is None:
-        return None
-    found = decimal_of(kind)
-    check = _CHECKS[kind] if found is None else _decimal(*found)
-    stored = check(value)
-    if stored is _BAD:
-        shown = repr(value) if len(repr(value)) <= 40 else repr(value)[:40] + "..."
-        why = (
-            " (a timestamp needs a time zone)"
-            if kind == "timestamp" and isinstance(value, datetime.datetime)
-            else ""
-        )
-        raise BadRequest(f"{where}: column {column!r} is {kind}, not {shown}{why}")
-    return stored
-
-
-_BAD = object()
-
-
-def _integer(bits: int) -> Callable[[Any], Any]:
-    low, high = -(1 << (bits - 1)), (1 << (bits - 1)) - 1
-
-    def check(value: Any) -> Any:
-        ok = isinstance(value, int) and not isinstance(value, bool) and low <= value <= high
-        return value if ok else _BAD
-
-    return check
-
-
-def _real(limit: float) -> Callable[[Any], Any]:
-    def check(value: Any) -> Any:
-        if isinstance(value, bool) or not isinstance(value, int | float):
-            return _BAD
-        number = float(value)
-        # Beyond float32's range a value would turn into infinity; infinities given are kept.
-        return _BAD if math.isfinite(number) and abs(number) > limit else number
-
-    return check
-
-
-_CHECKS: dict[str, Callable[[Any], Any]] = {
-    "long": _integer(64),
-    "int": _integer(32),
-    "double": _real(math.inf),
-    "float": _real(FLOAT32_MAX),
-    "string": lambda value: value if isinstance(value, str) else _BAD,
-    "boolean": lambda value: value if isinstance(value, bool) else _BAD,
-    "timestamp": lambda value: _micros(value) if _aware(value) else _BAD,
-    "date": lambda value: _days(value) if type(value) is datetime.date else _BAD,
-}
-_EPOCH = datetime.datetime(1970, 1, 1, tzinfo=datetime.UTC)
-
-
-def _aware(value: Any) -> bool:
-    """A ``datetime`` with a time zone: a naive one names no instant, so it is refused."""
-    return isinstance(value, datetime.datetime) and value.utcoffset() is not None
-
-
-def _micros(value: datetime.datetime) -> int:
-    """Microseconds since the epoch (UTC): how a timestamp is stored."""
-    return (value - _EPOCH) // datetime.timedelta(microseconds=1)
-
-
-def _days(value: datetime.date) -> int:
-    """Days since the epoch: how a date is stored."""
-    return (value - _EPOCH.date()).days
-
-
-def _decimal(precision: int, scale: int) -> Callable[[Any], Any]:
-    """A decimal(p,s) check: a ``Decimal``, an integer or decimal text whose digits fit
-    exactly (never rounded: a value with more digits than the column keeps is refused);
-    stored as text with ``scale`` decimals."""
-
-    def check(value: Any) -> Any:
-        if isinstance(value, bool) or not isinstance(value, int | str | decimal.Decimal):
-            return _BAD
-        try:
-            number = decimal.Decimal(value)
-        except decimal.InvalidOperation:
-            return _BAD
-        if not number.is_finite():
-            return _BAD
-        exponent = number.as_tuple().exponent
-        assert isinstance(exponent, int)
-        if -exponent > scale and number != number.quantize(decimal.Decimal(1).scaleb(-scale)):
-            return _BAD  # more decimals than the scale keeps
-        exact = number.quantize(decimal.Decimal(1).scaleb(-scale))
-        if len(exact.as_tuple().digits) > precision and exact != 0:
-            return _BAD  # more digits than the precision
-        return str(exact)
-
-    return check
+    try:
+        return stored(column, kind, value)
+    except Unfit as exc:
+        raise BadRequest(f"{where}: {exc}") from None
 
 
 class IngestLog:

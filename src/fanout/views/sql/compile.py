@@ -18,7 +18,7 @@ from __future__ import annotations
 import datetime as dt
 import functools
 import operator
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import sqlglot
@@ -156,11 +156,13 @@ def _combine(parts: list[T], join: Callable[[list[T]], T], empty: T) -> T:
 # Spark
 
 
-def to_spark(prim: SqlBox) -> Column:
+def to_spark(prim: SqlBox, unbounded: Collection[str] = ()) -> Column:
     """Return a primitive as a PySpark Column: the publisher's filter for it.
 
     Args:
         prim: a SQL primitive.
+        unbounded: columns (lower case) not compared with bounds: bytes columns, whose value
+            sets hold every non-NULL value (``views.sql.match``, rule 5).
 
     Returns:
         A boolean Column over the primitive's table (``lit(False)`` when it is empty).
@@ -168,17 +170,23 @@ def to_spark(prim: SqlBox) -> Column:
     # Imported here so that importing the views (relays, clients) does not need Spark.
     import pyspark.sql.functions as sf  # noqa: PLC0415
 
-    return _spark_any([_spark_box(box, sf) for box in prim.boxes], sf)
+    return _spark_any([_spark_box(box, sf, unbounded) for box in prim.boxes], sf)
 
 
-def _spark_box(box: Box, sf: Any) -> Column:
+def _spark_box(box: Box, sf: Any, unbounded: Collection[str]) -> Column:
     """Return one box as a Spark Column (AND of its columns' conditions)."""
-    return _spark_all([_spark_range(column, values, sf) for column, values in box.ranges], sf)
+    return _spark_all(
+        [_spark_range(column, values, sf, column in unbounded) for column, values in box.ranges],
+        sf,
+    )
 
 
-def _spark_range(column: str, values: ValueSet, sf: Any) -> Column:
+def _spark_range(column: str, values: ValueSet, sf: Any, unbounded: bool = False) -> Column:
     """Return one column's value set as a Spark Column."""
     reference = sf.col("`" + column.replace("`", "``") + "`")
+    if unbounded:
+        parts = [reference.isNotNull()] if values.intervals else []
+        return _spark_any([*parts, *([reference.isNull()] if values.null else [])], sf)
     literal = functools.partial(_spark_literal, values.domain, sf=sf)
     point_values, ranges = _split(values.intervals)
     parts = []

@@ -15,6 +15,10 @@ Rules (they mirror DuckDB's, so a primitive's mask equals DuckDB's answer to its
 4. Batches are ``pyarrow`` tables or record batches, or mappings of column name -> numpy array.
    In numpy input, NULL is a masked entry (``numpy.ma``), ``None`` in an object array, or NaT;
    a float NaN is NaN, not NULL. Column names match case-insensitively.
+5. A bytes (BLOB) column is not bounded by value: a value set of intervals holds every row whose
+   value is not NULL, whatever the bounds (a superset of DuckDB's answer: a primitive then holds
+   more rows than its predicate selects, and the relay evaluates the predicate on them itself).
+   ``views.sql.to_spark`` does the same for the columns it is told are bytes.
 """
 
 from __future__ import annotations
@@ -109,7 +113,7 @@ def member(array: pa.Array | pa.ChunkedArray, values: ValueSet, column: str) -> 
         array = array.cast(array.type.value_type)
     nulls = _mask(pc.is_null(array))
     inside: Mask
-    if values.domain == "any" or pa.types.is_null(array.type):
+    if values.domain == "any" or pa.types.is_null(array.type) or _unbounded(array.type):
         inside = ~nulls if values.intervals else np.zeros(len(array), dtype=bool)
     else:
         comparable, to_bound = _comparable(array, values, column)
@@ -120,6 +124,15 @@ def member(array: pa.Array | pa.ChunkedArray, values: ValueSet, column: str) -> 
             inside = (inside & ~nan) | (nan & top)
     result: Mask = inside | nulls if values.null else inside & ~nulls
     return result
+
+
+def _unbounded(kind: pa.DataType) -> bool:
+    """Whether a column's values are not compared with a value set's bounds (rule 5)."""
+    return bool(
+        pa.types.is_binary(kind)
+        or pa.types.is_large_binary(kind)
+        or pa.types.is_fixed_size_binary(kind)
+    )
 
 
 def _mask(flags: pa.Array | pa.ChunkedArray) -> Mask:
