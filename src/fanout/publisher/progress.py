@@ -29,6 +29,10 @@ class ProgressLog(StreamingQueryListener):
     def __init__(self, dataset: str, query_name: str) -> None:
         self.dataset = dataset
         self.query_name = query_name
+        #: Seconds of each of Spark's phases (``durationMs``' names) summed over every
+        #: micro-batch reported, with ``state`` the state operators' update and commit time
+        #: (summed over their tasks), for ``GET /metrics``.
+        self.phase_seconds: dict[str, float] = {}
 
     def onQueryStarted(self, event: QueryStartedEvent) -> None:  # noqa: N802 (Spark's name)
         """Nothing to log."""
@@ -36,7 +40,14 @@ class ProgressLog(StreamingQueryListener):
     def onQueryProgress(self, event: QueryProgressEvent) -> None:  # noqa: N802
         """Log the micro-batch's durations, rows and state store figures."""
         progress = event.progress
-        if progress.name != self.query_name or not log.isEnabledFor(logging.INFO):
+        if progress.name != self.query_name:
+            return
+        totals = self.phase_seconds
+        for phase, ms in progress.durationMs.items():
+            totals[phase] = totals.get(phase, 0.0) + ms / 1e3
+        state_ms = sum(op.allUpdatesTimeMs + op.commitTimeMs for op in progress.stateOperators)
+        totals["state"] = totals.get("state", 0.0) + state_ms / 1e3
+        if not log.isEnabledFor(logging.INFO):
             return
         state = [
             {
@@ -75,3 +86,9 @@ class StageClock:
 
     def __str__(self) -> str:
         return " ".join(f"{name} {ms:.0f} ms" for name, ms in self.stages.items())
+
+
+def add_stages(totals: dict[str, float], stages: dict[str, float]) -> None:
+    """Add one micro-batch's stage milliseconds to running totals in seconds."""
+    for stage, ms in stages.items():
+        totals[stage] = totals.get(stage, 0.0) + ms / 1e3

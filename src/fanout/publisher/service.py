@@ -91,6 +91,28 @@ class DatasetService:
                 )
                 for stage, ms in pipeline.last_stages.items()
             ]
+            out += [
+                Sample(
+                    "publisher_stage_seconds",
+                    "counter",
+                    "Seconds each stage of the pipeline took, summed over its micro-batches.",
+                    seconds,
+                    {"dataset": name, "stage": stage},
+                )
+                for stage, seconds in list(pipeline.stage_seconds.items())
+            ]
+            phases = pipeline.progress.phase_seconds if pipeline.progress else {}
+            out += [
+                Sample(
+                    "publisher_spark_phase_seconds",
+                    "counter",
+                    "Seconds each of Spark's phases of a micro-batch took (its durationMs;"
+                    " state: the state operators' update and commit time), summed.",
+                    seconds,
+                    {"dataset": name, "phase": phase},
+                )
+                for phase, seconds in list(phases.items())
+            ]
         return out + self._bus_samples()
 
     def _bus_samples(self) -> list[Sample]:
