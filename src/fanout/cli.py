@@ -115,7 +115,7 @@ def _command(commands: Any, name: str, **kwargs: Any) -> argparse.ArgumentParser
 
 
 def _add_simulation(
-    parser: argparse.ArgumentParser, agents: int = 10_000, max_ticks_per_batch: int = 50
+    parser: argparse.ArgumentParser, agents: int = 10_000, max_ticks_per_batch: int = 600
 ) -> None:
     group = parser.add_argument_group("simulation (the built-in 'agents' dataset)")
     group.add_argument(

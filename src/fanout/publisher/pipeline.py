@@ -49,7 +49,7 @@ from fanout.publisher.progress import ProgressLog, StageClock, add_stages
 from fanout.publisher.reads import StateStore, read_view
 from fanout.publisher.registry import Registry
 from fanout.publisher.sources.producerlog import IngestEvent, IngestLog
-from fanout.publisher.state import latest_per_key, live_rows, read_state
+from fanout.publisher.state import latest_per_key, live_rows, read_state, use_state_store
 from fanout.views import View
 from fanout.wire.columns import to_python
 
@@ -162,6 +162,7 @@ class Pipeline:
         )
         if trigger_seconds > 0:
             writer = writer.trigger(processingTime=f"{trigger_seconds} seconds")
+        use_state_store(self.spark, self.dataset.state_store)
         self.query = writer.start()
         return self.query
 
