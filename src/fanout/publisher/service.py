@@ -101,6 +101,18 @@ class DatasetService:
                 )
                 for stage, seconds in list(pipeline.stage_seconds.items())
             ]
+            fastest = pipeline.progress.fastest_ms if pipeline.progress else None
+            if fastest is not None:
+                out.append(
+                    Sample(
+                        "publisher_micro_batch_fastest_seconds",
+                        "gauge",
+                        "The shortest micro-batch with rows after the first (Spark's"
+                        " triggerExecution): the pipeline's own floor under a tick's latency.",
+                        fastest / 1e3,
+                        labels,
+                    )
+                )
             phases = pipeline.progress.phase_seconds if pipeline.progress else {}
             out += [
                 Sample(
