@@ -22,6 +22,7 @@ from typing import Any
 from websockets.exceptions import WebSocketException
 
 from fanout import cli_security
+from fanout.demoload import demo_period
 from fanout.errors import ConfigError, FanoutError, InvalidView
 
 DEFAULT_PUBLISHER = "ws://127.0.0.1:7700"
@@ -115,7 +116,7 @@ def _command(commands: Any, name: str, **kwargs: Any) -> argparse.ArgumentParser
 
 
 def _add_simulation(
-    parser: argparse.ArgumentParser, agents: int = 10_000, max_ticks_per_batch: int = 50
+    parser: argparse.ArgumentParser, agents: int = 10_000, max_ticks_per_batch: int = 600
 ) -> None:
     group = parser.add_argument_group("simulation (the built-in 'agents' dataset)")
     group.add_argument(
@@ -210,7 +211,8 @@ def _demo_parser(commands: Any) -> None:
     # The demo's micro-batches hold each agent's last move, so one spanning many ticks is no
     # bigger: after Spark's slow first micro-batch the demo catches up with the clock at once.
     _add_simulation(parser, max_ticks_per_batch=600)
-    parser.set_defaults(run=_run_demo)
+    # A load this machine keeps near Spark's floor (fanout.demoload); --period overrides it.
+    parser.set_defaults(run=_run_demo, period=demo_period(10_000, 10.0))
 
 
 def _run_demo(args: argparse.Namespace) -> int:

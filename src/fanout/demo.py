@@ -169,7 +169,7 @@ async def _run(config: DemoConfig, console: Console, publisher: str, relay: str)
                 await _settle(watchers)
             display.cancel()
             status = await _check(console, publisher, watchers) if config.duration else 0
-            _summary(console, watchers, time.monotonic() - started)
+            _summary(console, watchers, time.monotonic() - started, await _floor_ms(publisher))
             await _egress(console, publisher, relay)
             for listener in listeners:
                 listener.cancel()
@@ -362,7 +362,20 @@ def _http(url: str) -> str:
     return url.replace("ws://", "http://", 1)
 
 
-def _summary(console: Console, watchers: list[Watcher], elapsed: float) -> None:
+async def _floor_ms(publisher: str) -> float | None:
+    """The publisher's shortest micro-batch (``GET /metrics``), or None if it has none yet or
+    its metrics cannot be read."""
+    try:
+        values = await asyncio.to_thread(scrape, publisher)
+    except OSError:
+        return None
+    seconds = values.get('fanout_publisher_micro_batch_fastest_seconds{dataset="agents"}')
+    return None if seconds is None else seconds * 1e3
+
+
+def _summary(
+    console: Console, watchers: list[Watcher], elapsed: float, floor_ms: float | None
+) -> None:
     lags = np.array([lag for w in watchers for lag in w.lags]) * 1e3
     updates = sum(w.view.updates for w in watchers if w.view is not None)
     line = (
@@ -370,5 +383,12 @@ def _summary(console: Console, watchers: list[Watcher], elapsed: float) -> None:
         f" ({updates / elapsed:.1f}/s)"
     )
     if len(lags):
-        line += f"; lag p50 {np.percentile(lags, 50):.0f} ms, p99 {np.percentile(lags, 99):.0f} ms"
+        p50 = float(np.percentile(lags, 50))
+        line += f"; lag p50 {p50:.0f} ms, p99 {np.percentile(lags, 99):.0f} ms"
+        # A tick waits for the micro-batch running when it happens, then for its own: about
+        # 1.5 micro-batches is as fresh as the pipeline can be (docs/concepts.md).
+        if floor_ms:
+            line += f"; floor (fastest micro-batch) {floor_ms:.0f} ms: p50 {p50 / floor_ms:.1f}x"
+        else:
+            line += "; floor unknown (no micro-batch measured)"
     console.print(line)

@@ -9,7 +9,14 @@ import pytest
 from fanout.publisher import streams
 from fanout.publisher.datasets import agents
 from fanout.publisher.sources.simulation import SimulationParams
-from fanout.publisher.state import current_state, latest_per_key, live_rows, read_state
+from fanout.publisher.state import (
+    STATE_STORES,
+    current_state,
+    latest_per_key,
+    live_rows,
+    read_state,
+    use_state_store,
+)
 
 pytestmark = pytest.mark.spark
 
@@ -45,8 +52,10 @@ def test_a_delete_wins_over_older_rows_and_loses_to_newer_ones(spark) -> None:
     assert [(r.id, r.x) for r in latest] == [(2, 7.0)]
 
 
-def test_state_is_read_back_after_each_committed_batch(spark, tmp_path) -> None:
-    """A real streaming query with the simulation source, state read at two batch ids."""
+@pytest.mark.parametrize("store", ["hdfs", "rocksdb"])
+def test_state_is_read_back_after_each_committed_batch(spark, tmp_path, store) -> None:
+    """A real streaming query with the simulation source, state read at two batch ids, in
+    either state store a dataset may choose."""
     params = SimulationParams(agents=50, max_ticks=3, max_ticks_per_batch=1)
     dataset = agents(params)
     checkpoint = str(tmp_path / "checkpoint")
@@ -59,17 +68,23 @@ def test_state_is_read_back_after_each_committed_batch(spark, tmp_path) -> None:
         )
 
     source = streams.stream(spark, dataset, start_time=time.time() - 100, state_dir=tmp_path)
-    query = (
-        latest_per_key(source, dataset)
-        .writeStream.outputMode("update")
-        .option("checkpointLocation", checkpoint)
-        .foreachBatch(record)
-        .start()
-    )
+    use_state_store(spark, store)
+    try:
+        query = (
+            latest_per_key(source, dataset)
+            .writeStream.outputMode("update")
+            .option("checkpointLocation", checkpoint)
+            .foreachBatch(record)
+            .start()
+        )
+    finally:
+        use_state_store(spark, "hdfs")  # the session is shared: Spark's default again
     try:
         query.processAllAvailable()  # one tick per batch (the read limit) up to max_ticks
     finally:
         query.stop()
+    provider = STATE_STORES[store]["spark.sql.streaming.stateStore.providerClass"]
+    assert provider in (tmp_path / "checkpoint" / "offsets" / "0").read_text()
     assert sorted(seen) == [0, 1, 2]
     # inside each batch, current_state is the whole state as of that batch's tick
     for batch_id, ticks in seen.items():

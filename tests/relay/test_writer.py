@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import threading
+import time
 from collections.abc import AsyncIterator
 
 import numpy as np
@@ -21,7 +22,9 @@ from fanout.wire.messages import Batch, Catalog, DatasetInfo
 INFO = DatasetInfo("agents", "id", {"id": "<i8", "x": "<f8", "y": "<f8"}, "space", ["x", "y"])
 
 
-def batch(seq: int, rows: int = 1000, dataset: str = "agents", bad: bool = False) -> Batch:
+def batch(
+    seq: int, rows: int = 1000, dataset: str = "agents", bad: bool = False, tick_time: float = 0.0
+) -> Batch:
     ids = np.arange(rows, dtype=np.int64)
     columns = {"id": ids, "x": ids * 1.0 + seq}
     if not bad:
@@ -31,7 +34,7 @@ def batch(seq: int, rows: int = 1000, dataset: str = "agents", bad: bool = False
         epoch=1,
         seq=seq,
         tick=seq,
-        tick_time=0.0,
+        tick_time=tick_time,
         upserts=encode_columns(columns),
         deletes=encode_columns({"id": ids[:0]}),
         snapshots=[],
@@ -192,3 +195,19 @@ async def test_stop_waits_for_the_write_in_flight_and_drops_the_queue() -> None:
         state = pump.core.datasets["agents"]
         assert not state.busy and state.seq == 0
         assert pump.swapped == [0] and pump.writer.queued == 0
+
+
+async def test_each_batch_s_write_wait_and_tick_age_are_measured() -> None:
+    async with pumping() as pump:
+        pump.gate.clear()
+        ticked = time.time() - 2.0
+        for seq in range(3):
+            pump.writer.put(batch(seq, tick_time=ticked))
+        await asyncio.sleep(0.05)  # the first write waits at the gate meanwhile
+        pump.gate.set()
+        await asyncio.wait_for(pump.writer.drain(), 10)
+        write, waited, aged = pump.writer.histograms
+        assert (write.count, waited.count, aged.count) == (3, 3, 3)
+        # waiting includes writing, and the first batch waited at the gate
+        assert waited.total >= write.total and waited.total >= 0.05
+        assert 3 * 2.0 <= aged.total < 3 * 60.0  # ticks 2 s old (the publisher's clock)

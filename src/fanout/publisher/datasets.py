@@ -21,6 +21,9 @@ from fanout.publisher.sources.simulation import AXES, SimulationParams
 from fanout.wire.columns import BYTES, DATE, MAX_PRECISION, TIMESTAMP
 from fanout.wire.messages import DatasetInfo, IndexKind
 
+#: Spark state store providers a dataset's state may live in (``publisher.state``).
+StateStoreKind = Literal["hdfs", "rocksdb"]
+
 ColumnType = str
 """A declared column type: one of ``TYPES``, or ``decimal(p,s)`` (``column_type`` checks)."""
 
@@ -171,6 +174,8 @@ class Dataset:
         time_column: a column holding each row's event time in epoch seconds (None: none).
         cell_size: grid cell side for region matching (see ``publisher.matching``).
         bus: published on the subject bus as a type of objects (None: not).
+        state_store: where Spark keeps its latest state per key: ``hdfs`` (Spark's default,
+            in-memory maps checkpointed to files) or ``rocksdb`` (``publisher.state``).
     """
 
     name: str
@@ -183,6 +188,7 @@ class Dataset:
     time_column: str | None = None
     cell_size: float = 50.0
     bus: BusOptions | None = None
+    state_store: StateStoreKind = "hdfs"
 
     @property
     def columns(self) -> dict[str, str]:

@@ -45,11 +45,11 @@ from fanout.publisher.microbatch import (
 )
 from fanout.publisher.mirror import MAX_ROWS, Mirror
 from fanout.publisher.objects import Admission
-from fanout.publisher.progress import ProgressLog, StageClock
+from fanout.publisher.progress import ProgressLog, StageClock, add_stages
 from fanout.publisher.reads import StateStore, read_view
 from fanout.publisher.registry import Registry
 from fanout.publisher.sources.producerlog import IngestEvent, IngestLog
-from fanout.publisher.state import latest_per_key, live_rows, read_state
+from fanout.publisher.state import latest_per_key, live_rows, read_state, use_state_store
 from fanout.views import View
 from fanout.wire.columns import to_python
 
@@ -127,6 +127,10 @@ class Pipeline:
         self.history: deque[tuple[int, int]] = deque(maxlen=HISTORY)
         #: milliseconds per stage of the last micro-batch (see ``StageClock``).
         self.last_stages: dict[str, float] = {}
+        #: seconds per stage summed over every micro-batch delivered (``GET /metrics``).
+        self.stage_seconds: dict[str, float] = {}
+        #: Spark's own account of the micro-batches (None before ``start``).
+        self.progress: ProgressLog | None = None
         #: micro-batches delivered, and the changed rows they carried, since the process started.
         self.micro_batches = 0
         self.rows_changed = 0
@@ -147,7 +151,8 @@ class Pipeline:
                 self.admission.recover(self.spark, self.checkpoint)
         rows = streams.stream(self.spark, self.dataset, self.stream.start_time, self.state_dir)
         name = f"fanout-{self.dataset.name}"
-        self.spark.streams.addListener(ProgressLog(self.dataset.name, name))
+        self.progress = ProgressLog(self.dataset.name, name)
+        self.spark.streams.addListener(self.progress)
         writer = (
             latest_per_key(rows, self.dataset)
             .writeStream.outputMode("update")
@@ -157,6 +162,7 @@ class Pipeline:
         )
         if trigger_seconds > 0:
             writer = writer.trigger(processingTime=f"{trigger_seconds} seconds")
+        use_state_store(self.spark, self.dataset.state_store)
         self.query = writer.start()
         return self.query
 
@@ -209,6 +215,7 @@ class Pipeline:
             if reread:
                 changes.unpersist()
         self.last_stages = clock.stages
+        add_stages(self.stage_seconds, clock.stages)
         self.micro_batches += 1
         self.rows_changed += len(keys)
         log.info(

@@ -100,6 +100,40 @@ class DatasetService:
                 )
                 for stage, ms in pipeline.last_stages.items()
             ]
+            out += [
+                Sample(
+                    "publisher_stage_seconds",
+                    "counter",
+                    "Seconds each stage of the pipeline took, summed over its micro-batches.",
+                    seconds,
+                    {"dataset": name, "stage": stage},
+                )
+                for stage, seconds in list(pipeline.stage_seconds.items())
+            ]
+            fastest = pipeline.progress.fastest_ms if pipeline.progress else None
+            if fastest is not None:
+                out.append(
+                    Sample(
+                        "publisher_micro_batch_fastest_seconds",
+                        "gauge",
+                        "The shortest micro-batch with rows after the first (Spark's"
+                        " triggerExecution): the pipeline's own floor under a tick's latency.",
+                        fastest / 1e3,
+                        labels,
+                    )
+                )
+            phases = pipeline.progress.phase_seconds if pipeline.progress else {}
+            out += [
+                Sample(
+                    "publisher_spark_phase_seconds",
+                    "counter",
+                    "Seconds each of Spark's phases of a micro-batch took (its durationMs;"
+                    " state: the state operators' update and commit time), summed.",
+                    seconds,
+                    {"dataset": name, "phase": phase},
+                )
+                for phase, seconds in list(phases.items())
+            ]
         return out + self._bus_samples()
 
     def _bus_samples(self) -> list[Sample]:

@@ -11,7 +11,28 @@ from __future__ import annotations
 import pyspark.sql.functions as sf
 from pyspark.sql import DataFrame, SparkSession
 
-from fanout.publisher.datasets import DELETED, VERSION, Dataset
+from fanout.publisher.datasets import DELETED, VERSION, Dataset, StateStoreKind
+
+_PROVIDER = "spark.sql.streaming.stateStore.providerClass"
+_CHANGELOG = "spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enabled"
+_PROVIDERS = "org.apache.spark.sql.execution.streaming.state."
+#: Spark settings of each state store a dataset may choose (``Dataset.state_store``). Measured
+#: by ``bench/latency.py`` at its load (docs/benchmarks.md, "Latency"): RocksDB's one-tick
+#: micro-batch is shorter, the HDFS-backed store's cost per changed row lower.
+STATE_STORES: dict[StateStoreKind, dict[str, str]] = {
+    "hdfs": {_PROVIDER: _PROVIDERS + "HDFSBackedStateStoreProvider", _CHANGELOG: "false"},
+    "rocksdb": {_PROVIDER: _PROVIDERS + "RocksDBStateStoreProvider", _CHANGELOG: "true"},
+}
+
+
+def use_state_store(spark: SparkSession, kind: StateStoreKind) -> None:
+    """Make streaming queries started next on ``spark`` keep their state in ``kind``.
+
+    Spark fixes a query's store when it starts (in its checkpoint's offset log, so a restart
+    from the checkpoint keeps the store it was created with whatever is set here).
+    """
+    for key, value in STATE_STORES[kind].items():
+        spark.conf.set(key, value)
 
 
 def latest_per_key(rows: DataFrame, dataset: Dataset) -> DataFrame:

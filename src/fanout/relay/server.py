@@ -286,6 +286,7 @@ class RelayServer:
         return [
             metrics.build_info("relay"),
             self._tick_to_push,
+            *self._writer.histograms,
             *self._relay_samples(frames, sent, live),
             *(self.registry.samples() if self.registry is not None else []),
         ]

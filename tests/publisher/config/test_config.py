@@ -209,6 +209,15 @@ MISTAKES = [
         simulation("cell_size = true"),
         "datasets.agents.cell_size: expected a number, not a boolean (true)",
     ),
+    (
+        simulation('state_store = "rocks"'),
+        "datasets.agents.state_store: store 'rocks' is not one of hdfs, rocksdb"
+        " (did you mean 'rocksdb'?)",
+    ),
+    (
+        simulation('source = { kind = "simulation", admission = "eager" }', source=""),
+        "datasets.agents.source.admission: simulation option admission='eager' is invalid",
+    ),
     # indexes
     (
         orders('index = { kind = "geo" }'),
@@ -982,3 +991,13 @@ def test_an_objects_dataset_refuses_another_layout(lines: str, expected: str) ->
     assert error(f'[datasets.pps]\nindex = "objects"\n{lines}\n').startswith(
         f"fanout.toml: {expected}"
     )
+
+
+def test_each_dataset_chooses_its_state_store_and_admission() -> None:
+    agents = simulation(
+        'state_store = "rocksdb"', source='source = { kind = "simulation", admission = "fixed" }'
+    )
+    settings = parse_config(agents + "\n" + orders())
+    assert settings.datasets["agents"].state_store == "rocksdb"
+    assert settings.datasets["orders"].state_store == "hdfs"
+    assert settings.datasets["agents"].source.params.admission == "fixed"

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -92,7 +94,7 @@ def test_tick_rows_carry_the_tick_and_its_time() -> None:
 
 def test_latest_offset_never_goes_back_and_respects_the_limits() -> None:
     params = SimulationParams(
-        agents=100, period=2, start_time=0.0, max_ticks_per_batch=5, max_ticks=12
+        agents=100, period=2, start_time=0.0, max_ticks_per_batch=5, max_ticks=12, admission="fixed"
     )
     reader = SimulationStreamReader(params)
     limit = reader.getDefaultReadLimit()
@@ -103,6 +105,20 @@ def test_latest_offset_never_goes_back_and_respects_the_limits() -> None:
     assert reader.latestOffset({"tick": 0}, ReadMaxRows(1)) == {"tick": 1}  # at least one tick
     future = SimulationStreamReader(SimulationParams(start_time=1e12))
     assert future.latestOffset({"tick": 42}, ReadAllAvailable()) == {"tick": 42}
+
+
+def test_latency_admission_takes_what_arrived_during_recent_micro_batches(monkeypatch) -> None:
+    clock = [1000.0]
+    monkeypatch.setattr(time, "monotonic", lambda: clock[0])
+    params = SimulationParams(agents=100, rate=10.0, start_time=0.0, max_ticks_per_batch=600)
+    reader = SimulationStreamReader(params)
+    limit = reader.getDefaultReadLimit()
+    # Nothing measured yet: up to the ceiling (catching up with Spark's start-up at once).
+    assert reader.latestOffset({"tick": 0}, limit) == {"tick": 600}
+    clock[0] += 0.5  # that micro-batch took 0.5 s: 5 ticks arrived meanwhile, 10 allowed
+    assert reader.latestOffset({"tick": 600}, limit) == {"tick": 610}
+    clock[0] += 0.5
+    assert reader.latestOffset({"tick": 610}, ReadAllAvailable())["tick"] > 620  # availableNow
 
 
 def test_options_round_trip_and_bad_options_are_named() -> None:

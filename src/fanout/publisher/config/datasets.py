@@ -43,6 +43,7 @@ from fanout.publisher.datasets import (
     PostgresSource,
     SimulationSource,
     Source,
+    StateStoreKind,
     agents,
     column_type,
 )
@@ -54,7 +55,18 @@ from fanout.wire.messages import IndexKind
 
 FileFormat = Literal["json", "csv", "parquet"]
 
-_DATASET_KEYS = ("key", "schema", "index", "order", "time", "cell_size", "source", "bus")
+_DATASET_KEYS = (
+    "key",
+    "schema",
+    "index",
+    "order",
+    "time",
+    "cell_size",
+    "source",
+    "bus",
+    "state_store",
+)
+_STATE_STORES: dict[str, StateStoreKind] = {"hdfs": "hdfs", "rocksdb": "rocksdb"}
 # Lower case only: SQL views fold table names to lower case, so 'Orders' could not be named.
 _DATASET_NAME = re.compile(r"[a-z][a-z0-9_]*")
 _COLUMN_NAME = re.compile(r"[A-Za-z][A-Za-z0-9_]*")
@@ -95,6 +107,9 @@ def _dataset(name: str, value: object, path: str) -> Dataset:
         dataset = _declared_dataset(name, table, source, path)
     if "bus" in table:
         dataset = replace(dataset, bus=_bus(table["bus"], dataset.schema, f"{path}.bus"))
+    if "state_store" in table:
+        store = as_choice(table["state_store"], _STATE_STORES, f"{path}.state_store", "store")
+        dataset = replace(dataset, state_store=store)
     if "cell_size" not in table:
         return dataset
     if dataset.index != "space":

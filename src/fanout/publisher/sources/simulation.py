@@ -32,6 +32,7 @@ from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPart
 from pyspark.sql.streaming.datasource import ReadLimit, ReadMaxRows
 
 from fanout.errors import ConfigError
+from fanout.publisher.admission import TickAdmission
 
 FloatArray = npt.NDArray[np.float64]
 
@@ -51,6 +52,9 @@ class SimulationParams:
         max_ticks: the simulation stops after this tick (0 = never).
         max_ticks_per_batch: admission control: a micro-batch covers at most this many ticks
             (unless Spark asks for everything available, as ``availableNow`` triggers do).
+        admission: ``latency`` (default): a micro-batch takes at most about twice the ticks
+            that arrived during recent ones, ``max_ticks_per_batch`` at most
+            (``publisher.admission``); ``fixed``: always up to ``max_ticks_per_batch``.
         partitions: how many Spark partitions share the agents.
         start_time: wall-clock time (epoch seconds) of tick 0.
     """
@@ -63,10 +67,11 @@ class SimulationParams:
     seed: int = 0
     period: int = 1
     max_ticks: int = 0
-    max_ticks_per_batch: int = 50
+    max_ticks_per_batch: int = 600
     partitions: int = 2
     start_time: float = 0.0
     emit: str = "latest"
+    admission: str = "latency"
 
     def __post_init__(self) -> None:
         checks = {
@@ -80,6 +85,7 @@ class SimulationParams:
             "max_ticks_per_batch": self.max_ticks_per_batch >= 1,
             "partitions": self.partitions >= 1,
             "emit": self.emit in ("latest", "every"),
+            "admission": self.admission in ("latency", "fixed"),
         }
         for name, ok in checks.items():
             if not ok:
@@ -211,6 +217,7 @@ class SimulationStreamReader(DataSourceStreamReader):
 
     def __init__(self, params: SimulationParams) -> None:
         self.params = params
+        self._admission: TickAdmission | None = None
 
     def initialOffset(self) -> dict[str, int]:
         return {"tick": 0}
@@ -226,10 +233,18 @@ class SimulationStreamReader(DataSourceStreamReader):
         # Never move backwards (a restarted driver resumes at the committed tick) and never run
         # ahead of the wall clock; under a row limit, a catch-up after downtime stays bounded.
         tick = math.floor((time.time() - self.params.start_time) * self.params.rate)
-        if isinstance(limit, ReadMaxRows):
-            tick = min(tick, start["tick"] + max(1, limit.max_rows // self._rows_per_tick()))
         if self.params.max_ticks:
             tick = min(tick, self.params.max_ticks)
+        if isinstance(limit, ReadMaxRows):
+            ceiling = max(1, limit.max_rows // self._rows_per_tick())
+            if self.params.admission == "latency":
+                # Created here, not in __init__: Spark pickles the reader to the process that
+                # asks it for offsets, and the durations are that process's clock.
+                if self._admission is None:
+                    self._admission = TickAdmission(self.params.rate, ceiling)
+                tick = self._admission.admit(time.monotonic(), start["tick"], tick)
+            else:
+                tick = min(tick, start["tick"] + ceiling)
         return {"tick": max(start["tick"], tick)}
 
     def partitions(self, start: dict[str, int], end: dict[str, int]) -> list[InputPartition]:
