@@ -150,10 +150,12 @@ async def test_hostile_peers_in_every_role_get_errors_and_a_good_relay_gets_ever
 async def test_connections_that_sent_bad_input_share_a_small_budget_of_loop_time(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    # A budget of 5 ms a second for all suspects: a flood of bad frames must wait for it, and
-    # the good relay, which never sent one, keeps getting its batches at once.
-    monkeypatch.setattr(control_module, "SUSPECT_SHARE", 0.005)
-    monkeypatch.setattr(control_module, "SUSPECT_BURST", 0.005)
+    # Each suspect frame charged 1 ms at least, 10 ms a second for all suspects: 40 bad frames,
+    # sent far faster than ten a second, overdraw the budget and must wait for it (a few
+    # seconds in all), and the good relay, which never sent one, keeps getting its batches.
+    monkeypatch.setattr(control_module, "SUSPECT_FRAME_COST", 0.001)
+    monkeypatch.setattr(control_module, "SUSPECT_SHARE", 0.01)
+    monkeypatch.setattr(control_module, "SUSPECT_BURST", 0.01)
     control = ControlPlane(Datasets(), Registry())
     ready = asyncio.Event()
     serving = asyncio.create_task(control.serve("127.0.0.1", 0, ready=lambda _: ready.set()))
@@ -165,7 +167,7 @@ async def test_connections_that_sent_bad_input_share_a_small_budget_of_loop_time
             await relay.recv(), await relay.recv()  # Welcome, Catalog
             number = max(control._relays)
             tally = Tally()
-            attack = asyncio.create_task(fuzz(url, 7, 400, greeting("producer"), tally))
+            attack = asyncio.create_task(fuzz(url, 7, 40, greeting("producer"), tally))
             for seq in range(1, 11):
                 control.deliver({number: batch(seq)})
                 frame = codec.from_publisher().decode(await asyncio.wait_for(relay.recv(), 2))

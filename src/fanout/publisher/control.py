@@ -103,6 +103,9 @@ HELLO_TIMEOUT = 10.0
 #: that never sent a bad frame are not counted against it.
 SUSPECT_SHARE = 0.2
 SUSPECT_BURST = 0.2
+#: The least a suspect's frame is charged, in seconds: what the timing around the session
+#: does not see (reading and unframing it in websockets, the system calls) is not free.
+SUSPECT_FRAME_COST = 20e-6
 #: Error codes that are not the sender's fault (a connection answered with one stays trusted).
 NOT_BAD_INPUT = frozenset({"unavailable", "log_gap", "resync", "closed"})
 
@@ -331,7 +334,8 @@ class ControlPlane:
     async def _pay(self, cost: float) -> None:
         """Charge a suspect connection's frame to the shared budget; wait if it is overdrawn
         (a second at most at a time, so that a stopping publisher does not wait for it)."""
-        wait = min(self._suspects.take(time.monotonic(), cost), 1.0)
+        charged = max(cost, SUSPECT_FRAME_COST)
+        wait = min(self._suspects.take(time.monotonic(), charged), 1.0)
         if wait > 0:
             self._suspect_waits += 1
             await asyncio.sleep(wait)
