@@ -156,8 +156,15 @@ class Deployment:
         return named | {f"relay-{n}": child for n, child in enumerate(self.relays)}
 
     async def _publisher(self, port: int) -> Child:
-        args = ["--port", str(port), "--state-dir", str(self.root / "publisher")]
-        args += ["--agents", str(self.agents), "--log-level", "info"]
+        # The log keeps every batch for the whole run (3 hours; the default keeps 10 minutes):
+        # the audit at the end reads it from the first seq any subscriber received.
+        config = self.root / "fanout.toml"
+        config.write_text(
+            "[publisher]\nretention_seconds = 10800\n\n[datasets.agents]\n"
+            f'source = {{ kind = "simulation", agents = {self.agents}, dims = 2 }}\n'
+        )
+        args = ["--config", str(config), "--port", str(port)]
+        args += ["--state-dir", str(self.root / "publisher"), "--log-level", "info"]
         child = await start("publisher", args, self.root / "publisher.log")
         self.publisher_ready = time.monotonic()
         return child
