@@ -16,10 +16,34 @@ ALLOWED: dict[str, set[str]] = {
     "views": {"errors"},
     "wire": {"errors", "views"},
     "client": {"errors", "connection", "views", "wire", "tls"},
-    "relay": {"errors", "connection", "metrics", "views", "wire", "auth", "expiry", "tls"},
-    "publisher": {"errors", "connection", "metrics", "views", "wire", "auth", "expiry", "tls"},
+    "relay": {
+        "errors",
+        "connection",
+        "metrics",
+        "views",
+        "wire",
+        "auth",
+        "expiry",
+        "tls",
+        "buckets",
+    },
+    "publisher": {
+        "errors",
+        "connection",
+        "metrics",
+        "views",
+        "wire",
+        "auth",
+        "expiry",
+        "tls",
+        "buckets",
+    },
     "cache": {"errors", "wire"},
 }
+#: Subpackages allowed more than their package: the MQTT gateway follows its own relay's port
+#: in mode ``every`` through the client library, as a bridge beside the relay would (sessions
+#: replayed from the log, other producers' messages).
+EXTRA: dict[str, set[str]] = {"relay/mqtt": {"client"}}
 
 
 def imported(path: Path) -> set[str]:
@@ -35,10 +59,17 @@ def imported(path: Path) -> set[str]:
     return found
 
 
+def extra(path: Path) -> set[str]:
+    """What a file's subpackage may import beyond its package (``EXTRA``)."""
+    return set().union(*(names for sub, names in EXTRA.items() if path.is_relative_to(sub)))
+
+
 @pytest.mark.parametrize("package", sorted(ALLOWED))
 def test_a_package_imports_only_the_layers_below_it(package: str) -> None:
     wrong = {
-        str(path.relative_to(SRC)): sorted(imported(path) - ALLOWED[package] - {package})
+        str(path.relative_to(SRC)): sorted(
+            imported(path) - ALLOWED[package] - {package} - extra(path.relative_to(SRC))
+        )
         for path in sorted((SRC / package).rglob("*.py"))
     }
     assert {path: names for path, names in wrong.items() if names} == {}

@@ -7,7 +7,8 @@ import pytest
 from hypothesis import example, given
 from hypothesis import strategies as st
 
-from fanout.relay.throttle import Budgets, Throttle
+from fanout.buckets import Throttle
+from fanout.relay.throttle import Budgets
 
 
 @example(rate=10.0, burst=1, gaps=[0.0, 1.0, 0.0, 0.0])  # idle time must not pile up tokens

@@ -30,6 +30,7 @@ from websockets.exceptions import ConnectionClosed
 
 from fanout import expiry, metrics
 from fanout.auth import AuthConfig, Grant, Verifier
+from fanout.buckets import Throttle
 from fanout.connection import Outbound, refuse
 from fanout.errors import FanoutError, InvalidView
 from fanout.publisher.log import LogGap
@@ -45,7 +46,6 @@ from fanout.publisher.session import (
     Start,
     Welcomed,
 )
-from fanout.relay.throttle import Throttle
 from fanout.views import View
 from fanout.wire import codec
 from fanout.wire.arrow import to_numpy
@@ -98,7 +98,7 @@ MAX_INBOUND = 1 << 20
 #: Seconds a new connection may take to send its ``Hello`` before it is refused and closed.
 HELLO_TIMEOUT = 10.0
 #: Seconds of the event loop a second, all together, that connections which have sent a frame
-#: refused as bad input may take (``relay.throttle.Throttle``): the loop also hands Spark's
+#: refused as bad input may take (``fanout.buckets.Throttle``): the loop also hands Spark's
 #: batches to the relays, and a crowd sending garbage must not slow that down. Connections
 #: that never sent a bad frame are not counted against it.
 SUSPECT_SHARE = 0.2

@@ -58,6 +58,7 @@ from websockets.frames import CloseCode
 
 from fanout import expiry, metrics, tls
 from fanout.auth import Grant, Verifier
+from fanout.buckets import Throttle
 from fanout.connection import Outbound, dial, refuse
 from fanout.errors import ProtocolError, Unauthorized
 from fanout.relay.cluster.registry import Registry
@@ -75,7 +76,6 @@ from fanout.relay.mqtt.producer import ProducerLink
 from fanout.relay.mqtt.setup import mqtt_parts
 from fanout.relay.rules import restrict, visible
 from fanout.relay.tables import TableStore
-from fanout.relay.throttle import Throttle
 from fanout.relay.tier.link import serve_below
 from fanout.relay.tier.relays import Relays
 from fanout.relay.writer import Writer

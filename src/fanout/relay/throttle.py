@@ -22,8 +22,9 @@ Pure: the caller passes the time and does the waiting.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
+
+from fanout.buckets import Throttle
 
 #: Seconds of the event loop acting on subscribers' frames may take per second, all
 #: connections together, and at first.
@@ -34,39 +35,6 @@ SQL_SHARE = 0.25
 #: Seconds they may take at first, or after a rest: two queries stopped at the default time
 #: limit (0.5 s), or hundreds of ordinary ones.
 SQL_BURST = 1.0
-
-
-@dataclass
-class Throttle:
-    """A token bucket of ``burst`` frames, refilled at ``rate`` frames a second, starting full.
-
-    In any ``T`` seconds a reader that waits as told reads at most ``rate * T + burst + 1``
-    frames (the one it is told to wait after included).
-    """
-
-    rate: float
-    burst: float
-    tokens: float = field(init=False)
-    at: float = -math.inf
-
-    def __post_init__(self) -> None:
-        if not (self.rate > 0 and math.isfinite(self.rate) and self.burst > 0):
-            raise ValueError(
-                f"a throttle needs rate > 0 and burst > 0, not {self.rate} and {self.burst}"
-            )
-        self.tokens = self.burst
-
-    def take(self, now: float, cost: float = 1.0) -> float:
-        """Count ``cost`` tokens (one frame read, seconds of SQL) spent at ``now``.
-
-        Returns:
-            Seconds to wait before spending more (0: at once).
-        """
-        if self.at > -math.inf:
-            self.tokens = min(self.burst, self.tokens + (now - self.at) * self.rate)
-        self.at = now
-        self.tokens -= cost
-        return 0.0 if self.tokens >= 0.0 else -self.tokens / self.rate
 
 
 @dataclass

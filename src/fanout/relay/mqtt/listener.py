@@ -17,9 +17,9 @@ import time
 from collections.abc import Callable, Coroutine, Iterable
 from typing import Any
 
+from fanout.buckets import Throttle
 from fanout.relay.mqtt.actions import Action, Close, Published, Restore, Send
 from fanout.relay.mqtt.broker import Broker
-from fanout.relay.throttle import Throttle
 
 log = logging.getLogger(__name__)
 
