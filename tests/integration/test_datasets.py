@@ -131,11 +131,14 @@ async def test_files_dropped_in_the_folder_are_served_by_sql(publisher) -> None:
             ),
             **NEXT_BATCH,
         )
+
     # The malformed line, counted and reported: by Spark's progress event, which its listener
     # bus delivers after the micro-batch, so the log may say it a moment after the state shows.
-    await eventually(
-        lambda: "rejected 1 file row(s)" in Path(child.log).read_text(), timeout=30, in_thread=True
-    )
+    def reported() -> bool:
+        text = Path(child.log).read_text()
+        return "dataset orders, batch" in text and "refused 1 row(s)" in text
+
+    await eventually(reported, timeout=30, in_thread=True)
 
 
 async def test_a_relay_holding_object_paths_gets_snapshots_and_changes(publisher) -> None:
