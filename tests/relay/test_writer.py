@@ -197,6 +197,19 @@ async def test_stop_waits_for_the_write_in_flight_and_drops_the_queue() -> None:
         assert pump.swapped == [0] and pump.writer.queued == 0
 
 
+async def test_stop_while_the_pump_swaps_the_write_in_flight_in_does_not_swap_it_twice() -> None:
+    # The upstream link stops the writer when its connection ends; while stop waits for the
+    # write in flight, the pump may swap that write in itself (it used to crash the relay).
+    async with pumping(advancing=True) as pump:
+        pump.gate.clear()
+        pump.writer.put(batch(0, rows=20_000))
+        stopping = asyncio.create_task(pump.writer.stop())
+        await asyncio.sleep(0.05)  # stop waits for the write
+        pump.gate.set()
+        await asyncio.wait_for(stopping, 10)
+        assert pump.swapped == [0] and not pump.core.datasets["agents"].busy
+
+
 async def test_each_batch_s_write_wait_and_tick_age_are_measured() -> None:
     async with pumping() as pump:
         pump.gate.clear()

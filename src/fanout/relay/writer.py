@@ -213,7 +213,9 @@ class Writer:
             job = self._writing[1]
             with contextlib.suppress(Exception):
                 await asyncio.shield(asyncio.wrap_future(job))
-            self._swap_in(failing=False)
+            # Meanwhile the pump may have swapped it in (``advance``) itself.
+            if self._writing is not None and self._writing[1] is job:
+                self._swap_in(failing=False)
         self.failure = None
 
     def shutdown(self) -> None:
