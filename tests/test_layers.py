@@ -11,33 +11,15 @@ import fanout
 
 SRC = Path(fanout.__file__).parent
 
+#: What both servers, the relay and the publisher, may import.
+SERVERS = {"errors", "connection", "metrics", "views", "wire", "auth", "expiry", "tls", "buckets"}
 #: package -> the other fanout packages and modules it may import.
 ALLOWED: dict[str, set[str]] = {
     "views": {"errors"},
     "wire": {"errors", "views"},
     "client": {"errors", "connection", "views", "wire", "tls"},
-    "relay": {
-        "errors",
-        "connection",
-        "metrics",
-        "views",
-        "wire",
-        "auth",
-        "expiry",
-        "tls",
-        "buckets",
-    },
-    "publisher": {
-        "errors",
-        "connection",
-        "metrics",
-        "views",
-        "wire",
-        "auth",
-        "expiry",
-        "tls",
-        "buckets",
-    },
+    "relay": SERVERS,
+    "publisher": SERVERS,
     "cache": {"errors", "wire"},
 }
 #: Subpackages allowed more than their package: the MQTT gateway follows its own relay's port
