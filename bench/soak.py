@@ -310,15 +310,17 @@ class Faults:
         finally:
             self.held.discard(target)
 
-    async def _kill(self, target: str) -> None:
+    async def _kill(self, target: str, attempts: int = 3) -> None:
         """Kill and restart ``target``; a restart that fails is a finding (``restart_failures``)
-        and is tried again, so that the run goes on."""
+        and is tried again, ``attempts`` times in all (then the process stays down: a relay
+        behind a dead mid relay cannot become ready, and the run must still end)."""
         try:
             await self.deployment.kill(target)
         except LaunchError as exc:
             self.restart_failures.append(f"{target}: {str(exc)[-400:]}")
-            await asyncio.sleep(1.0)
-            await self._kill(target)
+            if attempts > 1:
+                await asyncio.sleep(1.0)
+                await self._kill(target, attempts - 1)
 
     async def finish(self) -> None:
         """Wait for the faults still running (their processes back)."""
