@@ -12,6 +12,7 @@ from websockets.asyncio.server import ServerConnection, serve
 
 from fanout.client.subscriber import LiveView, Subscriber, SubscriptionError, connect
 from fanout.errors import ProtocolError
+from fanout.testing.wait import eventually
 from fanout.views import Box
 from fanout.wire import codec
 from fanout.wire.columns import decode_columns, encode_columns
@@ -176,3 +177,43 @@ async def test_a_relay_that_sends_rows_without_keys_ends_the_views_with_an_error
             with pytest.raises(SubscriptionError, match=r"protocol: .*without the key column"):
                 await asyncio.wait_for(subscriber.subscribe(Box((0, 0), (1, 1))), 5)
     assert closed == [1002]  # the relay was told: protocol error
+
+
+async def test_a_resumed_view_first_yields_what_the_old_one_received_but_had_not_yielded() -> None:
+    # The relay's pushes 1..3 reach the old view while nothing iterates it (here: before the
+    # program reads on; in the soak: while its connection closes). The token says seq 3, so
+    # the relay resumes after 3: the new view must yield 1..3 itself, or they are lost.
+    resumed_at: list[int] = []
+
+    async def relay(websocket: ServerConnection) -> None:
+        decode = codec.to_relay().decode
+        assert isinstance(decode(await websocket.recv()), Hello)
+        await websocket.send(codec.encode(Welcome(PROTOCOL_VERSION, "relay", "s")))
+        subscribe = decode(await websocket.recv())
+        assert isinstance(subscribe, Subscribe)
+        await websocket.send(codec.encode(Subscribed(subscribe.sub, "id", ["id", "x"])))
+        if subscribe.resume is None:
+            pushes = [push(0, full=True, entered={"id": [1], "x": [0.1]})]
+            pushes += [push(seq, updated={"id": [1], "x": [seq / 10]}) for seq in (1, 2, 3)]
+        else:
+            resumed_at.append(subscribe.resume.seq)
+            pushes = [push(subscribe.resume.seq + 1, updated={"id": [1], "x": [0.9]})]
+        for frame in pushes:
+            await websocket.send(codec.encode(msgspec.structs.replace(frame, sub=subscribe.sub)))
+        await websocket.wait_closed()
+
+    async with serve(relay, "127.0.0.1", 0) as server:
+        url = f"ws://127.0.0.1:{next(iter(server.sockets)).getsockname()[1]}"
+        box = Box((0, 0), (1, 1))
+        async with connect(url) as first:
+            old = await first.subscribe(box, mode="every")
+            assert (await asyncio.wait_for(old.__aiter__().__anext__(), 5)).seq == 0
+            await eventually(lambda: old.seq, lambda seq: seq == 3, timeout=5, every=0.01)
+            # 1..3 are applied to the rows, and not yielded
+        async with connect(url) as second:
+            new = await second.subscribe(box, mode="every", resume=old)
+            iterator = new.__aiter__()
+            seqs = [(await asyncio.wait_for(iterator.__anext__(), 5)).seq for _ in range(4)]
+    assert resumed_at == [3]
+    assert seqs == [1, 2, 3, 4]
+    assert new.rows == {1: {"id": 1, "x": 0.9}} and new.gaps == 0

@@ -21,7 +21,9 @@ floats, ``fixed`` values as integers counting ``view.effective_transform.quantum
 push, or a no-update when nothing in the view changed), none coalesced, none dropped from the
 iteration buffer. ``view.token()`` is where it stopped; after a disconnect, subscribe again —
 on the same relay or another — with ``resume=old_view`` and the new view continues with the old
-rows from the next seq, with no gap and no duplicate::
+rows from the next seq, with no gap and no duplicate. Updates the old view received but its
+iteration had not yielded yet (frames still arriving while its connection closed) are yielded
+first by the new view, so an iterating program misses none of them::
 
     view = await sub.subscribe(box, mode="every")
     ...  # the connection drops
@@ -307,6 +309,18 @@ class LiveView:
             )
         return decoded
 
+    def _continue(self, earlier: LiveView) -> None:
+        """Start where ``earlier`` (a view of an ended connection) stopped: its rows, its
+        seq, and the updates it received that its iteration had not yet yielded (they come
+        first here: the token counts them, so the relay sends only what follows them)."""
+        self.rows = dict(earlier.rows)
+        self.epoch, self.seq, self.tick = earlier.epoch, earlier.seq, earlier.tick
+        self.resyncs, self.gaps = earlier.resyncs, earlier.gaps
+        self._queue.extendleft(reversed(earlier._queue))
+        earlier._queue.clear()
+        if self._queue:
+            self._signal.set()
+
     def _end(self, error: SubscriptionError | None) -> None:
         self.error = error
         self._closed = True
@@ -377,7 +391,8 @@ class Subscriber:
             mode: ``latest`` (each update is the view at one tick; ticks may be coalesced) or
                 ``every`` (every seq, in order, exactly once; ``rate`` does not apply).
             resume: an ``every`` view of an earlier connection (the same view of the same
-                dataset): the new one starts with its rows and continues after its seq.
+                dataset): the new one starts with its rows and continues after its seq,
+                first yielding the updates the old one received but had not yielded.
             stay: be served by this relay even if another is responsible for the view (no
                 redirect; ``fanout.client.cluster`` sets it when it cannot follow one).
 
@@ -499,10 +514,7 @@ class Subscriber:
                 )
                 earlier = self._resumed.get(sub)
                 if earlier is not None:  # continue from its rows and seq
-                    view = self._views[sub]
-                    view.rows = dict(earlier.rows)
-                    view.epoch, view.seq, view.tick = earlier.epoch, earlier.seq, earlier.tick
-                    view.resyncs, view.gaps = earlier.resyncs, earlier.gaps
+                    self._views[sub]._continue(earlier)
                 self._pending[sub].set_result(frame)
             case Unsubscribed(sub=sub) if sub in self._views:
                 self._views.pop(sub)._end(None)
