@@ -6,7 +6,11 @@ object last and writes ``bench/results/fuzz.json``.
 
 Processes on this machine: the real publisher (Spark ``local[*]``, the ``agents`` simulation),
 one real relay, ``--workers`` hostile processes (``fanout.testing.hostile``), and in this process
-``--subscribers`` well-behaved subscribers (``fanout.client``) with box views. The run:
+``--subscribers`` well-behaved subscribers (``fanout.client``) with box views. The publisher
+runs one micro-batch a second (``--trigger 1``), as a deployment's publisher with room to spare
+would: unpaced (``--trigger 0``), Spark on ``local[2]`` takes every cycle this 2-core machine
+has, and the subscribers' rate then measures how much CPU Spark loses to anything else running
+here, not whether the servers keep serving. The run:
 
 1. **baseline**: ``--seconds`` of the subscribers alone: updates a second (again after the
    attack: the baseline is the mean of the two, as the machine's load drifts);
@@ -28,13 +32,17 @@ Reported:
   either server's log (bad input may log one line, never a traceback);
 * ``good_rate_ratio``: the subscribers' update rate under attack over the baseline (>= 0.9 is
   the target);
-* ``errors``, ``closes``: the answers by code.
+* ``errors``, ``closes``: the answers by code;
+* ``cpu_per_s_alone``, ``cpu_per_s_attacked``: CPU seconds a second of the relay, the
+  publisher's Python process and its Spark JVM, without and with the attack (what it costs);
+* ``logs``: where the servers' logs were kept, when a handler crashed.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import shutil
 import sys
 import tempfile
 import time
@@ -45,7 +53,7 @@ from fanout.client import connect
 from fanout.launch import Child, start
 from fanout.testing.calibration import calibrate
 from fanout.testing.hostile import FuzzPlan, HostileProcess, Tally
-from fanout.testing.machine import describe, write_results
+from fanout.testing.machine import cpu_seconds, describe, tree, write_results
 from fanout.views import Box
 from fanout.wire import codec
 from fanout.wire.messages import PROTOCOL_VERSION, Hello
@@ -103,7 +111,10 @@ async def run(args: argparse.Namespace, root: Path) -> dict[str, Any]:
     try:
         publisher = await start(
             "publisher",
-            ["--port", "0", "--state-dir", str(root / "publisher"), "--agents", str(args.agents)],
+            [
+                *("--port", "0", "--state-dir", str(root / "publisher")),
+                *("--agents", str(args.agents), "--trigger", str(args.trigger)),
+            ],
             root / "publisher.log",
         )
         relay = await start(
@@ -114,7 +125,10 @@ async def run(args: argparse.Namespace, root: Path) -> dict[str, Any]:
         for _ in range(30):  # warm up: until the pipeline's updates flow
             if await subscribers.rate(5.0) > 0:
                 break
+        cpu = Cpu(publisher.process.pid, relay.process.pid)
+        cpu.mark()
         baseline = await subscribers.rate(args.seconds)
+        cpu.mark()
         targets = (
             (relay.url, True),
             (relay.url, False),
@@ -133,6 +147,7 @@ async def run(args: argparse.Namespace, root: Path) -> dict[str, Any]:
         rates = []
         while any(process.process.is_alive() for process in hostile):
             rates.append(await subscribers.rate(args.seconds))
+        cpu.mark()
         tally = Tally()
         for process in hostile:
             tally.merge(await asyncio.to_thread(process.done, 60.0))
@@ -173,7 +188,32 @@ async def run(args: argparse.Namespace, root: Path) -> dict[str, Any]:
         "closes": {str(code): count for code, count in sorted(tally.closes.items())},
         "violations_seen": tally.violations,
         "alive": alive,
+        # CPU seconds a second of each server, alone (the baseline) and under attack: what the
+        # attack costs them; the JVM is the publisher's Spark.
+        "cpu_per_s_alone": cpu.rates(0),
+        "cpu_per_s_attacked": cpu.rates(1),
     }
+
+
+class Cpu:
+    """CPU time of the servers at marks: the relay, the publisher's Python process and its
+    Spark JVM (the publisher's descendants)."""
+
+    def __init__(self, publisher: int, relay: int) -> None:
+        self.publisher = publisher
+        self.relay = relay
+        self.marks: list[tuple[float, dict[str, float]]] = []
+
+    def mark(self) -> None:
+        own = cpu_seconds(self.publisher)
+        jvm = sum(cpu_seconds(pid) for pid in tree(self.publisher)[1:])
+        used = {"relay": cpu_seconds(self.relay), "publisher": own, "spark_jvm": jvm}
+        self.marks.append((time.monotonic(), used))
+
+    def rates(self, span: int) -> dict[str, float]:
+        """CPU seconds a second of each between mark ``span`` and the next."""
+        (began, before), (ended, after) = self.marks[span], self.marks[span + 1]
+        return {name: round((after[name] - before[name]) / (ended - began), 3) for name in after}
 
 
 def main() -> int:
@@ -185,6 +225,12 @@ def main() -> int:
     parser.add_argument("--agents", type=int, default=2_000, help="simulated agents")
     parser.add_argument("--seconds", type=float, default=10.0, help="seconds of one rate sample")
     parser.add_argument(
+        "--trigger",
+        type=float,
+        default=1.0,
+        help="the publisher's seconds between micro-batches (default 1; 0: as fast as it can)",
+    )
+    parser.add_argument(
         "--nice", type=int, default=19, help="niceness added to the hostile processes (default 19)"
     )
     parser.add_argument("--no-save", action="store_true", help="do not write bench/results")
@@ -192,6 +238,11 @@ def main() -> int:
     machine, calibration = describe(), calibrate()
     with tempfile.TemporaryDirectory(prefix="fanout-fuzz-") as tmp:
         results = asyncio.run(run(args, Path(tmp)))
+        if results["handler_crashes"]:  # keep the servers' logs: the tracebacks are in them
+            kept = Path(tempfile.mkdtemp(prefix="fanout-fuzz-logs-"))
+            for log in Path(tmp).glob("*.log"):
+                shutil.copy(log, kept)
+            results["logs"] = str(kept)
     results["arguments"] = vars(args)
     results["machine"] = machine
     results["calibration"] = calibration

@@ -84,13 +84,30 @@ def tree_rss(pid: int) -> int:
     Returns:
         The sum of ``VmRSS`` over the tree; 0 when ``pid`` does not exist.
     """
-    total, pending = 0, [pid]
+    return sum(rss(each) for each in tree(pid))
+
+
+def tree(pid: int) -> list[int]:
+    """A process and all its descendants (Linux ``/proc``); those that exited while being
+    read are left out of their parents' children."""
+    found, pending = [], [pid]
     while pending:
         current = pending.pop()
-        total += rss(current)
+        found.append(current)
         try:
             for task in (Path("/proc") / str(current) / "task").iterdir():
                 pending += [int(child) for child in (task / "children").read_text().split()]
         except (FileNotFoundError, ProcessLookupError):
             continue
-    return total
+    return found
+
+
+def cpu_seconds(pid: int) -> float:
+    """The CPU time (user + system) one process has used so far, in seconds (Linux
+    ``/proc``); 0 when it does not exist."""
+    try:
+        stat = (Path("/proc") / str(pid) / "stat").read_text()
+    except (FileNotFoundError, ProcessLookupError):
+        return 0.0
+    fields = stat.rsplit(")", 1)[1].split()  # after the command, which may hold spaces
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
