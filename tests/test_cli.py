@@ -17,16 +17,8 @@ import numpy as np
 import pytest
 from websockets.asyncio.server import ServerConnection, serve
 
-from fanout.cli import (
-    FAILURE,
-    MQTT_LIMITS,
-    RELAY_LIMITS,
-    USAGE,
-    _given,
-    _limits_given,
-    _parser,
-    main,
-)
+from fanout.cli import FAILURE, USAGE, _parser, main
+from fanout.cli_relay import MQTT_LIMITS, RELAY_LIMITS, _given, _limits_given
 from fanout.views import Box
 from fanout.views.sql import Sql
 from fanout.views.topic import TopicFilter
@@ -214,11 +206,12 @@ def test_a_routing_key_needs_route_key_and_route_key_needs_one(
 
 
 def test_the_demo_lets_a_micro_batch_take_a_minute_of_ticks_and_passes_it_on() -> None:
-    from fanout.cli import _parser, _simulation
+    from fanout.cli import _parser
+    from fanout.cli_publisher import simulation
     from fanout.demo import DemoConfig, _publisher_args
 
-    demo = _simulation(_parser().parse_args(["demo"]))
-    publisher = _simulation(_parser().parse_args(["publisher", "--max-ticks-per-batch", "7"]))
+    demo = simulation(_parser().parse_args(["demo"]))
+    publisher = simulation(_parser().parse_args(["publisher", "--max-ticks-per-batch", "7"]))
     assert (demo.max_ticks_per_batch, publisher.max_ticks_per_batch) == (600, 7)
     args = _publisher_args(DemoConfig(simulation=demo), Path("/tmp/state"))
     assert args[args.index("--max-ticks-per-batch") + 1] == "600"
@@ -440,17 +433,17 @@ def test_a_relay_takes_another_relay_as_upstream_or_the_publisher_not_both(
 def test_a_relay_takes_its_registry_from_flags_over_fanout_toml(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from fanout.cli import _cluster_given
+    from fanout.cli_relay import cluster_given
 
     toml = tmp_path / "fanout.toml"
     toml.write_text('[cluster]\nregistry = "redis://10.0.0.9:7000"\nlease = 5\nside = 128.0\n')
     args = _parser().parse_args(["relay", "--config", str(toml), "--registry-lease", "2"])
-    assert _cluster_given(args) == {
+    assert cluster_given(args) == {
         "registry": "redis://10.0.0.9:7000",
         "registry_lease": 2.0,
         "registry_side": 128.0,
     }
-    assert _cluster_given(_parser().parse_args(["relay"])) == {}  # alone, as before
+    assert cluster_given(_parser().parse_args(["relay"])) == {}  # alone, as before
     toml.write_text("[cluster]\nlease = -1\n")
     assert main(["relay", "--port", "0", "--config", str(toml)]) == 2
     assert "cluster.lease: must be > 0, not -1" in capsys.readouterr().err
