@@ -35,6 +35,8 @@ def imported(path: Path) -> set[str]:
         names: list[str] = []
         if isinstance(node, ast.Import):
             names = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.module == "fanout" and node.level == 0:
+            names = [f"fanout.{alias.name}" for alias in node.names]  # from fanout import tls
         elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
             names = [node.module]
         found |= {name.split(".")[1] for name in names if name.startswith("fanout.")}
@@ -55,3 +57,11 @@ def test_a_package_imports_only_the_layers_below_it(package: str) -> None:
         for path in sorted((SRC / package).rglob("*.py"))
     }
     assert {path: names for path, names in wrong.items() if names} == {}
+
+
+def test_both_forms_of_import_are_read(tmp_path: Path) -> None:
+    path = tmp_path / "probe.py"
+    path.write_text(
+        "import fanout.wire.codec\nfrom fanout import tls, errors\nfrom fanout.views import Box\n"
+    )
+    assert imported(path) == {"wire", "tls", "errors", "views"}
