@@ -14,7 +14,7 @@ from fanout.relay.planner import Policy
 from fanout.testing.publisher import ScriptedPublisher, serving
 from fanout.testing.relays import running_relay
 from fanout.testing.wait import eventually
-from fanout.wire.messages import Catalog, DatasetInfo
+from fanout.wire.messages import Catalog, DatasetInfo, Error, Subscribe
 
 INFO = DatasetInfo("agents", "id", {"id": "<i8", "x": "<f8", "y": "<f8"}, "space", ["x", "y"])
 QUERY = "/v1/subscribe?dataset=agents&view=box:0,0,10,10"
@@ -111,3 +111,38 @@ async def test_the_viewer_shows_a_topic_dataset_as_a_table_that_highlights_chang
             assert ["plant/1/temp", "1"] in [row[1:] for row in flashed]
             await eventually(table_now, lambda t: [row[1] for row in t] == ["plant/1/temp"])
             await page.screenshot(tmp_path / "table.png")
+
+
+class Elsewhere:
+    """A registry (``relay.cluster``) making another relay responsible for every new view."""
+
+    def __init__(self, url: str) -> None:
+        self.url = url
+
+    def redirect(self, request: Subscribe, held: bool) -> Error | None:
+        message = f"relay b is responsible: subscribe at {self.url}"
+        return None if held else Error("redirect", message, ref=request.sub, location=self.url)
+
+    def samples(self) -> list[object]:
+        return []
+
+
+async def test_a_stream_another_relay_is_responsible_for_is_a_307_there_that_clients_follow() -> (
+    None
+):
+    publisher = ScriptedPublisher(Catalog([INFO]))
+    async with (
+        serving(publisher) as url,
+        running_relay(url, policy=Policy(widen="margin")) as (relay_a, a_url),
+        running_relay(url, policy=Policy(widen="margin")) as (_, b_url),
+        httpx.AsyncClient(timeout=10) as client,
+    ):
+        relay_a.registry = Elsewhere(b_url)  # type: ignore[assignment]
+        a, b = a_url.replace("ws://", "http://"), b_url.replace("ws://", "http://")
+        moved = await client.get(a + QUERY)
+        assert moved.status_code == 307
+        assert moved.headers["location"] == b + QUERY
+        assert (moved.json()["error"], moved.json()["location"]) == ("redirect", b + QUERY)
+        async with client.stream("GET", a + QUERY, follow_redirects=True) as stream:
+            assert str(stream.url) == b + QUERY
+            assert json.loads(await anext(stream.aiter_lines()))["type"] == "subscribed"

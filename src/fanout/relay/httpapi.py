@@ -69,13 +69,19 @@ _JSON = msgspec.json.Encoder()
 class HttpError(Exception):
     """A request refused: its HTTP status, an error code and a message for whoever sent it."""
 
-    def __init__(self, status: int, code: str, message: str) -> None:
+    def __init__(self, status: int, code: str, message: str, location: str | None = None) -> None:
         super().__init__(message)
         self.status, self.code, self.message = status, code, message
+        #: With status 307: where the same request is to be made (its ``Location`` header).
+        self.location = location
 
     def body(self) -> bytes:
-        """The JSON body of the refusal: ``{"error": code, "message": message}``."""
-        return _JSON.encode({"error": self.code, "message": self.message}) + b"\n"
+        """The JSON body of the refusal: ``{"error": code, "message": message}`` (and
+        ``"location"`` for a redirect)."""
+        body = {"error": self.code, "message": self.message}
+        if self.location is not None:
+            body["location"] = self.location
+        return _JSON.encode(body) + b"\n"
 
 
 @dataclass(frozen=True)

@@ -338,8 +338,7 @@ class HttpSubscription:
         try:
             frame = self._decoder.decode(data)
             if not self._head_sent and isinstance(frame, Error) and frame.ref == SUB:
-                status = _STATUS.get(frame.code, HTTPStatus.BAD_REQUEST)
-                self._refuse(HttpError(status, frame.code, frame.message))
+                self._refuse(self._refusal(frame))
                 self._ended.set_result(None)
                 return True
             event = self._events.event(frame)
@@ -381,9 +380,24 @@ class HttpSubscription:
         if not self._ended.done():
             self._ended.set_result(None)
 
+    def _refusal(self, error: Error) -> HttpError:
+        """The HTTP answer to the relay's refusal of the stream's subscription: a redirect to
+        another relay is a 307 to the same request there, which HTTP clients follow (a
+        browser's ``EventSource``, ``fetch``, ``curl -L``)."""
+        if error.code == "redirect" and error.location is not None:
+            there = urllib.parse.urlsplit(error.location)
+            scheme = {"ws": "http", "wss": "https"}.get(there.scheme, there.scheme)
+            location = f"{scheme}://{there.netloc}{self._request.path}"
+            return HttpError(HTTPStatus.TEMPORARY_REDIRECT, error.code, error.message, location)
+        status = _STATUS.get(error.code, HTTPStatus.BAD_REQUEST)
+        return HttpError(status, error.code, error.message)
+
     def _refuse(self, error: HttpError) -> None:
         body = error.body()
-        head = _head(error.status, "application/json", length=len(body), extra=_challenge(error))
+        extra = _challenge(error)
+        if error.location is not None:
+            extra = [*extra, ("Location", error.location)]
+        head = _head(error.status, "application/json", length=len(body), extra=extra)
         self._connection.transport.write(head + body)
         self._head_sent = True
         self._finished = True
