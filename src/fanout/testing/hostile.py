@@ -219,8 +219,9 @@ async def misbehave(websocket: ClientConnection, kind: int, until: float, tally:
         while loop.time() < until:
             step += 1
             match kind:
-                case 0:
-                    await websocket.send(b"\xc1not msgpack")
+                case 0:  # four a step: the relay closes after 16 in a row, within a second
+                    for _ in range(4):
+                        await websocket.send(b"\xc1not msgpack")
                 case 1:
                     await websocket.send(bytes((1 << 20) + 1))
                 case 2:
@@ -233,6 +234,14 @@ async def misbehave(websocket: ClientConnection, kind: int, until: float, tally:
                     )
             tally.frames += 1
             await asyncio.sleep(0.25)
+        if kind == 0:
+            # The relay closes it after 16 bad frames in a row; a busy relay may read the last
+            # of them after ``until``: wait for its close rather than close first.
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(websocket.wait_closed(), 30)
+            protocol = websocket.protocol
+            if protocol.close_rcvd is not None:
+                raise ConnectionClosed(protocol.close_rcvd, protocol.close_sent)
         await websocket.close()
     except ConnectionClosed as closed:
         tally.closed(closed)
