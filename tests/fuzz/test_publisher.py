@@ -179,3 +179,22 @@ async def test_connections_that_sent_bad_input_share_a_small_budget_of_loop_time
         await serving
     delayed = [s.value for s in control.samples() if s.name == "publisher_suspect_reads_delayed"]
     assert delayed[0] > 0, delayed
+
+
+async def test_every_frame_read_is_counted_well_formed_or_not() -> None:
+    control = ControlPlane(Datasets(), Registry())
+    ready = asyncio.Event()
+    serving = asyncio.create_task(control.serve("127.0.0.1", 0, ready=lambda _: ready.set()))
+    await ready.wait()
+    try:
+        async with connect(f"ws://127.0.0.1:{control.port}") as reader:
+            await reader.send(greeting("reader"))
+            await reader.recv()  # Welcome
+            for _ in range(5):
+                await reader.send(b"\xc1not msgpack")
+                await asyncio.wait_for(reader.recv(), 10)  # its Error
+    finally:
+        control.stop()
+        await serving
+    received = [s.value for s in control.samples() if s.name == "publisher_frames_received"]
+    assert received == [6]

@@ -148,6 +148,7 @@ class ControlPlane:
         self._slow_closed = 0
         self._suspects = Throttle(SUSPECT_SHARE, SUSPECT_BURST)
         self._suspect_waits = 0
+        self._frames_received = 0
         self._loop: asyncio.AbstractEventLoop | None = None
         self._stop: asyncio.Event | None = None
         self._thread: threading.Thread | None = None
@@ -216,6 +217,12 @@ class ControlPlane:
                 "counter",
                 "Frames written to every connection (relays, readers, producers).",
                 frames + sum(outbound.sent for outbound in self._open),
+            ),
+            metrics.Sample(
+                "publisher_frames_received",
+                "counter",
+                "Frames read from every connection, well-formed or not.",
+                self._frames_received,
             ),
             metrics.Sample(
                 "publisher_bytes_sent",
@@ -301,6 +308,7 @@ class ControlPlane:
                         peer.handshake = handshake
                         async for message in websocket:
                             started = time.perf_counter()
+                            self._frames_received += 1
                             if not self._act(session.receive(message), peer):
                                 refused = True
                                 break
