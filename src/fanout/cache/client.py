@@ -52,25 +52,23 @@ from nats.aio.client import Client
 from nats.aio.msg import Msg
 from nats.aio.subscription import Subscription
 
+from fanout.cache.catalog import LoadTimeout, UnknownType, fetch_types
 from fanout.cache.core import CacheCore, Change, Counters, Reassembly, Ref
 from fanout.cache.handles import Collection, Events, Handle
 from fanout.cache.incoming import MALFORMED, read
 from fanout.cache.writes import NotStored, Transaction
-from fanout.errors import FanoutError
 from fanout.wire.bus import (
     LoadRequest,
     QueryReply,
     QueryRequest,
     Row,
     TypeInfo,
-    TypesReply,
     check_name,
     label_filter,
     load_subject,
     object_filter,
     pattern_tokens,
     query_subject,
-    types_subject,
 )
 
 log = logging.getLogger(__name__)
@@ -79,18 +77,6 @@ log = logging.getLogger(__name__)
 LOAD_RETRY = 1.0
 #: Seconds an access, a query or ``connect`` waits at most for the connector (by default).
 LOAD_WAIT = 60.0
-
-
-class UnknownType(FanoutError):
-    """A type the connector does not serve."""
-
-    code = "unknown_type"
-
-
-class LoadTimeout(FanoutError):
-    """No reply to a ``LOAD`` or ``QUERY`` in time (is the publisher running?)."""
-
-    code = "timeout"
 
 
 @dataclass
@@ -195,7 +181,7 @@ class SnoopyCache:
             error_cb=_error,
         )
         try:
-            types = await _types(nc, domain, load_wait)
+            types = await fetch_types(nc, domain, load_wait)
         except BaseException:
             await nc.close()
             raise
@@ -514,25 +500,11 @@ class SnoopyCache:
             await tx.delete(type_name, key)
 
 
-async def _types(nc: Client, domain: str, wait: float) -> dict[str, TypeInfo]:
-    deadline = asyncio.get_running_loop().time() + wait
-    while True:
-        try:
-            answer = await nc.request(types_subject(domain), b"", timeout=2)
-        except (nats.errors.TimeoutError, nats.errors.NoRespondersError):
-            if asyncio.get_running_loop().time() >= deadline:
-                raise LoadTimeout(
-                    f"no connector answered {types_subject(domain)} in {wait:g} s (is a"
-                    f" publisher with [bus] domain = {domain!r} running?)"
-                ) from None
-            await asyncio.sleep(0.5)
-            continue
-        return msgspec.msgpack.decode(answer.data, type=TypesReply).types
-
-
 async def _unsubscribe(task: asyncio.Task[Subscription]) -> None:
-    with contextlib.suppress(Exception):
+    try:
         await (await task).unsubscribe()
+    except (nats.errors.Error, asyncio.CancelledError) as exc:  # closed meanwhile: nothing held
+        log.debug("cache: unsubscribing: %r", exc)
 
 
 async def _error(exc: Exception) -> None:
