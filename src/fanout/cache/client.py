@@ -194,8 +194,12 @@ class SnoopyCache:
         self._closing = True
         for task in self._tasks:
             task.cancel()
-        with contextlib.suppress(Exception):
+        try:
             await self.nc.drain()
+        except (
+            nats.errors.Error
+        ) as exc:  # closed already, or the server went away: nothing to drain
+            log.debug("cache: draining on close: %r", exc)
 
     async def __aenter__(self) -> SnoopyCache:
         return self
@@ -249,8 +253,10 @@ class SnoopyCache:
     async def _unfollow(self, collection: Collection) -> None:
         sub, _ = self._labels.pop(collection.id)
         self.core.unfollow(collection.id)
-        with contextlib.suppress(Exception):
+        try:
             await sub.unsubscribe()
+        except nats.errors.Error as exc:  # the connection closed meanwhile: nothing is held
+            log.debug("cache: unsubscribing %s: %r", collection.id, exc)
 
     def _type(self, type_name: str) -> TypeInfo:
         info = self.types.get(type_name)

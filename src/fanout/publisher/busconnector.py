@@ -17,7 +17,6 @@ asked again by the caches.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import threading
 import time
@@ -129,8 +128,10 @@ class BusConnector:
         )
         ready.set()
         await self._stopped.wait()
-        with contextlib.suppress(Exception):
+        try:
             await self._nc.drain()
+        except nats.errors.Error as exc:  # closed already, or the server went away
+            log.debug("bus connector: draining on stop: %r", exc)
 
     def stop(self) -> None:
         """Drain and close the connection (thread-safe)."""

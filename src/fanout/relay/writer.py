@@ -31,6 +31,7 @@ import asyncio
 import concurrent.futures
 import contextlib
 import functools
+import logging
 import time
 from collections import deque
 from collections.abc import Callable, Iterable
@@ -40,6 +41,8 @@ from fanout import metrics
 from fanout.relay.intake import Intake
 from fanout.relay.sends import Send
 from fanout.wire.messages import Batch
+
+log = logging.getLogger(__name__)
 
 
 class Core(Protocol):
@@ -170,6 +173,10 @@ class Writer:
             intake.state.busy = False  # nothing of it was written (``Intake.write``)
             if failing:
                 self._fail(error)
+            else:  # stopping: the upstream is gone, and the seq comes again on reconnection
+                log.warning(
+                    "writer: seq %d failed as the upstream closed: %s", intake.batch.seq, error
+                )
 
     def _fail(self, error: BaseException) -> None:
         self.failure = error
@@ -211,7 +218,7 @@ class Writer:
         self._queue.clear()
         if self._writing is not None:
             job = self._writing[1]
-            with contextlib.suppress(Exception):
+            with contextlib.suppress(Exception):  # its error is the job's, read by _swap_in
                 await asyncio.shield(asyncio.wrap_future(job))
             # Meanwhile the pump may have swapped it in (``advance``) itself.
             if self._writing is not None and self._writing[1] is job:
