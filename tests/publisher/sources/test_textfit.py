@@ -49,33 +49,44 @@ DECIMALS = st.decimals(allow_nan=False, allow_infinity=False, places=None).filte
 )
 
 
-@settings(max_examples=8)
+KINDS = st.integers(1, 38).flatmap(
+    lambda precision: st.integers(0, precision).map(lambda scale: (precision, scale))
+)
+
+
+@settings(max_examples=4)
 @given(
-    values=st.lists(st.tuples(DECIMALS, st.integers(0, 3)), min_size=1, max_size=40),
-    precision=st.integers(1, 38),
-    data=st.data(),
+    values=st.lists(st.tuples(DECIMALS, st.integers(0, 3)), min_size=1, max_size=60),
+    kinds=st.lists(KINDS, min_size=1, max_size=8, unique=True),
 )
 def test_decimal_text_fits_exactly_when_its_scaled_value_is_an_integer_below_the_precision(
-    spark, values: list[tuple[Decimal, int]], precision: int, data: st.DataObject
+    spark, values: list[tuple[Decimal, int]], kinds: list[tuple[int, int]]
 ) -> None:
     """Oracle: v fits decimal(p,s) iff v * 10**s is an integer of fewer than p digits; a value
-    that fits keeps every digit; the producers' rules say the same of the text."""
-    scale = data.draw(st.integers(0, precision))
-    kind = f"decimal({precision},{scale})"
+    that fits keeps every digit; the producers' rules say the same of the text. (Each example
+    checks its texts against several column types in one Spark job.)"""
     texts = [spellings(value, style) for value, style in values]
-    got = fitted(spark, kind, "csv", texts)
-    for text, (value, problem) in zip(texts, got, strict=True):
-        scaled = Fraction(Decimal(text)) * 10**scale
-        fits = scaled.denominator == 1 and abs(scaled) < 10**precision
-        assert (problem is None) == fits, (text, kind, problem)
-        if fits:
-            assert Fraction(value) == Fraction(Decimal(text)), (text, value)
-            assert Decimal(stored("c", kind, text)) == value
-        else:
-            assert value is None
-            assert problem == f"column 'c' is {kind}, not {text}"
-            with pytest.raises(Unfit):
-                stored("c", kind, text)
+    frame = spark.createDataFrame([(text,) for text in texts], "text string")
+    names = [f"decimal({precision},{scale})" for precision, scale in kinds]
+    columns = []
+    for i, kind in enumerate(names):
+        value, problem = fit("c", kind, "csv", sf.col("text"), sf.col("text"))
+        columns += [value.alias(f"v{i}"), problem.alias(f"p{i}")]
+    rows = frame.select(*columns).collect()
+    for (precision, scale), kind, i in zip(kinds, names, range(len(names)), strict=True):
+        for text, row in zip(texts, rows, strict=True):
+            value, problem = row[f"v{i}"], row[f"p{i}"]
+            scaled = Fraction(Decimal(text)) * 10**scale
+            fits = scaled.denominator == 1 and abs(scaled) < 10**precision
+            assert (problem is None) == fits, (text, kind, problem)
+            if fits:
+                assert Fraction(value) == Fraction(Decimal(text)), (text, value)
+                assert Decimal(stored("c", kind, text)) == value
+            else:
+                assert value is None
+                assert problem == f"column 'c' is {kind}, not {text}"
+                with pytest.raises(Unfit):
+                    stored("c", kind, text)
 
 
 def test_decimal_text_that_is_no_number_does_not_fit(spark) -> None:
