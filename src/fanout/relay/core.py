@@ -420,7 +420,8 @@ class RelayCore:
     def next_wakeup(self, now: float) -> float | None:
         """When pushing has work next: ``now`` if it has now, a rate timer's time, or None."""
         if self.serving.has_unsent() or any(
-            state.buffer.dirty and not state.busy for state in self.datasets.values()
+            (state.buffer.dirty or state.readying) and not state.busy
+            for state in self.datasets.values()
         ):
             return now
         wakeup = self.scheduler.next_wakeup()
@@ -438,7 +439,17 @@ class RelayCore:
         for name, kind in self.parts.kinds.items():
             state = kind.state
             before = state.buffer.stamp
-            if state.busy or not state.buffer.swap():
+            if state.busy:
+                continue
+            if not state.buffer.swap():
+                # Snapshots that changed no row (each row held already, as it is: the
+                # publisher's snapshots of a quiet dataset, stamped with the last seq) leave
+                # nothing to swap in, and their primitives are ready now: the active table
+                # holds their rows. Waiting for a swap, they waited for the next change.
+                if state.readying:
+                    self._ready_snapshots(name)
+                    for subscription in self.downstream.of_reader(name):
+                        self.scheduler.wake(subscription.key)
                 continue
             after = state.buffer.stamp
             refresh = before is not None and after is not None and before.epoch != after.epoch

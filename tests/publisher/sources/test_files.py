@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import datetime
 import json
+import math
 import os
 import random
 import time
+from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
@@ -252,3 +255,111 @@ def test_bad_declarations_are_named(spark, tmp_path) -> None:
     )
     with pytest.raises(ConfigError, match="deleted column 'name' must be boolean"):
         files_stream(spark, bad_deleted)
+
+
+TYPED: dict[str, Any] = {
+    "id": "long",
+    "fare": "decimal(6,2)",
+    "at": "timestamp",
+    "km": "double",
+    "speed": "float",
+    "blob": "bytes",
+}
+
+
+def typed_rows(spark, tmp_path: Path, fmt: str, text: str) -> tuple[dict[int, Any], Any]:
+    """The rows of one ``fmt`` file of TYPED columns, and the micro-batch's observed metric."""
+    folder = DropFolder(tmp_path)
+    (folder.path / f"typed.{fmt}").write_text(text)
+    ds = Dataset(
+        name=f"typed_{fmt}",
+        key="id",
+        schema=TYPED,
+        index="sql",
+        index_columns=("id",),
+        source=FilesSource(path=str(folder.path), format=fmt),
+    )
+    rows: dict[int, Any] = {}
+
+    def sink(batch: Any, batch_id: int) -> None:
+        rows.update({row["id"]: row.asDict() for row in batch.collect()})
+
+    query = (
+        files_stream(spark, ds)
+        .writeStream.option("checkpointLocation", str(tmp_path / "checkpoint"))
+        .foreachBatch(sink)
+        .start()
+    )
+    try:
+        query.processAllAvailable()
+    finally:
+        query.stop()
+    return rows, query.lastProgress["observedMetrics"][f"fanout_files:typed_{fmt}"]
+
+
+def test_json_values_that_do_not_fit_are_refused_with_key_and_column(spark, tmp_path) -> None:
+    """Spark's JSON parsing would round the decimal, read the naive time as UTC and the large
+    numbers as infinities; the rows are refused instead, naming key and column."""
+    lines = [
+        '{"id": 1, "fare": 12.5, "at": "2024-03-01T10:00:00+01:00", "km": 1e300, "blob": "AP8="}',
+        '{"id": 2, "fare": 1.001}',
+        '{"id": 3, "at": "2024-03-01T10:00:00"}',
+        '{"id": 4, "km": 1e400}',
+        '{"id": 5, "speed": 3.5e38}',
+        '{"id": 6, "km": Infinity, "speed": "-Infinity", "fare": "9999.99"}',
+        '{"id": 7, "fare": 12345.0}',
+    ]
+    rows, metric = typed_rows(spark, tmp_path, "json", "\n".join(lines) + "\n")
+    assert set(rows) == {1, 6}
+    assert rows[1]["fare"] == Decimal("12.50") and rows[1]["blob"] == b"\x00\xff"
+    assert rows[1]["at"] == datetime.datetime(2024, 3, 1, 9)  # UTC, as Spark's rows are
+    assert rows[6]["km"] == math.inf and rows[6]["speed"] == -math.inf
+    assert rows[6]["fare"] == Decimal("9999.99")
+    assert metric["rejected"] == 5
+    samples = metric["samples"]
+    assert (
+        samples[0] == f"typed.json:2: key 2: column 'fare' is decimal(6,2), not 1.001: {lines[1]}"
+    )
+    assert samples[1].startswith(
+        "typed.json:3: key 3: column 'at' is timestamp, not 2024-03-01T10:00:00"
+        " (a timestamp needs a time zone)"
+    )
+    assert samples[2].startswith("typed.json:4: key 4: column 'km' is double, not Infinity")
+    assert samples[3].startswith("typed.json:5: key 5: column 'speed' is float, not 3.5E38")
+    assert samples[4].startswith("typed.json:7: key 7: column 'fare' is decimal(6,2), not 12345")
+
+
+def test_csv_values_are_fitted_and_bytes_are_base64(spark, tmp_path) -> None:
+    lines = [
+        "id,fare,at,km,speed,blob",
+        "1,12.50,2024-03-01 10:00:00Z,1.5,2.5,AP8=",
+        "2,,,,,",
+        "3,0.125,,,,",
+        "4,,2024-03-01,,,",
+        "5,,,1e400,,",
+        "6,,,Inf,1e39,",
+        "7,,,,,not base64!",
+        "8,,,,,YWI=",
+    ]
+    rows, metric = typed_rows(spark, tmp_path, "csv", "\n".join(lines) + "\n")
+    assert set(rows) == {1, 2, 8}
+    assert rows[1] == {
+        "id": 1,
+        "fare": Decimal("12.50"),
+        "at": datetime.datetime(2024, 3, 1, 10),
+        "km": 1.5,
+        "speed": 2.5,
+        "blob": b"\x00\xff",
+        "_version": rows[1]["_version"],
+        "_deleted": False,
+    }
+    assert rows[2]["fare"] is None and rows[2]["blob"] is None  # an empty field is NULL
+    assert rows[8]["blob"] == b"ab"
+    assert metric["rejected"] == 5
+    reasons = [sample.split(": ", 2)[1:] for sample in metric["samples"]]
+    assert [reason[0] for reason in reasons] == ["key 3", "key 4", "key 5", "key 6", "key 7"]
+    assert reasons[0][1].startswith("column 'fare' is decimal(6,2), not 0.125")
+    assert reasons[1][1].startswith("column 'at' is timestamp, not 2024-03-01")
+    assert reasons[2][1].startswith("column 'km' is double, not 1e400")
+    assert reasons[3][1].startswith("column 'speed' is float, not 1e39")
+    assert reasons[4][1].startswith("column 'blob' is bytes, not not base64! (bytes are base64)")

@@ -189,6 +189,31 @@ class Publisher:
         )
         self.take(self.core.on_batch(frame))
 
+    def idle(self, dataset: str) -> None:
+        """Send the fresh primitives' snapshots as the publisher does when no micro-batch
+        comes: in a batch stamped with the last seq and tick, with no change."""
+        info = INFOS[dataset]
+        table = self.rows[dataset]
+        every = columns_of(info, table)
+        keys = np.array(sorted(table), dtype=np.int64)
+        inside = np.zeros(len(keys), dtype=bool)
+        fresh, self.fresh[dataset] = self.fresh[dataset], []
+        for prim in fresh:
+            inside |= np.asarray(self.held[prim].view.match(every), dtype=bool)  # type: ignore[union-attr]
+        rows = {k: table[k] for k in keys[inside].tolist()}
+        self.sent[dataset] |= set(rows)
+        frame = Batch(
+            dataset,
+            1,
+            self.seq[dataset],
+            self.tick,
+            0.0,
+            encode_columns(columns_of(info, rows)) if rows else encode_columns({}),
+            encode_columns({info.key: np.empty(0, dtype=np.int64)}),
+            fresh,
+        )
+        self.take(self.core.on_batch(frame))
+
 
 def apply(push: Push, rows: dict[Any, dict[str, Any]], key: str) -> None:
     """A push applied as the client library applies it."""
@@ -239,3 +264,31 @@ def test_every_push_is_duckdbs_answer_on_the_publishers_rows(
             names, want = duckdb_answer(re.sub(r"\blength\(", "octet_length(", text), tables)
             got = list(held[sub].values())
             assert same_rows(got, names, want), f"{text}: relay {got}, DuckDB {want}"
+
+
+def test_a_snapshot_stamped_with_the_last_seq_readies_its_primitive_when_nothing_changes() -> None:
+    """A quiet dataset's new primitive gets its snapshot in a batch stamped with the last seq
+    (the publisher's idle snapshots). When every row of it is held already, as it is, the
+    relay's copy does not change, yet the primitive must become ready and its view be pushed
+    (it once waited for the dataset's next change, forever on a quiet one)."""
+    core = RelayCore(Policy(grace=0.0), engine=TableStore())
+    core.on_catalog(Catalog([T]))
+    publisher = Publisher(core)
+    rows = {
+        1: {"a": 1, "b": 0.0, "s": "x", "f": True, "x": b"a"},
+        2: {"a": 2, "b": 2.5, "s": None, "f": None, "x": None},
+    }
+    publisher.take(
+        core.on_subscribe(1, Subscribe(1, "t", sql("SELECT * FROM t WHERE a > 0"), rate=1000.0))
+    )
+    publisher.change("t", rows, set())
+    publisher.take(core.pushes(1.0, lambda client: True))
+    publisher.take(
+        core.on_subscribe(1, Subscribe(2, "t", sql("SELECT id FROM t WHERE b > 1"), rate=1000.0))
+    )
+    assert publisher.fresh["t"], "the view needs a primitive of its own"
+    publisher.idle("t")
+    publisher.take(core.pushes(2.0, lambda client: True))
+    pushed = [frame for frame in publisher.out if isinstance(frame, Push) and frame.sub == 2]
+    assert len(pushed) == 1 and pushed[0].full
+    assert decode_columns(pushed[0].entered)["id"].tolist() == [2]

@@ -18,9 +18,14 @@ Rules, in the order a row meets them:
    ``from_json`` / ``from_csv`` in ``PERMISSIVE`` mode with a corrupt-record column: a line that
    does not parse, whose values do not fit the declared types, or (CSV) that has the wrong number
    of fields is rejected whole, as is every line of a CSV file whose header differs, and any row
-   without a key (or without a value of the ``order`` column). Each micro-batch's rejections
+   without a key (or without a value of the ``order`` column). Decimals, timestamps, CSV bytes
+   and numbers beyond a ``double`` or ``float`` are fitted from their text by the rules every
+   source follows (``sources.textfit``, after ``sources.fitting``): a decimal is never rounded,
+   a timestamp needs a zone, a number too large is not an infinity, CSV bytes are base64; a row
+   with such a value is rejected whole, its key and column named. Each micro-batch's rejections
    are an observed metric that ``sources.refusals`` counts per dataset and logs with a sample
-   (``file:line: reason: text``). A file Spark cannot
+   (``file:line: reason: text``, as ``a.json:3: key 7: column 'fare' is decimal(6,2), not
+   1.001: {...}``). A file Spark cannot
    read at all (a truncated Parquet or gzip file, a Parquet file with other column types) is
    skipped (``ignoreCorruptFiles``) and named in the log by Spark. ``FAILFAST`` is never used:
    one bad line must not stop the publisher. The dataset's ``options`` go to both the reader and
@@ -49,6 +54,7 @@ from pyspark.sql.streaming.readwriter import DataStreamReader
 from fanout.errors import ConfigError
 from fanout.publisher.datasets import DELETED, VERSION, Dataset, FilesSource
 from fanout.publisher.sources.refusals import FILES_PREFIX, Refusals, drop_refused, refusals
+from fanout.publisher.sources.textfit import fit, parse_type
 
 log = logging.getLogger(__name__)
 
@@ -191,21 +197,46 @@ def text_rows(reader: DataStreamReader, dataset: Dataset, source: FilesSource) -
         exploded = exploded.where(sf.col(POSITION) > 0)
     parse = sf.from_json if source.format == "json" else sf.from_csv
     parsed = exploded.withColumn(
-        "_row", parse(sf.col(LINE), read_schema(dataset), parser_options(source))
+        "_row", parse(sf.col(LINE), parse_schema(dataset), parser_options(source))
     )
+    values, unfit = [], []
+    for name in file_columns(dataset):
+        kind = dataset.schema.get(name, "boolean")  # else the deleted column (rule 1)
+        value, problem = fit(
+            name, kind, source.format, sf.col(f"_row.`{name}`"), _raw(name, dataset, source)
+        )
+        values.append(value.alias(name))
+        unfit.append(problem)
+    # A refused value names the row's key (rule 3), as the other sources' refusals do.
+    key = sf.concat(sf.lit("key "), sf.col(f"_row.`{dataset.key}`").cast("string"), sf.lit(": "))
     problem = (
         sf.when(sf.col(PROBLEM).isNotNull(), sf.col(PROBLEM))
         .when(sf.col(f"_row.{CORRUPT}").isNotNull(), sf.lit("malformed"))
         .when(sf.col(f"_row.`{dataset.key}`").isNull(), sf.lit("no key"))
+        .otherwise(sf.concat(key, sf.coalesce(*unfit)))
     )
-    return parsed.select(
-        *(sf.col(f"_row.`{name}`").alias(name) for name in file_columns(dataset)),
-        FILE,
-        MTIME,
-        POSITION,
-        LINE,
-        problem.alias(PROBLEM),
-    )
+    return parsed.select(*values, FILE, MTIME, POSITION, LINE, problem.alias(PROBLEM))
+
+
+def parse_schema(dataset: Dataset) -> str:
+    """The DDL schema JSON/CSV lines are parsed with: rule 1's, with the columns that
+    ``sources.textfit`` fits from their text read as text (or a JSON variant)."""
+    source = files_source(dataset)
+    columns = [
+        f"`{name}` {parse_type(dataset.schema.get(name, 'boolean'), source.format)}"
+        for name in file_columns(dataset)
+    ]
+    return ", ".join([*columns, f"`{CORRUPT}` string"])
+
+
+def _raw(name: str, dataset: Dataset, source: FilesSource) -> Column:
+    """Column ``name`` as the line spells it: a JSON variant, or a CSV field's text
+    (``textfit.fit`` evaluates it only on a number parsed as an infinity)."""
+    if source.format == "json":
+        return sf.variant_get(sf.try_parse_json(sf.col(LINE)), f"$.{name}", "variant")
+    texts = ", ".join(f"`{column}` string" for column in file_columns(dataset))
+    options = source.options | {"mode": "PERMISSIVE"}
+    return sf.from_csv(sf.col(LINE), texts, options).getField(name)
 
 
 def _csv_header_problem(dataset: Dataset, source: FilesSource) -> Column:

@@ -1,7 +1,8 @@
 """Whether a value fits a column type, and the form the publisher's sources store it in.
 
 One set of rules for every source that checks values in Python (the producer API's ingest log,
-the ``postgres`` source), so that a value refused by one is refused by the others:
+the ``postgres`` source), so that a value refused by one is refused by the others; the ``files``
+source applies the same rules to JSON and CSV text inside Spark (``sources.textfit``):
 
 - ``long`` and ``int``: integers (not booleans) within 64 and 32 bits.
 - ``double`` and ``float``: numbers; a finite value beyond the type's range (which would turn
