@@ -232,6 +232,9 @@ class Serving:
         stamp = kind.state.buffer.stamp
         assert stamp is not None
         send = self._deliver(subscription, stamp, found, now)
+        step = kind.ticking(subscription.view)
+        if step is not None and subscription.key in self._scheduler:  # time alone changes it
+            self._scheduler.defer(subscription.key, now + max(1.0 / subscription.rate, step))
         return [] if send is None else [send]
 
     def _deliver(

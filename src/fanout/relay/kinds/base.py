@@ -175,6 +175,13 @@ class DatasetKind(Protocol):
         """Seconds its queries have run so far (what ``metered`` pushes are charged)."""
         ...
 
+    def ticking(self, view: View) -> float | None:
+        """Seconds after which the view's rows may have changed with time alone, the dataset
+        unchanged (a query reading the clock), or None if they change only with the rows:
+        such a view is cut again at its rate (every that many seconds at most), not only when
+        a new state comes."""
+        ...
+
     # -- every mode -------------------------------------------------------------------
 
     def full_view(self, subscription: Subscription) -> Body:

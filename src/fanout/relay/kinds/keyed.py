@@ -171,6 +171,10 @@ class KeyedKind(abc.ABC):
         """No queries run."""
         return 0.0
 
+    def ticking(self, view: View) -> float | None:
+        """Its views change only with its rows."""
+        return None
+
     # -- every mode -------------------------------------------------------------------
 
     def complete_after(self, view: View, seq: int) -> int:

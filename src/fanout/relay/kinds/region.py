@@ -196,6 +196,10 @@ class RegionKind:
         """Region pushes run no queries."""
         return 0.0
 
+    def ticking(self, view: View) -> float | None:
+        """Its views change only with its rows."""
+        return None
+
     # -- every mode -------------------------------------------------------------------
 
     def full_view(self, subscription: Subscription) -> Body:

@@ -11,6 +11,7 @@ against its connection's SQL share (``metered``).
 
 from __future__ import annotations
 
+import time
 from collections.abc import Hashable, Sequence
 
 import numpy as np
@@ -29,6 +30,10 @@ from fanout.relay.transforms import InvalidTransform, Shape
 from fanout.views import View
 from fanout.views.sql import Sql, SqlBox
 from fanout.wire.messages import DatasetInfo, Subscribe
+
+#: Seconds one evaluation of a query reading the clock is shared by its subscribers: its rows
+#: are at most this late with the clock.
+CLOCK_STEP = 0.1
 
 
 class SqlKind(KeyedKind):
@@ -73,11 +78,19 @@ class SqlKind(KeyedKind):
         return Accepted(shape, query.key, list(query.columns))
 
     def check_every(self, view: View, shape: Shape) -> None:
-        """Mode ``every`` needs a query that decides each row on its own.
+        """Mode ``every`` needs a query that decides each row on its own, and by its rows
+        alone.
 
         Raises:
-            InvalidView: it does not (``TableStore.row_by_row``).
+            InvalidView: it does not (``TableStore.row_by_row``), or it reads the clock (its
+                rows would change between seqs, where mode ``every`` has nothing to send).
         """
+        assert isinstance(view, Sql)
+        if view.reads_clock:
+            raise InvalidView(
+                "mode 'every' sends each seq's changes, and this query's rows also change as"
+                " time passes (it reads the clock): use mode 'latest'"
+            )
         self.engine.row_by_row(self._prepare(view))
 
     def _prepare(self, view: View) -> Query:
@@ -107,13 +120,21 @@ class SqlKind(KeyedKind):
         """
         held, view = subscription.held, subscription.view
         rows_held = held if isinstance(held, HeldRows) else None
-        if rows_held is not None and rows_held.view == view and self._unchanged(rows_held):
+        ticking = self.ticking(view) is not None
+        if (
+            rows_held is not None
+            and rows_held.view == view
+            and not ticking
+            and self._unchanged(rows_held)
+        ):
             return None
         query = self._prepare(view)
         datasets = self._parts.datasets
         for name in query.datasets:
             self.engine.sync(name, datasets[name].buffer)
         generations = tuple(datasets[name].buffer.generation for name in query.datasets)
+        if ticking:  # its result is shared for a CLOCK_STEP, then evaluated again
+            generations += (int(time.time() / CLOCK_STEP),)
         result = self.engine.evaluate(query, generations)
         buffer = self.state.buffer
         stamp = buffer.stamp
@@ -145,6 +166,10 @@ class SqlKind(KeyedKind):
     def query_seconds(self) -> float:
         """Seconds subscribers' queries have run in the engine."""
         return self.engine.counters.seconds
+
+    def ticking(self, view: View) -> float | None:
+        """A query reading the clock (``Sql.reads_clock``): ``CLOCK_STEP``."""
+        return CLOCK_STEP if isinstance(view, Sql) and view.reads_clock else None
 
     # -- every mode -------------------------------------------------------------------
 

@@ -140,6 +140,12 @@ class Sql(ViewBase, tag="sql", frozen=True):
         return tuple(need.table for need in _analysis(self.text).needs)
 
     @property
+    def reads_clock(self) -> bool:
+        """Return True if the query calls a function of the clock (``now()``,
+        ``current_date``, ...): its rows may change as time passes, its tables unchanged."""
+        return _analysis(self.text).clock
+
+    @property
     def exact(self) -> bool:
         """Return True if the primitive selects exactly the query's rows.
 

@@ -104,12 +104,15 @@ class Analysis:
         needs: what each table the query reads must supply, sorted by table.
         exact: the primitive selects exactly the query's rows (one table, all boxed, no LIMIT).
         faithful: ``needs[0].cover`` holds exactly the query's rows (one table, no LIMIT).
+        clock: the query reads the clock (``now()``, ``current_date``, ...): its result may
+            change while its tables do not.
     """
 
     text: str
     needs: tuple[TableNeed, ...]
     exact: bool
     faithful: bool
+    clock: bool = False
 
 
 @dataclass(frozen=True)
@@ -161,7 +164,41 @@ def analyse(text: str) -> Analysis:
     whole = len(sources) == 1 and not row_selection
     text = _normal_text(select)
     rows = contexts[0].true
-    return Analysis(text, needs, whole and rows.exact, whole and rows.faithful)
+    return Analysis(
+        text, needs, whole and rows.exact, whole and rows.faithful, clock=_reads_clock(select)
+    )
+
+
+#: sqlglot's nodes for the clock's functions, and DuckDB's names of those it leaves anonymous.
+_CLOCK_NODES = (
+    exp.CurrentDate,
+    exp.CurrentDatetime,
+    exp.CurrentTime,
+    exp.CurrentTimestamp,
+    exp.CurrentTimestampLTZ,
+    exp.Localtime,
+    exp.Localtimestamp,
+)
+_CLOCK_NAMES = frozenset(
+    {
+        "now",
+        "get_current_time",
+        "get_current_timestamp",
+        "transaction_timestamp",
+        "current_localtime",
+        "current_localtimestamp",
+        "today",
+    }
+)
+
+
+def _reads_clock(select: exp.Select) -> bool:
+    """Whether the query calls a function of the clock anywhere."""
+    return any(
+        isinstance(node, _CLOCK_NODES)
+        or (isinstance(node, exp.Anonymous) and node.name.lower() in _CLOCK_NAMES)
+        for node in select.walk()
+    )
 
 
 # ---------------------------------------------------------------------------------------------
