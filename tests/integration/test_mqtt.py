@@ -38,6 +38,12 @@ key = "topic"
 schema = { topic = "string", payload = "string" }
 index = "topic"
 source = "ingest"
+
+[datasets.events]
+key = "id"
+schema = { id = "string", topic = "string", payload = "string", retain = "boolean" }
+index = { kind = "topic", columns = ["topic"] }
+source = "ingest"
 """
 
 
@@ -150,10 +156,11 @@ async def positioned(node: tuple[str, int], client_id: str, filter: str, held: i
 async def test_a_persistent_session_survives_its_relay_killed_mid_stream(
     publisher: Child, tmp_path: Path
 ) -> None:
-    """Three relays over Redis Cluster, the Spark publisher's topic dataset: a subscriber's relay
-    is SIGKILLed mid-stream, it reconnects to another relay with clean start off, and gets every
-    retained message published (each on a topic of its own, so each is in the log), in publish
-    order; a message it got twice is marked DUP the second time."""
+    """Three relays over Redis Cluster, the Spark publisher's topic dataset that logs messages: a
+    subscriber's relay is SIGKILLed mid-stream, it reconnects to another relay with clean start
+    off, and gets every message published at QoS 1, retained or not (each on a topic of its own,
+    so each is in the log), in publish order; a message it got twice is marked DUP the second
+    time. A new subscriber gets the retained ones alone as retained messages."""
     with throwaway_redis_cluster() as nodes:
         node = f"{nodes[0][0]}:{nodes[0][1]}"
         relays: dict[str, tuple[Child, int]] = {}
@@ -165,7 +172,7 @@ async def test_a_persistent_session_survives_its_relay_killed_mid_stream(
                     [
                         *("--publisher", publisher.url, "--port", "0", "--name", name),
                         *("--mqtt-port", str(port), "--mqtt-redis", node),
-                        *("--mqtt-lease", "1.5", "--mqtt-dataset", "devices"),
+                        *("--mqtt-lease", "1.5", "--mqtt-dataset", "events"),
                     ],
                     tmp_path / f"relay-{name}.log",
                 )
@@ -179,7 +186,7 @@ async def test_a_persistent_session_survives_its_relay_killed_mid_stream(
             try:
                 await positioned(nodes[0], "durable-1", "feed/+")
                 for n, (topic_name, payload) in enumerate(sent):
-                    feeder.publish(topic_name, payload, qos=1, retain=True)
+                    feeder.publish(topic_name, payload, qos=1, retain=n % 2 == 0)
                     await asyncio.sleep(0.05)
                     if n == 40:
                         # The session's position in the log moved on: it is resumed from there.
@@ -215,6 +222,13 @@ async def test_a_persistent_session_survives_its_relay_killed_mid_stream(
             assert order == sorted(order, key=sent.index), "not in publish order"
             # Resumed from the position: what was acknowledged before it is not sent again.
             assert ("feed/0000", b"0") not in order
+            # The messages without RETAIN are in the log, not in the retained state.
+            out = await run(
+                *("mosquitto_sub", "-p", str(relays["a"][1]), "-t", "feed/+", "-v"),
+                *("-C", str(len(sent) // 2)),
+            )
+            retained = {f"{t} {p.decode()}" for t, p in sent[::2]}
+            assert set(out.splitlines()) == retained
         finally:
             for child, _ in relays.values():
                 await child.stop()

@@ -12,7 +12,8 @@ Rules (of a relay in a cluster, ``--mqtt-redis``, with a topic dataset, ``--mqtt
    dataset with an ``every`` subscription of its filter on this relay: the relay's window, then
    the publisher's log, from the session's position. A row (topic, payload) of a seq goes to the
    session at QoS 1 unless the live path offered that message already: each live copy of a
-   retained message is remembered (per subscription and topic, at most ``MEMO`` payloads) until
+   message the log will carry (retained; in a dataset that logs messages, ``ingest`` rule 3,
+   any at QoS 1 or 2) is remembered (per subscription and topic, at most ``MEMO`` payloads) until
    a row of the log carries it, and then not sent again. A row that another producer wrote
    (no live copy) is sent: the log is the authority.
 4. The position advances to the last seq followed once every message offered so far is
@@ -21,16 +22,18 @@ Rules (of a relay in a cluster, ``--mqtt-redis``, with a topic dataset, ``--mqtt
    back until each follow stream reached the seq the relay was at when it started (the first
    push of a ``latest`` subscription of the same filter) and the log carried a message held
    back for it: what its publisher published before that one is then in the log too, and was
-   replayed first. (Held messages the log will not carry, not retained, end the wait at once;
+   replayed first. (Held messages the log will not carry end the wait at once;
    ``CATCH_UP_WAIT`` seconds after the restore the held go out anyway.) Then the rest go, those
    the log carried meanwhile having gone at their place in it. Messages reach the client in
    the log's order: by seq, and within one seq in topic order.
 6. A session that ends here (clean start, expiry) is deleted from Redis if this relay wrote it
    last; a follow stream ends with its subscription or session.
 
-What the log holds is the guarantee's limit: a topic dataset keeps retained messages, one state
-per topic per micro-batch (``ingest``). A message not retained, or replaced within the same
-micro-batch, is delivered live only and is not replayed.
+What the log holds is the guarantee's limit (``ingest``): a topic dataset keeps retained
+messages, one state per topic per micro-batch; one that logs messages also keeps every message
+published at QoS 1 or 2 without RETAIN, as a row of its own. A message the dataset does not
+keep (QoS 0 without RETAIN, or any without RETAIN in a dataset that does not log messages), or
+a retained one replaced within the same micro-batch, is delivered live only and not replayed.
 """
 
 from __future__ import annotations
@@ -50,7 +53,7 @@ from fanout.errors import FanoutError
 from fanout.relay.mqtt import packets as p
 from fanout.relay.mqtt.actions import Action, Restore
 from fanout.relay.mqtt.broker import Broker
-from fanout.relay.mqtt.ingest import PAYLOAD, Routes
+from fanout.relay.mqtt.ingest import PAYLOAD, RETAIN, TOPIC, Routes
 from fanout.relay.mqtt.sessions import Session, Subscription
 from fanout.relay.mqtt.stored import Position, Record, SessionStore
 from fanout.views.topic import matches
@@ -98,9 +101,13 @@ class Durable:
         url: Callable[[], str],
         owner: str,
         sync: float = 0.2,
+        carried: Callable[[p.Publish], bool] | None = None,
     ) -> None:
-        """Sessions of ``broker`` kept in ``store``; follow streams on the relay at ``url()``."""
+        """Sessions of ``broker`` kept in ``store``; follow streams on the relay at ``url()``;
+        ``carried(message)``: whether the log will carry a message published (default: the
+        retained ones with a payload; ``ingest.Pending.carried``)."""
         self.store, self.broker, self.apply, self.routes = store, broker, apply, routes
+        self.carried = carried or retained_with_payload
         self.url, self.owner, self.sync = url, owner, sync
         self.restored = self.replayed = self.deduplicated = self.resyncs = 0
         self._follows: dict[tuple[str, str], Follow] = {}
@@ -131,7 +138,8 @@ class Durable:
                 (session.client_id, text) in self._follows and matches(text, message.topic)
                 for text in session.subscriptions
             )
-        if message.retain and message.payload:
+        carried = self.carried(message)
+        if carried:
             for text in session.subscriptions:
                 follow = self._follows.get((session.client_id, text))
                 if follow is not None and matches(text, message.topic):
@@ -144,7 +152,7 @@ class Durable:
         held = self._held.get(session.client_id)
         if held is None:
             return True
-        held.append((copy, bool(message.retain and message.payload)))
+        held.append((copy, carried))
         self._check(session.client_id)  # one the log will not carry may end the wait
         return False
 
@@ -310,8 +318,8 @@ class Durable:
                 log.warning("mqtt session %r: resync of %s", follow.client_id, follow.sub.filter)
         else:
             actions: list[Action] = []
-            for topic, payload in sorted(rows):
-                actions += self._from_log(follow, topic, payload)
+            for row in rows:
+                actions += self._from_log(follow, row.topic, row.payload)
             self.apply(actions)
         follow.position = Position(update.epoch, update.seq, frozenset(topics), key)
 
@@ -376,6 +384,11 @@ class Durable:
                 await task
 
 
+def retained_with_payload(message: p.Publish) -> bool:
+    """Whether ``message`` is retained with a payload: a message any topic dataset keeps."""
+    return bool(message.retain and message.payload)
+
+
 def _earlier(subscriber: Subscriber, follow: Follow) -> LiveView | None:
     """A view standing for ``follow``'s position, for ``Subscriber.subscribe(resume=...)``."""
     position = follow.position
@@ -395,17 +408,36 @@ def _earlier(subscriber: Subscriber, follow: Follow) -> LiveView | None:
     )
 
 
-def rows_of(update: Update, key: str) -> list[tuple[str, bytes]]:
-    """(topic, payload) of the rows ``update`` entered or updated (a NULL payload: none)."""
+@dataclass(frozen=True, order=True)
+class LogRow:
+    """A row of a topic dataset's log as an MQTT message (``ingest`` rules 2-3): its topic, its
+    row's key (the topic, or a logged message's ``TOPIC#ID``), payload, and whether retained."""
+
+    topic: str
+    key: str
+    payload: bytes
+    retain: bool
+
+
+def rows_of(update: Update, key: str) -> list[LogRow]:
+    """The rows ``update`` entered or updated, as messages in the log's order within one seq:
+    by topic, then by key (a topic's retained row first, then its logged messages as they
+    came). A NULL payload is no message. In a dataset that logs messages the topic is the
+    ``topic`` column and ``retain`` says which rows are retained messages."""
     found = []
     for columns in (update.entered, update.updated):
-        if key in columns and PAYLOAD in columns:
-            found += [
-                (str(t), str(v).encode())
-                for t, v in zip(columns[key].tolist(), columns[PAYLOAD].tolist(), strict=True)
-                if v is not None
-            ]
-    return found
+        if key not in columns or PAYLOAD not in columns:
+            continue
+        keys = [str(k) for k in columns[key].tolist()]
+        topics = [str(t) for t in columns[TOPIC].tolist()] if TOPIC in columns else keys
+        retained = columns[RETAIN].tolist() if RETAIN in columns else [True] * len(keys)
+        payloads = columns[PAYLOAD].tolist()
+        found += [
+            LogRow(t, k, str(v).encode(), r is not False)
+            for t, k, v, r in zip(topics, keys, payloads, retained, strict=True)
+            if v is not None
+        ]
+    return sorted(found)
 
 
 def _take_held(
