@@ -114,10 +114,22 @@ class Session:
         self.got: list[tuple[str, bytes, bool]] = []
         self.lock = threading.Lock()
         self.client.on_message = self._on_message
+        self.client.reconnect_delay_set(1, 2)
+        self.client.connect("127.0.0.1", port, clean_start=False, properties=self._properties())
+        self.client.loop_start()
+
+    def move(self, port: int) -> None:
+        """Reconnect to the relay on ``port`` from now on (paho's loop reconnects, keeping the
+        client's session state: its QoS 2 messages awaiting PUBREL)."""
+        self.client.connect_async(
+            "127.0.0.1", port, clean_start=False, properties=self._properties()
+        )
+
+    @staticmethod
+    def _properties() -> Properties:
         properties = Properties(PacketTypes.CONNECT)
         properties.SessionExpiryInterval = 300
-        self.client.connect("127.0.0.1", port, clean_start=False, properties=properties)
-        self.client.loop_start()
+        return properties
 
     def _on_message(self, client: object, userdata: object, message: mqtt.MQTTMessage) -> None:
         with self.lock:
@@ -160,7 +172,8 @@ async def test_a_persistent_session_survives_its_relay_killed_mid_stream(
     subscriber's relay is SIGKILLed mid-stream, it reconnects to another relay with clean start
     off, and gets every message published at QoS 1, retained or not (each on a topic of its own,
     so each is in the log), in publish order; a message it got twice is marked DUP the second
-    time. A new subscriber gets the retained ones alone as retained messages."""
+    time. A QoS 2 subscriber (the same paho client, moved) gets each exactly once, in order. A
+    new subscriber gets the retained ones alone as retained messages."""
     with throwaway_redis_cluster() as nodes:
         node = f"{nodes[0][0]}:{nodes[0][1]}"
         relays: dict[str, tuple[Child, int]] = {}
@@ -179,14 +192,17 @@ async def test_a_persistent_session_survives_its_relay_killed_mid_stream(
                 relays[name] = (child, port)
             first = subscriber = Session(relays["c"][1], "durable-1")
             subscriber.client.subscribe("feed/+", qos=1)
+            twice = Session(relays["c"][1], "durable-2")  # QoS 2: exactly once across the move
+            twice.client.subscribe("feed/+", qos=2)
             feeder = mqtt.Client(CallbackAPIVersion.VERSION2, "feeder", protocol=mqtt.MQTTv5)
             feeder.connect("127.0.0.1", relays["a"][1])
             feeder.loop_start()
             sent = [(f"feed/{n:04d}", str(n).encode()) for n in range(120)]
             try:
                 await positioned(nodes[0], "durable-1", "feed/+")
+                await positioned(nodes[0], "durable-2", "feed/+")
                 for n, (topic_name, payload) in enumerate(sent):
-                    feeder.publish(topic_name, payload, qos=1, retain=n % 2 == 0)
+                    feeder.publish(topic_name, payload, qos=2, retain=n % 2 == 0)
                     await asyncio.sleep(0.05)
                     if n == 40:
                         # The session's position in the log moved on: it is resumed from there.
@@ -195,6 +211,7 @@ async def test_a_persistent_session_survives_its_relay_killed_mid_stream(
                         first.client.loop_stop()
                     if n == 60:  # away for a while, then back on another relay
                         subscriber = Session(relays["b"][1], "durable-1")
+                        twice.move(relays["b"][1])
 
                 def complete() -> set[bytes]:  # across both relays: nothing lost
                     return {p for _, p, _ in first.received() + subscriber.received()}
@@ -202,10 +219,19 @@ async def test_a_persistent_session_survives_its_relay_killed_mid_stream(
                 await eventually(
                     complete, lambda have: have >= {p for _, p in sent}, timeout=90, every=0.5
                 )
+                await eventually(
+                    lambda: {p for _, p, _ in twice.received()},
+                    lambda have: have >= {p for _, p in sent},
+                    timeout=90,
+                    every=0.5,
+                )
                 await asyncio.sleep(1.0)  # a late duplicate would have come by now
             finally:
                 feeder.loop_stop()
                 subscriber.client.loop_stop()
+                twice.client.loop_stop()
+            exactly = [(t, p) for t, p, _ in twice.received()]
+            assert exactly == sent, "QoS 2: not each message once, in publish order"
             before = {(t, p) for t, p, _ in first.received()}
             after = subscriber.received()
             seen: set[tuple[str, bytes]] = set()

@@ -30,7 +30,8 @@ Rules (MQTT 3.1.1 and 5.0; sections in brackets):
 8. A client that sends nothing for 1.5 times its keep alive is closed [MQTT-3.1.2-24]
    (:meth:`Broker.tick`); so is a session that expired while away.
 9. With sessions kept in Redis (``durable``), a CONNECT resuming a session not held here is
-   answered once Redis was read (``Restore``, :meth:`Broker.restored`).
+   answered once Redis was read (``Restore``, :meth:`Broker.restored`), and a persistent
+   session's QoS 2 PUBLISH or PUBREL goes out only after its session was written (``Persist``).
 """
 
 from __future__ import annotations
@@ -41,7 +42,7 @@ from dataclasses import dataclass, replace
 
 from fanout.errors import InvalidView
 from fanout.relay.mqtt import packets as p
-from fanout.relay.mqtt.actions import Action, Close, Limits, Published, Restore, Send
+from fanout.relay.mqtt.actions import Action, Close, Limits, Persist, Published, Restore, Send
 from fanout.relay.mqtt.decoding import decode, split
 from fanout.relay.mqtt.encoding import encode
 from fanout.relay.mqtt.sessions import Session, Subscription
@@ -111,19 +112,28 @@ class Broker:
         return actions
 
     def restored(
-        self, connection: int, subscriptions: list[Subscription], now: float
+        self,
+        connection: int,
+        subscriptions: list[Subscription],
+        now: float,
+        in_flight: Collection[tuple[int, p.Publish, bool]] = (),
     ) -> list[Action]:
         """Answer a CONNECT parked by ``Restore``: its session comes back with
-        ``subscriptions`` (none: a new session), then the packets read meanwhile are handled."""
+        ``subscriptions`` (none: a new session) and its QoS 2 messages ``in_flight`` (packet
+        identifier, message, PUBRECed), sent again; then the packets read meanwhile are handled."""
         state = self._connections.get(connection)
         if state is None or state.parked is None:
             return []
         packet, state.parked = state.parked, None
-        if subscriptions and packet.client_id not in self.sessions:
+        if (subscriptions or in_flight) and packet.client_id not in self.sessions:
             session = Session(packet.client_id, packet.version, None, 0.0, away_since=now)
             self.sessions[packet.client_id] = session
             for subscription in subscriptions:
                 self._subscribers.install(session, subscription)
+            for packet_id, message, released in in_flight:
+                session.in_flight[packet_id] = replace(message, packet_id=packet_id)
+                if released:
+                    session.released.add(packet_id)
         actions = self._connect(connection, state, packet, now, park=False)
         return actions + self.receive(connection, b"", now)
 
@@ -242,6 +252,7 @@ class Broker:
             session.version, session.connection, session.expiry = packet.version, connection, expiry
             session.away_since = None
         session.will = packet.will
+        session.durable = self.durable and expiry > 0
         session.receive_maximum = int(p.prop(packet.properties, 0x21, 65535))  # type: ignore[call-overload]
         session.max_packet_size = int(p.prop(packet.properties, 0x27, 268_435_460))  # type: ignore[call-overload]
         state.session = session
@@ -293,7 +304,9 @@ class Broker:
             return self._drain(session)
         known = session.release(packet.packet_id)
         code = p.SUCCESS if known or session.version != p.V5 else p.PACKET_ID_NOT_FOUND
-        return [Send(connection, encode(p.PubRel(packet.packet_id, code), session.version))]
+        data = encode(p.PubRel(packet.packet_id, code), session.version)
+        persist = [Persist(connection, session.client_id)] if known and session.durable else []
+        return [*persist, Send(connection, data)]
 
     def _client_publish(self, connection: int, session: Session, packet: p.Publish) -> list[Action]:
         if p.prop(packet.properties, 0x23) is not None:
@@ -389,6 +402,8 @@ class Broker:
         if len(data) > session.max_packet_size:
             session.in_flight.pop(message.packet_id or 0, None)
             return []  # 5.0 3.1.2.11.4: not sent, as if delivered
+        if message.qos == 2 and session.durable:
+            return [Persist(session.connection, session.client_id), Send(session.connection, data)]
         return [Send(session.connection, data)]
 
     def _subscribe(self, connection: int, session: Session, packet: p.Subscribe) -> list[Action]:

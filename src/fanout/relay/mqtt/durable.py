@@ -28,6 +28,14 @@ Rules (of a relay in a cluster, ``--mqtt-redis``, with a topic dataset, ``--mqtt
    the log's order: by seq, and within one seq in topic order.
 6. A session that ends here (clean start, expiry) is deleted from Redis if this relay wrote it
    last; a follow stream ends with its subscription or session.
+7. QoS 2 across relays: a row of the log goes to the session at its subscription's QoS (the
+   log does not keep the QoS it was published at). Before a QoS 2 PUBLISH or its PUBREL goes
+   to the client, the session is written to Redis with its QoS 2 messages in flight (packet
+   identifier, topic, payload, PUBRECed) (``Persist``); each one completed is kept in the
+   record until the position covers it (``sessions`` rule 7: once nothing is in flight and the
+   log carried it). A relay that restores the session sends the ones in flight again with
+   their packet identifiers (DUP set; a PUBRECed one: its PUBREL) and does not replay them,
+   nor the completed ones, from the log: each reaches the client once.
 
 What the log holds is the guarantee's limit (``ingest``): a topic dataset keeps retained
 messages, one state per topic per micro-batch; one that logs messages also keeps every message
@@ -42,7 +50,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections import deque
+from collections import Counter, deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -117,6 +125,10 @@ class Durable:
         self._saved: dict[str, str] = {}  # client id -> the JSON last written
         self._subscriber: Subscriber | None = None
         self._background: set[asyncio.Task[None]] = set()
+        self._locks: dict[str, asyncio.Lock] = {}  # one write of a session at a time
+        #: Per restored session, the QoS 2 messages in flight or completed on the relay before
+        #: (topic, payload): not replayed from the log (rule 7).
+        self._skip: dict[str, Counter[tuple[str, bytes]]] = {}
         #: True while ``fromlog`` delivers a row of the log: sessions following it take it
         #: from their own stream instead.
         self.feeding = False
@@ -156,6 +168,16 @@ class Durable:
         self._check(session.client_id)  # one the log will not carry may end the wait
         return False
 
+    async def on_persist(self, client_id: str) -> None:
+        """Write session ``client_id`` now: a QoS 2 PUBLISH or PUBREL waits for it (rule 7).
+
+        Raises:
+            RedisError: the write failed (the listener closes the connection).
+        """
+        session = self.broker.sessions.get(client_id)
+        if session is not None:
+            await self._save(session)
+
     # -- running ------------------------------------------------------------------------------
 
     async def run(self, reconnect_delay: float = 0.5) -> None:
@@ -184,11 +206,21 @@ class Durable:
             log.warning("mqtt session %r not read from Redis: %s", action.client_id, error)
             record = None
         subscriptions = list(record.subscriptions) if record is not None else []
-        self.apply(self.broker.restored(action.connection, subscriptions, time.monotonic()))
+        in_flight = [
+            (i, p.Publish(t, m, 2, dup=True), r)
+            for i, t, m, r in (record.in_flight if record is not None else ())
+        ]
+        now = time.monotonic()
+        self.apply(self.broker.restored(action.connection, subscriptions, now, in_flight))
         session = self.broker.sessions.get(action.client_id)
         if record is None or session is None or session.connection != action.connection:
             return
         self.restored += 1
+        session.done.extend(p.Publish(t, m, 2) for t, m in record.done)
+        skip = Counter((t, m) for _, t, m, _ in record.in_flight)
+        skip.update(record.done)
+        if skip:
+            self._skip[action.client_id] = skip
         catching = False
         for sub in record.subscriptions:
             dataset = followed(sub, self.routes)
@@ -228,11 +260,18 @@ class Durable:
             self._stop(self._follows.pop(key))
         for client_id in [c for c in self._saved if c not in self.broker.sessions]:
             del self._saved[client_id]
+            self._locks.pop(client_id, None)
+            self._skip.pop(client_id, None)
             self._held.pop(client_id, None)
             self._held_since.pop(client_id, None)
             await self.store.delete(client_id, self.owner)
 
     async def _save(self, session: Session) -> None:
+        lock = self._locks.setdefault(session.client_id, asyncio.Lock())
+        async with lock:
+            await self._write(session)
+
+    async def _write(self, session: Session) -> None:
         settled = not session.in_flight and not session.queued
         positions: dict[str, Position | None] = {}
         earlier = self._saved.get(session.client_id)
@@ -242,11 +281,28 @@ class Durable:
             if follow is not None:
                 # Rule 4: a position moves on only when everything offered is acknowledged.
                 positions[text] = follow.position if settled else before.get(text)
+        if settled:  # rule 7: the positions cover what the log carried
+            live = {
+                (t, m)
+                for (c, _), f in self._follows.items()
+                if c == session.client_id
+                for t, memo in f.memo.items()
+                for m in memo
+            }
+            kept = [m for m in session.done if (m.topic, m.payload) in live]
+            session.done.clear()
+            session.done.extend(kept)
         record = Record(
             self.owner,
             session.expiry,
             tuple(sub for _, sub in session.subscriptions.values()),
             positions,
+            tuple(
+                (i, m.topic, m.payload, i in session.released)
+                for i, m in session.in_flight.items()
+                if m.qos == 2
+            ),
+            tuple((m.topic, m.payload) for m in session.done),
         )
         text = record.encode()
         if text != earlier:
@@ -325,6 +381,11 @@ class Durable:
 
     def _from_log(self, follow: Follow, topic: str, payload: bytes) -> list[Action]:
         client_id = follow.client_id
+        skip = self._skip.get(client_id)
+        if skip and skip[(topic, payload)] > 0:  # in flight or done on the relay before
+            skip[(topic, payload)] -= 1
+            self.deduplicated += 1
+            return []
         held = self._held.get(client_id)
         memo = follow.memo.get(topic)
         if memo is not None and payload in memo:
@@ -340,7 +401,7 @@ class Durable:
                     break
             return actions
         self.replayed += 1
-        message = p.Publish(topic, payload, 1, dup=follow.catching_up)
+        message = p.Publish(topic, payload, follow.sub.qos, dup=follow.catching_up)
         return self.broker.offer(client_id, message)
 
     def _reached(self, follow: Follow, done: bool) -> None:

@@ -79,6 +79,7 @@ def mqtt_parts(
                 carried=pending.carried,
             )
             listener.on_restore = durable.on_restore
+            listener.on_persist = durable.on_persist
             cluster.durable = durable
             if feed is not None:
                 feed.durable = durable
