@@ -61,7 +61,8 @@ from fanout.errors import FanoutError
 from fanout.relay.mqtt import packets as p
 from fanout.relay.mqtt.actions import Action, Restore
 from fanout.relay.mqtt.broker import Broker
-from fanout.relay.mqtt.ingest import PAYLOAD, RETAIN, TOPIC, Routes
+from fanout.relay.mqtt.ingest import Routes
+from fanout.relay.mqtt.logrows import retained_with_payload, rows_of
 from fanout.relay.mqtt.sessions import Session, Subscription
 from fanout.relay.mqtt.stored import Position, Record, SessionStore
 from fanout.views.topic import matches
@@ -445,11 +446,6 @@ class Durable:
                 await task
 
 
-def retained_with_payload(message: p.Publish) -> bool:
-    """Whether ``message`` is retained with a payload: a message any topic dataset keeps."""
-    return bool(message.retain and message.payload)
-
-
 def _earlier(subscriber: Subscriber, follow: Follow) -> LiveView | None:
     """A view standing for ``follow``'s position, for ``Subscriber.subscribe(resume=...)``."""
     position = follow.position
@@ -467,38 +463,6 @@ def _earlier(subscriber: Subscriber, follow: Follow) -> LiveView | None:
         seq=position.seq,
         mode="every",
     )
-
-
-@dataclass(frozen=True, order=True)
-class LogRow:
-    """A row of a topic dataset's log as an MQTT message (``ingest`` rules 2-3): its topic, its
-    row's key (the topic, or a logged message's ``TOPIC#ID``), payload, and whether retained."""
-
-    topic: str
-    key: str
-    payload: bytes
-    retain: bool
-
-
-def rows_of(update: Update, key: str) -> list[LogRow]:
-    """The rows ``update`` entered or updated, as messages in the log's order within one seq:
-    by topic, then by key (a topic's retained row first, then its logged messages as they
-    came). A NULL payload is no message. In a dataset that logs messages the topic is the
-    ``topic`` column and ``retain`` says which rows are retained messages."""
-    found = []
-    for columns in (update.entered, update.updated):
-        if key not in columns or PAYLOAD not in columns:
-            continue
-        keys = [str(k) for k in columns[key].tolist()]
-        topics = [str(t) for t in columns[TOPIC].tolist()] if TOPIC in columns else keys
-        retained = columns[RETAIN].tolist() if RETAIN in columns else [True] * len(keys)
-        payloads = columns[PAYLOAD].tolist()
-        found += [
-            LogRow(t, k, str(v).encode(), r is not False)
-            for t, k, v, r in zip(topics, keys, payloads, retained, strict=True)
-            if v is not None
-        ]
-    return sorted(found)
 
 
 def _take_held(

@@ -36,8 +36,9 @@ from fanout.errors import FanoutError
 from fanout.relay.mqtt import packets as p
 from fanout.relay.mqtt.actions import Action
 from fanout.relay.mqtt.broker import Broker
-from fanout.relay.mqtt.durable import Durable, retained_with_payload, rows_of
+from fanout.relay.mqtt.durable import Durable
 from fanout.relay.mqtt.ingest import Routes, is_message_key
+from fanout.relay.mqtt.logrows import retained_with_payload, rows_of
 from fanout.views.topic import parse as topic_view
 
 log = logging.getLogger(__name__)
