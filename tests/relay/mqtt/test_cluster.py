@@ -237,11 +237,9 @@ async def test_a_broken_peer_link_loses_nothing_and_repeats_nothing(
             expected = [("link/x", str(n).encode()) for n in range(600)]
             for n, (topic_name, payload) in enumerate(expected):
                 publisher.client.publish(topic_name, payload, qos=1)
-                if n % 150 == 75:  # mid-stream: the messages just published are in flight
-                    await asyncio.sleep(0.002)
+                if n % 150 == 149:  # mid-stream: the burst just published is on its way
+                    await asyncio.sleep(0.01 * (n // 150))
                     break_links(port)
-                if n % 10 == 0:
-                    await asyncio.sleep(0.005)
             await eventually(lambda: len(far.received()) >= len(expected), timeout=60)
             await asyncio.sleep(1.0)  # a duplicate would have come by now
             assert far.received() == expected
