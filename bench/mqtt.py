@@ -265,6 +265,14 @@ async def spatial_runs(args: argparse.Namespace) -> dict[str, object]:
     }
     for key in SPATIAL_KEYS:
         result[key], result[f"{key}_spread"] = summarize(runs, key)  # type: ignore[arg-type]
+    result["spatial_note"] = (
+        "the subscribers (asyncio connections in one process), the publishers and the broker"
+        " share the machine's two cores, and on a shared machine other work too"
+        " (load_average_1m): p99 then measures the load as much as the broker, the search is"
+        " not monotone, and the most-subscribers figures vary widely from run to run (see the"
+        " spreads and each run's trials); the useful fractions and bytes per useful update do not"
+        " depend on the load"
+    )
     result["spatial_trials"] = [
         {"mosquitto": run["mosquitto_trials"], "relay": run["relay_trials"]} for run in runs
     ]
