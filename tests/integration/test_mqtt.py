@@ -38,6 +38,12 @@ key = "topic"
 schema = { topic = "string", payload = "string" }
 index = "topic"
 source = "ingest"
+
+[datasets.events]
+key = "id"
+schema = { id = "string", topic = "string", payload = "string", retain = "boolean" }
+index = { kind = "topic", columns = ["topic"] }
+source = "ingest"
 """
 
 
@@ -108,10 +114,22 @@ class Session:
         self.got: list[tuple[str, bytes, bool]] = []
         self.lock = threading.Lock()
         self.client.on_message = self._on_message
+        self.client.reconnect_delay_set(1, 2)
+        self.client.connect("127.0.0.1", port, clean_start=False, properties=self._properties())
+        self.client.loop_start()
+
+    def move(self, port: int) -> None:
+        """Reconnect to the relay on ``port`` from now on (paho's loop reconnects, keeping the
+        client's session state: its QoS 2 messages awaiting PUBREL)."""
+        self.client.connect_async(
+            "127.0.0.1", port, clean_start=False, properties=self._properties()
+        )
+
+    @staticmethod
+    def _properties() -> Properties:
         properties = Properties(PacketTypes.CONNECT)
         properties.SessionExpiryInterval = 300
-        self.client.connect("127.0.0.1", port, clean_start=False, properties=properties)
-        self.client.loop_start()
+        return properties
 
     def _on_message(self, client: object, userdata: object, message: mqtt.MQTTMessage) -> None:
         with self.lock:
@@ -150,10 +168,12 @@ async def positioned(node: tuple[str, int], client_id: str, filter: str, held: i
 async def test_a_persistent_session_survives_its_relay_killed_mid_stream(
     publisher: Child, tmp_path: Path
 ) -> None:
-    """Three relays over Redis Cluster, the Spark publisher's topic dataset: a subscriber's relay
-    is SIGKILLed mid-stream, it reconnects to another relay with clean start off, and gets every
-    retained message published (each on a topic of its own, so each is in the log), in publish
-    order; a message it got twice is marked DUP the second time."""
+    """Three relays over Redis Cluster, the Spark publisher's topic dataset that logs messages: a
+    subscriber's relay is SIGKILLed mid-stream, it reconnects to another relay with clean start
+    off, and gets every message published at QoS 1, retained or not (each on a topic of its own,
+    so each is in the log), in publish order; a message it got twice is marked DUP the second
+    time. A QoS 2 subscriber (the same paho client, moved) gets each exactly once, in order. A
+    new subscriber gets the retained ones alone as retained messages."""
     with throwaway_redis_cluster() as nodes:
         node = f"{nodes[0][0]}:{nodes[0][1]}"
         relays: dict[str, tuple[Child, int]] = {}
@@ -165,21 +185,24 @@ async def test_a_persistent_session_survives_its_relay_killed_mid_stream(
                     [
                         *("--publisher", publisher.url, "--port", "0", "--name", name),
                         *("--mqtt-port", str(port), "--mqtt-redis", node),
-                        *("--mqtt-lease", "1.5", "--mqtt-dataset", "devices"),
+                        *("--mqtt-lease", "1.5", "--mqtt-dataset", "events"),
                     ],
                     tmp_path / f"relay-{name}.log",
                 )
                 relays[name] = (child, port)
             first = subscriber = Session(relays["c"][1], "durable-1")
             subscriber.client.subscribe("feed/+", qos=1)
+            twice = Session(relays["c"][1], "durable-2")  # QoS 2: exactly once across the move
+            twice.client.subscribe("feed/+", qos=2)
             feeder = mqtt.Client(CallbackAPIVersion.VERSION2, "feeder", protocol=mqtt.MQTTv5)
             feeder.connect("127.0.0.1", relays["a"][1])
             feeder.loop_start()
             sent = [(f"feed/{n:04d}", str(n).encode()) for n in range(120)]
             try:
                 await positioned(nodes[0], "durable-1", "feed/+")
+                await positioned(nodes[0], "durable-2", "feed/+")
                 for n, (topic_name, payload) in enumerate(sent):
-                    feeder.publish(topic_name, payload, qos=1, retain=True)
+                    feeder.publish(topic_name, payload, qos=2, retain=n % 2 == 0)
                     await asyncio.sleep(0.05)
                     if n == 40:
                         # The session's position in the log moved on: it is resumed from there.
@@ -188,6 +211,7 @@ async def test_a_persistent_session_survives_its_relay_killed_mid_stream(
                         first.client.loop_stop()
                     if n == 60:  # away for a while, then back on another relay
                         subscriber = Session(relays["b"][1], "durable-1")
+                        twice.move(relays["b"][1])
 
                 def complete() -> set[bytes]:  # across both relays: nothing lost
                     return {p for _, p, _ in first.received() + subscriber.received()}
@@ -195,10 +219,19 @@ async def test_a_persistent_session_survives_its_relay_killed_mid_stream(
                 await eventually(
                     complete, lambda have: have >= {p for _, p in sent}, timeout=90, every=0.5
                 )
+                await eventually(
+                    lambda: {p for _, p, _ in twice.received()},
+                    lambda have: have >= {p for _, p in sent},
+                    timeout=90,
+                    every=0.5,
+                )
                 await asyncio.sleep(1.0)  # a late duplicate would have come by now
             finally:
                 feeder.loop_stop()
                 subscriber.client.loop_stop()
+                twice.client.loop_stop()
+            exactly = [(t, p) for t, p, _ in twice.received()]
+            assert exactly == sent, "QoS 2: not each message once, in publish order"
             before = {(t, p) for t, p, _ in first.received()}
             after = subscriber.received()
             seen: set[tuple[str, bytes]] = set()
@@ -215,6 +248,13 @@ async def test_a_persistent_session_survives_its_relay_killed_mid_stream(
             assert order == sorted(order, key=sent.index), "not in publish order"
             # Resumed from the position: what was acknowledged before it is not sent again.
             assert ("feed/0000", b"0") not in order
+            # The messages without RETAIN are in the log, not in the retained state.
+            out = await run(
+                *("mosquitto_sub", "-p", str(relays["a"][1]), "-t", "feed/+", "-v"),
+                *("-C", str(len(sent) // 2)),
+            )
+            retained = {f"{t} {p.decode()}" for t, p in sent[::2]}
+            assert set(out.splitlines()) == retained
         finally:
             for child, _ in relays.values():
                 await child.stop()

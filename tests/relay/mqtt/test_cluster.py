@@ -1,7 +1,7 @@
 """Three ``fanout relay`` processes as one MQTT broker over a real Redis Cluster: a message
-published at one relay reaches the matching subscribers of every relay once and in order,
-``$share`` groups span the relays, and a relay killed mid-stream stops being a subscriber within
-its lease while the others keep being served.
+published at one relay reaches the matching subscribers of every relay once and in order (also
+across peer connections broken mid-stream), ``$share`` groups span the relays, and a relay
+killed mid-stream stops being a subscriber within its lease while the others keep being served.
 
 The relays are processes of their own, as users run them (each its own event loop); their
 publisher is the scripted one (``fanout.testing.publisher``): MQTT needs nothing from upstream.
@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import subprocess
 import threading
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
@@ -188,3 +189,62 @@ async def test_a_relay_killed_mid_stream_leaves_the_table_within_its_lease(
         finally:
             for client in (stays, goes, publisher):
                 client.close()
+
+
+async def peer_port(node: tuple[str, int], name: str) -> int:
+    """The peer port relay ``name`` registered in Redis."""
+    redis = RedisCluster(host=node[0], port=node[1])
+    try:
+
+        async def address() -> list[bytes]:
+            relays = await redis.smembers("fanout:mt:relays")  # type: ignore[misc]
+            return [
+                value
+                for relay in relays
+                if relay.decode().rpartition("-")[0] == name
+                and (value := await redis.get(f"fanout:mt:addr:{relay.decode()}")) is not None
+            ]
+
+        found = await eventually(address, bool, timeout=20)
+        return int(found[0].decode().rpartition(":")[2])
+    finally:
+        await redis.aclose()
+
+
+def break_links(port: int) -> None:
+    """Kill both ends of every TCP connection to ``port`` (``ss -K``: the relays stay up)."""
+    subprocess.run(
+        ["ss", "-K", "(", "dport", "=", f":{port}", "or", "sport", "=", f":{port}", ")"],
+        check=True,
+        capture_output=True,
+    )
+
+
+async def test_a_broken_peer_link_loses_nothing_and_repeats_nothing(
+    redis_node: tuple[str, int], logs: Path
+) -> None:
+    """The link from relay a to relay b is killed four times while QoS 1 messages flow (both
+    ends of its TCP connection, ``ss -K``): the subscriber on b gets each message exactly
+    once, in publish order. (QoS 1 alone: a QoS 0 message may overtake QoS 1 ones queued for
+    a client's Receive Maximum, as MQTT allows.)"""
+    async with relays(redis_node, ["a", "b"], logs) as running:
+        far = Client(running["b"][1], "far")
+        publisher = Client(running["a"][1], "near")
+        try:
+            far.client.subscribe("link/+", qos=1)
+            await wait_registered(redis_node, "link/x", {"b"})
+            port = await peer_port(redis_node, "b")
+            expected = [("link/x", str(n).encode()) for n in range(600)]
+            for n, (topic_name, payload) in enumerate(expected):
+                publisher.client.publish(topic_name, payload, qos=1)
+                if n % 150 == 149:  # mid-stream: the burst just published is on its way
+                    await asyncio.sleep(0.01 * (n // 150))
+                    break_links(port)
+            await eventually(lambda: len(far.received()) >= len(expected), timeout=60)
+            await asyncio.sleep(1.0)  # a duplicate would have come by now
+            assert far.received() == expected
+        finally:
+            for client in (far, publisher):
+                client.close()
+        log = (logs / "a.log").read_text()
+        assert "the link to b-" in log, "no link was broken"

@@ -3,6 +3,7 @@ a follow stream sends of the log (checked against a count written here: each mes
 
 from __future__ import annotations
 
+import asyncio
 from collections import Counter
 from typing import Any
 
@@ -17,6 +18,7 @@ from fanout.relay.mqtt import packets as p
 from fanout.relay.mqtt.actions import Restore
 from fanout.relay.mqtt.broker import Broker
 from fanout.relay.mqtt.durable import Durable, Follow, followed
+from fanout.relay.mqtt.encoding import encode
 from fanout.relay.mqtt.ingest import Routes
 from fanout.relay.mqtt.sessions import Subscription
 from fanout.relay.mqtt.stored import Position, Record
@@ -39,16 +41,29 @@ positions = st.none() | st.builds(
 )
 
 
+in_flight = st.tuples(
+    st.integers(1, 65535), st.text(max_size=8), st.binary(max_size=8), st.booleans()
+)
+
+
 @given(
     st.text(max_size=10),
     st.floats(0, 1e6),
     st.lists(subscriptions, max_size=4),
     st.dictionaries(filters, positions, max_size=3),
+    st.tuples(
+        st.lists(in_flight, max_size=3),
+        st.lists(st.tuples(st.text(max_size=8), st.binary(max_size=8)), max_size=3),
+    ),
 )
 def test_a_record_reads_back_as_written(
-    owner: str, expiry: float, subs: list[Subscription], pos: dict[str, Position | None]
+    owner: str,
+    expiry: float,
+    subs: list[Subscription],
+    pos: dict[str, Position | None],
+    qos2: tuple[list[tuple[int, str, bytes, bool]], list[tuple[str, bytes]]],
 ) -> None:
-    record = Record(owner, expiry, tuple(subs), pos)
+    record = Record(owner, expiry, tuple(subs), pos, tuple(qos2[0]), tuple(qos2[1]))
     assert Record.decode(record.encode()) == record
 
 
@@ -177,3 +192,75 @@ def test_a_restored_session_gets_the_gap_from_the_log_before_newer_live_messages
     assert got == [("a/1", b"m1"), ("a/2", b"m2"), ("a/3", b"m3"), ("a/4", b"m4")]
     c.apply(broker.publish(p.Publish("a/5", b"m5", 1, retain=True)))
     assert [(t, m) for t, m, *_ in c.publishes(1)] == [("a/5", b"m5")]  # caught up: at once
+
+
+class _Store:
+    """Records written, by client id (isolates ``Durable`` from Redis)."""
+
+    def __init__(self) -> None:
+        self.records: dict[str, Record] = {}
+
+    async def save(self, client_id: str, record: Record) -> None:
+        self.records[client_id] = record
+
+    async def load(self, client_id: str) -> Record | None:
+        return self.records.get(client_id)
+
+
+def _durable_client(store: _Store, connection: int = 1) -> tuple[Broker, Clients, Durable]:
+    broker = Broker()
+    c = Clients(broker)
+    durable = Durable(store, broker, c.apply, Routes("d"), url=str, owner="r")  # type: ignore[arg-type]
+    c.connect(connection, "s", clean_start=False, properties=((0x11, 300),))
+    (restore,) = [a for a in c.published if isinstance(a, Restore)]
+    asyncio.run(durable._restore(restore))
+    return broker, c, durable
+
+
+def test_a_qos2_message_moves_with_its_packet_id_and_is_not_replayed() -> None:
+    """Relay A writes the session before a QoS 2 PUBLISH and before its PUBREL; relay B restores
+    it: the PUBREL again with the same packet identifier, the message not again from the log."""
+    store = _Store()
+    broker, c, durable = _durable_client(store)
+    c.send(1, p.Subscribe(1, (("a/+", 2),)))
+    c.take(1)
+    actions = broker.publish(p.Publish("a/1", b"m1", 2, retain=True))
+    assert [type(a).__name__ for a in actions] == ["Persist", "Send"]
+    asyncio.run(durable.on_persist("s"))
+    (sent,) = list(broker.sessions["s"].in_flight.values())
+    assert store.records["s"].in_flight == ((sent.packet_id, "a/1", b"m1", False),)
+    rec = broker.receive(1, encode(p.PubRec(sent.packet_id or 0), p.V5), 0.0)
+    assert [type(a).__name__ for a in rec] == ["Persist", "Send"]  # the PUBREL waits for Redis
+    asyncio.run(durable.on_persist("s"))
+    assert store.records["s"].in_flight == ((sent.packet_id, "a/1", b"m1", True),)
+    # Relay A dies; the client comes back to relay B.
+    broker_b, c_b, durable_b = _durable_client(store, connection=5)
+    got = c_b.take(5)
+    assert isinstance(got[0], p.ConnAck) and got[0].session_present
+    assert got[1:] == [p.PubRel(sent.packet_id or 0)]
+    follow = Follow("s", Subscription("a/+", 2), "d", Position(1, 0, frozenset()))
+    durable_b._take(follow, "topic", _update(1, [("a/1", "m1"), ("a/2", "m2")]))
+    # The log's other row comes at the subscription's QoS 2; a/1 is not sent again.
+    assert c_b.publishes(5) == [("a/2", b"m2", 2, False)]
+    c_b.send(5, p.PubComp(sent.packet_id or 0))
+    assert [m.topic for m in broker_b.sessions["s"].in_flight.values()] == ["a/2"]
+
+
+def test_a_completed_qos2_message_is_kept_until_the_position_covers_it() -> None:
+    store = _Store()
+    broker, c, durable = _durable_client(store)
+    c.send(1, p.Subscribe(1, (("a/+", 2),)))
+    c.take(1)
+    follow = Follow("s", Subscription("a/+", 2), "d", None)
+    durable._follows[("s", "a/+")] = follow
+    c.apply(broker.publish(p.Publish("a/1", b"m1", 2, retain=True)))  # live: not in the log yet
+    c.take(1)
+    (sent,) = list(broker.sessions["s"].in_flight.values())
+    c.send(1, p.PubRec(sent.packet_id or 0))
+    c.send(1, p.PubComp(sent.packet_id or 0))
+    asyncio.run(durable.on_persist("s"))
+    assert store.records["s"].in_flight == () and store.records["s"].done == (("a/1", b"m1"),)
+    durable._take(follow, "topic", _update(1, [("a/1", "m1")]))  # the log carried it
+    asyncio.run(durable.on_persist("s"))
+    assert store.records["s"].done == ()
+    assert store.records["s"].positions["a/+"] == Position(1, 1, frozenset({"a/1"}))

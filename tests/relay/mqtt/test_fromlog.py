@@ -14,10 +14,11 @@ from hypothesis import strategies as st
 from tests.relay.mqtt.test_broker import Clients
 from tests.relay.mqtt.test_durable import _update
 
+from fanout.client.subscriber import Update
 from fanout.relay.mqtt import packets as p
 from fanout.relay.mqtt.broker import Broker
 from fanout.relay.mqtt.fromlog import LogFeed
-from fanout.relay.mqtt.ingest import Routes
+from fanout.relay.mqtt.ingest import Pending, Routes
 
 events = st.lists(
     st.one_of(
@@ -82,3 +83,45 @@ def test_the_first_push_is_the_state_not_news() -> None:
     feed = LogFeed(broker, c.apply, Routes("d"), str)
     full = replace(_update(1, [("a/1", "x")]), full=True)
     assert feed.take("topic", full) == []
+
+
+def _logged_update(seq: int, rows: list[tuple[str, str, str, bool]]) -> Update:
+    """An update of a dataset that logs messages: rows (key, topic, payload, retain)."""
+    entered: dict[str, Any] = {
+        "id": np.array([k for k, _, _, _ in rows], dtype=object),
+        "topic": np.array([t for _, t, _, _ in rows], dtype=object),
+        "payload": np.array([v for _, _, v, _ in rows], dtype=object),
+        "retain": np.array([r for _, _, _, r in rows], dtype=bool),
+    }
+    return Update(1, 1, seq, seq, False, entered, {}, np.empty(0, object), 0.0, 0.0)
+
+
+def test_logged_messages_without_retain_are_news_once_and_never_retained() -> None:
+    broker = Broker()
+    c = Clients(broker)
+    c.connect(1, "s")
+    c.send(1, p.Subscribe(1, (("a/+", 1),)))
+    c.take(1)
+    pending = Pending(Routes("d"), logged={"d"})
+    feed = LogFeed(broker, c.apply, Routes("d"), str, carried=pending.carried)
+    c.apply(broker.publish(p.Publish("a/1", b"live", 1)))  # not retained, at QoS 1: logged
+    c.apply(broker.publish(p.Publish("a/1", b"gone", 0)))  # QoS 0: live only, never logged
+    rows = [
+        ("a/1#r-000000000001", "a/1", "live", False),  # the live one: not sent again
+        ("a/2", "a/2", "kept", True),  # another producer's retained message
+        ("a/2#p-000000000001", "a/2", "first", False),  # another producer's messages
+        ("a/2#p-000000000002", "a/2", "second", False),
+    ]
+    c.apply(feed.take("id", _logged_update(1, rows)))
+    assert c.publishes(1) == [
+        ("a/1", b"live", 1, False),
+        ("a/1", b"gone", 0, False),
+        ("a/2", b"kept", 1, False),
+        ("a/2", b"first", 1, False),
+        ("a/2", b"second", 1, False),
+    ]
+    assert {t: m.payload for t, m in broker.retained.items()} == {"a/2": b"kept"}
+    # The message rows deleted later leave the retained state as it was.
+    update = replace(_logged_update(2, []), left=np.array([k for k, *_ in rows[2:]], dtype=object))
+    c.apply(feed.take("id", update))
+    assert set(broker.retained) == {"a/2"}

@@ -1,4 +1,5 @@
-"""What the broker says to its shell (``Send``, ``Close``, ``Published``, ``Restore``) and what
+"""What the broker says to its shell (``Send``, ``Close``, ``Published``, ``Restore``,
+``Persist``) and what
 bounds it (``Limits``: ``fanout relay --mqtt-*``)."""
 
 from __future__ import annotations
@@ -78,4 +79,13 @@ class Restore:
     client_id: str
 
 
-Action: TypeAlias = Send | Close | Published | Restore
+@dataclass(frozen=True)
+class Persist:
+    """Write the session of ``client_id`` to Redis before anything after this goes to
+    connection ``connection``: a QoS 2 PUBLISH or PUBREL follows (``durable`` rule 7)."""
+
+    connection: int
+    client_id: str
+
+
+Action: TypeAlias = Send | Close | Published | Restore | Persist

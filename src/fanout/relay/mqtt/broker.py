@@ -14,7 +14,8 @@ Rules (MQTT 3.1.1 and 5.0; sections in brackets):
    [MQTT-3.1.2-8]; a normal DISCONNECT discards it [MQTT-3.14.4-3].
 4. A message goes to every session with a matching subscription once, at the highest QoS of its
    matching subscriptions, capped by the message's (3.3.5); to one member of each matching
-   ``$share`` group, taken in turn (5.0 4.8.2); not back to its publisher under No Local.
+   ``$share`` group, taken in turn (5.0 4.8.2); not back to its publisher under No Local
+   (``subscribers``).
 5. QoS 1 and 2 messages stay in flight until PUBACKed (PUBCOMPed) and are sent again, DUP set
    (a released QoS 2 one: its PUBREL), when the session's client reconnects [MQTT-4.4.0-1]; a
    session away keeps them queued (``sessions``). A QoS 2 message from a client is delivered
@@ -29,7 +30,8 @@ Rules (MQTT 3.1.1 and 5.0; sections in brackets):
 8. A client that sends nothing for 1.5 times its keep alive is closed [MQTT-3.1.2-24]
    (:meth:`Broker.tick`); so is a session that expired while away.
 9. With sessions kept in Redis (``durable``), a CONNECT resuming a session not held here is
-   answered once Redis was read (``Restore``, :meth:`Broker.restored`).
+   answered once Redis was read (``Restore``, :meth:`Broker.restored`), and a persistent
+   session's QoS 2 PUBLISH or PUBREL goes out only after its session was written (``Persist``).
 """
 
 from __future__ import annotations
@@ -40,12 +42,12 @@ from dataclasses import dataclass, replace
 
 from fanout.errors import InvalidView
 from fanout.relay.mqtt import packets as p
-from fanout.relay.mqtt.actions import Action, Close, Limits, Published, Restore, Send
+from fanout.relay.mqtt.actions import Action, Close, Limits, Persist, Published, Restore, Send
 from fanout.relay.mqtt.decoding import decode, split
 from fanout.relay.mqtt.encoding import encode
-from fanout.relay.mqtt.sessions import Session, Subscription, add_target
+from fanout.relay.mqtt.sessions import Session, Subscription
+from fanout.relay.mqtt.subscribers import Subscribers
 from fanout.views.topic import matches
-from fanout.views.topic.index import TopicIndex
 from fanout.views.topic.syntax import parse_filter, topic_levels
 
 
@@ -69,11 +71,7 @@ class Broker:
         self.sessions: dict[str, Session] = {}
         self.refused = 0  # connections closed for bad input
         self._connections: dict[int, _Connection] = {}
-        self._index = TopicIndex()
-        self._subscribers: dict[int, tuple[Session, str]] = {}
-        self._ids = itertools.count(1)
-        self._turns: dict[str, int] = {}  # $share filter -> its next member's turn
-        self._filter_changes: list[tuple[str, int]] = []
+        self._subscribers = Subscribers()
         #: False in a cluster: the cluster chooses which relay serves a share group.
         self.shared_locally = True
         self._assigned = itertools.count(1)
@@ -114,19 +112,28 @@ class Broker:
         return actions
 
     def restored(
-        self, connection: int, subscriptions: list[Subscription], now: float
+        self,
+        connection: int,
+        subscriptions: list[Subscription],
+        now: float,
+        in_flight: Collection[tuple[int, p.Publish, bool]] = (),
     ) -> list[Action]:
         """Answer a CONNECT parked by ``Restore``: its session comes back with
-        ``subscriptions`` (none: a new session), then the packets read meanwhile are handled."""
+        ``subscriptions`` (none: a new session) and its QoS 2 messages ``in_flight`` (packet
+        identifier, message, PUBRECed), sent again; then the packets read meanwhile are handled."""
         state = self._connections.get(connection)
         if state is None or state.parked is None:
             return []
         packet, state.parked = state.parked, None
-        if subscriptions and packet.client_id not in self.sessions:
+        if (subscriptions or in_flight) and packet.client_id not in self.sessions:
             session = Session(packet.client_id, packet.version, None, 0.0, away_since=now)
             self.sessions[packet.client_id] = session
             for subscription in subscriptions:
-                self._install(session, subscription)
+                self._subscribers.install(session, subscription)
+            for packet_id, message, released in in_flight:
+                session.in_flight[packet_id] = replace(message, packet_id=packet_id)
+                if released:
+                    session.released.add(packet_id)
         actions = self._connect(connection, state, packet, now, park=False)
         return actions + self.receive(connection, b"", now)
 
@@ -245,6 +252,7 @@ class Broker:
             session.version, session.connection, session.expiry = packet.version, connection, expiry
             session.away_since = None
         session.will = packet.will
+        session.durable = self.durable and expiry > 0
         session.receive_maximum = int(p.prop(packet.properties, 0x21, 65535))  # type: ignore[call-overload]
         session.max_packet_size = int(p.prop(packet.properties, 0x27, 268_435_460))  # type: ignore[call-overload]
         state.session = session
@@ -296,7 +304,9 @@ class Broker:
             return self._drain(session)
         known = session.release(packet.packet_id)
         code = p.SUCCESS if known or session.version != p.V5 else p.PACKET_ID_NOT_FOUND
-        return [Send(connection, encode(p.PubRel(packet.packet_id, code), session.version))]
+        data = encode(p.PubRel(packet.packet_id, code), session.version)
+        persist = [Persist(connection, session.client_id)] if known and session.durable else []
+        return [*persist, Send(connection, data)]
 
     def _client_publish(self, connection: int, session: Session, packet: p.Publish) -> list[Action]:
         if p.prop(packet.properties, 0x23) is not None:
@@ -353,8 +363,7 @@ class Broker:
 
     def take_filter_changes(self) -> list[tuple[str, int]]:
         """(filter, +1 or -1) for every subscription added or removed since the last call."""
-        changes, self._filter_changes = self._filter_changes, []
-        return changes
+        return self._subscribers.take_changes()
 
     def _deliver(
         self, message: p.Publish, origin: str, plain: bool, shares: Collection[str] | None
@@ -366,21 +375,10 @@ class Broker:
                 self.retained[message.topic] = message
             else:
                 self.retained.pop(message.topic, None)
-        targets: dict[str, tuple[Session, int, bool, list[int]]] = {}
-        for sub_id in self._index.match(message.topic) if plain else ():
-            session, text = self._subscribers[sub_id]
-            if not text.startswith("$share/"):  # shared: one member per group, below
-                add_target(targets, session, session.subscriptions[text][1], message, origin)
-        for text, members in sorted(self._index.match_shared(message.topic).items()):
-            if shares is not None and text not in shares:
-                continue
-            ordered = sorted(members)
-            turn = self._turns.get(text, 0)
-            self._turns[text] = turn + 1
-            session, _ = self._subscribers[ordered[turn % len(ordered)]]
-            add_target(targets, session, session.subscriptions[text][1], message, "")
         actions: list[Action] = []
-        for session, qos, retain, identifiers in targets.values():
+        for session, qos, retain, identifiers in self._subscribers.targets(
+            message, origin, plain, shares
+        ):
             properties = message.properties + tuple((0x0B, i) for i in identifiers)
             copy = p.Publish(message.topic, message.payload, qos, retain, properties=properties)
             if self.on_offer is None or self.on_offer(session, message, copy):
@@ -404,6 +402,8 @@ class Broker:
         if len(data) > session.max_packet_size:
             session.in_flight.pop(message.packet_id or 0, None)
             return []  # 5.0 3.1.2.11.4: not sent, as if delivered
+        if message.qos == 2 and session.durable:
+            return [Persist(session.connection, session.client_id), Send(session.connection, data)]
         return [Send(session.connection, data)]
 
     def _subscribe(self, connection: int, session: Session, packet: p.Subscribe) -> list[Action]:
@@ -433,7 +433,7 @@ class Broker:
                 bool(options & 0x08),
                 identifier if isinstance(identifier, int) else None,
             )
-            self._install(session, sub)
+            self._subscribers.install(session, sub)
             codes.append(qos)
             handling = (options >> 4) & 0x03
             if not shared and (handling == 0 or (handling == 1 and known is None)):
@@ -451,15 +451,6 @@ class Broker:
             actions += self._offer(session, copy)
         return actions
 
-    def _install(self, session: Session, sub: Subscription) -> None:
-        known = session.subscriptions.get(sub.filter)
-        sub_id = known[0] if known else next(self._ids)
-        if known is None:
-            self._filter_changes.append((sub.filter, 1))
-        session.subscriptions[sub.filter] = (sub_id, sub)
-        self._subscribers[sub_id] = (session, sub.filter)
-        self._index.add(sub.filter, sub_id)
-
     def _retained_for(self, filter: str) -> list[p.Publish]:
         return [m for topic, m in sorted(self.retained.items()) if matches(filter, topic)]
 
@@ -468,14 +459,8 @@ class Broker:
     ) -> list[Action]:
         codes = []
         for text in packet.filters:
-            known = session.subscriptions.pop(text, None)
-            if known is None:
-                codes.append(p.NO_SUBSCRIPTION_EXISTED)
-                continue
-            self._index.remove(text, known[0])
-            del self._subscribers[known[0]]
-            self._filter_changes.append((text, -1))
-            codes.append(p.SUCCESS)
+            removed = self._subscribers.remove(session, text)
+            codes.append(p.SUCCESS if removed else p.NO_SUBSCRIPTION_EXISTED)
         ack = p.UnsubAck(packet.packet_id, tuple(codes))
         return [Send(connection, encode(ack, session.version))]
 
@@ -518,11 +503,7 @@ class Broker:
         return []
 
     def _end(self, session: Session) -> None:
-        for text, (sub_id, _) in session.subscriptions.items():
-            self._index.remove(text, sub_id)
-            del self._subscribers[sub_id]
-            self._filter_changes.append((text, -1))
-        session.subscriptions.clear()
+        self._subscribers.remove_all(session)
         if self.sessions.get(session.client_id) is session:
             del self.sessions[session.client_id]
 

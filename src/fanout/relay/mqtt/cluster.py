@@ -17,14 +17,19 @@ Rules:
    and a peer connection keeps that order: order per publisher and topic holds across relays.
 4. A ``$share`` group spans the cluster: for each matching group the publishing relay picks one
    of the group's relays in turn, and that relay one of its members (the broker).
-5. Forwarding is at most once across a failure: a message in flight to a relay whose connection
-   breaks is counted (``lost``), not sent again. A relay that dies leaves the table within a
-   lease; its clients reconnect to another relay.
+5. Forwarding is exactly once across a broken peer connection (``links``): each message to a
+   peer carries the sender (``r``) and its number on that link (``n``); the peer acknowledges
+   (a ``$fanout/ack`` PUBLISH back on the same connection, the last number as its payload) and
+   drops what it delivered before. A broken connection is opened again on the next message
+   to that peer, or within a third of a lease, and what was not acknowledged goes again
+   first. A relay that dies leaves the table within a lease; what waited for it is dropped and
+   counted (``lost``), and its clients reconnect to another relay.
 """
 
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 from collections.abc import Callable
 from typing import Any
@@ -35,12 +40,14 @@ from fanout.relay.mqtt.broker import Broker
 from fanout.relay.mqtt.decoding import decode, split
 from fanout.relay.mqtt.durable import Durable
 from fanout.relay.mqtt.encoding import encode
+from fanout.relay.mqtt.links import Incoming, Outgoing
 from fanout.relay.mqtt.matchtable import MatchTable
 
 log = logging.getLogger(__name__)
 
 MAX_PEER_PACKET = 256 << 20
 USER = 0x26
+ACK = "$fanout/ack"
 
 
 def share_filter(key: str) -> str:
@@ -49,10 +56,18 @@ def share_filter(key: str) -> str:
     return f"$share/{group}/{prefix[:-1]}"
 
 
-def peer_packet(message: p.Publish, origin: str, plain: bool, shares: list[str]) -> bytes:
-    """The bytes that forward ``message`` to a peer (rule 2)."""
+def peer_packet(
+    message: p.Publish,
+    origin: str,
+    plain: bool,
+    shares: list[str],
+    link: tuple[str, int] = ("", 0),
+) -> bytes:
+    """The bytes that forward ``message`` to a peer (rules 2 and 5); ``link``: the sender and
+    the message's number on the link."""
     marks: list[tuple[int, object]] = [(USER, ("o", origin)), (USER, ("p", "1" if plain else "0"))]
     marks += [(USER, ("s", text)) for text in shares]
+    marks += [(USER, ("r", link[0])), (USER, ("n", str(link[1])))]
     packet_id = 1 if message.qos else None
     forwarded = p.Publish(
         message.topic,
@@ -66,12 +81,19 @@ def peer_packet(message: p.Publish, origin: str, plain: bool, shares: list[str])
     return encode(forwarded, p.V5)
 
 
-def read_peer_packet(message: p.Publish) -> tuple[p.Publish, str, bool, list[str]]:
-    """(message, origin, plain, shares) of a forwarded PUBLISH (``peer_packet``'s inverse)."""
-    origin, plain, shares = "", False, []
+def read_peer_packet(
+    message: p.Publish,
+) -> tuple[p.Publish, str, bool, list[str], tuple[str, int]]:
+    """(message, origin, plain, shares, (sender, number)) of a forwarded PUBLISH
+    (``peer_packet``'s inverse).
+
+    Raises:
+        PacketError: a link number that is not a number.
+    """
+    origin, plain, shares, sender, number = "", False, [], "", 0
     kept = []
     for ident, value in message.properties:
-        if ident == USER and isinstance(value, tuple) and value[0] in ("o", "p", "s"):
+        if ident == USER and isinstance(value, tuple) and value[0] in ("o", "p", "s", "r", "n"):
             name, text = value
             if name == "o" and not origin:
                 origin = text
@@ -79,12 +101,23 @@ def read_peer_packet(message: p.Publish) -> tuple[p.Publish, str, bool, list[str
                 plain = text == "1"
             elif name == "s":
                 shares.append(text)
+            elif name == "r":
+                sender = text
+            elif name == "n":
+                if not text.isdigit():
+                    raise p.PacketError(f"a link number {text!r:.20}", p.PROTOCOL_ERROR)
+                number = int(text)
             continue
         kept.append((ident, value))
     clean = p.Publish(
         message.topic, message.payload, message.qos, message.retain, properties=tuple(kept)
     )
-    return clean, origin, plain, shares
+    return clean, origin, plain, shares, (sender, number)
+
+
+def _numbered(me: str, forward: tuple[p.Publish, str, bool, list[str]], number: int) -> bytes:
+    """``forward`` (message, origin, plain, shares) as message ``number`` of ``me``'s link."""
+    return peer_packet(*forward, link=(me, number))
 
 
 class Cluster:
@@ -104,6 +137,10 @@ class Cluster:
         self.forwarded = self.received = self.lost = 0
         self._queue: asyncio.Queue[tuple[Any, ...]] = asyncio.Queue()
         self._peers: dict[str, asyncio.StreamWriter] = {}
+        self._links: dict[str, Outgoing] = {}
+        self._locks: dict[str, asyncio.Lock] = {}  # one writer of a link at a time
+        self._incoming = Incoming()
+        self._ack_readers: set[asyncio.Task[None]] = set()
         self._turns: dict[str, int] = {}
         self._served: set[asyncio.StreamWriter] = set()
         self._registered = 0  # subscriptions of this relay in the table
@@ -143,6 +180,8 @@ class Cluster:
         finally:
             for writer in self._peers.values():
                 writer.transport.abort()
+            for task in self._ack_readers:
+                task.cancel()
             for writer in self._served:
                 writer.transport.abort()
             if self.durable is not None:
@@ -168,6 +207,8 @@ class Cluster:
         while True:
             await asyncio.sleep(self.table.lease / 3)
             await self._renew()
+            for relay in [r for r, link in self._links.items() if link.unacked]:
+                await self._flush(relay)  # a broken link is opened again (rule 5)
             beats += 1
             if beats % 3 == 0:
                 for relay in await self.table.sweep():
@@ -204,29 +245,69 @@ class Cluster:
         if local:
             self.apply(self.broker.publish(message, origin, plain=False, shares=local))
         for relay, (plain, shares) in sorted(targets.items()):
-            await self._send(relay, peer_packet(message, origin, plain, shares))
-
-    async def _send(self, relay: str, data: bytes) -> None:
-        writer = self._peers.get(relay)
-        try:
-            if writer is None or writer.is_closing():
-                address = await self.table.redis.get(f"{self.table.namespace}addr:{relay}")
-                if address is None:
-                    self.lost += 1  # gone since the lookup: its lease ran out (rule 5)
-                    return
-                host, _, port = address.decode().rpartition(":")
-                opened = await asyncio.wait_for(asyncio.open_connection(host, int(port)), 5)
-                writer = self._peers[relay] = opened[1]
-            writer.write(data)
-            await writer.drain()
+            link = self._links.setdefault(relay, Outgoing())
+            link.add(functools.partial(_numbered, me, (message, origin, plain, shares)))
             self.forwarded += 1
-        except (OSError, TimeoutError) as error:
-            self.lost += 1
-            self._peers.pop(relay, None)
-            log.warning("mqtt cluster: forwarding to %s failed: %s", relay, error)
+            await self._flush(relay)
+
+    async def _flush(self, relay: str) -> None:
+        """Write what ``relay``'s link has not written yet, (re)connecting first (rule 5)."""
+        link = self._links[relay]
+        async with self._locks.setdefault(relay, asyncio.Lock()):
+            writer = self._peers.get(relay)
+            try:
+                if writer is None or writer.is_closing():
+                    writer = await self._connect(relay, link)
+                    if writer is None:
+                        return
+                for data in link.to_write():
+                    writer.write(data)
+                await writer.drain()
+            except (OSError, TimeoutError) as error:
+                if writer is not None:
+                    writer.transport.abort()
+                self._peers.pop(relay, None)
+                log.warning("mqtt cluster: forwarding to %s: %s; sent again later", relay, error)
+
+    async def _connect(self, relay: str, link: Outgoing) -> asyncio.StreamWriter | None:
+        """A new connection to ``relay`` (None: it is gone, and what waited for it is lost)."""
+        address = await self.table.redis.get(f"{self.table.namespace}addr:{relay}")
+        if address is None:  # its lease ran out: it died
+            self.lost += len(link.unacked)
+            del self._links[relay]
+            return None
+        host, _, port = address.decode().rpartition(":")
+        reader, writer = await asyncio.wait_for(asyncio.open_connection(host, int(port)), 5)
+        self._peers[relay] = writer
+        link.reconnected()
+        task = asyncio.get_running_loop().create_task(self._read_acks(relay, reader, writer))
+        self._ack_readers.add(task)
+        task.add_done_callback(self._ack_readers.discard)
+        return writer
+
+    async def _read_acks(
+        self, relay: str, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
+    ) -> None:
+        """Take ``relay``'s acknowledgements until the connection ends (rule 5)."""
+        buffer = bytearray()
+        try:
+            while data := await reader.read(65536):
+                buffer += data
+                while found := split(buffer, MAX_PEER_PACKET):
+                    first, body, taken = found
+                    del buffer[:taken]
+                    packet = decode(first, body, p.V5)
+                    link = self._links.get(relay)
+                    if isinstance(packet, p.Publish) and packet.topic == ACK and link:
+                        link.ack(int(packet.payload))
+        except (OSError, ValueError, p.PacketError) as error:
+            log.warning("mqtt cluster: the link to %s: %s", relay, error)
+        finally:
+            writer.transport.abort()  # written again on a new connection
 
     async def _serve_peer(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         buffer = bytearray()
+        sender = ""
         self._served.add(writer)
         try:
             while data := await reader.read(65536):
@@ -237,9 +318,13 @@ class Cluster:
                     packet = decode(first, body, p.V5)
                     if not isinstance(packet, p.Publish):
                         raise p.PacketError("a peer sends only PUBLISH", p.PROTOCOL_ERROR)
-                    message, origin, plain, shares = read_peer_packet(packet)
-                    self.received += 1
-                    self.apply(self.broker.publish(message, origin, plain=plain, shares=shares))
+                    message, origin, plain, shares, (sender, number) = read_peer_packet(packet)
+                    if not sender or self._incoming.accept(sender, number):
+                        self.received += 1
+                        self.apply(self.broker.publish(message, origin, plain=plain, shares=shares))
+                if sender:  # rule 5: the last delivered, after each read
+                    ack = p.Publish(ACK, str(self._incoming.last.get(sender, 0)).encode())
+                    writer.write(encode(ack, p.V5))
         except (OSError, p.PacketError) as error:
             log.warning("mqtt cluster: a peer connection failed: %s", error)
         finally:

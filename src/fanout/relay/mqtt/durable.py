@@ -12,7 +12,8 @@ Rules (of a relay in a cluster, ``--mqtt-redis``, with a topic dataset, ``--mqtt
    dataset with an ``every`` subscription of its filter on this relay: the relay's window, then
    the publisher's log, from the session's position. A row (topic, payload) of a seq goes to the
    session at QoS 1 unless the live path offered that message already: each live copy of a
-   retained message is remembered (per subscription and topic, at most ``MEMO`` payloads) until
+   message the log will carry (retained; in a dataset that logs messages, ``ingest`` rule 3,
+   any at QoS 1 or 2) is remembered (per subscription and topic, at most ``MEMO`` payloads) until
    a row of the log carries it, and then not sent again. A row that another producer wrote
    (no live copy) is sent: the log is the authority.
 4. The position advances to the last seq followed once every message offered so far is
@@ -21,16 +22,26 @@ Rules (of a relay in a cluster, ``--mqtt-redis``, with a topic dataset, ``--mqtt
    back until each follow stream reached the seq the relay was at when it started (the first
    push of a ``latest`` subscription of the same filter) and the log carried a message held
    back for it: what its publisher published before that one is then in the log too, and was
-   replayed first. (Held messages the log will not carry, not retained, end the wait at once;
+   replayed first. (Held messages the log will not carry end the wait at once;
    ``CATCH_UP_WAIT`` seconds after the restore the held go out anyway.) Then the rest go, those
    the log carried meanwhile having gone at their place in it. Messages reach the client in
    the log's order: by seq, and within one seq in topic order.
 6. A session that ends here (clean start, expiry) is deleted from Redis if this relay wrote it
    last; a follow stream ends with its subscription or session.
+7. QoS 2 across relays: a row of the log goes to the session at its subscription's QoS (the
+   log does not keep the QoS it was published at). Before a QoS 2 PUBLISH or its PUBREL goes
+   to the client, the session is written to Redis with its QoS 2 messages in flight (packet
+   identifier, topic, payload, PUBRECed) (``Persist``); each one completed is kept in the
+   record until the position covers it (``sessions`` rule 7: once nothing is in flight and the
+   log carried it). A relay that restores the session sends the ones in flight again with
+   their packet identifiers (DUP set; a PUBRECed one: its PUBREL) and does not replay them,
+   nor the completed ones, from the log: each reaches the client once.
 
-What the log holds is the guarantee's limit: a topic dataset keeps retained messages, one state
-per topic per micro-batch (``ingest``). A message not retained, or replaced within the same
-micro-batch, is delivered live only and is not replayed.
+What the log holds is the guarantee's limit (``ingest``): a topic dataset keeps retained
+messages, one state per topic per micro-batch; one that logs messages also keeps every message
+published at QoS 1 or 2 without RETAIN, as a row of its own. A message the dataset does not
+keep (QoS 0 without RETAIN, or any without RETAIN in a dataset that does not log messages), or
+a retained one replaced within the same micro-batch, is delivered live only and not replayed.
 """
 
 from __future__ import annotations
@@ -39,7 +50,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections import deque
+from collections import Counter, deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -50,7 +61,8 @@ from fanout.errors import FanoutError
 from fanout.relay.mqtt import packets as p
 from fanout.relay.mqtt.actions import Action, Restore
 from fanout.relay.mqtt.broker import Broker
-from fanout.relay.mqtt.ingest import PAYLOAD, Routes
+from fanout.relay.mqtt.ingest import Routes
+from fanout.relay.mqtt.logrows import retained_with_payload, rows_of
 from fanout.relay.mqtt.sessions import Session, Subscription
 from fanout.relay.mqtt.stored import Position, Record, SessionStore
 from fanout.views.topic import matches
@@ -98,9 +110,13 @@ class Durable:
         url: Callable[[], str],
         owner: str,
         sync: float = 0.2,
+        carried: Callable[[p.Publish], bool] | None = None,
     ) -> None:
-        """Sessions of ``broker`` kept in ``store``; follow streams on the relay at ``url()``."""
+        """Sessions of ``broker`` kept in ``store``; follow streams on the relay at ``url()``;
+        ``carried(message)``: whether the log will carry a message published (default: the
+        retained ones with a payload; ``ingest.Pending.carried``)."""
         self.store, self.broker, self.apply, self.routes = store, broker, apply, routes
+        self.carried = carried or retained_with_payload
         self.url, self.owner, self.sync = url, owner, sync
         self.restored = self.replayed = self.deduplicated = self.resyncs = 0
         self._follows: dict[tuple[str, str], Follow] = {}
@@ -110,6 +126,10 @@ class Durable:
         self._saved: dict[str, str] = {}  # client id -> the JSON last written
         self._subscriber: Subscriber | None = None
         self._background: set[asyncio.Task[None]] = set()
+        self._locks: dict[str, asyncio.Lock] = {}  # one write of a session at a time
+        #: Per restored session, the QoS 2 messages in flight or completed on the relay before
+        #: (topic, payload): not replayed from the log (rule 7).
+        self._skip: dict[str, Counter[tuple[str, bytes]]] = {}
         #: True while ``fromlog`` delivers a row of the log: sessions following it take it
         #: from their own stream instead.
         self.feeding = False
@@ -131,7 +151,8 @@ class Durable:
                 (session.client_id, text) in self._follows and matches(text, message.topic)
                 for text in session.subscriptions
             )
-        if message.retain and message.payload:
+        carried = self.carried(message)
+        if carried:
             for text in session.subscriptions:
                 follow = self._follows.get((session.client_id, text))
                 if follow is not None and matches(text, message.topic):
@@ -144,9 +165,19 @@ class Durable:
         held = self._held.get(session.client_id)
         if held is None:
             return True
-        held.append((copy, bool(message.retain and message.payload)))
+        held.append((copy, carried))
         self._check(session.client_id)  # one the log will not carry may end the wait
         return False
+
+    async def on_persist(self, client_id: str) -> None:
+        """Write session ``client_id`` now: a QoS 2 PUBLISH or PUBREL waits for it (rule 7).
+
+        Raises:
+            RedisError: the write failed (the listener closes the connection).
+        """
+        session = self.broker.sessions.get(client_id)
+        if session is not None:
+            await self._save(session)
 
     # -- running ------------------------------------------------------------------------------
 
@@ -176,11 +207,21 @@ class Durable:
             log.warning("mqtt session %r not read from Redis: %s", action.client_id, error)
             record = None
         subscriptions = list(record.subscriptions) if record is not None else []
-        self.apply(self.broker.restored(action.connection, subscriptions, time.monotonic()))
+        in_flight = [
+            (i, p.Publish(t, m, 2, dup=True), r)
+            for i, t, m, r in (record.in_flight if record is not None else ())
+        ]
+        now = time.monotonic()
+        self.apply(self.broker.restored(action.connection, subscriptions, now, in_flight))
         session = self.broker.sessions.get(action.client_id)
         if record is None or session is None or session.connection != action.connection:
             return
         self.restored += 1
+        session.done.extend(p.Publish(t, m, 2) for t, m in record.done)
+        skip = Counter((t, m) for _, t, m, _ in record.in_flight)
+        skip.update(record.done)
+        if skip:
+            self._skip[action.client_id] = skip
         catching = False
         for sub in record.subscriptions:
             dataset = followed(sub, self.routes)
@@ -220,11 +261,18 @@ class Durable:
             self._stop(self._follows.pop(key))
         for client_id in [c for c in self._saved if c not in self.broker.sessions]:
             del self._saved[client_id]
+            self._locks.pop(client_id, None)
+            self._skip.pop(client_id, None)
             self._held.pop(client_id, None)
             self._held_since.pop(client_id, None)
             await self.store.delete(client_id, self.owner)
 
     async def _save(self, session: Session) -> None:
+        lock = self._locks.setdefault(session.client_id, asyncio.Lock())
+        async with lock:
+            await self._write(session)
+
+    async def _write(self, session: Session) -> None:
         settled = not session.in_flight and not session.queued
         positions: dict[str, Position | None] = {}
         earlier = self._saved.get(session.client_id)
@@ -234,11 +282,28 @@ class Durable:
             if follow is not None:
                 # Rule 4: a position moves on only when everything offered is acknowledged.
                 positions[text] = follow.position if settled else before.get(text)
+        if settled:  # rule 7: the positions cover what the log carried
+            live = {
+                (t, m)
+                for (c, _), f in self._follows.items()
+                if c == session.client_id
+                for t, memo in f.memo.items()
+                for m in memo
+            }
+            kept = [m for m in session.done if (m.topic, m.payload) in live]
+            session.done.clear()
+            session.done.extend(kept)
         record = Record(
             self.owner,
             session.expiry,
             tuple(sub for _, sub in session.subscriptions.values()),
             positions,
+            tuple(
+                (i, m.topic, m.payload, i in session.released)
+                for i, m in session.in_flight.items()
+                if m.qos == 2
+            ),
+            tuple((m.topic, m.payload) for m in session.done),
         )
         text = record.encode()
         if text != earlier:
@@ -310,13 +375,18 @@ class Durable:
                 log.warning("mqtt session %r: resync of %s", follow.client_id, follow.sub.filter)
         else:
             actions: list[Action] = []
-            for topic, payload in sorted(rows):
-                actions += self._from_log(follow, topic, payload)
+            for row in rows:
+                actions += self._from_log(follow, row.topic, row.payload)
             self.apply(actions)
         follow.position = Position(update.epoch, update.seq, frozenset(topics), key)
 
     def _from_log(self, follow: Follow, topic: str, payload: bytes) -> list[Action]:
         client_id = follow.client_id
+        skip = self._skip.get(client_id)
+        if skip and skip[(topic, payload)] > 0:  # in flight or done on the relay before
+            skip[(topic, payload)] -= 1
+            self.deduplicated += 1
+            return []
         held = self._held.get(client_id)
         memo = follow.memo.get(topic)
         if memo is not None and payload in memo:
@@ -332,7 +402,7 @@ class Durable:
                     break
             return actions
         self.replayed += 1
-        message = p.Publish(topic, payload, 1, dup=follow.catching_up)
+        message = p.Publish(topic, payload, follow.sub.qos, dup=follow.catching_up)
         return self.broker.offer(client_id, message)
 
     def _reached(self, follow: Follow, done: bool) -> None:
@@ -393,19 +463,6 @@ def _earlier(subscriber: Subscriber, follow: Follow) -> LiveView | None:
         seq=position.seq,
         mode="every",
     )
-
-
-def rows_of(update: Update, key: str) -> list[tuple[str, bytes]]:
-    """(topic, payload) of the rows ``update`` entered or updated (a NULL payload: none)."""
-    found = []
-    for columns in (update.entered, update.updated):
-        if key in columns and PAYLOAD in columns:
-            found += [
-                (str(t), str(v).encode())
-                for t, v in zip(columns[key].tolist(), columns[PAYLOAD].tolist(), strict=True)
-                if v is not None
-            ]
-    return found
 
 
 def _take_held(

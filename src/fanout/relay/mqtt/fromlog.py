@@ -6,17 +6,20 @@ Rules:
 1. The relay follows each dataset topics are kept in (``--mqtt-dataset``, ``--mqtt-route``) with
    one ``every`` subscription of ``#`` on its own port, from when it started: every seq's rows,
    in order, none skipped (after a lost connection it resumes where it was).
-2. Each retained message the broker delivers live (published here, or forwarded by another
-   relay) is remembered by topic, at most ``MEMO`` payloads a topic and ``MEMO`` topics, until
+2. Each message the broker delivers live (published here, or forwarded by another relay) that
+   the log will carry (retained; in a dataset that logs messages, ``ingest`` rule 3, any at
+   QoS 1 or 2) is remembered by topic, at most ``MEMO`` payloads a topic and ``MEMO`` topics, until
    a row of the log carries it: that row is not delivered again, and neither are the older
    payloads of its topic remembered before it (replaced within one micro-batch, they went live).
 3. Any other row — a producer's ``Publish``, a file, PostgreSQL, a message of another relay that
-   was not forwarded here — is published to this relay's MQTT clients as the topic's retained
-   message at QoS 1: it replaces the broker's retained message and goes to the matching plain
+   was not forwarded here — is published to this relay's MQTT clients at QoS 1: a retained row
+   as the topic's retained message (it replaces the broker's), a logged message's row as a
+   message without RETAIN (the retained state does not change); to the matching plain
    subscriptions; alone, to ``$share`` groups too (in a cluster not: each relay reads the log,
    so a group would get one copy per relay). Sessions whose persistent-session stream follows
    the topic take it from that stream (``durable``) rather than twice.
-4. A deleted row removes the topic's retained message here; nothing is delivered.
+4. A deleted row removes the topic's retained message here (a logged message's row: nothing);
+   nothing is delivered.
 5. The first push of a stream is the dataset as it is (the retained state the producer link
    loads): nothing is delivered of it.
 """
@@ -33,8 +36,9 @@ from fanout.errors import FanoutError
 from fanout.relay.mqtt import packets as p
 from fanout.relay.mqtt.actions import Action
 from fanout.relay.mqtt.broker import Broker
-from fanout.relay.mqtt.durable import Durable, rows_of
-from fanout.relay.mqtt.ingest import Routes
+from fanout.relay.mqtt.durable import Durable
+from fanout.relay.mqtt.ingest import Routes, is_message_key
+from fanout.relay.mqtt.logrows import retained_with_payload, rows_of
 from fanout.views.topic import parse as topic_view
 
 log = logging.getLogger(__name__)
@@ -53,10 +57,14 @@ class LogFeed:
         url: Callable[[], str],
         *,
         shared: bool = True,
+        carried: Callable[[p.Publish], bool] | None = None,
     ) -> None:
-        """Rows for ``broker``'s clients, through ``apply``; ``shared``: to ``$share`` groups."""
+        """Rows for ``broker``'s clients, through ``apply``; ``shared``: to ``$share`` groups;
+        ``carried(message)``: whether the log will carry a message delivered live (default:
+        the retained ones with a payload; ``ingest.Pending.carried``)."""
         self.broker, self.apply, self.routes, self.url = broker, apply, routes, url
         self.shared = shared
+        self.carried = carried or retained_with_payload
         self.delivered = self.deduplicated = 0
         #: The persistent sessions, which follow their own subscriptions (rule 3).
         self.durable: Durable | None = None
@@ -66,7 +74,7 @@ class LogFeed:
 
     def on_deliver(self, message: p.Publish) -> None:
         """A message the broker delivers: remembered if the log will carry it (rule 2)."""
-        if self._feeding or not message.retain or not message.payload:
+        if self._feeding or not self.carried(message):
             return
         memo = self._memo.get(message.topic)
         if memo is None:
@@ -80,19 +88,20 @@ class LogFeed:
         if update.full:
             return []
         for topic in update.left.tolist():
-            self.broker.retained.pop(str(topic), None)
+            if not is_message_key(str(topic)):
+                self.broker.retained.pop(str(topic), None)
         actions: list[Action] = []
-        for topic, payload in sorted(rows_of(update, key)):
-            memo = self._memo.get(topic)
-            if memo is not None and payload in memo:
+        for row in rows_of(update, key):
+            memo = self._memo.get(row.topic)
+            if memo is not None and row.payload in memo:
                 self.deduplicated += 1
-                while memo.popleft() != payload:
+                while memo.popleft() != row.payload:
                     pass
                 if not memo:
-                    del self._memo[topic]
+                    del self._memo[row.topic]
                 continue
             self.delivered += 1
-            actions += self._publish(p.Publish(topic, payload, 1, retain=True))
+            actions += self._publish(p.Publish(row.topic, row.payload, 1, retain=row.retain))
         return actions
 
     def _publish(self, message: p.Publish) -> list[Action]:

@@ -5,6 +5,10 @@ back is carried out here. Bounds (``style`` rule 4): a connection is read at mos
 ``read_rate`` packets a second after a burst of ``read_burst`` (past that it is not read for a
 while, and TCP slows its sender down, so a flood from one client does not slow the others); a
 connection whose unsent bytes pass ``max_buffered`` is closed as a slow consumer.
+
+A ``Persist`` holds back what follows it for its connection until ``on_persist`` wrote the
+session (then it goes, in order); a write that fails closes the connection (its client comes
+back to the session as this relay holds it).
 """
 
 from __future__ import annotations
@@ -14,11 +18,11 @@ import contextlib
 import itertools
 import logging
 import time
-from collections.abc import Callable, Coroutine, Iterable
+from collections.abc import Awaitable, Callable, Coroutine, Iterable
 from typing import Any
 
 from fanout.buckets import Throttle
-from fanout.relay.mqtt.actions import Action, Close, Published, Restore, Send
+from fanout.relay.mqtt.actions import Action, Close, Persist, Published, Restore, Send
 from fanout.relay.mqtt.broker import Broker
 
 log = logging.getLogger(__name__)
@@ -50,11 +54,18 @@ class Listener:
         self.on_filters = on_filters
         #: Hears each ``Restore`` (a CONNECT waiting for its session from Redis): ``durable``.
         self.on_restore: Callable[[Restore], None] | None = None
+        #: Writes a session to Redis for a ``Persist``: ``durable``.
+        self.on_persist: Callable[[str], Awaitable[None]] | None = None
         #: Run alongside the listener (``fromlog``'s feed), ended with it.
         self.companions: list[Callable[[], Coroutine[Any, Any, None]]] = []
         self.slow_closed = 0
         self._writers: dict[int, asyncio.StreamWriter] = {}
         self._ids = itertools.count(1)
+        #: Connections whose output waits for a ``Persist``: what waits, and whether another
+        #: ``Persist`` came meanwhile (the session is written once more before it goes).
+        self._held: dict[int, list[Action]] = {}
+        self._again: set[int] = set()
+        self._persisting: set[asyncio.Task[None]] = set()
 
     async def run(self, ready: Callable[[int], None] | None = None) -> None:
         """Serve until cancelled; ``ready(port)`` is called once listening."""
@@ -76,7 +87,11 @@ class Listener:
     def apply(self, actions: Iterable[Action]) -> None:
         """Carry out what the broker said: write, close, hand on published messages."""
         for action in actions:
-            if isinstance(action, Send):
+            if isinstance(action, Send | Close) and action.connection in self._held:
+                self._held[action.connection].append(action)
+            elif isinstance(action, Persist):
+                self._persist(action)
+            elif isinstance(action, Send):
                 writer = self._writers.get(action.connection)
                 if writer is None or writer.is_closing():
                     continue
@@ -98,6 +113,33 @@ class Listener:
         changes = self.broker.take_filter_changes()  # taken always: the list is bounded
         if changes and self.on_filters is not None:
             self.on_filters(changes)
+
+    def _persist(self, action: Persist) -> None:
+        if self.on_persist is None:
+            raise RuntimeError("the broker asked for a session write and nobody writes it")
+        if action.connection in self._held:
+            self._again.add(action.connection)
+            return
+        self._held[action.connection] = []
+        task = asyncio.get_running_loop().create_task(self._write(action, self.on_persist))
+        self._persisting.add(task)
+        task.add_done_callback(self._persisting.discard)
+
+    async def _write(self, action: Persist, write: Callable[[str], Awaitable[None]]) -> None:
+        """Write the session (again while more ``Persist`` came), then let its output go."""
+        connection = action.connection
+        try:
+            while True:
+                self._again.discard(connection)
+                await write(action.client_id)
+                if connection not in self._again:
+                    break
+        except Exception as error:  # Redis away: what the client was to get is not promised
+            log.warning("mqtt session %r not written: %s; closed", action.client_id, error)
+            self._held[connection] = [Close(connection, "session not written")]
+        finally:
+            self._again.discard(connection)
+            self.apply(self._held.pop(connection, []))
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         connection = next(self._ids)

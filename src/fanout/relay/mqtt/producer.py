@@ -6,6 +6,10 @@ sends each batch of ``ingest.Pending`` as one ``Publish`` per dataset and waits 
 durable (``Published``) before the next. The live path to MQTT clients never waits for it, nor
 for Spark.
 
+A dataset that logs messages without RETAIN (``ingest`` rule 3) gets those as rows of their
+own, and their deletion ``MESSAGE_TTL`` seconds later in a later batch (rows this relay wrote;
+a relay that stops leaves its last ones in the dataset until another deletes them).
+
 When it connects it also reads each routed dataset's rows (``ReadState`` of ``#``) into the
 broker's retained messages that the broker does not hold yet: a relay that restarts serves the
 dataset's retained state at once, as MQTT's retained messages.
@@ -18,7 +22,10 @@ A lost connection is retried, with the batch in hand put back first.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
+import time
+from collections import deque
 from typing import Any
 
 import numpy as np
@@ -28,7 +35,15 @@ from websockets.exceptions import ConnectionClosed
 from fanout.connection import dial
 from fanout.errors import ProtocolError
 from fanout.relay.mqtt.broker import Broker
-from fanout.relay.mqtt.ingest import PAYLOAD, Pending
+from fanout.relay.mqtt.ingest import (
+    MESSAGE_TTL,
+    PAYLOAD,
+    RETAIN,
+    TOPIC,
+    Batch,
+    Pending,
+    logs_messages,
+)
 from fanout.relay.mqtt.packets import Publish as MqttPublish
 from fanout.views.topic import TopicFilter
 from fanout.wire import codec
@@ -60,6 +75,8 @@ class ProducerLink:
         self.sent = 0  # messages made durable
         self.refused = 0  # batches the publisher refused
         self._req = 0
+        #: (when, dataset, key) of logged message rows to delete, oldest first (``ingest`` 3).
+        self._expiring: deque[tuple[float, str, str]] = deque()
 
     def offer(self, message: MqttPublish) -> None:
         """A message a client published: keep it for the next batch if it is to be kept."""
@@ -91,6 +108,9 @@ class ProducerLink:
         catalog = decoder.decode(await websocket.recv())
         if not isinstance(catalog, Catalog):
             raise ProtocolError(f"expected the catalog, got {type(catalog).__name__}")
+        logged = {info.name for info in catalog.datasets if logs_messages(info)}
+        self.pending.logged.clear()
+        self.pending.logged.update(logged & set(self.pending.routes.datasets()))
         return {info.name: info.key for info in catalog.datasets if info.index == "topic"}
 
     async def _request(self, websocket: ClientConnection, frame: Any) -> Any:
@@ -131,46 +151,90 @@ class ProducerLink:
             rows = decode_columns(answer.rows)
             if PAYLOAD not in rows:
                 continue
-            for topic, payload in zip(rows[keys[dataset]], rows[PAYLOAD], strict=True):
+            topics = rows[TOPIC] if dataset in self.pending.logged else rows[keys[dataset]]
+            logged = dataset in self.pending.logged
+            retained = rows[RETAIN].tolist() if logged else [True] * len(topics)
+            for topic, payload, kept in zip(topics, rows[PAYLOAD], retained, strict=True):
+                if kept is False:  # a logged message without RETAIN (NULL: a retained row)
+                    continue
                 if str(topic) not in self.broker.retained and payload is not None:
                     message = MqttPublish(str(topic), str(payload).encode(), 1, retain=True)
                     self.broker.retained[str(topic)] = message
 
     async def _send_batches(self, websocket: ClientConnection, keys: dict[str, str]) -> None:
         while True:
-            await self.wake.wait()
+            wait = self._expiring[0][0] - time.monotonic() if self._expiring else None
+            # A timeout: a logged message's row is due for deletion.
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self.wake.wait(), None if wait is None else max(wait, 0))
             self.wake.clear()
-            for dataset, upserts, deletes in self.pending.take():
-                key = keys.get(dataset, "topic")
-                frame = Publish(
-                    req=self._next_req(),
-                    dataset=dataset,
-                    upserts=_columns({key: list(upserts), PAYLOAD: list(upserts.values())}),
-                    deletes=_columns({key: deletes}),
+            expired = self._take_expired()
+            batches = {batch.dataset: batch for batch in self.pending.take()}
+            for dataset in sorted(set(batches) | set(expired)):
+                batch = batches.get(dataset) or Batch(dataset, {}, [])
+                await self._send(
+                    websocket, keys.get(dataset, TOPIC), batch, expired.get(dataset, [])
                 )
-                try:
-                    answer = await self._request(websocket, frame)
-                except BaseException:
-                    self._put_back(dataset, upserts, deletes)
-                    raise
-                if isinstance(answer, Error):
-                    self.refused += 1
-                    log.warning("mqtt ingest into %r refused: %s", dataset, answer.message)
-                else:
-                    self.sent += len(upserts) + len(deletes)
 
-    def _put_back(self, dataset: str, upserts: dict[str, str], deletes: list[str]) -> None:
+    async def _send(
+        self, websocket: ClientConnection, key: str, batch: Batch, expired: list[str]
+    ) -> None:
+        """Send ``batch`` (and the deletion of ``expired`` message rows) as one ``Publish``."""
+        dataset, upserts, deletes = batch.dataset, batch.upserts, batch.deletes
+        if dataset in self.pending.logged:
+            keys_ = [*upserts, *(k for k, _, _ in batch.messages)]
+            rows: dict[str, list[Any]] = {
+                key: keys_,
+                TOPIC: [*upserts, *(t for _, t, _ in batch.messages)],
+                PAYLOAD: [*upserts.values(), *(v for _, _, v in batch.messages)],
+                RETAIN: [True] * len(upserts) + [False] * len(batch.messages),
+            }
+        else:
+            rows = {key: list(upserts), PAYLOAD: list(upserts.values())}
+        frame = Publish(
+            req=self._next_req(),
+            dataset=dataset,
+            upserts=_columns(rows),
+            deletes=_columns({key: [*deletes, *expired]}),
+        )
+        try:
+            answer = await self._request(websocket, frame)
+        except BaseException:
+            self._put_back(batch, expired)
+            raise
+        if isinstance(answer, Error):
+            self.refused += 1
+            log.warning("mqtt ingest into %r refused: %s", dataset, answer.message)
+            return
+        self.sent += len(upserts) + len(deletes) + len(batch.messages)
+        due = time.monotonic() + MESSAGE_TTL
+        self._expiring.extend((due, dataset, k) for k, _, _ in batch.messages)
+
+    def _take_expired(self) -> dict[str, list[str]]:
+        """The logged message rows due for deletion, by dataset."""
+        expired: dict[str, list[str]] = {}
+        now = time.monotonic()
+        while self._expiring and self._expiring[0][0] <= now:
+            _, dataset, key = self._expiring.popleft()
+            expired.setdefault(dataset, []).append(key)
+        return expired
+
+    def _put_back(self, batch: Batch, expired: list[str]) -> None:
         """Return a batch not sent, under what came since (which is newer)."""
+        dataset = batch.dataset
         newer = self.pending.upserts.setdefault(dataset, {})
         newer_deletes = self.pending.deletes.setdefault(dataset, set())
-        for topic, payload in upserts.items():
+        for topic, payload in batch.upserts.items():
             if topic not in newer and topic not in newer_deletes:
                 newer[topic] = payload
-        newer_deletes.update(t for t in deletes if t not in newer)
+        newer_deletes.update(t for t in batch.deletes if t not in newer)
+        messages = self.pending.messages.setdefault(dataset, [])
+        messages[:0] = batch.messages  # older than those that came since
+        self._expiring.extendleft((0.0, dataset, k) for k in reversed(expired))
         self.wake.set()
 
 
-def _columns(columns: dict[str, list[str]]) -> Columns:
+def _columns(columns: dict[str, list[Any]]) -> Columns:
     if not any(columns.values()):
         return Columns()
     return encode_columns({name: np.asarray(values) for name, values in columns.items()})

@@ -16,6 +16,9 @@ Rules (MQTT 3.1.1 section 4.1, MQTT 5.0 section 4.1):
    received at QoS 2 is delivered once, when it first arrives; its packet identifier is kept
    (``incoming``) until PUBREL, and the same identifier arriving again meanwhile is not
    delivered again.
+7. A session kept in Redis (``durable``) remembers the QoS 2 messages it completed (``done``,
+   at most ``DONE``, the oldest forgotten first) until its position in the log covers them: a
+   relay that resumes it does not send them again.
 """
 
 from __future__ import annotations
@@ -24,6 +27,8 @@ from collections import OrderedDict, deque
 from dataclasses import dataclass, field
 
 from fanout.relay.mqtt.packets import Publish, Will
+
+DONE = 10_000
 
 
 @dataclass(frozen=True)
@@ -55,6 +60,8 @@ class Session:
     away_since: float | None = None
     released: set[int] = field(default_factory=set)
     incoming: set[int] = field(default_factory=set)
+    durable: bool = False
+    done: deque[Publish] = field(default_factory=lambda: deque(maxlen=DONE))
     _next_id: int = 0
 
     def next_packet_id(self) -> int:
@@ -72,9 +79,11 @@ class Session:
         return True
 
     def complete(self, packet_id: int) -> None:
-        """A PUBACK or PUBCOMP for ``packet_id``: it is no longer in flight."""
-        self.in_flight.pop(packet_id, None)
+        """A PUBACK or PUBCOMP for ``packet_id``: it is no longer in flight (rule 7)."""
+        message = self.in_flight.pop(packet_id, None)
         self.released.discard(packet_id)
+        if self.durable and message is not None and message.qos == 2:
+            self.done.append(message)
 
     def queue(self, message: Publish, limit: int) -> None:
         """Keep ``message`` until the client can take it, dropping the oldest past ``limit``."""

@@ -48,11 +48,14 @@ def mqtt_parts(
     link = feed = None
     routes = Routes(config.mqtt_dataset, config.mqtt_routes)
     plain = config.auth is None and config.tls_cert is None
+    pending = Pending(routes)
     if routes.datasets():
-        link = ProducerLink(config.publisher, Pending(routes), broker, config.name)
+        link = ProducerLink(config.publisher, pending, broker, config.name)
         if url is not None and plain:
             shared = config.mqtt_redis is None
-            feed = LogFeed(broker, listener.apply, routes, url, shared=shared)
+            feed = LogFeed(
+                broker, listener.apply, routes, url, shared=shared, carried=pending.carried
+            )
             listener.companions.append(feed.run)
     cluster = None
     if config.mqtt_redis is not None:
@@ -66,8 +69,17 @@ def mqtt_parts(
         listener.on_filters = cluster.on_filters
         if routes.datasets() and url is not None and plain:
             store = SessionStore(table.redis, table.namespace)
-            durable = Durable(store, broker, listener.apply, routes, url=url, owner=incarnation)
+            durable = Durable(
+                store,
+                broker,
+                listener.apply,
+                routes,
+                url=url,
+                owner=incarnation,
+                carried=pending.carried,
+            )
             listener.on_restore = durable.on_restore
+            listener.on_persist = durable.on_persist
             cluster.durable = durable
             if feed is not None:
                 feed.durable = durable

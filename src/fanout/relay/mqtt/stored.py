@@ -6,7 +6,9 @@ Rules:
    the relay that wrote it last (``owner``), the session's expiry, its subscriptions (filter and
    SUBSCRIBE options), and for each followed subscription its position in the topic dataset's
    log: an ``every``-mode resume token (epoch, seq, the topics held after that seq), or none
-   yet. The key expires with the session: its expiry after the last write.
+   yet; its QoS 2 messages in flight with their packet identifiers (and whether PUBRECed), and
+   the QoS 2 messages completed that its positions do not cover yet (``durable`` rule 7).
+   The key expires with the session: its expiry after the last write.
 2. A record that does not decode is treated as no record (a new session) and logged: a bad
    value in Redis must not keep a client from connecting.
 3. Only the owner deletes a record (a compare-and-delete script on the one key): a relay
@@ -15,6 +17,7 @@ Rules:
 
 from __future__ import annotations
 
+import base64
 import json
 import logging
 from dataclasses import dataclass, field
@@ -52,6 +55,10 @@ class Record:
     expiry: float
     subscriptions: tuple[Subscription, ...]
     positions: dict[str, Position | None] = field(default_factory=dict)
+    #: QoS 2 messages in flight: (packet identifier, topic, payload, released by a PUBREC).
+    in_flight: tuple[tuple[int, str, bytes, bool], ...] = ()
+    #: QoS 2 messages completed past the positions: (topic, payload).
+    done: tuple[tuple[str, bytes], ...] = ()
 
     def encode(self) -> str:
         """The JSON text stored."""
@@ -67,6 +74,8 @@ class Record:
                     text: None if p is None else [p.epoch, p.seq, sorted(p.topics), p.key]
                     for text, p in sorted(self.positions.items())
                 },
+                "qos2": [[i, t, _text(m), r] for i, t, m, r in self.in_flight],
+                "done": [[t, _text(m)] for t, m in self.done],
             },
             sort_keys=True,
         )
@@ -90,9 +99,30 @@ class Record:
                 else Position(int(p[0]), int(p[1]), frozenset(map(str, p[2])), str(p[3]))
                 for text, p in data["pos"].items()
             }
-            return cls(str(data["owner"]), float(data["expiry"]), subscriptions, positions)
+            in_flight = tuple(
+                (int(i), str(t), _bytes(m), bool(r)) for i, t, m, r in data.get("qos2", [])
+            )
+            done = tuple((str(t), _bytes(m)) for t, m in data.get("done", []))
+            return cls(
+                str(data["owner"]),
+                float(data["expiry"]),
+                subscriptions,
+                positions,
+                in_flight,
+                done,
+            )
         except (TypeError, KeyError, ValueError, IndexError) as error:
             raise ValueError(f"not a stored MQTT session: {error}") from error
+
+
+def _text(payload: bytes) -> str:
+    return base64.b64encode(payload).decode("ascii")
+
+
+def _bytes(text: object) -> bytes:
+    if not isinstance(text, str):
+        raise ValueError(f"a payload is base64 text, not {type(text).__name__}")
+    return base64.b64decode(text, validate=True)
 
 
 class SessionStore:
