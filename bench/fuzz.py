@@ -14,9 +14,12 @@ here, not whether the servers keep serving. The run:
 
 1. **baseline**: ``--seconds`` of the subscribers alone: updates a second (again after the
    attack: the baseline is the mean of the two, as the machine's load drifts);
-2. **attack**: the hostile processes send ``--frames`` messages over ``--connections``
-   connections at once (each replaced when the server closes it): valid frames of every
-   direction mutated byte by byte, raw bytes and text; to the relay as a subscriber (with and
+2. **attack**: in rounds of ``--round`` messages, the hostile processes send over
+   ``--connections`` connections at once (each replaced when the server closes it), until the
+   servers have read ``--frames`` of them (their ``*_frames_received_total`` counters: frames
+   written after a server closed a connection are never read, so what is sent is no measure):
+   valid frames of every direction mutated byte by byte, raw bytes and text; to the relay as a
+   subscriber (with and
    without a ``Hello``) and to the publisher as a relay, a reader and a producer. Meanwhile the
    subscribers' updates a second are measured again. The hostile processes run at niceness
    ``--nice`` (19): on one machine the attackers' own CPU would otherwise be taken from the
@@ -25,7 +28,8 @@ here, not whether the servers keep serving. The run:
 
 Reported:
 
-* ``frames``, ``frames_per_s``: messages sent, and how fast;
+* ``frames``, ``frames_per_s``: hostile frames the servers read, and how fast; ``frames_sent``:
+  what the attackers wrote; ``rounds``;
 * ``violations``: answers that are not the documented ones (an ``Error`` frame with a code, or a
   close with 1000, 1008 or 1009), plus ``handler_crashes``, plus a server process that died;
 * ``handler_crashes``: connections closed with 1011 (a handler that raised) plus tracebacks in
@@ -51,6 +55,7 @@ from typing import Any
 
 from fanout.client import connect
 from fanout.launch import Child, start
+from fanout.metrics import scrape
 from fanout.testing.calibration import calibrate
 from fanout.testing.hostile import FuzzPlan, HostileProcess, Tally
 from fanout.testing.machine import cpu_seconds, describe, tree, write_results
@@ -100,6 +105,15 @@ class Subscribers:
         await asyncio.gather(*self._tasks, return_exceptions=True)
 
 
+def frames_read(urls: tuple[str, ...]) -> float:
+    """Frames the servers at ``urls`` have read from their connections so far (``/metrics``)."""
+    total = 0.0
+    for url in urls:
+        counters = scrape(url)
+        total += sum(v for k, v in counters.items() if k.endswith("_frames_received_total"))
+    return total
+
+
 def tracebacks(log: Path) -> int:
     return log.read_text(errors="replace").count("Traceback (most recent call last)")
 
@@ -137,20 +151,30 @@ async def run(args: argparse.Namespace, root: Path) -> dict[str, Any]:
             (publisher.url, hello("reader")),
             (publisher.url, hello("producer")),
         )
-        per_connection = -(-args.frames // args.connections)
+        per_connection = -(-args.round // args.connections)
         connections = -(-args.connections // args.workers)
+        servers = (relay.url, publisher.url)
+        before = await asyncio.to_thread(frames_read, servers)
         started = time.monotonic()
-        hostile = [
-            HostileProcess(FuzzPlan(targets, connections, per_connection, seed=worker), args.nice)
-            for worker in range(args.workers)
-        ]
-        rates = []
-        while any(process.process.is_alive() for process in hostile):
-            rates.append(await subscribers.rate(args.seconds))
-        cpu.mark()
+        rates: list[float] = []
         tally = Tally()
-        for process in hostile:
-            tally.merge(await asyncio.to_thread(process.done, 60.0))
+        read, rounds = 0.0, 0
+        while read < args.frames:  # rounds of attack until the servers have read enough
+            hostile = [
+                HostileProcess(
+                    FuzzPlan(targets, connections, per_connection, seed=rounds * 100 + worker),
+                    args.nice,
+                )
+                for worker in range(args.workers)
+            ]
+            while any(process.process.is_alive() for process in hostile):
+                rates.append(await subscribers.rate(args.seconds))
+            for process in hostile:
+                tally.merge(await asyncio.to_thread(process.done, 60.0))
+            read = await asyncio.to_thread(frames_read, servers) - before
+            rounds += 1
+            print(f"round {rounds}: the servers read {read:.0f} frames", file=sys.stderr)
+        cpu.mark()
         elapsed = time.monotonic() - started
         after = await subscribers.rate(args.seconds)
         await subscribers.stop()
@@ -171,8 +195,10 @@ async def run(args: argparse.Namespace, root: Path) -> dict[str, Any]:
     # attack, and the attack is compared with their mean.
     alone = (baseline + after) / 2
     return {
-        "frames": tally.frames,
-        "frames_per_s": round(tally.frames / elapsed, 1),
+        "frames": int(read),
+        "frames_per_s": round(read / elapsed, 1),
+        "frames_sent": tally.frames,
+        "rounds": rounds,
         "violations": tally.violation_count + crashes + sum(not up for up in alive.values()),
         "handler_crashes": crashes,
         "good_rate_ratio": round(attacked / alone, 3) if alone else 0.0,
@@ -218,7 +244,15 @@ class Cpu:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--frames", type=int, default=1_000_000, help="hostile messages in all")
+    parser.add_argument(
+        "--frames", type=int, default=1_000_000, help="hostile frames the servers must read"
+    )
+    parser.add_argument(
+        "--round",
+        type=int,
+        default=1_000_000,
+        help="hostile frames sent per round; rounds go on until the servers read --frames",
+    )
     parser.add_argument("--connections", type=int, default=48, help="hostile connections at once")
     parser.add_argument("--workers", type=int, default=2, help="hostile processes")
     parser.add_argument("--subscribers", type=int, default=8, help="well-behaved subscribers")
