@@ -14,11 +14,15 @@ from pyspark.sql import SparkSession
 
 from fanout.publisher.sources.simulation import SimulationDataSource
 
-#: Spark settings of a publisher on a cluster (spark-submit may add its own).
+#: Spark settings of a publisher on a cluster (spark-submit may add its own). The session's
+#: time zone is UTC, the relay's (``relay.tables``): a view's timestamp bounds, written without a
+#: zone, then select the same instants at the publisher as at the relay, whatever zone the
+#: machines are set to.
 CLUSTER = {
     "spark.ui.enabled": "false",
     "spark.ui.showConsoleProgress": "false",
     "spark.sql.shuffle.partitions": "4",
+    "spark.sql.session.timeZone": "UTC",
 }
 #: Spark settings of an embedded publisher (``local[N]``), measured by ``bench/pipeline.py`` with a
 #: million keys: Spark's default 1 GiB heap cannot hold the HDFS-backed state store's copies of

@@ -138,3 +138,33 @@ def test_to_duckdb_quotes_identifiers_and_keeps_the_query(db: duckdb.DuckDBPyCon
 def test_importing_the_views_does_not_import_spark() -> None:
     code = "import sys, fanout.views.sql; sys.exit('pyspark' in sys.modules)"
     assert subprocess.run([sys.executable, "-c", code], check=False).returncode == 0
+
+
+@pytest.mark.spark
+def test_timestamp_bounds_select_the_same_instants_in_spark_as_at_the_relay(spark: Any) -> None:
+    """A publisher's timestamp columns are Spark ``TIMESTAMP`` (instants). A primitive's bound
+    is written without a zone, so it reads in the session's time zone: the publisher's session
+    is UTC (``publisher.spark.CLUSTER``), as the relay's DuckDB is. In another zone the same
+    filter would keep other rows."""
+    from pyspark.sql.types import LongType, StructField, StructType, TimestampType
+
+    from fanout.publisher.spark import CLUSTER
+
+    utc = dt.UTC
+    instants = [
+        dt.datetime(2025, 12, 31, 22, 0, tzinfo=utc),
+        dt.datetime(2026, 1, 1, 2, tzinfo=utc),
+    ]
+    schema = StructType([StructField("id", LongType()), StructField("ts", TimestampType())])
+    (prim,) = parse("SELECT * FROM t WHERE ts >= TIMESTAMPTZ '2026-01-01 00:00:00+00'").primitives()
+    zone = spark.conf.get("spark.sql.session.timeZone")
+    kept = {}
+    try:
+        for setting in (CLUSTER["spark.sql.session.timeZone"], "America/Chicago"):
+            spark.conf.set("spark.sql.session.timeZone", setting)
+            frame = spark.createDataFrame(list(enumerate(instants)), schema)
+            kept[setting] = {row["id"] for row in frame.where(to_spark(prim)).collect()}
+    finally:
+        spark.conf.set("spark.sql.session.timeZone", zone)
+    assert kept["UTC"] == {1}  # as DuckDB at the relay: the instant after midnight UTC
+    assert kept["America/Chicago"] != {1}
