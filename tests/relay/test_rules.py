@@ -33,6 +33,7 @@ from fanout.wire.messages import (
     Catalog,
     Curious,
     DatasetInfo,
+    Error,
     Knowledge,
     Push,
     Resume,
@@ -360,6 +361,36 @@ def test_an_object_path_is_narrowed_exactly_to_its_rules(
     assert all(isinstance(p, ObjectPath) and p.delta == bool(options) for p in paths)
     got = {p for p in PATHS if any(in_path(v.object_path, p) for v in paths)}  # type: ignore[union-attr]
     assert got == wanted
+
+
+def test_an_objects_dataset_serves_a_directory_narrowed_to_the_objects_its_rules_name() -> None:
+    """Rules on an ``objects`` dataset (PPS cells): ``/c/.all`` under rules naming ``/c/1``
+    and ``/c/2`` is served their cells, none of ``/c/3``'s."""
+    from fanout.views.objects.store import SCHEMA, ObjectStore
+    from fanout.views.objects.text import SetAttribute, Value
+
+    wire = {"string": "str", "int": "<i4", "boolean": "|b1"}
+    pps = DatasetInfo("pps", "cell", {c: wire[t] for c, t in SCHEMA.items()}, "objects", ["object"])
+    store = ObjectStore()
+    for name in ("1", "2", "3"):
+        store.write(f"/c/{name}", [SetAttribute("rpm", Value("n", name + "00"))])
+    rows = [cell.row() for cell in store]
+    core = RelayCore(Policy(grace=0.0), engine=TableStore())
+    core.on_catalog(Catalog([pps]))
+    core.on_upstream_connected()
+    request = Subscribe(1, "pps", parse("/c/.all", "path"), rate=1000.0)
+    request = restrict(request, {"pps": ["/c/1", "/c/2"]}, {"pps": "objects"})
+    sends = core.on_subscribe(1, request)
+    assert not [s.message() for s in sends if isinstance(s.message(), Error)]
+    prims = [s.message().prim for s in sends if isinstance(s.message(), Acquire)]  # type: ignore[attr-defined]
+    assert prims
+    columns = {c: np.array([row[c] for row in rows], dtype=object) for c in SCHEMA}
+    columns["cell"] = columns["cell"].astype(str)
+    core.on_batch(Batch("pps", 1, 0, 1, 0.0, encode_columns(columns), encode_columns({}), prims))
+    pushes = [s.message() for s in core.pushes(1.0, lambda client: True)]
+    (push,) = [frame for frame in pushes if isinstance(frame, Push)]
+    objects = set(decode_columns(push.entered)["object"].tolist())
+    assert objects == {"/c/1", "/c/2"}
 
 
 def test_object_path_narrowing_and_its_refusals() -> None:

@@ -74,7 +74,7 @@ T = TypeVar("T")
 Rules = Mapping[str, Sequence[str]]
 DIALECT = "duckdb"
 #: The view language of each index kind (``DatasetInfo.index``).
-VIEW_KIND = {"space": "region", "sql": "sql", "topic": "topic", "path": "path"}
+VIEW_KIND = {"space": "region", "sql": "sql", "topic": "topic", "path": "path", "objects": "path"}
 
 
 def effective(view: View, dataset: str, kind: str, rules: Rules | None) -> View:

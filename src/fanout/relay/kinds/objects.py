@@ -22,6 +22,7 @@ from fanout.relay.kinds.path import PathKind
 from fanout.relay.state import Positions, Table
 from fanout.relay.transforms import resolve
 from fanout.views import View
+from fanout.views.anyof import members_of
 from fanout.views.objects import ObjectPath, passes
 from fanout.views.objects.store import DIRECTORY_MARK, OBJECT_MARK
 from fanout.wire.messages import Subscribe
@@ -39,21 +40,24 @@ class ObjectsKind(PathKind):
             InvalidTransform: the transform does not fit the dataset.
         """
         self._check_language(request.view, request.transform, capabilities)
-        view = request.view
-        assert isinstance(view, ObjectPath)
-        if request.mode == "every" and view.filters:
-            raise InvalidView(
-                f"{view.path!r}: f= comparisons on an objects dataset are served in mode"
-                " 'latest' only"
-            )
+        for view in members_of(request.view):  # any of several paths: a view under rules
+            assert isinstance(view, ObjectPath)
+            if request.mode == "every" and view.filters:
+                raise InvalidView(
+                    f"{view.path!r}: f= comparisons on an objects dataset are served in mode"
+                    " 'latest' only"
+                )
         info = self.state.info
         shape = resolve(request.transform, info, capabilities)
         return Accepted(shape, info.key, list(shape.columns))
 
     def positions(self, view: View) -> Positions:
-        """The cells of the objects in the path's scope that pass its filters."""
-        assert isinstance(view, ObjectPath)
-        return cell_positions(view, self.state.buffer.active)
+        """The cells of the objects in the path's scope that pass its filters (any of several
+        paths': the union of their cells)."""
+        table = self.state.buffer.active
+        paths = [path for path in members_of(view) if isinstance(path, ObjectPath)]
+        found = [cell_positions(path, table) for path in paths]
+        return found[0] if len(found) == 1 else np.unique(np.concatenate(found))
 
 
 def cell_positions(view: ObjectPath, table: Table) -> Positions:
