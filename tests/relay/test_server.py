@@ -24,8 +24,9 @@ from fanout.relay.config import RelayConfig
 from fanout.relay.core import RelayCore
 from fanout.relay.metrics import CORE
 from fanout.relay.planner import Policy
-from fanout.relay.server import UPSTREAM_READ, RelayServer, _read_more_at_once
+from fanout.relay.server import RelayServer
 from fanout.relay.tier.relays import Relays
+from fanout.relay.upstreamlink import UPSTREAM_READ, _read_more_at_once
 from fanout.testing.publisher import ScriptedPublisher, serving
 from fanout.testing.relays import running_relay
 from fanout.testing.wait import eventually
@@ -208,7 +209,9 @@ async def test_beyond_max_connections_a_hello_is_refused_as_unavailable() -> Non
             assert (await asyncio.wait_for(first.subscribe(Box((0, 0), (1, 1))), 5)).sub == 1
             scraped = await asyncio.to_thread(scrape, url)
             assert scraped["fanout_relay_connections_refused_total"] == 1
-        await eventually(lambda: not relay._connected, what="both closed: there is room again")
+        await eventually(
+            lambda: not relay.clients.connected, what="both closed: there is room again"
+        )
         async with connect(url) as again:
             assert (await asyncio.wait_for(again.subscribe(Box((0, 0), (1, 1))), 5)).sub == 1
 
@@ -374,8 +377,8 @@ async def test_the_upstream_link_reads_a_batch_in_large_reads(deployment) -> Non
     # asyncio reads 256 KiB a turn of the loop; a batch of megabytes behind a busy pump would
     # come in over many rounds of pushes. The relay's upstream link reads what is there.
     _, relay, _ = deployment
-    assert relay._upstream is not None
-    assert relay._upstream._websocket.transport.max_size == UPSTREAM_READ
+    assert relay.upstream._outbound is not None
+    assert relay.upstream._outbound._websocket.transport.max_size == UPSTREAM_READ
 
 
 async def test_reading_more_at_once_leaves_other_transports_alone() -> None:
