@@ -31,7 +31,8 @@ LAST = 12  # every stream ends at this seq unless its upstream is forgotten
 class Piece:
     upstream: str
     seq: int
-    restamp: bool = False
+    restamp: bool = False  # a second piece of the seq
+    snapshots: bool = False  # carries snapshots (a re-stamp always does)
 
 
 @dataclass
@@ -44,14 +45,17 @@ class Log:
     forgotten: dict[str, int]  # upstream -> index in arrivals at which it was forgotten
 
 
-def stream(upstream: str, start: int, gap: int | None, restamps: set[int]) -> list[Piece]:
+def stream(
+    upstream: str, start: int, gap: int | None, restamps: set[int], first: bool = False
+) -> list[Piece]:
+    """Pieces start..LAST (``first``: the first carries snapshots)."""
     out = []
     for seq in range(start, LAST + 1):
         if seq == gap:
             continue
-        out.append(Piece(upstream, seq))
+        out.append(Piece(upstream, seq, snapshots=first and seq == start))
         if seq in restamps:
-            out.append(Piece(upstream, seq, restamp=True))
+            out.append(Piece(upstream, seq, restamp=True, snapshots=True))
     return out
 
 
@@ -64,7 +68,7 @@ def scenarios(draw: st.DrawFn, *, gaps: bool = False, losses: bool = False) -> d
         start = draw(st.integers(0, 6))
         gap = draw(st.one_of(st.none(), st.integers(start + 1, LAST - 1))) if gaps else None
         restamps = draw(st.sets(st.integers(start, LAST), max_size=3))
-        streams[name] = stream(name, start, gap, restamps)
+        streams[name] = stream(name, start, gap, restamps, draw(st.booleans()))
     order = draw(st.permutations([name for name, pieces in streams.items() for _ in pieces]))
     lost = None
     if losses:
@@ -72,7 +76,7 @@ def scenarios(draw: st.DrawFn, *, gaps: bool = False, losses: bool = False) -> d
         victim = draw(st.sampled_from(sorted(streams)))
         at = draw(st.integers(0, len(order)))
         start = draw(st.integers(0, LAST))
-        streams["r"] = stream("r", start, None, set())
+        streams["r"] = stream("r", start, None, set(), first=True)
         spot = draw(st.integers(at, len(order)))
         order = order[:spot] + ["r"] * len(streams["r"]) + order[spot:]
         lost = (victim, at)
@@ -106,7 +110,7 @@ def run(scenario: dict) -> tuple[Assembly[Piece], Log]:
         expected = frozenset(assembly.expected())
         started = frozenset(p.upstream for p in arrived)
         log.arrivals.append((piece, handed, expected, started))
-        outcome = assembly.add(name, (0, piece.seq), piece, snapshots=piece.restamp)
+        outcome = assembly.add(name, (0, piece.seq), piece, snapshots=piece.snapshots)
         record(outcome, expected)
     if lost is not None and lost[1] >= len(scenario["order"]):
         log.forgotten[lost[0]] = len(log.arrivals)
@@ -124,11 +128,12 @@ def check_order_and_conservation(scenario: dict, log: Log) -> None:
         assert all(piece.seq == out.stamp[1] for piece in out.pieces)
         if out.restamp:
             assert out.stamp == last, "a re-stamp is of the seq handed out last"
-            assert all(piece.restamp for piece in out.pieces)
+            assert all(piece.snapshots for piece in out.pieces)
         else:
             assert last is None or out.stamp > last, "seqs are handed out in order"
             last = out.stamp
             upstreams = [piece.upstream for piece in out.pieces if not piece.restamp]
+            assert len(upstreams) == len(out.pieces) - sum(p.restamp for p in out.pieces)
             assert len(upstreams) == len(set(upstreams)), "one piece per upstream"
     gone = handed_out(log) + log.stale
     assert len(gone) == len(set(gone)), "no piece handed out or dropped twice"
@@ -157,17 +162,15 @@ def test_pieces_are_assembled_in_order_whole_and_each_once(scenario: dict) -> No
     assembly, log = run(scenario)
     check_order_and_conservation(scenario, log)
     check_no_mixing(scenario, log)
-    # A piece is stale exactly when its seq was handed out before it came (and it is not a
-    # re-stamp of the seq handed out last, which goes out alone).
+    # A piece is stale exactly when its seq was handed out before it came, unless it carries
+    # snapshots of the seq handed out last: then it goes out alone, re-stamped.
     stale = set(log.stale)
     restamped = {piece for out, _, _ in log.assembled if out.restamp for piece in out.pieces}
     for piece, handed, _, _ in log.arrivals:
         late = handed is not None and piece.seq <= handed[1]
-        if piece.restamp:
-            assert (piece in stale) == (late and piece not in restamped)
-            assert (piece in restamped) <= (handed is not None and piece.seq == handed[1])
-        else:
-            assert (piece in stale) == late, (piece, handed)
+        again = piece.snapshots and handed is not None and piece.seq == handed[1]
+        assert (piece in stale) == (late and not again), (piece, handed)
+        assert (piece in restamped) == (late and again), (piece, handed)
     # Every stream ends at LAST and none has a gap: all is handed out up to LAST.
     assert assembly.last == (0, LAST)
     pending = {p for p, *_ in log.arrivals} - set(handed_out(log)) - stale
@@ -209,11 +212,21 @@ def test_a_started_upstream_holds_the_next_seq_back_until_its_piece_comes() -> N
     assembly.expect("a")
     assembly.expect("b")
     assert [o.stamp for o in assembly.add("a", (0, 1), "a1", snapshots=False).assembled] == [(0, 1)]
-    assert assembly.add("b", (0, 1), "b1", snapshots=True).stale == ["b1"]  # too late
+    assert assembly.add("b", (0, 1), "b1", snapshots=False).stale == ["b1"]  # too late
     assert not assembly.add("a", (0, 2), "a2", snapshots=False).assembled
     assert assembly.waiting_for() == {"b"}
     out = assembly.add("b", (0, 2), "b2", snapshots=False).assembled
     assert [(o.stamp, o.pieces) for o in out] == [((0, 2), ("a2", "b2"))]
+
+
+def test_a_first_snapshot_one_seq_behind_goes_out_re_stamped() -> None:
+    assembly: Assembly[str] = Assembly()
+    assembly.expect("a")
+    assembly.add("a", (0, 5), "a5", snapshots=False)
+    assembly.expect("b")
+    out = assembly.add("b", (0, 5), "b5", snapshots=True).assembled
+    assert [(o.stamp, o.pieces, o.restamp) for o in out] == [((0, 5), ("b5",), True)]
+    assert assembly.waiting_for() == {"a", "b"}
 
 
 def test_a_new_epoch_is_not_a_gap() -> None:

@@ -20,8 +20,10 @@ Rules (each upstream's pieces come in order on its own connection):
 4. A piece of a seq already handed out is too late (an upstream that started behind the
    others): it is dropped, and handed back as *stale* so that the shell acquires its snapshots
    again. The exception is a *re-stamp*: a piece carrying snapshots stamped with the seq
-   handed out last, as a relay above sends a new primitive's snapshot; it is handed out alone,
-   re-stamped (the core takes it as the publisher's re-sent snapshots).
+   handed out last, as a relay above sends a new primitive's snapshot (and as an upstream
+   just started behind the others by one seq sends its first); its rows are as of that seq,
+   so it is handed out alone, re-stamped (the core takes it as the publisher's re-sent
+   snapshots).
 5. A started upstream whose next piece skips seqs (a gap in its stream): the skipped seqs are
    never handed out whole, so they are not handed out at all; their other pieces are dropped
    as stale, and the relay's core sees the gap and resyncs as with one upstream.
@@ -138,7 +140,10 @@ class Assembly(Generic[P]):
             state.last = stamp
             if self.last is not None and stamp <= self.last:
                 state.before = stamp
-                outcome.stale.append(piece)
+                if snapshots and stamp == self.last:
+                    outcome.assembled.append(Assembled(stamp, (piece,), restamp=True))
+                else:
+                    outcome.stale.append(piece)
             else:
                 state.queue.append((stamp, [piece]))
         self._assemble(outcome)
