@@ -60,6 +60,7 @@ from fanout.errors import Unauthorized
 from fanout.relay.clients import Clients
 from fanout.relay.cluster.registry import Registry
 from fanout.relay.cluster.registry import connect as registry_client
+from fanout.relay.cluster.sharing import Sharing
 from fanout.relay.compiled import COMPILED
 from fanout.relay.config import RelayConfig
 from fanout.relay.core import UPSTREAM, RelayCore, Send
@@ -125,7 +126,9 @@ class RelayServer:
         #: Relays below this one (``relay.tier``): batches are forwarded to them as written.
         self.relays = Relays(self.core, max_primitives=config.max_subscriptions)
         self._roles: frozenset[Role] = frozenset(
-            {"subscriber", "relay"} if config.serve_relays else {"subscriber"}
+            {"subscriber", "relay"}
+            if config.serve_relays or (config.registry and config.registry_policy == "forward")
+            else {"subscriber"}
         )
         self._below: dict[int, ServerConnection] = {}
         self.upstream = UpstreamLink(
@@ -166,6 +169,17 @@ class RelayServer:
             client = registry_client(config.registry)
             lease, side = config.registry_lease, config.registry_side
             self.registry = Registry(client, config.name, lease=lease, side=side)
+            if config.registry_policy == "forward":
+                self.upstream.sharing = Sharing(
+                    self.core,
+                    self.registry,
+                    self._writer,
+                    to_publisher=self.upstream.send,
+                    dispatch=self._dispatch,
+                    wake=self._wake.set,
+                    token=config.token,
+                    tls_ca=config.tls_ca,
+                )
 
     async def run(self, ready: Callable[[int], None] | None = None) -> None:
         """Serve until cancelled; ``ready(port)`` is called once serving and connected upstream.
@@ -212,6 +226,8 @@ class RelayServer:
                 tasks.create_task(self.pump.housekeeping())
                 if self.mqtt_ingest is not None:
                     tasks.create_task(self.mqtt_ingest.run(self.config.reconnect_delay))
+                if self.upstream.sharing is not None:
+                    tasks.create_task(self.upstream.sharing.run())
                 if self.registry is not None:  # joined before it is ready (relay.cluster)
                     scheme = "ws" if ssl is None else "wss"
                     own = f"{scheme}://{self.config.host}:{self.port}"
@@ -273,7 +289,7 @@ class RelayServer:
             self.pump.tick_to_push,
             *self._writer.histograms,
             *relay_samples(
-                {**self.core.stats(), **self.relays.stats()},
+                {**self.core.stats(), **self.relays.stats(), **self._sharing_stats()},
                 **self.clients.counts(),
                 upstream_connected=self.upstream.connected,
                 reads_throttled=self._reads_throttled,
@@ -285,12 +301,19 @@ class RelayServer:
             *(self.registry.samples() if self.registry is not None else []),
         ]
 
+    def _sharing_stats(self) -> dict[str, int]:
+        sharing = self.upstream.sharing
+        return {} if sharing is None else sharing.stats()
+
     # -- dispatch ------------------------------------------------------------------------
 
     def _dispatch(self, sends: Iterable[Send]) -> None:
         for send in sends:
             if send.to == UPSTREAM:
-                self.upstream.send(send.data())
+                if (sharing := self.upstream.sharing) is not None:
+                    sharing.send(send)  # routed to the publisher or another relay
+                else:
+                    self.upstream.send(send.data())
             elif (outbound := self.clients.open.get(send.to)) is not None:
                 outbound.offer(send.data())
 
@@ -413,8 +436,20 @@ class RelayServer:
         """Serve a relay below (``relay.tier``); returns why to close it, if it is closed."""
         self._below[client] = websocket
         return await serve_below(
-            self.relays, client, websocket, hello, dispatch=self._dispatch, wake=self._wake.set
+            self.relays, client, websocket, hello, dispatch=self._for_below, wake=self._wake.set
         )
+
+    def _for_below(self, sends: Iterable[Send]) -> None:
+        """Dispatch what a relay below's frame made the core send: acquired from the publisher
+        under the forward policy (``relay.cluster.upstreams``, rule 1)."""
+        if (sharing := self.upstream.sharing) is None:
+            self._dispatch(sends)
+            return
+        for send in sends:
+            if send.to == UPSTREAM:
+                sharing.send(send, below=True)
+            else:
+                self._dispatch((send,))
 
     def _close_below(self, client: int) -> None:
         """Close a relay below's connection (the upstream was lost): it connects again."""
@@ -451,7 +486,7 @@ class RelayServer:
         """Hand a subscription to the core with its view intersected with the connection's
         access rules (``relay.rules``), refuse it (``forbidden``), or redirect it to the relay
         responsible for it (``relay.cluster``)."""
-        if self.registry is not None:
+        if self.registry is not None and self.upstream.sharing is None:
             held = self.core.downstream.get((client, request.sub)) is not None
             if (redirect := self.registry.redirect(request, held)) is not None:
                 self._dispatch([Send(client, redirect)])

@@ -23,6 +23,8 @@ from websockets.exceptions import ConnectionClosed
 from fanout import tls
 from fanout.connection import Outbound, dial
 from fanout.errors import ProtocolError
+from fanout.relay.cluster.sharing import Sharing
+from fanout.relay.cluster.upstreams import PUBLISHER
 from fanout.relay.config import RelayConfig
 from fanout.relay.core import RelayCore, Send
 from fanout.relay.forwarding import Forwarder
@@ -95,6 +97,8 @@ class UpstreamLink:
         self._outbound: Outbound | None = None
         self._transport: asyncio.Transport | None = None
         self.ready = asyncio.Event()
+        #: The forward policy's upstreams (``relay.cluster.sharing``), if the relay forwards.
+        self.sharing: Sharing | None = None
         self.datasets: dict[str, str] = {}
         self.catalog: list[DatasetInfo] = []
 
@@ -120,6 +124,8 @@ class UpstreamLink:
             except (OSError, ConnectionClosed, ProtocolError, TimeoutError) as exc:
                 log.warning("upstream %s: %s; reconnecting in %.1f s", config.publisher, exc, delay)
             self._outbound = None
+            if self.sharing is not None:
+                self.sharing.publisher_lost()
             for client, refusal in self._forwarder.lost():
                 self._reply(client, refusal)
             self._core.on_upstream_lost()
@@ -170,6 +176,9 @@ class UpstreamLink:
             self._transport.abort()
 
     async def _on_frame(self, frame: object, outbound: Outbound) -> None:
+        if isinstance(frame, Batch) and self.sharing is not None:
+            await self.sharing.on_piece(PUBLISHER, frame)  # assembled with other relays' pieces
+            return
         if isinstance(frame, Batch):
             self.writer.put(frame)
             # One batch may wait while another is written, so that the next write starts
@@ -180,6 +189,8 @@ class UpstreamLink:
         match frame:
             case Catalog() as catalog:
                 self._core.on_catalog(catalog)
+                if self.sharing is not None:
+                    self.sharing.on_catalog(catalog)
                 self.datasets = {info.name: info.index for info in catalog.datasets}
                 self.catalog = list(catalog.datasets)
                 self._outbound = outbound
