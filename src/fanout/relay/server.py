@@ -171,14 +171,7 @@ class RelayServer:
             self.registry = Registry(client, config.name, lease=lease, side=side)
             if config.registry_policy == "forward":
                 self.upstream.sharing = Sharing(
-                    self.core,
-                    self.registry,
-                    self._writer,
-                    to_publisher=self.upstream.send,
-                    dispatch=self._dispatch,
-                    wake=self._wake.set,
-                    token=config.token,
-                    tls_ca=config.tls_ca,
+                    self.core, self.registry, self._writer, self.upstream, self._dispatch
                 )
 
     async def run(self, ready: Callable[[int], None] | None = None) -> None:
@@ -289,7 +282,7 @@ class RelayServer:
             self.pump.tick_to_push,
             *self._writer.histograms,
             *relay_samples(
-                {**self.core.stats(), **self.relays.stats(), **self._sharing_stats()},
+                {**self.core.stats(), **self.relays.stats(), **self.upstream.stats()},
                 **self.clients.counts(),
                 upstream_connected=self.upstream.connected,
                 reads_throttled=self._reads_throttled,
@@ -300,10 +293,6 @@ class RelayServer:
             ),
             *(self.registry.samples() if self.registry is not None else []),
         ]
-
-    def _sharing_stats(self) -> dict[str, int]:
-        sharing = self.upstream.sharing
-        return {} if sharing is None else sharing.stats()
 
     # -- dispatch ------------------------------------------------------------------------
 
@@ -440,16 +429,12 @@ class RelayServer:
         )
 
     def _for_below(self, sends: Iterable[Send]) -> None:
-        """Dispatch what a relay below's frame made the core send: acquired from the publisher
-        under the forward policy (``relay.cluster.upstreams``, rule 1)."""
+        """Dispatch what a relay below's frame made the core send (``relay.cluster.sharing``:
+        acquired from the publisher under the forward policy)."""
         if (sharing := self.upstream.sharing) is None:
             self._dispatch(sends)
-            return
-        for send in sends:
-            if send.to == UPSTREAM:
-                sharing.send(send, below=True)
-            else:
-                self._dispatch((send,))
+        else:
+            sharing.dispatch_below(sends)
 
     def _close_below(self, client: int) -> None:
         """Close a relay below's connection (the upstream was lost): it connects again."""

@@ -93,7 +93,8 @@ class UpstreamLink:
         self._reply = reply
         self._close_below = close_below
         self.writer = Writer(relays, dispatch, wake, self.drop)
-        self._wake = wake
+        self.wake = wake
+        self.token, self.tls_ca = config.token, config.tls_ca
         self._outbound: Outbound | None = None
         self._transport: asyncio.Transport | None = None
         self.ready = asyncio.Event()
@@ -106,6 +107,10 @@ class UpstreamLink:
     def connected(self) -> bool:
         """Whether the link is connected and has the upstream's catalog."""
         return self._outbound is not None
+
+    def stats(self) -> dict[str, int]:
+        """The forward policy's counts, if the relay forwards (``relay.cluster.sharing``)."""
+        return {} if self.sharing is None else self.sharing.stats()
 
     def send(self, data: bytes) -> None:
         """Send a frame upstream; with no connection there is nothing to tell: on reconnect
@@ -200,7 +205,7 @@ class UpstreamLink:
                 waiting, sends = self._relays.on_knowledge(knowledge)
                 self._dispatch(sends)
                 if waiting:
-                    self._wake()
+                    self.wake()
             case Published() | Error() if self._forwarder.answers(frame):
                 self._reply(*self._forwarder.answer(frame))
             case Error() as error:
@@ -210,7 +215,7 @@ class UpstreamLink:
                     self._dispatch(self._relays.uncovered())
                 else:
                     self._dispatch(passed)
-                self._wake()
+                self.wake()
             case Welcome() | StateRows():
                 raise ProtocolError(f"unexpected {type(frame).__name__.lower()} from the publisher")
 

@@ -19,17 +19,30 @@ import logging
 import time
 from collections.abc import Callable, Iterable
 from pathlib import Path
+from typing import Protocol
 
 from fanout.relay.cluster.peerlink import PeerLink
 from fanout.relay.cluster.registry import Registry
 from fanout.relay.cluster.responsibility import ResponsibilityMap
 from fanout.relay.cluster.upstreams import PUBLISHER, Taken, Upstreams
-from fanout.relay.core import RelayCore, Send
+from fanout.relay.core import UPSTREAM, RelayCore, Send
 from fanout.relay.writer import Writer
 from fanout.wire import codec
 from fanout.wire.messages import Batch, Catalog, Error
 
 log = logging.getLogger(__name__)
+
+
+class Publisher(Protocol):
+    """What sharing needs of the link to the publisher (``relay.upstreamlink.UpstreamLink``)."""
+
+    token: str
+    tls_ca: Path | None
+
+    def send(self, data: bytes) -> None: ...
+
+    def wake(self) -> None: ...
+
 
 #: Seconds a relay that could not be reached is not asked again.
 RETRY_AFTER = 5.0
@@ -43,26 +56,20 @@ class Sharing:
         core: RelayCore,
         registry: Registry,
         writer: Writer,
-        *,
-        to_publisher: Callable[[bytes], None],
+        publisher: Publisher,
         dispatch: Callable[[Iterable[Send]], None],
-        wake: Callable[[], None],
-        token: str = "",
-        tls_ca: Path | None = None,
     ) -> None:
         """Args:
         core: the relay's core (resynced when part of a stream is lost).
         registry: the map.
         writer: where whole seqs go.
-        to_publisher: sends a frame to the publisher (dropped while not connected).
+        publisher: the link to the publisher (``relay.upstreamlink``).
         dispatch: sends the core's frames.
-        wake: wakes the pump.
-        token: this relay's token, for relays that authenticate.
-        tls_ca: CA file for ``wss://`` relays.
         """
         self._core, self._registry, self._writer = core, registry, writer
-        self._to_publisher, self._dispatch, self._wake = to_publisher, dispatch, wake
-        self._token, self._tls_ca = token, tls_ca
+        self._to_publisher, self._dispatch = publisher.send, dispatch
+        self._wake = publisher.wake
+        self._token, self._tls_ca = publisher.token, publisher.tls_ca
         self.upstreams = Upstreams(registry.name)
         self._links: dict[str, PeerLink] = {}
         self._failed: dict[str, float] = {}
@@ -76,6 +83,15 @@ class Sharing:
             await asyncio.Event().wait()
 
     # -- frames going up -------------------------------------------------------------------
+
+    def dispatch_below(self, sends: Iterable[Send]) -> None:
+        """Dispatch what a relay below's frame made the core send: what it acquires for the
+        relay below, from the publisher (``upstreams`` rule 1)."""
+        for send in sends:
+            if send.to == UPSTREAM:
+                self.send(send, below=True)
+            else:
+                self._dispatch((send,))
 
     def send(self, send: Send, *, below: bool = False) -> None:
         """Route a frame of the core's to its upstream (``below``: sent for a relay below)."""
