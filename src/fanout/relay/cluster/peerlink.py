@@ -85,6 +85,9 @@ class PeerLink:
         except (OSError, ConnectionClosed, ProtocolError, TimeoutError) as exc:
             self.lost = str(exc) or type(exc).__name__
             log.warning("relay %s (%s): %s", self.name, self.url, self.lost)
+        except Exception as exc:  # a batch of it failed to write: the relay keeps running
+            self.lost = f"{type(exc).__name__}: {exc}"
+            log.exception("relay %s (%s): link dropped", self.name, self.url)
         finally:
             self._outbound = None
 
