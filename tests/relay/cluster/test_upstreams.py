@@ -60,6 +60,14 @@ def test_a_part_another_relay_owns_is_acquired_there_and_released_there() -> Non
     assert routes.route(Release(2), MAP, always) == PUBLISHER
 
 
+def test_a_relay_forwards_only_to_relays_named_after_it() -> None:
+    later = Upstreams("b")
+    later.on_catalog(Catalog([INFO]))
+    # b would wait for a's pieces while a waits for b's: b takes a's parts from the publisher
+    assert later.route(Acquire(1, "agents", OF["a"]), MAP, always) == PUBLISHER
+    assert upstreams().route(Acquire(1, "agents", OF["b"]), MAP, always) == "b"
+
+
 def test_what_a_relay_below_needs_comes_from_the_publisher() -> None:
     routes = upstreams()
     assert routes.route(Acquire(1, "agents", OF["b"]), MAP, always, below=True) == PUBLISHER

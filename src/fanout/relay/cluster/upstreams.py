@@ -6,8 +6,12 @@ subscriber's connection stays where it is. What the relay's core asks upstream i
 
 1. **Acquire.** A region primitive of a ``space`` dataset whose part (the cell of its centre,
    ``responsibility.part_of``) another live relay is responsible for is acquired from that
-   relay, over the tier protocol (``relay.tier``); the responsible relay alone acquires it from
-   the publisher. Every other primitive (this relay's parts, other kinds, a relay not
+   relay, over the tier protocol (``relay.tier``), if that relay's name sorts after this one's;
+   the responsible relay alone acquires it from the publisher. Why the order: a relay sends a
+   relay below it a seq's piece only once it has assembled that seq itself, so two relays that
+   forwarded to each other would each wait for the other's piece for ever; forwarding only to
+   relays named later keeps the waits a chain that ends at a relay that forwards nothing (the
+   last name), never a circle. Every other primitive (this relay's parts, other kinds, a relay not
    reachable now) is acquired from the publisher (``PUBLISHER``), and so is every primitive
    acquired for a relay below (``below=True``, and the same views acquired again after a
    resync): the responsible relay alone acquires from the publisher, and two relays never
@@ -153,8 +157,8 @@ class Upstreams:
         if not members.members:
             return PUBLISHER
         owner = members.owner_of(dataset, view)
-        if owner.name == self._me or not reachable(owner.name):
-            return PUBLISHER
+        if owner.name <= self._me or not reachable(owner.name):
+            return PUBLISHER  # ours, or forwarding there could close a circle (rule 1)
         return owner.name
 
     def _released(self, held: Held) -> None:
