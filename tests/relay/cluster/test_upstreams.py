@@ -3,9 +3,13 @@
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
+from fanout.errors import ConfigError
 from fanout.relay.cluster.responsibility import ResponsibilityMap
+from fanout.relay.cluster.settings import read_cluster
 from fanout.relay.cluster.upstreams import PUBLISHER, Upstreams
+from fanout.relay.config import RelayConfig
 from fanout.views import Box
 from fanout.wire.columns import Columns, encode_columns
 from fanout.wire.messages import Acquire, Batch, Catalog, DatasetInfo, Release
@@ -101,3 +105,10 @@ def test_a_lost_relay_lets_the_seqs_go_and_resyncs_its_datasets() -> None:
     assert [b.seq for b in taken.batches] == [5]
     assert taken.resync == {"agents"}
     assert routes.route(Release(1), MAP, always) is None  # nothing to tell a lost relay
+
+
+def test_the_policy_is_redirect_or_forward_from_the_flag_or_the_file() -> None:
+    assert RelayConfig(publisher="ws://p:1").registry_policy == "redirect"
+    with pytest.raises(ConfigError, match="--registry-policy"):
+        RelayConfig(publisher="ws://p:1", registry_policy="broadcast")
+    assert read_cluster({"policy": "forward"}).policy == "forward"
