@@ -283,14 +283,14 @@ def instrument(server: RelayServer) -> Callable[[], dict[str, Any]]:
 
     core.end_epoch = recorded_end_epoch  # type: ignore[method-assign]
     pumping = [0.0]  # CPU seconds the event loop's thread spent in rounds of pushes
-    pump_round = server._pump_round
+    pump_round = server.pump.round
 
     def timed_pump_round(now: float) -> None:
         started = time.thread_time()
         pump_round(now)
         pumping[0] += time.thread_time() - started
 
-    server._pump_round = timed_pump_round  # type: ignore[method-assign]
+    server.pump.round = timed_pump_round  # type: ignore[method-assign]
     return lambda: {"swaps": list(swaps), "pump_cpu": pumping[0]}
 
 

@@ -432,6 +432,8 @@ class Relays:
         policy: Policy,
         registry: str | None = None,
         side: float = DEFAULT_SIDE,
+        *,
+        registry_policy: str = "redirect",
     ) -> Relays:
         """Start ``RELAYS`` relays (in the map of ``registry`` if given); returns once each
         serves and is connected upstream."""
@@ -443,6 +445,7 @@ class Relays:
                     policy=policy,
                     registry=registry,
                     registry_side=side,
+                    registry_policy=registry_policy,
                 ),
                 log=logs / f"relay-{index}.log",
                 level=logging.INFO,
@@ -633,7 +636,14 @@ async def measure_step(
             spec = {"mode": "direct", "url": publisher.url, "connections": connections}
         else:
             policy = Policy(widen=args.widen, margin=args.margin, overshoot=args.overshoot)
-            relays = await Relays.start(publisher.url, logs, policy, args.registry_url, args.area)
+            relays = await Relays.start(
+                publisher.url,
+                logs,
+                policy,
+                args.registry_url,
+                args.area,
+                registry_policy=args.registry_policy,
+            )
             assign = args.assign if case == "relay" else args.compare_assign
             connections = relay_plan(views, count, assign, args.per_connection, args.area)
             spec = {
@@ -940,11 +950,20 @@ def main() -> None:
         " follows the redirects",
     )
     parser.add_argument(
+        "--registry-policy",
+        choices=("redirect", "forward"),
+        default="redirect",
+        help="with --registry: redirect subscriptions to the responsible relay (default), or"
+        " forward: serve them where they entered, the parts other relays are responsible for"
+        " acquired from those relays",
+    )
+    parser.add_argument(
         "--out",
         type=Path,
         default=None,
         help="write the results here (default: bench/results/sharing.json for the default"
-        " configuration and steps, sharing-registry.json for the same with --registry)",
+        " configuration and steps, sharing-registry.json for the same with --registry,"
+        " sharing-forward.json with --registry --registry-policy forward)",
     )
     parser.add_argument("--workdir", type=Path, default=None, help="logs and state go here")
     args = parser.parse_args()
@@ -973,7 +992,14 @@ def main() -> None:
         + (
             ", entering round robin and redirected by the relays' shared map of responsibility"
             f" (Redis Cluster, grid side {args.area:g})"
-            if args.registry
+            if args.registry and args.registry_policy == "redirect"
+            else ""
+        )
+        + (
+            ", served where they entered, each relay acquiring the parts another is responsible"
+            " for from that relay (forward policy of the shared map of responsibility, Redis"
+            f" Cluster, grid side {args.area:g})"
+            if args.registry and args.registry_policy == "forward"
             else ""
         ),
     )
@@ -993,6 +1019,7 @@ def main() -> None:
         "overshoot": args.overshoot,
         "assign": args.assign,
         "registry": args.registry,
+        "registry_policy": args.registry_policy,
         "compare_assign": args.compare_assign,
         "area": args.area,
         "push_rate": args.rate,
@@ -1009,7 +1036,8 @@ def main() -> None:
         Policy().overshoot,
         "spread",
     )
-    path = RESULTS.with_name("sharing-registry.json") if args.registry else RESULTS
+    named = {"redirect": "sharing-registry.json", "forward": "sharing-forward.json"}
+    path = RESULTS.with_name(named[args.registry_policy]) if args.registry else RESULTS
     if args.out is not None:
         path = args.out
     elif args.steps != list(DEFAULT_STEPS) or not default:

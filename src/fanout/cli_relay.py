@@ -153,6 +153,13 @@ def _cluster_arguments(parser: argparse.ArgumentParser) -> None:
         " is responsible for (default: none, this relay alone)",
     )
     cluster.add_argument(
+        "--registry-policy",
+        choices=("redirect", "forward"),
+        help="a subscription another relay of the map is responsible for: redirect it there"
+        " (a new one), or forward: serve it here with that relay's rows from that relay"
+        " (default: redirect)",
+    )
+    cluster.add_argument(
         "--registry-lease",
         type=float,
         help="seconds a relay that died stays in the map (default: 3)",
@@ -230,6 +237,7 @@ def cluster_given(args: argparse.Namespace) -> dict[str, Any]:
     file = ClusterSettings() if args.config is None else load_cluster(args.config)
     given = {
         "registry": (args.registry, file.registry),
+        "registry_policy": (args.registry_policy, file.policy),
         "registry_lease": (args.registry_lease, file.lease),
         "registry_side": (args.registry_side, file.side),
         "advertise": (args.advertise, file.advertise),

@@ -22,8 +22,9 @@ from pathlib import Path
 
 import pytest
 import pytest_asyncio
+from tests.integration.test_tiers import Recorder, states, until
 
-from fanout.client import LiveView, SubscriptionError, Update
+from fanout.client import LiveView, SubscriptionError, Update, connect
 from fanout.client.cluster import ClusterSubscriber, connect_cluster
 from fanout.launch import Child, start
 from fanout.metrics import scrape
@@ -299,3 +300,135 @@ async def test_fanout_subscribe_follows_a_redirect(relays: list[Child]) -> None:
     assert process.returncode == 0, err.decode()
     assert f"redirected to relay {owner}" in err.decode()
     assert len(out.decode().splitlines()) == 2
+
+
+# -- the forward policy (deliverables 2, 4, 6): the subscriber's connection stays -----------
+
+FORWARDERS = ("f0", "f1")
+#: Boxes across the world, some straddling the 512-unit lines, so that each relay's views need
+#: parts both relays are responsible for.
+SPREAD = [*BOXES, Box((440, 440), (580, 580)), Box((440, 100), (580, 240))]
+
+
+@pytest.fixture(scope="module")
+def forward_registry() -> Iterator[str]:
+    """A map of its own for the forwarding relays (the redirecting ones have theirs)."""
+    with throwaway_redis_cluster() as nodes:
+        host, port = nodes[0]
+        yield f"redis://{host}:{port}"
+
+
+async def _forwarder(publisher: Child, registry: str, name: str, tmp_path: Path) -> Child:
+    args = ["--publisher", publisher.url, "--port", "0", "--name", name, "--grace", "1"]
+    args += ["--registry", registry, "--registry-lease", str(LEASE), "--log-level", "info"]
+    args += ["--registry-policy", "forward"]
+    return await start("relay", args, tmp_path / f"relay-{name}.log")
+
+
+@pytest_asyncio.fixture(scope="module", loop_scope="module")
+async def forwarders(
+    publisher: Child, forward_registry: str, tmp_path: Path
+) -> AsyncIterator[list[Child]]:
+    started = await asyncio.gather(
+        *(_forwarder(publisher, forward_registry, n, tmp_path) for n in FORWARDERS),
+        return_exceptions=True,
+    )
+    children = [child for child in started if isinstance(child, Child)]
+    try:
+        for failed in started:
+            if isinstance(failed, BaseException):
+                raise failed
+        yield children
+    finally:
+        for child in children:
+            await child.stop()
+
+
+async def test_forwarding_keeps_the_connection_and_serves_the_flat_relays_rows_tick_for_tick(
+    publisher: Child, relay: Child, forwarders: list[Child]
+) -> None:
+    await members_seen(forwarders, len(FORWARDERS))
+    for entry in forwarders:  # all subscribers at one relay, then all at the other
+        async with connect(entry.url) as here, connect(relay.url) as flat_side:
+            forwarded = [Recorder(await here.subscribe(box, rate=100)) for box in SPREAD]
+            flat = [Recorder(await flat_side.subscribe(box, rate=100)) for box in SPREAD]
+            await until(forwarded + flat, 10)
+            for recorder in forwarded + flat:
+                await recorder.stop()
+            assert all(r.view.error is None for r in forwarded), "no redirect, no error"
+            if entry is forwarders[0]:  # f0 forwards f1's parts to f1
+                assert await metric(entry.url, "fanout_relay_forwarded_primitives") > 0
+                assert await metric(entry.url, "fanout_relay_assembled_total") > 0
+            else:  # f1 forwards to no relay named before it (no circle of waits)
+                assert await metric(entry.url, "fanout_relay_forwarded_primitives") == 0
+            # f0's views: parts at both relays; f1's: all at f1 (f0 serves it nothing)
+            expected = set(FORWARDERS) if entry is forwarders[0] else {FORWARDERS[1]}
+            await eventually(
+                lambda: primitives_by_relay(publisher),
+                lambda now, expected=expected: {n for n in FORWARDERS if now.get(n)} == expected,
+                timeout=60,
+                what=f"primitives at {sorted(expected)}",
+            )
+            # The publisher holds at the entry relay only what it does not forward: the parts
+            # forwarded come from the other relay, which alone holds them upstream.
+            name = FORWARDERS[forwarders.index(entry)]
+
+            async def upstream_of_entry(name: str = name, url: str = entry.url) -> tuple:
+                at_publisher = (await primitives_by_relay(publisher)).get(name, 0)
+                mine = await metric(url, "fanout_relay_primitives")
+                return at_publisher, mine - await metric(url, "fanout_relay_forwarded_primitives")
+
+            await eventually(
+                upstream_of_entry,
+                lambda pair: pair[0] == pair[1],
+                timeout=60,
+                what="the publisher holding only the entry relay's own parts there",
+            )
+        for a, b in zip(flat, forwarded, strict=True):
+            at_flat, here_states = states(a.updates), states(b.updates)
+            common = sorted(set(at_flat) & set(here_states))
+            assert len(common) >= 6, (sorted(at_flat)[-5:], sorted(here_states)[-5:])
+            for tick in common:
+                assert here_states[tick] == at_flat[tick], f"tick {tick} differs in {b.view}"
+        assert any(states(r.updates)[t] for r in flat for t in states(r.updates))
+        await eventually(
+            lambda: primitives_by_relay(publisher),
+            lambda now: not any(now.get(n, 0) for n in FORWARDERS),
+            timeout=60,
+            what="every primitive released",
+        )
+
+
+async def test_every_mode_through_forwarding_loses_nothing_when_the_responsible_relay_dies(
+    publisher: Child, forwarders: list[Child], tmp_path: Path
+) -> None:
+    await members_seen(forwarders, len(FORWARDERS))
+    entry, other = forwarders
+    owners = ResponsibilityMap({n: c.url for n, c in zip(FORWARDERS, forwarders, strict=True)})
+    theirs = [box for box in SPREAD if owners.owner_of("agents", box).name == FORWARDERS[1]]
+    assert theirs
+    followers = [Follower(box) for box in theirs[:4]]
+    for follower in followers:
+        await follower.attach(entry.url)  # connect_cluster: no redirect under forward
+        assert follower.relay == entry.url
+    await asyncio.gather(*(f.reached(f.updates[-1].seq + 3 if f.updates else 3) for f in followers))
+    other.kill()
+    await other.process.wait()
+    await members_seen([entry], 1)
+    target = last_logged(tmp_path, followers[0].updates[0].epoch) + 5
+    await asyncio.gather(*(f.reached(target) for f in followers))
+    assert not any(f.failures for f in followers), "the subscribers' connections stayed"
+    assert await metric(entry.url, "fanout_relay_peer_links") == 0
+    with SqliteLog(tmp_path / "publisher" / "log.db") as stored:
+        for follower in followers:
+            await follower.detach()
+            report = audit(
+                follower.updates,
+                follower.box,
+                key="id",
+                index=("x", "y"),
+                log=stored,
+                dataset="agents",
+            )
+            assert (report.lost, report.duplicated, report.reordered) == (0, 0, 0), report.problems
+            assert report.delivered >= 5

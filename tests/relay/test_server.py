@@ -20,12 +20,14 @@ from websockets.exceptions import ConnectionClosed
 from fanout.client import HandshakeRefused, SubscriptionError, connect
 from fanout.errors import ConfigError
 from fanout.metrics import scrape
+from fanout.relay.cluster.upstreams import Upstreams
 from fanout.relay.config import RelayConfig
 from fanout.relay.core import RelayCore
 from fanout.relay.metrics import CORE
 from fanout.relay.planner import Policy
-from fanout.relay.server import UPSTREAM_READ, RelayServer, _read_more_at_once
+from fanout.relay.server import RelayServer
 from fanout.relay.tier.relays import Relays
+from fanout.relay.upstreamlink import UPSTREAM_READ, _read_more_at_once
 from fanout.testing.publisher import ScriptedPublisher, serving
 from fanout.testing.relays import running_relay
 from fanout.testing.wait import eventually
@@ -125,7 +127,10 @@ async def test_metrics_count_what_the_relay_did(deployment) -> None:
 
 def test_every_core_counter_is_named_and_explained_for_metrics() -> None:
     core = RelayCore(Policy())
-    assert set(core.stats()) | set(Relays(core).stats()) == set(CORE)
+    # the forward policy's (relay.cluster.sharing): its routes' counts and its open links
+    forwarding = {*Upstreams("r").stats(), "peer_links"}
+    counters = set(core.stats()) | set(Relays(core).stats()) | forwarding
+    assert counters == set(CORE)
 
 
 async def test_a_refused_subscription_raises_and_the_connection_keeps_working(deployment) -> None:
@@ -208,7 +213,9 @@ async def test_beyond_max_connections_a_hello_is_refused_as_unavailable() -> Non
             assert (await asyncio.wait_for(first.subscribe(Box((0, 0), (1, 1))), 5)).sub == 1
             scraped = await asyncio.to_thread(scrape, url)
             assert scraped["fanout_relay_connections_refused_total"] == 1
-        await eventually(lambda: not relay._connected, what="both closed: there is room again")
+        await eventually(
+            lambda: not relay.clients.connected, what="both closed: there is room again"
+        )
         async with connect(url) as again:
             assert (await asyncio.wait_for(again.subscribe(Box((0, 0), (1, 1))), 5)).sub == 1
 
@@ -374,8 +381,8 @@ async def test_the_upstream_link_reads_a_batch_in_large_reads(deployment) -> Non
     # asyncio reads 256 KiB a turn of the loop; a batch of megabytes behind a busy pump would
     # come in over many rounds of pushes. The relay's upstream link reads what is there.
     _, relay, _ = deployment
-    assert relay._upstream is not None
-    assert relay._upstream._websocket.transport.max_size == UPSTREAM_READ
+    assert relay.upstream._outbound is not None
+    assert relay.upstream._outbound._websocket.transport.max_size == UPSTREAM_READ
 
 
 async def test_reading_more_at_once_leaves_other_transports_alone() -> None:

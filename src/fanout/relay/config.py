@@ -22,6 +22,9 @@ from fanout.relay.scheduler import AGING
 from fanout.relay.tables import QUERY_TIMEOUT
 from fanout.relay.throttle import CONTROL_BURST, CONTROL_SHARE, SQL_BURST, SQL_SHARE
 
+#: What a relay of a map does with a subscription another relay is responsible for.
+POLICIES = ("redirect", "forward")
+
 
 @dataclass(frozen=True)
 class RelayConfig:
@@ -100,6 +103,10 @@ class RelayConfig:
             responsibility shared by relays (``relay.cluster``): this relay joins it under
             ``name`` (unique in the cluster) and redirects new subscriptions another relay is
             responsible for; None: the relay works alone.
+        registry_policy: what a relay of a map does with a subscription another relay is
+            responsible for: ``redirect`` it there (a new one), or ``forward``: serve it here,
+            acquiring the parts other relays are responsible for from them
+            (``relay.cluster.upstreams``); a relay that forwards also serves relays.
         registry_lease: seconds a relay that died stays in the map.
         registry_side: side of the grid of cells space datasets are split into, world units
             (the same on every relay of a cluster).
@@ -146,6 +153,7 @@ class RelayConfig:
     mqtt_peer_port: int = 0
     mqtt_lease: float = 3.0
     registry: str | None = None
+    registry_policy: str = "redirect"
     registry_lease: float = 3.0
     registry_side: float = DEFAULT_SIDE
     advertise: str | None = None
@@ -154,6 +162,11 @@ class RelayConfig:
         """Raises:
         ConfigError: a limit that could not work, named as the field (and the flag) is.
         """
+        if self.registry_policy not in POLICIES:
+            raise ConfigError(
+                f"registry_policy (--registry-policy) must be one of {', '.join(POLICIES)},"
+                f" not {self.registry_policy!r}"
+            )
         finite = {
             "stall_timeout": self.stall_timeout,
             "read_rate": self.read_rate,

@@ -243,6 +243,13 @@ class RelayCore:
         self.every.record(intake)
         return []
 
+    def resync(self, dataset: str) -> list[Send]:
+        """Acquire every primitive of ``dataset`` anew and distrust its ``every`` streams, as
+        after a gap: part of its stream is missing (a relay it came from was lost,
+        ``relay.cluster.upstreams``)."""
+        self.every.distrust(dataset)
+        return self._resync(dataset)
+
     def _resync(self, dataset: str) -> list[Send]:
         sends: list[Send] = []
         for prim in self.upstream.of(dataset):

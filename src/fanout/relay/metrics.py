@@ -80,6 +80,13 @@ CORE: dict[str, tuple[Kind, str]] = {
     "relays_below": ("gauge", "Relays connected below this one (their upstream is this relay)."),
     "below_primitives": ("gauge", "Primitives the relays below hold here now."),
     "below_batches": ("counter", "Batches forwarded to relays below."),
+    "forwarded_primitives": (
+        "gauge",
+        "Primitives acquired now from the relays responsible for their parts (forward policy).",
+    ),
+    "forwarded": ("counter", "Primitives acquired from another relay of the map."),
+    "assembled": ("counter", "Seqs assembled from the pieces of more than one upstream."),
+    "peer_links": ("gauge", "Links open now to relays of the map this relay forwards to."),
     "below_snapshots": ("counter", "Primitives of relays below whose snapshot was sent."),
     "below_curiosity_passed": (
         "counter",

@@ -3,15 +3,13 @@
 Tasks (one ``TaskGroup`` owns them all):
 
 * the subscriber server: one handler per connection, feeding frames to the core;
-* the upstream link: connects to the publisher, reconnects with backoff, hands batches to the
-  writer (``relay.writer``: each is written to the inert buffer on the writer thread, the one
-  thread besides the loop, and the pump swaps it in as soon as it is written);
-* the pump: asks the core for due pushes whenever something changed, a connection became
-  writable, or the earliest rate timer fires (CA 3197003 [0138], Fig. 7). A round of pushes
-  runs for at most ``RelayConfig.pump_budget`` seconds, then yields to the event loop so reads,
-  writes and batches keep flowing with thousands of subscribers; what was not served stays
-  queued, aging, for the next round;
-* housekeeping: releases spare primitives and disconnects subscribers that stopped reading.
+* the upstream link (``relay.upstreamlink``): connects to the publisher, reconnects with
+  backoff, hands batches to the writer (``relay.writer``);
+* the pump (``relay.pump``): hands out due pushes in rounds of a bounded time;
+* housekeeping (``relay.pump``): releases spare primitives and disconnects subscribers that
+  stopped reading.
+
+Connections, WebSocket and HTTP streams alike, are counted in ``relay.clients``.
 
 A subscriber connection is read at most ``RelayConfig.read_rate`` frames a second after a first
 ``read_burst`` (``relay.throttle``): one that floods the relay with view changes is slowed down,
@@ -44,9 +42,7 @@ ever delays another subscriber: nothing waits on a slow connection but its own w
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import gc
-import itertools
 import logging
 import sys
 import time
@@ -59,10 +55,12 @@ from websockets.frames import CloseCode
 from fanout import expiry, metrics, tls
 from fanout.auth import Grant, Verifier
 from fanout.buckets import Throttle
-from fanout.connection import Outbound, dial, refuse
-from fanout.errors import ProtocolError, Unauthorized
+from fanout.connection import Outbound, refuse
+from fanout.errors import Unauthorized
+from fanout.relay.clients import Clients
 from fanout.relay.cluster.registry import Registry
 from fanout.relay.cluster.registry import connect as registry_client
+from fanout.relay.cluster.sharing import Sharing
 from fanout.relay.compiled import COMPILED
 from fanout.relay.config import RelayConfig
 from fanout.relay.core import UPSTREAM, RelayCore, Send
@@ -74,29 +72,24 @@ from fanout.relay.mqtt.cluster import Cluster
 from fanout.relay.mqtt.listener import Listener
 from fanout.relay.mqtt.producer import ProducerLink
 from fanout.relay.mqtt.setup import mqtt_parts
+from fanout.relay.pump import Pump
 from fanout.relay.rules import restrict, visible
 from fanout.relay.tables import TableStore
 from fanout.relay.tier.link import serve_below
 from fanout.relay.tier.relays import Relays
-from fanout.relay.writer import Writer
+from fanout.relay.upstreamlink import UpstreamLink
 from fanout.wire import codec
 from fanout.wire.messages import (
-    PROTOCOL_VERSION,
-    Batch,
-    Catalog,
     DatasetInfo,
     Error,
     Hello,
-    Knowledge,
     Publish,
     Published,
     Role,
-    StateRows,
     Subscribe,
     Unsubscribe,
-    Welcome,
 )
-from fanout.wire.session import AcceptingSession, check_welcome
+from fanout.wire.session import AcceptingSession
 
 log = logging.getLogger(__name__)
 
@@ -107,10 +100,6 @@ MAX_FROM_SUBSCRIBER = 1 << 20
 #: reading the socket (its ``max_queue``): with ``MAX_FROM_SUBSCRIBER``, what one connection
 #: can make the relay hold of what it sent is about 5 MiB, however it misbehaves.
 MAX_QUEUED_FROM_SUBSCRIBER = 4
-#: Largest frame accepted from the publisher (a batch with a big snapshot).
-MAX_FROM_PUBLISHER = 256 << 20
-#: Bytes the upstream link reads from its socket at a time (asyncio's default: 256 KiB).
-UPSTREAM_READ = 8 << 20
 
 
 class RelayServer:
@@ -129,45 +118,46 @@ class RelayServer:
             holding=Holding(config.catalog_wait, config.max_held),
         )
         self.port: int | None = None
-        self._clients: dict[int, Outbound | HttpSubscription] = {}
-        self._ids = itertools.count(1)
-        self._upstream: Outbound | None = None
+        self.clients = Clients(self.core, config.max_connections)
         #: subscribers' writes forwarded to the publisher, awaiting its answers
         self._forwarder = Forwarder()
-        self._connected: set[int] = set()
         self._wake = asyncio.Event()
         #: One thread writes batches to inert buffers, in order; the pump swaps them in.
         #: Relays below this one (``relay.tier``): batches are forwarded to them as written.
         self.relays = Relays(self.core, max_primitives=config.max_subscriptions)
         self._roles: frozenset[Role] = frozenset(
-            {"subscriber", "relay"} if config.serve_relays else {"subscriber"}
+            {"subscriber", "relay"}
+            if config.serve_relays or (config.registry and config.registry_policy == "forward")
+            else {"subscriber"}
         )
         self._below: dict[int, ServerConnection] = {}
-        self._writer = Writer(self.relays, self._dispatch, self._wake.set, self._drop_upstream)
-        self._upstream_transport: asyncio.Transport | None = None
-        self._upstream_ready = asyncio.Event()
-        #: (frames, bytes) written to subscriber connections since closed.
-        self._closed_sent = (0, 0)
-        self._slow_closed = 0
+        self.upstream = UpstreamLink(
+            config,
+            self.core,
+            self.relays,
+            self._forwarder,
+            dispatch=self._dispatch,
+            wake=self._wake.set,
+            reply=self._reply,
+            close_below=self._close_below,
+        )
+        self._writer = self.upstream.writer
+        self.pump = Pump(
+            config,
+            self.core,
+            self.relays,
+            clients=self.clients,
+            writer=self._writer,
+            wake=self._wake,
+            dispatch=self._dispatch,
+        )
         self._reads_throttled = 0
-        self._refused_full = 0
         #: The time acting on subscribers' frames may take, all connections together.
         self._control = Throttle(config.control_share, config.control_burst)
         self._frames_refused = 0
         self._closed_bad = 0
         self._hello_timeouts = 0
-        self._finishing: set[Outbound | HttpSubscription] = set()
-        #: The publisher's datasets and their index kinds, for subscribers' ``Welcome``.
-        self._datasets: dict[str, str] = {}
-        self._catalog: list[DatasetInfo] = []
         self._verifier = None if config.auth is None else Verifier(config.auth)
-        #: What each connection's token grants (with authentication), for its access rules.
-        self._grants: dict[int, Grant] = {}
-        self._tick_to_push = metrics.Histogram(
-            "relay_tick_to_push_seconds",
-            "Seconds from a tick (the publisher's clock) to the relay handing its push to the"
-            " subscriber's connection.",
-        )
         self.mqtt: Listener | None = None
         self.mqtt_ingest: ProducerLink | None = None
         self.mqtt_cluster: Cluster | None = None
@@ -179,6 +169,10 @@ class RelayServer:
             client = registry_client(config.registry)
             lease, side = config.registry_lease, config.registry_side
             self.registry = Registry(client, config.name, lease=lease, side=side)
+            if config.registry_policy == "forward":
+                self.upstream.sharing = Sharing(
+                    self.core, self.registry, self._writer, self.upstream, self._dispatch
+                )
 
     async def run(self, ready: Callable[[int], None] | None = None) -> None:
         """Serve until cancelled; ``ready(port)`` is called once serving and connected upstream.
@@ -220,11 +214,13 @@ class RelayServer:
                 asyncio.TaskGroup() as tasks,
             ):
                 self.port = next(iter(server.sockets)).getsockname()[1]
-                tasks.create_task(self._upstream_link())
-                tasks.create_task(self._pump())
-                tasks.create_task(self._housekeeping())
+                tasks.create_task(self.upstream.run())
+                tasks.create_task(self.pump.run())
+                tasks.create_task(self.pump.housekeeping())
                 if self.mqtt_ingest is not None:
                     tasks.create_task(self.mqtt_ingest.run(self.config.reconnect_delay))
+                if self.upstream.sharing is not None:
+                    tasks.create_task(self.upstream.sharing.run())
                 if self.registry is not None:  # joined before it is ready (relay.cluster)
                     scheme = "ws" if ssl is None else "wss"
                     own = f"{scheme}://{self.config.host}:{self.port}"
@@ -246,7 +242,7 @@ class RelayServer:
                         self.config.host,
                         self.mqtt.port,
                     )
-                await self._upstream_ready.wait()
+                await self.upstream.ready.wait()
                 log.info(
                     "relay %s listening on %s://%s:%d (box views cut %s)",
                     self.config.name,
@@ -273,70 +269,58 @@ class RelayServer:
         A relay without its publisher still accepts subscriptions (held until the catalog
         comes, ``relay.holding``), but a load balancer does better sending them elsewhere.
         """
-        if self._upstream is None:
+        if not self.upstream.connected:
             return f"not connected upstream ({self.config.publisher})"
-        if len(self._connected) >= self.config.max_connections:
+        if self.clients.full():
             return f"serving its most connections ({self.config.max_connections})"
         return None
 
     def samples(self) -> list[metrics.Sample | metrics.Histogram]:
         """What ``GET /metrics`` on the relay's port answers (``relay.metrics``)."""
-        frames, sent = self._closed_sent
-        live = [*self._clients.values(), *self._finishing]
         return [
             metrics.build_info("relay"),
-            self._tick_to_push,
+            self.pump.tick_to_push,
             *self._writer.histograms,
-            *self._relay_samples(frames, sent, live),
+            *relay_samples(
+                {**self.core.stats(), **self.relays.stats(), **self.upstream.stats()},
+                **self.clients.counts(),
+                upstream_connected=self.upstream.connected,
+                reads_throttled=self._reads_throttled,
+                refused=self.clients.refused_full,
+                frames_refused=self._frames_refused,
+                closed_bad=self._closed_bad,
+                hello_timeouts=self._hello_timeouts,
+            ),
             *(self.registry.samples() if self.registry is not None else []),
         ]
-
-    def _relay_samples(
-        self, frames: int, sent: int, live: list[Outbound | HttpSubscription]
-    ) -> list[metrics.Sample]:
-        return relay_samples(
-            {**self.core.stats(), **self.relays.stats()},
-            connections=len(self._clients),
-            upstream_connected=self._upstream is not None,
-            frames_sent=frames + sum(outbound.sent for outbound in live),
-            bytes_sent=sent + sum(outbound.sent_bytes for outbound in live),
-            slow_closed=self._slow_closed + sum(o.closed_for is not None for o in live),
-            reads_throttled=self._reads_throttled,
-            refused=self._refused_full,
-            ungreeted=len(self._clients) - len(self._connected),
-            frames_refused=self._frames_refused,
-            closed_bad=self._closed_bad,
-            hello_timeouts=self._hello_timeouts,
-        )
 
     # -- dispatch ------------------------------------------------------------------------
 
     def _dispatch(self, sends: Iterable[Send]) -> None:
         for send in sends:
             if send.to == UPSTREAM:
-                # With no upstream connection there is nothing to tell: on reconnect the core
-                # acquires everything it holds anew.
-                if self._upstream is not None:
-                    self._upstream.offer(send.data())
-            elif (outbound := self._clients.get(send.to)) is not None:
+                if (sharing := self.upstream.sharing) is not None:
+                    sharing.send(send)  # routed to the publisher or another relay
+                else:
+                    self.upstream.send(send.data())
+            elif (outbound := self.clients.open.get(send.to)) is not None:
                 outbound.offer(send.data())
 
     # -- subscribers ---------------------------------------------------------------------
 
     async def _serve_client(self, websocket: ServerConnection) -> None:
-        client = next(self._ids)
         session = AcceptingSession(
             codec.to_relay(),
             f"fanout-relay {self.config.name}",
             self._roles,
-            room=self._room,
-            datasets=lambda: visible(self._datasets, session.grant),
+            room=self.clients.room,
+            datasets=lambda: visible(self.upstream.datasets, session.grant),
             authenticate=None if self._verifier is None else self._authenticate_hello,
         )
         outbound = Outbound(
             websocket, self.config.queue_limit, on_idle=lambda: self._on_writable(client)
         )
-        self._clients[client] = outbound
+        client = self.clients.add(outbound)
         outbound.start()
         rate = self.config.read_rate
         throttle = Throttle(rate, self.config.read_burst) if rate > 0 else None
@@ -352,18 +336,15 @@ class RelayServer:
                     if outcome.close:
                         refused = getattr(outcome.reply, "message", "closing")
                         break
-                    if session.hello is not None and client not in self._connected:
+                    if session.hello is not None and client not in self.clients.connected:
                         handshake.reschedule(expiry.deadline(session.grant))
-                        self._connected.add(client)
-                        if isinstance(session.grant, Grant):
-                            self._grants[client] = session.grant
-                        self.core.on_connect(client, session.hello.capabilities)
+                        self.clients.connect(client, session.grant, session.hello.capabilities)
                         if session.hello.role == "relay":  # a relay below: relay.tier
                             refused = await self._serve_below(client, websocket, session.hello)
                             break
                     await self._take(client, outcome.deliver, throttle, started)
         except TimeoutError:
-            if client in self._connected:  # after the hello: its token expired
+            if client in self.clients.connected:  # after the hello: its token expired
                 refused = expiry.EXPIRED
                 outbound.offer(codec.encode(expiry.expired()))
             else:
@@ -390,16 +371,11 @@ class RelayServer:
         """A subscriber connection is over: its subscriptions end, its last frames go out, and
         it is closed with ``refused`` if the relay refused it."""
         self._below.pop(client, None)
-        self.core.on_disconnect(client)
-        self._connected.discard(client)
-        self._grants.pop(client, None)
-        del self._clients[client]
-        self._finishing.add(outbound)  # still counted by ``samples`` while it finishes
+        self.clients.remove(client)
+        self.clients.finishing.add(outbound)  # still counted by ``samples`` while it finishes
         await outbound.finish()
-        self._finishing.discard(outbound)
-        frames, sent = self._closed_sent
-        self._closed_sent = (frames + outbound.sent, sent + outbound.sent_bytes)
-        self._slow_closed += outbound.closed_for is not None
+        self.clients.finishing.discard(outbound)
+        self.clients.closed(outbound)
         if refused is not None:
             await refuse(websocket, refused)
 
@@ -407,23 +383,13 @@ class RelayServer:
 
     def attach(self, downstream: HttpSubscription) -> int:
         """Count an HTTP stream in as a subscriber connection; returns its client number."""
-        client = next(self._ids)
-        self._clients[client] = downstream
-        self._connected.add(client)
-        if isinstance(downstream.grant, Grant):
-            self._grants[client] = downstream.grant
-        self.core.on_connect(client)
+        client = self.clients.add(downstream)
+        self.clients.connect(client, downstream.grant)
         return client
 
     def detach(self, client: int) -> None:
         """An HTTP stream is over: its subscription ends."""
-        self.core.on_disconnect(client)
-        self._connected.discard(client)
-        self._grants.pop(client, None)
-        downstream = self._clients.pop(client)
-        frames, sent = self._closed_sent
-        self._closed_sent = (frames + downstream.sent, sent + downstream.sent_bytes)
-        self._slow_closed += downstream.closed_for is not None
+        self.clients.closed(self.clients.remove(client))
 
     def subscribe(self, client: int, request: Subscribe) -> None:
         """An HTTP stream's subscription, as if its ``Subscribe`` frame had come."""
@@ -447,11 +413,11 @@ class RelayServer:
 
     def room(self) -> str | None:
         """Why one more connection is refused, or None."""
-        return self._room()
+        return self.clients.room()
 
     def catalog(self) -> list[DatasetInfo]:
         """The publisher's datasets as its last ``Catalog`` listed them."""
-        return self._catalog
+        return self.upstream.catalog
 
     async def _serve_below(
         self, client: int, websocket: ServerConnection, hello: Hello
@@ -459,18 +425,23 @@ class RelayServer:
         """Serve a relay below (``relay.tier``); returns why to close it, if it is closed."""
         self._below[client] = websocket
         return await serve_below(
-            self.relays, client, websocket, hello, dispatch=self._dispatch, wake=self._wake.set
+            self.relays, client, websocket, hello, dispatch=self._for_below, wake=self._wake.set
         )
 
-    def _room(self) -> str | None:
-        """Why a new subscriber connection is refused at its ``Hello``, or None."""
-        if len(self._connected) < self.config.max_connections:
-            return None
-        self._refused_full += 1
-        return (
-            f"the relay serves its most connections ({self.config.max_connections},"
-            " max_connections); connect to another relay"
-        )
+    def _for_below(self, sends: Iterable[Send]) -> None:
+        """Dispatch what a relay below's frame made the core send (``relay.cluster.sharing``:
+        acquired from the publisher under the forward policy)."""
+        if (sharing := self.upstream.sharing) is None:
+            self._dispatch(sends)
+        else:
+            sharing.dispatch_below(sends)
+
+    def _close_below(self, client: int) -> None:
+        """Close a relay below's connection (the upstream was lost): it connects again."""
+        if (below := self._below.get(client)) is not None:
+            asyncio.get_running_loop().create_task(
+                below.close(CloseCode.GOING_AWAY, "upstream lost; connect again")
+            )
 
     async def _take(
         self, client: int, frame: object, throttle: Throttle | None, started: float
@@ -500,15 +471,15 @@ class RelayServer:
         """Hand a subscription to the core with its view intersected with the connection's
         access rules (``relay.rules``), refuse it (``forbidden``), or redirect it to the relay
         responsible for it (``relay.cluster``)."""
-        if self.registry is not None:
+        if self.registry is not None and self.upstream.sharing is None:
             held = self.core.downstream.get((client, request.sub)) is not None
             if (redirect := self.registry.redirect(request, held)) is not None:
                 self._dispatch([Send(client, redirect)])
                 return
-        grant = self._grants.get(client)
+        grant = self.clients.grants.get(client)
         if grant is not None:
             try:
-                request = restrict(request, grant.rules, self._datasets)
+                request = restrict(request, grant.rules, self.upstream.datasets)
             except Unauthorized as exc:
                 self._dispatch([Send(client, Error(exc.code, exc.message, ref=request.sub))])
                 return
@@ -517,189 +488,22 @@ class RelayServer:
     def _forward(self, client: int, request: Publish) -> None:
         """Send a subscriber's write on to the publisher, or refuse it (``relay.forwarding``):
         with authentication, only a token granting the producer role may write."""
-        grant = self._grants.get(client)
+        grant = self.clients.grants.get(client)
         if self._verifier is not None and (grant is None or "producer" not in grant.roles):
             message = "writing needs a token granting the producer role"
             self._reply(client, Error("forbidden", message, ref=request.req))
             return
-        action = self._forwarder.forward(client, request, self._upstream is not None)
+        action = self._forwarder.forward(client, request, self.upstream.connected)
         if isinstance(action, Error):
             self._reply(client, action)
         else:
-            assert self._upstream is not None
-            self._upstream.offer(codec.encode(action))
+            self.upstream.send(codec.encode(action))
 
     def _reply(self, client: int, frame: Published | Error) -> None:
-        outbound = self._clients.get(client)
+        outbound = self.clients.open.get(client)
         if outbound is not None:
             outbound.offer(codec.encode(frame))
 
     def _on_writable(self, client: int) -> None:
         if self.core.on_writable(client):
             self._wake.set()
-
-    # -- upstream ------------------------------------------------------------------------
-
-    async def _upstream_link(self) -> None:
-        delay = self.config.reconnect_delay
-        while True:
-            try:
-                await self._follow_publisher()
-                delay = self.config.reconnect_delay
-            except (OSError, ConnectionClosed, ProtocolError, TimeoutError) as exc:
-                log.warning(
-                    "upstream %s: %s; reconnecting in %.1f s", self.config.publisher, exc, delay
-                )
-            self._upstream = None
-            for client, refusal in self._forwarder.lost():
-                self._reply(client, refusal)
-            self.core.on_upstream_lost()
-            for client in self.relays.upstream_lost():  # they connect again (relay.tier)
-                if (below := self._below.get(client)) is not None:
-                    asyncio.get_running_loop().create_task(
-                        below.close(CloseCode.GOING_AWAY, "upstream lost; connect again")
-                    )
-            await asyncio.sleep(delay)
-            delay = min(delay * 2, 5.0)
-
-    async def _follow_publisher(self) -> None:
-        async with dial(
-            self.config.publisher,
-            max_size=MAX_FROM_PUBLISHER,
-            compression=None,
-            open_timeout=10,
-            ssl=tls.for_url(self.config.publisher, self.config.tls_ca),
-        ) as websocket:
-            decoder = codec.from_publisher()
-            hello = Hello(
-                version=PROTOCOL_VERSION,
-                role="relay",
-                name=self.config.name,
-                resume=self.core.resume_points(),
-                token=self.config.token,
-            )
-            await websocket.send(codec.encode(hello))
-            check_welcome(decoder.decode(await websocket.recv()))
-            _read_more_at_once(websocket.transport)
-            self._upstream_transport = websocket.transport
-            outbound = Outbound(websocket, limit=4096)
-            outbound.start()
-            try:
-                async for message in websocket:
-                    await self._on_publisher_frame(decoder.decode(message), outbound)
-            except ConnectionClosed:
-                if self._writer.failure is not None:  # dropped for a batch that failed
-                    raise self._writer.failure from None
-                raise
-            finally:
-                self._upstream_transport = None
-                await self._writer.stop()
-                await outbound.finish()
-
-    def _drop_upstream(self, error: BaseException) -> None:
-        """A batch failed to write: drop the publisher connection (the link then reconnects)."""
-        log.warning("upstream %s: dropping the connection: %s", self.config.publisher, error)
-        if self._upstream_transport is not None:
-            self._upstream_transport.abort()
-
-    async def _on_publisher_frame(self, frame: object, outbound: Outbound) -> None:
-        if isinstance(frame, Batch):
-            self._writer.put(frame)
-            # One batch may wait while another is written, so that the next write starts
-            # as soon as the pump swaps the last one in; more wait in the socket.
-            await self._writer.room(1)
-            return
-        await self._writer.drain()  # other frames apply after the batches before them
-        match frame:
-            case Catalog() as catalog:
-                self.core.on_catalog(catalog)
-                self._datasets = {info.name: info.index for info in catalog.datasets}
-                self._catalog = list(catalog.datasets)
-                self._upstream = outbound
-                self._dispatch(self.core.on_upstream_connected())
-                self._upstream_ready.set()
-            case Knowledge() as knowledge:
-                waiting, sends = self.relays.on_knowledge(knowledge)
-                self._dispatch(sends)
-                if waiting:
-                    self._wake.set()
-            case Published() | Error() if self._forwarder.answers(frame):
-                self._reply(*self._forwarder.answer(frame))
-            case Error() as error:
-                passed = self.relays.on_upstream_error(error)
-                if passed is None:
-                    self._dispatch(self.core.on_upstream_error(error))
-                    self._dispatch(self.relays.uncovered())
-                else:
-                    self._dispatch(passed)
-                self._wake.set()
-            case Welcome() | StateRows():
-                raise ProtocolError(f"unexpected {type(frame).__name__.lower()} from the publisher")
-
-    # -- timers --------------------------------------------------------------------------
-
-    async def _pump(self) -> None:
-        loop = asyncio.get_running_loop()
-        while True:
-            wakeup = self.core.next_wakeup(loop.time())
-            if wakeup is None or wakeup > loop.time():
-                timeout = None if wakeup is None else wakeup - loop.time()
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self._wake.wait(), timeout)
-            self._wake.clear()
-            self._writer.advance()  # a batch written meanwhile is swapped in first
-            self._pump_round(loop.time())
-            await asyncio.sleep(0)  # let reads, writes and batches in between rounds
-
-    def _pump_round(self, now: float) -> None:
-        """Dispatch due pushes until there are none, the round's time budget is spent, or a
-        batch is written (the next round starts from its state)."""
-        deadline = time.perf_counter() + self.config.pump_budget
-        writer = self._writer
-        rounds = self.core.serve(now, self._is_idle, lambda: time.perf_counter() >= deadline)
-        with contextlib.closing(rounds) as pushes:
-            for send in pushes:
-                self._dispatch((send,))
-                if time.perf_counter() >= deadline or writer.written():
-                    break
-        writer.advance()
-        pushed = self.core.take_pushed_ticks()
-        if pushed:
-            wall = time.time()
-            for tick_time in pushed:
-                self._tick_to_push.observe(max(0.0, wall - tick_time))
-
-    def _is_idle(self, client: int) -> bool:
-        outbound = self._clients.get(client)
-        return outbound is not None and outbound.idle
-
-    async def _housekeeping(self) -> None:
-        loop = asyncio.get_running_loop()
-        logged = loop.time()
-        while True:
-            await asyncio.sleep(0.5)
-            now = loop.time()
-            self._dispatch(self.relays.housekeeping(now))
-            self._wake.set()  # a prune may have left new state to swap in
-            if self.config.stats_every and now - logged >= self.config.stats_every:
-                logged = now
-                log.info(
-                    "relay %s: %s", self.config.name, {**self.core.stats(), **self.relays.stats()}
-                )
-            for outbound in list(self._clients.values()):
-                stalled = outbound.stalled_for(now)
-                if stalled > self.config.stall_timeout:
-                    outbound.close(f"slow consumer: a push unread for {stalled:.0f} s")
-
-
-def _read_more_at_once(transport: asyncio.BaseTransport) -> None:
-    """Let the upstream link read up to ``UPSTREAM_READ`` bytes a time.
-
-    asyncio's socket transport reads at most 256 KiB per turn of the event loop (its
-    ``max_size``), and a turn may hold a round of pushes of up to ``pump_budget``: with a
-    busy pump, a tick's batch of megabytes would come in over a dozen rounds and be swapped
-    in that much later. Reading what the socket holds takes it in one or two. A transport
-    without ``max_size`` (another event loop's) is left as it is.
-    """
-    if isinstance(getattr(transport, "max_size", None), int):
-        transport.max_size = UPSTREAM_READ  # type: ignore[attr-defined]

@@ -6,6 +6,7 @@
     lease = 3.0                          # seconds a relay that died stays in the map
     side = 256.0                         # grid side of space datasets' cells (same everywhere)
     advertise = "ws://relay-1.example:7701"   # where subscribers are redirected to this relay
+    policy = "redirect"                  # or "forward": serve here, parts from their owners
 
 The publisher reads the same file and leaves this table to the relays. Every mistake is a
 ``ConfigError`` naming the file and the key (``fanout.toml: cluster.lease: ...``).
@@ -20,7 +21,7 @@ from pathlib import Path
 
 from fanout.errors import ConfigError
 
-KEYS = ("registry", "lease", "side", "advertise")
+KEYS = ("registry", "lease", "side", "advertise", "policy")
 
 
 @dataclass(frozen=True)
@@ -31,6 +32,7 @@ class ClusterSettings:
     lease: float | None = None
     side: float | None = None
     advertise: str | None = None
+    policy: str | None = None
 
 
 def load_cluster(path: Path) -> ClusterSettings:
@@ -63,9 +65,11 @@ def read_cluster(table: object) -> ClusterSettings:
     for key in table:
         if key not in KEYS:
             raise ConfigError(f"cluster.{key}: unknown key (known keys: {', '.join(KEYS)})")
-    texts = {key: _text(table, key) for key in ("registry", "advertise")}
+    texts = {key: _text(table, key) for key in ("registry", "advertise", "policy")}
     numbers = {key: _positive(table, key) for key in ("lease", "side")}
-    return ClusterSettings(texts["registry"], numbers["lease"], numbers["side"], texts["advertise"])
+    return ClusterSettings(
+        texts["registry"], numbers["lease"], numbers["side"], texts["advertise"], texts["policy"]
+    )
 
 
 def _text(table: dict[str, object], key: str) -> str | None:
