@@ -1,9 +1,11 @@
 """Matching a micro-batch's changed rows against region primitives in the driver, with numpy.
 
 The changed rows come to the driver anyway (the log, the batches). Spark's broadcast join
-(``regions.match``) is planned afresh every micro-batch, which cost a 1,000-row micro-batch
-0.3-1.5 s beyond collecting its rows on the 2-core reference machine (``bench/microbatch.py``);
-matching the collected rows here costs milliseconds. Spark's join stays for the state store's
+(``regions.match``) is planned afresh every micro-batch, which cost a micro-batch of 1,000-20,000
+rows 0.8-1.2 s beyond collecting them on a loaded 2-core machine (``bench/microbatch.py``, 20
+primitives); matching the collected rows here costs milliseconds. Its cost grows with the
+primitives (one binary search and one ``match`` over the candidates each), which was not
+measured with thousands of them. Spark's join stays for the state store's
 reads (snapshots, point-in-time reads), where the rows are not in the driver.
 
 Each primitive's candidates are the rows whose first index coordinate lies within its bounding
