@@ -1,8 +1,9 @@
 """The steps of one micro-batch, in the order ``Pipeline.on_micro_batch`` runs them:
 
-1. **match** (``match_changes``): one Spark job pairs every changed row with the relays whose
-   primitives hold it (``publisher.matching``), with the match tables rebuilt only when the
-   registry changed (``MatchTableCache``);
+1. **match** (``match_changes``): the changed rows are collected to the driver as Arrow and
+   paired with the relays whose primitives hold them — in the driver for region primitives
+   (``matching.local``), else by one Spark job (``publisher.matching``) —, with the match
+   tables rebuilt only when the registry changed (``MatchTableCache``);
 2. **log** (``log_changes``): the changed rows are appended to the log, durably, before any relay
    sees them; retention is applied every ``RETENTION_EVERY`` micro-batches;
 3. **mirror**: the driver's copy of the live rows takes the changed rows (``Mirror.apply``);
@@ -29,6 +30,8 @@ from fanout.publisher.datasets import DELETED, VERSION, Dataset
 from fanout.publisher.delivery import Stamp, rows_by_relay
 from fanout.publisher.log import BatchLog, LogEntry, Retention
 from fanout.publisher.matching import Matcher, MatchTables
+from fanout.publisher.matching.local import LocalTables, local_tables, match_local
+from fanout.publisher.matching.regions import RegionMatcher
 from fanout.publisher.mirror import Mirror
 from fanout.publisher.reads import StateStore, read_committed
 from fanout.publisher.registry import Plan
@@ -68,7 +71,11 @@ class MatchTableCache:
         if cached is not None:
             cached.unpersist()
         prims = [(r, p, view) for r, held in plan.prims.items() for p, view in held.items()]
-        tables: MatchTables | None = self._store.matcher.tables(self._store.spark, prims)
+        tables: MatchTables | None
+        if isinstance(self._store.matcher, RegionMatcher):
+            tables = local_tables(prims)
+        else:
+            tables = self._store.matcher.tables(self._store.spark, prims)
         self._tables = (plan.version, tables)
         return tables
 
@@ -76,7 +83,10 @@ class MatchTableCache:
 def match_changes(
     changes: DataFrame, dataset: Dataset, matcher: Matcher, tables: MatchTables | None
 ) -> Changes:
-    """Step 1: one Spark job, every changed row paired with the relays holding it where any do."""
+    """Step 1: every changed row, paired with the relays holding it where any do: in the driver
+    for ``LocalTables``, else in one Spark job with the collect."""
+    if isinstance(tables, LocalTables):
+        return _match_in_driver(changes.toArrow(), dataset, tables)
     if tables is None:
         table = changes.toArrow()
     else:
@@ -90,6 +100,22 @@ def match_changes(
         return Changes(rows, {})
     live = pc.and_(pc.is_valid(table.column("_relay")), pc.invert(table.column(DELETED)))
     return Changes(rows, rows_by_relay(table.filter(live)))
+
+
+def _match_in_driver(table: pa.Table, dataset: Dataset, tables: LocalTables) -> Changes:
+    _, first = np.unique(
+        table.column(dataset.key).to_numpy(zero_copy_only=False), return_index=True
+    )
+    rows = table.take(pa.array(first))
+    matched = match_local(rows, tables, dataset.index_columns, dataset.key)
+    deleted = rows.column(DELETED).to_numpy(zero_copy_only=False)
+    columns = [name for name in rows.column_names if not name.startswith("_")]
+    by_relay = {}
+    for relay, indices in matched.items():
+        live = indices[~deleted[indices]]
+        if len(live):
+            by_relay[relay] = rows.select(columns).take(pa.array(live))
+    return Changes(rows, by_relay)
 
 
 def advance(

@@ -17,12 +17,16 @@ from fanout.publisher.sources.simulation import SimulationDataSource
 #: Spark settings of a publisher on a cluster (spark-submit may add its own). The session's
 #: time zone is UTC, the relay's (``relay.tables``): a view's timestamp bounds, written without a
 #: zone, then select the same instants at the publisher as at the relay, whatever zone the
-#: machines are set to.
+#: machines are set to. Adaptive query execution is off: every micro-batch plans its matching
+#: join afresh, and AQE's re-planning between stages cost a 1,000-row micro-batch about 0.2-0.5 s
+#: on the 2-core reference machine (``bench/microbatch.py``) for plans it has nothing to improve
+#: in (a broadcast join of a small table, state partitions fixed by the checkpoint).
 CLUSTER = {
     "spark.ui.enabled": "false",
     "spark.ui.showConsoleProgress": "false",
     "spark.sql.shuffle.partitions": "4",
     "spark.sql.session.timeZone": "UTC",
+    "spark.sql.adaptive.enabled": "false",
 }
 #: Spark settings of an embedded publisher (``local[N]``), measured by ``bench/pipeline.py`` with a
 #: million keys: Spark's default 1 GiB heap cannot hold the HDFS-backed state store's copies of

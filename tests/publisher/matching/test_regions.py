@@ -220,3 +220,14 @@ def test_entity_primitives_are_checked_against_the_key_type() -> None:
         RegionMatcher(("x", "y"), 10.0, key="id").check(Entity("a"))
     with pytest.raises(InvalidView, match="region"):
         RegionMatcher(("x", "y"), 10.0).check(Entity(3))  # no key column given: not taken
+
+
+def test_the_shape_tables_are_broadcast_from_the_driver_not_scanned_from_a_cache(spark) -> None:
+    """Every micro-batch plans its match afresh: a cached shape table would cost a Spark job to
+    scan it each time, a local relation is folded and broadcast by the driver."""
+    shapes = shapes_of(1, 1, Box((0, 0), (50, 50))) + shapes_of(1, 2, Sphere((20, 20), 5))
+    frames = ShapeFrames.build(spark, shapes, 2, 10.0)
+    assert not frames.bucketed.is_cached and not frames.wide.is_cached
+    rows = spark.createDataFrame(pa.table(points(10, 2, 3)))
+    plan = match(rows, frames, "xy", 10.0)._jdf.queryExecution().optimizedPlan().toString()
+    assert "LocalRelation" in plan and "InMemoryRelation" not in plan

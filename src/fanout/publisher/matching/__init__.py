@@ -1,7 +1,8 @@
-"""Matching changed rows against every relay's upstream primitives, in Spark (CA 3197003
-[0135]-[0137]).
+"""Matching changed rows against every relay's upstream primitives (CA 3197003 [0135]-[0137]).
 
-One matcher per index kind: regions by a cell-bucketed broadcast join plus an exact refine
+A micro-batch's changed rows of a region dataset are matched in the driver after their collect
+(``local``); everything else — other indexes, and reads of the state — is matched in Spark,
+one matcher per index kind: regions by a cell-bucketed broadcast join plus an exact refine
 (``regions``), SQL column boxes (``sql``), MQTT topic filters bucketed by their first level
 (``topics``) and object paths bucketed by directory (``paths``). Every matcher turns the relays'
 primitives into small broadcast tables once per change of the registry, then pairs rows with the

@@ -276,7 +276,12 @@ class ShapeFrames:
         entities: Sequence[tuple[int, int, int | str]] = (),
         key: str | None = None,
     ) -> ShapeFrames:
-        """Turn shapes (and ``(relay, prim, key)`` of entity primitives) into cached DataFrames.
+        """Turn shapes (and ``(relay, prim, key)`` of entity primitives) into DataFrames.
+
+        They are local relations, not cached: Spark's optimiser then folds the join's filters
+        into them and broadcasts them straight from the driver, where a cached table costs a
+        job to scan it every micro-batch (``bench/microbatch.py``: about 0.1-0.3 s of a 1,000-row
+        micro-batch on the 2-core reference machine).
 
         Raises:
             ValueError: entities without the ``key`` column to match them on.
@@ -286,17 +291,18 @@ class ShapeFrames:
         if entities:
             if key is None:
                 raise ValueError("entity primitives need the dataset's key column")
-            keyed = spark.createDataFrame(entity_table(entities)).cache()
+            keyed = spark.createDataFrame(entity_table(entities))
         return cls(
-            bucketed=spark.createDataFrame(bucketed).cache(),
-            wide=spark.createDataFrame(wide).cache(),
+            bucketed=spark.createDataFrame(bucketed),
+            wide=spark.createDataFrame(wide),
             has_wide=wide.num_rows > 0,
             keyed=keyed,
             key=key,
         )
 
     def unpersist(self) -> None:
-        """Release the cached tables."""
+        """Release the tables (a no-op for the local relations ``build`` makes, but tables
+        built otherwise may be cached)."""
         self.bucketed.unpersist()
         self.wide.unpersist()
         if self.keyed is not None:
