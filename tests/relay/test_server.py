@@ -157,6 +157,7 @@ async def test_malformed_frames_get_errors_while_others_are_served(deployment) -
     async with connect(url) as good:
         view = await good.subscribe(Box((0, 0), (10, 10)))
         acquire = await publisher.next_acquire()
+        read_before = (await asyncio.to_thread(scrape, url))["fanout_relay_frames_received_total"]
         bad = await raw_session(url)
         try:
             await bad.send(b"\x81\xa4type\xa5bogus")
@@ -170,6 +171,8 @@ async def test_malformed_frames_get_errors_while_others_are_served(deployment) -
             # the bad connection still works for well-formed frames
             await bad.send(codec.encode(Subscribe(1, "agents", Box((0, 0), (1, 1)))))
             assert isinstance(codec.to_subscriber().decode(await bad.recv()), Subscribed)
+            read = (await asyncio.to_thread(scrape, url))["fanout_relay_frames_received_total"]
+            assert read - read_before == 4  # Hello, the two bad frames, Subscribe
         finally:
             await bad.close()
         await publisher.send({"id": [7], "x": [7.0], "y": [7.0]}, snapshots=[acquire.prim])

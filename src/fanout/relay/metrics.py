@@ -111,6 +111,7 @@ def relay_samples(
     refused: int,
     ungreeted: int = 0,
     frames_refused: int = 0,
+    frames_received: int = 0,
     closed_bad: int = 0,
     hello_timeouts: int = 0,
 ) -> list[Sample]:
@@ -159,6 +160,12 @@ def relay_samples(
             "gauge",
             "Connections open now that have not said Hello yet (closed after hello_timeout).",
             ungreeted,
+        ),
+        Sample(
+            "relay_frames_received",
+            "counter",
+            "Frames read from subscriber connections, well-formed or not.",
+            frames_received,
         ),
         Sample(
             "relay_frames_refused",

@@ -155,6 +155,7 @@ class RelayServer:
         #: The time acting on subscribers' frames may take, all connections together.
         self._control = Throttle(config.control_share, config.control_burst)
         self._frames_refused = 0
+        self._frames_received = 0
         self._closed_bad = 0
         self._hello_timeouts = 0
         self._verifier = None if config.auth is None else Verifier(config.auth)
@@ -288,6 +289,7 @@ class RelayServer:
                 reads_throttled=self._reads_throttled,
                 refused=self.clients.refused_full,
                 frames_refused=self._frames_refused,
+                frames_received=self._frames_received,
                 closed_bad=self._closed_bad,
                 hello_timeouts=self._hello_timeouts,
             ),
@@ -329,6 +331,7 @@ class RelayServer:
             async with asyncio.timeout(self.config.hello_timeout) as handshake:
                 async for message in websocket:
                     started = time.perf_counter()  # decoding a frame is control time too
+                    self._frames_received += 1
                     outcome = session.receive(message)
                     if outcome.reply is not None:
                         self._count_refusal(outcome.reply, outcome.close)
