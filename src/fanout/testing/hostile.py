@@ -239,9 +239,8 @@ async def misbehave(websocket: ClientConnection, kind: int, until: float, tally:
             # of them after ``until``: wait for its close rather than close first.
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(websocket.wait_closed(), 30)
-            protocol = websocket.protocol
-            if protocol.close_rcvd is not None:
-                raise ConnectionClosed(protocol.close_rcvd, protocol.close_sent)
+            if websocket.protocol.close_rcvd is not None:  # closed by the relay: as it said
+                raise websocket.protocol.close_exc
         await websocket.close()
     except ConnectionClosed as closed:
         tally.closed(closed)
