@@ -272,6 +272,7 @@ def run_relay(args: argparse.Namespace) -> int:
         ),
         auth=cli_security.auth_config(args),
         token=cli_security.token(args),
+        token_file=args.token_file,
         tls_cert=args.tls_cert,
         tls_key=args.tls_key,
         tls_ca=args.tls_ca,

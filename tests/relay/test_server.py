@@ -266,6 +266,21 @@ async def test_the_relay_reacquires_after_the_publisher_connection_drops(deploym
         assert sorted(view.rows) == [2]  # the snapshot replaced what the relay held
 
 
+async def test_a_token_renewed_in_its_file_is_presented_at_the_next_connection(tmp_path) -> None:
+    token_file = tmp_path / "relay.jwt"
+    token_file.write_text("first\n")
+    async with running(token="first", token_file=token_file) as (publisher, _, _):
+        assert [hello.token for hello in publisher.hellos] == ["first"]
+        token_file.write_text("renewed\n")  # what a renewal sidecar does before expiry
+        await publisher.relays.pop().close()  # as the publisher does when a token expires
+        await eventually(lambda: publisher.connections, lambda count: count == 2, timeout=10)
+        assert publisher.hellos[-1].token == "renewed"
+        token_file.unlink()  # unreadable: the last token read is presented, and said so
+        await publisher.relays.pop().close()
+        await eventually(lambda: publisher.connections, lambda count: count == 3, timeout=10)
+        assert publisher.hellos[-1].token == "renewed"
+
+
 async def test_a_malformed_batch_drops_the_publisher_link_and_the_relay_starts_over(
     deployment, caplog: pytest.LogCaptureFixture
 ) -> None:

@@ -75,6 +75,9 @@ class RelayConfig:
         auth: how subscribers' tokens are checked (``fanout.auth``); None: no authentication,
             every connection is served.
         token: the relay's own token, sent to the publisher in its ``Hello`` (role ``relay``).
+        token_file: where ``token`` was read from: read again at every connection upstream, so
+            that a token renewed in the file is presented at the next one (the publisher
+            closes a connection when its token expires; the relay then connects again).
         tls_cert, tls_key: PEM files: serve ``wss://`` and ``https://`` with them (None: plain).
         tls_ca: PEM file of the authorities trusted for a ``wss://`` publisher (None: the
             system's).
@@ -141,6 +144,7 @@ class RelayConfig:
     young_collection: int = 10_000
     auth: AuthConfig | None = None
     token: str = field(default="", repr=False)
+    token_file: Path | None = None
     tls_cert: Path | None = None
     tls_key: Path | None = None
     tls_ca: Path | None = None

@@ -94,7 +94,8 @@ class UpstreamLink:
         self._close_below = close_below
         self.writer = Writer(relays, dispatch, wake, self.drop)
         self.wake = wake
-        self.token, self.tls_ca = config.token, config.tls_ca
+        self.tls_ca = config.tls_ca
+        self._token, self._token_file = config.token, config.token_file
         self._outbound: Outbound | None = None
         self._transport: asyncio.Transport | None = None
         self.ready = asyncio.Event()
@@ -102,6 +103,19 @@ class UpstreamLink:
         self.sharing: Sharing | None = None
         self.datasets: dict[str, str] = {}
         self.catalog: list[DatasetInfo] = []
+
+    @property
+    def token(self) -> str:
+        """The token to present upstream: the token file's as it is now (a token renewed
+        there is presented at the next connection), else the one the relay started with."""
+        if self._token_file is not None:
+            try:
+                self._token = self._token_file.read_text(encoding="utf-8").strip()
+            except OSError as exc:
+                log.warning(
+                    "token file %s: %s; presenting the last token read", self._token_file, exc
+                )
+        return self._token
 
     @property
     def connected(self) -> bool:
@@ -154,7 +168,7 @@ class UpstreamLink:
                 role="relay",
                 name=config.name,
                 resume=self._core.resume_points(),
-                token=config.token,
+                token=self.token,
             )
             await websocket.send(codec.encode(hello))
             check_welcome(decoder.decode(await websocket.recv()))

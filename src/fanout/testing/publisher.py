@@ -58,6 +58,7 @@ class ScriptedPublisher:
         catalogs: the catalogs still to send, one per connection (the last one stays).
         relays: the relay connections open now.
         connections: relay connections accepted so far.
+        hellos: each relay connection's ``Hello``, in order.
         held: the primitives held, by number (an ``Acquire`` not yet released).
         next_seq: the next batch's seq, by dataset.
     """
@@ -80,6 +81,7 @@ class ScriptedPublisher:
         self.name = name
         self.relays: list[ServerConnection] = []
         self.connections = 0
+        self.hellos: list[Hello] = []
         self.held: dict[int, Acquire] = {}
         self.next_seq: dict[str, int] = {}
         self._on_frame = on_frame
@@ -99,6 +101,7 @@ class ScriptedPublisher:
         if not isinstance(hello, Hello):
             await websocket.close(CloseCode.PROTOCOL_ERROR, "expected a hello")
             return
+        self.hellos.append(hello)
         await websocket.send(codec.encode(Welcome(PROTOCOL_VERSION, self.name, "scripted")))
         catalog = self.catalogs.pop(0) if len(self.catalogs) > 1 else self.catalogs[0]
         self._datasets = {info.name: info for info in catalog.datasets}

@@ -36,8 +36,12 @@ log = logging.getLogger(__name__)
 class Publisher(Protocol):
     """What sharing needs of the link to the publisher (``relay.upstreamlink.UpstreamLink``)."""
 
-    token: str
     tls_ca: Path | None
+
+    @property
+    def token(self) -> str:
+        """The relay's token as it is now (it may be renewed while the relay runs)."""
+        ...
 
     def send(self, data: bytes) -> None: ...
 
@@ -69,7 +73,7 @@ class Sharing:
         self._core, self._registry, self._writer = core, registry, writer
         self._to_publisher, self._dispatch = publisher.send, dispatch
         self._wake = publisher.wake
-        self._token, self._tls_ca = publisher.token, publisher.tls_ca
+        self._publisher, self._tls_ca = publisher, publisher.tls_ca
         self.upstreams = Upstreams(registry.name)
         self._links: dict[str, PeerLink] = {}
         self._failed: dict[str, float] = {}
@@ -117,7 +121,7 @@ class Sharing:
                 name,
                 url,
                 me=self._registry.name,
-                token=self._token,
+                token=self._publisher.token,
                 tls_ca=self._tls_ca,
                 on_batch=self.on_piece,
                 on_error=self._refused,
