@@ -182,13 +182,15 @@ async def run(args: argparse.Namespace, root: Path) -> dict[str, Any]:
             "publisher": publisher.process.returncode is None,
             "relay": relay.process.returncode is None,
         }
+        # Counted before the servers are stopped: a micro-batch cut off by the stop is the
+        # bench's doing, not the attack's (Spark's cancelled job is logged with a traceback).
+        logged = tracebacks(root / "publisher.log") + tracebacks(root / "relay.log")
     finally:
         for process in hostile:
             process.stop()
         for child in (relay, publisher):
             if child is not None:
                 await child.stop()
-    logged = tracebacks(root / "publisher.log") + tracebacks(root / "relay.log")
     crashes = tally.closes[1011] + logged
     attacked = sorted(rates)[len(rates) // 2] if rates else 0.0
     # The machine's load drifts (it is shared): the rate alone is sampled before and after the

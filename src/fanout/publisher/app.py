@@ -6,9 +6,11 @@ import logging
 import signal
 import sys
 import threading
+import time
 from types import FrameType
 
 from pyspark.errors import PySparkException
+from pyspark.sql.streaming.query import StreamingQuery
 
 from fanout import tls
 from fanout.errors import ConfigError
@@ -90,8 +92,7 @@ def run(config: PublisherSettings) -> int:
         if ended:
             status = 1
             break
-    for query in queries:
-        query.stop()
+    _stop_between_micro_batches(queries)
     control.stop()
     if bus is not None:
         bus.stop()
@@ -122,3 +123,20 @@ def _bus(config: PublisherSettings) -> BusConnector | None:
         if dataset.bus is not None
     }
     return BusConnector(config.bus.url, config.bus.domain, tables) if tables else None
+
+
+#: Seconds a stopping publisher waits for a micro-batch in flight to end before it cuts it off.
+STOP_WAIT = 10.0
+
+
+def _stop_between_micro_batches(queries: list[StreamingQuery]) -> None:
+    """Stop each query between two micro-batches if one comes within ``STOP_WAIT`` seconds:
+    one cut off in flight is cancelled (and redone on restart: its offsets are not committed),
+    and Spark's cancelled job reaches our micro-batch code as an exception, which py4j would
+    log with its traceback; that is expected at a stop, so py4j's log is quiet from here on."""
+    logging.getLogger("py4j.clientserver").setLevel(logging.CRITICAL)
+    for query in queries:
+        deadline = time.monotonic() + STOP_WAIT
+        while query.isActive and query.status["isTriggerActive"] and time.monotonic() < deadline:
+            time.sleep(0.01)
+        query.stop()

@@ -15,6 +15,7 @@ the datasets' figures (``fanout.metrics``).
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import threading
 import time
@@ -376,9 +377,8 @@ class ControlPlane:
                 case Replay(resume=resume):
                     peer.work.start(self._replay(peer, resume))
                 case Start(request=request):
-                    peer.work.start(
-                        _answered(request.req, self._answer(request, outbound), outbound)
-                    )
+                    job = functools.partial(self._answer, request, outbound)
+                    peer.work.start(_answered(request.req, job, outbound))
                 case Close(reason=None):
                     return False
                 case Close(reason=str() as reason):
@@ -495,11 +495,15 @@ class _Work:
             task.cancel()
 
 
-async def _answered(req: int, job: Coroutine[Any, Any, None], outbound: Outbound) -> None:
+async def _answered(
+    req: int, job: Callable[[], Coroutine[Any, Any, None]], outbound: Outbound
+) -> None:
     """Run a request's ``job``; a fault of ours in it is logged and told to the requester
-    (``Error{code: "internal"}``), so that no request waits forever and the connection lives."""
+    (``Error{code: "internal"}``), so that no request waits forever and the connection lives.
+    The job's coroutine is made here: a connection that ends before this task runs leaves
+    none behind never awaited."""
     try:
-        await job
+        await job()
     except Exception as exc:
         log.exception("request %d failed", req)
         message = f"request {req} failed in the publisher: {type(exc).__name__}: {exc}"
