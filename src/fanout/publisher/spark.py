@@ -17,10 +17,12 @@ from fanout.publisher.sources.simulation import SimulationDataSource
 #: Spark settings of a publisher on a cluster (spark-submit may add its own). The session's
 #: time zone is UTC, the relay's (``relay.tables``): a view's timestamp bounds, written without a
 #: zone, then select the same instants at the publisher as at the relay, whatever zone the
-#: machines are set to. Adaptive query execution is off: every micro-batch plans its matching
-#: join afresh, and AQE's re-planning between stages cost a 1,000-row micro-batch about 0.2-0.5 s
-#: on the 2-core reference machine (``bench/microbatch.py``) for plans it has nothing to improve
-#: in (a broadcast join of a small table, state partitions fixed by the checkpoint).
+#: machines are set to. Adaptive query execution is off: the plans a micro-batch runs (a
+#: broadcast join of a small table for reads of the state, state partitions fixed by the
+#: checkpoint) leave it nothing to improve, and it re-plans between stages. Measured, the change
+#: is within the 2-core reference machine's noise (``bench/microbatch.py``, docs/benchmarks.md:
+#: 770 ms worse to 480 ms better a micro-batch across runs), so it is kept for what it avoids,
+#: not for a measured gain.
 CLUSTER = {
     "spark.ui.enabled": "false",
     "spark.ui.showConsoleProgress": "false",
