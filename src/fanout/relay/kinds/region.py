@@ -5,12 +5,16 @@ moving entity (``relay.relative``). Upstream primitives are regions planned to s
 (``relay.planner``: tiles, margins, enclosures), held in a cover index; a view is servable when
 ready primitives cover it (``fanout.views.covers``). Its pushes are cut from the active buffer
 through the spatial index (``relay.pushes``), box views of one turn all together
-(``relay.batchcut``), bodies shared by equal subscriptions (``pushes.Encodings``).
+(``relay.batchcut``), bodies shared by equal subscriptions (``pushes.Encodings``). A relay below
+acquires regions here (no entity primitives yet); a region holds the rows whose coordinates lie
+inside it, an entity primitive (this relay's own) its entity's row.
 """
 
 from __future__ import annotations
 
-from collections.abc import Hashable, Sequence
+from collections.abc import Hashable, Mapping, Sequence
+
+import numpy as np
 
 from fanout.errors import InvalidView
 from fanout.relay import planner, relative
@@ -22,11 +26,12 @@ from fanout.relay.kinds.base import PRUNE_WINDOW, Accepted, Cut, Parts
 from fanout.relay.planner import Region, Velocity, as_region
 from fanout.relay.pushes import Body, Held, cut
 from fanout.relay.sends import Send
-from fanout.relay.state import Keys
+from fanout.relay.state import Array, Keys, Mask, Table
 from fanout.relay.transforms import InvalidTransform, Shape, resolve
 from fanout.relay.upstream import Primitive, release_spare
 from fanout.views import View, covers
 from fanout.views.entity import Entity
+from fanout.views.members import members
 from fanout.views.region import Box, Intersection, RegionUnion, Relative, Sector, Sphere
 from fanout.wire.messages import DatasetInfo, Subscribe
 
@@ -273,6 +278,69 @@ class RegionKind:
     def stats(self) -> dict[str, float]:
         """No counters of its own."""
         return {}
+
+    # -- relays below -----------------------------------------------------------------
+
+    def primitive(self, view: View) -> View:
+        """A region (box, sphere, sector or union) of the dataset's dimensions.
+
+        Raises:
+            InvalidView: an entity primitive, another view, or other dimensions.
+        """
+        info = self.state.info
+        if isinstance(view, Entity):
+            raise InvalidView(
+                "a relay forwards no entity primitives (views relative to an entity) yet"
+            )
+        if not isinstance(view, _HELD):
+            raise InvalidView(f"dataset {info.name!r} takes regions, not {type(view).__name__}")
+        if view.dims != len(info.index_columns):
+            raise InvalidView(
+                f"dataset {info.name!r} is {len(info.index_columns)}-D, not {view.dims}-D"
+            )
+        return view
+
+    def holds(self, prims: Sequence[View], rows: Mapping[str, Array]) -> Mask:
+        """The rows inside any of the regions, and the rows of the entities."""
+        info = self.state.info
+        length = len(rows[info.key]) if rows else 0
+        regions = [view for view in prims if isinstance(view, _HELD)]
+        mask = np.zeros(length, dtype=bool)
+        if length and regions:
+            mask |= members(_union(regions), rows, tuple(info.index_columns))
+        entities = [view.key for view in prims if isinstance(view, Entity)]
+        if length and entities:
+            mask |= np.isin(rows[info.key], self.state.table.as_keys(entities))
+        return mask
+
+    def contents(self, prims: Sequence[View], table: Table | None = None) -> dict[str, Array]:
+        """The rows any of the primitives holds; of the active state's regions through its grid
+        index, without a scan of every row."""
+        buffer = self.state.buffer
+        regions = [view for view in prims if isinstance(view, _HELD)]
+        if table is None and len(regions) == len(prims):
+            if not regions:
+                return buffer.active.take(np.zeros(0, np.intp))
+            return buffer.active.take(buffer.query(_union(regions)))
+        rows = buffer.active if table is None else table
+        return rows.take(np.flatnonzero(self.holds(prims, rows.columns)))
+
+
+#: The regions a primitive may be (an intersection is a subscriber's effective view, never a
+#: primitive).
+_HELD = (Box, Sphere, Sector, RegionUnion)
+
+
+def _union(
+    views: Sequence[Box | Sphere | Sector | RegionUnion],
+) -> Box | Sphere | Sector | RegionUnion:
+    """The union of one or more regions, as one view."""
+    if len(views) == 1:
+        return views[0]
+    found: list[Box | Sphere | Sector] = []
+    for view in views:
+        found.extend(view.members if isinstance(view, RegionUnion) else (view,))
+    return RegionUnion(tuple(found))
 
 
 def _body_key(subscription: Subscription) -> Hashable:

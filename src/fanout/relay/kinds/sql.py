@@ -99,7 +99,10 @@ class SqlKind(KeyedKind):
         return self.engine.prepare(view, infos)
 
     def needs(self, view: View) -> list[tuple[str, View]]:
-        """One primitive per table the query reads."""
+        """One primitive per table the query reads (a primitive held for a relay below: its
+        own)."""
+        if isinstance(view, SqlBox):
+            return [(self.name, view)]
         assert isinstance(view, Sql)
         engine = self.engine
         return [(engine.dataset(prim.table) or prim.table, prim) for prim in view.primitives()]
@@ -108,6 +111,29 @@ class SqlKind(KeyedKind):
         """The piece with every column."""
         assert isinstance(piece, SqlBox)
         return SqlBox(piece.table, None, piece.boxes)
+
+    def primitive(self, view: View) -> View:
+        """A primitive of this dataset's table (of a query: its primitive for this table, as
+        the publisher reads one), with every column.
+
+        Raises:
+            InvalidView: not a SQL view, of another table, or naming a column the table lacks.
+        """
+        table = self.name.lower()
+        if isinstance(view, Sql):
+            mine = [prim for prim in view.primitives() if prim.table == table]
+            if not mine:
+                raise InvalidView(f"the query does not read dataset {self.name!r}: {view.text}")
+            view = mine[0]
+        if not isinstance(view, SqlBox):
+            raise InvalidView(f"dataset {self.name!r} takes SQL views, not {type(view).__name__}")
+        if view.table != table:
+            raise InvalidView(f"the primitive is of table {view.table!r}, not {table!r}")
+        used = set(view.columns or ()) | {column for box in view.boxes for column, _ in box.ranges}
+        unknown = sorted(used - {name.lower() for name in self.state.info.columns})
+        if unknown:
+            raise InvalidView(f"dataset {self.name!r} has no column(s) {', '.join(unknown)}")
+        return self.widened(view)
 
     # -- pushing ----------------------------------------------------------------------
 
