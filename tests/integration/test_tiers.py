@@ -34,12 +34,15 @@ from fanout.testing.ports import free_port
 from fanout.testing.wait import eventually
 from fanout.views import Box, View
 from fanout.views.objects import parse as path
+from fanout.views.region import Relative, Sphere
 from fanout.views.sql import parse as sql
 from fanout.views.topic import parse as topic
 
 pytestmark = [pytest.mark.integration, pytest.mark.asyncio(loop_scope="module")]
 
 BOXES = [Box((100, 100), (300, 300)), Box((250, 250), (450, 450)), Box((600, 0), (800, 250))]
+#: Everything within 120 of agent 42, wherever it goes (a view relative to an entity).
+FOLLOWING = Relative(42, Sphere((0, 0), 120))
 
 #: The simulation of conftest's publisher, and a dataset of each other kind, fed by producers.
 CONFIG = """
@@ -172,9 +175,10 @@ async def test_an_edge_relay_serves_the_same_rows_at_the_same_ticks_as_a_flat_on
     relay: Child, tree: list[Child]
 ) -> None:
     _, edge = tree
+    views = [*BOXES, FOLLOWING]  # the last follows an agent: the edge holds its row at the mid
     async with connect(relay.url) as flat_side, connect(edge.url) as edge_side:
-        flat = [Recorder(await flat_side.subscribe(box, rate=100)) for box in BOXES]
-        tiered = [Recorder(await edge_side.subscribe(box, rate=100)) for box in BOXES]
+        flat = [Recorder(await flat_side.subscribe(view, rate=100)) for view in views]
+        tiered = [Recorder(await edge_side.subscribe(view, rate=100)) for view in views]
         await until(flat + tiered, 15)
         for recorder in flat + tiered:
             await recorder.stop()
@@ -184,7 +188,7 @@ async def test_an_edge_relay_serves_the_same_rows_at_the_same_ticks_as_a_flat_on
         assert len(common) >= 10, (sorted(at_flat)[-5:], sorted(at_edge)[-5:])
         for tick in common:
             assert at_edge[tick] == at_flat[tick], f"tick {tick} differs in {a.view}"
-        assert any(at_flat[tick] for tick in common)  # the boxes hold agents
+        assert any(at_flat[tick] for tick in common)  # the views hold agents
 
 
 async def test_every_mode_is_gapless_through_two_tiers(
@@ -234,50 +238,45 @@ def _rows(columns: dict[str, Any]) -> list[tuple[object, ...]]:
 
 
 async def feed(
-    producer: PublisherClient, rounds: int, rng: random.Random, *, done: bool = True
+    producer: PublisherClient, number: int, rng: random.Random, *, last: bool = False
 ) -> None:
-    """Rows entering, changing in, leaving and deleted from each keyed view, a round at a time;
-    last (if ``done``), one row in each view that every subscriber waits for (``FINAL``)."""
+    """Round ``number``: rows entering, changing in, leaving and deleted from each keyed view;
+    ``last``: one row in each view that every subscriber waits for (``FINAL``)."""
     pps = Objects(None, producer, "pps")
-    written: set[str] = set()
-    for number in range(rounds + done):
-        last = done and number == rounds
-        orders = [
-            {"order_id": k, "customer": rng.choice(["ada", "bob"]), "amount": amount}
-            for k in rng.sample(range(12), 4)
-            for amount in [None if rng.random() < 0.2 else float(rng.randint(0, 80))]
-        ]
-        sensors = [
-            {"topic": f"plant/{rng.randint(1, 5)}/{rng.choice(['temp', 'rpm'])}", "value": v}
-            for v in (float(rng.randint(0, 99)) for _ in range(3))
-        ]
-        cars = [
-            {"path": rng.choice(["/cars/c1", "/cars/c2", "/cars/c3", "/cars/c1/door",
-                                 "/trucks/t1"]), "state": rng.choice(["on", "off"]),
-             "rpm": rng.randint(0, 5000)}
-        ]  # fmt: skip
-        if last:
-            orders = [{"order_id": DONE, "customer": "end", "amount": 99.0}]
-            sensors = [{"topic": "plant/done/temp", "value": 1.0}]
-            cars = [{"path": "/cars/done", "state": "end", "rpm": 0}]
-        for dataset, rows, key, every, gone in (
-            ("orders", orders, "order_id", 3, [rng.randint(0, 11)]),
-            ("sensors", sensors, "topic", 4, [f"plant/{rng.randint(1, 5)}/temp"]),
-            ("cars", cars, "path", 5, ["/cars/c2"]),
-        ):
-            kept = {row[key]: row for row in rows}  # one row per key, no key also deleted
-            deletes = [] if last or number % every else [k for k in gone if k not in kept]
-            await producer.publish(dataset, list(kept.values()), deletes=deletes)
-        fleet = "/fleet/done" if last else f"/fleet/t{rng.randint(1, 3)}"
-        await pps.write(fleet, f"speed:n:{rng.randint(0, 90)}\n")
-        written.add(fleet)
-        if not last and number % 6 == 5 and fleet != "/fleet/t2" and "/fleet/t2" in written:
-            await pps.delete("/fleet/t2")
-            written.discard("/fleet/t2")
-        await asyncio.sleep(0.3)
+    orders = [
+        {"order_id": k, "customer": rng.choice(["ada", "bob"]), "amount": amount}
+        for k in rng.sample(range(12), 4)
+        for amount in [None if rng.random() < 0.2 else float(rng.randint(0, 80))]
+    ]
+    sensors = [
+        {"topic": f"plant/{rng.randint(1, 5)}/{rng.choice(['temp', 'rpm'])}", "value": v}
+        for v in (float(rng.randint(0, 99)) for _ in range(3))
+    ]
+    cars = [
+        {"path": rng.choice(["/cars/c1", "/cars/c2", "/cars/c3", "/cars/c1/door", "/trucks/t1"]),
+         "state": rng.choice(["on", "off"]), "rpm": rng.randint(0, 5000)}
+    ]  # fmt: skip
+    if last:
+        orders = [{"order_id": DONE, "customer": "end", "amount": 99.0}]
+        sensors = [{"topic": "plant/done/temp", "value": 1.0}]
+        cars = [{"path": "/cars/done", "state": "end", "rpm": 0}]
+    for dataset, rows, key, every, gone in (
+        ("orders", orders, "order_id", 3, [rng.randint(0, 11)]),
+        ("sensors", sensors, "topic", 4, [f"plant/{rng.randint(1, 5)}/temp"]),
+        ("cars", cars, "path", 5, ["/cars/c2"]),
+    ):
+        kept = {row[key]: row for row in rows}  # one row per key, no key also deleted
+        deletes = [] if last or number % every else [k for k in gone if k not in kept]
+        await producer.publish(dataset, list(kept.values()), deletes=deletes)
+    fleet = "/fleet/done" if last else f"/fleet/t{number % 3 + 1}"
+    await pps.write(fleet, f"speed:n:{rng.randint(0, 90)}\n")
+    if not last and number % 6 == 5:  # t3, written just now
+        await pps.delete("/fleet/t3")
 
 
 DONE = 1000  # the order every subscriber waits for
+#: Updates (the first push and seqs after it) every ``every`` stream gets before the last round.
+ROUNDS_SEEN = 6
 FINAL = {"orders": DONE, "sensors": "plant/done/temp", "cars": "/cars/done", "pps": "/fleet/done?"}
 
 
@@ -296,7 +295,8 @@ async def test_keyed_datasets_are_served_through_a_tier_as_by_a_flat_relay(
 ) -> None:
     _, edge = tree
     async with open_producer(publisher.url) as producer:
-        await feed(producer, 1, random.Random(1), done=False)  # a seq before subscribing
+        rng = random.Random(2)
+        await feed(producer, 0, rng)  # every dataset has a seq before the views subscribe
         async with connect(relay.url) as flat_side, connect(edge.url) as edge_side:
             recorders: dict[tuple[str, str, str], Recorder] = {}
             for case in KEYED:
@@ -304,7 +304,15 @@ async def test_keyed_datasets_are_served_through_a_tier_as_by_a_flat_relay(
                     for mode in ("latest", "every"):
                         view = await side.subscribe(case.view, case.dataset, 100.0, mode=mode)  # type: ignore[arg-type]
                         recorders[case.dataset, where, mode] = Recorder(view)
-            await feed(producer, 20, random.Random(2))
+            every = [r for (_, _, mode), r in recorders.items() if mode == "every"]
+            number = 1
+            # Rounds until every stream saw several seqs (a loaded machine's micro-batches
+            # take in several rounds), then the last one.
+            while number <= 60 and min(len(r.updates) for r in every) < ROUNDS_SEEN:
+                await feed(producer, number, rng)
+                await asyncio.sleep(0.3)
+                number += 1
+            await feed(producer, number, rng, last=True)
             await eventually(
                 lambda: [
                     (name, where, mode)
@@ -344,11 +352,11 @@ async def test_keyed_datasets_are_served_through_a_tier_as_by_a_flat_relay(
                 dataset=case.dataset,
             )  # fmt: skip
             assert report.clean, (case.dataset, report.problems)
-            assert report.delivered >= 3, (case.dataset, report)
+            assert report.delivered >= ROUNDS_SEEN, (case.dataset, report)
             other = recorders[case.dataset, "flat", "every"]
             by_seq = {u.seq: u for u in other.updates if not u.full}
             common_seqs = [u for u in following.updates if u.seq in by_seq and not u.full]
-            assert len(common_seqs) >= 2, case.dataset
+            assert len(common_seqs) >= ROUNDS_SEEN - 2, case.dataset
             for update in common_seqs:
                 assert _changes(update) == _changes(by_seq[update.seq]), (case.dataset, update.seq)
 

@@ -84,14 +84,20 @@ def boxes(draw: st.DrawFn) -> Box:
 
 
 def in_box(view: View, row: dict[str, Any]) -> bool:
+    """Inside the box, coordinate by coordinate; an entity: that key's row."""
+    if isinstance(view, Entity):
+        return bool(row["id"] == view.key)
     assert isinstance(view, Box)
     return view.lo[0] <= row["x"] <= view.hi[0] and view.lo[1] <= row["y"] <= view.hi[1]
 
 
 @settings(max_examples=60, deadline=None)
-@given(st.lists(st.tuples(coordinate, coordinate), max_size=20), st.lists(boxes(), max_size=3))
-def test_a_region_holds_the_rows_inside_it(
-    points: list[tuple[float, float]], prims: list[Box]
+@given(
+    st.lists(st.tuples(coordinate, coordinate), max_size=20),
+    st.lists(boxes() | st.integers(0, 25).map(Entity), max_size=3),
+)
+def test_a_region_holds_the_rows_inside_it_and_an_entity_its_row(
+    points: list[tuple[float, float]], prims: list[View]
 ) -> None:
     rows = {
         "id": np.arange(len(points), dtype=np.int64),
@@ -224,7 +230,7 @@ def test_a_sql_primitive_holds_the_rows_its_where_clause_bounds(
 @pytest.mark.parametrize(
     ("info", "view", "words"),
     [
-        (AGENTS, Entity(5), "no entity primitives"),
+        (AGENTS, Entity("five"), "'five' is no key of 'agents'"),
         (AGENTS, Box((0, 0, 0), (1, 1, 1)), "2-D, not 3-D"),
         (AGENTS, topic("a/b"), "takes regions, not TopicFilter"),
         (SENSORS, path("/c/1"), "takes MQTT topic filters, not ObjectPath"),
@@ -233,6 +239,7 @@ def test_a_sql_primitive_holds_the_rows_its_where_clause_bounds(
         (ORDERS, topic("a"), "takes SQL views, not TopicFilter"),
         (ORDERS, SqlBox("customers"), "of table 'customers', not 'orders'"),
         (ORDERS, sql("SELECT * FROM orders WHERE colour = 'red'"), "no column(s) colour"),
+        (ORDERS, sql("SELECT * FROM orders WHERE customer > 5"), "does not fit table 'orders'"),
     ],
 )
 def test_a_primitive_a_kind_does_not_serve_is_refused_naming_why(

@@ -127,6 +127,8 @@ class Publisher:
 
     def chosen(self, view: View, key: Any, value: Any) -> bool:
         """Whether ``view`` selects the row (a position unpacks into coordinates)."""
+        if isinstance(view, Entity):
+            return bool(key == view.key)
         if isinstance(value, tuple):
             return self.selects(view, *value)
         return self.selects(view, key, value)
@@ -220,11 +222,16 @@ def boxes(draw: st.DrawFn) -> Box:
 @settings(max_examples=150, deadline=None)
 @given(
     first=st.dictionaries(st.integers(0, 40), position, max_size=30),
-    script=st.lists(st.tuples(changes, st.none() | boxes()), min_size=1, max_size=8),
+    script=st.lists(
+        st.tuples(changes, st.none() | boxes() | st.integers(0, 40).map(Entity)),
+        min_size=1,
+        max_size=8,
+    ),
 )
 def test_the_edge_holds_the_truth_inside_its_primitives(
-    first: Rows, script: list[tuple[dict[int, tuple[float, float] | None], Box | None]]
+    first: Rows, script: list[tuple[dict[int, tuple[float, float] | None], View | None]]
 ) -> None:
+    """Regions, and entities (the rows of keys an edge follows for its relative views)."""
     tree = Tree()
     tree.step(dict(first))
     for changed, wanted in script:
@@ -302,7 +309,7 @@ def test_what_a_relay_cannot_forward_is_refused_naming_the_primitive() -> None:
     cases = [
         (Acquire(1, "nowhere", box), "invalid_view", "unknown dataset 'nowhere'"),
         (Acquire(2, "sensors", box), "invalid_view", "takes MQTT topic filters, not Box"),
-        (Acquire(3, "agents", Entity(5)), "invalid_view", "no entity primitives"),
+        (Acquire(3, "agents", Entity("five")), "invalid_view", "'five' is no key of 'agents'"),
         (Acquire(4, "agents", Box((0, 0, 0), (1, 1, 1))), "invalid_view", "2-D, not 3-D"),
         (Release(9), "primitive", "not held"),
     ]

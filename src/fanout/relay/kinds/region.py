@@ -6,8 +6,8 @@ moving entity (``relay.relative``). Upstream primitives are regions planned to s
 ready primitives cover it (``fanout.views.covers``). Its pushes are cut from the active buffer
 through the spatial index (``relay.pushes``), box views of one turn all together
 (``relay.batchcut``), bodies shared by equal subscriptions (``pushes.Encodings``). A relay below
-acquires regions here (no entity primitives yet); a region holds the rows whose coordinates lie
-inside it, an entity primitive (this relay's own) its entity's row.
+acquires regions and entities here; a region holds the rows whose coordinates lie
+inside it, an entity primitive its entity's row.
 """
 
 from __future__ import annotations
@@ -93,6 +93,9 @@ class RegionKind:
         one the publisher refused is not asked for again)."""
         if isinstance(view, Relative):
             return self._follow(view, entity=subscribing)
+        if isinstance(view, Entity):  # held for a relay below that follows it
+            held = self._parts.upstream.entity(self.name, view.key)
+            return [] if held is not None else [self._parts.upstream.add(self.name, view)]
         return self._acquire_for(as_region(view), moving)
 
     def _follow(self, view: Relative, entity: bool) -> list[Primitive]:
@@ -121,7 +124,11 @@ class RegionKind:
         return view  # type: ignore[return-value]  # an absolute region: ``accept`` checked it
 
     def covered(self, located: Hashable, ready_only: bool = True) -> bool:
-        """Whether held region primitives (ready ones only, unless asked) cover it."""
+        """Whether held region primitives (ready ones only, unless asked) cover it; an entity
+        (held for a relay below): whether its primitive is held (ready, unless asked)."""
+        if isinstance(located, Entity):
+            prim = self._parts.upstream.entity(self.name, located.key)
+            return prim is not None and (prim.ready or not ready_only)
         held = self._parts.upstream.cover(self.name, ready_only=ready_only)
         return len(held) > 0 and covers(held, as_region(located))
 
@@ -282,16 +289,19 @@ class RegionKind:
     # -- relays below -----------------------------------------------------------------
 
     def primitive(self, view: View) -> View:
-        """A region (box, sphere, sector or union) of the dataset's dimensions.
+        """A region (box, sphere, sector or union) of the dataset's dimensions, or an entity
+        (the row of one key: a relay below following it for a relative view).
 
         Raises:
-            InvalidView: an entity primitive, another view, or other dimensions.
+            InvalidView: another view, other dimensions, or a key not of the dataset's type.
         """
         info = self.state.info
         if isinstance(view, Entity):
-            raise InvalidView(
-                "a relay forwards no entity primitives (views relative to an entity) yet"
-            )
+            try:
+                self.state.table.as_keys([view.key])
+            except (TypeError, ValueError) as exc:
+                raise InvalidView(f"entity {view.key!r} is no key of {info.name!r}: {exc}") from exc
+            return view
         if not isinstance(view, _HELD):
             raise InvalidView(f"dataset {info.name!r} takes regions, not {type(view).__name__}")
         if view.dims != len(info.index_columns):

@@ -22,10 +22,11 @@ from fanout.relay.downstream import Subscription
 from fanout.relay.engine import Query, QueryEngine, Result
 from fanout.relay.kinds.base import Accepted, Cut, Parts
 from fanout.relay.kinds.keyed import KeyedKind
+from fanout.relay.nulls import is_companion
 from fanout.relay.pushes import Body
 from fanout.relay.rows import HeldRows, cut_rows
 from fanout.relay.sends import Send
-from fanout.relay.state import Array, Keys
+from fanout.relay.state import Array, Keys, Table
 from fanout.relay.transforms import InvalidTransform, Shape
 from fanout.views import View
 from fanout.views.sql import Sql, SqlBox
@@ -133,6 +134,10 @@ class SqlKind(KeyedKind):
         unknown = sorted(used - {name.lower() for name in self.state.info.columns})
         if unknown:
             raise InvalidView(f"dataset {self.name!r} has no column(s) {', '.join(unknown)}")
+        try:  # bounds of another type than their column's: refused now, not at every batch
+            view.match(_probe(self.state.table))
+        except (TypeError, ValueError) as exc:
+            raise InvalidView(f"the primitive does not fit table {table!r}: {exc}") from exc
         return self.widened(view)
 
     # -- pushing ----------------------------------------------------------------------
@@ -226,6 +231,15 @@ class SqlKind(KeyedKind):
         views = [s.view for s in self._parts.downstream]
         self.engine.forget([view for view in views if isinstance(view, Sql)])
         return super().housekeeping(now)
+
+
+def _probe(table: Table) -> dict[str, Array]:
+    """One row of ``table``'s columns and types (strings empty, other values zero)."""
+    return {
+        name: np.array([""], dtype=object) if dtype.kind == "O" else np.zeros(1, dtype=dtype)
+        for name, dtype in table.dtypes.items()
+        if not is_companion(name)
+    }
 
 
 def _no_rows(query: Query, held: Keys) -> Result:

@@ -36,7 +36,7 @@ A relay below connects with ``Hello{role: "relay"}`` and speaks the upstream pro
 Every kind of dataset is forwarded: what a relay below may acquire, and which rows a primitive
 holds, are the dataset kind's answers (``DatasetKind.primitive``, ``holds``, ``contents``), so
 nothing here tells kinds apart. An ``Acquire`` the kind refuses (a view of another language,
-other dimensions, an entity primitive) is answered ``invalid_view`` naming why.
+other dimensions, an entity of a key of another type) is answered ``invalid_view`` naming why.
 """
 
 from __future__ import annotations
