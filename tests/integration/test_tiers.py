@@ -84,7 +84,10 @@ class Keyed:
 
 
 KEYED = [
-    Keyed("orders", sql("SELECT * FROM orders WHERE amount > 40"), "order_id", ()),
+    # NULL amounts go through the tier too (as validity, not as a column of their own)
+    Keyed(
+        "orders", sql("SELECT * FROM orders WHERE amount > 40 OR amount IS NULL"), "order_id", ()
+    ),
     Keyed("sensors", topic("plant/+/temp"), "topic", ("topic",)),
     Keyed("cars", path("/cars/.all"), "path", ("path",)),
     Keyed("pps", path("/fleet/.all"), "cell", ("object",)),
@@ -234,7 +237,7 @@ def _changes(update: Update) -> tuple[object, ...]:
 
 def _rows(columns: dict[str, Any]) -> list[tuple[object, ...]]:
     names = sorted(columns)
-    return sorted(zip(*(columns[n].tolist() for n in names), strict=True))
+    return sorted(zip(*(columns[n].tolist() for n in names), strict=True), key=repr)  # NULLs
 
 
 async def feed(
