@@ -26,6 +26,7 @@ from tests.integration.test_tiers import Recorder, states, until
 
 from fanout.client import LiveView, SubscriptionError, Update, connect
 from fanout.client.cluster import ClusterSubscriber, connect_cluster
+from fanout.client.publisher import open_producer
 from fanout.launch import Child, start
 from fanout.metrics import scrape
 from fanout.publisher.log import SqliteLog
@@ -34,6 +35,7 @@ from fanout.testing.audit import audit
 from fanout.testing.redis import throwaway_redis_cluster
 from fanout.testing.wait import eventually
 from fanout.views import Box
+from fanout.views.topic import parse as topic
 
 pytestmark = [pytest.mark.integration, pytest.mark.asyncio(loop_scope="module")]
 
@@ -43,6 +45,32 @@ LEASE = 2.0
 BOXES = [
     Box((x + 60, y + 60), (x + 190, y + 190)) for x in (0, 256, 512, 768) for y in (0, 256, 512)
 ]
+
+
+#: The simulation of conftest's publisher, and topics fed by a producer.
+CONFIG = """
+[datasets.agents]
+source = { kind = "simulation", agents = 2000 }
+
+[datasets.sensors]
+key = "topic"
+schema = { topic = "string", value = "double" }
+index = "topic"
+source = "ingest"
+"""
+
+
+@pytest_asyncio.fixture(scope="module", loop_scope="module")
+async def publisher(tmp_path: Path) -> AsyncIterator[Child]:
+    """``fanout publisher`` serving 2,000 agents at 10 ticks/s and a topic dataset."""
+    config = tmp_path / "fanout.toml"
+    config.write_text(CONFIG)
+    args = ["--config", str(config), "--port", "0", "--state-dir", str(tmp_path / "publisher")]
+    child = await start("publisher", [*args, "--log-level", "info"], tmp_path / "publisher.log")
+    try:
+        yield child
+    finally:
+        await child.stop()
 
 
 @pytest.fixture(scope="module")
@@ -397,6 +425,55 @@ async def test_forwarding_keeps_the_connection_and_serves_the_flat_relays_rows_t
             timeout=60,
             what="every primitive released",
         )
+
+
+async def test_forwarding_takes_topic_filters_from_the_relay_responsible_for_them(
+    publisher: Child, relay: Child, forwarders: list[Child]
+) -> None:
+    """A keyed dataset's part is forwarded as a region's is: topic filters f1 is responsible
+    for, subscribed at f0, come from f1, and their rows are a flat relay's tick for tick."""
+    await members_seen(forwarders, len(FORWARDERS))
+    entry = forwarders[0]
+    owners = ResponsibilityMap({n: c.url for n, c in zip(FORWARDERS, forwarders, strict=True)})
+    filters = [topic(f"zone/{n}/#") for n in range(40)]
+    theirs = [f for f in filters if owners.owner_of("sensors", f).name == FORWARDERS[1]][:3]
+    assert theirs
+
+    def readings(value: float) -> list[dict[str, object]]:
+        return [{"topic": f"zone/{n}/t", "value": value} for n in range(40)]
+
+    async with open_producer(publisher.url) as producer:
+        await producer.publish("sensors", rows=readings(0.0))
+        async with connect(entry.url) as here, connect(relay.url) as flat_side:
+            forwarded = [Recorder(await here.subscribe(f, "sensors", 100.0)) for f in theirs]
+            flat = [Recorder(await flat_side.subscribe(f, "sensors", 100.0)) for f in theirs]
+            for value in range(1, 9):
+                await producer.publish("sensors", rows=readings(float(value)))
+                await asyncio.sleep(0.3)
+
+            def last_values() -> list[set[object]]:
+                return [
+                    {row["value"] for row in by_tick[max(by_tick)].values()} if by_tick else set()
+                    for by_tick in (states(r.updates, "topic") for r in forwarded + flat)
+                ]
+
+            await eventually(
+                last_values,
+                lambda values: all(v == {8.0} for v in values),
+                timeout=120,
+                every=0.5,
+                what="every view at the last reading",
+            )
+            assert await metric(entry.url, "fanout_relay_forwarded_primitives") >= len(theirs)
+            for recorder in forwarded + flat:
+                await recorder.stop()
+            assert all(r.view.error is None for r in forwarded), "no redirect, no error"
+    for a, b in zip(flat, forwarded, strict=True):
+        at_flat, here_states = states(a.updates, "topic"), states(b.updates, "topic")
+        common = sorted(set(at_flat) & set(here_states))
+        assert len(common) >= 2, (sorted(at_flat), sorted(here_states))
+        for tick in common:
+            assert here_states[tick] == at_flat[tick], f"tick {tick} differs in {b.view}"
 
 
 async def test_every_mode_through_forwarding_loses_nothing_when_the_responsible_relay_dies(

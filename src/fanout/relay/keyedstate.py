@@ -15,7 +15,7 @@ Which rows a *view* selects is its kind's business (``relay.kinds.topic``, ``rel
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -69,37 +69,40 @@ class KeyedState(DatasetState):
 
 
 def inside(views: Iterable[View], table: Table, info: DatasetInfo) -> Mask:
-    """Which rows of ``table`` any of the primitives ``views`` holds upstream.
+    """Which rows of ``table`` any of the primitives ``views`` holds upstream (``selected``)."""
+    return selected(views, table.columns, info)
+
+
+def selected(views: Iterable[View], rows: Mapping[str, Array], info: DatasetInfo) -> Mask:
+    """Which of ``rows`` (column -> values, aligned, every column the relay holds: a table's,
+    or a batch's change) any of the primitives ``views`` holds upstream.
 
     A topic filter holds its topics; an object path every attribute of the objects in its scope
     (the publisher ignores attribute filters upstream); a SQL primitive the rows in its boxes.
     """
-    mask = np.zeros(len(table), dtype=bool)
+    length = len(rows[info.key]) if rows else 0
+    mask = np.zeros(length, dtype=bool)
     topics: pa.Array | None = None
     paths: npt.NDArray[np.str_] | None = None
-    rows: dict[str, Array] | None = None  # the columns with NULLs masked (``relay.nulls``)
+    nulls: dict[str, Array] | None = None  # the columns with NULLs masked (``relay.nulls``)
     for view in views:
-        if not len(table):
+        if not length:
             break
         match view:
             case TopicFilter():
                 if topics is None:
-                    topics = pa.array(table.column(info.index_columns[0]).tolist(), pa.string())
+                    topics = pa.array(rows[info.index_columns[0]].tolist(), pa.string())
                 mask |= view.match_arrow(topics)
             case ObjectPath():
                 if paths is None:
-                    paths = _paths(table, info)
+                    paths = np.asarray(rows[info.index_columns[0]], dtype=np.str_)
                 mask |= view.in_scope(paths)
             case SqlBox():
-                rows = masked(table.columns) if rows is None else rows
-                mask |= view.match(rows)
+                nulls = masked(rows) if nulls is None else nulls
+                mask |= view.match(nulls)
             case Sql():
-                rows = masked(table.columns) if rows is None else rows
+                nulls = masked(rows) if nulls is None else nulls
                 for prim in view.primitives():
                     if prim.table == info.name.lower():
-                        mask |= prim.match(rows)
+                        mask |= prim.match(nulls)
     return mask
-
-
-def _paths(table: Table, info: DatasetInfo) -> npt.NDArray[np.str_]:
-    return np.asarray(table.column(info.index_columns[0]), dtype=np.str_)

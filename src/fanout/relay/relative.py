@@ -128,6 +128,8 @@ def needed(views: Iterable[View], state: DatasetState) -> list[AbsoluteRegion]:
 
 
 def spare_entities(prims: Iterable[Primitive], views: Iterable[View]) -> set[int]:
-    """The entity primitives among ``prims`` that no relative view in ``views`` follows."""
+    """The entity primitives among ``prims`` that no relative view in ``views`` follows, and
+    no relay below holds (an entity among ``views``: pinned for it)."""
     followed = {Entity(view.entity) for view in views if isinstance(view, Relative)}
+    followed |= {view for view in views if isinstance(view, Entity)}
     return {p.prim for p in prims if isinstance(p.view, Entity) and p.view not in followed}

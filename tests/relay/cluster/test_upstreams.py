@@ -11,6 +11,8 @@ from fanout.relay.cluster.settings import read_cluster
 from fanout.relay.cluster.upstreams import PUBLISHER, Upstreams
 from fanout.relay.config import RelayConfig
 from fanout.views import Box
+from fanout.views.entity import Entity
+from fanout.views.topic import parse as topic
 from fanout.wire.columns import Columns, encode_columns
 from fanout.wire.messages import Acquire, Batch, Catalog, DatasetInfo, Release
 
@@ -62,6 +64,22 @@ def test_a_part_another_relay_owns_is_acquired_there_and_released_there() -> Non
     assert routes.route(Acquire(3, "agents", OF["b"]), MAP, lambda name: False) == PUBLISHER
     assert routes.route(Release(1), MAP, always) == "b"
     assert routes.route(Release(2), MAP, always) == PUBLISHER
+
+
+SENSORS = DatasetInfo("sensors", "topic", {"topic": "str", "v": "<f8"}, "topic", ["topic"])
+
+
+def test_a_keyed_primitive_goes_to_the_owner_of_its_bucket_and_an_entity_to_the_publisher() -> None:
+    routes = Upstreams("a")
+    routes.on_catalog(Catalog([INFO, SENSORS]))
+    filters = [topic(f"plant/{n}/#") for n in range(40)]
+    owned = {f: MAP.owner_of("sensors", f).name for f in filters}
+    theirs = next(f for f in filters if owned[f] == "b")
+    ours = next(f for f in filters if owned[f] == "a")
+    assert routes.route(Acquire(1, "sensors", theirs), MAP, always) == "b"
+    assert routes.route(Acquire(2, "sensors", ours), MAP, always) == PUBLISHER
+    assert routes.route(Acquire(3, "agents", Entity(7)), MAP, always) == PUBLISHER
+    assert routes.route(Release(1), MAP, always) == "b"
 
 
 def test_a_relay_forwards_only_to_relays_named_after_it() -> None:

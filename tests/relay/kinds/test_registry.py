@@ -22,7 +22,14 @@ from fanout.wire.columns import decode_columns, encode_columns
 from fanout.wire.messages import Acquire, Batch, Catalog, DatasetInfo, Push, Subscribe
 
 #: The modules that drive every kind and must not tell kinds apart.
-KIND_BLIND = ("core.py", "serving.py", "every.py", "lifecycle.py")
+KIND_BLIND = (
+    "core.py",
+    "serving.py",
+    "every.py",
+    "lifecycle.py",
+    "tier/relays.py",
+    "tier/cut.py",
+)
 
 
 @pytest.mark.parametrize("module", KIND_BLIND)

@@ -1,7 +1,8 @@
 """Cutting a relay's stream for a relay below it (``relay.tier.cut``), against a brute-force
 oracle: after each batch cut for it, the relay below holds exactly the rows of the full state
 that lie inside its primitives, each as of that seq, whatever moved, entered, left or was
-deleted."""
+deleted. Which rows lie inside is given (the kinds answer it: ``tests/relay/kinds/test_below.py``);
+here the oracle's own test of each row."""
 
 from __future__ import annotations
 
@@ -12,12 +13,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from fanout.relay.changesets import ChangeSet
-from fanout.relay.state import DoubleBuffer, Stamp, Table
 from fanout.relay.tier import cut
 from fanout.views import Box
 
-INDEX = ("x", "y")
-COLUMNS = {"id": "<i8", "x": "<f8", "y": "<f8"}
 Rows = dict[int, tuple[float, float]]
 
 coordinate = st.integers(0, 20).map(float)
@@ -78,7 +76,9 @@ def test_the_relay_below_holds_exactly_the_rows_inside_its_primitives(
         change = ChangeSet(
             1, seq, seq, 0.0, arrays(upserts) if upserts else {}, np.array(sorted(deletes))
         )
-        found = cut.step(change, views, held, key="id", index=INDEX)
+        rows = as_rows(change.rows)
+        mask = np.array([k in inside(rows, views) for k in sorted(rows)], dtype=bool)
+        found = cut.step(change, mask, held, key="id")
         truth.update(upserts)
         for key in deletes:
             truth.pop(key, None)
@@ -94,28 +94,13 @@ def test_the_relay_below_holds_exactly_the_rows_inside_its_primitives(
 
 @settings(max_examples=200, deadline=None)
 @given(rows=state, views=st.lists(boxes(), max_size=3), moved=state)
-def test_a_snapshot_is_the_rows_inside_and_merging_it_keeps_them(
+def test_merging_a_snapshot_keeps_its_rows_and_deletes_none_of_them(
     rows: Rows, views: list[Box], moved: Rows
 ) -> None:
-    table = Table("id", COLUMNS)
-    table.upsert(arrays(rows), 0)
-    content = cut.snapshot(table, views, INDEX)
-    assert as_rows(content) == inside(rows, views)
+    content = arrays(inside(rows, views))
     # A cut that deleted some of those keys and upserted others: the content wins.
     earlier = cut.Cut(arrays(moved), np.array(sorted(rows), dtype=np.int64), np.array([], int))
     merged = cut.merge(earlier, content, "id")
     assert as_rows(merged.upserts) == {**moved, **inside(rows, views)}
     assert not set(merged.deletes.tolist()) & set(inside(rows, views))
-
-
-@settings(max_examples=200, deadline=None)
-@given(rows=state, views=st.lists(boxes(), max_size=3))
-def test_a_snapshot_of_the_active_buffer_through_its_index_is_the_rows_inside(
-    rows: Rows, views: list[Box]
-) -> None:
-    buffer = DoubleBuffer("id", COLUMNS, INDEX)
-    if rows:
-        buffer.upsert(arrays(rows), 0)
-    buffer.mark(Stamp(1, 0, 0, 0.0))
-    buffer.swap()
-    assert as_rows(cut.snapshot_active(buffer, views)) == inside(rows, views)
+    assert set(merged.held.tolist()) == set(inside(rows, views))

@@ -9,7 +9,9 @@ time, which makes the mid relay acquire upstream and take snapshot-carrying batc
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 import pytest
@@ -21,6 +23,8 @@ from fanout.relay.planner import Policy
 from fanout.relay.tier.relays import FIRST_PASSED, Relays
 from fanout.views import Box, View
 from fanout.views.entity import Entity
+from fanout.views.topic import TopicFilter
+from fanout.views.topic import parse as topic
 from fanout.wire.columns import decode_columns, encode_columns
 from fanout.wire.messages import (
     Acquire,
@@ -55,12 +59,33 @@ def columns(rows: Rows) -> dict[str, np.ndarray]:
     }
 
 
+def topic_columns(rows: dict[str, float]) -> dict[str, np.ndarray]:
+    keys = sorted(rows)
+    return {"topic": np.array(keys, dtype=object), "v": np.array([rows[k] for k in keys])}
+
+
+def topic_within(view: View, name: str, value: float) -> bool:
+    """Brute force: MQTT filter levels against topic levels (no ``$`` topics here)."""
+    assert isinstance(view, TopicFilter)
+    wanted, levels = view.topic_filter.split("/"), name.split("/")
+    for at, level in enumerate(wanted):
+        if level == "#":
+            return True
+        if at >= len(levels) or level not in ("+", levels[at]):
+            return False
+    return len(wanted) == len(levels)
+
+
 @dataclass
 class Publisher:
-    """The truth and the mid relay's primitives and checkout, as the publisher keeps them."""
+    """The truth and the mid relay's primitives and checkout, as the publisher keeps them, of
+    one dataset (``agents`` unless told)."""
 
+    dataset: str = "agents"
+    selects: Callable[..., bool] = within
+    encode: Callable[[Any], dict[str, np.ndarray]] = columns
     seq: int = -1
-    truth: Rows = field(default_factory=dict)
+    truth: dict[Any, Any] = field(default_factory=dict)
     prims: dict[int, View] = field(default_factory=dict)
     fresh: set[int] = field(default_factory=set)
     held: set[int] = field(default_factory=set)
@@ -83,21 +108,30 @@ class Publisher:
                 self.truth.pop(key, None)
         prims = list(self.prims.values())
         fresh = [self.prims[p] for p in self.fresh if p in self.prims]
-        inside = {k: p for k, p in upserted.items() if any(within(v, *p) for v in prims)}
-        inside |= {k: p for k, p in self.truth.items() if any(within(v, *p) for v in fresh)}
+        inside = {k: p for k, p in upserted.items() if any(self.chosen(v, k, p) for v in prims)}
+        inside |= {k: p for k, p in self.truth.items() if any(self.chosen(v, k, p) for v in fresh)}
         gone = sorted((set(changes) & self.held) - set(inside))
         self.held = (self.held - set(gone)) | set(inside)
         snapshots, self.fresh = sorted(self.fresh), set()
+        key = next(iter(self.encode({})))
         return Batch(
-            "agents",
+            self.dataset,
             1,
             self.seq,
             self.seq,
             float(self.seq),
-            encode_columns(columns(inside)),
-            encode_columns({"id": np.array(gone, dtype=np.int64)}),
+            encode_columns(self.encode(inside)),
+            encode_columns({key: np.array(gone, dtype=self.encode({})[key].dtype)}),
             snapshots,
         )
+
+    def chosen(self, view: View, key: Any, value: Any) -> bool:
+        """Whether ``view`` selects the row (a position unpacks into coordinates)."""
+        if isinstance(view, Entity):
+            return bool(key == view.key)
+        if isinstance(value, tuple):
+            return self.selects(view, *value)
+        return self.selects(view, key, value)
 
 
 def core() -> RelayCore:
@@ -110,8 +144,8 @@ def core() -> RelayCore:
 class Tree:
     """Publisher -> mid relay (with ``Relays``) -> edge relay."""
 
-    def __init__(self) -> None:
-        self.publisher = Publisher()
+    def __init__(self, publisher: Publisher | None = None) -> None:
+        self.publisher = publisher or Publisher()
         self.mid = core()
         self.relays = Relays(self.mid)
         self.edge = core()
@@ -141,9 +175,9 @@ class Tree:
             assert send.to == UPSTREAM
             self.down(self.relays.on_frame(EDGE, send.frame))
 
-    def acquire(self, view: Box) -> None:
+    def acquire(self, view: View) -> None:
         """The edge relay wants ``view`` (as a subscription would make it)."""
-        added = self.edge.parts.kinds["agents"].acquire(view, None, True)
+        added = self.edge.parts.kinds[self.publisher.dataset].acquire(view, None, True)
         self.up([Send(UPSTREAM, Acquire(p.prim, p.dataset, p.view)) for p in added])
 
     def step(self, changes: dict[int, tuple[float, float] | None]) -> None:
@@ -156,14 +190,21 @@ class Tree:
 
     def check(self) -> None:
         """The edge's rows inside its ready primitives are the truth's."""
+        publisher = self.publisher
         prims = [p.view for p in self.edge.upstream if p.ready]
-        table = self.edge.datasets["agents"].table
+        table = self.edge.datasets[publisher.dataset].table
+        names = [name for name in table.columns if name != table.key]
+        values = [table.column(name).tolist() for name in names]
         rows = {
-            int(k): (float(x), float(y))
-            for k, x, y in zip(table.keys, table.column("x"), table.column("y"), strict=True)
+            k: (tuple(v) if len(v) > 1 else v[0])
+            for k, *v in zip(table.keys.tolist(), *values, strict=True)
         }
-        held = {k: p for k, p in rows.items() if any(within(v, *p) for v in prims)}
-        truth = {k: p for k, p in self.publisher.truth.items() if any(within(v, *p) for v in prims)}
+        held = {k: p for k, p in rows.items() if any(publisher.chosen(v, k, p) for v in prims)}
+        truth = {
+            k: p
+            for k, p in publisher.truth.items()
+            if any(publisher.chosen(v, k, p) for v in prims)
+        }
         assert held == truth
 
 
@@ -181,11 +222,16 @@ def boxes(draw: st.DrawFn) -> Box:
 @settings(max_examples=150, deadline=None)
 @given(
     first=st.dictionaries(st.integers(0, 40), position, max_size=30),
-    script=st.lists(st.tuples(changes, st.none() | boxes()), min_size=1, max_size=8),
+    script=st.lists(
+        st.tuples(changes, st.none() | boxes() | st.integers(0, 40).map(Entity)),
+        min_size=1,
+        max_size=8,
+    ),
 )
 def test_the_edge_holds_the_truth_inside_its_primitives(
-    first: Rows, script: list[tuple[dict[int, tuple[float, float] | None], Box | None]]
+    first: Rows, script: list[tuple[dict[int, tuple[float, float] | None], View | None]]
 ) -> None:
+    """Regions, and entities (the rows of keys an edge follows for its relative views)."""
     tree = Tree()
     tree.step(dict(first))
     for changed, wanted in script:
@@ -199,6 +245,35 @@ def test_the_edge_holds_the_truth_inside_its_primitives(
             if not batch.snapshots and batch.seq == tree.publisher.seq:
                 assert set(decode_columns(batch.upserts).get("id", [])) <= set(changed)
     # Every primitive got its snapshot (one with no rows is swapped in with the next seq).
+    tree.step({})
+    assert all(p.ready for p in tree.edge.upstream)
+
+
+TOPIC_NAMES = st.lists(st.sampled_from(["a", "b", "c"]), min_size=1, max_size=3).map("/".join)
+TOPIC_FILTERS = st.sampled_from(["a/+", "a/#", "#", "+/b", "a/b", "+", "+/+/c", "$share/g/b/#"])
+topic_changes = st.dictionaries(TOPIC_NAMES, st.none() | st.integers(0, 9).map(float), max_size=8)
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    first=st.dictionaries(TOPIC_NAMES, st.integers(0, 9).map(float), max_size=20),
+    script=st.lists(st.tuples(topic_changes, st.none() | TOPIC_FILTERS), min_size=1, max_size=8),
+)
+def test_the_edge_holds_the_truth_inside_its_topic_filters(
+    first: dict[str, float], script: list[tuple[dict[str, float | None], str | None]]
+) -> None:
+    """As for regions, with a topic dataset: the kind cuts, the tier code is the same."""
+    tree = Tree(Publisher("sensors", topic_within, topic_columns))
+    tree.step(dict(first))
+    for changed, wanted in script:
+        if wanted is not None:
+            tree.acquire(topic(wanted))
+        tree.sent.clear()
+        tree.step(changed)
+        tree.check()
+        for batch in tree.sent:
+            if not batch.snapshots and batch.seq == tree.publisher.seq:
+                assert set(decode_columns(batch.upserts).get("topic", [])) <= set(changed)
     tree.step({})
     assert all(p.ready for p in tree.edge.upstream)
 
@@ -233,8 +308,8 @@ def test_what_a_relay_cannot_forward_is_refused_naming_the_primitive() -> None:
     box = Box((0, 0), (1, 1))
     cases = [
         (Acquire(1, "nowhere", box), "invalid_view", "unknown dataset 'nowhere'"),
-        (Acquire(2, "sensors", box), "invalid_view", "space datasets only"),
-        (Acquire(3, "agents", Entity(5)), "invalid_view", "no entity primitives"),
+        (Acquire(2, "sensors", box), "invalid_view", "takes MQTT topic filters, not Box"),
+        (Acquire(3, "agents", Entity("five")), "invalid_view", "'five' is no key of 'agents'"),
         (Acquire(4, "agents", Box((0, 0, 0), (1, 1, 1))), "invalid_view", "2-D, not 3-D"),
         (Release(9), "primitive", "not held"),
     ]

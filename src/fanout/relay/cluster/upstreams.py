@@ -4,15 +4,18 @@ and assembles every seq from the pieces its upstreams send (CA 3197003 [0111], [
 A relay of a map with the forward policy serves every subscription it is given; the
 subscriber's connection stays where it is. What the relay's core asks upstream is routed here:
 
-1. **Acquire.** A region primitive of a ``space`` dataset whose part (the cell of its centre,
-   ``responsibility.part_of``) another live relay is responsible for is acquired from that
-   relay, over the tier protocol (``relay.tier``), if that relay's name sorts after this one's;
+1. **Acquire.** A primitive whose part (``responsibility.part_of``: the cell of a region's
+   centre, the hash bucket of a topic filter's, object path's or SQL primitive's text) another
+   live relay is responsible for is acquired from that relay, over the tier protocol
+   (``relay.tier``, which serves every kind of dataset), if that relay's name sorts after this
+   one's;
    the responsible relay alone acquires it from the publisher. Why the order: a relay sends a
    relay below it a seq's piece only once it has assembled that seq itself, so two relays that
    forwarded to each other would each wait for the other's piece for ever; forwarding only to
    relays named later keeps the waits a chain that ends at a relay that forwards nothing (the
-   last name), never a circle. Every other primitive (this relay's parts, other kinds, a relay not
-   reachable now) is acquired from the publisher (``PUBLISHER``), and so is every primitive
+   last name), never a circle. Every other primitive (this relay's parts, an entity primitive,
+   which a relay serves no relay below yet, a relay not reachable now) is acquired from the
+   publisher (``PUBLISHER``), and so is every primitive
    acquired for a relay below (``below=True``, and the same views acquired again after a
    resync): the responsible relay alone acquires from the publisher, and two relays never
    forward a part to each other in a circle (a relay below's tile, covered by the relay above
@@ -41,7 +44,7 @@ from fanout.relay.cluster.assembly import Assembled, Assembly
 from fanout.relay.cluster.merging import merge_pieces
 from fanout.relay.cluster.responsibility import ResponsibilityMap
 from fanout.views import View
-from fanout.views.region import REGIONS
+from fanout.views.entity import Entity
 from fanout.wire.messages import Acquire, Batch, Catalog, Release
 
 #: The name of the publisher among a relay's upstreams.
@@ -85,7 +88,6 @@ class Upstreams:
         self.held: dict[int, Held] = {}
         self._assemblies: dict[str, Assembly[Batch]] = {}
         self._keys: dict[str, str] = {}
-        self._forwardable: set[str] = set()
         #: (dataset, view) acquired for relays below: from the publisher only (rule 1)
         self._for_below: dict[tuple[str, View], int] = {}
         #: primitives acquired from other relays, and seqs assembled of more than one piece
@@ -93,9 +95,8 @@ class Upstreams:
         self.assembled = 0
 
     def on_catalog(self, catalog: Catalog) -> None:
-        """Learn the datasets' keys, and which datasets relays serve one another (``space``)."""
+        """Learn the datasets' keys."""
         self._keys = {info.name: info.key for info in catalog.datasets}
-        self._forwardable = {info.name for info in catalog.datasets if info.index == "space"}
         for name in self._keys:
             self._assembly(name)
 
@@ -152,7 +153,7 @@ class Upstreams:
         members: ResponsibilityMap,
         reachable: Callable[[str], bool],
     ) -> str:
-        if dataset not in self._forwardable or not isinstance(view, REGIONS):
+        if dataset not in self._keys or isinstance(view, Entity):
             return PUBLISHER
         if not members.members:
             return PUBLISHER

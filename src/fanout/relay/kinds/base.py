@@ -14,7 +14,11 @@ object every question whose answer depends on the kind:
 * **every mode** (US 7,487,246): the first full view, the seq from which the relay's window is
   complete for a view, one seq's step;
 * **after a swap and at housekeeping**: what to acquire for views that moved, which primitives
-  no view needs any more, rows to prune.
+  no view needs any more, rows to prune;
+* **relays below** (``relay.tier``; CA 3197003 [0055]-[0057], a relay serving relays as the
+  publisher serves them): which primitives a relay below may acquire here and as what, which
+  rows of a change or of the state a primitive holds (the publisher's matching, done by a
+  relay).
 
 Everything a kind needs from the rest of the relay is in :class:`Parts`, shared by all kinds of
 one core.
@@ -22,7 +26,7 @@ one core.
 
 from __future__ import annotations
 
-from collections.abc import Hashable, Sequence
+from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -35,7 +39,7 @@ from fanout.relay.intake import DatasetState
 from fanout.relay.planner import Policy, Velocity
 from fanout.relay.pushes import Body, Encodings, Held
 from fanout.relay.sends import Send
-from fanout.relay.state import Keys
+from fanout.relay.state import Array, Keys, Mask, Table
 from fanout.relay.transforms import Shape
 from fanout.relay.upstream import Primitive, Upstream
 from fanout.views import View
@@ -218,4 +222,25 @@ class DatasetKind(Protocol):
 
     def stats(self) -> dict[str, float]:
         """Counters of this kind's own work, summed over its datasets by the core."""
+        ...
+
+    # -- relays below -----------------------------------------------------------------
+
+    def primitive(self, view: View) -> View:
+        """A primitive a relay below acquires here, as this relay holds it for that relay:
+        what the publisher would select by it (options a relay applies downstream dropped).
+
+        Raises:
+            InvalidView: it is not a primitive this relay serves of the dataset, naming why.
+        """
+        ...
+
+    def holds(self, prims: Sequence[View], rows: Mapping[str, Array]) -> Mask:
+        """Which of ``rows`` (column -> values, aligned, every column the relay holds) any of
+        the primitives ``prims`` (as ``primitive`` or ``acquire`` made them) holds."""
+        ...
+
+    def contents(self, prims: Sequence[View], table: Table | None = None) -> dict[str, Array]:
+        """The rows of ``table`` (None: the active state) any of ``prims`` holds, every
+        column the relay holds."""
         ...

@@ -8,24 +8,30 @@ language of their own, primitives acquired as residuals.
 * **cut** (steps 890-894): the push, a delta against what the subscriber holds, cut from the
   active buffer by the rows' positions (each kind says which rows its view selects);
 * **housekeeping**: primitives whose every need stays covered by the other ready ones are
-  released (``relay.release``), and the rows only they held pruned by key.
+  released (``relay.release``), and the rows only they held pruned by key; the primitives
+  relays below hold here (pinned) are needs too;
+* **relays below**: a primitive of the language, acquired as this relay acquires its own
+  (``widened``); the rows it holds are those the publisher would match
+  (``relay.keyedstate.selected``).
 """
 
 from __future__ import annotations
 
 import abc
-from collections.abc import Hashable, Iterable, Sequence
+from collections.abc import Hashable, Iterable, Mapping, Sequence
+
+import numpy as np
 
 from fanout.errors import InvalidView
 from fanout.relay import release
 from fanout.relay.changesets import ChangeSet, Step, Steps, shared_step
 from fanout.relay.downstream import Subscription
-from fanout.relay.keyedstate import KeyedState
+from fanout.relay.keyedstate import KeyedState, selected
 from fanout.relay.kinds.base import PRUNE_WINDOW, Accepted, Cut, Parts
 from fanout.relay.planner import Velocity
 from fanout.relay.pushes import Body, Held, cut_positions
 from fanout.relay.sends import Send
-from fanout.relay.state import Keys, Positions
+from fanout.relay.state import Array, Keys, Mask, Positions, Table
 from fanout.relay.transforms import InvalidTransform, Shape, resolve
 from fanout.relay.upstream import Primitive, release_spare
 from fanout.views import View, covers, residual
@@ -193,6 +199,7 @@ class KeyedKind(abc.ABC):
         parts, state = self._parts, self.state
         prims = parts.upstream.of(self.name)
         needs = self.needed_by(parts.downstream.of_reader(self.name))
+        needs += parts.downstream.pinned.get(self.name, {})  # held for relays below
         spare = {p.prim for p in self.unneeded(prims, needs)}
         released, sends = release_spare(parts.upstream, prims, spare, now, parts.policy.grace)
         state.dropped.extend((prim.view, now) for prim in released)
@@ -225,6 +232,28 @@ class KeyedKind(abc.ABC):
     def stats(self) -> dict[str, float]:
         """No counters of its own."""
         return {}
+
+    # -- relays below -----------------------------------------------------------------
+
+    def primitive(self, view: View) -> View:
+        """A view of the language, as this relay acquires its own (``widened``).
+
+        Raises:
+            InvalidView: the view is of another language.
+        """
+        wanted, language = self.language
+        if not isinstance(view, wanted):
+            raise InvalidView(f"dataset {self.name!r} takes {language}, not {type(view).__name__}")
+        return self.widened(view)
+
+    def holds(self, prims: Sequence[View], rows: Mapping[str, Array]) -> Mask:
+        """The rows the publisher would match to any of the primitives."""
+        return selected(prims, rows, self.state.info)
+
+    def contents(self, prims: Sequence[View], table: Table | None = None) -> dict[str, Array]:
+        """The rows of ``table`` (the active state) any of the primitives holds."""
+        rows = self.state.buffer.active if table is None else table
+        return rows.take(np.flatnonzero(self.holds(prims, rows.columns)))
 
 
 class SelectingKind(KeyedKind):

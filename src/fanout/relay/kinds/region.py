@@ -5,12 +5,16 @@ moving entity (``relay.relative``). Upstream primitives are regions planned to s
 (``relay.planner``: tiles, margins, enclosures), held in a cover index; a view is servable when
 ready primitives cover it (``fanout.views.covers``). Its pushes are cut from the active buffer
 through the spatial index (``relay.pushes``), box views of one turn all together
-(``relay.batchcut``), bodies shared by equal subscriptions (``pushes.Encodings``).
+(``relay.batchcut``), bodies shared by equal subscriptions (``pushes.Encodings``). A relay below
+acquires regions and entities here; a region holds the rows whose coordinates lie
+inside it, an entity primitive its entity's row.
 """
 
 from __future__ import annotations
 
-from collections.abc import Hashable, Sequence
+from collections.abc import Hashable, Mapping, Sequence
+
+import numpy as np
 
 from fanout.errors import InvalidView
 from fanout.relay import planner, relative
@@ -22,11 +26,12 @@ from fanout.relay.kinds.base import PRUNE_WINDOW, Accepted, Cut, Parts
 from fanout.relay.planner import Region, Velocity, as_region
 from fanout.relay.pushes import Body, Held, cut
 from fanout.relay.sends import Send
-from fanout.relay.state import Keys
+from fanout.relay.state import Array, Keys, Mask, Table
 from fanout.relay.transforms import InvalidTransform, Shape, resolve
 from fanout.relay.upstream import Primitive, release_spare
 from fanout.views import View, covers
 from fanout.views.entity import Entity
+from fanout.views.members import members
 from fanout.views.region import Box, Intersection, RegionUnion, Relative, Sector, Sphere
 from fanout.wire.messages import DatasetInfo, Subscribe
 
@@ -88,6 +93,9 @@ class RegionKind:
         one the publisher refused is not asked for again)."""
         if isinstance(view, Relative):
             return self._follow(view, entity=subscribing)
+        if isinstance(view, Entity):  # held for a relay below that follows it
+            held = self._parts.upstream.entity(self.name, view.key)
+            return [] if held is not None else [self._parts.upstream.add(self.name, view)]
         return self._acquire_for(as_region(view), moving)
 
     def _follow(self, view: Relative, entity: bool) -> list[Primitive]:
@@ -116,7 +124,11 @@ class RegionKind:
         return view  # type: ignore[return-value]  # an absolute region: ``accept`` checked it
 
     def covered(self, located: Hashable, ready_only: bool = True) -> bool:
-        """Whether held region primitives (ready ones only, unless asked) cover it."""
+        """Whether held region primitives (ready ones only, unless asked) cover it; an entity
+        (held for a relay below): whether its primitive is held (ready, unless asked)."""
+        if isinstance(located, Entity):
+            prim = self._parts.upstream.entity(self.name, located.key)
+            return prim is not None and (prim.ready or not ready_only)
         held = self._parts.upstream.cover(self.name, ready_only=ready_only)
         return len(held) > 0 and covers(held, as_region(located))
 
@@ -273,6 +285,72 @@ class RegionKind:
     def stats(self) -> dict[str, float]:
         """No counters of its own."""
         return {}
+
+    # -- relays below -----------------------------------------------------------------
+
+    def primitive(self, view: View) -> View:
+        """A region (box, sphere, sector or union) of the dataset's dimensions, or an entity
+        (the row of one key: a relay below following it for a relative view).
+
+        Raises:
+            InvalidView: another view, other dimensions, or a key not of the dataset's type.
+        """
+        info = self.state.info
+        if isinstance(view, Entity):
+            try:
+                self.state.table.as_keys([view.key])
+            except (TypeError, ValueError) as exc:
+                raise InvalidView(f"entity {view.key!r} is no key of {info.name!r}: {exc}") from exc
+            return view
+        if not isinstance(view, _HELD):
+            raise InvalidView(f"dataset {info.name!r} takes regions, not {type(view).__name__}")
+        if view.dims != len(info.index_columns):
+            raise InvalidView(
+                f"dataset {info.name!r} is {len(info.index_columns)}-D, not {view.dims}-D"
+            )
+        return view
+
+    def holds(self, prims: Sequence[View], rows: Mapping[str, Array]) -> Mask:
+        """The rows inside any of the regions, and the rows of the entities."""
+        info = self.state.info
+        length = len(rows[info.key]) if rows else 0
+        regions = [view for view in prims if isinstance(view, _HELD)]
+        mask = np.zeros(length, dtype=bool)
+        if length and regions:
+            mask |= members(_union(regions), rows, tuple(info.index_columns))
+        entities = [view.key for view in prims if isinstance(view, Entity)]
+        if length and entities:
+            mask |= np.isin(rows[info.key], self.state.table.as_keys(entities))
+        return mask
+
+    def contents(self, prims: Sequence[View], table: Table | None = None) -> dict[str, Array]:
+        """The rows any of the primitives holds; of the active state's regions through its grid
+        index, without a scan of every row."""
+        buffer = self.state.buffer
+        regions = [view for view in prims if isinstance(view, _HELD)]
+        if table is None and len(regions) == len(prims):
+            if not regions:
+                return buffer.active.take(np.zeros(0, np.intp))
+            return buffer.active.take(buffer.query(_union(regions)))
+        rows = buffer.active if table is None else table
+        return rows.take(np.flatnonzero(self.holds(prims, rows.columns)))
+
+
+#: The regions a primitive may be (an intersection is a subscriber's effective view, never a
+#: primitive).
+_HELD = (Box, Sphere, Sector, RegionUnion)
+
+
+def _union(
+    views: Sequence[Box | Sphere | Sector | RegionUnion],
+) -> Box | Sphere | Sector | RegionUnion:
+    """The union of one or more regions, as one view."""
+    if len(views) == 1:
+        return views[0]
+    found: list[Box | Sphere | Sector] = []
+    for view in views:
+        found.extend(view.members if isinstance(view, RegionUnion) else (view,))
+    return RegionUnion(tuple(found))
 
 
 def _body_key(subscription: Subscription) -> Hashable:

@@ -22,10 +22,11 @@ from fanout.relay.downstream import Subscription
 from fanout.relay.engine import Query, QueryEngine, Result
 from fanout.relay.kinds.base import Accepted, Cut, Parts
 from fanout.relay.kinds.keyed import KeyedKind
+from fanout.relay.nulls import is_companion
 from fanout.relay.pushes import Body
 from fanout.relay.rows import HeldRows, cut_rows
 from fanout.relay.sends import Send
-from fanout.relay.state import Array, Keys
+from fanout.relay.state import Array, Keys, Table
 from fanout.relay.transforms import InvalidTransform, Shape
 from fanout.views import View
 from fanout.views.sql import Sql, SqlBox
@@ -99,7 +100,10 @@ class SqlKind(KeyedKind):
         return self.engine.prepare(view, infos)
 
     def needs(self, view: View) -> list[tuple[str, View]]:
-        """One primitive per table the query reads."""
+        """One primitive per table the query reads (a primitive held for a relay below: its
+        own)."""
+        if isinstance(view, SqlBox):
+            return [(self.name, view)]
         assert isinstance(view, Sql)
         engine = self.engine
         return [(engine.dataset(prim.table) or prim.table, prim) for prim in view.primitives()]
@@ -108,6 +112,33 @@ class SqlKind(KeyedKind):
         """The piece with every column."""
         assert isinstance(piece, SqlBox)
         return SqlBox(piece.table, None, piece.boxes)
+
+    def primitive(self, view: View) -> View:
+        """A primitive of this dataset's table (of a query: its primitive for this table, as
+        the publisher reads one), with every column.
+
+        Raises:
+            InvalidView: not a SQL view, of another table, or naming a column the table lacks.
+        """
+        table = self.name.lower()
+        if isinstance(view, Sql):
+            mine = [prim for prim in view.primitives() if prim.table == table]
+            if not mine:
+                raise InvalidView(f"the query does not read dataset {self.name!r}: {view.text}")
+            view = mine[0]
+        if not isinstance(view, SqlBox):
+            raise InvalidView(f"dataset {self.name!r} takes SQL views, not {type(view).__name__}")
+        if view.table != table:
+            raise InvalidView(f"the primitive is of table {view.table!r}, not {table!r}")
+        used = set(view.columns or ()) | {column for box in view.boxes for column, _ in box.ranges}
+        unknown = sorted(used - {name.lower() for name in self.state.info.columns})
+        if unknown:
+            raise InvalidView(f"dataset {self.name!r} has no column(s) {', '.join(unknown)}")
+        try:  # bounds of another type than their column's: refused now, not at every batch
+            view.match(_probe(self.state.table))
+        except (TypeError, ValueError) as exc:
+            raise InvalidView(f"the primitive does not fit table {table!r}: {exc}") from exc
+        return self.widened(view)
 
     # -- pushing ----------------------------------------------------------------------
 
@@ -200,6 +231,15 @@ class SqlKind(KeyedKind):
         views = [s.view for s in self._parts.downstream]
         self.engine.forget([view for view in views if isinstance(view, Sql)])
         return super().housekeeping(now)
+
+
+def _probe(table: Table) -> dict[str, Array]:
+    """One row of ``table``'s columns and types (strings empty, other values zero)."""
+    return {
+        name: np.array([""], dtype=object) if dtype.kind == "O" else np.zeros(1, dtype=dtype)
+        for name, dtype in table.dtypes.items()
+        if not is_companion(name)
+    }
 
 
 def _no_rows(query: Query, held: Keys) -> Result:

@@ -33,8 +33,10 @@ A relay below connects with ``Hello{role: "relay"}`` and speaks the upstream pro
    (``upstream_lost`` names them): they connect again, to this relay once it is back or to
    another, and acquire their primitives anew.
 
-Only ``space`` datasets are forwarded; an ``Acquire`` on another kind is refused with
-``invalid_view`` naming the dataset.
+Every kind of dataset is forwarded: what a relay below may acquire, and which rows a primitive
+holds, are the dataset kind's answers (``DatasetKind.primitive``, ``holds``, ``contents``), so
+nothing here tells kinds apart. An ``Acquire`` the kind refuses (a view of another language,
+other dimensions, an entity of a key of another type) is answered ``invalid_view`` naming why.
 """
 
 from __future__ import annotations
@@ -46,17 +48,16 @@ from dataclasses import dataclass, field
 import msgspec
 import numpy as np
 
+from fanout.errors import InvalidView
 from fanout.relay.changesets import ChangeSet
 from fanout.relay.core import RelayCore
 from fanout.relay.intake import Intake
-from fanout.relay.planner import overlaps
+from fanout.relay.kinds import DatasetKind
+from fanout.relay.nulls import masked
 from fanout.relay.sends import UPSTREAM, Send
-from fanout.relay.state import Keys
+from fanout.relay.state import Array, Keys
 from fanout.relay.tier import cut
-from fanout.relay.tier.cut import Region
-from fanout.views.entity import Entity
-from fanout.views.members import members
-from fanout.views.region import Box, RegionUnion, Sector, Sphere
+from fanout.views import View
 from fanout.wire.columns import Columns, encode_columns
 from fanout.wire.messages import (
     Acquire,
@@ -75,8 +76,6 @@ from fanout.wire.messages import (
 #: numbers from 2**40: ``relay.every.FIRST_CURIOSITY``).
 FIRST_PASSED = 1 << 50
 
-_REGIONS = (Box, Sphere, Sector, RegionUnion)
-
 
 @dataclass
 class Held:
@@ -85,13 +84,13 @@ class Held:
     Attributes:
         prim: its id, chosen by the relay below.
         dataset: the dataset it selects from.
-        view: the region it selects.
+        view: what it selects, as this relay holds it (``DatasetKind.primitive``).
         live: its snapshot went down: batches carry every change inside it.
     """
 
     prim: int
     dataset: str
-    view: Region
+    view: View
     live: bool = False
 
 
@@ -244,34 +243,20 @@ class Relays:
         if len(below.prims) >= self.max_primitives:
             message = f"a relay below may hold {self.max_primitives} primitives here at most"
             return [Send(client, Error("bad_request", message, ref=prim))]
-        problem = self._refusal(acquire)
-        if problem is not None:
-            return [Send(client, Error("invalid_view", problem, ref=prim))]
-        view = acquire.view
-        assert isinstance(view, _REGIONS)
+        kind = self.core.parts.kinds.get(acquire.dataset)
+        if kind is None:
+            known = ", ".join(self.core.datasets)
+            message = f"unknown dataset {acquire.dataset!r} (known: {known})"
+            return [Send(client, Error("invalid_view", message, ref=prim))]
+        try:
+            view = kind.primitive(acquire.view)
+        except InvalidView as exc:
+            return [Send(client, Error("invalid_view", str(exc), ref=prim))]
         below.prims[prim] = Held(prim, acquire.dataset, view)
         self.core.downstream.pin(acquire.dataset, view)
-        added = self.core.parts.kinds[acquire.dataset].acquire(view, None, True)
+        added = kind.acquire(view, None, True)
         sends = [Send(UPSTREAM, Acquire(p.prim, p.dataset, p.view)) for p in added]
         return sends + self.ready()
-
-    def _refusal(self, acquire: Acquire) -> str | None:
-        state = self.core.datasets.get(acquire.dataset)
-        if state is None:
-            return f"unknown dataset {acquire.dataset!r} (known: {', '.join(self.core.datasets)})"
-        info, view = state.info, acquire.view
-        if info.index != "space":
-            return (
-                f"dataset {acquire.dataset!r} is a {info.index} dataset: a relay forwards space"
-                " datasets only to the relays below it; connect to the publisher for it"
-            )
-        if isinstance(view, Entity):
-            return "a relay forwards no entity primitives (views relative to an entity) yet"
-        if not isinstance(view, _REGIONS):
-            return f"dataset {acquire.dataset!r} takes regions, not {type(view).__name__}"
-        if view.dims != len(info.index_columns):
-            return f"dataset {acquire.dataset!r} is {len(info.index_columns)}-D, not {view.dims}-D"
-        return None
 
     def ready(self) -> list[Send]:
         """Snapshots of the primitives below that this relay's ready coverage now holds,
@@ -298,7 +283,7 @@ class Relays:
         if not ready:
             return []
         info = state.info
-        content = cut.snapshot_active(state.buffer, [p.view for p in ready])
+        content = kind.contents([p.view for p in ready])
         for held in ready:
             held.live = True
         before = below.checkout.get(dataset, state.table.as_keys([]))
@@ -311,7 +296,7 @@ class Relays:
             stamp.seq,
             stamp.tick,
             stamp.tick_time,
-            upserts=encode_columns(content),
+            upserts=encode_columns(masked(content)),
             deletes=Columns(),
             snapshots=[p.prim for p in ready],
         )
@@ -323,13 +308,12 @@ class Relays:
         if not self.below or intake.deletes is None:
             return []
         batch, state = intake.batch, intake.state
-        info = state.info
-        index = tuple(info.index_columns)
+        info, kind = state.info, self.core.parts.kinds[batch.dataset]
         deleted = intake.deletes
         change = ChangeSet(
             batch.epoch, batch.seq, batch.tick, batch.tick_time, intake.upserts, deleted
         )
-        unchanged = _unchanged(intake, index)
+        refreshed = _refreshed(intake, kind)
         sends: list[Send] = []
         for below in self.below.values():
             sent = below.sent.get(batch.dataset)
@@ -337,10 +321,11 @@ class Relays:
                 continue  # a re-send here (our own snapshots): nothing new below
             live = below.live(batch.dataset)
             held = below.checkout.get(batch.dataset, deleted[:0])
-            found = cut.step(change, [p.view for p in live], held, key=info.key, index=index)
-            touched = [p for p in live if unchanged(p.view)]
+            inside = kind.holds([p.view for p in live], change.rows)
+            found = cut.step(change, inside, held, key=info.key)
+            touched = [p for p in live if refreshed and kind.holds([p.view], refreshed).any()]
             if touched:  # rows of our snapshots among the changes: send those prims whole
-                content = cut.snapshot(state.buffer.inert, [p.view for p in touched], index)
+                content = kind.contents([p.view for p in touched], state.buffer.inert)
                 found = cut.merge(found, content, info.key)
             below.checkout[batch.dataset] = found.held
             below.sent[batch.dataset] = (batch.epoch, batch.seq)
@@ -354,7 +339,7 @@ class Relays:
                         batch.seq,
                         batch.tick,
                         batch.tick_time,
-                        upserts=encode_columns(found.upserts),
+                        upserts=encode_columns(masked(found.upserts)),
                         deletes=encode_columns({info.key: found.deletes}),
                         snapshots=[p.prim for p in touched],
                     ),
@@ -466,28 +451,16 @@ class Relays:
         }
 
 
-def _unchanged(intake: Intake, index: tuple[str, ...]) -> _Touches:
-    """Which regions hold rows of ``intake``'s own snapshots (unchanged rows sent again)."""
-    regions = [view for _, view in intake.snapshots if isinstance(view, _REGIONS)]
-    entities = [view.key for _, view in intake.snapshots if isinstance(view, Entity)]
-    rows: dict[str, np.ndarray] = {}
-    if entities and intake.upserts:
-        key = intake.state.info.key
-        mask = np.isin(np.asarray(intake.upserts[key]), intake.state.table.as_keys(entities))
-        rows = {name: np.asarray(intake.upserts[name])[mask] for name in index}
-    return _Touches(regions, rows, index)
-
-
-@dataclass(frozen=True)
-class _Touches:
-    regions: list[Region]
-    rows: dict[str, np.ndarray]
-    index: tuple[str, ...]
-
-    def __call__(self, view: Region) -> bool:
-        if any(overlaps(view, region) for region in self.regions):
-            return True
-        return bool(self.rows) and bool(members(view, self.rows, self.index).any())
+def _refreshed(intake: Intake, kind: DatasetKind) -> dict[str, Array]:
+    """The rows of ``intake`` inside the primitives whose snapshots it carries: unchanged rows
+    among the changes, for all the relay knows (none: a pure change set)."""
+    views = [view for _, view in intake.snapshots]
+    if not views or not intake.upserts:
+        return {}
+    mask = kind.holds(views, intake.upserts)
+    if not mask.any():
+        return {}
+    return {name: np.asarray(values)[mask] for name, values in intake.upserts.items()}
 
 
 def _knowledge(req: int, dataset: str, change: ChangeSet, core: RelayCore) -> Knowledge:
@@ -499,7 +472,7 @@ def _knowledge(req: int, dataset: str, change: ChangeSet, core: RelayCore) -> Kn
         change.seq,
         change.tick,
         change.tick_time,
-        upserts=encode_columns(change.rows),
+        upserts=encode_columns(masked(change.rows)),
         deletes=encode_columns({key: change.deleted}),
     )
 
