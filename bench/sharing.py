@@ -83,14 +83,15 @@ Headline: ``egress_ratio_relay`` and ``egress_ratio_direct`` are egress at the l
 egress at the step before (10,000 / 1,000 by default); ``savings_at_10000`` is direct egress over
 relay egress at the last step. Targets: ``egress_ratio_relay`` <= 1.2, ``savings_at_10000`` >= 50.
 ``per_micro_batch`` gives the same from bytes per micro-batch, which differences in Spark's pace
-between windows (a shared machine) do not move.
+between windows (a shared machine) do not move, and whether each target is met by them.
 
 A bound worth knowing when reading them: when every relay serves subscribers of every point
-(spread, from about 1,000 subscribers on), each relay holds at least one view around every
-point, so relay egress is at least ``RELAYS`` x ``POINTS`` x one view's rows, and savings at N
-cannot exceed
-N / (``RELAYS`` x ``POINTS``) — 50 at 10,000 — times (a view's rows / the rows a relay holds
-around its point). Tiles widening makes that last factor well below 1.
+(relays alone, spread, from about 1,000 subscribers on), each relay holds at least one view
+around every point, so relay egress is at least ``RELAYS`` x ``POINTS`` x one view's rows, and
+savings at N cannot exceed N / (``RELAYS`` x ``POINTS``) — 50 at 10,000 — times (a view's
+rows / the rows a relay holds around its point). Tiles widening makes that last factor well
+below 1. In a map each point's subscribers meet at one relay, which lifts the bound by
+``RELAYS``; ``bench/sharingmodel.py`` says where the bytes go, configuration by configuration.
 """
 
 from __future__ import annotations
