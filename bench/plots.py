@@ -122,7 +122,10 @@ def relay_runs(results: Path) -> list[tuple[str, dict[str, Any]]]:
     Returns:
         ``(file name, JSON object)`` pairs sorted by the date of the run.
     """
-    names = sorted(p.name for p in results.glob("relay*.json") if p.name != "relaycore.json")
+    # relaycore*.json are bench/relaycore.py's (and bench/interpreters.py's), not runs of relay.py
+    names = sorted(
+        p.name for p in results.glob("relay*.json") if not p.name.startswith("relaycore")
+    )
     runs = [(name, load(results, name)) for name in names]
     return sorted(runs, key=lambda run: run_date(run[1]))
 
@@ -222,21 +225,26 @@ def configuration(setup: dict[str, Any], assign: str | None) -> tuple[str, str]:
     """A ``bench/sharing.py`` configuration as (widening, assignment) names.
 
     Args:
-        setup: the results' ``setup``; missing or null options are the defaults
-            (``tiles``, margin 0.5, no overshoot, subscribers spread round robin).
+        setup: the results' ``setup``; missing or null options are the defaults of the
+            benchmark before it ran relays in a map by default (``tiles``, margin 0.5, no
+            overshoot, subscribers spread round robin, no map).
         assign: the assignment of this case, when not the setup's own (the by-point or
             by-area comparison run beside it).
 
     Returns:
-        E.g. ``("enclose, margin 0, overshoot 0.75", "by key")``.
+        E.g. ``("enclose, margin 0, overshoot 0.75", "by key")``; subscribers spread round
+        robin over relays in a map are ``"map: redirected"`` (or ``forwarded``).
     """
     widen = setup.get("widen") or "tiles"
-    if widen == "enclose":
+    if widen in ("enclose", "fit"):
         margin = setup.get("margin")
         widen += f", margin {0.5 if margin is None else margin:g}"
         if setup.get("overshoot"):
             widen += f", overshoot {setup['overshoot']:g}"
     how = assign or setup.get("assign") or "spread"
+    if how == "spread" and setup.get("registry"):
+        forward = setup.get("registry_policy") == "forward"
+        return widen, "map: forwarded" if forward else "map: redirected"
     return widen, "spread round robin" if how == "spread" else f"by {how}"
 
 
@@ -248,17 +256,21 @@ def sharing_points(results: Path) -> list[tuple[str, str, float, float]]:
 
     Returns:
         ``(widening, assignment, egress ratio 10,000 / 1,000, savings at 10,000)`` for each
-        case, in file order.
+        case, in file order, from bytes per micro-batch (free of Spark's pace, which a shared
+        machine makes differ between windows).
     """
     points = []
     for path in sorted(results.glob("sharing*.json")):
         data = load(results, path.name)
+        if "relay" not in data:  # sharingmodel.json: bench/sharingmodel.py's rows, no run
+            continue
         widen, how = configuration(data["setup"], None)
-        points.append((widen, how, data["egress_ratio_relay"], data["savings_at_10000"]))
+        batch = data["per_micro_batch"]
+        points.append((widen, how, batch["egress_ratio_relay"], batch["savings_at_10000"]))
         for key in ("relay_by_point", "relay_by_area"):
             if key in data:
                 widen, how = configuration(data["setup"], key.removeprefix("relay_by_"))
-                case = data[key]
+                case = data[key]["per_micro_batch"]
                 points.append((widen, how, case["egress_ratio"], case["savings_at_10000"]))
     return points
 
@@ -274,14 +286,22 @@ def plot_sharing(results: Path) -> Figure:
     """
     fig, (egress, targets) = plt.subplots(1, 2, figsize=(12.5, 4.8), layout="constrained")
     default = load(results, "sharing.json")
+    alone = load(results, "sharing-alone.json")
     best = load(results, "sharing-key-overshoot-0.75.json")
     points = sharing_points(results)
     # One colour per widening in both panels, the default (tiles) first.
     widenings = sorted({p[0] for p in points}, key=lambda w: (w != "tiles", len(w), w))
-    assignments = ["spread round robin", "by point", "by area", "by key"]
-    markers = dict(zip(assignments, ("o", "s", "^", "D"), strict=True))
+    assignments = [
+        "spread round robin",
+        "by point",
+        "by area",
+        "by key",
+        "map: redirected",
+        "map: forwarded",
+    ]
+    markers = dict(zip(assignments, ("o", "s", "^", "D", "P", "X"), strict=True))
     lines = [(default["direct"], "direct: each subscriber's box at the publisher", "k", "o")]
-    for data in (default, best):
+    for data in (default, alone, best):
         widen, how = configuration(data["setup"], None)
         color = f"C{widenings.index(widen)}"
         lines.append((data["relay"], f"4 relays: {widen}; {how}", color, markers[how]))
@@ -289,7 +309,7 @@ def plot_sharing(results: Path) -> Figure:
         n = [s["subscribers"] for s in steps]
         egress.plot(
             n,
-            [s["egress_bytes_per_s"] / 1000 for s in steps],
+            [s["egress_bytes_per_micro_batch"] / 1000 for s in steps],
             marker=marker,
             color=color,
             label=label,
@@ -297,7 +317,7 @@ def plot_sharing(results: Path) -> Figure:
     egress.set_xscale("log")
     egress.set_yscale("log")
     egress.set_xlabel("subscribers")
-    egress.set_ylabel("publisher egress, kB/s")
+    egress.set_ylabel("publisher egress, kB per micro-batch")
     egress.set_title("Publisher egress (20,000 agents, 50 points of interest)")
     egress.legend(loc="upper left")
 

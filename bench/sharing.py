@@ -2,10 +2,11 @@
 relays and directly.
 
 Run ``.venv/bin/python bench/sharing.py`` (``--steps 100,1000,10000``, ``--duration`` seconds per
-window, ``--compare-assign``, ``--assign``, ``--widen``, ``--margin``, ``--overshoot``); it prints
-one JSON object and, with the default steps, assignment and widening, writes
-``bench/results/sharing.json``. Processes, all on this machine and
-sharing its cores:
+window, ``--compare-assign``, ``--assign``, ``--no-registry``, ``--registry-policy``, ``--widen``,
+``--margin``, ``--overshoot``); it prints one JSON object and, with the default steps and
+configuration, writes ``bench/results/sharing.json``. The default configuration is what a user
+gets from ``fanout relay --publisher ... --registry ...`` with no tuning flag, subscribers
+entering round robin. Processes, all on this machine and sharing its cores:
 
 * **publisher**: the real ``fanout publisher`` (``fanout.launch``) on Spark ``local[2]``, serving
   the built-in ``agents`` simulation (``AGENTS`` agents in a 1,000 x 1,000 world, 10 ticks/s,
@@ -20,20 +21,25 @@ sharing its cores:
   quarter side, so its box contains the point; overlap grows with N. The first 100 subscribers
   of the 1,000 are those of the 100, and so on. Views do not move.
 * **relay case**: ``RELAYS`` real relays (``fanout.relay.server.RelayServer`` with the
-  configuration ``fanout relay`` runs with: tiles widening, margin 0.5, grace 10 s; ``--widen``,
-  ``--margin`` and ``--overshoot`` change the widening policy as ``fanout relay``'s do), each in a
-  process of its own, answering the benchmark's requests for ``RelayCore.stats()`` and CPU time.
+  configuration ``fanout relay`` runs with: in a map of responsibility ``fit`` widening with
+  margin 0.075, alone ``tiles`` with margin 0.5, grace 10 s: ``RelayConfig.planning``;
+  ``--widen``, ``--margin`` and ``--overshoot`` change the widening policy as ``fanout relay``'s
+  do), each in a process of its own, answering the benchmark's requests for
+  ``RelayCore.stats()`` and CPU time.
   Subscriber ``i`` goes to relay ``i mod RELAYS`` (*spread*: what a load balancer does);
   ``--assign area`` puts each on the relay ``fanout.client.rank`` ranks first for its view
   (fanout's routing by area, grid side ``--area``), ``--assign key`` on the relay it ranks
   first for the subscriber's routing key, its point of interest (fanout's routing by key,
   ``fanout subscribe --route key --key point-P``), and ``--assign point`` point ``p``'s
   subscribers on relay ``p mod RELAYS`` (the benchmark's own assignment, balanced exactly).
-  With ``--registry`` the relays share a map of responsibility in a Redis Cluster started for
-  the run (``fanout relay --registry``, grid side ``--area``) and redirect each subscription to
-  the relay responsible for its view's cell; the client process follows the redirects as
+  By default the relays share a map of responsibility in a Redis Cluster started for the run
+  (``fanout relay --registry``, grid side ``--area``) and redirect each subscription to the
+  relay responsible for its view's cell; the client process follows the redirects as
   ``fanout.client.cluster`` does (one more connection from a subscriber connection to each relay
   it is sent to), so subscribers entering round robin (``spread``) meet where the map says.
+  ``--registry-policy forward`` forwards instead; ``--no-registry`` runs relays alone, each
+  serving whoever enters it. ``relays_per_point``: over the points of interest, the mean
+  number of relays their subscribers were served by (1: each place fetched by one relay).
   With ``--compare-assign [ASSIGN]`` the relay case is run a second time with that assignment
   (default ``point``): every point's subscribers on one relay, the founding document's "hosts
   specialised to a set of views with a high degree of overlap".
@@ -77,14 +83,15 @@ Headline: ``egress_ratio_relay`` and ``egress_ratio_direct`` are egress at the l
 egress at the step before (10,000 / 1,000 by default); ``savings_at_10000`` is direct egress over
 relay egress at the last step. Targets: ``egress_ratio_relay`` <= 1.2, ``savings_at_10000`` >= 50.
 ``per_micro_batch`` gives the same from bytes per micro-batch, which differences in Spark's pace
-between windows (a shared machine) do not move.
+between windows (a shared machine) do not move, and whether each target is met by them.
 
 A bound worth knowing when reading them: when every relay serves subscribers of every point
-(spread, from about 1,000 subscribers on), each relay holds at least one view around every
-point, so relay egress is at least ``RELAYS`` x ``POINTS`` x one view's rows, and savings at N
-cannot exceed
-N / (``RELAYS`` x ``POINTS``) — 50 at 10,000 — times (a view's rows / the rows a relay holds
-around its point). Tiles widening makes that last factor well below 1.
+(relays alone, spread, from about 1,000 subscribers on), each relay holds at least one view
+around every point, so relay egress is at least ``RELAYS`` x ``POINTS`` x one view's rows, and
+savings at N cannot exceed N / (``RELAYS`` x ``POINTS``) — 50 at 10,000 — times (a view's
+rows / the rows a relay holds around its point). Tiles widening makes that last factor well
+below 1. In a map each point's subscribers meet at one relay, which lifts the bound by
+``RELAYS``; ``bench/sharingmodel.py`` says where the bytes go, configuration by configuration.
 """
 
 from __future__ import annotations
@@ -92,6 +99,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import dataclasses
 import datetime as dt
 import json
 import logging
@@ -115,7 +123,7 @@ from fanout.client import rank
 from fanout.client.routing import DEFAULT_SIDE
 from fanout.launch import Child, start
 from fanout.relay.config import RelayConfig
-from fanout.relay.planner import WIDENINGS, Policy
+from fanout.relay.planner import IN_A_MAP, WIDENINGS, Policy
 from fanout.testing import frames
 from fanout.testing.calibration import calibrate
 from fanout.testing.cpu import process_tree, this_process
@@ -272,6 +280,7 @@ class Received:
     redirects: int = 0
     closed: list[str] = field(default_factory=list)
     cpu: list[tuple[float, float]] = field(default_factory=list)
+    placed: dict[int, str] = field(default_factory=dict)  # sub -> the relay its pushes came from
 
     def record(self, connection: int, size: int) -> None:
         self.times.append(time.time())
@@ -328,6 +337,7 @@ async def subscriber_connection(
             if head.type in ("push", "no_update"):
                 seen.record(number, len(message))
                 seen.start([head.sub])
+                seen.placed.setdefault(head.sub, url)
             elif head.type == "error" and head.code == "redirect" and head.location:
                 seen.redirects += 1
                 queue = followed.get(head.location)
@@ -411,6 +421,7 @@ async def run_clients(spec: dict[str, Any]) -> dict[str, Any]:
         "redirects": seen.redirects,
         "closed": seen.closed,
         "cpu": seen.cpu,
+        "placed": seen.placed,
     }
 
 
@@ -429,14 +440,15 @@ class Relays:
         cls,
         publisher: str,
         logs: Path,
-        policy: Policy,
+        policy: Policy | None,
         registry: str | None = None,
         side: float = DEFAULT_SIDE,
         *,
         registry_policy: str = "redirect",
     ) -> Relays:
-        """Start ``RELAYS`` relays (in the map of ``registry`` if given); returns once each
-        serves and is connected upstream."""
+        """Start ``RELAYS`` relays (in the map of ``registry`` if given; ``policy`` None: their
+        default, ``RelayConfig.planning``); returns once each serves and is connected
+        upstream."""
         processes = [
             RelayProcess(
                 RelayConfig(
@@ -635,7 +647,7 @@ async def measure_step(
             connections = direct_plan(views, count)
             spec = {"mode": "direct", "url": publisher.url, "connections": connections}
         else:
-            policy = Policy(widen=args.widen, margin=args.margin, overshoot=args.overshoot)
+            policy = relay_policy(args)
             relays = await Relays.start(
                 publisher.url,
                 logs,
@@ -678,9 +690,22 @@ async def measure_step(
         records=records,
     )
     result |= publisher_stages(publisher.log, before.at, after.at)
+    if case != "direct":
+        result["relays_per_point"] = relays_per_point(views, records["placed"])
     print(json.dumps(result), file=sys.stderr, flush=True)
     await asyncio.sleep(2.0)  # the publisher drops the connections and their primitives
     return result
+
+
+def relays_per_point(views: Views, placed: dict[str, str]) -> float | None:
+    """Over the points of interest with a subscriber placed, the mean number of relays serving
+    their subscribers (``placed``: subscriber, as JSON text, -> the relay's URL)."""
+    served: dict[int, set[str]] = {}
+    for sub, url in placed.items():
+        served.setdefault(int(views.point[int(sub)]), set()).add(url)
+    if not served:
+        return None
+    return round(statistics.mean(len(urls) for urls in served.values()), 3)
 
 
 def summarise(
@@ -789,6 +814,28 @@ async def start_publisher(workdir: Path, args: argparse.Namespace) -> tuple[Chil
     return publisher, port
 
 
+def relay_policy(args: argparse.Namespace) -> Policy | None:
+    """The relays' policy from ``--widen``, ``--margin`` and ``--overshoot`` as ``fanout relay``
+    makes it from its flags (``cli_relay.policy_given``); None when none is given."""
+    given = {
+        name: getattr(args, name)
+        for name in ("widen", "margin", "overshoot")
+        if getattr(args, name) is not None
+    }
+    if not given:
+        return None
+    base = IN_A_MAP if args.registry and "widen" not in given else Policy()
+    return dataclasses.replace(base, **given)
+
+
+def effective_policy(args: argparse.Namespace) -> Policy:
+    """The policy the relays plan with (``RelayConfig.planning``)."""
+    given = relay_policy(args)
+    if given is not None:
+        return given
+    return IN_A_MAP if args.registry else Policy()
+
+
 def ratio(steps: list[dict[str, Any]], key: str = "egress_bytes_per_s") -> float | None:
     """``key`` at the last step over ``key`` at the step before."""
     if len(steps) < 2 or not steps[-2][key] or steps[-1][key] is None:
@@ -831,6 +878,8 @@ async def bench(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
     relay, direct = results["relay"], results["direct"]
     ratio_relay, saved = ratio(relay), savings(direct, relay)
     per_batch = "egress_bytes_per_micro_batch"
+    ratio_per_batch = ratio(relay, per_batch)
+    saved_per_batch = savings(direct, relay, per_batch)
     out: dict[str, Any] = {
         "egress_ratio_relay": ratio_relay,
         "egress_ratio_direct": ratio(direct),
@@ -846,9 +895,13 @@ async def bench(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
         # The same from bytes per micro-batch: free of differences in micro-batch rate
         # between windows (the machine is shared; Spark's pace varies with its load).
         "per_micro_batch": {
-            "egress_ratio_relay": ratio(relay, per_batch),
+            "egress_ratio_relay": ratio_per_batch,
             "egress_ratio_direct": ratio(direct, per_batch),
-            "savings_at_10000": savings(direct, relay, per_batch),
+            "savings_at_10000": saved_per_batch,
+            "egress_ratio_relay_met": ratio_per_batch is not None
+            and ratio_per_batch <= TARGET_EGRESS_RATIO,
+            "savings_at_10000_met": saved_per_batch is not None
+            and saved_per_batch >= TARGET_SAVINGS,
         },
         "relay": relay,
         "direct": direct,
@@ -927,33 +980,33 @@ def main() -> None:
     parser.add_argument(
         "--widen",
         choices=list(WIDENINGS),
-        default="tiles",
-        help="the relays' widening policy (default: tiles, as fanout relay)",
+        help="the relays' widening policy (default: fanout relay's, fit in a map of"
+        " responsibility, tiles with --no-registry)",
     )
     parser.add_argument(
         "--margin",
         type=float,
-        default=Policy().margin,
-        help=f"the relays' widening margin (default: {Policy().margin}, as fanout relay)",
+        help=f"the relays' widening margin (default: fanout relay's, {IN_A_MAP.margin} with fit"
+        f" in a map, {Policy().margin} otherwise)",
     )
     parser.add_argument(
         "--overshoot",
         type=float,
-        default=Policy().overshoot,
         help="with --widen enclose: the relays' overshoot (default: 0, as fanout relay)",
     )
     parser.add_argument(
         "--registry",
-        action="store_true",
+        action=argparse.BooleanOptionalAction,
+        default=True,
         help="the relays share a map of responsibility in a Redis Cluster started for the run"
-        " (grid side --area) and redirect subscriptions to the responsible relay; the client"
-        " follows the redirects",
+        " (grid side --area) and redirect subscriptions to the responsible relay, the client"
+        " following the redirects (default); --no-registry: relays alone",
     )
     parser.add_argument(
         "--registry-policy",
         choices=("redirect", "forward"),
         default="redirect",
-        help="with --registry: redirect subscriptions to the responsible relay (default), or"
+        help="in a map: redirect subscriptions to the responsible relay (default), or"
         " forward: serve them where they entered, the parts other relays are responsible for"
         " acquired from those relays",
     )
@@ -962,8 +1015,8 @@ def main() -> None:
         type=Path,
         default=None,
         help="write the results here (default: bench/results/sharing.json for the default"
-        " configuration and steps, sharing-registry.json for the same with --registry,"
-        " sharing-forward.json with --registry --registry-policy forward)",
+        " configuration and steps, sharing-forward.json for the same with --registry-policy"
+        " forward, sharing-alone.json with --no-registry; other configurations: none)",
     )
     parser.add_argument("--workdir", type=Path, default=None, help="logs and state go here")
     args = parser.parse_args()
@@ -1003,6 +1056,7 @@ def main() -> None:
             else ""
         ),
     )
+    planning = effective_policy(args)
     results["setup"] = {
         "steps": args.steps,
         "agents": args.agents,
@@ -1014,9 +1068,15 @@ def main() -> None:
         "points_of_interest": POINTS,
         "view_side": [VIEW_SIDE / 2, VIEW_SIDE],
         "relays": RELAYS,
-        "widen": args.widen,
-        "margin": args.margin,
-        "overshoot": args.overshoot,
+        # What the relays planned with, and which of it the flags gave.
+        "widen": planning.widen,
+        "margin": planning.margin,
+        "overshoot": planning.overshoot,
+        "policy_flags": {
+            name: getattr(args, name)
+            for name in ("widen", "margin", "overshoot")
+            if getattr(args, name) is not None
+        },
         "assign": args.assign,
         "registry": args.registry,
         "registry_policy": args.registry_policy,
@@ -1030,14 +1090,9 @@ def main() -> None:
     }
     results["machine"] = before | {"load_average_1m_at_end": round(os.getloadavg()[0], 2)}
     results["calibration"] = calibration
-    default = (args.widen, args.margin, args.overshoot, args.assign) == (
-        "tiles",
-        Policy().margin,
-        Policy().overshoot,
-        "spread",
-    )
-    named = {"redirect": "sharing-registry.json", "forward": "sharing-forward.json"}
-    path = RESULTS.with_name(named[args.registry_policy]) if args.registry else RESULTS
+    default = relay_policy(args) is None and args.assign == "spread"
+    named = {"redirect": "sharing.json", "forward": "sharing-forward.json"}
+    path = RESULTS.with_name(named[args.registry_policy] if args.registry else "sharing-alone.json")
     if args.out is not None:
         path = args.out
     elif args.steps != list(DEFAULT_STEPS) or not default:

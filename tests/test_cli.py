@@ -430,6 +430,34 @@ def test_a_relay_takes_another_relay_as_upstream_or_the_publisher_not_both(
     assert "not allowed with argument" in capsys.readouterr().err
 
 
+def test_a_relay_of_a_map_plans_with_fit_unless_told_to_widen_otherwise() -> None:
+    """No widening flag: the relay's default, ``fit`` in a map and ``tiles`` alone
+    (``RelayConfig.planning``); flags change that default, ``--widen`` replaces it."""
+    from fanout.cli_relay import policy_given
+    from fanout.relay.config import RelayConfig
+    from fanout.relay.planner import IN_A_MAP, Policy
+
+    registry = "redis://10.0.0.9:7000"
+
+    def planned(*flags: str, registry: str | None = registry) -> Policy:
+        args = _parser().parse_args(["relay", *flags])
+        config = RelayConfig("ws://p:7700", policy=policy_given(args, registry), registry=registry)
+        return config.planning
+
+    assert planned() == IN_A_MAP == Policy(widen="fit", margin=0.075)
+    assert planned(registry=None) == Policy()  # alone, as before
+    assert planned("--grace", "1") == Policy(widen="fit", margin=0.075, grace=1.0)
+    assert planned("--grace", "1", registry=None) == Policy(grace=1.0)
+    assert planned("--margin", "0.2") == Policy(widen="fit", margin=0.2)
+    assert planned("--widen", "tiles") == Policy()
+    assert planned("--widen", "enclose", "--overshoot", "0.75") == Policy(
+        widen="enclose", overshoot=0.75
+    )
+    assert RelayConfig("ws://p:7700", policy=Policy(widen="exact"), registry=registry).planning == (
+        Policy(widen="exact")
+    )
+
+
 def test_a_relay_takes_its_registry_from_flags_over_fanout_toml(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -5,11 +5,15 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import dataclasses
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from fanout import cli_security
+
+if TYPE_CHECKING:
+    from fanout.relay.planner import Policy
 
 #: ``fanout.cli``'s maker of a subcommand's parser (every subcommand takes ``--log-level``).
 Command = Callable[..., argparse.ArgumentParser]
@@ -61,34 +65,31 @@ def relay_parser(commands: Any, command: Command) -> None:
     )
     parser.add_argument(
         "--widen",
-        choices=["tiles", "margin", "exact", "enclose"],
-        default="tiles",
+        choices=["tiles", "margin", "exact", "enclose", "fit"],
         help="what to acquire upstream for a view not covered: shared grid tiles, the view plus"
-        " a margin, exactly the uncovered part, or one box enclosing the view and the held"
-        " primitives it meets (default: tiles)",
+        " a margin, exactly the uncovered part, one box enclosing the view and the held"
+        " primitives it meets, or one box fitted to the cluster of views it joins (default:"
+        " tiles; fit with --registry: docs/cluster.md)",
     )
     parser.add_argument(
         "--margin",
         type=float,
-        default=0.5,
-        help="grow views by this fraction of their size before widening (default: 0.5)",
+        help="grow views by this fraction of their size before widening; with fit, the most a"
+        " side is stretched (default: 0.5; 0.075 with --registry and no --widen)",
     )
     parser.add_argument(
         "--grace",
         type=float,
-        default=10.0,
         help="seconds before an unneeded primitive is released (default: 10)",
     )
     parser.add_argument(
         "--lead",
         type=float,
-        default=0.0,
         help="acquire this many seconds of a moving view's motion ahead of it (default: 0, off)",
     )
     parser.add_argument(
         "--overshoot",
         type=float,
-        default=0.0,
         help="with --widen enclose: a side of the enclosure that must grow by d grows by"
         " (1 + this) * d (default: 0)",
     )
@@ -254,22 +255,16 @@ def run_relay(args: argparse.Namespace) -> int:
     from fanout.relay.config import RelayConfig
     from fanout.relay.mqtt.actions import Limits as MqttLimits
     from fanout.relay.mqtt.ingest import parse_route
-    from fanout.relay.planner import Policy
     from fanout.relay.server import RelayServer
 
+    cluster = cluster_given(args)
     config = RelayConfig(
         publisher=args.upstream or args.publisher,
         host=args.host,
         port=args.port,
         name=args.name,
         serve_relays=args.serve_relays,
-        policy=Policy(
-            widen=args.widen,
-            margin=args.margin,
-            grace=args.grace,
-            lead=args.lead,
-            overshoot=args.overshoot,
-        ),
+        policy=policy_given(args, cluster.get("registry")),
         auth=cli_security.auth_config(args),
         token=cli_security.token(args),
         token_file=args.token_file,
@@ -282,7 +277,7 @@ def run_relay(args: argparse.Namespace) -> int:
         mqtt_redis=args.mqtt_redis,
         mqtt_peer_port=args.mqtt_peer_port,
         mqtt_lease=args.mqtt_lease,
-        **cluster_given(args),
+        **cluster,
         mqtt=MqttLimits(**_given(args, MQTT_LIMITS, "--mqtt-")),
         **_limits_given(args),
     )
@@ -294,6 +289,25 @@ def run_relay(args: argparse.Namespace) -> int:
 
     asyncio.run(server.run(ready))
     return 0
+
+
+def policy_given(args: argparse.Namespace, registry: str | None) -> Policy | None:
+    """The coverage policy of the widening flags given, over the default they change: ``fit``
+    widening (``planner.IN_A_MAP``) for a relay of a map (``registry``) not given ``--widen``,
+    ``Policy()`` otherwise; None when none is given (``RelayConfig.planning`` then decides).
+
+    Raises:
+        InvalidView: the flags make no policy (a negative margin, an overshoot without
+            enclose).
+    """
+    from fanout.relay.planner import IN_A_MAP, Policy
+
+    names = ("widen", "margin", "grace", "lead", "overshoot")
+    given = {name: getattr(args, name) for name in names if getattr(args, name) is not None}
+    if not given:
+        return None
+    base = IN_A_MAP if registry is not None and "widen" not in given else Policy()
+    return dataclasses.replace(base, **given)
 
 
 def _limits_given(args: argparse.Namespace) -> dict[str, Any]:

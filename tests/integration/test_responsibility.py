@@ -137,7 +137,7 @@ async def primitives_by_relay(publisher: Child) -> dict[str, float]:
 
 
 async def test_subscribers_entering_anywhere_meet_at_the_responsible_relay(
-    publisher: Child, relays: list[Child]
+    publisher: Child, relays: list[Child], tmp_path: Path
 ) -> None:
     await members_seen(relays, len(NAMES))
     expected = {i: the_map(relays).owner_of("agents", box).url for i, box in enumerate(BOXES)}
@@ -184,6 +184,11 @@ async def test_subscribers_entering_anywhere_meet_at_the_responsible_relay(
     # the publisher holds the same primitives at the same relays, wherever subscribers entered
     assert by_entry["all at r0"] == by_entry["round robin"]
     assert set(by_entry["round robin"]) == owners
+    # relays of a map plan with fit widening by default: one primitive per view here (the
+    # views are far apart), each fitted to its view, where tiles would take several
+    assert sum(by_entry["round robin"].values()) == len(BOXES)
+    logged = (tmp_path / "relay-r0.log").read_text(errors="replace")
+    assert "(fit widening, margin 0.075; " in logged
 
 
 class Follower:

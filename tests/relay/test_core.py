@@ -103,7 +103,7 @@ def test_subscribe_acquires_upstream_and_the_snapshot_makes_the_first_full_push(
     assert keys(push.entered) == [1, 3]  # k2 is held upstream (margin) but outside the view
 
 
-@pytest.mark.parametrize("widen", ["tiles", "margin", "enclose", "exact"])
+@pytest.mark.parametrize("widen", ["tiles", "margin", "enclose", "exact", "fit"])
 @pytest.mark.parametrize(
     "view",
     [
@@ -703,7 +703,7 @@ def test_a_3d_sphere_view_gets_the_rows_inside_the_ball() -> None:
     assert keys(second.left) == [4]  # |(-5, 0, -9)| > 10
 
 
-@pytest.mark.parametrize("widen", ["tiles", "margin", "exact", "enclose"])
+@pytest.mark.parametrize("widen", ["tiles", "margin", "exact", "enclose", "fit"])
 def test_every_widening_serves_a_second_view_beside_the_first(widen: str) -> None:
     core = relay(Policy(widen=widen, grace=0.0))  # type: ignore[arg-type]
     first = subscribe(core, Box((0, 0), (10, 10)), sub=1)
@@ -730,6 +730,25 @@ def test_an_enclosure_overshoots_and_the_first_is_released_once_enclosed() -> No
     assert [r.prim for r in released] == [first.prim]  # type: ignore[attr-defined]
     assert core.stats()["primitives_acquired"] == 2
     assert core.stats()["primitives"] == 1
+
+
+def test_fit_refits_to_the_views_the_relay_serves_and_releases_what_it_replaced() -> None:
+    """The relay hands ``fit`` the views it serves: the second view's primitive is fitted to
+    both views, not to the first primitive's guess, which is released once the refit is
+    ready."""
+    core = relay(Policy(widen="fit", margin=0.5, grace=0.0))
+    (first,) = subscribe(core, Box((0, 0), (10, 10)), sub=1)
+    assert first.view == Box((-5, -5), (15, 15))  # alone: stretched by half its side
+    core.on_batch(batch(0, rows(k1=(5, 5), k2=(20, 5)), snapshots=[first.prim]))
+    (refit,) = subscribe(core, Box((12, 0), (22, 10)), sub=2)
+    # both views span x 0..22, y 0..10; two views: stretched by at most half a side, 5
+    assert refit.view == Box((-5, -5), (27, 15))
+    core.on_batch(batch(1, rows(k1=(5, 5), k2=(20, 5)), snapshots=[refit.prim]))
+    core.end_epoch()
+    released = frames(core.housekeeping(now=50.0), UPSTREAM)
+    assert [r.prim for r in released] == [first.prim]  # type: ignore[attr-defined]
+    served = {p.sub: p for p in pushes(core, now=60.0)}  # type: ignore[union-attr]
+    assert keys(served[2].entered) == [2]  # type: ignore[union-attr]
 
 
 def test_a_moving_view_is_acquired_ahead_of_its_motion() -> None:

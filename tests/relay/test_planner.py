@@ -22,6 +22,7 @@ from fanout.relay.planner import (
 )
 from fanout.relay.upstream import Primitive
 from fanout.views import Box, Sphere, covers
+from fanout.views.topic import parse as topic
 
 
 def test_a_covered_view_needs_nothing() -> None:
@@ -94,7 +95,7 @@ FLOATS = st.floats(allow_nan=False, allow_infinity=False)
 @settings(max_examples=300, deadline=None)
 @given(
     st.lists(st.tuples(FLOATS, FLOATS), min_size=2, max_size=2),
-    st.sampled_from(["tiles", "margin", "enclose", "exact"]),
+    st.sampled_from(["tiles", "margin", "enclose", "exact", "fit"]),
     st.lists(st.tuples(FLOATS, FLOATS), min_size=2, max_size=2),
 )
 @example(corners=[(-1e308, 1e308), (-1e308, 1e308)], widen="tiles", other=[(0.0, 1.0), (0.0, 1.0)])
@@ -232,7 +233,7 @@ def test_a_growing_cluster_of_views_is_re_acquired_less_often_with_an_overshoot(
 
 
 def test_an_unknown_policy_is_refused() -> None:
-    with pytest.raises(InvalidView, match="tiles, margin, exact, enclose"):
+    with pytest.raises(InvalidView, match="tiles, margin, exact, enclose, fit"):
         Policy(widen="nearest")  # type: ignore[arg-type]
 
 
@@ -305,3 +306,111 @@ def test_every_policy_covers_the_view_with_what_is_held(held, view, widen, overs
     for region in [*held, *acquired]:
         inside |= region.match(xs.ravel(), ys.ravel())
     assert inside.all()
+
+
+# -- fit: one primitive fitted to the cluster of views -------------------------------------------
+
+
+def _meets(a: tuple[float, float, float, float], b: tuple[float, float, float, float]) -> bool:
+    """Closed boxes (x0, y0, x1, y1) meet: the oracle's own test, plain comparisons."""
+    return a[0] <= b[2] and b[0] <= a[2] and a[1] <= b[3] and b[1] <= a[3]
+
+
+def _fit_oracle(
+    held: list[Box], view: Box, views: list[Box], most: float
+) -> tuple[tuple[float, float, float, float], set[tuple[float, float, float, float]]]:
+    """Brute force of ``fit``: the views meeting the view or a held box meeting it, their
+    bounds by plain min/max, each side moved out by min(extent / (n - 1), most * view's).
+
+    Returns:
+        The box as (x0, y0, x1, y1), and the views it was fitted to.
+    """
+    flat = [(b.lo[0], b.lo[1], b.hi[0], b.hi[1]) for b in (view, *views)]
+    mine = flat[0]
+    near = [mine] + [
+        (b.lo[0], b.lo[1], b.hi[0], b.hi[1])
+        for b in held
+        if _meets((b.lo[0], b.lo[1], b.hi[0], b.hi[1]), mine)
+    ]
+    members = {box for box in flat if any(_meets(box, other) for other in near)}
+    lo = [min(box[axis] for box in members) for axis in (0, 1)]
+    hi = [max(box[axis + 2] for box in members) for axis in (0, 1)]
+    n = len(members)
+    out = []
+    for axis in (0, 1):
+        step = min((hi[axis] - lo[axis]) / max(n - 1, 1), most * (mine[axis + 2] - mine[axis]))
+        out.append((lo[axis] - step, hi[axis] + step))
+    return (out[0][0], out[1][0], out[0][1], out[1][1]), members
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.lists(boxes, max_size=5),
+    boxes,
+    st.lists(boxes, max_size=12),
+    st.sampled_from([0.0, 0.075, 0.5]),
+)
+def test_fit_is_the_stretched_bounding_box_of_the_views_it_joins(held, view, views, most) -> None:  # type: ignore[no-untyped-def]
+    """Oracle: brute force over the views and held boxes; the primitive covers every view it
+    was fitted to, the view among them."""
+    acquired = to_acquire(held, view, Policy(widen="fit", margin=most), views=views)
+    if covers(held, view):
+        assert acquired == []
+        return
+    (box,) = acquired
+    (x0, y0, x1, y1), members = _fit_oracle(held, view, views, most)
+    assert box.lo == pytest.approx((x0, y0)) and box.hi == pytest.approx((x1, y1))
+    for a0, b0, a1, b1 in members:
+        assert covers([box], Box((a0, b0), (a1, b1)))
+
+
+def test_fit_takes_views_of_other_kinds_and_dimensions_as_nothing() -> None:
+    view = Box((0, 0), (10, 10))
+    others = [Box((0, 0, 0), (5, 5, 5)), topic("a/#"), Sphere((5, 5), 2)]
+    # the sphere meets the view: two views, stretch min(extent / 1, 0.5 * 10) = 5
+    assert to_acquire([], view, Policy(widen="fit", margin=0.5), views=others) == [
+        Box((-5, -5), (15, 15))
+    ]
+
+
+def test_fit_refits_a_cluster_and_forgets_a_first_guess_that_went_too_far() -> None:
+    """A first view alone is stretched by the margin; once the cluster has grown, the refit is
+    the cluster's bounding box stretched by its extent over n - 1, tighter than the guess
+    where the views did not go."""
+    policy = Policy(widen="fit", margin=0.5)
+    first = Box((0, 0), (10, 10))
+    (guess,) = to_acquire([], first, policy, views=[first])
+    assert guess == Box((-5, -5), (15, 15))
+    views = [first] + [Box((float(x), 0.0), (x + 10.0, 10.0)) for x in range(1, 11)]
+    (refit,) = to_acquire([guess], views[-1], policy, views=views)
+    # 11 views over x in [0, 20], y in [0, 10]: stretched by 20 / 10 and 10 / 10
+    assert refit == Box((-2, -1), (22, 11))
+    assert refit.lo[1] > guess.lo[1] and refit.hi[1] < guess.hi[1]
+
+
+def test_a_growing_cluster_costs_fit_little_more_than_its_union() -> None:
+    """Spectators gathering around a point (bench/sharing.py's views): what fit holds once all
+    200 have come is within 20% of their bounding box's area, while after the first 20 it
+    already holds at least 85% of what it holds at the end (enclose with an overshoot: less)."""
+    rng = np.random.default_rng(11)
+    side = rng.uniform(16, 32, 200)
+    centre = rng.uniform(-0.25, 0.25, (200, 2)) * side[:, None]
+    views = [
+        Box((cx - s / 2, cy - s / 2), (cx + s / 2, cy + s / 2))
+        for (cx, cy), s in zip(centre.tolist(), side.tolist(), strict=True)
+    ]
+    policy = Policy(widen="fit", margin=0.075, grace=0)
+    held: list[Box] = []
+    areas = []
+    for count, view in enumerate(views, 1):
+        new = to_acquire(held, view, policy, views=views[:count])
+        held = new or held  # each refit replaces the one box (grace 0)
+        assert covers(held, view)
+        areas.append(held[0].measure())
+    (box,) = held
+    union = Box(
+        (min(v.lo[0] for v in views), min(v.lo[1] for v in views)),
+        (max(v.hi[0] for v in views), max(v.hi[1] for v in views)),
+    )
+    assert box.measure() <= 1.2 * union.measure()
+    assert areas[19] >= 0.85 * areas[-1]

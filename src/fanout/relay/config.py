@@ -17,7 +17,7 @@ from fanout.relay.cluster.settings import registry_address
 from fanout.relay.core import MAX_SUBSCRIPTIONS
 from fanout.relay.holding import CATALOG_WAIT, MAX_HELD
 from fanout.relay.mqtt.actions import Limits as MqttLimits
-from fanout.relay.planner import Policy
+from fanout.relay.planner import IN_A_MAP, Policy
 from fanout.relay.scheduler import AGING
 from fanout.relay.tables import QUERY_TIMEOUT
 from fanout.relay.throttle import CONTROL_BURST, CONTROL_SHARE, SQL_BURST, SQL_SHARE
@@ -36,7 +36,8 @@ class RelayConfig:
         host: interface to listen on for subscribers.
         port: port to listen on (0: any free port).
         name: shown to the publisher and in logs.
-        policy: coverage planning policy.
+        policy: coverage planning policy; None: the default, which depends on ``registry``
+            (``planning``).
         queue_limit: frames queued per subscriber before it is closed as a slow consumer.
         stall_timeout: seconds a subscriber may leave a push unread before it is closed.
         read_rate, read_burst: frames a second the relay reads from one subscriber
@@ -121,7 +122,7 @@ class RelayConfig:
     host: str = "127.0.0.1"
     port: int = 0
     name: str = "relay"
-    policy: Policy = field(default_factory=Policy)
+    policy: Policy | None = None
     queue_limit: int = 64
     stall_timeout: float = 10.0
     read_rate: float = 1000.0
@@ -161,6 +162,15 @@ class RelayConfig:
     registry_lease: float = 3.0
     registry_side: float = DEFAULT_SIDE
     advertise: str | None = None
+
+    @property
+    def planning(self) -> Policy:
+        """The coverage policy the relay plans with: ``policy`` if given, otherwise ``fit``
+        widening (``planner.IN_A_MAP``) in a map of responsibility and ``tiles`` alone
+        (``Policy()``)."""
+        if self.policy is not None:
+            return self.policy
+        return IN_A_MAP if self.registry is not None else Policy()
 
     def __post_init__(self) -> None:
         """Raises:

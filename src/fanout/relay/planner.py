@@ -26,6 +26,16 @@ subscription"):
   growing (spectators gathering around a point of interest) then needs fewer re-acquires, each
   a fresh snapshot at the publisher, and what is fetched for its first views already reaches
   towards where later ones will be.
+* ``fit``: one primitive fitted to the cluster of views the view joins: the bounding box of the
+  views that meet the view or the held primitives it meets, each side stretched by the box's
+  extent over ``n - 1`` (``n``: those views, distinct ones) but by at most ``margin`` times the
+  view's extent (:func:`fitted`). For ``n`` views spread evenly over an interval, the
+  interval's end lies about the range over ``n - 1`` beyond the furthest, so the stretch is a
+  guess at where the cluster's next view reaches, generous while it has few views and shrinking
+  as it fills. Each refit replaces the cluster's primitives, which are released after the grace
+  period, so a first guess that went too far is dropped once the cluster is refitted; an
+  ``enclose`` overshoot stays for ever. It is the default of a relay in a map of responsibility
+  (``RelayConfig.planning``), whose subscribers are views of one place gathered there.
 
 **Velocity-predicted margin** (``lead``, off by default): a view that moves is grown further
 ahead of its motion, by its velocity times ``lead`` seconds, on the side it moves towards. The
@@ -33,7 +43,7 @@ velocity is the last move's: the change of the view's centre over the time betwe
 changes (:func:`velocity`); a jump of more than ``MAX_JUMP`` view sizes is a teleport, not
 motion, and predicts nothing. A view moving steadily then stays inside what was acquired for
 about ``lead`` seconds longer, so it needs new primitives less often. ``exact`` widening takes
-no lead (it fetches only what the view needs).
+no lead (it fetches only what the view needs), nor does ``fit`` (it fits the views as they are).
 
 Primitives whose every dependent view is covered by the others are released after a grace period.
 """
@@ -43,7 +53,7 @@ from __future__ import annotations
 import functools
 import itertools
 import math
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Literal, cast
 
@@ -77,7 +87,7 @@ def as_region(view: object) -> Region:
 
 
 #: The widening policies (see the module docstring).
-WIDENINGS = ("tiles", "margin", "exact", "enclose")
+WIDENINGS = ("tiles", "margin", "exact", "enclose", "fit")
 
 
 @dataclass(frozen=True)
@@ -85,8 +95,10 @@ class Policy:
     """How generously the relay widens what it asks for.
 
     Attributes:
-        widen: ``tiles``, ``margin``, ``exact`` or ``enclose`` (see the module docstring).
-        margin: grow each axis of the view's bounding box by this fraction of its extent first.
+        widen: ``tiles``, ``margin``, ``exact``, ``enclose`` or ``fit`` (see the module
+            docstring).
+        margin: grow each axis of the view's bounding box by this fraction of its extent first;
+            with ``fit``, the most a side is stretched, as a fraction of the view's extent.
         min_margin: and by at least this many world units.
         grace: seconds an unneeded primitive is kept before it is released.
         max_overfetch: tiles whose total area (volume) exceeds this many times the grown view's
@@ -96,7 +108,7 @@ class Policy:
             many times more than it has to (0: just enough).
     """
 
-    widen: Literal["tiles", "margin", "exact", "enclose"] = "tiles"
+    widen: Literal["tiles", "margin", "exact", "enclose", "fit"] = "tiles"
     margin: float = 0.5
     min_margin: float = 0.0
     grace: float = 10.0
@@ -115,6 +127,20 @@ class Policy:
             )
         if self.overshoot and self.widen != "enclose":
             raise InvalidView(f"policy: overshoot is for enclose widening, not {self.widen}")
+
+    def describe(self) -> str:
+        """E.g. ``"fit widening, margin 0.075"``: what a relay logs when it starts."""
+        told = [f"{self.widen} widening", f"margin {self.margin:g}"]
+        told += [f"overshoot {self.overshoot:g}"] if self.overshoot else []
+        told += [f"lead {self.lead:g} s"] if self.lead else []
+        return ", ".join(told)
+
+
+#: The widening of a relay in a map of responsibility unless it is told otherwise
+#: (``RelayConfig.planning``): the map gathers the views of one place at one relay, and ``fit``
+#: fetches little more than their union while guessing where the next one will be
+#: (docs/cluster.md, "Widening in a cluster").
+IN_A_MAP = Policy(widen="fit", margin=0.075)
 
 
 Velocity = tuple[float, ...]
@@ -219,6 +245,7 @@ def to_acquire(
     view: Region,
     policy: Policy,
     moving: Velocity | None = None,
+    views: Sequence[View] = (),
 ) -> list[Region]:
     """New primitives needed so that ``held`` plus them covers ``view`` (empty if covered).
 
@@ -228,6 +255,7 @@ def to_acquire(
         view: the view to cover.
         policy: how to widen.
         moving: the view's velocity, if it is moving (see ``velocity``; used with a ``lead``).
+        views: ``fit`` only: the views the relay serves from the dataset (others are ignored).
     """
     if not isinstance(held, CoverIndex):
         held = CoverIndex(held)
@@ -235,12 +263,12 @@ def to_acquire(
         return []
     if policy.widen == "exact":
         return [as_region(piece) for piece in residual(held, view)]
+    if policy.widen == "fit":
+        return [fitted(held, view, views, policy.margin)]
     wanted = grown(view, policy, moving)
     if policy.widen == "enclose":
         meeting = [prim for prim in held if overlaps(prim, wanted)]
-        if not meeting:
-            return [wanted]
-        return [enclosure(bounding_box(meeting), wanted, policy.overshoot)]
+        return [enclosure(bounding_box(meeting), wanted, policy.overshoot) if meeting else wanted]
     side = tile_side(view) if policy.widen == "tiles" else None
     if side is not None and tileable(wanted, side):
         candidates = tiles(wanted, side)
@@ -274,6 +302,43 @@ def enclosure(held: Box, wanted: Box, overshoot: float) -> Box:
         for h, w in zip(held.hi, wanted.hi, strict=True)
     )
     return Box(lo, hi)
+
+
+def fitted(held: Iterable[View], view: Region, views: Sequence[View], most: float) -> Box:
+    """The primitive ``fit`` widening acquires for ``view`` (see the module docstring).
+
+    Args:
+        held: the held primitives (region ones count).
+        view: the view to cover.
+        views: the views served; region views of ``view``'s dimensions count, others not.
+        most: a side is stretched by at most this fraction of ``view``'s extent on its axis.
+
+    Returns:
+        The bounding box of the views meeting ``view`` or the held primitives meeting it
+        (``view`` among them), each side stretched by the box's extent over ``n - 1`` (``n``:
+        those views, distinct ones), at most ``most`` times ``view``'s extent. The held
+        primitives only find the views: what they held beyond them is not kept.
+    """
+    own = view.bounds()
+    near = [own, *(p.bounds() for p in held if isinstance(p, _REGIONS) and overlaps(p, own))]
+    members = {
+        other
+        for other in views
+        if isinstance(other, _REGIONS)
+        and other.dims == own.dims
+        and any(overlaps(other, box) for box in near)
+    }
+    members.add(view)
+    box = bounding_box(members)
+    spread = max(len(members) - 1, 1)
+    stretch = [
+        min((hi - lo) / spread, most * (view_hi - view_lo))
+        for lo, hi, view_lo, view_hi in zip(box.lo, box.hi, own.lo, own.hi, strict=True)
+    ]
+    return Box(
+        tuple(_finite(lo - s, lo) for lo, s in zip(box.lo, stretch, strict=True)),
+        tuple(_finite(hi + s, hi) for hi, s in zip(box.hi, stretch, strict=True)),
+    )
 
 
 def overlaps(a: Region, b: Region) -> bool:

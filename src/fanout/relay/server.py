@@ -109,7 +109,7 @@ class RelayServer:
         """A relay that will run as ``config`` (checked when it was made) says."""
         self.config = config
         self.core = RelayCore(
-            config.policy,
+            config.planning,
             config.aging,
             engine=TableStore(config.query_timeout),
             max_subscriptions=config.max_subscriptions,
@@ -245,11 +245,12 @@ class RelayServer:
                     )
                 await self.upstream.ready.wait()
                 log.info(
-                    "relay %s listening on %s://%s:%d (box views cut %s)",
+                    "relay %s listening on %s://%s:%d (%s; box views cut %s)",
                     self.config.name,
                     "ws" if ssl is None else "wss",
                     self.config.host,
                     self.port,
+                    self.config.planning.describe(),
                     "by the compiled kernels" if COMPILED else "with numpy: no kernels built",
                 )
                 if ready is not None:

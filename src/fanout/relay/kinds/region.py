@@ -111,7 +111,10 @@ class RegionKind:
     def _acquire_for(self, view: Region, moving: Velocity | None) -> list[Primitive]:
         upstream = self._parts.upstream
         held = upstream.cover(self.name)
-        planned = planner.to_acquire(held, view, self._parts.policy, moving)
+        policy = self._parts.policy
+        # Only ``fit`` widening reads the other views (the view is among them already).
+        views = self._parts.downstream.views(self.name) if policy.widen == "fit" else ()
+        planned = planner.to_acquire(held, view, policy, moving, views)
         return [upstream.add(self.name, box) for box in planned]
 
     # -- coverage ---------------------------------------------------------------------
