@@ -13,19 +13,21 @@ import math
 from fractions import Fraction
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 from fanout.relay.cluster.redirects import redirect
 from fanout.relay.cluster.responsibility import (
     BUCKETS,
+    TOPIC_DEPTH,
     NoLiveRelay,
     ResponsibilityMap,
     moved,
     part_of,
 )
 from fanout.views import Box, Relative, Sphere
-from fanout.views.topic import TopicFilter
+from fanout.views.objects import ObjectPath
+from fanout.views.topic import TopicFilter, matches
 from fanout.wire.messages import Subscribe
 
 names = st.text(alphabet="abcdefgh-0123456789", min_size=1, max_size=8)
@@ -114,10 +116,15 @@ def test_views_of_one_place_share_a_part_and_other_views_hash_into_buckets() -> 
     assert part_of("other", near[0]) != part_of("agents", near[0])
     follow = [Relative(7, Sphere((0, 0), 10)), Relative(7, Box((-5, -5), (5, 5)))]
     assert len({part_of("agents", view) for view in follow}) == 1
-    bucket = part_of("sensors", TopicFilter("plant/+/temp"))
+    subtree = [TopicFilter("plant/+/temp"), TopicFilter("plant/#"), TopicFilter("$share/g/plant")]
+    assert {part_of("sensors", f) for f in subtree} == {"sensors/topic:plant"}
+    assert part_of("sensors", TopicFilter("plant/3/temp")) == "sensors/topic:plant/3"
+    bucket = part_of("sensors", TopicFilter("+/3/temp"))
     assert bucket.startswith("sensors/bucket:")
     assert 0 <= int(bucket.rsplit(":", 1)[1]) < BUCKETS
-    assert bucket == part_of("sensors", TopicFilter("plant/+/temp"))
+    assert bucket == part_of("sensors", TopicFilter("+/3/temp"))
+    media = [ObjectPath("/pps/media/.all"), ObjectPath("/pps/media/song?delta")]
+    assert {part_of("pps", path) for path in media} == {"pps/dir:/pps/media"}
     with pytest.raises(ValueError, match="side"):
         part_of("agents", near[0], side=0)
 
@@ -137,3 +144,35 @@ def test_a_new_subscription_is_redirected_to_its_owner_and_nothing_else_is() -> 
     stay = Subscribe(4, "agents", box, stay=True)
     assert redirect(grid, other, stay, held=False) is None
     assert redirect(members(set()), other, request, held=False) is None
+
+
+filter_levels = st.lists(st.sampled_from(["a", "b", "", "+"]), min_size=1, max_size=5)
+
+
+@given(filter_levels, st.booleans(), st.sampled_from(["x", "y"]), st.sampled_from(["x", "y"]))
+def test_a_topic_filter_belongs_to_the_subtree_every_topic_it_matches_lies_in(
+    levels: list[str], multilevel: bool, fill: str, other: str
+) -> None:
+    """The part names the longest prefix (at most ``TOPIC_DEPTH`` levels) that every topic the
+    filter matches starts with: two topics it matches, its wildcards filled differently, share
+    that prefix, and one level more (within the depth) they need not."""
+    text = "/".join([*levels, "#"] if multilevel else levels)
+    assume(text != "")  # MQTT refuses an empty filter
+    view = TopicFilter(text)
+    part = part_of("d", view)
+    one = "/".join(fill if level == "+" else level for level in levels)
+    two = "/".join(other if level == "+" else level for level in levels)
+    deeper = [f"{one}/{fill}/z", f"{two}/{other}"] if multilevel else [one, two]
+    topics = [t for t in deeper if matches(text, t)]
+    assert topics, (text, deeper)
+    if levels[0] == "+":
+        assert part.startswith("d/bucket:")
+        return
+    assert part_of("d", TopicFilter(f"$share/g/{text}")) == part  # a share group: its subtree
+    prefix = part.removeprefix("d/topic:").split("/")
+    assert 1 <= len(prefix) <= TOPIC_DEPTH
+    for topic in topics:
+        assert topic.split("/")[: len(prefix)] == prefix
+    if len(prefix) < TOPIC_DEPTH and len(levels) > len(prefix) and fill != other:
+        # the next level is a wildcard: topics differ there, so the prefix could not be longer
+        assert levels[len(prefix)] == "+"

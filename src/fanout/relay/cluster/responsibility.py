@@ -11,8 +11,14 @@ Rules:
    (a space dataset) belongs to the cell of a fixed grid of side ``side`` (world units) holding
    the centre of its bounding box: views of one place meet at one relay, whose copy of the place
    they then share. A view relative to an entity belongs to a hash bucket of the entity's key (it
-   moves with the entity); any other view (SQL, topic filter, object path) to a hash bucket of
-   its text, one of ``BUCKETS``: identical views meet at one relay.
+   moves with the entity). A topic filter belongs to its **subtree**: the literal levels it
+   starts with, at most ``TOPIC_DEPTH`` of them (``plant/+/temp`` and ``plant/#`` to
+   ``plant``, ``plant/3/temp`` and ``plant/3/+`` to ``plant/3``), so filters over one subtree,
+   which select overlapping topics, meet at one relay; a shared subscription's ``$share/group/``
+   is not part of it. An object path belongs to its **directory** (``/pps/media/.all`` and
+   ``/pps/media/song`` to ``/pps/media``). Any other view (SQL, a topic filter starting with a
+   wildcard) belongs to a hash bucket of its text, one of ``BUCKETS``: identical views meet at
+   one relay.
 2. **Owners.** A part's owner is the live member of highest rendezvous weight, a hash of the part
    and the member's name (highest-random-weight hashing): every relay reading the same members
    names the same owner, with no coordination, and a member joining or leaving moves only the
@@ -24,18 +30,24 @@ Rules:
 from __future__ import annotations
 
 import hashlib
+import itertools
 import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 from fanout.errors import FanoutError
 from fanout.views import Box, Relative, Sector, Sphere, View, to_text
+from fanout.views.objects import ObjectPath
 from fanout.views.region import RegionUnion
+from fanout.views.topic import TopicFilter
 
 #: Side of the grid of cells space datasets are split into, in world units.
 DEFAULT_SIDE = 256.0
 #: Hash buckets the views of other datasets are split into.
 BUCKETS = 256
+#: Literal levels of a topic filter that name its part (rule 1): deep enough that one busy
+#: first level (``sensors/...``) is still several parts a split can hand over one by one.
+TOPIC_DEPTH = 2
 
 
 class NoLiveRelay(FanoutError):
@@ -53,7 +65,9 @@ def part_of(dataset: str, view: View, side: float = DEFAULT_SIDE) -> str:
         side: the grid's side for region views, > 0.
 
     Returns:
-        ``"<dataset>/cell:i,j[,k]"`` for a region view, ``"<dataset>/bucket:n"`` otherwise.
+        ``"<dataset>/cell:i,j[,k]"`` for a region view, ``"<dataset>/topic:<levels>"`` for a
+        topic filter starting with a literal level, ``"<dataset>/dir:<directory>"`` for an
+        object path, ``"<dataset>/bucket:n"`` otherwise.
 
     Raises:
         ValueError: ``side`` is not a positive finite number.
@@ -68,7 +82,20 @@ def part_of(dataset: str, view: View, side: float = DEFAULT_SIDE) -> str:
             _cell((lo + hi) / 2 / side) for lo, hi in zip(bounds.lo, bounds.hi, strict=True)
         )
         return f"{dataset}/cell:{cell}"
+    if isinstance(view, TopicFilter) and (subtree := _subtree(view.topic_filter)) is not None:
+        return f"{dataset}/topic:{subtree}"
+    if isinstance(view, ObjectPath):
+        return f"{dataset}/dir:{view.directory}"
     return f"{dataset}/bucket:{_bucket(f'view:{to_text(view)}')}"
+
+
+def _subtree(topic_filter: str) -> str | None:
+    """The literal levels ``topic_filter`` starts with, at most ``TOPIC_DEPTH`` (None: it
+    starts with a wildcard, and spans every subtree)."""
+    literal = list(
+        itertools.takewhile(lambda level: level not in ("+", "#"), topic_filter.split("/"))
+    )
+    return "/".join(literal[:TOPIC_DEPTH]) if literal else None
 
 
 def _cell(scaled: float) -> str:

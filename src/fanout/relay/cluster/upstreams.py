@@ -5,7 +5,8 @@ A relay of a map with the forward policy serves every subscription it is given; 
 subscriber's connection stays where it is. What the relay's core asks upstream is routed here:
 
 1. **Acquire.** A primitive whose part (``responsibility.part_of``: the cell of a region's
-   centre, the hash bucket of a topic filter's, object path's or SQL primitive's text) another
+   centre, a topic filter's subtree, an object path's directory, the hash bucket of a SQL
+   primitive's text) another
    live relay is responsible for is acquired from that relay, over the tier protocol
    (``relay.tier``, which serves every kind of dataset), if that relay's name sorts after this
    one's;
