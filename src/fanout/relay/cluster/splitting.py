@@ -78,7 +78,8 @@ class Balancer:
         self._last_move: float | None = None
         self._received: set[str] = set()
         self._started = itertools.count(1)
-        self._processes: list[asyncio.subprocess.Process] = []
+        #: The relays ``command`` started (rule 3: the relay never stops them).
+        self.started: list[asyncio.subprocess.Process] = []
         self.splits = self.merges = self.failures = 0
         self.load = Load(0.0)
 
@@ -182,7 +183,9 @@ class Balancer:
         name = f"{self._registry.name}-split-{next(self._started)}"
         command = self._command.replace("{name}", shlex.quote(name))
         log.info("split: starting a relay to hand parts to: %s", command)
-        self._processes.append(await asyncio.create_subprocess_shell(command))
+        # A session of its own: the relay started outlives this one, and its process group
+        # (the shell and the relay) can be stopped together.
+        self.started.append(await asyncio.create_subprocess_shell(command, start_new_session=True))
         deadline = time.monotonic() + self._wait
         while time.monotonic() < deadline:
             await self._registry.beat()
