@@ -29,9 +29,10 @@ are kept under ``runs``.
 **The split case** (``--split-subscribers``, 2,000 by default, so that about 1,000 move; 0:
 skip it): per run, a Redis Cluster (``fanout.testing.redis``), a relay ``g0`` with
 ``--registry --split-above subscribers=N-1 --split-dwell SPLIT_DWELL`` and a standby ``g1``
-(``--standby``). ``N`` ``every`` views (the seeded boxes, spread over 20 connections entering
-at the standby, which redirects them all to ``g0``) make ``g0`` split once the dwell has passed:
-it hands about half its cells to ``g1``, and ``fanout.client.cluster`` moves their views.
+(``--standby``), on a publisher of its own (started for the run). ``N`` ``every`` views (the
+seeded boxes, spread over 20 connections entering at the standby, which redirects them all
+to ``g0``) make ``g0`` split once the dwell has passed: it hands about half its cells to
+``g1``, and ``fanout.client.cluster`` moves their views.
 Measured: ``split_moved`` (views that moved); ``split_seconds``, from the first redirect a
 subscriber received (the split's command reaching the subscribers) to the last moved view's
 first update at ``g1``; ``split_pause_p50_ms`` / ``split_pause_p99_ms`` over the moved views,
@@ -357,24 +358,33 @@ def spread(values: list[float]) -> dict[str, float]:
     return {"median": statistics.median(values), "min": min(values), "max": max(values)}
 
 
+async def publishing(logs: Path, agents: int) -> Child:
+    """A real publisher whose state (and log) is under ``logs``."""
+    args = ["--port", "0", "--state-dir", str(logs / "publisher"), "--agents", str(agents)]
+    return await start("publisher", args, logs / "publisher.log")
+
+
 async def bench(args: argparse.Namespace) -> dict[str, Any]:
     logs = Path(tempfile.mkdtemp(prefix="fanout-cluster-"))
     views = boxes(args.subscribers)
-    publisher = await start(
-        "publisher",
-        ["--port", "0", "--state-dir", str(logs / "publisher"), "--agents", str(args.agents)],
-        logs / "publisher.log",
-    )
     runs, splits = [], []
-    try:
-        for number in range(args.runs):
-            if not args.only_split:
+    if not args.only_split:
+        publisher = await publishing(logs, args.agents)
+        try:
+            for _ in range(args.runs):
                 runs.append(await run(publisher, views, args.window, logs))
-            if args.split_subscribers:
-                split_views = boxes(args.split_subscribers, seed=28)
-                splits.append(await split_run(publisher, split_views, logs, number))
-    finally:
-        await publisher.stop()
+        finally:
+            await publisher.stop()
+    # Each split run on a publisher of its own: its audit reads a log holding only that run
+    # (one publisher's log, grown over runs, outlived its retention while a run audited).
+    for number in range(args.runs if args.split_subscribers else 0):
+        here = logs / f"split-{number}"
+        publisher = await publishing(here, args.agents)
+        try:
+            split_views = boxes(args.split_subscribers, seed=28)
+            splits.append(await split_run(publisher, split_views, here, number))
+        finally:
+            await publisher.stop()
     keys = [
         "egress_flat_bytes",
         "egress_tiered_bytes",
