@@ -1,6 +1,6 @@
-"""Benchmark relay tiers (issue 27, deliverable 7 in part): the publisher's egress with 8 edge
+"""Benchmark relay tiers and splits (issue 27, deliverable 7): the publisher's egress with 8 edge
 relays on it (flat) against the same 8 edge relays behind 2 mid relays (tiered), the same
-subscribers; and the latency the tier adds.
+subscribers; the latency the tier adds; and the time and pause to move subscribers in a split.
 
 Run ``.venv/bin/python bench/cluster.py`` (``--runs``, ``--subscribers``, ``--window`` seconds,
 ``--agents``); it prints one JSON object and writes ``bench/results/cluster.json``. Everything
@@ -25,6 +25,21 @@ arrival here (p50, p99); and, for each view and tick both deployments delivered,
 the tiered one arrived (``tier_latency_*_ms``: the hop a tier adds, paired tick by tick). The
 results are the median of ``--runs`` runs with their spread (min, max); each run's own figures
 are kept under ``runs``.
+
+**The split case** (``--split-subscribers``, 2,000 by default, so that about 1,000 move; 0:
+skip it): per run, a Redis Cluster (``fanout.testing.redis``), a relay ``g0`` with
+``--registry --split-above subscribers=N-1 --split-dwell SPLIT_DWELL`` and a standby ``g1``
+(``--standby``), on a publisher of its own (started for the run). ``N`` ``every`` views (the
+seeded boxes, spread over 20 connections entering at the standby, which redirects them all
+to ``g0``) make ``g0`` split once the dwell has passed: it hands about half its cells to
+``g1``, and ``fanout.client.cluster`` moves their views.
+Measured: ``split_moved`` (views that moved); ``split_seconds``, from the first redirect a
+subscriber received (the split's command reaching the subscribers) to the last moved view's
+first update at ``g1``; ``split_pause_p50_ms`` / ``split_pause_p99_ms`` over the moved views,
+each the gap between its last update before the move and its first after, minus its normal
+interval (the median gap between its updates before the move); and ``lost``, ``duplicated``,
+``reordered``: every view's updates (moved or not) audited against the publisher's log
+(``fanout.testing.audit``).
 """
 
 from __future__ import annotations
@@ -34,24 +49,36 @@ import asyncio
 import contextlib
 import statistics
 import tempfile
+import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from fanout.client import LiveView, connect
+from fanout.client import LiveView, SubscriptionError, Update, connect
+from fanout.client.cluster import ClusterSubscriber
 from fanout.launch import Child, start
 from fanout.metrics import scrape
+from fanout.publisher.log import SqliteLog
+from fanout.testing.audit import audit
 from fanout.testing.calibration import calibrate
 from fanout.testing.machine import describe, write_results
+from fanout.testing.redis import throwaway_redis_cluster
+from fanout.testing.wait import eventually
 from fanout.views import Box
 
 RESULTS = Path(__file__).parent / "results" / "cluster.json"
+SPLIT_RESULTS = Path(__file__).parent / "results" / "cluster_split.json"
 EDGES = 8
 MIDS = 2
 SETTLE = 5.0
 WORLD = 1000.0
+#: Seconds the giver must stay past its threshold before it splits (its subscribers' normal
+#: interval is measured meanwhile).
+SPLIT_DWELL = 10.0
+#: Connections the split case's subscribers share.
+SPLIT_CONNECTIONS = 20
 
 
 def boxes(count: int, seed: int = 27) -> list[Box]:
@@ -164,6 +191,164 @@ async def run(publisher: Child, views: list[Box], window: float, logs: Path) -> 
     return result
 
 
+class Timed(ClusterSubscriber):
+    """A cluster subscriber noting when each redirect of a held view arrived."""
+
+    def __init__(self, entry: str, stack: contextlib.AsyncExitStack) -> None:
+        super().__init__(entry, stack)
+        self.redirected_at: dict[int, float] = {}  # id of the view -> when
+
+    def _moved(self, view: LiveView, location: str) -> None:
+        self.redirected_at[id(view)] = time.time()
+        super()._moved(view, location)
+
+
+class Followed:
+    """Every update of one ``every`` view, as received, and the view's moves."""
+
+    def __init__(self, box: Box, view: LiveView) -> None:
+        self.box, self.view = box, view
+        self.updates: list[Update] = []
+        self.error: SubscriptionError | None = None
+        self.task = asyncio.create_task(self._drain())
+
+    async def _drain(self) -> None:
+        try:
+            async for update in self.view:
+                self.updates.append(update)
+        except SubscriptionError as error:
+            self.error = error  # counted: a view that ended is a failure of the split
+
+    def moved_after(self, redirected: float) -> int:
+        """The index of its first update received after its redirect at ``redirected`` (a
+        wall-clock time), -1 if none came yet."""
+        for index, update in enumerate(self.updates):
+            if update.received_at > redirected:
+                return index
+        return -1
+
+    def pause_ms(self, redirected: float) -> float:
+        """The gap across its move minus its normal interval (the module's docstring)."""
+        at = [update.received_at for update in self.updates]
+        first = self.moved_after(redirected)
+        before = np.diff(at[:first])
+        normal = float(np.median(before)) if len(before) else 0.0
+        return max(at[first] - at[first - 1] - normal, 0.0) * 1000
+
+
+async def split_run(
+    publisher: Child, views: list[Box], logs: Path, run_number: int
+) -> dict[str, Any]:
+    """One split: ``len(views)`` ``every`` views on a giver past its threshold, about half moved
+    to a standby."""
+    with throwaway_redis_cluster() as nodes:
+        host, port = nodes[0]
+        common = ["--registry", f"redis://{host}:{port}", "--registry-lease", "3"]
+        common += ["--split-above", f"subscribers={len(views) - 1}"]  # the last view tips it
+        common += ["--split-dwell", str(SPLIT_DWELL), "--publisher", publisher.url, "--port", "0"]
+        started: list[Child] = []
+        try:
+            for role, extra in (("g0", []), ("g1", ["--standby"])):
+                name = f"{role}-{run_number}"
+                log = logs / f"{name}.log"
+                started.append(await start("relay", [*common, "--name", name, *extra], log))
+            giver, standby = started
+            result = await _split_measured(giver, standby, views)
+        finally:
+            for child in reversed(started):
+                await child.stop()
+    with SqliteLog(logs / "publisher" / "log.db") as stored:
+        counts = {"lost": 0, "duplicated": 0, "reordered": 0}
+        for follower in result.pop("followers"):
+            report = audit(
+                follower.updates,
+                follower.box,
+                key="id",
+                index=("x", "y"),
+                log=stored,
+                dataset="agents",
+            )
+            for name in counts:
+                counts[name] += getattr(report, name)
+    return {**result, **counts}
+
+
+async def _split_measured(giver: Child, standby: Child, views: list[Box]) -> dict[str, Any]:
+    async with contextlib.AsyncExitStack() as stack:
+        clusters = [Timed(standby.url, stack) for _ in range(SPLIT_CONNECTIONS)]
+        followers = []
+        for i, box in enumerate(views[:-1]):
+            view = await clusters[i % len(clusters)].subscribe(box, mode="every")
+            followers.append(Followed(box, view))
+        # Every view served and its normal interval seen before the last one tips the giver
+        # past its threshold: the split comes a dwell later.
+        await eventually(
+            lambda: min(len(f.updates) for f in followers),
+            lambda fewest: fewest >= 3,
+            timeout=300,
+            every=0.5,
+            what="three updates of every view",
+        )
+        view = await clusters[0].subscribe(views[-1], mode="every")
+        followers.append(Followed(views[-1], view))
+        await eventually(
+            lambda: scrape(giver.url).get("fanout_relay_splits_total", 0.0),
+            lambda splits: splits >= 1,
+            timeout=SPLIT_DWELL * 6 + 120,
+            every=0.5,
+            in_thread=True,
+            what="the giver's split",
+        )
+        await eventually(
+            lambda: scrape(standby.url).get("fanout_relay_parts_received", 0.0),
+            timeout=60,
+            in_thread=True,
+            what="the standby's parts",
+        )
+        redirected: dict[int, float] = {}
+
+        def waiting() -> list[Followed]:
+            for cluster in clusters:
+                redirected.update(cluster.redirected_at)
+            return [
+                f
+                for f in followers
+                if id(f.view) in redirected
+                and (not f.view.moves or f.moved_after(redirected[id(f.view)]) < 0)
+            ]
+
+        await asyncio.sleep(3.0)  # the split's redirects reach the subscribers
+        await eventually(
+            waiting,
+            lambda still: not still,
+            timeout=180,
+            every=0.2,
+            what="every moved view's first update after its move",
+        )
+        await asyncio.sleep(3.0)  # a few more seqs after the move, for the audit
+        for follower in followers:
+            follower.task.cancel()
+        await asyncio.gather(*(f.task for f in followers), return_exceptions=True)
+    moved = [f for f in followers if id(f.view) in redirected]
+    first_redirect = min(redirected.values())
+    last_served = max(f.updates[f.moved_after(redirected[id(f.view)])].received_at for f in moved)
+    # A pause needs an update before the move (every view has had three: see above).
+    pauses = [
+        f.pause_ms(redirected[id(f.view)])
+        for f in moved
+        if f.moved_after(redirected[id(f.view)]) > 0
+    ]
+    return {
+        "split_subscribers": len(views),
+        "split_moved": len(moved),
+        "split_views_ended": sum(f.error is not None for f in followers),
+        "split_seconds": last_served - first_redirect,
+        "split_pause_p50_ms": _percentile(pauses, 50),
+        "split_pause_p99_ms": _percentile(pauses, 99),
+        "followers": followers,
+    }
+
+
 def _percentile(values: list[float], q: float) -> float:
     return float(np.percentile(values, q)) if values else float("nan")
 
@@ -173,20 +358,33 @@ def spread(values: list[float]) -> dict[str, float]:
     return {"median": statistics.median(values), "min": min(values), "max": max(values)}
 
 
+async def publishing(logs: Path, agents: int) -> Child:
+    """A real publisher whose state (and log) is under ``logs``."""
+    args = ["--port", "0", "--state-dir", str(logs / "publisher"), "--agents", str(agents)]
+    return await start("publisher", args, logs / "publisher.log")
+
+
 async def bench(args: argparse.Namespace) -> dict[str, Any]:
     logs = Path(tempfile.mkdtemp(prefix="fanout-cluster-"))
     views = boxes(args.subscribers)
-    publisher = await start(
-        "publisher",
-        ["--port", "0", "--state-dir", str(logs / "publisher"), "--agents", str(args.agents)],
-        logs / "publisher.log",
-    )
-    runs = []
-    try:
-        for _ in range(args.runs):
-            runs.append(await run(publisher, views, args.window, logs))
-    finally:
-        await publisher.stop()
+    runs, splits = [], []
+    if not args.only_split:
+        publisher = await publishing(logs, args.agents)
+        try:
+            for _ in range(args.runs):
+                runs.append(await run(publisher, views, args.window, logs))
+        finally:
+            await publisher.stop()
+    # Each split run on a publisher of its own: its audit reads a log holding only that run
+    # (one publisher's log, grown over runs, outlived its retention while a run audited).
+    for number in range(args.runs if args.split_subscribers else 0):
+        here = logs / f"split-{number}"
+        publisher = await publishing(here, args.agents)
+        try:
+            split_views = boxes(args.split_subscribers, seed=28)
+            splits.append(await split_run(publisher, split_views, here, number))
+        finally:
+            await publisher.stop()
     keys = [
         "egress_flat_bytes",
         "egress_tiered_bytes",
@@ -196,6 +394,15 @@ async def bench(args: argparse.Namespace) -> dict[str, Any]:
         "tier_latency_p50_ms",
         "tier_latency_p99_ms",
     ]
+    split_keys = [
+        "split_moved",
+        "split_seconds",
+        "split_pause_p50_ms",
+        "split_pause_p99_ms",
+        "lost",
+        "duplicated",
+        "reordered",
+    ]
     return {
         "edges": EDGES,
         "mids": MIDS,
@@ -203,7 +410,11 @@ async def bench(args: argparse.Namespace) -> dict[str, Any]:
         "agents": args.agents,
         "window_seconds": args.window,
         "runs": runs,
-        **{key: spread([run[key] for run in runs]) for key in keys},
+        **{key: spread([run[key] for run in runs]) for key in keys if runs},
+        "split_subscribers": args.split_subscribers,
+        "split_dwell_seconds": SPLIT_DWELL,
+        "split_runs": splits,
+        **{key: spread([split[key] for split in splits]) for key in split_keys if splits},
     }
 
 
@@ -213,13 +424,24 @@ def main() -> None:
     parser.add_argument("--subscribers", type=int, default=200)
     parser.add_argument("--window", type=float, default=30.0)
     parser.add_argument("--agents", type=int, default=2000)
+    parser.add_argument(
+        "--split-subscribers",
+        type=int,
+        default=2000,
+        help="every views on the relay that splits (about half move); 0: no split case",
+    )
+    parser.add_argument(
+        "--only-split",
+        action="store_true",
+        help="run the split case alone (results to bench/results/cluster_split.json)",
+    )
     parser.add_argument("--no-save", action="store_true", help="do not write bench/results")
     args = parser.parse_args()
     calibration = calibrate()
     result = asyncio.run(bench(args))
     write_results(
         {**result, "machine": describe(), "calibration": calibration},
-        None if args.no_save else RESULTS,
+        None if args.no_save else SPLIT_RESULTS if args.only_split else RESULTS,
     )
 
 

@@ -480,3 +480,38 @@ def test_a_relay_takes_its_registry_from_flags_over_fanout_toml(
     assert "cluster.registri: unknown key" in capsys.readouterr().err
     assert main(["relay", "--port", "0", "--registry", "redis://no-port"]) == 2
     assert "a registry is redis://HOST:PORT" in capsys.readouterr().err
+
+
+def test_a_relay_takes_its_split_and_merge_thresholds_from_flags_over_fanout_toml(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from fanout.cli_relay import cluster_given
+    from fanout.relay.config import RelayConfig
+
+    toml = tmp_path / "fanout.toml"
+    toml.write_text(
+        "[cluster]\nsplit_above = { subscribers = 500, cpu = 0.8 }\n"
+        'merge_below = { subscribers = 100 }\nsplit_dwell = 5\nsplit_command = "run {name}"\n'
+    )
+    args = _parser().parse_args(
+        ["relay", "--config", str(toml), "--split-above", "pushes=2000", "--standby"]
+    )
+    given = cluster_given(args)
+    assert given == {
+        "split_above": {"pushes": 2000.0},
+        "merge_below": {"subscribers": 100.0},
+        "split_dwell": 5.0,
+        "standby": True,
+        "split_command": "run {name}",
+    }
+    config = RelayConfig("ws://p:1", registry="redis://r:1", **given)
+    assert config.thresholds.on and config.thresholds.dwell == 5.0
+    bad = ["relay", "--registry", "redis://r:1", "--split-above", "subscribers=5"]
+    assert main([*bad, "--merge-below", "subscribers=9"]) == 2
+    assert "merge_below subscribers=9 must be less than split_above" in capsys.readouterr().err
+    assert main(["relay", "--split-above", "load=5"]) == 2
+    assert "unknown figure 'load'" in capsys.readouterr().err
+    assert main(["relay", "--split-above", "cpu"]) == 2
+    assert "'cpu' is not FIGURE=NUMBER" in capsys.readouterr().err
+    assert main(["relay", "--standby"]) == 2
+    assert "need a map of responsibility (--registry)" in capsys.readouterr().err

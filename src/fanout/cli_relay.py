@@ -178,9 +178,46 @@ def _cluster_arguments(parser: argparse.ArgumentParser) -> None:
         " as it listens)",
     )
     cluster.add_argument(
+        "--split-above",
+        action="append",
+        metavar="FIGURE=VALUE",
+        help="hand about half of this relay's parts to another relay when a figure stays past"
+        " VALUE for --split-dwell: subscribers, pushes (a second), cpu (share of a core), rows;"
+        " repeat for several (default: never)",
+    )
+    cluster.add_argument(
+        "--merge-below",
+        action="append",
+        metavar="FIGURE=VALUE",
+        help="hand back the parts this relay received when every figure named stays below its"
+        " VALUE for --split-dwell (default: never)",
+    )
+    cluster.add_argument(
+        "--split-dwell",
+        type=float,
+        help="seconds a split or merge condition must hold, and between two moves (default: 10)",
+    )
+    cluster.add_argument(
+        "--standby",
+        action="store_true",
+        default=None,
+        help="join the map owning nothing: parts come here only when a relay splits",
+    )
+    cluster.add_argument(
+        "--split-command",
+        metavar="CMD",
+        help="shell command starting a --standby relay to split to when none is idle; {name}"
+        " in it becomes a fresh relay name (default: split only to idle standbys)",
+    )
+    cluster.add_argument(
+        "--split-wait",
+        type=float,
+        help="seconds to wait for the relay --split-command started to join (default: 30)",
+    )
+    cluster.add_argument(
         "--config",
         type=Path,
-        help="fanout.toml whose [cluster] table gives the four settings above (flags given"
+        help="fanout.toml whose [cluster] table gives the settings above (flags given"
         " override it; docs/configuration.md)",
     )
 
@@ -233,7 +270,7 @@ RELAY_LIMITS: list[tuple[str, type, float, str]] = [
 def cluster_given(args: argparse.Namespace) -> dict[str, Any]:
     """``RelayConfig``'s registry fields from the flags, else ``--config``'s ``[cluster]``;
     those neither gives keep their defaults."""
-    from fanout.relay.cluster.settings import ClusterSettings, load_cluster
+    from fanout.relay.cluster.settings import ClusterSettings, load_cluster, parse_figures
 
     file = ClusterSettings() if args.config is None else load_cluster(args.config)
     given = {
@@ -242,6 +279,12 @@ def cluster_given(args: argparse.Namespace) -> dict[str, Any]:
         "registry_lease": (args.registry_lease, file.lease),
         "registry_side": (args.registry_side, file.side),
         "advertise": (args.advertise, file.advertise),
+        "split_above": (parse_figures(args.split_above, "--split-above"), file.split_above),
+        "merge_below": (parse_figures(args.merge_below, "--merge-below"), file.merge_below),
+        "split_dwell": (args.split_dwell, file.split_dwell),
+        "standby": (args.standby, file.standby),
+        "split_command": (args.split_command, file.split_command),
+        "split_wait": (args.split_wait, file.split_wait),
     }
     return {
         field: flag if flag is not None else setting

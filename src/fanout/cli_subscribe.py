@@ -124,7 +124,11 @@ async def _follow(args: argparse.Namespace, view: View, relays: list[str]) -> in
                 )
                 if cluster.redirects:
                     print(f"redirected to relay {cluster.relay_of(live)}", file=sys.stderr)
+                moves = live.moves
                 async for update in live:
+                    if live.moves != moves:  # its part moved to another relay (a split, a merge)
+                        moves = live.moves
+                        print(f"moved to relay {cluster.relay_of(live)}", file=sys.stderr)
                     line = json_line(update) if args.json else summary(update, len(live.rows))
                     print(line, flush=True)
                     seen, attempts = seen + 1, 0
@@ -134,6 +138,7 @@ async def _follow(args: argparse.Namespace, view: View, relays: list[str]) -> in
         except (OSError, SubscriptionError, HandshakeRefused) as exc:
             if isinstance(exc, SubscriptionError | HandshakeRefused) and exc.code not in (
                 "closed",
+                "moved",  # its part moved to a relay that could not be reached
                 "unavailable",  # the relay is full: another may have room
             ):
                 raise  # refused: another relay would refuse it too

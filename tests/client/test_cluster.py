@@ -2,7 +2,8 @@
 Redis Cluster, on a scripted publisher: a subscription entering at the wrong relay is
 redirected and served by the responsible one; one sent to a relay that cannot be reached (in the
 map, but dead) is served by the relay that sent it (``stay``); a view change is never
-redirected."""
+redirected; a held view whose cell is handed to the other relay (a split) moves there, the same
+object, and back when it is handed back (a merge)."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ import pytest
 
 from fanout.client.cluster import connect_cluster
 from fanout.relay.cluster.registry import Registry, connect
+from fanout.relay.cluster.responsibility import part_of
 from fanout.testing.ports import LOOPBACK, free_port
 from fanout.testing.publisher import ScriptedPublisher, serving
 from fanout.testing.redis import throwaway_redis_cluster
@@ -109,3 +111,47 @@ async def test_a_subscription_sent_to_an_unreachable_relay_stays_where_it_entere
                 assert a.core.stats()["subscriptions"] == 1
         finally:
             await ghost.leave()
+
+
+async def test_a_held_view_whose_cell_is_handed_over_moves_with_it_and_back(
+    registry: str,
+) -> None:
+    async with two_relays(registry, "m") as ([(a, a_url), (b, b_url)], publisher):
+        assert a.registry is not None and b.registry is not None
+        box = owned_by(a, "ma")
+        inside = box.lo[0] + 5.0
+        async with connect_cluster(b_url) as cluster:
+            view = await cluster.subscribe(box)
+            assert cluster.relay_of(view) == a_url
+            acquire = await publisher.next_acquire()
+            await publisher.send({"id": [1], "x": [inside], "y": [15.0]}, snapshots=[acquire.prim])
+            await asyncio.wait_for(view.wait_updates(1), 10)
+            # a hands the cell to b, as a split does: the held view is redirected and moves.
+            await a.registry.assign("mb", [part_of("agents", box)])
+            assert a.core.stats()["subscriptions"] == 0  # ended with the redirect at once
+            acquire = await publisher.next_acquire(timeout=10)  # b's, for the moved view
+            await eventually(
+                lambda: view.moves == 1 and b.core.stats()["subscriptions"] == 1,
+                timeout=10,
+                what="the view held at b",
+            )
+            assert cluster.relay_of(view) == b_url and view.error is None
+            await publisher.send({"id": [2], "x": [inside], "y": [16.0]}, snapshots=[acquire.prim])
+            # b's first push is full: the rows are b's view of the tick, nothing left from a.
+            await eventually(lambda: set(view.rows) == {2}, timeout=10, what="b's full push")
+            # b hands it back, as a merge does (once it has read that it holds the cell, as a
+            # merging relay has): the view moves back to a.
+            await eventually(
+                b.registry.beat,
+                lambda read: read.received("mb") == [part_of("agents", box)],
+                timeout=10,
+                what="b reading its assignment",
+            )
+            assert await b.registry.unassign([part_of("agents", box)]) == 1
+            await eventually(
+                lambda: a.core.stats()["subscriptions"] == 1 and view.moves == 2,
+                timeout=10,
+                what="the view back at a",
+            )
+            assert cluster.relay_of(view) == a_url and view.error is None
+            assert b.core.stats()["subscriptions"] == 0

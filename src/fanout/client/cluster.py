@@ -18,10 +18,18 @@ Rules:
    asked to ``stay``.
 3. A connection that fails is forgotten, so the next subscription there connects afresh; its
    views end with the connection's error (resume ``every`` views with ``resume=``).
+4. **A held view whose part moved** (a relay split or merged on load) is ended by its relay
+   with a redirect; it is followed for that view, which stays the same object: an ``every``
+   view resumes at the new relay with its token (nothing lost or duplicated, its iteration
+   goes on), a ``latest`` view subscribes again and its next push is a full, consistent view.
+   The new relay is asked to ``stay``: it may not have read the map since the part was handed
+   to it. If it cannot be reached or refuses the view, the view ends with that error (code
+   ``moved`` when it could not be reached).
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 from collections.abc import AsyncIterator
 from typing import Any
@@ -45,6 +53,9 @@ class ClusterSubscriber:
         self._connections: dict[str, Subscriber] = {}
         #: Redirects followed so far, all subscriptions together.
         self.redirects = 0
+        #: Held views moved to another relay so far (rule 4), and the tasks moving them now.
+        self.moves = 0
+        self._moving: set[asyncio.Task[None]] = set()
 
     async def connection(self, url: str) -> Subscriber:
         """The open connection to ``url``, opened now if there is none (rule 3).
@@ -56,6 +67,7 @@ class ClusterSubscriber:
         if held is not None and held.failure is None:
             return held
         subscriber = await self._stack.enter_async_context(connect(url, **self._options))
+        subscriber.on_moved = self._moved
         self._connections[url] = subscriber
         return subscriber
 
@@ -87,6 +99,41 @@ class ClusterSubscriber:
                 self.redirects += 1
                 url, previous = error.location, url
         raise AssertionError("unreachable: the last hop stays")  # pragma: no cover
+
+    def _moved(self, view: LiveView, location: str) -> None:
+        """A relay ended held ``view`` with a redirect: follow it (rule 4)."""
+        task = asyncio.get_running_loop().create_task(self._move(view, location))
+        self._moving.add(task)
+        task.add_done_callback(self._moving.discard)
+
+    async def _move(self, view: LiveView, location: str) -> None:
+        every = view.mode == "every"
+        options: dict[str, Any] = {
+            "rate": view.rate,
+            "priority": view.priority,
+            "transform": view.transform,
+            "mode": view.mode,
+            "resume": view if every else None,
+            "into": view,
+        }
+        try:
+            subscriber = await self.connection(location)
+            # Asked to stay: the relay the part moved to may not have read the map since it
+            # was handed the part (it reads it every beat), and would send the view back.
+            await subscriber.subscribe(view.view, view.dataset, stay=True, **options)
+        except SubscriptionError as error:
+            view._end(error)
+            return
+        except (OSError, HandshakeRefused) as error:
+            message = f"its part moved to the relay at {location}, which failed: {error}"
+            view._end(SubscriptionError("moved", message))
+            return
+        self.moves += 1
+
+    async def settled(self) -> None:
+        """Return once no held view is moving (rule 4)."""
+        while self._moving:
+            await asyncio.gather(*self._moving, return_exceptions=True)
 
     def relay_of(self, view: LiveView) -> str:
         """The URL of the relay serving ``view``.

@@ -17,7 +17,16 @@ from fanout.errors import FanoutError, ProtocolError
 from fanout.views import View
 from fanout.wire.columns import Columns as Payload
 from fanout.wire.columns import decode_columns, encode_columns, key_column, to_python
-from fanout.wire.messages import Mode, NoUpdate, Push, Resume, Subscribe, Transform, Unsubscribe
+from fanout.wire.messages import (
+    Mode,
+    NoUpdate,
+    Push,
+    Resume,
+    Subscribe,
+    Subscribed,
+    Transform,
+    Unsubscribe,
+)
 
 if TYPE_CHECKING:
     from fanout.client.subscriber import Subscriber
@@ -98,6 +107,7 @@ class LiveView:
     mode: Mode = "latest"
     resyncs: int = 0
     gaps: int = 0
+    moves: int = 0
     _queue: deque[Update] = field(default_factory=deque)
     _signal: asyncio.Event = field(default_factory=asyncio.Event)
     _closed: bool = False
@@ -260,6 +270,15 @@ class LiveView:
         earlier._queue.clear()
         if self._queue:
             self._signal.set()
+
+    def _moved_to(self, subscriber: Subscriber, sub: int, subscribed: Subscribed) -> LiveView:
+        """Be held by ``subscriber`` as its subscription ``sub`` from now on (its part moved to
+        that relay): rows, seq and updates not yet yielded stay; a ``latest`` view's next
+        push is full and replaces the rows, an ``every`` view's continues after its seq."""
+        self.subscriber, self.sub = subscriber, sub
+        self.key, self.columns = subscribed.key, subscribed.columns
+        self.moves += 1
+        return self
 
     def _end(self, error: SubscriptionError | None) -> None:
         self.error = error

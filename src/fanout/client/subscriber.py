@@ -39,7 +39,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import itertools
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from ssl import SSLContext
 from typing import Any
 
@@ -121,6 +121,11 @@ class Subscriber:
         self.errors: list[Error] = []
         #: Why the connection can serve no more (its views ended with this error), if so.
         self.failure: SubscriptionError | None = None
+        #: Told when the relay ends a held view with a redirect (its part moved to the relay
+        #: at the URL, ``fanout.client.cluster``): the view is handed over, not ended. None:
+        #: such a view ends with the redirect as a ``SubscriptionError``.
+        self.on_moved: Callable[[LiveView, str], None] | None = None
+        self._into: dict[int, LiveView] = {}
 
     @property
     def views(self) -> list[LiveView]:
@@ -138,6 +143,7 @@ class Subscriber:
         mode: Mode = "latest",
         resume: LiveView | None = None,
         stay: bool = False,
+        into: LiveView | None = None,
     ) -> LiveView:
         """Hold ``view`` of ``dataset``, pushed at most ``rate`` times a second.
 
@@ -157,6 +163,9 @@ class Subscriber:
                 first yielding the updates the old one received but had not yielded.
             stay: be served by this relay even if another is responsible for the view (no
                 redirect; ``fanout.client.cluster`` sets it when it cannot follow one).
+            into: a view another connection held (``fanout.client.cluster``, when its part
+                moved): that same object is held here from now on, keeping its rows, updates
+                not yet yielded and iteration (with ``resume=into`` for an ``every`` view).
 
         Raises:
             SubscriptionError: the relay refused it (bad view, unknown dataset, bad
@@ -171,7 +180,9 @@ class Subscriber:
                 raise ValueError("resume takes an 'every' view of the same dataset and view")
             token = resume.token() if resume.seq >= 0 else None
         request = Subscribe(sub, dataset, view, rate, priority, transform, mode, token, stay)
-        if token is not None:
+        if into is not None:
+            self._into[sub] = into
+        elif token is not None:
             self._resumed[sub] = resume  # type: ignore[assignment]
         self._pending[sub] = future
         self._pending_views[sub] = request
@@ -183,6 +194,7 @@ class Subscriber:
             self._pending.pop(sub, None)
             self._pending_views.pop(sub, None)
             self._resumed.pop(sub, None)
+            self._into.pop(sub, None)
         return self._views[sub]
 
     async def publish(
@@ -261,22 +273,7 @@ class Subscriber:
             case Push() | NoUpdate() if frame.sub in self._views:
                 self._views[frame.sub]._apply(frame)
             case Subscribed(sub=sub) if sub in self._pending:
-                request = self._pending_views[sub]
-                self._views[sub] = LiveView(
-                    sub,
-                    request.dataset,
-                    request.view,
-                    frame.key,
-                    frame.columns,
-                    self,
-                    buffer=self._buffer,
-                    priority=request.priority,
-                    transform=request.transform,
-                    mode=request.mode,
-                )
-                earlier = self._resumed.get(sub)
-                if earlier is not None:  # continue from its rows and seq
-                    self._views[sub]._continue(earlier)
+                self._views[sub] = self._held(frame)
                 self._pending[sub].set_result(frame)
             case Unsubscribed(sub=sub) if sub in self._views:
                 self._views.pop(sub)._end(None)
@@ -289,12 +286,43 @@ class Subscriber:
             case Error(ref=ref) if ref is not None and ref in self._pending:
                 failure = SubscriptionError(frame.code, frame.message, frame.location)
                 self._pending[ref].set_exception(failure)
+            case Error(code="redirect", ref=ref, location=str(location)) if (
+                ref in self._views and self.on_moved is not None
+            ):
+                self.on_moved(self._views.pop(ref), location)
             case Error(ref=ref) if ref is not None and ref in self._views:
-                self._views.pop(ref)._end(SubscriptionError(frame.code, frame.message))
+                self._views.pop(ref)._end(
+                    SubscriptionError(frame.code, frame.message, frame.location)
+                )
             case Error():
                 self.errors.append(frame)
             case _:
                 raise ProtocolError(f"unexpected frame from the relay: {frame!r:.200}")
+
+    def _held(self, subscribed: Subscribed) -> LiveView:
+        """The view a ``Subscribed`` answer starts holding: a new one, one continuing a
+        resumed view's rows and seq, or one moved here from another connection (``into``)."""
+        sub = subscribed.sub
+        moved = self._into.pop(sub, None)
+        if moved is not None:
+            return moved._moved_to(self, sub, subscribed)
+        request = self._pending_views[sub]
+        view = LiveView(
+            sub,
+            request.dataset,
+            request.view,
+            subscribed.key,
+            subscribed.columns,
+            self,
+            buffer=self._buffer,
+            priority=request.priority,
+            transform=request.transform,
+            mode=request.mode,
+        )
+        earlier = self._resumed.get(sub)
+        if earlier is not None:  # continue from its rows and seq
+            view._continue(earlier)
+        return view
 
     async def close(self) -> None:
         """Close the connection."""

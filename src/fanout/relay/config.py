@@ -7,11 +7,13 @@ holds equal to these).
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from fanout.auth import AuthConfig
 from fanout.errors import ConfigError
+from fanout.relay.cluster.balance import DEFAULT_DWELL, Thresholds
 from fanout.relay.cluster.responsibility import DEFAULT_SIDE
 from fanout.relay.cluster.settings import registry_address
 from fanout.relay.core import MAX_SUBSCRIPTIONS
@@ -116,6 +118,14 @@ class RelayConfig:
             (the same on every relay of a cluster).
         advertise: the URL subscribers are redirected to for this relay (default
             ``ws[s]://host:port`` as it listens).
+        split_above, merge_below, split_dwell: when a relay of a map hands part of its
+            responsibility to another and hands it back (``relay.cluster.balance``): figure
+            (``subscribers``, ``pushes`` a second, ``cpu`` share, ``rows``) -> threshold;
+            both empty (the default): never.
+        standby: join the map owning nothing until parts are handed here by a split.
+        split_command: shell command starting a standby relay to split to when none is idle;
+            ``{name}`` in it becomes a fresh name (None: split only to idle standbys).
+        split_wait: seconds to wait for the relay ``split_command`` started to join the map.
     """
 
     publisher: str
@@ -162,6 +172,17 @@ class RelayConfig:
     registry_lease: float = 3.0
     registry_side: float = DEFAULT_SIDE
     advertise: str | None = None
+    split_above: Mapping[str, float] = field(default_factory=dict)
+    merge_below: Mapping[str, float] = field(default_factory=dict)
+    split_dwell: float = DEFAULT_DWELL
+    standby: bool = False
+    split_command: str | None = None
+    split_wait: float = 30.0
+
+    @property
+    def thresholds(self) -> Thresholds:
+        """When this relay splits and merges (``relay.cluster.balance``)."""
+        return Thresholds(dict(self.split_above), dict(self.merge_below), self.split_dwell)
 
     @property
     def planning(self) -> Policy:
@@ -194,6 +215,7 @@ class RelayConfig:
             "pump_budget": self.pump_budget,
             "registry_lease": self.registry_lease,
             "registry_side": self.registry_side,
+            "split_wait": self.split_wait,
         }
         for name, value in finite.items():
             if not math.isfinite(value):
@@ -216,11 +238,20 @@ class RelayConfig:
             ("pump_budget", self.pump_budget > 0, "> 0 seconds"),
             ("registry_lease", self.registry_lease > 0, "> 0 seconds"),
             ("registry_side", self.registry_side > 0, "> 0 world units"),
+            ("split_wait", self.split_wait > 0, "> 0 seconds"),
         ]
         for name, holds, wanted in limits:
             if not holds:
                 raise ConfigError(f"{name} must be {wanted}, not {getattr(self, name)}")
         if self.registry is not None:
             registry_address(self.registry)
+        try:
+            thresholds = self.thresholds
+        except ValueError as exc:
+            raise ConfigError(f"split and merge (--split-above, --merge-below): {exc}") from None
+        if self.registry is None and (thresholds.on or self.standby):
+            raise ConfigError(
+                "splitting, merging and --standby need a map of responsibility (--registry)"
+            )
         if (self.tls_cert is None) != (self.tls_key is None):
             raise ConfigError("TLS needs both a certificate and its key (tls_cert, tls_key)")

@@ -10,8 +10,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from fanout.relay.cluster.registry import Registry, connect
-from fanout.relay.cluster.responsibility import ResponsibilityMap
+from fanout.relay.cluster.registry import HandOverRefused, Registry, connect
+from fanout.relay.cluster.responsibility import Assignment, ResponsibilityMap
 from fanout.testing.redis import throwaway_redis_cluster
 from fanout.testing.wait import eventually
 from fanout.views import Box
@@ -109,3 +109,78 @@ async def test_members_reading_the_same_map_redirect_a_view_to_the_same_owner(no
             owner = members[0].map.owner_of("agents", request.view)
             assert served == [owner.name]
             assert {a.location for a in answers if a is not None} == {owner.url}
+
+
+async def test_a_split_assigns_parts_to_a_standby_and_a_merge_hands_them_back(node: str) -> None:
+    run = next(runs)
+    giver, other = member(node, f"g{run}"), member(node, f"o{run}")
+    standby = Registry(connect(node), f"s{run}", f"ws://s{run}:1", lease=0.6, standby=True)
+    parts = [f"d{run}/bucket:{i}" for i in range(60)]
+    async with running(giver), running(other), running(standby):
+        names = {giver.name, other.name, standby.name}
+        await eventually(
+            lambda: names <= set(giver.map.members) and standby.name in giver.map.standby,
+            timeout=30,
+            what="three members, one a standby",
+        )
+        table = giver.map
+        assert all(table.owner(part).name != standby.name for part in parts)  # owns nothing
+        assert table.idle_standbys() == [standby.name]
+        mine = [part for part in parts if table.owner(part).name == giver.name][:3]
+        theirs = next(part for part in parts if table.owner(part).name == other.name)
+        await giver.assign(standby.name, mine)
+        assert {giver.map.owner(part).name for part in mine} == {standby.name}
+        assert giver.map.assigned[mine[0]] == Assignment(standby.name, giver.name)
+        assert giver.map.idle_standbys() == []
+        await eventually(
+            lambda: standby.map.received(standby.name) == sorted(mine),
+            timeout=30,
+            what="the standby seeing its parts",
+        )
+        # Nobody hands over a part that is not theirs now: not one assigned elsewhere...
+        with pytest.raises(HandOverRefused, match="not the giver's"):
+            await other.assign(standby.name, [mine[0]])
+        # ...nor to a relay that is not in the map.
+        with pytest.raises(HandOverRefused, match="is not live"):
+            await other.assign(f"nobody{run}", [theirs])
+        assert await standby.unassign([*mine, theirs]) == len(mine)  # only what it held
+        assert all(standby.map.owner(part).name == giver.name for part in mine)
+        await eventually(
+            lambda: all(giver.map.owner(part).name == giver.name for part in mine),
+            timeout=30,
+            what="the parts back at the giver",
+        )
+
+
+async def test_a_giver_with_a_stale_map_is_refused_and_a_dead_standby_loses_its_parts(
+    node: str,
+) -> None:
+    run = next(runs)
+    giver = member(node, f"sg{run}", lease=5.0)
+    silent = Registry(connect(node), f"ss{run}", "ws://ss:1", lease=0.6, standby=True)
+    await silent.beat()
+    await giver.beat()
+    part = next(
+        p
+        for p in (f"e{run}/bucket:{i}" for i in range(99))
+        if giver.map.owner(p).name == giver.name
+    )
+    await giver.assign(silent.name, [part])
+    assert giver.map.owner(part).name == silent.name
+    # Its lease runs out: swept with its assignment, the part is the giver's again for good.
+    await eventually(
+        giver.beat,
+        lambda table: silent.name not in table.members and part not in table.assigned,
+        timeout=30,
+        every=0.2,
+        what="the silent standby and its assignment gone",
+    )
+    assert giver.map.owner(part).name == giver.name
+    late = member(node, f"sl{run}", lease=5.0)
+    await late.beat()  # joined after the giver last read the map
+    again = Registry(connect(node), f"ss2{run}", "ws://ss2:1", lease=5.0, standby=True)
+    await again.beat()
+    with pytest.raises(HandOverRefused, match="the map changed"):
+        await giver.assign(again.name, [part])
+    for registry in (giver, silent, late, again):
+        await registry.leave()

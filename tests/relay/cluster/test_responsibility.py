@@ -16,13 +16,16 @@ import pytest
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
+from fanout.relay.cluster.redirects import moved as moved_subscription
 from fanout.relay.cluster.redirects import redirect
 from fanout.relay.cluster.responsibility import (
     BUCKETS,
     TOPIC_DEPTH,
+    Assignment,
     NoLiveRelay,
     ResponsibilityMap,
     moved,
+    moved_by_assignment,
     part_of,
 )
 from fanout.views import Box, Relative, Sphere
@@ -176,3 +179,82 @@ def test_a_topic_filter_belongs_to_the_subtree_every_topic_it_matches_lies_in(
     if len(prefix) < TOPIC_DEPTH and len(levels) > len(prefix) and fill != other:
         # the next level is a wildcard: topics differ there, so the prefix could not be longer
         assert levels[len(prefix)] == "+"
+
+
+# -- standbys and assignments (split and merge on load) -------------------------------------
+
+
+@given(member_sets, st.data(), parts)
+def test_an_assigned_part_belongs_to_its_live_assignee_and_a_standby_owns_nothing_else(
+    live: set[str], data: st.DataObject, some: list[str]
+) -> None:
+    standby = data.draw(st.sets(st.sampled_from(sorted(live))), label="standby")
+    dead = data.draw(st.sets(names.filter(lambda n: n not in live), max_size=2), label="dead")
+    assignees = st.sampled_from(sorted(live | dead))
+    assigned = {
+        part: Assignment(data.draw(assignees), data.draw(assignees))
+        for part in data.draw(st.lists(st.sampled_from(some), unique=True), label="assigned")
+    }
+    table = ResponsibilityMap(
+        {name: f"ws://{name}:1" for name in live}, standby=frozenset(standby), assigned=assigned
+    )
+    # Without assignments, ownership is the plain map's over the members that are no standby
+    # (all of them if every one is).
+    owning = members(live - standby or live)
+    for part in some:
+        held = assigned.get(part)
+        expected = held.member if held and held.member in live else owning.owner(part).name
+        assert table.owner(part).name == expected
+        assert table.owner(part).url == f"ws://{expected}:1"
+    for name in live:
+        assert table.received(name) == sorted(p for p, a in assigned.items() if a.member == name)
+    busy = {a.member for a in assigned.values()}
+    assert table.idle_standbys() == sorted(standby - busy)
+
+
+@given(member_sets, st.data(), parts)
+def test_held_subscriptions_move_exactly_when_an_assignment_takes_their_part_from_the_relay(
+    live: set[str], data: st.DataObject, some: list[str]
+) -> None:
+    target = data.draw(st.sampled_from(sorted(live)), label="target")
+    before = ResponsibilityMap({name: f"ws://{name}:1" for name in live})
+    handed = data.draw(st.lists(st.sampled_from(some), unique=True), label="handed")
+    split = {part: Assignment(target, before.owner(part).name) for part in handed}
+    after = ResponsibilityMap(before.members, assigned=split)
+    for me in live:
+        for part in some:
+            taken = before.owner(part).name == me and part in split and target != me
+            assert moved_by_assignment(before, after, me, part) is taken
+            # a merge is the same move backwards: the target hands the part back
+            back = part in split and target == me and before.owner(part).name != me
+            assert moved_by_assignment(after, before, me, part) is back
+    # Members joining or leaving move no held subscription: only splits and merges do.
+    joined = members(live | {"zz-new"})
+    assert not any(moved_by_assignment(before, joined, me, p) for me in live for p in some)
+
+
+def test_a_held_subscription_whose_cell_was_handed_over_gets_a_redirect_to_its_new_relay() -> None:
+    before = members({"a", "b"})
+    box = Box((10, 10), (20, 20))
+    part = part_of("agents", box)
+    giver = before.owner(part).name
+    target = "c"
+    after = ResponsibilityMap(
+        {**before.members, "c": "ws://c:1"},
+        standby=frozenset({"c"}),
+        assigned={part: Assignment(target, giver)},
+    )
+    assert moved_subscription(after, after, giver, dataset="agents", view=box, sub=7) is None
+    plain = ResponsibilityMap({**before.members, "c": "ws://c:1"}, standby=frozenset({"c"}))
+    answer = moved_subscription(plain, after, giver, dataset="agents", view=box, sub=7)
+    assert answer is not None and answer.code == "redirect"
+    assert (answer.ref, answer.location) == (7, "ws://c:1")
+    assert part in answer.message
+    # the other relay, and the target itself, keep what they hold
+    other = ({"a", "b"} - {giver}).pop()
+    assert moved_subscription(plain, after, other, dataset="agents", view=box, sub=7) is None
+    assert moved_subscription(plain, after, "c", dataset="agents", view=box, sub=7) is None
+    # a new subscription of the cell is redirected to the target from now on
+    request = Subscribe(1, "agents", box)
+    assert redirect(after, giver, request, held=False).location == "ws://c:1"  # type: ignore[union-attr]
+    assert redirect(after, "c", request, held=False) is None

@@ -19,6 +19,14 @@ Rules:
    for its lease.
 6. **Redis away.** A beat that fails is logged and retried at the next; the relay keeps its last
    map meanwhile (and the others drop it once its lease runs out).
+7. **Standbys and assignments** (``responsibility`` rule 4) live beside the members under the
+   same hash tag: a set of standby names, and a hash of part -> member and giver (joined by a
+   newline). The beat reads them with the members, and sweeps the assignments of the members
+   whose lease ran out, so their parts return to their rendezvous owners for good. A split
+   writes its assignments with one script (``ASSIGN``) that checks, atomically, that both
+   relays are live, that the members owning by rendezvous are those the giver chose by, and
+   that no part is assigned to anyone but the giver: two relays can never hand over one part
+   at once. A merge deletes the assignments the relay holds (``UNASSIGN``).
 """
 
 from __future__ import annotations
@@ -29,11 +37,12 @@ from collections.abc import Callable
 from typing import Any
 
 from redis.asyncio.cluster import RedisCluster
-from redis.exceptions import RedisError
+from redis.exceptions import RedisError, ResponseError
 
+from fanout.errors import FanoutError
 from fanout.metrics import Sample
 from fanout.relay.cluster.redirects import redirect
-from fanout.relay.cluster.responsibility import DEFAULT_SIDE, ResponsibilityMap
+from fanout.relay.cluster.responsibility import DEFAULT_SIDE, Assignment, ResponsibilityMap
 from fanout.relay.cluster.settings import registry_address
 from fanout.wire.messages import Error, Subscribe
 
@@ -42,8 +51,10 @@ log = logging.getLogger(__name__)
 #: The hash tag every key of the map shares (rule 1).
 NAMESPACE = "fanout-map"
 
-#: KEYS: the sorted set of deadlines, the hash of URLs. ARGV: name, URL, lease in ms (a name of
-#: "" only reads). Returns a flat list name, URL, name, URL, ... of the live members.
+#: KEYS: the sorted set of deadlines, the hash of URLs, the set of standbys, the hash of
+#: assignments. ARGV: name, URL, lease in ms (a name of "" only reads), "1" if a standby.
+#: Returns {flat name, URL, ... of the live members; the standbys; flat part, member and
+#: giver, ...}.
 BEAT = """
 local now = redis.call('TIME')
 local ms = tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000)
@@ -51,10 +62,16 @@ local dead = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', ms)
 for _, name in ipairs(dead) do
   redis.call('ZREM', KEYS[1], name)
   redis.call('HDEL', KEYS[2], name)
+  redis.call('SREM', KEYS[3], name)
 end
 if ARGV[1] ~= '' then
   redis.call('ZADD', KEYS[1], ms + tonumber(ARGV[3]), ARGV[1])
   redis.call('HSET', KEYS[2], ARGV[1], ARGV[2])
+  if ARGV[4] == '1' then
+    redis.call('SADD', KEYS[3], ARGV[1])
+  else
+    redis.call('SREM', KEYS[3], ARGV[1])
+  end
 end
 local live = redis.call('ZRANGE', KEYS[1], 0, -1)
 local out = {}
@@ -62,7 +79,66 @@ for _, name in ipairs(live) do
   table.insert(out, name)
   table.insert(out, redis.call('HGET', KEYS[2], name) or '')
 end
-return out
+local assigned = {}
+local held = redis.call('HGETALL', KEYS[4])
+for i = 1, #held, 2 do
+  local member = string.match(held[i + 1], '^([^\\n]*)')
+  if redis.call('ZSCORE', KEYS[1], member) then
+    table.insert(assigned, held[i])
+    table.insert(assigned, held[i + 1])
+  else
+    redis.call('HDEL', KEYS[4], held[i])
+  end
+end
+return {out, redis.call('SMEMBERS', KEYS[3]), assigned}
+"""
+
+#: KEYS: as ``BEAT``'s. ARGV: giver, target, n, the n members owning by rendezvous as the giver
+#: read them, then the parts. Returns the parts assigned, or an error saying why none was.
+ASSIGN = """
+local now = redis.call('TIME')
+local ms = tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000)
+local function live(name)
+  local deadline = redis.call('ZSCORE', KEYS[1], name)
+  return deadline and tonumber(deadline) > ms
+end
+if not live(ARGV[1]) then return redis.error_reply('the giver ' .. ARGV[1] .. ' is not live') end
+if not live(ARGV[2]) then return redis.error_reply('the relay ' .. ARGV[2] .. ' is not live') end
+local n = tonumber(ARGV[3])
+local owners = 0
+for _, name in ipairs(redis.call('ZRANGEBYSCORE', KEYS[1], '(' .. ms, '+inf')) do
+  if redis.call('SISMEMBER', KEYS[3], name) == 0 then owners = owners + 1 end
+end
+if owners ~= n then return redis.error_reply('the map changed: members joined or left') end
+for i = 4, 3 + n do
+  if not live(ARGV[i]) or redis.call('SISMEMBER', KEYS[3], ARGV[i]) == 1 then
+    return redis.error_reply('the map changed: members joined or left')
+  end
+end
+for i = 4 + n, #ARGV do
+  local held = redis.call('HGET', KEYS[4], ARGV[i])
+  if held and string.match(held, '^([^\\n]*)') ~= ARGV[1] then
+    return redis.error_reply('part ' .. ARGV[i] .. " is not the giver's any more")
+  end
+end
+for i = 4 + n, #ARGV do
+  redis.call('HSET', KEYS[4], ARGV[i], ARGV[2] .. '\\n' .. ARGV[1])
+end
+return #ARGV - 3 - n
+"""
+
+#: KEYS: the hash of assignments. ARGV: the member handing back, then the parts. Returns how
+#: many it held and handed back.
+UNASSIGN = """
+local count = 0
+for i = 2, #ARGV do
+  local held = redis.call('HGET', KEYS[1], ARGV[i])
+  if held and string.match(held, '^([^\\n]*)') == ARGV[1] then
+    redis.call('HDEL', KEYS[1], ARGV[i])
+    count = count + 1
+  end
+end
+return count
 """
 
 LEAVE = """
@@ -70,6 +146,12 @@ redis.call('ZREM', KEYS[1], ARGV[1])
 redis.call('HDEL', KEYS[2], ARGV[1])
 return 1
 """
+
+
+class HandOverRefused(FanoutError):
+    """The registry refused to assign parts (rule 7): the map changed under the giver."""
+
+    code = "unavailable"
 
 
 def connect(address: str) -> RedisCluster:
@@ -97,9 +179,10 @@ class Registry:
         lease: float = 3.0,
         side: float = DEFAULT_SIDE,
         on_change: Callable[[ResponsibilityMap, ResponsibilityMap], None] | None = None,
+        standby: bool = False,
     ) -> None:
         """A member named ``name``, reached at ``url`` (set it before ``run`` if not known
-        yet), holding a lease of ``lease`` seconds.
+        yet), holding a lease of ``lease`` seconds; a ``standby`` owns nothing by rendezvous.
 
         Raises:
             ValueError: ``lease`` is not positive, or ``name`` is empty.
@@ -111,12 +194,22 @@ class Registry:
         self.redis, self.name, self.url, self.lease = redis, name, url, lease
         self.map = ResponsibilityMap({}, side)
         self.on_change = on_change
+        #: Also told of every change, after ``on_change`` (the relay's moved subscriptions).
+        self.watchers: list[Callable[[ResponsibilityMap, ResponsibilityMap], None]] = []
+        self.standby = standby
         self.changes = 0
         self.failed_beats = 0
         self.redirected = 0
-        self._keys = [f"{{{NAMESPACE}}}:deadlines", f"{{{NAMESPACE}}}:urls"]
+        self._keys = [
+            f"{{{NAMESPACE}}}:deadlines",
+            f"{{{NAMESPACE}}}:urls",
+            f"{{{NAMESPACE}}}:standby",
+            f"{{{NAMESPACE}}}:assigned",
+        ]
         self._beat = redis.register_script(BEAT)
         self._leave = redis.register_script(LEAVE)
+        self._assign = redis.register_script(ASSIGN)
+        self._unassign = redis.register_script(UNASSIGN)
 
     async def beat(self, join: bool = True) -> ResponsibilityMap:
         """Renew (``join``) or only read, and take the live members as the map (rule 3).
@@ -124,18 +217,62 @@ class Registry:
         Raises:
             RedisError: Redis could not be reached or refused the script.
         """
-        args: list[Any] = [self.name, self.url, int(self.lease * 1000)] if join else ["", "", 0]
-        flat = await self._beat(keys=self._keys, args=args)
-        texts = [item.decode() if isinstance(item, bytes) else str(item) for item in flat]
+        args: list[Any] = (
+            [self.name, self.url, int(self.lease * 1000), "1" if self.standby else "0"]
+            if join
+            else ["", "", 0, "0"]
+        )
+        flat_members, standby, flat_assigned = await self._beat(keys=self._keys, args=args)
+        texts, held = _texts(flat_members), _texts(flat_assigned)
         members = dict(zip(texts[0::2], texts[1::2], strict=True))
-        after = self.map.with_members(members)
+        assigned = {
+            part: Assignment(*value.split("\n", 1))
+            for part, value in zip(held[0::2], held[1::2], strict=True)
+        }
+        after = ResponsibilityMap(members, self.map.side, frozenset(_texts(standby)), assigned)
         before, self.map = self.map, after
         if dict(before.members) != members:
-            self.changes += 1
             log.info("registry: members now %s", ", ".join(sorted(members)) or "none")
+        if (dict(before.members), before.standby, dict(before.assigned)) != (
+            members,
+            after.standby,
+            assigned,
+        ):
+            self.changes += 1
             if self.on_change is not None:
                 self.on_change(before, after)
+            for watcher in self.watchers:
+                watcher(before, after)
         return after
+
+    async def assign(self, target: str, parts: list[str]) -> None:
+        """Hand ``parts`` (this relay's) to member ``target`` (rule 7), then read the map.
+
+        Raises:
+            HandOverRefused: a relay is not live, the members changed since this relay's map
+                was read, or a part is assigned to another relay.
+            RedisError: Redis could not be reached.
+        """
+        owners = sorted(name for name in self.map.members if name not in self.map.standby)
+        args: list[str | int] = [self.name, target, len(owners), *owners, *parts]
+        try:
+            await self._assign(keys=self._keys, args=args)
+        except ResponseError as error:
+            raise HandOverRefused(f"handing {len(parts)} parts to {target}: {error}") from None
+        await self.beat()
+
+    async def unassign(self, parts: list[str]) -> int:
+        """Hand back the ``parts`` assigned to this relay (rule 7), then read the map.
+
+        Returns:
+            How many were handed back.
+
+        Raises:
+            RedisError: Redis could not be reached.
+        """
+        count = int(await self._unassign(keys=self._keys[3:], args=[self.name, *parts]))
+        await self.beat()
+        return count
 
     async def run(self, joined: Callable[[], None] | None = None) -> None:
         """Join, then keep the lease and follow the map until cancelled; leave on the way out.
@@ -200,3 +337,7 @@ class Registry:
                 self.redirected,
             ),
         ]
+
+
+def _texts(items: list[Any]) -> list[str]:
+    return [item.decode() if isinstance(item, bytes) else str(item) for item in items]

@@ -25,6 +25,11 @@ Rules:
    parts it wins or held, about 1/n of them.
 3. **Names, not addresses.** Owners are chosen by name, so a relay restarted under the same name
    on another port gets its parts back; its URL is where subscribers are sent.
+4. **Standbys and assignments** (split and merge on load, ``relay.cluster.balance``). A
+   *standby* member owns nothing by rendezvous (unless every live member is one). A part
+   *assigned* to a live member, by the relay that owned it when it split, belongs to that
+   member whatever rendezvous says; an assignment to a member whose lease ran out counts for
+   nothing, and the part falls back to its rendezvous owner.
 """
 
 from __future__ import annotations
@@ -124,28 +129,67 @@ class Member:
 
 
 @dataclass(frozen=True)
+class Assignment:
+    """A part handed over by a split (rule 4): ``member`` holds it, ``giver`` handed it."""
+
+    member: str
+    giver: str
+
+
+@dataclass(frozen=True)
 class ResponsibilityMap:
     """The live members and who owns each part.
 
     Attributes:
         members: name -> URL of every live relay.
         side: the grid's side for space datasets (the same on every relay of a cluster).
+        standby: the members that own nothing by rendezvous (rule 4).
+        assigned: part -> the assignment a split made of it (rule 4).
     """
 
     members: Mapping[str, str] = field(default_factory=dict)
     side: float = DEFAULT_SIDE
+    standby: frozenset[str] = frozenset()
+    assigned: Mapping[str, Assignment] = field(default_factory=dict)
 
     def owner(self, part: str) -> Member:
-        """The member responsible for ``part`` (rule 2).
+        """The member responsible for ``part`` (rules 2 and 4).
+
+        Raises:
+            NoLiveRelay: the map has no member.
+        """
+        assignment = self.assigned.get(part)
+        if assignment is not None and assignment.member in self.members:
+            return Member(assignment.member, self.members[assignment.member])
+        return self.rendezvous_owner(part)
+
+    def rendezvous_owner(self, part: str) -> Member:
+        """The member rendezvous hashing makes responsible for ``part``, assignments aside
+        (rule 2; standbys only if every member is one).
 
         Raises:
             NoLiveRelay: the map has no member.
         """
         if not self.members:
             raise NoLiveRelay("no relay is in the map of responsibility")
+        owners = [member for member in self.members if member not in self.standby]
         # Ties (equal 64-bit weights) fall to the greater name, so every relay agrees.
-        name = max(self.members, key=lambda member: (weight(part, member), member))
+        name = max(owners or self.members, key=lambda member: (weight(part, member), member))
         return Member(name, self.members[name])
+
+    def received(self, member: str) -> list[str]:
+        """The parts assigned to ``member`` while it is live, in order."""
+        if member not in self.members:
+            return []
+        return sorted(part for part, held in self.assigned.items() if held.member == member)
+
+    def idle_standbys(self, but: str = "") -> list[str]:
+        """The live standbys holding no assignment (apart from ``but``), in name order: where
+        a split may hand parts."""
+        busy = {held.member for held in self.assigned.values()}
+        return sorted(
+            name for name in self.standby if name in self.members and name not in busy | {but}
+        )
 
     def owner_of(self, dataset: str, view: View) -> Member:
         """The member responsible for a subscription to ``view`` of ``dataset``.
@@ -156,8 +200,23 @@ class ResponsibilityMap:
         return self.owner(part_of(dataset, view, self.side))
 
     def with_members(self, members: Mapping[str, str]) -> ResponsibilityMap:
-        """The same map over other members."""
-        return ResponsibilityMap(dict(members), self.side)
+        """The same map over other members (standbys and assignments kept)."""
+        return ResponsibilityMap(dict(members), self.side, self.standby, self.assigned)
+
+
+def moved_by_assignment(
+    before: ResponsibilityMap, after: ResponsibilityMap, me: str, part: str
+) -> bool:
+    """Whether a split or a merge took ``part`` from ``me``: ``me`` owned it before, another
+    member owns it after, and its assignment changed (rule 4). A part that changed owner only
+    because members joined or left is not counted.
+    """
+    if not (before.members and after.members):
+        return False
+    was, now = before.assigned.get(part), after.assigned.get(part)
+    if (was.member if was else None) == (now.member if now else None):
+        return False
+    return before.owner(part).name == me and after.owner(part).name != me
 
 
 def moved(before: ResponsibilityMap, after: ResponsibilityMap, parts: Iterable[str]) -> list[str]:

@@ -7,6 +7,12 @@
     side = 256.0                         # grid side of space datasets' cells (same everywhere)
     advertise = "ws://relay-1.example:7701"   # where subscribers are redirected to this relay
     policy = "redirect"                  # or "forward": serve here, parts from their owners
+    split_above = { subscribers = 5000, cpu = 0.8 }   # split past any of these (off: absent)
+    merge_below = { subscribers = 1000 }  # hand received parts back below all of these
+    split_dwell = 10.0                   # seconds a condition must hold, and between moves
+    standby = false                      # true: own nothing until parts are handed here
+    split_command = "fanout relay --standby --name {name} ..."   # starts a relay to split to
+    split_wait = 30.0                    # seconds to wait for it to join the map
 
 The publisher reads the same file and leaves this table to the relays. Every mistake is a
 ``ConfigError`` naming the file and the key (``fanout.toml: cluster.lease: ...``).
@@ -21,7 +27,19 @@ from pathlib import Path
 
 from fanout.errors import ConfigError
 
-KEYS = ("registry", "lease", "side", "advertise", "policy")
+KEYS = (
+    "registry",
+    "lease",
+    "side",
+    "advertise",
+    "policy",
+    "split_above",
+    "merge_below",
+    "split_dwell",
+    "standby",
+    "split_command",
+    "split_wait",
+)
 
 
 @dataclass(frozen=True)
@@ -33,6 +51,12 @@ class ClusterSettings:
     side: float | None = None
     advertise: str | None = None
     policy: str | None = None
+    split_above: dict[str, float] | None = None
+    merge_below: dict[str, float] | None = None
+    split_dwell: float | None = None
+    standby: bool | None = None
+    split_command: str | None = None
+    split_wait: float | None = None
 
 
 def load_cluster(path: Path) -> ClusterSettings:
@@ -66,10 +90,55 @@ def read_cluster(table: object) -> ClusterSettings:
         if key not in KEYS:
             raise ConfigError(f"cluster.{key}: unknown key (known keys: {', '.join(KEYS)})")
     texts = {key: _text(table, key) for key in ("registry", "advertise", "policy")}
-    numbers = {key: _positive(table, key) for key in ("lease", "side")}
+    numbers = {key: _positive(table, key) for key in ("lease", "side", "split_dwell", "split_wait")}
+    standby = table.get("standby")
+    if standby is not None and not isinstance(standby, bool):
+        raise ConfigError(f"cluster.standby: must be true or false, not {standby!r}")
     return ClusterSettings(
-        texts["registry"], numbers["lease"], numbers["side"], texts["advertise"], texts["policy"]
+        texts["registry"],
+        numbers["lease"],
+        numbers["side"],
+        texts["advertise"],
+        texts["policy"],
+        _figures(table, "split_above"),
+        _figures(table, "merge_below"),
+        numbers["split_dwell"],
+        standby,
+        _text(table, "split_command"),
+        numbers["split_wait"],
     )
+
+
+def _figures(table: dict[str, object], key: str) -> dict[str, float] | None:
+    value = table.get(key)
+    if value is None:
+        return None
+    if not isinstance(value, dict):
+        raise ConfigError(f"cluster.{key}: must be a table of figures, e.g. {{ cpu = 0.8 }}")
+    figures = {}
+    for figure, number in value.items():
+        if isinstance(number, bool) or not isinstance(number, int | float):
+            raise ConfigError(f"cluster.{key}.{figure}: must be a number, not {number!r}")
+        figures[figure] = float(number)
+    return figures
+
+
+def parse_figures(items: list[str] | None, flag: str) -> dict[str, float] | None:
+    """``FIGURE=VALUE`` flags (``--split-above cpu=0.8``) as a table; None if none was given.
+
+    Raises:
+        ConfigError: an item is not ``FIGURE=NUMBER``.
+    """
+    if not items:
+        return None
+    figures = {}
+    for item in items:
+        figure, _, number = item.partition("=")
+        try:
+            figures[figure.strip()] = float(number)
+        except ValueError:
+            raise ConfigError(f"{flag}: {item!r} is not FIGURE=NUMBER (e.g. cpu=0.8)") from None
+    return figures
 
 
 def _text(table: dict[str, object], key: str) -> str | None:

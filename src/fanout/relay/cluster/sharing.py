@@ -9,7 +9,11 @@ order. A relay that cannot be reached, or whose link is lost, is not asked again
 
 When the map changes, the primitives held at a relay no longer responsible for their part are
 acquired anew, routed by the new map (their datasets resynced): relays that disagreed about the
-members for a beat, and forwarded a part to each other, stop doing so once they agree.
+members for a beat, and forwarded a part to each other, stop doing so once they agree. So are the
+primitives this relay acquired from the publisher for a part a split or a merge took from it
+(``relay.cluster.balance``): the subscribers' connections stay, and the part comes from its new
+owner (if that relay's name sorts after this one's, ``upstreams`` rule 1; else from the
+publisher, as before).
 """
 
 from __future__ import annotations
@@ -23,7 +27,7 @@ from typing import Protocol
 
 from fanout.relay.cluster.peerlink import PeerLink
 from fanout.relay.cluster.registry import Registry
-from fanout.relay.cluster.responsibility import ResponsibilityMap
+from fanout.relay.cluster.responsibility import ResponsibilityMap, moved_by_assignment, part_of
 from fanout.relay.cluster.upstreams import PUBLISHER, Taken, Upstreams
 from fanout.relay.core import UPSTREAM, RelayCore, Send
 from fanout.relay.writer import Writer
@@ -185,8 +189,15 @@ class Sharing:
 
     def _map_changed(self, before: ResponsibilityMap, after: ResponsibilityMap) -> None:
         datasets = set()
+        me = self._registry.name
         for held in self.upstreams.held.values():
-            if held.upstream == PUBLISHER or held.upstream not in self._links:
+            if held.upstream == PUBLISHER:
+                # A split or merge took the part from this relay: taken from its new owner.
+                part = part_of(held.dataset, held.view, after.side)
+                if moved_by_assignment(before, after, me, part):
+                    datasets.add(held.dataset)
+                continue
+            if held.upstream not in self._links:
                 continue
             if not after.members or after.owner_of(held.dataset, held.view).name != held.upstream:
                 datasets.add(held.dataset)
