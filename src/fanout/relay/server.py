@@ -58,11 +58,9 @@ from fanout.buckets import Throttle
 from fanout.connection import Outbound, refuse
 from fanout.errors import Unauthorized
 from fanout.relay.clients import Clients
+from fanout.relay.cluster.membership import Membership
 from fanout.relay.cluster.registry import Registry
-from fanout.relay.cluster.registry import connect as registry_client
-from fanout.relay.cluster.responsibility import ResponsibilityMap
-from fanout.relay.cluster.sharing import Sharing
-from fanout.relay.cluster.splitting import Balancer, moved_subscriptions
+from fanout.relay.cluster.splitting import Balancer
 from fanout.relay.compiled import COMPILED
 from fanout.relay.config import RelayConfig
 from fanout.relay.core import UPSTREAM, RelayCore, Send
@@ -166,30 +164,22 @@ class RelayServer:
         self.mqtt_cluster: Cluster | None = None
         if config.mqtt_port is not None:
             self.mqtt, self.mqtt_ingest, self.mqtt_cluster = mqtt_parts(config, self._local_url)
-        #: The map of responsibility shared with other relays (``relay.cluster``), if any.
+        #: The map of responsibility shared with other relays (``relay.cluster``), if any:
+        #: its registry, and split and merge on load (``balancer``) if thresholds are given.
+        self.membership: Membership | None = None
         self.registry: Registry | None = None
-        #: Split and merge on load (``relay.cluster.splitting``), if thresholds are given.
         self.balancer: Balancer | None = None
         if config.registry is not None:
-            client = registry_client(config.registry)
-            lease, side = config.registry_lease, config.registry_side
-            self.registry = Registry(
-                client, config.name, lease=lease, side=side, standby=config.standby
+            self.membership = Membership(
+                config,
+                self.core,
+                self._writer,
+                self.upstream,
+                dispatch=self._dispatch,
+                wake=self._wake.set,
             )
-            if config.registry_policy == "redirect":
-                self.registry.watchers.append(self._parts_moved)
-            if config.thresholds.on:
-                self.balancer = Balancer(
-                    self.core,
-                    self.registry,
-                    config.thresholds,
-                    command=config.split_command,
-                    wait=config.split_wait,
-                )
-            if config.registry_policy == "forward":
-                self.upstream.sharing = Sharing(
-                    self.core, self.registry, self._writer, self.upstream, self._dispatch
-                )
+            self.registry, self.balancer = self.membership.registry, self.membership.balancer
+            self.upstream.sharing = self.membership.sharing
 
     async def run(self, ready: Callable[[int], None] | None = None) -> None:
         """Serve until cancelled; ``ready(port)`` is called once serving and connected upstream.
@@ -238,15 +228,10 @@ class RelayServer:
                     tasks.create_task(self.mqtt_ingest.run(self.config.reconnect_delay))
                 if self.upstream.sharing is not None:
                     tasks.create_task(self.upstream.sharing.run())
-                if self.registry is not None:  # joined before it is ready (relay.cluster)
+                if self.membership is not None:  # joined before it is ready (relay.cluster)
                     scheme = "ws" if ssl is None else "wss"
                     own = f"{scheme}://{self.config.host}:{self.port}"
-                    self.registry.url = self.config.advertise or own
-                    in_map = asyncio.Event()
-                    tasks.create_task(self.registry.run(in_map.set))
-                    await in_map.wait()
-                    if self.balancer is not None:
-                        tasks.create_task(self.balancer.run())
+                    await self.membership.join(tasks, self.config.advertise or own)
                 if self.mqtt_cluster is not None:
                     joined = asyncio.Event()
                     tasks.create_task(self.mqtt_cluster.run(joined.set))
@@ -312,8 +297,7 @@ class RelayServer:
                 closed_bad=self._closed_bad,
                 hello_timeouts=self._hello_timeouts,
             ),
-            *(self.registry.samples() if self.registry is not None else []),
-            *(self.balancer.samples() if self.balancer is not None else []),
+            *(self.membership.samples() if self.membership is not None else []),
         ]
 
     # -- dispatch ------------------------------------------------------------------------
@@ -507,18 +491,6 @@ class RelayServer:
                 self._dispatch([Send(client, Error(exc.code, exc.message, ref=request.sub))])
                 return
         self._dispatch(self.core.on_subscribe(client, request, now))
-
-    def _parts_moved(self, before: ResponsibilityMap, after: ResponsibilityMap) -> None:
-        """A split or merge took parts from this relay: their held subscriptions end with a
-        redirect to the part's new relay, where their subscribers resume
-        (``relay.cluster.redirects`` rule 1); the primitives they leave are released as any
-        ended subscription's are."""
-        for client, redirect in moved_subscriptions(self.core, before, after, self.config.name):
-            assert redirect.ref is not None, "a moved subscription's redirect names it"
-            # The core's Unsubscribed is not sent: the redirect is what ends it for the client.
-            self.core.on_unsubscribe(client, Unsubscribe(redirect.ref))
-            self._dispatch([Send(client, redirect)])
-        self._wake.set()
 
     def _forward(self, client: int, request: Publish) -> None:
         """Send a subscriber's write on to the publisher, or refuse it (``relay.forwarding``):
