@@ -204,6 +204,7 @@ async def run_load(
                 *("--master", MASTER, "--port", "0", "--state-dir", str(state / "publisher")),
                 *("--agents", str(AGENTS), "--world", str(WORLD), "--period", str(period)),
                 *("--tick-rate", str(TICK_RATE), "--log-level", "info"),
+                *("--state-store", args.store),
                 *args.publisher_args,
             ],
             state / "publisher.log",
@@ -418,7 +419,8 @@ def main() -> None:
         "--store",
         default="hdfs",
         choices=["hdfs", "rocksdb"],
-        help="the state store the publisher runs with (the floor compared with)",
+        help="the state store the publisher runs with (fanout publisher --state-store) and"
+        " the floor is compared with",
     )
     parser.add_argument(
         "--publisher-args",

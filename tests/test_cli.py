@@ -217,6 +217,22 @@ def test_the_demo_lets_a_micro_batch_take_a_minute_of_ticks_and_passes_it_on() -
     assert args[args.index("--max-ticks-per-batch") + 1] == "600"
 
 
+@pytest.mark.parametrize("store", [None, "rocksdb"])
+def test_the_publishers_built_in_dataset_takes_its_state_store_from_the_flag(
+    monkeypatch: pytest.MonkeyPatch, store: str | None
+) -> None:
+    import fanout.publisher.app
+    from fanout.cli_publisher import run_publisher
+
+    seen = []
+    monkeypatch.setattr(fanout.publisher.app, "run", lambda settings: seen.append(settings) or 0)
+    flags = ["publisher"] if store is None else ["publisher", "--state-store", store]
+    assert run_publisher(_parser().parse_args(flags)) == 0
+    assert seen[0].datasets["agents"].state_store == (store or "hdfs")
+    with pytest.raises(SystemExit):
+        _parser().parse_args(["publisher", "--state-store", "leveldb"])
+
+
 def test_the_relay_limit_flags_default_to_relay_config_and_reach_it(
     capsys: pytest.CaptureFixture[str],
 ) -> None:

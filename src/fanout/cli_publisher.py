@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import argparse
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -191,6 +192,14 @@ def publisher_parser(commands: Any, command: Command) -> None:
         default=0,
         help="stop the simulation after this tick (default: never)",
     )
+    parser.add_argument(
+        "--state-store",
+        choices=["hdfs", "rocksdb"],
+        default="hdfs",
+        help="where Spark keeps the built-in dataset's latest rows: its HDFS-backed store"
+        " (default) or RocksDB; a --config dataset says it with state_store"
+        " (docs/configuration.md)",
+    )
     add_simulation(parser)
     cli_security.add_server(parser)
     parser.set_defaults(run=run_publisher)
@@ -205,7 +214,7 @@ def run_publisher(args: argparse.Namespace) -> int:
     if args.config is not None:
         settings = load_config(args.config)
     else:
-        built_in = agents(simulation(args, args.max_ticks))
+        built_in = replace(agents(simulation(args, args.max_ticks)), state_store=args.state_store)
         settings = PublisherSettings(datasets={built_in.name: built_in})
     settings = settings.override(
         host=args.host,
