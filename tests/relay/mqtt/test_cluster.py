@@ -235,11 +235,17 @@ async def test_a_broken_peer_link_loses_nothing_and_repeats_nothing(
             await wait_registered(redis_node, "link/x", {"b"})
             port = await peer_port(redis_node, "b")
             expected = [("link/x", str(n).encode()) for n in range(600)]
-            for n, (topic_name, payload) in enumerate(expected):
-                publisher.client.publish(topic_name, payload, qos=1)
-                if n % 150 == 149:  # mid-stream: the burst just published is on its way
-                    await asyncio.sleep(0.01 * (n // 150))
-                    break_links(port)
+            for start in range(0, len(expected), 150):
+                for topic_name, payload in expected[start : start + 150]:
+                    publisher.client.publish(topic_name, payload, qos=1)
+                # Mid-stream: once the burst's first message came through the link (so the
+                # link is open), the rest of the burst is on its way (the publisher's client
+                # keeps 20 in flight). Breaking by the clock instead could fall before the
+                # link opened, and break nothing.
+                await eventually(
+                    lambda start=start: len(far.received()) > start, timeout=60, every=0.005
+                )
+                break_links(port)
             await eventually(lambda: len(far.received()) >= len(expected), timeout=60)
             await asyncio.sleep(1.0)  # a duplicate would have come by now
             assert far.received() == expected

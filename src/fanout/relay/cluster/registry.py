@@ -18,7 +18,10 @@ Rules:
 5. **Leaving.** A relay stopped cleanly removes itself at once, so its parts move without waiting
    for its lease.
 6. **Redis away.** A beat that fails is logged and retried at the next; the relay keeps its last
-   map meanwhile (and the others drop it once its lease runs out).
+   map meanwhile (and the others drop it once its lease runs out). No call waits on Redis for
+   ever: every socket read and connect times out after ``REDIS_TIMEOUT`` seconds (a timeout is
+   a failed beat), and leaving gives up after as long (its lease will run out); an asyncio
+   Redis client whose command was cancelled mid-reply can otherwise hang the next one.
 7. **Standbys and assignments** (``responsibility`` rule 4) live beside the members under the
    same hash tag: a set of standby names, and a hash of part -> member and giver (joined by a
    newline). The beat reads them with the members, and sweeps the assignments of the members
@@ -41,6 +44,7 @@ from redis.exceptions import RedisError, ResponseError
 
 from fanout.errors import FanoutError
 from fanout.metrics import Sample
+from fanout.relay import cancelling
 from fanout.relay.cluster.redirects import redirect
 from fanout.relay.cluster.responsibility import DEFAULT_SIDE, Assignment, ResponsibilityMap
 from fanout.relay.cluster.settings import registry_address
@@ -48,6 +52,8 @@ from fanout.wire.messages import Error, Subscribe
 
 log = logging.getLogger(__name__)
 
+#: Seconds any call to Redis may take (rule 6).
+REDIS_TIMEOUT = 5.0
 #: The hash tag every key of the map shares (rule 1).
 NAMESPACE = "fanout-map"
 
@@ -164,7 +170,9 @@ def connect(address: str) -> RedisCluster:
         ConfigError: the address is not of that form.
     """
     host, port = registry_address(address)
-    return RedisCluster(host=host, port=port)
+    return RedisCluster(
+        host=host, port=port, socket_timeout=REDIS_TIMEOUT, socket_connect_timeout=REDIS_TIMEOUT
+    )
 
 
 class Registry:
@@ -285,6 +293,7 @@ class Registry:
             if joined is not None:
                 joined()
             while True:
+                cancelling.check()  # a cancel the Redis client swallowed
                 await asyncio.sleep(self.lease / 3)
                 try:
                     await self.beat()
@@ -295,13 +304,19 @@ class Registry:
             await self.leave()
 
     async def leave(self) -> None:
-        """Remove this member at once (rule 5); a failure is logged (its lease will run out)."""
+        """Remove this member at once (rule 5); a failure, or no answer within
+        ``REDIS_TIMEOUT`` seconds (rule 6), is logged (its lease will run out)."""
         try:
-            await self._leave(keys=self._keys, args=[self.name])
-        except RedisError as error:
-            log.warning("registry: leaving failed, the lease will run out: %s", error)
+            async with asyncio.timeout(REDIS_TIMEOUT):
+                await self._leave(keys=self._keys, args=[self.name])
+        except (RedisError, TimeoutError) as error:
+            log.warning("registry: leaving failed, the lease will run out: %r", error)
         finally:
-            await self.redis.aclose()
+            try:
+                async with asyncio.timeout(REDIS_TIMEOUT):
+                    await self.redis.aclose()
+            except TimeoutError:
+                log.warning("registry: closing the Redis client took over %g s", REDIS_TIMEOUT)
 
     # -- what the relay asks ------------------------------------------------------------------
 

@@ -37,6 +37,7 @@ from typing import TYPE_CHECKING
 from redis.exceptions import RedisError
 
 from fanout.metrics import Sample
+from fanout.relay import cancelling
 from fanout.relay.cluster.balance import Load, Merge, Split, Thresholds, decide
 from fanout.relay.cluster.redirects import moved
 from fanout.relay.cluster.registry import HandOverRefused, Registry
@@ -86,6 +87,7 @@ class Balancer:
     async def run(self) -> None:
         """Sample and act until cancelled (rules 1-5)."""
         while True:
+            cancelling.check()  # a cancel the Redis client swallowed (assignments)
             await asyncio.sleep(EVERY)
             self.sample(time.monotonic())
             await self.act()

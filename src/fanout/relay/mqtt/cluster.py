@@ -34,6 +34,7 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
+from fanout.relay import cancelling
 from fanout.relay.mqtt import packets as p
 from fanout.relay.mqtt.actions import Action
 from fanout.relay.mqtt.broker import Broker
@@ -205,6 +206,7 @@ class Cluster:
     async def _keep_lease(self) -> None:
         beats = 0
         while True:
+            cancelling.check()  # a cancel the Redis client swallowed
             await asyncio.sleep(self.table.lease / 3)
             await self._renew()
             for relay in [r for r, link in self._links.items() if link.unacked]:
@@ -217,6 +219,7 @@ class Cluster:
 
     async def _work(self) -> None:
         while True:
+            cancelling.check()  # a cancel the Redis client swallowed
             item = await self._queue.get()
             if item[0] == "filter":
                 _, text, delta = item

@@ -58,6 +58,7 @@ from redis.exceptions import RedisError
 
 from fanout.client.subscriber import LiveView, Subscriber, SubscriptionError, Update, connect
 from fanout.errors import FanoutError
+from fanout.relay import cancelling
 from fanout.relay.mqtt import packets as p
 from fanout.relay.mqtt.actions import Action, Restore
 from fanout.relay.mqtt.broker import Broker
@@ -190,6 +191,7 @@ class Durable:
                     for follow in self._follows.values():
                         self._start(follow)
                     while True:
+                        cancelling.check()  # a cancel the Redis client swallowed
                         await self._sync()
                         await asyncio.sleep(self.sync)
             except (OSError, FanoutError, ConnectionError, RedisError) as error:
