@@ -305,6 +305,8 @@ class Cluster:
                         link.ack(int(packet.payload))
         except (OSError, ValueError, p.PacketError) as error:
             log.warning("mqtt cluster: the link to %s: %s", relay, error)
+        else:  # a connection killed may end with a reset or with an end of file
+            log.warning("mqtt cluster: the link to %s was closed at its other end", relay)
         finally:
             writer.transport.abort()  # written again on a new connection
 
