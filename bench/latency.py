@@ -389,7 +389,7 @@ async def bench(args: argparse.Namespace, workdir: Path) -> list[dict[str, Any]]
     return loads
 
 
-def floor_of(before: dict[str, Any], after: dict[str, Any] | None) -> dict[str, float]:
+def floor_of(before: dict[str, Any], after: dict[str, Any] | None) -> dict[str, Any]:
     """The floor the 10,000 window is compared with: the median and fastest of the one-tick
     micro-batches measured before the windows and, when bracketing, right after the 10,000
     one, pooled. The machine is shared and its load drifts over a run's minutes; a floor
