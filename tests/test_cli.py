@@ -264,6 +264,17 @@ def test_the_mqtt_limit_flags_default_to_the_brokers_limits_and_reach_them(
     assert "mqtt receive_maximum must be in [1, 65535], not 0" in capsys.readouterr().err
 
 
+def test_mqtt_addresses_must_be_host_and_port(capsys: pytest.CaptureFixture[str]) -> None:
+    args = _parser().parse_args(["relay", "--mqtt-peer-advertise", "relay-a.example:7883"])
+    assert args.mqtt_peer_advertise == "relay-a.example:7883"
+    for bad in ("relay-a.example", ":7883", "relay-a.example:0", "relay-a.example:port"):
+        for flag in ("--mqtt-peer-advertise", "--mqtt-redis"):
+            with pytest.raises(SystemExit) as exited:
+                _parser().parse_args(["relay", flag, bad])
+            assert exited.value.code == USAGE
+            assert f"{bad!r} is not HOST:PORT" in capsys.readouterr().err
+
+
 def test_version_prints_the_installed_version(capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit) as exit_:
         main(["--version"])

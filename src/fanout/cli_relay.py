@@ -120,6 +120,7 @@ def relay_parser(commands: Any, command: Command) -> None:
     )
     mqtt.add_argument(
         "--mqtt-redis",
+        type=host_port,
         metavar="HOST:PORT",
         help="a node of the Redis Cluster holding the shared match table: relays given the same"
         " cluster are one MQTT broker (default: none, this relay alone)",
@@ -131,6 +132,13 @@ def relay_parser(commands: Any, command: Command) -> None:
         help="port other relays forward MQTT messages to (default: 0, a free one)",
     )
     mqtt.add_argument(
+        "--mqtt-peer-advertise",
+        type=host_port,
+        metavar="HOST:PORT",
+        help="the address other relays reach --mqtt-peer-port at, for a relay behind NAT or a"
+        " TCP proxy (default: HOST and the port as it listens)",
+    )
+    mqtt.add_argument(
         "--mqtt-lease",
         type=float,
         default=3.0,
@@ -140,6 +148,14 @@ def relay_parser(commands: Any, command: Command) -> None:
         mqtt.add_argument(flag, type=kind, help=f"{what} (default: {default})")
     _cluster_arguments(parser)
     parser.set_defaults(run=run_relay)
+
+
+def host_port(text: str) -> str:
+    """``HOST:PORT`` as given, once its port is a TCP port (an argparse type)."""
+    host, _, port = text.rpartition(":")
+    if not host or not port.isdigit() or not 0 < int(port) < 65536:
+        raise argparse.ArgumentTypeError(f"{text!r} is not HOST:PORT")
+    return text
 
 
 def _cluster_arguments(parser: argparse.ArgumentParser) -> None:
@@ -319,6 +335,7 @@ def run_relay(args: argparse.Namespace) -> int:
         mqtt_routes=tuple(parse_route(route) for route in args.mqtt_route),
         mqtt_redis=args.mqtt_redis,
         mqtt_peer_port=args.mqtt_peer_port,
+        mqtt_peer_advertise=args.mqtt_peer_advertise,
         mqtt_lease=args.mqtt_lease,
         **cluster,
         mqtt=MqttLimits(**_given(args, MQTT_LIMITS, "--mqtt-")),

@@ -104,6 +104,8 @@ class RelayConfig:
         mqtt_redis: ``host:port`` of a Redis Cluster node holding the shared match table of a
             cluster of relays (``relay.mqtt.cluster``); None: this relay is a broker alone.
         mqtt_peer_port: port other relays forward MQTT messages to (0: any free port).
+        mqtt_peer_advertise: ``host:port`` other relays reach that port at, for a relay behind
+            NAT or a TCP proxy (None: ``host`` and the port as it listens).
         mqtt_lease: seconds a dead relay stays a subscriber in the shared table.
         registry: ``redis://host:port`` of a Redis Cluster node holding the map of
             responsibility shared by relays (``relay.cluster``): this relay joins it under
@@ -166,6 +168,7 @@ class RelayConfig:
     mqtt_routes: tuple[tuple[str, str], ...] = ()
     mqtt_redis: str | None = None
     mqtt_peer_port: int = 0
+    mqtt_peer_advertise: str | None = None
     mqtt_lease: float = 3.0
     registry: str | None = None
     registry_policy: str = "redirect"

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import subprocess
 import threading
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
@@ -23,7 +22,8 @@ from redis.asyncio.cluster import RedisCluster
 
 from fanout.launch import Child, start
 from fanout.relay.mqtt.matchtable import MatchTable
-from fanout.testing.ports import free_port
+from fanout.testing.ports import LOOPBACK, free_port
+from fanout.testing.proxy import proxy
 from fanout.testing.publisher import ScriptedPublisher, serving
 from fanout.testing.redis import throwaway_redis_cluster
 from fanout.testing.wait import eventually
@@ -38,9 +38,13 @@ def redis_node() -> Iterator[tuple[str, int]]:
 
 @contextlib.asynccontextmanager
 async def relays(
-    node: tuple[str, int], names: list[str], logs: Path
+    node: tuple[str, int],
+    names: list[str],
+    logs: Path,
+    flags: dict[str, list[str]] | None = None,
 ) -> AsyncIterator[dict[str, tuple[Child, int]]]:
-    """``fanout relay`` processes in one cluster: name -> (process, MQTT port)."""
+    """``fanout relay`` processes in one cluster: name -> (process, MQTT port); ``flags``: more
+    flags by name."""
     async with serving(ScriptedPublisher(Catalog([]))) as url:
         started: dict[str, tuple[Child, int]] = {}
         try:
@@ -61,6 +65,7 @@ async def relays(
                         f"{node[0]}:{node[1]}",
                         "--mqtt-lease",
                         "1.5",
+                        *(flags or {}).get(name, []),
                     ],
                     logs / f"{name}.log",
                 )
@@ -191,66 +196,39 @@ async def test_a_relay_killed_mid_stream_leaves_the_table_within_its_lease(
                 client.close()
 
 
-async def peer_port(node: tuple[str, int], name: str) -> int:
-    """The peer port relay ``name`` registered in Redis."""
-    redis = RedisCluster(host=node[0], port=node[1])
-    try:
-
-        async def address() -> list[bytes]:
-            relays = await redis.smembers("fanout:mt:relays")  # type: ignore[misc]
-            return [
-                value
-                for relay in relays
-                if relay.decode().rpartition("-")[0] == name
-                and (value := await redis.get(f"fanout:mt:addr:{relay.decode()}")) is not None
-            ]
-
-        found = await eventually(address, bool, timeout=20)
-        return int(found[0].decode().rpartition(":")[2])
-    finally:
-        await redis.aclose()
-
-
-def break_links(port: int) -> None:
-    """Kill both ends of every TCP connection to ``port`` (``ss -K``: the relays stay up)."""
-    subprocess.run(
-        ["ss", "-K", "(", "dport", "=", f":{port}", "or", "sport", "=", f":{port}", ")"],
-        check=True,
-        capture_output=True,
-    )
-
-
 async def test_a_broken_peer_link_loses_nothing_and_repeats_nothing(
     redis_node: tuple[str, int], logs: Path
 ) -> None:
-    """The link from relay a to relay b is killed four times while QoS 1 messages flow (both
-    ends of its TCP connection, ``ss -K``): the subscriber on b gets each message exactly
-    once, in publish order. (QoS 1 alone: a QoS 0 message may overtake QoS 1 ones queued for
-    a client's Receive Maximum, as MQTT allows.)"""
-    async with relays(redis_node, ["a", "b"], logs) as running:
-        far = Client(running["b"][1], "far")
-        publisher = Client(running["a"][1], "near")
-        try:
-            far.client.subscribe("link/+", qos=1)
-            await wait_registered(redis_node, "link/x", {"b"})
-            port = await peer_port(redis_node, "b")
-            expected = [("link/x", str(n).encode()) for n in range(600)]
-            for start in range(0, len(expected), 150):
-                for topic_name, payload in expected[start : start + 150]:
-                    publisher.client.publish(topic_name, payload, qos=1)
-                # Mid-stream: once the burst's first message came through the link (so the
-                # link is open), the rest of the burst is on its way (the publisher's client
-                # keeps 20 in flight). Breaking by the clock instead could fall before the
-                # link opened, and break nothing.
-                await eventually(
-                    lambda start=start: len(far.received()) > start, timeout=60, every=0.005
-                )
-                break_links(port)
-            await eventually(lambda: len(far.received()) >= len(expected), timeout=60)
-            await asyncio.sleep(1.0)  # a duplicate would have come by now
-            assert far.received() == expected
-        finally:
-            for client in (far, publisher):
-                client.close()
+    """The link from relay a to relay b is cut four times while QoS 1 messages flow (both ends
+    of its TCP connection, at a proxy b advertises as its peer address): the subscriber on b gets
+    each message exactly once, in publish order. (QoS 1 alone: a QoS 0 message may overtake
+    QoS 1 ones queued for a client's Receive Maximum, as MQTT allows.)"""
+    peer = free_port()
+    async with proxy((LOOPBACK, peer)) as link:
+        flags = {"b": ["--mqtt-peer-port", str(peer), "--mqtt-peer-advertise", link.address]}
+        async with relays(redis_node, ["a", "b"], logs, flags) as running:
+            far = Client(running["b"][1], "far")
+            publisher = Client(running["a"][1], "near")
+            try:
+                far.client.subscribe("link/+", qos=1)
+                await wait_registered(redis_node, "link/x", {"b"})
+                expected = [("link/x", str(n).encode()) for n in range(600)]
+                for start in range(0, len(expected), 150):
+                    for topic_name, payload in expected[start : start + 150]:
+                        publisher.client.publish(topic_name, payload, qos=1)
+                    # Mid-stream: once the burst's first message came through the link (so it
+                    # is open), the rest of the burst is on its way (the publisher's client
+                    # keeps 20 in flight).
+                    await eventually(
+                        lambda start=start: len(far.received()) > start, timeout=60, every=0.005
+                    )
+                    assert link.cut() == 2, "the link was not open"
+                await eventually(lambda: len(far.received()) >= len(expected), timeout=60)
+                await asyncio.sleep(1.0)  # a duplicate would have come by now
+                assert far.received() == expected
+                assert link.connections >= 5  # opened again after each cut
+            finally:
+                for client in (far, publisher):
+                    client.close()
         log = (logs / "a.log").read_text()
         assert "the link to b-" in log, "no link was broken"

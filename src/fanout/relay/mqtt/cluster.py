@@ -131,10 +131,13 @@ class Cluster:
         apply: Callable[[list[Action]], None],
         host: str,
         peer_port: int = 0,
+        *,
+        advertise: str | None = None,
     ) -> None:
-        """A cluster member over ``table`` whose deliveries go through ``apply``."""
+        """A cluster member over ``table`` whose deliveries go through ``apply``; other relays
+        reach its peer port at ``advertise`` (``host:port``; None: ``host`` and the port)."""
         self.table, self.broker, self.apply = table, broker, apply
-        self.host, self.peer_port = host, peer_port
+        self.host, self.peer_port, self.advertise = host, peer_port, advertise
         self.forwarded = self.received = self.lost = 0
         self._queue: asyncio.Queue[tuple[Any, ...]] = asyncio.Queue()
         self._peers: dict[str, asyncio.StreamWriter] = {}
@@ -193,7 +196,8 @@ class Cluster:
         table = self.table
         await table.renew()
         key = f"{table.namespace}addr:{table.relay}"
-        await table.redis.set(key, f"{self.host}:{self.peer_port}", px=int(table.lease * 1000))
+        address = self.advertise or f"{self.host}:{self.peer_port}"
+        await table.redis.set(key, address, px=int(table.lease * 1000))
         if self._registered and not await table.redis.sismember(
             table.namespace + "relays", table.relay
         ):

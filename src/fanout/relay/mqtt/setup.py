@@ -65,7 +65,14 @@ def mqtt_parts(
         table = MatchTable(
             RedisCluster(host=host, port=int(port)), incarnation, lease=config.mqtt_lease
         )
-        cluster = Cluster(table, broker, listener.apply, config.host, config.mqtt_peer_port)
+        cluster = Cluster(
+            table,
+            broker,
+            listener.apply,
+            config.host,
+            config.mqtt_peer_port,
+            advertise=config.mqtt_peer_advertise,
+        )
         listener.on_filters = cluster.on_filters
         if routes.datasets() and url is not None and plain:
             store = SessionStore(table.redis, table.namespace)
