@@ -122,6 +122,52 @@ async def test_a_full_queue_closes_the_connection_as_a_slow_consumer() -> None:
         await outbound.finish()
 
 
+async def test_control_frames_have_room_of_their_own_and_keep_their_place() -> None:
+    """Answers and notices queued behind a draining push do not make a slow consumer until
+    ``limit + control`` frames wait; order is kept."""
+    big = bytes(4 << 20)
+    async with pair() as (server_side, client):
+        outbound = Outbound(server_side, limit=2, control=5)
+        outbound.start()
+        assert outbound.offer(b"first")
+        await asyncio.sleep(0.2)  # the client has it and stops reading
+        assert outbound.offer(big)  # the kernel takes part: one frame waiting
+        assert outbound.offer(b"push")  # the second of limit=2
+        controls = [f"control {n}".encode() for n in range(5)]
+        for control in controls:  # past limit, within limit + control
+            assert outbound.offer(control, control=True)
+        assert not outbound.overflowed
+        received = [await client.recv() for _ in range(3 + len(controls))]
+        assert received == [b"first", big, b"push", *controls]
+        await outbound.finish()
+
+
+@pytest.mark.parametrize("last_is_control", [False, True])
+async def test_pushes_past_limit_or_frames_past_limit_and_control_close_it(
+    last_is_control: bool,
+) -> None:
+    big = bytes(4 << 20)
+    async with pair() as (server_side, client):
+        outbound = Outbound(server_side, limit=2, control=2)
+        outbound.start()
+        assert outbound.offer(b"first")
+        await asyncio.sleep(0.2)  # the client has it and stops reading
+        assert outbound.offer(big)
+        assert outbound.offer(b"a", control=True)
+        assert outbound.offer(b"b", control=True)
+        if last_is_control:
+            assert outbound.offer(b"push")  # the second of limit=2
+            assert not outbound.offer(b"c", control=True)  # limit + control = 4 waiting
+        else:
+            assert outbound.offer(b"push")
+            assert not outbound.offer(b"another push")  # pushes are bounded by limit
+        assert outbound.overflowed
+        assert outbound.closed_for == "slow consumer: 4 frames waiting to be sent"
+        assert await client.recv() == b"first"
+        assert await client.recv() == big  # then the close frame: the handshake ends at once
+        await outbound.finish()
+
+
 async def test_closing_twice_closes_once_with_the_first_reason(
     caplog: pytest.LogCaptureFixture,
 ) -> None:

@@ -44,7 +44,14 @@ _DRAIN = None
 
 class Outbound:
     """Frames waiting to be written to one WebSocket, at most ``limit`` of them (a frame written
-    at once that the transport is still draining counts as one).
+    at once that the transport is still draining counts as one), and ``control`` more if those
+    are control frames.
+
+    Control frames are the small answers and notices a relay sends a subscriber (``Subscribed``,
+    ``Error``, ``NoUpdate``), as opposed to pushes and batches. They get room of their own so
+    that a client which pipelines many requests, or whose many subscriptions all end at once (a
+    split moving them), while a large push is still draining, is not taken for a slow consumer:
+    their number is bounded by what it sent and what it holds, not by its reading.
 
     Attributes:
         sent: frames written so far.
@@ -54,10 +61,19 @@ class Outbound:
     """
 
     def __init__(
-        self, websocket: Connection, limit: int, on_idle: Callable[[], None] | None = None
+        self,
+        websocket: Connection,
+        limit: int,
+        on_idle: Callable[[], None] | None = None,
+        control: int = 0,
     ) -> None:
         self._websocket = websocket
-        self._queue: asyncio.Queue[bytes | None] = asyncio.Queue(maxsize=limit)
+        self._limit = limit
+        #: (frame, whether it is a control frame); ``_DRAIN`` alone.
+        self._queue: asyncio.Queue[tuple[bytes, bool] | None] = asyncio.Queue(
+            maxsize=limit + control
+        )
+        self._controls = 0  # control frames queued
         self._writing_since: float | None = None
         self._on_idle = on_idle
         self._loop = asyncio.get_running_loop()
@@ -106,8 +122,9 @@ class Outbound:
         """Frames queued and not yet written."""
         return self._queue.qsize()
 
-    def offer(self, data: bytes) -> bool:
-        """Queue a frame; if the queue is full, close the connection as a slow consumer.
+    def offer(self, data: bytes, control: bool = False) -> bool:
+        """Queue a frame (a ``control`` frame: see the class); if there is no room for it,
+        close the connection as a slow consumer.
 
         Returns:
             Whether the frame was queued.
@@ -116,13 +133,16 @@ class Outbound:
             return False
         if self.idle and self._write_now(data):
             return True
-        try:
-            self._queue.put_nowait(data)
-            self._drained.clear()
-        except asyncio.QueueFull:
+        queued = self._queue.qsize()
+        if queued >= self._queue.maxsize or (
+            not control and queued - self._controls >= self._limit
+        ):
             self.overflowed = True
-            self.close(f"slow consumer: {self._queue.maxsize} frames waiting to be sent")
+            self.close(f"slow consumer: {queued} frames waiting to be sent")
             return False
+        self._queue.put_nowait((data, control))
+        self._controls += control
+        self._drained.clear()
         return True
 
     def _write_now(self, data: bytes) -> bool:
@@ -161,7 +181,7 @@ class Outbound:
     async def put(self, data: bytes) -> None:
         """Queue a frame, waiting for room: for a long, paced stream such as a replay."""
         if not self.overflowed:
-            await self._queue.put(data)
+            await self._queue.put((data, False))
             self._drained.clear()
 
     def offer_threadsafe(self, data: bytes) -> None:
@@ -172,10 +192,12 @@ class Outbound:
         """Write queued frames until the connection closes."""
         try:
             while True:
-                data = await self._queue.get()
-                if data is _DRAIN:
+                queued = await self._queue.get()
+                if queued is _DRAIN:
                     await self._websocket.drain()
                 else:
+                    data, control = queued
+                    self._controls -= control
                     self._writing_since = self._loop.time()
                     await self._websocket.send(data)
                     self.sent += 1

@@ -499,6 +499,35 @@ def test_a_resumed_subscription_continues_from_the_relays_window_without_asking(
     assert subscriber.rows == {1: (4.0, 1.0), 2: (2.0, 2.0)}
 
 
+def test_a_subscription_behind_gets_at_most_a_burst_of_seqs_a_turn() -> None:
+    """A resumed subscription 10 seqs behind is sent ``every_burst`` (3) a turn, in order, so
+    that a connection's queue never takes more than that from it at once."""
+    publisher = Publisher()
+    core = RelayCore(Policy(widen="margin", grace=0.0), engine=TableStore(), every_burst=3)
+    core.on_catalog(Catalog([INFO]))
+    core.on_upstream_connected()
+    subscriber = Subscriber()
+    publisher.take(core.on_subscribe(1, Subscribe(1, "agents", VIEW, mode="every")))
+    core.on_batch(publisher.step({1: (1.0, 1.0)}))
+    run(core, publisher, subscriber, 1.0)
+    # Another every subscription keeps the coverage, and a full window, while 1 is away.
+    core.on_subscribe(2, Subscribe(1, "agents", VIEW, mode="every"))
+    core.on_disconnect(1)
+    for x in range(2, 12):
+        core.on_batch(publisher.step({1: (float(x % 8), 1.0)}))
+        core.pushes(float(x), lambda client: True)
+    core.on_subscribe(1, Subscribe(1, "agents", VIEW, mode="every", resume=subscriber.token()))
+    turns = []
+    for turn in range(6):
+        sends = [send for send in core.pushes(20.0 + turn, lambda client: True) if send.to == 1]
+        for send in sends:
+            subscriber.take(send.message(), publisher)
+        turns.append(len([s for s in sends if not isinstance(s.frame, Subscribed)]))
+    assert turns == [3, 3, 3, 1, 0, 0]
+    assert subscriber.seqs == list(range(-1, 11))  # take() checked each seq's rows too
+    assert subscriber.rows == {1: (3.0, 1.0)}
+
+
 def test_every_mode_refuses_relative_coordinates_and_changes() -> None:
     core = relay()
     (error,) = core.on_subscribe(

@@ -253,6 +253,48 @@ async def test_a_slow_consumer_is_cut_off_without_delaying_others(deployment) ->
     assert scraped["fanout_relay_slow_consumers_closed_total"] == 1
 
 
+async def test_requests_pipelined_behind_a_draining_push_do_not_make_a_slow_consumer(
+    deployment,
+) -> None:
+    """A client that sends many requests at once while a large push of its is still draining
+    (as one moving its views after a split does) gets every answer, in order, and stays: the
+    answers have room of their own beyond ``queue_limit`` (64 frames)."""
+    publisher, relay, url = deployment
+    rows = 20_000
+    big = {"id": list(range(rows)), "x": [5.0] * rows, "y": [5.0] * rows}
+    client = await raw_session(url, max_queue=1)  # reads one message, then the kernel holds
+    try:
+        await client.send(codec.encode(Subscribe(1, "agents", Box((0, 0), (10, 10)), rate=100.0)))
+        acquire = await publisher.next_acquire()
+        await publisher.send(big, snapshots=[acquire.prim])
+        step = 0
+
+        async def draining() -> bool:
+            nonlocal step
+            if any(not outbound.idle for outbound in relay.clients.open.values()):
+                return True
+            step += 1  # the kernel took it all: another large push
+            moved = {**big, "x": [5.0 + (step % 3) * 0.1] * rows}
+            await publisher.send(moved)
+            return False
+
+        await eventually(draining, timeout=30, what="a push left draining")
+        requests = range(2, 202)  # 200 requests, far more than queue_limit
+        for sub in requests:
+            view = Box((500 + sub, 500), (501 + sub, 501))  # nothing there: no pushes
+            await client.send(codec.encode(Subscribe(sub, "agents", view, rate=1.0)))
+        answered = []
+        while len(answered) < 1 + len(requests):
+            frame = codec.to_subscriber().decode(await asyncio.wait_for(client.recv(), 10))
+            if isinstance(frame, Subscribed):
+                answered.append(frame.sub)
+        assert answered == [1, *requests]
+    finally:
+        await client.close()
+    scraped = await asyncio.to_thread(scrape, url)
+    assert scraped["fanout_relay_slow_consumers_closed_total"] == 0
+
+
 async def test_the_relay_reacquires_after_the_publisher_connection_drops(deployment) -> None:
     publisher, _, url = deployment
     async with connect(url) as subscriber:

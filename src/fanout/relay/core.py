@@ -37,7 +37,7 @@ from fanout.relay import kinds, planner
 from fanout.relay.changesets import History
 from fanout.relay.downstream import Downstream, Subscription
 from fanout.relay.engine import QueryEngine
-from fanout.relay.every import EveryMode, every_cursor
+from fanout.relay.every import EVERY_BURST, EveryMode, every_cursor
 from fanout.relay.holding import Holding
 from fanout.relay.intake import DatasetState, Intake
 from fanout.relay.kinds import DatasetKind, Parts
@@ -95,6 +95,7 @@ class RelayCore:
         sql_share: float = SQL_SHARE,
         sql_burst: float = SQL_BURST,
         holding: Holding | None = None,
+        every_burst: int = EVERY_BURST,
     ) -> None:
         """
         Args:
@@ -105,6 +106,7 @@ class RelayCore:
             max_subscriptions: subscriptions one connection may hold.
             sql_share, sql_burst: each connection's share of the loop for SQL pushes.
             holding: where subscriptions to datasets not known yet wait for a catalog.
+            every_burst: seqs an ``every`` subscription is sent at most per turn.
         """
         self.parts = Parts(policy or Policy(), Upstream(), Downstream(), Encodings(), engine)
         # The parts the core itself uses most, as plain attributes (they are never replaced).
@@ -116,7 +118,7 @@ class RelayCore:
         self.scheduler = Scheduler(aging)
         self.lifecycle = Lifecycle(self.parts.downstream, self.scheduler)
         self.counters = Counters()
-        self.every = EveryMode(self.parts, self.lifecycle, self.counters)
+        self.every = EveryMode(self.parts, self.lifecycle, self.counters, every_burst)
         budgets = Budgets(sql_share, sql_burst)
         self.serving = Serving(self.parts, self.lifecycle, self.every, budgets, self.counters)
         self._capabilities: dict[int, tuple[str, ...]] = {}

@@ -40,7 +40,8 @@ from fanout.wire.messages import (
     Subscribe,
 )
 
-#: Seqs an ``every`` subscription is sent at most per turn before others get theirs.
+#: Seqs an ``every`` subscription is sent at most per turn before others get theirs (its
+#: connection takes the next turn's only once it wrote them all).
 EVERY_BURST = 64
 #: Curiosity request ids start here, apart from primitive ids (both come back as ``Error.ref``).
 FIRST_CURIOSITY = 1 << 40
@@ -54,7 +55,11 @@ class EveryMode:
         steps: recent steps, shared by equal subscriptions.
     """
 
-    def __init__(self, parts: Parts, lifecycle: Lifecycle, counters: Counters) -> None:
+    def __init__(
+        self, parts: Parts, lifecycle: Lifecycle, counters: Counters, burst: int = EVERY_BURST
+    ) -> None:
+        """``burst``: seqs sent a subscription at most per turn."""
+        self.burst = burst
         self._parts = parts
         self._lifecycle = lifecycle
         self._counters = counters
@@ -175,7 +180,7 @@ class EveryMode:
         return bool(waiting)
 
     def serve(self, subscription: Subscription, kind: DatasetKind, now: float) -> list[Send]:
-        """Up to ``EVERY_BURST`` seqs for an ``every`` subscription, in order.
+        """Up to ``burst`` seqs for an ``every`` subscription, in order.
 
         Its first push (and the first after a ``resync``) is the full view from the active
         buffer; then one push or no-update per seq, from the live window or what the publisher's
@@ -213,7 +218,7 @@ class EveryMode:
         current = subscription.cursor
         assert current is not None
         waiting = any(isinstance(send.frame, Curious) for send in sends) or (
-            current.seq < history.latest and pushed < EVERY_BURST and cursor is not None
+            current.seq < history.latest and pushed < self.burst and cursor is not None
         )
         if pushed:
             lifecycle.pushed(subscription, now, pushed)
@@ -237,7 +242,7 @@ class EveryMode:
         first that is not); returns how many seqs went out."""
         assert cursor.trusted_after is not None
         pushed = 0
-        while pushed < EVERY_BURST and cursor.seq < history.latest:
+        while pushed < self.burst and cursor.seq < history.latest:
             change = history.get(cursor.seq + 1, cursor.trusted_after)
             if change is None:
                 sends.extend(self._ask(subscription.dataset, history, cursor))

@@ -327,8 +327,9 @@ class HttpSubscription:
         """Seconds the stream has held bytes the client did not read (0 if none)."""
         return 0.0 if self._stalled_since is None else time.monotonic() - self._stalled_since
 
-    def offer(self, data: bytes) -> bool:
-        """Write the event for one frame of the relay's to this connection.
+    def offer(self, data: bytes, control: bool = False) -> bool:
+        """Write the event for one frame of the relay's to this connection (written at once,
+        control frame or not: a stream has no queue of frames).
 
         Returns:
             Whether it was written (not after the stream ended).

@@ -8,10 +8,13 @@ from dataclasses import dataclass, field
 import msgspec
 
 from fanout.wire import codec
-from fanout.wire.messages import Frame
+from fanout.wire.messages import Error, Frame, NoUpdate, Subscribed, Unsubscribed
 
 #: ``Send.to`` for frames bound to the publisher; clients are numbered from 1.
 UPSTREAM = 0
+#: The small frames a connection gets room of its own for (``fanout.connection.Outbound``):
+#: answers to its requests and notices about its subscriptions, not pushes nor batches.
+CONTROL = (Subscribed, Unsubscribed, Error, NoUpdate)
 
 
 class Send(msgspec.Struct, frozen=True, gc=False):
@@ -33,6 +36,11 @@ class Send(msgspec.Struct, frozen=True, gc=False):
     def data(self) -> bytes:
         """The frame's wire bytes."""
         return self.frame if isinstance(self.frame, bytes) else codec.encode(self.frame)
+
+    @property
+    def control(self) -> bool:
+        """Whether it is a control frame (``CONTROL``)."""
+        return isinstance(self.frame, CONTROL)
 
 
 #: Ticks remembered for the shell's tick-to-push histogram between two of its reads.

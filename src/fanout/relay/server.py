@@ -35,7 +35,9 @@ Slow consumers: a subscriber is only pushed to when its connection has written e
 before, so its queue holds at most one push (plus small control frames) and a slow reader gets
 fewer, larger deltas — latest-value coalescing, counted per subscription. One that leaves a
 push unread for ``stall_timeout`` seconds is closed (code 1008, reason ``slow consumer: ...``);
-one whose queue still fills up (``queue_limit`` frames) is closed the same way. Neither
+one whose queue still fills up (``queue_limit`` frames; its control frames — answers,
+subscriptions' ends — have room for ``max_subscriptions + read_burst`` more, so that a client
+pipelining requests behind a draining push is not taken for slow) is closed the same way. Neither
 ever delays another subscriber: nothing waits on a slow connection but its own writer task.
 """
 
@@ -64,6 +66,7 @@ from fanout.relay.cluster.splitting import Balancer
 from fanout.relay.compiled import COMPILED
 from fanout.relay.config import RelayConfig
 from fanout.relay.core import UPSTREAM, RelayCore, Send
+from fanout.relay.every import EVERY_BURST
 from fanout.relay.forwarding import Forwarder
 from fanout.relay.holding import Holding
 from fanout.relay.httpserver import HttpSubscription, connection_type, routes
@@ -116,6 +119,8 @@ class RelayServer:
             sql_share=config.sql_share,
             sql_burst=config.sql_burst,
             holding=Holding(config.catalog_wait, config.max_held),
+            # A burst goes out while the connection drains: half its queue at most.
+            every_burst=max(1, min(EVERY_BURST, config.queue_limit // 2)),
         )
         self.port: int | None = None
         self.clients = Clients(self.core, config.max_connections)
@@ -310,7 +315,7 @@ class RelayServer:
                 else:
                     self.upstream.send(send.data())
             elif (outbound := self.clients.open.get(send.to)) is not None:
-                outbound.offer(send.data())
+                outbound.offer(send.data(), send.control)
 
     # -- subscribers ---------------------------------------------------------------------
 
@@ -323,8 +328,12 @@ class RelayServer:
             datasets=lambda: visible(self.upstream.datasets, session.grant),
             authenticate=None if self._verifier is None else self._authenticate_hello,
         )
+        config = self.config
         outbound = Outbound(
-            websocket, self.config.queue_limit, on_idle=lambda: self._on_writable(client)
+            websocket,
+            config.queue_limit,
+            on_idle=lambda: self._on_writable(client),
+            control=config.max_subscriptions + config.read_burst,  # its subscriptions' notices
         )
         client = self.clients.add(outbound)
         outbound.start()
@@ -339,7 +348,7 @@ class RelayServer:
                     outcome = session.receive(message)
                     if outcome.reply is not None:
                         self._count_refusal(outcome.reply, outcome.close)
-                        outbound.offer(codec.encode(outcome.reply))
+                        outbound.offer(codec.encode(outcome.reply), control=True)
                     if outcome.close:
                         refused = getattr(outcome.reply, "message", "closing")
                         break
