@@ -155,3 +155,53 @@ async def test_a_held_view_whose_cell_is_handed_over_moves_with_it_and_back(
             )
             assert cluster.relay_of(view) == a_url and view.error is None
             assert b.core.stats()["subscriptions"] == 0
+
+
+async def test_views_moving_to_one_relay_together_share_one_new_connection(
+    registry: str,
+) -> None:
+    """A split moves many held views at once: the subscriber opens one connection to the relay
+    they move to, not one each (a thousand handshakes at once at a relay that was just handed
+    their part could time out, and end those views)."""
+    async with two_relays(registry, "t") as ([(a, a_url), (b, b_url)], _publisher):
+        assert a.registry is not None
+        box = owned_by(a, "ta")
+        async with connect_cluster(a_url) as cluster:
+            views = []
+            for n in range(20):
+                corner = (box.lo[0] + n * 0.1, box.lo[1])
+                views.append(await cluster.subscribe(Box(corner, (corner[0] + 1.0, 20.0))))
+            assert {cluster.relay_of(view) for view in views} == {a_url}
+            await a.registry.assign("tb", [part_of("agents", box)])
+            await eventually(
+                lambda: all(view.moves == 1 for view in views),
+                timeout=20,
+                what="every view moved to b",
+            )
+            await cluster.settled()
+            assert {cluster.relay_of(view) for view in views} == {b_url}
+            assert all(view.error is None for view in views)
+            assert len(b.clients.open) == 1
+
+
+async def test_subscriptions_asking_at_once_for_a_relay_that_fails_share_one_attempt() -> None:
+    """Ten views moving at once to a relay that breaks the handshake off: one attempt is made,
+    and each of them gets its failure (not ten attempts, one after the other)."""
+    accepted = 0
+
+    async def hang_up(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        nonlocal accepted
+        accepted += 1
+        writer.close()
+
+    async with await asyncio.start_server(hang_up, LOOPBACK, 0) as server:
+        url = f"ws://{LOOPBACK}:{server.sockets[0].getsockname()[1]}"
+        async with connect_cluster(url) as cluster:
+            failures = await asyncio.gather(
+                *(cluster.connection(url) for _ in range(10)), return_exceptions=True
+            )
+            assert all(isinstance(failure, ConnectionError) for failure in failures)
+            assert accepted == 1
+            with pytest.raises(ConnectionError):  # a later subscription tries again
+                await cluster.connection(url)
+            assert accepted == 2

@@ -17,7 +17,8 @@ Rules:
    the map does not know yet, or it is full) is not waited for: the relay that redirected is
    asked to ``stay``.
 3. A connection that fails is forgotten, so the next subscription there connects afresh; its
-   views end with the connection's error (resume ``every`` views with ``resume=``).
+   views end with the connection's error (resume ``every`` views with ``resume=``). There is
+   one connection per relay: subscriptions asking for a relay's at once share the one opened.
 4. **A held view whose part moved** (a relay split or merged on load) is ended by its relay
    with a redirect; it is followed for that view, which stays the same object: an ``every``
    view resumes at the new relay with its token (nothing lost or duplicated, its iteration
@@ -51,6 +52,10 @@ class ClusterSubscriber:
         self._stack = stack
         self._options = options
         self._connections: dict[str, Subscriber] = {}
+        # One connection opened at a time per URL; the attempts ended and the last one's error.
+        self._opening: dict[str, asyncio.Lock] = {}
+        self._attempts: dict[str, int] = {}
+        self._failed: dict[str, OSError | HandshakeRefused] = {}
         #: Redirects followed so far, all subscriptions together.
         self.redirects = 0
         #: Held views moved to another relay so far (rule 4), and the tasks moving them now.
@@ -63,13 +68,25 @@ class ClusterSubscriber:
         Raises:
             OSError, HandshakeRefused: the relay cannot be reached or refused the connection.
         """
-        held = self._connections.get(url)
-        if held is not None and held.failure is None:
-            return held
-        subscriber = await self._stack.enter_async_context(connect(url, **self._options))
-        subscriber.on_moved = self._moved
-        self._connections[url] = subscriber
-        return subscriber
+        attempts = self._attempts.get(url, 0)
+        async with self._opening.setdefault(url, asyncio.Lock()):
+            # Views moving together (a split) ask at once: the first opens the connection and
+            # the rest share it, or share its failure rather than each trying (and waiting) again.
+            held = self._connections.get(url)
+            if held is not None and held.failure is None:
+                return held
+            if self._attempts.get(url, 0) > attempts:  # one ended while this one waited
+                raise self._failed[url]
+            try:
+                subscriber = await self._stack.enter_async_context(connect(url, **self._options))
+            except (OSError, HandshakeRefused) as error:
+                self._failed[url] = error
+                raise
+            finally:
+                self._attempts[url] = self._attempts.get(url, 0) + 1
+            subscriber.on_moved = self._moved
+            self._connections[url] = subscriber
+            return subscriber
 
     async def subscribe(
         self, view: View, dataset: str = "agents", *, max_hops: int = MAX_HOPS, **options: Any
