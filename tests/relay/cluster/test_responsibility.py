@@ -25,8 +25,8 @@ from fanout.relay.cluster.responsibility import (
     NoLiveRelay,
     ResponsibilityMap,
     moved,
-    moved_by_assignment,
     part_of,
+    taken_from,
 )
 from fanout.views import Box, Relative, Sphere
 from fanout.views.objects import ObjectPath
@@ -224,13 +224,34 @@ def test_held_subscriptions_move_exactly_when_an_assignment_takes_their_part_fro
     for me in live:
         for part in some:
             taken = before.owner(part).name == me and part in split and target != me
-            assert moved_by_assignment(before, after, me, part) is taken
+            assert taken_from(before, after, me, part) is taken
             # a merge is the same move backwards: the target hands the part back
             back = part in split and target == me and before.owner(part).name != me
-            assert moved_by_assignment(after, before, me, part) is back
-    # Members joining or leaving move no held subscription: only splits and merges do.
+            assert taken_from(after, before, me, part) is back
+
+
+@given(member_sets, parts)
+def test_a_relay_joining_takes_exactly_the_parts_it_wins_and_one_leaving_takes_none(
+    live: set[str], some: list[str]
+) -> None:
+    """Oracle: each plain map's owner, compared by hand (the owners themselves are checked
+    above)."""
+
+    def winner(names: set[str], part: str) -> str:
+        return members(names).owner(part).name
+
+    before = members(live)
     joined = members(live | {"zz-new"})
-    assert not any(moved_by_assignment(before, joined, me, p) for me in live for p in some)
+    for me in live:
+        for part in some:
+            wins = winner(live | {"zz-new"}, part) == "zz-new"
+            assert taken_from(before, joined, me, part) is (winner(live, part) == me and wins)
+    gone = min(live)
+    left = members(live - {gone})
+    for me in live - {gone}:
+        assert not any(taken_from(before, left, me, part) for part in some)
+    # A relay reading a map without itself (its lease lapsed while alive) gives nothing away.
+    assert not any(taken_from(before, left, gone, part) for part in some)
 
 
 def test_a_held_subscription_whose_cell_was_handed_over_gets_a_redirect_to_its_new_relay() -> None:

@@ -7,11 +7,12 @@ Rules:
 1. **Joined before ready.** The relay joins the map (its first beat) before it reports ready, so
    a subscriber it accepts is never served by a relay the others do not know; the balancer
    starts once the relay is in the map.
-2. **Moved parts take their subscriptions** (redirect policy): when a split or a merge takes a
-   part from this relay, each held subscription of it ends with a redirect to the part's new
-   relay, where its subscriber resumes (``redirects`` rule 1); the primitives it leaves are
-   released as any ended subscription's are. Under the forward policy the connection stays and
-   ``sharing`` acquires the part anew from its new owner.
+2. **Moved parts take their subscriptions** (redirect policy): when a part leaves this relay —
+   a split or a merge hands it over, or a relay joins that is now responsible for it — each held
+   subscription of it ends with a redirect to the part's new relay, where its subscriber resumes
+   (``redirects`` rule 1); the primitives it leaves are released as any ended subscription's
+   are. Under the forward policy the connection stays and ``sharing`` acquires the part anew
+   from its new owner.
 """
 
 from __future__ import annotations

@@ -4,13 +4,13 @@ Fig. 9: a request landing at the wrong intermediary process is sent to the respo
 
 Rules:
 
-1. Only a **new** subscription is redirected: a subscription the relay holds keeps being served
-   where it is when its view changes or the map changes, so no subscriber is cut off by a relay
-   joining; it lands at its owner the next time it subscribes (after a reconnection). Except
-   when its part **moved**: a split handed the part to another relay, or a merge handed it back
-   (``responsibility`` rule 4). The relay then ends the held subscription with the same
+1. A **new** subscription is redirected; a subscription the relay holds keeps being served
+   where it is when its view changes. When its part **moves** — a split handed the part to
+   another relay, a merge handed it back (``responsibility`` rule 4), or a relay joined that is
+   now responsible for it (rule 2) — the relay ends the held subscription with the same
    redirect (:func:`moved`), and ``fanout.client.cluster`` subscribes there again, resuming an
-   ``every`` view with its token: the subscribers move with their part.
+   ``every`` view with its token: the subscribers move with their part, so views of one place
+   keep meeting at one relay however the members change.
 2. A subscription marked ``stay`` is served here, whoever owns it: its subscriber could not reach
    the owner, or was sent round in a circle while relays disagreed about the members.
 3. A relay that knows no members (no registry, or not joined yet) serves everything, as a relay
@@ -19,7 +19,7 @@ Rules:
 
 from __future__ import annotations
 
-from fanout.relay.cluster.responsibility import ResponsibilityMap, moved_by_assignment, part_of
+from fanout.relay.cluster.responsibility import ResponsibilityMap, part_of, taken_from
 from fanout.views import View
 from fanout.wire.messages import Error, Subscribe
 
@@ -57,10 +57,10 @@ def moved(
 ) -> Error | None:
     """The redirect ending held subscription ``sub`` (``view`` of ``dataset``) at relay ``me``
     when the map changed from ``before`` to ``after``, or None to keep serving it (rule 1's
-    moved case: a split or a merge took its part elsewhere).
+    moved case: its part went to another relay).
     """
     part = part_of(dataset, view, after.side)
-    if not moved_by_assignment(before, after, me, part):
+    if not taken_from(before, after, me, part):
         return None
     owner = after.owner(part)
     message = f"{part} moved to relay {owner.name}: subscribe at {owner.url}"

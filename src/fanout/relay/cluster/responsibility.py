@@ -204,17 +204,14 @@ class ResponsibilityMap:
         return ResponsibilityMap(dict(members), self.side, self.standby, self.assigned)
 
 
-def moved_by_assignment(
-    before: ResponsibilityMap, after: ResponsibilityMap, me: str, part: str
-) -> bool:
-    """Whether a split or a merge took ``part`` from ``me``: ``me`` owned it before, another
-    member owns it after, and its assignment changed (rule 4). A part that changed owner only
-    because members joined or left is not counted.
+def taken_from(before: ResponsibilityMap, after: ResponsibilityMap, me: str, part: str) -> bool:
+    """Whether ``part`` left relay ``me`` when the map changed from ``before`` to ``after``:
+    ``me`` owned it, and another member owns it now — a split or a merge assigned it elsewhere
+    (rule 4), or a member joined that wins it (rule 2). A member leaving takes no part from the
+    others. No part leaves a relay that reads a map without itself (its lease lapsed while it
+    was alive: it registers again at its next beat, and keeps what it holds meanwhile).
     """
-    if not (before.members and after.members):
-        return False
-    was, now = before.assigned.get(part), after.assigned.get(part)
-    if (was.member if was else None) == (now.member if now else None):
+    if not before.members or me not in after.members:
         return False
     return before.owner(part).name == me and after.owner(part).name != me
 

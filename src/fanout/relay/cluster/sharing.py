@@ -27,7 +27,7 @@ from typing import Protocol
 
 from fanout.relay.cluster.peerlink import PeerLink
 from fanout.relay.cluster.registry import Registry
-from fanout.relay.cluster.responsibility import ResponsibilityMap, moved_by_assignment, part_of
+from fanout.relay.cluster.responsibility import ResponsibilityMap, part_of, taken_from
 from fanout.relay.cluster.upstreams import PUBLISHER, Taken, Upstreams
 from fanout.relay.core import UPSTREAM, RelayCore, Send
 from fanout.relay.writer import Writer
@@ -192,9 +192,10 @@ class Sharing:
         me = self._registry.name
         for held in self.upstreams.held.values():
             if held.upstream == PUBLISHER:
-                # A split or merge took the part from this relay: taken from its new owner.
+                # The part went to another relay (a split, a merge, a relay joining): taken
+                # from its new owner.
                 part = part_of(held.dataset, held.view, after.side)
-                if moved_by_assignment(before, after, me, part):
+                if taken_from(before, after, me, part):
                     datasets.add(held.dataset)
                 continue
             if held.upstream not in self._links:

@@ -41,7 +41,7 @@ from fanout.relay import cancelling
 from fanout.relay.cluster.balance import Load, Merge, Split, Thresholds, decide
 from fanout.relay.cluster.redirects import moved
 from fanout.relay.cluster.registry import HandOverRefused, Registry
-from fanout.relay.cluster.responsibility import ResponsibilityMap, moved_by_assignment, part_of
+from fanout.relay.cluster.responsibility import ResponsibilityMap, part_of, taken_from
 from fanout.wire.messages import Error
 
 if TYPE_CHECKING:
@@ -237,19 +237,23 @@ class Balancer:
 def moved_subscriptions(
     core: RelayCore, before: ResponsibilityMap, after: ResponsibilityMap, me: str
 ) -> list[tuple[int, Error]]:
-    """The held subscriptions of relay ``me`` whose part a split or merge took elsewhere when
-    the map changed from ``before`` to ``after`` (rule 5), each as (client, the redirect ending
-    it), in the core's order."""
+    """The held subscriptions of relay ``me`` whose part went elsewhere (a split, a merge, a
+    relay joining) when the map changed from ``before`` to ``after`` (rule 5), each as (client,
+    the redirect ending it), in the core's order."""
     ended: list[tuple[int, Error]] = []
-    if dict(before.assigned) == dict(after.assigned):
-        return ended  # only splits and merges move held subscriptions
+    if (before.members.keys(), before.standby, dict(before.assigned)) == (
+        after.members.keys(),
+        after.standby,
+        dict(after.assigned),
+    ):
+        return ended  # the same owners
     decided: dict[str, bool] = {}  # part -> moved, once per part
     for held in core.downstream:
         part = part_of(held.dataset, held.view, after.side)
         if part not in decided:
-            decided[part] = moved_by_assignment(before, after, me, part)
+            decided[part] = taken_from(before, after, me, part)
         if decided[part]:
             error = moved(before, after, me, dataset=held.dataset, view=held.view, sub=held.sub)
-            assert error is not None, "moved_by_assignment said the part moved"
+            assert error is not None, "taken_from said the part moved"
             ended.append((held.client, error))
     return ended
