@@ -162,38 +162,40 @@ async def test_a_relay_joining_the_map_takes_the_held_views_of_the_parts_it_wins
 ) -> None:
     """Views held at a and b stay meeting at their part's owner when relay c joins: those of
     the cells c now owns move to it (the same objects), the others stay where they are."""
-    async with two_relays(registry, "j") as ([(a, a_url), (b, b_url)], publisher):
-        async with connect_cluster(a_url) as cluster:
-            boxes = [Box((x + 10.0, 10.0), (x + 20.0, 20.0)) for x in range(0, 256 * 24, 256)]
-            views = [await cluster.subscribe(box) for box in boxes]
-            before = {id(view): cluster.relay_of(view) for view in views}
-            assert set(before.values()) == {a_url, b_url}
-            async with running_relay(
-                a.config.publisher, name="jc", registry=registry, registry_lease=30.0
-            ) as (c, c_url):
-                assert c.registry is not None
-                joined = await eventually(
-                    c.registry.beat, lambda read: "jc" in read.members, timeout=30
-                )
-                winners = {
-                    id(view)
-                    for view, box in zip(views, boxes, strict=True)
-                    if joined.owner_of("agents", box).name == "jc"
-                }
-                assert winners, "c wins some of 24 cells"
-                for relay in (a, b):  # their next beat, now
-                    assert relay.registry is not None
-                    await relay.registry.beat()
-                await eventually(
-                    lambda: all(view.moves == (id(view) in winners) for view in views),
-                    timeout=20,
-                    what="the views of c's cells moved, the others not",
-                )
-                await cluster.settled()
-                for view in views:
-                    expected = c_url if id(view) in winners else before[id(view)]
-                    assert cluster.relay_of(view) == expected and view.error is None
-                assert c.core.stats()["subscriptions"] == len(winners)
+    async with (
+        two_relays(registry, "j") as ([(a, a_url), (b, b_url)], _publisher),
+        connect_cluster(a_url) as cluster,
+    ):
+        boxes = [Box((x + 10.0, 10.0), (x + 20.0, 20.0)) for x in range(0, 256 * 24, 256)]
+        views = [await cluster.subscribe(box) for box in boxes]
+        before = {id(view): cluster.relay_of(view) for view in views}
+        assert set(before.values()) == {a_url, b_url}
+        async with running_relay(
+            a.config.publisher, name="jc", registry=registry, registry_lease=30.0
+        ) as (c, c_url):
+            assert c.registry is not None
+            joined = await eventually(
+                c.registry.beat, lambda read: "jc" in read.members, timeout=30
+            )
+            winners = {
+                id(view)
+                for view, box in zip(views, boxes, strict=True)
+                if joined.owner_of("agents", box).name == "jc"
+            }
+            assert winners, "c wins some of 24 cells"
+            for relay in (a, b):  # their next beat, now
+                assert relay.registry is not None
+                await relay.registry.beat()
+            await eventually(
+                lambda: all(view.moves == (id(view) in winners) for view in views),
+                timeout=20,
+                what="the views of c's cells moved, the others not",
+            )
+            await cluster.settled()
+            for view in views:
+                expected = c_url if id(view) in winners else before[id(view)]
+                assert cluster.relay_of(view) == expected and view.error is None
+            assert c.core.stats()["subscriptions"] == len(winners)
 
 
 async def test_views_moving_to_one_relay_together_share_one_new_connection(
