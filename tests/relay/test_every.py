@@ -51,6 +51,8 @@ from fanout.wire.messages import (
     Subscribe,
     Subscribed,
     Transform,
+    Unsubscribe,
+    Unsubscribed,
 )
 
 INFO = DatasetInfo("agents", "id", {"id": "<i8", "x": "<f8", "y": "<f8"}, "space", ["x", "y"])
@@ -526,6 +528,31 @@ def test_a_subscription_behind_gets_at_most_a_burst_of_seqs_a_turn() -> None:
     assert turns == [3, 3, 3, 1, 0, 0]
     assert subscriber.seqs == list(range(-1, 11))  # take() checked each seq's rows too
     assert subscriber.rows == {1: (3.0, 1.0)}
+
+
+def test_nothing_of_a_subscription_follows_its_end_when_a_round_stopped_mid_burst() -> None:
+    """A round that stopped in an ``every`` burst leaves its rest for the next round; if the
+    subscription ends meanwhile (an unsubscribe, or its part moving away), the rest is dropped:
+    a frame for a subscription its subscriber no longer has would be a protocol error there."""
+    publisher = Publisher()
+    core = relay()
+    subscriber = Subscriber()
+    publisher.take(core.on_subscribe(1, Subscribe(1, "agents", VIEW, mode="every")))
+    core.on_batch(publisher.step({1: (1.0, 1.0)}))
+    run(core, publisher, subscriber, 1.0)
+    core.on_subscribe(2, Subscribe(1, "agents", VIEW, mode="every"))  # keeps the window
+    core.on_disconnect(1)
+    for x in range(2, 8):
+        core.on_batch(publisher.step({1: (float(x), 1.0)}))
+        core.pushes(float(x), lambda client: True)
+    core.on_subscribe(1, Subscribe(1, "agents", VIEW, mode="every", resume=subscriber.token()))
+    round_ = core.serve(20.0, lambda client: True)
+    first = next(send for send in round_ if send.to == 1)  # the burst's first seq, then stop
+    round_.close()
+    assert isinstance(first.message(), Push)
+    assert core.serving.has_unsent()  # the burst's rest waits for the next round
+    assert core.on_unsubscribe(1, Unsubscribe(1)) == [Send(1, Unsubscribed(1))]
+    assert [send for send in core.pushes(21.0, lambda client: True) if send.to == 1] == []
 
 
 def test_every_mode_refuses_relative_coordinates_and_changes() -> None:

@@ -412,6 +412,7 @@ class RelayCore:
             message = f"no subscription {request.sub} on this connection"
             return [Send(client, Error("unknown_subscription", message, ref=request.sub))]
         self.lifecycle.end(subscription)
+        self.serving.forget((client, request.sub))  # nothing of it after its Unsubscribed
         return [Send(client, Unsubscribed(request.sub))]
 
     # -- pushing ------------------------------------------------------------------------

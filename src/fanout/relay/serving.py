@@ -67,8 +67,10 @@ class Serving:
         self.budgets = budgets
         self._counters = counters
         # A turn can be several frames (``every`` mode); what a stopped round did not yield of
-        # it goes out first in the next round, so nothing decided is lost.
-        self._unsent: deque[Send] = deque()
+        # it goes out first in the next round, so nothing decided is lost — unless its
+        # subscription ends meanwhile (``forget``): nothing of it follows its end. Each frame
+        # with the subscription it is for (None: the round's ``first``).
+        self._unsent: deque[tuple[SubKey | None, Send]] = deque()
 
     def serve(
         self,
@@ -85,16 +87,16 @@ class Serving:
         ``out_of_time()`` turning true: no new turn starts, and a turn starts no more pushes
         other than cheap ones.
         """
-        self._unsent.extend(first or ())
+        self._unsent.extend((None, send) for send in first or ())
         self._scheduler.settle(now)
         popped: list[SubKey] = []
         try:
             while self._unsent:  # the rest of a turn a round stopped in
-                yield self._unsent.popleft()
+                yield self._unsent.popleft()[1]
             while popped := cast(list[SubKey], self._scheduler.pop_many(TURN)):
                 self._unsent.extend(self._serve_turn(popped, now, idle, out_of_time))
                 while self._unsent:
-                    yield self._unsent.popleft()
+                    yield self._unsent.popleft()[1]
                 if out_of_time():
                     return
         finally:
@@ -105,14 +107,21 @@ class Serving:
         """Whether a stopped round left frames to send."""
         return bool(self._unsent)
 
+    def forget(self, key: SubKey) -> None:
+        """Drop what a stopped round left to send to subscription ``key``, which ended (its
+        subscriber would get frames for a subscription it no longer has)."""
+        if any(sid == key for sid, _ in self._unsent):
+            self._unsent = deque(item for item in self._unsent if item[0] != key)
+
     def _serve_turn(
         self,
         sids: list[SubKey],
         now: float,
         idle: Callable[[int], bool],
         out_of_time: Callable[[], bool],
-    ) -> list[Send]:
+    ) -> list[tuple[SubKey | None, Send]]:
         """Serve popped subscriptions, in order; cheap pushes are cut together at the end.
+        Each frame comes with the subscription it is for.
 
         One push per connection per turn: a later subscription of a connection already served
         in this turn goes back to the queue with its age, so the next turn finds the connection
@@ -121,6 +130,7 @@ class Serving:
         start (the first always does): the rest go back to the queue with their age.
         """
         served: list[list[Send]] = []
+        keys: list[SubKey] = []  # whose each list of ``served`` is
         together: dict[DatasetKind, list[tuple[int, Subscription, Hashable]]] = {}
         clients: set[int] = set()
         pushed = False  # a push not cut together (those are cheap)
@@ -128,6 +138,7 @@ class Serving:
             verdict = self._triage(sid, idle)
             if isinstance(verdict, list):
                 served.append(verdict)
+                keys.append(sid)
                 continue
             subscription, kind, located = verdict
             if subscription.client in clients:
@@ -143,6 +154,7 @@ class Serving:
                 self._lifecycle.over_budget(subscription, until)
                 continue
             clients.add(subscription.client)
+            keys.append(sid)
             if cheap:
                 together.setdefault(kind, []).append((len(served), subscription, located))
                 served.append([])
@@ -156,7 +168,7 @@ class Serving:
             if kind.metered:  # its query's time, if one ran (not a result shared, nor syncs)
                 self.budgets.spend(subscription.client, kind.query_seconds() - before, now)
         self._push_together(together, served, now)
-        return [send for sends in served for send in sends]
+        return [(key, send) for key, sends in zip(keys, served, strict=True) for send in sends]
 
     def _push_together(
         self,
