@@ -50,6 +50,7 @@ import contextlib
 import statistics
 import tempfile
 import time
+from collections import Counter
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -326,6 +327,10 @@ async def _split_measured(giver: Child, standby: Child, views: list[Box]) -> dic
             what="every moved view's first update after its move",
         )
         await asyncio.sleep(3.0)  # a few more seqs after the move, for the audit
+        slow = 0.0
+        for relay in (giver, standby):
+            closed = await asyncio.to_thread(scrape, relay.url)
+            slow += closed.get("fanout_relay_slow_consumers_closed_total", 0.0)
         for follower in followers:
             follower.task.cancel()
         await asyncio.gather(*(f.task for f in followers), return_exceptions=True)
@@ -342,6 +347,12 @@ async def _split_measured(giver: Child, standby: Child, views: list[Box]) -> dic
         "split_subscribers": len(views),
         "split_moved": len(moved),
         "split_views_ended": sum(f.error is not None for f in followers),
+        # Why they ended (code: message -> views), so that a failure says what it was.
+        "split_views_ended_why": dict(
+            Counter(str(f.error) for f in followers if f.error is not None)
+        ),
+        # Connections the relays closed as slow consumers during the run (views ended so).
+        "split_slow_consumers": slow,
         "split_seconds": last_served - first_redirect,
         "split_pause_p50_ms": _percentile(pauses, 50),
         "split_pause_p99_ms": _percentile(pauses, 99),
@@ -396,6 +407,7 @@ async def bench(args: argparse.Namespace) -> dict[str, Any]:
     ]
     split_keys = [
         "split_moved",
+        "split_views_ended",
         "split_seconds",
         "split_pause_p50_ms",
         "split_pause_p99_ms",
