@@ -37,9 +37,11 @@ Measured: ``split_moved`` (views that moved); ``split_seconds``, from the first 
 subscriber received (the split's command reaching the subscribers) to the last moved view's
 first update at ``g1``; ``split_pause_p50_ms`` / ``split_pause_p99_ms`` over the moved views,
 each the gap between its last update before the move and its first after, minus its normal
-interval (the median gap between its updates before the move); and ``lost``, ``duplicated``,
-``reordered``: every view's updates (moved or not) audited against the publisher's log
-(``fanout.testing.audit``).
+interval (the median gap between its updates before the move); ``split_views_ended``: views
+that ended during the run, each a failure of the split, with why (``split_views_ended_why``:
+error -> views) and ``split_slow_consumers``: connections the two relays closed as slow; and
+``lost``, ``duplicated``, ``reordered``: every view's updates (moved or not) audited against the
+publisher's log (``fanout.testing.audit``).
 """
 
 from __future__ import annotations
