@@ -8,8 +8,7 @@ import uuid
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from redis.asyncio.cluster import RedisCluster
-
+from fanout.relay.cluster.registry import connect as redis_cluster
 from fanout.relay.mqtt.actions import Published
 from fanout.relay.mqtt.broker import Broker
 from fanout.relay.mqtt.cluster import Cluster
@@ -59,12 +58,10 @@ def mqtt_parts(
             listener.companions.append(feed.run)
     cluster = None
     if config.mqtt_redis is not None:
-        host, _, port = config.mqtt_redis.rpartition(":")
-        # A new incarnation each start (rule 4 of matchtable): its old one is swept.
+        # A new incarnation each start (rule 4 of matchtable): its old one is swept. Its Redis
+        # calls time out as the registry's do, so a Redis that stops answering is an error.
         incarnation = f"{config.name}-{uuid.uuid4().hex[:8]}"
-        table = MatchTable(
-            RedisCluster(host=host, port=int(port)), incarnation, lease=config.mqtt_lease
-        )
+        table = MatchTable(redis_cluster(config.mqtt_redis), incarnation, lease=config.mqtt_lease)
         cluster = Cluster(
             table,
             broker,
