@@ -122,16 +122,23 @@ async def test_a_full_queue_closes_the_connection_as_a_slow_consumer() -> None:
         await outbound.finish()
 
 
+async def stalled(server_side: ServerConnection, big: bytes, **limits: int) -> Outbound:
+    """An outbound whose client took ``b"first"`` and stopped reading, with ``big`` (more than
+    the kernel takes) draining: one frame waiting."""
+    outbound = Outbound(server_side, **limits)
+    outbound.start()
+    assert outbound.offer(b"first")
+    await asyncio.sleep(0.2)  # the client has it and stops reading
+    assert outbound.offer(big)  # the kernel takes part: one frame waiting
+    return outbound
+
+
 async def test_control_frames_have_room_of_their_own_and_keep_their_place() -> None:
     """Answers and notices queued behind a draining push do not make a slow consumer until
     ``limit + control`` frames wait; order is kept."""
     big = bytes(4 << 20)
     async with pair() as (server_side, client):
-        outbound = Outbound(server_side, limit=2, control=5)
-        outbound.start()
-        assert outbound.offer(b"first")
-        await asyncio.sleep(0.2)  # the client has it and stops reading
-        assert outbound.offer(big)  # the kernel takes part: one frame waiting
+        outbound = await stalled(server_side, big, limit=2, control=5)
         assert outbound.offer(b"push")  # the second of limit=2
         controls = [f"control {n}".encode() for n in range(5)]
         for control in controls:  # past limit, within limit + control
@@ -148,11 +155,7 @@ async def test_pushes_past_limit_or_frames_past_limit_and_control_close_it(
 ) -> None:
     big = bytes(4 << 20)
     async with pair() as (server_side, client):
-        outbound = Outbound(server_side, limit=2, control=2)
-        outbound.start()
-        assert outbound.offer(b"first")
-        await asyncio.sleep(0.2)  # the client has it and stops reading
-        assert outbound.offer(big)
+        outbound = await stalled(server_side, big, limit=2, control=2)
         assert outbound.offer(b"a", control=True)
         assert outbound.offer(b"b", control=True)
         if last_is_control:

@@ -501,6 +501,22 @@ def test_a_resumed_subscription_continues_from_the_relays_window_without_asking(
     assert subscriber.rows == {1: (4.0, 1.0), 2: (2.0, 2.0)}
 
 
+def resumed_behind(core: RelayCore, publisher: Publisher, seqs: int) -> Subscriber:
+    """Client 1's ``every`` subscription, away for ``seqs`` seqs and resumed now; another
+    ``every`` subscription (client 2) kept the coverage, and a full window, meanwhile."""
+    subscriber = Subscriber()
+    publisher.take(core.on_subscribe(1, Subscribe(1, "agents", VIEW, mode="every")))
+    core.on_batch(publisher.step({1: (1.0, 1.0)}))
+    run(core, publisher, subscriber, 1.0)
+    core.on_subscribe(2, Subscribe(1, "agents", VIEW, mode="every"))
+    core.on_disconnect(1)
+    for x in range(2, 2 + seqs):
+        core.on_batch(publisher.step({1: (float(x % 8), 1.0)}))
+        core.pushes(float(x), lambda client: True)
+    core.on_subscribe(1, Subscribe(1, "agents", VIEW, mode="every", resume=subscriber.token()))
+    return subscriber
+
+
 def test_a_subscription_behind_gets_at_most_a_burst_of_seqs_a_turn() -> None:
     """A resumed subscription 10 seqs behind is sent ``every_burst`` (3) a turn, in order, so
     that a connection's queue never takes more than that from it at once."""
@@ -508,17 +524,7 @@ def test_a_subscription_behind_gets_at_most_a_burst_of_seqs_a_turn() -> None:
     core = RelayCore(Policy(widen="margin", grace=0.0), engine=TableStore(), every_burst=3)
     core.on_catalog(Catalog([INFO]))
     core.on_upstream_connected()
-    subscriber = Subscriber()
-    publisher.take(core.on_subscribe(1, Subscribe(1, "agents", VIEW, mode="every")))
-    core.on_batch(publisher.step({1: (1.0, 1.0)}))
-    run(core, publisher, subscriber, 1.0)
-    # Another every subscription keeps the coverage, and a full window, while 1 is away.
-    core.on_subscribe(2, Subscribe(1, "agents", VIEW, mode="every"))
-    core.on_disconnect(1)
-    for x in range(2, 12):
-        core.on_batch(publisher.step({1: (float(x % 8), 1.0)}))
-        core.pushes(float(x), lambda client: True)
-    core.on_subscribe(1, Subscribe(1, "agents", VIEW, mode="every", resume=subscriber.token()))
+    subscriber = resumed_behind(core, publisher, 10)
     turns = []
     for turn in range(6):
         sends = [send for send in core.pushes(20.0 + turn, lambda client: True) if send.to == 1]
@@ -536,16 +542,7 @@ def test_nothing_of_a_subscription_follows_its_end_when_a_round_stopped_mid_burs
     a frame for a subscription its subscriber no longer has would be a protocol error there."""
     publisher = Publisher()
     core = relay()
-    subscriber = Subscriber()
-    publisher.take(core.on_subscribe(1, Subscribe(1, "agents", VIEW, mode="every")))
-    core.on_batch(publisher.step({1: (1.0, 1.0)}))
-    run(core, publisher, subscriber, 1.0)
-    core.on_subscribe(2, Subscribe(1, "agents", VIEW, mode="every"))  # keeps the window
-    core.on_disconnect(1)
-    for x in range(2, 8):
-        core.on_batch(publisher.step({1: (float(x), 1.0)}))
-        core.pushes(float(x), lambda client: True)
-    core.on_subscribe(1, Subscribe(1, "agents", VIEW, mode="every", resume=subscriber.token()))
+    resumed_behind(core, publisher, 6)
     round_ = core.serve(20.0, lambda client: True)
     first = next(send for send in round_ if send.to == 1)  # the burst's first seq, then stop
     round_.close()
