@@ -67,6 +67,31 @@ async def test_the_viewer_is_served_at_the_root() -> None:
         assert (await client.get(base + "/nothing-here")).status_code == 426  # a WebSocket port
 
 
+async def test_a_cors_preflight_is_answered_and_other_methods_are_refused() -> None:
+    """A browser's EventSource reconnecting to another relay sends Last-Event-ID, which the
+    Fetch standard does not safelist: it may ask first (OPTIONS)."""
+    async with deployment() as (_, relay, base), httpx.AsyncClient(timeout=10) as client:
+        asked = await client.options(
+            base + QUERY,
+            headers={
+                "Origin": "http://elsewhere.example",
+                "Access-Control-Request-Method": "GET",
+                "Access-Control-Request-Headers": "last-event-id",
+            },
+        )
+        assert asked.status_code == 204
+        assert asked.headers["access-control-allow-origin"] == "*"
+        assert asked.headers["access-control-allow-methods"] == "GET"
+        allowed = asked.headers["access-control-allow-headers"].lower()
+        assert "last-event-id" in allowed and "authorization" in allowed
+        posted = await client.delete(base + QUERY)
+        assert (posted.status_code, posted.json()["error"]) == (405, "bad_request")
+        assert posted.headers["allow"] == "GET, OPTIONS"
+        assert relay.core.stats()["subscriptions"] == 0  # type: ignore[attr-defined]
+        async with client.stream("GET", base + QUERY) as stream:  # and GET still streams
+            assert json.loads(await anext(stream.aiter_lines()))["type"] == "subscribed"
+
+
 async def test_the_viewer_shows_a_topic_dataset_as_a_table_that_highlights_changes(
     tmp_path,  # type: ignore[no-untyped-def]
 ) -> None:
@@ -122,6 +147,9 @@ class Elsewhere:
     def redirect(self, request: Subscribe, held: bool) -> Error | None:
         message = f"relay b is responsible: subscribe at {self.url}"
         return None if held else Error("redirect", message, ref=request.sub, location=self.url)
+
+    async def confirm(self, request: Subscribe) -> None:
+        """Its map is never stale: nothing to read again."""
 
     def samples(self) -> list[object]:
         return []
