@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import urllib.parse
 
 import numpy as np
 import pytest
@@ -11,12 +12,15 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from fanout.relay.httpapi import (
+    MOVE_RETRY_MS,
+    PARAMETERS,
     EventStream,
     HttpError,
     datasets_json,
     decode_token,
     encode_token,
     parse_subscribe,
+    same_request_at,
 )
 from fanout.views import Box
 from fanout.wire.columns import decode_columns, encode_columns, from_values
@@ -89,6 +93,17 @@ def test_the_last_event_id_header_resumes_like_a_token() -> None:
     )
     assert request.subscribe.resume is not None
     assert (request.subscribe.resume.epoch, request.subscribe.resume.seq) == (3, 41)
+
+
+def test_the_last_event_id_header_wins_over_a_token_in_the_url() -> None:
+    """An EventSource reconnecting to a URL holding a token sends its newer one as a header."""
+    old = encode_token(Resume(3, 41, encode_columns({"id": np.array([1], np.int64)})))
+    new = encode_token(Resume(3, 57, encode_columns({"id": np.array([2], np.int64)})))
+    query = f"dataset=agents&view=box:0,0,1,1&mode=every&token={old}"
+    resumed = parse_subscribe(query, {"last-event-id": new}, DATASETS).subscribe.resume
+    assert resumed is not None and resumed.seq == 57
+    alone = parse_subscribe(query, {}, DATASETS).subscribe.resume
+    assert alone is not None and alone.seq == 41
 
 
 @given(
@@ -199,3 +214,74 @@ def test_the_datasets_are_described_with_their_view_language() -> None:
             "view": "region",
         }
     ]
+
+
+PATH = "/v1/subscribe?dataset=agents&view=box%3A0%2C0%2C1%2C1&mode=every&token=OLD&format=sse"
+
+
+def test_a_moved_stream_ends_saying_where_to_go_and_the_token_to_resume_with() -> None:
+    stream = EventStream("ndjson", "every", path=PATH)
+    stream.event(Subscribed(1, "id", ["id"]))
+    pushed = json.loads(stream.event(push(4, full=True, entered={"id": np.array([5])}, left=[])))
+    line = stream.event(Error("redirect", "cell:0,0 moved", ref=1, location="ws://10.0.0.2:7702"))
+    assert line.endswith(b"\n") and line.count(b"\n") == 1
+    assert json.loads(line) == {
+        "type": "moved",
+        "location": "http://10.0.0.2:7702/v1/subscribe?dataset=agents"
+        "&view=box%3A0%2C0%2C1%2C1&mode=every&format=sse",
+        "token": pushed["token"],
+        "message": "cell:0,0 moved",
+    }
+    assert stream.ended
+
+
+def test_a_moved_sse_stream_sets_a_short_retry_and_keeps_the_last_event_id() -> None:
+    stream = EventStream("sse", "every", path=PATH)
+    stream.event(Subscribed(1, "id", ["id"]))
+    stream.event(push(4, full=True, entered={"id": np.array([5])}, left=[]))
+    text = stream.event(Error("redirect", "moved", ref=1, location="wss://b:7702")).decode()
+    head, data = text.rstrip("\n").split("\ndata: ")
+    # no id: field, so the EventSource's last event id stays the push's token
+    assert head.split("\n") == [f"retry: {MOVE_RETRY_MS}", "event: moved"]
+    assert json.loads(data)["location"].startswith("https://b:7702/v1/subscribe?")
+    assert stream.ended
+
+
+def test_a_moved_latest_stream_has_no_token_and_one_moved_before_a_push_has_its_own() -> None:
+    latest = EventStream("ndjson", "latest", path="/v1/subscribe?dataset=agents&view=x")
+    moved = json.loads(latest.event(Error("redirect", "m", ref=1, location="ws://b:1")))
+    assert "token" not in moved
+    assert moved["location"] == "http://b:1/v1/subscribe?dataset=agents&view=x"
+    resumed = Resume(3, 41, encode_columns({"id": np.array([1, 2], np.int64)}))
+    early = EventStream("ndjson", "every", resumed, path=PATH)
+    token = json.loads(early.event(Error("redirect", "m", ref=1, location="ws://b:1")))["token"]
+    assert (decode_token(token).seq, decode_columns(decode_token(token).keys)["id"].tolist()) == (
+        41,
+        [1, 2],
+    )
+
+
+def test_a_redirect_without_a_location_is_an_error_that_ends_the_stream() -> None:
+    stream = EventStream("ndjson", "every", path=PATH)
+    event = json.loads(stream.event(Error("redirect", "no owner", ref=1)))
+    assert event == {"type": "error", "error": "redirect", "message": "no owner"}
+    assert stream.ended
+
+
+@given(
+    st.lists(st.tuples(st.sampled_from(sorted(PARAMETERS)), st.text(max_size=12)), max_size=8),
+    st.sampled_from(["ws", "wss", "http", "https"]),
+    st.booleans(),
+)
+def test_the_same_request_at_another_relay_keeps_its_parameters(
+    pairs: list[tuple[str, str]], scheme: str, without_token: bool
+) -> None:
+    query = urllib.parse.urlencode(pairs)
+    path = "/v1/subscribe" + (f"?{query}" if query else "")
+    moved = same_request_at(f"{scheme}://b.example:7702", path, without_token=without_token)
+    there = urllib.parse.urlsplit(moved)
+    assert there.scheme == {"ws": "http", "wss": "https"}.get(scheme, scheme)
+    assert (there.netloc, there.path) == ("b.example:7702", "/v1/subscribe")
+    # The oracle: the parameters as parsed, the token's dropped when asked.
+    kept = [(n, v) for n, v in pairs if not (without_token and n == "token")]
+    assert urllib.parse.parse_qsl(there.query, keep_blank_values=True) == kept

@@ -1,6 +1,7 @@
 """The relay's HTTP side over real sockets, against a scripted publisher: a stream's
 subscription lives as long as its connection, the relay's connection limit holds for streams
-too, and the viewer's files are served."""
+too, the viewer's files are served, CORS preflights are answered, and a stream whose part moved
+ends saying where it goes on."""
 
 from __future__ import annotations
 
@@ -67,6 +68,31 @@ async def test_the_viewer_is_served_at_the_root() -> None:
         assert (await client.get(base + "/nothing-here")).status_code == 426  # a WebSocket port
 
 
+async def test_a_cors_preflight_is_answered_and_other_methods_are_refused() -> None:
+    """A browser's EventSource reconnecting to another relay sends Last-Event-ID, which the
+    Fetch standard does not safelist: it may ask first (OPTIONS)."""
+    async with deployment() as (_, relay, base), httpx.AsyncClient(timeout=10) as client:
+        asked = await client.options(
+            base + QUERY,
+            headers={
+                "Origin": "http://elsewhere.example",
+                "Access-Control-Request-Method": "GET",
+                "Access-Control-Request-Headers": "last-event-id",
+            },
+        )
+        assert asked.status_code == 204
+        assert asked.headers["access-control-allow-origin"] == "*"
+        assert asked.headers["access-control-allow-methods"] == "GET"
+        allowed = asked.headers["access-control-allow-headers"].lower()
+        assert "last-event-id" in allowed and "authorization" in allowed
+        posted = await client.delete(base + QUERY)
+        assert (posted.status_code, posted.json()["error"]) == (405, "bad_request")
+        assert posted.headers["allow"] == "GET, OPTIONS"
+        assert relay.core.stats()["subscriptions"] == 0  # type: ignore[attr-defined]
+        async with client.stream("GET", base + QUERY) as stream:  # and GET still streams
+            assert json.loads(await anext(stream.aiter_lines()))["type"] == "subscribed"
+
+
 async def test_the_viewer_shows_a_topic_dataset_as_a_table_that_highlights_changes(
     tmp_path,  # type: ignore[no-untyped-def]
 ) -> None:
@@ -123,6 +149,9 @@ class Elsewhere:
         message = f"relay b is responsible: subscribe at {self.url}"
         return None if held else Error("redirect", message, ref=request.sub, location=self.url)
 
+    async def confirm(self, request: Subscribe) -> None:
+        """Its map is never stale: nothing to read again."""
+
     def samples(self) -> list[object]:
         return []
 
@@ -146,3 +175,54 @@ async def test_a_stream_another_relay_is_responsible_for_is_a_307_there_that_cli
         async with client.stream("GET", a + QUERY, follow_redirects=True) as stream:
             assert str(stream.url) == b + QUERY
             assert json.loads(await anext(stream.aiter_lines()))["type"] == "subscribed"
+
+
+async def test_a_held_stream_whose_part_moved_ends_with_where_to_go_and_goes_on_there() -> None:
+    """The relay's end of a move over real sockets: a split takes the stream's part (as
+    ``relay.cluster.membership`` carries it out: the subscription ended, the redirect given to
+    its connection); the stream's last event names the same request at the other relay, and a
+    client following it (``fanout.testing.httpstream``) is served there."""
+    import asyncio
+
+    from fanout.relay.cluster.responsibility import Assignment, ResponsibilityMap, part_of
+    from fanout.relay.cluster.splitting import moved_subscriptions
+    from fanout.testing.httpstream import Following
+    from fanout.views import Box
+    from fanout.wire import codec
+    from fanout.wire.messages import Unsubscribe
+
+    publisher = ScriptedPublisher(Catalog([INFO]))
+    async with (
+        serving(publisher) as url,
+        running_relay(url, policy=Policy(widen="margin")) as (relay_a, a_url),
+        running_relay(url, policy=Policy(widen="margin")) as (_, b_url),
+        httpx.AsyncClient(timeout=10) as client,
+    ):
+        a, b = a_url.replace("ws://", "http://"), b_url.replace("ws://", "http://")
+        stream = Following(a + QUERY + "&rate=50")
+        stream.task = asyncio.create_task(stream.run(client))
+        try:
+            acquire = await publisher.next_acquire()
+            await publisher.send({"id": [1], "x": [1.0], "y": [1.0]}, snapshots=[acquire.prim])
+            await eventually(lambda: [e["type"] for e in stream.checked()][-1:] == ["push"])
+            part = part_of("agents", Box((0, 0), (10, 10)))
+            before = ResponsibilityMap({"a": a_url})
+            after = ResponsibilityMap(
+                {"a": a_url, "b": b_url}, assigned={part: Assignment("b", "a")}
+            )
+            core, open_ = relay_a.core, relay_a.clients.open  # type: ignore[attr-defined]
+            for held, redirect in moved_subscriptions(core, before, after, "a"):
+                core.on_unsubscribe(held, Unsubscribe(redirect.ref))
+                open_[held].offer(codec.encode(redirect))
+            there = await publisher.next_acquire()
+            await publisher.send({"id": [1], "x": [2.0], "y": [1.0]}, snapshots=[there.prim])
+            events = await eventually(
+                stream.checked, lambda got: [e["type"] for e in got].count("push") == 2
+            )
+        finally:
+            await stream.stop()
+    assert [e["type"] for e in events] == ["subscribed", "push", "moved", "subscribed", "push"]
+    moved = events[2]
+    assert moved["location"] == b + QUERY + "&rate=50" and "token" not in moved
+    assert [url.split("/v1/")[0] for url in stream.served_at] == [a, b]
+    assert events[-1]["full"] and events[-1]["entered"] == [{"id": 1, "x": 2.0, "y": 1.0}]

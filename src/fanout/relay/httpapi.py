@@ -12,7 +12,14 @@ follows). Numbers are strict JSON: NaN and infinities are ``null``.
 
 An ``every`` subscription's pushes and no-updates carry ``token``: where the stream is (epoch,
 seq and the keys held), URL-safe. ``token=`` in the URL or SSE's ``Last-Event-ID`` header
-resumes after it, on this relay or another, with no gap and no duplicate (docs/delivery.md).
+(which wins if both are given) resumes after it, on this relay or another, with no gap and no
+duplicate (docs/delivery.md).
+
+A stream whose part **moved** (relays in a map split or merged on load, ``relay.cluster``) ends
+with a ``moved`` event: the same request at the relay now responsible (``location``), the
+token to resume with (``token``, mode ``every``) and why; then the response ends normally.
+An NDJSON client makes the request at ``location`` with that token (``Last-Event-ID`` header or
+``token=``); an ``EventSource`` needs nothing: see :data:`MOVE_RETRY_MS`.
 
 Nothing here touches a socket: :func:`parse_subscribe` reads a request's query, and
 :class:`EventStream` turns the relay's frames for one subscription into encoded events.
@@ -63,6 +70,27 @@ CONTENT_TYPES: dict[Format, str] = {
 }
 #: Error codes from the relay that do not end a subscription.
 _GOES_ON = frozenset({"resync"})
+#: The reconnection time (``retry:``, milliseconds) a moved SSE stream gives before it ends.
+#:
+#: What the WHATWG HTML standard (9.2 "Server-sent events") guarantees, and the move relies on:
+#: when a response's body ends normally, an ``EventSource`` *reestablishes the connection*: it
+#: waits its reconnection time (the last ``retry:`` field; by default a few seconds, chosen by
+#: the browser, which may wait longer after failures) and fetches its request again, with
+#: ``Last-Event-ID`` set to the last ``id:`` it received if that is not empty. A status other
+#: than 200 (or another content type) *fails* it for good, so a moved stream ends normally,
+#: never with an error status. Fetch follows a 307 by itself, with the same method and headers
+#: (``Last-Event-ID`` is kept). So the stream's ``every`` view reconnects to the same URL at the
+#: relay it moved from, which is no longer responsible and answers a 307 to the same request at
+#: the relay that is; there ``Last-Event-ID`` resumes it after the last event applied, and a
+#: ``latest`` view (its events carry no id) starts again with a full push. The other relay is
+#: another origin, so the redirected request is a CORS request: the 307 and the stream carry
+#: ``Access-Control-Allow-Origin``, and since Fetch does not safelist ``Last-Event-ID`` a
+#: browser may first send a preflight (``OPTIONS``), which relays answer
+#: (``relay.httpserver``). The reconnection time given here stays the ``EventSource``'s for its
+#: later reconnections too: short, but not so short that clients whose relay died hammer it.
+MOVE_RETRY_MS = 500
+#: Seconds a browser may keep a CORS preflight's answer (``Access-Control-Max-Age``).
+PREFLIGHT_MAX_AGE = 600
 _JSON = msgspec.json.Encoder()
 
 
@@ -134,7 +162,9 @@ def parse_subscribe(
     if "columns" in params:
         columns = [name for name in params["columns"].split(",") if name]
         transform = Transform(columns=columns)
-    token = params.get("token") or _header(headers, "last-event-id")
+    # The header wins: an EventSource reconnecting to a URL that holds a token sends the
+    # token of the last event it received in Last-Event-ID, which is newer.
+    token = _header(headers, "last-event-id") or params.get("token")
     resume = None
     if token:
         if mode != "every":
@@ -153,6 +183,27 @@ def parse_subscribe(
     return StreamRequest(subscribe, _format(params, headers))
 
 
+def not_a_get(method: str) -> tuple[int, list[tuple[str, str]], bytes]:
+    """The answer to a request of the API (``/v1/...``) made with another method than GET.
+
+    ``OPTIONS`` is a CORS preflight: ``GET`` is allowed, with the headers clients send
+    (``Last-Event-ID``: an ``EventSource`` reconnecting to another relay, see
+    :data:`MOVE_RETRY_MS`; ``Authorization``). Any other method is refused.
+
+    Returns:
+        The status (204, or 405), headers to add, and the body (empty, or the refusal's JSON).
+    """
+    if method == "OPTIONS":
+        allowed = [
+            ("Access-Control-Allow-Methods", "GET"),
+            ("Access-Control-Allow-Headers", "Last-Event-ID, Authorization, Accept"),
+            ("Access-Control-Max-Age", str(PREFLIGHT_MAX_AGE)),
+        ]
+        return 204, allowed, b""
+    message = f"{method} is not served here: the relay's HTTP API takes GET"
+    return 405, [("Allow", "GET, OPTIONS")], HttpError(405, "bad_request", message).body()
+
+
 def datasets_json(infos: list[DatasetInfo]) -> bytes:
     """``GET /v1/datasets``'s body: each dataset's key, columns, index and view language."""
     described = [
@@ -167,6 +218,33 @@ def datasets_json(infos: list[DatasetInfo]) -> bytes:
         for info in infos
     ]
     return _JSON.encode({"datasets": described}) + b"\n"
+
+
+def same_request_at(location: str, path: str, *, without_token: bool = False) -> str:
+    """The request for ``path`` (its path and query) made at another relay.
+
+    Args:
+        location: the other relay's URL as the map names it (``ws://`` or ``wss://``; ``http``
+            and ``https`` are taken as they are).
+        path: this request's path and query, as received.
+        without_token: leave the ``token`` parameter out (a moved stream's old token: the
+            ``moved`` event gives the newer one).
+
+    Returns:
+        ``http(s)://`` the other relay's host and port, then ``path`` (its other parameters
+        as they were written).
+    """
+    there = urllib.parse.urlsplit(location)
+    scheme = {"ws": "http", "wss": "https"}.get(there.scheme, there.scheme)
+    route, _, query = path.partition("?")
+    if without_token and query:
+        kept = [
+            pair
+            for pair in query.split("&")
+            if urllib.parse.unquote_plus(pair.partition("=")[0]) != "token"
+        ]
+        query = "&".join(kept)
+    return f"{scheme}://{there.netloc}{route}" + (f"?{query}" if query else "")
 
 
 def encode_token(resume: Resume) -> str:
@@ -194,20 +272,28 @@ class EventStream:
     """One HTTP subscription's events, from the relay's frames for it.
 
     Attributes:
-        ended: whether the subscription is over (an error that ends it, or unsubscribed);
-            nothing more is to be written after the last event.
+        ended: whether the subscription is over (an error that ends it, unsubscribed, or
+            moved); nothing more is to be written after the last event.
         key: the key column, once ``subscribed``.
+        token: where the stream is (mode ``every``): the last event's token, or the one it
+            resumed from; None before either.
     """
 
-    def __init__(self, format: Format, mode: str, resumed: Resume | None = None) -> None:
+    def __init__(
+        self, format: Format, mode: str, resumed: Resume | None = None, *, path: str = ""
+    ) -> None:
         """Args:
         format: how events are written.
         mode: the subscription's mode (``every`` events carry tokens).
         resumed: the token the stream resumes from: the keys held before its first event.
+        path: the request's path and query (a ``moved`` event names it at another relay).
         """
-        self.format, self.mode = format, mode
+        self.format, self.mode, self.path = format, mode, path
         self.ended = False
         self.key = ""
+        self.token: str | None = None
+        if resumed is not None and mode == "every":
+            self.token = encode_token(resumed)
         #: Keys the subscriber holds (mode ``every`` only, for its tokens).
         self._held: set[Any] = set()
         self._held_dtype: npt.DTypeLike = np.int64
@@ -236,6 +322,9 @@ class EventStream:
                 body: dict[str, Any] = {"type": "no_update", "epoch": none.epoch}
                 body.update(seq=none.seq, tick=none.tick)
                 return self._write("no_update", self._stamped(body, none.epoch, none.seq))
+            case Error(code="redirect", location=str()) as moved:
+                self.ended = True
+                return self._moved(moved)
             case Error() as error:
                 self.ended = self.ended or error.code not in _GOES_ON
                 return self._write(
@@ -269,9 +358,24 @@ class EventStream:
         }
         return self._write("push", self._stamped(body, push.epoch, push.seq))
 
+    def _moved(self, error: Error) -> bytes:
+        """The last event of a stream whose part moved to another relay (the core's redirect
+        ending its held subscription): where to make the same request, with what token."""
+        assert error.location is not None, "matched on a location"
+        body: dict[str, Any] = {
+            "type": "moved",
+            "location": same_request_at(error.location, self.path, without_token=True),
+        }
+        if self.mode == "every":
+            body["token"] = self.token
+        body["message"] = error.message
+        # No id: the EventSource's last event id stays the last push's token (MOVE_RETRY_MS).
+        return self._write("moved", body, retry=MOVE_RETRY_MS, with_id=False)
+
     def _stamped(self, body: dict[str, Any], epoch: int, seq: int) -> dict[str, Any]:
         if self.mode == "every":
-            body["token"] = encode_token(self._token(epoch, seq))
+            self.token = encode_token(self._token(epoch, seq))
+            body["token"] = self.token
         return body
 
     def _token(self, epoch: int, seq: int) -> Resume:
@@ -282,12 +386,16 @@ class EventStream:
             column = np.array(keys, dtype=object)
         return Resume(epoch, seq, encode_columns({self.key: column}))
 
-    def _write(self, name: str, body: dict[str, Any]) -> bytes:
+    def _write(
+        self, name: str, body: dict[str, Any], *, retry: int | None = None, with_id: bool = True
+    ) -> bytes:
         data = _JSON.encode(body)
         if self.format == "ndjson":
             return data + b"\n"
-        token = body.get("token")
+        token = body.get("token") if with_id else None
         head = f"id: {token}\n" if token else ""
+        if retry is not None:
+            head += f"retry: {retry}\n"
         return f"{head}event: {name}\n".encode() + b"data: " + data + b"\n\n"
 
 

@@ -14,7 +14,14 @@ reader gets fewer, larger deltas and never delays anyone; one that leaves a push
 ``stall_timeout`` seconds is cut off by the relay's housekeeping (``close``).
 
 The response is HTTP/1.1 chunked: every event is one chunk, the stream ends with the last
-chunk when the subscription ends.
+chunk when the subscription ends. A stream whose part moved to another relay ends normally
+after a ``moved`` event (``relay.httpapi.MOVE_RETRY_MS``): its client makes the request again,
+here or there, and is redirected or served. Before a request is redirected, the relay makes
+sure its map is not a beat old (``Relay.confirm``): an HTTP client never asks to stay, and a
+relay just handed a part would otherwise send the request back, round in a circle.
+
+``OPTIONS`` on the API's paths is a CORS preflight, answered with the methods and headers
+allowed (a browser's ``EventSource`` reconnecting to another relay sends ``Last-Event-ID``).
 """
 
 from __future__ import annotations
@@ -44,7 +51,9 @@ from fanout.relay.httpapi import (
     HttpError,
     StreamRequest,
     datasets_json,
+    not_a_get,
     parse_subscribe,
+    same_request_at,
 )
 from fanout.relay.rules import visible
 from fanout.wire import codec
@@ -91,6 +100,11 @@ class Relay(Protocol):
 
     def subscribe(self, client: int, request: Subscribe) -> None:
         """Act on a subscription request of the connection, as on a ``Subscribe`` frame."""
+        ...
+
+    async def confirm(self, request: Subscribe) -> None:
+        """Make sure the map a redirect of ``request`` would follow is not stale: an HTTP
+        client follows redirects without asking to stay (``RelayServer.confirm``)."""
         ...
 
     def writable(self, client: int) -> None:
@@ -142,6 +156,12 @@ class HttpConnection(ServerConnection):
                 return_when=asyncio.FIRST_COMPLETED,
             )
         request = self.request
+        if request is not None and _api_not_get(request):
+            status, extra, body = not_a_get(request.method)
+            head = _head(status, "application/json", length=len(body), extra=extra)
+            self.transport.write(head + body)
+            self.transport.close()
+            return
         if request is not None and _is_stream(request):
             await HttpSubscription(self, request).run()
             return
@@ -283,8 +303,14 @@ class HttpSubscription:
             self._refuse(exc)
             await self._close()
             return
-        self._events = EventStream(request.format, request.subscribe.mode, request.subscribe.resume)
+        self._events = EventStream(
+            request.format,
+            request.subscribe.mode,
+            request.subscribe.resume,
+            path=self._request.path,
+        )
         self._format = request.format
+        await relay.confirm(request.subscribe)
         client = relay.attach(self)
         self._connection.on_resume = lambda: self._resumed(client)
         try:
@@ -386,9 +412,7 @@ class HttpSubscription:
         another relay is a 307 to the same request there, which HTTP clients follow (a
         browser's ``EventSource``, ``fetch``, ``curl -L``)."""
         if error.code == "redirect" and error.location is not None:
-            there = urllib.parse.urlsplit(error.location)
-            scheme = {"ws": "http", "wss": "https"}.get(there.scheme, there.scheme)
-            location = f"{scheme}://{there.netloc}{self._request.path}"
+            location = same_request_at(error.location, self._request.path)
             return HttpError(HTTPStatus.TEMPORARY_REDIRECT, error.code, error.message, location)
         status = _STATUS.get(error.code, HTTPStatus.BAD_REQUEST)
         return HttpError(status, error.code, error.message)
@@ -433,9 +457,17 @@ def _head(
         "Transfer-Encoding: chunked" if chunked else f"Content-Length: {length}",
         *(f"{name}: {value}" for name, value in extra),
     ]
+    if status == HTTPStatus.NO_CONTENT:  # RFC 9110 8.6: no Content-Length, no body
+        lines.remove("Content-Length: 0")
     if content_type == CONTENT_TYPES["sse"]:
         lines.append("X-Accel-Buffering: no")  # proxies such as nginx: do not hold events back
     return ("\r\n".join(lines) + "\r\n\r\n").encode()
+
+
+def _api_not_get(request: Request) -> bool:
+    """A request of the API's (``/v1/...``) by another method than GET."""
+    path = request.path.split("?", 1)[0]
+    return path in (SUBSCRIBE, DATASETS) and request.method != "GET" and not _upgrade(request)
 
 
 def _headers(request: Request) -> Mapping[str, str]:

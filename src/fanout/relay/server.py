@@ -412,6 +412,13 @@ class RelayServer:
         self._subscribe(client, request, asyncio.get_running_loop().time())
         self._wake.set()
 
+    async def confirm(self, request: Subscribe) -> None:
+        """Before an HTTP stream's subscription is redirected, read the map afresh
+        (``Registry.confirm``): an HTTP client follows redirects blindly, and the relay a
+        part was just handed to reads the map only at its next beat."""
+        if self.registry is not None and self.upstream.sharing is None:
+            await self.registry.confirm(request)
+
     def writable(self, client: int) -> None:
         """An HTTP stream wrote everything it had."""
         self._on_writable(client)

@@ -138,6 +138,33 @@ Rows = dict[Any, dict[str, Any]]
 """Rows by key, each a column -> value mapping."""
 
 
+def http_update(event: Mapping[str, Any]) -> Update:
+    """An HTTP stream's ``push`` or ``no_update`` event (docs/http.md, its JSON read) as the
+    :class:`Update` the subscriber library makes of a push, so :func:`audit` replays HTTP
+    streams too. Rows go column by column (NULL is ``None``); ``received_at`` is 0.
+
+    Raises:
+        KeyError: the event has no ``epoch``, ``seq`` or ``tick`` (not a push or no-update).
+    """
+
+    def columns(rows: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+        names = list(rows[0]) if rows else []
+        return {name: from_values([row[name] for row in rows]) for name in names}
+
+    return Update(
+        sub=1,
+        epoch=event["epoch"],
+        seq=event["seq"],
+        tick=event["tick"],
+        full=bool(event.get("full", False)),
+        entered=columns(event.get("entered", [])),
+        updated=columns(event.get("updated", [])),
+        left=from_values(list(event.get("left", []))),
+        tick_time=float(event.get("tick_time") or 0.0),
+        received_at=0.0,
+    )
+
+
 def _live(rows: pa.Table) -> pa.Table:
     """A logged change's upserted rows (deleted ones and internal columns dropped)."""
     if "_deleted" in rows.column_names:

@@ -11,7 +11,7 @@ from collections.abc import Iterator
 import pytest
 
 from fanout.relay.cluster.registry import HandOverRefused, Registry, connect
-from fanout.relay.cluster.responsibility import Assignment, ResponsibilityMap
+from fanout.relay.cluster.responsibility import Assignment, ResponsibilityMap, part_of
 from fanout.testing.redis import throwaway_redis_cluster
 from fanout.testing.wait import eventually
 from fanout.views import Box
@@ -183,4 +183,33 @@ async def test_a_giver_with_a_stale_map_is_refused_and_a_dead_standby_loses_its_
     with pytest.raises(HandOverRefused, match="the map changed"):
         await giver.assign(again.name, [part])
     for registry in (giver, silent, late, again):
+        await registry.leave()
+
+
+async def test_a_relay_about_to_redirect_reads_the_map_afresh_and_shares_the_read(
+    node: str,
+) -> None:
+    """A part just handed over: the relay it went to has not read the map since, and would
+    send a new subscription of it back to the giver; ``confirm`` reads the map first (an HTTP
+    client follows redirects without asking to stay)."""
+    run = next(runs)
+    giver = member(node, f"cg{run}", lease=30.0)
+    standby = Registry(connect(node), f"cs{run}", f"ws://cs{run}:1", lease=30.0, standby=True)
+    await giver.beat()
+    await standby.beat()  # its map: both; then it reads no more until asked
+    boxes = (Box((x + 10, 10), (x + 60, 60)) for x in range(0, 256 * 64, 256))
+    view = next(box for box in boxes if giver.map.owner_of("agents", box).name == giver.name)
+    request = Subscribe(1, "agents", view)
+    await giver.assign(standby.name, [part_of("agents", view, giver.map.side)])
+    stale = standby.redirect(request, held=False)
+    assert stale is not None and stale.location == giver.url  # it would send it back
+    await standby.confirm(request)
+    assert standby.redirect(request, held=False) is None  # now it serves it
+    read = standby.map
+    await standby.confirm(request)  # served here: nothing read
+    assert standby.map is read
+    # Callers waiting while a beat is under way share one read, begun after they asked.
+    beaten, first, second = await asyncio.gather(standby.beat(), standby.fresh(), standby.fresh())
+    assert first is second and first is not beaten
+    for registry in (giver, standby):
         await registry.leave()

@@ -30,6 +30,12 @@ Rules:
    relays are live, that the members owning by rendezvous are those the giver chose by, and
    that no part is assigned to anyone but the giver: two relays can never hand over one part
    at once. A merge deletes the assignments the relay holds (``UNASSIGN``).
+8. **One beat at a time.** Beats (the lease's, a split's, a merge's, a fresh read's) run one
+   after another, so a reply read late never puts an older map over a newer one. A relay about
+   to redirect an HTTP stream reads the map afresh first (``confirm``), sharing a read begun
+   after it asked with the others waiting: HTTP clients follow redirects without asking to
+   stay, so two relays whose maps are a beat apart (a part just handed over) would send the
+   stream back and forth.
 """
 
 from __future__ import annotations
@@ -214,17 +220,49 @@ class Registry:
             f"{{{NAMESPACE}}}:standby",
             f"{{{NAMESPACE}}}:assigned",
         ]
+        #: Rule 8: held by each beat; beats begun so far.
+        self._beating = asyncio.Lock()
+        self._beats_begun = 0
         self._beat = redis.register_script(BEAT)
         self._leave = redis.register_script(LEAVE)
         self._assign = redis.register_script(ASSIGN)
         self._unassign = redis.register_script(UNASSIGN)
 
     async def beat(self, join: bool = True) -> ResponsibilityMap:
-        """Renew (``join``) or only read, and take the live members as the map (rule 3).
+        """Renew (``join``) or only read, and take the live members as the map (rules 3, 8).
 
         Raises:
             RedisError: Redis could not be reached or refused the script.
         """
+        async with self._beating:
+            return await self._beat_now(join)
+
+    async def fresh(self) -> ResponsibilityMap:
+        """The map as read by a beat begun after this call (rule 8): one begun before may
+        have been answered before a change the caller was told of; callers waiting together
+        share one read.
+
+        Raises:
+            RedisError: Redis could not be reached or refused the script.
+        """
+        asked = self._beats_begun
+        async with self._beating:
+            if self._beats_begun > asked:  # begun after the call, and over: the lock is ours
+                return self.map
+            return await self._beat_now(join=False)
+
+    async def confirm(self, request: Subscribe) -> None:
+        """If the map as last read would redirect ``request`` (new, not marked ``stay``),
+        read it afresh (rule 8); Redis away, the map as last read stands (rule 6)."""
+        if redirect(self.map, self.name, request, False) is None:
+            return
+        try:
+            await self.fresh()
+        except RedisError as error:
+            log.warning("registry: reading the map before a redirect failed: %s", error)
+
+    async def _beat_now(self, join: bool) -> ResponsibilityMap:
+        self._beats_begun += 1
         args: list[Any] = (
             [self.name, self.url, int(self.lease * 1000), "1" if self.standby else "0"]
             if join
