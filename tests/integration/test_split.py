@@ -1,0 +1,248 @@
+"""Split and merge on load with real processes (issue 27, deliverables 3 and 5): a real Spark
+publisher, a real Redis Cluster, relays started as a user would (``fanout relay --registry ...
+--split-above ... --standby``), subscribers through ``fanout.client``.
+
+Past its threshold of subscriptions the giver (``g0``) hands about half its cells to a standby
+(``g1``), whose subscribers move there (``every`` views resumed, audited against the
+publisher's log: nothing lost, duplicated or reordered; ``latest`` views equal to a flat
+relay's at every tick), and the standby hands them back when it falls below its merge
+threshold; the standby killed in the middle of a split leaves every subscriber served once it
+has resumed at the giver."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+
+import pytest
+import pytest_asyncio
+from tests.integration.test_tiers import Recorder, states, until
+
+from fanout.client import connect
+from fanout.client.cluster import connect_cluster
+from fanout.launch import Child, start
+from fanout.testing.cluster import (
+    Follower,
+    audit_followers,
+    last_logged,
+    members_seen,
+    metric,
+    primitives_by_relay,
+)
+from fanout.testing.redis import throwaway_redis_cluster
+from fanout.testing.wait import eventually
+from fanout.views import Box
+
+pytestmark = [pytest.mark.integration, pytest.mark.asyncio(loop_scope="module")]
+
+LEASE = 2.0
+SPLITTERS = ("g0", "g1")
+SPLIT_DWELL = 4.0
+#: Ten views in ten cells of the 256-unit grid over the 1,000-unit world: the giver splits past
+#: 7 subscriptions (five cells go), the standby hands its cells back below 3.
+SPLIT_BOXES = [
+    Box((x + 60, y + 60), (x + 190, y + 190)) for x in (0, 256, 512, 768) for y in (0, 256, 512)
+][:10]
+#: The publisher's log, under the module's directory (conftest's ``publisher``).
+LOG = Path("publisher") / "log.db"
+
+
+def last_seq(tmp_path: Path, epoch: int) -> int:
+    """The last seq of ``agents`` the module's publisher logged in ``epoch``."""
+    return last_logged(tmp_path / LOG, epoch)
+
+
+@pytest.fixture(scope="module")
+def split_registry() -> Iterator[str]:
+    """A map of its own for the relays that split and merge."""
+    with throwaway_redis_cluster() as nodes:
+        host, port = nodes[0]
+        yield f"redis://{host}:{port}"
+
+
+async def _splitter(
+    publisher: Child, registry: str, name: str, tmp_path: Path, *extra: str
+) -> Child:
+    args = ["--publisher", publisher.url, "--port", "0", "--name", name, "--grace", "1"]
+    args += ["--registry", registry, "--registry-lease", str(LEASE), "--log-level", "info"]
+    args += ["--split-above", "subscribers=7", "--merge-below", "subscribers=3"]
+    args += ["--split-dwell", str(SPLIT_DWELL), *extra]
+    return await start("relay", args, tmp_path / f"relay-{name}.log")
+
+
+@contextlib.asynccontextmanager
+async def pair(
+    publisher: Child, registry: str, names: tuple[str, str], tmp_path: Path, *extra: str
+) -> AsyncIterator[list[Child]]:
+    """A giver and a standby (``--standby``: it owns nothing until a split), stopped after;
+    a test may replace one with its restarted self in the list."""
+    started = await asyncio.gather(
+        _splitter(publisher, registry, names[0], tmp_path, *extra),
+        _splitter(publisher, registry, names[1], tmp_path, "--standby", *extra),
+        return_exceptions=True,
+    )
+    children = [child for child in started if isinstance(child, Child)]
+    try:
+        for failed in started:
+            if isinstance(failed, BaseException):
+                raise failed
+        yield children
+    finally:
+        for child in children:
+            await child.stop()
+
+
+@pytest_asyncio.fixture(scope="module", loop_scope="module")
+async def splitters(
+    publisher: Child, split_registry: str, tmp_path: Path
+) -> AsyncIterator[list[Child]]:
+    """The giver ``g0`` and the standby ``g1``, redirect policy."""
+    async with pair(publisher, split_registry, SPLITTERS, tmp_path) as children:
+        yield children
+
+
+def audited(followers: list[Follower], tmp_path: Path, at_least: int) -> None:
+    """Every follower's updates against the module's publisher's log: nothing lost, duplicated
+    or reordered, across its moves."""
+    audit_followers(followers, tmp_path / LOG, at_least)
+
+
+async def test_a_split_on_load_and_a_merge_move_subscribers_losing_nothing(
+    publisher: Child, relay: Child, splitters: list[Child], tmp_path: Path
+) -> None:
+    await members_seen(splitters, len(SPLITTERS))
+    giver, standby = splitters
+    followers = [Follower(box) for box in SPLIT_BOXES[:6]]
+    for follower in followers:
+        await follower.attach(standby.url)  # a standby owns nothing: sent to the giver
+        assert follower.relay == giver.url
+    async with connect_cluster(standby.url) as latest_side, connect(relay.url) as flat_side:
+        latest = [Recorder(await latest_side.subscribe(box, rate=20)) for box in SPLIT_BOXES[6:]]
+        flat = [Recorder(await flat_side.subscribe(box, rate=20)) for box in SPLIT_BOXES[6:]]
+
+        def serving() -> list[str]:
+            at = [follower.serving() for follower in followers]
+            for recorder in latest:
+                try:
+                    at.append(latest_side.relay_of(recorder.view))
+                except KeyError:
+                    at.append("moving")
+            return at
+
+        assert set(serving()) == {giver.url}
+        # Ten subscriptions, past 7 for a dwell: five of the ten cells go to the standby.
+        where = await eventually(
+            serving,
+            lambda at: at.count(standby.url) == 5 and at.count(giver.url) == 5,
+            timeout=90,
+            every=0.2,
+            what="five views moved to the standby",
+        )
+        assert await metric(giver.url, "fanout_relay_splits_total") == 1
+        await eventually(
+            lambda: primitives_by_relay(publisher),
+            lambda held: held.get(SPLITTERS[1], 0) > 0,
+            timeout=60,
+            what="the standby acquiring its cells",
+        )
+        await asyncio.gather(*(f.reached(0) for f in followers))  # served, wherever they are
+        target = last_seq(tmp_path, followers[0].updates[0].epoch) + 3
+        await asyncio.gather(*(f.reached(target) for f in followers))
+        await until(latest, max(len(r.updates) for r in latest) + 3)
+        # Below 3 at the standby: keep two of its views, close the others; after a dwell it
+        # hands its cells back and the two views move back to the giver.
+        moved = [i for i, url in enumerate(where) if url == standby.url]
+        kept, closing = moved[:2], moved[2:]
+        for i in closing:
+            if i < len(followers):
+                await followers[i].detach()
+            else:
+                await latest[i - len(followers)].view.close()
+        back = await eventually(
+            serving,
+            lambda at: all(at[i] == giver.url for i in kept),
+            timeout=90,
+            every=0.2,
+            what="the kept views back at the giver",
+        )
+        assert await metric(standby.url, "fanout_relay_merges_total") == 1
+        still_open = [url for i, url in enumerate(back) if i not in closing]
+        assert still_open == [giver.url] * 7
+        merged_at = max(r.updates[-1].tick for r in flat)
+        target = last_seq(tmp_path, followers[0].updates[0].epoch) + 3
+        await asyncio.gather(*(f.reached(target) for i, f in enumerate(followers) if i in kept))
+        await eventually(
+            lambda: [r.updates[-1].tick for r in latest if not r.view._closed],
+            lambda ticks: all(tick > merged_at + 3 for tick in ticks),
+            timeout=120,
+            every=0.2,
+            what="the latest views' ticks after the merge",
+        )
+        for recorder in latest + flat:
+            await recorder.stop()
+        for moving, still in zip(latest, flat, strict=True):
+            here, there = states(moving.updates), states(still.updates)
+            common = sorted(set(here) & set(there))
+            assert len(common) >= 3
+            for tick in common:
+                assert here[tick] == there[tick], f"tick {tick} differs in {moving.view.view}"
+            if not moving.view._closed:  # served across both moves: equal after them too
+                assert any(tick > merged_at for tick in common)
+    for follower in followers:
+        await follower.detach()
+    audited(followers, tmp_path, at_least=6)
+    assert all(followers[i].view.moves == 2 for i in kept if i < len(followers))  # type: ignore[union-attr]
+    await eventually(
+        lambda: primitives_by_relay(publisher),
+        lambda held: not held.get(SPLITTERS[1], 0),
+        timeout=60,
+        what="the standby releasing what it acquired",
+    )
+
+
+async def test_the_standby_killed_during_a_split_leaves_every_subscriber_served(
+    splitters: list[Child], tmp_path: Path
+) -> None:
+    await members_seen(splitters, len(SPLITTERS))
+    giver, standby = splitters
+    await eventually(
+        lambda: metric(standby.url, "fanout_relay_parts_received"),
+        lambda parts: parts == 0,
+        timeout=60,
+        what="nothing left at the standby",
+    )
+    splits = await metric(giver.url, "fanout_relay_splits_total")
+    followers = [Follower(box) for box in SPLIT_BOXES]
+    for follower in followers:
+        await follower.attach(giver.url)
+    await eventually(
+        lambda: metric(giver.url, "fanout_relay_splits_total"),
+        lambda count: count > splits,
+        timeout=90,
+        every=0.1,
+        what="a split",
+    )
+    standby.kill()  # SIGKILL while its subscribers are moving to it
+    await standby.process.wait()
+    await asyncio.gather(*(f.reached(0) for f in followers if not f.failures))
+    await members_seen([giver], 1)  # its lease ran out: its cells are the giver's again
+    await eventually(
+        lambda: [f.failures or f.serving() == giver.url for f in followers],
+        all,
+        timeout=60,
+        every=0.2,
+        what="every view at the giver or ended",
+    )
+    # The five views the split sent to the standby ended with it (there, or on their way).
+    assert sum(bool(f.failures) for f in followers) == 5
+    for follower in followers:
+        if follower.failures:  # it was at the standby, or on its way: resumed at the giver
+            await follower.attach(giver.url)
+            assert follower.relay == giver.url
+    target = last_seq(tmp_path, followers[0].updates[0].epoch) + 3
+    await asyncio.gather(*(f.reached(target) for f in followers))
+    for follower in followers:
+        await follower.detach()
+    audited(followers, tmp_path, at_least=3)
