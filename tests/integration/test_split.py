@@ -1,13 +1,19 @@
 """Split and merge on load with real processes (issue 27, deliverables 3 and 5): a real Spark
-publisher, a real Redis Cluster, relays started as a user would (``fanout relay --registry ...
+publisher, real Redis Clusters, relays started as a user would (``fanout relay --registry ...
 --split-above ... --standby``), subscribers through ``fanout.client``.
 
-Past its threshold of subscriptions the giver (``g0``) hands about half its cells to a standby
-(``g1``), whose subscribers move there (``every`` views resumed, audited against the
-publisher's log: nothing lost, duplicated or reordered; ``latest`` views equal to a flat
-relay's at every tick), and the standby hands them back when it falls below its merge
-threshold; the standby killed in the middle of a split leaves every subscriber served once it
-has resumed at the giver."""
+Redirect policy (``g0`` and its standby ``g1``): past its threshold of subscriptions the giver
+hands about half its cells to the standby, whose subscribers move there (``every`` views
+resumed, audited against the publisher's log: nothing lost, duplicated or reordered;
+``latest`` views equal to a flat relay's at every tick), and the standby hands them back when it
+falls below its merge threshold. The standby killed in the middle of a split leaves every
+subscriber served once it has re-entered.
+
+Forward policy (``h0`` and its standby ``h1``): the subscribers' connections stay at the giver;
+what moves is the upstream work of the cells handed over (the publisher's primitives leave the
+giver and come to the standby, which serves them to the giver), and back at the merge; the same
+audits across both.
+"""
 
 from __future__ import annotations
 
@@ -23,8 +29,11 @@ from tests.integration.test_tiers import Recorder, states, until
 from fanout.client import connect
 from fanout.client.cluster import connect_cluster
 from fanout.launch import Child, start
+from fanout.relay.cluster.registry import connect as registry_client
+from fanout.relay.cluster.responsibility import part_of
 from fanout.testing.cluster import (
     Follower,
+    assignments,
     audit_followers,
     last_logged,
     members_seen,
@@ -39,12 +48,15 @@ pytestmark = [pytest.mark.integration, pytest.mark.asyncio(loop_scope="module")]
 
 LEASE = 2.0
 SPLITTERS = ("g0", "g1")
+FORWARDERS = ("h0", "h1")
 SPLIT_DWELL = 4.0
 #: Ten views in ten cells of the 256-unit grid over the 1,000-unit world: the giver splits past
 #: 7 subscriptions (five cells go), the standby hands its cells back below 3.
 SPLIT_BOXES = [
     Box((x + 60, y + 60), (x + 190, y + 190)) for x in (0, 256, 512, 768) for y in (0, 256, 512)
 ][:10]
+#: The balancer's subscribers figure, as a relay counts it.
+LOAD = "fanout_relay_load_subscribers"
 #: The publisher's log, under the module's directory (conftest's ``publisher``).
 LOG = Path("publisher") / "log.db"
 
@@ -100,6 +112,26 @@ async def splitters(
 ) -> AsyncIterator[list[Child]]:
     """The giver ``g0`` and the standby ``g1``, redirect policy."""
     async with pair(publisher, split_registry, SPLITTERS, tmp_path) as children:
+        yield children
+
+
+@pytest.fixture(scope="module")
+def forward_registry() -> Iterator[str]:
+    """A map of its own for the forwarding relays that split and merge."""
+    with throwaway_redis_cluster() as nodes:
+        host, port = nodes[0]
+        yield f"redis://{host}:{port}"
+
+
+@pytest_asyncio.fixture(scope="module", loop_scope="module")
+async def forward_splitters(
+    publisher: Child, forward_registry: str, tmp_path: Path
+) -> AsyncIterator[list[Child]]:
+    """The giver ``h0`` and the standby ``h1``, forward policy: the standby's name sorts
+    after the giver's, so the giver forwards the cells it hands over from it."""
+    async with pair(
+        publisher, forward_registry, FORWARDERS, tmp_path, "--registry-policy", "forward"
+    ) as children:
         yield children
 
 
@@ -245,4 +277,141 @@ async def test_the_standby_killed_during_a_split_leaves_every_subscriber_served(
     await asyncio.gather(*(f.reached(target) for f in followers))
     for follower in followers:
         await follower.detach()
+    audited(followers, tmp_path, at_least=3)
+
+
+async def test_a_split_and_a_merge_under_the_forward_policy_move_the_upstream_work(
+    publisher: Child,
+    relay: Child,
+    forward_registry: str,
+    forward_splitters: list[Child],
+    tmp_path: Path,
+) -> None:
+    """Forwarding relays split on ``subscribers``, which under the forward policy counts the
+    subscriptions of the cells a relay is responsible for: the giver keeps serving all its
+    subscribers after the split, so the subscriptions it holds would keep it past its
+    threshold (and the standby, holding none, below its own) for ever."""
+    await members_seen(forward_splitters, len(FORWARDERS))
+    giver, standby = forward_splitters
+    followers = [Follower(box) for box in SPLIT_BOXES[:6]]
+    for follower in followers:
+        await follower.attach(giver.url)  # no redirect under forward: served where it entered
+        assert follower.relay == giver.url
+    async with connect(giver.url) as latest_side, connect(relay.url) as flat_side:
+        latest = [Recorder(await latest_side.subscribe(box, rate=20)) for box in SPLIT_BOXES[6:]]
+        flat = [Recorder(await flat_side.subscribe(box, rate=20)) for box in SPLIT_BOXES[6:]]
+        # Ten subscriptions of ten cells, past 7 for a dwell: five of the cells go.
+        await eventually(
+            lambda: metric(giver.url, "fanout_relay_splits_total"),
+            lambda splits: splits == 1,
+            timeout=90,
+            every=0.2,
+            what="a split",
+        )
+        redis = registry_client(forward_registry)
+        try:
+            handed = await assignments(redis)
+        finally:
+            await redis.aclose()
+        moved = [i for i, box in enumerate(SPLIT_BOXES) if part_of("agents", box) in handed]
+        # half of the giver's cells: 5 of its 10 (4 if the split came before the last view)
+        assert 4 <= len(moved) <= 5 and {a.member for a in handed.values()} == {FORWARDERS[1]}
+
+        async def upstream_work() -> tuple[float, float, float, dict[str, float]]:
+            return (
+                await metric(giver.url, "fanout_relay_primitives"),
+                await metric(giver.url, "fanout_relay_forwarded_primitives"),
+                await metric(standby.url, "fanout_relay_below_primitives"),
+                await primitives_by_relay(publisher),
+            )
+
+        # The upstream work of the five cells moved: the giver takes them from the standby,
+        # which alone acquires them from the publisher; the giver acquires only the rest.
+        await eventually(
+            upstream_work,
+            lambda w: (
+                w[1] == len(moved)
+                and w[2] == len(moved)
+                and w[3].get(FORWARDERS[1], 0)
+                and w[3].get(FORWARDERS[0], 0) == w[0] - w[1]
+            ),
+            timeout=60,
+            every=0.2,
+            what="the moved cells forwarded from the standby",
+        )
+        # What the balancers count now: the giver the subscriptions of the cells it kept, the
+        # standby the primitives the giver forwards from it (neither splits nor merges).
+        await eventually(
+            lambda: asyncio.gather(*(metric(c.url, LOAD) for c in forward_splitters)),
+            lambda loads: list(loads) == [len(SPLIT_BOXES) - len(moved), len(moved)],
+            timeout=30,
+            every=0.2,
+            what="the giver's and the standby's subscribers figures",
+        )
+        await asyncio.gather(*(f.reached(0) for f in followers))
+        target = last_seq(tmp_path, followers[0].updates[0].epoch) + 3
+        await asyncio.gather(*(f.reached(target) for f in followers))
+        await until(latest, max(len(r.updates) for r in latest) + 3)
+        assert await metric(giver.url, "fanout_relay_assembled_total") > 0
+        # Below 3 at the standby: close three of the moved cells' views at the giver, whose
+        # primitives there are released; after a dwell the standby hands its cells back, and
+        # the giver, with 7, stays below its own threshold.
+        closing = moved[-3:]
+        for i in closing:
+            if i < len(followers):
+                await followers[i].detach()
+            else:
+                await latest[i - len(followers)].view.close()
+        await eventually(
+            lambda: metric(standby.url, "fanout_relay_merges_total"),
+            lambda merges: merges == 1,
+            timeout=90,
+            every=0.2,
+            what="the standby handing its cells back",
+        )
+        merged_at = max(r.updates[-1].tick for r in flat)
+        # ... and their upstream work with them: the giver acquires everything itself again.
+        await eventually(
+            upstream_work,
+            lambda w: (
+                w[1] == 0
+                and w[2] == 0
+                and not w[3].get(FORWARDERS[1], 0)
+                and w[3].get(FORWARDERS[0], 0) == w[0] > 0
+            ),
+            timeout=60,
+            every=0.2,
+            what="the cells acquired by the giver again",
+        )
+        target = last_seq(tmp_path, followers[0].updates[0].epoch) + 3
+        open_followers = [f for i, f in enumerate(followers) if i not in closing]
+        await asyncio.gather(*(f.reached(target) for f in open_followers))
+        await eventually(
+            lambda: [r.updates[-1].tick for r in latest if not r.view._closed],
+            lambda ticks: all(tick > merged_at + 3 for tick in ticks),
+            timeout=120,
+            every=0.2,
+            what="the latest views' ticks after the merge",
+        )
+        for recorder in latest + flat:
+            await recorder.stop()
+        for here_side, still in zip(latest, flat, strict=True):
+            assert here_side.view.error is None, "no redirect, no error"
+            here, there = states(here_side.updates), states(still.updates)
+            common = sorted(set(here) & set(there))
+            assert len(common) >= 3
+            for tick in common:
+                assert here[tick] == there[tick], f"tick {tick} differs in {here_side.view.view}"
+            if not here_side.view._closed:  # served across the split and the merge
+                assert any(tick > merged_at for tick in common)
+    # One split and one merge: the giver, down to the subscriptions of its own cells after
+    # the split, did not split again, nor try to.
+    assert await metric(giver.url, "fanout_relay_splits_total") == 1
+    assert await metric(giver.url, "fanout_relay_split_failures_total") == 0
+    # The subscribers' connections stayed: no view ended but those closed, none moved.
+    failed = [(i, f.failures) for i, f in enumerate(followers) if f.failures]
+    assert all(i in closing for i, _ in failed), failed
+    for follower in followers:
+        await follower.detach()
+    assert all(f.view is not None and f.view.moves == 0 for f in followers)
     audited(followers, tmp_path, at_least=3)
