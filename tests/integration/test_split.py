@@ -6,8 +6,9 @@ Redirect policy (``g0`` and its standby ``g1``): past its threshold of subscript
 hands about half its cells to the standby, whose subscribers move there (``every`` views
 resumed, audited against the publisher's log: nothing lost, duplicated or reordered;
 ``latest`` views equal to a flat relay's at every tick), and the standby hands them back when it
-falls below its merge threshold. The standby killed in the middle of a split leaves every
-subscriber served once it has re-entered.
+falls below its merge threshold. The giver killed (SIGKILL) right after it wrote its
+assignments, and the standby killed in the middle of a split, leave every subscriber served once
+it has re-entered.
 
 Forward policy (``h0`` and its standby ``h1``): the subscribers' connections stay at the giver;
 what moves is the upstream work of the cells handed over (the publisher's primitives leave the
@@ -19,6 +20,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
+import signal
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
@@ -26,8 +29,8 @@ import pytest
 import pytest_asyncio
 from tests.integration.test_tiers import Recorder, states, until
 
-from fanout.client import connect
-from fanout.client.cluster import connect_cluster
+from fanout.client import LiveView, connect
+from fanout.client.cluster import ClusterSubscriber, connect_cluster
 from fanout.launch import Child, start
 from fanout.relay.cluster.registry import connect as registry_client
 from fanout.relay.cluster.responsibility import part_of
@@ -135,6 +138,27 @@ async def forward_splitters(
         yield children
 
 
+def where(cluster: ClusterSubscriber, view: LiveView) -> str:
+    """The URL of the relay serving ``view`` now ("moving" while it moves)."""
+    try:
+        return cluster.relay_of(view)
+    except KeyError:
+        return "moving"
+
+
+async def no_assignments(relays: list[Child]) -> None:
+    """Wait until every one of ``relays`` has read a map with no part assigned (after a merge,
+    a relay that has not read it yet would still send subscribers to the relay merging)."""
+    for child in relays:
+        await eventually(
+            lambda child=child: metric(child.url, "fanout_relay_registry_assigned"),
+            lambda assigned: assigned == 0,
+            timeout=60,
+            every=0.2,
+            what=f"no assignment in {child.url}'s map",
+        )
+
+
 def audited(followers: list[Follower], tmp_path: Path, at_least: int) -> None:
     """Every follower's updates against the module's publisher's log: nothing lost, duplicated
     or reordered, across its moves."""
@@ -234,17 +258,106 @@ async def test_a_split_on_load_and_a_merge_move_subscribers_losing_nothing(
     )
 
 
+async def test_the_giver_killed_during_a_split_leaves_every_subscriber_served(
+    publisher: Child, relay: Child, split_registry: str, splitters: list[Child], tmp_path: Path
+) -> None:
+    """SIGKILL of the giver as soon as its assignments are in Redis (before or while its
+    subscribers of the cells handed over are redirected): the assignee keeps those cells (its
+    lease is alive), the giver's other cells fall to the relays left once its lease ran out
+    (here the standby alone), every view is served again where the map says, and the giver
+    restarted under its name gets back its cells but not those it handed over."""
+    await members_seen(splitters, len(SPLITTERS))
+    giver, standby = splitters
+    await no_assignments(splitters)  # the last test's merge read by both
+    followers = [Follower(box) for box in SPLIT_BOXES[:8]]
+    for follower in followers:
+        await follower.attach(standby.url)
+        assert follower.relay == giver.url
+    redis = registry_client(split_registry)
+    async with connect_cluster(standby.url) as latest_side:
+        latest: list[LiveView] = [await latest_side.subscribe(b, rate=20) for b in SPLIT_BOXES[8:]]
+        assert {latest_side.relay_of(view) for view in latest} == {giver.url}
+        try:
+            # The hook: the assignments the split wrote, polled back to back, then SIGKILL
+            # at once: the giver is then reading the map back or redirecting its subscribers.
+            handed = await eventually(
+                lambda: assignments(redis), timeout=90, every=0.005, what="a split's assignments"
+            )
+            os.kill(giver.pid, signal.SIGKILL)
+            await giver.process.wait()
+        finally:
+            await redis.aclose()
+        assert {a.member for a in handed.values()} == {SPLITTERS[1]}
+        assert {a.giver for a in handed.values()} == {SPLITTERS[0]}
+        # half of the giver's cells: 5 of its 10 (4 if the split came before the last view)
+        assert 4 <= len(handed) <= 5, handed
+        # The giver's lease runs out: the standby is the only relay of the map.
+        await members_seen([standby], 1)
+        # Views at the giver ended with its connection; the moved ones stay at the standby.
+        await eventually(
+            lambda: [f.ended() or f.serving() == standby.url for f in followers],
+            all,
+            timeout=60,
+            every=0.2,
+            what="every view ended or at the standby",
+        )
+        await eventually(
+            lambda: [v._closed or where(latest_side, v) == standby.url for v in latest],
+            all,
+            timeout=60,
+            every=0.2,
+            what="every latest view ended or at the standby",
+        )
+        ended = [f for f in followers if f.ended()]
+        for follower in ended:  # re-entering anywhere: served where the map says now
+            await follower.attach(standby.url)
+            assert follower.relay == standby.url
+        for i, view in enumerate(latest):
+            if view._closed:
+                latest[i] = await latest_side.subscribe(view.view, rate=20)
+        assert {latest_side.relay_of(view) for view in latest} == {standby.url}
+        target = last_seq(tmp_path, followers[0].updates[0].epoch) + 3
+        await asyncio.gather(*(f.reached(target) for f in followers))
+        # latest views consistent after it: equal to a flat relay's at common ticks
+        async with connect(relay.url) as flat_side:
+            now = [Recorder(view) for view in latest]
+            flat = [Recorder(await flat_side.subscribe(view.view, rate=20)) for view in latest]
+            await until(now + flat, 4)
+            for recorder in now + flat:
+                await recorder.stop()
+        for here_side, there_side in zip(now, flat, strict=True):
+            here, there = states(here_side.updates), states(there_side.updates)
+            common = sorted(set(here) & set(there))
+            assert common, (sorted(here), sorted(there))
+            for tick in common:
+                assert here[tick] == there[tick], f"tick {tick} differs"
+    audited(followers, tmp_path, at_least=3)
+    # Restarted under its name, the giver is back in the map; the assignments its split wrote
+    # outlived it (the assignee is live): those cells stay at the standby until it merges.
+    splitters[0] = giver = await _splitter(publisher, split_registry, SPLITTERS[0], tmp_path)
+    await members_seen(splitters, len(SPLITTERS))
+    redis = registry_client(split_registry)
+    try:
+        still = await assignments(redis)
+    finally:
+        await redis.aclose()
+    for follower in followers:
+        part = part_of("agents", follower.box)
+        assert (part in still) == (part in handed)
+    for follower in followers:
+        await follower.detach()
+    # The standby, below 3 once they are gone, hands the cells back to their owner by
+    # rendezvous: the giver.
+    await no_assignments(splitters)
+    assert await metric(standby.url, "fanout_relay_merges_total") == 2
+
+
 async def test_the_standby_killed_during_a_split_leaves_every_subscriber_served(
     splitters: list[Child], tmp_path: Path
 ) -> None:
     await members_seen(splitters, len(SPLITTERS))
     giver, standby = splitters
-    await eventually(
-        lambda: metric(standby.url, "fanout_relay_parts_received"),
-        lambda parts: parts == 0,
-        timeout=60,
-        what="nothing left at the standby",
-    )
+    await no_assignments(splitters)  # the last test's merge read by both
     splits = await metric(giver.url, "fanout_relay_splits_total")
     followers = [Follower(box) for box in SPLIT_BOXES]
     for follower in followers:
