@@ -30,7 +30,7 @@ import pytest_asyncio
 from tests.integration.test_tiers import Recorder, states, until
 
 from fanout.client import LiveView, connect
-from fanout.client.cluster import ClusterSubscriber, connect_cluster
+from fanout.client.cluster import connect_cluster
 from fanout.launch import Child, start
 from fanout.relay.cluster.registry import connect as registry_client
 from fanout.relay.cluster.responsibility import part_of
@@ -41,7 +41,9 @@ from fanout.testing.cluster import (
     last_logged,
     members_seen,
     metric,
+    no_assignments,
     primitives_by_relay,
+    where,
 )
 from fanout.testing.redis import throwaway_redis_cluster
 from fanout.testing.wait import eventually
@@ -136,27 +138,6 @@ async def forward_splitters(
         publisher, forward_registry, FORWARDERS, tmp_path, "--registry-policy", "forward"
     ) as children:
         yield children
-
-
-def where(cluster: ClusterSubscriber, view: LiveView) -> str:
-    """The URL of the relay serving ``view`` now ("moving" while it moves)."""
-    try:
-        return cluster.relay_of(view)
-    except KeyError:
-        return "moving"
-
-
-async def no_assignments(relays: list[Child]) -> None:
-    """Wait until every one of ``relays`` has read a map with no part assigned (after a merge,
-    a relay that has not read it yet would still send subscribers to the relay merging)."""
-    for child in relays:
-        await eventually(
-            lambda child=child: metric(child.url, "fanout_relay_registry_assigned"),
-            lambda assigned: assigned == 0,
-            timeout=60,
-            every=0.2,
-            what=f"no assignment in {child.url}'s map",
-        )
 
 
 def audited(followers: list[Follower], tmp_path: Path, at_least: int) -> None:

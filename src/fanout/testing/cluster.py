@@ -1,8 +1,9 @@
 """Relays sharing a map of responsibility, seen from outside (docs/cluster.md): what the tests
 and benchmarks of many relays ask of the processes they run.
 
-- :func:`metric`, :func:`members_seen` and :func:`primitives_by_relay` read relays' and the
-  publisher's ``GET /metrics``; :func:`assignments` reads what splits assigned, from Redis;
+- :func:`metric`, :func:`members_seen`, :func:`no_assignments` and :func:`primitives_by_relay`
+  read relays' and the publisher's ``GET /metrics``; :func:`where` says which relay serves a
+  view of a ``ClusterSubscriber`` now; :func:`assignments` reads what splits assigned, from Redis;
 - :class:`Follower` is one ``every`` subscriber of one box through
   ``fanout.client.cluster``, kept across its moves and its connections (resumed with its
   token after a relay died);
@@ -64,6 +65,27 @@ async def members_seen(relays: Sequence[Child], count: int, timeout: float = 60.
         )
 
 
+async def no_assignments(relays: Sequence[Child], timeout: float = 60.0) -> None:
+    """Wait until every one of ``relays`` has read a map with no part assigned (after a merge,
+    a relay that has not read it yet still sends new subscribers to the relay merging).
+
+    Raises:
+        NotYet: one had not within ``timeout`` seconds.
+    """
+
+    def none(assigned: float) -> bool:
+        return assigned == 0
+
+    for child in relays:
+        await eventually(
+            functools.partial(metric, child.url, "fanout_relay_registry_assigned"),
+            none,
+            timeout=timeout,
+            every=0.2,
+            what=f"no assignment in {child.url}'s map",
+        )
+
+
 async def primitives_by_relay(publisher: Child) -> dict[str, float]:
     """The primitives the publisher holds for each relay, by the relay's name."""
     samples = await asyncio.to_thread(scrape, publisher.url)
@@ -93,6 +115,14 @@ async def assignments(redis: RedisCluster) -> dict[str, Assignment]:
 
 def _text(item: bytes | str) -> str:
     return item.decode() if isinstance(item, bytes) else item
+
+
+def where(cluster: ClusterSubscriber, view: LiveView) -> str:
+    """The URL of the relay serving ``view`` of ``cluster`` now ("moving" while it moves)."""
+    try:
+        return cluster.relay_of(view)
+    except KeyError:
+        return "moving"
 
 
 class Follower:
@@ -144,11 +174,8 @@ class Follower:
 
     def serving(self) -> str:
         """The URL of the relay serving the view now ("moving" while it moves)."""
-        try:
-            assert self.cluster is not None and self.view is not None, "not attached"
-            return self.cluster.relay_of(self.view)
-        except KeyError:
-            return "moving"
+        assert self.cluster is not None and self.view is not None, "not attached"
+        return where(self.cluster, self.view)
 
     async def detach(self) -> None:
         """Close its connections; its updates and view stay (to resume, or to audit)."""
