@@ -542,3 +542,15 @@ def test_a_relay_takes_its_split_and_merge_thresholds_from_flags_over_fanout_tom
     assert "'cpu' is not FIGURE=NUMBER" in capsys.readouterr().err
     assert main(["relay", "--standby"]) == 2
     assert "need a map of responsibility (--registry)" in capsys.readouterr().err
+    # A forwarding relay keeps its subscribers after a split: only subscribers measure it.
+    forward = [*bad, "--registry-policy", "forward"]
+    assert main([*forward, "--merge-below", "rows=9"]) == 2
+    assert "forward measure subscribers only (not rows)" in capsys.readouterr().err
+    forwarding = RelayConfig(
+        "ws://p:1",
+        registry="redis://r:1",
+        registry_policy="forward",
+        split_above={"subscribers": 5.0},
+        merge_below={"subscribers": 2.0},
+    )
+    assert forwarding.thresholds.on

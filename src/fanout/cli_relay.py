@@ -198,8 +198,9 @@ def _cluster_arguments(parser: argparse.ArgumentParser) -> None:
         action="append",
         metavar="FIGURE=VALUE",
         help="hand about half of this relay's parts to another relay when a figure stays past"
-        " VALUE for --split-dwell: subscribers, pushes (a second), cpu (share of a core), rows;"
-        " repeat for several (default: never)",
+        " VALUE for --split-dwell: subscribers, pushes (a second), cpu (share of a core), rows"
+        " (subscribers only with --registry-policy forward); repeat for several (default:"
+        " never)",
     )
     cluster.add_argument(
         "--merge-below",

@@ -256,5 +256,17 @@ class RelayConfig:
             raise ConfigError(
                 "splitting, merging and --standby need a map of responsibility (--registry)"
             )
+        if self.registry_policy == "forward":
+            # A forwarding relay keeps serving its subscribers after a split (only the upstream
+            # work of the parts moves), so its pushes, CPU and rows hardly fall: a threshold on
+            # them would split again at every dwell.
+            named = sorted({*thresholds.split_above, *thresholds.merge_below} - {"subscribers"})
+            if named:
+                raise ConfigError(
+                    "split and merge under --registry-policy forward measure subscribers only"
+                    f" (not {', '.join(named)}): a split moves the parts' upstream work, not"
+                    " the subscribers' connections, so this relay's pushes, cpu and rows"
+                    " would not fall with it"
+                )
         if (self.tls_cert is None) != (self.tls_key is None):
             raise ConfigError("TLS needs both a certificate and its key (tls_cert, tls_key)")

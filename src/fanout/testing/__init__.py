@@ -19,6 +19,9 @@ or a PostgreSQL driver only where the module works with them:
 - :mod:`fanout.testing.frames`: ``head()``, a frame's header decoded and the rest skipped.
 - :mod:`fanout.testing.audit`: ``audit()``, an ``every`` subscriber's updates replayed against
   the publisher's log.
+- :mod:`fanout.testing.cluster`: relays in a map of responsibility seen from outside: their
+  metrics, a split's assignments in Redis, ``Follower`` (an ``every`` subscriber kept across
+  moves and relays' deaths) and its audit.
 - :mod:`fanout.testing.cpu`: CPU time of a process, a process tree or the whole machine.
 - :mod:`fanout.testing.machine` and :mod:`fanout.testing.calibration`: what every benchmark
   records about the machine it ran on, and a fixed workload timed in the same run.

@@ -2,7 +2,8 @@
 scripted publisher and a real Redis Cluster: past its threshold, with no idle standby, it runs
 ``--split-command``, waits for the relay it started (a real ``fanout relay --standby`` process)
 to join the map, and hands it one of its two cells, whose held view ends with a redirect there;
-a command whose relay never joins is logged and counted, and nothing moves."""
+a command whose relay never joins is logged and counted, and nothing moves. And the weights of
+the parts a relay is responsible for (``responsible``), without a relay."""
 
 from __future__ import annotations
 
@@ -17,7 +18,8 @@ from collections.abc import Iterator
 import pytest
 
 from fanout.client import SubscriptionError, connect
-from fanout.relay.cluster.responsibility import part_of
+from fanout.relay.cluster.responsibility import Assignment, ResponsibilityMap, part_of
+from fanout.relay.cluster.splitting import responsible
 from fanout.testing.publisher import ScriptedPublisher, serving
 from fanout.testing.redis import throwaway_redis_cluster
 from fanout.testing.relays import running_relay
@@ -25,7 +27,6 @@ from fanout.testing.wait import eventually
 from fanout.views import Box
 from fanout.wire.messages import Catalog, DatasetInfo
 
-pytestmark = pytest.mark.asyncio
 INFO = DatasetInfo("agents", "id", {"id": "<i8", "x": "<f8", "y": "<f8"}, "space", ["x", "y"])
 BOXES = [Box((10.0, 10.0), (20.0, 20.0)), Box((300.0, 10.0), (310.0, 20.0))]
 
@@ -103,3 +104,19 @@ async def test_a_split_command_whose_relay_never_joins_is_logged_and_nothing_mov
             assert relay.balancer.splits == 0 and not relay.registry.map.assigned
             assert "did not join the map as a standby named sb-split-1" in caplog.text
             assert all(view.error is None for view in views)
+
+
+def test_a_relay_is_responsible_for_the_parts_it_owns_weighed_with_the_relays_below() -> None:
+    """``responsible``: the parts a relay owns among its subscriptions' and the primitives
+    pinned for relays below, each weighed by how many hold it; the others' parts left out."""
+    mine, theirs = (part_of("agents", box) for box in BOXES)
+    table = ResponsibilityMap(
+        {"a": "ws://a", "b": "ws://b"},
+        assigned={mine: Assignment("a", "b"), theirs: Assignment("b", "a")},
+    )
+    held = [("agents", BOXES[0]), ("agents", BOXES[0]), ("agents", BOXES[1])]
+    pinned = {"agents": {Box((11.0, 11.0), (19.0, 19.0)): 3, BOXES[1]: 1}}
+    assert responsible(table, "a", held, pinned) == {mine: 5.0}
+    assert responsible(table, "b", held, pinned) == {theirs: 2.0}
+    assert responsible(table, "a", held, {}) == {mine: 2.0}  # the redirect policy's weights
+    assert responsible(ResponsibilityMap({}), "a", held, pinned) == {}  # nobody owns anything

@@ -75,6 +75,7 @@ class Membership:
                 config.thresholds,
                 command=config.split_command,
                 wait=config.split_wait,
+                forward=config.registry_policy == "forward",
             )
         #: The forward policy's routing of primitives to their owners (None: redirects).
         self.sharing: Sharing | None = None

@@ -384,6 +384,12 @@ class Registry:
                 self.failed_beats,
             ),
             Sample(
+                "relay_registry_assigned",
+                "gauge",
+                "Parts splits assigned in the map as this relay last read it (all relays').",
+                len(self.map.assigned),
+            ),
+            Sample(
                 "relay_redirected",
                 "counter",
                 "New subscriptions answered with a redirect to the responsible relay.",

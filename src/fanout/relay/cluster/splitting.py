@@ -6,12 +6,23 @@ Rules:
 
 1. **Samples.** Every ``EVERY`` seconds: subscriptions held, pushes and no-updates sent a second,
    the share of a core the process used (``time.process_time``), rows held; the last
-   ``dwell`` seconds of them are kept (a bounded deque).
+   ``dwell`` seconds of them are kept (a bounded deque). Under the forward policy the
+   subscriptions counted are those of the parts the relay is responsible for (rule 2's
+   weights): a split there moves upstream work, not connections, so the relay's own
+   subscriptions of parts it handed over stay and must not keep it past its threshold (it
+   would split again at every dwell, and the relay it split to, holding no connection, would
+   hand the parts straight back). ``relay.config`` allows no other figure with that policy.
 2. **Parts.** The parts of the subscriptions the relay holds and is responsible for, each
-   weighed by its subscriptions; those assigned to it are the ones it received.
+   weighed by its subscriptions; under the forward policy also the primitives relays below
+   hold here (other relays' subscribers of those parts, forwarded). Those assigned to it are
+   the ones it received.
 3. **Where a split goes.** To the first idle standby of the map (a relay started with
-   ``--standby``, holding no assignment). With none and a ``--split-command``, the command is
-   run (``{name}`` replaced by a fresh name, ``<relay>-split-<n>``) and the relay waits up to
+   ``--standby``, holding no assignment); under the forward policy, the first whose name sorts
+   after this relay's: only then are the parts forwarded from their new owner (``upstreams``
+   rule 1), while from a standby named before nothing would move but the responsibility (the
+   giver would go on acquiring them, the standby would hold nothing and hand them back). With
+   none and a ``--split-command``, the command is run (``{name}`` replaced by a fresh name,
+   ``<relay>-split-<n>``, which sorts after this relay's) and the relay waits up to
    ``--split-wait`` seconds for that name to join the map; if it never does, the split is
    logged as failed and tried again after a dwell. The relay started stays when its parts come
    back: an idle standby the next split reuses (stop it to give its host back).
@@ -19,9 +30,10 @@ Rules:
    hand them back, nor split, for a dwell, while their subscribers arrive.
 5. **Carried out.** A split assigns the parts to the target; a merge deletes the relay's
    assignments. Either way the map changes at every relay's next beat (at once here), and the
-   relays that lost a part end its held subscriptions with a redirect (``redirects.moved``).
-   A refusal (the map changed under the relay) or Redis away is logged and counted, and tried
-   again after a dwell.
+   relays that lost a part end its held subscriptions with a redirect (``redirects.moved``);
+   under the forward policy the subscriptions stay and the part's primitives are acquired anew
+   from its new owner (``sharing``). A refusal (the map changed under the relay) or Redis away
+   is logged and counted, and tried again after a dwell.
 """
 
 from __future__ import annotations
@@ -32,6 +44,7 @@ import logging
 import shlex
 import time
 from collections import deque
+from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING
 
 from redis.exceptions import RedisError
@@ -42,6 +55,7 @@ from fanout.relay.cluster.balance import Load, Merge, Split, Thresholds, decide
 from fanout.relay.cluster.redirects import moved
 from fanout.relay.cluster.registry import HandOverRefused, Registry
 from fanout.relay.cluster.responsibility import ResponsibilityMap, part_of, taken_from
+from fanout.views import View
 from fanout.wire.messages import Error
 
 if TYPE_CHECKING:
@@ -64,6 +78,7 @@ class Balancer:
         *,
         command: str | None = None,
         wait: float = 30.0,
+        forward: bool = False,
     ) -> None:
         """Args:
         core: the relay's core (its subscriptions and counters are read).
@@ -71,9 +86,11 @@ class Balancer:
         thresholds: when to split and merge.
         command: the ``--split-command`` (rule 3), None: split only to idle standbys.
         wait: seconds to wait for the relay ``command`` started to join.
+        forward: the relay forwards (``--registry-policy forward``): rules 1 and 2 count what
+            it is responsible for, relays below included.
         """
         self._core, self._registry, self.thresholds = core, registry, thresholds
-        self._command, self._wait = command, wait
+        self._command, self._wait, self._forward = command, wait, forward
         self._samples: deque[Load] = deque(maxlen=int(thresholds.dwell / EVERY) + 2)
         self._last: tuple[float, float, float] | None = None  # (wall, cpu, pushes) at last sample
         self._last_move: float | None = None
@@ -89,11 +106,13 @@ class Balancer:
         while True:
             cancelling.check()  # a cancel the Redis client swallowed (assignments)
             await asyncio.sleep(EVERY)
-            self.sample(time.monotonic())
-            await self.act()
+            parts = self.parts()
+            self.sample(time.monotonic(), parts)
+            await self.act(parts)
 
-    def sample(self, now: float) -> Load:
-        """Take a sample of the relay's load at ``now`` (rule 1)."""
+    def sample(self, now: float, parts: dict[str, float]) -> Load:
+        """Take a sample of the relay's load at ``now`` (rule 1), ``parts`` as ``parts()``
+        weighs them now."""
         cpu, pushes = time.process_time(), float(self._core.pushes_sent)
         rate = share = 0.0
         if self._last is not None and now > self._last[0]:
@@ -101,27 +120,21 @@ class Balancer:
             share, rate = (cpu - self._last[1]) / elapsed, (pushes - self._last[2]) / elapsed
         self._last = (now, cpu, pushes)
         rows = sum(len(state.buffer.active) for state in self._core.datasets.values())
-        self.load = Load(now, len(self._core.downstream), rate, share, rows)
+        subscribers = sum(parts.values()) if self._forward else len(self._core.downstream)
+        self.load = Load(now, subscribers, rate, share, rows)
         self._samples.append(self.load)
         return self.load
 
     def parts(self) -> dict[str, float]:
         """The parts this relay holds subscriptions of and is responsible for, weighed by their
-        subscriptions (rule 2)."""
-        table = self._registry.map
-        if not table.members:
-            return {}
-        weights: dict[str, float] = {}
-        for subscription in self._core.downstream:
-            part = part_of(subscription.dataset, subscription.view, table.side)
-            weights[part] = weights.get(part, 0.0) + 1.0
-        # Owners once per part, not per subscription: a relay holds many of each.
-        me = self._registry.name
-        return {part: load for part, load in weights.items() if table.owner(part).name == me}
+        subscriptions (rule 2; under the forward policy, relays' below primitives too)."""
+        held: list[tuple[str, View]] = [(s.dataset, s.view) for s in self._core.downstream]
+        pinned = self._core.downstream.pinned if self._forward else {}
+        return responsible(self._registry.map, self._registry.name, held, pinned)
 
-    async def act(self) -> None:
-        """Split or merge if the thresholds say so (rules 3-5)."""
-        parts = self.parts()
+    async def act(self, parts: dict[str, float]) -> None:
+        """Split or merge if the thresholds say so (rules 3-5), ``parts`` as ``parts()``
+        weighs them now."""
         received = self._registry.map.received(self._registry.name)
         if set(received) - self._received:
             # Parts handed here count as a move: their subscribers are still arriving, so the
@@ -171,15 +184,21 @@ class Balancer:
 
     async def _target(self) -> str | None:
         """An idle standby, started by the split command if need be (rule 3); None if none."""
-        idle = self._registry.map.idle_standbys(but=self._registry.name)
+        me = self._registry.name
+        idle = [
+            name
+            for name in self._registry.map.idle_standbys(but=me)
+            if not self._forward or name > me
+        ]
         if idle:
             return idle[0]
         if self._command is None:
             log.warning(
-                "split: %s is past its thresholds (%s) but no standby relay is idle and no"
+                "split: %s is past its thresholds (%s) but no standby relay is idle%s and no"
                 " --split-command is given; start one with --standby",
-                self._registry.name,
+                me,
                 self.load,
+                " (named after it, as the forward policy needs)" if self._forward else "",
             )
             return None
         name = f"{self._registry.name}-split-{next(self._started)}"
@@ -224,6 +243,13 @@ class Balancer:
                 "Parts other relays handed to this one.",
                 len(self._registry.map.received(self._registry.name)),
             ),
+            Sample(
+                "relay_load_subscribers",
+                "gauge",
+                "Subscriptions as the balancer counts them, last second (forward policy: of the"
+                " parts this relay is responsible for, relays' below primitives included).",
+                self.load.subscribers,
+            ),
             Sample("relay_load_cpu", "gauge", "Share of a core used, last second.", self.load.cpu),
             Sample(
                 "relay_load_pushes",
@@ -232,6 +258,29 @@ class Balancer:
                 self.load.pushes,
             ),
         ]
+
+
+def responsible(
+    table: ResponsibilityMap,
+    me: str,
+    held: Iterable[tuple[str, View]],
+    pinned: Mapping[str, Mapping[View, int]],
+) -> dict[str, float]:
+    """The parts relay ``me`` is responsible for in ``table`` among those of ``held``
+    subscriptions and ``pinned`` primitives (dataset -> view -> how many relays below hold it),
+    each weighed by how many of them it holds (rule 2); {} if the map has no member."""
+    if not table.members:
+        return {}
+    weights: dict[str, float] = {}
+    for dataset, view in held:
+        part = part_of(dataset, view, table.side)
+        weights[part] = weights.get(part, 0.0) + 1.0
+    for dataset, views in pinned.items():
+        for view, count in views.items():
+            part = part_of(dataset, view, table.side)
+            weights[part] = weights.get(part, 0.0) + count
+    # Owners once per part, not per subscription: a relay holds many of each.
+    return {part: load for part, load in weights.items() if table.owner(part).name == me}
 
 
 def moved_subscriptions(
