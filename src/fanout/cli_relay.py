@@ -6,6 +6,8 @@ from __future__ import annotations
 import argparse
 import asyncio
 import dataclasses
+import logging
+import signal
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -14,6 +16,9 @@ from fanout import cli_security
 
 if TYPE_CHECKING:
     from fanout.relay.planner import Policy
+    from fanout.relay.server import RelayServer
+
+log = logging.getLogger(__name__)
 
 #: ``fanout.cli``'s maker of a subcommand's parser (every subcommand takes ``--log-level``).
 Command = Callable[..., argparse.ArgumentParser]
@@ -348,8 +353,30 @@ def run_relay(args: argparse.Namespace) -> int:
     def ready(port: int) -> None:
         print(f"fanout relay ready {scheme}://{config.host}:{port}", flush=True)
 
-    asyncio.run(server.run(ready))
+    asyncio.run(_until_stopped(server, ready))
     return 0
+
+
+async def _until_stopped(server: RelayServer, ready: Callable[[int], None]) -> None:
+    """Run ``server`` until SIGTERM (a supervisor stopping it) or SIGINT: either stops it as
+    cleanly, leaving the map of responsibility at once and closing its connections, rather
+    than dying with its lease still in the map."""
+    running = asyncio.current_task()
+    assert running is not None
+    stopped: list[int] = []
+
+    def stop(number: int) -> None:
+        stopped.append(number)
+        running.cancel()
+
+    loop = asyncio.get_running_loop()
+    loop.add_signal_handler(signal.SIGTERM, stop, signal.SIGTERM)
+    try:
+        await server.run(ready)
+    except asyncio.CancelledError:
+        if not stopped:
+            raise
+        log.info("relay: stopped by signal %d", stopped[0])
 
 
 def policy_given(args: argparse.Namespace, registry: str | None) -> Policy | None:

@@ -7,18 +7,22 @@ import asyncio
 import contextlib
 import itertools
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
+from fanout.launch import start
 from fanout.relay.cluster.registry import HandOverRefused, Registry, connect
 from fanout.relay.cluster.responsibility import Assignment, ResponsibilityMap, part_of
+from fanout.testing.publisher import ScriptedPublisher, serving
 from fanout.testing.redis import throwaway_redis_cluster
 from fanout.testing.wait import eventually
 from fanout.views import Box
-from fanout.wire.messages import Subscribe
+from fanout.wire.messages import Catalog, DatasetInfo, Subscribe
 
 pytestmark = pytest.mark.asyncio
 runs = itertools.count()
+INFO = DatasetInfo("agents", "id", {"id": "<i8", "x": "<f8", "y": "<f8"}, "space", ["x", "y"])
 
 
 @pytest.fixture(scope="module")
@@ -213,3 +217,40 @@ async def test_a_relay_about_to_redirect_reads_the_map_afresh_and_shares_the_rea
     assert first is second and first is not beaten
     for registry in (giver, standby):
         await registry.leave()
+
+
+async def test_a_relay_process_stopped_by_sigterm_leaves_the_map_at_once(
+    node: str, tmp_path: Path
+) -> None:
+    """``fanout relay`` under a supervisor (SIGTERM) stops as cleanly as under Ctrl-C: it exits
+    0 and is gone from the map at once, not after its lease (60 s here)."""
+    name = f"term{next(runs)}"
+    watcher = member(node, f"watch-{name}", lease=60.0)
+    async with serving(ScriptedPublisher(Catalog([INFO]))) as url:
+        args = ["--publisher", url, "--port", "0", "--name", name, "--registry", node]
+        relay = await start("relay", [*args, "--registry-lease", "60"], tmp_path / "relay.log")
+        try:
+            await eventually(lambda: watcher.beat(join=False), lambda read: name in read.members)
+        finally:
+            status = await relay.stop()
+    try:
+        assert status == 0, (tmp_path / "relay.log").read_text()
+        assert name not in (await watcher.beat(join=False)).members
+    finally:
+        await watcher.redis.aclose()
+
+
+async def test_a_standby_that_leaves_is_a_standby_no_more(node: str) -> None:
+    """Leaving takes a member out of the standbys too: a split would otherwise pick a relay that
+    is gone (its ``standby`` entry was kept until... never: only a lapsed lease removed it)."""
+    name = f"sb{next(runs)}"
+    standby = Registry(connect(node), name, f"ws://{name}:1", lease=60.0, standby=True)
+    watcher = member(node, f"watch-{name}", lease=60.0)
+    try:
+        await standby.beat()
+        assert name in (await watcher.beat(join=False)).standby
+        await standby.leave()  # closes its client too
+        read = await watcher.beat(join=False)
+        assert name not in read.members and name not in read.standby
+    finally:
+        await watcher.redis.aclose()

@@ -15,8 +15,9 @@ Rules:
    joins again at once (its URL is overwritten).
 4. **Told when it changes.** When the live members read differ from the last ones,
    ``on_change(before, after)`` is called with both maps.
-5. **Leaving.** A relay stopped cleanly removes itself at once, so its parts move without waiting
-   for its lease.
+5. **Leaving.** A relay stopped cleanly (SIGTERM or SIGINT to ``fanout relay``) removes itself
+   at once, from the standbys too, so its parts move without waiting for its lease; a beat drops
+   any standby that is no longer a member.
 6. **Redis away.** A beat that fails is logged and retried at the next; the relay keeps its last
    map meanwhile (and the others drop it once its lease runs out). No call waits on Redis for
    ever: every socket read and connect times out after ``REDIS_TIMEOUT`` seconds (a timeout is
@@ -102,7 +103,15 @@ for i = 1, #held, 2 do
     redis.call('HDEL', KEYS[4], held[i])
   end
 end
-return {out, redis.call('SMEMBERS', KEYS[3]), assigned}
+local standby = {}
+for _, name in ipairs(redis.call('SMEMBERS', KEYS[3])) do
+  if redis.call('ZSCORE', KEYS[1], name) then
+    table.insert(standby, name)
+  else
+    redis.call('SREM', KEYS[3], name)
+  end
+end
+return {out, standby, assigned}
 """
 
 #: KEYS: as ``BEAT``'s. ARGV: giver, target, n, the n members owning by rendezvous as the giver
@@ -156,6 +165,7 @@ return count
 LEAVE = """
 redis.call('ZREM', KEYS[1], ARGV[1])
 redis.call('HDEL', KEYS[2], ARGV[1])
+redis.call('SREM', KEYS[3], ARGV[1])
 return 1
 """
 
