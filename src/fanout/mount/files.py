@@ -166,6 +166,8 @@ class ObjectsFS(fuse.Operations):  # type: ignore[misc]  # an untyped base class
             if not text:
                 if not handle.view.wait:
                     return b""
+                if _interrupted():  # nothing new, and the reader was signalled: it stops
+                    raise fuse.FuseOSError(errno.EINTR)
                 continue
             handle.pending = text.encode()
         chunk, handle.pending = handle.pending[:size], handle.pending[size:]
