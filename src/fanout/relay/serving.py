@@ -71,6 +71,7 @@ class Serving:
         # subscription ends meanwhile (``forget``): nothing of it follows its end. Each frame
         # with the subscription it is for (None: the round's ``first``).
         self._unsent: deque[tuple[SubKey | None, Send]] = deque()
+        self._forgotten: set[SubKey] = set()  # ended while frames of theirs were unsent
 
     def serve(
         self,
@@ -91,12 +92,10 @@ class Serving:
         self._scheduler.settle(now)
         popped: list[SubKey] = []
         try:
-            while self._unsent:  # the rest of a turn a round stopped in
-                yield self._unsent.popleft()[1]
+            yield from self._drain()  # the rest of a turn a round stopped in
             while popped := cast(list[SubKey], self._scheduler.pop_many(TURN)):
                 self._unsent.extend(self._serve_turn(popped, now, idle, out_of_time))
-                while self._unsent:
-                    yield self._unsent.popleft()[1]
+                yield from self._drain()
                 if out_of_time():
                     return
         finally:
@@ -110,8 +109,17 @@ class Serving:
     def forget(self, key: SubKey) -> None:
         """Drop what a stopped round left to send to subscription ``key``, which ended (its
         subscriber would get frames for a subscription it no longer has)."""
-        if any(sid == key for sid, _ in self._unsent):
-            self._unsent = deque(item for item in self._unsent if item[0] != key)
+        if self._unsent:
+            self._forgotten.add(key)
+
+    def _drain(self) -> Generator[Send, None, None]:
+        """The unsent frames, in order, but those of subscriptions that ended meanwhile."""
+        unsent, forgotten = self._unsent, self._forgotten
+        while unsent:
+            key, send = unsent.popleft()
+            if key is None or key not in forgotten:
+                yield send
+        forgotten.clear()  # new turns are of subscriptions as they are now
 
     def _serve_turn(
         self,
