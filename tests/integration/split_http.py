@@ -24,7 +24,7 @@ from fanout.client.cluster import connect_cluster
 from fanout.launch import Child, start
 from fanout.publisher.log import SqliteLog
 from fanout.testing.audit import audit
-from fanout.testing.cluster import last_logged, members_seen, metric
+from fanout.testing.cluster import last_logged, members_seen, metric, started_together
 from fanout.testing.redis import throwaway_redis_cluster
 from fanout.testing.wait import eventually
 from fanout.views import Box
@@ -70,20 +70,11 @@ async def http_movers(publisher: Child, tmp_path: Path) -> AsyncIterator[list[Ch
         common += ["--log-level", "info"]
         giver = ["--name", "hg", "--split-above", "subscribers=7"]
         giver += ["--split-dwell", str(HTTP_DWELL)]
-        started = await asyncio.gather(
+        async with started_together(
             start("relay", [*common, *giver], tmp_path / "relay-hg.log"),
             start("relay", [*common, "--name", "hs", "--standby"], tmp_path / "relay-hs.log"),
-            return_exceptions=True,
-        )
-        children = [child for child in started if isinstance(child, Child)]
-        try:
-            for failed in started:
-                if isinstance(failed, BaseException):
-                    raise failed
+        ) as children:
             yield children
-        finally:
-            for child in children:
-                await child.stop()
 
 
 def _http(child: Child) -> str:

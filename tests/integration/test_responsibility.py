@@ -49,6 +49,7 @@ from fanout.testing.cluster import (
     members_seen,
     metric,
     primitives_by_relay,
+    started_together,
 )
 from fanout.testing.redis import throwaway_redis_cluster
 from fanout.testing.wait import eventually
@@ -107,19 +108,9 @@ async def _relay(publisher: Child, registry: str, name: str, tmp_path: Path, por
 @pytest_asyncio.fixture(scope="module", loop_scope="module")
 async def relays(publisher: Child, registry: str, tmp_path: Path) -> AsyncIterator[list[Child]]:
     """Four relays in the map; a test may replace one with its restarted self."""
-    started = await asyncio.gather(
-        *(_relay(publisher, registry, name, tmp_path, 0) for name in NAMES),
-        return_exceptions=True,
-    )
-    children = [child for child in started if isinstance(child, Child)]
-    try:
-        for failed in started:
-            if isinstance(failed, BaseException):
-                raise failed
+    starting = (_relay(publisher, registry, name, tmp_path, 0) for name in NAMES)
+    async with started_together(*starting) as children:
         yield children
-    finally:
-        for child in children:
-            await child.stop()
 
 
 def the_map(relays: list[Child], alive: set[str] | None = None) -> ResponsibilityMap:

@@ -49,6 +49,7 @@ from fanout.testing.cluster import (
     metric,
     no_assignments,
     primitives_by_relay,
+    started_together,
     where,
 )
 from fanout.testing.redis import throwaway_redis_cluster
@@ -101,20 +102,11 @@ async def pair(
 ) -> AsyncIterator[list[Child]]:
     """A giver and a standby (``--standby``: it owns nothing until a split), stopped after;
     a test may replace one with its restarted self in the list."""
-    started = await asyncio.gather(
+    async with started_together(
         _splitter(publisher, registry, names[0], tmp_path, *extra),
         _splitter(publisher, registry, names[1], tmp_path, "--standby", *extra),
-        return_exceptions=True,
-    )
-    children = [child for child in started if isinstance(child, Child)]
-    try:
-        for failed in started:
-            if isinstance(failed, BaseException):
-                raise failed
+    ) as children:
         yield children
-    finally:
-        for child in children:
-            await child.stop()
 
 
 @pytest_asyncio.fixture(scope="module", loop_scope="module")

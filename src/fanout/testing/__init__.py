@@ -22,6 +22,10 @@ or a PostgreSQL driver only where the module works with them:
 - :mod:`fanout.testing.cluster`: relays in a map of responsibility seen from outside: their
   metrics, a split's assignments in Redis, ``Follower`` (an ``every`` subscriber kept across
   moves and relays' deaths) and its audit.
+- :mod:`fanout.testing.proxy`: a loopback TCP proxy whose connections a test cuts (a link
+  between two processes broken while both run).
+- :mod:`fanout.testing.httpstream`: an NDJSON ``/v1/subscribe`` client that follows a stream
+  whose part moved.
 - :mod:`fanout.testing.cpu`: CPU time of a process, a process tree or the whole machine.
 - :mod:`fanout.testing.machine` and :mod:`fanout.testing.calibration`: what every benchmark
   records about the machine it ran on, and a fixed workload timed in the same run.

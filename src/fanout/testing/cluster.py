@@ -22,7 +22,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Awaitable, Sequence
 from pathlib import Path
 
 from redis.asyncio.cluster import RedisCluster
@@ -43,6 +43,23 @@ async def metric(url: str, name: str) -> float:
     """The sample ``name`` of the ``/metrics`` of the relay or publisher at ``url`` (0 if
     absent)."""
     return (await asyncio.to_thread(scrape, url)).get(name, 0.0)
+
+
+@contextlib.asynccontextmanager
+async def started_together(*starting: Awaitable[Child]) -> AsyncIterator[list[Child]]:
+    """Processes started at once (``fanout.launch.start`` calls), stopped when the block ends;
+    if one fails to start, those that did are stopped and its error is raised. A test may
+    replace a child in the list with its restarted self: the list's children are stopped."""
+    started = await asyncio.gather(*starting, return_exceptions=True)
+    children = [child for child in started if isinstance(child, Child)]
+    try:
+        for failed in started:
+            if isinstance(failed, BaseException):
+                raise failed
+        yield children
+    finally:
+        for child in children:
+            await child.stop()
 
 
 async def members_seen(relays: Sequence[Child], count: int, timeout: float = 60.0) -> None:
