@@ -32,7 +32,7 @@ $(MADE_BY): FORCE | check-python
 
 # setup.py builds the relay's compiled kernels (a C compiler and Python's headers; without
 # them fanout installs and runs, slower: the relay cuts with numpy and the tests say so).
-$(INSTALLED): requirements.lock pyproject.toml setup.py $(wildcard src/fanout/relay/*.pyx) $(MADE_BY)
+$(INSTALLED): requirements.lock pyproject.toml setup.py $(wildcard src/fanout/relay/kernels/*.pyx) $(MADE_BY)
 	$(BIN)/pip install --quiet --disable-pip-version-check --require-hashes -r requirements.lock
 	$(BIN)/pip install --quiet --disable-pip-version-check --no-deps --no-build-isolation -e .
 	touch $(INSTALLED)

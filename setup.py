@@ -1,11 +1,11 @@
 """Builds fanout's compiled modules, the relay's kernels: cutting box views
-(``fanout.relay.cutkernel``), packing their rows into wire bytes (``fanout.relay.packkernel``),
-and, on the writer thread, indexing a batch (``fanout.relay.gridkernel``) and overwriting its
-rows (``fanout.relay.tablekernel``).
+(``fanout.relay.kernels.cutkernel``), packing their rows into wire bytes (``fanout.relay.kernels.packkernel``),
+and, on the writer thread, indexing a batch (``fanout.relay.kernels.gridkernel``) and overwriting its
+rows (``fanout.relay.kernels.tablekernel``).
 
 Everything else is in pyproject.toml. The extensions are optional: without a C compiler the
 install still succeeds and the relay does the same with numpy and msgspec instead
-(``fanout.relay.batchcut``), slower.
+(``fanout.relay.data.batchcut``), slower.
 """
 
 from Cython.Build import cythonize
@@ -15,8 +15,8 @@ setup(
     ext_modules=cythonize(
         [
             Extension(
-                f"fanout.relay.{name}",
-                [f"src/fanout/relay/{name}.pyx"],
+                f"fanout.relay.kernels.{name}",
+                [f"src/fanout/relay/kernels/{name}.pyx"],
                 extra_compile_args=["-O2"],
                 optional=True,
             )

@@ -32,7 +32,7 @@ skip it): per run, a Redis Cluster (``fanout.testing.redis``), a relay ``g0`` wi
 (``--standby``), on a publisher of its own (started for the run). ``N`` ``every`` views (the
 seeded boxes, spread over 20 connections entering at the standby, which redirects them all
 to ``g0``) make ``g0`` split once the dwell has passed: it hands about half its cells to
-``g1``, and ``fanout.client.cluster`` moves their views.
+``g1``, and ``fanout.client.following`` moves their views.
 Measured: ``split_moved`` (views that moved); ``split_seconds``, from the first redirect a
 subscriber received (the split's command reaching the subscribers) to the last moved view's
 first update at ``g1``; ``split_pause_p50_ms`` / ``split_pause_p99_ms`` over the moved views,
@@ -60,7 +60,7 @@ from typing import Any
 import numpy as np
 
 from fanout.client import LiveView, SubscriptionError, Update, connect
-from fanout.client.cluster import ClusterSubscriber
+from fanout.client.following import ClusterSubscriber
 from fanout.launch import Child, start
 from fanout.metrics import scrape
 from fanout.publisher.log import SqliteLog

@@ -52,9 +52,9 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).parent))
 from fanout.client.subscriber import LiveView, Subscriber, connect
 from fanout.launch import start
-from fanout.relay.mqtt import packets as p
-from fanout.relay.mqtt.decoding import decode, split
-from fanout.relay.mqtt.encoding import encode
+from fanout.mqtt import packets as p
+from fanout.mqtt.decoding import decode, split
+from fanout.mqtt.encoding import encode
 from fanout.testing.ports import LOOPBACK, free_port
 from fanout.views import Box
 from relay import AGENTS, TICK_RATE, VIEW_SIDE, WORLD, Entities, publisher_main

@@ -1,7 +1,7 @@
 """What one region push's rows cost the relay to cut and encode, in CPU time (issue 29: NULL
 validity must not make pushes without NULLs dearer).
 
-``.venv/bin/python bench/pushcost.py`` times ``relay.pushes``' cut of one push (the rows at 150
+``.venv/bin/python bench/pushcost.py`` times ``relay.data.pushes``' cut of one push (the rows at 150
 positions of a 100,000-row agents table, taken, transformed, encoded) under three transforms:
 none, ``float32`` and a projection to ``x, y``; each the best of 7 rounds of 3,000 pushes, in
 ``time.process_time`` (CPU, not wall: the shared machine's load inflates it less). To compare
@@ -18,9 +18,9 @@ from pathlib import Path
 
 import numpy as np
 
-from fanout.relay import pushes
-from fanout.relay.state import Table
-from fanout.relay.transforms import resolve
+from fanout.relay.core.transforms import resolve
+from fanout.relay.data import pushes
+from fanout.relay.data.buffers import Table
 from fanout.testing.calibration import calibrate
 from fanout.testing.machine import describe, write_results
 from fanout.wire.messages import DatasetInfo, Transform

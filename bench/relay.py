@@ -11,7 +11,7 @@ Processes, all on this machine and sharing its cores:
   Each batch carries the rows inside the relay's primitives, deletes for rows that left them and
   snapshots for primitives acquired since the last tick, like the real publisher's.
   ``tick_time`` is the batch's send time.
-* **relay**: the real relay (``fanout.relay.server.RelayServer``, default configuration) in a
+* **relay**: the real relay (``fanout.relay.shell.server.RelayServer``, default configuration) in a
   process of its own. The only instrumentation: the time each tick's state is swapped in
   (``RelayCore.end_epoch``) is recorded, and CPU time and ``RelayCore.stats()`` are sampled at
   the start and end of the measurement window.
@@ -69,8 +69,8 @@ import numpy as np
 from picows import WSCloseCode, WSFrame, WSListener, WSMsgType, WSTransport, ws_connect
 
 from fanout.relay.config import RelayConfig
-from fanout.relay.core import Send
-from fanout.relay.server import RelayServer
+from fanout.relay.core.relaycore import Send
+from fanout.relay.shell.server import RelayServer
 from fanout.testing import cpu, frames
 from fanout.testing.calibration import calibrate
 from fanout.testing.machine import describe, write_results

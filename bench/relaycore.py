@@ -40,8 +40,8 @@ from typing import Any
 
 import numpy as np
 
-from fanout.relay.core import UPSTREAM, RelayCore
-from fanout.relay.planner import Policy
+from fanout.relay.core.planner import Policy
+from fanout.relay.core.relaycore import UPSTREAM, RelayCore
 from fanout.testing.calibration import calibrate
 from fanout.testing.machine import describe, write_results
 from fanout.wire.columns import encode_columns

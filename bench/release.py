@@ -8,7 +8,7 @@ primitives it may release: those without which every subscription's needs stay c
 (``TableViews.unneeded`` for SQL, topic and path datasets; regions have
 ``planner.unneeded``). It runs on the relay's event loop, so its time is time no subscriber is
 served (``TableViews`` answers anew only when the primitives or the needs changed; this times
-an answer, ``relay.release.unneeded``). The workload per kind, for N subscribers:
+an answer, ``relay.core.release.unneeded``). The workload per kind, for N subscribers:
 
 * topics: N filters over 50 sites, ``site/S/dev/I`` (most), ``site/S/+/I`` and ``site/S/#``
   (every tenth and every fiftieth);
@@ -28,8 +28,8 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from fanout.relay.release import unneeded
-from fanout.relay.upstream import Primitive
+from fanout.relay.core.release import unneeded
+from fanout.relay.core.upstream import Primitive
 from fanout.testing.calibration import calibrate
 from fanout.testing.machine import describe, write_results
 from fanout.views import View

@@ -20,7 +20,7 @@ entering round robin. Processes, all on this machine and sharing its cores:
   subscriber picks a point, a side in [``VIEW_SIDE``/2, ``VIEW_SIDE``] and an offset of at most a
   quarter side, so its box contains the point; overlap grows with N. The first 100 subscribers
   of the 1,000 are those of the 100, and so on. Views do not move.
-* **relay case**: ``RELAYS`` real relays (``fanout.relay.server.RelayServer`` with the
+* **relay case**: ``RELAYS`` real relays (``fanout.relay.shell.server.RelayServer`` with the
   configuration ``fanout relay`` runs with: in a map of responsibility ``fit`` widening with
   margin 0.075, alone ``tiles`` with margin 0.5, grace 10 s: ``RelayConfig.planning``;
   ``--widen``, ``--margin`` and ``--overshoot`` change the widening policy as ``fanout relay``'s
@@ -35,7 +35,7 @@ entering round robin. Processes, all on this machine and sharing its cores:
   By default the relays share a map of responsibility in a Redis Cluster started for the run
   (``fanout relay --registry``, grid side ``--area``) and redirect each subscription to the
   relay responsible for its view's cell; the client process follows the redirects as
-  ``fanout.client.cluster`` does (one more connection from a subscriber connection to each relay
+  ``fanout.client.following`` does (one more connection from a subscriber connection to each relay
   it is sent to), so subscribers entering round robin (``spread``) meet where the map says.
   ``--registry-policy forward`` forwards instead; ``--no-registry`` runs relays alone, each
   serving whoever enters it. ``relays_per_point``: over the points of interest, the mean
@@ -123,7 +123,7 @@ from fanout.client import rank
 from fanout.client.routing import DEFAULT_SIDE
 from fanout.launch import Child, start
 from fanout.relay.config import RelayConfig
-from fanout.relay.planner import IN_A_MAP, WIDENINGS, Policy
+from fanout.relay.core.planner import IN_A_MAP, WIDENINGS, Policy
 from fanout.testing import frames
 from fanout.testing.calibration import calibrate
 from fanout.testing.cpu import process_tree, this_process
@@ -308,7 +308,7 @@ async def subscriber_connection(
 ) -> None:
     """One subscriber connection holding ``views`` (a list, or a queue of views redirected to
     it); counts pushes and no-updates. A redirected view is subscribed again over one more
-    connection to the relay named (``fanout.client.cluster``'s way), opened at the first."""
+    connection to the relay named (``fanout.client.following``'s way), opened at the first."""
     async with gate:
         websocket = await connect(url, max_size=None, compression=None, open_timeout=120)
     boxes: dict[int, Any] = {}
@@ -816,7 +816,7 @@ async def start_publisher(workdir: Path, args: argparse.Namespace) -> tuple[Chil
 
 def relay_policy(args: argparse.Namespace) -> Policy | None:
     """The relays' policy from ``--widen``, ``--margin`` and ``--overshoot`` as ``fanout relay``
-    makes it from its flags (``cli_relay.policy_given``); None when none is given."""
+    makes it from its flags (``cli.relay.policy_given``); None when none is given."""
     given = {
         name: getattr(args, name)
         for name in ("widen", "margin", "overshoot")

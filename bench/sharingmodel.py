@@ -3,7 +3,7 @@
 Run ``.venv/bin/python bench/sharingmodel.py`` (about a minute; ``--no-save``); it prints one
 JSON object and writes ``bench/results/sharingmodel.json``. No process, socket or Spark: the
 benchmark's views (``sharing.Views``, the same seed), put on relays as each assignment puts
-them, each relay planning with the real coverage planner (``fanout.relay.planner``: the
+them, each relay planning with the real coverage planner (``fanout.relay.core.planner``: the
 primitives ``to_acquire`` returns, subscription by subscription in the order they come, then
 those ``unneeded`` lets go once the last view came), and rows counted on a uniform density of
 ``AGENTS`` in the ``WORLD`` (the simulation's agents are spread uniformly), estimated with
@@ -24,7 +24,7 @@ rows inside its box. Per configuration and step it reports:
   (a row costs about the same bytes both ways, so they come out close to the measured ones).
 
 Assignments: ``map`` (the map of responsibility's redirects, which place a subscriber on the
-owner of its view's cell, ``fanout.relay.cluster.responsibility``, relays named as
+owner of its view's cell, ``fanout.cluster.responsibility``, relays named as
 ``bench/sharing.py`` names them), ``spread`` (subscriber i on relay i mod ``RELAYS``: relays
 alone behind a load balancer) and ``point`` (each point's subscribers on one relay: the best
 any assignment could do).
@@ -40,10 +40,10 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from fanout.relay import planner
-from fanout.relay.cluster.responsibility import ResponsibilityMap
-from fanout.relay.planner import IN_A_MAP, Policy
-from fanout.relay.upstream import Primitive
+from fanout.cluster.responsibility import ResponsibilityMap
+from fanout.relay.core import planner
+from fanout.relay.core.planner import IN_A_MAP, Policy
+from fanout.relay.core.upstream import Primitive
 from fanout.testing.calibration import calibrate
 from fanout.testing.machine import describe, write_results
 from fanout.views import Box
@@ -174,7 +174,7 @@ def main() -> None:
         "configurations": configurations,
         "method": (
             f"bench/sharing.py's views (seeded), {RELAYS} relays, each planning with"
-            " fanout.relay.planner in subscription order, primitives no view needs released;"
+            " fanout.relay.core.planner in subscription order, primitives no view needs released;"
             f" rows: a uniform density of {AGENTS} agents in {WORLD:g} x {WORLD:g}, estimated"
             f" with {SAMPLES} sample points. No processes: a model of the egress, in rows."
         ),

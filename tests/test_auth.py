@@ -93,7 +93,7 @@ def test_bad_configurations_are_refused_when_made(rsa: tuple[str, str]) -> None:
 
 
 def test_fanout_token_signs_what_the_relay_verifies(tmp_path, capsys) -> None:  # type: ignore[no-untyped-def]
-    from fanout.cli import main
+    from fanout.cli.main import main
 
     key = tmp_path / "secret"
     key.write_text(SECRET)
@@ -109,7 +109,7 @@ def test_fanout_token_signs_what_the_relay_verifies(tmp_path, capsys) -> None:  
 
 
 def test_fanout_explain_shows_the_effective_view_under_rules(capsys) -> None:  # type: ignore[no-untyped-def]
-    from fanout.cli import main
+    from fanout.cli.main import main
 
     argv = ["explain", "--dataset", "agents", "--view", "box:0,0,100,100"]
     assert main([*argv, "--rule", "agents=sphere:0,0,50"]) == 0
@@ -121,7 +121,7 @@ def test_fanout_explain_shows_the_effective_view_under_rules(capsys) -> None:  #
 
 
 def test_fanout_explain_shows_a_filter_meeting_two_rules_as_any_of_two(capsys) -> None:  # type: ignore[no-untyped-def]
-    from fanout.cli import main
+    from fanout.cli.main import main
 
     argv = ["explain", "--dataset", "t", "--kind", "topic", "--view", "plant/+/temp"]
     assert main([*argv, "--rule", "t=plant/1/#", "--rule", "t=plant/2/#"]) == 0

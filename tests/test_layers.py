@@ -1,4 +1,9 @@
-"""The packages' layers (docs/architecture.md): who may import whom, read from the source."""
+"""The packages' layers (docs/architecture.md): who may import whom, read from the source.
+
+A unit is a top-level package or module of ``fanout``, and for the relay one of its subpackages
+(``relay/core``, ``relay/shell``, ...): the relay's sans-I/O parts import nothing of its shell,
+its front ends or the relay cluster; those plug into it from the outside.
+"""
 
 from __future__ import annotations
 
@@ -12,56 +17,122 @@ import fanout
 SRC = Path(fanout.__file__).parent
 
 #: What both servers, the relay and the publisher, may import.
-SERVERS = {"errors", "connection", "metrics", "views", "wire", "auth", "expiry", "tls", "buckets"}
-#: package -> the other fanout packages and modules it may import.
+SERVERS = {
+    "errors",
+    "connection",
+    "metrics",
+    "views",
+    "wire",
+    "auth",
+    "expiry",
+    "tls",
+    "buckets",
+    "cancelling",
+}
+#: The relay's sans-I/O parts, and its compiled kernels.
+PURE_RELAY = {"relay", "relay/core", "relay/data", "relay/kinds", "relay/kernels"}
+#: The packages plugging into the relay: its front ends and the many-relay parts.
+PLUG_INS = {"http", "mqtt", "cluster", "tiers"}
+#: unit -> the other fanout units it may import.
 ALLOWED: dict[str, set[str]] = {
     "views": {"errors"},
     "wire": {"errors", "views"},
     "client": {"errors", "connection", "views", "wire", "tls"},
-    "relay": SERVERS,
     "publisher": SERVERS,
     "cache": {"errors", "wire"},
+    **dict.fromkeys(PURE_RELAY, SERVERS | PURE_RELAY),
+    # The shell is the composition root: it starts the front ends and the relay cluster.
+    "relay/shell": SERVERS | PURE_RELAY | PLUG_INS | {"relay/config"},
+    # The configuration names the plug-ins' settings (sections of their own are issue 38's
+    # step 4).
+    "relay/config": SERVERS | PURE_RELAY | PLUG_INS | {"relay/shell"},
+    "http": SERVERS | PURE_RELAY,
+    "tiers": SERVERS | PURE_RELAY,
+    # The relay cluster hands batches to the shell's writer thread and reads its configuration.
+    "cluster": SERVERS | PURE_RELAY | {"relay/config", "relay/shell"},
+    # The MQTT front end follows its own relay's port in mode ``every`` through the client
+    # library, as a bridge beside the relay would (sessions replayed from the log, other
+    # producers' messages); its cluster shares the relay cluster's Redis client.
+    "mqtt": SERVERS | PURE_RELAY | {"client", "cluster", "relay/config"},
 }
-#: Subpackages allowed more than their package: the MQTT gateway follows its own relay's port
-#: in mode ``every`` through the client library, as a bridge beside the relay would (sessions
-#: replayed from the log, other producers' messages).
-EXTRA: dict[str, set[str]] = {"relay/mqtt": {"client"}}
+#: What the relay's sans-I/O parts may not import: they take time and bytes from their caller.
+IO_MODULES = {"asyncio", "socket", "selectors", "threading", "websockets"}
+#: The one exception: DuckDB statements' time limit runs on a thread of its own.
+IO_ALLOWED = {"relay/data/watchdog.py": {"threading"}}
 
 
-def imported(path: Path) -> set[str]:
-    """The top-level fanout packages or modules a source file imports (at any depth)."""
+def unit_of(module: str) -> str | None:
+    """The unit a dotted module name belongs to, or None outside fanout."""
+    parts = module.split(".")
+    if parts[0] != "fanout":
+        return None
+    if len(parts) < 2:
+        return "fanout"
+    if parts[1] == "relay" and len(parts) > 2:
+        return f"relay/{parts[2]}"
+    return parts[1]
+
+
+def imports(path: Path) -> set[str]:
+    """The dotted modules a source file imports (at any depth); ``from P import m`` gives
+    ``P.m`` (a module or a name in P: ``unit_of`` reads both the same)."""
     found: set[str] = set()
     for node in ast.walk(ast.parse(path.read_text(), str(path))):
-        names: list[str] = []
         if isinstance(node, ast.Import):
-            names = [alias.name for alias in node.names]
-        elif isinstance(node, ast.ImportFrom) and node.module == "fanout" and node.level == 0:
-            names = [f"fanout.{alias.name}" for alias in node.names]  # from fanout import tls
+            found |= {alias.name for alias in node.names}
         elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-            names = [node.module]
-        found |= {name.split(".")[1] for name in names if name.startswith("fanout.")}
+            found |= {f"{node.module}.{alias.name}" for alias in node.names}
     return found
 
 
-def extra(path: Path) -> set[str]:
-    """What a file's subpackage may import beyond its package (``EXTRA``)."""
-    return set().union(*(names for sub, names in EXTRA.items() if path.is_relative_to(sub)))
+def imported(path: Path) -> set[str]:
+    """The fanout units a source file imports."""
+    return {unit for name in imports(path) if (unit := unit_of(name)) is not None}
 
 
-@pytest.mark.parametrize("package", sorted(ALLOWED))
-def test_a_package_imports_only_the_layers_below_it(package: str) -> None:
+def own_unit(path: Path) -> str:
+    """The unit a file under ``SRC`` belongs to."""
+    parts = path.relative_to(SRC).with_suffix("").parts
+    module = ".".join(("fanout", *(part for part in parts if part != "__init__")))
+    unit = unit_of(module)
+    assert unit is not None
+    return unit
+
+
+@pytest.mark.parametrize("unit", sorted(ALLOWED))
+def test_a_unit_imports_only_the_layers_below_it(unit: str) -> None:
+    folder = SRC / unit
+    paths = sorted(folder.rglob("*.py")) if folder.is_dir() else [folder.with_suffix(".py")]
     wrong = {
-        str(path.relative_to(SRC)): sorted(
-            imported(path) - ALLOWED[package] - {package} - extra(path.relative_to(SRC))
-        )
-        for path in sorted((SRC / package).rglob("*.py"))
+        str(path.relative_to(SRC)): sorted(imported(path) - ALLOWED[unit] - {unit})
+        for path in paths
+        if own_unit(path) == unit
     }
     assert {path: names for path, names in wrong.items() if names} == {}
+
+
+@pytest.mark.parametrize("unit", sorted(PURE_RELAY - {"relay"}))
+def test_the_relays_pure_parts_do_no_io(unit: str) -> None:
+    wrong = {}
+    for path in sorted((SRC / unit).rglob("*.py")):
+        rel = str(path.relative_to(SRC))
+        io = {name.split(".")[0] for name in imports(path)} & IO_MODULES
+        if io - IO_ALLOWED.get(rel, set()):
+            wrong[rel] = sorted(io)
+    assert wrong == {}
+
+
+def test_every_unit_has_its_rules() -> None:
+    """A new package of fanout's servers or of the relay is given its layer here."""
+    units = {own_unit(path) for path in SRC.rglob("*.py")}
+    unchecked = {"fanout", "__main__", "cli", "demo", "demoload", "launch", "mount", "testing"}
+    assert units - set(ALLOWED) - SERVERS - unchecked == set()
 
 
 def test_both_forms_of_import_are_read(tmp_path: Path) -> None:
     path = tmp_path / "probe.py"
     path.write_text(
         "import fanout.wire.codec\nfrom fanout import tls, errors\nfrom fanout.views import Box\n"
+        "from fanout.relay.core import planner\nfrom fanout.relay import kinds\n"
     )
-    assert imported(path) == {"wire", "tls", "errors", "views"}
+    assert imported(path) == {"wire", "tls", "errors", "views", "relay/core", "relay/kinds"}

@@ -1,5 +1,5 @@
 """``python -m fanout`` is the ``fanout`` command."""
 
-from fanout.cli import main
+from fanout.cli.main import main
 
 raise SystemExit(main())

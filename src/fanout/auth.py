@@ -14,7 +14,7 @@ Claims read:
   demo's checker, reads the publisher's state as a relay does and needs ``relay``);
 * ``sub``: who it is, for logs;
 * ``rules``: per dataset, the views the holder may see (docs/security.md#rules), read by the
-  relay (``relay.rules``).
+  relay (``relay.core.rules``).
 
 Refusals never echo the token, and say what is wrong with it in words a client's developer can
 act on: missing, not a JWT, a signature that does not verify, expired, not yet valid, the

@@ -1,5 +1,5 @@
 """A token bucket, the one limit the relay and the publisher both put on what a peer may take
-of their event loop (``relay.throttle`` says how the relay uses it; the publisher's control
+of their event loop (``relay.core.throttle`` says how the relay uses it; the publisher's control
 plane gives connections that sent bad input one shared bucket of loop time).
 
 Pure: the caller passes the time and does the waiting.

@@ -26,7 +26,7 @@ import pytest
 from fanout.client import LiveView, connect
 from fanout.metrics import scrape
 from fanout.relay.config import RelayConfig
-from fanout.relay.planner import Policy
+from fanout.relay.core.planner import Policy
 from fanout.testing.hostile import CrowdPlan, HostileProcess
 from fanout.testing.publisher import ScriptedPublisher, serving
 from fanout.testing.relays import RelayProcess

@@ -17,7 +17,7 @@ from collections.abc import AsyncIterator
 import pytest
 
 from fanout.client import connect
-from fanout.relay.planner import Policy
+from fanout.relay.core.planner import Policy
 from fanout.testing.publisher import ScriptedPublisher, serving
 from fanout.testing.relays import running_relay
 from fanout.views import Box

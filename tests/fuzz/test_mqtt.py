@@ -17,7 +17,7 @@ import paho.mqtt.client as mqtt
 import pytest
 from paho.mqtt.enums import CallbackAPIVersion
 
-from fanout.relay.server import RelayServer
+from fanout.relay.shell.server import RelayServer
 from fanout.testing.publisher import ScriptedPublisher, serving
 from fanout.testing.relays import running_relay
 from fanout.testing.wait import eventually

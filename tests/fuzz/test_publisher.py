@@ -23,7 +23,7 @@ from fanout.errors import BadRequest, InvalidView
 from fanout.metrics import Sample
 from fanout.publisher import control as control_module
 from fanout.publisher.control import ControlPlane
-from fanout.publisher.registry import Registry
+from fanout.publisher.relaytable import Registry
 from fanout.testing.hostile import Tally, fuzz
 from fanout.views import Box, View
 from fanout.wire import codec

@@ -16,14 +16,14 @@ from websockets.asyncio.client import connect as ws_connect
 from websockets.exceptions import ConnectionClosed
 
 from fanout.client import connect
-from fanout.relay.planner import Policy
+from fanout.relay.core.planner import Policy
 from fanout.testing.hostile import HELLO, mutated
 from fanout.testing.publisher import ScriptedPublisher, serving
 from fanout.testing.relays import running_relay
 from fanout.views import Box
 from fanout.wire import codec
+from fanout.wire.handshake import MAX_BAD_FRAMES
 from fanout.wire.messages import Catalog, DatasetInfo, Error
-from fanout.wire.session import MAX_BAD_FRAMES
 
 INFO = DatasetInfo("agents", "id", {"id": "<i8", "x": "<f8", "y": "<f8"}, "space", ["x", "y"])
 TICKS = 30

@@ -12,10 +12,10 @@ from hypothesis import strategies as st
 from fanout.errors import ProtocolError
 from fanout.testing.hostile import HELLO, VALID
 from fanout.wire import codec
+from fanout.wire.handshake import MAX_BAD_FRAMES, AcceptingSession, Phase, _reference
 from fanout.wire.messages import (
     Error,
 )
-from fanout.wire.session import MAX_BAD_FRAMES, AcceptingSession, Phase, _reference
 
 DECODERS = [codec.to_relay(), codec.to_publisher(), codec.to_subscriber(), codec.from_publisher()]
 

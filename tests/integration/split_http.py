@@ -20,11 +20,11 @@ import pytest
 import pytest_asyncio
 from tests.integration.test_tiers import states
 
-from fanout.client.cluster import connect_cluster
+from fanout.client.following import connect_cluster
 from fanout.launch import Child, start
 from fanout.publisher.log import SqliteLog
 from fanout.testing.audit import audit
-from fanout.testing.cluster import last_logged, members_seen, metric, started_together
+from fanout.testing.clusterview import last_logged, members_seen, metric, started_together
 from fanout.testing.redis import throwaway_redis_cluster
 from fanout.testing.wait import eventually
 from fanout.views import Box
@@ -36,7 +36,7 @@ BOXES = [
 ]
 
 #: The giver splits past 7 subscriptions; two cells of two subscriptions each move (a split
-#: takes the heaviest parts first while they fit in half the load, ``relay.cluster.balance``
+#: takes the heaviest parts first while they fit in half the load, ``cluster.balance``
 #: rule 4) and four cells of one stay.
 HTTP_MOVING = {"page": BOXES[0], "python": BOXES[3]}
 HTTP_STAYING = [BOXES[1], BOXES[4], BOXES[6], BOXES[9]]

@@ -37,7 +37,7 @@ from fanout.launch import Child, start
 from fanout.testing.certs import rsa_pair, self_signed
 from fanout.tls import client_context
 from fanout.views import Box
-from fanout.wire.session import HandshakeRefused
+from fanout.wire.handshake import HandshakeRefused
 
 pytestmark = [pytest.mark.integration, pytest.mark.asyncio(loop_scope="module")]
 

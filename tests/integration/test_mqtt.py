@@ -20,8 +20,8 @@ from redis.asyncio.cluster import RedisCluster
 from fanout.client import SubscriptionError
 from fanout.client.publisher import open_producer, open_reader
 from fanout.launch import Child, start
-from fanout.relay.mqtt.matchtable import MatchTable
-from fanout.relay.mqtt.stored import Position, SessionStore
+from fanout.mqtt.matchtable import MatchTable
+from fanout.mqtt.stored import Position, SessionStore
 from fanout.testing.ports import free_port
 from fanout.testing.redis import throwaway_redis_cluster
 from fanout.testing.relays import running_relay

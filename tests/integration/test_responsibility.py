@@ -3,7 +3,7 @@ publisher (issue 27, deliverable 2 and its tests): started once for the module, 
 (``fanout relay --registry redis://...``).
 
 Subscribers enter at any relay (round robin, as a load balancer spreads them) through
-``fanout.client.cluster`` and are redirected to the relay the map makes responsible for their
+``fanout.client.following`` and are redirected to the relay the map makes responsible for their
 view's cell; the publisher then holds the same primitives at the same relays whichever relay they
 entered at. A relay killed with SIGKILL leaves the map within a lease; its ``every``
 subscribers resume through a surviving relay, are redirected to the cell's new owner, and lose,
@@ -38,13 +38,13 @@ from tests.integration.test_split import (  # noqa: F401 (moved there, importabl
 from tests.integration.test_tiers import Recorder, states, until
 
 from fanout.client import connect
-from fanout.client.cluster import connect_cluster
+from fanout.client.following import connect_cluster
 from fanout.client.publisher import open_producer
+from fanout.cluster.responsibility import ResponsibilityMap
 from fanout.launch import Child, start
 from fanout.publisher.log import SqliteLog
-from fanout.relay.cluster.responsibility import ResponsibilityMap
 from fanout.testing.audit import audit
-from fanout.testing.cluster import (
+from fanout.testing.clusterview import (
     Follower,
     members_seen,
     metric,

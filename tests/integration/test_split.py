@@ -36,11 +36,11 @@ from tests.integration.split_http import (  # noqa: F401 (collected here, on thi
 from tests.integration.test_tiers import Recorder, states, until
 
 from fanout.client import LiveView, connect
-from fanout.client.cluster import connect_cluster
+from fanout.client.following import connect_cluster
+from fanout.cluster.registry import connect as registry_client
+from fanout.cluster.responsibility import part_of
 from fanout.launch import Child, start
-from fanout.relay.cluster.registry import connect as registry_client
-from fanout.relay.cluster.responsibility import part_of
-from fanout.testing.cluster import (
+from fanout.testing.clusterview import (
     Follower,
     assignments,
     audit_followers,

@@ -21,7 +21,7 @@ from fanout.errors import BadRequest, InvalidView
 from fanout.metrics import Sample, scrape
 from fanout.publisher.control import ControlPlane
 from fanout.publisher.log import Gap, LogGap
-from fanout.publisher.registry import Registry
+from fanout.publisher.relaytable import Registry
 from fanout.views import Box, View
 from fanout.wire import codec
 from fanout.wire.columns import encode_columns

@@ -7,7 +7,7 @@ from collections.abc import Callable
 import numpy as np
 import pytest
 
-from fanout.relay.state import Table
+from fanout.relay.data.buffers import Table
 from fanout.wire.messages import DatasetInfo
 
 

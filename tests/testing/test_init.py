@@ -23,7 +23,7 @@ HEAVY = ("pyspark", "duckdb", "psycopg")
         ("fanout.testing.postgres", ()),  # runs PostgreSQL's programs, needs no driver
         ("fanout.testing.publisher", ()),
         ("fanout.testing.audit", ()),  # DuckDB only once a SQL view is audited
-        ("fanout.testing.cluster", ()),
+        ("fanout.testing.clusterview", ()),
         ("fanout.testing.relays", ("duckdb",)),  # a relay holds its SQL tables in DuckDB
     ],
 )

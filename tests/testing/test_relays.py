@@ -12,7 +12,7 @@ import pytest
 
 from fanout.client import connect
 from fanout.relay.config import RelayConfig
-from fanout.relay.planner import Policy
+from fanout.relay.core.planner import Policy
 from fanout.testing.cpu import CpuSample
 from fanout.testing.ports import LOOPBACK, free_port
 from fanout.testing.publisher import ScriptedPublisher, serving

@@ -1,5 +1,5 @@
 """Any of several topic filters or object paths: what a view meeting several access rules is
-served as (``relay.rules``). Its rows are checked against the members' own, one by one."""
+served as (``relay.core.rules``). Its rows are checked against the members' own, one by one."""
 
 from __future__ import annotations
 

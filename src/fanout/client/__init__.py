@@ -6,7 +6,7 @@ async with connect(url) as sub:
 
 from fanout.client.routing import rank
 from fanout.client.subscriber import LiveView, Subscriber, SubscriptionError, Update, connect
-from fanout.wire.session import HandshakeRefused
+from fanout.wire.handshake import HandshakeRefused
 
 __all__ = [
     "HandshakeRefused",

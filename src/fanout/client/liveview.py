@@ -38,7 +38,7 @@ class SubscriptionError(FanoutError):
     """The relay refused or ended a subscription; ``code`` is the relay's error code.
 
     ``location``: with code ``redirect``, the URL of the relay responsible for the subscription
-    (``fanout.client.cluster`` follows it).
+    (``fanout.client.following`` follows it).
     """
 
     def __init__(self, code: str, message: str, location: str | None = None) -> None:

@@ -26,6 +26,7 @@ from fanout.errors import ProtocolError
 from fanout.views import View
 from fanout.wire import codec
 from fanout.wire.columns import Columns, decode_columns, encode_columns, from_values
+from fanout.wire.handshake import check_welcome
 from fanout.wire.messages import (
     PROTOCOL_VERSION,
     Catalog,
@@ -39,7 +40,6 @@ from fanout.wire.messages import (
     Role,
     StateRows,
 )
-from fanout.wire.session import check_welcome
 
 Rows = dict[str, npt.NDArray[Any]]
 

@@ -56,6 +56,7 @@ from fanout.views import View
 from fanout.wire import codec
 from fanout.wire.columns import Columns as Payload
 from fanout.wire.columns import encode_columns
+from fanout.wire.handshake import check_welcome
 from fanout.wire.messages import (
     PROTOCOL_VERSION,
     Error,
@@ -71,7 +72,6 @@ from fanout.wire.messages import (
     Unsubscribe,
     Unsubscribed,
 )
-from fanout.wire.session import check_welcome
 
 __all__ = [
     "MAX_FRAME",
@@ -122,7 +122,7 @@ class Subscriber:
         #: Why the connection can serve no more (its views ended with this error), if so.
         self.failure: SubscriptionError | None = None
         #: Told when the relay ends a held view with a redirect (its part moved to the relay
-        #: at the URL, ``fanout.client.cluster``): the view is handed over, not ended. None:
+        #: at the URL, ``fanout.client.following``): the view is handed over, not ended. None:
         #: such a view ends with the redirect as a ``SubscriptionError``.
         self.on_moved: Callable[[LiveView, str], None] | None = None
         self._into: dict[int, LiveView] = {}
@@ -162,8 +162,8 @@ class Subscriber:
                 dataset): the new one starts with its rows and continues after its seq,
                 first yielding the updates the old one received but had not yielded.
             stay: be served by this relay even if another is responsible for the view (no
-                redirect; ``fanout.client.cluster`` sets it when it cannot follow one).
-            into: a view another connection held (``fanout.client.cluster``, when its part
+                redirect; ``fanout.client.following`` sets it when it cannot follow one).
+            into: a view another connection held (``fanout.client.following``, when its part
                 moved): that same object is held here from now on, keeping its rows, updates
                 not yet yielded and iteration (with ``resume=into`` for an ``every`` view).
 

@@ -20,7 +20,7 @@ from fanout.publisher.config import PublisherSettings
 from fanout.publisher.control import ControlPlane
 from fanout.publisher.log import open_log
 from fanout.publisher.pipeline import Pipeline
-from fanout.publisher.registry import Registry
+from fanout.publisher.relaytable import Registry
 from fanout.publisher.service import DatasetService
 from fanout.publisher.spark import spark_session
 

@@ -1,7 +1,7 @@
 """The publisher's control plane: a WebSocket server where relays register, acquire and release
 upstream primitives and receive their batches; readers ask for authoritative state.
 
-This is the asyncio shell around ``publisher.session``, which decides everything a connection is
+This is the asyncio shell around ``publisher.protocol``, which decides everything a connection is
 sent: the shell moves bytes, owns time (the hello timer) and runs blocking work (replays of the
 log, reads, publishes) on threads. It runs its own asyncio loop on a thread beside Spark's
 driver. Spark's micro-batch callback hands it finished batches (``deliver``), which it queues per
@@ -35,8 +35,7 @@ from fanout.buckets import Throttle
 from fanout.connection import Outbound, refuse
 from fanout.errors import FanoutError, InvalidView
 from fanout.publisher.log import LogGap
-from fanout.publisher.registry import Registry
-from fanout.publisher.session import (
+from fanout.publisher.protocol import (
     Action,
     Close,
     Delivery,
@@ -47,6 +46,7 @@ from fanout.publisher.session import (
     Start,
     Welcomed,
 )
+from fanout.publisher.relaytable import Registry
 from fanout.views import View
 from fanout.wire import codec
 from fanout.wire.arrow import to_numpy
@@ -387,7 +387,7 @@ class ControlPlane:
 
     async def _replay(self, peer: _Peer, resume: dict[str, tuple[int, int]]) -> None:
         """Replay what a reconnecting relay missed, then the live batches held back meanwhile
-        (``publisher.session``, rule 3); put one frame at a time, paced by the relay's queue."""
+        (``publisher.protocol``, rule 3); put one frame at a time, paced by the relay's queue."""
         session, outbound = peer.session, peer.outbound
         for dataset, (epoch, seq) in resume.items():
             try:

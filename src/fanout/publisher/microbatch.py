@@ -34,7 +34,7 @@ from fanout.publisher.matching.local import LocalTables, local_tables, match_loc
 from fanout.publisher.matching.regions import RegionMatcher
 from fanout.publisher.mirror import Mirror
 from fanout.publisher.reads import StateStore, read_committed
-from fanout.publisher.registry import Plan
+from fanout.publisher.relaytable import Plan
 from fanout.publisher.state import current_state
 
 #: Retention is applied to the log every this many micro-batches.

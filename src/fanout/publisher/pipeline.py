@@ -47,7 +47,7 @@ from fanout.publisher.mirror import MAX_ROWS, Mirror
 from fanout.publisher.objects import Admission
 from fanout.publisher.progress import ProgressLog, StageClock, add_stages
 from fanout.publisher.reads import StateStore, read_view
-from fanout.publisher.registry import Registry
+from fanout.publisher.relaytable import Registry
 from fanout.publisher.sources.producerlog import IngestEvent, IngestLog
 from fanout.publisher.state import latest_per_key, live_rows, read_state, use_state_store
 from fanout.views import View

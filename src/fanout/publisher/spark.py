@@ -15,8 +15,8 @@ from pyspark.sql import SparkSession
 from fanout.publisher.sources.simulation import SimulationDataSource
 
 #: Spark settings of a publisher on a cluster (spark-submit may add its own). The session's
-#: time zone is UTC, the relay's (``relay.tables``): a view's timestamp bounds, written without a
-#: zone, then select the same instants at the publisher as at the relay, whatever zone the
+#: time zone is UTC, the relay's (``relay.data.tables``): a view's timestamp bounds, written without
+#: a zone, then select the same instants at the publisher as at the relay, whatever zone the
 #: machines are set to. Adaptive query execution is off: the plans a micro-batch runs (a
 #: broadcast join of a small table for reads of the state, state partitions fixed by the
 #: checkpoint) leave it nothing to improve, and it re-plans between stages. Measured, the change

@@ -1,6 +1,6 @@
 """How a relay runs: its ``RelayConfig``, every limit checked when it is made.
 
-``fanout relay`` takes each limit as a flag (``fanout.cli.RELAY_LIMITS``, whose defaults a test
+``fanout relay`` takes each limit as a flag (``fanout.cli.main.RELAY_LIMITS``, whose defaults a test
 holds equal to these).
 """
 
@@ -12,17 +12,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from fanout.auth import AuthConfig
+from fanout.cluster.balance import DEFAULT_DWELL, Thresholds
+from fanout.cluster.responsibility import DEFAULT_SIDE
+from fanout.cluster.settings import registry_address
 from fanout.errors import ConfigError
-from fanout.relay.cluster.balance import DEFAULT_DWELL, Thresholds
-from fanout.relay.cluster.responsibility import DEFAULT_SIDE
-from fanout.relay.cluster.settings import registry_address
-from fanout.relay.core import MAX_SUBSCRIPTIONS
-from fanout.relay.holding import CATALOG_WAIT, MAX_HELD
-from fanout.relay.mqtt.actions import Limits as MqttLimits
-from fanout.relay.planner import IN_A_MAP, Policy
-from fanout.relay.scheduler import AGING
-from fanout.relay.tables import QUERY_TIMEOUT
-from fanout.relay.throttle import CONTROL_BURST, CONTROL_SHARE, SQL_BURST, SQL_SHARE
+from fanout.mqtt.actions import Limits as MqttLimits
+from fanout.relay.core.holding import CATALOG_WAIT, MAX_HELD
+from fanout.relay.core.planner import IN_A_MAP, Policy
+from fanout.relay.core.relaycore import MAX_SUBSCRIPTIONS
+from fanout.relay.core.scheduler import AGING
+from fanout.relay.core.throttle import CONTROL_BURST, CONTROL_SHARE, SQL_BURST, SQL_SHARE
+from fanout.relay.data.tables import QUERY_TIMEOUT
 
 #: What a relay of a map does with a subscription another relay is responsible for.
 POLICIES = ("redirect", "forward")
@@ -34,7 +34,7 @@ class RelayConfig:
 
     Attributes:
         publisher: the publisher's control-plane URL (``ws://host:port``), or another relay's
-            port (``fanout relay --upstream``: a tier, ``relay.tier``).
+            port (``fanout relay --upstream``: a tier, ``tiers``).
         host: interface to listen on for subscribers.
         port: port to listen on (0: any free port).
         name: shown to the publisher and in logs.
@@ -43,7 +43,7 @@ class RelayConfig:
         queue_limit: frames queued per subscriber before it is closed as a slow consumer.
         stall_timeout: seconds a subscriber may leave a push unread before it is closed.
         read_rate, read_burst: frames a second the relay reads from one subscriber
-            connection, after a first burst (``relay.throttle``); past that it stops reading
+            connection, after a first burst (``relay.core.throttle``); past that it stops reading
             the connection for a while (TCP slows the sender down). 0: no limit.
         query_timeout: seconds a subscriber's SQL may run (on the event loop, every other
             subscriber waiting) before it is stopped and the subscription ends with an error.
@@ -55,20 +55,20 @@ class RelayConfig:
         hello_timeout: seconds a new connection may take to send its ``Hello``; one that has
             not is refused (``handshake``) and closed.
         catalog_wait: seconds a subscription to a dataset the relay does not know yet is held
-            while the relay has no catalog from upstream (``relay.holding``); then it is
+            while the relay has no catalog from upstream (``relay.core.holding``); then it is
             refused with ``unavailable``.
         max_held: such subscriptions held at once, over all connections; one more is refused
             with ``unavailable`` at once.
         control_share, control_burst: seconds of the event loop acting on subscribers' frames
             (subscribe, unsubscribe) may take per second, all connections together, after a
-            first burst (``relay.throttle``); past that a connection whose frame finds the
+            first burst (``relay.core.throttle``); past that a connection whose frame finds the
             time spent is not read until it is paid back, so pushes keep the rest of the loop.
         sql_share, sql_burst: seconds of the event loop one connection's SQL pushes may take
-            per second, after a first burst (``relay.throttle.Budgets``); past that its SQL
+            per second, after a first burst (``relay.core.throttle.Budgets``); past that its SQL
             pushes are put off until the time is paid back, and other subscribers are served.
         reconnect_delay: first delay before reconnecting upstream (doubles up to 5 s).
         pump_budget: seconds one round of pushes may run before yielding to the event loop.
-        aging: priority units a waiting subscription gains per second (``relay.scheduler``).
+        aging: priority units a waiting subscription gains per second (``relay.core.scheduler``).
         stats_every: seconds between two log lines of the relay's counters (0: never).
         switch_interval: the interpreter's thread switch interval while the relay runs
             (``sys.setswitchinterval``; 0: leave it as it is). Under load the event loop holds
@@ -93,35 +93,35 @@ class RelayConfig:
             10,000 nearly all of them die young: the collector took 2-6% of its former time
             and never ran a full collection in a trial.
         serve_relays: accept relays below this one (``Hello{role: "relay"}``, ``fanout relay
-            --upstream`` pointed here: a tier, ``relay.tier``); off, their ``Hello`` is refused,
+            --upstream`` pointed here: a tier, ``tiers``); off, their ``Hello`` is refused,
             so that a relay facing the internet lets no stranger make it acquire data.
-        mqtt_port: port of the MQTT listener (``fanout.relay.mqtt``; 0: any free port), None: none.
+        mqtt_port: port of the MQTT listener (``fanout.mqtt``; 0: any free port), None: none.
         mqtt: what one MQTT client may take (``fanout relay --mqtt-*``); MQTT connections are
             read at most ``read_rate`` packets a second after ``read_burst``, as subscribers'
             frames are.
         mqtt_dataset, mqtt_routes: the topic dataset retained MQTT messages are kept in, by
-            default and by topic prefix (``relay.mqtt.ingest``); neither: none is kept.
+            default and by topic prefix (``mqtt.ingest``); neither: none is kept.
         mqtt_redis: ``host:port`` of a Redis Cluster node holding the shared match table of a
-            cluster of relays (``relay.mqtt.cluster``); None: this relay is a broker alone.
+            cluster of relays (``mqtt.federation``); None: this relay is a broker alone.
         mqtt_peer_port: port other relays forward MQTT messages to (0: any free port).
         mqtt_peer_advertise: ``host:port`` other relays reach that port at, for a relay behind
             NAT or a TCP proxy (None: ``host`` and the port as it listens).
         mqtt_lease: seconds a dead relay stays a subscriber in the shared table.
         registry: ``redis://host:port`` of a Redis Cluster node holding the map of
-            responsibility shared by relays (``relay.cluster``): this relay joins it under
+            responsibility shared by relays (``cluster``): this relay joins it under
             ``name`` (unique in the cluster) and redirects new subscriptions another relay is
             responsible for; None: the relay works alone.
         registry_policy: what a relay of a map does with a subscription another relay is
             responsible for: ``redirect`` it there (a new one), or ``forward``: serve it here,
             acquiring the parts other relays are responsible for from them
-            (``relay.cluster.upstreams``); a relay that forwards also serves relays.
+            (``cluster.upstreams``); a relay that forwards also serves relays.
         registry_lease: seconds a relay that died stays in the map.
         registry_side: side of the grid of cells space datasets are split into, world units
             (the same on every relay of a cluster).
         advertise: the URL subscribers are redirected to for this relay (default
             ``ws[s]://host:port`` as it listens).
         split_above, merge_below, split_dwell: when a relay of a map hands part of its
-            responsibility to another and hands it back (``relay.cluster.balance``): figure
+            responsibility to another and hands it back (``cluster.balance``): figure
             (``subscribers``, ``pushes`` a second, ``cpu`` share, ``rows``) -> threshold;
             both empty (the default): never.
         standby: join the map owning nothing until parts are handed here by a split.
@@ -184,7 +184,7 @@ class RelayConfig:
 
     @property
     def thresholds(self) -> Thresholds:
-        """When this relay splits and merges (``relay.cluster.balance``)."""
+        """When this relay splits and merges (``cluster.balance``)."""
         return Thresholds(dict(self.split_above), dict(self.merge_below), self.split_dwell)
 
     @property

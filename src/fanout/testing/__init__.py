@@ -19,7 +19,7 @@ or a PostgreSQL driver only where the module works with them:
 - :mod:`fanout.testing.frames`: ``head()``, a frame's header decoded and the rest skipped.
 - :mod:`fanout.testing.audit`: ``audit()``, an ``every`` subscriber's updates replayed against
   the publisher's log.
-- :mod:`fanout.testing.cluster`: relays in a map of responsibility seen from outside: their
+- :mod:`fanout.testing.clusterview`: relays in a map of responsibility seen from outside: their
   metrics, a split's assignments in Redis, ``Follower`` (an ``every`` subscriber kept across
   moves and relays' deaths) and its audit.
 - :mod:`fanout.testing.proxy`: a loopback TCP proxy whose connections a test cuts (a link

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from fanout.relay.config import RelayConfig
-from fanout.relay.server import RelayServer
+from fanout.relay.shell.server import RelayServer
 from fanout.testing import cpu
 from fanout.testing.ports import LOOPBACK
 

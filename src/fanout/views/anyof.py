@@ -1,7 +1,7 @@
 """Any of several views of one language: the union of topic filters, or of object paths.
 
 What a subscriber under access rules is served when its view meets several of its rules, partly
-each (``relay.rules``): ``plant/+/temp`` against the rules ``plant/1/#`` and ``plant/2/#`` is
+each (``relay.core.rules``): ``plant/+/temp`` against the rules ``plant/1/#`` and ``plant/2/#`` is
 ``plant/1/temp | plant/2/temp``. A row is in it when any member selects it. At the relay each
 member is a need of its own (acquired, covered and released as any view of the language); the
 push is the union of the members' rows, each row once.

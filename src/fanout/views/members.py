@@ -9,7 +9,7 @@ outside a relay's buffers (a batch's change set, a log entry being audited) and 
   ``f=`` comparisons, if it has any; the comparisons read every other column.
 
 SQL views are not here: their rows are a query's result over the relay's tables
-(``relay.tables``), not a selection of one dataset's rows.
+(``relay.data.tables``), not a selection of one dataset's rows.
 """
 
 from __future__ import annotations

@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from fanout import cli
+from fanout.cli import main as cli
 from fanout.errors import ConfigError
 from fanout.publisher.config import PublisherSettings, load_config, parse_config
 from fanout.publisher.datasets import (

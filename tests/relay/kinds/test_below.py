@@ -1,5 +1,5 @@
 """What each dataset kind answers for relays below (``DatasetKind.primitive``, ``holds``,
-``contents``; ``relay.tier`` asks): which primitives a relay below may acquire, and which rows a
+``contents``; ``tiers`` asks): which primitives a relay below may acquire, and which rows a
 primitive holds, in a change and in the relay's state.
 
 Each kind is checked against a brute-force oracle written here, row by row: coordinates compared
@@ -19,9 +19,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from fanout.errors import InvalidView
-from fanout.relay.core import RelayCore
-from fanout.relay.planner import Policy
-from fanout.relay.tables import TableStore
+from fanout.relay.core.planner import Policy
+from fanout.relay.core.relaycore import RelayCore
+from fanout.relay.data.tables import TableStore
 from fanout.views import Box, View
 from fanout.views.entity import Entity
 from fanout.views.objects import ObjectPath

@@ -1,5 +1,5 @@
 """Relay conversations with SQL, topic and object-path views, sans I/O (relay/kinds/keyed.py,
-sql.py, topic.py, path.py, through relay/core.py)."""
+sql.py, topic.py, path.py, through relay/core/relaycore.py)."""
 
 from __future__ import annotations
 
@@ -10,13 +10,13 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from fanout.relay import release
-from fanout.relay.core import UPSTREAM, RelayCore, Send
+from fanout.relay.core import release
+from fanout.relay.core.lifecycle import Phase
+from fanout.relay.core.planner import Policy
+from fanout.relay.core.relaycore import UPSTREAM, RelayCore, Send
+from fanout.relay.core.upstream import Primitive
+from fanout.relay.data.tables import QUERY_TIMEOUT, TableStore
 from fanout.relay.kinds.keyed import KeyedKind
-from fanout.relay.lifecycle import Phase
-from fanout.relay.planner import Policy
-from fanout.relay.tables import QUERY_TIMEOUT, TableStore
-from fanout.relay.upstream import Primitive
 from fanout.views import Box
 from fanout.views.objects import parse as path
 from fanout.views.sql import SqlBox

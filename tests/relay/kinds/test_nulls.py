@@ -13,9 +13,9 @@ import pyarrow as pa
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from fanout.relay.core import UPSTREAM, RelayCore, Send
-from fanout.relay.planner import Policy
-from fanout.relay.tables import TableStore
+from fanout.relay.core.planner import Policy
+from fanout.relay.core.relaycore import UPSTREAM, RelayCore, Send
+from fanout.relay.data.tables import TableStore
 from fanout.testing.audit import duckdb_answer, same_rows
 from fanout.views.sql import parse as sql
 from fanout.wire.columns import decode_columns, encode_columns, to_python

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from fanout.relay.data.buffers import Table
 from fanout.relay.kinds.objects import cell_positions, typed
-from fanout.relay.state import Table
 from fanout.views.objects import parse as path
 from fanout.views.objects.store import SCHEMA, ObjectStore
 from fanout.views.objects.text import SetAttribute, Value

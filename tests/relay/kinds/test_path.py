@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from fanout.relay.data.buffers import Table
 from fanout.relay.kinds.path import path_columns, path_positions
-from fanout.relay.state import Table
 from fanout.views.objects import parse as path
 from fanout.wire.messages import DatasetInfo
 

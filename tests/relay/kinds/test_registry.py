@@ -12,9 +12,9 @@ import pytest
 import fanout.relay
 from fanout.errors import ProtocolError
 from fanout.relay import kinds
-from fanout.relay.core import UPSTREAM, RelayCore
+from fanout.relay.core.relaycore import UPSTREAM, RelayCore
+from fanout.relay.data.buffers import Positions
 from fanout.relay.kinds.keyed import SelectingKind
-from fanout.relay.state import Positions
 from fanout.views import View
 from fanout.views.topic import TopicFilter
 from fanout.views.topic import parse as topic

@@ -8,9 +8,9 @@ import time
 
 import numpy as np
 
-from fanout.relay.core import UPSTREAM, RelayCore
-from fanout.relay.planner import Policy
-from fanout.relay.tables import TableStore
+from fanout.relay.core.planner import Policy
+from fanout.relay.core.relaycore import UPSTREAM, RelayCore
+from fanout.relay.data.tables import TableStore
 from fanout.views.sql import parse as sql
 from fanout.wire.columns import decode_columns, encode_columns
 from fanout.wire.messages import Acquire, Batch, Catalog, DatasetInfo, Error, Push, Subscribe

@@ -8,8 +8,8 @@ from collections.abc import Callable
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from fanout.relay.data.buffers import Table
 from fanout.relay.kinds.topic import TopicMatches
-from fanout.relay.state import Table
 from fanout.views.topic import matches
 from fanout.views.topic import parse as topic
 from fanout.wire.messages import DatasetInfo

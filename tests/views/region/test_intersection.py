@@ -1,4 +1,4 @@
-"""Intersections of regions: what a view under access rules is served as (``relay.rules``).
+"""Intersections of regions: what a view under access rules is served as (``relay.core.rules``).
 
 Checked against plain comparisons on a grid of points (the oracle), not against ``match``: the
 points an intersection matches, its bounds, its text and wire forms, and that coverage of one

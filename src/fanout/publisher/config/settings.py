@@ -46,7 +46,7 @@ from fanout.publisher.config.values import (
 from fanout.publisher.datasets import Dataset, agents
 from fanout.publisher.log import check_log_url
 from fanout.publisher.mirror import MAX_ROWS as MIRROR_ROWS
-from fanout.publisher.registry import MAX_PRIMITIVES
+from fanout.publisher.relaytable import MAX_PRIMITIVES
 from fanout.publisher.sources.simulation import SimulationParams
 from fanout.wire.bus import FRAGMENT_BYTES, InvalidSubject, check_name
 
@@ -88,7 +88,7 @@ class PublisherSettings:
         mirror_rows: datasets of up to this many live rows are mirrored in the driver for
             snapshots (``publisher.mirror``); 0: snapshots always read Spark's state store.
         max_primitives: upstream primitives one relay may hold at once; an ``Acquire``
-            beyond them is refused (``publisher.registry``).
+            beyond them is refused (``publisher.relaytable``).
         auth: how connections' tokens are checked (``fanout.auth``); None: no
             authentication.
         tls_cert, tls_key: PEM files: serve ``wss://`` with them (None: plain ``ws://``).
@@ -178,7 +178,7 @@ def parse_config(text: str, source: str = "fanout.toml") -> PublisherSettings:
 
 
 def _settings(document: Table) -> PublisherSettings:
-    # [cluster] is the relays' (``fanout relay --config``, ``relay.cluster.settings``).
+    # [cluster] is the relays' (``fanout relay --config``, ``cluster.settings``).
     check_keys(document, ("publisher", "datasets", "auth", "bus", "cluster"), "")
     declared = read_datasets(document["datasets"]) if "datasets" in document else {}
     settings = PublisherSettings(datasets=declared or builtin_datasets())

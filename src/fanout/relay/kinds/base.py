@@ -1,8 +1,8 @@
 """What a dataset kind does for the relay core: the interface, and the parts it works with.
 
-The core (``relay.core``) never asks which kind of dataset it holds. When the catalog names a
-dataset it looks its index kind up once (``relay.kinds.make``) and from then on asks that kind's
-object every question whose answer depends on the kind:
+The core (``relay.core.relaycore``) never asks which kind of dataset it holds. When the catalog
+names a dataset it looks its index kind up once (``relay.kinds.make``) and from then on asks that
+kind's object every question whose answer depends on the kind:
 
 * **subscribing** (CA 3197003 [0161], step 818): is the view of the dataset's language, what
   shape its rows take, which datasets it reads (a SQL join reads several);
@@ -15,7 +15,7 @@ object every question whose answer depends on the kind:
   complete for a view, one seq's step;
 * **after a swap and at housekeeping**: what to acquire for views that moved, which primitives
   no view needs any more, rows to prune;
-* **relays below** (``relay.tier``; CA 3197003 [0055]-[0057], a relay serving relays as the
+* **relays below** (``tiers``; CA 3197003 [0055]-[0057], a relay serving relays as the
   publisher serves them): which primitives a relay below may acquire here and as what, which
   rows of a change or of the state a primitive holds (the publisher's matching, done by a
   relay).
@@ -32,16 +32,16 @@ from typing import Protocol
 
 import msgspec
 
-from fanout.relay.changesets import ChangeSet, Step, Steps
-from fanout.relay.downstream import Downstream, Subscription
-from fanout.relay.engine import QueryEngine
-from fanout.relay.intake import DatasetState
-from fanout.relay.planner import Policy, Velocity
-from fanout.relay.pushes import Body, Encodings, Held
-from fanout.relay.sends import Send
-from fanout.relay.state import Array, Keys, Mask, Table
-from fanout.relay.transforms import Shape
-from fanout.relay.upstream import Primitive, Upstream
+from fanout.relay.core.changesets import ChangeSet, Step, Steps
+from fanout.relay.core.downstream import Downstream, Subscription
+from fanout.relay.core.planner import Policy, Velocity
+from fanout.relay.core.sends import Send
+from fanout.relay.core.transforms import Shape
+from fanout.relay.core.upstream import Primitive, Upstream
+from fanout.relay.data.buffers import Array, Keys, Mask, Table
+from fanout.relay.data.engine import QueryEngine
+from fanout.relay.data.intake import DatasetState
+from fanout.relay.data.pushes import Body, Encodings, Held
 from fanout.views import View
 from fanout.wire.messages import Subscribe
 

@@ -8,11 +8,11 @@ language of their own, primitives acquired as residuals.
 * **cut** (steps 890-894): the push, a delta against what the subscriber holds, cut from the
   active buffer by the rows' positions (each kind says which rows its view selects);
 * **housekeeping**: primitives whose every need stays covered by the other ready ones are
-  released (``relay.release``), and the rows only they held pruned by key; the primitives
+  released (``relay.core.release``), and the rows only they held pruned by key; the primitives
   relays below hold here (pinned) are needs too;
 * **relays below**: a primitive of the language, acquired as this relay acquires its own
   (``widened``); the rows it holds are those the publisher would match
-  (``relay.keyedstate.selected``).
+  (``relay.data.keyedstate.selected``).
 """
 
 from __future__ import annotations
@@ -23,17 +23,17 @@ from collections.abc import Hashable, Iterable, Mapping, Sequence
 import numpy as np
 
 from fanout.errors import InvalidView
-from fanout.relay import release
-from fanout.relay.changesets import ChangeSet, Step, Steps, shared_step
-from fanout.relay.downstream import Subscription
-from fanout.relay.keyedstate import KeyedState, selected
+from fanout.relay.core import release
+from fanout.relay.core.changesets import ChangeSet, Step, Steps, shared_step
+from fanout.relay.core.downstream import Subscription
+from fanout.relay.core.planner import Velocity
+from fanout.relay.core.sends import Send
+from fanout.relay.core.transforms import InvalidTransform, Shape, resolve
+from fanout.relay.core.upstream import Primitive, release_spare
+from fanout.relay.data.buffers import Array, Keys, Mask, Positions, Table
+from fanout.relay.data.keyedstate import KeyedState, selected
+from fanout.relay.data.pushes import Body, Held, cut_positions
 from fanout.relay.kinds.base import PRUNE_WINDOW, Accepted, Cut, Parts
-from fanout.relay.planner import Velocity
-from fanout.relay.pushes import Body, Held, cut_positions
-from fanout.relay.sends import Send
-from fanout.relay.state import Array, Keys, Mask, Positions, Table
-from fanout.relay.transforms import InvalidTransform, Shape, resolve
-from fanout.relay.upstream import Primitive, release_spare
 from fanout.views import View, covers, residual
 from fanout.views.anyof import AnyOf
 from fanout.views.members import Selecting
@@ -220,7 +220,7 @@ class KeyedKind(abc.ABC):
 
     def unneeded(self, prims: Sequence[Primitive], needs: Sequence[View]) -> list[Primitive]:
         """Primitives that can go, oldest first: every need stays covered by the other ready
-        ones (``relay.release``). Answered anew only when the primitives, their readiness or
+        ones (``relay.core.release``). Answered anew only when the primitives, their readiness or
         the needs have changed since the last housekeeping."""
         asked = (tuple(sorted((p.prim, p.ready) for p in prims)), tuple(needs))
         known = self._unneeded
@@ -259,7 +259,7 @@ class KeyedKind(abc.ABC):
 class SelectingKind(KeyedKind):
     """A keyed dataset whose views select some of its rows (topic filters, object paths): the
     push is cut from the active buffer by the selected rows' positions
-    (``relay.pushes.cut_positions``), each seq's step by ``relay.changesets.step``."""
+    (``relay.data.pushes.cut_positions``), each seq's step by ``relay.core.changesets.step``."""
 
     @abc.abstractmethod
     def positions(self, view: View) -> Positions:
@@ -287,7 +287,7 @@ class SelectingKind(KeyedKind):
         return cut_positions(positions, subscription.shape, None, self.state.buffer)
 
     def step(self, subscription: Subscription, change: ChangeSet, held: Keys, steps: Steps) -> Step:
-        """The rows of the change the view selects (``relay.changesets.step``)."""
+        """The rows of the change the view selects (``relay.core.changesets.step``)."""
         view = subscription.view
         assert isinstance(view, (AnyOf, self.language[0]))
         selecting: Selecting = view  # type: ignore[assignment]  # topic filters or object paths

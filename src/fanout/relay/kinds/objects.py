@@ -17,10 +17,10 @@ import numpy as np
 import numpy.typing as npt
 
 from fanout.errors import InvalidView
+from fanout.relay.core.transforms import resolve
+from fanout.relay.data.buffers import Positions, Table
 from fanout.relay.kinds.base import Accepted
 from fanout.relay.kinds.path import PathKind
-from fanout.relay.state import Positions, Table
-from fanout.relay.transforms import resolve
 from fanout.views import View
 from fanout.views.anyof import members_of
 from fanout.views.objects import ObjectPath, passes

@@ -12,10 +12,10 @@ from collections.abc import Sequence
 import msgspec
 import numpy as np
 
+from fanout.relay.core.transforms import resolve
+from fanout.relay.data.buffers import Positions, Table
 from fanout.relay.kinds.base import Accepted
 from fanout.relay.kinds.keyed import SelectingKind
-from fanout.relay.state import Positions, Table
-from fanout.relay.transforms import resolve
 from fanout.views import View
 from fanout.views.anyof import AnyOf, members_of
 from fanout.views.members import members

@@ -1,12 +1,12 @@
 """Region datasets (index ``space``): rows with coordinates, views that are regions of space.
 
 A view is a box, sphere, sector, union or intersection of them, or a region relative to a
-moving entity (``relay.relative``). Upstream primitives are regions planned to serve many views
-(``relay.planner``: tiles, margins, enclosures), held in a cover index; a view is servable when
+moving entity (``relay.core.relative``). Upstream primitives are regions planned to serve many views
+(``relay.core.planner``: tiles, margins, enclosures), held in a cover index; a view is servable when
 ready primitives cover it (``fanout.views.covers``). Its pushes are cut from the active buffer
-through the spatial index (``relay.pushes``), box views of one turn all together
-(``relay.batchcut``), bodies shared by equal subscriptions (``pushes.Encodings``). A relay below
-acquires regions and entities here; a region holds the rows whose coordinates lie
+through the spatial index (``relay.data.pushes``), box views of one turn all together
+(``relay.data.batchcut``), bodies shared by equal subscriptions (``pushes.Encodings``). A relay
+below acquires regions and entities here; a region holds the rows whose coordinates lie
 inside it, an entity primitive its entity's row.
 """
 
@@ -17,18 +17,18 @@ from collections.abc import Hashable, Mapping, Sequence
 import numpy as np
 
 from fanout.errors import InvalidView
-from fanout.relay import planner, relative
-from fanout.relay.batchcut import batchable, cut_boxes
-from fanout.relay.changesets import ChangeSet, Step, Steps, shared_step
-from fanout.relay.downstream import Subscription
-from fanout.relay.intake import DatasetState
+from fanout.relay.core import planner, relative
+from fanout.relay.core.changesets import ChangeSet, Step, Steps, shared_step
+from fanout.relay.core.downstream import Subscription
+from fanout.relay.core.planner import Region, Velocity, as_region
+from fanout.relay.core.sends import Send
+from fanout.relay.core.transforms import InvalidTransform, Shape, resolve
+from fanout.relay.core.upstream import Primitive, release_spare
+from fanout.relay.data.batchcut import batchable, cut_boxes
+from fanout.relay.data.buffers import Array, Keys, Mask, Table
+from fanout.relay.data.intake import DatasetState
+from fanout.relay.data.pushes import Body, Held, cut
 from fanout.relay.kinds.base import PRUNE_WINDOW, Accepted, Cut, Parts
-from fanout.relay.planner import Region, Velocity, as_region
-from fanout.relay.pushes import Body, Held, cut
-from fanout.relay.sends import Send
-from fanout.relay.state import Array, Keys, Mask, Table
-from fanout.relay.transforms import InvalidTransform, Shape, resolve
-from fanout.relay.upstream import Primitive, release_spare
 from fanout.views import View, covers
 from fanout.views.entity import Entity
 from fanout.views.members import members
@@ -89,7 +89,7 @@ class RegionKind:
 
     def acquire(self, view: View, moving: Velocity | None, subscribing: bool) -> list[Primitive]:
         """Plan and add the primitives the view needs; a relative view follows its entity
-        (``relay.relative`` rules 1 and 3; its entity primitive only when ``subscribing``:
+        (``relay.core.relative`` rules 1 and 3; its entity primitive only when ``subscribing``:
         one the publisher refused is not asked for again)."""
         if isinstance(view, Relative):
             return self._follow(view, entity=subscribing)
@@ -142,7 +142,7 @@ class RegionKind:
     # -- pushing ----------------------------------------------------------------------
 
     def batched(self, subscription: Subscription, located: Hashable) -> bool:
-        """Box views are cut together (``relay.batchcut``)."""
+        """Box views are cut together (``relay.data.batchcut``)."""
         return isinstance(located, Box) and batchable(located, subscription.shape)
 
     def cut(self, subscription: Subscription, located: Hashable) -> Cut | None:
@@ -234,7 +234,7 @@ class RegionKind:
         return max(ready, default=seq)
 
     def step(self, subscription: Subscription, change: ChangeSet, held: Keys, steps: Steps) -> Step:
-        """The rows of the change inside the region (``relay.changesets.step``)."""
+        """The rows of the change inside the region (``relay.core.changesets.step``)."""
         view = as_region(subscription.view)
         return shared_step(steps, change, view, subscription.shape, held, info=self.state.info)
 

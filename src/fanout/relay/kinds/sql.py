@@ -1,11 +1,11 @@
 """SQL datasets (index ``sql``): rows of a table, views that are SELECT queries.
 
 A view is a query over the relay's tables, run by the query engine the shell passed in
-(``relay.engine``; DuckDB in ``relay.tables``), once per state of the tables it reads whoever
-subscribed to it. A join reads several datasets, so its needs are one primitive per table: the
-boxes its WHERE clause bounds each table's rows to (``views.sql.Sql.primitives``), acquired with
+(``relay.data.engine``; DuckDB in ``relay.data.tables``), once per state of the tables it reads
+whoever subscribed to it. A join reads several datasets, so its needs are one primitive per table:
+the boxes its WHERE clause bounds each table's rows to (``views.sql.Sql.primitives``), acquired with
 every column (the publisher sends whole rows anyway). Its push is a delta of the query's result
-against what the subscriber holds (``relay.rows``: keys and row digests). Its query time counts
+against what the subscriber holds (``relay.data.rows``: keys and row digests). Its query time counts
 against its connection's SQL share (``metered``).
 """
 
@@ -17,17 +17,17 @@ from collections.abc import Hashable, Sequence
 import numpy as np
 
 from fanout.errors import InvalidView, ProtocolError
-from fanout.relay.changesets import ChangeSet, Step, Steps, rows_step
-from fanout.relay.downstream import Subscription
-from fanout.relay.engine import Query, QueryEngine, Result
+from fanout.relay.core.changesets import ChangeSet, Step, Steps, rows_step
+from fanout.relay.core.downstream import Subscription
+from fanout.relay.core.sends import Send
+from fanout.relay.core.transforms import InvalidTransform, Shape
+from fanout.relay.data.buffers import Array, Keys, Table
+from fanout.relay.data.engine import Query, QueryEngine, Result
+from fanout.relay.data.nulls import is_companion
+from fanout.relay.data.pushes import Body
+from fanout.relay.data.rows import HeldRows, cut_rows
 from fanout.relay.kinds.base import Accepted, Cut, Parts
 from fanout.relay.kinds.keyed import KeyedKind
-from fanout.relay.nulls import is_companion
-from fanout.relay.pushes import Body
-from fanout.relay.rows import HeldRows, cut_rows
-from fanout.relay.sends import Send
-from fanout.relay.state import Array, Keys, Table
-from fanout.relay.transforms import InvalidTransform, Shape
 from fanout.views import View
 from fanout.views.sql import Sql, SqlBox
 from fanout.wire.messages import DatasetInfo, Subscribe
@@ -211,7 +211,7 @@ class SqlKind(KeyedKind):
         return found[0]
 
     def step(self, subscription: Subscription, change: ChangeSet, held: Keys, steps: Steps) -> Step:
-        """The query run on the change's rows alone (``relay.changesets.rows_step``)."""
+        """The query run on the change's rows alone (``relay.core.changesets.rows_step``)."""
         view, shape = subscription.view, subscription.shape
         query = self._prepare(view)
 

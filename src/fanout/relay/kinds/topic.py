@@ -14,9 +14,9 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from fanout.errors import InvalidView
+from fanout.relay.data.buffers import Positions, Table
 from fanout.relay.kinds.base import Parts
 from fanout.relay.kinds.keyed import SelectingKind
-from fanout.relay.state import Positions, Table
 from fanout.views import View
 from fanout.views.anyof import AnyOf
 from fanout.views.topic import TopicFilter

@@ -119,7 +119,7 @@ class Intersection(ViewBase, tag="meet", frozen=True):
     """The points inside every one of two or more regions (boxes, spheres, sectors, unions).
 
     What a subscriber under access rules is served when its view is not inside them
-    (``relay.rules``): its view intersected with the union of its rules. Nested intersections
+    (``relay.core.rules``): its view intersected with the union of its rules. Nested intersections
     are flattened. Its bounds are the intersection of its parts' bounds; for coverage it is
     taken as that box (``views.region.cover``), which holds it.
 

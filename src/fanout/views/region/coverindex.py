@@ -1,7 +1,7 @@
 """The index a relay keeps over the region primitives it holds upstream.
 
 Founding document [78]: the relay asks, for every new subscription, whether the subscriptions in
-its subscriber data store (``relay.upstream``) collectively cover it. With thousands of held
+its subscriber data store (``relay.core.upstream``) collectively cover it. With thousands of held
 primitives that question must not look at each of them in Python: :class:`CoverIndex` keeps
 their bounding boxes in column arrays, so finding the few that can matter for a view is one
 vectorised comparison per axis, and adding or removing a primitive is O(1).

@@ -1,0 +1,172 @@
+"""Subscribing to relays that share a map of responsibility: redirects followed.
+
+A relay in a cluster (``fanout relay --registry``) answers a new subscription another relay is
+responsible for with a redirect naming that relay's URL (docs/cluster.md).
+:class:`ClusterSubscriber` subscribes at the relay it was given and follows redirects, holding
+one connection per relay it was sent to, so views of one place meet at one relay whichever
+relay a load balancer gave the subscriber::
+
+    async with connect_cluster("ws://any-relay:7701") as cluster:
+        view = await cluster.subscribe(Box((0, 0), (100, 100)))
+
+Rules:
+
+1. At most ``max_hops`` redirects are followed for one subscription; past them (relays that
+   disagree about the members for a moment) the last relay is asked to ``stay``.
+2. A relay the subscriber is sent to but cannot reach or that refuses the connection (it died and
+   the map does not know yet, or it is full) is not waited for: the relay that redirected is
+   asked to ``stay``.
+3. A connection that fails is forgotten, so the next subscription there connects afresh; its
+   views end with the connection's error (resume ``every`` views with ``resume=``). There is
+   one connection per relay: subscriptions asking for a relay's at once share the one opened.
+4. **A held view whose part moved** (a relay split or merged on load) is ended by its relay
+   with a redirect; it is followed for that view, which stays the same object: an ``every``
+   view resumes at the new relay with its token (nothing lost or duplicated, its iteration
+   goes on), a ``latest`` view subscribes again and its next push is a full, consistent view.
+   The new relay is asked to ``stay``: it may not have read the map since the part was handed
+   to it. If it cannot be reached or refuses the view, the view ends with that error (code
+   ``moved`` when it could not be reached).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator
+from typing import Any
+
+from fanout.client.subscriber import LiveView, Subscriber, SubscriptionError, connect
+from fanout.views import View
+from fanout.wire.handshake import HandshakeRefused
+
+#: Redirects followed for one subscription before a relay is asked to stay.
+MAX_HOPS = 3
+
+
+class ClusterSubscriber:
+    """Connections to the relays of one cluster, opened as redirects lead to them."""
+
+    def __init__(self, entry: str, stack: contextlib.AsyncExitStack, **options: Any) -> None:
+        """Subscriptions start at ``entry``; ``options`` go to every ``connect``."""
+        self.entry = entry
+        self._stack = stack
+        self._options = options
+        self._connections: dict[str, Subscriber] = {}
+        # One connection opened at a time per URL; the attempts ended and the last one's error.
+        self._opening: dict[str, asyncio.Lock] = {}
+        self._attempts: dict[str, int] = {}
+        self._failed: dict[str, OSError | HandshakeRefused] = {}
+        #: Redirects followed so far, all subscriptions together.
+        self.redirects = 0
+        #: Held views moved to another relay so far (rule 4), and the tasks moving them now.
+        self.moves = 0
+        self._moving: set[asyncio.Task[None]] = set()
+
+    async def connection(self, url: str) -> Subscriber:
+        """The open connection to ``url``, opened now if there is none (rule 3).
+
+        Raises:
+            OSError, HandshakeRefused: the relay cannot be reached or refused the connection.
+        """
+        attempts = self._attempts.get(url, 0)
+        async with self._opening.setdefault(url, asyncio.Lock()):
+            # Views moving together (a split) ask at once: the first opens the connection and
+            # the rest share it, or share its failure rather than each trying (and waiting) again.
+            held = self._connections.get(url)
+            if held is not None and held.failure is None:
+                return held
+            if self._attempts.get(url, 0) > attempts:  # one ended while this one waited
+                raise self._failed[url]
+            try:
+                subscriber = await self._stack.enter_async_context(connect(url, **self._options))
+            except (OSError, HandshakeRefused) as error:
+                self._failed[url] = error
+                raise
+            finally:
+                self._attempts[url] = self._attempts.get(url, 0) + 1
+            subscriber.on_moved = self._moved
+            self._connections[url] = subscriber
+            return subscriber
+
+    async def subscribe(
+        self, view: View, dataset: str = "agents", *, max_hops: int = MAX_HOPS, **options: Any
+    ) -> LiveView:
+        """Hold ``view`` at the relay responsible for it (``Subscriber.subscribe``'s options).
+
+        Raises:
+            SubscriptionError: a relay refused it for another reason than a redirect.
+            OSError, HandshakeRefused: the entry relay cannot be reached.
+        """
+        url, previous = self.entry, None
+        for hop in range(max_hops + 1):
+            try:
+                subscriber = await self.connection(url)
+            except (OSError, HandshakeRefused):
+                if previous is None:
+                    raise
+                url, previous = previous, None  # rule 2: the relay that sent us here serves it
+                return await (await self.connection(url)).subscribe(
+                    view, dataset, stay=True, **options
+                )
+            try:
+                return await subscriber.subscribe(view, dataset, stay=hop == max_hops, **options)
+            except SubscriptionError as error:
+                if error.code != "redirect" or error.location is None:
+                    raise
+                self.redirects += 1
+                url, previous = error.location, url
+        raise AssertionError("unreachable: the last hop stays")  # pragma: no cover
+
+    def _moved(self, view: LiveView, location: str) -> None:
+        """A relay ended held ``view`` with a redirect: follow it (rule 4)."""
+        task = asyncio.get_running_loop().create_task(self._move(view, location))
+        self._moving.add(task)
+        task.add_done_callback(self._moving.discard)
+
+    async def _move(self, view: LiveView, location: str) -> None:
+        every = view.mode == "every"
+        options: dict[str, Any] = {
+            "rate": view.rate,
+            "priority": view.priority,
+            "transform": view.transform,
+            "mode": view.mode,
+            "resume": view if every else None,
+            "into": view,
+        }
+        try:
+            subscriber = await self.connection(location)
+            # Asked to stay: the relay the part moved to may not have read the map since it
+            # was handed the part (it reads it every beat), and would send the view back.
+            await subscriber.subscribe(view.view, view.dataset, stay=True, **options)
+        except SubscriptionError as error:
+            view._end(error)
+            return
+        except (OSError, HandshakeRefused) as error:
+            message = f"its part moved to the relay at {location}, which failed: {error}"
+            view._end(SubscriptionError("moved", message))
+            return
+        self.moves += 1
+
+    async def settled(self) -> None:
+        """Return once no held view is moving (rule 4)."""
+        while self._moving:
+            await asyncio.gather(*self._moving, return_exceptions=True)
+
+    def relay_of(self, view: LiveView) -> str:
+        """The URL of the relay serving ``view``.
+
+        Raises:
+            KeyError: ``view`` is not one of this cluster subscriber's.
+        """
+        for url, subscriber in self._connections.items():
+            if any(held is view for held in subscriber.views):
+                return url
+        raise KeyError("not a view of this cluster subscriber")
+
+
+@contextlib.asynccontextmanager
+async def connect_cluster(entry: str, **options: Any) -> AsyncIterator[ClusterSubscriber]:
+    """A :class:`ClusterSubscriber` entering at relay ``entry``; every connection it opened is
+    closed when the block ends. ``options``: ``connect``'s (name, token, ssl, ...)."""
+    async with contextlib.AsyncExitStack() as stack:
+        yield ClusterSubscriber(entry, stack, **options)

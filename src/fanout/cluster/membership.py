@@ -1,0 +1,109 @@
+"""A relay's membership of a map of responsibility, wired to its core: the registry (leases in
+Redis Cluster), split and merge on load (``splitting``) and, by policy, redirects or forwarding
+(``sharing``). ``relay.shell.server`` holds one when started with ``--registry``.
+
+Rules:
+
+1. **Joined before ready.** The relay joins the map (its first beat) before it reports ready, so
+   a subscriber it accepts is never served by a relay the others do not know; the balancer
+   starts once the relay is in the map.
+2. **Moved parts take their subscriptions** (redirect policy): when a part leaves this relay —
+   a split or a merge hands it over, or a relay joins that is now responsible for it — each held
+   subscription of it ends with a redirect to the part's new relay, where its subscriber resumes
+   (``redirects`` rule 1); the primitives it leaves are released as any ended subscription's
+   are. Under the forward policy the connection stays and ``sharing`` acquires the part anew
+   from its new owner.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable, Iterable
+
+from fanout.cluster.registry import Registry
+from fanout.cluster.registry import connect as registry_client
+from fanout.cluster.responsibility import ResponsibilityMap
+from fanout.cluster.sharing import Publisher, Sharing
+from fanout.cluster.splitting import Balancer, moved_subscriptions
+from fanout.metrics import Sample
+from fanout.relay.config import RelayConfig
+from fanout.relay.core.relaycore import RelayCore, Send
+from fanout.relay.shell.writer import Writer
+from fanout.wire.messages import Unsubscribe
+
+
+class Membership:
+    """The registry, the balancer (if thresholds are given) and the forward policy's sharing
+    (if that is the policy) of one relay."""
+
+    def __init__(
+        self,
+        config: RelayConfig,
+        core: RelayCore,
+        writer: Writer,
+        publisher: Publisher,
+        *,
+        dispatch: Callable[[Iterable[Send]], None],
+        wake: Callable[[], None],
+    ) -> None:
+        """Args:
+        config: the relay's configuration (``config.registry`` set).
+        core: the relay's core.
+        writer: where whole seqs go (the forward policy's assembled seqs).
+        publisher: the link to the publisher.
+        dispatch: sends what the core answers.
+        wake: wakes the relay's pump (subscriptions ended).
+
+        Raises:
+            ConfigError: the registry's address is not ``redis://HOST:PORT``.
+        """
+        assert config.registry is not None, "a membership needs a registry"
+        self.config, self.core, self._dispatch, self._wake = config, core, dispatch, wake
+        self.registry = Registry(
+            registry_client(config.registry),
+            config.name,
+            lease=config.registry_lease,
+            side=config.registry_side,
+            standby=config.standby,
+        )
+        #: Split and merge on load, if thresholds are given.
+        self.balancer: Balancer | None = None
+        if config.thresholds.on:
+            self.balancer = Balancer(
+                core,
+                self.registry,
+                config.thresholds,
+                command=config.split_command,
+                wait=config.split_wait,
+                forward=config.registry_policy == "forward",
+            )
+        #: The forward policy's routing of primitives to their owners (None: redirects).
+        self.sharing: Sharing | None = None
+        if config.registry_policy == "forward":
+            self.sharing = Sharing(core, self.registry, writer, publisher, dispatch)
+        else:
+            self.registry.watchers.append(self._parts_moved)
+
+    async def join(self, tasks: asyncio.TaskGroup, url: str) -> None:
+        """Join the map as reached at ``url`` and return once in it (rule 1); the registry's
+        beats and the balancer then run in ``tasks``."""
+        self.registry.url = url
+        in_map = asyncio.Event()
+        tasks.create_task(self.registry.run(in_map.set))
+        await in_map.wait()
+        if self.balancer is not None:
+            tasks.create_task(self.balancer.run())
+
+    def samples(self) -> list[Sample]:
+        """The registry's and the balancer's figures for ``GET /metrics``."""
+        balancer = self.balancer.samples() if self.balancer is not None else []
+        return [*self.registry.samples(), *balancer]
+
+    def _parts_moved(self, before: ResponsibilityMap, after: ResponsibilityMap) -> None:
+        """Rule 2, the redirect policy's half."""
+        for client, redirect in moved_subscriptions(self.core, before, after, self.config.name):
+            assert redirect.ref is not None, "a moved subscription's redirect names it"
+            # The core's Unsubscribed is not sent: the redirect is what ends it for the client.
+            self.core.on_unsubscribe(client, Unsubscribe(redirect.ref))
+            self._dispatch([Send(client, redirect)])
+        self._wake()

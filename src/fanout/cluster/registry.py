@@ -1,0 +1,412 @@
+"""The members of the map of responsibility, kept in Redis Cluster with leases: the thin shell
+around ``cluster.responsibility``.
+
+Rules:
+
+1. **One slot.** The members are two keys sharing the hash tag ``{NAMESPACE}``, so they live on
+   one Redis Cluster node and one Lua script reads and writes both atomically: a sorted set of
+   names scored by their lease's deadline and a hash of names to URLs.
+2. **Leases on Redis's clock.** Deadlines are computed inside the script from the node's
+   ``TIME``, so relays on hosts whose clocks disagree still agree on who is alive.
+3. **A beat.** Every ``lease / 3`` seconds a member renews its lease, removes the members whose
+   lease ran out, and reads the live ones, in one round trip (``BEAT``). A relay killed leaves
+   the map within a lease (plus a beat of whoever reads it next); a relay that stalled past its
+   lease and was removed is put back by its next beat; a relay restarted under the same name
+   joins again at once (its URL is overwritten).
+4. **Told when it changes.** When the live members read differ from the last ones,
+   ``on_change(before, after)`` is called with both maps.
+5. **Leaving.** A relay stopped cleanly (SIGTERM or SIGINT to ``fanout relay``) removes itself
+   at once, from the standbys too, so its parts move without waiting for its lease; a beat drops
+   any standby that is no longer a member.
+6. **Redis away.** A beat that fails is logged and retried at the next; the relay keeps its last
+   map meanwhile (and the others drop it once its lease runs out). No call waits on Redis for
+   ever: every socket read and connect times out after ``REDIS_TIMEOUT`` seconds (a timeout is
+   a failed beat), and leaving gives up after as long (its lease will run out); an asyncio
+   Redis client whose command was cancelled mid-reply can otherwise hang the next one.
+7. **Standbys and assignments** (``responsibility`` rule 4) live beside the members under the
+   same hash tag: a set of standby names, and a hash of part -> member and giver (joined by a
+   newline). The beat reads them with the members, and sweeps the assignments of the members
+   whose lease ran out, so their parts return to their rendezvous owners for good. A split
+   writes its assignments with one script (``ASSIGN``) that checks, atomically, that both
+   relays are live, that the members owning by rendezvous are those the giver chose by, and
+   that no part is assigned to anyone but the giver: two relays can never hand over one part
+   at once. A merge deletes the assignments the relay holds (``UNASSIGN``).
+8. **One beat at a time.** Beats (the lease's, a split's, a merge's, a fresh read's) run one
+   after another, so a reply read late never puts an older map over a newer one. A relay about
+   to redirect an HTTP stream reads the map afresh first (``confirm``), sharing a read begun
+   after it asked with the others waiting: HTTP clients follow redirects without asking to
+   stay, so two relays whose maps are a beat apart (a part just handed over) would send the
+   stream back and forth.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable
+from typing import Any
+
+from redis.asyncio.cluster import RedisCluster
+from redis.exceptions import RedisError, ResponseError
+
+from fanout import cancelling
+from fanout.cluster.redirects import redirect
+from fanout.cluster.responsibility import DEFAULT_SIDE, Assignment, ResponsibilityMap
+from fanout.cluster.settings import registry_address
+from fanout.errors import FanoutError
+from fanout.metrics import Sample
+from fanout.wire.messages import Error, Subscribe
+
+log = logging.getLogger(__name__)
+
+#: Seconds any call to Redis may take (rule 6).
+REDIS_TIMEOUT = 5.0
+#: The hash tag every key of the map shares (rule 1).
+NAMESPACE = "fanout-map"
+
+#: KEYS: the sorted set of deadlines, the hash of URLs, the set of standbys, the hash of
+#: assignments. ARGV: name, URL, lease in ms (a name of "" only reads), "1" if a standby.
+#: Returns {flat name, URL, ... of the live members; the standbys; flat part, member and
+#: giver, ...}.
+BEAT = """
+local now = redis.call('TIME')
+local ms = tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000)
+local dead = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', ms)
+for _, name in ipairs(dead) do
+  redis.call('ZREM', KEYS[1], name)
+  redis.call('HDEL', KEYS[2], name)
+  redis.call('SREM', KEYS[3], name)
+end
+if ARGV[1] ~= '' then
+  redis.call('ZADD', KEYS[1], ms + tonumber(ARGV[3]), ARGV[1])
+  redis.call('HSET', KEYS[2], ARGV[1], ARGV[2])
+  if ARGV[4] == '1' then
+    redis.call('SADD', KEYS[3], ARGV[1])
+  else
+    redis.call('SREM', KEYS[3], ARGV[1])
+  end
+end
+local live = redis.call('ZRANGE', KEYS[1], 0, -1)
+local out = {}
+for _, name in ipairs(live) do
+  table.insert(out, name)
+  table.insert(out, redis.call('HGET', KEYS[2], name) or '')
+end
+local assigned = {}
+local held = redis.call('HGETALL', KEYS[4])
+for i = 1, #held, 2 do
+  local member = string.match(held[i + 1], '^([^\\n]*)')
+  if redis.call('ZSCORE', KEYS[1], member) then
+    table.insert(assigned, held[i])
+    table.insert(assigned, held[i + 1])
+  else
+    redis.call('HDEL', KEYS[4], held[i])
+  end
+end
+local standby = {}
+for _, name in ipairs(redis.call('SMEMBERS', KEYS[3])) do
+  if redis.call('ZSCORE', KEYS[1], name) then
+    table.insert(standby, name)
+  else
+    redis.call('SREM', KEYS[3], name)
+  end
+end
+return {out, standby, assigned}
+"""
+
+#: KEYS: as ``BEAT``'s. ARGV: giver, target, n, the n members owning by rendezvous as the giver
+#: read them, then the parts. Returns the parts assigned, or an error saying why none was.
+ASSIGN = """
+local now = redis.call('TIME')
+local ms = tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000)
+local function live(name)
+  local deadline = redis.call('ZSCORE', KEYS[1], name)
+  return deadline and tonumber(deadline) > ms
+end
+if not live(ARGV[1]) then return redis.error_reply('the giver ' .. ARGV[1] .. ' is not live') end
+if not live(ARGV[2]) then return redis.error_reply('the relay ' .. ARGV[2] .. ' is not live') end
+local n = tonumber(ARGV[3])
+local owners = 0
+for _, name in ipairs(redis.call('ZRANGEBYSCORE', KEYS[1], '(' .. ms, '+inf')) do
+  if redis.call('SISMEMBER', KEYS[3], name) == 0 then owners = owners + 1 end
+end
+if owners ~= n then return redis.error_reply('the map changed: members joined or left') end
+for i = 4, 3 + n do
+  if not live(ARGV[i]) or redis.call('SISMEMBER', KEYS[3], ARGV[i]) == 1 then
+    return redis.error_reply('the map changed: members joined or left')
+  end
+end
+for i = 4 + n, #ARGV do
+  local held = redis.call('HGET', KEYS[4], ARGV[i])
+  if held and string.match(held, '^([^\\n]*)') ~= ARGV[1] then
+    return redis.error_reply('part ' .. ARGV[i] .. " is not the giver's any more")
+  end
+end
+for i = 4 + n, #ARGV do
+  redis.call('HSET', KEYS[4], ARGV[i], ARGV[2] .. '\\n' .. ARGV[1])
+end
+return #ARGV - 3 - n
+"""
+
+#: KEYS: the hash of assignments. ARGV: the member handing back, then the parts. Returns how
+#: many it held and handed back.
+UNASSIGN = """
+local count = 0
+for i = 2, #ARGV do
+  local held = redis.call('HGET', KEYS[1], ARGV[i])
+  if held and string.match(held, '^([^\\n]*)') == ARGV[1] then
+    redis.call('HDEL', KEYS[1], ARGV[i])
+    count = count + 1
+  end
+end
+return count
+"""
+
+LEAVE = """
+redis.call('ZREM', KEYS[1], ARGV[1])
+redis.call('HDEL', KEYS[2], ARGV[1])
+redis.call('SREM', KEYS[3], ARGV[1])
+return 1
+"""
+
+
+class HandOverRefused(FanoutError):
+    """The registry refused to assign parts (rule 7): the map changed under the giver."""
+
+    code = "unavailable"
+
+
+def connect(address: str) -> RedisCluster:
+    """A client of the Redis Cluster one of whose nodes is ``address``.
+
+    Args:
+        address: ``redis://host:port`` or ``host:port``.
+
+    Raises:
+        ConfigError: the address is not of that form.
+    """
+    host, port = registry_address(address)
+    return RedisCluster(
+        host=host, port=port, socket_timeout=REDIS_TIMEOUT, socket_connect_timeout=REDIS_TIMEOUT
+    )
+
+
+class Registry:
+    """This relay's membership of the map, and the map as last read (rules 3-6)."""
+
+    def __init__(
+        self,
+        redis: RedisCluster,
+        name: str,
+        url: str = "",
+        *,
+        lease: float = 3.0,
+        side: float = DEFAULT_SIDE,
+        on_change: Callable[[ResponsibilityMap, ResponsibilityMap], None] | None = None,
+        standby: bool = False,
+    ) -> None:
+        """A member named ``name``, reached at ``url`` (set it before ``run`` if not known
+        yet), holding a lease of ``lease`` seconds; a ``standby`` owns nothing by rendezvous.
+
+        Raises:
+            ValueError: ``lease`` is not positive, or ``name`` is empty.
+        """
+        if not lease > 0:
+            raise ValueError(f"the registry's lease must be > 0 seconds, not {lease}")
+        if not name:
+            raise ValueError("a relay in a registry needs a name")
+        self.redis, self.name, self.url, self.lease = redis, name, url, lease
+        self.map = ResponsibilityMap({}, side)
+        self.on_change = on_change
+        #: Also told of every change, after ``on_change`` (the relay's moved subscriptions).
+        self.watchers: list[Callable[[ResponsibilityMap, ResponsibilityMap], None]] = []
+        self.standby = standby
+        self.changes = 0
+        self.failed_beats = 0
+        self.redirected = 0
+        self._keys = [
+            f"{{{NAMESPACE}}}:deadlines",
+            f"{{{NAMESPACE}}}:urls",
+            f"{{{NAMESPACE}}}:standby",
+            f"{{{NAMESPACE}}}:assigned",
+        ]
+        #: Rule 8: held by each beat; beats begun so far.
+        self._beating = asyncio.Lock()
+        self._beats_begun = 0
+        self._beat = redis.register_script(BEAT)
+        self._leave = redis.register_script(LEAVE)
+        self._assign = redis.register_script(ASSIGN)
+        self._unassign = redis.register_script(UNASSIGN)
+
+    async def beat(self, join: bool = True) -> ResponsibilityMap:
+        """Renew (``join``) or only read, and take the live members as the map (rules 3, 8).
+
+        Raises:
+            RedisError: Redis could not be reached or refused the script.
+        """
+        async with self._beating:
+            return await self._beat_now(join)
+
+    async def fresh(self) -> ResponsibilityMap:
+        """The map as read by a beat begun after this call (rule 8): one begun before may
+        have been answered before a change the caller was told of; callers waiting together
+        share one read.
+
+        Raises:
+            RedisError: Redis could not be reached or refused the script.
+        """
+        asked = self._beats_begun
+        async with self._beating:
+            if self._beats_begun > asked:  # begun after the call, and over: the lock is ours
+                return self.map
+            return await self._beat_now(join=False)
+
+    async def confirm(self, request: Subscribe) -> None:
+        """If the map as last read would redirect ``request`` (new, not marked ``stay``),
+        read it afresh (rule 8); Redis away, the map as last read stands (rule 6)."""
+        if redirect(self.map, self.name, request, False) is None:
+            return
+        try:
+            await self.fresh()
+        except RedisError as error:
+            log.warning("registry: reading the map before a redirect failed: %s", error)
+
+    async def _beat_now(self, join: bool) -> ResponsibilityMap:
+        self._beats_begun += 1
+        args: list[Any] = (
+            [self.name, self.url, int(self.lease * 1000), "1" if self.standby else "0"]
+            if join
+            else ["", "", 0, "0"]
+        )
+        flat_members, standby, flat_assigned = await self._beat(keys=self._keys, args=args)
+        texts, held = _texts(flat_members), _texts(flat_assigned)
+        members = dict(zip(texts[0::2], texts[1::2], strict=True))
+        assigned = {
+            part: Assignment(*value.split("\n", 1))
+            for part, value in zip(held[0::2], held[1::2], strict=True)
+        }
+        after = ResponsibilityMap(members, self.map.side, frozenset(_texts(standby)), assigned)
+        before, self.map = self.map, after
+        if dict(before.members) != members:
+            log.info("registry: members now %s", ", ".join(sorted(members)) or "none")
+        if (dict(before.members), before.standby, dict(before.assigned)) != (
+            members,
+            after.standby,
+            assigned,
+        ):
+            self.changes += 1
+            if self.on_change is not None:
+                self.on_change(before, after)
+            for watcher in self.watchers:
+                watcher(before, after)
+        return after
+
+    async def assign(self, target: str, parts: list[str]) -> None:
+        """Hand ``parts`` (this relay's) to member ``target`` (rule 7), then read the map.
+
+        Raises:
+            HandOverRefused: a relay is not live, the members changed since this relay's map
+                was read, or a part is assigned to another relay.
+            RedisError: Redis could not be reached.
+        """
+        owners = sorted(name for name in self.map.members if name not in self.map.standby)
+        args: list[str | int] = [self.name, target, len(owners), *owners, *parts]
+        try:
+            await self._assign(keys=self._keys, args=args)
+        except ResponseError as error:
+            raise HandOverRefused(f"handing {len(parts)} parts to {target}: {error}") from None
+        await self.beat()
+
+    async def unassign(self, parts: list[str]) -> int:
+        """Hand back the ``parts`` assigned to this relay (rule 7), then read the map.
+
+        Returns:
+            How many were handed back.
+
+        Raises:
+            RedisError: Redis could not be reached.
+        """
+        count = int(await self._unassign(keys=self._keys[3:], args=[self.name, *parts]))
+        await self.beat()
+        return count
+
+    async def run(self, joined: Callable[[], None] | None = None) -> None:
+        """Join, then keep the lease and follow the map until cancelled; leave on the way out.
+
+        Raises:
+            RedisError: the first join failed (the relay should not start without its map).
+        """
+        try:
+            await self.beat()
+            if joined is not None:
+                joined()
+            while True:
+                cancelling.check()  # a cancel the Redis client swallowed
+                await asyncio.sleep(self.lease / 3)
+                try:
+                    await self.beat()
+                except RedisError as error:  # rule 6: keep the last map, try again
+                    self.failed_beats += 1
+                    log.warning("registry: a beat failed, keeping the last map: %s", error)
+        finally:
+            await self.leave()
+
+    async def leave(self) -> None:
+        """Remove this member at once (rule 5); a failure, or no answer within
+        ``REDIS_TIMEOUT`` seconds (rule 6), is logged (its lease will run out)."""
+        try:
+            async with asyncio.timeout(REDIS_TIMEOUT):
+                await self._leave(keys=self._keys, args=[self.name])
+        except (RedisError, TimeoutError) as error:
+            log.warning("registry: leaving failed, the lease will run out: %r", error)
+        finally:
+            try:
+                async with asyncio.timeout(REDIS_TIMEOUT):
+                    await self.redis.aclose()
+            except TimeoutError:
+                log.warning("registry: closing the Redis client took over %g s", REDIS_TIMEOUT)
+
+    # -- what the relay asks ------------------------------------------------------------------
+
+    def redirect(self, request: Subscribe, held: bool) -> Error | None:
+        """The redirect answering ``request`` here, or None to serve it (``redirects``)."""
+        answer = redirect(self.map, self.name, request, held)
+        if answer is not None:
+            self.redirected += 1
+        return answer
+
+    def samples(self) -> list[Sample]:
+        """The registry's figures for ``GET /metrics``."""
+        return [
+            Sample(
+                "relay_registry_members", "gauge", "Live relays in the map.", len(self.map.members)
+            ),
+            Sample(
+                "relay_registry_changes",
+                "counter",
+                "Times the map's members were read changed.",
+                self.changes,
+            ),
+            Sample(
+                "relay_registry_failed_beats",
+                "counter",
+                "Lease renewals that failed (Redis away).",
+                self.failed_beats,
+            ),
+            Sample(
+                "relay_registry_assigned",
+                "gauge",
+                "Parts splits assigned in the map as this relay last read it (all relays').",
+                len(self.map.assigned),
+            ),
+            Sample(
+                "relay_redirected",
+                "counter",
+                "New subscriptions answered with a redirect to the responsible relay.",
+                self.redirected,
+            ),
+        ]
+
+
+def _texts(items: list[Any]) -> list[str]:
+    return [item.decode() if isinstance(item, bytes) else str(item) for item in items]

@@ -1,0 +1,230 @@
+"""The shared map of responsibility: which live relay is responsible for which part of each
+dataset (CA 3197003 [0116]: each intermediary process is responsible for part of the data and of
+the subscribers; [0111], Fig. 9: a request landing at another is sent on to it).
+
+Pure: no I/O, no clock. ``cluster.registry`` keeps the members in Redis Cluster and hands
+this module the live ones.
+
+Rules:
+
+1. **Parts.** A subscription belongs to one part of its dataset (:func:`part_of`). A region view
+   (a space dataset) belongs to the cell of a fixed grid of side ``side`` (world units) holding
+   the centre of its bounding box: views of one place meet at one relay, whose copy of the place
+   they then share. A view relative to an entity belongs to a hash bucket of the entity's key (it
+   moves with the entity). A topic filter belongs to its **subtree**: the literal levels it
+   starts with, at most ``TOPIC_DEPTH`` of them (``plant/+/temp`` and ``plant/#`` to
+   ``plant``, ``plant/3/temp`` and ``plant/3/+`` to ``plant/3``), so filters over one subtree,
+   which select overlapping topics, meet at one relay; a shared subscription's ``$share/group/``
+   is not part of it. An object path belongs to its **directory** (``/pps/media/.all`` and
+   ``/pps/media/song`` to ``/pps/media``). Any other view (SQL, a topic filter starting with a
+   wildcard) belongs to a hash bucket of its text, one of ``BUCKETS``: identical views meet at
+   one relay.
+2. **Owners.** A part's owner is the live member of highest rendezvous weight, a hash of the part
+   and the member's name (highest-random-weight hashing): every relay reading the same members
+   names the same owner, with no coordination, and a member joining or leaving moves only the
+   parts it wins or held, about 1/n of them.
+3. **Names, not addresses.** Owners are chosen by name, so a relay restarted under the same name
+   on another port gets its parts back; its URL is where subscribers are sent.
+4. **Standbys and assignments** (split and merge on load, ``cluster.balance``). A
+   *standby* member owns nothing by rendezvous (unless every live member is one). A part
+   *assigned* to a live member, by the relay that owned it when it split, belongs to that
+   member whatever rendezvous says; an assignment to a member whose lease ran out counts for
+   nothing, and the part falls back to its rendezvous owner.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import itertools
+import math
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+
+from fanout.errors import FanoutError
+from fanout.views import Box, Relative, Sector, Sphere, View, to_text
+from fanout.views.objects import ObjectPath
+from fanout.views.region import RegionUnion
+from fanout.views.topic import TopicFilter
+
+#: Side of the grid of cells space datasets are split into, in world units.
+DEFAULT_SIDE = 256.0
+#: Hash buckets the views of other datasets are split into.
+BUCKETS = 256
+#: Literal levels of a topic filter that name its part (rule 1): deep enough that one busy
+#: first level (``sensors/...``) is still several parts a split can hand over one by one.
+TOPIC_DEPTH = 2
+
+
+class NoLiveRelay(FanoutError):
+    """The map has no member: nobody is responsible for anything."""
+
+    code = "unavailable"
+
+
+def part_of(dataset: str, view: View, side: float = DEFAULT_SIDE) -> str:
+    """The part of ``dataset`` a subscription to ``view`` belongs to (rule 1).
+
+    Args:
+        dataset: the dataset's name.
+        view: the subscription's view.
+        side: the grid's side for region views, > 0.
+
+    Returns:
+        ``"<dataset>/cell:i,j[,k]"`` for a region view, ``"<dataset>/topic:<levels>"`` for a
+        topic filter starting with a literal level, ``"<dataset>/dir:<directory>"`` for an
+        object path, ``"<dataset>/bucket:n"`` otherwise.
+
+    Raises:
+        ValueError: ``side`` is not a positive finite number.
+    """
+    if not (math.isfinite(side) and side > 0):
+        raise ValueError(f"the grid's side {side!r} must be a positive number of world units")
+    if isinstance(view, Relative):
+        return f"{dataset}/bucket:{_bucket(f'entity:{view.entity!r}')}"
+    if isinstance(view, Box | Sphere | Sector | RegionUnion):
+        bounds = view.bounds()
+        cell = ",".join(
+            _cell((lo + hi) / 2 / side) for lo, hi in zip(bounds.lo, bounds.hi, strict=True)
+        )
+        return f"{dataset}/cell:{cell}"
+    if isinstance(view, TopicFilter) and (subtree := _subtree(view.topic_filter)) is not None:
+        return f"{dataset}/topic:{subtree}"
+    if isinstance(view, ObjectPath):
+        return f"{dataset}/dir:{view.directory}"
+    return f"{dataset}/bucket:{_bucket(f'view:{to_text(view)}')}"
+
+
+def _subtree(topic_filter: str) -> str | None:
+    """The literal levels ``topic_filter`` starts with, at most ``TOPIC_DEPTH`` (None: it
+    starts with a wildcard, and spans every subtree)."""
+    literal = list(
+        itertools.takewhile(lambda level: level not in ("+", "#"), topic_filter.split("/"))
+    )
+    return "/".join(literal[:TOPIC_DEPTH]) if literal else None
+
+
+def _cell(scaled: float) -> str:
+    # A view centred beyond the floats' range (a box of -1e308..1e308 has centre 0, but one of
+    # 1e308..inf has none) still belongs to one cell.
+    return str(math.floor(scaled)) if math.isfinite(scaled) else "inf"
+
+
+def _bucket(text: str) -> int:
+    digest = hashlib.blake2b(text.encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "big") % BUCKETS
+
+
+def weight(part: str, member: str) -> int:
+    """The rendezvous weight of ``member`` for ``part`` (rule 2): 64 bits of a hash of both."""
+    digest = hashlib.blake2b(f"{part}\x00{member}".encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "big")
+
+
+@dataclass(frozen=True)
+class Member:
+    """A live relay of the map: its name and the URL subscribers reach it at."""
+
+    name: str
+    url: str
+
+
+@dataclass(frozen=True)
+class Assignment:
+    """A part handed over by a split (rule 4): ``member`` holds it, ``giver`` handed it."""
+
+    member: str
+    giver: str
+
+
+@dataclass(frozen=True)
+class ResponsibilityMap:
+    """The live members and who owns each part.
+
+    Attributes:
+        members: name -> URL of every live relay.
+        side: the grid's side for space datasets (the same on every relay of a cluster).
+        standby: the members that own nothing by rendezvous (rule 4).
+        assigned: part -> the assignment a split made of it (rule 4).
+    """
+
+    members: Mapping[str, str] = field(default_factory=dict)
+    side: float = DEFAULT_SIDE
+    standby: frozenset[str] = frozenset()
+    assigned: Mapping[str, Assignment] = field(default_factory=dict)
+
+    def owner(self, part: str) -> Member:
+        """The member responsible for ``part`` (rules 2 and 4).
+
+        Raises:
+            NoLiveRelay: the map has no member.
+        """
+        assignment = self.assigned.get(part)
+        if assignment is not None and assignment.member in self.members:
+            return Member(assignment.member, self.members[assignment.member])
+        return self.rendezvous_owner(part)
+
+    def rendezvous_owner(self, part: str) -> Member:
+        """The member rendezvous hashing makes responsible for ``part``, assignments aside
+        (rule 2; standbys only if every member is one).
+
+        Raises:
+            NoLiveRelay: the map has no member.
+        """
+        if not self.members:
+            raise NoLiveRelay("no relay is in the map of responsibility")
+        owners = [member for member in self.members if member not in self.standby]
+        # Ties (equal 64-bit weights) fall to the greater name, so every relay agrees.
+        name = max(owners or self.members, key=lambda member: (weight(part, member), member))
+        return Member(name, self.members[name])
+
+    def received(self, member: str) -> list[str]:
+        """The parts assigned to ``member`` while it is live, in order."""
+        if member not in self.members:
+            return []
+        return sorted(part for part, held in self.assigned.items() if held.member == member)
+
+    def idle_standbys(self, but: str = "") -> list[str]:
+        """The live standbys holding no assignment (apart from ``but``), in name order: where
+        a split may hand parts."""
+        busy = {held.member for held in self.assigned.values()}
+        return sorted(
+            name for name in self.standby if name in self.members and name not in busy | {but}
+        )
+
+    def owner_of(self, dataset: str, view: View) -> Member:
+        """The member responsible for a subscription to ``view`` of ``dataset``.
+
+        Raises:
+            NoLiveRelay: the map has no member.
+        """
+        return self.owner(part_of(dataset, view, self.side))
+
+    def with_members(self, members: Mapping[str, str]) -> ResponsibilityMap:
+        """The same map over other members (standbys and assignments kept)."""
+        return ResponsibilityMap(dict(members), self.side, self.standby, self.assigned)
+
+
+def taken_from(before: ResponsibilityMap, after: ResponsibilityMap, me: str, part: str) -> bool:
+    """Whether ``part`` left relay ``me`` when the map changed from ``before`` to ``after``:
+    ``me`` owned it, and another member owns it now — a split or a merge assigned it elsewhere
+    (rule 4), or a member joined that wins it (rule 2). A member leaving takes no part from the
+    others. No part leaves a relay that reads a map without itself (its lease lapsed while it
+    was alive: it registers again at its next beat, and keeps what it holds meanwhile).
+    """
+    if not before.members or me not in after.members:
+        return False
+    return before.owner(part).name == me and after.owner(part).name != me
+
+
+def moved(before: ResponsibilityMap, after: ResponsibilityMap, parts: Iterable[str]) -> list[str]:
+    """Which of ``parts`` change owner from ``before`` to ``after`` (by name), in order.
+
+    A part that has no owner on one side (an empty map) counts as moved.
+    """
+    changed = []
+    for part in parts:
+        old = before.owner(part).name if before.members else None
+        new = after.owner(part).name if after.members else None
+        if old != new:
+            changed.append(part)
+    return changed

@@ -1,0 +1,214 @@
+"""The forward policy's asyncio side: a relay of a map with several upstreams, the publisher and
+the relays responsible for the parts it forwards (``cluster.upstreams`` decides).
+
+Frames the core sends upstream are routed (``send``); a link to another relay (``peerlink``) is
+opened the first time a frame is routed to it, and owned by ``run``'s task group. Every batch,
+the publisher's and the other relays', goes through the assembly; whole seqs go to the writer in
+order. A relay that cannot be reached, or whose link is lost, is not asked again for
+``RETRY_AFTER`` seconds: its parts are acquired from the publisher meanwhile.
+
+When the map changes, the primitives held at a relay no longer responsible for their part are
+acquired anew, routed by the new map (their datasets resynced): relays that disagreed about the
+members for a beat, and forwarded a part to each other, stop doing so once they agree. So are the
+primitives this relay acquired from the publisher for a part a split or a merge took from it
+(``cluster.balance``): the subscribers' connections stay, and the part comes from its new
+owner (if that relay's name sorts after this one's, ``upstreams`` rule 1; else from the
+publisher, as before).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable, Iterable
+from pathlib import Path
+from typing import Protocol
+
+from fanout.cluster.peerlink import PeerLink
+from fanout.cluster.registry import Registry
+from fanout.cluster.responsibility import ResponsibilityMap, part_of, taken_from
+from fanout.cluster.upstreams import PUBLISHER, Taken, Upstreams
+from fanout.relay.core.relaycore import UPSTREAM, RelayCore, Send
+from fanout.relay.shell.writer import Writer
+from fanout.wire import codec
+from fanout.wire.messages import Batch, Catalog, Error
+
+log = logging.getLogger(__name__)
+
+
+class Publisher(Protocol):
+    """What sharing needs of the link to the publisher
+    (``relay.shell.upstreamlink.UpstreamLink``)."""
+
+    tls_ca: Path | None
+
+    @property
+    def token(self) -> str:
+        """The relay's token as it is now (it may be renewed while the relay runs)."""
+        ...
+
+    def send(self, data: bytes) -> None: ...
+
+    def wake(self) -> None: ...
+
+
+#: Seconds a relay that could not be reached is not asked again.
+RETRY_AFTER = 5.0
+
+
+class Sharing:
+    """The upstreams of a relay with the forward policy."""
+
+    def __init__(
+        self,
+        core: RelayCore,
+        registry: Registry,
+        writer: Writer,
+        publisher: Publisher,
+        dispatch: Callable[[Iterable[Send]], None],
+    ) -> None:
+        """Args:
+        core: the relay's core (resynced when part of a stream is lost).
+        registry: the map.
+        writer: where whole seqs go.
+        publisher: the link to the publisher (``relay.shell.upstreamlink``).
+        dispatch: sends the core's frames.
+        """
+        self._core, self._registry, self._writer = core, registry, writer
+        self._to_publisher, self._dispatch = publisher.send, dispatch
+        self._wake = publisher.wake
+        self._publisher, self._tls_ca = publisher, publisher.tls_ca
+        self.upstreams = Upstreams(registry.name)
+        self._links: dict[str, PeerLink] = {}
+        self._failed: dict[str, float] = {}
+        self._group: asyncio.TaskGroup | None = None
+        registry.on_change = self._map_changed
+
+    async def run(self) -> None:
+        """Own the links to other relays until cancelled."""
+        async with asyncio.TaskGroup() as group:
+            self._group = group
+            await asyncio.Event().wait()
+
+    # -- frames going up -------------------------------------------------------------------
+
+    def dispatch_below(self, sends: Iterable[Send]) -> None:
+        """Dispatch what a relay below's frame made the core send: what it acquires for the
+        relay below, from the publisher (``upstreams`` rule 1)."""
+        for send in sends:
+            if send.to == UPSTREAM:
+                self.send(send, below=True)
+            else:
+                self._dispatch((send,))
+
+    def send(self, send: Send, *, below: bool = False) -> None:
+        """Route a frame of the core's to its upstream (``below``: sent for a relay below)."""
+        frame = send.message()
+        upstream = self.upstreams.route(frame, self._registry.map, self._reachable, below=below)
+        if upstream is None:
+            return
+        data = codec.encode(frame)
+        if upstream == PUBLISHER:
+            self._to_publisher(data)
+        else:
+            self._link(upstream).send(data)
+
+    def _reachable(self, name: str) -> bool:
+        failed = self._failed.get(name)
+        return failed is None or time.monotonic() - failed > RETRY_AFTER
+
+    def _link(self, name: str) -> PeerLink:
+        link = self._links.get(name)
+        if link is None:
+            url = self._registry.map.members[name]
+            link = PeerLink(
+                name,
+                url,
+                me=self._registry.name,
+                token=self._publisher.token,
+                tls_ca=self._tls_ca,
+                on_batch=self.on_piece,
+                on_error=self._refused,
+            )
+            self._links[name] = link
+            assert self._group is not None, "the relay runs Sharing.run before it sends"
+            self._group.create_task(self._follow(link))
+        return link
+
+    async def _follow(self, link: PeerLink) -> None:
+        await link.run()
+        self._links.pop(link.name, None)
+        self._failed[link.name] = time.monotonic()
+        await self._apply(self.upstreams.lost(link.name))
+
+    def _refused(self, name: str, error: Error) -> None:
+        """The other relay refused something (a primitive it cannot serve): given up, its
+        parts go to the publisher."""
+        log.warning(
+            "relay %s refused %s: %s; not asking it again for a while",
+            name,
+            error.ref,
+            error.message,
+        )
+        link = self._links.get(name)
+        if link is not None:
+            link.close()
+
+    # -- pieces coming down ----------------------------------------------------------------
+
+    def on_catalog(self, catalog: Catalog) -> None:
+        """The publisher's catalog came."""
+        self.upstreams.on_catalog(catalog)
+
+    async def on_piece(self, upstream: str, batch: Batch) -> None:
+        """A batch from ``upstream`` (``PUBLISHER`` or a relay's name)."""
+        await self._apply(self.upstreams.on_batch(upstream, batch))
+
+    async def _apply(self, taken: Taken) -> None:
+        for upstream, frame in taken.sends:
+            data = codec.encode(frame)
+            if upstream == PUBLISHER:
+                self._to_publisher(data)
+            elif (link := self._links.get(upstream)) is not None:
+                link.send(data)
+        for dataset in taken.resync:
+            self._dispatch(self._core.resync(dataset))
+            self._wake()
+        for batch in taken.batches:
+            self._writer.put(batch)
+            await self._writer.room(1)
+
+    def publisher_lost(self) -> None:
+        """The publisher is lost: the core acquires everything anew once it is back, so the
+        links to other relays are dropped with what they held."""
+        self.upstreams.reset()
+        for link in list(self._links.values()):
+            link.close()
+
+    # -- the map changing ------------------------------------------------------------------
+
+    def _map_changed(self, before: ResponsibilityMap, after: ResponsibilityMap) -> None:
+        datasets = set()
+        me = self._registry.name
+        for held in self.upstreams.held.values():
+            if held.upstream == PUBLISHER:
+                # The part went to another relay (a split, a merge, a relay joining): taken
+                # from its new owner.
+                part = part_of(held.dataset, held.view, after.side)
+                if taken_from(before, after, me, part):
+                    datasets.add(held.dataset)
+                continue
+            if held.upstream not in self._links:
+                continue
+            if not after.members or after.owner_of(held.dataset, held.view).name != held.upstream:
+                datasets.add(held.dataset)
+        for dataset in sorted(datasets):
+            log.info("the map changed: %s acquired anew, routed by the new map", dataset)
+            self._dispatch(self._core.resync(dataset))
+        if datasets:
+            self._wake()
+
+    def stats(self) -> dict[str, int]:
+        """Counts for ``GET /metrics``."""
+        return {**self.upstreams.stats(), "peer_links": len(self._links)}

@@ -1,0 +1,236 @@
+"""The forward policy, sans I/O: a relay acquires each part from the relay responsible for it,
+and assembles every seq from the pieces its upstreams send (CA 3197003 [0111], [0116], Fig. 9).
+
+A relay of a map with the forward policy serves every subscription it is given; the
+subscriber's connection stays where it is. What the relay's core asks upstream is routed here:
+
+1. **Acquire.** A primitive whose part (``responsibility.part_of``: the cell of a region's
+   centre, a topic filter's subtree, an object path's directory, the hash bucket of a SQL
+   primitive's text) another
+   live relay is responsible for is acquired from that relay, over the tier protocol
+   (``tiers``, which serves every kind of dataset), if that relay's name sorts after this
+   one's;
+   the responsible relay alone acquires it from the publisher. Why the order: a relay sends a
+   relay below it a seq's piece only once it has assembled that seq itself, so two relays that
+   forwarded to each other would each wait for the other's piece for ever; forwarding only to
+   relays named later keeps the waits a chain that ends at a relay that forwards nothing (the
+   last name), never a circle. Every other primitive (this relay's parts, an entity primitive,
+   which a relay serves no relay below yet, a relay not reachable now) is acquired from the
+   publisher (``PUBLISHER``), and so is every primitive
+   acquired for a relay below (``below=True``, and the same views acquired again after a
+   resync): the responsible relay alone acquires from the publisher, and two relays never
+   forward a part to each other in a circle (a relay below's tile, covered by the relay above
+   with a larger tile, may have its centre in a cell the relay below is responsible for).
+2. **Release** goes where its primitive was acquired. Everything else (curiosity, horizons,
+   subscribers' writes) goes to the publisher: its log is whole.
+3. **Batches** come in pieces (``cluster.assembly``): the publisher's, and one from each
+   relay the dataset's primitives are acquired from. A seq goes to the core, merged
+   (``cluster.merging``), once every piece of it has come. A peer is expected for a
+   dataset from its first primitive of it until the last is released or the peer is lost.
+4. **Stale snapshots.** A piece that came too late carried snapshots the core still waits
+   for: those primitives are released and acquired again at the same relay, which sends new
+   ones.
+5. **A peer lost.** The seqs that waited for its pieces go on without them, and the datasets
+   it served are resynced by the core, as after a gap: every primitive of them acquired anew
+   (from the publisher while the peer is not reachable), and their ``every`` subscribers take
+   what they missed from the publisher's log by curiosity.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from fanout.cluster.assembly import Assembled, Assembly
+from fanout.cluster.merging import merge_pieces
+from fanout.cluster.responsibility import ResponsibilityMap
+from fanout.views import View
+from fanout.views.entity import Entity
+from fanout.wire.messages import Acquire, Batch, Catalog, Release
+
+#: The name of the publisher among a relay's upstreams.
+PUBLISHER = ""
+#: Where a primitive of a lost peer was: its release goes nowhere.
+GONE = "\x00gone"
+
+
+@dataclass(frozen=True)
+class Held:
+    """Where one primitive was acquired: ``upstream`` (a relay's name, or ``PUBLISHER``)."""
+
+    upstream: str
+    dataset: str
+    view: View
+
+
+@dataclass
+class Taken:
+    """What a piece or a lost peer gave.
+
+    Attributes:
+        batches: whole seqs for the core, in order.
+        sends: (upstream, frame) to send (rule 4).
+        resync: datasets the core must resync (rule 5).
+    """
+
+    batches: list[Batch]
+    sends: list[tuple[str, Acquire | Release]]
+    resync: set[str]
+
+
+class Upstreams:
+    """The upstreams of one relay with the forward policy: routes and assemblies."""
+
+    def __init__(self, me: str) -> None:
+        """Args:
+        me: this relay's name in the map.
+        """
+        self._me = me
+        self.held: dict[int, Held] = {}
+        self._assemblies: dict[str, Assembly[Batch]] = {}
+        self._keys: dict[str, str] = {}
+        #: (dataset, view) acquired for relays below: from the publisher only (rule 1)
+        self._for_below: dict[tuple[str, View], int] = {}
+        #: primitives acquired from other relays, and seqs assembled of more than one piece
+        self.forwarded = 0
+        self.assembled = 0
+
+    def on_catalog(self, catalog: Catalog) -> None:
+        """Learn the datasets' keys."""
+        self._keys = {info.name: info.key for info in catalog.datasets}
+        for name in self._keys:
+            self._assembly(name)
+
+    def route(
+        self,
+        frame: object,
+        members: ResponsibilityMap,
+        reachable: Callable[[str], bool],
+        *,
+        below: bool = False,
+    ) -> str | None:
+        """The upstream ``frame`` goes to (rules 1, 2): a relay's name, ``PUBLISHER``, or None
+        (the release of a primitive of a lost peer: nothing to send).
+
+        Args:
+            frame: a frame the core sends upstream.
+            members: the map as last read.
+            reachable: whether a relay of the map may be asked now (its link is not failing).
+            below: the frame is sent for a relay below this one.
+        """
+        match frame:
+            case Acquire(prim=prim, dataset=dataset, view=view):
+                if below:
+                    self._for_below[dataset, view] = self._for_below.get((dataset, view), 0) + 1
+                upstream = (
+                    PUBLISHER
+                    if (dataset, view) in self._for_below
+                    else self._owner(dataset, view, members, reachable)
+                )
+                self.held[prim] = Held(upstream, dataset, view)
+                if upstream != PUBLISHER:
+                    self.forwarded += 1
+                    self._assembly(dataset).expect(upstream)
+                return upstream
+            case Release(prim=prim):
+                held = self.held.pop(prim, None)
+                if held is None:
+                    return PUBLISHER
+                self._released(held)
+                if held.upstream == PUBLISHER:
+                    return PUBLISHER
+                if held.upstream == GONE:
+                    return None
+                if not self._holds(held.upstream, held.dataset):
+                    # nothing more of it from there: stop waiting for its pieces
+                    self._assembly(held.dataset).forget(held.upstream)
+                return held.upstream
+        return PUBLISHER
+
+    def _owner(
+        self,
+        dataset: str,
+        view: View,
+        members: ResponsibilityMap,
+        reachable: Callable[[str], bool],
+    ) -> str:
+        if dataset not in self._keys or isinstance(view, Entity):
+            return PUBLISHER
+        if not members.members:
+            return PUBLISHER
+        owner = members.owner_of(dataset, view)
+        if owner.name <= self._me or not reachable(owner.name):
+            return PUBLISHER  # ours, or forwarding there could close a circle (rule 1)
+        return owner.name
+
+    def _released(self, held: Held) -> None:
+        """A primitive acquired for a relay below is released: its view may be forwarded
+        again once no primitive of it is held."""
+        if (held.dataset, held.view) in self._for_below and not any(
+            (h.dataset, h.view) == (held.dataset, held.view) for h in self.held.values()
+        ):
+            del self._for_below[held.dataset, held.view]
+
+    def _holds(self, upstream: str, dataset: str) -> bool:
+        return any(h.upstream == upstream and h.dataset == dataset for h in self.held.values())
+
+    def _assembly(self, dataset: str) -> Assembly[Batch]:
+        assembly = self._assemblies.get(dataset)
+        if assembly is None:
+            assembly = self._assemblies[dataset] = Assembly()
+            assembly.expect(PUBLISHER)
+        return assembly
+
+    def on_batch(self, upstream: str, batch: Batch) -> Taken:
+        """A piece from ``upstream`` (rule 3, 4)."""
+        assembly = self._assembly(batch.dataset)
+        outcome = assembly.add(
+            upstream, (batch.epoch, batch.seq), batch, snapshots=bool(batch.snapshots)
+        )
+        taken = Taken(self._merged(batch.dataset, outcome.assembled), [], set())
+        for piece in outcome.stale:
+            for prim in piece.snapshots:
+                held = self.held.get(prim)
+                if held is not None and held.upstream == upstream != PUBLISHER:
+                    taken.sends.append((upstream, Release(prim)))
+                    taken.sends.append((upstream, Acquire(prim, held.dataset, held.view)))
+        return taken
+
+    def lost(self, upstream: str) -> Taken:
+        """Peer ``upstream`` is lost (rule 5): the seqs that waited for it, and its datasets to
+        resync (the core releases their primitives, which go nowhere, and acquires them anew,
+        routed again)."""
+        taken = Taken([], [], set())
+        for dataset, assembly in self._assemblies.items():
+            taken.batches += self._merged(dataset, assembly.forget(upstream).assembled)
+        for prim, held in list(self.held.items()):
+            if held.upstream == upstream:
+                self.held[prim] = Held(GONE, held.dataset, held.view)
+                taken.resync.add(held.dataset)
+        return taken
+
+    def reset(self) -> None:
+        """The publisher is lost: the core acquires everything anew when it is back."""
+        self.held.clear()
+        self._for_below.clear()
+        self._assemblies.clear()
+        for name in self._keys:
+            self._assembly(name)
+
+    def _merged(self, dataset: str, assembled: list[Assembled[Batch]]) -> list[Batch]:
+        out = []
+        for seq in assembled:
+            if len(seq.pieces) > 1:
+                self.assembled += 1
+            out.append(merge_pieces(seq.pieces, self._keys[dataset]))
+        return out
+
+    def stats(self) -> dict[str, int]:
+        """Counts for ``GET /metrics``."""
+        return {
+            "forwarded_primitives": sum(
+                h.upstream not in (PUBLISHER, GONE) for h in self.held.values()
+            ),
+            "forwarded": self.forwarded,
+            "assembled": self.assembled,
+        }

@@ -1,0 +1,519 @@
+"""The relay's MQTT broker: packets in, packets out, no sockets and no clock inside.
+
+The asyncio shell (``mqtt.listener``) feeds each connection's bytes to :meth:`Broker.receive`
+with the time, and carries out what comes back: :class:`Send` bytes to a connection,
+:class:`Close` one, and :class:`Published` messages to hand on (to the topic dataset).
+
+Rules (MQTT 3.1.1 and 5.0; sections in brackets):
+
+1. The first packet of a connection is a CONNECT, and only the first [MQTT-3.1.0-1, 3.1.0-2].
+2. A CONNECT with a client id already connected takes the session over: the old connection is
+   closed (5.0: DISCONNECT 0x8E first) [MQTT-3.1.4-2]. An empty client id gets one assigned
+   (5.0: Assigned Client Identifier), except with a persistent session in 3.1.1 (CONNACK 0x02).
+3. A connection that closes without a DISCONNECT (or with 5.0's 0x04) has its will published
+   [MQTT-3.1.2-8]; a normal DISCONNECT discards it [MQTT-3.14.4-3].
+4. A message goes to every session with a matching subscription once, at the highest QoS of its
+   matching subscriptions, capped by the message's (3.3.5); to one member of each matching
+   ``$share`` group, taken in turn (5.0 4.8.2); not back to its publisher under No Local
+   (``subscribers``).
+5. QoS 1 and 2 messages stay in flight until PUBACKed (PUBCOMPed) and are sent again, DUP set
+   (a released QoS 2 one: its PUBREL), when the session's client reconnects [MQTT-4.4.0-1]; a
+   session away keeps them queued (``sessions``). A QoS 2 message from a client is delivered
+   once, when it first comes, and answered PUBREC; its PUBREL PUBCOMP (4.3.3, method B).
+6. Retained messages: a PUBLISH with RETAIN replaces the topic's retained message, an empty
+   payload removes it [MQTT-3.3.1-6, 3.3.1-10]; a new subscription gets the retained messages its
+   filter matches, RETAIN set (5.0 Retain Handling 1 and 2 honoured); shared ones get none.
+7. Bad input gets the reaction MQTT specifies: a malformed packet, a topic name with wildcards,
+   more QoS 2 messages awaiting PUBREL than Receive Maximum, a packet over the size limit — 5.0: a
+   DISCONNECT with the reason code, then close; 3.1.1: close [MQTT-4.8.0-1]. An invalid filter
+   in a SUBSCRIBE is refused in its SUBACK (0x8F; 3.1.1: 0x80), the others are granted.
+8. A client that sends nothing for 1.5 times its keep alive is closed [MQTT-3.1.2-24]
+   (:meth:`Broker.tick`); so is a session that expired while away.
+9. With sessions kept in Redis (``durable``), a CONNECT resuming a session not held here is
+   answered once Redis was read (``Restore``, :meth:`Broker.restored`), and a persistent
+   session's QoS 2 PUBLISH or PUBREL goes out only after its session was written (``Persist``).
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Callable, Collection
+from dataclasses import dataclass, replace
+
+from fanout.errors import InvalidView
+from fanout.mqtt import packets as p
+from fanout.mqtt.actions import Action, Close, Limits, Persist, Published, Restore, Send
+from fanout.mqtt.decoding import decode, split
+from fanout.mqtt.encoding import encode
+from fanout.mqtt.sessions import Session, Subscription
+from fanout.mqtt.subscribers import Subscribers
+from fanout.views.topic import matches
+from fanout.views.topic.syntax import parse_filter, topic_levels
+
+
+@dataclass
+class _Connection:
+    buffer: bytearray
+    last_seen: float
+    session: Session | None = None
+    version: int = p.V5  # until the CONNECT says: errors before it are answered as 5.0
+    keepalive: int = 0
+    packets: int = 0
+    parked: p.Connect | None = None  # waiting for its session from Redis (``Restore``)
+
+
+class Broker:
+    """Sessions, subscriptions and retained messages of one relay's MQTT clients."""
+
+    def __init__(self, limits: Limits | None = None) -> None:
+        self.limits = limits or Limits()
+        self.retained: dict[str, p.Publish] = {}
+        self.sessions: dict[str, Session] = {}
+        self.refused = 0  # connections closed for bad input
+        self._connections: dict[int, _Connection] = {}
+        self._subscribers = Subscribers()
+        #: False in a cluster: the cluster chooses which relay serves a share group.
+        self.shared_locally = True
+        self._assigned = itertools.count(1)
+        #: Set by ``durable`` (sessions kept in Redis): a CONNECT resuming a session this relay
+        #: does not hold waits for ``restored``; ``on_offer(session, message, copy)`` hears each
+        #: live copy for a session, and holds it back by returning False.
+        self.durable = False
+        self.on_offer: Callable[[Session, p.Publish, p.Publish], bool] | None = None
+        #: Hears every message delivered here (``fromlog``: the log does not send it again).
+        self.on_deliver: Callable[[p.Publish], None] | None = None
+
+    # -- connections -----------------------------------------------------------------------
+
+    def opened(self, connection: int, now: float) -> None:
+        """A client connected (its CONNECT is still to come)."""
+        self._connections[connection] = _Connection(bytearray(), now)
+
+    def receive(self, connection: int, data: bytes, now: float) -> list[Action]:
+        """Take bytes read from ``connection`` and answer every whole packet among them."""
+        state = self._connections.get(connection)
+        if state is None:
+            return []
+        state.buffer += data
+        state.last_seen = now
+        actions: list[Action] = []
+        while connection in self._connections and state.parked is None:
+            try:
+                found = split(state.buffer, self.limits.max_packet)
+                if found is None:
+                    break
+                first, body, taken = found
+                del state.buffer[:taken]
+                state.packets += 1
+                packet = decode(first, body, state.version)
+                actions += self._handle(connection, state, packet, now)
+            except p.PacketError as error:
+                actions += self._refuse(connection, state, error.code, str(error))
+        return actions
+
+    def restored(
+        self,
+        connection: int,
+        subscriptions: list[Subscription],
+        now: float,
+        in_flight: Collection[tuple[int, p.Publish, bool]] = (),
+    ) -> list[Action]:
+        """Answer a CONNECT parked by ``Restore``: its session comes back with
+        ``subscriptions`` (none: a new session) and its QoS 2 messages ``in_flight`` (packet
+        identifier, message, PUBRECed), sent again; then the packets read meanwhile are handled."""
+        state = self._connections.get(connection)
+        if state is None or state.parked is None:
+            return []
+        packet, state.parked = state.parked, None
+        if (subscriptions or in_flight) and packet.client_id not in self.sessions:
+            session = Session(packet.client_id, packet.version, None, 0.0, away_since=now)
+            self.sessions[packet.client_id] = session
+            for subscription in subscriptions:
+                self._subscribers.install(session, subscription)
+            for packet_id, message, released in in_flight:
+                session.in_flight[packet_id] = replace(message, packet_id=packet_id)
+                if released:
+                    session.released.add(packet_id)
+        actions = self._connect(connection, state, packet, now, park=False)
+        return actions + self.receive(connection, b"", now)
+
+    def offer(self, client_id: str, message: p.Publish) -> list[Action]:
+        """Deliver ``message`` to session ``client_id`` alone (a replay from the log), if held."""
+        session = self.sessions.get(client_id)
+        return [] if session is None else self._offer(session, message)
+
+    def packets(self, connection: int) -> int:
+        """Packets read from ``connection`` so far (the shell throttles on them)."""
+        state = self._connections.get(connection)
+        return 0 if state is None else state.packets
+
+    def lost(self, connection: int, now: float) -> list[Action]:
+        """The connection closed without a DISCONNECT (or was closed): publish its will."""
+        state = self._connections.pop(connection, None)
+        if state is None or state.session is None:
+            return []
+        session = state.session
+        will, session.will = session.will, None
+        actions = self._leave(session, now)
+        if will is not None:
+            actions += self._publish(
+                p.Publish(
+                    will.topic, will.payload, will.qos, will.retain, properties=will.properties
+                ),
+                session.client_id,
+            )
+        return actions
+
+    def tick(self, now: float) -> list[Action]:
+        """Close connections past their keep alive and drop sessions that expired (rule 8)."""
+        actions: list[Action] = []
+        for connection, state in list(self._connections.items()):
+            limit = state.keepalive * 1.5
+            if state.keepalive and now - state.last_seen > limit:
+                actions += self._refuse(connection, state, p.KEEP_ALIVE_TIMEOUT, "keep alive")
+        for session in list(self.sessions.values()):
+            if session.connection is None and session.expired(now):
+                self._end(session)
+        return actions
+
+    # -- packets ---------------------------------------------------------------------------
+
+    def _handle(
+        self, connection: int, state: _Connection, packet: p.Packet, now: float
+    ) -> list[Action]:
+        if state.session is None:
+            if not isinstance(packet, p.Connect):
+                raise p.PacketError(
+                    "the first packet must be CONNECT [MQTT-3.1.0-1]", p.PROTOCOL_ERROR
+                )
+            return self._connect(connection, state, packet, now)
+        session = state.session
+        match packet:
+            case p.Publish():
+                actions = self._client_publish(connection, session, packet)
+            case p.PubAck() | p.PubComp():
+                session.complete(packet.packet_id)
+                actions = self._drain(session)
+            case p.PubRec():
+                actions = self._pubrec(connection, session, packet)
+            case p.PubRel():
+                known = packet.packet_id in session.incoming
+                session.incoming.discard(packet.packet_id)
+                code = p.SUCCESS if known or session.version != p.V5 else p.PACKET_ID_NOT_FOUND
+                done = p.PubComp(packet.packet_id, code)
+                actions = [Send(connection, encode(done, session.version))]
+            case p.Subscribe():
+                actions = self._subscribe(connection, session, packet)
+            case p.Unsubscribe():
+                actions = self._unsubscribe(connection, session, packet)
+            case p.PingReq():
+                actions = [Send(connection, encode(p.PingResp(), session.version))]
+            case p.Disconnect():
+                actions = self._disconnect(connection, state, packet, now)
+            case p.Connect():
+                raise p.PacketError("a second CONNECT [MQTT-3.1.0-2]", p.PROTOCOL_ERROR)
+            case _:
+                name = type(packet).__name__
+                raise p.PacketError(f"{name} is not sent to a server", p.PROTOCOL_ERROR)
+        return actions
+
+    def _connect(
+        self, connection: int, state: _Connection, packet: p.Connect, now: float, park: bool = True
+    ) -> list[Action]:
+        state.version, state.keepalive = packet.version, packet.keepalive
+        v5 = packet.version == p.V5
+        client_id, properties = packet.client_id, list[tuple[int, object]]()
+        if not client_id:
+            if not v5 and not packet.clean_start:
+                ack = p.ConnAck(False, 0x02)  # 3.1.1: identifier rejected [MQTT-3.1.3-8]
+                return [
+                    Send(connection, encode(ack, state.version)),
+                    Close(connection, "empty client id with a persistent session"),
+                ]
+            client_id = f"fanout-{next(self._assigned)}-{connection}"
+            if v5:
+                properties.append((0x12, client_id))
+        if park and self.durable and not packet.clean_start and client_id not in self.sessions:
+            state.parked = packet  # its session may be in Redis: ``restored`` goes on
+            return [Restore(connection, client_id)]
+        actions: list[Action] = []
+        old = self.sessions.get(client_id)
+        if old is not None and old.connection is not None:
+            actions += self._take_over(old, now)
+        if old is not None and packet.clean_start:
+            self._end(old)
+            old = None
+        expiry = self._expiry(packet)
+        if old is None:
+            session = Session(client_id, packet.version, connection, expiry)
+            self.sessions[client_id] = session
+        else:
+            session = old
+            session.version, session.connection, session.expiry = packet.version, connection, expiry
+            session.away_since = None
+        session.will = packet.will
+        session.durable = self.durable and expiry > 0
+        session.receive_maximum = int(p.prop(packet.properties, 0x21, 65535))  # type: ignore[call-overload]
+        session.max_packet_size = int(p.prop(packet.properties, 0x27, 268_435_460))  # type: ignore[call-overload]
+        state.session = session
+        if v5:
+            properties += [
+                (0x27, self.limits.max_packet),
+                (0x21, self.limits.receive_maximum),
+            ]
+            if expiry != _requested_expiry(packet):
+                properties.append((0x11, int(min(expiry, 0xFFFFFFFF))))
+        ack = p.ConnAck(old is not None, p.SUCCESS, tuple(properties))
+        actions.append(Send(connection, encode(ack, session.version)))
+        return actions + self._resume(session)
+
+    def _expiry(self, packet: p.Connect) -> float:
+        return min(_requested_expiry(packet), self.limits.session_expiry)
+
+    def _take_over(self, old: Session, now: float) -> list[Action]:
+        connection = old.connection
+        assert connection is not None
+        actions: list[Action] = []
+        if old.version == p.V5:
+            data = encode(p.Disconnect(p.SESSION_TAKEN_OVER), p.V5)
+            actions.append(Send(connection, data))
+        actions.append(Close(connection, "session taken over"))
+        return actions + self.lost(connection, now)
+
+    def _resume(self, session: Session) -> list[Action]:
+        """Send what a returning session missed: in-flight messages again, then the queue."""
+        connection = session.connection
+        assert connection is not None
+        actions: list[Action] = [
+            Send(connection, encode(p.PubRel(i), session.version))
+            if i in session.released
+            else Send(connection, encode(replace(message, dup=True), session.version))
+            for i, message in session.in_flight.items()
+        ]
+        return actions + self._drain(session)
+
+    def _drain(self, session: Session) -> list[Action]:
+        actions: list[Action] = []
+        while session.queued and session.can_send():
+            actions += self._send(session, session.queued.popleft())
+        return actions
+
+    def _pubrec(self, connection: int, session: Session, packet: p.PubRec) -> list[Action]:
+        if packet.code >= 0x80:  # the client refused it: it is done with
+            session.complete(packet.packet_id)
+            return self._drain(session)
+        known = session.release(packet.packet_id)
+        code = p.SUCCESS if known or session.version != p.V5 else p.PACKET_ID_NOT_FOUND
+        data = encode(p.PubRel(packet.packet_id, code), session.version)
+        persist = [Persist(connection, session.client_id)] if known and session.durable else []
+        return [*persist, Send(connection, data)]
+
+    def _client_publish(self, connection: int, session: Session, packet: p.Publish) -> list[Action]:
+        if p.prop(packet.properties, 0x23) is not None:
+            raise p.PacketError("a topic alias, past Topic Alias Maximum 0", p.PROTOCOL_ERROR)
+        try:
+            topic_levels(packet.topic)
+        except InvalidView as error:
+            raise p.PacketError(str(error), p.TOPIC_NAME_INVALID) from error
+        actions: list[Action] = []
+        if packet.qos == 1:
+            assert packet.packet_id is not None
+            actions.append(Send(connection, encode(p.PubAck(packet.packet_id), session.version)))
+        elif packet.qos == 2:
+            assert packet.packet_id is not None
+            again = packet.packet_id in session.incoming
+            if not again and len(session.incoming) >= self.limits.receive_maximum:
+                raise p.PacketError("past Receive Maximum at QoS 2", p.RECEIVE_MAXIMUM_EXCEEDED)
+            session.incoming.add(packet.packet_id)
+            actions.append(Send(connection, encode(p.PubRec(packet.packet_id), session.version)))
+            if again:
+                return actions  # delivered when it first came (sessions rule 6)
+        message = p.Publish(
+            packet.topic,
+            packet.payload,
+            packet.qos,
+            packet.retain,
+            properties=_forwarded(packet.properties),
+        )
+        return actions + self._publish(message, session.client_id)
+
+    def publish(
+        self,
+        message: p.Publish,
+        origin: str = "",
+        *,
+        plain: bool = True,
+        shares: Collection[str] | None = None,
+    ) -> list[Action]:
+        """Deliver ``message`` from elsewhere (another relay) to this relay's clients.
+
+        Args:
+            message: the message.
+            origin: the client id that published it (for No Local).
+            plain: deliver it to the matching plain subscriptions.
+            shares: the shared subscriptions (``$share/GROUP/filter`` texts) this relay was
+                chosen to deliver it to one member of; None: every matching one.
+        """
+        return self._deliver(message, origin, plain, shares)
+
+    def _publish(self, message: p.Publish, client_id: str) -> list[Action]:
+        # In a cluster, which relay serves a share group is the cluster's choice (rule 4).
+        shares = None if self.shared_locally else ()
+        return [Published(message, client_id), *self._deliver(message, client_id, True, shares)]
+
+    def take_filter_changes(self) -> list[tuple[str, int]]:
+        """(filter, +1 or -1) for every subscription added or removed since the last call."""
+        return self._subscribers.take_changes()
+
+    def _deliver(
+        self, message: p.Publish, origin: str, plain: bool, shares: Collection[str] | None
+    ) -> list[Action]:
+        if self.on_deliver is not None:
+            self.on_deliver(message)
+        if message.retain:
+            if message.payload:
+                self.retained[message.topic] = message
+            else:
+                self.retained.pop(message.topic, None)
+        actions: list[Action] = []
+        for session, qos, retain, identifiers in self._subscribers.targets(
+            message, origin, plain, shares
+        ):
+            properties = message.properties + tuple((0x0B, i) for i in identifiers)
+            copy = p.Publish(message.topic, message.payload, qos, retain, properties=properties)
+            if self.on_offer is None or self.on_offer(session, message, copy):
+                actions += self._offer(session, copy)
+        return actions
+
+    def _offer(self, session: Session, message: p.Publish) -> list[Action]:
+        """Send ``message`` to ``session`` now, or queue it (QoS 1) while it cannot take it."""
+        if session.connection is None or (message.qos and not session.can_send()):
+            if message.qos:
+                session.queue(message, self.limits.max_queued)
+            return []
+        return self._send(session, message)
+
+    def _send(self, session: Session, message: p.Publish) -> list[Action]:
+        assert session.connection is not None
+        if message.qos:
+            message = replace(message, packet_id=session.next_packet_id())
+            session.in_flight[message.packet_id or 0] = message
+        data = encode(message, session.version)
+        if len(data) > session.max_packet_size:
+            session.in_flight.pop(message.packet_id or 0, None)
+            return []  # 5.0 3.1.2.11.4: not sent, as if delivered
+        if message.qos == 2 and session.durable:
+            return [Persist(session.connection, session.client_id), Send(session.connection, data)]
+        return [Send(session.connection, data)]
+
+    def _subscribe(self, connection: int, session: Session, packet: p.Subscribe) -> list[Action]:
+        v5 = session.version == p.V5
+        identifier = p.prop(packet.properties, 0x0B)
+        codes, retained = [], []
+        for text, options in packet.filters:
+            try:
+                parts = parse_filter(text)
+            except InvalidView:
+                codes.append(p.TOPIC_FILTER_INVALID if v5 else 0x80)
+                continue
+            shared = parts.share_group is not None
+            if shared and options & 0x04:
+                raise p.PacketError(
+                    "No Local on a shared subscription [MQTT-3.8.3-4]", p.PROTOCOL_ERROR
+                )
+            known = session.subscriptions.get(text)
+            if known is None and len(session.subscriptions) >= self.limits.max_subscriptions:
+                codes.append(p.QUOTA_EXCEEDED if v5 else 0x80)
+                continue
+            qos = options & 0x03
+            sub = Subscription(
+                text,
+                qos,
+                bool(options & 0x04),
+                bool(options & 0x08),
+                identifier if isinstance(identifier, int) else None,
+            )
+            self._subscribers.install(session, sub)
+            codes.append(qos)
+            handling = (options >> 4) & 0x03
+            if not shared and (handling == 0 or (handling == 1 and known is None)):
+                retained += [(m, qos) for m in self._retained_for(parts.topic_filter)]
+        ack = p.SubAck(packet.packet_id, tuple(codes))
+        actions: list[Action] = [Send(connection, encode(ack, session.version))]
+        for message, qos in retained:
+            copy = p.Publish(
+                message.topic,
+                message.payload,
+                min(qos, message.qos),
+                True,
+                properties=message.properties,
+            )
+            actions += self._offer(session, copy)
+        return actions
+
+    def _retained_for(self, filter: str) -> list[p.Publish]:
+        return [m for topic, m in sorted(self.retained.items()) if matches(filter, topic)]
+
+    def _unsubscribe(
+        self, connection: int, session: Session, packet: p.Unsubscribe
+    ) -> list[Action]:
+        codes = []
+        for text in packet.filters:
+            removed = self._subscribers.remove(session, text)
+            codes.append(p.SUCCESS if removed else p.NO_SUBSCRIPTION_EXISTED)
+        ack = p.UnsubAck(packet.packet_id, tuple(codes))
+        return [Send(connection, encode(ack, session.version))]
+
+    def _disconnect(
+        self, connection: int, state: _Connection, packet: p.Disconnect, now: float
+    ) -> list[Action]:
+        session = state.session
+        assert session is not None
+        expiry = p.prop(packet.properties, 0x11)
+        if isinstance(expiry, int):
+            if session.expiry == 0 and expiry:
+                raise p.PacketError(
+                    "session expiry set at DISCONNECT after 0 [MQTT-3.14.2-2]", p.PROTOCOL_ERROR
+                )
+            session.expiry = min(expiry, self.limits.session_expiry)
+        if packet.code != 0x04:  # "Disconnect with Will Message" keeps it
+            session.will = None
+        return [Close(connection, "client disconnected"), *self.lost(connection, now)]
+
+    def _refuse(self, connection: int, state: _Connection, code: int, why: str) -> list[Action]:
+        """Rule 7: tell a 5.0 client why (if it has connected), then close."""
+        self.refused += 1
+        actions: list[Action] = []
+        if state.version == p.V5 and state.session is not None:
+            actions.append(Send(connection, encode(p.Disconnect(code, ((0x1F, why[:200]),)), p.V5)))
+        elif state.session is None and code == p.UNSUPPORTED_PROTOCOL_VERSION:
+            # 3.1.1's return code 1 reads the same to either version's client [MQTT-3.1.2-2]
+            actions.append(Send(connection, encode(p.ConnAck(False, 0x01), p.V311)))
+        actions.append(Close(connection, why))
+        return actions + self.lost(connection, 0.0 if state.session is None else state.last_seen)
+
+    # -- sessions --------------------------------------------------------------------------
+
+    def _leave(self, session: Session, now: float) -> list[Action]:
+        session.connection = None
+        if session.expiry <= 0:
+            self._end(session)
+        else:
+            session.away_since = now
+        return []
+
+    def _end(self, session: Session) -> None:
+        self._subscribers.remove_all(session)
+        if self.sessions.get(session.client_id) is session:
+            del self.sessions[session.client_id]
+
+
+def _requested_expiry(packet: p.Connect) -> float:
+    if packet.version == p.V5:
+        return float(p.prop(packet.properties, 0x11, 0))  # type: ignore[arg-type]
+    return 0.0 if packet.clean_start else float("inf")
+
+
+def _forwarded(properties: p.Properties) -> p.Properties:
+    """The properties a server passes on to subscribers (5.0 3.3.2.3): not the alias or ids."""
+    return tuple((k, v) for k, v in properties if k not in (0x23, 0x0B))

@@ -1,0 +1,341 @@
+"""Relays as one MQTT broker: the shared match table says which relays want a message, and the
+relay a client published at forwards it to them, and to them only.
+
+Rules:
+
+1. Every subscription a client of this relay takes or drops is written to the shared table
+   (``matchtable``) in the order it happened; the relay renews its lease and its peer address
+   (``NAMESPACE + "addr:" + relay``) every third of a lease, and sweeps dead relays every lease.
+   A relay that finds it was swept while alive (it stalled past its lease) writes its
+   subscriptions again.
+2. A message a client publishes here is delivered here at once (the broker), then looked up in
+   the table and forwarded to every other relay with a matching plain subscription, once, over
+   one TCP connection per peer: MQTT 5.0 PUBLISH packets (our codec) whose user properties say
+   who published it (``o``), whether the peer delivers it to its plain subscriptions (``p``) and
+   to which of its shared subscriptions (``s``, one per share group it was chosen for).
+3. Lookups and forwards are done one message at a time, in the order clients published them,
+   and a peer connection keeps that order: order per publisher and topic holds across relays.
+4. A ``$share`` group spans the cluster: for each matching group the publishing relay picks one
+   of the group's relays in turn, and that relay one of its members (the broker).
+5. Forwarding is exactly once across a broken peer connection (``links``): each message to a
+   peer carries the sender (``r``) and its number on that link (``n``); the peer acknowledges
+   (a ``$fanout/ack`` PUBLISH back on the same connection, the last number as its payload) and
+   drops what it delivered before. A broken connection is opened again on the next message
+   to that peer, or within a third of a lease, and what was not acknowledged goes again
+   first. A relay that dies leaves the table within a lease; what waited for it is dropped and
+   counted (``lost``), and its clients reconnect to another relay.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import logging
+from collections.abc import Callable
+from typing import Any
+
+from fanout import cancelling
+from fanout.mqtt import packets as p
+from fanout.mqtt.actions import Action
+from fanout.mqtt.broker import Broker
+from fanout.mqtt.decoding import decode, split
+from fanout.mqtt.durable import Durable
+from fanout.mqtt.encoding import encode
+from fanout.mqtt.links import Incoming, Outgoing
+from fanout.mqtt.matchtable import MatchTable
+
+log = logging.getLogger(__name__)
+
+MAX_PEER_PACKET = 256 << 20
+USER = 0x26
+ACK = "$fanout/ack"
+
+
+def share_filter(key: str) -> str:
+    """The ``$share/GROUP/filter`` text of a table's share key ``GROUP/prefix/``."""
+    group, _, prefix = key.partition("/")
+    return f"$share/{group}/{prefix[:-1]}"
+
+
+def peer_packet(
+    message: p.Publish,
+    origin: str,
+    plain: bool,
+    shares: list[str],
+    link: tuple[str, int] = ("", 0),
+) -> bytes:
+    """The bytes that forward ``message`` to a peer (rules 2 and 5); ``link``: the sender and
+    the message's number on the link."""
+    marks: list[tuple[int, object]] = [(USER, ("o", origin)), (USER, ("p", "1" if plain else "0"))]
+    marks += [(USER, ("s", text)) for text in shares]
+    marks += [(USER, ("r", link[0])), (USER, ("n", str(link[1])))]
+    packet_id = 1 if message.qos else None
+    forwarded = p.Publish(
+        message.topic,
+        message.payload,
+        message.qos,
+        message.retain,
+        False,
+        packet_id,
+        message.properties + tuple(marks),
+    )
+    return encode(forwarded, p.V5)
+
+
+def read_peer_packet(
+    message: p.Publish,
+) -> tuple[p.Publish, str, bool, list[str], tuple[str, int]]:
+    """(message, origin, plain, shares, (sender, number)) of a forwarded PUBLISH
+    (``peer_packet``'s inverse).
+
+    Raises:
+        PacketError: a link number that is not a number.
+    """
+    origin, plain, shares, sender, number = "", False, [], "", 0
+    kept = []
+    for ident, value in message.properties:
+        if ident == USER and isinstance(value, tuple) and value[0] in ("o", "p", "s", "r", "n"):
+            name, text = value
+            if name == "o" and not origin:
+                origin = text
+            elif name == "p":
+                plain = text == "1"
+            elif name == "s":
+                shares.append(text)
+            elif name == "r":
+                sender = text
+            elif name == "n":
+                if not text.isdigit():
+                    raise p.PacketError(f"a link number {text!r:.20}", p.PROTOCOL_ERROR)
+                number = int(text)
+            continue
+        kept.append((ident, value))
+    clean = p.Publish(
+        message.topic, message.payload, message.qos, message.retain, properties=tuple(kept)
+    )
+    return clean, origin, plain, shares, (sender, number)
+
+
+def _numbered(me: str, forward: tuple[p.Publish, str, bool, list[str]], number: int) -> bytes:
+    """``forward`` (message, origin, plain, shares) as message ``number`` of ``me``'s link."""
+    return peer_packet(*forward, link=(me, number))
+
+
+class Cluster:
+    """This relay's part of the cluster: the table, its peers, the forwarding queue."""
+
+    def __init__(
+        self,
+        table: MatchTable,
+        broker: Broker,
+        apply: Callable[[list[Action]], None],
+        host: str,
+        peer_port: int = 0,
+        *,
+        advertise: str | None = None,
+    ) -> None:
+        """A cluster member over ``table`` whose deliveries go through ``apply``; other relays
+        reach its peer port at ``advertise`` (``host:port``; None: ``host`` and the port)."""
+        self.table, self.broker, self.apply = table, broker, apply
+        self.host, self.peer_port, self.advertise = host, peer_port, advertise
+        self.forwarded = self.received = self.lost = 0
+        self._queue: asyncio.Queue[tuple[Any, ...]] = asyncio.Queue()
+        self._peers: dict[str, asyncio.StreamWriter] = {}
+        self._links: dict[str, Outgoing] = {}
+        self._locks: dict[str, asyncio.Lock] = {}  # one writer of a link at a time
+        self._incoming = Incoming()
+        self._ack_readers: set[asyncio.Task[None]] = set()
+        self._turns: dict[str, int] = {}
+        self._served: set[asyncio.StreamWriter] = set()
+        self._registered = 0  # subscriptions of this relay in the table
+        #: Persistent sessions kept in Redis (``durable``), run with the cluster; None: none.
+        self.durable: Durable | None = None
+        broker.shared_locally = False
+
+    # -- what the broker says -----------------------------------------------------------------
+
+    def on_filters(self, changes: list[tuple[str, int]]) -> None:
+        """Subscriptions taken (+1) or dropped (-1) here, to be written in order (rule 1)."""
+        for text, delta in changes:
+            self._queue.put_nowait(("filter", text, delta))
+
+    def on_published(self, message: p.Publish, origin: str) -> None:
+        """A message a client published here, to be forwarded in order (rule 3)."""
+        self._queue.put_nowait(("publish", message, origin))
+
+    # -- running ------------------------------------------------------------------------------
+
+    async def run(self, ready: Callable[[], None] | None = None) -> None:
+        """Serve peers, keep the lease, forward; until cancelled."""
+        server = await asyncio.start_server(self._serve_peer, self.host, self.peer_port)
+        try:
+            async with server, asyncio.TaskGroup() as tasks:
+                self.peer_port = server.sockets[0].getsockname()[1]
+                await self._renew()
+                tasks.create_task(self._keep_lease())
+                tasks.create_task(self._work())
+                if self.durable is not None:
+                    tasks.create_task(self.durable.run())
+                if ready is not None:
+                    ready()
+        except Exception:
+            log.exception("mqtt cluster: stopped")
+            raise
+        finally:
+            for writer in self._peers.values():
+                writer.transport.abort()
+            for task in self._ack_readers:
+                task.cancel()
+            for writer in self._served:
+                writer.transport.abort()
+            if self.durable is not None:
+                await self.durable.close()
+            await self.table.redis.aclose()
+
+    async def _renew(self) -> None:
+        table = self.table
+        await table.renew()
+        key = f"{table.namespace}addr:{table.relay}"
+        address = self.advertise or f"{self.host}:{self.peer_port}"
+        await table.redis.set(key, address, px=int(table.lease * 1000))
+        if self._registered and not await table.redis.sismember(
+            table.namespace + "relays", table.relay
+        ):
+            # Swept while alive (this relay stalled past its lease): register again.
+            log.warning("mqtt cluster: %s was swept while alive; registering again", table.relay)
+            self._registered = 0
+            for session in self.broker.sessions.values():
+                self.on_filters([(text, 1) for text in session.subscriptions])
+
+    async def _keep_lease(self) -> None:
+        beats = 0
+        while True:
+            cancelling.check()  # a cancel the Redis client swallowed
+            await asyncio.sleep(self.table.lease / 3)
+            await self._renew()
+            for relay in [r for r, link in self._links.items() if link.unacked]:
+                await self._flush(relay)  # a broken link is opened again (rule 5)
+            beats += 1
+            if beats % 3 == 0:
+                for relay in await self.table.sweep():
+                    log.info("mqtt cluster: swept relay %s (lease expired)", relay)
+            await self.table.follow_invalidations()
+
+    async def _work(self) -> None:
+        while True:
+            cancelling.check()  # a cancel the Redis client swallowed
+            item = await self._queue.get()
+            if item[0] == "filter":
+                _, text, delta = item
+                await (self.table.add(text) if delta > 0 else self.table.remove(text))
+                self._registered += delta
+            else:
+                _, message, origin = item
+                await self._forward(message, origin)
+
+    async def _forward(self, message: p.Publish, origin: str) -> None:
+        matches = await self.table.match(message.topic)
+        me = self.table.relay
+        targets: dict[str, tuple[bool, list[str]]] = {
+            relay: (True, []) for relay in matches.relays if relay != me
+        }
+        local: list[str] = []
+        for key, members in sorted(matches.shared.items()):
+            ordered = sorted(members)
+            turn = self._turns.get(key, 0)
+            self._turns[key] = turn + 1
+            chosen = ordered[turn % len(ordered)]
+            if chosen == me:
+                local.append(share_filter(key))
+            else:
+                targets.setdefault(chosen, (False, []))[1].append(share_filter(key))
+        if local:
+            self.apply(self.broker.publish(message, origin, plain=False, shares=local))
+        for relay, (plain, shares) in sorted(targets.items()):
+            link = self._links.setdefault(relay, Outgoing())
+            link.add(functools.partial(_numbered, me, (message, origin, plain, shares)))
+            self.forwarded += 1
+            await self._flush(relay)
+
+    async def _flush(self, relay: str) -> None:
+        """Write what ``relay``'s link has not written yet, (re)connecting first (rule 5)."""
+        link = self._links[relay]
+        async with self._locks.setdefault(relay, asyncio.Lock()):
+            writer = self._peers.get(relay)
+            try:
+                if writer is None or writer.is_closing():
+                    writer = await self._connect(relay, link)
+                    if writer is None:
+                        return
+                for data in link.to_write():
+                    writer.write(data)
+                await writer.drain()
+            except (OSError, TimeoutError) as error:
+                if writer is not None:
+                    writer.transport.abort()
+                self._peers.pop(relay, None)
+                log.warning("mqtt cluster: forwarding to %s: %s; sent again later", relay, error)
+
+    async def _connect(self, relay: str, link: Outgoing) -> asyncio.StreamWriter | None:
+        """A new connection to ``relay`` (None: it is gone, and what waited for it is lost)."""
+        address = await self.table.redis.get(f"{self.table.namespace}addr:{relay}")
+        if address is None:  # its lease ran out: it died
+            self.lost += len(link.unacked)
+            del self._links[relay]
+            return None
+        host, _, port = address.decode().rpartition(":")
+        reader, writer = await asyncio.wait_for(asyncio.open_connection(host, int(port)), 5)
+        self._peers[relay] = writer
+        link.reconnected()
+        task = asyncio.get_running_loop().create_task(self._read_acks(relay, reader, writer))
+        self._ack_readers.add(task)
+        task.add_done_callback(self._ack_readers.discard)
+        return writer
+
+    async def _read_acks(
+        self, relay: str, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
+    ) -> None:
+        """Take ``relay``'s acknowledgements until the connection ends (rule 5)."""
+        buffer = bytearray()
+        try:
+            while data := await reader.read(65536):
+                buffer += data
+                while found := split(buffer, MAX_PEER_PACKET):
+                    first, body, taken = found
+                    del buffer[:taken]
+                    packet = decode(first, body, p.V5)
+                    link = self._links.get(relay)
+                    if isinstance(packet, p.Publish) and packet.topic == ACK and link:
+                        link.ack(int(packet.payload))
+        except (OSError, ValueError, p.PacketError) as error:
+            log.warning("mqtt cluster: the link to %s: %s", relay, error)
+        else:  # a connection killed may end with a reset or with an end of file
+            log.warning("mqtt cluster: the link to %s was closed at its other end", relay)
+        finally:
+            writer.transport.abort()  # written again on a new connection
+
+    async def _serve_peer(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        buffer = bytearray()
+        sender = ""
+        self._served.add(writer)
+        try:
+            while data := await reader.read(65536):
+                buffer += data
+                while found := split(buffer, MAX_PEER_PACKET):
+                    first, body, taken = found
+                    del buffer[:taken]
+                    packet = decode(first, body, p.V5)
+                    if not isinstance(packet, p.Publish):
+                        raise p.PacketError("a peer sends only PUBLISH", p.PROTOCOL_ERROR)
+                    message, origin, plain, shares, (sender, number) = read_peer_packet(packet)
+                    if not sender or self._incoming.accept(sender, number):
+                        self.received += 1
+                        self.apply(self.broker.publish(message, origin, plain=plain, shares=shares))
+                if sender:  # rule 5: the last delivered, after each read
+                    ack = p.Publish(ACK, str(self._incoming.last.get(sender, 0)).encode())
+                    writer.write(encode(ack, p.V5))
+        except (OSError, p.PacketError) as error:
+            log.warning("mqtt cluster: a peer connection failed: %s", error)
+        finally:
+            self._served.discard(writer)
+            writer.close()

@@ -1,0 +1,146 @@
+"""Messages of a topic dataset's other producers to MQTT clients: the relay reads the dataset's
+log, and sends what the live path did not carry.
+
+Rules:
+
+1. The relay follows each dataset topics are kept in (``--mqtt-dataset``, ``--mqtt-route``) with
+   one ``every`` subscription of ``#`` on its own port, from when it started: every seq's rows,
+   in order, none skipped (after a lost connection it resumes where it was).
+2. Each message the broker delivers live (published here, or forwarded by another relay) that
+   the log will carry (retained; in a dataset that logs messages, ``ingest`` rule 3, any at
+   QoS 1 or 2) is remembered by topic, at most ``MEMO`` payloads a topic and ``MEMO`` topics, until
+   a row of the log carries it: that row is not delivered again, and neither are the older
+   payloads of its topic remembered before it (replaced within one micro-batch, they went live).
+3. Any other row — a producer's ``Publish``, a file, PostgreSQL, a message of another relay that
+   was not forwarded here — is published to this relay's MQTT clients at QoS 1: a retained row
+   as the topic's retained message (it replaces the broker's), a logged message's row as a
+   message without RETAIN (the retained state does not change); to the matching plain
+   subscriptions; alone, to ``$share`` groups too (in a cluster not: each relay reads the log,
+   so a group would get one copy per relay). Sessions whose persistent-session stream follows
+   the topic take it from that stream (``durable``) rather than twice.
+4. A deleted row removes the topic's retained message here (a logged message's row: nothing);
+   nothing is delivered.
+5. The first push of a stream is the dataset as it is (the retained state the producer link
+   loads): nothing is delivered of it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections import deque
+from collections.abc import Callable
+
+from fanout.client.subscriber import LiveView, Subscriber, SubscriptionError, Update, connect
+from fanout.errors import FanoutError
+from fanout.mqtt import packets as p
+from fanout.mqtt.actions import Action
+from fanout.mqtt.broker import Broker
+from fanout.mqtt.durable import Durable
+from fanout.mqtt.ingest import Routes, is_message_key
+from fanout.mqtt.logrows import retained_with_payload, rows_of
+from fanout.views.topic import parse as topic_view
+
+log = logging.getLogger(__name__)
+
+MEMO = 10_000
+
+
+class LogFeed:
+    """Follows the routed topic datasets and delivers their other producers' rows."""
+
+    def __init__(
+        self,
+        broker: Broker,
+        apply: Callable[[list[Action]], None],
+        routes: Routes,
+        url: Callable[[], str],
+        *,
+        shared: bool = True,
+        carried: Callable[[p.Publish], bool] | None = None,
+    ) -> None:
+        """Rows for ``broker``'s clients, through ``apply``; ``shared``: to ``$share`` groups;
+        ``carried(message)``: whether the log will carry a message delivered live (default:
+        the retained ones with a payload; ``ingest.Pending.carried``)."""
+        self.broker, self.apply, self.routes, self.url = broker, apply, routes, url
+        self.shared = shared
+        self.carried = carried or retained_with_payload
+        self.delivered = self.deduplicated = 0
+        #: The persistent sessions, which follow their own subscriptions (rule 3).
+        self.durable: Durable | None = None
+        self._memo: dict[str, deque[bytes]] = {}
+        self._feeding = False
+        broker.on_deliver = self.on_deliver
+
+    def on_deliver(self, message: p.Publish) -> None:
+        """A message the broker delivers: remembered if the log will carry it (rule 2)."""
+        if self._feeding or not self.carried(message):
+            return
+        memo = self._memo.get(message.topic)
+        if memo is None:
+            if len(self._memo) >= MEMO:
+                del self._memo[next(iter(self._memo))]
+            memo = self._memo[message.topic] = deque(maxlen=MEMO)
+        memo.append(message.payload)
+
+    def take(self, key: str, update: Update) -> list[Action]:
+        """What ``update`` of a followed dataset sends to the clients (rules 2-5)."""
+        if update.full:
+            return []
+        for topic in update.left.tolist():
+            if not is_message_key(str(topic)):
+                self.broker.retained.pop(str(topic), None)
+        actions: list[Action] = []
+        for row in rows_of(update, key):
+            memo = self._memo.get(row.topic)
+            if memo is not None and row.payload in memo:
+                self.deduplicated += 1
+                while memo.popleft() != row.payload:
+                    pass
+                if not memo:
+                    del self._memo[row.topic]
+                continue
+            self.delivered += 1
+            actions += self._publish(p.Publish(row.topic, row.payload, 1, retain=row.retain))
+        return actions
+
+    def _publish(self, message: p.Publish) -> list[Action]:
+        self._feeding = True
+        if self.durable is not None:
+            self.durable.feeding = True
+        try:
+            return self.broker.publish(message, shares=None if self.shared else ())
+        finally:
+            self._feeding = False
+            if self.durable is not None:
+                self.durable.feeding = False
+
+    async def run(self, reconnect_delay: float = 0.5) -> None:
+        """Follow every routed dataset until cancelled; reconnect to the relay on failures."""
+        streams: dict[str, LiveView] = {}
+        while True:
+            try:
+                async with connect(self.url(), name="mqtt-log") as subscriber:
+                    async with asyncio.TaskGroup() as tasks:
+                        for dataset in self.routes.datasets():
+                            tasks.create_task(self._follow(subscriber, dataset, streams))
+                    return  # every dataset refused: nothing to follow
+            except* (OSError, FanoutError, ConnectionError) as errors:
+                log.warning(
+                    "mqtt log feed: %s; again in %.1f s", errors.exceptions, reconnect_delay
+                )
+            await asyncio.sleep(reconnect_delay)
+
+    async def _follow(
+        self, subscriber: Subscriber, dataset: str, streams: dict[str, LiveView]
+    ) -> None:
+        try:
+            stream = await subscriber.subscribe(
+                topic_view("#"), dataset, mode="every", resume=streams.get(dataset)
+            )
+        except SubscriptionError as error:
+            log.warning("mqtt log feed: %r not followed: %s", dataset, error)
+            return
+        streams[dataset] = stream
+        async for update in stream:
+            self.apply(self.take(stream.key, update))

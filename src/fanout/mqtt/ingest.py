@@ -1,0 +1,202 @@
+"""MQTT messages into topic datasets: which dataset a topic belongs to, and the batches sent.
+
+Rules:
+
+1. A topic belongs to the dataset of the longest configured prefix it starts with
+   (``fanout relay --mqtt-route plant/=sensors``), otherwise to the default topic dataset
+   (``--mqtt-dataset``), otherwise to none: it is delivered to MQTT clients and not kept.
+2. A topic dataset holds the retained message of each topic: a PUBLISH with RETAIN upserts the
+   row ``{key: topic, payload: text}``, one with RETAIN and an empty payload deletes it
+   [MQTT-3.3.1-6, 3.3.1-10].
+3. A message without RETAIN is kept only in a dataset that logs messages (``logs_messages``:
+   keyed by a string column other than ``topic``, with ``topic``, ``payload`` and a boolean
+   ``retain`` column), and only at QoS 1 or 2: as a row of its own, ``{key: "TOPIC#ID",
+   topic, payload, retain: false}`` (a topic name holds no ``#``, so no such key is a topic),
+   deleted ``MESSAGE_TTL`` seconds later. Retained rows there are keyed by their topic, with
+   ``retain: true``. So the log carries each such message, and the retained state (the rows
+   with ``retain`` true) holds none of them. Elsewhere a message without RETAIN is delivered
+   live only.
+4. The producer API takes text: a payload that is not UTF-8 is not ingested, and is counted
+   (``skipped``).
+5. Messages wait in a bounded buffer for the next batch (one ``publish`` per dataset); within
+   one batch the last retained message of a topic wins, as it does in the dataset's state;
+   every logged message without RETAIN is a row. Past ``max_pending`` rows waiting, new ones
+   are dropped and counted (``dropped``): the publisher away must not cost the relay
+   unbounded memory.
+"""
+
+from __future__ import annotations
+
+import itertools
+import uuid
+from dataclasses import dataclass, field
+
+from fanout.errors import ConfigError
+from fanout.mqtt.packets import Publish
+from fanout.views.topic.syntax import check_text
+from fanout.wire.messages import DatasetInfo
+
+PAYLOAD = "payload"
+TOPIC = "topic"
+RETAIN = "retain"
+#: Seconds a logged message without RETAIN stays a row (the relay's log retention, 600 s by
+#: default, is as long: a session away longer resumes from the state, ``durable``).
+MESSAGE_TTL = 600.0
+
+
+def logs_messages(info: DatasetInfo) -> bool:
+    """Whether ``info`` is a dataset that logs messages without RETAIN (rule 3)."""
+    return (
+        info.index == "topic"
+        and info.key != TOPIC
+        and info.index_columns == [TOPIC]
+        and info.columns.get(RETAIN) == "|b1"  # boolean
+        and PAYLOAD in info.columns
+    )
+
+
+def is_message_key(key: str) -> bool:
+    """Whether ``key`` is a logged message's row (rule 3), not a topic's retained row."""
+    return "#" in key
+
+
+@dataclass(frozen=True)
+class Routes:
+    """Which topic dataset each topic belongs to (rule 1)."""
+
+    default: str | None = None
+    prefixes: tuple[tuple[str, str], ...] = ()
+
+    def dataset(self, topic: str) -> str | None:
+        """The dataset ``topic`` belongs to, or None."""
+        best: tuple[int, str] | None = None
+        for prefix, dataset in self.prefixes:
+            if topic.startswith(prefix) and (best is None or len(prefix) > best[0]):
+                best = (len(prefix), dataset)
+        return best[1] if best else self.default
+
+    def datasets(self) -> list[str]:
+        """Every dataset a topic may belong to."""
+        names = [dataset for _, dataset in self.prefixes]
+        return sorted(set(names + ([self.default] if self.default else [])))
+
+
+def parse_route(text: str) -> tuple[str, str]:
+    """``PREFIX=DATASET`` as (prefix, dataset).
+
+    Raises:
+        ConfigError: no ``=``, an empty prefix or dataset, or a prefix with a wildcard.
+    """
+    prefix, equals, dataset = text.rpartition("=")
+    if not equals or not prefix or not dataset:
+        raise ConfigError(f"mqtt route {text!r} is not PREFIX=DATASET (plant/=sensors)")
+    check_text(prefix, "mqtt route prefix")
+    if "+" in prefix or "#" in prefix:
+        raise ConfigError(f"mqtt route prefix {prefix!r} is a topic prefix: no wildcards")
+    return prefix, dataset
+
+
+@dataclass
+class Pending:
+    """Messages waiting for the next batch, per dataset (rules 2-5).
+
+    ``logged`` names the datasets that log messages without RETAIN (rule 3; the producer link
+    fills it from the publisher's catalog). ``messages`` holds those waiting: (key, topic,
+    payload) in the order they came.
+    """
+
+    routes: Routes
+    max_pending: int = 100_000
+    upserts: dict[str, dict[str, str]] = field(default_factory=dict)
+    deletes: dict[str, set[str]] = field(default_factory=dict)
+    messages: dict[str, list[tuple[str, str, str]]] = field(default_factory=dict)
+    logged: set[str] = field(default_factory=set)
+    skipped: int = 0
+    dropped: int = 0
+    _size: int = 0
+    _ids: itertools.count[int] = field(default_factory=lambda: itertools.count(1))
+    _incarnation: str = field(default_factory=lambda: uuid.uuid4().hex[:12])
+
+    def carried(self, message: Publish) -> bool:
+        """Whether the log of ``message``'s dataset will carry it, once ``add``ed (rules 2-4)."""
+        dataset = self.routes.dataset(message.topic)
+        if dataset is None or not (message.retain or (message.qos and dataset in self.logged)):
+            return False
+        if message.retain and not message.payload:
+            return False  # a deleted row: nothing is delivered of it
+        try:
+            message.payload.decode("utf-8")
+        except UnicodeDecodeError:
+            return False
+        return True
+
+    def add(self, message: Publish) -> bool:
+        """Keep ``message`` for its dataset's next batch; whether it was kept."""
+        dataset = self.routes.dataset(message.topic)
+        if dataset is None:
+            return False
+        if not message.retain:
+            return self._add_message(dataset, message)
+        upserts = self.upserts.setdefault(dataset, {})
+        deletes = self.deletes.setdefault(dataset, set())
+        known = message.topic in upserts or message.topic in deletes
+        if not known and self._size >= self.max_pending:
+            self.dropped += 1
+            return False
+        if message.payload:
+            try:
+                text = message.payload.decode("utf-8")
+            except UnicodeDecodeError:
+                self.skipped += 1
+                return False
+            upserts[message.topic] = text
+            deletes.discard(message.topic)
+        else:
+            upserts.pop(message.topic, None)
+            deletes.add(message.topic)
+        self._size += not known
+        return True
+
+    def _add_message(self, dataset: str, message: Publish) -> bool:
+        if not message.qos or dataset not in self.logged:
+            return False
+        if self._size >= self.max_pending:
+            self.dropped += 1
+            return False
+        try:
+            text = message.payload.decode("utf-8")
+        except UnicodeDecodeError:
+            self.skipped += 1
+            return False
+        # Zero-padded: keys of one topic sort in the order their messages came (``durable``).
+        key = f"{message.topic}#{self._incarnation}-{next(self._ids):012d}"
+        self.messages.setdefault(dataset, []).append((key, message.topic, text))
+        self._size += 1
+        return True
+
+    def take(self) -> list[Batch]:
+        """The batch of every dataset with messages waiting; emptied."""
+        names = set(self.upserts) | set(self.deletes) | set(self.messages)
+        batches = [
+            Batch(
+                dataset,
+                self.upserts.get(dataset, {}),
+                sorted(self.deletes.get(dataset, ())),
+                self.messages.get(dataset, []),
+            )
+            for dataset in sorted(names)
+            if self.upserts.get(dataset) or self.deletes.get(dataset) or self.messages.get(dataset)
+        ]
+        self.upserts, self.deletes, self.messages, self._size = {}, {}, {}, 0
+        return batches
+
+
+@dataclass(frozen=True)
+class Batch:
+    """What one dataset's next ``Publish`` carries: retained messages by topic, topics whose
+    retained message was removed, and logged messages without RETAIN as (key, topic, payload)."""
+
+    dataset: str
+    upserts: dict[str, str]
+    deletes: list[str]
+    messages: list[tuple[str, str, str]] = field(default_factory=list)

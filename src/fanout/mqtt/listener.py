@@ -1,0 +1,168 @@
+"""The asyncio shell of the relay's MQTT broker: sockets, time, and nothing else.
+
+Each connection is read by its own task and its bytes handed to ``Broker.receive``; what comes
+back is carried out here. Bounds (``style`` rule 4): a connection is read at most
+``read_rate`` packets a second after a burst of ``read_burst`` (past that it is not read for a
+while, and TCP slows its sender down, so a flood from one client does not slow the others); a
+connection whose unsent bytes pass ``max_buffered`` is closed as a slow consumer.
+
+A ``Persist`` holds back what follows it for its connection until ``on_persist`` wrote the
+session (then it goes, in order); a write that fails closes the connection (its client comes
+back to the session as this relay holds it).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import logging
+import time
+from collections.abc import Awaitable, Callable, Coroutine, Iterable
+from typing import Any
+
+from fanout.buckets import Throttle
+from fanout.mqtt.actions import Action, Close, Persist, Published, Restore, Send
+from fanout.mqtt.broker import Broker
+
+log = logging.getLogger(__name__)
+
+READ_SIZE = 65536
+
+
+class Listener:
+    """Serves MQTT clients on one port for ``broker``."""
+
+    def __init__(
+        self,
+        broker: Broker,
+        host: str,
+        port: int,
+        *,
+        read_rate: float = 1000.0,
+        read_burst: int = 1000,
+        max_buffered: int = 8 << 20,
+        on_published: Callable[[Published], None] | None = None,
+        on_filters: Callable[[list[tuple[str, int]]], None] | None = None,
+    ) -> None:
+        """A listener for ``broker``; ``on_published`` hears every message clients publish,
+        ``on_filters`` every subscription taken (+1) or dropped (-1)."""
+        self.broker = broker
+        self.host, self.port = host, port
+        self.read_rate, self.read_burst, self.max_buffered = read_rate, read_burst, max_buffered
+        self.on_published = on_published
+        self.on_filters = on_filters
+        #: Hears each ``Restore`` (a CONNECT waiting for its session from Redis): ``durable``.
+        self.on_restore: Callable[[Restore], None] | None = None
+        #: Writes a session to Redis for a ``Persist``: ``durable``.
+        self.on_persist: Callable[[str], Awaitable[None]] | None = None
+        #: Run alongside the listener (``fromlog``'s feed), ended with it.
+        self.companions: list[Callable[[], Coroutine[Any, Any, None]]] = []
+        self.slow_closed = 0
+        self._writers: dict[int, asyncio.StreamWriter] = {}
+        self._ids = itertools.count(1)
+        #: Connections whose output waits for a ``Persist``: what waits, and whether another
+        #: ``Persist`` came meanwhile (the session is written once more before it goes).
+        self._held: dict[int, list[Action]] = {}
+        self._again: set[int] = set()
+        self._persisting: set[asyncio.Task[None]] = set()
+
+    async def run(self, ready: Callable[[int], None] | None = None) -> None:
+        """Serve until cancelled; ``ready(port)`` is called once listening."""
+        server = await asyncio.start_server(self._serve, self.host, self.port)
+        async with server, asyncio.TaskGroup() as tasks:
+            for companion in self.companions:
+                tasks.create_task(companion())
+            self.port = server.sockets[0].getsockname()[1]
+            if ready is not None:
+                ready(self.port)
+            try:
+                while True:
+                    await asyncio.sleep(1.0)
+                    self.apply(self.broker.tick(time.monotonic()))
+            finally:
+                for writer in list(self._writers.values()):
+                    writer.transport.abort()
+
+    def apply(self, actions: Iterable[Action]) -> None:
+        """Carry out what the broker said: write, close, hand on published messages."""
+        for action in actions:
+            if isinstance(action, Send | Close) and action.connection in self._held:
+                self._held[action.connection].append(action)
+            elif isinstance(action, Persist):
+                self._persist(action)
+            elif isinstance(action, Send):
+                writer = self._writers.get(action.connection)
+                if writer is None or writer.is_closing():
+                    continue
+                writer.write(action.data)
+                if writer.transport.get_write_buffer_size() > self.max_buffered:
+                    self.slow_closed += 1
+                    log.info("mqtt connection %d closed: slow consumer", action.connection)
+                    writer.transport.abort()
+            elif isinstance(action, Close):
+                writer = self._writers.get(action.connection)
+                if writer is not None:
+                    writer.close()  # after what was written before
+            elif isinstance(action, Restore):
+                if self.on_restore is None:
+                    raise RuntimeError("the broker parked a CONNECT and nobody restores it")
+                self.on_restore(action)
+            elif self.on_published is not None:
+                self.on_published(action)
+        changes = self.broker.take_filter_changes()  # taken always: the list is bounded
+        if changes and self.on_filters is not None:
+            self.on_filters(changes)
+
+    def _persist(self, action: Persist) -> None:
+        if self.on_persist is None:
+            raise RuntimeError("the broker asked for a session write and nobody writes it")
+        if action.connection in self._held:
+            self._again.add(action.connection)
+            return
+        self._held[action.connection] = []
+        task = asyncio.get_running_loop().create_task(self._write(action, self.on_persist))
+        self._persisting.add(task)
+        task.add_done_callback(self._persisting.discard)
+
+    async def _write(self, action: Persist, write: Callable[[str], Awaitable[None]]) -> None:
+        """Write the session (again while more ``Persist`` came), then let its output go."""
+        connection = action.connection
+        try:
+            while True:
+                self._again.discard(connection)
+                await write(action.client_id)
+                if connection not in self._again:
+                    break
+        except Exception as error:  # Redis away: what the client was to get is not promised
+            log.warning("mqtt session %r not written: %s; closed", action.client_id, error)
+            self._held[connection] = [Close(connection, "session not written")]
+        finally:
+            self._again.discard(connection)
+            self.apply(self._held.pop(connection, []))
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        connection = next(self._ids)
+        self._writers[connection] = writer
+        throttle = Throttle(self.read_rate, self.read_burst) if self.read_rate > 0 else None
+        self.broker.opened(connection, time.monotonic())
+        try:
+            while not writer.is_closing():
+                data = await reader.read(READ_SIZE)
+                if not data:
+                    break
+                before = self.broker.packets(connection)
+                self.apply(self.broker.receive(connection, data, time.monotonic()))
+                if throttle is not None:
+                    read = self.broker.packets(connection) - before
+                    wait = throttle.take(time.monotonic(), read) if read else 0.0
+                    if wait > 0:
+                        await asyncio.sleep(wait)
+        except (ConnectionError, OSError):
+            pass  # the client went away: its will goes out below
+        finally:
+            self.apply(self.broker.lost(connection, time.monotonic()))
+            del self._writers[connection]
+            writer.close()
+            with contextlib.suppress(ConnectionError, OSError):
+                await writer.wait_closed()

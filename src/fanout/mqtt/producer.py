@@ -1,0 +1,240 @@
+"""The relay's producer link: retained MQTT messages into their topic datasets at the publisher.
+
+A connection of its own to the publisher's control plane, as a ``producer`` (the relay's
+upstream link stays the relay's; the retained state is read on another, as a ``reader``): it
+sends each batch of ``ingest.Pending`` as one ``Publish`` per dataset and waits for it to be
+durable (``Published``) before the next. The live path to MQTT clients never waits for it, nor
+for Spark.
+
+A dataset that logs messages without RETAIN (``ingest`` rule 3) gets those as rows of their
+own, and their deletion ``MESSAGE_TTL`` seconds later in a later batch (rows this relay wrote;
+a relay that stops leaves its last ones in the dataset until another deletes them).
+
+When it connects it also reads each routed dataset's rows (``ReadState`` of ``#``) into the
+broker's retained messages that the broker does not hold yet: a relay that restarts serves the
+dataset's retained state at once, as MQTT's retained messages.
+
+A refused batch (a dataset that is not an ``ingest`` topic dataset with a ``payload`` string
+column, say) is logged and counted (``refused``), not retried: resending cannot make it fit.
+A lost connection is retried, with the batch in hand put back first.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections import deque
+from typing import Any
+
+import numpy as np
+from websockets.asyncio.client import ClientConnection
+from websockets.exceptions import ConnectionClosed
+
+from fanout.connection import dial
+from fanout.errors import ProtocolError
+from fanout.mqtt.broker import Broker
+from fanout.mqtt.ingest import (
+    MESSAGE_TTL,
+    PAYLOAD,
+    RETAIN,
+    TOPIC,
+    Batch,
+    Pending,
+    logs_messages,
+)
+from fanout.mqtt.packets import Publish as MqttPublish
+from fanout.views.topic import TopicFilter
+from fanout.wire import codec
+from fanout.wire.columns import Columns, decode_columns, encode_columns
+from fanout.wire.handshake import check_welcome
+from fanout.wire.messages import (
+    PROTOCOL_VERSION,
+    Catalog,
+    Error,
+    Hello,
+    Publish,
+    Published,
+    ReadState,
+    StateRows,
+)
+
+log = logging.getLogger(__name__)
+
+MAX_FRAME = 64 << 20
+
+
+class ProducerLink:
+    """Sends ``pending`` to the publisher at ``url`` while the relay runs."""
+
+    def __init__(self, url: str, pending: Pending, broker: Broker, name: str = "relay") -> None:
+        """A link for ``pending``'s batches; ``broker`` gets the datasets' retained rows."""
+        self.url, self.pending, self.broker, self.name = url, pending, broker, name
+        self.wake = asyncio.Event()
+        self.sent = 0  # messages made durable
+        self.refused = 0  # batches the publisher refused
+        self._req = 0
+        #: (when, dataset, key) of logged message rows to delete, oldest first (``ingest`` 3).
+        self._expiring: deque[tuple[float, str, str]] = deque()
+
+    def offer(self, message: MqttPublish) -> None:
+        """A message a client published: keep it for the next batch if it is to be kept."""
+        if self.pending.add(message):
+            self.wake.set()
+
+    async def run(self, reconnect_delay: float = 0.2) -> None:
+        """Connect, load retained state, send batches as they come; reconnect on failures."""
+        delay = reconnect_delay
+        while True:
+            try:
+                async with dial(
+                    self.url, max_size=MAX_FRAME, compression=None, open_timeout=10
+                ) as websocket:
+                    keys = await self._handshake(websocket, "producer")
+                    delay = reconnect_delay
+                    await self._load_retained(keys)
+                    await self._send_batches(websocket, keys)
+            except (OSError, ConnectionClosed, ProtocolError, TimeoutError) as error:
+                log.warning("mqtt ingest to %s: %s; again in %.1f s", self.url, error, delay)
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, 5.0)
+
+    async def _handshake(self, websocket: ClientConnection, role: str) -> dict[str, str]:
+        hello = Hello(version=PROTOCOL_VERSION, role=role, name=f"{self.name}-mqtt")  # type: ignore[arg-type]
+        await websocket.send(codec.encode(hello))
+        decoder = codec.from_publisher()
+        check_welcome(decoder.decode(await websocket.recv()))
+        catalog = decoder.decode(await websocket.recv())
+        if not isinstance(catalog, Catalog):
+            raise ProtocolError(f"expected the catalog, got {type(catalog).__name__}")
+        logged = {info.name for info in catalog.datasets if logs_messages(info)}
+        self.pending.logged.clear()
+        self.pending.logged.update(logged & set(self.pending.routes.datasets()))
+        return {info.name: info.key for info in catalog.datasets if info.index == "topic"}
+
+    async def _request(self, websocket: ClientConnection, frame: Any) -> Any:
+        await websocket.send(codec.encode(frame))
+        decoder = codec.from_publisher()
+        while True:
+            answer = decoder.decode(await websocket.recv())
+            if isinstance(answer, Error) and answer.ref == frame.req:
+                return answer
+            if isinstance(answer, StateRows | Published) and answer.req == frame.req:
+                return answer
+            if not isinstance(answer, Catalog):  # a catalog may be sent again: nothing to do
+                raise ProtocolError(f"unexpected frame from the publisher: {answer!r:.200}")
+
+    def _next_req(self) -> int:
+        self._req += 1
+        return self._req
+
+    async def _load_retained(self, keys: dict[str, str]) -> None:
+        """Read the routed datasets' rows as a reader (a producer only writes: each role reads
+        or writes only what it is for), on a connection of its own."""
+        async with dial(
+            self.url, max_size=MAX_FRAME, compression=None, open_timeout=10
+        ) as websocket:
+            await self._handshake(websocket, "reader")
+            await self._read_retained(websocket, keys)
+
+    async def _read_retained(self, websocket: ClientConnection, keys: dict[str, str]) -> None:
+        for dataset in self.pending.routes.datasets():
+            if dataset not in keys:
+                log.warning("mqtt ingest: %r is not a topic dataset of the publisher", dataset)
+                continue
+            frame = ReadState(self._next_req(), dataset, TopicFilter("#"))
+            answer = await self._request(websocket, frame)
+            if isinstance(answer, Error):
+                log.warning("mqtt ingest: reading %r: %s", dataset, answer.message)
+                continue
+            rows = decode_columns(answer.rows)
+            if PAYLOAD not in rows:
+                continue
+            topics = rows[TOPIC] if dataset in self.pending.logged else rows[keys[dataset]]
+            logged = dataset in self.pending.logged
+            retained = rows[RETAIN].tolist() if logged else [True] * len(topics)
+            for topic, payload, kept in zip(topics, rows[PAYLOAD], retained, strict=True):
+                if kept is False:  # a logged message without RETAIN (NULL: a retained row)
+                    continue
+                if str(topic) not in self.broker.retained and payload is not None:
+                    message = MqttPublish(str(topic), str(payload).encode(), 1, retain=True)
+                    self.broker.retained[str(topic)] = message
+
+    async def _send_batches(self, websocket: ClientConnection, keys: dict[str, str]) -> None:
+        while True:
+            wait = self._expiring[0][0] - time.monotonic() if self._expiring else None
+            # A timeout: a logged message's row is due for deletion.
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self.wake.wait(), None if wait is None else max(wait, 0))
+            self.wake.clear()
+            expired = self._take_expired()
+            batches = {batch.dataset: batch for batch in self.pending.take()}
+            for dataset in sorted(set(batches) | set(expired)):
+                batch = batches.get(dataset) or Batch(dataset, {}, [])
+                await self._send(
+                    websocket, keys.get(dataset, TOPIC), batch, expired.get(dataset, [])
+                )
+
+    async def _send(
+        self, websocket: ClientConnection, key: str, batch: Batch, expired: list[str]
+    ) -> None:
+        """Send ``batch`` (and the deletion of ``expired`` message rows) as one ``Publish``."""
+        dataset, upserts, deletes = batch.dataset, batch.upserts, batch.deletes
+        if dataset in self.pending.logged:
+            keys_ = [*upserts, *(k for k, _, _ in batch.messages)]
+            rows: dict[str, list[Any]] = {
+                key: keys_,
+                TOPIC: [*upserts, *(t for _, t, _ in batch.messages)],
+                PAYLOAD: [*upserts.values(), *(v for _, _, v in batch.messages)],
+                RETAIN: [True] * len(upserts) + [False] * len(batch.messages),
+            }
+        else:
+            rows = {key: list(upserts), PAYLOAD: list(upserts.values())}
+        frame = Publish(
+            req=self._next_req(),
+            dataset=dataset,
+            upserts=_columns(rows),
+            deletes=_columns({key: [*deletes, *expired]}),
+        )
+        try:
+            answer = await self._request(websocket, frame)
+        except BaseException:
+            self._put_back(batch, expired)
+            raise
+        if isinstance(answer, Error):
+            self.refused += 1
+            log.warning("mqtt ingest into %r refused: %s", dataset, answer.message)
+            return
+        self.sent += len(upserts) + len(deletes) + len(batch.messages)
+        due = time.monotonic() + MESSAGE_TTL
+        self._expiring.extend((due, dataset, k) for k, _, _ in batch.messages)
+
+    def _take_expired(self) -> dict[str, list[str]]:
+        """The logged message rows due for deletion, by dataset."""
+        expired: dict[str, list[str]] = {}
+        now = time.monotonic()
+        while self._expiring and self._expiring[0][0] <= now:
+            _, dataset, key = self._expiring.popleft()
+            expired.setdefault(dataset, []).append(key)
+        return expired
+
+    def _put_back(self, batch: Batch, expired: list[str]) -> None:
+        """Return a batch not sent, under what came since (which is newer)."""
+        dataset = batch.dataset
+        newer = self.pending.upserts.setdefault(dataset, {})
+        newer_deletes = self.pending.deletes.setdefault(dataset, set())
+        for topic, payload in batch.upserts.items():
+            if topic not in newer and topic not in newer_deletes:
+                newer[topic] = payload
+        newer_deletes.update(t for t in batch.deletes if t not in newer)
+        messages = self.pending.messages.setdefault(dataset, [])
+        messages[:0] = batch.messages  # older than those that came since
+        self._expiring.extendleft((0.0, dataset, k) for k in reversed(expired))
+        self.wake.set()
+
+
+def _columns(columns: dict[str, list[Any]]) -> Columns:
+    if not any(columns.values()):
+        return Columns()
+    return encode_columns({name: np.asarray(values) for name, values in columns.items()})

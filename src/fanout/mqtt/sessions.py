@@ -1,0 +1,127 @@
+"""An MQTT session: what the relay keeps of a client between its connections.
+
+Rules (MQTT 3.1.1 section 4.1, MQTT 5.0 section 4.1):
+
+1. A session holds the client's subscriptions, the QoS 1 messages sent and not yet acknowledged
+   (in flight) and, while the client is away, the QoS 1 messages for it (queued).
+2. A session ends when its connection closes if it asked for a clean session (3.1.1) or a session
+   expiry interval of 0 (5.0); otherwise it lives ``expiry`` seconds after its connection closed
+   (3.1.1: the relay's longest, ``Limits.session_expiry``).
+3. QoS 0 messages are not queued for a client that is away (MQTT lets a server choose).
+4. The queue is bounded (``Limits.max_queued``): when full, the oldest message is dropped and
+   counted (``dropped``), so a client away for long costs the relay a bounded amount of memory.
+5. Packet identifiers of messages sent are 1..65535, never one still in flight [MQTT-2.2.1-3].
+6. QoS 2 (4.3.3): a message sent stays in flight until PUBCOMP; once PUBRECed it is released
+   (``released``): a returning client gets its PUBREL again, not the message. A message
+   received at QoS 2 is delivered once, when it first arrives; its packet identifier is kept
+   (``incoming``) until PUBREL, and the same identifier arriving again meanwhile is not
+   delivered again.
+7. A session kept in Redis (``durable``) remembers the QoS 2 messages it completed (``done``,
+   at most ``DONE``, the oldest forgotten first) until its position in the log covers them: a
+   relay that resumes it does not send them again.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict, deque
+from dataclasses import dataclass, field
+
+from fanout.mqtt.packets import Publish, Will
+
+DONE = 10_000
+
+
+@dataclass(frozen=True)
+class Subscription:
+    """One topic filter of a session, with its SUBSCRIBE options (3.8.3.1)."""
+
+    filter: str
+    qos: int
+    no_local: bool = False
+    retain_as_published: bool = False
+    identifier: int | None = None
+
+
+@dataclass
+class Session:
+    """The state of one client id; ``connection`` is None while the client is away."""
+
+    client_id: str
+    version: int
+    connection: int | None
+    expiry: float
+    will: Will | None = None
+    subscriptions: dict[str, tuple[int, Subscription]] = field(default_factory=dict)
+    in_flight: OrderedDict[int, Publish] = field(default_factory=OrderedDict)
+    queued: deque[Publish] = field(default_factory=deque)
+    receive_maximum: int = 65535
+    max_packet_size: int = 268_435_460
+    dropped: int = 0
+    away_since: float | None = None
+    released: set[int] = field(default_factory=set)
+    incoming: set[int] = field(default_factory=set)
+    durable: bool = False
+    done: deque[Publish] = field(default_factory=lambda: deque(maxlen=DONE))
+    _next_id: int = 0
+
+    def next_packet_id(self) -> int:
+        """A packet identifier not in flight (rule 5); the caller holds fewer than 65,535."""
+        while True:
+            self._next_id = self._next_id % 65535 + 1
+            if self._next_id not in self.in_flight:
+                return self._next_id
+
+    def release(self, packet_id: int) -> bool:
+        """A PUBREC for ``packet_id``: whether it was in flight (now released, rule 6)."""
+        if packet_id not in self.in_flight:
+            return False
+        self.released.add(packet_id)
+        return True
+
+    def complete(self, packet_id: int) -> None:
+        """A PUBACK or PUBCOMP for ``packet_id``: it is no longer in flight (rule 7)."""
+        message = self.in_flight.pop(packet_id, None)
+        self.released.discard(packet_id)
+        if self.durable and message is not None and message.qos == 2:
+            self.done.append(message)
+
+    def queue(self, message: Publish, limit: int) -> None:
+        """Keep ``message`` until the client can take it, dropping the oldest past ``limit``."""
+        self.queued.append(message)
+        while len(self.queued) > limit:
+            self.queued.popleft()
+            self.dropped += 1
+
+    def can_send(self) -> bool:
+        """Whether another QoS 1 or 2 message may go out now (5.0 Receive Maximum, 3.3.4)."""
+        return self.connection is not None and len(self.in_flight) < self.receive_maximum
+
+    def expired(self, now: float) -> bool:
+        """Whether the session ended while its client was away (rule 2)."""
+        return self.away_since is not None and now - self.away_since >= self.expiry
+
+
+def add_target(
+    targets: dict[str, tuple[Session, int, bool, list[int]]],
+    session: Session,
+    sub: Subscription,
+    message: Publish,
+    origin: str,
+) -> None:
+    """Add ``session``'s matching ``sub`` to ``targets``: one copy per session (broker rule 4)."""
+    if sub.no_local and session.client_id == origin:
+        return
+    qos = min(sub.qos, message.qos)
+    retain = message.retain and sub.retain_as_published
+    ids = [sub.identifier] if sub.identifier else []
+    entry = targets.get(session.client_id)
+    if entry is None:
+        targets[session.client_id] = (session, qos, retain, ids)
+    else:
+        _, known_qos, known_retain, known_ids = entry
+        targets[session.client_id] = (
+            session,
+            max(known_qos, qos),
+            known_retain or retain,
+            known_ids + ids,
+        )

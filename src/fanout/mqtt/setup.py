@@ -1,0 +1,103 @@
+"""A relay's MQTT parts, made from its ``RelayConfig``: the listener, the ingest link into topic
+datasets, the cluster membership and its persistent sessions in Redis (each only if configured)."""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+from fanout.cluster.registry import connect as redis_cluster
+from fanout.mqtt.actions import Published
+from fanout.mqtt.broker import Broker
+from fanout.mqtt.durable import Durable
+from fanout.mqtt.federation import Cluster
+from fanout.mqtt.fromlog import LogFeed
+from fanout.mqtt.ingest import Pending, Routes
+from fanout.mqtt.listener import Listener
+from fanout.mqtt.matchtable import MatchTable
+from fanout.mqtt.producer import ProducerLink
+from fanout.mqtt.stored import SessionStore
+
+if TYPE_CHECKING:
+    from fanout.relay.config import RelayConfig
+
+log = logging.getLogger(__name__)
+
+
+def mqtt_parts(
+    config: RelayConfig, url: Callable[[], str] | None = None
+) -> tuple[Listener, ProducerLink | None, Cluster | None]:
+    """The listener on ``config.mqtt_port``, and the ingest link and cluster if configured.
+
+    ``url()`` is where the relay serves subscribers once it runs: with a topic dataset, the relay
+    reads the dataset's log there (``fromlog``; in a cluster also for persistent sessions,
+    ``durable``), unless its port asks for tokens or TLS.
+    """
+    assert config.mqtt_port is not None
+    broker = Broker(config.mqtt)
+    listener = Listener(
+        broker,
+        config.host,
+        config.mqtt_port,
+        read_rate=config.read_rate,
+        read_burst=config.read_burst,
+    )
+    link = feed = None
+    routes = Routes(config.mqtt_dataset, config.mqtt_routes)
+    plain = config.auth is None and config.tls_cert is None
+    pending = Pending(routes)
+    if routes.datasets():
+        link = ProducerLink(config.publisher, pending, broker, config.name)
+        if url is not None and plain:
+            shared = config.mqtt_redis is None
+            feed = LogFeed(
+                broker, listener.apply, routes, url, shared=shared, carried=pending.carried
+            )
+            listener.companions.append(feed.run)
+    cluster = None
+    if config.mqtt_redis is not None:
+        # A new incarnation each start (rule 4 of matchtable): its old one is swept. Its Redis
+        # calls time out as the registry's do, so a Redis that stops answering is an error.
+        incarnation = f"{config.name}-{uuid.uuid4().hex[:8]}"
+        table = MatchTable(redis_cluster(config.mqtt_redis), incarnation, lease=config.mqtt_lease)
+        cluster = Cluster(
+            table,
+            broker,
+            listener.apply,
+            config.host,
+            config.mqtt_peer_port,
+            advertise=config.mqtt_peer_advertise,
+        )
+        listener.on_filters = cluster.on_filters
+        if routes.datasets() and url is not None and plain:
+            store = SessionStore(table.redis, table.namespace)
+            durable = Durable(
+                store,
+                broker,
+                listener.apply,
+                routes,
+                url=url,
+                owner=incarnation,
+                carried=pending.carried,
+            )
+            listener.on_restore = durable.on_restore
+            listener.on_persist = durable.on_persist
+            cluster.durable = durable
+            if feed is not None:
+                feed.durable = durable
+    if routes.datasets() and not plain:
+        log.warning(
+            "mqtt: other producers' messages do not reach MQTT clients, and persistent sessions"
+            " stay in this relay (the relay's port asks for tokens or TLS)"
+        )
+
+    def published(action: Published) -> None:
+        if link is not None:
+            link.offer(action.message)
+        if cluster is not None:
+            cluster.on_published(action.message, action.client_id)
+
+    listener.on_published = published
+    return listener, link, cluster

@@ -1,0 +1,86 @@
+"""Who gets a message on one relay: every session's topic filters in one match index.
+
+Rules (broker rule 4):
+
+1. A message goes to every session with a matching plain subscription once, at the highest QoS
+   of its matching subscriptions, capped by the message's (3.3.5), with the Subscription
+   Identifiers of all of them; not back to its publisher under No Local.
+2. Of each matching ``$share`` group, one member gets it, taken in turn (5.0 4.8.2); or only
+   of the groups named (in a cluster, the cluster chooses which relay serves a group).
+3. Every filter added or removed is noted (``take_changes``): the cluster's shared match table
+   follows them.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Collection
+
+from fanout.mqtt import packets as p
+from fanout.mqtt.sessions import Session, Subscription, add_target
+from fanout.views.topic.index import TopicIndex
+
+
+class Subscribers:
+    """The subscriptions of one relay's sessions, matched by topic."""
+
+    def __init__(self) -> None:
+        self._index = TopicIndex()
+        self._subscribers: dict[int, tuple[Session, str]] = {}
+        self._ids = itertools.count(1)
+        self._turns: dict[str, int] = {}  # $share filter -> its next member's turn
+        self._changes: list[tuple[str, int]] = []
+
+    def install(self, session: Session, sub: Subscription) -> None:
+        """Add (or replace) ``sub`` of ``session``."""
+        known = session.subscriptions.get(sub.filter)
+        sub_id = known[0] if known else next(self._ids)
+        if known is None:
+            self._changes.append((sub.filter, 1))
+        session.subscriptions[sub.filter] = (sub_id, sub)
+        self._subscribers[sub_id] = (session, sub.filter)
+        self._index.add(sub.filter, sub_id)
+
+    def remove(self, session: Session, text: str) -> bool:
+        """Remove ``session``'s subscription ``text``; whether it had one."""
+        known = session.subscriptions.pop(text, None)
+        if known is None:
+            return False
+        self._drop(text, known[0])
+        return True
+
+    def remove_all(self, session: Session) -> None:
+        """Remove every subscription of ``session`` (its end)."""
+        for text, (sub_id, _) in session.subscriptions.items():
+            self._drop(text, sub_id)
+        session.subscriptions.clear()
+
+    def _drop(self, text: str, sub_id: int) -> None:
+        self._index.remove(text, sub_id)
+        del self._subscribers[sub_id]
+        self._changes.append((text, -1))
+
+    def take_changes(self) -> list[tuple[str, int]]:
+        """(filter, +1 or -1) for every subscription added or removed since the last call."""
+        changes, self._changes = self._changes, []
+        return changes
+
+    def targets(
+        self, message: p.Publish, origin: str, plain: bool, shares: Collection[str] | None
+    ) -> list[tuple[Session, int, bool, list[int]]]:
+        """(session, QoS, retain flag, subscription identifiers) of each session ``message``
+        goes to (rules 1-2); ``shares``: the groups to serve (None: every matching one)."""
+        targets: dict[str, tuple[Session, int, bool, list[int]]] = {}
+        for sub_id in self._index.match(message.topic) if plain else ():
+            session, text = self._subscribers[sub_id]
+            if not text.startswith("$share/"):  # shared: one member per group, below
+                add_target(targets, session, session.subscriptions[text][1], message, origin)
+        for text, members in sorted(self._index.match_shared(message.topic).items()):
+            if shares is not None and text not in shares:
+                continue
+            ordered = sorted(members)
+            turn = self._turns.get(text, 0)
+            self._turns[text] = turn + 1
+            session, _ = self._subscribers[ordered[turn % len(ordered)]]
+            add_target(targets, session, session.subscriptions[text][1], message, "")
+        return list(targets.values())

@@ -1,0 +1,284 @@
+"""Serving a round of pushes (CA 3197003 [0138]-[0146], Fig. 7), sans I/O.
+
+Due subscriptions come from the scheduler a turn (``TURN``) at a time, highest aged priority
+first. Each is triaged — gone, waiting until its coverage is ready or its connection has written
+everything, put off, or to be pushed (``relay.core.lifecycle``) — and the turn's pushes are cut by
+the dataset's kind (``relay.kinds``): pushes a kind calls cheap (box views) all at once at the end
+of the turn, the others one by one, ``every`` subscriptions seq by seq (``relay.core.every``). A
+body is encoded once per distinct (view, transform, held state) and shared (``pushes.Encodings``).
+
+Two things keep a round from holding the event loop, both measured by the caller: a turn stops
+starting pushes other than cheap ones once the round is ``out_of_time`` (the rest go back to
+the queue with their age; the turn's first push is always made, so every round gets something
+done), and a connection whose metered pushes (SQL, ``latest`` or ``every``) have taken more than
+their share of the loop has them put off (``relay.core.throttle.Budgets``); an ``every``
+subscription catches up afterwards, seq by seq, as any slow one does.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Callable, Generator, Hashable
+from typing import cast
+
+from fanout.errors import InvalidView
+from fanout.relay.core.downstream import SubKey, Subscription
+from fanout.relay.core.every import EveryMode
+from fanout.relay.core.lifecycle import Lifecycle
+from fanout.relay.core.sends import Counters, Send
+from fanout.relay.core.throttle import Budgets
+from fanout.relay.core.transforms import EntityNotHeld
+from fanout.relay.data.buffers import Stamp
+from fanout.relay.data.pushes import encode_push
+from fanout.relay.kinds import Cut, DatasetKind, Parts
+from fanout.wire.messages import Error, NoUpdate
+
+#: Subscriptions popped and served together in one turn of a round (their cheap pushes are cut
+#: at once, ``relay.data.batchcut``); a round's time budget is checked between turns' pushes.
+TURN = 256
+
+
+def never() -> bool:
+    """A round with no time budget: never out of time."""
+    return False
+
+
+class Serving:
+    """Rounds of pushes over the relay's stores (``Parts``), one turn at a time.
+
+    Attributes:
+        budgets: each connection's share of the loop for metered (SQL) pushes.
+    """
+
+    def __init__(
+        self,
+        parts: Parts,
+        lifecycle: Lifecycle,
+        every: EveryMode,
+        budgets: Budgets,
+        counters: Counters,
+    ) -> None:
+        self._parts = parts
+        self._downstream = parts.downstream
+        self._kinds = parts.kinds
+        self._lifecycle = lifecycle
+        self._scheduler = lifecycle.scheduler
+        self._every = every
+        self.budgets = budgets
+        self._counters = counters
+        # A turn can be several frames (``every`` mode); what a stopped round did not yield of
+        # it goes out first in the next round, so nothing decided is lost — unless its
+        # subscription ends meanwhile (``forget``): nothing of it follows its end. Each frame
+        # with the subscription it is for (None: the round's ``first``).
+        self._unsent: deque[tuple[SubKey | None, Send]] = deque()
+        self._forgotten: set[SubKey] = set()  # ended while frames of theirs were unsent
+
+    def serve(
+        self,
+        now: float,
+        idle: Callable[[int], bool],
+        out_of_time: Callable[[], bool] = never,
+        first: list[Send] | None = None,
+    ) -> Generator[Send, None, None]:
+        """The pushes due now, highest aged priority first (CA 3197003 [0138]-[0146]).
+
+        ``first`` goes out before them. Only subscriptions whose connection is ``idle`` (has
+        written everything before) are served; the others wait until it is writable. Stopping
+        the iteration early leaves the rest queued with their aged priorities; so does
+        ``out_of_time()`` turning true: no new turn starts, and a turn starts no more pushes
+        other than cheap ones.
+        """
+        self._unsent.extend((None, send) for send in first or ())
+        self._scheduler.settle(now)
+        popped: list[SubKey] = []
+        try:
+            yield from self._drain()  # the rest of a turn a round stopped in
+            while popped := cast(list[SubKey], self._scheduler.pop_many(TURN)):
+                self._unsent.extend(self._serve_turn(popped, now, idle, out_of_time))
+                yield from self._drain()
+                if out_of_time():
+                    return
+        finally:
+            for sid in popped:
+                self._scheduler.requeue(sid)  # a no-op unless it was left undecided
+
+    def has_unsent(self) -> bool:
+        """Whether a stopped round left frames to send."""
+        return bool(self._unsent)
+
+    def forget(self, key: SubKey) -> None:
+        """Drop what a stopped round left to send to subscription ``key``, which ended (its
+        subscriber would get frames for a subscription it no longer has)."""
+        if self._unsent:
+            self._forgotten.add(key)
+
+    def _drain(self) -> Generator[Send, None, None]:
+        """The unsent frames, in order, but those of subscriptions that ended meanwhile."""
+        unsent, forgotten = self._unsent, self._forgotten
+        while unsent:
+            key, send = unsent.popleft()
+            if key is None or key not in forgotten:
+                yield send
+        forgotten.clear()  # new turns are of subscriptions as they are now
+
+    def _serve_turn(
+        self,
+        sids: list[SubKey],
+        now: float,
+        idle: Callable[[int], bool],
+        out_of_time: Callable[[], bool],
+    ) -> list[tuple[SubKey | None, Send]]:
+        """Serve popped subscriptions, in order; cheap pushes are cut together at the end.
+        Each frame comes with the subscription it is for.
+
+        One push per connection per turn: a later subscription of a connection already served
+        in this turn goes back to the queue with its age, so the next turn finds the connection
+        busy and parks it (its highest-priority subscription goes first, the others get the
+        state current when it can take more). Out of time, no more pushes other than cheap ones
+        start (the first always does): the rest go back to the queue with their age.
+        """
+        served: list[list[Send]] = []
+        keys: list[SubKey] = []  # whose each list of ``served`` is
+        together: dict[DatasetKind, list[tuple[int, Subscription, Hashable]]] = {}
+        clients: set[int] = set()
+        pushed = False  # a push not cut together (those are cheap)
+        for at, sid in enumerate(sids):
+            verdict = self._triage(sid, idle)
+            if isinstance(verdict, list):
+                served.append(verdict)
+                keys.append(sid)
+                continue
+            subscription, kind, located = verdict
+            if subscription.client in clients:
+                self._scheduler.requeue(sid)
+                continue
+            cheap = subscription.mode != "every" and kind.batched(subscription, located)
+            if not cheap and pushed and out_of_time():
+                for rest in sids[at:]:
+                    self._scheduler.requeue(rest)
+                break
+            until = self.budgets.until(subscription.client, now) if kind.metered else None
+            if until is not None:
+                self._lifecycle.over_budget(subscription, until)
+                continue
+            clients.add(subscription.client)
+            keys.append(sid)
+            if cheap:
+                together.setdefault(kind, []).append((len(served), subscription, located))
+                served.append([])
+                continue
+            pushed = True
+            before = kind.query_seconds()
+            if subscription.mode == "every":
+                served.append(self._every.serve(subscription, kind, now))
+            else:
+                served.append(self._push(subscription, kind, located, now))
+            if kind.metered:  # its query's time, if one ran (not a result shared, nor syncs)
+                self.budgets.spend(subscription.client, kind.query_seconds() - before, now)
+        self._push_together(together, served, now)
+        return [(key, send) for key, sends in zip(keys, served, strict=True) for send in sends]
+
+    def _push_together(
+        self,
+        together: dict[DatasetKind, list[tuple[int, Subscription, Hashable]]],
+        served: list[list[Send]],
+        now: float,
+    ) -> None:
+        """Cut each kind's cheap pushes of the turn at once; each goes in its place in
+        ``served``."""
+        for kind, due in together.items():
+            cuts = kind.cut_together([(s, located) for _, s, located in due])
+            stamp = kind.state.buffer.stamp
+            assert stamp is not None
+            for (at, subscription, _), found in zip(due, cuts, strict=True):
+                send = self._deliver(subscription, stamp, found, now)
+                if send is not None:
+                    served[at].append(send)
+
+    def _triage(
+        self, sid: SubKey, idle: Callable[[int], bool]
+    ) -> list[Send] | tuple[Subscription, DatasetKind, Hashable]:
+        """What to do with a popped subscription: the sends that settle it (none when it
+        waits or is gone), or (subscription, kind, located view) when it is to be pushed."""
+        subscription = self._downstream.get(sid)
+        if subscription is None:
+            self._scheduler.remove(sid)
+            return []
+        kind = self._kinds.get(subscription.dataset)
+        located: Hashable | None = None
+        if kind is not None and kind.state.buffer.stamp is not None:
+            try:
+                located = kind.locate(subscription)
+            except EntityNotHeld as exc:
+                return [self._fail(subscription, exc)]
+        if kind is None or located is None or not self._servable(subscription, kind, located):
+            self._lifecycle.uncovered(subscription)
+            return []
+        if not idle(subscription.client):
+            self._lifecycle.busy(subscription)
+            return []
+        return subscription, kind, located
+
+    def _fail(self, subscription: Subscription, exc: EntityNotHeld) -> Send:
+        self._lifecycle.end(subscription)
+        self._counters.ended += 1
+        return Send(subscription.client, Error(exc.code, str(exc), ref=subscription.sub))
+
+    def _servable(self, subscription: Subscription, kind: DatasetKind, located: Hashable) -> bool:
+        """Whether ready primitives cover the view where it is now (``located``).
+
+        Coverage is asked again only when it may have changed: the view moved, some coverage
+        shrank, or — for a view not yet servable — some grew.
+        """
+        parts = self._parts
+        seen_view, shrunk, grown = subscription.coverage_seen
+        stale = seen_view != located or shrunk != parts.shrunk
+        if stale or (not subscription.servable and grown != parts.grown):
+            subscription.servable = kind.covered(located)
+            subscription.coverage_seen = (located, parts.shrunk, parts.grown)
+        return subscription.servable
+
+    def _push(
+        self, subscription: Subscription, kind: DatasetKind, located: Hashable, now: float
+    ) -> list[Send]:
+        """One push of a ``latest`` subscription; its end if it cannot be served."""
+        try:
+            found = kind.cut(subscription, located)
+        except EntityNotHeld as exc:
+            return [self._fail(subscription, exc)]
+        except InvalidView as exc:  # a SQL view's query failed on the current rows
+            self._lifecycle.end(subscription)
+            return [Send(subscription.client, Error(exc.code, str(exc), ref=subscription.sub))]
+        stamp = kind.state.buffer.stamp
+        assert stamp is not None
+        send = self._deliver(subscription, stamp, found, now)
+        step = kind.ticking(subscription.view)
+        if step is not None and subscription.key in self._scheduler:  # time alone changes it
+            self._scheduler.defer(subscription.key, now + max(1.0 / subscription.rate, step))
+        return [] if send is None else [send]
+
+    def _deliver(
+        self, subscription: Subscription, stamp: Stamp, found: Cut | None, now: float
+    ) -> Send | None:
+        """Record what the subscriber holds after ``found`` (cut from the state ``stamp``
+        names); the push, no-update, or nothing."""
+        if found is None:
+            self._scheduler.idle(subscription.key)  # woken, but nothing is new for it
+            return None
+        body, after = found
+        held = subscription.held
+        advanced = held is None or (held.epoch, held.seq) != (stamp.epoch, stamp.seq)
+        if held is not None and held.epoch == stamp.epoch:
+            subscription.coalesced += max(0, stamp.seq - held.seq - 1)
+        subscription.held = after
+        if not (body.full or body.changes or advanced):
+            self._scheduler.idle(subscription.key)  # a new state, but no new tick nor change
+            return None
+        self._lifecycle.pushed(subscription, now)
+        if not (body.full or body.changes):
+            self._counters.no_updates += 1
+            no_update = NoUpdate(subscription.sub, stamp.epoch, stamp.seq, stamp.tick)
+            return Send(subscription.client, no_update)
+        self._counters.pushes += 1
+        self._counters.pushed_ticks.append(stamp.tick_time)
+        return Send(subscription.client, encode_push(subscription.sub, stamp, body))

@@ -1,0 +1,479 @@
+"""The relay's copy of the rows its upstream primitives cover (CA 3197003 [0137], state data store),
+double-buffered (CA 3197003 [0147]-[0151]).
+
+Rules:
+
+1. Batches are written to the **inert** buffer only; pushes read the **active** buffer only.
+2. At the end of an epoch the buffers swap atomically (one assignment on the event loop, between
+   two pushes), so every push is cut from one state, at one publisher tick.
+3. After a swap the new inert buffer is brought up to date: the writes since the last swap are
+   replayed on it, or — when they touched much of the table, which costs about the same — it
+   is overwritten with a copy of the active one. Either way both buffers are then equal.
+4. The active buffer carries a spatial index (``relay.data.spatial``) over the dataset's index
+   columns, built from the inert buffer just before it becomes active.
+
+Rows are kept column-wise, sorted by key, so a batch of changes applies with a few vectorised
+searches instead of a Python loop per row, and so the key sets of views come out sorted (cheap
+deltas against what a subscriber holds). Keys are integers (held as int64) or strings (held as
+Python ``str`` in object arrays; topic and path datasets are keyed by name). Each row records the
+``seq`` of the batch that last changed it: a subscription's "updated" rows are those changed
+since the seq of its last push.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Protocol
+
+import numpy as np
+import numpy.typing as npt
+
+from fanout.relay.data.nulls import is_companion, with_companions
+from fanout.relay.data.spatial import GridIndex, IndexedRegion
+from fanout.relay.kernels.compiled import COMPILED, fixed_width, tablekernel
+from fanout.wire.columns import NUMERIC_DTYPES, STRING
+
+Array = npt.NDArray[np.generic]
+Keys = npt.NDArray[np.generic]  # int64, or object holding str
+Mask = npt.NDArray[np.bool_]
+Positions = npt.NDArray[np.intp]
+
+#: ``changed`` of every row after an epoch change: older than any seq of the new epoch.
+BEFORE_EPOCH = -1
+
+
+def _dtype(wire: str) -> np.dtype[np.generic]:
+    """Strings and decimals (``Decimal``) are held as objects, the rest as their numpy dtype."""
+    return np.dtype(wire) if wire in NUMERIC_DTYPES else np.dtype(object)
+
+
+def key_dtype(wire: str) -> np.dtype[np.generic]:
+    """The dtype keys of wire dtype ``wire`` are held as: int64 for integers, object for str.
+
+    Raises:
+        ValueError: ``wire`` is neither an integer dtype nor ``"str"``.
+    """
+    if wire == STRING:
+        return np.dtype(object)
+    if np.dtype(wire).kind not in "iu":
+        raise ValueError(f"a key column must hold integers or strings, not {wire}")
+    return np.dtype(np.int64)
+
+
+class Table:
+    """Rows of one dataset, keyed by an integer or string key column, sorted by key."""
+
+    def __init__(self, key: str, columns: Mapping[str, str]) -> None:
+        """Create an empty table.
+
+        Args:
+            key: name of the key column (must be in ``columns``).
+            columns: column name -> wire dtype (numpy dtype string or ``"str"``).
+
+        Raises:
+            ValueError: the key column is not an integer or string column.
+        """
+        self.key = key
+        self.wire = dict(columns)
+        self.dtypes = {name: _dtype(wire) for name, wire in columns.items()}
+        self.dtypes[key] = key_dtype(columns[key])
+        self.columns: dict[str, Array] = {
+            name: np.empty(0, dtype=dtype) for name, dtype in self.dtypes.items()
+        }
+        self.changed: npt.NDArray[np.int64] = np.empty(0, dtype=np.int64)
+        #: Whether some column has a companion (``relay.data.nulls``): only then does ``take`` look.
+        self.nullable = any(map(is_companion, columns))
+
+    def __len__(self) -> int:
+        return len(self.keys)
+
+    @property
+    def keys(self) -> Keys:
+        """The sorted keys."""
+        return self.columns[self.key]
+
+    def as_keys(self, values: npt.ArrayLike) -> Keys:
+        """``values`` as keys of this table (int64 or object array)."""
+        return np.asarray(values, dtype=self.dtypes[self.key])
+
+    def locate(self, keys: Keys) -> Positions:
+        """The position of each key, or -1 where it is not held."""
+        held = self.keys
+        pos = np.searchsorted(held, keys)
+        found = pos < len(held)
+        found[found] = held[pos[found]] == keys[found]
+        return np.where(found, pos, -1)
+
+    def upsert(self, rows: Mapping[str, npt.ArrayLike], seq: int) -> None:
+        """Insert or overwrite rows (unique keys); every column of the table must be present.
+
+        Raises:
+            KeyError: a column is missing from ``rows``.
+        """
+        incoming = {
+            name: np.asarray(rows[name], dtype=dtype) for name, dtype in self.dtypes.items()
+        }
+        keys = incoming[self.key]
+        if not len(keys):
+            return
+        names = list(incoming)
+        targets = [self.columns[name] for name in names]
+        sources = [incoming[name] for name in names]
+        if tablekernel is not None and keys.dtype == np.int64 and fixed_width(*targets, *sources):
+            # One pass without the GIL (the writer thread's; ``relay.kernels.tablekernel``).
+            at = tablekernel.overwrite(self.keys, keys, targets, sources, self.changed, seq)
+            found = at >= 0
+        else:
+            at = self.locate(keys)
+            found = at >= 0
+            hit = at[found]
+            for name, values in incoming.items():
+                self.columns[name][hit] = values[found]
+            self.changed[hit] = seq
+        if not found.all():
+            self._insert({name: values[~found] for name, values in incoming.items()}, seq)
+
+    def _insert(self, rows: Mapping[str, Array], seq: int) -> None:
+        keys = np.concatenate([self.keys, rows[self.key]])
+        order = np.argsort(keys, kind="stable")
+        for name, values in rows.items():
+            self.columns[name] = np.concatenate([self.columns[name], values])[order]
+        fresh = np.full(len(rows[self.key]), seq, dtype=np.int64)
+        self.changed = np.concatenate([self.changed, fresh])[order]
+
+    def delete(self, keys: npt.ArrayLike) -> bool:
+        """Remove rows by key; keys not present are ignored (a delete may race a prune).
+
+        Returns:
+            Whether any row was removed.
+        """
+        at = self.locate(self.as_keys(keys))
+        at = at[at >= 0]
+        if not len(at):
+            return False
+        keep = np.ones(len(self), dtype=bool)
+        keep[at] = False
+        self._keep(keep)
+        return True
+
+    def delete_where(self, mask: Mask) -> bool:
+        """Remove the rows where ``mask`` is True; returns whether there were any."""
+        if not mask.any():
+            return False
+        self._keep(~mask)
+        return True
+
+    def _keep(self, keep: Mask) -> None:
+        for name in self.columns:
+            self.columns[name] = self.columns[name][keep]
+        self.changed = self.changed[keep]
+
+    def restart_changes(self) -> None:
+        """Mark every row as changed before any seq (a new epoch restarts seqs)."""
+        self.changed[:] = BEFORE_EPOCH
+
+    def column(self, name: str) -> Array:
+        """One column, aligned with ``keys``."""
+        return self.columns[name]
+
+    def take(self, index: Positions, names: Sequence[str] | None = None) -> dict[str, Array]:
+        """The rows at ``index`` (positions), column by column (only ``names`` if given, with
+        their companions: ``relay.data.nulls``)."""
+        if not names:
+            chosen: Sequence[str] = list(self.columns)
+        elif self.nullable:
+            chosen = with_companions(names, self.columns)
+        else:
+            chosen = names
+        return {name: self.columns[name].take(index) for name in chosen}
+
+    def copy_from(self, other: Table) -> None:
+        """Become an independent copy of ``other`` (same columns)."""
+        arrays = [*other.columns.values(), other.changed]
+        if tablekernel is not None and fixed_width(*arrays):
+            copied = tablekernel.copies(arrays)  # without the GIL (the writer thread's)
+        else:
+            copied = [values.copy() for values in arrays]
+        self.columns = dict(zip(other.columns, copied[:-1], strict=True))
+        self.changed = copied[-1]
+
+
+@dataclass(frozen=True)
+class Stamp:
+    """Where in the publisher's stream a buffer is: the last batch applied to it."""
+
+    epoch: int
+    seq: int
+    tick: int
+    tick_time: float
+
+
+class _Write(Protocol):
+    """One write to the inert buffer, kept to be replayed on the other buffer after a swap."""
+
+    @property
+    def rows(self) -> int:
+        """About how many rows it touches (to choose between replaying and copying)."""
+        ...
+
+    def apply(self, table: Table) -> bool:
+        """Do the write on ``table``; whether it changed anything."""
+        ...
+
+
+@dataclass(frozen=True)
+class _Upsert:
+    values: Mapping[str, npt.ArrayLike]
+    seq: int
+    rows: int
+
+    def apply(self, table: Table) -> bool:
+        table.upsert(self.values, self.seq)
+        return True
+
+
+@dataclass(frozen=True)
+class _Delete:
+    keys: Keys
+
+    @property
+    def rows(self) -> int:
+        return len(self.keys)
+
+    def apply(self, table: Table) -> bool:
+        return table.delete(self.keys)
+
+
+@dataclass(frozen=True)
+class _DeleteInside:
+    """Delete rows inside any of ``regions``, outside every one of ``kept``, not keyed ``keys``."""
+
+    regions: tuple[IndexedRegion, ...]
+    kept: tuple[IndexedRegion, ...]
+    coordinates: tuple[str, ...]
+    rows: int
+    keys: Keys | None = None
+
+    def apply(self, table: Table) -> bool:
+        coords = [table.column(name) for name in self.coordinates]
+        inside = np.zeros(len(table), dtype=bool)
+        for region in self.regions:
+            inside |= region.match(*coords)
+        at = np.flatnonzero(inside)
+        if len(at) and self.kept:
+            near = [column[at] for column in coords]
+            for region in self.kept:
+                at = at[~region.match(*near)]
+                near = [column[at] for column in coords]
+        if len(at) and self.keys is not None and len(self.keys):
+            at = at[~np.isin(table.keys[at], self.keys)]
+        mask = np.zeros(len(table), dtype=bool)
+        mask[at] = True
+        return table.delete_where(mask)
+
+
+@dataclass(frozen=True)
+class _RestartChanges:
+    rows: int
+
+    def apply(self, table: Table) -> bool:
+        table.restart_changes()
+        return len(table) > 0
+
+
+@dataclass
+class BufferCounters:
+    """What the double buffer has done (visible in the relay's stats).
+
+    Attributes:
+        swaps: buffer swaps (epochs ended with new state).
+        replays: swaps after which the new inert buffer was caught up by replaying writes.
+        copies: swaps after which it was caught up by copying the active buffer.
+        writes: writes applied to the inert buffer.
+    """
+
+    swaps: int = 0
+    replays: int = 0
+    copies: int = 0
+    writes: int = 0
+
+
+@dataclass
+class _Log:
+    """Writes to replay on the other buffer, at most ``limit`` of them (else: copy it)."""
+
+    limit: int
+    writes: list[_Write] = field(default_factory=list)
+    overflowed: bool = False
+
+    def __bool__(self) -> bool:
+        return bool(self.writes) or self.overflowed
+
+    def add(self, write: _Write) -> None:
+        if self.overflowed:
+            return
+        if len(self.writes) >= self.limit:
+            self.writes.clear()
+            self.overflowed = True  # too many to keep: the catch-up will copy instead
+            return
+        self.writes.append(write)
+
+    @property
+    def rows(self) -> int:
+        return sum(write.rows for write in self.writes)
+
+
+@dataclass
+class DoubleBuffer:
+    """Active and inert copies of one dataset's table, the active one spatially indexed.
+
+    Every write and ``mark`` first catches the inert table up with the last swap, then applies
+    to it; ``swap`` itself only exchanges the tables (and installs the inert table's index if
+    ``stage_index`` built it already). So the heavy steps — writing, indexing, catching up —
+    may all run off the event loop (the relay's shell runs them on a worker thread), while the
+    loop keeps reading the active table; the shell must only never ``swap`` during them.
+
+    Attributes:
+        active: the table pushes read; not modified while active.
+        inert: the table writes go to.
+        stamp: the stream position of the active table (None before the first swap).
+        written: the stream position of the inert table (None before the first batch).
+        generation: how many swaps brought new state; identifies the active state.
+        index: the grid over the active table's index columns.
+        replay_limit: replay the writes on the new inert table when they touched at most this
+            fraction of its rows, else copy.
+        max_writes: writes kept for replay at most; past it the next catch-up copies (bounded).
+    """
+
+    key: str
+    columns: Mapping[str, str]
+    coordinates: tuple[str, ...]
+    replay_limit: float = 0.25
+    max_writes: int = 256
+    active: Table = field(init=False)
+    inert: Table = field(init=False)
+    stamp: Stamp | None = None
+    written: Stamp | None = None
+    generation: int = 0
+    counters: BufferCounters = field(default_factory=BufferCounters)
+    index: GridIndex = field(init=False)
+    _pending: _Log = field(init=False)  # written to the inert table since the last swap
+    _behind: _Log | None = None  # what the inert table lacks since the last swap
+    _staged: GridIndex | None = None  # the inert table's index, if built since its last write
+
+    def __post_init__(self) -> None:
+        self.active = Table(self.key, self.columns)
+        self.inert = Table(self.key, self.columns)
+        self.index = self._index(self.active)
+        self._pending = _Log(self.max_writes)
+
+    def _index(self, table: Table) -> GridIndex:
+        # The compiled kernel reads every column in the grid's cell order (``GridIndex.carried``).
+        carry = COMPILED and table.keys.dtype == np.int64 and len(self.coordinates) in (2, 3)
+        return GridIndex(
+            [table.column(name) for name in self.coordinates],
+            carry=(table.columns, table.changed) if carry else None,
+        )
+
+    @property
+    def dirty(self) -> bool:
+        """Whether the inert table holds writes the active one does not show yet."""
+        return bool(self._pending) or self.written != self.stamp
+
+    # -- writes (inert buffer) ------------------------------------------------------------
+
+    def upsert(self, rows: Mapping[str, npt.ArrayLike], seq: int) -> None:
+        """Insert or overwrite rows in the inert table (see :meth:`Table.upsert`)."""
+        count = len(np.asarray(rows[self.key]))
+        if count:
+            self._write(_Upsert(rows, seq, count))
+
+    def delete(self, keys: npt.ArrayLike) -> None:
+        """Remove rows by key from the inert table."""
+        keys = self.inert.as_keys(keys)
+        if len(keys):
+            self._write(_Delete(keys))
+
+    def delete_inside(
+        self,
+        regions: Sequence[IndexedRegion],
+        kept: Sequence[IndexedRegion] = (),
+        kept_keys: npt.ArrayLike = (),
+    ) -> None:
+        """Remove the inert table's rows inside any of ``regions`` but inside none of ``kept``.
+
+        Rows keyed one of ``kept_keys`` stay wherever they are (entity primitives hold them).
+        """
+        if regions:
+            self.catch_up()
+            rows = len(self.inert)
+            keys = self.inert.as_keys(kept_keys)
+            write = _DeleteInside(tuple(regions), tuple(kept), self.coordinates, rows, keys)
+            self._write(write)
+
+    def restart_changes(self) -> None:
+        """A new epoch: every row of the inert table counts as changed before any new seq."""
+        self.catch_up()
+        self._write(_RestartChanges(len(self.inert)))
+
+    def mark(self, stamp: Stamp) -> None:
+        """Record the stream position the inert table has reached."""
+        self.catch_up()
+        self.written = stamp
+
+    def _write(self, write: _Write) -> None:
+        self.catch_up()
+        # A write that changes nothing here changes nothing on the other buffer either (it is
+        # replayed at the same point of the same sequence), so it is neither kept nor counted.
+        if not write.apply(self.inert):
+            return
+        self._staged = None
+        self.counters.writes += 1
+        self._pending.add(write)
+
+    def stage_index(self) -> None:
+        """Build the inert table's index now, so that ``swap`` need not."""
+        self.catch_up()
+        if self._staged is None:
+            self._staged = self._index(self.inert)
+
+    # -- the epoch's end ------------------------------------------------------------------
+
+    def swap(self) -> bool:
+        """End the epoch: the inert table becomes active, with its index.
+
+        The new inert table is caught up by the next write (or ``catch_up``).
+
+        Returns:
+            Whether there was anything to swap in.
+        """
+        if not self.dirty:
+            return False
+        self.index = self._staged if self._staged is not None else self._index(self.inert)
+        self.active, self.inert = self.inert, self.active
+        self.stamp = self.written
+        self.generation += 1
+        self.counters.swaps += 1
+        self._behind, self._pending = self._pending, _Log(self.max_writes)
+        self._staged = None
+        return True
+
+    def catch_up(self) -> None:
+        """Bring the inert table up to date with the active one (CA 3197003 [0150], step 1070d)."""
+        behind, self._behind = self._behind, None
+        if behind is None:
+            return
+        if behind.overflowed or behind.rows > self.replay_limit * max(len(self.active), 1):
+            self.inert.copy_from(self.active)
+            self.counters.copies += 1
+        else:
+            for write in behind.writes:
+                write.apply(self.inert)
+            self.counters.replays += 1
+
+    # -- reads (active buffer) ------------------------------------------------------------
+
+    def query(self, region: IndexedRegion) -> Positions:
+        """Sorted positions of the active rows ``region`` matches."""
+        return self.index.query(region)

@@ -1,0 +1,128 @@
+"""The relay's timers: the pump that hands out due pushes, and housekeeping.
+
+The pump asks the core for due pushes whenever something changed, a connection became
+writable, or the earliest rate timer fires (CA 3197003 [0138], Fig. 7). A round of pushes runs
+for at most ``RelayConfig.pump_budget`` seconds, then yields to the event loop so reads, writes
+and batches keep flowing with thousands of subscribers; what was not served stays queued,
+aging, for the next round. A batch written meanwhile (``relay.shell.writer``) is swapped in before a
+round, and ends a round early: the next one starts from its state.
+
+Housekeeping, twice a second, releases spare primitives (of the relays below too), logs the
+relay's counts every ``stats_every`` seconds and closes subscribers that left a push unread for
+``stall_timeout`` seconds.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Callable, Iterable
+
+from fanout import metrics
+from fanout.relay.config import RelayConfig
+from fanout.relay.core.relaycore import RelayCore, Send
+from fanout.relay.shell.clients import Clients
+from fanout.relay.shell.writer import Writer
+from fanout.tiers.below import Relays
+
+log = logging.getLogger(__name__)
+
+
+class Pump:
+    """Dispatches due pushes and keeps house, until cancelled.
+
+    Attributes:
+        tick_to_push: seconds from a tick (the publisher's clock) to its push being handed to
+            the subscriber's connection.
+    """
+
+    def __init__(
+        self,
+        config: RelayConfig,
+        core: RelayCore,
+        relays: Relays,
+        *,
+        clients: Clients,
+        writer: Writer,
+        wake: asyncio.Event,
+        dispatch: Callable[[Iterable[Send]], None],
+    ) -> None:
+        """Args:
+        config: the relay's configuration.
+        core: the relay's core.
+        relays: the relays below (``tiers``).
+        clients: the relay's connections.
+        writer: the upstream's batches being written.
+        wake: set whenever the pump should look for due pushes.
+        dispatch: sends frames.
+        """
+        self._config = config
+        self._core = core
+        self._relays = relays
+        self._clients = clients
+        self._writer = writer
+        self._wake = wake
+        self._dispatch = dispatch
+        self.tick_to_push = metrics.Histogram(
+            "relay_tick_to_push_seconds",
+            "Seconds from a tick (the publisher's clock) to the relay handing its push to the"
+            " subscriber's connection.",
+        )
+
+    async def run(self) -> None:
+        """Hand out due pushes round after round, until cancelled."""
+        loop = asyncio.get_running_loop()
+        while True:
+            wakeup = self._core.next_wakeup(loop.time())
+            if wakeup is None or wakeup > loop.time():
+                timeout = None if wakeup is None else wakeup - loop.time()
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._wake.wait(), timeout)
+            self._wake.clear()
+            self._writer.advance()  # a batch written meanwhile is swapped in first
+            self.round(loop.time())
+            await asyncio.sleep(0)  # let reads, writes and batches in between rounds
+
+    def round(self, now: float) -> None:
+        """Dispatch due pushes until there are none, the round's time budget is spent, or a
+        batch is written (the next round starts from its state)."""
+        deadline = time.perf_counter() + self._config.pump_budget
+        writer = self._writer
+        rounds = self._core.serve(now, self._is_idle, lambda: time.perf_counter() >= deadline)
+        with contextlib.closing(rounds) as pushes:
+            for send in pushes:
+                self._dispatch((send,))
+                if time.perf_counter() >= deadline or writer.written():
+                    break
+        writer.advance()
+        pushed = self._core.take_pushed_ticks()
+        if pushed:
+            wall = time.time()
+            for tick_time in pushed:
+                self.tick_to_push.observe(max(0.0, wall - tick_time))
+
+    def _is_idle(self, client: int) -> bool:
+        outbound = self._clients.open.get(client)
+        return outbound is not None and outbound.idle
+
+    async def housekeeping(self) -> None:
+        """Release spare primitives, log counts and close stalled subscribers, until
+        cancelled."""
+        config = self._config
+        loop = asyncio.get_running_loop()
+        logged = loop.time()
+        while True:
+            await asyncio.sleep(0.5)
+            now = loop.time()
+            self._dispatch(self._relays.housekeeping(now))
+            self._wake.set()  # a prune may have left new state to swap in
+            if config.stats_every and now - logged >= config.stats_every:
+                logged = now
+                stats = {**self._core.stats(), **self._relays.stats()}
+                log.info("relay %s: %s", config.name, stats)
+            for outbound in list(self._clients.open.values()):
+                stalled = outbound.stalled_for(now)
+                if stalled > config.stall_timeout:
+                    outbound.close(f"slow consumer: a push unread for {stalled:.0f} s")

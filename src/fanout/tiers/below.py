@@ -1,0 +1,481 @@
+"""The relays below a relay, sans I/O: a relay serving other relays as the publisher would
+(CA 3197003 [0055]-[0057]: intermediary processes in tiers; US 7,487,246: intermediate brokers
+that accumulate knowledge and pass curiosity upstream).
+
+A relay below connects with ``Hello{role: "relay"}`` and speaks the upstream protocol
+(docs/protocol.md, "Relay <-> publisher"). Rules:
+
+1. **Catalog.** It is welcomed with the catalog this relay has from above; while this relay has
+   none (not connected upstream), it is refused with ``unavailable`` and connects again later.
+   A ``resume`` in its ``Hello`` is answered with ``Error{code: "resync"}``: this relay's window
+   holds only what its own coverage saw, not the whole change of each seq a replay must carry,
+   so the relay below relies on fresh snapshots (and on curiosity for its ``every`` streams).
+2. **Acquire.** A primitive is pinned here (``Downstream.pin``: its coverage is kept as a
+   subscription's would be) and what this relay does not cover is acquired upstream, as for a
+   subscription's view. Once this relay's ready primitives cover it, and its active state is
+   the last seq it forwarded, the primitive's snapshot goes down: the rows of its active state
+   inside it, stamped with that seq (a re-send of a seq the relay below may already have).
+   From then on every forwarded batch holds every change inside it.
+3. **Batches.** Each batch this relay writes is forwarded at once, before it is swapped in, to
+   every relay below (empty ones too: a relay sees every seq), cut to that relay's live
+   primitives (``tiers.cut``). A batch that carries this relay's own snapshots mixes
+   unchanged rows with changes: the live primitives below that it touches are sent whole again
+   and listed as snapshots, so that the relay below knows that seq is not a pure change set and
+   asks for it (rule 4) rather than pushing unchanged rows as changes.
+4. **Curiosity.** ``Curious`` is answered from this relay's window when every seq asked is a
+   whole change set there (learnt from the log), else passed upstream under a request number
+   of its own; the ``Knowledge`` (and a refusal) go back to the relay that asked, and are kept
+   in this relay's window for the next one.
+5. **Horizons.** The horizon told upstream for a dataset is the lowest of this relay's own
+   ``every`` subscriptions' and the relays' below (``Horizon``), so the publisher keeps in its
+   log what any of them may still ask for.
+6. **Losing upstream.** When this relay loses its own upstream, the relays below are dropped
+   (``upstream_lost`` names them): they connect again, to this relay once it is back or to
+   another, and acquire their primitives anew.
+
+Every kind of dataset is forwarded: what a relay below may acquire, and which rows a primitive
+holds, are the dataset kind's answers (``DatasetKind.primitive``, ``holds``, ``contents``), so
+nothing here tells kinds apart. An ``Acquire`` the kind refuses (a view of another language,
+other dimensions, an entity of a key of another type) is answered ``invalid_view`` naming why.
+"""
+
+from __future__ import annotations
+
+import itertools
+import sys
+from dataclasses import dataclass, field
+
+import msgspec
+import numpy as np
+
+from fanout.errors import InvalidView
+from fanout.relay.core.changesets import ChangeSet
+from fanout.relay.core.relaycore import RelayCore
+from fanout.relay.core.sends import UPSTREAM, Send
+from fanout.relay.data.buffers import Array, Keys
+from fanout.relay.data.intake import Intake
+from fanout.relay.data.nulls import masked
+from fanout.relay.kinds import DatasetKind
+from fanout.tiers import cut
+from fanout.views import View
+from fanout.wire.columns import Columns, encode_columns
+from fanout.wire.messages import (
+    Acquire,
+    Batch,
+    Catalog,
+    Curious,
+    Error,
+    Frame,
+    Hello,
+    Horizon,
+    Knowledge,
+    Release,
+)
+
+#: Request numbers this relay gives the curiosity it passes upstream (its own ``every`` mode
+#: numbers from 2**40: ``relay.core.every.FIRST_CURIOSITY``).
+FIRST_PASSED = 1 << 50
+
+
+@dataclass
+class Held:
+    """One primitive of a relay below.
+
+    Attributes:
+        prim: its id, chosen by the relay below.
+        dataset: the dataset it selects from.
+        view: what it selects, as this relay holds it (``DatasetKind.primitive``).
+        live: its snapshot went down: batches carry every change inside it.
+    """
+
+    prim: int
+    dataset: str
+    view: View
+    live: bool = False
+
+
+@dataclass
+class Below:
+    """One relay below.
+
+    Attributes:
+        client: its connection.
+        name: the name in its ``Hello``.
+        prims: its primitives, by its ids.
+        checkout: per dataset, the sorted keys sent to it and not deleted since.
+        sent: per dataset, the (epoch, seq) of the last batch sent.
+        horizons: per dataset, the (epoch, seq) of its last ``Horizon``.
+    """
+
+    client: int
+    name: str
+    prims: dict[int, Held] = field(default_factory=dict)
+    checkout: dict[str, Keys] = field(default_factory=dict)
+    sent: dict[str, tuple[int, int]] = field(default_factory=dict)
+    horizons: dict[str, tuple[int, int]] = field(default_factory=dict)
+
+    def live(self, dataset: str) -> list[Held]:
+        """Its live primitives of ``dataset``."""
+        return [p for p in self.prims.values() if p.dataset == dataset and p.live]
+
+
+class Relays:
+    """The relays below one relay, around its ``RelayCore``.
+
+    It stands in for the core where batches are written (``relay.shell.writer.Core``: ``admit``,
+    ``finish``, ``end_epoch``) and where housekeeping runs, so that each batch is forwarded as
+    it is written and each snapshot as soon as it can be cut.
+
+    Attributes:
+        forwarded: batches sent to relays below; snapshots: primitives below made live;
+        passed: curiosity requests passed upstream; answered: answered from the window.
+    """
+
+    def __init__(self, core: RelayCore, max_primitives: int = 10_000) -> None:
+        """
+        Args:
+            core: the relay's core.
+            max_primitives: primitives one relay below may hold here at once; an ``Acquire``
+                beyond them is refused (``bad_request``).
+        """
+        self.core = core
+        self.max_primitives = max_primitives
+        self.below: dict[int, Below] = {}
+        self._passed = itertools.count(FIRST_PASSED)
+        #: our request -> (client, its request, last seq asked)
+        self._asked: dict[int, tuple[int, int, int]] = {}
+        self._own: dict[str, tuple[int, int]] = {}  # the core's horizons, as it told them
+        self._told: dict[str, tuple[int, int]] = {}  # what went upstream
+        self.forwarded = 0
+        self.snapshots = 0
+        self.passed = 0
+        self.answered = 0
+
+    # -- the writer's side (relay.writer.Core) ---------------------------------------------
+
+    def admit(self, batch: Batch) -> Intake | None:
+        """``RelayCore.admit``."""
+        return self.core.admit(batch)
+
+    def finish(self, intake: Intake) -> list[Send]:
+        """``RelayCore.finish``, then the batch forwarded to every relay below (rule 3)."""
+        sends = self.core.finish(intake)
+        return sends + self._forward(intake)
+
+    def end_epoch(self) -> list[Send]:
+        """``RelayCore.end_epoch``, then the snapshots that can go down now (rule 2)."""
+        return self.core.end_epoch() + self.ready()
+
+    def housekeeping(self, now: float) -> list[Send]:
+        """``RelayCore.housekeeping``, its horizons combined with those below (rule 5); and
+        snapshots that can go down."""
+        sends: list[Send] = []
+        for send in self.core.housekeeping(now):
+            if send.to == UPSTREAM and isinstance(send.frame, Horizon):
+                self._own[send.frame.dataset] = (send.frame.epoch, send.frame.seq)
+            else:
+                sends.append(send)
+        return sends + self._horizons() + self.ready()
+
+    # -- connections -----------------------------------------------------------------------
+
+    def welcome(self, client: int, hello: Hello) -> list[Send] | Error:
+        """A relay below was welcomed: its catalog (and a ``resync`` for its resume), or the
+        refusal to close it with when this relay has no catalog yet (rule 1)."""
+        if not self.core.catalogued:
+            return Error(
+                "unavailable", "this relay is not connected upstream yet; connect again later"
+            )
+        self.below[client] = Below(client, hello.name)
+        infos = [state.info for state in self.core.datasets.values()]
+        sends = [Send(client, Catalog(datasets=infos))]
+        if hello.resume:
+            message = (
+                "a relay replays no seqs to the relays below it; resync from snapshots (seqs an"
+                " every-mode stream lacks are asked for with curious)"
+            )
+            sends.append(Send(client, Error("resync", message)))
+        return sends
+
+    def gone(self, client: int) -> None:
+        """A relay below went away: its primitives are unpinned (released here later)."""
+        below = self.below.pop(client, None)
+        if below is None:
+            return
+        for held in below.prims.values():
+            self.core.downstream.unpin(held.dataset, held.view)
+        self._asked = {ours: asked for ours, asked in self._asked.items() if asked[0] != client}
+
+    def upstream_lost(self) -> list[int]:
+        """This relay lost its upstream: the relays below to drop (rule 6)."""
+        self._own.clear()
+        self._told.clear()
+        self._asked.clear()
+        return list(self.below)
+
+    def on_frame(self, client: int, frame: Frame) -> list[Send]:
+        """A frame from a relay below."""
+        below = self.below[client]
+        match frame:
+            case Acquire() as acquire:
+                return self._acquire(below, acquire)
+            case Release(prim=prim):
+                held = below.prims.pop(prim, None)
+                if held is None:
+                    message = f"release of primitive {prim}, which is not held"
+                    return [Send(client, Error("primitive", message, ref=prim))]
+                self.core.downstream.unpin(held.dataset, held.view)
+                return []
+            case Curious() as curious:
+                return self._curious(below, curious)
+            case Horizon(dataset=dataset, epoch=epoch, seq=seq):
+                below.horizons[dataset] = (epoch, seq)
+                return []
+        name = type(frame).__name__.lower()
+        return [Send(client, Error("protocol", f"a relay does not take {name} from a relay"))]
+
+    # -- acquiring -------------------------------------------------------------------------
+
+    def _acquire(self, below: Below, acquire: Acquire) -> list[Send]:
+        client, prim = below.client, acquire.prim
+        if prim in below.prims:
+            return [Send(client, Error("primitive", f"primitive {prim} is held", ref=prim))]
+        if len(below.prims) >= self.max_primitives:
+            message = f"a relay below may hold {self.max_primitives} primitives here at most"
+            return [Send(client, Error("bad_request", message, ref=prim))]
+        kind = self.core.parts.kinds.get(acquire.dataset)
+        if kind is None:
+            known = ", ".join(self.core.datasets)
+            message = f"unknown dataset {acquire.dataset!r} (known: {known})"
+            return [Send(client, Error("invalid_view", message, ref=prim))]
+        try:
+            view = kind.primitive(acquire.view)
+        except InvalidView as exc:
+            return [Send(client, Error("invalid_view", str(exc), ref=prim))]
+        below.prims[prim] = Held(prim, acquire.dataset, view)
+        self.core.downstream.pin(acquire.dataset, view)
+        added = kind.acquire(view, None, True)
+        sends = [Send(UPSTREAM, Acquire(p.prim, p.dataset, p.view)) for p in added]
+        return sends + self.ready()
+
+    def ready(self) -> list[Send]:
+        """Snapshots of the primitives below that this relay's ready coverage now holds,
+        stamped with its active state's seq, once that is the last seq forwarded (rule 2)."""
+        sends: list[Send] = []
+        for below in self.below.values():
+            waiting: dict[str, list[Held]] = {}
+            for held in below.prims.values():
+                if not held.live:
+                    waiting.setdefault(held.dataset, []).append(held)
+            for dataset, prims in waiting.items():
+                sends += self._snapshot(below, dataset, prims)
+        return sends
+
+    def _snapshot(self, below: Below, dataset: str, prims: list[Held]) -> list[Send]:
+        state, kind = self.core.datasets[dataset], self.core.parts.kinds[dataset]
+        stamp = state.buffer.stamp
+        if state.busy or stamp is None or (stamp.epoch, stamp.seq) != (state.epoch, state.seq):
+            return []  # a batch is written but not swapped in: after it is
+        sent = below.sent.get(dataset)
+        if sent is not None and sent != (stamp.epoch, stamp.seq):
+            return []
+        ready = [p for p in prims if kind.covered(p.view, ready_only=True)]
+        if not ready:
+            return []
+        info = state.info
+        content = kind.contents([p.view for p in ready])
+        for held in ready:
+            held.live = True
+        before = below.checkout.get(dataset, state.table.as_keys([]))
+        below.checkout[dataset] = np.union1d(before, content[info.key]).astype(before.dtype)
+        below.sent[dataset] = (stamp.epoch, stamp.seq)
+        self.snapshots += len(ready)
+        batch = Batch(
+            dataset,
+            stamp.epoch,
+            stamp.seq,
+            stamp.tick,
+            stamp.tick_time,
+            upserts=encode_columns(masked(content)),
+            deletes=Columns(),
+            snapshots=[p.prim for p in ready],
+        )
+        return [Send(below.client, batch)]
+
+    # -- forwarding ------------------------------------------------------------------------
+
+    def _forward(self, intake: Intake) -> list[Send]:
+        if not self.below or intake.deletes is None:
+            return []
+        batch, state = intake.batch, intake.state
+        info, kind = state.info, self.core.parts.kinds[batch.dataset]
+        deleted = intake.deletes
+        change = ChangeSet(
+            batch.epoch, batch.seq, batch.tick, batch.tick_time, intake.upserts, deleted
+        )
+        refreshed = _refreshed(intake, kind)
+        sends: list[Send] = []
+        for below in self.below.values():
+            sent = below.sent.get(batch.dataset)
+            if sent is not None and sent[0] == batch.epoch and batch.seq <= sent[1]:
+                continue  # a re-send here (our own snapshots): nothing new below
+            live = below.live(batch.dataset)
+            held = below.checkout.get(batch.dataset, deleted[:0])
+            inside = kind.holds([p.view for p in live], change.rows)
+            found = cut.step(change, inside, held, key=info.key)
+            touched = [p for p in live if refreshed and kind.holds([p.view], refreshed).any()]
+            if touched:  # rows of our snapshots among the changes: send those prims whole
+                content = kind.contents([p.view for p in touched], state.buffer.inert)
+                found = cut.merge(found, content, info.key)
+            below.checkout[batch.dataset] = found.held
+            below.sent[batch.dataset] = (batch.epoch, batch.seq)
+            self.forwarded += 1
+            sends.append(
+                Send(
+                    below.client,
+                    Batch(
+                        batch.dataset,
+                        batch.epoch,
+                        batch.seq,
+                        batch.tick,
+                        batch.tick_time,
+                        upserts=encode_columns(masked(found.upserts)),
+                        deletes=encode_columns({info.key: found.deletes}),
+                        snapshots=[p.prim for p in touched],
+                    ),
+                )
+            )
+        return sends
+
+    # -- curiosity and knowledge -----------------------------------------------------------
+
+    def _curious(self, below: Below, curious: Curious) -> list[Send]:
+        history = self.core.histories.get(curious.dataset)
+        if history is None:
+            message = f"unknown dataset {curious.dataset!r}"
+            return [Send(below.client, Error("invalid_view", message, ref=curious.req))]
+        seqs = range(curious.first, curious.last + 1)
+        known = (
+            [history.get(seq, sys.maxsize) for seq in seqs]
+            if curious.epoch == history.epoch and 0 < len(seqs) <= 10_000
+            else [None]
+        )
+        if all(change is not None and change.whole for change in known):
+            self.answered += 1
+            return [
+                Send(below.client, _knowledge(curious.req, curious.dataset, change, self.core))
+                for change in known
+                if change is not None
+            ]
+        ours = next(self._passed)
+        self._asked[ours] = (below.client, curious.req, curious.last)
+        self.passed += 1
+        passed = Curious(ours, curious.dataset, curious.epoch, curious.first, curious.last)
+        return [Send(UPSTREAM, passed)]
+
+    def on_knowledge(self, knowledge: Knowledge) -> tuple[bool, list[Send]]:
+        """Knowledge from upstream: kept in the window, and sent to the relay below that asked
+        for it, if one did. Returns whether a subscription here was waiting for it, and the
+        sends.
+
+        Raises:
+            ProtocolError: its columns do not fit the catalog (``RelayCore.on_knowledge``).
+        """
+        waiting = self.core.on_knowledge(knowledge)
+        asked = self._asked.get(knowledge.req)
+        if asked is None:
+            return waiting, []
+        client, theirs, last = asked
+        if knowledge.seq >= last:
+            del self._asked[knowledge.req]
+        return waiting, [Send(client, _replace_req(knowledge, theirs))]
+
+    def on_upstream_error(self, error: Error) -> list[Send] | None:
+        """An error from upstream about a request passed on: sent to the relay below that
+        asked (None: not one of ours)."""
+        asked = None if error.ref is None else self._asked.pop(error.ref, None)
+        if asked is None:
+            return None
+        client, theirs, _ = asked
+        return [Send(client, Error(error.code, error.message, ref=theirs))]
+
+    def uncovered(self) -> list[Send]:
+        """After upstream refused primitives: the primitives below that nothing held here
+        covers any more are refused to their relays."""
+        sends: list[Send] = []
+        for below in self.below.values():
+            for held in list(below.prims.values()):
+                kind = self.core.parts.kinds.get(held.dataset)
+                if kind is not None and kind.covered(held.view, ready_only=False):
+                    continue
+                del below.prims[held.prim]
+                self.core.downstream.unpin(held.dataset, held.view)
+                message = "upstream refused data this primitive needs"
+                sends.append(Send(below.client, Error("invalid_view", message, ref=held.prim)))
+        return sends
+
+    # -- horizons --------------------------------------------------------------------------
+
+    def _horizons(self) -> list[Send]:
+        sends: list[Send] = []
+        names = set(self._own) | set(self._told)
+        for below in self.below.values():
+            names |= set(below.horizons)
+        for name in sorted(names):
+            state = self.core.datasets.get(name)
+            if state is None:
+                continue
+            marks = [self._own.get(name)] + [b.horizons.get(name) for b in self.below.values()]
+            needed = [m[1] for m in marks if m is not None and m[1] >= 0 and m[0] == state.epoch]
+            want = (state.epoch, min(needed)) if needed else None
+            told = self._told.get(name)
+            if want == told:
+                continue
+            if told is not None and (want is None or want[0] != told[0]):
+                sends.append(Send(UPSTREAM, Horizon(name, told[0], -1)))
+                del self._told[name]
+            if want is not None:
+                sends.append(Send(UPSTREAM, Horizon(name, *want)))
+                self._told[name] = want
+        return sends
+
+    def stats(self) -> dict[str, float]:
+        """Counters of the relays below, for ``/metrics`` and logs."""
+        return {
+            "relays_below": len(self.below),
+            "below_primitives": sum(len(b.prims) for b in self.below.values()),
+            "below_batches": self.forwarded,
+            "below_snapshots": self.snapshots,
+            "below_curiosity_passed": self.passed,
+            "below_curiosity_answered": self.answered,
+        }
+
+
+def _refreshed(intake: Intake, kind: DatasetKind) -> dict[str, Array]:
+    """The rows of ``intake`` inside the primitives whose snapshots it carries: unchanged rows
+    among the changes, for all the relay knows (none: a pure change set)."""
+    views = [view for _, view in intake.snapshots]
+    if not views or not intake.upserts:
+        return {}
+    mask = kind.holds(views, intake.upserts)
+    if not mask.any():
+        return {}
+    return {name: np.asarray(values)[mask] for name, values in intake.upserts.items()}
+
+
+def _knowledge(req: int, dataset: str, change: ChangeSet, core: RelayCore) -> Knowledge:
+    key = core.datasets[dataset].info.key
+    return Knowledge(
+        req,
+        dataset,
+        change.epoch,
+        change.seq,
+        change.tick,
+        change.tick_time,
+        upserts=encode_columns(masked(change.rows)),
+        deletes=encode_columns({key: change.deleted}),
+    )
+
+
+def _replace_req(knowledge: Knowledge, req: int) -> Knowledge:
+    return msgspec.structs.replace(knowledge, req=req)

@@ -1,0 +1,83 @@
+"""Cutting a relay's stream for a relay below it, sans I/O (CA 3197003 [0135]-[0137], done by a
+relay instead of the publisher).
+
+A relay below holds primitives, as it would at the publisher; to the relay above it is much like
+an ``every`` subscriber whose view is the union of those primitives. So each of its batches is
+that view's step of the seq's change set: rows inside it upserted, held rows that left it or were
+deleted deleted. Which rows of a change lie inside its primitives is the dataset kind's answer
+(``DatasetKind.holds``: regions by coordinates, topic filters by topic, object paths by path, SQL
+primitives by their boxes), so the cutting here is the same for every kind.
+
+What the relay below holds (its *checkout*) is tracked as sorted keys; it may hold more keys than
+the relay below still does (rows it pruned itself), which costs at most a delete of a key it no
+longer has: deletes of keys not held are no-ops.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+import numpy as np
+import numpy.typing as npt
+
+from fanout.relay.core.changesets import ChangeSet
+from fanout.relay.data.buffers import Array, Keys, Mask
+
+Rows = dict[str, Array]
+
+
+@dataclass(frozen=True)
+class Cut:
+    """One seq's batch for a relay below, before encoding.
+
+    Attributes:
+        upserts: rows to upsert, column -> array (every column of the dataset).
+        deletes: keys to delete.
+        held: the keys the relay below holds after it.
+    """
+
+    upserts: Rows
+    deletes: Keys
+    held: Keys
+
+
+def step(change: ChangeSet, inside: Mask, held: Keys, *, key: str) -> Cut:
+    """The batch of ``change`` for a relay below that holds the sorted keys ``held``.
+
+    Args:
+        change: the seq's change set (rows upserted, keys deleted).
+        inside: which of ``change.rows`` lie inside the live primitives of the relay below.
+        held: the keys it holds before.
+        key: the dataset's key column.
+    """
+    keys = np.asarray(change.rows[key]) if change.rows else held[:0]
+    gone = np.asarray(change.deleted, dtype=held.dtype)
+    left = np.union1d(keys[~inside & np.isin(keys, held)], gone[np.isin(gone, held)])
+    left = left.astype(held.dtype)
+    remaining = held[~np.isin(held, left)]
+    after = np.union1d(remaining, keys[inside]).astype(held.dtype)
+    return Cut(_take(change.rows, np.flatnonzero(inside)), left, after)
+
+
+def merge(cut: Cut, content: Rows, key: str) -> Cut:
+    """``cut`` with the whole ``content`` of some primitives added (rows by key: the content's
+    are the newest), and none of its keys deleted."""
+    added = np.asarray(content[key]) if content else np.zeros(0)
+    if not len(added):
+        return cut
+    ours = np.asarray(cut.upserts[key]) if cut.upserts else added[:0]
+    keep = np.flatnonzero(~np.isin(ours, added))
+    rows = {
+        name: np.concatenate([np.asarray(cut.upserts[name])[keep], np.asarray(values)])
+        if cut.upserts
+        else np.asarray(values)
+        for name, values in content.items()
+    }
+    deletes = cut.deletes[~np.isin(cut.deletes, added)]
+    held = np.union1d(cut.held, added).astype(cut.held.dtype)
+    return Cut(rows, deletes, held)
+
+
+def _take(rows: Mapping[str, Array], positions: npt.NDArray[np.intp]) -> Rows:
+    return {name: np.asarray(values)[positions] for name, values in rows.items()}

@@ -1,0 +1,132 @@
+"""The forward policy's routes and pieces (``cluster.upstreams``), without sockets."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from fanout.cluster.responsibility import ResponsibilityMap
+from fanout.cluster.settings import read_cluster
+from fanout.cluster.upstreams import PUBLISHER, Upstreams
+from fanout.errors import ConfigError
+from fanout.relay.config import RelayConfig
+from fanout.views import Box
+from fanout.views.entity import Entity
+from fanout.views.topic import parse as topic
+from fanout.wire.columns import Columns, encode_columns
+from fanout.wire.messages import Acquire, Batch, Catalog, DatasetInfo, Release
+
+MAP = ResponsibilityMap({"a": "ws://a:1", "b": "ws://b:1"})
+#: Boxes of cells a and b are responsible for.
+OF = {
+    name: next(
+        Box((x, y), (x + 10, y + 10))
+        for x in range(0, 4096, 256)
+        for y in range(0, 4096, 256)
+        if MAP.owner_of("agents", Box((x, y), (x + 10, y + 10))).name == name
+    )
+    for name in ("a", "b")
+}
+INFO = DatasetInfo(
+    name="agents",
+    key="id",
+    index="space",
+    index_columns=["x", "y"],
+    columns={"id": "<i8", "x": "<f8", "y": "<f8"},
+)
+
+
+def upstreams() -> Upstreams:
+    routes = Upstreams("a")
+    routes.on_catalog(Catalog([INFO]))
+    return routes
+
+
+def batch(seq: int, ids: list[int], snapshots: list[int] = ()) -> Batch:
+    rows = (
+        encode_columns(
+            {"id": np.asarray(ids, "<i8"), "x": np.zeros(len(ids)), "y": np.zeros(len(ids))}
+        )
+        if ids
+        else Columns()
+    )
+    return Batch("agents", 0, seq, seq, float(seq), rows, Columns(), list(snapshots))
+
+
+def always(name: str) -> bool:
+    return True
+
+
+def test_a_part_another_relay_owns_is_acquired_there_and_released_there() -> None:
+    routes = upstreams()
+    assert routes.route(Acquire(1, "agents", OF["b"]), MAP, always) == "b"
+    assert routes.route(Acquire(2, "agents", OF["a"]), MAP, always) == PUBLISHER
+    assert routes.route(Acquire(3, "agents", OF["b"]), MAP, lambda name: False) == PUBLISHER
+    assert routes.route(Release(1), MAP, always) == "b"
+    assert routes.route(Release(2), MAP, always) == PUBLISHER
+
+
+SENSORS = DatasetInfo("sensors", "topic", {"topic": "str", "v": "<f8"}, "topic", ["topic"])
+
+
+def test_a_keyed_primitive_goes_to_the_owner_of_its_bucket_and_an_entity_to_the_publisher() -> None:
+    routes = Upstreams("a")
+    routes.on_catalog(Catalog([INFO, SENSORS]))
+    filters = [topic(f"plant/{n}/#") for n in range(40)]
+    owned = {f: MAP.owner_of("sensors", f).name for f in filters}
+    theirs = next(f for f in filters if owned[f] == "b")
+    ours = next(f for f in filters if owned[f] == "a")
+    assert routes.route(Acquire(1, "sensors", theirs), MAP, always) == "b"
+    assert routes.route(Acquire(2, "sensors", ours), MAP, always) == PUBLISHER
+    assert routes.route(Acquire(3, "agents", Entity(7)), MAP, always) == PUBLISHER
+    assert routes.route(Release(1), MAP, always) == "b"
+
+
+def test_a_relay_forwards_only_to_relays_named_after_it() -> None:
+    later = Upstreams("b")
+    later.on_catalog(Catalog([INFO]))
+    # b would wait for a's pieces while a waits for b's: b takes a's parts from the publisher
+    assert later.route(Acquire(1, "agents", OF["a"]), MAP, always) == PUBLISHER
+    assert upstreams().route(Acquire(1, "agents", OF["b"]), MAP, always) == "b"
+
+
+def test_what_a_relay_below_needs_comes_from_the_publisher() -> None:
+    routes = upstreams()
+    assert routes.route(Acquire(1, "agents", OF["b"]), MAP, always, below=True) == PUBLISHER
+    # the same view acquired again (a resync) while it is held for a relay below
+    assert routes.route(Acquire(2, "agents", OF["b"]), MAP, always) == PUBLISHER
+    routes.route(Release(1), MAP, always)
+    routes.route(Release(2), MAP, always)
+    assert routes.route(Acquire(3, "agents", OF["b"]), MAP, always) == "b"
+
+
+def test_a_seq_waits_for_the_other_relays_piece_and_goes_out_merged() -> None:
+    routes = upstreams()
+    routes.route(Acquire(1, "agents", OF["b"]), MAP, always)
+    assert [b.seq for b in routes.on_batch(PUBLISHER, batch(4, [1])).batches] == [4]
+    # b's first piece is of the seq handed out last: its snapshot goes out re-stamped
+    restamped = routes.on_batch("b", batch(4, [2], snapshots=[1])).batches
+    assert [(b.seq, b.snapshots) for b in restamped] == [(4, [1])]
+    # a piece of a seq handed out, without snapshots, is too late
+    assert not routes.on_batch("b", batch(4, [2])).batches
+    assert not routes.on_batch(PUBLISHER, batch(5, [1])).batches  # waits for b
+    out = routes.on_batch("b", batch(5, [2, 3])).batches
+    assert [(b.seq, b.upserts.length) for b in out] == [(5, 3)]
+
+
+def test_a_lost_relay_lets_the_seqs_go_and_resyncs_its_datasets() -> None:
+    routes = upstreams()
+    routes.route(Acquire(1, "agents", OF["b"]), MAP, always)
+    routes.on_batch("b", batch(4, [2], snapshots=[1]))
+    assert not routes.on_batch(PUBLISHER, batch(5, [1])).batches
+    taken = routes.lost("b")
+    assert [b.seq for b in taken.batches] == [5]
+    assert taken.resync == {"agents"}
+    assert routes.route(Release(1), MAP, always) is None  # nothing to tell a lost relay
+
+
+def test_the_policy_is_redirect_or_forward_from_the_flag_or_the_file() -> None:
+    assert RelayConfig(publisher="ws://p:1").registry_policy == "redirect"
+    with pytest.raises(ConfigError, match="--registry-policy"):
+        RelayConfig(publisher="ws://p:1", registry_policy="broadcast")
+    assert read_cluster({"policy": "forward"}).policy == "forward"

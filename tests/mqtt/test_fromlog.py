@@ -1,0 +1,127 @@
+"""Other producers' rows of a topic dataset to MQTT clients: what the log sends, against a count
+written here from the events (each live message once, each row of the log not carried live
+once), and the retained state it keeps."""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import replace
+from typing import Any
+
+import numpy as np
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from tests.mqtt.test_broker import Clients
+from tests.mqtt.test_durable import _update
+
+from fanout.client.subscriber import Update
+from fanout.mqtt import packets as p
+from fanout.mqtt.broker import Broker
+from fanout.mqtt.fromlog import LogFeed
+from fanout.mqtt.ingest import Pending, Routes
+
+events = st.lists(
+    st.one_of(
+        st.tuples(st.just("live"), st.sampled_from(["a/1", "a/2", "b/1"])),
+        st.tuples(st.just("foreign"), st.sampled_from(["a/1", "a/4", "b/2"])),
+        st.tuples(st.just("batch"), st.integers(0, 4)),
+    ),
+    max_size=40,
+)
+
+
+@settings(max_examples=60, deadline=None)
+@given(events)
+def test_each_message_reaches_a_subscriber_once(events: list[tuple[str, Any]]) -> None:
+    broker = Broker()
+    c = Clients(broker)
+    c.connect(1, "s")
+    c.send(1, p.Subscribe(1, (("a/+", 1),)))
+    c.take(1)
+    feed = LogFeed(broker, c.apply, Routes("d"), str)
+    unlogged: list[tuple[str, bytes]] = []
+    foreign: list[tuple[str, bytes]] = []
+    expected: Counter[tuple[str, bytes]] = Counter()
+    for n, (kind, value) in enumerate(events):
+        if kind == "live":
+            message = (value, f"m{n}".encode())
+            c.apply(broker.publish(p.Publish(value, message[1], 1, retain=True)))
+            unlogged.append(message)
+            expected[message] += value.startswith("a/")
+        elif kind == "foreign":
+            foreign.append((value, f"f{n}".encode()))
+        else:  # a micro-batch: the first ``value`` live messages waiting, and the foreign ones
+            taken, unlogged = unlogged[:value], unlogged[value:]
+            last = dict(taken + foreign)  # the last message of each topic in the batch
+            expected.update((t, m) for t, m in foreign if last[t] == m and t.startswith("a/"))
+            foreign = []
+            rows = [(t, m.decode()) for t, m in last.items()]
+            c.apply(feed.take("topic", _update(n, rows)))
+    assert Counter((t, m) for t, m, *_ in c.publishes(1)) == expected
+
+
+def test_rows_of_the_log_are_the_retained_messages() -> None:
+    broker = Broker()
+    c = Clients(broker)
+    feed = LogFeed(broker, c.apply, Routes("d"), str)
+    c.apply(feed.take("topic", _update(1, [("a/1", "x"), ("a/2", "y")])))
+    assert {t: m.payload for t, m in broker.retained.items()} == {"a/1": b"x", "a/2": b"y"}
+    update = replace(_update(2, []), left=np.array(["a/1"], dtype=object))
+    c.apply(feed.take("topic", update))
+    assert set(broker.retained) == {"a/2"}
+    c.connect(1, "late")
+    c.send(1, p.Subscribe(1, (("a/#", 1),)))
+    assert [(t, m, r) for t, m, _, r in c.publishes(1)] == [("a/2", b"y", True)]
+
+
+def test_the_first_push_is_the_state_not_news() -> None:
+    broker = Broker()
+    c = Clients(broker)
+    c.connect(1, "s")
+    c.send(1, p.Subscribe(1, (("a/+", 1),)))
+    c.take(1)
+    feed = LogFeed(broker, c.apply, Routes("d"), str)
+    full = replace(_update(1, [("a/1", "x")]), full=True)
+    assert feed.take("topic", full) == []
+
+
+def _logged_update(seq: int, rows: list[tuple[str, str, str, bool]]) -> Update:
+    """An update of a dataset that logs messages: rows (key, topic, payload, retain)."""
+    entered: dict[str, Any] = {
+        "id": np.array([k for k, _, _, _ in rows], dtype=object),
+        "topic": np.array([t for _, t, _, _ in rows], dtype=object),
+        "payload": np.array([v for _, _, v, _ in rows], dtype=object),
+        "retain": np.array([r for _, _, _, r in rows], dtype=bool),
+    }
+    return Update(1, 1, seq, seq, False, entered, {}, np.empty(0, object), 0.0, 0.0)
+
+
+def test_logged_messages_without_retain_are_news_once_and_never_retained() -> None:
+    broker = Broker()
+    c = Clients(broker)
+    c.connect(1, "s")
+    c.send(1, p.Subscribe(1, (("a/+", 1),)))
+    c.take(1)
+    pending = Pending(Routes("d"), logged={"d"})
+    feed = LogFeed(broker, c.apply, Routes("d"), str, carried=pending.carried)
+    c.apply(broker.publish(p.Publish("a/1", b"live", 1)))  # not retained, at QoS 1: logged
+    c.apply(broker.publish(p.Publish("a/1", b"gone", 0)))  # QoS 0: live only, never logged
+    rows = [
+        ("a/1#r-000000000001", "a/1", "live", False),  # the live one: not sent again
+        ("a/2", "a/2", "kept", True),  # another producer's retained message
+        ("a/2#p-000000000001", "a/2", "first", False),  # another producer's messages
+        ("a/2#p-000000000002", "a/2", "second", False),
+    ]
+    c.apply(feed.take("id", _logged_update(1, rows)))
+    assert c.publishes(1) == [
+        ("a/1", b"live", 1, False),
+        ("a/1", b"gone", 0, False),
+        ("a/2", b"kept", 1, False),
+        ("a/2", b"first", 1, False),
+        ("a/2", b"second", 1, False),
+    ]
+    assert {t: m.payload for t, m in broker.retained.items()} == {"a/2": b"kept"}
+    # The message rows deleted later leave the retained state as it was.
+    update = replace(_logged_update(2, []), left=np.array([k for k, *_ in rows[2:]], dtype=object))
+    c.apply(feed.take("id", update))
+    assert set(broker.retained) == {"a/2"}

@@ -1,0 +1,324 @@
+"""The scheduler: rates, priority with aging, parking — simulated with a fake clock."""
+
+from __future__ import annotations
+
+import itertools
+import math
+from collections.abc import Hashable
+from typing import cast
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from fanout.relay.core.scheduler import BURST, Scheduler
+
+
+def serve_round(scheduler: Scheduler, now: float, capacity: int) -> list[Hashable]:
+    """Serve up to ``capacity`` due subscriptions, as the pump would with a time budget."""
+    scheduler.settle(now)
+    served = []
+    while len(served) < capacity and (sid := scheduler.pop()) is not None:
+        scheduler.served(sid, now)
+        served.append(sid)
+    return served
+
+
+def test_higher_priority_is_served_first() -> None:
+    scheduler = Scheduler()
+    for sid, priority in (("low", 0), ("high", 5), ("mid", 2)):
+        scheduler.add(sid, priority, rate=10.0)
+    assert serve_round(scheduler, 0.0, capacity=3) == ["high", "mid", "low"]
+
+
+def test_waiting_raises_priority_until_the_low_one_wins() -> None:
+    scheduler = Scheduler(aging=10.0)
+    scheduler.add("low", 0, rate=100.0)
+    scheduler.settle(0.0)  # "low" is due from t = 0
+    scheduler.add("high", 5, rate=100.0)
+    assert scheduler.priority("low", 0.6) == pytest.approx(6.0)
+    scheduler.settle(0.6)  # "high" is due from t = 0.6: 5 + 10 w < 6 + 10 w from then on
+    assert scheduler.pop() == "low"
+    assert scheduler.pop() == "high"
+
+
+def test_the_rate_holds_a_subscription_back_and_next_wakeup_says_until_when() -> None:
+    scheduler = Scheduler()
+    scheduler.add("a", 0, rate=4.0)
+    for _ in range(int(BURST)):  # the full bucket: BURST pushes at once
+        scheduler.wake("a")
+        assert serve_round(scheduler, 10.0, capacity=9) == ["a"]
+    scheduler.wake("a")
+    assert serve_round(scheduler, 10.15, capacity=9) == []
+    assert scheduler.next_wakeup() == pytest.approx(10.25)  # empty at 10.0, 4 per second
+    assert serve_round(scheduler, 10.25, capacity=9) == ["a"]
+    assert scheduler.next_wakeup() is None  # nothing pending
+
+
+def test_a_change_of_view_alone_waits_for_room_to_spare() -> None:
+    scheduler = Scheduler()
+    scheduler.add("a", 0, rate=10.0)
+    for now in (0.0, 0.01, 0.1, 0.2):  # a quick second push, then new state at the rate
+        scheduler.wake("a")
+        assert serve_round(scheduler, now, capacity=1) == ["a"]
+    scheduler.wake("a", eager=False)  # the view moved; the bucket holds 0.5
+    assert serve_round(scheduler, 0.25, capacity=1) == []
+    assert scheduler.next_wakeup() == pytest.approx(0.35)  # 1.5 pushes in the bucket
+    scheduler.wake("a")  # the next tick's state comes first and carries the view change
+    assert serve_round(scheduler, 0.3, capacity=1) == ["a"]
+
+
+def test_a_late_push_does_not_delay_the_next_one() -> None:
+    """Ticks at the subscription's own rate, each a little early or late: each goes out."""
+    scheduler = Scheduler()
+    scheduler.add("a", 0, rate=10.0)
+    pushes: list[Hashable] = []
+    delays = []
+    jitters = [0.0, 0.03, -0.02, 0.04, -0.03, 0.0, 0.02, -0.04, 0.0]  # seconds off the beat
+    ticks = [tick * 0.1 + jitter for tick, jitter in enumerate(jitters)]
+    for _ in range(int(BURST) - 1):  # spend the bucket's spare pushes
+        scheduler.wake("a")
+        assert serve_round(scheduler, -0.01, capacity=1) == ["a"]
+    for now, following in itertools.pairwise(ticks):
+        scheduler.wake("a")
+        served = serve_round(scheduler, now, capacity=1)
+        timer = scheduler.next_wakeup()  # the pump's rate timer, if it is set before the next tick
+        if not served and timer is not None and timer < following:
+            served = serve_round(scheduler, timer, capacity=1)
+            delays.append(timer - now)
+        pushes += served
+    assert len(pushes) == 8
+    # Ticks that come early right after a late one wait at most what the rate needs (a strict
+    # 100 ms spacing would make five of them wait, 260 ms in all).
+    assert sum(delays) <= 0.09 + 1e-9
+    # a sustained faster stream is still held to the rate, after one push of slack
+    for tick in range(20):
+        scheduler.wake("a")
+        pushes += serve_round(scheduler, 1.0 + tick * 0.05, capacity=1)
+    assert len(pushes) <= 8 + 10 + BURST - 1  # 1 s at 10/s, plus the bucket's spare pushes
+
+
+@settings(max_examples=200)
+@given(
+    ticks=st.lists(
+        st.tuples(
+            st.floats(-0.02, 0.02),  # the tick a little early or late
+            st.floats(0.0, 0.09),  # its push sent that late (the loop busy with others)
+            st.one_of(st.none(), st.floats(0.1, 0.9)),  # the view moved that far into the tick
+        ),
+        min_size=1,
+        max_size=60,
+    )
+)
+def test_on_a_stream_at_its_rate_every_tick_is_due_at_once(
+    ticks: list[tuple[float, float, float | None]],
+) -> None:
+    """Ticks at the subscription's own rate, up to 20 ms early or late; each push sent up to
+    90 ms after its tick; the view moving between ticks: every tick is due as soon as it comes,
+    however late the push before it went out (rule 2)."""
+    scheduler = Scheduler()
+    scheduler.add("a", 0, rate=10.0)
+    previous = 0.0
+    for number, (jitter, late, moved) in enumerate(ticks, start=1):
+        now = number * 0.1 + jitter
+        if moved is not None:  # pushed at once if the rate has room to spare
+            at = previous + moved * (now - previous)
+            scheduler.wake("a", eager=False)
+            scheduler.settle(at)
+            if scheduler.pop() == "a":
+                scheduler.served("a", at)
+        scheduler.wake("a")
+        scheduler.settle(now)
+        assert scheduler.pop() == "a", f"tick {number} waits for the rate"
+        scheduler.served("a", now + late)
+        previous = now
+
+
+def test_a_parked_subscription_keeps_its_age() -> None:
+    scheduler = Scheduler(aging=10.0)
+    scheduler.add("busy", 0, rate=10.0)
+    scheduler.settle(0.0)
+    assert scheduler.pop() == "busy"
+    scheduler.park("busy", ("client", 1))
+    scheduler.add("new", 3, rate=10.0)
+    scheduler.settle(1.0)  # "new" due from 1.0 with 3; "busy" due from 0.0: 10 after 1 s
+    scheduler.unpark(("client", 1))
+    scheduler.settle(1.0)
+    assert scheduler.pop() == "busy"
+
+
+def test_an_unserved_pop_goes_back_with_its_place() -> None:
+    scheduler = Scheduler()
+    scheduler.add("a", 1, rate=10.0)
+    scheduler.add("b", 0, rate=10.0)
+    scheduler.settle(0.0)
+    assert scheduler.pop() == "a"
+    scheduler.requeue("a")  # the round ended on its budget before serving it
+    assert scheduler.pop() == "a"
+
+
+def test_a_deferred_subscription_waits_until_its_time_then_is_due() -> None:
+    scheduler = Scheduler()
+    scheduler.add("a", 5, rate=1000.0)
+    scheduler.add("b", 0, rate=1000.0)
+    scheduler.settle(0.0)
+    assert scheduler.pop() == "a"
+    scheduler.defer("a", 2.5)  # its connection spent its SQL time: not before 2.5
+    assert serve_round(scheduler, 0.0, capacity=5) == ["b"]
+    assert scheduler.next_wakeup() == 2.5
+    scheduler.wake("a")  # new state does not bring it forward
+    assert serve_round(scheduler, 2.4, capacity=5) == []
+    assert serve_round(scheduler, 2.5, capacity=5) == ["a"]
+    assert scheduler.waiting() == 0
+
+
+def test_a_wake_while_popped_is_not_lost() -> None:
+    scheduler = Scheduler()
+    scheduler.add("a", 0, rate=1000.0)
+    scheduler.settle(0.0)
+    assert scheduler.pop() == "a"
+    scheduler.wake("a")  # new state arrived while it was being served
+    scheduler.served("a", 0.0)
+    assert serve_round(scheduler, 1.0, capacity=1) == ["a"]
+
+
+def test_removed_and_updated_subscriptions() -> None:
+    scheduler = Scheduler()
+    scheduler.add("a", 0, rate=10.0)
+    scheduler.add("b", 0, rate=10.0)
+    scheduler.remove("a")
+    scheduler.update("b", 7, rate=2.0)
+    assert serve_round(scheduler, 0.0, capacity=5) == ["b"]
+    assert scheduler.priority("b", 0.0) == 7
+    for _ in range(int(BURST) - 1):
+        scheduler.wake("b")
+        assert serve_round(scheduler, 0.0, capacity=5) == ["b"]  # the bucket's spare pushes
+    scheduler.wake("b")
+    scheduler.settle(0.1)
+    assert scheduler.next_wakeup() == pytest.approx(0.5)  # empty at 0.0, 2 per second
+    with pytest.raises(ValueError, match="aging"):
+        Scheduler(aging=0.0)
+
+
+@settings(max_examples=100)
+@given(
+    priorities=st.lists(st.integers(0, 20), min_size=2, max_size=40),
+    rates=st.lists(st.sampled_from([1.0, 5.0, 10.0, 30.0]), min_size=40, max_size=40),
+    capacity=st.integers(1, 4),
+    aging=st.sampled_from([2.0, 10.0, 50.0]),
+)
+def test_nothing_starves_under_constant_overload(
+    priorities: list[int], rates: list[float], capacity: int, aging: float
+) -> None:
+    """Every subscription always has new state; the relay serves far fewer than are due.
+
+    A subscription due at t outranks all that become due after t + (p_max - p) / aging, and
+    each of the n - 1 others can be served at most once per its own interval before that, so
+    its wait is bounded by the time the relay needs to serve those.
+    """
+    scheduler = Scheduler(aging=aging)
+    count = len(priorities)
+    step = 0.01  # a round every 10 ms, each serving ``capacity``
+    for sid in range(count):
+        scheduler.add(sid, priorities[sid], rates[sid])
+    window = (max(priorities) - min(priorities)) / aging
+    horizon = window + 2 * max(1 / r for r in rates[:count])
+    # Pushes that may precede one: every other subscription, once per interval it can fit in.
+    ahead = sum(math.ceil(horizon * rates[sid]) + 1 for sid in range(count))
+    bound = (ahead / capacity + 1) * step + horizon
+    served: dict[int, list[float]] = {sid: [] for sid in range(count)}
+    for tick in range(int((bound * 3) / step)):
+        now = tick * step
+        for sid in range(count):
+            scheduler.wake(sid)  # constant overload: everyone always has something new
+        for sid in serve_round(scheduler, now, capacity):
+            served[sid].append(now)
+        for sid in range(count):
+            last = served[sid][-1] if served[sid] else 0.0
+            assert now - last <= bound, f"{sid} starved"
+    for sid, times in served.items():
+        assert_rate(np.array(times), rates[sid])
+
+
+def assert_rate(times: np.ndarray, rate: float) -> None:
+    """At most rate * T + BURST pushes in any T seconds.
+
+    That is: any k + 1 pushes in a row span at least (k + 1 - BURST) / rate seconds.
+    """
+    for lag in range(1, len(times)):
+        spans = times[lag:] - times[:-lag]
+        assert np.all(spans >= (lag + 1 - BURST) / rate - 1e-9), f"{lag + 1} pushes too close"
+
+
+def test_priority_decides_who_gets_the_scarce_pushes() -> None:
+    """Under overload the higher priority gets more pushes, the lower still gets some."""
+    scheduler = Scheduler(aging=10.0)
+    scheduler.add("high", 3, rate=100.0)
+    scheduler.add("low", 0, rate=100.0)
+    counts = {"high": 0, "low": 0}
+    for tick in range(1000):
+        now = tick * 0.01
+        scheduler.wake("high")
+        scheduler.wake("low")
+        for sid in serve_round(scheduler, now, capacity=1):
+            counts[str(sid)] += 1
+    assert counts["high"] > counts["low"] > 0
+
+
+@settings(max_examples=100)
+@given(
+    ops=st.lists(
+        st.tuples(
+            st.sampled_from(["wake", "lazy", "round", "park", "unpark", "remove", "update"]),
+            st.integers(0, 11),
+            st.integers(1, 5),
+        ),
+        max_size=80,
+    ),
+    priorities=st.lists(st.integers(0, 5), min_size=12, max_size=12),
+)
+def test_pop_many_pops_what_pop_would_one_by_one(
+    ops: list[tuple[str, int, int]], priorities: list[int]
+) -> None:
+    one, many = Scheduler(), Scheduler()
+    for scheduler in (one, many):
+        for sid, priority in enumerate(priorities):
+            scheduler.add(sid, priority, rate=10.0 if sid % 3 else 40.0)
+    now = 0.0
+    for op, sid, count in ops:
+        now += 0.013
+        if op in {"round", "park"}:
+            one.settle(now)
+            many.settle(now)
+            singles = []
+            while len(singles) < count and (popped := one.pop()) is not None:
+                singles.append(popped)
+            assert many.pop_many(count) == singles
+            for scheduler in (one, many):
+                settle_popped(scheduler, singles, now, park=op == "park")
+        else:
+            for scheduler in (one, many):
+                apply(scheduler, op, sid)
+    one.settle(now + 1)
+    many.settle(now + 1)
+    assert many.pop_many(100) == list(iter(one.pop, None))
+
+
+def apply(scheduler: Scheduler, op: str, sid: int) -> None:
+    if op in {"wake", "lazy"}:
+        scheduler.wake(sid, eager=op == "wake")
+    elif op == "unpark":
+        scheduler.unpark(sid % 2)
+    elif op == "remove":
+        scheduler.remove(sid)
+    elif op == "update" and sid in scheduler:
+        scheduler.update(sid, priority=sid % 4, rate=20.0)  # re-sorted: its old entry is stale
+
+
+def settle_popped(scheduler: Scheduler, popped: list[Hashable], now: float, park: bool) -> None:
+    for at, sid in enumerate(popped):
+        if park and at == 0:
+            scheduler.park(sid, cast(int, sid) % 2)
+        else:
+            scheduler.served(sid, now)
