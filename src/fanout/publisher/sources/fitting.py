@@ -146,7 +146,7 @@ def _decimal(precision: int, scale: int) -> Callable[[Any], Any]:
             number = decimal.Decimal(value)
             if not number.is_finite():
                 return _BAD
-            return str(number.quantize(step, context=exact))
+            return format(number.quantize(step, context=exact), "f")  # never 1E-7: digits
         except (decimal.InvalidOperation, decimal.Inexact):
             return _BAD
 
