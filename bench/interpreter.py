@@ -4,8 +4,9 @@
 Run ``python3.11 bench/interpreter.py``: it prints one JSON object (executable, version,
 ``optimized`` and the evidence) and exits 0 for an optimized build, 1 otherwise. ``make`` runs
 it with each ``python3.11`` it finds and builds ``.venv`` from the first optimized one (the
-relay's event loop is plain Python: see ``bench/interpreters.py`` and docs/benchmarks.md). It
-imports nothing outside the standard library, so any interpreter can run it.
+relay's event loop is plain Python: see ``bench/interpreters.py`` and
+docs/benchmarks/interpreters.md). It imports nothing outside the standard library, so any
+interpreter can run it.
 
 The evidence, in order:
 

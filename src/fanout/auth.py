@@ -1,24 +1,13 @@
-"""Tokens: who may connect to a relay or the publisher, in which role, and what they may see.
+"""Tokens: who may connect to a relay or the publisher, in which role, and what they may see
+(docs/security.md).
 
-With authentication configured (``AuthConfig``: a relay's ``--auth-*`` flags, the publisher's
-``[auth]`` table in fanout.toml), every connection presents a JSON Web Token — in its ``Hello``
-(``Hello.token``), or to the relay's HTTP API as ``Authorization: Bearer ...`` or
-``access_token=`` — and one without a valid token is refused before it can read or write
-anything (docs/security.md). Tokens are signed with HS256 (a shared secret) or RS256 (a
-private key; relays and the publisher hold only the public key), checked by PyJWT.
-
-Claims read:
-
-* ``exp`` (required), ``nbf``, ``iat``; ``aud`` and ``iss`` when the config names them;
-* ``roles``: a list of ``subscriber``, ``producer``, ``relay`` (a ``reader``, such as the
-  demo's checker, reads the publisher's state as a relay does and needs ``relay``);
-* ``sub``: who it is, for logs;
-* ``rules``: per dataset, the views the holder may see (docs/security.md#rules), read by the
-  relay (``relay.core.rules``).
-
-Refusals never echo the token, and say what is wrong with it in words a client's developer can
-act on: missing, not a JWT, a signature that does not verify, expired, not yet valid, the
-wrong audience or issuer, a role not granted.
+With authentication configured (``AuthConfig``), every connection presents a JSON Web Token (in
+its ``Hello``, or to the HTTP API as a bearer token or ``access_token=``), HS256 or RS256,
+checked by PyJWT; one without a valid token is refused before it reads or writes anything.
+Claims read: ``exp`` (required), ``nbf``, ``iat``, ``aud`` and ``iss`` when configured;
+``roles`` (``subscriber``, ``producer``, ``relay``; a reader needs ``relay``); ``sub`` for logs;
+``rules`` per dataset (``relay.core.rules``). Refusals never echo the token, and say what is
+wrong in words a client's developer can act on.
 """
 
 from __future__ import annotations

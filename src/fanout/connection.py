@@ -1,22 +1,12 @@
 """A connection's outbound side: a bounded send queue drained by one writer task.
 
-Every buffer is bounded and says what happens when full. Here, when full, the
-peer is too slow to keep up with what it asked for: the connection is closed with a reason (1008,
-"slow consumer") rather than buffering without bound or silently dropping frames that carry
-deltas. Producers on other threads (Spark's micro-batch callback) hand frames over with
-``offer_threadsafe``.
-
-**Writing at once.** A relay offers thousands of frames a second, nearly all to connections
-that have nothing queued. Handing each to the writer task costs a queue round trip and a task
-switch per frame; instead, when nothing is queued or being written and the transport is not
-paused, ``offer`` writes the frame itself, as ``Connection.send`` would (the sans-I/O
-protocol frames it, ``send_data`` hands the bytes to the transport; a server's binary frame,
-the relay's pushes, is framed here by ``binary_frame``, the same bytes). If the transport then
-holds bytes the kernel did not take (it paused: its high-water mark is below them), the writer
-task waits for it to drain before anything else goes out, and the connection is not ``idle``
-meanwhile. This relies on websockets' ``Connection.protocol``, ``send_data``, ``paused`` and
-``drain`` (websockets 17, pinned in the lock file); the writer task path is the documented
-``send``.
+When the queue is full the peer is too slow for what it asked for: the connection is closed
+(1008, "slow consumer") rather than buffering without bound or dropping frames that carry
+deltas. Other threads (Spark's micro-batch callback) hand frames over with
+``offer_threadsafe``. When nothing is queued or being written and the transport is not paused,
+``offer`` writes the frame itself (why, and the websockets internals it relies on:
+docs/architecture.md, "Inside the relay"); if the transport then pauses, the writer task waits
+for it to drain before anything else goes out.
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 
 A tick's latency is about one and a half micro-batches when they run back to back, and a
 micro-batch costs a fixed part (Spark's floor: the source, the state store, the checkpoint)
-plus a part per changed row. ``bench/latency.py`` (docs/benchmarks.md, "Latency") saw the
+plus a part per changed row. ``bench/latency.py`` (docs/benchmarks/latency.md) saw the
 pipeline keep pace with 1,000 updates/s on ``local[2]`` with micro-batches of 1.3-1.6 s, and
 with 10,000 in one run of three, on a loaded 2-core machine. The demo offers
 ``UPDATES_PER_CORE`` per core of this machine (Spark runs ``local[*]``) by how often each agent

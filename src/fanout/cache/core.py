@@ -1,28 +1,16 @@
 """The snoopy cache's decisions, without I/O (Liebig et al., §4.1.1-4.1.2): which version of an
 object to keep, which objects a label collection holds, what to evict, how fragments make a
-message. ``cache.client`` moves the bytes; the reference is ``docs/caches.md``.
+message. ``cache.client`` moves the bytes; the reference is docs/caches.md. Rules:
 
-Rules:
-
-1. **Newer wins.** An object's message is taken only if its version is above the one held
-   (versions are the source's commit order), so a cache never shows an older version of an
-   object after a newer one, whatever order messages arrive in and however often they repeat.
-   A deletion is kept as a version without state (a tombstone), so an older reply cannot bring
-   a deleted object back. An object that was never there answers a load with version 0.
-2. **Only what is wanted.** A message is taken for an object the application asked for
-   (``want``: ``find_by_key``) or that a followed label pattern selects; anything else is
-   ignored (a subscription being taken down may still deliver).
-3. **Collections.** A label collection holds the objects of its type whose label its pattern
-   matches (``wire.bus.tokens_match``, NATS's own rules); an object whose label moves out of the
-   pattern (or that is deleted) leaves it. Objects a collection holds are pinned: not evicted.
-4. **Bounded.** At most ``capacity`` objects that no collection pins are held; taking one more
-   evicts the least recently used. An evicted object's version is remembered (up to
-   ``FLOORS_PER_OBJECT`` times ``capacity`` of them, oldest forgotten first), so that rule 1
-   holds across an eviction and a fault that brings the object back.
-5. **Counted.** ``hits``: accesses served from the cache; ``faults``: accesses that found the
-   object invalid and waited for a load (accesses at the same time share one ``LOAD``);
-   ``snooped``: messages taken that were not the reply to this cache's own load; ``stale``:
-   messages dropped by rule 1; ``evicted``.
+1. **Newer wins.** A message is taken only if its version is above the one held; a deletion is
+   kept as a tombstone; an object never there answers a load with version 0.
+2. **Only what is wanted:** objects asked for (``want``) or selected by a followed pattern.
+3. **Collections** hold the objects of their type whose label the pattern matches
+   (``wire.bus.tokens_match``); they are pinned, never evicted.
+4. **Bounded.** At most ``capacity`` unpinned objects, least recently used evicted; evicted
+   versions are remembered (``FLOORS_PER_OBJECT`` x ``capacity``) so rule 1 holds across a fault.
+5. **Counted:** ``hits``, ``faults`` (simultaneous ones share one ``LOAD``), ``snooped``,
+   ``stale``, ``evicted``.
 """
 
 from __future__ import annotations

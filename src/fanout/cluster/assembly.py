@@ -1,38 +1,19 @@
-"""Assembling one dataset's stream from pieces that come from several upstreams, sans I/O.
+"""Assembling one dataset's stream from pieces that come from several upstreams, sans I/O
+(the forward policy: docs/cluster.md). A seq is swapped in only once every piece of it came: a
+view over two upstreams' parts never shows one at tick t, the other at t - 1 (CA 3197003
+[0108], claim 9). Each upstream's pieces come in order on its connection. Rules:
 
-A relay that forwards through the map of responsibility (CA 3197003 [0111], [0116], Fig. 9)
-acquires the parts it is responsible for from the publisher and every other part from the relay
-responsible for it, over the tier protocol (``tiers``). The batches of one seq then come in
-*pieces*, one from each upstream, each stamped with the publisher's (epoch, seq), in any order
-and with any delay between upstreams. The relay may swap a seq in only once every piece of it
-has come: a view spanning two upstreams' parts must never show one part at tick t and the
-other at t - 1 ([0108], claim 9: two processes serving one subscriber together).
-
-Rules (each upstream's pieces come in order on its own connection):
-
-1. An upstream is *expected* from ``expect`` until ``forget``; a piece of an upstream not
-   expected is dropped (what it carried was released, or its connection is gone).
-2. An expected upstream is *started* by its first piece. A started upstream owes every seq
-   after its last piece: the next seq is not assembled until its piece has come. An upstream
-   not started yet owes nothing (it may start at any seq).
-3. A seq is assembled from the pieces of it that have come when no started, expected upstream
-   still owes it; the assembled seq is handed out whole (``Assembled``), in stamp order.
-4. A piece of a seq already handed out is too late (an upstream that started behind the
-   others): it is dropped, and handed back as *stale* so that the shell acquires its snapshots
-   again. The exception is a *re-stamp*: a piece carrying snapshots stamped with the seq
-   handed out last, as a relay above sends a new primitive's snapshot (and as an upstream
-   just started behind the others by one seq sends its first); its rows are as of that seq,
-   so it is handed out alone, re-stamped (the core takes it as the publisher's re-sent
-   snapshots).
-5. A started upstream whose next piece skips seqs (a gap in its stream): the skipped seqs are
-   never handed out whole, so they are not handed out at all; their other pieces are dropped
-   as stale, and the relay's core sees the gap and resyncs as with one upstream.
-6. A second piece of the same upstream and seq (a re-stamp of a seq not handed out yet) joins
-   the first; one without snapshots is a re-send and is ignored. A piece older than the
-   upstream's last breaks rule 0 (order on a connection) and is refused.
-
-The stamp order is (epoch, seq): a publisher's new epoch restarts seqs, and its first seq is
-never a gap.
+1. An upstream is *expected* from ``expect`` until ``forget``; others' pieces are dropped.
+2. An expected upstream is *started* by its first piece and then owes every later seq; one not
+   started owes nothing.
+3. A seq is handed out whole (``Assembled``), in (epoch, seq) order, once no started, expected
+   upstream owes it.
+4. A piece of a seq already handed out is *stale*: dropped and handed back so that its snapshots
+   are acquired again; but a *re-stamp* (snapshots stamped with the seq handed out last) is
+   handed out alone.
+5. A started upstream that skips seqs: the skipped seqs are never handed out; the core resyncs.
+6. A second piece of an upstream and seq with snapshots joins the first; without, it is ignored.
+   A piece older than the upstream's last is refused.
 """
 
 from __future__ import annotations

@@ -1,28 +1,16 @@
-"""Split and merge on load: when a relay of a map hands part of its responsibility to another
-relay, and when it hands it back (CA 3197003 [0109]-[0110], [0118]-[0119]: an overloaded
-intermediary process starts another and hands it part of its subscriptions; an underloaded one
-hands them back).
+"""Split and merge on load: when a relay of a map hands part of its responsibility to another,
+and when it hands it back (CA 3197003 [0109]-[0110], [0118]-[0119]). Pure: ``cluster.splitting``
+samples and asks :func:`decide`. Rules:
 
-Pure: no I/O, no clock. The relay (``cluster.splitting``) samples its load every beat and
-asks :func:`decide`; the answer is carried out through the map's assignments
-(``cluster.registry``).
-
-Rules:
-
-1. **Load.** A sample holds a relay's figures at one moment: subscriptions held, pushes per
-   second, the share of a core its process used (1.0: one core busy), rows held. A part's load is
-   the number of subscriptions of the part the relay holds: what moves with the part.
-2. **Thresholds with hysteresis.** A sample is *over* when any figure named in ``split_above``
-   exceeds its value, *under* when every figure named in ``merge_below`` is below its value. A
-   figure named in both must merge below where it splits above, so a relay is never both.
-3. **Dwell.** A relay splits only when every sample of the last ``dwell`` seconds is over and the
-   samples reach back that far; it merges only when they are all under. After a split or a merge
-   it does neither for ``dwell`` seconds: a load near a threshold cannot make parts swing.
-4. **Split.** Whole parts, about half the load: parts are taken heaviest first (ties by name)
-   while they fit in half the load; if the heaviest alone is more than half, it goes alone (no
-   other choice comes nearer half). The last part is never handed over: a relay with one part
-   does not split.
-5. **Merge.** A relay under its thresholds hands back every part it received, at once.
+1. **Load.** A sample: subscriptions, pushes a second, CPU share, rows. A part weighs its
+   subscriptions here.
+2. **Thresholds with hysteresis.** *Over* when any ``split_above`` figure is exceeded, *under*
+   when every ``merge_below`` one is below; a figure in both must merge below where it splits.
+3. **Dwell.** Split (merge) only when every sample of the last ``dwell`` s is over (under); none
+   for ``dwell`` s after a move.
+4. **Split.** Whole parts, heaviest first, up to half the load (the heaviest alone if it is more);
+   never the last part.
+5. **Merge.** Every part received is handed back at once.
 """
 
 from __future__ import annotations

@@ -1,20 +1,12 @@
 """The redirect policy: a relay answers a new subscription whose part another live relay is
 responsible for with ``Error{code: "redirect"}`` naming that relay's URL (CA 3197003 [0111],
-Fig. 9: a request landing at the wrong intermediary process is sent to the responsible one).
+Fig. 9; docs/cluster.md). Rules:
 
-Rules:
-
-1. A **new** subscription is redirected; a subscription the relay holds keeps being served
-   where it is when its view changes. When its part **moves** — a split handed the part to
-   another relay, a merge handed it back (``responsibility`` rule 4), or a relay joined that is
-   now responsible for it (rule 2) — the relay ends the held subscription with the same
-   redirect (:func:`moved`), and ``fanout.client.following`` subscribes there again, resuming an
-   ``every`` view with its token: the subscribers move with their part, so views of one place
-   keep meeting at one relay however the members change.
-2. A subscription marked ``stay`` is served here, whoever owns it: its subscriber could not reach
-   the owner, or was sent round in a circle while relays disagreed about the members.
-3. A relay that knows no members (no registry, or not joined yet) serves everything, as a relay
-   alone does.
+1. A **new** subscription is redirected; a held one is served where it is until its part
+   **moves** (a split, a merge, a joining owner), then ended with the same redirect
+   (:func:`moved`) and followed by ``fanout.client.following``.
+2. A subscription marked ``stay`` is served here, whoever owns it.
+3. A relay that knows no members serves everything.
 """
 
 from __future__ import annotations

@@ -1,42 +1,20 @@
 """The members of the map of responsibility, kept in Redis Cluster with leases: the thin shell
-around ``cluster.responsibility``.
+around ``cluster.responsibility`` (docs/cluster.md). Rules:
 
-Rules:
-
-1. **One slot.** The members are two keys sharing the hash tag ``{NAMESPACE}``, so they live on
-   one Redis Cluster node and one Lua script reads and writes both atomically: a sorted set of
-   names scored by their lease's deadline and a hash of names to URLs.
-2. **Leases on Redis's clock.** Deadlines are computed inside the script from the node's
-   ``TIME``, so relays on hosts whose clocks disagree still agree on who is alive.
-3. **A beat.** Every ``lease / 3`` seconds a member renews its lease, removes the members whose
-   lease ran out, and reads the live ones, in one round trip (``BEAT``). A relay killed leaves
-   the map within a lease (plus a beat of whoever reads it next); a relay that stalled past its
-   lease and was removed is put back by its next beat; a relay restarted under the same name
-   joins again at once (its URL is overwritten).
-4. **Told when it changes.** When the live members read differ from the last ones,
-   ``on_change(before, after)`` is called with both maps.
-5. **Leaving.** A relay stopped cleanly (SIGTERM or SIGINT to ``fanout relay``) removes itself
-   at once, from the standbys too, so its parts move without waiting for its lease; a beat drops
-   any standby that is no longer a member.
-6. **Redis away.** A beat that fails is logged and retried at the next; the relay keeps its last
-   map meanwhile (and the others drop it once its lease runs out). No call waits on Redis for
-   ever: every socket read and connect times out after ``REDIS_TIMEOUT`` seconds (a timeout is
-   a failed beat), and leaving gives up after as long (its lease will run out); an asyncio
-   Redis client whose command was cancelled mid-reply can otherwise hang the next one.
-7. **Standbys and assignments** (``responsibility`` rule 4) live beside the members under the
-   same hash tag: a set of standby names, and a hash of part -> member and giver (joined by a
-   newline). The beat reads them with the members, and sweeps the assignments of the members
-   whose lease ran out, so their parts return to their rendezvous owners for good. A split
-   writes its assignments with one script (``ASSIGN``) that checks, atomically, that both
-   relays are live, that the members owning by rendezvous are those the giver chose by, and
-   that no part is assigned to anyone but the giver: two relays can never hand over one part
-   at once. A merge deletes the assignments the relay holds (``UNASSIGN``).
-8. **One beat at a time.** Beats (the lease's, a split's, a merge's, a fresh read's) run one
-   after another, so a reply read late never puts an older map over a newer one. A relay about
-   to redirect an HTTP stream reads the map afresh first (``confirm``), sharing a read begun
-   after it asked with the others waiting: HTTP clients follow redirects without asking to
-   stay, so two relays whose maps are a beat apart (a part just handed over) would send the
-   stream back and forth.
+1. **One slot.** Every key shares the hash tag ``{NAMESPACE}``; Lua scripts read and write them
+   atomically (members by lease deadline, names to URLs).
+2. **Leases on Redis's clock** (the node's ``TIME``), so hosts' clocks need not agree.
+3. **A beat** every ``lease / 3`` s renews the lease, drops expired members and reads the live
+   ones in one round trip (``BEAT``); a restarted relay joins again at once.
+4. **Told when it changes:** ``on_change(before, after)``.
+5. **Leaving.** A relay stopped cleanly removes itself (and its standby entry) at once.
+6. **Redis away.** A failed beat is logged and retried; the last map is kept. Every read and
+   connect times out after ``REDIS_TIMEOUT`` s.
+7. **Standbys and assignments** (``responsibility`` rule 4) are read with the members; expired
+   members' assignments are swept. ``ASSIGN`` checks atomically that both relays are live, the
+   giver's view of the owners is current and no part is assigned to another; ``UNASSIGN`` merges.
+8. **One beat at a time**, so a late reply never puts an older map over a newer one; ``confirm``
+   reads afresh before an HTTP stream is redirected.
 """
 
 from __future__ import annotations

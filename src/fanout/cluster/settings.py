@@ -1,21 +1,9 @@
 """The ``[cluster]`` table of ``fanout.toml``: how a relay joins the map of responsibility
-(``fanout relay --config fanout.toml``; its flags override the file)::
+(``fanout relay --config fanout.toml``; its flags override the file). Its keys are documented
+in docs/configuration.md, "``[cluster]``"; the publisher leaves this table to the relays.
 
-    [cluster]
-    registry = "redis://10.0.0.9:7000"   # a node of the Redis Cluster holding the map
-    lease = 3.0                          # seconds a relay that died stays in the map
-    side = 256.0                         # grid side of space datasets' cells (same everywhere)
-    advertise = "ws://relay-1.example:7701"   # where subscribers are redirected to this relay
-    policy = "redirect"                  # or "forward": serve here, parts from their owners
-    split_above = { subscribers = 5000, cpu = 0.8 }   # split past any of these (off: absent)
-    merge_below = { subscribers = 1000 }  # hand received parts back below all of these
-    split_dwell = 10.0                   # seconds a condition must hold, and between moves
-    standby = false                      # true: own nothing until parts are handed here
-    split_command = "fanout relay --standby --name {name} ..."   # starts a relay to split to
-    split_wait = 30.0                    # seconds to wait for it to join the map
-
-The publisher reads the same file and leaves this table to the relays. Every mistake is a
-``ConfigError`` naming the file and the key (``fanout.toml: cluster.lease: ...``).
+Every mistake is a ``ConfigError`` naming the file and the key (``fanout.toml: cluster.lease:
+...``).
 """
 
 from __future__ import annotations

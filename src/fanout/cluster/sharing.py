@@ -1,19 +1,12 @@
 """The forward policy's asyncio side: a relay of a map with several upstreams, the publisher and
 the relays responsible for the parts it forwards (``cluster.upstreams`` decides).
 
-Frames the core sends upstream are routed (``send``); a link to another relay (``peerlink``) is
-opened the first time a frame is routed to it, and owned by ``run``'s task group. Every batch,
-the publisher's and the other relays', goes through the assembly; whole seqs go to the writer in
-order. A relay that cannot be reached, or whose link is lost, is not asked again for
-``RETRY_AFTER`` seconds: its parts are acquired from the publisher meanwhile.
-
-When the map changes, the primitives held at a relay no longer responsible for their part are
-acquired anew, routed by the new map (their datasets resynced): relays that disagreed about the
-members for a beat, and forwarded a part to each other, stop doing so once they agree. So are the
-primitives this relay acquired from the publisher for a part a split or a merge took from it
-(``cluster.balance``): the subscribers' connections stay, and the part comes from its new
-owner (if that relay's name sorts after this one's, ``upstreams`` rule 1; else from the
-publisher, as before).
+Frames the core sends upstream are routed (``send``); a ``peerlink`` to another relay is opened
+when first needed and owned by ``run``'s task group. Every batch goes through the assembly;
+whole seqs go to the writer in order. An unreachable relay is not asked again for
+``RETRY_AFTER`` seconds (the publisher serves its parts meanwhile). When the map changes, or a
+split or merge moves a part, the primitives held at a relay no longer responsible are acquired
+anew, routed by the new map.
 """
 
 from __future__ import annotations

@@ -1,39 +1,17 @@
 """Split and merge on load, the asyncio side: a relay of a map samples its load every second,
 asks ``cluster.balance`` what to do, and carries it out through the map's assignments
-(``cluster.registry`` rule 7).
+(``cluster.registry`` rule 7; docs/cluster.md, "Split and merge on load"). Rules:
 
-Rules:
-
-1. **Samples.** Every ``EVERY`` seconds: subscriptions held, pushes and no-updates sent a second,
-   the share of a core the process used (``time.process_time``), rows held; the last
-   ``dwell`` seconds of them are kept (a bounded deque). Under the forward policy the
-   subscriptions counted are those of the parts the relay is responsible for (rule 2's
-   weights): a split there moves upstream work, not connections, so the relay's own
-   subscriptions of parts it handed over stay and must not keep it past its threshold (it
-   would split again at every dwell, and the relay it split to, holding no connection, would
-   hand the parts straight back). ``relay.config`` allows no other figure with that policy.
-2. **Parts.** The parts of the subscriptions the relay holds and is responsible for, each
-   weighed by its subscriptions; under the forward policy also the primitives relays below
-   hold here (other relays' subscribers of those parts, forwarded). Those assigned to it are
-   the ones it received.
-3. **Where a split goes.** To the first idle standby of the map (a relay started with
-   ``--standby``, holding no assignment); under the forward policy, the first whose name sorts
-   after this relay's: only then are the parts forwarded from their new owner (``upstreams``
-   rule 1), while from a standby named before nothing would move but the responsibility (the
-   giver would go on acquiring them, the standby would hold nothing and hand them back). With
-   none and a ``--split-command``, the command is run (``{name}`` replaced by a fresh name,
-   ``<relay>-split-<n>``, which sorts after this relay's) and the relay waits up to
-   ``--split-wait`` seconds for that name to join the map; if it never does, the split is
-   logged as failed and tried again after a dwell. The relay started stays when its parts come
-   back: an idle standby the next split reuses (stop it to give its host back).
-4. **Parts received count as a move** for rule 3 of ``balance``: a relay handed parts does not
-   hand them back, nor split, for a dwell, while their subscribers arrive.
-5. **Carried out.** A split assigns the parts to the target; a merge deletes the relay's
-   assignments. Either way the map changes at every relay's next beat (at once here), and the
-   relays that lost a part end its held subscriptions with a redirect (``redirects.moved``);
-   under the forward policy the subscriptions stay and the part's primitives are acquired anew
-   from its new owner (``sharing``). A refusal (the map changed under the relay) or Redis away
-   is logged and counted, and tried again after a dwell.
+1. **Samples** every ``EVERY`` s (subscriptions, pushes and no-updates a second, CPU share, rows),
+   the last ``dwell`` seconds kept. Under the forward policy only the subscriptions of the
+   relay's own parts count.
+2. **Parts** are weighed by their subscriptions (forward policy: also relays below's primitives).
+3. **Where a split goes:** the first idle standby (forward policy: the first named after this
+   relay); with none, ``--split-command`` is run with a fresh name and awaited ``--split-wait``
+   seconds, else the split fails and is tried after a dwell.
+4. **Parts received count as a move** (``balance`` rule 3).
+5. **Carried out** by assigning or unassigning parts; refusals and Redis errors are logged,
+   counted and tried again after a dwell.
 """
 
 from __future__ import annotations

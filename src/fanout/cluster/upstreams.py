@@ -1,39 +1,18 @@
 """The forward policy, sans I/O: a relay acquires each part from the relay responsible for it,
-and assembles every seq from the pieces its upstreams send (CA 3197003 [0111], [0116], Fig. 9).
+and assembles every seq from the pieces its upstreams send (CA 3197003 [0111], [0116], Fig. 9;
+docs/cluster.md, "The forward policy"). Rules:
 
-A relay of a map with the forward policy serves every subscription it is given; the
-subscriber's connection stays where it is. What the relay's core asks upstream is routed here:
-
-1. **Acquire.** A primitive whose part (``responsibility.part_of``: the cell of a region's
-   centre, a topic filter's subtree, an object path's directory, the hash bucket of a SQL
-   primitive's text) another
-   live relay is responsible for is acquired from that relay, over the tier protocol
-   (``tiers``, which serves every kind of dataset), if that relay's name sorts after this
-   one's;
-   the responsible relay alone acquires it from the publisher. Why the order: a relay sends a
-   relay below it a seq's piece only once it has assembled that seq itself, so two relays that
-   forwarded to each other would each wait for the other's piece for ever; forwarding only to
-   relays named later keeps the waits a chain that ends at a relay that forwards nothing (the
-   last name), never a circle. Every other primitive (this relay's parts, an entity primitive,
-   which a relay serves no relay below yet, a relay not reachable now) is acquired from the
-   publisher (``PUBLISHER``), and so is every primitive
-   acquired for a relay below (``below=True``, and the same views acquired again after a
-   resync): the responsible relay alone acquires from the publisher, and two relays never
-   forward a part to each other in a circle (a relay below's tile, covered by the relay above
-   with a larger tile, may have its centre in a cell the relay below is responsible for).
-2. **Release** goes where its primitive was acquired. Everything else (curiosity, horizons,
-   subscribers' writes) goes to the publisher: its log is whole.
-3. **Batches** come in pieces (``cluster.assembly``): the publisher's, and one from each
-   relay the dataset's primitives are acquired from. A seq goes to the core, merged
-   (``cluster.merging``), once every piece of it has come. A peer is expected for a
-   dataset from its first primitive of it until the last is released or the peer is lost.
-4. **Stale snapshots.** A piece that came too late carried snapshots the core still waits
-   for: those primitives are released and acquired again at the same relay, which sends new
-   ones.
-5. **A peer lost.** The seqs that waited for its pieces go on without them, and the datasets
-   it served are resynced by the core, as after a gap: every primitive of them acquired anew
-   (from the publisher while the peer is not reachable), and their ``every`` subscribers take
-   what they missed from the publisher's log by curiosity.
+1. **Acquire.** A primitive whose part (``responsibility.part_of``) another live relay owns is
+   acquired from that relay over the tier protocol if its name sorts after this one's (so waits
+   never form a circle); every other primitive, and every one acquired for a relay below, from
+   the publisher (``PUBLISHER``).
+2. **Release** goes where its primitive was acquired; curiosity, horizons and subscribers'
+   writes go to the publisher.
+3. **Batches** come in pieces, merged (``cluster.assembly``, ``cluster.merging``) once whole; a
+   peer is expected for a dataset from its first primitive until its last is released.
+4. **Stale snapshots.** Their primitives are released and acquired again at the same relay.
+5. **A peer lost.** Waiting seqs go on without it; its datasets are resynced (from the publisher
+   while it is unreachable), ``every`` subscribers catching up by curiosity.
 """
 
 from __future__ import annotations

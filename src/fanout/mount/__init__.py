@@ -1,33 +1,19 @@
 """``fanout mount``: an ``objects`` dataset as a file system, where ``ls``, ``cat`` and ``echo``
-publish and subscribe (US 9,026,567, QNX PPS: objects are files and the file-system API is the
-interface for publishers and subscribers alike; docs/objects.md).
+publish and subscribe (US 9,026,567, QNX PPS; docs/objects.md is the user's guide). Rules:
 
-Rules of the mount:
+1. Directories are directories, objects are files, ``dir/.all`` every object of ``dir``. Reads
+   come from the relay; writes go through it (or ``--publisher``) and return once durable.
+2. Open options follow ``?`` as in PPS. Without ``wait`` or ``delta`` a file reads as one full
+   version; with them as a stream, a read with nothing new blocking (``wait``) or ending.
+3. A ``write`` is whole lines of PPS text applied all or nothing; a bad one fails with
+   ``EINVAL`` and a logged reason. ``O_TRUNC`` truncates nothing.
+4. ``mkdir``, ``rmdir`` (empty), ``rm``, and creating a file (``?nopersist``: non-persistent).
+5. While the relay is away, reads and lookups fail with ``EIO``; later operations reconnect and
+   open files resubscribe.
+6. ``SIGINT`` and ``SIGTERM`` unmount.
 
-1. Directories are directories, objects are files, ``dir/.all`` is every object of ``dir``.
-   Reads come from the relay. Writes go through the relay, which forwards them to the
-   publisher, or with ``--publisher`` to the publisher directly; either way a write returns once
-   durable at the publisher.
-2. Open options follow ``?`` in the name, as in PPS: ``cat 'obj?delta,wait'``,
-   ``cat 'dir/.all?delta,wait,f=speed>50'``. Without ``wait`` or ``delta`` a file reads like a
-   plain file: one full version of the object, then end of file. With ``wait`` or ``delta`` it
-   reads like a stream (``tail -f``): each read gives what the PPS mode says
-   (``views.objects.reading``) and a read with nothing new blocks (``wait``) or ends (no
-   ``wait``).
-3. Each ``write`` is one or more whole lines of PPS text (``views.objects.text``) applied to the
-   object all or nothing. A malformed line, an unknown option, a quality above 9 or a bad path
-   fails that ``write`` with ``EINVAL`` and a logged reason; the mount and its other users go on.
-   Opening with ``O_TRUNC`` (``>``) truncates nothing: an object is its attributes.
-4. ``mkdir`` makes a directory, ``rmdir`` removes an empty one, ``rm`` deletes an object,
-   creating a file (``touch``, ``>>``) creates an empty object; ``obj?nopersist`` creates a
-   non-persistent one.
-5. While the relay cannot be reached, reads and lookups fail with ``EIO``; each later operation
-   tries to reconnect, and open files resubscribe (a delta reader starts again with a full
-   read). Writes sent to the publisher directly (``--publisher``) need only the publisher.
-6. ``SIGINT`` and ``SIGTERM`` unmount (libfuse's handlers), after which the connections close.
-
-The FUSE callbacks run on libfuse's threads; they hand every network step to one asyncio loop on
-a thread of its own (:class:`Link`) and wait for its answer.
+The FUSE callbacks run on libfuse's threads and hand every network step to one asyncio loop on a
+thread of its own (:class:`Link`).
 """
 
 from __future__ import annotations

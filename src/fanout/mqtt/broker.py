@@ -1,37 +1,23 @@
 """The relay's MQTT broker: packets in, packets out, no sockets and no clock inside.
 
-The asyncio shell (``mqtt.listener``) feeds each connection's bytes to :meth:`Broker.receive`
-with the time, and carries out what comes back: :class:`Send` bytes to a connection,
-:class:`Close` one, and :class:`Published` messages to hand on (to the topic dataset).
+``mqtt.listener`` feeds each connection's bytes to :meth:`Broker.receive` with the time and
+carries out what comes back (``Send``, ``Close``, ``Published``). Rules (MQTT 3.1.1 and 5.0):
 
-Rules (MQTT 3.1.1 and 5.0; sections in brackets):
-
-1. The first packet of a connection is a CONNECT, and only the first [MQTT-3.1.0-1, 3.1.0-2].
-2. A CONNECT with a client id already connected takes the session over: the old connection is
-   closed (5.0: DISCONNECT 0x8E first) [MQTT-3.1.4-2]. An empty client id gets one assigned
-   (5.0: Assigned Client Identifier), except with a persistent session in 3.1.1 (CONNACK 0x02).
-3. A connection that closes without a DISCONNECT (or with 5.0's 0x04) has its will published
-   [MQTT-3.1.2-8]; a normal DISCONNECT discards it [MQTT-3.14.4-3].
-4. A message goes to every session with a matching subscription once, at the highest QoS of its
-   matching subscriptions, capped by the message's (3.3.5); to one member of each matching
-   ``$share`` group, taken in turn (5.0 4.8.2); not back to its publisher under No Local
-   (``subscribers``).
-5. QoS 1 and 2 messages stay in flight until PUBACKed (PUBCOMPed) and are sent again, DUP set
-   (a released QoS 2 one: its PUBREL), when the session's client reconnects [MQTT-4.4.0-1]; a
-   session away keeps them queued (``sessions``). A QoS 2 message from a client is delivered
-   once, when it first comes, and answered PUBREC; its PUBREL PUBCOMP (4.3.3, method B).
-6. Retained messages: a PUBLISH with RETAIN replaces the topic's retained message, an empty
-   payload removes it [MQTT-3.3.1-6, 3.3.1-10]; a new subscription gets the retained messages its
-   filter matches, RETAIN set (5.0 Retain Handling 1 and 2 honoured); shared ones get none.
-7. Bad input gets the reaction MQTT specifies: a malformed packet, a topic name with wildcards,
-   more QoS 2 messages awaiting PUBREL than Receive Maximum, a packet over the size limit — 5.0: a
-   DISCONNECT with the reason code, then close; 3.1.1: close [MQTT-4.8.0-1]. An invalid filter
-   in a SUBSCRIBE is refused in its SUBACK (0x8F; 3.1.1: 0x80), the others are granted.
-8. A client that sends nothing for 1.5 times its keep alive is closed [MQTT-3.1.2-24]
-   (:meth:`Broker.tick`); so is a session that expired while away.
-9. With sessions kept in Redis (``durable``), a CONNECT resuming a session not held here is
-   answered once Redis was read (``Restore``, :meth:`Broker.restored`), and a persistent
-   session's QoS 2 PUBLISH or PUBREL goes out only after its session was written (``Persist``).
+1. A connection's first packet, and only it, is a CONNECT [MQTT-3.1.0-1, 3.1.0-2].
+2. A client id already connected takes the session over [MQTT-3.1.4-2]; an empty one is assigned
+   one (3.1.1 with a persistent session: CONNACK 0x02).
+3. A close without DISCONNECT publishes the will [MQTT-3.1.2-8]; a normal one discards it.
+4. A message goes once to every matching session at the highest matching QoS capped by its own
+   (3.3.5), to one member of each ``$share`` group in turn, never back under No Local.
+5. QoS 1 and 2 stay in flight until acknowledged and go again, DUP set, on reconnection
+   [MQTT-4.4.0-1]; an incoming QoS 2 message is delivered once, when it comes (4.3.3, method B).
+6. Retained messages are replaced, removed by an empty payload, and sent to new (not shared)
+   subscriptions, Retain Handling honoured [MQTT-3.3.1-6, 3.3.1-10].
+7. Bad input gets MQTT's reaction [MQTT-4.8.0-1]: 5.0 a DISCONNECT with its reason, 3.1.1 a
+   close; a bad filter is refused in its SUBACK alone.
+8. Silence for 1.5 keep alives closes a client [MQTT-3.1.2-24] (:meth:`Broker.tick`).
+9. With ``durable`` sessions, a resumed one is answered once Redis was read (``Restore``); a
+   persistent session's QoS 2 PUBLISH or PUBREL waits for its session's write (``Persist``).
 """
 
 from __future__ import annotations

@@ -1,29 +1,16 @@
 """Relays as one MQTT broker: the shared match table says which relays want a message, and the
-relay a client published at forwards it to them, and to them only.
+relay a client published at forwards it to them, and to them only (docs/mqtt.md). Rules:
 
-Rules:
-
-1. Every subscription a client of this relay takes or drops is written to the shared table
-   (``matchtable``) in the order it happened; the relay renews its lease and its peer address
-   (``NAMESPACE + "addr:" + relay``) every third of a lease, and sweeps dead relays every lease.
-   A relay that finds it was swept while alive (it stalled past its lease) writes its
-   subscriptions again.
-2. A message a client publishes here is delivered here at once (the broker), then looked up in
-   the table and forwarded to every other relay with a matching plain subscription, once, over
-   one TCP connection per peer: MQTT 5.0 PUBLISH packets (our codec) whose user properties say
-   who published it (``o``), whether the peer delivers it to its plain subscriptions (``p``) and
-   to which of its shared subscriptions (``s``, one per share group it was chosen for).
-3. Lookups and forwards are done one message at a time, in the order clients published them,
-   and a peer connection keeps that order: order per publisher and topic holds across relays.
-4. A ``$share`` group spans the cluster: for each matching group the publishing relay picks one
-   of the group's relays in turn, and that relay one of its members (the broker).
-5. Forwarding is exactly once across a broken peer connection (``links``): each message to a
-   peer carries the sender (``r``) and its number on that link (``n``); the peer acknowledges
-   (a ``$fanout/ack`` PUBLISH back on the same connection, the last number as its payload) and
-   drops what it delivered before. A broken connection is opened again on the next message
-   to that peer, or within a third of a lease, and what was not acknowledged goes again
-   first. A relay that dies leaves the table within a lease; what waited for it is dropped and
-   counted (``lost``), and its clients reconnect to another relay.
+1. Subscriptions taken and dropped here are written to the table (``matchtable``) in order; the
+   lease and peer address are renewed every third of a lease, dead relays swept every lease, and
+   a relay swept while alive writes its subscriptions again.
+2. A message published here is delivered here at once, then forwarded once to every other relay
+   with a matching subscription, over one connection per peer.
+3. Lookups and forwards go one message at a time in publish order: order per publisher and
+   topic holds across relays.
+4. A ``$share`` group spans the cluster: the publishing relay picks one of its relays in turn.
+5. Forwarding is exactly once across a broken connection (``links``); what waited for a relay
+   that died is dropped and counted (``lost``).
 """
 
 from __future__ import annotations

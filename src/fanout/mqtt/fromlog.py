@@ -1,27 +1,15 @@
 """Messages of a topic dataset's other producers to MQTT clients: the relay reads the dataset's
-log, and sends what the live path did not carry.
+log, and sends what the live path did not carry (docs/mqtt.md). Rules:
 
-Rules:
-
-1. The relay follows each dataset topics are kept in (``--mqtt-dataset``, ``--mqtt-route``) with
-   one ``every`` subscription of ``#`` on its own port, from when it started: every seq's rows,
-   in order, none skipped (after a lost connection it resumes where it was).
-2. Each message the broker delivers live (published here, or forwarded by another relay) that
-   the log will carry (retained; in a dataset that logs messages, ``ingest`` rule 3, any at
-   QoS 1 or 2) is remembered by topic, at most ``MEMO`` payloads a topic and ``MEMO`` topics, until
-   a row of the log carries it: that row is not delivered again, and neither are the older
-   payloads of its topic remembered before it (replaced within one micro-batch, they went live).
-3. Any other row — a producer's ``Publish``, a file, PostgreSQL, a message of another relay that
-   was not forwarded here — is published to this relay's MQTT clients at QoS 1: a retained row
-   as the topic's retained message (it replaces the broker's), a logged message's row as a
-   message without RETAIN (the retained state does not change); to the matching plain
-   subscriptions; alone, to ``$share`` groups too (in a cluster not: each relay reads the log,
-   so a group would get one copy per relay). Sessions whose persistent-session stream follows
-   the topic take it from that stream (``durable``) rather than twice.
-4. A deleted row removes the topic's retained message here (a logged message's row: nothing);
-   nothing is delivered.
-5. The first push of a stream is the dataset as it is (the retained state the producer link
-   loads): nothing is delivered of it.
+1. The relay follows each topic dataset with one ``every`` subscription of ``#`` on its own port,
+   from when it started, resuming after a lost connection.
+2. A message delivered live that the log will carry is remembered by topic (bounded by ``MEMO``)
+   until its row comes: that row, and older ones of its topic, are not delivered again.
+3. Any other row is published to this relay's clients at QoS 1 (retained rows as retained
+   messages), to plain subscriptions, and to ``$share`` groups only on a relay alone; sessions
+   following the topic through ``durable`` take it from there.
+4. A deleted row removes the topic's retained message; nothing is delivered.
+5. A stream's first push (the dataset as it is) delivers nothing.
 """
 
 from __future__ import annotations

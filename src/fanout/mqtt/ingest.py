@@ -1,28 +1,16 @@
-"""MQTT messages into topic datasets: which dataset a topic belongs to, and the batches sent.
+"""MQTT messages into topic datasets: which dataset a topic belongs to, and the batches sent
+(docs/mqtt.md). Rules:
 
-Rules:
-
-1. A topic belongs to the dataset of the longest configured prefix it starts with
-   (``fanout relay --mqtt-route plant/=sensors``), otherwise to the default topic dataset
-   (``--mqtt-dataset``), otherwise to none: it is delivered to MQTT clients and not kept.
-2. A topic dataset holds the retained message of each topic: a PUBLISH with RETAIN upserts the
-   row ``{key: topic, payload: text}``, one with RETAIN and an empty payload deletes it
+1. A topic belongs to the dataset of its longest configured prefix (``--mqtt-route``), else to
+   ``--mqtt-dataset``, else to none (delivered, not kept).
+2. A retained PUBLISH upserts the row ``{key: topic, payload}``; an empty one deletes it
    [MQTT-3.3.1-6, 3.3.1-10].
-3. A message without RETAIN is kept only in a dataset that logs messages (``logs_messages``:
-   keyed by a string column other than ``topic``, with ``topic``, ``payload`` and a boolean
-   ``retain`` column), and only at QoS 1 or 2: as a row of its own, ``{key: "TOPIC#ID",
-   topic, payload, retain: false}`` (a topic name holds no ``#``, so no such key is a topic),
-   deleted ``MESSAGE_TTL`` seconds later. Retained rows there are keyed by their topic, with
-   ``retain: true``. So the log carries each such message, and the retained state (the rows
-   with ``retain`` true) holds none of them. Elsewhere a message without RETAIN is delivered
-   live only.
-4. The producer API takes text: a payload that is not UTF-8 is not ingested, and is counted
-   (``skipped``).
-5. Messages wait in a bounded buffer for the next batch (one ``publish`` per dataset); within
-   one batch the last retained message of a topic wins, as it does in the dataset's state;
-   every logged message without RETAIN is a row. Past ``max_pending`` rows waiting, new ones
-   are dropped and counted (``dropped``): the publisher away must not cost the relay
-   unbounded memory.
+3. A message without RETAIN is kept only at QoS 1 or 2 in a dataset that logs messages
+   (``logs_messages``), as a row ``{key: "TOPIC#ID", topic, payload, retain: false}`` deleted
+   ``MESSAGE_TTL`` seconds later; retained rows there have ``retain: true``.
+4. A payload that is not UTF-8 is not ingested, and is counted (``skipped``).
+5. Messages wait in a bounded buffer for the next batch (the last retained one of a topic wins);
+   past ``max_pending`` new ones are dropped and counted (``dropped``).
 """
 
 from __future__ import annotations

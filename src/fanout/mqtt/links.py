@@ -1,19 +1,13 @@
 """Exactly once between relays: sequence numbers per peer link, resent until acknowledged,
-deduplicated on receipt. No sockets here (``cluster`` carries the bytes).
+deduplicated on receipt. No sockets here (``cluster`` carries the bytes). Rules:
 
-Rules:
-
-1. The sending relay numbers what it forwards to each peer 1, 2, 3, ... (per peer and per
-   incarnation of the sender: a relay that restarts starts again at 1 under a new name) and
-   keeps each message until the peer acknowledges its number (``Outgoing``).
-2. A connection to the peer that breaks loses nothing: on the next connection the sender sends
-   again, in order, every message not acknowledged, then the new ones.
-3. The receiving relay delivers a message only if its number is above the last it delivered of
-   that sender (``Incoming``): a message sent again is acknowledged and not delivered twice.
-   It acknowledges the last number it delivered after each read.
-4. Bounds: at most ``limit`` messages wait for their acknowledgement per peer (past that the
-   oldest is dropped and counted: ``dropped``); a receiver remembers ``SENDERS`` senders (the
-   oldest forgotten first).
+1. A sender numbers what it forwards to each peer 1, 2, 3, ... (per incarnation) and keeps each
+   message until acknowledged (``Outgoing``).
+2. On a new connection it sends again, in order, every message not acknowledged, then new ones.
+3. A receiver delivers only numbers above the last it delivered of that sender (``Incoming``)
+   and acknowledges the last after each read.
+4. Bounds: ``limit`` unacknowledged messages per peer (the oldest dropped and counted), and
+   ``SENDERS`` senders remembered.
 """
 
 from __future__ import annotations

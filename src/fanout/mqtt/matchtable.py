@@ -1,33 +1,15 @@
 """The shared match table of IPCOM000235838D in Redis Cluster: every relay's MQTT subscriptions in
 one distributed table, so a publication is matched against all relays' subscriptions without
-flooding and without proxy subscriptions.
+flooding and without proxy subscriptions (the layout: docs/mqtt.md, "How it is built"). Rules:
 
-Rules (the entry layout is ``views/topic/index.py``'s, stored in Redis instead of memory):
-
-1. **Entries.** One Redis hash per topic-filter prefix, keyed ``NAMESPACE + prefix`` where the
-   prefix is the filter's levels, each followed by ``/`` (the root is ``""``). Its fields:
-   ``c:LEVEL`` -> how many filters held continue with that next level (``+`` and ``#``
-   included); ``s:RELAY`` -> how many of that relay's subscriptions are exactly this filter;
-   ``g:GROUP/RELAY`` -> the same for ``$share/GROUP/filter``. Parents are created as needed:
-   adding a filter increments every entry on its path; removing it decrements them, and a
-   field that reaches 0 is deleted in the same step (a Lua script on the one key), so that
-   concurrent writers of several relays commute: the table after any interleaving is the one
-   after the same adds and removes in any order.
-2. **Lookup** walks only the branches a topic can match: from the root, level by level, the
-   literal child and ``+``, collecting ``#`` children on the way (not at the first level of a
-   ``$`` topic, [MQTT-4.7.2-1]); the entries of one level are fetched together in one
-   pipelined round trip (Redis Cluster sends each node its share in parallel).
-3. **Caching.** Fetched entries are kept in a bounded LRU cache. Every write appends the
-   prefixes it changed to one Redis stream; every table reads that stream (``invalidations``)
-   and drops those entries, and drops all of them if it fell behind the stream's trimmed
-   start. An entry is also dropped after ``max_age`` seconds, so a reader that cannot follow
-   the stream is wrong for a bounded time.
-4. **Leases.** A relay holds a lease key that expires ``lease`` seconds after its last renewal
-   (``renew``); lookups return only relays whose lease is alive, so a relay that dies stops
-   being a subscriber within a lease. A relay that restarts takes a new incarnation name and
-   registers its subscriptions again. Each relay's filters are also kept under its name, so
-   that any relay can ``sweep`` a dead one's out of the table: it first renames that list
-   (atomic: of two sweepers only one gets it), then removes its filters as ``remove`` does.
+1. **Entries.** One Redis hash per topic-filter prefix (``views/topic/index.py``'s layout).
+   Adding or removing a filter changes every entry on its path, each in one Lua step, so that
+   concurrent writers commute.
+2. **Lookup** walks only the branches a topic can match, one pipelined round trip per level.
+3. **Caching.** Entries are kept in a bounded LRU, dropped when a write's invalidation comes
+   through the Redis stream, all of them past its trimmed start, and after ``max_age``.
+4. **Leases.** Lookups return only relays whose lease is alive; a restarted relay takes a new
+   incarnation name; any relay may ``sweep`` a dead one's filters (one sweeper wins).
 """
 
 from __future__ import annotations

@@ -1,26 +1,16 @@
-"""MQTT 3.1.1 and 5.0 control packets: immutable structs, their bytes, and the checks on them.
+"""MQTT 3.1.1 and 5.0 control packets: immutable structs, their bytes, and the checks on them
+(bytes in ``decoding`` and ``encoding``; why a codec of our own: docs/mqtt.md). Rules (rule ids in
+brackets):
 
-No library on PyPI decodes both versions on the broker's side (``mqtt5`` and ``mqttproto`` are
-5.0 only, ``amqtt``'s codec 3.1.1 only), so this is a small codec of our own: the packets
-here, their bytes in ``decoding`` and ``encoding``. Its round trips and its refusal of malformed
-input are property tests (``tests/mqtt/test_codec.py``).
+1. A fixed header, a Remaining Length of at most 4 bytes in the fewest [MQTT-1.5.5-1], then that
+   many bytes, read to the last exactly.
+2. Flags are fixed but PUBLISH's DUP, QoS, RETAIN [MQTT-2.1.3-1]; QoS 3 is malformed.
+3. Strings are well-formed UTF-8 without U+0000 [MQTT-1.5.4-1, MQTT-1.5.4-2].
+4. A 5.0 property appears once (but User Property, and Subscription Identifier in PUBLISH)
+   [MQTT-2.2.2-1]; one not allowed in the packet is a protocol error.
 
-Rules (MQTT 3.1.1 chapters 1-3, MQTT 5.0 chapters 1-3; rule ids in brackets):
-
-1. A packet is a fixed header (type in the high nibble, flags in the low nibble), a Remaining
-   Length as a Variable Byte Integer of at most 4 bytes, in the fewest bytes [MQTT-1.5.5-1],
-   then that many bytes.
-2. The flags are fixed (``0000``, ``0010`` for SUBSCRIBE, UNSUBSCRIBE, PUBREL) except PUBLISH's
-   DUP, QoS, RETAIN [MQTT-2.1.3-1]; QoS 3 is malformed [MQTT-3.3.1-4].
-3. Strings are UTF-8, well formed, without U+0000 [MQTT-1.5.4-1, MQTT-1.5.4-2].
-4. A packet's body is read to its last byte exactly: bytes left over or missing are malformed.
-5. MQTT 5.0 packets carry properties; each may appear once, except User Property (and
-   Subscription Identifier in PUBLISH) [MQTT-2.2.2-1]; one not allowed in the packet is a
-   protocol error.
-
-A malformed packet raises :class:`PacketError` carrying the 5.0 reason code the receiver
-answers with (0x81 Malformed Packet, 0x82 Protocol Error, 0x95 Packet too large); a 3.1.1
-receiver closes the connection instead (3.1.1 section 4.8).
+A malformed packet raises :class:`PacketError` with the 5.0 reason code to answer (0x81, 0x82,
+0x95); a 3.1.1 receiver closes the connection instead.
 """
 
 from __future__ import annotations

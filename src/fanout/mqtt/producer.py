@@ -1,22 +1,11 @@
 """The relay's producer link: retained MQTT messages into their topic datasets at the publisher.
 
-A connection of its own to the publisher's control plane, as a ``producer`` (the relay's
-upstream link stays the relay's; the retained state is read on another, as a ``reader``): it
-sends each batch of ``ingest.Pending`` as one ``Publish`` per dataset and waits for it to be
-durable (``Published``) before the next. The live path to MQTT clients never waits for it, nor
-for Spark.
-
-A dataset that logs messages without RETAIN (``ingest`` rule 3) gets those as rows of their
-own, and their deletion ``MESSAGE_TTL`` seconds later in a later batch (rows this relay wrote;
-a relay that stops leaves its last ones in the dataset until another deletes them).
-
-When it connects it also reads each routed dataset's rows (``ReadState`` of ``#``) into the
-broker's retained messages that the broker does not hold yet: a relay that restarts serves the
-dataset's retained state at once, as MQTT's retained messages.
-
-A refused batch (a dataset that is not an ``ingest`` topic dataset with a ``payload`` string
-column, say) is logged and counted (``refused``), not retried: resending cannot make it fit.
-A lost connection is retried, with the batch in hand put back first.
+A connection of its own to the publisher, as a ``producer``: each batch of ``ingest.Pending``
+goes as one ``Publish`` per dataset, the next once it is durable; the live path never waits for
+it. Logged messages' rows are deleted ``MESSAGE_TTL`` seconds later in a later batch. On
+connecting it reads each routed dataset's rows (``ReadState`` of ``#``) into the broker's
+retained messages, so a restarted relay serves them at once. A refused batch is logged and
+counted (``refused``), not retried; a lost connection is retried with the batch in hand first.
 """
 
 from __future__ import annotations

@@ -1,24 +1,16 @@
-"""An MQTT session: what the relay keeps of a client between its connections.
+"""An MQTT session: what the relay keeps of a client between its connections (MQTT 3.1.1 and 5.0
+section 4.1). Rules:
 
-Rules (MQTT 3.1.1 section 4.1, MQTT 5.0 section 4.1):
-
-1. A session holds the client's subscriptions, the QoS 1 messages sent and not yet acknowledged
-   (in flight) and, while the client is away, the QoS 1 messages for it (queued).
-2. A session ends when its connection closes if it asked for a clean session (3.1.1) or a session
-   expiry interval of 0 (5.0); otherwise it lives ``expiry`` seconds after its connection closed
-   (3.1.1: the relay's longest, ``Limits.session_expiry``).
-3. QoS 0 messages are not queued for a client that is away (MQTT lets a server choose).
-4. The queue is bounded (``Limits.max_queued``): when full, the oldest message is dropped and
-   counted (``dropped``), so a client away for long costs the relay a bounded amount of memory.
-5. Packet identifiers of messages sent are 1..65535, never one still in flight [MQTT-2.2.1-3].
-6. QoS 2 (4.3.3): a message sent stays in flight until PUBCOMP; once PUBRECed it is released
-   (``released``): a returning client gets its PUBREL again, not the message. A message
-   received at QoS 2 is delivered once, when it first arrives; its packet identifier is kept
-   (``incoming``) until PUBREL, and the same identifier arriving again meanwhile is not
-   delivered again.
-7. A session kept in Redis (``durable``) remembers the QoS 2 messages it completed (``done``,
-   at most ``DONE``, the oldest forgotten first) until its position in the log covers them: a
-   relay that resumes it does not send them again.
+1. A session holds the client's subscriptions, the QoS 1 messages in flight and, while the
+   client is away, those queued for it; QoS 0 messages are not queued.
+2. It ends with its connection under a clean session (3.1.1) or an expiry of 0 (5.0), else
+   ``expiry`` seconds after (3.1.1: ``Limits.session_expiry``).
+3. The queue is bounded (``Limits.max_queued``): the oldest is dropped and counted.
+4. Packet identifiers are 1..65535, never one in flight [MQTT-2.2.1-3].
+5. QoS 2 (4.3.3): a message sent stays in flight until PUBCOMP, released once PUBRECed; one
+   received is delivered once, its identifier kept (``incoming``) until PUBREL.
+6. A session kept in Redis remembers its completed QoS 2 messages (``done``, at most ``DONE``)
+   until its log position covers them.
 """
 
 from __future__ import annotations

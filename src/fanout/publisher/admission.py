@@ -1,26 +1,13 @@
-"""Latency-aware admission: how many ticks a source's next micro-batch may take.
+"""Latency-aware admission: how many ticks a source's next micro-batch may take (why:
+docs/concepts.md, "Where the milliseconds go").
 
-A tick's rows reach relays when the micro-batch holding them ends, and a micro-batch costs a
-fixed part (Spark's planning, its checkpoint writes, our delivery) plus a part that grows with
-the ticks it holds. When micro-batches run back to back, a tick waits for the micro-batch
-running when it happened, then for its own: its latency is about one and a half micro-batches.
-The shortest latency the load allows comes from micro-batches that take every tick that
-arrived while the one before ran; a cap below that (the simulation's fixed 50 ticks before)
-builds a backlog that never clears, and latency becomes queueing.
-
-So a cap should bind only where taking everything would make one micro-batch much longer than
-the load needs. :class:`TickAdmission` fits the recent micro-batches' durations to
-``fixed + per_tick x ticks`` (least squares over the last ``window``), takes the steady
-duration the load needs (``fixed / (1 - rate x per_tick)``: the micro-batch that takes exactly
-the ticks arriving during it) and caps the next micro-batch at the ticks that fit in
-``headroom`` times that. A backlog then clears at once where ticks are cheap (the fixed part
-dominates, as it does at Spark's floor) and in steps that stay near the steady duration where
-they are not; under a load no size keeps up with (``rate x per_tick >= 1``), or before two
-different sizes were measured, the cap is ``headroom`` x the ticks arriving during the median
-recent micro-batch, ``ceiling`` at most.
-
-The source measures the durations itself: the time between two of Spark's ``latestOffset``
-calls, when the first admitted ticks, is one micro-batch (Spark asks once per trigger).
+:class:`TickAdmission` fits the recent micro-batches' durations to ``fixed + per_tick x ticks``
+(least squares over the last ``window``), takes the steady duration the load needs
+(``fixed / (1 - rate x per_tick)``) and caps the next micro-batch at the ticks that fit in
+``headroom`` times that. Under a load no size keeps up with, or before two sizes were measured,
+the cap is ``headroom`` x the ticks arriving during the median recent micro-batch, ``ceiling``
+at most. The source measures durations itself: between two of Spark's ``latestOffset`` calls
+that admitted ticks.
 """
 
 from __future__ import annotations

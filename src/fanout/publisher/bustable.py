@@ -1,28 +1,15 @@
-"""The database connector's side of the subject bus, without I/O (Liebig et al., §3 and §4.1:
-"the DB Connector"): what to publish for a micro-batch's changes, a ``LOAD`` and a ``QUERY``.
-``publisher.busconnector`` moves the bytes; the namespace is ``wire.bus``'s, the reference
-``docs/caches.md``.
+"""The database connector's side of the subject bus, without I/O (Liebig et al., §3 and §4.1):
+what to publish for a micro-batch's changes, a ``LOAD`` and a ``QUERY``. ``publisher.busconnector``
+moves the bytes; the namespace is ``wire.bus``'s, the reference docs/caches.md. Rules:
 
-Rules:
+1. **One table per type** (a dataset with ``bus``): key -> (version, row) of its live objects.
+2. **Changes in commit order**, in version order: ``CREATE``, ``UPDATENOTIFY`` or ``DELETE``
+   under the object's subject; an object whose label changed also under its old subject.
+3. **Loads from the table**: the current version, or a ``LOADREPLY`` without state, version 0.
+4. **Queries** publish a ``LOADREPLY`` for every live object the label pattern selects.
+5. **Fragments** of at most ``fragment_bytes``, under one subject, request id and version.
 
-1. **One table per type** (a dataset that opted in with ``bus``): key -> (version, row) of its
-   live objects as of the last micro-batch published, kept in the driver.
-2. **Changes in commit order.** A micro-batch's changed rows (one per key, its newest version)
-   are published as ``CREATE`` (the key was not live), ``UPDATENOTIFY`` (it was) or ``DELETE``
-   (a tombstone), under the object's subject with its label. An object whose label changed is
-   published under its old subject as well (with its new state), so that collections following
-   the old label see it leave. Within a micro-batch, rows go in version order.
-3. **Loads from the table.** A ``LOAD`` is answered with the object's current version under its
-   subject, to every cache; a key with no live object with a ``LOADREPLY`` without state,
-   version 0, under the subject with no label (``found`` False: "not there").
-4. **Queries** publish a ``LOADREPLY`` for every live object whose label the pattern selects
-   (NATS's rules, ``wire.bus.tokens_match``) and count them for the requester.
-5. **Fragments.** Each state is cut into pieces of at most ``fragment_bytes`` (``wire.bus``
-   rule 5), all under the same subject with the same request id and version.
-
-The shell calls all of these from one thread (its event loop), so what is published for one
-object is in version order on the bus: a cache never receives a reply older than an update it
-already received from the same connector.
+Called from one thread, so one object's messages are in version order on the bus.
 """
 
 from __future__ import annotations

@@ -1,32 +1,18 @@
-"""The driver's copy of a dataset's live rows, for snapshots (CA 3197003 [0155]-[0156]).
+"""The driver's copy of a dataset's live rows, for snapshots (CA 3197003 [0155]-[0156]; why:
+docs/concepts.md, "Batches, snapshots and sequence numbers").
 
-A relay that acquires a primitive gets the rows inside it as of the micro-batch's tick. Read
-from Spark's state store, that is a Spark job over the whole state in every micro-batch with
-fresh primitives (1-2.5 s for a million rows on two cores), and moving views acquire tiles all
-the time. The mirror keeps the live rows in the driver instead, brought up to date with each
-micro-batch's changed rows (which the pipeline collects anyway), and cuts snapshots from them
-with the views' own numpy matching, which follows the Spark matchers' rules so that a snapshot
-and the changes matched after it agree on every row:
+Rules:
 
-* regions: their ``match``, the same formulas as the Spark refine (``matching.regions.inside``);
-  entities: their key;
-* topic filters: ``TopicFilter.match_arrow`` (in Arrow's kernels; the same regular expression as
-  the one ``matching.topics`` gives Spark);
-* object paths: ``ObjectPath.in_scope``, the object or the directory's objects, whole (filters
-  are the relay's business, as in ``matching.paths``);
-* SQL primitives: ``SqlBox.match`` over the rows as Arrow, in their own types (the rules of
-  ``views.sql.match``, which ``views.sql.to_spark`` compiles for Spark).
-
-A null in a topic or path column is matched by nothing, as Spark's predicates leave it.
-
-Spark's state store stays the authority. The mirror is loaded from it when a snapshot is first
-needed (at once from micro-batch 0's changes on a new stream; after a restart, one read of the
-state), and dropped, falling back to the state store, when it would exceed ``max_rows`` or when
-a micro-batch arrives that does not follow the one it is as of. Re-applying a micro-batch's
-changes (Spark re-runs a failed micro-batch with the same input) leaves it as it was.
-
-The rows are kept as one numpy array per column and a dict from key to position, so a
-micro-batch costs in proportion to the rows it changed, not to the rows held.
+1. **Updated from the changed rows** the pipeline collects each micro-batch; re-applying a
+   micro-batch leaves it as it was.
+2. **Matched as Spark matches.** Snapshots are cut with the views' own numpy matching, which
+   follows the Spark matchers' rules (regions, entities, topic filters, object paths whole,
+   SQL boxes), so a snapshot and the changes after it agree on every row; a null topic or path
+   is matched by nothing.
+3. **Spark's state store is the authority.** The mirror is loaded from it when first needed
+   and dropped (back to the state store) past ``max_rows`` or when a micro-batch does not
+   follow the one it is as of.
+4. **Cost by rows changed:** one numpy array per column and a dict from key to position.
 """
 
 from __future__ import annotations

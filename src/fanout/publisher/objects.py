@@ -1,19 +1,12 @@
 """Admitting producers' writes to an ``objects`` dataset (US 9,026,567, QNX PPS; the rules are
-``views.objects.store``'s).
+``views.objects.store``'s; docs/objects.md, "How objects are kept").
 
-The publisher keeps an objects dataset's cells in Spark's state like any dataset's rows: the
-latest row per key, in the order of the ingest log. What makes them PPS objects — quality, one
-write's attributes merged into what other producers wrote, object and directory deletion, ``[n]``
-— is decided here, before a request reaches the log: every request goes through one
-:class:`~fanout.views.objects.store.ObjectStore`, under a lock, and only the cells it changed are
-appended. So the log and Spark's state hold admitted cells only, and a write of lower quality
-never overwrites anything downstream.
-
-After a restart the admission store is read back from the committed state plus the log's
-untrimmed events (each is an already-admitted cell, so laying them over the state in order is
-exact even where the state already has some), and its non-persistent cells are deleted through
-the log: the first micro-batch removes them, and what remains is the checkpoint's state — one
-consistent cut of every directory.
+Quality, merging one write's attributes into what others wrote, deletions and ``[n]`` are
+decided here, before a request reaches the log: every request goes through one
+:class:`~fanout.views.objects.store.ObjectStore`, under a lock, and only the cells it changed
+are appended, so the log and Spark's state hold admitted cells only. After a restart the store
+is read back from the committed state plus the log's untrimmed events, and its non-persistent
+cells are deleted through the log.
 """
 
 from __future__ import annotations

@@ -1,46 +1,22 @@
 """One connection's session at the publisher, sans I/O: frames and batches in, actions out.
 
-The control plane (``publisher.control``) is the asyncio shell around it: it feeds the session
-what the peer sends (``receive``) and the live batches the pipeline hands over (``offer``), runs
-the blocking work the session asks for (a replay of the log, reads, publishes, curiosity) on
-threads, owns the hello timer, and moves the bytes.
+``publisher.control`` is its asyncio shell: it feeds ``receive`` and ``offer``, runs the blocking
+work asked for on threads and owns the hello timer. Rules:
 
-Rules. Everything that decides what a connection is sent, or in which phase it is, lives here,
-so these are tested without sockets (``tests/publisher/test_protocol.py``).
+1. **Handshake.** A ``Hello`` first (``wire.handshake``), answered ``Welcome`` and the
+   ``Catalog``; none within the timeout: ``Error{handshake}`` and close.
+2. **Roles.** Only a ``relay`` (registered while connected) acquires, releases, sets horizons and
+   asks ``Curious``; readers and producers send ``ReadState`` and ``Publish``.
+3. **Resume.** A relay naming its last seqs is replayed the log after them, then the live
+   batches held back since its welcome; a replay that fails is answered ``resync``.
+4. **Held back, bounded** by ``HELD_BACK_LIMIT``; one more closes the connection.
+5. **Each seq once, in order:** only seqs above the relay's last of that dataset, but a batch of
+   that same seq that carries snapshots.
+6. **Requests.** ``Acquire``, ``Release``, ``Horizon`` apply at once (refusals answered);
+   ``ReadState``, ``Publish``, ``Curious`` are blocking work (``Start``); anything else
+   ``Error{protocol}``.
 
-1. **Handshake.** The first frame must be a ``Hello`` (``wire.handshake.AcceptingSession``: version,
-   role, refusals). It is answered with ``Welcome``, then the ``Catalog``. A peer that sends no
-   ``Hello`` within the shell's timeout is refused (``Error{code: "handshake"}``) and closed.
-2. **Roles.** A ``relay`` is registered in the registry when welcomed and dropped from it when
-   the connection ends; only a relay acquires and releases primitives, sets horizons and asks
-   about logged seqs (``Curious``). Readers and producers send ``ReadState`` and ``Publish``.
-3. **Resume.** A relay whose ``Hello`` names the last seq it applied of some datasets is
-   replayed to: the log after those seqs, dataset by dataset, then the live batches that were
-   held back meanwhile. Live batches are held back from the moment the relay is welcomed, and
-   every seq not held back is in the log (the pipeline logs a micro-batch before it hands it
-   over), so the relay misses no seq. A dataset whose replay fails (another epoch, seqs trimmed)
-   is answered with ``Error{code: "resync"}``: the relay starts it again from snapshots.
-4. **Held back, bounded.** At most ``HELD_BACK_LIMIT`` live batches wait behind a replay; one
-   more closes the connection as a slow consumer (the relay reconnects and resumes).
-5. **Each seq once, in order.** A relay is sent a batch of a dataset only if its seq is above
-   the last seq of that dataset it has: the one its ``Hello`` named, or the last one sent on
-   this connection since (replayed, held back or live). A micro-batch Spark re-runs after a
-   restart is thereby not sent twice. A batch stamped with that same last seq still goes if it
-   carries snapshots: a quiet dataset's snapshots travel that way, and the relay applies only
-   their part of it.
-6. **Requests.** ``Acquire``, ``Release`` and ``Horizon`` are applied to the registry at once;
-   a refused ``Acquire`` or ``Release`` is answered with an ``Error`` naming the primitive.
-   ``ReadState``, ``Publish`` and ``Curious`` are blocking work for the shell (``Start``). Any
-   other frame is answered with ``Error{code: "protocol"}``; the connection stays open.
-
-Phases (``Phase``) and what moves between them (``TRANSITIONS``)::
-
-    HELLO --welcomed, a reader or producer--> SERVING
-    HELLO --welcomed, a relay--> LIVE
-    HELLO --welcomed, a relay that resumes--> REPLAYING --held back released--> LIVE
-    HELLO --hello overdue--> CLOSED
-    REPLAYING --held back full--> CLOSED
-    any --refused (a bad handshake, too many bad frames), connection ended--> CLOSED
+Phases and their moves: ``Phase``, ``TRANSITIONS``.
 """
 
 from __future__ import annotations

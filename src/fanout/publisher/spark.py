@@ -20,9 +20,9 @@ from fanout.publisher.sources.simulation import SimulationDataSource
 #: machines are set to. Adaptive query execution is off: the plans a micro-batch runs (a
 #: broadcast join of a small table for reads of the state, state partitions fixed by the
 #: checkpoint) leave it nothing to improve, and it re-plans between stages. Measured, the change
-#: is within the 2-core reference machine's noise (``bench/microbatch.py``, docs/benchmarks.md:
-#: 770 ms worse to 480 ms better a micro-batch across runs), so it is kept for what it avoids,
-#: not for a measured gain.
+#: is within the 2-core reference machine's noise (``bench/microbatch.py``,
+#: docs/benchmarks/microbatch.md: 770 ms worse to 480 ms better a micro-batch across runs), so
+#: it is kept for what it avoids, not for a measured gain.
 CLUSTER = {
     "spark.ui.enabled": "false",
     "spark.ui.showConsoleProgress": "false",

@@ -1,7 +1,7 @@
 """The authoritative latest state per key, kept by Spark's built-in stateful aggregation.
 
 ``groupBy(key).agg(max_by(struct(...), order))`` in update mode ran at 10-80x the speed of
-Spark's Python stateful APIs (docs/benchmarks.md, on ``bench/state.py``), so the pipeline keeps
+Spark's Python stateful APIs (docs/benchmarks/state.md), so the pipeline keeps
 state that way. Its state store can be read back as a batch DataFrame (``format("statestore")``),
 which is how the publisher answers snapshot and read-state requests without keeping a second copy.
 """
@@ -17,7 +17,7 @@ _PROVIDER = "spark.sql.streaming.stateStore.providerClass"
 _CHANGELOG = "spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enabled"
 _PROVIDERS = "org.apache.spark.sql.execution.streaming.state."
 #: Spark settings of each state store a dataset may choose (``Dataset.state_store``). Measured
-#: by ``bench/latency.py`` at its load (docs/benchmarks.md, "Latency"): RocksDB's one-tick
+#: by ``bench/latency.py`` at its load (docs/benchmarks/latency.md): RocksDB's one-tick
 #: micro-batch is shorter, the HDFS-backed store's cost per changed row lower.
 STATE_STORES: dict[StateStoreKind, dict[str, str]] = {
     "hdfs": {_PROVIDER: _PROVIDERS + "HDFSBackedStateStoreProvider", _CHANGELOG: "false"},

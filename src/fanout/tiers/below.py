@@ -1,42 +1,20 @@
 """The relays below a relay, sans I/O: a relay serving other relays as the publisher would
-(CA 3197003 [0055]-[0057]: intermediary processes in tiers; US 7,487,246: intermediate brokers
-that accumulate knowledge and pass curiosity upstream).
+(CA 3197003 [0055]-[0057]; US 7,487,246: brokers that accumulate knowledge and pass curiosity
+upstream). A relay below speaks the upstream protocol (docs/protocol.md). Rules:
 
-A relay below connects with ``Hello{role: "relay"}`` and speaks the upstream protocol
-(docs/protocol.md, "Relay <-> publisher"). Rules:
+1. **Catalog.** Welcomed with this relay's catalog; refused ``unavailable`` while it has none. A
+   ``resume`` is answered ``resync``: this window holds only what this relay's coverage saw.
+2. **Acquire.** A primitive is pinned here and what is not covered acquired upstream; its snapshot
+   goes down, stamped with the last seq forwarded, once ready primitives cover it.
+3. **Batches.** Each batch written here is forwarded at once, before its swap, to every relay
+   below (empty ones too), cut to its live primitives (``tiers.cut``); primitives touched by this
+   relay's own snapshots go whole, listed as snapshots.
+4. **Curiosity.** Answered from the window when every seq asked is whole there, else passed up.
+5. **Horizons.** The lowest of this relay's ``every`` subscriptions' and the relays' below.
+6. **Losing upstream.** The relays below are dropped (``upstream_lost``) and connect again.
 
-1. **Catalog.** It is welcomed with the catalog this relay has from above; while this relay has
-   none (not connected upstream), it is refused with ``unavailable`` and connects again later.
-   A ``resume`` in its ``Hello`` is answered with ``Error{code: "resync"}``: this relay's window
-   holds only what its own coverage saw, not the whole change of each seq a replay must carry,
-   so the relay below relies on fresh snapshots (and on curiosity for its ``every`` streams).
-2. **Acquire.** A primitive is pinned here (``Downstream.pin``: its coverage is kept as a
-   subscription's would be) and what this relay does not cover is acquired upstream, as for a
-   subscription's view. Once this relay's ready primitives cover it, and its active state is
-   the last seq it forwarded, the primitive's snapshot goes down: the rows of its active state
-   inside it, stamped with that seq (a re-send of a seq the relay below may already have).
-   From then on every forwarded batch holds every change inside it.
-3. **Batches.** Each batch this relay writes is forwarded at once, before it is swapped in, to
-   every relay below (empty ones too: a relay sees every seq), cut to that relay's live
-   primitives (``tiers.cut``). A batch that carries this relay's own snapshots mixes
-   unchanged rows with changes: the live primitives below that it touches are sent whole again
-   and listed as snapshots, so that the relay below knows that seq is not a pure change set and
-   asks for it (rule 4) rather than pushing unchanged rows as changes.
-4. **Curiosity.** ``Curious`` is answered from this relay's window when every seq asked is a
-   whole change set there (learnt from the log), else passed upstream under a request number
-   of its own; the ``Knowledge`` (and a refusal) go back to the relay that asked, and are kept
-   in this relay's window for the next one.
-5. **Horizons.** The horizon told upstream for a dataset is the lowest of this relay's own
-   ``every`` subscriptions' and the relays' below (``Horizon``), so the publisher keeps in its
-   log what any of them may still ask for.
-6. **Losing upstream.** When this relay loses its own upstream, the relays below are dropped
-   (``upstream_lost`` names them): they connect again, to this relay once it is back or to
-   another, and acquire their primitives anew.
-
-Every kind of dataset is forwarded: what a relay below may acquire, and which rows a primitive
-holds, are the dataset kind's answers (``DatasetKind.primitive``, ``holds``, ``contents``), so
-nothing here tells kinds apart. An ``Acquire`` the kind refuses (a view of another language,
-other dimensions, an entity of a key of another type) is answered ``invalid_view`` naming why.
+Kinds are told apart only by the dataset kind's answers (``primitive``, ``holds``,
+``contents``); an ``Acquire`` the kind refuses is answered ``invalid_view``.
 """
 
 from __future__ import annotations

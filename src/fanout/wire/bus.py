@@ -1,34 +1,17 @@
 """The subject bus's format: subjects and messages between the database connector (the
 publisher) and snoopy object caches (``fanout.cache``), after Liebig et al., §4.1 and
-Appendix A. The reference is ``docs/caches.md``.
+Appendix A. The reference is docs/caches.md, "The subject namespace". Rules:
 
-Rules:
-
-1. **Object subjects** are ``<KIND>.<type>.<key>.<domain>.<label...>``: ``KIND`` one of
-   ``OBJECT_KINDS`` (``LOADREPLY``, ``UPDATENOTIFY``, ``CREATE``, ``DELETE``), ``type`` a
-   dataset's name, ``key`` the object's key as one token, ``domain`` one token naming the
-   connector's data source domain, then the object's label, one token per dot-separated
-   segment, or the single token ``-`` for an object without one. Every message about an
-   object travels under its subject, so a cache that listens to ``*.item.1234.auction.>``
-   snoops every load reply, update, creation and deletion of item 1234.
-2. **Request subjects** carry no label: ``LOAD.<type>.<key>.<domain>`` (answered with a
-   ``LOADREPLY`` published under the object's subject, to every cache, not to the requester
-   alone), ``QUERY.<type>.<domain>`` (a label pattern: its objects are published as
-   ``LOADREPLY`` and the requester is answered with their count) and ``TYPES.<domain>`` (the
-   types served).
-3. **Tokens.** A token holds no ``.``, no ``*``, no ``>`` and no white space (NATS's rules):
-   keys and label segments keep ASCII letters, digits, ``_`` and ``-`` as they are and spell
-   every other byte of their UTF-8 as ``%XX``; the empty string is ``%``, and a segment that
-   is exactly ``-`` is ``%2D`` (``-`` alone means "no label"). So every key and label has one
-   spelling and is read back from it exactly (``token`` / ``untoken``).
-4. **Label patterns** (``find_by_label``) are labels whose segments may be ``*`` (exactly one
-   segment) or, last, ``>`` (one or more segments): NATS's own wildcards, so the bus does the
-   selecting. A segment that is empty or holds ``*`` or ``>`` among other characters is an
-   error (``InvalidLabel``).
-5. **Messages** are msgpack arrays (msgspec structs). An object's state is the msgpack of its
-   row (column -> value), cut into fragments of at most ``fragment_bytes``; the fragments of
-   one message share its request id and version and are reassembled by them
-   (``cache.core.Reassembly``). The version is the source's commit order (``_version``).
+1. **Object subjects** are ``<KIND>.<type>.<key>.<domain>.<label...>`` (``OBJECT_KINDS``; ``-``
+   for no label): every message about an object travels under its subject.
+2. **Request subjects** carry no label: ``LOAD.<type>.<key>.<domain>`` (answered under the
+   object's subject, to every cache), ``QUERY.<type>.<domain>``, ``TYPES.<domain>``.
+3. **Tokens** hold no ``.``, ``*``, ``>`` or white space: other bytes are ``%XX``, the empty
+   string ``%``, a lone ``-`` ``%2D``; ``token`` and ``untoken`` are exact inverses.
+4. **Label patterns** take NATS's wildcards ``*`` and, last, ``>``; anything else there is
+   ``InvalidLabel``.
+5. **Messages** are msgpack arrays; an object's state is its row's msgpack, cut into fragments of
+   at most ``fragment_bytes`` sharing request id and version (the source's ``_version``).
 """
 
 from __future__ import annotations

@@ -1,21 +1,11 @@
-"""Columnar row payloads: each column is a raw little-endian array (docs/protocol.md).
+"""Columnar row payloads: each column is a raw little-endian array (the layout: docs/protocol.md).
 
-Numbers travel as the bytes of a numpy array, so a float64 arrives bit-for-bit as it left the
-publisher; strings travel as a msgpack list. Decoding checks every length, so a truncated or
-inconsistent payload is a :class:`ProtocolError`, never a silent misread.
-
-Bytes travel as one buffer, Arrow's binary layout: ``length + 1`` little-endian uint32 offsets
-(the first 0, never decreasing) and then every value's bytes, value ``i`` from offset ``i`` to
-offset ``i + 1``.
-
-NULL: a string or decimal column's nulls are ``None`` in its list. Any other column that holds
-a null is followed by its **validity**: a second entry of the same name with dtype ``"valid"``
-whose data is a bitmap, bit ``i`` (least significant first, Arrow's layout) of byte ``i // 8``
-set when row ``i`` holds a value. A column without nulls carries none, so payloads without nulls
-are exactly what they were. In numpy a column with nulls is a ``numpy.ma.MaskedArray`` (masked:
-null), whose ``tolist()`` gives ``None`` for them; the bytes under a null are meaningless. A
-bytes column is an object array of ``bytes``, ``None`` where null (a null's value on the wire is
-empty). NaN is a number, never a null.
+Numbers travel as the bytes of a numpy array (bit for bit), strings and decimals as a msgpack
+list (``None`` for null), bytes in Arrow's binary layout (``length + 1`` uint32 offsets, then
+the values). Any other column holding a null is followed by its validity bitmap (dtype
+``"valid"``, Arrow's bit order); a column without nulls carries none. In numpy a column with
+nulls is a ``numpy.ma.MaskedArray``; NaN is a number, never a null. Decoding checks every
+length: a truncated or inconsistent payload is a :class:`ProtocolError`, never a misread.
 """
 
 from __future__ import annotations

@@ -1,25 +1,11 @@
 """``fanout.toml``: the publisher's datasets and settings, read and checked.
 
-The file has three tables, all optional (the reference is ``docs/configuration.md``)::
-
-    [publisher]                     # host, port, master, state_dir, trigger, log,
-                                    # retention_seconds, mirror_rows, max_primitives
-    port = 7700
-
-    [auth]                          # tokens (docs/security.md): algorithm, key or
-    algorithm = "HS256"             # key_file, audience, issuer, leeway
-    key_file = "secret.txt"
-
-    [datasets.orders]               # one table per dataset, in the order they are served
-    key = "order_id"
-    schema = { order_id = "long", customer = "string", amount = "double" }
-    index = { kind = "sql" }        # space (x, y[, z]) / sql / topic / path
-    source = { kind = "files", path = "data/orders", format = "json" }
-
-Every mistake is a :class:`~fanout.errors.ConfigError` whose message starts with the file and the
-key path of the value at fault (``fanout.toml: datasets.orders.key: 'oid' is not a column of the
-schema``), so the user can go straight to the line. Nothing is guessed: unknown keys are errors
-(with a suggestion), numbers must be numbers, and every column a setting names must be declared.
+The file's tables (``[publisher]``, ``[auth]``, ``[bus]``, ``[datasets.NAME]``; ``[cluster]`` is the
+relays') are documented in docs/configuration.md. Every mistake is a
+:class:`~fanout.errors.ConfigError` whose message starts with the file and the key path at fault
+(``fanout.toml: datasets.orders.key: 'oid' is not a column of the schema``). Nothing is guessed:
+unknown keys are errors (with a suggestion), numbers must be numbers, and every column a setting
+names must be declared.
 """
 
 from __future__ import annotations

@@ -1,46 +1,17 @@
-"""The ``files`` source: JSON lines, CSV or Parquet files dropped into a folder (Spark file source).
+"""The ``files`` source: JSON lines, CSV or Parquet files dropped into a folder (Spark file source;
+docs/configuration.md, "Sources"). Rules, in the order a row meets them:
 
-Rules, in the order a row meets them:
-
-1. **Schema.** Files are read with the dataset's declared schema, never an inferred one. The
-   source's ``deleted`` column, when it is not a dataset column, is a boolean column of the files
-   appended to that schema (CSV: after the dataset's columns). Text files are UTF-8.
-2. **Lines.** JSON and CSV files are read whole (Spark's ``text`` source, ``wholetext``) and split
-   into lines, so every row knows its line number in its file — Spark's JSON and CSV readers give
-   no row position, and streaming queries refuse ``monotonically_increasing_id``. Reading whole
-   files keeps each file in memory while it is parsed: keep files below ~100 MB (at most 2**22
-   lines); ``max_files_per_trigger`` bounds the files per micro-batch. Blank lines are skipped.
-   A CSV file's first line is its header (unless ``header=false``) and must name the columns of
-   rule 1, in that order.
-   Parquet files are read by Spark's Parquet reader, whose ``_metadata.row_index`` is the row's
-   position.
-3. **Malformed input is rejected, counted and logged, never fatal.** Lines are parsed with
-   ``from_json`` / ``from_csv`` in ``PERMISSIVE`` mode with a corrupt-record column: a line that
-   does not parse, whose values do not fit the declared types, or (CSV) that has the wrong number
-   of fields is rejected whole, as is every line of a CSV file whose header differs, and any row
-   without a key (or without a value of the ``order`` column). Decimals, timestamps, CSV bytes
-   and numbers beyond a ``double`` or ``float`` are fitted from their text by the rules every
-   source follows (``sources.textfit``, after ``sources.fitting``): a decimal is never rounded,
-   a timestamp needs a zone, a number too large is not an infinity, CSV bytes are base64; a row
-   with such a value is rejected whole, its key and column named. Each micro-batch's rejections
-   are an observed metric that ``sources.refusals`` counts per dataset and logs with a sample
-   (``file:line: reason: text``, as ``a.json:3: key 7: column 'fare' is decimal(6,2), not
-   1.001: {...}``). A file Spark cannot
-   read at all (a truncated Parquet or gzip file, a Parquet file with other column types) is
-   skipped (``ignoreCorruptFiles``) and named in the log by Spark. ``FAILFAST`` is never used:
-   one bad line must not stop the publisher. The dataset's ``options`` go to both the reader and
-   the parser (``sep``, ``pathGlobFilter``, ``ignoreCorruptFiles``, ...), except those these
-   rules need (``mode``, ``columnNameOfCorruptRecord``, ``wholetext``, ``maxFilesPerTrigger``).
-4. **Deletes.** ``_deleted`` is the ``deleted`` column (null counts as false), or false.
-5. **Versions.** With a declared ``order`` column (long or int), ``_version`` is that column.
-   Otherwise later files win, and later lines within a file:
-   ``_version = ms_since_2020(file mtime) << 22 | line``. Both parts are the same when Spark
-   re-reads a micro-batch (same files; the line is the line in the file, whatever the
-   partitioning), so a re-run batch yields the same state. Limits: 41 bits of milliseconds reach
-   2089 (files modified before 2020 count as 2020-01-01); lines past 2**22 - 1 share the last
-   value; two files modified in the same millisecond are ordered by line only, and the same line
-   number of both is a tie Spark breaks either way. Moving a file in keeps its mtime (``mv``):
-   touch it, or declare ``order``. Spark's file source admits files oldest mtime first.
+1. **Schema.** The dataset's declared schema, never an inferred one (plus the files' own
+   ``deleted`` column, if any). Text files are UTF-8.
+2. **Lines.** JSON and CSV files are read whole and split into lines, so every row knows its
+   line; Parquet rows their ``_metadata.row_index``. Blank lines are skipped.
+3. **Malformed input is refused, counted and logged, never fatal** (``PERMISSIVE`` with a
+   corrupt-record column; values fitted by ``sources.textfit``; counted by
+   ``sources.refusals``); unreadable files are skipped (``ignoreCorruptFiles``). The options
+   these rules need cannot be overridden.
+4. **Deletes.** ``_deleted`` is the ``deleted`` column (null: false), or false.
+5. **Versions.** The ``order`` column, or ``ms_since_2020(mtime) << 22 | line``: later files
+   win, and later lines, the same when Spark re-reads a micro-batch.
 """
 
 from __future__ import annotations

@@ -1,41 +1,21 @@
 """The ``postgres`` source: a PostgreSQL table's rows and every change to them (Liebig et al.: the
-DB connector), read as a Spark stream.
+DB connector), read as a Spark stream (docs/configuration.md, "Sources"). Rules:
 
-Rules:
+1. **Capture.** ``install`` adds, idempotently, ``fanout_clock``, ``fanout_changes``,
+   ``fanout_capture()`` and the table's row trigger, and refuses ``TRUNCATE``.
+2. **Commit order, no gaps.** Each change's id comes from the table's clock row, locked until
+   its transaction ends: ids in commit order, without holes.
+3. **Snapshot.** A new stream copies the table's rows into the changes as upserts, under that
+   lock, and starts just before them.
+4. **Driver-side, exactly once, trimmed**, as the ``ingest`` source; a range no longer there is
+   refused, never skipped.
+5. **Keys.** A delete carries the old row; a key change is a delete and an upsert.
+   ``_version`` is the change's id.
+6. **A database away** is reconnected to, with backoff, for ``RECONNECT_FOR`` seconds.
+7. **Values that do not fit are refused, not fatal** (``sources.fitting``, ``sources.refusals``);
+   a delete never is.
 
-1. **Capture.** ``install`` adds to the database, idempotently: ``fanout_clock`` (one row per
-   captured table: the id of its last change), ``fanout_changes`` (table, id, ``U`` or ``D``, the
-   row as ``jsonb``), the function ``fanout_capture()``, and on the table a row trigger after
-   every insert, update and delete, and a statement trigger that refuses ``TRUNCATE`` (it would
-   drop rows with no change to say so).
-2. **Commit order, no gaps.** The trigger takes each change's id from the table's clock row
-   (``UPDATE ... RETURNING``). That row stays locked until the writing transaction ends, so ids
-   are handed out in commit order and without holes (a transaction that rolls back takes its
-   ids back with it): once a reader has seen id ``n``, no commit can add a change at or below
-   ``n``. The price: transactions writing one captured table commit one at a time.
-3. **Snapshot.** A new stream (``initialOffset``) copies the table's rows into the changes as
-   upserts, under the clock row's lock, and starts just before them; older changes of the table
-   are dropped. So the first micro-batch holds the table as it was, and the next ones every
-   change after, in order.
-4. **Driver-side, exactly once, trimmed.** As the ``ingest`` source: ``read(start)`` returns
-   the changes after ``start`` (at most ``maxRowsPerBatch``), ``readBetweenOffsets`` reads a range
-   again identically, ``commit(end)`` deletes the changes Spark has committed. A range that is no
-   longer there (another stream took a new snapshot of the table) is refused, never skipped.
-5. **Keys.** A delete's change carries the old row; an update that changes the key is a delete
-   of the old key and an upsert of the new one. ``_version`` is the change's id.
-6. **A database that goes away** (a restart, a failover) is connected to again, with backoff,
-   for up to ``RECONNECT_FOR`` seconds before the read fails (and with it the publisher's
-   stream, which a restart continues from its checkpoint: no change is trimmed before Spark
-   committed it).
-7. **Values that do not fit are refused, not fatal.** A change whose value does not fit its
-   column (``sources.fitting``: a ``numeric`` with more digits or decimals than the declared
-   ``decimal(p,s)``, a number beyond a ``float``'s range, a ``timestamptz`` of ``infinity`` or
-   past the year 9999, ...) is refused whole: the reader marks it with its problem (the
-   table, the key, the change and the column), and the stream drops it before the state,
-   counted per dataset and logged (``sources.refusals``), so none of it is applied and the
-   changes after it flow on. A delete is never refused: only its key matters.
-
-One stream per captured table: two publishers reading one table would trim each other's changes.
+One stream per captured table.
 """
 
 from __future__ import annotations

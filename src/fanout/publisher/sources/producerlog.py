@@ -1,28 +1,16 @@
 """The ingest log: the durable, append-only log of the events producers publish (the producers'
-source, ``sources.producers``, reads it).
+source, ``sources.producers``, reads it). Rules:
 
-Rules:
-
-1. **Events.** An :class:`IngestEvent` upserts a key's whole row (``values`` gives every column;
-   ``None`` is a null) or deletes the key (``values=None``). Events are checked against the
-   dataset's schema when appended; a bad one raises :class:`fanout.errors.BadRequest` naming the
-   event and the column, and nothing of that call is appended.
-2. **Durable before acknowledged.** :meth:`IngestLog.append` is one SQLite transaction in WAL mode
-   with ``synchronous=FULL``: when it returns, its events are on disk and survive a crash of the
-   process (or of the machine). The control plane acknowledges a publish only after that.
-3. **Offsets.** Each dataset numbers its events 1, 2, 3, ... in append order; an offset is never
-   reused, not even after trimming. ``_version`` is the offset, so a later event of a key wins.
-   Events never change once appended, so a range of offsets reads the same every time.
-4. **Trimming.** :meth:`IngestLog.trim` drops a dataset's events up to an offset. Only the Spark
-   source calls it, from its ``commit``: Spark has then recorded that offset as processed, and
-   the events' effect is in the state store, so no reader needs them again.
-5. **Identity.** The log has an id (``log_id``) that the source's offsets carry, so a checkpoint
-   is never matched with another log.
-6. **Bounded.** A dataset holds at most ``max_backlog`` untrimmed events; an append beyond that
-   raises :class:`IngestBacklog` (producers retry later) instead of filling the disk.
-7. **Schemas.** The log stores each declared dataset's columns, so any process can read it
-   without the configuration; changing a dataset's columns while it holds untrimmed events is
-   refused.
+1. **Events.** An :class:`IngestEvent` upserts a key's whole row or deletes it; checked against
+   the schema when appended (:class:`fanout.errors.BadRequest`, nothing of the call appended).
+2. **Durable before acknowledged.** ``append`` is one SQLite transaction, WAL,
+   ``synchronous=FULL``.
+3. **Offsets** per dataset 1, 2, 3, ..., never reused; ``_version`` is the offset. Events never
+   change, so a range reads the same every time.
+4. **Trimming** only from the Spark source's ``commit``.
+5. **Identity.** ``log_id`` is carried by the source's offsets.
+6. **Bounded.** Past ``max_backlog`` untrimmed events an append raises :class:`IngestBacklog`.
+7. **Schemas** are stored; changing a dataset's columns while it holds events is refused.
 """
 
 from __future__ import annotations

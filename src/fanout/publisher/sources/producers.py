@@ -1,26 +1,15 @@
 """The producers' source (``source = { kind = "ingest" }``): the events producers publish, read
-from the ingest log (``sources.producerlog``) by offset.
+from the ingest log (``sources.producerlog``) by offset. Rules:
 
-Producers ``publish()`` upserts and deletes through the control plane, which appends them to the
-publisher's :class:`~fanout.publisher.sources.producerlog.IngestLog` (``state_dir / "ingest.db"``)
-and acknowledges once ``append`` returns: nothing acknowledged is lost. This module reads that
-log as a Spark stream. Rules:
-
-1. **Driver-side.** The log lives on the driver's disk, so ``fanout_ingest`` is a
-   ``SimpleDataSourceStreamReader``, which Spark runs on the driver (a micro-batch of such a
-   source takes about 45 ms at the least). Offsets are ``{"log": log id, "offset": n}``.
-2. **Admission control.** ``read(start)`` returns the events after ``start``, at most
-   ``maxRowsPerBatch`` of them, as Arrow batches of the dataset's columns plus ``_version`` (the
-   offset) and ``_deleted``.
-3. **Exactly once.** ``readBetweenOffsets`` re-reads a range identically: events never change,
-   and only offsets Spark has committed are trimmed. After a restart Spark may re-read an
-   uncommitted range from an executor, so on a cluster the state directory must be on storage
-   the executors reach (as the checkpoint already must be).
-4. **Trimming.** ``commit(end)`` trims the dataset's events up to ``end``: Spark calls it once the
-   micro-batch ending there is in its commit log, and a restarted query resumes after it.
-5. **Refusals.** A checkpoint that read another log, a checkpoint ahead of the log, or a new
-   checkpoint on a log already trimmed is refused with :class:`IngestLogError` rather than
-   silently skipping or repeating events.
+1. **Driver-side.** ``fanout_ingest`` is a ``SimpleDataSourceStreamReader`` (the log is on the
+   driver's disk); offsets are ``{"log": log id, "offset": n}``.
+2. **Admission control.** ``read(start)`` returns at most ``maxRowsPerBatch`` events after
+   ``start``, with ``_version`` and ``_deleted``.
+3. **Exactly once.** ``readBetweenOffsets`` re-reads a range identically (on a cluster the state
+   directory must be on storage the executors reach).
+4. **Trimming.** ``commit(end)`` trims up to ``end``.
+5. **Refusals.** A checkpoint of another log, ahead of it, or new on a trimmed log raises
+   :class:`IngestLogError`, never skipping or repeating events.
 """
 
 from __future__ import annotations

@@ -1,27 +1,14 @@
 """Values of JSON and CSV files fitted to their column types inside Spark.
 
-The rules are those of ``sources.fitting`` (one set of rules for every source), applied to the
-files' text with Spark expressions instead of Spark's own parsing, which rounds, guesses a time
-zone or overflows where the rules refuse:
+The rules are ``sources.fitting``'s (one set for every source; docs/configuration.md,
+"Sources"), applied to the files' text with Spark expressions instead of Spark's own parsing,
+which rounds, guesses a zone or overflows where they refuse: a ``decimal(p,s)`` is never
+rounded, a ``timestamp`` names its zone, a finite ``double`` or ``float`` beyond its range does
+not fit, CSV ``bytes`` are base64. A JSON number is read as written up to 38 plain digits, else
+as a double, then checked.
 
-- ``decimal(p,s)``: the value's text must be a decimal number (``12.50``, ``-.5``, ``1E+2``)
-  whose digits fit exactly: once leading and trailing zeros go, at most ``p - s`` digits before
-  the point and ``s`` after it. Never rounded. A CSV field's text is its own; a JSON string's
-  too; a JSON number is read as written when it has at most 38 digits in plain notation, else
-  (exponent notation, more digits) as the double every JSON parser reads, then checked.
-- ``timestamp``: ISO 8601 text (``2024-03-01T10:00:00.000001Z``, a space for the ``T``) that
-  names its zone after the time: ``Z``, an offset (``+02``, ``+0200``, ``+02:00``), ``UTC`` or
-  ``GMT`` (with an offset or not), or a region (``Europe/Paris``). A time without a zone names
-  no instant and does not fit.
-- ``double`` and ``float``: a finite number beyond the type's range (which Spark's parsing
-  turns into infinity) does not fit; an infinity given as such (JSON ``Infinity`` or
-  ``"Infinity"``, CSV ``Inf``) does.
-- ``bytes`` in CSV: base64 text (RFC 4648, padded), as JSON files spell bytes (Spark's JSON
-  reader decodes those itself and rejects text that is not base64).
-
-``fit`` gives the value a row keeps and its problem (NULL when the value fits); the problem
-names the column, its type and the text, as ``fitting.unfit`` words it for the other sources.
-A NULL fits every column.
+``fit`` gives the value a row keeps and its problem (NULL when it fits), worded as
+``fitting.unfit`` words it. A NULL fits every column.
 """
 
 from __future__ import annotations

@@ -1,42 +1,18 @@
 """Views relative to the subscriber's own entity, resolved at the relay (CA 3197003 [0072]).
 
-``Relative(42, Sphere((0, 0), 50))`` is "within 50 of entity 42": the subscriber does not say
-where 42 is; the relay looks it up in its state at every push ([0072]: "the intermediary
-process can determine the subscriber process's current position from the state data store").
+``Relative(42, Sphere((0, 0), 50))`` is "within 50 of entity 42": the relay looks 42 up in its
+state at every push (why an entity primitive: docs/architecture.md, "Inside the relay"). Rules:
 
-Rules:
-
-1. **Following.** For every entity a relative view follows, the relay holds an *entity
-   primitive* upstream (:class:`~fanout.views.entity.Entity`: the row of that key, wherever it
-   is), acquired when the view is subscribed and released by housekeeping once no view follows
-   the entity. Its row is never pruned while it is held.
-2. **Resolving.** Each push reads the entity's position from the active buffer (its row's index
-   columns) and translates the inner view to it (``Relative.resolve``); the push is cut from
-   that absolute region at the same tick as the position, so view and rows are one consistent
-   cut, and its delta against what the subscriber holds makes rows the moved view left ``left``.
-3. **Coverage.** The resolved view is covered like an absolute one. At each swap the relay
-   resolves every relative view of the dataset and, when the view has left what is held (ready
-   or not), acquires more through the planner, widened by its margin: the entity can move that
-   far before the relay asks again (hysteresis). What the view left behind is released by
-   housekeeping after the grace period. Until ready primitives cover the resolved view (and
-   the entity primitive is ready) the subscription is parked and gets no push.
-4. **Absence.** When the entity primitive is ready but the active buffer has no row of that
-   key, the entity does not exist (or was deleted): the relay answers ``Error`` with code
-   ``entity_not_held`` and ends the subscription, as a ``relative_to`` transform does
-   (``relay.core.transforms.EntityNotHeld``). So it does when the publisher refused the entity
-   primitive.
-
-**Why an entity primitive (bootstrapping).** The relay must find the entity before it knows
-where to look. The only *region* sure to contain an entity of unknown position is the whole
-world: one subscriber would make its relay hold, and the publisher stream to it, every row of a
-world that may be huge — the load the relays exist to avoid. Searching outwards from a guess is
-unbounded too, and a region that happens to hold the entity today loses it when it jumps away,
-or when the view does not contain the entity at all (``rel:42:box:100,100,200,200``). So space
-datasets also take a keyed primitive, matched at the publisher by a broadcast equi-join on the
-key next to the regions' join (``publisher.matching.regions``). Its snapshot is the entity's row
-— empty if there is none, which is how rule 4 knows — and its changes follow the entity wherever
-it goes. It costs the publisher one row per followed entity, shared by every subscriber of the
-relay that follows it.
+1. **Following.** Each followed entity is an *entity primitive* upstream (the row of that key),
+   acquired with the view, released by housekeeping once no view follows it, never pruned.
+2. **Resolving.** Each push translates the inner view to the entity's position in the active
+   buffer (``Relative.resolve``) and is cut at that same tick; rows the moved view left are
+   ``left``.
+3. **Coverage.** The resolved view is covered like an absolute one: at each swap a view that
+   left what is held acquires more through the planner, widened by its margin; until covered
+   (and the entity primitive ready) the subscription is parked.
+4. **Absence.** A ready entity primitive with no row (or one the publisher refused) ends the
+   subscription with ``Error{entity_not_held}``, as a ``relative_to`` transform does.
 """
 
 from __future__ import annotations

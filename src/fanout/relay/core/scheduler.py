@@ -1,43 +1,18 @@
 """Which subscription to serve next: rates, priority with aging, parking (CA 3197003 [0138], [0141]-
-[0146], Fig. 7). Pure: the caller passes the time in.
+[0146], Fig. 7). Pure: the caller passes the time in. Rules:
 
-Rules:
+1. A subscription is **pending** with something to push (``wake``); serving it clears that.
+2. A pending subscription is **due** when its token bucket (``rate`` a second, at most ``BURST``,
+   starting full) holds a push; a change of view alone (``eager=False``) needs ``LAZY``. Until
+   then it waits in a timer queue.
+3. Due subscriptions go highest **effective priority** first:
+   ``priority + aging * (now - due_since)``, a heap on ``due_since - priority / aging``.
+4. One the caller cannot serve now is **parked** under a reason, keeping its ``due_since``, until
+   ``unpark`` (latest-value coalescing: nothing queues for a busy connection).
+5. Nothing starves: rates bound how often others are served.
 
-1. A subscription is **pending** when it has something to push: its first push, a changed view,
-   or new state. ``wake`` makes it pending; serving it makes it not pending.
-2. A pending subscription is **due** when its rate allows: a token bucket that fills at ``rate``
-   pushes per second, holds at most ``BURST`` and starts full; each push takes one. In any ``T``
-   seconds a subscription gets at most ``rate * T + BURST`` pushes, yet a push that went out
-   late (a tick arriving a little early, the loop busy) does not push the next one later
-   still: on a stream ticking at the subscription's own rate, every tick goes out. New state
-   (``wake``) needs one push in the bucket; a change of view alone (``wake(..., eager=False)``)
-   needs ``LAZY``: it goes out at once if the rate has room to spare, else with the next state,
-   so a subscriber that moves its view as often as the data ticks loses no ticks to it. Until
-   it is due a subscription waits in a timer queue (the relay's rate timers, [0138]). On a
-   stream ticking at the subscription's rate the bucket refills exactly as fast as pushes empty
-   it, so whatever it holds after the first pushes it keeps: ``BURST`` leaves a spare push
-   beyond what a view change may take, and a tick arriving early (writes take varying time)
-   does not wait for the bucket. With a bucket of 2 and view changes taking 1.5, subscribers
-   were left with no spare push, and every early tick made them wait on their timer: at 250
-   subscribers the median push went out 40 ms after its tick.
-3. Due subscriptions are served highest **effective priority** first, where
-   ``effective = priority + aging * (now - due_since)``: priority grows while a subscription
-   waits ([0141], Fig. 7 step 782). At any one instant that order is the order of the constant
-   ``due_since - priority / aging``, so the ready queue is a heap that never needs re-keying.
-4. A due subscription the caller cannot serve now — its connection is still writing, its
-   coverage is not ready — is **parked** under a reason, keeping its ``due_since``; when the
-   reason clears (``unpark``) it rejoins the ready queue with the priority it has aged to.
-   Parking is how latest-value coalescing happens: nothing is queued for a busy connection, and
-   the push it gets when writable is cut from the newest state.
-5. Nothing starves: a subscription due at ``t`` outranks every subscription that becomes due
-   after ``t + (p_max - p) / aging``; since rates bound how often each of those can be served,
-   it is served within a bounded time whenever the relay serves anything at all.
-
-The caller's loop: ``settle(now)`` once per round, then ``pop()`` until None, and for each popped
-subscription either ``served(sid, now)``, ``park(sid, reason)``, ``defer(sid, until)`` (not
-before then), or ``idle(sid)`` (nothing to send after all). Subscriptions popped but none of
-these must be handed back with ``requeue`` — the pump's round may end on a time budget between
-two pops.
+The caller's loop: ``settle(now)`` once per round, ``pop()`` until None, and for each either
+``served``, ``park``, ``defer`` or ``idle``; ones popped but not handled go back by ``requeue``.
 """
 
 from __future__ import annotations

@@ -1,23 +1,12 @@
-"""Token buckets that keep one subscriber connection from taking the event loop.
+"""Token buckets that keep one subscriber connection from taking the event loop (why each:
+docs/architecture.md, "Inside the relay"). Pure: the caller passes the time and does the waiting.
 
-* **Reads**: a subscriber that sends view changes as fast as its socket allows (tens of
-  thousands a second) would take the loop from everyone else: each change is planned, may
-  acquire upstream, and wakes a push. The relay reads at most ``rate`` frames a second from a
-  connection, after a first ``burst``; past that it stops reading that connection for a while,
-  so the sender is slowed down by TCP's flow control, not refused, and other connections are
-  not slowed down with it.
-* **Control time** (all connections together): a thousand connections, each within its read
-  rate, could still fill the loop with view changes and leave no time for pushes. The time
-  the relay spends acting on subscribers' frames is one bucket of ``control_share`` seconds a
-  second (``RelayConfig``); a connection whose frame finds it overdrawn is not read until it
-  is paid back, so pushes keep the rest of the loop.
-* **SQL time** (``Budgets``): each SQL push runs the subscriber's query in DuckDB on the loop
-  (up to the query time limit). A connection's SQL pushes may take ``share`` seconds of the
-  loop per second, after a first ``burst`` seconds; a connection past that has its SQL pushes
-  put off until its bucket is paid back, so one that subscribes to many different expensive
-  queries slows down its own views, not everyone else's.
-
-Pure: the caller passes the time and does the waiting.
+* **Reads**: at most ``rate`` frames a second from a connection after a first ``burst``; past
+  that the connection is not read for a while (TCP slows the sender; nothing is refused).
+* **Control time**, all connections together: ``control_share`` seconds of the loop a second
+  for acting on subscribers' frames; a connection whose frame finds it overdrawn waits.
+* **SQL time** (``Budgets``): one connection's SQL pushes take ``share`` seconds of the loop a
+  second after a first ``burst``; past that they are put off.
 """
 
 from __future__ import annotations

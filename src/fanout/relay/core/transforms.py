@@ -1,24 +1,16 @@
 """Adapting a subscription's rows for its subscriber (CA 3197003 [0091]-[0093]).
 
-A subscriber's ``Transform`` (``wire.messages``) is resolved once, at subscribe time, against the
-dataset and the capabilities the subscriber declared in its ``Hello``, into a :class:`Shape`: the
-exact columns, number format and reference entity of every push. Resolving refuses what cannot
-be honoured (an unknown column, a bad quantum, an entity key of the wrong type) with
-:class:`InvalidTransform`, which the relay answers with ``Error{code: "invalid_transform"}``.
+A ``Transform`` is resolved once, at subscribe time, against the dataset and the subscriber's
+capabilities into a :class:`Shape` (columns, number format, reference entity), or refused with
+:class:`InvalidTransform` (``Error{invalid_transform}``). Equal shapes hash equal, so pushes of
+equal view and shape share one encoding. :func:`apply`, in this order:
 
-Shapes are values: equal shapes hash equal, so subscriptions with the same view and shape can
-share one encoded push (``relay.data.pushes``).
-
-Applying a shape to rows (:func:`apply`), in this order:
-
-1. projection: only the shape's columns, key first;
-2. relative coordinates: the index columns minus the reference entity's position (looked up in
-   the active buffer at the push's tick; :class:`EntityNotHeld` if the relay does not hold it —
-   the relay then ends the subscription rather than send absolute coordinates). A projection
-   without index columns has no coordinates to make relative, and needs no entity;
-3. precision, on floating-point columns only: ``float32``; or ``fixed``, int64 counts of
-   ``quantum`` rounded to nearest, saturating beyond int64, NaN as ``Transform.FIXED_NAN``; and
-   for the float formats an optional rounding to a multiple of ``quantum``.
+1. projection: the shape's columns, key first;
+2. relative coordinates: index columns minus the reference entity's position at the push's tick
+   (:class:`EntityNotHeld` ends the subscription); none without index columns;
+3. precision, floating-point columns only: ``float32``, or ``fixed`` int64 counts of ``quantum``
+   (rounded to nearest, saturating, NaN as ``Transform.FIXED_NAN``), and optionally rounding
+   to a multiple of ``quantum``.
 """
 
 from __future__ import annotations

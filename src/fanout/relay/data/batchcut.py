@@ -1,24 +1,16 @@
-"""Cutting the pushes of many box views from one active buffer at once.
+"""Cutting the pushes of many box views from one active buffer at once (why: docs/architecture.md,
+"Inside the relay").
 
-After a swap, a round serves hundreds of subscriptions from the same state, most of them plain
-boxes (CA 3197003 [0139]-[0146]). :func:`pushes.cut` costs a dozen numpy calls per push, each on the
-hundred-odd rows of one view, so per-call overhead, not work, sets the relay's pace.
-:func:`cut_boxes` does the same steps for a whole round together — the grid lookup
-(``GridIndex.query_many``), the comparison with what each subscriber holds, the gathering and
-transforming and encoding of rows — as one pass over all views' rows laid end to end; only
-building each push's ``Body`` remains per push. The bodies are byte-identical to ``cut``'s (the
-property test checks it), so they can be shared through ``Encodings`` like any other.
+:func:`cut_boxes` does :func:`pushes.cut`'s steps for a whole round together, as one pass over
+all views' rows laid end to end; only each push's ``Body`` is built per push. Rules:
 
-The first steps, finding each box's rows and comparing them with what its subscriber holds,
-run in compiled code when the package was built with its kernels (``cutkernel``, setup.py) and
-the table's keys are integers: about a dozen numpy passes a turn become one loop, run without
-the GIL. Otherwise ``compare_numpy`` does the same with numpy; both give the same ``Turn``. The
-last step, encoding each push's rows, is one pass over the turn too: ``pushes.encode_runs``
-gathers and packs every push's entered, updated and left rows (``packkernel``) instead of
-encoding them push by push.
-
-Applies when the region is a box and the shape has no coordinates relative to an entity
-(:func:`batchable`); everything else goes through ``cut``.
+1. The bodies are byte-identical to ``cut``'s (a property test checks it), so they share
+   ``Encodings`` like any other.
+2. Finding and comparing rows runs in ``cutkernel`` when built and the keys are integers, else in
+   ``compare_numpy``: both give the same ``Turn``. Encoding is one pass too
+   (``pushes.encode_runs``, ``packkernel``).
+3. Only boxes without coordinates relative to an entity (:func:`batchable`); the rest go
+   through ``cut``.
 """
 
 from __future__ import annotations

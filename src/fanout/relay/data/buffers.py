@@ -1,23 +1,15 @@
 """The relay's copy of the rows its upstream primitives cover (CA 3197003 [0137], state data store),
-double-buffered (CA 3197003 [0147]-[0151]).
-
-Rules:
+double-buffered (CA 3197003 [0147]-[0151]). Rules:
 
 1. Batches are written to the **inert** buffer only; pushes read the **active** buffer only.
 2. At the end of an epoch the buffers swap atomically (one assignment on the event loop, between
    two pushes), so every push is cut from one state, at one publisher tick.
-3. After a swap the new inert buffer is brought up to date: the writes since the last swap are
-   replayed on it, or — when they touched much of the table, which costs about the same — it
-   is overwritten with a copy of the active one. Either way both buffers are then equal.
-4. The active buffer carries a spatial index (``relay.data.spatial``) over the dataset's index
-   columns, built from the inert buffer just before it becomes active.
-
-Rows are kept column-wise, sorted by key, so a batch of changes applies with a few vectorised
-searches instead of a Python loop per row, and so the key sets of views come out sorted (cheap
-deltas against what a subscriber holds). Keys are integers (held as int64) or strings (held as
-Python ``str`` in object arrays; topic and path datasets are keyed by name). Each row records the
-``seq`` of the batch that last changed it: a subscription's "updated" rows are those changed
-since the seq of its last push.
+3. After a swap the new inert buffer is made equal to the active one: the writes since the last
+   swap replayed on it, or a copy when they touched much of the table.
+4. The active buffer carries a spatial index (``relay.data.spatial``), built just before it
+   becomes active.
+5. Rows are column-wise, sorted by key (int64 or ``str``), each with the ``seq`` that last
+   changed it: "updated" rows are those changed since a subscription's last push.
 """
 
 from __future__ import annotations

@@ -1,19 +1,13 @@
 """Cutting a subscription's push from the active buffer (CA 3197003 [0089]-[0093], [0139]).
 
-A push is a delta against what the subscriber already holds (:class:`Held`, the result of its last
-push): rows that **entered** the view, rows **updated** since the seq the subscriber holds, keys
-that **left**. The first push (nothing held) is the whole view, marked ``full``. Updated rows are
-those whose ``changed`` seq is newer than what is held — or every held row, when the subscriber's
-coordinates are relative to an entity that moved, or after the publisher's stream changed epoch.
+A push is a delta against what the subscriber holds (:class:`Held`): rows that **entered** the
+view, rows **updated** since the held seq (every held row when relative coordinates moved or
+the epoch changed), keys that **left**; the first push is the whole view, ``full``.
 
-**Shared encodings.** Everything in a push but the subscription id is a function of (view,
-shape, what is held, the active state). What is held is in turn a function of the view and state
-it was cut from, so two subscriptions with equal (view, shape, held view, held generation,
-held seq) get byte-identical bodies. :class:`Encodings` keeps the bodies cut from the current
-active state of each dataset, keyed that way; the second such subscription reuses the first's
-encoded columns and only its few header bytes are encoded anew (``msgspec.Raw``). The cache is
-emptied when the dataset's generation changes, so it holds at most one body per distinct key of
-one state.
+**Shared encodings.** Subscriptions with equal (view, shape, held view, held generation, held
+seq) get byte-identical bodies: :class:`Encodings` keeps the bodies cut from each dataset's
+current state under that key, so the second reuses the first's columns and only its header is
+encoded anew (``msgspec.Raw``). It is emptied when the dataset's generation changes.
 """
 
 from __future__ import annotations

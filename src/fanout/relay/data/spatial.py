@@ -1,24 +1,10 @@
 """A uniform grid over the index columns of the relay's active buffer (CA 3197003 [0137], "a spatial
-acceleration structure").
+acceleration structure"; how it is laid out: docs/architecture.md, "Inside the relay").
 
-Every push evaluates a subscription's view on the active buffer; scanning all rows (100,000 of
-them, say) for each of thousands of subscribers would cost more than everything else the relay
-does. The grid is built once per buffer swap and then answers each view by looking only at the
-rows in the cells its bounding box touches:
-
-* the bounding box of the finite points is cut into ``k`` equal slices per axis, with ``k`` chosen
-  so that a cell holds about ``per_cell`` rows on average (uniform data);
-* rows are sorted by cell (a counting sort when cells fit in 16 bits), so the rows of one cell are
-  one contiguous slice of ``order`` and, in 2-D and 3-D, a run of cells along the last axis is one
-  slice too;
-* a query collects the slices of the cells under the view's bounding box (each member's, for a
-  union), then applies the view's exact ``match`` to those candidates only.
-
-Rows whose coordinates are not finite are in no cell and never candidates: no finite region
-matches a NaN or infinite coordinate (every comparison with NaN is false, and an infinite point is
-beyond every finite bound), so leaving them out changes no answer. A query is therefore always
-equal to ``flatnonzero(view.match(*columns))`` — the property the tests check against that
-brute-force oracle.
+Built once per buffer swap, it answers each view by looking only at the rows in the cells its
+bounding box touches, then applying the view's exact ``match`` to them. Rows whose coordinates
+are not finite are in no cell: no finite region matches them. A query always equals
+``flatnonzero(view.match(*columns))``, the brute-force oracle the tests check against.
 """
 
 from __future__ import annotations

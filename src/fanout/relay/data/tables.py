@@ -1,23 +1,16 @@
 """The relay's SQL tables in DuckDB, and its subscribers' queries run there (CA 3197003 [0094],
-[0163], Fig. 8c, step 890).
+[0163], Fig. 8c, step 890). Rules:
 
-Rules:
-
-1. One in-process DuckDB connection per relay, one table per ``sql`` dataset of the catalog,
-   named and typed as the dataset.
-2. A table **mirrors the active buffer** of its dataset (``relay.data.buffers``): the batches are
-   written and swapped exactly as for every other dataset, and before a query reads a table whose
-   buffer generation moved on, the table is brought to that generation in **one transaction** — the
-   rows changed since the mirrored seq are replaced, the keys no longer held deleted (after a new
-   epoch: everything reloaded). Queries run on the event loop between two pushes, never during a
-   swap, so a push never sees half a batch: each table is at one publisher tick.
-3. A subscriber's query runs as written (``views.sql.to_duckdb``), wrapped to return each result
-   row's **key** and **digest** (DuckDB's ``hash`` of the row). The key of a query over one table
-   is that dataset's key (sent as its key column, added in front when the SELECT list lacks it);
-   over several tables, or with a plain DISTINCT, it is ``_key``: JSON of the joined rows' keys,
-   or of the distinct row itself. The digest tells an updated row from an unchanged one.
-4. A query is **evaluated once per state** of the tables it reads, whoever subscribed to it:
-   results are cached by (view, generations of its tables).
+1. One in-process DuckDB connection per relay, one table per ``sql`` dataset, named and typed as
+   the dataset.
+2. A table **mirrors the active buffer** of its dataset: before a query reads a table whose
+   buffer generation moved on, it is brought to that generation in **one transaction**. Queries
+   run on the event loop between pushes, so each table is at one publisher tick.
+3. A query runs as written (``views.sql.to_duckdb``), wrapped to return each row's **key** (the
+   dataset's key over one table; ``_key``, JSON of the joined keys or of a DISTINCT row,
+   otherwise) and **digest** (DuckDB's ``hash`` of the row: updated or unchanged).
+4. A query is **evaluated once per state** of its tables, whoever subscribed: results are cached
+   by (view, generations of its tables).
 """
 
 from __future__ import annotations

@@ -1,28 +1,17 @@
 """Batches written on the writer thread and swapped in as soon as they are written (CA 3197003
-[0147]-[0151]).
+[0147]-[0151]; why a thread: docs/architecture.md, "The writer thread").
 
-The upstream link hands each batch to ``Writer.put`` as soon as it is read, and may read the
-next while it is written. One thread writes batches to inert buffers, in order. The pump calls
-``advance`` between its rounds and ends a round early once a write is done (``written``):
-``advance`` finishes the written batch, ends the epoch at once — its state is swapped in — and
-starts writing the next batch straight away.
+The upstream link hands each batch to ``Writer.put`` as soon as it is read. One thread writes
+batches to inert buffers; the pump calls ``advance`` between its rounds, which swaps a written
+batch in (ending the epoch) and starts writing the next. Rules:
 
-Why not simply await each write on the link: then every batch waits for the event loop three
-times (the write's future completing, the link reading the next batch, the pump's next round
-swapping it in), and under load each wait is a round of pushes long. At 2,000 subscribers that
-made batches arrive faster than they were swapped in, and the swap fell seconds behind.
-
-Order is kept: a batch is written only after the one before it is swapped in, so no tick is
-skipped; frames other than batches wait for ``drain``. A batch that fails to write (a malformed
-batch: nothing of it was written) drops the batches queued after it, is raised to the link by
-its next call, and is handed to ``on_failure`` so that the link can drop the connection at once
-even while it waits for the next frame.
-
-Where a batch's time goes on the relay is measured here, for ``GET /metrics``: how long the
-thread took to write it (``relay_batch_write_seconds``), how long it waited from being read to
-being swapped in (``relay_batch_read_to_swap_seconds``: the wait for the batch before it, the
-write, the wait for the pump), and its tick's age when swapped in
-(``relay_tick_to_swap_seconds``, against the publisher's clock).
+1. **Order.** A batch is written only after the one before it is swapped in, so no tick is
+   skipped; frames other than batches wait for ``drain``.
+2. **Failure.** A batch that fails to write (nothing of it was written) drops the batches queued
+   after it, is raised to the link by its next call and handed to ``on_failure``, so that the
+   link drops the connection at once.
+3. **Timing.** Each batch's write, read-to-swap wait and tick age are recorded for
+   ``GET /metrics`` (``histograms``).
 """
 
 from __future__ import annotations

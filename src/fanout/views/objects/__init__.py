@@ -1,29 +1,17 @@
-"""Object-path views: QNX PPS style paths with attribute filters (US 9,026,567, the QNX PPS
-patent; docs/concepts.md, "Views").
+"""Object-path views: QNX PPS style paths with attribute filters (US 9,026,567; docs/concepts.md,
+"Views"; syntax in :mod:`fanout.views.objects.syntax`).
 
-Syntax is in :mod:`fanout.views.objects.syntax`. What a view means — fanout keeps state and pushes
-each subscriber its view, so a view is read as the set of (object, attribute) cells it delivers:
+A view is the set of (object, attribute) cells it delivers:
 
-- scope: the one object named, or with ``.all`` every object directly in the directory
-  (US 9,026,567: the ``.all`` proxy file subscribes to all objects contained in one directory);
-- attributes: the bare names in ``f=`` (PPS delta mode queues only the listed attributes), or every
-  attribute when ``f=`` names none;
-- filters: an object is in the view when any ``f=`` value comparison holds for it ("notifications
-  if any of the attribute specifications match"), or always when there are none. A comparison
-  holds only when the attribute is set to a matching value.
+- scope: the one object named, or with ``.all`` every object directly in the directory;
+- attributes: the bare names in ``f=``, or every attribute when it names none;
+- filters: an object is in the view when any ``f=`` comparison holds for it (an attribute set to
+  a matching value), or always when there are none.
 
-``delta``, ``deltadir``, ``wait``, ``nopersist``, ``notify``, ``server`` and ``critical`` say how
-and when data is delivered, not which data, so coverage ignores them: ``/d/x?delta`` is covered by
-``/d/x``.
-
-Coverage is exact. The view is cut into primitives (one attribute, or "all attributes", times one
-comparison, or "any object"); a primitive is covered when every object value that puts a cell in it
-is delivered by some have whose scope and attributes include that cell. Values are compared in
-classes: around the integers the filters name, the reals fall into open intervals and points;
-strings fall into the named strings and one "any other string" class. ``residual`` returns the
-uncovered primitives regrouped into ObjectPaths (same path, ``f=`` narrowed to the uncovered
-attributes and comparisons), or the view itself when nothing of it is covered: a ``.all`` minus
-some objects, or all attributes minus some, is not expressible as a path and stays whole.
+Options that say how or when data is delivered (``delta``, ``wait``, ...) are ignored by
+coverage. Coverage is exact, by primitives and value classes (docs/objects.md, "How objects are
+kept"); ``residual`` regroups the uncovered primitives into paths, or returns the view whole
+when that is not expressible.
 """
 
 from __future__ import annotations

@@ -1,20 +1,13 @@
 """Reading objects in PPS modes: full, delta with a change status per reader, directory notices
-(US 9,026,567, QNX PPS; docs/objects.md).
+(US 9,026,567, QNX PPS; docs/objects.md). Rules:
 
-Rules:
-
-1. A subscriber's copy of a view is an :class:`~fanout.views.objects.store.ObjectStore` fed with
-   the cells each push brings (:func:`apply_push`), which says what changed as notices: ``+@name``
-   for an object created, ``-@name`` for one deleted (and nothing more about its attributes),
-   ``@name`` with the attributes whose value changed, ``-attr`` for those deleted. Directories and
-   markers make no notices of their own; a changed quality or persistence alone is no change.
-2. Full mode: a read gives one consistent version of the object (or of every object of a
-   directory, in name order), from one push.
-3. Delta mode: each reader has its own change status (:class:`ChangeStatus`). Its first read gives
-   everything, as a full read; later ones the notices queued since its previous read, the changes
-   of one object merged into one ``@name`` while no other object's came between.
-4. A change status holds at most ``limit`` notices; past that it drops them and its next read is a
-   full one again (a reader that does not keep up sees the newest state, not every step).
+1. A subscriber's copy of a view is an ``ObjectStore`` fed each push (:func:`apply_push`), which
+   yields notices: ``+@name`` created, ``-@name`` deleted, ``@name`` with the changed attributes,
+   ``-attr`` deleted ones. Directories, markers, quality or persistence alone make none.
+2. Full mode: one consistent version of the object (or directory, in name order), from one push.
+3. Delta mode: each reader has its :class:`ChangeStatus`; its first read is full, later ones the
+   notices since, one object's changes merged while no other's came between.
+4. A change status holds at most ``limit`` notices; past that its next read is full again.
 """
 
 from __future__ import annotations

@@ -1,28 +1,18 @@
 """Objects as cells: the attribute semantics of an ``objects`` dataset (US 9,026,567, QNX PPS;
-docs/objects.md).
+docs/objects.md). :class:`ObjectStore` is the pure core, requests in, cells to upsert and delete
+out: the publisher admits every producer request through one, subscribers hold their views in
+one. Rules:
 
-An ``objects`` dataset is a keyed table of *cells*, one per (object, attribute), so that writes by
-several producers to different attributes of one object merge in the publisher's latest-row-per-key
-state. Rules:
-
-1. A cell's key is ``object + "?" + attr`` (``?`` never occurs in an object path: it starts the
-   open options). Besides attribute cells, an object has a *marker* cell (attr ``""``) that says it
-   exists and whether it persists, and a directory a marker with attr ``"/"`` (object = the
-   directory's path). The root ``/`` always exists.
-2. A write sets the attributes it names, in order, and leaves the others alone. An attribute is
-   replaced only when the write's quality (0-9) is equal to or higher than the held one's; a
-   write of lower quality to it is dropped (the rest of the write still applies).
-3. Writing an object creates it (its marker) and its missing parent directories. A name that is
-   a directory cannot be written as an object, nor an object's name used as a directory.
-4. ``-attr`` deletes an attribute (whatever its quality); deleting an object deletes its marker and
-   every attribute; a directory is removed only when empty.
-5. A non-persistent (``[n]``) attribute or object is served live and not restored after a
-   publisher restart: :meth:`ObjectStore.restart` deletes them.
-6. A request is applied all or nothing: on any error nothing of it is applied.
-
-:class:`ObjectStore` is the pure core: requests in, the cells to upsert and delete out. The
-publisher admits every producer request through one (so the log holds only admitted cells), and
-subscribers keep one to hold what their views deliver.
+1. A cell's key is ``object + "?" + attr``; an object has a marker cell (attr ``""``), a
+   directory one (attr ``"/"``). The root ``/`` always exists.
+2. A write sets the attributes it names, in order; one of lower quality (0-9) than the held one
+   is dropped, the rest still applies.
+3. Writing an object creates it and its missing parent directories; a directory's name cannot
+   be written as an object, nor an object's used as a directory.
+4. ``-attr`` deletes an attribute whatever its quality; deleting an object deletes all its cells;
+   a directory is removed only when empty.
+5. Non-persistent (``[n]``) attributes and objects are deleted by :meth:`ObjectStore.restart`.
+6. A request is applied all or nothing.
 """
 
 from __future__ import annotations

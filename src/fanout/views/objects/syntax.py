@@ -1,25 +1,16 @@
-"""QNX PPS object paths and pathname open options: the rules of the text (US 9,026,567).
+"""QNX PPS object paths and pathname open options: the rules of the text (US 9,026,567; the QNX PPS
+Developer's Guide; docs/objects.md, "Open options"). Errors raise
+:class:`fanout.errors.InvalidView` naming the problem and its position. Rules:
 
-Rules, from the QNX PPS Developer's Guide ("Objects and their attributes", "Pathname open options",
-"Filtering notifications"):
-
-1. A path is absolute: ``/dir/.../object``. Segments are non-empty, not ``.`` or ``..``, without
-   control characters, at most 508 UTF-8 bytes each (the longest element PPS's Power-Safe
-   persistent store holds).
-2. Names starting with ``.`` are PPS special objects; ``.all`` (every object in the directory) is
-   the one a subscription can name, and only as the last segment.
-3. Open options follow the first ``?``, separated by commas (getsubopt style). fanout accepts
-   ``delta``, ``deltadir`` (on ``.all`` only), ``wait``, ``nopersist``, ``server``, ``critical``,
-   ``notify=id:value`` and ``f=spec+spec...``, each at most once. Other PPS options (``backlog``,
-   ``cred``, ``crypt``, ``flow``, ``opens``, ``reflect``, ``verbose``) configure the PPS server
-   itself and are rejected by name, as is anything unknown.
-4. ``f=`` specs are attribute names (letters, digits, ``_`` and ``.``, starting with a letter or
-   ``_``), optionally ``-name`` (deletions of that attribute), or ``name OP value`` with OP one of
-   ``<``, ``<=``, ``>``, ``>=``, ``=``, ``==``, ``!=``. A value that is an integer in the range of
-   a C ``long long`` compares as a number, any other value as a string, and strings take only
-   ``=``, ``==`` (the same) and ``!=``. ``\\+`` and ``\\\\`` put ``+`` and ``\\`` in a value.
-
-Errors raise :class:`fanout.errors.InvalidView` naming the problem and its character position.
+1. A path is absolute; segments are non-empty, not ``.`` or ``..``, without control characters,
+   at most 508 UTF-8 bytes each.
+2. Names starting with ``.`` are special; ``.all`` is the one a view names, last.
+3. Options follow the first ``?``, comma-separated, each at most once: ``delta``, ``deltadir``
+   (on ``.all``), ``wait``, ``nopersist``, ``server``, ``critical``, ``notify=id:value``,
+   ``f=spec+...``. PPS server options and anything unknown are refused by name.
+4. ``f=`` specs: an attribute name, ``-name``, or ``name OP value`` (``<``, ``<=``, ``>``,
+   ``>=``, ``=``, ``==``, ``!=``); a ``long long`` integer compares as a number, anything else as
+   a string (``=``, ``==``, ``!=`` only); ``\\+`` and ``\\\\`` escape.
 """
 
 from __future__ import annotations

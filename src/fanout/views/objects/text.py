@@ -1,27 +1,16 @@
-"""The PPS text format of objects: attribute lines written to an object and read back (US 9,026,567,
-QNX persistent publish/subscribe; docs/objects.md).
+"""The PPS text format of objects: attribute lines written to an object and read back (US 9,026,567;
+the QNX PPS Developer's Guide; docs/objects.md, "The text format"). Pure: text in, values out;
+errors raise :class:`fanout.errors.InvalidWrite` naming the line. Rules:
 
-Rules, from the QNX PPS Developer's Guide ("Objects and their attributes", "Change notification"),
-with fanout's quality option:
-
-1. An object reads as a header line ``@name`` followed by one line per attribute,
-   ``name:encoding:value``, attributes in name order. The encoding is empty for a plain string,
-   ``n`` for a number, ``b`` for ``true``/``false``, ``json`` for a JSON value, ``b64`` for
-   base64. A value runs to the end of its line: it holds no newline or other control character
-   but tab.
-2. A write to an object is one or more lines. ``[options]name:encoding:value`` sets an attribute;
-   ``-name`` deletes one; empty lines are ignored. Options, comma-separated inside ``[...]``:
-   ``n`` (non-persistent: served live, not restored after a publisher restart) and ``q=D``, the
-   write's quality ``D`` from 0 to 9 (0 when not given): a write replaces an attribute only when
-   its quality is equal to the held one's or higher.
-3. In delta mode a read gives, per object, ``@name`` and the lines that changed since the
-   reader's previous read, ``-name`` for deleted attributes; ``+@name`` says an object was
-   created and ``-@name`` that it was deleted (the directory's ``+name``/``-name`` notices).
-4. Attribute names are letters, digits, ``_`` and ``.``, starting with a letter or ``_`` (as
-   ``f=`` names them, ``views.objects.syntax``); at most 256 bytes.
-
-Everything here is pure: text in, values out. Errors raise :class:`fanout.errors.InvalidWrite`
-naming the line and the problem.
+1. An object reads as ``@name`` and one ``name:encoding:value`` line per attribute, in name
+   order; the encoding is empty, ``n``, ``b``, ``json`` or ``b64``. A value holds no control
+   character but tab.
+2. A write is lines of ``[options]name:encoding:value`` or ``-name`` (empty lines ignored);
+   options ``n`` (non-persistent) and ``q=D`` (quality 0-9, default 0).
+3. A delta read gives ``@name`` and the changed lines, ``-name`` for deleted attributes, and the
+   directory's ``+@name`` and ``-@name`` notices.
+4. Attribute names are letters, digits, ``_`` and ``.``, starting with a letter or ``_``; at
+   most 256 bytes.
 """
 
 from __future__ import annotations

@@ -1,30 +1,19 @@
-"""Coverage of region views: the relay's step S430/S440 for spatial subscriptions.
+"""Coverage of region views: the relay's step S430/S440 for spatial subscriptions (CA 3197003
+[0155]: serve at once if the set difference with what is held is empty, else subscribe for at
+least the difference; [0105]: decompose until each part is wholly covered or wholly disjoint).
 
-Founding document [155]: the relay computes the set difference between the new subscription's
-region and the regions it already receives; if it is empty the relay can serve the subscription
-at once, else it subscribes upstream for (at least) the difference. [105]: decompose the view
-until each part is wholly covered or wholly disjoint.
-
-How a view primitive is decomposed (``_uncovered``), one cell at a time, starting from its
-bounding box:
+A view primitive is decomposed (``_uncovered``) cell by cell, from its bounding box:
 
 1. a cell the view certainly misses is dropped;
-2. a cell whose part of the view lies inside one held solid is covered: each constraint of the
-   solid (a box, half-space, ball or cone) holds the cell or is implied by one of the view's
-   own, so a sector held with the view's own arc covers the cells that arc cuts
+2. a cell whose part of the view lies inside one held solid is covered
    (:func:`fanout.views.region.solids.active_constraints`);
-3. a held box that overlaps the cell is cut out of it exactly (box minus box is at most two
-   boxes per axis), and the pieces are decomposed against the other held solids; boxes alone
-   therefore give an exact answer at any size;
+3. a held box overlapping the cell is cut out of it exactly and the pieces decomposed further:
+   boxes alone give an exact answer;
 4. a cell inside the view that nothing held meets is uncovered, whole;
-5. otherwise the cell is halved across its longest side, down to a side of 1/2**depth of the
-   view's, where a cell still undecided counts as uncovered. So ``covers`` may say False for a
-   view held only in pieces along a curve, but never says True wrongly.
+5. otherwise the cell is halved across its longest side, down to 1/2**depth of the view's, where
+   it counts as uncovered: ``covers`` may say False wrongly, never True.
 
-An intersection of regions (``Intersection``) is taken as its bounding box, the intersection of
-its parts' bounding boxes: covering the box covers it, and the residual is the box's. This is
-conservative: ``covers`` may say False for an intersection held whole but not its box corners,
-and the relay then acquires those corners too; it never says True wrongly.
+An ``Intersection`` is taken as its bounding box (conservative, as rule 5).
 """
 
 from __future__ import annotations

@@ -1,19 +1,15 @@
 """Solids: regions prepared for the coverage algebra's cell tests.
 
-Each solid is an intersection of convex-or-conical *constraints* (a box; a half-space; a ball;
-a cone around an axis), and answers, for a cell (an axis-aligned box as ``(lo, hi)`` tuples):
+Each solid is an intersection of *constraints* (a box, a half-space, a ball, a cone around an
+axis) and answers for a cell (an axis-aligned box) with one-sided rules, which keep ``covers``
+from ever saying True wrongly (up to floating-point rounding at shared boundaries):
 
-* ``meets_cell``: might the cell share a point with the solid? It may say True for a cell that
-  is outside, never False for one that meets it;
-* ``contains_cell``: is the whole cell inside? It may say False for a cell that is inside (the
-  algebra then cuts the cell finer or reports it uncovered), never True for one that is not.
+* ``meets_cell`` may say True for a cell outside, never False for one that meets it;
+* ``contains_cell`` may say False for a cell inside, never True for one that is not.
 
-A held solid covers a view's part of a cell when each of its constraints either holds the cell
-or is implied by one of the view's own constraints (:func:`active_constraints`): a sector held
-with the same radius as the view covers the cells cut by the view's arc, which a plain
-``contains_cell`` would refuse. These one-sided rules are what make ``covers`` never wrong when
-it says True ([105]: decompose until each part is wholly covered or wholly disjoint), up to
-floating-point rounding at shared boundaries.
+A held solid covers a view's part of a cell when each of its constraints holds the cell or is
+implied by one of the view's (:func:`active_constraints`): a sector held with the view's radius
+covers the cells the view's arc cuts.
 """
 
 from __future__ import annotations

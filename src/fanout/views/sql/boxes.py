@@ -1,20 +1,13 @@
-"""The box algebra under SQL views: boxes over columns and unions of boxes.
+"""The box algebra under SQL views: boxes over columns and unions of boxes (CA 3197003 [0161],
+step 830: does the union of held subscriptions cover query Q? becomes box arithmetic). Rules:
 
-A SQL view's WHERE clause becomes a union of boxes over columns, and the
-coverage question of CA 3197003 ([0161], step 830: "does the union of the subscriptions
-in its subscriber data store completely cover query Q?") becomes box arithmetic.
-
-Rules:
-
-1. A box gives some columns a value set each (``fanout.views.sql.values``: intervals of one
-   domain, and maybe NULL); a column it does not mention is unconstrained. A box holds the rows
-   whose every constrained column has a value in its set.
-2. A union of boxes is a list of boxes; it need not be disjoint.
-3. :func:`subtract` is exact over the value sets' continuous domains: ``union(a) - union(b)`` as
-   boxes. A box of ``b`` whose domains differ from a box of ``a`` on a shared column is
-   incomparable with it and takes nothing away from it: never a wrong "covered".
-4. The algebra works on mappings (column key -> value set) so that callers can key columns their
-   own way (qualified by table, or atoms standing for expressions); :class:`Box` is the wire form.
+1. A box gives some columns a value set each (``views.sql.values``); an unmentioned column is
+   unconstrained. A box holds the rows whose every constrained column is in its set.
+2. A union of boxes is a list of boxes, not necessarily disjoint.
+3. :func:`subtract` is exact over continuous domains; boxes incomparable on a shared column take
+   nothing from each other: never a wrong "covered".
+4. The algebra works on mappings (column key -> value set), keyed as callers like (by table, or
+   atoms); :class:`Box` is the wire form.
 """
 
 from __future__ import annotations

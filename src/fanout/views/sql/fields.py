@@ -1,19 +1,14 @@
 """Fields: what the predicates of a SQL view compare, and the domain each is compared in.
 
-A field is a column (``u.age``) or an :class:`Atom`: an expression or predicate over the columns
-of one table (``abs(u.age)``, ``u.name LIKE 'a%'``), which the box algebra treats as a
-pseudo-column of that table (see ``fanout.views.sql.where``).
+A field is a column (``u.age``) or an :class:`Atom`: an expression or predicate over one table's
+columns (``abs(u.age)``, ``u.name LIKE 'a%'``), a pseudo-column to the box algebra. Rules:
 
-Rules:
-
-1. Columns resolve through the query's scope (``fanout.views.sql.query``); an expression is an
-   atom if every column in it belongs to one table (or, in a query over one table, it has none)
-   and its value does not change from one evaluation to the next (not ``random()``, ``now()``).
-2. An atom is named by its SQL with its columns unqualified and lower case, so the same
-   expression over the same table is the same atom in every view.
-3. All literals compared with one field must share a domain; strings compared with a field that
-   is also compared with dates are read as dates (DuckDB casts them the same way). Other mixes
-   (a number and a string) are invalid views.
+1. An expression is an atom if all its columns belong to one table and its value does not change
+   between evaluations (not ``random()``, ``now()``).
+2. An atom is named by its SQL, columns unqualified and lower case: the same expression over the
+   same table is the same atom in every view.
+3. All literals compared with one field share a domain; strings compared with a date field read
+   as dates. Other mixes are invalid views.
 """
 
 from __future__ import annotations

@@ -1,20 +1,15 @@
 """SQL literals as the box algebra's values: numbers, strings, booleans, dates, timestamps, NULL.
 
-A literal in a view (``5``, ``-2.5``, ``'abc'``, ``TRUE``, ``NULL``, ``DATE '2024-01-31'``,
-``'2024-01-31'::DATE``, ``TIMESTAMP '2024-01-31 12:00'``) becomes a :class:`Constant`: a domain
-of ``fanout.views.sql.boxes`` and a value in it. Anything else is not a literal here, and the
-predicate using it is over-approximated by the caller.
+A literal (``5``, ``'abc'``, ``TRUE``, ``NULL``, ``DATE '2024-01-31'``, ``'2024-01-31'::DATE``,
+``TIMESTAMP '...'``) becomes a :class:`Constant`; anything else is not read, and the caller
+over-approximates the predicate. Rules:
 
-Rules:
-
-1. Integers stay exact (within 64 bits); other numbers become floats; non-finite ones are not read.
-2. A string compared with a column that is also compared with dates is read as a date (DuckDB
-   casts it the same way), if it is written ``YYYY-MM-DD``; timestamps likewise.
-3. A cast that would round (``2.5::INT``) is not read: the caller over-approximates instead.
-4. Views do not know their tables' schemas, and DuckDB casts a string literal to the type of the
-   column it is compared with. So a string that would read as a number, a date (other than the
-   canonical ``YYYY-MM-DD``, which orders the same either way) or a boolean is not read as text:
-   the caller treats the comparison as an atom it cannot box.
+1. Integers stay exact (64 bits); other numbers are floats; non-finite ones are not read.
+2. A string compared with a date column is read as a date if written ``YYYY-MM-DD``;
+   timestamps likewise.
+3. A cast that would round (``2.5::INT``) is not read.
+4. DuckDB casts a string literal to its column's type, which a view does not know: a string that
+   would read as a number, a non-canonical date or a boolean is not read as text (an atom).
 """
 
 from __future__ import annotations

@@ -1,24 +1,15 @@
-"""Vectorised matching of rows against SQL primitives (a union of boxes over one table).
+"""Vectorised matching of rows against SQL primitives (a union of boxes over one table): the
+relay keeps a batch's rows inside a primitive, tests compare with DuckDB. Rules (DuckDB's):
 
-Every view kind offers ``match(batch) -> mask``. The relay uses it to keep
-the rows of a batch that fall inside a primitive; tests use it to compare primitives with DuckDB.
-
-Rules (they mirror DuckDB's, so a primitive's mask equals DuckDB's answer to its predicate):
-
-1. NULL is in a value set only if the set's ``null`` flag says so; comparisons never hold on NULL.
-2. Float NaN is the largest number (as in DuckDB and Spark): it lies in every interval that is
-   unbounded above and in no other.
-3. Numbers compare across integer, float and decimal columns; dates and timestamps compare as
-   days or microseconds since the epoch (a DATE column against a TIMESTAMP bound is read at
-   midnight; time-zone-aware timestamps are compared in UTC); strings compared with a DATE or
-   TIMESTAMP column are read as ISO dates, like DuckDB casts them.
-4. Batches are ``pyarrow`` tables or record batches, or mappings of column name -> numpy array.
-   In numpy input, NULL is a masked entry (``numpy.ma``), ``None`` in an object array, or NaT;
-   a float NaN is NaN, not NULL. Column names match case-insensitively.
-5. A bytes (BLOB) column is not bounded by value: a value set of intervals holds every row whose
-   value is not NULL, whatever the bounds (a superset of DuckDB's answer: a primitive then holds
-   more rows than its predicate selects, and the relay evaluates the predicate on them itself).
-   ``views.sql.to_spark`` does the same for the columns it is told are bytes.
+1. NULL is in a value set only by its ``null`` flag; comparisons never hold on NULL.
+2. Float NaN is the largest number: in every interval unbounded above, in no other.
+3. Numbers compare across integer, float and decimal; dates and timestamps as days or
+   microseconds (a DATE against a TIMESTAMP bound at midnight; zone-aware ones in UTC); strings
+   against DATE or TIMESTAMP columns read as ISO dates.
+4. Batches are ``pyarrow`` tables or batches, or name -> numpy array (NULL masked, ``None`` or
+   NaT); column names match case-insensitively.
+5. A bytes column is not bounded by value: intervals hold every non-NULL row (a superset; the
+   relay evaluates the predicate itself), as ``views.sql.to_spark`` does.
 """
 
 from __future__ import annotations

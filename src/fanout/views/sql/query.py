@@ -1,33 +1,18 @@
-"""One SQL view: validation, tables and joins, columns, and the per-table primitives it needs.
+"""One SQL view: validation, tables and joins, columns, and the per-table primitives it needs
+(CA 3197003 [0158]-[0161], Fig. 8: the relay checks coverage per table and runs the query on its
+copy, [0094], [0163]). Rules:
 
-Founding document [0158]-[0161] and Fig. 8: a subscriber subscribes with a SELECT query; the relay
-asks whether the subscriptions it holds upstream cover the query, and the relay runs the query
-itself on its copy of the tables ([0094], [0163]). So a query decomposes into one *primitive* per
-table: the rows (and columns) of that table the relay must hold to answer it.
-
-Rules:
-
-1. A view is one ``SELECT [DISTINCT [ON (...)]] items FROM table [AS alias] [join ...] [WHERE ...]
-   [ORDER BY ...] [LIMIT ...] [OFFSET ...]`` in DuckDB's dialect. Joins are INNER, LEFT, RIGHT,
-   FULL and CROSS (or commas), with ON or USING. Everything else (other statements, several
-   statements, set operations, CTEs, subqueries, aggregates, GROUP BY, HAVING, window functions,
-   NATURAL/ASOF/POSITIONAL/SEMI/ANTI joins, table functions, schema-qualified tables,
-   parameters) raises :class:`fanout.errors.InvalidView` naming the clause and where it is.
-2. Columns resolve without a schema: in a query over one table every column is that table's; over
-   several tables a column must be qualified (``u.name``), except the columns of a USING join.
-3. Predicate pushdown. The rows of a table that can appear in the result satisfy
-   ``C = WHERE AND (ON of every inner join)``, so the table needs the projection of C onto its
-   columns. A table on the NULL-extended side of an outer join also needs the rows that could
-   match there, whether or not they reach the result (they decide which rows are NULL-extended):
-   the projection of that join's ON clause. A table joined by an INNER or LEFT join goes no
-   further than its own join where that join's ON clause fails, so each of its needs is narrowed
-   by that clause. Projections are over-approximations; that is safe.
-4. A primitive carries the columns the query uses from its table (SELECT list, WHERE, ON, USING,
-   ORDER BY); ``*`` carries them all (``columns`` is None).
-5. ``exact`` is True when the relay need not filter again: one table, a WHERE clause boxed
-   exactly, no LIMIT/OFFSET/DISTINCT ON. ``faithful`` is True when the boxes *with atoms*
-   (``fanout.views.sql.where``) hold exactly the query's rows: one table, no LIMIT/OFFSET/
-   DISTINCT ON, no bounding box. Coverage counts on a held view's rows only then.
+1. A view is one ``SELECT [DISTINCT [ON]] ... FROM ... [joins] [WHERE] [ORDER BY] [LIMIT]
+   [OFFSET]`` in DuckDB's dialect, joins INNER, LEFT, RIGHT, FULL, CROSS with ON or USING;
+   anything else raises :class:`fanout.errors.InvalidView` naming the clause.
+2. Columns resolve without a schema; over several tables they must be qualified (but USING's).
+3. **Pushdown.** A table needs the projection of ``WHERE AND`` every inner join's ON onto its
+   columns; on the NULL-extended side of an outer join also that join's ON; narrowed by its own
+   join's ON when INNER or LEFT. Projections over-approximate, safely.
+4. A primitive carries the columns the query uses from its table (``*``: all, ``columns`` None).
+5. ``exact``: one table, WHERE boxed exactly, no LIMIT/OFFSET/DISTINCT ON. ``faithful``: the
+   boxes with atoms hold exactly the rows (one table, no LIMIT/OFFSET/DISTINCT ON, no bounding
+   box); coverage counts on a held view's rows only then.
 """
 
 from __future__ import annotations

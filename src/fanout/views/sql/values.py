@@ -1,25 +1,17 @@
 """Value sets: the values one column of a SQL view's box may take (``fanout.views.sql.boxes``).
-
-A SQL view's WHERE clause becomes a union of boxes over columns; a box gives
-each column it constrains a value set. This module is the one-column half of that algebra.
-
 Rules:
 
-1. A :class:`ValueSet` is the set of values one column may take: a union of intervals over one
-   *domain* (numbers, strings, dates, timestamps or booleans) plus a flag saying whether NULL is in
-   it. An IN-list is a union of point intervals. SQL's three-valued logic lives in that flag:
-   ``a < 5`` holds neither for NULL nor for ``NOT (a < 5)``, so both sets leave the flag off.
-2. Domains are *continuous*: the interval (2, 3) is not empty even though no INTEGER lies in it,
-   because a view does not know its table's schema. Coverage answers are therefore never wrongly
-   True; on integer or date columns they may be False where the discrete answer is True. Booleans
-   are the exception: their domain is exactly {FALSE, TRUE}; and no string is below ''.
-3. Dates are stored as days since 1970-01-01, timestamps as microseconds since 1970-01-01 00:00
-   (naive), the way Arrow stores ``date32`` and ``timestamp[us]``; strings compare by code point,
-   which is UTF-8 byte order, DuckDB's and Spark's default collation.
-4. Two value sets over different domains are *incomparable*: the algebra then refuses to conclude
-   anything (a have that cannot be compared with a view covers none of it).
-Internally an interval is a half-open pair of *cuts*: a cut sits just below or just above a value
-(or at the bottom or top of the domain), so open and closed bounds compare as plain tuples.
+1. A :class:`ValueSet` is a union of intervals over one *domain* (numbers, strings, dates,
+   timestamps, booleans) and a flag saying whether NULL is in it; SQL's three-valued logic lives
+   in that flag.
+2. Domains are *continuous* (a view does not know its table's schema): coverage is never wrongly
+   True, maybe wrongly False on integer or date columns. Booleans are exactly {FALSE, TRUE}; no
+   string is below ''.
+3. Dates are days and timestamps microseconds since 1970-01-01 (Arrow's ``date32``,
+   ``timestamp[us]``); strings compare by code point.
+4. Value sets over different domains are *incomparable*: nothing is concluded from them.
+
+An interval is a half-open pair of *cuts* (just below or above a value), compared as tuples.
 """
 
 from __future__ import annotations

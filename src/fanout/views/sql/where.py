@@ -1,35 +1,19 @@
-"""SQL predicates (WHERE and ON clauses) as unions of boxes, under SQL's three-valued logic.
+"""SQL predicates (WHERE and ON clauses) as unions of boxes, under SQL's three-valued logic
+(how it serves coverage: docs/concepts.md, "How SQL and topic views are covered"). Rules:
 
-The WHERE clause is normalised into a union of boxes over columns; predicates that cannot be
-boxed are over-approximated upstream and applied exactly on the relay.
-
-Rules of the normalisation:
-
-1. Every predicate P becomes a :class:`Truth`: the union of boxes where P is TRUE and the union
-   where P is FALSE; where it is NULL is what is left. ``NOT`` swaps the two; ``AND`` intersects
-   the TRUE sides and unites the FALSE sides; ``OR`` the other way round. No complement of a union
-   is ever taken, so NULLs come out right: ``NOT (a < 5)`` is FALSE, not TRUE, for a NULL ``a``.
-2. Comparisons of a *field* with literals (=, <>, <, <=, >, >=, BETWEEN, IN, IS [NOT] NULL,
-   IS [NOT] TRUE/FALSE, IS [NOT] DISTINCT FROM) are boxed exactly. A field is a column, or an
-   expression over the columns of one table (``abs(i)``, ``upper(s)``, ``i + j``): an
-   :class:`Atom`, a pseudo-column of that table holding the expression's value.
-3. Any other predicate over one table (LIKE, ``i < j``, a boolean function) is an atom too,
-   TRUE in the TRUE union and FALSE in the FALSE one, narrowed to non-NULL operands when it is a
-   strict comparison, and for ``LIKE 'prefix%'`` to the strings with that prefix.
-4. Atoms are dropped from primitives, which only the real columns can carry, so a primitive then
-   over-approximates (``exact`` is False: the relay must filter again); with its atoms the union
-   stays *faithful*, and coverage compares views atom by atom (``abs(i) < 2`` covers
-   ``abs(i) < 1``). Atoms are independent of the columns they are computed from, which can only
-   make coverage answer False more often; expressions that vary between evaluations
-   (``random()``, ``now()``) are never atoms.
-5. ``a.x = b.y`` across tables is kept in the box as an equality, so that projecting the box onto
-   one table transfers the other column's constraints (``a.x = b.y AND a.x < 5`` gives
-   ``b.y < 5``). Other predicates over several tables hold anywhere (not faithful).
-6. A union that grows past :data:`MAX_BOXES` boxes is replaced by its bounding box (neither
-   exact nor faithful). Each side of a :class:`Truth` is computed only when needed: the FALSE
-   side of an OR of ANDs is an exponential product that a WHERE clause without NOT never needs.
-7. Fields, atoms and the domain each field is compared in are settled by
-   ``fanout.views.sql.fields``; literals are read by ``fanout.views.sql.literals``.
+1. Every predicate becomes a :class:`Truth`: the boxes where it is TRUE and where it is FALSE
+   (NULL is what is left). ``NOT`` swaps them, ``AND`` and ``OR`` combine them; no complement of
+   a union is ever taken.
+2. A *field* compared with literals (=, <>, <, <=, >, >=, BETWEEN, IN, IS ...) is boxed exactly;
+   a field is a column or an :class:`Atom` (an expression over one table's columns).
+3. Any other predicate over one table is an atom too, narrowed to non-NULL operands when strict,
+   and ``LIKE 'prefix%'`` to its prefix.
+4. Primitives carry real columns only, so atoms dropped make them over-approximate (``exact``
+   False); with atoms the union stays *faithful*.
+5. ``a.x = b.y`` across tables stays in the box as an equality; other multi-table predicates
+   hold anywhere.
+6. Past :data:`MAX_BOXES` a union becomes its bounding box; each side of a Truth is computed only
+   when needed. Fields are settled by ``views.sql.fields``, literals read by ``views.sql.literals``.
 """
 
 from __future__ import annotations

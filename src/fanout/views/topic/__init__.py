@@ -1,20 +1,12 @@
-"""Topic views: MQTT topic filters, matching, and coverage (docs/concepts.md, "Views").
+"""Topic views: MQTT topic filters, matching, and coverage (docs/concepts.md, "Views"; syntax and
+matching rules in ``views.topic.syntax``). Coverage is exact:
 
-A :class:`TopicFilter` is a subscription to every topic an MQTT 3.1.1 / 5.0 topic filter matches
-(syntax and matching rules in ``views.topic.syntax``). Coverage answers the relay planner's
-question "do the filters I already hold upstream deliver every message this view needs?", exactly:
-
-- ``covers(have, view)`` is True iff no topic name matched by ``view`` is missed by every usable
-  filter in ``have``. One adversarial topic decides it: the view's literal levels, and at each of
-  its wildcards a level no filter names (see :func:`_covers_levels`), so the check is exact and
-  linear in the total length of the filters.
-- A shared have ``$share/g/f`` receives only group g's share of f's messages, so it counts towards
-  a view only when the view is shared in the same group g; ordinary haves count towards every view.
-- ``residual(have, view)`` returns filters, each matching a subset of the view's topics, which
-  together with ``have`` cover the view. "Every level except these" is not expressible as a filter,
-  so ``+`` levels are never split: the residual is the view itself, or, when the view ends in ``#``
-  and some haves cover deeper parts, the uncovered pieces of the split ``p/#`` = ``p`` ∪ ``p/+`` ∪
-  … ∪ ``p/+/…/#`` (for example ``a/#`` with ``a/+/#`` held gives ``[a]``).
+- ``covers(have, view)``: no topic the view matches is missed by every usable have; one
+  adversarial topic decides it (:func:`_covers_levels`), linear in the filters' length;
+- a shared have ``$share/g/f`` counts only towards a view shared in the same group ``g``;
+- ``residual(have, view)``: filters that with ``have`` cover the view; ``+`` levels are never
+  split, so it is the view itself or the uncovered pieces of a trailing ``#``
+  (``a/#`` with ``a/+/#`` held gives ``[a]``).
 """
 
 from __future__ import annotations

@@ -1,32 +1,15 @@
 """The match index: which subscribers' topic filters match a published topic name.
 
-Filters with wildcards live in a trie over their levels, as MQTT brokers build it (mosquitto's
-subscription tree, emqx's topic trie): each node stands for a filter prefix and has a child per
-literal next level, one ``+`` child and a ``#`` slot. Matching a topic walks the literal child and
-the ``+`` child at every level and collects the ``#`` slots on the way, so its cost depends on the
-topic and on how many wildcard branches exist, not on how many filters are held. Filters without
-wildcards match only the topic equal to them, so they sit in a dict keyed by the filter: one lookup
-of the topic finds them all.
+Filters with wildcards live in a trie over their levels (a child per literal level, a ``+``
+child, a ``#`` slot): matching walks the literal and ``+`` children and collects ``#`` slots, so
+its cost depends on the topic and the wildcard branches, not on the filters held. Filters without
+wildcards sit in a dict keyed by the filter. Shared filters (``$share/group/f``, MQTT 5.0 4.8.2)
+live in a second trie: :meth:`TopicIndex.match` returns every member,
+:meth:`TopicIndex.match_shared` them per shared subscription.
 
-Shared filters (``$share/group/f``, MQTT 5.0 section 4.8.2) live in a second trie over ``f`` whose
-slots map the full filter text to its members: :meth:`TopicIndex.match` returns every member,
-:meth:`TopicIndex.match_shared` returns them per shared subscription so delivery can pick one.
-
-Stored as rows (IPCOM000235838D, "A distributed topic match space for publish
-subscribe"): every node is one key -> value row,
-
-- key: the filter prefix, each level followed by ``/`` (so the root is ``""``, the node of ``a`` is
-  ``"a/"`` and that of ``/a`` is ``"/a/"``: the trailing separator keeps empty levels apart);
-- value: (children, subscribers): the next levels of all filters under this prefix, ``+`` and
-  ``#`` included, and the subscribers whose filter is exactly this prefix. A ``#`` child is the
-  row ``prefix + "#/"`` with no children.
-
-Adding a filter creates the missing rows from the root down, each parent listing its child, as the
-seed describes; matching reads the root row, then the rows of the children the topic selects.
-Filters without wildcards are rows of a table of their own, keyed by the filter itself, which the
-topic names directly; shared filters are a third table shaped like the first, whose subscribers are
-(shared filter text, id) pairs. This module keeps the rows in memory as linked nodes and dicts; the
-same walk over a shared table is a change of storage, not of algorithm.
+The nodes are laid out as IPCOM000235838D's rows (a filter prefix, each level followed by ``/``,
+-> its children and exact subscribers), kept in memory; ``mqtt.matchtable`` keeps the same rows
+in Redis (docs/mqtt.md, "How it is built").
 """
 
 from __future__ import annotations

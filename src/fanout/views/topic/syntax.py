@@ -1,24 +1,16 @@
-"""MQTT topic names and topic filters: the rules of the text, nothing about matching many.
+"""MQTT topic names and topic filters: the rules of the text, nothing about matching many (MQTT
+3.1.1 4.7, 5.0 4.7-4.8; rule ids in brackets). Errors raise :class:`fanout.errors.InvalidView`
+naming the rule, the level and the character position. Rules:
 
-Rules (MQTT 3.1.1 section 4.7 and MQTT 5.0 sections 4.7 and 4.8; rule ids in brackets):
-
-1. Topic names and filters are UTF-8 strings of at least one character [MQTT-4.7.3-1], at most
-   65,535 bytes (MQTT 1.5.3 / 1.5.4), with no U+0000 [MQTT-4.7.3-2] and no lone surrogates
-   (ill-formed UTF-8, [MQTT-1.5.3-1]).
-2. ``/`` separates levels; adjacent separators make empty levels, which are ordinary levels
-   (4.7.1.1).
-3. ``#`` matches the parent level and any number of child levels. It must be a whole level and the
-   last one [MQTT-4.7.1-2]. ``+`` matches exactly one level and must be a whole level
-   [MQTT-4.7.1-3].
-4. Topic names contain no wildcards [MQTT-3.3.2-2].
-5. A filter that starts with a wildcard does not match a topic whose first level starts with ``$``
-   [MQTT-4.7.2-1].
-6. ``$share/{ShareName}/{filter}`` is a shared subscription (MQTT 5.0 section 4.8.2): the share name
-   is at least one character and contains none of ``/``, ``+``, ``#``; a non-empty topic filter
-   follows [MQTT-4.8.2-1, MQTT-4.8.2-2]. It matches the topics its filter matches.
-
-Errors raise :class:`fanout.errors.InvalidView` naming the rule and where (level index and
-character position in the text as given).
+1. At least one character [MQTT-4.7.3-1], at most 65,535 bytes, no U+0000 [MQTT-4.7.3-2], no lone
+   surrogates [MQTT-1.5.3-1].
+2. ``/`` separates levels; empty levels are ordinary levels.
+3. ``#`` is a whole level and the last, matching the parent and any children [MQTT-4.7.1-2];
+   ``+`` a whole level matching one [MQTT-4.7.1-3].
+4. Topic names have no wildcards [MQTT-3.3.2-2].
+5. A filter starting with a wildcard does not match a topic starting with ``$`` [MQTT-4.7.2-1].
+6. ``$share/{ShareName}/{filter}``: a share name of at least one character without ``/``, ``+``,
+   ``#``, then a non-empty filter [MQTT-4.8.2-1, MQTT-4.8.2-2].
 """
 
 from __future__ import annotations
