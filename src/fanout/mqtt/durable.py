@@ -58,6 +58,7 @@ from redis.exceptions import RedisError
 
 from fanout import cancelling
 from fanout.client.subscriber import LiveView, Subscriber, SubscriptionError, Update, connect
+from fanout.client.viewstate import Asked, ViewState
 from fanout.errors import FanoutError
 from fanout.mqtt import packets as p
 from fanout.mqtt.actions import Action, Restore
@@ -453,18 +454,16 @@ def _earlier(subscriber: Subscriber, follow: Follow) -> LiveView | None:
     position = follow.position
     if position is None:
         return None
-    return LiveView(
+    state = ViewState(
         0,
-        follow.dataset,
-        topic_view(follow.sub.filter),
+        Asked(follow.dataset, topic_view(follow.sub.filter), mode="every"),
         position.key,
         [],
-        subscriber,
         rows={t: {} for t in position.topics},
         epoch=position.epoch,
         seq=position.seq,
-        mode="every",
     )
+    return LiveView(state, subscriber)
 
 
 def _take_held(
