@@ -28,6 +28,7 @@ SERVERS = {
     "tls",
     "buckets",
     "cancelling",
+    "background",
 }
 #: The relay's sans-I/O parts, and its compiled kernels.
 PURE_RELAY = {"relay", "relay/core", "relay/data", "relay/kinds", "relay/kernels"}
@@ -37,9 +38,9 @@ PLUG_INS = {"http", "mqtt", "cluster", "tiers"}
 ALLOWED: dict[str, set[str]] = {
     "views": {"errors"},
     "wire": {"errors", "views"},
-    "client": {"errors", "connection", "views", "wire", "tls"},
+    "client": {"errors", "connection", "views", "wire", "tls", "background"},
     "publisher": SERVERS,
-    "cache": {"errors", "wire"},
+    "cache": {"errors", "wire", "background"},
     **dict.fromkeys(PURE_RELAY, SERVERS | PURE_RELAY),
     # The shell is the composition root: it starts the front ends and the relay cluster.
     "relay/shell": SERVERS | PURE_RELAY | PLUG_INS | {"relay/config"},
