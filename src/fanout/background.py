@@ -1,11 +1,12 @@
 """Tasks serving one object while it is open, each owned by an ``asyncio.TaskGroup``.
 
 ``async with Background() as background:`` opens the group; ``background.start(coroutine)``
-runs a task in it; leaving the block waits for the tasks still running (``cancel()`` first to
-stop them rather than wait). As in any TaskGroup, a task that fails cancels the others and the
-block, and its error is raised in an ``ExceptionGroup``. Unlike a bare TaskGroup held across a
-``yield`` (a connection's reader beside its user's code), the block's own error is raised as it
-is, not wrapped: it is the caller's, not one of the tasks'.
+runs a task in it. Leaving the block normally waits for the tasks still running (``cancel()``
+first to stop them rather than wait); leaving it by an error or a cancel cancels them. As in
+any TaskGroup, a task that fails cancels the others and the block, and its error is raised in
+an ``ExceptionGroup``. Unlike a bare TaskGroup held across a ``yield`` (a connection's reader
+beside its user's code), the block's own error is raised as it is, not wrapped: it is the
+caller's, not one of the tasks'.
 """
 
 from __future__ import annotations
@@ -35,6 +36,8 @@ class Background:
         error: BaseException | None,
         traceback: TracebackType | None,
     ) -> None:
+        if error is not None:
+            self.cancel()
         # The block's error is not handed to the group: it stays the caller's, unwrapped.
         await self._group.__aexit__(None, None, None)
 

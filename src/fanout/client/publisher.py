@@ -175,11 +175,12 @@ async def open_publisher(
         )
         client = PublisherClient(websocket)
         async with Background() as background:
-            background.start(client._read())  # ends once the connection closes
+            reader = background.start(client._read())  # ends once the connection closes
             try:
                 yield client
             finally:
                 await websocket.close()
+                await asyncio.wait([reader])  # the requests fail with the connection
 
 
 def open_reader(

@@ -354,8 +354,9 @@ async def connect(
         welcome = check_welcome(codec.to_subscriber().decode(answer))
         subscriber = Subscriber(websocket, buffer, capabilities, welcome.datasets)
         async with Background() as background:
-            background.start(subscriber._read())  # ends once the connection closes
+            reader = background.start(subscriber._read())  # ends once the connection closes
             try:
                 yield subscriber
             finally:
                 await subscriber.close()
+                await asyncio.wait([reader])  # the views end with the connection
