@@ -121,6 +121,8 @@ class Subscriber:
         self._writing: dict[int, asyncio.Future[tuple[int, int]]] = {}
         self._into: dict[int, LiveView] = {}
         self._on_moved: Callable[[LiveView, str], None] | None = None
+        #: Feeds the core what arrives (``connect`` starts it in its TaskGroup).
+        self._reader: asyncio.Task[None] | None = None
 
     @property
     def views(self) -> list[LiveView]:
@@ -300,8 +302,10 @@ class Subscriber:
         return moved
 
     async def close(self) -> None:
-        """Close the connection (its reader then ends)."""
+        """Close the connection; its views end with it."""
         await self._websocket.close()
+        if self._reader is not None:  # it ends once the connection closed
+            await asyncio.wait([self._reader])
 
 
 def _answer(future: asyncio.Future[Any] | None, result: Any) -> None:
@@ -354,9 +358,8 @@ async def connect(
         welcome = check_welcome(codec.to_subscriber().decode(answer))
         subscriber = Subscriber(websocket, buffer, capabilities, welcome.datasets)
         async with Background() as background:
-            reader = background.start(subscriber._read())  # ends once the connection closes
+            subscriber._reader = background.start(subscriber._read())
             try:
                 yield subscriber
             finally:
                 await subscriber.close()
-                await asyncio.wait([reader])  # the views end with the connection
