@@ -30,12 +30,22 @@ class LiveView:
         self.state = state
         self.subscriber = subscriber
         self._woken = asyncio.Event()
+        self._waiting = 0  # iterations and waiters asleep: a wake with none costs nothing
 
     def wake(self) -> None:
         """Wake its iterations and waiters: its state changed (the connection holding it calls
         this after each event about it)."""
-        woken, self._woken = self._woken, asyncio.Event()
-        woken.set()
+        if self._waiting:
+            woken, self._woken = self._woken, asyncio.Event()
+            woken.set()
+
+    async def _sleep(self) -> None:
+        """Until the next ``wake``."""
+        self._waiting += 1
+        try:
+            await self._woken.wait()
+        finally:
+            self._waiting -= 1
 
     def __aiter__(self) -> AsyncIterator[Update]:
         return self._iterate()
@@ -49,7 +59,7 @@ class LiveView:
                 raise state.error
             if state.ended:
                 return
-            await self._woken.wait()
+            await self._sleep()
 
     async def wait_updates(self, count: int = 1) -> None:
         """Return once ``count`` more updates have been applied to ``rows``.
@@ -66,7 +76,7 @@ class LiveView:
                 raise state.error
             if state.ended:
                 return
-            await self._woken.wait()
+            await self._sleep()
 
     def token(self) -> Resume:
         """Where this view is: (epoch, seq, keys held), to resume an ``every`` subscription."""
