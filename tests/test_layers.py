@@ -28,7 +28,10 @@ SERVERS = {
     "tls",
     "buckets",
     "cancelling",
+    "background",
 }
+#: The shared units that do I/O (asyncio helpers): the relay's pure parts may not import them.
+SHARED_IO = {"connection", "cancelling", "background"}
 #: The relay's sans-I/O parts, and its compiled kernels.
 PURE_RELAY = {"relay", "relay/core", "relay/data", "relay/kinds", "relay/kernels"}
 #: The packages plugging into the relay: its front ends and the many-relay parts.
@@ -37,10 +40,10 @@ PLUG_INS = {"http", "mqtt", "cluster", "tiers"}
 ALLOWED: dict[str, set[str]] = {
     "views": {"errors"},
     "wire": {"errors", "views"},
-    "client": {"errors", "connection", "views", "wire", "tls"},
+    "client": {"errors", "connection", "views", "wire", "tls", "background"},
     "publisher": SERVERS,
-    "cache": {"errors", "wire"},
-    **dict.fromkeys(PURE_RELAY, SERVERS | PURE_RELAY),
+    "cache": {"errors", "wire", "background"},
+    **dict.fromkeys(PURE_RELAY, (SERVERS - SHARED_IO) | PURE_RELAY),
     # The shell is the composition root: it starts the front ends and the relay cluster.
     "relay/shell": SERVERS | PURE_RELAY | PLUG_INS | {"relay/config"},
     # The configuration names the plug-ins' settings (sections of their own are issue 38's

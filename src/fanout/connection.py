@@ -83,6 +83,9 @@ class Outbound:
 
     def start(self) -> None:
         """Start the writer task (owned by this object; stopped by ``finish``)."""
+        # Not in a TaskGroup: the connection handlers that own an Outbound (the relay's shell,
+        # the publisher's control plane, the links) start and finish it by hand around their
+        # read loop, ``finish`` in their ``finally``; the task is held here and ended there.
         self._writer = self._loop.create_task(self._run())
 
     async def finish(self, grace: float = 1.0) -> None:
@@ -166,6 +169,8 @@ class Outbound:
             return
         log.warning("closing %s: %s", self._websocket.remote_address, reason)
         self.closed_for = reason
+        # Called from sync code (``offer``, the event loop's callbacks): the closing handshake
+        # is held here and awaited by ``finish``, as the writer is.
         self._closing = self._loop.create_task(self._websocket.close(POLICY_VIOLATION, reason))
 
     async def put(self, data: bytes) -> None:
@@ -211,11 +216,11 @@ async def refuse(websocket: Connection, reason: str) -> None:
     whole timeout (10 s), the connection held all along. Reading on while closing lets it end
     at once.
     """
-    closing = asyncio.create_task(websocket.close(POLICY_VIOLATION, close_reason(reason)))
-    with contextlib.suppress(ConnectionClosed):
-        async for _ in websocket:
-            pass
-    await closing
+    async with asyncio.TaskGroup() as closing:
+        closing.create_task(websocket.close(POLICY_VIOLATION, close_reason(reason)))
+        with contextlib.suppress(ConnectionClosed):
+            async for _ in websocket:
+                pass
 
 
 def close_reason(text: str) -> str:

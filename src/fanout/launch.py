@@ -110,6 +110,8 @@ async def start(role: str, args: list[str], log: Path, timeout: float = 180.0) -
             f"{role} did not become ready ({exc or 'timeout'}); its log {log}:\n{tail}"
         ) from exc
     child = Child(role, process, url, log)
+    # Not in a TaskGroup: a Child is started and stopped by hand (``Child.stop``, which cancels
+    # and awaits this task), by callers that hold it across blocks of their own.
     child._drain = asyncio.create_task(_discard(process.stdout))
     return child
 

@@ -1,4 +1,5 @@
-"""A LiveView applies every push to its rows in order; notices may drop, rows never do."""
+"""A view applies every push to its rows in order; notices may drop, rows never do: driven
+through the client core (frames in, events out), and through a real socket."""
 
 from __future__ import annotations
 
@@ -10,7 +11,9 @@ import numpy as np
 import pytest
 from websockets.asyncio.server import ServerConnection, serve
 
+from fanout.client.core import ClientCore, Ended, Event, Held, Updated
 from fanout.client.subscriber import LiveView, Subscriber, SubscriptionError, connect
+from fanout.client.viewstate import Asked
 from fanout.errors import ProtocolError
 from fanout.testing.wait import eventually
 from fanout.views import Box
@@ -19,6 +22,7 @@ from fanout.wire.columns import decode_columns, encode_columns
 from fanout.wire.messages import (
     PROTOCOL_VERSION,
     Hello,
+    Mode,
     NoUpdate,
     Push,
     Subscribe,
@@ -27,10 +31,19 @@ from fanout.wire.messages import (
 )
 
 
-def view(buffer: int = 256) -> LiveView:
-    return LiveView(
-        1, "agents", Box((0, 0), (1, 1)), "id", ["id", "x"], cast(Subscriber, None), buffer=buffer
-    )
+def held(buffer: int = 256, mode: Mode = "latest") -> tuple[ClientCore, LiveView]:
+    """A core holding subscription 1, and the view a connection would give the program."""
+    core = ClientCore(buffer)
+    request = core.subscribe(Asked("agents", Box((0, 0), (1, 1)), mode=mode))
+    assert core.receive(Subscribed(request.sub, "id", ["id", "x"]), 0.0) == [Held(1)]
+    return core, LiveView(core.view(1), cast(Subscriber, None))
+
+
+def feed(core: ClientCore, live: LiveView, frame: object) -> list[Event]:
+    """What the connection's reader does with a frame: the core's events, the view woken."""
+    events = core.receive(frame, 0.0)
+    live.wake()
+    return events
 
 
 def push(
@@ -54,28 +67,30 @@ def push(
 
 
 async def test_pushes_apply_in_order_to_the_rows() -> None:
-    live = view()
-    live._apply(push(0, full=True, entered={"id": [1, 2], "x": [0.1, 0.2]}))
-    live._apply(push(1, entered={"id": [3], "x": [0.3]}, updated={"id": [1], "x": [0.5]}, left=[2]))
+    core, live = held()
+    core.receive(push(0, full=True, entered={"id": [1, 2], "x": [0.1, 0.2]}), 0.0)
+    updated = {"id": [1], "x": [0.5]}
+    core.receive(push(1, entered={"id": [3], "x": [0.3]}, updated=updated, left=[2]), 0.0)
     assert live.rows == {1: {"id": 1, "x": 0.5}, 3: {"id": 3, "x": 0.3}}
     assert (live.seq, live.tick) == (1, 10)
-    live._apply(push(2, full=True, entered={"id": [9], "x": [0.9]}))
+    core.receive(push(2, full=True, entered={"id": [9], "x": [0.9]}), 0.0)
     assert list(live.rows) == [9]  # a full push replaces everything
 
 
 async def test_a_no_update_changes_nothing_but_the_tick() -> None:
-    live = view()
-    live._apply(push(0, full=True, entered={"id": [1], "x": [0.1]}))
-    update = live._apply(NoUpdate(1, 1, 5, 50))
-    assert update.no_update
+    core, live = held()
+    core.receive(push(0, full=True, entered={"id": [1], "x": [0.1]}), 0.0)
+    (event,) = core.receive(NoUpdate(1, 1, 5, 50), 12.5)
+    assert isinstance(event, Updated)
+    assert event.update.no_update and event.update.received_at == 12.5
     assert live.rows == {1: {"id": 1, "x": 0.1}}
     assert live.tick == 50
 
 
 async def test_a_lagging_reader_loses_notices_not_rows() -> None:
-    live = view(buffer=2)
+    core, live = held(buffer=2)
     for seq in range(5):
-        live._apply(push(seq, entered={"id": [seq], "x": [float(seq)]}))
+        feed(core, live, push(seq, entered={"id": [seq], "x": [float(seq)]}))
     assert live.dropped == 3
     assert sorted(live.rows) == [0, 1, 2, 3, 4]
     iterator = live.__aiter__()
@@ -83,44 +98,47 @@ async def test_a_lagging_reader_loses_notices_not_rows() -> None:
 
 
 async def test_wait_updates_returns_after_that_many_more() -> None:
-    live = view()
+    core, live = held()
     waiting = asyncio.create_task(live.wait_updates(2))
     await asyncio.sleep(0)  # let it register
-    live._apply(push(0, full=True))
+    feed(core, live, push(0, full=True))
     await asyncio.sleep(0)
     assert not waiting.done()
-    live._apply(push(1))
+    feed(core, live, push(1))
     await asyncio.wait_for(waiting, 1)
 
 
 async def test_an_ended_subscription_raises_to_iterators_and_waiters() -> None:
-    live = view()
+    core, live = held()
     waiting = asyncio.create_task(live.wait_updates(1))
+    iterating = asyncio.create_task(live.__aiter__().__anext__())
     await asyncio.sleep(0)
-    live._end(SubscriptionError("closed", "gone"))
+    (ended,) = core.fail(SubscriptionError("closed", "gone"))
+    assert isinstance(ended, Ended) and ended.state is live.state
+    live.wake()
     with pytest.raises(SubscriptionError, match="closed: gone"):
         await waiting
-    with pytest.raises(SubscriptionError):
-        await live.__aiter__().__anext__()
+    with pytest.raises(SubscriptionError, match="closed: gone"):
+        await iterating
+    assert live.closed
 
 
 async def test_an_every_view_keeps_every_notice_and_counts_breaks_in_the_sequence() -> None:
-    live = view(buffer=2)
-    live.mode = "every"
-    live._apply(push(0, full=True, entered={"id": [1], "x": [0.1]}))
+    core, live = held(buffer=2, mode="every")
+    core.receive(push(0, full=True, entered={"id": [1], "x": [0.1]}), 0.0)
     for seq in range(1, 5):
-        live._apply(NoUpdate(1, 1, seq, 10 * seq))
+        core.receive(NoUpdate(1, 1, seq, 10 * seq), 0.0)
     assert live.dropped == 0  # never dropped in mode every: the program sees every seq
     assert live.gaps == 0
-    live._apply(push(7, updated={"id": [1], "x": [0.7]}))
+    core.receive(push(7, updated={"id": [1], "x": [0.7]}), 0.0)
     assert live.gaps == 1
     iterator = live.__aiter__()
     assert [(await iterator.__anext__()).seq for _ in range(6)] == [0, 1, 2, 3, 4, 7]
 
 
 def test_a_token_names_the_seq_and_the_keys_held() -> None:
-    live = view()
-    live._apply(push(3, full=True, entered={"id": [5, 2], "x": [0.5, 0.2]}))
+    core, live = held()
+    core.receive(push(3, full=True, entered={"id": [5, 2], "x": [0.5, 0.2]}), 0.0)
     token = live.token()
     assert (token.epoch, token.seq) == (1, 3)
     assert decode_columns(token.keys)["id"].tolist() == [2, 5]
@@ -136,20 +154,20 @@ def test_a_token_names_the_seq_and_the_keys_held() -> None:
 def test_rows_without_the_key_are_a_protocol_error_and_change_nothing(
     section: str, payload: dict[str, dict[str, list[float]]]
 ) -> None:
-    live = view()
-    live._apply(push(0, full=True, entered={"id": [1], "x": [0.1]}))
+    core, live = held()
+    core.receive(push(0, full=True, entered={"id": [1], "x": [0.1]}), 0.0)
     with pytest.raises(ProtocolError, match=f"{section} rows without the key column 'id'"):
-        live._apply(push(1, full=True, **payload))
+        core.receive(push(1, full=True, **payload), 0.0)
     assert live.rows == {1: {"id": 1, "x": 0.1}}
     assert live.seq == 0
 
 
 def test_left_rows_without_the_key_are_a_protocol_error() -> None:
-    live = view()
-    live._apply(push(0, full=True, entered={"id": [1], "x": [0.1]}))
+    core, live = held()
+    core.receive(push(0, full=True, entered={"id": [1], "x": [0.1]}), 0.0)
     bad = msgspec.structs.replace(push(1), left=encode_columns({"x": [1.0]}))
     with pytest.raises(ProtocolError, match="left: 1 rows without the key column 'id'"):
-        live._apply(bad)
+        core.receive(bad, 0.0)
     assert live.rows == {1: {"id": 1, "x": 0.1}}
 
 

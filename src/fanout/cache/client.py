@@ -40,10 +40,10 @@ import contextlib
 import itertools
 import logging
 import os
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Coroutine
 from dataclasses import dataclass
 from types import TracebackType
-from typing import Any
+from typing import Any, TypeVar
 
 import msgspec
 import nats
@@ -52,6 +52,7 @@ from nats.aio.client import Client
 from nats.aio.msg import Msg
 from nats.aio.subscription import Subscription
 
+from fanout.background import Background
 from fanout.cache.catalog import LoadTimeout, UnknownType, fetch_types
 from fanout.cache.core import CacheCore, Change, Counters, Reassembly, Ref
 from fanout.cache.handles import Collection, Events, Handle
@@ -71,6 +72,7 @@ from fanout.wire.bus import (
     query_subject,
 )
 
+T = TypeVar("T")
 log = logging.getLogger(__name__)
 
 #: Seconds between sending a ``LOAD`` again that got no reply.
@@ -113,7 +115,7 @@ class SnoopyCache:
         self.core = CacheCore(capacity)
         self.reassembly = Reassembly()
         self.shell = ShellCounters()
-        self._subs: dict[Ref, asyncio.Task[Subscription]] = {}
+        self._subs: dict[Ref, asyncio.Future[Subscription]] = {}
         self._labels: dict[int, tuple[Subscription, Collection]] = {}
         #: request id -> refs whose reply has not come yet (own loads, rule 1).
         self._answers: dict[str, set[Ref]] = {}
@@ -124,7 +126,10 @@ class SnoopyCache:
         self._queues: list[asyncio.Queue[Change]] = []
         self._ids = itertools.count()
         self._prefix = f"{os.getpid()}.{id(self):x}"
-        self._tasks: set[asyncio.Task[None]] = set()
+        # The cache's tasks (subscribing, loading, refetching) run in a TaskGroup entered by
+        # ``connect`` and left by ``close``.
+        self._background = Background()
+        self._lifetime = contextlib.AsyncExitStack()
         self._closing = False
         self._loading: dict[Ref, asyncio.Future[None]] = {}
 
@@ -186,14 +191,15 @@ class SnoopyCache:
             await nc.close()
             raise
         cache = cls(nc, domain, types, capacity=capacity, snoop=snoop, db=db, load_wait=load_wait)
+        await cache._lifetime.enter_async_context(cache._background)
         holder.append(cache)
         return cache
 
     async def close(self) -> None:
         """Stop listening and close the connection."""
         self._closing = True
-        for task in self._tasks:
-            task.cancel()
+        self._background.cancel()
+        await self._lifetime.aclose()
         try:
             await self.nc.drain()
         except (
@@ -270,7 +276,7 @@ class SnoopyCache:
             self._drop_subscription(gone)
         if ref not in self._subs:
             subject = object_filter("*", ref[0], ref[1], self.domain)
-            self._subs[ref] = asyncio.ensure_future(self.nc.subscribe(subject, cb=self._on_object))
+            self._subs[ref] = self._shared(self.nc.subscribe(subject, cb=self._on_object))
 
     async def _listening(self, ref: Ref) -> None:
         if ref not in self._subs:
@@ -283,10 +289,25 @@ class SnoopyCache:
         if task is not None:
             self._spawn(_unsubscribe(task))
 
-    def _spawn(self, work: Any) -> None:
-        task: asyncio.Task[None] = asyncio.ensure_future(work)
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
+    def _spawn(self, work: Coroutine[Any, Any, None]) -> None:
+        self._background.start(work)
+
+    def _shared(self, work: Coroutine[Any, Any, T]) -> asyncio.Future[T]:
+        """``work`` run in the cache's group, its outcome in a future for whoever awaits it:
+        its error is theirs (a load timing out), not the group's."""
+        outcome: asyncio.Future[T] = asyncio.get_running_loop().create_future()
+
+        async def run() -> None:
+            try:
+                outcome.set_result(await work)
+            except asyncio.CancelledError:
+                outcome.cancel()
+                raise
+            except Exception as error:  # handed to whoever awaits the outcome
+                outcome.set_exception(error)
+
+        self._background.start(run())
+        return outcome
 
     # -- loading ---------------------------------------------------------------------------------
 
@@ -300,7 +321,7 @@ class SnoopyCache:
         loading = self._loading.get(ref)
         if loading is None:
             # One load however many accesses wait for it (rule 1).
-            loading = self._loading[ref] = asyncio.ensure_future(self._load([ref]))
+            loading = self._loading[ref] = self._shared(self._load([ref]))
             loading.add_done_callback(lambda _: self._loading.pop(ref, None))
         await asyncio.shield(loading)
         held = self.core.objects.get(ref)
@@ -506,9 +527,9 @@ class SnoopyCache:
             await tx.delete(type_name, key)
 
 
-async def _unsubscribe(task: asyncio.Task[Subscription]) -> None:
+async def _unsubscribe(subscribing: asyncio.Future[Subscription]) -> None:
     try:
-        await (await task).unsubscribe()
+        await (await subscribing).unsubscribe()
     except (nats.errors.Error, asyncio.CancelledError) as exc:  # closed meanwhile: nothing held
         log.debug("cache: unsubscribing: %r", exc)
 

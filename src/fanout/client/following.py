@@ -35,6 +35,7 @@ import contextlib
 from collections.abc import AsyncIterator
 from typing import Any
 
+from fanout.background import Background
 from fanout.client.subscriber import LiveView, Subscriber, SubscriptionError, connect
 from fanout.views import View
 from fanout.wire.handshake import HandshakeRefused
@@ -46,10 +47,18 @@ MAX_HOPS = 3
 class ClusterSubscriber:
     """Connections to the relays of one cluster, opened as redirects lead to them."""
 
-    def __init__(self, entry: str, stack: contextlib.AsyncExitStack, **options: Any) -> None:
-        """Subscriptions start at ``entry``; ``options`` go to every ``connect``."""
+    def __init__(
+        self,
+        entry: str,
+        stack: contextlib.AsyncExitStack,
+        moving: Background,
+        **options: Any,
+    ) -> None:
+        """Subscriptions start at ``entry``; ``options`` go to every ``connect``; each
+        connection is closed with ``stack``; the tasks moving views run in ``moving``."""
         self.entry = entry
         self._stack = stack
+        self._moving = moving
         self._options = options
         self._connections: dict[str, Subscriber] = {}
         # One connection opened at a time per URL; the attempts ended and the last one's error.
@@ -58,9 +67,8 @@ class ClusterSubscriber:
         self._failed: dict[str, OSError | HandshakeRefused] = {}
         #: Redirects followed so far, all subscriptions together.
         self.redirects = 0
-        #: Held views moved to another relay so far (rule 4), and the tasks moving them now.
+        #: Held views moved to another relay so far (rule 4).
         self.moves = 0
-        self._moving: set[asyncio.Task[None]] = set()
 
     async def connection(self, url: str) -> Subscriber:
         """The open connection to ``url``, opened now if there is none (rule 3).
@@ -119,9 +127,7 @@ class ClusterSubscriber:
 
     def _moved(self, view: LiveView, location: str) -> None:
         """A relay ended held ``view`` with a redirect: follow it (rule 4)."""
-        task = asyncio.get_running_loop().create_task(self._move(view, location))
-        self._moving.add(task)
-        task.add_done_callback(self._moving.discard)
+        self._moving.start(self._move(view, location))
 
     async def _move(self, view: LiveView, location: str) -> None:
         every = view.mode == "every"
@@ -139,18 +145,18 @@ class ClusterSubscriber:
             # was handed the part (it reads it every beat), and would send the view back.
             await subscriber.subscribe(view.view, view.dataset, stay=True, **options)
         except SubscriptionError as error:
-            view._end(error)
+            _end(view, error)
             return
         except (OSError, HandshakeRefused) as error:
             message = f"its part moved to the relay at {location}, which failed: {error}"
-            view._end(SubscriptionError("moved", message))
+            _end(view, SubscriptionError("moved", message))
             return
         self.moves += 1
 
     async def settled(self) -> None:
         """Return once no held view is moving (rule 4)."""
-        while self._moving:
-            await asyncio.gather(*self._moving, return_exceptions=True)
+        while running := self._moving.running:
+            await asyncio.wait(running)
 
     def relay_of(self, view: LiveView) -> str:
         """The URL of the relay serving ``view``.
@@ -168,5 +174,15 @@ class ClusterSubscriber:
 async def connect_cluster(entry: str, **options: Any) -> AsyncIterator[ClusterSubscriber]:
     """A :class:`ClusterSubscriber` entering at relay ``entry``; every connection it opened is
     closed when the block ends. ``options``: ``connect``'s (name, token, ssl, ...)."""
-    async with contextlib.AsyncExitStack() as stack:
-        yield ClusterSubscriber(entry, stack, **options)
+    # The moves are stopped before the connections close (the block leaves in that order).
+    async with contextlib.AsyncExitStack() as stack, Background() as moving:
+        try:
+            yield ClusterSubscriber(entry, stack, moving, **options)
+        finally:
+            moving.cancel()
+
+
+def _end(view: LiveView, error: SubscriptionError) -> None:
+    """End ``view``, which no connection holds (its move failed), with ``error``."""
+    view.state.end(error)
+    view.wake()

@@ -63,6 +63,8 @@ class ObjectFile:
         self._version = 0  # pushes that changed something (or were full)
         self._read_version = -1
         self._changed = asyncio.Event()
+        # Not in a TaskGroup: an ObjectFile is opened and closed like a file (PPS), with no block
+        # to own a group. Its one task is held here and cancelled and awaited by ``close``.
         self._task = asyncio.create_task(self._follow())
 
     @property

@@ -20,6 +20,7 @@ from websockets.exceptions import ConnectionClosed
 from websockets.frames import CloseCode
 
 from fanout import tls
+from fanout.background import Background
 from fanout.client.subscriber import MAX_FRAME, SubscriptionError
 from fanout.connection import close_reason, dial, greet
 from fanout.errors import ProtocolError
@@ -53,7 +54,6 @@ class PublisherClient:
         self._pending: dict[int, asyncio.Future[Any]] = {}
         self.datasets: dict[str, DatasetInfo] = {}
         self._catalog = asyncio.Event()  # set by the catalog, or by the connection's end
-        self._task: asyncio.Task[None] | None = None
         #: Why the connection can serve no more, if so.
         self.failure: SubscriptionError | None = None
 
@@ -174,12 +174,13 @@ async def open_publisher(
             codec.from_publisher().decode(await greet(websocket, codec.encode(hello), url))
         )
         client = PublisherClient(websocket)
-        client._task = asyncio.create_task(client._read())
-        try:
-            yield client
-        finally:
-            await websocket.close()
-            await client._task
+        async with Background() as background:
+            reader = background.start(client._read())  # ends once the connection closes
+            try:
+                yield client
+            finally:
+                await websocket.close()
+                await asyncio.wait([reader])  # the requests fail with the connection
 
 
 def open_reader(

@@ -38,39 +38,44 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import itertools
+import time
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from ssl import SSLContext
 from typing import Any
 
-import numpy as np
 from websockets.asyncio.client import ClientConnection
 from websockets.exceptions import ConnectionClosed
 from websockets.frames import CloseCode
 
 from fanout import tls
-from fanout.client.liveview import LiveView, SubscriptionError, Update
+from fanout.background import Background
+from fanout.client.core import (
+    ClientCore,
+    Ended,
+    Event,
+    Held,
+    Moved,
+    Refused,
+    Updated,
+    WriteRefused,
+    Written,
+)
+from fanout.client.liveview import LiveView
+from fanout.client.viewstate import Asked, SubscriptionError, Update
 from fanout.connection import close_reason, dial, greet
 from fanout.errors import ProtocolError
 from fanout.views import View
 from fanout.wire import codec
-from fanout.wire.columns import Columns as Payload
-from fanout.wire.columns import encode_columns
 from fanout.wire.handshake import check_welcome
 from fanout.wire.messages import (
     PROTOCOL_VERSION,
     Error,
     Hello,
     Mode,
-    NoUpdate,
     Publish,
-    Published,
-    Push,
     Subscribe,
-    Subscribed,
     Transform,
     Unsubscribe,
-    Unsubscribed,
 )
 
 __all__ = [
@@ -91,7 +96,8 @@ VIEW_KINDS = {"space": "region", "objects": "path"}
 
 
 class Subscriber:
-    """One connection to a relay, holding any number of views."""
+    """One connection to a relay, holding any number of views: the asyncio shell of a
+    ``ClientCore``, which its reader feeds with the frames received."""
 
     def __init__(
         self,
@@ -101,7 +107,7 @@ class Subscriber:
         datasets: Mapping[str, str] | None = None,
     ) -> None:
         self._websocket = websocket
-        self._buffer = buffer
+        self._core = ClientCore(buffer)
         self.capabilities = tuple(capabilities)
         #: The datasets the relay serves, each with the kind of view it takes (``region``,
         #: ``sql``, ``topic``, ``path``), as its ``Welcome`` said; empty if it said nothing (a
@@ -109,28 +115,41 @@ class Subscriber:
         self.datasets = {
             name: VIEW_KINDS.get(index, index) for name, index in (datasets or {}).items()
         }
-        self._ids = itertools.count(1)
         self._views: dict[int, LiveView] = {}
-        self._pending: dict[int, asyncio.Future[Subscribed]] = {}
-        self._pending_views: dict[int, Subscribe] = {}
-        self._rates: dict[int, float] = {}
-        self._resumed: dict[int, LiveView] = {}
-        self._publishing: dict[int, asyncio.Future[tuple[int, int]]] = {}
-        self._decoder = codec.to_subscriber()
-        self._reader: asyncio.Task[None] | None = None
-        self.errors: list[Error] = []
-        #: Why the connection can serve no more (its views ended with this error), if so.
-        self.failure: SubscriptionError | None = None
-        #: Told when the relay ends a held view with a redirect (its part moved to the relay
-        #: at the URL, ``fanout.client.following``): the view is handed over, not ended. None:
-        #: such a view ends with the redirect as a ``SubscriptionError``.
-        self.on_moved: Callable[[LiveView, str], None] | None = None
+        # Requests in flight, by sub or req: answered by the core's events.
+        self._subscribing: dict[int, asyncio.Future[None]] = {}
+        self._writing: dict[int, asyncio.Future[tuple[int, int]]] = {}
         self._into: dict[int, LiveView] = {}
+        self._on_moved: Callable[[LiveView, str], None] | None = None
+        #: Feeds the core what arrives (``connect`` starts it in its TaskGroup).
+        self._reader: asyncio.Task[None] | None = None
 
     @property
     def views(self) -> list[LiveView]:
         """The views held."""
-        return list(self._views.values())
+        return [self._views[state.sub] for state in self._core.views]
+
+    @property
+    def errors(self) -> list[Error]:
+        """Errors the relay sent about no view or request of this connection."""
+        return self._core.errors
+
+    @property
+    def failure(self) -> SubscriptionError | None:
+        """Why the connection can serve no more (its views ended with this error), if so."""
+        return self._core.failure
+
+    @property
+    def on_moved(self) -> Callable[[LiveView, str], None] | None:
+        """Told when the relay ends a held view with a redirect (its part moved to the relay
+        at the URL, ``fanout.client.following``): the view is handed over, not ended. None:
+        such a view ends with the redirect as a ``SubscriptionError``."""
+        return self._on_moved
+
+    @on_moved.setter
+    def on_moved(self, told: Callable[[LiveView, str], None] | None) -> None:
+        self._on_moved = told
+        self._core.follows_moves = told is not None
 
     async def subscribe(
         self,
@@ -172,30 +191,24 @@ class Subscriber:
                 transform, ...; code ``redirect``: another relay is responsible for it, at
                 ``location``), or the connection can serve no more (``failure``).
         """
-        sub = next(self._ids)
-        future: asyncio.Future[Subscribed] = asyncio.get_running_loop().create_future()
-        token = None
-        if resume is not None:
-            if (resume.dataset, resume.view, mode) != (dataset, view, "every"):
-                raise ValueError("resume takes an 'every' view of the same dataset and view")
-            token = resume.token() if resume.seq >= 0 else None
-        request = Subscribe(sub, dataset, view, rate, priority, transform, mode, token, stay)
+        request = self._core.subscribe(
+            Asked(dataset, view, rate, priority, transform, mode),
+            resume=resume.state if resume is not None else None,
+            stay=stay,
+            into=into.state if into is not None else None,
+        )
+        answered: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._subscribing[request.sub] = answered
         if into is not None:
-            self._into[sub] = into
-        elif token is not None:
-            self._resumed[sub] = resume  # type: ignore[assignment]
-        self._pending[sub] = future
-        self._pending_views[sub] = request
-        self._rates[sub] = rate
-        await self._send(request)
+            self._into[request.sub] = into
         try:
-            await future
+            await self._send(request)
+            await answered
         finally:
-            self._pending.pop(sub, None)
-            self._pending_views.pop(sub, None)
-            self._resumed.pop(sub, None)
-            self._into.pop(sub, None)
-        return self._views[sub]
+            self._core.withdraw(request.sub)
+            self._subscribing.pop(request.sub, None)
+            self._into.pop(request.sub, None)
+        return self._views[request.sub]
 
     async def publish(
         self,
@@ -220,38 +233,33 @@ class Subscriber:
                 (``unavailable``: no publisher connection now, or it was lost meanwhile: the
                 write may or may not be applied), or this connection can serve no more.
         """
-        if deletes and key is None:
-            raise ValueError("deletes need the dataset's key column (key=...)")
-        names = list(rows[0]) if rows else []
-        if any(list(row) != names for row in rows):
-            raise ValueError("every row must have the same columns, in the same order")
-        upserts = {name: np.asarray([row[name] for row in rows]) for name in names}
-        request = Publish(
-            next(self._ids),
-            dataset,
-            encode_columns(upserts) if upserts else Payload(),
-            encode_columns({str(key): np.asarray(list(deletes))}) if deletes else Payload(),
-        )
-        future: asyncio.Future[tuple[int, int]] = asyncio.get_running_loop().create_future()
-        self._publishing[request.req] = future
+        request = self._core.publish(dataset, rows, deletes, key)
+        written: asyncio.Future[tuple[int, int]] = asyncio.get_running_loop().create_future()
+        self._writing[request.req] = written
         try:
             await self._send(request)
-            return await future
+            return await written
         finally:
-            self._publishing.pop(request.req, None)
+            self._core.withdraw(request.req)
+            self._writing.pop(request.req, None)
+
+    async def change(self, live: LiveView, view: View, rate: float | None = None) -> None:
+        """Move held ``live`` to ``view`` (``LiveView.change``)."""
+        await self._send(self._core.change(live.state, view, rate))
+
+    async def unsubscribe(self, live: LiveView) -> None:
+        """Stop holding ``live`` (``LiveView.close``)."""
+        await self._send(self._core.unsubscribe(live.state))
 
     async def _send(self, frame: Subscribe | Unsubscribe | Publish) -> None:
-        if self.failure is not None:
-            raise self.failure
-        if isinstance(frame, Subscribe):
-            self._rates[frame.sub] = frame.rate
         await self._websocket.send(codec.encode(frame))
 
     async def _read(self) -> None:
+        """Feed the core what arrives until the connection ends, then fail it (rule 4)."""
         failure: SubscriptionError | None = None
         try:
             async for message in self._websocket:
-                self._on_frame(self._decoder.decode(message))
+                self._handle(self._core.receive_data(message, time.time()))
         except ConnectionClosed as exc:
             failure = SubscriptionError("closed", f"connection to the relay closed: {exc}")
         except ProtocolError as exc:
@@ -259,77 +267,55 @@ class Subscriber:
             # Nobody reads this connection any more: close it, so the relay learns why.
             await self._websocket.close(CloseCode.PROTOCOL_ERROR, close_reason(str(exc)))
         failure = failure or SubscriptionError("closed", "connection to the relay closed")
-        self.failure = failure
-        for view in self._views.values():
-            if not view._closed:
-                view._end(failure)
-        futures: list[asyncio.Future[Any]] = [*self._pending.values()]
-        for future in [*futures, *self._publishing.values()]:
-            if not future.done():
-                future.set_exception(failure)
+        self._handle(self._core.fail(failure), failed=True)
 
-    def _on_frame(self, frame: object) -> None:
-        match frame:
-            case Push() | NoUpdate() if frame.sub in self._views:
-                self._views[frame.sub]._apply(frame)
-            case Subscribed(sub=sub) if sub in self._pending:
-                self._views[sub] = self._held(frame)
-                self._pending[sub].set_result(frame)
-            case Unsubscribed(sub=sub) if sub in self._views:
-                self._views.pop(sub)._end(None)
-            case Error(code="resync", ref=ref) if ref in self._views:
-                self._views[ref].resyncs += 1  # a full push follows
-            case Published(req=req, first=first, last=last) if req in self._publishing:
-                self._publishing[req].set_result((first, last))
-            case Error(ref=ref) if ref is not None and ref in self._publishing:
-                self._publishing[ref].set_exception(SubscriptionError(frame.code, frame.message))
-            case Error(ref=ref) if ref is not None and ref in self._pending:
-                failure = SubscriptionError(frame.code, frame.message, frame.location)
-                self._pending[ref].set_exception(failure)
-            case Error(code="redirect", ref=ref, location=str(location)) if (
-                ref in self._views and self.on_moved is not None
-            ):
-                self.on_moved(self._views.pop(ref), location)
-            case Error(ref=ref) if ref is not None and ref in self._views:
-                self._views.pop(ref)._end(
-                    SubscriptionError(frame.code, frame.message, frame.location)
-                )
-            case Error():
-                self.errors.append(frame)
-            case _:
-                raise ProtocolError(f"unexpected frame from the relay: {frame!r:.200}")
+    def _handle(self, events: list[Event], failed: bool = False) -> None:
+        """Turn the core's events into views, wake-ups and answers."""
+        for event in events:
+            match event:
+                case Updated(sub=sub):
+                    self._views[sub].wake()
+                case Held(sub=sub):
+                    self._views[sub] = self._holding(sub)
+                    _answer(self._subscribing.get(sub), None)
+                case Refused(sub=sub, error=error):
+                    _answer(self._subscribing.get(sub), error)
+                case Ended(sub=sub):
+                    live = self._views[sub] if failed else self._views.pop(sub)
+                    live.wake()
+                case Moved(sub=sub, location=location):
+                    assert self._on_moved is not None  # the core follows moves only then
+                    self._on_moved(self._views.pop(sub), location)
+                case Written(req=req, first=first, last=last):
+                    _answer(self._writing.get(req), (first, last))
+                case WriteRefused(req=req, error=error):
+                    _answer(self._writing.get(req), error)
 
-    def _held(self, subscribed: Subscribed) -> LiveView:
-        """The view a ``Subscribed`` answer starts holding: a new one, one continuing a
-        resumed view's rows and seq, or one moved here from another connection (``into``)."""
-        sub = subscribed.sub
-        moved = self._into.pop(sub, None)
-        if moved is not None:
-            return moved._moved_to(self, sub, subscribed)
-        request = self._pending_views[sub]
-        view = LiveView(
-            sub,
-            request.dataset,
-            request.view,
-            subscribed.key,
-            subscribed.columns,
-            self,
-            buffer=self._buffer,
-            priority=request.priority,
-            transform=request.transform,
-            mode=request.mode,
-        )
-        earlier = self._resumed.get(sub)
-        if earlier is not None:  # continue from its rows and seq
-            view._continue(earlier)
-        return view
+    def _holding(self, sub: int) -> LiveView:
+        """The view object for a subscription just held: the moved one (``into``), or new."""
+        state = self._core.view(sub)
+        moved = self._into.get(sub)
+        if moved is None:
+            return LiveView(state, self)
+        moved.subscriber = self
+        moved.wake()  # its state came with it: updates not yet yielded, if any
+        return moved
 
     async def close(self) -> None:
-        """Close the connection."""
+        """Close the connection; its views end with it."""
         await self._websocket.close()
-        if self._reader is not None:
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._reader
+        if self._reader is not None:  # it ends once the connection closed
+            await asyncio.wait([self._reader])
+
+
+def _answer(future: asyncio.Future[Any] | None, result: Any) -> None:
+    """Answer a request's waiter, if it still waits: with ``result``, or raise it."""
+    if future is None or future.done():
+        return
+    if isinstance(result, BaseException):
+        future.set_exception(result)
+    else:
+        future.set_result(result)
 
 
 @contextlib.asynccontextmanager
@@ -371,8 +357,9 @@ async def connect(
         answer = await greet(websocket, codec.encode(hello), url)
         welcome = check_welcome(codec.to_subscriber().decode(answer))
         subscriber = Subscriber(websocket, buffer, capabilities, welcome.datasets)
-        subscriber._reader = asyncio.create_task(subscriber._read())
-        try:
-            yield subscriber
-        finally:
-            await subscriber.close()
+        async with Background() as background:
+            subscriber._reader = background.start(subscriber._read())
+            try:
+                yield subscriber
+            finally:
+                await subscriber.close()

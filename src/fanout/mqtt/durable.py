@@ -47,7 +47,6 @@ a retained one replaced within the same micro-batch, is delivered live only and 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import time
 from collections import Counter, deque
@@ -57,7 +56,9 @@ from dataclasses import dataclass, field
 from redis.exceptions import RedisError
 
 from fanout import cancelling
+from fanout.background import Background
 from fanout.client.subscriber import LiveView, Subscriber, SubscriptionError, Update, connect
+from fanout.client.viewstate import Asked, ViewState
 from fanout.errors import FanoutError
 from fanout.mqtt import packets as p
 from fanout.mqtt.actions import Action, Restore
@@ -126,7 +127,10 @@ class Durable:
         self._held_since: dict[str, float] = {}
         self._saved: dict[str, str] = {}  # client id -> the JSON last written
         self._subscriber: Subscriber | None = None
-        self._background: set[asyncio.Task[None]] = set()
+        # The restores and follow streams run in ``run``'s TaskGroup; restores asked for
+        # before it opened wait for it.
+        self._tasks: Background | None = None
+        self._restores: list[Restore] = []
         self._locks: dict[str, asyncio.Lock] = {}  # one write of a session at a time
         #: Per restored session, the QoS 2 messages in flight or completed on the relay before
         #: (topic, payload): not replayed from the log (rule 7).
@@ -141,9 +145,10 @@ class Durable:
 
     def on_restore(self, action: Restore) -> None:
         """A CONNECT waits for its session from Redis (rule 2)."""
-        task = asyncio.get_running_loop().create_task(self._restore(action))
-        self._background.add(task)
-        task.add_done_callback(self._background.discard)
+        if self._tasks is None:
+            self._restores.append(action)
+        else:
+            self._tasks.start(self._restore(action))
 
     def on_offer(self, session: Session, message: p.Publish, copy: p.Publish) -> bool:
         """A live copy for ``session``: remember it for the log (rule 3), hold it (rule 5)."""
@@ -184,6 +189,18 @@ class Durable:
 
     async def run(self, reconnect_delay: float = 0.5) -> None:
         """Follow and save sessions until cancelled; reconnect to the relay on failures."""
+        async with Background() as tasks:
+            self._tasks = tasks
+            for action in self._restores:
+                tasks.start(self._restore(action))
+            self._restores.clear()
+            try:
+                await self._connected(reconnect_delay)
+            finally:
+                self._tasks = None
+
+    async def _connected(self, reconnect_delay: float) -> None:
+        """Be connected to the relay, following and saving, again after each failure."""
         while True:
             try:
                 async with connect(self.url(), name="mqtt-sessions") as subscriber:
@@ -315,9 +332,9 @@ class Durable:
     # -- follow streams -----------------------------------------------------------------------
 
     def _start(self, follow: Follow) -> None:
-        if self._subscriber is None or follow.task is not None:
+        if self._subscriber is None or self._tasks is None or follow.task is not None:
             return  # started when the relay is reached
-        follow.task = asyncio.get_running_loop().create_task(self._follow(follow))
+        follow.task = self._tasks.start(self._follow(follow))
 
     def _stop(self, follow: Follow) -> None:
         if follow.task is not None:
@@ -439,13 +456,10 @@ class Durable:
         self.apply(actions)
 
     async def close(self) -> None:
-        """Stop the follow streams and restores."""
+        """Stop the follow streams and restores (``run`` ending stopped them already)."""
         for follow in self._follows.values():
             self._stop(follow)
-        for task in list(self._background):
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+        self._restores.clear()
 
 
 def _earlier(subscriber: Subscriber, follow: Follow) -> LiveView | None:
@@ -453,18 +467,16 @@ def _earlier(subscriber: Subscriber, follow: Follow) -> LiveView | None:
     position = follow.position
     if position is None:
         return None
-    return LiveView(
+    state = ViewState(
         0,
-        follow.dataset,
-        topic_view(follow.sub.filter),
+        Asked(follow.dataset, topic_view(follow.sub.filter), mode="every"),
         position.key,
         [],
-        subscriber,
         rows={t: {} for t in position.topics},
         epoch=position.epoch,
         seq=position.seq,
-        mode="every",
     )
+    return LiveView(state, subscriber)
 
 
 def _take_held(

@@ -131,7 +131,8 @@ class Cluster:
         self._links: dict[str, Outgoing] = {}
         self._locks: dict[str, asyncio.Lock] = {}  # one writer of a link at a time
         self._incoming = Incoming()
-        self._ack_readers: set[asyncio.Task[None]] = set()
+        #: ``run``'s TaskGroup, which owns the readers of the peers' acknowledgements.
+        self._tasks: asyncio.TaskGroup | None = None
         self._turns: dict[str, int] = {}
         self._served: set[asyncio.StreamWriter] = set()
         self._registered = 0  # subscriptions of this relay in the table
@@ -157,6 +158,7 @@ class Cluster:
         server = await asyncio.start_server(self._serve_peer, self.host, self.peer_port)
         try:
             async with server, asyncio.TaskGroup() as tasks:
+                self._tasks = tasks
                 self.peer_port = server.sockets[0].getsockname()[1]
                 await self._renew()
                 tasks.create_task(self._keep_lease())
@@ -171,8 +173,7 @@ class Cluster:
         finally:
             for writer in self._peers.values():
                 writer.transport.abort()
-            for task in self._ack_readers:
-                task.cancel()
+            self._tasks = None  # its acknowledgement readers ended with it
             for writer in self._served:
                 writer.transport.abort()
             if self.durable is not None:
@@ -274,9 +275,8 @@ class Cluster:
         reader, writer = await asyncio.wait_for(asyncio.open_connection(host, int(port)), 5)
         self._peers[relay] = writer
         link.reconnected()
-        task = asyncio.get_running_loop().create_task(self._read_acks(relay, reader, writer))
-        self._ack_readers.add(task)
-        task.add_done_callback(self._ack_readers.discard)
+        assert self._tasks is not None, "links are connected only while run() runs"
+        self._tasks.create_task(self._read_acks(relay, reader, writer))
         return writer
 
     async def _read_acks(

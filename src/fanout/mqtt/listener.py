@@ -65,12 +65,14 @@ class Listener:
         #: ``Persist`` came meanwhile (the session is written once more before it goes).
         self._held: dict[int, list[Action]] = {}
         self._again: set[int] = set()
-        self._persisting: set[asyncio.Task[None]] = set()
+        #: ``run``'s TaskGroup, which owns the session writes (``_persist``).
+        self._tasks: asyncio.TaskGroup | None = None
 
     async def run(self, ready: Callable[[int], None] | None = None) -> None:
         """Serve until cancelled; ``ready(port)`` is called once listening."""
         server = await asyncio.start_server(self._serve, self.host, self.port)
         async with server, asyncio.TaskGroup() as tasks:
+            self._tasks = tasks
             for companion in self.companions:
                 tasks.create_task(companion())
             self.port = server.sockets[0].getsockname()[1]
@@ -81,6 +83,7 @@ class Listener:
                     await asyncio.sleep(1.0)
                     self.apply(self.broker.tick(time.monotonic()))
             finally:
+                self._tasks = None
                 for writer in list(self._writers.values()):
                     writer.transport.abort()
 
@@ -120,10 +123,12 @@ class Listener:
         if action.connection in self._held:
             self._again.add(action.connection)
             return
+        if self._tasks is None:  # stopping: as if the write failed (``_write``)
+            log.warning("mqtt session %r not written: stopping; closed", action.client_id)
+            self.apply([Close(action.connection, "session not written")])
+            return
         self._held[action.connection] = []
-        task = asyncio.get_running_loop().create_task(self._write(action, self.on_persist))
-        self._persisting.add(task)
-        task.add_done_callback(self._persisting.discard)
+        self._tasks.create_task(self._write(action, self.on_persist))
 
     async def _write(self, action: Persist, write: Callable[[str], Awaitable[None]]) -> None:
         """Write the session (again while more ``Persist`` came), then let its output go."""
