@@ -16,6 +16,13 @@ or a PostgreSQL driver only where the module works with them:
   to real relays, sending the batches its caller makes (no Spark).
 - :mod:`fanout.testing.relays`: real relays on loopback, in this event loop or in a process of
   their own.
+- :mod:`fanout.testing.catalog`, :mod:`fanout.testing.batches` and
+  :mod:`fanout.testing.relaycore`: catalog entries, batches and a relay core ready for frames,
+  as tests build them.
+- :mod:`fanout.testing.memory`: ``memory_pair()``, two connected ends carrying WebSocket
+  messages both ways, for whole conversations without sockets.
+- :mod:`fanout.testing.strategies`: Hypothesis strategies for views (needs Hypothesis, a dev
+  dependency: not imported by this package).
 - :mod:`fanout.testing.frames`: ``head()``, a frame's header decoded and the rest skipped.
 - :mod:`fanout.testing.audit`: ``audit()``, an ``every`` subscriber's updates replayed against
   the publisher's log.
