@@ -9,11 +9,12 @@ from hypothesis import strategies as st
 from fanout.relay.core.holding import Holding
 from fanout.relay.core.planner import Policy
 from fanout.relay.core.relaycore import UPSTREAM, RelayCore, Send
+from fanout.testing.catalog import AGENTS
+from fanout.testing.relaycore import ready_core
 from fanout.views import Box
 from fanout.wire.messages import (
     Acquire,
     Catalog,
-    DatasetInfo,
     Error,
     Subscribe,
     Subscribed,
@@ -86,8 +87,6 @@ def test_a_request_held_without_a_time_gets_its_deadline_at_the_first_look() -> 
 
 # -- in the core: what a subscriber sees while the relay has no catalog ---------------------
 
-INFO = DatasetInfo("agents", "id", {"id": "<i8", "x": "<f8", "y": "<f8"}, "space", ["x", "y"])
-
 
 def to(sends: list[Send], client: int) -> list[object]:
     return [send.frame for send in sends if send.to == client]
@@ -100,7 +99,7 @@ def test_a_relay_without_a_catalog_holds_a_subscription_and_takes_it_when_the_ca
     assert core.on_subscribe(1, Subscribe(5, "agents", VIEW), 0.0) == []  # no answer yet
     assert core.on_subscribe(1, Subscribe(6, "nope", VIEW), 0.0) == []
     assert core.stats()["held"] == 2
-    core.on_catalog(Catalog([INFO]))
+    core.on_catalog(Catalog([AGENTS]))
     sends = core.on_upstream_connected()
     assert [type(f) for f in to(sends, 1)] == [Subscribed, Error]
     assert to(sends, 1)[0].sub == 5  # type: ignore[attr-defined]
@@ -133,7 +132,7 @@ def test_a_held_subscription_may_be_withdrawn_or_dropped_with_its_connection() -
     [done] = to(core.on_unsubscribe(1, Unsubscribe(5)), 1)
     assert isinstance(done, Unsubscribed)
     core.on_disconnect(2)
-    core.on_catalog(Catalog([INFO]))
+    core.on_catalog(Catalog([AGENTS]))
     assert core.on_upstream_connected() == []  # nobody was left waiting
 
 
@@ -147,9 +146,7 @@ def test_held_subscriptions_count_towards_a_connections_limit() -> None:
 
 
 def test_with_the_publisher_away_known_datasets_are_served_and_unknown_ones_held() -> None:
-    core = RelayCore(Policy(widen="margin"))
-    core.on_catalog(Catalog([INFO]))
-    core.on_upstream_connected()
+    core = ready_core(policy=Policy(widen="margin"))
     core.on_upstream_lost()
     sends = core.on_subscribe(1, Subscribe(1, "agents", VIEW))
     assert [type(f) for f in to(sends, 1)] == [Subscribed]

@@ -16,9 +16,9 @@ from hypothesis import strategies as st
 
 from fanout.errors import Unauthorized
 from fanout.relay.core.planner import Policy
-from fanout.relay.core.relaycore import UPSTREAM, RelayCore, Send
+from fanout.relay.core.relaycore import UPSTREAM, Send
 from fanout.relay.core.rules import effective, restrict, topic_meet
-from fanout.relay.data.tables import TableStore
+from fanout.testing.relaycore import ready_core
 from fanout.views import Box
 from fanout.views.anyof import AnyOf
 from fanout.views.objects import ObjectPath
@@ -30,7 +30,6 @@ from fanout.wire.columns import decode_columns, encode_columns
 from fanout.wire.messages import (
     Acquire,
     Batch,
-    Catalog,
     Curious,
     DatasetInfo,
     Error,
@@ -375,9 +374,7 @@ def test_an_objects_dataset_serves_a_directory_narrowed_to_the_objects_its_rules
     for name in ("1", "2", "3"):
         store.write(f"/c/{name}", [SetAttribute("rpm", Value("n", name + "00"))])
     rows = [cell.row() for cell in store]
-    core = RelayCore(Policy(grace=0.0), engine=TableStore())
-    core.on_catalog(Catalog([pps]))
-    core.on_upstream_connected()
+    core = ready_core(pps, policy=Policy(grace=0.0))
     request = Subscribe(1, "pps", parse("/c/.all", "path"), rate=1000.0)
     request = restrict(request, {"pps": ["/c/1", "/c/2"]}, {"pps": "objects"})
     sends = core.on_subscribe(1, request)
@@ -413,7 +410,6 @@ def test_object_path_narrowing_and_its_refusals() -> None:
 
 # -- served by the relay's core ---------------------------------------------------------------
 
-INFO = DatasetInfo("agents", "id", {"id": "<i8", "x": "<f8", "y": "<f8"}, "space", ["x", "y"])
 SPACE = {"agents": "space"}
 grid_points = st.tuples(st.integers(-1, 9).map(float), st.integers(-1, 9).map(float))
 changes = st.dictionaries(
@@ -534,9 +530,7 @@ def test_no_row_outside_the_rules_reaches_a_subscriber(
     rules (boxes and discs), and after every push of mode latest the subscriber holds exactly
     the truth inside its view and its rules (plain comparisons)."""
     rules = {"agents": [str(shape) for shape in rule_shapes]}
-    core = RelayCore(Policy(widen="margin", grace=0.0), engine=TableStore())
-    core.on_catalog(Catalog([INFO]))
-    core.on_upstream_connected()
+    core = ready_core(policy=Policy(widen="margin", grace=0.0))
     upstream = Upstream()
     held: dict[int, tuple[float, float]] = {}
     current = view
