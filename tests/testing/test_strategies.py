@@ -46,3 +46,10 @@ def test_sectors_in_3d_are_headed_by_azimuth_and_elevation(sector: Sector) -> No
     assert sector.dims == 3
     assert isinstance(sector.heading, tuple)
     assert sector.heading[1] == 0.3
+
+
+@given(fs.grid_boxes(4), fs.grid_discs(4, max_radius=2))
+def test_grid_shapes_lie_on_the_integer_grid(box: Box, disc: Sphere) -> None:
+    assert all(float(v).is_integer() and 0 <= v <= 4 for v in (*box.lo, *box.hi))
+    assert all(float(v).is_integer() and 0 <= v <= 4 for v in disc.center)
+    assert disc.radius in (1, 2)

@@ -7,6 +7,7 @@ huge floats that make them overflow); the defaults are a 2-D world of about 40 u
 
 - ``boxes``, ``spheres``, ``sectors``: one shape of ``dims`` dimensions; ``primitives``: any of
   them; ``regions``: one primitive or a ``RegionUnion`` of up to ``max_members``.
+- ``grid_boxes``, ``grid_discs``: 2-D boxes and discs on a small integer grid.
 - ``tiling``: a box cut into pieces by random guillotine cuts (pieces that cover it exactly).
 """
 
@@ -21,7 +22,8 @@ from fanout.views.region import RegionUnion, Sector
 
 Floats = st.SearchStrategy[float]
 
-#: Coordinates: small integers (edges that meet) or floats rounded to 9 places.
+#: Coordinates: small integers (edges that meet) or floats rounded to 9 places (distances that
+#: underflow, 1e-175 squared is 0, are not geometry).
 COORDS = st.integers(-20, 20).map(float) | st.floats(-20, 20).map(lambda v: round(v, 9))
 #: Side lengths and radii, from nothing to 16.
 SIZES = st.integers(0, 16).map(float) | st.floats(0, 16).map(lambda v: round(v, 9))
@@ -99,7 +101,8 @@ def regions(
 ) -> st.SearchStrategy[Box | Sphere | Sector | RegionUnion]:
     """One of ``members`` (``primitives(dims)`` by default), or a union of up to
     ``max_members`` of them."""
-    drawn = st.lists(members or primitives(dims), min_size=1, max_size=max_members)
+    shapes = primitives(dims) if members is None else members
+    drawn = st.lists(shapes, min_size=1, max_size=max_members)
     return drawn.map(lambda found: found[0] if len(found) == 1 else RegionUnion(tuple(found)))
 
 
@@ -114,3 +117,20 @@ def tiling(draw: st.DrawFn, box: Box, cuts: int) -> list[Box]:
         pieces.append((lo, [*hi[:axis], cut, *hi[axis + 1 :]]))
         pieces.append(([*lo[:axis], cut, *lo[axis + 1 :]], hi))
     return [Box(tuple(lo), tuple(hi)) for lo, hi in pieces]
+
+
+@st.composite
+def grid_boxes(draw: st.DrawFn, high: int, low: int = 0) -> Box:
+    """2-D boxes whose corners lie on the integers ``low..high``: edges that meet and flat boxes
+    come up often, and a test's oracle can check a grid of points between them."""
+    coords = st.integers(low, high)
+    x0, x1 = sorted((draw(coords), draw(coords)))
+    y0, y1 = sorted((draw(coords), draw(coords)))
+    return Box((x0, y0), (x1, y1))
+
+
+def grid_discs(high: int, max_radius: int, low: int = 0) -> st.SearchStrategy[Sphere]:
+    """Discs centred on the integers ``low..high``, of a whole radius from 1 to
+    ``max_radius``."""
+    coords = st.integers(low, high)
+    return st.builds(lambda x, y, r: Sphere((x, y), r), coords, coords, st.integers(1, max_radius))

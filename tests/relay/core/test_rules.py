@@ -18,6 +18,7 @@ from fanout.errors import Unauthorized
 from fanout.relay.core.planner import Policy
 from fanout.relay.core.relaycore import UPSTREAM, Send
 from fanout.relay.core.rules import effective, restrict, topic_meet
+from fanout.testing import strategies as fs
 from fanout.testing.relaycore import ready_core
 from fanout.views import Box
 from fanout.views.anyof import AnyOf
@@ -41,14 +42,9 @@ from fanout.wire.messages import (
 
 # -- regions ----------------------------------------------------------------------------------
 
-coords = st.integers(0, 12)
 
-
-@st.composite
-def boxes(draw: st.DrawFn) -> Box:
-    x0, x1 = sorted((draw(coords), draw(coords)))
-    y0, y1 = sorted((draw(coords), draw(coords)))
-    return Box((x0, y0), (x1, y1))
+def boxes() -> st.SearchStrategy[Box]:
+    return fs.grid_boxes(12)
 
 
 def in_box(box: Box, x: float, y: float) -> bool:
@@ -79,9 +75,8 @@ def test_a_box_view_is_clipped_to_box_rules_exactly(
     assert {p for p in POINTS if in_region(served, *p)} == wanted
 
 
-@st.composite
-def discs(draw: st.DrawFn) -> Sphere:
-    return Sphere((draw(coords), draw(coords)), draw(st.integers(1, 8)))
+def discs() -> st.SearchStrategy[Sphere]:
+    return fs.grid_discs(12, 8)
 
 
 def in_disc(disc: Sphere, x: float, y: float) -> bool:
