@@ -31,6 +31,7 @@ HEAVY = ("pyspark", "duckdb", "psycopg", "hypothesis")
         ("fanout.testing.memory", ()),
         ("fanout.testing.relaycore", ("duckdb",)),  # a core holds its SQL tables in DuckDB
         ("fanout.testing.strategies", ("hypothesis",)),
+        ("fanout.testing.oracle", ()),
     ],
 )
 def test_a_module_pulls_in_nothing_heavy_it_does_not_use(module: str, allowed: tuple) -> None:

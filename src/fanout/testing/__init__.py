@@ -22,7 +22,8 @@ or a PostgreSQL driver only where the module works with them:
 - :mod:`fanout.testing.memory`: ``memory_pair()``, two connected ends carrying WebSocket
   messages both ways, for whole conversations without sockets.
 - :mod:`fanout.testing.strategies`: Hypothesis strategies for views (needs Hypothesis, a dev
-  dependency: not imported by this package).
+  dependency: not imported by this package); :mod:`fanout.testing.oracle`: 2-D regions'
+  membership by plain comparisons, the brute-force oracle they are tested against.
 - :mod:`fanout.testing.frames`: ``head()``, a frame's header decoded and the rest skipped.
 - :mod:`fanout.testing.audit`: ``audit()``, an ``every`` subscriber's updates replayed against
   the publisher's log.

@@ -15,30 +15,18 @@ from hypothesis import strategies as st
 
 from fanout.errors import InvalidView
 from fanout.testing import strategies as fs
+from fanout.testing.oracle import grid_points, inside
 from fanout.views import View, covers, residual
 from fanout.views.region import Box, Intersection, RegionUnion, Sphere
 from fanout.views.text import parse
 
-GRID = [(x / 2, y / 2) for x in range(-1, 23) for y in range(-1, 23)]
+GRID = grid_points(10)
 XS = np.array([p[0] for p in GRID])
 YS = np.array([p[1] for p in GRID])
 
 
 def discs() -> st.SearchStrategy[Sphere]:
     return fs.grid_discs(10, 6)
-
-
-def inside(shape: object, x: float, y: float) -> bool:
-    """The oracle: plain comparisons."""
-    if isinstance(shape, RegionUnion):
-        return any(inside(member, x, y) for member in shape.members)
-    if isinstance(shape, Intersection):
-        return all(inside(part, x, y) for part in shape.parts)
-    if isinstance(shape, Sphere):
-        (cx, cy), r = shape.center, shape.radius
-        return (x - cx) ** 2 + (y - cy) ** 2 <= r * r
-    assert isinstance(shape, Box)
-    return shape.lo[0] <= x <= shape.hi[0] and shape.lo[1] <= y <= shape.hi[1]
 
 
 shapes = st.one_of(fs.grid_boxes(10), discs())
