@@ -49,15 +49,14 @@ from typing import Any
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).parent))
 from fanout.client.subscriber import LiveView, Subscriber, connect
 from fanout.launch import start
 from fanout.mqtt import packets as p
 from fanout.mqtt.decoding import decode, split
 from fanout.mqtt.encoding import encode
 from fanout.testing.ports import LOOPBACK, free_port
+from fanout.testing.world import AGENTS, TICK_RATE, VIEW_SIDE, WORLD, Entities, publisher_main
 from fanout.views import Box
-from relay import AGENTS, TICK_RATE, VIEW_SIDE, WORLD, Entities, publisher_main
 
 CELL = VIEW_SIDE
 CELLS = int(np.ceil(WORLD / CELL))

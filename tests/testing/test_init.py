@@ -32,6 +32,8 @@ HEAVY = ("pyspark", "duckdb", "psycopg", "hypothesis")
         ("fanout.testing.relaycore", ("duckdb",)),  # a core holds its SQL tables in DuckDB
         ("fanout.testing.strategies", ("hypothesis",)),
         ("fanout.testing.oracle", ()),
+        ("fanout.testing.world", ()),
+        ("fanout.testing.sparkstate", ("pyspark", "psycopg")),  # the publisher's stream and sources
     ],
 )
 def test_a_module_pulls_in_nothing_heavy_it_does_not_use(module: str, allowed: tuple) -> None:
