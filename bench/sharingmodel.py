@@ -46,8 +46,8 @@ from fanout.relay.core.planner import IN_A_MAP, Policy
 from fanout.relay.core.upstream import Primitive
 from fanout.testing.calibration import calibrate
 from fanout.testing.machine import describe, write_results
+from fanout.testing.sharing import AGENTS, RELAYS, WORLD, Views
 from fanout.views import Box
-from sharing import AGENTS, RELAYS, WORLD, Views
 
 RESULTS = Path(__file__).parent / "results" / "sharingmodel.json"
 SAMPLES = 400_000

@@ -33,6 +33,7 @@ HEAVY = ("pyspark", "duckdb", "psycopg", "hypothesis")
         ("fanout.testing.strategies", ("hypothesis",)),
         ("fanout.testing.oracle", ()),
         ("fanout.testing.world", ()),
+        ("fanout.testing.sharing", ()),
         ("fanout.testing.sparkstate", ("pyspark", "psycopg")),  # the publisher's stream and sources
     ],
 )

@@ -35,7 +35,8 @@ or a PostgreSQL driver only where the module works with them:
 - :mod:`fanout.testing.httpstream`: an NDJSON ``/v1/subscribe`` client that follows a stream
   whose part moved.
 - :mod:`fanout.testing.world` and :mod:`fanout.testing.sparkstate`: the relay benchmarks'
-  moving entities, publisher and routes; Spark's stateful stream alone, for the publisher's.
+  moving entities, publisher and routes; Spark's stateful stream alone, for the publisher's;
+  :mod:`fanout.testing.sharing`: the sharing benchmark's set-up.
 - :mod:`fanout.testing.cpu`: CPU time of a process, a process tree or the whole machine.
 - :mod:`fanout.testing.machine` and :mod:`fanout.testing.calibration`: what every benchmark
   records about the machine it ran on, and a fixed workload timed in the same run.
