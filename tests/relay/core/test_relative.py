@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 
 from fanout.relay.core.planner import Policy
 from fanout.relay.core.relaycore import UPSTREAM, Send
-from fanout.testing.relaycore import ready_core
+from fanout.testing.relaycore import frames_to, ready_core
 from fanout.views import Box, Sphere
 from fanout.views.entity import Entity
 from fanout.views.kinds import View
@@ -130,7 +130,7 @@ class Conversation:
         self.now += 1.0
         sends = self.core.pushes(self.now, lambda client: True)
         self.publisher.take(sends)
-        mine = [s.message() for s in sends if s.to == CLIENT]
+        mine = frames_to(sends, CLIENT)
         self.errors += [m for m in mine if isinstance(m, Error)]
         pushes = [m for m in mine if isinstance(m, Push | NoUpdate)]
         for push in pushes:

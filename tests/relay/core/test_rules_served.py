@@ -12,7 +12,7 @@ from fanout.relay.core.planner import Policy
 from fanout.relay.core.relaycore import UPSTREAM, Send
 from fanout.relay.core.rules import restrict
 from fanout.testing.oracle import grid_points, in_box, inside
-from fanout.testing.relaycore import ready_core
+from fanout.testing.relaycore import frames_to, ready_core
 from fanout.views import Box
 from fanout.views.region import Sphere
 from fanout.wire.columns import decode_columns, encode_columns
@@ -170,7 +170,7 @@ def test_no_row_outside_the_rules_reaches_a_subscriber(
             sends = core.pushes(now, lambda client: True)
             for answer in upstream.take(sends):
                 core.on_knowledge(answer)
-            mine = [s.message() for s in sends if s.to == 1]
+            mine = frames_to(sends, 1)
             for frame in mine:
                 if isinstance(frame, Push):
                     if frame.full:
