@@ -61,7 +61,6 @@ import os
 import shutil
 import signal
 import statistics
-import sys
 import tempfile
 import time
 from dataclasses import dataclass, field, replace
@@ -119,10 +118,9 @@ def measure_floor(cases: list[str], batches: int) -> dict[str, dict[str, float]]
     """
     # bench/state.py's machinery, at this benchmark's load; imported here so the Spark session
     # exists only for this phase.
-    sys.path.insert(0, str(Path(__file__).parent))
-    import state as floor_bench  # noqa: PLC0415
     from fanout.publisher.sources.simulation import SimulationParams  # noqa: PLC0415
     from fanout.publisher.spark import spark_session  # noqa: PLC0415
+    from fanout.testing import sparkstate  # noqa: PLC0415
 
     workdir = Path(tempfile.mkdtemp(prefix="fanout-bench-latency-floor-"))
     spark = spark_session(MASTER, app_name="fanout-bench-latency-floor")
@@ -140,15 +138,15 @@ def measure_floor(cases: list[str], batches: int) -> dict[str, dict[str, float]]
         for case in cases:
             spark.conf.unset("spark.sql.streaming.stateStore.providerClass")
             for key, value in (
-                floor_bench.ROCKSDB if case == "rocksdb" else floor_bench.HDFS
+                sparkstate.ROCKSDB if case == "rocksdb" else sparkstate.HDFS
             ).items():
                 spark.conf.set(key, value)
             checkpoint = workdir / case
             stateful = case != "source"
             load = replace(base, max_ticks=period)
-            floor_bench.run(spark, load, checkpoint, stateful=stateful, batches=None)
+            sparkstate.run(spark, load, checkpoint, stateful=stateful, batches=None)
             one = replace(base, max_ticks_per_batch=1)
-            runs = floor_bench.run(
+            runs = sparkstate.run(
                 spark, one, checkpoint, stateful=stateful, batches=FLOOR_SKIP + batches
             )[FLOOR_SKIP:]
             trigger = [r["durationMs"]["triggerExecution"] for r in runs]

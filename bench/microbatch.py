@@ -35,7 +35,6 @@ import json
 import os
 import shutil
 import statistics
-import sys
 import tempfile
 import time
 from collections.abc import Callable
@@ -52,12 +51,10 @@ from fanout.publisher.matching.local import local_tables
 from fanout.publisher.microbatch import match_changes
 from fanout.publisher.sources.simulation import SimulationParams
 from fanout.publisher.spark import spark_session
+from fanout.testing import sparkstate
 from fanout.testing.calibration import calibrate
 from fanout.testing.machine import describe, write_results
 from fanout.views import Box
-
-sys.path.insert(0, str(Path(__file__).parent))
-import state as floor_bench
 
 RESULTS = Path(__file__).parent / "results" / "microbatch.json"
 AGENTS = 100_000
@@ -98,7 +95,7 @@ def run_size(
     )
     dataset = agents(base)
     checkpoint = workdir / f"ticks-{ticks}"
-    floor_bench.run(spark, replace(base, max_ticks=PERIOD), checkpoint, stateful=True, batches=None)
+    sparkstate.run(spark, replace(base, max_ticks=PERIOD), checkpoint, stateful=True, batches=None)
     matcher = matcher_for(dataset)
     sinks = {case: _sink(spark, case, dataset, matcher) for case in cases}
     first: list[int] = []
@@ -112,7 +109,7 @@ def run_size(
         sinks[case](changes)
 
     params = replace(base, max_ticks_per_batch=ticks)
-    stream = floor_bench.rows(spark, params, stateful=True)
+    stream = sparkstate.rows(spark, params, stateful=True)
     writer = stream.writeStream.outputMode("update").option("checkpointLocation", str(checkpoint))
     total = len(cases) * (SKIP + measured)
     query = writer.foreachBatch(each).start()

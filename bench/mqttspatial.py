@@ -1,17 +1,18 @@
 """The relay benchmark's spatial workload over MQTT: per-cell topics on Mosquitto against box
 views on one fanout relay (``bench/mqtt.py --spatial``).
 
-The world of ``bench/relay.py`` (its ``Entities``: ENTITIES points in a 4,000 x 4,000 world,
-every one moving every tick, 10 ticks a second), shown to N subscribers, each holding a
-125 x 125 box at a random place (the relay benchmark's view size; the boxes stay put here).
+The world of ``bench/relay.py`` (``fanout.testing.world``'s ``Entities``: ENTITIES points in a
+4,000 x 4,000 world, every one moving every tick, 10 ticks a second), shown to N subscribers,
+each holding a 125 x 125 box at a random place (the relay benchmark's view size; the boxes stay
+put here).
 
 * **Mosquitto**: the world is cut into 125 x 125 cells, one topic each (``cells/<cx>/<cy>``);
   every tick a publisher process sends each cell's rows (id, x, y, after a header with the tick
   and its send time) as one QoS 0 message to its topic. A subscriber subscribes to the cells
   its box overlaps (up to four) and gets all their rows.
-* **fanout**: the relay benchmark's scripted publisher process (``bench/relay.py``'s ``World``:
-  each tick, the rows inside the relay's primitives) and one relay process; a subscriber holds
-  its box as a view at 10 pushes a second and gets the rows inside it.
+* **fanout**: the relay benchmark's scripted publisher process (``fanout.testing.world``'s
+  ``World``: each tick, the rows inside the relay's primitives) and one relay process; a
+  subscriber holds its box as a view at 10 pushes a second and gets the rows inside it.
 
 The same kind of client for both: asyncio connections in one process (MQTT through the
 project's own packet codec, fanout through its client library), each decoding every row it
@@ -49,15 +50,14 @@ from typing import Any
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).parent))
 from fanout.client.subscriber import LiveView, Subscriber, connect
 from fanout.launch import start
 from fanout.mqtt import packets as p
 from fanout.mqtt.decoding import decode, split
 from fanout.mqtt.encoding import encode
 from fanout.testing.ports import LOOPBACK, free_port
+from fanout.testing.world import AGENTS, TICK_RATE, VIEW_SIDE, WORLD, Entities, publisher_main
 from fanout.views import Box
-from relay import AGENTS, TICK_RATE, VIEW_SIDE, WORLD, Entities, publisher_main
 
 CELL = VIEW_SIDE
 CELLS = int(np.ceil(WORLD / CELL))

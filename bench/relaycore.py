@@ -44,9 +44,9 @@ from fanout.relay.core.planner import Policy
 from fanout.relay.core.relaycore import UPSTREAM, RelayCore
 from fanout.testing.calibration import calibrate
 from fanout.testing.machine import describe, write_results
+from fanout.testing.world import Entities, routes
 from fanout.wire.columns import encode_columns
 from fanout.wire.messages import Acquire, Batch, Catalog, DatasetInfo, Subscribe
-from relay import Entities, routes
 
 RESULTS = Path(__file__).parent / "results" / "relaycore.json"
 COLUMNS = {"id": "<i8", "x": "<f8", "y": "<f8", "kind": "<i4", "tick": "<i8", "ts": "<f8"}

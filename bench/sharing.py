@@ -130,6 +130,7 @@ from fanout.testing.cpu import process_tree, this_process
 from fanout.testing.machine import describe, write_results
 from fanout.testing.redis import throwaway_redis_cluster
 from fanout.testing.relays import RelayProcess, RelaySample
+from fanout.testing.sharing import AGENTS, POINTS, RELAYS, VIEW_SIDE, WORLD, Views
 from fanout.testing.wait import NotYet, eventually
 from fanout.views import Box
 from fanout.wire import codec
@@ -138,16 +139,11 @@ from fanout.wire.messages import PROTOCOL_VERSION, Acquire, Hello, Subscribe
 RESULTS = Path(__file__).parent / "results" / "sharing.json"
 
 DEFAULT_STEPS = (100, 1000, 10000)
-AGENTS = 20_000
-WORLD = 1000.0
 TICK_RATE = 10.0
 PERIOD = 10  # each agent moves once a second, so once per micro-batch: 20,000 updates/s
 TRIGGER = 2.0  # seconds between micro-batches: Spark keeps up even on a busy machine
 WINDOW_EDGE = 0.3  # seconds after a micro-batch is handed over that a window opens or closes
 MASTER = "local[2]"
-POINTS = 50
-VIEW_SIDE = 32.0  # largest view side; sides are uniform in [VIEW_SIDE / 2, VIEW_SIDE]
-RELAYS = 4
 # Pushes/s per subscription: the relays' pushing is not what is measured, and at 10,000
 # subscriptions a higher rate would take the cores the publisher needs.
 PUSH_RATE = 0.1
@@ -156,55 +152,12 @@ CONNECT_CONCURRENCY = 32
 READY_TIMEOUT = 180.0
 TARGET_EGRESS_RATIO = 1.2
 TARGET_SAVINGS = 50.0
-SEED = 4
 
 BATCH_LINE = re.compile(
     r"^(?P<at>\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}) .*agents batch (?P<seq>\d+) tick \d+:"
     r" (?P<changed>\d+) changed, (?P<relays>\d+) relays; (?P<rest>.*)$"
 )
 STAGE = re.compile(r"(?P<name>[a-z+]+) (?P<ms>\d+) ms")
-
-
-# -- the subscribers' views ----------------------------------------------------------------------
-
-
-def points_of_interest(rng: np.random.Generator) -> np.ndarray:
-    """``POINTS`` points, further apart (per axis, at least one) than two views can reach.
-
-    A view lies within 3/4 of ``VIEW_SIDE`` of its point on each axis, so views of two points
-    never meet.
-    """
-    spacing = 1.5 * VIEW_SIDE + 1.0
-    points: list[np.ndarray] = []
-    while len(points) < POINTS:
-        point = rng.uniform(VIEW_SIDE, WORLD - VIEW_SIDE, 2)
-        if all(np.max(np.abs(point - other)) > spacing for other in points):
-            points.append(point)
-    return np.array(points)
-
-
-@dataclass(frozen=True)
-class Views:
-    """Every subscriber's point of interest and box (the first n are step n's subscribers)."""
-
-    point: np.ndarray  # subscriber -> point index
-    lo: np.ndarray  # subscriber -> (x0, y0)
-    hi: np.ndarray  # subscriber -> (x1, y1)
-
-    @classmethod
-    def draw(cls, count: int, seed: int = SEED) -> Views:
-        """``count`` views around seeded points of interest."""
-        rng = np.random.default_rng(seed)
-        points = points_of_interest(rng)
-        point = rng.integers(0, POINTS, count)
-        side = rng.uniform(VIEW_SIDE / 2, VIEW_SIDE, count)
-        centre = points[point] + rng.uniform(-0.25, 0.25, (count, 2)) * side[:, None]
-        half = side[:, None] / 2
-        return cls(point, centre - half, centre + half)
-
-    def box(self, index: int) -> list[list[float]]:
-        """Subscriber ``index``'s box as ``[lo, hi]``."""
-        return [self.lo[index].tolist(), self.hi[index].tolist()]
 
 
 def relay_plan(

@@ -2,14 +2,15 @@
 
 Run ``.venv/bin/python bench/sharingmodel.py`` (about a minute; ``--no-save``); it prints one
 JSON object and writes ``bench/results/sharingmodel.json``. No process, socket or Spark: the
-benchmark's views (``sharing.Views``, the same seed), put on relays as each assignment puts
-them, each relay planning with the real coverage planner (``fanout.relay.core.planner``: the
-primitives ``to_acquire`` returns, subscription by subscription in the order they come, then
-those ``unneeded`` lets go once the last view came), and rows counted on a uniform density of
-``AGENTS`` in the ``WORLD`` (the simulation's agents are spread uniformly), estimated with
-``SAMPLES`` points. The publisher sends a relay each row inside any of its primitives once, so
-a relay's egress is the rows inside the union of its primitives; a direct subscriber's is the
-rows inside its box. Per configuration and step it reports:
+benchmark's views (``fanout.testing.sharing.Views``, the same seed), put on relays as each
+assignment puts them, each relay planning with the real coverage planner
+(``fanout.relay.core.planner``: the primitives ``to_acquire`` returns, subscription by
+subscription in the order they come, then those ``unneeded`` lets go once the last view came),
+and rows counted on a uniform density of ``AGENTS`` in the ``WORLD`` (the simulation's agents
+are spread uniformly), estimated with ``SAMPLES`` points. The publisher sends a relay each row
+inside any of its primitives once, so a relay's egress is the rows inside the union of its
+primitives; a direct subscriber's is the rows inside its box. Per configuration and step it
+reports:
 
 * ``acquired_rows``: rows inside the relays' primitives, summed over relays (what the publisher
   sends per micro-batch, in rows);
@@ -46,8 +47,8 @@ from fanout.relay.core.planner import IN_A_MAP, Policy
 from fanout.relay.core.upstream import Primitive
 from fanout.testing.calibration import calibrate
 from fanout.testing.machine import describe, write_results
+from fanout.testing.sharing import AGENTS, RELAYS, WORLD, Views
 from fanout.views import Box
-from sharing import AGENTS, RELAYS, WORLD, Views
 
 RESULTS = Path(__file__).parent / "results" / "sharingmodel.json"
 SAMPLES = 400_000

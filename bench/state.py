@@ -47,16 +47,13 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from pyspark.sql import DataFrame, SparkSession
-from pyspark.sql.streaming.query import StreamingQuery
+from pyspark.sql import SparkSession
 
-from fanout.publisher import streams
-from fanout.publisher.datasets import agents
 from fanout.publisher.sources.simulation import SimulationParams
 from fanout.publisher.spark import spark_session
-from fanout.publisher.state import latest_per_key
 from fanout.testing.calibration import calibrate
 from fanout.testing.machine import describe, write_results
+from fanout.testing.sparkstate import HDFS, ROCKSDB, run
 
 RESULTS = Path(__file__).parent / "results" / "state.json"
 
@@ -66,71 +63,9 @@ TICKS_PER_BATCH = (1, 2, 5, 20, 50, 100)
 MASTER = "local[2]"
 #: Micro-batches run and not counted after each (re)start: Spark's first ones are slower.
 SKIP = 2
-ROCKSDB = {
-    "spark.sql.streaming.stateStore.providerClass": (
-        "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
-    ),
-    "spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enabled": "true",
-}
-HDFS = {
-    "spark.sql.streaming.stateStore.providerClass": (
-        "org.apache.spark.sql.execution.streaming.state.HDFSBackedStateStoreProvider"
-    ),
-    "spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enabled": "false",
-}
 #: Tests of the target against these floors.
 TARGET_UPDATES_PER_S = 300_000
 TARGET_P50_MS = 300.0
-
-
-def rows(spark: SparkSession, params: SimulationParams, *, stateful: bool) -> DataFrame:
-    """The simulation's rows, through ``latest_per_key`` when ``stateful``."""
-    dataset = agents(params)
-    stream = streams.stream(spark, dataset, params.start_time, Path(tempfile.gettempdir()))
-    return latest_per_key(stream, dataset) if stateful else stream
-
-
-def run(
-    spark: SparkSession,
-    params: SimulationParams,
-    checkpoint: Path,
-    *,
-    stateful: bool,
-    batches: int | None,
-) -> list[dict[str, Any]]:
-    """Run the stream from ``checkpoint``: ``batches`` micro-batches, or all available now.
-
-    Returns:
-        Spark's progress of each micro-batch run (``durationMs``, ``numInputRows``).
-    """
-    writer = (
-        rows(spark, params, stateful=stateful)
-        .writeStream.format("noop")
-        .outputMode("update" if stateful else "append")
-        .option("checkpointLocation", str(checkpoint))
-    )
-    if batches is None:
-        query = writer.trigger(availableNow=True).start()
-        query.awaitTermination()
-        return progress(query)
-    query = writer.start()
-    try:
-        while len(query.recentProgress) < batches and query.isActive:
-            time.sleep(0.2)
-        if query.exception() is not None:
-            raise RuntimeError(f"the stream failed: {query.exception()}")
-    finally:
-        query.stop()
-    return progress(query)[:batches]
-
-
-def progress(query: StreamingQuery) -> list[dict[str, Any]]:
-    """Each micro-batch's durations and input rows, oldest first."""
-    return [
-        {"durationMs": dict(p.durationMs), "numInputRows": p.numInputRows}
-        for p in query.recentProgress
-        if p.numInputRows > 0
-    ]
 
 
 def measure_case(

@@ -132,6 +132,26 @@ def test_every_unit_has_its_rules() -> None:
     assert units - set(ALLOWED) - SERVERS - unchecked == set()
 
 
+def test_the_library_does_not_import_its_testing_kit() -> None:
+    """``fanout.testing`` is for tests, benchmarks and users' tests: nothing else imports it."""
+    wrong = [
+        str(path.relative_to(SRC))
+        for path in sorted(SRC.rglob("*.py"))
+        if own_unit(path) != "testing" and "testing" in imported(path)
+    ]
+    assert wrong == []
+
+
+def test_only_the_strategies_module_needs_hypothesis() -> None:
+    """Hypothesis is a dev dependency: the installed library never imports it."""
+    users = [
+        str(path.relative_to(SRC))
+        for path in sorted(SRC.rglob("*.py"))
+        if "hypothesis" in {name.split(".")[0] for name in imports(path)}
+    ]
+    assert users == ["testing/strategies.py"]
+
+
 def test_both_forms_of_import_are_read(tmp_path: Path) -> None:
     path = tmp_path / "probe.py"
     path.write_text(

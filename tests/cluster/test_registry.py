@@ -14,15 +14,15 @@ import pytest
 from fanout.cluster.registry import HandOverRefused, Registry, connect
 from fanout.cluster.responsibility import Assignment, ResponsibilityMap, part_of
 from fanout.launch import start
+from fanout.testing.catalog import AGENTS
 from fanout.testing.publisher import ScriptedPublisher, serving
 from fanout.testing.redis import throwaway_redis_cluster
 from fanout.testing.wait import eventually
 from fanout.views import Box
-from fanout.wire.messages import Catalog, DatasetInfo, Subscribe
+from fanout.wire.messages import Catalog, Subscribe
 
 pytestmark = pytest.mark.asyncio
 runs = itertools.count()
-INFO = DatasetInfo("agents", "id", {"id": "<i8", "x": "<f8", "y": "<f8"}, "space", ["x", "y"])
 
 
 @pytest.fixture(scope="module")
@@ -226,7 +226,7 @@ async def test_a_relay_process_stopped_by_sigterm_leaves_the_map_at_once(
     0 and is gone from the map at once, not after its lease (60 s here)."""
     name = f"term{next(runs)}"
     watcher = member(node, f"watch-{name}", lease=60.0)
-    async with serving(ScriptedPublisher(Catalog([INFO]))) as url:
+    async with serving(ScriptedPublisher(Catalog([AGENTS]))) as url:
         args = ["--publisher", url, "--port", "0", "--name", name, "--registry", node]
         relay = await start("relay", [*args, "--registry-lease", "60"], tmp_path / "relay.log")
         try:

@@ -20,14 +20,14 @@ import pytest
 from fanout.client import SubscriptionError, connect
 from fanout.cluster.responsibility import Assignment, ResponsibilityMap, part_of
 from fanout.cluster.splitting import responsible
+from fanout.testing.catalog import AGENTS
 from fanout.testing.publisher import ScriptedPublisher, serving
 from fanout.testing.redis import throwaway_redis_cluster
 from fanout.testing.relays import running_relay
 from fanout.testing.wait import eventually
 from fanout.views import Box
-from fanout.wire.messages import Catalog, DatasetInfo
+from fanout.wire.messages import Catalog
 
-INFO = DatasetInfo("agents", "id", {"id": "<i8", "x": "<f8", "y": "<f8"}, "space", ["x", "y"])
 BOXES = [Box((10.0, 10.0), (20.0, 20.0)), Box((300.0, 10.0), (310.0, 20.0))]
 
 
@@ -52,7 +52,7 @@ def settings(registry: str, command: str, wait: float) -> dict[str, object]:
 async def test_a_relay_past_its_threshold_starts_a_standby_and_splits_to_it(
     registry: str,
 ) -> None:
-    publisher = ScriptedPublisher(Catalog([INFO]))
+    publisher = ScriptedPublisher(Catalog([AGENTS]))
     async with serving(publisher) as url:
         command = (
             f"{sys.executable} -m fanout relay --publisher {url} --port 0 --name {{name}}"
@@ -88,7 +88,7 @@ async def test_a_relay_past_its_threshold_starts_a_standby_and_splits_to_it(
 async def test_a_split_command_whose_relay_never_joins_is_logged_and_nothing_moves(
     registry: str, caplog: pytest.LogCaptureFixture
 ) -> None:
-    publisher = ScriptedPublisher(Catalog([INFO]))
+    publisher = ScriptedPublisher(Catalog([AGENTS]))
     caplog.set_level(logging.ERROR, "fanout.cluster.splitting")
     async with (
         serving(publisher) as url,

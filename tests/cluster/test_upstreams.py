@@ -10,11 +10,12 @@ from fanout.cluster.settings import read_cluster
 from fanout.cluster.upstreams import PUBLISHER, Upstreams
 from fanout.errors import ConfigError
 from fanout.relay.config import RelayConfig
+from fanout.testing import batches
+from fanout.testing.catalog import AGENTS, sensors
 from fanout.views import Box
 from fanout.views.entity import Entity
 from fanout.views.topic import parse as topic
-from fanout.wire.columns import Columns, encode_columns
-from fanout.wire.messages import Acquire, Batch, Catalog, DatasetInfo, Release
+from fanout.wire.messages import Acquire, Batch, Catalog, Release
 
 MAP = ResponsibilityMap({"a": "ws://a:1", "b": "ws://b:1"})
 #: Boxes of cells a and b are responsible for.
@@ -27,30 +28,19 @@ OF = {
     )
     for name in ("a", "b")
 }
-INFO = DatasetInfo(
-    name="agents",
-    key="id",
-    index="space",
-    index_columns=["x", "y"],
-    columns={"id": "<i8", "x": "<f8", "y": "<f8"},
-)
 
 
 def upstreams() -> Upstreams:
     routes = Upstreams("a")
-    routes.on_catalog(Catalog([INFO]))
+    routes.on_catalog(Catalog([AGENTS]))
     return routes
 
 
 def batch(seq: int, ids: list[int], snapshots: list[int] = ()) -> Batch:
-    rows = (
-        encode_columns(
-            {"id": np.asarray(ids, "<i8"), "x": np.zeros(len(ids)), "y": np.zeros(len(ids))}
-        )
-        if ids
-        else Columns()
+    rows = {"id": np.asarray(ids, "<i8"), "x": np.zeros(len(ids)), "y": np.zeros(len(ids))}
+    return batches.batch(
+        seq, rows if ids else None, epoch=0, tick_time=float(seq), snapshots=snapshots
     )
-    return Batch("agents", 0, seq, seq, float(seq), rows, Columns(), list(snapshots))
 
 
 def always(name: str) -> bool:
@@ -66,12 +56,12 @@ def test_a_part_another_relay_owns_is_acquired_there_and_released_there() -> Non
     assert routes.route(Release(2), MAP, always) == PUBLISHER
 
 
-SENSORS = DatasetInfo("sensors", "topic", {"topic": "str", "v": "<f8"}, "topic", ["topic"])
+SENSORS = sensors(value="v")
 
 
 def test_a_keyed_primitive_goes_to_the_owner_of_its_bucket_and_an_entity_to_the_publisher() -> None:
     routes = Upstreams("a")
-    routes.on_catalog(Catalog([INFO, SENSORS]))
+    routes.on_catalog(Catalog([AGENTS, SENSORS]))
     filters = [topic(f"plant/{n}/#") for n in range(40)]
     owned = {f: MAP.owner_of("sensors", f).name for f in filters}
     theirs = next(f for f in filters if owned[f] == "b")
@@ -84,7 +74,7 @@ def test_a_keyed_primitive_goes_to_the_owner_of_its_bucket_and_an_entity_to_the_
 
 def test_a_relay_forwards_only_to_relays_named_after_it() -> None:
     later = Upstreams("b")
-    later.on_catalog(Catalog([INFO]))
+    later.on_catalog(Catalog([AGENTS]))
     # b would wait for a's pieces while a waits for b's: b takes a's parts from the publisher
     assert later.route(Acquire(1, "agents", OF["a"]), MAP, always) == PUBLISHER
     assert upstreams().route(Acquire(1, "agents", OF["b"]), MAP, always) == "b"

@@ -27,13 +27,13 @@ from fanout.client import LiveView, connect
 from fanout.metrics import scrape
 from fanout.relay.config import RelayConfig
 from fanout.relay.core.planner import Policy
+from fanout.testing.catalog import AGENTS
 from fanout.testing.hostile import CrowdPlan, HostileProcess
 from fanout.testing.publisher import ScriptedPublisher, serving
 from fanout.testing.relays import RelayProcess
 from fanout.views import Box
-from fanout.wire.messages import Catalog, DatasetInfo
+from fanout.wire.messages import Catalog
 
-INFO = DatasetInfo("agents", "id", {"id": "<i8", "x": "<f8", "y": "<f8"}, "space", ["x", "y"])
 IDLE = 1_000
 MISBEHAVING = 1_000
 TICKS = 40
@@ -61,7 +61,7 @@ def enough_files() -> None:
 
 @contextlib.asynccontextmanager
 async def relay_process() -> AsyncIterator[tuple[ScriptedPublisher, str]]:
-    publisher = ScriptedPublisher(Catalog([INFO]))
+    publisher = ScriptedPublisher(Catalog([AGENTS]))
     async with serving(publisher) as url:
         config = RelayConfig(
             url,

@@ -18,12 +18,12 @@ import pytest
 
 from fanout.client import connect
 from fanout.relay.core.planner import Policy
+from fanout.testing.catalog import AGENTS
 from fanout.testing.publisher import ScriptedPublisher, serving
 from fanout.testing.relays import running_relay
 from fanout.views import Box
-from fanout.wire.messages import Catalog, DatasetInfo
+from fanout.wire.messages import Catalog
 
-INFO = DatasetInfo("agents", "id", {"id": "<i8", "x": "<f8", "y": "<f8"}, "space", ["x", "y"])
 TICKS = 30
 HOSTILE = 6  # clients
 REQUESTS = 40  # each
@@ -110,7 +110,7 @@ async def attack(host: str, port: int, seed: int) -> list[tuple[int | None, byte
 
 @pytest.fixture
 async def relay() -> AsyncIterator[tuple[ScriptedPublisher, str]]:
-    publisher = ScriptedPublisher(Catalog([INFO]))
+    publisher = ScriptedPublisher(Catalog([AGENTS]))
     async with (
         serving(publisher) as url,
         running_relay(url, policy=Policy(widen="margin"), stall_timeout=5.0) as (_, relay_url),

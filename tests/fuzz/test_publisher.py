@@ -24,6 +24,8 @@ from fanout.metrics import Sample
 from fanout.publisher import control as control_module
 from fanout.publisher.control import ControlPlane
 from fanout.publisher.relaytable import Registry
+from fanout.testing.batches import batch
+from fanout.testing.catalog import AGENTS
 from fanout.testing.hostile import Tally, fuzz
 from fanout.views import Box, View
 from fanout.wire import codec
@@ -38,7 +40,6 @@ from fanout.wire.messages import (
     Welcome,
 )
 
-INFO = DatasetInfo("agents", "id", {"id": "<i8", "x": "<f8", "y": "<f8"}, "space", ["x", "y"])
 BATCHES = 30
 HOSTILE = 8  # connections at once, two of each role
 FRAMES = 150  # each
@@ -48,7 +49,7 @@ class Datasets:
     """One dataset of boxes; answers reads, publishes and log requests plainly."""
 
     def infos(self) -> list[DatasetInfo]:
-        return [INFO]
+        return [AGENTS]
 
     def check(self, name: str, view: View) -> View:
         if name != "agents":
@@ -84,11 +85,6 @@ class Datasets:
 
     def replay(self, name: str, epoch: int, after: int) -> list[Batch]:
         raise BadRequest(f"epoch {epoch} is over")
-
-
-def batch(seq: int) -> Batch:
-    empty = encode_columns({"id": np.array([], dtype=np.int64)})
-    return Batch("agents", 1, seq, seq, 0.0, encode_columns({}), empty)
 
 
 @pytest.fixture

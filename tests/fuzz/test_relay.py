@@ -17,15 +17,15 @@ from websockets.exceptions import ConnectionClosed
 
 from fanout.client import connect
 from fanout.relay.core.planner import Policy
+from fanout.testing.catalog import AGENTS
 from fanout.testing.hostile import HELLO, mutated
 from fanout.testing.publisher import ScriptedPublisher, serving
 from fanout.testing.relays import running_relay
 from fanout.views import Box
 from fanout.wire import codec
 from fanout.wire.handshake import MAX_BAD_FRAMES
-from fanout.wire.messages import Catalog, DatasetInfo, Error
+from fanout.wire.messages import Catalog, Error
 
-INFO = DatasetInfo("agents", "id", {"id": "<i8", "x": "<f8", "y": "<f8"}, "space", ["x", "y"])
 TICKS = 30
 HOSTILE = 6  # connections
 MESSAGES = 120  # each
@@ -67,7 +67,7 @@ async def _answers(websocket: ClientConnection) -> list[str]:
 
 @pytest.fixture
 async def relay() -> AsyncIterator[tuple[ScriptedPublisher, str]]:
-    publisher = ScriptedPublisher(Catalog([INFO]))
+    publisher = ScriptedPublisher(Catalog([AGENTS]))
     async with (
         serving(publisher) as url,
         running_relay(url, policy=Policy(widen="margin"), stall_timeout=5.0) as (_, relay_url),

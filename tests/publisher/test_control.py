@@ -22,6 +22,8 @@ from fanout.metrics import Sample, scrape
 from fanout.publisher.control import ControlPlane
 from fanout.publisher.log import Gap, LogGap
 from fanout.publisher.relaytable import Registry
+from fanout.testing.batches import batch
+from fanout.testing.catalog import AGENTS
 from fanout.views import Box, View
 from fanout.wire import codec
 from fanout.wire.columns import encode_columns
@@ -43,20 +45,6 @@ from fanout.wire.messages import (
     Welcome,
 )
 
-INFO = DatasetInfo("agents", "id", {"id": "<i8", "x": "<f8", "y": "<f8"}, "space", ["x", "y"])
-
-
-def batch(seq: int) -> Batch:
-    return Batch(
-        "agents",
-        1,
-        seq,
-        seq,
-        0.0,
-        encode_columns({}),
-        encode_columns({"id": np.array([], dtype=np.int64)}),
-    )
-
 
 class FakeDatasets:
     """One dataset; replays seqs 1..`logged`; slow replays to let live batches pile up."""
@@ -68,7 +56,7 @@ class FakeDatasets:
         self.published: list[tuple[str, dict[str, np.ndarray], list[object]]] = []
 
     def infos(self) -> list[DatasetInfo]:
-        return [INFO]
+        return [AGENTS]
 
     def check(self, name: str, view: View) -> View:
         if name != "agents":

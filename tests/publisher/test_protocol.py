@@ -5,7 +5,6 @@
 
 from __future__ import annotations
 
-import numpy as np
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -26,16 +25,16 @@ from fanout.publisher.protocol import (
     Welcomed,
 )
 from fanout.publisher.relaytable import Registry
+from fanout.testing.batches import batch
+from fanout.testing.catalog import AGENTS
 from fanout.views import Box, View
 from fanout.wire import codec
-from fanout.wire.columns import encode_columns
 from fanout.wire.messages import (
     PROTOCOL_VERSION,
     Acquire,
     Batch,
     Catalog,
     Curious,
-    DatasetInfo,
     Error,
     Hello,
     Horizon,
@@ -45,7 +44,6 @@ from fanout.wire.messages import (
     Welcome,
 )
 
-INFO = DatasetInfo("agents", "id", {"id": "<i8", "x": "<f8", "y": "<f8"}, "space", ["x", "y"])
 BOX = Box((0, 0), (1, 1))
 
 
@@ -56,28 +54,15 @@ def check(dataset: str, view: View) -> View:
 
 
 def new_session(registry: Registry | None = None) -> PublisherSession:
-    return PublisherSession(registry or Registry(), check, lambda: [INFO])
+    return PublisherSession(registry or Registry(), check, lambda: [AGENTS])
 
 
 def hello(role: str = "relay", **fields: object) -> bytes:
     return codec.encode(Hello(PROTOCOL_VERSION, role, **fields))  # type: ignore[arg-type]
 
 
-def batch(seq: int, dataset: str = "agents", snapshots: bool = False) -> Batch:
-    return Batch(
-        dataset,
-        1,
-        seq,
-        seq,
-        0.0,
-        encode_columns({}),
-        encode_columns({"id": np.array([], dtype=np.int64)}),
-        snapshots=[1] if snapshots else [],
-    )
-
-
 def delivery(seq: int, dataset: str = "agents", snapshots: bool = False) -> Delivery:
-    return Delivery.of(batch(seq, dataset, snapshots))
+    return Delivery.of(batch(seq, dataset=dataset, snapshots=[1] if snapshots else []))
 
 
 def sent(data: bytes) -> tuple[str, int, bool]:
@@ -115,7 +100,7 @@ def test_a_relay_is_welcomed_sent_the_catalog_and_registered() -> None:
     session = new_session(registry)
     welcome, catalog, welcomed = session.receive(hello(name="east"))
     assert isinstance(welcome, Send) and isinstance(welcome.frame, Welcome)
-    assert catalog == Send(Catalog([INFO]))
+    assert catalog == Send(Catalog([AGENTS]))
     assert welcomed == Welcomed(1)
     assert (session.phase, session.relay, session.name) == (Phase.LIVE, 1, "east")
     assert registry.held() == {1: ("east", 0)}

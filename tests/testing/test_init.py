@@ -7,7 +7,8 @@ import sys
 
 import pytest
 
-HEAVY = ("pyspark", "duckdb", "psycopg")
+#: Hypothesis is a dev dependency: only the strategies module may need it.
+HEAVY = ("pyspark", "duckdb", "psycopg", "hypothesis")
 
 
 @pytest.mark.parametrize(
@@ -25,6 +26,15 @@ HEAVY = ("pyspark", "duckdb", "psycopg")
         ("fanout.testing.audit", ()),  # DuckDB only once a SQL view is audited
         ("fanout.testing.clusterview", ()),
         ("fanout.testing.relays", ("duckdb",)),  # a relay holds its SQL tables in DuckDB
+        ("fanout.testing.catalog", ()),
+        ("fanout.testing.batches", ()),
+        ("fanout.testing.memory", ()),
+        ("fanout.testing.relaycore", ("duckdb",)),  # a core holds its SQL tables in DuckDB
+        ("fanout.testing.strategies", ("hypothesis",)),
+        ("fanout.testing.oracle", ()),
+        ("fanout.testing.world", ()),
+        ("fanout.testing.sharing", ()),
+        ("fanout.testing.sparkstate", ("pyspark", "psycopg")),  # the publisher's stream and sources
     ],
 )
 def test_a_module_pulls_in_nothing_heavy_it_does_not_use(module: str, allowed: tuple) -> None:

@@ -20,6 +20,8 @@ from hypothesis import strategies as st
 
 from fanout.relay.core.planner import Policy
 from fanout.relay.core.relaycore import UPSTREAM, RelayCore, Send
+from fanout.testing.catalog import AGENTS, sensors
+from fanout.testing.relaycore import ready_core
 from fanout.tiers.below import FIRST_PASSED, Relays
 from fanout.views import Box, View
 from fanout.views.entity import Entity
@@ -31,7 +33,6 @@ from fanout.wire.messages import (
     Batch,
     Catalog,
     Curious,
-    DatasetInfo,
     Error,
     Hello,
     Horizon,
@@ -39,8 +40,7 @@ from fanout.wire.messages import (
     Release,
 )
 
-INFO = DatasetInfo("agents", "id", {"id": "<i8", "x": "<f8", "y": "<f8"}, "space", ["x", "y"])
-TOPICS = DatasetInfo("sensors", "topic", {"topic": "str", "v": "<f8"}, "topic", ["topic"])
+TOPICS = sensors(value="v")
 EDGE = 7  # the edge relay's connection at the mid relay
 Rows = dict[int, tuple[float, float]]
 
@@ -135,10 +135,7 @@ class Publisher:
 
 
 def core() -> RelayCore:
-    relay = RelayCore(Policy(widen="margin", margin=0.25))
-    relay.on_catalog(Catalog([INFO, TOPICS]))
-    relay.on_upstream_connected()
-    return relay
+    return ready_core(AGENTS, TOPICS, policy=Policy(widen="margin", margin=0.25))
 
 
 class Tree:

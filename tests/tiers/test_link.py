@@ -15,14 +15,14 @@ from fanout.client import connect
 from fanout.metrics import scrape
 from fanout.relay.core.planner import Policy
 from fanout.relay.shell.server import RelayServer
+from fanout.testing.catalog import AGENTS
 from fanout.testing.publisher import ScriptedPublisher, serving
 from fanout.testing.relays import running_relay
 from fanout.testing.wait import eventually
 from fanout.views import Box
 from fanout.wire import codec
-from fanout.wire.messages import Catalog, DatasetInfo, Error, Hello
+from fanout.wire.messages import Catalog, Error, Hello
 
-INFO = DatasetInfo("agents", "id", {"id": "<i8", "x": "<f8", "y": "<f8"}, "space", ["x", "y"])
 SETTINGS: dict[str, object] = {"policy": Policy(widen="margin"), "reconnect_delay": 0.05}
 
 
@@ -30,7 +30,7 @@ SETTINGS: dict[str, object] = {"policy": Policy(widen="margin"), "reconnect_dela
 async def tiers() -> AsyncIterator[tuple[ScriptedPublisher, RelayServer, RelayServer, str]]:
     """A scripted publisher, a mid relay on it, an edge relay on the mid; yields them and the
     edge's URL."""
-    publisher = ScriptedPublisher(Catalog([INFO]))
+    publisher = ScriptedPublisher(Catalog([AGENTS]))
     async with (
         serving(publisher) as url,
         running_relay(url, name="mid", serve_relays=True, **SETTINGS) as (mid, mid_url),
@@ -93,7 +93,7 @@ async def test_a_mid_relay_that_loses_the_publisher_drops_its_edges_which_come_b
 
 
 async def test_a_relay_serves_relays_below_only_when_told_to() -> None:
-    publisher = ScriptedPublisher(Catalog([INFO]))
+    publisher = ScriptedPublisher(Catalog([AGENTS]))
     async with (
         serving(publisher) as url,
         running_relay(url, **SETTINGS) as (_, relay_url),

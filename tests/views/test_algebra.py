@@ -22,6 +22,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from fanout.errors import InvalidView
+from fanout.testing import strategies as fs
 from fanout.views import algebra
 from fanout.views.algebra import bounding_box, covers, grow, residual
 from fanout.views.objects import ObjectPath
@@ -33,63 +34,22 @@ from fanout.views.topic import TopicFilter
 
 Region = Box | Sphere | Sector | RegionUnion
 
-# Rounded to 9 places: distances that underflow (1e-175 squared is 0) are not geometry.
-COORD = st.integers(-20, 20).map(float) | st.floats(-20, 20).map(lambda v: round(v, 9))
-SIZE = st.integers(0, 16).map(float) | st.floats(0, 16).map(lambda v: round(v, 9))
-HALF_ANGLES = st.sampled_from([math.pi / 6, math.pi / 4, math.pi / 2, 2.0, math.pi]) | st.floats(
-    0.05, math.pi
-)
 SETTINGS = settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 
-@st.composite
-def boxes(draw: st.DrawFn, dims: int, coord: st.SearchStrategy[float] = COORD) -> Box:
-    lo = [draw(coord) for _ in range(dims)]
-    return Box(lo, [v + draw(SIZE) for v in lo])
-
-
-@st.composite
-def spheres(draw: st.DrawFn, dims: int) -> Sphere:
-    return Sphere([draw(COORD) for _ in range(dims)], draw(SIZE))
-
-
-@st.composite
-def sectors(draw: st.DrawFn, dims: int) -> Sector:
-    angle = st.floats(-math.pi, math.pi)
-    heading = draw(angle) if dims == 2 else (draw(angle), draw(st.floats(-1.5, 1.5)))
-    return Sector([draw(COORD) for _ in range(dims)], draw(SIZE), heading, draw(HALF_ANGLES))
-
-
-def primitives(dims: int) -> st.SearchStrategy[Box | Sphere | Sector]:
-    return st.one_of(boxes(dims), spheres(dims), sectors(dims))
-
-
 def views(dims: int) -> st.SearchStrategy[Region]:
-    unions = st.lists(primitives(dims), min_size=2, max_size=3).map(RegionUnion)
-    return st.one_of(primitives(dims), primitives(dims), unions)
-
-
-@st.composite
-def tiling(draw: st.DrawFn, box: Box, cuts: int) -> list[Box]:
-    """Cut a box into pieces by random guillotine cuts."""
-    pieces = [(list(box.lo), list(box.hi))]
-    for _ in range(cuts):
-        lo, hi = pieces.pop(draw(st.integers(0, len(pieces) - 1)))
-        axis = draw(st.integers(0, box.dims - 1))
-        cut = draw(st.floats(lo[axis], hi[axis]))
-        pieces.append((lo, [*hi[:axis], cut, *hi[axis + 1 :]]))
-        pieces.append(([*lo[:axis], cut, *lo[axis + 1 :]], hi))
-    return [Box(lo, hi) for lo, hi in pieces]
+    unions = st.lists(fs.primitives(dims), min_size=2, max_size=3).map(RegionUnion)
+    return st.one_of(fs.primitives(dims), fs.primitives(dims), unions)
 
 
 @st.composite
 def haves(draw: st.DrawFn, dims: int, view: Region) -> list[Region]:
     """Random haves, often built around the view so that both answers come up."""
-    held: list[Region] = draw(st.lists(primitives(dims), max_size=4))
+    held: list[Region] = draw(st.lists(fs.primitives(dims), max_size=4))
     bounds = view.bounds()
     if draw(st.booleans()):
         grown = bounds.grow(draw(st.sampled_from([0.0, 0.5, 2.0])))
-        pieces = draw(tiling(grown, draw(st.integers(1, 5))))
+        pieces = draw(fs.tiling(grown, draw(st.integers(1, 5))))
         held += (
             draw(st.lists(st.sampled_from(pieces), unique=True)) if draw(st.booleans()) else pieces
         )
@@ -171,10 +131,10 @@ HALVES = st.integers(-24, 24).map(lambda v: v / 2)
 @given(st.data())
 def test_covers_is_exact_for_boxes(data: st.DataObject) -> None:
     dims = data.draw(st.sampled_from([2, 3]))
-    view = data.draw(boxes(dims, HALVES))
-    held = data.draw(st.lists(boxes(dims, HALVES), max_size=6))
+    view = data.draw(fs.boxes(dims, coords=HALVES))
+    held = data.draw(st.lists(fs.boxes(dims, coords=HALVES), max_size=6))
     if data.draw(st.booleans()):
-        held += data.draw(tiling(view.grow(data.draw(st.sampled_from([0, 0.5]))), 4))
+        held += data.draw(fs.tiling(view.grow(data.draw(st.sampled_from([0, 0.5]))), 4))
         if held and data.draw(st.booleans()):
             held.pop(data.draw(st.integers(0, len(held) - 1)))
     # Grids up to the limit are checked cell by cell, larger ones vectorised: both, always.
@@ -187,8 +147,8 @@ def test_covers_is_exact_for_boxes(data: st.DataObject) -> None:
 @given(st.data())
 def test_the_residual_of_a_box_is_exactly_its_uncovered_part(data: st.DataObject) -> None:
     dims = data.draw(st.sampled_from([2, 3]))
-    view = data.draw(boxes(dims, HALVES))
-    held = data.draw(st.lists(boxes(dims, HALVES), max_size=6))
+    view = data.draw(fs.boxes(dims, coords=HALVES))
+    held = data.draw(st.lists(fs.boxes(dims, coords=HALVES), max_size=6))
     pieces = residual(held, view)
     assert all(isinstance(piece, Box) for piece in pieces)
     boxes_ = [piece for piece in pieces if isinstance(piece, Box)]
@@ -214,7 +174,7 @@ def _overlap(a: Box, b: Box) -> float:
 @given(st.data())
 def test_an_index_kept_up_to_date_answers_like_the_plain_list(data: st.DataObject) -> None:
     dims = data.draw(st.sampled_from([2, 3]))
-    held = data.draw(st.lists(primitives(dims), min_size=1, max_size=8))
+    held = data.draw(st.lists(fs.primitives(dims), min_size=1, max_size=8))
     dropped = data.draw(st.lists(st.sampled_from(held), unique=True))
     index = CoverIndex()
     for region in held + dropped:

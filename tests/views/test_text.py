@@ -9,6 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from fanout.errors import InvalidView
+from fanout.testing import strategies as fs
 from fanout.views.objects import ObjectPath
 from fanout.views.region import Box, RegionUnion, Relative, Sector, Sphere
 from fanout.views.sql import Sql
@@ -22,22 +23,12 @@ HALF = st.floats(1e-6, math.pi)
 
 
 @st.composite
-def primitives(draw: st.DrawFn, dims: int) -> Box | Sphere | Sector:
-    center = [draw(NUMBER) for _ in range(dims)]
-    kind = draw(st.sampled_from(["box", "sphere", "sector"]))
-    if kind == "box":
-        return Box(center, [c + draw(SIZE) for c in center])
-    if kind == "sphere":
-        return Sphere(center, draw(SIZE))
-    heading = draw(ANGLE) if dims == 2 else (draw(ANGLE), draw(ANGLE))
-    return Sector(center, draw(SIZE), heading, draw(HALF))
-
-
-@st.composite
 def regions(draw: st.DrawFn) -> Box | Sphere | Sector | RegionUnion | Relative:
     dims = draw(st.sampled_from([2, 3]))
-    members = draw(st.lists(primitives(dims), min_size=1, max_size=3))
-    absolute = members[0] if len(members) == 1 else RegionUnion(members)
+    shapes = fs.primitives(
+        dims, coords=NUMBER, sizes=SIZE, headings=ANGLE, elevations=ANGLE, half_angles=HALF
+    )
+    absolute = draw(fs.regions(dims, shapes, max_members=3))
     if not draw(st.booleans()):
         return absolute
     entity = draw(st.integers(-(2**70), 2**70) | st.text(min_size=1))

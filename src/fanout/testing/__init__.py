@@ -16,6 +16,14 @@ or a PostgreSQL driver only where the module works with them:
   to real relays, sending the batches its caller makes (no Spark).
 - :mod:`fanout.testing.relays`: real relays on loopback, in this event loop or in a process of
   their own.
+- :mod:`fanout.testing.catalog`, :mod:`fanout.testing.batches` and
+  :mod:`fanout.testing.relaycore`: catalog entries, batches and a relay core ready for frames,
+  as tests build them.
+- :mod:`fanout.testing.memory`: ``memory_pair()``, two connected ends carrying WebSocket
+  messages both ways, for whole conversations without sockets.
+- :mod:`fanout.testing.strategies`: Hypothesis strategies for views (needs Hypothesis, a dev
+  dependency: not imported by this package); :mod:`fanout.testing.oracle`: 2-D regions'
+  membership by plain comparisons, the brute-force oracle they are tested against.
 - :mod:`fanout.testing.frames`: ``head()``, a frame's header decoded and the rest skipped.
 - :mod:`fanout.testing.audit`: ``audit()``, an ``every`` subscriber's updates replayed against
   the publisher's log.
@@ -26,6 +34,9 @@ or a PostgreSQL driver only where the module works with them:
   between two processes broken while both run).
 - :mod:`fanout.testing.httpstream`: an NDJSON ``/v1/subscribe`` client that follows a stream
   whose part moved.
+- :mod:`fanout.testing.world` and :mod:`fanout.testing.sparkstate`: the relay benchmarks'
+  moving entities, publisher and routes; Spark's stateful stream alone, for the publisher's;
+  :mod:`fanout.testing.sharing`: the sharing benchmark's set-up.
 - :mod:`fanout.testing.cpu`: CPU time of a process, a process tree or the whole machine.
 - :mod:`fanout.testing.machine` and :mod:`fanout.testing.calibration`: what every benchmark
   records about the machine it ran on, and a fixed workload timed in the same run.

@@ -8,12 +8,13 @@ from hypothesis import strategies as st
 
 from fanout.relay.core.holding import Holding
 from fanout.relay.core.planner import Policy
-from fanout.relay.core.relaycore import UPSTREAM, RelayCore, Send
+from fanout.relay.core.relaycore import UPSTREAM, RelayCore
+from fanout.testing.catalog import AGENTS
+from fanout.testing.relaycore import frames_to, ready_core
 from fanout.views import Box
 from fanout.wire.messages import (
     Acquire,
     Catalog,
-    DatasetInfo,
     Error,
     Subscribe,
     Subscribed,
@@ -86,12 +87,6 @@ def test_a_request_held_without_a_time_gets_its_deadline_at_the_first_look() -> 
 
 # -- in the core: what a subscriber sees while the relay has no catalog ---------------------
 
-INFO = DatasetInfo("agents", "id", {"id": "<i8", "x": "<f8", "y": "<f8"}, "space", ["x", "y"])
-
-
-def to(sends: list[Send], client: int) -> list[object]:
-    return [send.frame for send in sends if send.to == client]
-
 
 def test_a_relay_without_a_catalog_holds_a_subscription_and_takes_it_when_the_catalog_comes() -> (
     None
@@ -100,28 +95,28 @@ def test_a_relay_without_a_catalog_holds_a_subscription_and_takes_it_when_the_ca
     assert core.on_subscribe(1, Subscribe(5, "agents", VIEW), 0.0) == []  # no answer yet
     assert core.on_subscribe(1, Subscribe(6, "nope", VIEW), 0.0) == []
     assert core.stats()["held"] == 2
-    core.on_catalog(Catalog([INFO]))
+    core.on_catalog(Catalog([AGENTS]))
     sends = core.on_upstream_connected()
-    assert [type(f) for f in to(sends, 1)] == [Subscribed, Error]
-    assert to(sends, 1)[0].sub == 5  # type: ignore[attr-defined]
-    refused = to(sends, 1)[1]
+    assert [type(f) for f in frames_to(sends, 1)] == [Subscribed, Error]
+    assert frames_to(sends, 1)[0].sub == 5  # type: ignore[attr-defined]
+    refused = frames_to(sends, 1)[1]
     assert (
         isinstance(refused, Error)
         and refused.ref == 6
         and "unknown dataset 'nope'" in (refused.message)
     )
-    assert [type(f) for f in to(sends, UPSTREAM)] == [Acquire]
+    assert [type(f) for f in frames_to(sends, UPSTREAM)] == [Acquire]
     assert core.stats()["held"] == 0 and core.stats()["subscriptions"] == 1
     # With a catalog, an unknown dataset is refused at once, as before.
-    [error] = to(core.on_subscribe(1, Subscribe(7, "nope", VIEW)), 1)
+    [error] = frames_to(core.on_subscribe(1, Subscribe(7, "nope", VIEW)), 1)
     assert isinstance(error, Error) and error.code == "invalid_view"
 
 
 def test_a_held_subscription_is_refused_as_unavailable_when_the_wait_is_over() -> None:
     core = RelayCore(Policy(), holding=Holding(wait=30.0))
     core.on_subscribe(1, Subscribe(5, "agents", VIEW), 100.0)
-    assert to(core.housekeeping(129.0), 1) == []
-    [error] = to(core.housekeeping(130.0), 1)
+    assert frames_to(core.housekeeping(129.0), 1) == []
+    [error] = frames_to(core.housekeeping(130.0), 1)
     assert isinstance(error, Error) and (error.code, error.ref) == ("unavailable", 5)
     assert core.stats()["held_refused"] == 1 and core.stats()["held"] == 0
 
@@ -130,10 +125,10 @@ def test_a_held_subscription_may_be_withdrawn_or_dropped_with_its_connection() -
     core = RelayCore(Policy())
     core.on_subscribe(1, Subscribe(5, "agents", VIEW))
     core.on_subscribe(2, Subscribe(5, "agents", VIEW))
-    [done] = to(core.on_unsubscribe(1, Unsubscribe(5)), 1)
+    [done] = frames_to(core.on_unsubscribe(1, Unsubscribe(5)), 1)
     assert isinstance(done, Unsubscribed)
     core.on_disconnect(2)
-    core.on_catalog(Catalog([INFO]))
+    core.on_catalog(Catalog([AGENTS]))
     assert core.on_upstream_connected() == []  # nobody was left waiting
 
 
@@ -141,17 +136,15 @@ def test_held_subscriptions_count_towards_a_connections_limit() -> None:
     core = RelayCore(Policy(), max_subscriptions=2)
     assert core.on_subscribe(1, Subscribe(1, "agents", VIEW)) == []
     assert core.on_subscribe(1, Subscribe(2, "agents", VIEW)) == []
-    [error] = to(core.on_subscribe(1, Subscribe(3, "agents", VIEW)), 1)
+    [error] = frames_to(core.on_subscribe(1, Subscribe(3, "agents", VIEW)), 1)
     assert isinstance(error, Error) and error.code == "bad_request"
     assert core.on_subscribe(1, Subscribe(2, "agents", Box((0, 0), (2, 2)))) == []  # a change
 
 
 def test_with_the_publisher_away_known_datasets_are_served_and_unknown_ones_held() -> None:
-    core = RelayCore(Policy(widen="margin"))
-    core.on_catalog(Catalog([INFO]))
-    core.on_upstream_connected()
+    core = ready_core(policy=Policy(widen="margin"))
     core.on_upstream_lost()
     sends = core.on_subscribe(1, Subscribe(1, "agents", VIEW))
-    assert [type(f) for f in to(sends, 1)] == [Subscribed]
+    assert [type(f) for f in frames_to(sends, 1)] == [Subscribed]
     assert core.on_subscribe(1, Subscribe(2, "new", VIEW)) == []
     assert core.stats()["held"] == 1

@@ -14,7 +14,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from fanout.relay.core.planner import Policy
-from fanout.relay.core.relaycore import UPSTREAM, RelayCore, Send
+from fanout.relay.core.relaycore import UPSTREAM, Send
+from fanout.testing.relaycore import frames_to, ready_core
 from fanout.views import Box, Sphere
 from fanout.views.entity import Entity
 from fanout.views.kinds import View
@@ -23,8 +24,6 @@ from fanout.wire.columns import decode_columns, encode_columns
 from fanout.wire.messages import (
     Acquire,
     Batch,
-    Catalog,
-    DatasetInfo,
     Error,
     NoUpdate,
     Push,
@@ -33,7 +32,6 @@ from fanout.wire.messages import (
     Unsubscribe,
 )
 
-INFO = DatasetInfo("agents", "id", {"id": "<i8", "x": "<f8", "y": "<f8"}, "space", ["x", "y"])
 CLIENT = 1
 Point = tuple[float, float]
 
@@ -113,9 +111,7 @@ class Conversation:
     """A relay core, the publisher above it and one subscriber's materialised rows below."""
 
     def __init__(self, publisher: Publisher, policy: Policy | None = None) -> None:
-        self.core = RelayCore(policy or Policy(widen="margin", grace=0.0))
-        self.core.on_catalog(Catalog([INFO]))
-        self.core.on_upstream_connected()
+        self.core = ready_core(policy=policy)
         self.publisher = publisher
         self.rows: dict[int, Point] = {}
         self.errors: list[Error] = []
@@ -134,7 +130,7 @@ class Conversation:
         self.now += 1.0
         sends = self.core.pushes(self.now, lambda client: True)
         self.publisher.take(sends)
-        mine = [s.message() for s in sends if s.to == CLIENT]
+        mine = frames_to(sends, CLIENT)
         self.errors += [m for m in mine if isinstance(m, Error)]
         pushes = [m for m in mine if isinstance(m, Push | NoUpdate)]
         for push in pushes:

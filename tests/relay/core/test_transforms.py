@@ -7,15 +7,10 @@ import pytest
 
 from fanout.relay.core.transforms import InvalidTransform, Shape, apply, resolve
 from fanout.relay.data.nulls import valid_of
-from fanout.wire.messages import DatasetInfo, Transform
+from fanout.testing.catalog import agents
+from fanout.wire.messages import Transform
 
-INFO = DatasetInfo(
-    "agents",
-    "id",
-    {"id": "<i8", "x": "<f8", "y": "<f8", "kind": "<i4", "label": "str"},
-    "space",
-    ["x", "y"],
-)
+INFO = agents(kind="<i4", label="str")
 ROWS = {
     "id": np.array([1, 2], dtype=np.int64),
     "x": np.array([10.25, -3.5]),

@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 
 from fanout.relay.data.buffers import Table
 from fanout.relay.data.keyedstate import KeyedState, inside
+from fanout.testing.catalog import sensors
 from fanout.views.objects import parse as path
 from fanout.views.sql import SqlBox
 from fanout.views.topic import matches
@@ -18,7 +19,7 @@ from fanout.views.topic import parse as topic
 from fanout.wire.columns import encode_columns
 from fanout.wire.messages import Batch, DatasetInfo
 
-SENSORS = DatasetInfo("sensors", "topic", {"topic": "str", "value": "<f8"}, "topic", ["topic"])
+SENSORS = sensors()
 OBJECTS = DatasetInfo(
     "objects", "path", {"path": "str", "state": "str", "rpm": "<i8"}, "path", ["path"]
 )

@@ -11,18 +11,18 @@ from hypothesis import strategies as st
 from fanout.relay.core.transforms import EntityNotHeld, resolve
 from fanout.relay.data.buffers import DoubleBuffer, Stamp
 from fanout.relay.data.pushes import Encodings, Held, both_members, cut, encode_push, members
+from fanout.testing.catalog import AGENTS
 from fanout.views import Box
 from fanout.wire import codec
 from fanout.wire.columns import Columns, decode_columns, encode_columns
-from fanout.wire.messages import DatasetInfo, Push, Transform
+from fanout.wire.messages import Push, Transform
 
-INFO = DatasetInfo("agents", "id", {"id": "<i8", "x": "<f8", "y": "<f8"}, "space", ["x", "y"])
 VIEW = Box((0, 0), (10, 10))
 
 
 def buffer_with(*steps: dict[int, tuple[float, float]]) -> DoubleBuffer:
     """A buffer after one swap per step, each step upserting its rows at seq = step number."""
-    buffer = DoubleBuffer("id", INFO.columns, ("x", "y"))
+    buffer = DoubleBuffer("id", AGENTS.columns, ("x", "y"))
     for seq, rows in enumerate(steps):
         advance(buffer, seq, rows)
     return buffer
@@ -46,7 +46,7 @@ def ids(raw: msgspec.Raw) -> list[int]:
 
 def test_the_first_push_is_the_whole_view_then_deltas() -> None:
     buffer = buffer_with({1: (1, 1), 2: (2, 2), 3: (30, 30)})
-    shape = resolve(None, INFO)
+    shape = resolve(None, AGENTS)
     first = cut(VIEW, shape, None, buffer)
     assert first.full
     assert ids(first.entered) == [1, 2]
@@ -59,7 +59,7 @@ def test_the_first_push_is_the_whole_view_then_deltas() -> None:
 
 def test_rows_relative_to_a_moving_entity_are_all_updated() -> None:
     buffer = buffer_with({1: (1, 1), 2: (2, 2)})
-    shape = resolve(Transform(relative_to=2), INFO)
+    shape = resolve(Transform(relative_to=2), AGENTS)
     first = cut(VIEW, shape, None, buffer)
     assert first.anchor == (2.0, 2.0)
     held = Held(VIEW, buffer.generation, 1, 0, first.keys, first.anchor)
@@ -72,12 +72,12 @@ def test_rows_relative_to_a_moving_entity_are_all_updated() -> None:
 def test_an_entity_the_relay_does_not_hold_is_an_error_not_absolute_coordinates() -> None:
     buffer = buffer_with({1: (1, 1)})
     with pytest.raises(EntityNotHeld, match="entity 99"):
-        cut(VIEW, resolve(Transform(relative_to=99), INFO), None, buffer)
+        cut(VIEW, resolve(Transform(relative_to=99), AGENTS), None, buffer)
 
 
 def test_an_encoded_push_is_byte_identical_to_the_push_frame() -> None:
     buffer = buffer_with({1: (1, 1), 2: (2, 2)})
-    body = cut(VIEW, resolve(None, INFO), None, buffer)
+    body = cut(VIEW, resolve(None, AGENTS), None, buffer)
     stamp = Stamp(3, 4, 40, 12.5)
     frame = Push(
         sub=7,
@@ -99,7 +99,7 @@ def test_an_encoded_push_is_byte_identical_to_the_push_frame() -> None:
 def test_bodies_are_shared_within_one_generation_only() -> None:
     encodings = Encodings()
     buffer = buffer_with({1: (1, 1)})
-    body = cut(VIEW, resolve(None, INFO), None, buffer)
+    body = cut(VIEW, resolve(None, AGENTS), None, buffer)
     assert encodings.get("agents", 1, "key") is None
     encodings.put("agents", "key", body)
     assert encodings.get("agents", 1, "key") is body

@@ -9,6 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from fanout.relay.data.spatial import GridIndex
+from fanout.testing import strategies as fs
 from fanout.views import Box, Sphere
 from fanout.views.region import RegionUnion, Sector
 
@@ -16,21 +17,16 @@ COORD = st.floats(-100, 100, allow_nan=False, allow_infinity=False)
 LENGTH = st.floats(0, 60, allow_nan=False, allow_infinity=False)
 
 
-@st.composite
-def regions(draw: st.DrawFn, dims: int) -> Box | Sphere | Sector | RegionUnion:
-    def one() -> Box | Sphere | Sector:
-        center = tuple(draw(COORD) for _ in range(dims))
-        kind = draw(st.sampled_from(["box", "sphere", "sector"]))
-        if kind == "box":
-            size = [draw(LENGTH) for _ in range(dims)]
-            return Box(center, tuple(c + s for c, s in zip(center, size, strict=True)))
-        if kind == "sphere":
-            return Sphere(center, draw(LENGTH))
-        heading = draw(st.floats(-7, 7)) if dims == 2 else (draw(st.floats(-7, 7)), 0.3)
-        return Sector(center, draw(LENGTH), heading, draw(st.floats(0.01, math.pi)))
-
-    members = [one() for _ in range(draw(st.integers(1, 3)))]
-    return members[0] if len(members) == 1 else RegionUnion(tuple(members))
+def regions(dims: int) -> st.SearchStrategy[Box | Sphere | Sector | RegionUnion]:
+    shapes = fs.primitives(
+        dims,
+        coords=COORD,
+        sizes=LENGTH,
+        headings=st.floats(-7, 7),
+        elevations=st.just(0.3),
+        half_angles=st.floats(0.01, math.pi),
+    )
+    return fs.regions(dims, shapes, max_members=3)
 
 
 @st.composite
@@ -70,11 +66,8 @@ def test_query_equals_a_full_scan(data: st.DataObject) -> None:
 BOX_COORD = st.floats(-150, 150, allow_nan=False, allow_infinity=False)
 
 
-@st.composite
-def boxes(draw: st.DrawFn, dims: int) -> Box:
-    corner = [draw(BOX_COORD) for _ in range(dims)]
-    size = [draw(st.sampled_from([0.0, 1.0, 30.0, 400.0])) for _ in range(dims)]
-    return Box(tuple(corner), tuple(c + s for c, s in zip(corner, size, strict=True)))
+def boxes(dims: int) -> st.SearchStrategy[Box]:
+    return fs.boxes(dims, coords=BOX_COORD, sizes=st.sampled_from([0.0, 1.0, 30.0, 400.0]))
 
 
 def assert_both_queries_scan(index: GridIndex, columns: list[np.ndarray], asked: list[Box]) -> None:

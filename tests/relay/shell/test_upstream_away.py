@@ -17,13 +17,12 @@ from fanout.metrics import scrape
 from fanout.relay.config import RelayConfig
 from fanout.relay.core.planner import Policy
 from fanout.relay.shell.server import RelayServer
+from fanout.testing.catalog import AGENTS
 from fanout.testing.ports import LOOPBACK, free_port
 from fanout.testing.publisher import ScriptedPublisher, serving
 from fanout.testing.wait import eventually
 from fanout.views import Box
-from fanout.wire.messages import Catalog, DatasetInfo
-
-INFO = DatasetInfo("agents", "id", {"id": "<i8", "x": "<f8", "y": "<f8"}, "space", ["x", "y"])
+from fanout.wire.messages import Catalog
 
 
 @contextlib.asynccontextmanager
@@ -65,7 +64,7 @@ async def test_subscribers_arriving_before_the_publisher_are_served_once_it_come
             await eventually(lambda: relay.core.stats()["held"] == 2, what="both held")
             assert not any(task.done() for task in waiting)
             assert (await asyncio.to_thread(scrape, url))["fanout_relay_held"] == 2
-            publisher = ScriptedPublisher(Catalog([INFO]))
+            publisher = ScriptedPublisher(Catalog([AGENTS]))
             async with serving(publisher, port=publisher_port):
                 views = await asyncio.wait_for(asyncio.gather(*waiting), 10)
                 acquire = await publisher.next_acquire()
@@ -99,7 +98,7 @@ async def test_a_publisher_breaking_off_handshakes_does_not_end_the_relays_upstr
         breaking.close()
         await breaking.wait_closed()
         assert await asyncio.to_thread(probe, url, "/healthz") == (200, "ok\n")
-        publisher = ScriptedPublisher(Catalog([INFO]))
+        publisher = ScriptedPublisher(Catalog([AGENTS]))
         async with serving(publisher, port=publisher_port), connect(url) as subscriber:
             await asyncio.wait_for(subscriber.subscribe(Box((0, 0), (10, 10))), 10)
             await eventually(lambda: probe(url, "/readyz")[0] == 200, in_thread=True)

@@ -16,10 +16,9 @@ from fanout.relay.core.relaycore import RelayCore
 from fanout.relay.core.sends import Send
 from fanout.relay.data.intake import Intake
 from fanout.relay.shell.writer import Writer
-from fanout.wire.columns import encode_columns
-from fanout.wire.messages import Batch, Catalog, DatasetInfo
-
-INFO = DatasetInfo("agents", "id", {"id": "<i8", "x": "<f8", "y": "<f8"}, "space", ["x", "y"])
+from fanout.testing import batches
+from fanout.testing.catalog import AGENTS
+from fanout.wire.messages import Batch, Catalog
 
 
 def batch(
@@ -29,16 +28,7 @@ def batch(
     columns = {"id": ids, "x": ids * 1.0 + seq}
     if not bad:
         columns["y"] = ids * 2.0
-    return Batch(
-        dataset=dataset,
-        epoch=1,
-        seq=seq,
-        tick=seq,
-        tick_time=tick_time,
-        upserts=encode_columns(columns),
-        deletes=encode_columns({"id": ids[:0]}),
-        snapshots=[],
-    )
+    return batches.batch(seq, columns, dataset=dataset, tick_time=tick_time)
 
 
 class Pump:
@@ -50,7 +40,7 @@ class Pump:
 
     def __init__(self) -> None:
         self.core = RelayCore()
-        self.core.on_catalog(Catalog([INFO]))
+        self.core.on_catalog(Catalog([AGENTS]))
         self.gate = threading.Event()
         self.gate.set()
         admit = self.core.admit

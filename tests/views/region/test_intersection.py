@@ -14,42 +14,22 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from fanout.errors import InvalidView
+from fanout.testing import strategies as fs
+from fanout.testing.oracle import grid_points, inside
 from fanout.views import View, covers, residual
 from fanout.views.region import Box, Intersection, RegionUnion, Sphere
 from fanout.views.text import parse
 
-coords = st.integers(0, 10)
-GRID = [(x / 2, y / 2) for x in range(-1, 23) for y in range(-1, 23)]
+GRID = grid_points(10)
 XS = np.array([p[0] for p in GRID])
 YS = np.array([p[1] for p in GRID])
 
 
-@st.composite
-def boxes(draw: st.DrawFn) -> Box:
-    x0, x1 = sorted((draw(coords), draw(coords)))
-    y0, y1 = sorted((draw(coords), draw(coords)))
-    return Box((x0, y0), (x1, y1))
+def discs() -> st.SearchStrategy[Sphere]:
+    return fs.grid_discs(10, 6)
 
 
-@st.composite
-def discs(draw: st.DrawFn) -> Sphere:
-    return Sphere((draw(coords), draw(coords)), draw(st.integers(1, 6)))
-
-
-def inside(shape: object, x: float, y: float) -> bool:
-    """The oracle: plain comparisons."""
-    if isinstance(shape, RegionUnion):
-        return any(inside(member, x, y) for member in shape.members)
-    if isinstance(shape, Intersection):
-        return all(inside(part, x, y) for part in shape.parts)
-    if isinstance(shape, Sphere):
-        (cx, cy), r = shape.center, shape.radius
-        return (x - cx) ** 2 + (y - cy) ** 2 <= r * r
-    assert isinstance(shape, Box)
-    return shape.lo[0] <= x <= shape.hi[0] and shape.lo[1] <= y <= shape.hi[1]
-
-
-shapes = st.one_of(boxes(), discs())
+shapes = st.one_of(fs.grid_boxes(10), discs())
 parts = st.one_of(shapes, st.lists(shapes, min_size=2, max_size=3).map(tuple).map(RegionUnion))
 
 
@@ -72,7 +52,7 @@ def test_an_intersection_matches_the_points_in_every_part(members: list) -> None
 
 
 @settings(max_examples=200, deadline=None)
-@given(st.lists(boxes(), max_size=3), st.lists(shapes, min_size=2, max_size=2))
+@given(st.lists(fs.grid_boxes(10), max_size=3), st.lists(shapes, min_size=2, max_size=2))
 def test_coverage_of_an_intersection_is_never_true_wrongly(held: list, members: list) -> None:
     try:
         meet = Intersection(tuple(members))

@@ -13,6 +13,7 @@ from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 from fanout.errors import InvalidView
+from fanout.testing import strategies as fs
 from fanout.views.region import Box, RegionUnion, Relative, Sector, Sphere, direction
 
 # Rounded to 9 places: distances that underflow (1e-175 squared is 0) are not geometry.
@@ -27,26 +28,8 @@ DIMS = st.sampled_from([2, 3])
 EDGE = 1e-7
 
 
-@st.composite
-def boxes(draw: st.DrawFn, dims: int) -> Box:
-    lo = [draw(COORD) for _ in range(dims)]
-    return Box(lo, [v + draw(LENGTH) for v in lo])
-
-
-@st.composite
-def spheres(draw: st.DrawFn, dims: int) -> Sphere:
-    return Sphere([draw(COORD) for _ in range(dims)], draw(LENGTH))
-
-
-@st.composite
-def sectors(draw: st.DrawFn, dims: int) -> Sector:
-    heading = draw(ANGLE) if dims == 2 else (draw(ANGLE), draw(st.floats(-1.5, 1.5)))
-    center = [draw(COORD) for _ in range(dims)]
-    return Sector(center, draw(LENGTH), heading, draw(HALF_ANGLE))
-
-
 def shapes(dims: int) -> st.SearchStrategy[Box | Sphere | Sector]:
-    return st.one_of(boxes(dims), spheres(dims), sectors(dims))
+    return fs.primitives(dims, coords=COORD, sizes=LENGTH, headings=ANGLE, half_angles=HALF_ANGLE)
 
 
 def points(dims: int, count: int = 200) -> st.SearchStrategy[np.ndarray]:
@@ -394,7 +377,9 @@ def test_measure_gives_area_or_volume() -> None:
 @given(st.data())
 def test_sector_measure_matches_a_monte_carlo_estimate(data: st.DataObject) -> None:
     dims = data.draw(DIMS)
-    sector = data.draw(sectors(dims))
+    sector = data.draw(
+        fs.sectors(dims, coords=COORD, radii=LENGTH, headings=ANGLE, half_angles=HALF_ANGLE)
+    )
     assume(sector.radius > 1)
     bounds = sector.bounds()
     box_measure = bounds.measure()

@@ -13,6 +13,7 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from fanout.testing import strategies as fs
 from fanout.views.region import Box, Sector, Sphere, cells
 from fanout.views.region.solids import _max_cosine, active_constraints, solid_of
 
@@ -22,20 +23,18 @@ SIZE = st.integers(0, 8).map(float) | st.floats(0, 8).map(lambda v: round(v, 9))
 HALF = st.sampled_from([0.3, math.pi / 2, 2.0, math.pi]) | st.floats(0.05, math.pi)
 
 
-@st.composite
-def shapes(draw: st.DrawFn, dims: int) -> Box | Sphere | Sector:
-    center = [draw(COORD) for _ in range(dims)]
-    kind = draw(st.sampled_from(["box", "sphere", "sector", "sector"]))
-    if kind == "box":
-        return Box(center, [c + draw(SIZE) for c in center])
-    if kind == "sphere":
-        return Sphere(center, draw(SIZE) + 1)
-    heading = (
-        draw(st.floats(-4, 4))
-        if dims == 2
-        else (draw(st.floats(-4, 4)), draw(st.floats(-1.5, 1.5)))
+def shapes(dims: int) -> st.SearchStrategy[Box | Sphere | Sector]:
+    """Boxes, spheres and sectors (twice as likely), curved ones never a point."""
+    radii = SIZE.map(lambda r: r + 1)
+    sectors = fs.sectors(
+        dims, coords=COORD, radii=radii, headings=st.floats(-4, 4), half_angles=HALF
     )
-    return Sector(center, draw(SIZE) + 1, heading, draw(HALF))
+    return st.one_of(
+        fs.boxes(dims, coords=COORD, sizes=SIZE),
+        fs.spheres(dims, coords=COORD, radii=radii),
+        sectors,
+        sectors,
+    )
 
 
 @st.composite

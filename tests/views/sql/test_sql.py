@@ -1,8 +1,9 @@
-"""SQL views against DuckDB as the oracle: primitives, coverage, residuals, joins, errors.
+"""SQL views against DuckDB as the oracle: primitives, coverage, residuals, compilation.
 
 Random tables (integers, floats with NaN and infinities, strings, dates, booleans, NULLs) live in
 an in-memory DuckDB; random WHERE clauses use every boxable operator, nested AND/OR/NOT, and
-atoms that cannot be boxed. DuckDB runs the real queries; the views' answers must agree.
+atoms that cannot be boxed. DuckDB runs the real queries; the views' answers must agree. Joins
+are in test_joins.py, views by example and errors in test_views.py.
 """
 
 from __future__ import annotations
@@ -10,23 +11,19 @@ from __future__ import annotations
 import datetime as dt
 import math
 import re
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import duckdb
 import msgspec
 import pyarrow as pa
 import pytest
-from hypothesis import HealthCheck, assume, given, settings
+from hypothesis import assume, given
 from hypothesis import strategies as st
+from tests.views.sql.oracle import FAST, load, maybe
 
-from fanout.errors import InvalidView
-from fanout.views import sql
 from fanout.views.sql import Sql, SqlBox, covers, parse, primitive_to_duckdb, residual, to_duckdb
-from fanout.views.sql.boxes import Box
-from fanout.views.sql.values import Interval, ValueSet
-
-FAST = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+from fanout.views.sql.values import ValueSet
 
 # ---------------------------------------------------------------------------------------------
 # Tables
@@ -47,17 +44,13 @@ SCHEMA = pa.schema(
 )
 
 
-def _maybe(values: Sequence[Any]) -> st.SearchStrategy[Any]:
-    return st.none() | st.sampled_from(values)
-
-
 @st.composite
 def tables(draw: st.DrawFn, min_rows: int = 0) -> pa.Table:
     """A random table over the columns of SCHEMA, each row with a unique id."""
     rows = draw(
         st.lists(
             st.tuples(
-                _maybe(INTS), _maybe(FLOATS), _maybe(STRINGS), _maybe(DATES), _maybe([True, False])
+                maybe(INTS), maybe(FLOATS), maybe(STRINGS), maybe(DATES), maybe([True, False])
             ),
             min_size=min_rows,
             max_size=30,
@@ -65,19 +58,6 @@ def tables(draw: st.DrawFn, min_rows: int = 0) -> pa.Table:
     )
     columns = list(zip(*rows, strict=True)) if rows else [[]] * 5
     return pa.table([list(range(len(rows))), *columns], schema=SCHEMA)
-
-
-@pytest.fixture(scope="module")
-def db() -> Iterator[duckdb.DuckDBPyConnection]:
-    connection = duckdb.connect()
-    yield connection
-    connection.close()
-
-
-def load(db: duckdb.DuckDBPyConnection, name: str, table: pa.Table) -> None:
-    db.register("incoming", table)
-    db.execute(f'CREATE OR REPLACE TABLE "{name}" AS SELECT * FROM incoming')
-    db.unregister("incoming")
 
 
 def ids(db: duckdb.DuckDBPyConnection, query: str) -> set[int]:
@@ -408,349 +388,3 @@ def test_canonical_date_strings_are_boxed() -> None:
     view = parse("SELECT * FROM t WHERE d >= '2024-01-05' AND s < 'x'")
     assert view.exact
     assert covers([parse("SELECT * FROM t WHERE d > '2023-12-31'")], view)
-
-
-# ---------------------------------------------------------------------------------------------
-# Columns: projection is part of coverage
-
-
-def test_a_have_with_fewer_columns_does_not_cover() -> None:
-    narrow = parse("SELECT a FROM t WHERE x > 1")
-    wide = parse("SELECT a, b FROM t WHERE x > 2")
-    assert narrow.primitives()[0].columns == ("a", "x")
-    assert not covers([narrow], wide)
-    assert covers([parse("SELECT * FROM t WHERE x > 1")], wide)
-    assert covers([parse("SELECT b, a, x, y FROM t")], wide)
-    (left,) = residual([narrow], wide)
-    assert left.columns == ("a", "b", "x")
-    assert not covers([parse("SELECT a, b, x FROM t")], parse("SELECT * FROM t"))
-
-
-def test_star_and_qualified_star_carry_every_column() -> None:
-    assert parse("SELECT * FROM t").primitives()[0].columns is None
-    assert parse("SELECT t.* FROM t").primitives()[0].columns is None
-    assert parse("SELECT * EXCLUDE (a) FROM t").primitives()[0].columns is None
-    joined = parse("SELECT u.*, e.email FROM users u JOIN emails e ON u.id = e.uid")
-    emails, users = joined.primitives()
-    assert users.columns is None
-    assert emails.columns == ("email", "uid")
-
-
-def test_columns_come_from_every_clause() -> None:
-    view = parse("SELECT upper(name) AS n FROM t WHERE age > 3 ORDER BY n, score LIMIT 5")
-    assert view.primitives()[0].columns == ("age", "name", "score")
-    assert not view.exact
-
-
-def test_views_know_their_tables_and_whether_they_are_exact() -> None:
-    joined = parse(
-        "SELECT * FROM users u JOIN emails e ON u.id = e.uid JOIN users m ON m.id = u.boss"
-    )
-    assert joined.tables == ("emails", "users")
-    assert [prim.table for prim in joined.primitives()] == ["emails", "users"]
-    assert not joined.exact
-    assert parse("SELECT a FROM t WHERE a IN (1, 2) AND b IS NULL").exact
-    assert not parse("SELECT DISTINCT ON (a) a, b FROM t WHERE a > 1").exact
-    assert parse("SELECT DISTINCT a FROM t WHERE a > 1").exact
-
-
-def test_a_view_that_selects_nothing_is_always_covered() -> None:
-    empty = parse("SELECT * FROM t WHERE a > 1 AND a < 0")
-    assert empty.primitives()[0].boxes == ()
-    assert covers([], empty)
-    assert residual([], empty) == []
-
-
-def test_no_where_clause_is_the_whole_table() -> None:
-    (prim,) = parse("SELECT a FROM t").primitives()
-    assert prim.boxes == (Box(),)
-    assert covers([prim], parse("SELECT a FROM t WHERE a > 1"))
-    assert not covers([parse("SELECT a FROM t WHERE a > 1")], prim)
-
-
-def test_other_kinds_of_view_in_have_are_ignored() -> None:
-    view = parse("SELECT * FROM t WHERE a < 1")
-    assert not covers([object(), "SELECT * FROM t"], view)
-    assert covers([object(), parse("SELECT * FROM t")], view)
-    with pytest.raises(TypeError, match="expected a SQL view"):
-        covers([], "SELECT * FROM t")  # type: ignore[arg-type]
-
-
-def test_have_primitives_from_other_tables_cover_nothing() -> None:
-    assert not covers([parse("SELECT * FROM u")], parse("SELECT * FROM t"))
-    assert residual([parse("SELECT * FROM u")], parse("SELECT * FROM t")) == list(
-        parse("SELECT * FROM t").primitives()
-    )
-
-
-def test_residual_is_the_exact_remainder() -> None:
-    have = [parse("SELECT * FROM t WHERE a < 3"), parse("SELECT * FROM t WHERE a > 5 OR a IS NULL")]
-    (left,) = residual(have, parse("SELECT * FROM t"))
-    assert left.boxes == (Box.of({"a": ValueSet("num", (Interval(3, 5, True, True),))}),)
-    assert primitive_to_duckdb(left) == '"a" >= 3 AND "a" <= 5'
-    assert covers([*have, left], parse("SELECT * FROM t"))
-
-
-def test_strings_compared_with_dates_are_read_as_dates() -> None:
-    view = parse("SELECT * FROM t WHERE d >= DATE '2024-01-01' AND d < '2024-02-01'")
-    (prim,) = view.primitives()
-    assert primitive_to_duckdb(prim) == (
-        "\"d\" >= CAST('2024-01-01' AS DATE) AND \"d\" < CAST('2024-02-01' AS DATE)"
-    )
-    assert covers(
-        [parse("SELECT * FROM t WHERE d BETWEEN DATE '2023-12-01' AND '2024-03-01'")], view
-    )
-
-
-# ---------------------------------------------------------------------------------------------
-# Joins: per-table primitives by predicate pushdown
-
-USERS = pa.schema([("id", pa.int64()), ("age", pa.int64()), ("name", pa.string())])
-EMAILS = pa.schema([("uid", pa.int64()), ("domain", pa.string()), ("score", pa.float64())])
-
-
-@st.composite
-def join_tables(draw: st.DrawFn) -> tuple[pa.Table, pa.Table]:
-    ages, names = [10, 20, 30, 40], ["ann", "bob", "cy"]
-    users = draw(st.lists(st.tuples(_maybe([1, 2, 3, 4]), _maybe(ages), _maybe(names)), max_size=8))
-    domains, scores = ["x", "y", "z"], [0.5, 1.0, 2.0]
-    emails = draw(
-        st.lists(st.tuples(_maybe([1, 2, 3, 5]), _maybe(domains), _maybe(scores)), max_size=8)
-    )
-    return (
-        pa.table(list(zip(*users, strict=True)) or [[]] * 3, schema=USERS),
-        pa.table(list(zip(*emails, strict=True)) or [[]] * 3, schema=EMAILS),
-    )
-
-
-JOIN_ATOMS = [
-    "u.age > 15",
-    "u.age <= 30",
-    "u.age IS NULL",
-    "u.name IN ('ann', 'cy')",
-    "u.name <> 'bob'",
-    "u.id < 3",
-    "e.domain = 'x'",
-    "e.domain IS NOT NULL",
-    "e.score >= 1",
-    "e.score BETWEEN 0.5 AND 1.5",
-    "e.uid = 2",
-    "u.age / 10 = e.score * 2",
-    "e.domain LIKE 'y%'",
-    "u.id = e.uid",
-    "u.id + 1 = e.uid",
-]
-
-
-def join_predicates() -> st.SearchStrategy[str]:
-    return st.recursive(
-        st.sampled_from(JOIN_ATOMS),
-        lambda inner: (
-            st.builds(lambda p: f"NOT ({p})", inner)
-            | st.builds(lambda p, q: f"({p} AND {q})", inner, inner)
-            | st.builds(lambda p, q: f"({p} OR {q})", inner, inner)
-        ),
-        max_leaves=4,
-    )
-
-
-def _rows(db: duckdb.DuckDBPyConnection, query: str) -> list[tuple[Any, ...]]:
-    return sorted(db.execute(query).fetchall(), key=repr)
-
-
-@given(
-    join_tables(),
-    st.sampled_from(["JOIN", "LEFT JOIN", "RIGHT JOIN", "FULL JOIN"]),
-    join_predicates(),
-    st.none() | join_predicates(),
-)
-@FAST
-def test_join_on_the_primitives_rows_gives_the_same_result(
-    db: duckdb.DuckDBPyConnection,
-    tables_: tuple[pa.Table, pa.Table],
-    join: str,
-    on: str,
-    where: str | None,
-) -> None:
-    """Relays hold only the primitives' rows; running the join on those must change nothing."""
-    users, emails = tables_
-    text = (
-        f"SELECT u.name, u.age, e.domain, e.score FROM users u {join} emails e "
-        f"ON u.id = e.uid AND {on}" + (f" WHERE {where}" if where else "")
-    )
-    view = parse(text)
-    assert not view.exact
-    load(db, "users", users)
-    load(db, "emails", emails)
-    expected = _rows(db, to_duckdb(view))
-    for prim in view.primitives():
-        source = users if prim.table == "users" else emails
-        load(db, prim.table, source.filter(pa.array(prim.match(source))))
-    assert _rows(db, to_duckdb(view)) == expected
-
-
-THIRD_ATOMS = [
-    "m.age > 15",
-    "m.name = 'ann'",
-    "m.age IS NULL",
-    "m.id = u.id",
-    "e.score > m.age / 20",
-]
-
-
-def third_predicates() -> st.SearchStrategy[str]:
-    atoms = st.sampled_from(THIRD_ATOMS) | st.sampled_from(JOIN_ATOMS)
-    return st.recursive(
-        atoms,
-        lambda inner: (
-            st.builds(lambda p: f"NOT ({p})", inner)
-            | st.builds(lambda p, q: f"({p} OR {q})", inner, inner)
-        ),
-        max_leaves=3,
-    )
-
-
-JOINS = st.sampled_from(["JOIN", "LEFT JOIN", "RIGHT JOIN", "FULL JOIN", "CROSS JOIN"])
-
-
-@st.composite
-def three_way_queries(draw: st.DrawFn) -> str:
-    """A query joining users, emails and users again, with random join kinds and clauses."""
-    first, second = draw(JOINS), draw(JOINS)
-    first_on = "" if first == "CROSS JOIN" else f" ON u.id = e.uid AND {draw(join_predicates())}"
-    second_on = "" if second == "CROSS JOIN" else f" ON m.id = e.uid AND {draw(third_predicates())}"
-    return (
-        f"SELECT u.name, e.domain, e.score, m.name, m.age FROM users u {first} emails e"
-        f"{first_on} {second} users m{second_on} WHERE {draw(third_predicates())}"
-    )
-
-
-@given(join_tables(), three_way_queries())
-@FAST
-def test_three_way_joins_with_a_self_join_keep_their_result(
-    db: duckdb.DuckDBPyConnection, tables_: tuple[pa.Table, pa.Table], text: str
-) -> None:
-    users, emails = tables_
-    view = parse(text)
-    load(db, "users", users)
-    load(db, "emails", emails)
-    expected = _rows(db, to_duckdb(view))
-    for prim in view.primitives():
-        source = users if prim.table == "users" else emails
-        load(db, prim.table, source.filter(pa.array(prim.match(source))))
-    assert _rows(db, to_duckdb(view)) == expected
-
-
-def test_join_pushdown_transfers_through_equalities() -> None:
-    view = parse(
-        "SELECT u.name, e.email FROM users u JOIN emails e ON u.id = e.user_id "
-        "WHERE u.id < 5 AND e.domain = 'x'"
-    )
-    emails, users = view.primitives()
-    assert emails.table == "emails" and users.table == "users"
-    assert primitive_to_duckdb(users) == '"id" < 5'
-    assert primitive_to_duckdb(emails) == '"domain" = \'x\' AND "user_id" < 5'
-    assert emails.columns == ("domain", "email", "user_id")
-    assert covers([parse("SELECT * FROM users"), parse("SELECT * FROM emails")], view)
-    assert not covers([parse("SELECT * FROM users")], view)
-    (left,) = residual([parse("SELECT * FROM users")], view)
-    assert left.table == "emails"
-
-
-def test_left_join_needs_the_matching_rows_of_the_nullable_side() -> None:
-    view = parse(
-        "SELECT u.name, e.email FROM users u LEFT JOIN emails e "
-        "ON u.id = e.uid AND e.verified WHERE u.age > 30 OR e.domain = 'x'"
-    )
-    emails, users = view.primitives()
-    assert users.boxes == (Box(),)  # users of any age may have an email in domain x
-    assert primitive_to_duckdb(emails) == 'NOT "uid" IS NULL AND "verified" = TRUE'
-
-
-def test_self_join_unites_both_aliases() -> None:
-    view = parse("SELECT a.id, b.id FROM t a JOIN t b ON a.parent = b.id WHERE a.x < 1 AND b.x > 5")
-    (prim,) = view.primitives()
-    assert primitive_to_duckdb(prim) == (
-        '(NOT "id" IS NULL AND "x" > 5) OR (NOT "parent" IS NULL AND "x" < 1)'
-    )
-    assert prim.columns == ("id", "parent", "x")
-
-
-def test_using_columns_resolve_without_qualifiers() -> None:
-    view = parse("SELECT id, a.x, b.y FROM a JOIN b USING (id) WHERE id > 3")
-    first, second = view.primitives()
-    assert primitive_to_duckdb(first) == primitive_to_duckdb(second) == '"id" > 3'
-    full = parse("SELECT id FROM a FULL JOIN b USING (id) WHERE id > 3")
-    assert all(prim.boxes == (Box(),) for prim in full.primitives())
-
-
-# ---------------------------------------------------------------------------------------------
-# Invalid views
-
-
-@pytest.mark.parametrize(
-    ("text", "message"),
-    [
-        ("SELECT a FROM t WHERE a <", r"invalid SQL at line 1, column 25"),
-        ("SELECT a FROM t WHERE s = 'abc", r"invalid SQL"),
-        ("SELECT a\nFROM t\nWHERE a = = 1", r"invalid SQL at line 3, column 11"),
-        ("", r"empty"),
-        ("-- nothing", r"empty"),
-        ("SELECT a FROM t; SELECT b FROM u", r"one SELECT statement; got 2"),
-        ("INSERT INTO t VALUES (1)", r"only SELECT statements can be views; got INSERT"),
-        ("DELETE FROM t", r"got DELETE"),
-        ("SELECT a FROM t UNION SELECT a FROM u", r"UNION is not supported"),
-        ("WITH x AS (SELECT 1) SELECT * FROM x", r"WITH .* not supported"),
-        (
-            "SELECT count(*) FROM t",
-            r"aggregate functions are not supported: 'COUNT\(\*\)' at line 1, column 8",
-        ),
-        ("SELECT a FROM t GROUP BY a", r"GROUP BY is not supported"),
-        ("SELECT a FROM t WHERE a IN (SELECT b FROM u)", r"subqueries are not supported"),
-        ("SELECT a FROM t\nWHERE EXISTS (SELECT 1 FROM u)", r"subqueries .* line 2"),
-        ("SELECT sum(a) OVER () FROM t", r"window functions are not supported"),
-        ("SELECT a FROM t WHERE a = ?", r"parameters are not supported"),
-        ("SELECT 1", r"FROM clause is missing"),
-        ("SELECT * FROM read_csv('x.csv')", r"must name tables"),
-        ("SELECT * FROM s.t", r"without a schema"),
-        ("SELECT * FROM (SELECT 1) x", r"subqueries are not supported"),
-        ("SELECT * FROM t NATURAL JOIN u", r"NATURAL JOIN is not supported"),
-        ("SELECT * FROM t SEMI JOIN u ON t.a = u.a", r"SEMI JOIN is not supported"),
-        ("SELECT a FROM t JOIN u ON t.x = u.y", r"column 'a' is ambiguous .* line 1, column 8"),
-        ("SELECT t.a FROM t WHERE v.b = 1", r"unknown table 'v' in 'v.b' at line 1, column 25"),
-        ("SELECT t.a FROM t AS x", r"unknown table 't'"),
-        ("SELECT a FROM t WHERE a = 1 OR a = 'x'", r"column t.a is compared with .* 1 .* 'x'"),
-        ("SELECT a + 1 AS b FROM t WHERE b > 3", r"'b' is also an alias in the SELECT list"),
-        ("SELECT a FROM t WHERE a IN ()", r"IN \(\) needs at least one value"),
-        ("SELECT * FROM t x, u x", r"alias 'x' is used twice"),
-        (
-            "SELECT * FROM a JOIN b ON a.i = b.i JOIN c USING (i)",
-            r"USING is supported in the first",
-        ),
-        ("SELECT * FROM t AS u(p, q)", r"renaming a table's columns"),
-    ],
-)
-def test_invalid_views_name_the_problem_and_where(text: str, message: str) -> None:
-    with pytest.raises(InvalidView, match=message):
-        parse(text)
-
-
-def test_invalid_sql_from_the_wire_is_a_validation_error() -> None:
-    encoded = msgspec.msgpack.encode({"kind": "sql", "text": "SELECT count(*) FROM t"})
-    with pytest.raises(msgspec.ValidationError, match="aggregate functions are not supported"):
-        msgspec.msgpack.decode(encoded, type=Sql)
-    with pytest.raises(msgspec.ValidationError, match="not a value of the 'num' domain"):
-        msgspec.json.decode(
-            b'{"kind":"sqlbox","table":"t","boxes":[{"ranges":[["a",'
-            b'{"domain":"num","intervals":[["x",null,true,false]]}]]}]}',
-            type=SqlBox,
-        )
-    assert isinstance(InvalidView("x"), ValueError)
-
-
-def test_sql_views_decode_from_the_view_union() -> None:
-    view = parse("SELECT * FROM t WHERE a BETWEEN 1 AND 2")
-    decoder = msgspec.msgpack.Decoder(sql.SqlView)
-    assert decoder.decode(msgspec.msgpack.encode(view)) == view
-    (prim,) = view.primitives()
-    assert decoder.decode(msgspec.msgpack.encode(prim)) == prim
