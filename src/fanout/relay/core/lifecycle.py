@@ -105,8 +105,12 @@ def advance(phase: Phase, event: Event) -> Phase:
     """
     after = TRANSITIONS[phase].get(event)
     if after is None:
-        raise LifecycleError(f"{event.value} after the subscription {phase.value}")
+        raise _refused(phase, event)
     return after
+
+
+def _refused(phase: Phase, event: Event) -> LifecycleError:
+    return LifecycleError(f"{event.value} after the subscription {phase.value}")
 
 
 class Lifecycle:
@@ -189,7 +193,10 @@ class Lifecycle:
 
     def pushed(self, subscription: Subscription, now: float, count: int = 1) -> None:
         """``count`` pushes or no-updates went out at ``now`` (rule 6)."""
-        self._move(subscription, Event.PUSHED)
+        after = TRANSITIONS[subscription.phase].get(Event.PUSHED)  # ``advance``, inlined: per push
+        if after is None:
+            raise _refused(subscription.phase, Event.PUSHED)
+        subscription.phase = after
         subscription.last_push = now
         subscription.pushes += count
         self.scheduler.served(subscription.key, now)
