@@ -1,6 +1,6 @@
 """A subscription's state has one owner (relay/core/lifecycle.py, its rule 8), read from the
 source: no other module of fanout writes a field of a ``Subscription`` or of its ``every``
-cursor; they ask the lifecycle to move it."""
+cursor, nor adds or drops one in the downstream store; they ask the lifecycle to move it."""
 
 from __future__ import annotations
 
@@ -81,6 +81,31 @@ def test_only_the_lifecycle_writes_a_subscriptions_state() -> None:
         if rel != OWNER and (found := writes_of_subscriptions(path.read_text(), rel)):
             wrong[rel] = found
     assert wrong == {}
+
+
+def indexing(source: str) -> list[str]:
+    """The calls in ``source`` that add or drop a subscription in a downstream store."""
+    return [
+        ast.unparse(node.func)
+        for node in ast.walk(ast.parse(source))
+        if isinstance(node, ast.Call)
+        and isinstance(node.func, ast.Attribute)
+        and node.func.attr in ("put", "remove")
+        and ast.unparse(node.func.value).split(".")[-1] in ("downstream", "_downstream")
+    ]
+
+
+def test_only_the_lifecycle_adds_and_drops_subscriptions() -> None:
+    found = {
+        rel: calls
+        for path in sorted(SRC.rglob("*.py"))
+        if (rel := str(path.relative_to(SRC))) != OWNER and (calls := indexing(path.read_text()))
+    }
+    assert found == {}
+    assert indexing("self.core.downstream.put(s)\nparts._downstream.remove(k)\nx.remove(k)") == [
+        "self.core.downstream.put",
+        "parts._downstream.remove",
+    ]
 
 
 def test_the_owner_writes_it() -> None:
