@@ -1,17 +1,19 @@
 """The relay's downstream store: the subscriptions it serves (CA 3197003's publisher data store).
 
-Each subscription remembers what its subscriber already holds (``held``: the keys, view, state and
-reference position of its last push), so every push is a delta: entered, updated and left rows
-(``relay.data.pushes``). Subscriptions are indexed by connection and by dataset, so a disconnect or
-a new state touches only the subscriptions concerned.
-"""
+A subscription is what its subscriber asked (``Asked``: immutable, replaced on a change) and its
+progress, which only ``relay.core.lifecycle`` moves. Its progress remembers what the subscriber
+already holds (``held``: the keys, view, state and reference position of its last push), so every
+push is a delta: entered, updated and left rows (``relay.data.pushes``). Subscriptions are indexed
+by connection and by dataset, so a disconnect or a new state touches only the subscriptions
+concerned."""
 
 from __future__ import annotations
 
 import math
 from collections.abc import Hashable, Iterator
-from dataclasses import dataclass
 from typing import TypeVar
+
+import msgspec
 
 from fanout.relay.core.changesets import Cursor
 from fanout.relay.core.lifecycle import Phase
@@ -24,21 +26,39 @@ SubKey = tuple[int, int]  # (client, subscription id chosen by that client)
 Group = TypeVar("Group", int, str)
 
 
-@dataclass
-class Subscription:
-    """One subscriber's view, how it is served, and what it has received.
+class Asked(msgspec.Struct, frozen=True, gc=False):
+    """What a subscriber asked, as the relay accepted it: never changed, replaced whole when the
+    subscriber changes its subscription (a ``Subscribe`` with the same id).
 
     Attributes:
-        client: the connection.
-        sub: the id the subscriber chose.
-        dataset: the dataset viewed.
-        view: the current view.
-        rate: pushes per second at most.
-        shape: the resolved transform its rows are sent in.
-        priority: the subscriber's priority (higher first; aging lifts waiting ones).
-        mode: ``latest`` (a consistent cut per push, ticks may be skipped) or ``every``.
+        dataset, view, rate, priority, mode: as its ``Subscribe`` gives them.
+        shape: its transform, resolved for the dataset and the subscriber's capabilities.
+        reads: the datasets its view reads (its own; several for a SQL join).
+    """
+
+    dataset: str
+    view: View
+    rate: float
+    shape: Shape
+    priority: int = 0
+    mode: Mode = "latest"
+    reads: tuple[str, ...] = ()
+
+
+class Subscription:
+    """One subscription: whose it is, what was asked (``asked``), and its progress.
+
+    ``asked``'s fields read through (``subscription.view``). Every other attribute is progress,
+    written only by ``relay.core.lifecycle`` (its rules; ``test_ownership`` checks it); other
+    modules read it and ask the lifecycle to move.
+
+    Attributes:
+        client, sub, key: the connection, the id the subscriber chose, and both.
+        asked: what was asked (``Asked``).
+        phase: where it is in its lifecycle (``relay.core.lifecycle``).
         held: what the subscriber holds (None: nothing yet; the next push is ``full``).
         cursor: where an ``every`` subscription is (None: the next push is ``full``).
+        owed: why its next push is a ``resync`` restart (None: it is not).
         servable: whether ready primitives cover the view, as last computed.
         coverage_seen: (view, shrink version, growth version) ``servable`` was computed at.
         last_push: monotonic time of the last push.
@@ -48,37 +68,84 @@ class Subscription:
         deferred: times a due push waited for the connection to finish writing.
         moved_at: monotonic time of the last change of view (None: not dated).
         velocity: how fast the view moved at its last change (None: unknown or not moving).
-        reads: the datasets its view reads (its own; several for a SQL join).
-        phase: where it is in its lifecycle (``relay.core.lifecycle``).
-        owed: why its next push is a ``resync`` restart (None: it is not).
     """
 
-    client: int
-    sub: int
-    dataset: str
-    view: View
-    rate: float
-    shape: Shape
-    priority: int = 0
-    mode: Mode = "latest"
-    held: Held | None = None
-    cursor: Cursor | None = None
-    servable: bool = False
-    coverage_seen: tuple[Hashable, int, int] = (None, -1, -1)
-    last_push: float = -math.inf
-    pushes: int = 0
-    coalesced: int = 0
-    deferred: int = 0
-    moved_at: float | None = None
-    velocity: tuple[float, ...] | None = None
-    reads: tuple[str, ...] = ()
-    phase: Phase = Phase.PENDING
-    owed: str | None = None
+    __slots__ = (
+        "asked",
+        "client",
+        "coalesced",
+        "coverage_seen",
+        "cursor",
+        "deferred",
+        "held",
+        "key",
+        "last_push",
+        "moved_at",
+        "owed",
+        "phase",
+        "pushes",
+        "servable",
+        "sub",
+        "velocity",
+    )
+
+    def __init__(self, client: int, sub: int, asked: Asked, cursor: Cursor | None = None) -> None:
+        """A subscription accepted, before its first push (``cursor``: where an ``every``
+        subscription resumes)."""
+        self.client = client
+        self.sub = sub
+        self.key: SubKey = (client, sub)
+        self.asked = asked
+        self.phase = Phase.PENDING
+        self.held: Held | None = None
+        self.cursor = cursor
+        self.owed: str | None = None
+        self.servable = False
+        self.coverage_seen: tuple[Hashable, int, int] = (None, -1, -1)
+        self.last_push = -math.inf
+        self.pushes = 0
+        self.coalesced = 0
+        self.deferred = 0
+        self.moved_at: float | None = None
+        self.velocity: tuple[float, ...] | None = None
+
+    def __repr__(self) -> str:
+        return f"Subscription({self.client}, {self.sub}, {self.asked!r}, {self.phase})"
 
     @property
-    def key(self) -> SubKey:
-        """(client, sub)."""
-        return (self.client, self.sub)
+    def dataset(self) -> str:
+        """The dataset viewed."""
+        return self.asked.dataset
+
+    @property
+    def view(self) -> View:
+        """The current view."""
+        return self.asked.view
+
+    @property
+    def rate(self) -> float:
+        """Pushes per second at most."""
+        return self.asked.rate
+
+    @property
+    def shape(self) -> Shape:
+        """The resolved transform its rows are sent in."""
+        return self.asked.shape
+
+    @property
+    def priority(self) -> int:
+        """The subscriber's priority (higher first; aging lifts waiting ones)."""
+        return self.asked.priority
+
+    @property
+    def mode(self) -> Mode:
+        """``latest`` (a consistent cut per push, ticks may be skipped) or ``every``."""
+        return self.asked.mode
+
+    @property
+    def reads(self) -> tuple[str, ...]:
+        """The datasets its view reads."""
+        return self.asked.reads
 
 
 class Downstream:

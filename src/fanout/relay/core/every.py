@@ -70,13 +70,9 @@ class EveryMode:
         self._horizons: dict[str, tuple[int, int]] = {}  # dataset -> (epoch, seq) told upstream
 
     def define(self, dataset: str) -> None:
-        """A dataset is new or changed in the catalog: its history starts empty, and its
-        ``every`` subscriptions start again with a full view, announced by a ``resync``."""
+        """A dataset is new or changed in the catalog: its history starts empty (its
+        subscriptions start again: ``Lifecycle.restart``)."""
         self.histories[dataset] = History()
-        for subscription in self._parts.downstream.of_dataset(dataset):
-            if subscription.cursor is not None:
-                subscription.cursor = None
-                subscription.owed = f"dataset {dataset!r} changed"
 
     def record(self, intake: Intake) -> None:
         """Keep the batch's change set for ``every`` subscriptions (``relay.core.changesets``)."""
@@ -113,8 +109,7 @@ class EveryMode:
         """The relay's coverage of ``dataset`` is being rebuilt: until each ``every``
         subscription is servable again, its seqs come from the publisher's log."""
         for subscription in self._parts.downstream.of_dataset(dataset):
-            if subscription.cursor is not None:
-                subscription.cursor.trusted_after = None
+            self._lifecycle.trusted(subscription, None)
 
     def refused(self, error: Error) -> bool:
         """The publisher could not answer a curiosity request (``error.ref``): subscriptions
@@ -138,9 +133,7 @@ class EveryMode:
         for subscription in self._parts.downstream.of_dataset(dataset):
             cursor = subscription.cursor
             if cursor is not None and first <= cursor.seq + 1 <= last:
-                subscription.cursor = None
-                subscription.owed = reason
-                self._lifecycle.restart(subscription)
+                self._lifecycle.restart(subscription, reason)
                 self._lifecycle.scheduler.wake(subscription.key)
 
     def on_knowledge(self, knowledge: Knowledge) -> bool:
@@ -192,10 +185,11 @@ class EveryMode:
         history = self.histories.setdefault(subscription.dataset, History())
         sends: list[Send] = []
         cursor = subscription.cursor
-        owed, subscription.owed = subscription.owed, None
         if cursor is not None and cursor.epoch != stamp.epoch:
-            owed = f"the publisher's stream changed (epoch {cursor.epoch} -> {stamp.epoch})"
-            cursor = subscription.cursor = None
+            changed = f"the publisher's stream changed (epoch {cursor.epoch} -> {stamp.epoch})"
+            lifecycle.restart(subscription, changed)
+            cursor = None
+        owed = lifecycle.announced(subscription)
         if owed is not None:
             message = f"{owed}; the next push is the full view"
             sends.append(Send(subscription.client, Error("resync", message, ref=subscription.sub)))
@@ -203,12 +197,13 @@ class EveryMode:
         try:
             if cursor is None:
                 body = kind.full_view(subscription)
-                subscription.cursor = Cursor(stamp.epoch, stamp.seq, body.keys, stamp.seq)
+                lifecycle.placed(subscription, Cursor(stamp.epoch, stamp.seq, body.keys, stamp.seq))
                 sends.append(Send(subscription.client, encode_push(subscription.sub, stamp, body)))
                 pushed = 1
             else:
                 if cursor.trusted_after is None:
-                    cursor.trusted_after = kind.complete_after(subscription.view, stamp.seq)
+                    after = kind.complete_after(subscription.view, stamp.seq)
+                    lifecycle.trusted(subscription, after)
                 pushed = self._seqs(subscription, kind, history, cursor, sends)
         except InvalidView as exc:  # a SQL view's query failed on the rows: it ends here
             lifecycle.end(subscription)
@@ -250,7 +245,7 @@ class EveryMode:
                 break
             found = kind.step(subscription, change, cursor.keys, self.steps)
             sends.append(Send(subscription.client, encode_step(subscription.sub, change, found)))
-            cursor.seq, cursor.keys = change.seq, found.held
+            self._lifecycle.stepped(subscription, change.seq, found.held)
             pushed += 1
             if found.body is None:
                 self._counters.no_updates += 1

@@ -23,20 +23,31 @@ Rules:
 7. It **ends** on ``Unsubscribe``, when its connection goes, or when it cannot be served (its
    query fails, its entity is gone, the publisher refused what it needs). Ended is final: no
    event moves a subscription out of it, and the relay forgets it.
+8. A subscription's **progress** — its phase, what its subscriber holds, its ``every`` cursor,
+   its coverage as last judged, its counters — is written here and nowhere else; what it asked
+   (``downstream.Asked``) is replaced here whole when it changes. Other modules read both and
+   ask for a move by what happened; every change of phase goes through ``TRANSITIONS``.
 
-Every move between these phases is made here, so the scheduler's parking reasons and the
-phases cannot drift apart.
+So the scheduler's parking reasons and the phases cannot drift apart, and no module edits a
+subscription behind its lifecycle's back (``tests/relay/core/test_ownership.py``).
 """
 
 from __future__ import annotations
 
+from collections.abc import Hashable
 from enum import Enum
 from typing import TYPE_CHECKING
 
+import msgspec
+
+from fanout.relay.core import planner
 from fanout.relay.core.scheduler import Scheduler
 
 if TYPE_CHECKING:
-    from fanout.relay.core.downstream import Downstream, Subscription
+    from fanout.relay.core.changesets import Cursor
+    from fanout.relay.core.downstream import Asked, Downstream, Subscription
+    from fanout.relay.data.buffers import Keys, Stamp
+    from fanout.relay.data.pushes import Held
 
 
 class Phase(Enum):
@@ -63,7 +74,9 @@ class Event(Enum):
     END = "end"
 
 
-TRANSITIONS: dict[Event, Phase] = {
+#: What each event leads to from a phase that is not over (rules 1-7): a subscription is judged
+#: afresh at each turn it is due, so any verdict may follow any other.
+_ONWARD: dict[Event, Phase] = {
     Event.RESTART: Phase.PENDING,
     Event.UNCOVERED: Phase.WAITING,
     Event.BUSY: Phase.BLOCKED,
@@ -72,7 +85,12 @@ TRANSITIONS: dict[Event, Phase] = {
     Event.PUSHED: Phase.LIVE,
     Event.END: Phase.ENDED,
 }
-"""The phase each event leads to, from any phase but ``ENDED`` (rule 7)."""
+
+TRANSITIONS: dict[Phase, dict[Event, Phase]] = {
+    **{phase: _ONWARD for phase in Phase if phase is not Phase.ENDED},
+    Phase.ENDED: {},  # final (rule 7)
+}
+"""phase -> event -> the phase it leads to; an event a phase does not list is a bug."""
 
 
 class LifecycleError(RuntimeError):
@@ -80,18 +98,24 @@ class LifecycleError(RuntimeError):
 
 
 def advance(phase: Phase, event: Event) -> Phase:
-    """The phase after ``event`` (the table above).
+    """The phase after ``event`` (``TRANSITIONS``).
 
     Raises:
-        LifecycleError: ``phase`` is ``ENDED``.
+        LifecycleError: ``phase`` does not take ``event`` (it is ``ENDED``).
     """
-    if phase is Phase.ENDED:
-        raise LifecycleError(f"{event.value} after the subscription ended")
-    return TRANSITIONS[event]
+    after = TRANSITIONS[phase].get(event)
+    if after is None:
+        raise _refused(phase, event)
+    return after
+
+
+def _refused(phase: Phase, event: Event) -> LifecycleError:
+    return LifecycleError(f"{event.value} after the subscription {phase.value}")
 
 
 class Lifecycle:
-    """Moves subscriptions between phases, parking and queueing them in the scheduler."""
+    """Moves subscriptions between phases, parking and queueing them in the scheduler, and
+    records their progress (rule 8)."""
 
     def __init__(self, downstream: Downstream, scheduler: Scheduler) -> None:
         self.downstream = downstream
@@ -100,14 +124,51 @@ class Lifecycle:
     def _move(self, subscription: Subscription, event: Event) -> None:
         subscription.phase = advance(subscription.phase, event)
 
-    def start(self, subscription: Subscription, rate: float) -> None:
-        """A new subscription (rule 1): queued for its first push (the caller indexes it in
-        the downstream store once its view is set)."""
+    # -- what was asked ----------------------------------------------------------------
+
+    def start(self, subscription: Subscription, rate: float, now: float | None = None) -> None:
+        """A new subscription (rule 1): indexed, and queued at ``rate`` for its first push;
+        ``now`` dates its view (``changed``)."""
+        if now is not None:
+            subscription.moved_at = now
+        self.downstream.put(subscription)
         self.scheduler.add(subscription.key, subscription.priority, rate)
 
-    def restart(self, subscription: Subscription) -> None:
-        """Its next push is the full view (rule 1)."""
+    def changed(
+        self, subscription: Subscription, asked: Asked, rate: float, now: float | None
+    ) -> None:
+        """Its subscriber asked anew (``asked``, served at ``rate``): re-indexed, and pushed
+        the full view if its dataset or transform changed (rule 1), else what its new view
+        adds. ``now`` dates the change, so the planner learns how fast the view moves
+        (``planner.velocity``; without it none is estimated)."""
+        before = subscription.asked
+        key = subscription.key
+        self.downstream.remove(key)  # indexed again below, perhaps under another dataset
+        if (before.dataset, before.shape) != (asked.dataset, asked.shape):
+            self.restart(subscription, "its dataset or transform changed")
+        self.scheduler.update(key, asked.priority, rate)
+        self.scheduler.wake(key, eager=subscription.held is None)
+        if now is not None:
+            if subscription.moved_at is None or before.dataset != asked.dataset:
+                subscription.velocity = None
+                subscription.moved_at = now
+            elif asked.view != before.view:
+                elapsed = now - subscription.moved_at
+                subscription.velocity = planner.velocity(before.view, asked.view, elapsed)
+                subscription.moved_at = now
+        subscription.asked = asked
+        self.downstream.put(subscription)
+
+    # -- phases (rules 1-7) ------------------------------------------------------------
+
+    def restart(self, subscription: Subscription, reason: str) -> None:
+        """Its next push is the full view (rule 1); an ``every`` subscription under way is
+        told why (a ``resync`` with ``reason``)."""
         self._move(subscription, Event.RESTART)
+        subscription.held = None
+        if subscription.cursor is not None:
+            subscription.cursor = None
+            subscription.owed = reason
 
     def uncovered(self, subscription: Subscription) -> None:
         """Ready primitives do not cover its view (rule 2)."""
@@ -132,9 +193,10 @@ class Lifecycle:
 
     def pushed(self, subscription: Subscription, now: float, count: int = 1) -> None:
         """``count`` pushes or no-updates went out at ``now`` (rule 6)."""
-        if subscription.phase is Phase.ENDED:  # ``advance``, inlined: this runs for every push
-            raise LifecycleError(f"{Event.PUSHED.value} after the subscription ended")
-        subscription.phase = TRANSITIONS[Event.PUSHED]
+        after = TRANSITIONS[subscription.phase].get(Event.PUSHED)  # ``advance``, inlined: per push
+        if after is None:
+            raise _refused(subscription.phase, Event.PUSHED)
+        subscription.phase = after
         subscription.last_push = now
         subscription.pushes += count
         self.scheduler.served(subscription.key, now)
@@ -144,6 +206,54 @@ class Lifecycle:
         self._move(subscription, Event.END)
         self.downstream.remove(subscription.key)
         self.scheduler.remove(subscription.key)
+
+    # -- progress within a phase (rule 8) ----------------------------------------------
+
+    def judged(
+        self, subscription: Subscription, servable: bool, seen: tuple[Hashable, int, int]
+    ) -> None:
+        """Whether ready primitives cover its view, judged at ``seen`` ((located view, shrink
+        version, growth version))."""
+        subscription.servable = servable
+        subscription.coverage_seen = seen
+
+    def holds(self, subscription: Subscription, held: Held, stamp: Stamp) -> None:
+        """Its subscriber holds ``held`` once the cut of the state ``stamp`` names is sent; the
+        ticks between the one it held and that one were coalesced."""
+        before = subscription.held
+        if before is not None and before.epoch == stamp.epoch:
+            subscription.coalesced += max(0, stamp.seq - before.seq - 1)
+        subscription.held = held
+
+    def new_epoch(self, subscription: Subscription) -> None:
+        """The publisher's epoch changed: every row it holds counts as updated at its next
+        push."""
+        if subscription.held is not None:
+            subscription.held = msgspec.structs.replace(subscription.held, refresh=True)
+
+    def announced(self, subscription: Subscription) -> str | None:
+        """Why its next push restarts it (``resync``), now that it is told; None if it does
+        not."""
+        owed, subscription.owed = subscription.owed, None
+        return owed
+
+    def placed(self, subscription: Subscription, cursor: Cursor) -> None:
+        """Its ``every`` stream continues from ``cursor`` (its full view went out there)."""
+        subscription.cursor = cursor
+
+    def stepped(self, subscription: Subscription, seq: int, keys: Keys) -> None:
+        """Its ``every`` stream went out up to ``seq``, after which its subscriber holds
+        ``keys``."""
+        cursor = subscription.cursor
+        assert cursor is not None
+        cursor.seq, cursor.keys = seq, keys
+
+    def trusted(self, subscription: Subscription, after: int | None) -> None:
+        """The relay's live change sets are complete for its view after ``after`` (None: not
+        until it is servable again)."""
+        cursor = subscription.cursor
+        if cursor is not None:
+            cursor.trusted_after = after
 
     # -- what unparks subscriptions ----------------------------------------------------
 

@@ -30,13 +30,10 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Generator, Sequence
 
-import msgspec
-
 from fanout.errors import BadRequest, InvalidView, ProtocolError
 from fanout.relay import kinds
-from fanout.relay.core import planner
 from fanout.relay.core.changesets import History
-from fanout.relay.core.downstream import Downstream, Subscription
+from fanout.relay.core.downstream import Asked, Downstream, Subscription
 from fanout.relay.core.every import EVERY_BURST, EveryMode, every_cursor
 from fanout.relay.core.holding import Holding
 from fanout.relay.core.lifecycle import Lifecycle
@@ -187,8 +184,8 @@ class RelayCore:
             self.every.define(name)
             self.parts.encodings.forget(name)
             for subscription in self.downstream.of_dataset(name):
-                subscription.held = None  # a new table: start over with a full push
-                self.lifecycle.restart(subscription)
+                # A new table: start over with a full push.
+                self.lifecycle.restart(subscription, f"dataset {name!r} changed")
                 self.scheduler.wake(subscription.key)
 
     def on_batch(self, batch: Batch) -> list[Send]:
@@ -365,32 +362,27 @@ class RelayCore:
         # ``every`` subscriptions ignore the rate: each seq goes out as soon as it can.
         rate = MAX_RATE if request.mode == "every" else request.rate
         reads = kind.reads(request.view)
+        asked = Asked(
+            request.dataset,
+            request.view,
+            request.rate,
+            shape,
+            request.priority,
+            request.mode,
+            reads,
+        )
         if subscription is None:
-            subscription = Subscription(
-                client, request.sub, request.dataset, request.view, request.rate, shape
-            )
-            subscription.mode, subscription.cursor = request.mode, cursor
-            subscription.priority, subscription.reads = request.priority, reads
-            self.lifecycle.start(subscription, rate)
+            subscription = Subscription(client, request.sub, asked, cursor)
+            self.lifecycle.start(subscription, rate, now)
             sends.append(Send(client, Subscribed(request.sub, accepted.key, accepted.columns)))
         else:
-            self.downstream.remove(key)  # re-indexed below, perhaps under another dataset
-            if (subscription.dataset, subscription.shape) != (request.dataset, shape):
-                subscription.held = None  # rows in another form: send them all again
-                self.lifecycle.restart(subscription)
-            self.scheduler.update(key, request.priority, rate)
-            self.scheduler.wake(key, eager=subscription.held is None)
-        _track_motion(subscription, request, now)
-        subscription.view, subscription.rate = request.view, request.rate
-        subscription.dataset, subscription.shape = request.dataset, shape
-        subscription.priority, subscription.reads = request.priority, reads
-        self.downstream.put(subscription)
+            self.lifecycle.changed(subscription, asked, rate, now)
         added = kind.acquire(request.view, subscription.velocity, True)
         if not added and not any(map(self.upstream.pending, reads)):
             # Held primitives cover the view and all of them are ready: it is servable, and
             # the coverage algebra need not be asked again (a view that moves is, at its push).
-            subscription.servable = True
-            subscription.coverage_seen = (request.view, self.parts.shrunk, self.parts.grown)
+            seen = (request.view, self.parts.shrunk, self.parts.grown)
+            self.lifecycle.judged(subscription, True, seen)
         return sends + [Send(UPSTREAM, Acquire(p.prim, p.dataset, p.view)) for p in added]
 
     def _check(self, request: Subscribe) -> DatasetKind:
@@ -468,8 +460,8 @@ class RelayCore:
             readers = self.downstream.of_reader(name)
             added += kind.after_swap(readers)
             for subscription in readers:
-                if refresh and subscription.held is not None:
-                    subscription.held = msgspec.structs.replace(subscription.held, refresh=True)
+                if refresh:
+                    self.lifecycle.new_epoch(subscription)
                 self.scheduler.wake(subscription.key)
         return _acquires(added)
 
@@ -516,17 +508,3 @@ class RelayCore:
 def _acquires(added: list[Primitive]) -> list[Send]:
     """The ``Acquire`` frames of primitives just added."""
     return [Send(UPSTREAM, Acquire(p.prim, p.dataset, p.view)) for p in added]
-
-
-def _track_motion(subscription: Subscription, request: Subscribe, now: float | None) -> None:
-    """Update a subscription's velocity from a change of its view at ``now`` (if dated)."""
-    if now is None:
-        return
-    if subscription.moved_at is None or subscription.dataset != request.dataset:
-        subscription.velocity = None
-    elif request.view != subscription.view:
-        elapsed = now - subscription.moved_at
-        subscription.velocity = planner.velocity(subscription.view, request.view, elapsed)
-    else:
-        return  # the same view again: it did not move
-    subscription.moved_at = now

@@ -234,8 +234,8 @@ class Serving:
         seen_view, shrunk, grown = subscription.coverage_seen
         stale = seen_view != located or shrunk != parts.shrunk
         if stale or (not subscription.servable and grown != parts.grown):
-            subscription.servable = kind.covered(located)
-            subscription.coverage_seen = (located, parts.shrunk, parts.grown)
+            seen = (located, parts.shrunk, parts.grown)
+            self._lifecycle.judged(subscription, kind.covered(located), seen)
         return subscription.servable
 
     def _push(
@@ -268,9 +268,7 @@ class Serving:
         body, after = found
         held = subscription.held
         advanced = held is None or (held.epoch, held.seq) != (stamp.epoch, stamp.seq)
-        if held is not None and held.epoch == stamp.epoch:
-            subscription.coalesced += max(0, stamp.seq - held.seq - 1)
-        subscription.held = after
+        self._lifecycle.holds(subscription, after, stamp)
         if not (body.full or body.changes or advanced):
             self._scheduler.idle(subscription.key)  # a new state, but no new tick nor change
             return None

@@ -1,0 +1,89 @@
+"""Helpers for whole conversations with a relay's core over one 2-D dataset (``agents``), sans
+I/O: a relay connected upstream, batches, and the frames it sends."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from fanout.relay.core.planner import Policy
+from fanout.relay.core.relaycore import UPSTREAM, RelayCore, Send
+from fanout.relay.data.tables import TableStore
+from fanout.views import Box
+from fanout.wire.columns import decode_columns, encode_columns
+from fanout.wire.messages import (
+    Acquire,
+    Batch,
+    Catalog,
+    DatasetInfo,
+    NoUpdate,
+    Push,
+    Subscribe,
+    Unsubscribe,
+)
+
+INFO = DatasetInfo("agents", "id", {"id": "<i8", "x": "<f8", "y": "<f8"}, "space", ["x", "y"])
+CLIENT = 1
+
+
+def relay(policy: Policy | None = None) -> RelayCore:
+    core = RelayCore(policy or Policy(widen="margin", grace=0.0), engine=TableStore())
+    core.on_catalog(Catalog([INFO]))
+    assert core.on_upstream_connected() == []
+    return core
+
+
+def rows(**points: tuple[float, float]) -> dict[str, list[float] | list[int]]:
+    keys = [int(k[1:]) for k in points]
+    return {"id": keys, "x": [p[0] for p in points.values()], "y": [p[1] for p in points.values()]}
+
+
+def batch(
+    seq: int,
+    upserts: dict | None = None,
+    deletes: list[int] | None = None,
+    snapshots: list[int] | None = None,
+    epoch: int = 1,
+) -> Batch:
+    return Batch(
+        dataset="agents",
+        epoch=epoch,
+        seq=seq,
+        tick=10 * seq,
+        tick_time=float(seq),
+        upserts=encode_columns(upserts) if upserts else encode_columns({}),
+        deletes=encode_columns({"id": np.array(deletes or [], dtype=np.int64)}),
+        snapshots=snapshots or [],
+    )
+
+
+def frames(sends: list[Send], to: int) -> list[object]:
+    return [s.frame for s in sends if s.to == to]
+
+
+def subscribe(core: RelayCore, view: object, sub: int = 1) -> list[Acquire]:
+    sends = core.on_subscribe(CLIENT, Subscribe(sub, "agents", view, rate=1000.0))  # type: ignore[arg-type]
+    acquires = frames(sends, UPSTREAM)
+    assert all(isinstance(a, Acquire) for a in acquires)
+    return acquires  # type: ignore[return-value]
+
+
+def pushes(core: RelayCore, now: float = 100.0) -> list[Push | NoUpdate]:
+    return [s.message() for s in core.pushes(now, lambda client: True)]  # type: ignore[misc]
+
+
+def keys(columns: object) -> list[int]:
+    decoded = decode_columns(columns)  # type: ignore[arg-type]
+    return sorted(decoded["id"].tolist()) if "id" in decoded else []
+
+
+def served(core: RelayCore, now: float, idle=lambda client: True) -> list[tuple[int, object]]:
+    return [(s.to, s.message()) for s in core.pushes(now, idle)]
+
+
+def ready_relay(view: object = Box((0, 0), (10, 10)), **points: tuple[float, float]) -> RelayCore:
+    """A relay whose first subscription's coverage is ready, holding ``points``."""
+    core = relay()
+    (acquire,) = subscribe(core, view, sub=99)
+    core.on_batch(batch(0, rows(**points), snapshots=[acquire.prim]))
+    core.on_unsubscribe(CLIENT, Unsubscribe(99))
+    return core
