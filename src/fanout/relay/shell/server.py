@@ -61,18 +61,18 @@ from fanout.cluster.membership import Membership
 from fanout.cluster.registry import Registry
 from fanout.cluster.splitting import Balancer
 from fanout.connection import Outbound, refuse
-from fanout.errors import Unauthorized
 from fanout.http.server import HttpSubscription, connection_type, routes
 from fanout.mqtt.federation import Cluster
 from fanout.mqtt.listener import Listener
 from fanout.mqtt.producer import ProducerLink
 from fanout.mqtt.setup import mqtt_parts
 from fanout.relay.config import RelayConfig
+from fanout.relay.core.admission import Redirect, Refuse, Serve, admit, admit_write, roles
 from fanout.relay.core.every import EVERY_BURST
 from fanout.relay.core.forwarding import Forwarder
 from fanout.relay.core.holding import Holding
 from fanout.relay.core.relaycore import UPSTREAM, RelayCore, Send
-from fanout.relay.core.rules import restrict, visible
+from fanout.relay.core.rules import visible
 from fanout.relay.data.tables import TableStore
 from fanout.relay.kernels.compiled import COMPILED
 from fanout.relay.shell.clients import Clients
@@ -89,7 +89,6 @@ from fanout.wire.messages import (
     Hello,
     Publish,
     Published,
-    Role,
     Subscribe,
     Unsubscribe,
 )
@@ -130,10 +129,9 @@ class RelayServer:
         #: One thread writes batches to inert buffers, in order; the pump swaps them in.
         #: Relays below this one (``tiers``): batches are forwarded to them as written.
         self.relays = Relays(self.core, max_primitives=config.max_subscriptions)
-        self._roles: frozenset[Role] = frozenset(
-            {"subscriber", "relay"}
-            if config.serve_relays or (config.registry and config.registry_policy == "forward")
-            else {"subscriber"}
+        self._roles = roles(
+            config.serve_relays,
+            forwarding=config.registry is not None and config.registry_policy == "forward",
         )
         self._below: dict[int, ServerConnection] = {}
         self.upstream = UpstreamLink(
@@ -492,31 +490,28 @@ class RelayServer:
             await asyncio.sleep(wait)
 
     def _subscribe(self, client: int, request: Subscribe, now: float) -> None:
-        """Hand a subscription to the core with its view intersected with the connection's
-        access rules (``relay.core.rules``), refuse it (``forbidden``), or redirect it to the relay
-        responsible for it (``cluster``)."""
+        """Carry out what admission (``relay.core.admission``) decides of a subscription:
+        redirect it to the relay of the map responsible for it, refuse it, or hand it to the
+        core (restricted to the connection's access rules)."""
+        redirect = None
         if self.registry is not None and self.upstream.sharing is None:
             held = self.core.downstream.get((client, request.sub)) is not None
-            if (redirect := self.registry.redirect(request, held)) is not None:
-                self._dispatch([Send(client, redirect)])
-                return
+            redirect = self.registry.redirect(request, held)
         grant = self.clients.grants.get(client)
-        if grant is not None:
-            try:
-                request = restrict(request, grant.rules, self.upstream.datasets)
-            except Unauthorized as exc:
-                self._dispatch([Send(client, Error(exc.code, exc.message, ref=request.sub))])
-                return
-        self._dispatch(self.core.on_subscribe(client, request, now))
+        match admit(request, grant, self.upstream.datasets, redirect):
+            case Serve(request=admitted):
+                self._dispatch(self.core.on_subscribe(client, admitted, now))
+            case Redirect(error=error) | Refuse(error=error):
+                self._dispatch([Send(client, error)])
 
     def _forward(self, client: int, request: Publish) -> None:
-        """Send a subscriber's write on to the publisher, or refuse it (``relay.core.forwarding``):
-        with authentication, only a token granting the producer role may write."""
+        """Send a subscriber's write on to the publisher, or refuse it (admission, then
+        ``relay.core.forwarding``)."""
         grant = self.clients.grants.get(client)
-        if self._verifier is not None and (grant is None or "producer" not in grant.roles):
-            message = "writing needs a token granting the producer role"
-            self._reply(client, Error("forbidden", message, ref=request.req))
-            return
+        match admit_write(request, grant, authenticating=self._verifier is not None):
+            case Refuse(error=error):
+                self._reply(client, error)
+                return
         action = self._forwarder.forward(client, request, self.upstream.connected)
         if isinstance(action, Error):
             self._reply(client, action)
