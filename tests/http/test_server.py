@@ -11,6 +11,7 @@ from collections.abc import AsyncIterator
 
 import httpx
 
+from fanout.relay.config import Limits, Planning
 from fanout.relay.core.planner import Policy
 from fanout.testing.publisher import ScriptedPublisher, serving
 from fanout.testing.relays import running_relay
@@ -26,7 +27,10 @@ async def deployment(**config: object) -> AsyncIterator[tuple[ScriptedPublisher,
     publisher = ScriptedPublisher(Catalog([INFO]))
     async with (
         serving(publisher) as url,
-        running_relay(url, policy=Policy(widen="margin"), **config) as (relay, relay_url),
+        running_relay(url, planning=Planning(Policy(widen="margin")), **config) as (
+            relay,
+            relay_url,
+        ),
     ):
         yield publisher, relay, relay_url.replace("ws://", "http://")
 
@@ -46,7 +50,7 @@ async def test_a_streams_subscription_ends_when_its_client_goes_away() -> None:
 
 async def test_streams_count_against_the_relays_connection_limit() -> None:
     async with (
-        deployment(max_connections=1) as (_, _, base),
+        deployment(limits=Limits(max_connections=1)) as (_, _, base),
         httpx.AsyncClient(timeout=10) as client,
         client.stream("GET", base + QUERY) as first,
     ):
@@ -102,7 +106,7 @@ async def test_the_viewer_shows_a_topic_dataset_as_a_table_that_highlights_chang
     publisher = ScriptedPublisher(Catalog([sensors]))
     async with (
         serving(publisher) as url,
-        running_relay(url, policy=Policy(widen="exact")) as (_, relay_url),
+        running_relay(url, planning=Planning(Policy(widen="exact"))) as (_, relay_url),
     ):
         base = relay_url.replace("ws://", "http://")
         page_url = f"{base}/?dataset=sensors&view=plant/%2B/temp"
@@ -162,8 +166,8 @@ async def test_a_stream_another_relay_is_responsible_for_is_a_307_there_that_cli
     publisher = ScriptedPublisher(Catalog([INFO]))
     async with (
         serving(publisher) as url,
-        running_relay(url, policy=Policy(widen="margin")) as (relay_a, a_url),
-        running_relay(url, policy=Policy(widen="margin")) as (_, b_url),
+        running_relay(url, planning=Planning(Policy(widen="margin"))) as (relay_a, a_url),
+        running_relay(url, planning=Planning(Policy(widen="margin"))) as (_, b_url),
         httpx.AsyncClient(timeout=10) as client,
     ):
         relay_a.registry = Elsewhere(b_url)  # type: ignore[assignment]
@@ -194,8 +198,8 @@ async def test_a_held_stream_whose_part_moved_ends_with_where_to_go_and_goes_on_
     publisher = ScriptedPublisher(Catalog([INFO]))
     async with (
         serving(publisher) as url,
-        running_relay(url, policy=Policy(widen="margin")) as (relay_a, a_url),
-        running_relay(url, policy=Policy(widen="margin")) as (_, b_url),
+        running_relay(url, planning=Planning(Policy(widen="margin"))) as (relay_a, a_url),
+        running_relay(url, planning=Planning(Policy(widen="margin"))) as (_, b_url),
         httpx.AsyncClient(timeout=10) as client,
     ):
         a, b = a_url.replace("ws://", "http://"), b_url.replace("ws://", "http://")

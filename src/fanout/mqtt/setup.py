@@ -29,46 +29,46 @@ log = logging.getLogger(__name__)
 def mqtt_parts(
     config: RelayConfig, url: Callable[[], str] | None = None
 ) -> tuple[Listener, ProducerLink | None, Cluster | None]:
-    """The listener on ``config.mqtt_port``, and the ingest link and cluster if configured.
+    """The listener on ``config.mqtt.port``, and the ingest link and cluster if configured.
 
     ``url()`` is where the relay serves subscribers once it runs: with a topic dataset, the relay
     reads the dataset's log there (``fromlog``; in a cluster also for persistent sessions,
     ``durable``), unless its port asks for tokens or TLS.
     """
-    assert config.mqtt_port is not None
-    broker = Broker(config.mqtt)
+    assert config.mqtt.port is not None
+    broker = Broker(config.mqtt.limits)
     listener = Listener(
         broker,
-        config.host,
-        config.mqtt_port,
-        read_rate=config.read_rate,
-        read_burst=config.read_burst,
+        config.listening.host,
+        config.mqtt.port,
+        read_rate=config.limits.read_rate,
+        read_burst=config.limits.read_burst,
     )
     link = feed = None
-    routes = Routes(config.mqtt_dataset, config.mqtt_routes)
-    plain = config.auth is None and config.tls_cert is None
+    routes = Routes(config.mqtt.dataset, config.mqtt.routes)
+    plain = config.auth is None and config.listening.tls_cert is None
     pending = Pending(routes)
     if routes.datasets():
-        link = ProducerLink(config.publisher, pending, broker, config.name)
+        link = ProducerLink(config.upstream.publisher, pending, broker, config.name)
         if url is not None and plain:
-            shared = config.mqtt_redis is None
+            shared = config.mqtt.redis is None
             feed = LogFeed(
                 broker, listener.apply, routes, url, shared=shared, carried=pending.carried
             )
             listener.companions.append(feed.run)
     cluster = None
-    if config.mqtt_redis is not None:
+    if config.mqtt.redis is not None:
         # A new incarnation each start (rule 4 of matchtable): its old one is swept. Its Redis
         # calls time out as the registry's do, so a Redis that stops answering is an error.
         incarnation = f"{config.name}-{uuid.uuid4().hex[:8]}"
-        table = MatchTable(redis_cluster(config.mqtt_redis), incarnation, lease=config.mqtt_lease)
+        table = MatchTable(redis_cluster(config.mqtt.redis), incarnation, lease=config.mqtt.lease)
         cluster = Cluster(
             table,
             broker,
             listener.apply,
-            config.host,
-            config.mqtt_peer_port,
-            advertise=config.mqtt_peer_advertise,
+            config.listening.host,
+            config.mqtt.peer_port,
+            advertise=config.mqtt.peer_advertise,
         )
         listener.on_filters = cluster.on_filters
         if routes.datasets() and url is not None and plain:

@@ -11,10 +11,10 @@ Tasks (one ``TaskGroup`` owns them all):
 
 Connections, WebSocket and HTTP streams alike, are counted in ``relay.shell.clients``.
 
-A subscriber connection is read at most ``RelayConfig.read_rate`` frames a second after a first
-``read_burst`` (``relay.core.throttle``): one that floods the relay with view changes is slowed
-down, by not being read, rather than taking the event loop from everyone else. A connection that
-sends no ``Hello`` within ``hello_timeout`` seconds is refused and closed; beyond
+A subscriber connection is read at most ``RelayConfig.limits.read_rate`` frames a second after
+a first ``read_burst`` (``relay.core.throttle``): one that floods the relay with view changes is
+slowed down, by not being read, rather than taking the event loop from everyone else. A
+connection that sends no ``Hello`` within ``hello_timeout`` seconds is refused and closed; beyond
 ``max_connections`` served at once, a new one's ``Hello`` is refused with ``unavailable`` (the
 `fanout subscribe` given several relays tries the next).
 
@@ -111,27 +111,27 @@ class RelayServer:
         """A relay that will run as ``config`` (checked when it was made) says."""
         self.config = config
         self.core = RelayCore(
-            config.planning,
-            config.aging,
-            engine=TableStore(config.query_timeout),
-            max_subscriptions=config.max_subscriptions,
-            sql_share=config.sql_share,
-            sql_burst=config.sql_burst,
-            holding=Holding(config.catalog_wait, config.max_held),
+            config.policy,
+            config.planning.aging,
+            engine=TableStore(config.limits.query_timeout),
+            max_subscriptions=config.limits.max_subscriptions,
+            sql_share=config.limits.sql_share,
+            sql_burst=config.limits.sql_burst,
+            holding=Holding(config.limits.catalog_wait, config.limits.max_held),
             # A burst goes out while the connection drains: half its queue at most.
-            every_burst=max(1, min(EVERY_BURST, config.queue_limit // 2)),
+            every_burst=max(1, min(EVERY_BURST, config.limits.queue_limit // 2)),
         )
         self.port: int | None = None
-        self.clients = Clients(self.core, config.max_connections)
+        self.clients = Clients(self.core, config.limits.max_connections)
         #: subscribers' writes forwarded to the publisher, awaiting its answers
         self._forwarder = Forwarder()
         self._wake = asyncio.Event()
         #: One thread writes batches to inert buffers, in order; the pump swaps them in.
         #: Relays below this one (``tiers``): batches are forwarded to them as written.
-        self.relays = Relays(self.core, max_primitives=config.max_subscriptions)
+        self.relays = Relays(self.core, max_primitives=config.limits.max_subscriptions)
         self._roles = roles(
-            config.serve_relays,
-            forwarding=config.registry is not None and config.registry_policy == "forward",
+            config.listening.serve_relays,
+            forwarding=config.cluster.forwarding,
         )
         self._below: dict[int, ServerConnection] = {}
         self.upstream = UpstreamLink(
@@ -156,7 +156,7 @@ class RelayServer:
         )
         self._reads_throttled = 0
         #: The time acting on subscribers' frames may take, all connections together.
-        self._control = Throttle(config.control_share, config.control_burst)
+        self._control = Throttle(config.limits.control_share, config.limits.control_burst)
         self._frames_refused = 0
         self._frames_received = 0
         self._closed_bad = 0
@@ -165,14 +165,14 @@ class RelayServer:
         self.mqtt: Listener | None = None
         self.mqtt_ingest: ProducerLink | None = None
         self.mqtt_cluster: Cluster | None = None
-        if config.mqtt_port is not None:
+        if config.mqtt.port is not None:
             self.mqtt, self.mqtt_ingest, self.mqtt_cluster = mqtt_parts(config, self._local_url)
         #: The map of responsibility shared with other relays (``cluster``), if any:
         #: its registry, and split and merge on load (``balancer``) if thresholds are given.
         self.membership: Membership | None = None
         self.registry: Registry | None = None
         self.balancer: Balancer | None = None
-        if config.registry is not None:
+        if config.cluster.registry is not None:
             self.membership = Membership(
                 config,
                 self.core,
@@ -188,24 +188,24 @@ class RelayServer:
         """Serve until cancelled; ``ready(port)`` is called once serving and connected upstream.
 
         Sets the interpreter's switch interval and the garbage collector's youngest threshold
-        (``RelayConfig.switch_interval``, ``young_collection``) meanwhile: they are the
+        (``RelayConfig.process.switch_interval``, ``young_collection``) meanwhile: they are the
         process's, and the relay is meant to be its process's main work.
         """
         interval, thresholds = sys.getswitchinterval(), gc.get_threshold()
-        if self.config.switch_interval > 0:
-            sys.setswitchinterval(self.config.switch_interval)
-        if self.config.young_collection > 0:
-            gc.set_threshold(self.config.young_collection, *thresholds[1:])
+        if self.config.process.switch_interval > 0:
+            sys.setswitchinterval(self.config.process.switch_interval)
+        if self.config.process.young_collection > 0:
+            gc.set_threshold(self.config.process.young_collection, *thresholds[1:])
         config = self.config
         ssl = None
-        if config.tls_cert is not None and config.tls_key is not None:
-            ssl = tls.server_context(config.tls_cert, config.tls_key)
+        if config.listening.tls_cert is not None and config.listening.tls_key is not None:
+            ssl = tls.server_context(config.listening.tls_cert, config.listening.tls_key)
         try:
             async with (
                 serve(
                     self._serve_client,
-                    self.config.host,
-                    self.config.port,
+                    self.config.listening.host,
+                    self.config.listening.port,
                     max_size=MAX_FROM_SUBSCRIBER,
                     max_queue=MAX_QUEUED_FROM_SUBSCRIBER,
                     compression=None,
@@ -218,7 +218,7 @@ class RelayServer:
                     # HTTP streams (``http.server``) last as long as their subscription:
                     # the opening handshake's timeout is the connection class's.
                     open_timeout=None,
-                    create_connection=connection_type(self, self.config.hello_timeout),
+                    create_connection=connection_type(self, self.config.limits.hello_timeout),
                     ssl=ssl,
                 ) as server,
                 asyncio.TaskGroup() as tasks,
@@ -228,13 +228,13 @@ class RelayServer:
                 tasks.create_task(self.pump.run())
                 tasks.create_task(self.pump.housekeeping())
                 if self.mqtt_ingest is not None:
-                    tasks.create_task(self.mqtt_ingest.run(self.config.reconnect_delay))
+                    tasks.create_task(self.mqtt_ingest.run(self.config.upstream.reconnect_delay))
                 if self.upstream.sharing is not None:
                     tasks.create_task(self.upstream.sharing.run())
                 if self.membership is not None:  # joined before it is ready (relay.cluster)
                     scheme = "ws" if ssl is None else "wss"
-                    own = f"{scheme}://{self.config.host}:{self.port}"
-                    await self.membership.join(tasks, self.config.advertise or own)
+                    own = f"{scheme}://{self.config.listening.host}:{self.port}"
+                    await self.membership.join(tasks, self.config.cluster.advertise or own)
                 if self.mqtt_cluster is not None:
                     joined = asyncio.Event()
                     tasks.create_task(self.mqtt_cluster.run(joined.set))
@@ -246,7 +246,7 @@ class RelayServer:
                     log.info(
                         "relay %s: MQTT on %s:%d",
                         self.config.name,
-                        self.config.host,
+                        self.config.listening.host,
                         self.mqtt.port,
                     )
                 await self.upstream.ready.wait()
@@ -254,9 +254,9 @@ class RelayServer:
                     "relay %s listening on %s://%s:%d (%s; box views cut %s)",
                     self.config.name,
                     "ws" if ssl is None else "wss",
-                    self.config.host,
+                    self.config.listening.host,
                     self.port,
-                    self.config.planning.describe(),
+                    self.config.policy.describe(),
                     "by the compiled kernels" if COMPILED else "with numpy: no kernels built",
                 )
                 if ready is not None:
@@ -268,8 +268,10 @@ class RelayServer:
 
     def _local_url(self) -> str:
         """Where this relay serves subscribers, as a program on this host reaches it."""
-        host = {"0.0.0.0": "127.0.0.1", "::": "[::1]", "": "127.0.0.1"}.get(self.config.host)
-        return f"ws://{host or self.config.host}:{self.port}"
+        host = {"0.0.0.0": "127.0.0.1", "::": "[::1]", "": "127.0.0.1"}.get(
+            self.config.listening.host
+        )
+        return f"ws://{host or self.config.listening.host}:{self.port}"
 
     def unready(self) -> str | None:
         """Why the relay should be sent no subscribers now (``GET /readyz``), or None.
@@ -278,9 +280,9 @@ class RelayServer:
         comes, ``relay.core.holding``), but a load balancer does better sending them elsewhere.
         """
         if not self.upstream.connected:
-            return f"not connected upstream ({self.config.publisher})"
+            return f"not connected upstream ({self.config.upstream.publisher})"
         if self.clients.full():
-            return f"serving its most connections ({self.config.max_connections})"
+            return f"serving its most connections ({self.config.limits.max_connections})"
         return None
 
     def samples(self) -> list[metrics.Sample | metrics.Histogram]:
@@ -329,17 +331,18 @@ class RelayServer:
         config = self.config
         outbound = Outbound(
             websocket,
-            config.queue_limit,
+            config.limits.queue_limit,
             on_idle=lambda: self._on_writable(client),
-            control=config.max_subscriptions + config.read_burst,  # its subscriptions' notices
+            control=config.limits.max_subscriptions
+            + config.limits.read_burst,  # its subscriptions' notices
         )
         client = self.clients.add(outbound)
         outbound.start()
-        rate = self.config.read_rate
-        throttle = Throttle(rate, self.config.read_burst) if rate > 0 else None
+        rate = self.config.limits.read_rate
+        throttle = Throttle(rate, self.config.limits.read_burst) if rate > 0 else None
         refused: str | None = None  # why the relay closes the connection, if it does
         try:
-            async with asyncio.timeout(self.config.hello_timeout) as handshake:
+            async with asyncio.timeout(self.config.limits.hello_timeout) as handshake:
                 async for message in websocket:
                     started = time.perf_counter()  # decoding a frame is control time too
                     self._frames_received += 1
@@ -363,7 +366,7 @@ class RelayServer:
                 outbound.offer(codec.encode(expiry.expired()))
             else:
                 self._hello_timeouts += 1
-                refused = f"no hello within {self.config.hello_timeout:g} s; closing"
+                refused = f"no hello within {self.config.limits.hello_timeout:g} s; closing"
                 outbound.offer(codec.encode(Error(code="handshake", message=refused)))
         except ConnectionClosed as closed:
             # The subscriber went away (its subscriptions end below), or sent a frame over
