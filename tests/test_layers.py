@@ -33,6 +33,8 @@ SERVERS = {
 PURE_RELAY = {"relay", "relay/core", "relay/data", "relay/kinds", "relay/kernels"}
 #: The packages plugging into the relay: its front ends and the many-relay parts.
 PLUG_INS = {"http", "mqtt", "cluster", "tiers"}
+#: What the front ends see of the relay: its API and the front-end interface.
+API = {"relay/api"}
 #: unit -> the other fanout units it may import.
 ALLOWED: dict[str, set[str]] = {
     "views": {"errors"},
@@ -41,19 +43,19 @@ ALLOWED: dict[str, set[str]] = {
     "publisher": SERVERS,
     "cache": {"errors", "wire"},
     **dict.fromkeys(PURE_RELAY, SERVERS | PURE_RELAY),
+    "relay/api": SERVERS | PURE_RELAY,
     # The shell is the composition root: it starts the front ends and the relay cluster.
-    "relay/shell": SERVERS | PURE_RELAY | PLUG_INS | {"relay/config"},
-    # The configuration names the plug-ins' settings (sections of their own are issue 38's
-    # step 4).
-    "relay/config": SERVERS | PURE_RELAY | PLUG_INS | {"relay/shell"},
-    "http": SERVERS | PURE_RELAY,
-    "tiers": SERVERS | PURE_RELAY,
+    "relay/shell": SERVERS | PURE_RELAY | PLUG_INS | API | {"relay/config"},
+    # The configuration names the plug-ins' settings.
+    "relay/config": SERVERS | PURE_RELAY | PLUG_INS,
+    "http": SERVERS | PURE_RELAY | API,
+    "tiers": SERVERS | PURE_RELAY | API,
     # The relay cluster hands batches to the shell's writer thread and reads its configuration.
     "cluster": SERVERS | PURE_RELAY | {"relay/config", "relay/shell"},
     # The MQTT front end follows its own relay's port in mode ``every`` through the client
     # library, as a bridge beside the relay would (sessions replayed from the log, other
     # producers' messages); its cluster shares the relay cluster's Redis client.
-    "mqtt": SERVERS | PURE_RELAY | {"client", "cluster", "relay/config"},
+    "mqtt": SERVERS | PURE_RELAY | API | {"client", "cluster", "relay/config"},
 }
 #: What the relay's sans-I/O parts may not import: they take time and bytes from their caller.
 IO_MODULES = {"asyncio", "socket", "selectors", "threading", "websockets"}

@@ -77,7 +77,7 @@ async def test_retained_messages_are_the_topic_datasets_state(
     publisher: Child, tmp_path: Path
 ) -> None:
     async with running_relay(publisher.url, mqtt=Mqtt(0, dataset="devices")) as (relay, _):
-        assert relay.mqtt is not None and relay.mqtt_ingest is not None
+        assert relay.mqtt is not None and relay.mqtt.ingest is not None
         pub = ["mosquitto_pub", "-p", str(relay.mqtt.port), "-q", "1"]
         await run(*pub, "-t", "dev/1/state", "-m", "on", "-r")
         await run(*pub, "-t", "dev/2/state", "-m", "off", "-r")

@@ -17,7 +17,7 @@ The response is HTTP/1.1 chunked: every event is one chunk, the stream ends with
 chunk when the subscription ends. A stream whose part moved to another relay ends normally
 after a ``moved`` event (``http.api.MOVE_RETRY_MS``): its client makes the request again,
 here or there, and is redirected or served. Before a request is redirected, the relay makes
-sure its map is not a beat old (``Relay.confirm``): an HTTP client never asks to stay, and a
+sure its map is not a beat old (``RelayApi.confirm``): an HTTP client never asks to stay, and a
 relay just handed a part would otherwise send the request back, round in a circle.
 
 ``OPTIONS`` on the API's paths is a CORS preflight, answered with the methods and headers
@@ -35,13 +35,13 @@ import urllib.parse
 from collections.abc import Awaitable, Callable, Mapping
 from http import HTTPStatus
 from importlib import resources
-from typing import ClassVar, Protocol
+from typing import ClassVar
 
 from websockets.asyncio.server import ServerConnection
 from websockets.datastructures import Headers
 from websockets.http11 import SERVER, Request, Response
 
-from fanout import expiry
+from fanout import expiry, metrics
 from fanout.errors import ProtocolError, Unauthorized
 from fanout.http.api import (
     CONTENT_TYPES,
@@ -55,9 +55,10 @@ from fanout.http.api import (
     parse_subscribe,
     same_request_at,
 )
+from fanout.relay.api import RelayApi
 from fanout.relay.core.rules import visible
 from fanout.wire import codec
-from fanout.wire.messages import DatasetInfo, Error, Subscribe
+from fanout.wire.messages import Error
 
 log = logging.getLogger(__name__)
 
@@ -87,55 +88,13 @@ ResponseHook = Callable[
 ]
 
 
-class Relay(Protocol):
-    """What the HTTP side needs of the relay (``RelayServer``)."""
-
-    def attach(self, downstream: HttpSubscription) -> int:
-        """Count a new downstream connection in; returns its client number for the core."""
-        ...
-
-    def detach(self, client: int) -> None:
-        """The connection is gone: its subscriptions end."""
-        ...
-
-    def subscribe(self, client: int, request: Subscribe) -> None:
-        """Act on a subscription request of the connection, as on a ``Subscribe`` frame."""
-        ...
-
-    async def confirm(self, request: Subscribe) -> None:
-        """Make sure the map a redirect of ``request`` would follow is not stale: an HTTP
-        client follows redirects without asking to stay (``RelayServer.confirm``)."""
-        ...
-
-    def writable(self, client: int) -> None:
-        """The connection wrote everything it had."""
-        ...
-
-    def room(self) -> str | None:
-        """Why one more connection is refused (the relay serves its most), or None."""
-        ...
-
-    def authenticate(self, token: str | None, role: str = "subscriber") -> object:
-        """What ``token`` grants (None without authentication).
-
-        Raises:
-            Unauthorized: authentication is configured and the token is missing, not valid,
-                or does not grant ``role``.
-        """
-        ...
-
-    def catalog(self) -> list[DatasetInfo]:
-        """The publisher's datasets (empty before the relay is connected upstream)."""
-        ...
-
-
 class HttpConnection(ServerConnection):
     """A connection on the relay's port: a WebSocket, or an HTTP stream (``/v1/subscribe``).
 
     ``relay`` and ``opening`` are set on the subclass :func:`connection_type` makes.
     """
 
-    relay: ClassVar[Relay]
+    relay: ClassVar[RelayApi]
     #: Seconds a new connection may take to send its request and finish the WebSocket
     #: handshake (websockets' ``open_timeout``, which ``serve`` leaves off: it would also
     #: bound a stream, which lasts as long as its subscription).
@@ -175,12 +134,46 @@ class HttpConnection(ServerConnection):
             self.on_resume()
 
 
-def connection_type(relay: Relay, opening: float) -> type[HttpConnection]:
+class HttpFrontEnd:
+    """HTTP on the relay's port (``relay.api.FrontEnd``): the WebSocket server's port takes
+    every connection, and hands plain requests here through ``process_request`` and the
+    connection class of ``connection_type``."""
+
+    def __init__(self) -> None:
+        self._relay: RelayApi | None = None
+        self._routes: Hook | None = None
+
+    async def start(self, relay: RelayApi, tasks: asyncio.TaskGroup) -> None:
+        """Answer the relay's plain HTTP requests from now on (nothing of its own to run)."""
+        self._relay = relay
+        self._routes = routes(relay, metrics.route(relay.samples, relay.unready))
+
+    async def stop(self) -> None:
+        """Nothing to stop: streams end with the port's connections."""
+
+    @property
+    def relay(self) -> RelayApi:
+        """The relay it serves, once started."""
+        assert self._relay is not None, "the HTTP front end is not started"
+        return self._relay
+
+    def process_request(self, connection: ServerConnection, request: Request) -> Response | None:
+        """websockets' ``process_request`` hook: the API's and the viewer's plain answers,
+        ``/metrics`` and the probes (``metrics.route``); None for a WebSocket handshake."""
+        assert self._routes is not None, "the HTTP front end is not started"
+        return self._routes(connection, request)
+
+    def connection_type(self, opening: float) -> type[HttpConnection]:
+        """The connection class for websockets' ``serve(create_connection=...)``."""
+        return connection_type(self.relay, opening)
+
+
+def connection_type(relay: RelayApi, opening: float) -> type[HttpConnection]:
     """The connection class for websockets' ``serve(create_connection=...)``."""
     return type("RelayConnection", (HttpConnection,), {"relay": relay, "opening": opening})
 
 
-def routes(relay: Relay, fallback: Hook) -> Hook:
+def routes(relay: RelayApi, fallback: Hook) -> Hook:
     """A ``process_request`` hook answering ``GET /v1/datasets`` and the viewer's files
     (``GET /``), then ``fallback``'s paths."""
 
@@ -311,7 +304,8 @@ class HttpSubscription:
         )
         self._format = request.format
         await relay.confirm(request.subscribe)
-        client = relay.attach(self)
+        client = relay.open(self)
+        relay.connect(client, self.grant)
         self._connection.on_resume = lambda: self._resumed(client)
         try:
             relay.subscribe(client, request.subscribe)
@@ -324,11 +318,11 @@ class HttpSubscription:
             if not done:  # the token expired: a last error event, and the stream ends
                 self.offer(codec.encode(expiry.expired()))
         finally:
-            relay.detach(client)
+            relay.closed(relay.close(client))
             self._connection.on_resume = None
             await self._close()
 
-    def _parse(self, relay: Relay) -> StreamRequest:
+    def _parse(self, relay: RelayApi) -> StreamRequest:
         try:
             self.grant = relay.authenticate(request_token(self._request))
         except Unauthorized as exc:

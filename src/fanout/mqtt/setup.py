@@ -1,8 +1,10 @@
-"""A relay's MQTT parts, made from its ``RelayConfig``: the listener, the ingest link into topic
-datasets, the cluster membership and its persistent sessions in Redis (each only if configured)."""
+"""A relay's MQTT front end (``relay.api.FrontEnd``), made from its ``RelayConfig``: the
+listener, the ingest link into topic datasets, the cluster membership and its persistent
+sessions in Redis (each only if configured)."""
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import uuid
 from collections.abc import Callable
@@ -19,11 +21,66 @@ from fanout.mqtt.listener import Listener
 from fanout.mqtt.matchtable import MatchTable
 from fanout.mqtt.producer import ProducerLink
 from fanout.mqtt.stored import SessionStore
+from fanout.relay.api import RelayApi
 
 if TYPE_CHECKING:
     from fanout.relay.config import RelayConfig
 
 log = logging.getLogger(__name__)
+
+
+class MqttFrontEnd:
+    """The relay's MQTT broker: its listener, and its ingest link and cluster if configured.
+
+    Attributes:
+        listener: serves MQTT clients (``mqtt.listener``).
+        ingest: keeps retained messages in topic datasets (``mqtt.producer``), if any.
+        cluster: the relays' shared match table and forwarding (``mqtt.federation``), if any.
+    """
+
+    def __init__(self, config: RelayConfig) -> None:
+        """The parts ``config.mqtt`` asks for (its ``port`` set)."""
+        self._config = config
+        self._relay: RelayApi | None = None
+        self._tasks: list[asyncio.Task[None]] = []
+        self.listener, self.ingest, self.cluster = mqtt_parts(config, self._url)
+
+    @property
+    def port(self) -> int:
+        """The port MQTT clients connect to (once started, if it was 0)."""
+        return self.listener.port
+
+    @property
+    def broker(self) -> Broker:
+        """The broker's state: sessions, retained messages."""
+        return self.listener.broker
+
+    async def start(self, relay: RelayApi, tasks: asyncio.TaskGroup) -> None:
+        """Start the ingest link, join the cluster, then listen; return once listening."""
+        self._relay = relay
+        if self.ingest is not None:
+            delay = self._config.upstream.reconnect_delay
+            self._tasks.append(tasks.create_task(self.ingest.run(delay)))
+        if self.cluster is not None:
+            joined = asyncio.Event()
+            self._tasks.append(tasks.create_task(self.cluster.run(joined.set)))
+            await joined.wait()
+        listening = asyncio.Event()
+        self._tasks.append(tasks.create_task(self.listener.run(lambda _: listening.set())))
+        await listening.wait()
+        where = self._config.listening.host
+        log.info("relay %s: MQTT on %s:%d", self._config.name, where, self.listener.port)
+
+    async def stop(self) -> None:
+        """Stop listening and leave the cluster: its tasks end."""
+        for task in self._tasks:
+            task.cancel()
+        if self._tasks:
+            await asyncio.wait(self._tasks)
+
+    def _url(self) -> str:
+        assert self._relay is not None, "the MQTT front end is not started"
+        return self._relay.local_url()
 
 
 def mqtt_parts(
