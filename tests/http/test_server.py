@@ -5,17 +5,20 @@ ends saying where it goes on."""
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
 from collections.abc import AsyncIterator
 
 import httpx
 
+from fanout.client import connect
 from fanout.relay.config import Limits, Planning
 from fanout.relay.core.planner import Policy
 from fanout.testing.publisher import ScriptedPublisher, serving
 from fanout.testing.relays import running_relay
 from fanout.testing.wait import eventually
+from fanout.views import Box
 from fanout.wire.messages import Catalog, DatasetInfo, Error, Subscribe
 
 INFO = DatasetInfo("agents", "id", {"id": "<i8", "x": "<f8", "y": "<f8"}, "space", ["x", "y"])
@@ -70,6 +73,31 @@ async def test_the_viewer_is_served_at_the_root() -> None:
         assert "window.fanoutViewer" in script.text
         assert (await client.get(base + "/viewer.css")).status_code == 200
         assert (await client.get(base + "/nothing-here")).status_code == 426  # a WebSocket port
+
+
+async def ask(base: str, request: bytes) -> bytes:
+    """What the relay's port answers ``request`` (raw bytes), until it closes."""
+    host, port = base.removeprefix("http://").split(":")
+    reader, writer = await asyncio.open_connection(host, int(port))
+    try:
+        writer.write(request)
+        return await asyncio.wait_for(reader.read(), 10)
+    finally:
+        writer.close()
+
+
+async def test_requests_the_port_cannot_read_get_a_status_and_websockets_share_the_port() -> None:
+    async with deployment() as (_, _, base):
+        garbage = await ask(base, b"NOT HTTP AT ALL\r\n\r\n")
+        assert garbage.startswith(b"HTTP/1.1 400 Bad Request\r\n")
+        assert json.loads(garbage.split(b"\r\n\r\n", 1)[1])["error"] == "bad_request"
+        huge = await ask(base, b"GET /?" + b"x" * 20_000)  # a head past h11's 16 KiB, unended
+        assert huge.startswith(b"HTTP/1.1 431 ")
+        async with connect(base.replace("http://", "ws://")) as subscriber:  # the same port
+            view = await subscriber.subscribe(Box((0, 0), (10, 10)))
+            assert view.sub == 1
+        old = await ask(base, b"GET /v1/subscribe?dataset=nope&view=box:0,0,1,1 HTTP/1.0\r\n\r\n")
+        assert old.startswith(b"HTTP/1.1 404 Not Found\r\n")
 
 
 async def test_a_cors_preflight_is_answered_and_other_methods_are_refused() -> None:

@@ -71,6 +71,13 @@ class Listening:
             raise ConfigError("TLS needs both a certificate and its key (tls_cert, tls_key)")
 
     @property
+    def tls(self) -> tuple[Path, Path] | None:
+        """The certificate and key to serve TLS with, or None."""
+        if self.tls_cert is None or self.tls_key is None:
+            return None
+        return self.tls_cert, self.tls_key
+
+    @property
     def scheme(self) -> str:
         """``ws`` or, with TLS, ``wss``."""
         return "ws" if self.tls_cert is None else "wss"

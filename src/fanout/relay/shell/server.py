@@ -10,10 +10,11 @@ Tasks (one ``TaskGroup`` owns them all):
 * the map of responsibility (``cluster.membership``), if the relay is in one.
 
 Front ends (``relay.api.FrontEnd``), each started with the relay's API (this class) and the
-``TaskGroup`` and stopped the same way: HTTP (``http.server``) and the WebSocket subscriber
-server (``relay.shell.websocket``) on the relay's port, relays below (``tiers.link``), MQTT
-(``mqtt.setup``). What they ask is admitted or not by ``relay.core.admission``, carried out
-here; connections, WebSocket and HTTP streams alike, are counted in ``relay.shell.clients``.
+``TaskGroup`` and stopped the same way: HTTP (``http.server``), which listens on the relay's
+port, the WebSocket subscriber server (``relay.shell.websocket``), which takes the port's
+upgrades, relays below (``tiers.link``) and MQTT (``mqtt.setup``). What they ask is admitted
+or not by ``relay.core.admission``, carried out here; connections, WebSocket and HTTP streams
+alike, are counted in ``relay.shell.clients``.
 
 A subscriber's write (``Publish``, e.g. ``fanout mount``'s to an objects dataset) is forwarded
 to the publisher over the upstream link and its answer sent back under the subscriber's ``req``;
@@ -103,8 +104,15 @@ class RelayServer:
         self._roles = roles(config.listening.serve_relays, forwarding=config.cluster.forwarding)
         self._verifier = None if config.auth is None else Verifier(config.auth)
         self.tiers = Tiers(self.relays, dispatch=self._for_below)
-        self.http = HttpFrontEnd()
-        self.websocket = WebSocketServer(config, self.http, below=self.tiers.serve)
+        where = config.listening
+        self.websocket = WebSocketServer(config, self.tiers.serve, lambda: self.http.listener)
+        self.http = HttpFrontEnd(
+            where.host,
+            where.port,
+            opening=limits.hello_timeout,
+            upgrade=self.websocket.take,
+            tls_files=where.tls,
+        )
         self.mqtt = MqttFrontEnd(config) if config.mqtt.port is not None else None
         #: Why a front end could not start, if one could not.
         self._not_started: Exception | None = None
@@ -147,7 +155,7 @@ class RelayServer:
     @property
     def port(self) -> int | None:
         """The port subscribers connect to, once the relay serves."""
-        return self.websocket.port
+        return self.http.port if self.http.listener is not None else None
 
     async def run(self, ready: Callable[[int], None] | None = None) -> None:
         """Serve until cancelled; ``ready(port)`` is called once serving and connected upstream.
@@ -166,7 +174,7 @@ class RelayServer:
         try:
             async with asyncio.TaskGroup() as tasks:
                 on_the_port: tuple[FrontEnd, ...] = (self.http, self.websocket, self.tiers)
-                for front_end in on_the_port:  # relays below come through the port too
+                for front_end in on_the_port:  # HTTP listens; relays below come through it
                     await self._start(front_end, tasks, started)
                 tasks.create_task(self.upstream.run())
                 tasks.create_task(self.pump.run())
@@ -174,7 +182,9 @@ class RelayServer:
                 if self.upstream.sharing is not None:
                     tasks.create_task(self.upstream.sharing.run())
                 if self.membership is not None:  # joined before it is ready (cluster)
-                    own = f"{self.websocket.scheme}://{self.config.listening.host}:{self.port}"
+                    own = (
+                        f"{self.config.listening.scheme}://{self.config.listening.host}:{self.port}"
+                    )
                     await self.membership.join(tasks, self.config.cluster.advertise or own)
                 if self.mqtt is not None:  # it reads the relay's port (``mqtt.fromlog``)
                     await self._start(self.mqtt, tasks, started)
@@ -184,7 +194,7 @@ class RelayServer:
                 log.info(
                     "relay %s listening on %s://%s:%d (%s; box views cut %s)",
                     self.config.name,
-                    self.websocket.scheme,
+                    self.config.listening.scheme,
                     self.config.listening.host,
                     port,
                     self.config.policy.describe(),

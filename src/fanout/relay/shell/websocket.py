@@ -9,24 +9,30 @@ rather than taking the loop from everyone else. One that sends no ``Hello`` with
 one's ``Hello`` is refused with ``unavailable``. A relay below (``Hello{role: "relay"}``) is
 handed to the tiers front end once greeted.
 
-Plain HTTP on the same port (streams, ``/metrics``, the viewer) is the HTTP front end's
-(``http.server``): its hooks are given to the server here.
+The relay's port is the HTTP front end's (``http.server``): it reads each request with h11 and
+hands a WebSocket upgrade here (``take``), with the bytes it read, to a websockets connection
+on the same transport; that connection's lifecycle is the one ``websockets.asyncio.server.serve``
+gives its connections (``_lifecycle``), under a websockets ``Server`` wrapping the port's
+listener, so that stopping closes the connections with 1001 and waits for their handlers.
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from collections.abc import Awaitable, Callable
 
-from websockets.asyncio.server import Server, ServerConnection, serve
+from websockets.asyncio.server import Server, ServerConnection
 from websockets.exceptions import ConnectionClosed
 from websockets.frames import CloseCode
+from websockets.http11 import SERVER
+from websockets.protocol import State
+from websockets.server import ServerProtocol
 
-from fanout import expiry, tls
+from fanout import expiry
 from fanout.buckets import Throttle
 from fanout.connection import Outbound, refuse
-from fanout.http.server import HttpFrontEnd
 from fanout.relay.api import RelayApi
 from fanout.relay.config import RelayConfig
 from fanout.relay.core.rules import visible
@@ -42,70 +48,102 @@ MAX_FROM_SUBSCRIBER = 1 << 20
 #: can make the relay hold of what it sent is about 5 MiB, however it misbehaves.
 MAX_QUEUED_FROM_SUBSCRIBER = 4
 
+log = logging.getLogger(__name__)
+
 #: Serves a relay below once greeted (``tiers.link.Tiers.serve``); returns why to close it.
 Below = Callable[[int, ServerConnection, Hello], Awaitable[str | None]]
 
 
 class WebSocketServer:
-    """The subscriber port: WebSocket subscribers here, plain HTTP through ``http``.
+    """WebSocket subscribers (and relays below) on the relay's port."""
 
-    Attributes:
-        port: the port it listens on, once started.
-    """
-
-    def __init__(self, config: RelayConfig, http: HttpFrontEnd, below: Below) -> None:
+    def __init__(
+        self, config: RelayConfig, below: Below, listener: Callable[[], asyncio.Server | None]
+    ) -> None:
+        """Args:
+        config: the relay's configuration.
+        below: serves a relay below once greeted (``tiers.link.Tiers.serve``).
+        listener: the relay's port's listener (``http.server.HttpFrontEnd``), once it listens.
+        """
         self._config = config
-        self._http = http
         self._below = below
+        self._listener = listener
         self._relay: RelayApi | None = None
         self._server: Server | None = None
         #: The time acting on subscribers' frames may take, all connections together.
         self._control = Throttle(config.limits.control_share, config.limits.control_burst)
-        self.port: int | None = None
         self.reads_throttled = 0
         self.frames_refused = 0
         self.frames_received = 0
         self.closed_bad = 0
         self.hello_timeouts = 0
 
-    @property
-    def scheme(self) -> str:
-        """``ws``, or ``wss`` with TLS."""
-        return self._config.listening.scheme
-
     async def start(self, relay: RelayApi, tasks: asyncio.TaskGroup) -> None:
-        """Listen on the relay's port; its connections' handlers are the server's."""
+        """Take the port's WebSocket upgrades from now on (the HTTP front end listens)."""
         self._relay = relay
-        where = self._config.listening
-        ssl = None
-        if where.tls_cert is not None and where.tls_key is not None:
-            ssl = tls.server_context(where.tls_cert, where.tls_key)
-        self._server = await serve(
-            self._serve,
-            where.host,
-            where.port,
-            max_size=MAX_FROM_SUBSCRIBER,
-            max_queue=MAX_QUEUED_FROM_SUBSCRIBER,
-            compression=None,
-            # Paused as soon as the kernel leaves bytes in the transport: a connection
-            # is idle (may take the next push) only when it has written everything.
-            # asyncio's TLS transport pauses at ``>=`` its high-water mark where the
-            # plain one pauses at ``>``: 0 would pause it when empty and never resume.
-            write_limit=0 if ssl is None else 1,
-            process_request=self._http.process_request,
-            # HTTP streams (``http.server``) last as long as their subscription:
-            # the opening handshake's timeout is the connection class's.
-            open_timeout=None,
-            create_connection=self._http.connection_type(self._config.limits.hello_timeout),
-            ssl=ssl,
-        )
-        self.port = next(iter(self._server.sockets)).getsockname()[1]
+        server = Server(self._port, self._lifecycle, log)
+        await server  # it wraps the port's listener: closing it closes that too
+        self._server = server
 
     async def stop(self) -> None:
-        """Stop listening, close the connections (1001) and wait for their handlers."""
+        """Close the connections (1001) and wait for their handlers."""
         if self._server is not None:
             self._server.close()
             await self._server.wait_closed()
+
+    def take(self, transport: asyncio.Transport, head: bytes) -> None:
+        """A WebSocket upgrade on the relay's port: a websockets connection on ``transport``
+        reads the request from ``head`` (what was read of the connection) and runs its
+        handshake, then ``_serve``."""
+        if self._server is None or not self._server.is_serving():
+            transport.abort()  # not serving yet, or stopping
+            return
+        connection = ServerConnection(
+            ServerProtocol(max_size=MAX_FROM_SUBSCRIBER),  # no compression: no extension
+            self._server,
+            max_queue=MAX_QUEUED_FROM_SUBSCRIBER,
+            # Paused as soon as the kernel leaves bytes in the transport: a connection is idle
+            # (may take the next push) only when it has written everything. asyncio's TLS
+            # transport pauses at ``>=`` its high-water mark where the plain one pauses at
+            # ``>``: 0 would pause it when empty and never resume.
+            write_limit=0 if self._config.listening.tls_cert is None else 1,
+        )
+        transport.set_protocol(connection)
+        connection.connection_made(transport)  # starts ``_lifecycle`` under the server
+        connection.data_received(head)
+
+    async def _port(self) -> asyncio.Server:
+        listener = self._listener()
+        assert listener is not None, "the relay's port listens before WebSockets are taken"
+        return listener
+
+    async def _lifecycle(self, connection: ServerConnection) -> None:
+        """One connection's life, as ``websockets.asyncio.server.serve`` leads it: the opening
+        handshake within ``hello_timeout``, keepalive pings, ``_serve``, the closing
+        handshake; the transport closed before it returns."""
+        server = self._server
+        assert server is not None
+        try:
+            async with asyncio.timeout(self._config.limits.hello_timeout):
+                await connection.handshake(server_header=SERVER)
+            if connection.protocol.state is not State.OPEN:
+                connection.transport.abort()
+                return
+            server.all_connections.add(connection)
+            connection.start_keepalive()
+            try:
+                async with connection:
+                    await self._serve(connection)
+            except Exception:
+                log.error("WebSocket connection handler failed", exc_info=True)
+            finally:
+                server.all_connections.discard(connection)
+        except Exception:  # the opening handshake timed out, or failed unexpectedly
+            connection.transport.abort()
+        finally:
+            task = asyncio.current_task()
+            if task is not None:
+                server.handler_tasks.discard(task)
 
     def counts(self) -> dict[str, int]:
         """What ``GET /metrics`` shows of the subscribers' frames (``relay.shell.samples``)."""
