@@ -138,3 +138,18 @@ def test_both_forms_of_import_are_read(tmp_path: Path) -> None:
         "from fanout.relay.core import planner\nfrom fanout.relay import kinds\n"
     )
     assert imported(path) == {"wire", "tls", "errors", "views", "relay/core", "relay/kinds"}
+
+
+def test_the_composition_root_reaches_plug_ins_through_their_entry_points_only() -> None:
+    """The relay's composition root starts each front end through ``relay.api.FrontEnd``: it
+    imports their front-end classes (and the many-relay parts it wires), not their insides,
+    and nothing of websockets (the port is the HTTP front end's)."""
+    names = imports(SRC / "relay" / "shell" / "server.py")
+    assert {name for name in names if name.split(".")[0] == "websockets"} == set()
+    assert {name for name in names if unit_of(name) in PLUG_INS} <= {
+        "fanout.http.server.HttpFrontEnd",
+        "fanout.mqtt.setup.MqttFrontEnd",
+        "fanout.tiers.link.Tiers",
+        "fanout.tiers.below.Relays",
+        "fanout.cluster.membership.Membership",
+    }
