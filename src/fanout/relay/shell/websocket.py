@@ -81,7 +81,7 @@ class WebSocketServer:
     async def start(self, relay: RelayApi, tasks: asyncio.TaskGroup) -> None:
         """Take the port's WebSocket upgrades from now on (the HTTP front end listens)."""
         self._relay = relay
-        server = Server(self._port, self._lifecycle, log)
+        server = Server(self._port, self._lifecycle)
         await server  # it wraps the port's listener: closing it closes that too
         self._server = server
 
