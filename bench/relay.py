@@ -68,7 +68,7 @@ from typing import Any
 import numpy as np
 from picows import WSCloseCode, WSFrame, WSListener, WSMsgType, WSTransport, ws_connect
 
-from fanout.relay.config import RelayConfig
+from fanout.relay.config import RelayConfig, Upstream
 from fanout.relay.core.relaycore import Send
 from fanout.relay.shell.server import RelayServer
 from fanout.testing import cpu, frames
@@ -303,7 +303,7 @@ def run_trial(subscribers: int, args: argparse.Namespace, group: int = 1) -> Tri
         children.append(publisher)
         pub_url = pub_conn.recv()
         relay = RelayProcess(
-            RelayConfig(publisher=pub_url, name="bench"),
+            RelayConfig(Upstream(pub_url), name="bench"),
             log=log,
             instrument=instrument,
             profile=log.with_suffix(".prof") if args.profile else None,

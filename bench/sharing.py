@@ -122,7 +122,7 @@ from websockets.asyncio.client import connect
 from fanout.client import rank
 from fanout.client.routing import DEFAULT_SIDE
 from fanout.launch import Child, start
-from fanout.relay.config import RelayConfig
+from fanout.relay.config import Cluster, Planning, RelayConfig, Upstream
 from fanout.relay.core.planner import IN_A_MAP, WIDENINGS, Policy
 from fanout.testing import frames
 from fanout.testing.calibration import calibrate
@@ -400,17 +400,15 @@ class Relays:
         registry_policy: str = "redirect",
     ) -> Relays:
         """Start ``RELAYS`` relays (in the map of ``registry`` if given; ``policy`` None: their
-        default, ``RelayConfig.planning``); returns once each serves and is connected
+        default, ``RelayConfig.policy``); returns once each serves and is connected
         upstream."""
         processes = [
             RelayProcess(
                 RelayConfig(
-                    publisher=publisher,
+                    Upstream(publisher),
                     name=f"bench-relay-{index}",
-                    policy=policy,
-                    registry=registry,
-                    registry_side=side,
-                    registry_policy=registry_policy,
+                    planning=Planning(policy),
+                    cluster=Cluster(registry, policy=registry_policy, side=side),
                 ),
                 log=logs / f"relay-{index}.log",
                 level=logging.INFO,

@@ -36,6 +36,8 @@ SHARED_IO = {"connection", "cancelling", "background"}
 PURE_RELAY = {"relay", "relay/core", "relay/data", "relay/kinds", "relay/kernels"}
 #: The packages plugging into the relay: its front ends and the many-relay parts.
 PLUG_INS = {"http", "mqtt", "cluster", "tiers"}
+#: What the front ends see of the relay: its API and the front-end interface.
+API = {"relay/api"}
 #: unit -> the other fanout units it may import.
 ALLOWED: dict[str, set[str]] = {
     "views": {"errors"},
@@ -44,19 +46,19 @@ ALLOWED: dict[str, set[str]] = {
     "publisher": SERVERS,
     "cache": {"errors", "wire", "background"},
     **dict.fromkeys(PURE_RELAY, (SERVERS - SHARED_IO) | PURE_RELAY),
+    "relay/api": (SERVERS - SHARED_IO) | PURE_RELAY,
     # The shell is the composition root: it starts the front ends and the relay cluster.
-    "relay/shell": SERVERS | PURE_RELAY | PLUG_INS | {"relay/config"},
-    # The configuration names the plug-ins' settings (sections of their own are issue 38's
-    # step 4).
-    "relay/config": SERVERS | PURE_RELAY | PLUG_INS | {"relay/shell"},
-    "http": SERVERS | PURE_RELAY,
-    "tiers": SERVERS | PURE_RELAY,
+    "relay/shell": SERVERS | PURE_RELAY | PLUG_INS | API | {"relay/config"},
+    # The configuration names the plug-ins' settings.
+    "relay/config": SERVERS | PURE_RELAY | PLUG_INS,
+    "http": SERVERS | PURE_RELAY | API,
+    "tiers": SERVERS | PURE_RELAY | API,
     # The relay cluster hands batches to the shell's writer thread and reads its configuration.
     "cluster": SERVERS | PURE_RELAY | {"relay/config", "relay/shell"},
     # The MQTT front end follows its own relay's port in mode ``every`` through the client
     # library, as a bridge beside the relay would (sessions replayed from the log, other
     # producers' messages); its cluster shares the relay cluster's Redis client.
-    "mqtt": SERVERS | PURE_RELAY | {"client", "cluster", "relay/config"},
+    "mqtt": SERVERS | PURE_RELAY | API | {"client", "cluster", "relay/config"},
 }
 #: What the relay's sans-I/O parts may not import: they take time and bytes from their caller.
 IO_MODULES = {"asyncio", "socket", "selectors", "threading", "websockets"}
@@ -159,3 +161,18 @@ def test_both_forms_of_import_are_read(tmp_path: Path) -> None:
         "from fanout.relay.core import planner\nfrom fanout.relay import kinds\n"
     )
     assert imported(path) == {"wire", "tls", "errors", "views", "relay/core", "relay/kinds"}
+
+
+def test_the_composition_root_reaches_plug_ins_through_their_entry_points_only() -> None:
+    """The relay's composition root starts each front end through ``relay.api.FrontEnd``: it
+    imports their front-end classes (and the many-relay parts it wires), not their insides,
+    and nothing of websockets (the port is the HTTP front end's)."""
+    names = imports(SRC / "relay" / "shell" / "server.py")
+    assert {name for name in names if name.split(".")[0] == "websockets"} == set()
+    assert {name for name in names if unit_of(name) in PLUG_INS} <= {
+        "fanout.http.server.HttpFrontEnd",
+        "fanout.mqtt.setup.MqttFrontEnd",
+        "fanout.tiers.link.Tiers",
+        "fanout.tiers.below.Relays",
+        "fanout.cluster.membership.Membership",
+    }

@@ -40,6 +40,8 @@ from websockets.http11 import Request, Response
 PATH = "/metrics"
 HEALTH = "/healthz"
 READY = "/readyz"
+#: The probes' answers' type (as websockets' plain text responses).
+TEXT = "text/plain; charset=utf-8"
 
 
 @dataclass(frozen=True)
@@ -136,24 +138,39 @@ def route(
     """
 
     def process_request(connection: ServerConnection, request: Request) -> Response | None:
-        path = request.path.split("?", 1)[0]
-        if path == HEALTH:
-            return connection.respond(HTTPStatus.OK, "ok\n")
-        if path == READY:
-            reason = unready()
-            if reason is None:
-                return connection.respond(HTTPStatus.OK, "ready\n")
-            return connection.respond(HTTPStatus.SERVICE_UNAVAILABLE, f"not ready: {reason}\n")
-        if path != PATH:
+        answered = answer(request.path, samples, unready)
+        if answered is None:
             return None  # a WebSocket handshake (or websockets' 426 for plain HTTP)
-        response = connection.respond(HTTPStatus.OK, render(samples()).decode())
-        # ``respond``'s plain text becomes the format's own type: version 0.0.4, which every
-        # Prometheus reads (all fanout's metric names are plain ones, the same in 1.0.0).
+        status, content_type, body = answered
+        response = connection.respond(status, body.decode())
+        # ``respond``'s plain text becomes the answer's own type: for ``/metrics`` the format's
+        # version 0.0.4, which every Prometheus reads (all fanout's metric names are plain
+        # ones, the same in 1.0.0).
         del response.headers["Content-Type"]
-        response.headers["Content-Type"] = CONTENT_TYPE_PLAIN_0_0_4
+        response.headers["Content-Type"] = content_type
         return response
 
     return process_request
+
+
+def answer(
+    target: str,
+    samples: Callable[[], Iterable[Sample | Histogram]],
+    unready: Callable[[], str | None] = lambda: None,
+) -> tuple[HTTPStatus, str, bytes] | None:
+    """The answer to a request for ``target`` (its path and query) if it is one of these
+    paths (``route``): its status, content type and body; None for another path."""
+    path = target.split("?", 1)[0]
+    if path == HEALTH:
+        return HTTPStatus.OK, TEXT, b"ok\n"
+    if path == READY:
+        reason = unready()
+        if reason is None:
+            return HTTPStatus.OK, TEXT, b"ready\n"
+        return HTTPStatus.SERVICE_UNAVAILABLE, TEXT, f"not ready: {reason}\n".encode()
+    if path != PATH:
+        return None
+    return HTTPStatus.OK, CONTENT_TYPE_PLAIN_0_0_4, render(samples())
 
 
 def scrape(url: str, timeout: float = 10.0, ssl: SSLContext | None = None) -> dict[str, float]:

@@ -236,9 +236,9 @@ def test_the_publishers_built_in_dataset_takes_its_state_store_from_the_flag(
 def test_the_relay_limit_flags_default_to_relay_config_and_reach_it(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    from fanout.relay.config import RelayConfig
+    from fanout.relay.config import Limits
 
-    defaults = RelayConfig(publisher="ws://127.0.0.1:1")
+    defaults = Limits()
     for flag, kind, default, _ in RELAY_LIMITS:
         field = flag[2:].replace("-", "_")
         assert getattr(defaults, field) == default and type(getattr(defaults, field)) is kind
@@ -459,17 +459,21 @@ def test_a_relay_takes_another_relay_as_upstream_or_the_publisher_not_both(
 
 def test_a_relay_of_a_map_plans_with_fit_unless_told_to_widen_otherwise() -> None:
     """No widening flag: the relay's default, ``fit`` in a map and ``tiles`` alone
-    (``RelayConfig.planning``); flags change that default, ``--widen`` replaces it."""
+    (``RelayConfig.policy``); flags change that default, ``--widen`` replaces it."""
     from fanout.cli.relay import policy_given
-    from fanout.relay.config import RelayConfig
+    from fanout.relay.config import Cluster, Planning, RelayConfig, Upstream
     from fanout.relay.core.planner import IN_A_MAP, Policy
 
     registry = "redis://10.0.0.9:7000"
 
     def planned(*flags: str, registry: str | None = registry) -> Policy:
         args = _parser().parse_args(["relay", *flags])
-        config = RelayConfig("ws://p:7700", policy=policy_given(args, registry), registry=registry)
-        return config.planning
+        config = RelayConfig(
+            Upstream("ws://p:7700"),
+            planning=Planning(policy_given(args, registry)),
+            cluster=Cluster(registry),
+        )
+        return config.policy
 
     assert planned() == IN_A_MAP == Policy(widen="fit", margin=0.075)
     assert planned(registry=None) == Policy()  # alone, as before
@@ -480,9 +484,9 @@ def test_a_relay_of_a_map_plans_with_fit_unless_told_to_widen_otherwise() -> Non
     assert planned("--widen", "enclose", "--overshoot", "0.75") == Policy(
         widen="enclose", overshoot=0.75
     )
-    assert RelayConfig("ws://p:7700", policy=Policy(widen="exact"), registry=registry).planning == (
-        Policy(widen="exact")
-    )
+    exact = Planning(Policy(widen="exact"))
+    given = RelayConfig(Upstream("ws://p:7700"), planning=exact, cluster=Cluster(registry))
+    assert given.policy == Policy(widen="exact")
 
 
 def test_a_relay_takes_its_registry_from_flags_over_fanout_toml(
@@ -495,8 +499,8 @@ def test_a_relay_takes_its_registry_from_flags_over_fanout_toml(
     args = _parser().parse_args(["relay", "--config", str(toml), "--registry-lease", "2"])
     assert cluster_given(args) == {
         "registry": "redis://10.0.0.9:7000",
-        "registry_lease": 2.0,
-        "registry_side": 128.0,
+        "lease": 2.0,
+        "side": 128.0,
     }
     assert cluster_given(_parser().parse_args(["relay"])) == {}  # alone, as before
     toml.write_text("[cluster]\nlease = -1\n")
@@ -513,7 +517,7 @@ def test_a_relay_takes_its_split_and_merge_thresholds_from_flags_over_fanout_tom
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     from fanout.cli.relay import cluster_given
-    from fanout.relay.config import RelayConfig
+    from fanout.relay.config import Cluster
 
     toml = tmp_path / "fanout.toml"
     toml.write_text(
@@ -531,8 +535,8 @@ def test_a_relay_takes_its_split_and_merge_thresholds_from_flags_over_fanout_tom
         "standby": True,
         "split_command": "run {name}",
     }
-    config = RelayConfig("ws://p:1", registry="redis://r:1", **given)
-    assert config.thresholds.on and config.thresholds.dwell == 5.0
+    cluster = Cluster("redis://r:1", **given)
+    assert cluster.thresholds.on and cluster.thresholds.dwell == 5.0
     bad = ["relay", "--registry", "redis://r:1", "--split-above", "subscribers=5"]
     assert main([*bad, "--merge-below", "subscribers=9"]) == 2
     assert "merge_below subscribers=9 must be less than split_above" in capsys.readouterr().err
@@ -546,10 +550,9 @@ def test_a_relay_takes_its_split_and_merge_thresholds_from_flags_over_fanout_tom
     forward = [*bad, "--registry-policy", "forward"]
     assert main([*forward, "--merge-below", "rows=9"]) == 2
     assert "forward measure subscribers only (not rows)" in capsys.readouterr().err
-    forwarding = RelayConfig(
-        "ws://p:1",
-        registry="redis://r:1",
-        registry_policy="forward",
+    forwarding = Cluster(
+        "redis://r:1",
+        policy="forward",
         split_above={"subscribers": 5.0},
         merge_below={"subscribers": 2.0},
     )

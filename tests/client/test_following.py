@@ -16,6 +16,7 @@ import pytest
 from fanout.client.following import connect_cluster
 from fanout.cluster.registry import Registry, connect
 from fanout.cluster.responsibility import part_of
+from fanout.relay.config import Cluster
 from fanout.testing.ports import LOOPBACK, free_port
 from fanout.testing.publisher import ScriptedPublisher, serving
 from fanout.testing.redis import throwaway_redis_cluster
@@ -40,8 +41,8 @@ async def two_relays(registry: str, prefix: str) -> AsyncIterator[tuple[list, Sc
     publisher = ScriptedPublisher(Catalog([INFO]))
     async with (
         serving(publisher) as url,
-        running_relay(url, name=f"{prefix}a", registry=registry, registry_lease=30.0) as a,
-        running_relay(url, name=f"{prefix}b", registry=registry, registry_lease=30.0) as b,
+        running_relay(url, name=f"{prefix}a", cluster=Cluster(registry, lease=30.0)) as a,
+        running_relay(url, name=f"{prefix}b", cluster=Cluster(registry, lease=30.0)) as b,
     ):
         relays = [a, b]
         for server, _ in relays:
@@ -171,7 +172,7 @@ async def test_a_relay_joining_the_map_takes_the_held_views_of_the_parts_it_wins
         before = {id(view): cluster.relay_of(view) for view in views}
         assert set(before.values()) == {a_url, b_url}
         async with running_relay(
-            a.config.publisher, name="jc", registry=registry, registry_lease=30.0
+            a.config.upstream, name="jc", cluster=Cluster(registry, lease=30.0)
         ) as (c, c_url):
             assert c.registry is not None
             joined = await eventually(

@@ -20,6 +20,7 @@ import pytest
 from fanout.client import SubscriptionError, connect
 from fanout.cluster.responsibility import Assignment, ResponsibilityMap, part_of
 from fanout.cluster.splitting import responsible
+from fanout.relay.config import Cluster
 from fanout.testing.catalog import AGENTS
 from fanout.testing.publisher import ScriptedPublisher, serving
 from fanout.testing.redis import throwaway_redis_cluster
@@ -38,15 +39,15 @@ def registry() -> Iterator[str]:
         yield f"redis://{host}:{port}"
 
 
-def settings(registry: str, command: str, wait: float) -> dict[str, object]:
-    return {
-        "registry": registry,
-        "registry_lease": 30.0,
-        "split_above": {"subscribers": 1.0},
-        "split_dwell": 1.0,
-        "split_command": command,
-        "split_wait": wait,
-    }
+def settings(registry: str, command: str, wait: float) -> Cluster:
+    return Cluster(
+        registry,
+        lease=30.0,
+        split_above={"subscribers": 1.0},
+        split_dwell=1.0,
+        split_command=command,
+        split_wait=wait,
+    )
 
 
 async def test_a_relay_past_its_threshold_starts_a_standby_and_splits_to_it(
@@ -59,7 +60,7 @@ async def test_a_relay_past_its_threshold_starts_a_standby_and_splits_to_it(
             f" --standby --registry {registry} --registry-lease 30 --log-level warning"
         )
         config = settings(registry, command, wait=90.0)
-        async with running_relay(url, name="sa", **config) as (relay, relay_url):
+        async with running_relay(url, name="sa", cluster=config) as (relay, relay_url):
             assert relay.balancer is not None and relay.registry is not None
             balancer = relay.balancer
             try:
@@ -92,7 +93,7 @@ async def test_a_split_command_whose_relay_never_joins_is_logged_and_nothing_mov
     caplog.set_level(logging.ERROR, "fanout.cluster.splitting")
     async with (
         serving(publisher) as url,
-        running_relay(url, name="sb", **settings(registry, "true", wait=1.0)) as (relay, at),
+        running_relay(url, name="sb", cluster=settings(registry, "true", wait=1.0)) as (relay, at),
     ):
         assert relay.balancer is not None and relay.registry is not None
         await eventually(  # the standby of the test before has left: none is idle

@@ -9,7 +9,7 @@ from fanout.cluster.responsibility import ResponsibilityMap
 from fanout.cluster.settings import read_cluster
 from fanout.cluster.upstreams import PUBLISHER, Upstreams
 from fanout.errors import ConfigError
-from fanout.relay.config import RelayConfig
+from fanout.relay.config import Cluster, RelayConfig, Upstream
 from fanout.testing import batches
 from fanout.testing.catalog import AGENTS, sensors
 from fanout.views import Box
@@ -116,7 +116,7 @@ def test_a_lost_relay_lets_the_seqs_go_and_resyncs_its_datasets() -> None:
 
 
 def test_the_policy_is_redirect_or_forward_from_the_flag_or_the_file() -> None:
-    assert RelayConfig(publisher="ws://p:1").registry_policy == "redirect"
+    assert RelayConfig(Upstream("ws://p:1")).cluster.policy == "redirect"
     with pytest.raises(ConfigError, match="--registry-policy"):
-        RelayConfig(publisher="ws://p:1", registry_policy="broadcast")
+        Cluster(policy="broadcast")
     assert read_cluster({"policy": "forward"}).policy == "forward"

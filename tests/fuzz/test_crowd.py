@@ -25,7 +25,7 @@ import pytest
 
 from fanout.client import LiveView, connect
 from fanout.metrics import scrape
-from fanout.relay.config import RelayConfig
+from fanout.relay.config import Limits, Planning, RelayConfig, Upstream
 from fanout.relay.core.planner import Policy
 from fanout.testing.catalog import AGENTS
 from fanout.testing.hostile import CrowdPlan, HostileProcess
@@ -64,12 +64,14 @@ async def relay_process() -> AsyncIterator[tuple[ScriptedPublisher, str]]:
     publisher = ScriptedPublisher(Catalog([AGENTS]))
     async with serving(publisher) as url:
         config = RelayConfig(
-            url,
-            policy=Policy(widen="margin"),
-            max_subscriptions=5,
-            read_rate=10.0,
-            read_burst=5,
-            hello_timeout=120.0,  # the idle ones stay for the whole test
+            Upstream(url),
+            planning=Planning(Policy(widen="margin")),
+            limits=Limits(
+                max_subscriptions=5,
+                read_rate=10.0,
+                read_burst=5,
+                hello_timeout=120.0,  # the idle ones stay for the whole test
+            ),
         )
         relay = RelayProcess(config)
         try:

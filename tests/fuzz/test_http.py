@@ -17,6 +17,7 @@ from collections.abc import AsyncIterator
 import pytest
 
 from fanout.client import connect
+from fanout.relay.config import Limits, Planning
 from fanout.relay.core.planner import Policy
 from fanout.testing.catalog import AGENTS
 from fanout.testing.publisher import ScriptedPublisher, serving
@@ -113,7 +114,9 @@ async def relay() -> AsyncIterator[tuple[ScriptedPublisher, str]]:
     publisher = ScriptedPublisher(Catalog([AGENTS]))
     async with (
         serving(publisher) as url,
-        running_relay(url, policy=Policy(widen="margin"), stall_timeout=5.0) as (_, relay_url),
+        running_relay(
+            url, planning=Planning(Policy(widen="margin")), limits=Limits(stall_timeout=5.0)
+        ) as (_, relay_url),
     ):
         yield publisher, relay_url
 

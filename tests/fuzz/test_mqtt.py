@@ -17,6 +17,7 @@ import paho.mqtt.client as mqtt
 import pytest
 from paho.mqtt.enums import CallbackAPIVersion
 
+from fanout.relay.config import Mqtt
 from fanout.relay.shell.server import RelayServer
 from fanout.testing.publisher import ScriptedPublisher, serving
 from fanout.testing.relays import running_relay
@@ -192,7 +193,7 @@ class Good:
 async def relay() -> AsyncIterator[RelayServer]:
     async with (
         serving(ScriptedPublisher(Catalog([]))) as url,
-        running_relay(url, mqtt_port=0) as (server, _),
+        running_relay(url, mqtt=Mqtt(0)) as (server, _),
     ):
         yield server
 

@@ -16,6 +16,7 @@ from websockets.asyncio.client import connect as ws_connect
 from websockets.exceptions import ConnectionClosed
 
 from fanout.client import connect
+from fanout.relay.config import Limits, Planning
 from fanout.relay.core.planner import Policy
 from fanout.testing.catalog import AGENTS
 from fanout.testing.hostile import HELLO, mutated
@@ -70,7 +71,9 @@ async def relay() -> AsyncIterator[tuple[ScriptedPublisher, str]]:
     publisher = ScriptedPublisher(Catalog([AGENTS]))
     async with (
         serving(publisher) as url,
-        running_relay(url, policy=Policy(widen="margin"), stall_timeout=5.0) as (_, relay_url),
+        running_relay(
+            url, planning=Planning(Policy(widen="margin")), limits=Limits(stall_timeout=5.0)
+        ) as (_, relay_url),
     ):
         yield publisher, relay_url
 

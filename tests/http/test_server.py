@@ -5,16 +5,20 @@ ends saying where it goes on."""
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
 from collections.abc import AsyncIterator
 
 import httpx
 
+from fanout.client import connect
+from fanout.relay.config import Limits, Planning
 from fanout.relay.core.planner import Policy
 from fanout.testing.publisher import ScriptedPublisher, serving
 from fanout.testing.relays import running_relay
 from fanout.testing.wait import eventually
+from fanout.views import Box
 from fanout.wire.messages import Catalog, DatasetInfo, Error, Subscribe
 
 INFO = DatasetInfo("agents", "id", {"id": "<i8", "x": "<f8", "y": "<f8"}, "space", ["x", "y"])
@@ -26,7 +30,10 @@ async def deployment(**config: object) -> AsyncIterator[tuple[ScriptedPublisher,
     publisher = ScriptedPublisher(Catalog([INFO]))
     async with (
         serving(publisher) as url,
-        running_relay(url, policy=Policy(widen="margin"), **config) as (relay, relay_url),
+        running_relay(url, planning=Planning(Policy(widen="margin")), **config) as (
+            relay,
+            relay_url,
+        ),
     ):
         yield publisher, relay, relay_url.replace("ws://", "http://")
 
@@ -46,7 +53,7 @@ async def test_a_streams_subscription_ends_when_its_client_goes_away() -> None:
 
 async def test_streams_count_against_the_relays_connection_limit() -> None:
     async with (
-        deployment(max_connections=1) as (_, _, base),
+        deployment(limits=Limits(max_connections=1)) as (_, _, base),
         httpx.AsyncClient(timeout=10) as client,
         client.stream("GET", base + QUERY) as first,
     ):
@@ -66,6 +73,31 @@ async def test_the_viewer_is_served_at_the_root() -> None:
         assert "window.fanoutViewer" in script.text
         assert (await client.get(base + "/viewer.css")).status_code == 200
         assert (await client.get(base + "/nothing-here")).status_code == 426  # a WebSocket port
+
+
+async def ask(base: str, request: bytes) -> bytes:
+    """What the relay's port answers ``request`` (raw bytes), until it closes."""
+    host, port = base.removeprefix("http://").split(":")
+    reader, writer = await asyncio.open_connection(host, int(port))
+    try:
+        writer.write(request)
+        return await asyncio.wait_for(reader.read(), 10)
+    finally:
+        writer.close()
+
+
+async def test_requests_the_port_cannot_read_get_a_status_and_websockets_share_the_port() -> None:
+    async with deployment() as (_, _, base):
+        garbage = await ask(base, b"NOT HTTP AT ALL\r\n\r\n")
+        assert garbage.startswith(b"HTTP/1.1 400 Bad Request\r\n")
+        assert json.loads(garbage.split(b"\r\n\r\n", 1)[1])["error"] == "bad_request"
+        huge = await ask(base, b"GET /?" + b"x" * 20_000)  # a head past h11's 16 KiB, unended
+        assert huge.startswith(b"HTTP/1.1 431 ")
+        async with connect(base.replace("http://", "ws://")) as subscriber:  # the same port
+            view = await subscriber.subscribe(Box((0, 0), (10, 10)))
+            assert view.sub == 1
+        old = await ask(base, b"GET /v1/subscribe?dataset=nope&view=box:0,0,1,1 HTTP/1.0\r\n\r\n")
+        assert old.startswith(b"HTTP/1.1 404 Not Found\r\n")
 
 
 async def test_a_cors_preflight_is_answered_and_other_methods_are_refused() -> None:
@@ -102,7 +134,7 @@ async def test_the_viewer_shows_a_topic_dataset_as_a_table_that_highlights_chang
     publisher = ScriptedPublisher(Catalog([sensors]))
     async with (
         serving(publisher) as url,
-        running_relay(url, policy=Policy(widen="exact")) as (_, relay_url),
+        running_relay(url, planning=Planning(Policy(widen="exact"))) as (_, relay_url),
     ):
         base = relay_url.replace("ws://", "http://")
         page_url = f"{base}/?dataset=sensors&view=plant/%2B/temp"
@@ -162,8 +194,8 @@ async def test_a_stream_another_relay_is_responsible_for_is_a_307_there_that_cli
     publisher = ScriptedPublisher(Catalog([INFO]))
     async with (
         serving(publisher) as url,
-        running_relay(url, policy=Policy(widen="margin")) as (relay_a, a_url),
-        running_relay(url, policy=Policy(widen="margin")) as (_, b_url),
+        running_relay(url, planning=Planning(Policy(widen="margin"))) as (relay_a, a_url),
+        running_relay(url, planning=Planning(Policy(widen="margin"))) as (_, b_url),
         httpx.AsyncClient(timeout=10) as client,
     ):
         relay_a.registry = Elsewhere(b_url)  # type: ignore[assignment]
@@ -194,8 +226,8 @@ async def test_a_held_stream_whose_part_moved_ends_with_where_to_go_and_goes_on_
     publisher = ScriptedPublisher(Catalog([INFO]))
     async with (
         serving(publisher) as url,
-        running_relay(url, policy=Policy(widen="margin")) as (relay_a, a_url),
-        running_relay(url, policy=Policy(widen="margin")) as (_, b_url),
+        running_relay(url, planning=Planning(Policy(widen="margin"))) as (relay_a, a_url),
+        running_relay(url, planning=Planning(Policy(widen="margin"))) as (_, b_url),
         httpx.AsyncClient(timeout=10) as client,
     ):
         a, b = a_url.replace("ws://", "http://"), b_url.replace("ws://", "http://")

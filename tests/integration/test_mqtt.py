@@ -22,6 +22,7 @@ from fanout.client.publisher import open_producer, open_reader
 from fanout.launch import Child, start
 from fanout.mqtt.matchtable import MatchTable
 from fanout.mqtt.stored import Position, SessionStore
+from fanout.relay.config import Mqtt
 from fanout.testing.ports import free_port
 from fanout.testing.redis import throwaway_redis_cluster
 from fanout.testing.relays import running_relay
@@ -75,8 +76,8 @@ async def run(*args: str) -> str:
 async def test_retained_messages_are_the_topic_datasets_state(
     publisher: Child, tmp_path: Path
 ) -> None:
-    async with running_relay(publisher.url, mqtt_port=0, mqtt_dataset="devices") as (relay, _):
-        assert relay.mqtt is not None and relay.mqtt_ingest is not None
+    async with running_relay(publisher.url, mqtt=Mqtt(0, dataset="devices")) as (relay, _):
+        assert relay.mqtt is not None and relay.mqtt.ingest is not None
         pub = ["mosquitto_pub", "-p", str(relay.mqtt.port), "-q", "1"]
         await run(*pub, "-t", "dev/1/state", "-m", "on", "-r")
         await run(*pub, "-t", "dev/2/state", "-m", "off", "-r")
@@ -96,7 +97,7 @@ async def test_retained_messages_are_the_topic_datasets_state(
                 **NEXT_BATCH,
             )
     # A relay that starts now has no retained message of its own: it serves the dataset's.
-    async with running_relay(publisher.url, mqtt_port=0, mqtt_dataset="devices") as (relay, _):
+    async with running_relay(publisher.url, mqtt=Mqtt(0, dataset="devices")) as (relay, _):
         assert relay.mqtt is not None
         broker = relay.mqtt.broker
         await eventually(lambda: len(broker.retained) == 2, timeout=30)
@@ -263,7 +264,7 @@ async def test_a_persistent_session_survives_its_relay_killed_mid_stream(
 async def test_a_producers_messages_reach_mqtt_subscribers_once(publisher: Child) -> None:
     """Rows written through the producer API reach a matching MQTT subscriber once; a retained
     message an MQTT client published reaches it once too, though the log carries it again."""
-    async with running_relay(publisher.url, mqtt_port=0, mqtt_dataset="devices") as (relay, _):
+    async with running_relay(publisher.url, mqtt=Mqtt(0, dataset="devices")) as (relay, _):
         assert relay.mqtt is not None
         subscriber = mqtt.Client(CallbackAPIVersion.VERSION2, "news", protocol=mqtt.MQTTv5)
         got: list[tuple[str, bytes]] = []

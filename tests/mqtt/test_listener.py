@@ -20,6 +20,7 @@ from paho.mqtt.packettypes import PacketTypes
 from paho.mqtt.properties import Properties
 
 from fanout.mqtt.sessions import Session
+from fanout.relay.config import Mqtt
 from fanout.relay.shell.server import RelayServer
 from fanout.testing.publisher import ScriptedPublisher, serving
 from fanout.testing.relays import running_relay
@@ -31,7 +32,7 @@ from fanout.wire.messages import Catalog
 async def relay() -> AsyncIterator[RelayServer]:
     async with (
         serving(ScriptedPublisher(Catalog([]))) as url,
-        running_relay(url, mqtt_port=0) as (server, _),
+        running_relay(url, mqtt=Mqtt(0)) as (server, _),
     ):
         yield server
 

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from fanout.client import connect
-from fanout.relay.config import RelayConfig
+from fanout.relay.config import Limits, Listening, Planning, RelayConfig, Upstream
 from fanout.relay.core.planner import Policy
 from fanout.testing.cpu import CpuSample
 from fanout.testing.ports import LOOPBACK, free_port
@@ -38,12 +38,14 @@ async def subscribe_and_feed(publisher: ScriptedPublisher, relay_url: str) -> di
 async def test_a_relay_in_this_event_loop_serves_until_the_block_ends() -> None:
     publisher = ScriptedPublisher(Catalog([AGENTS]))
     async with serving(publisher) as url:
-        async with running_relay(url, policy=EXACT, stall_timeout=1.0, name="here") as (
+        async with running_relay(
+            url, planning=Planning(EXACT), limits=Limits(stall_timeout=1.0), name="here"
+        ) as (
             relay,
             relay_url,
         ):
             assert relay_url == f"ws://{LOOPBACK}:{relay.port}"
-            assert relay.config.name == "here" and relay.config.stall_timeout == 1.0
+            assert relay.config.name == "here" and relay.config.limits.stall_timeout == 1.0
             assert await subscribe_and_feed(publisher, relay_url) == {
                 1: {"id": 1, "x": 1.0, "y": 1.0}
             }
@@ -63,7 +65,7 @@ async def test_a_relay_in_its_own_process_is_sampled_and_stopped(tmp_path: Path)
     profile = tmp_path / "relay.prof"
     async with serving(publisher) as url:
         relay = RelayProcess(
-            RelayConfig(publisher=url, name="apart", policy=EXACT),
+            RelayConfig(Upstream(url), name="apart", planning=Planning(EXACT)),
             log=tmp_path / "relay.log",
             instrument=operator.attrgetter("core.stats"),  # a report: the counters again
             profile=profile,
@@ -92,7 +94,9 @@ async def test_a_relay_process_that_fails_to_start_says_why() -> None:
         taken.bind((LOOPBACK, 0))
         taken.listen()
         async with serving(publisher) as url:
-            relay = RelayProcess(RelayConfig(publisher=url, port=taken.getsockname()[1]))
+            relay = RelayProcess(
+                RelayConfig(Upstream(url), listening=Listening(port=taken.getsockname()[1]))
+            )
             try:
                 with pytest.raises(RuntimeError, match=r"the relay process failed: .*Error"):
                     await asyncio.to_thread(relay.ready)

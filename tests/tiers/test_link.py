@@ -13,6 +13,7 @@ from websockets.asyncio.client import connect as ws_connect
 
 from fanout.client import connect
 from fanout.metrics import scrape
+from fanout.relay.config import Listening, Planning, Upstream
 from fanout.relay.core.planner import Policy
 from fanout.relay.shell.server import RelayServer
 from fanout.testing.catalog import AGENTS
@@ -23,7 +24,12 @@ from fanout.views import Box
 from fanout.wire import codec
 from fanout.wire.messages import Catalog, Error, Hello
 
-SETTINGS: dict[str, object] = {"policy": Policy(widen="margin"), "reconnect_delay": 0.05}
+MARGIN = Planning(Policy(widen="margin"))
+
+
+def quick(url: str) -> Upstream:
+    """Upstream at ``url``, reconnecting soon after it is lost."""
+    return Upstream(url, reconnect_delay=0.05)
 
 
 @contextlib.asynccontextmanager
@@ -33,8 +39,10 @@ async def tiers() -> AsyncIterator[tuple[ScriptedPublisher, RelayServer, RelaySe
     publisher = ScriptedPublisher(Catalog([AGENTS]))
     async with (
         serving(publisher) as url,
-        running_relay(url, name="mid", serve_relays=True, **SETTINGS) as (mid, mid_url),
-        running_relay(mid_url, name="edge", **SETTINGS) as (edge, edge_url),
+        running_relay(
+            quick(url), name="mid", listening=Listening(serve_relays=True), planning=MARGIN
+        ) as (mid, mid_url),
+        running_relay(quick(mid_url), name="edge", planning=MARGIN) as (edge, edge_url),
     ):
         yield publisher, mid, edge, edge_url
 
@@ -96,7 +104,7 @@ async def test_a_relay_serves_relays_below_only_when_told_to() -> None:
     publisher = ScriptedPublisher(Catalog([AGENTS]))
     async with (
         serving(publisher) as url,
-        running_relay(url, **SETTINGS) as (_, relay_url),
+        running_relay(quick(url), planning=MARGIN) as (_, relay_url),
         ws_connect(relay_url) as websocket,
     ):
         await websocket.send(codec.encode(Hello(version=1, role="relay", name="stranger")))

@@ -255,7 +255,7 @@ MQTT_LIMITS: list[tuple[str, type, float, str]] = [
 ]
 
 
-#: The relay's limits as flags: (flag, type, default, help). The defaults are ``RelayConfig``'s
+#: The relay's limits as flags: (flag, type, default, help). The defaults are ``Limits``'s
 #: (a test holds them equal); a flag not given leaves the field at its default.
 RELAY_LIMITS: list[tuple[str, type, float, str]] = [
     ("--queue-limit", int, 64, "frames queued for a subscriber before it is closed as slow"),
@@ -291,16 +291,16 @@ RELAY_LIMITS: list[tuple[str, type, float, str]] = [
 
 
 def cluster_given(args: argparse.Namespace) -> dict[str, Any]:
-    """``RelayConfig``'s registry fields from the flags, else ``--config``'s ``[cluster]``;
+    """``relay.config.Cluster``'s fields from the flags, else ``--config``'s ``[cluster]``;
     those neither gives keep their defaults."""
     from fanout.cluster.settings import ClusterSettings, load_cluster, parse_figures
 
     file = ClusterSettings() if args.config is None else load_cluster(args.config)
     given = {
         "registry": (args.registry, file.registry),
-        "registry_policy": (args.registry_policy, file.policy),
-        "registry_lease": (args.registry_lease, file.lease),
-        "registry_side": (args.registry_side, file.side),
+        "policy": (args.registry_policy, file.policy),
+        "lease": (args.registry_lease, file.lease),
+        "side": (args.registry_side, file.side),
         "advertise": (args.advertise, file.advertise),
         "split_above": (parse_figures(args.split_above, "--split-above"), file.split_above),
         "merge_below": (parse_figures(args.merge_below, "--merge-below"), file.merge_below),
@@ -320,39 +320,53 @@ def run_relay(args: argparse.Namespace) -> int:
     """Run ``fanout relay`` with the parsed ``args``."""
     from fanout.mqtt.actions import Limits as MqttLimits
     from fanout.mqtt.ingest import parse_route
-    from fanout.relay.config import RelayConfig
+    from fanout.relay.config import (
+        Cluster,
+        Limits,
+        Listening,
+        Mqtt,
+        Planning,
+        RelayConfig,
+        Upstream,
+    )
     from fanout.relay.shell.server import RelayServer
 
-    cluster = cluster_given(args)
+    cluster = Cluster(**cluster_given(args))
     config = RelayConfig(
-        publisher=args.upstream or args.publisher,
-        host=args.host,
-        port=args.port,
+        Upstream(
+            args.upstream or args.publisher,
+            token=cli_security.token(args),
+            token_file=args.token_file,
+            tls_ca=args.tls_ca,
+        ),
         name=args.name,
-        serve_relays=args.serve_relays,
-        policy=policy_given(args, cluster.get("registry")),
+        listening=Listening(
+            args.host,
+            args.port,
+            tls_cert=args.tls_cert,
+            tls_key=args.tls_key,
+            serve_relays=args.serve_relays,
+        ),
+        limits=Limits(**_limits_given(args)),
+        planning=Planning(policy_given(args, cluster.registry)),
         auth=cli_security.auth_config(args),
-        token=cli_security.token(args),
-        token_file=args.token_file,
-        tls_cert=args.tls_cert,
-        tls_key=args.tls_key,
-        tls_ca=args.tls_ca,
-        mqtt_port=args.mqtt_port,
-        mqtt_dataset=args.mqtt_dataset,
-        mqtt_routes=tuple(parse_route(route) for route in args.mqtt_route),
-        mqtt_redis=args.mqtt_redis,
-        mqtt_peer_port=args.mqtt_peer_port,
-        mqtt_peer_advertise=args.mqtt_peer_advertise,
-        mqtt_lease=args.mqtt_lease,
-        **cluster,
-        mqtt=MqttLimits(**_given(args, MQTT_LIMITS, "--mqtt-")),
-        **_limits_given(args),
+        cluster=cluster,
+        mqtt=Mqtt(
+            args.mqtt_port,
+            MqttLimits(**_given(args, MQTT_LIMITS, "--mqtt-")),
+            dataset=args.mqtt_dataset,
+            routes=tuple(parse_route(route) for route in args.mqtt_route),
+            redis=args.mqtt_redis,
+            peer_port=args.mqtt_peer_port,
+            peer_advertise=args.mqtt_peer_advertise,
+            lease=args.mqtt_lease,
+        ),
     )
     server = RelayServer(config)
-    scheme = "ws" if config.tls_cert is None else "wss"
+    where = config.listening
 
     def ready(port: int) -> None:
-        print(f"fanout relay ready {scheme}://{config.host}:{port}", flush=True)
+        print(f"fanout relay ready {where.scheme}://{where.host}:{port}", flush=True)
 
     asyncio.run(_until_stopped(server, ready))
     return 0
@@ -383,7 +397,7 @@ async def _until_stopped(server: RelayServer, ready: Callable[[int], None]) -> N
 def policy_given(args: argparse.Namespace, registry: str | None) -> Policy | None:
     """The coverage policy of the widening flags given, over the default they change: ``fit``
     widening (``planner.IN_A_MAP``) for a relay of a map (``registry``) not given ``--widen``,
-    ``Policy()`` otherwise; None when none is given (``RelayConfig.planning`` then decides).
+    ``Policy()`` otherwise; None when none is given (``RelayConfig.policy`` then decides).
 
     Raises:
         InvalidView: the flags make no policy (a negative margin, an overshoot without
@@ -400,7 +414,7 @@ def policy_given(args: argparse.Namespace, registry: str | None) -> Policy | Non
 
 
 def _limits_given(args: argparse.Namespace) -> dict[str, Any]:
-    """The ``RELAY_LIMITS`` flags given, as ``RelayConfig`` fields."""
+    """The ``RELAY_LIMITS`` flags given, as ``relay.config.Limits`` fields."""
     return _given(args, RELAY_LIMITS)
 
 

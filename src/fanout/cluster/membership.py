@@ -47,7 +47,7 @@ class Membership:
         wake: Callable[[], None],
     ) -> None:
         """Args:
-        config: the relay's configuration (``config.registry`` set).
+        config: the relay's configuration (``config.cluster.registry`` set).
         core: the relay's core.
         writer: where whole seqs go (the forward policy's assembled seqs).
         publisher: the link to the publisher.
@@ -57,29 +57,29 @@ class Membership:
         Raises:
             ConfigError: the registry's address is not ``redis://HOST:PORT``.
         """
-        assert config.registry is not None, "a membership needs a registry"
+        assert config.cluster.registry is not None, "a membership needs a registry"
         self.config, self.core, self._dispatch, self._wake = config, core, dispatch, wake
         self.registry = Registry(
-            registry_client(config.registry),
+            registry_client(config.cluster.registry),
             config.name,
-            lease=config.registry_lease,
-            side=config.registry_side,
-            standby=config.standby,
+            lease=config.cluster.lease,
+            side=config.cluster.side,
+            standby=config.cluster.standby,
         )
         #: Split and merge on load, if thresholds are given.
         self.balancer: Balancer | None = None
-        if config.thresholds.on:
+        if config.cluster.thresholds.on:
             self.balancer = Balancer(
                 core,
                 self.registry,
-                config.thresholds,
-                command=config.split_command,
-                wait=config.split_wait,
-                forward=config.registry_policy == "forward",
+                config.cluster.thresholds,
+                command=config.cluster.split_command,
+                wait=config.cluster.split_wait,
+                forward=config.cluster.policy == "forward",
             )
         #: The forward policy's routing of primitives to their owners (None: redirects).
         self.sharing: Sharing | None = None
-        if config.registry_policy == "forward":
+        if config.cluster.policy == "forward":
             self.sharing = Sharing(core, self.registry, writer, publisher, dispatch)
         else:
             self.registry.watchers.append(self._parts_moved)

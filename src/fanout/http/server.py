@@ -1,63 +1,47 @@
-"""The relay's HTTP side on its WebSocket port: the streaming API and plain JSON answers.
+"""The relay's port: HTTP served with h11, WebSocket upgrades handed to the WebSocket server.
 
-websockets accepts every connection on the relay's port and reads its HTTP request. A request
-for ``/v1/subscribe`` that is not a WebSocket upgrade is answered here, as a stream
-(:class:`HttpSubscription`): the connection's ``handshake`` (``HttpConnection``) hands it over
-instead of upgrading, and the stream holds one subscription of the relay's core, as a
-WebSocket subscriber holds many, until the subscription ends or the client goes away. Other
-plain requests (``GET /v1/datasets``, ``GET /metrics``) are answered whole by ``process_request``
-(:func:`routes`). The events' content is ``http.api``'s.
+The HTTP front end (``relay.api.FrontEnd``) listens on the relay's port and reads each
+connection's request with h11. A WebSocket upgrade is handed over whole, with the bytes read so
+far, to the WebSocket server (``Upgrade``). Anything else is answered here: a ``/v1/subscribe``
+request with a stream (``http.stream``), which holds one subscription of the relay's core until
+the subscription ends or the client goes away; ``GET /v1/datasets``, the viewer's files,
+``/metrics`` and the probes (``metrics.answer``) with a whole answer; the API's paths by another
+method with ``not_a_get`` (``OPTIONS``: a CORS preflight); any other path with 426, the port
+being a WebSocket one. Every answer closes its connection.
 
-A stream is pushed to like a WebSocket subscriber: only when its connection has written
-everything before (the transport's buffer limit is 0, as for WebSocket subscribers), so a slow
-reader gets fewer, larger deltas and never delays anyone; one that leaves a push unread for
-``stall_timeout`` seconds is cut off by the relay's housekeeping (``close``).
-
-The response is HTTP/1.1 chunked: every event is one chunk, the stream ends with the last
-chunk when the subscription ends. A stream whose part moved to another relay ends normally
-after a ``moved`` event (``http.api.MOVE_RETRY_MS``): its client makes the request again,
-here or there, and is redirected or served. Before a request is redirected, the relay makes
-sure its map is not a beat old (``Relay.confirm``): an HTTP client never asks to stay, and a
-relay just handed a part would otherwise send the request back, round in a circle.
-
-``OPTIONS`` on the API's paths is a CORS preflight, answered with the methods and headers
-allowed (a browser's ``EventSource`` reconnecting to another relay sends ``Last-Event-ID``).
+Bounds: a request head larger than h11's limit (16 KiB) is answered 431, a malformed one 400;
+a connection that has not sent its request within ``opening`` seconds is closed.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import functools
 import logging
-import time
-import urllib.parse
-from collections.abc import Awaitable, Callable, Mapping
+import ssl as ssl_module
+from collections.abc import Callable, Mapping
 from http import HTTPStatus
 from importlib import resources
-from typing import ClassVar, Protocol
+from pathlib import Path
 
-from websockets.asyncio.server import ServerConnection
-from websockets.datastructures import Headers
-from websockets.http11 import SERVER, Request, Response
+import h11
 
-from fanout import expiry
-from fanout.errors import ProtocolError, Unauthorized
-from fanout.http.api import (
-    CONTENT_TYPES,
-    SUB,
-    EventStream,
-    Format,
-    HttpError,
-    StreamRequest,
-    datasets_json,
-    not_a_get,
-    parse_subscribe,
-    same_request_at,
+from fanout import metrics, tls
+from fanout.errors import Unauthorized
+from fanout.http.answers import (
+    SERVER,
+    Answer,
+    json_headers,
+    plain_headers,
+    refusal,
+    request_token,
+    response,
+    unauthorized,
 )
+from fanout.http.api import HttpError, datasets_json, not_a_get
+from fanout.http.stream import HttpSubscription
+from fanout.relay.api import RelayApi
 from fanout.relay.core.rules import visible
-from fanout.wire import codec
-from fanout.wire.messages import DatasetInfo, Error, Subscribe
 
 log = logging.getLogger(__name__)
 
@@ -70,413 +54,253 @@ VIEWER = {
     "/viewer.js": ("viewer.js", "text/javascript; charset=utf-8"),
     "/viewer.css": ("viewer.css", "text/css; charset=utf-8"),
 }
-#: Seconds a finished stream's last bytes may take to go out before the socket is dropped.
-LINGER = 5.0
-#: HTTP status of each error code the relay's core answers a subscription with.
-_STATUS = {
-    "unavailable": HTTPStatus.SERVICE_UNAVAILABLE,
-    "forbidden": HTTPStatus.FORBIDDEN,
-    "unknown_dataset": HTTPStatus.NOT_FOUND,
-}
 
-Hook = Callable[[ServerConnection, Request], Response | None]
-#: websockets' hooks, as ``ServerConnection.handshake`` takes them.
-RequestHook = Callable[[ServerConnection, Request], Awaitable[Response | None] | Response | None]
-ResponseHook = Callable[
-    [ServerConnection, Request, Response], Awaitable[Response | None] | Response | None
-]
+#: Hands a WebSocket upgrade's connection to the WebSocket server, with what was read of it.
+Upgrade = Callable[[asyncio.Transport, bytes], None]
 
 
-class Relay(Protocol):
-    """What the HTTP side needs of the relay (``RelayServer``)."""
+class HttpFrontEnd:
+    """The relay's port: HTTP here, WebSocket upgrades to ``upgrade``.
 
-    def attach(self, downstream: HttpSubscription) -> int:
-        """Count a new downstream connection in; returns its client number for the core."""
-        ...
-
-    def detach(self, client: int) -> None:
-        """The connection is gone: its subscriptions end."""
-        ...
-
-    def subscribe(self, client: int, request: Subscribe) -> None:
-        """Act on a subscription request of the connection, as on a ``Subscribe`` frame."""
-        ...
-
-    async def confirm(self, request: Subscribe) -> None:
-        """Make sure the map a redirect of ``request`` would follow is not stale: an HTTP
-        client follows redirects without asking to stay (``RelayServer.confirm``)."""
-        ...
-
-    def writable(self, client: int) -> None:
-        """The connection wrote everything it had."""
-        ...
-
-    def room(self) -> str | None:
-        """Why one more connection is refused (the relay serves its most), or None."""
-        ...
-
-    def authenticate(self, token: str | None, role: str = "subscriber") -> object:
-        """What ``token`` grants (None without authentication).
-
-        Raises:
-            Unauthorized: authentication is configured and the token is missing, not valid,
-                or does not grant ``role``.
-        """
-        ...
-
-    def catalog(self) -> list[DatasetInfo]:
-        """The publisher's datasets (empty before the relay is connected upstream)."""
-        ...
-
-
-class HttpConnection(ServerConnection):
-    """A connection on the relay's port: a WebSocket, or an HTTP stream (``/v1/subscribe``).
-
-    ``relay`` and ``opening`` are set on the subclass :func:`connection_type` makes.
+    Attributes:
+        port: the port it listens on, once started.
     """
 
-    relay: ClassVar[Relay]
-    #: Seconds a new connection may take to send its request and finish the WebSocket
-    #: handshake (websockets' ``open_timeout``, which ``serve`` leaves off: it would also
-    #: bound a stream, which lasts as long as its subscription).
-    opening: ClassVar[float]
-    on_resume: Callable[[], None] | None = None
-
-    async def handshake(
+    def __init__(
         self,
-        process_request: RequestHook | None = None,
-        process_response: ResponseHook | None = None,
-        server_header: str | None = SERVER,
+        host: str,
+        port: int,
+        *,
+        opening: float,
+        upgrade: Upgrade,
+        tls_files: tuple[Path, Path] | None = None,
     ) -> None:
-        """Answer a stream request with a stream, anything else as websockets would."""
-        deadline = asyncio.get_running_loop().time() + self.opening
-        async with asyncio.timeout_at(deadline):
-            await asyncio.wait(
-                [self.request_rcvd, self.connection_lost_waiter],
-                return_when=asyncio.FIRST_COMPLETED,
+        """Args:
+        host, port: where to listen (port 0: any free one).
+        opening: seconds a connection may take to send its request.
+        upgrade: takes a WebSocket upgrade's connection (``relay.shell.websocket``).
+        tls_files: the certificate and key to serve ``https://`` and ``wss://`` with.
+        """
+        self._host, self.port = host, port
+        self._opening = opening
+        self._upgrade = upgrade
+        self._tls_files = tls_files
+        self._relay: RelayApi | None = None
+        self._tasks: asyncio.TaskGroup | None = None
+        self._streams: set[asyncio.Task[None]] = set()
+        #: The listening server, once started (the WebSocket server closes it too).
+        self.listener: asyncio.Server | None = None
+
+    @property
+    def tls(self) -> bool:
+        """Whether the port serves TLS."""
+        return self._tls_files is not None
+
+    async def start(self, relay: RelayApi, tasks: asyncio.TaskGroup) -> None:
+        """Listen on the relay's port; streams run as tasks of ``tasks``."""
+        self._relay, self._tasks = relay, tasks
+        context: ssl_module.SSLContext | None = None
+        if self._tls_files is not None:
+            context = tls.server_context(*self._tls_files)
+        loop = asyncio.get_running_loop()
+        self.listener = await loop.create_server(
+            lambda: PortConnection(self), self._host, self.port, ssl=context
+        )
+        self.port = self.listener.sockets[0].getsockname()[1]
+
+    async def stop(self) -> None:
+        """Stop listening, end every stream (its last chunk) and wait for them."""
+        if self.listener is not None:
+            self.listener.close()
+        streams = list(self._streams)
+        for task in streams:
+            task.cancel()
+        if streams:
+            await asyncio.wait(streams)
+
+    @property
+    def relay(self) -> RelayApi:
+        """The relay it serves, once started."""
+        assert self._relay is not None, "the HTTP front end is not started"
+        return self._relay
+
+    def take(self, connection: PortConnection, request: h11.Request, head: bytes) -> None:
+        """Serve a connection's request (``head``: the bytes read so far)."""
+        target = request.target.decode("latin-1")
+        headers = {
+            name.decode("latin-1"): value.decode("latin-1") for name, value in request.headers
+        }
+        method = request.method.decode("latin-1")
+        path = target.split("?", 1)[0]
+        relay = self.relay
+        if (probe := metrics.answer(target, relay.samples, relay.unready)) is not None:
+            code, content_type, body = probe
+            connection.answer(Answer(code, plain_headers(content_type, body), body))
+        elif "websocket" in headers.get("upgrade", "").lower():
+            connection.hand_over()
+            self._upgrade(connection.transport, head)
+        elif path in (SUBSCRIBE, DATASETS) and method != "GET":
+            status, extra, body = not_a_get(method)
+            connection.answer(
+                Answer(status, json_headers(len(body), status, extra, cors=True), body)
             )
-        request = self.request
-        if request is not None and _api_not_get(request):
-            status, extra, body = not_a_get(request.method)
-            head = _head(status, "application/json", length=len(body), extra=extra)
-            self.transport.write(head + body)
+        elif path == SUBSCRIBE:
+            self._stream(HttpSubscription(connection, relay, target, headers))
+        elif path == DATASETS:
+            connection.answer(self._datasets(headers, target))
+        elif path in VIEWER:
+            connection.answer(viewer_file(path))
+        else:  # a WebSocket port, as websockets answers a plain request
+            body = b"Failed to open a WebSocket connection: this is a WebSocket port.\n"
+            connection.answer(
+                Answer(HTTPStatus.UPGRADE_REQUIRED, plain_headers(metrics.TEXT, body), body)
+            )
+
+    def _datasets(self, headers: Mapping[str, str], target: str) -> Answer:
+        try:
+            grant = self.relay.authenticate(request_token(headers, target))
+        except Unauthorized as exc:
+            return refusal(unauthorized(exc))
+        shown = visible({info.name: info for info in self.relay.catalog()}, grant)
+        body = datasets_json(list(shown.values()))
+        return Answer(HTTPStatus.OK, json_headers(len(body), HTTPStatus.OK), body)
+
+    def _stream(self, stream: HttpSubscription) -> None:
+        assert self._tasks is not None, "the HTTP front end is not started"
+        task = self._tasks.create_task(_streamed(stream))
+        self._streams.add(task)
+        task.add_done_callback(self._streams.discard)
+
+
+async def _streamed(stream: HttpSubscription) -> None:
+    """Run a stream; a failure of its own ends it alone, said, not the relay's TaskGroup."""
+    try:
+        await stream.run()
+    except Exception:
+        log.exception("HTTP stream failed")
+        stream.abort()
+
+
+class PortConnection(asyncio.Protocol):
+    """One connection on the relay's port until its request is read: then an answer, a stream
+    (``http.stream``) or a WebSocket (handed over).
+
+    Attributes:
+        transport: the connection's transport.
+        paused: whether the transport holds bytes the client has not read (flow control).
+        lost: done when the connection is gone.
+        on_resume: told when the transport wrote what it held (a stream's flow control).
+    """
+
+    def __init__(self, front: HttpFrontEnd) -> None:
+        self._front = front
+        self._h11 = h11.Connection(h11.SERVER)
+        self._head = bytearray()
+        self._taken = False
+        self._timer: asyncio.TimerHandle | None = None
+        self.transport: asyncio.Transport
+        self.paused = False
+        self.lost: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self.on_resume: Callable[[], None] | None = None
+
+    # -- asyncio's side ---------------------------------------------------------------------
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.Transport)
+        self.transport = transport
+        # Paused as soon as the kernel leaves bytes in the transport: a stream is idle (may
+        # take the next push) only when it has written everything. asyncio's TLS transport
+        # pauses at ``>=`` its high-water mark where the plain one pauses at ``>``: 0 would
+        # pause it when empty and never resume.
+        transport.set_write_buffer_limits(1 if self._front.tls else 0)
+        loop = asyncio.get_running_loop()
+        self._timer = loop.call_later(self._front._opening, transport.abort)
+
+    def data_received(self, data: bytes) -> None:
+        if self._taken:
+            return  # after the request, nothing more is read: a stream only writes
+        self._head += data
+        self._feed(data)
+
+    def eof_received(self) -> bool | None:
+        if not self._taken:
+            self._feed(b"")  # a request cut short is answered 400; none at all, closed
+        return None  # the transport closes once written
+
+    def _feed(self, data: bytes) -> None:
+        self._h11.receive_data(data)
+        try:
+            event = self._h11.next_event()
+        except h11.RemoteProtocolError as exc:
+            self._taken = True
+            status = exc.error_status_hint
+            error = HttpError(status, "bad_request", f"not an HTTP request the relay takes: {exc}")
+            self.answer(refusal(error))
+            return
+        if isinstance(event, h11.Request):
+            self._taken = True
+            if self._timer is not None:
+                self._timer.cancel()
+            self._front.take(self, event, bytes(self._head))
+        elif event is not h11.NEED_DATA:  # a connection closed before its request
+            self._taken = True
             self.transport.close()
-            return
-        if request is not None and _is_stream(request):
-            await HttpSubscription(self, request).run()
-            return
-        async with asyncio.timeout_at(deadline):
-            await super().handshake(process_request, process_response, server_header)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+        if not self.lost.done():
+            self.lost.set_result(None)
+
+    def pause_writing(self) -> None:
+        self.paused = True
 
     def resume_writing(self) -> None:
-        """The transport wrote what it held: tell the stream (flow control)."""
-        super().resume_writing()
+        self.paused = False
         if self.on_resume is not None:
             self.on_resume()
 
+    # -- writing ----------------------------------------------------------------------------
 
-def connection_type(relay: Relay, opening: float) -> type[HttpConnection]:
-    """The connection class for websockets' ``serve(create_connection=...)``."""
-    return type("RelayConnection", (HttpConnection,), {"relay": relay, "opening": opening})
+    def send(self, event: h11.Event) -> None:
+        """Write one of h11's events (a response's head, a chunk of data, its end)."""
+        data = self._h11.send(event)
+        if data:
+            self.transport.write(data)
 
+    def answer(self, answer: Answer) -> None:
+        """Write a whole answer, then close the connection once it is written."""
+        headers = [*answer.headers, ("Server", SERVER)]
+        try:
+            self.send(response(answer.status, headers))
+            if answer.body:
+                self.send(h11.Data(data=answer.body))
+            self.send(h11.EndOfMessage())
+        except h11.LocalProtocolError as exc:  # a request h11 cannot answer (HTTP/0.9, ...)
+            log.debug("HTTP answer not written: %s", exc)
+        self.transport.close()
 
-def routes(relay: Relay, fallback: Hook) -> Hook:
-    """A ``process_request`` hook answering ``GET /v1/datasets`` and the viewer's files
-    (``GET /``), then ``fallback``'s paths."""
-
-    def process_request(connection: ServerConnection, request: Request) -> Response | None:
-        path = request.path.split("?", 1)[0]
-        if path in VIEWER and not _upgrade(request):
-            return viewer_file(path)
-        if path == DATASETS and not _upgrade(request):
-            try:
-                grant = relay.authenticate(request_token(request))
-            except Unauthorized as exc:
-                return refusal(_unauthorized(exc))
-            shown = visible({info.name: info for info in relay.catalog()}, grant)
-            return json_response(HTTPStatus.OK, datasets_json(list(shown.values())))
-        return fallback(connection, request)
-
-    return process_request
-
-
-def json_response(status: int, body: bytes, extra: list[tuple[str, str]] = []) -> Response:  # noqa: B006  # not mutated
-    """A whole JSON response."""
-    headers = Headers(
-        [
-            ("Content-Type", "application/json"),
-            ("Content-Length", str(len(body))),
-            ("Cache-Control", "no-store"),
-            ("Connection", "close"),
-            *extra,
-        ]
-    )
-    return Response(status, HTTPStatus(status).phrase, headers, body)
+    def hand_over(self) -> None:
+        """The connection is no longer this protocol's (a WebSocket upgrade)."""
+        self._taken = True
+        if self._timer is not None:
+            self._timer.cancel()
 
 
-def viewer_file(path: str) -> Response:
+def viewer_file(path: str) -> Answer:
     """One of the viewer's files, packaged with fanout (``http/viewer/``)."""
     name, content_type = VIEWER[path]
     body = _viewer_bytes(name)
-    headers = Headers(
-        [
-            ("Content-Type", content_type),
-            ("Content-Length", str(len(body))),
-            ("Cache-Control", "no-cache"),
-            ("X-Content-Type-Options", "nosniff"),
-            ("Connection", "close"),
-        ]
-    )
-    return Response(HTTPStatus.OK, "OK", headers, body)
+    headers = [
+        ("Content-Type", content_type),
+        ("Content-Length", str(len(body))),
+        ("Cache-Control", "no-cache"),
+        ("X-Content-Type-Options", "nosniff"),
+        ("Connection", "close"),
+    ]
+    return Answer(HTTPStatus.OK, headers, body)
 
 
 @functools.cache
 def _viewer_bytes(name: str) -> bytes:
     return (resources.files("fanout.http") / "viewer" / name).read_bytes()
-
-
-def refusal(error: HttpError) -> Response:
-    """A refused request's whole response."""
-    return json_response(error.status, error.body(), _challenge(error))
-
-
-def request_token(request: Request) -> str | None:
-    """The token a request presents: ``Authorization: Bearer ...``, else ``access_token=``
-    in the query (for clients that cannot set headers: a browser's ``EventSource``)."""
-    header = request.headers.get("Authorization", "")
-    scheme, _, credentials = header.partition(" ")
-    if scheme.lower() == "bearer" and credentials.strip():
-        return credentials.strip()
-    query = urllib.parse.urlsplit(request.path).query
-    for name, value in urllib.parse.parse_qsl(query, keep_blank_values=True):
-        if name == "access_token":
-            return value
-    return None
-
-
-def _unauthorized(exc: Unauthorized) -> HttpError:
-    status = HTTPStatus.FORBIDDEN if exc.code == "forbidden" else HTTPStatus.UNAUTHORIZED
-    return HttpError(status, exc.code, exc.message)
-
-
-def _challenge(error: HttpError) -> list[tuple[str, str]]:
-    """RFC 6750's ``WWW-Authenticate`` for a 401: which scheme to use."""
-    if error.status != HTTPStatus.UNAUTHORIZED:
-        return []
-    return [("WWW-Authenticate", 'Bearer realm="fanout", error="invalid_token"')]
-
-
-class HttpSubscription:
-    """One ``/v1/subscribe`` stream: a downstream connection of the relay holding one
-    subscription, written to as events.
-
-    Attributes:
-        sent: events written.
-        sent_bytes: bytes of those events (chunk framing not counted).
-        closed_for: why ``close`` cut the stream off, if it did.
-    """
-
-    def __init__(self, connection: HttpConnection, request: Request) -> None:
-        self._connection = connection
-        self._request = request
-        self._loop = asyncio.get_running_loop()
-        self._decoder = codec.to_subscriber()
-        self._events: EventStream | None = None
-        self._head_sent = False
-        #: Whether the response is complete (a refusal, or the last chunk written).
-        self._finished = False
-        self._format: Format = "ndjson"
-        self._ended = self._loop.create_future()
-        self._stalled_since: float | None = None
-        self.sent = 0
-        self.sent_bytes = 0
-        self.closed_for: str | None = None
-        #: What the request's token grants (None without authentication).
-        self.grant: object = None
-
-    async def run(self) -> None:
-        """Serve the stream until its subscription ends or the client goes away."""
-        relay = self._connection.relay
-        try:
-            request = self._parse(relay)
-        except HttpError as exc:
-            self._refuse(exc)
-            await self._close()
-            return
-        self._events = EventStream(
-            request.format,
-            request.subscribe.mode,
-            request.subscribe.resume,
-            path=self._request.path,
-        )
-        self._format = request.format
-        await relay.confirm(request.subscribe)
-        client = relay.attach(self)
-        self._connection.on_resume = lambda: self._resumed(client)
-        try:
-            relay.subscribe(client, request.subscribe)
-            ends = expiry.deadline(self.grant, self._loop)
-            done, _ = await asyncio.wait(
-                [self._ended, self._connection.connection_lost_waiter],
-                timeout=None if ends is None else ends - self._loop.time(),
-                return_when=asyncio.FIRST_COMPLETED,
-            )
-            if not done:  # the token expired: a last error event, and the stream ends
-                self.offer(codec.encode(expiry.expired()))
-        finally:
-            relay.detach(client)
-            self._connection.on_resume = None
-            await self._close()
-
-    def _parse(self, relay: Relay) -> StreamRequest:
-        try:
-            self.grant = relay.authenticate(request_token(self._request))
-        except Unauthorized as exc:
-            raise _unauthorized(exc) from None
-        query = urllib.parse.urlsplit(self._request.path).query
-        datasets = {info.name: info.index for info in relay.catalog()}
-        request = parse_subscribe(query, _headers(self._request), datasets)
-        why = relay.room()
-        if why is not None:
-            raise HttpError(HTTPStatus.SERVICE_UNAVAILABLE, "unavailable", why)
-        return request
-
-    # -- what the relay's shell calls (as on a WebSocket subscriber's ``Outbound``) --------
-
-    @property
-    def idle(self) -> bool:
-        """Everything written: the stream may take the next push."""
-        transport = self._connection.transport
-        return not self._connection.paused and not transport.is_closing()
-
-    def stalled_for(self, now: float) -> float:
-        """Seconds the stream has held bytes the client did not read (0 if none)."""
-        return 0.0 if self._stalled_since is None else time.monotonic() - self._stalled_since
-
-    def offer(self, data: bytes, control: bool = False) -> bool:
-        """Write the event for one frame of the relay's to this connection (written at once,
-        control frame or not: a stream has no queue of frames).
-
-        Returns:
-            Whether it was written (not after the stream ended).
-        """
-        if self._ended.done() or self._events is None:
-            return False
-        try:
-            frame = self._decoder.decode(data)
-            if not self._head_sent and isinstance(frame, Error) and frame.ref == SUB:
-                self._refuse(self._refusal(frame))
-                self._ended.set_result(None)
-                return True
-            event = self._events.event(frame)
-        except ProtocolError as exc:  # the relay's own frame: a bug, said, and the stream ends
-            log.error("HTTP stream %s: %s", self._connection.remote_address, exc)
-            self._end()
-            return False
-        if event:
-            self._write_event(event)
-        if self._events.ended:
-            self._end()
-        return True
-
-    def close(self, reason: str) -> None:
-        """Cut the stream off (a slow consumer): it is dropped at once, unread bytes too."""
-        if self.closed_for is None:
-            log.warning("closing HTTP stream %s: %s", self._connection.remote_address, reason)
-            self.closed_for = reason
-            self._connection.transport.abort()
-
-    # -- writing -----------------------------------------------------------------------
-
-    def _write_event(self, event: bytes) -> None:
-        transport = self._connection.transport
-        if not self._head_sent:
-            self._head_sent = True
-            transport.write(_head(HTTPStatus.OK, CONTENT_TYPES[self._format], chunked=True))
-        transport.write(b"%x\r\n%b\r\n" % (len(event), event))
-        self.sent += 1
-        self.sent_bytes += len(event)
-        if self._connection.paused and self._stalled_since is None:
-            self._stalled_since = time.monotonic()
-
-    def _resumed(self, client: int) -> None:
-        self._stalled_since = None
-        self._connection.relay.writable(client)
-
-    def _end(self) -> None:
-        if not self._ended.done():
-            self._ended.set_result(None)
-
-    def _refusal(self, error: Error) -> HttpError:
-        """The HTTP answer to the relay's refusal of the stream's subscription: a redirect to
-        another relay is a 307 to the same request there, which HTTP clients follow (a
-        browser's ``EventSource``, ``fetch``, ``curl -L``)."""
-        if error.code == "redirect" and error.location is not None:
-            location = same_request_at(error.location, self._request.path)
-            return HttpError(HTTPStatus.TEMPORARY_REDIRECT, error.code, error.message, location)
-        status = _STATUS.get(error.code, HTTPStatus.BAD_REQUEST)
-        return HttpError(status, error.code, error.message)
-
-    def _refuse(self, error: HttpError) -> None:
-        body = error.body()
-        extra = _challenge(error)
-        if error.location is not None:
-            extra = [*extra, ("Location", error.location)]
-        head = _head(error.status, "application/json", length=len(body), extra=extra)
-        self._connection.transport.write(head + body)
-        self._head_sent = True
-        self._finished = True
-
-    async def _close(self) -> None:
-        """End the response (its last chunk) and close the connection once it is written."""
-        transport = self._connection.transport
-        if self._head_sent and not self._finished:
-            transport.write(b"0\r\n\r\n")
-        self._finished = True
-        if not transport.is_closing():
-            transport.close()  # after the buffered bytes are written
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(asyncio.shield(self._connection.connection_lost_waiter), LINGER)
-
-
-def _head(
-    status: int,
-    content_type: str,
-    *,
-    chunked: bool = False,
-    length: int = 0,
-    extra: list[tuple[str, str]] = [],  # noqa: B006  # not mutated
-) -> bytes:
-    lines = [
-        f"HTTP/1.1 {status} {HTTPStatus(status).phrase}",
-        f"Content-Type: {content_type}",
-        "Cache-Control: no-store",
-        "Access-Control-Allow-Origin: *",
-        "Connection: close",
-        f"Server: {SERVER}",
-        "Transfer-Encoding: chunked" if chunked else f"Content-Length: {length}",
-        *(f"{name}: {value}" for name, value in extra),
-    ]
-    if status == HTTPStatus.NO_CONTENT:  # RFC 9110 8.6: no Content-Length, no body
-        lines.remove("Content-Length: 0")
-    if content_type == CONTENT_TYPES["sse"]:
-        lines.append("X-Accel-Buffering: no")  # proxies such as nginx: do not hold events back
-    return ("\r\n".join(lines) + "\r\n\r\n").encode()
-
-
-def _api_not_get(request: Request) -> bool:
-    """A request of the API's (``/v1/...``) by another method than GET."""
-    path = request.path.split("?", 1)[0]
-    return path in (SUBSCRIBE, DATASETS) and request.method != "GET" and not _upgrade(request)
-
-
-def _headers(request: Request) -> Mapping[str, str]:
-    return {name.lower(): value for name, value in request.headers.raw_items()}
-
-
-def _upgrade(request: Request) -> bool:
-    return "websocket" in request.headers.get("Upgrade", "").lower()
-
-
-def _is_stream(request: Request) -> bool:
-    return request.path.split("?", 1)[0] == SUBSCRIBE and not _upgrade(request)

@@ -1,8 +1,10 @@
-"""A relay's MQTT parts, made from its ``RelayConfig``: the listener, the ingest link into topic
-datasets, the cluster membership and its persistent sessions in Redis (each only if configured)."""
+"""A relay's MQTT front end (``relay.api.FrontEnd``), made from its ``RelayConfig``: the
+listener, the ingest link into topic datasets, the cluster membership and its persistent
+sessions in Redis (each only if configured)."""
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import uuid
 from collections.abc import Callable
@@ -19,6 +21,7 @@ from fanout.mqtt.listener import Listener
 from fanout.mqtt.matchtable import MatchTable
 from fanout.mqtt.producer import ProducerLink
 from fanout.mqtt.stored import SessionStore
+from fanout.relay.api import RelayApi
 
 if TYPE_CHECKING:
     from fanout.relay.config import RelayConfig
@@ -26,49 +29,103 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 
+class MqttFrontEnd:
+    """The relay's MQTT broker: its listener, and its ingest link and cluster if configured.
+
+    Attributes:
+        listener: serves MQTT clients (``mqtt.listener``).
+        ingest: keeps retained messages in topic datasets (``mqtt.producer``), if any.
+        cluster: the relays' shared match table and forwarding (``mqtt.federation``), if any.
+    """
+
+    def __init__(self, config: RelayConfig) -> None:
+        """The parts ``config.mqtt`` asks for (its ``port`` set)."""
+        self._config = config
+        self._relay: RelayApi | None = None
+        self._tasks: list[asyncio.Task[None]] = []
+        self.listener, self.ingest, self.cluster = mqtt_parts(config, self._url)
+
+    @property
+    def port(self) -> int:
+        """The port MQTT clients connect to (once started, if it was 0)."""
+        return self.listener.port
+
+    @property
+    def broker(self) -> Broker:
+        """The broker's state: sessions, retained messages."""
+        return self.listener.broker
+
+    async def start(self, relay: RelayApi, tasks: asyncio.TaskGroup) -> None:
+        """Start the ingest link, join the cluster, then listen; return once listening."""
+        self._relay = relay
+        if self.ingest is not None:
+            delay = self._config.upstream.reconnect_delay
+            self._tasks.append(tasks.create_task(self.ingest.run(delay)))
+        if self.cluster is not None:
+            joined = asyncio.Event()
+            self._tasks.append(tasks.create_task(self.cluster.run(joined.set)))
+            await joined.wait()
+        listening = asyncio.Event()
+        self._tasks.append(tasks.create_task(self.listener.run(lambda _: listening.set())))
+        await listening.wait()
+        where = self._config.listening.host
+        log.info("relay %s: MQTT on %s:%d", self._config.name, where, self.listener.port)
+
+    async def stop(self) -> None:
+        """Stop listening and leave the cluster: its tasks end."""
+        for task in self._tasks:
+            task.cancel()
+        if self._tasks:
+            await asyncio.wait(self._tasks)
+
+    def _url(self) -> str:
+        assert self._relay is not None, "the MQTT front end is not started"
+        return self._relay.local_url()
+
+
 def mqtt_parts(
     config: RelayConfig, url: Callable[[], str] | None = None
 ) -> tuple[Listener, ProducerLink | None, Cluster | None]:
-    """The listener on ``config.mqtt_port``, and the ingest link and cluster if configured.
+    """The listener on ``config.mqtt.port``, and the ingest link and cluster if configured.
 
     ``url()`` is where the relay serves subscribers once it runs: with a topic dataset, the relay
     reads the dataset's log there (``fromlog``; in a cluster also for persistent sessions,
     ``durable``), unless its port asks for tokens or TLS.
     """
-    assert config.mqtt_port is not None
-    broker = Broker(config.mqtt)
+    assert config.mqtt.port is not None
+    broker = Broker(config.mqtt.limits)
     listener = Listener(
         broker,
-        config.host,
-        config.mqtt_port,
-        read_rate=config.read_rate,
-        read_burst=config.read_burst,
+        config.listening.host,
+        config.mqtt.port,
+        read_rate=config.limits.read_rate,
+        read_burst=config.limits.read_burst,
     )
     link = feed = None
-    routes = Routes(config.mqtt_dataset, config.mqtt_routes)
-    plain = config.auth is None and config.tls_cert is None
+    routes = Routes(config.mqtt.dataset, config.mqtt.routes)
+    plain = config.auth is None and config.listening.tls_cert is None
     pending = Pending(routes)
     if routes.datasets():
-        link = ProducerLink(config.publisher, pending, broker, config.name)
+        link = ProducerLink(config.upstream.publisher, pending, broker, config.name)
         if url is not None and plain:
-            shared = config.mqtt_redis is None
+            shared = config.mqtt.redis is None
             feed = LogFeed(
                 broker, listener.apply, routes, url, shared=shared, carried=pending.carried
             )
             listener.companions.append(feed.run)
     cluster = None
-    if config.mqtt_redis is not None:
+    if config.mqtt.redis is not None:
         # A new incarnation each start (rule 4 of matchtable): its old one is swept. Its Redis
         # calls time out as the registry's do, so a Redis that stops answering is an error.
         incarnation = f"{config.name}-{uuid.uuid4().hex[:8]}"
-        table = MatchTable(redis_cluster(config.mqtt_redis), incarnation, lease=config.mqtt_lease)
+        table = MatchTable(redis_cluster(config.mqtt.redis), incarnation, lease=config.mqtt.lease)
         cluster = Cluster(
             table,
             broker,
             listener.apply,
-            config.host,
-            config.mqtt_peer_port,
-            advertise=config.mqtt_peer_advertise,
+            config.listening.host,
+            config.mqtt.peer_port,
+            advertise=config.mqtt.peer_advertise,
         )
         listener.on_filters = cluster.on_filters
         if routes.datasets() and url is not None and plain:

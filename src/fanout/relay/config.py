@@ -1,7 +1,11 @@
-"""How a relay runs: its ``RelayConfig``, every limit checked when it is made.
+"""How a relay runs: its ``RelayConfig``, in sections, each checking its limits when it is made.
 
-``fanout relay`` takes each limit as a flag (``fanout.cli.main.RELAY_LIMITS``, whose defaults a test
-holds equal to these).
+The sections: where the relay listens (``Listening``), its upstream (``Upstream``), what one
+connection and all of them may take (``Limits``), how it plans coverage and pushes
+(``Planning``), what it sets in its process (``Process``), subscribers' authentication
+(``fanout.auth.AuthConfig``), the map of responsibility (``Cluster``) and the MQTT listener
+(``Mqtt``). ``fanout relay`` takes each limit as a flag (``fanout.cli.relay.RELAY_LIMITS``, whose
+defaults a test holds equal to ``Limits``'s).
 """
 
 from __future__ import annotations
@@ -28,18 +32,86 @@ from fanout.relay.data.tables import QUERY_TIMEOUT
 POLICIES = ("redirect", "forward")
 
 
+def _check(finite: Mapping[str, float], limits: list[tuple[str, bool, str, float]]) -> None:
+    """Raises:
+    ConfigError: a value not finite, or a limit that does not hold, named as the field is.
+    """
+    for name, value in finite.items():
+        if not math.isfinite(value):
+            raise ConfigError(f"{name} must be a finite number, not {value}")
+    for name, holds, wanted, value in limits:
+        if not holds:
+            raise ConfigError(f"{name} must be {wanted}, not {value}")
+
+
 @dataclass(frozen=True)
-class RelayConfig:
-    """How a relay runs.
+class Listening:
+    """Where the relay serves subscribers.
+
+    Attributes:
+        host: interface to listen on for subscribers.
+        port: port to listen on (0: any free port).
+        tls_cert, tls_key: PEM files: serve ``wss://`` and ``https://`` with them (None: plain).
+        serve_relays: accept relays below this one (``Hello{role: "relay"}``, ``fanout relay
+            --upstream`` pointed here: a tier, ``tiers``); off, their ``Hello`` is refused,
+            so that a relay facing the internet lets no stranger make it acquire data.
+    """
+
+    host: str = "127.0.0.1"
+    port: int = 0
+    tls_cert: Path | None = None
+    tls_key: Path | None = None
+    serve_relays: bool = False
+
+    def __post_init__(self) -> None:
+        """Raises:
+        ConfigError: a certificate without its key, or the other way round.
+        """
+        if (self.tls_cert is None) != (self.tls_key is None):
+            raise ConfigError("TLS needs both a certificate and its key (tls_cert, tls_key)")
+
+    @property
+    def tls(self) -> tuple[Path, Path] | None:
+        """The certificate and key to serve TLS with, or None."""
+        if self.tls_cert is None or self.tls_key is None:
+            return None
+        return self.tls_cert, self.tls_key
+
+    @property
+    def scheme(self) -> str:
+        """``ws`` or, with TLS, ``wss``."""
+        return "ws" if self.tls_cert is None else "wss"
+
+
+@dataclass(frozen=True)
+class Upstream:
+    """Where the relay's data comes from.
 
     Attributes:
         publisher: the publisher's control-plane URL (``ws://host:port``), or another relay's
             port (``fanout relay --upstream``: a tier, ``tiers``).
-        host: interface to listen on for subscribers.
-        port: port to listen on (0: any free port).
-        name: shown to the publisher and in logs.
-        policy: coverage planning policy; None: the default, which depends on ``registry``
-            (``planning``).
+        token: the relay's own token, sent to the publisher in its ``Hello`` (role ``relay``).
+        token_file: where ``token`` was read from: read again at every connection upstream, so
+            that a token renewed in the file is presented at the next one (the publisher
+            closes a connection when its token expires; the relay then connects again).
+        tls_ca: PEM file of the authorities trusted for a ``wss://`` publisher (None: the
+            system's).
+        reconnect_delay: first delay before reconnecting upstream (doubles up to 5 s).
+    """
+
+    publisher: str
+    token: str = field(default="", repr=False)
+    token_file: Path | None = None
+    tls_ca: Path | None = None
+    reconnect_delay: float = 0.2
+
+
+@dataclass(frozen=True)
+class Limits:
+    """What one subscriber connection, and all of them together, may take (the flags of
+    ``fanout.cli.relay.RELAY_LIMITS``, one for each field).
+
+    Attributes:
         queue_limit: frames queued per subscriber before it is closed as a slow consumer.
         stall_timeout: seconds a subscriber may leave a push unread before it is closed.
         read_rate, read_burst: frames a second the relay reads from one subscriber
@@ -66,75 +138,8 @@ class RelayConfig:
         sql_share, sql_burst: seconds of the event loop one connection's SQL pushes may take
             per second, after a first burst (``relay.core.throttle.Budgets``); past that its SQL
             pushes are put off until the time is paid back, and other subscribers are served.
-        reconnect_delay: first delay before reconnecting upstream (doubles up to 5 s).
-        pump_budget: seconds one round of pushes may run before yielding to the event loop.
-        aging: priority units a waiting subscription gains per second (``relay.core.scheduler``).
-        stats_every: seconds between two log lines of the relay's counters (0: never).
-        switch_interval: the interpreter's thread switch interval while the relay runs
-            (``sys.setswitchinterval``; 0: leave it as it is). Under load the event loop holds
-            the GIL nearly all the time, and the writer thread waits up to this long each time
-            it needs it back between two numpy calls: at Python's default of 5 ms, writing a
-            tick's batch took three times its CPU time and the swap came that much later.
-        auth: how subscribers' tokens are checked (``fanout.auth``); None: no authentication,
-            every connection is served.
-        token: the relay's own token, sent to the publisher in its ``Hello`` (role ``relay``).
-        token_file: where ``token`` was read from: read again at every connection upstream, so
-            that a token renewed in the file is presented at the next one (the publisher
-            closes a connection when its token expires; the relay then connects again).
-        tls_cert, tls_key: PEM files: serve ``wss://`` and ``https://`` with them (None: plain).
-        tls_ca: PEM file of the authorities trusted for a ``wss://`` publisher (None: the
-            system's).
-        young_collection: tracked objects allocated (net) before the garbage collector's
-            youngest generation is collected, while the relay runs (``gc.set_threshold``'s
-            first value; 0: leave it as it is). Python's default, 700, made the collector run
-            33 times a second at 2,000 subscribers and promote enough short-lived objects
-            (websockets' futures and frames, a round's lists) to trigger a full collection of
-            the 300,000 objects of 2,000 connections every 8-10 s, an 80-100 ms pause. At
-            10,000 nearly all of them die young: the collector took 2-6% of its former time
-            and never ran a full collection in a trial.
-        serve_relays: accept relays below this one (``Hello{role: "relay"}``, ``fanout relay
-            --upstream`` pointed here: a tier, ``tiers``); off, their ``Hello`` is refused,
-            so that a relay facing the internet lets no stranger make it acquire data.
-        mqtt_port: port of the MQTT listener (``fanout.mqtt``; 0: any free port), None: none.
-        mqtt: what one MQTT client may take (``fanout relay --mqtt-*``); MQTT connections are
-            read at most ``read_rate`` packets a second after ``read_burst``, as subscribers'
-            frames are.
-        mqtt_dataset, mqtt_routes: the topic dataset retained MQTT messages are kept in, by
-            default and by topic prefix (``mqtt.ingest``); neither: none is kept.
-        mqtt_redis: ``host:port`` of a Redis Cluster node holding the shared match table of a
-            cluster of relays (``mqtt.federation``); None: this relay is a broker alone.
-        mqtt_peer_port: port other relays forward MQTT messages to (0: any free port).
-        mqtt_peer_advertise: ``host:port`` other relays reach that port at, for a relay behind
-            NAT or a TCP proxy (None: ``host`` and the port as it listens).
-        mqtt_lease: seconds a dead relay stays a subscriber in the shared table.
-        registry: ``redis://host:port`` of a Redis Cluster node holding the map of
-            responsibility shared by relays (``cluster``): this relay joins it under
-            ``name`` (unique in the cluster) and redirects new subscriptions another relay is
-            responsible for; None: the relay works alone.
-        registry_policy: what a relay of a map does with a subscription another relay is
-            responsible for: ``redirect`` it there (a new one), or ``forward``: serve it here,
-            acquiring the parts other relays are responsible for from them
-            (``cluster.upstreams``); a relay that forwards also serves relays.
-        registry_lease: seconds a relay that died stays in the map.
-        registry_side: side of the grid of cells space datasets are split into, world units
-            (the same on every relay of a cluster).
-        advertise: the URL subscribers are redirected to for this relay (default
-            ``ws[s]://host:port`` as it listens).
-        split_above, merge_below, split_dwell: when a relay of a map hands part of its
-            responsibility to another and hands it back (``cluster.balance``): figure
-            (``subscribers``, ``pushes`` a second, ``cpu`` share, ``rows``) -> threshold;
-            both empty (the default): never.
-        standby: join the map owning nothing until parts are handed here by a split.
-        split_command: shell command starting a standby relay to split to when none is idle;
-            ``{name}`` in it becomes a fresh name (None: split only to idle standbys).
-        split_wait: seconds to wait for the relay ``split_command`` started to join the map.
     """
 
-    publisher: str
-    host: str = "127.0.0.1"
-    port: int = 0
-    name: str = "relay"
-    policy: Policy | None = None
     queue_limit: int = 64
     stall_timeout: float = 10.0
     read_rate: float = 1000.0
@@ -149,31 +154,139 @@ class RelayConfig:
     control_burst: float = CONTROL_BURST
     sql_share: float = SQL_SHARE
     sql_burst: float = SQL_BURST
-    reconnect_delay: float = 0.2
-    pump_budget: float = 0.02
+
+    def __post_init__(self) -> None:
+        """Raises:
+        ConfigError: a limit that could not work, named as the field (and the flag) is.
+        """
+        finite = (
+            "stall_timeout",
+            "read_rate",
+            "query_timeout",
+            "hello_timeout",
+            "catalog_wait",
+            "control_share",
+            "control_burst",
+            "sql_share",
+            "sql_burst",
+        )
+        _check(
+            {name: getattr(self, name) for name in finite},
+            [
+                ("queue_limit", self.queue_limit >= 1, ">= 1", self.queue_limit),
+                ("stall_timeout", self.stall_timeout > 0, "> 0 seconds", self.stall_timeout),
+                (
+                    "read_rate",
+                    self.read_rate >= 0,
+                    ">= 0 frames a second (0: no limit)",
+                    self.read_rate,
+                ),
+                ("read_burst", self.read_burst >= 1, ">= 1 frame", self.read_burst),
+                ("query_timeout", self.query_timeout > 0, "> 0 seconds", self.query_timeout),
+                ("max_subscriptions", self.max_subscriptions >= 1, ">= 1", self.max_subscriptions),
+                ("max_connections", self.max_connections >= 1, ">= 1", self.max_connections),
+                ("hello_timeout", self.hello_timeout > 0, "> 0 seconds", self.hello_timeout),
+                ("catalog_wait", self.catalog_wait > 0, "> 0 seconds", self.catalog_wait),
+                ("max_held", self.max_held >= 0, ">= 0 (0: refuse at once)", self.max_held),
+                (
+                    "control_share",
+                    0 < self.control_share <= 1,
+                    "in (0, 1] seconds a second",
+                    self.control_share,
+                ),
+                ("control_burst", self.control_burst > 0, "> 0 seconds", self.control_burst),
+                (
+                    "sql_share",
+                    0 < self.sql_share <= 1,
+                    "in (0, 1] seconds a second",
+                    self.sql_share,
+                ),
+                ("sql_burst", self.sql_burst > 0, "> 0 seconds", self.sql_burst),
+            ],
+        )
+
+
+@dataclass(frozen=True)
+class Planning:
+    """How the relay plans coverage and hands out pushes.
+
+    Attributes:
+        policy: coverage planning policy; None: the default, which depends on whether the
+            relay is in a map (``RelayConfig.policy``).
+        aging: priority units a waiting subscription gains per second (``relay.core.scheduler``).
+        pump_budget: seconds one round of pushes may run before yielding to the event loop.
+    """
+
+    policy: Policy | None = None
     aging: float = AGING
+    pump_budget: float = 0.02
+
+    def __post_init__(self) -> None:
+        """Raises:
+        ConfigError: a round of pushes with no time.
+        """
+        budget = self.pump_budget
+        _check({"pump_budget": budget}, [("pump_budget", budget > 0, "> 0 seconds", budget)])
+
+
+@dataclass(frozen=True)
+class Process:
+    """What the relay sets in its process while it runs, and how often it logs.
+
+    Attributes:
+        stats_every: seconds between two log lines of the relay's counters (0: never).
+        switch_interval: the interpreter's thread switch interval while the relay runs
+            (``sys.setswitchinterval``; 0: leave it as it is). Under load the event loop holds
+            the GIL nearly all the time, and the writer thread waits up to this long each time
+            it needs it back between two numpy calls: at Python's default of 5 ms, writing a
+            tick's batch took three times its CPU time and the swap came that much later.
+        young_collection: tracked objects allocated (net) before the garbage collector's
+            youngest generation is collected, while the relay runs (``gc.set_threshold``'s
+            first value; 0: leave it as it is). Python's default, 700, made the collector run
+            33 times a second at 2,000 subscribers and promote enough short-lived objects
+            (websockets' futures and frames, a round's lists) to trigger a full collection of
+            the 300,000 objects of 2,000 connections every 8-10 s, an 80-100 ms pause. At
+            10,000 nearly all of them die young: the collector took 2-6% of its former time
+            and never ran a full collection in a trial.
+    """
+
     stats_every: float = 30.0
     switch_interval: float = 0.001
     young_collection: int = 10_000
-    auth: AuthConfig | None = None
-    token: str = field(default="", repr=False)
-    token_file: Path | None = None
-    tls_cert: Path | None = None
-    tls_key: Path | None = None
-    tls_ca: Path | None = None
-    serve_relays: bool = False
-    mqtt_port: int | None = None
-    mqtt: MqttLimits = field(default_factory=MqttLimits)
-    mqtt_dataset: str | None = None
-    mqtt_routes: tuple[tuple[str, str], ...] = ()
-    mqtt_redis: str | None = None
-    mqtt_peer_port: int = 0
-    mqtt_peer_advertise: str | None = None
-    mqtt_lease: float = 3.0
+
+
+@dataclass(frozen=True)
+class Cluster:
+    """The map of responsibility the relay shares with others (``fanout.cluster``), if any.
+
+    Attributes:
+        registry: ``redis://host:port`` of a Redis Cluster node holding the map of
+            responsibility shared by relays: this relay joins it under its name (unique in
+            the cluster) and redirects new subscriptions another relay is responsible for;
+            None: the relay works alone.
+        policy: what a relay of a map does with a subscription another relay is responsible
+            for: ``redirect`` it there (a new one), or ``forward``: serve it here, acquiring the
+            parts other relays are responsible for from them (``cluster.upstreams``); a relay
+            that forwards also serves relays.
+        lease: seconds a relay that died stays in the map.
+        side: side of the grid of cells space datasets are split into, world units (the same
+            on every relay of a cluster).
+        advertise: the URL subscribers are redirected to for this relay (default
+            ``ws[s]://host:port`` as it listens).
+        split_above, merge_below, split_dwell: when a relay of a map hands part of its
+            responsibility to another and hands it back (``cluster.balance``): figure
+            (``subscribers``, ``pushes`` a second, ``cpu`` share, ``rows``) -> threshold;
+            both empty (the default): never.
+        standby: join the map owning nothing until parts are handed here by a split.
+        split_command: shell command starting a standby relay to split to when none is idle;
+            ``{name}`` in it becomes a fresh name (None: split only to idle standbys).
+        split_wait: seconds to wait for the relay ``split_command`` started to join the map.
+    """
+
     registry: str | None = None
-    registry_policy: str = "redirect"
-    registry_lease: float = 3.0
-    registry_side: float = DEFAULT_SIDE
+    policy: str = "redirect"
+    lease: float = 3.0
+    side: float = DEFAULT_SIDE
     advertise: str | None = None
     split_above: Mapping[str, float] = field(default_factory=dict)
     merge_below: Mapping[str, float] = field(default_factory=dict)
@@ -188,64 +301,29 @@ class RelayConfig:
         return Thresholds(dict(self.split_above), dict(self.merge_below), self.split_dwell)
 
     @property
-    def planning(self) -> Policy:
-        """The coverage policy the relay plans with: ``policy`` if given, otherwise ``fit``
-        widening (``planner.IN_A_MAP``) in a map of responsibility and ``tiles`` alone
-        (``Policy()``)."""
-        if self.policy is not None:
-            return self.policy
-        return IN_A_MAP if self.registry is not None else Policy()
+    def forwarding(self) -> bool:
+        """Whether the relay is in a map and serves others' parts itself (``forward``)."""
+        return self.registry is not None and self.policy == "forward"
 
     def __post_init__(self) -> None:
         """Raises:
-        ConfigError: a limit that could not work, named as the field (and the flag) is.
+        ConfigError: a limit that could not work, or splitting that could not, named as the
+            flag is.
         """
-        if self.registry_policy not in POLICIES:
+        if self.policy not in POLICIES:
             raise ConfigError(
                 f"registry_policy (--registry-policy) must be one of {', '.join(POLICIES)},"
-                f" not {self.registry_policy!r}"
+                f" not {self.policy!r}"
             )
-        finite = {
-            "stall_timeout": self.stall_timeout,
-            "read_rate": self.read_rate,
-            "query_timeout": self.query_timeout,
-            "hello_timeout": self.hello_timeout,
-            "catalog_wait": self.catalog_wait,
-            "control_share": self.control_share,
-            "control_burst": self.control_burst,
-            "sql_share": self.sql_share,
-            "sql_burst": self.sql_burst,
-            "pump_budget": self.pump_budget,
-            "registry_lease": self.registry_lease,
-            "registry_side": self.registry_side,
-            "split_wait": self.split_wait,
-        }
-        for name, value in finite.items():
-            if not math.isfinite(value):
-                raise ConfigError(f"{name} must be a finite number, not {value}")
-        limits = [
-            ("queue_limit", self.queue_limit >= 1, ">= 1"),
-            ("stall_timeout", self.stall_timeout > 0, "> 0 seconds"),
-            ("read_rate", self.read_rate >= 0, ">= 0 frames a second (0: no limit)"),
-            ("read_burst", self.read_burst >= 1, ">= 1 frame"),
-            ("query_timeout", self.query_timeout > 0, "> 0 seconds"),
-            ("max_subscriptions", self.max_subscriptions >= 1, ">= 1"),
-            ("max_connections", self.max_connections >= 1, ">= 1"),
-            ("hello_timeout", self.hello_timeout > 0, "> 0 seconds"),
-            ("catalog_wait", self.catalog_wait > 0, "> 0 seconds"),
-            ("max_held", self.max_held >= 0, ">= 0 (0: refuse at once)"),
-            ("control_share", 0 < self.control_share <= 1, "in (0, 1] seconds a second"),
-            ("control_burst", self.control_burst > 0, "> 0 seconds"),
-            ("sql_share", 0 < self.sql_share <= 1, "in (0, 1] seconds a second"),
-            ("sql_burst", self.sql_burst > 0, "> 0 seconds"),
-            ("pump_budget", self.pump_budget > 0, "> 0 seconds"),
-            ("registry_lease", self.registry_lease > 0, "> 0 seconds"),
-            ("registry_side", self.registry_side > 0, "> 0 world units"),
-            ("split_wait", self.split_wait > 0, "> 0 seconds"),
-        ]
-        for name, holds, wanted in limits:
-            if not holds:
-                raise ConfigError(f"{name} must be {wanted}, not {getattr(self, name)}")
+        lease, side, wait = self.lease, self.side, self.split_wait
+        _check(
+            {"registry_lease": lease, "registry_side": side, "split_wait": wait},
+            [
+                ("registry_lease", lease > 0, "> 0 seconds", lease),
+                ("registry_side", side > 0, "> 0 world units", side),
+                ("split_wait", wait > 0, "> 0 seconds", wait),
+            ],
+        )
         if self.registry is not None:
             registry_address(self.registry)
         try:
@@ -256,7 +334,7 @@ class RelayConfig:
             raise ConfigError(
                 "splitting, merging and --standby need a map of responsibility (--registry)"
             )
-        if self.registry_policy == "forward":
+        if self.policy == "forward":
             # A forwarding relay keeps serving its subscribers after a split (only the upstream
             # work of the parts moves), so its pushes, CPU and rows hardly fall: a threshold on
             # them would split again at every dwell.
@@ -268,5 +346,69 @@ class RelayConfig:
                     " the subscribers' connections, so this relay's pushes, cpu and rows"
                     " would not fall with it"
                 )
-        if (self.tls_cert is None) != (self.tls_key is None):
-            raise ConfigError("TLS needs both a certificate and its key (tls_cert, tls_key)")
+
+
+@dataclass(frozen=True)
+class Mqtt:
+    """The relay's MQTT listener (``fanout.mqtt``), if any.
+
+    Attributes:
+        port: port of the MQTT listener (0: any free port), None: none.
+        limits: what one MQTT client may take (``fanout relay --mqtt-*``); MQTT connections
+            are read at most ``Limits.read_rate`` packets a second after ``read_burst``, as
+            subscribers' frames are.
+        dataset, routes: the topic dataset retained MQTT messages are kept in, by default and
+            by topic prefix (``mqtt.ingest``); neither: none is kept.
+        redis: ``host:port`` of a Redis Cluster node holding the shared match table of a
+            cluster of relays (``mqtt.federation``); None: this relay is a broker alone.
+        peer_port: port other relays forward MQTT messages to (0: any free port).
+        peer_advertise: ``host:port`` other relays reach that port at, for a relay behind
+            NAT or a TCP proxy (None: the listening host and the port as it listens).
+        lease: seconds a dead relay stays a subscriber in the shared table.
+    """
+
+    port: int | None = None
+    limits: MqttLimits = field(default_factory=MqttLimits)
+    dataset: str | None = None
+    routes: tuple[tuple[str, str], ...] = ()
+    redis: str | None = None
+    peer_port: int = 0
+    peer_advertise: str | None = None
+    lease: float = 3.0
+
+
+@dataclass(frozen=True)
+class RelayConfig:
+    """How a relay runs, section by section (each checked when it was made).
+
+    Attributes:
+        upstream: where its data comes from.
+        name: shown to the publisher and in logs; its name in a map (unique there).
+        listening: where it serves subscribers.
+        limits: what one connection, and all of them, may take.
+        planning: how it plans coverage and hands out pushes.
+        process: what it sets in its process.
+        auth: how subscribers' tokens are checked (``fanout.auth``); None: no authentication,
+            every connection is served.
+        cluster: the map of responsibility it joins, if any.
+        mqtt: its MQTT listener, if any.
+    """
+
+    upstream: Upstream
+    name: str = "relay"
+    listening: Listening = field(default_factory=Listening)
+    limits: Limits = field(default_factory=Limits)
+    planning: Planning = field(default_factory=Planning)
+    process: Process = field(default_factory=Process)
+    auth: AuthConfig | None = None
+    cluster: Cluster = field(default_factory=Cluster)
+    mqtt: Mqtt = field(default_factory=Mqtt)
+
+    @property
+    def policy(self) -> Policy:
+        """The coverage policy the relay plans with: ``planning.policy`` if given, otherwise
+        ``fit`` widening (``planner.IN_A_MAP``) in a map of responsibility and ``tiles`` alone
+        (``Policy()``)."""
+        if self.planning.policy is not None:
+            return self.planning.policy
+        return IN_A_MAP if self.cluster.registry is not None else Policy()

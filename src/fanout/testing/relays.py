@@ -18,7 +18,7 @@ from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any
 
-from fanout.relay.config import RelayConfig
+from fanout.relay.config import Listening, RelayConfig, Upstream
 from fanout.relay.shell.server import RelayServer
 from fanout.testing import cpu
 from fanout.testing.ports import LOOPBACK
@@ -30,19 +30,20 @@ Instrument = Callable[[RelayServer], Callable[[], dict[str, Any]]]
 
 def relay_url(relay: RelayServer) -> str:
     """Where ``relay`` serves subscribers (once it runs)."""
-    return f"ws://{relay.config.host}:{relay.port}"
+    return f"ws://{relay.config.listening.host}:{relay.port}"
 
 
 @contextlib.asynccontextmanager
 async def running_relay(
-    publisher: str, *, timeout: float = 10.0, **config: Any
+    upstream: str | Upstream, *, timeout: float = 10.0, **sections: Any
 ) -> AsyncIterator[tuple[RelayServer, str]]:
     """Run a real relay in this event loop, on a free loopback port, until the block ends.
 
     Args:
-        publisher: the publisher's URL.
+        upstream: the publisher's URL, or the upstream section whole.
         timeout: seconds it may take to serve and connect upstream.
-        config: ``RelayConfig`` fields other than ``publisher`` (``stall_timeout=1.0``, ...).
+        sections: ``RelayConfig`` fields other than ``upstream`` (``name="a"``,
+            ``limits=Limits(stall_timeout=1.0)``, ...); ``listening`` defaults to loopback.
 
     Yields:
         The relay, once it serves and is connected upstream, and its URL.
@@ -51,7 +52,10 @@ async def running_relay(
         TimeoutError: it was not ready within ``timeout`` seconds.
         Exception: what stopped it from starting (a port in use, say), as it was raised.
     """
-    relay = RelayServer(RelayConfig(publisher=publisher, **{"host": LOOPBACK, **config}))
+    sections = {"listening": Listening(host=LOOPBACK), **sections}
+    if isinstance(upstream, str):
+        upstream = Upstream(upstream)
+    relay = RelayServer(RelayConfig(upstream, **sections))
     ready = asyncio.Event()
     task = asyncio.create_task(relay.run(lambda _: ready.set()))
     try:
@@ -70,6 +74,10 @@ async def running_relay(
         task.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await task
+
+
+def _on_loopback(config: RelayConfig) -> RelayConfig:
+    return replace(config, listening=replace(config.listening, host=LOOPBACK))
 
 
 @dataclass(frozen=True)
@@ -116,7 +124,7 @@ class RelayProcess:
         self._pipe, theirs = context.Pipe()
         self.process = context.Process(
             target=_serve,
-            args=(theirs, _Job(replace(config, host=LOOPBACK), log, level, instrument, profile)),
+            args=(theirs, _Job(_on_loopback(config), log, level, instrument, profile)),
             name=f"relay-{config.name}",
         )
         self.process.start()

@@ -17,6 +17,7 @@ from websockets.exceptions import ConnectionClosed
 
 from fanout.auth import AuthConfig, issue
 from fanout.client import LiveView, Subscriber, connect
+from fanout.relay.config import Listening, Planning
 from fanout.relay.core.planner import Policy
 from fanout.testing.publisher import ScriptedPublisher, serving
 from fanout.testing.relays import running_relay
@@ -42,7 +43,10 @@ async def deployment(**config: object) -> AsyncIterator[tuple[ScriptedPublisher,
     async with (
         serving(publisher) as url,
         running_relay(
-            url, policy=Policy(widen="exact"), auth=AuthConfig("HS256", SECRET), **config
+            url,
+            planning=Planning(Policy(widen="exact")),
+            auth=AuthConfig("HS256", SECRET),
+            **config,
         ) as (_, relay_url),
     ):
         yield publisher, relay_url
@@ -104,7 +108,7 @@ async def test_an_http_stream_ends_with_an_error_line_when_its_token_expires() -
 
 async def test_a_relay_below_is_told_and_closed_when_its_token_expires() -> None:
     async with (
-        deployment(serve_relays=True) as (publisher, url),
+        deployment(listening=Listening(serve_relays=True)) as (publisher, url),
         connect(url, token=token(["subscriber"])) as other,
     ):
         kept = await served(publisher, other)

@@ -11,7 +11,10 @@ import contextlib
 import gc
 import re
 import sys
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping
+from dataclasses import replace
+from types import MappingProxyType
+from typing import Any
 
 import pytest
 from websockets.asyncio.client import connect as ws_connect
@@ -21,7 +24,7 @@ from fanout.client import HandshakeRefused, SubscriptionError, connect
 from fanout.cluster.upstreams import Upstreams
 from fanout.errors import ConfigError
 from fanout.metrics import scrape
-from fanout.relay.config import RelayConfig
+from fanout.relay.config import Limits, Planning, Process, Upstream
 from fanout.relay.core.planner import Policy
 from fanout.relay.core.relaycore import RelayCore
 from fanout.relay.shell.samples import CORE
@@ -49,21 +52,29 @@ from fanout.wire.messages import (
 )
 
 INFO = DatasetInfo("agents", "id", {"id": "<i8", "x": "<f8", "y": "<f8"}, "space", ["x", "y"])
+MARGIN = Planning(Policy(widen="margin"))
+#: The limits these relays run with: a push left unread for a second closes its subscriber.
+LIMITS = Limits(stall_timeout=1.0)
 
 
 @contextlib.asynccontextmanager
 async def running(
-    publisher: ScriptedPublisher | None = None, **config: object
+    publisher: ScriptedPublisher | None = None,
+    *,
+    upstream: Mapping[str, Any] = MappingProxyType({}),
+    **sections: object,
 ) -> AsyncIterator[tuple[ScriptedPublisher, RelayServer, str]]:
-    """A scripted publisher and a real relay on loopback; ``config`` overrides RelayConfig."""
+    """A scripted publisher and a real relay on loopback; ``sections`` override RelayConfig's,
+    ``upstream`` its upstream section's fields."""
     publisher = publisher or ScriptedPublisher(Catalog([INFO]))
-    settings: dict[str, object] = {
-        "policy": Policy(widen="margin"),
-        "stall_timeout": 1.0,
-        "reconnect_delay": 0.05,
-    }
-    settings.update(config)
-    async with serving(publisher) as url, running_relay(url, **settings) as (relay, relay_url):
+    settings = {"planning": MARGIN, "limits": LIMITS, **sections}
+    async with (
+        serving(publisher) as url,
+        running_relay(Upstream(url, **{"reconnect_delay": 0.05, **upstream}), **settings) as (
+            relay,
+            relay_url,
+        ),
+    ):
         yield publisher, relay, relay_url
 
 
@@ -193,7 +204,7 @@ async def test_a_handshake_with_the_wrong_version_is_refused(deployment) -> None
 
 async def test_a_connection_without_a_hello_is_refused_after_the_hello_timeout() -> None:
     async with (
-        running(hello_timeout=0.3) as (_, relay, url),
+        running(limits=replace(LIMITS, hello_timeout=0.3)) as (_, relay, url),
         ws_connect(url) as silent,
         connect(url) as greeted,
     ):
@@ -207,7 +218,7 @@ async def test_a_connection_without_a_hello_is_refused_after_the_hello_timeout()
 
 
 async def test_beyond_max_connections_a_hello_is_refused_as_unavailable() -> None:
-    async with running(max_connections=2) as (_, relay, url):
+    async with running(limits=replace(LIMITS, max_connections=2)) as (_, relay, url):
         async with connect(url) as first, connect(url):
             with pytest.raises(HandshakeRefused, match="serves its most connections") as full:
                 async with connect(url):
@@ -311,7 +322,7 @@ async def test_the_relay_reacquires_after_the_publisher_connection_drops(deploym
 async def test_a_token_renewed_in_its_file_is_presented_at_the_next_connection(tmp_path) -> None:
     token_file = tmp_path / "relay.jwt"
     token_file.write_text("first\n")
-    async with running(token="first", token_file=token_file) as (publisher, _, _):
+    async with running(upstream={"token": "first", "token_file": token_file}) as (publisher, _, _):
         assert [hello.token for hello in publisher.hellos] == ["first"]
         token_file.write_text("renewed\n")  # what a renewal sidecar does before expiry
         await publisher.relays.pop().close()  # as the publisher does when a token expires
@@ -388,7 +399,7 @@ async def test_transforms_and_capabilities_reach_the_subscriber(deployment) -> N
 
 
 async def test_many_subscriptions_are_served_in_rounds_that_yield() -> None:
-    async with running(pump_budget=0.0001) as (publisher, relay, url):
+    async with running(planning=replace(MARGIN, pump_budget=0.0001)) as (publisher, relay, url):
         async with connect(url) as first, connect(url) as second:
             views = [
                 await subscriber.subscribe(Box((0, 0), (10, 10)), rate=100.0)
@@ -404,7 +415,7 @@ async def test_many_subscriptions_are_served_in_rounds_that_yield() -> None:
 
 
 async def test_a_slow_reader_gets_fewer_larger_pushes_while_others_get_every_tick() -> None:
-    async with running(stall_timeout=30.0) as (publisher, relay, url):
+    async with running(limits=Limits(stall_timeout=30.0)) as (publisher, relay, url):
         rows = 20_000
         big = {"id": list(range(rows)), "x": [5.0] * rows, "y": [5.0] * rows}
         slow = await ws_connect(url, max_queue=1)
@@ -457,7 +468,7 @@ async def test_reading_more_at_once_leaves_other_transports_alone() -> None:
 async def test_the_relay_shortens_the_switch_interval_while_it_runs() -> None:
     # so that the writer thread gets the GIL back soon after each numpy call (RelayConfig)
     before = sys.getswitchinterval()
-    async with running(switch_interval=0.002):
+    async with running(process=Process(switch_interval=0.002)):
         assert sys.getswitchinterval() == pytest.approx(0.002)
     assert sys.getswitchinterval() == pytest.approx(before)
 
@@ -465,14 +476,18 @@ async def test_the_relay_shortens_the_switch_interval_while_it_runs() -> None:
 async def test_the_relay_collects_young_garbage_less_often_while_it_runs() -> None:
     # so that short-lived objects die young instead of piling up for full collections
     before = gc.get_threshold()
-    async with running(young_collection=12_345):
+    async with running(process=Process(young_collection=12_345)):
         assert gc.get_threshold() == (12_345, *before[1:])
     assert gc.get_threshold() == before
 
 
 async def test_a_flooding_connection_is_read_at_its_rate_while_others_are_served() -> None:
     rate, burst = 50.0, 10  # 200 frames take 3.8 s to read: the flood lasts the test
-    async with running(read_rate=rate, read_burst=burst) as (publisher, relay, url):
+    async with running(limits=replace(LIMITS, read_rate=rate, read_burst=burst)) as (
+        publisher,
+        relay,
+        url,
+    ):
         async with ws_connect(url) as flooder, connect(url) as calm:
             await flooder.send(codec.encode(Hello(PROTOCOL_VERSION, "subscriber")))
             reading = asyncio.create_task(_read_all(flooder))  # its replies and pushes
@@ -504,7 +519,11 @@ async def test_many_connections_together_are_read_within_the_relays_control_time
     # a tenth of a millisecond a second here: a frame or two, then every reader waits (a
     # second at most at a time).
     share = 0.0001
-    async with running(control_share=share, control_burst=share) as (_, relay, url):
+    async with running(limits=replace(LIMITS, control_share=share, control_burst=share)) as (
+        _,
+        relay,
+        url,
+    ):
         flooders = [await ws_connect(url) for _ in range(5)]
         for flooder in flooders:
             await flooder.send(codec.encode(Hello(PROTOCOL_VERSION, "subscriber")))
@@ -544,24 +563,30 @@ async def test_a_view_whose_data_the_publisher_refuses_ends_with_the_publishers_
 
 
 @pytest.mark.parametrize(
-    ("config", "message"),
+    ("section", "fields", "message"),
     [
-        ({"read_rate": 10.0, "read_burst": 0}, "read_burst must be >= 1 frame, not 0"),
-        ({"read_rate": float("inf")}, "read_rate must be a finite number, not inf"),
-        ({"read_rate": -1.0}, "read_rate must be >= 0 frames a second (0: no limit), not -1.0"),
-        ({"query_timeout": 0.0}, "query_timeout must be > 0 seconds, not 0.0"),
-        ({"sql_share": 0.0}, "sql_share must be in (0, 1] seconds a second, not 0.0"),
-        ({"sql_share": 2.0}, "sql_share must be in (0, 1] seconds a second, not 2.0"),
-        ({"sql_burst": float("nan")}, "sql_burst must be a finite number, not nan"),
-        ({"max_subscriptions": 0}, "max_subscriptions must be >= 1, not 0"),
-        ({"queue_limit": 0}, "queue_limit must be >= 1, not 0"),
-        ({"stall_timeout": -1.0}, "stall_timeout must be > 0 seconds, not -1.0"),
-        ({"pump_budget": 0.0}, "pump_budget must be > 0 seconds, not 0.0"),
+        (Limits, {"read_rate": 10.0, "read_burst": 0}, "read_burst must be >= 1 frame, not 0"),
+        (Limits, {"read_rate": float("inf")}, "read_rate must be a finite number, not inf"),
+        (
+            Limits,
+            {"read_rate": -1.0},
+            "read_rate must be >= 0 frames a second (0: no limit), not -1.0",
+        ),
+        (Limits, {"query_timeout": 0.0}, "query_timeout must be > 0 seconds, not 0.0"),
+        (Limits, {"sql_share": 0.0}, "sql_share must be in (0, 1] seconds a second, not 0.0"),
+        (Limits, {"sql_share": 2.0}, "sql_share must be in (0, 1] seconds a second, not 2.0"),
+        (Limits, {"sql_burst": float("nan")}, "sql_burst must be a finite number, not nan"),
+        (Limits, {"max_subscriptions": 0}, "max_subscriptions must be >= 1, not 0"),
+        (Limits, {"queue_limit": 0}, "queue_limit must be >= 1, not 0"),
+        (Limits, {"stall_timeout": -1.0}, "stall_timeout must be > 0 seconds, not -1.0"),
+        (Planning, {"pump_budget": 0.0}, "pump_budget must be > 0 seconds, not 0.0"),
     ],
 )
-def test_limits_that_could_not_work_are_refused_at_once(config: dict, message: str) -> None:
+def test_limits_that_could_not_work_are_refused_at_once(
+    section: type, fields: dict, message: str
+) -> None:
     with pytest.raises(ConfigError, match=re.escape(message)):
-        RelayServer(RelayConfig(publisher="ws://127.0.0.1:1", **config))
+        section(**fields)
 
 
 async def test_a_subscribers_write_is_forwarded_and_answered_under_its_req() -> None:

@@ -17,6 +17,7 @@ import pytest
 
 from fanout.auth import AuthConfig, issue
 from fanout.client import HandshakeRefused, SubscriptionError, connect
+from fanout.relay.config import Planning
 from fanout.relay.core.planner import Policy
 from fanout.testing.publisher import ScriptedPublisher, serving
 from fanout.testing.relays import running_relay
@@ -40,7 +41,9 @@ async def deployment() -> AsyncIterator[tuple[ScriptedPublisher, str]]:
     publisher = ScriptedPublisher(Catalog([AGENTS, ORDERS, USERS]))
     async with (
         serving(publisher) as url,
-        running_relay(url, policy=Policy(widen="exact"), auth=AuthConfig("HS256", SECRET)) as (
+        running_relay(
+            url, planning=Planning(Policy(widen="exact")), auth=AuthConfig("HS256", SECRET)
+        ) as (
             _,
             relay_url,
         ),

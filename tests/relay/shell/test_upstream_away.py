@@ -14,7 +14,7 @@ import pytest
 
 from fanout.client import SubscriptionError, connect
 from fanout.metrics import scrape
-from fanout.relay.config import RelayConfig
+from fanout.relay.config import Limits, Planning, RelayConfig, Upstream
 from fanout.relay.core.planner import Policy
 from fanout.relay.shell.server import RelayServer
 from fanout.testing.catalog import AGENTS
@@ -26,12 +26,16 @@ from fanout.wire.messages import Catalog
 
 
 @contextlib.asynccontextmanager
-async def relay_alone(**config: object) -> AsyncIterator[tuple[RelayServer, str, int]]:
+async def relay_alone(limits: Limits | None = None) -> AsyncIterator[tuple[RelayServer, str, int]]:
     """A relay whose publisher port (yielded) has nobody listening yet."""
     port = free_port()
-    settings: dict[str, object] = {"reconnect_delay": 0.05, "policy": Policy(widen="margin")}
-    settings.update(config)
-    relay = RelayServer(RelayConfig(f"ws://{LOOPBACK}:{port}", **settings))  # type: ignore[arg-type]
+    relay = RelayServer(
+        RelayConfig(
+            Upstream(f"ws://{LOOPBACK}:{port}", reconnect_delay=0.05),
+            limits=limits or Limits(),
+            planning=Planning(Policy(widen="margin")),
+        )
+    )
     task = asyncio.create_task(relay.run())
     try:
         await eventually(lambda: relay.port is not None, what="the relay listens")
@@ -77,7 +81,7 @@ async def test_subscribers_arriving_before_the_publisher_are_served_once_it_come
 
 
 async def test_a_subscription_held_longer_than_the_wait_is_refused_as_unavailable() -> None:
-    async with relay_alone(catalog_wait=0.5) as (relay, url, _), connect(url) as subscriber:
+    async with relay_alone(Limits(catalog_wait=0.5)) as (relay, url, _), connect(url) as subscriber:
         with pytest.raises(SubscriptionError, match="not been connected upstream") as refused:
             await asyncio.wait_for(subscriber.subscribe(Box((0, 0), (1, 1))), 10)
         assert refused.value.code == "unavailable"

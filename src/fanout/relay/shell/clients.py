@@ -12,12 +12,8 @@ import itertools
 from collections.abc import Sequence
 
 from fanout.auth import Grant
-from fanout.connection import Outbound
-from fanout.http.server import HttpSubscription
+from fanout.relay.api import Downstream
 from fanout.relay.core.relaycore import RelayCore
-
-#: A downstream connection: a WebSocket's outbound side, or an HTTP stream.
-Downstream = Outbound | HttpSubscription
 
 
 class Clients:

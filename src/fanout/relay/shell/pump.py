@@ -2,8 +2,8 @@
 
 The pump asks the core for due pushes whenever something changed, a connection became
 writable, or the earliest rate timer fires (CA 3197003 [0138], Fig. 7). A round of pushes runs
-for at most ``RelayConfig.pump_budget`` seconds, then yields to the event loop so reads, writes
-and batches keep flowing with thousands of subscribers; what was not served stays queued,
+for at most ``RelayConfig.planning.pump_budget`` seconds, then yields to the event loop so reads,
+writes and batches keep flowing with thousands of subscribers; what was not served stays queued,
 aging, for the next round. A batch written meanwhile (``relay.shell.writer``) is swapped in before a
 round, and ends a round early: the next one starts from its state.
 
@@ -88,7 +88,7 @@ class Pump:
     def round(self, now: float) -> None:
         """Dispatch due pushes until there are none, the round's time budget is spent, or a
         batch is written (the next round starts from its state)."""
-        deadline = time.perf_counter() + self._config.pump_budget
+        deadline = time.perf_counter() + self._config.planning.pump_budget
         writer = self._writer
         rounds = self._core.serve(now, self._is_idle, lambda: time.perf_counter() >= deadline)
         with contextlib.closing(rounds) as pushes:
@@ -118,11 +118,11 @@ class Pump:
             now = loop.time()
             self._dispatch(self._relays.housekeeping(now))
             self._wake.set()  # a prune may have left new state to swap in
-            if config.stats_every and now - logged >= config.stats_every:
+            if config.process.stats_every and now - logged >= config.process.stats_every:
                 logged = now
                 stats = {**self._core.stats(), **self._relays.stats()}
                 log.info("relay %s: %s", config.name, stats)
             for outbound in list(self._clients.open.values()):
                 stalled = outbound.stalled_for(now)
-                if stalled > config.stall_timeout:
+                if stalled > config.limits.stall_timeout:
                     outbound.close(f"slow consumer: a push unread for {stalled:.0f} s")

@@ -94,8 +94,8 @@ class UpstreamLink:
         self._close_below = close_below
         self.writer = Writer(relays, dispatch, wake, self.drop)
         self.wake = wake
-        self.tls_ca = config.tls_ca
-        self._token, self._token_file = config.token, config.token_file
+        self.tls_ca = config.upstream.tls_ca
+        self._token, self._token_file = config.upstream.token, config.upstream.token_file
         self._outbound: Outbound | None = None
         self._transport: asyncio.Transport | None = None
         self.ready = asyncio.Event()
@@ -135,13 +135,15 @@ class UpstreamLink:
     async def run(self) -> None:
         """Connect and follow the upstream until cancelled, reconnecting with backoff."""
         config = self._config
-        delay = config.reconnect_delay
+        delay = config.upstream.reconnect_delay
         while True:
             try:
                 await self._follow()
-                delay = config.reconnect_delay
+                delay = config.upstream.reconnect_delay
             except (OSError, ConnectionClosed, ProtocolError, TimeoutError) as exc:
-                log.warning("upstream %s: %s; reconnecting in %.1f s", config.publisher, exc, delay)
+                log.warning(
+                    "upstream %s: %s; reconnecting in %.1f s", config.upstream.publisher, exc, delay
+                )
             self._outbound = None
             if self.sharing is not None:
                 self.sharing.publisher_lost()
@@ -156,11 +158,11 @@ class UpstreamLink:
     async def _follow(self) -> None:
         config = self._config
         async with dial(
-            config.publisher,
+            config.upstream.publisher,
             max_size=MAX_FROM_PUBLISHER,
             compression=None,
             open_timeout=10,
-            ssl=tls.for_url(config.publisher, config.tls_ca),
+            ssl=tls.for_url(config.upstream.publisher, config.upstream.tls_ca),
         ) as websocket:
             decoder = codec.from_publisher()
             hello = Hello(
@@ -190,7 +192,9 @@ class UpstreamLink:
 
     def drop(self, error: BaseException) -> None:
         """A batch failed to write: drop the connection (the link then reconnects)."""
-        log.warning("upstream %s: dropping the connection: %s", self._config.publisher, error)
+        log.warning(
+            "upstream %s: dropping the connection: %s", self._config.upstream.publisher, error
+        )
         if self._transport is not None:
             self._transport.abort()
 

@@ -1,0 +1,150 @@
+"""The relay's API, as its front ends see it, and the one interface every front end has.
+
+A front end (the WebSocket subscriber server, HTTP streams, MQTT, relays below) is made by the
+relay's composition root (``relay.shell.server``), started with the relay's API and the
+relay's ``TaskGroup`` (``FrontEnd.start`` returns once it serves), and stopped the same way
+(``FrontEnd.stop``). It brings connections in as ``Downstream``s and hands what they ask to
+the relay; what is admitted is the relay's to decide (``relay.core.admission``), never the
+front end's.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Mapping, Sequence
+from typing import Protocol
+
+from fanout.auth import Grant
+from fanout.metrics import Histogram, Sample
+from fanout.wire.messages import DatasetInfo, Publish, Role, Subscribe, Unsubscribe
+
+
+class Downstream(Protocol):
+    """One connection the relay pushes to (a WebSocket's ``Outbound``, an HTTP stream).
+
+    Attributes:
+        sent: frames (events) written so far.
+        sent_bytes: their bytes.
+        closed_for: why the relay cut it off (a slow consumer), if it did.
+    """
+
+    sent: int
+    sent_bytes: int
+    closed_for: str | None
+
+    @property
+    def idle(self) -> bool:
+        """Everything written: it may take the next push."""
+        ...
+
+    def stalled_for(self, now: float) -> float:
+        """Seconds it has held bytes its client did not read (0 if none)."""
+        ...
+
+    def offer(self, data: bytes, control: bool = False) -> bool:
+        """Send one of the relay's frames; returns whether it was taken."""
+        ...
+
+    def close(self, reason: str) -> None:
+        """Cut it off (a slow consumer)."""
+        ...
+
+
+class RelayApi(Protocol):
+    """What a front end may ask of the relay (``relay.shell.server.RelayServer``)."""
+
+    def open(self, downstream: Downstream) -> int:
+        """Count a new connection in, not connected yet; returns its client number."""
+        ...
+
+    def connect(self, client: int, grant: object, capabilities: Sequence[str] = ()) -> None:
+        """The connection's handshake is done, its token granting ``grant``."""
+        ...
+
+    def close(self, client: int) -> Downstream:
+        """The connection is over: its subscriptions end; it is counted until ``closed``."""
+        ...
+
+    def closed(self, downstream: Downstream) -> None:
+        """The connection's last bytes went out: keep what it wrote in the counts."""
+        ...
+
+    def subscribe(self, client: int, request: Subscribe) -> None:
+        """Act on a subscription request, as admission says (``relay.core.admission``)."""
+        ...
+
+    def unsubscribe(self, client: int, request: Unsubscribe) -> None:
+        """End one of the connection's subscriptions."""
+        ...
+
+    def write(self, client: int, request: Publish) -> None:
+        """Forward the connection's write to the publisher, or refuse it."""
+        ...
+
+    async def confirm(self, request: Subscribe) -> None:
+        """Make sure the map a redirect of ``request`` would follow is not stale: an HTTP
+        client follows redirects without asking to stay (``RelayServer.confirm``)."""
+        ...
+
+    def writable(self, client: int) -> None:
+        """The connection wrote everything it had."""
+        ...
+
+    def wake(self) -> None:
+        """Something changed: let the pump look for due pushes."""
+        ...
+
+    def room(self) -> str | None:
+        """Why one more connection is refused (the relay serves its most), or None."""
+        ...
+
+    def authenticate(self, token: str | None, role: str = "subscriber") -> Grant | None:
+        """What ``token`` grants (None without authentication).
+
+        Raises:
+            Unauthorized: authentication is configured and the token is missing, not valid,
+                or does not grant ``role``.
+        """
+        ...
+
+    @property
+    def authenticating(self) -> bool:
+        """Whether connections must present a token."""
+        ...
+
+    @property
+    def roles(self) -> frozenset[Role]:
+        """The roles a connection's ``Hello`` may take (``relay.core.admission.roles``)."""
+        ...
+
+    def catalog(self) -> list[DatasetInfo]:
+        """The publisher's datasets (empty before the relay is connected upstream)."""
+        ...
+
+    def datasets(self) -> Mapping[str, str]:
+        """The publisher's datasets, name -> index kind."""
+        ...
+
+    def samples(self) -> list[Sample | Histogram]:
+        """The relay's metrics now (``GET /metrics``)."""
+        ...
+
+    def unready(self) -> str | None:
+        """Why the relay should be sent no subscribers now (``GET /readyz``), or None."""
+        ...
+
+    def local_url(self) -> str:
+        """Where the relay serves subscribers, as a program on this host reaches it."""
+        ...
+
+
+class FrontEnd(Protocol):
+    """A way in to the relay, started and stopped by the composition root."""
+
+    async def start(self, relay: RelayApi, tasks: asyncio.TaskGroup) -> None:
+        """Start serving, every task of its own in ``tasks``; return once it serves."""
+        ...
+
+    async def stop(self) -> None:
+        """Stop serving: take no new connection, end those it has, wait for them."""
+        ...
