@@ -52,7 +52,7 @@ from fanout import tls
 from fanout.client.liveview import LiveView, SubscriptionError, Update
 from fanout.connection import close_reason, dial, greet
 from fanout.errors import ProtocolError
-from fanout.views import View
+from fanout.views import View, registry
 from fanout.wire import codec
 from fanout.wire.columns import Columns as Payload
 from fanout.wire.columns import encode_columns
@@ -75,7 +75,6 @@ from fanout.wire.messages import (
 
 __all__ = [
     "MAX_FRAME",
-    "VIEW_KINDS",
     "LiveView",
     "Subscriber",
     "SubscriptionError",
@@ -86,8 +85,6 @@ __all__ = [
 
 #: Largest frame accepted from a relay (a first push of a large view).
 MAX_FRAME = 256 << 20
-#: The view kind of each index kind named otherwise: a ``space`` index takes region views.
-VIEW_KINDS = {"space": "region", "objects": "path"}
 
 
 class Subscriber:
@@ -106,9 +103,7 @@ class Subscriber:
         #: The datasets the relay serves, each with the kind of view it takes (``region``,
         #: ``sql``, ``topic``, ``path``), as its ``Welcome`` said; empty if it said nothing (a
         #: relay older than this field, or one that has no catalog from the publisher yet).
-        self.datasets = {
-            name: VIEW_KINDS.get(index, index) for name, index in (datasets or {}).items()
-        }
+        self.datasets = {name: registry.language(index) for name, index in (datasets or {}).items()}
         self._ids = itertools.count(1)
         self._views: dict[int, LiveView] = {}
         self._pending: dict[int, asyncio.Future[Subscribed]] = {}

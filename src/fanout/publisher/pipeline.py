@@ -33,7 +33,7 @@ from fanout.publisher.busconnector import BusConnector
 from fanout.publisher.datasets import Dataset, IngestSource
 from fanout.publisher.delivery import BatchSink, Checkouts, Stamp, build_batches
 from fanout.publisher.log import BatchLog
-from fanout.publisher.matching import matcher_for
+from fanout.publisher.matching import matcher_for, side_of
 from fanout.publisher.microbatch import (
     MatchTableCache,
     advance,
@@ -146,7 +146,7 @@ class Pipeline:
         self.tick_time = self.stream.start_time
         if isinstance(self.dataset.source, IngestSource):
             self._ingest = IngestLog(streams.ingest_log_path(self.state_dir), [self.dataset])
-            if self.dataset.index == "objects":
+            if side_of(self.dataset.index).admitted:
                 self.admission = Admission(self.dataset, self._ingest)
                 self.admission.recover(self.spark, self.checkpoint)
         rows = streams.stream(self.spark, self.dataset, self.stream.start_time, self.state_dir)

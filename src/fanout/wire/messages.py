@@ -248,7 +248,9 @@ class NoUpdate(Frame, tag="no_update", frozen=True):
     tick: int
 
 
-IndexKind = Literal["space", "sql", "topic", "path", "objects"]
+#: A dataset kind's name (``views.registry``: ``space``, ``sql``, ``topic``, ``path``, ``objects``
+#: and any registered since); a relay refuses a catalog naming one it does not know.
+IndexKind = str
 
 
 class DatasetInfo(msgspec.Struct, frozen=True):

@@ -14,25 +14,22 @@ appears at least once: rows the bucketed join does not match also appear with a 
 from __future__ import annotations
 
 from fanout.publisher.datasets import Dataset
-from fanout.publisher.matching.base import Matcher, MatchTables, Prim
-from fanout.publisher.matching.paths import PathMatcher
-from fanout.publisher.matching.regions import RegionMatcher
-from fanout.publisher.matching.sql import SqlMatcher
-from fanout.publisher.matching.topics import TopicMatcher
+from fanout.publisher.matching.base import Matcher, MatchTables, Prim, PublisherSide
+from fanout.views import registry
 
-__all__ = ["MatchTables", "Matcher", "Prim", "matcher_for"]
+__all__ = ["MatchTables", "Matcher", "Prim", "PublisherSide", "matcher_for", "side_of"]
+
+
+def side_of(index: str) -> PublisherSide:
+    """The publisher's part of the kind ``index`` names (``views.registry``).
+
+    Raises:
+        ProtocolError: no kind is registered by that name.
+    """
+    side: PublisherSide = registry.lookup(index).part("publisher")
+    return side
 
 
 def matcher_for(dataset: Dataset) -> Matcher:
-    """The matcher for a dataset's index."""
-    match dataset.index:
-        case "space":
-            string_keys = dataset.schema[dataset.key] == "string"
-            return RegionMatcher(dataset.index_columns, dataset.cell_size, dataset.key, string_keys)
-        case "sql":
-            blobs = frozenset(c.lower() for c, kind in dataset.schema.items() if kind == "bytes")
-            return SqlMatcher(dataset.name, frozenset(dataset.schema), blobs)
-        case "topic":
-            return TopicMatcher(dataset.index_columns[0])
-        case "path" | "objects":
-            return PathMatcher(dataset.index_columns[0])
+    """The matcher for a dataset, as its kind makes it."""
+    return side_of(dataset.index).matcher(dataset)

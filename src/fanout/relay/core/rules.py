@@ -50,7 +50,7 @@ import sqlglot.errors
 from sqlglot import exp
 
 from fanout.errors import InvalidView, Unauthorized
-from fanout.views import View, covers
+from fanout.views import View, covers, registry
 from fanout.views.anyof import AnyOf, members_of
 from fanout.views.objects import ObjectPath
 from fanout.views.region import (
@@ -73,8 +73,6 @@ T = TypeVar("T")
 #: Rules by dataset, as a token's claim holds them: view texts.
 Rules = Mapping[str, Sequence[str]]
 DIALECT = "duckdb"
-#: The view language of each index kind (``DatasetInfo.index``).
-VIEW_KIND = {"space": "region", "sql": "sql", "topic": "topic", "path": "path", "objects": "path"}
 
 
 def effective(view: View, dataset: str, kind: str, rules: Rules | None) -> View:
@@ -489,6 +487,6 @@ def restrict(request: Subscribe, rules: Rules | None, datasets: Mapping[str, str
     index = datasets.get(request.dataset)
     if index is None:
         return request  # the core refuses a dataset it does not know, naming those it does
-    kind = VIEW_KIND.get(index, index)
+    kind = registry.language(index)
     view = effective(request.view, request.dataset, kind, rules)
     return request if view == request.view else msgspec.structs.replace(request, view=view)

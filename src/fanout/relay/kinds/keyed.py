@@ -51,7 +51,6 @@ class KeyedKind(abc.ABC):
 
     metered = False
     language: tuple[type, str]
-    STATS: tuple[str, ...] = ()
 
     def __init__(self, info: DatasetInfo, parts: Parts) -> None:
         """

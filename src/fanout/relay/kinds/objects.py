@@ -19,7 +19,7 @@ import numpy.typing as npt
 from fanout.errors import InvalidView
 from fanout.relay.core.transforms import resolve
 from fanout.relay.data.buffers import Positions, Table
-from fanout.relay.kinds.base import Accepted
+from fanout.relay.kinds.base import Accepted, RelaySide
 from fanout.relay.kinds.path import PathKind
 from fanout.views import View
 from fanout.views.anyof import members_of
@@ -95,3 +95,7 @@ def typed(encoding: str, text: str) -> object:
     if encoding == "b":
         return text == "true"
     return text
+
+
+SIDE = RelaySide(ObjectsKind)
+"""Index ``objects`` at the relay."""

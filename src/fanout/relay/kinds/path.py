@@ -14,7 +14,7 @@ import numpy as np
 
 from fanout.relay.core.transforms import resolve
 from fanout.relay.data.buffers import Positions, Table
-from fanout.relay.kinds.base import Accepted
+from fanout.relay.kinds.base import Accepted, RelaySide
 from fanout.relay.kinds.keyed import SelectingKind
 from fanout.views import View
 from fanout.views.anyof import AnyOf, members_of
@@ -63,3 +63,7 @@ def path_columns(view: ObjectPath, columns: Sequence[str], key: str) -> tuple[st
     if view.attributes is None:
         return tuple(columns)
     return tuple(name for name in columns if name == key or name in view.attributes)
+
+
+SIDE = RelaySide(PathKind)
+"""Index ``path`` at the relay."""

@@ -26,7 +26,7 @@ from fanout.relay.data.engine import Query, QueryEngine, Result
 from fanout.relay.data.nulls import is_companion
 from fanout.relay.data.pushes import Body
 from fanout.relay.data.rows import HeldRows, cut_rows
-from fanout.relay.kinds.base import Accepted, Cut, Parts
+from fanout.relay.kinds.base import Accepted, Cut, Parts, RelaySide
 from fanout.relay.kinds.keyed import KeyedKind
 from fanout.views import View
 from fanout.views.sql import Sql, SqlBox
@@ -246,3 +246,7 @@ def _no_rows(query: Query, held: Keys) -> Result:
     """The result of a query over no rows."""
     empty: dict[str, Array] = {name: np.empty(0) for name in query.columns}
     return Result(held[:0], np.empty(0, dtype=np.uint64), empty)
+
+
+SIDE = RelaySide(SqlKind)
+"""Index ``sql`` at the relay."""

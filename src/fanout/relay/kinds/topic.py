@@ -15,7 +15,7 @@ import numpy as np
 
 from fanout.errors import InvalidView
 from fanout.relay.data.buffers import Positions, Table
-from fanout.relay.kinds.base import Parts
+from fanout.relay.kinds.base import Parts, RelaySide
 from fanout.relay.kinds.keyed import SelectingKind
 from fanout.views import View
 from fanout.views.anyof import AnyOf
@@ -28,7 +28,6 @@ class TopicKind(SelectingKind):
     """A ``topic`` dataset at the relay (``relay.kinds.base.DatasetKind``)."""
 
     language = (TopicFilter, "MQTT topic filters")
-    STATS = ("topic_passes", "topic_rows_not_topics")
 
     def __init__(self, info: DatasetInfo, parts: Parts) -> None:
         super().__init__(info, parts)
@@ -120,3 +119,7 @@ class TopicMatches:
         for text, positions in zip(filters, hits, strict=True):
             self._positions[text] = np.asarray(positions, dtype=np.intp)
         self.passes += 1
+
+
+SIDE = RelaySide(TopicKind, ("topic_passes", "topic_rows_not_topics"))
+"""Index ``topic`` at the relay."""
