@@ -26,6 +26,8 @@ or a PostgreSQL driver only where the module works with them:
   between two processes broken while both run).
 - :mod:`fanout.testing.httpstream`: an NDJSON ``/v1/subscribe`` client that follows a stream
   whose part moved.
+- :mod:`fanout.testing.exact`: ``exact``, a dataset kind for tests (topic names matched
+  exactly) and an example of one: its registration, its relay and publisher parts.
 - :mod:`fanout.testing.cpu`: CPU time of a process, a process tree or the whole machine.
 - :mod:`fanout.testing.machine` and :mod:`fanout.testing.calibration`: what every benchmark
   records about the machine it ran on, and a fixed workload timed in the same run.
