@@ -14,11 +14,11 @@ import pytest
 import fanout
 from fanout.errors import ProtocolError
 from fanout.relay.core.relaycore import UPSTREAM, RelayCore
-from fanout.relay.data.buffers import Positions
 from fanout.relay.kinds import RelaySide
-from fanout.relay.kinds.keyed import SelectingKind
-from fanout.views import View, registry
-from fanout.views.topic import TopicFilter
+from fanout.relay.kinds.keyed import KeyedKind
+from fanout.testing import exact
+from fanout.testing.exact.relay import ExactSelector
+from fanout.views import registry
 from fanout.views.topic import parse as topic
 from fanout.wire.columns import decode_columns, encode_columns
 from fanout.wire.messages import Acquire, Batch, Catalog, DatasetInfo, Push, Subscribe
@@ -161,33 +161,19 @@ def test_an_unknown_kind_is_refused_naming_those_there_are() -> None:
     assert core.datasets == {}
 
 
-class ExactTopics(SelectingKind):
-    """A kind for the test: topic names that select only the rows of exactly that topic."""
-
-    language = (TopicFilter, "topic names")
-
-    def positions(self, view: View) -> Positions:
-        assert isinstance(view, TopicFilter)
-        topics = self.state.buffer.active.column(self.state.info.index_columns[0])
-        return np.flatnonzero(np.asarray(topics, dtype=object) == view.topic_filter)
-
-
-EXACT = RelaySide(ExactTopics)
-
-
 @pytest.fixture
-def exact() -> Iterator[registry.Kind]:
-    kind = registry.Kind("exact", "topic", f"{__name__}:EXACT", "unused:SIDE")
-    registry.register(kind)
-    yield kind
-    registry.unregister("exact")
+def registered() -> Iterator[registry.Kind]:
+    registry.register(exact.KIND)
+    yield exact.KIND
+    registry.unregister(exact.KIND.index)
 
 
-def test_a_new_kind_registered_is_served_by_the_unchanged_core(exact: registry.Kind) -> None:
+def test_a_new_kind_registered_is_served_by_the_unchanged_core(registered: registry.Kind) -> None:
     info = DatasetInfo("names", "topic", {"topic": "str", "v": "<f8"}, "exact", ["topic"])
     core = RelayCore()
     core.on_catalog(Catalog([info]))
-    assert isinstance(core.parts.kinds["names"], ExactTopics)
+    served = core.parts.kinds["names"]
+    assert isinstance(served, KeyedKind) and isinstance(served.rows.selector, ExactSelector)
     sends = core.on_subscribe(1, Subscribe(1, "names", topic("a/b"), rate=1000.0))
     (acquire,) = [s.frame for s in sends if s.to == UPSTREAM]
     assert isinstance(acquire, Acquire) and acquire.view == topic("a/b")
@@ -201,7 +187,7 @@ def test_a_new_kind_registered_is_served_by_the_unchanged_core(exact: registry.K
     assert decode_columns(push.entered)["topic"].tolist() == ["a/b"]
 
 
-def test_a_registered_kind_takes_its_languages_views_everywhere(exact: registry.Kind) -> None:
+def test_a_registered_kind_takes_its_languages_views_everywhere(registered: registry.Kind) -> None:
     from fanout.relay.core.rules import restrict
 
     request = Subscribe(1, "names", topic("a/#"))

@@ -5,16 +5,23 @@ from __future__ import annotations
 import numpy as np
 
 from fanout.relay.data.buffers import Positions
-from fanout.relay.kinds.base import RelaySide
-from fanout.relay.kinds.keyed import SelectingKind
+from fanout.relay.data.keyedstate import KeyedState
+from fanout.relay.kinds.base import Parts, RelaySide
+from fanout.relay.kinds.selected import PlainLanguage, Views, selecting
 from fanout.views import View
 from fanout.views.topic import TopicFilter
 
 
-class ExactTopics(SelectingKind):
-    """An ``exact`` dataset at the relay (``relay.kinds.base.DatasetKind``)."""
+def topic_names(state: KeyedState) -> PlainLanguage:
+    """Topic names, as topic filters (``publisher`` refuses wildcards)."""
+    return PlainLanguage(state, Views(TopicFilter, "topic names"))
 
-    language = (TopicFilter, "topic names")
+
+class ExactSelector:
+    """The rows of exactly the view's topic (``relay.kinds.selected.Selector``)."""
+
+    def __init__(self, state: KeyedState, parts: Parts) -> None:
+        self.state = state
 
     def positions(self, view: View) -> Positions:
         """The active rows whose topic is the view's text."""
@@ -22,6 +29,10 @@ class ExactTopics(SelectingKind):
         topics = self.state.buffer.active.column(self.state.info.index_columns[0])
         return np.flatnonzero(np.asarray(topics, dtype=object) == view.topic_filter)
 
+    def stats(self) -> dict[str, float]:
+        """No counters."""
+        return {}
 
-SIDE = RelaySide(ExactTopics)
+
+SIDE = RelaySide(selecting(topic_names, ExactSelector))
 """Index ``exact`` at the relay."""
