@@ -194,3 +194,16 @@ def test_a_registered_kind_takes_its_languages_views_everywhere(registered: regi
     served = restrict(request, {"names": ["a/b"]}, {"names": "exact"})
     assert served.view == topic("a/b")
     assert registry.language("exact") == "topic"
+
+
+def test_a_kind_installed_with_an_entry_point_is_found_at_the_first_lookup(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.syspath_prepend(str(exact.entry_point_on_path(tmp_path)))
+    monkeypatch.setattr(registry, "_ENTRY_POINTS", [])  # not looked for yet
+    try:
+        assert registry.lookup("exact") == exact.KIND
+    finally:
+        registry.unregister(exact.KIND.index)
+    with pytest.raises(ProtocolError, match="index 'exact', not one of"):
+        registry.lookup("exact")
