@@ -117,8 +117,10 @@ class Pipeline:
         self.tick_time = 0.0
         self.matcher = matcher_for(dataset)
         self.store = StateStore(spark, dataset, self.matcher, self.checkpoint)
-        #: Live rows in the driver, for snapshots (``publisher.mirror``).
-        self.mirror = Mirror(dataset.key, dataset.index_columns, mirror_rows)
+        #: Live rows in the driver, for snapshots (``publisher.mirror``): none for a kind whose
+        #: rows are not those its views' language selects there (read by its matcher instead).
+        rows = mirror_rows if side_of(dataset.index).mirrored else 0
+        self.mirror = Mirror(dataset.key, dataset.index_columns, rows)
         self._tables = MatchTableCache(self.store)
         self.query: StreamingQuery | None = None
         self.stream = StreamInfo(epoch=0, start_time=0.0)

@@ -54,7 +54,11 @@ class PublisherSide:
     Attributes:
         matcher: the matcher of one dataset of the kind.
         admitted: producers' writes pass ``publisher.admission`` (objects' create and delete).
+        mirrored: snapshots may be cut from the driver's copy of the rows, which picks them by
+            the views' language (``publisher.mirror``); if not, the matcher reads them from the
+            state store.
     """
 
     matcher: Callable[[Dataset], Matcher]
     admitted: bool = False
+    mirrored: bool = True

@@ -79,5 +79,5 @@ def exact_matcher(dataset: Dataset) -> ExactMatcher:
     return ExactMatcher(dataset.index_columns[0])
 
 
-SIDE = PublisherSide(exact_matcher)
+SIDE = PublisherSide(exact_matcher, mirrored=False)
 """Index ``exact`` at the publisher."""
