@@ -207,3 +207,14 @@ def test_a_kind_installed_with_an_entry_point_is_found_at_the_first_lookup(
         registry.unregister(exact.KIND.index)
     with pytest.raises(ProtocolError, match="index 'exact', not one of"):
         registry.lookup("exact")
+
+
+def test_a_registered_kind_says_which_rows_its_primitives_hold(
+    registered: registry.Kind,
+) -> None:
+    info = DatasetInfo("names", "topic", {"topic": "str", "v": "<f8"}, "exact", ["topic"])
+    core = RelayCore()
+    core.on_catalog(Catalog([info]))
+    rows = {"topic": np.array(["a/b", "a/+"], dtype=object), "v": np.array([1.0, 2.0])}
+    # the name "a/+" exactly, not the topic filter's matches
+    assert core.parts.kinds["names"].holds([topic("a/+")], rows).tolist() == [False, True]

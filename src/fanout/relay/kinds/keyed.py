@@ -26,7 +26,7 @@ from fanout.relay.core.sends import Send
 from fanout.relay.core.transforms import Shape
 from fanout.relay.core.upstream import Primitive, release_spare
 from fanout.relay.data.buffers import Array, Keys, Mask, Table
-from fanout.relay.data.keyedstate import KeyedState, selected
+from fanout.relay.data.keyedstate import KeyedState
 from fanout.relay.data.pushes import Body
 from fanout.relay.kinds.base import PRUNE_WINDOW, Accepted, Cut, Parts
 from fanout.views import View, covers, residual
@@ -253,8 +253,8 @@ class KeyedKind:
         return self.language.primitive(view)
 
     def holds(self, prims: Sequence[View], rows: Mapping[str, Array]) -> Mask:
-        """The rows the publisher would match to any of the primitives."""
-        return selected(prims, rows, self.state.info)
+        """The rows the publisher would match to any of the primitives (``KeyedState.picks``)."""
+        return self.state.picks(prims, rows, self.state.info)
 
     def contents(self, prims: Sequence[View], table: Table | None = None) -> dict[str, Array]:
         """The rows of ``table`` (the active state) any of the primitives holds."""

@@ -20,7 +20,7 @@ from fanout.relay.core.changesets import ChangeSet, Step, Steps, shared_step
 from fanout.relay.core.downstream import Subscription
 from fanout.relay.core.transforms import InvalidTransform, Shape, resolve
 from fanout.relay.data.buffers import Keys, Positions
-from fanout.relay.data.keyedstate import KeyedState
+from fanout.relay.data.keyedstate import KeyedState, Picks
 from fanout.relay.data.pushes import Body, Held, cut_positions
 from fanout.relay.kinds.base import Accepted, Cut, Parts
 from fanout.relay.kinds.keyed import KeyedKind, Language
@@ -195,9 +195,11 @@ class SelectedRows:
 def selecting(
     language: Callable[[KeyedState], Language],
     selector: Callable[[KeyedState, Parts], Selector],
+    picks: Picks | None = None,
 ) -> Callable[[DatasetInfo, Parts], KeyedKind]:
     """A selecting kind's ``serve``: a keyed dataset of ``language`` whose rows ``selector``
-    picks.
+    picks for views, ``picks`` for primitives (None: as its language's views pick them,
+    ``relay.data.keyedstate.selected``).
 
     Raises (the function made):
         ProtocolError: the relay cannot hold the dataset (``DatasetState.of``).
@@ -205,6 +207,8 @@ def selecting(
 
     def serve(info: DatasetInfo, parts: Parts) -> KeyedKind:
         state = KeyedState.of(info)
+        if picks is not None:
+            state.picks = picks
         rows = SelectedRows(state, parts, selector(state, parts))
         return KeyedKind(state, parts, language(state), rows)
 

@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping
+
 import numpy as np
 
-from fanout.relay.data.buffers import Positions
+from fanout.relay.data.buffers import Array, Mask, Positions
 from fanout.relay.data.keyedstate import KeyedState
 from fanout.relay.kinds.base import Parts, RelaySide
 from fanout.relay.kinds.selected import PlainLanguage, Views, selecting
 from fanout.views import View
 from fanout.views.topic import TopicFilter
+from fanout.wire.messages import DatasetInfo
 
 
 def topic_names(state: KeyedState) -> PlainLanguage:
@@ -34,5 +37,14 @@ class ExactSelector:
         return {}
 
 
-SIDE = RelaySide(selecting(topic_names, ExactSelector))
+def names_held(views: Iterable[View], rows: Mapping[str, Array], info: DatasetInfo) -> Mask:
+    """The rows whose topic any of the primitives names (``relay.data.keyedstate.Picks``)."""
+    names = {view.topic_filter for view in views if isinstance(view, TopicFilter)}
+    if not rows:
+        return np.zeros(0, dtype=bool)
+    topics = rows[info.index_columns[0]].tolist()
+    return np.fromiter((topic in names for topic in topics), dtype=bool, count=len(topics))
+
+
+SIDE = RelaySide(selecting(topic_names, ExactSelector, names_held))
 """Index ``exact`` at the relay."""
