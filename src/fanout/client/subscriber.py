@@ -64,7 +64,7 @@ from fanout.client.liveview import LiveView
 from fanout.client.viewstate import Asked, SubscriptionError, Update
 from fanout.connection import close_reason, dial, greet
 from fanout.errors import ProtocolError
-from fanout.views import View
+from fanout.views import View, registry
 from fanout.wire import codec
 from fanout.wire.handshake import check_welcome
 from fanout.wire.messages import (
@@ -80,7 +80,6 @@ from fanout.wire.messages import (
 
 __all__ = [
     "MAX_FRAME",
-    "VIEW_KINDS",
     "LiveView",
     "Subscriber",
     "SubscriptionError",
@@ -91,8 +90,6 @@ __all__ = [
 
 #: Largest frame accepted from a relay (a first push of a large view).
 MAX_FRAME = 256 << 20
-#: The view kind of each index kind named otherwise: a ``space`` index takes region views.
-VIEW_KINDS = {"space": "region", "objects": "path"}
 
 
 class Subscriber:
@@ -112,9 +109,7 @@ class Subscriber:
         #: The datasets the relay serves, each with the kind of view it takes (``region``,
         #: ``sql``, ``topic``, ``path``), as its ``Welcome`` said; empty if it said nothing (a
         #: relay older than this field, or one that has no catalog from the publisher yet).
-        self.datasets = {
-            name: VIEW_KINDS.get(index, index) for name, index in (datasets or {}).items()
-        }
+        self.datasets = {name: registry.language(index) for name, index in (datasets or {}).items()}
         self._views: dict[int, LiveView] = {}
         # Requests in flight, by sub or req: answered by the core's events.
         self._subscribing: dict[int, asyncio.Future[None]] = {}

@@ -41,7 +41,7 @@ import numpy as np
 import numpy.typing as npt
 
 from fanout.errors import InvalidView, ProtocolError
-from fanout.relay.core.rules import VIEW_KIND
+from fanout.views import registry
 from fanout.views.text import parse as parse_view
 from fanout.wire.columns import decode_columns, encode_columns, key_column
 from fanout.wire.messages import (
@@ -148,7 +148,7 @@ def parse_subscribe(
     if dataset not in datasets:
         known = ", ".join(sorted(datasets)) or "none yet: the relay is not connected upstream"
         raise HttpError(404, "unknown_dataset", f"unknown dataset {dataset!r} (known: {known})")
-    kind = VIEW_KIND.get(datasets[dataset], datasets[dataset])
+    kind = registry.language(datasets[dataset])
     try:
         view = parse_view(_required(params, "view"), kind)
     except InvalidView as exc:
@@ -213,7 +213,7 @@ def datasets_json(infos: list[DatasetInfo]) -> bytes:
             "columns": info.columns,
             "index": info.index,
             "index_columns": info.index_columns,
-            "view": VIEW_KIND.get(info.index, info.index),
+            "view": registry.language(info.index),
         }
         for info in infos
     ]

@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 
 from fanout.errors import ConfigError
 from fanout.mqtt.packets import Publish
+from fanout.views import registry
 from fanout.views.topic.syntax import check_text
 from fanout.wire.messages import DatasetInfo
 
@@ -35,7 +36,7 @@ MESSAGE_TTL = 600.0
 def logs_messages(info: DatasetInfo) -> bool:
     """Whether ``info`` is a dataset that logs messages without RETAIN (rule 3)."""
     return (
-        info.index == "topic"
+        registry.language(info.index) == "topic"
         and info.key != TOPIC
         and info.index_columns == [TOPIC]
         and info.columns.get(RETAIN) == "|b1"  # boolean

@@ -34,6 +34,7 @@ from fanout.mqtt.ingest import (
     logs_messages,
 )
 from fanout.mqtt.packets import Publish as MqttPublish
+from fanout.views import registry
 from fanout.views.topic import TopicFilter
 from fanout.wire import codec
 from fanout.wire.columns import Columns, decode_columns, encode_columns
@@ -100,7 +101,11 @@ class ProducerLink:
         logged = {info.name for info in catalog.datasets if logs_messages(info)}
         self.pending.logged.clear()
         self.pending.logged.update(logged & set(self.pending.routes.datasets()))
-        return {info.name: info.key for info in catalog.datasets if info.index == "topic"}
+        return {
+            info.name: info.key
+            for info in catalog.datasets
+            if registry.language(info.index) == "topic"
+        }
 
     async def _request(self, websocket: ClientConnection, frame: Any) -> Any:
         await websocket.send(codec.encode(frame))

@@ -30,8 +30,7 @@ from fanout.publisher.datasets import DELETED, VERSION, Dataset
 from fanout.publisher.delivery import Stamp, rows_by_relay
 from fanout.publisher.log import BatchLog, LogEntry, Retention
 from fanout.publisher.matching import Matcher, MatchTables
-from fanout.publisher.matching.local import LocalTables, local_tables, match_local
-from fanout.publisher.matching.regions import RegionMatcher
+from fanout.publisher.matching.local import LocalTables, match_local
 from fanout.publisher.mirror import Mirror
 from fanout.publisher.reads import StateStore, read_committed
 from fanout.publisher.relaytable import Plan
@@ -71,11 +70,7 @@ class MatchTableCache:
         if cached is not None:
             cached.unpersist()
         prims = [(r, p, view) for r, held in plan.prims.items() for p, view in held.items()]
-        tables: MatchTables | None
-        if isinstance(self._store.matcher, RegionMatcher):
-            tables = local_tables(prims)
-        else:
-            tables = self._store.matcher.tables(self._store.spark, prims)
+        tables: MatchTables | None = self._store.matcher.change_tables(self._store.spark, prims)
         self._tables = (plan.version, tables)
         return tables
 

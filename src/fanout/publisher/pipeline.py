@@ -33,7 +33,7 @@ from fanout.publisher.busconnector import BusConnector
 from fanout.publisher.datasets import Dataset, IngestSource
 from fanout.publisher.delivery import BatchSink, Checkouts, Stamp, build_batches
 from fanout.publisher.log import BatchLog
-from fanout.publisher.matching import matcher_for
+from fanout.publisher.matching import matcher_for, side_of
 from fanout.publisher.microbatch import (
     MatchTableCache,
     advance,
@@ -117,8 +117,10 @@ class Pipeline:
         self.tick_time = 0.0
         self.matcher = matcher_for(dataset)
         self.store = StateStore(spark, dataset, self.matcher, self.checkpoint)
-        #: Live rows in the driver, for snapshots (``publisher.mirror``).
-        self.mirror = Mirror(dataset.key, dataset.index_columns, mirror_rows)
+        #: Live rows in the driver, for snapshots (``publisher.mirror``): none for a kind whose
+        #: rows are not those its views' language selects there (read by its matcher instead).
+        rows = mirror_rows if side_of(dataset.index).mirrored else 0
+        self.mirror = Mirror(dataset.key, dataset.index_columns, rows)
         self._tables = MatchTableCache(self.store)
         self.query: StreamingQuery | None = None
         self.stream = StreamInfo(epoch=0, start_time=0.0)
@@ -146,7 +148,7 @@ class Pipeline:
         self.tick_time = self.stream.start_time
         if isinstance(self.dataset.source, IngestSource):
             self._ingest = IngestLog(streams.ingest_log_path(self.state_dir), [self.dataset])
-            if self.dataset.index == "objects":
+            if side_of(self.dataset.index).admitted:
                 self.admission = Admission(self.dataset, self._ingest)
                 self.admission.recover(self.spark, self.checkpoint)
         rows = streams.stream(self.spark, self.dataset, self.stream.start_time, self.state_dir)

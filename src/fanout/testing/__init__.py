@@ -37,6 +37,8 @@ or a PostgreSQL driver only where the module works with them:
 - :mod:`fanout.testing.world` and :mod:`fanout.testing.sparkstate`: the relay benchmarks'
   moving entities, publisher and routes; Spark's stateful stream alone, for the publisher's;
   :mod:`fanout.testing.sharing`: the sharing benchmark's set-up.
+- :mod:`fanout.testing.exact`: ``exact``, a dataset kind for tests (topic names matched
+  exactly) and an example of one: its registration, its relay and publisher parts.
 - :mod:`fanout.testing.cpu`: CPU time of a process, a process tree or the whole machine.
 - :mod:`fanout.testing.machine` and :mod:`fanout.testing.calibration`: what every benchmark
   records about the machine it ran on, and a fixed workload timed in the same run.

@@ -248,16 +248,18 @@ class NoUpdate(Frame, tag="no_update", frozen=True):
     tick: int
 
 
-IndexKind = Literal["space", "sql", "topic", "path", "objects"]
+#: A dataset kind's name (``views.registry``: ``space``, ``sql``, ``topic``, ``path``, ``objects``
+#: and any registered since); a relay refuses a catalog naming one it does not know.
+IndexKind = str
 
 
 class DatasetInfo(msgspec.Struct, frozen=True):
     """What a relay needs to know of a dataset: its key, columns and how views select rows.
 
-    ``index`` names the view language (``space``: region views over ``index_columns`` such as
-    ``("x", "y")``); ``columns`` maps each column to its numpy dtype string (or ``"str"``);
-    ``nullable`` lists the columns that may hold NULL (never the key; string columns hold
-    ``None`` whether listed or not).
+    ``index`` names the dataset's kind (``views.registry``; ``space``: region views over
+    ``index_columns`` such as ``("x", "y")``); ``columns`` maps each column to its numpy dtype
+    string (or ``"str"``); ``nullable`` lists the columns that may hold NULL (never the key;
+    string columns hold ``None`` whether listed or not).
     """
 
     name: str

@@ -48,6 +48,7 @@ from fanout.publisher.datasets import (
     column_type,
 )
 from fanout.publisher.sources.simulation import SimulationParams
+from fanout.views import registry
 from fanout.views.objects.store import KEY as OBJECTS_KEY
 from fanout.views.objects.store import SCHEMA as OBJECTS_SCHEMA
 from fanout.views.sql import parse as parse_sql
@@ -101,7 +102,7 @@ def _dataset(name: str, value: object, path: str) -> Dataset:
     source = _source(required(table, "source", path, what), f"{path}.source")
     if isinstance(source, SimulationSource):
         dataset = _simulation_dataset(name, table, source, path)
-    elif _index_kind(table.get("index")) == "objects":
+    elif _fixed(table.get("index")) is not None:
         dataset = _objects_dataset(name, table, source, path)
     else:
         dataset = _declared_dataset(name, table, source, path)
@@ -112,7 +113,7 @@ def _dataset(name: str, value: object, path: str) -> Dataset:
         dataset = replace(dataset, state_store=store)
     if "cell_size" not in table:
         return dataset
-    if dataset.index != "space":
+    if registry.kinds()[dataset.index].columns != "coordinates":
         fail(f"{path}.cell_size", "only a space index has a cell size")
     return replace(dataset, cell_size=as_number(table["cell_size"], f"{path}.cell_size", "> 0"))
 
@@ -170,9 +171,14 @@ def _declared_dataset(name: str, table: Table, source: Source, path: str) -> Dat
     )
 
 
-def _index_kind(value: object) -> object:
-    """The kind an ``index`` value names (a name, or a table's ``kind``), unchecked."""
-    return value.get("kind") if isinstance(value, dict) else value
+def _fixed(value: object) -> str | None:
+    """The kind an ``index`` value names (a name, or a table's ``kind``) if its schema is fixed
+    (``objects``), else None."""
+    kind = value.get("kind") if isinstance(value, dict) else value
+    if not isinstance(kind, str):
+        return None
+    found = registry.kinds().get(kind)
+    return kind if found is not None and found.columns == "fixed" else None
 
 
 def _objects_dataset(name: str, table: Table, source: Source, path: str) -> Dataset:
@@ -191,11 +197,13 @@ def _objects_dataset(name: str, table: Table, source: Source, path: str) -> Data
     index = table["index"]
     if isinstance(index, dict):
         check_keys(index, ("kind",), f"{path}.index")
+    kind = _fixed(index)
+    assert kind is not None  # as the caller found
     return Dataset(
         name=name,
         key=OBJECTS_KEY,
         schema=schema,
-        index="objects",
+        index=kind,
         index_columns=("object",),
         source=source,
     )
@@ -293,8 +301,6 @@ def _optional_column(
 
 # -- index ---------------------------------------------------------------------------------------
 
-_INDEX_KINDS: dict[str, IndexKind] = {name: name for name in get_args(IndexKind)}
-
 
 def _index(
     value: object, schema: Mapping[str, ColumnType], key: str, path: str
@@ -315,15 +321,19 @@ def _index(
     """
     table, kind_path = as_kind_table(value, path)
     check_keys(table, ("kind", "columns"), path)
-    kind = as_choice(table["kind"], _INDEX_KINDS, kind_path)
+    kind = as_choice(table["kind"], {name: name for name in registry.kinds()}, kind_path)
     columns_path = f"{path}.columns"
     named = _column_list(table["columns"], schema, columns_path) if "columns" in table else None
-    if kind == "space":
-        return kind, _space_columns(named, schema, columns_path)
-    if kind == "sql":
-        return kind, tuple(schema) if named is None else _sql_columns(named, columns_path)
-    if kind == "objects":
-        fail(kind_path, "an objects index takes the fixed objects schema: leave schema and key out")
+    match registry.kinds()[kind].columns:
+        case "coordinates":
+            return kind, _space_columns(kind, named, schema, columns_path)
+        case "any":
+            return kind, tuple(schema) if named is None else _sql_columns(kind, named, columns_path)
+        case "fixed":
+            fail(
+                kind_path,
+                f"an {kind} index takes the fixed {kind} schema: leave schema and key out",
+            )
     return kind, _name_column(kind, named, schema, key, columns_path)
 
 
@@ -345,24 +355,24 @@ def _column_list(value: object, schema: Mapping[str, ColumnType], path: str) -> 
 
 
 def _space_columns(
-    named: tuple[str, ...] | None, schema: Mapping[str, ColumnType], path: str
+    kind: str, named: tuple[str, ...] | None, schema: Mapping[str, ColumnType], path: str
 ) -> tuple[str, ...]:
     if named is None:
-        fail(path, 'missing: a space index names its 2 or 3 coordinate columns, e.g. ["x", "y"]')
+        fail(path, f'missing: a {kind} index names its 2 or 3 coordinate columns, e.g. ["x", "y"]')
     if len(named) not in (2, 3):
-        fail(path, f"a space index needs 2 or 3 numeric columns (x, y[, z]), not {len(named)}")
+        fail(path, f"a {kind} index needs 2 or 3 numeric columns (x, y[, z]), not {len(named)}")
     for position, column in enumerate(named):
         if schema[column] not in _NUMERIC:
             fail(
                 f"{path}[{position}]",
-                f"{column!r} is a {schema[column]} column; a space index needs numeric columns",
+                f"{column!r} is a {schema[column]} column; a {kind} index needs numeric columns",
             )
     return named
 
 
-def _sql_columns(named: tuple[str, ...], path: str) -> tuple[str, ...]:
+def _sql_columns(kind: str, named: tuple[str, ...], path: str) -> tuple[str, ...]:
     if not named:
-        fail(path, "an sql index needs at least one column (leave columns out for all of them)")
+        fail(path, f"an {kind} index needs at least one column (leave columns out for all of them)")
     return named
 
 

@@ -16,7 +16,8 @@ import pyspark.sql.functions as sf
 from pyspark.sql import Column, DataFrame, SparkSession
 
 from fanout.errors import InvalidView
-from fanout.publisher.matching.base import Prim
+from fanout.publisher.datasets import Dataset
+from fanout.publisher.matching.base import Prim, PublisherSide
 from fanout.views import View
 from fanout.views.objects import ObjectPath
 
@@ -80,6 +81,10 @@ class PathMatcher:
         )
         return PathTables(spark.createDataFrame(pa.table(table, schema=schema)).cache())
 
+    def change_tables(self, spark: SparkSession, prims: Iterable[Prim]) -> PathTables | None:
+        """As ``tables``: changed rows are matched in Spark too."""
+        return self.tables(spark, prims)
+
     def match(self, rows: DataFrame, tables: PathTables, keep_unmatched: bool = False) -> DataFrame:
         """Pair rows with the primitives naming their object or its directory."""
         path = sf.col(f"row.`{self.column}`")
@@ -93,3 +98,15 @@ class PathMatcher:
             how="left" if keep_unmatched else "inner",
         )
         return joined.select("_relay", "_prim", *(f"row.`{c}`" for c in rows.columns))
+
+
+def path_matcher(dataset: Dataset) -> PathMatcher:
+    """The matcher of a ``path`` or ``objects`` dataset, by its path column."""
+    return PathMatcher(dataset.index_columns[0])
+
+
+SIDE = PublisherSide(path_matcher)
+"""Index ``path`` at the publisher."""
+
+OBJECTS = PublisherSide(path_matcher, admitted=True)
+"""Index ``objects`` at the publisher: PPS cells matched by their object's path."""

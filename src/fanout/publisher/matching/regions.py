@@ -27,7 +27,9 @@ import pyspark.sql.functions as sf
 from pyspark.sql import Column, DataFrame, SparkSession
 
 from fanout.errors import InvalidView
-from fanout.publisher.matching.base import Prim
+from fanout.publisher.datasets import Dataset
+from fanout.publisher.matching.base import Prim, PublisherSide
+from fanout.publisher.matching.local import LocalTables, local_tables
 from fanout.views import View
 from fanout.views.entity import Entity
 from fanout.views.region import Box, RegionUnion, Sector, Sphere, direction
@@ -415,6 +417,10 @@ class RegionMatcher:
             spark, shapes, dims, self.cell_size, entities=entities, key=self.key
         )
 
+    def change_tables(self, spark: SparkSession, prims: Iterable[Prim]) -> LocalTables | None:
+        """Tables matching a micro-batch's changed rows in the driver (``matching.local``)."""
+        return local_tables(prims)
+
     def match(
         self, rows: DataFrame, tables: ShapeFrames, keep_unmatched: bool = False
     ) -> DataFrame:
@@ -426,3 +432,13 @@ def _region(view: View) -> Region:
     if not isinstance(view, Box | Sphere | Sector | RegionUnion):
         raise InvalidView(f"expected a region view, got {type(view).__name__}")
     return view
+
+
+def region_matcher(dataset: Dataset) -> RegionMatcher:
+    """The matcher of a ``space`` dataset: its coordinates, cells and key."""
+    string_keys = dataset.schema[dataset.key] == "string"
+    return RegionMatcher(dataset.index_columns, dataset.cell_size, dataset.key, string_keys)
+
+
+SIDE = PublisherSide(region_matcher)
+"""Index ``space`` at the publisher."""

@@ -16,7 +16,8 @@ import pyspark.sql.functions as sf
 from pyspark.sql import DataFrame, SparkSession
 
 from fanout.errors import InvalidView
-from fanout.publisher.matching.base import Prim
+from fanout.publisher.datasets import Dataset
+from fanout.publisher.matching.base import Prim, PublisherSide
 from fanout.views import View
 from fanout.views.sql import Sql, SqlBox, to_spark
 
@@ -68,6 +69,10 @@ class SqlMatcher:
         )
         return SqlTables(boxes) if boxes else None
 
+    def change_tables(self, spark: SparkSession, prims: Iterable[Prim]) -> SqlTables | None:
+        """As ``tables``: changed rows are matched in Spark too."""
+        return self.tables(spark, prims)
+
     def match(self, rows: DataFrame, tables: SqlTables, keep_unmatched: bool = False) -> DataFrame:
         """Pair rows with the primitives whose predicates hold."""
         pairs = sf.array(
@@ -89,3 +94,13 @@ class SqlMatcher:
             sf.col("_pair._prim").alias("_prim"),
             *rows.columns,
         )
+
+
+def sql_matcher(dataset: Dataset) -> SqlMatcher:
+    """The matcher of an ``sql`` dataset: its table, columns and bytes columns."""
+    blobs = frozenset(c.lower() for c, kind in dataset.schema.items() if kind == "bytes")
+    return SqlMatcher(dataset.name, frozenset(dataset.schema), blobs)
+
+
+SIDE = PublisherSide(sql_matcher)
+"""Index ``sql`` at the publisher."""

@@ -20,7 +20,8 @@ import pyspark.sql.functions as sf
 from pyspark.sql import Column, DataFrame, SparkSession
 
 from fanout.errors import InvalidView
-from fanout.publisher.matching.base import Prim
+from fanout.publisher.datasets import Dataset
+from fanout.publisher.matching.base import Prim, PublisherSide
 from fanout.views import View
 from fanout.views.topic import TopicFilter
 from fanout.views.topic.syntax import MAX_TOPIC_BYTES, NOT_IN_NAMES
@@ -100,6 +101,10 @@ class TopicMatcher:
             has_wide=bool(wide["_relay"]),
         )
 
+    def change_tables(self, spark: SparkSession, prims: Iterable[Prim]) -> TopicTables | None:
+        """As ``tables``: changed rows are matched in Spark too."""
+        return self.tables(spark, prims)
+
     def match(
         self, rows: DataFrame, tables: TopicTables, keep_unmatched: bool = False
     ) -> DataFrame:
@@ -141,3 +146,12 @@ def _schema(bucketed: bool) -> pa.Schema:
     if bucketed:
         fields.append(("_first", pa.string()))
     return pa.schema([*fields, ("_regex", pa.string())])
+
+
+def topic_matcher(dataset: Dataset) -> TopicMatcher:
+    """The matcher of a ``topic`` dataset, by its topic column."""
+    return TopicMatcher(dataset.index_columns[0])
+
+
+SIDE = PublisherSide(topic_matcher)
+"""Index ``topic`` at the publisher."""

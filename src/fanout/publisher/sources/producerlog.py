@@ -31,6 +31,7 @@ import pyarrow as pa
 from fanout.errors import BadRequest, ConfigError, FanoutError, InvalidView
 from fanout.publisher.datasets import DELETED, VERSION, ColumnType, Dataset, decimal_of
 from fanout.publisher.sources.fitting import Unfit, stored
+from fanout.views import registry
 from fanout.views.topic.syntax import topic_levels
 
 #: The log's file name in the publisher's state directory.
@@ -106,7 +107,7 @@ class EventSchema:
     @classmethod
     def of(cls, dataset: Dataset) -> EventSchema:
         """The schema of a declared dataset."""
-        topic = dataset.index_columns[0] if dataset.index == "topic" else None
+        topic = dataset.index_columns[0] if registry.language(dataset.index) == "topic" else None
         return cls(dataset.name, dataset.key, tuple(dataset.schema.items()), topic)
 
     def to_json(self) -> bytes:

@@ -1,39 +1,14 @@
 """Per-view access rules: what a subscriber may see is its view intersected with its rules.
 
-A token's ``rules`` claim (``fanout.auth``) lists, per dataset, views in the dataset's language:
-regions (``box:0,0,500,500``), SQL predicates (``tenant = 'a'``, or a whole ``SELECT * FROM
-orders WHERE tenant = 'a'``), topic filters (``plant/1/#``), object paths (``/cars/c1``). With a
-rules claim, a dataset it does not name is not readable at all, and a view of one it names is
-served as its **effective view**, a view of the same language computed here, in the coverage
-algebra, before the relay's core sees the subscription:
-
-* a region view inside the rules (``covers``) is served as it is; a box, or a union of boxes,
-  against box rules is clipped to them (the union of the box pieces, which the relay cuts
-  fastest); any other absolute region (spheres, sectors, unions mixing them, on either side)
-  is served as an :class:`~fanout.views.region.Intersection` of the view and the union of the
-  rules its bounds meet. A view relative to an entity is refused: its effective view would
-  move with the entity, and no region of the algebra is "this moving region, within these
-  fixed ones" (the relay resolves a relative view afresh at each push, after the rules would
-  have been applied); subscribe to an absolute region instead. An intersection rule among
-  several rules is refused too (a union of intersections is no region);
-* a topic filter inside a rule is served as it is; otherwise as its intersection with each
-  rule it meets (``topic_meet``), meets that another holds left out: one filter, or any of
-  several (:class:`~fanout.views.anyof.AnyOf`), each keeping the view's ``$share`` group;
-* an object path inside a rule is served as it is; otherwise narrowed to the scopes of the
-  rules it meets (``/cars/.all`` against ``/cars/c1`` and ``/cars/c2``: those two objects,
-  with the view's options), one path or any of several. A rule that selects attributes or
-  values (``f=``) narrows nothing: a view it holds only in part is refused (the intersection
-  of two ``f=`` selections is no path);
-* any of several views: each member narrowed, members no rule meets left out;
-* a SQL view reads only tables it has rules for (joins included); every table it reads is
-  restricted to its rules' rows before the query runs — the rules' predicates are added to the
-  WHERE clause for the FROM table and INNER/CROSS joins, and to the ON clause of a LEFT join
-  (whose ungranted rows then never match: the row is NULL-extended). RIGHT and FULL joins are
-  refused.
-
-The effective view is an ordinary view: the core acquires, covers, cuts, shares encodings
-(only between subscribers with the same effective view), serves mode ``every`` and resumes it
-as for any other. Nothing outside the rules is cut, so nothing outside them is encoded.
+A token's ``rules`` claim (``fanout.auth``) lists, per dataset, views in the dataset's language
+(``views.registry``: the language of its kind). With a rules claim, a dataset it does not name is
+not readable at all, and a view of one it names is served as its **effective view**: a view of
+the same language, computed here in the coverage algebra before the relay's core sees the
+subscription — regions clipped or intersected (a relative view refused), topic filters and
+object paths narrowed to the rules they meet (any of several), a SQL query's tables restricted
+to their rules' rows (RIGHT and FULL joins refused). docs/security.md ("Access rules") has the
+table of what each language's views become. The effective view is an ordinary view: the core
+serves it as any other, so nothing outside the rules is cut or encoded.
 
 Refusals are ``Unauthorized("forbidden", ...)``; rules that do not parse as views of the
 dataset's language are refused the same way, naming the dataset and the rule's number.
@@ -50,7 +25,7 @@ import sqlglot.errors
 from sqlglot import exp
 
 from fanout.errors import InvalidView, Unauthorized
-from fanout.views import View, covers
+from fanout.views import View, covers, registry
 from fanout.views.anyof import AnyOf, members_of
 from fanout.views.objects import ObjectPath
 from fanout.views.region import (
@@ -73,8 +48,6 @@ T = TypeVar("T")
 #: Rules by dataset, as a token's claim holds them: view texts.
 Rules = Mapping[str, Sequence[str]]
 DIALECT = "duckdb"
-#: The view language of each index kind (``DatasetInfo.index``).
-VIEW_KIND = {"space": "region", "sql": "sql", "topic": "topic", "path": "path", "objects": "path"}
 
 
 def effective(view: View, dataset: str, kind: str, rules: Rules | None) -> View:
@@ -489,6 +462,6 @@ def restrict(request: Subscribe, rules: Rules | None, datasets: Mapping[str, str
     index = datasets.get(request.dataset)
     if index is None:
         return request  # the core refuses a dataset it does not know, naming those it does
-    kind = VIEW_KIND.get(index, index)
+    kind = registry.language(index)
     view = effective(request.view, request.dataset, kind, rules)
     return request if view == request.view else msgspec.structs.replace(request, view=view)

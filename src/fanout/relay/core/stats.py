@@ -20,7 +20,7 @@ def core_stats(core: RelayCore) -> dict[str, float]:
     counters visible)."""
     buffers = [state.buffer.counters for state in core.datasets.values()]
     subscriptions = list(core.downstream)
-    by_kind: dict[str, float] = dict.fromkeys(kinds.STATS, 0)
+    by_kind: dict[str, float] = dict.fromkeys(kinds.stat_names(), 0)
     for kind in core.parts.kinds.values():
         for name, value in kind.stats().items():
             by_kind[name] += value

@@ -3,7 +3,7 @@ primitive holds upstream.
 
 The rows of these datasets live in the same double buffer as regions' (``relay.data.buffers``):
 sorted by key, each with the seq that last changed it, swapped in at the end of an epoch. What
-differs is how a primitive picks rows (``inside``), so:
+differs is how a primitive picks rows (``picks``: ``selected`` unless its kind says otherwise), so:
 
 * a **snapshot** drops what was held inside its primitive before its rows are applied, and a
   **released** primitive's rows are pruned (when no other held primitive holds them): both as
@@ -15,7 +15,7 @@ Which rows a *view* selects is its kind's business (``relay.kinds.topic``, ``rel
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -32,6 +32,9 @@ from fanout.views.sql import Sql, SqlBox
 from fanout.views.topic import TopicFilter
 from fanout.wire.messages import DatasetInfo
 
+#: Which of some rows (column -> values, aligned) any of some primitives holds upstream.
+Picks = Callable[[Iterable[View], Mapping[str, Array], DatasetInfo], Mask]
+
 
 @dataclass
 class KeyedState(DatasetState):
@@ -39,16 +42,22 @@ class KeyedState(DatasetState):
 
     Attributes:
         dropped: (primitive, when) of primitives released lately, still pruned for a while.
+        picks: which rows a primitive holds upstream (as the publisher's matcher pairs them).
     """
 
     dropped: list[tuple[View, float]] = field(default_factory=list)
+    picks: Picks = field(default_factory=lambda: selected)
+
+    def held(self, views: Iterable[View], table: Table) -> Mask:
+        """Which rows of ``table`` any of the primitives ``views`` holds upstream."""
+        return self.picks(views, table.columns, self.info)
 
     def drop_inside(self, views: Sequence[View]) -> None:
         """Delete the inert rows inside any of these primitives (a snapshot replaces them)."""
         if views:
             self.buffer.catch_up()
             table = self.buffer.inert
-            self.buffer.delete(table.keys[inside(views, table, self.info)])
+            self.buffer.delete(table.keys[self.held(views, table)])
 
     def prune(self, now: float, window: float, kept: Sequence[View]) -> None:
         """Delete rows inside primitives released in the last ``window`` seconds but no ``kept``.
@@ -62,9 +71,9 @@ class KeyedState(DatasetState):
         self.buffer.catch_up()
         table = self.buffer.inert
         dropped = [view for view, _ in self.dropped]
-        gone = inside(dropped, table, self.info)
+        gone = self.held(dropped, table)
         if gone.any() and kept:  # only primitives that meet a dropped one can keep its rows
-            gone &= ~inside(release.near(kept, dropped), table, self.info)
+            gone &= ~self.held(release.near(kept, dropped), table)
         self.buffer.delete(table.keys[gone])
 
 

@@ -1,24 +1,11 @@
 """What a dataset kind does for the relay core: the interface, and the parts it works with.
 
 The core (``relay.core.relaycore``) never asks which kind of dataset it holds. When the catalog
-names a dataset it looks its index kind up once (``relay.kinds.make``) and from then on asks that
-kind's object every question whose answer depends on the kind:
-
-* **subscribing** (CA 3197003 [0161], step 818): is the view of the dataset's language, what
-  shape its rows take, which datasets it reads (a SQL join reads several);
-* **upstream** (steps 830-840): which primitives to acquire so that held ones cover the view;
-* **coverage**: where the view is now (a view relative to a moving entity is resolved at every
-  push), and whether ready primitives cover it;
-* **pushing** (steps 890-894): the push, a delta against what the subscriber holds, and what it
-  holds after; pushes that are cheap cut together in one pass;
-* **every mode** (US 7,487,246): the first full view, the seq from which the relay's window is
-  complete for a view, one seq's step;
-* **after a swap and at housekeeping**: what to acquire for views that moved, which primitives
-  no view needs any more, rows to prune;
-* **relays below** (``tiers``; CA 3197003 [0055]-[0057], a relay serving relays as the
-  publisher serves them): which primitives a relay below may acquire here and as what, which
-  rows of a change or of the state a primitive holds (the publisher's matching, done by a
-  relay).
+names a dataset it looks its kind up once in the registry (``views.registry``; the kind's
+:class:`RelaySide` makes a :class:`DatasetKind`) and from then on asks that object every
+question whose answer depends on the kind: subscribing (CA 3197003 [0161], step 818), what to
+acquire upstream (steps 830-840), coverage, pushes (steps 890-894), mode ``every`` (US
+7,487,246), housekeeping, and what relays below hold here (``tiers``).
 
 Everything a kind needs from the rest of the relay is in :class:`Parts`, shared by all kinds of
 one core.
@@ -26,7 +13,7 @@ one core.
 
 from __future__ import annotations
 
-from collections.abc import Hashable, Mapping, Sequence
+from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -43,7 +30,7 @@ from fanout.relay.data.engine import QueryEngine
 from fanout.relay.data.intake import DatasetState
 from fanout.relay.data.pushes import Body, Encodings, Held
 from fanout.views import View
-from fanout.wire.messages import Subscribe
+from fanout.wire.messages import DatasetInfo, Subscribe
 
 #: Seconds after a release during which rows inside the released primitive (and no other) are
 #: pruned at each housekeeping: batches already on their way may still bring some.
@@ -244,3 +231,17 @@ class DatasetKind(Protocol):
         """The rows of ``table`` (None: the active state) any of ``prims`` holds, every
         column the relay holds."""
         ...
+
+
+@dataclass(frozen=True)
+class RelaySide:
+    """A dataset kind's part at the relay (``views.registry.Kind.relay`` names it).
+
+    Attributes:
+        serve: makes the object serving one dataset of the kind (its state empty); raises
+            ``ProtocolError`` if the relay cannot hold it.
+        stats: the counters its objects' ``stats`` report.
+    """
+
+    serve: Callable[[DatasetInfo, Parts], DatasetKind]
+    stats: tuple[str, ...] = ()

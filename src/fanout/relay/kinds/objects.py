@@ -19,8 +19,10 @@ import numpy.typing as npt
 from fanout.errors import InvalidView
 from fanout.relay.core.transforms import resolve
 from fanout.relay.data.buffers import Positions, Table
-from fanout.relay.kinds.base import Accepted
-from fanout.relay.kinds.path import PathKind
+from fanout.relay.data.keyedstate import KeyedState
+from fanout.relay.kinds.base import Accepted, Parts, RelaySide
+from fanout.relay.kinds.path import OBJECT_PATHS, without_options
+from fanout.relay.kinds.selected import PlainLanguage, selecting
 from fanout.views import View
 from fanout.views.anyof import members_of
 from fanout.views.objects import ObjectPath, passes
@@ -28,28 +30,35 @@ from fanout.views.objects.store import DIRECTORY_MARK, OBJECT_MARK
 from fanout.wire.messages import Subscribe
 
 
-class ObjectsKind(PathKind):
-    """An ``objects`` dataset at the relay (``relay.kinds.base.DatasetKind``)."""
+def accept_cells(state: KeyedState, request: Subscribe, capabilities: Sequence[str]) -> Accepted:
+    """An object path; its rows are whole cells (``f=`` narrows which cells, not columns).
 
-    def accept(self, request: Subscribe, capabilities: Sequence[str]) -> Accepted:
-        """An object path; its rows are whole cells (``f=`` narrows which cells, not columns).
+    Raises:
+        InvalidView: ``f=`` comparisons in mode ``every`` (an object's filter reads several
+            cells, a step sees one).
+        InvalidTransform: the transform does not fit the dataset.
+    """
+    for view in members_of(request.view):  # any of several paths: a view under rules
+        assert isinstance(view, ObjectPath)
+        if request.mode == "every" and view.filters:
+            raise InvalidView(
+                f"{view.path!r}: f= comparisons on an objects dataset are served in mode"
+                " 'latest' only"
+            )
+    shape = resolve(request.transform, state.info, capabilities)
+    return Accepted(shape, state.info.key, list(shape.columns))
 
-        Raises:
-            InvalidView: not an object path, or ``f=`` comparisons in mode ``every`` (an
-                object's filter reads several cells, a step sees one).
-            InvalidTransform: the transform does not fit the dataset.
-        """
-        self._check_language(request.view, request.transform, capabilities)
-        for view in members_of(request.view):  # any of several paths: a view under rules
-            assert isinstance(view, ObjectPath)
-            if request.mode == "every" and view.filters:
-                raise InvalidView(
-                    f"{view.path!r}: f= comparisons on an objects dataset are served in mode"
-                    " 'latest' only"
-                )
-        info = self.state.info
-        shape = resolve(request.transform, info, capabilities)
-        return Accepted(shape, info.key, list(shape.columns))
+
+def object_cells(state: KeyedState) -> PlainLanguage:
+    """The language of an ``objects`` dataset: object paths, as a path dataset acquires them."""
+    return PlainLanguage(state, OBJECT_PATHS, without_options, accept_cells)
+
+
+class CellSelector:
+    """The cells of the objects a path selects (``selected.Selector``)."""
+
+    def __init__(self, state: KeyedState, parts: Parts) -> None:
+        self.state = state
 
     def positions(self, view: View) -> Positions:
         """The cells of the objects in the path's scope that pass its filters (any of several
@@ -58,6 +67,10 @@ class ObjectsKind(PathKind):
         paths = [path for path in members_of(view) if isinstance(path, ObjectPath)]
         found = [cell_positions(path, table) for path in paths]
         return found[0] if len(found) == 1 else np.unique(np.concatenate(found))
+
+    def stats(self) -> dict[str, float]:
+        """No counters."""
+        return {}
 
 
 def cell_positions(view: ObjectPath, table: Table) -> Positions:
@@ -95,3 +108,7 @@ def typed(encoding: str, text: str) -> object:
     if encoding == "b":
         return text == "true"
     return text
+
+
+SIDE = RelaySide(selecting(object_cells, CellSelector))
+"""Index ``objects`` at the relay."""

@@ -14,8 +14,9 @@ import numpy as np
 
 from fanout.relay.core.transforms import resolve
 from fanout.relay.data.buffers import Positions, Table
-from fanout.relay.kinds.base import Accepted
-from fanout.relay.kinds.keyed import SelectingKind
+from fanout.relay.data.keyedstate import KeyedState
+from fanout.relay.kinds.base import Accepted, Parts, RelaySide
+from fanout.relay.kinds.selected import PlainLanguage, Views, selecting
 from fanout.views import View
 from fanout.views.anyof import AnyOf, members_of
 from fanout.views.members import members
@@ -23,34 +24,48 @@ from fanout.views.objects import ObjectPath
 from fanout.wire.messages import DatasetInfo, Subscribe
 
 
-class PathKind(SelectingKind):
-    """A ``path`` dataset at the relay (``relay.kinds.base.DatasetKind``)."""
+def accept_path(state: KeyedState, request: Subscribe, capabilities: Sequence[str]) -> Accepted:
+    """An object path (or any of several); its rows carry the key and the attributes it names
+    (all if none; any of several: those any of them names)."""
+    info = state.info
+    shape = resolve(request.transform, info, capabilities)
+    paths = [path for path in members_of(request.view) if isinstance(path, ObjectPath)]
+    if all(path.attributes is not None for path in paths):
+        names = {name for path in paths for name in path_columns(path, shape.columns, info.key)}
+        columns = tuple(name for name in shape.columns if name in names)
+        shape = msgspec.structs.replace(shape, columns=columns, identity=False)
+    return Accepted(shape, info.key, list(shape.columns))
 
-    language = (ObjectPath, "object paths")
 
-    def accept(self, request: Subscribe, capabilities: Sequence[str]) -> Accepted:
-        """An object path (or any of several); its rows carry the key and the attributes it
-        names (all if none; any of several: those any of them names)."""
-        self._check_language(request.view, request.transform, capabilities)
-        info = self.state.info
-        shape = resolve(request.transform, info, capabilities)
-        view = request.view
-        paths = [path for path in members_of(view) if isinstance(path, ObjectPath)]
-        if all(path.attributes is not None for path in paths):
-            names = {name for path in paths for name in path_columns(path, shape.columns, info.key)}
-            columns = tuple(name for name in shape.columns if name in names)
-            shape = msgspec.structs.replace(shape, columns=columns, identity=False)
-        return Accepted(shape, info.key, list(shape.columns))
+def without_options(piece: View) -> View:
+    """A path as acquired upstream: without options (the publisher holds whole objects)."""
+    assert isinstance(piece, ObjectPath)
+    return ObjectPath(piece.object_path)
 
-    def widened(self, piece: View) -> View:
-        """The path without options."""
-        assert isinstance(piece, ObjectPath)
-        return ObjectPath(piece.object_path)
+
+#: The views of path and objects datasets.
+OBJECT_PATHS = Views(ObjectPath, "object paths")
+
+
+def object_paths(state: KeyedState) -> PlainLanguage:
+    """The language of a ``path`` dataset."""
+    return PlainLanguage(state, OBJECT_PATHS, without_options, accept_path)
+
+
+class PathSelector:
+    """The objects in a path's scope that pass its filters (``selected.Selector``)."""
+
+    def __init__(self, state: KeyedState, parts: Parts) -> None:
+        self.state = state
 
     def positions(self, view: View) -> Positions:
-        """The objects in the path's scope that pass its filters (any of several paths')."""
+        """The objects the path (any of several paths) selects."""
         assert isinstance(view, ObjectPath | AnyOf)
         return path_positions(view, self.state.buffer.active, self.state.info)
+
+    def stats(self) -> dict[str, float]:
+        """No counters."""
+        return {}
 
 
 def path_positions(view: ObjectPath | AnyOf, table: Table, info: DatasetInfo) -> Positions:
@@ -63,3 +78,7 @@ def path_columns(view: ObjectPath, columns: Sequence[str], key: str) -> tuple[st
     if view.attributes is None:
         return tuple(columns)
     return tuple(name for name in columns if name == key or name in view.attributes)
+
+
+SIDE = RelaySide(selecting(object_paths, PathSelector))
+"""Index ``path`` at the relay."""

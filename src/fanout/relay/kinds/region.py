@@ -28,7 +28,7 @@ from fanout.relay.data.batchcut import batchable, cut_boxes
 from fanout.relay.data.buffers import Array, Keys, Mask, Table
 from fanout.relay.data.intake import DatasetState
 from fanout.relay.data.pushes import Body, Held, cut
-from fanout.relay.kinds.base import PRUNE_WINDOW, Accepted, Cut, Parts
+from fanout.relay.kinds.base import PRUNE_WINDOW, Accepted, Cut, Parts, RelaySide
 from fanout.views import View, covers
 from fanout.views.entity import Entity
 from fanout.views.members import members
@@ -40,7 +40,6 @@ class RegionKind:
     """A ``space`` dataset at the relay (``relay.kinds.base.DatasetKind``)."""
 
     metered = False
-    STATS: tuple[str, ...] = ()
 
     def __init__(self, info: DatasetInfo, parts: Parts) -> None:
         """
@@ -360,3 +359,7 @@ def _body_key(subscription: Subscription) -> Hashable:
     """What a push body depends on besides the active state (``pushes.Encodings``)."""
     held = subscription.held
     return (subscription.view, subscription.shape, None if held is None else held.signature())
+
+
+SIDE = RelaySide(RegionKind)
+"""Index ``space`` at the relay."""

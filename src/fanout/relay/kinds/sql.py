@@ -12,51 +12,80 @@ against its connection's SQL share (``metered``).
 from __future__ import annotations
 
 import time
-from collections.abc import Hashable, Sequence
+from collections.abc import Sequence
 
 import numpy as np
 
 from fanout.errors import InvalidView, ProtocolError
 from fanout.relay.core.changesets import ChangeSet, Step, Steps, rows_step
 from fanout.relay.core.downstream import Subscription
-from fanout.relay.core.sends import Send
 from fanout.relay.core.transforms import InvalidTransform, Shape
 from fanout.relay.data.buffers import Array, Keys, Table
 from fanout.relay.data.engine import Query, QueryEngine, Result
+from fanout.relay.data.keyedstate import KeyedState
 from fanout.relay.data.nulls import is_companion
 from fanout.relay.data.pushes import Body
 from fanout.relay.data.rows import HeldRows, cut_rows
-from fanout.relay.kinds.base import Accepted, Cut, Parts
+from fanout.relay.kinds.base import Accepted, Cut, Parts, RelaySide
 from fanout.relay.kinds.keyed import KeyedKind
+from fanout.relay.kinds.selected import Views
 from fanout.views import View
 from fanout.views.sql import Sql, SqlBox
 from fanout.wire.messages import DatasetInfo, Subscribe
 
+#: The views of a SQL dataset.
+SQL_VIEWS = Views(Sql, "SQL queries (SELECT ...)")
 #: Seconds one evaluation of a query reading the clock is shared by its subscribers: its rows
 #: are at most this late with the clock.
 CLOCK_STEP = 0.1
 
 
-class SqlKind(KeyedKind):
-    """A ``sql`` dataset at the relay (``relay.kinds.base.DatasetKind``)."""
+def serve_sql(info: DatasetInfo, parts: Parts) -> KeyedKind:
+    """A ``sql`` dataset at the relay, its table defined in the engine, empty.
 
-    language = (Sql, "SQL queries (SELECT ...)")
-    metered = True
+    Raises:
+        ProtocolError: the relay has no query engine, or cannot hold the dataset.
+    """
+    if parts.engine is None:
+        raise ProtocolError(
+            f"catalog: dataset {info.name!r} is a SQL dataset and this relay has no query engine"
+        )
+    state = KeyedState.of(info)
+    parts.engine.define(info)
+    queries = Queries(parts.engine, parts)
+    return KeyedKind(state, parts, SqlLanguage(state, queries), QueryRows(state, parts, queries))
 
-    def __init__(self, info: DatasetInfo, parts: Parts) -> None:
-        """Define the dataset's table in the engine, empty.
 
-        Raises:
-            ProtocolError: the relay has no query engine, or cannot hold the dataset.
-        """
-        if parts.engine is None:
-            raise ProtocolError(
-                f"catalog: dataset {info.name!r} is a SQL dataset and this relay has no query"
-                " engine"
-            )
-        super().__init__(info, parts)
-        self.engine: QueryEngine = parts.engine
-        self.engine.define(info)
+class Queries:
+    """SQL views prepared in the engine against the relay's tables, for both parts."""
+
+    def __init__(self, engine: QueryEngine, parts: Parts) -> None:
+        self.engine = engine
+        self._parts = parts
+
+    def prepare(self, view: View) -> Query:
+        """The view, bound to the relay's tables."""
+        assert isinstance(view, Sql)
+        infos = {name: state.info for name, state in self._parts.datasets.items()}
+        return self.engine.prepare(view, infos)
+
+    def needs(self, dataset: str, view: View) -> list[tuple[str, View]]:
+        """One primitive per table the query reads (a primitive held for a relay below: its
+        own)."""
+        if isinstance(view, SqlBox):
+            return [(dataset, view)]
+        assert isinstance(view, Sql)
+        engine = self.engine
+        return [(engine.dataset(prim.table) or prim.table, prim) for prim in view.primitives()]
+
+
+class SqlLanguage:
+    """SELECT queries, whose needs are their primitives per table (``keyed.Language``)."""
+
+    def __init__(self, state: KeyedState, queries: Queries) -> None:
+        self.state = state
+        self.name = state.info.name
+        self.queries = queries
 
     def accept(self, request: Subscribe, capabilities: Sequence[str]) -> Accepted:
         """A query that binds to the relay's tables and reads this dataset; it is projected by
@@ -66,12 +95,12 @@ class SqlKind(KeyedKind):
             InvalidView: it is not a query, does not bind, or does not read this dataset.
             InvalidTransform: the transform projects columns or moves coordinates.
         """
-        transform = self._check_language(request.view, request.transform, capabilities)
+        transform = SQL_VIEWS.check(self.name, request.view, request.transform, capabilities)
         if transform.columns is not None:
             raise InvalidTransform("a SQL view is projected by its SELECT list, not a transform")
         view = request.view
         assert isinstance(view, Sql)
-        query = self._prepare(view)
+        query = self.queries.prepare(view)
         if self.name not in query.datasets:
             raise InvalidView(f"the query does not read dataset {self.name!r}: {view.text}")
         identity = transform.precision == "float64" and transform.quantum == 0.0
@@ -92,21 +121,11 @@ class SqlKind(KeyedKind):
                 "mode 'every' sends each seq's changes, and this query's rows also change as"
                 " time passes (it reads the clock): use mode 'latest'"
             )
-        self.engine.row_by_row(self._prepare(view))
-
-    def _prepare(self, view: View) -> Query:
-        assert isinstance(view, Sql)
-        infos = {name: state.info for name, state in self._parts.datasets.items()}
-        return self.engine.prepare(view, infos)
+        self.queries.engine.row_by_row(self.queries.prepare(view))
 
     def needs(self, view: View) -> list[tuple[str, View]]:
-        """One primitive per table the query reads (a primitive held for a relay below: its
-        own)."""
-        if isinstance(view, SqlBox):
-            return [(self.name, view)]
-        assert isinstance(view, Sql)
-        engine = self.engine
-        return [(engine.dataset(prim.table) or prim.table, prim) for prim in view.primitives()]
+        """One primitive per table the query reads."""
+        return self.queries.needs(self.name, view)
 
     def widened(self, piece: View) -> View:
         """The piece with every column."""
@@ -140,9 +159,20 @@ class SqlKind(KeyedKind):
             raise InvalidView(f"the primitive does not fit table {table!r}: {exc}") from exc
         return self.widened(view)
 
-    # -- pushing ----------------------------------------------------------------------
 
-    def cut(self, subscription: Subscription, located: Hashable) -> Cut | None:
+class QueryRows:
+    """Pushes that are a query's result, as a delta (``keyed.Rows``)."""
+
+    metered = True
+
+    def __init__(self, state: KeyedState, parts: Parts, queries: Queries) -> None:
+        self.state = state
+        self.name = state.info.name
+        self.queries = queries
+        self.engine = queries.engine
+        self._parts = parts
+
+    def cut(self, subscription: Subscription) -> Cut | None:
         """The query's result at the tables' current states, as a delta (None: none of its
         tables changed since the last push).
 
@@ -159,7 +189,7 @@ class SqlKind(KeyedKind):
             and self._unchanged(rows_held)
         ):
             return None
-        query = self._prepare(view)
+        query = self.queries.prepare(view)
         datasets = self._parts.datasets
         for name in query.datasets:
             self.engine.sync(name, datasets[name].buffer)
@@ -191,7 +221,8 @@ class SqlKind(KeyedKind):
     def _unchanged(self, held: HeldRows) -> bool:
         """Whether none of the tables the held rows were read from has changed since."""
         datasets = self._parts.datasets
-        now = tuple(datasets[name].buffer.generation for name in self.reads(held.view))
+        reads = sorted({name for name, _ in self.queries.needs(self.name, held.view)})
+        now = tuple(datasets[name].buffer.generation for name in reads)
         return held.generations == now
 
     def query_seconds(self) -> float:
@@ -202,18 +233,16 @@ class SqlKind(KeyedKind):
         """A query reading the clock (``Sql.reads_clock``): ``CLOCK_STEP``."""
         return CLOCK_STEP if isinstance(view, Sql) and view.reads_clock else None
 
-    # -- every mode -------------------------------------------------------------------
-
     def full_view(self, subscription: Subscription) -> Body:
         """The query's whole result on the current tables."""
-        found = self.cut(subscription, subscription.view)
+        found = self.cut(subscription)
         assert found is not None  # an every subscription holds no rows of its own
         return found[0]
 
     def step(self, subscription: Subscription, change: ChangeSet, held: Keys, steps: Steps) -> Step:
         """The query run on the change's rows alone (``relay.core.changesets.rows_step``)."""
         view, shape = subscription.view, subscription.shape
-        query = self._prepare(view)
+        query = self.queries.prepare(view)
 
         def compute() -> Step:
             if not change.rows:
@@ -223,14 +252,14 @@ class SqlKind(KeyedKind):
 
         return steps.get(change, view, shape, held, compute)
 
-    # -- housekeeping -----------------------------------------------------------------
-
-    def housekeeping(self, now: float) -> list[Send]:
-        """Forget the engine's results of views no longer subscribed, then as any keyed
-        dataset."""
+    def forget(self) -> None:
+        """Forget the engine's results of views no longer subscribed."""
         views = [s.view for s in self._parts.downstream]
         self.engine.forget([view for view in views if isinstance(view, Sql)])
-        return super().housekeeping(now)
+
+    def stats(self) -> dict[str, float]:
+        """No counters of its own (the engine's are the relay's)."""
+        return {}
 
 
 def _probe(table: Table) -> dict[str, Array]:
@@ -246,3 +275,7 @@ def _no_rows(query: Query, held: Keys) -> Result:
     """The result of a query over no rows."""
     empty: dict[str, Array] = {name: np.empty(0) for name in query.columns}
     return Result(held[:0], np.empty(0, dtype=np.uint64), empty)
+
+
+SIDE = RelaySide(serve_sql)
+"""Index ``sql`` at the relay."""

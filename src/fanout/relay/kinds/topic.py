@@ -15,8 +15,9 @@ import numpy as np
 
 from fanout.errors import InvalidView
 from fanout.relay.data.buffers import Positions, Table
-from fanout.relay.kinds.base import Parts
-from fanout.relay.kinds.keyed import SelectingKind
+from fanout.relay.data.keyedstate import KeyedState
+from fanout.relay.kinds.base import Parts, RelaySide
+from fanout.relay.kinds.selected import PlainLanguage, Views, selecting
 from fanout.views import View
 from fanout.views.anyof import AnyOf
 from fanout.views.topic import TopicFilter
@@ -24,31 +25,35 @@ from fanout.views.topic.index import TopicIndex
 from fanout.wire.messages import DatasetInfo
 
 
-class TopicKind(SelectingKind):
-    """A ``topic`` dataset at the relay (``relay.kinds.base.DatasetKind``)."""
+def unshared(piece: View) -> View:
+    """A filter as acquired upstream: without its ``$share/group/``."""
+    assert isinstance(piece, TopicFilter)
+    return TopicFilter(piece.topic_filter)
 
-    language = (TopicFilter, "MQTT topic filters")
-    STATS = ("topic_passes", "topic_rows_not_topics")
 
-    def __init__(self, info: DatasetInfo, parts: Parts) -> None:
-        super().__init__(info, parts)
-        self._matches = TopicMatches()
+def topic_filters(state: KeyedState) -> PlainLanguage:
+    """The language of a ``topic`` dataset."""
+    return PlainLanguage(state, Views(TopicFilter, "MQTT topic filters"), unshared)
 
-    def widened(self, piece: View) -> View:
-        """The filter without its ``$share/group/``."""
-        assert isinstance(piece, TopicFilter)
-        return TopicFilter(piece.topic_filter)
+
+class TopicSelector:
+    """The rows topic filters match (``selected.Selector``), every subscribed filter matched in
+    the same pass."""
+
+    def __init__(self, state: KeyedState, parts: Parts) -> None:
+        self.state = state
+        self.matches = TopicMatches()
+        self._parts = parts
 
     def positions(self, view: View) -> Positions:
-        """The rows the filter (any of the filters) matches, every subscribed filter matched in
-        the same pass."""
+        """The rows the filter (any of the filters) matches."""
         buffer, info = self.state.buffer, self.state.info
         subscribed = self._parts.downstream
         found: Positions | None = None
         for member in view.views if isinstance(view, AnyOf) else (view,):
             assert isinstance(member, TopicFilter)
-            positions = self._matches.positions(
-                member, buffer.active, info, buffer.generation, lambda: subscribed.views(self.name)
+            positions = self.matches.positions(
+                member, buffer.active, info, buffer.generation, lambda: subscribed.views(info.name)
             )
             found = positions if found is None else np.union1d(found, positions)
         assert found is not None
@@ -57,8 +62,8 @@ class TopicKind(SelectingKind):
     def stats(self) -> dict[str, float]:
         """Passes over the topics, and rows whose topic is no topic name."""
         return {
-            "topic_passes": self._matches.passes,
-            "topic_rows_not_topics": self._matches.not_topics,
+            "topic_passes": self.matches.passes,
+            "topic_rows_not_topics": self.matches.not_topics,
         }
 
 
@@ -120,3 +125,7 @@ class TopicMatches:
         for text, positions in zip(filters, hits, strict=True):
             self._positions[text] = np.asarray(positions, dtype=np.intp)
         self.passes += 1
+
+
+SIDE = RelaySide(selecting(topic_filters, TopicSelector), ("topic_passes", "topic_rows_not_topics"))
+"""Index ``topic`` at the relay."""
