@@ -60,6 +60,20 @@ async def test_a_relay_that_cannot_reach_its_publisher_is_not_ready() -> None:
             pass
 
 
+async def test_a_relay_that_fails_to_start_raises_why_as_it_was() -> None:
+    publisher = ScriptedPublisher(Catalog([AGENTS]))
+    with socket.socket() as taken:
+        taken.bind((LOOPBACK, 0))
+        taken.listen()
+        async with serving(publisher) as url:
+            in_use = Listening(host=LOOPBACK, port=taken.getsockname()[1])
+            with pytest.raises(OSError):  # the relay's own error, not an ExceptionGroup of it
+                async with running_relay(url, listening=in_use):
+                    pass
+            this = asyncio.current_task()
+            assert this is not None and this.cancelling() == 0  # the test's task left as it was
+
+
 async def test_a_relay_in_its_own_process_is_sampled_and_stopped(tmp_path: Path) -> None:
     publisher = ScriptedPublisher(Catalog([AGENTS]))
     profile = tmp_path / "relay.prof"

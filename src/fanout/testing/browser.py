@@ -23,6 +23,8 @@ from typing import Any, BinaryIO
 
 from websockets.asyncio.client import ClientConnection, connect
 
+from fanout.background import Background
+
 #: Debian's package names the binary ``chromium``; other systems ``chromium-browser``.
 BINARIES = ("chromium", "chromium-browser", "google-chrome")
 _LISTENING = "DevTools listening on "
@@ -188,39 +190,40 @@ async def open_browser(
         )
     try:
         endpoint = await _devtools_endpoint(log, process, timeout)
-        async with connect(endpoint, max_size=64 << 20, open_timeout=timeout) as socket:
+        async with (
+            connect(endpoint, max_size=64 << 20, open_timeout=timeout) as socket,
+            Background() as reading,
+        ):
             ids: itertools.count[int] = itertools.count(1_000_000)
             waiting: dict[int, asyncio.Future[dict[str, Any]]] = {}
-            reader = asyncio.create_task(_route(socket, waiting))
-            try:
-                target = await _command(
-                    socket,
-                    ids,
-                    waiting,
-                    "Target.createTarget",
-                    {"url": "about:blank"},
-                    session=None,
-                )
-                attached = await _command(
-                    socket,
-                    ids,
-                    waiting,
-                    "Target.attachToTarget",
-                    {"targetId": target["targetId"], "flatten": True},
-                    session=None,
-                )
-                page = Page(socket, attached["sessionId"], ids, waiting)
-                await page.command(
-                    "Emulation.setDeviceMetricsOverride",
-                    {"width": size[0], "height": size[1], "deviceScaleFactor": 1, "mobile": False},
-                )
-                await page.command("Page.navigate", {"url": url})
-                await page.loaded(timeout)
-                yield page
-                with contextlib.suppress(BrowserError, TimeoutError):
-                    await _command(socket, ids, waiting, "Browser.close", None, session=None)
-            finally:
-                reader.cancel()
+            reading.start(_route(socket, waiting))
+            target = await _command(
+                socket,
+                ids,
+                waiting,
+                "Target.createTarget",
+                {"url": "about:blank"},
+                session=None,
+            )
+            attached = await _command(
+                socket,
+                ids,
+                waiting,
+                "Target.attachToTarget",
+                {"targetId": target["targetId"], "flatten": True},
+                session=None,
+            )
+            page = Page(socket, attached["sessionId"], ids, waiting)
+            await page.command(
+                "Emulation.setDeviceMetricsOverride",
+                {"width": size[0], "height": size[1], "deviceScaleFactor": 1, "mobile": False},
+            )
+            await page.command("Page.navigate", {"url": url})
+            await page.loaded(timeout)
+            yield page
+            with contextlib.suppress(BrowserError, TimeoutError):
+                await _command(socket, ids, waiting, "Browser.close", None, session=None)
+            reading.cancel()
     finally:
         with contextlib.suppress(ProcessLookupError):
             process.kill()

@@ -27,6 +27,7 @@ from pathlib import Path
 
 from redis.asyncio.cluster import RedisCluster
 
+from fanout.background import Background
 from fanout.client import LiveView, SubscriptionError, Update
 from fanout.client.following import ClusterSubscriber, connect_cluster
 from fanout.cluster.registry import NAMESPACE
@@ -172,11 +173,16 @@ class Follower:
         """
         await self.detach()
         self._stack = contextlib.AsyncExitStack()
+        draining = await self._stack.enter_async_context(Background())
+        # Left in reverse by ``detach``: the connections close (their errors ignored: the view
+        # and its updates stay), then the drain has 30 s to take what they left and end.
+        self._stack.push_async_callback(self._drained, 30)
+        self._stack.enter_context(contextlib.suppress(OSError, SubscriptionError))
         cluster: ClusterSubscriber = await self._stack.enter_async_context(connect_cluster(entry))
         self.cluster = cluster
         self.view = await cluster.subscribe(self.box, mode="every", resume=self.view)
         self.relay = cluster.relay_of(self.view)
-        self._task = asyncio.create_task(self._drain(self.view))
+        self._task = draining.start(self._drain(self.view))
 
     async def _drain(self, view: LiveView) -> None:
         try:
@@ -184,6 +190,11 @@ class Follower:
                 self.updates.append(update)
         except SubscriptionError as exc:
             self.failures.append(exc)  # its relay died: the test resumes it elsewhere
+
+    async def _drained(self, timeout: float) -> None:
+        if self._task is not None:
+            with contextlib.suppress(asyncio.CancelledError):
+                await asyncio.wait_for(self._task, timeout)
 
     def ended(self) -> bool:
         """Whether its view ended (with an error, or closed) since the last ``attach``."""
@@ -197,12 +208,8 @@ class Follower:
     async def detach(self) -> None:
         """Close its connections; its updates and view stay (to resume, or to audit)."""
         if self._stack is not None:
-            with contextlib.suppress(OSError, SubscriptionError):
-                await self._stack.aclose()
-            self._stack = None
-        if self._task is not None:
-            with contextlib.suppress(asyncio.CancelledError):
-                await asyncio.wait_for(self._task, 30)
+            stack, self._stack = self._stack, None
+            await stack.aclose()
             self._task = None
 
     async def reached(self, seq: int, timeout: float = 180.0) -> None:

@@ -192,18 +192,18 @@ async def fuzz(url: str, seed: int, frames: int, greet: bool | bytes, tally: Tal
         if websocket is None:
             await asyncio.sleep(0.1)
             continue
-        reading = asyncio.create_task(_drain(websocket, tally))
-        try:
-            while left > 0:
-                await websocket.send(mutated(rng))
-                tally.frames += 1
-                left -= 1
-                if left % 8 == 0:
-                    await asyncio.sleep(0)  # let the answers in
-            await websocket.close()
-        except ConnectionClosed as closed:
-            tally.closed(closed)
-        await reading
+        async with asyncio.TaskGroup() as reading:  # left once the answers end too
+            reading.create_task(_drain(websocket, tally))
+            try:
+                while left > 0:
+                    await websocket.send(mutated(rng))
+                    tally.frames += 1
+                    left -= 1
+                    if left % 8 == 0:
+                        await asyncio.sleep(0)  # let the answers in
+                await websocket.close()
+            except ConnectionClosed as closed:
+                tally.closed(closed)
 
 
 async def misbehave(websocket: ClientConnection, kind: int, until: float, tally: Tally) -> None:
@@ -212,8 +212,14 @@ async def misbehave(websocket: ClientConnection, kind: int, until: float, tally:
     Kinds: 0 bad frames in a row; 1 one frame over the relay's size limit; 2 a flood of view
     changes; 3 a flood of subscriptions past the connection's limit.
     """
+    async with asyncio.TaskGroup() as reading:  # left once the answers end too
+        reading.create_task(_drain(websocket, tally))
+        await _conduct(websocket, kind, until, tally)
+
+
+async def _conduct(websocket: ClientConnection, kind: int, until: float, tally: Tally) -> None:
+    """What ``misbehave`` sends, while its answers are read beside it."""
     loop = asyncio.get_running_loop()
-    reading = asyncio.create_task(_drain(websocket, tally))
     step = 0
     try:
         while loop.time() < until:
@@ -244,7 +250,6 @@ async def misbehave(websocket: ClientConnection, kind: int, until: float, tally:
         await websocket.close()
     except ConnectionClosed as closed:
         tally.closed(closed)
-    await reading
 
 
 @dataclass(frozen=True)

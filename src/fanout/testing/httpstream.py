@@ -4,9 +4,10 @@ followed across moves as docs/http.md tells a client to ("When the view's part m
 token (mode ``every``). Every event is kept, in order, and every URL a response came from::
 
     stream = Following("http://127.0.0.1:7701/v1/subscribe?dataset=agents&view=...&mode=every")
-    async with httpx.AsyncClient(timeout=60) as client:
-        task = asyncio.create_task(stream.run(client))
+    async with httpx.AsyncClient(timeout=60) as client, asyncio.TaskGroup() as tasks:
+        stream.task = tasks.create_task(stream.run(client))
         ...
+        await stream.stop()
     report = audit(stream.updates(), view, key="id", index=("x", "y"), log=log, dataset="agents")
 """
 

@@ -12,6 +12,7 @@ import asyncio
 import contextlib
 from collections.abc import AsyncIterator
 
+from fanout.background import Background
 from fanout.testing.ports import LOOPBACK
 
 CHUNK = 65536
@@ -25,7 +26,6 @@ class Proxy:
         self.port = 0
         self.connections = 0  # accepted so far
         self._open: set[asyncio.StreamWriter] = set()
-        self._tasks: set[asyncio.Task[None]] = set()
 
     @property
     def address(self) -> str:
@@ -48,20 +48,19 @@ class Proxy:
             writer.transport.abort()
             return
         self._open |= {writer, far_writer}
-        pumps = [
-            asyncio.create_task(self._pump(reader, far_writer)),
-            asyncio.create_task(self._pump(far_reader, writer)),
-        ]
-        self._tasks.update(pumps)
         try:
-            await asyncio.wait(pumps, return_when=asyncio.FIRST_COMPLETED)
+            async with asyncio.TaskGroup() as pumping:
+                pumps = [
+                    pumping.create_task(self._pump(reader, far_writer)),
+                    pumping.create_task(self._pump(far_reader, writer)),
+                ]
+                await asyncio.wait(pumps, return_when=asyncio.FIRST_COMPLETED)
+                for pump in pumps:  # one direction ended: the connection ends
+                    pump.cancel()
         finally:
-            for pump in pumps:
-                pump.cancel()
             for end in (writer, far_writer):
                 end.transport.abort()
                 self._open.discard(end)
-            self._tasks.difference_update(pumps)
 
     @staticmethod
     async def _pump(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
@@ -75,12 +74,16 @@ class Proxy:
 async def proxy(target: tuple[str, int]) -> AsyncIterator[Proxy]:
     """A :class:`Proxy` to ``target`` listening on a free loopback port, for the block."""
     running = Proxy(target)
-    server = await asyncio.start_server(running._serve, LOOPBACK, 0)
-    running.port = server.sockets[0].getsockname()[1]
-    try:
-        async with server:
-            yield running
-    finally:
-        running.cut()
-        for task in list(running._tasks):
-            task.cancel()
+    async with Background() as connections:
+
+        def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            connections.start(running._serve(reader, writer))
+
+        server = await asyncio.start_server(serve, LOOPBACK, 0)
+        running.port = server.sockets[0].getsockname()[1]
+        try:
+            async with server:
+                yield running
+        finally:
+            running.cut()
+            connections.cancel()

@@ -18,6 +18,7 @@ from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any
 
+from fanout.background import Background
 from fanout.relay.config import Listening, RelayConfig, Upstream
 from fanout.relay.shell.server import RelayServer
 from fanout.testing import cpu
@@ -57,23 +58,40 @@ async def running_relay(
         upstream = Upstream(upstream)
     relay = RelayServer(RelayConfig(upstream, **sections))
     ready = asyncio.Event()
-    task = asyncio.create_task(relay.run(lambda _: ready.set()))
-    try:
-        waiting = asyncio.create_task(ready.wait())
-        done, _ = await asyncio.wait(
-            {task, waiting}, timeout=timeout, return_when=asyncio.FIRST_COMPLETED
-        )
-        waiting.cancel()
-        if task in done:
-            task.result()  # it failed to start: raise why
-            raise RuntimeError("the relay stopped before it was ready")
-        if not done:
-            raise TimeoutError(f"the relay was not ready within {timeout:g} s")
+    async with Background() as background:
+        running = background.start(_run(relay, ready))
+        try:
+            async with asyncio.timeout(timeout):
+                await ready.wait()
+        except TimeoutError:
+            raise TimeoutError(f"the relay was not ready within {timeout:g} s") from None
+        if running.done():
+            raise running.result() or RuntimeError("the relay stopped before it was ready")
         yield relay, relay_url(relay)
+        running.cancel()
+    if (failure := _failure(running)) is not None:
+        raise failure  # it failed while the block ran
+
+
+async def _run(relay: RelayServer, ready: asyncio.Event) -> Exception | None:
+    """Run ``relay``, setting ``ready`` once it serves or once it stops.
+
+    Returns:
+        What stopped it, for the caller to raise as it was (raised here, a TaskGroup would
+        wrap it in an ExceptionGroup and cancel the caller's block).
+    """
+    try:
+        await relay.run(lambda _: ready.set())
+    except Exception as failure:
+        return failure
     finally:
-        task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await task
+        ready.set()
+    return None
+
+
+def _failure(running: asyncio.Task[Exception | None]) -> Exception | None:
+    """What stopped a relay run by ``_run``; None if it was cancelled (stopped on purpose)."""
+    return None if running.cancelled() else running.result()
 
 
 def _on_loopback(config: RelayConfig) -> RelayConfig:
@@ -197,23 +215,19 @@ async def _relay_main(pipe: Connection, config: RelayConfig, instrument: Instrum
     server = RelayServer(config)
     report = instrument(server) if instrument is not None else dict
     ready = asyncio.Event()
-    running = asyncio.create_task(server.run(lambda _: ready.set()))
-    waiting = asyncio.create_task(ready.wait())
-    await asyncio.wait({running, waiting}, return_when=asyncio.FIRST_COMPLETED)
-    if running.done():
-        waiting.cancel()
-        failure = running.exception() if not running.cancelled() else None
-        pipe.send(("failed", repr(failure)))
-        return
-    pipe.send(("ready", relay_url(server)))
-    loop = asyncio.get_running_loop()
-    try:
+    async with Background() as background:
+        running = background.start(_run(server, ready))
+        await ready.wait()
+        if running.done():
+            pipe.send(("failed", repr(running.result())))
+            return
+        pipe.send(("ready", relay_url(server)))
+        loop = asyncio.get_running_loop()
         while await loop.run_in_executor(None, _request, pipe) == "sample":
             pipe.send(RelaySample(cpu.this_process(), server.core.stats(), report()))
-    finally:
         running.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await running
+    if (failure := _failure(running)) is not None:
+        raise failure  # it failed while serving
 
 
 def _request(pipe: Connection) -> str:

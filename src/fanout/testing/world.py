@@ -184,9 +184,10 @@ def publisher_main(conn: Connection, entities: int) -> None:
         world = World(entities)
         async with serving(world.publisher) as url:
             conn.send(url)
-            ticking = asyncio.create_task(world.ticks())
-            await control(conn, lambda: {"sent": world.sent})
-            ticking.cancel()
+            async with asyncio.TaskGroup() as group:
+                ticking = group.create_task(world.ticks())
+                await control(conn, lambda: {"sent": world.sent})
+                ticking.cancel()
 
     asyncio.run(main())
 
