@@ -35,7 +35,7 @@ SHARED_IO = {"connection", "cancelling", "background"}
 #: The relay's sans-I/O parts, and its compiled kernels.
 PURE_RELAY = {"relay", "relay/core", "relay/data", "relay/kinds", "relay/kernels"}
 #: The packages plugging into the relay: its front ends and the many-relay parts.
-PLUG_INS = {"http", "mqtt", "cluster", "tiers"}
+PLUG_INS = {"websocket", "http", "mqtt", "cluster", "tiers"}
 #: What the front ends see of the relay: its API and the front-end interface.
 API = {"relay/api"}
 #: unit -> the other fanout units it may import.
@@ -51,6 +51,7 @@ ALLOWED: dict[str, set[str]] = {
     "relay/shell": SERVERS | PURE_RELAY | PLUG_INS | API | {"relay/config"},
     # The configuration names the plug-ins' settings.
     "relay/config": SERVERS | PURE_RELAY | PLUG_INS,
+    "websocket": SERVERS | PURE_RELAY | API | {"relay/config"},
     "http": SERVERS | PURE_RELAY | API,
     "tiers": SERVERS | PURE_RELAY | API,
     # The relay cluster hands batches to the shell's writer thread and reads its configuration.
@@ -170,6 +171,7 @@ def test_the_composition_root_reaches_plug_ins_through_their_entry_points_only()
     names = imports(SRC / "relay" / "shell" / "server.py")
     assert {name for name in names if name.split(".")[0] == "websockets"} == set()
     assert {name for name in names if unit_of(name) in PLUG_INS} <= {
+        "fanout.websocket.server.WebSocketServer",
         "fanout.http.server.HttpFrontEnd",
         "fanout.mqtt.setup.MqttFrontEnd",
         "fanout.tiers.link.Tiers",

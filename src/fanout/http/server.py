@@ -78,7 +78,7 @@ class HttpFrontEnd:
         """Args:
         host, port: where to listen (port 0: any free one).
         opening: seconds a connection may take to send its request.
-        upgrade: takes a WebSocket upgrade's connection (``relay.shell.websocket``).
+        upgrade: takes a WebSocket upgrade's connection (``websocket.server``).
         tls_files: the certificate and key to serve ``https://`` and ``wss://`` with.
         """
         self._host, self.port = host, port

@@ -11,7 +11,7 @@ Tasks (one ``TaskGroup`` owns them all):
 
 Front ends (``relay.api.FrontEnd``), each started with the relay's API (this class) and the
 ``TaskGroup`` and stopped the same way: HTTP (``http.server``), which listens on the relay's
-port, the WebSocket subscriber server (``relay.shell.websocket``), which takes the port's
+port, the WebSocket subscriber server (``websocket.server``), which takes the port's
 upgrades, relays below (``tiers.link``) and MQTT (``mqtt.setup``). What they ask is admitted
 or not by ``relay.core.admission``, carried out here; connections, WebSocket and HTTP streams
 alike, are counted in ``relay.shell.clients``.
@@ -59,9 +59,9 @@ from fanout.relay.shell.clients import Clients
 from fanout.relay.shell.pump import Pump
 from fanout.relay.shell.samples import relay_samples
 from fanout.relay.shell.upstreamlink import UpstreamLink
-from fanout.relay.shell.websocket import WebSocketServer
 from fanout.tiers.below import Relays
 from fanout.tiers.link import Tiers
+from fanout.websocket.server import WebSocketServer
 from fanout.wire import codec
 from fanout.wire.messages import (
     DatasetInfo,
