@@ -7,12 +7,20 @@ the publisher (``publisher.matching.PublisherSide``: its matcher and index colum
 side imports the other. The relay's core, access rules, release, the relay cluster's map, the
 publisher's matching and configuration and the client all find a kind here and only here.
 
-The built-in kinds are registered below; others by :func:`register`, or by a package's entry
-point in group ``fanout.kinds`` whose object is a :class:`Kind` (loaded at the first lookup).
+A :class:`Language` is the same for a view language (``views.kinds.kind_of``): the parts that
+work in its algebra outside ``views``, by module path, imported at their first use: its access
+rules (``relay.core.rules``), which primitives release may let go (``relay.core.release``) and
+which part of the relay cluster's map a view falls in (``cluster.responsibility``). A language
+without a part has those modules' generic answer (see each).
+
+The built-in kinds and languages are registered below; others by :func:`register`, or by a
+package's entry point in group ``fanout.kinds`` whose object is a :class:`Kind` or a
+:class:`Language` (loaded at the first lookup).
 """
 
 from __future__ import annotations
 
+import functools
 import importlib
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -20,8 +28,11 @@ from importlib.metadata import entry_points
 from typing import Any, Literal
 
 from fanout.errors import ProtocolError
+from fanout.views.kinds import kind_of
 
 Side = Literal["relay", "publisher"]
+#: The parts of a view language outside ``views``.
+LanguagePart = Literal["rules", "release", "map"]
 #: How a publisher's configuration declares a kind's index columns: 2 or 3 numeric coordinates;
 #: any columns (every one by default); one string column (the key by default); none, the
 #: schema being fixed (``objects``, ``views.objects.store``).
@@ -53,13 +64,44 @@ class Kind:
         return getattr(importlib.import_module(module), name)
 
 
+@dataclass(frozen=True)
+class Language:
+    """One view language's parts outside ``views``.
+
+    Attributes:
+        name: its name (``views.kinds.kind_of`` of its views, a :class:`Kind`'s ``language``).
+        rules, release, map: ``"module:name"`` of its part in access rules, release and the
+            relay cluster's map; empty: none (the generic answer there).
+    """
+
+    name: str
+    rules: str = ""
+    release: str = ""
+    map: str = ""
+
+    def part(self, which: LanguagePart) -> Any:
+        """Its part ``which``, imported now if not yet (None: it has none)."""
+        path = getattr(self, which)
+        return _load(path) if path else None
+
+
+@functools.cache
+def _load(path: str) -> Any:
+    module, _, name = path.partition(":")
+    return getattr(importlib.import_module(module), name)
+
+
 _KINDS: dict[str, Kind] = {}
+_LANGUAGES: dict[str, Language] = {}
 _ENTRY_POINTS: list[bool] = []  # loaded once: [True] after the first lookup
 
 
-def register(kind: Kind) -> None:
-    """Register ``kind`` (replacing one of the same index)."""
-    _KINDS[kind.index] = kind
+def register(kind: Kind | Language) -> None:
+    """Register a kind or a view language (replacing one of the same name)."""
+    if isinstance(kind, Language):
+        _LANGUAGES[kind.name] = kind
+    else:
+        _KINDS[kind.index] = kind
 
 
 def unregister(index: str) -> None:
@@ -67,13 +109,39 @@ def unregister(index: str) -> None:
     _KINDS.pop(index, None)
 
 
-def kinds() -> dict[str, Kind]:
-    """Every registered kind, by index name (entry points loaded at the first call)."""
+def unregister_language(name: str) -> None:
+    """Forget the view language ``name`` (nothing if none is registered under it)."""
+    _LANGUAGES.pop(name, None)
+
+
+def _load_entry_points() -> None:
     if not _ENTRY_POINTS:
         _ENTRY_POINTS.append(True)
         for point in entry_points(group=GROUP):
             register(point.load())
+
+
+def kinds() -> dict[str, Kind]:
+    """Every registered kind, by index name (entry points loaded at the first call)."""
+    _load_entry_points()
     return dict(_KINDS)
+
+
+def part_for(view: object, which: LanguagePart) -> Any:
+    """The part ``which`` of the language of ``view`` (``views.kinds.kind_of``: an ``AnyOf`` is
+    of its members'), or None: the language registers none.
+
+    Raises:
+        InvalidView: ``view`` is not a view.
+    """
+    return part_of_language(kind_of(view), which)
+
+
+def part_of_language(name: str, which: LanguagePart) -> Any:
+    """The part ``which`` of view language ``name``, or None: none is registered."""
+    _load_entry_points()
+    language = _LANGUAGES.get(name)
+    return None if language is None else language.part(which)
 
 
 def lookup(index: str, dataset: str = "") -> Kind:
@@ -111,3 +179,12 @@ for _kind in (
     Kind("objects", "path", f"{_RELAY}.objects:SIDE", f"{_PUBLISHER}.paths:OBJECTS", "fixed"),
 ):
     register(_kind)
+
+_CORE = "fanout.relay.core.languages"
+for _language in (
+    Language("region"),
+    Language("sql", release=f"{_CORE}.sql:RELEASE"),
+    Language("topic", release=f"{_CORE}.topic:RELEASE"),
+    Language("path", release=f"{_CORE}.path:RELEASE"),
+):
+    register(_language)

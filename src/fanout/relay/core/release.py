@@ -10,9 +10,10 @@ every primitive: cubic in the subscriptions, on the relay's event loop (``bench/
 with a need (``meets`` of the view's kind) neither helps nor hinders covering it, so:
 
 * each need is paired once with the ready primitives that meet it: those found under its
-  ``probes`` (by a topic filter's literal levels, an object path's directory, a SQL
-  primitive's table and, among that table's, by the range of the column their boxes constrain
-  most often), then the kind's exact ``meets``;
+  ``probes``, then the exact ``meets`` — both asked of the view's language's part
+  (``views.registry.Language.release``, a :class:`ReleasePart`; ``relay/core/languages/``:
+  topic filters by literal levels, object paths by directory, SQL primitives by table and
+  hull), so no language's views are named here;
 * a primitive's release is decided by the needs it meets alone, each checked against its own
   meeting primitives still held.
 
@@ -23,18 +24,11 @@ property test compares the two).
 from __future__ import annotations
 
 import itertools
-import math
-from collections import Counter
 from collections.abc import Callable, Hashable, Iterable, Sequence
 from typing import Generic, TypeVar
 
-import numpy as np
-
 from fanout.relay.core.upstream import Primitive
-from fanout.views import View, covers, kind_of, objects, sql, topic
-from fanout.views.objects import ObjectPath
-from fanout.views.sql import SqlBox
-from fanout.views.topic import TopicFilter
+from fanout.views import View, covers, kind_of, registry
 
 T = TypeVar("T")
 
@@ -55,62 +49,56 @@ def unneeded(prims: Sequence[Primitive], needs: Sequence[View]) -> list[Primitiv
     return gone
 
 
+class ReleasePart:
+    """What release asks a view language (``views.registry.Language.release``); this class's
+    answers are those of a language that has none: its views may meet any of its language's,
+    and are found under no key."""
+
+    def meets(self, a: View, b: View) -> bool:
+        """Whether two views of the language could share a topic, object or row."""
+        return True
+
+    def registered(self, view: View) -> list[Hashable] | None:
+        """The keys a held primitive ``view`` is found under (None: under none)."""
+        return None
+
+    def probes(self, view: View) -> list[Hashable] | None:
+        """The keys under which every held primitive that may meet ``view`` is found, none
+        under two of them (None: look at every one)."""
+        return None
+
+    def among(self, views: Sequence[View]) -> Callable[[View], list[int]] | None:
+        """For the primitives found under a view's one probe, a faster finder of those that may
+        meet it (their positions in ``views``); None: every one found."""
+        return None
+
+
+_GENERIC = ReleasePart()
+
+
+def _part(view: View) -> ReleasePart:
+    part: ReleasePart | None = registry.part_for(view, "release")
+    return _GENERIC if part is None else part
+
+
 def meets(a: View, b: View) -> bool:
     """Whether ``a`` and ``b`` could share a topic, object or row (True when not known; views
     of different kinds select from different datasets: False)."""
-    if isinstance(a, TopicFilter) and isinstance(b, TopicFilter):
-        return topic.meets(a, b)
-    if isinstance(a, ObjectPath) and isinstance(b, ObjectPath):
-        return objects.meets(a, b)
-    if isinstance(a, SqlBox) and isinstance(b, SqlBox):
-        return sql.meets(a, b)
-    return kind_of(a) == kind_of(b)
+    if kind_of(a) != kind_of(b):
+        return False
+    return _part(a).meets(a, b)
 
 
 def registered(view: View) -> list[Hashable] | None:
     """The keys a held primitive is found under (None: under none, as it may meet any view;
     see ``probes``)."""
-    if isinstance(view, TopicFilter):
-        prefix = _literal_prefix(view)
-        return [("exact", prefix), *(("within", prefix[:end]) for end in range(len(prefix) + 1))]
-    if isinstance(view, ObjectPath):
-        directory = view.directory.rstrip("/")
-        own = ("all", directory) if view.all else ("object", view.object_path)
-        return [own, ("in", directory)]
-    if isinstance(view, SqlBox):
-        return [("sql", view.table)]
-    return None
+    return _part(view).registered(view)
 
 
 def probes(view: View) -> list[Hashable] | None:
     """The keys under which every held primitive that may meet ``view`` is found, none under
-    two of them (None: look at every one).
-
-    Topic filters by their literal levels before the first wildcard (a filter meets another
-    only if either's literal prefix starts with the other's); object paths by directory (an
-    object meets itself and its directory's ``.all``; a ``.all`` everything in its directory);
-    SQL primitives by table.
-    """
-    if isinstance(view, TopicFilter):
-        prefix = _literal_prefix(view)
-        shorter = [("exact", prefix[:end]) for end in range(len(prefix))]
-        return [*shorter, ("within", prefix)]
-    if isinstance(view, ObjectPath):
-        directory = view.directory.rstrip("/")
-        if view.all:
-            return [("in", directory)]
-        return [("object", view.object_path), ("all", directory)]
-    if isinstance(view, SqlBox):
-        return [("sql", view.table)]
-    return None
-
-
-def _literal_prefix(view: TopicFilter) -> tuple[str, ...]:
-    levels = view.levels
-    for at, level in enumerate(levels):
-        if level in ("+", "#"):
-            return levels[:at]
-    return levels
+    two of them (None: look at every one): by its language's part (see the module)."""
+    return _part(view).probes(view)
 
 
 class _Index(Generic[T]):
@@ -128,71 +116,29 @@ class _Index(Generic[T]):
                 continue
             for key in keys:
                 self.found.setdefault(key, []).append(item)
-        self._hulls: dict[str, _Hulls[T]] = {}
+        self._among: dict[Hashable, Callable[[View], list[int]] | None] = {}
 
     def meeting(self, view: View) -> list[T]:
         """The items whose views meet ``view``."""
-        probe = probes(view)
+        part = _part(view)
+        probe = part.probes(view)
         found: Iterable[T]
         if probe is None:
             return [item for item in self.items if meets(self.view_of(item), view)]
-        if isinstance(view, SqlBox):  # one key, the table's: narrowed by hulls
-            found = self._sql(view.table).overlapping(view)
+        if len(probe) == 1 and (among := self._finder(part, probe[0])) is not None:
+            under = self.found.get(probe[0], [])  # one key: narrowed by the language
+            found = [under[at] for at in among(view)]
         else:  # no item is under two of one view's probes
             found = (item for key in probe for item in self.found.get(key, ()))
         return [
             item for item in itertools.chain(found, self.wide) if meets(self.view_of(item), view)
         ]
 
-    def _sql(self, table: str) -> _Hulls[T]:
-        hulls = self._hulls.get(table)
-        if hulls is None:
-            items = self.found.get(("sql", table), [])
-            hulls = self._hulls[table] = _Hulls(items, [self.view_of(i) for i in items])
-        return hulls
-
-
-class _Hulls(Generic[T]):
-    """SQL primitives of one table with their hulls on one column (the one their boxes
-    constrain most often), so that those whose hull overlaps a view's are found at once: two
-    primitives whose hulls on a column are apart share no row."""
-
-    def __init__(self, items: Sequence[T], views: Sequence[View]) -> None:
-        self.items = items
-        boxes = [view for view in views if isinstance(view, SqlBox)]
-        counts = Counter(
-            column
-            for view in boxes
-            for box in view.boxes
-            for column, values in box.ranges
-            if values.domain == "num" and not values.null
-        )
-        self.column = counts.most_common(1)[0][0] if counts else None
-        hulls = [_hull(view, self.column) for view in views]
-        self.low = np.array([low for low, _ in hulls], dtype=np.float64)
-        self.high = np.array([high for _, high in hulls], dtype=np.float64)
-
-    def overlapping(self, view: SqlBox) -> list[T]:
-        low, high = _hull(view, self.column)
-        close = (self.low <= high) & (self.high >= low)
-        return [self.items[at] for at in np.flatnonzero(close).tolist()]
-
-
-def _hull(view: View, column: str | None) -> tuple[float, float]:
-    """The closed range of ``column`` that ``view``'s rows may take (unbounded where a box does
-    not constrain it, lets NULL in, or is not numeric; empty for no boxes)."""
-    unbounded = (-math.inf, math.inf)
-    if column is None or not isinstance(view, SqlBox):
-        return unbounded
-    low, high = math.inf, -math.inf
-    for box in view.boxes:
-        values = dict(box.ranges).get(column)
-        if values is None or values.null or values.domain != "num":
-            return unbounded
-        for interval in values.intervals:  # a float rounds monotonically: never apart wrongly
-            low = min(low, -math.inf if interval.low is None else float(interval.low))
-            high = max(high, math.inf if interval.high is None else float(interval.high))
-    return low, high
+    def _finder(self, part: ReleasePart, key: Hashable) -> Callable[[View], list[int]] | None:
+        if key not in self._among:
+            under = self.found.get(key, [])
+            self._among[key] = part.among([self.view_of(item) for item in under])
+        return self._among[key]
 
 
 def near(views: Sequence[View], others: Sequence[View]) -> list[View]:
