@@ -18,7 +18,9 @@ Rules:
    is not part of it. An object path belongs to its **directory** (``/pps/media/.all`` and
    ``/pps/media/song`` to ``/pps/media``). Any other view (SQL, a topic filter starting with a
    wildcard) belongs to a hash bucket of its text, one of ``BUCKETS``: identical views meet at
-   one relay.
+   one relay. Each view language says which part its views fall in (``MapPart``, named by its
+   ``views.registry.Language.map``; the built-in ones in ``cluster.parts``): this module names
+   no language's views.
 2. **Owners.** A part's owner is the live member of highest rendezvous weight, a hash of the part
    and the member's name (highest-random-weight hashing): every relay reading the same members
    names the same owner, with no coordination, and a member joining or leaving moves only the
@@ -35,16 +37,12 @@ Rules:
 from __future__ import annotations
 
 import hashlib
-import itertools
 import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 from fanout.errors import FanoutError
-from fanout.views import Box, Relative, Sector, Sphere, View, to_text
-from fanout.views.objects import ObjectPath
-from fanout.views.region import RegionUnion
-from fanout.views.topic import TopicFilter
+from fanout.views import View, registry, to_text
 
 #: Side of the grid of cells space datasets are split into, in world units.
 DEFAULT_SIDE = 256.0
@@ -79,37 +77,25 @@ def part_of(dataset: str, view: View, side: float = DEFAULT_SIDE) -> str:
     """
     if not (math.isfinite(side) and side > 0):
         raise ValueError(f"the grid's side {side!r} must be a positive number of world units")
-    if isinstance(view, Relative):
-        return f"{dataset}/bucket:{_bucket(f'entity:{view.entity!r}')}"
-    if isinstance(view, Box | Sphere | Sector | RegionUnion):
-        bounds = view.bounds()
-        cell = ",".join(
-            _cell((lo + hi) / 2 / side) for lo, hi in zip(bounds.lo, bounds.hi, strict=True)
-        )
-        return f"{dataset}/cell:{cell}"
-    if isinstance(view, TopicFilter) and (subtree := _subtree(view.topic_filter)) is not None:
-        return f"{dataset}/topic:{subtree}"
-    if isinstance(view, ObjectPath):
-        return f"{dataset}/dir:{view.directory}"
-    return f"{dataset}/bucket:{_bucket(f'view:{to_text(view)}')}"
+    language: MapPart | None = registry.part_for(view, "map")
+    part = None if language is None else language.part(view, side)
+    if part is None:
+        part = f"bucket:{bucket(f'view:{to_text(view)}')}"
+    return f"{dataset}/{part}"
 
 
-def _subtree(topic_filter: str) -> str | None:
-    """The literal levels ``topic_filter`` starts with, at most ``TOPIC_DEPTH`` (None: it
-    starts with a wildcard, and spans every subtree)."""
-    literal = list(
-        itertools.takewhile(lambda level: level not in ("+", "#"), topic_filter.split("/"))
-    )
-    return "/".join(literal[:TOPIC_DEPTH]) if literal else None
+class MapPart:
+    """What the map asks a view language (``views.registry.Language.map``): the part of a
+    dataset a view of it falls in (rule 1), or None: a hash bucket of its text (this class's
+    answer, that of a language that has none)."""
+
+    def part(self, view: View, side: float) -> str | None:
+        """``view``'s part, after the dataset's name and ``/`` (``side``: the grid's side)."""
+        return None
 
 
-def _cell(scaled: float) -> str:
-    # A view centred beyond the floats' range (a box of -1e308..1e308 has centre 0, but one of
-    # 1e308..inf has none) still belongs to one cell.
-    return str(math.floor(scaled)) if math.isfinite(scaled) else "inf"
-
-
-def _bucket(text: str) -> int:
+def bucket(text: str) -> int:
+    """The hash bucket of ``text``, one of ``BUCKETS``."""
     digest = hashlib.blake2b(text.encode(), digest_size=8).digest()
     return int.from_bytes(digest, "big") % BUCKETS
 

@@ -180,11 +180,11 @@ for _kind in (
 ):
     register(_kind)
 
-_CORE = "fanout.relay.core.languages"
+_CORE, _MAP = "fanout.relay.core.languages", "fanout.cluster.parts"
 for _language in (
-    Language("region"),
+    Language("region", map=f"{_MAP}:REGION"),
     Language("sql", release=f"{_CORE}.sql:RELEASE"),
-    Language("topic", release=f"{_CORE}.topic:RELEASE"),
-    Language("path", release=f"{_CORE}.path:RELEASE"),
+    Language("topic", release=f"{_CORE}.topic:RELEASE", map=f"{_MAP}:TOPIC"),
+    Language("path", release=f"{_CORE}.path:RELEASE", map=f"{_MAP}:PATH"),
 ):
     register(_language)
