@@ -182,9 +182,9 @@ for _kind in (
 
 _CORE, _MAP = "fanout.relay.core.languages", "fanout.cluster.parts"
 for _language in (
-    Language("region", map=f"{_MAP}:REGION"),
-    Language("sql", release=f"{_CORE}.sql:RELEASE"),
-    Language("topic", release=f"{_CORE}.topic:RELEASE", map=f"{_MAP}:TOPIC"),
-    Language("path", release=f"{_CORE}.path:RELEASE", map=f"{_MAP}:PATH"),
+    Language("region", f"{_CORE}.region:RULES", "", f"{_MAP}:REGION"),
+    Language("sql", f"{_CORE}.sql:RULES", f"{_CORE}.sql:RELEASE"),
+    Language("topic", f"{_CORE}.topic:RULES", f"{_CORE}.topic:RELEASE", f"{_MAP}:TOPIC"),
+    Language("path", f"{_CORE}.path:RULES", f"{_CORE}.path:RELEASE", f"{_MAP}:PATH"),
 ):
     register(_language)

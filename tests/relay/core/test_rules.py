@@ -15,8 +15,9 @@ from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from fanout.errors import Unauthorized
+from fanout.relay.core.languages.topic import topic_meet
 from fanout.relay.core.planner import Policy
-from fanout.relay.core.rules import effective, restrict, topic_meet
+from fanout.relay.core.rules import effective, restrict
 from fanout.testing import strategies as fs
 from fanout.testing.oracle import grid_points, in_box, inside
 from fanout.testing.relaycore import ready_core
