@@ -127,6 +127,12 @@ def kinds() -> dict[str, Kind]:
     return dict(_KINDS)
 
 
+def languages() -> dict[str, Language]:
+    """Every registered view language, by name (entry points loaded at the first call)."""
+    _load_entry_points()
+    return dict(_LANGUAGES)
+
+
 def part_for(view: object, which: LanguagePart) -> Any:
     """The part ``which`` of the language of ``view`` (``views.kinds.kind_of``: an ``AnyOf`` is
     of its members'), or None: the language registers none.

@@ -1,6 +1,7 @@
 """Dataset kinds are plug-ins (views/registry.py): one registration per kind, looked up once,
 and no module that serves every kind asks which kind it holds — so a new kind is its two sides
-and one registration."""
+and one registration. View languages likewise: access rules, release and the cluster's map ask
+a view's language for its part, naming no language's views."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ import numpy as np
 import pytest
 
 import fanout
+from fanout.cluster.responsibility import MapPart, part_of
 from fanout.errors import ProtocolError
 from fanout.relay.core.relaycore import UPSTREAM, RelayCore
 from fanout.relay.kinds import RelaySide
@@ -19,6 +21,8 @@ from fanout.relay.kinds.keyed import KeyedKind
 from fanout.testing import exact
 from fanout.testing.exact.relay import ExactSelector
 from fanout.views import registry
+from fanout.views.kinds import KIND_CLASSES
+from fanout.views.text import parse
 from fanout.views.topic import parse as topic
 from fanout.wire.columns import decode_columns, encode_columns
 from fanout.wire.messages import Acquire, Batch, Catalog, DatasetInfo, Push, Subscribe
@@ -57,6 +61,14 @@ DISPATCHING = (
     "mqtt/ingest.py",
     "mqtt/producer.py",
 )
+
+#: The modules that work in every view language's algebra: each asks the view's language
+#: (``views.registry.Language``) and names no language's views.
+LANGUAGE_BLIND = ("relay/core/rules.py", "relay/core/release.py", "cluster/responsibility.py")
+#: The view classes of the built-in languages (``AnyOf``, of any language, is not one).
+VIEW_CLASSES = {cls.__name__ for classes in KIND_CLASSES.values() for cls in classes} | {
+    "AbsoluteRegion"
+}
 
 
 def _is_index(node: ast.AST) -> bool:
@@ -117,6 +129,40 @@ def test_the_core_never_asks_which_kind_a_dataset_is(module: str) -> None:
 @pytest.mark.parametrize("module", DISPATCHING)
 def test_every_other_place_finds_a_kind_in_the_registry(module: str) -> None:
     assert list(asks_which_kind(SRC / module)) == []
+
+
+@pytest.mark.parametrize("module", LANGUAGE_BLIND)
+def test_the_algebra_of_every_language_never_asks_which_language_a_view_is(module: str) -> None:
+    languages = {f"fanout.views.{name}" for name in ("sql", "topic", "objects", "region", "entity")}
+    for node in ast.walk(ast.parse((SRC / module).read_text())):
+        if isinstance(node, ast.ImportFrom) and node.module:
+            assert node.module not in languages, f"{module}:{node.lineno} imports {node.module}"
+            assert not node.module.startswith(
+                ("fanout.relay.core.languages", "fanout.cluster.parts")
+            ), f"{module}:{node.lineno} imports one language's part ({node.module})"
+            named = {alias.name for alias in node.names} & VIEW_CLASSES
+            assert not named, f"{module}:{node.lineno} imports view classes {sorted(named)}"
+        if isinstance(node, ast.Name | ast.Attribute):
+            name = node.id if isinstance(node, ast.Name) else node.attr
+            assert name not in VIEW_CLASSES, f"{module}:{node.lineno} names {name}"
+
+
+class _Everywhere(MapPart):
+    def part(self, view: object, side: float) -> str | None:
+        return "everywhere"
+
+
+EVERYWHERE = _Everywhere()
+
+
+def test_a_registered_language_answers_for_its_views() -> None:
+    built_in = registry.languages()["path"]
+    registry.register(registry.Language("path", map=f"{__name__}:EVERYWHERE"))
+    try:
+        assert part_of("d", parse("/pps/a/b", "path")) == "d/everywhere"
+    finally:
+        registry.register(built_in)
+    assert part_of("d", parse("/pps/a/b", "path")) == "d/dir:/pps/a"
 
 
 def test_the_check_sees_each_way_of_asking(tmp_path: Path) -> None:
