@@ -20,7 +20,6 @@ package's entry point in group ``fanout.kinds`` whose object is a :class:`Kind` 
 
 from __future__ import annotations
 
-import functools
 import importlib
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -28,6 +27,7 @@ from importlib.metadata import entry_points
 from typing import Any, Literal
 
 from fanout.errors import ProtocolError
+from fanout.views.anyof import AnyOf
 from fanout.views.kinds import kind_of
 
 Side = Literal["relay", "publisher"]
@@ -82,24 +82,24 @@ class Language:
     def part(self, which: LanguagePart) -> Any:
         """Its part ``which``, imported now if not yet (None: it has none)."""
         path = getattr(self, which)
-        return _load(path) if path else None
-
-
-@functools.cache
-def _load(path: str) -> Any:
-    module, _, name = path.partition(":")
-    return getattr(importlib.import_module(module), name)
+        if not path:
+            return None
+        module, _, name = path.partition(":")
+        return getattr(importlib.import_module(module), name)
 
 
 _KINDS: dict[str, Kind] = {}
 _LANGUAGES: dict[str, Language] = {}
 _ENTRY_POINTS: list[bool] = []  # loaded once: [True] after the first lookup
+_BY_CLASS: dict[type, str] = {}  # view class -> its language
+_PARTS: dict[tuple[str, LanguagePart], Any] = {}  # found parts, forgotten at a registration
 
 
 def register(kind: Kind | Language) -> None:
     """Register a kind or a view language (replacing one of the same name)."""
     if isinstance(kind, Language):
         _LANGUAGES[kind.name] = kind
+        _PARTS.clear()
     else:
         _KINDS[kind.index] = kind
 
@@ -112,6 +112,7 @@ def unregister(index: str) -> None:
 def unregister_language(name: str) -> None:
     """Forget the view language ``name`` (nothing if none is registered under it)."""
     _LANGUAGES.pop(name, None)
+    _PARTS.clear()
 
 
 def _load_entry_points() -> None:
@@ -133,21 +134,39 @@ def languages() -> dict[str, Language]:
     return dict(_LANGUAGES)
 
 
-def part_for(view: object, which: LanguagePart) -> Any:
-    """The part ``which`` of the language of ``view`` (``views.kinds.kind_of``: an ``AnyOf`` is
-    of its members'), or None: the language registers none.
+def view_language(view: object) -> str:
+    """The language of ``view`` (``views.kinds.kind_of``: an ``AnyOf`` is of its members'),
+    remembered by class: release asks it of every pair of views it compares.
 
     Raises:
         InvalidView: ``view`` is not a view.
     """
-    return part_of_language(kind_of(view), which)
+    cls = type(view)
+    name = _BY_CLASS.get(cls)
+    if name is None:
+        name = kind_of(view)
+        if cls is not AnyOf:
+            _BY_CLASS[cls] = name
+    return name
+
+
+def part_for(view: object, which: LanguagePart) -> Any:
+    """The part ``which`` of the language of ``view``, or None: the language registers none.
+
+    Raises:
+        InvalidView: ``view`` is not a view.
+    """
+    return part_of_language(view_language(view), which)
 
 
 def part_of_language(name: str, which: LanguagePart) -> Any:
     """The part ``which`` of view language ``name``, or None: none is registered."""
-    _load_entry_points()
-    language = _LANGUAGES.get(name)
-    return None if language is None else language.part(which)
+    key = (name, which)
+    if key not in _PARTS:
+        _load_entry_points()
+        language = _LANGUAGES.get(name)
+        _PARTS[key] = None if language is None else language.part(which)
+    return _PARTS[key]
 
 
 def lookup(index: str, dataset: str = "") -> Kind:

@@ -28,7 +28,7 @@ from collections.abc import Callable, Hashable, Iterable, Sequence
 from typing import Generic, TypeVar
 
 from fanout.relay.core.upstream import Primitive
-from fanout.views import View, covers, kind_of, registry
+from fanout.views import View, covers, registry
 
 T = TypeVar("T")
 
@@ -84,7 +84,7 @@ def _part(view: View) -> ReleasePart:
 def meets(a: View, b: View) -> bool:
     """Whether ``a`` and ``b`` could share a topic, object or row (True when not known; views
     of different kinds select from different datasets: False)."""
-    if kind_of(a) != kind_of(b):
+    if registry.view_language(a) != registry.view_language(b):
         return False
     return _part(a).meets(a, b)
 
@@ -120,19 +120,22 @@ class _Index(Generic[T]):
 
     def meeting(self, view: View) -> list[T]:
         """The items whose views meet ``view``."""
-        part = _part(view)
+        part, language = _part(view), registry.view_language(view)
+
+        def meeting(item: T) -> bool:  # ``meets``, the view's language found once
+            other = self.view_of(item)
+            return registry.view_language(other) == language and part.meets(other, view)
+
         probe = part.probes(view)
         found: Iterable[T]
         if probe is None:
-            return [item for item in self.items if meets(self.view_of(item), view)]
+            return [item for item in self.items if meeting(item)]
         if len(probe) == 1 and (among := self._finder(part, probe[0])) is not None:
             under = self.found.get(probe[0], [])  # one key: narrowed by the language
             found = [under[at] for at in among(view)]
         else:  # no item is under two of one view's probes
             found = (item for key in probe for item in self.found.get(key, ()))
-        return [
-            item for item in itertools.chain(found, self.wide) if meets(self.view_of(item), view)
-        ]
+        return [item for item in itertools.chain(found, self.wide) if meeting(item)]
 
     def _finder(self, part: ReleasePart, key: Hashable) -> Callable[[View], list[int]] | None:
         if key not in self._among:
