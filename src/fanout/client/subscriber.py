@@ -116,7 +116,10 @@ class Subscriber:
         self._writing: dict[int, asyncio.Future[tuple[int, int]]] = {}
         self._into: dict[int, LiveView] = {}
         self._on_moved: Callable[[LiveView, str], None] | None = None
-        #: Feeds the core what arrives (``connect`` starts it in its TaskGroup).
+        #: The connection's tasks, held open by ``connect``'s block: its reader, and what follows
+        #: its views for the caller (an ``ObjectFile``'s follower).
+        self.tasks = Background()
+        #: Feeds the core what arrives (``connect`` starts it in ``tasks``).
         self._reader: asyncio.Task[None] | None = None
 
     @property
@@ -352,8 +355,8 @@ async def connect(
         answer = await greet(websocket, codec.encode(hello), url)
         welcome = check_welcome(codec.to_subscriber().decode(answer))
         subscriber = Subscriber(websocket, buffer, capabilities, welcome.datasets)
-        async with Background() as background:
-            subscriber._reader = background.start(subscriber._read())
+        async with subscriber.tasks:
+            subscriber._reader = subscriber.tasks.start(subscriber._read())
             try:
                 yield subscriber
             finally:
