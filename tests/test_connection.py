@@ -51,13 +51,11 @@ async def pair(write_limit: int = 0) -> AsyncIterator[tuple[ServerConnection, Cl
 async def test_a_frame_to_a_connection_with_nothing_pending_is_written_at_once() -> None:
     async with pair() as (server_side, client):
         idled: list[bool] = []
-        outbound = Outbound(server_side, limit=8, on_idle=lambda: idled.append(True))
-        outbound.start()
-        assert outbound.offer(b"one")
-        # Written by offer itself: nothing queued, the writer task did not run yet.
-        assert outbound.sent == 1 and outbound.pending == 0 and outbound.idle
-        assert await client.recv() == b"one"
-        await outbound.finish()
+        async with Outbound(server_side, limit=8, on_idle=lambda: idled.append(True)) as outbound:
+            assert outbound.offer(b"one")
+            # Written by offer itself: nothing queued, the writer task did not run yet.
+            assert outbound.sent == 1 and outbound.pending == 0 and outbound.idle
+            assert await client.recv() == b"one"
 
 
 @given(size=st.one_of(st.integers(0, 300), st.sampled_from([125, 126, 127, 65535, 65536, 70000])))
@@ -68,9 +66,7 @@ def test_a_binary_frame_is_framed_as_websockets_frames_it(size: int) -> None:
 
 
 async def test_frames_of_every_header_size_reach_the_peer_whole() -> None:
-    async with pair() as (server_side, client):
-        outbound = Outbound(server_side, limit=8)
-        outbound.start()
+    async with pair() as (server_side, client), Outbound(server_side, limit=8) as outbound:
         for size in (0, 125, 126, 65535, 65536, 300_000):
             data = bytes(range(256)) * (size // 256) + bytes(size % 256)
             assert outbound.offer(data)
@@ -78,36 +74,31 @@ async def test_frames_of_every_header_size_reach_the_peer_whole() -> None:
         server_side.protocol.send_binary(b"by websockets")  # in step with the frames before
         server_side.send_data()
         assert await asyncio.wait_for(client.recv(), 5) == b"by websockets"
-        await outbound.finish()
 
 
 async def test_a_peer_that_does_not_read_leaves_the_connection_busy_until_it_drains() -> None:
     big = bytes(range(256)) * 16_384  # 4 MiB: more than the kernel's socket buffers take
     async with pair() as (server_side, client):
         idled: list[bool] = []
-        outbound = Outbound(server_side, limit=8, on_idle=lambda: idled.append(True))
-        outbound.start()
-        # The client's queue holds one message: once it has this one it stops reading.
-        assert outbound.offer(b"first")
-        await asyncio.sleep(0.2)
-        assert outbound.offer(big)
-        assert not outbound.idle  # the kernel left bytes in the transport
-        assert outbound.offer(b"after")  # queued behind them, not written past them
-        assert outbound.pending >= 1
-        assert await client.recv() == b"first"
-        assert await client.recv() == big
-        assert await client.recv() == b"after"
-        # drained: the core hears it may push again
-        await eventually(lambda: outbound.idle and idled, what="the outbound queue drained")
-        assert outbound.sent == 3
-        await outbound.finish()
+        async with Outbound(server_side, limit=8, on_idle=lambda: idled.append(True)) as outbound:
+            # The client's queue holds one message: once it has this one it stops reading.
+            assert outbound.offer(b"first")
+            await asyncio.sleep(0.2)
+            assert outbound.offer(big)
+            assert not outbound.idle  # the kernel left bytes in the transport
+            assert outbound.offer(b"after")  # queued behind them, not written past them
+            assert outbound.pending >= 1
+            assert await client.recv() == b"first"
+            assert await client.recv() == big
+            assert await client.recv() == b"after"
+            # drained: the core hears it may push again
+            await eventually(lambda: outbound.idle and idled, what="the outbound queue drained")
+            assert outbound.sent == 3
 
 
 async def test_a_full_queue_closes_the_connection_as_a_slow_consumer() -> None:
     big = bytes(4 << 20)
-    async with pair() as (server_side, client):
-        outbound = Outbound(server_side, limit=2)
-        outbound.start()
+    async with pair() as (server_side, client), Outbound(server_side, limit=2) as outbound:
         assert outbound.offer(b"first")
         await asyncio.sleep(0.2)  # the client has it and stops reading
         assert outbound.offer(big)  # the kernel takes part: it counts as one frame waiting
@@ -119,26 +110,29 @@ async def test_a_full_queue_closes_the_connection_as_a_slow_consumer() -> None:
         await asyncio.wait_for(server_side.wait_closed(), 10)
         assert server_side.close_code == 1008
         assert "slow consumer" in (server_side.close_reason or "")
-        await outbound.finish()
 
 
-async def stalled(server_side: ServerConnection, big: bytes, **limits: int) -> Outbound:
-    """An outbound whose client took ``b"first"`` and stopped reading, with ``big`` (more than
-    the kernel takes) draining: one frame waiting."""
-    outbound = Outbound(server_side, **limits)
-    outbound.start()
-    assert outbound.offer(b"first")
-    await asyncio.sleep(0.2)  # the client has it and stops reading
-    assert outbound.offer(big)  # the kernel takes part: one frame waiting
-    return outbound
+@asynccontextmanager
+async def stalled(
+    server_side: ServerConnection, big: bytes, **limits: int
+) -> AsyncIterator[Outbound]:
+    """An outbound, its block open, whose client took ``b"first"`` and stopped reading, with
+    ``big`` (more than the kernel takes) draining: one frame waiting."""
+    async with Outbound(server_side, **limits) as outbound:
+        assert outbound.offer(b"first")
+        await asyncio.sleep(0.2)  # the client has it and stops reading
+        assert outbound.offer(big)  # the kernel takes part: one frame waiting
+        yield outbound
 
 
 async def test_control_frames_have_room_of_their_own_and_keep_their_place() -> None:
     """Answers and notices queued behind a draining push do not make a slow consumer until
     ``limit + control`` frames wait; order is kept."""
     big = bytes(4 << 20)
-    async with pair() as (server_side, client):
-        outbound = await stalled(server_side, big, limit=2, control=5)
+    async with (
+        pair() as (server_side, client),
+        stalled(server_side, big, limit=2, control=5) as outbound,
+    ):
         assert outbound.offer(b"push")  # the second of limit=2
         controls = [f"control {n}".encode() for n in range(5)]
         for control in controls:  # past limit, within limit + control
@@ -146,7 +140,6 @@ async def test_control_frames_have_room_of_their_own_and_keep_their_place() -> N
         assert not outbound.overflowed
         received = [await client.recv() for _ in range(3 + len(controls))]
         assert received == [b"first", big, b"push", *controls]
-        await outbound.finish()
 
 
 @pytest.mark.parametrize("last_is_control", [False, True])
@@ -154,8 +147,10 @@ async def test_pushes_past_limit_or_frames_past_limit_and_control_close_it(
     last_is_control: bool,
 ) -> None:
     big = bytes(4 << 20)
-    async with pair() as (server_side, client):
-        outbound = await stalled(server_side, big, limit=2, control=2)
+    async with (
+        pair() as (server_side, client),
+        stalled(server_side, big, limit=2, control=2) as outbound,
+    ):
         assert outbound.offer(b"a", control=True)
         assert outbound.offer(b"b", control=True)
         if last_is_control:
@@ -168,20 +163,18 @@ async def test_pushes_past_limit_or_frames_past_limit_and_control_close_it(
         assert outbound.closed_for == "slow consumer: 4 frames waiting to be sent"
         assert await client.recv() == b"first"
         assert await client.recv() == big  # then the close frame: the handshake ends at once
-        await outbound.finish()
 
 
 async def test_closing_twice_closes_once_with_the_first_reason(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     async with pair() as (server_side, client):
-        outbound = Outbound(server_side, limit=2)
-        outbound.start()
-        outbound.close("slow consumer: a push unread for 11 s")
-        outbound.close("slow consumer: a push unread for 12 s")  # the next housekeeping
-        with pytest.raises(ConnectionClosed):
-            await client.recv()
-        await outbound.finish()  # waits for the closing handshake it started
+        async with Outbound(server_side, limit=2) as outbound:
+            outbound.close("slow consumer: a push unread for 11 s")
+            outbound.close("slow consumer: a push unread for 12 s")  # the next housekeeping
+            with pytest.raises(ConnectionClosed):
+                await client.recv()
+        # Leaving the block waited for the closing handshake it started.
         assert server_side.close_code == 1008
         assert server_side.close_reason == "slow consumer: a push unread for 11 s"
         assert outbound.closed_for == "slow consumer: a push unread for 11 s"

@@ -16,12 +16,15 @@ import contextlib
 import logging
 import struct
 from collections.abc import AsyncIterator, Callable
+from types import TracebackType
 from typing import Any
 
 from websockets.asyncio.client import ClientConnection, connect
 from websockets.asyncio.connection import Connection
 from websockets.exceptions import ConnectionClosed, InvalidHandshake
 from websockets.protocol import Side, State
+
+from fanout.background import Background
 
 log = logging.getLogger(__name__)
 
@@ -43,6 +46,10 @@ class Outbound:
     split moving them), while a large push is still draining, is not taken for a slow consumer:
     their number is bounded by what it sent and what it holds, not by its reading.
 
+    The connection's handler holds it open (``async with outbound:``) around its read loop: the
+    block owns the writer task and the closing handshake ``close`` starts, and leaving it lets
+    queued frames go out (``grace``) and waits for both.
+
     Attributes:
         sent: frames written so far.
         sent_bytes: bytes of those frames (WebSocket framing not counted).
@@ -56,6 +63,7 @@ class Outbound:
         limit: int,
         on_idle: Callable[[], None] | None = None,
         control: int = 0,
+        grace: float = 1.0,
     ) -> None:
         self._websocket = websocket
         self._limit = limit
@@ -71,6 +79,11 @@ class Outbound:
         self.sent_bytes = 0
         self.overflowed = False
         self.closed_for: str | None = None
+        #: Seconds queued frames get to go out when the block ends.
+        self.grace = grace
+        #: The writer and the closing handshake, while the ``async with`` block is open.
+        self._tasks = Background()
+        self._open = False
         self._writer: asyncio.Task[None] | None = None
         self._closing: asyncio.Task[None] | None = None
         self._drained = asyncio.Event()
@@ -81,25 +94,32 @@ class Outbound:
             protocol.side is Side.SERVER and not protocol.extensions and not protocol.debug
         )
 
-    def start(self) -> None:
-        """Start the writer task (owned by this object; stopped by ``finish``)."""
-        # Not in a TaskGroup: the connection handlers that own an Outbound (the relay's shell,
-        # the publisher's control plane, the links) start and finish it by hand around their
-        # read loop, ``finish`` in their ``finally``; the task is held here and ended there.
-        self._writer = self._loop.create_task(self._run())
+    async def __aenter__(self) -> Outbound:
+        """Start the writer task, in this object's ``Background``."""
+        await self._tasks.__aenter__()
+        self._writer = self._tasks.start(self._run())
+        self._open = True
+        return self
 
-    async def finish(self, grace: float = 1.0) -> None:
+    async def __aexit__(
+        self,
+        kind: type[BaseException] | None,
+        error: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
         """Give queued frames up to ``grace`` seconds to go out, then stop the writer (and
         wait for a closing handshake ``close`` started: websockets bounds it)."""
-        if not self.idle and self._websocket.state is not State.CLOSED:
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._drained.wait(), grace)
-        if self._writer is not None:
-            self._writer.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._writer
-        if self._closing is not None:
-            await self._closing
+        try:
+            if not self.idle and self._websocket.state is not State.CLOSED:
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._drained.wait(), self.grace)
+            if self._writer is not None:
+                self._writer.cancel()
+        finally:
+            self._open = False
+            # The block's error stays the caller's: the group only waits for the writer and
+            # the closing handshake.
+            await self._tasks.__aexit__(None, None, None)
 
     @property
     def idle(self) -> bool:
@@ -165,13 +185,12 @@ class Outbound:
     def close(self, reason: str) -> None:
         """Close the connection with a policy-violation code and ``reason`` (once: later calls,
         while the closing handshake runs, do nothing)."""
-        if self._closing is not None:
+        if self.closed_for is not None:
             return
         log.warning("closing %s: %s", self._websocket.remote_address, reason)
         self.closed_for = reason
-        # Called from sync code (``offer``, the event loop's callbacks): the closing handshake
-        # is held here and awaited by ``finish``, as the writer is.
-        self._closing = self._loop.create_task(self._websocket.close(POLICY_VIOLATION, reason))
+        if self._open:  # after the block the connection's handler is closing it already
+            self._closing = self._tasks.start(self._websocket.close(POLICY_VIOLATION, reason))
 
     async def put(self, data: bytes) -> None:
         """Queue a frame, waiting for room: for a long, paced stream such as a replay."""

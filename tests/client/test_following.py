@@ -17,16 +17,15 @@ from fanout.client.following import connect_cluster
 from fanout.cluster.registry import Registry, connect
 from fanout.cluster.responsibility import part_of
 from fanout.relay.config import Cluster
+from fanout.testing.catalog import catalog
 from fanout.testing.ports import LOOPBACK, free_port
 from fanout.testing.publisher import ScriptedPublisher, serving
 from fanout.testing.redis import throwaway_redis_cluster
 from fanout.testing.relays import running_relay
 from fanout.testing.wait import eventually
 from fanout.views import Box
-from fanout.wire.messages import Catalog, DatasetInfo
 
 pytestmark = pytest.mark.asyncio
-INFO = DatasetInfo("agents", "id", {"id": "<i8", "x": "<f8", "y": "<f8"}, "space", ["x", "y"])
 
 
 @pytest.fixture(scope="module")
@@ -38,7 +37,7 @@ def registry() -> Iterator[str]:
 
 @contextlib.asynccontextmanager
 async def two_relays(registry: str, prefix: str) -> AsyncIterator[tuple[list, ScriptedPublisher]]:  # type: ignore[type-arg]
-    publisher = ScriptedPublisher(Catalog([INFO]))
+    publisher = ScriptedPublisher(catalog())
     async with (
         serving(publisher) as url,
         running_relay(url, name=f"{prefix}a", cluster=Cluster(registry, lease=30.0)) as a,

@@ -15,19 +15,19 @@ import httpx
 from fanout.client import connect
 from fanout.relay.config import Limits, Planning
 from fanout.relay.core.planner import Policy
+from fanout.testing.catalog import catalog, sensors
 from fanout.testing.publisher import ScriptedPublisher, serving
 from fanout.testing.relays import running_relay
 from fanout.testing.wait import eventually
 from fanout.views import Box
-from fanout.wire.messages import Catalog, DatasetInfo, Error, Subscribe
+from fanout.wire.messages import Error, Subscribe
 
-INFO = DatasetInfo("agents", "id", {"id": "<i8", "x": "<f8", "y": "<f8"}, "space", ["x", "y"])
 QUERY = "/v1/subscribe?dataset=agents&view=box:0,0,10,10"
 
 
 @contextlib.asynccontextmanager
 async def deployment(**config: object) -> AsyncIterator[tuple[ScriptedPublisher, object, str]]:
-    publisher = ScriptedPublisher(Catalog([INFO]))
+    publisher = ScriptedPublisher(catalog())
     async with (
         serving(publisher) as url,
         running_relay(url, planning=Planning(Policy(widen="margin")), **config) as (
@@ -130,8 +130,7 @@ async def test_the_viewer_shows_a_topic_dataset_as_a_table_that_highlights_chang
 ) -> None:
     from fanout.testing.browser import open_browser
 
-    sensors = DatasetInfo("sensors", "topic", {"topic": "str", "value": "<f8"}, "topic", ["topic"])
-    publisher = ScriptedPublisher(Catalog([sensors]))
+    publisher = ScriptedPublisher(catalog(sensors()))
     async with (
         serving(publisher) as url,
         running_relay(url, planning=Planning(Policy(widen="exact"))) as (_, relay_url),
@@ -191,7 +190,7 @@ class Elsewhere:
 async def test_a_stream_another_relay_is_responsible_for_is_a_307_there_that_clients_follow() -> (
     None
 ):
-    publisher = ScriptedPublisher(Catalog([INFO]))
+    publisher = ScriptedPublisher(catalog())
     async with (
         serving(publisher) as url,
         running_relay(url, planning=Planning(Policy(widen="margin"))) as (relay_a, a_url),
@@ -223,7 +222,7 @@ async def test_a_held_stream_whose_part_moved_ends_with_where_to_go_and_goes_on_
     from fanout.wire import codec
     from fanout.wire.messages import Unsubscribe
 
-    publisher = ScriptedPublisher(Catalog([INFO]))
+    publisher = ScriptedPublisher(catalog())
     async with (
         serving(publisher) as url,
         running_relay(url, planning=Planning(Policy(widen="margin"))) as (relay_a, a_url),

@@ -1,13 +1,6 @@
 """A snoopy object cache for applications (Liebig et al., §4.1.1-4.1.2): the asyncio shell on
-NATS (and PostgreSQL for writes) around ``cache.core``. The reference is ``docs/caches.md``::
-
-    async with await SnoopyCache.connect("nats://127.0.0.1:4222", "auction", db=dsn) as cache:
-        item = cache.find_by_key("item", 1234)        # a handle, at once; nothing loaded yet
-        row = await item.get()                        # the state: snooped meanwhile, or loaded
-        misc = await cache.find_by_label("item", "computer.hardware.*")
-        async for change in cache.events():           # or cache.on_change(callback)
-            ...
-        await cache.save("bid", {"id": 7, "item": 1234, "amount": 12.5})
+NATS (and PostgreSQL for writes) around ``cache.core``. The reference, with an example, is
+``docs/caches.md``.
 
 Rules:
 

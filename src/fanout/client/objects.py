@@ -24,6 +24,7 @@ from typing import Any
 
 import numpy as np
 
+from fanout.background import Background
 from fanout.client.publisher import PublisherClient
 from fanout.client.subscriber import LiveView, Subscriber, SubscriptionError, Update
 from fanout.errors import InvalidWrite
@@ -54,7 +55,7 @@ class ObjectFile:
         store: this reader's copy of the cells the path selects.
     """
 
-    def __init__(self, path: ObjectPath, live: LiveView) -> None:
+    def __init__(self, path: ObjectPath, live: LiveView, tasks: Background) -> None:
         self.path = path
         self.live = live
         self.store = ObjectStore()
@@ -63,9 +64,10 @@ class ObjectFile:
         self._version = 0  # pushes that changed something (or were full)
         self._read_version = -1
         self._changed = asyncio.Event()
-        # Not in a TaskGroup: an ObjectFile is opened and closed like a file (PPS), with no block
-        # to own a group. Its one task is held here and cancelled and awaited by ``close``.
-        self._task = asyncio.create_task(self._follow())
+        # Opened and closed like a file (PPS), with no block of its own: its follower is a task
+        # of its connection's (``tasks``), cancelled and awaited by ``close``, and ended with
+        # the connection at the latest (its view then fails).
+        self._task = tasks.start(self._follow())
 
     @property
     def ready(self) -> bool:
@@ -181,7 +183,7 @@ class Objects:
             raise SubscriptionError("read_only", "these objects have no relay connection to read")
         view = ObjectPath(path)
         live = await self.subscriber.subscribe(view, self.dataset, rate=rate)
-        return ObjectFile(view, live)
+        return ObjectFile(view, live, self.subscriber.tasks)
 
     async def write(
         self, path: str, lines: str | Sequence[WriteLine], *, persist: bool = True

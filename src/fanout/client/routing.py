@@ -1,28 +1,14 @@
 """Choosing a relay for a view, so that subscribers of the same area meet at the same relay.
 
 A relay shares data between the subscribers it serves (founding document 000: relays
-"specialised to a set of views with a high degree of overlap"). Two subscribers looking at the
-same place gain nothing from that if a load balancer puts them on different relays: each relay
-then holds the place, and the publisher sends it to each. :func:`rank` orders relays for a view
-by rendezvous (highest-random-weight) hashing of the view's *area* — the cell of a grid of side
-``side`` holding the centre of the view's bounding box — so that:
-
-* every subscriber of an area, on any machine, with the same relay list, picks the same relay
-  first, and the same one next if that one is gone (the rest of the ranking is the failover
-  order);
-* adding or removing a relay moves only the areas that relay wins or held, about 1/n of them;
-* areas spread over the relays like a hash does: choose ``side`` about the size of a cluster of
-  views (a point of interest with its spectators), much larger than one view and much smaller
-  than the world.
-
-Views with no place are hashed by their text (``views.to_text``): identical SQL queries, topic
-filters and object paths meet at one relay, where they are evaluated once. A view relative to an
-entity moves with it; it is hashed by the entity, so all views following one entity meet.
-
-Where subscribers know what they share better than a grid does — the spectators of one match,
-the followers of one point of interest, the members of one team — they can give a routing
-``key`` instead: every view with the same key meets at one relay, wherever the views lie (a
-cluster of views that straddles a grid line is split by area, never by key).
+"specialised to a set of views with a high degree of overlap"), which gains nothing if a load
+balancer puts two subscribers of one place on different relays. :func:`rank` orders relays for
+a view by rendezvous (highest-random-weight) hashing of the view's *area* — the cell of a grid
+of side ``side`` holding the centre of the view's bounding box —, of its text if it has no
+place, of its entity if it is relative to one, or of a routing ``key`` the caller gives: every
+subscriber with the same relay list then picks the same relay first, and the same one next if
+that one is gone. Why, and how to choose ``side`` or a key: docs/deploy.md, "Which relay a
+subscriber uses".
 """
 
 from __future__ import annotations

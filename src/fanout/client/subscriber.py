@@ -8,30 +8,9 @@
 A ``LiveView`` keeps the materialised rows of its view (``view.rows``), applied from every push in
 order as frames arrive, so they are exact whether or not the program iterates. Iteration yields
 ``Update`` notifications through a bounded buffer: if the program falls behind, the oldest
-notifications are dropped (counted in ``view.dropped``) — never the rows.
-
-A subscription may ask the relay to adapt its rows (``transform=Transform(...)``: projection,
-float32, fixed-point, coordinates relative to an entity) and to favour it over the connection's
-other subscriptions (``priority``). Rows hold the values as sent: float32 values as Python
-floats, ``fixed`` values as integers counting ``view.effective_transform.quantum``; the
-``capabilities`` given to :func:`connect` decide what the relay may send (see
-``Transform.negotiate``).
-
-``mode="every"`` asks for every change, in order, exactly once: one update per publisher seq (a
-push, or a no-update when nothing in the view changed), none coalesced, none dropped from the
-iteration buffer. ``view.token()`` is where it stopped; after a disconnect, subscribe again —
-on the same relay or another — with ``resume=old_view`` and the new view continues with the old
-rows from the next seq, with no gap and no duplicate. Updates the old view received but its
-iteration had not yielded yet (frames still arriving while its connection closed) are yielded
-first by the new view, so an iterating program misses none of them::
-
-    view = await sub.subscribe(box, mode="every")
-    ...  # the connection drops
-    async with connect(other_relay) as sub2:
-        view = await sub2.subscribe(box, mode="every", resume=view)
-
-If the seqs it missed are no longer in the publisher's log, the relay says so (``view.resyncs``
-counts it) and starts again with a full push: never a silent loss.
+notifications are dropped (counted in ``view.dropped``) — never the rows. Transforms, priorities
+and capabilities: docs/concepts.md; ``mode="every"`` and resuming with ``resume=``:
+docs/delivery.md.
 """
 
 from __future__ import annotations
@@ -116,7 +95,10 @@ class Subscriber:
         self._writing: dict[int, asyncio.Future[tuple[int, int]]] = {}
         self._into: dict[int, LiveView] = {}
         self._on_moved: Callable[[LiveView, str], None] | None = None
-        #: Feeds the core what arrives (``connect`` starts it in its TaskGroup).
+        #: The connection's tasks, held open by ``connect``'s block: its reader, and what follows
+        #: its views for the caller (an ``ObjectFile``'s follower).
+        self.tasks = Background()
+        #: Feeds the core what arrives (``connect`` starts it in ``tasks``).
         self._reader: asyncio.Task[None] | None = None
 
     @property
@@ -352,8 +334,8 @@ async def connect(
         answer = await greet(websocket, codec.encode(hello), url)
         welcome = check_welcome(codec.to_subscriber().decode(answer))
         subscriber = Subscriber(websocket, buffer, capabilities, welcome.datasets)
-        async with Background() as background:
-            subscriber._reader = background.start(subscriber._read())
+        async with subscriber.tasks:
+            subscriber._reader = subscriber.tasks.start(subscriber._read())
             try:
                 yield subscriber
             finally:

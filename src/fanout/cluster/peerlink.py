@@ -104,9 +104,7 @@ class PeerLink:
             await websocket.send(codec.encode(hello))
             check_welcome(decoder.decode(await websocket.recv()))
             self._transport = websocket.transport
-            outbound = Outbound(websocket, limit=MAX_WAITING)
-            outbound.start()
-            try:
+            async with Outbound(websocket, limit=MAX_WAITING) as outbound:
                 async for message in websocket:
                     frame = decoder.decode(message)
                     match frame:
@@ -119,5 +117,3 @@ class PeerLink:
                             self._waiting.clear()
                         case Error():
                             self._on_error(self.name, frame)
-            finally:
-                await outbound.finish()

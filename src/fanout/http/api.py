@@ -3,23 +3,8 @@
 ``GET /v1/subscribe?dataset=&view=&mode=&rate=`` subscribes like a ``Subscribe`` frame and
 answers a stream of JSON events, one per line (NDJSON, ``application/x-ndjson``) or as
 Server-Sent Events (``text/event-stream``, chosen by ``format=sse`` or an ``Accept`` header
-naming it). ``GET /v1/datasets`` describes the datasets. See docs/http.md.
-
-Events, in order: ``subscribed`` (the key and the columns), then ``push`` (the first one
-``full``: the whole view; then deltas: ``entered`` and ``updated`` rows as objects, ``left``
-keys) and ``no_update``; ``error`` ends the stream unless its code is ``resync`` (a full push
-follows). Numbers are strict JSON: NaN and infinities are ``null``.
-
-An ``every`` subscription's pushes and no-updates carry ``token``: where the stream is (epoch,
-seq and the keys held), URL-safe. ``token=`` in the URL or SSE's ``Last-Event-ID`` header
-(which wins if both are given) resumes after it, on this relay or another, with no gap and no
-duplicate (docs/delivery.md).
-
-A stream whose part **moved** (relays in a map split or merged on load, ``cluster``) ends
-with a ``moved`` event: the same request at the relay now responsible (``location``), the
-token to resume with (``token``, mode ``every``) and why; then the response ends normally.
-An NDJSON client makes the request at ``location`` with that token (``Last-Event-ID`` header or
-``token=``); an ``EventSource`` needs nothing: see :data:`MOVE_RETRY_MS`.
+naming it). ``GET /v1/datasets`` describes the datasets. The events, tokens and resuming, and
+a stream whose part moved: docs/http.md.
 
 Nothing here touches a socket: :func:`parse_subscribe` reads a request's query, and
 :class:`EventStream` turns the relay's frames for one subscription into encoded events.

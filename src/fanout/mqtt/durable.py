@@ -37,11 +37,8 @@ Rules (of a relay in a cluster, ``--mqtt-redis``, with a topic dataset, ``--mqtt
    their packet identifiers (DUP set; a PUBRECed one: its PUBREL) and does not replay them,
    nor the completed ones, from the log: each reaches the client once.
 
-What the log holds is the guarantee's limit (``ingest``): a topic dataset keeps retained
-messages, one state per topic per micro-batch; one that logs messages also keeps every message
-published at QoS 1 or 2 without RETAIN, as a row of its own. A message the dataset does not
-keep (QoS 0 without RETAIN, or any without RETAIN in a dataset that does not log messages), or
-a retained one replaced within the same micro-batch, is delivered live only and not replayed.
+What the log holds is the guarantee's limit (``ingest``; docs/mqtt.md, "Persistent sessions
+across relays"): a message it does not keep is delivered live only and not replayed.
 """
 
 from __future__ import annotations

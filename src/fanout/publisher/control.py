@@ -296,41 +296,43 @@ class ControlPlane:
         )
         outbound = Outbound(websocket, self.queue_limit)
         self._open.add(outbound)
-        outbound.start()
         refused = False  # the session ended the connection (bad input): close it here
         expired = False  # its token expired (``fanout.expiry``): close it here
         try:
-            # The connection owns the work its requests started (a replay, reads, publishes):
-            # when it ends, what is still running is cancelled and waited for.
-            async with asyncio.TaskGroup() as group:
-                peer = _Peer(session, outbound, _Work(group))
+            async with outbound:  # leaving it, its last frames go out
                 try:
-                    async with asyncio.timeout(self.hello_timeout) as handshake:
-                        peer.handshake = handshake
-                        async for message in websocket:
-                            started = time.perf_counter()
-                            self._frames_received += 1
-                            if not self._act(session.receive(message), peer):
-                                refused = True
-                                break
-                            if peer.suspect:
-                                await self._pay(time.perf_counter() - started)
-                except TimeoutError:
-                    if isinstance(session.grant, Grant):  # after the hello: its token expired
-                        outbound.offer(codec.encode(expiry.expired()))
-                        expired = True
-                    else:
-                        self._act(session.hello_overdue(self.hello_timeout), peer)
-                except ConnectionClosed:
-                    pass  # the peer went away; its primitives are released below
+                    # The connection owns the work its requests started (a replay, reads,
+                    # publishes): when it ends, what is still running is cancelled and waited for.
+                    async with asyncio.TaskGroup() as group:
+                        peer = _Peer(session, outbound, _Work(group))
+                        try:
+                            async with asyncio.timeout(self.hello_timeout) as handshake:
+                                peer.handshake = handshake
+                                async for message in websocket:
+                                    started = time.perf_counter()
+                                    self._frames_received += 1
+                                    if not self._act(session.receive(message), peer):
+                                        refused = True
+                                        break
+                                    if peer.suspect:
+                                        await self._pay(time.perf_counter() - started)
+                        except TimeoutError:
+                            # After the hello: its token expired.
+                            if isinstance(session.grant, Grant):
+                                outbound.offer(codec.encode(expiry.expired()))
+                                expired = True
+                            else:
+                                self._act(session.hello_overdue(self.hello_timeout), peer)
+                        except ConnectionClosed:
+                            pass  # the peer went away; its primitives are released below
+                        finally:
+                            peer.work.cancel()
                 finally:
-                    peer.work.cancel()
+                    if session.relay is not None:
+                        self._relays.pop(session.relay, None)
+                        log.info("relay %d disconnected", session.relay)
+                    session.close()
         finally:
-            if session.relay is not None:
-                self._relays.pop(session.relay, None)
-                log.info("relay %d disconnected", session.relay)
-            session.close()
-            await outbound.finish()
             self._open.discard(outbound)
             frames, sent = self._closed_sent
             self._closed_sent = (frames + outbound.sent, sent + outbound.sent_bytes)

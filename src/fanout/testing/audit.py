@@ -1,23 +1,15 @@
 """Audit an ``every`` subscriber's updates against the publisher's log: every change, in order,
-exactly once (docs/delivery.md; US 7,487,246, "Gapless delivery and durable subscriptions in a
-content-based publish/subscribe system").
+exactly once (docs/delivery.md, "Checking it"; US 7,487,246, "Gapless delivery and durable
+subscriptions in a content-based publish/subscribe system").
 
 The log is the only durable copy of the stream; :func:`audit` replays a subscriber's received
-updates against it and counts what broke the promise::
-
-    with SqliteLog("state/log.db") as log:
-        report = audit(updates, box, key="id", index=("x", "y"), log=log, dataset="agents")
-    assert report.clean
-
-For each update, the logged change of its seq decides what the update must hold: rows that
-changed and are inside the view are *entered* (if the subscriber did not hold them) or *updated*;
-held rows that changed to outside it, or were deleted, *left*; nothing else. A full push (the
-first, or the one after an announced ``resync``) starts the replay again from its rows.
-
-What a view selects is decided here independently of the relay: regions, topic filters and
-object paths by ``fanout.views.members``, SQL views by running the view's text in a DuckDB
-database of its own over each changed row alone (mode ``every`` takes only SQL views that
-select rows one by one), not by the relay's query engine that the audit checks.
+updates against it and counts what broke the promise. For each update, the logged change of its
+seq decides what the update must hold: rows that changed and are inside the view are *entered*
+(if the subscriber did not hold them) or *updated*; held rows that changed to outside it, or
+were deleted, *left*; nothing else. A full push (the first, or the one after an announced
+``resync``) starts the replay again from its rows. What a view selects is decided here, not by
+the relay's query engine that the audit checks: ``fanout.views.members``, or for SQL views the
+view's text run in a DuckDB database of its own over each changed row alone.
 """
 
 from __future__ import annotations

@@ -178,46 +178,49 @@ class WebSocketServer:
             control=limits.max_subscriptions + limits.read_burst,  # its subscriptions' notices
         )
         client = relay.open(outbound)
-        outbound.start()
         throttle = Throttle(limits.read_rate, limits.read_burst) if limits.read_rate > 0 else None
         refused: str | None = None  # why the relay closes the connection, if it does
         connected = False
         try:
-            async with asyncio.timeout(limits.hello_timeout) as handshake:
-                async for message in websocket:
-                    started = time.perf_counter()  # decoding a frame is control time too
-                    self.frames_received += 1
-                    outcome = session.receive(message)
-                    if outcome.reply is not None:
-                        self._count_refusal(outcome.reply, outcome.close)
-                        outbound.offer(codec.encode(outcome.reply), control=True)
-                    if outcome.close:
-                        refused = getattr(outcome.reply, "message", "closing")
-                        break
-                    if session.hello is not None and not connected:
-                        connected = True
-                        handshake.reschedule(expiry.deadline(session.grant))
-                        relay.connect(client, session.grant, session.hello.capabilities)
-                        if session.hello.role == "relay":  # a relay below: tiers
-                            refused = await self._below(client, websocket, session.hello)
-                            break
-                    await self._take(relay, client, outcome.deliver, throttle, started)
-        except TimeoutError:
-            if connected:  # after the hello: its token expired
-                refused = expiry.EXPIRED
-                outbound.offer(codec.encode(expiry.expired()))
-            else:
-                self.hello_timeouts += 1
-                refused = f"no hello within {limits.hello_timeout:g} s; closing"
-                outbound.offer(codec.encode(Error(code="handshake", message=refused)))
-        except ConnectionClosed as closed:
-            # The subscriber went away (its subscriptions end below), or sent a frame over
-            # max_size, which websockets refuses by closing with 1009.
-            too_big = closed.sent is not None and closed.sent.code == CloseCode.MESSAGE_TOO_BIG
-            self.closed_bad += too_big
+            async with outbound:  # leaving it, its last frames go out
+                try:
+                    async with asyncio.timeout(limits.hello_timeout) as handshake:
+                        async for message in websocket:
+                            started = time.perf_counter()  # decoding a frame is control time too
+                            self.frames_received += 1
+                            outcome = session.receive(message)
+                            if outcome.reply is not None:
+                                self._count_refusal(outcome.reply, outcome.close)
+                                outbound.offer(codec.encode(outcome.reply), control=True)
+                            if outcome.close:
+                                refused = getattr(outcome.reply, "message", "closing")
+                                break
+                            if session.hello is not None and not connected:
+                                connected = True
+                                handshake.reschedule(expiry.deadline(session.grant))
+                                relay.connect(client, session.grant, session.hello.capabilities)
+                                if session.hello.role == "relay":  # a relay below: tiers
+                                    refused = await self._below(client, websocket, session.hello)
+                                    break
+                            await self._take(relay, client, outcome.deliver, throttle, started)
+                except TimeoutError:
+                    if connected:  # after the hello: its token expired
+                        refused = expiry.EXPIRED
+                        outbound.offer(codec.encode(expiry.expired()))
+                    else:
+                        self.hello_timeouts += 1
+                        refused = f"no hello within {limits.hello_timeout:g} s; closing"
+                        outbound.offer(codec.encode(Error(code="handshake", message=refused)))
+                except ConnectionClosed as closed:
+                    # The subscriber went away (its subscriptions end below), or sent a frame over
+                    # max_size, which websockets refuses by closing with 1009.
+                    too_big = (
+                        closed.sent is not None and closed.sent.code == CloseCode.MESSAGE_TOO_BIG
+                    )
+                    self.closed_bad += too_big
+                finally:
+                    relay.close(client)
         finally:
-            relay.close(client)
-            await outbound.finish()  # its last frames go out
             relay.closed(outbound)
             if refused is not None:
                 await refuse(websocket, refused)

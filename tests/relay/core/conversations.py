@@ -3,33 +3,28 @@ I/O: a relay connected upstream, batches, and the frames it sends."""
 
 from __future__ import annotations
 
-import numpy as np
-
 from fanout.relay.core.planner import Policy
 from fanout.relay.core.relaycore import UPSTREAM, RelayCore, Send
-from fanout.relay.data.tables import TableStore
+from fanout.testing import batches as kit
+from fanout.testing.catalog import AGENTS
+from fanout.testing.relaycore import ready_core
 from fanout.views import Box
-from fanout.wire.columns import decode_columns, encode_columns
+from fanout.wire.columns import decode_columns
 from fanout.wire.messages import (
     Acquire,
     Batch,
-    Catalog,
-    DatasetInfo,
     NoUpdate,
     Push,
     Subscribe,
     Unsubscribe,
 )
 
-INFO = DatasetInfo("agents", "id", {"id": "<i8", "x": "<f8", "y": "<f8"}, "space", ["x", "y"])
+INFO = AGENTS
 CLIENT = 1
 
 
 def relay(policy: Policy | None = None) -> RelayCore:
-    core = RelayCore(policy or Policy(widen="margin", grace=0.0), engine=TableStore())
-    core.on_catalog(Catalog([INFO]))
-    assert core.on_upstream_connected() == []
-    return core
+    return ready_core(policy=policy)
 
 
 def rows(**points: tuple[float, float]) -> dict[str, list[float] | list[int]]:
@@ -44,15 +39,14 @@ def batch(
     snapshots: list[int] | None = None,
     epoch: int = 1,
 ) -> Batch:
-    return Batch(
-        dataset="agents",
+    return kit.batch(
+        seq,
+        upserts,
+        deletes or (),
         epoch=epoch,
-        seq=seq,
         tick=10 * seq,
         tick_time=float(seq),
-        upserts=encode_columns(upserts) if upserts else encode_columns({}),
-        deletes=encode_columns({"id": np.array(deletes or [], dtype=np.int64)}),
-        snapshots=snapshots or [],
+        snapshots=snapshots or (),
     )
 
 

@@ -13,9 +13,9 @@ from typing import Any
 import numpy as np
 from hypothesis import strategies as st
 
-from fanout.relay.core.planner import Policy
 from fanout.relay.core.relaycore import UPSTREAM, RelayCore, Send
-from fanout.relay.data.tables import TableStore
+from fanout.testing.catalog import AGENTS, sensors
+from fanout.testing.relaycore import ready_core
 from fanout.views import Box, View
 from fanout.views.anyof import AnyOf
 from fanout.views.members import Selecting
@@ -27,7 +27,6 @@ from fanout.wire.columns import decode_columns, encode_columns
 from fanout.wire.messages import (
     Acquire,
     Batch,
-    Catalog,
     Curious,
     DatasetInfo,
     Error,
@@ -39,7 +38,7 @@ from fanout.wire.messages import (
     Subscribed,
 )
 
-INFO = DatasetInfo("agents", "id", {"id": "<i8", "x": "<f8", "y": "<f8"}, "space", ["x", "y"])
+INFO = AGENTS
 VIEW = Box((0, 0), (10, 10))
 Point = tuple[float, float]
 Key = int | str
@@ -92,16 +91,13 @@ class Kind:
                 return bool(view.match([row[0]], [row[1]])[0])  # type: ignore[attr-defined]
 
     def relay(self) -> RelayCore:
-        core = RelayCore(Policy(widen="margin", grace=0.0), engine=TableStore())
-        core.on_catalog(Catalog([self.info]))
-        core.on_upstream_connected()
-        return core
+        return ready_core(self.info)
 
 
 points = st.tuples(st.integers(-4, 24).map(float), st.integers(-4, 24).map(float))
 SPACE = Kind(INFO, VIEW, st.integers(1, 12), points)
 TOPICS = Kind(
-    DatasetInfo("sensors", "topic", {"topic": "str", "value": "<f8"}, "topic", ["topic"]),
+    sensors(),
     TopicFilter("plant/+/temp"),
     st.sampled_from(["plant/a/temp", "plant/b/temp", "plant/a/rpm", "yard/a/temp", "plant/temp"]),
     st.tuples(st.integers(0, 9).map(float)),

@@ -18,7 +18,6 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from tests.relay.core.every_peers import (
-    INFO,
     KINDS,
     PATHS,
     TOPICS,
@@ -35,16 +34,14 @@ from tests.relay.core.every_peers import (
 
 from fanout.errors import ProtocolError
 from fanout.relay.core.changesets import IDLE_WINDOW
-from fanout.relay.core.planner import Policy
 from fanout.relay.core.relaycore import RelayCore, Send
 from fanout.relay.core.rules import restrict
-from fanout.relay.data.tables import TableStore
+from fanout.testing.relaycore import ready_core
 from fanout.views import Box
 from fanout.views.anyof import AnyOf
 from fanout.views.topic import TopicFilter
 from fanout.wire.columns import encode_columns
 from fanout.wire.messages import (
-    Catalog,
     Curious,
     Error,
     Horizon,
@@ -251,9 +248,7 @@ def test_a_subscription_behind_gets_at_most_a_burst_of_seqs_a_turn() -> None:
     """A resumed subscription 10 seqs behind is sent ``every_burst`` (3) a turn, in order, so
     that a connection's queue never takes more than that from it at once."""
     publisher = Publisher()
-    core = RelayCore(Policy(widen="margin", grace=0.0), engine=TableStore(), every_burst=3)
-    core.on_catalog(Catalog([INFO]))
-    core.on_upstream_connected()
+    core = ready_core(every_burst=3)
     subscriber = resumed_behind(core, publisher, 10)
     turns = []
     for turn in range(6):

@@ -28,11 +28,11 @@ from fanout.relay.core.scheduler import Scheduler
 from fanout.relay.core.transforms import Shape
 from fanout.relay.data.buffers import Stamp
 from fanout.relay.data.pushes import Held
+from fanout.testing.catalog import AGENTS
 from fanout.views import Box
 from fanout.wire.columns import encode_columns
-from fanout.wire.messages import Acquire, Batch, Catalog, DatasetInfo, Subscribe, Unsubscribe
+from fanout.wire.messages import Acquire, Batch, Catalog, Subscribe, Unsubscribe
 
-INFO = DatasetInfo("agents", "id", {"id": "<i8", "x": "<f8", "y": "<f8"}, "space", ["x", "y"])
 CLIENT = 1
 SHAPE = Shape(("id", "x", "y"))
 #: The model: each event leads to the phase named for it, from any phase but the last.
@@ -297,7 +297,7 @@ def snapshot(prim: int, seq: int = 0) -> Batch:
 
 def test_a_conversation_moves_a_subscription_through_its_phases() -> None:
     core = RelayCore(Policy(widen="exact", grace=0.0))
-    core.on_catalog(Catalog([INFO]))
+    core.on_catalog(Catalog([AGENTS]))
     core.on_upstream_connected()
     sends = core.on_subscribe(CLIENT, Subscribe(1, "agents", Box((0, 0), (10, 10)), rate=1000.0))
     subscription = core.downstream.get((CLIENT, 1))

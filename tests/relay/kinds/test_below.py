@@ -22,6 +22,7 @@ from fanout.errors import InvalidView
 from fanout.relay.core.planner import Policy
 from fanout.relay.core.relaycore import RelayCore
 from fanout.relay.data.tables import TableStore
+from fanout.testing.catalog import AGENTS, sensors
 from fanout.views import Box, View
 from fanout.views.entity import Entity
 from fanout.views.objects import ObjectPath
@@ -33,8 +34,7 @@ from fanout.views.topic import parse as topic
 from fanout.wire.columns import encode_columns
 from fanout.wire.messages import Batch, Catalog, DatasetInfo
 
-AGENTS = DatasetInfo("agents", "id", {"id": "<i8", "x": "<f8", "y": "<f8"}, "space", ["x", "y"])
-SENSORS = DatasetInfo("sensors", "topic", {"topic": "str", "value": "<f8"}, "topic", ["topic"])
+SENSORS = sensors()
 CARS = DatasetInfo("cars", "path", {"path": "str", "rpm": "<i8"}, "path", ["path"])
 PPS = DatasetInfo(
     "pps", "cell", {"cell": "str", "object": "str", "attr": "str"}, "objects", ["object"]

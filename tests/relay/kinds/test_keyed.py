@@ -17,6 +17,7 @@ from fanout.relay.core.relaycore import UPSTREAM, RelayCore, Send
 from fanout.relay.core.upstream import Primitive
 from fanout.relay.data.tables import QUERY_TIMEOUT, TableStore
 from fanout.relay.kinds.keyed import KeyedKind
+from fanout.testing.catalog import sensors
 from fanout.views import Box
 from fanout.views.objects import parse as path
 from fanout.views.sql import SqlBox
@@ -49,7 +50,7 @@ ORDERS = DatasetInfo(
 CUSTOMERS = DatasetInfo(
     "customers", "name", {"name": "str", "tier": "<i8"}, "sql", ["name", "tier"]
 )
-SENSORS = DatasetInfo("sensors", "topic", {"topic": "str", "value": "<f8"}, "topic", ["topic"])
+SENSORS = sensors()
 OBJECTS = DatasetInfo("objects", "path", {"path": "str", "state": "str"}, "path", ["path"])
 CLIENT = 1
 

@@ -17,11 +17,11 @@ from fanout.relay.core.planner import Policy
 from fanout.relay.core.relaycore import UPSTREAM, RelayCore, Send
 from fanout.relay.data.tables import TableStore
 from fanout.testing.audit import duckdb_answer, same_rows
+from fanout.testing.batches import batch
 from fanout.views.sql import parse as sql
-from fanout.wire.columns import decode_columns, encode_columns, to_python
+from fanout.wire.columns import decode_columns, to_python
 from fanout.wire.messages import (
     Acquire,
-    Batch,
     Catalog,
     DatasetInfo,
     Error,
@@ -177,15 +177,14 @@ class Publisher:
         self.seq[dataset] += 1
         self.tick += 1
         rows = {k: table[k] for k in send.tolist()}
-        frame = Batch(
-            dataset,
-            1,
+        frame = batch(
             self.seq[dataset],
-            self.tick,
-            0.0,
-            encode_columns(columns_of(info, rows)) if rows else encode_columns({}),
-            encode_columns({info.key: np.array(gone, dtype=np.int64)}),
-            fresh,
+            columns_of(info, rows) if rows else None,
+            gone,
+            dataset=dataset,
+            key=info.key,
+            tick=self.tick,
+            snapshots=fresh,
         )
         self.take(self.core.on_batch(frame))
 
@@ -202,15 +201,13 @@ class Publisher:
             inside |= np.asarray(self.held[prim].view.match(every), dtype=bool)  # type: ignore[union-attr]
         rows = {k: table[k] for k in keys[inside].tolist()}
         self.sent[dataset] |= set(rows)
-        frame = Batch(
-            dataset,
-            1,
+        frame = batch(
             self.seq[dataset],
-            self.tick,
-            0.0,
-            encode_columns(columns_of(info, rows)) if rows else encode_columns({}),
-            encode_columns({info.key: np.empty(0, dtype=np.int64)}),
-            fresh,
+            columns_of(info, rows) if rows else None,
+            dataset=dataset,
+            key=info.key,
+            tick=self.tick,
+            snapshots=fresh,
         )
         self.take(self.core.on_batch(frame))
 

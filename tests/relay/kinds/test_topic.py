@@ -10,11 +10,11 @@ from hypothesis import strategies as st
 
 from fanout.relay.data.buffers import Table
 from fanout.relay.kinds.topic import TopicMatches
+from fanout.testing.catalog import sensors
 from fanout.views.topic import matches
 from fanout.views.topic import parse as topic
-from fanout.wire.messages import DatasetInfo
 
-SENSORS = DatasetInfo("sensors", "topic", {"topic": "str", "value": "<f8"}, "topic", ["topic"])
+SENSORS = sensors()
 
 
 TOPICS = st.lists(st.sampled_from(["a", "b", "$s"]), min_size=1, max_size=3).map("/".join)

@@ -11,11 +11,11 @@ from typing import Any
 from fanout.relay.config import Limits, Planning, Upstream
 from fanout.relay.core.planner import Policy
 from fanout.relay.shell.server import RelayServer
+from fanout.testing.catalog import AGENTS, catalog
 from fanout.testing.publisher import ScriptedPublisher, serving
 from fanout.testing.relays import running_relay
-from fanout.wire.messages import Catalog, DatasetInfo
 
-INFO = DatasetInfo("agents", "id", {"id": "<i8", "x": "<f8", "y": "<f8"}, "space", ["x", "y"])
+INFO = AGENTS
 MARGIN = Planning(Policy(widen="margin"))
 #: The limits these relays run with: a push left unread for a second closes its subscriber.
 LIMITS = Limits(stall_timeout=1.0)
@@ -30,7 +30,7 @@ async def running(
 ) -> AsyncIterator[tuple[ScriptedPublisher, RelayServer, str]]:
     """A scripted publisher and a real relay on loopback; ``sections`` override RelayConfig's,
     ``upstream`` its upstream section's fields."""
-    publisher = publisher or ScriptedPublisher(Catalog([INFO]))
+    publisher = publisher or ScriptedPublisher(catalog())
     settings = {"planning": MARGIN, "limits": LIMITS, **sections}
     async with (
         serving(publisher) as url,

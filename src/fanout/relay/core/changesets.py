@@ -1,26 +1,18 @@
 """``every`` mode: every seq of the stream delivered to a subscriber, in order, exactly once
-(US 7,487,246; docs/delivery.md), sans I/O.
+(US 7,487,246; docs/delivery.md, "How it works"), sans I/O.
 
-A relay keeps no persistent state. Per dataset it remembers a bounded window of recent *change
-sets* — what each live batch changed, by seq — and what it learnt from the publisher's log in
-answer to its curiosity. An ``every`` subscription has a *cursor* (the last seq its subscriber has)
-and the keys its subscriber holds; the push for seq ``s`` is computed from the change set of
-``s`` alone:
+Per dataset the relay remembers a bounded window of recent *change sets* — what each live batch
+changed, by seq — and what it learnt from the publisher's log. An ``every`` subscription has a
+*cursor* (the last seq its subscriber has) and the keys its subscriber holds; the push for seq
+``s`` is computed from the change set of ``s`` alone:
 
 * an upserted row inside the view is *updated* if the subscriber holds its key, else *entered*;
 * an upserted row outside the view, or a deleted key, *left* if the subscriber holds it.
 
 A SQL view that decides row by row has its query run on the change set's rows alone
-(``rows_step``): the rows it returns are entered or updated, as the query projects them.
-
-So a subscriber resuming with its token — (epoch, seq, keys held) — can be continued by any relay
-that can get the change sets after that seq: from its window, or from the publisher's log.
-
-A live batch's change set is restricted to the relay's coverage: it is complete for a view only
-once the relay's primitives covering that view were ready, and not at all if the batch carried
-snapshots (those rows did not change). Each subscription therefore remembers ``trusted_after``,
-the seq from which its relay's window is complete for its view; older seqs, and impure ones, come
-from the publisher's log (``Curious`` -> ``Knowledge``: a micro-batch's whole change).
+(``rows_step``). Seqs before ``trusted_after`` (from which the relay's window is complete for the
+view), and batches that carried snapshots, come from the publisher's log (``Curious`` ->
+``Knowledge``: a micro-batch's whole change).
 """
 
 from __future__ import annotations

@@ -4,48 +4,11 @@ Founding document 000, [0078]-[0083] and [0155].
 
 On every subscribe or view change the relay asks whether its upstream primitives already cover the
 view (step S430). If not, it acquires more (S440), widened by policy so that the next small move of
-the view, or a neighbour's view, is already covered ([0083], "content neighbouring the first
-subscription"):
-
-* ``tiles`` (default): the view, grown by the margin, is snapped out to a grid of square tiles
-  whose side is the power of two at least twice the view's largest extent; the relay acquires the
-  tiles it does not hold yet. Tiles are shared by every view that touches them and a moving view
-  needs a new tile only when it crosses a tile edge, so upstream changes are rare and coverage
-  saturates as subscribers spread out.
-* ``margin``: one new primitive, the view's bounding box grown by the margin (hysteresis: the view
-  can move by the margin before it leaves it).
-* ``exact``: exactly the residual of the view against what is held ([0083]: "at least the portion
-  not already covered"): nothing more is fetched than the views need, so views that sit still and
-  cluster (spectators around points of interest) cost the publisher least; a moving view needs
-  new primitives at every move.
-* ``enclose``: one primitive, the bounding box of the grown view and of the held primitives it
-  meets ([0083]: "the minimum bounding box enclosing the current and the new region"); the ones
-  it encloses are released after the grace period, so neighbouring views merge into few
-  primitives. With an ``overshoot`` the enclosure grows further than it must: each side that
-  has to move out moves out by ``1 + overshoot`` times as much. A cluster of views that keeps
-  growing (spectators gathering around a point of interest) then needs fewer re-acquires, each
-  a fresh snapshot at the publisher, and what is fetched for its first views already reaches
-  towards where later ones will be.
-* ``fit``: one primitive fitted to the cluster of views the view joins: the bounding box of the
-  views that meet the view or the held primitives it meets, each side stretched by the box's
-  extent over ``n - 1`` (``n``: those views, distinct ones) but by at most ``margin`` times the
-  view's extent (:func:`fitted`). For ``n`` views spread evenly over an interval, the
-  interval's end lies about the range over ``n - 1`` beyond the furthest, so the stretch is a
-  guess at where the cluster's next view reaches, generous while it has few views and shrinking
-  as it fills. Each refit replaces the cluster's primitives, which are released after the grace
-  period, so a first guess that went too far is dropped once the cluster is refitted; an
-  ``enclose`` overshoot stays for ever. It is the default of a relay in a map of responsibility
-  (``RelayConfig.planning``), whose subscribers are views of one place gathered there.
-
-**Velocity-predicted margin** (``lead``, off by default): a view that moves is grown further
-ahead of its motion, by its velocity times ``lead`` seconds, on the side it moves towards. The
-velocity is the last move's: the change of the view's centre over the time between two view
-changes (:func:`velocity`); a jump of more than ``MAX_JUMP`` view sizes is a teleport, not
-motion, and predicts nothing. A view moving steadily then stays inside what was acquired for
-about ``lead`` seconds longer, so it needs new primitives less often. ``exact`` widening takes
-no lead (it fetches only what the view needs), nor does ``fit`` (it fits the views as they are).
-
+the view, or a neighbour's view, is already covered ([0083]): ``tiles`` (the default), ``margin``,
+``exact``, ``enclose`` (with an ``overshoot``) or ``fit`` (:func:`fitted`), all but ``exact`` and
+``fit`` grown further ahead of a moving view's motion by ``lead`` seconds (:func:`velocity`).
 Primitives whose every dependent view is covered by the others are released after a grace period.
+What each policy acquires and why: docs/concepts.md, "Coverage".
 """
 
 from __future__ import annotations

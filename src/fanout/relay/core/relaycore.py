@@ -6,10 +6,8 @@ engine SQL views run in (``relay.data.engine``), so no database, thread or clock
 Everything a relay decides — coverage, upstream primitives, applying batches, scheduling, deltas and
 transforms per subscriber — happens here, so whole conversations are tested without sockets.
 
-The core is a composition: the stores and each dataset's kind (``relay.kinds``: everything that
-depends on whether a dataset holds regions, SQL rows, topics or objects), the subscription
-lifecycle (``relay.core.lifecycle``), rounds of pushes (``relay.core.serving``) and ``every`` mode
-(``relay.core.every``). It never asks which kind of dataset it holds.
+It composes the stores, each dataset's kind (``relay.kinds``), the subscription lifecycle, rounds
+of pushes and ``every`` mode (docs/architecture.md), and never asks which kind it holds.
 
 One round of pushing (``serve``), as in CA 3197003 [0144] and [0150]:
 

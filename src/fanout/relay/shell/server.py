@@ -1,36 +1,17 @@
 """The relay's composition root: ``RelayCore`` and the tasks and front ends around it.
 
-Tasks (one ``TaskGroup`` owns them all):
+One ``TaskGroup`` owns its tasks: the upstream link (``relay.shell.upstreamlink``, batches
+handed to ``relay.shell.writer``), the pump and housekeeping (``relay.shell.pump``) and, if the
+relay is in a map of responsibility, ``cluster.membership``. Front ends (``relay.api.FrontEnd``:
+HTTP, WebSocket, tiers, MQTT) are each started with the relay's API (this class) and that group
+and stopped the same way; what they ask is admitted or not by ``relay.core.admission`` and
+carried out here, and their connections are counted in ``relay.shell.clients``.
 
-* the upstream link (``relay.shell.upstreamlink``): connects to the publisher, reconnects with
-  backoff, hands batches to the writer (``relay.shell.writer``);
-* the pump (``relay.shell.pump``): hands out due pushes in rounds of a bounded time;
-* housekeeping (``relay.shell.pump``): releases spare primitives and disconnects subscribers that
-  stopped reading;
-* the map of responsibility (``cluster.membership``), if the relay is in one.
-
-Front ends (``relay.api.FrontEnd``), each started with the relay's API (this class) and the
-``TaskGroup`` and stopped the same way: HTTP (``http.server``), which listens on the relay's
-port, the WebSocket subscriber server (``websocket.server``), which takes the port's
-upgrades, relays below (``tiers.link``) and MQTT (``mqtt.setup``). What they ask is admitted
-or not by ``relay.core.admission``, carried out here; connections, WebSocket and HTTP streams
-alike, are counted in ``relay.shell.clients``.
-
-A subscriber's write (``Publish``, e.g. ``fanout mount``'s to an objects dataset) is forwarded
-to the publisher over the upstream link and its answer sent back under the subscriber's ``req``;
-while there is no publisher connection, or too many writes wait for answers, it is refused
-``unavailable`` (``relay.core.forwarding``). A relay without its publisher keeps accepting
-subscribers: a subscription to a dataset it does not know yet is held until the catalog comes
-(``relay.core.holding``), then taken, or refused with ``unavailable`` after 30 s.
-
-Slow consumers: a subscriber is only pushed to when its connection has written everything
-before, so its queue holds at most one push (plus small control frames) and a slow reader gets
-fewer, larger deltas — latest-value coalescing, counted per subscription. One that leaves a
-push unread for ``stall_timeout`` seconds is closed (code 1008, reason ``slow consumer: ...``);
-one whose queue still fills up (``queue_limit`` frames; its control frames — answers,
-subscriptions' ends — have room for ``max_subscriptions + read_burst`` more, so that a client
-pipelining requests behind a draining push is not taken for slow) is closed the same way. Neither
-ever delays another subscriber: nothing waits on a slow connection but its own writer task.
+Nothing waits on a slow connection but its own writer task: a subscriber is pushed to only once
+its connection has written everything before, and one that stalls or fills its queue is closed
+(1008, ``slow consumer``; docs/concepts.md). Subscribers' writes forwarded to the publisher and
+subscriptions held until the catalog comes: docs/protocol.md; how the parts fit:
+docs/architecture.md.
 """
 
 from __future__ import annotations

@@ -176,19 +176,17 @@ class UpstreamLink:
             check_welcome(decoder.decode(await websocket.recv()))
             _read_more_at_once(websocket.transport)
             self._transport = websocket.transport
-            outbound = Outbound(websocket, limit=4096)
-            outbound.start()
-            try:
-                async for message in websocket:
-                    await self._on_frame(decoder.decode(message), outbound)
-            except ConnectionClosed:
-                if self.writer.failure is not None:  # dropped for a batch that failed
-                    raise self.writer.failure from None
-                raise
-            finally:
-                self._transport = None
-                await self.writer.stop()
-                await outbound.finish()
+            async with Outbound(websocket, limit=4096) as outbound:
+                try:
+                    async for message in websocket:
+                        await self._on_frame(decoder.decode(message), outbound)
+                except ConnectionClosed:
+                    if self.writer.failure is not None:  # dropped for a batch that failed
+                        raise self.writer.failure from None
+                    raise
+                finally:
+                    self._transport = None
+                    await self.writer.stop()
 
     def drop(self, error: BaseException) -> None:
         """A batch failed to write: drop the connection (the link then reconnects)."""
