@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 from fanout.errors import Unauthorized
 from fanout.relay.core.languages.topic import topic_meet
 from fanout.relay.core.planner import Policy
-from fanout.relay.core.rules import effective, restrict
+from fanout.relay.core.rules import RulesPart, effective, restrict
 from fanout.testing import strategies as fs
 from fanout.testing.oracle import grid_points, in_box, inside
 from fanout.testing.relaycore import ready_core
@@ -376,3 +376,10 @@ def test_object_path_narrowing_and_its_refusals() -> None:
         effective(parse("/cars/.all?deltadir", "path"), "cars", "path", rules)
     either = AnyOf((parse("/cars/c1", "path"), parse("/cars/c3", "path")))  # type: ignore[arg-type]
     assert effective(either, "cars", "path", rules) == parse("/cars/c1", "path")
+
+
+def test_a_language_naming_datasets_without_rules_across_them_is_refused() -> None:
+    """The shared default of ``RulesPart.across``: a clear ``forbidden``, never a crash."""
+    with pytest.raises(Unauthorized, match="reads several datasets") as refused:
+        RulesPart().across(Box((0, 0), (1, 1)), {})
+    assert refused.value.code == "forbidden"

@@ -60,8 +60,11 @@ class RulesPart:
         return False
 
     def across(self, view: View, rules: Rules) -> View:
-        """A view that names its datasets, restricted by the rules of each."""
-        raise NotImplementedError
+        """A view that names its datasets, restricted by the rules of each; a language that
+        says its views name datasets and cannot restrict them across those refuses them."""
+        raise Unauthorized(
+            "forbidden", f"the view {view} reads several datasets, and rules cannot restrict it"
+        )
 
     def served(self, view: View, granted: Sequence[View], dataset: str) -> View:
         """The effective view of ``view`` under the rules ``granted`` on ``dataset``."""
