@@ -2,7 +2,8 @@
 
 A Spark publisher and two relays run as processes; ``every``-mode subscribers (``fanout.client``)
 hold box views while a relay is killed with SIGKILL (its subscribers resume on the other relay), a
-subscriber is away for 30 s, a relay is stopped with SIGSTOP for 5 s, and the publisher is
+subscriber is away for 30 s, a relay is stopped with SIGSTOP for 5 s, the publisher's streaming
+query fails (Spark's Python source process killed) and starts again, and the publisher is
 killed and restarted while new subscribers arrive (one at a relay started meanwhile). Each check
 reads the publisher's log (its only durable copy of the stream) and replays every subscriber's
 updates against it: the seqs are contiguous (nothing lost, nothing duplicated, nothing
@@ -14,6 +15,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
+import signal
 import socket
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -27,6 +30,7 @@ from fanout.launch import Child, start
 from fanout.publisher.log import SqliteLog
 from fanout.testing.audit import audit
 from fanout.testing.ports import LOOPBACK, free_port
+from fanout.testing.processes import descendants
 from fanout.testing.wait import eventually
 from fanout.views import Box
 
@@ -192,6 +196,41 @@ async def test_a_relay_stopped_for_5_s_loses_nothing(publisher, relays, tmp_path
     for follower in followers:
         await follower.detach()
         assert follower.failures == [] or all(e.code == "closed" for e in follower.failures)
+        check(follower, tmp_path / "publisher" / "log.db")
+
+
+async def test_a_failed_streaming_query_restarts_and_its_relays_lose_nothing(
+    publisher, relays, tmp_path
+):
+    """Spark loses the Python process that reads the source: the query fails, the publisher
+    restarts it from its checkpoint, and relays are told but keep their subscribers."""
+    _, b, _ = relays
+    followers = [Follower(box) for box in BOXES[:2]]
+    for follower in followers:
+        await follower.attach(b.url)
+    await asyncio.gather(*(f.received(3) for f in followers))
+    runners = [
+        pid
+        for pid, line in descendants(publisher[-1].pid).items()
+        if "python_streaming_source_runner" in line
+    ]
+    assert runners, "no Python source runner under the publisher's JVM"
+    for pid in runners:
+        os.kill(pid, signal.SIGKILL)
+    publisher_log = tmp_path / "publisher.log"
+    await eventually(
+        lambda: "restarting in" in publisher_log.read_text(errors="replace"),
+        what="the publisher restarts the failed query",
+        timeout=60,
+        in_thread=True,
+    )
+    target = logged(tmp_path, followers[0]) + 3
+    await asyncio.gather(*(f.reached(target) for f in followers))
+    relay_log = (tmp_path / "relay-b.log").read_text(errors="replace")
+    assert "dataset agents stopped" in relay_log and "dataset agents runs again" in relay_log
+    assert [f.failures for f in followers] == [[], []], "the relay dropped its subscribers"
+    for follower in followers:
+        await follower.detach()
         check(follower, tmp_path / "publisher" / "log.db")
 
 

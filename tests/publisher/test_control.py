@@ -34,6 +34,7 @@ from fanout.wire.messages import (
     Catalog,
     Curious,
     DatasetInfo,
+    DatasetState,
     Error,
     Hello,
     Horizon,
@@ -346,3 +347,24 @@ async def test_a_producer_is_told_and_closed_when_its_token_expires() -> None:
     finally:
         plane.stop()
         await task
+
+
+async def test_relays_are_told_when_a_query_stops_and_runs_again_and_newcomers_hear_of_it(
+    control,
+) -> None:
+    plane, _, url = control
+    before = await hello(url, name="before")
+    stopped = DatasetState("agents", running=False, reason="worker lost", retry_in=2.0)
+    plane.announce(stopped)
+    assert await frames(before, 1) == [stopped]
+    later = await hello(url, name="later")  # connects while it is stopped: told at once
+    assert await frames(later, 1) == [stopped]
+    plane.announce(DatasetState("agents", running=True))
+    for relay in (before, later):
+        assert await frames(relay, 1) == [DatasetState("agents", running=True)]
+    last = await hello(url, name="last")  # it runs again: nothing to tell
+    await last.send(codec.encode(Acquire(1, "nope", Box((0, 0), (1, 1)))))
+    (answer,) = await frames(last, 1)  # the next frame answers this, no state came before
+    assert isinstance(answer, Error) and answer.ref == 1
+    for relay in (before, later, last):
+        await relay.close()

@@ -33,6 +33,7 @@ from fanout.wire.messages import (
     Batch,
     Catalog,
     Curious,
+    DatasetState,
     Error,
     Hello,
     Horizon,
@@ -402,3 +403,20 @@ def test_a_relay_below_holds_at_most_its_share_of_primitives() -> None:
     (refused,) = relays.on_frame(EDGE, Acquire(3, "agents", Box((0, 0), (1, 1))))
     assert refused.frame == Error("bad_request", refused.frame.message, ref=3)
     assert "2 primitives" in refused.frame.message
+
+
+def test_a_stopped_upstream_dataset_is_passed_down_and_told_to_relays_arriving_meanwhile() -> None:
+    relays = Relays(core())
+    relays.welcome(EDGE, Hello(version=1, role="relay", name="edge"))
+    stopped = DatasetState("agents", running=False, reason="worker lost", retry_in=4.0)
+    assert relays.on_dataset_state(stopped) == [Send(EDGE, stopped)]
+    assert relays.stats()["upstream_datasets_stopped"] == 1
+    late = relays.welcome(EDGE + 1, Hello(version=1, role="relay", name="late"))
+    assert isinstance(late, list) and Send(EDGE + 1, stopped) in late
+    running = DatasetState("agents", running=True)
+    assert relays.on_dataset_state(running) == [Send(EDGE, running), Send(EDGE + 1, running)]
+    last = relays.welcome(EDGE + 2, Hello(version=1, role="relay", name="last"))
+    assert isinstance(last, list) and not any(isinstance(s.frame, DatasetState) for s in last)
+    relays.on_dataset_state(stopped)
+    relays.upstream_lost()  # the next upstream says again what is stopped
+    assert relays.stats()["upstream_datasets_stopped"] == 0

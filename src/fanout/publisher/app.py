@@ -23,12 +23,13 @@ from fanout.publisher.pipeline import Pipeline
 from fanout.publisher.relaytable import Registry
 from fanout.publisher.service import DatasetService
 from fanout.publisher.spark import spark_session
+from fanout.wire.messages import DatasetState
 
 log = logging.getLogger(__name__)
 
 
 def run(config: PublisherSettings) -> int:
-    """Run until SIGINT/SIGTERM or until a streaming query fails; returns an exit status.
+    """Run until SIGINT/SIGTERM, restarting failed streaming queries; returns an exit status.
 
     Prints ``fanout publisher ready ws://HOST:PORT`` on stdout once relays can connect.
     """
@@ -64,7 +65,8 @@ def run(config: PublisherSettings) -> int:
     if bus is not None:
         bus.start()
     port = control.start_in_thread(config.host, config.port)
-    queries = [pipeline.start(config.trigger) for pipeline in pipelines.values()]
+    for pipeline in pipelines.values():
+        pipeline.start(config.trigger)
     scheme = "ws" if ssl is None else "wss"
     print(f"fanout publisher ready {scheme}://{config.host}:{port}", flush=True)
     stopping = threading.Event()
@@ -75,7 +77,6 @@ def run(config: PublisherSettings) -> int:
 
     signal.signal(signal.SIGTERM, stop)
     signal.signal(signal.SIGINT, stop)
-    status = 0
     while not stopping.wait(1.0):
         for pipeline in pipelines.values():
             try:
@@ -84,21 +85,62 @@ def run(config: PublisherSettings) -> int:
             except PySparkException:
                 # The next micro-batch carries the snapshots instead; nothing is lost.
                 log.exception("idle snapshots of %s failed", pipeline.dataset.name)
-        ended = [query for query in queries if not query.isActive]
-        for query in ended:
-            error = query.exception()
-            message = f"failed: {error}" if error else "stopped"
-            print(f"fanout publisher: streaming query {query.name} {message}", file=sys.stderr)
-        if ended:
-            status = 1
-            break
+            supervise(pipeline, control, config.trigger, time.monotonic())
+    queries = [pipeline.query for pipeline in pipelines.values() if pipeline.query is not None]
     _stop_between_micro_batches(queries)
     control.stop()
     if bus is not None:
         bus.stop()
     spark.stop()
     batch_log.close()
-    return status
+    return 0
+
+
+#: Characters of a failed query's exception told to relays (Spark's carry a Java stack trace).
+REASON_CHARS = 300
+
+
+def supervise(pipeline: Pipeline, control: ControlPlane, trigger: float, now: float) -> None:
+    """Restart a dataset's failed streaming query from its checkpoint once its backoff is over
+    (``publisher.supervisor``); relays are told when it stops and when it runs again, and
+    stay connected. The control plane and the other datasets go on meanwhile."""
+    name, restarts, query = pipeline.dataset.name, pipeline.restarts, pipeline.query
+    if restarts.due is None:
+        if query is None or query.isActive:
+            return
+        error = query.exception()
+        reason = summary(str(error)) if error is not None else "stopped"
+        wait = restarts.failed(now, reason)
+        log.error("dataset %s: streaming query failed: %s", name, error or "stopped")
+        print(
+            f"fanout publisher: streaming query {query.name} failed: {reason};"
+            f" restarting in {wait:g} s",
+            file=sys.stderr,
+            flush=True,
+        )
+        control.announce(DatasetState(name, running=False, reason=reason, retry_in=wait))
+    elif restarts.is_due(now):
+        try:
+            pipeline.restart(trigger)
+        except PySparkException as exc:  # Spark could not start it: another failure
+            reason = summary(str(exc))
+            wait = restarts.failed(now, reason)
+            log.error("dataset %s: restart failed: %s; again in %g s", name, reason, wait)
+            control.announce(DatasetState(name, running=False, reason=reason, retry_in=wait))
+            return
+        restarts.restarted(now)
+        log.warning("dataset %s: streaming query restarted (%d so far)", name, restarts.total)
+        control.announce(DatasetState(name, running=True))
+
+
+def summary(text: str) -> str:
+    """One line of a failed query's exception for relays and stderr: Spark wraps the cause
+    (``Caused by: ...``) in py4j's and its own messages, so the first cause is the line that
+    says what happened; else the first line."""
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    causes = [line.removeprefix("Caused by: ") for line in lines if line.startswith("Caused by:")]
+    line = causes[0] if causes else (lines[0] if lines else "no message")
+    return line[:REASON_CHARS]
 
 
 def _not_ready(pipelines: dict[str, Pipeline]) -> str | None:

@@ -55,6 +55,7 @@ from fanout.wire.messages import (
     Batch,
     Curious,
     DatasetInfo,
+    DatasetState,
     Error,
     Hello,
     Knowledge,
@@ -143,6 +144,8 @@ class ControlPlane:
         self.port: int | None = None
         #: relay id -> its connection, for the batches the pipeline hands over.
         self._relays: dict[int, _Peer] = {}
+        #: Datasets whose streaming query stopped (``announce``), told to relays as they come.
+        self._stopped: dict[str, DatasetState] = {}
         #: Every open connection (relays, readers, producers), and what closed ones wrote.
         self._open: set[Outbound] = set()
         self._closed_sent = (0, 0)
@@ -282,6 +285,21 @@ class ControlPlane:
         encoded = {relay: Delivery.of(batch) for relay, batch in batches.items()}
         self._loop.call_soon_threadsafe(self._offer_all, encoded)
 
+    def announce(self, state: DatasetState) -> None:
+        """Tell every relay, and each relay connecting while it lasts, that a dataset's
+        streaming query stopped or runs again (they stay connected)."""
+        if self._loop is not None:
+            self._loop.call_soon_threadsafe(self._announce, state)
+
+    def _announce(self, state: DatasetState) -> None:
+        if state.running:
+            self._stopped.pop(state.dataset, None)
+        else:
+            self._stopped[state.dataset] = state
+        data = codec.encode(state)
+        for peer in self._relays.values():
+            peer.outbound.offer(data)
+
     def _offer_all(self, deliveries: dict[int, Delivery]) -> None:
         for relay, delivery in deliveries.items():
             peer = self._relays.get(relay)
@@ -376,6 +394,8 @@ class ControlPlane:
                     if relay is not None:
                         self._relays[relay] = peer
                         log.info("relay %d (%s) connected", relay, peer.session.name)
+                        for state in self._stopped.values():
+                            outbound.offer(codec.encode(state))
                 case Replay(resume=resume):
                     peer.work.start(self._replay(peer, resume))
                 case Start(request=request):

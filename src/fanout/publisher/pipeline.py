@@ -50,6 +50,7 @@ from fanout.publisher.reads import StateStore, read_view
 from fanout.publisher.relaytable import Registry
 from fanout.publisher.sources.producerlog import IngestEvent, IngestLog
 from fanout.publisher.state import latest_per_key, live_rows, read_state, use_state_store
+from fanout.publisher.supervisor import Backoff, Restarts
 from fanout.views import View
 from fanout.wire.columns import to_python
 
@@ -136,6 +137,8 @@ class Pipeline:
         #: micro-batches delivered, and the changed rows they carried, since the process started.
         self.micro_batches = 0
         self.rows_changed = 0
+        #: When the query starts again after it failed (``publisher.supervisor``, ``app``).
+        self.restarts = Restarts(Backoff())
         #: The subject bus this dataset's objects are published on (None: not published).
         self.bus = bus if dataset.bus is not None else None
 
@@ -146,7 +149,21 @@ class Pipeline:
         """
         self.stream = StreamInfo.load_or_create(self.state_dir)
         self.tick_time = self.stream.start_time
-        if isinstance(self.dataset.source, IngestSource):
+        return self._start_query(trigger_seconds)
+
+    def restart(self, trigger_seconds: float = 0.0) -> StreamingQuery:
+        """Start the query again from its checkpoint after it failed (``publisher.supervisor``).
+
+        Spark re-runs the micro-batch the failure cut off (its offsets were not committed): the
+        tick, the mirror, the log and the relays each take the re-run as the same micro-batch.
+        The ingest log and the producers' admission stay as they are.
+        """
+        if self.progress is not None:
+            self.spark.streams.removeListener(self.progress)
+        return self._start_query(trigger_seconds)
+
+    def _start_query(self, trigger_seconds: float) -> StreamingQuery:
+        if isinstance(self.dataset.source, IngestSource) and self._ingest is None:
             self._ingest = IngestLog(streams.ingest_log_path(self.state_dir), [self.dataset])
             if side_of(self.dataset.index).admitted:
                 self.admission = Admission(self.dataset, self._ingest)
@@ -183,12 +200,14 @@ class Pipeline:
             changes = changes.persist()
         try:
             changed = match_changes(changes, self.dataset, self.matcher, self._tables.tables(plan))
-            self.tick, self.tick_time = advance(
+            # The pipeline's tick moves only once the micro-batch is delivered: one that fails
+            # is re-run from the tick before it (``restart``).
+            tick, tick_time = advance(
                 self.tick, self.tick_time, changed.rows, self.dataset.time_column
             )
             keys = changed.rows.column(self.dataset.key).to_numpy(zero_copy_only=False)
             clock.lap("state+match")
-            stamp = Stamp(self.dataset.name, self.stream.epoch, batch_id, self.tick, self.tick_time)
+            stamp = Stamp(self.dataset.name, self.stream.epoch, batch_id, tick, tick_time)
             log_changes(self.log, stamp, changed.rows, self.registry.floor, self.retention_seconds)
             clock.lap("log")
             self.mirror.apply(changed.rows, batch_id)
@@ -212,7 +231,8 @@ class Pipeline:
                 self._publish_on_bus(changed.rows, batch_id)
                 clock.lap("bus")
             self.registry.delivered(plan)
-            self.history.append((self.tick, batch_id))
+            self.tick, self.tick_time = tick, tick_time
+            self.history.append((tick, batch_id))
         finally:
             if reread:
                 changes.unpersist()

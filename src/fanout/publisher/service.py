@@ -72,6 +72,20 @@ class DatasetService:
                     pipeline.rows_changed,
                     labels,
                 ),
+                Sample(
+                    "publisher_query_restarts",
+                    "counter",
+                    "Times the dataset's streaming query was started again after it failed.",
+                    pipeline.restarts.total,
+                    labels,
+                ),
+                Sample(
+                    "publisher_query_running",
+                    "gauge",
+                    "1 while the dataset's streaming query runs; 0 while it waits to restart.",
+                    int(pipeline.query is not None and pipeline.query.isActive),
+                    labels,
+                ),
                 Sample("publisher_seq", "gauge", "Seq of the last micro-batch.", seq, labels),
                 Sample(
                     "publisher_tick",

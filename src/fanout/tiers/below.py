@@ -42,6 +42,7 @@ from fanout.wire.messages import (
     Batch,
     Catalog,
     Curious,
+    DatasetState,
     Error,
     Frame,
     Hello,
@@ -124,6 +125,8 @@ class Relays:
         self._asked: dict[int, tuple[int, int, int]] = {}
         self._own: dict[str, tuple[int, int]] = {}  # the core's horizons, as it told them
         self._told: dict[str, tuple[int, int]] = {}  # what went upstream
+        #: Datasets whose query the upstream said stopped (``DatasetState``), by name.
+        self.stopped: dict[str, DatasetState] = {}
         self.forwarded = 0
         self.snapshots = 0
         self.passed = 0
@@ -167,6 +170,7 @@ class Relays:
         self.below[client] = Below(client, hello.name)
         infos = [state.info for state in self.core.datasets.values()]
         sends = [Send(client, Catalog(datasets=infos))]
+        sends += [Send(client, state) for state in self.stopped.values()]
         if hello.resume:
             message = (
                 "a relay replays no seqs to the relays below it; resync from snapshots (seqs an"
@@ -184,10 +188,20 @@ class Relays:
             self.core.downstream.unpin(held.dataset, held.view)
         self._asked = {ours: asked for ours, asked in self._asked.items() if asked[0] != client}
 
+    def on_dataset_state(self, state: DatasetState) -> list[Send]:
+        """The upstream's dataset stopped or runs again: remembered (a relay below connecting
+        meanwhile is told) and passed to every relay below."""
+        if state.running:
+            self.stopped.pop(state.dataset, None)
+        else:
+            self.stopped[state.dataset] = state
+        return [Send(below.client, state) for below in self.below.values()]
+
     def upstream_lost(self) -> list[int]:
         """This relay lost its upstream: the relays below to drop (rule 6)."""
         self._own.clear()
         self._told.clear()
+        self.stopped.clear()  # the next upstream says again what is stopped
         self._asked.clear()
         return list(self.below)
 
@@ -426,6 +440,7 @@ class Relays:
             "below_snapshots": self.snapshots,
             "below_curiosity_passed": self.passed,
             "below_curiosity_answered": self.answered,
+            "upstream_datasets_stopped": len(self.stopped),
         }
 
 

@@ -389,7 +389,20 @@ class Published(Frame, tag="published", frozen=True):
     last: int
 
 
+class DatasetState(Frame, tag="dataset_state", frozen=True):
+    """A dataset's streaming query stopped (``running`` false) or runs again, told to relays.
+
+    The publisher restarts a failed query from its checkpoint after ``retry_in`` seconds; the
+    relay keeps its connection and its subscribers, whose views wait for the next batch.
+    """
+
+    dataset: str
+    running: bool
+    reason: str = ""
+    retry_in: float = 0.0
+
+
 ToRelay = Hello | Subscribe | Unsubscribe | Publish
 ToSubscriber = Welcome | Subscribed | Push | NoUpdate | Unsubscribed | Published | Error
 ToPublisher = Hello | Acquire | Release | ReadState | Publish | Curious | Horizon
-FromPublisher = Welcome | Catalog | Batch | Knowledge | StateRows | Published | Error
+FromPublisher = Welcome | Catalog | Batch | Knowledge | StateRows | Published | DatasetState | Error

@@ -80,6 +80,10 @@ CORE: dict[str, tuple[Kind, str]] = {
     "relays_below": ("gauge", "Relays connected below this one (their upstream is this relay)."),
     "below_primitives": ("gauge", "Primitives the relays below hold here now."),
     "below_batches": ("counter", "Batches forwarded to relays below."),
+    "upstream_datasets_stopped": (
+        "gauge",
+        "Datasets whose streaming query upstream stopped and restarts (their views wait).",
+    ),
     "forwarded_primitives": (
         "gauge",
         "Primitives acquired now from the relays responsible for their parts (forward policy).",

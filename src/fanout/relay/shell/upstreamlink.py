@@ -37,6 +37,7 @@ from fanout.wire.messages import (
     Batch,
     Catalog,
     DatasetInfo,
+    DatasetState,
     Error,
     Hello,
     Knowledge,
@@ -188,6 +189,23 @@ class UpstreamLink:
                     self._transport = None
                     await self.writer.stop()
 
+    def _on_dataset_state(self, state: DatasetState) -> None:
+        """The upstream's streaming query of a dataset stopped or runs again: said in the log
+        and in ``/metrics`` (``relay_upstream_dataset_running``), and passed to relays below.
+        Subscribers stay: their views go on once batches come again."""
+        upstream = self._config.upstream.publisher
+        if state.running:
+            log.warning("upstream %s: dataset %s runs again", upstream, state.dataset)
+        else:
+            log.warning(
+                "upstream %s: dataset %s stopped (%s); it restarts in %.1f s",
+                upstream,
+                state.dataset,
+                state.reason,
+                state.retry_in,
+            )
+        self._dispatch(self._relays.on_dataset_state(state))
+
     def drop(self, error: BaseException) -> None:
         """A batch failed to write: drop the connection (the link then reconnects)."""
         log.warning(
@@ -222,6 +240,8 @@ class UpstreamLink:
                 self._dispatch(sends)
                 if waiting:
                     self.wake()
+            case DatasetState() as state:
+                self._on_dataset_state(state)
             case Published() | Error() if self._forwarder.answers(frame):
                 self._reply(*self._forwarder.answer(frame))
             case Error() as error:
