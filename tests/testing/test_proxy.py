@@ -1,9 +1,13 @@
-"""The cuttable TCP proxy (testing/proxy.py): bytes go through both ways; a cut closes both ends
-of each connection and the next connection goes through again."""
+"""The TCP proxy (testing/proxy.py): bytes go through both ways; a cut closes both ends of each
+connection and the next goes through again; a partition holds bytes one way or both (and new
+connections) until healed; a slowed link delays and paces them."""
 
 from __future__ import annotations
 
 import asyncio
+import time
+
+import pytest
 
 from fanout.testing.ports import LOOPBACK
 from fanout.testing.proxy import proxy
@@ -56,3 +60,61 @@ async def test_a_target_that_is_not_there_closes_the_connection() -> None:
         assert await asyncio.wait_for(reader.read(), 5) == b""
         writer.close()
         await writer.wait_closed()
+
+
+async def test_a_partition_holds_bytes_one_way_and_a_heal_lets_them_through() -> None:
+    async with await asyncio.start_server(echo, LOOPBACK, 0) as listening:
+        target = (LOOPBACK, listening.sockets[0].getsockname()[1])
+        async with proxy(target) as link:
+            reader, writer = await asyncio.open_connection(LOOPBACK, link.port)
+            writer.write(b"one")
+            assert await reader.readexactly(3) == b"one"
+            link.partition("down")  # the echo comes back no more; what is sent still goes up
+            writer.write(b"two")
+            with pytest.raises(TimeoutError):
+                await asyncio.wait_for(reader.readexactly(3), 0.5)
+            assert link.down.held == 3 and link.up.held == 0
+            link.heal()
+            assert await asyncio.wait_for(reader.readexactly(3), 5) == b"two"
+            assert link.held == 0
+            writer.close()
+            await writer.wait_closed()
+
+
+async def test_a_connection_opened_across_a_partition_hangs_until_healed() -> None:
+    async with await asyncio.start_server(echo, LOOPBACK, 0) as listening:
+        target = (LOOPBACK, listening.sockets[0].getsockname()[1])
+        async with proxy(target) as link:
+            link.partition()
+            reader, writer = await asyncio.open_connection(LOOPBACK, link.port)
+            writer.write(b"hello")
+            with pytest.raises(TimeoutError):
+                await asyncio.wait_for(reader.readexactly(5), 0.5)
+            link.heal()
+            assert await asyncio.wait_for(reader.readexactly(5), 5) == b"hello"
+            assert link.cut() == 2  # and a cut still ends it at both ends
+            assert await asyncio.wait_for(reader.read(), 5) == b""
+            writer.close()
+            await writer.wait_closed()
+
+
+async def test_a_slowed_link_delays_each_chunk_and_paces_it_to_its_rate() -> None:
+    async with await asyncio.start_server(echo, LOOPBACK, 0) as listening:
+        target = (LOOPBACK, listening.sockets[0].getsockname()[1])
+        async with proxy(target) as link:
+            reader, writer = await asyncio.open_connection(LOOPBACK, link.port)
+            link.slow(delay=0.2, way="up")
+            started = time.monotonic()
+            writer.write(b"ping")
+            assert await asyncio.wait_for(reader.readexactly(4), 5) == b"ping"
+            assert time.monotonic() - started >= 0.2  # a lower bound: never flaky
+            link.slow(rate=100_000, way="down")
+            started = time.monotonic()
+            writer.write(bytes(50_000))
+            assert len(await asyncio.wait_for(reader.readexactly(50_000), 10)) == 50_000
+            assert time.monotonic() - started >= 0.3  # 50 kB at 100 kB/s, less one chunk
+            link.heal()
+            with pytest.raises(ValueError, match="rate > 0"):
+                link.slow(rate=0)
+            writer.close()
+            await writer.wait_closed()
