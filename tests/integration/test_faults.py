@@ -14,7 +14,6 @@ change makes of the view.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import os
 import signal
 import socket
@@ -23,12 +22,10 @@ from pathlib import Path
 
 import pytest
 import pytest_asyncio
-from websockets.exceptions import ConnectionClosed
 
-from fanout.client import LiveView, SubscriptionError, Update, connect
 from fanout.launch import Child, start
-from fanout.publisher.log import SqliteLog
-from fanout.testing.audit import audit
+from fanout.testing.followers import Follower, check
+from fanout.testing.followers import logged as logged_in
 from fanout.testing.ports import LOOPBACK, free_port
 from fanout.testing.processes import descendants
 from fanout.testing.wait import eventually
@@ -68,83 +65,9 @@ async def relays(publisher: list[Child], tmp_path: Path) -> AsyncIterator[list[C
             await child.stop()
 
 
-class Follower:
-    """One ``every`` subscriber: every update it received, across its connections."""
-
-    def __init__(self, box: Box) -> None:
-        self.box = box
-        self.view: LiveView | None = None
-        self.updates: list[Update] = []
-        self.failures: list[SubscriptionError] = []
-        self._stack: contextlib.AsyncExitStack | None = None
-        self._task: asyncio.Task[None] | None = None
-        self._arrived = asyncio.Event()
-
-    async def attach(self, url: str) -> None:
-        """Connect to a relay and subscribe, resuming where the last connection stopped."""
-        await self.detach()
-        self._stack = contextlib.AsyncExitStack()
-        subscriber = await self._stack.enter_async_context(connect(url))
-        self.view = await subscriber.subscribe(self.box, mode="every", resume=self.view)
-        self._task = asyncio.create_task(self._drain(self.view))
-
-    async def _drain(self, view: LiveView) -> None:
-        try:
-            async for update in view:
-                self.updates.append(update)
-                self._arrived.set()
-        except SubscriptionError as exc:
-            self.failures.append(exc)  # the connection went away: the test reconnects
-
-    async def detach(self) -> None:
-        """Drop the connection (what a crash of the subscriber's side looks like)."""
-        if self._stack is not None:
-            with contextlib.suppress(ConnectionClosed, OSError):  # the relay may be dead
-                await self._stack.aclose()
-            self._stack = None
-        if self._task is not None:
-            with contextlib.suppress(asyncio.CancelledError):
-                await asyncio.wait_for(self._task, 10)
-            self._task = None
-
-    async def received(self, more: int, timeout: float = 120.0) -> None:
-        """Wait until ``more`` updates beyond those already received have arrived."""
-        target = len(self.updates) + more
-        async with asyncio.timeout(timeout):
-            while len(self.updates) < target:
-                self._arrived.clear()
-                await self._arrived.wait()
-
-    async def reached(self, seq: int, timeout: float = 180.0) -> None:
-        """Wait until the update of ``seq`` has arrived."""
-        async with asyncio.timeout(timeout):
-            while not self.updates or self.updates[-1].seq < seq:
-                self._arrived.clear()
-                await self._arrived.wait()
-
-
 def logged(tmp_path: Path, follower: Follower) -> int:
     """The last seq in the publisher's log (of the stream ``follower`` follows)."""
-    with SqliteLog(tmp_path / "publisher" / "log.db") as stored:
-        bounds = stored.bounds("agents", follower.updates[0].epoch)
-    assert bounds is not None
-    return bounds[1]
-
-
-def check(follower: Follower, log: Path, resyncs: int = 0) -> int:
-    """Replay ``follower``'s updates against the publisher's log; returns how many seqs."""
-    view = follower.view
-    assert view is not None
-    assert view.gaps == 0
-    assert view.resyncs == resyncs
-    with SqliteLog(log) as stored:
-        report = audit(
-            follower.updates, follower.box, key="id", index=("x", "y"), log=stored, dataset="agents"
-        )
-    assert report.clean, report.problems
-    assert report.restarts == resyncs
-    assert report.held == set(view.rows)
-    return report.delivered
+    return logged_in(tmp_path / "publisher" / "log.db", follower)
 
 
 async def test_a_killed_relays_subscribers_resume_on_another_relay(publisher, relays, tmp_path):

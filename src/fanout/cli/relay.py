@@ -52,6 +52,14 @@ def relay_parser(commands: Any, command: Command) -> None:
         " docs/cluster.md); that relay's port, ws://HOST:PORT",
     )
     parser.add_argument(
+        "--upstream-keepalive",
+        type=float,
+        default=20.0,
+        metavar="SECONDS",
+        help="ping the upstream this often and give the link up when a pong is this late: a"
+        " silent link (a partition) is left within twice this, then resumed (default: 20)",
+    )
+    parser.add_argument(
         "--serve-relays",
         action="store_true",
         help="also serve relays started with --upstream pointed at this one (a tier:"
@@ -338,6 +346,7 @@ def run_relay(args: argparse.Namespace) -> int:
             token=cli_security.token(args),
             token_file=args.token_file,
             tls_ca=args.tls_ca,
+            keepalive=args.upstream_keepalive,
         ),
         name=args.name,
         listening=Listening(

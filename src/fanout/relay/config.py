@@ -97,6 +97,9 @@ class Upstream:
         tls_ca: PEM file of the authorities trusted for a ``wss://`` publisher (None: the
             system's).
         reconnect_delay: first delay before reconnecting upstream (doubles up to 5 s).
+        keepalive: seconds between pings upstream, and the most a ping may wait for its pong:
+            a link gone silent (a partition, not a reset) is given up within twice this, and
+            the relay connects again and resumes (``docs/cluster.md``).
     """
 
     publisher: str
@@ -104,6 +107,11 @@ class Upstream:
     token_file: Path | None = None
     tls_ca: Path | None = None
     reconnect_delay: float = 0.2
+    keepalive: float = 20.0
+
+    def __post_init__(self) -> None:
+        if not 0 < self.keepalive < float("inf"):
+            raise ConfigError(f"the upstream keepalive must be > 0 s, got {self.keepalive}")
 
 
 @dataclass(frozen=True)

@@ -10,7 +10,8 @@ PostgreSQL), the client told to dial the proxy, and then breaks the link while b
   opened meanwhile are accepted and then hang, as a connect to an unreachable host does;
 - ``slow(delay, rate)`` adds latency and a bandwidth limit (bytes/s) to each chunk one way or both.
 
-Unlike ``iptables`` or ``ss -K`` it needs no privileges or kernel options. ``docs/architecture.md`` (Partitions in tests).
+Unlike ``iptables`` or ``ss -K`` it needs no privileges or kernel options
+(``docs/architecture.md``, Partitions in tests).
 """
 
 from __future__ import annotations

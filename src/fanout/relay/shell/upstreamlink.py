@@ -163,6 +163,8 @@ class UpstreamLink:
             max_size=MAX_FROM_PUBLISHER,
             compression=None,
             open_timeout=10,
+            ping_interval=config.upstream.keepalive,
+            ping_timeout=config.upstream.keepalive,
             ssl=tls.for_url(config.upstream.publisher, config.upstream.tls_ca),
         ) as websocket:
             decoder = codec.from_publisher()
