@@ -48,7 +48,7 @@ async def metric(url: str, name: str) -> float:
 
 @contextlib.asynccontextmanager
 async def started_together(*starting: Awaitable[Child]) -> AsyncIterator[list[Child]]:
-    """Processes started at once (``fanout.launch.start`` calls), stopped when the block ends;
+    """Processes started at once (``Children.start`` calls), stopped when the block ends;
     if one fails to start, those that did are stopped and its error is raised. A test may
     replace a child in the list with its restarted self: the list's children are stopped."""
     started = await asyncio.gather(*starting, return_exceptions=True)
