@@ -1,14 +1,11 @@
 """Relays sharing a map of responsibility, seen from outside (docs/cluster.md): what the tests
 and benchmarks of many relays ask of the processes they run.
 
-- :func:`metric`, :func:`members_seen`, :func:`no_assignments` and :func:`primitives_by_relay`
-  read relays' and the publisher's ``GET /metrics``; :func:`where` says which relay serves a
-  view of a ``ClusterSubscriber`` now; :func:`assignments` reads what splits assigned, from Redis;
-- :class:`Follower` is one ``every`` subscriber of one box through
-  ``fanout.client.following``, kept across its moves and its connections (resumed with its
-  token after a relay died);
-- :func:`last_logged` and :func:`audit_followers` read the publisher's log: how far it reached, and
-  each follower's updates replayed against it (``fanout.testing.audit``)::
+- :func:`metric`, :func:`members_seen`, :func:`no_assignments`, :func:`primitives_by_relay` read
+  ``GET /metrics``; :func:`where` says which relay serves a view now; :func:`assignments` reads
+  what splits assigned, from Redis;
+- :class:`Follower` is one ``every`` subscriber of one box, kept across its moves and its
+  connections; :func:`last_logged` and :func:`audit_followers` read the publisher's log::
 
       follower = Follower(Box((0, 0), (100, 100)))
       await follower.attach("ws://127.0.0.1:7701")
