@@ -61,7 +61,7 @@ import numpy as np
 
 from fanout.client import LiveView, SubscriptionError, Update, connect
 from fanout.client.following import ClusterSubscriber
-from fanout.launch import Child, start
+from fanout.launch import Child, Children, running
 from fanout.metrics import scrape
 from fanout.publisher.log import SqliteLog
 from fanout.testing.audit import audit
@@ -100,14 +100,13 @@ async def deployment(
     publisher: Child, logs: Path
 ) -> AsyncIterator[tuple[list[Child], list[Child]]]:
     """Both deployments side by side on one publisher; yields (flat edges, tiered edges)."""
-    started: list[Child] = []
+    async with Children() as children:
 
-    async def relay(name: str, *args: str) -> Child:
-        child = await start("relay", [*args, "--port", "0", "--name", name], logs / f"{name}.log")
-        started.append(child)
-        return child
+        async def relay(name: str, *args: str) -> Child:
+            return await children.start(
+                "relay", [*args, "--port", "0", "--name", name], logs / f"{name}.log"
+            )
 
-    try:
         flat = [await relay(f"flat{e}", "--publisher", publisher.url) for e in range(EDGES)]
         mids = [
             await relay(f"mid{m}", "--publisher", publisher.url, "--serve-relays")
@@ -115,9 +114,6 @@ async def deployment(
         ]
         tiered = [await relay(f"edge{e}", "--upstream", mids[e % MIDS].url) for e in range(EDGES)]
         yield flat, tiered
-    finally:
-        for child in reversed(started):
-            await child.stop()
 
 
 def counters(publisher: Child) -> dict[str, float]:
@@ -249,17 +245,16 @@ async def split_run(
         common = ["--registry", f"redis://{host}:{port}", "--registry-lease", "3"]
         common += ["--split-above", f"subscribers={len(views) - 1}"]  # the last view tips it
         common += ["--split-dwell", str(SPLIT_DWELL), "--publisher", publisher.url, "--port", "0"]
-        started: list[Child] = []
-        try:
+        async with Children() as children:
+            started: list[Child] = []
             for role, extra in (("g0", []), ("g1", ["--standby"])):
                 name = f"{role}-{run_number}"
                 log = logs / f"{name}.log"
-                started.append(await start("relay", [*common, "--name", name, *extra], log))
+                started.append(
+                    await children.start("relay", [*common, "--name", name, *extra], log)
+                )
             giver, standby = started
             result = await _split_measured(giver, standby, views)
-        finally:
-            for child in reversed(started):
-                await child.stop()
     with SqliteLog(logs / "publisher" / "log.db") as stored:
         counts = {"lost": 0, "duplicated": 0, "reordered": 0}
         for follower in result.pop("followers"):
@@ -371,10 +366,10 @@ def spread(values: list[float]) -> dict[str, float]:
     return {"median": statistics.median(values), "min": min(values), "max": max(values)}
 
 
-async def publishing(logs: Path, agents: int) -> Child:
-    """A real publisher whose state (and log) is under ``logs``."""
+def publishing(logs: Path, agents: int) -> contextlib.AbstractAsyncContextManager[Child]:
+    """A real publisher whose state (and log) is under ``logs``, stopped when the block ends."""
     args = ["--port", "0", "--state-dir", str(logs / "publisher"), "--agents", str(agents)]
-    return await start("publisher", args, logs / "publisher.log")
+    return running("publisher", args, logs / "publisher.log")
 
 
 async def bench(args: argparse.Namespace) -> dict[str, Any]:
@@ -382,22 +377,16 @@ async def bench(args: argparse.Namespace) -> dict[str, Any]:
     views = boxes(args.subscribers)
     runs, splits = [], []
     if not args.only_split:
-        publisher = await publishing(logs, args.agents)
-        try:
+        async with publishing(logs, args.agents) as publisher:
             for _ in range(args.runs):
                 runs.append(await run(publisher, views, args.window, logs))
-        finally:
-            await publisher.stop()
     # Each split run on a publisher of its own: its audit reads a log holding only that run
     # (one publisher's log, grown over runs, outlived its retention while a run audited).
     for number in range(args.runs if args.split_subscribers else 0):
         here = logs / f"split-{number}"
-        publisher = await publishing(here, args.agents)
-        try:
+        async with publishing(here, args.agents) as publisher:
             split_views = boxes(args.split_subscribers, seed=28)
             splits.append(await split_run(publisher, split_views, here, number))
-        finally:
-            await publisher.stop()
     keys = [
         "egress_flat_bytes",
         "egress_tiered_bytes",

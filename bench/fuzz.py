@@ -54,7 +54,7 @@ from pathlib import Path
 from typing import Any
 
 from fanout.client import connect
-from fanout.launch import Child, start
+from fanout.launch import Children
 from fanout.metrics import scrape
 from fanout.testing.calibration import calibrate
 from fanout.testing.hostile import FuzzPlan, HostileProcess, Tally
@@ -119,78 +119,74 @@ def tracebacks(log: Path) -> int:
 
 
 async def run(args: argparse.Namespace, root: Path) -> dict[str, Any]:
-    publisher: Child | None = None
-    relay: Child | None = None
     hostile: list[HostileProcess] = []
     try:
-        publisher = await start(
-            "publisher",
-            [
-                *("--port", "0", "--state-dir", str(root / "publisher")),
-                *("--agents", str(args.agents), "--trigger", str(args.trigger)),
-            ],
-            root / "publisher.log",
-        )
-        relay = await start(
-            "relay", ["--publisher", publisher.url, "--port", "0"], root / "relay.log"
-        )
-        subscribers = Subscribers(relay.url, args.subscribers)
-        await subscribers.start()
-        for _ in range(30):  # warm up: until the pipeline's updates flow
-            if await subscribers.rate(5.0) > 0:
-                break
-        cpu = Cpu(publisher.process.pid, relay.process.pid)
-        cpu.mark()
-        baseline = await subscribers.rate(args.seconds)
-        cpu.mark()
-        targets = (
-            (relay.url, True),
-            (relay.url, False),
-            (relay.url, True),
-            (publisher.url, hello("relay")),
-            (publisher.url, hello("reader")),
-            (publisher.url, hello("producer")),
-        )
-        per_connection = -(-args.round // args.connections)
-        connections = -(-args.connections // args.workers)
-        servers = (relay.url, publisher.url)
-        before = await asyncio.to_thread(frames_read, servers)
-        started = time.monotonic()
-        rates: list[float] = []
-        tally = Tally()
-        read, rounds = 0.0, 0
-        while read < args.frames:  # rounds of attack until the servers have read enough
-            hostile = [
-                HostileProcess(
-                    FuzzPlan(targets, connections, per_connection, seed=rounds * 100 + worker),
-                    args.nice,
-                )
-                for worker in range(args.workers)
-            ]
-            while any(process.process.is_alive() for process in hostile):
-                rates.append(await subscribers.rate(args.seconds))
-            for process in hostile:
-                tally.merge(await asyncio.to_thread(process.done, 60.0))
-            read = await asyncio.to_thread(frames_read, servers) - before
-            rounds += 1
-            print(f"round {rounds}: the servers read {read:.0f} frames", file=sys.stderr)
-        cpu.mark()
-        elapsed = time.monotonic() - started
-        after = await subscribers.rate(args.seconds)
-        await subscribers.stop()
-        alive = {
-            "publisher": publisher.process.returncode is None,
-            "relay": relay.process.returncode is None,
-        }
-        # Counted before the servers are stopped: a micro-batch cut off by the stop is the
-        # bench's doing, not the attack's (Spark's cancelled job is logged with a traceback).
-        logged = tracebacks(root / "publisher.log") + tracebacks(root / "relay.log")
+        async with Children() as children:
+            publisher = await children.start(
+                "publisher",
+                [
+                    *("--port", "0", "--state-dir", str(root / "publisher")),
+                    *("--agents", str(args.agents), "--trigger", str(args.trigger)),
+                ],
+                root / "publisher.log",
+            )
+            relay = await children.start(
+                "relay", ["--publisher", publisher.url, "--port", "0"], root / "relay.log"
+            )
+            subscribers = Subscribers(relay.url, args.subscribers)
+            await subscribers.start()
+            for _ in range(30):  # warm up: until the pipeline's updates flow
+                if await subscribers.rate(5.0) > 0:
+                    break
+            cpu = Cpu(publisher.process.pid, relay.process.pid)
+            cpu.mark()
+            baseline = await subscribers.rate(args.seconds)
+            cpu.mark()
+            targets = (
+                (relay.url, True),
+                (relay.url, False),
+                (relay.url, True),
+                (publisher.url, hello("relay")),
+                (publisher.url, hello("reader")),
+                (publisher.url, hello("producer")),
+            )
+            per_connection = -(-args.round // args.connections)
+            connections = -(-args.connections // args.workers)
+            servers = (relay.url, publisher.url)
+            before = await asyncio.to_thread(frames_read, servers)
+            started = time.monotonic()
+            rates: list[float] = []
+            tally = Tally()
+            read, rounds = 0.0, 0
+            while read < args.frames:  # rounds of attack until the servers have read enough
+                hostile = [
+                    HostileProcess(
+                        FuzzPlan(targets, connections, per_connection, seed=rounds * 100 + worker),
+                        args.nice,
+                    )
+                    for worker in range(args.workers)
+                ]
+                while any(process.process.is_alive() for process in hostile):
+                    rates.append(await subscribers.rate(args.seconds))
+                for process in hostile:
+                    tally.merge(await asyncio.to_thread(process.done, 60.0))
+                read = await asyncio.to_thread(frames_read, servers) - before
+                rounds += 1
+                print(f"round {rounds}: the servers read {read:.0f} frames", file=sys.stderr)
+            cpu.mark()
+            elapsed = time.monotonic() - started
+            after = await subscribers.rate(args.seconds)
+            await subscribers.stop()
+            alive = {
+                "publisher": publisher.process.returncode is None,
+                "relay": relay.process.returncode is None,
+            }
+            # Counted before the servers are stopped: a micro-batch cut off by the stop is the
+            # bench's doing, not the attack's (Spark's cancelled job is logged with a traceback).
+            logged = tracebacks(root / "publisher.log") + tracebacks(root / "relay.log")
     finally:
         for process in hostile:
             process.stop()
-        for child in (relay, publisher):
-            if child is not None:
-                await child.stop()
     crashes = tally.closes[1011] + logged
     attacked = sorted(rates)[len(rates) // 2] if rates else 0.0
     # The machine's load drifts (it is shared): the rate alone is sampled before and after the

@@ -70,7 +70,7 @@ from typing import Any
 import numpy as np
 
 from fanout.client import connect
-from fanout.launch import Child, start
+from fanout.launch import Children
 from fanout.metrics import scrape
 from fanout.testing.calibration import calibrate
 from fanout.testing.machine import describe, write_results
@@ -193,10 +193,9 @@ async def run_load(
     """Start a publisher at ``offered`` updates/s, a relay and the subscribers; one window."""
     state = workdir / f"load-{offered}"
     period = LOADS[offered]
-    children: list[Child] = []
     window = Window()
-    try:
-        publisher = await start(
+    async with Children() as children:
+        publisher = await children.start(
             "publisher",
             [
                 *("--master", MASTER, "--port", "0", "--state-dir", str(state / "publisher")),
@@ -207,11 +206,9 @@ async def run_load(
             ],
             state / "publisher.log",
         )
-        children.append(publisher)
-        relay = await start(
+        relay = await children.start(
             "relay", ["--publisher", publisher.url, "--port", "0"], state / "relay.log"
         )
-        children.append(relay)
         async with contextlib.AsyncExitStack() as stack:
             views = []
             rng = np.random.default_rng(offered)
@@ -257,9 +254,6 @@ async def run_load(
                     listener.cancel()
         window.publisher = (before[0], after[0])
         window.relay = (before[1], after[1])
-    finally:
-        for child in reversed(children):
-            await child.stop()
     if not args.keep:
         shutil.rmtree(state / "publisher", ignore_errors=True)
     return window, summarise(offered, window)

@@ -41,7 +41,7 @@ from pathlib import Path
 import paho.mqtt.client as mqtt
 from paho.mqtt.enums import CallbackAPIVersion
 
-from fanout.launch import start
+from fanout.launch import Children
 from fanout.testing.calibration import calibrate
 from fanout.testing.machine import describe, write_results
 from fanout.testing.ports import LOOPBACK, free_port
@@ -81,21 +81,17 @@ def mosquitto() -> Iterator[list[int]]:
 @contextlib.asynccontextmanager
 async def fanout_relays(count: int, redis: str | None, logs: Path) -> AsyncIterator[list[int]]:
     """``count`` relay processes (in one cluster if ``redis``); their MQTT ports."""
-    async with serving(ScriptedPublisher(Catalog([]))) as url:
-        children, ports = [], []
-        try:
-            for n in range(count):
-                port = free_port()
-                args = ["--publisher", url, "--port", "0", "--name", f"r{n}"]
-                args += ["--mqtt-port", str(port), "--read-rate", "0"]
-                if redis is not None:
-                    args += ["--mqtt-redis", redis]
-                children.append(await start("relay", args, logs / f"r{n}.log"))
-                ports.append(port)
-            yield ports
-        finally:
-            for child in children:
-                await child.stop()
+    async with serving(ScriptedPublisher(Catalog([]))) as url, Children() as children:
+        ports = []
+        for n in range(count):
+            port = free_port()
+            args = ["--publisher", url, "--port", "0", "--name", f"r{n}"]
+            args += ["--mqtt-port", str(port), "--read-rate", "0"]
+            if redis is not None:
+                args += ["--mqtt-redis", redis]
+            await children.start("relay", args, logs / f"r{n}.log")
+            ports.append(port)
+        yield ports
 
 
 def _wait_port(port: int) -> None:

@@ -51,7 +51,7 @@ from typing import Any
 import numpy as np
 
 from fanout.client.subscriber import LiveView, Subscriber, connect
-from fanout.launch import start
+from fanout.launch import running
 from fanout.mqtt import packets as p
 from fanout.mqtt.decoding import decode, split
 from fanout.mqtt.encoding import encode
@@ -333,13 +333,11 @@ async def spatial(
     world.start()
     try:
         url = await asyncio.get_running_loop().run_in_executor(None, here.recv)
-        relay = await start("relay", ["--publisher", url, "--port", "0"], logs / "spatial.log")
-        try:
+        args = ["--publisher", url, "--port", "0"]
+        async with running("relay", args, logs / "spatial.log") as relay:
             best, trials = await search(
                 "relay", relay.url, start_n, limit, warmup=warmup, window=window
             )
-        finally:
-            await relay.stop()
     finally:
         here.send("stop")
         world.join(10)

@@ -42,7 +42,7 @@ from typing import Any
 
 from fanout.client.objects import Objects
 from fanout.client.publisher import open_producer
-from fanout.launch import Child, start
+from fanout.launch import Child, Children
 from fanout.testing.calibration import calibrate
 from fanout.testing.machine import describe, write_results
 from fanout.testing.wait import eventually
@@ -169,74 +169,81 @@ async def mount(
     return process, mountpoint
 
 
-async def deploy(root: Path) -> tuple[Child, Child, list[asyncio.subprocess.Process], Path, Path]:
+async def deploy(
+    children: Children, root: Path
+) -> tuple[Child, Child, list[asyncio.subprocess.Process], Path, Path]:
     (root / "fanout.toml").write_text(CONFIG)
-    publisher = await start(
+    publisher = await children.start(
         "publisher",
         ["--config", str(root / "fanout.toml"), "--port", "0", "--state-dir",
          str(root / "state"), "--log-level", "info"],
         root / "publisher.log",
     )  # fmt: skip
-    relay = await start("relay", ["--publisher", publisher.url, "--port", "0"], root / "relay.log")
+    relay = await children.start(
+        "relay", ["--publisher", publisher.url, "--port", "0"], root / "relay.log"
+    )
     through, mountpoint = await mount(root, "mnt", relay, None)
     direct, direct_point = await mount(root, "direct", relay, publisher)
     return publisher, relay, [through, direct], mountpoint, direct_point
 
 
 async def bench(args: argparse.Namespace, root: Path) -> dict[str, Any]:
-    publisher, relay, mounts, mountpoint, direct_point = await deploy(root)
-    watchers: list[Watcher] = []
-    try:
-        async with open_producer(publisher.url) as producer:
-            objects = Objects(None, producer, "pps")
-            cells = [
-                Cell(f"/bench/o{index}", attr, Value("n", "0"), 0, True).row()
-                for index in range(args.objects)
-                for attr in ("", "seq")
-            ]
-            await producer.publish("pps", cells)
-            watchers = [Watcher(mountpoint / "bench" / f"o{i}") for i in range(args.watchers)]
-            await eventually(
-                (mountpoint / "bench" / f"o{args.objects - 1}").exists, timeout=120, in_thread=True
-            )
-            for watcher in watchers:
-                await watcher.start()
-            for watcher in watchers:
-                await watcher.arrival("seq:n:0")
-            runs = []
-            for run in range(args.runs):
-                since = stamp()
-                latencies = await echo_to_watch(watchers, args.samples, 1 + run * args.samples)
-                spark = spark_batch_ms(root / "publisher.log", since, stamp())
-                library = await library_writes(objects, args.writes)
-                through_mount = await asyncio.to_thread(mount_writes, mountpoint, args.writes)
-                direct = await asyncio.to_thread(mount_writes, direct_point, args.writes)
-                p50 = statistics.median(latencies)
-                runs.append(
-                    {
-                        "writes_per_s_library": round(library, 1),
-                        "writes_per_s_mount": round(through_mount, 1),
-                        "writes_per_s_mount_direct": round(direct, 1),
-                        "echo_to_watch_p50_ms": round(p50, 1),
-                        "echo_to_watch_p99_ms": round(percentile(latencies, 0.99), 1),
-                        "spark_batch_p50_ms": statistics.median(spark) if spark else None,
-                        "microbatch_share": (
-                            round(statistics.median(spark) / p50, 3) if spark else None
-                        ),
-                        "samples": len(latencies),
-                        "micro_batches": len(spark),
-                    }
+    async with Children() as children:
+        publisher, relay, mounts, mountpoint, direct_point = await deploy(children, root)
+        watchers: list[Watcher] = []
+        try:
+            async with open_producer(publisher.url) as producer:
+                objects = Objects(None, producer, "pps")
+                cells = [
+                    Cell(f"/bench/o{index}", attr, Value("n", "0"), 0, True).row()
+                    for index in range(args.objects)
+                    for attr in ("", "seq")
+                ]
+                await producer.publish("pps", cells)
+                watchers = [Watcher(mountpoint / "bench" / f"o{i}") for i in range(args.watchers)]
+                await eventually(
+                    (mountpoint / "bench" / f"o{args.objects - 1}").exists,
+                    timeout=120,
+                    in_thread=True,
                 )
-                print(json.dumps(runs[-1]), file=sys.stderr, flush=True)
-    finally:
-        for watcher in watchers:
-            watcher.stop()
-        for process in mounts:
-            process.send_signal(signal.SIGTERM)
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(process.wait(), 30)
-        await relay.stop()
-        await publisher.stop()
+                for watcher in watchers:
+                    await watcher.start()
+                for watcher in watchers:
+                    await watcher.arrival("seq:n:0")
+                runs = []
+                for run in range(args.runs):
+                    since = stamp()
+                    latencies = await echo_to_watch(watchers, args.samples, 1 + run * args.samples)
+                    spark = spark_batch_ms(root / "publisher.log", since, stamp())
+                    library = await library_writes(objects, args.writes)
+                    through_mount = await asyncio.to_thread(mount_writes, mountpoint, args.writes)
+                    direct = await asyncio.to_thread(mount_writes, direct_point, args.writes)
+                    p50 = statistics.median(latencies)
+                    runs.append(
+                        {
+                            "writes_per_s_library": round(library, 1),
+                            "writes_per_s_mount": round(through_mount, 1),
+                            "writes_per_s_mount_direct": round(direct, 1),
+                            "echo_to_watch_p50_ms": round(p50, 1),
+                            "echo_to_watch_p99_ms": round(percentile(latencies, 0.99), 1),
+                            "spark_batch_p50_ms": statistics.median(spark) if spark else None,
+                            "microbatch_share": (
+                                round(statistics.median(spark) / p50, 3) if spark else None
+                            ),
+                            "samples": len(latencies),
+                            "micro_batches": len(spark),
+                        }
+                    )
+                    print(json.dumps(runs[-1]), file=sys.stderr, flush=True)
+        finally:
+            for watcher in watchers:
+                watcher.stop()
+            for process in mounts:
+                process.send_signal(signal.SIGTERM)
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(process.wait(), 30)
+            await relay.stop()
+            await publisher.stop()
     summary: dict[str, Any] = {}
     for key in runs[0]:
         values = [run[key] for run in runs if run[key] is not None]

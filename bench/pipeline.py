@@ -61,7 +61,7 @@ from typing import Any
 import numpy as np
 from websockets.asyncio.client import ClientConnection, connect
 
-from fanout.launch import Child, start
+from fanout.launch import Child, Children
 from fanout.testing import frames
 from fanout.testing.calibration import calibrate
 from fanout.testing.cpu import busy_fraction
@@ -206,31 +206,32 @@ class Step:
 async def run_step(period: int, args: argparse.Namespace, workdir: Path) -> Step:
     """Start a publisher at ``period`` and the relays; measure one window."""
     state = workdir / f"period-{period}"
-    publisher = await start_publisher(period, state)
-    relays: asyncio.subprocess.Process | None = None
-    out = state / "relays.json"
-    try:
-        relays = await asyncio.create_subprocess_exec(
-            *(sys.executable, __file__, "relays", publisher.url, str(args.relays), str(out)),
-            stdout=asyncio.subprocess.PIPE,
-        )
-        assert relays.stdout is not None
-        line = await relays.stdout.readline()
-        if line.strip() != b"ready":
-            status = await relays.wait()
-            raise RuntimeError(f"the relays did not get their snapshots (exit {status})")
-        # The state holds every agent once `period` ticks have passed since the first batch.
-        await asyncio.sleep(max(args.warmup, period / TICK_RATE + 5.0))
-        began = time.time()
-        await asyncio.sleep(args.measure)
-        ended = time.time()
-        relays.send_signal(signal.SIGTERM)
-        await asyncio.wait_for(relays.wait(), 60)
-    finally:
-        if relays is not None and relays.returncode is None:
-            relays.kill()
-            await relays.wait()
-        await publisher.stop()
+    async with Children() as children:
+        publisher = await start_publisher(children, period, state)
+        relays: asyncio.subprocess.Process | None = None
+        out = state / "relays.json"
+        try:
+            relays = await asyncio.create_subprocess_exec(
+                *(sys.executable, __file__, "relays", publisher.url, str(args.relays), str(out)),
+                stdout=asyncio.subprocess.PIPE,
+            )
+            assert relays.stdout is not None
+            line = await relays.stdout.readline()
+            if line.strip() != b"ready":
+                status = await relays.wait()
+                raise RuntimeError(f"the relays did not get their snapshots (exit {status})")
+            # The state holds every agent once `period` ticks have passed since the first batch.
+            await asyncio.sleep(max(args.warmup, period / TICK_RATE + 5.0))
+            began = time.time()
+            await asyncio.sleep(args.measure)
+            ended = time.time()
+            relays.send_signal(signal.SIGTERM)
+            await asyncio.wait_for(relays.wait(), 60)
+        finally:
+            if relays is not None and relays.returncode is None:
+                relays.kill()
+                await relays.wait()
+            await publisher.stop()
     records = np.array(json.loads(out.read_text()), dtype=np.float64).reshape(-1, 8)
     batches = read_publisher_log(publisher.log)
     if not args.keep:
@@ -238,7 +239,7 @@ async def run_step(period: int, args: argparse.Namespace, workdir: Path) -> Step
     return Step(period, (began, ended), records, batches)
 
 
-async def start_publisher(period: int, state: Path) -> Child:
+async def start_publisher(children: Children, period: int, state: Path) -> Child:
     """``fanout publisher`` on Spark ``MASTER`` with the simulation at ``period``."""
     arguments = [
         "--master",
@@ -258,7 +259,7 @@ async def start_publisher(period: int, state: Path) -> Child:
         "--log-level",
         "info",
     ]
-    return await start("publisher", arguments, state / "publisher.log")
+    return await children.start("publisher", arguments, state / "publisher.log")
 
 
 def read_publisher_log(path: Path) -> dict[int, dict[str, Any]]:

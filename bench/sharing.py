@@ -121,7 +121,7 @@ from websockets.asyncio.client import connect
 
 from fanout.client import rank
 from fanout.client.routing import DEFAULT_SIDE
-from fanout.launch import Child, start
+from fanout.launch import Child, Children
 from fanout.relay.config import Cluster, Planning, RelayConfig, Upstream
 from fanout.relay.core.planner import IN_A_MAP, WIDENINGS, Policy
 from fanout.testing import frames
@@ -728,7 +728,9 @@ def summarise(
 # -- the run -------------------------------------------------------------------------------------
 
 
-async def start_publisher(workdir: Path, args: argparse.Namespace) -> tuple[Child, int]:
+async def start_publisher(
+    children: Children, workdir: Path, args: argparse.Namespace
+) -> tuple[Child, int]:
     """``fanout publisher`` with the simulation of this benchmark; returns it and its port."""
     arguments = [
         "--master",
@@ -750,7 +752,7 @@ async def start_publisher(workdir: Path, args: argparse.Namespace) -> tuple[Chil
         "--log-level",
         "info",
     ]
-    publisher = await start("publisher", arguments, workdir / "publisher.log")
+    publisher = await children.start("publisher", arguments, workdir / "publisher.log")
     port = int(publisher.url.rsplit(":", 1)[1])
     # Let Spark's first micro-batches (which cover its start-up's ticks) go by; a slow start
     # shows in the steps' micro-batch rates, not as a failure.
@@ -810,22 +812,23 @@ async def bench(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
     asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, main.cancel)
     compared = f"relay-by-{args.compare_assign}"
     cases = ["relay", "direct"] + ([compared] if args.compare_assign else [])
-    publisher, port = await start_publisher(workdir, args)
-    results: dict[str, list[dict[str, Any]]] = {case: [] for case in cases}
-    try:
-        for count in args.steps:
-            for case in cases:
-                step = await measure_step(
-                    case=case,
-                    count=count,
-                    publisher=publisher,
-                    port=port,
-                    args=args,
-                    workdir=workdir,
-                )
-                results[case].append(step)
-    finally:
-        await publisher.stop()
+    async with Children() as children:
+        publisher, port = await start_publisher(children, workdir, args)
+        results: dict[str, list[dict[str, Any]]] = {case: [] for case in cases}
+        try:
+            for count in args.steps:
+                for case in cases:
+                    step = await measure_step(
+                        case=case,
+                        count=count,
+                        publisher=publisher,
+                        port=port,
+                        args=args,
+                        workdir=workdir,
+                    )
+                    results[case].append(step)
+        finally:
+            await publisher.stop()
     relay, direct = results["relay"], results["direct"]
     ratio_relay, saved = ratio(relay), savings(direct, relay)
     per_batch = "egress_bytes_per_micro_batch"

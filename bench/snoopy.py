@@ -41,7 +41,7 @@ import psycopg
 
 from fanout.cache.client import SnoopyCache
 from fanout.cache.core import Change
-from fanout.launch import start
+from fanout.launch import Children
 from fanout.testing.calibration import calibrate
 from fanout.testing.machine import describe, write_results
 from fanout.testing.nats import throwaway_nats
@@ -170,19 +170,20 @@ async def bench(args: argparse.Namespace) -> dict[str, Any]:
                 )
         config = Path(tmp) / "fanout.toml"
         config.write_text(CONFIG.format(nats=bus.url, db=db))
-        publisher = await start(
-            "publisher",
-            ["--config", str(config), "--port", "0", "--state-dir", f"{tmp}/state"],
-            Path(tmp) / "publisher.log",
-        )
-        try:
-            # Ready once a cache can load an item (the first micro-batch is published).
-            probe = await SnoopyCache.connect(bus.url, "bench")
-            await probe.find_by_key("item", 1).get()
-            await probe.close()
-            runs = [await one_run(bus.url, db, args, run) for run in range(args.runs)]
-        finally:
-            await publisher.stop()
+        async with Children() as children:
+            publisher = await children.start(
+                "publisher",
+                ["--config", str(config), "--port", "0", "--state-dir", f"{tmp}/state"],
+                Path(tmp) / "publisher.log",
+            )
+            try:
+                # Ready once a cache can load an item (the first micro-batch is published).
+                probe = await SnoopyCache.connect(bus.url, "bench")
+                await probe.find_by_key("item", 1).get()
+                await probe.close()
+                runs = [await one_run(bus.url, db, args, run) for run in range(args.runs)]
+            finally:
+                await publisher.stop()
     return summarize(runs)
 
 

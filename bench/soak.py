@@ -60,7 +60,7 @@ from pathlib import Path
 from typing import Any
 
 from fanout.client import LiveView, SubscriptionError, Update, connect
-from fanout.launch import Child, LaunchError, start
+from fanout.launch import Child, Children, LaunchError
 from fanout.publisher.log import SqliteLog
 from fanout.testing.audit import audit
 from fanout.testing.calibration import calibrate
@@ -130,7 +130,10 @@ class Follower:
 class Deployment:
     """The publisher, mid relays and edge relays, restartable on their ports."""
 
-    def __init__(self, root: Path, agents: int, mids: int, relays: int) -> None:
+    def __init__(
+        self, children: Children, root: Path, *, agents: int, mids: int, relays: int
+    ) -> None:
+        self.scope = children
         self.root = root
         self.agents = agents
         self.mid_count = mids
@@ -165,14 +168,14 @@ class Deployment:
         )
         args = ["--config", str(config), "--port", str(port)]
         args += ["--state-dir", str(self.root / "publisher"), "--log-level", "info"]
-        child = await start("publisher", args, self.root / "publisher.log")
+        child = await self.scope.start("publisher", args, self.root / "publisher.log")
         self.publisher_ready = time.monotonic()
         return child
 
     async def _mid(self, number: int, port: int) -> Child:
         args = ["--publisher", f"ws://127.0.0.1:{self.port}", "--port", str(port)]
         args += ["--name", f"mid-{number}", "--serve-relays", "--log-level", "info"]
-        return await start("relay", args, self.root / f"mid-{number}.log")
+        return await self.scope.start("relay", args, self.root / f"mid-{number}.log")
 
     async def _relay(self, number: int, port: int) -> Child:
         if self.mids and number % 2 == 0:
@@ -180,7 +183,7 @@ class Deployment:
         else:
             above = ["--publisher", f"ws://127.0.0.1:{self.port}"]
         args = [*above, "--port", str(port), "--name", f"relay-{number}", "--log-level", "info"]
-        return await start("relay", args, self.root / f"relay-{number}.log")
+        return await self.scope.start("relay", args, self.root / f"relay-{number}.log")
 
     async def kill(self, name: str) -> None:
         """SIGKILL a process and start it again on its port (a relay after 2 s)."""
@@ -345,9 +348,15 @@ def parse_weights(text: str) -> dict[str, int]:
 
 
 async def soak(args: argparse.Namespace) -> dict[str, Any]:
+    """The run, its processes in one scope (stopped, with their stdout drains, when it ends)."""
+    async with Children() as children:
+        return await _soak(children, args)
+
+
+async def _soak(children: Children, args: argparse.Namespace) -> dict[str, Any]:
     rng = random.Random(args.seed)
     root = Path(tempfile.mkdtemp(prefix="fanout-soak-"))
-    deployment = Deployment(root, args.agents, args.mids, args.relays)
+    deployment = Deployment(children, root, agents=args.agents, mids=args.mids, relays=args.relays)
     await deployment.start()
     urls = [relay.url for relay in deployment.relays]
     followers = []

@@ -48,7 +48,7 @@ import numpy as np
 import pyarrow as pa
 
 from fanout.client import connect
-from fanout.launch import start
+from fanout.launch import running
 from fanout.metrics import scrape
 from fanout.testing.calibration import calibrate
 from fanout.testing.machine import describe, write_results
@@ -133,13 +133,9 @@ async def trial(args: argparse.Namespace, name: str, limits: list[str]) -> dict[
     orders = Orders(args.rows, args.changed)
     logs = Path(tempfile.mkdtemp(prefix="fanout-bench-sqlshare-"))
     async with serving(orders.publisher) as url:
-        relay = await start(
-            "relay", ["--publisher", url, "--port", "0", *limits], logs / f"relay-{name}.log"
-        )
-        try:
+        args_ = ["--publisher", url, "--port", "0", *limits]
+        async with running("relay", args_, logs / f"relay-{name}.log") as relay:
             return await _measure(args, name, orders, relay.url)
-        finally:
-            await relay.stop()
 
 
 async def _measure(args: argparse.Namespace, name: str, orders: Orders, url: str) -> dict[str, Any]:

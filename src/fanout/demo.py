@@ -25,7 +25,7 @@ from rich.table import Table
 
 from fanout.client import LiveView, connect
 from fanout.client.publisher import open_reader
-from fanout.launch import Child, start
+from fanout.launch import Children
 from fanout.metrics import scrape
 from fanout.publisher.sources.simulation import SimulationParams
 from fanout.views import Box, RegionUnion
@@ -97,25 +97,20 @@ def _state_dir(given: Path | None) -> Iterator[Path]:
 async def _demo(config: DemoConfig, state_dir: Path) -> int:
     console = Console()
     console.print(f"starting the publisher (Spark local[*]) and a relay; logs in {state_dir}")
-    publisher = await start(
-        "publisher", _publisher_args(config, state_dir), state_dir / "publisher.log"
-    )
-    children: list[Child] = [publisher]
-    try:
-        relay = await start(
+    async with Children() as children:
+        publisher = await children.start(
+            "publisher", _publisher_args(config, state_dir), state_dir / "publisher.log"
+        )
+        relay = await children.start(
             "relay",
             ["--publisher", publisher.url, "--port", "0", "--name", "demo"],
             state_dir / "relay.log",
         )
-        children.append(relay)
         console.print(
             f"publisher {publisher.url}, relay {relay.url}; {config.subscribers} subscribers"
         )
         console.print(f"live viewer: {_http(relay.url)}/  (open it in a browser)")
         return await _run(config, console, publisher.url, relay.url)
-    finally:
-        for child in reversed(children):
-            await child.stop()
 
 
 def _publisher_args(config: DemoConfig, state_dir: Path) -> list[str]:

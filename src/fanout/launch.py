@@ -3,6 +3,10 @@
 Each server prints one line, ``fanout <role> ready ws://HOST:PORT``, on stdout once it serves; the
 launcher waits for that line, so callers (the demo, the integration tests, benchmarks) never race
 a server's start. A child's stderr goes to a log file, which is quoted if it dies early.
+
+Children are started in a scope, ``async with Children() as children``, which owns the task
+draining each child's stdout: leaving it stops the children still running and waits for their
+drains, and a drain's error is raised there, not lost (``running`` is the scope for one child).
 """
 
 from __future__ import annotations
@@ -11,9 +15,12 @@ import asyncio
 import contextlib
 import signal
 import sys
+from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from types import TracebackType
 
+from fanout.background import Background
 from fanout.errors import FanoutError
 
 READY = "ready "
@@ -27,7 +34,7 @@ class LaunchError(FanoutError):
 
 @dataclass
 class Child:
-    """A running fanout process.
+    """A running fanout process, started by :meth:`Children.start`.
 
     Attributes:
         role: ``publisher`` or ``relay``.
@@ -39,7 +46,7 @@ class Child:
     process: asyncio.subprocess.Process
     url: str
     log: Path
-    _drain: asyncio.Task[None] | None = field(default=None, repr=False)
+    _drain: asyncio.Task[None] = field(repr=False)
 
     @property
     def pid(self) -> int:
@@ -62,7 +69,10 @@ class Child:
             self.process.send_signal(signal.SIGCONT)
 
     async def stop(self, timeout: float = 20.0) -> int:
-        """SIGTERM, then SIGKILL if it has not exited within ``timeout``; returns its status."""
+        """SIGTERM, then SIGKILL if it has not exited within ``timeout``; returns its status.
+
+        Its stdout drain ends with it (an error the drain met is raised by the scope).
+        """
         if self.process.returncode is None:
             with contextlib.suppress(ProcessLookupError):
                 self.process.terminate()
@@ -71,49 +81,87 @@ class Child:
             except TimeoutError:
                 self.kill()
                 await self.process.wait()
-        if self._drain is not None:
-            self._drain.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._drain
+        # A grandchild (Spark's JVM) may hold the pipe open after the child is gone: cancel.
+        self._drain.cancel()
+        await asyncio.wait([self._drain])
         assert self.process.returncode is not None
         return self.process.returncode
 
 
-async def start(role: str, args: list[str], log: Path, timeout: float = 180.0) -> Child:
-    """Start ``fanout <role> <args>`` and wait for its ready line.
+class Children:
+    """The scope of the processes started in it: it owns their stdout drains.
 
-    Raises:
-        LaunchError: it exited first, or printed no ready line within ``timeout`` seconds.
+    Leaving it stops every child still running (the last started first), then waits for the
+    drains; a drain that failed cancels the block and its error is raised in an
+    ``ExceptionGroup`` when the scope is left.
     """
-    log.parent.mkdir(parents=True, exist_ok=True)
-    with log.open("ab") as stderr:
-        process = await asyncio.create_subprocess_exec(
-            sys.executable,
-            "-m",
-            "fanout",
-            role,
-            *args,
-            stdout=asyncio.subprocess.PIPE,
-            stderr=stderr,
-            start_new_session=True,
-        )
-    assert process.stdout is not None
-    try:
-        url = await asyncio.wait_for(_ready_line(role, process.stdout), timeout)
-    except (TimeoutError, LaunchError) as exc:
-        with contextlib.suppress(ProcessLookupError):
-            process.kill()
-        await process.wait()
-        text = await asyncio.to_thread(log.read_text, errors="replace")
-        tail = text[-3000:]
-        raise LaunchError(
-            f"{role} did not become ready ({exc or 'timeout'}); its log {log}:\n{tail}"
-        ) from exc
-    child = Child(role, process, url, log)
-    # Not in a TaskGroup: a Child is started and stopped by hand (``Child.stop``, which cancels
-    # and awaits this task), by callers that hold it across blocks of their own.
-    child._drain = asyncio.create_task(_discard(process.stdout))
-    return child
+
+    def __init__(self) -> None:
+        self._background = Background()
+        self._children: list[Child] = []
+
+    async def __aenter__(self) -> Children:
+        await self._background.__aenter__()
+        return self
+
+    async def __aexit__(
+        self,
+        kind: type[BaseException] | None,
+        error: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        try:
+            for child in reversed(self._children):  # the last started may depend on the first
+                await child.stop()
+        finally:
+            await self._background.__aexit__(kind, error, traceback)
+
+    async def start(self, role: str, args: list[str], log: Path, timeout: float = 180.0) -> Child:
+        """Start ``fanout <role> <args>`` and wait for its ready line.
+
+        Raises:
+            LaunchError: it exited first, or printed no ready line within ``timeout`` seconds.
+        """
+        command = [sys.executable, "-m", "fanout", role, *args]
+        return await self.spawn(role, command, log, timeout)
+
+    async def spawn(
+        self, role: str, command: list[str], log: Path, timeout: float = 180.0
+    ) -> Child:
+        """Start ``command``, a program that prints ``fanout <role> ready URL``, and wait for it.
+
+        Raises:
+            LaunchError: it exited first, or printed no ready line within ``timeout`` seconds.
+        """
+        log.parent.mkdir(parents=True, exist_ok=True)
+        with log.open("ab") as stderr:
+            process = await asyncio.create_subprocess_exec(
+                *command, stdout=asyncio.subprocess.PIPE, stderr=stderr, start_new_session=True
+            )
+        assert process.stdout is not None
+        try:
+            url = await asyncio.wait_for(_ready_line(role, process.stdout), timeout)
+        except (TimeoutError, LaunchError) as exc:
+            with contextlib.suppress(ProcessLookupError):
+                process.kill()
+            await process.wait()
+            text = await asyncio.to_thread(log.read_text, errors="replace")
+            tail = text[-3000:]
+            raise LaunchError(
+                f"{role} did not become ready ({exc or 'timeout'}); its log {log}:\n{tail}"
+            ) from exc
+        child = Child(role, process, url, log, self._background.start(_discard(process.stdout)))
+        self._children.append(child)
+        return child
+
+
+@contextlib.asynccontextmanager
+async def running(
+    role: str, args: list[str], log: Path, timeout: float = 180.0
+) -> AsyncIterator[Child]:
+    """One child in a scope of its own: ``async with running("relay", [...], log) as relay``."""
+    async with Children() as children:
+        yield await children.start(role, args, log, timeout)
 
 
 async def _ready_line(role: str, stdout: asyncio.StreamReader) -> str:

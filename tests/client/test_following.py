@@ -16,7 +16,7 @@ import pytest
 from fanout.client.following import connect_cluster
 from fanout.cluster.registry import Registry, connect
 from fanout.cluster.responsibility import part_of
-from fanout.relay.config import Cluster
+from fanout.cluster.settings import Cluster
 from fanout.testing.catalog import catalog
 from fanout.testing.ports import LOOPBACK, free_port
 from fanout.testing.publisher import ScriptedPublisher, serving

@@ -13,7 +13,7 @@ import pytest
 
 from fanout.cluster.registry import HandOverRefused, Registry, connect
 from fanout.cluster.responsibility import Assignment, ResponsibilityMap, part_of
-from fanout.launch import start
+from fanout.launch import Children
 from fanout.testing.catalog import AGENTS
 from fanout.testing.publisher import ScriptedPublisher, serving
 from fanout.testing.redis import throwaway_redis_cluster
@@ -226,9 +226,11 @@ async def test_a_relay_process_stopped_by_sigterm_leaves_the_map_at_once(
     0 and is gone from the map at once, not after its lease (60 s here)."""
     name = f"term{next(runs)}"
     watcher = member(node, f"watch-{name}", lease=60.0)
-    async with serving(ScriptedPublisher(Catalog([AGENTS]))) as url:
+    async with serving(ScriptedPublisher(Catalog([AGENTS]))) as url, Children() as children:
         args = ["--publisher", url, "--port", "0", "--name", name, "--registry", node]
-        relay = await start("relay", [*args, "--registry-lease", "60"], tmp_path / "relay.log")
+        relay = await children.start(
+            "relay", [*args, "--registry-lease", "60"], tmp_path / "relay.log"
+        )
         try:
             await eventually(lambda: watcher.beat(join=False), lambda read: name in read.members)
         finally:

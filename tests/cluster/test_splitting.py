@@ -19,8 +19,8 @@ import pytest
 
 from fanout.client import SubscriptionError, connect
 from fanout.cluster.responsibility import Assignment, ResponsibilityMap, part_of
+from fanout.cluster.settings import Cluster
 from fanout.cluster.splitting import responsible
-from fanout.relay.config import Cluster
 from fanout.testing.catalog import AGENTS
 from fanout.testing.publisher import ScriptedPublisher, serving
 from fanout.testing.redis import throwaway_redis_cluster

@@ -6,10 +6,10 @@ import numpy as np
 import pytest
 
 from fanout.cluster.responsibility import ResponsibilityMap
-from fanout.cluster.settings import read_cluster
+from fanout.cluster.settings import Cluster, read_cluster
 from fanout.cluster.upstreams import PUBLISHER, Upstreams
 from fanout.errors import ConfigError
-from fanout.relay.config import Cluster, RelayConfig, Upstream
+from fanout.relay.config import RelayConfig, Upstream
 from fanout.testing import batches
 from fanout.testing.catalog import AGENTS, sensors
 from fanout.views import Box

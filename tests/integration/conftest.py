@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import pytest_asyncio
 
-from fanout.launch import Child, start
+from fanout.launch import Child, Children
 
 
 @pytest.fixture(scope="module")
@@ -19,9 +19,16 @@ def tmp_path(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest_asyncio.fixture(scope="module", loop_scope="module")
-async def publisher(tmp_path: Path) -> AsyncIterator[Child]:
+async def children() -> AsyncIterator[Children]:
+    """The scope of the module's processes: it owns their stdout drains and stops them last."""
+    async with Children() as scope:
+        yield scope
+
+
+@pytest_asyncio.fixture(scope="module", loop_scope="module")
+async def publisher(children: Children, tmp_path: Path) -> AsyncIterator[Child]:
     """``fanout publisher`` on a free port: 2,000 agents at 10 ticks/s, Spark local[*]."""
-    child = await start(
+    child = await children.start(
         "publisher",
         [
             "--port",
@@ -42,9 +49,9 @@ async def publisher(tmp_path: Path) -> AsyncIterator[Child]:
 
 
 @pytest_asyncio.fixture(scope="module", loop_scope="module")
-async def relay(publisher: Child, tmp_path: Path) -> AsyncIterator[Child]:
+async def relay(children: Children, publisher: Child, tmp_path: Path) -> AsyncIterator[Child]:
     """``fanout relay`` connected to the publisher."""
-    child = await start(
+    child = await children.start(
         "relay",
         ["--publisher", publisher.url, "--port", "0", "--log-level", "info"],
         tmp_path / "relay.log",

@@ -21,7 +21,7 @@ import pytest_asyncio
 from tests.integration.test_tiers import states
 
 from fanout.client.following import connect_cluster
-from fanout.launch import Child, start
+from fanout.launch import Child, Children
 from fanout.publisher.log import SqliteLog
 from fanout.testing.audit import audit
 from fanout.testing.clusterview import last_logged, members_seen, metric, started_together
@@ -60,7 +60,9 @@ window.follow = (name, view, mode) => {
 
 
 @pytest_asyncio.fixture(loop_scope="module")
-async def http_movers(publisher: Child, tmp_path: Path) -> AsyncIterator[list[Child]]:
+async def http_movers(
+    children: Children, publisher: Child, tmp_path: Path
+) -> AsyncIterator[list[Child]]:
     """A giver splitting past 7 subscriptions for a dwell, and a standby, in a map of their
     own; stopped when the test ends."""
     with throwaway_redis_cluster() as nodes:
@@ -71,10 +73,12 @@ async def http_movers(publisher: Child, tmp_path: Path) -> AsyncIterator[list[Ch
         giver = ["--name", "hg", "--split-above", "subscribers=7"]
         giver += ["--split-dwell", str(HTTP_DWELL)]
         async with started_together(
-            start("relay", [*common, *giver], tmp_path / "relay-hg.log"),
-            start("relay", [*common, "--name", "hs", "--standby"], tmp_path / "relay-hs.log"),
-        ) as children:
-            yield children
+            children.start("relay", [*common, *giver], tmp_path / "relay-hg.log"),
+            children.start(
+                "relay", [*common, "--name", "hs", "--standby"], tmp_path / "relay-hs.log"
+            ),
+        ) as started:
+            yield started
 
 
 def _http(child: Child) -> str:

@@ -21,7 +21,7 @@ import psycopg
 import pytest
 import pytest_asyncio
 
-from fanout.launch import Child, start
+from fanout.launch import Child, Children
 from fanout.testing.nats import NatsMissing, NatsServer, throwaway_nats
 from fanout.testing.postgres import MISSING, postgres_binaries, throwaway_postgres
 
@@ -57,11 +57,13 @@ def bus() -> Iterator[NatsServer]:
 
 
 @pytest_asyncio.fixture(scope="module", loop_scope="module")
-async def publisher(tmp_path: Path, database: str, bus: NatsServer) -> AsyncIterator[Child]:
+async def publisher(
+    children: Children, tmp_path: Path, database: str, bus: NatsServer
+) -> AsyncIterator[Child]:
     config = tmp_path / "fanout.toml"
     text = (AUCTION / "fanout.toml").read_text().replace("DSN", database)
     config.write_text(text.replace("nats://127.0.0.1:4222", bus.url))
-    child = await start(
+    child = await children.start(
         "publisher",
         [
             "--config",

@@ -12,7 +12,7 @@ import psycopg
 import pytest
 
 from fanout.cache.client import SnoopyCache
-from fanout.launch import start
+from fanout.launch import Children
 from fanout.testing.nats import NatsMissing, NatsServer, throwaway_nats
 from fanout.testing.postgres import MISSING, postgres_binaries, throwaway_postgres
 from fanout.testing.wait import eventually
@@ -52,13 +52,13 @@ def bus() -> Iterator[NatsServer]:
 
 
 async def test_a_restarted_publisher_goes_on_from_its_table(
-    tmp_path: Path, database: str, bus: NatsServer
+    children: Children, tmp_path: Path, database: str, bus: NatsServer
 ) -> None:
     config = tmp_path / "fanout.toml"
     config.write_text(CONFIG.format(nats=bus.url, db=database))
     args = ["--config", str(config), "--port", "0", "--state-dir", str(tmp_path / "state")]
     args += ["--log-level", "info"]
-    publisher = await start("publisher", args, tmp_path / "publisher.log")
+    publisher = await children.start("publisher", args, tmp_path / "publisher.log")
     async with await SnoopyCache.connect(bus.url, "shop", load_wait=180) as cache:
         seen: list[tuple[str, int]] = []
         cache.on_change(lambda change: seen.append((change.kind, change.ref[1])))
@@ -69,7 +69,7 @@ async def test_a_restarted_publisher_goes_on_from_its_table(
         seen.clear()
         with psycopg.connect(database, autocommit=True) as db:
             db.execute("UPDATE items SET title = 'lamp, used' WHERE id = 1")
-        publisher = await start("publisher", args, tmp_path / "publisher.log")
+        publisher = await children.start("publisher", args, tmp_path / "publisher.log")
         try:
             await eventually(lambda: lamp.version, lambda v: v > before, timeout=180)
             assert (await lamp.get())["title"] == "lamp, used"

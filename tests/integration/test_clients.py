@@ -33,7 +33,7 @@ from httpx_sse import aconnect_sse
 from fanout.auth import issue
 from fanout.client import connect
 from fanout.client.publisher import open_reader
-from fanout.launch import Child, start
+from fanout.launch import Child, Children
 from fanout.testing.certs import rsa_pair, self_signed
 from fanout.tls import client_context
 from fanout.views import Box
@@ -77,8 +77,8 @@ def keys(tmp_path: Path) -> Keys:
 
 
 @pytest_asyncio.fixture(scope="module", loop_scope="module")
-async def publisher(tmp_path: Path, keys: Keys) -> AsyncIterator[Child]:
-    child = await start(
+async def publisher(children: Children, tmp_path: Path, keys: Keys) -> AsyncIterator[Child]:
+    child = await children.start(
         "publisher",
         [
             *("--port", "0", "--state-dir", str(tmp_path / "publisher"), "--agents", "2000"),
@@ -94,8 +94,10 @@ async def publisher(tmp_path: Path, keys: Keys) -> AsyncIterator[Child]:
 
 
 @pytest_asyncio.fixture(scope="module", loop_scope="module")
-async def secure_relay(publisher: Child, tmp_path: Path, keys: Keys) -> AsyncIterator[Child]:
-    child = await start(
+async def secure_relay(
+    children: Children, publisher: Child, tmp_path: Path, keys: Keys
+) -> AsyncIterator[Child]:
+    child = await children.start(
         "relay",
         [
             *("--publisher", publisher.url, "--port", "0"),
@@ -113,9 +115,11 @@ async def secure_relay(publisher: Child, tmp_path: Path, keys: Keys) -> AsyncIte
 
 
 @pytest_asyncio.fixture(scope="module", loop_scope="module")
-async def relay(publisher: Child, tmp_path: Path, keys: Keys) -> AsyncIterator[Child]:
+async def relay(
+    children: Children, publisher: Child, tmp_path: Path, keys: Keys
+) -> AsyncIterator[Child]:
     """A relay that asks subscribers for no token (its link to the publisher still uses one)."""
-    child = await start(
+    child = await children.start(
         "relay",
         [
             *("--publisher", publisher.url, "--port", "0"),

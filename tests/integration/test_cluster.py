@@ -21,7 +21,7 @@ import pytest_asyncio
 
 from fanout.client import connect
 from fanout.client.publisher import open_reader
-from fanout.launch import Child, start
+from fanout.launch import Child, Children
 from fanout.testing.ports import free_port
 from fanout.testing.wait import eventually
 from fanout.views import Box
@@ -94,8 +94,10 @@ async def cluster(tmp_path: Path) -> AsyncIterator[str]:
 
 
 @pytest_asyncio.fixture(scope="module", loop_scope="module")
-async def deployment(cluster: str, tmp_path: Path) -> AsyncIterator[tuple[Child, Child]]:
-    publisher = await start(
+async def deployment(
+    children: Children, cluster: str, tmp_path: Path
+) -> AsyncIterator[tuple[Child, Child]]:
+    publisher = await children.start(
         "publisher",
         [
             "--master",
@@ -111,7 +113,7 @@ async def deployment(cluster: str, tmp_path: Path) -> AsyncIterator[tuple[Child,
         ],
         tmp_path / "publisher.log",
     )
-    relay = await start(
+    relay = await children.start(
         "relay", ["--publisher", publisher.url, "--port", "0"], tmp_path / "relay.log"
     )
     try:

@@ -16,7 +16,7 @@ from fanout.auth import issue
 from fanout.client import SubscriptionError
 from fanout.client import connect as subscribe_to
 from fanout.client.publisher import open_producer, open_reader
-from fanout.launch import Child, start
+from fanout.launch import Child, Children
 from fanout.metrics import scrape
 from fanout.testing.wait import eventually
 from fanout.views.objects import parse as path
@@ -55,12 +55,12 @@ source = "ingest"
 
 
 @pytest_asyncio.fixture(scope="module", loop_scope="module")
-async def publisher(tmp_path: Path) -> AsyncIterator[tuple[Child, Path]]:
+async def publisher(children: Children, tmp_path: Path) -> AsyncIterator[tuple[Child, Path]]:
     orders = tmp_path / "orders"
     orders.mkdir()
     config = tmp_path / "fanout.toml"
     config.write_text(CONFIG.format(orders=orders))
-    child = await start(
+    child = await children.start(
         "publisher",
         [
             "--config",
@@ -198,11 +198,13 @@ SECRET = "datasets-secret-" + "s" * 32
 
 
 @pytest_asyncio.fixture(scope="module", loop_scope="module")
-async def guarded(publisher: tuple[Child, Path], tmp_path: Path) -> AsyncIterator[Child]:
+async def guarded(
+    children: Children, publisher: tuple[Child, Path], tmp_path: Path
+) -> AsyncIterator[Child]:
     """A relay on the publisher that checks tokens (``--auth-key-file``)."""
     secret = tmp_path / "relay-secret"
     secret.write_text(SECRET)
-    child = await start(
+    child = await children.start(
         "relay",
         ["--publisher", publisher[0].url, "--port", "0", "--auth-key-file", str(secret)],
         tmp_path / "guarded-relay.log",

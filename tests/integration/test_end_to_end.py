@@ -22,7 +22,7 @@ from websockets.asyncio.client import connect as ws_connect
 from fanout.auth import issue
 from fanout.client import SubscriptionError, connect
 from fanout.client.publisher import open_reader
-from fanout.launch import Child, start
+from fanout.launch import Child, Children
 from fanout.metrics import scrape
 from fanout.views import Box, Relative, Sphere
 from fanout.views.entity import Entity
@@ -188,11 +188,11 @@ SECRET = "end-to-end-secret-" + "s" * 32
 
 
 @pytest_asyncio.fixture(scope="module", loop_scope="module")
-async def guarded(publisher: Child, tmp_path: Path) -> AsyncIterator[Child]:
+async def guarded(children: Children, publisher: Child, tmp_path: Path) -> AsyncIterator[Child]:
     """A second relay on the same publisher that checks tokens (``--auth-key-file``)."""
     secret = tmp_path / "relay-secret"
     secret.write_text(SECRET)
-    child = await start(
+    child = await children.start(
         "relay",
         ["--publisher", publisher.url, "--port", "0", "--auth-key-file", str(secret)],
         tmp_path / "guarded-relay.log",

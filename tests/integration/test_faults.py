@@ -23,7 +23,7 @@ from pathlib import Path
 import pytest
 import pytest_asyncio
 
-from fanout.launch import Child, start
+from fanout.launch import Child, Children
 from fanout.testing.followers import Follower, check
 from fanout.testing.followers import logged as logged_in
 from fanout.testing.ports import LOOPBACK, free_port
@@ -37,31 +37,35 @@ BOXES = [Box((100, 100), (300, 300)), Box((250, 250), (450, 450)), Box((600, 0),
 
 
 @pytest_asyncio.fixture(scope="module", loop_scope="module")
-async def publisher(tmp_path: Path) -> AsyncIterator[list[Child]]:
+async def publisher(children: Children, tmp_path: Path) -> AsyncIterator[list[Child]]:
     """The publisher, in a list: the last test replaces it with its restarted self."""
-    children = [await _publisher(tmp_path, 0)]
+    publishers = [await _publisher(children, tmp_path, 0)]
     try:
-        yield children
+        yield publishers
     finally:
-        await children[-1].stop()
+        await publishers[-1].stop()
 
 
-async def _publisher(tmp_path: Path, port: int) -> Child:
+async def _publisher(children: Children, tmp_path: Path, port: int) -> Child:
     args = ["--port", str(port), "--state-dir", str(tmp_path / "publisher"), "--agents", "2000"]
-    return await start("publisher", [*args, "--log-level", "info"], tmp_path / "publisher.log")
+    return await children.start(
+        "publisher", [*args, "--log-level", "info"], tmp_path / "publisher.log"
+    )
 
 
 @pytest_asyncio.fixture(scope="module", loop_scope="module")
-async def relays(publisher: list[Child], tmp_path: Path) -> AsyncIterator[list[Child]]:
-    children = []
+async def relays(
+    children: Children, publisher: list[Child], tmp_path: Path
+) -> AsyncIterator[list[Child]]:
+    relays: list[Child] = []
     try:
         for name in ("a", "b", "c"):
             args = ["--publisher", publisher[0].url, "--port", "0", "--name", name]
             log = tmp_path / f"relay-{name}.log"
-            children.append(await start("relay", [*args, "--log-level", "info"], log))
-        yield children
+            relays.append(await children.start("relay", [*args, "--log-level", "info"], log))
+        yield relays
     finally:
-        for child in children:
+        for child in relays:
             await child.stop()
 
 
@@ -157,7 +161,9 @@ async def test_a_failed_streaming_query_restarts_and_its_relays_lose_nothing(
         check(follower, tmp_path / "publisher" / "log.db")
 
 
-async def test_the_publisher_killed_and_restarted_loses_nothing(publisher, relays, tmp_path):
+async def test_the_publisher_killed_and_restarted_loses_nothing(
+    children: Children, publisher, relays, tmp_path
+):
     """...and subscribers arriving meanwhile, at relays that knew the publisher and at one
     started while it was away, are all taken (held until the catalog) and served gaplessly."""
     _, b, c = relays
@@ -172,7 +178,7 @@ async def test_the_publisher_killed_and_restarted_loses_nothing(publisher, relay
     # A relay started while the publisher is away: it listens, but has no catalog yet.
     port = free_port()
     args = ["--publisher", first.url, "--port", str(port), "--name", "d", "--log-level", "info"]
-    late = asyncio.create_task(start("relay", args, tmp_path / "relay-d.log"))
+    late = asyncio.create_task(children.start("relay", args, tmp_path / "relay-d.log"))
     await eventually(lambda: listening(port), what="relay d listens", timeout=60, in_thread=True)
     newcomers = [Follower(BOXES[1]), Follower(BOXES[1])]
     arriving = [
@@ -181,7 +187,7 @@ async def test_the_publisher_killed_and_restarted_loses_nothing(publisher, relay
     ]
     await asyncio.sleep(1.0)
     assert not arriving[0].done(), "relay d answered before it had a catalog"
-    publisher.append(await _publisher(tmp_path, int(first.url.rsplit(":", 1)[1])))
+    publisher.append(await _publisher(children, tmp_path, int(first.url.rsplit(":", 1)[1])))
     relays.append(await late)  # ready once connected; stopped with the others
     await asyncio.gather(*arriving)  # none refused: SubscriptionError would raise here
     everyone = followers + newcomers

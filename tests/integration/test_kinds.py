@@ -13,7 +13,7 @@ import pytest_asyncio
 
 from fanout.client import connect as subscribe_to
 from fanout.client.publisher import open_producer
-from fanout.launch import Child, start
+from fanout.launch import Child, Children
 from fanout.metrics import scrape
 from fanout.testing import exact
 from fanout.testing.wait import eventually
@@ -52,18 +52,22 @@ def registered(tmp_path: Path) -> Iterator[None]:
 
 
 @pytest_asyncio.fixture(scope="module", loop_scope="module")
-async def deployment(registered: None, tmp_path: Path) -> AsyncIterator[tuple[Child, Child]]:
+async def deployment(
+    children: Children, registered: None, tmp_path: Path
+) -> AsyncIterator[tuple[Child, Child]]:
     """A publisher serving an ``exact`` dataset, and a relay in front of it."""
     config = tmp_path / "fanout.toml"
     config.write_text(CONFIG)
     args = ["--port", "0", "--log-level", "info"]
-    publisher = await start(
+    publisher = await children.start(
         "publisher",
         ["--config", str(config), "--state-dir", str(tmp_path / "state"), *args],
         tmp_path / "publisher.log",
     )
     try:
-        relay = await start("relay", ["--publisher", publisher.url, *args], tmp_path / "relay.log")
+        relay = await children.start(
+            "relay", ["--publisher", publisher.url, *args], tmp_path / "relay.log"
+        )
         try:
             yield publisher, relay
         finally:

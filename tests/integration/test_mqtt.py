@@ -19,7 +19,7 @@ from redis.asyncio.cluster import RedisCluster
 
 from fanout.client import SubscriptionError
 from fanout.client.publisher import open_producer, open_reader
-from fanout.launch import Child, start
+from fanout.launch import Child, Children
 from fanout.mqtt.matchtable import MatchTable
 from fanout.mqtt.stored import Position, SessionStore
 from fanout.relay.config import Mqtt
@@ -49,11 +49,13 @@ source = "ingest"
 
 
 @pytest_asyncio.fixture(scope="module", loop_scope="module")
-async def publisher(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Child]:
+async def publisher(
+    children: Children, tmp_path_factory: pytest.TempPathFactory
+) -> AsyncIterator[Child]:
     tmp_path = tmp_path_factory.mktemp("mqtt")
     config = tmp_path / "fanout.toml"
     config.write_text(CONFIG)
-    child = await start(
+    child = await children.start(
         "publisher",
         ["--config", str(config), "--port", "0", "--state-dir", str(tmp_path / "state")],
         tmp_path / "publisher.log",
@@ -167,7 +169,7 @@ async def positioned(node: tuple[str, int], client_id: str, filter: str, held: i
 
 
 async def test_a_persistent_session_survives_its_relay_killed_mid_stream(
-    publisher: Child, tmp_path: Path
+    children: Children, publisher: Child, tmp_path: Path
 ) -> None:
     """Three relays over Redis Cluster, the Spark publisher's topic dataset that logs messages: a
     subscriber's relay is SIGKILLed mid-stream, it reconnects to another relay with clean start
@@ -181,7 +183,7 @@ async def test_a_persistent_session_survives_its_relay_killed_mid_stream(
         try:
             for name in ("a", "b", "c"):
                 port = free_port()
-                child = await start(
+                child = await children.start(
                     "relay",
                     [
                         *("--publisher", publisher.url, "--port", "0", "--name", name),

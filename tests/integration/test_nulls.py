@@ -19,7 +19,7 @@ import pytest_asyncio
 from fanout.client import LiveView, SubscriptionError, connect
 from fanout.client.publisher import PublisherClient, open_producer, open_reader
 from fanout.client.subscriber import Update
-from fanout.launch import Child, start
+from fanout.launch import Child, Children
 from fanout.metrics import scrape
 from fanout.publisher.log import SqliteLog
 from fanout.testing.audit import audit, duckdb_answer, same_rows
@@ -128,11 +128,11 @@ JOIN = (
 
 
 @pytest_asyncio.fixture(scope="module", loop_scope="module")
-async def deployment(tmp_path: Path) -> AsyncIterator[tuple[Child, Child]]:
+async def deployment(children: Children, tmp_path: Path) -> AsyncIterator[tuple[Child, Child]]:
     config = tmp_path / "fanout.toml"
     (tmp_path / "trips").mkdir()
     config.write_text(CONFIG.format(trips=tmp_path / "trips"))
-    publisher = await start(
+    publisher = await children.start(
         "publisher",
         [
             *("--config", str(config), "--port", "0", "--state-dir", str(tmp_path / "state")),
@@ -141,7 +141,7 @@ async def deployment(tmp_path: Path) -> AsyncIterator[tuple[Child, Child]]:
         tmp_path / "publisher.log",
     )
     try:
-        relay = await start(
+        relay = await children.start(
             "relay",
             ["--publisher", publisher.url, "--port", "0", "--log-level", "info"],
             tmp_path / "relay.log",

@@ -25,7 +25,7 @@ from fanout.client import connect
 from fanout.client.objects import Objects
 from fanout.client.publisher import open_producer, open_reader
 from fanout.client.subscriber import SubscriptionError
-from fanout.launch import Child, start
+from fanout.launch import Child, Children
 from fanout.testing.ports import free_port
 from fanout.testing.wait import eventually
 from fanout.views.objects import ObjectPath
@@ -53,6 +53,7 @@ SHOWS = {"timeout": 90.0, "every": 0.3}
 class Deployment:
     """The module's processes: publisher, relay, mount, and where they keep things."""
 
+    children: Children
     root: Path
     publisher: Child
     relay: Child
@@ -65,8 +66,8 @@ class Deployment:
         return self.root / "mount.log"
 
 
-async def start_publisher(root: Path, port: int) -> Child:
-    return await start(
+async def start_publisher(children: Children, root: Path, port: int) -> Child:
+    return await children.start(
         "publisher",
         [
             "--config",
@@ -82,8 +83,8 @@ async def start_publisher(root: Path, port: int) -> Child:
     )
 
 
-async def start_relay(root: Path, publisher: str, port: int) -> Child:
-    return await start(
+async def start_relay(children: Children, root: Path, publisher: str, port: int) -> Child:
+    return await children.start(
         "relay",
         ["--publisher", publisher, "--port", str(port), "--log-level", "info"],
         root / "relay.log",
@@ -91,20 +92,22 @@ async def start_relay(root: Path, publisher: str, port: int) -> Child:
 
 
 @pytest_asyncio.fixture(scope="module", loop_scope="module")
-async def deployment(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Deployment]:
+async def deployment(
+    children: Children, tmp_path_factory: pytest.TempPathFactory
+) -> AsyncIterator[Deployment]:
     root = tmp_path_factory.mktemp("objects")
     (root / "fanout.toml").write_text(CONFIG)
     mountpoint = root / "mnt"
     mountpoint.mkdir()
-    publisher = await start_publisher(root, free_port())
+    publisher = await start_publisher(children, root, free_port())
     relay_port = free_port()
-    relay = await start_relay(root, publisher.url, relay_port)
+    relay = await start_relay(children, root, publisher.url, relay_port)
     with (root / "mount.log").open("ab") as log:
         mount = await asyncio.create_subprocess_exec(
             sys.executable, "-m", "fanout", "mount", "--relay", relay.url, "--log-level", "info",
             "pps", str(mountpoint), stderr=log,
         )  # fmt: skip
-    deployment = Deployment(root, publisher, relay, relay_port, mount, mountpoint)
+    deployment = Deployment(children, root, publisher, relay, relay_port, mount, mountpoint)
     try:
         await eventually(lambda: mounted(mountpoint), timeout=30, what="the mount")
         # the first lookup waits for the relay's first push, after Spark's first micro-batch
@@ -365,7 +368,7 @@ async def test_reads_fail_with_eio_while_the_relay_is_away(deployment: Deploymen
     status, _, err = await shell(f"echo 'v::2' >> {mnt}/away")  # written through the relay
     assert status != 0 and "Input/output error" in err, err
     deployment.relay = await start_relay(
-        deployment.root, deployment.publisher.url, deployment.relay_port
+        deployment.children, deployment.root, deployment.publisher.url, deployment.relay_port
     )
     await eventually(lambda: shell(f"echo 'v::3' >> {mnt}/away"), lambda r: r[0] == 0, **SHOWS)
     await eventually(lambda: cat(mnt / "away"), lambda t: t == "@away\nv::3\n", **SHOWS)
@@ -382,7 +385,7 @@ async def test_after_a_publisher_restart_persistent_objects_are_back_and_n_ones_
     await eventually(lambda: cat(mnt / "keep/.all"), lambda t: "c::3" in t and "b::2" in t, **SHOWS)
     port = int(deployment.publisher.url.rsplit(":", 1)[1])
     assert await deployment.publisher.stop() == 0
-    deployment.publisher = await start_publisher(deployment.root, port)
+    deployment.publisher = await start_publisher(deployment.children, deployment.root, port)
     async with open_reader(deployment.publisher.url) as reader:
         _, rows = await eventually(
             lambda: reader.read("pps", ObjectPath("/keep/.all")),

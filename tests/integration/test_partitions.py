@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 import pytest_asyncio
 
-from fanout.launch import Child, start
+from fanout.launch import Child, Children
 from fanout.testing.followers import Follower, check, logged
 from fanout.testing.ports import LOOPBACK
 from fanout.testing.proxy import Proxy, Way, proxy
@@ -40,22 +40,20 @@ class Deployment:
 
 
 @pytest_asyncio.fixture(scope="module", loop_scope="module")
-async def deployment(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Deployment]:
-    tmp = tmp_path_factory.mktemp("partitions")
-    args = ["--port", "0", "--state-dir", str(tmp / "publisher"), "--agents", "2000"]
-    publisher = await start("publisher", [*args, "--log-level", "info"], tmp / "publisher.log")
-    try:
-        port = int(publisher.url.rsplit(":", 1)[1])
-        async with proxy((LOOPBACK, port)) as link:
-            args = ["--publisher", f"ws://{link.address}", "--port", "0", "--name", "p"]
-            args += ["--upstream-keepalive", str(KEEPALIVE), "--log-level", "info"]
-            relay = await start("relay", args, tmp / "relay.log")
-            try:
-                yield Deployment(publisher, relay, link, tmp / "publisher" / "log.db")
-            finally:
-                await relay.stop()
-    finally:
-        await publisher.stop()
+async def deployment(children: Children, tmp_path: Path) -> AsyncIterator[Deployment]:
+    args = ["--port", "0", "--state-dir", str(tmp_path / "publisher"), "--agents", "2000"]
+    publisher = await children.start(
+        "publisher", [*args, "--log-level", "info"], tmp_path / "publisher.log"
+    )
+    port = int(publisher.url.rsplit(":", 1)[1])
+    async with proxy((LOOPBACK, port)) as link:
+        args = ["--publisher", f"ws://{link.address}", "--port", "0", "--name", "p"]
+        args += ["--upstream-keepalive", str(KEEPALIVE), "--log-level", "info"]
+        relay = await children.start("relay", args, tmp_path / "relay.log")
+        try:
+            yield Deployment(publisher, relay, link, tmp_path / "publisher" / "log.db")
+        finally:
+            await relay.stop()  # before the proxy goes: the scope stops the publisher
 
 
 async def followed(deployment: Deployment) -> list[Follower]:

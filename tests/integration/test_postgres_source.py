@@ -17,7 +17,7 @@ import pytest
 import pytest_asyncio
 
 from fanout.client import LiveView, connect
-from fanout.launch import Child, start
+from fanout.launch import Child, Children
 from fanout.metrics import scrape
 from fanout.testing.audit import duckdb_answer, same_rows
 from fanout.testing.postgres import MISSING, postgres_binaries, throwaway_postgres
@@ -114,16 +114,18 @@ def database() -> Iterator[str]:
 
 
 @pytest_asyncio.fixture(scope="module", loop_scope="module")
-async def deployment(tmp_path: Path, database: str) -> AsyncIterator[tuple[Child, Child]]:
+async def deployment(
+    children: Children, tmp_path: Path, database: str
+) -> AsyncIterator[tuple[Child, Child]]:
     config = tmp_path / "fanout.toml"
     config.write_text(CONFIG.format(url=database))
-    publisher = await start(
+    publisher = await children.start(
         "publisher",
         ["--config", str(config), "--port", "0", "--state-dir", str(tmp_path / "state")],
         tmp_path / "publisher.log",
     )
     try:
-        relay = await start(
+        relay = await children.start(
             "relay", ["--publisher", publisher.url, "--port", "0"], tmp_path / "relay.log"
         )
         try:

@@ -16,7 +16,7 @@ import pytest_asyncio
 from fanout.client import LiveView, connect
 from fanout.client.publisher import PublisherClient, open_producer, open_reader
 from fanout.client.subscriber import Update
-from fanout.launch import Child, start
+from fanout.launch import Child, Children
 from fanout.publisher.log import SqliteLog
 from fanout.testing.audit import audit
 from fanout.views import View
@@ -47,10 +47,10 @@ source = "ingest"
 
 
 @pytest_asyncio.fixture(scope="module", loop_scope="module")
-async def deployment(tmp_path: Path) -> AsyncIterator[tuple[Child, Child]]:
+async def deployment(children: Children, tmp_path: Path) -> AsyncIterator[tuple[Child, Child]]:
     config = tmp_path / "fanout.toml"
     config.write_text(CONFIG)
-    publisher = await start(
+    publisher = await children.start(
         "publisher",
         [
             *("--config", str(config), "--port", "0", "--state-dir", str(tmp_path / "state")),
@@ -59,7 +59,7 @@ async def deployment(tmp_path: Path) -> AsyncIterator[tuple[Child, Child]]:
         tmp_path / "publisher.log",
     )
     try:
-        relay = await start(
+        relay = await children.start(
             "relay",
             ["--publisher", publisher.url, "--port", "0", "--log-level", "info"],
             tmp_path / "relay.log",

@@ -41,7 +41,7 @@ from fanout.client import connect
 from fanout.client.following import connect_cluster
 from fanout.client.publisher import open_producer
 from fanout.cluster.responsibility import ResponsibilityMap
-from fanout.launch import Child, start
+from fanout.launch import Child, Children
 from fanout.publisher.log import SqliteLog
 from fanout.testing.audit import audit
 from fanout.testing.clusterview import (
@@ -80,12 +80,14 @@ source = "ingest"
 
 
 @pytest_asyncio.fixture(scope="module", loop_scope="module")
-async def publisher(tmp_path: Path) -> AsyncIterator[Child]:
+async def publisher(children: Children, tmp_path: Path) -> AsyncIterator[Child]:
     """``fanout publisher`` serving 2,000 agents at 10 ticks/s and a topic dataset."""
     config = tmp_path / "fanout.toml"
     config.write_text(CONFIG)
     args = ["--config", str(config), "--port", "0", "--state-dir", str(tmp_path / "publisher")]
-    child = await start("publisher", [*args, "--log-level", "info"], tmp_path / "publisher.log")
+    child = await children.start(
+        "publisher", [*args, "--log-level", "info"], tmp_path / "publisher.log"
+    )
     try:
         yield child
     finally:
@@ -99,18 +101,22 @@ def registry() -> Iterator[str]:
         yield f"redis://{host}:{port}"
 
 
-async def _relay(publisher: Child, registry: str, name: str, tmp_path: Path, port: int) -> Child:
+async def _relay(
+    children: Children, publisher: Child, registry: str, name: str, tmp_path: Path, *, port: int
+) -> Child:
     args = ["--publisher", publisher.url, "--port", str(port), "--name", name, "--grace", "1"]
     args += ["--registry", registry, "--registry-lease", str(LEASE), "--log-level", "info"]
-    return await start("relay", args, tmp_path / f"relay-{name}.log")
+    return await children.start("relay", args, tmp_path / f"relay-{name}.log")
 
 
 @pytest_asyncio.fixture(scope="module", loop_scope="module")
-async def relays(publisher: Child, registry: str, tmp_path: Path) -> AsyncIterator[list[Child]]:
+async def relays(
+    children: Children, publisher: Child, registry: str, tmp_path: Path
+) -> AsyncIterator[list[Child]]:
     """Four relays in the map; a test may replace one with its restarted self."""
-    starting = (_relay(publisher, registry, name, tmp_path, 0) for name in NAMES)
-    async with started_together(*starting) as children:
-        yield children
+    starting = (_relay(children, publisher, registry, name, tmp_path, port=0) for name in NAMES)
+    async with started_together(*starting) as started:
+        yield started
 
 
 def the_map(relays: list[Child], alive: set[str] | None = None) -> ResponsibilityMap:
@@ -180,7 +186,7 @@ def last_logged(tmp_path: Path, epoch: int) -> int:
 
 
 async def test_a_killed_relays_parts_move_within_a_lease_and_its_every_subscribers_lose_nothing(
-    publisher: Child, registry: str, relays: list[Child], tmp_path: Path
+    children: Children, publisher: Child, registry: str, relays: list[Child], tmp_path: Path
 ) -> None:
     await members_seen(relays, len(NAMES))
     owners = [the_map(relays).owner_of("agents", box).name for box in BOXES]
@@ -234,7 +240,7 @@ async def test_a_killed_relays_parts_move_within_a_lease_and_its_every_subscribe
             assert report.delivered >= 6
     # Restarted under its name (on its port), it is back in the map and responsible again.
     port = int(relays[dead].url.rsplit(":", 1)[1])
-    relays[dead] = await _relay(publisher, registry, victim, tmp_path, port)
+    relays[dead] = await _relay(children, publisher, registry, victim, tmp_path, port=port)
     await members_seen(relays, len(NAMES))
     async with connect_cluster(survivors[0].url) as again:
         view = await again.subscribe(mine[0], rate=20)
@@ -284,30 +290,22 @@ def forward_registry() -> Iterator[str]:
         yield f"redis://{host}:{port}"
 
 
-async def _forwarder(publisher: Child, registry: str, name: str, tmp_path: Path) -> Child:
+async def _forwarder(
+    children: Children, publisher: Child, registry: str, name: str, tmp_path: Path
+) -> Child:
     args = ["--publisher", publisher.url, "--port", "0", "--name", name, "--grace", "1"]
     args += ["--registry", registry, "--registry-lease", str(LEASE), "--log-level", "info"]
     args += ["--registry-policy", "forward"]
-    return await start("relay", args, tmp_path / f"relay-{name}.log")
+    return await children.start("relay", args, tmp_path / f"relay-{name}.log")
 
 
 @pytest_asyncio.fixture(scope="module", loop_scope="module")
 async def forwarders(
-    publisher: Child, forward_registry: str, tmp_path: Path
+    children: Children, publisher: Child, forward_registry: str, tmp_path: Path
 ) -> AsyncIterator[list[Child]]:
-    started = await asyncio.gather(
-        *(_forwarder(publisher, forward_registry, n, tmp_path) for n in FORWARDERS),
-        return_exceptions=True,
-    )
-    children = [child for child in started if isinstance(child, Child)]
-    try:
-        for failed in started:
-            if isinstance(failed, BaseException):
-                raise failed
-        yield children
-    finally:
-        for child in children:
-            await child.stop()
+    starting = (_forwarder(children, publisher, forward_registry, n, tmp_path) for n in FORWARDERS)
+    async with started_together(*starting) as started:
+        yield started
 
 
 async def test_forwarding_keeps_the_connection_and_serves_the_flat_relays_rows_tick_for_tick(

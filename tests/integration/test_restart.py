@@ -9,15 +9,17 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import numpy as np
 import pytest
+import pytest_asyncio
 from websockets.asyncio.client import ClientConnection, connect
 from websockets.exceptions import ConnectionClosed
 
 from fanout.client.publisher import open_reader
-from fanout.launch import Child, start
+from fanout.launch import Child, Children
 from fanout.testing.wait import eventually
 from fanout.views import Box
 from fanout.wire import codec
@@ -27,6 +29,13 @@ from fanout.wire.messages import PROTOCOL_VERSION, Acquire, Batch, Catalog, Hell
 pytestmark = pytest.mark.integration
 
 REGION = Box((0, 0), (500, 500))
+
+
+@pytest_asyncio.fixture
+async def children() -> AsyncIterator[Children]:
+    """The test's processes (its loop is the test's own, not the module's)."""
+    async with Children() as scope:
+        yield scope
 
 
 class ModelRelay:
@@ -74,7 +83,7 @@ class ModelRelay:
         return {k: p for k, p in self.rows.items() if REGION.match([p[0]], [p[1]])[0]}
 
 
-async def publisher(state: Path, log: Path, port: int = 0) -> Child:
+async def publisher(children: Children, state: Path, log: Path, port: int = 0) -> Child:
     args = [
         "--port",
         str(port),
@@ -85,11 +94,13 @@ async def publisher(state: Path, log: Path, port: int = 0) -> Child:
         "--log-level",
         "info",
     ]
-    return await start("publisher", args, log)
+    return await children.start("publisher", args, log)
 
 
-async def test_kill_9_and_restart_loses_and_repeats_nothing(tmp_path: Path) -> None:
-    first = await publisher(tmp_path / "state", tmp_path / "publisher-1.log")
+async def test_kill_9_and_restart_loses_and_repeats_nothing(
+    children: Children, tmp_path: Path
+) -> None:
+    first = await publisher(children, tmp_path / "state", tmp_path / "publisher-1.log")
     url = first.url
     relay = ModelRelay()
     try:
@@ -99,7 +110,7 @@ async def test_kill_9_and_restart_loses_and_repeats_nothing(tmp_path: Path) -> N
         await first.process.wait()
     before = len(relay.seqs)
     log = tmp_path / "publisher-2.log"
-    second = await publisher(tmp_path / "state", log, port=int(url.rsplit(":", 1)[1]))
+    second = await publisher(children, tmp_path / "state", log, port=int(url.rsplit(":", 1)[1]))
     try:
         # let the restarted publisher deliver micro-batches the relay misses: they come from the log
         await eventually(

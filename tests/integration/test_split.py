@@ -39,7 +39,7 @@ from fanout.client import LiveView, connect
 from fanout.client.following import connect_cluster
 from fanout.cluster.registry import connect as registry_client
 from fanout.cluster.responsibility import part_of
-from fanout.launch import Child, start
+from fanout.launch import Child, Children
 from fanout.testing.clusterview import (
     Follower,
     assignments,
@@ -87,35 +87,40 @@ def split_registry() -> Iterator[str]:
 
 
 async def _splitter(
-    publisher: Child, registry: str, name: str, tmp_path: Path, *extra: str
+    children: Children, publisher: Child, registry: str, name: str, tmp_path: Path, *extra: str
 ) -> Child:
     args = ["--publisher", publisher.url, "--port", "0", "--name", name, "--grace", "1"]
     args += ["--registry", registry, "--registry-lease", str(LEASE), "--log-level", "info"]
     args += ["--split-above", "subscribers=7", "--merge-below", "subscribers=3"]
     args += ["--split-dwell", str(SPLIT_DWELL), *extra]
-    return await start("relay", args, tmp_path / f"relay-{name}.log")
+    return await children.start("relay", args, tmp_path / f"relay-{name}.log")
 
 
 @contextlib.asynccontextmanager
 async def pair(
-    publisher: Child, registry: str, names: tuple[str, str], tmp_path: Path, *extra: str
+    children: Children,
+    publisher: Child,
+    registry: str,
+    names: tuple[str, str],
+    tmp_path: Path,
+    *extra: str,
 ) -> AsyncIterator[list[Child]]:
     """A giver and a standby (``--standby``: it owns nothing until a split), stopped after;
     a test may replace one with its restarted self in the list."""
     async with started_together(
-        _splitter(publisher, registry, names[0], tmp_path, *extra),
-        _splitter(publisher, registry, names[1], tmp_path, "--standby", *extra),
-    ) as children:
-        yield children
+        _splitter(children, publisher, registry, names[0], tmp_path, *extra),
+        _splitter(children, publisher, registry, names[1], tmp_path, "--standby", *extra),
+    ) as started:
+        yield started
 
 
 @pytest_asyncio.fixture(scope="module", loop_scope="module")
 async def splitters(
-    publisher: Child, split_registry: str, tmp_path: Path
+    children: Children, publisher: Child, split_registry: str, tmp_path: Path
 ) -> AsyncIterator[list[Child]]:
     """The giver ``g0`` and the standby ``g1``, redirect policy."""
-    async with pair(publisher, split_registry, SPLITTERS, tmp_path) as children:
-        yield children
+    async with pair(children, publisher, split_registry, SPLITTERS, tmp_path) as started:
+        yield started
 
 
 @pytest.fixture(scope="module")
@@ -128,14 +133,20 @@ def forward_registry() -> Iterator[str]:
 
 @pytest_asyncio.fixture(scope="module", loop_scope="module")
 async def forward_splitters(
-    publisher: Child, forward_registry: str, tmp_path: Path
+    children: Children, publisher: Child, forward_registry: str, tmp_path: Path
 ) -> AsyncIterator[list[Child]]:
     """The giver ``h0`` and the standby ``h1``, forward policy: the standby's name sorts
     after the giver's, so the giver forwards the cells it hands over from it."""
     async with pair(
-        publisher, forward_registry, FORWARDERS, tmp_path, "--registry-policy", "forward"
-    ) as children:
-        yield children
+        children,
+        publisher,
+        forward_registry,
+        FORWARDERS,
+        tmp_path,
+        "--registry-policy",
+        "forward",
+    ) as started:
+        yield started
 
 
 def audited(followers: list[Follower], tmp_path: Path, at_least: int) -> None:
@@ -238,7 +249,13 @@ async def test_a_split_on_load_and_a_merge_move_subscribers_losing_nothing(
 
 
 async def test_the_giver_killed_during_a_split_leaves_every_subscriber_served(
-    publisher: Child, relay: Child, split_registry: str, splitters: list[Child], tmp_path: Path
+    children: Children,
+    publisher: Child,
+    relay: Child,
+    *,
+    split_registry: str,
+    splitters: list[Child],
+    tmp_path: Path,
 ) -> None:
     """SIGKILL of the giver as soon as its assignments are in Redis (before or while its
     subscribers of the cells handed over are redirected): the assignee keeps those cells (its
@@ -313,7 +330,9 @@ async def test_the_giver_killed_during_a_split_leaves_every_subscriber_served(
     audited(followers, tmp_path, at_least=3)
     # Restarted under its name, the giver is back in the map; the assignments its split wrote
     # outlived it (the assignee is live): those cells stay at the standby until it merges.
-    splitters[0] = giver = await _splitter(publisher, split_registry, SPLITTERS[0], tmp_path)
+    splitters[0] = giver = await _splitter(
+        children, publisher, split_registry, SPLITTERS[0], tmp_path
+    )
     await members_seen(splitters, len(SPLITTERS))
     redis = registry_client(split_registry)
     try:

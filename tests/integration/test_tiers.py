@@ -26,7 +26,7 @@ import pytest_asyncio
 from fanout.client import LiveView, Update, connect
 from fanout.client.objects import Objects
 from fanout.client.publisher import PublisherClient, open_producer
-from fanout.launch import Child, start
+from fanout.launch import Child, Children
 from fanout.metrics import scrape
 from fanout.publisher.log import SqliteLog
 from fanout.testing.audit import audit
@@ -95,35 +95,39 @@ KEYED = [
 
 
 @pytest_asyncio.fixture(scope="module", loop_scope="module")
-async def publisher(tmp_path: Path) -> AsyncIterator[Child]:
+async def publisher(children: Children, tmp_path: Path) -> AsyncIterator[Child]:
     """``fanout publisher`` serving 2,000 agents at 10 ticks/s and the keyed datasets."""
     config = tmp_path / "fanout.toml"
     config.write_text(CONFIG)
     args = ["--config", str(config), "--port", "0", "--state-dir", str(tmp_path / "publisher")]
-    child = await start("publisher", [*args, "--log-level", "info"], tmp_path / "publisher.log")
+    child = await children.start(
+        "publisher", [*args, "--log-level", "info"], tmp_path / "publisher.log"
+    )
     try:
         yield child
     finally:
         await child.stop()
 
 
-async def _mid(publisher: Child, tmp_path: Path, port: int) -> Child:
+async def _mid(children: Children, publisher: Child, tmp_path: Path, port: int) -> Child:
     args = ["--publisher", publisher.url, "--port", str(port), "--name", "mid", "--serve-relays"]
-    return await start("relay", [*args, "--log-level", "info"], tmp_path / "relay-mid.log")
+    return await children.start("relay", [*args, "--log-level", "info"], tmp_path / "relay-mid.log")
 
 
 @pytest_asyncio.fixture(scope="module", loop_scope="module")
-async def tree(publisher: Child, tmp_path: Path) -> AsyncIterator[list[Child]]:
+async def tree(children: Children, publisher: Child, tmp_path: Path) -> AsyncIterator[list[Child]]:
     """[a mid relay on the publisher, an edge relay on the mid relay]; the last test replaces
     the mid relay with its restarted self (on the same port)."""
-    children = [await _mid(publisher, tmp_path, free_port())]
+    tree = [await _mid(children, publisher, tmp_path, free_port())]
     try:
-        args = ["--upstream", children[0].url, "--port", "0", "--name", "edge"]
-        edge = await start("relay", [*args, "--log-level", "info"], tmp_path / "relay-edge.log")
-        children.append(edge)
-        yield children
+        args = ["--upstream", tree[0].url, "--port", "0", "--name", "edge"]
+        edge = await children.start(
+            "relay", [*args, "--log-level", "info"], tmp_path / "relay-edge.log"
+        )
+        tree.append(edge)
+        yield tree
     finally:
-        for child in reversed(children):
+        for child in reversed(tree):
             await child.stop()
 
 
@@ -365,7 +369,7 @@ async def test_keyed_datasets_are_served_through_a_tier_as_by_a_flat_relay(
 
 
 async def test_a_restarted_mid_relay_costs_every_mode_subscribers_of_the_edge_nothing(
-    publisher: Child, tree: list[Child], tmp_path: Path
+    children: Children, publisher: Child, tree: list[Child], tmp_path: Path
 ) -> None:
     mid, edge = tree
     async with connect(edge.url) as side:
@@ -374,7 +378,7 @@ async def test_a_restarted_mid_relay_costs_every_mode_subscribers_of_the_edge_no
         mid.kill()  # SIGKILL: the edge relay loses its upstream, its subscribers stay
         await mid.process.wait()
         port = int(mid.url.rsplit(":", 1)[1])
-        tree[0] = await _mid(publisher, tmp_path, port)
+        tree[0] = await _mid(children, publisher, tmp_path, port)
         with SqliteLog(tmp_path / "publisher" / "log.db") as stored:
             bounds = stored.bounds("agents", followers[0].updates[0].epoch)
         assert bounds is not None

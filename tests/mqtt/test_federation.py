@@ -20,7 +20,7 @@ import pytest
 from paho.mqtt.enums import CallbackAPIVersion
 from redis.asyncio.cluster import RedisCluster
 
-from fanout.launch import Child, start
+from fanout.launch import Child, Children
 from fanout.mqtt.matchtable import MatchTable
 from fanout.testing.ports import LOOPBACK, free_port
 from fanout.testing.proxy import proxy
@@ -45,12 +45,12 @@ async def relays(
 ) -> AsyncIterator[dict[str, tuple[Child, int]]]:
     """``fanout relay`` processes in one cluster: name -> (process, MQTT port); ``flags``: more
     flags by name."""
-    async with serving(ScriptedPublisher(Catalog([]))) as url:
+    async with serving(ScriptedPublisher(Catalog([]))) as url, Children() as children:
         started: dict[str, tuple[Child, int]] = {}
         try:
             for name in names:
                 port = free_port()
-                child = await start(
+                child = await children.start(
                     "relay",
                     [
                         "--publisher",

@@ -1,44 +1,30 @@
 """A snoopy object cache for applications (Liebig et al., §4.1.1-4.1.2): the asyncio shell on
-NATS (and PostgreSQL for writes) around ``cache.core``. The reference, with an example, is
-``docs/caches.md``.
+NATS (and PostgreSQL for writes) around ``cache.core``. The reference, with an example and each
+rule in full, is docs/caches.md.
 
-Rules:
-
-1. **Handles at once, loads on first access.** ``find_by_key`` returns a handle and starts
-   listening to the object's subject; ``get`` returns its state if a message about it was
-   snooped meanwhile, and only otherwise publishes a ``LOAD`` and waits for the reply (retried
-   every ``LOAD_RETRY`` seconds, up to ``load_wait``). Concurrent accesses share one load.
-2. **Snooping.** Every message under a subject the cache listens to is taken if newer
-   (``cache.core``): other caches' load replies warm this one, updates, creations and
-   deletions keep it current, and the application is told through callbacks and
-   ``events()`` iterators. ``snoop=False`` makes a cache that takes only its own load replies
-   for objects it holds no state of (the baseline ``bench/snoopy.py`` compares with).
-3. **Reconnects.** After NATS reconnects, whatever was published while the cache was away is
-   lost to it, so it loads again every object it holds state of and queries every followed
-   label pattern again (counted in ``refetches``). Versions make the replies safe to take in
-   any order.
-4. **Writes go to the database, not the cache.** ``save``, ``delete`` and ``transaction`` write
-   PostgreSQL in one transaction; the change comes back to every cache, this one included,
-   through the connector's ``UPDATENOTIFY``/``CREATE``/``DELETE``.
-5. **Bad input.** A malformed bus message is counted (``malformed``) and dropped; an unknown
-   type raises ``UnknownType``, a bad label pattern ``InvalidLabel``, at once.
-6. **Bounded.** The core holds at most ``capacity`` unpinned objects; an ``events()`` iterator
-   holds at most ``EVENTS_QUEUED`` changes, dropping the oldest beyond (``events_dropped``).
+1. **Handles at once, loads on first access**: a ``LOAD`` only if nothing about the object was
+   snooped meanwhile (``cache.requests``); concurrent accesses share one load.
+2. **Snooping.** Every message under a subject listened to is taken if newer (``cache.core``);
+   the application is told through callbacks and ``events()``. ``snoop=False`` takes only its
+   own load replies for objects it holds no state of (``bench/snoopy.py``'s baseline).
+3. **Reconnects.** After NATS reconnects, every object held and collection followed is loaded
+   again (``refetches``): what was published meanwhile was lost to the cache.
+4. **Writes go to the database, not the cache** (``cache.writes``); the change comes back.
+5. **Bad input.** A malformed message is counted and dropped; an unknown type or a bad label
+   pattern is raised at once.
+6. **Bounded**: ``capacity`` unpinned objects; ``EVENTS_QUEUED`` changes per ``events()``.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import itertools
 import logging
-import os
 from collections.abc import AsyncIterator, Callable, Coroutine
 from dataclasses import dataclass
 from types import TracebackType
 from typing import Any, TypeVar
 
-import msgspec
 import nats
 import psycopg
 from nats.aio.client import Client
@@ -50,26 +36,20 @@ from fanout.cache.catalog import LoadTimeout, UnknownType, fetch_types
 from fanout.cache.core import CacheCore, Change, Counters, Reassembly, Ref
 from fanout.cache.handles import Collection, Events, Handle
 from fanout.cache.incoming import MALFORMED, read
+from fanout.cache.requests import Requests
 from fanout.cache.writes import NotStored, Transaction
 from fanout.wire.bus import (
-    LoadRequest,
-    QueryReply,
-    QueryRequest,
     Row,
     TypeInfo,
     check_name,
     label_filter,
-    load_subject,
     object_filter,
     pattern_tokens,
-    query_subject,
 )
 
 T = TypeVar("T")
 log = logging.getLogger(__name__)
 
-#: Seconds between sending a ``LOAD`` again that got no reply.
-LOAD_RETRY = 1.0
 #: Seconds an access, a query or ``connect`` waits at most for the connector (by default).
 LOAD_WAIT = 60.0
 
@@ -108,17 +88,11 @@ class SnoopyCache:
         self.core = CacheCore(capacity)
         self.reassembly = Reassembly()
         self.shell = ShellCounters()
+        self.requests = Requests(nc, domain, self.load_wait, self._load_sent)
         self._subs: dict[Ref, asyncio.Future[Subscription]] = {}
         self._labels: dict[int, tuple[Subscription, Collection]] = {}
-        #: request id -> refs whose reply has not come yet (own loads, rule 1).
-        self._answers: dict[str, set[Ref]] = {}
-        #: query request id -> replies seen.
-        self._queried: dict[str, int] = {}
-        self._arrived = asyncio.Event()
         self._callbacks: list[Callable[[Change], None]] = []
         self._queues: list[asyncio.Queue[Change]] = []
-        self._ids = itertools.count()
-        self._prefix = f"{os.getpid()}.{id(self):x}"
         # The cache's tasks (subscribing, loading, refetching) run in a TaskGroup entered by
         # ``connect`` and left by ``close``.
         self._background = Background()
@@ -208,6 +182,9 @@ class SnoopyCache:
     ) -> None:
         await self.close()
 
+    def _load_sent(self) -> None:
+        self.shell.loads_sent += 1
+
     @property
     def counters(self) -> Counters:
         """The core's counts (hits, faults, snooped, stale, evicted, malformed)."""
@@ -246,7 +223,7 @@ class SnoopyCache:
         subject = label_filter("*", type_name, self.domain, pattern)
         sub = await self.nc.subscribe(subject, cb=self._on_object)
         self._labels[collection.id] = (sub, collection)
-        await self._query(collection)
+        await self.requests.query(type_name, pattern)
         return collection
 
     async def _unfollow(self, collection: Collection) -> None:
@@ -326,82 +303,12 @@ class SnoopyCache:
         return held.row
 
     async def _load(self, refs: list[Ref]) -> None:
-        """Send ``LOAD`` for ``refs`` and wait until each has its reply (rule 1).
+        """Send ``LOAD`` for ``refs`` and wait until each has its reply (rule 1)."""
+        await self.requests.load(refs, self._subscribed)
 
-        Raises:
-            LoadTimeout: some were not answered in ``load_wait`` seconds.
-        """
-        request = self._request_id()
-        waiting = self._answers[request] = set(refs)
-        deadline = asyncio.get_running_loop().time() + self.load_wait
-        try:
-            while waiting:
-                for ref in list(waiting):
-                    if ref in self._subs:
-                        await self._subs[ref]
-                    payload = msgspec.msgpack.encode(LoadRequest(request))
-                    await self.nc.publish(load_subject(ref[0], ref[1], self.domain), payload)
-                    self.shell.loads_sent += 1
-                await self._until(lambda: not waiting, deadline, LOAD_RETRY)
-                if waiting and asyncio.get_running_loop().time() >= deadline:
-                    raise LoadTimeout(
-                        f"no LOADREPLY for {sorted(map(str, waiting))[:5]} in {self.load_wait:g} s"
-                        f" (is a publisher with [bus] domain {self.domain!r} running?)"
-                    )
-        finally:
-            del self._answers[request]
-
-    async def _query(self, collection: Collection) -> None:
-        """Ask the connector for a collection's objects; wait until all of them came."""
-        request = self._request_id()
-        self._queried[request] = 0
-        payload = msgspec.msgpack.encode(QueryRequest(request, collection.pattern))
-        subject = query_subject(collection.type_name, self.domain)
-        deadline = asyncio.get_running_loop().time() + self.load_wait
-        try:
-            count = (await self._ask(subject, payload, deadline)).count
-            await self._until(lambda: self._queried[request] >= count, deadline, None)
-            if self._queried[request] < count:
-                raise LoadTimeout(
-                    f"query {subject}: {self._queried[request]} of {count} objects came"
-                )
-        finally:
-            del self._queried[request]
-
-    async def _ask(self, subject: str, payload: bytes, deadline: float) -> QueryReply:
-        """Send a query until the connector answers it.
-
-        Raises:
-            LoadTimeout: not answered by ``deadline``. UnknownType: refused (an unknown type).
-        """
-        while True:
-            try:
-                answer = await self.nc.request(subject, payload, timeout=LOAD_RETRY * 2)
-            except (nats.errors.TimeoutError, nats.errors.NoRespondersError) as exc:
-                if asyncio.get_running_loop().time() >= deadline:
-                    raise LoadTimeout(f"query {subject} not answered: {exc}") from None
-                await asyncio.sleep(LOAD_RETRY)
-                continue
-            reply = msgspec.msgpack.decode(answer.data, type=QueryReply)
-            if reply.error:
-                raise UnknownType(reply.error)
-            return reply
-
-    async def _until(self, done: Callable[[], bool], deadline: float, every: float | None) -> None:
-        """Wait until ``done()`` (checked whenever a message arrives), ``every`` seconds at most
-        (None: until ``deadline``)."""
-        loop = asyncio.get_running_loop()
-        stop = deadline if every is None else min(deadline, loop.time() + every)
-        while not done():
-            left = stop - loop.time()
-            if left <= 0:
-                return
-            self._arrived.clear()
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._arrived.wait(), left)
-
-    def _request_id(self) -> str:
-        return f"{self._prefix}.{next(self._ids)}"
+    async def _subscribed(self, ref: Ref) -> None:
+        if ref in self._subs:
+            await self._subs[ref]
 
     # -- snooping (rule 2) -----------------------------------------------------------------------
 
@@ -412,16 +319,14 @@ class SnoopyCache:
             self.core.counters.malformed += 1
             log.warning("cache: malformed message on %s dropped: %s", msg.subject, exc)
         finally:
-            self._arrived.set()
+            self.requests.wake()
 
     def _take(self, msg: Msg) -> None:
         incoming = read(msg.subject, msg.data, self.domain, self.types, self.reassembly)
         if incoming is None:
             return  # more fragments to come
         ref, message = incoming.ref, incoming
-        own = self._answered(message.request, ref)
-        if message.request in self._queried and message.kind == "LOADREPLY":
-            self._queried[message.request] += 1
+        own = self.requests.note(message.request, ref, message.kind)
         if not self.snoop and not own:
             entry = self.core.objects.get(ref)
             if message.kind == "LOADREPLY" or entry is None or not entry.valid:
@@ -441,13 +346,6 @@ class SnoopyCache:
         self.core.evicted.clear()
         if change is not None:
             self._tell(change)
-
-    def _answered(self, request: str, ref: Ref) -> bool:
-        waiting = self._answers.get(request)
-        if waiting is None:
-            return False
-        waiting.discard(ref)
-        return True
 
     # -- telling the application -----------------------------------------------------------------
 
@@ -486,7 +384,7 @@ class SnoopyCache:
             if held:
                 await self._load(held)
             for _, collection in list(self._labels.values()):
-                await self._query(collection)
+                await self.requests.query(collection.type_name, collection.pattern)
         except (LoadTimeout, nats.errors.Error) as exc:
             log.warning("cache: refetch after a reconnect incomplete: %s", exc)
 

@@ -1,11 +1,8 @@
 """The subscriber's side of one relay connection, with no I/O: frames in, events and frames out.
 
-:class:`ClientCore` owns the state of the connection's subscriptions (``ViewState``: rows,
-positions, updates not yet yielded), its requests in flight and its failure. Its caller (the
-asyncio shell, ``fanout.client.subscriber``) moves the bytes, owns the clock (``now`` is
-wall-clock time) and turns events into wake-ups and answers.
-
-Rules:
+:class:`ClientCore` owns the state of the connection's subscriptions (``ViewState``), its requests
+in flight and its failure. Its caller (the asyncio shell, ``fanout.client.subscriber``) moves the
+bytes, owns the clock (``now`` is wall-clock time) and turns events into wake-ups and answers.
 
 1. A request is a frame returned to the caller to send; once the connection failed every
    request raises its failure.

@@ -1,31 +1,17 @@
 """Subscribing to relays that share a map of responsibility: redirects followed.
 
-A relay in a cluster (``fanout relay --registry``) answers a new subscription another relay is
-responsible for with a redirect naming that relay's URL (docs/cluster.md).
-:class:`ClusterSubscriber` subscribes at the relay it was given and follows redirects, holding
-one connection per relay it was sent to, so views of one place meet at one relay whichever
-relay a load balancer gave the subscriber::
+A relay in a cluster answers a subscription another relay is responsible for with a redirect
+(docs/cluster.md, "The redirect policy"). :class:`ClusterSubscriber` (``connect_cluster``)
+follows them with one connection per relay, so views of one place meet at one relay.
 
-    async with connect_cluster("ws://any-relay:7701") as cluster:
-        view = await cluster.subscribe(Box((0, 0), (100, 100)))
-
-Rules:
-
-1. At most ``max_hops`` redirects are followed for one subscription; past them (relays that
-   disagree about the members for a moment) the last relay is asked to ``stay``.
-2. A relay the subscriber is sent to but cannot reach or that refuses the connection (it died and
-   the map does not know yet, or it is full) is not waited for: the relay that redirected is
+1. At most ``max_hops`` redirects are followed for one subscription, then the last relay is
    asked to ``stay``.
-3. A connection that fails is forgotten, so the next subscription there connects afresh; its
-   views end with the connection's error (resume ``every`` views with ``resume=``). There is
-   one connection per relay: subscriptions asking for a relay's at once share the one opened.
-4. **A held view whose part moved** (a relay split or merged on load) is ended by its relay
-   with a redirect; it is followed for that view, which stays the same object: an ``every``
-   view resumes at the new relay with its token (nothing lost or duplicated, its iteration
-   goes on), a ``latest`` view subscribes again and its next push is a full, consistent view.
-   The new relay is asked to ``stay``: it may not have read the map since the part was handed
-   to it. If it cannot be reached or refuses the view, the view ends with that error (code
-   ``moved`` when it could not be reached).
+2. A relay it is sent to but cannot reach, or that refuses it, is not waited for: the relay
+   that redirected is asked to ``stay``.
+3. A connection that fails is forgotten (its views end with its error); one connection per
+   relay, shared by the subscriptions asking for it at once.
+4. A held view whose part moved is ended by its relay with a redirect and followed: the same
+   object, an ``every`` view resuming with its token, a ``latest`` view getting a full push.
 """
 
 from __future__ import annotations

@@ -4,8 +4,7 @@ view over two upstreams' parts never shows one at tick t, the other at t - 1 (CA
 [0108], claim 9). Each upstream's pieces come in order on its connection. Rules:
 
 1. An upstream is *expected* from ``expect`` until ``forget``; others' pieces are dropped.
-2. An expected upstream is *started* by its first piece and then owes every later seq; one not
-   started owes nothing.
+2. An expected upstream is *started* by its first piece and then owes every later seq.
 3. A seq is handed out whole (``Assembled``), in (epoch, seq) order, once no started, expected
    upstream owes it.
 4. A piece of a seq already handed out is *stale*: dropped and handed back so that its snapshots

@@ -23,12 +23,11 @@ from collections.abc import Callable, Iterable
 from fanout.cluster.registry import Registry
 from fanout.cluster.registry import connect as registry_client
 from fanout.cluster.responsibility import ResponsibilityMap
-from fanout.cluster.sharing import Publisher, Sharing
+from fanout.cluster.settings import Cluster
+from fanout.cluster.sharing import Publisher, Sharing, Writer
 from fanout.cluster.splitting import Balancer, moved_subscriptions
 from fanout.metrics import Sample
-from fanout.relay.config import RelayConfig
 from fanout.relay.core.relaycore import RelayCore, Send
-from fanout.relay.shell.writer import Writer
 from fanout.wire.messages import Unsubscribe
 
 
@@ -38,7 +37,8 @@ class Membership:
 
     def __init__(
         self,
-        config: RelayConfig,
+        settings: Cluster,
+        name: str,
         core: RelayCore,
         writer: Writer,
         publisher: Publisher,
@@ -47,7 +47,8 @@ class Membership:
         wake: Callable[[], None],
     ) -> None:
         """Args:
-        config: the relay's configuration (``config.cluster.registry`` set).
+        settings: the relay's cluster section (``registry`` set).
+        name: the relay's name in the map.
         core: the relay's core.
         writer: where whole seqs go (the forward policy's assembled seqs).
         publisher: the link to the publisher.
@@ -57,29 +58,29 @@ class Membership:
         Raises:
             ConfigError: the registry's address is not ``redis://HOST:PORT``.
         """
-        assert config.cluster.registry is not None, "a membership needs a registry"
-        self.config, self.core, self._dispatch, self._wake = config, core, dispatch, wake
+        assert settings.registry is not None, "a membership needs a registry"
+        self.name, self.core, self._dispatch, self._wake = name, core, dispatch, wake
         self.registry = Registry(
-            registry_client(config.cluster.registry),
-            config.name,
-            lease=config.cluster.lease,
-            side=config.cluster.side,
-            standby=config.cluster.standby,
+            registry_client(settings.registry),
+            name,
+            lease=settings.lease,
+            side=settings.side,
+            standby=settings.standby,
         )
         #: Split and merge on load, if thresholds are given.
         self.balancer: Balancer | None = None
-        if config.cluster.thresholds.on:
+        if settings.thresholds.on:
             self.balancer = Balancer(
                 core,
                 self.registry,
-                config.cluster.thresholds,
-                command=config.cluster.split_command,
-                wait=config.cluster.split_wait,
-                forward=config.cluster.policy == "forward",
+                settings.thresholds,
+                command=settings.split_command,
+                wait=settings.split_wait,
+                forward=settings.policy == "forward",
             )
         #: The forward policy's routing of primitives to their owners (None: redirects).
         self.sharing: Sharing | None = None
-        if config.cluster.policy == "forward":
+        if settings.policy == "forward":
             self.sharing = Sharing(core, self.registry, writer, publisher, dispatch)
         else:
             self.registry.watchers.append(self._parts_moved)
@@ -101,7 +102,7 @@ class Membership:
 
     def _parts_moved(self, before: ResponsibilityMap, after: ResponsibilityMap) -> None:
         """Rule 2, the redirect policy's half."""
-        for client, redirect in moved_subscriptions(self.core, before, after, self.config.name):
+        for client, redirect in moved_subscriptions(self.core, before, after, self.name):
             assert redirect.ref is not None, "a moved subscription's redirect names it"
             # The core's Unsubscribed is not sent: the redirect is what ends it for the client.
             self.core.on_unsubscribe(client, Unsubscribe(redirect.ref))

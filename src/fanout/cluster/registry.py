@@ -1,19 +1,17 @@
 """The members of the map of responsibility, kept in Redis Cluster with leases: the thin shell
-around ``cluster.responsibility`` (docs/cluster.md). Rules:
+around ``cluster.responsibility`` (docs/cluster.md, "Leases"). Rules:
 
-1. **One slot.** Every key shares the hash tag ``{NAMESPACE}``; Lua scripts read and write them
-   atomically (members by lease deadline, names to URLs).
+1. **One slot.** Every key shares the hash tag ``{NAMESPACE}``; Lua scripts act atomically.
 2. **Leases on Redis's clock** (the node's ``TIME``), so hosts' clocks need not agree.
 3. **A beat** every ``lease / 3`` s renews the lease, drops expired members and reads the live
    ones in one round trip (``BEAT``); a restarted relay joins again at once.
 4. **Told when it changes:** ``on_change(before, after)``.
 5. **Leaving.** A relay stopped cleanly removes itself (and its standby entry) at once.
-6. **Redis away.** A failed beat is logged and retried; the last map is kept. Every read and
-   connect times out after ``REDIS_TIMEOUT`` s.
-7. **Standbys and assignments** (``responsibility`` rule 4) are read with the members; expired
-   members' assignments are swept. ``ASSIGN`` checks atomically that both relays are live, the
-   giver's view of the owners is current and no part is assigned to another; ``UNASSIGN`` merges.
-8. **One beat at a time**, so a late reply never puts an older map over a newer one; ``confirm``
+6. **Redis away.** A failed beat is logged and retried, the last map kept; every call times
+   out after ``REDIS_TIMEOUT`` s.
+7. **Standbys and assignments** (``responsibility`` rule 4) are read with the members; ``ASSIGN``
+   checks atomically that both relays are live, the giver's owners current, no part taken.
+8. **One beat at a time**: a late reply never puts an older map over a newer one; ``confirm``
    reads afresh before an HTTP stream is redirected.
 """
 

@@ -1,37 +1,16 @@
 """The shared map of responsibility: which live relay is responsible for which part of each
-dataset (CA 3197003 [0116]: each intermediary process is responsible for part of the data and of
-the subscribers; [0111], Fig. 9: a request landing at another is sent on to it).
+dataset (CA 3197003 [0116]; [0111], Fig. 9: a request landing at another is sent on to it).
+Pure: no I/O, no clock; ``cluster.registry`` keeps the members in Redis and hands them here.
+Parts, owners and why: docs/cluster.md, "A map of responsibility".
 
-Pure: no I/O, no clock. ``cluster.registry`` keeps the members in Redis Cluster and hands
-this module the live ones.
-
-Rules:
-
-1. **Parts.** A subscription belongs to one part of its dataset (:func:`part_of`). A region view
-   (a space dataset) belongs to the cell of a fixed grid of side ``side`` (world units) holding
-   the centre of its bounding box: views of one place meet at one relay, whose copy of the place
-   they then share. A view relative to an entity belongs to a hash bucket of the entity's key (it
-   moves with the entity). A topic filter belongs to its **subtree**: the literal levels it
-   starts with, at most ``TOPIC_DEPTH`` of them (``plant/+/temp`` and ``plant/#`` to
-   ``plant``, ``plant/3/temp`` and ``plant/3/+`` to ``plant/3``), so filters over one subtree,
-   which select overlapping topics, meet at one relay; a shared subscription's ``$share/group/``
-   is not part of it. An object path belongs to its **directory** (``/pps/media/.all`` and
-   ``/pps/media/song`` to ``/pps/media``). Any other view (SQL, a topic filter starting with a
-   wildcard) belongs to a hash bucket of its text, one of ``BUCKETS``: identical views meet at
-   one relay. Each view language says which part its views fall in (``MapPart``, named by its
-   ``views.registry.Language.map``; the built-in ones in ``cluster.parts``): this module names
-   no language's views.
-2. **Owners.** A part's owner is the live member of highest rendezvous weight, a hash of the part
-   and the member's name (highest-random-weight hashing): every relay reading the same members
-   names the same owner, with no coordination, and a member joining or leaving moves only the
-   parts it wins or held, about 1/n of them.
-3. **Names, not addresses.** Owners are chosen by name, so a relay restarted under the same name
-   on another port gets its parts back; its URL is where subscribers are sent.
-4. **Standbys and assignments** (split and merge on load, ``cluster.balance``). A
-   *standby* member owns nothing by rendezvous (unless every live member is one). A part
-   *assigned* to a live member, by the relay that owned it when it split, belongs to that
-   member whatever rendezvous says; an assignment to a member whose lease ran out counts for
-   nothing, and the part falls back to its rendezvous owner.
+1. **Parts.** A subscription belongs to one part of its dataset (:func:`part_of`): a grid cell,
+   a topic subtree, a directory, a hash bucket of an entity's key or of the view's text. Each
+   view language names its parts (``MapPart``); this module names no language's views.
+2. **Owners.** A part's owner is the live member of highest rendezvous weight: every relay
+   reading the same members names the same owner; a member joining or leaving moves ~1/n.
+3. **Names, not addresses.** A relay restarted under its name gets its parts back.
+4. **Standbys and assignments.** A standby owns nothing by rendezvous; a part a split assigned
+   to a live member is that member's, until its lease runs out.
 """
 
 from __future__ import annotations

@@ -1,18 +1,24 @@
-"""The ``[cluster]`` table of ``fanout.toml``: how a relay joins the map of responsibility
-(``fanout relay --config fanout.toml``; its flags override the file). Its keys are documented
-in docs/configuration.md, "``[cluster]``"; the publisher leaves this table to the relays.
+"""The relay's ``cluster`` section (:class:`Cluster`, a field of ``relay.config.RelayConfig``)
+and the ``[cluster]`` table of ``fanout.toml`` it is read from (``fanout relay --config``; its
+flags override the file): how a relay joins the map of responsibility. The section is the
+cluster's own, so the relay cluster reads its settings without importing the relay's
+configuration. Its keys are documented in docs/configuration.md, "``[cluster]``"; the publisher
+leaves this table to the relays.
 
 Every mistake is a ``ConfigError`` naming the file and the key (``fanout.toml: cluster.lease:
-...``).
+...``) or, for the section, the flag.
 """
 
 from __future__ import annotations
 
 import math
 import tomllib
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 
+from fanout.cluster.balance import DEFAULT_DWELL, Thresholds
+from fanout.cluster.responsibility import DEFAULT_SIDE
 from fanout.errors import ConfigError
 
 KEYS = (
@@ -28,6 +34,103 @@ KEYS = (
     "split_command",
     "split_wait",
 )
+
+
+#: What a relay of a map does with a subscription another relay is responsible for.
+POLICIES = ("redirect", "forward")
+
+
+@dataclass(frozen=True)
+class Cluster:
+    """The map of responsibility the relay shares with others (``fanout.cluster``), if any.
+
+    Attributes:
+        registry: ``redis://host:port`` of a Redis Cluster node holding the map of
+            responsibility shared by relays: this relay joins it under its name (unique in
+            the cluster) and redirects new subscriptions another relay is responsible for;
+            None: the relay works alone.
+        policy: what a relay of a map does with a subscription another relay is responsible
+            for: ``redirect`` it there (a new one), or ``forward``: serve it here, acquiring the
+            parts other relays are responsible for from them (``cluster.upstreams``); a relay
+            that forwards also serves relays.
+        lease: seconds a relay that died stays in the map.
+        side: side of the grid of cells space datasets are split into, world units (the same
+            on every relay of a cluster).
+        advertise: the URL subscribers are redirected to for this relay (default
+            ``ws[s]://host:port`` as it listens).
+        split_above, merge_below, split_dwell: when a relay of a map hands part of its
+            responsibility to another and hands it back (``cluster.balance``): figure
+            (``subscribers``, ``pushes`` a second, ``cpu`` share, ``rows``) -> threshold;
+            both empty (the default): never.
+        standby: join the map owning nothing until parts are handed here by a split.
+        split_command: shell command starting a standby relay to split to when none is idle;
+            ``{name}`` in it becomes a fresh name (None: split only to idle standbys).
+        split_wait: seconds to wait for the relay ``split_command`` started to join the map.
+    """
+
+    registry: str | None = None
+    policy: str = "redirect"
+    lease: float = 3.0
+    side: float = DEFAULT_SIDE
+    advertise: str | None = None
+    split_above: Mapping[str, float] = field(default_factory=dict)
+    merge_below: Mapping[str, float] = field(default_factory=dict)
+    split_dwell: float = DEFAULT_DWELL
+    standby: bool = False
+    split_command: str | None = None
+    split_wait: float = 30.0
+
+    @property
+    def thresholds(self) -> Thresholds:
+        """When this relay splits and merges (``cluster.balance``)."""
+        return Thresholds(dict(self.split_above), dict(self.merge_below), self.split_dwell)
+
+    @property
+    def forwarding(self) -> bool:
+        """Whether the relay is in a map and serves others' parts itself (``forward``)."""
+        return self.registry is not None and self.policy == "forward"
+
+    def __post_init__(self) -> None:
+        """Raises:
+        ConfigError: a limit that could not work, or splitting that could not, named as the
+            flag is.
+        """
+        if self.policy not in POLICIES:
+            raise ConfigError(
+                f"registry_policy (--registry-policy) must be one of {', '.join(POLICIES)},"
+                f" not {self.policy!r}"
+            )
+        for name, value, wanted in (
+            ("registry_lease", self.lease, "> 0 seconds"),
+            ("registry_side", self.side, "> 0 world units"),
+            ("split_wait", self.split_wait, "> 0 seconds"),
+        ):
+            if not math.isfinite(value):
+                raise ConfigError(f"{name} must be a finite number, not {value}")
+            if not value > 0:
+                raise ConfigError(f"{name} must be {wanted}, not {value}")
+        if self.registry is not None:
+            registry_address(self.registry)
+        try:
+            thresholds = self.thresholds
+        except ValueError as exc:
+            raise ConfigError(f"split and merge (--split-above, --merge-below): {exc}") from None
+        if self.registry is None and (thresholds.on or self.standby):
+            raise ConfigError(
+                "splitting, merging and --standby need a map of responsibility (--registry)"
+            )
+        if self.policy == "forward":
+            # A forwarding relay keeps serving its subscribers after a split (only the upstream
+            # work of the parts moves), so its pushes, CPU and rows hardly fall: a threshold on
+            # them would split again at every dwell.
+            named = sorted({*thresholds.split_above, *thresholds.merge_below} - {"subscribers"})
+            if named:
+                raise ConfigError(
+                    "split and merge under --registry-policy forward measure subscribers only"
+                    f" (not {', '.join(named)}): a split moves the parts' upstream work, not"
+                    " the subscribers' connections, so this relay's pushes, cpu and rows"
+                    " would not fall with it"
+                )
 
 
 @dataclass(frozen=True)

@@ -23,7 +23,6 @@ from fanout.cluster.registry import Registry
 from fanout.cluster.responsibility import ResponsibilityMap, part_of, taken_from
 from fanout.cluster.upstreams import PUBLISHER, Taken, Upstreams
 from fanout.relay.core.relaycore import UPSTREAM, RelayCore, Send
-from fanout.relay.shell.writer import Writer
 from fanout.wire import codec
 from fanout.wire.messages import Batch, Catalog, Error
 
@@ -44,6 +43,15 @@ class Publisher(Protocol):
     def send(self, data: bytes) -> None: ...
 
     def wake(self) -> None: ...
+
+
+class Writer(Protocol):
+    """What sharing needs of the relay's writer (``relay.shell.writer.Writer``, which the
+    composition root hands in): whole seqs queued in order, and room waited for."""
+
+    def put(self, batch: Batch) -> None: ...
+
+    async def room(self, queued: int) -> None: ...
 
 
 #: Seconds a relay that could not be reached is not asked again.

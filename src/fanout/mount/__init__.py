@@ -11,7 +11,6 @@ publish and subscribe (US 9,026,567, QNX PPS; docs/objects.md is the user's guid
 5. While the relay is away, reads and lookups fail with ``EIO``; later operations reconnect and
    open files resubscribe.
 6. ``SIGINT`` and ``SIGTERM`` unmount.
-
 The FUSE callbacks run on libfuse's threads and hand every network step to one asyncio loop on a
 thread of its own (:class:`Link`).
 """

@@ -1,44 +1,17 @@
 """Persistent MQTT sessions that survive their relay: kept in Redis, resumed from the topic
-dataset's log through the relay's ``every`` mode.
+dataset's log through the relay's ``every`` mode (``--mqtt-redis`` with ``--mqtt-dataset``).
+Each rule in full: docs/mqtt.md, "Persistent sessions across relays".
 
-Rules (of a relay in a cluster, ``--mqtt-redis``, with a topic dataset, ``--mqtt-dataset``):
-
-1. A persistent session (clean start off and an expiry above 0) is written to Redis
-   (``stored``) every ``sync`` seconds while its client is connected here: its subscriptions
-   and, for each followed subscription, its position in the topic dataset's log.
-2. A CONNECT with clean start off for a session this relay does not hold waits for Redis
-   (``Broker.restored``): the session comes back with its subscriptions, whichever relay held it.
-3. Each QoS 1 or 2 subscription (not ``$share``) of a persistent session held here follows its
-   dataset with an ``every`` subscription of its filter on this relay: the relay's window, then
-   the publisher's log, from the session's position. A row (topic, payload) of a seq goes to the
-   session at QoS 1 unless the live path offered that message already: each live copy of a
-   message the log will carry (retained; in a dataset that logs messages, ``ingest`` rule 3,
-   any at QoS 1 or 2) is remembered (per subscription and topic, at most ``MEMO`` payloads) until
-   a row of the log carries it, and then not sent again. A row that another producer wrote
-   (no live copy) is sent: the log is the authority.
-4. The position advances to the last seq followed once every message offered so far is
-   acknowledged: when the session has nothing in flight and nothing queued.
-5. After a restore, replayed rows go with DUP set, and live messages for the session are held
-   back until each follow stream reached the seq the relay was at when it started (the first
-   push of a ``latest`` subscription of the same filter) and the log carried a message held
-   back for it: what its publisher published before that one is then in the log too, and was
-   replayed first. (Held messages the log will not carry end the wait at once;
-   ``CATCH_UP_WAIT`` seconds after the restore the held go out anyway.) Then the rest go, those
-   the log carried meanwhile having gone at their place in it. Messages reach the client in
-   the log's order: by seq, and within one seq in topic order.
-6. A session that ends here (clean start, expiry) is deleted from Redis if this relay wrote it
-   last; a follow stream ends with its subscription or session.
-7. QoS 2 across relays: a row of the log goes to the session at its subscription's QoS (the
-   log does not keep the QoS it was published at). Before a QoS 2 PUBLISH or its PUBREL goes
-   to the client, the session is written to Redis with its QoS 2 messages in flight (packet
-   identifier, topic, payload, PUBRECed) (``Persist``); each one completed is kept in the
-   record until the position covers it (``sessions`` rule 7: once nothing is in flight and the
-   log carried it). A relay that restores the session sends the ones in flight again with
-   their packet identifiers (DUP set; a PUBRECed one: its PUBREL) and does not replay them,
-   nor the completed ones, from the log: each reaches the client once.
-
-What the log holds is the guarantee's limit (``ingest``; docs/mqtt.md, "Persistent sessions
-across relays"): a message it does not keep is delivered live only and not replayed.
+1. A persistent session is written to Redis every ``sync`` seconds while its client is here.
+2. A CONNECT with clean start off for a session not held here waits for Redis (``restored``).
+3. Each QoS 1 or 2 subscription (not ``$share``) follows its dataset from the session's
+   position; a row whose message the live path offered already (``MEMO``) is not sent again.
+4. The position advances once everything offered is acknowledged.
+5. After a restore, replayed rows go with DUP set and live messages are held back until the
+   replay caught up (``CATCH_UP_WAIT`` at most): messages come in the log's order.
+6. A session that ends here is deleted from Redis if this relay wrote it last.
+7. QoS 2 across relays: the session is written with its QoS 2 messages in flight before each
+   PUBLISH or PUBREL goes; a relay that restores it resends those, replaying none: once each.
 """
 
 from __future__ import annotations

@@ -22,10 +22,8 @@ import time
 from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
 from ssl import SSLContext
-from typing import Any, Protocol
+from typing import Any
 
-import numpy as np
-import pyarrow as pa
 from websockets.asyncio.server import ServerConnection, serve
 from websockets.exceptions import ConnectionClosed
 
@@ -33,8 +31,8 @@ from fanout import expiry, metrics
 from fanout.auth import AuthConfig, Grant, Verifier
 from fanout.buckets import Throttle
 from fanout.connection import Outbound, refuse
-from fanout.errors import FanoutError, InvalidView
-from fanout.publisher.log import LogGap
+from fanout.errors import FanoutError
+from fanout.publisher.answers import Datasets, answer, answered
 from fanout.publisher.protocol import (
     Action,
     Close,
@@ -47,52 +45,15 @@ from fanout.publisher.protocol import (
     Welcomed,
 )
 from fanout.publisher.relaytable import Registry
-from fanout.views import View
 from fanout.wire import codec
-from fanout.wire.arrow import to_numpy
-from fanout.wire.columns import decode_columns, encode_columns, key_column
 from fanout.wire.messages import (
     Batch,
-    Curious,
-    DatasetInfo,
     DatasetState,
     Error,
     Hello,
-    Knowledge,
-    Publish,
-    Published,
-    ReadState,
-    StateRows,
 )
 
 log = logging.getLogger(__name__)
-
-
-class Datasets(Protocol):
-    """What the control plane needs of the publisher's datasets (``service.DatasetService``)."""
-
-    def infos(self) -> list[DatasetInfo]:
-        """The catalog."""
-
-    def check(self, name: str, view: View) -> View:
-        """The primitive to hold for ``view`` (raises InvalidView)."""
-
-    def read(self, name: str, view: View, tick: int) -> tuple[int, pa.Table]:
-        """The authoritative rows in ``view`` at ``tick`` (blocking)."""
-
-    def replay(self, name: str, epoch: int, after: int) -> list[Batch]:
-        """Logged batches after seq ``after`` for a resuming relay (blocking; raises LogGap)."""
-
-    def publish(
-        self, name: str, upserts: dict[str, np.ndarray], deletes: np.ndarray
-    ) -> tuple[int, int]:
-        """Append a producer's events durably (blocking)."""
-
-    def knowledge(self, name: str, epoch: int, req: int, first: int, last: int) -> list[Knowledge]:
-        """Logged micro-batches for a curious relay (blocking; raises BadRequest/LogGap)."""
-
-    def samples(self) -> list[metrics.Sample]:
-        """The datasets' figures for ``GET /metrics``."""
 
 
 #: Largest frame a relay may send us (acquire/release/read_state are small).
@@ -399,8 +360,8 @@ class ControlPlane:
                 case Replay(resume=resume):
                     peer.work.start(self._replay(peer, resume))
                 case Start(request=request):
-                    job = functools.partial(self._answer, request, outbound)
-                    peer.work.start(_answered(request.req, job, outbound))
+                    job = functools.partial(answer, self.datasets, request, outbound)
+                    peer.work.start(answered(request.req, job, outbound))
                 case Close(reason=None):
                     return False
                 case Close(reason=str() as reason):
@@ -425,67 +386,6 @@ class ControlPlane:
         # No await between the session's last answer and its going live: nothing slips between.
         while (data := session.next_held_back()) is not None:
             await outbound.put(data)
-
-    async def _answer(self, request: ReadState | Publish | Curious, outbound: Outbound) -> None:
-        match request:
-            case ReadState():
-                await self._read_state(request, outbound)
-            case Publish():
-                await self._publish(request, outbound)
-            case Curious():
-                await self._curious(request, outbound)
-
-    async def _curious(self, request: Curious, outbound: Outbound) -> None:
-        try:
-            answers = await asyncio.to_thread(
-                self.datasets.knowledge,
-                request.dataset,
-                request.epoch,
-                request.req,
-                request.first,
-                request.last,
-            )
-        except FanoutError as exc:
-            code = "lost" if isinstance(exc, LogGap) else exc.code
-            outbound.offer(codec.encode(Error(code, str(exc), ref=request.req)))
-            return
-        for answer in answers:
-            await outbound.put(codec.encode(answer))
-
-    async def _publish(self, request: Publish, outbound: Outbound) -> None:
-        # Acknowledged only once durable: the append returns after the fsync.
-        try:
-            upserts = decode_columns(request.upserts)
-            deletes = key_column(
-                request.deletes, self._key_of(request.dataset), f"publish {request.req} deletes"
-            )
-            first, last = await asyncio.to_thread(
-                self.datasets.publish, request.dataset, upserts, deletes
-            )
-        except FanoutError as exc:
-            outbound.offer(codec.encode(Error(exc.code, str(exc), ref=request.req)))
-            return
-        outbound.offer(codec.encode(Published(request.req, first, last)))
-
-    def _key_of(self, dataset: str) -> str:
-        """The key column of ``dataset`` (raises InvalidView: no such dataset)."""
-        keys = {info.name: info.key for info in self.datasets.infos()}
-        if dataset not in keys:
-            raise InvalidView(f"unknown dataset {dataset!r} (serving: {', '.join(keys) or 'none'})")
-        return keys[dataset]
-
-    async def _read_state(self, request: ReadState, outbound: Outbound) -> None:
-        try:
-            tick, table = await asyncio.to_thread(
-                self.datasets.read, request.dataset, request.view, request.tick
-            )
-        except (FanoutError, TimeoutError) as exc:
-            code = exc.code if isinstance(exc, FanoutError) else "timeout"
-            outbound.offer(codec.encode(Error(code, str(exc), ref=request.req)))
-            return
-        rows = encode_columns({name: to_numpy(table.column(name)) for name in table.column_names})
-        reply = StateRows(req=request.req, dataset=request.dataset, tick=tick, rows=rows)
-        outbound.offer(codec.encode(reply))
 
 
 @dataclass
@@ -515,18 +415,3 @@ class _Work:
     def cancel(self) -> None:
         for task in self._running:
             task.cancel()
-
-
-async def _answered(
-    req: int, job: Callable[[], Coroutine[Any, Any, None]], outbound: Outbound
-) -> None:
-    """Run a request's ``job``; a fault of ours in it is logged and told to the requester
-    (``Error{code: "internal"}``), so that no request waits forever and the connection lives.
-    The job's coroutine is made here: a connection that ends before this task runs leaves
-    none behind never awaited."""
-    try:
-        await job()
-    except Exception as exc:
-        log.exception("request %d failed", req)
-        message = f"request {req} failed in the publisher: {type(exc).__name__}: {exc}"
-        outbound.offer(codec.encode(Error("internal", message, ref=req)))

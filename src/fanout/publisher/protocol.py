@@ -1,7 +1,5 @@
 """One connection's session at the publisher, sans I/O: frames and batches in, actions out.
-
-``publisher.control`` is its asyncio shell: it feeds ``receive`` and ``offer``, runs the blocking
-work asked for on threads and owns the hello timer. Rules:
+``publisher.control`` is its asyncio shell (threads for blocking work, the hello timer). Rules:
 
 1. **Handshake.** A ``Hello`` first (``wire.handshake``), answered ``Welcome`` and the
    ``Catalog``; none within the timeout: ``Error{handshake}`` and close.
@@ -13,9 +11,7 @@ work asked for on threads and owns the hello timer. Rules:
 5. **Each seq once, in order:** only seqs above the relay's last of that dataset, but a batch of
    that same seq that carries snapshots.
 6. **Requests.** ``Acquire``, ``Release``, ``Horizon`` apply at once (refusals answered);
-   ``ReadState``, ``Publish``, ``Curious`` are blocking work (``Start``); anything else
-   ``Error{protocol}``.
-
+   ``ReadState``, ``Publish``, ``Curious`` are blocking work (``Start``); else ``Error{protocol}``.
 Phases and their moves: ``Phase``, ``TRANSITIONS``.
 """
 

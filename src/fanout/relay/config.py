@@ -16,9 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from fanout.auth import AuthConfig
-from fanout.cluster.balance import DEFAULT_DWELL, Thresholds
-from fanout.cluster.responsibility import DEFAULT_SIDE
-from fanout.cluster.settings import registry_address
+from fanout.cluster.settings import Cluster as Cluster  # noqa: PLC0414 (re-exported: a section of RelayConfig, owned by the cluster)
 from fanout.errors import ConfigError
 from fanout.mqtt.actions import Limits as MqttLimits
 from fanout.relay.core.holding import CATALOG_WAIT, MAX_HELD
@@ -27,9 +25,6 @@ from fanout.relay.core.relaycore import MAX_SUBSCRIPTIONS
 from fanout.relay.core.scheduler import AGING
 from fanout.relay.core.throttle import CONTROL_BURST, CONTROL_SHARE, SQL_BURST, SQL_SHARE
 from fanout.relay.data.tables import QUERY_TIMEOUT
-
-#: What a relay of a map does with a subscription another relay is responsible for.
-POLICIES = ("redirect", "forward")
 
 
 def _check(finite: Mapping[str, float], limits: list[tuple[str, bool, str, float]]) -> None:
@@ -261,99 +256,6 @@ class Process:
     stats_every: float = 30.0
     switch_interval: float = 0.001
     young_collection: int = 10_000
-
-
-@dataclass(frozen=True)
-class Cluster:
-    """The map of responsibility the relay shares with others (``fanout.cluster``), if any.
-
-    Attributes:
-        registry: ``redis://host:port`` of a Redis Cluster node holding the map of
-            responsibility shared by relays: this relay joins it under its name (unique in
-            the cluster) and redirects new subscriptions another relay is responsible for;
-            None: the relay works alone.
-        policy: what a relay of a map does with a subscription another relay is responsible
-            for: ``redirect`` it there (a new one), or ``forward``: serve it here, acquiring the
-            parts other relays are responsible for from them (``cluster.upstreams``); a relay
-            that forwards also serves relays.
-        lease: seconds a relay that died stays in the map.
-        side: side of the grid of cells space datasets are split into, world units (the same
-            on every relay of a cluster).
-        advertise: the URL subscribers are redirected to for this relay (default
-            ``ws[s]://host:port`` as it listens).
-        split_above, merge_below, split_dwell: when a relay of a map hands part of its
-            responsibility to another and hands it back (``cluster.balance``): figure
-            (``subscribers``, ``pushes`` a second, ``cpu`` share, ``rows``) -> threshold;
-            both empty (the default): never.
-        standby: join the map owning nothing until parts are handed here by a split.
-        split_command: shell command starting a standby relay to split to when none is idle;
-            ``{name}`` in it becomes a fresh name (None: split only to idle standbys).
-        split_wait: seconds to wait for the relay ``split_command`` started to join the map.
-    """
-
-    registry: str | None = None
-    policy: str = "redirect"
-    lease: float = 3.0
-    side: float = DEFAULT_SIDE
-    advertise: str | None = None
-    split_above: Mapping[str, float] = field(default_factory=dict)
-    merge_below: Mapping[str, float] = field(default_factory=dict)
-    split_dwell: float = DEFAULT_DWELL
-    standby: bool = False
-    split_command: str | None = None
-    split_wait: float = 30.0
-
-    @property
-    def thresholds(self) -> Thresholds:
-        """When this relay splits and merges (``cluster.balance``)."""
-        return Thresholds(dict(self.split_above), dict(self.merge_below), self.split_dwell)
-
-    @property
-    def forwarding(self) -> bool:
-        """Whether the relay is in a map and serves others' parts itself (``forward``)."""
-        return self.registry is not None and self.policy == "forward"
-
-    def __post_init__(self) -> None:
-        """Raises:
-        ConfigError: a limit that could not work, or splitting that could not, named as the
-            flag is.
-        """
-        if self.policy not in POLICIES:
-            raise ConfigError(
-                f"registry_policy (--registry-policy) must be one of {', '.join(POLICIES)},"
-                f" not {self.policy!r}"
-            )
-        lease, side, wait = self.lease, self.side, self.split_wait
-        _check(
-            {"registry_lease": lease, "registry_side": side, "split_wait": wait},
-            [
-                ("registry_lease", lease > 0, "> 0 seconds", lease),
-                ("registry_side", side > 0, "> 0 world units", side),
-                ("split_wait", wait > 0, "> 0 seconds", wait),
-            ],
-        )
-        if self.registry is not None:
-            registry_address(self.registry)
-        try:
-            thresholds = self.thresholds
-        except ValueError as exc:
-            raise ConfigError(f"split and merge (--split-above, --merge-below): {exc}") from None
-        if self.registry is None and (thresholds.on or self.standby):
-            raise ConfigError(
-                "splitting, merging and --standby need a map of responsibility (--registry)"
-            )
-        if self.policy == "forward":
-            # A forwarding relay keeps serving its subscribers after a split (only the upstream
-            # work of the parts moves), so its pushes, CPU and rows hardly fall: a threshold on
-            # them would split again at every dwell.
-            named = sorted({*thresholds.split_above, *thresholds.merge_below} - {"subscribers"})
-            if named:
-                raise ConfigError(
-                    "split and merge under --registry-policy forward measure subscribers only"
-                    f" (not {', '.join(named)}): a split moves the parts' upstream work, not"
-                    " the subscribers' connections, so this relay's pushes, cpu and rows"
-                    " would not fall with it"
-                )
 
 
 @dataclass(frozen=True)

@@ -1,14 +1,11 @@
 """Relays sharing a map of responsibility, seen from outside (docs/cluster.md): what the tests
 and benchmarks of many relays ask of the processes they run.
 
-- :func:`metric`, :func:`members_seen`, :func:`no_assignments` and :func:`primitives_by_relay`
-  read relays' and the publisher's ``GET /metrics``; :func:`where` says which relay serves a
-  view of a ``ClusterSubscriber`` now; :func:`assignments` reads what splits assigned, from Redis;
-- :class:`Follower` is one ``every`` subscriber of one box through
-  ``fanout.client.following``, kept across its moves and its connections (resumed with its
-  token after a relay died);
-- :func:`last_logged` and :func:`audit_followers` read the publisher's log: how far it reached, and
-  each follower's updates replayed against it (``fanout.testing.audit``)::
+- :func:`metric`, :func:`members_seen`, :func:`no_assignments`, :func:`primitives_by_relay` read
+  ``GET /metrics``; :func:`where` says which relay serves a view now; :func:`assignments` reads
+  what splits assigned, from Redis;
+- :class:`Follower` is one ``every`` subscriber of one box, kept across its moves and its
+  connections; :func:`last_logged` and :func:`audit_followers` read the publisher's log::
 
       follower = Follower(Box((0, 0), (100, 100)))
       await follower.attach("ws://127.0.0.1:7701")
@@ -48,7 +45,7 @@ async def metric(url: str, name: str) -> float:
 
 @contextlib.asynccontextmanager
 async def started_together(*starting: Awaitable[Child]) -> AsyncIterator[list[Child]]:
-    """Processes started at once (``fanout.launch.start`` calls), stopped when the block ends;
+    """Processes started at once (``Children.start`` calls), stopped when the block ends;
     if one fails to start, those that did are stopped and its error is raised. A test may
     replace a child in the list with its restarted self: the list's children are stopped."""
     started = await asyncio.gather(*starting, return_exceptions=True)

@@ -1,20 +1,16 @@
 """Two connected ends in memory that carry WebSocket messages both ways, for whole
 conversations in tests without sockets (the in-memory fake of STYLE.md's item 6).
 
-``a, b = memory_pair()``: what ``a.send`` sends, ``b.recv`` receives, in order, and the other
-way round. Each end speaks the part of websockets' ``Connection`` that fanout's peers use
-(``send``, ``recv``, ``async for``, ``close``, ``close_code``), so a peer written against a
-WebSocket runs against either.
+``a, b = memory_pair()``: what ``a.send`` sends, ``b.recv`` receives, in order, and back. Each
+end speaks the part of websockets' ``Connection`` fanout's peers use (``send``, ``recv``,
+``async for``, ``close``, ``close_code``), so a peer runs against either.
 
-Rules:
-
-1. Each direction is bounded: at most ``limit`` messages wait unread; ``send`` then waits for
-   the reader (``send_nowait`` raises ``asyncio.QueueFull``), as a socket's buffers push back.
-2. ``close(code, reason)`` on either end closes both: what was sent before it is still
-   received, then ``recv`` and ``send`` raise websockets' ``ConnectionClosedOK`` (code 1000 or
-   1001) or ``ConnectionClosedError`` (any other code), and ``async for`` ends on the former.
-3. ``sent`` and ``received`` count the messages that passed each end; ``pending`` the ones
-   waiting for it.
+1. Each direction holds at most ``limit`` unread messages; ``send`` then waits for the reader
+   (``send_nowait`` raises ``asyncio.QueueFull``), as a socket's buffers push back.
+2. ``close(code, reason)`` on either end closes both: what was sent before is still received,
+   then ``recv`` and ``send`` raise ``ConnectionClosedOK`` (1000, 1001) or
+   ``ConnectionClosedError``, and ``async for`` ends on the former.
+3. ``sent`` and ``received`` count the messages that passed each end; ``pending`` the waiting.
 """
 
 from __future__ import annotations

@@ -3,22 +3,15 @@ real relays, sending the batches its caller makes. No Spark, no state, no log::
 
     publisher = ScriptedPublisher(Catalog([info]))
     async with serving(publisher) as url, running_relay(url) as (relay, relay_url):
-        ...                                   # a subscriber subscribes through the relay
-        acquire = await publisher.next_acquire()
+        acquire = await publisher.next_acquire()  # once a subscriber subscribed at the relay
         await publisher.send({"id": [1], "x": [1.0], "y": [1.0]}, snapshots=[acquire.prim])
 
-Rules:
-
-1. A relay says ``Hello``; it is welcomed and sent the next catalog of ``catalogs``, the last
-   one staying for every later connection (a test can make a first catalog the relay refuses).
-   A first frame that is not a ``Hello`` closes the connection (1002).
-2. Every ``Acquire`` is **held** until its ``Release``, and remembered as **fresh** until the
-   caller takes the fresh primitives (:meth:`ScriptedPublisher.take_fresh`) to carry their
-   snapshots in a batch. With ``on_frame``, every frame from a relay goes to it; without, each
-   ``Acquire`` is also queued for :meth:`ScriptedPublisher.next_acquire`. Nothing else is
-   answered (no ``Curious``: there is no log).
-3. A batch goes to every relay connected; one closing meanwhile is skipped. Batches of a dataset
-   are numbered from 0 (``next_seq``; a test may set it to script a gap or a restart).
+1. A relay's ``Hello`` is welcomed with the next of ``catalogs`` (the last one stays); any other
+   first frame closes the connection (1002).
+2. Every ``Acquire`` is held until its ``Release`` and fresh until ``take_fresh``; frames go to
+   ``on_frame``, or acquires to ``next_acquire``. Nothing else is answered (no log).
+3. A batch goes to every relay connected; seqs count from 0 per dataset (``next_seq``).
+In full: docs/architecture.md, "Tests and benchmarks".
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 (:func:`running_relay`), or in a process of their own (:class:`RelayProcess`), whose CPU time
 and counters a benchmark samples without sharing its cores with the relay.
 
-For the ``fanout relay`` command itself, as a user starts it, see ``fanout.launch.start``.
+For the ``fanout relay`` command itself, as a user starts it, see ``fanout.launch.Children``.
 """
 
 from __future__ import annotations

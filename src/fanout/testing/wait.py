@@ -1,20 +1,16 @@
 """Waiting for what gives no event to wait on: poll it until it holds, or fail saying what was
-last seen.
-
-A test that waits on a counter, a log file or another process's state polls it::
+last seen::
 
     await eventually(lambda: relay.core.stats()["subscriptions"], lambda n: n == 201)
     await eventually(lambda: "ready" in log.read_text(), timeout=60, in_thread=True)
     eventually_sync(lambda: counter.counts.get("files_malformed"), lambda n: n == 4)
 
-Rules:
-
 1. The probe runs at once, then every ``every`` seconds until ``check`` holds for what it
-   returned (by default: until it returns something true); that value is returned.
+   returned (by default: until it is true); that value is returned.
 2. After ``timeout`` seconds :class:`NotYet` is raised, naming what was awaited and the probe's
-   last value, so a failing test says what it saw, not only that it waited.
-3. An exception from the probe or the check is not a "not yet": it ends the wait at once (a
-   child that exited will not become ready).
+   last value, so a failing test says what it saw.
+3. An exception from the probe or the check ends the wait at once (a child that exited will
+   not become ready).
 """
 
 from __future__ import annotations

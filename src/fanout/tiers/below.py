@@ -1,20 +1,17 @@
 """The relays below a relay, sans I/O: a relay serving other relays as the publisher would
-(CA 3197003 [0055]-[0057]; US 7,487,246: brokers that accumulate knowledge and pass curiosity
-upstream). A relay below speaks the upstream protocol (docs/protocol.md). Rules:
+(CA 3197003 [0055]-[0057]; US 7,487,246), speaking the upstream protocol (docs/protocol.md).
 
-1. **Catalog.** Welcomed with this relay's catalog; refused ``unavailable`` while it has none. A
-   ``resume`` is answered ``resync``: this window holds only what this relay's coverage saw.
-2. **Acquire.** A primitive is pinned here and what is not covered acquired upstream; its snapshot
-   goes down, stamped with the last seq forwarded, once ready primitives cover it.
+1. **Catalog.** Welcomed with this relay's catalog; ``unavailable`` while it has none; a
+   ``resume`` is answered ``resync`` (this window holds only what this relay's coverage saw).
+2. **Acquire.** Pinned here, what is not covered acquired upstream; its snapshot goes down,
+   stamped with the last seq forwarded, once ready primitives cover it.
 3. **Batches.** Each batch written here is forwarded at once, before its swap, to every relay
-   below (empty ones too), cut to its live primitives (``tiers.cut``); primitives touched by this
-   relay's own snapshots go whole, listed as snapshots.
+   below, cut to its live primitives (``tiers.cut``); those this relay snapshotted go whole.
 4. **Curiosity.** Answered from the window when every seq asked is whole there, else passed up.
 5. **Horizons.** The lowest of this relay's ``every`` subscriptions' and the relays' below.
 6. **Losing upstream.** The relays below are dropped (``upstream_lost``) and connect again.
-
-Kinds are told apart only by the dataset kind's answers (``primitive``, ``holds``,
-``contents``); an ``Acquire`` the kind refuses is answered ``invalid_view``.
+Kinds differ only by the kind's answers (``primitive``, ``holds``, ``contents``); an ``Acquire``
+the kind refuses is answered ``invalid_view``. Why and how: docs/cluster.md.
 """
 
 from __future__ import annotations

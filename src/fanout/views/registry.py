@@ -1,21 +1,15 @@
 """The dataset kinds, one registration each: what a catalog's ``index`` names (STYLE.md item 14).
 
 A :class:`Kind` names its view language and, for each side that serves it, the part that does
-(``"module:name"``), imported by that side alone the first time it looks the kind up: the relay
-(``relay.kinds.RelaySide``: the per-dataset object the core asks everything kind-specific) and
-the publisher (``publisher.matching.PublisherSide``: its matcher and index columns). Neither
-side imports the other. The relay's core, access rules, release, the relay cluster's map, the
-publisher's matching and configuration and the client all find a kind here and only here.
+(``"module:name"``), imported by that side alone at its first lookup: the relay's
+(``relay.kinds.RelaySide``) and the publisher's (``publisher.matching.PublisherSide``). Neither
+side imports the other; every module that serves all kinds finds a kind here and only here.
 
-A :class:`Language` is the same for a view language (``views.kinds.kind_of``): the parts that
-work in its algebra outside ``views``, by module path, imported at their first use: its access
-rules (``relay.core.rules``), which primitives release may let go (``relay.core.release``) and
-which part of the relay cluster's map a view falls in (``cluster.responsibility``). A language
-without a part has those modules' generic answer (see each).
-
-The built-in kinds and languages are registered below; others by :func:`register`, or by a
-package's entry point in group ``fanout.kinds`` whose object is a :class:`Kind` or a
-:class:`Language` (loaded at the first lookup).
+A :class:`Language` does the same for a view language: its parts outside ``views`` (access
+rules, release, the map of relays), by module path; a language without one gets those modules'
+generic answer. The built-in kinds and languages are registered below; others by
+:func:`register`, or by an entry point in group ``fanout.kinds`` (a :class:`Kind` or a
+:class:`Language`, loaded at the first lookup). A walkthrough: docs/architecture.md.
 """
 
 from __future__ import annotations

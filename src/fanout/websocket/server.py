@@ -3,17 +3,15 @@ port, one handler per connection feeding its frames to the relay.
 
 A connection is read at most ``Limits.read_rate`` frames a second after a first ``read_burst``
 (``relay.core.throttle``), and all connections' frames together may take ``control_share`` of
-the event loop: one that floods the relay with view changes is slowed down, by not being read,
-rather than taking the loop from everyone else. One that sends no ``Hello`` within
-``hello_timeout`` seconds is refused and closed; beyond ``max_connections`` served at once, a new
-one's ``Hello`` is refused with ``unavailable``. A relay below (``Hello{role: "relay"}``) is
-handed to the tiers front end once greeted.
+the event loop: one flooding the relay is slowed by not being read. One that sends no ``Hello``
+within ``hello_timeout`` seconds is refused and closed; beyond ``max_connections``, a new one's
+``Hello`` is refused with ``unavailable``. A relay below (``Hello{role: "relay"}``) is handed
+to the tiers front end once greeted.
 
-The relay's port is the HTTP front end's (``http.server``): it reads each request with h11 and
-hands a WebSocket upgrade here (``take``), with the bytes it read, to a websockets connection
-on the same transport; that connection's lifecycle is the one ``websockets.asyncio.server.serve``
-gives its connections (``_lifecycle``), under a websockets ``Server`` wrapping the port's
-listener, so that stopping closes the connections with 1001 and waits for their handlers.
+The port is the HTTP front end's (``http.server``): it reads each request with h11 and hands a
+WebSocket upgrade here (``take``), with the bytes it read, to a websockets connection on the same
+transport, whose lifecycle is the one ``websockets.asyncio.server.serve`` gives (``_lifecycle``),
+under a websockets ``Server``: stopping closes the connections with 1001 and waits for them.
 """
 
 from __future__ import annotations

@@ -4,9 +4,8 @@ Rules, for the accepting side (relay for subscribers, publisher for relays and r
 
 1. The first frame must be ``Hello`` with our ``PROTOCOL_VERSION`` and a role we serve; it is
    answered with ``Welcome``. Anything else first is answered with ``Error`` and the connection
-   closes, because we cannot know how to talk to that peer.
-   With authentication, the ``Hello``'s token must grant its role, or the connection is
-   refused (``unauthorized``, ``forbidden``) before anything it sends is read.
+   closes: we cannot know how to talk to that peer. With authentication, the ``Hello``'s token
+   must grant its role, or the connection is refused (``unauthorized``, ``forbidden``).
 2. After the handshake, a frame that does not decode (or a second ``Hello``) is answered with
    ``Error`` and the connection stays open: one bad frame must not cost a subscriber its other
    subscriptions.

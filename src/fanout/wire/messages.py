@@ -6,14 +6,13 @@ peer keeps decoding what a newer one sends. Conversations:
 * subscriber -> relay: ``Hello``, then ``Subscribe`` / ``Unsubscribe`` at will.
 * relay -> subscriber: ``Welcome``, then ``Subscribed``, ``Push``, ``NoUpdate``,
   ``Unsubscribed``, ``Error``.
-* relay -> publisher: ``Hello``, then ``Acquire`` / ``Release`` (upstream primitives),
-  ``ReadState``.
+* relay -> publisher: ``Hello``, then ``Acquire`` / ``Release`` (primitives), ``ReadState``.
 * publisher -> relay: ``Welcome`` and ``Catalog``, then one ``Batch`` per micro-batch,
   ``StateRows``, ``Error``.
 
-A ``reader`` (a tool such as the demo's checker) talks to the publisher like a relay but holds no
-primitives and receives no batches. A ``producer`` sends ``Publish`` frames to datasets whose source
-is ``ingest`` and gets ``Published`` once the events are durably in the ingest log.
+A ``reader`` talks to the publisher like a relay but holds no primitives and receives no batches.
+A ``producer`` sends ``Publish`` frames to ``ingest`` datasets and gets ``Published`` once the
+events are durably in the ingest log.
 """
 
 from __future__ import annotations

@@ -6,6 +6,7 @@ from __future__ import annotations
 from fanout.relay.core.planner import Policy
 from fanout.relay.core.relaycore import UPSTREAM, RelayCore, Send
 from fanout.testing import batches as kit
+from fanout.testing.batches import rows
 from fanout.testing.catalog import AGENTS
 from fanout.testing.relaycore import ready_core
 from fanout.views import Box
@@ -25,11 +26,6 @@ CLIENT = 1
 
 def relay(policy: Policy | None = None) -> RelayCore:
     return ready_core(policy=policy)
-
-
-def rows(**points: tuple[float, float]) -> dict[str, list[float] | list[int]]:
-    keys = [int(k[1:]) for k in points]
-    return {"id": keys, "x": [p[0] for p in points.values()], "y": [p[1] for p in points.values()]}
 
 
 def batch(

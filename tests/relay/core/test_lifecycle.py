@@ -23,15 +23,15 @@ from fanout.relay.core.lifecycle import (
     advance,
 )
 from fanout.relay.core.planner import Policy
-from fanout.relay.core.relaycore import UPSTREAM, RelayCore
+from fanout.relay.core.relaycore import UPSTREAM
 from fanout.relay.core.scheduler import Scheduler
 from fanout.relay.core.transforms import Shape
 from fanout.relay.data.buffers import Stamp
 from fanout.relay.data.pushes import Held
-from fanout.testing.catalog import AGENTS
+from fanout.testing.batches import batch, rows
+from fanout.testing.relaycore import ready_core
 from fanout.views import Box
-from fanout.wire.columns import encode_columns
-from fanout.wire.messages import Acquire, Batch, Catalog, Subscribe, Unsubscribe
+from fanout.wire.messages import Acquire, Subscribe, Unsubscribe
 
 CLIENT = 1
 SHAPE = Shape(("id", "x", "y"))
@@ -288,17 +288,8 @@ def test_coverage_is_judged_once_per_view_and_version() -> None:
 # -- a conversation -----------------------------------------------------------------------------
 
 
-def snapshot(prim: int, seq: int = 0) -> Batch:
-    rows = {"id": np.array([1, 2]), "x": np.array([1.0, 2.0]), "y": np.array([1.0, 2.0])}
-    return Batch(
-        "agents", 1, seq, seq, 0.0, encode_columns(rows), encode_columns({"id": []}), [prim]
-    )
-
-
 def test_a_conversation_moves_a_subscription_through_its_phases() -> None:
-    core = RelayCore(Policy(widen="exact", grace=0.0))
-    core.on_catalog(Catalog([AGENTS]))
-    core.on_upstream_connected()
+    core = ready_core(policy=Policy(widen="exact", grace=0.0))
     sends = core.on_subscribe(CLIENT, Subscribe(1, "agents", Box((0, 0), (10, 10)), rate=1000.0))
     subscription = core.downstream.get((CLIENT, 1))
     assert subscription is not None and subscription.phase is Phase.PENDING
@@ -308,7 +299,7 @@ def test_a_conversation_moves_a_subscription_through_its_phases() -> None:
     assert core.pushes(1.0, lambda client: True) == []
     assert subscription.phase is Phase.WAITING  # its snapshot has not come
 
-    core.on_batch(snapshot(acquire.prim))
+    core.on_batch(batch(0, rows(k1=(1, 1), k2=(2, 2)), snapshots=[acquire.prim]))
     assert core.pushes(2.0, lambda client: False) == []
     assert subscription.phase is Phase.BLOCKED  # its connection is still writing
     assert core.on_writable(CLIENT)

@@ -22,8 +22,10 @@ from tests.relay.core.conversations import (
 
 from fanout.errors import ProtocolError
 from fanout.relay.core.planner import Policy
-from fanout.relay.core.relaycore import UPSTREAM, RelayCore
+from fanout.relay.core.relaycore import UPSTREAM
 from fanout.relay.core.scheduler import BURST
+from fanout.testing import batches as kit
+from fanout.testing.relaycore import ready_core
 from fanout.views import Box, Sphere
 from fanout.views.topic import parse as topic
 from fanout.wire.columns import decode_columns, encode_columns
@@ -225,7 +227,7 @@ def test_unsubscribing_an_unknown_subscription_is_an_error() -> None:
 def test_batches_that_do_not_fit_the_catalog_are_protocol_errors() -> None:
     core = relay()
     with pytest.raises(ProtocolError, match="unknown dataset"):
-        core.on_batch(Batch("other", 1, 0, 0, 0.0, encode_columns({}), encode_columns({})))
+        core.on_batch(kit.batch(0, dataset="other"))
     with pytest.raises(ProtocolError, match="upsert columns"):
         core.on_batch(batch(0, {"id": [1], "x": [1.0]}))
     with pytest.raises(ProtocolError, match="duplicate keys"):
@@ -264,8 +266,7 @@ def test_a_catalog_the_relay_cannot_hold_is_a_protocol_error(
 
 
 def test_a_connection_holds_at_most_max_subscriptions() -> None:
-    core = RelayCore(Policy(widen="margin", grace=0.0), max_subscriptions=2)
-    core.on_catalog(Catalog([INFO]))
+    core = ready_core(INFO, max_subscriptions=2)
     subscribe(core, Box((0, 0), (10, 10)), sub=1)
     subscribe(core, Box((0, 0), (10, 10)), sub=2)
     (refused,) = core.on_subscribe(CLIENT, Subscribe(3, "agents", Box((0, 0), (1, 1))))
@@ -319,8 +320,7 @@ def test_a_dataset_keyed_by_strings() -> None:
     info = DatasetInfo(
         "named", "name", {"name": "str", "x": "<f8", "y": "<f8"}, "space", ["x", "y"]
     )
-    core = RelayCore(Policy(widen="margin", grace=0.0))
-    core.on_catalog(Catalog([info]))
+    core = ready_core(info)
     (acquire,) = frames(
         core.on_subscribe(2, Subscribe(1, "named", Box((0, 0), (10, 10)))), UPSTREAM
     )
@@ -329,6 +329,7 @@ def test_a_dataset_keyed_by_strings() -> None:
         "x": [1.0, 2.0, 50.0],
         "y": [1.0, 2.0, 50.0],
     }
+    # Batch written out: the kit's ``batch`` sends integer keys, this dataset's are strings.
     core.on_batch(
         Batch("named", 1, 0, 0, 0.0, encode_columns(upserts), encode_columns({}), [acquire.prim])
     )  # type: ignore[attr-defined]
@@ -359,9 +360,7 @@ def test_a_3d_sphere_view_gets_the_rows_inside_the_ball() -> None:
     info = DatasetInfo(
         "agents", "id", {"id": "<i8", "x": "<f8", "y": "<f8", "z": "<f8"}, "space", ["x", "y", "z"]
     )
-    core = RelayCore(Policy(widen="margin", grace=0.0))
-    core.on_catalog(Catalog([info]))
-    core.on_upstream_connected()
+    core = ready_core(info)
     ball = Sphere((0, 0, 0), 10)
     sends = core.on_subscribe(CLIENT, Subscribe(1, "agents", ball, rate=1000.0))
     (acquire,) = frames(sends, UPSTREAM)

@@ -21,8 +21,8 @@ from hypothesis import strategies as st
 from fanout.errors import InvalidView
 from fanout.relay.core.planner import Policy
 from fanout.relay.core.relaycore import RelayCore
-from fanout.relay.data.tables import TableStore
 from fanout.testing.catalog import AGENTS, sensors
+from fanout.testing.relaycore import ready_core
 from fanout.views import Box, View
 from fanout.views.entity import Entity
 from fanout.views.objects import ObjectPath
@@ -32,7 +32,7 @@ from fanout.views.sql import parse as sql
 from fanout.views.topic import TopicFilter
 from fanout.views.topic import parse as topic
 from fanout.wire.columns import encode_columns
-from fanout.wire.messages import Batch, Catalog, DatasetInfo
+from fanout.wire.messages import Batch, DatasetInfo
 
 SENSORS = sensors()
 CARS = DatasetInfo("cars", "path", {"path": "str", "rpm": "<i8"}, "path", ["path"])
@@ -51,8 +51,7 @@ ORDERS = DatasetInfo(
 
 def relay(info: DatasetInfo, rows: dict[str, Any]) -> RelayCore:
     """A relay holding ``rows`` of dataset ``info`` in its active state."""
-    core = RelayCore(Policy(grace=0.0), engine=TableStore())
-    core.on_catalog(Catalog([info]))
+    core = ready_core(info, policy=Policy(grace=0.0))
     core.on_batch(Batch(info.name, 1, 0, 0, 0.0, encode_columns(rows), encode_columns({})))
     core.end_epoch()
     return core
@@ -245,15 +244,13 @@ def test_a_sql_primitive_holds_the_rows_its_where_clause_bounds(
 def test_a_primitive_a_kind_does_not_serve_is_refused_naming_why(
     info: DatasetInfo, view: View, words: str
 ) -> None:
-    core = RelayCore(Policy(), engine=TableStore())
-    core.on_catalog(Catalog([info]))
+    core = ready_core(info, policy=Policy())
     with pytest.raises(InvalidView) as refused:
         core.parts.kinds[info.name].primitive(view)
     assert words in str(refused.value)
 
 
 def test_a_filter_is_held_without_its_group_and_a_path_without_its_options() -> None:
-    core = RelayCore(Policy(), engine=TableStore())
-    core.on_catalog(Catalog([SENSORS, CARS]))
+    core = ready_core(SENSORS, CARS, policy=Policy())
     assert core.parts.kinds["sensors"].primitive(topic("$share/g/a/+")) == topic("a/+")
     assert core.parts.kinds["cars"].primitive(path("/c/.all?delta,f=rpm>4")) == path("/c/.all")

@@ -13,11 +13,12 @@ from hypothesis import strategies as st
 from fanout.relay.core import release
 from fanout.relay.core.lifecycle import Phase
 from fanout.relay.core.planner import Policy
-from fanout.relay.core.relaycore import UPSTREAM, RelayCore, Send
+from fanout.relay.core.relaycore import UPSTREAM, Send
 from fanout.relay.core.upstream import Primitive
 from fanout.relay.data.tables import QUERY_TIMEOUT, TableStore
 from fanout.relay.kinds.keyed import KeyedKind
 from fanout.testing.catalog import sensors
+from fanout.testing.relaycore import ready_core
 from fanout.views import Box
 from fanout.views.objects import parse as path
 from fanout.views.sql import SqlBox
@@ -28,7 +29,6 @@ from fanout.wire.columns import decode_columns, encode_columns
 from fanout.wire.messages import (
     Acquire,
     Batch,
-    Catalog,
     DatasetInfo,
     Error,
     NoUpdate,
@@ -52,6 +52,7 @@ CUSTOMERS = DatasetInfo(
 )
 SENSORS = sensors()
 OBJECTS = DatasetInfo("objects", "path", {"path": "str", "state": "str"}, "path", ["path"])
+DATASETS = (ORDERS, CUSTOMERS, SENSORS, OBJECTS)
 CLIENT = 1
 
 
@@ -60,8 +61,7 @@ class Conversation:
 
     def __init__(self, query_timeout: float = QUERY_TIMEOUT, **options: Any) -> None:
         engine = TableStore(query_timeout)
-        self.core = RelayCore(Policy(grace=0.0), engine=engine, **options)
-        self.core.on_catalog(Catalog([ORDERS, CUSTOMERS, SENSORS, OBJECTS]))
+        self.core = ready_core(*DATASETS, policy=Policy(grace=0.0), engine=engine, **options)
         self.seqs: dict[str, int] = {}
         self.snapshots: dict[str, list[int]] = {}
         self.now = 0.0
@@ -89,7 +89,9 @@ class Conversation:
         return out
 
     def batch(self, dataset: str, upserts: dict[str, list] | None = None, deletes=()) -> None:
-        info = {d.name: d for d in (ORDERS, CUSTOMERS, SENSORS, OBJECTS)}[dataset]
+        # Not the kit's ``batch``: these datasets are keyed by strings too, and each column
+        # takes its dataset's dtype.
+        info = {d.name: d for d in DATASETS}[dataset]
         seq = self.seqs[dataset] = self.seqs.get(dataset, -1) + 1
         columns = {
             name: np.array(

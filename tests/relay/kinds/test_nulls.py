@@ -15,14 +15,13 @@ from hypothesis import strategies as st
 
 from fanout.relay.core.planner import Policy
 from fanout.relay.core.relaycore import UPSTREAM, RelayCore, Send
-from fanout.relay.data.tables import TableStore
 from fanout.testing.audit import duckdb_answer, same_rows
 from fanout.testing.batches import batch
+from fanout.testing.relaycore import ready_core
 from fanout.views.sql import parse as sql
 from fanout.wire.columns import decode_columns, to_python
 from fanout.wire.messages import (
     Acquire,
-    Catalog,
     DatasetInfo,
     Error,
     Push,
@@ -232,8 +231,7 @@ def apply(push: Push, rows: dict[Any, dict[str, Any]], key: str) -> None:
 def test_every_push_is_duckdbs_answer_on_the_publishers_rows(
     predicates: list[str], joined: str, changes: list[tuple[dict, set[int], dict]]
 ) -> None:
-    core = RelayCore(Policy(grace=0.0), engine=TableStore())
-    core.on_catalog(Catalog([T, U]))
+    core = ready_core(T, U, policy=Policy(grace=0.0))
     publisher = Publisher(core)
     texts = [f"SELECT * FROM t WHERE {p}" for p in predicates]
     qualified = re.sub(r"\b([absfx])\b", r"t.\1", joined)
@@ -268,8 +266,7 @@ def test_a_snapshot_stamped_with_the_last_seq_readies_its_primitive_when_nothing
     (the publisher's idle snapshots). When every row of it is held already, as it is, the
     relay's copy does not change, yet the primitive must become ready and its view be pushed
     (it once waited for the dataset's next change, forever on a quiet one)."""
-    core = RelayCore(Policy(grace=0.0), engine=TableStore())
-    core.on_catalog(Catalog([T]))
+    core = ready_core(T, policy=Policy(grace=0.0))
     publisher = Publisher(core)
     rows = {
         1: {"a": 1, "b": 0.0, "s": "x", "f": True, "x": b"a"},

@@ -9,11 +9,12 @@ import time
 import numpy as np
 
 from fanout.relay.core.planner import Policy
-from fanout.relay.core.relaycore import UPSTREAM, RelayCore
-from fanout.relay.data.tables import TableStore
+from fanout.relay.core.relaycore import UPSTREAM
+from fanout.testing.batches import batch
+from fanout.testing.relaycore import ready_core
 from fanout.views.sql import parse as sql
-from fanout.wire.columns import decode_columns, encode_columns
-from fanout.wire.messages import Acquire, Batch, Catalog, DatasetInfo, Error, Push, Subscribe
+from fanout.wire.columns import decode_columns
+from fanout.wire.messages import Acquire, DatasetInfo, Error, Push, Subscribe
 
 EVENTS = DatasetInfo("events", "id", {"id": "<i8", "ts": "<M8[us]"}, "sql", ["id", "ts"])
 RECENT = "SELECT * FROM events WHERE ts > now() - INTERVAL 400 MILLISECOND"
@@ -24,15 +25,13 @@ AHEAD = 3.0
 
 
 def test_a_row_that_ages_out_of_a_view_leaves_it_with_no_new_state() -> None:
-    core = RelayCore(Policy(grace=0.0), engine=TableStore())
-    core.on_catalog(Catalog([EVENTS]))
+    core = ready_core(EVENTS, policy=Policy(grace=0.0))
     sends = core.on_subscribe(1, Subscribe(1, "events", sql(UPCOMING), rate=20.0))
     acquire = next(s.message() for s in sends if s.to == UPSTREAM)
     assert isinstance(acquire, Acquire)
     due = time.time() + AHEAD
     rows = {"id": np.array([7], dtype=np.int64), "ts": np.array([int(due * 1e6)], "<M8[us]")}
-    batch = Batch("events", 1, 0, 1, 0.0, encode_columns(rows), encode_columns({}), [acquire.prim])
-    core.on_batch(batch)
+    core.on_batch(batch(0, rows, dataset="events", tick=1, snapshots=[acquire.prim]))
     first = [s.message() for s in core.pushes(1.0, lambda client: True)]
     pushes = [frame for frame in first if isinstance(frame, Push)]
     assert len(pushes) == 1 and decode_columns(pushes[0].entered)["id"].tolist() == [7]
@@ -44,8 +43,7 @@ def test_a_row_that_ages_out_of_a_view_leaves_it_with_no_new_state() -> None:
 
 
 def test_mode_every_refuses_a_view_reading_the_clock() -> None:
-    core = RelayCore(Policy(grace=0.0), engine=TableStore())
-    core.on_catalog(Catalog([EVENTS]))
+    core = ready_core(EVENTS, policy=Policy(grace=0.0))
     request = Subscribe(1, "events", sql(RECENT), mode="every")
     errors = [s.message() for s in core.on_subscribe(1, request)]
     refusals = [frame for frame in errors if isinstance(frame, Error)]

@@ -2,19 +2,16 @@
 
 A :class:`BatchLog` keeps, per (dataset, epoch, seq), one micro-batch's changed rows
 (:class:`LogEntry`): before per-relay matching, the declared columns plus ``_version`` and
-``_deleted``, with its tick and tick time. It loses only a prefix of a stream
-(:class:`Retention`), and a read never hides a gap (:class:`LogGap`, naming each :class:`Gap`).
-
-Rules every backend keeps:
+``_deleted``, with its tick and tick time.
 
 1. ``append`` is durable when it returns, and idempotent on (dataset, epoch, seq): Spark re-runs a
-   micro-batch after a crash with the same seq, and the first write wins. Replacing an entry
-   could make a replay disagree with what relays already received.
-2. The log only ever loses a *prefix* of a stream (``trim``, ``apply_retention``), and remembers
-   how far it trimmed; an append below that point is a no-op too (a re-run of a micro-batch that
-   was logged and trimmed), so a stream never has a hole in front of its first entry.
-3. ``read`` never hides a gap: a seq it cannot return raises ``LogGap``, naming which seqs and
-   why (trimmed, never logged, not logged yet).
+   micro-batch after a crash with the same seq, and the first write wins (replacing an entry
+   could make a replay disagree with what relays already received).
+2. The log only ever loses a *prefix* of a stream (``trim``, ``apply_retention``; a
+   :class:`Retention`), and remembers how far it trimmed; an append below that point is a no-op
+   too, so a stream never has a hole in front of its first entry.
+3. ``read`` never hides a gap: a seq it cannot return raises :class:`LogGap`, naming each
+   :class:`Gap` and why (trimmed, never logged, not logged yet).
 """
 
 from __future__ import annotations

@@ -2,20 +2,11 @@
 
 One set of rules for every source that checks values in Python (the producer API's ingest log,
 the ``postgres`` source), so that a value refused by one is refused by the others; the ``files``
-source applies the same rules to JSON and CSV text inside Spark (``sources.textfit``):
-
-- ``long`` and ``int``: integers (not booleans) within 64 and 32 bits.
-- ``double`` and ``float``: numbers; a finite value beyond the type's range (which would turn
-  into infinity) does not fit, an infinity or NaN given as such does.
-- ``decimal(p,s)``: a ``Decimal``, an integer or decimal text whose digits fit exactly: never
-  rounded, so more decimals than ``s`` (other than zeros) or more than ``p`` digits do not fit,
-  nor do NaN and infinities; stored as text with ``s`` decimals.
-- ``timestamp``: a ``datetime`` with a time zone (a naive one names no instant), stored as
-  microseconds since 1970-01-01 UTC; ``date``: a ``date``, stored as days since 1970-01-01.
-- ``string``, ``boolean``, ``bytes``: ``str``, ``bool``, and ``bytes`` (or ``bytearray``,
-  ``memoryview``) stored as ``bytes``.
-
-``None`` (NULL) fits every column; whether the column may hold it is the caller's to say.
+source applies the same rules to JSON and CSV text inside Spark (``sources.textfit``). Integers
+fit within their bits (booleans are not integers); a finite float beyond its type's range does
+not fit; a decimal is never rounded; a timestamp needs a time zone; ``None`` (NULL) fits every
+column, whether the column may hold it being the caller's to say. Each type's rules and stored
+form: docs/configuration.md, the table of column types.
 """
 
 from __future__ import annotations

@@ -2,19 +2,14 @@
 
 Positions are a closed-form function of (seed, agent, tick): each agent drifts along a straight
 line with a sinusoidal wander and bounces off the walls of ``[0, world]``. So ``read()`` is
-deterministic for an offset range — after a restart Spark re-reads a batch and gets the same rows,
-which is what exactly-once delivery rests on (Spark re-runs a failed batch id over the same
-offsets) — and executors need no state.
+deterministic for an offset range (Spark re-running a batch after a restart gets the same rows,
+which exactly-once delivery rests on) and executors need no state.
 
-Ticks are wall-clock driven: tick ``t`` happens at ``start_time + t / rate``. ``start_time`` is
-fixed when a pipeline's checkpoint is created and passed in again on restart, so the simulation's
-clock continues across restarts. Every agent ``i`` moves at the ticks ``t`` where
-``t % period == i % period``; ``period = 1`` moves every agent every tick.
-
-A micro-batch covers the ticks ``(start, end]``. With ``emit = "every"`` it holds every move in
-that range (one row per agent per move); with ``emit = "latest"`` (the default) only each agent's
-last move in it — the simulation publishes its state at the pipeline's pace, so a slow micro-batch
-does not make the next one bigger.
+Ticks are wall-clock driven: tick ``t`` happens at ``start_time + t / rate``, ``start_time``
+fixed when the checkpoint is created, so the clock continues across restarts. Agent ``i`` moves
+at the ticks where ``t % period == i % period``. A micro-batch covers the ticks ``(start, end]``:
+every move in it (``emit = "every"``) or each agent's last (``"latest"``, the default: a slow
+micro-batch does not make the next one bigger). Its settings: docs/configuration.md.
 """
 
 from __future__ import annotations

@@ -1,13 +1,10 @@
 """Admission: what the relay does with a connection's subscription or write, and which roles
 it serves. Pure: the shell asks, then carries the answer out.
 
-A subscription (``admit``), in this order:
-
-1. another relay of the map is responsible for it (the map's answer, ``cluster.redirects``):
-   ``Redirect`` there, whatever the connection's token says (that relay checks it);
-2. the connection's token carries access rules: ``Serve`` the request restricted to them
-   (``relay.core.rules.restrict``), or ``Refuse`` it ``forbidden``;
-3. otherwise ``Serve`` it as asked.
+A subscription (``admit``), in this order: another relay of the map is responsible for it
+(``cluster.redirects``): ``Redirect`` there, whatever the token says (that relay checks it);
+the connection's token carries access rules: ``Serve`` it restricted to them
+(``relay.core.rules.restrict``), or ``Refuse`` it ``forbidden``; otherwise ``Serve`` it as asked.
 
 A write (``admit_write``): with authentication, only a token granting the ``producer`` role may
 write; an admitted write is ``Forward``-ed to the publisher (``relay.core.forwarding`` may still

@@ -1,35 +1,16 @@
 """A subscription's lifecycle at the relay, sans I/O: one state machine, its rules here.
+Each phase in full (what parks it, what wakes it): docs/architecture.md, "Inside the relay".
 
-Rules:
-
-1. A subscription is **pending** from the moment it is accepted (``Subscribed`` sent) until its
-   first push, and again whenever its next push must be the full view (its view, transform or
-   dataset changed; an ``every`` subscription restarted by a ``resync``).
-2. It **waits for coverage** while ready primitives do not cover its view (its snapshots are on
-   the way, a relative view's entity moved off what is held, the upstream link is down). It is
-   parked under ``("coverage", dataset)`` and unparked when primitives of a dataset it reads
-   become ready (a live subscription whose coverage shrank finds out at its next turn).
-3. It is **blocked** while its connection has not written everything it was sent before: parked
-   under ``("client", connection)`` until the shell says the connection is writable. Its
-   pushes meanwhile coalesce into one (latest-value) for mode ``latest``; an ``every``
-   subscription continues seq by seq from where it was.
-4. It is **put off** while its connection has spent its share of the relay's SQL time
-   (``relay.core.throttle.Budgets``): a timer in the scheduler until the time is paid back.
-5. An ``every`` subscription **waits for the log** while the seq it needs next is neither in the
-   relay's window nor learnt: parked under ``("knowledge", dataset)`` until ``Knowledge``
-   arrives (its curiosity was sent upstream).
-6. It is **live** once a push or no-update went out; the scheduler queues it again at its rate
-   whenever a new state concerns it.
-7. It **ends** on ``Unsubscribe``, when its connection goes, or when it cannot be served (its
-   query fails, its entity is gone, the publisher refused what it needs). Ended is final: no
-   event moves a subscription out of it, and the relay forgets it.
-8. A subscription's **progress** — its phase, what its subscriber holds, its ``every`` cursor,
-   its coverage as last judged, its counters — is written here and nowhere else; what it asked
-   (``downstream.Asked``) is replaced here whole when it changes. Other modules read both and
-   ask for a move by what happened; every change of phase goes through ``TRANSITIONS``.
-
-So the scheduler's parking reasons and the phases cannot drift apart, and no module edits a
-subscription behind its lifecycle's back (``tests/relay/core/test_ownership.py``).
+1. **Pending** from ``Subscribed`` until its first push, and whenever its next push is full.
+2. **Waiting for coverage** while ready primitives do not cover it: parked per dataset.
+3. **Blocked** while its connection is still writing: parked per connection, pushes coalesced.
+4. **Put off** while its connection has spent its share of SQL time (``throttle.Budgets``).
+5. **Waiting for the log** (``every``) while its next seq is neither held nor learnt.
+6. **Live** once a push or no-update went out; queued again at its rate.
+7. **Ended** on ``Unsubscribe``, its connection gone, or when it cannot be served: final.
+8. Its **progress** is written here and nowhere else; what it asked (``downstream.Asked``) is
+   replaced here whole; every change of phase goes through ``TRANSITIONS``. So parking and
+   phases cannot drift apart (``tests/relay/core/test_ownership.py``).
 """
 
 from __future__ import annotations

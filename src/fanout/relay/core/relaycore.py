@@ -2,25 +2,11 @@
 
 The asyncio shell (``relay.shell.server``) feeds it what subscribers and the publisher send, tells
 it when a connection can take more, and pulls the pushes that are due; it also makes the query
-engine SQL views run in (``relay.data.engine``), so no database, thread or clock is inside.
-Everything a relay decides — coverage, upstream primitives, applying batches, scheduling, deltas and
-transforms per subscriber — happens here, so whole conversations are tested without sockets.
-
-It composes the stores, each dataset's kind (``relay.kinds``), the subscription lifecycle, rounds
-of pushes and ``every`` mode (docs/architecture.md), and never asks which kind it holds.
-
-One round of pushing (``serve``), as in CA 3197003 [0144] and [0150]:
-
-1. end the epoch: every dataset whose inert buffer took batches since the last round swaps
-   buffers (``relay.data.buffers``); primitives whose snapshots came with those batches become ready
-   at that moment, together with their rows; the subscriptions reading the dataset have
-   something new;
-2. the scheduler (``relay.core.scheduler``) hands out due subscriptions, highest aged
-   priority first; one whose connection is still writing, or whose coverage is not ready,
-   waits and keeps its age;
-3. each push is cut from the active buffer by its dataset's kind, transformed for its
-   subscriber (``relay.core.transforms``), and encoded once per distinct (view, transform, held
-   state).
+engine SQL views run in (``relay.data.engine``), so no database, thread or clock is inside, and
+whole conversations are tested without sockets. It composes the stores, each dataset's kind
+(``relay.kinds``), the subscription lifecycle, rounds of pushes and ``every`` mode, and never asks
+which kind it holds. A round of pushing (``serve``: end the epoch, hand out due subscriptions,
+cut, transform and encode each push): docs/concepts.md, "How a relay pushes".
 """
 
 from __future__ import annotations

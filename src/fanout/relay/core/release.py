@@ -2,23 +2,11 @@
 
 A primitive may go when every need (each subscription's part of the dataset,
 ``relay.kinds.keyed``) stays covered by the other ready primitives; the oldest go first, as for
-regions (``relay.core.planner.unneeded``), so a view that moved on lets go of what it held before.
-
-Asked naively that is a coverage check of every need against every primitive but one, for
-every primitive: cubic in the subscriptions, on the relay's event loop (``bench/release.py``:
-32 s a pass for 400 topic subscribers). But a primitive that shares no topic, object or row
-with a need (``meets`` of the view's kind) neither helps nor hinders covering it, so:
-
-* each need is paired once with the ready primitives that meet it: those found under its
-  ``probes``, then the exact ``meets`` — both asked of the view's language's part
-  (``views.registry.Language.release``, a :class:`ReleasePart`; ``relay/core/languages/``:
-  topic filters by literal levels, object paths by directory, SQL primitives by table and
-  hull), so no language's views are named here;
-* a primitive's release is decided by the needs it meets alone, each checked against its own
-  meeting primitives still held.
-
-The answer is the naive one's, because the coverage algebra of these kinds is exact (a
-property test compares the two).
+regions (``relay.core.planner.unneeded``). Asked naively that is cubic in the subscriptions, so
+each need is paired once with the ready primitives that meet it (its language's
+:class:`ReleasePart`: ``probes``, then ``meets``), and a primitive's release is decided by the
+needs it meets alone. The answer is the naive one's (a property test compares the two); why and
+how: docs/architecture.md, "Inside the relay".
 """
 
 from __future__ import annotations

@@ -1,16 +1,12 @@
 """Per-view access rules: what a subscriber may see is its view intersected with its rules.
 
-A token's ``rules`` claim (``fanout.auth``) lists, per dataset, views in the dataset's language
-(``views.registry``: the language of its kind). With a rules claim, a dataset it does not name is
-not readable at all, and a view of one it names is served as its **effective view**: a view of
-the same language, computed in the coverage algebra before the relay's core sees the
-subscription. Each view language says how (a :class:`RulesPart`, named by its
-``views.registry.Language.rules``; ``relay/core/languages/``): regions clipped or intersected
-(a relative view refused), topic filters and object paths narrowed to the rules they meet, a
-SQL query's tables restricted to their rules' rows (RIGHT and FULL joins refused); any of
-several views, each member. docs/security.md ("Access rules") has the table of what each
-language's views become. The effective view is an ordinary view: the core serves it as any
-other, so nothing outside the rules is cut or encoded. This module names no language's views.
+A token's ``rules`` claim (``fanout.auth``) lists, per dataset, views in the dataset's language.
+With a rules claim, a dataset it does not name is not readable at all, and a view of one it
+names is served as its **effective view**: a view of the same language, computed in the coverage
+algebra before the relay's core sees the subscription, so nothing outside the rules is cut or
+encoded. Each view language says how (a :class:`RulesPart`, named by its
+``views.registry.Language.rules``; ``relay/core/languages/``); this module names no language's
+views. What each language's views become: docs/security.md, "Access rules".
 
 Refusals are ``Unauthorized("forbidden", ...)``; rules that do not parse as views of the
 dataset's language are refused the same way, naming the dataset and the rule's number.

@@ -122,7 +122,8 @@ class RelayServer:
         self.membership: Membership | None = None
         if config.cluster.registry is not None:
             self.membership = Membership(
-                config,
+                config.cluster,
+                config.name,
                 self.core,
                 self._writer,
                 self.upstream,

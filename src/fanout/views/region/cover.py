@@ -1,6 +1,6 @@
 """Coverage of region views: the relay's step S430/S440 for spatial subscriptions (CA 3197003
-[0155]: serve at once if the set difference with what is held is empty, else subscribe for at
-least the difference; [0105]: decompose until each part is wholly covered or wholly disjoint).
+[0155]: serve at once if the difference with what is held is empty, else subscribe for at least
+the difference; [0105]: decompose until each part is wholly covered or wholly disjoint).
 
 A view primitive is decomposed (``_uncovered``) cell by cell, from its bounding box:
 
@@ -11,9 +11,8 @@ A view primitive is decomposed (``_uncovered``) cell by cell, from its bounding 
    boxes alone give an exact answer;
 4. a cell inside the view that nothing held meets is uncovered, whole;
 5. otherwise the cell is halved across its longest side, down to 1/2**depth of the view's, where
-   it counts as uncovered: ``covers`` may say False wrongly, never True.
-
-An ``Intersection`` is taken as its bounding box (conservative, as rule 5).
+   it counts as uncovered: ``covers`` may say False wrongly, never True. An ``Intersection`` is
+   taken as its bounding box (conservative, likewise).
 """
 
 from __future__ import annotations

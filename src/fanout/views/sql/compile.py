@@ -25,7 +25,7 @@ import sqlglot
 from sqlglot import exp
 
 from fanout.views.sql.boxes import Box
-from fanout.views.sql.query import DIALECT
+from fanout.views.sql.syntax import DIALECT
 from fanout.views.sql.values import Domain, Interval, Scalar, ValueSet, python_value
 
 if TYPE_CHECKING:

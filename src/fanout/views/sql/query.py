@@ -20,46 +20,22 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-import sqlglot
-import sqlglot.errors
 from sqlglot import exp
 
 from fanout.errors import InvalidView
 from fanout.views.sql.boxes import Box, simplify
 from fanout.views.sql.fields import Atom, Fields, QualifiedColumn, column_domains
+from fanout.views.sql.syntax import (
+    Locator,
+    check_clauses,
+    check_nodes,
+    distinct_on,
+    normal_text,
+    parse,
+    reads_clock,
+)
 from fanout.views.sql.values import ValueSet
 from fanout.views.sql.where import TRUE, Normaliser, Truth, and_, equality, project
-
-DIALECT = "duckdb"
-
-_SUPPORTED_CLAUSES = frozenset(
-    {"expressions", "from_", "joins", "where", "order", "limit", "offset", "distinct"}
-)
-_REJECTED_CLAUSES = {
-    "with_": "WITH (common table expressions)",
-    "group": "GROUP BY",
-    "having": "HAVING",
-    "qualify": "QUALIFY",
-    "windows": "WINDOW",
-    "laterals": "LATERAL",
-    "pivots": "PIVOT",
-    "sample": "USING SAMPLE / TABLESAMPLE",
-    "into": "INTO",
-    "prewhere": "PREWHERE",
-    "connect": "CONNECT BY",
-    "locks": "FOR UPDATE",
-    "kind": "SELECT AS",
-}
-_REJECTED_NODES: tuple[tuple[type[exp.Expr], str], ...] = (
-    (exp.Subquery, "subqueries are not supported"),
-    (exp.Select, "subqueries are not supported"),
-    (exp.SetOperation, "set operations (UNION, INTERSECT, EXCEPT) are not supported"),
-    (exp.Exists, "subqueries are not supported"),
-    (exp.AggFunc, "aggregate functions are not supported"),
-    (exp.Window, "window functions are not supported"),
-    (exp.Placeholder, "query parameters are not supported; write the values in"),
-    (exp.Parameter, "query parameters are not supported; write the values in"),
-)
 
 
 @dataclass(frozen=True)
@@ -136,156 +112,29 @@ def analyse(text: str) -> Analysis:
         InvalidView: the SQL does not parse or uses something views do not support; the message
             names the problem and its line and column (or the offending fragment).
     """
-    select = _parse(text)
-    where = _Locator(text)
-    _check_clauses(select, where)
-    _check_nodes(select, where)
+    select = parse(text)
+    where = Locator(text)
+    check_clauses(select, where)
+    check_nodes(select, where)
     sources, joins = _sources(select, where)
     scope = _Scope(sources, joins, _output_aliases(select), where)
     carried = _carried_columns(select, scope, joins)
     contexts = _truths(select, joins, scope)
     needs = _needs(sources, joins, contexts, carried)
-    row_selection = select.args.get("limit") or select.args.get("offset") or _distinct_on(select)
+    row_selection = select.args.get("limit") or select.args.get("offset") or distinct_on(select)
     whole = len(sources) == 1 and not row_selection
-    text = _normal_text(select)
+    text = normal_text(select)
     rows = contexts[0].true
     return Analysis(
-        text, needs, whole and rows.exact, whole and rows.faithful, clock=_reads_clock(select)
+        text, needs, whole and rows.exact, whole and rows.faithful, clock=reads_clock(select)
     )
-
-
-#: sqlglot's nodes for the clock's functions, and DuckDB's names of those it leaves anonymous.
-_CLOCK_NODES = (
-    exp.CurrentDate,
-    exp.CurrentDatetime,
-    exp.CurrentTime,
-    exp.CurrentTimestamp,
-    exp.CurrentTimestampLTZ,
-    exp.Localtime,
-    exp.Localtimestamp,
-)
-_CLOCK_NAMES = frozenset(
-    {
-        "now",
-        "get_current_time",
-        "get_current_timestamp",
-        "transaction_timestamp",
-        "current_localtime",
-        "current_localtimestamp",
-        "today",
-    }
-)
-
-
-def _reads_clock(select: exp.Select) -> bool:
-    """Whether the query calls a function of the clock anywhere."""
-    return any(
-        isinstance(node, _CLOCK_NODES)
-        or (isinstance(node, exp.Anonymous) and node.name.lower() in _CLOCK_NAMES)
-        for node in select.walk()
-    )
-
-
-# ---------------------------------------------------------------------------------------------
-# Parsing and validation
-
-
-def _parse(text: str) -> exp.Select:
-    """Parse exactly one SELECT statement."""
-    try:
-        statements = [s for s in sqlglot.parse(text, read=DIALECT) if s is not None]
-    except sqlglot.errors.ParseError as error:
-        raise InvalidView(_parse_message(error)) from error
-    except sqlglot.errors.TokenError as error:
-        raise InvalidView(f"invalid SQL: {error}") from error
-    except RecursionError as error:
-        raise InvalidView("the query is nested too deeply to read") from error
-    if not statements:
-        raise InvalidView("the view's SQL is empty; expected a SELECT statement")
-    if len(statements) > 1:
-        raise InvalidView(f"a view is one SELECT statement; got {len(statements)} statements")
-    statement = statements[0]
-    if isinstance(statement, exp.SetOperation):
-        raise InvalidView(f"{statement.key.upper()} is not supported; a view is one SELECT")
-    if not isinstance(statement, exp.Select):
-        raise InvalidView(f"only SELECT statements can be views; got {statement.key.upper()}")
-    return statement
-
-
-def _parse_message(error: sqlglot.errors.ParseError) -> str:
-    """Turn sqlglot's parse error into a message with line, column and token."""
-    if not error.errors:
-        return f"invalid SQL: {error}"
-    first = error.errors[0]
-    near = f" near {first['highlight']!r}" if first.get("highlight") else ""
-    return (
-        f"invalid SQL at line {first['line']}, column {first['col']}{near}: {first['description']}"
-    )
-
-
-class _Locator:
-    """Describes where a node is in the view's text, for error messages."""
-
-    def __init__(self, text: str) -> None:
-        self._text = text
-
-    def __call__(self, node: exp.Expr) -> str:
-        """Return ``'fragment' at line L, column C`` (or just the fragment if not located)."""
-        fragment = node.sql(dialect=DIALECT)
-        if len(fragment) > 60:
-            fragment = fragment[:57] + "..."
-        starts = [n.meta["start"] for n in node.walk() if "start" in n.meta]
-        if not starts:
-            return repr(fragment)
-        start = min(starts)
-        line_start = self._text.rfind("\n", 0, start) + 1
-        line = self._text.count("\n", 0, start) + 1
-        return f"{fragment!r} at line {line}, column {start - line_start + 1}"
-
-
-def _check_clauses(select: exp.Select, where: _Locator) -> None:
-    """Reject the clauses views do not support, and empty SELECT lists or FROMs."""
-    for key, value in select.args.items():
-        if not value or key in _SUPPORTED_CLAUSES:
-            continue
-        name = _REJECTED_CLAUSES.get(key, key.upper())
-        located = where(value) if isinstance(value, exp.Expr) else repr(value)
-        raise InvalidView(f"{name} is not supported in a view: {located}")
-    if not select.expressions:
-        raise InvalidView("the SELECT list is empty")
-    if select.args.get("from_") is None:
-        raise InvalidView("a view must read a table: the FROM clause is missing")
-
-
-def _check_nodes(select: exp.Select, where: _Locator) -> None:
-    """Reject subqueries, aggregates, window functions and parameters anywhere."""
-    for node in select.walk():
-        if node is select:
-            continue
-        for kind, problem in _REJECTED_NODES:
-            if isinstance(node, kind):
-                raise InvalidView(f"{problem}: {where(node)}")
-
-
-def _distinct_on(select: exp.Select) -> bool:
-    """Return True for ``SELECT DISTINCT ON (...)``, which picks rows."""
-    distinct = select.args.get("distinct")
-    return distinct is not None and distinct.args.get("on") is not None
-
-
-def _normal_text(select: exp.Select) -> str:
-    """Render the statement canonically (DuckDB dialect, upper-case keywords, no comments)."""
-    tree = select.copy()
-    for node in tree.walk():
-        node.comments = None
-    return tree.sql(dialect=DIALECT)
 
 
 # ---------------------------------------------------------------------------------------------
 # Tables and joins
 
 
-def _sources(select: exp.Select, where: _Locator) -> tuple[list[_Source], list[_Join]]:
+def _sources(select: exp.Select, where: Locator) -> tuple[list[_Source], list[_Join]]:
     """Return the query's tables in FROM order and its joins."""
     sources = [_source(select.args["from_"].this, where)]
     joins: list[_Join] = []
@@ -299,7 +148,7 @@ def _sources(select: exp.Select, where: _Locator) -> tuple[list[_Source], list[_
     return sources, joins
 
 
-def _source(node: exp.Expr, where: _Locator) -> _Source:
+def _source(node: exp.Expr, where: Locator) -> _Source:
     """Read one FROM or JOIN item, which must be a plain table (with an alias)."""
     if not isinstance(node, exp.Table) or not isinstance(node.this, exp.Identifier):
         raise InvalidView(f"FROM and JOIN must name tables; {where(node)} is not a table")
@@ -315,7 +164,7 @@ def _source(node: exp.Expr, where: _Locator) -> _Source:
     return _Source(alias.name.lower() if alias is not None else table, table)
 
 
-def _join(node: exp.Join, index: int, where: _Locator) -> _Join:
+def _join(node: exp.Join, index: int, where: Locator) -> _Join:
     """Read one join's kind, ON clause and USING columns; reject the unsupported kinds."""
     method = str(node.args.get("method") or "").upper()
     kind = str(node.args.get("kind") or "").upper()
@@ -347,7 +196,7 @@ class _Scope:
         sources: Sequence[_Source],
         joins: Sequence[_Join],
         output_aliases: dict[str, exp.Expr],
-        where: _Locator,
+        where: Locator,
     ) -> None:
         self.aliases = [source.alias for source in sources]
         self.output_aliases = output_aliases

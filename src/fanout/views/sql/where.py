@@ -4,16 +4,15 @@
 1. Every predicate becomes a :class:`Truth`: the boxes where it is TRUE and where it is FALSE
    (NULL is what is left). ``NOT`` swaps them, ``AND`` and ``OR`` combine them; no complement of
    a union is ever taken.
-2. A *field* compared with literals (=, <>, <, <=, >, >=, BETWEEN, IN, IS ...) is boxed exactly;
-   a field is a column or an :class:`Atom` (an expression over one table's columns).
+2. A *field* (a column or an :class:`Atom`, an expression over one table's columns) compared
+   with literals (=, <>, <, <=, >, >=, BETWEEN, IN, IS ...) is boxed exactly.
 3. Any other predicate over one table is an atom too, narrowed to non-NULL operands when strict,
    and ``LIKE 'prefix%'`` to its prefix.
 4. Primitives carry real columns only, so atoms dropped make them over-approximate (``exact``
    False); with atoms the union stays *faithful*.
-5. ``a.x = b.y`` across tables stays in the box as an equality; other multi-table predicates
-   hold anywhere.
-6. Past :data:`MAX_BOXES` a union becomes its bounding box; each side of a Truth is computed only
-   when needed. Fields are settled by ``views.sql.fields``, literals read by ``views.sql.literals``.
+5. ``a.x = b.y`` across tables stays in the box as an equality; others hold anywhere.
+6. Past :data:`MAX_BOXES` a union becomes its bounding box; each side is computed only when
+   needed. Fields: ``views.sql.fields``; literals: ``views.sql.literals``.
 """
 
 from __future__ import annotations
