@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import itertools
 import json
 import sys
 from collections.abc import Iterable, Iterator
@@ -72,14 +73,16 @@ def run_publish(args: argparse.Namespace) -> int:
         rows: Iterable[list[Row]] = list(batches(args.rows, "argument", args.batch))
     else:  # read as they come: a pipe's rows are published while it runs
         rows = batches((line for line in sys.stdin if line.strip()), "line", args.batch)
-    accepted, first, last = asyncio.run(_publish(args, rows))
+    pending = iter(rows)
+    if (batch := next(pending, None)) is None:  # not even a connection for nothing to send
+        print("no rows given: nothing published", file=sys.stderr)
+        return 0
+    accepted, first, last = asyncio.run(_publish(args, itertools.chain([batch], pending)))
     if args.json:
         result = {"dataset": args.dataset, "rows": accepted, "first": first, "last": last}
         print(json.dumps(result))
-    elif accepted:
-        print(f"published {accepted} row(s) to {args.dataset}: ingest log offsets {first}..{last}")
     else:
-        print("no rows given: nothing published", file=sys.stderr)
+        print(f"published {accepted} row(s) to {args.dataset}: ingest log offsets {first}..{last}")
     return 0
 
 
