@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -58,7 +59,7 @@ class Explanation:
         lines.extend(f"  {to_text(view)}" for view in self.residual)
         return "\n".join(lines)
 
-    def as_json(self) -> dict[str, object]:
+    def as_json(self) -> dict[str, Any]:
         """The coverage as plain data (``fanout explain --json``): views as text;
         ``residual_share``, for a region view, the share of its area (volume) the residual
         holds (None: not a region, or no area), estimated unless ``residual_exact``."""
