@@ -34,7 +34,13 @@ BUILTIN_KINDS = {"agents": "region"}
 #: Exit statuses.
 FAILURE, USAGE = 1, 2
 #: The extra each command needs beyond the base install (docs/deploy.md).
-EXTRAS = {"relay": "relay", "publisher": "publisher", "demo": "demo", "mount": "mount"}
+EXTRAS = {
+    "relay": "relay",
+    "publisher": "publisher",
+    "demo": "demo",
+    "mount": "mount",
+    "datasets": "relay",  # --publisher only: its rows and rates are read with prometheus_client
+}
 #: The modules those extras install: one missing is a missing extra, not a bug.
 EXTRA_MODULES = frozenset(
     {"duckdb", "pyarrow", "prometheus_client", "pyspark", "py4j", "pandas", "psycopg", "rich"}
