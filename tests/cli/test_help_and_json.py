@@ -17,7 +17,7 @@ from fanout.cli.publish import batches
 from fanout.errors import ConfigError
 
 #: The commands that print results, each with a --json (subscribe's: one object per update).
-PRINTING = ["subscribe", "explain", "datasets", "publish", "token"]
+PRINTING = ["subscribe", "explain", "datasets", "publish", "token", "demo"]
 
 
 def _subcommands() -> dict[str, argparse.ArgumentParser]:
