@@ -19,6 +19,7 @@ import pytest_asyncio
 from fanout.auth import issue
 from fanout.cli.main import FAILURE, USAGE, main
 from fanout.client import SubscriptionError
+from fanout.client import connect as subscribe_to
 from fanout.client.publisher import open_reader
 from fanout.launch import Child, start
 from fanout.testing.wait import eventually
@@ -134,20 +135,28 @@ async def test_the_publishers_catalog_as_a_table_and_as_json(
     assert json.loads(capsys.readouterr().out)["datasets"][0]["rate"] is None
 
 
-async def test_a_relays_catalog_as_json(
+async def test_a_relays_catalog_says_the_rows_it_holds(
     deployment: Deployment, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    subscriber = deployment.token("subscriber")
-    argv = ["datasets", "--relay", deployment.relay.url, "--token-file", subscriber]
-    assert await fanout(*argv, "--json") == 0
-    (sensors,) = json.loads(capsys.readouterr().out)["datasets"]
-    assert sensors["name"] == "sensors" and sensors["kind"] == "topic"
-    assert sensors["columns"] == {"topic": "str", "value": "<f8"}
-    assert (
-        sensors["rows"] is None and sensors["rate"] is None
-    )  # a relay has no whole-dataset figures
-    assert await fanout(*argv) == 0
-    assert capsys.readouterr().out.splitlines()[1].startswith("sensors ")
+    producer = deployment.token("subscriber", "producer")
+    relay = deployment.relay.url
+    row = '{"topic": "held/1", "value": 1.0}'
+    assert await fanout("publish", "--relay", relay, "--token-file", producer, "sensors", row) == 0
+    assert capsys.readouterr().out.startswith("published 1 row(s)")
+    argv = ["datasets", "--relay", relay, "--token-file", deployment.token("subscriber")]
+    async with subscribe_to(relay, token=_read(producer)) as subscriber:
+        view = await subscriber.subscribe(topic("held/#"), dataset="sensors", rate=10)
+        await eventually(lambda: view.rows, lambda rows: len(rows) == 1, **NEXT_BATCH)
+        assert await fanout(*argv, "--json") == 0
+        (sensors,) = json.loads(capsys.readouterr().out)["datasets"]
+        assert sensors["name"] == "sensors" and sensors["kind"] == "topic"
+        assert sensors["columns"] == {"topic": "str", "value": "<f8"}
+        # A relay has no whole-dataset figures, only the rows it holds: its views' union.
+        assert (sensors["rows"], sensors["rate"], sensors["held"]) == (None, None, 1)
+        assert await fanout(*argv) == 0
+    header, line = capsys.readouterr().out.splitlines()
+    assert header.split() == ["DATASET", "KIND", "KEY", "HELD", "COLUMNS"]
+    assert line.split() == ["sensors", "topic", "(topic)", "topic", "1", "topic:str", "value:<f8"]
 
 
 async def test_rows_published_through_the_relay_are_served(

@@ -4,7 +4,7 @@ From a relay, its ``GET /v1/datasets`` (docs/http.md), which shows only the data
 rules name; from the publisher, the ``Catalog`` it sends every connection on its control plane
 (as a ``reader``), with each dataset's rows and rate of change read from its ``GET /metrics``
 on the same port. A relay holds only its subscribers' views, so it has no whole-dataset figures
-to give: ask the publisher for those. Walkthrough: docs/cli.md.
+to give, only the rows it holds: ask the publisher for those. Walkthrough: docs/cli.md.
 """
 
 from __future__ import annotations
@@ -75,7 +75,7 @@ def run_datasets(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps({"datasets": described}))
     else:
-        print(table(described))
+        print(table(described, RELAY_FIGURES if args.relay is not None else PUBLISHER_FIGURES))
     return 0
 
 
@@ -108,6 +108,7 @@ def from_relay(url: str, token: str, ssl: Any) -> list[dict[str, Any]]:
             "index_columns": info["index_columns"],
             "rows": None,
             "rate": None,
+            "held": info.get("rows_held"),  # None from a relay older than the field
         }
         for info in body["datasets"]
     ]
@@ -137,6 +138,7 @@ async def from_publisher(args: argparse.Namespace) -> list[dict[str, Any]]:
             "columns": info.columns,
             "index_columns": info.index_columns,
             **figures.get(info.name, {"rows": None, "rate": None}),
+            "held": None,
         }
         for info in infos.values()
     ]
@@ -182,18 +184,27 @@ def _refusal(exc: urllib.error.HTTPError) -> str:
         return f"HTTP {exc.code} {exc.reason}"
 
 
-def table(datasets: Sequence[Mapping[str, Any]]) -> str:
-    """The catalog as a table for people: one line a dataset, its columns as ``name:type``."""
+#: The figures a table shows, (field, heading, format): what the publisher knows of a whole
+#: dataset, what a relay holds of it.
+PUBLISHER_FIGURES = (("rows", "ROWS", "{:d}"), ("rate", "ROWS/S", "{:.1f}"))
+RELAY_FIGURES = (("held", "HELD", "{:d}"),)
+
+
+def table(datasets: Sequence[Mapping[str, Any]], figures: Sequence[tuple[str, str, str]]) -> str:
+    """The catalog as a table for people: one line a dataset, ``figures`` (``-`` for one not
+    known), its columns as ``name:type``."""
     if not datasets:
         return "no datasets (a relay not connected upstream yet has none)"
-    header = ("DATASET", "KIND", "KEY", "ROWS", "ROWS/S", "COLUMNS")
+    header = ("DATASET", "KIND", "KEY", *(heading for _, heading, _ in figures), "COLUMNS")
     lines = [
         (
             info["name"],
             f"{info['kind']} ({info['view']})",
             info["key"],
-            "-" if info["rows"] is None else str(info["rows"]),
-            "-" if info["rate"] is None else f"{info['rate']:.1f}",
+            *(
+                "-" if info[field] is None else shown.format(info[field])
+                for field, _, shown in figures
+            ),
             " ".join(f"{name}:{kind}" for name, kind in info["columns"].items()),
         )
         for info in datasets
