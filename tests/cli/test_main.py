@@ -34,7 +34,7 @@ from fanout.wire.messages import (
     Welcome,
 )
 
-COMMANDS = ["demo", "publisher", "relay", "subscribe", "explain", "token"]
+COMMANDS = ["demo", "publisher", "relay", "subscribe", "explain", "datasets", "publish", "token"]
 
 
 def test_top_level_help_lists_every_command(capsys: pytest.CaptureFixture[str]) -> None:

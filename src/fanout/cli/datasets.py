@@ -41,8 +41,9 @@ def datasets_parser(commands: Any, command: Command) -> None:
             "Print the catalog: each dataset's name, kind (its index: space, sql, topic, path,"
             " objects), the view language it takes, its key and its columns with their types."
             " From the publisher also its live rows (as the publisher's driver holds them) and"
-            " its rate of change, rows changed a second over --sample seconds. A relay lists"
-            " only the datasets the token may read."
+            " its rate of change, rows changed a second over --sample seconds (token: role"
+            " relay). From a relay the rows it holds, its subscribers' views' union; it lists"
+            " only the datasets the token may read (docs/cli.md)."
         ),
     )
     where = parser.add_mutually_exclusive_group(required=True)

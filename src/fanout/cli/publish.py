@@ -41,6 +41,8 @@ def publish_parser(commands: Any, command: Command) -> None:
             " 20.5}'. Without ROW arguments, rows are read from stdin, one JSON object a line."
             " Prints how many rows were accepted, once they are durable; a row refused ends the"
             " command with the reason, exit status 1; a line that is not a JSON object, 2."
+            " Token: roles subscriber and producer through a relay, producer to the publisher"
+            " (docs/cli.md)."
         ),
     )
     where = parser.add_mutually_exclusive_group(required=True)
