@@ -424,6 +424,21 @@ def test_a_command_whose_extra_is_not_installed_says_which_to_install() -> None:
     assert "pip install 'fanout[relay]'" in result.stderr
 
 
+def test_the_publishers_catalog_without_the_relay_extra_says_which_to_install() -> None:
+    # Nothing listens on port 1: the missing package is said before connecting.
+    argv = ["datasets", "--publisher", "ws://127.0.0.1:1"]
+    result = subprocess.run(
+        [sys.executable, "-c", WITHOUT_RELAY_EXTRA, *argv],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert result.returncode == FAILURE
+    assert result.stderr.startswith("fanout datasets: needs prometheus_client")
+    assert "pip install 'fanout[relay]'" in result.stderr
+
+
 def test_mount_refuses_a_mount_point_that_is_not_a_directory(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -11,12 +11,13 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import functools
 import json
 import time
 import urllib.error
 import urllib.parse
 import urllib.request
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from fanout import tls
@@ -124,12 +125,15 @@ async def from_publisher(args: argparse.Namespace) -> list[dict[str, Any]]:
         OSError: it cannot be reached.
     """
     from fanout.client.publisher import open_reader  # noqa: PLC0415 (as cli/main.py: `fanout --help` stays fast)
+    from fanout.metrics import scrape  # noqa: PLC0415 (the relay extra's: missing, said before connecting)
     from fanout.views import registry  # noqa: PLC0415 (as cli/main.py: `fanout --help` stays fast)
 
     ssl = tls.for_url(args.publisher, args.tls_ca)
     async with open_reader(args.publisher, token=cli_security.token(args), ssl=ssl) as reader:
         infos = await reader.catalog()
-    figures = await asyncio.to_thread(_figures, args.publisher, ssl, args.sample)
+    figures = await asyncio.to_thread(
+        _figures, functools.partial(scrape, args.publisher, ssl=ssl), args.sample
+    )
     return [
         {
             "name": info.name,
@@ -145,15 +149,14 @@ async def from_publisher(args: argparse.Namespace) -> list[dict[str, Any]]:
     ]
 
 
-def _figures(url: str, ssl: Any, sample: float) -> dict[str, dict[str, Any]]:
+def _figures(scrape: Callable[[], dict[str, float]], sample: float) -> dict[str, dict[str, Any]]:
     """Each dataset's live rows (None while the driver holds none) and rows changed a second
-    over ``sample`` seconds (None with ``sample`` 0), from two reads of ``GET /metrics``."""
-    from fanout.metrics import scrape  # noqa: PLC0415 (as cli/main.py: `fanout --help` stays fast)
-
-    first, started = scrape(url, ssl=ssl), time.monotonic()
+    over ``sample`` seconds (None with ``sample`` 0), from two reads of ``GET /metrics``
+    (``scrape``, blocking)."""
+    first, started = scrape(), time.monotonic()
     if sample > 0:
         time.sleep(sample)
-        last, elapsed = scrape(url, ssl=ssl), time.monotonic() - started
+        last, elapsed = scrape(), time.monotonic() - started
     figures: dict[str, dict[str, Any]] = {}
     for name, value in first.items():
         dataset = _dataset_label(name, MIRROR_ROWS)
