@@ -2,15 +2,16 @@
 
 Every subscriber holds a box view that follows its own moving point. With a duration, the demo
 stops moving the boxes at the end, lets every view settle, and checks each subscriber's rows
-against the publisher's authoritative state inside its box at the tick of its last update.
+against the publisher's authoritative state inside its box at the tick of its last update. With
+``json``, what it says for people goes to stderr and its result, one JSON object, to stdout.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import math
-import sys
 import tempfile
 import time
 from collections.abc import Iterator
@@ -48,6 +49,14 @@ class DemoConfig:
     state_dir: Path | None = None
     plain: bool = False
     log_level: str = "warning"
+    #: Print the result as one JSON object on stdout (``Report``), the rest on stderr.
+    json: bool = False
+
+
+#: The demo's result, as ``--json`` prints it: ``seconds``, ``subscribers``, ``updates``,
+#: ``lag_ms`` ({p50, p99} or None), ``floor_ms``, ``check`` ({passed, failures, ticks}, None
+#: without a duration) and ``egress`` (bytes each way and pushes, None if unreadable).
+Report = dict[str, Any]
 
 
 @dataclass
@@ -81,8 +90,12 @@ class Watcher:
 
 def run_demo(config: DemoConfig) -> int:
     """Run the demo; returns 0, or 1 if the final check found a subscriber out of step."""
+    report: Report = {}
     with _state_dir(config.state_dir) as state_dir:
-        return asyncio.run(_demo(config, state_dir))
+        status = asyncio.run(_demo(config, state_dir, report))
+    if config.json:
+        print(json.dumps(report), flush=True)
+    return status
 
 
 @contextlib.contextmanager
@@ -94,8 +107,8 @@ def _state_dir(given: Path | None) -> Iterator[Path]:
         yield Path(tmp)
 
 
-async def _demo(config: DemoConfig, state_dir: Path) -> int:
-    console = Console()
+async def _demo(config: DemoConfig, state_dir: Path, report: Report) -> int:
+    console = Console(stderr=config.json)
     console.print(f"starting the publisher (Spark local[*]) and a relay; logs in {state_dir}")
     async with Children() as children:
         publisher = await children.start(
@@ -110,7 +123,7 @@ async def _demo(config: DemoConfig, state_dir: Path) -> int:
             f"publisher {publisher.url}, relay {relay.url}; {config.subscribers} subscribers"
         )
         console.print(f"live viewer: {_http(relay.url)}/  (open it in a browser)")
-        return await _run(config, console, publisher.url, relay.url)
+        return await _run(config, console, (publisher.url, relay.url), report)
 
 
 def _publisher_args(config: DemoConfig, state_dir: Path) -> list[str]:
@@ -141,7 +154,8 @@ def _publisher_args(config: DemoConfig, state_dir: Path) -> list[str]:
     ]
 
 
-async def _run(config: DemoConfig, console: Console, publisher: str, relay: str) -> int:
+async def _run(config: DemoConfig, console: Console, urls: tuple[str, str], report: Report) -> int:
+    publisher, relay = urls
     world = config.simulation.world
     watchers = [Watcher(i, world, config.box) for i in range(config.subscribers)]
     started = time.monotonic()
@@ -163,9 +177,11 @@ async def _run(config: DemoConfig, console: Console, publisher: str, relay: str)
             if config.duration:
                 await _settle(watchers)
             display.cancel()
-            status = await _check(console, publisher, watchers) if config.duration else 0
-            _summary(console, watchers, time.monotonic() - started, await _floor_ms(publisher))
-            await _egress(console, publisher, relay)
+            report["check"] = None
+            status = await _check(console, publisher, watchers, report) if config.duration else 0
+            elapsed, floor_ms = time.monotonic() - started, await _floor_ms(publisher)
+            _summary(console, watchers, elapsed, floor_ms, report)
+            await _egress(console, publisher, relay, report)
             for listener in listeners:
                 listener.cancel()
         return status
@@ -205,7 +221,7 @@ async def _settle(watchers: list[Watcher], timeout: float = 60.0) -> None:
         await asyncio.sleep(0.1)
 
 
-async def _check(console: Console, publisher: str, watchers: list[Watcher]) -> int:
+async def _check(console: Console, publisher: str, watchers: list[Watcher], report: Report) -> int:
     """Compare every subscriber's rows with the publisher's state in its box at its tick."""
     by_tick: dict[int, list[Watcher]] = {}
     captured: dict[int, dict[Any, dict[str, Any]]] = {}
@@ -222,6 +238,7 @@ async def _check(console: Console, publisher: str, watchers: list[Watcher]) -> i
                 problem = _compare(watcher, captured[watcher.index], state, tick)
                 if problem:
                     failures.append(problem)
+    report["check"] = {"passed": not failures, "failures": failures, "ticks": sorted(by_tick)}
     if failures:
         console.print(
             f"[bold red]check FAILED[/]: {len(failures)} of {len(watchers)} subscribers differ"
@@ -262,7 +279,7 @@ def _compare(
 async def _display(
     config: DemoConfig, console: Console, watchers: list[Watcher], started: float
 ) -> None:
-    plain = config.plain or not sys.stdout.isatty()
+    plain = config.plain or config.json or not console.is_terminal
     previous = 0
     last = time.monotonic()
     if plain:
@@ -335,7 +352,7 @@ def _status_table(watchers: list[Watcher], rate: float, elapsed: float) -> Group
     return Group(summary, table)
 
 
-async def _egress(console: Console, publisher: str, relay: str) -> None:
+async def _egress(console: Console, publisher: str, relay: str, report: Report) -> None:
     """What the publisher wrote to the relay and the relay to its subscribers (``GET /metrics``):
     the fan-out the relay does so the publisher does not."""
     try:
@@ -343,8 +360,14 @@ async def _egress(console: Console, publisher: str, relay: str) -> None:
         downstream = await asyncio.to_thread(scrape, relay)
     except OSError as exc:
         console.print(f"metrics: could not be read ({exc})")
+        report["egress"] = None
         return
     sent = sum(v for k, v in upstream.items() if k.startswith("fanout_publisher_relay_bytes_sent"))
+    report["egress"] = {
+        "publisher_to_relay_bytes": sent,
+        "relay_to_subscribers_bytes": downstream["fanout_relay_bytes_sent_total"],
+        "pushes": downstream["fanout_relay_pushes_total"],
+    }
     console.print(
         f"publisher -> relay: {sent / 1e6:.1f} MB; relay -> subscribers:"
         f" {downstream['fanout_relay_bytes_sent_total'] / 1e6:.1f} MB in"
@@ -369,10 +392,21 @@ async def _floor_ms(publisher: str) -> float | None:
 
 
 def _summary(
-    console: Console, watchers: list[Watcher], elapsed: float, floor_ms: float | None
+    console: Console,
+    watchers: list[Watcher],
+    elapsed: float,
+    floor_ms: float | None,
+    report: Report,
 ) -> None:
     lags = np.array([lag for w in watchers for lag in w.lags]) * 1e3
     updates = sum(w.view.updates for w in watchers if w.view is not None)
+    report |= {"seconds": elapsed, "subscribers": len(watchers), "updates": updates}
+    report["floor_ms"] = floor_ms
+    report["lag_ms"] = (
+        {"p50": float(np.percentile(lags, 50)), "p99": float(np.percentile(lags, 99))}
+        if len(lags)
+        else None
+    )
     line = (
         f"ran {elapsed:.1f} s: {updates} updates to {len(watchers)} subscribers"
         f" ({updates / elapsed:.1f}/s)"

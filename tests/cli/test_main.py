@@ -34,7 +34,7 @@ from fanout.wire.messages import (
     Welcome,
 )
 
-COMMANDS = ["demo", "publisher", "relay", "subscribe", "explain", "token"]
+COMMANDS = ["demo", "publisher", "relay", "subscribe", "explain", "datasets", "publish", "token"]
 
 
 def test_top_level_help_lists_every_command(capsys: pytest.CaptureFixture[str]) -> None:
@@ -421,6 +421,21 @@ def test_a_command_whose_extra_is_not_installed_says_which_to_install() -> None:
     assert result.returncode == FAILURE
     assert "Traceback" not in result.stderr
     assert "fanout relay: needs " in result.stderr
+    assert "pip install 'fanout[relay]'" in result.stderr
+
+
+def test_the_publishers_catalog_without_the_relay_extra_says_which_to_install() -> None:
+    # Nothing listens on port 1: the missing package is said before connecting.
+    argv = ["datasets", "--publisher", "ws://127.0.0.1:1"]
+    result = subprocess.run(
+        [sys.executable, "-c", WITHOUT_RELAY_EXTRA, *argv],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert result.returncode == FAILURE
+    assert result.stderr.startswith("fanout datasets: needs prometheus_client")
     assert "pip install 'fanout[relay]'" in result.stderr
 
 

@@ -149,6 +149,12 @@ def test_writes_are_answered_by_offsets_or_refused() -> None:
         core.publish("orders", [{"id": 1}, {"qty": 1}])
 
 
+def test_a_written_none_is_a_null_as_the_publishers_producer_sends_it() -> None:
+    request = ClientCore().publish("orders", [{"id": 1, "qty": None}, {"id": 2, "qty": 3}])
+    qty = decode_columns(request.upserts)["qty"]
+    assert np.ma.getmaskarray(qty).tolist() == [True, False] and qty[1] == 3
+
+
 def test_a_failed_connection_ends_views_refuses_requests_and_every_later_one() -> None:
     core = ClientCore()
     state = holding(core)

@@ -204,7 +204,7 @@ def test_an_error_ends_the_stream_but_a_resync_does_not() -> None:
 
 def test_the_datasets_are_described_with_their_view_language() -> None:
     info = DatasetInfo("agents", "id", {"id": "<i8", "x": "<f8"}, "space", ["x", "y"])
-    assert json.loads(datasets_json([info]))["datasets"] == [
+    assert json.loads(datasets_json([info], {"agents": 12, "other": 3}))["datasets"] == [
         {
             "name": "agents",
             "key": "id",
@@ -212,6 +212,7 @@ def test_the_datasets_are_described_with_their_view_language() -> None:
             "index": "space",
             "index_columns": ["x", "y"],
             "view": "region",
+            "rows_held": 12,
         }
     ]
 

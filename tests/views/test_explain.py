@@ -70,3 +70,13 @@ def test_bad_input_is_reported_by_the_parser() -> None:
         explain("region", "box:x", [])
     with pytest.raises(InvalidView, match="resolve"):
         explain("region", "rel:1:sphere:0,0,5", [])
+
+
+def test_json_says_what_the_text_says() -> None:
+    explanation = explain("region", "sphere:0,0,0,10", ["box:-10,-10,-10,0,10,10"])
+    said = explanation.as_json()
+    assert said["view"] == "sphere:0,0,0,10" and said["covered"] is False
+    assert said["residual_exact"] is False
+    share = said["residual_share"]
+    assert isinstance(share, float) and 0.50 <= share <= 0.51  # the text's ~50.x%
+    assert [parse_region(text) for text in said["residual"]] == explanation.residual

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import logging
 import os
 import sys
@@ -20,6 +21,8 @@ from typing import Any
 
 from websockets.exceptions import WebSocketException
 
+from fanout.cli import datasets as cli_datasets
+from fanout.cli import publish as cli_publish
 from fanout.cli import publisher as cli_publisher
 from fanout.cli import relay as cli_relay
 from fanout.cli import security as cli_security
@@ -31,7 +34,13 @@ BUILTIN_KINDS = {"agents": "region"}
 #: Exit statuses.
 FAILURE, USAGE = 1, 2
 #: The extra each command needs beyond the base install (docs/deploy.md).
-EXTRAS = {"relay": "relay", "publisher": "publisher", "demo": "demo", "mount": "mount"}
+EXTRAS = {
+    "relay": "relay",
+    "publisher": "publisher",
+    "demo": "demo",
+    "mount": "mount",
+    "datasets": "relay",  # --publisher only: its rows and rates are read with prometheus_client
+}
 #: The modules those extras install: one missing is a missing extra, not a bug.
 EXTRA_MODULES = frozenset(
     {"duckdb", "pyarrow", "prometheus_client", "pyspark", "py4j", "pandas", "psycopg", "rich"}
@@ -97,6 +106,8 @@ def _parser() -> argparse.ArgumentParser:
     cli_relay.relay_parser(commands, _command)
     _subscribe_parser(commands)
     _explain_parser(commands)
+    cli_datasets.datasets_parser(commands, _command)
+    cli_publish.publish_parser(commands, _command)
     cli_security.token_parser(commands, _command)
     _mount_parser(commands)
     return parser
@@ -239,11 +250,18 @@ def _explain_parser(commands: Any) -> None:
         help="an access rule, as a token's rules claim holds them (repeatable): explain the"
         " effective view, --view intersected with the rules (docs/security.md#access-rules)",
     )
+    parser.add_argument(
+        "--json",
+        action="store_true",
+        help="one JSON object: kind, view, have, covered, residual, residual_share (and"
+        " effective_view or refused with --rule)",
+    )
     parser.set_defaults(run=_run_explain)
 
 
 def _run_explain(args: argparse.Namespace) -> int:
     from fanout.views.explain import explain
+    from fanout.views.text import parse, to_text
 
     kind = args.kind or BUILTIN_KINDS.get(args.dataset)
     if kind is None:
@@ -251,18 +269,23 @@ def _run_explain(args: argparse.Namespace) -> int:
             f"dataset {args.dataset!r} is not built in; say its view language with --kind"
         )
     view = args.view
+    said: dict[str, Any] = {}
     if args.rule:
         from fanout.relay.core.rules import effective
-        from fanout.views.text import parse, to_text
 
         rules = cli_security.rules_of(args.rule)
         try:
             view = effective(parse(view, kind), args.dataset, kind, rules)
         except FanoutError as exc:  # Unauthorized: what a relay would refuse, and why
-            print(f"EFFECTIVE VIEW: refused ({getattr(exc, 'code', 'error')}): {exc}")
+            code = getattr(exc, "code", "error")
+            said = {"refused": {"code": code, "message": str(exc)}}
+            print(json.dumps(said) if args.json else f"EFFECTIVE VIEW: refused ({code}): {exc}")
             return FAILURE
-        print(f"EFFECTIVE VIEW under {len(args.rule)} rule(s): {to_text(view)}")
-    print(explain(kind, view, args.have).render())
+        said = {"rules": len(args.rule), "effective_view": to_text(view)}
+        if not args.json:
+            print(f"EFFECTIVE VIEW under {len(args.rule)} rule(s): {to_text(view)}")
+    explanation = explain(kind, view, args.have)
+    print(json.dumps({**explanation.as_json(), **said}) if args.json else explanation.render())
     return 0
 
 

@@ -107,6 +107,12 @@ def demo_parser(commands: Any, command: Command) -> None:
     parser.add_argument(
         "--plain", action="store_true", help="print status lines instead of a live table"
     )
+    parser.add_argument(
+        "--json",
+        action="store_true",
+        help="print the result as one JSON object on stdout (updates, lags, the check, bytes"
+        " each way); status lines go to stderr",
+    )
     # The demo's micro-batches hold each agent's last move, so one spanning many ticks is no
     # bigger: after Spark's slow first micro-batch the demo catches up with the clock at once.
     add_simulation(parser, max_ticks_per_batch=600)
@@ -127,6 +133,7 @@ def run_demo(args: argparse.Namespace) -> int:
         state_dir=args.state_dir,
         plain=args.plain,
         log_level=args.log_level,
+        json=args.json,
     )
     return run_demo(config)
 

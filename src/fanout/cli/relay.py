@@ -112,8 +112,7 @@ def relay_parser(commands: Any, command: Command) -> None:
     )
     for flag, kind, default, what in RELAY_LIMITS:
         limits.add_argument(flag, type=kind, help=f"{what} (default: {default})")
-    cli_security.add_server(parser)
-    cli_security.add_client(parser)
+    cli_security.add_client(parser, group=cli_security.add_server(parser))
     mqtt = parser.add_argument_group("MQTT", "stock MQTT 3.1.1 and 5.0 clients (docs/mqtt.md)")
     mqtt.add_argument(
         "--mqtt-port",

@@ -10,7 +10,9 @@ from a flag's value, which any user of the machine could read in the process lis
 from __future__ import annotations
 
 import argparse
+import json
 import os
+import time
 from pathlib import Path
 from typing import Any
 
@@ -19,8 +21,9 @@ from fanout.errors import ConfigError
 TOKEN_VARIABLE = "FANOUT_TOKEN"
 
 
-def add_server(parser: argparse.ArgumentParser) -> None:
-    """The flags of a server that checks tokens and may serve TLS."""
+def add_server(parser: argparse.ArgumentParser) -> Any:
+    """The flags of a server that checks tokens and may serve TLS; returns their group, for
+    a server that is a client too (a relay) to add the client's flags to the same one."""
     group = parser.add_argument_group("security", "tokens and TLS (docs/security.md)")
     group.add_argument(
         "--auth-key-file",
@@ -39,10 +42,12 @@ def add_server(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--auth-issuer", default=None, help="the 'iss' tokens must name")
     group.add_argument("--tls-cert", type=Path, default=None, help="serve TLS: certificate (PEM)")
     group.add_argument("--tls-key", type=Path, default=None, help="serve TLS: private key (PEM)")
+    return group
 
 
 def add_client(parser: argparse.ArgumentParser, *, group: Any = None) -> None:
-    """The flags of a client that presents a token and may trust a private authority."""
+    """The flags of a client that presents a token and may trust a private authority, in
+    ``group`` if given (one help section titled "security", not two), else a new one."""
     where = group or parser.add_argument_group("security", "tokens and TLS (docs/security.md)")
     where.add_argument(
         "--token-file",
@@ -137,6 +142,11 @@ def token_parser(commands: Any, command: Any) -> None:
         " \"orders=SELECT * FROM orders WHERE tenant = 'a'\" (repeatable: several views of a"
         " dataset add up); a dataset with no rule is not readable when any rule is given",
     )
+    parser.add_argument(
+        "--json",
+        action="store_true",
+        help="one JSON object: the token and what it grants (roles, subject, rules, expires)",
+    )
     parser.set_defaults(run=run_token)
 
 
@@ -164,16 +174,21 @@ def run_token(args: argparse.Namespace) -> int:
     except (OSError, UnicodeDecodeError) as exc:
         raise ConfigError(f"--key-file {args.key_file}: cannot read it: {exc}") from None
     rules = rules_of(args.rule) if args.rule else None
-    print(
-        issue(
-            args.algorithm,
-            key,
-            args.role,
-            subject=args.subject,
-            ttl=args.ttl,
-            audience=args.audience,
-            issuer=args.issuer,
-            rules=rules,
-        )
+    now = time.time()
+    signed = issue(
+        args.algorithm,
+        key,
+        args.role,
+        subject=args.subject,
+        ttl=args.ttl,
+        audience=args.audience,
+        issuer=args.issuer,
+        rules=rules,
+        now=now,
     )
+    if not args.json:
+        print(signed)
+        return 0
+    granted = {"roles": args.role, "subject": args.subject, "rules": rules}
+    print(json.dumps({"token": signed, **granted, "expires": int(now + args.ttl)}))
     return 0

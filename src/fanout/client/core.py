@@ -28,7 +28,7 @@ from fanout.errors import ProtocolError
 from fanout.views import View
 from fanout.wire import codec
 from fanout.wire.columns import Columns as Payload
-from fanout.wire.columns import encode_columns
+from fanout.wire.columns import encode_columns, from_values
 from fanout.wire.messages import (
     Error,
     NoUpdate,
@@ -231,7 +231,7 @@ class ClientCore:
         names = list(rows[0]) if rows else []
         if any(list(row) != names for row in rows):
             raise ValueError("every row must have the same columns, in the same order")
-        upserts = {name: np.asarray([row[name] for row in rows]) for name in names}
+        upserts = {name: from_values([row[name] for row in rows]) for name in names}
         request = Publish(
             next(self._ids),
             dataset,

@@ -189,8 +189,9 @@ def not_a_get(method: str) -> tuple[int, list[tuple[str, str]], bytes]:
     return 405, [("Allow", "GET, OPTIONS")], HttpError(405, "bad_request", message).body()
 
 
-def datasets_json(infos: list[DatasetInfo]) -> bytes:
-    """``GET /v1/datasets``'s body: each dataset's key, columns, index and view language."""
+def datasets_json(infos: list[DatasetInfo], held: Mapping[str, int]) -> bytes:
+    """``GET /v1/datasets``'s body: each dataset's key, columns, index and view language, and
+    the rows the relay holds of it (``held``: by name; 0 for one it holds none of)."""
     described = [
         {
             "name": info.name,
@@ -199,6 +200,7 @@ def datasets_json(infos: list[DatasetInfo]) -> bytes:
             "index": info.index,
             "index_columns": info.index_columns,
             "view": registry.language(info.index),
+            "rows_held": held.get(info.name, 0),
         }
         for info in infos
     ]

@@ -162,7 +162,7 @@ class HttpFrontEnd:
         except Unauthorized as exc:
             return refusal(unauthorized(exc))
         shown = visible({info.name: info for info in self.relay.catalog()}, grant)
-        body = datasets_json(list(shown.values()))
+        body = datasets_json(list(shown.values()), self.relay.held())
         return Answer(HTTPStatus.OK, json_headers(len(body), HTTPStatus.OK), body)
 
     def _stream(self, stream: HttpSubscription) -> None:

@@ -125,6 +125,11 @@ class RelayApi(Protocol):
         """The publisher's datasets, name -> index kind."""
         ...
 
+    def held(self) -> Mapping[str, int]:
+        """The rows the relay holds of each dataset now (its subscribers' views' union), by
+        name; a dataset none of its subscribers views is held by none."""
+        ...
+
     def samples(self) -> list[Sample | Histogram]:
         """The relay's metrics now (``GET /metrics``)."""
         ...

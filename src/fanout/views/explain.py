@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -57,6 +58,24 @@ class Explanation:
         lines.append(f"{summary}{', ' + share if share else ''}):")
         lines.extend(f"  {to_text(view)}" for view in self.residual)
         return "\n".join(lines)
+
+    def as_json(self) -> dict[str, Any]:
+        """The coverage as plain data (``fanout explain --json``): views as text;
+        ``residual_share``, for a region view, the share of its area (volume) the residual
+        holds (None: not a region, or no area), estimated unless ``residual_exact``."""
+        share = None
+        if isinstance(self.view, REGIONS):
+            pieces = [piece for piece in self.residual if isinstance(piece, REGIONS)]
+            share = residual_share(self.view, pieces) if pieces else 0.0
+        return {
+            "kind": self.kind,
+            "view": to_text(self.view),
+            "have": [to_text(view) for view in self.have],
+            "covered": self.covered,
+            "residual": [to_text(view) for view in self.residual],
+            "residual_share": share,
+            "residual_exact": isinstance(self.view, Box),
+        }
 
     def _residual_share(self) -> str:
         """Describe the share of a region view's area or volume that the residual holds."""

@@ -368,3 +368,8 @@ class RelayServer:
     def datasets(self) -> Mapping[str, str]:
         """The publisher's datasets, name -> index kind."""
         return self.upstream.datasets
+
+    def held(self) -> Mapping[str, int]:
+        """The rows held of each dataset now: its active state buffer's (``relay_rows`` in
+        ``GET /metrics`` is their sum)."""
+        return {name: len(state.buffer.active) for name, state in self.core.datasets.items()}
