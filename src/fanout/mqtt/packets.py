@@ -33,6 +33,7 @@ MALFORMED_PACKET = 0x81
 PROTOCOL_ERROR = 0x82
 UNSUPPORTED_PROTOCOL_VERSION = 0x84
 CLIENT_ID_NOT_VALID = 0x85
+BAD_AUTHENTICATION_METHOD = 0x8C
 SERVER_UNAVAILABLE = 0x88
 SERVER_SHUTTING_DOWN = 0x8B
 KEEP_ALIVE_TIMEOUT = 0x8D
@@ -42,6 +43,7 @@ TOPIC_NAME_INVALID = 0x90
 PACKET_TOO_LARGE = 0x95
 PACKET_ID_NOT_FOUND = 0x92
 RECEIVE_MAXIMUM_EXCEEDED = 0x93
+TOPIC_ALIAS_INVALID = 0x94
 QUOTA_EXCEEDED = 0x97
 QOS_NOT_SUPPORTED = 0x9B
 SHARED_SUBSCRIPTIONS_NOT_SUPPORTED = 0x9E
@@ -134,7 +136,8 @@ class ConnAck:
 
 @dataclass(frozen=True)
 class Publish:
-    """PUBLISH (3.3); ``packet_id`` is None at QoS 0."""
+    """PUBLISH (3.3); ``packet_id`` is None at QoS 0. ``expires`` is not on the wire: the
+    broker's time (monotonic seconds) its Message Expiry Interval ends at, once it took it."""
 
     topic: str
     payload: bytes = b""
@@ -143,6 +146,7 @@ class Publish:
     dup: bool = False
     packet_id: int | None = None
     properties: Properties = ()
+    expires: float | None = None
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,251 @@
+"""MQTT 5.0 normative statements the relay's broker keeps (docs/mqtt.md, "Conformance"), each
+checked by a test named after it: sans-I/O conversations, and the three a strict client found
+(``mosquitto_sub -V mqttv5``: libmosquitto refuses a packet carrying a property its type may not
+have) with that client against a real relay.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+
+import pytest
+from tests.mqtt.test_broker import Clients
+from tests.mqtt.test_listener import mosquitto, port_of
+
+from fanout.mqtt import packets as p
+from fanout.mqtt.actions import Limits
+from fanout.mqtt.broker import Broker
+from fanout.mqtt.decoding import decode, split
+from fanout.mqtt.encoding import encode
+from fanout.relay.config import Mqtt
+from fanout.relay.shell.server import RelayServer
+from fanout.testing.publisher import ScriptedPublisher, serving
+from fanout.testing.relays import running_relay
+from fanout.wire.messages import Catalog
+
+# -- Will Delay Interval (3.1.2.5, 3.1.3.2) ----------------------------------------------------
+
+
+def _will(delay: int, expiry: int = 60) -> dict[str, object]:
+    will = p.Will("status/dev", b"gone", 1, False, ((0x18, delay), (0x01, 1)))
+    return {"will": will, "clean_start": False, "properties": ((0x11, expiry),)}
+
+
+def _watching(c: Clients, connection: int = 9) -> None:
+    c.connect(connection, "watcher")
+    c.send(connection, p.Subscribe(1, (("status/#", 1),)))
+    c.take(connection)
+
+
+def test_a_will_is_published_without_its_will_delay_interval() -> None:
+    # 3.3.2.3: Will Delay Interval is none of PUBLISH's properties; the others go on.
+    c = Clients()
+    _watching(c)
+    c.connect(1, "dev", **_will(0))
+    c.apply(c.broker.lost(1, c.now))
+    [will] = [m for m in c.take(9) if isinstance(m, p.Publish)]
+    assert will.payload == b"gone"
+    assert will.properties == ((0x01, 1),)
+
+
+def test_a_delayed_will_goes_when_its_delay_passes() -> None:
+    c = Clients()
+    _watching(c)
+    c.connect(1, "dev", **_will(5))
+    c.apply(c.broker.lost(1, c.now))
+    c.apply(c.broker.tick(4.0))
+    assert c.take(9) == []
+    c.apply(c.broker.tick(5.0))
+    assert [m.payload for m in c.take(9) if isinstance(m, p.Publish)] == [b"gone"]
+
+
+def test_a_delayed_will_is_not_sent_if_the_client_comes_back_in_time() -> None:
+    # [MQTT-3.1.3-9]: a new connection to the session before the delay passes cancels it.
+    c = Clients()
+    _watching(c)
+    c.connect(1, "dev", **_will(5))
+    c.apply(c.broker.lost(1, c.now))
+    c.connect(2, "dev", clean_start=False, properties=((0x11, 60),))
+    c.apply(c.broker.tick(100.0))
+    assert [m for m in c.take(9) if isinstance(m, p.Publish)] == []
+
+
+def test_a_delayed_will_goes_when_its_session_ends_first() -> None:
+    c = Clients()
+    _watching(c)
+    c.connect(1, "dev", **_will(600, expiry=2))  # the session ends before the delay passes
+    c.apply(c.broker.lost(1, c.now))
+    c.apply(c.broker.tick(2.0))
+    assert [m.payload for m in c.take(9) if isinstance(m, p.Publish)] == [b"gone"]
+    c.connect(3, "dev2", **_will(600))
+    c.apply(c.broker.lost(3, 2.0))
+    c.connect(4, "dev2", clean_start=True)  # clean start ends the session: its will goes
+    assert [m.payload for m in c.take(9) if isinstance(m, p.Publish)] == [b"gone"]
+
+
+# -- Message Expiry Interval (3.3.2.3.3) -------------------------------------------------------
+
+
+def _expiring(topic: str, seconds: int, packet_id: int) -> p.Publish:
+    return p.Publish(topic, b"m", 1, packet_id=packet_id, properties=((0x02, seconds),))
+
+
+def test_a_queued_message_past_its_expiry_is_dropped_and_the_rest_carry_what_is_left() -> None:
+    # [MQTT-3.3.2-5] dropped once expired; [MQTT-3.3.2-6] sent with the interval left.
+    c = Clients()
+    c.connect(1, "away", clean_start=False, properties=((0x11, 600),))
+    c.send(1, p.Subscribe(1, (("t/#", 1),)))
+    c.apply(c.broker.lost(1, c.now))
+    c.connect(2, "pub")
+    c.send(2, _expiring("t/short", 10, 1))
+    c.send(2, _expiring("t/long", 100, 2))
+    c.now = 30.5
+    c.connect(3, "away", clean_start=False, properties=((0x11, 600),))
+    got = [m for m in c.take(3) if isinstance(m, p.Publish)]
+    assert [(m.topic, m.properties) for m in got] == [("t/long", ((0x02, 70),))]
+    assert c.broker.expired == 1
+
+
+def test_a_retained_message_expires_and_is_sent_with_what_is_left() -> None:
+    c = Clients()
+    c.connect(1, "pub")
+    c.send(1, p.Publish("r/a", b"x", 0, retain=True, properties=((0x02, 10),)))
+    c.send(1, p.Publish("r/b", b"y", 0, retain=True, properties=((0x02, 100),)))
+    c.now = 20.0
+    c.connect(2, "late")
+    c.send(2, p.Subscribe(1, (("r/+", 0),)))
+    got = [m for m in c.take(2) if isinstance(m, p.Publish)]
+    assert [(m.topic, m.properties) for m in got] == [("r/b", ((0x02, 80),))]
+    assert "r/a" not in c.broker.retained
+
+
+# -- flow control, properties a server refuses ------------------------------------------------
+
+
+def test_past_receive_maximum_a_client_gets_disconnect_0x93() -> None:
+    # 3.3.4: more QoS 2 PUBLISHes awaiting PUBREL than the server's Receive Maximum.
+    c = Clients(Broker(Limits(receive_maximum=2)))
+    c.connect(1, "flood")
+    c.take(1)
+    for i in (1, 2, 3):
+        c.send(1, p.Publish("t", b"x", 2, packet_id=i))
+    got = c.take(1)
+    assert got[-1] == p.Disconnect(
+        p.RECEIVE_MAXIMUM_EXCEEDED, ((0x1F, "past Receive Maximum at QoS 2"),)
+    )
+    assert 1 in c.closed
+
+
+def _refused(packet: p.Packet, code: int) -> None:
+    c = Clients()
+    c.connect(1, "c")
+    c.take(1)
+    c.send(1, packet)
+    [disconnect] = c.take(1)
+    assert isinstance(disconnect, p.Disconnect) and disconnect.code == code
+    assert 1 in c.closed
+
+
+def test_a_topic_alias_past_topic_alias_maximum_is_refused_0x94() -> None:
+    # 3.3.2.3.4: the relay announces no Topic Alias Maximum (0): any alias is invalid.
+    _refused(p.Publish("t", b"x", properties=((0x23, 1),)), p.TOPIC_ALIAS_INVALID)
+
+
+def test_a_subscription_identifier_from_a_client_is_a_protocol_error() -> None:
+    _refused(p.Publish("t", b"x", properties=((0x0B, 1),)), p.PROTOCOL_ERROR)  # [MQTT-3.3.4-6]
+
+
+def test_subscription_identifier_0_is_a_protocol_error() -> None:
+    _refused(p.Subscribe(1, (("t", 0),), ((0x0B, 0),)), p.PROTOCOL_ERROR)  # 3.8.2.1.2
+
+
+def test_connect_property_values_that_are_protocol_errors() -> None:
+    # 3.1.2.11: Receive Maximum 0, Maximum Packet Size 0, Request * Information not 0 or 1.
+    for properties in (((0x21, 0),), ((0x27, 0),), ((0x17, 2),), ((0x19, 7),)):
+        c = Clients()
+        c.connect(1, "c", properties=properties)
+        assert c.take(1) == [] and 1 in c.closed and c.broker.refused == 1
+
+
+def test_an_authentication_method_gets_connack_0x8c() -> None:
+    # [MQTT-4.12.0-1]: the relay has no enhanced authentication.
+    c = Clients()
+    c.connect(1, "c", properties=((0x15, "SCRAM-SHA-1"),))
+    assert c.take(1) == [p.ConnAck(False, p.BAD_AUTHENTICATION_METHOD)]
+    assert 1 in c.closed and "c" not in c.broker.sessions
+
+
+# -- with a strict client against a real relay ------------------------------------------------
+
+
+@pytest.fixture
+async def relay() -> AsyncIterator[RelayServer]:
+    async with (
+        serving(ScriptedPublisher(Catalog([]))) as url,
+        running_relay(url, mqtt=Mqtt(0)) as (server, _),
+    ):
+        yield server
+
+
+async def _raw_connect(port: str, client_id: str, **kw: object) -> asyncio.StreamWriter:
+    """Connect with our codec (what no stock client lets a test send) and read the CONNACK."""
+    reader, writer = await asyncio.open_connection("127.0.0.1", int(port))
+    writer.write(encode(p.Connect(client_id, p.V5, **kw), p.V5))  # type: ignore[arg-type]
+    found = split(await reader.read(4096), 1 << 20)
+    assert found is not None and decode(found[0], found[1], p.V5) == p.ConnAck(
+        False, 0, ((0x27, 1 << 20), (0x21, 100))
+    )
+    writer.transport.set_write_buffer_limits(0)
+    writer.reader = reader  # type: ignore[attr-defined]
+    return writer
+
+
+async def test_a_strict_client_gets_a_will_published_with_a_delay(relay: RelayServer) -> None:
+    port = port_of(relay)
+    watch = asyncio.create_task(
+        mosquitto("mosquitto_sub", "-V", "mqttv5", "-p", port, "-t", "status/#", "-C", "1", "-v")
+    )
+    await asyncio.sleep(0.5)
+    writer = await _raw_connect(port, "dev", **_will(1))
+    writer.transport.abort()  # gone without DISCONNECT: the will goes a second on
+    assert (await watch).strip() == "status/dev gone"
+
+
+async def test_a_strict_client_gets_queued_messages_with_what_is_left_of_their_expiry(
+    relay: RelayServer,
+) -> None:
+    port = port_of(relay)
+    session = ["-V", "mqttv5", "-p", port, "-i", "meter", "-c", "-x", "600", "-q", "1"]
+    await mosquitto("mosquitto_sub", *session, "-t", "exp/#", "-E")  # subscribed, then away
+    for topic, seconds in (("exp/short", "1"), ("exp/long", "60")):
+        publish = ["-t", topic, "-m", "m", "-q", "1"]
+        expiry = ["-D", "publish", "message-expiry-interval", seconds]
+        await mosquitto("mosquitto_pub", "-V", "mqttv5", "-p", port, *publish, *expiry)
+    await asyncio.sleep(2.1)
+    out = await mosquitto("mosquitto_sub", *session, "-t", "exp/#", "-C", "1", "-F", "%t %E")
+    topic, left = out.split()
+    assert topic == "exp/long" and 55 <= int(left) <= 58
+
+
+async def test_a_client_past_receive_maximum_reads_disconnect_0x93_then_the_end(
+    relay: RelayServer,
+) -> None:
+    # Before: the relay closed with the flood unread, the kernel reset the connection, and the
+    # reset could destroy the DISCONNECT before the client read it.
+    writer = await _raw_connect(port_of(relay), "flood")
+    flood = b"".join(
+        encode(p.Publish("t", b"x" * 100, 2, packet_id=i), p.V5) for i in range(1, 20_000)
+    )
+    writer.write(flood)
+    received = b""
+    while chunk := await writer.reader.read(65536):  # type: ignore[attr-defined]
+        received += chunk  # no ConnectionResetError: the relay closed with a FIN
+    packets = []
+    while found := split(received, 1 << 20):
+        packets.append(decode(found[0], found[1], p.V5))
+        received = received[found[2] :]
+    assert isinstance(packets[-1], p.Disconnect)
+    assert packets[-1].code == p.RECEIVE_MAXIMUM_EXCEEDED
+    assert sum(isinstance(m, p.PubRec) for m in packets) == 100
+    writer.close()
