@@ -137,6 +137,15 @@ def test_past_receive_maximum_a_client_gets_disconnect_0x93() -> None:
     assert 1 in c.closed
 
 
+def test_a_reason_string_past_the_clients_maximum_packet_size_is_left_out() -> None:
+    # [MQTT-3.14.2-3]: DISCONNECT without its Reason String, not a packet the client refuses.
+    c = Clients()
+    c.connect(1, "small", properties=((0x27, 16),))
+    c.take(1)
+    c.send(1, p.Publish("t/+", b"x"))
+    assert c.take(1) == [p.Disconnect(p.TOPIC_NAME_INVALID)]
+
+
 def _refused(packet: p.Packet, code: int) -> None:
     c = Clients()
     c.connect(1, "c")

@@ -541,7 +541,10 @@ class Broker:
         self.refused += 1
         actions: list[Action] = []
         if state.version == p.V5 and state.session is not None:
-            actions.append(Send(connection, encode(p.Disconnect(code, ((0x1F, why[:200]),)), p.V5)))
+            data = encode(p.Disconnect(code, ((0x1F, why[:200]),)), p.V5)
+            if len(data) > state.session.max_packet_size:  # [MQTT-3.14.2-3]: the reason goes
+                data = encode(p.Disconnect(code), p.V5)
+            actions.append(Send(connection, data))
         elif state.session is None and code == p.UNSUPPORTED_PROTOCOL_VERSION:
             # 3.1.1's return code 1 reads the same to either version's client [MQTT-3.1.2-2]
             actions.append(Send(connection, encode(p.ConnAck(False, 0x01), p.V311)))
