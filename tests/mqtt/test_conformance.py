@@ -7,9 +7,12 @@ have) with that client against a real relay.
 from __future__ import annotations
 
 import asyncio
+import math
 from collections.abc import AsyncIterator
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 from tests.mqtt.test_broker import Clients
 from tests.mqtt.test_listener import mosquitto, port_of
 
@@ -105,6 +108,40 @@ def test_a_queued_message_past_its_expiry_is_dropped_and_the_rest_carry_what_is_
     got = [m for m in c.take(3) if isinstance(m, p.Publish)]
     assert [(m.topic, m.properties) for m in got] == [("t/long", ((0x02, 70),))]
     assert c.broker.expired == 1
+
+
+@given(
+    st.lists(st.tuples(st.integers(0, 50), st.integers(1, 60)), max_size=30),
+    st.integers(0, 100),
+)
+def test_what_a_returning_session_gets_is_what_has_not_expired(
+    messages: list[tuple[int, int]], away: int
+) -> None:
+    """Oracle: message i, published at a_i with interval e_i, reaches a client back at T iff
+    a_i + e_i > T, in order, with ceil(a_i + e_i - T) seconds left."""
+    c = Clients()
+    c.connect(1, "away", clean_start=False, properties=((0x11, 600),))
+    c.send(1, p.Subscribe(1, (("t", 1),)))
+    c.apply(c.broker.lost(1, c.now))
+    c.connect(2, "pub")
+    arrivals = []
+    for i, (gap, interval) in enumerate(messages):
+        c.now += gap / 10
+        arrivals.append((c.now, interval))
+        c.send(
+            2, p.Publish("t", str(i).encode(), 1, packet_id=i + 1, properties=((0x02, interval),))
+        )
+    back = c.now + away / 10
+    expected = [
+        (str(i).encode(), math.ceil(a + e - back))
+        for i, (a, e) in enumerate(arrivals)
+        if a + e - back > 0
+    ]
+    c.now = back
+    c.connect(3, "away", clean_start=False, properties=((0x11, 600),))
+    got = [m for m in c.take(3) if isinstance(m, p.Publish)]
+    assert [(m.payload, p.prop(m.properties, 0x02)) for m in got] == expected
+    assert c.broker.expired == len(messages) - len(expected)
 
 
 def test_a_retained_message_expires_and_is_sent_with_what_is_left() -> None:
