@@ -101,6 +101,7 @@ class Broker:
                 del state.buffer[:taken]
                 state.packets += 1
                 packet = decode(first, body, state.version)
+                p.check_values(packet)
                 actions += self._handle(connection, state, packet, now)
             except p.PacketError as error:
                 actions += self._refuse(connection, state, error.code, str(error))

@@ -279,7 +279,6 @@ def _connect(reader: _Reader, flags: int, v5: bool) -> Connect:
     keepalive = reader.u16()
     v5 = version == V5
     properties = reader.properties(_CONNECT_PROPS) if v5 else ()
-    _check_connect_properties(properties)
     client_id = reader.text()
     will = None
     if has_will:
@@ -298,17 +297,6 @@ def _connect(reader: _Reader, flags: int, v5: bool) -> Connect:
         password,
         properties,
     )
-
-
-def _check_connect_properties(properties: Properties) -> None:
-    """The CONNECT property values 5.0 calls protocol errors (3.1.2.11.3, .4, .6, .7)."""
-    for ident, value in properties:
-        if ident in (0x21, 0x27) and value == 0:
-            name = PROPERTIES[ident][0]
-            raise PacketError(f"CONNECT: {name} 0 is a protocol error", PROTOCOL_ERROR)
-        if ident in (0x17, 0x19) and value not in (0, 1):
-            name = PROPERTIES[ident][0]
-            raise PacketError(f"CONNECT: {name} {value} is neither 0 nor 1", PROTOCOL_ERROR)
 
 
 def _publish(reader: _Reader, flags: int, v5: bool) -> Publish:
@@ -347,8 +335,6 @@ def _ack(
 def _subscribe(reader: _Reader, flags: int, v5: bool) -> Subscribe:
     packet_id = _nonzero_id(reader)
     properties = reader.properties(_SUBSCRIBE_PROPS) if v5 else ()
-    if any(ident == 0x0B and value == 0 for ident, value in properties):
-        raise PacketError("SUBSCRIBE: Subscription Identifier 0 (3.8.2.1.2)", PROTOCOL_ERROR)
     filters = []
     while reader.left():
         text = reader.text()

@@ -8,6 +8,8 @@ brackets):
 3. Strings are well-formed UTF-8 without U+0000 [MQTT-1.5.4-1, MQTT-1.5.4-2].
 4. A 5.0 property appears once (but User Property, and Subscription Identifier in PUBLISH)
    [MQTT-2.2.2-1]; one not allowed in the packet is a protocol error.
+5. Some property values are protocol errors (``check_values``), checked by the receiving broker:
+   the codec reads and writes them, so that a test can send them.
 
 A malformed packet raises :class:`PacketError` with the 5.0 reason code to answer (0x81, 0x82,
 0x95); a 3.1.1 receiver closes the connection instead.
@@ -255,6 +257,23 @@ Packet: TypeAlias = (
     | PingResp
     | Disconnect
 )
+
+
+def check_values(packet: Packet) -> None:
+    """Property values 5.0 calls protocol errors, which a receiver checks past the codec:
+    CONNECT's Receive Maximum or Maximum Packet Size 0, Request Problem or Response Information
+    other than 0 or 1 (3.1.2.11); a SUBSCRIBE's Subscription Identifier 0 (3.8.2.1.2).
+
+    Raises:
+        PacketError: the first such value (0x82).
+    """
+    for ident, value in packet.properties if isinstance(packet, Connect | Subscribe) else ():
+        name = PROPERTIES[ident][0]
+        zero = ident in (0x21, 0x27) if isinstance(packet, Connect) else ident == 0x0B
+        if zero and value == 0:
+            raise PacketError(f"{type(packet).__name__}: {name} 0", PROTOCOL_ERROR)
+        if isinstance(packet, Connect) and ident in (0x17, 0x19) and value not in (0, 1):
+            raise PacketError(f"CONNECT: {name} {value} is neither 0 nor 1", PROTOCOL_ERROR)
 
 
 def prop(properties: Properties, ident: int, default: object = None) -> object:
