@@ -92,6 +92,8 @@ def test_tls_settings_that_cannot_work_are_refused(tmp_path: Path) -> None:
         Mqtt(0, tls_cert=cert)
     with pytest.raises(ConfigError, match="client-ca needs"):
         Mqtt(0, tls_client_ca=cert)
+    with pytest.raises(ConfigError, match="need --mqtt-port"):
+        Mqtt(None, websocket=True)
 
 
 # -- MQTT over WebSockets ---------------------------------------------------------------------

@@ -387,8 +387,10 @@ class Mqtt:
     def __post_init__(self) -> None:
         """Raises:
         ConfigError: a certificate without its key (or the other way round), client
-            certificates without TLS.
+            certificates without TLS, TLS or WebSockets without an MQTT port.
         """
+        if self.port is None and (self.tls_cert is not None or self.websocket):
+            raise ConfigError("--mqtt-tls-* and --mqtt-websocket need --mqtt-port")
         if (self.tls_cert is None) != (self.tls_key is None):
             raise ConfigError("MQTT TLS needs both a certificate and its key (--mqtt-tls-*)")
         if self.tls_client_ca is not None and self.tls_cert is None:
