@@ -189,6 +189,96 @@ def test_a_reason_string_past_the_clients_maximum_packet_size_is_left_out() -> N
     assert c.take(1) == [p.Disconnect(p.TOPIC_NAME_INVALID)]
 
 
+# -- subscription options, session expiry, Maximum Packet Size --------------------------------
+
+
+def _subscribed(c: Clients, connection: int, client_id: str, *filters: tuple[str, int]) -> None:
+    c.connect(connection, client_id)
+    c.send(connection, p.Subscribe(1, filters))
+    c.take(connection)
+
+
+def test_no_local_keeps_a_clients_own_messages_from_it() -> None:
+    # [MQTT-3.8.3-3]
+    c = Clients()
+    _subscribed(c, 1, "me", ("t", 0x04))
+    _subscribed(c, 2, "other", ("t", 0x04))
+    c.send(1, p.Publish("t", b"mine"))
+    assert c.publishes(1) == [] and c.publishes(2) == [("t", b"mine", 0, False)]
+
+
+def test_retain_as_published_and_retained_messages_on_subscribing() -> None:
+    # [MQTT-3.3.1-12], [MQTT-3.3.1-13]: live, RETAIN as published only if asked;
+    # [MQTT-3.3.1-9]: a retained message sent for a new subscription has RETAIN set.
+    c = Clients()
+    _subscribed(c, 1, "plain", ("t", 0))
+    _subscribed(c, 2, "as-published", ("t", 0x08))
+    c.connect(3, "pub")
+    c.send(3, p.Publish("t", b"r", retain=True))
+    assert c.publishes(1) == [("t", b"r", 0, False)]
+    assert c.publishes(2) == [("t", b"r", 0, True)]
+    c.send(1, p.Subscribe(2, (("t", 0),)))
+    assert c.publishes(1) == [("t", b"r", 0, True)]
+
+
+def test_retain_handling_0_1_2() -> None:
+    # [MQTT-3.3.1-9]: 0 on every SUBSCRIBE; [MQTT-3.3.1-10]: 1 only for a new subscription;
+    # [MQTT-3.3.1-11]: 2 never.
+    c = Clients()
+    c.connect(9, "pub")
+    c.send(9, p.Publish("t", b"r", retain=True))
+    c.connect(1, "sub")
+    for handling, first, again in ((0, 1, 1), (1, 1, 0), (2, 0, 0)):
+        options = handling << 4
+        c.send(1, p.Unsubscribe(2, ("t",)))  # the next SUBSCRIBE makes a new subscription
+        c.take(1)
+        c.send(1, p.Subscribe(3, (("t", options),)))
+        assert len(c.publishes(1)) == first
+        c.send(1, p.Subscribe(4, (("t", options),)))
+        assert len(c.publishes(1)) == again
+
+
+def test_overlapping_subscriptions_give_one_copy_with_every_identifier() -> None:
+    # [MQTT-3.3.4-3], [MQTT-3.3.4-4]: one copy, the identifiers of all matching subscriptions;
+    # [MQTT-3.3.4-5]: none for a subscription that has none.
+    c = Clients()
+    c.connect(1, "sub")
+    c.send(1, p.Subscribe(1, (("a/+", 1),), ((0x0B, 7),)))
+    c.send(1, p.Subscribe(2, (("a/#", 0),), ((0x0B, 9),)))
+    c.send(1, p.Subscribe(3, (("#", 0),)))
+    c.take(1)
+    c.connect(2, "pub")
+    c.send(2, p.Publish("a/b", b"x", 1, packet_id=1))
+    [copy] = [m for m in c.take(1) if isinstance(m, p.Publish)]
+    assert copy.qos == 1 and sorted(v for k, v in copy.properties if k == 0x0B) == [7, 9]
+
+
+def test_session_expiry_past_the_relays_limit_is_granted_as_the_limit() -> None:
+    # 3.2.2.3.2: the server's Session Expiry Interval in CONNACK overrides the client's.
+    c = Clients(Broker(Limits(session_expiry=600)))
+    c.connect(1, "c", properties=((0x11, 0xFFFFFFFF),))
+    [ack] = c.take(1)
+    assert isinstance(ack, p.ConnAck) and p.prop(ack.properties, 0x11) == 600
+    c.connect(2, "d", properties=((0x11, 60),))
+    [ack] = c.take(2)
+    assert isinstance(ack, p.ConnAck) and p.prop(ack.properties, 0x11) is None
+
+
+def test_a_message_past_the_clients_maximum_packet_size_is_not_sent() -> None:
+    # [MQTT-3.1.2-24], [MQTT-3.1.2-25]: left out as if delivered; the next one goes.
+    c = Clients()
+    c.connect(1, "small", properties=((0x27, 64),))
+    c.send(1, p.Subscribe(1, (("t", 1),)))
+    c.take(1)
+    c.connect(2, "pub")
+    c.send(2, p.Publish("t", b"x" * 100, 1, packet_id=1))
+    c.send(2, p.Publish("t", b"fits", 1, packet_id=2))
+    got = [m for m in c.take(1) if isinstance(m, p.Publish)]
+    assert [m.payload for m in got] == [b"fits"]
+    session = c.broker.sessions["small"]
+    assert list(session.in_flight) == [m.packet_id for m in got]
+
+
 def _refused(packet: p.Packet, code: int) -> None:
     c = Clients()
     c.connect(1, "c")
