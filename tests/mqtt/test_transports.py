@@ -1,7 +1,8 @@
 """The MQTT listener's transports against a real relay: TLS with ``mosquitto_sub`` and
 ``mosquitto_pub`` (``--cafile``, client certificates), and MQTT over WebSockets on the relay's
 port with MQTT.js (the npm package ``mqtt``, run by Node.js from ``tests/mqtt/mqttjs``; ``npm
-ci`` there once if its ``node_modules`` is missing). Certificates are made in the test.
+ci`` there once if its ``node_modules`` is missing), and its browser bundle in a page in headless
+Chromium. Certificates are made in the test.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from fanout.testing.certs import self_signed
 from fanout.testing.ports import LOOPBACK
 from fanout.testing.publisher import ScriptedPublisher, serving
 from fanout.testing.relays import running_relay
+from fanout.testing.wait import eventually
 from fanout.wire.messages import Catalog
 
 MQTTJS = Path(__file__).parent / "mqttjs"
@@ -190,3 +192,36 @@ async def test_websocket_bad_input_is_refused_and_others_are_served() -> None:
             assert found is not None and isinstance(decode(found[0], found[1], p.V5), p.ConnAck)
         assert relay.mqtt is not None and relay.mqtt.websockets is not None
         assert relay.mqtt.websockets.text_refused == 1
+
+
+PAGE = """<!doctype html>
+<title>MQTT over WebSockets</title>
+<script src="mqtt.min.js"></script>
+<script>
+  window.got = [];
+  const client = mqtt.connect("URL", { protocolVersion: 5 });
+  client.on("connect", () => client.subscribe("dev/#", () => { window.subscribed = true; }));
+  client.on("message", (topic, payload) => window.got.push(`${topic} ${payload}`));
+</script>
+"""
+
+
+async def test_a_browser_page_with_mqttjs_gets_messages_published_over_tcp(
+    mqttjs: Path, tmp_path: Path
+) -> None:
+    from fanout.testing.browser import open_browser
+
+    async with relay_with(Mqtt(0, websocket=True)) as relay:
+        port = port_of(relay)
+        await mosquitto("mosquitto_pub", "-p", port, "-t", "dev/1/state", "-m", "on", "-r")
+        page_file = tmp_path / "index.html"
+        page_file.write_text(PAGE.replace("URL", f"ws://127.0.0.1:{relay.port}/mqtt"))
+        bundle = MQTTJS / "node_modules" / "mqtt" / "dist" / "mqtt.min.js"
+        (tmp_path / "mqtt.min.js").write_bytes(bundle.read_bytes())
+        async with open_browser(page_file.as_uri(), tmp_path / "browser") as page:
+            await eventually(lambda: page.evaluate("window.subscribed === true"), timeout=20)
+            await mosquitto("mosquitto_pub", "-p", port, "-t", "dev/2/alarm", "-m", "smoke")
+            got = await eventually(
+                lambda: page.evaluate("window.got"), lambda got: len(got) == 2, timeout=20
+            )
+            assert got == ["dev/1/state on", "dev/2/alarm smoke"]  # retained, then live
