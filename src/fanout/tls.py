@@ -2,7 +2,8 @@
 
 A server is given its certificate chain and private key as PEM files (``--tls-cert``,
 ``--tls-key``); a client trusts the system's certificate authorities, or the ones in a PEM file
-it is given (``--tls-ca``: for a private CA or a self-signed certificate).
+it is given (``--tls-ca``: for a private CA or a self-signed certificate). A server may also
+require client certificates signed by authorities it is given (``--mqtt-tls-client-ca``).
 """
 
 from __future__ import annotations
@@ -13,8 +14,9 @@ from pathlib import Path
 from fanout.errors import ConfigError
 
 
-def server_context(cert: Path, key: Path) -> ssl.SSLContext:
-    """A server's TLS context: TLS 1.2 or newer, with ``cert`` (chain, PEM) and ``key``.
+def server_context(cert: Path, key: Path, client_ca: Path | None = None) -> ssl.SSLContext:
+    """A server's TLS context: TLS 1.2 or newer, with ``cert`` (chain, PEM) and ``key``; with
+    ``client_ca`` (PEM), a client must present a certificate one of its authorities signed.
 
     Raises:
         ConfigError: a file cannot be read, or the key does not match the certificate.
@@ -27,6 +29,14 @@ def server_context(cert: Path, key: Path) -> ssl.SSLContext:
         raise ConfigError(f"TLS: no such file {exc.filename}") from None
     except (ssl.SSLError, OSError) as exc:
         raise ConfigError(f"TLS: cannot load the certificate {cert} and key {key}: {exc}") from None
+    if client_ca is not None:
+        context.verify_mode = ssl.CERT_REQUIRED
+        try:
+            context.load_verify_locations(cafile=client_ca)
+        except FileNotFoundError:
+            raise ConfigError(f"TLS: no such client CA file {client_ca}") from None
+        except (ssl.SSLError, OSError) as exc:
+            raise ConfigError(f"TLS: cannot load the client CA file {client_ca}: {exc}") from None
     return context
 
 

@@ -157,6 +157,19 @@ def relay_parser(commands: Any, command: Command) -> None:
         default=3.0,
         help="seconds a relay that died stays a subscriber in the shared table (default: 3)",
     )
+    mqtt.add_argument("--mqtt-tls-cert", type=Path, help="serve MQTT over TLS: certificate (PEM)")
+    mqtt.add_argument("--mqtt-tls-key", type=Path, help="serve MQTT over TLS: private key (PEM)")
+    mqtt.add_argument(
+        "--mqtt-tls-client-ca",
+        type=Path,
+        help="require MQTT clients' certificates, signed by an authority in this PEM file",
+    )
+    mqtt.add_argument(
+        "--mqtt-websocket",
+        action="store_true",
+        help="also serve MQTT over WebSockets (subprotocol mqtt, path /mqtt) on the relay's"
+        " port (ws://, or wss:// with --tls-cert)",
+    )
     for flag, kind, default, what in MQTT_LIMITS:
         mqtt.add_argument(flag, type=kind, help=f"{what} (default: {default})")
     _cluster_arguments(parser)
@@ -368,6 +381,10 @@ def run_relay(args: argparse.Namespace) -> int:
             peer_port=args.mqtt_peer_port,
             peer_advertise=args.mqtt_peer_advertise,
             lease=args.mqtt_lease,
+            tls_cert=args.mqtt_tls_cert,
+            tls_key=args.mqtt_tls_key,
+            tls_client_ca=args.mqtt_tls_client_ca,
+            websocket=args.mqtt_websocket,
         ),
     )
     server = RelayServer(config)

@@ -2,12 +2,14 @@
 
 The HTTP front end (``relay.api.FrontEnd``) listens on the relay's port and reads each
 connection's request with h11. A WebSocket upgrade is handed over whole, with the bytes read so
-far, to the WebSocket server (``Upgrade``). Anything else is answered here: a ``/v1/subscribe``
-request with a stream (``http.stream``), which holds one subscription of the relay's core until
-the subscription ends or the client goes away; ``GET /v1/datasets``, the viewer's files,
-``/metrics`` and the probes (``metrics.answer``) with a whole answer; the API's paths by another
-method with ``not_a_get`` (``OPTIONS``: a CORS preflight); any other path with 426, the port
-being a WebSocket one. Every answer closes its connection.
+far, to the WebSocket server (``Upgrade``) — or, if it asks for the subprotocol ``mqtt`` or
+the path ``/mqtt`` and MQTT over WebSockets is on, to the MQTT front end. Anything else is
+answered here: a ``/v1/subscribe`` request with a stream (``http.stream``), which holds one
+subscription of the relay's core until the subscription ends or the client goes away;
+``GET /v1/datasets``, the viewer's files, ``/metrics`` and the probes (``metrics.answer``) with
+a whole answer; the API's paths by another method with ``not_a_get`` (``OPTIONS``: a CORS
+preflight); any other path with 426, the port being a WebSocket one.
+Every answer closes its connection.
 
 Bounds: a request head larger than h11's limit (16 KiB) is answered 431, a malformed one 400;
 a connection that has not sent its request within ``opening`` seconds is closed.
@@ -57,6 +59,8 @@ VIEWER = {
 
 #: Hands a WebSocket upgrade's connection to the WebSocket server, with what was read of it.
 Upgrade = Callable[[asyncio.Transport, bytes], None]
+#: Where MQTT over WebSockets is asked for, besides the subprotocol ``mqtt`` on any path.
+MQTT_PATH = "/mqtt"
 
 
 class HttpFrontEnd:
@@ -90,6 +94,8 @@ class HttpFrontEnd:
         self._streams: set[asyncio.Task[None]] = set()
         #: The listening server, once started (the WebSocket server closes it too).
         self.listener: asyncio.Server | None = None
+        #: Takes the upgrades of MQTT over WebSockets (``mqtt.ws``), if it is served here.
+        self.mqtt_upgrade: Upgrade | None = None
 
     @property
     def tls(self) -> bool:
@@ -138,7 +144,10 @@ class HttpFrontEnd:
             connection.answer(Answer(code, plain_headers(content_type, body), body))
         elif "websocket" in headers.get("upgrade", "").lower():
             connection.hand_over()
-            self._upgrade(connection.transport, head)
+            upgrade = self._upgrade
+            if self.mqtt_upgrade is not None and (path == MQTT_PATH or _asks_mqtt(request)):
+                upgrade = self.mqtt_upgrade
+            upgrade(connection.transport, head)
         elif path in (SUBSCRIBE, DATASETS) and method != "GET":
             status, extra, body = not_a_get(method)
             connection.answer(
@@ -285,6 +294,12 @@ class PortConnection(asyncio.Protocol):
         self._taken = True
         if self._timer is not None:
             self._timer.cancel()
+
+
+def _asks_mqtt(request: h11.Request) -> bool:
+    """Whether a WebSocket upgrade offers the subprotocol ``mqtt`` (MQTT 5.0 section 6)."""
+    offered = b",".join(v for k, v in request.headers if k == b"sec-websocket-protocol")
+    return b"mqtt" in (p.strip().lower() for p in offered.split(b","))
 
 
 def viewer_file(path: str) -> Answer:

@@ -7,6 +7,8 @@ carries out what comes back (``Send``, ``Close``, ``Published``). Rules (MQTT 3.
 2. A client id already connected takes the session over [MQTT-3.1.4-2]; an empty one is assigned
    one (3.1.1 with a persistent session: CONNACK 0x02).
 3. A close without DISCONNECT publishes the will [MQTT-3.1.2-8]; a normal one discards it.
+   5.0's Will Delay Interval holds it back until it passes or the session ends, and a
+   reconnection to the session cancels it [MQTT-3.1.3-9]; it is not in the PUBLISH (3.3.2.3).
 4. A message goes once to every matching session at the highest matching QoS capped by its own
    (3.3.5), to one member of each ``$share`` group in turn, never back under No Local.
 5. QoS 1 and 2 stay in flight until acknowledged and go again, DUP set, on reconnection
@@ -14,15 +16,19 @@ carries out what comes back (``Send``, ``Close``, ``Published``). Rules (MQTT 3.
 6. Retained messages are replaced, removed by an empty payload, and sent to new (not shared)
    subscriptions, Retain Handling honoured [MQTT-3.3.1-6, 3.3.1-10].
 7. Bad input gets MQTT's reaction [MQTT-4.8.0-1]: 5.0 a DISCONNECT with its reason, 3.1.1 a
-   close; a bad filter is refused in its SUBACK alone.
+   close; a bad filter is refused in its SUBACK alone; enhanced authentication (an
+   Authentication Method) a CONNACK 0x8C [MQTT-4.12.0-1].
 8. Silence for 1.5 keep alives closes a client [MQTT-3.1.2-24] (:meth:`Broker.tick`).
-9. With ``durable`` sessions, a resumed one is answered once Redis was read (``Restore``); a
+9. A message with a Message Expiry Interval is not sent once it passed, and is sent with what
+   is left of it [MQTT-3.3.2-5, 3.3.2-6]; retained ones too.
+10. With ``durable`` sessions, a resumed one is answered once Redis was read (``Restore``); a
    persistent session's QoS 2 PUBLISH or PUBREL waits for its session's write (``Persist``).
 """
 
 from __future__ import annotations
 
 import itertools
+import math
 from collections.abc import Callable, Collection
 from dataclasses import dataclass, replace
 
@@ -56,6 +62,8 @@ class Broker:
         self.retained: dict[str, p.Publish] = {}
         self.sessions: dict[str, Session] = {}
         self.refused = 0  # connections closed for bad input
+        self.expired = 0  # messages not sent to a session: their expiry passed (rule 9)
+        self._now = 0.0  # the time of the last event: messages are stamped with it (rule 9)
         self._connections: dict[int, _Connection] = {}
         self._subscribers = Subscribers()
         #: False in a cluster: the cluster chooses which relay serves a share group.
@@ -73,6 +81,7 @@ class Broker:
 
     def opened(self, connection: int, now: float) -> None:
         """A client connected (its CONNECT is still to come)."""
+        self._now = now
         self._connections[connection] = _Connection(bytearray(), now)
 
     def receive(self, connection: int, data: bytes, now: float) -> list[Action]:
@@ -81,7 +90,7 @@ class Broker:
         if state is None:
             return []
         state.buffer += data
-        state.last_seen = now
+        state.last_seen = self._now = now
         actions: list[Action] = []
         while connection in self._connections and state.parked is None:
             try:
@@ -92,6 +101,7 @@ class Broker:
                 del state.buffer[:taken]
                 state.packets += 1
                 packet = decode(first, body, state.version)
+                p.check_values(packet)
                 actions += self._handle(connection, state, packet, now)
             except p.PacketError as error:
                 actions += self._refuse(connection, state, error.code, str(error))
@@ -110,6 +120,7 @@ class Broker:
         state = self._connections.get(connection)
         if state is None or state.parked is None:
             return []
+        self._now = now
         packet, state.parked = state.parked, None
         if (subscriptions or in_flight) and packet.client_id not in self.sessions:
             session = Session(packet.client_id, packet.version, None, 0.0, away_since=now)
@@ -138,28 +149,43 @@ class Broker:
         state = self._connections.pop(connection, None)
         if state is None or state.session is None:
             return []
+        self._now = max(self._now, now)
         session = state.session
         will, session.will = session.will, None
         actions = self._leave(session, now)
-        if will is not None:
-            actions += self._publish(
-                p.Publish(
-                    will.topic, will.payload, will.qos, will.retain, properties=will.properties
-                ),
-                session.client_id,
-            )
-        return actions
+        if will is None:
+            return actions
+        delay = p.prop(will.properties, 0x18, 0)
+        if isinstance(delay, int) and delay > 0 and self.sessions.get(session.client_id) is session:
+            session.delayed_will = (will, now + delay)  # rule 3: ``tick`` or the session's end
+            return actions
+        return actions + self._publish_will(session, will)
+
+    def _publish_will(self, session: Session, will: p.Will) -> list[Action]:
+        """Publish ``will`` without its Will Delay Interval, a CONNECT property only (rule 3)."""
+        properties = tuple((k, v) for k, v in will.properties if k != 0x18)
+        message = p.Publish(will.topic, will.payload, will.qos, will.retain, properties=properties)
+        return self._publish(message, session.client_id)
 
     def tick(self, now: float) -> list[Action]:
-        """Close connections past their keep alive and drop sessions that expired (rule 8)."""
+        """Close connections past their keep alive (rule 8), drop sessions that expired and
+        publish the wills whose delay passed or whose session ended (rule 3)."""
+        self._now = now
         actions: list[Action] = []
         for connection, state in list(self._connections.items()):
             limit = state.keepalive * 1.5
             if state.keepalive and now - state.last_seen > limit:
                 actions += self._refuse(connection, state, p.KEEP_ALIVE_TIMEOUT, "keep alive")
         for session in list(self.sessions.values()):
-            if session.connection is None and session.expired(now):
+            if session.connection is not None:
+                continue
+            ended = session.expired(now)
+            if ended:
                 self._end(session)
+            due = session.delayed_will
+            if due is not None and (ended or now >= due[1]):
+                session.delayed_will = None
+                actions += self._publish_will(session, due[0])
         return actions
 
     # -- packets ---------------------------------------------------------------------------
@@ -168,11 +194,7 @@ class Broker:
         self, connection: int, state: _Connection, packet: p.Packet, now: float
     ) -> list[Action]:
         if state.session is None:
-            if not isinstance(packet, p.Connect):
-                raise p.PacketError(
-                    "the first packet must be CONNECT [MQTT-3.1.0-1]", p.PROTOCOL_ERROR
-                )
-            return self._connect(connection, state, packet, now)
+            return self._first(connection, state, packet, now)
         session = state.session
         match packet:
             case p.Publish():
@@ -203,6 +225,17 @@ class Broker:
                 raise p.PacketError(f"{name} is not sent to a server", p.PROTOCOL_ERROR)
         return actions
 
+    def _first(
+        self, connection: int, state: _Connection, packet: p.Packet, now: float
+    ) -> list[Action]:
+        """A connection's first packet: a CONNECT (rules 1 and 7)."""
+        if not isinstance(packet, p.Connect):
+            raise p.PacketError("the first packet must be CONNECT [MQTT-3.1.0-1]", p.PROTOCOL_ERROR)
+        if p.prop(packet.properties, 0x15) is not None:  # no AUTH exchange here
+            ack = encode(p.ConnAck(False, p.BAD_AUTHENTICATION_METHOD), p.V5)
+            return [Send(connection, ack), Close(connection, "enhanced authentication")]
+        return self._connect(connection, state, packet, now)
+
     def _connect(
         self, connection: int, state: _Connection, packet: p.Connect, now: float, park: bool = True
     ) -> list[Action]:
@@ -226,9 +259,9 @@ class Broker:
         old = self.sessions.get(client_id)
         if old is not None and old.connection is not None:
             actions += self._take_over(old, now)
-        if old is not None and packet.clean_start:
-            self._end(old)
-            old = None
+        if old is not None:
+            actions += self._returning(old, packet.clean_start)
+            old = None if packet.clean_start else old
         expiry = self._expiry(packet)
         if old is None:
             session = Session(client_id, packet.version, connection, expiry)
@@ -252,6 +285,15 @@ class Broker:
         ack = p.ConnAck(old is not None, p.SUCCESS, tuple(properties))
         actions.append(Send(connection, encode(ack, session.version)))
         return actions + self._resume(session)
+
+    def _returning(self, old: Session, clean_start: bool) -> list[Action]:
+        """A CONNECT for ``old``'s client id: its delayed will is not sent, unless clean start
+        ends the session (rule 3)."""
+        delayed, old.delayed_will = old.delayed_will, None
+        if not clean_start:
+            return []
+        self._end(old)
+        return [] if delayed is None else self._publish_will(old, delayed[0])
 
     def _expiry(self, packet: p.Connect) -> float:
         return min(_requested_expiry(packet), self.limits.session_expiry)
@@ -296,7 +338,11 @@ class Broker:
 
     def _client_publish(self, connection: int, session: Session, packet: p.Publish) -> list[Action]:
         if p.prop(packet.properties, 0x23) is not None:
-            raise p.PacketError("a topic alias, past Topic Alias Maximum 0", p.PROTOCOL_ERROR)
+            raise p.PacketError("a topic alias, past Topic Alias Maximum 0", p.TOPIC_ALIAS_INVALID)
+        if p.prop(packet.properties, 0x0B) is not None:
+            raise p.PacketError(
+                "a Subscription Identifier from a client [MQTT-3.3.4-6]", p.PROTOCOL_ERROR
+            )
         try:
             topic_levels(packet.topic)
         except InvalidView as error:
@@ -330,6 +376,7 @@ class Broker:
         *,
         plain: bool = True,
         shares: Collection[str] | None = None,
+        now: float | None = None,
     ) -> list[Action]:
         """Deliver ``message`` from elsewhere (another relay) to this relay's clients.
 
@@ -339,7 +386,11 @@ class Broker:
             plain: deliver it to the matching plain subscriptions.
             shares: the shared subscriptions (``$share/GROUP/filter`` texts) this relay was
                 chosen to deliver it to one member of; None: every matching one.
+            now: the time it came (its Message Expiry Interval starts then); None: the last
+                event's.
         """
+        if now is not None:
+            self._now = now
         return self._deliver(message, origin, plain, shares)
 
     def _publish(self, message: p.Publish, client_id: str) -> list[Action]:
@@ -356,6 +407,9 @@ class Broker:
     ) -> list[Action]:
         if self.on_deliver is not None:
             self.on_deliver(message)
+        interval = p.prop(message.properties, 0x02)
+        if message.expires is None and isinstance(interval, int):
+            message = replace(message, expires=self._now + interval)  # rule 9
         if message.retain:
             if message.payload:
                 self.retained[message.topic] = message
@@ -366,7 +420,14 @@ class Broker:
             message, origin, plain, shares
         ):
             properties = message.properties + tuple((0x0B, i) for i in identifiers)
-            copy = p.Publish(message.topic, message.payload, qos, retain, properties=properties)
+            copy = p.Publish(
+                message.topic,
+                message.payload,
+                qos,
+                retain,
+                properties=properties,
+                expires=message.expires,
+            )
             if self.on_offer is None or self.on_offer(session, message, copy):
                 actions += self._offer(session, copy)
         return actions
@@ -381,6 +442,12 @@ class Broker:
 
     def _send(self, session: Session, message: p.Publish) -> list[Action]:
         assert session.connection is not None
+        if message.expires is not None:  # rule 9
+            left = message.expires - self._now
+            if left <= 0:
+                self.expired += 1
+                return []
+            message = replace(message, properties=_expiring(message.properties, math.ceil(left)))
         if message.qos:
             message = replace(message, packet_id=session.next_packet_id())
             session.in_flight[message.packet_id or 0] = message
@@ -433,11 +500,15 @@ class Broker:
                 min(qos, message.qos),
                 True,
                 properties=message.properties,
+                expires=message.expires,
             )
             actions += self._offer(session, copy)
         return actions
 
     def _retained_for(self, filter: str) -> list[p.Publish]:
+        for topic, message in list(self.retained.items()):
+            if message.expires is not None and message.expires <= self._now:
+                del self.retained[topic]  # rule 9: an expired retained message is gone
         return [m for topic, m in sorted(self.retained.items()) if matches(filter, topic)]
 
     def _unsubscribe(
@@ -471,7 +542,10 @@ class Broker:
         self.refused += 1
         actions: list[Action] = []
         if state.version == p.V5 and state.session is not None:
-            actions.append(Send(connection, encode(p.Disconnect(code, ((0x1F, why[:200]),)), p.V5)))
+            data = encode(p.Disconnect(code, ((0x1F, why[:200]),)), p.V5)
+            if len(data) > state.session.max_packet_size:  # [MQTT-3.14.2-3]: the reason goes
+                data = encode(p.Disconnect(code), p.V5)
+            actions.append(Send(connection, data))
         elif state.session is None and code == p.UNSUPPORTED_PROTOCOL_VERSION:
             # 3.1.1's return code 1 reads the same to either version's client [MQTT-3.1.2-2]
             actions.append(Send(connection, encode(p.ConnAck(False, 0x01), p.V311)))
@@ -498,6 +572,11 @@ def _requested_expiry(packet: p.Connect) -> float:
     if packet.version == p.V5:
         return float(p.prop(packet.properties, 0x11, 0))  # type: ignore[arg-type]
     return 0.0 if packet.clean_start else float("inf")
+
+
+def _expiring(properties: p.Properties, left: int) -> p.Properties:
+    """``properties`` with Message Expiry Interval ``left`` seconds (rule 9)."""
+    return tuple((k, left if k == 0x02 else v) for k, v in properties)
 
 
 def _forwarded(properties: p.Properties) -> p.Properties:

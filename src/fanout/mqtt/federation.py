@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -317,7 +318,11 @@ class Cluster:
                     message, origin, plain, shares, (sender, number) = read_peer_packet(packet)
                     if not sender or self._incoming.accept(sender, number):
                         self.received += 1
-                        self.apply(self.broker.publish(message, origin, plain=plain, shares=shares))
+                        now = time.monotonic()  # its expiry starts here (broker rule 9)
+                        delivered = self.broker.publish(
+                            message, origin, plain=plain, shares=shares, now=now
+                        )
+                        self.apply(delivered)
                 if sender:  # rule 5: the last delivered, after each read
                     ack = p.Publish(ACK, str(self._incoming.last.get(sender, 0)).encode())
                     writer.write(encode(ack, p.V5))

@@ -1,14 +1,21 @@
 """The asyncio shell of the relay's MQTT broker: sockets, time, and nothing else.
 
 Each connection is read by its own task and its bytes handed to ``Broker.receive``; what comes
-back is carried out here. Bounds (``style`` rule 4): a connection is read at most
-``read_rate`` packets a second after a burst of ``read_burst`` (past that it is not read for a
-while, and TCP slows its sender down, so a flood from one client does not slow the others); a
-connection whose unsent bytes pass ``max_buffered`` is closed as a slow consumer.
+back is carried out here. A connection is a ``Link`` (TCP or TLS here, a WebSocket in
+``mqtt.ws``): all go through ``serve``, so through one CONNECT path. Bounds (``style`` rule 4):
+a connection is read at most ``read_rate`` packets a second after a burst of ``read_burst``
+(past that it is not read for a while, and TCP slows its sender down, so a flood from one client
+does not slow the others); a connection whose unsent bytes pass ``max_buffered`` is closed as a
+slow consumer.
 
 A ``Persist`` holds back what follows it for its connection until ``on_persist`` wrote the
 session (then it goes, in order); a write that fails closes the connection (its client comes
 back to the session as this relay holds it).
+
+A ``Close`` ends the connection gracefully: what was written goes, then (TCP) a FIN; what the
+client still sends is read and dropped until it closes, ``LINGER`` seconds at most — closing a
+socket with unread bytes would reset it, and the reset can destroy the DISCONNECT (5.0 4.13)
+on its way.
 """
 
 from __future__ import annotations
@@ -17,9 +24,10 @@ import asyncio
 import contextlib
 import itertools
 import logging
+import ssl
 import time
-from collections.abc import Awaitable, Callable, Coroutine, Iterable
-from typing import Any
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Iterable
+from typing import Any, Protocol
 
 from fanout.buckets import Throttle
 from fanout.mqtt.actions import Action, Close, Persist, Published, Restore, Send
@@ -28,6 +36,45 @@ from fanout.mqtt.broker import Broker
 log = logging.getLogger(__name__)
 
 READ_SIZE = 65536
+#: Seconds a closed connection is still read (and dropped) for its client to close first.
+LINGER = 2.0
+
+
+class Link(Protocol):
+    """One client's connection as the listener writes to it (TCP, or a WebSocket)."""
+
+    def write(self, data: bytes) -> None:
+        """Send ``data`` (in order, after what was written before)."""
+
+    def buffered(self) -> int:
+        """Bytes written and not yet sent."""
+
+    def finish(self) -> None:
+        """End the connection after what was written (the client is to close it now)."""
+
+    def abort(self) -> None:
+        """Drop the connection at once."""
+
+
+class TcpLink:
+    """A TCP (or TLS) connection's ``Link``."""
+
+    def __init__(self, writer: asyncio.StreamWriter) -> None:
+        self.writer = writer
+
+    def write(self, data: bytes) -> None:
+        if not self.writer.is_closing():
+            self.writer.write(data)
+
+    def buffered(self) -> int:
+        return self.writer.transport.get_write_buffer_size()
+
+    def finish(self) -> None:
+        if self.writer.can_write_eof():  # not over TLS: there the client closes on DISCONNECT
+            self.writer.write_eof()
+
+    def abort(self) -> None:
+        self.writer.transport.abort()
 
 
 class Listener:
@@ -44,10 +91,12 @@ class Listener:
         max_buffered: int = 8 << 20,
         on_published: Callable[[Published], None] | None = None,
         on_filters: Callable[[list[tuple[str, int]]], None] | None = None,
+        tls: ssl.SSLContext | None = None,
     ) -> None:
         """A listener for ``broker``; ``on_published`` hears every message clients publish,
-        ``on_filters`` every subscription taken (+1) or dropped (-1)."""
+        ``on_filters`` every subscription taken (+1) or dropped (-1); ``tls``: serve TLS."""
         self.broker = broker
+        self.tls = tls
         self.host, self.port = host, port
         self.read_rate, self.read_burst, self.max_buffered = read_rate, read_burst, max_buffered
         self.on_published = on_published
@@ -59,7 +108,9 @@ class Listener:
         #: Run alongside the listener (``fromlog``'s feed), ended with it.
         self.companions: list[Callable[[], Coroutine[Any, Any, None]]] = []
         self.slow_closed = 0
-        self._writers: dict[int, asyncio.StreamWriter] = {}
+        self._links: dict[int, Link] = {}
+        #: Connections closed and lingering (``LINGER``), with the timer that aborts them.
+        self._finishing: dict[int, asyncio.TimerHandle] = {}
         self._ids = itertools.count(1)
         #: Connections whose output waits for a ``Persist``: what waits, and whether another
         #: ``Persist`` came meanwhile (the session is written once more before it goes).
@@ -70,7 +121,7 @@ class Listener:
 
     async def run(self, ready: Callable[[int], None] | None = None) -> None:
         """Serve until cancelled; ``ready(port)`` is called once listening."""
-        server = await asyncio.start_server(self._serve, self.host, self.port)
+        server = await asyncio.start_server(self._serve, self.host, self.port, ssl=self.tls)
         async with server, asyncio.TaskGroup() as tasks:
             self._tasks = tasks
             for companion in self.companions:
@@ -84,8 +135,8 @@ class Listener:
                     self.apply(self.broker.tick(time.monotonic()))
             finally:
                 self._tasks = None
-                for writer in list(self._writers.values()):
-                    writer.transport.abort()
+                for link in list(self._links.values()):
+                    link.abort()
 
     def apply(self, actions: Iterable[Action]) -> None:
         """Carry out what the broker said: write, close, hand on published messages."""
@@ -95,18 +146,16 @@ class Listener:
             elif isinstance(action, Persist):
                 self._persist(action)
             elif isinstance(action, Send):
-                writer = self._writers.get(action.connection)
-                if writer is None or writer.is_closing():
+                link = self._links.get(action.connection)
+                if link is None or action.connection in self._finishing:
                     continue
-                writer.write(action.data)
-                if writer.transport.get_write_buffer_size() > self.max_buffered:
+                link.write(action.data)
+                if link.buffered() > self.max_buffered:
                     self.slow_closed += 1
                     log.info("mqtt connection %d closed: slow consumer", action.connection)
-                    writer.transport.abort()
+                    link.abort()
             elif isinstance(action, Close):
-                writer = self._writers.get(action.connection)
-                if writer is not None:
-                    writer.close()  # after what was written before
+                self._finish(action.connection)
             elif isinstance(action, Restore):
                 if self.on_restore is None:
                     raise RuntimeError("the broker parked a CONNECT and nobody restores it")
@@ -116,6 +165,14 @@ class Listener:
         changes = self.broker.take_filter_changes()  # taken always: the list is bounded
         if changes and self.on_filters is not None:
             self.on_filters(changes)
+
+    def _finish(self, connection: int) -> None:
+        """Close ``connection`` after what was written; abort it ``LINGER`` seconds on."""
+        link = self._links.get(connection)
+        if link is None or connection in self._finishing:
+            return
+        link.finish()
+        self._finishing[connection] = asyncio.get_running_loop().call_later(LINGER, link.abort)
 
     def _persist(self, action: Persist) -> None:
         if self.on_persist is None:
@@ -147,15 +204,24 @@ class Listener:
             self.apply(self._held.pop(connection, []))
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            await self.serve(TcpLink(writer), _chunks(reader))
+        finally:
+            writer.close()
+            with contextlib.suppress(ConnectionError, OSError):
+                await writer.wait_closed()
+
+    async def serve(self, link: Link, chunks: AsyncIterator[bytes]) -> None:
+        """Serve one client's connection: ``chunks`` are its bytes as read, ``link`` its way
+        back; returns when the connection ends (its will, if any, went out)."""
         connection = next(self._ids)
-        self._writers[connection] = writer
+        self._links[connection] = link
         throttle = Throttle(self.read_rate, self.read_burst) if self.read_rate > 0 else None
         self.broker.opened(connection, time.monotonic())
         try:
-            while not writer.is_closing():
-                data = await reader.read(READ_SIZE)
-                if not data:
-                    break
+            async for data in chunks:
+                if connection in self._finishing:
+                    continue  # closed: read and dropped until the client closes (``LINGER``)
                 before = self.broker.packets(connection)
                 self.apply(self.broker.receive(connection, data, time.monotonic()))
                 if throttle is not None:
@@ -167,7 +233,13 @@ class Listener:
             pass  # the client went away: its will goes out below
         finally:
             self.apply(self.broker.lost(connection, time.monotonic()))
-            del self._writers[connection]
-            writer.close()
-            with contextlib.suppress(ConnectionError, OSError):
-                await writer.wait_closed()
+            del self._links[connection]
+            timer = self._finishing.pop(connection, None)
+            if timer is not None:
+                timer.cancel()
+
+
+async def _chunks(reader: asyncio.StreamReader) -> AsyncIterator[bytes]:
+    """What ``reader`` reads, until the end of its stream."""
+    while data := await reader.read(READ_SIZE):
+        yield data

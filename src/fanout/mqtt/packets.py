@@ -8,6 +8,8 @@ brackets):
 3. Strings are well-formed UTF-8 without U+0000 [MQTT-1.5.4-1, MQTT-1.5.4-2].
 4. A 5.0 property appears once (but User Property, and Subscription Identifier in PUBLISH)
    [MQTT-2.2.2-1]; one not allowed in the packet is a protocol error.
+5. Some property values are protocol errors (``check_values``), checked by the receiving broker:
+   the codec reads and writes them, so that a test can send them.
 
 A malformed packet raises :class:`PacketError` with the 5.0 reason code to answer (0x81, 0x82,
 0x95); a 3.1.1 receiver closes the connection instead.
@@ -33,6 +35,7 @@ MALFORMED_PACKET = 0x81
 PROTOCOL_ERROR = 0x82
 UNSUPPORTED_PROTOCOL_VERSION = 0x84
 CLIENT_ID_NOT_VALID = 0x85
+BAD_AUTHENTICATION_METHOD = 0x8C
 SERVER_UNAVAILABLE = 0x88
 SERVER_SHUTTING_DOWN = 0x8B
 KEEP_ALIVE_TIMEOUT = 0x8D
@@ -42,6 +45,7 @@ TOPIC_NAME_INVALID = 0x90
 PACKET_TOO_LARGE = 0x95
 PACKET_ID_NOT_FOUND = 0x92
 RECEIVE_MAXIMUM_EXCEEDED = 0x93
+TOPIC_ALIAS_INVALID = 0x94
 QUOTA_EXCEEDED = 0x97
 QOS_NOT_SUPPORTED = 0x9B
 SHARED_SUBSCRIPTIONS_NOT_SUPPORTED = 0x9E
@@ -134,7 +138,8 @@ class ConnAck:
 
 @dataclass(frozen=True)
 class Publish:
-    """PUBLISH (3.3); ``packet_id`` is None at QoS 0."""
+    """PUBLISH (3.3); ``packet_id`` is None at QoS 0. ``expires`` is not on the wire: the
+    broker's time (monotonic seconds) its Message Expiry Interval ends at, once it took it."""
 
     topic: str
     payload: bytes = b""
@@ -143,6 +148,7 @@ class Publish:
     dup: bool = False
     packet_id: int | None = None
     properties: Properties = ()
+    expires: float | None = None
 
 
 @dataclass(frozen=True)
@@ -251,6 +257,23 @@ Packet: TypeAlias = (
     | PingResp
     | Disconnect
 )
+
+
+def check_values(packet: Packet) -> None:
+    """Property values 5.0 calls protocol errors, which a receiver checks past the codec:
+    CONNECT's Receive Maximum or Maximum Packet Size 0, Request Problem or Response Information
+    other than 0 or 1 (3.1.2.11); a SUBSCRIBE's Subscription Identifier 0 (3.8.2.1.2).
+
+    Raises:
+        PacketError: the first such value (0x82).
+    """
+    for ident, value in packet.properties if isinstance(packet, Connect | Subscribe) else ():
+        name = PROPERTIES[ident][0]
+        zero = ident in (0x21, 0x27) if isinstance(packet, Connect) else ident == 0x0B
+        if zero and value == 0:
+            raise PacketError(f"{type(packet).__name__}: {name} 0", PROTOCOL_ERROR)
+        if isinstance(packet, Connect) and ident in (0x17, 0x19) and value not in (0, 1):
+            raise PacketError(f"CONNECT: {name} {value} is neither 0 nor 1", PROTOCOL_ERROR)
 
 
 def prop(properties: Properties, ident: int, default: object = None) -> object:

@@ -43,6 +43,9 @@ class Session:
     connection: int | None
     expiry: float
     will: Will | None = None
+    #: A will whose Will Delay Interval runs: published at that time (monotonic) or when the
+    #: session ends, whichever comes first; not if the client comes back (broker rule 3).
+    delayed_will: tuple[Will, float] | None = None
     subscriptions: dict[str, tuple[int, Subscription]] = field(default_factory=dict)
     in_flight: OrderedDict[int, Publish] = field(default_factory=OrderedDict)
     queued: deque[Publish] = field(default_factory=deque)

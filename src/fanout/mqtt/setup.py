@@ -1,6 +1,7 @@
 """A relay's MQTT front end (``relay.api.FrontEnd``), made from its ``RelayConfig``: the
-listener, the ingest link into topic datasets, the cluster membership and its persistent
-sessions in Redis (each only if configured)."""
+listener (TCP, or TLS), MQTT over WebSockets on the relay's port, the ingest link into topic
+datasets, the cluster membership and its persistent sessions in Redis (each only if
+configured)."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import uuid
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
+from fanout import tls
 from fanout.cluster.registry import connect as redis_cluster
 from fanout.mqtt.actions import Published
 from fanout.mqtt.broker import Broker
@@ -21,6 +23,7 @@ from fanout.mqtt.listener import Listener
 from fanout.mqtt.matchtable import MatchTable
 from fanout.mqtt.producer import ProducerLink
 from fanout.mqtt.stored import SessionStore
+from fanout.mqtt.ws import MqttWebSockets
 from fanout.relay.api import RelayApi
 
 if TYPE_CHECKING:
@@ -36,6 +39,7 @@ class MqttFrontEnd:
         listener: serves MQTT clients (``mqtt.listener``).
         ingest: keeps retained messages in topic datasets (``mqtt.producer``), if any.
         cluster: the relays' shared match table and forwarding (``mqtt.federation``), if any.
+        websockets: MQTT over WebSockets on the relay's port (``mqtt.ws``), if on.
     """
 
     def __init__(self, config: RelayConfig) -> None:
@@ -44,6 +48,19 @@ class MqttFrontEnd:
         self._relay: RelayApi | None = None
         self._tasks: list[asyncio.Task[None]] = []
         self.listener, self.ingest, self.cluster = mqtt_parts(config, self._url)
+        self.websockets: MqttWebSockets | None = None
+
+    def on_the_port(self, port: Callable[[], asyncio.Server | None]) -> MqttWebSockets | None:
+        """MQTT over WebSockets on the relay's port (``port()``, its listener), if configured:
+        the composition root hands it the port's MQTT upgrades (``http.server``)."""
+        if self._config.mqtt.websocket:
+            self.websockets = MqttWebSockets(
+                self.listener,
+                port,
+                open_timeout=self._config.limits.hello_timeout,
+                tls=self._config.listening.tls_cert is not None,
+            )
+        return self.websockets
 
     @property
     def port(self) -> int:
@@ -69,10 +86,16 @@ class MqttFrontEnd:
         self._tasks.append(tasks.create_task(self.listener.run(lambda _: listening.set())))
         await listening.wait()
         where = self._config.listening.host
-        log.info("relay %s: MQTT on %s:%d", self._config.name, where, self.listener.port)
+        over = "TLS" if self.listener.tls is not None else "TCP"
+        log.info("relay %s: MQTT over %s on %s:%d", self._config.name, over, where, self.port)
+        if self.websockets is not None:
+            await self.websockets.start()
+            log.info("relay %s: MQTT over WebSockets on the relay's port", self._config.name)
 
     async def stop(self) -> None:
         """Stop listening and leave the cluster: its tasks end."""
+        if self.websockets is not None:
+            await self.websockets.stop()
         for task in self._tasks:
             task.cancel()
         if self._tasks:
@@ -92,14 +115,19 @@ def mqtt_parts(
     reads the dataset's log there (``fromlog``; in a cluster also for persistent sessions,
     ``durable``), unless its port asks for tokens or TLS.
     """
-    assert config.mqtt.port is not None
-    broker = Broker(config.mqtt.limits)
+    mqtt = config.mqtt
+    assert mqtt.port is not None
+    broker = Broker(mqtt.limits)
+    context = None
+    if mqtt.tls_cert is not None and mqtt.tls_key is not None:
+        context = tls.server_context(mqtt.tls_cert, mqtt.tls_key, mqtt.tls_client_ca)
     listener = Listener(
         broker,
         config.listening.host,
-        config.mqtt.port,
+        mqtt.port,
         read_rate=config.limits.read_rate,
         read_burst=config.limits.read_burst,
+        tls=context,
     )
     link = feed = None
     routes = Routes(config.mqtt.dataset, config.mqtt.routes)

@@ -275,6 +275,10 @@ class Mqtt:
         peer_advertise: ``host:port`` other relays reach that port at, for a relay behind
             NAT or a TCP proxy (None: the listening host and the port as it listens).
         lease: seconds a dead relay stays a subscriber in the shared table.
+        tls_cert, tls_key: PEM files: the MQTT port serves TLS with them (None: plain TCP).
+        tls_client_ca: PEM file of the authorities whose client certificates the MQTT port
+            asks for and requires (None: no client certificate asked for).
+        websocket: also serve MQTT over WebSockets (subprotocol ``mqtt``) on the relay's port.
     """
 
     port: int | None = None
@@ -285,6 +289,22 @@ class Mqtt:
     peer_port: int = 0
     peer_advertise: str | None = None
     lease: float = 3.0
+    tls_cert: Path | None = None
+    tls_key: Path | None = None
+    tls_client_ca: Path | None = None
+    websocket: bool = False
+
+    def __post_init__(self) -> None:
+        """Raises:
+        ConfigError: a certificate without its key (or the other way round), client
+            certificates without TLS, TLS or WebSockets without an MQTT port.
+        """
+        if self.port is None and (self.tls_cert is not None or self.websocket):
+            raise ConfigError("--mqtt-tls-* and --mqtt-websocket need --mqtt-port")
+        if (self.tls_cert is None) != (self.tls_key is None):
+            raise ConfigError("MQTT TLS needs both a certificate and its key (--mqtt-tls-*)")
+        if self.tls_client_ca is not None and self.tls_cert is None:
+            raise ConfigError("--mqtt-tls-client-ca needs --mqtt-tls-cert and --mqtt-tls-key")
 
 
 @dataclass(frozen=True)

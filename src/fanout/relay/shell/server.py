@@ -95,6 +95,9 @@ class RelayServer:
             tls_files=where.tls,
         )
         self.mqtt = MqttFrontEnd(config) if config.mqtt.port is not None else None
+        mqtt_websockets = None if self.mqtt is None else self.mqtt.on_the_port(self._listener)
+        if mqtt_websockets is not None:
+            self.http.mqtt_upgrade = mqtt_websockets.take
         #: Why a front end could not start, if one could not.
         self._not_started: Exception | None = None
         self.upstream = UpstreamLink(
@@ -133,6 +136,9 @@ class RelayServer:
             self.upstream.sharing = self.membership.sharing
         self.registry = None if self.membership is None else self.membership.registry
         self.balancer = None if self.membership is None else self.membership.balancer
+
+    def _listener(self) -> asyncio.Server | None:
+        return self.http.listener
 
     @property
     def port(self) -> int | None:

@@ -1,0 +1,205 @@
+"""MQTT over WebSockets on the relay's port (MQTT 5.0 section 6; 3.1.1 section 6).
+
+The HTTP front end hands over each upgrade that asks for the subprotocol ``mqtt`` or the path
+``/mqtt`` (``http.server``); a websockets connection on its transport runs the opening
+handshake (subprotocol ``mqtt`` chosen when offered), then its binary messages are the MQTT
+bytes, served by the listener as a TCP connection's are (``Listener.serve``: one CONNECT path,
+one broker). Rules:
+
+1. Packets need not follow message boundaries [MQTT-6.0.0-2]: bytes go to the broker as they
+   come, and what the broker sends for one turn goes in one message.
+2. A text message closes the connection [MQTT-6.0.0-1].
+3. Bounded: a message over ``Limits.max_packet`` plus ``READ_SIZE`` closes the connection
+   (1009); at most ``MAX_QUEUE`` messages are read ahead; what waits to be sent counts toward the
+   listener's slow-consumer bound.
+4. The lifecycle is the one ``websockets.asyncio.server.serve`` gives (``websocket.server``):
+   stopping closes the connections with 1001 and waits for them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections import deque
+from collections.abc import AsyncIterator, Callable, Sequence
+
+from websockets.asyncio.server import Server, ServerConnection
+from websockets.exceptions import ConnectionClosed, NegotiationError
+from websockets.frames import CloseCode
+from websockets.http11 import SERVER
+from websockets.protocol import State
+from websockets.server import ServerProtocol
+from websockets.typing import Subprotocol
+
+from fanout.mqtt.listener import READ_SIZE, Listener
+
+log = logging.getLogger(__name__)
+
+#: Messages read ahead of the broker per connection (websockets' ``max_queue``).
+MAX_QUEUE = 4
+SUBPROTOCOL = Subprotocol("mqtt")
+
+
+class WebSocketLink:
+    """A WebSocket connection as the listener writes to it (``listener.Link``): what the
+    broker sends waits here, counted, until ``send`` writes it as one binary message."""
+
+    def __init__(self, connection: ServerConnection) -> None:
+        self.connection = connection
+        self._waiting: deque[bytes] = deque()
+        self._bytes = 0
+        self._more = asyncio.Event()
+        self._finished = False
+
+    def write(self, data: bytes) -> None:
+        if not self._finished:
+            self._waiting.append(data)
+            self._bytes += len(data)
+            self._more.set()
+
+    def buffered(self) -> int:
+        return self._bytes + self.connection.transport.get_write_buffer_size()
+
+    def finish(self) -> None:
+        self._finished = True  # ``send`` closes the connection (1000) after what waits
+        self._more.set()
+
+    def abort(self) -> None:
+        self.connection.transport.abort()
+
+    async def send(self) -> None:
+        """Write what waits, one message a turn (rule 1), until ``finish``; then close."""
+        while True:
+            await self._more.wait()
+            self._more.clear()
+            if self._waiting:
+                data = b"".join(self._waiting)
+                self._waiting.clear()
+                await self.connection.send(data)
+                self._bytes -= len(data)
+            if self._finished:
+                await self.connection.close()
+                return
+
+
+class MqttWebSockets:
+    """MQTT clients over WebSockets on the relay's port, served by ``listener``."""
+
+    def __init__(
+        self,
+        listener: Listener,
+        port: Callable[[], asyncio.Server | None],
+        *,
+        open_timeout: float,
+        tls: bool,
+    ) -> None:
+        """Args:
+        listener: the MQTT listener whose broker serves them.
+        port: the relay's port's listener (``http.server.HttpFrontEnd``), once it listens.
+        open_timeout: seconds the opening handshake may take.
+        tls: whether the port serves TLS (asyncio's TLS transport pauses differently).
+        """
+        self.listener = listener
+        self._port = port
+        self._open_timeout = open_timeout
+        self._tls = tls
+        self._server: Server | None = None
+        self.text_refused = 0
+
+    async def start(self) -> None:
+        """Take upgrades from now on (the relay's port listens)."""
+        server = Server(self._listening, self._lifecycle)
+        await server
+        self._server = server
+
+    async def stop(self) -> None:
+        """Close the connections (1001) and wait for them."""
+        if self._server is not None:
+            self._server.close()
+            await self._server.wait_closed()
+
+    def take(self, transport: asyncio.Transport, head: bytes) -> None:
+        """An upgrade for MQTT: a websockets connection on ``transport`` reads the request from
+        ``head`` and runs its handshake, then ``_serve``."""
+        if self._server is None or not self._server.is_serving():
+            transport.abort()  # not serving yet, or stopping
+            return
+        protocol = ServerProtocol(
+            subprotocols=[SUBPROTOCOL],
+            select_subprotocol=_select,
+            max_size=self.listener.broker.limits.max_packet + READ_SIZE,
+        )
+        connection = ServerConnection(
+            protocol, self._server, max_queue=MAX_QUEUE, write_limit=1 if self._tls else 0
+        )
+        transport.set_protocol(connection)
+        connection.connection_made(transport)  # starts ``_lifecycle`` under the server
+        connection.data_received(head)
+
+    async def _listening(self) -> asyncio.Server:
+        listener = self._port()
+        assert listener is not None, "the relay's port listens before MQTT is taken on it"
+        return listener
+
+    async def _lifecycle(self, connection: ServerConnection) -> None:
+        """One connection's life (rule 4): the handshake, ``_serve``, the close."""
+        server = self._server
+        assert server is not None
+        try:
+            async with asyncio.timeout(self._open_timeout):
+                await connection.handshake(server_header=SERVER)
+            if connection.protocol.state is not State.OPEN:
+                connection.transport.abort()
+                return
+            server.all_connections.add(connection)
+            try:
+                async with connection:
+                    await self._serve(connection)
+            except Exception:
+                log.error("MQTT over WebSocket handler failed", exc_info=True)
+            finally:
+                server.all_connections.discard(connection)
+        except Exception:  # the opening handshake timed out, or failed unexpectedly
+            connection.transport.abort()
+        finally:
+            task = asyncio.current_task()
+            if task is not None:
+                server.handler_tasks.discard(task)
+
+    async def _serve(self, connection: ServerConnection) -> None:
+        link = WebSocketLink(connection)
+        async with asyncio.TaskGroup() as tasks:
+            sender = tasks.create_task(_sending(link))
+            await self.listener.serve(link, self._messages(connection))
+            sender.cancel()
+
+    async def _messages(self, connection: ServerConnection) -> AsyncIterator[bytes]:
+        """The binary messages' bytes until the connection closes (rule 2: a text one ends it)."""
+        try:
+            async for message in connection:
+                if isinstance(message, str):
+                    self.text_refused += 1
+                    await connection.close(CloseCode.UNSUPPORTED_DATA, "MQTT is sent in binary")
+                    return
+                yield message
+        except ConnectionClosed:
+            return
+
+
+async def _sending(link: WebSocketLink) -> None:
+    with contextlib.suppress(ConnectionClosed):  # the client went away: ``serve`` ends too
+        await link.send()
+
+
+def _select(protocol: ServerProtocol, offered: Sequence[Subprotocol]) -> Subprotocol | None:
+    """``mqtt`` if the client offers it; none if it offers none (it asked for ``/mqtt``).
+
+    Raises:
+        NegotiationError: it offers only others (websockets answers 400).
+    """
+    if not offered:
+        return None
+    if SUBPROTOCOL in offered:
+        return SUBPROTOCOL
+    raise NegotiationError(f"MQTT over WebSockets speaks {SUBPROTOCOL!r}, not {list(offered)}")
