@@ -2,20 +2,10 @@
 
 Each connection is read by its own task and its bytes handed to ``Broker.receive``; what comes
 back is carried out here. A connection is a ``Link`` (TCP or TLS here, a WebSocket in
-``mqtt.ws``): all go through ``serve``, so through one CONNECT path. Bounds (``style`` rule 4):
-a connection is read at most ``read_rate`` packets a second after a burst of ``read_burst``
-(past that it is not read for a while, and TCP slows its sender down, so a flood from one client
-does not slow the others); a connection whose unsent bytes pass ``max_buffered`` is closed as a
-slow consumer.
-
-A ``Persist`` holds back what follows it for its connection until ``on_persist`` wrote the
-session (then it goes, in order); a write that fails closes the connection (its client comes
-back to the session as this relay holds it).
-
-A ``Close`` ends the connection gracefully: what was written goes, then (TCP) a FIN; what the
-client still sends is read and dropped until it closes, ``LINGER`` seconds at most — closing a
-socket with unread bytes would reset it, and the reset can destroy the DISCONNECT (5.0 4.13)
-on its way.
+``mqtt.ws``): all go through ``serve``, so through one CONNECT path. Reads are rate-limited per
+connection, a slow consumer is closed past ``max_buffered``, a ``Persist`` holds back what
+follows it until the session is written, and a ``Close`` lingers (``LINGER``) reading and
+dropping what the client still sends: ``docs/mqtt.md`` (How it is built) says why each.
 """
 
 from __future__ import annotations

@@ -2,18 +2,10 @@
 
 The HTTP front end hands over each upgrade that asks for the subprotocol ``mqtt`` or the path
 ``/mqtt`` (``http.server``); a websockets connection on its transport runs the opening
-handshake (subprotocol ``mqtt`` chosen when offered), then its binary messages are the MQTT
-bytes, served by the listener as a TCP connection's are (``Listener.serve``: one CONNECT path,
-one broker). Rules:
-
-1. Packets need not follow message boundaries [MQTT-6.0.0-2]: bytes go to the broker as they
-   come, and what the broker sends for one turn goes in one message.
-2. A text message closes the connection [MQTT-6.0.0-1].
-3. Bounded: a message over ``Limits.max_packet`` plus ``READ_SIZE`` closes the connection
-   (1009); at most ``MAX_QUEUE`` messages are read ahead; what waits to be sent counts toward the
-   listener's slow-consumer bound.
-4. The lifecycle is the one ``websockets.asyncio.server.serve`` gives (``websocket.server``):
-   stopping closes the connections with 1001 and waits for them.
+handshake, then its binary messages are the MQTT bytes, served by the listener as a TCP
+connection's are (``Listener.serve``: one CONNECT path, one broker). Packets need not follow
+message boundaries [MQTT-6.0.0-2]; a text message closes the connection [MQTT-6.0.0-1]; what it
+reads ahead and queues is bounded. ``docs/mqtt.md`` (How it is built) has the rest.
 """
 
 from __future__ import annotations
