@@ -20,6 +20,7 @@ from typing import Any
 
 from websockets.exceptions import WebSocketException
 
+from fanout.cli import passwd as cli_passwd
 from fanout.cli import publisher as cli_publisher
 from fanout.cli import relay as cli_relay
 from fanout.cli import security as cli_security
@@ -98,6 +99,7 @@ def _parser() -> argparse.ArgumentParser:
     _subscribe_parser(commands)
     _explain_parser(commands)
     cli_security.token_parser(commands, _command)
+    cli_passwd.passwd_parser(commands, _command)
     _mount_parser(commands)
     return parser
 

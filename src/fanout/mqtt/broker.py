@@ -18,6 +18,9 @@ carries out what comes back (``Send``, ``Close``, ``Published``). Rules (MQTT 3.
 8. Silence for 1.5 keep alives closes a client [MQTT-3.1.2-24] (:meth:`Broker.tick`).
 9. With ``durable`` sessions, a resumed one is answered once Redis was read (``Restore``); a
    persistent session's QoS 2 PUBLISH or PUBREL waits for its session's write (``Persist``).
+10. With access checked (``gated``), a CONNECT waits for its verdict (``Authenticate``); the
+   client's rights then decide what it may subscribe to, publish and receive (``mqtt.rights``,
+   ``mqtt.denials``), and its connection ends when its token expires.
 """
 
 from __future__ import annotations
@@ -28,9 +31,21 @@ from dataclasses import dataclass, replace
 
 from fanout.errors import InvalidView
 from fanout.mqtt import packets as p
-from fanout.mqtt.actions import Action, Close, Limits, Persist, Published, Restore, Send
+from fanout.mqtt.access import NOT_AUTHORIZED, Admitted, Verdict
+from fanout.mqtt.actions import (
+    Action,
+    Authenticate,
+    Close,
+    Limits,
+    Persist,
+    Published,
+    Restore,
+    Send,
+)
 from fanout.mqtt.decoding import decode, split
+from fanout.mqtt.denials import Denials, publish_refused, refused_connack
 from fanout.mqtt.encoding import encode
+from fanout.mqtt.rights import Rights
 from fanout.mqtt.sessions import Session, Subscription
 from fanout.mqtt.subscribers import Subscribers
 from fanout.views.topic import matches
@@ -46,6 +61,9 @@ class _Connection:
     keepalive: int = 0
     packets: int = 0
     parked: p.Connect | None = None  # waiting for its session from Redis (``Restore``)
+    admitted: bool = False  # its credentials passed (rule 10)
+    rights: Rights | None = None  # what they grant (None: every topic)
+    expires: float | None = None  # when they end (a token's ``exp``)
 
 
 class Broker:
@@ -56,6 +74,9 @@ class Broker:
         self.retained: dict[str, p.Publish] = {}
         self.sessions: dict[str, Session] = {}
         self.refused = 0  # connections closed for bad input
+        #: Set by the listener when it checks access (rule 10): a CONNECT waits for ``admitted``.
+        self.gated = False
+        self.denials = Denials()
         self._connections: dict[int, _Connection] = {}
         self._subscribers = Subscribers()
         #: False in a cluster: the cluster chooses which relay serves a share group.
@@ -83,6 +104,8 @@ class Broker:
         state.buffer += data
         state.last_seen = now
         actions: list[Action] = []
+        if state.parked is not None and len(state.buffer) > self.limits.max_packet:
+            return self._refuse(connection, state, p.QUOTA_EXCEEDED, "too much sent before CONNACK")
         while connection in self._connections and state.parked is None:
             try:
                 found = split(state.buffer, self.limits.max_packet)
@@ -123,6 +146,23 @@ class Broker:
         actions = self._connect(connection, state, packet, now, park=False)
         return actions + self.receive(connection, b"", now)
 
+    def admitted(self, connection: int, verdict: Verdict, now: float) -> list[Action]:
+        """Answer a CONNECT parked by ``Authenticate`` with ``verdict`` (rule 10): refused, a
+        CONNACK saying why and the close; admitted, as any CONNECT, then the packets read
+        meanwhile."""
+        state = self._connections.get(connection)
+        if state is None or state.parked is None:
+            return []
+        packet, state.parked = state.parked, None
+        if not isinstance(verdict, Admitted):
+            self.denials.logins[verdict.reason] += 1
+            del self._connections[connection]  # nothing more is read from it
+            data = refused_connack(verdict, packet.version)
+            return [Send(connection, data), Close(connection, verdict.why)]
+        state.admitted, state.rights = True, verdict.rights
+        state.expires = None if verdict.lifetime is None else now + verdict.lifetime
+        return self._connect(connection, state, packet, now) + self.receive(connection, b"", now)
+
     def offer(self, client_id: str, message: p.Publish) -> list[Action]:
         """Deliver ``message`` to session ``client_id`` alone (a replay from the log), if held."""
         session = self.sessions.get(client_id)
@@ -157,6 +197,9 @@ class Broker:
             limit = state.keepalive * 1.5
             if state.keepalive and now - state.last_seen > limit:
                 actions += self._refuse(connection, state, p.KEEP_ALIVE_TIMEOUT, "keep alive")
+            elif state.expires is not None and now >= state.expires:
+                self.denials.expired += 1
+                actions += self._refuse(connection, state, NOT_AUTHORIZED, "the token expired")
         for session in list(self.sessions.values()):
             if session.connection is None and session.expired(now):
                 self._end(session)
@@ -207,6 +250,9 @@ class Broker:
         self, connection: int, state: _Connection, packet: p.Connect, now: float, park: bool = True
     ) -> list[Action]:
         state.version, state.keepalive = packet.version, packet.keepalive
+        if self.gated and not state.admitted:
+            state.parked = packet  # ``admitted`` goes on
+            return [Authenticate(connection, packet)]
         v5 = packet.version == p.V5
         client_id, properties = packet.client_id, list[tuple[int, object]]()
         if not client_id:
@@ -241,7 +287,7 @@ class Broker:
         session.durable = self.durable and expiry > 0
         session.receive_maximum = int(p.prop(packet.properties, 0x21, 65535))  # type: ignore[call-overload]
         session.max_packet_size = int(p.prop(packet.properties, 0x27, 268_435_460))  # type: ignore[call-overload]
-        state.session = session
+        state.session, session.rights = session, state.rights
         if v5:
             properties += [
                 (0x27, self.limits.max_packet),
@@ -301,6 +347,9 @@ class Broker:
             topic_levels(packet.topic)
         except InvalidView as error:
             raise p.PacketError(str(error), p.TOPIC_NAME_INVALID) from error
+        if session.rights is not None and not session.rights.may_write(packet.topic):
+            self.denials.publish += 1
+            return [Send(connection, data) for data in publish_refused(session, packet)]
         actions: list[Action] = []
         if packet.qos == 1:
             assert packet.packet_id is not None
@@ -381,6 +430,9 @@ class Broker:
 
     def _send(self, session: Session, message: p.Publish) -> list[Action]:
         assert session.connection is not None
+        if session.rights is not None and not session.rights.may_read(message.topic):
+            self.denials.withheld += 1  # rule 10: whichever way it came
+            return []
         if message.qos:
             message = replace(message, packet_id=session.next_packet_id())
             session.in_flight[message.packet_id or 0] = message
@@ -407,6 +459,10 @@ class Broker:
                 raise p.PacketError(
                     "No Local on a shared subscription [MQTT-3.8.3-4]", p.PROTOCOL_ERROR
                 )
+            if session.rights is not None and not session.rights.may_subscribe(parts.topic_filter):
+                self.denials.subscribe += 1
+                codes.append(NOT_AUTHORIZED if v5 else 0x80)
+                continue
             known = session.subscriptions.get(text)
             if known is None and len(session.subscriptions) >= self.limits.max_subscriptions:
                 codes.append(p.QUOTA_EXCEEDED if v5 else 0x80)

@@ -6,6 +6,9 @@ back is carried out here. Bounds (``style`` rule 4): a connection is read at mos
 while, and TCP slows its sender down, so a flood from one client does not slow the others); a
 connection whose unsent bytes pass ``max_buffered`` is closed as a slow consumer.
 
+An ``Authenticate`` is answered by ``mqtt.access.login`` (in a thread, failures limited per
+client address), then ``Broker.admitted``.
+
 A ``Persist`` holds back what follows it for its connection until ``on_persist`` wrote the
 session (then it goes, in order); a write that fails closes the connection (its client comes
 back to the session as this relay holds it).
@@ -22,7 +25,8 @@ from collections.abc import Awaitable, Callable, Coroutine, Iterable
 from typing import Any
 
 from fanout.buckets import Throttle
-from fanout.mqtt.actions import Action, Close, Persist, Published, Restore, Send
+from fanout.mqtt.access import Access, LoginLimiter, login
+from fanout.mqtt.actions import Action, Authenticate, Close, Persist, Published, Restore, Send
 from fanout.mqtt.broker import Broker
 
 log = logging.getLogger(__name__)
@@ -65,7 +69,11 @@ class Listener:
         #: ``Persist`` came meanwhile (the session is written once more before it goes).
         self._held: dict[int, list[Action]] = {}
         self._again: set[int] = set()
-        #: ``run``'s TaskGroup, which owns the session writes (``_persist``).
+        #: Checks CONNECTs' credentials when set (``mqtt.setup``): ``broker.gated`` follows.
+        self.access: Access | None = None
+        self.logins = LoginLimiter()
+        self._addresses: dict[int, str] = {}
+        #: ``run``'s TaskGroup, which owns the session writes (``_persist``) and logins.
         self._tasks: asyncio.TaskGroup | None = None
 
     async def run(self, ready: Callable[[int], None] | None = None) -> None:
@@ -107,10 +115,8 @@ class Listener:
                 writer = self._writers.get(action.connection)
                 if writer is not None:
                     writer.close()  # after what was written before
-            elif isinstance(action, Restore):
-                if self.on_restore is None:
-                    raise RuntimeError("the broker parked a CONNECT and nobody restores it")
-                self.on_restore(action)
+            elif isinstance(action, Restore | Authenticate):
+                self._parked(action)
             elif self.on_published is not None:
                 self.on_published(action)
         changes = self.broker.take_filter_changes()  # taken always: the list is bounded
@@ -146,9 +152,29 @@ class Listener:
             self._again.discard(connection)
             self.apply(self._held.pop(connection, []))
 
+    def _parked(self, action: Restore | Authenticate) -> None:
+        """A CONNECT waits: for its session from Redis, or for its credentials' check."""
+        if isinstance(action, Restore):
+            if self.on_restore is None:
+                raise RuntimeError("the broker parked a CONNECT and nobody restores it")
+            self.on_restore(action)
+        elif self.access is None:
+            raise RuntimeError("the broker asked for a login check and nobody checks them")
+        elif self._tasks is None:  # stopping
+            self.apply([Close(action.connection, "stopping")])
+        else:
+            self._tasks.create_task(self._login(action, self.access))
+
+    async def _login(self, action: Authenticate, access: Access) -> None:
+        address = self._addresses.get(action.connection, "")
+        verdict = await login(access, self.logins, action.connect, address)
+        self.apply(self.broker.admitted(action.connection, verdict, time.monotonic()))
+
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         connection = next(self._ids)
         self._writers[connection] = writer
+        peer = writer.get_extra_info("peername")
+        self._addresses[connection] = str(peer[0]) if isinstance(peer, tuple) else str(peer)
         throttle = Throttle(self.read_rate, self.read_burst) if self.read_rate > 0 else None
         self.broker.opened(connection, time.monotonic())
         try:
@@ -168,6 +194,7 @@ class Listener:
         finally:
             self.apply(self.broker.lost(connection, time.monotonic()))
             del self._writers[connection]
+            del self._addresses[connection]
             writer.close()
             with contextlib.suppress(ConnectionError, OSError):
                 await writer.wait_closed()

@@ -19,6 +19,7 @@ from collections import OrderedDict, deque
 from dataclasses import dataclass, field
 
 from fanout.mqtt.packets import Publish, Will
+from fanout.mqtt.rights import Rights
 
 DONE = 10_000
 
@@ -54,6 +55,9 @@ class Session:
     incoming: set[int] = field(default_factory=set)
     durable: bool = False
     done: deque[Publish] = field(default_factory=lambda: deque(maxlen=DONE))
+    #: What its client's credentials grant (``mqtt.rights``; None: every topic), as of its
+    #: last CONNECT.
+    rights: Rights | None = None
     _next_id: int = 0
 
     def next_packet_id(self) -> int:

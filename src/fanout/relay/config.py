@@ -365,6 +365,14 @@ class Mqtt:
         peer_advertise: ``host:port`` other relays reach that port at, for a relay behind
             NAT or a TCP proxy (None: the listening host and the port as it listens).
         lease: seconds a dead relay stays a subscriber in the shared table.
+        password_file: the users who may log in and their password hashes (``fanout passwd``;
+            ``mqtt.passwords``), None: none.
+        acl_file: the topics each user (and anonymous clients) may read and write, in
+            Mosquitto's ACL format (``mqtt.acl``), None: every topic.
+        allow_anonymous: admit clients that give no user name and password; None: only when
+            neither a password file nor token keys (``auth``) check credentials.
+        login_burst, login_rate: failed logins allowed from one address at once, and per
+            second after (``mqtt.access.LoginLimiter``).
     """
 
     port: int | None = None
@@ -375,6 +383,21 @@ class Mqtt:
     peer_port: int = 0
     peer_advertise: str | None = None
     lease: float = 3.0
+    password_file: Path | None = None
+    acl_file: Path | None = None
+    allow_anonymous: bool | None = None
+    login_burst: int = 5
+    login_rate: float = 0.2
+
+    def __post_init__(self) -> None:
+        """Raises:
+        ConfigError: a login limit that could not work.
+        """
+        if self.login_burst < 1 or not 0 < self.login_rate < float("inf"):
+            raise ConfigError(
+                f"mqtt login limits must be a burst >= 1 and a rate > 0, not"
+                f" {self.login_burst} and {self.login_rate}"
+            )
 
 
 @dataclass(frozen=True)
