@@ -201,5 +201,6 @@ def describe(access: Access | None) -> str:
         anonymous += " (--mqtt-allow-anonymous: though the relay's other ports require tokens)"
     elif not access.anonymous and access.verifier is not None and access.passwords is None:
         anonymous += " (the relay requires tokens: --mqtt-allow-anonymous to admit them)"
-    rules = "topics by the ACL file" if access.acl is not None else "topics by token rules"
-    return f"{logins}; {anonymous}; {rules}"
+    rules = "the ACL file" if access.acl is not None else "no ACL file: every topic"
+    tokens = ", tokens' by their rules" if access.verifier is not None else ""
+    return f"{logins}; {anonymous}; users' topics by {rules}{tokens}"
