@@ -199,7 +199,7 @@ def describe(access: Access | None) -> str:
     anonymous = "anonymous clients admitted" if access.anonymous else "anonymous clients refused"
     if access.anonymous and access.verifier is not None:
         anonymous += " (--mqtt-allow-anonymous: though the relay's other ports require tokens)"
-    elif not access.anonymous and access.verifier is not None and access.passwords is None:
+    elif not access.anonymous and access.verifier is not None:
         anonymous += " (the relay requires tokens: --mqtt-allow-anonymous to admit them)"
     rules = "the ACL file" if access.acl is not None else "no ACL file: every topic"
     tokens = ", tokens' by their rules" if access.verifier is not None else ""
