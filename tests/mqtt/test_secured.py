@@ -15,6 +15,7 @@ from paho.mqtt.enums import CallbackAPIVersion
 from tests.mqtt.test_listener import mosquitto
 
 from fanout.auth import AuthConfig, issue
+from fanout.metrics import scrape
 from fanout.mqtt.passwords import hash_password, write_passwords
 from fanout.relay.config import Mqtt
 from fanout.relay.shell.server import RelayServer
@@ -173,4 +174,7 @@ async def test_a_flood_of_failed_logins_is_limited_and_others_are_served(
         watcher.stop()
     assert relay.mqtt is not None
     assert relay.mqtt.broker.denials.logins == {"bad_password": 3, "rate_limited": 3}
+    figures = await asyncio.to_thread(scrape, relay.local_url())
+    assert figures['fanout_relay_mqtt_logins_refused_total{reason="bad_password"}'] == 3
+    assert figures['fanout_relay_mqtt_logins_refused_total{reason="rate_limited"}'] == 3
     assert relay.mqtt.listener.logins.attempt("127.0.0.2", 0.0)

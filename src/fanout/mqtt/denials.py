@@ -6,7 +6,8 @@
 2. A PUBLISH to a topic the client may not write is not delivered: QoS 0 is dropped, QoS 1 is
    answered PUBACK 0x87 and QoS 2 PUBREC 0x87 (5.0 3.4.2.1, 3.5.2.1); a 3.1.1 client, which has
    no reason codes, gets its ordinary PUBACK or PUBREC (then PUBCOMP), as Mosquitto answers.
-3. Every refusal is counted here (``Broker.denials``), by kind.
+3. Every refusal is counted here (``Broker.denials``), by kind, and shown on the relay's
+   ``GET /metrics`` (``samples``).
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass, field
 
+from fanout.metrics import Sample
 from fanout.mqtt import packets as p
 from fanout.mqtt.access import NOT_AUTHORIZED, Refused
 from fanout.mqtt.encoding import encode
@@ -37,6 +39,30 @@ class Denials:
     publish: int = 0
     withheld: int = 0
     expired: int = 0
+
+    def samples(self) -> list[Sample]:
+        """The counts as ``GET /metrics`` shows them (``fanout_relay_mqtt_*_total``)."""
+        logins = [
+            Sample(
+                "relay_mqtt_logins_refused",
+                "counter",
+                "MQTT CONNECTs refused, by reason (bad_password, bad_token, anonymous,"
+                " rate_limited, ...).",
+                count,
+                {"reason": reason},
+            )
+            for reason, count in sorted(self.logins.items())
+        ]
+        figures = [
+            ("subscribe", "MQTT SUBSCRIBE filters refused 0x87: no readable topic."),
+            ("publish", "MQTT PUBLISHes refused: a topic the client may not write."),
+            ("withheld", "MQTT messages not sent: a topic the subscriber may not read."),
+            ("expired", "MQTT connections closed when their token expired."),
+        ]
+        return logins + [
+            Sample(f"relay_mqtt_denied_{name}", "counter", text, getattr(self, name))
+            for name, text in figures
+        ]
 
 
 def refused_connack(verdict: Refused, version: int) -> bytes:

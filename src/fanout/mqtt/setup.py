@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 
 from fanout.auth import Verifier
 from fanout.cluster.registry import connect as redis_cluster
+from fanout.metrics import Sample
 from fanout.mqtt.access import Access, LoginLimiter
 from fanout.mqtt.acl import read_acl
 from fanout.mqtt.actions import Published
@@ -77,6 +78,11 @@ class MqttFrontEnd:
         # Warned, so that it shows at the default log level, where the other ports need tokens.
         level = logging.INFO if self._config.auth is None else logging.WARNING
         log.log(level, "relay %s: MQTT %s", self._config.name, describe(self.listener.access))
+
+    def samples(self) -> list[Sample]:
+        """The MQTT port's figures for ``GET /metrics``: what access refused
+        (``mqtt.denials``)."""
+        return self.broker.denials.samples()
 
     async def stop(self) -> None:
         """Stop listening and leave the cluster: its tasks end."""
