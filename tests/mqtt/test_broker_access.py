@@ -43,7 +43,9 @@ class Gated(Clients):
     def login(self, connection: int, client_id: str, rights: Rights | None, **kw: object) -> None:
         self.verdicts[connection] = Admitted(rights, client_id)
         self.connect(connection, client_id, **kw)  # type: ignore[arg-type]
-        assert isinstance(self.take(connection)[0], p.ConnAck)
+        ack, *rest = self.take(connection)
+        assert isinstance(ack, p.ConnAck)
+        self.got[connection] = rest  # what a resumed session is sent again
 
 
 def match(filter: str, topic: str) -> bool:
@@ -214,3 +216,19 @@ def test_a_connection_ends_when_its_token_expires() -> None:
     c.apply(c.broker.tick(31.0))
     assert 1 in c.closed and c.broker.denials.expired == 1
     assert c.take(1) == [p.Disconnect(0x87, ((0x1F, "the token expired"),))]
+
+
+def test_a_session_resumed_with_narrower_rights_gets_nothing_outside_them() -> None:
+    c = Gated()
+    c.login(1, "shared-id", None, clean_start=False, properties=((0x11, 300),))
+    c.send(1, p.Subscribe(1, (("#", 1),)))
+    c.take(1)
+    c.login(9, "publisher", None)
+    c.send(9, p.Publish("secret/1", b"s", 1, packet_id=1))
+    c.send(9, p.Publish("open/1", b"o", 1, packet_id=2))
+    assert [m[0] for m in c.publishes(1)] == ["secret/1", "open/1"]  # in flight, not acked
+    c.apply(c.broker.lost(1, c.now))
+    c.send(9, p.Publish("secret/2", b"s", 1, packet_id=3))  # queued while away
+    c.login(2, "shared-id", Rights(read=("open/#",)), clean_start=False)
+    assert [m[0] for m in c.publishes(2)] == ["open/1"]
+    assert c.broker.denials.withheld == 2

@@ -8,7 +8,8 @@ the event loop (a password hash costs ~0.1 s of CPU); the broker then admits it 
 2. No user name and no password: anonymous, admitted only if allowed (``--mqtt-allow-anonymous``;
    by default only when nothing is configured to check credentials), else refused 0x87.
 3. A user name in the password file: its password must match (else 0x86); its rights are the
-   ACL file's for it (none: every topic).
+   ACL file's for it (none: every topic). An unknown user costs a hash check too, so that the
+   time taken does not tell which users exist.
 4. Otherwise, with token keys (``--auth-key-file``), the password is a fanout token: the user
    name may be anything (only logged; the token's ``sub`` names who it is). An invalid or
    expired token is refused 0x86; a valid one granting neither ``subscriber`` nor ``producer``,
@@ -25,6 +26,8 @@ the event loop (a password hash costs ~0.1 s of CPU); the broker then admits it 
 from __future__ import annotations
 
 import asyncio
+import functools
+import secrets
 import time
 from collections import OrderedDict
 from collections.abc import Mapping, Sequence
@@ -34,7 +37,7 @@ from fanout.auth import Verifier
 from fanout.errors import InvalidView, Unauthorized
 from fanout.mqtt import packets as p
 from fanout.mqtt.acl import Acl
-from fanout.mqtt.passwords import check_password
+from fanout.mqtt.passwords import check_password, hash_password
 from fanout.mqtt.rights import Rights, check_filters
 
 BAD_USER_NAME_OR_PASSWORD = 0x86
@@ -148,6 +151,8 @@ class Access:
             return Admitted(rights, f"user {user!r}")
         if self.verifier is not None and text.count(".") == 2:
             return self._token(text, now)
+        if self.passwords is not None:  # as long as a known user's check: no user is told apart
+            check_password(_decoy(), text)
         return BAD_CREDENTIALS
 
     def _token(self, token: str, now: float) -> Verdict:
@@ -176,6 +181,12 @@ class Access:
         who = f"token of {grant.subject!r}" if grant.subject else "a token"
         rights = None if reads is None and writes is None else Rights(reads, writes)
         return Admitted(rights, who, grant.expires + grant.leeway - now)
+
+
+@functools.cache
+def _decoy() -> str:
+    """The hash of a random password, checked against for unknown users (rule 3)."""
+    return hash_password(secrets.token_hex(16))
 
 
 class LoginLimiter:

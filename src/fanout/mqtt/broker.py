@@ -316,6 +316,7 @@ class Broker:
         """Send what a returning session missed: in-flight messages again, then the queue."""
         connection = session.connection
         assert connection is not None
+        self.denials.withheld += session.drop_unreadable()  # rule 10
         actions: list[Action] = [
             Send(connection, encode(p.PubRel(i), session.version))
             if i in session.released

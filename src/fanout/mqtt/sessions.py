@@ -81,6 +81,20 @@ class Session:
         if self.durable and message is not None and message.qos == 2:
             self.done.append(message)
 
+    def drop_unreadable(self) -> int:
+        """Complete the messages in flight its ``rights`` no longer let it read (a client
+        back with other credentials), before they go again; how many."""
+        if self.rights is None:
+            return 0
+        dropped = [
+            i
+            for i, message in self.in_flight.items()
+            if i not in self.released and not self.rights.may_read(message.topic)
+        ]
+        for packet_id in dropped:
+            self.complete(packet_id)
+        return len(dropped)
+
     def queue(self, message: Publish, limit: int) -> None:
         """Keep ``message`` until the client can take it, dropping the oldest past ``limit``."""
         self.queued.append(message)
