@@ -56,3 +56,13 @@ def test_fanout_passwd_as_a_process(tmp_path: Path) -> None:
     run = [sys.executable, "-m", "fanout", "passwd", "--password-stdin", str(path), "ana"]
     subprocess.run(run, input="secret\n", text=True, check=True, timeout=60)
     assert check_password(read_passwords(path)["ana"], "secret")
+
+
+def test_it_explains_itself(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exit:
+        main(["passwd", "--help"])
+    assert exit.value.code == 0
+    assert "mosquitto_passwd" in capsys.readouterr().out
+    with pytest.raises(SystemExit):
+        main(["--help"])
+    assert "passwd" in capsys.readouterr().out
