@@ -15,6 +15,8 @@ from fanout.mqtt.access import Access, Admitted, LoginLimiter, Refused
 from fanout.mqtt.acl import parse_acl
 from fanout.mqtt.passwords import hash_password, read_passwords, write_passwords
 from fanout.mqtt.rights import Rights
+from fanout.mqtt.setup import describe, mqtt_access
+from fanout.relay.config import Mqtt, RelayConfig, Upstream
 
 SECRET = "s" * 40
 ACL = """
@@ -129,3 +131,21 @@ def test_the_password_file_round_trips(tmp_path: Path, passwords: dict[str, str]
     path.write_text("ana:$7$101$mosquitto\n")
     with pytest.raises(ConfigError, match="line 1"):
         read_passwords(path)
+
+
+def test_the_relay_config_says_who_logs_in(tmp_path: Path, passwords: dict[str, str]) -> None:
+    tokens = AuthConfig("HS256", SECRET)
+    with pytest.raises(ConfigError, match="would refuse every MQTT client"):
+        mqtt_access(RelayConfig(Upstream("ws://x"), mqtt=Mqtt(0, allow_anonymous=False)), [])
+    open_port = mqtt_access(RelayConfig(Upstream("ws://x"), mqtt=Mqtt(0)), [])
+    assert open_port.open and "admits every client" in describe(open_port)
+    required = mqtt_access(RelayConfig(Upstream("ws://x"), auth=tokens, mqtt=Mqtt(0)), ["d"])
+    assert not required.anonymous and required.datasets == ("d",)
+    assert "anonymous clients refused (the relay requires tokens" in describe(required)
+    write_passwords(tmp_path / "passwd", passwords)
+    both = Mqtt(0, password_file=tmp_path / "passwd", allow_anonymous=True)
+    told = mqtt_access(RelayConfig(Upstream("ws://x"), auth=tokens, mqtt=both), [])
+    assert told.anonymous and told.datasets == ("mqtt",)
+    assert "though the relay's other ports require tokens" in describe(told)
+    with pytest.raises(ConfigError, match="login limits"):
+        Mqtt(0, login_burst=0)

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 
 from fanout.auth import Verifier
 from fanout.cluster.registry import connect as redis_cluster
+from fanout.errors import ConfigError
 from fanout.metrics import Sample
 from fanout.mqtt.access import Access, LoginLimiter
 from fanout.mqtt.acl import read_acl
@@ -181,9 +182,15 @@ def mqtt_access(config: RelayConfig, datasets: list[str]) -> Access:
     """Who may log in to the MQTT port, as ``config`` says (``mqtt.access``).
 
     Raises:
-        ConfigError: the password or ACL file cannot be read or does not parse.
+        ConfigError: the password or ACL file cannot be read or does not parse, or nobody
+            could log in (anonymous clients refused, and nothing to check others with).
     """
     mqtt = config.mqtt
+    if mqtt.allow_anonymous is False and mqtt.password_file is None and config.auth is None:
+        raise ConfigError(
+            "--no-mqtt-allow-anonymous without --mqtt-password-file or --auth-key-file would"
+            " refuse every MQTT client"
+        )
     return Access(
         passwords=None if mqtt.password_file is None else read_passwords(mqtt.password_file),
         acl=None if mqtt.acl_file is None else read_acl(mqtt.acl_file),
