@@ -178,3 +178,15 @@ async def test_a_flood_of_failed_logins_is_limited_and_others_are_served(
     assert figures['fanout_relay_mqtt_logins_refused_total{reason="bad_password"}'] == 3
     assert figures['fanout_relay_mqtt_logins_refused_total{reason="rate_limited"}'] == 3
     assert relay.mqtt.listener.logins.attempt("127.0.0.2", 0.0)
+
+
+async def test_a_connection_ends_when_its_token_expires(relay: RelayServer) -> None:
+    client = Paho(relay, "device", token(["subscriber"], ttl=2))
+    reasons: list[int] = []
+    client.client.on_disconnect = lambda c, u, flags, code, props: reasons.append(code.value)
+    try:
+        await eventually(lambda: client.codes["connect"] == [0], timeout=10)
+        await eventually(lambda: reasons[:1] == [0x87], timeout=15)  # DISCONNECT 0x87
+    finally:
+        client.stop()
+    assert relay.mqtt is not None and relay.mqtt.broker.denials.expired == 1
