@@ -22,6 +22,7 @@ from typing import Any
 from websockets.exceptions import WebSocketException
 
 from fanout.cli import datasets as cli_datasets
+from fanout.cli import passwd as cli_passwd
 from fanout.cli import publish as cli_publish
 from fanout.cli import publisher as cli_publisher
 from fanout.cli import relay as cli_relay
@@ -109,6 +110,7 @@ def _parser() -> argparse.ArgumentParser:
     cli_datasets.datasets_parser(commands, _command)
     cli_publish.publish_parser(commands, _command)
     cli_security.token_parser(commands, _command)
+    cli_passwd.passwd_parser(commands, _command)
     _mount_parser(commands)
     return parser
 

@@ -172,8 +172,44 @@ def relay_parser(commands: Any, command: Command) -> None:
     )
     for flag, kind, default, what in MQTT_LIMITS:
         mqtt.add_argument(flag, type=kind, help=f"{what} (default: {default})")
+    _mqtt_access_arguments(mqtt)
     _cluster_arguments(parser)
     parser.set_defaults(run=run_relay)
+
+
+def _mqtt_access_arguments(mqtt: Any) -> None:
+    """Who may log in to the MQTT port (docs/security.md, "MQTT")."""
+    mqtt.add_argument(
+        "--mqtt-password-file",
+        type=Path,
+        default=None,
+        help="users who may log in, with their password hashes ('fanout passwd' writes it)",
+    )
+    mqtt.add_argument(
+        "--mqtt-acl-file",
+        type=Path,
+        default=None,
+        help="topics each user may read and write, in Mosquitto's ACL format (default: all)",
+    )
+    mqtt.add_argument(
+        "--mqtt-allow-anonymous",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="admit MQTT clients without a user name and password (default: only when neither"
+        " --mqtt-password-file nor --auth-key-file checks logins)",
+    )
+    mqtt.add_argument(
+        "--mqtt-login-burst",
+        type=int,
+        default=5,
+        help="failed MQTT logins from one address before it must wait (default: 5)",
+    )
+    mqtt.add_argument(
+        "--mqtt-login-rate",
+        type=float,
+        default=0.2,
+        help="failed MQTT logins per second one address may make after that (default: 0.2)",
+    )
 
 
 def host_port(text: str) -> str:
@@ -385,6 +421,11 @@ def run_relay(args: argparse.Namespace) -> int:
             tls_key=args.mqtt_tls_key,
             tls_client_ca=args.mqtt_tls_client_ca,
             websocket=args.mqtt_websocket,
+            password_file=args.mqtt_password_file,
+            acl_file=args.mqtt_acl_file,
+            allow_anonymous=args.mqtt_allow_anonymous,
+            login_burst=args.mqtt_login_burst,
+            login_rate=args.mqtt_login_rate,
         ),
     )
     server = RelayServer(config)

@@ -1,5 +1,5 @@
 """What the broker says to its shell (``Send``, ``Close``, ``Published``, ``Restore``,
-``Persist``) and what
+``Persist``, ``Authenticate``) and what
 bounds it (``Limits``: ``fanout relay --mqtt-*``)."""
 
 from __future__ import annotations
@@ -88,4 +88,13 @@ class Persist:
     client_id: str
 
 
-Action: TypeAlias = Send | Close | Published | Restore | Persist
+@dataclass(frozen=True)
+class Authenticate:
+    """Check the credentials of ``connect``, which waits on connection ``connection`` for the
+    verdict (``mqtt.access.login``, then ``Broker.admitted``)."""
+
+    connection: int
+    connect: p.Connect
+
+
+Action: TypeAlias = Send | Close | Published | Restore | Persist | Authenticate

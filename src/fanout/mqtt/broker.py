@@ -23,6 +23,9 @@ carries out what comes back (``Send``, ``Close``, ``Published``). Rules (MQTT 3.
    is left of it [MQTT-3.3.2-5, 3.3.2-6]; retained ones too.
 10. With ``durable`` sessions, a resumed one is answered once Redis was read (``Restore``); a
    persistent session's QoS 2 PUBLISH or PUBREL waits for its session's write (``Persist``).
+11. With access checked (``gated``), a CONNECT waits for its verdict (``Authenticate``); the
+   client's rights then decide what it may subscribe to, publish and receive (``mqtt.rights``,
+   ``mqtt.denials``), and its connection ends when its token expires.
 """
 
 from __future__ import annotations
@@ -34,9 +37,21 @@ from dataclasses import dataclass, replace
 
 from fanout.errors import InvalidView
 from fanout.mqtt import packets as p
-from fanout.mqtt.actions import Action, Close, Limits, Persist, Published, Restore, Send
+from fanout.mqtt.access import NOT_AUTHORIZED, Admitted, Verdict
+from fanout.mqtt.actions import (
+    Action,
+    Authenticate,
+    Close,
+    Limits,
+    Persist,
+    Published,
+    Restore,
+    Send,
+)
 from fanout.mqtt.decoding import decode, split
+from fanout.mqtt.denials import Denials, publish_refused, refused_connack
 from fanout.mqtt.encoding import encode
+from fanout.mqtt.rights import Rights
 from fanout.mqtt.sessions import Session, Subscription
 from fanout.mqtt.subscribers import Subscribers
 from fanout.views.topic import matches
@@ -52,6 +67,9 @@ class _Connection:
     keepalive: int = 0
     packets: int = 0
     parked: p.Connect | None = None  # waiting for its session from Redis (``Restore``)
+    admitted: bool = False  # its credentials passed (rule 11)
+    rights: Rights | None = None  # what they grant (None: every topic)
+    expires: float | None = None  # when they end (a token's ``exp``)
 
 
 class Broker:
@@ -64,6 +82,9 @@ class Broker:
         self.refused = 0  # connections closed for bad input
         self.expired = 0  # messages not sent to a session: their expiry passed (rule 9)
         self._now = 0.0  # the time of the last event: messages are stamped with it (rule 9)
+        #: Set by the listener when it checks access (rule 11): a CONNECT waits for ``admitted``.
+        self.gated = False
+        self.denials = Denials()
         self._connections: dict[int, _Connection] = {}
         self._subscribers = Subscribers()
         #: False in a cluster: the cluster chooses which relay serves a share group.
@@ -92,6 +113,8 @@ class Broker:
         state.buffer += data
         state.last_seen = self._now = now
         actions: list[Action] = []
+        if state.parked is not None and len(state.buffer) > self.limits.max_packet:
+            return self._refuse(connection, state, p.QUOTA_EXCEEDED, "too much sent before CONNACK")
         while connection in self._connections and state.parked is None:
             try:
                 found = split(state.buffer, self.limits.max_packet)
@@ -133,6 +156,23 @@ class Broker:
                     session.released.add(packet_id)
         actions = self._connect(connection, state, packet, now, park=False)
         return actions + self.receive(connection, b"", now)
+
+    def admitted(self, connection: int, verdict: Verdict, now: float) -> list[Action]:
+        """Answer a CONNECT parked by ``Authenticate`` with ``verdict`` (rule 11): refused, a
+        CONNACK saying why and the close; admitted, as any CONNECT, then the packets read
+        meanwhile."""
+        state = self._connections.get(connection)
+        if state is None or state.parked is None:
+            return []
+        packet, state.parked = state.parked, None
+        if not isinstance(verdict, Admitted):
+            self.denials.logins[verdict.reason] += 1
+            del self._connections[connection]  # nothing more is read from it
+            data = refused_connack(verdict, packet.version)
+            return [Send(connection, data), Close(connection, verdict.why)]
+        state.admitted, state.rights = True, verdict.rights
+        state.expires = None if verdict.lifetime is None else now + verdict.lifetime
+        return self._connect(connection, state, packet, now) + self.receive(connection, b"", now)
 
     def offer(self, client_id: str, message: p.Publish) -> list[Action]:
         """Deliver ``message`` to session ``client_id`` alone (a replay from the log), if held."""
@@ -176,6 +216,9 @@ class Broker:
             limit = state.keepalive * 1.5
             if state.keepalive and now - state.last_seen > limit:
                 actions += self._refuse(connection, state, p.KEEP_ALIVE_TIMEOUT, "keep alive")
+            elif state.expires is not None and now >= state.expires:
+                self.denials.expired += 1
+                actions += self._refuse(connection, state, NOT_AUTHORIZED, "the token expired")
         for session in list(self.sessions.values()):
             if session.connection is not None:
                 continue
@@ -240,6 +283,9 @@ class Broker:
         self, connection: int, state: _Connection, packet: p.Connect, now: float, park: bool = True
     ) -> list[Action]:
         state.version, state.keepalive = packet.version, packet.keepalive
+        if self.gated and not state.admitted:
+            state.parked = packet  # ``admitted`` goes on
+            return [Authenticate(connection, packet)]
         v5 = packet.version == p.V5
         client_id, properties = packet.client_id, list[tuple[int, object]]()
         if not client_id:
@@ -274,7 +320,7 @@ class Broker:
         session.durable = self.durable and expiry > 0
         session.receive_maximum = int(p.prop(packet.properties, 0x21, 65535))  # type: ignore[call-overload]
         session.max_packet_size = int(p.prop(packet.properties, 0x27, 268_435_460))  # type: ignore[call-overload]
-        state.session = session
+        state.session, session.rights = session, state.rights
         if v5:
             properties += [
                 (0x27, self.limits.max_packet),
@@ -312,6 +358,7 @@ class Broker:
         """Send what a returning session missed: in-flight messages again, then the queue."""
         connection = session.connection
         assert connection is not None
+        self.denials.withheld += session.drop_unreadable()  # rule 11
         actions: list[Action] = [
             Send(connection, encode(p.PubRel(i), session.version))
             if i in session.released
@@ -347,6 +394,9 @@ class Broker:
             topic_levels(packet.topic)
         except InvalidView as error:
             raise p.PacketError(str(error), p.TOPIC_NAME_INVALID) from error
+        if session.rights is not None and not session.rights.may_write(packet.topic):
+            self.denials.publish += 1
+            return [Send(connection, data) for data in publish_refused(session, packet)]
         actions: list[Action] = []
         if packet.qos == 1:
             assert packet.packet_id is not None
@@ -442,6 +492,9 @@ class Broker:
 
     def _send(self, session: Session, message: p.Publish) -> list[Action]:
         assert session.connection is not None
+        if session.rights is not None and not session.rights.may_read(message.topic):
+            self.denials.withheld += 1  # rule 11: whichever way it came
+            return []
         if message.expires is not None:  # rule 9
             left = message.expires - self._now
             if left <= 0:
@@ -474,6 +527,10 @@ class Broker:
                 raise p.PacketError(
                     "No Local on a shared subscription [MQTT-3.8.3-4]", p.PROTOCOL_ERROR
                 )
+            if session.rights is not None and not session.rights.may_subscribe(parts.topic_filter):
+                self.denials.subscribe += 1
+                codes.append(NOT_AUTHORIZED if v5 else 0x80)
+                continue
             known = session.subscriptions.get(text)
             if known is None and len(session.subscriptions) >= self.limits.max_subscriptions:
                 codes.append(p.QUOTA_EXCEEDED if v5 else 0x80)

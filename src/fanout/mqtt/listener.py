@@ -4,8 +4,10 @@ Each connection is read by its own task and its bytes handed to ``Broker.receive
 back is carried out here. A connection is a ``Link`` (TCP or TLS here, a WebSocket in
 ``mqtt.ws``): all go through ``serve``, so through one CONNECT path. Reads are rate-limited per
 connection, a slow consumer is closed past ``max_buffered``, a ``Persist`` holds back what
-follows it until the session is written, and a ``Close`` lingers (``LINGER``) reading and
-dropping what the client still sends: ``docs/mqtt.md`` (How it is built) says why each.
+follows it until the session is written, an ``Authenticate`` is answered by
+``mqtt.access.login`` (in a thread, failures limited per client address), and a ``Close``
+lingers (``LINGER``) reading and dropping what the client still sends: ``docs/mqtt.md`` (How
+it is built) says why each.
 """
 
 from __future__ import annotations
@@ -20,7 +22,8 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Itera
 from typing import Any, Protocol
 
 from fanout.buckets import Throttle
-from fanout.mqtt.actions import Action, Close, Persist, Published, Restore, Send
+from fanout.mqtt.access import Access, LoginLimiter, login
+from fanout.mqtt.actions import Action, Authenticate, Close, Persist, Published, Restore, Send
 from fanout.mqtt.broker import Broker
 
 log = logging.getLogger(__name__)
@@ -45,12 +48,18 @@ class Link(Protocol):
     def abort(self) -> None:
         """Drop the connection at once."""
 
+    def address(self) -> str:
+        """The client's address (its host), for the per-address login limit."""
+
 
 class TcpLink:
     """A TCP (or TLS) connection's ``Link``."""
 
     def __init__(self, writer: asyncio.StreamWriter) -> None:
         self.writer = writer
+
+    def address(self) -> str:
+        return host(self.writer.get_extra_info("peername"))
 
     def write(self, data: bytes) -> None:
         if not self.writer.is_closing():
@@ -106,7 +115,11 @@ class Listener:
         #: ``Persist`` came meanwhile (the session is written once more before it goes).
         self._held: dict[int, list[Action]] = {}
         self._again: set[int] = set()
-        #: ``run``'s TaskGroup, which owns the session writes (``_persist``).
+        #: Checks CONNECTs' credentials when set (``mqtt.setup``): ``broker.gated`` follows.
+        self.access: Access | None = None
+        self.logins = LoginLimiter()
+        self._addresses: dict[int, str] = {}
+        #: ``run``'s TaskGroup, which owns the session writes (``_persist``) and logins.
         self._tasks: asyncio.TaskGroup | None = None
 
     async def run(self, ready: Callable[[int], None] | None = None) -> None:
@@ -146,10 +159,8 @@ class Listener:
                     link.abort()
             elif isinstance(action, Close):
                 self._finish(action.connection)
-            elif isinstance(action, Restore):
-                if self.on_restore is None:
-                    raise RuntimeError("the broker parked a CONNECT and nobody restores it")
-                self.on_restore(action)
+            elif isinstance(action, Restore | Authenticate):
+                self._parked(action)
             elif self.on_published is not None:
                 self.on_published(action)
         changes = self.broker.take_filter_changes()  # taken always: the list is bounded
@@ -193,6 +204,24 @@ class Listener:
             self._again.discard(connection)
             self.apply(self._held.pop(connection, []))
 
+    def _parked(self, action: Restore | Authenticate) -> None:
+        """A CONNECT waits: for its session from Redis, or for its credentials' check."""
+        if isinstance(action, Restore):
+            if self.on_restore is None:
+                raise RuntimeError("the broker parked a CONNECT and nobody restores it")
+            self.on_restore(action)
+        elif self.access is None:
+            raise RuntimeError("the broker asked for a login check and nobody checks them")
+        elif self._tasks is None:  # stopping
+            self.apply([Close(action.connection, "stopping")])
+        else:
+            self._tasks.create_task(self._login(action, self.access))
+
+    async def _login(self, action: Authenticate, access: Access) -> None:
+        address = self._addresses.get(action.connection, "")
+        verdict = await login(access, self.logins, action.connect, address)
+        self.apply(self.broker.admitted(action.connection, verdict, time.monotonic()))
+
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:
             await self.serve(TcpLink(writer), _chunks(reader))
@@ -206,6 +235,7 @@ class Listener:
         back; returns when the connection ends (its will, if any, went out)."""
         connection = next(self._ids)
         self._links[connection] = link
+        self._addresses[connection] = link.address()
         throttle = Throttle(self.read_rate, self.read_burst) if self.read_rate > 0 else None
         self.broker.opened(connection, time.monotonic())
         try:
@@ -224,6 +254,7 @@ class Listener:
         finally:
             self.apply(self.broker.lost(connection, time.monotonic()))
             del self._links[connection]
+            del self._addresses[connection]
             timer = self._finishing.pop(connection, None)
             if timer is not None:
                 timer.cancel()
@@ -233,3 +264,8 @@ async def _chunks(reader: asyncio.StreamReader) -> AsyncIterator[bytes]:
     """What ``reader`` reads, until the end of its stream."""
     while data := await reader.read(READ_SIZE):
         yield data
+
+
+def host(peer: object) -> str:
+    """The host of a transport's ``peername`` (an (address, port, ...) tuple, or a path)."""
+    return str(peer[0]) if isinstance(peer, tuple) else str(peer)

@@ -19,6 +19,7 @@ from collections import OrderedDict, deque
 from dataclasses import dataclass, field
 
 from fanout.mqtt.packets import Publish, Will
+from fanout.mqtt.rights import Rights
 
 DONE = 10_000
 
@@ -57,6 +58,9 @@ class Session:
     incoming: set[int] = field(default_factory=set)
     durable: bool = False
     done: deque[Publish] = field(default_factory=lambda: deque(maxlen=DONE))
+    #: What its client's credentials grant (``mqtt.rights``; None: every topic), as of its
+    #: last CONNECT.
+    rights: Rights | None = None
     _next_id: int = 0
 
     def next_packet_id(self) -> int:
@@ -79,6 +83,20 @@ class Session:
         self.released.discard(packet_id)
         if self.durable and message is not None and message.qos == 2:
             self.done.append(message)
+
+    def drop_unreadable(self) -> int:
+        """Complete the messages in flight its ``rights`` no longer let it read (a client
+        back with other credentials), before they go again; how many."""
+        if self.rights is None:
+            return 0
+        dropped = [
+            i
+            for i, message in self.in_flight.items()
+            if i not in self.released and not self.rights.may_read(message.topic)
+        ]
+        for packet_id in dropped:
+            self.complete(packet_id)
+        return len(dropped)
 
     def queue(self, message: Publish, limit: int) -> None:
         """Keep ``message`` until the client can take it, dropping the oldest past ``limit``."""

@@ -1,7 +1,7 @@
 """A relay's MQTT front end (``relay.api.FrontEnd``), made from its ``RelayConfig``: the
-listener (TCP, or TLS), MQTT over WebSockets on the relay's port, the ingest link into topic
-datasets, the cluster membership and its persistent sessions in Redis (each only if
-configured)."""
+listener (TCP, or TLS) and who may log in to it (``mqtt.access``), MQTT over WebSockets on the
+relay's port, the ingest link into topic datasets, the cluster membership and its persistent
+sessions in Redis (each only if configured)."""
 
 from __future__ import annotations
 
@@ -12,7 +12,12 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from fanout import tls
+from fanout.auth import Verifier
 from fanout.cluster.registry import connect as redis_cluster
+from fanout.errors import ConfigError
+from fanout.metrics import Sample
+from fanout.mqtt.access import Access, LoginLimiter
+from fanout.mqtt.acl import read_acl
 from fanout.mqtt.actions import Published
 from fanout.mqtt.broker import Broker
 from fanout.mqtt.durable import Durable
@@ -21,6 +26,7 @@ from fanout.mqtt.fromlog import LogFeed
 from fanout.mqtt.ingest import Pending, Routes
 from fanout.mqtt.listener import Listener
 from fanout.mqtt.matchtable import MatchTable
+from fanout.mqtt.passwords import read_passwords
 from fanout.mqtt.producer import ProducerLink
 from fanout.mqtt.stored import SessionStore
 from fanout.mqtt.ws import MqttWebSockets
@@ -91,6 +97,14 @@ class MqttFrontEnd:
         if self.websockets is not None:
             await self.websockets.start()
             log.info("relay %s: MQTT over WebSockets on the relay's port", self._config.name)
+        # Warned, so that it shows at the default log level, where the other ports need tokens.
+        level = logging.INFO if self._config.auth is None else logging.WARNING
+        log.log(level, "relay %s: MQTT %s", self._config.name, describe(self.listener.access))
+
+    def samples(self) -> list[Sample]:
+        """The MQTT port's figures for ``GET /metrics``: what access refused
+        (``mqtt.denials``)."""
+        return self.broker.denials.samples()
 
     async def stop(self) -> None:
         """Stop listening and leave the cluster: its tasks end."""
@@ -133,6 +147,10 @@ def mqtt_parts(
     routes = Routes(config.mqtt.dataset, config.mqtt.routes)
     plain = config.auth is None and config.listening.tls_cert is None
     pending = Pending(routes)
+    access = mqtt_access(config, routes.datasets())
+    if not access.open:
+        listener.access, broker.gated = access, True
+        listener.logins = LoginLimiter(config.mqtt.login_burst, config.mqtt.login_rate)
     if routes.datasets():
         link = ProducerLink(config.upstream.publisher, pending, broker, config.name)
         if url is not None and plain:
@@ -186,3 +204,44 @@ def mqtt_parts(
 
     listener.on_published = published
     return listener, link, cluster
+
+
+def mqtt_access(config: RelayConfig, datasets: list[str]) -> Access:
+    """Who may log in to the MQTT port, as ``config`` says (``mqtt.access``).
+
+    Raises:
+        ConfigError: the password or ACL file cannot be read or does not parse, or nobody
+            could log in (anonymous clients refused, and nothing to check others with).
+    """
+    mqtt = config.mqtt
+    if mqtt.allow_anonymous is False and mqtt.password_file is None and config.auth is None:
+        raise ConfigError(
+            "--no-mqtt-allow-anonymous without --mqtt-password-file or --auth-key-file would"
+            " refuse every MQTT client"
+        )
+    return Access(
+        passwords=None if mqtt.password_file is None else read_passwords(mqtt.password_file),
+        acl=None if mqtt.acl_file is None else read_acl(mqtt.acl_file),
+        verifier=None if config.auth is None else Verifier(config.auth),
+        anonymous=mqtt.allow_anonymous,
+        datasets=datasets,
+    )
+
+
+def describe(access: Access | None) -> str:
+    """What the start-up log says of who may log in."""
+    if access is None or access.open:
+        return "admits every client to every topic (no password file, token keys or ACL)"
+    ways = [
+        *(["the password file"] if access.passwords is not None else []),
+        *(["tokens as the password"] if access.verifier is not None else []),
+    ]
+    logins = f"logins with {' or '.join(ways)}" if ways else "no logins"
+    anonymous = "anonymous clients admitted" if access.anonymous else "anonymous clients refused"
+    if access.anonymous and access.verifier is not None:
+        anonymous += " (--mqtt-allow-anonymous: though the relay's other ports require tokens)"
+    elif not access.anonymous and access.verifier is not None:
+        anonymous += " (the relay requires tokens: --mqtt-allow-anonymous to admit them)"
+    rules = "the ACL file" if access.acl is not None else "no ACL file: every topic"
+    tokens = ", tokens' by their rules" if access.verifier is not None else ""
+    return f"{logins}; {anonymous}; users' topics by {rules}{tokens}"

@@ -5,8 +5,9 @@ Rules (broker rule 4):
 1. A message goes to every session with a matching plain subscription once, at the highest QoS
    of its matching subscriptions, capped by the message's (3.3.5), with the Subscription
    Identifiers of all of them; not back to its publisher under No Local.
-2. Of each matching ``$share`` group, one member gets it, taken in turn (5.0 4.8.2); or only
-   of the groups named (in a cluster, the cluster chooses which relay serves a group).
+2. Of each matching ``$share`` group, one member gets it, taken in turn (5.0 4.8.2) among those
+   whose rights let them read it (``mqtt.rights``); or only of the groups named (in a cluster,
+   the cluster chooses which relay serves a group).
 3. Every filter added or removed is noted (``take_changes``): the cluster's shared match table
    follows them.
 """
@@ -78,9 +79,15 @@ class Subscribers:
         for text, members in sorted(self._index.match_shared(message.topic).items()):
             if shares is not None and text not in shares:
                 continue
-            ordered = sorted(members)
+            ordered = [m for m in sorted(members) if self._reads(m, message.topic)]
+            if not ordered:
+                continue
             turn = self._turns.get(text, 0)
             self._turns[text] = turn + 1
             session, _ = self._subscribers[ordered[turn % len(ordered)]]
             add_target(targets, session, session.subscriptions[text][1], message, "")
         return list(targets.values())
+
+    def _reads(self, sub_id: int, topic: str) -> bool:
+        rights = self._subscribers[sub_id][0].rights
+        return rights is None or rights.may_read(topic)

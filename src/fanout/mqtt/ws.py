@@ -24,7 +24,7 @@ from websockets.protocol import State
 from websockets.server import ServerProtocol
 from websockets.typing import Subprotocol
 
-from fanout.mqtt.listener import READ_SIZE, Listener
+from fanout.mqtt.listener import READ_SIZE, Listener, host
 
 log = logging.getLogger(__name__)
 
@@ -59,6 +59,9 @@ class WebSocketLink:
 
     def abort(self) -> None:
         self.connection.transport.abort()
+
+    def address(self) -> str:
+        return host(self.connection.transport.get_extra_info("peername"))
 
     async def send(self) -> None:
         """Write what waits, one message a turn (rule 1), until ``finish``; then close."""

@@ -279,6 +279,14 @@ class Mqtt:
         tls_client_ca: PEM file of the authorities whose client certificates the MQTT port
             asks for and requires (None: no client certificate asked for).
         websocket: also serve MQTT over WebSockets (subprotocol ``mqtt``) on the relay's port.
+        password_file: the users who may log in and their password hashes (``fanout passwd``;
+            ``mqtt.passwords``), None: none.
+        acl_file: the topics each user (and anonymous clients) may read and write, in
+            Mosquitto's ACL format (``mqtt.acl``), None: every topic.
+        allow_anonymous: admit clients that give no user name and password; None: only when
+            neither a password file nor token keys (``auth``) check credentials.
+        login_burst, login_rate: failed logins allowed from one address at once, and per
+            second after (``mqtt.access.LoginLimiter``).
     """
 
     port: int | None = None
@@ -293,11 +301,17 @@ class Mqtt:
     tls_key: Path | None = None
     tls_client_ca: Path | None = None
     websocket: bool = False
+    password_file: Path | None = None
+    acl_file: Path | None = None
+    allow_anonymous: bool | None = None
+    login_burst: int = 5
+    login_rate: float = 0.2
 
     def __post_init__(self) -> None:
         """Raises:
         ConfigError: a certificate without its key (or the other way round), client
-            certificates without TLS, TLS or WebSockets without an MQTT port.
+            certificates without TLS, TLS or WebSockets without an MQTT port, a login limit
+            that could not work.
         """
         if self.port is None and (self.tls_cert is not None or self.websocket):
             raise ConfigError("--mqtt-tls-* and --mqtt-websocket need --mqtt-port")
@@ -305,6 +319,11 @@ class Mqtt:
             raise ConfigError("MQTT TLS needs both a certificate and its key (--mqtt-tls-*)")
         if self.tls_client_ca is not None and self.tls_cert is None:
             raise ConfigError("--mqtt-tls-client-ca needs --mqtt-tls-cert and --mqtt-tls-key")
+        if self.login_burst < 1 or not 0 < self.login_rate < float("inf"):
+            raise ConfigError(
+                f"mqtt login limits must be a burst >= 1 and a rate > 0, not"
+                f" {self.login_burst} and {self.login_rate}"
+            )
 
 
 @dataclass(frozen=True)

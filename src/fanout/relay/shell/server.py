@@ -246,6 +246,7 @@ class RelayServer:
                 refused=self.clients.refused_full,
             ),
             *(self.membership.samples() if self.membership is not None else []),
+            *(self.mqtt.samples() if self.mqtt is not None else []),
         ]
 
     # -- dispatch ------------------------------------------------------------------------
