@@ -52,10 +52,10 @@ async def test_get_metrics_is_answered_on_the_websocket_port_which_still_serves_
         port = next(iter(server.sockets)).getsockname()[1]
         first = await asyncio.to_thread(scrape, f"ws://127.0.0.1:{port}")
         second = await asyncio.to_thread(scrape, f"ws://127.0.0.1:{port}")
-        assert (first, second) == (
-            {"fanout_relay_pushes_total": 1.0},
-            {"fanout_relay_pushes_total": 2.0},
-        )
+        assert (first["fanout_relay_pushes_total"], second["fanout_relay_pushes_total"]) == (1, 2)
+        assert [name for name in first if name.startswith("fanout_")] == [
+            "fanout_relay_pushes_total"
+        ]
         url = f"http://127.0.0.1:{port}/metrics"
         response = await asyncio.to_thread(urllib.request.urlopen, url, timeout=10)
         with response:  # the format's own content type
@@ -89,3 +89,17 @@ def test_a_histogram_renders_cumulative_buckets_and_build_info_its_version() -> 
     assert values[("fanout_relay_tick_to_push_seconds_sum", None)] == pytest.approx(3.65)
     (info,) = families["fanout_build_info"].samples
     assert info.value == 1 and info.labels["role"] == "relay" and info.labels["version"]
+
+
+async def test_every_port_serving_metrics_shows_the_process_own_figures() -> None:
+    """prometheus_client's process and platform collectors: what ``ulimit -n`` and a memory
+    leak are watched with (docs/operations.md)."""
+    async with serve(echo, "127.0.0.1", 0, process_request=route(list)) as server:
+        port = next(iter(server.sockets)).getsockname()[1]
+        values = await asyncio.to_thread(scrape, f"ws://127.0.0.1:{port}")
+    assert values["process_resident_memory_bytes"] > 0
+    assert values["process_cpu_seconds_total"] > 0
+    assert 0 < values["process_open_fds"] <= values["process_max_fds"]
+    assert values["process_start_time_seconds"] > 0
+    assert any(name.startswith("python_info{") for name in values)
+    assert any(name.startswith("python_gc_collections_total{") for name in values)

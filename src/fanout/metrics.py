@@ -8,7 +8,8 @@ expected).
 
 The process says what it measures as :class:`Sample` values, read afresh at each request
 (nothing is sampled between requests); ``prometheus_client`` turns them into the exposition
-format.
+format, beside its own collectors of the process's figures (``process_*``: memory, CPU, open
+files; ``python_*``: version, garbage collector), the names every Prometheus client exports.
 """
 
 from __future__ import annotations
@@ -31,7 +32,10 @@ from prometheus_client.core import (
     Metric,
 )
 from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4, generate_latest
+from prometheus_client.gc_collector import GCCollector
 from prometheus_client.parser import text_string_to_metric_families
+from prometheus_client.platform_collector import PlatformCollector
+from prometheus_client.process_collector import ProcessCollector
 from prometheus_client.registry import Collector, CollectorRegistry
 from prometheus_client.utils import floatToGoString
 from websockets.asyncio.server import ServerConnection
@@ -61,6 +65,15 @@ class Sample:
     help: str
     value: float
     labels: Mapping[str, str] = field(default_factory=dict)
+
+
+#: prometheus_client's collectors of the process's own figures, read afresh at each request:
+#: ``process_resident_memory_bytes``, ``process_cpu_seconds_total``, ``process_open_fds``,
+#: ``process_max_fds``, ``process_start_time_seconds``, ``python_info``, ``python_gc_*``.
+PROCESS = CollectorRegistry(auto_describe=False)
+ProcessCollector(registry=PROCESS)
+PlatformCollector(registry=PROCESS)
+GCCollector(registry=PROCESS)
 
 
 #: Bucket bounds, in seconds, of latency histograms (a tick's age when it is pushed).
@@ -116,9 +129,11 @@ def build_info(role: str) -> Sample:
 
 
 def render(samples: Iterable[Sample | Histogram]) -> bytes:
-    """The samples in Prometheus' text exposition format, one family per name."""
+    """The samples in Prometheus' text exposition format, one family per name, and the
+    process's own figures (``PROCESS``)."""
     registry = CollectorRegistry(auto_describe=False)
     registry.register(_Samples(list(samples)))
+    registry.register(PROCESS)
     return generate_latest(registry)
 
 
