@@ -48,6 +48,7 @@ class DemoConfig:
     state_dir: Path | None = None
     plain: bool = False
     log_level: str = "warning"
+    log_format: str = "text"
 
 
 @dataclass
@@ -104,7 +105,10 @@ async def _demo(config: DemoConfig, state_dir: Path) -> int:
     try:
         relay = await start(
             "relay",
-            ["--publisher", publisher.url, "--port", "0", "--name", "demo"],
+            [
+                *("--publisher", publisher.url, "--port", "0", "--name", "demo"),
+                *("--log-format", config.log_format),
+            ],
             state_dir / "relay.log",
         )
         children.append(relay)
@@ -127,6 +131,8 @@ def _publisher_args(config: DemoConfig, state_dir: Path) -> list[str]:
         str(state_dir / "publisher"),
         "--log-level",
         config.log_level,
+        "--log-format",
+        config.log_format,
         "--agents",
         str(sim.agents),
         "--dims",

@@ -127,6 +127,7 @@ def run_demo(args: argparse.Namespace) -> int:
         state_dir=args.state_dir,
         plain=args.plain,
         log_level=args.log_level,
+        log_format=args.log_format,
     )
     return run_demo(config)
 
