@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -12,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from fanout.launch import start
-from fanout.logs import JsonFormatter, configure
+from fanout.logs import JVM_JSON, JsonFormatter, configure
 from fanout.testing.catalog import AGENTS
 from fanout.testing.publisher import ScriptedPublisher, serving
 from fanout.testing.wait import eventually
@@ -53,6 +54,22 @@ def test_an_exception_is_its_traceback_in_one_field() -> None:
     assert entry["message"] == "failed"
     assert entry["exception"].startswith("Traceback (most recent call last):")
     assert entry["exception"].endswith("ValueError: bad row")
+
+
+def test_json_logs_name_the_jvm_configuration_unless_one_is_named(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Spark's JVM, started later by this process, inherits it (tests/integration/
+    test_monitoring.py shows its records as JSON)."""
+    monkeypatch.setattr(sys, "excepthook", sys.excepthook)  # configure replaces these
+    monkeypatch.setattr(logging.getLogger(), "handlers", [])
+    monkeypatch.delenv("LOG4J_CONFIGURATION_FILE", raising=False)
+    configure("info", "json")
+    assert os.environ["LOG4J_CONFIGURATION_FILE"] == str(JVM_JSON)
+    assert "JsonTemplateLayout" in JVM_JSON.read_text()
+    monkeypatch.setenv("LOG4J_CONFIGURATION_FILE", "/etc/mine.xml")
+    configure("info", "json")
+    assert os.environ["LOG4J_CONFIGURATION_FILE"] == "/etc/mine.xml"
 
 
 def test_an_unknown_format_is_refused() -> None:

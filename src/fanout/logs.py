@@ -5,15 +5,18 @@ one object on one line (newlines inside a message or a traceback are escaped), w
 shippers (Vector, Fluent Bit, Promtail, ``jq``) read without a parsing rule: ``time`` (UTC,
 ISO 8601, milliseconds), ``level``, ``logger``, ``message``, ``exception`` (the traceback, when
 there is one) and any field a call passed with ``extra=``; a command's last word (``failed``)
-and a crash's traceback come out the same way. docs/operations.md shows them.
+and a crash's traceback come out the same way, and so do the records of the JVM Spark starts
+(``JVM_JSON``). docs/operations.md shows them.
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import os
 import sys
 from datetime import UTC, datetime
+from pathlib import Path
 from types import TracebackType
 from typing import Any
 
@@ -21,6 +24,10 @@ from typing import Any
 FORMATS = ("text", "json")
 #: The text format: what the commands have always written.
 TEXT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
+
+#: Log4j 2's configuration writing the same fields, for the JVMs a JSON-logging process starts:
+#: Spark's driver (and its executors, in local mode) reads it from ``LOG4J_CONFIGURATION_FILE``.
+JVM_JSON = Path(__file__).with_name("log4j2-json.properties")
 
 #: The attributes every ``LogRecord`` has; any other one came from ``extra=``.
 _RECORD = frozenset(vars(logging.LogRecord("", 0, "", 0, "", None, None))) | {
@@ -70,6 +77,8 @@ def configure(level: str, form: str = "text") -> None:
     logging.basicConfig(level=level.upper(), handlers=[handler])
     if form == "json":
         sys.excepthook = _crashed
+        # Inherited by the JVM pyspark starts; a configuration the user names wins.
+        os.environ.setdefault("LOG4J_CONFIGURATION_FILE", str(JVM_JSON))
 
 
 def failed(command: str, message: str) -> None:
