@@ -62,7 +62,9 @@ def test_json_logs_name_the_jvm_configuration_unless_one_is_named(
     """Spark's JVM, started later by this process, inherits it (tests/integration/
     test_monitoring.py shows its records as JSON)."""
     monkeypatch.setattr(sys, "excepthook", sys.excepthook)  # configure replaces these
-    monkeypatch.setattr(logging.getLogger(), "handlers", [])
+    root = logging.getLogger()
+    monkeypatch.setattr(root, "handlers", [])
+    monkeypatch.setattr(root, "level", root.level)
     monkeypatch.delenv("LOG4J_CONFIGURATION_FILE", raising=False)
     configure("info", "json")
     assert os.environ["LOG4J_CONFIGURATION_FILE"] == str(JVM_JSON)
