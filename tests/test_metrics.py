@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import subprocess
+import sys
 import urllib.error
 import urllib.request
 
@@ -11,7 +13,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from websockets.asyncio.client import connect
 from websockets.asyncio.server import ServerConnection, serve
 
-from fanout.metrics import Sample, render, route, scrape
+from fanout.metrics import Sample, process_of, render, route, scrape
 
 SAMPLES = [
     Sample("relay_pushes", "counter", "Pushes sent.", 7),
@@ -103,3 +105,19 @@ async def test_every_port_serving_metrics_shows_the_process_own_figures() -> Non
     assert values["process_start_time_seconds"] > 0
     assert any(name.startswith("python_info{") for name in values)
     assert any(name.startswith("python_gc_collections_total{") for name in values)
+
+
+def test_another_process_figures_come_under_their_own_prefix() -> None:
+    """``process_of``: how the publisher shows its Spark driver JVM's memory and CPU."""
+    with subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"]) as child:
+        try:
+            text = render([], [process_of(child.pid, "fanout_publisher_jvm")]).decode()
+        finally:
+            child.kill()
+    families = {f.name: f for f in text_string_to_metric_families(text)}
+    (memory,) = families["fanout_publisher_jvm_process_resident_memory_bytes"].samples
+    (own,) = families["process_resident_memory_bytes"].samples
+    assert memory.value > 0 and own.value > 0
+    (started,) = families["fanout_publisher_jvm_process_start_time_seconds"].samples
+    (own_start,) = families["process_start_time_seconds"].samples
+    assert started.value >= own_start.value  # the child's, started after this process

@@ -198,6 +198,9 @@ def test_both_ports_show_the_process_own_figures(publisher: Child, relay: Child)
         assert values["process_open_fds"] < values["process_max_fds"]
         assert any(name.startswith("python_info{") for name in values)
         assert any(name.startswith("python_gc_collections_total{") for name in values)
+    jvm = scrape(publisher.url)  # the Spark driver's JVM, where the publisher's memory goes
+    assert jvm["fanout_publisher_jvm_process_resident_memory_bytes"] > 50e6
+    assert jvm["fanout_publisher_jvm_process_open_fds"] > 0
 
 
 def test_the_dashboard_reads_only_metrics_the_processes_export(exported: set[str]) -> None:
