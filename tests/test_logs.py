@@ -109,3 +109,15 @@ def test_a_command_that_fails_says_why_in_one_json_line() -> None:
     last = json.loads(result.stderr.splitlines()[-1])
     assert (last["level"], last["logger"], last["command"]) == ("ERROR", "fanout.cli", "subscribe")
     assert last["message"].startswith("fanout subscribe: ")
+
+
+def test_an_exception_nothing_caught_is_a_critical_record() -> None:
+    code = "from fanout import logs; logs.configure('info', 'json'); raise RuntimeError('boom')"
+    result = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=False
+    )
+    assert result.returncode == 1
+    (line,) = result.stderr.splitlines()
+    entry = json.loads(line)
+    assert (entry["level"], entry["logger"], entry["message"]) == ("CRITICAL", "fanout", "crashed")
+    assert entry["exception"].endswith("RuntimeError: boom")
