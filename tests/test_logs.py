@@ -3,6 +3,7 @@ from real ``fanout relay`` and ``fanout subscribe`` processes' stderr."""
 
 from __future__ import annotations
 
+import argparse
 import json
 import logging
 import os
@@ -12,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from fanout.cli.main import _parser
 from fanout.launch import start
 from fanout.logs import JVM_JSON, JsonFormatter, configure
 from fanout.testing.catalog import AGENTS
@@ -72,6 +74,17 @@ def test_json_logs_name_the_jvm_configuration_unless_one_is_named(
     monkeypatch.setenv("LOG4J_CONFIGURATION_FILE", "/etc/mine.xml")
     configure("info", "json")
     assert os.environ["LOG4J_CONFIGURATION_FILE"] == "/etc/mine.xml"
+
+
+def test_every_command_takes_log_format() -> None:
+    """Read from the parser itself, so that a command added later is held to it too."""
+    (commands,) = [
+        action for action in _parser()._actions if isinstance(action, argparse._SubParsersAction)
+    ]
+    assert len(commands.choices) >= 7
+    for name, command in commands.choices.items():
+        options = {option for action in command._actions for option in action.option_strings}
+        assert {"--log-level", "--log-format"} <= options, name
 
 
 def test_an_unknown_format_is_refused() -> None:
