@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import subprocess
+import sys
 import urllib.error
 import urllib.request
 
@@ -11,7 +13,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from websockets.asyncio.client import connect
 from websockets.asyncio.server import ServerConnection, serve
 
-from fanout.metrics import Sample, render, route, scrape
+from fanout.metrics import Sample, process_of, render, route, scrape
 
 SAMPLES = [
     Sample("relay_pushes", "counter", "Pushes sent.", 7),
@@ -52,10 +54,10 @@ async def test_get_metrics_is_answered_on_the_websocket_port_which_still_serves_
         port = next(iter(server.sockets)).getsockname()[1]
         first = await asyncio.to_thread(scrape, f"ws://127.0.0.1:{port}")
         second = await asyncio.to_thread(scrape, f"ws://127.0.0.1:{port}")
-        assert (first, second) == (
-            {"fanout_relay_pushes_total": 1.0},
-            {"fanout_relay_pushes_total": 2.0},
-        )
+        assert (first["fanout_relay_pushes_total"], second["fanout_relay_pushes_total"]) == (1, 2)
+        assert [name for name in first if name.startswith("fanout_")] == [
+            "fanout_relay_pushes_total"
+        ]
         url = f"http://127.0.0.1:{port}/metrics"
         response = await asyncio.to_thread(urllib.request.urlopen, url, timeout=10)
         with response:  # the format's own content type
@@ -89,3 +91,33 @@ def test_a_histogram_renders_cumulative_buckets_and_build_info_its_version() -> 
     assert values[("fanout_relay_tick_to_push_seconds_sum", None)] == pytest.approx(3.65)
     (info,) = families["fanout_build_info"].samples
     assert info.value == 1 and info.labels["role"] == "relay" and info.labels["version"]
+
+
+async def test_every_port_serving_metrics_shows_the_process_own_figures() -> None:
+    """prometheus_client's process and platform collectors: what ``ulimit -n`` and a memory
+    leak are watched with (docs/operations.md)."""
+    async with serve(echo, "127.0.0.1", 0, process_request=route(list)) as server:
+        port = next(iter(server.sockets)).getsockname()[1]
+        values = await asyncio.to_thread(scrape, f"ws://127.0.0.1:{port}")
+    assert values["process_resident_memory_bytes"] > 0
+    assert values["process_cpu_seconds_total"] > 0
+    assert 0 < values["process_open_fds"] <= values["process_max_fds"]
+    assert values["process_start_time_seconds"] > 0
+    assert any(name.startswith("python_info{") for name in values)
+    assert any(name.startswith("python_gc_collections_total{") for name in values)
+
+
+def test_another_process_figures_come_under_their_own_prefix() -> None:
+    """``process_of``: how the publisher shows its Spark driver JVM's memory and CPU."""
+    with subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"]) as child:
+        try:
+            text = render([], [process_of(child.pid, "fanout_publisher_jvm")]).decode()
+        finally:
+            child.kill()
+    families = {f.name: f for f in text_string_to_metric_families(text)}
+    (memory,) = families["fanout_publisher_jvm_process_resident_memory_bytes"].samples
+    (own,) = families["process_resident_memory_bytes"].samples
+    assert memory.value > 0 and own.value > 0
+    (started,) = families["fanout_publisher_jvm_process_start_time_seconds"].samples
+    (own_start,) = families["process_start_time_seconds"].samples
+    assert started.value >= own_start.value  # the child's, started after this process

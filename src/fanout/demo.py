@@ -51,6 +51,7 @@ class DemoConfig:
     log_level: str = "warning"
     #: Print the result as one JSON object on stdout (``Report``), the rest on stderr.
     json: bool = False
+    log_format: str = "text"
 
 
 #: The demo's result, as ``--json`` prints it: ``seconds``, ``subscribers``, ``updates``,
@@ -116,7 +117,10 @@ async def _demo(config: DemoConfig, state_dir: Path, report: Report) -> int:
         )
         relay = await children.start(
             "relay",
-            ["--publisher", publisher.url, "--port", "0", "--name", "demo"],
+            [
+                *("--publisher", publisher.url, "--port", "0", "--name", "demo"),
+                *("--log-format", config.log_format),
+            ],
             state_dir / "relay.log",
         )
         console.print(
@@ -135,6 +139,8 @@ def _publisher_args(config: DemoConfig, state_dir: Path) -> list[str]:
         str(state_dir / "publisher"),
         "--log-level",
         config.log_level,
+        "--log-format",
+        config.log_format,
         "--agents",
         str(sim.agents),
         "--dims",

@@ -8,7 +8,8 @@ expected).
 
 The process says what it measures as :class:`Sample` values, read afresh at each request
 (nothing is sampled between requests); ``prometheus_client`` turns them into the exposition
-format.
+format, beside its own collectors of the process's figures (``process_*``: memory, CPU, open
+files; ``python_*``: version, garbage collector), the names every Prometheus client exports.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ import bisect
 import platform
 import urllib.parse
 import urllib.request
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from http import HTTPStatus
 from importlib import metadata
@@ -31,7 +32,10 @@ from prometheus_client.core import (
     Metric,
 )
 from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4, generate_latest
+from prometheus_client.gc_collector import GCCollector
 from prometheus_client.parser import text_string_to_metric_families
+from prometheus_client.platform_collector import PlatformCollector
+from prometheus_client.process_collector import ProcessCollector
 from prometheus_client.registry import Collector, CollectorRegistry
 from prometheus_client.utils import floatToGoString
 from websockets.asyncio.server import ServerConnection
@@ -61,6 +65,15 @@ class Sample:
     help: str
     value: float
     labels: Mapping[str, str] = field(default_factory=dict)
+
+
+#: prometheus_client's collectors of the process's own figures, read afresh at each request:
+#: ``process_resident_memory_bytes``, ``process_cpu_seconds_total``, ``process_open_fds``,
+#: ``process_max_fds``, ``process_start_time_seconds``, ``python_info``, ``python_gc_*``.
+PROCESS = CollectorRegistry(auto_describe=False)
+ProcessCollector(registry=PROCESS)
+PlatformCollector(registry=PROCESS)
+GCCollector(registry=PROCESS)
 
 
 #: Bucket bounds, in seconds, of latency histograms (a tick's age when it is pushed).
@@ -115,16 +128,27 @@ def build_info(role: str) -> Sample:
     return Sample("build_info", "gauge", "fanout's version and Python; always 1.", 1, labels)
 
 
-def render(samples: Iterable[Sample | Histogram]) -> bytes:
-    """The samples in Prometheus' text exposition format, one family per name."""
+def process_of(pid: int, prefix: str) -> Collector:
+    """The ``process_*`` figures of another process of the same host, named
+    ``{prefix}_process_*``: the publisher's Spark driver JVM, where its memory goes."""
+    return ProcessCollector(namespace=prefix, pid=lambda: pid, registry=None)
+
+
+def render(samples: Iterable[Sample | Histogram], collectors: Sequence[Collector] = ()) -> bytes:
+    """The samples in Prometheus' text exposition format, one family per name, the process's
+    own figures (``PROCESS``) and what ``collectors`` collect."""
     registry = CollectorRegistry(auto_describe=False)
     registry.register(_Samples(list(samples)))
+    registry.register(PROCESS)
+    for collector in collectors:
+        registry.register(collector)
     return generate_latest(registry)
 
 
 def route(
     samples: Callable[[], Iterable[Sample | Histogram]],
     unready: Callable[[], str | None] = lambda: None,
+    collectors: Sequence[Collector] = (),
 ) -> Callable[[ServerConnection, Request], Response | None]:
     """A websockets ``process_request`` hook answering ``GET /metrics`` with ``samples()``,
     and the probes of load balancers and orchestrators.
@@ -132,13 +156,14 @@ def route(
     Args:
         samples: the process's metrics now.
         unready: why the process cannot serve now, or None if it can.
+        collectors: more of prometheus_client's collectors to answer with (``render``).
 
     ``GET /healthz`` answers 200 while the process answers at all (liveness); ``GET /readyz``
     200 when ``unready()`` is None, else 503 with its reason (readiness: send it no one).
     """
 
     def process_request(connection: ServerConnection, request: Request) -> Response | None:
-        answered = answer(request.path, samples, unready)
+        answered = answer(request.path, samples, unready, collectors)
         if answered is None:
             return None  # a WebSocket handshake (or websockets' 426 for plain HTTP)
         status, content_type, body = answered
@@ -157,6 +182,7 @@ def answer(
     target: str,
     samples: Callable[[], Iterable[Sample | Histogram]],
     unready: Callable[[], str | None] = lambda: None,
+    collectors: Sequence[Collector] = (),
 ) -> tuple[HTTPStatus, str, bytes] | None:
     """The answer to a request for ``target`` (its path and query) if it is one of these
     paths (``route``): its status, content type and body; None for another path."""
@@ -170,7 +196,7 @@ def answer(
         return HTTPStatus.SERVICE_UNAVAILABLE, TEXT, f"not ready: {reason}\n".encode()
     if path != PATH:
         return None
-    return HTTPStatus.OK, CONTENT_TYPE_PLAIN_0_0_4, render(samples())
+    return HTTPStatus.OK, CONTENT_TYPE_PLAIN_0_0_4, render(samples(), collectors)
 
 
 def scrape(url: str, timeout: float = 10.0, ssl: SSLContext | None = None) -> dict[str, float]:

@@ -12,15 +12,14 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import logging
 import os
-import sys
 from collections.abc import Sequence
 from importlib import metadata
 from typing import Any
 
 from websockets.exceptions import WebSocketException
 
+from fanout import logs
 from fanout.cli import datasets as cli_datasets
 from fanout.cli import passwd as cli_passwd
 from fanout.cli import publish as cli_publish
@@ -53,30 +52,26 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line; returns the exit status (0, ``FAILURE`` or ``USAGE``)."""
     parser = _parser()
     args = parser.parse_args(argv)
-    logging.basicConfig(
-        level=getattr(logging, args.log_level.upper()),
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-        stream=sys.stderr,
-    )
+    logs.configure(args.log_level, args.log_format)
     try:
         status: int = args.run(args)
     except KeyboardInterrupt:
         return 130
     except (ConfigError, InvalidView) as exc:  # what the command line asks for cannot be done
-        print(f"fanout {args.command}: {exc}", file=sys.stderr)
+        logs.failed(args.command, str(exc))
         return USAGE
     except (FanoutError, OSError, WebSocketException) as exc:  # what failed while running
-        print(f"fanout {args.command}: {exc}", file=sys.stderr)
+        logs.failed(args.command, str(exc))
         return FAILURE
     except ModuleNotFoundError as exc:
         module = (exc.name or "").partition(".")[0]
         if module not in EXTRA_MODULES or args.command not in EXTRAS:
             raise
         extra = EXTRAS[args.command]
-        print(
-            f"fanout {args.command}: needs {module}, which is not installed here:"
+        logs.failed(
+            args.command,
+            f"needs {module}, which is not installed here:"
             f" pip install 'fanout[{extra}]' (docs/deploy.md)",
-            file=sys.stderr,
         )
         return FAILURE
     return status
@@ -116,13 +111,19 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _command(commands: Any, name: str, **kwargs: Any) -> argparse.ArgumentParser:
-    """Add a subcommand; every subcommand takes ``--log-level``."""
+    """Add a subcommand; every subcommand takes ``--log-level`` and ``--log-format``."""
     parser: argparse.ArgumentParser = commands.add_parser(name, **kwargs)
     parser.add_argument(
         "--log-level",
         default="warning",
         choices=["debug", "info", "warning", "error"],
         help="what to log on stderr (default: warning)",
+    )
+    parser.add_argument(
+        "--log-format",
+        default="text",
+        choices=logs.FORMATS,
+        help="how to log: text lines, or json, one object a line (default: text)",
     )
     return parser
 

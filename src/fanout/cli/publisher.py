@@ -134,6 +134,7 @@ def run_demo(args: argparse.Namespace) -> int:
         plain=args.plain,
         log_level=args.log_level,
         json=args.json,
+        log_format=args.log_format,
     )
     return run_demo(config)
 

@@ -9,10 +9,12 @@ import threading
 import time
 from types import FrameType
 
+from prometheus_client.registry import Collector
 from pyspark.errors import PySparkException
+from pyspark.sql import SparkSession
 from pyspark.sql.streaming.query import StreamingQuery
 
-from fanout import tls
+from fanout import metrics, tls
 from fanout.errors import ConfigError
 from fanout.publisher.busconnector import BusConnector
 from fanout.publisher.bustable import ObjectTable, object_type
@@ -47,6 +49,7 @@ def run(config: PublisherSettings) -> int:
         auth=config.auth,
         ssl=ssl,
         not_ready=lambda: _not_ready(pipelines),
+        collectors=_driver_jvm(spark),
     )
     batch_log = open_log(config.log_url())
     bus = _bus(config)
@@ -141,6 +144,17 @@ def summary(text: str) -> str:
     causes = [line.removeprefix("Caused by: ") for line in lines if line.startswith("Caused by:")]
     line = causes[0] if causes else (lines[0] if lines else "no message")
     return line[:REASON_CHARS]
+
+
+def _driver_jvm(spark: SparkSession) -> list[Collector]:
+    """The Spark driver JVM's ``process_*`` figures, as ``fanout_publisher_jvm_process_*``: the
+    publisher's memory and CPU are mostly there (a child process when Spark runs in it, the
+    parent under spark-submit), not in Python's own (``metrics.PROCESS``)."""
+    jvm = getattr(spark, "_jvm", None)
+    if jvm is None:  # Spark Connect: the driver is the server's, elsewhere
+        return []
+    pid = int(jvm.java.lang.ProcessHandle.current().pid())
+    return [metrics.process_of(pid, "fanout_publisher_jvm")]
 
 
 def _not_ready(pipelines: dict[str, Pipeline]) -> str | None:

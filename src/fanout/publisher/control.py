@@ -19,11 +19,12 @@ import functools
 import logging
 import threading
 import time
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable, Coroutine, Sequence
 from dataclasses import dataclass
 from ssl import SSLContext
 from typing import Any
 
+from prometheus_client.registry import Collector
 from websockets.asyncio.server import ServerConnection, serve
 from websockets.exceptions import ConnectionClosed
 
@@ -86,6 +87,7 @@ class ControlPlane:
         auth: AuthConfig | None = None,
         ssl: SSLContext | None = None,
         not_ready: Callable[[], str | None] = lambda: None,
+        collectors: Sequence[Collector] = (),
     ) -> None:
         """Args:
         datasets, registry: what is served, and who holds which primitives.
@@ -94,6 +96,7 @@ class ControlPlane:
         auth: how tokens are checked (``fanout.auth``); None: every connection is served.
         ssl: serve ``wss://`` with this TLS context; None: plain ``ws://``.
         not_ready: why the publisher cannot serve relays yet, or None (``GET /readyz``).
+        collectors: more figures for ``GET /metrics`` (the driver JVM's, ``metrics.process_of``).
         """
         self.datasets = datasets
         self.registry = registry
@@ -102,6 +105,7 @@ class ControlPlane:
         self._verifier = None if auth is None else Verifier(auth)
         self._ssl = ssl
         self._not_ready = not_ready
+        self._collectors = collectors
         self.port: int | None = None
         #: relay id -> its connection, for the batches the pipeline hands over.
         self._relays: dict[int, _Peer] = {}
@@ -131,7 +135,7 @@ class ControlPlane:
             max_size=MAX_INBOUND,
             compression=None,
             write_limit=1 << 20,
-            process_request=metrics.route(self.samples, self._not_ready),
+            process_request=metrics.route(self.samples, self._not_ready, self._collectors),
             ssl=self._ssl,
         ) as server:
             self.port = next(iter(server.sockets)).getsockname()[1]
