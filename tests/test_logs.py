@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from fanout.cli.main import _parser
-from fanout.launch import start
+from fanout.launch import running
 from fanout.logs import JVM_JSON, JsonFormatter, configure
 from fanout.testing.catalog import AGENTS
 from fanout.testing.publisher import ScriptedPublisher, serving
@@ -96,11 +96,8 @@ async def test_a_relay_run_with_log_format_json_writes_only_json_lines(tmp_path:
     log = tmp_path / "relay.log"
     async with serving(ScriptedPublisher(Catalog([AGENTS]))) as url:
         args = ["--publisher", url, "--port", "0", "--log-level", "info", "--log-format", "json"]
-        relay = await start("relay", args, log)
-        try:
+        async with running("relay", args, log):
             await eventually(log.read_text, in_thread=True, timeout=30, what="a log line")
-        finally:
-            await relay.stop()
     entries = [json.loads(line) for line in log.read_text().splitlines()]
     assert entries and all(set(entry) >= FIELDS for entry in entries)
     assert {entry["level"] for entry in entries} <= {"DEBUG", "INFO", "WARNING", "ERROR"}

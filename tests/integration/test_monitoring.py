@@ -23,7 +23,7 @@ import promql_parser
 import pytest
 import pytest_asyncio
 
-from fanout.launch import Child, start
+from fanout.launch import Child, Children
 from fanout.metrics import scrape
 from fanout.testing.ports import free_port
 from fanout.testing.redis import throwaway_redis_cluster
@@ -58,9 +58,9 @@ def registry() -> Iterator[str]:
 
 
 @pytest_asyncio.fixture(scope="module", loop_scope="module")
-async def publisher(tmp_path: Path) -> AsyncIterator[Child]:
+async def publisher(children: Children, tmp_path: Path) -> AsyncIterator[Child]:
     args = ["--port", "0", "--state-dir", str(tmp_path / "publisher"), "--agents", "500"]
-    child = await start(
+    child = await children.start(
         "publisher", [*args, "--log-level", "info", "--log-format", "json"], tmp_path / "pub.log"
     )
     try:
@@ -70,11 +70,13 @@ async def publisher(tmp_path: Path) -> AsyncIterator[Child]:
 
 
 @pytest_asyncio.fixture(scope="module", loop_scope="module")
-async def relay(publisher: Child, registry: str, tmp_path: Path) -> AsyncIterator[Child]:
+async def relay(
+    children: Children, publisher: Child, registry: str, tmp_path: Path
+) -> AsyncIterator[Child]:
     """A relay of a map (the registry's figures), with a balancer that never splits (its)."""
     args = ["--publisher", publisher.url, "--port", "0", "--name", "watched"]
     args += ["--registry", registry, "--split-above", "subscribers=1000000"]
-    child = await start(
+    child = await children.start(
         "relay", [*args, "--log-level", "info", "--log-format", "json"], tmp_path / "relay.log"
     )
     try:
