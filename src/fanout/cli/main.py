@@ -15,11 +15,11 @@ import logging
 import os
 import sys
 from collections.abc import Sequence
-from importlib import metadata
 from typing import Any
 
 from websockets.exceptions import WebSocketException
 
+from fanout import DISTRIBUTION, __version__
 from fanout.cli import publisher as cli_publisher
 from fanout.cli import relay as cli_relay
 from fanout.cli import security as cli_security
@@ -65,7 +65,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         extra = EXTRAS[args.command]
         print(
             f"fanout {args.command}: needs {module}, which is not installed here:"
-            f" pip install 'fanout[{extra}]' (docs/deploy.md)",
+            f" pip install '{DISTRIBUTION}[{extra}]' (docs/deploy.md)",
             file=sys.stderr,
         )
         return FAILURE
@@ -73,11 +73,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _version() -> str:
-    """fanout's version, as installed."""
-    try:
-        return metadata.version("fanout")
-    except metadata.PackageNotFoundError:  # run from a source tree that was never installed
-        return "(not installed: no version)"
+    """fanout's version, as installed (``0+unknown`` from a source tree never installed)."""
+    return __version__
 
 
 def _parser() -> argparse.ArgumentParser:
