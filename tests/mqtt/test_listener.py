@@ -158,6 +158,7 @@ async def test_a_persistent_session_gets_what_was_published_while_it_was_away(
     ]
 
 
+@pytest.mark.needs("mosquitto_sub")
 async def test_a_killed_clients_will_is_published(relay: RelayServer) -> None:
     port = port_of(relay)
     watcher = Paho(port, "watcher", mqtt.MQTTv311)
