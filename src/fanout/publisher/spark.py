@@ -45,6 +45,10 @@ CLUSTER = REQUIRED | {
 #: behind where the HDFS-backed store kept up. Given as ``SPARK_DRIVER_MEMORY``, the one place
 #: below ``--driver-memory``, ``--conf spark.driver.memory`` and ``spark-defaults.conf``.
 DRIVER_MEMORY = "4g"
+#: What spark-submit sets itself when pyspark starts the JVM as ``pyspark-shell``: not the
+#: user's, so not kept over fanout's when fanout started the JVM (a user asking for exactly these
+#: values through ``PYSPARK_SUBMIT_ARGS`` gets fanout's instead).
+SHELL_DEFAULTS = {"spark.app.name": "pyspark-shell", "spark.ui.showConsoleProgress": "true"}
 
 
 def local_cores(master: str) -> int | None:
@@ -121,6 +125,8 @@ def spark_session(
     if master and local_cores(master) and not started:
         os.environ.setdefault("SPARK_DRIVER_MEMORY", DRIVER_MEMORY)
     preset = _preset(conf or {})
+    if not started:
+        preset = {k: v for k, v in preset.items() if SHELL_DEFAULTS.get(k) != v}
     builder = SparkSession.builder
     if not started:  # spark-submit named the application (--name); else pyspark-shell did
         builder = builder.appName(app_name)
