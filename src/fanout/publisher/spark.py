@@ -87,7 +87,7 @@ def session_settings(
         ConfigError: a preset or configured value contradicts :data:`REQUIRED`.
     """
     for key, value in REQUIRED.items():
-        for source, settings in (("spark-submit --conf", preset), ("fanout.toml", configured)):
+        for source, settings in (("fanout.toml", configured), ("spark-submit --conf", preset)):
             if settings.get(key, value) != value:
                 raise ConfigError(
                     f"{source} sets {key}={settings[key]}: the publisher needs {value}"
@@ -125,11 +125,10 @@ def spark_session(
     if master and local_cores(master) and not started:
         os.environ.setdefault("SPARK_DRIVER_MEMORY", DRIVER_MEMORY)
     preset = _preset(conf or {})
-    if not started:
-        preset = {k: v for k, v in preset.items() if SHELL_DEFAULTS.get(k) != v}
     builder = SparkSession.builder
-    if not started:  # spark-submit named the application (--name); else pyspark-shell did
-        builder = builder.appName(app_name)
+    if not started:  # fanout started the JVM as pyspark-shell, whose defaults are not the user's
+        preset = {k: v for k, v in preset.items() if SHELL_DEFAULTS.get(k) != v}
+        builder = builder.appName(app_name)  # under spark-submit, its --name (or its script's)
     if master:
         builder = builder.master(master)
     for key, value in session_settings(master, preset, conf or {}, ui).items():
