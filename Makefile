@@ -34,6 +34,9 @@ $(MADE_BY): FORCE | check-python
 # them fanout installs and runs, slower: the relay cuts with numpy and the tests say so).
 $(INSTALLED): requirements.lock pyproject.toml setup.py $(wildcard src/fanout/relay/kernels/*.pyx) $(MADE_BY)
 	$(BIN)/pip install --quiet --disable-pip-version-check --require-hashes -r requirements.lock
+	@# fanout was installed as "fanout" before it had a name of its own ("fanout-live"): a .venv
+	@# made then holds that distribution too, whose metadata would still answer for the old name.
+	@if $(BIN)/pip show --quiet fanout >/dev/null 2>&1; then $(BIN)/pip uninstall --quiet --yes fanout; fi
 	$(BIN)/pip install --quiet --disable-pip-version-check --no-deps --no-build-isolation -e .
 	touch $(INSTALLED)
 

@@ -19,6 +19,10 @@ settings.register_profile("fanout", deadline=None)
 settings.register_profile("ci", deadline=None, derandomize=True, print_blob=True)
 settings.load_profile(os.environ.get("FANOUT_HYPOTHESIS_PROFILE", "fanout"))
 
+#: A test that needs a program this machine lacks (nats-server, redis-server, Chromium, ...) skips
+#: naming its Debian package, or fails on CI (FANOUT_CI, set by .ci/run): fanout.testing.needs.
+pytest_plugins = ["fanout.testing.needs"]
+
 os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
 

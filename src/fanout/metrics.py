@@ -41,6 +41,8 @@ from prometheus_client.utils import floatToGoString
 from websockets.asyncio.server import ServerConnection
 from websockets.http11 import Request, Response
 
+from fanout import DISTRIBUTION
+
 PATH = "/metrics"
 HEALTH = "/healthz"
 READY = "/readyz"
@@ -121,7 +123,7 @@ def build_info(role: str) -> Sample:
     """``fanout_build_info``: 1, labelled with fanout's version, the Python running it and the
     process's role (``relay``, ``publisher``)."""
     try:
-        version = metadata.version("fanout")
+        version = metadata.version(DISTRIBUTION)
     except metadata.PackageNotFoundError:  # a source tree never installed
         version = "unknown"
     labels = {"version": version, "python": platform.python_version(), "role": role}

@@ -18,7 +18,8 @@ from fanout.cache.client import LoadTimeout, NotStored, SnoopyCache, UnknownType
 from fanout.publisher.busconnector import BusConnector
 from fanout.publisher.bustable import ObjectTable, object_type
 from fanout.publisher.config import parse_config
-from fanout.testing.nats import NatsMissing, NatsServer, throwaway_nats
+from fanout.testing.nats import NatsServer, throwaway_nats
+from fanout.testing.needs import need
 from fanout.testing.wait import eventually
 from fanout.wire.bus import InvalidLabel, ObjectMessage, encode_row
 
@@ -41,11 +42,9 @@ bus = { label = "category" }
 
 @pytest.fixture(scope="module")
 def server() -> Iterator[NatsServer]:
-    try:
-        with throwaway_nats() as running:
-            yield running
-    except NatsMissing as exc:
-        pytest.skip(str(exc))
+    need("nats-server")
+    with throwaway_nats() as running:
+        yield running
 
 
 class Feed:

@@ -12,7 +12,8 @@ import pytest_asyncio
 
 from fanout.cache.client import SnoopyCache, UnknownType
 from fanout.cache.writes import NotStored
-from fanout.testing.postgres import MISSING, postgres_binaries, throwaway_postgres
+from fanout.testing.needs import need
+from fanout.testing.postgres import throwaway_postgres
 from fanout.wire.bus import TypeInfo
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
@@ -20,8 +21,7 @@ pytestmark = pytest.mark.asyncio(loop_scope="module")
 
 @pytest.fixture(scope="module")
 def database() -> Iterator[str]:
-    if postgres_binaries() is None:
-        pytest.skip(MISSING)
+    need("initdb", "pg_ctl")
     with throwaway_postgres() as url, psycopg.connect(url, autocommit=True) as db:
         db.execute("CREATE TABLE items (id bigint PRIMARY KEY, title text, category text)")
         yield url

@@ -10,13 +10,13 @@ import math
 import subprocess
 import sys
 from collections.abc import AsyncIterator
-from importlib import metadata
 from pathlib import Path
 
 import numpy as np
 import pytest
 from websockets.asyncio.server import ServerConnection, serve
 
+import fanout
 from fanout.cli.main import FAILURE, USAGE, _parser, main
 from fanout.cli.relay import MQTT_LIMITS, RELAY_LIMITS, _given, _limits_given
 from fanout.views import Box
@@ -279,7 +279,7 @@ def test_version_prints_the_installed_version(capsys: pytest.CaptureFixture[str]
     with pytest.raises(SystemExit) as exit_:
         main(["--version"])
     assert exit_.value.code == 0
-    assert capsys.readouterr().out.strip() == f"fanout {metadata.version('fanout')}"
+    assert capsys.readouterr().out.strip() == f"fanout {fanout.__version__}"
 
 
 def test_usage_errors_exit_2_and_failures_exit_1(capsys: pytest.CaptureFixture[str]) -> None:
@@ -421,7 +421,7 @@ def test_a_command_whose_extra_is_not_installed_says_which_to_install() -> None:
     assert result.returncode == FAILURE
     assert "Traceback" not in result.stderr
     assert "fanout relay: needs " in result.stderr
-    assert "pip install 'fanout[relay]'" in result.stderr
+    assert "pip install 'fanout-live[relay]'" in result.stderr
 
 
 def test_the_publishers_catalog_without_the_relay_extra_says_which_to_install() -> None:
@@ -436,7 +436,7 @@ def test_the_publishers_catalog_without_the_relay_extra_says_which_to_install() 
     )
     assert result.returncode == FAILURE
     assert result.stderr.startswith("fanout datasets: needs prometheus_client")
-    assert "pip install 'fanout[relay]'" in result.stderr
+    assert "pip install 'fanout-live[relay]'" in result.stderr
 
 
 def test_mount_refuses_a_mount_point_that_is_not_a_directory(

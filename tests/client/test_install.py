@@ -1,9 +1,9 @@
 """The base install is the subscriber library: it works without any role's extra.
 
-``pip install fanout`` brings only the base dependencies of pyproject.toml; the relay's and the
-publisher's packages (DuckDB, pyarrow, Spark, psycopg, ...) come with ``fanout[relay]`` and
-``fanout[publisher]``. Each test runs a fresh interpreter in which every package of those extras
-fails to import, as it would where it is not installed, and checks what a subscriber does.
+``pip install fanout-live`` brings only the base dependencies of pyproject.toml; the relay's and
+the publisher's packages (DuckDB, pyarrow, Spark, psycopg, ...) come with ``fanout-live[relay]``
+and ``fanout-live[publisher]``. Each test runs a fresh interpreter in which every package of those
+extras fails to import, as it would where it is not installed, and checks what a subscriber does.
 """
 
 from __future__ import annotations
@@ -92,7 +92,7 @@ def _extras_modules() -> set[str]:
     base = {_module(r) for r in PYPROJECT["project"]["dependencies"]}
     extras = PYPROJECT["project"]["optional-dependencies"]
     modules = {_module(r) for role in ("relay", "publisher", "demo") for r in extras[role]}
-    modules -= base | {"fanout"}
+    modules -= base | {"fanout_live"}  # the demo extra names the relay's and the publisher's
     return modules | {also for module in modules for also in ALSO_INSTALLED.get(module, [])}
 
 

@@ -5,11 +5,11 @@
 from __future__ import annotations
 
 import re
-import shutil
 import subprocess
 from pathlib import Path
 
-import pytest
+from fanout.testing.binaries import find
+from fanout.testing.needs import need
 
 PROMETHEUS = Path(__file__).parents[2] / "deploy" / "prometheus"
 RULES = PROMETHEUS / "fanout.rules.yml"
@@ -18,11 +18,9 @@ TESTS = PROMETHEUS / "fanout.rules.test.yml"
 
 def promtool(*args: str) -> subprocess.CompletedProcess[str]:
     """Run promtool in the rules' folder (the test file names the rules relative to it)."""
-    binary = shutil.which("promtool")
-    if binary is None:
-        pytest.skip(
-            "promtool is not installed (Debian's prometheus package: apt-get install prometheus)"
-        )
+    need("promtool")
+    binary = find("promtool")
+    assert binary is not None
     return subprocess.run(
         [binary, *args], cwd=PROMETHEUS, capture_output=True, text=True, timeout=120, check=False
     )

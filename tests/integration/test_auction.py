@@ -22,8 +22,9 @@ import pytest
 import pytest_asyncio
 
 from fanout.launch import Child, Children
-from fanout.testing.nats import NatsMissing, NatsServer, throwaway_nats
-from fanout.testing.postgres import MISSING, postgres_binaries, throwaway_postgres
+from fanout.testing.nats import NatsServer, throwaway_nats
+from fanout.testing.needs import need
+from fanout.testing.postgres import throwaway_postgres
 
 pytestmark = [pytest.mark.integration, pytest.mark.asyncio(loop_scope="module")]
 
@@ -40,8 +41,7 @@ def run_items(*args: str) -> None:
 
 @pytest.fixture(scope="module")
 def database() -> Iterator[str]:
-    if postgres_binaries() is None:
-        pytest.skip(MISSING)
+    need("initdb", "pg_ctl")
     with throwaway_postgres() as url:
         run_items("--db", url, "--items", str(ITEMS))
         yield url
@@ -49,11 +49,9 @@ def database() -> Iterator[str]:
 
 @pytest.fixture(scope="module")
 def bus() -> Iterator[NatsServer]:
-    try:
-        with throwaway_nats() as server:
-            yield server
-    except NatsMissing as exc:
-        pytest.skip(str(exc))
+    need("nats-server")
+    with throwaway_nats() as server:
+        yield server
 
 
 @pytest_asyncio.fixture(scope="module", loop_scope="module")

@@ -13,8 +13,9 @@ import pytest
 
 from fanout.cache.client import SnoopyCache
 from fanout.launch import Children
-from fanout.testing.nats import NatsMissing, NatsServer, throwaway_nats
-from fanout.testing.postgres import MISSING, postgres_binaries, throwaway_postgres
+from fanout.testing.nats import NatsServer, throwaway_nats
+from fanout.testing.needs import need
+from fanout.testing.postgres import throwaway_postgres
 from fanout.testing.wait import eventually
 
 pytestmark = [pytest.mark.integration, pytest.mark.asyncio(loop_scope="module")]
@@ -34,8 +35,7 @@ bus = {{ label = "category" }}
 
 @pytest.fixture(scope="module")
 def database() -> Iterator[str]:
-    if postgres_binaries() is None:
-        pytest.skip(MISSING)
+    need("initdb", "pg_ctl")
     with throwaway_postgres() as url, psycopg.connect(url, autocommit=True) as db:
         db.execute("CREATE TABLE items (id bigint PRIMARY KEY, title text, category text)")
         db.execute("INSERT INTO items VALUES (1, 'lamp', 'home'), (2, 'rake', 'garden')")
@@ -44,11 +44,9 @@ def database() -> Iterator[str]:
 
 @pytest.fixture(scope="module")
 def bus() -> Iterator[NatsServer]:
-    try:
-        with throwaway_nats() as server:
-            yield server
-    except NatsMissing as exc:
-        pytest.skip(str(exc))
+    need("nats-server")
+    with throwaway_nats() as server:
+        yield server
 
 
 async def test_a_restarted_publisher_goes_on_from_its_table(

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import shutil
 import subprocess
 import urllib.parse
 import urllib.request
@@ -25,6 +24,8 @@ import pytest_asyncio
 
 from fanout.launch import Child, Children
 from fanout.metrics import scrape
+from fanout.testing.binaries import find
+from fanout.testing.needs import need
 from fanout.testing.ports import free_port
 from fanout.testing.redis import throwaway_redis_cluster
 from fanout.testing.wait import eventually
@@ -105,9 +106,9 @@ def exported(publisher: Child, relay: Child) -> set[str]:
 @pytest.fixture(scope="module")
 def prometheus(publisher: Child, relay: Child, tmp_path: Path) -> Iterator[str]:
     """A Prometheus scraping both every second and evaluating the rules; yields its URL."""
-    binary = shutil.which("prometheus")
-    if binary is None:
-        pytest.skip("prometheus is not installed (Debian: apt-get install prometheus)")
+    need("prometheus")
+    binary = find("prometheus")
+    assert binary is not None
     port = free_port()
     config = tmp_path / "prometheus.yml"
     config.write_text(

@@ -23,6 +23,7 @@ from fanout.launch import Child, Children
 from fanout.mqtt.matchtable import MatchTable
 from fanout.mqtt.stored import Position, SessionStore
 from fanout.relay.config import Mqtt
+from fanout.testing.needs import need
 from fanout.testing.ports import free_port
 from fanout.testing.redis import throwaway_redis_cluster
 from fanout.testing.relays import running_relay
@@ -67,6 +68,7 @@ async def publisher(
 
 
 async def run(*args: str) -> str:
+    need(args[0])
     process = await asyncio.create_subprocess_exec(
         *args, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE
     )

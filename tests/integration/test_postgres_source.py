@@ -20,7 +20,8 @@ from fanout.client import LiveView, connect
 from fanout.launch import Child, Children
 from fanout.metrics import scrape
 from fanout.testing.audit import duckdb_answer, same_rows
-from fanout.testing.postgres import MISSING, postgres_binaries, throwaway_postgres
+from fanout.testing.needs import need
+from fanout.testing.postgres import throwaway_postgres
 from fanout.testing.wait import eventually
 from fanout.views.sql import parse as sql
 
@@ -85,8 +86,7 @@ VIEWS = [
 @pytest.fixture(scope="module")
 def database() -> Iterator[str]:
     """A PostgreSQL server whose ``shop_orders`` table holds two rows before fanout starts."""
-    if postgres_binaries() is None:
-        pytest.skip(MISSING)
+    need("initdb", "pg_ctl")
     with throwaway_postgres() as url, psycopg.connect(url, autocommit=True) as db:
         db.execute(
             "CREATE TABLE shop_orders (order_id bigint PRIMARY KEY, customer text,"

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import math
-import shutil
 import socket
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -27,6 +26,8 @@ from fanout.mqtt.broker import Broker
 from fanout.mqtt.decoding import decode, split
 from fanout.mqtt.encoding import encode
 from fanout.relay.config import Mqtt
+from fanout.testing.binaries import find
+from fanout.testing.needs import need
 from fanout.testing.ports import LOOPBACK, free_port
 from fanout.testing.publisher import ScriptedPublisher, serving
 from fanout.testing.relays import running_relay
@@ -329,13 +330,12 @@ async def broker(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterato
         async with _relay() as port:
             yield port
         return
-    if shutil.which("mosquitto") is None:
-        pytest.skip("Mosquitto is not installed (Debian: apt-get install mosquitto)")
+    need("mosquitto")
     port = free_port()
     config = tmp_path / "mosquitto.conf"
     config.write_text(f"listener {port} {LOOPBACK}\nallow_anonymous true\n")
     process = await asyncio.create_subprocess_exec(
-        "mosquitto", "-c", str(config), stderr=asyncio.subprocess.DEVNULL
+        find("mosquitto") or "mosquitto", "-c", str(config), stderr=asyncio.subprocess.DEVNULL
     )
     try:
         await eventually(lambda: _listening(port), timeout=10)

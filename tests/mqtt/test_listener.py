@@ -22,6 +22,7 @@ from paho.mqtt.properties import Properties
 from fanout.mqtt.sessions import Session
 from fanout.relay.config import Mqtt
 from fanout.relay.shell.server import RelayServer
+from fanout.testing.needs import need
 from fanout.testing.publisher import ScriptedPublisher, serving
 from fanout.testing.relays import running_relay
 from fanout.testing.wait import eventually
@@ -50,6 +51,7 @@ def port_of(relay: RelayServer) -> str:
 
 async def mosquitto(*args: str, timeout: float = 10.0) -> str:
     """Run a mosquitto client to its end; its standard output."""
+    need(args[0])
     process = await asyncio.create_subprocess_exec(
         *args, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE
     )
@@ -156,6 +158,7 @@ async def test_a_persistent_session_gets_what_was_published_while_it_was_away(
     ]
 
 
+@pytest.mark.needs("mosquitto_sub")
 async def test_a_killed_clients_will_is_published(relay: RelayServer) -> None:
     port = port_of(relay)
     watcher = Paho(port, "watcher", mqtt.MQTTv311)

@@ -26,6 +26,7 @@ from fanout.mqtt.encoding import encode
 from fanout.relay.config import Listening, Mqtt
 from fanout.relay.shell.server import RelayServer
 from fanout.testing.certs import self_signed
+from fanout.testing.needs import need
 from fanout.testing.ports import LOOPBACK
 from fanout.testing.publisher import ScriptedPublisher, serving
 from fanout.testing.relays import running_relay
@@ -104,6 +105,7 @@ def test_tls_settings_that_cannot_work_are_refused(tmp_path: Path) -> None:
 @pytest.fixture(scope="session")
 def mqttjs() -> Iterator[Path]:
     """The MQTT.js script, its packages installed from the lock file (once)."""
+    need("node", "npm")
     if not (MQTTJS / "node_modules" / "mqtt").is_dir():
         subprocess.run(
             ["npm", "ci", "--no-audit", "--no-fund"], cwd=MQTTJS, check=True, timeout=300

@@ -8,13 +8,13 @@ from collections.abc import Iterator
 
 import pytest
 
-from fanout.testing.postgres import MISSING, postgres_binaries, throwaway_postgres
+from fanout.testing.needs import need
+from fanout.testing.postgres import throwaway_postgres
 
 
 @pytest.fixture(scope="session")
 def postgres_dsn() -> Iterator[str]:
     """The DSN of a PostgreSQL server running for the whole test session."""
-    if postgres_binaries() is None:
-        pytest.skip(MISSING)
+    need("initdb", "pg_ctl")
     with throwaway_postgres() as dsn:
         yield dsn

@@ -1,12 +1,16 @@
-"""The publisher's Spark settings (``publisher.spark``)."""
+"""The publisher's Spark settings (``publisher.spark``): the master's cores, and which of
+spark-submit's, fanout.toml's and fanout's own settings the session gets."""
 
 from __future__ import annotations
 
 import os
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
-from fanout.publisher.spark import local_cores
+from fanout.errors import ConfigError
+from fanout.publisher.spark import CLUSTER, local_cores, session_settings
 
 
 @pytest.mark.parametrize(
@@ -23,3 +27,83 @@ from fanout.publisher.spark import local_cores
 )
 def test_a_local_master_runs_tasks_on_its_cores(master: str, cores: int | None) -> None:
     assert local_cores(master) == cores
+
+
+# -- who wins: spark-submit's --conf (preset), then fanout.toml's [spark] conf, then fanout's ---
+
+LOCAL = {"spark.master": "local[*]"}  # what spark-submit presets when nothing names a master
+
+
+def test_embedded_the_ui_is_off_and_state_partitions_are_the_cores() -> None:
+    settings = session_settings("local[3]", LOCAL, {})
+    assert settings["spark.ui.enabled"] == "false"
+    assert settings["spark.sql.shuffle.partitions"] == "3"
+    assert settings["spark.sql.session.timeZone"] == "UTC"
+    assert settings["spark.sql.adaptive.enabled"] == "false"
+
+
+@pytest.mark.parametrize(
+    ("master", "preset"),
+    [("spark://10.0.0.1:7077", LOCAL), (None, {"spark.master": "yarn"})],
+)
+def test_on_a_cluster_the_ui_is_on(master: str | None, preset: dict[str, str]) -> None:
+    """A cluster named by fanout's --master, or by spark-submit's (preset)."""
+    settings = session_settings(master, preset, {})
+    assert settings["spark.ui.enabled"] == "true"
+    assert settings["spark.sql.shuffle.partitions"] == "4"
+
+
+def test_fanout_toml_turns_the_ui_on_or_off() -> None:
+    assert session_settings("local[2]", LOCAL, {}, ui=True)["spark.ui.enabled"] == "true"
+    assert session_settings("yarn", LOCAL, {}, ui=False)["spark.ui.enabled"] == "false"
+
+
+def test_spark_submits_conf_wins_over_fanout_toml_and_fanouts_defaults() -> None:
+    preset = LOCAL | {"spark.sql.shuffle.partitions": "64", "spark.ui.enabled": "true"}
+    configured = {"spark.sql.shuffle.partitions": "8", "spark.sql.adaptive.enabled": "true"}
+    settings = session_settings("local[2]", preset, configured)
+    assert "spark.sql.shuffle.partitions" not in settings  # Spark keeps spark-submit's 64
+    assert "spark.ui.enabled" not in settings
+    assert settings["spark.sql.adaptive.enabled"] == "true"  # fanout.toml's over fanout's
+
+
+def test_the_session_time_zone_must_stay_utc() -> None:
+    assert "spark.sql.session.timeZone" not in session_settings(
+        "local", LOCAL | {"spark.sql.session.timeZone": "UTC"}, {}
+    )
+    with pytest.raises(ConfigError, match=r"spark-submit --conf sets spark.sql.session.timeZone"):
+        session_settings("local", LOCAL | {"spark.sql.session.timeZone": "Europe/Paris"}, {})
+    with pytest.raises(ConfigError, match=r"fanout.toml sets spark.sql.session.timeZone=Asia"):
+        session_settings("local", LOCAL, {"spark.sql.session.timeZone": "Asia/Tokyo"})
+
+
+KEYS = st.sampled_from(
+    ["spark.sql.shuffle.partitions", "spark.ui.enabled", "spark.executor.memory", "spark.x.y"]
+)
+VALUES = st.sampled_from(["1", "2", "true", "false"])
+
+
+@given(
+    preset=st.dictionaries(KEYS, VALUES),
+    configured=st.dictionaries(KEYS, VALUES),
+    master=st.sampled_from(["local", "local[2]", "spark://h:7077", "yarn"]),
+    ui=st.sampled_from([None, True, False]),
+)
+def test_each_key_comes_from_the_first_source_that_sets_it(
+    preset: dict[str, str], configured: dict[str, str], master: str, ui: bool | None
+) -> None:
+    """Against the rule written out key by key: preset, else fanout.toml, else fanout's."""
+    settings = session_settings(master, preset, configured, ui)
+    cores = local_cores(master)
+    defaults = dict(CLUSTER)
+    if cores:
+        defaults["spark.sql.shuffle.partitions"] = str(cores)
+    defaults["spark.ui.enabled"] = "true" if (ui if ui is not None else not cores) else "false"
+    for key in {*preset, *configured, *defaults}:
+        if key in preset:
+            assert key not in settings  # Spark has it already: the builder must not touch it
+        elif key in configured:
+            assert settings[key] == configured[key]
+        else:
+            assert settings[key] == defaults[key]
+    assert set(settings) <= {*configured, *defaults}

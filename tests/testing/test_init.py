@@ -22,6 +22,8 @@ HEAVY = ("pyspark", "duckdb", "psycopg", "hypothesis")
         ("fanout.testing.calibration", ()),
         ("fanout.testing.machine", ()),
         ("fanout.testing.postgres", ()),  # runs PostgreSQL's programs, needs no driver
+        ("fanout.testing.binaries", ()),
+        ("fanout.testing.needs", ()),  # a pytest plug-in: pytest, not its plug-ins
         ("fanout.testing.publisher", ()),
         ("fanout.testing.audit", ()),  # DuckDB only once a SQL view is audited
         ("fanout.testing.clusterview", ()),

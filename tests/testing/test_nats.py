@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import shutil
 import socket
 from pathlib import Path
 
@@ -12,10 +11,7 @@ import pytest
 from fanout.testing import nats as testing_nats
 from fanout.testing.nats import NatsMissing, throwaway_nats
 
-needs_nats = pytest.mark.skipif(
-    shutil.which("nats-server") is None and not Path("/usr/sbin/nats-server").exists(),
-    reason=testing_nats.MISSING,
-)
+needs_nats = pytest.mark.needs("nats-server")
 
 
 def listening(port: int) -> bool:
@@ -41,7 +37,6 @@ def test_a_server_listens_on_loopback_restarts_on_its_port_and_leaves_nothing() 
 
 
 def test_without_nats_server_it_says_how_to_install_it(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(testing_nats.shutil, "which", lambda _: None)
-    monkeypatch.setattr(testing_nats, "Path", lambda _: Path("/nonexistent/nats-server"))
-    with pytest.raises(NatsMissing, match="apt-get install nats-server"), throwaway_nats():
+    monkeypatch.setattr(testing_nats, "find", lambda _: None)
+    with pytest.raises(NatsMissing, match=r"Debian package nats-server"), throwaway_nats():
         pass

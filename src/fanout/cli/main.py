@@ -14,12 +14,11 @@ import asyncio
 import json
 import os
 from collections.abc import Sequence
-from importlib import metadata
 from typing import Any
 
 from websockets.exceptions import WebSocketException
 
-from fanout import logs
+from fanout import DISTRIBUTION, __version__, logs
 from fanout.cli import datasets as cli_datasets
 from fanout.cli import passwd as cli_passwd
 from fanout.cli import publish as cli_publish
@@ -71,18 +70,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         logs.failed(
             args.command,
             f"needs {module}, which is not installed here:"
-            f" pip install 'fanout[{extra}]' (docs/deploy.md)",
+            f" pip install '{DISTRIBUTION}[{extra}]' (docs/deploy.md)",
         )
         return FAILURE
     return status
 
 
 def _version() -> str:
-    """fanout's version, as installed."""
-    try:
-        return metadata.version("fanout")
-    except metadata.PackageNotFoundError:  # run from a source tree that was never installed
-        return "(not installed: no version)"
+    """fanout's version, as installed (``0+unknown`` from a source tree never installed)."""
+    return __version__
 
 
 def _parser() -> argparse.ArgumentParser:

@@ -14,6 +14,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from fanout import DISTRIBUTION
 from fanout.errors import ConfigError
 
 
@@ -57,7 +58,7 @@ def run_passwd(args: argparse.Namespace) -> int:
         from fanout.mqtt import passwords
     except ModuleNotFoundError as exc:  # argon2-cffi comes with the relay's extra
         raise ConfigError(
-            f"needs {exc.name}, which is not installed here: pip install 'fanout[relay]'"
+            f"needs {exc.name}, which is not installed here: pip install '{DISTRIBUTION}[relay]'"
         ) from None
     if (args.password is not None) != args.batch:
         raise ConfigError("give the password as an argument with -b, and only then")

@@ -40,7 +40,9 @@ def run(config: PublisherSettings) -> int:
         if config.tls_cert is None or config.tls_key is None:
             raise ConfigError("TLS needs both a certificate and its key (tls_cert, tls_key)")
         ssl = tls.server_context(config.tls_cert, config.tls_key)
-    spark = spark_session(config.master)
+    spark = spark_session(config.master, conf=config.spark.conf, ui=config.spark.ui)
+    if spark.sparkContext.uiWebUrl:  # None with the UI off
+        print(f"fanout publisher Spark UI {spark.sparkContext.uiWebUrl}", flush=True)
     registry = Registry(config.max_primitives)
     pipelines: dict[str, Pipeline] = {}
     control = ControlPlane(

@@ -16,7 +16,6 @@ import base64
 import contextlib
 import itertools
 import json
-import shutil
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any, BinaryIO
@@ -24,9 +23,8 @@ from typing import Any, BinaryIO
 from websockets.asyncio.client import ClientConnection, connect
 
 from fanout.background import Background
+from fanout.testing.binaries import ProgramMissing, find
 
-#: Debian's package names the binary ``chromium``; other systems ``chromium-browser``.
-BINARIES = ("chromium", "chromium-browser", "google-chrome")
 _LISTENING = "DevTools listening on "
 #: Whether the page navigated to has loaded, scripts included (not the blank page before it).
 _LOADED = 'document.readyState === "complete" && location.href !== "about:blank"'
@@ -37,12 +35,8 @@ class BrowserError(Exception):
 
 
 def chromium() -> str | None:
-    """The Chromium binary on ``PATH``, or None."""
-    for name in BINARIES:
-        found = shutil.which(name)
-        if found is not None:
-            return found
-    return None
+    """The Chromium binary on ``PATH`` (under any of its names), or None."""
+    return find("chromium")
 
 
 class Page:
@@ -163,11 +157,12 @@ async def open_browser(
         timeout: seconds the browser may take to start.
 
     Raises:
-        BrowserError: no Chromium on ``PATH``, or it did not start in time (its log says why).
+        ProgramMissing: no Chromium on ``PATH``.
+        BrowserError: it did not start in time (its log says why).
     """
     binary = chromium()
     if binary is None:
-        raise BrowserError(f"no Chromium on PATH (looked for {', '.join(BINARIES)})")
+        raise ProgramMissing("chromium")
     log = directory / "chromium.log"
     stderr = await asyncio.to_thread(_open_log, log)
     with stderr:

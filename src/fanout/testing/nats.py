@@ -20,15 +20,16 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
+from fanout.testing.binaries import ProgramMissing, find
 from fanout.testing.ports import LOOPBACK, free_port
 
-MISSING = "nats-server is not installed (Debian: apt-get install nats-server)"
+MISSING = str(ProgramMissing("nats-server"))
 #: Seconds to wait for the server to listen.
 START_WAIT = 20.0
 
 
-class NatsMissing(RuntimeError):
-    """This machine has no ``nats-server`` (a test may skip on it)."""
+class NatsMissing(ProgramMissing):
+    """This machine has no ``nats-server`` (a test skips on it: fanout.testing.needs)."""
 
 
 class NatsServer:
@@ -102,11 +103,9 @@ def throwaway_nats() -> Iterator[NatsServer]:
         NatsMissing: ``nats-server`` is not installed.
         RuntimeError: it did not start.
     """
-    binary = shutil.which("nats-server") or (
-        "/usr/sbin/nats-server" if Path("/usr/sbin/nats-server").exists() else None
-    )
+    binary = find("nats-server")
     if binary is None:
-        raise NatsMissing(MISSING)
+        raise NatsMissing("nats-server")
     folder = Path(tempfile.mkdtemp(prefix="fanout-nats-"))
     server = NatsServer(binary, folder)
     try:

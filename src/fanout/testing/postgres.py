@@ -23,16 +23,17 @@ import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
+from fanout.testing.binaries import ProgramMissing
 from fanout.testing.ports import LOOPBACK, free_port
 
 DEBIAN_BINARIES = Path("/usr/lib/postgresql")
 #: The role the server is created with (trusted on loopback: no password).
 USER = "fanout"
-MISSING = "PostgreSQL is not installed (Debian: apt-get install postgresql)"
+MISSING = str(ProgramMissing("initdb"))
 
 
-class PostgresMissing(RuntimeError):
-    """This machine has no PostgreSQL programs (a test may skip on it)."""
+class PostgresMissing(ProgramMissing):
+    """This machine has no PostgreSQL programs (a test skips on it: fanout.testing.needs)."""
 
 
 class PostgresFailed(RuntimeError):
@@ -61,7 +62,7 @@ def throwaway_postgres() -> Iterator[str]:
     """
     binaries = postgres_binaries()
     if binaries is None:
-        raise PostgresMissing(MISSING)
+        raise PostgresMissing("initdb")
     user = _server_user()
     with contextlib.ExitStack() as cleanup:
         home = Path(tempfile.mkdtemp(prefix="fanout-pg-"))

@@ -20,9 +20,8 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
+from fanout.testing.binaries import require
 from fanout.testing.ports import LOOPBACK, free_port
-
-MISSING = "redis-server is not installed (Debian: apt-get install redis-server)"
 
 
 class RedisFailed(RuntimeError):
@@ -51,11 +50,12 @@ def throwaway_redis_cluster(
     """Start a Redis Cluster of ``masters`` masters; yield their (host, port).
 
     Raises:
-        RedisFailed: redis-server is missing, a node did not start, or the cluster did not
-            become ready within ``timeout`` seconds.
+        ProgramMissing: redis-server or redis-cli is not installed.
+        RedisFailed: a node did not start, or the cluster did not become ready within
+            ``timeout`` seconds.
     """
-    if shutil.which("redis-server") is None or shutil.which("redis-cli") is None:
-        raise RedisFailed(MISSING)
+    for program in ("redis-server", "redis-cli"):
+        require(program)
     with contextlib.ExitStack() as cleanup:
         home = Path(tempfile.mkdtemp(prefix="fanout-redis-"))
         cleanup.callback(shutil.rmtree, home, ignore_errors=True)

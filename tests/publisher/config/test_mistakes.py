@@ -23,7 +23,7 @@ MISTAKES = [
     # the document and [publisher]
     (
         "[relay]\nport = 1",
-        "relay: unknown key (known keys: publisher, datasets, auth, bus, cluster)",
+        "relay: unknown key (known keys: publisher, spark, datasets, auth, bus, cluster)",
     ),
     ("datasets = 5", "datasets: expected a table, not an integer (5)"),
     ('publisher = "x"', "publisher: expected a table, not a string ('x')"),

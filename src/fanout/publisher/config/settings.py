@@ -1,7 +1,7 @@
 """``fanout.toml``: the publisher's datasets and settings, read and checked.
 
-The file's tables (``[publisher]``, ``[auth]``, ``[bus]``, ``[datasets.NAME]``; ``[cluster]`` is the
-relays') are documented in docs/configuration.md. Every mistake is a
+The file's tables (``[publisher]``, ``[spark]``, ``[auth]``, ``[bus]``, ``[datasets.NAME]``;
+``[cluster]`` is the relays') are documented in docs/configuration.md. Every mistake is a
 :class:`~fanout.errors.ConfigError` whose message starts with the file and the key path at fault
 (``fanout.toml: datasets.orders.key: 'oid' is not a column of the schema``). Nothing is guessed:
 unknown keys are errors (with a suggestion), numbers must be numbers, and every column a setting
@@ -26,6 +26,8 @@ from fanout.publisher.config.values import (
     as_string,
     as_table,
     check_keys,
+    child,
+    described,
     fail,
     required,
 )
@@ -51,6 +53,20 @@ class BusSettings:
     url: str
     domain: str = "fanout"
     fragment_bytes: int = FRAGMENT_BYTES
+
+
+@dataclass(frozen=True)
+class SparkSettings:
+    """The ``[spark]`` table: the publisher's Spark session (``publisher.spark``).
+
+    Attributes:
+        ui: the Spark UI on or off; None: on with a cluster master, off embedded (``local``).
+        conf: Spark settings (``spark.*``) over fanout's defaults; what Spark was given before
+            (``spark-submit --conf``, ``spark-defaults.conf``) wins over them.
+    """
+
+    ui: bool | None = None
+    conf: dict[str, str] = field(default_factory=dict)
 
 
 def builtin_datasets() -> dict[str, Dataset]:
@@ -79,6 +95,7 @@ class PublisherSettings:
             authentication.
         tls_cert, tls_key: PEM files: serve ``wss://`` with them (None: plain ``ws://``).
         bus: the subject bus the datasets with ``bus`` are published on (None: none).
+        spark: the Spark UI and settings (``[spark]``).
     """
 
     datasets: dict[str, Dataset] = field(default_factory=builtin_datasets)
@@ -95,6 +112,7 @@ class PublisherSettings:
     tls_cert: Path | None = None
     tls_key: Path | None = None
     bus: BusSettings | None = None
+    spark: SparkSettings = field(default_factory=SparkSettings)
 
     def log_url(self) -> str:
         """The log's URL: ``log``, or the SQLite file ``log.db`` in the state directory."""
@@ -165,13 +183,15 @@ def parse_config(text: str, source: str = "fanout.toml") -> PublisherSettings:
 
 def _settings(document: Table) -> PublisherSettings:
     # [cluster] is the relays' (``fanout relay --config``, ``cluster.settings``).
-    check_keys(document, ("publisher", "datasets", "auth", "bus", "cluster"), "")
+    check_keys(document, ("publisher", "spark", "datasets", "auth", "bus", "cluster"), "")
     declared = read_datasets(document["datasets"]) if "datasets" in document else {}
     settings = PublisherSettings(datasets=declared or builtin_datasets())
     if "auth" in document:
         settings = replace(settings, auth=_auth(document["auth"]))
     if "bus" in document:
         settings = replace(settings, bus=_bus(document["bus"]))
+    if "spark" in document:
+        settings = replace(settings, spark=_spark(document["spark"]))
     opted = [name for name, dataset in settings.datasets.items() if dataset.bus is not None]
     if opted and settings.bus is None:
         fail(
@@ -224,6 +244,38 @@ def _bus(value: object) -> BusSettings:
         table.get("fragment_bytes", FRAGMENT_BYTES), "bus.fragment_bytes", 64, 1 << 20
     )
     return BusSettings(url=url, domain=domain, fragment_bytes=size)
+
+
+def _spark(value: object) -> SparkSettings:
+    """Return the ``[spark]`` table's settings: ``ui`` and ``conf``."""
+    table = as_table(value, "spark")
+    check_keys(table, ("ui", "conf"), "spark")
+    ui = table.get("ui")
+    if ui is not None and not isinstance(ui, bool):
+        fail("spark.ui", f"expected true or false, not {described(ui)}")
+    conf = _spark_conf(as_table(table.get("conf", {}), "spark.conf"), "spark.conf", "")
+    if "spark.master" in conf:
+        fail(child("spark.conf", "spark.master"), "the master is [publisher] master (or --master)")
+    if ui is not None and "spark.ui.enabled" in conf:
+        fail(child("spark.conf", "spark.ui.enabled"), "spark.ui says it already: give one of them")
+    return SparkSettings(ui=ui, conf=conf)
+
+
+def _spark_conf(table: Table, path: str, prefix: str) -> dict[str, str]:
+    """Spark settings by key: quoted keys (``"spark.sql.shuffle.partitions" = 8``) or dotted
+    ones, which TOML reads as tables nested in ``table`` and are joined again with dots."""
+    conf: dict[str, str] = {}
+    for name, raw in table.items():
+        key = f"{prefix}.{name}" if prefix else name
+        if isinstance(raw, dict):
+            conf |= _spark_conf(raw, path, key)
+        elif not isinstance(raw, str | int | float):
+            fail(child(path, key), f"expected a string, number or boolean, not {described(raw)}")
+        elif not key.startswith("spark."):
+            fail(child(path, key), "Spark's settings start with spark.")
+        else:  # Spark spells booleans true/false
+            conf[key] = str(raw).lower() if isinstance(raw, bool) else str(raw)
+    return conf
 
 
 # -- [publisher] ---------------------------------------------------------------------------------

@@ -1,0 +1,123 @@
+"""A real publisher's Spark session, read back from the Spark UI it prints: what Spark was given
+before fanout asked for a session (here ``PYSPARK_SUBMIT_ARGS``, which pyspark hands to
+spark-submit as its ``--conf``) survives, fanout.toml's ``[spark]`` goes over fanout's defaults,
+and those defaults fill the rest."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import httpx
+import pyspark
+import pytest
+
+pytestmark = pytest.mark.integration
+
+SRC = Path(__file__).parents[2] / "src"
+
+CONFIG = """
+[spark]
+ui = true  # embedded (local), where it is off by default
+[spark.conf]
+"spark.ui.port" = 0
+"spark.sql.shuffle.partitions" = 3
+"spark.sql.adaptive.enabled" = true
+"""
+#: spark-submit's own --conf: it must win over fanout.toml's 3 and fanout's 1 (one core).
+SUBMIT_ARGS = "--conf spark.sql.shuffle.partitions=5 pyspark-shell"
+
+
+def printed_until_ready(process: subprocess.Popen[str]) -> list[str]:
+    """The publisher's standard output up to its ready line (pytest-timeout ends a wait for a
+    publisher that never gets there)."""
+    assert process.stdout is not None
+    printed = []
+    for line in process.stdout:
+        printed.append(line)
+        if line.startswith("fanout publisher ready "):
+            return printed
+    raise AssertionError(f"the publisher exited: {printed}")
+
+
+def spark_application(ui: str) -> tuple[dict[str, str], int]:
+    """The Spark settings and the driver's storage memory (bytes) of the one application behind
+    a Spark UI, from Spark's REST API."""
+    (application,) = httpx.get(f"{ui}/api/v1/applications", timeout=30).json()
+    url = f"{ui}/api/v1/applications/{application['id']}"
+    settings = dict(httpx.get(f"{url}/environment", timeout=30).json()["sparkProperties"])
+    executors = httpx.get(f"{url}/executors", timeout=30).json()
+    return settings, next(e["maxMemory"] for e in executors if e["id"] == "driver")
+
+
+def test_spark_submits_conf_wins_and_the_ui_address_is_printed(tmp_path: Path) -> None:
+    config = tmp_path / "fanout.toml"
+    config.write_text(CONFIG)
+    command = [sys.executable, "-m", "fanout", "publisher", "--config", str(config)]
+    command += ["--port", "0", "--state-dir", str(tmp_path / "state"), "--master", "local[1]"]
+    environment = os.environ | {"PYSPARK_SUBMIT_ARGS": SUBMIT_ARGS}
+    with (
+        (tmp_path / "publisher.log").open("wb") as log,
+        subprocess.Popen(
+            command, stdout=subprocess.PIPE, stderr=log, text=True, env=environment
+        ) as process,
+    ):
+        try:
+            printed = printed_until_ready(process)
+            prefix = "fanout publisher Spark UI "
+            (ui,) = [
+                line.removeprefix(prefix).strip() for line in printed if line.startswith(prefix)
+            ]
+            spark, memory = spark_application(ui)
+        finally:
+            process.terminate()
+    assert spark["spark.sql.shuffle.partitions"] == "5"  # spark-submit's --conf
+    assert spark["spark.sql.adaptive.enabled"] == "true"  # fanout.toml's over fanout's
+    assert spark["spark.sql.session.timeZone"] == "UTC"  # fanout's (and required)
+    assert spark["spark.ui.showConsoleProgress"] == "false"  # fanout's over pyspark-shell's
+    assert spark["spark.app.name"] == "fanout-publisher"
+    # fanout's 4 GiB heap for an embedded driver (Spark's 1 GiB would leave about 0.4 GiB)
+    assert memory > 1.5 * 2**30
+
+
+#: Run by spark-submit: the session fanout builds, its settings as JSON.
+SUBMITTED = """
+import json
+from fanout.publisher.spark import spark_session
+
+toml = {"spark.sql.shuffle.partitions": "3", "spark.sql.adaptive.enabled": "true"}
+spark = spark_session(conf=toml)
+conf = spark.sparkContext.getConf()
+keys = ["spark.app.name", *toml, "spark.ui.enabled"]
+print("settings", json.dumps({key: conf.get(key) for key in keys}))
+spark.stop()
+"""
+
+
+def test_under_spark_submit_its_conf_and_name_win(tmp_path: Path) -> None:
+    """The case Spark users know: spark-submit starts the JVM, then the publisher's Python."""
+    script = tmp_path / "submitted.py"
+    script.write_text(SUBMITTED)
+    spark_submit = Path(pyspark.__file__).parent / "bin" / "spark-submit"
+    result = subprocess.run(
+        [
+            *(str(spark_submit), "--master", "local[1]", "--name", "mine"),
+            *("--conf", "spark.sql.shuffle.partitions=9", str(script)),
+        ],
+        env=os.environ | {"PYSPARK_PYTHON": sys.executable, "PYTHONPATH": str(SRC)},
+        capture_output=True,
+        text=True,
+        timeout=240,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    (line,) = [line for line in result.stdout.splitlines() if line.startswith("settings ")]
+    assert json.loads(line.removeprefix("settings ")) == {
+        "spark.app.name": "mine",  # spark-submit's --name
+        "spark.sql.shuffle.partitions": "9",  # spark-submit's --conf over fanout.toml's 3
+        "spark.sql.adaptive.enabled": "true",  # fanout.toml's over fanout's
+        "spark.ui.enabled": "false",  # fanout's, embedded: spark-submit's master is local
+    }
