@@ -16,14 +16,13 @@ import logging
 from collections import deque
 from collections.abc import AsyncIterator, Callable, Sequence
 
-from websockets.asyncio.server import Server, ServerConnection
+from websockets.asyncio.server import ServerConnection
 from websockets.exceptions import ConnectionClosed, NegotiationError
 from websockets.frames import CloseCode
-from websockets.http11 import SERVER
-from websockets.protocol import State
 from websockets.server import ServerProtocol
 from websockets.typing import Subprotocol
 
+from fanout.handoff import Handoff
 from fanout.mqtt.listener import READ_SIZE, Listener, host
 
 log = logging.getLogger(__name__)
@@ -96,71 +95,30 @@ class MqttWebSockets:
         tls: whether the port serves TLS (asyncio's TLS transport pauses differently).
         """
         self.listener = listener
-        self._port = port
-        self._open_timeout = open_timeout
         self._tls = tls
-        self._server: Server | None = None
+        self._handoff = Handoff(
+            port, self._serve, open_timeout=open_timeout, keepalive=False, what="MQTT WebSockets"
+        )
         self.text_refused = 0
 
     async def start(self) -> None:
         """Take upgrades from now on (the relay's port listens)."""
-        server = Server(self._listening, self._lifecycle)
-        await server
-        self._server = server
+        await self._handoff.start()
 
     async def stop(self) -> None:
         """Close the connections (1001) and wait for them."""
-        if self._server is not None:
-            self._server.close()
-            await self._server.wait_closed()
+        await self._handoff.stop()
 
     def take(self, transport: asyncio.Transport, head: bytes) -> None:
-        """An upgrade for MQTT: a websockets connection on ``transport`` reads the request from
-        ``head`` and runs its handshake, then ``_serve``."""
-        if self._server is None or not self._server.is_serving():
-            transport.abort()  # not serving yet, or stopping
-            return
+        """An upgrade for MQTT (``fanout.handoff``): the opening handshake, then ``_serve``."""
         protocol = ServerProtocol(
             subprotocols=[SUBPROTOCOL],
             select_subprotocol=_select,
             max_size=self.listener.broker.limits.max_packet + READ_SIZE,
         )
-        connection = ServerConnection(
-            protocol, self._server, max_queue=MAX_QUEUE, write_limit=1 if self._tls else 0
+        self._handoff.take(
+            transport, head, protocol, max_queue=MAX_QUEUE, write_limit=1 if self._tls else 0
         )
-        transport.set_protocol(connection)
-        connection.connection_made(transport)  # starts ``_lifecycle`` under the server
-        connection.data_received(head)
-
-    async def _listening(self) -> asyncio.Server:
-        listener = self._port()
-        assert listener is not None, "the relay's port listens before MQTT is taken on it"
-        return listener
-
-    async def _lifecycle(self, connection: ServerConnection) -> None:
-        """One connection's life (rule 4): the handshake, ``_serve``, the close."""
-        server = self._server
-        assert server is not None
-        try:
-            async with asyncio.timeout(self._open_timeout):
-                await connection.handshake(server_header=SERVER)
-            if connection.protocol.state is not State.OPEN:
-                connection.transport.abort()
-                return
-            server.all_connections.add(connection)
-            try:
-                async with connection:
-                    await self._serve(connection)
-            except Exception:
-                log.error("MQTT over WebSocket handler failed", exc_info=True)
-            finally:
-                server.all_connections.discard(connection)
-        except Exception:  # the opening handshake timed out, or failed unexpectedly
-            connection.transport.abort()
-        finally:
-            task = asyncio.current_task()
-            if task is not None:
-                server.handler_tasks.discard(task)
 
     async def _serve(self, connection: ServerConnection) -> None:
         link = WebSocketLink(connection)

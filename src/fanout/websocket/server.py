@@ -10,8 +10,8 @@ to the tiers front end once greeted.
 
 The port is the HTTP front end's (``http.server``): it reads each request with h11 and hands a
 WebSocket upgrade here (``take``), with the bytes it read, to a websockets connection on the same
-transport, whose lifecycle is the one ``websockets.asyncio.server.serve`` gives (``_lifecycle``),
-under a websockets ``Server``: stopping closes the connections with 1001 and waits for them.
+transport, whose lifecycle is the one ``websockets.asyncio.server.serve`` gives
+(``fanout.handoff``): stopping closes the connections with 1001 and waits for them.
 """
 
 from __future__ import annotations
@@ -21,16 +21,15 @@ import logging
 import time
 from collections.abc import Awaitable, Callable
 
-from websockets.asyncio.server import Server, ServerConnection
+from websockets.asyncio.server import ServerConnection
 from websockets.exceptions import ConnectionClosed
 from websockets.frames import CloseCode
-from websockets.http11 import SERVER
-from websockets.protocol import State
 from websockets.server import ServerProtocol
 
 from fanout import expiry
 from fanout.buckets import Throttle
 from fanout.connection import Outbound, refuse
+from fanout.handoff import Handoff
 from fanout.relay.api import RelayApi
 from fanout.relay.config import RelayConfig
 from fanout.relay.core.rules import visible
@@ -67,7 +66,13 @@ class WebSocketServer:
         self._below = below
         self._listener = listener
         self._relay: RelayApi | None = None
-        self._server: Server | None = None
+        self._handoff = Handoff(
+            listener,
+            self._serve,
+            open_timeout=config.limits.hello_timeout,
+            keepalive=True,
+            what="WebSocket subscribers",
+        )
         #: The time acting on subscribers' frames may take, all connections together.
         self._control = Throttle(config.limits.control_share, config.limits.control_burst)
         self.reads_throttled = 0
@@ -79,26 +84,19 @@ class WebSocketServer:
     async def start(self, relay: RelayApi, tasks: asyncio.TaskGroup) -> None:
         """Take the port's WebSocket upgrades from now on (the HTTP front end listens)."""
         self._relay = relay
-        server = Server(self._port, self._lifecycle)
-        await server  # it wraps the port's listener: closing it closes that too
-        self._server = server
+        await self._handoff.start()
 
     async def stop(self) -> None:
         """Close the connections (1001) and wait for their handlers."""
-        if self._server is not None:
-            self._server.close()
-            await self._server.wait_closed()
+        await self._handoff.stop()
 
     def take(self, transport: asyncio.Transport, head: bytes) -> None:
-        """A WebSocket upgrade on the relay's port: a websockets connection on ``transport``
-        reads the request from ``head`` (what was read of the connection) and runs its
-        handshake, then ``_serve``."""
-        if self._server is None or not self._server.is_serving():
-            transport.abort()  # not serving yet, or stopping
-            return
-        connection = ServerConnection(
+        """A WebSocket upgrade on the relay's port (``fanout.handoff``): the opening handshake
+        within ``hello_timeout``, keepalive pings, then ``_serve``."""
+        self._handoff.take(
+            transport,
+            head,
             ServerProtocol(max_size=MAX_FROM_SUBSCRIBER),  # no compression: no extension
-            self._server,
             max_queue=MAX_QUEUED_FROM_SUBSCRIBER,
             # Paused as soon as the kernel leaves bytes in the transport: a connection is idle
             # (may take the next push) only when it has written everything. asyncio's TLS
@@ -106,42 +104,6 @@ class WebSocketServer:
             # ``>``: 0 would pause it when empty and never resume.
             write_limit=0 if self._config.listening.tls_cert is None else 1,
         )
-        transport.set_protocol(connection)
-        connection.connection_made(transport)  # starts ``_lifecycle`` under the server
-        connection.data_received(head)
-
-    async def _port(self) -> asyncio.Server:
-        listener = self._listener()
-        assert listener is not None, "the relay's port listens before WebSockets are taken"
-        return listener
-
-    async def _lifecycle(self, connection: ServerConnection) -> None:
-        """One connection's life, as ``websockets.asyncio.server.serve`` leads it: the opening
-        handshake within ``hello_timeout``, keepalive pings, ``_serve``, the closing
-        handshake; the transport closed before it returns."""
-        server = self._server
-        assert server is not None
-        try:
-            async with asyncio.timeout(self._config.limits.hello_timeout):
-                await connection.handshake(server_header=SERVER)
-            if connection.protocol.state is not State.OPEN:
-                connection.transport.abort()
-                return
-            server.all_connections.add(connection)
-            connection.start_keepalive()
-            try:
-                async with connection:
-                    await self._serve(connection)
-            except Exception:
-                log.error("WebSocket connection handler failed", exc_info=True)
-            finally:
-                server.all_connections.discard(connection)
-        except Exception:  # the opening handshake timed out, or failed unexpectedly
-            connection.transport.abort()
-        finally:
-            task = asyncio.current_task()
-            if task is not None:
-                server.handler_tasks.discard(task)
 
     def counts(self) -> dict[str, int]:
         """What ``GET /metrics`` shows of the subscribers' frames (``relay.shell.samples``)."""
