@@ -1,0 +1,144 @@
+"""The test vectors of ``spec/vectors`` against the real decoder and a real relay: every valid
+frame decodes to its stated meaning and encodes back to its bytes; every malformed one is
+refused as stated (a relay's answer over a real WebSocket for frames sent to a relay, and the
+connection left open where it says so); regenerating ``spec/`` changes no byte."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import msgspec
+import pytest
+from websockets.asyncio.client import connect
+from websockets.exceptions import ConnectionClosed
+
+from fanout.errors import ProtocolError
+from fanout.testing.catalog import catalog
+from fanout.testing.publisher import ScriptedPublisher, serving
+from fanout.testing.relays import running_relay
+from fanout.testing.vectors import DIRECTIONS, SPEC, plain, rows_of, spec_files
+from fanout.wire import codec
+from fanout.wire.columns import Columns, decode_columns, key_column
+from fanout.wire.handshake import check_welcome
+from fanout.wire.messages import PROTOCOL_VERSION, Error, Hello, Unsubscribe
+
+VECTORS = SPEC / "vectors"
+
+
+def _load(name: str) -> list[dict[str, Any]]:
+    vectors: list[dict[str, Any]] = json.loads((VECTORS / name).read_text())["vectors"]
+    return vectors
+
+
+def _cases(valid: bool) -> list[tuple[str, dict[str, Any]]]:
+    prefix = "" if valid else "malformed_"
+    return [
+        (direction, vector)
+        for direction in DIRECTIONS
+        if (VECTORS / f"{prefix}{direction}.json").exists()
+        for vector in _load(f"{prefix}{direction}.json")
+    ]
+
+
+def test_regenerating_the_spec_changes_nothing() -> None:
+    """``python -m fanout.testing.vectors`` has been run since the frames last changed."""
+    files = spec_files()
+    on_disk = {str(path.relative_to(SPEC)) for path in SPEC.rglob("*.json")}
+    assert on_disk == set(files), "run: python -m fanout.testing.vectors"
+    for name, text in files.items():
+        assert (SPEC / name).read_text() == text, f"spec/{name} is stale: regenerate it"
+
+
+def test_the_schema_names_every_frame() -> None:
+    schema = json.loads((SPEC / "schema.json").read_text())
+    tags = {
+        definition["properties"]["type"]["enum"][0]
+        for definition in schema["$defs"].values()
+        if "type" in definition.get("properties", {})
+    }
+    assert tags >= {"hello", "subscribe", "push", "batch", "publish", "error", "dataset_state"}
+    assert "Binary" in schema["$defs"]
+
+
+@pytest.mark.parametrize(
+    ("direction", "vector"),
+    _cases(True),
+    ids=lambda v: str(v.get("name", v)) if isinstance(v, dict) else v,
+)
+def test_a_valid_vector_decodes_to_its_meaning(direction: str, vector: dict[str, Any]) -> None:
+    data = bytes.fromhex(vector["hex"])
+    frame = codec.Decoder(DIRECTIONS[direction]).decode(data)
+    assert plain(msgspec.msgpack.decode(data)) == vector["decoded"]
+    assert rows_of(frame) == vector.get("rows", {})
+    assert codec.encode(frame) == data
+
+
+def _refused(data: bytes, context: dict[str, Any]) -> str:
+    """How a subscriber takes a frame from its relay: the error's code, or "" if accepted."""
+    try:
+        frame = codec.to_subscriber().decode(data)
+        if type(frame).__name__ == "Welcome":
+            check_welcome(frame)
+        for field in msgspec.structs.fields(frame):  # type: ignore[arg-type]
+            payload = getattr(frame, field.name)
+            if isinstance(payload, Columns):
+                decode_columns(payload)
+                if field.name == "left" and "key" in context:
+                    key_column(payload, context["key"], "left")
+    except ProtocolError:
+        return "protocol"
+    return ""
+
+
+@pytest.mark.parametrize(
+    "vector", _load("malformed_to_subscriber.json"), ids=lambda vector: vector["name"]
+)
+def test_a_subscriber_refuses_a_malformed_vector(vector: dict[str, Any]) -> None:
+    assert (
+        _refused(bytes.fromhex(vector["hex"]), vector.get("context", {}))
+        == vector["expect"]["refuse"]
+    )
+
+
+async def _answer(url: str, vector: dict[str, Any]) -> tuple[Error, int | None]:
+    """Send the vector to a relay; its answer, and the close code if it closed (else None,
+    once a valid frame after it was answered too)."""
+    async with connect(url) as websocket:
+        if vector["after_hello"]:
+            await websocket.send(codec.encode(Hello(PROTOCOL_VERSION, "subscriber")))
+            await websocket.recv()
+        await websocket.send(bytes.fromhex(vector["hex"]))
+        answer = codec.to_subscriber().decode(await websocket.recv())
+        assert isinstance(answer, Error), answer
+        try:
+            await websocket.send(codec.encode(Unsubscribe(99)))
+            after = codec.to_subscriber().decode(await websocket.recv())
+        except ConnectionClosed as closed:
+            assert closed.rcvd is not None
+            return answer, closed.rcvd.code
+        assert isinstance(after, Error) and after.code == "unknown_subscription", after
+        return answer, None
+
+
+async def test_a_relay_answers_every_malformed_vector_as_stated() -> None:
+    vectors = _load("malformed_to_relay.json")
+    async with (
+        serving(ScriptedPublisher(catalog())) as upstream,
+        running_relay(upstream) as (
+            relay,
+            url,
+        ),
+    ):
+        for vector in vectors:
+            answer, closed = await _answer(url, vector)
+            want = vector["expect"]
+            got = {"error": {"code": answer.code, "ref": answer.ref}, "close": closed}
+            assert got == want, f"{vector['name']}: {answer.message}"
+        assert relay.core.stats()["subscriptions"] == 0  # nothing was changed
+
+
+def test_every_direction_has_vectors() -> None:
+    names = {path.name for path in Path(VECTORS).glob("*.json")}
+    assert {f"{direction}.json" for direction in DIRECTIONS} <= names
