@@ -1,6 +1,7 @@
 """The test vectors of ``spec/vectors`` against the real decoder and a real relay: every valid
-frame decodes to its stated meaning and encodes back to its bytes; every malformed one is
-refused as stated (a relay's answer over a real WebSocket for frames sent to a relay, and the
+frame decodes to its stated meaning and encodes back to its bytes; a newer peer's frames decode
+with unknown fields ignored and defaults filled in, and a relay serves them; every malformed one
+is refused as stated (a relay's answer over a real WebSocket for frames sent to a relay, and the
 connection left open where it says so); regenerating ``spec/`` changes no byte."""
 
 from __future__ import annotations
@@ -18,11 +19,19 @@ from fanout.errors import ProtocolError
 from fanout.testing.catalog import catalog
 from fanout.testing.publisher import ScriptedPublisher, serving
 from fanout.testing.relays import running_relay
-from fanout.testing.vectors import DIRECTIONS, SPEC, plain, rows_of, spec_files
+from fanout.testing.vectors import (
+    DIRECTIONS,
+    SPEC,
+    UNIONS,
+    plain,
+    rows_of,
+    spec_files,
+    whole,
+)
 from fanout.wire import codec
 from fanout.wire.columns import Columns, decode_columns, key_column
 from fanout.wire.handshake import check_welcome
-from fanout.wire.messages import PROTOCOL_VERSION, Error, Hello, Unsubscribe
+from fanout.wire.messages import PROTOCOL_VERSION, Error, Hello, Subscribed, Unsubscribe
 
 VECTORS = SPEC / "vectors"
 
@@ -32,8 +41,7 @@ def _load(name: str) -> list[dict[str, Any]]:
     return vectors
 
 
-def _cases(valid: bool) -> list[tuple[str, dict[str, Any]]]:
-    prefix = "" if valid else "malformed_"
+def _cases(prefix: str) -> list[tuple[str, dict[str, Any]]]:
     return [
         (direction, vector)
         for direction in DIRECTIONS
@@ -60,12 +68,33 @@ def test_the_schema_names_every_frame() -> None:
     }
     assert tags >= {"hello", "subscribe", "push", "batch", "publish", "error", "dataset_state"}
     assert "Binary" in schema["$defs"]
+    for direction, vector in _cases("") + _cases("compatible_"):
+        (name,) = [name for name, named in UNIONS.items() if named == direction]
+        union = schema["$defs"][name]
+        assert vector["hex"] and plain_type(vector) in union["discriminator"]["mapping"]
+
+
+def plain_type(vector: dict[str, Any]) -> str:
+    tag: str = msgspec.msgpack.decode(bytes.fromhex(vector["hex"]))["type"]
+    return tag
 
 
 @pytest.mark.parametrize(
     ("direction", "vector"),
-    _cases(True),
-    ids=lambda v: str(v.get("name", v)) if isinstance(v, dict) else v,
+    _cases("compatible_"),
+    ids=lambda v: v["name"] if isinstance(v, dict) else v,
+)
+def test_a_newer_peers_frame_decodes_to_its_whole_meaning(
+    direction: str, vector: dict[str, Any]
+) -> None:
+    frame = codec.Decoder(DIRECTIONS[direction]).decode(bytes.fromhex(vector["hex"]))
+    assert whole(frame) == vector["frame"]
+
+
+@pytest.mark.parametrize(
+    ("direction", "vector"),
+    _cases(""),
+    ids=lambda v: v["name"] if isinstance(v, dict) else v,
 )
 def test_a_valid_vector_decodes_to_its_meaning(direction: str, vector: dict[str, Any]) -> None:
     data = bytes.fromhex(vector["hex"])
@@ -137,6 +166,30 @@ async def test_a_relay_answers_every_malformed_vector_as_stated() -> None:
             got = {"error": {"code": answer.code, "ref": answer.ref}, "close": closed}
             assert got == want, f"{vector['name']}: {answer.message}"
         assert relay.core.stats()["subscriptions"] == 0  # nothing was changed
+
+
+async def test_a_relay_serves_a_newer_peers_frames() -> None:
+    vectors = _load("compatible_to_relay.json")
+    async with (
+        serving(ScriptedPublisher(catalog())) as upstream,
+        running_relay(upstream) as (
+            _,
+            url,
+        ),
+    ):
+        for vector in vectors:
+            data = bytes.fromhex(vector["hex"])
+            async with connect(url) as websocket:
+                decoder = codec.to_subscriber()
+                if vector["frame"]["type"] == "hello":
+                    await websocket.send(data)
+                    assert type(decoder.decode(await websocket.recv())).__name__ == "Welcome"
+                    continue
+                await websocket.send(codec.encode(Hello(PROTOCOL_VERSION, "subscriber")))
+                await websocket.recv()
+                await websocket.send(data)
+                answer = decoder.decode(await websocket.recv())
+                assert answer == Subscribed(vector["frame"]["sub"], "id", ["id", "x", "y"]), answer
 
 
 def test_every_direction_has_vectors() -> None:

@@ -1,5 +1,7 @@
 """The malformed frames ``testing.vectors`` writes as test vectors, each with what its receiver
-must answer (docs/protocol.md, "Errors"; ``spec/README.md``, "Malformed vectors")."""
+must answer (docs/protocol.md, "Errors"; ``spec/README.md``, "Malformed vectors"), and the
+frames of a newer peer an older one must still decode (unknown fields ignored, defaults filled
+in: docs/protocol.md, "Versioning and capabilities")."""
 
 from __future__ import annotations
 
@@ -10,6 +12,16 @@ from typing import Any
 import msgspec
 
 from fanout.wire.messages import PROTOCOL_VERSION
+
+
+@dataclass(frozen=True)
+class Compatible:
+    """Bytes a receiver decodes although they are not what fanout's encoder writes."""
+
+    direction: str
+    name: str
+    description: str
+    data: bytes
 
 
 @dataclass(frozen=True)
@@ -338,5 +350,92 @@ MALFORMED: list[Malformed] = [
         _push_raw(entered={"length": 1, "columns": [["d", "decimal", ["12,5"]]]}),
         True,
         REFUSE,
+    ),
+]
+
+
+_BOX = {"kind": "box", "lo": [0, 0], "hi": [1, 1]}
+COMPATIBLE: list[Compatible] = [
+    Compatible(
+        "to_relay",
+        "hello_newer_fields",
+        "a hello with fields a newer client adds: ignored",
+        _raw({"type": "hello", "version": PROTOCOL_VERSION, "role": "subscriber", "zstd": True}),
+    ),
+    Compatible(
+        "to_relay",
+        "subscribe_defaults",
+        "a subscribe of its required fields only: every default filled in",
+        _subscribe_raw(_BOX, sub=1),
+    ),
+    Compatible(
+        "to_relay",
+        "subscribe_every_field",
+        "a subscribe naming every default, integers where floats go, fields in another order",
+        _raw(
+            {
+                "stay": False,
+                "view": {"hi": [1, 1], "lo": [0, 0], "kind": "box"},
+                "type": "subscribe",
+                "sub": 2,
+                "dataset": "agents",
+                "rate": 10,
+                "priority": 0,
+                "transform": None,
+                "mode": "latest",
+                "resume": None,
+            }
+        ),
+    ),
+    Compatible(
+        "to_relay",
+        "view_newer_fields",
+        "a view with a field a newer client adds: ignored",
+        _subscribe_raw({**_BOX, "crs": "EPSG:4326"}, sub=3),
+    ),
+    Compatible(
+        "to_subscriber",
+        "welcome_of_an_older_relay",
+        "a welcome without datasets (relays older than the field), with a newer field",
+        _raw(
+            {
+                "type": "welcome",
+                "version": PROTOCOL_VERSION,
+                "server": "r",
+                "session": "s",
+                "region": "eu",
+            }
+        ),
+    ),
+    Compatible(
+        "to_subscriber",
+        "welcome_newer_kind",
+        "a dataset kind newer than the client: a plain string",
+        _raw(
+            {
+                "type": "welcome",
+                "version": PROTOCOL_VERSION,
+                "server": "r",
+                "session": "s",
+                "datasets": {"graph": "graph"},
+            }
+        ),
+    ),
+    Compatible(
+        "to_subscriber",
+        "error_newer_code",
+        "an error code newer than the client, without ref",
+        _raw({"type": "error", "code": "quota", "message": "over quota"}),
+    ),
+    Compatible(
+        "to_subscriber",
+        "push_float32",
+        "a push with float32 coordinates (Transform precision float32)",
+        _push_raw(
+            entered={
+                "length": 1,
+                "columns": [["id", "<i8", bytes(8)], ["x", "<f4", b"\x00\x00\xc0\x3f"]],
+            }
+        ),
     ),
 ]

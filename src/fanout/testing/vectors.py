@@ -21,7 +21,7 @@ from typing import Any
 import msgspec
 import numpy as np
 
-from fanout.testing.malformed import MALFORMED, Malformed
+from fanout.testing.malformed import COMPATIBLE, MALFORMED, Compatible, Malformed
 from fanout.testing.vectorcases import VALID, Valid
 from fanout.wire import codec
 from fanout.wire.columns import Columns, decode_columns, to_python
@@ -33,6 +33,13 @@ DIRECTIONS: dict[str, Any] = {
     "to_subscriber": ToSubscriber,
     "to_publisher": ToPublisher,
     "from_publisher": FromPublisher,
+}
+#: The name of each direction's union in the schema's ``$defs``.
+UNIONS = {
+    "ToRelay": "to_relay",
+    "ToSubscriber": "to_subscriber",
+    "ToPublisher": "to_publisher",
+    "FromPublisher": "from_publisher",
 }
 SPEC = Path(__file__).resolve().parents[3] / "spec"
 _BINARY = {"type": "string", "contentEncoding": "base64"}
@@ -52,6 +59,25 @@ def plain(value: Any) -> Any:
     if isinstance(value, list):
         return [plain(item) for item in value]
     return value
+
+
+def whole(value: Any) -> Any:
+    """A decoded frame as JSON with every field, defaults filled in (what a typed decoder
+    holds): structs as maps (their tag first) or, if array-like, arrays; bytes and floats as
+    :func:`plain` says."""
+    if isinstance(value, msgspec.Struct):
+        config = value.__struct_config__
+        fields = [whole(getattr(value, f.name)) for f in msgspec.structs.fields(value)]
+        if config.array_like:
+            return fields
+        names = [f.encode_name for f in msgspec.structs.fields(value)]
+        tag = {config.tag_field: config.tag} if config.tag_field else {}
+        return tag | dict(zip(names, fields, strict=True))
+    if isinstance(value, tuple | list):
+        return [whole(item) for item in value]
+    if isinstance(value, dict):
+        return {key: whole(item) for key, item in value.items()}
+    return plain(value)
 
 
 def cell(value: Any) -> Any:
@@ -98,6 +124,16 @@ def valid_vector(case: Valid) -> dict[str, Any]:
     return vector
 
 
+def compatible_vector(case: Compatible) -> dict[str, Any]:
+    frame: object = codec.Decoder(DIRECTIONS[case.direction]).decode(case.data)
+    return {
+        "name": case.name,
+        "description": case.description,
+        "hex": case.data.hex(),
+        "frame": whole(frame),
+    }
+
+
 def malformed_vector(case: Malformed) -> dict[str, Any]:
     vector: dict[str, Any] = {
         "name": case.name,
@@ -120,6 +156,13 @@ def vector_files() -> dict[str, dict[str, Any]]:
             "valid": True,
             "vectors": [valid_vector(c) for c in VALID if c.direction == direction],
         }
+        compatible = [compatible_vector(c) for c in COMPATIBLE if c.direction == direction]
+        if compatible:
+            files[f"compatible_{direction}.json"] = {
+                "direction": direction,
+                "valid": True,
+                "vectors": compatible,
+            }
         malformed = [malformed_vector(c) for c in MALFORMED if c.direction == direction]
         if malformed:
             files[f"malformed_{direction}.json"] = {
@@ -135,7 +178,7 @@ def schema() -> dict[str, Any]:
     msgpack bin is ``{"$bin": hex}``), one ``$defs`` entry per direction's union."""
     unions = list(DIRECTIONS.values())
     tops, defs = msgspec.json.schema_components(unions, ref_template="#/$defs/{name}")
-    for name, top in zip(DIRECTIONS, tops, strict=True):
+    for name, top in zip(UNIONS, tops, strict=True):
         defs[name] = top
     defs["Binary"] = {
         "description": "msgpack bin, rendered in JSON as its bytes in lower-case hex",
@@ -153,7 +196,7 @@ def schema() -> dict[str, Any]:
             ' bin as {"$bin": hex}). Generated from fanout/wire/messages.py by'
             " python -m fanout.testing.vectors; see docs/protocol.md."
         ),
-        "anyOf": [{"$ref": f"#/$defs/{name}"} for name in DIRECTIONS],
+        "anyOf": [{"$ref": f"#/$defs/{name}"} for name in UNIONS],
         "$defs": _binary(dict(sorted(defs.items()))),
     }
 
