@@ -14,6 +14,7 @@ import pytest
 
 from fanout.auth import AuthConfig, issue
 from fanout.http.publishing import MAX_BODY
+from fanout.relay.config import Limits
 from fanout.testing.publisher import ScriptedPublisher, serving
 from fanout.testing.relays import running_relay
 from fanout.testing.wait import eventually
@@ -173,3 +174,23 @@ async def test_a_write_needs_a_token_granting_producer() -> None:
         )
         assert allowed.status_code == 200, allowed.text
     assert len(upstream.writes) == 1
+
+
+async def test_a_body_that_trickles_is_refused_408_and_a_full_relay_503() -> None:
+    async with deployment(limits=Limits(hello_timeout=0.5, max_connections=1)) as (
+        upstream,
+        client,
+    ):
+        host, port = str(client.base_url.host), client.base_url.port
+        reader, writer = await asyncio.open_connection(host, port)
+        writer.write(
+            b"POST " + URL.encode() + b" HTTP/1.1\r\nHost: x\r\nContent-Length: 50\r\n\r\n{"
+        )
+        await writer.drain()
+        head = await asyncio.wait_for(reader.read(), 5)  # answered, then closed
+        assert head.startswith(b"HTTP/1.1 408 ")
+        writer.close()
+        async with client.stream("GET", "/v1/subscribe?dataset=flights&view=SELECT * FROM flights"):
+            full = await client.post(URL, json={"deletes": [1]})
+            assert full.status_code == 503 and full.json()["error"] == "unavailable"
+    assert upstream.writes == []

@@ -291,6 +291,8 @@ class PortConnection(asyncio.Protocol):
                     self.answer(refusal(_too_large(self._limit)))
                     return
             elif isinstance(event, h11.EndOfMessage) and self._on_body is not None:
+                if self._timer is not None:
+                    self._timer.cancel()
                 body, on_body = bytes(self._body or b""), self._on_body
                 self._body = self._on_body = None
                 on_body(body)
@@ -309,6 +311,15 @@ class PortConnection(asyncio.Protocol):
         if self._h11.they_are_waiting_for_100_continue:
             self.send(h11.InformationalResponse(status_code=100, headers=[]))
         self._body, self._limit, self._on_body = bytearray(), limit, on_body
+        # The body must come as promptly as the head: a trickle would hold the connection.
+        opening = self._front._opening
+        self._timer = asyncio.get_running_loop().call_later(opening, self._body_late, opening)
+
+    def _body_late(self, seconds: float) -> None:
+        if self._body is not None:
+            self._body = self._on_body = None
+            message = f"the request's body did not come within {seconds:g} s"
+            self.answer(refusal(HttpError(HTTPStatus.REQUEST_TIMEOUT, "bad_request", message)))
 
     def connection_lost(self, exc: Exception | None) -> None:
         if self._timer is not None:

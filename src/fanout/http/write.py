@@ -74,6 +74,8 @@ class HttpWrite:
             message = f"unknown dataset {name!r} (serving: {', '.join(infos)})"
             raise HttpError(HTTPStatus.NOT_FOUND, "invalid_view", message)
         request = parse_publish(body, info)
+        if (full := relay.room()) is not None:
+            raise HttpError(HTTPStatus.SERVICE_UNAVAILABLE, "unavailable", full)
         client = relay.open(self)
         try:
             relay.connect(client, grant)

@@ -189,7 +189,6 @@ def schema() -> dict[str, Any]:
     }
     return {
         "$schema": "https://json-schema.org/draft/2020-12/schema",
-        "$id": "https://github.com/fanout/fanout/spec/schema.json",
         "title": "fanout wire protocol frames (msgpack, decoded)",
         "description": (
             "Every frame of protocol version 1 as its msgpack value, rendered as JSON (msgpack"
