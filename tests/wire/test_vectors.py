@@ -15,6 +15,8 @@ import pytest
 from websockets.asyncio.client import connect
 from websockets.exceptions import ConnectionClosed
 
+from fanout.client.core import ClientCore
+from fanout.client.viewstate import Asked
 from fanout.errors import ProtocolError
 from fanout.testing.catalog import catalog
 from fanout.testing.publisher import ScriptedPublisher, serving
@@ -28,10 +30,17 @@ from fanout.testing.vectors import (
     spec_files,
     whole,
 )
+from fanout.views import Box
 from fanout.wire import codec
-from fanout.wire.columns import Columns, decode_columns, key_column
 from fanout.wire.handshake import check_welcome
-from fanout.wire.messages import PROTOCOL_VERSION, Error, Hello, Subscribed, Unsubscribe
+from fanout.wire.messages import (
+    PROTOCOL_VERSION,
+    Error,
+    Hello,
+    Subscribed,
+    Unsubscribe,
+    Welcome,
+)
 
 VECTORS = SPEC / "vectors"
 
@@ -105,20 +114,27 @@ def test_a_valid_vector_decodes_to_its_meaning(direction: str, vector: dict[str,
 
 
 def _refused(data: bytes, context: dict[str, Any]) -> str:
-    """How a subscriber takes a frame from its relay: the error's code, or "" if accepted."""
+    """How the Python subscriber takes a frame from its relay, holding subscription 1 (keyed by
+    ``context["key"]``, default ``id``): the error's code, or "" if it takes it."""
+    core = ClientCore()
+    request = core.subscribe(Asked("agents", Box((0, 0), (1, 1))))
+    core.receive(Subscribed(request.sub, context.get("key", "id"), ["id", "x"]), 0.0)
     try:
         frame = codec.to_subscriber().decode(data)
-        if type(frame).__name__ == "Welcome":
-            check_welcome(frame)
-        for field in msgspec.structs.fields(frame):  # type: ignore[arg-type]
-            payload = getattr(frame, field.name)
-            if isinstance(payload, Columns):
-                decode_columns(payload)
-                if field.name == "left" and "key" in context:
-                    key_column(payload, context["key"], "left")
+        if isinstance(frame, Welcome):
+            check_welcome(frame)  # what the client's shell does with the first frame
+        else:
+            core.receive(frame, 0.0)
     except ProtocolError:
         return "protocol"
     return ""
+
+
+def test_the_subscriber_takes_the_valid_pushes_it_refuses_malformed_ones_by() -> None:
+    """The check above is not refusing everything: the valid pushes pass it."""
+    takes = {v["name"]: v for v in _load("to_subscriber.json")}
+    for name in ("push", "push_delta", "no_update"):
+        assert _refused(bytes.fromhex(takes[name]["hex"]), {}) == "", name
 
 
 @pytest.mark.parametrize(
