@@ -40,6 +40,7 @@ from fanout.wire.messages import (
     Unsubscribe,
     Unsubscribed,
 )
+from fanout.wire.tables import table_columns
 
 
 @dataclass(frozen=True)
@@ -215,11 +216,12 @@ class ClientCore:
     def publish(
         self,
         dataset: str,
-        rows: Sequence[Mapping[str, Any]],
+        rows: Sequence[Mapping[str, Any]] | Any,
         deletes: Sequence[Any] = (),
         key: str | None = None,
     ) -> Publish:
-        """The request writing ``rows`` and deleting keys ``deletes`` of ingest dataset
+        """The request writing ``rows`` (dicts, or a pandas DataFrame or Arrow table, its missing
+        values NULL: ``wire.tables``) and deleting keys ``deletes`` of ingest dataset
         ``dataset``; answered by ``Written`` or ``WriteRefused`` with its ``req``.
 
         Raises:
@@ -228,10 +230,12 @@ class ClientCore:
         """
         if deletes and key is None:
             raise ValueError("deletes need the dataset's key column (key=...)")
-        names = list(rows[0]) if rows else []
-        if any(list(row) != names for row in rows):
-            raise ValueError("every row must have the same columns, in the same order")
-        upserts = {name: from_values([row[name] for row in rows]) for name in names}
+        upserts = table_columns(rows)
+        if upserts is None:
+            names = list(rows[0]) if rows else []
+            if any(list(row) != names for row in rows):
+                raise ValueError("every row must have the same columns, in the same order")
+            upserts = {name: from_values([row[name] for row in rows]) for name in names}
         request = Publish(
             next(self._ids),
             dataset,

@@ -41,6 +41,7 @@ from fanout.wire.messages import (
     Role,
     StateRows,
 )
+from fanout.wire.tables import table_columns
 
 Rows = dict[str, npt.NDArray[Any]]
 
@@ -82,10 +83,13 @@ class PublisherClient:
     async def publish(
         self,
         dataset: str,
-        rows: Sequence[Mapping[str, Any]] | Mapping[str, Sequence[Any]] = (),
+        rows: Sequence[Mapping[str, Any]] | Mapping[str, Sequence[Any]] | Any = (),
         deletes: Sequence[Any] = (),
     ) -> tuple[int, int]:
-        """Upsert ``rows`` (whole rows, as dicts or as columns) and delete keys ``deletes``.
+        """Upsert ``rows`` (whole rows: dicts, columns, or a pandas DataFrame or Arrow table) and
+        delete keys ``deletes``. A DataFrame's missing values (``isna``: NaN in a float column,
+        None, NaT, NA) and an Arrow table's nulls travel as NULL; in numpy arrays and Python
+        floats NaN is a number (``wire.tables``).
 
         Returns:
             The ingest-log offsets (first, last) given to the events, once they are durable.
@@ -95,7 +99,8 @@ class PublisherClient:
                 dataset, a value of the wrong type, a missing key...), or the connection can
                 serve no more (``failure``).
         """
-        columns = _columns(rows)
+        table = table_columns(rows)
+        columns = _columns(rows) if table is None else table
         key = await self._key(dataset)
         request = Publish(
             req=next(self._ids),

@@ -190,13 +190,14 @@ class Subscriber:
     async def publish(
         self,
         dataset: str,
-        rows: Sequence[Mapping[str, Any]],
+        rows: Sequence[Mapping[str, Any]] | Any,
         deletes: Sequence[Any] = (),
         *,
         key: str | None = None,
     ) -> tuple[int, int]:
-        """Write through the relay, which forwards to the publisher: upsert ``rows`` (whole rows)
-        and delete keys ``deletes`` of an ingest dataset, as ``PublisherClient.publish`` does.
+        """Write through the relay, which forwards to the publisher: upsert ``rows`` (whole rows:
+        dicts, or a pandas DataFrame or Arrow table) and delete keys ``deletes`` of an ingest
+        dataset, as ``PublisherClient.publish`` does.
 
         Args:
             key: the dataset's key column, which names ``deletes`` (needed with them).

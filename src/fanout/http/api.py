@@ -168,10 +168,11 @@ def parse_subscribe(
     return StreamRequest(subscribe, _format(params, headers))
 
 
-def not_a_get(method: str) -> tuple[int, list[tuple[str, str]], bytes]:
-    """The answer to a request of the API (``/v1/...``) made with another method than GET.
+def not_a_get(method: str, allowed: str = "GET") -> tuple[int, list[tuple[str, str]], bytes]:
+    """The answer to a request of the API (``/v1/...``) made with another method than the one
+    it takes (``allowed``: GET, or POST for writes).
 
-    ``OPTIONS`` is a CORS preflight: ``GET`` is allowed, with the headers clients send
+    ``OPTIONS`` is a CORS preflight: ``allowed`` is allowed, with the headers clients send
     (``Last-Event-ID``: an ``EventSource`` reconnecting to another relay, see
     :data:`MOVE_RETRY_MS`; ``Authorization``). Any other method is refused.
 
@@ -179,14 +180,14 @@ def not_a_get(method: str) -> tuple[int, list[tuple[str, str]], bytes]:
         The status (204, or 405), headers to add, and the body (empty, or the refusal's JSON).
     """
     if method == "OPTIONS":
-        allowed = [
-            ("Access-Control-Allow-Methods", "GET"),
-            ("Access-Control-Allow-Headers", "Last-Event-ID, Authorization, Accept"),
+        preflight = [
+            ("Access-Control-Allow-Methods", allowed),
+            ("Access-Control-Allow-Headers", "Last-Event-ID, Authorization, Accept, Content-Type"),
             ("Access-Control-Max-Age", str(PREFLIGHT_MAX_AGE)),
         ]
-        return 204, allowed, b""
-    message = f"{method} is not served here: the relay's HTTP API takes GET"
-    return 405, [("Allow", "GET, OPTIONS")], HttpError(405, "bad_request", message).body()
+        return 204, preflight, b""
+    message = f"{method} is not served here: this path of the relay's HTTP API takes {allowed}"
+    return 405, [("Allow", f"{allowed}, OPTIONS")], HttpError(405, "bad_request", message).body()
 
 
 def datasets_json(infos: list[DatasetInfo], held: Mapping[str, int]) -> bytes:

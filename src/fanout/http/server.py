@@ -21,10 +21,11 @@ import asyncio
 import functools
 import logging
 import ssl as ssl_module
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Coroutine, Mapping
 from http import HTTPStatus
 from importlib import resources
 from pathlib import Path
+from typing import Any
 
 import h11
 
@@ -41,7 +42,9 @@ from fanout.http.answers import (
     unauthorized,
 )
 from fanout.http.api import HttpError, datasets_json, not_a_get
+from fanout.http.publishing import MAX_BODY, PUBLISH
 from fanout.http.stream import HttpSubscription
+from fanout.http.write import HttpWrite
 from fanout.relay.api import RelayApi
 from fanout.relay.core.rules import visible
 
@@ -148,6 +151,8 @@ class HttpFrontEnd:
             if self.mqtt_upgrade is not None and (path == MQTT_PATH or _asks_mqtt(request)):
                 upgrade = self.mqtt_upgrade
             upgrade(connection.transport, head)
+        elif path.startswith(PUBLISH):
+            self._write(connection, method, target, headers)
         elif path in (SUBSCRIBE, DATASETS) and method != "GET":
             status, extra, body = not_a_get(method)
             connection.answer(
@@ -165,6 +170,26 @@ class HttpFrontEnd:
                 Answer(HTTPStatus.UPGRADE_REQUIRED, plain_headers(metrics.TEXT, body), body)
             )
 
+    def _write(
+        self, connection: PortConnection, method: str, target: str, headers: Mapping[str, str]
+    ) -> None:
+        """A producer's write: its body is read (``MAX_BODY`` bytes at most), then written."""
+        if method != "POST":
+            status, extra, body = not_a_get(method, "POST")
+            connection.answer(
+                Answer(status, json_headers(len(body), status, extra, cors=True), body)
+            )
+            return
+        write = HttpWrite(connection, self.relay, target, headers)
+        declared = headers.get("content-length", "")
+        connection.read_body(MAX_BODY, declared, lambda body: self._run(write.run(body)))
+
+    def _run(self, job: Coroutine[Any, Any, None]) -> None:
+        assert self._tasks is not None, "the HTTP front end is not started"
+        task = self._tasks.create_task(job)
+        self._streams.add(task)
+        task.add_done_callback(self._streams.discard)
+
     def _datasets(self, headers: Mapping[str, str], target: str) -> Answer:
         try:
             grant = self.relay.authenticate(request_token(headers, target))
@@ -175,10 +200,7 @@ class HttpFrontEnd:
         return Answer(HTTPStatus.OK, json_headers(len(body), HTTPStatus.OK), body)
 
     def _stream(self, stream: HttpSubscription) -> None:
-        assert self._tasks is not None, "the HTTP front end is not started"
-        task = self._tasks.create_task(_streamed(stream))
-        self._streams.add(task)
-        task.add_done_callback(self._streams.discard)
+        self._run(_streamed(stream))
 
 
 async def _streamed(stream: HttpSubscription) -> None:
@@ -211,6 +233,11 @@ class PortConnection(asyncio.Protocol):
         self.paused = False
         self.lost: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self.on_resume: Callable[[], None] | None = None
+        #: While a request's body is read: its bytes so far, at most ``_limit``, and who
+        #: takes it whole.
+        self._body: bytearray | None = None
+        self._limit = 0
+        self._on_body: Callable[[bytes], None] | None = None
 
     # -- asyncio's side ---------------------------------------------------------------------
 
@@ -226,34 +253,73 @@ class PortConnection(asyncio.Protocol):
         self._timer = loop.call_later(self._front._opening, transport.abort)
 
     def data_received(self, data: bytes) -> None:
-        if self._taken:
+        if self._taken and self._body is None:
             return  # after the request, nothing more is read: a stream only writes
-        self._head += data
+        if self._body is None:
+            self._head += data
         self._feed(data)
 
     def eof_received(self) -> bool | None:
-        if not self._taken:
+        if not self._taken or self._body is not None:
             self._feed(b"")  # a request cut short is answered 400; none at all, closed
         return None  # the transport closes once written
 
     def _feed(self, data: bytes) -> None:
         self._h11.receive_data(data)
-        try:
-            event = self._h11.next_event()
-        except h11.RemoteProtocolError as exc:
-            self._taken = True
-            status = exc.error_status_hint
-            error = HttpError(status, "bad_request", f"not an HTTP request the relay takes: {exc}")
-            self.answer(refusal(error))
+        while True:
+            try:
+                event = self._h11.next_event()
+            except h11.RemoteProtocolError as exc:
+                self._taken, self._body = True, None
+                status = exc.error_status_hint
+                message = f"not an HTTP request the relay takes: {exc}"
+                self.answer(refusal(HttpError(status, "bad_request", message)))
+                return
+            if event is h11.NEED_DATA:
+                return
+            if isinstance(event, h11.Request):
+                self._taken = True
+                if self._timer is not None:
+                    self._timer.cancel()
+                self._front.take(self, event, bytes(self._head))
+                if self._body is None:
+                    return
+            elif isinstance(event, h11.Data) and self._body is not None:
+                self._body += event.data
+                if len(self._body) > self._limit:
+                    self._body = None
+                    self.answer(refusal(_too_large(self._limit)))
+                    return
+            elif isinstance(event, h11.EndOfMessage) and self._on_body is not None:
+                if self._timer is not None:
+                    self._timer.cancel()
+                body, on_body = bytes(self._body or b""), self._on_body
+                self._body = self._on_body = None
+                on_body(body)
+                return
+            else:  # a connection closed before its request (or its body)
+                self._taken, self._body = True, None
+                self.transport.close()
+                return
+
+    def read_body(self, limit: int, declared: str, on_body: Callable[[bytes], None]) -> None:
+        """Read the request's body, then give it to ``on_body``; one over ``limit`` bytes is
+        answered 413, at once if its ``Content-Length`` (``declared``, h11 checked it) says so."""
+        if declared.isdigit() and int(declared) > limit:
+            self.answer(refusal(_too_large(limit)))
             return
-        if isinstance(event, h11.Request):
-            self._taken = True
-            if self._timer is not None:
-                self._timer.cancel()
-            self._front.take(self, event, bytes(self._head))
-        elif event is not h11.NEED_DATA:  # a connection closed before its request
-            self._taken = True
-            self.transport.close()
+        if self._h11.they_are_waiting_for_100_continue:
+            self.send(h11.InformationalResponse(status_code=100, headers=[]))
+        self._body, self._limit, self._on_body = bytearray(), limit, on_body
+        # The body must come as promptly as the head: a trickle would hold the connection.
+        opening = self._front._opening
+        self._timer = asyncio.get_running_loop().call_later(opening, self._body_late, opening)
+
+    def _body_late(self, seconds: float) -> None:
+        if self._body is not None:
+            self._body = self._on_body = None
+            message = f"the request's body did not come within {seconds:g} s"
+            self.answer(refusal(HttpError(HTTPStatus.REQUEST_TIMEOUT, "bad_request", message)))
 
     def connection_lost(self, exc: Exception | None) -> None:
         if self._timer is not None:
@@ -294,6 +360,11 @@ class PortConnection(asyncio.Protocol):
         self._taken = True
         if self._timer is not None:
             self._timer.cancel()
+
+
+def _too_large(limit: int) -> HttpError:
+    message = f"the body is larger than {limit} bytes: write fewer rows at a time"
+    return HttpError(HTTPStatus.REQUEST_ENTITY_TOO_LARGE, "too_large", message)
 
 
 def _asks_mqtt(request: h11.Request) -> bool:
