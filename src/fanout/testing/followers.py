@@ -13,6 +13,7 @@ from pathlib import Path
 
 from websockets.exceptions import ConnectionClosed
 
+from fanout.background import Background
 from fanout.client import LiveView, SubscriptionError, Update, connect
 from fanout.publisher.log import SqliteLog
 from fanout.testing.audit import audit
@@ -28,16 +29,17 @@ class Follower:
         self.updates: list[Update] = []
         self.failures: list[SubscriptionError] = []
         self._stack: contextlib.AsyncExitStack | None = None
-        self._task: asyncio.Task[None] | None = None
         self._arrived = asyncio.Event()
 
     async def attach(self, url: str) -> None:
         """Connect to a relay and subscribe, resuming where the last connection stopped."""
         await self.detach()
         self._stack = contextlib.AsyncExitStack()
+        # Left in reverse: the connection closes first, which ends the drain the group waits for.
+        drains = await self._stack.enter_async_context(Background())
         subscriber = await self._stack.enter_async_context(connect(url))
         self.view = await subscriber.subscribe(self.box, mode="every", resume=self.view)
-        self._task = asyncio.create_task(self._drain(self.view))
+        drains.start(self._drain(self.view))
 
     async def _drain(self, view: LiveView) -> None:
         try:
@@ -51,12 +53,9 @@ class Follower:
         """Drop the connection (what a crash of the subscriber's side looks like)."""
         if self._stack is not None:
             with contextlib.suppress(ConnectionClosed, OSError):  # the relay may be dead
-                await self._stack.aclose()
+                async with asyncio.timeout(10):
+                    await self._stack.aclose()  # and the drain ended with the connection
             self._stack = None
-        if self._task is not None:
-            with contextlib.suppress(asyncio.CancelledError):
-                await asyncio.wait_for(self._task, 10)
-            self._task = None
 
     async def received(self, more: int, timeout: float = 120.0) -> None:
         """Wait until ``more`` updates beyond those already received have arrived."""
