@@ -36,7 +36,9 @@ from pyspark.sql.types import (
     StructType,
 )
 
-from fanout.publisher.sources.postgres import PostgresStreamReader, ReaderOptions, install
+from fanout.publisher.sources.postgres import install
+from fanout.publisher.sources.postgres_reader import ReaderOptions
+from fanout.publisher.sources.postgres_trigger import TriggerStreamReader
 from fanout.testing.calibration import calibrate
 from fanout.testing.machine import describe, write_results
 from fanout.testing.postgres import throwaway_postgres
@@ -99,7 +101,7 @@ def read_changes_per_s(url: str, changes: int, batch: int) -> dict[str, Any]:
             f"INSERT INTO {table} SELECT n, 'c' || n % 97, n * 0.5"
             f" FROM generate_series(1, {changes}) n"
         )
-    reader = PostgresStreamReader(ReaderOptions(url, table, "unused", batch), SCHEMA)
+    reader = TriggerStreamReader(ReaderOptions(url, table, "unused", batch), SCHEMA)
     offset = reader.initialOffset()
     started, read = time.perf_counter(), 0
     while True:

@@ -1,5 +1,6 @@
-"""The postgres source: a table's rows, then its changes in commit order, on a real PostgreSQL
-server (the session's throwaway one), read by the stream reader Spark runs (without Spark)."""
+"""The postgres source captured by a trigger: a table's rows, then its changes in commit order,
+on a real PostgreSQL server (the session's throwaway one), read by the stream reader Spark runs
+(without Spark)."""
 
 from __future__ import annotations
 
@@ -29,13 +30,10 @@ from pyspark.sql.types import (
 )
 
 from fanout.errors import ConfigError
-from fanout.publisher.sources import postgres
-from fanout.publisher.sources.postgres import (
-    CaptureError,
-    PostgresStreamReader,
-    ReaderOptions,
-    install,
-)
+from fanout.publisher.sources import postgres_reader
+from fanout.publisher.sources.postgres import install
+from fanout.publisher.sources.postgres_reader import CaptureError, ReaderOptions
+from fanout.publisher.sources.postgres_trigger import TriggerStreamReader
 
 COLUMNS = {"order_id": "long", "customer": "string", "amount": "double"}
 SCHEMA = StructType(
@@ -49,7 +47,7 @@ SCHEMA = StructType(
     ]
 )
 _tables = itertools.count()
-_readers: list[PostgresStreamReader] = []
+_readers: list[TriggerStreamReader] = []
 
 
 @pytest.fixture(autouse=True)
@@ -78,9 +76,9 @@ def execute(dsn: str, *statements: str) -> None:
             db.execute(statement)
 
 
-def reader(dsn: str, table: str, rows: int = 1000) -> PostgresStreamReader:
-    install(dsn, table, "order_id", COLUMNS)
-    made = PostgresStreamReader(ReaderOptions(dsn, table, "unused", rows, "order_id"), SCHEMA)
+def reader(dsn: str, table: str, rows: int = 1000) -> TriggerStreamReader:
+    install(dsn, table, "order_id", COLUMNS, "trigger")
+    made = TriggerStreamReader(ReaderOptions(dsn, table, "unused", rows, "order_id"), SCHEMA)
     _readers.append(made)
     return made
 
@@ -276,8 +274,8 @@ def test_a_connection_the_database_dropped_is_made_again(postgres_dsn: str, tabl
 def test_a_database_that_stays_away_fails_the_read(
     monkeypatch: pytest.MonkeyPatch, table: str
 ) -> None:
-    monkeypatch.setattr(postgres, "RECONNECT_FOR", 0.3)
-    gone = PostgresStreamReader(
+    monkeypatch.setattr(postgres_reader, "RECONNECT_FOR", 0.3)
+    gone = TriggerStreamReader(
         ReaderOptions("postgresql://fanout@127.0.0.1:9/none", table, "unused"), SCHEMA
     )
     with pytest.raises(CaptureError, match=r"stayed unreachable for 0\.3 s"):
@@ -327,8 +325,8 @@ def test_a_change_whose_value_does_not_fit_is_marked_refused_whole(postgres_dsn:
         "CREATE TABLE ledger_unit (id bigint PRIMARY KEY, amount numeric, ratio double precision,"
         " at timestamptz)",
     )
-    install(postgres_dsn, "ledger_unit", "id", columns)
-    stream = PostgresStreamReader(ReaderOptions(postgres_dsn, "ledger_unit", "", 100, "id"), schema)
+    install(postgres_dsn, "ledger_unit", "id", columns, "trigger")
+    stream = TriggerStreamReader(ReaderOptions(postgres_dsn, "ledger_unit", "", 100, "id"), schema)
     _readers.append(stream)
     start = stream.initialOffset()
     execute(
@@ -372,8 +370,10 @@ def test_bytea_reads_as_bytes_in_both_of_postgres_spellings(postgres_dsn: str) -
         ]
     )
     execute(postgres_dsn, "CREATE TABLE blobs_unit (id bigint PRIMARY KEY, blob bytea, day date)")
-    install(postgres_dsn, "blobs_unit", "id", {"id": "long", "blob": "bytes", "day": "date"})
-    stream = PostgresStreamReader(ReaderOptions(postgres_dsn, "blobs_unit", "", 100, "id"), schema)
+    install(
+        postgres_dsn, "blobs_unit", "id", {"id": "long", "blob": "bytes", "day": "date"}, "trigger"
+    )
+    stream = TriggerStreamReader(ReaderOptions(postgres_dsn, "blobs_unit", "", 100, "id"), schema)
     _readers.append(stream)
     start = stream.initialOffset()
     with psycopg.connect(postgres_dsn, autocommit=True) as db:
