@@ -21,6 +21,7 @@ through the slot functions (docs/configuration.md, "The postgres source"). Rules
 
 from __future__ import annotations
 
+import decimal
 import hashlib
 import re
 from collections.abc import Iterator, Mapping
@@ -400,9 +401,12 @@ class _Values:
         if loader is None:
             loader = self.loaders[oid] = self.transformer.get_loader(oid, Format.TEXT)
         try:
-            return loader.load(value)
+            loaded = loader.load(value)
         except (psycopg.DataError, ValueError, OverflowError):
             return Unreadable(value.decode(errors="replace"))
+        if isinstance(loaded, decimal.Decimal) and not loaded.is_finite():
+            return value.decode()  # as to_jsonb spells it: a refusal says the same either way
+        return loaded
 
 
 def _snapshot_source(table: str, slot: int) -> str:
