@@ -14,8 +14,10 @@ Measures, on one table ``(order_id bigint key, customer text, amount double)`` p
   while captured, a reader in another process drains the changes as fast as it can, as the
   publisher would with ``trigger = 0`` (reads and commits, 10,000 at a time), so the server's
   and the reader's work compete with the writers for this machine's cores; ``_unread``: the
-  capture installed, no reader (what the writers' own transactions pay). ``--runs`` rounds,
-  the configurations interleaved within each; the median and the spread (min, max).
+  capture installed and its stream started, no reader (what the writers' own transactions
+  pay). The configurations' tables and readers are set up once; the writers then take turns
+  of 2 s at each table, the order rotated every turn, until each has had ``--seconds``; that
+  is one run of ``--runs``; the median and the spread (min, max) over runs.
 * ``*_writer_cost_ratio``: writes per second without capture / with it, per round (the same
   round's baseline), the median over rounds; the headline is the worse of 1 and 4 writers.
 * ``read_changes_per_s``: changes each reader reads and converts to Arrow per second
@@ -66,6 +68,8 @@ SCHEMA = StructType(
 )
 #: Measured configurations: no capture; each capture drained by a reader; each unread.
 CONFIGURATIONS = ("none", "trigger", "logical", "trigger_unread", "logical_unread")
+#: Seconds of one configuration's turn at writing.
+SLICE = 2.0
 _names = itertools.count()
 
 
@@ -103,25 +107,45 @@ def drain(url: str, table: str, capture: str, ready: Any, stop: Any) -> None:
     reader.stop()
 
 
-def writes_per_s(url: str, configuration: str, writers: int, seconds: float) -> float:
-    """Single-row upsert transactions per second by ``writers`` concurrent connections, on a
-    fresh table captured as ``configuration`` says (drained by another process unless
-    ``_unread``)."""
-    capture, _, unread = configuration.partition("_")
-    table = fresh_table(url, capture)
-    spawn = multiprocessing.get_context("spawn")
-    ready, stop_reading = spawn.Event(), spawn.Event()
-    reading = None
-    if capture != "none" and not unread:
-        reading = spawn.Process(target=drain, args=(url, table, capture, ready, stop_reading))
-        reading.start()
-        if not ready.wait(120):
-            raise RuntimeError(f"the {capture} reader did not start")
+class Captured:
+    """A fresh table captured as ``configuration`` says, drained by a reader in another
+    process unless ``_unread`` (its stream started, so a slot exists, but never read)."""
+
+    def __init__(self, url: str, configuration: str) -> None:
+        self.url, self.configuration = url, configuration
+        self.capture, _, unread = configuration.partition("_")
+        self.table = fresh_table(url, self.capture)
+        spawn = multiprocessing.get_context("spawn")
+        ready, self.stop_reading = spawn.Event(), spawn.Event()
+        self.reading: Any = None
+        if self.capture != "none" and not unread:
+            self.reading = spawn.Process(
+                target=drain, args=(url, self.table, self.capture, ready, self.stop_reading)
+            )
+            self.reading.start()
+            if not ready.wait(300):
+                raise RuntimeError(f"the {self.capture} reader did not start")
+        elif self.capture != "none":
+            reader = stream_reader(url, self.table, self.capture, 1)
+            reader.initialOffset()
+            reader.stop()
+
+    def close(self) -> None:
+        if self.reading is not None:
+            self.stop_reading.set()
+            self.reading.join(60)
+        if self.capture == "logical":  # its slot would keep WAL for the rest of the run
+            install(self.url, self.table, "order_id", COLUMNS, "trigger")
+
+
+def writes(url: str, table: str, writers: int, seconds: float) -> tuple[int, float]:
+    """Single-row upsert transactions by ``writers`` concurrent connections for ``seconds``:
+    how many, in how many seconds."""
     done = [0] * writers
     stop = time.monotonic() + seconds
 
     def write(slot: int) -> None:
-        rng = random.Random(slot)
+        rng = random.Random()
         with psycopg.connect(url, autocommit=True) as db:
             while time.monotonic() < stop:
                 key = rng.randrange(10_000)
@@ -138,15 +162,30 @@ def writes_per_s(url: str, configuration: str, writers: int, seconds: float) -> 
         thread.start()
     for thread in threads:
         thread.join()
-    rate = sum(done) / (time.monotonic() - started)
-    if reading is not None:
-        stop_reading.set()
-        reading.join(60)
-    if capture == "logical":  # its slot would keep WAL for the rest of the run
-        install(url, table, "order_id", COLUMNS, "trigger")
-    elif unread:
-        stream_reader(url, table, capture, 1).initialOffset()  # captured, not drained
-    return rate
+    return sum(done), time.monotonic() - started
+
+
+def writes_per_s(url: str, writers: int, seconds: float, runs: int) -> list[dict[str, float]]:
+    """Per run, each configuration's writes per second by ``writers``: the configurations take
+    turns of ``SLICE`` seconds (in an order rotated each turn) until each has had ``seconds``,
+    so that the load of this shared machine falls on all of them alike."""
+    tables = [Captured(url, configuration) for configuration in CONFIGURATIONS]
+    try:
+        found: list[dict[str, float]] = []
+        for _ in range(runs):
+            done = dict.fromkeys(CONFIGURATIONS, 0)
+            spent = dict.fromkeys(CONFIGURATIONS, 0.0)
+            for turn in range(max(1, round(seconds / SLICE))):
+                shift = turn % len(tables)
+                for captured in tables[shift:] + tables[:shift]:
+                    count, elapsed = writes(url, captured.table, writers, SLICE)
+                    done[captured.configuration] += count
+                    spent[captured.configuration] += elapsed
+            found.append({c: done[c] / spent[c] for c in CONFIGURATIONS})
+        return found
+    finally:
+        for captured in tables:
+            captured.close()
 
 
 def read_changes_per_s(url: str, capture: str, changes: int, batch: int) -> dict[str, Any]:
@@ -198,9 +237,8 @@ def main() -> None:
     rates: dict[str, list[float]] = {}
     ratios: dict[str, list[float]] = {}
     with throwaway_postgres() as url:
-        for _ in range(args.runs):
-            for writers in (1, 4):
-                found = {c: writes_per_s(url, c, writers, args.seconds) for c in CONFIGURATIONS}
+        for writers in (1, 4):
+            for found in writes_per_s(url, writers, args.seconds, args.runs):
                 for configuration, rate in found.items():
                     rates.setdefault(f"{writers}_writers_{configuration}", []).append(rate)
                     if configuration != "none":

@@ -28,6 +28,7 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
+from fanout.publisher.sources import pgoutput
 from fanout.publisher.sources.postgres import install
 from fanout.publisher.sources.postgres_logical import LogicalStreamReader, capture_name
 from fanout.publisher.sources.postgres_reader import CaptureError, ConnectedReader, ReaderOptions
@@ -171,7 +172,9 @@ def test_admission_control_keeps_transactions_whole(postgres_dsn: str, table: st
 
 OPS = st.lists(
     st.tuples(
-        st.sampled_from(["insert", "update", "rekey", "delete", "read", "commit", "restart"]),
+        st.sampled_from(
+            ["insert", "update", "rekey", "delete", "other", "read", "commit", "restart"]
+        ),
         st.integers(1, 6),
         st.integers(0, 99),
         st.booleans(),  # commit (True) or roll back the write
@@ -188,6 +191,7 @@ def statement(table: str, op: str, key: int, value: int) -> str:
         "rekey": f"UPDATE {table} SET order_id = {key + 10} WHERE order_id = {key}"
         f" AND NOT EXISTS (SELECT 1 FROM {table} WHERE order_id = {key + 10})",
         "delete": f"DELETE FROM {table} WHERE order_id = {key}",
+        "other": f"INSERT INTO elsewhere VALUES ({value})",  # the slot moves on quietly
     }[op]
 
 
@@ -202,7 +206,7 @@ def test_a_restarted_stream_loses_and_repeats_nothing(
     reader, as after the publisher restarted) reads Spark's last uncommitted micro-batch again
     (``readBetweenOffsets``), then goes on. Oracle: every ``_version`` once, 1, 2, 3...; the
     micro-batches Spark kept, replayed, are exactly the table."""
-    execute(postgres_dsn, f"DELETE FROM {table}")
+    execute(postgres_dsn, f"DELETE FROM {table}", "CREATE TABLE IF NOT EXISTS elsewhere (n int)")
     for key in before:
         execute(postgres_dsn, f"INSERT INTO {table} VALUES ({key}, 'c', {key}, NULL)")
     stream = captured(postgres_dsn, table, rows=3)
@@ -373,13 +377,31 @@ def test_a_connection_the_database_dropped_is_made_again(postgres_dsn: str, tabl
     assert [r["order_id"] for r in changes(batches)] == [1] and end["id"] == 1
 
 
-def test_a_writer_of_another_table_is_not_read(postgres_dsn: str, table: str) -> None:
+def test_a_quiet_tables_slot_moves_on_while_others_are_written(
+    postgres_dsn: str, table: str
+) -> None:
+    """Writes to other tables are not read, and once Spark committed all it read, the slot
+    is confirmed past them: it keeps no WAL for them, and reads do not decode them again."""
     stream = captured(postgres_dsn, table)
     start = stream.read(stream.initialOffset())[1]
+    stream.commit(start)
+
+    def confirmed() -> str:
+        with psycopg.connect(postgres_dsn) as db:
+            (lsn,) = db.execute(
+                "SELECT confirmed_flush_lsn::text FROM pg_replication_slots WHERE slot_name = %s",
+                (capture_name(postgres_dsn, table),),
+            ).fetchone() or ("",)
+        return str(lsn)
+
+    before = confirmed()
     execute(
         postgres_dsn,
         "CREATE TABLE IF NOT EXISTS elsewhere (n int)",
-        "INSERT INTO elsewhere VALUES (1)",
+        "INSERT INTO elsewhere SELECT generate_series(1, 1000)",
     )
+    batches, offset = stream.read(start)
+    assert changes(batches) == [] and offset == start  # no micro-batch for Spark to run
+    assert pgoutput.lsn_of(confirmed()) > pgoutput.lsn_of(before)
     execute(postgres_dsn, f"INSERT INTO {table} VALUES (1, 'ada', 1, NULL)")
     assert [r["order_id"] for r in changes(stream.read(start)[0])] == [1]

@@ -202,6 +202,10 @@ class LogicalStreamReader(ConnectedReader):
             ).fetchone()
             assert created is not None
             start = pgoutput.lsn_of(created[1])
+            db.execute(  # which stream the slot is now (rule 4)
+                "INSERT INTO fanout_changes VALUES (%s, 0, 'S', to_jsonb(%s::text))",
+                (_slot_source(table), pgoutput.lsn_text(start)),
+            )
             with psycopg.connect(url) as copy:
                 copy.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
                 copy.execute(sql.SQL("SET TRANSACTION SNAPSHOT {}").format(created[2]))
@@ -222,8 +226,10 @@ class LogicalStreamReader(ConnectedReader):
             upto = min(at.snapshot, at.id + self.options.max_rows_per_batch)
             rows = self._copied(at, upto)
             return self._batches(rows), Offset(at.slot, at.snapshot, upto, at.lsn).spelled()
-        found = self._retrying(lambda db: self._transactions(db, at, None))
+        found, quiet = self._retrying(lambda db: self._transactions(db, at, None))
         taken = pgoutput.after(found, at.lsn, self.options.max_rows_per_batch)
+        if not taken and quiet is not None:
+            self._retrying(lambda db: self._advance_quietly(db, at, quiet))
         rows = self._rows(taken, at.id)
         end = Offset(at.slot, at.snapshot, at.id + len(rows), taken[-1].end_lsn) if taken else at
         return self._batches(rows), end.spelled()
@@ -235,7 +241,7 @@ class LogicalStreamReader(ConnectedReader):
         at, upto = Offset.of(self.options.table, start), Offset.of(self.options.table, end)
         if at.id < at.snapshot:
             return self._batches(self._copied(at, upto.id))
-        found = self._retrying(lambda db: self._transactions(db, at, upto.lsn))
+        found, _ = self._retrying(lambda db: self._transactions(db, at, upto.lsn))
         rows = self._rows([t for t in found if at.lsn < t.end_lsn <= upto.lsn], at.id)
         if len(rows) != upto.id - at.id:
             raise CaptureError(
@@ -265,7 +271,7 @@ class LogicalStreamReader(ConnectedReader):
         """The slot's confirmed position.
 
         Raises:
-            CaptureError: the slot is gone, or was confirmed past ``at`` (rule 4).
+            CaptureError: the slot is gone, or another stream made it again (rule 4).
         """
         found = db.execute(
             "SELECT confirmed_flush_lsn::text FROM pg_replication_slots WHERE slot_name = %s",
@@ -274,27 +280,32 @@ class LogicalStreamReader(ConnectedReader):
         if found is None:
             raise CaptureError(
                 f"table {self.options.table!r}: its replication slot {self.name!r} is gone"
-                " (dropped, or the database restored from a copy?); start a new stream"
-                " (a new state directory)"
+                " (dropped, invalidated by max_slot_wal_keep_size, or the database restored"
+                " from a copy?); start a new stream (a new state directory)"
+            )
+        (made,) = db.execute(
+            "SELECT data #>> '{}' FROM fanout_changes WHERE source = %s AND id = 0",
+            (_slot_source(self.options.table),),
+        ).fetchone() or (None,)
+        if made != pgoutput.lsn_text(at.slot):
+            raise CaptureError(
+                f"table {self.options.table!r}: its slot was made again at {made}, by another"
+                f" stream (this one's started at {pgoutput.lsn_text(at.slot)}): the changes"
+                " between are gone; start a new stream (a new state directory)"
             )
         return pgoutput.lsn_of(found[0])
 
     def _transactions(
         self, db: psycopg.Connection[Any], at: Offset, upto: int | None
-    ) -> list[pgoutput.Transaction]:
+    ) -> tuple[list[pgoutput.Transaction], int | None]:
         """The slot's committed transactions: up to the one ending at ``upto``, or (None) as
-        many as hold ``max_rows_per_batch`` changes after ``at`` (or all there are)."""
-        confirmed = self._confirmed(db, at)
-        if confirmed > at.lsn:
-            raise CaptureError(
-                f"table {self.options.table!r}: the stream read up to"
-                f" {pgoutput.lsn_text(at.lsn)}, but its slot starts at"
-                f" {pgoutput.lsn_text(confirmed)}: the changes between are gone (another"
-                " stream on the table?); start a new stream (a new state directory)"
-            )
+        many as hold ``max_rows_per_batch`` changes after ``at`` (or all there are); and, when
+        all there are were read, a WAL position they all end before."""
+        self._confirmed(db, at)
         wanted = self.options.max_rows_per_batch
         limit = wanted + 3  # a transaction's Begin, Relation and Commit are rows too
         while True:
+            (flushed,) = db.execute("SELECT pg_current_wal_flush_lsn()::text").fetchone() or ("",)
             messages = db.execute(
                 "SELECT data FROM pg_logical_slot_peek_binary_changes(%s, %s::pg_lsn, %s,"
                 " 'proto_version', '1', 'publication_names', %s)",
@@ -309,11 +320,26 @@ class LogicalStreamReader(ConnectedReader):
                 found = pgoutput.transactions(pgoutput.decode(bytes(m)) for (m,) in messages)
             except pgoutput.DecodeError as exc:
                 raise CaptureError(f"table {self.options.table!r}: the slot sent {exc}") from exc
-            if upto is not None or len(messages) < limit:
-                return found
+            if upto is not None:
+                return found, None
+            if len(messages) < limit:
+                return found, pgoutput.lsn_of(flushed)
             if sum(len(t.changes) for t in found if t.end_lsn > at.lsn) >= wanted:
-                return found
+                return found, None
             limit *= 4  # the transactions read already, not yet committed, filled the peek
+
+    def _advance_quietly(self, db: psycopg.Connection[Any], at: Offset, quiet: int) -> None:
+        """Nothing of the table's committed after ``at`` up to ``quiet``: if Spark committed
+        everything up to ``at`` (the slot is confirmed there or past it), confirm ``quiet``
+        too, so that the slot of a quiet table on a busy server keeps neither WAL nor each
+        read decoding it again. Safe: every transaction of the table ending at or before the
+        confirmed position has been committed by Spark, before as after."""
+        confirmed = self._confirmed(db, at)
+        if confirmed >= at.lsn and quiet > confirmed:
+            db.execute(
+                "SELECT pg_replication_slot_advance(%s, %s::pg_lsn)",
+                (self.name, pgoutput.lsn_text(quiet)),
+            )
 
     def _copied(self, at: Offset, upto: int) -> list[Row]:
         """The snapshot's rows ``at.id < id <= upto``; refused unless all are there."""
@@ -407,6 +433,11 @@ class _Values:
         if isinstance(loaded, decimal.Decimal) and not loaded.is_finite():
             return value.decode()  # as to_jsonb spells it: a refusal says the same either way
         return loaded
+
+
+def _slot_source(table: str) -> str:
+    """``fanout_changes.source`` of the row naming the stream the table's slot is now."""
+    return f"{table}@slot"
 
 
 def _snapshot_source(table: str, slot: int) -> str:
