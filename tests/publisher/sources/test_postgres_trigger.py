@@ -93,6 +93,7 @@ def test_a_new_stream_reads_the_table_then_every_change_in_order(
     execute(postgres_dsn, f"INSERT INTO {table} VALUES (1, 'ada', 5, 'x'), (2, 'bob', 'NaN', 'y')")
     stream = reader(postgres_dsn, table)
     start = stream.initialOffset()
+    assert stream.initialOffset() == start  # Spark asks twice: one snapshot
     execute(
         postgres_dsn,
         f"INSERT INTO {table} VALUES (3, 'cy', 7, NULL)",

@@ -182,8 +182,11 @@ class LogicalStreamReader(ConnectedReader):
         db.execute(SESSION)
 
     def initialOffset(self) -> dict[str, Any]:
-        """(Re)create the slot and copy the table's rows under its snapshot (rule 2)."""
-        return self._retrying(self._snapshot).spelled()
+        """(Re)create the slot and copy the table's rows under its snapshot (rule 2); once per
+        reader (Spark asks again before running the first micro-batch)."""
+        if self.initial is None:
+            self.initial = self._retrying(self._snapshot).spelled()
+        return self.initial
 
     def _snapshot(self, db: psycopg.Connection[Any]) -> Offset:
         table, url = self.options.table, self.options.url

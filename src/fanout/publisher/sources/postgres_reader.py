@@ -96,6 +96,8 @@ class ConnectedReader(SimpleDataSourceStreamReader):
         self.options = options
         self.arrow_schema = to_arrow_schema(schema, timezone="UTC")
         self._db: psycopg.Connection[Any] | None = None
+        #: The new stream's first offset, once taken (``initialOffset``).
+        self.initial: dict[str, Any] | None = None
 
     def __getstate__(self) -> dict[str, Any]:
         # A connection cannot travel; whoever unpickles connects again.

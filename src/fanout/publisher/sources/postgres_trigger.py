@@ -112,8 +112,11 @@ class TriggerStreamReader(ConnectedReader):
     """Reads one table's changes the trigger captured, on the driver (rules 2-4)."""
 
     def initialOffset(self) -> dict[str, Any]:
-        """Copy the table's rows into its changes and start just before them (rule 3)."""
-        return self._retrying(self._snapshot)
+        """Copy the table's rows into its changes and start just before them (rule 3); once
+        per reader (Spark asks again before running the first micro-batch)."""
+        if self.initial is None:
+            self.initial = self._retrying(self._snapshot)
+        return self.initial
 
     def _snapshot(self, db: psycopg.Connection[Any]) -> dict[str, Any]:
         table = self.options.table
