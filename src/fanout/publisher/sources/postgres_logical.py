@@ -15,8 +15,10 @@ through the slot functions (docs/configuration.md, "The postgres source"). Rules
    that end at or before ``lsn``; whole transactions, in commit order.
 4. **Confirmed only when durable.** ``commit`` (Spark committed the micro-batch) advances the
    slot (``pg_replication_slot_advance``) and trims the snapshot: until then, a restarted
-   stream reads the same changes again, numbered the same. A slot that moved past an offset
-   or is gone is refused, never skipped.
+   stream reads the same changes again, numbered the same. A read that finds nothing of the
+   table's, once Spark committed all it read, confirms the slot past the WAL it decoded (a
+   quiet table on a busy server keeps no WAL). A slot gone, or made again by another stream
+   (a row of ``fanout_changes`` names the stream the slot is now), is refused, never skipped.
 """
 
 from __future__ import annotations
@@ -131,6 +133,8 @@ def drop_logical(db: psycopg.Connection[Any], url: str, table: str) -> None:
         (name,),
     )
     db.execute(sql.SQL("DROP PUBLICATION IF EXISTS {}").format(sql.Identifier(name)))
+    db.execute(TABLES)
+    db.execute("DELETE FROM fanout_changes WHERE starts_with(source, %s)", (f"{table}@",))
 
 
 @dataclass(frozen=True)
