@@ -18,8 +18,8 @@ Measures, on one table ``(order_id bigint key, customer text, amount double)`` p
   pay). The configurations' tables and readers are set up once; the writers then take turns
   of 2 s at each table, the order rotated every turn, until each has had ``--seconds``; that
   is one run of ``--runs``; the median and the spread (min, max) over runs.
-* ``*_writer_cost_ratio``: writes per second without capture / with it, per round (the same
-  round's baseline), the median over rounds; the headline is the worse of 1 and 4 writers.
+* ``*_writer_cost_ratio``: writes per second without capture / with it, per run (the same
+  run's baseline), the median over runs; the headline is the worse of 1 and 4 writers.
 * ``read_changes_per_s``: changes each reader reads and converts to Arrow per second
   (Spark not involved).
 """
