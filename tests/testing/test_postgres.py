@@ -25,6 +25,7 @@ def test_a_server_serves_on_loopback_until_the_block_ends_and_leaves_nothing() -
             assert db.execute("SELECT 1 + 1").fetchone() == (2,)
             assert db.execute("SHOW listen_addresses").fetchone() == ("127.0.0.1",)
             assert db.execute("SHOW fsync").fetchone() == ("on",)  # commits are durable
+            assert db.execute("SHOW wal_level").fetchone() == ("logical",)  # slots decode
     with pytest.raises(psycopg.OperationalError):
         psycopg.connect(dsn, connect_timeout=2)
     assert set(Path(os.environ.get("TMPDIR", "/tmp")).glob("fanout-pg-*")) == before

@@ -131,16 +131,18 @@ class IngestSource:
 
 @dataclass(frozen=True)
 class PostgresSource:
-    """A PostgreSQL table: its rows, then every change to them, captured by a trigger
-    (``sources.postgres``; 003's DB connector).
+    """A PostgreSQL table: its rows, then every change to them, captured by logical decoding
+    or a trigger (``sources.postgres``; 003's DB connector).
 
     Attributes:
         url: the database, ``postgresql://user@host:port/db``.
         table: the table (None: the dataset's name).
+        capture: ``"logical"``, ``"trigger"``, or ``"auto"``: logical where the server allows.
     """
 
     url: str
     table: str | None = None
+    capture: Literal["auto", "logical", "trigger"] = "auto"
 
 
 Source = SimulationSource | FilesSource | IngestSource | PostgresSource

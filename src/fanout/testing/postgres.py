@@ -4,7 +4,8 @@
 The server runs this machine's PostgreSQL programs (``initdb``, ``pg_ctl``: on PATH, or Debian's
 ``/usr/lib/postgresql/VERSION/bin`` from the ``postgresql`` package) on a temporary folder,
 listening on a free loopback port only, with the server's default durability (every commit is
-flushed), and is stopped with ``pg_ctl stop -m immediate`` and its folder removed::
+flushed) and logical decoding on (``LOGICAL``: the postgres source reads a replication slot),
+and is stopped with ``pg_ctl stop -m immediate`` and its folder removed::
 
     with throwaway_postgres() as dsn:
         psycopg.connect(dsn)
@@ -20,7 +21,7 @@ import pwd
 import shutil
 import subprocess
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 
 from fanout.testing.binaries import ProgramMissing
@@ -30,6 +31,8 @@ DEBIAN_BINARIES = Path("/usr/lib/postgresql")
 #: The role the server is created with (trusted on loopback: no password).
 USER = "fanout"
 MISSING = str(ProgramMissing("initdb"))
+#: Server settings for logical decoding (``sources.postgres_logical``): a few slots and senders.
+LOGICAL = {"wal_level": "logical", "max_replication_slots": "20", "max_wal_senders": "10"}
 
 
 class PostgresMissing(ProgramMissing):
@@ -52,8 +55,12 @@ def postgres_binaries() -> Path | None:
 
 
 @contextlib.contextmanager
-def throwaway_postgres() -> Iterator[str]:
+def throwaway_postgres(settings: Mapping[str, str] = LOGICAL) -> Iterator[str]:
     """Start a PostgreSQL server in a temporary folder; yield its DSN (user ``fanout``).
+
+    Args:
+        settings: server settings (``-c name=value``); ``{"wal_level": "replica"}`` makes a
+            server without logical decoding.
 
     Raises:
         PostgresMissing: PostgreSQL is not installed.
@@ -77,6 +84,7 @@ def throwaway_postgres() -> Iterator[str]:
 
         run("initdb", "-D", data, "-U", USER, "-A", "trust", "-E", "UTF8", "--no-sync")
         options = f"-c listen_addresses={LOOPBACK} -c port={port} -c unix_socket_directories={home}"
+        options += "".join(f" -c {name}={value}" for name, value in settings.items())
         run("pg_ctl", "-D", data, "-l", server_log, "-o", options, "-w", "start")
         cleanup.callback(run, "pg_ctl", "-D", data, "-m", "immediate", "-w", "stop")
         yield f"postgresql://{USER}@{LOOPBACK}:{port}/postgres"

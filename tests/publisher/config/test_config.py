@@ -140,6 +140,13 @@ def test_a_postgres_source_names_its_database_and_table() -> None:
         parse_config(orders_with_source('source = { kind = "postgres", url = "mysql://db" }'))
     with pytest.raises(ConfigError, match="url"):
         parse_config(orders_with_source('source = { kind = "postgres" }'))
+    assert bare.datasets["orders"].source.capture == "auto"  # logical where the server allows
+    logical = f'source = {{ kind = "postgres", url = "{url}", capture = "logical" }}'
+    assert parse_config(orders_with_source(logical)).datasets["orders"].source == PostgresSource(
+        url, capture="logical"
+    )
+    with pytest.raises(ConfigError, match=r"source\.capture: expected auto, logical or trigger"):
+        parse_config(orders_with_source(logical.replace('"logical"', '"cdc"')))
 
 
 def test_datasets_keep_the_order_they_are_declared_in() -> None:

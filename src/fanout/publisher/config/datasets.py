@@ -14,7 +14,7 @@ import dataclasses
 import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
-from typing import Any, Literal, get_args
+from typing import Any, Literal, cast, get_args
 
 from fanout.errors import ConfigError, InvalidView
 from fanout.publisher.config.values import (
@@ -473,12 +473,15 @@ def _ingest_source(table: Table, path: str) -> IngestSource:
 
 
 def _postgres_source(table: Table, path: str) -> PostgresSource:
-    check_keys(table, ("kind", "url", "table"), path)
+    check_keys(table, ("kind", "url", "table", "capture"), path)
     url = as_string(required(table, "url", path, "the database, postgresql://..."), f"{path}.url")
     if not url.startswith(("postgresql://", "postgres://")):
         fail(f"{path}.url", f"expected a postgresql:// URL, not {url!r}")
     name = as_string(table["table"], f"{path}.table") if "table" in table else None
-    return PostgresSource(url, name)
+    capture = as_string(table.get("capture", "auto"), f"{path}.capture")
+    if capture not in ("auto", "logical", "trigger"):
+        fail(f"{path}.capture", f"expected auto, logical or trigger, not {capture!r}")
+    return PostgresSource(url, name, cast(Literal["auto", "logical", "trigger"], capture))
 
 
 _SOURCE_READERS: dict[str, Callable[[Table, str], Source]] = {

@@ -1,0 +1,308 @@
+"""PostgreSQL's ``pgoutput`` logical decoding messages (protocol version 1), decoded, and the
+transactions they make (PostgreSQL docs, "Logical Replication Message Formats"). Sans-I/O:
+bytes in, typed messages and transactions out. Rules:
+
+1. **Messages.** Begin, Commit, Relation, Insert, Update, Delete and Truncate are decoded; Origin
+   and Type carry nothing the source uses and are skipped; any other tag is an error.
+2. **Values stay text** (``bytes``), as the server's output function spelled them, or ``None``
+   (NULL) or ``UNCHANGED`` (a TOASTed value the update left alone and did not send).
+3. **Transactions whole.** ``transactions`` groups the changes between a Begin and its Commit;
+   a transaction is known by its Commit's end position (LSN), the position a slot is advanced
+   to once it is durable, and is never split across micro-batches.
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Final
+
+
+class _Unchanged:
+    def __repr__(self) -> str:
+        return "UNCHANGED"
+
+
+#: A TOASTed value an update did not change, so not sent (rule 2).
+UNCHANGED: Final = _Unchanged()
+
+Value = bytes | None | _Unchanged
+
+
+class DecodeError(ValueError):
+    """The bytes are not a pgoutput version 1 message."""
+
+
+@dataclass(frozen=True)
+class Column:
+    """One column of a relation: its name, type OID, and whether it is in the replica identity."""
+
+    name: str
+    type_oid: int
+    key: bool
+
+
+@dataclass(frozen=True)
+class Begin:
+    final_lsn: int
+    xid: int
+
+
+@dataclass(frozen=True)
+class Commit:
+    lsn: int
+    end_lsn: int
+
+
+@dataclass(frozen=True)
+class Relation:
+    oid: int
+    namespace: str
+    name: str
+    columns: tuple[Column, ...]
+
+
+@dataclass(frozen=True)
+class Insert:
+    relation: int
+    new: tuple[Value, ...]
+
+
+@dataclass(frozen=True)
+class Update:
+    """``old``: the old key (replica identity) if the key changed, or the whole old row if the
+    table's replica identity is FULL; None otherwise."""
+
+    relation: int
+    old: tuple[Value, ...] | None
+    new: tuple[Value, ...]
+
+
+@dataclass(frozen=True)
+class Delete:
+    """``old``: the old key, or the whole old row (replica identity FULL)."""
+
+    relation: int
+    old: tuple[Value, ...]
+
+
+@dataclass(frozen=True)
+class Truncate:
+    relations: tuple[int, ...]
+
+
+Message = Begin | Commit | Relation | Insert | Update | Delete | Truncate
+Change = Insert | Update | Delete | Truncate
+
+
+@dataclass(frozen=True)
+class Transaction:
+    """A committed transaction's changes in order, and the relations they name (rule 3)."""
+
+    end_lsn: int
+    changes: tuple[Change, ...]
+    relations: dict[int, Relation] = field(default_factory=dict)
+
+
+class _Reader:
+    """A cursor over one message's bytes."""
+
+    def __init__(self, data: bytes) -> None:
+        self.data, self.at = data, 0
+
+    def take(self, fmt: str) -> int:
+        size = struct.calcsize(fmt)
+        if self.at + size > len(self.data):
+            raise DecodeError(f"message ends at byte {len(self.data)}, before its fields do")
+        (value,) = struct.unpack_from(fmt, self.data, self.at)
+        self.at += size
+        return int(value)
+
+    def byte(self) -> str:
+        return chr(self.take("!B"))
+
+    def string(self) -> str:
+        end = self.data.find(b"\0", self.at)
+        if end < 0:
+            raise DecodeError("a string without its terminating NUL")
+        text = self.data[self.at : end].decode()
+        self.at = end + 1
+        return text
+
+    def raw(self, size: int) -> bytes:
+        if size < 0 or self.at + size > len(self.data):
+            raise DecodeError(f"a value of {size} bytes past the message's end")
+        chunk = self.data[self.at : self.at + size]
+        self.at += size
+        return chunk
+
+    def tuple(self) -> tuple[Value, ...]:
+        values: list[Value] = []
+        for _ in range(self.take("!H")):
+            match self.byte():
+                case "n":
+                    values.append(None)
+                case "u":
+                    values.append(UNCHANGED)
+                case "t":
+                    values.append(self.raw(self.take("!i")))
+                case other:
+                    raise DecodeError(f"a column value of kind {other!r}")
+        return tuple(values)
+
+
+def decode(data: bytes) -> Message | None:
+    """One pgoutput message; None for the kinds the source does not use (rule 1).
+
+    Raises:
+        DecodeError: the bytes are not a version 1 message.
+    """
+    if not data:
+        raise DecodeError("an empty message")
+    read = _Reader(data)
+    tag = read.byte()
+    if tag in ("O", "Y"):
+        return None
+    if tag not in _DECODERS:
+        raise DecodeError(f"a message of kind {tag!r}")
+    message = _DECODERS[tag](read)
+    if read.at != len(data):
+        raise DecodeError(f"{len(data) - read.at} bytes after a {tag!r} message")
+    return message
+
+
+def _begin(read: _Reader) -> Begin:
+    final_lsn = read.take("!Q")
+    read.take("!q")  # the commit's time
+    return Begin(final_lsn, read.take("!I"))
+
+
+def _commit(read: _Reader) -> Commit:
+    read.take("!B")  # flags, unused
+    commit = Commit(read.take("!Q"), read.take("!Q"))
+    read.take("!q")  # the commit's time
+    return commit
+
+
+def _relation(read: _Reader) -> Relation:
+    oid, namespace, name = read.take("!I"), read.string(), read.string()
+    read.take("!B")  # replica identity setting
+    columns = []
+    for _ in range(read.take("!H")):
+        flags, column = read.take("!B"), read.string()
+        columns.append(Column(column, read.take("!I"), bool(flags & 1)))
+        read.take("!i")  # type modifier
+    return Relation(oid, namespace, name, tuple(columns))
+
+
+def _insert(read: _Reader) -> Insert:
+    oid = read.take("!I")
+    _expect(read, "N")
+    return Insert(oid, read.tuple())
+
+
+def _update(read: _Reader) -> Update:
+    oid, old = read.take("!I"), None
+    kind = read.byte()
+    if kind in ("K", "O"):
+        old = read.tuple()
+        kind = read.byte()
+    if kind != "N":
+        raise DecodeError(f"an update's new row marked {kind!r}, not 'N'")
+    return Update(oid, old, read.tuple())
+
+
+def _delete(read: _Reader) -> Delete:
+    oid = read.take("!I")
+    kind = read.byte()
+    if kind not in ("K", "O"):
+        raise DecodeError(f"a delete's old row marked {kind!r}, not 'K' or 'O'")
+    return Delete(oid, read.tuple())
+
+
+def _truncate(read: _Reader) -> Truncate:
+    count = read.take("!I")
+    read.take("!B")  # options (CASCADE, RESTART IDENTITY)
+    return Truncate(tuple(read.take("!I") for _ in range(count)))
+
+
+_DECODERS: dict[str, Callable[[_Reader], Message]] = {
+    "B": _begin,
+    "C": _commit,
+    "R": _relation,
+    "I": _insert,
+    "U": _update,
+    "D": _delete,
+    "T": _truncate,
+}
+
+
+def _expect(read: _Reader, kind: str) -> None:
+    found = read.byte()
+    if found != kind:
+        raise DecodeError(f"a tuple marked {found!r}, not {kind!r}")
+
+
+def transactions(messages: Iterable[Message | None]) -> list[Transaction]:
+    """The committed transactions in ``messages`` (decoded in order), each with its changes
+    and the relations known when it committed (rule 3). An unfinished last transaction is
+    left out.
+
+    Raises:
+        DecodeError: a change outside a transaction, or a Begin inside one.
+    """
+    relations: dict[int, Relation] = {}
+    done: list[Transaction] = []
+    changes: list[Change] | None = None
+    for message in messages:
+        match message:
+            case None:
+                continue
+            case Begin():
+                if changes is not None:
+                    raise DecodeError("a Begin inside a transaction")
+                changes = []
+            case Relation():
+                relations = {**relations, message.oid: message}
+            case Commit():
+                if changes is None:
+                    raise DecodeError("a Commit outside a transaction")
+                done.append(Transaction(message.end_lsn, tuple(changes), relations))
+                changes = None
+            case _:
+                if changes is None:
+                    raise DecodeError(f"a {type(message).__name__} outside a transaction")
+                changes.append(message)
+    return done
+
+
+def after(found: list[Transaction], lsn: int, max_changes: int) -> list[Transaction]:
+    """The transactions of ``found`` that end after ``lsn`` (those read already end at or
+    before it), as many as hold ``max_changes`` changes, and at least one (rule 3).
+    """
+    taken: list[Transaction] = []
+    count = 0
+    for transaction in found:
+        if transaction.end_lsn <= lsn:
+            continue
+        if taken and count + len(transaction.changes) > max_changes:
+            break
+        taken.append(transaction)
+        count += len(transaction.changes)
+    return taken
+
+
+def lsn_text(lsn: int) -> str:
+    """An LSN as PostgreSQL spells it (``16/B374D848``)."""
+    return f"{lsn >> 32:X}/{lsn & 0xFFFFFFFF:X}"
+
+
+def lsn_of(text: str) -> int:
+    """An LSN from PostgreSQL's spelling.
+
+    Raises:
+        ValueError: it is not ``hex/hex``.
+    """
+    high, _, low = text.partition("/")
+    return (int(high, 16) << 32) | int(low, 16)
