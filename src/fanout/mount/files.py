@@ -1,13 +1,17 @@
 """The FUSE operations of a mounted objects dataset (``fanout.mount``'s rules): lookups, reads in
-PPS modes, writes, handles. Every network step goes through the ``Link``."""
+PPS modes, ``poll``/``select`` readiness, writes, handles. Every network step goes through the
+``Link``."""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import ctypes
 import errno
 import itertools
 import logging
 import os
+import select
 import stat
 import threading
 import time
@@ -47,11 +51,13 @@ class Handle:
     pending: bytes = b""
     snapshot: bytes | None = None
     closed: bool = False
+    poll_handle: int | None = None
+    """libfuse's handle of a ``poll`` waiting for this file to turn readable (rule 7)."""
 
     @property
     def stream(self) -> bool:
         """Read like a stream (rule 2)."""
-        return self.view.wait or self.view.delta
+        return self.view.wait or self.view.delta or self.view.deltadir
 
 
 @dataclass
@@ -135,7 +141,7 @@ class ObjectsFS(fuse.Operations):  # type: ignore[misc]  # an untyped base class
     async def _open_ready(self, view: ObjectPath) -> ObjectFile:
         objects = await self.net.reader()
         try:
-            file = await objects.open(view.path)
+            file = await objects.open(_reading(view.path))
             await file.started()
         except SubscriptionError as error:
             raise Unreachable(f"relay {self.net.relay}: {error}") from error
@@ -149,6 +155,9 @@ class ObjectsFS(fuse.Operations):  # type: ignore[misc]  # an untyped base class
         writing = (fi.flags & os.O_ACCMODE) != os.O_RDONLY
         if writing and name_of(view.object_path) == ".all":
             raise fuse.FuseOSError(errno.EISDIR)
+        if view.critical and not writing:
+            log.warning("open of %s refused: 'critical' marks a writer; open it for writing", path)
+            raise fuse.FuseOSError(errno.EINVAL)
         handle = Handle(view.object_path, view, writing)
         fi.direct_io = 1
         fi.fh = self._add(handle)
@@ -176,10 +185,7 @@ class ObjectsFS(fuse.Operations):  # type: ignore[misc]  # an untyped base class
     def _read_file(self, handle: Handle, wait: bool) -> str:
         """One PPS read of the handle's subscription, resubscribing after a reconnection."""
         while not (self.stopping.is_set() or handle.closed):
-            if handle.file is None or handle.file.error is not None:
-                handle.file = self._call(self._open_ready(handle.view))
-                handle.generation = self.net.generation
-            file = handle.file
+            file = self._subscribed(handle)
             try:
                 return self.net.call(_read(file, wait), timeout=WAIT_SLICE + STEP_TIMEOUT)
             except TimeoutError:
@@ -191,6 +197,40 @@ class ObjectsFS(fuse.Operations):  # type: ignore[misc]  # an untyped base class
                 log.warning("read of %s: %s; resubscribing", handle.path, error)
                 self._call(self.net.reader())
         raise fuse.FuseOSError(errno.EINTR)
+
+    def _subscribed(self, handle: Handle) -> ObjectFile:
+        """The handle's subscription, made (again) if it has none or lost it."""
+        if handle.file is None or handle.file.error is not None:
+            handle.file = self._call(self._open_ready(handle.view))
+            handle.generation = self.net.generation
+            handle.file.on_readable = lambda: self._wake(handle)
+        return handle.file
+
+    # -- poll and select (rule 7) --------------------------------------------------------------
+
+    def poll(self, path: str, fi: Any, ph: int | None, reventsp: Any) -> int:
+        """Readiness for ``poll``/``select``: a stream is readable when a read would return at
+        once; libfuse's ``ph`` is kept and notified when it turns so."""
+        handle = self._handle(fi)
+        if ph:
+            with self._lock:  # kept before looking, so that a change after the look wakes it
+                old, handle.poll_handle = handle.poll_handle, ph
+            _destroy_poll_handle(old)
+        ready = not handle.stream or bool(handle.pending)
+        if not ready:
+            file = self._subscribed(handle)
+            ready = self._call(_readable(file))
+        events = select.POLLOUT | select.POLLWRNORM
+        reventsp[0] = events | (select.POLLIN | select.POLLRDNORM if ready else 0)
+        return 0
+
+    def _wake(self, handle: Handle) -> None:
+        """The handle's file turned readable (on the link's loop): wake its ``poll``."""
+        with self._lock:
+            ph, handle.poll_handle = handle.poll_handle, None
+        if ph:
+            fuse._libfuse.fuse_notify_poll(ctypes.c_void_p(ph))
+            _destroy_poll_handle(ph)
 
     # -- writing -----------------------------------------------------------------------------
 
@@ -270,13 +310,21 @@ class ObjectsFS(fuse.Operations):  # type: ignore[misc]  # an untyped base class
     # -- handles -----------------------------------------------------------------------------
 
     def release(self, path: str, fi: Any) -> int:
-        """Close a handle; its subscription ends."""
+        """Close a handle; its subscription ends. A ``critical`` writer's close deletes the
+        object's non-persistent attributes (rule 8)."""
         with self._lock:
             handle = self._handles.pop(fi.fh, None)
-        if handle is not None:
-            handle.closed = True
-            if handle.file is not None:
-                asyncio.run_coroutine_threadsafe(handle.file.close(), self.net.loop)
+            ph = None if handle is None else handle.poll_handle
+        if handle is None:
+            return 0
+        handle.closed = True
+        _destroy_poll_handle(ph)
+        if handle.file is not None:
+            asyncio.run_coroutine_threadsafe(handle.file.close(), self.net.loop)
+        if handle.writing and handle.view.critical:
+            # a failure is logged by _write; close(2) has returned already
+            with contextlib.suppress(fuse.FuseOSError):
+                self._write(handle.path, lambda objects: objects.purge(handle.path))
         return 0
 
     def destroy(self, path: str) -> None:
@@ -320,6 +368,22 @@ async def _read(file: ObjectFile, wait: bool) -> str:
     if not wait:
         return await file.read(wait=False)
     return await asyncio.wait_for(file.read(wait=True), WAIT_SLICE)
+
+
+async def _readable(file: ObjectFile) -> bool:
+    return file.readable  # looked at on the loop that changes it
+
+
+def _destroy_poll_handle(ph: int | None) -> None:
+    if ph:
+        fuse._libfuse.fuse_pollhandle_destroy(ctypes.c_void_p(ph))
+
+
+def _reading(path: str) -> str:
+    """The path a handle subscribes with: without ``critical``, which marks its writes."""
+    base, mark, options = path.partition("?")
+    kept = [option for option in options.split(",") if option != "critical"] if mark else []
+    return base + ("?" + ",".join(kept) if kept else "")
 
 
 def _interrupted() -> bool:
