@@ -158,11 +158,46 @@ async def test_deltadir_gives_the_names_created_and_deleted(
         await asyncio.wait_for(watcher.wait(), 20)
 
 
+async def test_a_notification_group_says_which_of_its_objects_has_something_to_read(
+    deployment: Deployment,  # noqa: F811
+) -> None:
+    mnt = deployment.mountpoint
+    assert (await shell(f"mkdir -p {mnt}/ng && echo 'v::0' >> {mnt}/ng/fish"))[0] == 0
+    assert (await shell(f"echo 'v::0' >> {mnt}/ng/birds"))[0] == 0
+    await eventually(lambda: cat(mnt / "ng/.all"), lambda t: t.count("v::0") == 2, **SHOWS)
+    notify = os.open(f"{mnt}/.notify", os.O_RDONLY)
+    members: list[int] = []
+    try:
+        group = os.read(notify, 16).decode()  # the first read: the group's id, as in PPS
+        assert group.isdigit()
+        for name, value in (("fish", "water"), ("birds", "air")):
+            members.append(os.open(f"{mnt}/ng/{name}?delta,wait,notify={group}:{value}", 0))
+
+        async def lines(*wanted: str) -> None:
+            got: set[str] = set()
+            while not set(wanted) <= got:
+                text = await asyncio.wait_for(asyncio.to_thread(os.read, notify, 4096), 120)
+                got |= set(text.decode().splitlines())
+
+        await lines(f"{group}:water", f"{group}:air")  # each has its first (full) read waiting
+        for member in members:
+            os.read(member, 65536)
+        await shell(f"echo 'v::1' >> {mnt}/ng/birds")
+        await lines(f"{group}:air")
+        assert os.read(members[1], 65536) == b"@birds\nv::1\n"
+        os.close(members.pop())
+        await lines(f"-{group}:air")  # a member closed
+    finally:
+        for member in members:
+            os.close(member)
+        os.close(notify)
+
+
 @pytest.mark.parametrize(
     ("option", "reason"),
     [
         ("server", "point-to-point messages"),
-        ("notify=7:water", "wait on several objects with select() or poll()"),
+        ("notify=99:water", "no notification group '99' is open on this mount"),
         ("flow", "configures the PPS server"),
     ],
 )
@@ -174,7 +209,7 @@ async def test_refused_options_fail_the_open_with_a_logged_reason(
     mnt = deployment.mountpoint
     assert (await shell(f"echo 'x::1' >> {mnt}/refused"))[0] == 0
     assert await asyncio.to_thread(open_errno, f"{mnt}/refused?{option}") == errno.EINVAL
-    writing = os.O_WRONLY | os.O_APPEND
+    writing = os.O_WRONLY | os.O_APPEND  # (notify= on a writer: refused for that too)
     assert await asyncio.to_thread(open_errno, f"{mnt}/refused?{option}", writing) == errno.EINVAL
     assert reason in deployment.log.read_text()
 

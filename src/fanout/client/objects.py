@@ -10,10 +10,9 @@ async with connect(RELAY) as subscriber, open_producer(PUBLISHER) as producer:
     print(await watch.read())      # blocks until something changes: +@c2, @c1 speed:n:43, -@c1...
 ```
 
-Each :meth:`Objects.open` is one subscription at the relay, with its own copy of what its path
-selects and its own change status (``views.objects.reading``): two readers of one object in delta
-mode each get every change once, whenever each reads. Delta and ``deltadir`` reads subscribe in
-mode ``every`` (every seq in order, none coalesced); with ``f=`` comparisons, in ``latest``.
+Each :meth:`Objects.open` is one subscription at the relay (delta and ``deltadir`` ones in mode
+``every`` unless ``f=`` compares), with its own copy and change status (``views.objects.reading``):
+two delta readers of one object each get every change once, whenever each reads.
 """
 
 from __future__ import annotations
@@ -217,6 +216,11 @@ class Objects:
             raise InvalidView(
                 f"{path!r}: 'critical' marks a writer (the mount's write handles); a reader"
                 " takes no 'critical'"
+            )
+        if view.notify is not None:
+            raise InvalidView(
+                f"{path!r}: notification groups are a mount's (/.notify); in the library, wait"
+                " on several ObjectFile.read() at once (asyncio.wait)"
             )
         # every seq in order for queued reads; an f= comparison reads several cells, so
         # those are served in mode latest (relay.kinds.objects)

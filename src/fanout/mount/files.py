@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import ctypes
 import errno
 import itertools
 import logging
@@ -24,7 +23,9 @@ import mfusepy as fuse  # type: ignore[import-untyped]  # ships no type hints
 from fanout.client.objects import ObjectFile
 from fanout.client.subscriber import SubscriptionError
 from fanout.errors import InvalidView, InvalidWrite
+from fanout.mount.groups import Group
 from fanout.mount.link import STEP_TIMEOUT, Link, Unreachable
+from fanout.mount.notices import NOTIFY, Notifications, destroy_poll_handle, notify_poll
 from fanout.views.objects import ObjectPath
 from fanout.views.objects.reading import name_of
 from fanout.views.objects.store import directory_of
@@ -53,6 +54,8 @@ class Handle:
     closed: bool = False
     poll_handle: int | None = None
     """libfuse's handle of a ``poll`` waiting for this file to turn readable (rule 7)."""
+    member: tuple[Group, str] | None = None
+    """The notification group and value of a ``notify=id:value`` open (``mount.groups``)."""
 
     @property
     def stream(self) -> bool:
@@ -79,8 +82,9 @@ class ObjectsFS(fuse.Operations):  # type: ignore[misc]  # an untyped base class
         self._ids = itertools.count(1)
         self._dirs: dict[str, tuple[int, ObjectFile]] = {}
         self._lock = threading.Lock()
-        self._overlay = Overlay()
         self.stopping = threading.Event()
+        self._notices = Notifications(self._lock, self.stopping)
+        self._overlay = Overlay()
         self._started = time.time_ns()
 
     # -- looking up --------------------------------------------------------------------------
@@ -113,6 +117,8 @@ class ObjectsFS(fuse.Operations):  # type: ignore[misc]  # an untyped base class
         return [".", "..", ".all", *sorted(name_of(p) for p in names)]
 
     def _kind(self, path: str) -> str | None:
+        if path == NOTIFY:
+            return "file"
         if name_of(path) == ".all":
             parent = directory_of(path)
             return "file" if parent == "/" or self._kind(parent) == "dir" else None
@@ -150,21 +156,35 @@ class ObjectsFS(fuse.Operations):  # type: ignore[misc]  # an untyped base class
     # -- reading -----------------------------------------------------------------------------
 
     def open(self, path: str, fi: Any) -> int:
-        """Open an object or ``.all`` for reading (a subscription) or writing (rule 2)."""
-        view = _view(path)
+        """Open an object or ``.all`` for reading (a subscription) or writing (rule 2), or
+        ``/.notify`` (a notification group)."""
         writing = (fi.flags & os.O_ACCMODE) != os.O_RDONLY
+        if path == NOTIFY:
+            with self._lock:
+                number = next(self._ids)
+            self._notices.open(number, writing)
+            fi.direct_io = 1
+            fi.fh = number
+            return 0
+        view = _view(path)
         if writing and name_of(view.object_path) == ".all":
             raise fuse.FuseOSError(errno.EISDIR)
         if view.critical and not writing:
             log.warning("open of %s refused: 'critical' marks a writer; open it for writing", path)
             raise fuse.FuseOSError(errno.EINVAL)
         handle = Handle(view.object_path, view, writing)
+        if view.notify is not None:
+            handle.member = self._notices.member(path, view.notify, writing)
         fi.direct_io = 1
         fi.fh = self._add(handle)
+        if handle.member is not None:  # told from the open on, not from the first read
+            self._subscribed(handle)
         return 0
 
     def read(self, path: str, size: int, offset: int, fi: Any) -> bytes:
         """The next bytes of the file: a snapshot by offset, or the next of a stream (rule 2)."""
+        if self._notices.holds(fi.fh):
+            return self._notices.read(fi.fh, size)
         handle = self._handle(fi)
         if not handle.stream:
             if handle.snapshot is None:
@@ -211,11 +231,14 @@ class ObjectsFS(fuse.Operations):  # type: ignore[misc]  # an untyped base class
     def poll(self, path: str, fi: Any, ph: int | None, reventsp: Any) -> int:
         """Readiness for ``poll``/``select``: a stream is readable when a read would return at
         once; libfuse's ``ph`` is kept and notified when it turns so."""
+        if self._notices.holds(fi.fh):
+            reventsp[0] = self._notices.poll(fi.fh, ph)
+            return 0
         handle = self._handle(fi)
         if ph:
             with self._lock:  # kept before looking, so that a change after the look wakes it
                 old, handle.poll_handle = handle.poll_handle, ph
-            _destroy_poll_handle(old)
+            destroy_poll_handle(old)
         ready = not handle.stream or bool(handle.pending)
         if not ready:
             file = self._subscribed(handle)
@@ -225,12 +248,14 @@ class ObjectsFS(fuse.Operations):  # type: ignore[misc]  # an untyped base class
         return 0
 
     def _wake(self, handle: Handle) -> None:
-        """The handle's file turned readable (on the link's loop): wake its ``poll``."""
+        """The handle's file turned readable (on the link's loop): wake its ``poll``, and tell
+        its notification group."""
         with self._lock:
             ph, handle.poll_handle = handle.poll_handle, None
-        if ph:
-            fuse._libfuse.fuse_notify_poll(ctypes.c_void_p(ph))
-            _destroy_poll_handle(ph)
+        notify_poll(ph)
+        if handle.member is not None and not handle.closed:
+            group, value = handle.member
+            self._notices.tell(group, lambda: group.tell(value))
 
     # -- writing -----------------------------------------------------------------------------
 
@@ -312,13 +337,17 @@ class ObjectsFS(fuse.Operations):  # type: ignore[misc]  # an untyped base class
     def release(self, path: str, fi: Any) -> int:
         """Close a handle; its subscription ends. A ``critical`` writer's close deletes the
         object's non-persistent attributes (rule 8)."""
+        if self._notices.release(fi.fh):
+            return 0
         with self._lock:
             handle = self._handles.pop(fi.fh, None)
-            ph = None if handle is None else handle.poll_handle
         if handle is None:
             return 0
         handle.closed = True
-        _destroy_poll_handle(ph)
+        destroy_poll_handle(handle.poll_handle)
+        if handle.member is not None:
+            member, value = handle.member
+            self._notices.tell(member, lambda: member.closed(value))
         if handle.file is not None:
             asyncio.run_coroutine_threadsafe(handle.file.close(), self.net.loop)
         if handle.writing and handle.view.critical:
@@ -374,15 +403,12 @@ async def _readable(file: ObjectFile) -> bool:
     return file.readable  # looked at on the loop that changes it
 
 
-def _destroy_poll_handle(ph: int | None) -> None:
-    if ph:
-        fuse._libfuse.fuse_pollhandle_destroy(ctypes.c_void_p(ph))
-
-
 def _reading(path: str) -> str:
-    """The path a handle subscribes with: without ``critical``, which marks its writes."""
+    """The path a handle subscribes with: without ``critical`` (its writes') and ``notify=``
+    (the mount's)."""
     base, mark, options = path.partition("?")
-    kept = [option for option in options.split(",") if option != "critical"] if mark else []
+    local = ("critical", "notify")
+    kept = [o for o in options.split(",") if o.partition("=")[0] not in local] if mark else []
     return base + ("?" + ",".join(kept) if kept else "")
 
 

@@ -73,9 +73,10 @@ def test_parse_one_comparison(spec: str, expected: AttributeFilter) -> None:
 
 
 def test_parse_mixed_specs_and_delivery_flags() -> None:
-    view = parse("/d/x?critical,nopersist,backlog=4,f=a+-b+t<3")
+    view = parse("/d/x?critical,nopersist,backlog=4,notify=7:abc,f=a+-b+t<3")
     assert view.critical and view.nopersist
     assert view.backlog == 4096
+    assert view.notify == "7:abc"
     assert parse("/d/x?delta,backlog=0").backlog is None  # 0: the default, as in PPS
     assert view.attributes == {"a", "b"}  # '-b' asks for deletions of b: b is delivered
     assert view.filters == (AttributeFilter("t", "<", 3),)
@@ -103,7 +104,8 @@ def test_parse_mixed_specs_and_delivery_flags() -> None:
         ("/d/x?backlog=-1", ["backlog='-1'"]),
         ("/d/x?backlog=9999999", ["backlog='9999999'"]),
         ("/d/x?server", ["unsupported open option 'server'", "point-to-point"]),
-        ("/d/x?notify=7:abc", ["unsupported open option 'notify'", "select() or poll()"]),
+        ("/d/x?notify", ["'notify' needs a value"]),
+        ("/d/x?notify=abc", ["id:value"]),
         ("/d/.all?deltadir,delta", ["'deltadir' gives object names only"]),
         ("/d/.all?deltadir,f=a", ["'deltadir' gives object names only"]),
         ("/d/x?delta,delta", ["'delta' given twice", "position 11"]),

@@ -109,6 +109,11 @@ class ObjectPath(ViewBase, tag="path", frozen=True, dict=True):
         return "critical" in self._parsed.flags
 
     @property
+    def notify(self) -> str | None:
+        """The ``id:value`` of a ``notify=`` option: a mount's notification group."""
+        return self._parsed.notify
+
+    @property
     def backlog(self) -> int | None:
         """Bytes a delta reader's queue may hold (``backlog=KB``); None for the default."""
         return self._parsed.backlog

@@ -1,7 +1,6 @@
 """Objects as cells: the attribute semantics of an ``objects`` dataset (US 9,026,567, QNX PPS;
-docs/objects.md). :class:`ObjectStore` is the pure core, requests in, cells to upsert and delete
-out: the publisher admits every producer request through one, subscribers hold their views in
-one. Rules:
+docs/objects.md). :class:`ObjectStore` is the pure core, requests in, cells out: the publisher
+admits every producer request through one, subscribers hold their views in one. Rules:
 
 1. A cell's key is ``object + "?" + attr``; an object has a marker cell (attr ``""``), a
    directory one (attr ``"/"``). The root ``/`` always exists.
@@ -11,8 +10,8 @@ one. Rules:
    be written as an object, nor an object's used as a directory.
 4. ``-attr`` deletes an attribute whatever its quality; deleting an object deletes all its cells;
    a directory is removed only when empty.
-5. Non-persistent (``[n]``) attributes and objects are deleted by :meth:`ObjectStore.restart`;
-   deleting ``obj?*`` deletes the object's non-persistent attributes (a critical writer closed).
+5. :meth:`ObjectStore.restart` deletes non-persistent (``[n]``) attributes and objects;
+   deleting ``obj?*`` the object's non-persistent attributes (a critical writer closed).
 6. A request is applied all or nothing.
 """
 

@@ -7,8 +7,8 @@ Developer's Guide; docs/objects.md, "Open options"). Errors raise
 2. Names starting with ``.`` are special; ``.all`` is the one a view names, last.
 3. Options follow the first ``?``, comma-separated, each at most once: ``delta``, ``deltadir``
    (on ``.all``, without ``delta`` or ``f=``), ``wait``, ``nopersist``, ``critical``,
-   ``backlog=KB``, ``f=spec+...``. ``server``, ``notify=``, PPS server options and anything
-   unknown are refused by name, with the reason.
+   ``backlog=KB``, ``notify=id:value``, ``f=spec+...``. ``server``, PPS server options and
+   anything unknown are refused by name, with the reason.
 4. ``f=`` specs: an attribute name, ``-name``, or ``name OP value`` (``<``, ``<=``, ``>``,
    ``>=``, ``=``, ``==``, ``!=``); a ``long long`` integer compares as a number, anything else as
    a string (``=``, ``==``, ``!=`` only); ``\\+`` and ``\\\\`` escape.
@@ -27,15 +27,13 @@ LONG_LONG_MIN = -(2**63)
 LONG_LONG_MAX = 2**63 - 1
 
 FLAG_OPTIONS = ("delta", "deltadir", "wait", "nopersist", "critical")
-VALUE_OPTIONS = ("f", "backlog")
+VALUE_OPTIONS = ("f", "backlog", "notify")
 SERVER_OPTIONS = ("cred", "crypt", "flow", "opens", "reflect", "verbose")
 #: PPS options fanout refuses, and why (docs/objects.md, "Open options").
 REFUSED_OPTIONS = {
     "server": "PPS server objects are point-to-point messages between one server and its"
     " clients, neither persistent nor shared; an objects dataset is shared state, kept by the"
     " publisher",
-    "notify": "notification groups (.notify) are not offered; wait on several objects with"
-    " select() or poll() on the mounted files, or with one Objects.open each in the library",
 }
 #: The largest ``backlog=`` in KB (1 GiB).
 MAX_BACKLOG_KB = 1 << 20
@@ -72,6 +70,8 @@ class ParsedPath(NamedTuple):
     """Which of ``FLAG_OPTIONS`` are set."""
     backlog: int | None
     """Bytes a delta reader's queue may hold (``backlog=KB``); None for the default."""
+    notify: str | None
+    """The ``id:value`` of a ``notify=`` option (a mount's notification group)."""
     attributes: frozenset[str] | None
     """Attribute names ``f=`` selects, None for all attributes."""
     filters: tuple[AttributeFilter, ...]
@@ -120,8 +120,19 @@ def parse_path(text: object) -> ParsedPath:
     _check_deltadir(text, name, flags, values)
     attributes, filters = _parse_specs(text, values.get("f"), specs_position)
     backlog = _backlog(text, values.get("backlog"))
+    notify = values.get("notify")
+    if notify is not None:
+        _check_notify(text, notify)
     return ParsedPath(
-        path, directory, name, frozenset(flags), backlog, attributes, filters, tuple(delivery)
+        path,
+        directory,
+        name,
+        frozenset(flags),
+        backlog,
+        notify,
+        attributes,
+        filters,
+        tuple(delivery),
     )
 
 
@@ -208,9 +219,15 @@ def _read_option(
             "not a subscription"
         )
     else:
-        known = ", ".join((*FLAG_OPTIONS, "f=", "backlog="))
+        known = ", ".join((*FLAG_OPTIONS, "f=", "backlog=", "notify="))
         raise InvalidView(f"unknown open option {option!r} {where}; known options: {known}")
     return key
+
+
+def _check_notify(text: str, notify: str) -> None:
+    group, colon, value = notify.partition(":")
+    if not (group and colon and value):
+        raise InvalidView(f"object path {text!r}: notify={notify!r} must have the form id:value")
 
 
 def _backlog(text: str, kb: str | None) -> int | None:
