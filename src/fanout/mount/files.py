@@ -224,6 +224,8 @@ class ObjectsFS(fuse.Operations):  # type: ignore[misc]  # an untyped base class
             handle.file = self._call(self._open_ready(handle.view))
             handle.generation = self.net.generation
             handle.file.on_readable = lambda: self._wake(handle)
+            if self._call(_readable(handle.file)):  # its first push came before the callback
+                self._wake(handle)
         return handle.file
 
     # -- poll and select (rule 7) --------------------------------------------------------------
