@@ -12,6 +12,7 @@ from fanout.views.objects.store import ObjectStore
 from fanout.views.objects.text import (
     Changed,
     Created,
+    DeleteAttribute,
     Deleted,
     Overflowed,
     SetAttribute,
@@ -129,20 +130,19 @@ def test_a_delta_reader_sees_each_attributes_writes_in_order(
                         )
             continue
         assert isinstance(step, dict)
-        upserts, deletes = [], []
-        for (obj, attr), text in step.items():
-            held = publisher.cells.get(f"{obj}?{attr}")
-            if (held.value.text if held else None) != text:  # writing the held value is no change
-                written.setdefault((obj, attr), []).append(text)
-            if text is None:
-                deletes.append(f"{obj}?{attr}")
-            else:
-                upserts.append(SetAttribute(attr, Value("", text)))
-                effects = publisher.write(obj, [upserts.pop()])
-                status.offer(apply_push(copy, effects.upserts, effects.deletes))
-        for key in deletes:
-            if key in publisher.cells:
-                effects = publisher.admit([], [key])
+        for obj in OBJECTS:  # one write per object: a push with several of its attributes
+            lines: list[SetAttribute | DeleteAttribute] = []
+            for (held_obj, attr), text in step.items():
+                if held_obj != obj:
+                    continue
+                held = publisher.cells.get(f"{obj}?{attr}")
+                if (held.value.text if held else None) != text:  # the held value is no change
+                    written.setdefault((obj, attr), []).append(text)
+                lines.append(
+                    DeleteAttribute(attr) if text is None else SetAttribute(attr, Value("", text))
+                )
+            if lines:
+                effects = publisher.write(obj, lines)
                 status.offer(apply_push(copy, effects.upserts, effects.deletes))
     assert seen == written
 
