@@ -10,16 +10,16 @@ async with connect(RELAY) as subscriber, open_producer(PUBLISHER) as producer:
     print(await watch.read())      # blocks until something changes: +@c2, @c1 speed:n:43, -@c1...
 ```
 
-Each :meth:`Objects.open` is one subscription at the relay, with its own copy of what its path
-selects and its own change status (``views.objects.reading``): two readers of one object in delta
-mode each get every change once, whenever each reads.
+Each :meth:`Objects.open` is one subscription at the relay (delta and ``deltadir`` ones in mode
+``every`` unless ``f=`` compares), with its own copy and change status (``views.objects.reading``):
+two delta readers of one object each get every change once, whenever each reads.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
@@ -27,13 +27,14 @@ import numpy as np
 from fanout.background import Background
 from fanout.client.publisher import PublisherClient
 from fanout.client.subscriber import LiveView, Subscriber, SubscriptionError, Update
-from fanout.errors import InvalidWrite
+from fanout.errors import InvalidView, InvalidWrite
 from fanout.views.objects import ObjectPath
-from fanout.views.objects.reading import ChangeStatus, apply_push, full_text
+from fanout.views.objects.reading import DEFAULT_BACKLOG, ChangeStatus, apply_push, full_text
 from fanout.views.objects.store import (
     DIRECTORY_MARK,
     KEY,
     OBJECT_MARK,
+    VOLATILE,
     Cell,
     ObjectStore,
     Row,
@@ -41,6 +42,7 @@ from fanout.views.objects.store import (
     check_object_path,
 )
 from fanout.views.objects.text import DeleteAttribute, SetAttribute, Value, WriteLine, parse_write
+from fanout.wire.messages import Mode
 
 #: Pushes a second an object subscription asks for (a change shows within 1/RATE s of the relay
 #: having it).
@@ -59,8 +61,10 @@ class ObjectFile:
         self.path = path
         self.live = live
         self.store = ObjectStore()
-        self.status = ChangeStatus()
+        self.status = ChangeStatus(path.backlog or DEFAULT_BACKLOG, names_only=path.deltadir)
         self.error: SubscriptionError | None = None
+        #: Called (on the connection's loop) each time the file turns :attr:`readable`.
+        self.on_readable: Callable[[], None] | None = None
         self._version = 0  # pushes that changed something (or were full)
         self._read_version = -1
         self._changed = asyncio.Event()
@@ -73,6 +77,22 @@ class ObjectFile:
     def ready(self) -> bool:
         """Whether the first push has arrived."""
         return self._version > 0
+
+    @property
+    def queued(self) -> bool:
+        """Delta and ``deltadir`` reads: changes queued per reader (else each read is full)."""
+        return self.path.delta or self.path.deltadir
+
+    @property
+    def readable(self) -> bool:
+        """Whether a blocking read would return at once: something new, or the error."""
+        if self.error is not None:
+            return True
+        if not self.ready:
+            return False
+        if self.queued:
+            return self.status.pending
+        return self._read_version != self._version
 
     async def started(self) -> None:
         """Return once the first push has arrived.
@@ -113,7 +133,7 @@ class ObjectFile:
             await self._changed.wait()
 
     def _take(self, wait: bool) -> str | None:
-        if self.path.delta:
+        if self.queued:
             if self.status.pending:
                 return self.status.take(self.store, self.path.object_path)
             return None if wait else ""
@@ -138,6 +158,7 @@ class ObjectFile:
         except SubscriptionError as error:
             self.error = error
         self._changed.set()
+        self._tell()
 
     def _apply(self, update: Update) -> None:
         upserts = _rows(update.entered) + _rows(update.updated)
@@ -146,10 +167,19 @@ class ObjectFile:
             kept = {row["cell"] for row in upserts}
             deletes = [key for key in self.store.cells if key not in kept]
         notices = apply_push(self.store, upserts, deletes)
-        self.status.offer(notices)
+        if update.full and self.ready and self.live.mode == "every":
+            self.status.overflow()  # a resync: the relay could not give the seqs between
+        else:
+            self.status.offer(notices)
         if notices or update.full:
             self._version += 1
             self._changed.set()
+            if self.readable:
+                self._tell()
+
+    def _tell(self) -> None:
+        if self.on_readable is not None:
+            self.on_readable()
 
 
 class Objects:
@@ -182,7 +212,21 @@ class Objects:
         if self.subscriber is None:
             raise SubscriptionError("read_only", "these objects have no relay connection to read")
         view = ObjectPath(path)
-        live = await self.subscriber.subscribe(view, self.dataset, rate=rate)
+        if view.critical:
+            raise InvalidView(
+                f"{path!r}: 'critical' marks a writer (the mount's write handles); a reader"
+                " takes no 'critical'"
+            )
+        if view.notify is not None:
+            raise InvalidView(
+                f"{path!r}: notification groups are a mount's (/.notify); in the library, wait"
+                " on several ObjectFile.read() at once (asyncio.wait)"
+            )
+        # every seq in order for queued reads; an f= comparison reads several cells, so
+        # those are served in mode latest (relay.kinds.objects)
+        every = (view.delta or view.deltadir) and not view.filters
+        mode: Mode = "every" if every else "latest"
+        live = await self.subscriber.subscribe(view, self.dataset, rate=rate, mode=mode)
         return ObjectFile(view, live, self.subscriber.tasks)
 
     async def write(
@@ -216,6 +260,11 @@ class Objects:
     async def delete(self, path: str) -> tuple[int, int]:
         """Delete object ``path`` and its attributes (see :meth:`write` for errors)."""
         return await self._publish([], [cell_key(check_object_path(path), OBJECT_MARK)])
+
+    async def purge(self, path: str) -> tuple[int, int]:
+        """Delete the non-persistent attributes of object ``path``, as PPS does when a
+        ``critical`` writer closes (see :meth:`write` for errors)."""
+        return await self._publish([], [cell_key(check_object_path(path), VOLATILE)])
 
     async def make_directory(self, path: str) -> tuple[int, int]:
         """Create directory ``path`` and its missing parents (see :meth:`write` for errors)."""

@@ -5,14 +5,13 @@ publish and subscribe (US 9,026,567, QNX PPS; docs/objects.md is the user's guid
    come from the relay; writes go through it (or ``--publisher``) and return once durable.
 2. Open options follow ``?`` as in PPS. Without ``wait`` or ``delta`` a file reads as one full
    version; with them as a stream, a read with nothing new blocking (``wait``) or ending.
-3. A ``write`` is whole lines of PPS text applied all or nothing; a bad one fails with
-   ``EINVAL`` and a logged reason. ``O_TRUNC`` truncates nothing.
+3. A ``write`` is whole lines of PPS text applied all or nothing (else ``EINVAL``, logged).
 4. ``mkdir``, ``rmdir`` (empty), ``rm``, and creating a file (``?nopersist``: non-persistent).
-5. While the relay is away, reads and lookups fail with ``EIO``; later operations reconnect and
-   open files resubscribe.
+5. While the relay is away, reads and lookups fail with ``EIO``; later operations reconnect.
 6. ``SIGINT`` and ``SIGTERM`` unmount.
-The FUSE callbacks run on libfuse's threads and hand every network step to one asyncio loop on a
-thread of its own (:class:`Link`).
+7. ``poll``/``select``: a stream (``wait``, ``delta``, ``deltadir``) is readable when a read
+   would return at once. 8. Closing a ``critical`` writer deletes the non-persistent attributes.
+FUSE callbacks run on libfuse's threads; network steps on one asyncio loop (:class:`Link`).
 """
 
 from __future__ import annotations

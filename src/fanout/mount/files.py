@@ -1,13 +1,16 @@
 """The FUSE operations of a mounted objects dataset (``fanout.mount``'s rules): lookups, reads in
-PPS modes, writes, handles. Every network step goes through the ``Link``."""
+PPS modes, ``poll``/``select`` readiness, writes, handles. Every network step goes through the
+``Link``."""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import errno
 import itertools
 import logging
 import os
+import select
 import stat
 import threading
 import time
@@ -20,7 +23,9 @@ import mfusepy as fuse  # type: ignore[import-untyped]  # ships no type hints
 from fanout.client.objects import ObjectFile
 from fanout.client.subscriber import SubscriptionError
 from fanout.errors import InvalidView, InvalidWrite
+from fanout.mount.groups import Group
 from fanout.mount.link import STEP_TIMEOUT, Link, Unreachable
+from fanout.mount.notices import NOTIFY, Notifications, destroy_poll_handle, notify_poll
 from fanout.views.objects import ObjectPath
 from fanout.views.objects.reading import name_of
 from fanout.views.objects.store import directory_of
@@ -47,11 +52,15 @@ class Handle:
     pending: bytes = b""
     snapshot: bytes | None = None
     closed: bool = False
+    poll_handle: int | None = None
+    """libfuse's handle of a ``poll`` waiting for this file to turn readable (rule 7)."""
+    member: tuple[Group, str] | None = None
+    """The notification group and value of a ``notify=id:value`` open (``mount.groups``)."""
 
     @property
     def stream(self) -> bool:
         """Read like a stream (rule 2)."""
-        return self.view.wait or self.view.delta
+        return self.view.wait or self.view.delta or self.view.deltadir
 
 
 @dataclass
@@ -73,8 +82,9 @@ class ObjectsFS(fuse.Operations):  # type: ignore[misc]  # an untyped base class
         self._ids = itertools.count(1)
         self._dirs: dict[str, tuple[int, ObjectFile]] = {}
         self._lock = threading.Lock()
-        self._overlay = Overlay()
         self.stopping = threading.Event()
+        self._notices = Notifications(self._lock, self.stopping)
+        self._overlay = Overlay()
         self._started = time.time_ns()
 
     # -- looking up --------------------------------------------------------------------------
@@ -107,6 +117,8 @@ class ObjectsFS(fuse.Operations):  # type: ignore[misc]  # an untyped base class
         return [".", "..", ".all", *sorted(name_of(p) for p in names)]
 
     def _kind(self, path: str) -> str | None:
+        if path == NOTIFY:
+            return "file"
         if name_of(path) == ".all":
             parent = directory_of(path)
             return "file" if parent == "/" or self._kind(parent) == "dir" else None
@@ -135,7 +147,7 @@ class ObjectsFS(fuse.Operations):  # type: ignore[misc]  # an untyped base class
     async def _open_ready(self, view: ObjectPath) -> ObjectFile:
         objects = await self.net.reader()
         try:
-            file = await objects.open(view.path)
+            file = await objects.open(_reading(view.path))
             await file.started()
         except SubscriptionError as error:
             raise Unreachable(f"relay {self.net.relay}: {error}") from error
@@ -144,18 +156,35 @@ class ObjectsFS(fuse.Operations):  # type: ignore[misc]  # an untyped base class
     # -- reading -----------------------------------------------------------------------------
 
     def open(self, path: str, fi: Any) -> int:
-        """Open an object or ``.all`` for reading (a subscription) or writing (rule 2)."""
-        view = _view(path)
+        """Open an object or ``.all`` for reading (a subscription) or writing (rule 2), or
+        ``/.notify`` (a notification group)."""
         writing = (fi.flags & os.O_ACCMODE) != os.O_RDONLY
+        if path == NOTIFY:
+            with self._lock:
+                number = next(self._ids)
+            self._notices.open(number, writing)
+            fi.direct_io = 1
+            fi.fh = number
+            return 0
+        view = _view(path)
         if writing and name_of(view.object_path) == ".all":
             raise fuse.FuseOSError(errno.EISDIR)
+        if view.critical and not writing:
+            log.warning("open of %s refused: 'critical' marks a writer; open it for writing", path)
+            raise fuse.FuseOSError(errno.EINVAL)
         handle = Handle(view.object_path, view, writing)
+        if view.notify is not None:
+            handle.member = self._notices.member(path, view.notify, writing)
         fi.direct_io = 1
         fi.fh = self._add(handle)
+        if handle.member is not None:  # told from the open on, not from the first read
+            self._subscribed(handle)
         return 0
 
     def read(self, path: str, size: int, offset: int, fi: Any) -> bytes:
         """The next bytes of the file: a snapshot by offset, or the next of a stream (rule 2)."""
+        if self._notices.holds(fi.fh):
+            return self._notices.read(fi.fh, size)
         handle = self._handle(fi)
         if not handle.stream:
             if handle.snapshot is None:
@@ -176,10 +205,7 @@ class ObjectsFS(fuse.Operations):  # type: ignore[misc]  # an untyped base class
     def _read_file(self, handle: Handle, wait: bool) -> str:
         """One PPS read of the handle's subscription, resubscribing after a reconnection."""
         while not (self.stopping.is_set() or handle.closed):
-            if handle.file is None or handle.file.error is not None:
-                handle.file = self._call(self._open_ready(handle.view))
-                handle.generation = self.net.generation
-            file = handle.file
+            file = self._subscribed(handle)
             try:
                 return self.net.call(_read(file, wait), timeout=WAIT_SLICE + STEP_TIMEOUT)
             except TimeoutError:
@@ -191,6 +217,47 @@ class ObjectsFS(fuse.Operations):  # type: ignore[misc]  # an untyped base class
                 log.warning("read of %s: %s; resubscribing", handle.path, error)
                 self._call(self.net.reader())
         raise fuse.FuseOSError(errno.EINTR)
+
+    def _subscribed(self, handle: Handle) -> ObjectFile:
+        """The handle's subscription, made (again) if it has none or lost it."""
+        if handle.file is None or handle.file.error is not None:
+            handle.file = self._call(self._open_ready(handle.view))
+            handle.generation = self.net.generation
+            handle.file.on_readable = lambda: self._wake(handle)
+            if self._call(_readable(handle.file)):  # its first push came before the callback
+                self._wake(handle)
+        return handle.file
+
+    # -- poll and select (rule 7) --------------------------------------------------------------
+
+    def poll(self, path: str, fi: Any, ph: int | None, reventsp: Any) -> int:
+        """Readiness for ``poll``/``select``: a stream is readable when a read would return at
+        once; libfuse's ``ph`` is kept and notified when it turns so."""
+        if self._notices.holds(fi.fh):
+            reventsp[0] = self._notices.poll(fi.fh, ph)
+            return 0
+        handle = self._handle(fi)
+        if ph:
+            with self._lock:  # kept before looking, so that a change after the look wakes it
+                old, handle.poll_handle = handle.poll_handle, ph
+            destroy_poll_handle(old)
+        ready = not handle.stream or bool(handle.pending)
+        if not ready:
+            file = self._subscribed(handle)
+            ready = self._call(_readable(file))
+        events = select.POLLOUT | select.POLLWRNORM
+        reventsp[0] = events | (select.POLLIN | select.POLLRDNORM if ready else 0)
+        return 0
+
+    def _wake(self, handle: Handle) -> None:
+        """The handle's file turned readable (on the link's loop): wake its ``poll``, and tell
+        its notification group."""
+        with self._lock:
+            ph, handle.poll_handle = handle.poll_handle, None
+        notify_poll(ph)
+        if handle.member is not None and not handle.closed:
+            group, value = handle.member
+            self._notices.tell(group, lambda: group.tell(value))
 
     # -- writing -----------------------------------------------------------------------------
 
@@ -270,13 +337,25 @@ class ObjectsFS(fuse.Operations):  # type: ignore[misc]  # an untyped base class
     # -- handles -----------------------------------------------------------------------------
 
     def release(self, path: str, fi: Any) -> int:
-        """Close a handle; its subscription ends."""
+        """Close a handle; its subscription ends. A ``critical`` writer's close deletes the
+        object's non-persistent attributes (rule 8)."""
+        if self._notices.release(fi.fh):
+            return 0
         with self._lock:
             handle = self._handles.pop(fi.fh, None)
-        if handle is not None:
-            handle.closed = True
-            if handle.file is not None:
-                asyncio.run_coroutine_threadsafe(handle.file.close(), self.net.loop)
+        if handle is None:
+            return 0
+        handle.closed = True
+        destroy_poll_handle(handle.poll_handle)
+        if handle.member is not None:
+            member, value = handle.member
+            self._notices.tell(member, lambda: member.closed(value))
+        if handle.file is not None:
+            asyncio.run_coroutine_threadsafe(handle.file.close(), self.net.loop)
+        if handle.writing and handle.view.critical:
+            # a failure is logged by _write; close(2) has returned already
+            with contextlib.suppress(fuse.FuseOSError):
+                self._write(handle.path, lambda objects: objects.purge(handle.path))
         return 0
 
     def destroy(self, path: str) -> None:
@@ -320,6 +399,19 @@ async def _read(file: ObjectFile, wait: bool) -> str:
     if not wait:
         return await file.read(wait=False)
     return await asyncio.wait_for(file.read(wait=True), WAIT_SLICE)
+
+
+async def _readable(file: ObjectFile) -> bool:
+    return file.readable  # looked at on the loop that changes it
+
+
+def _reading(path: str) -> str:
+    """The path a handle subscribes with: without ``critical`` (its writes') and ``notify=``
+    (the mount's)."""
+    base, mark, options = path.partition("?")
+    local = ("critical", "notify")
+    kept = [o for o in options.split(",") if o.partition("=")[0] not in local] if mark else []
+    return base + ("?" + ",".join(kept) if kept else "")
 
 
 def _interrupted() -> bool:

@@ -73,9 +73,11 @@ def test_parse_one_comparison(spec: str, expected: AttributeFilter) -> None:
 
 
 def test_parse_mixed_specs_and_delivery_flags() -> None:
-    view = parse("/d/x?critical,server,nopersist,notify=7:abc,f=a+-b+t<3")
-    assert view.critical and view.server and view.nopersist
+    view = parse("/d/x?critical,nopersist,backlog=4,notify=7:abc,f=a+-b+t<3")
+    assert view.critical and view.nopersist
+    assert view.backlog == 4096
     assert view.notify == "7:abc"
+    assert parse("/d/x?delta,backlog=0").backlog is None  # 0: the default, as in PPS
     assert view.attributes == {"a", "b"}  # '-b' asks for deletions of b: b is delivered
     assert view.filters == (AttributeFilter("t", "<", 3),)
 
@@ -98,12 +100,17 @@ def test_parse_mixed_specs_and_delivery_flags() -> None:
         ("/d/x?bogus", ["unknown open option 'bogus'", "position 5"]),
         ("/d/x?delta,frob=1", ["unknown open option 'frob=1'", "position 11"]),
         ("/d/x?cred", ["unsupported open option 'cred'"]),
-        ("/d/x?backlog=10", ["unsupported open option 'backlog'"]),
+        ("/d/x?backlog=x", ["backlog='x'", "number of KB"]),
+        ("/d/x?backlog=-1", ["backlog='-1'"]),
+        ("/d/x?backlog=9999999", ["backlog='9999999'"]),
+        ("/d/x?server", ["unsupported open option 'server'", "point-to-point"]),
+        ("/d/x?notify", ["'notify' needs a value"]),
+        ("/d/x?notify=abc", ["id:value"]),
+        ("/d/.all?deltadir,delta", ["'deltadir' gives object names only"]),
+        ("/d/.all?deltadir,f=a", ["'deltadir' gives object names only"]),
         ("/d/x?delta,delta", ["'delta' given twice", "position 11"]),
         ("/d/x?delta=1", ["'delta' takes no value"]),
         ("/d/x?deltadir", ["'deltadir'", ".all"]),
-        ("/d/x?notify", ["'notify' needs a value"]),
-        ("/d/x?notify=abc", ["id:value"]),
         ("/d/x?f=", ["'f' needs a value"]),
         ("/d/x?f=1a", ["invalid attribute spec '1a'", "position 7"]),
         ("/d/x?f=a++b", ["empty attribute spec", "position 9"]),

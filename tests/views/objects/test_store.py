@@ -1,5 +1,5 @@
-"""Objects as cells (views.objects.store): quality ordering, deletions, [n] and restarts against a
-dict-of-dicts oracle, and the cells each request emits."""
+"""Objects as cells (views.objects.store): quality ordering, deletions, [n], a critical writer's
+purge and restarts against a dict-of-dicts oracle, and the cells each request emits."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from fanout.errors import InvalidWrite
-from fanout.views.objects.store import ObjectStore, cell_key
+from fanout.views.objects.store import VOLATILE, ObjectStore, cell_key
 from fanout.views.objects.text import DeleteAttribute, SetAttribute, Value
 
 OBJECTS = ("/a/x", "/a/y", "/b/c/z")
@@ -46,6 +46,11 @@ class Oracle:
         del self.attrs[obj], self.persist[obj]
         return True
 
+    def purge(self, obj: str) -> None:
+        attrs = self.attrs.get(obj, {})
+        for attr in [attr for attr, (_, _, keep) in attrs.items() if not keep]:
+            del attrs[attr]
+
     def restart(self) -> None:
         for obj in [obj for obj, keep in self.persist.items() if not keep]:
             self.delete_object(obj)
@@ -66,6 +71,7 @@ ops = st.one_of(
     ),
     st.tuples(st.just("delete_attr"), st.sampled_from(OBJECTS), st.sampled_from(ATTRS)),
     st.tuples(st.just("delete_object"), st.sampled_from(OBJECTS)),
+    st.tuples(st.just("purge"), st.sampled_from(OBJECTS)),
     st.tuples(st.just("restart")),
 )
 
@@ -98,6 +104,9 @@ def test_quality_deletions_and_restarts_follow_the_oracle(script: list[tuple[obj
                     with pytest.raises(InvalidWrite, match="no object"):
                         store.delete_object(obj)
                     continue
+            case ("purge", str(obj)):  # a critical writer of obj closed
+                effects = store.admit([], [cell_key(obj, VOLATILE)])
+                oracle.purge(obj)
             case _:
                 effects = store.restart()
                 oracle.restart()

@@ -89,7 +89,7 @@ class ObjectPath(ViewBase, tag="path", frozen=True, dict=True):
 
     @property
     def deltadir(self) -> bool:
-        """Deliver object names created and deleted in the directory (``.all`` only)."""
+        """Deliver the names of objects created and deleted in the directory (``.all`` only)."""
         return "deltadir" in self._parsed.flags
 
     @property
@@ -103,19 +103,20 @@ class ObjectPath(ViewBase, tag="path", frozen=True, dict=True):
         return "nopersist" in self._parsed.flags
 
     @property
-    def server(self) -> bool:
-        """The PPS ``server`` option, recorded for the publisher side."""
-        return "server" in self._parsed.flags
-
-    @property
     def critical(self) -> bool:
-        """The PPS ``critical`` option, recorded for the publisher side."""
+        """A critical publisher: closing its write handle deletes the object's non-persistent
+        attributes (the mount's writes)."""
         return "critical" in self._parsed.flags
 
     @property
     def notify(self) -> str | None:
-        """The ``id:value`` of a ``notify=`` option."""
+        """The ``id:value`` of a ``notify=`` option: a mount's notification group."""
         return self._parsed.notify
+
+    @property
+    def backlog(self) -> int | None:
+        """Bytes a delta reader's queue may hold (``backlog=KB``); None for the default."""
+        return self._parsed.backlog
 
     @property
     def attributes(self) -> frozenset[str] | None:

@@ -6,8 +6,12 @@
    ``-attr`` deleted ones. Directories, markers, quality or persistence alone make none.
 2. Full mode: one consistent version of the object (or directory, in name order), from one push.
 3. Delta mode: each reader has its :class:`ChangeStatus`; its first read is full, later ones the
-   notices since, one object's changes merged while no other's came between.
-4. A change status holds at most ``limit`` notices; past that its next read is full again.
+   notices since: every change of each attribute, in order (one object's consecutive changes
+   share a block only where they name different attributes).
+4. A change status holds at most ``backlog`` bytes of text (PPS's default, 256 KiB); past that
+   it drops its queue and its next read is ``|@name`` (PPS's purge notification) then full.
+5. ``deltadir`` (a directory's ``.all``): only ``+@name`` and ``-@name``; the first read names
+   every object with ``+@name``.
 """
 
 from __future__ import annotations
@@ -28,12 +32,14 @@ from fanout.views.objects.text import (
     Created,
     Deleted,
     Notice,
+    Overflowed,
     Value,
     format_notices,
     format_object,
 )
 
-DEFAULT_LIMIT = 10_000
+#: Bytes of queued text a delta reader may hold (PPS's default ``backlog``, 256 KiB).
+DEFAULT_BACKLOG = 256 * 1024
 
 
 def name_of(path: str) -> str:
@@ -89,12 +95,20 @@ def full_text(store: ObjectStore, path: str) -> str:
 
 
 class ChangeStatus:
-    """One reader's change status in delta mode (rules 3 and 4)."""
+    """One reader's change status in delta mode (rules 3 and 4).
 
-    def __init__(self, limit: int = DEFAULT_LIMIT) -> None:
-        self.limit = limit
+    Args:
+        backlog: bytes of queued text at most (PPS's ``backlog=``, 256 KiB by default).
+        names_only: ``deltadir``: only objects created and deleted, by name (rule 5).
+    """
+
+    def __init__(self, backlog: int = DEFAULT_BACKLOG, names_only: bool = False) -> None:
+        self.backlog = backlog
+        self.names_only = names_only
         self._queue: list[Notice] = []
+        self._size = 0
         self._full = True
+        self._overflowed = False
         #: Times the queue overflowed and a full read was given instead (rule 4).
         self.overflows = 0
 
@@ -109,30 +123,54 @@ class ChangeStatus:
         return self._full or bool(self._queue)
 
     def offer(self, notices: Sequence[Notice]) -> None:
-        """Queue a push's notices for this reader."""
-        if self._full or not notices:
+        """Queue a push's notices for this reader, every change of each attribute kept."""
+        if self._full:
             return
         for notice in notices:
+            if self.names_only and not isinstance(notice, Created | Deleted):
+                continue
             last = self._queue[-1] if self._queue else None
             if (
                 isinstance(notice, Changed)
                 and isinstance(last, Changed)
                 and last.name == notice.name
-            ):
+                and not last.attributes.keys() & notice.attributes.keys()
+            ):  # one block per object while no attribute would lose a value
                 self._queue[-1] = Changed(notice.name, {**last.attributes, **notice.attributes})
+                self._size += _text_size(notice) - len(f"@{notice.name}\n")
             else:
                 self._queue.append(notice)
-        if len(self._queue) > self.limit:
-            self._queue.clear()
-            self._full = True
-            self.overflows += 1
+                self._size += _text_size(notice)
+        if self._size > self.backlog:
+            self.overflow()
+
+    def overflow(self) -> None:
+        """Drop the queue: the next read is ``|@name`` and a full read (rule 4)."""
+        self._queue.clear()
+        self._size = 0
+        self._full = self._overflowed = True
+        self.overflows += 1
 
     def take(self, store: ObjectStore, path: str) -> str:
-        """The text of this reader's next read, and its status cleared (rules 3 and 4)."""
+        """The text of this reader's next read, and its status cleared (rules 3 to 5)."""
         if self._full:
-            self._full = False
+            said = format_notices([Overflowed(name_of(path))]) if self._overflowed else ""
+            self._full = self._overflowed = False
             self._queue.clear()
-            return full_text(store, path)
+            self._size = 0
+            return said + (names_text(store, path) if self.names_only else full_text(store, path))
         text = format_notices(self._queue)
         self._queue.clear()
+        self._size = 0
         return text
+
+
+def names_text(store: ObjectStore, path: str) -> str:
+    """A first ``deltadir`` read of ``/dir/.all``: ``+@name`` for each object (rule 5)."""
+    directory = directory_of(path)
+    names = [name_of(p) for p in store.entries(directory) if store.is_object(p)]
+    return format_notices([Created(name) for name in names])
+
+
+def _text_size(notice: Notice) -> int:
+    return len(format_notices([notice]).encode())

@@ -1,7 +1,6 @@
 """Objects as cells: the attribute semantics of an ``objects`` dataset (US 9,026,567, QNX PPS;
-docs/objects.md). :class:`ObjectStore` is the pure core, requests in, cells to upsert and delete
-out: the publisher admits every producer request through one, subscribers hold their views in
-one. Rules:
+docs/objects.md). :class:`ObjectStore` is the pure core, requests in, cells out: the publisher
+admits every producer request through one, subscribers hold their views in one. Rules:
 
 1. A cell's key is ``object + "?" + attr``; an object has a marker cell (attr ``""``), a
    directory one (attr ``"/"``). The root ``/`` always exists.
@@ -11,7 +10,8 @@ one. Rules:
    be written as an object, nor an object's used as a directory.
 4. ``-attr`` deletes an attribute whatever its quality; deleting an object deletes all its cells;
    a directory is removed only when empty.
-5. Non-persistent (``[n]``) attributes and objects are deleted by :meth:`ObjectStore.restart`.
+5. :meth:`ObjectStore.restart` deletes non-persistent (``[n]``) attributes and objects;
+   deleting ``obj?*`` the object's non-persistent attributes (a critical writer closed).
 6. A request is applied all or nothing.
 """
 
@@ -35,6 +35,8 @@ from fanout.views.objects.text import (
 KEY = "cell"
 OBJECT_MARK = ""
 DIRECTORY_MARK = "/"
+#: Deleting ``obj?*`` deletes the non-persistent attributes of ``obj`` (PPS's ``critical``).
+VOLATILE = "*"
 SCHEMA: dict[str, str] = {
     "cell": "string",
     "object": "string",
@@ -230,7 +232,8 @@ class ObjectStore:
 
         Upserts first, in order: a row with attr ``"/"`` makes a directory, ``""`` creates an
         object (its ``persist``), any other sets that attribute at the row's quality. Then
-        deletes: ``dir?/`` removes a directory, ``obj?`` an object, ``obj?attr`` an attribute.
+        deletes: ``dir?/`` removes a directory, ``obj?`` an object, ``obj?*`` the object's
+        non-persistent attributes (none when it does not exist), ``obj?attr`` an attribute.
 
         Args:
             then: called with the effects before the request counts as applied (the publisher
@@ -250,6 +253,8 @@ class ObjectStore:
                     self._remove_directory(path, effects)
                 elif attr == OBJECT_MARK:
                     self._delete_object(path, effects)
+                elif attr == VOLATILE:
+                    self._purge(path, effects)
                 else:
                     self._write(path, [DeleteAttribute(attr)], True, effects)
 
@@ -339,6 +344,12 @@ class ObjectStore:
         attrs = self._attrs.get(path, set()) - {OBJECT_MARK}
         self._remove_all([cell_key(path, attr) for attr in sorted(attrs)], effects)
         self._drop(cell_key(path, OBJECT_MARK), effects)
+
+    def _purge(self, path: str, effects: Effects) -> None:
+        check_object_path(path)
+        attrs = sorted(self._attrs.get(path, set()) - {OBJECT_MARK, DIRECTORY_MARK})
+        keys = [cell_key(path, attr) for attr in attrs]
+        self._remove_all([key for key in keys if not self.cells[key].persist], effects)
 
     def _make_directory(self, path: str, effects: Effects) -> None:
         if self.is_directory(path):

@@ -6,8 +6,9 @@ Developer's Guide; docs/objects.md, "Open options"). Errors raise
    at most 508 UTF-8 bytes each.
 2. Names starting with ``.`` are special; ``.all`` is the one a view names, last.
 3. Options follow the first ``?``, comma-separated, each at most once: ``delta``, ``deltadir``
-   (on ``.all``), ``wait``, ``nopersist``, ``server``, ``critical``, ``notify=id:value``,
-   ``f=spec+...``. PPS server options and anything unknown are refused by name.
+   (on ``.all``, without ``delta`` or ``f=``), ``wait``, ``nopersist``, ``critical``,
+   ``backlog=KB``, ``notify=id:value``, ``f=spec+...``. ``server``, PPS server options and
+   anything unknown are refused by name, with the reason.
 4. ``f=`` specs: an attribute name, ``-name``, or ``name OP value`` (``<``, ``<=``, ``>``,
    ``>=``, ``=``, ``==``, ``!=``); a ``long long`` integer compares as a number, anything else as
    a string (``=``, ``==``, ``!=`` only); ``\\+`` and ``\\\\`` escape.
@@ -25,9 +26,17 @@ MAX_NAME_BYTES = 508
 LONG_LONG_MIN = -(2**63)
 LONG_LONG_MAX = 2**63 - 1
 
-FLAG_OPTIONS = ("delta", "deltadir", "wait", "nopersist", "server", "critical")
-VALUE_OPTIONS = ("f", "notify")
-SERVER_OPTIONS = ("backlog", "cred", "crypt", "flow", "opens", "reflect", "verbose")
+FLAG_OPTIONS = ("delta", "deltadir", "wait", "nopersist", "critical")
+VALUE_OPTIONS = ("f", "backlog", "notify")
+SERVER_OPTIONS = ("cred", "crypt", "flow", "opens", "reflect", "verbose")
+#: PPS options fanout refuses, and why (docs/objects.md, "Open options").
+REFUSED_OPTIONS = {
+    "server": "PPS server objects are point-to-point messages between one server and its"
+    " clients, neither persistent nor shared; an objects dataset is shared state, kept by the"
+    " publisher",
+}
+#: The largest ``backlog=`` in KB (1 GiB).
+MAX_BACKLOG_KB = 1 << 20
 
 _SPEC = re.compile(r"(-?)([A-Za-z_][A-Za-z0-9_.]*)(?:(<=|>=|==|!=|<|>|=)(.*))?", re.DOTALL)
 _INTEGER = re.compile(r"-?[0-9]+")
@@ -59,8 +68,10 @@ class ParsedPath(NamedTuple):
     """The object's name, None for ``.all``."""
     flags: frozenset[str]
     """Which of ``FLAG_OPTIONS`` are set."""
+    backlog: int | None
+    """Bytes a delta reader's queue may hold (``backlog=KB``); None for the default."""
     notify: str | None
-    """The ``id:value`` of a ``notify=`` option."""
+    """The ``id:value`` of a ``notify=`` option (a mount's notification group)."""
     attributes: frozenset[str] | None
     """Attribute names ``f=`` selects, None for all attributes."""
     filters: tuple[AttributeFilter, ...]
@@ -106,17 +117,37 @@ def parse_path(text: object) -> ParsedPath:
         else:
             delivery.append(option)
         position += len(option) + 1
-    if "deltadir" in flags and name is not None:
-        raise InvalidView(
-            f"object path {text!r}: 'deltadir' is valid only on the special object '.all'"
-        )
+    _check_deltadir(text, name, flags, values)
     attributes, filters = _parse_specs(text, values.get("f"), specs_position)
+    backlog = _backlog(text, values.get("backlog"))
     notify = values.get("notify")
     if notify is not None:
         _check_notify(text, notify)
     return ParsedPath(
-        path, directory, name, frozenset(flags), notify, attributes, filters, tuple(delivery)
+        path,
+        directory,
+        name,
+        frozenset(flags),
+        backlog,
+        notify,
+        attributes,
+        filters,
+        tuple(delivery),
     )
+
+
+def _check_deltadir(text: str, name: str | None, flags: set[str], values: dict[str, str]) -> None:
+    if "deltadir" not in flags:
+        return
+    if name is not None:
+        raise InvalidView(
+            f"object path {text!r}: 'deltadir' is valid only on the special object '.all'"
+        )
+    if "delta" in flags or "f" in values:
+        raise InvalidView(
+            f"object path {text!r}: 'deltadir' gives object names only; it takes neither"
+            " 'delta' nor 'f='"
+        )
 
 
 def _parse_segments(text: str, path: str) -> tuple[str, str | None]:
@@ -180,13 +211,15 @@ def _read_option(
         if not value:
             raise InvalidView(f"open option {key!r} needs a value ({key}=...) {where}")
         values[key] = value
+    elif key in REFUSED_OPTIONS:
+        raise InvalidView(f"unsupported open option {key!r} {where}: {REFUSED_OPTIONS[key]}")
     elif key in SERVER_OPTIONS:
         raise InvalidView(
             f"unsupported open option {key!r} {where}: it configures the PPS server, "
             "not a subscription"
         )
     else:
-        known = ", ".join((*FLAG_OPTIONS, "f=", "notify="))
+        known = ", ".join((*FLAG_OPTIONS, "f=", "backlog=", "notify="))
         raise InvalidView(f"unknown open option {option!r} {where}; known options: {known}")
     return key
 
@@ -195,6 +228,18 @@ def _check_notify(text: str, notify: str) -> None:
     group, colon, value = notify.partition(":")
     if not (group and colon and value):
         raise InvalidView(f"object path {text!r}: notify={notify!r} must have the form id:value")
+
+
+def _backlog(text: str, kb: str | None) -> int | None:
+    """``backlog=KB`` in bytes; 0 (as in PPS) or absent for the default."""
+    if kb is None:
+        return None
+    if not kb.isdigit() or int(kb) > MAX_BACKLOG_KB:
+        raise InvalidView(
+            f"object path {text!r}: backlog={kb!r} must be a number of KB from 0 to"
+            f" {MAX_BACKLOG_KB}"
+        )
+    return int(kb) * 1024 or None
 
 
 def _parse_specs(

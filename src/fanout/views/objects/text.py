@@ -7,8 +7,9 @@ errors raise :class:`fanout.errors.InvalidWrite` naming the line. Rules:
    character but tab.
 2. A write is lines of ``[options]name:encoding:value`` or ``-name`` (empty lines ignored);
    options ``n`` (non-persistent) and ``q=D`` (quality 0-9, default 0).
-3. A delta read gives ``@name`` and the changed lines, ``-name`` for deleted attributes, and the
-   directory's ``+@name`` and ``-@name`` notices.
+3. A delta read gives ``@name`` and the changed lines, ``-name`` for deleted attributes, the
+   directory's ``+@name`` and ``-@name`` notices, and ``|@name`` when the reader's queue
+   overflowed (PPS's purge notification; a full read follows).
 4. Attribute names are letters, digits, ``_`` and ``.``, starting with a letter or ``_``; at
    most 256 bytes.
 """
@@ -78,7 +79,14 @@ class Changed(NamedTuple):
     attributes: Mapping[str, Value | None]
 
 
-Notice = Created | Deleted | Changed
+class Overflowed(NamedTuple):
+    """``|@name``: this reader's queue of changes overflowed and was dropped (rule 3); what
+    follows is a full read (PPS's purge notification, ``PPS_OVERFLOWED``)."""
+
+    name: str
+
+
+Notice = Created | Deleted | Changed | Overflowed
 
 
 def check_name(name: str, where: str = "attribute name") -> str:
@@ -243,6 +251,8 @@ def format_notices(notices: Iterable[Notice]) -> str:
                 out.append(f"+@{name}\n")
             case Deleted(name):
                 out.append(f"-@{name}\n")
+            case Overflowed(name):
+                out.append(f"|@{name}\n")
             case Changed(name, attributes):
                 out.append(f"@{name}\n")
                 for attr in sorted(attributes):
@@ -266,9 +276,15 @@ def parse_notices(text: str) -> list[Notice]:
         where = f"line {number}"
         if not line:
             continue
-        if line.startswith(("+@", "-@")):
-            kind = Created if line[0] == "+" else Deleted
-            notices.append(kind(line[2:]))
+        if line.startswith(("+@", "-@", "|@")):
+            name = line[2:]
+            notices.append(
+                Created(name)
+                if line[0] == "+"
+                else Deleted(name)
+                if line[0] == "-"
+                else Overflowed(name)
+            )
             current = None
         elif line.startswith("@"):
             current = {}
