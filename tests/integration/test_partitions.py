@@ -79,7 +79,7 @@ async def test_a_short_partition_of_the_upstream_costs_time_and_keeps_the_link(d
     link, dialed = deployment.link, deployment.link.connections
     link.partition()
     await asyncio.sleep(KEEPALIVE / 2)
-    assert link.held > 0 or link.down.flowing.is_set() is False  # batches wait in the link
+    assert link.waiting > 0 or link.down.flowing.is_set() is False  # batches wait in the link
     link.heal()
     await audited(deployment, followers)
     assert link.connections == dialed, "the relay dialed again across a short partition"

@@ -73,10 +73,10 @@ async def test_a_partition_holds_bytes_one_way_and_a_heal_lets_them_through() ->
             writer.write(b"two")
             with pytest.raises(TimeoutError):
                 await asyncio.wait_for(reader.readexactly(3), 0.5)
-            assert link.down.held == 3 and link.up.held == 0
+            assert link.down.waiting == 3 and link.up.waiting == 0
             link.heal()
             assert await asyncio.wait_for(reader.readexactly(3), 5) == b"two"
-            assert link.held == 0
+            assert link.waiting == 0
             writer.close()
             await writer.wait_closed()
 

@@ -37,8 +37,8 @@ class Direction:
 
     flowing: asyncio.Event = field(default_factory=asyncio.Event)
     delay: float = 0.0  #: seconds added to each chunk
-    rate: float | None = None  #: bytes per second at most (None: unlimited)
-    held: int = 0  #: bytes read and not yet written (held by a partition or a delay)
+    bandwidth: float | None = None  #: bytes per second at most (None: unlimited)
+    waiting: int = 0  #: bytes read and not yet written (held by a partition or a delay)
 
     def __post_init__(self) -> None:
         self.flowing.set()
@@ -60,9 +60,9 @@ class Proxy:
         return f"{LOOPBACK}:{self.port}"
 
     @property
-    def held(self) -> int:
+    def waiting(self) -> int:
         """Bytes the proxy holds now, both ways (sent by one end, not yet given to the other)."""
-        return self.up.held + self.down.held
+        return self.up.waiting + self.down.waiting
 
     def cut(self) -> int:
         """Abort both ends of every connection through the proxy; how many ends were open."""
@@ -82,12 +82,12 @@ class Proxy:
         if delay < 0 or (rate is not None and rate <= 0):
             raise ValueError(f"delay must be >= 0 and rate > 0, got {delay}, {rate}")
         for direction in self._ways(way):
-            direction.delay, direction.rate = delay, rate
+            direction.delay, direction.bandwidth = delay, rate
 
     def heal(self, way: Way = "both") -> None:
         """Undo ``partition`` and ``slow``, ``way``: held bytes flow on at once."""
         for direction in self._ways(way):
-            direction.delay, direction.rate = 0.0, None
+            direction.delay, direction.bandwidth = 0.0, None
             direction.flowing.set()
 
     def _ways(self, way: Way) -> tuple[Direction, ...]:
@@ -138,7 +138,7 @@ async def _pump(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, way:
     async def read() -> None:
         with contextlib.suppress(ConnectionError):
             while data := await reader.read(CHUNK):
-                way.held += len(data)
+                way.waiting += len(data)
                 await chunks.put((time.monotonic() + way.delay, data))
         await chunks.put(None)
 
@@ -154,10 +154,10 @@ async def _pump(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, way:
                     await way.flowing.wait()  # partitioned while it waited
                     writer.write(data)
                 finally:
-                    way.held -= len(data)  # written, or gone with a cut connection
+                    way.waiting -= len(data)  # written, or gone with a cut connection
                 await writer.drain()
-                if way.rate is not None:
-                    await asyncio.sleep(len(data) / way.rate)
+                if way.bandwidth is not None:
+                    await asyncio.sleep(len(data) / way.bandwidth)
 
     try:
         async with asyncio.TaskGroup() as both:
@@ -167,7 +167,7 @@ async def _pump(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, way:
     finally:
         while not chunks.empty():  # what a cut connection held is gone with it
             if (chunk := chunks.get_nowait()) is not None:
-                way.held -= len(chunk[1])
+                way.waiting -= len(chunk[1])
 
 
 @contextlib.asynccontextmanager
