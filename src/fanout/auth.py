@@ -13,6 +13,7 @@ wrong in words a client's developer can act on.
 from __future__ import annotations
 
 import dataclasses
+import logging
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -23,6 +24,8 @@ import jwt
 from cryptography.hazmat.primitives import serialization
 
 from fanout.errors import ConfigError, Unauthorized
+
+log = logging.getLogger(__name__)
 
 Algorithm = Literal["HS256", "RS256"]
 ALGORITHMS: tuple[Algorithm, ...] = ("HS256", "RS256")
@@ -163,6 +166,24 @@ class Verifier:
                 "forbidden", f"the token does not grant role {needed!r} (it grants: {granted})"
             )
         return grant
+
+
+class PresentedToken:
+    """The token a process presents to its upstream: a token file's as it is now, read again at
+    each connection (a token renewed there is presented at the next one), else the token it
+    started with. A file that cannot be read is logged and the last token read presented."""
+
+    def __init__(self, token: str, path: Path | None = None) -> None:
+        self._token, self.path = token, path
+
+    def current(self) -> str:
+        """The token to present now."""
+        if self.path is not None:
+            try:
+                self._token = self.path.read_text(encoding="utf-8").strip()
+            except OSError as exc:
+                log.warning("token file %s: %s; presenting the last token read", self.path, exc)
+        return self._token
 
 
 def issue(

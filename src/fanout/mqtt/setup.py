@@ -152,7 +152,7 @@ def mqtt_parts(
         listener.access, broker.gated = access, True
         listener.logins = LoginLimiter(config.mqtt.login_burst, config.mqtt.login_rate)
     if routes.datasets():
-        link = ProducerLink(config.upstream.publisher, pending, broker, config.name)
+        link = ProducerLink(config.upstream, pending, broker, config.name)
         if url is not None and plain:
             shared = config.mqtt.redis is None
             feed = LogFeed(
