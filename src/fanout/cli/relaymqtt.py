@@ -71,6 +71,14 @@ def mqtt_arguments(parser: argparse.ArgumentParser) -> None:
         help="also serve MQTT over WebSockets (subprotocol mqtt, path /mqtt) on the relay's"
         " port (ws://, or wss:// with --tls-cert)",
     )
+    mqtt.add_argument(
+        "--mqtt-sys-interval",
+        type=float,
+        default=10.0,
+        metavar="SECONDS",
+        help="publish the broker's $SYS/broker/... topics this often, to clients whose rights"
+        " allow $SYS/# (default: 10; 0: never)",
+    )
     for flag, kind, default, what in MQTT_LIMITS:
         mqtt.add_argument(flag, type=kind, help=f"{what} (default: {default})")
     _mqtt_access_arguments(mqtt)
@@ -153,4 +161,5 @@ def mqtt_config(args: argparse.Namespace) -> Mqtt:
         allow_anonymous=args.mqtt_allow_anonymous,
         login_burst=args.mqtt_login_burst,
         login_rate=args.mqtt_login_rate,
+        sys_interval=args.mqtt_sys_interval,
     )

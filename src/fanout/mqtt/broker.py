@@ -80,6 +80,7 @@ class Broker:
         self.retained: dict[str, p.Publish] = {}
         self.sessions: dict[str, Session] = {}
         self.refused = 0  # connections closed for bad input
+        self.packets_in = 0  # packets read from every connection (``mqtt.introspection``)
         self.expired = 0  # messages not sent to a session: their expiry passed (rule 9)
         self._now = 0.0  # the time of the last event: messages are stamped with it (rule 9)
         #: Set by the listener when it checks access (rule 11): a CONNECT waits for ``admitted``.
@@ -123,6 +124,7 @@ class Broker:
                 first, body, taken = found
                 del state.buffer[:taken]
                 state.packets += 1
+                self.packets_in += 1
                 packet = decode(first, body, state.version)
                 p.check_values(packet)
                 actions += self._handle(connection, state, packet, now)
@@ -183,6 +185,11 @@ class Broker:
         """Packets read from ``connection`` so far (the shell throttles on them)."""
         state = self._connections.get(connection)
         return 0 if state is None else state.packets
+
+    def client(self, connection: int) -> tuple[Session, int] | None:
+        """The session on ``connection`` and its keep alive, once connected."""
+        state = self._connections.get(connection)
+        return None if state is None or state.session is None else (state.session, state.keepalive)
 
     def lost(self, connection: int, now: float) -> list[Action]:
         """The connection closed without a DISCONNECT (or was closed): publish its will."""
