@@ -158,3 +158,19 @@ async def test_a_real_relay_runs_from_a_file_alone(tmp_path: Path) -> None:
             await asyncio.sleep(0.2)
         assert (await listening).strip() == "t/1 hi"
         await relay.stop()
+
+
+@pytest.mark.parametrize(
+    ("doc", "start"),
+    [("configuration.md", "# /etc/fanout/fanout.toml"), ("mqtt.md", "[relay]\npublisher")],
+)
+def test_the_documented_relay_sections_are_read_whole(tmp_path: Path, doc: str, start: str) -> None:
+    """docs' complete ``[relay]`` examples of a secured broker are settings the relay takes."""
+    text = (Path(__file__).parents[2] / "docs" / doc).read_text()
+    begin = text.index(start)
+    toml = tmp_path / "fanout.toml"
+    toml.write_text(text[begin : text.index("```", begin)])
+    args = resolved([], toml, {})
+    assert args.mqtt_port == 8883 and args.mqtt_websocket is True
+    assert args.mqtt_allow_anonymous is False and args.mqtt_route == ["fleet/=vehicles"]
+    assert args.publisher.startswith("wss://") and args.token_file is not None
