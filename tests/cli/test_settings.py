@@ -174,3 +174,18 @@ def test_the_documented_relay_sections_are_read_whole(tmp_path: Path, doc: str, 
     assert args.mqtt_port == 8883 and args.mqtt_websocket is True
     assert args.mqtt_allow_anonymous is False and args.mqtt_route == ["fleet/=vehicles"]
     assert args.publisher.startswith("wss://") and args.token_file is not None
+
+
+def test_settings_that_exclude_each_other_come_from_one_place(tmp_path: Path) -> None:
+    """``--publisher`` and ``--upstream``: the place of highest precedence naming either
+    decides; one place naming both is refused."""
+    toml = tmp_path / "fanout.toml"
+    toml.write_text('[relay]\nupstream = "ws://mid:7710"\n')
+    args = resolved(["--publisher", "ws://p:7700"], toml, {})
+    assert (args.publisher, args.upstream) == ("ws://p:7700", None)
+    args = resolved([], toml, {"FANOUT_RELAY_PUBLISHER": "ws://q:7700"})
+    assert (args.publisher, args.upstream) == ("ws://q:7700", None)
+    assert resolved([], toml, {}).upstream == "ws://mid:7710"
+    toml.write_text('[relay]\nupstream = "ws://mid:7710"\npublisher = "ws://p:7700"\n')
+    with pytest.raises(ConfigError, match=r"\[relay\]: publisher and upstream exclude each"):
+        resolved([], toml, {})

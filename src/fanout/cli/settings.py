@@ -80,12 +80,41 @@ def resolve(
             ``FANOUT_TABLE_*`` variable names no setting; a value is not of its flag's type.
     """
     actions = settings_of(parser)
-    values = {**_from_file(actions, table, file), **_from_environ(actions, table, environ)}
     given: set[str] = getattr(args, GIVEN, set())
-    for dest, value in values.items():
-        if dest not in given:
-            setattr(args, dest, value)
+    sources = [  # highest precedence first; a flag given is the first
+        dict.fromkeys(given),
+        _from_environ(actions, table, environ),
+        _from_file(actions, table, file),
+    ]
+    for group in parser._mutually_exclusive_groups:  # argparse names no public accessor
+        _one_of(sorted(a.dest for a in group._group_actions), sources, table, file)
+    for source in reversed(sources[1:]):
+        for dest, value in source.items():
+            if dest not in given:
+                setattr(args, dest, value)
     return args
+
+
+def _one_of(
+    members: list[str], sources: list[dict[str, Any]], table: str, file: Path | None
+) -> None:
+    """Settings that exclude each other (``--publisher``, ``--upstream``): the first source
+    naming one decides, the others' are dropped.
+
+    Raises:
+        ConfigError: one source names two of them.
+    """
+    where = ["the command line", f"$FANOUT_{table.upper()}_*", f"{file}: [{table}]"]
+    for place, source in zip(where, sources, strict=True):
+        named = [dest for dest in members if dest in source]
+        if len(named) > 1:
+            raise ConfigError(f"{place}: {' and '.join(named)} exclude each other: give one")
+        if named:
+            for other in sources:
+                if other is not source:
+                    for dest in members:
+                        other.pop(dest, None)
+            return
 
 
 def _from_file(
