@@ -189,7 +189,7 @@ async def test_the_figures_are_in_metrics(relay: RelayServer) -> None:
     figures = await asyncio.to_thread(scrape, relay.local_url())
     assert figures["fanout_relay_mqtt_messages_received_total"] == 1
     assert figures["fanout_relay_mqtt_retained_messages"] >= 1  # and the $SYS ones
-    assert figures["fanout_relay_mqtt_received_bytes_total"] > 0
+    assert figures["fanout_relay_mqtt_bytes_received_total"] > 0
     assert figures["fanout_relay_mqtt_packets_received_total"] >= 3  # CONNECT, PUBLISH, ...
     for name in ("clients", "sessions", "subscriptions"):
         assert f"fanout_relay_mqtt_{name}" in figures

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 from fanout.metrics import Sample
 from fanout.mqtt.broker import Broker
@@ -89,7 +89,7 @@ def sys_messages(now: Mapping[str, int], uptime: float, version: str) -> list[Pu
 
 
 #: (figure, metric name without ``fanout_``, kind, help) for ``GET /metrics``.
-_METRICS: list[tuple[str, str, str, str]] = [
+_METRICS: list[tuple[str, str, Literal["counter", "gauge"], str]] = [
     ("clients/connected", "relay_mqtt_clients", "gauge", "MQTT clients connected."),
     ("clients/total", "relay_mqtt_sessions", "gauge", "MQTT sessions, connected or not."),
     ("subscriptions/count", "relay_mqtt_subscriptions", "gauge", "MQTT subscriptions held."),
@@ -98,14 +98,14 @@ _METRICS: list[tuple[str, str, str, str]] = [
     ("publish/messages/sent", "relay_mqtt_messages_sent", "counter", "PUBLISHes out."),
     ("messages/received", "relay_mqtt_packets_received", "counter", "MQTT packets in."),
     ("messages/sent", "relay_mqtt_packets_sent", "counter", "MQTT packets out."),
-    ("bytes/received", "relay_mqtt_received_bytes", "counter", "Bytes read from MQTT clients."),
-    ("bytes/sent", "relay_mqtt_sent_bytes", "counter", "Bytes written to MQTT clients."),
+    ("bytes/received", "relay_mqtt_bytes_received", "counter", "Bytes read from MQTT clients."),
+    ("bytes/sent", "relay_mqtt_bytes_sent", "counter", "Bytes written to MQTT clients."),
 ]
 
 
 def samples(now: Mapping[str, int]) -> list[Sample]:
     """The figures ``now`` as ``GET /metrics`` samples (``fanout_relay_mqtt_*``)."""
-    return [Sample(name, kind, text, now[figure]) for figure, name, kind, text in _METRICS]  # type: ignore[arg-type]
+    return [Sample(name, kind, text, now[figure]) for figure, name, kind, text in _METRICS]
 
 
 def clients(broker: Broker, peers: Mapping[int, Peer]) -> list[dict[str, Any]]:
@@ -167,6 +167,6 @@ def subscriptions(broker: Broker) -> list[dict[str, Any]]:
     ]
 
 
-#: A page's rows, made when asked.
+#: A page's rows, made when asked (``http.admin.Page``).
 Rows = Callable[[], Sequence[dict[str, Any]]]
 _VERSIONS = {3: "3.1", 4: "3.1.1", 5: "5.0"}
