@@ -6,9 +6,12 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import tempfile
 from pathlib import Path
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from fanout.cli.main import USAGE, _parser, main
 from fanout.cli.settings import resolve, settings_of
@@ -64,6 +67,36 @@ def test_flags_override_the_environment_which_overrides_the_file(tmp_path: Path)
     # Without a file the environment alone; paths become paths.
     args = resolved([], None, {"FANOUT_RELAY_MQTT_ACL_FILE": "/etc/fanout/acl"})
     assert args.mqtt_acl_file == Path("/etc/fanout/acl") and args.port == 7701
+
+
+#: Integer settings with their defaults: where each comes from is drawn at random.
+INTEGERS = {"port": 7701, "mqtt_peer_port": 0, "mqtt_login_burst": 5, "max_held": None}
+#: Where a setting may be given: (on the command line, in the environment, in the file).
+PLACES = st.tuples(*[st.one_of(st.none(), st.integers(1, 65535))] * 3)
+
+
+@given(st.fixed_dictionaries(dict.fromkeys(INTEGERS, PLACES)))
+def test_each_setting_comes_from_the_first_place_giving_it(
+    placed: dict[str, tuple[int | None, int | None, int | None]],
+) -> None:
+    """Against the rule said plainly: the flag if given, else the variable, else the file, else
+    the default; whatever the others say."""
+    argv, environ, lines = [], {}, ["[relay]"]
+    for key, (flag, variable, setting) in placed.items():
+        if flag is not None:
+            argv += [f"--{key.replace('_', '-')}", str(flag)]
+        if variable is not None:
+            environ[f"FANOUT_RELAY_{key.upper()}"] = str(variable)
+        if setting is not None:
+            lines.append(f"{key} = {setting}")
+    args = _parser().parse_args(["relay", *argv])
+    with tempfile.TemporaryDirectory() as directory:
+        file = Path(directory) / "fanout.toml"
+        file.write_text("\n".join(lines))
+        resolve(args.parser, args, "relay", file, environ)
+    for key, places in placed.items():
+        expected = next((value for value in places if value is not None), INTEGERS[key])
+        assert getattr(args, key) == expected, key
 
 
 def test_every_relay_flag_is_a_setting_but_those_of_every_command() -> None:
