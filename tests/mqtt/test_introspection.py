@@ -129,6 +129,15 @@ async def test_without_access_checks_anyone_reads_sys_topics() -> None:
             "mosquitto_sub", "-p", str(port(relay)), "-t", "$SYS/broker/#", "-C", "13", "-F", "%t"
         )
         topics = set(out.splitlines())
+        # Nobody writes them, even where every client may write every topic (as Mosquitto).
+        pub = ["mosquitto_pub", "-p", str(port(relay)), "-V", "mqttv5", "-q", "1", "-r"]
+        refused = await asyncio.create_subprocess_exec(
+            *pub, "-t", "$SYS/broker/version", "-m", "forged", stderr=asyncio.subprocess.PIPE
+        )
+        _, err = await refused.communicate()
+        assert b"Not authorized" in err
+        assert relay.mqtt is not None and relay.mqtt.broker.denials.publish == 1
+        assert relay.mqtt.broker.retained["$SYS/broker/version"].payload.startswith(b"fanout ")
         assert {
             "$SYS/broker/clients/connected",
             "$SYS/broker/messages/received",

@@ -25,7 +25,8 @@ carries out what comes back (``Send``, ``Close``, ``Published``). Rules (MQTT 3.
    persistent session's QoS 2 PUBLISH or PUBREL waits for its session's write (``Persist``).
 11. With access checked (``gated``), a CONNECT waits for its verdict (``Authenticate``); the
    client's rights then decide what it may subscribe to, publish and receive (``mqtt.rights``,
-   ``mqtt.denials``), and its connection ends when its token expires.
+   ``mqtt.denials``), and its connection ends when its token expires. No client may publish to
+   the broker's own ``$SYS`` topics (``mqtt.introspection``).
 """
 
 from __future__ import annotations
@@ -401,7 +402,10 @@ class Broker:
             topic_levels(packet.topic)
         except InvalidView as error:
             raise p.PacketError(str(error), p.TOPIC_NAME_INVALID) from error
-        if session.rights is not None and not session.rights.may_write(packet.topic):
+        broker_own = packet.topic == "$SYS" or packet.topic.startswith("$SYS/")  # as Mosquitto
+        if broker_own or (
+            session.rights is not None and not session.rights.may_write(packet.topic)
+        ):
             self.denials.publish += 1
             return [Send(connection, data) for data in publish_refused(session, packet)]
         actions: list[Action] = []
