@@ -15,10 +15,12 @@ import httpx
 import paho.mqtt.client as mqtt
 import pytest
 from paho.mqtt.enums import CallbackAPIVersion
+from tests.mqtt.test_broker import Clients
 from tests.mqtt.test_listener import mosquitto
 
 from fanout.auth import AuthConfig, issue
 from fanout.metrics import scrape
+from fanout.mqtt import packets as p
 from fanout.mqtt.introspection import Traffic
 from fanout.mqtt.passwords import hash_password, write_passwords
 from fanout.relay.config import Mqtt
@@ -211,3 +213,15 @@ def test_traffic_counts_publish_packets_apart() -> None:
     traffic.sent(bytes([0x20, 2, 0, 0]))  # a CONNACK
     traffic.received(b"\xc0\x00\xc0\x00")  # two PINGREQs
     assert traffic == Traffic(bytes_received=4, bytes_sent=9, packets_sent=2, messages_sent=1)
+
+
+def test_no_client_writes_the_brokers_sys_topics_not_even_by_its_will() -> None:
+    c = Clients()
+    c.connect(1, "watch")
+    c.send(1, p.Subscribe(1, (("$SYS/#", 0),)))
+    c.connect(2, "dev", will=p.Will("$SYS/broker/uptime", b"forged"))
+    c.send(2, p.Publish("$SYS/broker/version", b"forged", 1, True, packet_id=7))
+    assert c.take(2)[-1] == p.PubAck(7, 0x87)
+    c.apply(c.broker.lost(2, c.now))
+    assert c.publishes(1) == [] and c.broker.retained == {}
+    assert c.broker.denials.publish == 2

@@ -211,6 +211,9 @@ class Broker:
 
     def _publish_will(self, session: Session, will: p.Will) -> list[Action]:
         """Publish ``will`` without its Will Delay Interval, a CONNECT property only (rule 3)."""
+        if _sys(will.topic):  # rule 11: not a client's to write
+            self.denials.publish += 1
+            return []
         properties = tuple((k, v) for k, v in will.properties if k != 0x18)
         message = p.Publish(will.topic, will.payload, will.qos, will.retain, properties=properties)
         return self._publish(message, session.client_id)
@@ -402,8 +405,7 @@ class Broker:
             topic_levels(packet.topic)
         except InvalidView as error:
             raise p.PacketError(str(error), p.TOPIC_NAME_INVALID) from error
-        broker_own = packet.topic == "$SYS" or packet.topic.startswith("$SYS/")  # as Mosquitto
-        if broker_own or (
+        if _sys(packet.topic) or (
             session.rights is not None and not session.rights.may_write(packet.topic)
         ):
             self.denials.publish += 1
@@ -634,6 +636,12 @@ class Broker:
         self._subscribers.remove_all(session)
         if self.sessions.get(session.client_id) is session:
             del self.sessions[session.client_id]
+
+
+def _sys(topic: str) -> bool:
+    """Whether ``topic`` is one of the broker's own (``$SYS``), which no client writes (rule
+    11), as Mosquitto refuses them."""
+    return topic == "$SYS" or topic.startswith("$SYS/")
 
 
 def _requested_expiry(packet: p.Connect) -> float:
