@@ -5,7 +5,7 @@ With authentication configured (``AuthConfig``), every connection presents a JSO
 its ``Hello``, or to the HTTP API as a bearer token or ``access_token=``), HS256 or RS256,
 checked by PyJWT; one without a valid token is refused before it reads or writes anything.
 Claims read: ``exp`` (required), ``nbf``, ``iat``, ``aud`` and ``iss`` when configured;
-``roles`` (``subscriber``, ``producer``, ``relay``; a reader needs ``relay``); ``sub`` for logs;
+``roles`` (``subscriber``, ``producer``, ``relay``, ``admin``; a reader needs ``relay``); ``sub``;
 ``rules`` per dataset (``relay.core.rules``). Refusals never echo the token, and say what is
 wrong in words a client's developer can act on.
 """
@@ -13,6 +13,7 @@ wrong in words a client's developer can act on.
 from __future__ import annotations
 
 import dataclasses
+import logging
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -24,11 +25,20 @@ from cryptography.hazmat.primitives import serialization
 
 from fanout.errors import ConfigError, Unauthorized
 
+log = logging.getLogger(__name__)
+
 Algorithm = Literal["HS256", "RS256"]
 ALGORITHMS: tuple[Algorithm, ...] = ("HS256", "RS256")
-ROLES = ("subscriber", "producer", "relay")
-#: The token role each ``Hello`` role needs.
-NEEDED = {"subscriber": "subscriber", "producer": "producer", "relay": "relay", "reader": "relay"}
+#: ``admin``: a relay's MQTT figures and lists (``GET /v1/mqtt/...``, ``$SYS`` over MQTT).
+ROLES = ("subscriber", "producer", "relay", "admin")
+#: The token role each ``Hello`` role (or ``admin``) needs.
+NEEDED = {
+    "subscriber": "subscriber",
+    "producer": "producer",
+    "relay": "relay",
+    "reader": "relay",
+    "admin": "admin",
+}
 #: Shortest HS256 secret accepted, in bytes (RFC 7518 3.2: at least the hash's size).
 MIN_SECRET = 32
 
@@ -163,6 +173,24 @@ class Verifier:
                 "forbidden", f"the token does not grant role {needed!r} (it grants: {granted})"
             )
         return grant
+
+
+class PresentedToken:
+    """The token a process presents to its upstream: a token file's as it is now, read again at
+    each connection (a token renewed there is presented at the next one), else the token it
+    started with. A file that cannot be read is logged and the last token read presented."""
+
+    def __init__(self, token: str, path: Path | None = None) -> None:
+        self._token, self.path = token, path
+
+    def current(self) -> str:
+        """The token to present now."""
+        if self.path is not None:
+            try:
+                self._token = self.path.read_text(encoding="utf-8").strip()
+            except OSError as exc:
+                log.warning("token file %s: %s; presenting the last token read", self.path, exc)
+        return self._token
 
 
 def issue(

@@ -18,7 +18,9 @@ from websockets.asyncio.server import ServerConnection, serve
 
 import fanout
 from fanout.cli.main import FAILURE, USAGE, _parser, main
-from fanout.cli.relay import MQTT_LIMITS, RELAY_LIMITS, _given, _limits_given
+from fanout.cli.relay import RELAY_LIMITS, _limits_given
+from fanout.cli.relaymqtt import MQTT_LIMITS
+from fanout.cli.settings import fields_given
 from fanout.views import Box
 from fanout.views.sql import Sql
 from fanout.views.topic import TopicFilter
@@ -259,7 +261,7 @@ def test_the_mqtt_limit_flags_default_to_the_brokers_limits_and_reach_them(
         assert getattr(defaults, field) == default and type(getattr(defaults, field)) is kind
     args = _parser().parse_args(["relay", "--mqtt-port", "0", "--mqtt-max-queued", "5"])
     assert args.mqtt_port == 0
-    assert _given(args, MQTT_LIMITS, "--mqtt-") == {"max_queued": 5}
+    assert fields_given(args, MQTT_LIMITS, "--mqtt-") == {"max_queued": 5}
     assert main(["relay", "--port", "0", "--mqtt-receive-maximum", "0"]) == 2
     assert "mqtt receive_maximum must be in [1, 65535], not 0" in capsys.readouterr().err
 

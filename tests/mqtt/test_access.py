@@ -74,11 +74,15 @@ def test_tokens_as_the_password() -> None:
     assert verdict.lifetime is not None and 3590 < verdict.lifetime <= 3600
     both = access.check(connect(None, token(["subscriber", "producer"])), time.time())
     assert both == Admitted(None, "a token", both.lifetime)  # type: ignore[union-attr]
+    admin = access.check(connect(None, token(["admin"], rules=rules)), time.time())
+    assert isinstance(admin, Admitted) and admin.rights == Rights(("$SYS/#",), ())
+    reader = access.check(connect(None, token(["admin", "subscriber"], rules=rules)), time.time())
+    assert isinstance(reader, Admitted) and reader.rights == Rights(("plant/a/#", "$SYS/#"), ())
     cases = {
         "expired": (token(["subscriber"], ttl=-10), 0x86, "the token has expired"),
         "malformed": ("a.b.c", 0x86, "the token is not a valid JWT"),
         "not a token": ("password", 0x86, "bad user name or password"),
-        "no role": (token(["relay"]), 0x87, "neither the subscriber nor the producer role"),
+        "no role": (token(["relay"]), 0x87, "none of the subscriber, producer and admin roles"),
         "no topic": (token(["subscriber"], rules={"other": ["x"]}), 0x87, "grant no MQTT"),
         "bad rule": (token(["subscriber"], rules={"sensors": ["a/#/b"]}), 0x87, "rules"),
     }

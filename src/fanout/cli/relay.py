@@ -7,12 +7,16 @@ import argparse
 import asyncio
 import dataclasses
 import logging
+import os
 import signal
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from fanout.cli import security as cli_security
+from fanout.cli import settings
+from fanout.cli.relaymqtt import mqtt_arguments, mqtt_config
+from fanout.cli.settings import fields_given
 
 if TYPE_CHECKING:
     from fanout.relay.core.planner import Policy
@@ -113,111 +117,10 @@ def relay_parser(commands: Any, command: Command) -> None:
     for flag, kind, default, what in RELAY_LIMITS:
         limits.add_argument(flag, type=kind, help=f"{what} (default: {default})")
     cli_security.add_client(parser, group=cli_security.add_server(parser))
-    mqtt = parser.add_argument_group("MQTT", "stock MQTT 3.1.1 and 5.0 clients (docs/mqtt.md)")
-    mqtt.add_argument(
-        "--mqtt-port",
-        type=int,
-        help="serve MQTT clients on this port (1883 is MQTT's; default: off)",
-    )
-    mqtt.add_argument(
-        "--mqtt-dataset",
-        help="the topic dataset retained MQTT messages are kept in (an ingest dataset with a"
-        " 'payload' string column; default: none)",
-    )
-    mqtt.add_argument(
-        "--mqtt-route",
-        action="append",
-        default=[],
-        metavar="PREFIX=DATASET",
-        help="topics starting with PREFIX are kept in DATASET (repeatable; longest prefix wins)",
-    )
-    mqtt.add_argument(
-        "--mqtt-redis",
-        type=host_port,
-        metavar="HOST:PORT",
-        help="a node of the Redis Cluster holding the shared match table: relays given the same"
-        " cluster are one MQTT broker (default: none, this relay alone)",
-    )
-    mqtt.add_argument(
-        "--mqtt-peer-port",
-        type=int,
-        default=0,
-        help="port other relays forward MQTT messages to (default: 0, a free one)",
-    )
-    mqtt.add_argument(
-        "--mqtt-peer-advertise",
-        type=host_port,
-        metavar="HOST:PORT",
-        help="the address other relays reach --mqtt-peer-port at, for a relay behind NAT or a"
-        " TCP proxy (default: HOST and the port as it listens)",
-    )
-    mqtt.add_argument(
-        "--mqtt-lease",
-        type=float,
-        default=3.0,
-        help="seconds a relay that died stays a subscriber in the shared table (default: 3)",
-    )
-    mqtt.add_argument("--mqtt-tls-cert", type=Path, help="serve MQTT over TLS: certificate (PEM)")
-    mqtt.add_argument("--mqtt-tls-key", type=Path, help="serve MQTT over TLS: private key (PEM)")
-    mqtt.add_argument(
-        "--mqtt-tls-client-ca",
-        type=Path,
-        help="require MQTT clients' certificates, signed by an authority in this PEM file",
-    )
-    mqtt.add_argument(
-        "--mqtt-websocket",
-        action="store_true",
-        help="also serve MQTT over WebSockets (subprotocol mqtt, path /mqtt) on the relay's"
-        " port (ws://, or wss:// with --tls-cert)",
-    )
-    for flag, kind, default, what in MQTT_LIMITS:
-        mqtt.add_argument(flag, type=kind, help=f"{what} (default: {default})")
-    _mqtt_access_arguments(mqtt)
+    mqtt_arguments(parser)
     _cluster_arguments(parser)
-    parser.set_defaults(run=run_relay)
-
-
-def _mqtt_access_arguments(mqtt: Any) -> None:
-    """Who may log in to the MQTT port (docs/security.md, "MQTT")."""
-    mqtt.add_argument(
-        "--mqtt-password-file",
-        type=Path,
-        default=None,
-        help="users who may log in, with their password hashes ('fanout passwd' writes it)",
-    )
-    mqtt.add_argument(
-        "--mqtt-acl-file",
-        type=Path,
-        default=None,
-        help="topics each user may read and write, in Mosquitto's ACL format (default: all)",
-    )
-    mqtt.add_argument(
-        "--mqtt-allow-anonymous",
-        action=argparse.BooleanOptionalAction,
-        default=None,
-        help="admit MQTT clients without a user name and password (default: only when neither"
-        " --mqtt-password-file nor --auth-key-file checks logins)",
-    )
-    mqtt.add_argument(
-        "--mqtt-login-burst",
-        type=int,
-        default=5,
-        help="failed MQTT logins from one address before it must wait (default: 5)",
-    )
-    mqtt.add_argument(
-        "--mqtt-login-rate",
-        type=float,
-        default=0.2,
-        help="failed MQTT logins per second one address may make after that (default: 0.2)",
-    )
-
-
-def host_port(text: str) -> str:
-    """``HOST:PORT`` as given, once its port is a TCP port (an argparse type)."""
-    host, _, port = text.rpartition(":")
-    if not host or not port.isdigit() or not 0 < int(port) < 65536:
-        raise argparse.ArgumentTypeError(f"{text!r} is not HOST:PORT")
-    return text
+    settings.record_given(parser)
+    parser.set_defaults(run=run_relay, parser=parser)
 
 
 def _cluster_arguments(parser: argparse.ArgumentParser) -> None:
@@ -296,19 +199,10 @@ def _cluster_arguments(parser: argparse.ArgumentParser) -> None:
     cluster.add_argument(
         "--config",
         type=Path,
-        help="fanout.toml whose [cluster] table gives the settings above (flags given"
-        " override it; docs/configuration.md)",
+        help="fanout.toml whose [relay] table gives any of these flags' settings, by name"
+        " (mqtt_port = 1883), and [cluster] the cluster's; $FANOUT_RELAY_* variables"
+        " override the file, flags given override both (docs/configuration.md)",
     )
-
-
-#: The MQTT listener's limits as flags, like ``RELAY_LIMITS``: ``mqtt.actions.Limits``.
-MQTT_LIMITS: list[tuple[str, type, float, str]] = [
-    ("--mqtt-max-packet", int, 1 << 20, "largest MQTT packet accepted, in bytes"),
-    ("--mqtt-max-queued", int, 1000, "QoS 1 messages kept per session while its client is away"),
-    ("--mqtt-session-expiry", float, 3600.0, "longest a persistent session outlives its client"),
-    ("--mqtt-max-subscriptions", int, 10_000, "topic filters one MQTT session may hold"),
-    ("--mqtt-receive-maximum", int, 100, "QoS 1 and 2 messages in flight to one MQTT client"),
-]
 
 
 #: The relay's limits as flags: (flag, type, default, help). The defaults are ``Limits``'s
@@ -373,19 +267,12 @@ def cluster_given(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def run_relay(args: argparse.Namespace) -> int:
-    """Run ``fanout relay`` with the parsed ``args``."""
-    from fanout.mqtt.actions import Limits as MqttLimits
-    from fanout.mqtt.ingest import parse_route
-    from fanout.relay.config import (
-        Cluster,
-        Limits,
-        Listening,
-        Mqtt,
-        Planning,
-        RelayConfig,
-        Upstream,
-    )
+    """Run ``fanout relay`` with the parsed ``args`` (its settings not given as flags taken
+    from the environment and ``--config``'s ``[relay]``: ``cli.settings``)."""
+    from fanout.relay.config import Cluster, Limits, Listening, Planning, RelayConfig, Upstream
     from fanout.relay.shell.server import RelayServer
+
+    args = settings.resolve(args.parser, args, "relay", args.config, os.environ)
 
     cluster = Cluster(**cluster_given(args))
     config = RelayConfig(
@@ -408,25 +295,7 @@ def run_relay(args: argparse.Namespace) -> int:
         planning=Planning(policy_given(args, cluster.registry)),
         auth=cli_security.auth_config(args),
         cluster=cluster,
-        mqtt=Mqtt(
-            args.mqtt_port,
-            MqttLimits(**_given(args, MQTT_LIMITS, "--mqtt-")),
-            dataset=args.mqtt_dataset,
-            routes=tuple(parse_route(route) for route in args.mqtt_route),
-            redis=args.mqtt_redis,
-            peer_port=args.mqtt_peer_port,
-            peer_advertise=args.mqtt_peer_advertise,
-            lease=args.mqtt_lease,
-            tls_cert=args.mqtt_tls_cert,
-            tls_key=args.mqtt_tls_key,
-            tls_client_ca=args.mqtt_tls_client_ca,
-            websocket=args.mqtt_websocket,
-            password_file=args.mqtt_password_file,
-            acl_file=args.mqtt_acl_file,
-            allow_anonymous=args.mqtt_allow_anonymous,
-            login_burst=args.mqtt_login_burst,
-            login_rate=args.mqtt_login_rate,
-        ),
+        mqtt=mqtt_config(args),
     )
     server = RelayServer(config)
     where = config.listening
@@ -481,18 +350,4 @@ def policy_given(args: argparse.Namespace, registry: str | None) -> Policy | Non
 
 def _limits_given(args: argparse.Namespace) -> dict[str, Any]:
     """The ``RELAY_LIMITS`` flags given, as ``relay.config.Limits`` fields."""
-    return _given(args, RELAY_LIMITS)
-
-
-def _given(
-    args: argparse.Namespace, flags: list[tuple[str, type, float, str]], prefix: str = "--"
-) -> dict[str, Any]:
-    """The ``flags`` given, as fields (the flag without ``prefix``, ``-`` as ``_``)."""
-    names = {
-        flag[2:].replace("-", "_"): flag[len(prefix) :].replace("-", "_") for flag, *_ in flags
-    }
-    return {
-        field: getattr(args, name)
-        for name, field in names.items()
-        if getattr(args, name) is not None
-    }
+    return fields_given(args, RELAY_LIMITS)

@@ -123,7 +123,7 @@ def token_parser(commands: Any, command: Any) -> None:
     parser.add_argument(
         "--role",
         action="append",
-        choices=["subscriber", "producer", "relay"],
+        choices=["subscriber", "producer", "relay", "admin"],
         required=True,
         help="a role granted (repeatable)",
     )

@@ -6,10 +6,10 @@ far, to the WebSocket server (``Upgrade``) — or, if it asks for the subprotoco
 the path ``/mqtt`` and MQTT over WebSockets is on, to the MQTT front end. Anything else is
 answered here: a ``/v1/subscribe`` request with a stream (``http.stream``), which holds one
 subscription of the relay's core until the subscription ends or the client goes away;
-``GET /v1/datasets``, the viewer's files, ``/metrics`` and the probes (``metrics.answer``) with
-a whole answer; the API's paths by another method with ``not_a_get`` (``OPTIONS``: a CORS
-preflight); any other path with 426, the port being a WebSocket one.
-Every answer closes its connection.
+``GET /v1/datasets``, the viewer's files, the admin pages (``http.admin``), ``/metrics`` and the
+probes (``metrics.answer``) with a whole answer; the API's paths by another method with
+``not_a_get`` (``OPTIONS``: a CORS preflight); any other path with 426, the port being a
+WebSocket one. Every answer closes its connection.
 
 Bounds: a request head larger than h11's limit (16 KiB) is answered 431, a malformed one 400;
 a connection that has not sent its request within ``opening`` seconds is closed.
@@ -31,6 +31,7 @@ import h11
 
 from fanout import metrics, tls
 from fanout.errors import Unauthorized
+from fanout.http.admin import Page, listing
 from fanout.http.answers import (
     SERVER,
     Answer,
@@ -99,6 +100,8 @@ class HttpFrontEnd:
         self.listener: asyncio.Server | None = None
         #: Takes the upgrades of MQTT over WebSockets (``mqtt.ws``), if it is served here.
         self.mqtt_upgrade: Upgrade | None = None
+        #: The admin pages front ends offer, by path (``http.admin``: the MQTT broker's lists).
+        self.pages: dict[str, Page] = {}
 
     @property
     def tls(self) -> bool:
@@ -153,7 +156,7 @@ class HttpFrontEnd:
             upgrade(connection.transport, head)
         elif path.startswith(PUBLISH):
             self._write(connection, method, target, headers)
-        elif path in (SUBSCRIBE, DATASETS) and method != "GET":
+        elif (path in (SUBSCRIBE, DATASETS) or path in self.pages) and method != "GET":
             status, extra, body = not_a_get(method)
             connection.answer(
                 Answer(status, json_headers(len(body), status, extra, cors=True), body)
@@ -162,6 +165,8 @@ class HttpFrontEnd:
             self._stream(HttpSubscription(connection, relay, target, headers))
         elif path == DATASETS:
             connection.answer(self._datasets(headers, target))
+        elif path in self.pages:
+            connection.answer(listing(relay, self.pages[path], target, headers))
         elif path in VIEWER:
             connection.answer(viewer_file(path))
         else:  # a WebSocket port, as websockets answers a plain request

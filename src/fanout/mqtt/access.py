@@ -8,8 +8,8 @@ the event loop (a password hash costs ~0.1 s of CPU); the broker then admits it 
 1. An Authentication Method (5.0 enhanced authentication) is refused 0x8C.
 2. Anonymous: admitted only if allowed (by default when nothing checks credentials), else 0x87.
 3. A password-file user: its password must match (else 0x86), rights from the ACL file.
-4. Else, with token keys, the password is a token: invalid or expired 0x86, no role or topic
-   0x87; ``subscriber`` reads and ``producer`` writes within the token's rules.
+4. Else, with token keys, the password is a token: invalid or expired 0x86, no role or topic 0x87;
+   ``subscriber`` reads, ``producer`` writes within the token's rules; ``admin`` reads ``$SYS``.
 5. A will whose topic the client may not write is refused 0x87.
 6. Failed logins are limited per address (``LoginLimiter``): past a burst, 0x9F unchecked.
 """
@@ -24,7 +24,7 @@ from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from fanout.auth import Verifier
+from fanout.auth import Grant, Verifier
 from fanout.errors import InvalidView, Unauthorized
 from fanout.mqtt import packets as p
 from fanout.mqtt.acl import Acl
@@ -42,6 +42,8 @@ V311_CODES = {
     BAD_AUTHENTICATION_METHOD: 5,
     CONNECTION_RATE_EXCEEDED: 3,
 }
+#: What a token's ``admin`` role lets an MQTT client read besides its rules (rule 4).
+SYS_TOPICS = "$SYS/#"
 #: The token rules' key for a relay that keeps MQTT topics in no dataset (rule 4).
 MQTT_RULES = "mqtt"
 
@@ -149,15 +151,10 @@ class Access:
     def _token(self, token: str, now: float) -> Verdict:
         assert self.verifier is not None
         try:
-            try:
-                grant = self.verifier.verify(token, "subscriber")
-            except Unauthorized as exc:
-                if exc.code != "forbidden":
-                    raise
-                grant = self.verifier.verify(token, "producer")
+            grant = self._granting(token)
         except Unauthorized as exc:
             if exc.code == "forbidden":
-                why = "the token grants neither the subscriber nor the producer role"
+                why = "the token grants none of the subscriber, producer and admin roles"
                 return Refused(NOT_AUTHORIZED, "token_roles", why)
             return Refused(BAD_USER_NAME_OR_PASSWORD, "bad_token", exc.message)
         filters: tuple[str, ...] | None = None
@@ -168,10 +165,28 @@ class Access:
             except InvalidView as exc:
                 return Refused(NOT_AUTHORIZED, "bad_rules", str(exc))
         reads = filters if "subscriber" in grant.roles else ()
+        if "admin" in grant.roles and reads is not None:
+            reads = (*reads, SYS_TOPICS)  # the broker's figures (``mqtt.introspection``)
         writes = filters if "producer" in grant.roles else ()
         who = f"token of {grant.subject!r}" if grant.subject else "a token"
         rights = None if reads is None and writes is None else Rights(reads, writes)
         return Admitted(rights, who, grant.expires + grant.leeway - now)
+
+    def _granting(self, token: str) -> Grant:
+        """What ``token`` grants, if it grants one of the roles an MQTT client may have.
+
+        Raises:
+            Unauthorized: not a valid token (``unauthorized``), or none of those roles
+                (``forbidden``).
+        """
+        assert self.verifier is not None
+        for role in ("subscriber", "producer"):
+            try:
+                return self.verifier.verify(token, role)
+            except Unauthorized as exc:
+                if exc.code != "forbidden":
+                    raise
+        return self.verifier.verify(token, "admin")
 
 
 @functools.cache

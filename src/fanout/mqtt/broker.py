@@ -25,7 +25,8 @@ carries out what comes back (``Send``, ``Close``, ``Published``). Rules (MQTT 3.
    persistent session's QoS 2 PUBLISH or PUBREL waits for its session's write (``Persist``).
 11. With access checked (``gated``), a CONNECT waits for its verdict (``Authenticate``); the
    client's rights then decide what it may subscribe to, publish and receive (``mqtt.rights``,
-   ``mqtt.denials``), and its connection ends when its token expires.
+   ``mqtt.denials``), and its connection ends when its token expires. No client may publish to
+   the broker's own ``$SYS`` topics (``mqtt.introspection``).
 """
 
 from __future__ import annotations
@@ -80,6 +81,7 @@ class Broker:
         self.retained: dict[str, p.Publish] = {}
         self.sessions: dict[str, Session] = {}
         self.refused = 0  # connections closed for bad input
+        self.packets_in = 0  # packets read from every connection (``mqtt.introspection``)
         self.expired = 0  # messages not sent to a session: their expiry passed (rule 9)
         self._now = 0.0  # the time of the last event: messages are stamped with it (rule 9)
         #: Set by the listener when it checks access (rule 11): a CONNECT waits for ``admitted``.
@@ -123,6 +125,7 @@ class Broker:
                 first, body, taken = found
                 del state.buffer[:taken]
                 state.packets += 1
+                self.packets_in += 1
                 packet = decode(first, body, state.version)
                 p.check_values(packet)
                 actions += self._handle(connection, state, packet, now)
@@ -184,6 +187,11 @@ class Broker:
         state = self._connections.get(connection)
         return 0 if state is None else state.packets
 
+    def client(self, connection: int) -> tuple[Session, int] | None:
+        """The session on ``connection`` and its keep alive, once connected."""
+        state = self._connections.get(connection)
+        return None if state is None or state.session is None else (state.session, state.keepalive)
+
     def lost(self, connection: int, now: float) -> list[Action]:
         """The connection closed without a DISCONNECT (or was closed): publish its will."""
         state = self._connections.pop(connection, None)
@@ -203,6 +211,9 @@ class Broker:
 
     def _publish_will(self, session: Session, will: p.Will) -> list[Action]:
         """Publish ``will`` without its Will Delay Interval, a CONNECT property only (rule 3)."""
+        if _sys(will.topic):  # rule 11: not a client's to write
+            self.denials.publish += 1
+            return []
         properties = tuple((k, v) for k, v in will.properties if k != 0x18)
         message = p.Publish(will.topic, will.payload, will.qos, will.retain, properties=properties)
         return self._publish(message, session.client_id)
@@ -394,7 +405,9 @@ class Broker:
             topic_levels(packet.topic)
         except InvalidView as error:
             raise p.PacketError(str(error), p.TOPIC_NAME_INVALID) from error
-        if session.rights is not None and not session.rights.may_write(packet.topic):
+        if _sys(packet.topic) or (
+            session.rights is not None and not session.rights.may_write(packet.topic)
+        ):
             self.denials.publish += 1
             return [Send(connection, data) for data in publish_refused(session, packet)]
         actions: list[Action] = []
@@ -623,6 +636,12 @@ class Broker:
         self._subscribers.remove_all(session)
         if self.sessions.get(session.client_id) is session:
             del self.sessions[session.client_id]
+
+
+def _sys(topic: str) -> bool:
+    """Whether ``topic`` is one of the broker's own (``$SYS``), which no client writes (rule
+    11), as Mosquitto refuses them."""
+    return topic == "$SYS" or topic.startswith("$SYS/")
 
 
 def _requested_expiry(packet: p.Connect) -> float:

@@ -57,7 +57,10 @@ class Routes:
     prefixes: tuple[tuple[str, str], ...] = ()
 
     def dataset(self, topic: str) -> str | None:
-        """The dataset ``topic`` belongs to, or None."""
+        """The dataset ``topic`` belongs to, or None (the broker's own ``$SYS`` topics: none,
+        ``mqtt.introspection``)."""
+        if topic.startswith("$SYS/"):
+            return None
         best: tuple[int, str] | None = None
         for prefix, dataset in self.prefixes:
             if topic.startswith(prefix) and (best is None or len(prefix) > best[0]):

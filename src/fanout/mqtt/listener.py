@@ -25,6 +25,7 @@ from fanout.buckets import Throttle
 from fanout.mqtt.access import Access, LoginLimiter, login
 from fanout.mqtt.actions import Action, Authenticate, Close, Persist, Published, Restore, Send
 from fanout.mqtt.broker import Broker
+from fanout.mqtt.introspection import Peer, Traffic
 
 log = logging.getLogger(__name__)
 
@@ -107,6 +108,9 @@ class Listener:
         #: Run alongside the listener (``fromlog``'s feed), ended with it.
         self.companions: list[Callable[[], Coroutine[Any, Any, None]]] = []
         self.slow_closed = 0
+        #: What every connection moved, and each connection now (``mqtt.introspection``).
+        self.traffic = Traffic()
+        self.peers: dict[int, Peer] = {}
         self._links: dict[int, Link] = {}
         #: Connections closed and lingering (``LINGER``), with the timer that aborts them.
         self._finishing: dict[int, asyncio.TimerHandle] = {}
@@ -118,7 +122,6 @@ class Listener:
         #: Checks CONNECTs' credentials when set (``mqtt.setup``): ``broker.gated`` follows.
         self.access: Access | None = None
         self.logins = LoginLimiter()
-        self._addresses: dict[int, str] = {}
         #: ``run``'s TaskGroup, which owns the session writes (``_persist``) and logins.
         self._tasks: asyncio.TaskGroup | None = None
 
@@ -153,6 +156,8 @@ class Listener:
                 if link is None or action.connection in self._finishing:
                     continue
                 link.write(action.data)
+                self.traffic.sent(action.data)
+                self.peers[action.connection].traffic.sent(action.data)
                 if link.buffered() > self.max_buffered:
                     self.slow_closed += 1
                     log.info("mqtt connection %d closed: slow consumer", action.connection)
@@ -161,8 +166,10 @@ class Listener:
                 self._finish(action.connection)
             elif isinstance(action, Restore | Authenticate):
                 self._parked(action)
-            elif self.on_published is not None:
-                self.on_published(action)
+            else:
+                self.traffic.messages_received += 1
+                if self.on_published is not None:
+                    self.on_published(action)
         changes = self.broker.take_filter_changes()  # taken always: the list is bounded
         if changes and self.on_filters is not None:
             self.on_filters(changes)
@@ -218,24 +225,27 @@ class Listener:
             self._tasks.create_task(self._login(action, self.access))
 
     async def _login(self, action: Authenticate, access: Access) -> None:
-        address = self._addresses.get(action.connection, "")
+        peer = self.peers.get(action.connection)
+        address = "" if peer is None else peer.address
         verdict = await login(access, self.logins, action.connect, address)
         self.apply(self.broker.admitted(action.connection, verdict, time.monotonic()))
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:
-            await self.serve(TcpLink(writer), _chunks(reader))
+            transport = "tcp" if self.tls is None else "tls"
+            await self.serve(TcpLink(writer), _chunks(reader), transport)
         finally:
             writer.close()
             with contextlib.suppress(ConnectionError, OSError):
                 await writer.wait_closed()
 
-    async def serve(self, link: Link, chunks: AsyncIterator[bytes]) -> None:
+    async def serve(self, link: Link, chunks: AsyncIterator[bytes], transport: str = "tcp") -> None:
         """Serve one client's connection: ``chunks`` are its bytes as read, ``link`` its way
-        back; returns when the connection ends (its will, if any, went out)."""
+        back (over ``transport``, for the list of clients); returns when the connection ends
+        (its will, if any, went out)."""
         connection = next(self._ids)
         self._links[connection] = link
-        self._addresses[connection] = link.address()
+        peer = self.peers[connection] = Peer(link.address(), time.time(), transport)
         throttle = Throttle(self.read_rate, self.read_burst) if self.read_rate > 0 else None
         self.broker.opened(connection, time.monotonic())
         try:
@@ -244,6 +254,8 @@ class Listener:
                     continue  # closed: read and dropped until the client closes (``LINGER``)
                 before = self.broker.packets(connection)
                 self.apply(self.broker.receive(connection, data, time.monotonic()))
+                self.traffic.received(data)
+                peer.traffic.received(data)
                 if throttle is not None:
                     read = self.broker.packets(connection) - before
                     wait = throttle.take(time.monotonic(), read) if read else 0.0
@@ -254,7 +266,7 @@ class Listener:
         finally:
             self.apply(self.broker.lost(connection, time.monotonic()))
             del self._links[connection]
-            del self._addresses[connection]
+            del self.peers[connection]
             timer = self._finishing.pop(connection, None)
             if timer is not None:
                 timer.cancel()

@@ -6,6 +6,8 @@ it. Logged messages' rows are deleted ``MESSAGE_TTL`` seconds later in a later b
 connecting it reads each routed dataset's rows (``ReadState`` of ``#``) into the broker's
 retained messages, so a restarted relay serves them at once. A refused batch is logged and
 counted (``refused``), not retried; a lost connection is retried with the batch in hand first.
+Both connections present the relay's token and dial with its TLS settings, as its upstream link
+does (``relay.config.Upstream``).
 """
 
 from __future__ import annotations
@@ -21,6 +23,8 @@ import numpy as np
 from websockets.asyncio.client import ClientConnection
 from websockets.exceptions import ConnectionClosed
 
+from fanout import tls
+from fanout.auth import PresentedToken
 from fanout.connection import dial
 from fanout.errors import ProtocolError
 from fanout.mqtt.broker import Broker
@@ -34,6 +38,7 @@ from fanout.mqtt.ingest import (
     logs_messages,
 )
 from fanout.mqtt.packets import Publish as MqttPublish
+from fanout.relay.config import Upstream
 from fanout.views import registry
 from fanout.views.topic import TopicFilter
 from fanout.wire import codec
@@ -56,11 +61,15 @@ MAX_FRAME = 64 << 20
 
 
 class ProducerLink:
-    """Sends ``pending`` to the publisher at ``url`` while the relay runs."""
+    """Sends ``pending`` to the relay's publisher (``upstream``) while the relay runs."""
 
-    def __init__(self, url: str, pending: Pending, broker: Broker, name: str = "relay") -> None:
+    def __init__(
+        self, upstream: Upstream, pending: Pending, broker: Broker, name: str = "relay"
+    ) -> None:
         """A link for ``pending``'s batches; ``broker`` gets the datasets' retained rows."""
-        self.url, self.pending, self.broker, self.name = url, pending, broker, name
+        self.url, self.pending, self.broker, self.name = upstream.publisher, pending, broker, name
+        self._ssl = tls.for_url(upstream.publisher, upstream.tls_ca)
+        self._token = PresentedToken(upstream.token, upstream.token_file)
         self.wake = asyncio.Event()
         self.sent = 0  # messages made durable
         self.refused = 0  # batches the publisher refused
@@ -78,9 +87,7 @@ class ProducerLink:
         delay = reconnect_delay
         while True:
             try:
-                async with dial(
-                    self.url, max_size=MAX_FRAME, compression=None, open_timeout=10
-                ) as websocket:
+                async with self._dial() as websocket:
                     keys = await self._handshake(websocket, "producer")
                     delay = reconnect_delay
                     await self._load_retained(keys)
@@ -90,8 +97,16 @@ class ProducerLink:
             await asyncio.sleep(delay)
             delay = min(delay * 2, 5.0)
 
+    def _dial(self) -> contextlib.AbstractAsyncContextManager[ClientConnection]:
+        return dial(self.url, max_size=MAX_FRAME, compression=None, open_timeout=10, ssl=self._ssl)
+
     async def _handshake(self, websocket: ClientConnection, role: str) -> dict[str, str]:
-        hello = Hello(version=PROTOCOL_VERSION, role=role, name=f"{self.name}-mqtt")  # type: ignore[arg-type]
+        hello = Hello(
+            version=PROTOCOL_VERSION,
+            role=role,  # type: ignore[arg-type]
+            name=f"{self.name}-mqtt",
+            token=self._token.current(),
+        )
         await websocket.send(codec.encode(hello))
         decoder = codec.from_publisher()
         check_welcome(decoder.decode(await websocket.recv()))
@@ -126,9 +141,7 @@ class ProducerLink:
     async def _load_retained(self, keys: dict[str, str]) -> None:
         """Read the routed datasets' rows as a reader (a producer only writes: each role reads
         or writes only what it is for), on a connection of its own."""
-        async with dial(
-            self.url, max_size=MAX_FRAME, compression=None, open_timeout=10
-        ) as websocket:
+        async with self._dial() as websocket:
             await self._handshake(websocket, "reader")
             await self._read_retained(websocket, keys)
 

@@ -7,15 +7,17 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 import uuid
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from fanout import tls
+from fanout import metrics, tls
 from fanout.auth import Verifier
 from fanout.cluster.registry import connect as redis_cluster
 from fanout.errors import ConfigError
 from fanout.metrics import Sample
+from fanout.mqtt import introspection
 from fanout.mqtt.access import Access, LoginLimiter
 from fanout.mqtt.acl import read_acl
 from fanout.mqtt.actions import Published
@@ -52,6 +54,7 @@ class MqttFrontEnd:
         """The parts ``config.mqtt`` asks for (its ``port`` set)."""
         self._config = config
         self._relay: RelayApi | None = None
+        self._started = time.monotonic()
         self._tasks: list[asyncio.Task[None]] = []
         self.listener, self.ingest, self.cluster = mqtt_parts(config, self._url)
         self.websockets: MqttWebSockets | None = None
@@ -80,7 +83,7 @@ class MqttFrontEnd:
 
     async def start(self, relay: RelayApi, tasks: asyncio.TaskGroup) -> None:
         """Start the ingest link, join the cluster, then listen; return once listening."""
-        self._relay = relay
+        self._relay, self._started = relay, time.monotonic()
         if self.ingest is not None:
             delay = self._config.upstream.reconnect_delay
             self._tasks.append(tasks.create_task(self.ingest.run(delay)))
@@ -91,6 +94,8 @@ class MqttFrontEnd:
         listening = asyncio.Event()
         self._tasks.append(tasks.create_task(self.listener.run(lambda _: listening.set())))
         await listening.wait()
+        if self._config.mqtt.sys_interval > 0:
+            self._tasks.append(tasks.create_task(self._publish_sys(self._config.mqtt.sys_interval)))
         where = self._config.listening.host
         over = "TLS" if self.listener.tls is not None else "TCP"
         log.info("relay %s: MQTT over %s on %s:%d", self._config.name, over, where, self.port)
@@ -102,9 +107,33 @@ class MqttFrontEnd:
         log.log(level, "relay %s: MQTT %s", self._config.name, describe(self.listener.access))
 
     def samples(self) -> list[Sample]:
-        """The MQTT port's figures for ``GET /metrics``: what access refused
-        (``mqtt.denials``)."""
-        return self.broker.denials.samples()
+        """The MQTT port's figures for ``GET /metrics``: the broker's (``mqtt.introspection``)
+        and what access refused (``mqtt.denials``)."""
+        figures = introspection.figures(self.broker, self.listener.traffic)
+        return introspection.samples(figures) + self.broker.denials.samples()
+
+    def pages(self) -> dict[str, tuple[str, introspection.Rows]]:
+        """The JSON pages of the relay's port (``GET`` path -> what a page names its rows, and
+        them; ``http.server`` serves them to admins): clients, sessions, subscriptions."""
+        broker, listener = self.broker, self.listener
+        return {
+            "/v1/mqtt/clients": ("clients", lambda: introspection.clients(broker, listener.peers)),
+            "/v1/mqtt/sessions": ("sessions", lambda: introspection.sessions(broker)),
+            "/v1/mqtt/subscriptions": (
+                "subscriptions",
+                lambda: introspection.subscriptions(broker),
+            ),
+        }
+
+    async def _publish_sys(self, interval: float) -> None:
+        """Publish the ``$SYS`` topics every ``interval`` seconds (``mqtt.introspection``)."""
+        version = metrics.build_info("relay").labels["version"]
+        while True:
+            figures = introspection.figures(self.broker, self.listener.traffic)
+            uptime = time.monotonic() - self._started
+            for message in introspection.sys_messages(figures, uptime, version):
+                self.listener.apply(self.broker.publish(message, now=time.monotonic()))
+            await asyncio.sleep(interval)
 
     async def stop(self) -> None:
         """Stop listening and leave the cluster: its tasks end."""
@@ -152,7 +181,7 @@ def mqtt_parts(
         listener.access, broker.gated = access, True
         listener.logins = LoginLimiter(config.mqtt.login_burst, config.mqtt.login_rate)
     if routes.datasets():
-        link = ProducerLink(config.upstream.publisher, pending, broker, config.name)
+        link = ProducerLink(config.upstream, pending, broker, config.name)
         if url is not None and plain:
             shared = config.mqtt.redis is None
             feed = LogFeed(

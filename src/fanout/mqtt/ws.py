@@ -124,7 +124,7 @@ class MqttWebSockets:
         link = WebSocketLink(connection)
         async with asyncio.TaskGroup() as tasks:
             sender = tasks.create_task(_sending(link))
-            await self.listener.serve(link, self._messages(connection))
+            await self.listener.serve(link, self._messages(connection), transport="websocket")
             sender.cancel()
 
     async def _messages(self, connection: ServerConnection) -> AsyncIterator[bytes]:

@@ -287,6 +287,8 @@ class Mqtt:
             neither a password file nor token keys (``auth``) check credentials.
         login_burst, login_rate: failed logins allowed from one address at once, and per
             second after (``mqtt.access.LoginLimiter``).
+        sys_interval: seconds between two publications of the broker's ``$SYS`` topics
+            (``mqtt.introspection``); 0: none.
     """
 
     port: int | None = None
@@ -306,12 +308,13 @@ class Mqtt:
     allow_anonymous: bool | None = None
     login_burst: int = 5
     login_rate: float = 0.2
+    sys_interval: float = 10.0
 
     def __post_init__(self) -> None:
         """Raises:
         ConfigError: a certificate without its key (or the other way round), client
             certificates without TLS, TLS or WebSockets without an MQTT port, a login limit
-            that could not work.
+            that could not work, a negative ``$SYS`` interval.
         """
         if self.port is None and (self.tls_cert is not None or self.websocket):
             raise ConfigError("--mqtt-tls-* and --mqtt-websocket need --mqtt-port")
@@ -324,6 +327,8 @@ class Mqtt:
                 f"mqtt login limits must be a burst >= 1 and a rate > 0, not"
                 f" {self.login_burst} and {self.login_rate}"
             )
+        if not 0 <= self.sys_interval < float("inf"):
+            raise ConfigError(f"--mqtt-sys-interval must be >= 0 s, not {self.sys_interval}")
 
 
 @dataclass(frozen=True)

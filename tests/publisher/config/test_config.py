@@ -52,6 +52,8 @@ def test_an_empty_file_serves_the_builtin_agents_with_the_command_lines_defaults
     assert settings.log_url() == f"sqlite:///{Path('var/publisher/log.db').resolve()}"
     assert settings == PublisherSettings()
     assert parse_config("[datasets]\n[publisher]\n") == settings
+    # the relays' tables, in a file both read, are theirs (``cli.settings``, ``cluster.settings``)
+    assert parse_config("[relay]\nmqtt_port = 1883\n[cluster]\nlease = 5\n") == settings
 
 
 def test_publisher_settings_are_read() -> None:

@@ -22,9 +22,10 @@ from fanout.publisher.config import load_config, parse_config
 MISTAKES = [
     # the document and [publisher]
     (
-        "[relay]\nport = 1",
-        "relay: unknown key (known keys: publisher, spark, datasets, auth, bus, cluster)",
+        "[proxy]\nport = 1",
+        "proxy: unknown key (known keys: publisher, spark, datasets, auth, bus, cluster, relay)",
     ),
+    ("[relays]\nport = 1", "relays: unknown key (did you mean 'relay'?)"),
     ("datasets = 5", "datasets: expected a table, not an integer (5)"),
     ('publisher = "x"', "publisher: expected a table, not a string ('x')"),
     ("[publisher]\nprot = 1", "publisher.prot: unknown key (did you mean 'port'?)"),

@@ -1,11 +1,11 @@
 """``fanout.toml``: the publisher's datasets and settings, read and checked.
 
 The file's tables (``[publisher]``, ``[spark]``, ``[auth]``, ``[bus]``, ``[datasets.NAME]``;
-``[cluster]`` is the relays') are documented in docs/configuration.md. Every mistake is a
-:class:`~fanout.errors.ConfigError` whose message starts with the file and the key path at fault
-(``fanout.toml: datasets.orders.key: 'oid' is not a column of the schema``). Nothing is guessed:
-unknown keys are errors (with a suggestion), numbers must be numbers, and every column a setting
-names must be declared.
+``[cluster]`` and ``[relay]`` are the relays') are documented in docs/configuration.md. Every
+mistake is a :class:`~fanout.errors.ConfigError` whose message starts with the file and the key
+path at fault (``fanout.toml: datasets.orders.key: 'oid' is not a column of the schema``).
+Nothing is guessed: unknown keys are errors (with a suggestion), numbers must be numbers, and
+every column a setting names must be declared.
 """
 
 from __future__ import annotations
@@ -182,8 +182,9 @@ def parse_config(text: str, source: str = "fanout.toml") -> PublisherSettings:
 
 
 def _settings(document: Table) -> PublisherSettings:
-    # [cluster] is the relays' (``fanout relay --config``, ``cluster.settings``).
-    check_keys(document, ("publisher", "spark", "datasets", "auth", "bus", "cluster"), "")
+    # [cluster] and [relay] are the relays' (``fanout relay --config``: ``cluster.settings``,
+    # ``cli.settings``).
+    check_keys(document, ("publisher", "spark", "datasets", "auth", "bus", "cluster", "relay"), "")
     declared = read_datasets(document["datasets"]) if "datasets" in document else {}
     settings = PublisherSettings(datasets=declared or builtin_datasets())
     if "auth" in document:

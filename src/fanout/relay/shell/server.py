@@ -98,6 +98,8 @@ class RelayServer:
         mqtt_websockets = None if self.mqtt is None else self.mqtt.on_the_port(self._listener)
         if mqtt_websockets is not None:
             self.http.mqtt_upgrade = mqtt_websockets.take
+        if self.mqtt is not None:
+            self.http.pages.update(self.mqtt.pages())
         #: Why a front end could not start, if one could not.
         self._not_started: Exception | None = None
         self.upstream = UpstreamLink(

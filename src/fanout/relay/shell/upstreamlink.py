@@ -21,6 +21,7 @@ from collections.abc import Callable, Iterable
 from websockets.exceptions import ConnectionClosed
 
 from fanout import tls
+from fanout.auth import PresentedToken
 from fanout.cluster.sharing import Sharing
 from fanout.cluster.upstreams import PUBLISHER
 from fanout.connection import Outbound, dial
@@ -96,7 +97,7 @@ class UpstreamLink:
         self.writer = Writer(relays, dispatch, wake, self.drop)
         self.wake = wake
         self.tls_ca = config.upstream.tls_ca
-        self._token, self._token_file = config.upstream.token, config.upstream.token_file
+        self._token = PresentedToken(config.upstream.token, config.upstream.token_file)
         self._outbound: Outbound | None = None
         self._transport: asyncio.Transport | None = None
         self.ready = asyncio.Event()
@@ -107,16 +108,8 @@ class UpstreamLink:
 
     @property
     def token(self) -> str:
-        """The token to present upstream: the token file's as it is now (a token renewed
-        there is presented at the next connection), else the one the relay started with."""
-        if self._token_file is not None:
-            try:
-                self._token = self._token_file.read_text(encoding="utf-8").strip()
-            except OSError as exc:
-                log.warning(
-                    "token file %s: %s; presenting the last token read", self._token_file, exc
-                )
-        return self._token
+        """The token to present upstream, as it is now (``auth.PresentedToken``)."""
+        return self._token.current()
 
     @property
     def connected(self) -> bool:
