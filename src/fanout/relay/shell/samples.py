@@ -94,7 +94,15 @@ CORE: dict[str, tuple[Kind, str]] = {
     "below_snapshots": ("counter", "Primitives of relays below whose snapshot was sent."),
     "below_curiosity_passed": (
         "counter",
-        "Curiosity requests of relays below passed upstream (not answerable from the window).",
+        "Curiosity requests passed upstream for relays below (not answerable from the window).",
+    ),
+    "below_curiosity_passed_seqs": (
+        "counter",
+        "Seqs asked upstream for relays below: each once while in flight, however many ask.",
+    ),
+    "below_curiosity_merged": (
+        "counter",
+        "Curiosity requests of relays below needing nothing new upstream (seqs in flight).",
     ),
     "below_curiosity_answered": (
         "counter",
