@@ -108,8 +108,9 @@ class Relays:
 
     Attributes:
         forwarded: batches sent to relays below; snapshots: primitives below made live;
-        passed: curiosity requests passed upstream, and passed_seqs their seqs; merged: asks
-        needing no new request (their seqs already asked); answered: answered from the window.
+        asked: curiosity requests from relays below; passed: requests passed upstream for
+        them, and passed_seqs their seqs; merged: asks needing no new request (their seqs
+        already asked); answered: answered from the window.
     """
 
     def __init__(self, core: RelayCore, max_primitives: int = 10_000) -> None:
@@ -129,6 +130,7 @@ class Relays:
         self.stopped: dict[str, DatasetState] = {}
         self.forwarded = 0
         self.snapshots = 0
+        self.asked = 0
         self.passed = 0
         self.passed_seqs = 0
         self.merged = 0
@@ -344,6 +346,7 @@ class Relays:
     # -- curiosity and knowledge -----------------------------------------------------------
 
     def _curious(self, below: Below, curious: Curious) -> list[Send]:
+        self.asked += 1
         history = self.core.histories.get(curious.dataset)
         if history is None:
             message = f"unknown dataset {curious.dataset!r}"
@@ -443,6 +446,7 @@ class Relays:
             "below_primitives": sum(len(b.prims) for b in self.below.values()),
             "below_batches": self.forwarded,
             "below_snapshots": self.snapshots,
+            "below_curiosity_asked": self.asked,
             "below_curiosity_passed": self.passed,
             "below_curiosity_passed_seqs": self.passed_seqs,
             "below_curiosity_merged": self.merged,

@@ -92,6 +92,7 @@ CORE: dict[str, tuple[Kind, str]] = {
     "assembled": ("counter", "Seqs assembled from the pieces of more than one upstream."),
     "peer_links": ("gauge", "Links open now to relays of the map this relay forwards to."),
     "below_snapshots": ("counter", "Primitives of relays below whose snapshot was sent."),
+    "below_curiosity_asked": ("counter", "Curiosity requests from relays below."),
     "below_curiosity_passed": (
         "counter",
         "Curiosity requests passed upstream for relays below (not answerable from the window).",
