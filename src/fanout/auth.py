@@ -5,8 +5,9 @@ With authentication configured (``AuthConfig``), every connection presents a JSO
 its ``Hello``, or to the HTTP API as a bearer token or ``access_token=``), HS256 or RS256,
 checked by PyJWT; one without a valid token is refused before it reads or writes anything.
 Claims read: ``exp`` (required), ``nbf``, ``iat``, ``aud`` and ``iss`` when configured;
-``roles`` (``subscriber``, ``producer``, ``relay``; a reader needs ``relay``); ``sub`` for logs;
-``rules`` per dataset (``relay.core.rules``). Refusals never echo the token, and say what is
+``roles`` (``subscriber``, ``producer``, ``relay``, ``admin``: a reader needs ``relay``, the
+relay's admin API ``admin``); ``sub`` for logs; ``rules`` per dataset (``relay.core.rules``).
+Refusals never echo the token, and say what is
 wrong in words a client's developer can act on.
 """
 
@@ -26,9 +27,15 @@ from fanout.errors import ConfigError, Unauthorized
 
 Algorithm = Literal["HS256", "RS256"]
 ALGORITHMS: tuple[Algorithm, ...] = ("HS256", "RS256")
-ROLES = ("subscriber", "producer", "relay")
+ROLES = ("subscriber", "producer", "relay", "admin")
 #: The token role each ``Hello`` role needs.
-NEEDED = {"subscriber": "subscriber", "producer": "producer", "relay": "relay", "reader": "relay"}
+NEEDED = {
+    "subscriber": "subscriber",
+    "producer": "producer",
+    "relay": "relay",
+    "reader": "relay",
+    "admin": "admin",
+}
 #: Shortest HS256 secret accepted, in bytes (RFC 7518 3.2: at least the hash's size).
 MIN_SECRET = 32
 

@@ -30,6 +30,7 @@ import h11
 
 from fanout import metrics, tls
 from fanout.errors import Unauthorized
+from fanout.http import admin
 from fanout.http.answers import (
     SERVER,
     Answer,
@@ -148,6 +149,8 @@ class HttpFrontEnd:
             if self.mqtt_upgrade is not None and (path == MQTT_PATH or _asks_mqtt(request)):
                 upgrade = self.mqtt_upgrade
             upgrade(connection.transport, head)
+        elif path in admin.PATHS:
+            connection.answer(self._admin(method, path, headers, target))
         elif path in (SUBSCRIBE, DATASETS) and method != "GET":
             status, extra, body = not_a_get(method)
             connection.answer(
@@ -173,6 +176,20 @@ class HttpFrontEnd:
         shown = visible({info.name: info for info in self.relay.catalog()}, grant)
         body = datasets_json(list(shown.values()), self.relay.held())
         return Answer(HTTPStatus.OK, json_headers(len(body), HTTPStatus.OK), body)
+
+    def _admin(self, method: str, path: str, headers: Mapping[str, str], target: str) -> Answer:
+        """An admin request (``http.admin``): its token must grant role ``admin``."""
+        if method != "GET":
+            status, extra, body = not_a_get(method)
+            return Answer(status, json_headers(len(body), status, extra, cors=True), body)
+        try:
+            self.relay.authenticate(request_token(headers, target), "admin")
+            body = admin.answer(self.relay, path, target.partition("?")[2])
+        except Unauthorized as exc:
+            return refusal(unauthorized(exc))
+        except HttpError as exc:
+            return refusal(exc)
+        return Answer(HTTPStatus.OK, json_headers(len(body), HTTPStatus.OK, cors=True), body)
 
     def _stream(self, stream: HttpSubscription) -> None:
         assert self._tasks is not None, "the HTTP front end is not started"

@@ -7,9 +7,8 @@
    stamped with the last seq forwarded, once ready primitives cover it.
 3. **Batches.** Each batch written here is forwarded at once, before its swap, to every relay
    below, cut to its live primitives (``tiers.cut``); those this relay snapshotted go whole.
-4. **Curiosity.** Answered from the window when every seq asked is whole there, else passed up
-   merged with the asks of other relays below: each seq asked upstream once while in flight
-   (``tiers.curiosity``).
+4. **Curiosity.** Answered from the window when every seq is whole there, else passed up merged
+   with other relays' asks: each seq asked once while in flight (``tiers.curiosity``).
 5. **Horizons.** The lowest of this relay's ``every`` subscriptions' and the relays' below.
 6. **Losing upstream.** The relays below are dropped (``upstream_lost``) and connect again.
 Kinds differ only by the kind's answers (``primitive``, ``holds``, ``contents``); an ``Acquire``
