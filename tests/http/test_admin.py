@@ -42,11 +42,19 @@ async def deployment() -> AsyncIterator[tuple[ScriptedPublisher, str, str]]:
         connect(relay_url, token=SUBSCRIBER) as subscriber,
     ):
         view = await subscriber.subscribe(Box((0, 0), (10, 10)))
-        acquire = await publisher.next_acquire()
+        await publisher.next_acquire()
         rows = {"id": [1, 2, 3], "x": [1.0, 4.0, 8.0], "y": [1.0, 4.0, 8.0]}
-        await publisher.send(rows, snapshots=[acquire.prim])
+        await publisher.send(rows, snapshots=publisher.take_fresh())
         await eventually(lambda: len(view.rows) == 3)
         yield publisher, relay_url, relay_url.replace("ws://", "http://")
+
+
+def near(colours: list[str], wanted: tuple[int, int, int]) -> bool:
+    """Whether a pixel of ``colours`` ("r,g,b") is ``wanted`` (within anti-aliasing)."""
+    return any(
+        sum(abs(int(c) - w) for c, w in zip(colour.split(","), wanted, strict=True)) < 30
+        for colour in colours
+    )
 
 
 def bearer(token: str) -> dict[str, str]:
@@ -130,3 +138,45 @@ async def test_fanout_explain_relay_prints_the_relays_answer(
         assert await asyncio.to_thread(main, args) == 1
         assert "403 forbidden" in capsys.readouterr().err
         assert await asyncio.to_thread(main, [*args, "--have", "box:0,0,1,1"]) == 2
+
+
+async def test_the_viewer_draws_the_relays_primitives_and_its_subscribers_views(
+    tmp_path,  # type: ignore[no-untyped-def]
+) -> None:
+    from fanout.testing.browser import open_browser
+
+    both = issue("HS256", SECRET, ["subscriber", "admin"])
+    async with deployment() as (publisher, _, base):
+        page_url = f"{base}/?dataset=agents&view=box:0,0,40,40&admin=1&access_token={both}"
+        async with open_browser(page_url, tmp_path / "browser") as page:
+
+            async def system() -> dict | None:  # snapshots of what the page acquired, until drawn
+                await publisher.send(
+                    {"id": [4], "x": [30.0], "y": [30.0]}, snapshots=publisher.take_fresh()
+                )
+                return await page.evaluate("window.fanoutViewer.system")  # type: ignore[no-any-return]
+
+            drawn = await eventually(
+                system, lambda s: s is not None and len(s["subscribers"]) == 2, timeout=30
+            )
+            assert "box:0,0,10,10" in [p["view"] for p in drawn["held"]]
+            assert "box:0,0,10,10" in drawn["subscribers"]  # the WebSocket subscriber's view
+            served = await page.evaluate("window.fanoutViewer.servedView")
+            assert served in drawn["subscribers"]  # and the page's own
+            colours = await page.evaluate(
+                "(() => { const c = document.getElementById('map');"
+                " const d = c.getContext('2d').getImageData(0, 0, c.width, c.height).data;"
+                " const seen = new Set(); for (let i = 0; i < d.length; i += 4)"
+                " seen.add(`${d[i]},${d[i+1]},${d[i+2]}`); return [...seen]; })()"
+            )
+            assert near(colours, (64, 192, 176)) and near(colours, (224, 160, 64))
+            assert await page.evaluate("window.fanoutViewer.rows.size") == 4
+            stats = await page.evaluate("document.getElementById('stats').textContent")
+            assert "held" in stats and "subscribers 2" in stats
+            await page.screenshot(tmp_path / "admin-layer.png")
+        only_subscriber = page_url.replace(both, SUBSCRIBER)
+        async with open_browser(only_subscriber, tmp_path / "browser-2") as page:
+            error = await eventually(
+                lambda: page.evaluate("window.fanoutViewer.systemError"), bool, timeout=30
+            )
+            assert "forbidden" in error
