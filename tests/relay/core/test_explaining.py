@@ -10,10 +10,15 @@ from hypothesis import strategies as st
 
 from fanout.errors import InvalidView, Unauthorized
 from fanout.relay.core.explaining import explain
-from fanout.relay.core.relaycore import RelayCore
+from fanout.relay.core.relaycore import UPSTREAM, RelayCore
+from fanout.testing import batches as kit
+from fanout.testing.catalog import AGENTS, sensors
+from fanout.testing.relaycore import frames_to, ready_core
 from fanout.views import Box
 from fanout.views.region import Relative, Sphere
 from fanout.views.text import to_text
+from fanout.views.topic import parse as topic
+from fanout.wire.messages import Acquire, Subscribe
 
 from .conversations import ready_relay, subscribe
 
@@ -70,3 +75,20 @@ def test_the_residual_is_what_subscribing_would_acquire_and_nothing_is_acquired(
     acquired = subscribe(core, view, sub=5)
     assert [r["view"] for r in said["residual"]] == [to_text(a.view) for a in acquired]
     assert said["covered"] == (not acquired)
+
+
+def test_a_topic_view_is_explained_by_its_kind_as_subscribing_would_plan_it() -> None:
+    core = ready_core(AGENTS, sensors())
+    view = topic("plant/+/temp")
+    said = explain(core.parts, "sensors", view, None, 1.0)
+    assert said["held"] == [] and not said["covered"]
+    ask = Subscribe(1, "sensors", view, rate=10.0)
+    acquired = [f for f in frames_to(core.on_subscribe(1, ask), UPSTREAM) if isinstance(f, Acquire)]
+    assert [r["view"] for r in said["residual"]] == [to_text(a.view) for a in acquired]
+    rows = {"topic": ["plant/1/temp", "yard/1/temp"], "value": [1.0, 2.0]}
+    prims = [a.prim for a in acquired]
+    core.on_batch(kit.batch(0, rows, dataset="sensors", key="topic", snapshots=prims))
+    core.end_epoch()
+    said = explain(core.parts, "sensors", view, None, 1.0)
+    assert said["covered"] and said["covered_by"] == prims and said["residual"] == []
+    assert said["cost"]["rows"] == 1

@@ -51,7 +51,10 @@ def explain(
     read = sorted({name for name, _ in needs})
     held = [prim for name in read for prim in parts.upstream.of(name)]
     covering = [p for p in held if any(_meets(p, name, need) for name, need in needs)]
-    ready = [p.view for p in held if p.ready]
+    ready: dict[str, list[View]] = {}
+    for prim in held:
+        if prim.ready:
+            ready.setdefault(prim.dataset, []).append(prim.view)
     rows = sum(
         int(parts.kinds[name].holds([need], _active(parts, name)).sum()) for name, need in needs
     )
@@ -66,7 +69,7 @@ def explain(
         "effective_view": to_text(served),
         "held": [_primitive(p) for p in held],
         "covered_by": [p.prim for p in covering],
-        "covered": all(covers(ready, need) for _, need in needs) if ready else not needs,
+        "covered": all(covers(ready.get(name, []), need) for name, need in needs),
         "residual": [
             {"dataset": name, "view": to_text(piece)} for name, piece in kind.plan(served)
         ],
