@@ -88,8 +88,8 @@ def test_bad_configurations_are_refused_when_made(rsa: tuple[str, str]) -> None:
         AuthConfig("RS256", rsa[0])  # the private key: never handed to relays
     with pytest.raises(ConfigError, match="one of HS256, RS256"):
         AuthConfig("none", SECRET)  # type: ignore[arg-type]
-    with pytest.raises(ConfigError, match="unknown role 'admin'"):
-        issue("HS256", SECRET, ["admin"])
+    with pytest.raises(ConfigError, match="unknown role 'root'"):
+        issue("HS256", SECRET, ["root"])
 
 
 def test_fanout_token_signs_what_the_relay_verifies(tmp_path, capsys) -> None:  # type: ignore[no-untyped-def]

@@ -442,18 +442,16 @@ async def test_a_mid_relay_restarted_under_many_edges_asks_upstream_once_per_gap
                 what=f"every follower past seq {target}",
             )
             counters = await asyncio.to_thread(scrape, mid.url)
-            with SqliteLog(tmp_path / "publisher" / "log.db") as stored:
-                latest = stored.bounds("agents", followers[0].updates[0].epoch)
-            assert latest is not None
             for follower in followers:
                 await follower.stop()
                 assert follower.view.gaps == 0 and follower.view.resyncs == 0
     finally:
         for child in [*edges, mid]:
             await child.stop()
-    # Every edge asked for the seqs it lacked; upstream was asked each of them once at most:
-    # no more seqs than the log holds past the lowest seq any edge had before the restart.
+    # Every edge asked for the seqs it lacked; upstream was asked each of them once at most: no
+    # more seqs than were logged between the lowest seq an edge had before the restart and the
+    # restarted mid relay's first (it served once connected: by ``bounds``, give or take a few).
     asked = counters["fanout_relay_below_curiosity_asked_total"]
     upstream = counters["fanout_relay_below_curiosity_passed_seqs_total"]
     assert asked >= EDGES, counters
-    assert 0 < upstream <= latest[1] - lowest, (upstream, latest, lowest)
+    assert 0 < upstream <= bounds[1] - lowest + 5, (counters, bounds, lowest)
