@@ -5,8 +5,9 @@ With authentication configured (``AuthConfig``), every connection presents a JSO
 its ``Hello``, or to the HTTP API as a bearer token or ``access_token=``), HS256 or RS256,
 checked by PyJWT; one without a valid token is refused before it reads or writes anything.
 Claims read: ``exp`` (required), ``nbf``, ``iat``, ``aud`` and ``iss`` when configured;
-``roles`` (``subscriber``, ``producer``, ``relay``, ``admin``; a reader needs ``relay``); ``sub``;
-``rules`` per dataset (``relay.core.rules``). Refusals never echo the token, and say what is
+``roles`` (``subscriber``, ``producer``, ``relay``, ``admin``: a reader needs ``relay``, the
+relay's admin API, MQTT lists and ``$SYS`` ``admin``); ``sub`` for logs; ``rules`` per dataset
+(``relay.core.rules``). Refusals never echo the token, and say what is
 wrong in words a client's developer can act on.
 """
 
@@ -29,7 +30,8 @@ log = logging.getLogger(__name__)
 
 Algorithm = Literal["HS256", "RS256"]
 ALGORITHMS: tuple[Algorithm, ...] = ("HS256", "RS256")
-#: ``admin``: a relay's MQTT figures and lists (``GET /v1/mqtt/...``, ``$SYS`` over MQTT).
+#: ``admin``: a relay's admin API, its MQTT figures and lists (``GET /v1/admin/...``,
+#: ``GET /v1/mqtt/...``, ``$SYS`` over MQTT).
 ROLES = ("subscriber", "producer", "relay", "admin")
 #: The token role each ``Hello`` role (or ``admin``) needs.
 NEEDED = {

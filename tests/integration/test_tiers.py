@@ -109,9 +109,12 @@ async def publisher(children: Children, tmp_path: Path) -> AsyncIterator[Child]:
         await child.stop()
 
 
-async def _mid(children: Children, publisher: Child, tmp_path: Path, port: int) -> Child:
-    args = ["--publisher", publisher.url, "--port", str(port), "--name", "mid", "--serve-relays"]
-    return await children.start("relay", [*args, "--log-level", "info"], tmp_path / "relay-mid.log")
+async def _mid(
+    children: Children, publisher: Child, tmp_path: Path, port: int, name: str = "mid"
+) -> Child:
+    args = ["--publisher", publisher.url, "--port", str(port), "--name", name, "--serve-relays"]
+    log = tmp_path / f"relay-{name}.log"
+    return await children.start("relay", [*args, "--log-level", "info"], log)
 
 
 @pytest_asyncio.fixture(scope="module", loop_scope="module")
@@ -403,3 +406,67 @@ async def test_a_restarted_mid_relay_costs_every_mode_subscribers_of_the_edge_no
                 follower.updates, box, key="id", index=("x", "y"), log=stored, dataset="agents"
             )
             assert report.clean, report.problems
+
+
+EDGES = 4  # edge relays under one mid relay, their every-mode subscribers missing the same seqs
+GAP = 6  # seqs logged at least while the mid relay is away
+
+
+def _logged(tmp_path: Path, epoch: int) -> int:
+    """The last seq of ``agents`` the publisher logged in ``epoch`` (-1: none)."""
+    with SqliteLog(tmp_path / "publisher" / "log.db") as stored:
+        bounds = stored.bounds("agents", epoch)
+    return -1 if bounds is None else bounds[1]
+
+
+async def test_a_mid_relay_restarted_under_many_edges_asks_upstream_once_per_gap(
+    children: Children, publisher: Child, tmp_path: Path
+) -> None:
+    port = free_port()
+    mid = await _mid(children, publisher, tmp_path, port, name="merging")
+    edges = []
+    for number in range(EDGES):
+        args = ["--upstream", mid.url, "--port", "0", "--name", f"edge-{number}"]
+        log = tmp_path / f"relay-edge-{number}.log"
+        edges.append(await children.start("relay", [*args, "--log-level", "info"], log))
+    try:
+        async with contextlib.AsyncExitStack() as stack:
+            sides = [await stack.enter_async_context(connect(edge.url)) for edge in edges]
+            followers = [Recorder(await side.subscribe(BOXES[0], mode="every")) for side in sides]
+            await until(followers, 5)
+            mid.kill()  # every edge loses the same seqs while it is away
+            await mid.process.wait()
+            lowest = min(f.updates[-1].seq for f in followers)
+            epoch = followers[0].updates[0].epoch
+            await eventually(  # a gap of several seqs: asked once, not once an edge
+                lambda: _logged(tmp_path, epoch),
+                lambda last: last >= lowest + GAP,
+                timeout=120,
+                every=0.2,
+                what=f"seq {lowest + GAP} logged",
+            )
+            mid = await _mid(children, publisher, tmp_path, port, name="merging")
+            first = _logged(tmp_path, epoch)  # the restarted mid relay serves from about here
+            target = first + 3
+            await eventually(
+                lambda: [f.updates[-1].seq for f in followers],
+                lambda seqs: min(seqs) >= target,
+                timeout=300,
+                every=0.5,
+                what=f"every follower past seq {target}",
+            )
+            counters = await asyncio.to_thread(scrape, mid.url)
+            for follower in followers:
+                await follower.stop()
+                assert follower.view.gaps == 0 and follower.view.resyncs == 0
+    finally:
+        for child in [*edges, mid]:
+            await child.stop()
+    # Every edge asked for the seqs it lacked; upstream was asked each of them once at most: no
+    # more seqs than were logged between the lowest seq an edge had before the restart and the
+    # restarted mid relay's first (it served once connected: by ``first``, give or take a few).
+    curiosity = {name: value for name, value in counters.items() if "curiosity" in name}
+    asked = curiosity["fanout_relay_below_curiosity_asked_total"]
+    upstream = curiosity["fanout_relay_below_curiosity_passed_seqs_total"]
+    assert asked >= EDGES, curiosity
+    assert 0 < upstream <= first - lowest + 5, (curiosity, first, lowest)

@@ -253,15 +253,36 @@ def _explain_parser(commands: Any) -> None:
         "--json",
         action="store_true",
         help="one JSON object: kind, view, have, covered, residual, residual_share (and"
-        " effective_view or refused with --rule)",
+        " effective_view or refused with --rule); with --relay, the relay's answer",
     )
+    parser.add_argument(
+        "--relay",
+        default=None,
+        metavar="URL",
+        help="explain against this running relay: what it holds, covers the view with, would"
+        " acquire, and the view's cost (its admin API: a token with role admin)",
+    )
+    parser.add_argument(
+        "--rate", type=float, default=None, help="with --relay: pushes/s to cost (default 10)"
+    )
+    cli_security.add_client(parser)
     parser.set_defaults(run=_run_explain)
 
 
 def _run_explain(args: argparse.Namespace) -> int:
+    from fanout.cli import explain as cli_explain
     from fanout.views.explain import explain
     from fanout.views.text import parse, to_text
 
+    if args.relay is not None:
+        if args.have or args.kind:
+            raise ConfigError("--have and --kind are for explaining offline; a relay knows both")
+        args.rate = 10.0 if args.rate is None else args.rate
+        return cli_explain.run(args)
+    offline = {"--rate": args.rate, "--token-file": args.token_file, "--tls-ca": args.tls_ca}
+    for flag, value in offline.items():
+        if value is not None:
+            raise ConfigError(f"{flag} is for explaining against a relay (--relay)")
     kind = args.kind or BUILTIN_KINDS.get(args.dataset)
     if kind is None:
         raise ConfigError(

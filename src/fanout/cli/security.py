@@ -106,7 +106,7 @@ def token_parser(commands: Any, command: Any) -> None:
     parser = command(
         commands,
         "token",
-        help="sign a token (JWT) for a subscriber, producer or relay",
+        help="sign a token (JWT) for a subscriber, producer, relay or admin",
         description=(
             "Sign a JSON Web Token granting roles and, optionally, per-dataset rules, and print"
             " it. Give it to the connecting side (--token-file, $FANOUT_TOKEN, Hello.token, or"

@@ -1,63 +1,111 @@
-"""The relay's admin pages (docs/mqtt.md, "Introspection"): JSON lists a front end offers on
-the relay's port (the MQTT broker's clients, sessions and subscriptions), for tokens granting
-``admin`` (anyone when the relay asks for no token), ``?limit=`` rows from ``?offset=`` at a
-time, with the total, as NATS's monitoring endpoints (``/connz``) page theirs."""
+"""The relay's admin API, for tokens with role ``admin``: a live EXPLAIN and the subscribers
+that cost the most (docs/http.md, "Admin").
+
+``GET /v1/admin/explain?dataset=&view=[&rule=DATASET=VIEW...][&rate=]`` explains a view as the
+relay holds things now (``relay.core.explaining``), narrowed by the rules given as a token's
+``rules`` claim would narrow it; ``GET /v1/admin/subscribers?top=N`` lists the top ``N`` by
+bytes pushed (``relay.shell.admin``). Nothing here touches a socket: requests in, JSON out.
+"""
 
 from __future__ import annotations
 
+import math
 import urllib.parse
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping
 from http import HTTPStatus
-from typing import Any
 
 import msgspec
 
-from fanout.errors import Unauthorized
-from fanout.http.answers import Answer, json_headers, refusal, request_token, unauthorized
+from fanout.errors import InvalidView, Unauthorized
 from fanout.http.api import HttpError
 from fanout.relay.api import RelayApi
+from fanout.views import registry
+from fanout.views.text import parse as parse_view
 
-#: A page: what its JSON names its rows, and how to make them (when asked).
-Page = tuple[str, Callable[[], Sequence[Mapping[str, Any]]]]
-#: Rows a page holds unless ``limit`` says otherwise (NATS's default), and at most.
-DEFAULT_LIMIT, MAX_LIMIT = 1024, 100_000
-PARAMETERS = frozenset({"limit", "offset", "access_token"})
+EXPLAIN = "/v1/admin/explain"
+SUBSCRIBERS = "/v1/admin/subscribers"
+PATHS = frozenset({EXPLAIN, SUBSCRIBERS})
+#: Query parameters each path takes; any other is refused (a typo would be ignored).
+PARAMETERS = {
+    EXPLAIN: frozenset({"dataset", "view", "rule", "rate", "access_token"}),
+    SUBSCRIBERS: frozenset({"top", "access_token"}),
+}
+#: Most subscribers one request may list.
+MOST = 1000
 _JSON = msgspec.json.Encoder()
 
 
-def listing(relay: RelayApi, page: Page, target: str, headers: Mapping[str, str]) -> Answer:
-    """Answer a ``GET`` of ``page`` (``target``: the request's target): 401 or 403 for a
-    token that does not grant ``admin``, 400 for bad paging, else the page's JSON."""
-    try:
-        relay.authenticate(request_token(headers, target), "admin")
-        offset, limit = paging(urllib.parse.urlsplit(target).query)
-    except Unauthorized as exc:
-        return refusal(unauthorized(exc))
-    except HttpError as exc:
-        return refusal(exc)
-    name, rows = page
-    listed = rows()
-    shown = list(listed[offset : offset + limit])
-    body = _JSON.encode(
-        {"total": len(listed), "offset": offset, "limit": limit, "count": len(shown), name: shown}
-    )
-    return Answer(HTTPStatus.OK, json_headers(len(body), HTTPStatus.OK), body)
-
-
-def paging(query: str) -> tuple[int, int]:
-    """``offset`` and ``limit`` from a query string.
+def answer(relay: RelayApi, path: str, query: str) -> bytes:
+    """The JSON body answering an admin request (its token already checked).
 
     Raises:
-        HttpError: 400: an unknown parameter, or a value that is not a whole number in range.
+        HttpError: a missing, repeated, unknown or malformed parameter (400), an unknown
+            dataset (404), a view the relay cannot explain (400), rules refusing it (403).
     """
-    values = {"offset": 0, "limit": DEFAULT_LIMIT}
-    for name, text in urllib.parse.parse_qsl(query, keep_blank_values=True):
-        if name not in PARAMETERS:
-            raise HttpError(400, "bad_request", f"unknown parameter {name!r} (limit, offset)")
-        if name == "access_token":
-            continue
-        if not text.isdigit() or not (name == "offset" or 1 <= int(text) <= MAX_LIMIT):
-            bound = "a whole number >= 0" if name == "offset" else f"from 1 to {MAX_LIMIT}"
-            raise HttpError(400, "bad_request", f"{name} must be {bound}, not {text!r}")
-        values[name] = int(text)
-    return values["offset"], values["limit"]
+    params = _params(query, PARAMETERS[path])
+    if path == SUBSCRIBERS:
+        return _JSON.encode(relay.subscribers(_top(params))) + b"\n"
+    dataset = _one(params, "dataset")
+    datasets = relay.datasets()
+    if dataset not in datasets:
+        known = ", ".join(sorted(datasets)) or "none yet: the relay is not connected upstream"
+        raise HttpError(404, "unknown_dataset", f"unknown dataset {dataset!r} (known: {known})")
+    language = registry.language(datasets[dataset])
+    rules: dict[str, list[str]] | None = None
+    for rule in params.get("rule", []):
+        name, equals, text = rule.partition("=")
+        if not (name and equals and text):
+            raise HttpError(400, "bad_request", f"rule {rule!r}: expected DATASET=VIEW")
+        rules = rules or {}
+        rules.setdefault(name, []).append(text)
+    try:
+        view = parse_view(_one(params, "view"), language)
+        said = relay.explain(dataset, view, rules, _rate(params))
+    except InvalidView as exc:
+        raise HttpError(400, "invalid_view", f"view: {exc}") from None
+    except Unauthorized as exc:
+        raise HttpError(HTTPStatus.FORBIDDEN, exc.code, exc.message) from None
+    return _JSON.encode(said) + b"\n"
+
+
+def _params(query: str, known: frozenset[str]) -> dict[str, list[str]]:
+    try:
+        pairs = urllib.parse.parse_qsl(
+            query, keep_blank_values=True, strict_parsing=bool(query), max_num_fields=64
+        )
+    except ValueError as exc:
+        raise HttpError(400, "bad_request", f"the query string does not parse: {exc}") from None
+    params: dict[str, list[str]] = {}
+    for name, value in pairs:
+        if name not in known:
+            expected = ", ".join(sorted(known))
+            raise HttpError(400, "bad_request", f"unknown parameter {name!r} (known: {expected})")
+        params.setdefault(name, []).append(value)
+    return params
+
+
+def _one(params: Mapping[str, list[str]], name: str) -> str:
+    values = params.get(name, [])
+    if len(values) > 1:
+        raise HttpError(400, "bad_request", f"parameter {name!r} given twice")
+    if not values or not values[0]:
+        raise HttpError(400, "bad_request", f"parameter {name!r} is required")
+    return values[0]
+
+
+def _top(params: Mapping[str, list[str]]) -> int:
+    text = _one(params, "top") if "top" in params else "20"
+    if not text.isdigit() or not 1 <= int(text) <= MOST:
+        raise HttpError(400, "bad_request", f"top must be a whole number 1 to {MOST}, not {text!r}")
+    return int(text)
+
+
+def _rate(params: Mapping[str, list[str]]) -> float:
+    text = _one(params, "rate") if "rate" in params else "10"
+    try:
+        rate = float(text)
+    except ValueError:
+        rate = math.nan
+    if not (math.isfinite(rate) and rate > 0):
+        raise HttpError(400, "bad_request", f"rate must be a positive number, not {text!r}")
+    return rate

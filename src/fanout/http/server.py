@@ -2,14 +2,13 @@
 
 The HTTP front end (``relay.api.FrontEnd``) listens on the relay's port and reads each
 connection's request with h11. A WebSocket upgrade is handed over whole, with the bytes read so
-far, to the WebSocket server (``Upgrade``) — or, if it asks for the subprotocol ``mqtt`` or
-the path ``/mqtt`` and MQTT over WebSockets is on, to the MQTT front end. Anything else is
-answered here: a ``/v1/subscribe`` request with a stream (``http.stream``), which holds one
-subscription of the relay's core until the subscription ends or the client goes away;
-``GET /v1/datasets``, the viewer's files, the admin pages (``http.admin``), ``/metrics`` and the
-probes (``metrics.answer``) with a whole answer; the API's paths by another method with
-``not_a_get`` (``OPTIONS``: a CORS preflight); any other path with 426, the port being a
-WebSocket one. Every answer closes its connection.
+far, to the WebSocket server — or, if it asks for the subprotocol ``mqtt`` or the path
+``/mqtt`` and MQTT over WebSockets is on, to the MQTT front end. Anything else is answered here:
+``/v1/subscribe`` with a stream (``http.stream``); ``POST /v1/publish/...`` (``http.api``);
+``GET /v1/datasets``, the viewer's files, the admin API (``http.admin``), the front ends' lists
+(``http.pages``), ``/metrics`` and the probes with a whole answer; the API's paths by another
+method with ``not_a_get`` (``OPTIONS``: a CORS preflight); any other path with 426. Every
+answer closes its connection.
 
 Bounds: a request head larger than h11's limit (16 KiB) is answered 431, a malformed one 400;
 a connection that has not sent its request within ``opening`` seconds is closed.
@@ -31,7 +30,7 @@ import h11
 
 from fanout import metrics, tls
 from fanout.errors import Unauthorized
-from fanout.http.admin import Page, listing
+from fanout.http import admin
 from fanout.http.answers import (
     SERVER,
     Answer,
@@ -43,6 +42,7 @@ from fanout.http.answers import (
     unauthorized,
 )
 from fanout.http.api import HttpError, datasets_json, not_a_get
+from fanout.http.pages import Page, listing
 from fanout.http.publishing import MAX_BODY, PUBLISH
 from fanout.http.stream import HttpSubscription
 from fanout.http.write import HttpWrite
@@ -100,7 +100,7 @@ class HttpFrontEnd:
         self.listener: asyncio.Server | None = None
         #: Takes the upgrades of MQTT over WebSockets (``mqtt.ws``), if it is served here.
         self.mqtt_upgrade: Upgrade | None = None
-        #: The admin pages front ends offer, by path (``http.admin``: the MQTT broker's lists).
+        #: The admin pages front ends offer, by path (``http.pages``: the MQTT broker's lists).
         self.pages: dict[str, Page] = {}
 
     @property
@@ -156,6 +156,8 @@ class HttpFrontEnd:
             upgrade(connection.transport, head)
         elif path.startswith(PUBLISH):
             self._write(connection, method, target, headers)
+        elif path in admin.PATHS:
+            connection.answer(self._admin(method, path, headers, target))
         elif (path in (SUBSCRIBE, DATASETS) or path in self.pages) and method != "GET":
             status, extra, body = not_a_get(method)
             connection.answer(
@@ -203,6 +205,20 @@ class HttpFrontEnd:
         shown = visible({info.name: info for info in self.relay.catalog()}, grant)
         body = datasets_json(list(shown.values()), self.relay.held())
         return Answer(HTTPStatus.OK, json_headers(len(body), HTTPStatus.OK), body)
+
+    def _admin(self, method: str, path: str, headers: Mapping[str, str], target: str) -> Answer:
+        """An admin request (``http.admin``): its token must grant role ``admin``."""
+        if method != "GET":
+            status, extra, body = not_a_get(method)
+            return Answer(status, json_headers(len(body), status, extra, cors=True), body)
+        try:
+            self.relay.authenticate(request_token(headers, target), "admin")
+            body = admin.answer(self.relay, path, target.partition("?")[2])
+        except Unauthorized as exc:
+            return refusal(unauthorized(exc))
+        except HttpError as exc:
+            return refusal(exc)
+        return Answer(HTTPStatus.OK, json_headers(len(body), HTTPStatus.OK, cors=True), body)
 
     def _stream(self, stream: HttpSubscription) -> None:
         self._run(_streamed(stream))

@@ -167,6 +167,6 @@ def subscriptions(broker: Broker) -> list[dict[str, Any]]:
     ]
 
 
-#: A page's rows, made when asked (``http.admin.Page``).
+#: A page's rows, made when asked (``http.pages.Page``).
 Rows = Callable[[], Sequence[dict[str, Any]]]
 _VERSIONS = {3: "3.1", 4: "3.1.1", 5: "5.0"}

@@ -12,10 +12,11 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Mapping, Sequence
-from typing import Protocol
+from typing import Any, Protocol
 
 from fanout.auth import Grant
 from fanout.metrics import Histogram, Sample
+from fanout.views import View
 from fanout.wire.messages import DatasetInfo, Publish, Role, Subscribe, Unsubscribe
 
 
@@ -132,6 +133,20 @@ class RelayApi(Protocol):
 
     def samples(self) -> list[Sample | Histogram]:
         """The relay's metrics now (``GET /metrics``)."""
+        ...
+
+    def explain(
+        self, dataset: str, view: View, rules: Mapping[str, Sequence[str]] | None, rate: float
+    ) -> dict[str, Any]:
+        """A live EXPLAIN of ``view`` (``relay.core.explaining.explain``).
+
+        Raises:
+            InvalidView, Unauthorized: as ``explain``.
+        """
+        ...
+
+    def subscribers(self, count: int) -> dict[str, Any]:
+        """The ``count`` subscriptions that cost the most (``relay.shell.admin``)."""
         ...
 
     def unready(self) -> str | None:

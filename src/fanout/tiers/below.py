@@ -7,7 +7,8 @@
    stamped with the last seq forwarded, once ready primitives cover it.
 3. **Batches.** Each batch written here is forwarded at once, before its swap, to every relay
    below, cut to its live primitives (``tiers.cut``); those this relay snapshotted go whole.
-4. **Curiosity.** Answered from the window when every seq asked is whole there, else passed up.
+4. **Curiosity.** Answered from the window when every seq is whole there, else passed up merged
+   with other relays' asks: each seq asked once while in flight (``tiers.curiosity``).
 5. **Horizons.** The lowest of this relay's ``every`` subscriptions' and the relays' below.
 6. **Losing upstream.** The relays below are dropped (``upstream_lost``) and connect again.
 Kinds differ only by the kind's answers (``primitive``, ``holds``, ``contents``); an ``Acquire``
@@ -16,7 +17,6 @@ the kind refuses is answered ``invalid_view``. Why and how: docs/cluster.md.
 
 from __future__ import annotations
 
-import itertools
 import sys
 from dataclasses import dataclass, field
 
@@ -32,6 +32,7 @@ from fanout.relay.data.intake import Intake
 from fanout.relay.data.nulls import masked
 from fanout.relay.kinds import DatasetKind
 from fanout.tiers import cut
+from fanout.tiers.curiosity import Curiosity
 from fanout.views import View
 from fanout.wire.columns import Columns, encode_columns
 from fanout.wire.messages import (
@@ -51,6 +52,8 @@ from fanout.wire.messages import (
 #: Request numbers this relay gives the curiosity it passes upstream (its own ``every`` mode
 #: numbers from 2**40: ``relay.core.every.FIRST_CURIOSITY``).
 FIRST_PASSED = 1 << 50
+#: Seqs one ``Curious`` may ask for (the publisher's ``MAX_CURIOSITY``).
+MAX_ASKED = 10_000
 
 
 @dataclass
@@ -104,7 +107,9 @@ class Relays:
 
     Attributes:
         forwarded: batches sent to relays below; snapshots: primitives below made live;
-        passed: curiosity requests passed upstream; answered: answered from the window.
+        asked: curiosity requests from relays below; passed: requests passed upstream for
+        them, and passed_seqs their seqs; merged: asks needing no new request (their seqs
+        already asked); answered: answered from the window.
     """
 
     def __init__(self, core: RelayCore, max_primitives: int = 10_000) -> None:
@@ -117,16 +122,17 @@ class Relays:
         self.core = core
         self.max_primitives = max_primitives
         self.below: dict[int, Below] = {}
-        self._passed = itertools.count(FIRST_PASSED)
-        #: our request -> (client, its request, last seq asked)
-        self._asked: dict[int, tuple[int, int, int]] = {}
+        self.curiosity = Curiosity(FIRST_PASSED)
         self._own: dict[str, tuple[int, int]] = {}  # the core's horizons, as it told them
         self._told: dict[str, tuple[int, int]] = {}  # what went upstream
         #: Datasets whose query the upstream said stopped (``DatasetState``), by name.
         self.stopped: dict[str, DatasetState] = {}
         self.forwarded = 0
         self.snapshots = 0
+        self.asked = 0
         self.passed = 0
+        self.passed_seqs = 0
+        self.merged = 0
         self.answered = 0
 
     # -- the writer's side (relay.writer.Core) ---------------------------------------------
@@ -183,7 +189,7 @@ class Relays:
             return
         for held in below.prims.values():
             self.core.downstream.unpin(held.dataset, held.view)
-        self._asked = {ours: asked for ours, asked in self._asked.items() if asked[0] != client}
+        self.curiosity.gone(client)
 
     def on_dataset_state(self, state: DatasetState) -> list[Send]:
         """The upstream's dataset stopped or runs again: remembered (a relay below connecting
@@ -199,7 +205,7 @@ class Relays:
         self._own.clear()
         self._told.clear()
         self.stopped.clear()  # the next upstream says again what is stopped
-        self._asked.clear()
+        self.curiosity.clear()
         return list(self.below)
 
     def on_frame(self, client: int, frame: Frame) -> list[Send]:
@@ -339,6 +345,7 @@ class Relays:
     # -- curiosity and knowledge -----------------------------------------------------------
 
     def _curious(self, below: Below, curious: Curious) -> list[Send]:
+        self.asked += 1
         history = self.core.histories.get(curious.dataset)
         if history is None:
             message = f"unknown dataset {curious.dataset!r}"
@@ -346,7 +353,7 @@ class Relays:
         seqs = range(curious.first, curious.last + 1)
         known = (
             [history.get(seq, sys.maxsize) for seq in seqs]
-            if curious.epoch == history.epoch and 0 < len(seqs) <= 10_000
+            if curious.epoch == history.epoch and 0 < len(seqs) <= MAX_ASKED
             else [None]
         )
         if all(change is not None and change.whole for change in known):
@@ -356,37 +363,40 @@ class Relays:
                 for change in known
                 if change is not None
             ]
-        ours = next(self._passed)
-        self._asked[ours] = (below.client, curious.req, curious.last)
-        self.passed += 1
-        passed = Curious(ours, curious.dataset, curious.epoch, curious.first, curious.last)
-        return [Send(UPSTREAM, passed)]
+        if not 0 < len(seqs) <= MAX_ASKED:
+            message = f"curiosity about seqs {curious.first}..{curious.last}: ask for 1 to"
+            message += f" {MAX_ASKED} seqs"
+            return [Send(below.client, Error("bad_request", message, ref=curious.req))]
+        asker = (below.client, curious.req)
+        requests = self.curiosity.ask(
+            asker, curious.dataset, curious.epoch, curious.first, curious.last
+        )
+        self.passed += len(requests)
+        self.passed_seqs += sum(r.last - r.first + 1 for r in requests)
+        self.merged += not requests
+        return [
+            Send(UPSTREAM, Curious(r.req, r.dataset, r.epoch, r.first, r.last)) for r in requests
+        ]
 
     def on_knowledge(self, knowledge: Knowledge) -> tuple[bool, list[Send]]:
-        """Knowledge from upstream: kept in the window, and sent to the relay below that asked
-        for it, if one did. Returns whether a subscription here was waiting for it, and the
-        sends.
+        """Knowledge from upstream: kept in the window, and sent to every relay below waiting
+        for that seq (``tiers.curiosity``). Returns whether a subscription here was waiting
+        for it, and the sends.
 
         Raises:
             ProtocolError: its columns do not fit the catalog (``RelayCore.on_knowledge``).
         """
         waiting = self.core.on_knowledge(knowledge)
-        asked = self._asked.get(knowledge.req)
-        if asked is None:
-            return waiting, []
-        client, theirs, last = asked
-        if knowledge.seq >= last:
-            del self._asked[knowledge.req]
-        return waiting, [Send(client, _replace_req(knowledge, theirs))]
+        askers = self.curiosity.answer(knowledge.req, knowledge.seq)
+        return waiting, [Send(client, _replace_req(knowledge, req)) for client, req in askers]
 
     def on_upstream_error(self, error: Error) -> list[Send] | None:
         """An error from upstream about a request passed on: sent to the relay below that
         asked (None: not one of ours)."""
-        asked = None if error.ref is None else self._asked.pop(error.ref, None)
-        if asked is None:
+        failed = None if error.ref is None else self.curiosity.refused(error.ref)
+        if failed is None:
             return None
-        client, theirs, _ = asked
-        return [Send(client, Error(error.code, error.message, ref=theirs))]
+        return [Send(client, Error(error.code, error.message, ref=req)) for client, req in failed]
 
     def uncovered(self) -> list[Send]:
         """After upstream refused primitives: the primitives below that nothing held here
@@ -435,7 +445,10 @@ class Relays:
             "below_primitives": sum(len(b.prims) for b in self.below.values()),
             "below_batches": self.forwarded,
             "below_snapshots": self.snapshots,
+            "below_curiosity_asked": self.asked,
             "below_curiosity_passed": self.passed,
+            "below_curiosity_passed_seqs": self.passed_seqs,
+            "below_curiosity_merged": self.merged,
             "below_curiosity_answered": self.answered,
             "upstream_datasets_stopped": len(self.stopped),
         }

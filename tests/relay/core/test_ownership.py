@@ -25,6 +25,7 @@ CURSOR_FIELDS = {field.name for field in dataclasses.fields(Cursor)}
 #: Writes to attributes of the same names on other things, each with what it is.
 NOT_SUBSCRIPTIONS = {
     ("demo.py", "watcher.view"),  # the demo's watcher, a subscriber
+    ("cli/main.py", "args.rate"),  # the command line's arguments
     ("relay/core/every.py", "self._counters.pushes"),  # the relay's counters
     ("relay/core/serving.py", "self._counters.pushes"),
     ("relay/core/scheduler.py", "slot.priority"),  # a scheduler slot

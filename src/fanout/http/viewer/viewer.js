@@ -1,10 +1,15 @@
 // fanout's live viewer: one subscription through the relay's HTTP streaming API (Server-Sent
 // Events, docs/http.md), drawn as a map for region datasets and as a table for the others.
 // No dependencies. What the page holds is window.fanoutViewer (read by the browser test).
+// With admin=1 (and an access_token with role admin, when the relay checks tokens) a map also
+// shows the system: the relay's held primitives, what it would acquire for the view on screen,
+// and its subscribers' views (GET /v1/admin/explain and /v1/admin/subscribers, docs/http.md).
 "use strict";
 
 const FLASH_MS = 1000;  // how long entered/updated/left rows stay highlighted
 const RESUBSCRIBE_MS = 150;  // a pan or zoom settles this long before the view is changed
+const SYSTEM_MS = 1000;  // how often the admin layer asks the relay what it holds
+const SYSTEM_TOP = 100;  // subscribers' views drawn at most
 
 const state = {
   datasets: [],
@@ -21,6 +26,10 @@ const state = {
   pushes: 0,
   error: null,
   viewport: {x0: 0, y0: 0, x1: 1000, y1: 1000},
+  // The admin layer (admin=1): null until the relay answered, else {held, coveredBy,
+  // residual, subscribers} as its admin API said; systemError: why it did not.
+  system: null,
+  systemError: null,
 };
 window.fanoutViewer = state;
 
@@ -54,6 +63,53 @@ async function start() {
   });
   choose(wanted, params.get("view"));
   requestAnimationFrame(draw);
+  if (params.get("admin") === "1") askSystem();
+}
+
+// -- the admin layer -----------------------------------------------------------------------
+
+async function askSystem() {
+  try {
+    if (state.dataset && state.dataset.view === "region" && state.servedView) {
+      const explain = authorized("/v1/admin/explain");
+      explain.searchParams.set("dataset", state.dataset.name);
+      explain.searchParams.set("view", state.servedView);
+      const subscribers = authorized("/v1/admin/subscribers");
+      subscribers.searchParams.set("top", String(SYSTEM_TOP));
+      const [said, top] = await Promise.all([explain, subscribers].map(async (url) => {
+        const response = await fetch(url);
+        const body = await response.json();
+        if (!response.ok) throw new Error(`${body.error}: ${body.message}`);
+        return body;
+      }));
+      state.system = {
+        held: said.held, coveredBy: said.covered_by, residual: said.residual.map((r) => r.view),
+        subscribers: top.top.filter((s) => s.dataset === state.dataset.name).map((s) => s.view),
+      };
+      state.systemError = null;
+    }
+  } catch (e) {
+    state.systemError = String(e.message || e);
+  }
+  setTimeout(askSystem, SYSTEM_MS);
+}
+
+function drawSystem(g, sx, sy) {  // outlines under the rows: box views only
+  const outline = (text, colour, width, dashed) => {
+    const b = boxOf(text);
+    if (!b) return;
+    g.strokeStyle = colour;
+    g.lineWidth = width;
+    g.setLineDash(dashed ? [6, 4] : []);
+    g.strokeRect(sx(b.x0), sy(b.y1), sx(b.x1) - sx(b.x0), sy(b.y0) - sy(b.y1));
+  };
+  // Wide primitives under narrow views: a view the relay holds exactly still shows both.
+  const s = state.system;
+  for (const p of s.held) outline(p.view, "#40c0b0", 5, !p.ready);
+  for (const view of s.residual) outline(view, "#f06060", 3, true);
+  for (const view of s.subscribers) outline(view, "#e0a040", 1.5, false);
+  g.setLineDash([]);
+  g.lineWidth = 1;
 }
 
 function choose(name, view) {
@@ -197,6 +253,7 @@ function drawMap(now) {
   g.fillRect(0, 0, w, h);
   const v = state.viewport;
   const sx = (x) => (x - v.x0) / (v.x1 - v.x0) * w, sy = (y) => h - (y - v.y0) / (v.y1 - v.y0) * h;
+  if (state.system) drawSystem(g, sx, sy);
   const served = boxOf(state.servedView);
   if (served) {  // the subscribed view: rows are its content
     g.strokeStyle = "#3a4656";
@@ -251,7 +308,10 @@ function draw() {
     for (const [key, [, when]] of state.changed) if (now - when > FLASH_MS) state.changed.delete(key);
     const rate = state.pushTimes.length / 5;
     const latency = state.latency === null ? "-" : `${Math.round(state.latency * 1000)} ms`;
-    $("stats").textContent = `tick ${state.tick}  rows ${state.rows.size}  pushes/s ${rate.toFixed(1)}  latency ${latency}`;
+    let system = "";
+    if (state.systemError) system = `  admin: ${state.systemError}`;
+    else if (state.system) system = `  held ${state.system.held.length} (teal)  would acquire ${state.system.residual.length} (red)  subscribers ${state.system.subscribers.length} (orange)`;
+    $("stats").textContent = `tick ${state.tick}  rows ${state.rows.size}  pushes/s ${rate.toFixed(1)}  latency ${latency}${system}`;
   }
   requestAnimationFrame(draw);
 }

@@ -62,7 +62,8 @@ class Subscription:
         servable: whether ready primitives cover the view, as last computed.
         coverage_seen: (view, shrink version, growth version) ``servable`` was computed at.
         last_push: monotonic time of the last push.
-        pushes: pushes and no-updates sent.
+        pushes: pushes and no-updates sent; sent_bytes: their bytes; rows: the rows they
+            carried (entered, updated, left): per-subscriber accounting (``relay.shell.admin``).
         coalesced: publisher ticks folded into a later push instead of pushed on their own
             (latest-value coalescing: the subscriber was busy or its rate did not allow more).
         deferred: times a due push waited for the connection to finish writing.
@@ -84,6 +85,8 @@ class Subscription:
         "owed",
         "phase",
         "pushes",
+        "rows",
+        "sent_bytes",
         "servable",
         "sub",
         "velocity",
@@ -104,6 +107,8 @@ class Subscription:
         self.coverage_seen: tuple[Hashable, int, int] = (None, -1, -1)
         self.last_push = -math.inf
         self.pushes = 0
+        self.sent_bytes = 0
+        self.rows = 0
         self.coalesced = 0
         self.deferred = 0
         self.moved_at: float | None = None

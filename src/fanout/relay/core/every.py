@@ -244,7 +244,10 @@ class EveryMode:
                 sends.extend(self._ask(subscription.dataset, history, cursor))
                 break
             found = kind.step(subscription, change, cursor.keys, self.steps)
-            sends.append(Send(subscription.client, encode_step(subscription.sub, change, found)))
+            data = encode_step(subscription.sub, change, found)
+            sends.append(Send(subscription.client, data))
+            rows = 0 if found.body is None else found.body.changes
+            self._lifecycle.sent(subscription, len(data), rows)
             self._lifecycle.stepped(subscription, change.seq, found.held)
             pushed += 1
             if found.body is None:

@@ -172,15 +172,26 @@ class Lifecycle:
         self._move(subscription, Event.UNKNOWN_SEQ)
         self.scheduler.park(subscription.key, ("knowledge", subscription.dataset))
 
-    def pushed(self, subscription: Subscription, now: float, count: int = 1) -> None:
-        """``count`` pushes or no-updates went out at ``now`` (rule 6)."""
+    def pushed(
+        self, subscription: Subscription, now: float, count: int = 1, sent: int = 0, rows: int = 0
+    ) -> None:
+        """``count`` pushes or no-updates went out at ``now``, ``sent`` bytes carrying ``rows``
+        rows (rule 6)."""
         after = TRANSITIONS[subscription.phase].get(Event.PUSHED)  # ``advance``, inlined: per push
         if after is None:
             raise _refused(subscription.phase, Event.PUSHED)
         subscription.phase = after
         subscription.last_push = now
         subscription.pushes += count
+        subscription.sent_bytes += sent
+        subscription.rows += rows
         self.scheduler.served(subscription.key, now)
+
+    def sent(self, subscription: Subscription, sent: int, rows: int) -> None:
+        """One more ``every`` step of ``sent`` bytes carrying ``rows`` rows went out (its
+        push counted by ``pushed`` with the burst)."""
+        subscription.sent_bytes += sent
+        subscription.rows += rows
 
     def end(self, subscription: Subscription) -> None:
         """It ends and is forgotten (rule 7)."""

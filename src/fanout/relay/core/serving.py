@@ -272,11 +272,13 @@ class Serving:
         if not (body.full or body.changes or advanced):
             self._scheduler.idle(subscription.key)  # a new state, but no new tick nor change
             return None
-        self._lifecycle.pushed(subscription, now)
         if not (body.full or body.changes):
+            self._lifecycle.pushed(subscription, now)
             self._counters.no_updates += 1
             no_update = NoUpdate(subscription.sub, stamp.epoch, stamp.seq, stamp.tick)
             return Send(subscription.client, no_update)
+        data = encode_push(subscription.sub, stamp, body)
+        self._lifecycle.pushed(subscription, now, 1, len(data), body.changes)
         self._counters.pushes += 1
         self._counters.pushed_ticks.append(stamp.tick_time)
-        return Send(subscription.client, encode_push(subscription.sub, stamp, body))
+        return Send(subscription.client, data)

@@ -124,6 +124,16 @@ class DatasetKind(Protocol):
         them (the core sends their ``Acquire``)."""
         ...
 
+    def needs(self, view: View) -> list[tuple[str, View]]:
+        """(dataset, view) pairs the view needs held: its own dataset's rows inside it, or the
+        primitives of each dataset a SQL join reads."""
+        ...
+
+    def plan(self, view: View) -> list[tuple[str, View]]:
+        """What ``acquire`` would ask upstream for ``view`` now, as (dataset, primitive) pairs,
+        without adding anything: a dry run of the planner (``fanout explain --relay``)."""
+        ...
+
     # -- coverage ---------------------------------------------------------------------
 
     def locate(self, subscription: Subscription) -> Hashable | None:

@@ -133,15 +133,20 @@ class KeyedKind:
     def acquire(self, view: View, moving: Velocity | None, subscribing: bool) -> list[Primitive]:
         """The residual of each need against what is held, widened, added upstream."""
         upstream = self._parts.upstream
-        added: list[Primitive] = []
+        return [upstream.add(name, piece) for name, piece in self.plan(view)]
+
+    def plan(self, view: View) -> list[tuple[str, View]]:
+        """The residual of each need against what is held, widened (not added)."""
+        upstream = self._parts.upstream
+        planned: list[tuple[str, View]] = []
         for name, need in self.needs(view):
             held = upstream.views(name)
             for piece in residual(held, need):
                 widened = self.language.widened(piece)
                 if widened not in held:
-                    added.append(upstream.add(name, widened))
+                    planned.append((name, widened))
                     held.append(widened)
-        return added
+        return planned
 
     # -- coverage ---------------------------------------------------------------------
 

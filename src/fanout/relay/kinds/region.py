@@ -109,12 +109,37 @@ class RegionKind:
 
     def _acquire_for(self, view: Region, moving: Velocity | None) -> list[Primitive]:
         upstream = self._parts.upstream
-        held = upstream.cover(self.name)
+        return [upstream.add(self.name, box) for box in self._planned(view, moving)]
+
+    def _planned(self, view: Region, moving: Velocity | None) -> list[Region]:
+        held = self._parts.upstream.cover(self.name)
         policy = self._parts.policy
         # Only ``fit`` widening reads the other views (the view is among them already).
         views = self._parts.downstream.views(self.name) if policy.widen == "fit" else ()
-        planned = planner.to_acquire(held, view, policy, moving, views)
-        return [upstream.add(self.name, box) for box in planned]
+        return planner.to_acquire(held, view, policy, moving, views)
+
+    def needs(self, view: View) -> list[tuple[str, View]]:
+        """The view itself (a relative view where its entity is now; nothing if not known)."""
+        if isinstance(view, Relative):
+            resolved = relative.locate(view, self.state)
+            return [] if resolved is None else [(self.name, resolved)]
+        return [(self.name, view)]
+
+    def plan(self, view: View) -> list[tuple[str, View]]:
+        """``acquire``'s primitives for ``view``, not added (a relative view where its entity
+        is now, and its entity's primitive if not held)."""
+        planned: list[View] = []
+        if isinstance(view, Relative):
+            if self._parts.upstream.entity(self.name, view.entity) is None:
+                planned.append(Entity(view.entity))
+            resolved = relative.locate(view, self.state)
+            planned += [] if resolved is None else self._planned(resolved, None)
+        elif isinstance(view, Entity):
+            held = self._parts.upstream.entity(self.name, view.key)
+            planned += [] if held is not None else [view]
+        else:
+            planned += self._planned(as_region(view), None)
+        return [(self.name, piece) for piece in planned]
 
     # -- coverage ---------------------------------------------------------------------
 

@@ -64,6 +64,8 @@ class Pump:
         self._clients = clients
         self._writer = writer
         self._wake = wake
+        #: CPU seconds the event loop's thread spent in rounds of pushes (``relay.shell.admin``).
+        self.push_cpu = 0.0
         self._dispatch = dispatch
         self.tick_to_push = metrics.Histogram(
             "relay_tick_to_push_seconds",
@@ -88,6 +90,7 @@ class Pump:
     def round(self, now: float) -> None:
         """Dispatch due pushes until there are none, the round's time budget is spent, or a
         batch is written (the next round starts from its state)."""
+        started = time.thread_time()  # once a round: the admin's per-subscriber CPU shares
         deadline = time.perf_counter() + self._config.planning.pump_budget
         writer = self._writer
         rounds = self._core.serve(now, self._is_idle, lambda: time.perf_counter() >= deadline)
@@ -97,6 +100,7 @@ class Pump:
                 if time.perf_counter() >= deadline or writer.written():
                     break
         writer.advance()
+        self.push_cpu += time.thread_time() - started
         pushed = self._core.take_pushed_ticks()
         if pushed:
             wall = time.time()

@@ -92,9 +92,18 @@ CORE: dict[str, tuple[Kind, str]] = {
     "assembled": ("counter", "Seqs assembled from the pieces of more than one upstream."),
     "peer_links": ("gauge", "Links open now to relays of the map this relay forwards to."),
     "below_snapshots": ("counter", "Primitives of relays below whose snapshot was sent."),
+    "below_curiosity_asked": ("counter", "Curiosity requests from relays below."),
     "below_curiosity_passed": (
         "counter",
-        "Curiosity requests of relays below passed upstream (not answerable from the window).",
+        "Curiosity requests passed upstream for relays below (not answerable from the window).",
+    ),
+    "below_curiosity_passed_seqs": (
+        "counter",
+        "Seqs asked upstream for relays below: each once while in flight, however many ask.",
+    ),
+    "below_curiosity_merged": (
+        "counter",
+        "Curiosity requests of relays below needing nothing new upstream (seqs in flight).",
     ),
     "below_curiosity_answered": (
         "counter",

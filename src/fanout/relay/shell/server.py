@@ -21,6 +21,7 @@ import gc
 import logging
 import sys
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Any
 
 from fanout import metrics
 from fanout.auth import Grant, Verifier
@@ -29,6 +30,7 @@ from fanout.http.server import HttpFrontEnd
 from fanout.mqtt.setup import MqttFrontEnd
 from fanout.relay.api import Downstream, FrontEnd
 from fanout.relay.config import RelayConfig
+from fanout.relay.core import explaining
 from fanout.relay.core.admission import Redirect, Refuse, Serve, admit, admit_write, roles
 from fanout.relay.core.every import EVERY_BURST
 from fanout.relay.core.forwarding import Forwarder
@@ -36,12 +38,14 @@ from fanout.relay.core.holding import Holding
 from fanout.relay.core.relaycore import UPSTREAM, RelayCore, Send
 from fanout.relay.data.tables import TableStore
 from fanout.relay.kernels.compiled import COMPILED
+from fanout.relay.shell import admin
 from fanout.relay.shell.clients import Clients
 from fanout.relay.shell.pump import Pump
 from fanout.relay.shell.samples import relay_samples
 from fanout.relay.shell.upstreamlink import UpstreamLink
 from fanout.tiers.below import Relays
 from fanout.tiers.link import Tiers
+from fanout.views import View
 from fanout.websocket.server import WebSocketServer
 from fanout.wire import codec
 from fanout.wire.messages import (
@@ -249,6 +253,13 @@ class RelayServer:
             ),
             *(self.membership.samples() if self.membership is not None else []),
             *(self.mqtt.samples() if self.mqtt is not None else []),
+            *admin.samples(self.core),
+            metrics.Sample(
+                "relay_push_cpu_seconds",
+                "counter",
+                "CPU seconds the event loop spent in rounds of pushes.",
+                self.pump.push_cpu,
+            ),
         ]
 
     # -- dispatch ------------------------------------------------------------------------
@@ -377,6 +388,16 @@ class RelayServer:
     def datasets(self) -> Mapping[str, str]:
         """The publisher's datasets, name -> index kind."""
         return self.upstream.datasets
+
+    def explain(
+        self, dataset: str, view: View, rules: Mapping[str, Sequence[str]] | None, rate: float
+    ) -> dict[str, Any]:
+        """A live EXPLAIN of ``view`` of ``dataset`` (``relay.core.explaining``)."""
+        return explaining.explain(self.core.parts, dataset, view, rules, rate)
+
+    def subscribers(self, count: int) -> dict[str, Any]:
+        """The ``count`` subscriptions sent the most bytes (``relay.shell.admin``)."""
+        return admin.subscribers(self.core, self.clients.grants, self.pump.push_cpu, count)
 
     def held(self) -> Mapping[str, int]:
         """The rows held of each dataset now: its active state buffer's (``relay_rows`` in
