@@ -61,9 +61,10 @@ function checkShape(payload: unknown): asserts payload is WireColumns {
   if (typeof p !== "object" || p === null || !Array.isArray(p.columns)) {
     throw new ProtocolError("columns: expected {length, columns}");
   }
-  if (typeof p.length !== "number" || !Number.isInteger(p.length) || p.length < 0) {
-    throw new ProtocolError(`columns: bad length ${String(p.length)}`);
+  if (typeof p.length !== "number" || !Number.isInteger(p.length)) {
+    throw new ProtocolError(`columns: length ${String(p.length)} is not an integer`);
   }
+  if (p.length < 0) throw new ProtocolError(`columns: negative length ${p.length}`);
   for (const column of p.columns) {
     if (!Array.isArray(column) || column.length !== 3 || typeof column[0] !== "string") {
       throw new ProtocolError("columns: a column is [name, dtype, data]");
@@ -247,9 +248,12 @@ function numeric(kind: Kind, values: readonly Value[]): [string, Uint8Array] {
   values.forEach((value, i) => {
     if (value === null) return; // zeros under a 0 validity bit
     switch (kind) {
-      case "int":
-        view.setBigInt64(i * 8, BigInt(value as number | bigint), true);
+      case "int": {
+        const integer = BigInt(value as number | bigint);
+        if (integer < -(2n ** 63n) || integer >= 2n ** 63n) throw new RangeError(`${integer} does not fit in int64`);
+        view.setBigInt64(i * 8, integer, true);
         break;
+      }
       case "float":
         view.setFloat64(i * 8, value as number, true);
         break;
