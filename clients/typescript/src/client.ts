@@ -34,7 +34,7 @@ export interface ClientOptions extends ConnectOptions {
 
 const unreachable = (error: unknown) =>
   error instanceof ConnectionFailed || error instanceof HandshakeRefused ||
-  (error instanceof SubscriptionError && ["closed", "protocol", "unavailable"].includes(error.code));
+  (error instanceof SubscriptionError && ["closed", "unavailable"].includes(error.code));
 
 const sleep = (seconds: number) => new Promise((resolve) => setTimeout(resolve, seconds * 1000));
 

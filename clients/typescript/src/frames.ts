@@ -84,7 +84,19 @@ const decoder = new Decoder({ useBigInt64: true });
 
 /** One frame as a WebSocket binary message. */
 export function encode(frame: ToRelay): Uint8Array {
-  return encoder.encode(frame);
+  return encoder.encode(integers(frame));
+}
+
+/**
+ * `value` with every integer past 32 bits as a bigint: @msgpack/msgpack encodes such a number
+ * as a float64, which a relay refuses where it expects an int (an epoch is milliseconds since
+ * 1970). A float field takes an int all the same.
+ */
+function integers(value: unknown): unknown {
+  if (typeof value === "number") return Number.isSafeInteger(value) && Math.abs(value) > 0x7fffffff ? BigInt(value) : value;
+  if (Array.isArray(value)) return value.map(integers);
+  if (typeof value !== "object" || value === null || ArrayBuffer.isView(value)) return value;
+  return Object.fromEntries(Object.entries(value).map(([k, v]) => [k, integers(v)]));
 }
 
 type Check = (value: unknown) => unknown;

@@ -137,3 +137,14 @@ test("core: a failed connection ends its views, or hands them over when it rehom
   assert.deepEqual(other.fail(failure).map((e) => [e.type, e.state]), [["stranded", kept]]);
   assert.equal(kept.ended, false);
 });
+
+test("core: integers past 32 bits travel as msgpack integers, not floats", async () => {
+  const { decode: unpack } = await import("@msgpack/msgpack");
+  const { encode } = await import("../dist/index.js");
+  const frame = { type: "subscribe", sub: 1, dataset: "a", view: box([0, 0], [1, 1]), rate: 2.5, priority: 0, transform: null, mode: "every", resume: { epoch: 1795928540957, seq: 3, keys: EMPTY }, stay: false };
+  const bytes = encode(frame);
+  const epoch = bytes.indexOf(0xcf); // uint64, where a float64 would be 0xcb
+  assert.ok(epoch > 0);
+  assert.equal(unpack(bytes, { useBigInt64: true }).resume.epoch, 1795928540957n);
+  assert.equal(unpack(bytes).rate, 2.5);
+});
