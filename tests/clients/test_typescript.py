@@ -10,12 +10,16 @@ The package is built once (``npm ci``, ``npm run build``) when ``node_modules`` 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import datetime
 import decimal
+import functools
+import http.server
 import json
 import os
 import shutil
 import subprocess
+import threading
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
@@ -42,9 +46,25 @@ CONFIG = """
 [datasets.agents]
 source = {{ kind = "simulation", agents = 2000 }}
 
+[datasets.orders]
+key = "order_id"
+schema = {{ order_id = "long", customer = "string", amount = "double" }}
+index = "sql"
+source = "ingest"
+
 [datasets.bookings]
 key = "id"
-schema = {{ id = "long", booked = "timestamp", day = "date", fare = "decimal(8,2)", seat = "int", ticket = "bytes", who = "string" }}
+index = "sql"
+source = "ingest"
+
+[datasets.bookings.schema]
+id = "long"
+booked = "timestamp"
+day = "date"
+fare = "decimal(8,2)"
+seat = "int"
+ticket = "bytes"
+who = "string"
 index = "sql"
 source = "ingest"
 """
@@ -70,6 +90,17 @@ BOOKINGS = [
     },
 ]
 BOX = Box((200, 200), (450, 450))
+ORDERS = [
+    {"order_id": 1, "customer": "ada", "amount": 120.5},
+    {"order_id": 2, "customer": "<b>bob</b>", "amount": 300.0},
+    {"order_id": 3, "customer": "cy", "amount": 99.0},
+]
+#: What the walkthrough's page holds (docs/typescript.md, clients/typescript/examples/).
+EXAMPLE_STATE = """JSON.stringify(window.fanoutExample?.orders ? {
+  agents: fanoutExample.map.rows.size,
+  orders: [...fanoutExample.orders.rows.keys()].sort(),
+  cells: [...document.querySelectorAll("#orders td")].map((td) => td.textContent),
+} : null)"""
 
 
 def _stale(package: Path) -> bool:
@@ -82,13 +113,17 @@ def _stale(package: Path) -> bool:
 
 @pytest.fixture(scope="module")
 def package() -> Iterator[Path]:
-    """The built package: ``npm ci`` and ``npm run build`` if ``node_modules``/``dist`` are missing."""
+    """The built package (``npm ci``, ``npm run build`` when not done or out of date)."""
     node, npm = shutil.which("node"), shutil.which("npm")
     if node is None or npm is None:
-        pytest.skip("the TypeScript client's tests need node (20 or later) and npm: apt install nodejs npm")
+        pytest.skip(
+            "the TypeScript client's tests need node (20 or later) and npm: apt install nodejs npm"
+        )
     version = subprocess.run([node, "--version"], capture_output=True, text=True, check=True)
     if int(version.stdout.strip().lstrip("v").split(".")[0]) < 20:
-        pytest.skip(f"the TypeScript client needs node 20 or later, this is {version.stdout.strip()}")
+        pytest.skip(
+            f"the TypeScript client needs node 20 or later, this is {version.stdout.strip()}"
+        )
     if not (PACKAGE / "node_modules").is_dir():
         subprocess.run([npm, "ci", "--no-audit", "--no-fund"], cwd=PACKAGE, check=True)
     if _stale(PACKAGE):
@@ -205,12 +240,17 @@ def untagged(value: Any) -> Any:
 def rows_of(columns: dict[str, Any], key: str) -> dict[Any, dict[str, Any]]:
     names = list(columns)
     values = [to_python(columns[name]) for name in names]
-    return {row[key]: row for row in (dict(zip(names, v, strict=True)) for v in zip(*values, strict=True))}
+    return {
+        row[key]: row
+        for row in (dict(zip(names, v, strict=True)) for v in zip(*values, strict=True))
+    }
 
 
 async def test_a_latest_box_view_holds_the_publishers_rows_at_its_tick(deployment, follow) -> None:
     publisher, relay = deployment
-    follower = await follow(relays=[relay.url], dataset="agents", view=["box", [200, 200], [450, 450]], rows=True)
+    follower = await follow(
+        relays=[relay.url], dataset="agents", view=["box", [200, 200], [450, 450]], rows=True
+    )
     updates = await follower.until("three pushes", lambda u: len(u) >= 3)
     assert updates[0]["full"]
     last = updates[-1]
@@ -223,7 +263,9 @@ async def test_a_latest_box_view_holds_the_publishers_rows_at_its_tick(deploymen
     assert all(200 <= row["x"] <= 450 and 200 <= row["y"] <= 450 for row in got.values())
 
 
-async def test_sql_views_decode_timestamps_dates_decimals_bytes_and_nulls(deployment, follow) -> None:
+async def test_sql_views_decode_timestamps_dates_decimals_bytes_and_nulls(
+    deployment, follow
+) -> None:
     publisher, relay = deployment
     async with open_producer(publisher.url) as producer:
         await producer.publish("bookings", rows=BOOKINGS)
@@ -248,7 +290,7 @@ async def test_sql_views_decode_timestamps_dates_decimals_bytes_and_nulls(deploy
     everything = {r["id"]: r for r in followers[0].updates()[-1]["rows"]}
     assert {k: untagged(v) for k, v in everything[1].items()} == BOOKINGS[0]
     assert {k: untagged(v) for k, v in everything[2].items()} == BOOKINGS[1]  # typed NULLs
-    assert set(r["id"] for r in followers[1].updates()[-1]["rows"]) == {2, 3}
+    assert {r["id"] for r in followers[1].updates()[-1]["rows"]} == {2, 3}
 
 
 async def test_an_every_view_across_a_relay_restart_loses_nothing(
@@ -262,7 +304,9 @@ async def test_an_every_view_across_a_relay_restart_loses_nothing(
         "relay", ["--publisher", publisher.url, "--port", "0"], tmp_path / "relay-every-1.log"
     )
     port = int(first.url.rsplit(":", 1)[1])
-    follower = await follow(relays=[first.url], dataset="agents", view=["box", [200, 200], [450, 450]], mode="every")
+    follower = await follow(
+        relays=[first.url], dataset="agents", view=["box", [200, 200], [450, 450]], mode="every"
+    )
     before = await follower.until("ten updates", lambda u: len(u) >= 10)
     await first.stop()
     second = await children.start(
@@ -288,3 +332,55 @@ async def test_an_every_view_across_a_relay_restart_loses_nothing(
     assert report.clean, report.problems
     assert report.restarts == updates[-1]["resyncs"]  # a full push only after an announced resync
     assert updates[-1]["gaps"] == 0
+
+
+class _Files(http.server.SimpleHTTPRequestHandler):
+    extensions_map = {  # noqa: RUF012 - the base class's attribute, widened
+        **http.server.SimpleHTTPRequestHandler.extensions_map,
+        ".js": "text/javascript",
+        ".mjs": "text/javascript",
+    }
+
+    def log_message(self, format: str, *args: Any) -> None:
+        """Quiet: the test says what it fetched when it fails."""
+
+
+@contextlib.contextmanager
+def static_files(directory: Path) -> Iterator[str]:
+    """``directory`` served over HTTP on a free port, as ``python3 -m http.server`` would."""
+    handler = functools.partial(_Files, directory=str(directory))
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}"
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+async def test_the_walkthrough_page_shows_a_map_and_a_sql_view(
+    deployment, package: Path, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    """docs/typescript.md's page in headless Chromium: the map holds the agents, the table the
+    orders the SQL view selects, their text as text."""
+    from fanout.testing.browser import chromium, open_browser
+
+    if chromium() is None:
+        pytest.skip("the walkthrough's page needs Chromium: apt install chromium")
+    publisher, relay = deployment
+    async with open_producer(publisher.url) as producer:
+        await producer.publish("orders", rows=ORDERS)
+    with static_files(package) as base:
+        url = f"{base}/examples/?relay={relay.url}"
+        async with open_browser(url, tmp_path_factory.mktemp("browser")) as page:
+            state = await eventually(
+                lambda: page.evaluate(EXAMPLE_STATE),
+                lambda text: text and json.loads(text)["orders"] == [1, 2],
+                timeout=120,
+                every=0.5,
+                what="the page's orders",
+            )
+    shown = json.loads(state)
+    assert shown["agents"] > 1000  # the whole world of 2,000 agents
+    assert sorted(shown["cells"]) == sorted(["1", "ada", "120.5", "2", "<b>bob</b>", "300"])

@@ -15,7 +15,7 @@ export class ProtocolError extends FanoutError {
 
 /**
  * The relay refused or ended a subscription (or the connection failed); `code` is the relay's
- * error code (`invalid_view`, `unknown_dataset`, `redirect`, `closed`...). With code `redirect`,
+ * error code (`invalid_view`, `invalid_transform`, `forbidden`, `redirect`, `closed`...). With code `redirect`,
  * `location` is the URL of the relay responsible for the view.
  */
 export class SubscriptionError extends FanoutError {

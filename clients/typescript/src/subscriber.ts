@@ -112,7 +112,7 @@ export class Subscriber implements Holder {
 
   /**
    * Hold `view` of `dataset`.
-   * @throws SubscriptionError the relay refused it (`invalid_view`, `unknown_dataset`,
+   * @throws SubscriptionError the relay refused it (`invalid_view`, `invalid_transform`,
    *   `redirect` with its `location`...), or the connection can serve no more.
    */
   async subscribe(dataset: string, view: View, options: SubscribeOptions = {}): Promise<LiveView> {

@@ -167,12 +167,16 @@ def frames_fixtures() -> list[dict[str, Any]]:
     return [{"frames": [codec.encode(f).hex() for f in frames]}]
 
 
-def main() -> int:
-    HERE.mkdir(exist_ok=True)
+def write(directory: Path = HERE) -> list[Path]:
+    """Write the fixtures into ``directory``; return their paths."""
+    directory.mkdir(exist_ok=True)
+    written = []
     for name, make in (("columns", columns_fixtures), ("frames", frames_fixtures)):
-        (HERE / f"{name}.json").write_text(json.dumps(make(), indent=1) + "\n")
-    return 0
+        written.append(directory / f"{name}.json")
+        written[-1].write_text(json.dumps(make(), indent=1) + "\n")
+    return written
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    write()
+    sys.exit(0)
