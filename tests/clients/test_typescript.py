@@ -4,7 +4,8 @@ timestamp, date, decimal and bytes columns with NULLs, compared with the publish
 and an ``every`` view across a relay restart, audited against the publisher's log.
 
 The package is built once (``npm ci``, ``npm run build``) when ``node_modules`` or an up-to-date
-``dist`` is missing; without ``node`` 20+ and ``npm`` the module is skipped, saying so.
+``dist`` is missing; without ``node`` 18+ and ``npm`` the module is skipped, saying so. Its unit
+tests (``npm test``) run here too, so that ``make test`` runs them.
 """
 
 from __future__ import annotations
@@ -65,8 +66,6 @@ fare = "decimal(8,2)"
 seat = "int"
 ticket = "bytes"
 who = "string"
-index = "sql"
-source = "ingest"
 """
 BOOKINGS = [
     {
@@ -217,6 +216,15 @@ async def follow(package: Path) -> AsyncIterator[Any]:
     yield start
     for follower in started:
         await follower.stop()
+
+
+def test_the_packages_unit_tests_pass(package: Path) -> None:
+    """``npm test``: the core, the columnar decoding and the shell (``node --test``)."""
+    npm = shutil.which("npm")
+    assert npm is not None
+    run = subprocess.run([npm, "test"], cwd=package, capture_output=True, text=True, check=False)
+    assert run.returncode == 0, run.stdout[-4000:] + run.stderr[-2000:]
+    assert "# fail 0" in run.stdout
 
 
 def untagged(value: Any) -> Any:

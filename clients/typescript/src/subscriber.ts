@@ -1,8 +1,8 @@
 /**
  * The WebSocket shell of one relay connection: moves bytes between the platform's WebSocket
  * and a ClientCore, owns the clock, and turns the core's events into LiveViews, wake-ups and
- * answers (fanout.client.subscriber). Browsers use their own WebSocket; Node.js 20 has none,
- * so a program passes the `ws` package's (`{WebSocket}` from "ws"); Node.js 22 has one.
+ * answers (fanout.client.subscriber). Browsers use their own WebSocket; Node.js 18 and 20 have
+ * none, so a program passes the `ws` package's (`{WebSocket}` from "ws"); Node.js 22 has one.
  *
  *     const relay = await connect("wss://relay.example:7701", { token });
  *     const view = await relay.subscribe("agents", box([0, 0], [100, 100]));
