@@ -218,11 +218,13 @@ async def follow(package: Path) -> AsyncIterator[Any]:
         await follower.stop()
 
 
-def test_the_packages_unit_tests_pass(package: Path) -> None:
+async def test_the_packages_unit_tests_pass(package: Path) -> None:
     """``npm test``: the core, the columnar decoding and the shell (``node --test``)."""
     npm = shutil.which("npm")
     assert npm is not None
-    run = subprocess.run([npm, "test"], cwd=package, capture_output=True, text=True, check=False)
+    run = await asyncio.to_thread(
+        subprocess.run, [npm, "test"], cwd=package, capture_output=True, text=True, check=False
+    )
     assert run.returncode == 0, run.stdout[-4000:] + run.stderr[-2000:]
     assert "# fail 0" in run.stdout
 
@@ -368,23 +370,31 @@ def static_files(directory: Path) -> Iterator[str]:
 
 
 async def test_the_walkthrough_page_shows_a_map_and_a_sql_view(
-    deployment, package: Path, tmp_path_factory: pytest.TempPathFactory
+    deployment, package: Path, follow, tmp_path_factory: pytest.TempPathFactory
 ) -> None:
-    """docs/typescript.md's page in headless Chromium: the map holds the agents, the table the
+    """Orders written by the TypeScript client through the relay (``Subscriber.publish``), then
+    docs/typescript.md's page in headless Chromium: the map holds the agents, the table the
     orders the SQL view selects, their text as text."""
     from fanout.testing.browser import chromium, open_browser
 
     if chromium() is None:
         pytest.skip("the walkthrough's page needs Chromium: apt install chromium")
-    publisher, relay = deployment
-    async with open_producer(publisher.url) as producer:
-        await producer.publish("orders", rows=ORDERS)
+    _, relay = deployment
+    # the orders are written with the TypeScript client, through the relay
+    writer = await follow(
+        relays=[relay.url],
+        publish={"dataset": "orders", "rows": ORDERS},
+        dataset="orders",
+        view=["sql", "SELECT * FROM orders"],
+    )
+    await writer.until("the orders written and served", lambda u: u and len(u[-1]["entered"]) == 3)
+    assert [e["type"] for e in writer.lines[:2]] == ["published", "subscribed"]
     with static_files(package) as base:
         url = f"{base}/examples/?relay={relay.url}"
         async with open_browser(url, tmp_path_factory.mktemp("browser")) as page:
             state = await eventually(
                 lambda: page.evaluate(EXAMPLE_STATE),
-                lambda text: text and json.loads(text)["orders"] == [1, 2],
+                lambda text: (json.loads(text) or {}).get("orders") == [1, 2],
                 timeout=120,
                 every=0.5,
                 what="the page's orders",

@@ -9,7 +9,7 @@ import { pathToFileURL } from "node:url";
 const root = process.env.FANOUT_CLIENT;
 const fanout = await import(pathToFileURL(join(root, "dist", "index.js")).href);
 const { WebSocket } = createRequire(join(root, "package.json"))("ws");
-const { CalendarDate, Client, Decimal, Timestamp, isNoUpdate } = fanout;
+const { CalendarDate, Client, Decimal, Timestamp, connect, isNoUpdate } = fanout;
 
 const spec = JSON.parse(process.argv[2]);
 const hex = (bytes) => Array.from(bytes, (b) => b.toString(16).padStart(2, "0")).join("");
@@ -26,6 +26,13 @@ function tagged(value) {
 const row = (r) => Object.fromEntries(Object.entries(r).map(([name, value]) => [name, tagged(value)]));
 const print = (event) => process.stdout.write(JSON.stringify(event) + "\n");
 
+// Rows to write first, through the relay: {"publish": {"dataset": ..., "rows": [...]}}
+if (spec.publish) {
+  const writer = await connect(spec.relays[0], { WebSocket });
+  const [first, last] = await writer.publish(spec.publish.dataset, spec.publish.rows);
+  print({ type: "published", first, last });
+  await writer.close();
+}
 // A view given as [builder, ...arguments]: ["box", [0, 0], [100, 100]], ["sql", "SELECT ..."]
 const view = fanout[spec.view[0]](...spec.view.slice(1));
 const client = new Client(spec.relays, { WebSocket, token: spec.token ?? "", delay: 0.2, maxDelay: 1 });
