@@ -344,6 +344,12 @@ async def test_an_every_view_across_a_relay_restart_loses_nothing(
     assert updates[-1]["gaps"] == 0
 
 
+def _shown(text: str, orders: list[int], agents: int) -> bool:
+    """Whether the page's state (``EXAMPLE_STATE``) shows ``orders`` and more than ``agents``."""
+    state = json.loads(text)
+    return bool(state) and state["orders"] == orders and state["agents"] > agents
+
+
 class _Files(http.server.SimpleHTTPRequestHandler):
     extensions_map = {  # noqa: RUF012 - the base class's attribute, widened
         **http.server.SimpleHTTPRequestHandler.extensions_map,
@@ -394,10 +400,10 @@ async def test_the_walkthrough_page_shows_a_map_and_a_sql_view(
         async with open_browser(url, tmp_path_factory.mktemp("browser")) as page:
             state = await eventually(
                 lambda: page.evaluate(EXAMPLE_STATE),
-                lambda text: (json.loads(text) or {}).get("orders") == [1, 2],
+                lambda text: _shown(text, orders=[1, 2], agents=1000),
                 timeout=120,
                 every=0.5,
-                what="the page's orders",
+                what="the page's orders and agents",
             )
     shown = json.loads(state)
     assert shown["agents"] > 1000  # the whole world of 2,000 agents

@@ -106,6 +106,8 @@ test("shell: refusals and failures are exceptions", async () => {
   relays.up.set("ws://full", (socket) => socket.deliver({ type: "error", code: "unavailable", message: "full" }));
   await assert.rejects(connect("ws://full", { WebSocket: relays.WebSocket }), (e) => e instanceof HandshakeRefused && e.code === "unavailable");
   await assert.rejects(connect("ws://a", {}), /no WebSocket/); // Node.js 20 has none of its own
+  relays.up.set("ws://newer", (socket) => socket.deliver({ type: "welcome", version: 2, server: "n", session: "s" }));
+  await assert.rejects(connect("ws://newer", { WebSocket: relays.WebSocket }), /relay speaks protocol 2, we speak 1/);
 });
 
 test("client: an every view fails over to another relay, resuming after its seq", async () => {
