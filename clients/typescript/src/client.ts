@@ -146,7 +146,8 @@ export class Client {
       delay = Math.min(delay * 2, this.options.maxDelay ?? 5);
       if (why === "moved") urls = this.order(urls[0]!); // its new relay is gone: any will do
     }
-    this.end(view, new SubscriptionError("closed", `no relay of ${urls.join(", ")} could hold the view again`));
+    const reason = this.closing ? "the client was closed" : `no relay of ${urls.join(", ")} could hold the view again`;
+    this.end(view, new SubscriptionError("closed", reason));
   }
 
   private end(view: LiveView, error: SubscriptionError): void {
