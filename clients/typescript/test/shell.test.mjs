@@ -134,6 +134,8 @@ test("client: an every view fails over to another relay, resuming after its seq"
   assert.deepEqual([...view.rows.keys()], [1, 2, 3, 4]);
   assert.equal(view.gaps, 0);
   await client.close();
+  await until(() => view.ended);
+  assert.match(view.error.message, /the client was closed/);
 });
 
 test("client: a redirect is followed; a relay that cannot be reached makes the first stay", async () => {
