@@ -18,6 +18,12 @@ from typing import Any
 import msgspec
 import numpy as np
 
+from fanout.views import Box, Intersection, RegionUnion, Relative, Sector, Sphere
+from fanout.views.anyof import AnyOf
+from fanout.views.entity import Entity
+from fanout.views.objects import parse as path
+from fanout.views.sql import parse as sql
+from fanout.views.topic import parse as topic
 from fanout.wire import codec
 from fanout.wire.columns import (
     Column,
@@ -167,11 +173,39 @@ def frames_fixtures() -> list[dict[str, Any]]:
     return [{"frames": [codec.encode(f).hex() for f in frames]}]
 
 
+def views_fixtures() -> list[dict[str, Any]]:
+    """Each view as fanout.views encodes it, with the TypeScript builder call that makes it."""
+    box, disc = Box((0, 0), (10, 10)), Sphere((5, 5), 3)
+    cases: list[tuple[list[Any], Any]] = [
+        (["box", [0, 0], [10, 10]], box),
+        (["sphere", [1, 2, 3], 4], Sphere((1, 2, 3), 4)),
+        (["sector", [0, 0], 5, 0.5, 1], Sector((0, 0), 5, 0.5, 1.0)),
+        (["sector", [0, 0, 0], 5, [0.5, 0.25], 1], Sector((0, 0, 0), 5, (0.5, 0.25), 1.0)),
+        (["union", ["box", [0, 0], [10, 10]], ["sphere", [5, 5], 3]], RegionUnion([box, disc])),
+        (["meet", ["box", [0, 0], [10, 10]], ["sphere", [5, 5], 3]], Intersection([box, disc])),
+        (["relative", 42, ["sphere", [0, 0], 50]], Relative(42, Sphere((0, 0), 50))),
+        (
+            ["relative", "car-7", ["box", [-1, -1], [1, 1]]],
+            Relative("car-7", Box((-1, -1), (1, 1))),
+        ),
+        (
+            ["sql", "SELECT * FROM orders WHERE amount > 100"],
+            sql("SELECT * FROM orders WHERE amount > 100"),
+        ),
+        (["topic", "plant/+/temp"], topic("plant/+/temp")),
+        (["path", "/cars/.all"], path("/cars/.all")),
+        (["anyOf", ["topic", "a/#"], ["topic", "b/+"]], AnyOf((topic("a/#"), topic("b/+")))),
+        (["entity", 7], Entity(7)),
+    ]
+    return [{"call": call, "view": msgspec.to_builtins(view)} for call, view in cases]
+
+
 def write(directory: Path = HERE) -> list[Path]:
     """Write the fixtures into ``directory``; return their paths."""
     directory.mkdir(exist_ok=True)
     written = []
-    for name, make in (("columns", columns_fixtures), ("frames", frames_fixtures)):
+    makers = (("columns", columns_fixtures), ("frames", frames_fixtures), ("views", views_fixtures))
+    for name, make in makers:
         written.append(directory / f"{name}.json")
         written[-1].write_text(json.dumps(make(), indent=1) + "\n")
     return written
