@@ -25,6 +25,7 @@ from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 import pytest_asyncio
 
@@ -175,8 +176,10 @@ class Follower:
 
         def check(updates: list[dict[str, Any]]) -> bool:
             assert not self.failed(), self.failed()
-            assert self.process.returncode is None or self.reading.done(), "node exited"
-            return bool(done(updates))
+            holds = bool(done(updates))
+            finished = self.process.returncode is not None and self.reading.done()
+            assert holds or not finished, f"node exited ({self.process.returncode}) first"
+            return holds
 
         try:
             return await eventually(self.updates, check, timeout=timeout, every=0.1, what=what)
@@ -271,6 +274,31 @@ async def test_a_latest_box_view_holds_the_publishers_rows_at_its_tick(deploymen
     got = {row["id"]: {k: untagged(v) for k, v in row.items()} for row in last["rows"]}
     assert got == want and len(got) > 10
     assert all(200 <= row["x"] <= 450 and 200 <= row["y"] <= 450 for row in got.values())
+
+
+async def test_transforms_project_and_narrow_the_rows(deployment, follow) -> None:
+    """A projection to ``x`` in ``float32``: the key and ``x`` only, each ``x`` the publisher's
+    value as a float32; a transform naming a column the dataset lacks is refused."""
+    publisher, relay = deployment
+    box = ["box", [200, 200], [450, 450]]
+    transform = {"columns": ["x"], "precision": "float32"}
+    narrowed = await follow(
+        relays=[relay.url], dataset="agents", view=box, rows=True, transform=transform
+    )
+    refused = await follow(
+        relays=[relay.url], dataset="agents", view=box, transform={"columns": ["nope"]}
+    )
+    updates = await narrowed.until("two pushes", lambda u: len(u) >= 2)
+    async with open_reader(publisher.url) as reader:
+        _, columns = await reader.read("agents", BOX, updates[-1]["tick"])
+    want = {row["id"]: row["x"] for row in rows_of(columns, "id").values()}
+    got = {row["id"]: row for row in updates[-1]["rows"]}
+    assert got.keys() == want.keys() and len(got) > 10
+    assert all(row.keys() == {"id", "x"} for row in got.values())
+    assert all(row["x"] == float(np.float32(want[key])) for key, row in got.items())
+    await refused.process.wait()
+    await refused.reading
+    assert [(e["type"], e["code"]) for e in refused.lines] == [("error", "invalid_transform")]
 
 
 async def test_sql_views_decode_timestamps_dates_decimals_bytes_and_nulls(

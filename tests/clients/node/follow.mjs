@@ -36,9 +36,10 @@ if (spec.publish) {
 // A view given as [builder, ...arguments]: ["box", [0, 0], [100, 100]], ["sql", "SELECT ..."]
 const view = fanout[spec.view[0]](...spec.view.slice(1));
 const client = new Client(spec.relays, { WebSocket, token: spec.token ?? "", delay: 0.2, maxDelay: 1 });
-const live = await client.subscribe(spec.dataset, view, { mode: spec.mode ?? "latest", rate: spec.rate ?? 10 });
-print({ type: "subscribed", key: live.key, columns: live.columns });
+const options = { mode: spec.mode ?? "latest", rate: spec.rate ?? 10, transform: spec.transform ?? null };
 try {
+  const live = await client.subscribe(spec.dataset, view, options);
+  print({ type: "subscribed", key: live.key, columns: live.columns });
   for await (const update of live) {
     print({
       type: isNoUpdate(update) && !update.full ? "no_update" : "push",
