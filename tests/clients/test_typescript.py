@@ -18,7 +18,6 @@ import functools
 import http.server
 import json
 import os
-import shutil
 import subprocess
 import threading
 from collections.abc import AsyncIterator, Iterator
@@ -33,7 +32,9 @@ from fanout.client.publisher import open_producer, open_reader
 from fanout.launch import Child, Children
 from fanout.publisher.log import SqliteLog
 from fanout.testing.audit import audit
+from fanout.testing.binaries import find, on_ci
 from fanout.testing.httpstream import updates_of
+from fanout.testing.needs import need
 from fanout.testing.wait import eventually
 from fanout.views import Box
 from fanout.views.sql import parse as sql
@@ -114,16 +115,13 @@ def _stale(package: Path) -> bool:
 @pytest.fixture(scope="module")
 def package() -> Iterator[Path]:
     """The built package (``npm ci``, ``npm run build`` when not done or out of date)."""
-    node, npm = shutil.which("node"), shutil.which("npm")
-    if node is None or npm is None:
-        pytest.skip(
-            "the TypeScript client's tests need node (20 or later) and npm: apt install nodejs npm"
-        )
+    need("node", "npm")
+    node, npm = find("node"), find("npm")
+    assert node is not None and npm is not None
     version = subprocess.run([node, "--version"], capture_output=True, text=True, check=True)
     if int(version.stdout.strip().lstrip("v").split(".")[0]) < 20:
-        pytest.skip(
-            f"the TypeScript client needs node 20 or later, this is {version.stdout.strip()}"
-        )
+        too_old = f"the TypeScript client's tests need node 20 or later, this is {version.stdout}"
+        pytest.fail(too_old) if on_ci() else pytest.skip(too_old)
     if not (PACKAGE / "node_modules").is_dir():
         subprocess.run([npm, "ci", "--no-audit", "--no-fund"], cwd=PACKAGE, check=True)
     if _stale(PACKAGE):
@@ -223,7 +221,7 @@ async def follow(package: Path) -> AsyncIterator[Any]:
 
 async def test_the_packages_unit_tests_pass(package: Path) -> None:
     """``npm test``: the core, the columnar decoding and the shell (``node --test``)."""
-    npm = shutil.which("npm")
+    npm = find("npm")
     assert npm is not None
     run = await asyncio.to_thread(
         subprocess.run, [npm, "test"], cwd=package, capture_output=True, text=True, check=False
@@ -409,10 +407,9 @@ async def test_the_walkthrough_page_shows_a_map_and_a_sql_view(
     """Orders written by the TypeScript client through the relay (``Subscriber.publish``), then
     docs/typescript.md's page in headless Chromium: the map holds the agents, the table the
     orders the SQL view selects, their text as text."""
-    from fanout.testing.browser import chromium, open_browser
+    from fanout.testing.browser import open_browser
 
-    if chromium() is None:
-        pytest.skip("the walkthrough's page needs Chromium: apt install chromium")
+    need("chromium")
     _, relay = deployment
     # the orders are written with the TypeScript client, through the relay
     writer = await follow(
