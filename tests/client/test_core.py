@@ -110,6 +110,14 @@ def test_changing_the_view_replaces_what_was_asked() -> None:
     assert state.asked.rate == 20.0
 
 
+def test_changing_an_every_views_view_keeps_it_every() -> None:
+    core = ClientCore()
+    state = holding(core, Asked("agents", BOX, mode="every"))
+    moved = Box((1, 1), (2, 2))
+    assert core.change(state, moved).mode == "every"
+    assert state.asked.mode == "every"
+
+
 def test_a_resync_is_counted_and_other_errors_about_nothing_are_kept() -> None:
     core = ClientCore()
     state = holding(core)

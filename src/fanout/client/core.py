@@ -201,7 +201,13 @@ class ClientCore:
             asked.dataset, view, rate or asked.rate, asked.priority, asked.transform, asked.mode
         )
         return Subscribe(
-            state.sub, asked.dataset, view, state.asked.rate, asked.priority, asked.transform
+            state.sub,
+            asked.dataset,
+            view,
+            state.asked.rate,
+            asked.priority,
+            asked.transform,
+            mode=asked.mode,  # left out, it would be ``latest``: an ``every`` view would change
         )
 
     def unsubscribe(self, state: ViewState) -> Unsubscribe:
