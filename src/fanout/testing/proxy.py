@@ -12,8 +12,7 @@ PostgreSQL), the client told to dial the proxy, and then breaks the link while b
 - ``isolate(pid, way)`` partitions only the connections process ``pid`` opened (now or later):
   one relay loses a service every client dials at the same address (a Redis Cluster's nodes).
 
-Unlike ``iptables`` or ``ss -K`` it needs no privileges or kernel options
-(``docs/architecture.md``, Partitions in tests).
+Unlike ``iptables`` it needs no privileges (``docs/architecture.md``, Partitions in tests).
 """
 
 from __future__ import annotations
