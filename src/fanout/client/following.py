@@ -9,8 +9,8 @@ follows them with one connection per relay, so views of one place meet at one re
 2. A relay it is sent to but cannot reach is not waited for: the one that redirected is asked
    to ``stay``.
 3. A connection that fails is forgotten (its views end with its error); one per relay, shared.
-4. A held view whose part moved is ended by its relay with a redirect and followed: the same
-   object, an ``every`` view resuming with its token, a ``latest`` view getting a full push.
+4. A held view whose part moved is ended by its relay with a redirect and followed (one more
+   hop if redirected there): the same object, resumed (``every``) or pushed in full.
 5. Sent back to the relay it was just redirected from (the relays disagree, or one lost the map),
    it asks that relay to stay.
 """
@@ -132,7 +132,15 @@ class ClusterSubscriber:
             subscriber = await self.connection(location)
             # Asked to stay: the relay the part moved to may not have read the map since it
             # was handed the part (it reads it every beat), and would send the view back.
-            await subscriber.subscribe(view.view, view.dataset, stay=True, **options)
+            try:
+                await subscriber.subscribe(view.view, view.dataset, stay=True, **options)
+            except SubscriptionError as error:
+                if error.code != "redirect" or error.location is None:
+                    raise
+                # A relay that serves nothing yet (back in the map, it waits a lease) sends
+                # it on: one more hop, staying there.
+                onward = await self.connection(error.location)
+                await onward.subscribe(view.view, view.dataset, stay=True, **options)
         except SubscriptionError as error:
             _end(view, error)
             return

@@ -296,6 +296,11 @@ class Registry:
             self._timer.cancel()
             if not self._lapsed and now >= self._timer.when():
                 self._lapse()  # the timer was late: the lease ran out before this reply
+        if now >= sent + self.lease:
+            # An answer too late to hold the lease (held by the network, or Redis slow): the
+            # relay stays lapsed; the next beat, sent now, may bring it back.
+            self._lapse()
+            return
         if self._lapsed:
             self._lapsed = False
             self._serving_from = now + self.lease
