@@ -306,10 +306,11 @@ class Run:
         await asyncio.sleep(length)
         for link in links:
             link.heal()
-        healed = time.monotonic()
+        healed, target = time.monotonic(), self._targets(name)  # what was there at the heal
+        waiting: list[str] = []
         try:
             await eventually(
-                lambda: self._recovered(name, self._targets(name)),
+                lambda: self._recovered(name, target, waiting),
                 lambda done: done,
                 timeout=self.args.recover,
                 every=0.1,
@@ -321,6 +322,7 @@ class Run:
             {"link": name, "way": "cut" if cut else way, "length_s": round(length, 2)}
             | {"recovery_s": None if recovery is None else round(recovery, 2)}
             | {"at_s": round(began - self.began, 1)}
+            | ({"waiting_for": waiting} if recovery is None else {})
         )
         self.held.discard(name)
 
@@ -329,20 +331,23 @@ class Run:
             return dict(self.sent)
         return self.logged()
 
-    async def _recovered(self, name: str, target: Any) -> bool:
+    async def _recovered(self, name: str, target: Any, waiting: list[str]) -> bool:
+        """Whether the link's subscribers are past ``target``; ``waiting`` says on what not."""
+        waiting.clear()
         if name.startswith("mqtt:"):
             at = MQTT.index(name[-1]) - 1
             for clients, topic in ((self.q1, "q1/a"), (self.q2, "q2/a")):
                 numbers = [int(p) for t, p in clients[at].received() if t == topic]
                 if not numbers or max(numbers) < target[topic]:
-                    return False
-            return True
+                    waiting.append(f"{topic} at {name}")
+            return not waiting
         followers = {"flat": self.flat, "tier": self.edge}.get(name, self.mapped)
         if name.startswith("redis:"):
             child = self.d.map[MAP.index(name.split(":")[1])]
             if await metric(child.url, "fanout_relay_registry_serving") != 1:
-                return False
-        return all(f.updates and f.updates[-1].seq >= target for f in followers)
+                waiting.append(f"{name} serving")
+        waiting += [str(f.box) for f in followers if not f.updates or f.updates[-1].seq < target]
+        return not waiting
 
     async def partitions(self) -> None:
         self.began = time.monotonic()
@@ -366,8 +371,9 @@ class Run:
             await asyncio.gather(*running)
 
 
-async def settle(run: Run, timeout: float) -> None:
-    """Wait until every subscriber is past what was logged and published after the last heal."""
+async def settle(run: Run, timeout: float) -> int:
+    """Wait until every subscriber is past what was logged and published after the last heal;
+    how many ``every`` views were not by ``timeout`` seconds."""
     target, sent = run.logged() + 3, dict(run.sent)
     every = [*run.flat, *run.edge, *run.mapped]
     with contextlib.suppress(NotYet):
@@ -383,6 +389,7 @@ async def settle(run: Run, timeout: float) -> None:
             timeout=timeout,
             every=0.5,
         )
+    return sum(not f.updates or f.updates[-1].seq < target for f in every)
 
 
 def audits(run: Run) -> dict[str, Any]:
@@ -434,7 +441,7 @@ async def bench(args: argparse.Namespace) -> dict[str, Any]:
             await asyncio.sleep(2.0)
             for task in loops:
                 task.cancel()
-            await settle(run, args.settle)
+            behind = await settle(run, args.settle)
         finally:
             for task in loops:
                 task.cancel()
@@ -461,6 +468,7 @@ async def bench(args: argparse.Namespace) -> dict[str, Any]:
         "recovery_p50_s": recoveries[len(recoveries) // 2] if recoveries else None,
         "recovery_p99_s": p99,
         "not_recovered": sum(p["recovery_s"] is None for p in run.log),
+        "behind_at_end": behind,
         **found,
         "by_link": {n: sum(p["link"] == n for p in run.log) for n in links},
         "lapses": {
@@ -494,9 +502,11 @@ def main() -> int:
     result = asyncio.run(bench(args)) | {"calibration": calibration}
     write_results(result, None if args.no_save else RESULTS)
     keys = ("partitions", "lost", "duplicated", "reordered", "qos2_duplicates")
-    keys += ("double_served_s", "recovery_p99_s", "not_recovered", "load_average_during")
+    keys += ("double_served_s", "recovery_p99_s", "not_recovered", "behind_at_end")
+    keys += ("load_average_during",)
     print(json.dumps({key: result[key] for key in keys}))
     clean = not any(result[k] for k in keys[1:6]) and not result["not_recovered"]
+    clean = clean and not result["behind_at_end"]
     return 0 if clean else 1
 
 
