@@ -8,7 +8,7 @@ object, writes ``bench/results/partitions.json`` and prints a one-line summary l
 
 * a Spark publisher (the ``agents`` simulation, 10 ticks/s), a relay on it (``flat``) and a tier
   (a mid relay, an ``edge`` below it), the flat relay and the edge dialing through proxies;
-* three relays in a map of responsibility (redirect policy, lease ``LEASE``) in a Redis Cluster
+* three relays in a map of responsibility (redirect policy, lease ``LEASE``, 3 s) in a Redis Cluster
   whose nodes announce proxies: each relay can lose Redis alone (``Proxy.isolate``);
 * three relays as one MQTT broker, the peer links to ``b`` and ``c`` through proxies.
 
@@ -31,6 +31,7 @@ import sys
 import tempfile
 import threading
 import time
+from collections import Counter
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -38,6 +39,7 @@ from typing import Any
 import paho.mqtt.client as mqtt
 from paho.mqtt.enums import CallbackAPIVersion
 
+from fanout.client import SubscriptionError
 from fanout.launch import Child, Children
 from fanout.publisher.log import SqliteLog
 from fanout.testing import followers as flat_followers
@@ -54,7 +56,7 @@ from fanout.views import Box
 
 RESULTS = Path(__file__).parent / "results" / "partitions.json"
 KEEPALIVE = 2.0  # the flat relay's and the edge's --upstream-keepalive
-LEASE = 2.0  # the map's --registry-lease
+LEASE = 3.0  # the map's --registry-lease (the default)
 MAP = ("m0", "m1", "m2")
 MQTT = ("a", "b", "c")
 BOXES = [Box((x + 40, y + 40), (x + 200, y + 200)) for x in (0, 256, 512, 768) for y in (0, 512)]
@@ -242,6 +244,8 @@ class Run:
         self.log: list[dict[str, Any]] = []
         self.sent = {"q1/a": 0, "q2/a": 0}
         self.loads: list[float] = []
+        self.reentered = 0  # map followers that entered again after their view ended
+        self.refusals: Counter[str] = Counter()  # failed attempts to enter again, by error
 
     async def subscribe(self) -> None:
         d = self.d
@@ -277,12 +281,21 @@ class Run:
             await asyncio.sleep(0.05)
 
     async def repair(self) -> None:
-        """A map follower whose view ended (its relay refused it: the map moving) enters again."""
+        """A map follower whose view ended (every relay it was sent to had lapsed, or was
+        waiting after coming back) enters again at a relay drawn at random, until it is in, as
+        a subscriber retrying with a pause would."""
+        broken: set[int] = set()
         while True:
-            for follower in self.mapped:
-                if follower.ended():
-                    with contextlib.suppress(Exception):
-                        await follower.attach(self.rng.choice(self.d.map).url)
+            for n, follower in enumerate(self.mapped):
+                if n in broken or follower.ended():
+                    try:
+                        async with asyncio.timeout(30):
+                            await follower.attach(self.rng.choice(self.d.map).url)
+                        broken.discard(n)
+                        self.reentered += 1
+                    except (OSError, SubscriptionError, TimeoutError) as error:
+                        broken.add(n)
+                        self.refusals[type(error).__name__] += 1
             await asyncio.sleep(0.5)
 
     def logged(self) -> int:
@@ -469,6 +482,8 @@ async def bench(args: argparse.Namespace) -> dict[str, Any]:
         "recovery_p99_s": p99,
         "not_recovered": sum(p["recovery_s"] is None for p in run.log),
         "behind_at_end": behind,
+        "map_views_entered_again": run.reentered,
+        "map_entries_refused": dict(run.refusals),
         **found,
         "by_link": {n: sum(p["link"] == n for p in run.log) for n in links},
         "lapses": {
