@@ -245,7 +245,7 @@ async def test_a_relay_that_loses_redis_serves_at_most_its_lease_then_rejoins(
         timeout=60,
         what="the victim to serve again",
     )
-    assert await metric(victim.url, "fanout_relay_registry_lapses") == 1
+    assert await metric(victim.url, "fanout_relay_registry_lapses_total") == 1
     newcomer = MovingFollower(mine[0])
     await newcomer.attach(survivors[1].url)  # back in the map, responsible for its parts again
     assert newcomer.relay == victim.url
