@@ -3,7 +3,8 @@ Redis Cluster, on a scripted publisher: a subscription entering at the wrong rel
 redirected and served by the responsible one; one sent to a relay that cannot be reached (in the
 map, but dead) is served by the relay that sent it (``stay``); a view change is never
 redirected; a held view whose cell is handed to the other relay (a split) moves there, the same
-object, and back when it is handed back (a merge)."""
+object, and back when it is handed back (a merge); a relay whose lease lapsed sends its views to
+the other, and a subscription sent back and forth between them stays at the first."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from collections.abc import AsyncIterator, Iterator
 
 import pytest
 
+from fanout.client import SubscriptionError
 from fanout.client.following import connect_cluster
 from fanout.cluster.registry import Registry, connect
 from fanout.cluster.responsibility import part_of
@@ -111,6 +113,30 @@ async def test_a_subscription_sent_to_an_unreachable_relay_stays_where_it_entere
                 assert a.core.stats()["subscriptions"] == 1
         finally:
             await ghost.leave()
+
+
+async def test_a_relay_whose_lease_lapsed_sends_its_views_to_the_map_without_it(
+    registry: str,
+) -> None:
+    async with two_relays(registry, "l") as ([(a, a_url), (_, b_url)], _):
+        assert a.registry is not None
+        box = owned_by(a, "la")
+        async with connect_cluster(b_url) as cluster:
+            view = await cluster.subscribe(box)
+            assert cluster.relay_of(view) == a_url
+            a.registry._lapse()  # what its timer does when no beat renewed the lease in time
+            assert not a.registry.serving and a.core.stats()["subscriptions"] == 0
+            await eventually(lambda: view.moves == 1, timeout=10, what="the view moved to b")
+            assert cluster.relay_of(view) == b_url and view.error is None
+            # b (whose map still holds a) sends a new one to a, which sends it back: it stays.
+            again = await cluster.subscribe(box)
+            assert cluster.relay_of(again) == b_url and cluster.redirects == 3
+            with pytest.raises(SubscriptionError) as refused:  # a serves nothing, stay or not
+                async with connect_cluster(a_url) as direct:
+                    await direct.subscribe(box, max_hops=0)
+            assert refused.value.code == "redirect" and refused.value.location == b_url
+            await a.registry.beat()  # back in the map: it waits a lease before serving again
+            assert not a.registry.serving and a.registry.lapses == 1
 
 
 async def test_a_held_view_whose_cell_is_handed_over_moves_with_it_and_back(

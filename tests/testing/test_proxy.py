@@ -1,10 +1,12 @@
 """The TCP proxy (testing/proxy.py): bytes go through both ways; a cut closes both ends of each
 connection and the next goes through again; a partition holds bytes one way or both (and new
-connections) until healed; a slowed link delays and paces them."""
+connections) until healed, or only the connections of one process isolated; a slowed link
+delays and paces them."""
 
 from __future__ import annotations
 
 import asyncio
+import sys
 import time
 
 import pytest
@@ -96,6 +98,51 @@ async def test_a_connection_opened_across_a_partition_hangs_until_healed() -> No
             assert await asyncio.wait_for(reader.read(), 5) == b""
             writer.close()
             await writer.wait_closed()
+
+
+#: A client process: one byte through the proxy and its echo, then another on a line of stdin.
+CLIENT = """
+import socket, sys
+link = socket.create_connection(("127.0.0.1", int(sys.argv[1])))
+for byte in (b"x", b"y"):
+    sys.stdin.readline()
+    link.sendall(byte)
+    print(link.recv(1).decode(), flush=True)
+"""
+
+
+async def test_an_isolated_process_loses_the_link_while_others_keep_it() -> None:
+    async with await asyncio.start_server(echo, LOOPBACK, 0) as listening:
+        target = (LOOPBACK, listening.sockets[0].getsockname()[1])
+        async with proxy(target) as link:
+            client = await asyncio.create_subprocess_exec(
+                sys.executable,
+                "-c",
+                CLIENT,
+                str(link.port),
+                stdin=asyncio.subprocess.PIPE,
+                stdout=asyncio.subprocess.PIPE,
+            )
+            assert client.stdin is not None and client.stdout is not None
+            try:
+                client.stdin.write(b"\n")
+                assert await asyncio.wait_for(client.stdout.readline(), 10) == b"x\n"
+                link.isolate(client.pid)
+                reader, writer = await asyncio.open_connection(LOOPBACK, link.port)
+                writer.write(b"mine")  # opened by this process: not isolated
+                assert await asyncio.wait_for(reader.readexactly(4), 5) == b"mine"
+                client.stdin.write(b"\n")
+                line = asyncio.ensure_future(client.stdout.readline())
+                done, _ = await asyncio.wait({line}, timeout=0.5)
+                assert not done and link.up.held == 1, "the isolated process's byte went up"
+                link.heal()
+                assert await asyncio.wait_for(line, 5) == b"y\n"
+                writer.close()
+                await writer.wait_closed()
+            finally:
+                if client.returncode is None:
+                    client.kill()
+                await client.wait()
 
 
 async def test_a_slowed_link_delays_each_chunk_and_paces_it_to_its_rate() -> None:

@@ -6,12 +6,13 @@ follows them with one connection per relay, so views of one place meet at one re
 
 1. At most ``max_hops`` redirects are followed for one subscription, then the last relay is
    asked to ``stay``.
-2. A relay it is sent to but cannot reach, or that refuses it, is not waited for: the relay
-   that redirected is asked to ``stay``.
-3. A connection that fails is forgotten (its views end with its error); one connection per
-   relay, shared by the subscriptions asking for it at once.
-4. A held view whose part moved is ended by its relay with a redirect and followed: the same
-   object, an ``every`` view resuming with its token, a ``latest`` view getting a full push.
+2. A relay it is sent to but cannot reach is not waited for: the one that redirected is asked
+   to ``stay``.
+3. A connection that fails is forgotten (its views end with its error); one per relay, shared.
+4. A held view whose part moved is ended by its relay with a redirect and followed (one more
+   hop if redirected there): the same object, resumed (``every``) or pushed in full.
+5. Sent back to the relay it was just redirected from (the relays disagree, or one lost the map),
+   it asks that relay to stay.
 """
 
 from __future__ import annotations
@@ -91,7 +92,7 @@ class ClusterSubscriber:
             SubscriptionError: a relay refused it for another reason than a redirect.
             OSError, HandshakeRefused: the entry relay cannot be reached.
         """
-        url, previous = self.entry, None
+        url, previous, stay = self.entry, None, False
         for hop in range(max_hops + 1):
             try:
                 subscriber = await self.connection(url)
@@ -103,11 +104,13 @@ class ClusterSubscriber:
                     view, dataset, stay=True, **options
                 )
             try:
-                return await subscriber.subscribe(view, dataset, stay=hop == max_hops, **options)
+                stay = stay or hop == max_hops
+                return await subscriber.subscribe(view, dataset, stay=stay, **options)
             except SubscriptionError as error:
-                if error.code != "redirect" or error.location is None:
-                    raise
+                if error.code != "redirect" or error.location is None or stay:
+                    raise  # a relay that serves nothing (its lease lapsed) redirects a stay
                 self.redirects += 1
+                stay = error.location == previous  # rule 5
                 url, previous = error.location, url
         raise AssertionError("unreachable: the last hop stays")  # pragma: no cover
 
@@ -129,7 +132,15 @@ class ClusterSubscriber:
             subscriber = await self.connection(location)
             # Asked to stay: the relay the part moved to may not have read the map since it
             # was handed the part (it reads it every beat), and would send the view back.
-            await subscriber.subscribe(view.view, view.dataset, stay=True, **options)
+            try:
+                await subscriber.subscribe(view.view, view.dataset, stay=True, **options)
+            except SubscriptionError as error:
+                if error.code != "redirect" or error.location is None:
+                    raise
+                # A relay that serves nothing yet (back in the map, it waits a lease) sends
+                # it on: one more hop, staying there.
+                onward = await self.connection(error.location)
+                await onward.subscribe(view.view, view.dataset, stay=True, **options)
         except SubscriptionError as error:
             _end(view, error)
             return

@@ -1,8 +1,6 @@
 """A relay's membership of a map of responsibility, wired to its core: the registry (leases in
 Redis Cluster), split and merge on load (``splitting``) and, by policy, redirects or forwarding
-(``sharing``). ``relay.shell.server`` holds one when started with ``--registry``.
-
-Rules:
+(``sharing``). ``relay.shell.server`` holds one when started with ``--registry``. Rules:
 
 1. **Joined before ready.** The relay joins the map (its first beat) before it reports ready, so
    a subscriber it accepts is never served by a relay the others do not know; the balancer
@@ -10,9 +8,10 @@ Rules:
 2. **Moved parts take their subscriptions** (redirect policy): when a part leaves this relay —
    a split or a merge hands it over, or a relay joins that is now responsible for it — each held
    subscription of it ends with a redirect to the part's new relay, where its subscriber resumes
-   (``redirects`` rule 1); the primitives it leaves are released as any ended subscription's
-   are. Under the forward policy the connection stays and ``sharing`` acquires the part anew
-   from its new owner.
+   (``redirects`` rule 1), its primitives released. Under the forward policy the connection
+   stays and ``sharing`` acquires the part anew from its new owner.
+3. **A lapsed lease ends what it holds** (redirect policy, ``registry`` rule 8): each held
+   subscription ends with a redirect to its owner in the map without this relay.
 """
 
 from __future__ import annotations
@@ -84,6 +83,7 @@ class Membership:
             self.sharing = Sharing(core, self.registry, writer, publisher, dispatch)
         else:
             self.registry.watchers.append(self._parts_moved)
+            self.registry.lapse_watchers.append(self._lapsed)
 
     async def join(self, tasks: asyncio.TaskGroup, url: str) -> None:
         """Join the map as reached at ``url`` and return once in it (rule 1); the registry's
@@ -107,4 +107,15 @@ class Membership:
             # The core's Unsubscribed is not sent: the redirect is what ends it for the client.
             self.core.on_unsubscribe(client, Unsubscribe(redirect.ref))
             self._dispatch([Send(client, redirect)])
+        self._wake()
+
+    def _lapsed(self, without: ResponsibilityMap) -> None:
+        """Rule 3."""
+        ended = [
+            (held.client, self.registry.elsewhere(held.dataset, held.view, held.sub))
+            for held in self.core.downstream
+        ]
+        for client, answer in ended:
+            self.core.on_unsubscribe(client, Unsubscribe(answer.ref or 0))
+            self._dispatch([Send(client, answer)])
         self._wake()

@@ -1,18 +1,18 @@
 """The members of the map of responsibility, kept in Redis Cluster with leases: the thin shell
-around ``cluster.responsibility`` (docs/cluster.md, "Leases"). Rules:
+around ``cluster.responsibility`` (docs/cluster.md, "Leases", says why of each rule). Rules:
 
-1. **One slot.** Every key shares the hash tag ``{NAMESPACE}``; Lua scripts act atomically.
+1. **One slot** (hash tag ``{NAMESPACE}``); Lua scripts act atomically.
 2. **Leases on Redis's clock** (the node's ``TIME``), so hosts' clocks need not agree.
 3. **A beat** every ``lease / 3`` s renews the lease, drops expired members and reads the live
-   ones in one round trip (``BEAT``); a restarted relay joins again at once.
-4. **Told when it changes:** ``on_change(before, after)``.
-5. **Leaving.** A relay stopped cleanly removes itself (and its standby entry) at once.
-6. **Redis away.** A failed beat is logged and retried, the last map kept; every call times
-   out after ``REDIS_TIMEOUT`` s.
-7. **Standbys and assignments** (``responsibility`` rule 4) are read with the members; ``ASSIGN``
-   checks atomically that both relays are live, the giver's owners current, no part taken.
-8. **One beat at a time**: a late reply never puts an older map over a newer one; ``confirm``
+   ones in one round trip (``BEAT``), told to ``on_change(before, after)``.
+4. **Leaving.** A relay stopped cleanly removes itself (and its standby entry) at once.
+5. **Redis away.** A failed beat is logged and retried; every call times out (``REDIS_TIMEOUT``).
+6. **Standbys and assignments** are read with the members; ``ASSIGN`` checks atomically that
+   both relays are live, the giver's owners current, no part taken.
+7. **One beat at a time**: a late reply never puts an older map over a newer one; ``confirm``
    reads afresh before an HTTP stream is redirected.
+8. **A lapsed lease serves nothing**: unrenewed by a beat's send + ``lease``, the relay ends what
+   it holds (``lapse_watchers``); back in the map, it serves again one lease later.
 """
 
 from __future__ import annotations
@@ -31,11 +31,12 @@ from fanout.cluster.responsibility import DEFAULT_SIDE, Assignment, Responsibili
 from fanout.cluster.settings import registry_address
 from fanout.errors import FanoutError
 from fanout.metrics import Sample
+from fanout.views import View
 from fanout.wire.messages import Error, Subscribe
 
 log = logging.getLogger(__name__)
 
-#: Seconds any call to Redis may take (rule 6).
+#: Seconds any call to Redis may take (rule 5).
 REDIS_TIMEOUT = 5.0
 #: The hash tag every key of the map shares (rule 1).
 NAMESPACE = "fanout-map"
@@ -147,7 +148,7 @@ return 1
 
 
 class HandOverRefused(FanoutError):
-    """The registry refused to assign parts (rule 7): the map changed under the giver."""
+    """The registry refused to assign parts (rule 6): the map changed under the giver."""
 
     code = "unavailable"
 
@@ -168,7 +169,7 @@ def connect(address: str) -> RedisCluster:
 
 
 class Registry:
-    """This relay's membership of the map, and the map as last read (rules 3-6)."""
+    """This relay's membership of the map, and the map as last read (rules 3-5)."""
 
     def __init__(
         self,
@@ -200,13 +201,19 @@ class Registry:
         self.changes = 0
         self.failed_beats = 0
         self.redirected = 0
+        #: Rule 8: told (with the map without this relay) when its lease lapsed.
+        self.lapse_watchers: list[Callable[[ResponsibilityMap], None]] = []
+        self.lapses = 0
+        self._lapsed = False
+        self._serving_from = 0.0  # loop time: back in the map, serving again from then
+        self._timer: asyncio.TimerHandle | None = None  # fires when the lease as renewed lapses
         self._keys = [
             f"{{{NAMESPACE}}}:deadlines",
             f"{{{NAMESPACE}}}:urls",
             f"{{{NAMESPACE}}}:standby",
             f"{{{NAMESPACE}}}:assigned",
         ]
-        #: Rule 8: held by each beat; beats begun so far.
+        #: Rule 7: held by each beat; beats begun so far.
         self._beating = asyncio.Lock()
         self._beats_begun = 0
         self._beat = redis.register_script(BEAT)
@@ -215,7 +222,7 @@ class Registry:
         self._unassign = redis.register_script(UNASSIGN)
 
     async def beat(self, join: bool = True) -> ResponsibilityMap:
-        """Renew (``join``) or only read, and take the live members as the map (rules 3, 8).
+        """Renew (``join``) or only read, and take the live members as the map (rules 3, 7).
 
         Raises:
             RedisError: Redis could not be reached or refused the script.
@@ -224,7 +231,7 @@ class Registry:
             return await self._beat_now(join)
 
     async def fresh(self) -> ResponsibilityMap:
-        """The map as read by a beat begun after this call (rule 8): one begun before may
+        """The map as read by a beat begun after this call (rule 7): one begun before may
         have been answered before a change the caller was told of; callers waiting together
         share one read.
 
@@ -239,7 +246,7 @@ class Registry:
 
     async def confirm(self, request: Subscribe) -> None:
         """If the map as last read would redirect ``request`` (new, not marked ``stay``),
-        read it afresh (rule 8); Redis away, the map as last read stands (rule 6)."""
+        read it afresh (rule 7); Redis away, the map as last read stands (rule 5)."""
         if redirect(self.map, self.name, request, False) is None:
             return
         try:
@@ -254,7 +261,11 @@ class Registry:
             if join
             else ["", "", 0, "0"]
         )
+        loop = asyncio.get_running_loop()
+        sent = loop.time()
         flat_members, standby, flat_assigned = await self._beat(keys=self._keys, args=args)
+        if join:
+            self._renewed(sent, loop)
         texts, held = _texts(flat_members), _texts(flat_assigned)
         members = dict(zip(texts[0::2], texts[1::2], strict=True))
         assigned = {
@@ -277,8 +288,58 @@ class Registry:
                 watcher(before, after)
         return after
 
+    def _renewed(self, sent: float, loop: asyncio.AbstractEventLoop) -> None:
+        """A join beat sent at ``sent`` came back: the lease holds until ``sent + lease``
+        (rule 8); a relay whose lease had lapsed serves again one lease from now."""
+        now = loop.time()
+        if self._timer is not None:
+            self._timer.cancel()
+            if not self._lapsed and now >= self._timer.when():
+                self._lapse()  # the timer was late: the lease ran out before this reply
+        if now >= sent + self.lease:
+            # An answer too late to hold the lease (held by the network, or Redis slow): the
+            # relay stays lapsed; the next beat, sent now, may bring it back.
+            self._lapse()
+            return
+        if self._lapsed:
+            self._lapsed = False
+            self._serving_from = now + self.lease
+            log.warning("registry: back in the map; serving again in %g s", self.lease)
+        self._timer = loop.call_at(sent + self.lease, self._lapse)
+
+    def _lapse(self) -> None:
+        """Rule 8: the lease ran out unrenewed; serve nothing until back in the map."""
+        if self._lapsed:
+            return
+        self._lapsed, self._timer = True, None
+        self.lapses += 1
+        log.warning("registry: lease lapsed (Redis away): ending what this relay serves")
+        without = self._without_me()
+        for watcher in self.lapse_watchers:
+            watcher(without)
+
+    @property
+    def serving(self) -> bool:
+        """Whether this relay's lease is its own (rule 8): not lapsed, and not waiting after
+        coming back."""
+        return not self._lapsed and asyncio.get_running_loop().time() >= self._serving_from
+
+    def _without_me(self) -> ResponsibilityMap:
+        members = {name: url for name, url in self.map.members.items() if name != self.name}
+        return self.map.with_members(members)
+
+    def elsewhere(self, dataset: str, view: View, sub: int) -> Error:
+        """What answers (or ends) subscription ``sub`` while this relay is not ``serving``: a
+        redirect to its part's owner in the map without this relay, or ``unavailable``."""
+        without = self._without_me()
+        why = f"relay {self.name} lost the map of responsibility (its lease lapsed)"
+        if not without.members:
+            return Error("unavailable", f"{why}: subscribe again later", ref=sub)
+        owner = without.owner_of(dataset, view)
+        return Error("redirect", f"{why}: subscribe at {owner.url}", ref=sub, location=owner.url)
+
     async def assign(self, target: str, parts: list[str]) -> None:
-        """Hand ``parts`` (this relay's) to member ``target`` (rule 7), then read the map.
+        """Hand ``parts`` (this relay's) to member ``target`` (rule 6), then read the map.
 
         Raises:
             HandOverRefused: a relay is not live, the members changed since this relay's map
@@ -294,7 +355,7 @@ class Registry:
         await self.beat()
 
     async def unassign(self, parts: list[str]) -> int:
-        """Hand back the ``parts`` assigned to this relay (rule 7), then read the map.
+        """Hand back the ``parts`` assigned to this relay (rule 6), then read the map.
 
         Returns:
             How many were handed back.
@@ -321,15 +382,17 @@ class Registry:
                 await asyncio.sleep(self.lease / 3)
                 try:
                     await self.beat()
-                except RedisError as error:  # rule 6: keep the last map, try again
+                except RedisError as error:  # rule 5: keep the last map, try again
                     self.failed_beats += 1
                     log.warning("registry: a beat failed, keeping the last map: %s", error)
         finally:
+            if self._timer is not None:
+                self._timer.cancel()
             await self.leave()
 
     async def leave(self) -> None:
-        """Remove this member at once (rule 5); a failure, or no answer within
-        ``REDIS_TIMEOUT`` seconds (rule 6), is logged (its lease will run out)."""
+        """Remove this member at once (rule 4); a failure, or no answer within
+        ``REDIS_TIMEOUT`` seconds (rule 5), is logged (its lease will run out)."""
         try:
             async with asyncio.timeout(REDIS_TIMEOUT):
                 await self._leave(keys=self._keys, args=[self.name])
@@ -345,7 +408,11 @@ class Registry:
     # -- what the relay asks ------------------------------------------------------------------
 
     def redirect(self, request: Subscribe, held: bool) -> Error | None:
-        """The redirect answering ``request`` here, or None to serve it (``redirects``)."""
+        """The redirect answering ``request`` here, or None to serve it (``redirects``; rule
+        9 while not ``serving``, ``stay`` or not)."""
+        if not self.serving:
+            self.redirected += 1
+            return self.elsewhere(request.dataset, request.view, request.sub)
         answer = redirect(self.map, self.name, request, held)
         if answer is not None:
             self.redirected += 1
@@ -374,6 +441,18 @@ class Registry:
                 "gauge",
                 "Parts splits assigned in the map as this relay last read it (all relays').",
                 len(self.map.assigned),
+            ),
+            Sample(
+                "relay_registry_lapses",
+                "counter",
+                "Times this relay's lease lapsed unrenewed (it then served nothing).",
+                self.lapses,
+            ),
+            Sample(
+                "relay_registry_serving",
+                "gauge",
+                "1 while this relay's lease is its own and it serves its parts, else 0.",
+                int(self.serving),
             ),
             Sample(
                 "relay_redirected",

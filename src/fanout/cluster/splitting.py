@@ -1,6 +1,6 @@
 """Split and merge on load, the asyncio side: a relay of a map samples its load every second,
 asks ``cluster.balance`` what to do, and carries it out through the map's assignments
-(``cluster.registry`` rule 7; docs/cluster.md, "Split and merge on load"). Rules:
+(``cluster.registry`` rule 6; docs/cluster.md, "Split and merge on load"). Rules:
 
 1. **Samples** every ``EVERY`` s (subscriptions, pushes and no-updates a second, CPU share, rows),
    the last ``dwell`` seconds kept. Under the forward policy only the subscriptions of the

@@ -8,16 +8,18 @@ PostgreSQL), the client told to dial the proxy, and then breaks the link while b
   sent, so bytes are held, not lost, and flow again on ``heal()`` unless an end gave up first
   (its keepalive or timeout closes the connection; that is the fault under test). Connections
   opened meanwhile are accepted and then hang, as a connect to an unreachable host does;
-- ``slow(delay, rate)`` adds latency and a bandwidth limit (bytes/s) to each chunk one way or both.
+- ``slow(delay, rate)`` adds latency and a bandwidth limit (bytes/s) to each chunk one way or both;
+- ``isolate(pid, way)`` partitions only the connections process ``pid`` opened (now or later):
+  one relay loses a service every client dials at the same address (a Redis Cluster's nodes).
 
-Unlike ``iptables`` or ``ss -K`` it needs no privileges or kernel options
-(``docs/architecture.md``, Partitions in tests).
+Unlike ``iptables`` it needs no privileges (``docs/architecture.md``, Partitions in tests).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
@@ -53,6 +55,9 @@ class Proxy:
         self.connections = 0  # accepted so far
         self.up, self.down = Direction(), Direction()
         self._open: set[asyncio.StreamWriter] = set()
+        #: Per connection (its near end): the client's port, and its own gates up and down.
+        self._gates: dict[asyncio.StreamWriter, tuple[int, asyncio.Event, asyncio.Event]] = {}
+        self._isolated: dict[int, Way] = {}  # pid -> the way its connections are partitioned
 
     @property
     def address(self) -> str:
@@ -84,11 +89,30 @@ class Proxy:
         for direction in self._ways(way):
             direction.delay, direction.bandwidth = delay, rate
 
+    def isolate(self, pid: int, way: Way = "both") -> None:
+        """Partition ``way`` only the connections process ``pid`` opened through the proxy,
+        those open now and those it opens until ``heal``."""
+        self._isolated[pid] = way
+        for near, (port, up, down) in self._gates.items():
+            if near in self._open and _opened_by(pid, port, self.port):
+                self._close_gates(way, up, down)
+
     def heal(self, way: Way = "both") -> None:
-        """Undo ``partition`` and ``slow``, ``way``: held bytes flow on at once."""
+        """Undo ``partition``, ``isolate`` and ``slow``, ``way``: held bytes flow on at once."""
         for direction in self._ways(way):
             direction.delay, direction.bandwidth = 0.0, None
             direction.flowing.set()
+        self._isolated.clear()
+        for _, up, down in self._gates.values():
+            up.set()
+            down.set()
+
+    @staticmethod
+    def _close_gates(way: Way, up: asyncio.Event, down: asyncio.Event) -> None:
+        if way in ("up", "both"):
+            up.clear()
+        if way in ("down", "both"):
+            down.clear()
 
     def _ways(self, way: Way) -> tuple[Direction, ...]:
         return {"up": (self.up,), "down": (self.down,), "both": (self.up, self.down)}[way]
@@ -96,43 +120,75 @@ class Proxy:
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         self.connections += 1
         self._open.add(writer)
+        port = writer.get_extra_info("peername")[1]
+        up, down = asyncio.Event(), asyncio.Event()
+        up.set()
+        down.set()
+        self._gates[writer] = (port, up, down)
+        for pid, way in self._isolated.items():
+            if _opened_by(pid, port, self.port):
+                self._close_gates(way, up, down)
         try:
             # A partitioned link reaches nothing: the connect waits as a SYN would.
             await self.up.flowing.wait()
+            await up.wait()
             try:
                 far_reader, far_writer = await asyncio.open_connection(*self.target)
             except OSError:
                 return
             self._open.add(far_writer)
             try:
-                await self._both_ways((reader, writer), (far_reader, far_writer))
+                await self._both_ways((reader, writer), (far_reader, far_writer), (up, down))
             finally:
                 far_writer.transport.abort()
                 self._open.discard(far_writer)
         finally:
             writer.transport.abort()
             self._open.discard(writer)
+            del self._gates[writer]
 
     async def _both_ways(
         self,
         near: tuple[asyncio.StreamReader, asyncio.StreamWriter],
         far: tuple[asyncio.StreamReader, asyncio.StreamWriter],
+        gates: tuple[asyncio.Event, asyncio.Event],
     ) -> None:
         """Pump both ways until one way ends (an end closed or was cut): the connection ends."""
         async with asyncio.TaskGroup() as pumping:
             pumps = [
-                pumping.create_task(_pump(near[0], far[1], self.up)),
-                pumping.create_task(_pump(far[0], near[1], self.down)),
+                pumping.create_task(_pump(near[0], far[1], self.up, gates[0])),
+                pumping.create_task(_pump(far[0], near[1], self.down, gates[1])),
             ]
             await asyncio.wait(pumps, return_when=asyncio.FIRST_COMPLETED)
             for pump in pumps:
                 pump.cancel()
 
 
-async def _pump(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, way: Direction) -> None:
-    """Copy one way: each chunk read is due ``delay`` after it came, waits while the way is
-    partitioned, and is paced to ``rate``. Reading goes on meanwhile (latency, not a stall of
-    the sender), up to what the held chunks' queue takes."""
+def _opened_by(pid: int, port: int, proxy_port: int) -> bool:
+    """Whether process ``pid`` holds the loopback socket from ``port`` to ``proxy_port`` (its
+    inode in ``/proc/net/tcp*``, among the process's open files)."""
+    inodes = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        with contextlib.suppress(OSError), open(table) as lines:
+            for line in list(lines)[1:]:
+                fields = line.split()
+                local, remote = (int(end.rsplit(":", 1)[1], 16) for end in fields[1:3])
+                if (local, remote) == (port, proxy_port):
+                    inodes.add(f"socket:[{fields[9]}]")
+    with contextlib.suppress(OSError):
+        for fd in os.listdir(f"/proc/{pid}/fd"):
+            with contextlib.suppress(OSError):
+                if os.readlink(f"/proc/{pid}/fd/{fd}") in inodes:
+                    return True
+    return False
+
+
+async def _pump(
+    reader: asyncio.StreamReader, writer: asyncio.StreamWriter, way: Direction, gate: asyncio.Event
+) -> None:
+    """Copy one way: each chunk read is due ``delay`` after it came, waits while the way (or
+    this connection's ``gate``) is partitioned, and is paced to ``rate``. Reading goes on
+    meanwhile (latency, not a stall of the sender), up to what the held chunks' queue takes."""
     chunks: asyncio.Queue[tuple[float, bytes] | None] = asyncio.Queue(maxsize=64)
 
     async def read() -> None:
@@ -148,10 +204,13 @@ async def _pump(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, way:
                 due, data = chunk
                 try:
                     await way.flowing.wait()
+                    await gate.wait()
                     wait = due - time.monotonic() if way.delay else 0.0
                     if wait > 0:
                         await asyncio.sleep(wait)
-                    await way.flowing.wait()  # partitioned while it waited
+                    while not (way.flowing.is_set() and gate.is_set()):  # partitioned meanwhile
+                        await way.flowing.wait()
+                        await gate.wait()
                     writer.write(data)
                 finally:
                     way.waiting -= len(data)  # written, or gone with a cut connection

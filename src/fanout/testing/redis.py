@@ -7,6 +7,9 @@ stopped (SIGTERM, then SIGKILL) and the folder removed when the block ends::
 
     with throwaway_redis_cluster() as nodes:
         RedisCluster(host=nodes[0][0], port=nodes[0][1])
+
+A node may announce another port to its clients (``announce``: a ``testing.proxy`` in front of
+it, on ports picked first with ``cluster_ports``): a cluster client then dials every node there.
 """
 
 from __future__ import annotations
@@ -28,6 +31,11 @@ class RedisFailed(RuntimeError):
     """A Redis program failed; the message holds its output."""
 
 
+def cluster_ports(count: int) -> list[int]:
+    """``count`` free ports whose cluster bus ports are free too."""
+    return [_cluster_port() for _ in range(count)]
+
+
 def _cluster_port() -> int:
     """A free port whose cluster bus port (+10000) is free as well."""
     for _ in range(100):
@@ -45,9 +53,19 @@ def _cluster_port() -> int:
 
 @contextlib.contextmanager
 def throwaway_redis_cluster(
-    masters: int = 3, timeout: float = 30.0
+    masters: int = 3,
+    timeout: float = 30.0,
+    *,
+    ports: list[int] | None = None,
+    announce: list[int] | None = None,
 ) -> Iterator[list[tuple[str, int]]]:
     """Start a Redis Cluster of ``masters`` masters; yield their (host, port).
+
+    Args:
+        masters: how many nodes.
+        timeout: seconds each node and the cluster may take to be ready.
+        ports: the nodes' ports (``cluster_ports``), free ones if None.
+        announce: the port each node tells clients to dial it at (its own if None).
 
     Raises:
         ProgramMissing: redis-server or redis-cli is not installed.
@@ -59,8 +77,11 @@ def throwaway_redis_cluster(
     with contextlib.ExitStack() as cleanup:
         home = Path(tempfile.mkdtemp(prefix="fanout-redis-"))
         cleanup.callback(shutil.rmtree, home, ignore_errors=True)
-        ports = [_cluster_port() for _ in range(masters)]
-        for port in ports:
+        ports = ports or cluster_ports(masters)
+        announced = announce or ports
+        for port, told in zip(ports, announced, strict=True):
+            extra = ["--cluster-announce-port", str(told)] if told != port else []
+            extra += ["--cluster-announce-bus-port", str(port + 10000)] if extra else []
             process = subprocess.Popen(
                 [
                     "redis-server",
@@ -80,6 +101,7 @@ def throwaway_redis_cluster(
                     "no",
                     "--logfile",
                     str(home / f"{port}.log"),
+                    *extra,
                 ],
                 stdout=subprocess.DEVNULL,
                 stderr=subprocess.DEVNULL,

@@ -1,0 +1,529 @@
+"""Partitions under load (issue 45, item 2): links between live processes cut and healed at
+random (seeded) while subscribers are served, then an audit of what every subscriber got.
+
+Run ``.venv/bin/python bench/partitions.py --partitions 200``; it prints the results as one JSON
+object, writes ``bench/results/partitions.json`` and prints a one-line summary last. A short run
+(``--partitions 20``) takes a few minutes. Processes on this machine
+(docs/benchmarks/partitions.md):
+
+* a Spark publisher (the ``agents`` simulation, 10 ticks/s), a relay on it (``flat``) and a tier
+  (a mid relay, an ``edge`` below it), the flat relay and the edge dialing through proxies;
+* three relays in a map of responsibility (redirect policy, lease ``LEASE``, 3 s) in a Redis Cluster
+  whose nodes announce proxies: each relay can lose Redis alone (``Proxy.isolate``);
+* three relays as one MQTT broker, the peer links to ``b`` and ``c`` through proxies.
+
+Each partition picks a link no partition holds (``flat``, ``tier``, ``redis:mN``, ``mqtt:b``,
+``mqtt:c``), a way (both, up, down; a tenth are cuts) and a length (0.5 to ``--longest`` s),
+heals it, and measures the recovery: until the link's subscribers are past what the publisher
+had logged (or published) at the heal, and a relay of the map serves again.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import os
+import random
+import signal
+import sys
+import tempfile
+import threading
+import time
+from collections import Counter
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import paho.mqtt.client as mqtt
+from paho.mqtt.enums import CallbackAPIVersion
+
+from fanout.client import SubscriptionError
+from fanout.launch import Child, Children
+from fanout.publisher.log import SqliteLog
+from fanout.testing import followers as flat_followers
+from fanout.testing.audit import audit
+from fanout.testing.calibration import calibrate
+from fanout.testing.clusterview import Follower as MapFollower
+from fanout.testing.clusterview import metric
+from fanout.testing.machine import describe, write_results
+from fanout.testing.ports import LOOPBACK, free_port
+from fanout.testing.proxy import Proxy, proxy
+from fanout.testing.redis import cluster_ports, throwaway_redis_cluster
+from fanout.testing.wait import NotYet, eventually
+from fanout.views import Box
+
+RESULTS = Path(__file__).parent / "results" / "partitions.json"
+KEEPALIVE = 2.0  # the flat relay's and the edge's --upstream-keepalive
+LEASE = 3.0  # the map's --registry-lease (the default)
+MAP = ("m0", "m1", "m2")
+MQTT = ("a", "b", "c")
+BOXES = [Box((x + 40, y + 40), (x + 200, y + 200)) for x in (0, 256, 512, 768) for y in (0, 512)]
+
+
+class MqttClient:
+    """A paho-mqtt 5.0 client collecting (topic, payload) as received."""
+
+    def __init__(self, port: int, client_id: str, persistent: bool = False) -> None:
+        self.client = mqtt.Client(CallbackAPIVersion.VERSION2, client_id, protocol=mqtt.MQTTv5)
+        self.got: list[tuple[str, str]] = []
+        self.lock = threading.Lock()
+        self.client.on_message = self._on_message
+        properties = None
+        if persistent:  # a session the broker keeps while the client is away
+            properties = mqtt.Properties(mqtt.PacketTypes.CONNECT)
+            properties.SessionExpiryInterval = 600
+        self.client.connect(LOOPBACK, port, clean_start=not persistent, properties=properties)
+        self.client.loop_start()
+
+    def _on_message(self, client: object, userdata: object, message: mqtt.MQTTMessage) -> None:
+        with self.lock:
+            self.got.append((message.topic, message.payload.decode()))
+
+    def received(self) -> list[tuple[str, str]]:
+        with self.lock:
+            return list(self.got)
+
+    def close(self) -> None:
+        self.client.disconnect()
+        self.client.loop_stop()
+
+
+def mqtt_audit(got: list[tuple[str, str]], sent: dict[str, int], qos: int) -> dict[str, int]:
+    """One subscriber's messages against what was published on each topic (payload ``n``,
+    1..sent[topic], one publisher per topic): lost, duplicated, reordered (per topic)."""
+    lost = duplicated = reordered = 0
+    for topic, count in sent.items():
+        numbers = [int(payload) for name, payload in got if name == topic]
+        seen: set[int] = set()
+        last = 0
+        for number in numbers:
+            if number in seen:
+                duplicated += 1
+                continue
+            seen.add(number)
+            reordered += int(number < last)
+            last = max(last, number)
+        lost += count - len(seen & set(range(1, count + 1)))
+    return {"lost": lost, "duplicated": duplicated if qos == 2 else 0, "reordered": reordered}
+
+
+def records(log: Path, says: str) -> list[tuple[float, str]]:
+    """(time, message) of the JSON records of ``log`` whose message starts with ``says``."""
+    found = []
+    for line in log.read_text(errors="replace").splitlines():
+        if line.startswith("{") and (entry := json.loads(line))["message"].startswith(says):
+            found.append((datetime.fromisoformat(entry["time"]).timestamp(), entry["message"]))
+    return found
+
+
+def serving(log: Path, began: float, ended: float) -> list[tuple[float, float]]:
+    """When a relay of the map served its parts, from its own records: from ``began`` to its
+    lease lapsing, and from a lease after it came back on."""
+    intervals: list[tuple[float, float]] = []
+    since: float | None = began
+    events = sorted(
+        [(t, "lapsed") for t, _ in records(log, "registry: lease lapsed")]
+        + [(t + LEASE, "back") for t, _ in records(log, "registry: back in the map")]
+    )
+    for at, what in events:
+        if what == "lapsed" and since is not None:
+            intervals.append((since, at))
+            since = None
+        elif what == "back":
+            since = at
+    return [*intervals, (since, ended)] if since is not None else intervals
+
+
+def without(log: Path, name: str, began: float, ended: float) -> list[tuple[float, float]]:
+    """When the map a relay read (its ``members now`` records) lacked relay ``name``."""
+    intervals: list[tuple[float, float]] = []
+    start: float | None = None
+    for at, text in records(log, "registry: members now"):
+        has = name in text.split("members now ", 1)[1].split(", ")
+        if at >= began and not has and start is None:
+            start = at
+        elif has and start is not None:
+            intervals.append((start, at))
+            start = None
+    return [*intervals, (start, ended)] if start is not None else intervals
+
+
+def double_served(logs: dict[str, Path], began: float, ended: float) -> float:
+    """Seconds a relay of the map served its parts while another relay's map lacked it (that
+    relay took its parts), summed over the pairs."""
+    total = 0.0
+    for name, log in logs.items():
+        for other, other_log in logs.items():
+            if other == name:
+                continue
+            for a0, a1 in serving(log, began, ended):
+                for b0, b1 in without(other_log, name, began, ended):
+                    total += max(0.0, min(a1, b1) - max(a0, b0))
+    return total
+
+
+class Deployment:
+    """Every process and proxy of the run, and the subscribers."""
+
+    def __init__(self, children: Children, stack: contextlib.AsyncExitStack, root: Path) -> None:
+        self.children, self.stack, self.root = children, stack, root
+        self.links: dict[str, list[Proxy]] = {}
+        self.pids: dict[str, int] = {}  # a link isolating one process: its pid
+        self.map_logs: dict[str, Path] = {}
+        self.map: list[Child] = []
+        self.mqtt_ports: dict[str, int] = {}
+        self.log = root / "publisher" / "log.db"
+
+    async def start(self, agents: int) -> None:
+        config = self.root / "fanout.toml"
+        config.write_text(
+            "[publisher]\nretention_seconds = 10800\n\n[datasets.agents]\n"
+            f'source = {{ kind = "simulation", agents = {agents}, dims = 2 }}\n'
+        )
+        args = ["--config", str(config), "--port", "0", "--state-dir", str(self.root / "publisher")]
+        self.publisher = await self.children.start("publisher", args, self.root / "publisher.log")
+        port = int(self.publisher.url.rsplit(":", 1)[1])
+        flat = await self._proxy("flat", port)
+        keep = ["--upstream-keepalive", str(KEEPALIVE)]
+        self.flat = await self._relay("flat", "--publisher", f"ws://{flat.address}", *keep)
+        self.mid = await self._relay("mid", "--publisher", self.publisher.url, "--serve-relays")
+        tier = await self._proxy("tier", int(self.mid.url.rsplit(":", 1)[1]))
+        self.edge = await self._relay("edge", "--upstream", f"ws://{tier.address}", *keep)
+        await self._map()
+        await self._mqtt()
+
+    async def _proxy(self, name: str, port: int) -> Proxy:
+        link = await self.stack.enter_async_context(proxy((LOOPBACK, port)))
+        self.links.setdefault(name, []).append(link)
+        return link
+
+    async def _relay(self, name: str, *args: str) -> Child:
+        every = [*args, "--port", "0", "--name", name, "--log-level", "info"]
+        return await self.children.start("relay", every, self.root / f"{name}.log")
+
+    async def _map(self) -> None:
+        ports = cluster_ports(3)
+        nodes = [await self._proxy("redis", port) for port in ports]
+        announced = throwaway_redis_cluster(ports=ports, announce=[n.port for n in nodes])
+        await asyncio.to_thread(self.stack.enter_context, announced)
+        for name in MAP:
+            self.map_logs[name] = self.root / f"{name}.log"
+            child = await self._relay(
+                name,
+                *("--publisher", self.publisher.url, "--grace", "1"),
+                *("--registry", f"redis://{nodes[0].address}", "--registry-lease", str(LEASE)),
+                "--log-format",
+                "json",
+            )
+            self.map.append(child)
+            self.links[f"redis:{name}"] = self.links["redis"]
+            self.pids[f"redis:{name}"] = child.process.pid
+        self.redis = f"{LOOPBACK}:{ports[0]}"
+
+    async def _mqtt(self) -> None:
+        for name in MQTT:
+            peer, self.mqtt_ports[name] = free_port(), free_port()
+            link = await self._proxy(f"mqtt:{name}", peer)
+            await self._relay(
+                f"mqtt-{name}",
+                *("--publisher", self.publisher.url, "--mqtt-port", str(self.mqtt_ports[name])),
+                *("--mqtt-redis", self.redis, "--mqtt-lease", "1.5"),
+                *("--mqtt-peer-port", str(peer), "--mqtt-peer-advertise", link.address),
+            )
+        del self.links["mqtt:a"]  # a's subscribers are none: its links carry nothing audited
+
+
+class Run:
+    """The load, the partitions, and what they cost."""
+
+    def __init__(self, deployment: Deployment, rng: random.Random, args: argparse.Namespace):
+        self.d, self.rng, self.args = deployment, rng, args
+        self.held: set[str] = set()
+        self.log: list[dict[str, Any]] = []
+        self.sent = {"q1/a": 0, "q2/a": 0}
+        self.loads: list[float] = []
+        self.reentered = 0  # map followers that entered again after their view ended
+        self.refusals: Counter[str] = Counter()  # failed attempts to enter again, by error
+
+    async def subscribe(self) -> None:
+        d = self.d
+        self.flat = [flat_followers.Follower(box) for box in BOXES[:3]]
+        self.edge = [flat_followers.Follower(box) for box in BOXES[3:6]]
+        for follower in self.flat:
+            await follower.attach(d.flat.url)
+        for follower in self.edge:
+            await follower.attach(d.edge.url)
+        self.mapped = [MapFollower(box) for box in BOXES]
+        for n, follower in enumerate(self.mapped):
+            await follower.attach(d.map[n % len(d.map)].url)
+        ports = d.mqtt_ports
+        self.q1 = [MqttClient(ports[n], f"q1-{n}") for n in ("b", "c")]
+        self.q2 = [MqttClient(ports[n], f"q2-{n}", persistent=True) for n in ("b", "c")]
+        self.shared = [MqttClient(ports[n], f"share-{n}") for n in ("b", "c")]
+        for client in self.q1:
+            client.client.subscribe("q1/#", qos=1)
+        for client in self.q2:
+            client.client.subscribe("q2/#", qos=2)
+        for client in self.shared:
+            client.client.subscribe("$share/pool/q1/#", qos=1)
+        self.producer = MqttClient(ports["a"], "producer")
+        await asyncio.sleep(3.0)  # the subscriptions reach the shared table
+
+    async def publish(self) -> None:
+        """QoS 1 and 2 messages from relay a, 20 a second each, numbered per topic."""
+        while True:
+            for topic, qos in (("q1/a", 1), ("q2/a", 2)):
+                self.sent[topic] += 1
+                self.producer.client.publish(topic, str(self.sent[topic]), qos=qos)
+            self.loads.append(os.getloadavg()[0])
+            await asyncio.sleep(0.05)
+
+    async def repair(self) -> None:
+        """A map follower whose view ended (every relay it was sent to had lapsed, or was
+        waiting after coming back) enters again at a relay drawn at random, until it is in, as
+        a subscriber retrying with a pause would."""
+        broken: set[int] = set()
+        while True:
+            for n, follower in enumerate(self.mapped):
+                if n in broken or follower.ended():
+                    try:
+                        async with asyncio.timeout(30):
+                            await follower.attach(self.rng.choice(self.d.map).url)
+                        broken.discard(n)
+                        self.reentered += 1
+                    except (OSError, SubscriptionError, TimeoutError) as error:
+                        broken.add(n)
+                        self.refusals[type(error).__name__] += 1
+            await asyncio.sleep(0.5)
+
+    def logged(self) -> int:
+        with SqliteLog(self.d.log) as stored:
+            bounds = stored.bounds("agents", self.flat[0].updates[0].epoch)
+        return -1 if bounds is None else bounds[1]
+
+    async def partition(self, name: str) -> None:
+        links, pid = self.d.links[name], self.d.pids.get(name)
+        way = self.rng.choice(["both", "both", "up", "down"])
+        cut = self.rng.random() < 0.1 and pid is None
+        length = self.rng.uniform(0.5, self.args.longest)
+        began = time.monotonic()
+        for link in links:
+            if pid is not None:
+                link.isolate(pid, way)
+            elif cut:
+                link.cut()
+            else:
+                link.partition(way)  # type: ignore[arg-type]
+        await asyncio.sleep(length)
+        for link in links:
+            link.heal()
+        healed, target = time.monotonic(), self._targets(name)  # what was there at the heal
+        waiting: list[str] = []
+        try:
+            await eventually(
+                lambda: self._recovered(name, target, waiting),
+                lambda done: done,
+                timeout=self.args.recover,
+                every=0.1,
+            )
+            recovery: float | None = time.monotonic() - healed
+        except NotYet:
+            recovery = None
+        self.log.append(
+            {"link": name, "way": "cut" if cut else way, "length_s": round(length, 2)}
+            | {"recovery_s": None if recovery is None else round(recovery, 2)}
+            | {"at_s": round(began - self.began, 1)}
+            | ({"waiting_for": waiting} if recovery is None else {})
+        )
+        self.held.discard(name)
+
+    def _targets(self, name: str) -> Any:
+        if name.startswith("mqtt:"):
+            return dict(self.sent)
+        return self.logged()
+
+    async def _recovered(self, name: str, target: Any, waiting: list[str]) -> bool:
+        """Whether the link's subscribers are past ``target``; ``waiting`` says on what not."""
+        waiting.clear()
+        if name.startswith("mqtt:"):
+            at = MQTT.index(name[-1]) - 1
+            for clients, topic in ((self.q1, "q1/a"), (self.q2, "q2/a")):
+                numbers = [int(p) for t, p in clients[at].received() if t == topic]
+                if not numbers or max(numbers) < target[topic]:
+                    waiting.append(f"{topic} at {name}")
+            return not waiting
+        followers = {"flat": self.flat, "tier": self.edge}.get(name, self.mapped)
+        if name.startswith("redis:"):
+            child = self.d.map[MAP.index(name.split(":")[1])]
+            if await metric(child.url, "fanout_relay_registry_serving") != 1:
+                waiting.append(f"{name} serving")
+        waiting += [str(f.box) for f in followers if not f.updates or f.updates[-1].seq < target]
+        return not waiting
+
+    async def partitions(self) -> None:
+        self.began = time.monotonic()
+        running: set[asyncio.Task[None]] = set()
+        started = 0
+        while started < self.args.partitions:
+            # One relay at a time loses Redis: a heal heals every connection of a proxy.
+            redis = {n for n in self.d.links if n.startswith("redis")}
+            taken = self.held | (redis if redis & self.held else {"redis"})
+            free = sorted(set(self.d.links) - taken)
+            if free:
+                name = self.rng.choice(free)
+                self.held.add(name)
+                running.add(asyncio.create_task(self.partition(name)))
+                started += 1
+                if started % 10 == 0:
+                    print(json.dumps({"progress": started}), file=sys.stderr, flush=True)
+            await asyncio.sleep(self.rng.uniform(0.2, self.args.interval))
+            running = {task for task in running if not task.done()}
+        if running:
+            await asyncio.gather(*running)
+
+
+async def settle(run: Run, timeout: float) -> int:
+    """Wait until every subscriber is past what was logged and published after the last heal;
+    how many ``every`` views were not by ``timeout`` seconds."""
+    target, sent = run.logged() + 3, dict(run.sent)
+    every = [*run.flat, *run.edge, *run.mapped]
+    with contextlib.suppress(NotYet):
+        await eventually(
+            lambda: (
+                all(f.updates and f.updates[-1].seq >= target for f in every)
+                and all(
+                    max((int(p) for t, p in c.received() if t == topic), default=0) >= sent[topic]
+                    for c, topic in [*((c, "q1/a") for c in run.q1), *((c, "q2/a") for c in run.q2)]
+                )
+            ),
+            lambda done: done,
+            timeout=timeout,
+            every=0.5,
+        )
+    return sum(not f.updates or f.updates[-1].seq < target for f in every)
+
+
+def audits(run: Run) -> dict[str, Any]:
+    totals = {"lost": 0, "duplicated": 0, "reordered": 0, "mismatched": 0, "delivered": 0}
+    with SqliteLog(run.d.log) as stored:
+        for follower in [*run.flat, *run.edge, *run.mapped]:
+            found = audit(
+                follower.updates,
+                follower.box,
+                key="id",
+                index=("x", "y"),
+                log=stored,
+                dataset="agents",
+            )
+            for name in totals:
+                totals[name] += getattr(found, name)
+    mqtt_found = {"lost": 0, "duplicated": 0, "reordered": 0}
+    q2_duplicates = 0
+    for clients, topic, qos in ((run.q1, "q1/a", 1), (run.q2, "q2/a", 2)):
+        for client in clients:
+            found = mqtt_audit(client.received(), {topic: run.sent[topic]}, qos)
+            mqtt_found["lost"] += found["lost"]
+            mqtt_found["reordered"] += found["reordered"]
+            q2_duplicates += found["duplicated"]
+    shared = [t for c in run.shared for t in c.received()]
+    shared_lost = mqtt_audit(shared, {"q1/a": run.sent["q1/a"]}, 1)["lost"]
+    return {
+        "every": totals,
+        "mqtt": mqtt_found,
+        "qos2_duplicates": q2_duplicates,
+        "share_lost": shared_lost,
+        "mqtt_sent": dict(run.sent),
+    }
+
+
+async def bench(args: argparse.Namespace) -> dict[str, Any]:
+    rng = random.Random(args.seed)
+    root = Path(tempfile.mkdtemp(prefix="fanout-partitions-"))
+    async with Children() as children, contextlib.AsyncExitStack() as stack:
+        deployment = Deployment(children, stack, root)
+        await deployment.start(args.agents)
+        run = Run(deployment, rng, args)
+        await run.subscribe()
+        await asyncio.gather(*(f.received(2, timeout=600) for f in [*run.flat, *run.edge]))
+        began = time.time()
+        loops = [asyncio.create_task(run.publish()), asyncio.create_task(run.repair())]
+        try:
+            await run.partitions()
+            await asyncio.sleep(2.0)
+            for task in loops:
+                task.cancel()
+            behind = await settle(run, args.settle)
+        finally:
+            for task in loops:
+                task.cancel()
+            for follower in [*run.flat, *run.edge]:
+                await follower.detach()
+            for mapped in run.mapped:
+                await mapped.detach()
+            for client in [*run.q1, *run.q2, *run.shared, run.producer]:
+                client.close()
+        ended = time.time()
+        found = audits(run)
+    recoveries = sorted(p["recovery_s"] for p in run.log if p["recovery_s"] is not None)
+    p99 = recoveries[min(len(recoveries) - 1, int(0.99 * len(recoveries)))] if recoveries else None
+    every, mqtt_found = found["every"], found["mqtt"]
+    links = sorted(set(deployment.links) - {"redis"})
+    return {
+        "benchmark": "partitions",
+        "partitions": len(run.log),
+        "lost": every["lost"] + mqtt_found["lost"],
+        "duplicated": every["duplicated"],
+        "reordered": every["reordered"] + mqtt_found["reordered"],
+        "qos2_duplicates": found["qos2_duplicates"],
+        "double_served_s": round(double_served(deployment.map_logs, began, ended), 3),
+        "recovery_p50_s": recoveries[len(recoveries) // 2] if recoveries else None,
+        "recovery_p99_s": p99,
+        "not_recovered": sum(p["recovery_s"] is None for p in run.log),
+        "behind_at_end": behind,
+        "map_views_entered_again": run.reentered,
+        "map_entries_refused": dict(run.refusals),
+        **found,
+        "by_link": {n: sum(p["link"] == n for p in run.log) for n in links},
+        "lapses": {
+            name: len(records(log, "registry: lease lapsed"))
+            for name, log in deployment.map_logs.items()
+        },
+        "load_average_during": {
+            "mean": round(sum(run.loads) / max(1, len(run.loads)), 2),
+            "max": round(max(run.loads, default=0.0), 2),
+        },
+        "duration_s": round(ended - began, 1),
+        "seed": args.seed,
+        "partition_log": run.log,
+        "machine": describe(),
+    }
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--partitions", type=int, default=20, help="partitions (default: 20)")
+    parser.add_argument("--interval", type=float, default=2.0, help="most seconds between starts")
+    parser.add_argument("--longest", type=float, default=6.0, help="longest partition, seconds")
+    parser.add_argument("--recover", type=float, default=60.0, help="seconds a heal may take")
+    parser.add_argument("--settle", type=float, default=120.0, help="seconds to catch up at end")
+    parser.add_argument("--agents", type=int, default=2000, help="simulated agents")
+    parser.add_argument("--seed", type=int, default=45, help="random seed of the plan")
+    parser.add_argument("--no-save", action="store_true", help="do not write bench/results")
+    args = parser.parse_args()
+    calibration = calibrate()
+    signal.signal(signal.SIGTERM, signal.default_int_handler)
+    result = asyncio.run(bench(args)) | {"calibration": calibration}
+    write_results(result, None if args.no_save else RESULTS)
+    keys = ("partitions", "lost", "duplicated", "reordered", "qos2_duplicates")
+    keys += ("double_served_s", "recovery_p99_s", "not_recovered", "behind_at_end")
+    keys += ("load_average_during",)
+    print(json.dumps({key: result[key] for key in keys}))
+    clean = not any(result[k] for k in keys[1:6]) and not result["not_recovered"]
+    clean = clean and not result["behind_at_end"]
+    return 0 if clean else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
