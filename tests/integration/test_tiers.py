@@ -464,9 +464,11 @@ async def test_a_mid_relay_restarted_under_many_edges_asks_upstream_once_per_gap
             await child.stop()
     # Every edge asked for the seqs it lacked; upstream was asked each of them once at most: no
     # more seqs than were logged between the lowest seq an edge had before the restart and the
-    # restarted mid relay's first (it served once connected: by ``first``, give or take a few).
+    # restarted mid relay's first live one. That one comes some seqs after ``first`` on a loaded
+    # machine (the relay connects and acquires after it says it is ready), so the bound is twice
+    # the gap: without merging, each of the EDGES asks its own (60 seqs against a gap of 8).
     curiosity = {name: value for name, value in counters.items() if "curiosity" in name}
     asked = curiosity["fanout_relay_below_curiosity_asked_total"]
     upstream = curiosity["fanout_relay_below_curiosity_passed_seqs_total"]
     assert asked >= EDGES, curiosity
-    assert 0 < upstream <= first - lowest + 5, (curiosity, first, lowest)
+    assert 0 < upstream <= 2 * (first - lowest) + 5, (curiosity, first, lowest)
