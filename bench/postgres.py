@@ -37,35 +37,17 @@ from pathlib import Path
 from typing import Any
 
 import psycopg
-from pyspark.sql.types import (
-    BooleanType,
-    DoubleType,
-    LongType,
-    StringType,
-    StructField,
-    StructType,
-)
 
 from fanout.publisher.sources.postgres import install
 from fanout.publisher.sources.postgres_logical import LogicalStreamReader
 from fanout.publisher.sources.postgres_reader import ConnectedReader, ReaderOptions
 from fanout.publisher.sources.postgres_trigger import TriggerStreamReader
 from fanout.testing.calibration import calibrate
+from fanout.testing.capture import COLUMNS, SCHEMA
 from fanout.testing.machine import describe, write_results
 from fanout.testing.postgres import throwaway_postgres
 
 RESULTS = Path(__file__).parent / "results" / "postgres.json"
-COLUMNS = {"order_id": "long", "customer": "string", "amount": "double"}
-SCHEMA = StructType(
-    [
-        StructField("order_id", LongType()),
-        StructField("customer", StringType()),
-        StructField("amount", DoubleType()),
-        StructField("_version", LongType()),
-        StructField("_deleted", BooleanType()),
-        StructField("_problem", StringType()),
-    ]
-)
 #: Measured configurations: no capture; each capture drained by a reader; each unread.
 CONFIGURATIONS = ("none", "trigger", "logical", "trigger_unread", "logical_unread")
 #: Seconds of one configuration's turn at writing.

@@ -16,6 +16,7 @@ from fanout.publisher.sources.postgres import install
 from fanout.publisher.sources.postgres_logical import LogicalStreamReader, capture_name
 from fanout.publisher.sources.postgres_reader import CaptureError, ReaderOptions
 from fanout.publisher.sources.postgres_trigger import TriggerStreamReader
+from fanout.testing.capture import execute
 from fanout.testing.needs import need
 from fanout.testing.postgres import throwaway_postgres
 
@@ -29,12 +30,6 @@ def replica_dsn() -> Iterator[str]:
     need("initdb", "pg_ctl")
     with throwaway_postgres({"wal_level": "replica"}) as dsn:
         yield dsn
-
-
-def execute(dsn: str, *statements: str) -> None:
-    with psycopg.connect(dsn, autocommit=True) as db:
-        for statement in statements:
-            db.execute(statement)
 
 
 def slots(dsn: str) -> list[str]:

@@ -10,7 +10,6 @@ from collections.abc import Iterator
 from typing import Any
 
 import psycopg
-import pyarrow as pa
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -19,7 +18,6 @@ from pyspark.sql.types import (
     BooleanType,
     DateType,
     DecimalType,
-    DoubleType,
     FloatType,
     LongType,
     StringType,
@@ -33,18 +31,8 @@ from fanout.publisher.sources.postgres import install
 from fanout.publisher.sources.postgres_logical import LogicalStreamReader, capture_name
 from fanout.publisher.sources.postgres_reader import CaptureError, ConnectedReader, ReaderOptions
 from fanout.publisher.sources.postgres_trigger import TriggerStreamReader
+from fanout.testing.capture import COLUMNS, SCHEMA, changes, execute
 
-COLUMNS = {"order_id": "long", "customer": "string", "amount": "double"}
-SCHEMA = StructType(
-    [
-        StructField("order_id", LongType()),
-        StructField("customer", StringType()),
-        StructField("amount", DoubleType()),
-        StructField("_version", LongType()),
-        StructField("_deleted", BooleanType()),
-        StructField("_problem", StringType()),
-    ]
-)
 _tables = itertools.count()
 _readers: list[ConnectedReader] = []
 
@@ -69,12 +57,6 @@ def table(postgres_dsn: str) -> Iterator[str]:
     drop_slot(postgres_dsn, name)
 
 
-def execute(dsn: str, *statements: str) -> None:
-    with psycopg.connect(dsn, autocommit=True) as db:
-        for statement in statements:
-            db.execute(statement)
-
-
 def drop_slot(dsn: str, table: str) -> None:
     execute(
         dsn,
@@ -94,10 +76,6 @@ def reader(
 def captured(dsn: str, table: str, rows: int = 1000) -> LogicalStreamReader:
     assert install(dsn, table, "order_id", COLUMNS, "logical") == "logical"
     return reader(dsn, table, rows)
-
-
-def changes(batches: Iterator[pa.RecordBatch]) -> list[dict[str, Any]]:
-    return [row for batch in batches for row in batch.to_pylist()]
 
 
 def test_a_new_stream_reads_the_table_then_every_change_in_commit_order(

@@ -8,10 +8,8 @@ import itertools
 import threading
 from collections.abc import Iterator
 from decimal import Decimal
-from typing import Any
 
 import psycopg
-import pyarrow as pa
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -20,7 +18,6 @@ from pyspark.sql.types import (
     BooleanType,
     DateType,
     DecimalType,
-    DoubleType,
     FloatType,
     LongType,
     StringType,
@@ -34,18 +31,8 @@ from fanout.publisher.sources import postgres_reader
 from fanout.publisher.sources.postgres import install
 from fanout.publisher.sources.postgres_reader import CaptureError, ReaderOptions
 from fanout.publisher.sources.postgres_trigger import TriggerStreamReader
+from fanout.testing.capture import COLUMNS, SCHEMA, changes, execute
 
-COLUMNS = {"order_id": "long", "customer": "string", "amount": "double"}
-SCHEMA = StructType(
-    [
-        StructField("order_id", LongType()),
-        StructField("customer", StringType()),
-        StructField("amount", DoubleType()),
-        StructField("_version", LongType()),
-        StructField("_deleted", BooleanType()),
-        StructField("_problem", StringType()),
-    ]
-)
 _tables = itertools.count()
 _readers: list[TriggerStreamReader] = []
 
@@ -70,21 +57,11 @@ def table(postgres_dsn: str) -> Iterator[str]:
         yield name
 
 
-def execute(dsn: str, *statements: str) -> None:
-    with psycopg.connect(dsn, autocommit=True) as db:
-        for statement in statements:
-            db.execute(statement)
-
-
 def reader(dsn: str, table: str, rows: int = 1000) -> TriggerStreamReader:
     install(dsn, table, "order_id", COLUMNS, "trigger")
     made = TriggerStreamReader(ReaderOptions(dsn, table, "unused", rows, "order_id"), SCHEMA)
     _readers.append(made)
     return made
-
-
-def changes(batches: Iterator[pa.RecordBatch]) -> list[dict[str, Any]]:
-    return [row for batch in batches for row in batch.to_pylist()]
 
 
 def test_a_new_stream_reads_the_table_then_every_change_in_order(
