@@ -8,7 +8,6 @@ from __future__ import annotations
 import asyncio
 import datetime
 import json
-from collections.abc import AsyncIterator
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
@@ -23,6 +22,7 @@ from fanout.launch import Child, Children
 from fanout.metrics import scrape
 from fanout.publisher.log import SqliteLog
 from fanout.testing.audit import audit, duckdb_answer, same_rows
+from fanout.testing.deployment import publisher_and_relay
 from fanout.testing.wait import eventually
 from fanout.views.sql import parse as sql
 from fanout.wire.columns import to_python
@@ -128,30 +128,10 @@ JOIN = (
 
 
 @pytest_asyncio.fixture(scope="module", loop_scope="module")
-async def deployment(children: Children, tmp_path: Path) -> AsyncIterator[tuple[Child, Child]]:
-    config = tmp_path / "fanout.toml"
+async def deployment(children: Children, tmp_path: Path) -> tuple[Child, Child]:
+    """The publisher and a relay, stopped with the module's scope."""
     (tmp_path / "trips").mkdir()
-    config.write_text(CONFIG.format(trips=tmp_path / "trips"))
-    publisher = await children.start(
-        "publisher",
-        [
-            *("--config", str(config), "--port", "0", "--state-dir", str(tmp_path / "state")),
-            *("--log-level", "info"),
-        ],
-        tmp_path / "publisher.log",
-    )
-    try:
-        relay = await children.start(
-            "relay",
-            ["--publisher", publisher.url, "--port", "0", "--log-level", "info"],
-            tmp_path / "relay.log",
-        )
-        try:
-            yield publisher, relay
-        finally:
-            await relay.stop()
-    finally:
-        await publisher.stop()
+    return await publisher_and_relay(children, tmp_path, CONFIG.format(trips=tmp_path / "trips"))
 
 
 async def table_at(reader: PublisherClient, dataset: str, tick: int) -> dict[str, Any]:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 import json
 import sys
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +19,7 @@ from fanout.client.subscriber import Update
 from fanout.launch import Child, Children
 from fanout.publisher.log import SqliteLog
 from fanout.testing.audit import audit
+from fanout.testing.deployment import publisher_and_relay
 from fanout.views import View
 from fanout.views.sql import parse as sql
 from fanout.views.topic import parse as topic
@@ -47,29 +48,9 @@ source = "ingest"
 
 
 @pytest_asyncio.fixture(scope="module", loop_scope="module")
-async def deployment(children: Children, tmp_path: Path) -> AsyncIterator[tuple[Child, Child]]:
-    config = tmp_path / "fanout.toml"
-    config.write_text(CONFIG)
-    publisher = await children.start(
-        "publisher",
-        [
-            *("--config", str(config), "--port", "0", "--state-dir", str(tmp_path / "state")),
-            *("--log-level", "info"),
-        ],
-        tmp_path / "publisher.log",
-    )
-    try:
-        relay = await children.start(
-            "relay",
-            ["--publisher", publisher.url, "--port", "0", "--log-level", "info"],
-            tmp_path / "relay.log",
-        )
-        try:
-            yield publisher, relay
-        finally:
-            await relay.stop()
-    finally:
-        await publisher.stop()
+async def deployment(children: Children, tmp_path: Path) -> tuple[Child, Child]:
+    """The publisher and a relay, stopped with the module's scope."""
+    return await publisher_and_relay(children, tmp_path, CONFIG)
 
 
 def held(view: LiveView) -> dict[Any, dict[str, Any]]:

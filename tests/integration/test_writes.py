@@ -7,7 +7,6 @@ refuses comes back with its code, changing nothing."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +20,7 @@ import pytest_asyncio
 from fanout.client import LiveView, SubscriptionError, connect
 from fanout.client.publisher import PublisherClient, open_producer, open_reader
 from fanout.launch import Child, Children
+from fanout.testing.deployment import publisher_and_relay
 from fanout.testing.wait import eventually
 from fanout.views.sql import parse as sql
 
@@ -43,29 +43,9 @@ LATE = "SELECT * FROM flights WHERE dep_delay > 60"
 
 
 @pytest_asyncio.fixture(scope="module", loop_scope="module")
-async def deployment(children: Children, tmp_path: Path) -> AsyncIterator[tuple[Child, Child]]:
-    config = tmp_path / "fanout.toml"
-    config.write_text(CONFIG)
-    publisher = await children.start(
-        "publisher",
-        [
-            *("--config", str(config), "--port", "0", "--state-dir", str(tmp_path / "state")),
-            *("--log-level", "info"),
-        ],
-        tmp_path / "publisher.log",
-    )
-    try:
-        relay = await children.start(
-            "relay",
-            ["--publisher", publisher.url, "--port", "0", "--log-level", "info"],
-            tmp_path / "relay.log",
-        )
-        try:
-            yield publisher, relay
-        finally:
-            await relay.stop()
-    finally:
-        await publisher.stop()
+async def deployment(children: Children, tmp_path: Path) -> tuple[Child, Child]:
+    """The publisher and a relay, stopped with the module's scope."""
+    return await publisher_and_relay(children, tmp_path, CONFIG)
 
 
 async def rows_at_publisher(reader: PublisherClient) -> dict[int, Any]:
