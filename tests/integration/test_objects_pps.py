@@ -29,6 +29,7 @@ from fanout.client.objects import Objects
 from fanout.client.publisher import open_producer
 from fanout.errors import InvalidView
 from fanout.testing.wait import eventually
+from fanout.views.objects.reading import full_text
 
 pytestmark = [
     pytest.mark.integration,
@@ -59,6 +60,14 @@ async def test_a_delta_reader_gets_every_change_of_an_attribute_in_order(
         for value in values:  # each in a later micro-batch than the one before: its own seq
             await objects.write("/seq/x", f"n:n:{value}\nbig::{'x' * 300}{value}\n")
             await eventually(latest.read, lambda text, v=value: f"n:n:{v}\n" in text, **SHOWS)
+        # each open is its own subscription, pushed at its own pace: wait until the delta
+        # readers' copies hold the last value too (a full read of a copy consumes nothing)
+        for watch in (reader, small):
+            await eventually(
+                lambda w=watch: full_text(w.store, "/seq/x"),
+                lambda text: "n:n:6\n" in text,
+                **SHOWS,
+            )
         # the reader read nothing meanwhile: its next read has every change, in order
         text = await reader.read()
         assert [line for line in text.splitlines() if line.startswith("n:")] == [
