@@ -12,7 +12,6 @@ from types import FrameType
 from prometheus_client.registry import Collector
 from pyspark.errors import PySparkException
 from pyspark.sql import SparkSession
-from pyspark.sql.streaming.query import StreamingQuery
 
 from fanout import metrics, tls
 from fanout.errors import ConfigError
@@ -91,12 +90,14 @@ def run(config: PublisherSettings) -> int:
                 # The next micro-batch carries the snapshots instead; nothing is lost.
                 log.exception("idle snapshots of %s failed", pipeline.dataset.name)
             supervise(pipeline, control, config.trigger, time.monotonic())
-    queries = [pipeline.query for pipeline in pipelines.values() if pipeline.query is not None]
-    _stop_between_micro_batches(queries)
+    began = time.monotonic()
+    _stop_between_micro_batches(list(pipelines.values()))
+    log.info("streaming queries stopped in %.1f s", time.monotonic() - began)
     control.stop()
     if bus is not None:
         bus.stop()
     spark.stop()
+    log.info("stopped in %.1f s", time.monotonic() - began)
     batch_log.close()
     return 0
 
@@ -187,14 +188,24 @@ def _bus(config: PublisherSettings) -> BusConnector | None:
 STOP_WAIT = 10.0
 
 
-def _stop_between_micro_batches(queries: list[StreamingQuery]) -> None:
-    """Stop each query between two micro-batches if one comes within ``STOP_WAIT`` seconds:
-    one cut off in flight is cancelled (and redone on restart: its offsets are not committed),
-    and Spark's cancelled job reaches our micro-batch code as an exception, which py4j would
-    log with its traceback; that is expected at a stop, so py4j's log is quiet from here on."""
+def _stop_between_micro_batches(pipelines: list[Pipeline]) -> None:
+    """Stop each query once its micro-batch in flight, if any, is delivered, within ``STOP_WAIT``
+    seconds for all of them together. A loaded publisher starts each micro-batch as the last one
+    ends, with no pause between them to wait for: the next one, just begun, is cancelled (and
+    redone on restart: its offsets are not committed). Spark's cancelled job reaches our
+    micro-batch code as an exception, which py4j would log with its traceback; that is expected
+    at a stop, so py4j's log is quiet from here on."""
     logging.getLogger("py4j.clientserver").setLevel(logging.CRITICAL)
-    for query in queries:
-        deadline = time.monotonic() + STOP_WAIT
-        while query.isActive and query.status["isTriggerActive"] and time.monotonic() < deadline:
+    deadline = time.monotonic() + STOP_WAIT
+    running = [(p, p.query, p.delivered) for p in pipelines if p.query is not None]
+    for pipeline, query, delivered in running:
+        waited = time.monotonic()
+        while (
+            query.isActive
+            and query.status["isTriggerActive"]
+            and pipeline.delivered == delivered
+            and time.monotonic() < deadline
+        ):
             time.sleep(0.01)
+        log.info("%s: stopping after %.2f s", pipeline.dataset.name, time.monotonic() - waited)
         query.stop()

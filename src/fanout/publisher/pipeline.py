@@ -115,6 +115,8 @@ class Pipeline:
         self._last_batch_at = time.monotonic()
         self.retention_seconds = retention_seconds
         self.tick = 0
+        #: Micro-batches delivered since this process started (a stop waits for the next one).
+        self.delivered = 0
         self.tick_time = 0.0
         self.matcher = matcher_for(dataset)
         self.store = StateStore(spark, dataset, self.matcher, self.checkpoint)
@@ -190,6 +192,7 @@ class Pipeline:
         with self._lock:
             self._deliver_micro_batch(changes, batch_id)
             self._last_batch_at = time.monotonic()
+            self.delivered += 1
 
     def _deliver_micro_batch(self, changes: DataFrame, batch_id: int) -> None:
         clock = StageClock()
