@@ -1,42 +1,18 @@
 """The relay's MQTT broker: packets in, packets out, no sockets and no clock inside.
 
 ``mqtt.listener`` feeds each connection's bytes to :meth:`Broker.receive` with the time and
-carries out what comes back (``Send``, ``Close``, ``Published``). Rules (MQTT 3.1.1 and 5.0):
-
-1. A connection's first packet, and only it, is a CONNECT [MQTT-3.1.0-1, 3.1.0-2].
-2. A client id already connected takes the session over [MQTT-3.1.4-2]; an empty one is assigned
-   one (3.1.1 with a persistent session: CONNACK 0x02).
-3. A close without DISCONNECT publishes the will [MQTT-3.1.2-8]; a normal one discards it.
-   5.0's Will Delay Interval holds it back until it passes or the session ends, and a
-   reconnection to the session cancels it [MQTT-3.1.3-9]; it is not in the PUBLISH (3.3.2.3).
-4. A message goes once to every matching session at the highest matching QoS capped by its own
-   (3.3.5), to one member of each ``$share`` group in turn, never back under No Local.
-5. QoS 1 and 2 stay in flight until acknowledged and go again, DUP set, on reconnection
-   [MQTT-4.4.0-1]; an incoming QoS 2 message is delivered once, when it comes (4.3.3, method B).
-6. Retained messages are replaced, removed by an empty payload, and sent to new (not shared)
-   subscriptions, Retain Handling honoured [MQTT-3.3.1-6, 3.3.1-10].
-7. Bad input gets MQTT's reaction [MQTT-4.8.0-1]: 5.0 a DISCONNECT with its reason, 3.1.1 a
-   close; a bad filter is refused in its SUBACK alone; enhanced authentication (an
-   Authentication Method) a CONNACK 0x8C [MQTT-4.12.0-1].
-8. Silence for 1.5 keep alives closes a client [MQTT-3.1.2-24] (:meth:`Broker.tick`).
-9. A message with a Message Expiry Interval is not sent once it passed, and is sent with what
-   is left of it [MQTT-3.3.2-5, 3.3.2-6]; retained ones too.
-10. With ``durable`` sessions, a resumed one is answered once Redis was read (``Restore``); a
-   persistent session's QoS 2 PUBLISH or PUBREL waits for its session's write (``Persist``).
-11. With access checked (``gated``), a CONNECT waits for its verdict (``Authenticate``); the
-   client's rights then decide what it may subscribe to, publish and receive (``mqtt.rights``,
-   ``mqtt.denials``), and its connection ends when its token expires. No client may publish to
-   the broker's own ``$SYS`` topics (``mqtt.introspection``).
+carries out what comes back (``Send``, ``Close``, ``Published``). The rules it keeps (MQTT 3.1.1
+and 5.0), numbered as the code cites them, are in docs/mqtt.md, "The broker's rules";
+``mqtt.subscribing`` answers SUBSCRIBE and UNSUBSCRIBE, ``mqtt.outgoing`` makes a message ready
+for one session.
 """
 
 from __future__ import annotations
 
 import itertools
-import math
 from collections.abc import Callable, Collection
 from dataclasses import dataclass, replace
 
-from fanout.errors import InvalidView
 from fanout.mqtt import packets as p
 from fanout.mqtt.access import NOT_AUTHORIZED, Admitted, Verdict
 from fanout.mqtt.actions import (
@@ -49,14 +25,16 @@ from fanout.mqtt.actions import (
     Restore,
     Send,
 )
+from fanout.mqtt.connecting import connack, refusal, session_expiry
 from fanout.mqtt.decoding import decode, split
-from fanout.mqtt.denials import Denials, publish_refused, refused_connack
+from fanout.mqtt.denials import Denials, refused_connack
 from fanout.mqtt.encoding import encode
+from fanout.mqtt.incoming import take_publish
+from fanout.mqtt.outgoing import Withheld, is_sys, outgoing
 from fanout.mqtt.rights import Rights
 from fanout.mqtt.sessions import Session, Subscription
 from fanout.mqtt.subscribers import Subscribers
-from fanout.views.topic import matches
-from fanout.views.topic.syntax import parse_filter, topic_levels
+from fanout.mqtt.subscribing import retained_for, subscribe, unsubscribe
 
 
 @dataclass
@@ -211,7 +189,7 @@ class Broker:
 
     def _publish_will(self, session: Session, will: p.Will) -> list[Action]:
         """Publish ``will`` without its Will Delay Interval, a CONNECT property only (rule 3)."""
-        if _sys(will.topic):  # rule 11: not a client's to write
+        if is_sys(will.topic):  # rule 11: not a client's to write
             self.denials.publish += 1
             return []
         properties = tuple((k, v) for k, v in will.properties if k != 0x18)
@@ -267,7 +245,8 @@ class Broker:
             case p.Subscribe():
                 actions = self._subscribe(connection, session, packet)
             case p.Unsubscribe():
-                actions = self._unsubscribe(connection, session, packet)
+                ack = unsubscribe(session, packet, self._subscribers)
+                actions = [Send(connection, encode(ack, session.version))]
             case p.PingReq():
                 actions = [Send(connection, encode(p.PingResp(), session.version))]
             case p.Disconnect():
@@ -297,18 +276,15 @@ class Broker:
         if self.gated and not state.admitted:
             state.parked = packet  # ``admitted`` goes on
             return [Authenticate(connection, packet)]
-        v5 = packet.version == p.V5
-        client_id, properties = packet.client_id, list[tuple[int, object]]()
+        client_id, assigned = packet.client_id, None
         if not client_id:
-            if not v5 and not packet.clean_start:
+            if packet.version != p.V5 and not packet.clean_start:
                 ack = p.ConnAck(False, 0x02)  # 3.1.1: identifier rejected [MQTT-3.1.3-8]
                 return [
                     Send(connection, encode(ack, state.version)),
                     Close(connection, "empty client id with a persistent session"),
                 ]
-            client_id = f"fanout-{next(self._assigned)}-{connection}"
-            if v5:
-                properties.append((0x12, client_id))
+            client_id = assigned = f"fanout-{next(self._assigned)}-{connection}"
         if park and self.durable and not packet.clean_start and client_id not in self.sessions:
             state.parked = packet  # its session may be in Redis: ``restored`` goes on
             return [Restore(connection, client_id)]
@@ -319,7 +295,7 @@ class Broker:
         if old is not None:
             actions += self._returning(old, packet.clean_start)
             old = None if packet.clean_start else old
-        expiry = self._expiry(packet)
+        expiry = session_expiry(packet, self.limits)
         if old is None:
             session = Session(client_id, packet.version, connection, expiry)
             self.sessions[client_id] = session
@@ -332,14 +308,7 @@ class Broker:
         session.receive_maximum = int(p.prop(packet.properties, 0x21, 65535))  # type: ignore[call-overload]
         session.max_packet_size = int(p.prop(packet.properties, 0x27, 268_435_460))  # type: ignore[call-overload]
         state.session, session.rights = session, state.rights
-        if v5:
-            properties += [
-                (0x27, self.limits.max_packet),
-                (0x21, self.limits.receive_maximum),
-            ]
-            if expiry != _requested_expiry(packet):
-                properties.append((0x11, int(min(expiry, 0xFFFFFFFF))))
-        ack = p.ConnAck(old is not None, p.SUCCESS, tuple(properties))
+        ack = connack(packet, old is not None, assigned, expiry, self.limits)
         actions.append(Send(connection, encode(ack, session.version)))
         return actions + self._resume(session)
 
@@ -351,9 +320,6 @@ class Broker:
             return []
         self._end(old)
         return [] if delayed is None else self._publish_will(old, delayed[0])
-
-    def _expiry(self, packet: p.Connect) -> float:
-        return min(_requested_expiry(packet), self.limits.session_expiry)
 
     def _take_over(self, old: Session, now: float) -> list[Action]:
         connection = old.connection
@@ -395,42 +361,12 @@ class Broker:
         return [*persist, Send(connection, data)]
 
     def _client_publish(self, connection: int, session: Session, packet: p.Publish) -> list[Action]:
-        if p.prop(packet.properties, 0x23) is not None:
-            raise p.PacketError("a topic alias, past Topic Alias Maximum 0", p.TOPIC_ALIAS_INVALID)
-        if p.prop(packet.properties, 0x0B) is not None:
-            raise p.PacketError(
-                "a Subscription Identifier from a client [MQTT-3.3.4-6]", p.PROTOCOL_ERROR
-            )
-        try:
-            topic_levels(packet.topic)
-        except InvalidView as error:
-            raise p.PacketError(str(error), p.TOPIC_NAME_INVALID) from error
-        if _sys(packet.topic) or (
-            session.rights is not None and not session.rights.may_write(packet.topic)
-        ):
-            self.denials.publish += 1
-            return [Send(connection, data) for data in publish_refused(session, packet)]
-        actions: list[Action] = []
-        if packet.qos == 1:
-            assert packet.packet_id is not None
-            actions.append(Send(connection, encode(p.PubAck(packet.packet_id), session.version)))
-        elif packet.qos == 2:
-            assert packet.packet_id is not None
-            again = packet.packet_id in session.incoming
-            if not again and len(session.incoming) >= self.limits.receive_maximum:
-                raise p.PacketError("past Receive Maximum at QoS 2", p.RECEIVE_MAXIMUM_EXCEEDED)
-            session.incoming.add(packet.packet_id)
-            actions.append(Send(connection, encode(p.PubRec(packet.packet_id), session.version)))
-            if again:
-                return actions  # delivered when it first came (sessions rule 6)
-        message = p.Publish(
-            packet.topic,
-            packet.payload,
-            packet.qos,
-            packet.retain,
-            properties=_forwarded(packet.properties),
-        )
-        return actions + self._publish(message, session.client_id)
+        taken = take_publish(session, packet, self.limits)
+        self.denials.publish += taken.refused
+        actions: list[Action] = [Send(connection, data) for data in taken.answers]
+        if taken.message is None:
+            return actions
+        return actions + self._publish(taken.message, session.client_id)
 
     def publish(
         self,
@@ -505,91 +441,25 @@ class Broker:
 
     def _send(self, session: Session, message: p.Publish) -> list[Action]:
         assert session.connection is not None
-        if session.rights is not None and not session.rights.may_read(message.topic):
-            self.denials.withheld += 1  # rule 11: whichever way it came
+        ready = outgoing(session, message, self._now)
+        if ready is Withheld.UNREADABLE:
+            self.denials.withheld += 1
+        elif ready is Withheld.EXPIRED:
+            self.expired += 1
+        if isinstance(ready, Withheld):
             return []
-        if message.expires is not None:  # rule 9
-            left = message.expires - self._now
-            if left <= 0:
-                self.expired += 1
-                return []
-            message = replace(message, properties=_expiring(message.properties, math.ceil(left)))
-        if message.qos:
-            message = replace(message, packet_id=session.next_packet_id())
-            session.in_flight[message.packet_id or 0] = message
-        data = encode(message, session.version)
-        if len(data) > session.max_packet_size:
-            session.in_flight.pop(message.packet_id or 0, None)
-            return []  # 5.0 3.1.2.11.4: not sent, as if delivered
+        message, data = ready
         if message.qos == 2 and session.durable:
             return [Persist(session.connection, session.client_id), Send(session.connection, data)]
         return [Send(session.connection, data)]
 
     def _subscribe(self, connection: int, session: Session, packet: p.Subscribe) -> list[Action]:
-        v5 = session.version == p.V5
-        identifier = p.prop(packet.properties, 0x0B)
-        codes, retained = [], []
-        for text, options in packet.filters:
-            try:
-                parts = parse_filter(text)
-            except InvalidView:
-                codes.append(p.TOPIC_FILTER_INVALID if v5 else 0x80)
-                continue
-            shared = parts.share_group is not None
-            if shared and options & 0x04:
-                raise p.PacketError(
-                    "No Local on a shared subscription [MQTT-3.8.3-4]", p.PROTOCOL_ERROR
-                )
-            if session.rights is not None and not session.rights.may_subscribe(parts.topic_filter):
-                self.denials.subscribe += 1
-                codes.append(NOT_AUTHORIZED if v5 else 0x80)
-                continue
-            known = session.subscriptions.get(text)
-            if known is None and len(session.subscriptions) >= self.limits.max_subscriptions:
-                codes.append(p.QUOTA_EXCEEDED if v5 else 0x80)
-                continue
-            qos = options & 0x03
-            sub = Subscription(
-                text,
-                qos,
-                bool(options & 0x04),
-                bool(options & 0x08),
-                identifier if isinstance(identifier, int) else None,
-            )
-            self._subscribers.install(session, sub)
-            codes.append(qos)
-            handling = (options >> 4) & 0x03
-            if not shared and (handling == 0 or (handling == 1 and known is None)):
-                retained += [(m, qos) for m in self._retained_for(parts.topic_filter)]
-        ack = p.SubAck(packet.packet_id, tuple(codes))
-        actions: list[Action] = [Send(connection, encode(ack, session.version))]
-        for message, qos in retained:
-            copy = p.Publish(
-                message.topic,
-                message.payload,
-                min(qos, message.qos),
-                True,
-                properties=message.properties,
-                expires=message.expires,
-            )
-            actions += self._offer(session, copy)
+        done = subscribe(session, packet, self._subscribers, self.limits, self.denials)
+        actions: list[Action] = [Send(connection, encode(done.ack, session.version))]
+        for topic_filter, qos in done.retained:
+            for message in retained_for(self.retained, topic_filter, qos, self._now):
+                actions += self._offer(session, message)
         return actions
-
-    def _retained_for(self, filter: str) -> list[p.Publish]:
-        for topic, message in list(self.retained.items()):
-            if message.expires is not None and message.expires <= self._now:
-                del self.retained[topic]  # rule 9: an expired retained message is gone
-        return [m for topic, m in sorted(self.retained.items()) if matches(filter, topic)]
-
-    def _unsubscribe(
-        self, connection: int, session: Session, packet: p.Unsubscribe
-    ) -> list[Action]:
-        codes = []
-        for text in packet.filters:
-            removed = self._subscribers.remove(session, text)
-            codes.append(p.SUCCESS if removed else p.NO_SUBSCRIPTION_EXISTED)
-        ack = p.UnsubAck(packet.packet_id, tuple(codes))
-        return [Send(connection, encode(ack, session.version))]
 
     def _disconnect(
         self, connection: int, state: _Connection, packet: p.Disconnect, now: float
@@ -608,19 +478,11 @@ class Broker:
         return [Close(connection, "client disconnected"), *self.lost(connection, now)]
 
     def _refuse(self, connection: int, state: _Connection, code: int, why: str) -> list[Action]:
-        """Rule 7: tell a 5.0 client why (if it has connected), then close."""
+        """Rule 7: tell the client why where it can be told (``connecting.refusal``), then close."""
         self.refused += 1
-        actions: list[Action] = []
-        if state.version == p.V5 and state.session is not None:
-            data = encode(p.Disconnect(code, ((0x1F, why[:200]),)), p.V5)
-            if len(data) > state.session.max_packet_size:  # [MQTT-3.14.2-3]: the reason goes
-                data = encode(p.Disconnect(code), p.V5)
-            actions.append(Send(connection, data))
-        elif state.session is None and code == p.UNSUPPORTED_PROTOCOL_VERSION:
-            # 3.1.1's return code 1 reads the same to either version's client [MQTT-3.1.2-2]
-            actions.append(Send(connection, encode(p.ConnAck(False, 0x01), p.V311)))
-        actions.append(Close(connection, why))
-        return actions + self.lost(connection, 0.0 if state.session is None else state.last_seen)
+        told = [Send(connection, data) for data in refusal(state.version, state.session, code, why)]
+        since = 0.0 if state.session is None else state.last_seen
+        return [*told, Close(connection, why), *self.lost(connection, since)]
 
     # -- sessions --------------------------------------------------------------------------
 
@@ -636,25 +498,3 @@ class Broker:
         self._subscribers.remove_all(session)
         if self.sessions.get(session.client_id) is session:
             del self.sessions[session.client_id]
-
-
-def _sys(topic: str) -> bool:
-    """Whether ``topic`` is one of the broker's own (``$SYS``), which no client writes (rule
-    11), as Mosquitto refuses them."""
-    return topic == "$SYS" or topic.startswith("$SYS/")
-
-
-def _requested_expiry(packet: p.Connect) -> float:
-    if packet.version == p.V5:
-        return float(p.prop(packet.properties, 0x11, 0))  # type: ignore[arg-type]
-    return 0.0 if packet.clean_start else float("inf")
-
-
-def _expiring(properties: p.Properties, left: int) -> p.Properties:
-    """``properties`` with Message Expiry Interval ``left`` seconds (rule 9)."""
-    return tuple((k, left if k == 0x02 else v) for k, v in properties)
-
-
-def _forwarded(properties: p.Properties) -> p.Properties:
-    """The properties a server passes on to subscribers (5.0 3.3.2.3): not the alias or ids."""
-    return tuple((k, v) for k, v in properties if k not in (0x23, 0x0B))

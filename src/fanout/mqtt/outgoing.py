@@ -1,0 +1,59 @@
+"""A message made ready for one session, or withheld: the client's rights (rule 11), the
+message's expiry (rule 9) and the client's Maximum Packet Size decide (docs/mqtt.md, "The
+broker's rules"); and the properties that pass from a publisher to its subscribers."""
+
+from __future__ import annotations
+
+import enum
+import math
+from dataclasses import replace
+
+from fanout.mqtt import packets as p
+from fanout.mqtt.encoding import encode
+from fanout.mqtt.sessions import Session
+
+
+class Withheld(enum.Enum):
+    """Why a message matched a session but is not sent to it."""
+
+    UNREADABLE = "a topic the client may not read"  # rule 11, whichever way it came
+    EXPIRED = "its Message Expiry Interval passed"  # rule 9
+    TOO_LARGE = "over the client's Maximum Packet Size"  # 5.0 3.1.2.11.4: as if delivered
+
+
+def outgoing(
+    session: Session, message: p.Publish, now: float
+) -> tuple[p.Publish, bytes] | Withheld:
+    """``message`` as sent to ``session`` at ``now`` and its bytes: what is left of its expiry,
+    and at QoS 1 or 2 its packet identifier, taken and held in flight until acknowledged."""
+    if session.rights is not None and not session.rights.may_read(message.topic):
+        return Withheld.UNREADABLE
+    if message.expires is not None:
+        left = message.expires - now
+        if left <= 0:
+            return Withheld.EXPIRED
+        message = replace(message, properties=expiring(message.properties, math.ceil(left)))
+    if message.qos:
+        message = replace(message, packet_id=session.next_packet_id())
+        session.in_flight[message.packet_id or 0] = message
+    data = encode(message, session.version)
+    if len(data) > session.max_packet_size:
+        session.in_flight.pop(message.packet_id or 0, None)
+        return Withheld.TOO_LARGE
+    return message, data
+
+
+def expiring(properties: p.Properties, left: int) -> p.Properties:
+    """``properties`` with Message Expiry Interval ``left`` seconds (rule 9)."""
+    return tuple((k, left if k == 0x02 else v) for k, v in properties)
+
+
+def forwarded(properties: p.Properties) -> p.Properties:
+    """The properties a server passes on to subscribers (5.0 3.3.2.3): not the alias or ids."""
+    return tuple((k, v) for k, v in properties if k not in (0x23, 0x0B))
+
+
+def is_sys(topic: str) -> bool:
+    """Whether ``topic`` is one of the broker's own (``$SYS``), which no client writes (rule
+    11), as Mosquitto refuses them."""
+    return topic == "$SYS" or topic.startswith("$SYS/")
