@@ -59,6 +59,8 @@ VIEWER = {
     "/index.html": ("index.html", "text/html; charset=utf-8"),
     "/viewer.js": ("viewer.js", "text/javascript; charset=utf-8"),
     "/viewer.css": ("viewer.css", "text/css; charset=utf-8"),
+    # @fanout/client for browsers (clients/typescript, bundled): the viewer's, any page's
+    "/fanout-client.js": ("fanout-client.js", "text/javascript; charset=utf-8"),
 }
 
 #: Hands a WebSocket upgrade's connection to the WebSocket server, with what was read of it.
