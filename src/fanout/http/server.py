@@ -58,6 +58,8 @@ VIEWER = {
     "/": ("index.html", "text/html; charset=utf-8"),
     "/index.html": ("index.html", "text/html; charset=utf-8"),
     "/viewer.js": ("viewer.js", "text/javascript; charset=utf-8"),
+    "/map.js": ("map.js", "text/javascript; charset=utf-8"),
+    "/viewtext.js": ("viewtext.js", "text/javascript; charset=utf-8"),
     "/viewer.css": ("viewer.css", "text/css; charset=utf-8"),
     # @fanout/client for browsers (clients/typescript, bundled): the viewer's, any page's
     "/fanout-client.js": ("fanout-client.js", "text/javascript; charset=utf-8"),
