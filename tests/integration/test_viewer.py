@@ -141,7 +141,7 @@ async def test_a_region_dataset_is_a_map_of_the_publishers_rows_in_the_view(
 async def test_a_sql_dataset_is_a_table_of_the_views_rows_and_columns(deployment, browser) -> None:
     """Decimals, timestamps and NULLs as text, markup as text; a projection typed in changes
     the columns; a query that does not parse is refused (a ``protocol`` error: the relay cannot
-decode the view, docs/protocol.md) and said in the page, the rows before kept."""
+    decode the view, docs/protocol.md) and said in the page, the rows before kept."""
     async with browser("dataset=orders&view=SELECT * FROM orders WHERE amount > 100") as page:
         state = await shown(page, lambda s: len(s["table"]) == 2, "the orders over 100")
         assert not state["map"]
