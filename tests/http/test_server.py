@@ -75,6 +75,7 @@ async def test_the_viewer_is_served_at_the_root() -> None:
             imported = await client.get(base + module)
             assert imported.headers["content-type"].startswith("text/javascript"), module
         assert "var Client = class" in imported.text  # @fanout/client, bundled
+        assert imported.headers["access-control-allow-origin"] == "*"  # any page may import it
         assert (await client.get(base + "/viewer.css")).status_code == 200
         assert (await client.get(base + "/nothing-here")).status_code == 426  # a WebSocket port
 

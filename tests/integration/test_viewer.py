@@ -13,6 +13,7 @@ from __future__ import annotations
 import datetime
 import decimal
 import json
+import os
 from pathlib import Path
 from typing import Any
 
@@ -76,6 +77,8 @@ OBJECTS = [
     {"path": "/objects/lamp", "state": "on"},
     {"path": "/elsewhere/fan", "state": "off"},
 ]
+#: Where the screenshots go (docs/img/viewer-*.png are copies).
+ARTIFACTS = Path(os.environ.get("FANOUT_ARTIFACTS", "var/artifacts"))
 #: What the page shows: its state (window.fanoutViewer) and its table as a user reads it.
 PAGE = """JSON.stringify({
   error: fanoutViewer.error, view: fanoutViewer.servedView, tick: fanoutViewer.tick,
@@ -136,6 +139,7 @@ async def test_a_region_dataset_is_a_map_of_the_publishers_rows_in_the_view(
         want = {int(i): (x, y) for i, x, y in zip(truth["id"], truth["x"], truth["y"], strict=True)}
         assert {i: (x, y) for i, x, y in state["rows"]} == want and want
         assert lo_hi[0] <= 200 and lo_hi[2] >= 500  # the box asked for, in the map's shape
+        await page.screenshot(ARTIFACTS / "viewer-map.png")
 
 
 async def test_a_sql_dataset_is_a_table_of_the_views_rows_and_columns(deployment, browser) -> None:
@@ -150,6 +154,7 @@ async def test_a_sql_dataset_is_a_table_of_the_views_rows_and_columns(deployment
             ["1", "ada", "120.5", "129.90", "2026-11-29T04:47:25.123456Z"],
             ["2", "<b>bob</b>", "300", "null", "null"],
         ]
+        await page.screenshot(ARTIFACTS / "viewer-sql.png")
         await type_view(page, "SELECT order_id, paid FROM orders WHERE paid < 100")
         state = await shown(page, lambda s: s["head"] == ["order_id", "paid"], "the projection")
         assert state["table"] == [["3", "-0.01"]]

@@ -407,6 +407,9 @@ def viewer_file(path: str) -> Answer:
         ("Content-Length", str(len(body))),
         ("Cache-Control", "no-cache"),
         ("X-Content-Type-Options", "nosniff"),
+        # static and public: a page of another origin may import /fanout-client.js (a module
+        # script from elsewhere is fetched in CORS mode)
+        ("Access-Control-Allow-Origin", "*"),
         ("Connection", "close"),
     ]
     return Answer(HTTPStatus.OK, headers, body)
