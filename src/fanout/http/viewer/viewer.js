@@ -128,7 +128,7 @@ async function follow(live, text, mine) {
     if (state.live !== live) {
       if (mine !== asked) return retire(live);  // a newer view was asked for meanwhile
       const old = state.live;
-      Object.assign(state, { live, servedView: text, error: null, pushes: 0, pushTimes: [] });
+      Object.assign(state, { live, servedView: text, error: null, latency: null, pushes: 0, pushTimes: [] });
       state.changed.clear();
       $("status").textContent = "";
       if (old) retire(old);
@@ -159,7 +159,9 @@ function record(update, shown, live) {
     }
   }
   if (update.tickTime > 0) {  // a push; a no-update has no tick time
-    state.latency = Date.now() / 1000 - update.tickTime;
+    // A full push is the view as held, perhaps of a tick long past (a table no batch changed
+    // since): the age of its rows, not a delivery's latency.
+    if (!update.full) state.latency = Date.now() / 1000 - update.tickTime;
     state.pushes += 1;
     state.pushTimes.push(now);
   }
