@@ -83,6 +83,11 @@ async function start() {
 }
 
 function choose(name, view) {
+  if (state.live) {  // another dataset's rows are not shown meanwhile
+    retire(state.live);
+    Object.assign(state, { live: null, servedView: "", latency: null });
+    state.changed.clear();
+  }
   state.dataset = state.datasets.find((d) => d.name === name);
   const region = state.dataset.view === "region";
   $("map").hidden = !region;
