@@ -69,8 +69,12 @@ def test_version_of_a_source_tree_never_installed(monkeypatch: pytest.MonkeyPatc
     assert fanout._installed_version() == "0+unknown"
 
 
-def test_the_package_ships_py_typed(tmp_path: Path) -> None:
-    """PEP 561: the built package holds ``py.typed``, so users' type checkers read its hints."""
+def test_the_package_ships_py_typed_and_the_viewer(tmp_path: Path) -> None:
+    """PEP 561: the built package holds ``py.typed``, so users' type checkers read its hints;
+    and the live viewer's files, the TypeScript client's bundle with them (no Node.js needed)."""
     assert (ROOT / "src" / "fanout" / "py.typed").is_file()
     _setuptools("setup.py", "-q", "build_py", "-d", str(tmp_path))
     assert (tmp_path / "fanout" / "py.typed").is_file()
+    viewer = tmp_path / "fanout" / "http" / "viewer"
+    shipped = {"index.html", "viewer.css", "viewer.js", "map.js", "viewtext.js", "fanout-client.js"}
+    assert shipped <= {path.name for path in viewer.iterdir()}

@@ -3,9 +3,10 @@ relay: ``node`` scripts using the built package hold a box view (``latest``) and
 timestamp, date, decimal and bytes columns with NULLs, compared with the publisher's own read,
 and an ``every`` view across a relay restart, audited against the publisher's log.
 
-The package is built once (``npm ci``, ``npm run build``) when ``node_modules`` or an up-to-date
-``dist`` is missing; without ``node`` 18+ and ``npm`` the module is skipped, saying so. Its unit
-tests (``npm test``) run here too, so that ``make test`` runs them.
+The package is built once (``npm ci``, ``npm run build``: tests/clients/conftest.py) when
+``node_modules`` or an up-to-date ``dist`` is missing; without ``node`` 20+ and ``npm`` the
+module is skipped, saying so. Its unit tests (``npm test``) run here too, so that ``make test``
+runs them.
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ from fanout.client.publisher import open_producer, open_reader
 from fanout.launch import Child, Children
 from fanout.publisher.log import SqliteLog
 from fanout.testing.audit import audit
-from fanout.testing.binaries import find, on_ci
+from fanout.testing.binaries import find
 from fanout.testing.httpstream import updates_of
 from fanout.testing.needs import need
 from fanout.testing.wait import eventually
@@ -42,7 +43,6 @@ from fanout.wire.columns import to_python
 
 pytestmark = [pytest.mark.integration, pytest.mark.asyncio(loop_scope="module")]
 
-PACKAGE = Path(__file__).parents[2] / "clients" / "typescript"
 FOLLOW = Path(__file__).parent / "node" / "follow.mjs"
 UTC = datetime.UTC
 CONFIG = """
@@ -102,31 +102,6 @@ EXAMPLE_STATE = """JSON.stringify(window.fanoutExample?.orders ? {
   orders: [...fanoutExample.orders.rows.keys()].sort(),
   cells: [...document.querySelectorAll("#orders td")].map((td) => td.textContent),
 } : null)"""
-
-
-def _stale(package: Path) -> bool:
-    built = package / "dist" / "index.js"
-    if not built.is_file():
-        return True
-    sources = [*package.glob("src/*.ts"), package / "package-lock.json"]
-    return max(p.stat().st_mtime for p in sources) > built.stat().st_mtime
-
-
-@pytest.fixture(scope="module")
-def package() -> Iterator[Path]:
-    """The built package (``npm ci``, ``npm run build`` when not done or out of date)."""
-    need("node", "npm")
-    node, npm = find("node"), find("npm")
-    assert node is not None and npm is not None
-    version = subprocess.run([node, "--version"], capture_output=True, text=True, check=True)
-    if int(version.stdout.strip().lstrip("v").split(".")[0]) < 20:
-        too_old = f"the TypeScript client's tests need node 20 or later, this is {version.stdout}"
-        pytest.fail(too_old) if on_ci() else pytest.skip(too_old)
-    if not (PACKAGE / "node_modules").is_dir():
-        subprocess.run([npm, "ci", "--no-audit", "--no-fund"], cwd=PACKAGE, check=True)
-    if _stale(PACKAGE):
-        subprocess.run([npm, "run", "build"], cwd=PACKAGE, check=True)
-    yield PACKAGE
 
 
 @pytest_asyncio.fixture(scope="module", loop_scope="module")

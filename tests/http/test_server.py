@@ -67,10 +67,15 @@ async def test_the_viewer_is_served_at_the_root() -> None:
     async with deployment() as (_, _, base), httpx.AsyncClient(timeout=10) as client:
         page = await client.get(base + "/")
         assert page.headers["content-type"] == "text/html; charset=utf-8"
-        assert '<script src="/viewer.js">' in page.text
+        assert '<script type="module" src="/viewer.js">' in page.text
         script = await client.get(base + "/viewer.js")
         assert script.headers["content-type"].startswith("text/javascript")
         assert "window.fanoutViewer" in script.text
+        for module in ("/map.js", "/viewtext.js", "/fanout-client.js"):  # what it imports
+            imported = await client.get(base + module)
+            assert imported.headers["content-type"].startswith("text/javascript"), module
+        assert "var Client = class" in imported.text  # @fanout/client, bundled
+        assert imported.headers["access-control-allow-origin"] == "*"  # any page may import it
         assert (await client.get(base + "/viewer.css")).status_code == 200
         assert (await client.get(base + "/nothing-here")).status_code == 426  # a WebSocket port
 

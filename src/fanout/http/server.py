@@ -58,7 +58,11 @@ VIEWER = {
     "/": ("index.html", "text/html; charset=utf-8"),
     "/index.html": ("index.html", "text/html; charset=utf-8"),
     "/viewer.js": ("viewer.js", "text/javascript; charset=utf-8"),
+    "/map.js": ("map.js", "text/javascript; charset=utf-8"),
+    "/viewtext.js": ("viewtext.js", "text/javascript; charset=utf-8"),
     "/viewer.css": ("viewer.css", "text/css; charset=utf-8"),
+    # @fanout/client for browsers (clients/typescript, bundled): the viewer's, any page's
+    "/fanout-client.js": ("fanout-client.js", "text/javascript; charset=utf-8"),
 }
 
 #: Hands a WebSocket upgrade's connection to the WebSocket server, with what was read of it.
@@ -403,6 +407,9 @@ def viewer_file(path: str) -> Answer:
         ("Content-Length", str(len(body))),
         ("Cache-Control", "no-cache"),
         ("X-Content-Type-Options", "nosniff"),
+        # static and public: a page of another origin may import /fanout-client.js (a module
+        # script from elsewhere is fetched in CORS mode)
+        ("Access-Control-Allow-Origin", "*"),
         ("Connection", "close"),
     ]
     return Answer(HTTPStatus.OK, headers, body)
