@@ -3,7 +3,10 @@ and the TypeScript client's packages installed (``npm ci``) and built (``npm run
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import subprocess
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -16,6 +19,15 @@ from fanout.testing.needs import need
 __all__ = ["children", "node_modules", "package", "tmp_path"]
 
 PACKAGE = Path(__file__).parents[2] / "clients" / "typescript"
+
+
+@contextlib.contextmanager
+def _alone() -> Iterator[None]:
+    """Hold the package's folder alone while npm writes in it: test modules run by other
+    pytest workers (``-n``) wait here rather than install or build into it at once."""
+    with open(Path(tempfile.gettempdir()) / "fanout-clients-typescript.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        yield
 
 
 def _older(made: Path, sources: list[Path]) -> bool:
@@ -35,8 +47,9 @@ def node_modules() -> Path:
         too_old = f"the TypeScript client's tests need node 20 or later, this is {version.stdout}"
         pytest.fail(too_old) if on_ci() else pytest.skip(too_old)
     lock = PACKAGE / "package-lock.json"
-    if _older(PACKAGE / "node_modules" / ".package-lock.json", [lock]):
-        subprocess.run([npm, "ci", "--no-audit", "--no-fund"], cwd=PACKAGE, check=True)
+    with _alone():
+        if _older(PACKAGE / "node_modules" / ".package-lock.json", [lock]):
+            subprocess.run([npm, "ci", "--no-audit", "--no-fund"], cwd=PACKAGE, check=True)
     return PACKAGE
 
 
@@ -44,8 +57,9 @@ def node_modules() -> Path:
 def package(node_modules: Path) -> Iterator[Path]:
     """The built package (``npm run build`` when not done or out of date)."""
     sources = [*node_modules.glob("src/*.ts"), node_modules / "package-lock.json"]
-    if _older(node_modules / "dist" / "index.js", sources):
-        npm = find("npm")
-        assert npm is not None
-        subprocess.run([npm, "run", "build"], cwd=node_modules, check=True)
+    with _alone():
+        if _older(node_modules / "dist" / "index.js", sources):
+            npm = find("npm")
+            assert npm is not None
+            subprocess.run([npm, "run", "build"], cwd=node_modules, check=True)
     yield node_modules
