@@ -106,6 +106,20 @@ class Scheduler:
         if slot.where in (Where.READY, Where.TIMER):
             self._resort(sid, slot)
 
+    def reprioritise(self, sid: Hashable, priority: float) -> None:
+        """Change a subscription's priority only (one derived from its rows:
+        ``relay.core.tiering``); it keeps how long it has waited and its rate's credit."""
+        slot = self._slots[sid]
+        slot.priority = priority
+        if slot.where in (Where.READY, Where.TIMER):
+            self._resort(sid, slot)
+
+    def fresh(self) -> list[Hashable]:
+        """The subscriptions pending since the last ``settle``, not yet sorted by priority."""
+        slots = self._slots
+        fresh = (sid for sid in self._fresh if sid in slots and slots[sid].where is Where.FRESH)
+        return list(dict.fromkeys(fresh))
+
     def remove(self, sid: Hashable) -> None:
         """Stop scheduling ``sid`` (unknown ids are ignored)."""
         slot = self._slots.pop(sid, None)
