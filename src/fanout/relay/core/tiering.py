@@ -1,8 +1,7 @@
 """Priority from the data (CA 3197003 [0033], [0107], [0145]), sans I/O: rate tiers by distance
 from a region view's focus, and a subscription's priority derived from its rows. Rules:
 
-1. **Focus.** Distances are measured from ``Relevance.focus`` (in the view's coordinates), else
-   the view's centre; a relative view's from its entity (plus ``focus``, relative to it).
+1. **Focus.** ``Relevance.focus``, else the view's centre; a relative view's entity (+ focus).
 2. **Tiers.** An entity's tier is how many ``Tier.beyond`` its distance exceeds; tier 0 goes at
    every push. Push ``turn`` (0: the full push, then one more per cut) carries a changed entity
    of tier ``t >= 1`` only if ``tiers[t - 1].every`` divides ``turn``.
