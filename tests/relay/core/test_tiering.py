@@ -305,3 +305,15 @@ def test_reprioritise_keeps_the_wait_and_sorts_again() -> None:
     scheduler.settle(0.0)
     assert scheduler.fresh() == []
     assert scheduler.pop_many(2) == ["b", "a"]
+
+
+def test_dropping_the_tiers_sends_the_rows_they_held_back_at_the_next_push() -> None:
+    talk = Talk({0: (50.0, 50.0), 2: (90.0, 50.0)})
+    box = Box((0, 0), (100, 100))
+    talk.subscribe(1, box, Relevance(tiers=[Tier(10, 50)]))
+    talk.step()
+    (held_back,) = frames_to(talk.step({2: (91.0, 50.0)}), 1)
+    assert isinstance(held_back, NoUpdate)
+    talk.subscribe(1, box)  # the same view, its tiers dropped
+    (push,) = frames_to(talk.step(), 1)
+    assert isinstance(push, Push) and keys_of(push.updated) == {2}

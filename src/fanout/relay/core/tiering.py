@@ -82,6 +82,13 @@ def tiered(relevance: Relevance | None) -> bool:
     return relevance is not None and bool(relevance.tiers)
 
 
+def alone(subscription: Subscription) -> bool:
+    """Whether ``subscription``'s push is cut by :func:`cut`, for it alone: it is tiered, or
+    its subscriber holds rows held back (its tiers since dropped)."""
+    held = subscription.held
+    return tiered(subscription.asked.relevance) or (held is not None and held.stale is not None)
+
+
 def tier_of(distances: npt.NDArray[np.float64], relevance: Relevance) -> npt.NDArray[np.intp]:
     """Each distance's tier (rule 2): how many tiers' ``beyond`` it exceeds."""
     beyond = np.array([tier.beyond for tier in relevance.tiers], dtype=np.float64)
@@ -131,20 +138,19 @@ def distances(
 
 def cut(subscription: Subscription, region: AbsoluteRegion, state: DatasetState) -> Cut:
     """The tiered push of ``region`` (``subscription``'s view where it is now) and what its
-    subscriber holds after it (rules 2-3); never shared with other subscriptions.
+    subscriber holds after it (rules 2-3; untiered, the rows held back go now).
 
     Raises:
         EntityNotHeld: a ``relative_to`` transform's entity is not in the active buffer.
     """
     relevance = subscription.asked.relevance
-    assert relevance is not None
     buffer, held = state.buffer, subscription.held
     anchor = locate_anchor(subscription.shape, buffer)
     positions = buffer.query(region)
     turn = 0 if held is None else held.turn + 1
-    focus = focus_of(subscription.view, relevance, state)
-    if focus is None:  # unreachable while the view is located: everything is due
-        mask = np.ones(len(positions), dtype=bool)
+    focus = None if relevance is None else focus_of(subscription.view, relevance, state)
+    if relevance is None or not relevance.tiers or focus is None:
+        mask = np.ones(len(positions), dtype=bool)  # (a located relative view has a focus)
     else:
         mask = due(tier_of(distances(state, positions, focus), relevance), relevance, turn)
     body = cut_positions(positions, subscription.shape, held, buffer, anchor, due=mask)

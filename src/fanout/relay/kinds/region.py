@@ -166,18 +166,19 @@ class RegionKind:
     # -- pushing ----------------------------------------------------------------------
 
     def batched(self, subscription: Subscription, located: Hashable) -> bool:
-        """Box views are cut together (``relay.data.batchcut``), but tiered ones."""
+        """Box views are cut together (``relay.data.batchcut``), but those cut alone by
+        ``tiering.cut``."""
         return (
             isinstance(located, Box)
             and batchable(located, subscription.shape)
-            and not tiering.tiered(subscription.asked.relevance)
+            and not tiering.alone(subscription)
         )
 
     def cut(self, subscription: Subscription, located: Hashable) -> Cut | None:
         """The push of the region ``located`` (None: the subscriber holds the active state)."""
         if self._current(subscription):
             return None
-        if tiering.tiered(subscription.asked.relevance):  # cut for it alone: never shared
+        if tiering.alone(subscription):  # rows held back by rate tiers: never shared
             return tiering.cut(subscription, as_region(located), self.state)
         encodings, buffer = self._parts.encodings, self.state.buffer
         key = _body_key(subscription)
