@@ -317,3 +317,16 @@ def test_dropping_the_tiers_sends_the_rows_they_held_back_at_the_next_push() -> 
     talk.subscribe(1, box)  # the same view, its tiers dropped
     (push,) = frames_to(talk.step(), 1)
     assert isinstance(push, Push) and keys_of(push.updated) == {2}
+
+
+@given(st.lists(st.integers(0, 9), max_size=12), st.sets(st.integers(0, 9)))
+def test_fresh_among_some_is_the_fresh_ones_among_them(woken: list[int], among: set[int]) -> None:
+    scheduler = Scheduler()
+    for sid in range(10):
+        scheduler.add(sid, 0, 10.0)
+    scheduler.settle(0.0)
+    for sid in scheduler.pop_many(10):
+        scheduler.served(sid, 0.0)
+    scheduler.wake_all(woken)
+    assert scheduler.fresh() == list(dict.fromkeys(woken))
+    assert set(scheduler.fresh(among)) == set(woken) & among

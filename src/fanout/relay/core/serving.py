@@ -111,7 +111,7 @@ class Serving:
         derived = self._downstream.derived
         if not derived:
             return
-        for sid in self._scheduler.fresh():
+        for sid in self._scheduler.fresh(derived.keys()):
             subscription = derived.get(cast(SubKey, sid))
             kind = None if subscription is None else self._kinds.get(subscription.dataset)
             if subscription is None or kind is None or kind.state.buffer.stamp is None:
