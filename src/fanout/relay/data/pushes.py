@@ -177,7 +177,7 @@ def cut_positions(
             if not (held.refresh or held.anchor != anchor):
                 updated = updated[table.changed[updated] > held.seq]
         else:
-            changed = present
+            changed = present.copy()
             if not (held.refresh or held.anchor != anchor):
                 changed = present & (table.changed[positions] > held.seq)
             if held.stale is not None:
