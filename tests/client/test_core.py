@@ -33,8 +33,10 @@ from fanout.wire.messages import (
     Publish,
     Published,
     Push,
+    Relevance,
     Subscribe,
     Subscribed,
+    Tier,
     Unsubscribe,
     Unsubscribed,
 )
@@ -116,6 +118,15 @@ def test_changing_an_every_views_view_keeps_it_every() -> None:
     moved = Box((1, 1), (2, 2))
     assert core.change(state, moved).mode == "every"
     assert state.asked.mode == "every"
+
+
+def test_a_views_relevance_goes_with_its_subscribe_and_its_changes() -> None:
+    core = ClientCore()
+    relevance = Relevance(tiers=[Tier(20.0, 3)], priority_from="nearest")
+    request = core.subscribe(Asked("agents", BOX, relevance=relevance))
+    assert request.relevance == relevance
+    core.receive(Subscribed(request.sub, "id", ["id", "x"]), 0.0)
+    assert core.change(core.view(request.sub), Box((1, 1), (2, 2))).relevance == relevance
 
 
 def test_a_resync_is_counted_and_other_errors_about_nothing_are_kept() -> None:

@@ -27,7 +27,7 @@ from fanout.metrics import scrape
 from fanout.views import Box, Relative, Sphere
 from fanout.views.entity import Entity
 from fanout.wire import codec
-from fanout.wire.messages import PROTOCOL_VERSION, Error, Hello, Welcome
+from fanout.wire.messages import PROTOCOL_VERSION, Error, Hello, Relevance, Tier, Welcome
 
 from .conftest import settle
 
@@ -61,6 +61,22 @@ async def test_two_subscribers_see_exactly_the_publishers_state(
                 assert rows == expected_rows(state, region)
                 assert rows, "a view of a populated region should not be empty"
         assert box.dropped == 0
+
+
+async def test_a_tiered_view_holds_the_views_keys_and_its_near_rows_exactly(
+    publisher: Child, relay: Child
+) -> None:
+    box = Box((200, 200), (450, 450))
+    relevance = Relevance(tiers=[Tier(60.0, 3), Tier(110.0, 10)], priority_from="nearest")
+    async with connect(relay.url) as subscriber, open_reader(publisher.url) as reader:
+        view = await subscriber.subscribe(box, relevance=relevance)
+        await settle(view, 4, timeout=240.0)  # a loaded machine's first snapshot takes long
+        tick, rows = view.tick, dict(view.rows)
+        _, state = await reader.read("agents", box, tick)
+    expected = expected_rows(state, box)
+    assert set(rows) == set(expected)  # entering and leaving are never held back
+    near = [k for k, row in expected.items() if math.dist((row["x"], row["y"]), (325, 325)) <= 60]
+    assert near and all(rows[k] == expected[k] for k in near)  # sent at every push
 
 
 async def test_the_publisher_and_the_relay_answer_get_metrics(

@@ -127,6 +127,7 @@ export class Client {
   private async rehold(view: LiveView, urls: string[], why: "moved" | "failover"): Promise<void> {
     const options: SubscribeOptions = {
       rate: view.rate, priority: view.priority, transform: view.transform, mode: view.mode,
+      relevance: view.state.asked.relevance ?? null,
       resume: view.mode === "every" ? view : null, into: view, stay: why === "moved",
     };
     let delay = this.options.delay ?? 0.25;

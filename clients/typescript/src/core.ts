@@ -118,7 +118,7 @@ export class ClientCore {
     this.asking.set(sub, { asked, resume: into === null && token !== null ? resume : null, into });
     return {
       type: "subscribe", sub, dataset: asked.dataset, view: asked.view, rate: asked.rate, priority: asked.priority,
-      transform: asked.transform, mode: asked.mode, resume: token, stay,
+      transform: asked.transform, mode: asked.mode, resume: token, stay, relevance: asked.relevance ?? null,
     };
   }
 
@@ -129,7 +129,7 @@ export class ClientCore {
     state.asked = { ...asked, view, rate: rate ?? asked.rate };
     return {
       type: "subscribe", sub: state.sub, dataset: asked.dataset, view, rate: state.asked.rate, priority: asked.priority,
-      transform: asked.transform, mode: asked.mode, resume: null, stay: false,
+      transform: asked.transform, mode: asked.mode, resume: null, stay: false, relevance: asked.relevance ?? null,
     };
   }
 

@@ -54,6 +54,17 @@ export interface Subscribe {
   mode: Mode;
   resume: Resume | null;
   stay: boolean;
+  /** Rate tiers by distance from the view's focus and a priority from its rows (region views). */
+  relevance?: Relevance | null;
+}
+/** Beyond `beyond` from the focus, an entity is sent on one push in `every`. */
+export interface Tier { beyond: number; every: number }
+/** Priority from the data (docs/concepts.md, "Priority from the data"). */
+export interface Relevance {
+  tiers?: Tier[];
+  /** The point distances are measured from (default: the view's centre, or its entity). */
+  focus?: number[] | null;
+  priority_from?: "given" | "changes" | "nearest";
 }
 export interface Unsubscribe { type: "unsubscribe"; sub: number }
 export interface Publish { type: "publish"; req: number; dataset: string; upserts: WireColumns; deletes: WireColumns }

@@ -15,7 +15,7 @@
 
 import { decodeColumns, encodeColumns, keyColumn, type Columns } from "./columns.js";
 import { ProtocolError, SubscriptionError } from "./errors.js";
-import type { Mode, NoUpdate, Push, Resume, Transform } from "./frames.js";
+import type { Mode, NoUpdate, Push, Relevance, Resume, Transform } from "./frames.js";
 import type { Key, Row } from "./values.js";
 import type { View } from "./views.js";
 
@@ -27,6 +27,7 @@ export interface Asked {
   readonly priority: number;
   readonly transform: Transform | null;
   readonly mode: Mode;
+  readonly relevance?: Relevance | null;
 }
 
 /** One push (or no-update) of a view, as received. */

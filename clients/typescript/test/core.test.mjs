@@ -148,3 +148,13 @@ test("core: integers past 32 bits travel as msgpack integers, not floats", async
   assert.equal(unpack(bytes, { useBigInt64: true }).resume.epoch, 1795928540957n);
   assert.equal(unpack(bytes).rate, 2.5);
 });
+
+test("core: a view's relevance (rate tiers, priority from its rows) goes with its subscribe and its changes", () => {
+  const core = new ClientCore();
+  const relevance = { tiers: [{ beyond: 20, every: 3 }], priority_from: "nearest" };
+  const request = core.subscribe({ ...asked(), relevance });
+  assert.deepEqual(request.relevance, relevance);
+  core.receiveData(frame({ type: "subscribed", sub: request.sub, key: "id", columns: ["id", "x"] }), 0);
+  assert.deepEqual(core.change(core.view(request.sub), box([5, 5], [15, 15])).relevance, relevance);
+  assert.equal(core.subscribe(asked()).relevance, null);
+});

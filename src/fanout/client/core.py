@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -187,6 +187,7 @@ class ClientCore:
             asked.mode,
             token,
             stay,
+            asked.relevance,
         )
 
     def change(self, state: ViewState, view: View, rate: float | None = None) -> Subscribe:
@@ -197,9 +198,7 @@ class ClientCore:
         """
         self._check()
         asked = state.asked
-        state.asked = Asked(
-            asked.dataset, view, rate or asked.rate, asked.priority, asked.transform, asked.mode
-        )
+        state.asked = replace(asked, view=view, rate=rate or asked.rate)
         return Subscribe(
             state.sub,
             asked.dataset,
@@ -208,6 +207,7 @@ class ClientCore:
             asked.priority,
             asked.transform,
             mode=asked.mode,  # left out, it would be ``latest``: an ``every`` view would change
+            relevance=asked.relevance,  # left out, its tiers would end
         )
 
     def unsubscribe(self, state: ViewState) -> Unsubscribe:

@@ -123,6 +123,7 @@ class ClusterSubscriber:
         options: dict[str, Any] = {
             "rate": view.rate,
             "priority": view.priority,
+            "relevance": view.state.asked.relevance,
             "transform": view.transform,
             "mode": view.mode,
             "resume": view if every else None,

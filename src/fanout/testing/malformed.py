@@ -384,6 +384,7 @@ COMPATIBLE: list[Compatible] = [
                 "transform": None,
                 "mode": "latest",
                 "resume": None,
+                "relevance": None,
             }
         ),
     ),

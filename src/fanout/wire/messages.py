@@ -153,6 +153,38 @@ class Transform(msgspec.Struct, frozen=True, omit_defaults=True):
 
 
 Mode = Literal["latest", "every"]
+PriorityFrom = Literal["given", "changes", "nearest"]
+
+
+class Tier(msgspec.Struct, frozen=True):
+    """One rate tier of a ``Relevance``: entities farther than ``beyond`` from the view's focus
+    are sent on one push in ``every`` (a changed entity waits for its tier's push)."""
+
+    beyond: float
+    every: int
+
+
+class Relevance(msgspec.Struct, frozen=True, omit_defaults=True):
+    """Priority from the data (CA 3197003 [0033], [0107], [0145]): what of a region view
+    matters more, as the relay judges it from its state. Region datasets, mode ``latest``.
+
+    Attributes:
+        tiers: rate tiers by distance from the focus, ``beyond`` increasing: an entity within
+            the first tier's ``beyond`` goes at every push; one beyond a tier's ``beyond`` (and
+            within the next's) only on pushes whose number the tier's ``every`` divides. An
+            entity entering or leaving the view is never delayed (``entered``, ``left``).
+        focus: the point distances are measured from, in the view's coordinates (a relative
+            view's: relative to its entity). None: the view's centre (a box's middle, a sphere's
+            or sector's centre, a union's or intersection's bounding box's middle); a relative
+            view's entity itself.
+        priority_from: ``given`` (the subscription's ``priority`` as it is), ``changes`` (plus
+            log2(1 + rows of the view changed since its last push)) or ``nearest`` (plus up to 10
+            as its nearest entity is nearer the focus): how the relay orders due pushes.
+    """
+
+    tiers: list[Tier] = []
+    focus: list[float] | None = None
+    priority_from: PriorityFrom = "given"
 
 
 class Resume(msgspec.Struct, frozen=True):
@@ -187,6 +219,11 @@ class Subscribe(Frame, tag="subscribe", frozen=True):
     responsible for with ``Error{code: "redirect", location: URL}``, unless ``stay`` is true
     (the subscriber could not reach that relay, or was sent round in a circle): then it serves
     it itself.
+
+    ``relevance`` (region views, mode ``latest``) lets the relay judge what of the view matters
+    more: entities near the view's focus at full rate and far ones slower, and the
+    subscription's priority from its rows (:class:`Relevance`; docs/concepts.md, "Priority from
+    the data").
     """
 
     sub: int
@@ -198,6 +235,7 @@ class Subscribe(Frame, tag="subscribe", frozen=True):
     mode: Mode = "latest"
     resume: Resume | None = None
     stay: bool = False
+    relevance: Relevance | None = None
 
 
 class Unsubscribe(Frame, tag="unsubscribe", frozen=True):

@@ -20,7 +20,7 @@ from fanout.relay.core.lifecycle import Phase
 from fanout.relay.core.transforms import Shape
 from fanout.relay.data.pushes import Held
 from fanout.views import View
-from fanout.wire.messages import Mode
+from fanout.wire.messages import Mode, Relevance
 
 SubKey = tuple[int, int]  # (client, subscription id chosen by that client)
 Group = TypeVar("Group", int, str)
@@ -34,6 +34,7 @@ class Asked(msgspec.Struct, frozen=True, gc=False):
         dataset, view, rate, priority, mode: as its ``Subscribe`` gives them.
         shape: its transform, resolved for the dataset and the subscriber's capabilities.
         reads: the datasets its view reads (its own; several for a SQL join).
+        relevance: rate tiers and a derived priority (``relay.core.tiering``), or None.
     """
 
     dataset: str
@@ -43,6 +44,7 @@ class Asked(msgspec.Struct, frozen=True, gc=False):
     priority: int = 0
     mode: Mode = "latest"
     reads: tuple[str, ...] = ()
+    relevance: Relevance | None = None
 
 
 class Subscription:
@@ -162,6 +164,8 @@ class Downstream:
         self._by_dataset: dict[str, dict[SubKey, Subscription]] = {}
         #: dataset -> subscriptions of other datasets whose views read it too (SQL joins)
         self._by_join: dict[str, dict[SubKey, Subscription]] = {}
+        #: subscriptions whose priority derives from their rows (``relay.core.tiering``)
+        self.derived: dict[SubKey, Subscription] = {}
         #: dataset -> views held for relays below this one (``tiers``), counted: the
         #: coverage they need is kept like a subscription's.
         self.pinned: dict[str, dict[View, int]] = {}
@@ -187,11 +191,15 @@ class Downstream:
             for name in subscription.reads:
                 if name != subscription.dataset:
                     self._by_join.setdefault(name, {})[key] = subscription
+        relevance = subscription.asked.relevance
+        if relevance is not None and relevance.priority_from != "given":
+            self.derived[key] = subscription
 
     def remove(self, key: SubKey) -> Subscription | None:
         """Drop a subscription; returns it if it existed."""
         subscription = self._subs.pop(key, None)
         if subscription is not None:
+            self.derived.pop(key, None)
             _discard(self._by_client, subscription.client, key)
             _discard(self._by_dataset, subscription.dataset, key)
             if len(subscription.reads) > 1:

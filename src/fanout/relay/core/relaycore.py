@@ -16,6 +16,7 @@ from collections.abc import Callable, Generator, Sequence
 
 from fanout.errors import BadRequest, InvalidView, ProtocolError
 from fanout.relay import kinds
+from fanout.relay.core import tiering
 from fanout.relay.core.changesets import History
 from fanout.relay.core.downstream import Asked, Downstream, Subscription
 from fanout.relay.core.every import EVERY_BURST, EveryMode, every_cursor
@@ -338,6 +339,7 @@ class RelayCore:
         try:
             kind = self._check(request)
             accepted = kind.accept(request, self._capabilities.get(client, ()))
+            tiering.check(request, kind.state.info)
             shape = accepted.shape
             cursor = every_cursor(request, kind, shape, subscription)
         except (InvalidView, InvalidTransform, BadRequest) as exc:
@@ -354,6 +356,7 @@ class RelayCore:
             request.priority,
             request.mode,
             reads,
+            request.relevance,
         )
         if subscription is None:
             subscription = Subscription(client, request.sub, asked, cursor)

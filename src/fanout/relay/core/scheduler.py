@@ -20,7 +20,7 @@ from __future__ import annotations
 import heapq
 import itertools
 import math
-from collections.abc import Hashable, Iterable
+from collections.abc import Collection, Hashable, Iterable
 from dataclasses import dataclass
 from enum import Enum
 
@@ -105,6 +105,24 @@ class Scheduler:
         slot.priority, slot.rate = priority, rate
         if slot.where in (Where.READY, Where.TIMER):
             self._resort(sid, slot)
+
+    def reprioritise(self, sid: Hashable, priority: float) -> None:
+        """Change a subscription's priority only (one derived from its rows:
+        ``relay.core.tiering``); it keeps how long it has waited and its rate's credit."""
+        slot = self._slots[sid]
+        slot.priority = priority
+        if slot.where in (Where.READY, Where.TIMER):
+            self._resort(sid, slot)
+
+    def fresh(self, among: Collection[Hashable] | None = None) -> list[Hashable]:
+        """The subscriptions pending since the last ``settle``, not yet sorted by priority (only
+        those ``among``, if given: whichever is fewer is looked through)."""
+        slots = self._slots
+        looked = self._fresh if among is None or len(among) >= len(self._fresh) else among
+        fresh = (sid for sid in looked if sid in slots and slots[sid].where is Where.FRESH)
+        if among is not None and looked is self._fresh:
+            fresh = (sid for sid in fresh if sid in among)
+        return list(dict.fromkeys(fresh))
 
     def remove(self, sid: Hashable) -> None:
         """Stop scheduling ``sid`` (unknown ids are ignored)."""

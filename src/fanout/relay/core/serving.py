@@ -22,9 +22,11 @@ from collections.abc import Callable, Generator, Hashable
 from typing import cast
 
 from fanout.errors import InvalidView
+from fanout.relay.core import tiering
 from fanout.relay.core.downstream import SubKey, Subscription
 from fanout.relay.core.every import EveryMode
 from fanout.relay.core.lifecycle import Lifecycle
+from fanout.relay.core.planner import as_region
 from fanout.relay.core.sends import Counters, Send
 from fanout.relay.core.throttle import Budgets
 from fanout.relay.core.transforms import EntityNotHeld
@@ -89,6 +91,7 @@ class Serving:
         other than cheap ones.
         """
         self._unsent.extend((None, send) for send in first or ())
+        self._derive()
         self._scheduler.settle(now)
         popped: list[SubKey] = []
         try:
@@ -101,6 +104,25 @@ class Serving:
         finally:
             for sid in popped:
                 self._scheduler.requeue(sid)  # a no-op unless it was left undecided
+
+    def _derive(self) -> None:
+        """Give the subscriptions just woken whose priority derives from their rows that
+        priority, before the scheduler sorts them (``relay.core.tiering`` rule 5)."""
+        derived = self._downstream.derived
+        if not derived:
+            return
+        for sid in self._scheduler.fresh(derived.keys()):
+            subscription = derived.get(cast(SubKey, sid))
+            kind = None if subscription is None else self._kinds.get(subscription.dataset)
+            if subscription is None or kind is None or kind.state.buffer.stamp is None:
+                continue
+            try:
+                located = kind.locate(subscription)
+            except EntityNotHeld:
+                continue  # its triage ends it
+            if located is not None:
+                found = tiering.priority(subscription, as_region(located), kind.state)
+                self._scheduler.reprioritise(sid, found)
 
     def has_unsent(self) -> bool:
         """Whether a stopped round left frames to send."""
@@ -253,6 +275,8 @@ class Serving:
         assert stamp is not None
         send = self._deliver(subscription, stamp, found, now)
         step = kind.ticking(subscription.view)
+        if step is None and found is not None and found[1].stale is not None:
+            step = 0.0  # rows its rate tiers held back go at its rate (``tiering`` rule 4)
         if step is not None and subscription.key in self._scheduler:  # time alone changes it
             self._scheduler.defer(subscription.key, now + max(1.0 / subscription.rate, step))
         return [] if send is None else [send]

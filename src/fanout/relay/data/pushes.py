@@ -53,6 +53,9 @@ class Held(msgspec.Struct, frozen=True, gc=False):
         keys: the view's keys then, sorted.
         anchor: the reference entity's position then (None without ``relative_to``).
         refresh: every held row counts as updated at the next push (a new epoch).
+        stale: held keys whose rows changed after the subscriber got them and were not sent
+            yet (their rate tier was not due: ``relay.core.tiering``), sorted; None: none.
+        turn: the push's number since the full push (rate tiers are due by it).
     """
 
     view: View
@@ -62,6 +65,8 @@ class Held(msgspec.Struct, frozen=True, gc=False):
     keys: Keys
     anchor: Anchor | None = None
     refresh: bool = False
+    stale: Keys | None = None
+    turn: int = 0
 
     def signature(self) -> Hashable:
         """What determines ``keys`` and ``anchor`` (for sharing bodies)."""
@@ -77,6 +82,7 @@ class Body(msgspec.Struct, frozen=True, gc=False):
         full: the first push of the subscription: ``entered`` is the whole view.
         changes: rows entered + updated + keys left (0: a no-update).
         entered, updated, left: the encoded ``Columns`` of each.
+        stale: keys changed but held back (``cut_positions``' ``due``); None: none held back.
     """
 
     keys: Keys
@@ -86,6 +92,7 @@ class Body(msgspec.Struct, frozen=True, gc=False):
     entered: msgspec.Raw
     updated: msgspec.Raw
     left: msgspec.Raw
+    stale: Keys | None = None
 
 
 class PushFrame(msgspec.Struct, tag="push", tag_field="type", frozen=True):
@@ -145,23 +152,39 @@ def cut_positions(
     held: Held | None,
     buffer: DoubleBuffer,
     anchor: Anchor | None = None,
+    *,
+    due: npt.NDArray[np.bool_] | None = None,
 ) -> Body:
     """Cut the push of the active rows at ``positions`` (sorted) for a subscriber holding ``held``.
 
     The view's rows were found by the caller: a region's through the spatial index (:func:`cut`),
     a topic filter's or an object path's by their keys (``relay.kinds.topic``,
-    ``relay.kinds.path``).
+    ``relay.kinds.path``). ``due`` (aligned with ``positions``; None: all) says which held rows
+    may be sent as updated now: a changed row not due is held back as ``Body.stale`` and sent
+    when due, even if unchanged since (held rows ``Held.stale``); entered rows and left keys go
+    at once (``relay.core.tiering``).
     """
     table = buffer.active
     keys = table.keys[positions]
+    stale = None
     if held is None:
         entered, updated, left = positions, positions[:0], keys[:0]
     else:
         present, left = compare_keys(held.keys, keys)
         entered = positions[~present]
-        updated = positions[present]
-        if not (held.refresh or held.anchor != anchor):
-            updated = updated[table.changed[updated] > held.seq]
+        if due is None and held.stale is None:
+            updated = positions[present]
+            if not (held.refresh or held.anchor != anchor):
+                updated = updated[table.changed[updated] > held.seq]
+        else:
+            changed = present.copy()
+            if not (held.refresh or held.anchor != anchor):
+                changed = present & (table.changed[positions] > held.seq)
+            if held.stale is not None:
+                changed |= present & members(keys, held.stale)
+            sent = changed if due is None else changed & due
+            updated = positions[sent]
+            stale = keys[changed & ~sent] if due is not None else None
     return Body(
         keys=keys,
         anchor=anchor,
@@ -170,6 +193,7 @@ def cut_positions(
         entered=_rows(table, entered, shape, anchor),
         updated=_rows(table, updated, shape, anchor),
         left=encode_rows({table.key: left}),
+        stale=stale if stale is not None and len(stale) else None,
     )
 
 

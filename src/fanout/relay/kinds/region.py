@@ -17,7 +17,7 @@ from collections.abc import Hashable, Mapping, Sequence
 import numpy as np
 
 from fanout.errors import InvalidView
-from fanout.relay.core import planner, relative
+from fanout.relay.core import planner, relative, tiering
 from fanout.relay.core.changesets import ChangeSet, Step, Steps, shared_step
 from fanout.relay.core.downstream import Subscription
 from fanout.relay.core.planner import Region, Velocity, as_region
@@ -166,13 +166,20 @@ class RegionKind:
     # -- pushing ----------------------------------------------------------------------
 
     def batched(self, subscription: Subscription, located: Hashable) -> bool:
-        """Box views are cut together (``relay.data.batchcut``)."""
-        return isinstance(located, Box) and batchable(located, subscription.shape)
+        """Box views are cut together (``relay.data.batchcut``), but those cut alone by
+        ``tiering.cut``."""
+        return (
+            isinstance(located, Box)
+            and batchable(located, subscription.shape)
+            and not tiering.alone(subscription)
+        )
 
     def cut(self, subscription: Subscription, located: Hashable) -> Cut | None:
         """The push of the region ``located`` (None: the subscriber holds the active state)."""
         if self._current(subscription):
             return None
+        if tiering.alone(subscription):  # rows held back by rate tiers: never shared
+            return tiering.cut(subscription, as_region(located), self.state)
         encodings, buffer = self._parts.encodings, self.state.buffer
         key = _body_key(subscription)
         body = encodings.get(self.name, buffer.generation, key)
@@ -215,12 +222,14 @@ class RegionKind:
         ]
 
     def _current(self, subscription: Subscription) -> bool:
-        """Whether the subscriber holds its view as of the active state: nothing to push."""
+        """Whether the subscriber holds its view as of the active state (no row held back by
+        its rate tiers): nothing to push."""
         held, buffer = subscription.held, self.state.buffer
         return (
             held is not None
             and held.generation == buffer.generation
             and held.view == subscription.view
+            and held.stale is None
         )
 
     def _held_after(self, subscription: Subscription, body: Body) -> Held:
