@@ -2024,7 +2024,8 @@ var ClientCore = class {
       transform: asked.transform,
       mode: asked.mode,
       resume: token,
-      stay
+      stay,
+      relevance: asked.relevance ?? null
     };
   }
   /** The request moving held `state` to `view` (and `rate`, if given). */
@@ -2042,7 +2043,8 @@ var ClientCore = class {
       transform: asked.transform,
       mode: asked.mode,
       resume: null,
-      stay: false
+      stay: false,
+      relevance: asked.relevance ?? null
     };
   }
   /** The request ending held `state`; `ended` follows once the relay confirms. */
@@ -2350,7 +2352,8 @@ var Subscriber = class {
       rate: options.rate ?? 10,
       priority: options.priority ?? 0,
       transform: options.transform ?? null,
-      mode: options.mode ?? "latest"
+      mode: options.mode ?? "latest",
+      relevance: options.relevance ?? null
     };
     const request = this.core.subscribe(asked, {
       resume: options.resume?.state ?? null,
@@ -2612,6 +2615,7 @@ var Client = class {
       priority: view.priority,
       transform: view.transform,
       mode: view.mode,
+      relevance: view.state.asked.relevance ?? null,
       resume: view.mode === "every" ? view : null,
       into: view,
       stay: why === "moved"
