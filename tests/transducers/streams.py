@@ -103,11 +103,13 @@ def apply(held: dict[Any, tuple[Any, ...]], frame: Push | NoUpdate, key: str) ->
         if not columns:
             continue
         names = list(columns)
-        for at in range(payload.length):
-            row = tuple(
-                columns[name][at].item()
-                if hasattr(columns[name][at], "item")
-                else columns[name][at]
-                for name in names
-            )
+        rows = zip(*(_values(columns[name]) for name in names), strict=True)
+        for row in rows:
             held[row[names.index(key)]] = row
+
+
+def _values(column: np.ndarray) -> list[Any]:
+    """A decoded column as Python values, None where NULL."""
+    values: list[Any] = np.ma.getdata(column).tolist()
+    nulls = np.ma.getmaskarray(column).tolist()
+    return [None if null else value for value, null in zip(values, nulls, strict=True)]

@@ -12,11 +12,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from tests.transducers.streams import SCHEMA, Content, apply, contents, frames
 
-from fanout.transducers import InvalidTransducer, Transducers
+from fanout.transducers import Budget, InvalidTransducer, Transducers
 from fanout.wire.messages import Transduce
 
 ORACLE = settings(max_examples=60, deadline=None)
-TRANSDUCERS = Transducers()
+TRANSDUCERS = Transducers(Budget(seconds=60))  # a loaded machine's evaluations stay in it
 
 COUNTS = "SELECT cell, count(*) AS n FROM history GROUP BY cell"
 MEANS = "SELECT id, avg(v) AS mean, count(*) AS seen FROM history GROUP BY id"

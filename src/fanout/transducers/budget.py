@@ -17,8 +17,8 @@ from dataclasses import dataclass
 
 from fanout.errors import FanoutError
 
-#: Seconds one evaluation may take (SQL views' queries get 0.5 s: a transducer runs every tick).
-SECONDS = 0.1
+#: Seconds one evaluation may take (as a SQL view's query, ``relay.data.tables.QUERY_TIMEOUT``).
+SECONDS = 0.5
 #: Rows a window may hold over all its ticks.
 CELLS = 200_000
 #: Rows one tick's output may have.

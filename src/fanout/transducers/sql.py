@@ -79,16 +79,19 @@ class WindowEngine:
             TransducerStopped: it failed on these rows.
         """
         self._db.register(HISTORY, history)
+        interrupted = self.watchdog.interrupted
         try:
             with self.watchdog.watching(self._db):
                 return self._db.sql(query).to_arrow_table()
-        except duckdb.InterruptException as exc:
-            raise OverBudget(
-                f"its query ran longer than {self.watchdog.limit:g} s and was stopped"
-            ) from exc
-        except duckdb.OutOfMemoryException as exc:
-            raise OverBudget(f"its query ran out of memory ({self._memory})") from exc
-        except duckdb.Error as exc:
+        except (duckdb.Error, RuntimeError) as exc:
+            # Interrupted while binding, DuckDB raises a RuntimeError: the watchdog's count
+            # tells an interrupt from a failure whatever the exception.
+            if self.watchdog.interrupted != interrupted:
+                raise OverBudget(
+                    f"its query ran longer than {self.watchdog.limit:g} s and was stopped"
+                ) from exc
+            if isinstance(exc, duckdb.OutOfMemoryException):
+                raise OverBudget(f"its query ran out of memory ({self._memory})") from exc
             raise TransducerStopped(f"its query failed: {_first_line(exc)}") from exc
         finally:
             self._db.unregister(HISTORY)
