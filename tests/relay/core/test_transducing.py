@@ -1,0 +1,118 @@
+"""Transduced subscriptions in whole relay conversations, sans I/O (relay/core/transducing.py):
+their output instead of their view, refusals, and a stopped transducer ending its subscription
+alone while the relay's other subscribers keep being served."""
+
+from __future__ import annotations
+
+from tests.relay.core.conversations import CLIENT, batch, frames, relay, rows
+
+from fanout.relay.core.relaycore import UPSTREAM, RelayCore
+from fanout.views import Box
+from fanout.wire.columns import decode_columns
+from fanout.wire.messages import (
+    Acquire,
+    Error,
+    NoUpdate,
+    Push,
+    Subscribe,
+    Subscribed,
+    Transduce,
+    Unsubscribe,
+    Unsubscribed,
+)
+
+OTHER = 2
+VIEW = Box((0, 0), (10, 10))
+CELLS = "SELECT floor(x / 5)::BIGINT AS cell, count(*) AS n FROM history GROUP BY cell"
+
+
+def subscribe(core: RelayCore, client: int, transduce: Transduce | None, sub: int = 1) -> list:
+    request = Subscribe(sub, "agents", VIEW, rate=1000.0, transduce=transduce)
+    return core.on_subscribe(client, request)
+
+
+def served(core: RelayCore, now: float = 100.0) -> list[tuple[int, object]]:
+    return [(send.to, send.message()) for send in core.pushes(now, lambda client: True)]
+
+
+def started(transduce: Transduce) -> tuple[RelayCore, Subscribed]:
+    """A relay holding agents, a transduced subscription of CLIENT and a plain one of OTHER."""
+    core = relay()
+    sends = subscribe(core, CLIENT, transduce)
+    (subscribed,) = frames(sends, CLIENT)
+    (acquire,) = frames(sends, UPSTREAM)
+    assert isinstance(acquire, Acquire)
+    subscribe(core, OTHER, None)
+    core.on_batch(batch(0, rows(k1=(1, 1), k2=(2, 2), k3=(7, 7)), snapshots=[acquire.prim]))
+    assert isinstance(subscribed, Subscribed)
+    return core, subscribed
+
+
+def table(push: object) -> dict[str, list]:
+    assert isinstance(push, Push)
+    return {name: values.tolist() for name, values in decode_columns(push.entered).items()}
+
+
+def test_a_transduced_subscription_gets_the_transducers_output() -> None:
+    core, subscribed = started(Transduce("window", {"query": CELLS, "ticks": 2}))
+    assert (subscribed.key, subscribed.columns) == ("cell", ["cell", "n"])
+    first = dict(served(core))
+    assert table(first[CLIENT]) == {"cell": [0, 1], "n": [2, 1]}
+    assert sorted(table(first[OTHER])["id"]) == [1, 2, 3]  # the plain view, untouched
+    core.on_batch(batch(1, rows(k3=(3, 3))))  # k3 moves into cell 0
+    second = dict(served(core))
+    push = second[CLIENT]
+    assert isinstance(push, Push) and not push.full
+    updated = decode_columns(push.updated)
+    assert (updated["cell"].tolist(), updated["n"].tolist()) == ([0], [5])  # 2 + 3 rows in 2 ticks
+    assert decode_columns(push.entered)["cell"].tolist() == []  # cell 1 kept its count
+
+
+def test_a_stopped_transducer_ends_its_subscription_alone() -> None:
+    failing = "SELECT id, CAST('x' || id AS INTEGER) AS bad FROM history"
+    core, _ = started(Transduce("window", {"query": failing}))
+    first = served(core)
+    (error,) = [frame for to, frame in first if to == CLIENT]
+    assert isinstance(error, Error)
+    assert (error.code, error.ref) == ("transducer_stopped", 1)
+    assert "the transducer was stopped: its query failed: Conversion Error" in error.message
+    assert core.transducing.stopped == 1
+    core.on_batch(batch(1, rows(k1=(4, 4))))
+    later = served(core)
+    assert [to for to, _ in later] == [OTHER]  # nothing more for the stopped one
+    assert isinstance(later[0][1], Push | NoUpdate)
+
+
+def test_an_unknown_transducer_is_refused_when_subscribing() -> None:
+    core = relay()
+    (error,) = subscribe(core, CLIENT, Transduce("nope"))
+    assert isinstance(error.frame, Error)
+    assert error.frame.code == "invalid_transducer"
+    assert "no transducer 'nope'" in error.frame.message
+
+
+def test_a_subscriptions_transducer_cannot_change_but_its_view_can() -> None:
+    core, _ = started(Transduce("window", {"query": CELLS}))
+    served(core)
+    (error,) = subscribe(core, CLIENT, Transduce("window", {"query": CELLS, "ticks": 3}))
+    assert isinstance(error.frame, Error) and "cannot change" in error.frame.message
+    request = Subscribe(
+        1,
+        "agents",
+        Box((0, 0), (5, 5)),
+        rate=1000.0,
+        transduce=Transduce("window", {"query": CELLS}),
+    )
+    assert frames(core.on_subscribe(CLIENT, request), CLIENT) == []
+    push = dict(served(core, 101.0))[CLIENT]
+    assert isinstance(push, Push)
+    assert decode_columns(push.left)["cell"].tolist() == [1]  # k3 is outside the new view
+
+
+def test_unsubscribing_ends_the_session() -> None:
+    core, _ = started(Transduce("window", {"query": CELLS}))
+    assert core.transducing.transduced((CLIENT, 1))
+    sends = core.on_unsubscribe(CLIENT, Unsubscribe(1))
+    assert [send.frame for send in sends] == [Unsubscribed(1)]
+    assert not core.transducing.transduced((CLIENT, 1))
+    assert [to for to, _ in served(core)] == [OTHER]
