@@ -41,6 +41,7 @@ from fanout.wire.messages import (
     StateRows,
     Subscribe,
     Subscribed,
+    Transduce,
     Transform,
     Unsubscribe,
     Unsubscribed,
@@ -170,6 +171,24 @@ VALID: list[Valid] = [
             transform=Transform(columns=["x"], precision="fixed", quantum=0.5),
             resume=Resume(1, 41, KEYS),
             stay=True,
+        ),
+    ),
+    Valid(
+        "to_relay",
+        "subscribe_transduced",
+        "a view's stream through the window transducer: counts per cell over its last 10 ticks",
+        Subscribe(
+            21,
+            "agents",
+            Box((0, 0), (10, 10)),
+            mode="every",
+            transduce=Transduce(
+                "window",
+                {
+                    "query": "SELECT floor(x) AS cell, count(*) AS n FROM history GROUP BY cell",
+                    "ticks": 10,
+                },
+            ),
         ),
     ),
     Valid("to_relay", "unsubscribe", "end subscription 3", Unsubscribe(3)),
