@@ -187,6 +187,7 @@ class ClientCore:
             asked.mode,
             token,
             stay,
+            asked.transduce,
         )
 
     def change(self, state: ViewState, view: View, rate: float | None = None) -> Subscribe:
@@ -198,7 +199,13 @@ class ClientCore:
         self._check()
         asked = state.asked
         state.asked = Asked(
-            asked.dataset, view, rate or asked.rate, asked.priority, asked.transform, asked.mode
+            asked.dataset,
+            view,
+            rate or asked.rate,
+            asked.priority,
+            asked.transform,
+            asked.mode,
+            asked.transduce,
         )
         return Subscribe(
             state.sub,
@@ -208,6 +215,7 @@ class ClientCore:
             asked.priority,
             asked.transform,
             mode=asked.mode,  # left out, it would be ``latest``: an ``every`` view would change
+            transduce=asked.transduce,  # left out, the relay would refuse the change
         )
 
     def unsubscribe(self, state: ViewState) -> Unsubscribe:

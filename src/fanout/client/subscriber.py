@@ -53,6 +53,7 @@ from fanout.wire.messages import (
     Mode,
     Publish,
     Subscribe,
+    Transduce,
     Transform,
     Unsubscribe,
 )
@@ -140,6 +141,7 @@ class Subscriber:
         resume: LiveView | None = None,
         stay: bool = False,
         into: LiveView | None = None,
+        transduce: Transduce | None = None,
     ) -> LiveView:
         """Hold ``view`` of ``dataset``, pushed at most ``rate`` times a second.
 
@@ -162,6 +164,8 @@ class Subscriber:
             into: a view another connection held (``fanout.client.following``, when its part
                 moved): that same object is held here from now on, keeping its rows, updates
                 not yet yielded and iteration (with ``resume=into`` for an ``every`` view).
+            transduce: a transducer the relay runs over the view's pushes: the view then holds
+                its output (docs/transducers.md).
 
         Raises:
             SubscriptionError: the relay refused it (bad view, unknown dataset, bad
@@ -169,7 +173,7 @@ class Subscriber:
                 ``location``), or the connection can serve no more (``failure``).
         """
         request = self._core.subscribe(
-            Asked(dataset, view, rate, priority, transform, mode),
+            Asked(dataset, view, rate, priority, transform, mode, transduce),
             resume=resume.state if resume is not None else None,
             stay=stay,
             into=into.state if into is not None else None,

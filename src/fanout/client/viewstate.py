@@ -26,7 +26,7 @@ from fanout.errors import FanoutError, ProtocolError
 from fanout.views import View
 from fanout.wire.columns import Columns as Payload
 from fanout.wire.columns import decode_columns, encode_columns, key_column, to_python
-from fanout.wire.messages import Mode, NoUpdate, Push, Resume, Transform
+from fanout.wire.messages import Mode, NoUpdate, Push, Resume, Transduce, Transform
 
 Columns = dict[str, npt.NDArray[Any]]
 
@@ -91,6 +91,7 @@ class Asked:
     priority: int = 0
     transform: Transform | None = None
     mode: Mode = "latest"
+    transduce: Transduce | None = None
 
 
 @dataclass
