@@ -19,6 +19,7 @@ import pytest_asyncio
 
 from fanout.client import LiveView, SubscriptionError, connect
 from fanout.client.publisher import PublisherClient, open_producer, open_reader
+from fanout.client.republish import republish
 from fanout.launch import Child, Children
 from fanout.testing.deployment import publisher_and_relay
 from fanout.testing.wait import eventually
@@ -38,6 +39,15 @@ id = "long"
 carrier = "string"
 dep_delay = "double"
 seats = "int"
+
+[datasets.carriers]
+key = "carrier"
+index = "sql"
+source = "ingest"
+
+[datasets.carriers.schema]
+carrier = "string"
+n = "long"
 """
 NULL_DELAY = "SELECT * FROM flights WHERE dep_delay IS NULL"
 LATE = "SELECT * FROM flights WHERE dep_delay > 60"
@@ -144,7 +154,8 @@ async def test_a_json_write_over_http_lands_and_a_refused_one_changes_nothing(
 
 async def test_a_transduced_view_holds_the_transducers_output(deployment) -> None:
     """Issue 44 item 3: the relay runs a ``window`` transducer over a SQL view; the subscriber's
-    view holds its output (flights per carrier), which follows the writes."""
+    view holds its output (flights per carrier), which follows the writes, and republished as
+    the dataset ``carriers`` it is served to anyone as any dataset is."""
     publisher, relay = deployment
     per_carrier = Transduce(
         "window", {"query": "SELECT carrier, count(*) AS n FROM history GROUP BY carrier"}
@@ -169,3 +180,13 @@ async def test_a_transduced_view_holds_the_transducers_output(deployment) -> Non
             "flights", rows={**more, **{k: v[:1] for k, v in write.items() if k != "carrier"}}
         )
         await eventually(counts, lambda found: found == {"TX": 2, "TY": 2}, timeout=60)
+        republishing = asyncio.create_task(republish(view, "carriers"))
+        try:
+            async with connect(relay.url) as reader:
+                carriers = await reader.subscribe(
+                    sql("SELECT * FROM carriers"), dataset="carriers", rate=50.0
+                )
+                served = lambda: {key: row["n"] for key, row in carriers.rows.items()}  # noqa: E731
+                await eventually(served, lambda found: found == {"TX": 2, "TY": 2}, timeout=60)
+        finally:
+            republishing.cancel()

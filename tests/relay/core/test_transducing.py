@@ -116,3 +116,26 @@ def test_unsubscribing_ends_the_session() -> None:
     assert [send.frame for send in sends] == [Unsubscribed(1)]
     assert not core.transducing.transduced((CLIENT, 1))
     assert [to for to, _ in served(core)] == [OTHER]
+
+
+def test_an_every_subscription_is_transduced_seq_by_seq() -> None:
+    core = relay()
+    transduce = Transduce("window", {"query": "SELECT 'all' AS rows, count(*) AS n FROM history", "ticks": 2})
+    request = Subscribe(1, "agents", VIEW, mode="every", transduce=transduce)
+    (acquire,) = frames(core.on_subscribe(CLIENT, request), UPSTREAM)
+    core.on_batch(batch(0, rows(k1=(1, 1)), snapshots=[acquire.prim]))
+    outputs = [frame for _, frame in served(core)]
+    for seq, moved in ((1, rows(k2=(2, 2))), (2, rows(k9=(50, 50))), (3, rows(k3=(3, 3)))):
+        core.on_batch(batch(seq, moved))
+        outputs += [frame for _, frame in served(core, 100.0 + seq)]
+    assert [frame.seq for frame in outputs] == [0, 1, 2, 3]  # one output frame per seq
+    counts = []
+    for frame in outputs:
+        if isinstance(frame, Push):
+            counts.append(
+                decode_columns(frame.entered if frame.full else frame.updated)["n"].tolist()
+            )
+        else:
+            counts.append("no update")
+    # 1 row; 1 + 2; 2 + 2 (k9 is outside the view: its seq changes nothing there); 2 + 3
+    assert counts == [[1], [3], [4], [5]]
