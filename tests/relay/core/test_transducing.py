@@ -120,7 +120,9 @@ def test_unsubscribing_ends_the_session() -> None:
 
 def test_an_every_subscription_is_transduced_seq_by_seq() -> None:
     core = relay()
-    transduce = Transduce("window", {"query": "SELECT 'all' AS rows, count(*) AS n FROM history", "ticks": 2})
+    transduce = Transduce(
+        "window", {"query": "SELECT 'all' AS rows, count(*) AS n FROM history", "ticks": 2}
+    )
     request = Subscribe(1, "agents", VIEW, mode="every", transduce=transduce)
     (acquire,) = frames(core.on_subscribe(CLIENT, request), UPSTREAM)
     core.on_batch(batch(0, rows(k1=(1, 1)), snapshots=[acquire.prim]))
