@@ -124,6 +124,7 @@ class ClusterSubscriber:
             "rate": view.rate,
             "priority": view.priority,
             "transform": view.transform,
+            "transduce": view.state.asked.transduce,
             "mode": view.mode,
             "resume": view if every else None,
             "into": view,
