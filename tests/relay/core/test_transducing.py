@@ -141,3 +141,12 @@ def test_an_every_subscription_is_transduced_seq_by_seq() -> None:
             counts.append("no update")
     # 1 row; 1 + 2; 2 + 2 (k9 is outside the view: its seq changes nothing there); 2 + 3
     assert counts == [[1], [3], [4], [5]]
+
+
+def test_a_plain_subscription_beside_a_transduced_one_gets_its_view() -> None:
+    core, _ = started(Transduce("window", {"query": CELLS}))
+    (subscribed,) = frames(subscribe(core, CLIENT, None, sub=2), CLIENT)
+    assert isinstance(subscribed, Subscribed) and subscribed.key == "id"
+    by_sub = {frame.sub: frame for to, frame in served(core) if to == CLIENT}
+    assert sorted(table(by_sub[2])["id"]) == [1, 2, 3]
+    assert table(by_sub[1]) == {"cell": [0, 1], "n": [2, 1]}

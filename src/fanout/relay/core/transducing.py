@@ -14,6 +14,8 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Generator
 
+import msgspec
+
 from fanout.relay.core.downstream import SubKey, Subscription
 from fanout.relay.core.lifecycle import Lifecycle
 from fanout.relay.core.sends import Send
@@ -108,13 +110,10 @@ class Transducing:
             if send.to not in self._clients:
                 yield send
                 continue
-            frame = send.message()
-            if not isinstance(frame, Push | NoUpdate):
-                yield send
-                continue
-            key = (send.to, frame.sub)
+            key = (send.to, _addressed(send))
             held = self._sessions.get(key)
-            if held is None:
+            frame = send.message() if held is not None else None
+            if held is None or not isinstance(frame, Push | NoUpdate):
                 yield send
                 continue
             try:
@@ -123,7 +122,7 @@ class Transducing:
                 self.stopped += 1
                 self.stop(key)
                 message = f"the transducer was stopped: {exc}"
-                yield Send(send.to, Error(exc.code, message, ref=frame.sub))
+                yield Send(send.to, Error(exc.code, message, ref=key[1]))
                 continue
             yield Send(send.to, output)
 
@@ -135,3 +134,23 @@ class Transducing:
         if subscription is not None:
             self._lifecycle.end(subscription)
         self._serving.forget(key)
+
+
+class _Header(msgspec.Struct):
+    """A pushed frame's type and subscription, read without its rows."""
+
+    type: str = ""
+    sub: int = -1
+
+
+_header = msgspec.msgpack.Decoder(_Header)
+
+
+def _addressed(send: Send) -> int:
+    """The subscription an encoded push or no-update is for (-1: another frame), its rows
+    skipped: a transduced subscription's connection has its other pushes looked at too."""
+    frame = send.frame
+    if isinstance(frame, bytes):
+        header = _header.decode(frame)
+        return header.sub if header.type in ("push", "no_update") else -1
+    return frame.sub if isinstance(frame, Push | NoUpdate) else -1
