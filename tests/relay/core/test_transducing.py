@@ -56,6 +56,7 @@ def table(push: object) -> dict[str, list]:
 def test_a_transduced_subscription_gets_the_transducers_output() -> None:
     core, subscribed = started(Transduce("window", {"query": CELLS, "ticks": 2}))
     assert (subscribed.key, subscribed.columns) == ("cell", ["cell", "n"])
+    assert core.stats()["transduced"] == 1
     first = dict(served(core))
     assert table(first[CLIENT]) == {"cell": [0, 1], "n": [2, 1]}
     assert sorted(table(first[OTHER])["id"]) == [1, 2, 3]  # the plain view, untouched
@@ -76,7 +77,8 @@ def test_a_stopped_transducer_ends_its_subscription_alone() -> None:
     assert isinstance(error, Error)
     assert (error.code, error.ref) == ("transducer_stopped", 1)
     assert "the transducer was stopped: its query failed: Conversion Error" in error.message
-    assert core.transducing.stopped == 1
+    assert core.stats()["transducers_stopped"] == 1
+    assert core.stats()["transduced"] == 0
     core.on_batch(batch(1, rows(k1=(4, 4))))
     later = served(core)
     assert [to for to, _ in later] == [OTHER]  # nothing more for the stopped one

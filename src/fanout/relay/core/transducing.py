@@ -81,6 +81,10 @@ class Transducing:
         self._clients[key[0]] += 1
         return Subscribed(key[1], session.key, session.columns)
 
+    def __len__(self) -> int:
+        """Subscriptions with a session."""
+        return len(self._sessions)
+
     def transduced(self, key: SubKey) -> bool:
         """Whether subscription ``key`` has a session."""
         return key in self._sessions
