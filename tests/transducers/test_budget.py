@@ -68,6 +68,10 @@ def test_an_output_past_its_rows_is_stopped() -> None:
         (lambda table: table.slice(0, 0).append_column("x", pa.array([])), "not \\['id', 'v'\\]"),
         (lambda table: pa.concat_tables([table, table]), "two rows keyed alike"),
         (lambda table: 1 / 0, "ZeroDivisionError: division by zero"),
+        (
+            lambda table: table.set_column(0, "id", pa.nulls(table.num_rows, pa.int64())),
+            "a row whose key 'id' is NULL",
+        ),
     ],
 )
 def test_a_failing_transducer_is_stopped_with_the_reason(make, message) -> None:

@@ -8,7 +8,8 @@ output (docs/transducers.md). Rules:
    input push (the first, or after a ``resync``) gives a full output push.
 3. The evaluation is timed with the clock it is given and checked against the budget
    (``transducers.budget``); any failure of the transducer's code, duplicate output keys or
-   columns other than announced end it with :class:`TransducerStopped`.
+   columns other than announced, a NULL key or values that cannot travel end it with
+   :class:`TransducerStopped`.
 """
 
 from __future__ import annotations
@@ -80,8 +81,11 @@ class Session:
         """
         if isinstance(frame, Push):
             self._tick_time = frame.tick_time
-        self.window.step(frame)
-        history = self.window.table()
+        try:
+            self.window.step(frame)
+            history = self.window.table()
+        except (TypeError, ValueError, pa.ArrowException) as exc:  # a column changed its type
+            raise TransducerStopped(f"its window cannot take this push: {exc}") from exc
         started = self._clock()
         try:
             output = self._transducer.evaluate(history)
@@ -95,8 +99,13 @@ class Session:
             raise TransducerStopped(
                 f"its output has columns {output.column_names}, not {self.columns} as announced"
             )
+        if output.column(self.key).null_count:
+            raise TransducerStopped(f"its output has a row whose key {self.key!r} is NULL")
         full = (isinstance(frame, Push) and frame.full) or self._held is None
-        return self._delta(frame, output, full)
+        try:
+            return self._delta(frame, output, full)
+        except (TypeError, ValueError, pa.ArrowException) as exc:
+            raise TransducerStopped(f"its output cannot be sent: {exc}") from exc
 
     def _delta(self, frame: Push | NoUpdate, output: pa.Table, full: bool) -> Push | NoUpdate:
         keys = output.column(self.key).to_pylist()
