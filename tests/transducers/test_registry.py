@@ -62,6 +62,25 @@ def test_a_factory_that_raises_is_a_refusal() -> None:
         transducers.start(Transduce("broken"), SCHEMA)
 
 
+def test_a_transducer_whose_output_raises_is_a_refusal() -> None:
+    class Picky:
+        ticks = 1
+
+        def __init__(self, params: object) -> None:
+            pass
+
+        def output(self, schema: pa.Schema) -> tuple[str, list[str]]:
+            raise LookupError("no speed column")
+
+        def evaluate(self, history: pa.Table) -> pa.Table:
+            raise AssertionError("never evaluated")
+
+    transducers = Transducers(points=[])
+    transducers._factories = {"picky": Picky}  # as if loaded from an entry point
+    with pytest.raises(InvalidTransducer, match="'picky' refused the view: LookupError"):
+        transducers.start(Transduce("picky"), SCHEMA)
+
+
 def test_crossings_says_when_a_value_goes_above_and_comes_back() -> None:
     spec = Transduce("crossings", {"column": "v", "above": 0})
     session = Transducers(points=declared()).start(spec, SCHEMA)

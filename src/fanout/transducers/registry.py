@@ -91,4 +91,11 @@ class Transducers:
                 f"transducer {spec.name!r} reads {ticks!r} ticks; at most"
                 f" {self.budget.max_ticks} are allowed"
             )
-        return Session(transducer, schema, self.budget, self._clock)
+        try:
+            return Session(transducer, schema, self.budget, self._clock)
+        except InvalidTransducer:
+            raise
+        except Exception as exc:  # operator-installed code refusing the view
+            raise InvalidTransducer(
+                f"transducer {spec.name!r} refused the view: {type(exc).__name__}: {exc}"
+            ) from exc
