@@ -141,7 +141,8 @@ async def _follow(args: argparse.Namespace, view: View, relays: list[str]) -> in
                     dataset=args.dataset,
                     rate=args.rate,
                     mode=args.mode,
-                    resume=live if args.mode == "every" else None,
+                    # a transduced view starts again: its window was at the relay it left
+                    resume=live if args.mode == "every" and args.transduce is None else None,
                     transduce=args.transduce,
                 )
                 if cluster.redirects:

@@ -81,6 +81,8 @@ class Session:
         """
         if isinstance(frame, Push):
             self._tick_time = frame.tick_time
+        if self._held is None and not (isinstance(frame, Push) and frame.full):
+            raise TransducerStopped("its first input is not the whole view (a full push)")
         try:
             self.window.step(frame)
             history = self.window.table()

@@ -4,16 +4,18 @@ alone while the relay's other subscribers keep being served."""
 
 from __future__ import annotations
 
+import numpy as np
 from tests.relay.core.conversations import CLIENT, batch, frames, relay, rows
 
 from fanout.relay.core.relaycore import UPSTREAM, RelayCore
 from fanout.views import Box
-from fanout.wire.columns import decode_columns
+from fanout.wire.columns import decode_columns, encode_columns
 from fanout.wire.messages import (
     Acquire,
     Error,
     NoUpdate,
     Push,
+    Resume,
     Subscribe,
     Subscribed,
     Transduce,
@@ -152,3 +154,15 @@ def test_a_plain_subscription_beside_a_transduced_one_gets_its_view() -> None:
     by_sub = {frame.sub: frame for to, frame in served(core) if to == CLIENT}
     assert sorted(table(by_sub[2])["id"]) == [1, 2, 3]
     assert table(by_sub[1]) == {"cell": [0, 1], "n": [2, 1]}
+
+
+def test_a_transduced_subscription_does_not_resume() -> None:
+    core = relay()
+    keys = encode_columns({"id": np.array([1])})
+    transduce = Transduce("window", {"query": CELLS})
+    request = Subscribe(
+        1, "agents", VIEW, mode="every", resume=Resume(1, 5, keys), transduce=transduce
+    )
+    (error,) = core.on_subscribe(CLIENT, request)
+    assert isinstance(error.frame, Error) and error.frame.code == "invalid_transducer"
+    assert "does not resume" in error.frame.message

@@ -74,6 +74,11 @@ class Transducing:
         self.end(key)
         if spec is None:
             return Subscribed(key[1], accepted.key, accepted.columns)
+        if request.resume is not None:
+            raise InvalidTransducer(
+                f"subscription {request.sub}: a transduced subscription does not resume (its"
+                " window was at the relay it left): subscribe again without resume"
+            )
         types = kind.state.info.columns
         schema = view_schema(accepted.columns, types, accepted.shape.precision)
         session = self.transducers.start(spec, schema)
