@@ -49,7 +49,7 @@ ALLOWED: dict[str, set[str]] = {
     **dict.fromkeys(PURE_RELAY, (SERVERS - SHARED_IO) | PURE_RELAY),
     "relay/api": (SERVERS - SHARED_IO) | PURE_RELAY,
     # The shell is the composition root: it starts the front ends and the relay cluster.
-    "relay/shell": SERVERS | PURE_RELAY | PLUG_INS | API | {"relay/config"},
+    "relay/shell": SERVERS | PURE_RELAY | PLUG_INS | API | {"relay/config", "transducers"},
     # The configuration holds the plug-ins' sections: from their settings modules only
     # (``test_the_relays_configuration_reads_only_the_plug_ins_settings``).
     "relay/config": SERVERS | PURE_RELAY | {"cluster", "mqtt"},
