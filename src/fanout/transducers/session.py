@@ -56,6 +56,7 @@ class Session:
 
     Attributes:
         key, columns: the output's key and columns, as ``Subscribed`` announces them.
+        spent: the seconds its last evaluation took.
     """
 
     def __init__(
@@ -72,6 +73,7 @@ class Session:
         self._clock = clock
         self._held: dict[Any, bytes] | None = None  # output key -> its row's digest
         self._tick_time = 0.0
+        self.spent = 0.0
 
     def step(self, frame: Push | NoUpdate) -> Push | NoUpdate:
         """The output frame for one input frame (rules 1-3).
@@ -95,7 +97,9 @@ class Session:
             raise
         except Exception as exc:  # operator-installed code: whatever it raises ends it
             raise TransducerStopped(f"it failed: {type(exc).__name__}: {exc}") from exc
-        self._budget.check_time(self._clock() - started)
+        finally:
+            self.spent = self._clock() - started
+        self._budget.check_time(self.spent)
         self._budget.check_output(output.num_rows)
         if output.column_names != self.columns:
             raise TransducerStopped(

@@ -4,10 +4,15 @@ alone while the relay's other subscribers keep being served."""
 
 from __future__ import annotations
 
+import itertools
+
 import numpy as np
+import pyarrow as pa
 from tests.relay.core.conversations import CLIENT, batch, frames, relay, rows
 
 from fanout.relay.core.relaycore import UPSTREAM, RelayCore
+from fanout.testing.relaycore import ready_core
+from fanout.transducers import Budget, Transducers
 from fanout.views import Box
 from fanout.wire.columns import decode_columns, encode_columns
 from fanout.wire.messages import (
@@ -166,3 +171,48 @@ def test_a_transduced_subscription_does_not_resume() -> None:
     (error,) = core.on_subscribe(CLIENT, request)
     assert isinstance(error.frame, Error) and error.frame.code == "invalid_transducer"
     assert "does not resume" in error.frame.message
+
+
+class Count:
+    """A Python transducer: the rows of the newest tick, counted."""
+
+    ticks = 1
+
+    def __init__(self, params: object) -> None:
+        pass
+
+    def output(self, schema: pa.Schema) -> tuple[str, list[str]]:
+        return "rows", ["rows", "n"]
+
+    def evaluate(self, history: pa.Table) -> pa.Table:
+        return pa.table({"rows": ["all"], "n": [history.num_rows]})
+
+
+class Installed:
+    """An entry point as ``importlib.metadata`` gives one."""
+
+    name = "count"
+
+    def load(self) -> type[Count]:
+        return Count
+
+
+def test_a_connection_whose_transducers_take_more_than_their_share_is_stopped() -> None:
+    seconds = itertools.count(0.0, 0.6)  # each evaluation takes 0.6 s by this clock
+    budget = Budget(seconds=1.0, share=0.25, burst=1.0)
+    transducers = Transducers(budget, [Installed()], clock=lambda: next(seconds))  # type: ignore[list-item]
+    core = ready_core(transducers=transducers)
+    (acquire,) = frames(subscribe(core, CLIENT, Transduce("count")), UPSTREAM)
+    subscribe(core, OTHER, None)
+    core.on_batch(batch(0, rows(k1=(1, 1)), snapshots=[acquire.prim]))
+    outputs: list[object] = []
+    for seq in range(1, 12):
+        outputs += [frame for to, frame in served(core, 100.0 + seq) if to == CLIENT]
+        core.on_batch(batch(seq, rows(k1=(1, 1 + seq % 2))))
+    pushed = [frame for frame in outputs if isinstance(frame, Push | NoUpdate)]
+    (error,) = [frame for frame in outputs if isinstance(frame, Error)]
+    assert error.code == "transducer_stopped"
+    assert "took more than their share of the relay's loop, 0.25 s a second" in error.message
+    assert 3 <= len(pushed) < 11  # the first second's burst, then a quarter second a second
+    assert outputs[-1] is error  # nothing after it
+    assert [to for to, _ in served(core, 200.0)] == [OTHER]

@@ -404,7 +404,7 @@ class RelayCore:
     ) -> Generator[Send, None, None]:
         """End the epoch, then the pushes due now (``relay.core.serving.Serving.serve``)."""
         sends = self.serving.serve(now, idle, out_of_time, first=self.end_epoch())
-        return self.transducing.through(sends)  # transduced subscriptions' replaced
+        return self.transducing.through(sends, now)  # transduced subscriptions' replaced
 
     def pushes(self, now: float, idle: Callable[[int], bool]) -> list[Send]:
         """Every push due now (``serve`` to the end)."""

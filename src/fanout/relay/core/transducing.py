@@ -20,11 +20,19 @@ from fanout.relay.core.downstream import SubKey, Subscription
 from fanout.relay.core.lifecycle import Lifecycle
 from fanout.relay.core.sends import Send
 from fanout.relay.core.serving import Serving
+from fanout.relay.core.throttle import Budgets
 from fanout.relay.kinds import Accepted, DatasetKind
-from fanout.transducers import InvalidTransducer, Session, Transducers, TransducerStopped
+from fanout.transducers import (
+    InvalidTransducer,
+    OverBudget,
+    Session,
+    Transducers,
+    TransducerStopped,
+)
 from fanout.transducers.window import view_schema
 from fanout.wire.messages import (
     Error,
+    Frame,
     NoUpdate,
     Push,
     Subscribe,
@@ -44,6 +52,8 @@ class Transducing:
         self._serving = serving
         self._sessions: dict[SubKey, tuple[Transduce, Session]] = {}
         self._clients: Counter[int] = Counter()  # client -> its transduced subscriptions
+        budget = self.transducers.budget
+        self._shares = Budgets(budget.share, budget.burst)  # each connection's loop time
         self.stopped = 0
 
     def accept(
@@ -105,16 +115,22 @@ class Transducing:
         """A connection closed: its sessions go."""
         for key in [key for key in self._sessions if key[0] == client]:
             self.end(key)
+        self._shares.forget(client)
 
-    def through(self, sends: Generator[Send, None, None]) -> Generator[Send, None, None]:
-        """``sends``, with each frame of a transduced subscription replaced by its session's
-        output; a subscription whose session failed ends after its error."""
+    def through(
+        self, sends: Generator[Send, None, None], now: float
+    ) -> Generator[Send, None, None]:
+        """``sends`` (of a round at ``now``), with each frame of a transduced subscription
+        replaced by its session's output; a subscription whose session failed, or whose
+        connection's transducers took more than their share of the loop, ends after its error."""
         try:
-            yield from self._through(sends)
+            yield from self._through(sends, now)
         finally:
             sends.close()  # what the round popped and did not serve goes back to the queue
 
-    def _through(self, sends: Generator[Send, None, None]) -> Generator[Send, None, None]:
+    def _through(
+        self, sends: Generator[Send, None, None], now: float
+    ) -> Generator[Send, None, None]:
         for send in sends:
             if send.to not in self._clients:
                 yield send
@@ -126,7 +142,7 @@ class Transducing:
                 yield send
                 continue
             try:
-                output = held[1].step(frame)
+                output = self._step(send.to, held[1], frame, now)
             except TransducerStopped as exc:
                 self.stopped += 1
                 self.stop(key)
@@ -134,6 +150,23 @@ class Transducing:
                 yield Send(send.to, Error(exc.code, message, ref=key[1]))
                 continue
             yield Send(send.to, output)
+
+    def _step(self, client: int, session: Session, frame: Push | NoUpdate, now: float) -> Frame:
+        """``session``'s output for ``frame``, its time charged to its connection's share.
+
+        Raises:
+            TransducerStopped: it failed, or went over its budget or its connection's share.
+        """
+        if self._shares.until(client, now) is not None:
+            budget = self.transducers.budget
+            raise OverBudget(
+                f"the transducers of this connection took more than their share of the relay's"
+                f" loop, {budget.share:g} s a second after a first {budget.burst:g} s"
+            )
+        try:
+            return session.step(frame)
+        finally:
+            self._shares.spend(client, session.spent, now)
 
     def stop(self, key: SubKey) -> None:
         """End subscription ``key`` and its session: nothing more of it goes out (not even
