@@ -99,7 +99,8 @@ class Window:
         )
         column = self._rows.column(0)
         kept = self._rows.filter(pc.invert(pc.is_in(column, gone.column(0).cast(column.type))))
-        return pa.concat_tables([kept, updated, entered], promote_options="permissive")
+        state = pa.concat_tables([kept, updated, entered], promote_options="permissive")
+        return state.combine_chunks()  # else its chunks pile up, a few a push, and slow it all
 
     def _table(self, payload: Columns) -> pa.Table:
         """A push's rows as Arrow, NULL where masked, with every column of the view."""
@@ -120,9 +121,9 @@ class Window:
         for at, kept in enumerate(self._kept):
             count = kept.rows.num_rows
             parts.append(
-                kept.rows.append_column(SEQ, pa.array([kept.seq] * count, pa.int64()))
-                .append_column(TICK, pa.array([kept.tick] * count, pa.int64()))
-                .append_column(AGE, pa.array([newest - at] * count, pa.int32()))
+                kept.rows.append_column(SEQ, _repeat(kept.seq, count, pa.int64()))
+                .append_column(TICK, _repeat(kept.tick, count, pa.int64()))
+                .append_column(AGE, _repeat(newest - at, count, pa.int32()))
             )
         if not parts:
             empty = self._rows.slice(0, 0)
@@ -132,6 +133,11 @@ class Window:
                 .append_column(AGE, pa.array([], pa.int32()))
             )
         return pa.concat_tables(parts, promote_options="permissive")
+
+
+def _repeat(value: int, count: int, type_: pa.DataType) -> pa.Array:
+    """``count`` times ``value``, made in bulk."""
+    return pa.array(np.full(count, value), type_)
 
 
 def view_schema(
