@@ -49,7 +49,7 @@ ALLOWED: dict[str, set[str]] = {
     **dict.fromkeys(PURE_RELAY, (SERVERS - SHARED_IO) | PURE_RELAY),
     "relay/api": (SERVERS - SHARED_IO) | PURE_RELAY,
     # The shell is the composition root: it starts the front ends and the relay cluster.
-    "relay/shell": SERVERS | PURE_RELAY | PLUG_INS | API | {"relay/config"},
+    "relay/shell": SERVERS | PURE_RELAY | PLUG_INS | API | {"relay/config", "transducers"},
     # The configuration holds the plug-ins' sections: from their settings modules only
     # (``test_the_relays_configuration_reads_only_the_plug_ins_settings``).
     "relay/config": SERVERS | PURE_RELAY | {"cluster", "mqtt"},
@@ -63,7 +63,12 @@ ALLOWED: dict[str, set[str]] = {
     # library, as a bridge beside the relay would (sessions replayed from the log, other
     # producers' messages); its cluster shares the relay cluster's Redis client.
     "mqtt": SERVERS | PURE_RELAY | API | {"client", "cluster", "relay/config"},
+    # Transducers are pure too: windows and sessions over frames; the SQL one runs in DuckDB
+    # under the relay's statement watchdog (``relay/data``). The relay's core hands them its
+    # transduced subscriptions' frames (``relay/core/transducing.py``).
+    "transducers": {"errors", "views", "wire", "relay/data"},
 }
+ALLOWED["relay/core"] = ALLOWED["relay/core"] | {"transducers"}
 #: What the relay's sans-I/O parts may not import: they take time and bytes from their caller.
 IO_MODULES = {"asyncio", "socket", "selectors", "threading", "websockets"}
 #: The one exception: DuckDB statements' time limit runs on a thread of its own.
@@ -120,7 +125,7 @@ def test_a_unit_imports_only_the_layers_below_it(unit: str) -> None:
     assert {path: names for path, names in wrong.items() if names} == {}
 
 
-@pytest.mark.parametrize("unit", sorted(PURE_RELAY - {"relay"}))
+@pytest.mark.parametrize("unit", sorted(PURE_RELAY - {"relay"} | {"transducers"}))
 def test_the_relays_pure_parts_do_no_io(unit: str) -> None:
     wrong = {}
     for path in sorted((SRC / unit).rglob("*.py")):

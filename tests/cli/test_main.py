@@ -207,6 +207,13 @@ def test_a_routing_key_needs_route_key_and_route_key_needs_one(
     assert "add --route key" in capsys.readouterr().err
 
 
+def test_a_transducer_that_is_not_one_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -> None:
+    box = ["subscribe", "--relay", "ws://127.0.0.1:9", "--box", "0,0,1,1"]
+    assert main([*box, "--transduce", '{"params": {}}']) == 2
+    err = capsys.readouterr().err
+    assert "--transduce" in err and "not a transducer" in err and "required field `name`" in err
+
+
 def test_the_demo_lets_a_micro_batch_take_a_minute_of_ticks_and_passes_it_on() -> None:
     from fanout.cli.main import _parser
     from fanout.cli.publisher import simulation

@@ -19,10 +19,12 @@ import pytest_asyncio
 
 from fanout.client import LiveView, SubscriptionError, connect
 from fanout.client.publisher import PublisherClient, open_producer, open_reader
+from fanout.client.republish import republish
 from fanout.launch import Child, Children
 from fanout.testing.deployment import publisher_and_relay
 from fanout.testing.wait import eventually
 from fanout.views.sql import parse as sql
+from fanout.wire.messages import Transduce
 
 pytestmark = [pytest.mark.integration, pytest.mark.asyncio(loop_scope="module")]
 
@@ -37,6 +39,15 @@ id = "long"
 carrier = "string"
 dep_delay = "double"
 seats = "int"
+
+[datasets.carriers]
+key = "carrier"
+index = "sql"
+source = "ingest"
+
+[datasets.carriers.schema]
+carrier = "string"
+n = "long"
 """
 NULL_DELAY = "SELECT * FROM flights WHERE dep_delay IS NULL"
 LATE = "SELECT * FROM flights WHERE dep_delay > 60"
@@ -139,3 +150,43 @@ async def test_a_json_write_over_http_lands_and_a_refused_one_changes_nothing(
         async with connect(relay.url) as subscriber:
             nulls = await subscriber.subscribe(sql(NULL_DELAY), dataset="flights", rate=50.0)
             await eventually(lambda: nulls.rows, lambda rows: 10 in rows, timeout=60)
+
+
+async def test_a_transduced_view_holds_the_transducers_output(deployment) -> None:
+    """Issue 44 item 3: the relay runs a ``window`` transducer over a SQL view; the subscriber's
+    view holds its output (flights per carrier), which follows the writes, and republished as
+    the dataset ``carriers`` it is served to anyone as any dataset is."""
+    publisher, relay = deployment
+    per_carrier = Transduce(
+        "window", {"query": "SELECT carrier, count(*) AS n FROM history GROUP BY carrier"}
+    )
+    write = {
+        "carrier": np.array(["TX", "TX", "TY"], dtype=object),
+        "dep_delay": np.zeros(3),
+        "seats": np.ones(3, dtype=np.int32),
+    }
+    async with open_producer(publisher.url) as producer, connect(relay.url) as subscriber:
+        await producer.publish("flights", rows={"id": np.array([100, 101, 102]), **write})
+        view = await subscriber.subscribe(
+            sql("SELECT id, carrier FROM flights WHERE id >= 100"),
+            dataset="flights",
+            rate=50.0,
+            transduce=per_carrier,
+        )
+        counts = lambda: {key: row["n"] for key, row in view.rows.items()}  # noqa: E731
+        await eventually(counts, lambda found: found == {"TX": 2, "TY": 1}, timeout=60)
+        more = {"id": np.array([103]), "carrier": np.array(["TY"], dtype=object)}
+        await producer.publish(
+            "flights", rows={**more, **{k: v[:1] for k, v in write.items() if k != "carrier"}}
+        )
+        await eventually(counts, lambda found: found == {"TX": 2, "TY": 2}, timeout=60)
+        republishing = asyncio.create_task(republish(view, "carriers"))
+        try:
+            async with connect(relay.url) as reader:
+                carriers = await reader.subscribe(
+                    sql("SELECT * FROM carriers"), dataset="carriers", rate=50.0
+                )
+                served = lambda: {key: row["n"] for key, row in carriers.rows.items()}  # noqa: E731
+                await eventually(served, lambda found: found == {"TX": 2, "TY": 2}, timeout=60)
+        finally:
+            republishing.cancel()

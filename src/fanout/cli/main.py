@@ -200,6 +200,15 @@ def _subscribe_parser(commands: Any) -> None:
         "--count", type=int, default=0, help="stop after this many updates (default: never)"
     )
     parser.add_argument("--json", action="store_true", help="one JSON object per update")
+    parser.add_argument(
+        "--transduce",
+        metavar="JSON",
+        help=(
+            'a transducer the relay runs over the view, e.g. \'{"name": "window", "params":'
+            ' {"query": "SELECT count(*) AS n FROM history"}}\': the updates are its output'
+            " (docs/transducers.md)"
+        ),
+    )
     cli_security.add_client(parser)
     parser.set_defaults(run=_run_subscribe)
 

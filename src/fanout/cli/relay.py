@@ -217,7 +217,12 @@ RELAY_LIMITS: list[tuple[str, type, float, str]] = [
     ),
     ("--read-rate", float, 1000.0, "frames a second read from a connection; 0: no limit"),
     ("--read-burst", int, 1000, "frames read at once before --read-rate applies"),
-    ("--query-timeout", float, 0.5, "seconds a subscriber's SQL may run before it is stopped"),
+    (
+        "--query-timeout",
+        float,
+        0.5,
+        "seconds a subscriber's SQL, or a transducer's evaluation, may run before it is stopped",
+    ),
     ("--max-subscriptions", int, 10_000, "subscriptions one connection may hold"),
     ("--max-connections", int, 10_000, "subscriber connections served at once (ulimit -n!)"),
     ("--hello-timeout", float, 10.0, "seconds a new connection may take to say Hello"),

@@ -22,6 +22,7 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
+import msgspec
 import numpy as np
 
 from fanout import tls
@@ -32,6 +33,7 @@ from fanout.client.following import connect_cluster
 from fanout.errors import ConfigError
 from fanout.views import View, parse
 from fanout.wire.columns import to_python
+from fanout.wire.messages import Transduce
 
 #: How long to wait before trying the next relay.
 RETRY_DELAY = 1.0
@@ -55,9 +57,27 @@ async def run(args: argparse.Namespace) -> int:
     if args.box and args.kind not in (None, "region"):
         raise ConfigError(f"--box is a region; give the {args.kind} view with --view")
     view = await _view(args, relays)
+    args.transduce = transducer(args.transduce)
     if args.route != "order":
         relays = rank(relays, view, args.area, args.key)
     return await _follow(args, view, relays)
+
+
+def transducer(text: str | None) -> Transduce | None:
+    """``--transduce``'s transducer (a ``Transduce`` as JSON), if given.
+
+    Raises:
+        ConfigError: it is not one.
+    """
+    if text is None:
+        return None
+    try:
+        return msgspec.json.decode(text, type=Transduce)
+    except msgspec.MsgspecError as exc:
+        raise ConfigError(
+            f"--transduce {text!r}: not a transducer ({exc}); give JSON such as"
+            ' {"name": "window", "params": {"query": "SELECT count(*) AS n FROM history"}}'
+        ) from None
 
 
 async def _view(args: argparse.Namespace, relays: list[str]) -> View:
@@ -121,7 +141,9 @@ async def _follow(args: argparse.Namespace, view: View, relays: list[str]) -> in
                     dataset=args.dataset,
                     rate=args.rate,
                     mode=args.mode,
-                    resume=live if args.mode == "every" else None,
+                    # a transduced view starts again: its window was at the relay it left
+                    resume=live if args.mode == "every" and args.transduce is None else None,
+                    transduce=args.transduce,
                 )
                 if cluster.redirects:
                     print(f"redirected to relay {cluster.relay_of(live)}", file=sys.stderr)

@@ -187,7 +187,8 @@ class ClientCore:
             asked.mode,
             token,
             stay,
-            asked.relevance,
+            relevance=asked.relevance,
+            transduce=asked.transduce,
         )
 
     def change(self, state: ViewState, view: View, rate: float | None = None) -> Subscribe:
@@ -208,6 +209,7 @@ class ClientCore:
             asked.transform,
             mode=asked.mode,  # left out, it would be ``latest``: an ``every`` view would change
             relevance=asked.relevance,  # left out, its tiers would end
+            transduce=asked.transduce,  # left out, the relay would refuse the change
         )
 
     def unsubscribe(self, state: ViewState) -> Unsubscribe:

@@ -125,8 +125,10 @@ class ClusterSubscriber:
             "priority": view.priority,
             "relevance": view.state.asked.relevance,
             "transform": view.transform,
+            "transduce": view.state.asked.transduce,
             "mode": view.mode,
-            "resume": view if every else None,
+            # a transduced view starts again (a full push): its window was at the relay it left
+            "resume": view if every and view.state.asked.transduce is None else None,
             "into": view,
         }
         try:

@@ -54,6 +54,7 @@ from fanout.wire.messages import (
     Publish,
     Relevance,
     Subscribe,
+    Transduce,
     Transform,
     Unsubscribe,
 )
@@ -142,6 +143,7 @@ class Subscriber:
         stay: bool = False,
         into: LiveView | None = None,
         relevance: Relevance | None = None,
+        transduce: Transduce | None = None,
     ) -> LiveView:
         """Hold ``view`` of ``dataset``, pushed at most ``rate`` times a second.
 
@@ -166,6 +168,8 @@ class Subscriber:
                 not yet yielded and iteration (with ``resume=into`` for an ``every`` view).
             relevance: a region view's rate tiers by distance from its focus and its priority
                 from its rows (``Relevance``; docs/concepts.md, "Priority from the data").
+            transduce: a transducer the relay runs over the view's pushes: the view then holds
+                its output (docs/transducers.md).
 
         Raises:
             SubscriptionError: the relay refused it (bad view, unknown dataset, bad
@@ -173,7 +177,7 @@ class Subscriber:
                 ``location``), or the connection can serve no more (``failure``).
         """
         request = self._core.subscribe(
-            Asked(dataset, view, rate, priority, transform, mode, relevance),
+            Asked(dataset, view, rate, priority, transform, mode, relevance, transduce),
             resume=resume.state if resume is not None else None,
             stay=stay,
             into=into.state if into is not None else None,

@@ -26,7 +26,7 @@ from fanout.errors import FanoutError, ProtocolError
 from fanout.views import View
 from fanout.wire.columns import Columns as Payload
 from fanout.wire.columns import decode_columns, encode_columns, key_column, to_python
-from fanout.wire.messages import Mode, NoUpdate, Push, Relevance, Resume, Transform
+from fanout.wire.messages import Mode, NoUpdate, Push, Relevance, Resume, Transduce, Transform
 
 Columns = dict[str, npt.NDArray[Any]]
 
@@ -92,6 +92,7 @@ class Asked:
     transform: Transform | None = None
     mode: Mode = "latest"
     relevance: Relevance | None = None
+    transduce: Transduce | None = None
 
 
 @dataclass

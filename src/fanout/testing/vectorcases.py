@@ -43,6 +43,7 @@ from fanout.wire.messages import (
     Subscribe,
     Subscribed,
     Tier,
+    Transduce,
     Transform,
     Unsubscribe,
     Unsubscribed,
@@ -184,6 +185,24 @@ VALID: list[Valid] = [
             "agents",
             Sphere((0, 0), 80),
             relevance=Relevance(tiers=[Tier(20.0, 3), Tier(50.0, 10)], priority_from="changes"),
+        ),
+    ),
+    Valid(
+        "to_relay",
+        "subscribe_transduced",
+        "a view's stream through the window transducer: counts per cell over its last 10 ticks",
+        Subscribe(
+            21,
+            "agents",
+            Box((0, 0), (10, 10)),
+            mode="every",
+            transduce=Transduce(
+                "window",
+                {
+                    "query": "SELECT floor(x) AS cell, count(*) AS n FROM history GROUP BY cell",
+                    "ticks": 10,
+                },
+            ),
         ),
     ),
     Valid("to_relay", "unsubscribe", "end subscription 3", Unsubscribe(3)),

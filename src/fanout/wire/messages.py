@@ -18,7 +18,7 @@ events are durably in the ingest log.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import ClassVar, Literal
+from typing import Any, ClassVar, Literal
 
 import msgspec
 
@@ -187,6 +187,26 @@ class Relevance(msgspec.Struct, frozen=True, omit_defaults=True):
     priority_from: PriorityFrom = "given"
 
 
+class Transduce(msgspec.Struct, frozen=True, omit_defaults=True):
+    """A transducer the relay runs over a subscription's pushes (CA 3197003 [0128]): it turns
+    the view's stream into another, m messages in, n out (docs/transducers.md).
+
+    Attributes:
+        name: the transducer: ``window`` (SQL over the view's last ticks, built in) or one the
+            relay's operator installed (entry-point group ``fanout.transducers``). Never code
+            sent by the subscriber: only its parameters travel.
+        params: the transducer's parameters (``window``: ``query``, ``ticks``, ``key``).
+
+    The subscription's ``Subscribed`` then names the output's key and columns, and its pushes
+    carry the output, a delta against the previous tick's. An unknown transducer or bad
+    parameters are refused with ``Error{code: "invalid_transducer"}``; a transducer that fails
+    or goes over its budget ends the subscription with ``Error{code: "transducer_stopped"}``.
+    """
+
+    name: str
+    params: dict[str, Any] = {}
+
+
 class Resume(msgspec.Struct, frozen=True):
     """Where an ``every``-mode subscriber stopped: its resume token for one stream.
 
@@ -224,6 +244,8 @@ class Subscribe(Frame, tag="subscribe", frozen=True):
     more: entities near the view's focus at full rate and far ones slower, and the
     subscription's priority from its rows (:class:`Relevance`; docs/concepts.md, "Priority from
     the data").
+    ``transduce`` names a transducer the relay runs over the subscription's pushes; its pushes
+    then carry the transducer's output (:class:`Transduce`).
     """
 
     sub: int
@@ -236,6 +258,7 @@ class Subscribe(Frame, tag="subscribe", frozen=True):
     resume: Resume | None = None
     stay: bool = False
     relevance: Relevance | None = None
+    transduce: Transduce | None = None
 
 
 class Unsubscribe(Frame, tag="unsubscribe", frozen=True):

@@ -25,7 +25,16 @@ from fanout.views import Box, Sphere
 from fanout.views.kinds import View
 from fanout.views.region import Relative
 from fanout.wire.columns import decode_columns
-from fanout.wire.messages import Error, NoUpdate, Push, Relevance, Subscribe, Subscribed, Tier
+from fanout.wire.messages import (
+    Error,
+    NoUpdate,
+    Push,
+    Relevance,
+    Subscribe,
+    Subscribed,
+    Tier,
+    Transduce,
+)
 
 WORLD = Box((-50, -50), (150, 150))  # held by a warm-up subscription: every view is covered
 
@@ -234,6 +243,9 @@ def test_refused_where_it_cannot_apply() -> None:
     assert "every" in refused(Subscribe(3, "agents", box, relevance=never))
     flat = Relevance(focus=[1.0, 2.0, 3.0])
     assert "focus" in refused(Subscribe(4, "agents", box, relevance=flat))
+    window = Transduce("window", {"query": "SELECT count(*) AS n FROM history", "key": "n"})
+    both = Subscribe(5, "agents", box, relevance=Relevance(tiers=[Tier(1, 2)]), transduce=window)
+    assert "transduce" in refused(both)
 
 
 # -- priority derived from the rows ------------------------------------------------------------

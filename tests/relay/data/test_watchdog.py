@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+
 import duckdb
 import pytest
 
@@ -54,3 +56,27 @@ def test_the_thread_ends_when_idle_and_starts_again_for_the_next_statement(monke
         db.sql(endless).fetchall()  # the new thread still keeps time
     assert watchdog._thread is not None and watchdog._thread is not first
     db.close()
+
+
+def test_an_interrupt_that_was_lost_is_sent_again_until_the_statement_ends() -> None:
+    """DuckDB drops an interrupt that comes between binding a statement and running it: the
+    watchdog interrupts again until the statement is disarmed, counting the statement once."""
+
+    class Connection:  # stands for a DuckDB connection whose first interrupts were lost
+        def __init__(self) -> None:
+            self.interrupts = 0
+
+        def interrupt(self) -> None:
+            self.interrupts += 1
+
+    db = Connection()
+    watchdog = Watchdog(0.01)
+    with watchdog.watching(db):  # type: ignore[arg-type]
+        deadline = time.monotonic() + 30
+        while db.interrupts < 3 and time.monotonic() < deadline:
+            time.sleep(0.01)
+    assert db.interrupts >= 3
+    assert watchdog.interrupted == 1
+    after = db.interrupts
+    time.sleep(3 * watchdog_module.REPEAT)
+    assert db.interrupts == after  # disarmed: none after the statement ended

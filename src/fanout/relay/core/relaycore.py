@@ -28,12 +28,14 @@ from fanout.relay.core.sends import UPSTREAM, Counters, Send
 from fanout.relay.core.serving import Serving, never
 from fanout.relay.core.stats import core_stats
 from fanout.relay.core.throttle import SQL_BURST, SQL_SHARE, Budgets
+from fanout.relay.core.transducing import Transducing
 from fanout.relay.core.transforms import InvalidTransform
 from fanout.relay.core.upstream import Primitive, Upstream
 from fanout.relay.data.engine import QueryEngine
 from fanout.relay.data.intake import DatasetState, Intake
 from fanout.relay.data.pushes import Encodings
 from fanout.relay.kinds import DatasetKind, Parts
+from fanout.transducers import InvalidTransducer, Transducers
 from fanout.wire.messages import (
     Acquire,
     Batch,
@@ -42,7 +44,6 @@ from fanout.wire.messages import (
     Knowledge,
     Release,
     Subscribe,
-    Subscribed,
     Unsubscribe,
     Unsubscribed,
 )
@@ -79,6 +80,7 @@ class RelayCore:
         sql_burst: float = SQL_BURST,
         holding: Holding | None = None,
         every_burst: int = EVERY_BURST,
+        transducers: Transducers | None = None,
     ) -> None:
         """
         Args:
@@ -89,7 +91,8 @@ class RelayCore:
             max_subscriptions: subscriptions one connection may hold.
             sql_share, sql_burst: each connection's share of the loop for SQL pushes.
             holding: where subscriptions to datasets not known yet wait for a catalog.
-            every_burst: seqs an ``every`` subscription is sent at most per turn.
+            every_burst: seqs an ``every`` subscription is sent at most per turn; transducers:
+                what transduced subscriptions may name (``fanout.transducers``).
         """
         self.parts = Parts(policy or Policy(), Upstream(), Downstream(), Encodings(), engine)
         # The parts the core itself uses most, as plain attributes (they are never replaced).
@@ -108,6 +111,7 @@ class RelayCore:
         #: Subscriptions to datasets not known yet, held until a catalog comes.
         self.holding = Holding() if holding is None else holding
         self.catalogued = False
+        self.transducing = Transducing(transducers, self.lifecycle, self.serving)
 
     @property
     def histories(self) -> dict[str, History]:
@@ -304,6 +308,7 @@ class RelayCore:
         for subscription in self.downstream.of_client(client):
             self.lifecycle.end(subscription)
         self.holding.drop(client)
+        self.transducing.end_client(client)
         self.lifecycle.writable(client)
         self._capabilities.pop(client, None)
         self.serving.budgets.forget(client)
@@ -342,7 +347,8 @@ class RelayCore:
             tiering.check(request, kind.state.info)
             shape = accepted.shape
             cursor = every_cursor(request, kind, shape, subscription)
-        except (InvalidView, InvalidTransform, BadRequest) as exc:
+            subscribed = self.transducing.accept(key, request, kind, accepted, subscription)
+        except (InvalidView, InvalidTransform, BadRequest, InvalidTransducer) as exc:
             return [Send(client, Error(exc.code, str(exc), ref=request.sub))]
         sends: list[Send] = []
         # ``every`` subscriptions ignore the rate: each seq goes out as soon as it can.
@@ -361,7 +367,7 @@ class RelayCore:
         if subscription is None:
             subscription = Subscription(client, request.sub, asked, cursor)
             self.lifecycle.start(subscription, rate, now)
-            sends.append(Send(client, Subscribed(request.sub, accepted.key, accepted.columns)))
+            sends.append(Send(client, subscribed))
         else:
             self.lifecycle.changed(subscription, asked, rate, now)
         added = kind.acquire(request.view, subscription.velocity, True)
@@ -391,8 +397,7 @@ class RelayCore:
         if subscription is None:
             message = f"no subscription {request.sub} on this connection"
             return [Send(client, Error("unknown_subscription", message, ref=request.sub))]
-        self.lifecycle.end(subscription)
-        self.serving.forget((client, request.sub))  # nothing of it after its Unsubscribed
+        self.transducing.stop((client, request.sub))  # nothing of it after its Unsubscribed
         return [Send(client, Unsubscribed(request.sub))]
 
     # -- pushing ------------------------------------------------------------------------
@@ -401,7 +406,8 @@ class RelayCore:
         self, now: float, idle: Callable[[int], bool], out_of_time: Callable[[], bool] = never
     ) -> Generator[Send, None, None]:
         """End the epoch, then the pushes due now (``relay.core.serving.Serving.serve``)."""
-        return self.serving.serve(now, idle, out_of_time, first=self.end_epoch())
+        sends = self.serving.serve(now, idle, out_of_time, first=self.end_epoch())
+        return self.transducing.through(sends, now)  # transduced subscriptions' replaced
 
     def pushes(self, now: float, idle: Callable[[int], bool]) -> list[Send]:
         """Every push due now (``serve`` to the end)."""

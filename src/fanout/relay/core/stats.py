@@ -50,4 +50,6 @@ def core_stats(core: RelayCore) -> dict[str, float]:
         **engine_stats(core.parts.engine),
         **by_kind,
         "sql_pushes_put_off": core.serving.budgets.put_off,
+        "transduced": len(core.transducing),
+        "transducers_stopped": core.transducing.stopped,
     }

@@ -50,8 +50,8 @@ def check(request: Subscribe, info: DatasetInfo) -> None:
     """Refuse a ``relevance`` the relay cannot apply to this subscription.
 
     Raises:
-        InvalidView: not a region dataset, mode ``every``, tiers not increasing or out of
-            bounds, or a focus of other dimensions.
+        InvalidView: not a region dataset, mode ``every``, a transducer named too, tiers not
+            increasing or out of bounds, or a focus of other dimensions.
     """
     relevance = request.relevance
     if relevance is None:
@@ -63,6 +63,8 @@ def check(request: Subscribe, info: DatasetInfo) -> None:
         )
     if request.mode != "latest":
         raise InvalidView("relevance is for mode 'latest': mode 'every' sends every change")
+    if request.transduce is not None:
+        raise InvalidView("relevance and transduce together: a transducer's input is every row")
     tiers = relevance.tiers
     if len(tiers) > MAX_TIERS:
         raise InvalidView(f"relevance: {len(tiers)} tiers, at most {MAX_TIERS}")

@@ -2,15 +2,16 @@
 
 Subscribers' SQL runs on the event loop, between two pushes (``relay.data.tables``, rule 2), so a
 query that runs for long — a join that multiplies two large tables, say — would stop every other
-subscriber's pushes meanwhile. The watchdog interrupts a statement that is still running after
-``limit`` seconds (DuckDB's ``interrupt``, which may be called from another thread); the
-statement then raises ``duckdb.InterruptException`` and the connection stays usable.
+subscriber's pushes meanwhile. The watchdog interrupts a statement still running after ``limit``
+seconds (DuckDB's ``interrupt``, callable from another thread), and again every ``REPEAT``
+seconds until it ends: an interrupt that comes between binding and executing it is lost. The
+statement raises ``duckdb.InterruptException``; the connection stays usable.
 
-One daemon thread serves a watchdog's statements, started on first use and ended after ``IDLE_EXIT``
-seconds without one; arming and disarming it is a lock (and a notify when the thread was idle). The
-lock also keeps an interrupt meant for one statement from reaching the next: the thread interrupts
-only while the statement it timed is still armed, and a statement is disarmed (under the lock)
-before the next one starts. An interrupt that reaches an idle connection is ignored by DuckDB.
+One daemon thread serves a watchdog's statements, started on first use and ended after
+``IDLE_EXIT`` seconds without one; arming and disarming it is a lock (and a notify when the thread
+was idle). The lock keeps an interrupt meant for one statement from reaching the next: the thread
+interrupts only while the statement it timed is armed, and a statement is disarmed (under the
+lock) before the next starts. An interrupt that reaches an idle connection is ignored by DuckDB.
 """
 
 from __future__ import annotations
@@ -25,6 +26,8 @@ import duckdb
 
 #: Seconds without a statement after which the watchdog's thread ends (the next one starts it).
 IDLE_EXIT = 30.0
+#: Seconds between interrupts of a statement still running past its limit.
+REPEAT = 0.05
 
 
 class Watchdog:
@@ -36,7 +39,10 @@ class Watchdog:
         self.limit = limit
         self.interrupted = 0
         self._lock = threading.Condition()
-        self._armed: tuple[float, duckdb.DuckDBPyConnection] | None = None
+        # (deadline, connection, statement number) of the statement running, if any
+        self._armed: tuple[float, duckdb.DuckDBPyConnection, int] | None = None
+        self._statements = 0
+        self._interrupted_last = 0  # the statement last interrupted (counted once)
         self._thread: threading.Thread | None = None
         self._idle = False  # the thread waits for a statement, not for a deadline
 
@@ -44,7 +50,8 @@ class Watchdog:
     def watching(self, db: duckdb.DuckDBPyConnection) -> Iterator[None]:
         """Run the statement of the ``with`` block on ``db`` under the time limit."""
         with self._lock:
-            self._armed = (time.monotonic() + self.limit, db)
+            self._statements += 1
+            self._armed = (time.monotonic() + self.limit, db, self._statements)
             if self._thread is None:
                 self._thread = threading.Thread(
                     target=self._watch, name="fanout-sql-watchdog", daemon=True
@@ -78,6 +85,10 @@ class Watchdog:
                 if left > 0:
                     self._lock.wait(left)
                     continue
-                self._armed[1].interrupt()
-                self.interrupted += 1
-                self._armed = None
+                deadline, db, statement = self._armed
+                db.interrupt()
+                if statement != self._interrupted_last:
+                    self.interrupted += 1
+                    self._interrupted_last = statement
+                self._armed = (time.monotonic() + REPEAT, db, statement)  # again, if it was lost
+                del deadline, db  # no reference to the connection while waiting (above)

@@ -71,6 +71,11 @@ CORE: dict[str, tuple[Kind, str]] = {
         "counter",
         "SQL pushes put off because their connection had spent its share of SQL time.",
     ),
+    "transduced": ("gauge", "Subscriptions whose pushes go through a transducer."),
+    "transducers_stopped": (
+        "counter",
+        "Transducers stopped: over their budget, or failed (their subscription ended).",
+    ),
     "topic_passes": ("counter", "Passes of changed topics through the topic index."),
     "topic_rows_not_topics": (
         "counter",

@@ -45,6 +45,7 @@ from fanout.relay.shell.samples import relay_samples
 from fanout.relay.shell.upstreamlink import UpstreamLink
 from fanout.tiers.below import Relays
 from fanout.tiers.link import Tiers
+from fanout.transducers import Budget, Transducers
 from fanout.views import View
 from fanout.websocket.server import WebSocketServer
 from fanout.wire import codec
@@ -79,6 +80,8 @@ class RelayServer:
             holding=Holding(limits.catalog_wait, limits.max_held),
             # A burst goes out while the connection drains: half its queue at most.
             every_burst=max(1, min(EVERY_BURST, limits.queue_limit // 2)),
+            # a transducer's evaluation may take what a subscriber's SQL query may
+            transducers=Transducers(Budget(seconds=limits.query_timeout)),
         )
         self.clients = Clients(self.core, limits.max_connections)
         #: subscribers' writes forwarded to the publisher, awaiting its answers
