@@ -220,15 +220,10 @@ class RelayCore:
         intake.state.busy = False
         self.counters.batches += 1
         if intake.gap_after is not None:
-            batch = intake.batch
-            log.warning(
-                "gap in %s: batch %d after %d; resyncing",
-                batch.dataset,
-                batch.seq,
-                intake.gap_after,
-            )
-            self.every.distrust(batch.dataset)
-            return self._resync(batch.dataset)
+            name, seq = intake.batch.dataset, intake.batch.seq
+            log.warning("gap in %s: batch %d after %d; resyncing", name, seq, intake.gap_after)
+            self.every.distrust(name)
+            return self._resync(name)
         self.every.record(intake)
         return []
 
