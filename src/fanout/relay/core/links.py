@@ -1,18 +1,19 @@
 """Link-aware delivery (CA 3197003 [0126]), sans I/O: each connection's drain rate and round trip,
 and its ``latest`` pushes fitted to them. Rules (why: docs/concepts.md, "Link-aware delivery"):
 
-1. While pushes go out the shell **probes** a connection (a WebSocket ping marking the bytes sent
-   so far; one in flight, ``PROBE_GAP`` apart, ``FREE_PROBE_GAP`` on a free link); its **ack**
-   (the pong) says they were all read. Round trip: the least probe time in ``RTT_WINDOW``; queue
-   delay: the last probe's time (or the one in flight's age, if longer) less the round trip.
+1. While pushes go out the shell **probes** a connection (a WebSocket ping marking the bytes sent;
+   one in flight, ``PROBE_GAP`` apart, ``FREE_PROBE_GAP`` if free); its **ack** (the pong) says
+   all were read. Round trip: the least probe time in ``RTT_WINDOW``; queue delay: the last
+   probe's (or the one in flight's age, if longer) less the round trip; excess delay: that less
+   the last push's own time through the link.
 2. **Drain rate**: bytes acked between two acks over their interval, the most in ``DRAIN_WINDOW``.
-3. A link is **fitted** once its queue delay passes ``ENTER_DELAY``; free again at full detail
-   once under ``LEAVE_DELAY`` with its views asking at most ``LEAVE_SHARE`` of the drain rate.
+3. **Fitted** once the queue delay passes ``ENTER_DELAY``; free again at full detail once the
+   excess delay is under ``LEAVE_DELAY`` and no push was held back for ``FREE_AFTER`` seconds.
 4. A fitted link's pushes spend a byte bucket (``CAP_SECONDS`` of drain, ``MIN_CAP`` at least)
-   refilled at ``GAIN`` x drain, ``DRAIN_GAIN`` x past ``TARGET_DELAY``. A push goes whole if it
-   fits or the bucket is full; else its creations and deletions alone, if any; else it waits.
-5. **Detail**: coarser once the queue delay passes ``TARGET_DELAY`` with the views asking more
-   than the drain rate; full tried again ``COARSE_HOLD`` later once under ``LEAVE_DELAY``.
+   refilled at ``GAIN`` x drain (``DRAIN_GAIN`` x past ``TARGET_DELAY`` of excess delay): a push
+   goes whole if it fits or the bucket is full, else its creations and deletions alone, else waits.
+5. **Detail**: coarser past ``TARGET_DELAY`` of excess delay with the views asking more than the
+   drain rate; full tried again ``COARSE_HOLD`` later once under ``LEAVE_DELAY``.
 """
 
 from __future__ import annotations
@@ -26,16 +27,18 @@ from typing import Any
 PROBE_GAP = 0.05
 FREE_PROBE_GAP = 0.5
 RTT_WINDOW = 10.0
-DRAIN_WINDOW = 2.0
+DRAIN_WINDOW = 1.0
 ENTER_DELAY = 0.2
 LEAVE_DELAY = 0.05
-LEAVE_SHARE = 0.8
+FREE_AFTER = 1.0
 TARGET_DELAY = 0.1
 CAP_SECONDS = 0.25
 MIN_CAP = 4096.0
 COARSE_HOLD = 1.0
 GAIN = 1.25
-DRAIN_GAIN = 0.75
+DRAIN_GAIN = 0.5
+#: Bytes a bucket's level is compared within (its refills are computed in floating point).
+SLACK = 1.0
 #: Drain rate assumed before two acks measured one (bytes a second).
 FLOOR = 1024.0
 
@@ -63,6 +66,8 @@ class Link:
     rough: bool = False  # its pushes go at coarser detail
     demand: dict[int, float] = field(default_factory=dict)  # sub -> bytes/s asked
     coarse_at: float = -math.inf
+    push: int = 0  # bytes of its last push fitted
+    held_back_at: float = -math.inf  # when a push last waited or went without its moves
     level: float = 0.0
     level_at: float = -math.inf
 
@@ -124,13 +129,16 @@ class Links:
 
     def _judge(self, client: int, link: Link, now: float) -> None:
         """Fit or free the link, choose its detail (rules 3 and 5)."""
-        delay, drain = _delay(link, now), _drain(link, now) or FLOOR
+        delay, drain = _excess(link, now), _drain(link, now) or FLOOR
         asked = sum(link.demand.values())
-        if not link.fitted and delay > ENTER_DELAY:
-            link.fitted, link.level, link.level_at = True, 0.0, now
+        if not link.fitted and _delay(link, now) > ENTER_DELAY:
+            link.fitted, link.level, link.level_at, link.held_back_at = True, 0.0, now, now
             self.fitted.add(client)
         elif (
-            link.fitted and not link.rough and delay < LEAVE_DELAY and asked <= LEAVE_SHARE * drain
+            link.fitted
+            and not link.rough
+            and delay < LEAVE_DELAY
+            and now - link.held_back_at >= FREE_AFTER
         ):
             link.fitted = False
             link.demand.clear()
@@ -151,6 +159,7 @@ class Links:
         if level >= 0.0:
             return None
         self.waited += 1
+        link.held_back_at = now
         return now - level / _refill_rate(link, now)
 
     def coarse(self, client: int) -> bool:
@@ -166,13 +175,14 @@ class Links:
         pushes a second, and when to try again with what is left (rule 4). Spends the bytes
         sent."""
         link = self._links.setdefault(client, Link())
-        link.demand[sub] = whole * rate
+        link.demand[sub], link.push = whole * rate, whole
         if not link.fitted:
             return Fit.WHOLE, now
         level, cap = self._refill(link, now), _cap(link, now)
-        if whole <= level or level >= cap:
+        if whole <= level + SLACK or level >= cap - SLACK:
             link.level -= whole
             return Fit.WHOLE, now
+        link.held_back_at = now
         if important:
             link.level -= important
             self.fitted_pushes += 1
@@ -217,7 +227,7 @@ class Links:
 
     def fitting(self, per_push: int, rate: float, now: float, most: int = 20) -> dict[str, Any]:
         """What the fitted links would get of a view pushing ``per_push`` bytes ``rate`` times
-        a second (a live EXPLAIN's ``links``): the drain a link needs to be left free, and for
+        a second (a live EXPLAIN's ``links``): the drain a link needs to take it all, and for
         (at most ``most``) fitted links the pushes a second they would take of it."""
         fitted = []
         for client in sorted(self.fitted)[:most]:
@@ -233,7 +243,7 @@ class Links:
                 }
             )
         return {
-            "free_above_bytes_per_second": per_push * rate / LEAVE_SHARE,
+            "needs_bytes_per_second": per_push * rate,
             "probed": len(self._links),
             "fitted": len(self.fitted),
             "fitted_links": fitted,
@@ -255,6 +265,11 @@ def _drain(link: Link, now: float) -> float | None:
     return max(recent) if recent else None
 
 
+def _excess(link: Link, now: float) -> float:
+    """The queue delay beyond the time its last push takes through the link."""
+    return _delay(link, now) - link.push / (_drain(link, now) or FLOOR)
+
+
 def _delay(link: Link, now: float) -> float:
     base = _rtt(link)
     if base is None:
@@ -268,5 +283,5 @@ def _cap(link: Link, now: float) -> float:
 
 
 def _refill_rate(link: Link, now: float) -> float:
-    gain = GAIN if _delay(link, now) < TARGET_DELAY else DRAIN_GAIN
+    gain = GAIN if _excess(link, now) < TARGET_DELAY else DRAIN_GAIN
     return gain * max(FLOOR, _drain(link, now) or FLOOR)

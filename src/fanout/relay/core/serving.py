@@ -11,9 +11,8 @@ Two things keep a round from holding the event loop, both measured by the caller
 starting pushes other than cheap ones once the round is ``out_of_time`` (the rest go back to
 the queue with their age; the turn's first push is always made, so every round gets something
 done), and a connection whose metered pushes (SQL, ``latest`` or ``every``) have taken more than
-their share of the loop has them put off (``relay.core.throttle.Budgets``). A ``latest``
-push to a fitted link (``relay.core.links``) is cut alone, at the link's detail, and sent
-whole, as its creations and deletions alone, or put off.
+their share of the loop has them put off (``relay.core.throttle.Budgets``). A ``latest`` push
+to a fitted link (``relay.core.links``) is cut alone at its detail: whole, creations alone, or off.
 """
 
 from __future__ import annotations

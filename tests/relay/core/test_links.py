@@ -1,0 +1,239 @@
+"""Link-aware delivery (relay/core/links.py): the estimates against a brute-force reading of every
+probe and ack, the fitting against a brute-force token bucket, a simulated link that slows and
+recovers, and a relay's core sending a fitted subscriber its creations and deletions first."""
+
+from __future__ import annotations
+
+import itertools
+import math
+
+from hypothesis import given
+from hypothesis import strategies as st
+from tests.relay.core.conversations import batch, keys, ready_relay, rows
+
+from fanout.relay.core import links as rules
+from fanout.relay.core.links import Fit, Links
+from fanout.views import Box
+from fanout.wire.columns import decode_columns
+from fanout.wire.messages import Push, Subscribe
+
+C = 7  # the client
+
+
+# -- the estimates against every probe and ack -----------------------------------------------
+
+probes = st.lists(
+    st.tuples(
+        st.floats(0.0, 1.0),  # seconds from the last ack to the next probe
+        st.integers(0, 200_000),  # bytes sent meanwhile
+        st.floats(0.001, 3.0),  # the probe's time to its ack
+    ),
+    min_size=1,
+    max_size=40,
+)
+
+
+@given(probes=probes, later=st.floats(0.0, 3.0))
+def test_the_estimates_are_those_read_from_every_probe_and_ack(
+    probes: list[tuple[float, int, float]], later: float
+) -> None:
+    links, now, sent = Links(), 0.0, 0
+    acks: list[tuple[float, float, int]] = []  # (acked at, probe time, bytes marked)
+    for gap, more, time in probes:
+        now += gap
+        sent += more
+        links.probed(C, sent, now)
+        links.acked(C, now + time)
+        acks.append((now + time, (now + time) - now, sent))
+        now += time
+    now += later
+    # The oracle: the least probe time in the window ending at the last ack; drain samples
+    # between consecutive acks (a later ack never precedes an earlier: one probe in flight).
+    last = acks[-1][0]
+    rtt = min(time for at, time, _ in acks if at >= last - rules.RTT_WINDOW)
+    samples = [
+        (b[0], (b[2] - a[2]) / (b[0] - a[0])) for a, b in itertools.pairwise(acks) if b[0] > a[0]
+    ]
+    recent = [rate for at, rate in samples if at >= max(now, last) - rules.DRAIN_WINDOW]
+    delay = acks[-1][1] - rtt
+    assert links.report(C, now)["round_trip_seconds"] == rtt
+    assert math.isclose(links.queue_delay(C, now), delay, abs_tol=1e-12)
+    assert links.drain(C, now) == (max(recent) if recent else None)
+
+
+def test_a_probe_in_flight_longer_than_the_last_counts_as_queue_delay() -> None:
+    links = Links()
+    links.probed(C, 0, 0.0)
+    links.acked(C, 0.01)
+    links.probed(C, 5000, 1.0)
+    assert math.isclose(links.queue_delay(C, 1.5), 0.49)
+    assert not links.probe_due(C, 1.5)  # one in flight at a time
+    links.acked(C, 1.6)
+    assert C in links.fitted  # its queue delay passed ENTER_DELAY
+    assert links.probe_due(C, 1.6)
+    links.probed(C, 6000, 1.6)
+    assert not links.probe_due(C, 1.605)  # one in flight at a time
+    links.acked(C, 1.61)
+    assert C in links.fitted  # until no push was held back for FREE_AFTER
+    assert not links.probe_due(C, 1.6 + rules.PROBE_GAP / 2)  # probes go PROBE_GAP apart
+    links.probed(C, 7000, 1.6 + rules.FREE_AFTER)
+    links.acked(C, 1.61 + rules.FREE_AFTER)
+    assert C not in links.fitted  # its queue drained, and no push waited
+    assert not links.probe_due(C, 1.7 + rules.FREE_AFTER)  # FREE_PROBE_GAP apart now
+
+
+# -- the fitting against a brute-force token bucket ------------------------------------------
+
+
+pushes = st.lists(
+    st.tuples(st.floats(0.0, 0.2), st.integers(1, 40_000), st.integers(0, 40_000)),
+    max_size=40,
+)
+
+
+@given(drain=st.floats(2_000.0, 500_000.0), pushes=pushes)
+def test_fitted_pushes_follow_a_brute_force_token_bucket(
+    drain: float, pushes: list[tuple[float, int, int]]
+) -> None:
+    links = Links()
+    links.probed(C, 0, 0.0)
+    links.acked(C, 0.01)
+    links.probed(C, int(drain), 0.1)
+    links.acked(C, 1.1)  # drain bytes in 1.09 s, 0.99 s of queue delay: fitted
+    # Its view asks ten times what it drains (a push put off: nothing spent).
+    assert links.fit(C, 1, 10.0, whole=int(drain), important=0, now=1.1)[0] is Fit.WAIT
+    links.probed(C, int(drain), 1.1)
+    links.acked(C, 1.11)  # the queue drained: under TARGET_DELAY from now on
+    start = 1.11
+    rate = rules.GAIN * max(rules.FLOOR, links.drain(C, start) or 0.0)
+    cap = max(rules.MIN_CAP, rules.CAP_SECONDS * (links.drain(C, start) or 0.0))
+    spent: list[tuple[float, float]] = []  # (at, bytes)
+
+    def level(now: float) -> float:
+        """The bucket as a brute force reads it: empty when fitted (at 1.1), refilled at
+        ``rate``, never above ``cap``: the least over every moment it may last have been full."""
+        candidates = [0.0 + rate * (now - 1.1) - sum(b for _, b in spent)]
+        for j, (at, _) in enumerate(spent):
+            candidates.append(cap + rate * (now - at) - sum(b for _, b in spent[j:]))
+        return min(candidates)
+
+    now = start
+    for gap, whole, creations in pushes:
+        now += gap
+        if now > 1.1 + rules.DRAIN_WINDOW:  # the drain sample expires: another rate
+            break
+        important = min(creations, whole - 1)
+        before = level(now)
+        until = links.until(C, now)
+        if before < 0:
+            assert until is not None and math.isclose(until, now - before / rate, rel_tol=1e-9)
+            continue
+        assert until is None
+        verdict, again = links.fit(C, 1, 10.0, whole=whole, important=important, now=now)
+        if whole <= before + 1e-6 or before >= cap - 1e-6:
+            assert verdict is Fit.WHOLE or math.isclose(whole, before, rel_tol=1e-9)
+        elif important:  # creations and deletions first, never held back
+            assert verdict is Fit.IMPORTANT
+            need = min(whole - important, cap)
+            assert math.isclose(again, now + max(0.0, need - (before - important)) / rate)
+        else:
+            assert verdict is Fit.WAIT
+            assert math.isclose(again, now + (min(whole, cap) - before) / rate, rel_tol=1e-9)
+        sent = {Fit.WHOLE: whole, Fit.IMPORTANT: important, Fit.WAIT: 0}[verdict]
+        if sent:
+            spent.append((now, sent))
+
+
+# -- a simulated link that slows down and recovers -------------------------------------------
+
+
+def simulate(links: Links, phases: list[tuple[float, float]], whole: int, rate: float) -> list:
+    """One subscriber asking ``rate`` pushes a second of ``whole`` bytes (a third of them
+    creations and deletions) behind a link draining each phase's (seconds, bytes a second),
+    probed as the shell does; every 10 ms. Returns (time, queued bytes, fitted, coarse)."""
+    dt, now, sent, delivered, base = 0.01, 0.0, 0, 0.0, 0.02
+    probe: tuple[int, float] | None = None  # bytes marked, delivered at
+    due, seen, owed = 0.0, [], False
+    for seconds, capacity in phases:
+        for _ in range(int(seconds / dt)):
+            now += dt
+            delivered = min(float(sent), delivered + capacity * dt)
+            if probe is not None and delivered >= probe[0] and now >= probe[1]:
+                links.acked(C, now)
+                probe = None
+            if now >= due and links.until(C, now) is None:
+                size = whole // 2 if links.coarse(C) else whole
+                important = 0 if owed else size // 3  # creations sent, only moves owed
+                verdict, again = (
+                    links.fit(C, 1, rate, whole=size, important=important, now=now)
+                    if C in links.fitted
+                    else (Fit.WHOLE, now)
+                )
+                sent += {Fit.WHOLE: size, Fit.IMPORTANT: important, Fit.WAIT: 0}[verdict]
+                owed = verdict is Fit.IMPORTANT or (owed and verdict is Fit.WAIT)
+                due = now + 1 / rate if verdict is Fit.WHOLE else again
+                if verdict is not Fit.WAIT and links.probe_due(C, now):
+                    links.probed(C, sent, now)
+                    probe = (sent, now + base)
+            seen.append((now, sent - delivered, C in links.fitted, links.coarse(C)))
+    return seen
+
+
+def test_a_slow_link_is_fitted_with_a_bounded_queue_and_freed_when_it_recovers() -> None:
+    links = Links()
+    whole, rate = 10_000, 10.0  # 100 kB/s asked
+    seen = simulate(links, [(2.0, 1e6), (8.0, 30_000.0), (6.0, 1e6)], whole, rate)
+    fast = [s for s in seen if s[0] < 2.0]
+    slow = [s for s in seen if 4.0 <= s[0] < 10.0]
+    after = [s for s in seen if s[0] >= 14.0]
+    assert not any(fitted for _, _, fitted, _ in fast)
+    assert all(fitted for _, _, fitted, _ in slow)
+    assert any(coarse for *_, coarse in slow)
+    # Never an unbounded queue: a second of the slow link's drain at most, once fitted.
+    assert max(queued for _, queued, _, _ in slow) < 30_000
+    assert not any(fitted or coarse for _, _, fitted, coarse in after)
+
+
+# -- a relay's core: creations and deletions first ------------------------------------------
+
+
+def apply(held: dict[int, tuple[float, float]], push: Push) -> None:
+    for key in keys(push.left):
+        held.pop(key)
+    for section in (push.entered, push.updated):
+        columns = decode_columns(section)
+        if "id" in columns:
+            for key, x, y in zip(*(columns[c].tolist() for c in ("id", "x", "y")), strict=True):
+                held[key] = (x, y)
+
+
+def test_a_fitted_subscriber_gets_its_creations_and_deletions_first_and_its_moves_later() -> None:
+    core = ready_relay(**{f"k{i}": (float(i % 10), 1.0) for i in range(1, 201)})
+    core.on_subscribe(C, Subscribe(1, "agents", Box((0, 0), (10, 10)), rate=100.0))
+    held: dict[int, tuple[float, float]] = {}
+    ((_, first),) = ((s.to, s.message()) for s in core.pushes(1.0, lambda client: True))
+    apply(held, first)
+    links = core.serving.links
+    links.probed(C, 0, 1.0)
+    links.acked(C, 1.01)
+    links.probed(C, 4_000, 1.2)
+    links.acked(C, 1.7)  # 4 kB took half a second: fitted, near 4 kB/s
+    links.probed(C, 4_000, 1.7)
+    links.acked(C, 1.71)
+    assert C in links.fitted
+    # Every agent moves, one leaves and one comes: more than the link takes at once.
+    moved = {f"k{i}": (float(i % 10), 2.0) for i in range(2, 201)}
+    core.on_batch(batch(1, rows(**moved, k500=(5.0, 5.0)), deletes=[1]))
+    pushed = [s.message() for s in core.pushes(1.8, lambda client: True)]
+    assert len(pushed) == 1 and isinstance(pushed[0], Push)
+    assert keys(pushed[0].entered) == [500] and keys(pushed[0].left) == [1]
+    assert keys(pushed[0].updated) == []  # the moves wait
+    apply(held, pushed[0])
+    assert links.fitted_pushes == 1
+    later = 1.8
+    while any(y != 2.0 for key, (_, y) in held.items() if key != 500):
+        later += 0.5
+        assert later < 30.0, "the moves never came"
+        for send in core.pushes(later, lambda client: True):
+            apply(held, send.message())  # type: ignore[arg-type]
+    assert set(held) == set(range(2, 201)) | {500}
