@@ -4,16 +4,15 @@ and its ``latest`` pushes fitted to them. Rules (why: docs/concepts.md, "Link-aw
 1. While pushes go out the shell **probes** a connection (a WebSocket ping marking the bytes sent;
    one in flight, ``PROBE_GAP`` apart, ``FREE_PROBE_GAP`` if free); its **ack** (the pong) says
    all were read. Round trip: the least probe time in ``RTT_WINDOW``; queue delay: the last
-   probe's (or the one in flight's age, if longer) less the round trip; excess delay: that less
-   the last push's own time through the link.
+   probe's (the one in flight's age, if longer) less it; excess: less the last push's own time.
 2. **Drain rate**: bytes acked between two acks over their interval, the most in ``DRAIN_WINDOW``.
-3. **Fitted** once the queue delay passes ``ENTER_DELAY``; free again at full detail once the
-   excess delay is under ``LEAVE_DELAY`` and no push was held back for ``FREE_AFTER`` seconds.
+3. **Fitted** past ``ENTER_DELAY`` of queue delay; free once under ``LEAVE_DELAY`` of excess
+   delay and no push held back for ``FREE_AFTER``.
 4. A fitted link's pushes spend a byte bucket (``CAP_SECONDS`` of drain, ``MIN_CAP`` at least)
    refilled at ``GAIN`` x drain (``DRAIN_GAIN`` x past ``TARGET_DELAY`` of excess delay): a push
    goes whole if it fits or the bucket is full, else its creations and deletions alone, else waits.
-5. **Detail**: coarser past ``TARGET_DELAY`` of excess delay with the views asking more than the
-   drain rate; full tried again ``COARSE_HOLD`` later once under ``LEAVE_DELAY``.
+5. **Detail**: coarser past ``TARGET_DELAY`` of excess delay if asked more than the drain
+   rate; full tried again ``COARSE_HOLD`` later, under ``LEAVE_DELAY``.
 """
 
 from __future__ import annotations
