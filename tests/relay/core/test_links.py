@@ -66,20 +66,22 @@ def test_a_probe_in_flight_longer_than_the_last_counts_as_queue_delay() -> None:
     links.probed(C, 0, 0.0)
     links.acked(C, 0.01)
     links.probed(C, 5000, 1.0)
+    assert not links.pushed(C, 1.1)  # one in flight at a time
+    assert C not in links.fitted
     assert math.isclose(links.queue_delay(C, 1.5), 0.49)
-    assert not links.probe_due(C, 1.5)  # one in flight at a time
+    assert not links.pushed(C, 1.5)
+    assert C in links.fitted  # its queue delay passed ENTER_DELAY before the ack came
     links.acked(C, 1.6)
-    assert C in links.fitted  # its queue delay passed ENTER_DELAY
-    assert links.probe_due(C, 1.6)
+    assert links.pushed(C, 1.6)
     links.probed(C, 6000, 1.6)
-    assert not links.probe_due(C, 1.605)  # one in flight at a time
+    assert not links.pushed(C, 1.605)  # one in flight at a time
     links.acked(C, 1.61)
     assert C in links.fitted  # until no push was held back for FREE_AFTER
-    assert not links.probe_due(C, 1.6 + rules.PROBE_GAP / 2)  # probes go PROBE_GAP apart
+    assert not links.pushed(C, 1.6 + rules.PROBE_GAP / 2)  # probes go PROBE_GAP apart
     links.probed(C, 7000, 1.6 + rules.FREE_AFTER)
     links.acked(C, 1.61 + rules.FREE_AFTER)
     assert C not in links.fitted  # its queue drained, and no push waited
-    assert not links.probe_due(C, 1.7 + rules.FREE_AFTER)  # FREE_PROBE_GAP apart now
+    assert not links.pushed(C, 1.7 + rules.FREE_AFTER)  # FREE_PROBE_GAP apart now
 
 
 # -- the fitting against a brute-force token bucket ------------------------------------------
@@ -172,7 +174,7 @@ def simulate(links: Links, phases: list[tuple[float, float]], whole: int, rate: 
                 sent += {Fit.WHOLE: size, Fit.IMPORTANT: important, Fit.WAIT: 0}[verdict]
                 owed = verdict is Fit.IMPORTANT or (owed and verdict is Fit.WAIT)
                 due = now + 1 / rate if verdict is Fit.WHOLE else again
-                if verdict is not Fit.WAIT and links.probe_due(C, now):
+                if verdict is not Fit.WAIT and links.pushed(C, now):
                     links.probed(C, sent, now)
                     probe = (sent, now + base)
             seen.append((now, sent - delivered, C in links.fitted, links.coarse(C)))

@@ -221,8 +221,15 @@ class Lifecycle:
 
     def detail(self, subscription: Subscription, coarse: bool) -> None:
         """Its pushes go at coarser detail than asked, or at the detail asked again
-        (``relay.core.links``, rule 5)."""
+        (``relay.core.links``, rule 5). Back at full detail, every row it holds goes again
+        (or its next push is the full view): they were sent coarser."""
         subscription.coarse = coarse
+        if not coarse and subscription.held is not None:
+            held = subscription.held.refreshed()
+            if held is None:
+                self.restart(subscription, "detail")
+            else:
+                subscription.held = held
 
     def new_epoch(self, subscription: Subscription) -> None:
         """The publisher's epoch changed: every row it holds counts as updated at its next

@@ -89,13 +89,18 @@ class Links:
 
     # -- estimates (rules 1-3) ------------------------------------------------------------
 
-    def probe_due(self, client: int, now: float) -> bool:
-        """Whether the shell should probe ``client``'s connection now (rule 1)."""
+    def pushed(self, client: int, now: float) -> bool:
+        """A push to ``client`` went out at ``now``: whether to probe its connection now (rule 1).
+        A probe in flight past ``ENTER_DELAY`` of queue delay fits the link at once (rule 3):
+        its ack waits behind the very queue it would measure."""
         link = self._links.get(client)
         if link is None:
             return True
-        gap = PROBE_GAP if link.fitted else FREE_PROBE_GAP
-        return link.probe is None and now - link.probed_at >= gap
+        if link.probe is not None:
+            if not link.fitted and _delay(link, now) > ENTER_DELAY:
+                self._judge(client, link, now)
+            return False
+        return now - link.probed_at >= (PROBE_GAP if link.fitted else FREE_PROBE_GAP)
 
     def probed(self, client: int, sent: int, now: float) -> None:
         """A probe went out at ``now``, behind ``sent`` bytes written to the connection."""

@@ -67,6 +67,11 @@ class Held(msgspec.Struct, frozen=True, gc=False):
         """What determines ``keys`` and ``anchor`` (for sharing bodies)."""
         return (self.view, self.generation, self.seq, self.refresh)
 
+    def refreshed(self) -> Held | None:
+        """What to hold for every held row to go again at the next push (None: the next push
+        must be the full view)."""
+        return msgspec.structs.replace(self, refresh=True)
+
     def owing_moves(self, before: Held) -> Held:
         """What a subscriber holds after only the creations and deletions of the push that
         made this (``Body.important``), holding ``before`` until then: these keys, and the
