@@ -239,3 +239,28 @@ def test_a_fitted_subscriber_gets_its_creations_and_deletions_first_and_its_move
         for send in core.pushes(later, lambda client: True):
             apply(held, send.message())  # type: ignore[arg-type]
     assert set(held) == set(range(2, 201)) | {500}
+
+
+def test_coarse_detail_goes_as_float32_and_full_detail_sends_every_held_row_again() -> None:
+    core = ready_relay(k1=(1.1, 1.1), k2=(2.2, 2.2))
+    core.on_subscribe(C, Subscribe(1, "agents", Box((0, 0), (10, 10)), rate=100.0))
+    (first,) = [s.message() for s in core.pushes(1.0, lambda client: True)]
+    assert decode_columns(first.entered)["x"].dtype == "float64"  # type: ignore[attr-defined]
+    links = core.serving.links
+    links.probed(C, 0, 1.0)
+    links.acked(C, 1.01)
+    links.probed(C, 4_000, 1.2)
+    links.acked(C, 1.7)  # fitted
+    assert links.fit(C, 1, 100.0, whole=400, important=0, now=1.7)[0] is Fit.WAIT
+    links.probed(C, 8_000, 1.8)
+    links.acked(C, 3.0)  # its queue grows, its view asks far more than it drains: coarser
+    assert links.coarse(C)
+    core.on_batch(batch(1, rows(k1=(1.3, 1.1))))
+    (coarse,) = [s.message() for s in core.pushes(10.0, lambda client: True)]
+    assert decode_columns(coarse.updated)["x"].dtype == "float32"  # type: ignore[attr-defined]
+    links.probed(C, 9_000, 11.0)
+    links.acked(C, 11.01)  # the queue is gone and nothing waited for a second: free
+    assert C not in links.fitted and not links.coarse(C)
+    (again,) = [s.message() for s in core.pushes(12.0, lambda client: True)]
+    assert keys(again.updated) == [1, 2]  # type: ignore[attr-defined]
+    assert decode_columns(again.updated)["x"].tolist() == [1.3, 2.2]  # type: ignore[attr-defined]

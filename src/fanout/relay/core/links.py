@@ -84,6 +84,8 @@ class Links:
         self._links: dict[int, Link] = {}
         #: Clients whose link is fitted: the one question asked per push (kept a set).
         self.fitted: set[int] = set()
+        #: Clients back at full detail: their rows held coarser must go again (``take_refined``).
+        self.refined: set[int] = set()
         self.fitted_pushes = 0
         self.waited = 0
 
@@ -132,25 +134,22 @@ class Links:
         return 0.0 if link is None else _delay(link, now)
 
     def _judge(self, client: int, link: Link, now: float) -> None:
-        """Fit or free the link, choose its detail (rules 3 and 5)."""
+        """Fit the link, choose its detail, free it (rules 3 and 5)."""
         delay, drain = _excess(link, now), _drain(link, now) or FLOOR
-        asked = sum(link.demand.values())
         if not link.fitted and _delay(link, now) > ENTER_DELAY:
             link.fitted, link.level, link.level_at, link.held_back_at = True, 0.0, now, now
             self.fitted.add(client)
-        elif (
-            link.fitted
-            and not link.rough
-            and delay < LEAVE_DELAY
-            and now - link.held_back_at >= FREE_AFTER
-        ):
-            link.fitted = False
-            link.demand.clear()
-            self.fitted.discard(client)
-        if link.fitted and not link.rough and delay >= TARGET_DELAY and asked > drain:
+        if not link.fitted:
+            return
+        if not link.rough and delay >= TARGET_DELAY and sum(link.demand.values()) > drain:
             link.rough, link.coarse_at = True, now
         elif link.rough and delay < LEAVE_DELAY and now - link.coarse_at >= COARSE_HOLD:
             link.rough = False
+            self.refined.add(client)
+        if not link.rough and delay < LEAVE_DELAY and now - link.held_back_at >= FREE_AFTER:
+            link.fitted = False
+            link.demand.clear()
+            self.fitted.discard(client)
 
     # -- fitting pushes (rule 4) ----------------------------------------------------------
 
@@ -165,6 +164,11 @@ class Links:
         self.waited += 1
         link.held_back_at = now
         return now - level / _refill_rate(link, now)
+
+    def take_refined(self) -> set[int]:
+        """The clients back at full detail since the last call."""
+        refined, self.refined = self.refined, set()
+        return refined
 
     def coarse(self, client: int) -> bool:
         """Whether ``client``'s pushes go at coarser detail (rule 5)."""
@@ -212,6 +216,7 @@ class Links:
             return
         self._links.pop(client, None)
         self.fitted.discard(client)
+        self.refined.discard(client)
 
     def report(self, client: int, now: float) -> dict[str, Any]:
         """What the relay knows of ``client``'s link, as plain data (the admin's listing)."""

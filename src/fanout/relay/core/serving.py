@@ -92,6 +92,10 @@ class Serving:
         other than cheap ones.
         """
         self._unsent.extend((None, send) for send in first or ())
+        if self.links.refined:  # rows they hold at coarser detail go again (``_fitted``)
+            for client in self.links.take_refined():
+                coarse = (s.key for s in self._downstream.of_client(client) if s.coarse)
+                self._scheduler.wake_all(coarse)
         self._scheduler.settle(now)
         popped: list[SubKey] = []
         try:

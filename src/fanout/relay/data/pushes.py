@@ -68,9 +68,11 @@ class Held(msgspec.Struct, frozen=True, gc=False):
         return (self.view, self.generation, self.seq, self.refresh)
 
     def refreshed(self) -> Held | None:
-        """What to hold for every held row to go again at the next push (None: the next push
-        must be the full view)."""
-        return msgspec.structs.replace(self, refresh=True)
+        """What to hold for every held row to go again at the next push, even from this same
+        state: its generation no buffer's, as ``owing_moves``'s (None: the next push must be
+        the full view)."""
+        generation = self.generation if self.generation < 0 else -1 - self.generation
+        return msgspec.structs.replace(self, generation=generation, refresh=True)
 
     def owing_moves(self, before: Held) -> Held:
         """What a subscriber holds after only the creations and deletions of the push that
