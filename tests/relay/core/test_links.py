@@ -65,6 +65,10 @@ def test_a_probe_in_flight_longer_than_the_last_counts_as_queue_delay() -> None:
     links = Links()
     links.probed(C, 0, 0.0)
     links.acked(C, 0.01)
+    links.probed(C, 0, 0.5)
+    assert math.isclose(links.unread_for(C, 0.6), 0.1)
+    links.acked(C, 0.51)  # a drain sample: the link is measured
+    assert links.unread_for(C, 0.6) == 0.0
     links.probed(C, 5000, 1.0)
     assert not links.pushed(C, 1.1)  # one in flight at a time
     assert C not in links.fitted

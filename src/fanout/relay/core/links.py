@@ -6,8 +6,8 @@ and its ``latest`` pushes fitted to them. Rules (why: docs/concepts.md, "Link-aw
    all were read. Round trip: the least probe time in ``RTT_WINDOW``; queue delay: the last
    probe's (the one in flight's age, if longer) less it; excess: less the last push's own time.
 2. **Drain rate**: bytes acked between two acks over their interval, the most in ``DRAIN_WINDOW``.
-3. **Fitted** past ``ENTER_DELAY`` of queue delay; free once under ``LEAVE_DELAY`` of excess
-   delay and no push held back for ``FREE_AFTER``.
+3. **Fitted** (once measured) past ``ENTER_DELAY`` of queue delay; free once under
+   ``LEAVE_DELAY`` of excess delay and no push held back for ``FREE_AFTER``.
 4. A fitted link's pushes spend a byte bucket (``CAP_SECONDS`` of drain, ``MIN_CAP`` at least)
    refilled at ``GAIN`` x drain (``DRAIN_GAIN`` x past ``TARGET_DELAY`` of excess delay): a push
    goes whole if it fits or the bucket is full, else its creations and deletions alone, else waits.
@@ -66,6 +66,7 @@ class Link:
     demand: dict[int, float] = field(default_factory=dict)  # sub -> bytes/s asked
     coarse_at: float = -math.inf
     push: int = 0  # bytes of its last push fitted
+    measured: bool = False  # a drain sample was taken (only a measured link is fitted)
     held_back_at: float = -math.inf  # when a push last waited or went without its moves
     level: float = 0.0
     level_at: float = -math.inf
@@ -120,8 +121,15 @@ class Links:
         if link.acked is not None and now > link.acked[0]:
             rate = (marked - link.acked[1]) / (now - link.acked[0])
             _keep(link.samples, now, rate, DRAIN_WINDOW)
+            link.measured = True
         link.acked = (now, marked)
         self._judge(client, link, now)
+
+    def unread_for(self, client: int, now: float) -> float:
+        """Seconds the probe in flight has waited for its ack (0 if none): what ``client`` was
+        sent before it is unread that long (the shell closes a slow consumer past its limit)."""
+        link = self._links.get(client)
+        return 0.0 if link is None or link.probe is None else now - link.probe[0]
 
     def drain(self, client: int, now: float) -> float | None:
         """Bytes a second the connection drains (rule 2), None before two acks."""
@@ -136,7 +144,7 @@ class Links:
     def _judge(self, client: int, link: Link, now: float) -> None:
         """Fit the link, choose its detail, free it (rules 3 and 5)."""
         delay, drain = _excess(link, now), _drain(link, now) or FLOOR
-        if not link.fitted and _delay(link, now) > ENTER_DELAY:
+        if not link.fitted and link.measured and _delay(link, now) > ENTER_DELAY:
             link.fitted, link.level, link.level_at, link.held_back_at = True, 0.0, now, now
             self.fitted.add(client)
         if not link.fitted:
