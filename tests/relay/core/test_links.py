@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 from tests.relay.core.conversations import batch, keys, ready_relay, rows
 
 from fanout.relay.core import links as rules
+from fanout.relay.core.explaining import explain
 from fanout.relay.core.links import Fit, Links
 from fanout.views import Box
 from fanout.wire.columns import decode_columns
@@ -268,3 +269,20 @@ def test_coarse_detail_goes_as_float32_and_full_detail_sends_every_held_row_agai
     (again,) = [s.message() for s in core.pushes(12.0, lambda client: True)]
     assert keys(again.updated) == [1, 2]  # type: ignore[attr-defined]
     assert decode_columns(again.updated)["x"].tolist() == [1.3, 2.2]  # type: ignore[attr-defined]
+
+
+def test_a_live_explain_says_what_each_fitted_link_would_get_of_the_view() -> None:
+    core = ready_relay(k1=(1.0, 1.0), k2=(2.0, 2.0))
+    core.end_epoch()
+    links = core.serving.links
+    links.probed(C, 0, 1.0)
+    links.acked(C, 1.01)
+    links.probed(C, 4_000, 1.2)
+    links.acked(C, 1.7)  # fitted
+    said = explain(core.parts, "agents", Box((0, 0), (10, 10)), None, 100.0, links=(links, 1.7))
+    per_push, (fitted,) = said["cost"]["bytes_per_push"], said["links"]["fitted_links"]
+    assert said["links"]["needs_bytes_per_second"] == 100.0 * per_push
+    assert fitted["client"] == C and fitted["detail"] == "full"
+    paced = fitted["paced_bytes_per_second"]
+    assert paced == links.report(C, 1.7)["paced_bytes_per_second"]
+    assert fitted["pushes_per_second"] == min(100.0, paced / per_push)
