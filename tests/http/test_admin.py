@@ -138,6 +138,7 @@ async def test_fanout_explain_relay_prints_the_relays_answer(
         assert await asyncio.to_thread(main, args) == 0
         out = capsys.readouterr().out
         assert "result: not covered" in out and "agents box:10,0,20,10" in out
+        assert "links fitted to their drain rate: 0 of 1" in out
         assert await asyncio.to_thread(main, [*args, "--json"]) == 0
         assert json.loads(capsys.readouterr().out)["residual"][0]["view"] == "box:10,0,20,10"
         monkeypatch.setenv("FANOUT_TOKEN", SUBSCRIBER)
