@@ -75,7 +75,7 @@ class Recorder:
         async for update in self.view:
             self.updates.append(update)
             rows = {k: (row["x"], row["y"]) for k, row in self.view.rows.items()}
-            self.held.append((update.seq, rows))
+            self.held.append((self.view.seq, rows))  # pushes applied since: rows are at its seq
 
 
 async def test_a_slow_links_subscriber_gets_creations_first_and_its_neighbour_is_unaffected():
