@@ -56,6 +56,7 @@ def test_the_estimates_are_those_read_from_every_probe_and_ack(
         (b[0], (b[2] - a[2]) / (b[0] - a[0])) for a, b in itertools.pairwise(acks) if b[0] > a[0]
     ]
     recent = [rate for at, rate in samples if at >= max(now, last) - rules.DRAIN_WINDOW]
+    recent = recent or [rate for _, rate in samples[-1:]]  # none that recent: the last
     delay = acks[-1][1] - rtt
     assert links.report(C, now)["round_trip_seconds"] == rtt
     assert math.isclose(links.queue_delay(C, now), delay, abs_tol=1e-12)

@@ -5,7 +5,7 @@ and its ``latest`` pushes fitted to them. Rules (why: docs/concepts.md, "Link-aw
    one in flight, ``PROBE_GAP`` apart, ``FREE_PROBE_GAP`` if free); its **ack** (the pong) says
    all were read. Round trip: the least probe time in ``RTT_WINDOW``; queue delay: the last
    probe's (the one in flight's age, if longer) less it; excess: less the last push's own time.
-2. **Drain rate**: bytes acked between two acks over their interval, the most in ``DRAIN_WINDOW``.
+2. **Drain rate**: bytes acked between acks over their time, most in ``DRAIN_WINDOW`` (or last).
 3. **Fitted** (once measured) past ``ENTER_DELAY`` of queue delay; free once under
    ``LEAVE_DELAY`` of excess delay and no push held back for ``FREE_AFTER``.
 4. A fitted link's pushes spend a byte bucket (``CAP_SECONDS`` of drain, ``MIN_CAP`` at least)
@@ -268,8 +268,9 @@ class Links:
 
 
 def _keep(window: deque[tuple[float, float]], now: float, value: float, span: float) -> None:
+    """Add a sample; drop those older than ``span`` but the last."""
     window.append((now, value))
-    while window and window[0][0] < now - span:
+    while len(window) > 1 and window[0][0] < now - span:
         window.popleft()
 
 
@@ -279,7 +280,9 @@ def _rtt(link: Link) -> float | None:
 
 def _drain(link: Link, now: float) -> float | None:
     recent = [rate for at, rate in link.samples if at >= now - DRAIN_WINDOW]
-    return max(recent) if recent else None
+    if recent:
+        return max(recent)
+    return link.samples[-1][1] if link.samples else None
 
 
 def _excess(link: Link, now: float) -> float:
