@@ -23,17 +23,27 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any
 
+#: Seconds between probes: often on a fitted link (its estimates steer its pushes), seldom on a
+#: free one (a ping costs a write; a probe in flight that long still finds a queue out).
 PROBE_GAP = 0.05
 FREE_PROBE_GAP = 0.5
+#: Seconds the least round trip and the most drain rate are taken over.
 RTT_WINDOW = 10.0
 DRAIN_WINDOW = 1.0
+#: Queue delays (seconds): fitted past ENTER_DELAY; draining past TARGET_DELAY of excess; free,
+#: and back at full detail, under LEAVE_DELAY of excess.
 ENTER_DELAY = 0.2
-LEAVE_DELAY = 0.05
-FREE_AFTER = 1.0
 TARGET_DELAY = 0.1
+LEAVE_DELAY = 0.05
+#: Seconds without a push held back before a fitted link is free, at coarser detail before full
+#: detail is tried again.
+FREE_AFTER = 1.0
+COARSE_HOLD = 1.0
+#: The bucket: seconds of drain it holds (bytes at least), and its refill as a share of the
+#: drain rate: a little more than the link took (to find out when it takes more), or less
+#: (to drain a queue).
 CAP_SECONDS = 0.25
 MIN_CAP = 4096.0
-COARSE_HOLD = 1.0
 GAIN = 1.25
 DRAIN_GAIN = 0.5
 #: Bytes a bucket's level is compared within (its refills are computed in floating point).
@@ -60,7 +70,6 @@ class Link:
     probe: tuple[float, int] | None = None  # in flight: (sent at, bytes marked)
     probed_at: float = -math.inf
     acked: tuple[float, int] | None = None  # the last ack: (at, bytes marked)
-    sent: int = 0  # bytes sent, as of the last probe or ack
     fitted: bool = False
     rough: bool = False  # its pushes go at coarser detail
     demand: dict[int, float] = field(default_factory=dict)  # sub -> bytes/s asked
@@ -108,7 +117,7 @@ class Links:
     def probed(self, client: int, sent: int, now: float) -> None:
         """A probe went out at ``now``, behind ``sent`` bytes written to the connection."""
         link = self._links.setdefault(client, Link())
-        link.probe, link.probed_at, link.sent = (now, sent), now, sent
+        link.probe, link.probed_at = (now, sent), now
 
     def acked(self, client: int, now: float) -> None:
         """The probe in flight was acked at ``now``: everything it marked was read."""

@@ -391,6 +391,7 @@ class RelayCore:
             return [Send(client, Error("unknown_subscription", message, ref=request.sub))]
         self.lifecycle.end(subscription)
         self.serving.forget((client, request.sub))  # nothing of it after its Unsubscribed
+        self.serving.links.forget(client, request.sub)
         return [Send(client, Unsubscribed(request.sub))]
 
     # -- pushing ------------------------------------------------------------------------
