@@ -1,18 +1,18 @@
 """Link-aware delivery (CA 3197003 [0126]), sans I/O: each connection's drain rate and round trip,
-and its ``latest`` pushes fitted to them. Rules (why: docs/concepts.md, "Link-aware delivery"):
-
+and its ``latest`` pushes fitted to them. Rules:
 1. While pushes go out the shell **probes** a connection (a WebSocket ping marking the bytes sent;
    one in flight, ``PROBE_GAP`` apart, ``FREE_PROBE_GAP`` if free); its **ack** (the pong) says
    all were read. Round trip: the least probe time in ``RTT_WINDOW``; queue delay: the last
    probe's (the one in flight's age, if longer) less it; excess: less the last push's own time.
-2. **Drain rate**: bytes acked between acks over their time, most in ``DRAIN_WINDOW`` (or last).
+2. **Drain rate**: bytes acked between acks over their time, most in ``DRAIN_WINDOW`` (or last);
+   a lower sample counts only with bytes queued behind its probe (the link was busy).
 3. **Fitted** (once measured) past ``ENTER_DELAY`` of queue delay; free once under
    ``LEAVE_DELAY`` of excess delay and no push held back for ``FREE_AFTER``.
 4. A fitted link's pushes spend a byte bucket (``CAP_SECONDS`` of drain, ``MIN_CAP`` at least)
    refilled at ``GAIN`` x drain (``DRAIN_GAIN`` x past ``TARGET_DELAY`` of excess delay): a push
    goes whole if it fits or the bucket is full, else its creations and deletions alone, else waits.
-5. **Detail**: coarser past ``TARGET_DELAY`` of excess delay if asked more than the drain
-   rate; full tried again ``COARSE_HOLD`` later, under ``LEAVE_DELAY``.
+5. **Detail**: coarser past ``TARGET_DELAY`` of excess if asked more than the drain; full tried
+   again ``COARSE_HOLD`` later, under ``LEAVE_DELAY``. Why: docs/concepts.md, "Link-aware delivery".
 """
 
 from __future__ import annotations
@@ -119,18 +119,21 @@ class Links:
         link = self._links.setdefault(client, Link())
         link.probe, link.probed_at = (now, sent), now
 
-    def acked(self, client: int, now: float) -> None:
-        """The probe in flight was acked at ``now``: everything it marked was read."""
+    def acked(self, client: int, now: float, sent: int) -> None:
+        """The probe in flight was acked at ``now``, ``sent`` bytes written to the connection
+        by then: everything it marked was read."""
         link = self._links.get(client)
         if link is None or link.probe is None:
             return
         (sent_at, marked), link.probe = link.probe, None
         link.last_rtt = now - sent_at
         _keep(link.rtts, now, link.last_rtt, RTT_WINDOW)
+        behind = sent > marked
         if link.acked is not None and now > link.acked[0]:
             rate = (marked - link.acked[1]) / (now - link.acked[0])
-            _keep(link.samples, now, rate, DRAIN_WINDOW)
-            link.measured = True
+            if behind or rate >= (_drain(link, now) or 0.0):
+                _keep(link.samples, now, rate, DRAIN_WINDOW)
+                link.measured = True
         link.acked = (now, marked)
         self._judge(client, link, now)
 

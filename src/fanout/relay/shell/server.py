@@ -280,7 +280,9 @@ class RelayServer:
         """Ask a connection pushed to to acknowledge what it was sent, if its link's estimates
         want a probe now (``relay.core.links``)."""
         links, now = self.core.serving.links, asyncio.get_running_loop().time()
-        if links.pushed(client, now) and outbound.probe(lambda at: links.acked(client, at)):
+        if links.pushed(client, now) and outbound.probe(
+            lambda at: links.acked(client, at, outbound.sent_bytes)
+        ):
             links.probed(client, outbound.sent_bytes, now)
 
     def _for_below(self, sends: Iterable[Send]) -> None:
