@@ -77,15 +77,15 @@ def test_a_probe_in_flight_longer_than_the_last_counts_as_queue_delay() -> None:
     links.probed(C, 0, 0.0)
     links.acked(C, 0.01, 0)
     links.probed(C, 0, 0.5)
-    assert math.isclose(links.unread_for(C, 0.6), 0.1)
+    assert links.unread_for(C, 0.6) == 0.0  # a free link's pings: the transport's limit
     links.acked(C, 0.51, 0)  # a drain sample: the link is measured
-    assert links.unread_for(C, 0.6) == 0.0
     links.probed(C, 5000, 1.0)
     assert not links.pushed(C, 1.1)  # one in flight at a time
     assert C not in links.fitted
     assert math.isclose(links.queue_delay(C, 1.5), 0.49)
     assert not links.pushed(C, 1.5)
     assert C in links.fitted  # its queue delay passed ENTER_DELAY before the ack came
+    assert math.isclose(links.unread_for(C, 1.5), 0.5)  # what it was sent is that long unread
     links.acked(C, 1.6, 5000)
     assert links.pushed(C, 1.6)
     links.probed(C, 6000, 1.6)

@@ -138,10 +138,13 @@ class Links:
         self._judge(client, link, now)
 
     def unread_for(self, client: int, now: float) -> float:
-        """Seconds the probe in flight has waited for its ack (0 if none): what ``client`` was
-        sent before it is unread that long (the shell closes a slow consumer past its limit)."""
+        """Seconds the probe in flight on a fitted link has waited for its ack (0 if none, or
+        the link is free): what ``client`` was sent before it is unread that long. The shell
+        closes a slow consumer past its limit: a paced link's transport may never fill up."""
         link = self._links.get(client)
-        return 0.0 if link is None or link.probe is None else now - link.probe[0]
+        if link is None or link.probe is None or not link.fitted:
+            return 0.0
+        return now - link.probe[0]
 
     def drain(self, client: int, now: float) -> float | None:
         """Bytes a second the connection drains (rule 2), None before two acks."""
