@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
 import struct
 from collections.abc import AsyncIterator, Callable
 from types import TracebackType
@@ -180,6 +181,35 @@ class Outbound:
             self._writing_since = self._loop.time()
             self._queue.put_nowait(_DRAIN)
             self._drained.clear()
+        return True
+
+    def probe(self, acked: Callable[[float], None]) -> bool:
+        """Ping the peer behind every byte written so far (``sent_bytes``); ``acked(at)`` with
+        the loop's time once its pong came: they were all read (``relay.core.links``).
+
+        Written at once, as websockets' ``ping`` would (its ``pending_pings``, which
+        ``acknowledge_pings`` completes), without a task per ping.
+
+        Returns:
+            Whether it was sent (not on a connection that is closing).
+        """
+        websocket = self._websocket
+        if websocket.protocol.state is not State.OPEN or websocket.transport.is_closing():
+            return False
+        data = os.urandom(4)
+        while data in websocket.pending_pings:
+            data = os.urandom(4)
+        pong = self._loop.create_future()
+        websocket.pending_pings[data] = (pong, self._loop.time())
+        websocket.protocol.send_ping(data)
+        websocket.send_data()
+        loop = self._loop
+
+        def answered(done: asyncio.Future[float]) -> None:
+            if not done.cancelled() and done.exception() is None:  # closed: no answer
+                acked(loop.time())
+
+        pong.add_done_callback(answered)
         return True
 
     def close(self, reason: str) -> None:

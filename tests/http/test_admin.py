@@ -70,6 +70,9 @@ async def test_explain_says_what_covers_a_view_what_it_would_acquire_and_its_cos
         cost = said["cost"]
         assert cost["rows"] == 2 and cost["pushes_per_second"] == 4
         assert cost["bytes_per_second"] == 4 * cost["bytes_per_push"] > 0
+        links = said["links"]  # no link fitted: the subscriber on loopback takes it all
+        assert links["needs_bytes_per_second"] == cost["bytes_per_second"]
+        assert links["fitted"] == 0 and links["fitted_links"] == []
         wider = "/v1/admin/explain?dataset=agents&view=box:0,0,20,10"
         said = (await client.get(base + wider, headers=bearer(ADMIN))).json()
         assert not said["covered"] and said["residual"] == [
@@ -118,6 +121,9 @@ async def test_subscribers_are_accounted_and_the_top_ones_are_in_the_metrics() -
         assert top["subject"] == "ana" and top["view"] == "box:0,0,10,10"
         assert top["rows"] == 4 and top["bytes"] > 0 and said["bytes"] == top["bytes"]
         assert top["cpu_seconds"] == said["push_cpu_seconds"] >= 0  # the only one: all of it
+        # Its link was probed after its pushes (docs/concepts.md, "Link-aware delivery").
+        assert top["coarse"] is False and top["link"]["fitted"] is False
+        assert top["link"]["detail"] == "full" and said["links"]["fitted"] == 0
         metrics = (await client.get(base + "/metrics")).text
         labels = f'client="{top["client"]}",dataset="agents",sub="{top["sub"]}"'
         assert f"fanout_relay_top_subscriber_bytes{{{labels}}}" in metrics
@@ -132,6 +138,7 @@ async def test_fanout_explain_relay_prints_the_relays_answer(
         assert await asyncio.to_thread(main, args) == 0
         out = capsys.readouterr().out
         assert "result: not covered" in out and "agents box:10,0,20,10" in out
+        assert "links fitted to their drain rate: 0 of 1" in out
         assert await asyncio.to_thread(main, [*args, "--json"]) == 0
         assert json.loads(capsys.readouterr().out)["residual"][0]["view"] == "box:10,0,20,10"
         monkeypatch.setenv("FANOUT_TOKEN", SUBSCRIBER)

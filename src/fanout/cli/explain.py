@@ -94,4 +94,12 @@ def render(said: dict[str, Any]) -> str:
         f"cost: {cost['rows']} rows inside, ~{cost['bytes_per_push']} bytes a full push, at most"
         f" {cost['pushes_per_second']:g} pushes/s: ~{cost['bytes_per_second']:.0f} bytes/s"
     )
+    links = said.get("links")
+    if links is not None:  # relay/core/links.py: connections whose pushes are paced to their link
+        lines.append(f"links fitted to their drain rate: {links['fitted']} of {links['probed']}")
+        lines += [
+            f"  client {x['client']}: ~{x['paced_bytes_per_second']:.0f} bytes/s,"
+            f" {x['pushes_per_second']:.2g} pushes/s of this view, {x['detail']} detail"
+            for x in links["fitted_links"]
+        ]
     return "\n".join(lines)

@@ -21,7 +21,7 @@ import contextlib
 import logging
 import time
 import urllib.parse
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from http import HTTPStatus
 from typing import TYPE_CHECKING
 
@@ -148,6 +148,10 @@ class HttpSubscription:
     def stalled_for(self, now: float) -> float:
         """Seconds the stream has held bytes the client did not read (0 if none)."""
         return 0.0 if self._stalled_since is None else time.monotonic() - self._stalled_since
+
+    def probe(self, acked: Callable[[float], None]) -> bool:
+        """No acknowledgements on HTTP: its link is not estimated (``relay.core.links``)."""
+        return False
 
     def offer(self, data: bytes, control: bool = False) -> bool:
         """Write the event for one frame of the relay's to this connection (written at once,

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Callable
 from http import HTTPStatus
 from typing import TYPE_CHECKING
 from urllib.parse import unquote
@@ -104,6 +105,10 @@ class HttpWrite:
     def stalled_for(self, now: float) -> float:
         """A write holds no unread bytes."""
         return 0.0
+
+    def probe(self, acked: Callable[[float], None]) -> bool:
+        """No acknowledgements on HTTP: its link is not estimated (``relay.core.links``)."""
+        return False
 
     def offer(self, data: bytes, control: bool = False) -> bool:
         """Take the relay's answer to the write (``Published`` or ``Error``)."""

@@ -11,7 +11,7 @@ front end's.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Protocol
 
 from fanout.auth import Grant
@@ -48,6 +48,11 @@ class Downstream(Protocol):
 
     def close(self, reason: str) -> None:
         """Cut it off (a slow consumer)."""
+        ...
+
+    def probe(self, acked: Callable[[float], None]) -> bool:
+        """Ask the peer to acknowledge every byte written so far (a WebSocket ping);
+        ``acked(at)`` once it did. Returns whether it was asked (an HTTP stream cannot be)."""
         ...
 
 

@@ -17,7 +17,7 @@ import msgspec
 
 from fanout.relay.core.changesets import Cursor
 from fanout.relay.core.lifecycle import Phase
-from fanout.relay.core.transforms import Shape
+from fanout.relay.core.transforms import Shape, coarser
 from fanout.relay.data.pushes import Held
 from fanout.views import View
 from fanout.wire.messages import Mode, Relevance
@@ -71,12 +71,15 @@ class Subscription:
         deferred: times a due push waited for the connection to finish writing.
         moved_at: monotonic time of the last change of view (None: not dated).
         velocity: how fast the view moved at its last change (None: unknown or not moving).
+        coarse: its pushes go at coarser detail than asked, fitted to its link
+            (``relay.core.links``; ``transforms.coarser``).
     """
 
     __slots__ = (
         "asked",
         "client",
         "coalesced",
+        "coarse",
         "coverage_seen",
         "cursor",
         "deferred",
@@ -115,6 +118,7 @@ class Subscription:
         self.deferred = 0
         self.moved_at: float | None = None
         self.velocity: tuple[float, ...] | None = None
+        self.coarse = False
 
     def __repr__(self) -> str:
         return f"Subscription({self.client}, {self.sub}, {self.asked!r}, {self.phase})"
@@ -136,8 +140,8 @@ class Subscription:
 
     @property
     def shape(self) -> Shape:
-        """The resolved transform its rows are sent in."""
-        return self.asked.shape
+        """The resolved transform its rows are sent in (coarser while its link is fitted)."""
+        return coarser(self.asked.shape) if self.coarse else self.asked.shape
 
     @property
     def priority(self) -> int:

@@ -4,7 +4,8 @@ there, what it would acquire for it, which rules narrowed it, and what it would 
 Read-only: the residual is the kind's dry run of the planner (``DatasetKind.plan``), nothing is
 acquired; the view is narrowed as a subscriber holding ``rules`` would be (``relay.core.rules``).
 The cost is estimated from the rows inside the view now: a full push's bytes from encoding a
-sample of them, at most ``rate`` pushes a second. Asked for by ``GET /v1/admin/explain``
+sample of them, at most ``rate`` pushes a second, and what the links fitted to their drain
+rate would get of it (``relay.core.links``). Asked for by ``GET /v1/admin/explain``
 (``fanout explain --relay``); what each field means: docs/http.md, "Admin".
 """
 
@@ -16,6 +17,7 @@ import msgspec
 import numpy as np
 
 from fanout.errors import InvalidView
+from fanout.relay.core.links import Links
 from fanout.relay.core.rules import Rules, effective
 from fanout.relay.core.upstream import Primitive
 from fanout.relay.data.nulls import masked
@@ -30,10 +32,17 @@ SAMPLE = 256
 
 
 def explain(
-    parts: Parts, dataset: str, view: View, rules: Rules | None, rate: float
+    parts: Parts,
+    dataset: str,
+    view: View,
+    rules: Rules | None,
+    rate: float,
+    *,
+    links: tuple[Links, float] | None = None,
 ) -> dict[str, Any]:
     """The live EXPLAIN of ``view`` of ``dataset`` for a subscriber with ``rules`` (None: no
-    rules claim) asking ``rate`` pushes a second, as plain data.
+    rules claim) asking ``rate`` pushes a second, as plain data; with the relay's ``links``
+    and the time, what links fitted to their drain rate would get of it (``Links.fitting``).
 
     Raises:
         InvalidView: an unknown dataset, a relative view, or one the dataset does not take.
@@ -79,6 +88,7 @@ def explain(
             "pushes_per_second": rate,
             "bytes_per_second": per_push * rate,
         },
+        "links": None if links is None else links[0].fitting(per_push, rate, links[1]),
     }
 
 

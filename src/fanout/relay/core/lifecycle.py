@@ -4,7 +4,8 @@ Each phase in full (what parks it, what wakes it): docs/architecture.md, "Inside
 1. **Pending** from ``Subscribed`` until its first push, and whenever its next push is full.
 2. **Waiting for coverage** while ready primitives do not cover it: parked per dataset.
 3. **Blocked** while its connection is still writing: parked per connection, pushes coalesced.
-4. **Put off** while its connection has spent its share of SQL time (``throttle.Budgets``).
+4. **Put off** while its connection has spent its SQL time (``throttle.Budgets``) or its link's
+   bytes (``links``).
 5. **Waiting for the log** (``every``) while its next seq is neither held nor learnt.
 6. **Live** once a push or no-update went out; queued again at its rate.
 7. **Ended** on ``Unsubscribe``, its connection gone, or when it cannot be served: final.
@@ -163,7 +164,8 @@ class Lifecycle:
         self.scheduler.park(subscription.key, ("client", subscription.client))
 
     def over_budget(self, subscription: Subscription, until: float) -> None:
-        """Its connection spent its SQL share; served again at ``until`` (rule 4)."""
+        """Its connection spent its SQL share, or its link all it may take for now
+        (``relay.core.links``); served again at ``until`` (rule 4)."""
         self._move(subscription, Event.OVER_BUDGET)
         self.scheduler.defer(subscription.key, until)
 
@@ -216,6 +218,18 @@ class Lifecycle:
         if before is not None and before.epoch == stamp.epoch:
             subscription.coalesced += max(0, stamp.seq - before.seq - 1)
         subscription.held = held
+
+    def detail(self, subscription: Subscription, coarse: bool) -> None:
+        """Its pushes go at coarser detail than asked, or at the detail asked again
+        (``relay.core.links``, rule 5). Back at full detail, every row it holds goes again
+        (or its next push is the full view): they were sent coarser."""
+        subscription.coarse = coarse
+        if not coarse and subscription.held is not None:
+            held = subscription.held.refreshed()
+            if held is None:
+                self.restart(subscription, "detail")
+            else:
+                subscription.held = held
 
     def new_epoch(self, subscription: Subscription) -> None:
         """The publisher's epoch changed: every row it holds counts as updated at its next

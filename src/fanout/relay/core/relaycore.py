@@ -307,6 +307,7 @@ class RelayCore:
         self.lifecycle.writable(client)
         self._capabilities.pop(client, None)
         self.serving.budgets.forget(client)
+        self.serving.links.forget(client)
 
     def on_writable(self, client: int) -> bool:
         """A connection wrote everything it had: its waiting subscriptions may be served.

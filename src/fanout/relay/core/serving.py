@@ -11,8 +11,8 @@ Two things keep a round from holding the event loop, both measured by the caller
 starting pushes other than cheap ones once the round is ``out_of_time`` (the rest go back to
 the queue with their age; the turn's first push is always made, so every round gets something
 done), and a connection whose metered pushes (SQL, ``latest`` or ``every``) have taken more than
-their share of the loop has them put off (``relay.core.throttle.Budgets``); an ``every``
-subscription catches up afterwards, seq by seq, as any slow one does.
+their share of the loop has them put off (``relay.core.throttle.Budgets``). A ``latest`` push
+to a fitted link (``relay.core.links``) is cut alone at its detail: whole, creations alone, or off.
 """
 
 from __future__ import annotations
@@ -27,11 +27,12 @@ from fanout.relay.core.downstream import SubKey, Subscription
 from fanout.relay.core.every import EveryMode
 from fanout.relay.core.lifecycle import Lifecycle
 from fanout.relay.core.planner import as_region
+from fanout.relay.core.links import Fit, Links
 from fanout.relay.core.sends import Counters, Send
 from fanout.relay.core.throttle import Budgets
 from fanout.relay.core.transforms import EntityNotHeld
 from fanout.relay.data.buffers import Stamp
-from fanout.relay.data.pushes import encode_push
+from fanout.relay.data.pushes import Held, encode_push
 from fanout.relay.kinds import Cut, DatasetKind, Parts
 from fanout.wire.messages import Error, NoUpdate
 
@@ -50,6 +51,7 @@ class Serving:
 
     Attributes:
         budgets: each connection's share of the loop for metered (SQL) pushes.
+        links: each connection's link, and the pushes fitted to it.
     """
 
     def __init__(
@@ -67,6 +69,7 @@ class Serving:
         self._scheduler = lifecycle.scheduler
         self._every = every
         self.budgets = budgets
+        self.links = Links()
         self._counters = counters
         # A turn can be several frames (``every`` mode); what a stopped round did not yield of
         # it goes out first in the next round, so nothing decided is lost — unless its
@@ -91,6 +94,10 @@ class Serving:
         other than cheap ones.
         """
         self._unsent.extend((None, send) for send in first or ())
+        if self.links.refined:  # rows they hold at coarser detail go again (``_fitted``)
+            for client in self.links.take_refined():
+                coarse = (s.key for s in self._downstream.of_client(client) if s.coarse)
+                self._scheduler.wake_all(coarse)
         self._derive()
         self._scheduler.settle(now)
         popped: list[SubKey] = []
@@ -130,7 +137,8 @@ class Serving:
 
     def forget(self, key: SubKey) -> None:
         """Drop what a stopped round left to send to subscription ``key``, which ended (its
-        subscriber would get frames for a subscription it no longer has)."""
+        subscriber would get frames for a subscription it no longer has), and its link demand."""
+        self.links.forget(*key)
         if self._unsent:
             self._forgotten.add(key)
 
@@ -174,7 +182,12 @@ class Serving:
             if subscription.client in clients:
                 self._scheduler.requeue(sid)
                 continue
-            cheap = subscription.mode != "every" and kind.batched(subscription, located)
+            fitted = self._fitted(subscription, now)
+            if fitted is None:  # put off: its link has taken all it may for now
+                continue
+            cheap = (
+                not fitted and subscription.mode != "every" and kind.batched(subscription, located)
+            )
             if not cheap and pushed and out_of_time():
                 for rest in sids[at:]:
                     self._scheduler.requeue(rest)
@@ -194,7 +207,7 @@ class Serving:
             if subscription.mode == "every":
                 served.append(self._every.serve(subscription, kind, now))
             else:
-                served.append(self._push(subscription, kind, located, now))
+                served.append(self._push(subscription, kind, located, now, fitted))
             if kind.metered:  # its query's time, if one ran (not a result shared, nor syncs)
                 self.budgets.spend(subscription.client, kind.query_seconds() - before, now)
         self._push_together(together, served, now)
@@ -260,10 +273,57 @@ class Serving:
             self._lifecycle.judged(subscription, kind.covered(located), seen)
         return subscription.servable
 
+    def _fitted(self, subscription: Subscription, now: float) -> bool | None:
+        """Whether a subscription's pushes are fitted to its link (``latest`` ones of a fitted
+        link), at the detail the link takes; None if it is put off until its link takes more."""
+        links, client = self.links, subscription.client
+        if client not in links.fitted or subscription.mode != "latest":
+            if subscription.coarse:
+                self._lifecycle.detail(subscription, False)
+            return False
+        until = links.until(client, now)
+        if until is not None:
+            self._lifecycle.over_budget(subscription, until)
+            return None
+        if subscription.coarse != (coarse := links.coarse(client)):
+            self._lifecycle.detail(subscription, coarse)
+        return True
+
+    def _fit(
+        self, subscription: Subscription, found: Cut, now: float
+    ) -> tuple[Cut | None, float | None]:
+        """What of a cut push its fitted link takes now (``relay.core.links``, rule 4): the
+        push, its creations and deletions alone, or nothing; and when to push again (None:
+        when a new state comes, as after any push)."""
+        body, after = found
+        before, important = subscription.held, body.important()
+        whole = len(body.entered) + len(body.updated) + len(body.left)
+        alone = isinstance(before, Held) and isinstance(after, Held) and important is not None
+        verdict, again = self.links.fit(
+            subscription.client,
+            subscription.sub,
+            subscription.rate,
+            whole=whole,
+            important=whole - len(body.updated) if alone else 0,
+            now=now,
+        )
+        if verdict is Fit.WHOLE:
+            return found, None
+        if verdict is Fit.IMPORTANT:
+            assert important is not None and isinstance(before, Held) and isinstance(after, Held)
+            return (important, after.owing_moves(before)), again
+        return None, again
+
     def _push(
-        self, subscription: Subscription, kind: DatasetKind, located: Hashable, now: float
+        self,
+        subscription: Subscription,
+        kind: DatasetKind,
+        located: Hashable,
+        now: float,
+        fitted: bool = False,
     ) -> list[Send]:
-        """One push of a ``latest`` subscription; its end if it cannot be served."""
+        """One push of a ``latest`` subscription (``fitted`` to its link: ``_fit``); its end if
+        it cannot be served."""
         try:
             found = kind.cut(subscription, located)
         except EntityNotHeld as exc:
@@ -273,11 +333,20 @@ class Serving:
             return [Send(subscription.client, Error(exc.code, str(exc), ref=subscription.sub))]
         stamp = kind.state.buffer.stamp
         assert stamp is not None
+        again: float | None = None
+        if fitted and found is not None:
+            found, again = self._fit(subscription, found, now)
+            if found is None:
+                assert again is not None
+                self._lifecycle.over_budget(subscription, again)
+                return []
         send = self._deliver(subscription, stamp, found, now)
         step = kind.ticking(subscription.view)
         if step is None and found is not None and found[1].stale is not None:
             step = 0.0  # rows its rate tiers held back go at its rate (``tiering`` rule 4)
-        if step is not None and subscription.key in self._scheduler:  # time alone changes it
+        if again is not None and subscription.key in self._scheduler:  # its moves are owed
+            self._scheduler.defer(subscription.key, again)
+        elif step is not None and subscription.key in self._scheduler:  # time alone changes it
             self._scheduler.defer(subscription.key, now + max(1.0 / subscription.rate, step))
         return [] if send is None else [send]
 

@@ -15,6 +15,7 @@ equal view and shape share one encoding. :func:`apply`, in this order:
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Mapping, Sequence
 from typing import Literal, cast
@@ -122,6 +123,22 @@ def _check_entity(entity: int | str, info: DatasetInfo) -> None:
     if isinstance(entity, bool) or isinstance(entity, str) != key_is_str:
         kind = "a string" if key_is_str else "an integer"
         raise InvalidTransform(f"relative_to {entity!r}: keys of dataset {info.name!r} are {kind}")
+
+
+#: How much coarser ``coarser`` rounds a view that asked for rounding (its quantum times this).
+COARSER = 4.0
+
+
+@functools.cache
+def coarser(shape: Shape) -> Shape:
+    """``shape`` at coarser detail, for a link that cannot carry it (``relay.core.links``):
+    floating-point columns as ``float32``, rounded to ``COARSER`` times its quantum if it asked
+    for rounding. A ``fixed`` shape stays as it is: its quantum is its unit on the wire."""
+    if shape.precision == "fixed":
+        return shape
+    return msgspec.structs.replace(
+        shape, precision="float32", quantum=shape.quantum * COARSER, identity=False
+    )
 
 
 def apply(

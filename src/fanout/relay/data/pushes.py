@@ -72,6 +72,24 @@ class Held(msgspec.Struct, frozen=True, gc=False):
         """What determines ``keys`` and ``anchor`` (for sharing bodies)."""
         return (self.view, self.generation, self.seq, self.refresh)
 
+    def refreshed(self) -> Held | None:
+        """What to hold for every held row to go again at the next push, even from this same
+        state: its generation no buffer's, as ``owing_moves``'s (None: the next push must be
+        the full view)."""
+        generation = self.generation if self.generation < 0 else -1 - self.generation
+        return msgspec.structs.replace(self, generation=generation, refresh=True)
+
+    def owing_moves(self, before: Held) -> Held:
+        """What a subscriber holds after only the creations and deletions of the push that
+        made this (``Body.important``), holding ``before`` until then: these keys, and the
+        moves since ``before`` still owed (every held row's, if the anchor moved or ``before``
+        was to be refreshed). Its generation is no buffer's (``-1 - generation``), so its next
+        push is cut even from this same state."""
+        refresh = before.refresh or before.anchor != self.anchor
+        return msgspec.structs.replace(
+            self, generation=-1 - self.generation, seq=before.seq, refresh=refresh
+        )
+
 
 class Body(msgspec.Struct, frozen=True, gc=False):
     """The part of a push that does not depend on who receives it.
@@ -83,6 +101,8 @@ class Body(msgspec.Struct, frozen=True, gc=False):
         changes: rows entered + updated + keys left (0: a no-update).
         entered, updated, left: the encoded ``Columns`` of each.
         stale: keys changed but held back (``cut_positions``' ``due``); None: none held back.
+        updates: the rows in ``updated`` (0: not counted; only a counted push can send its
+            creations and deletions ahead of its moves, ``important``).
     """
 
     keys: Keys
@@ -93,6 +113,15 @@ class Body(msgspec.Struct, frozen=True, gc=False):
     updated: msgspec.Raw
     left: msgspec.Raw
     stale: Keys | None = None
+    updates: int = 0
+
+    def important(self) -> Body | None:
+        """Its creations and deletions alone, its moves left for a later push (None: it has
+        none of either, or its moves were not counted)."""
+        if not self.updates or self.changes == self.updates or self.full:
+            return None
+        changes = self.changes - self.updates
+        return msgspec.structs.replace(self, changes=changes, updated=NO_ROWS, updates=0)
 
 
 class PushFrame(msgspec.Struct, tag="push", tag_field="type", frozen=True):
@@ -194,6 +223,7 @@ def cut_positions(
         updated=_rows(table, updated, shape, anchor),
         left=encode_rows({table.key: left}),
         stale=stale if stale is not None and len(stale) else None,
+        updates=len(updated),
     )
 
 

@@ -36,6 +36,10 @@ class HeldRows(Held, frozen=True, gc=False):
         """What determines ``keys`` and ``digests`` (for sharing bodies)."""
         return (self.view, self.generations, self.seq)
 
+    def refreshed(self) -> Held | None:
+        """Rows are told apart by their digests: the next push must be the full view."""
+        return None
+
 
 def cut_rows(result: Result, key: str, shape: Shape, held: HeldRows | None) -> Body:
     """The push of ``result`` (rows keyed by column ``key``) for a subscriber holding ``held``."""

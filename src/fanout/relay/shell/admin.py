@@ -29,10 +29,12 @@ def top(core: RelayCore, count: int) -> list[Subscription]:
 
 
 def subscribers(
-    core: RelayCore, grants: Mapping[int, Grant], cpu_seconds: float, count: int
+    core: RelayCore, grants: Mapping[int, Grant], cpu_seconds: float, count: int, now: float
 ) -> dict[str, Any]:
     """``GET /v1/admin/subscribers``'s body: the top ``count`` subscriptions by bytes sent,
-    each with its accounting and its share of the relay's push CPU time."""
+    each with its accounting, its share of the relay's push CPU time, and its connection's
+    link as estimated at ``now`` (``relay.core.links``)."""
+    links = core.serving.links
     total = sum(s.sent_bytes for s in core.downstream)
     listed = [
         {
@@ -49,6 +51,8 @@ def subscribers(
             "coalesced": s.coalesced,
             "deferred": s.deferred,
             "cpu_seconds": cpu_seconds * s.sent_bytes / total if total else 0.0,
+            "coarse": s.coarse,
+            "link": links.report(s.client, now),
         }
         for s in top(core, count)
     ]
@@ -56,6 +60,11 @@ def subscribers(
         "subscriptions": len(core.downstream),
         "bytes": total,
         "push_cpu_seconds": cpu_seconds,
+        "links": {
+            "fitted": len(links.fitted),
+            "cut_to_creations": links.fitted_pushes,
+            "put_off": links.waited,
+        },
         "top": listed,
     }
 

@@ -8,8 +8,8 @@ aging, for the next round. A batch written meanwhile (``relay.shell.writer``) is
 round, and ends a round early: the next one starts from its state.
 
 Housekeeping, twice a second, releases spare primitives (of the relays below too), logs the
-relay's counts every ``stats_every`` seconds and closes subscribers that left a push unread for
-``stall_timeout`` seconds.
+relay's counts every ``stats_every`` seconds and closes subscribers that left a push (or, on a
+link it paces, a ping behind one: ``relay.core.links``) unread for ``stall_timeout`` seconds.
 """
 
 from __future__ import annotations
@@ -126,7 +126,8 @@ class Pump:
                 logged = now
                 stats = {**self._core.stats(), **self._relays.stats()}
                 log.info("relay %s: %s", config.name, stats)
-            for outbound in list(self._clients.open.values()):
-                stalled = outbound.stalled_for(now)
+            links = self._core.serving.links  # a paced link's ping unanswered: pushes unread
+            for client, outbound in list(self._clients.open.items()):
+                stalled = max(outbound.stalled_for(now), links.unread_for(client, now))
                 if stalled > config.limits.stall_timeout:
                     outbound.close(f"slow consumer: a push unread for {stalled:.0f} s")

@@ -276,6 +276,17 @@ class RelayServer:
                     self.upstream.send(send.data())
             elif (outbound := self.clients.open.get(send.to)) is not None:
                 outbound.offer(send.data(), send.control)
+                if not send.control:
+                    self._probe(send.to, outbound)
+
+    def _probe(self, client: int, outbound: Downstream) -> None:
+        """Ask a connection pushed to to acknowledge what it was sent, if its link's estimates
+        want a probe now (``relay.core.links``)."""
+        links, now = self.core.serving.links, asyncio.get_running_loop().time()
+        if links.pushed(client, now) and outbound.probe(
+            lambda at: links.acked(client, at, outbound.sent_bytes)
+        ):
+            links.probed(client, outbound.sent_bytes, now)
 
     def _for_below(self, sends: Iterable[Send]) -> None:
         """Dispatch what a relay below's frame made the core send (``cluster.sharing``:
@@ -396,11 +407,14 @@ class RelayServer:
         self, dataset: str, view: View, rules: Mapping[str, Sequence[str]] | None, rate: float
     ) -> dict[str, Any]:
         """A live EXPLAIN of ``view`` of ``dataset`` (``relay.core.explaining``)."""
-        return explaining.explain(self.core.parts, dataset, view, rules, rate)
+        now = asyncio.get_running_loop().time()
+        links = (self.core.serving.links, now)
+        return explaining.explain(self.core.parts, dataset, view, rules, rate, links=links)
 
     def subscribers(self, count: int) -> dict[str, Any]:
         """The ``count`` subscriptions sent the most bytes (``relay.shell.admin``)."""
-        return admin.subscribers(self.core, self.clients.grants, self.pump.push_cpu, count)
+        now = asyncio.get_running_loop().time()
+        return admin.subscribers(self.core, self.clients.grants, self.pump.push_cpu, count, now)
 
     def held(self) -> Mapping[str, int]:
         """The rows held of each dataset now: its active state buffer's (``relay_rows`` in
