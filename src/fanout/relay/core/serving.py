@@ -26,8 +26,8 @@ from fanout.relay.core import tiering
 from fanout.relay.core.downstream import SubKey, Subscription
 from fanout.relay.core.every import EveryMode
 from fanout.relay.core.lifecycle import Lifecycle
-from fanout.relay.core.planner import as_region
 from fanout.relay.core.links import Fit, Links
+from fanout.relay.core.planner import as_region
 from fanout.relay.core.sends import Counters, Send
 from fanout.relay.core.throttle import Budgets
 from fanout.relay.core.transforms import EntityNotHeld
