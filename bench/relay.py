@@ -57,6 +57,7 @@ import json
 import math
 import multiprocessing as mp
 import os
+import subprocess
 import sys
 import time
 from collections.abc import Callable
@@ -68,7 +69,7 @@ from typing import Any
 import numpy as np
 from picows import WSCloseCode, WSFrame, WSListener, WSMsgType, WSTransport, ws_connect
 
-from fanout.relay.config import RelayConfig, Upstream
+from fanout.relay.config import Process, RelayConfig, Upstream
 from fanout.relay.core.relaycore import Send
 from fanout.relay.shell.server import RelayServer
 from fanout.testing import cpu, frames
@@ -303,7 +304,7 @@ def run_trial(subscribers: int, args: argparse.Namespace, group: int = 1) -> Tri
         children.append(publisher)
         pub_url = pub_conn.recv()
         relay = RelayProcess(
-            RelayConfig(Upstream(pub_url), name="bench"),
+            RelayConfig(Upstream(pub_url), name="bench", process=Process(loop=args.loop)),
             log=log,
             instrument=instrument,
             profile=log.with_suffix(".prof") if args.profile else None,
@@ -326,10 +327,15 @@ def run_trial(subscribers: int, args: argparse.Namespace, group: int = 1) -> Tri
         for conn in client_conns:
             conn.send((start, end))
         samples = []
+        spy = None
         for moment in (start, end):
             time.sleep(max(0.0, moment - time.time()))
             pub_conn.send("cpu")
             samples.append((relay.sample(), pub_conn.recv(), cpu.machine()))
+            if args.spy and spy is None:
+                spy = spy_on(relay.process.pid, args.measure, Path(args.spy))
+        if spy is not None:
+            spy.wait(timeout=args.measure + 30)
         reports = [conn.recv() for conn in client_conns]
         swaps = relay.sample().report["swaps"]  # after the clients' drain: every swap of the window
         pub_conn.send("report")
@@ -345,6 +351,19 @@ def run_trial(subscribers: int, args: argparse.Namespace, group: int = 1) -> Tri
             if child.is_alive():
                 child.kill()
                 child.join()
+
+
+def spy_on(pid: int | None, seconds: float, output: Path) -> subprocess.Popen[bytes]:
+    """Sample the relay process's stacks with py-spy for ``seconds`` (the measurement window),
+    written to ``output`` as collapsed stacks (``.txt``, one line a stack with its count) or as a
+    flame graph (``.svg``). Non-blocking: py-spy reads the process's memory without stopping it,
+    so the relay's own CPU time is what it is without the profiler."""
+    assert pid is not None
+    kind = "flamegraph" if output.suffix == ".svg" else "raw"
+    command = [str(Path(sys.executable).with_name("py-spy")), "record", "--pid", str(pid)]
+    command += ["--duration", str(math.ceil(seconds)), "--rate", "250", "--nonblocking"]
+    command += ["--format", kind, "--output", str(output)]
+    return subprocess.Popen(command, stdout=subprocess.DEVNULL)
 
 
 @dataclass
@@ -475,6 +494,12 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="short windows, coarse search")
     parser.add_argument(
         "--profile", action="store_true", help="profile the relay (cProfile files next to logs)"
+    )
+    parser.add_argument(
+        "--loop", choices=("uvloop", "asyncio"), default="uvloop", help="the relay's event loop"
+    )
+    parser.add_argument(
+        "--spy", help="py-spy the relay over the window into this file (.txt collapsed, .svg)"
     )
     parser.add_argument("--only", type=int, help="run one trial with this N and print it")
     args = parser.parse_args()
