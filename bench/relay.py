@@ -39,8 +39,10 @@ seconds:
   shared machine), next to the one-minute ``load_average``;
 * ``relay_cpu_us_per_push``: the relay's CPU time (everything: ingest, housekeeping, socket
   writes) per push; ``pump_cpu_us_per_push``: the event loop thread's CPU time in rounds of
-  pushes (scheduling, cutting, transforming, encoding, queueing) per push. CPU time, unlike
-  latency, does not grow when other processes take the cores.
+  pushes (scheduling, cutting, transforming, encoding, queueing) per push;
+  ``pushes_per_round``: how many pushes a round of the pump served (what its own cost a round,
+  waiting for the next wake-up, is shared by). CPU time, unlike latency, does not grow when other
+  processes take the cores (contention for caches and the memory bus still shows in it).
 
 A trial passes when every subscriber got >= 95% of the ticks and p99_ms <= 100, and none was
 disconnected or sent an ``Error`` (``disconnected`` counts them). ``max_subscribers`` is the
@@ -118,16 +120,17 @@ def instrument(server: RelayServer) -> Callable[[], dict[str, Any]]:
         return sends
 
     core.end_epoch = recorded_end_epoch  # type: ignore[method-assign]
-    pumping = [0.0]  # CPU seconds the event loop's thread spent in rounds of pushes
+    pumping = [0.0, 0]  # CPU seconds the event loop's thread spent in rounds of pushes; rounds
     pump_round = server.pump.round
 
     def timed_pump_round(now: float) -> None:
         started = time.thread_time()
         pump_round(now)
         pumping[0] += time.thread_time() - started
+        pumping[1] += 1
 
     server.pump.round = timed_pump_round  # type: ignore[method-assign]
-    return lambda: {"swaps": list(swaps), "pump_cpu": pumping[0]}
+    return lambda: {"swaps": list(swaps), "pump_cpu": pumping[0], "pump_rounds": pumping[1]}
 
 
 # -- the subscribers --------------------------------------------------------------------------
@@ -280,6 +283,7 @@ class Trial:
     relay_cpu: float = 0.0
     relay_cpu_us_per_push: float = math.nan
     pump_cpu_us_per_push: float = math.nan
+    pushes_per_round: float = math.nan
     clients_cpu: float = 0.0
     publisher_cpu: float = 0.0
     bodies_shared_fraction: float = 0.0
@@ -435,6 +439,8 @@ def evaluate(trial: Trial, records: Records) -> Trial:
     trial.relay_cpu_us_per_push = relay_seconds / max(pushes, 1) * 1e6
     pump_seconds = relay_1.report["pump_cpu"] - relay_0.report["pump_cpu"]
     trial.pump_cpu_us_per_push = pump_seconds / max(pushes, 1) * 1e6
+    rounds = relay_1.report["pump_rounds"] - relay_0.report["pump_rounds"]
+    trial.pushes_per_round = pushes / max(rounds, 1)
     bodies = delta["bodies_cut"] + delta["bodies_shared"]
     trial.bodies_shared_fraction = delta["bodies_shared"] / max(bodies, 1)
     trial.relay_rows = after["rows"]
