@@ -305,6 +305,7 @@ def run_trial(subscribers: int, args: argparse.Namespace, group: int = 1) -> Tri
         pub_conn, pub_child = context.Pipe()
         publisher = context.Process(target=publisher_main, args=(pub_child, args.entities))
         publisher.start()
+        pub_child.close()
         children.append(publisher)
         pub_url = pub_conn.recv()
         relay = RelayProcess(
@@ -322,6 +323,7 @@ def run_trial(subscribers: int, args: argparse.Namespace, group: int = 1) -> Tri
             conn, child = context.Pipe()
             process = context.Process(target=clients_main, args=(child, url, mine, started))
             process.start()
+            child.close()  # a client process that fails ends its pipe (EOFError), not waited on
             children.append(process)
             client_conns.append(conn)
         for conn in client_conns:
@@ -502,7 +504,7 @@ def main() -> None:
         "--profile", action="store_true", help="profile the relay (cProfile files next to logs)"
     )
     parser.add_argument(
-        "--loop", choices=("uvloop", "asyncio"), default="uvloop", help="the relay's event loop"
+        "--loop", choices=("asyncio", "uvloop"), default="asyncio", help="the relay's event loop"
     )
     parser.add_argument(
         "--spy", help="py-spy the relay over the window into this file (.txt collapsed, .svg)"

@@ -114,9 +114,9 @@ def relay_parser(commands: Any, command: Command) -> None:
     parser.add_argument(
         "--loop",
         choices=("uvloop", "asyncio"),  # relay.config.EventLoop (not imported: --help stays fast)
-        default="uvloop",
-        help="the event loop the relay runs on: uvloop (compiled), or asyncio's own to compare"
-        " with (default: uvloop)",
+        default="asyncio",
+        help="the event loop the relay runs on: asyncio's own, or uvloop (compiled; measured in"
+        " docs/benchmarks/relay.md: no gain a push) (default: asyncio)",
     )
     limits = parser.add_argument_group(
         "limits", "what subscriber connections may take of the relay (docs/configuration.md)"

@@ -255,15 +255,17 @@ class Process:
             the 300,000 objects of 2,000 connections every 8-10 s, an 80-100 ms pause. At
             10,000 nearly all of them die young: the collector took 2-6% of its former time
             and never ran a full collection in a trial.
-        loop: the event loop the relay runs on (``relay.shell.loops``): ``uvloop`` (libuv's,
-            compiled: its reads, writes and callbacks cost less per push) or ``asyncio``
-            (Python's own, to compare with: docs/benchmarks.md, "Where a push's time goes").
+        loop: the event loop the relay runs on (``relay.shell.loops``): ``asyncio`` (Python's
+            own) or ``uvloop`` (libuv's, compiled). uvloop saved no CPU a push here (the socket
+            write's system call is most of the loop's share) and, beside the writer thread,
+            answered WebSocket handshakes seconds late under load (docs/benchmarks/relay.md,
+            "Where a push's time goes").
     """
 
     stats_every: float = 30.0
     switch_interval: float = 0.001
     young_collection: int = 10_000
-    loop: EventLoop = "uvloop"
+    loop: EventLoop = "asyncio"
 
     def __post_init__(self) -> None:
         if self.loop not in get_args(EventLoop):

@@ -1,8 +1,8 @@
-"""The relay's event loop: uvloop, or asyncio's own to compare with (``Process.loop``).
+"""The relay's event loop: asyncio's own, or uvloop (``Process.loop``, ``--loop``).
 
-A relay spends most of its time moving small frames between sockets and callbacks; uvloop does
-that in compiled code on libuv (docs/benchmarks.md, "Where a push's time goes", measures what it
-saves a push). The relay's code is the same on either: only the loop under it changes.
+The relay's code is the same on either: only the loop under it changes, so that what a compiled
+loop saves a push can be measured on the relay itself (docs/benchmarks/relay.md, "Where a push's
+time goes": nothing measurable, and handshakes answered late beside the writer thread).
 """
 
 from __future__ import annotations

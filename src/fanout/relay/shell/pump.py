@@ -98,7 +98,7 @@ class Pump:
         (uvloop's timers are whole milliseconds: never early, so the push is due when it fires).
 
         A timer that sets ``wake``, not ``asyncio.wait_for``: that made a task, a timeout and
-        their callbacks every round (docs/benchmarks.md, "Where a push's time goes").
+        their callbacks every round (docs/benchmarks/relay.md, "Where a push's time goes").
         """
         timer = None
         if delay is not None:
