@@ -104,7 +104,8 @@ CONNECT_CONCURRENCY = 32
 
 def instrument(server: RelayServer) -> Callable[[], dict[str, Any]]:
     """The relay process's only instrumentation (``fanout.testing.relays.Instrument``): when each
-    tick's state is swapped in, and the CPU time of the event loop's rounds of pushes."""
+    tick's state is swapped in, the CPU time of the event loop's rounds of pushes, and how many
+    rounds there were."""
     core = server.core
     swaps: list[tuple[int, float]] = []
     end_epoch = core.end_epoch
@@ -120,17 +121,18 @@ def instrument(server: RelayServer) -> Callable[[], dict[str, Any]]:
         return sends
 
     core.end_epoch = recorded_end_epoch  # type: ignore[method-assign]
-    pumping = [0.0, 0]  # CPU seconds the event loop's thread spent in rounds of pushes; rounds
+    # The pump times its rounds itself (``Pump.push_cpu``, two CPU clock reads a round, each a
+    # system call of several µs here): the benchmark reads that and only counts the rounds.
+    rounds = [0]
     pump_round = server.pump.round
 
-    def timed_pump_round(now: float) -> None:
-        started = time.thread_time()
+    def counted_pump_round(now: float) -> None:
         pump_round(now)
-        pumping[0] += time.thread_time() - started
-        pumping[1] += 1
+        rounds[0] += 1
 
-    server.pump.round = timed_pump_round  # type: ignore[method-assign]
-    return lambda: {"swaps": list(swaps), "pump_cpu": pumping[0], "pump_rounds": pumping[1]}
+    server.pump.round = counted_pump_round  # type: ignore[method-assign]
+    pump = server.pump
+    return lambda: {"swaps": list(swaps), "pump_cpu": pump.push_cpu, "pump_rounds": rounds[0]}
 
 
 # -- the subscribers --------------------------------------------------------------------------
@@ -309,7 +311,7 @@ def run_trial(subscribers: int, args: argparse.Namespace, group: int = 1) -> Tri
         children.append(publisher)
         pub_url = pub_conn.recv()
         relay = RelayProcess(
-            RelayConfig(Upstream(pub_url), name="bench", process=Process(loop=args.loop)),
+            RelayConfig(Upstream(pub_url), name="bench", **loop_given(args.loop)),
             log=log,
             instrument=instrument,
             profile=log.with_suffix(".prof") if args.profile else None,
@@ -370,6 +372,13 @@ def spy_on(pid: int | None, seconds: float, output: Path) -> subprocess.Popen[by
     command += ["--duration", str(math.ceil(seconds)), "--rate", "250", "--nonblocking"]
     command += ["--format", kind, "--output", str(output)]
     return subprocess.Popen(command, stdout=subprocess.DEVNULL)
+
+
+def loop_given(loop: str) -> dict[str, Process]:
+    """The relay's ``process`` section for ``--loop``; none for the default, so that this script
+    also runs a checkout from before ``Process.loop`` (``bench/checkouts.py``: one harness for
+    both sides of an A/B)."""
+    return {} if loop == "asyncio" else {"process": Process(loop=loop)}  # type: ignore[arg-type]
 
 
 @dataclass
