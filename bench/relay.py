@@ -97,6 +97,7 @@ TARGET_DELIVERED = 0.95
 TARGET_P99_MS = 100.0
 DRAIN = 1.5  # seconds after the window for its last pushes to arrive
 CONNECT_CONCURRENCY = 32
+HANDSHAKE = 60.0  # seconds a subscriber's opening handshake may take
 
 
 # -- the relay --------------------------------------------------------------------------------
@@ -158,7 +159,11 @@ class Subscriber(WSListener):
         self._parts = bytearray()
 
     async def open(self) -> None:
-        await ws_connect(lambda: self, self.url, max_frame_size=1 << 30)
+        # A loaded machine's relay takes long to accept 1,000 connections: the trial measures
+        # pushes, not connecting (picows' own handshake timeout is 5 s).
+        await ws_connect(
+            lambda: self, self.url, max_frame_size=1 << 30, websocket_handshake_timeout=HANDSHAKE
+        )
         await asyncio.wait_for(self.welcomed, 60)
         self._subscribe(self.route.step(time.time() - self.started))
 
