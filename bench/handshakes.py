@@ -7,7 +7,8 @@ subscribing as soon as it is welcomed, so that the relay pushes to the earlier o
 each tick on its writer thread) while the later ones connect. For each loop in turn
 (alternating, ``--runs`` times): the opening handshakes' p50, p90 and max (TCP connect to the
 101 answer), Hello to Welcome likewise, and handshakes that timed out (60 s). Prints one JSON
-object last (no results file: a diagnosis, docs/benchmarks/relay.md, "Where a push's time goes").
+object last; the committed one is ``bench/results/handshakes.json`` (docs/benchmarks/relay.md,
+"Where a push's time goes").
 """
 
 from __future__ import annotations
