@@ -24,7 +24,7 @@ STAGES = [
     ("shell: dispatch, framing, Outbound", "_dispatch"),
     ("core: schedule, cut, encode (Serving.serve)", "Serving.serve"),
     ("core: swap in, end the epoch", "_swap_in"),
-    ("pump: the round's own work (clocks, checks, waiting)", "Pump."),
+    ("pump: the round's own work (clocks, checks, waiting)", "Pump.r"),  # run, round
     ("reads: subscribers' frames and the upstream's batches", "data_received"),
     ("reads: subscribers' frames and the upstream's batches", "Handoff._lifecycle"),
     ("reads: subscribers' frames and the upstream's batches", "_read_ready"),
