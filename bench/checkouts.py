@@ -10,9 +10,13 @@ benchmark's output is its JSON object; ``--measure`` names the numbers compared 
 into that object, e.g. ``trials.0.relay_cpu_us_per_push``).
 
 Prints one JSON object: per checkout (its commit) and measure the median of the runs and the
-spread ((max - min) / median), and ``ratio`` = this checkout's median / the base's (below 1:
-this one is smaller, e.g. faster); the machine and a calibration score measured in the same run.
-Writes ``bench/results/checkouts-<script>.json`` unless ``--no-save``.
+spread ((max - min) / median), ``ratio`` = this checkout's median / the base's (below 1:
+this one is smaller, e.g. faster) and ``paired_ratio``, the median of each round's own ratio
+(the two runs of a round share the machine's load of that moment); the machine and a calibration
+score measured in the same run. ``--base-args`` and ``--this-args`` add arguments to one side
+only: ``--base . --base-args=--loop=asyncio`` compares two switches of this one checkout.
+Writes ``bench/results/checkouts-<script>.json`` (``--name``: ``checkouts-<name>.json``) unless
+``--no-save``.
 """
 
 from __future__ import annotations
@@ -93,6 +97,9 @@ def main() -> None:
     parser.add_argument("--base", type=Path, required=True, help="the checkout compared with")
     parser.add_argument("--runs", type=int, default=5)
     parser.add_argument("--measure", action="append", required=True, help="a dotted JSON path")
+    parser.add_argument("--base-args", default="", help="more arguments for the base's runs")
+    parser.add_argument("--this-args", default="", help="more arguments for this one's runs")
+    parser.add_argument("--name", help="results file checkouts-NAME.json (default: the script)")
     parser.add_argument("--no-save", action="store_true", help="do not write bench/results")
     parser.add_argument("script", nargs=argparse.REMAINDER, help="-- SCRIPT [ARGS...]")
     args = parser.parse_args()
@@ -101,13 +108,14 @@ def main() -> None:
         parser.error("name the benchmark script after --, e.g. -- relaycore.py")
     calibration = calibrate()
     checkouts = {"base": args.base.resolve(), "this": THIS}
+    extra = {"base": args.base_args.split(), "this": args.this_args.split()}
     values: dict[str, dict[str, list[float]]] = {
         name: {m: [] for m in args.measure} for name in checkouts
     }
     for round_ in range(args.runs):
         order = list(checkouts) if round_ % 2 == 0 else list(reversed(checkouts))
         for name in order:
-            result = run(checkouts[name], script)
+            result = run(checkouts[name], [*script, *extra[name]])
             for measure in args.measure:
                 values[name][measure].append(pick(result, measure))
             print(f"round {round_ + 1} {name}: {json.dumps(values[name])}", file=sys.stderr)
@@ -119,13 +127,24 @@ def main() -> None:
         m: round(compared["this"][m]["median"] / compared["base"][m]["median"], 3)
         for m in args.measure
     }
-    name = Path(script[0]).stem
+    paired = {
+        m: round(
+            statistics.median(
+                t / b for t, b in zip(*(values[n][m] for n in ("this", "base")), strict=True)
+            ),
+            3,
+        )
+        for m in args.measure
+    }
+    name = args.name or Path(script[0]).stem
     write_results(
         {
             "script": script,
+            "args": extra,
             "runs": args.runs,
             "checkouts": compared,
             "ratio": ratio,
+            "paired_ratio": paired,
             "machine": describe(),
             "calibration": calibration,
         },

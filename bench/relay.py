@@ -39,8 +39,10 @@ seconds:
   shared machine), next to the one-minute ``load_average``;
 * ``relay_cpu_us_per_push``: the relay's CPU time (everything: ingest, housekeeping, socket
   writes) per push; ``pump_cpu_us_per_push``: the event loop thread's CPU time in rounds of
-  pushes (scheduling, cutting, transforming, encoding, queueing) per push. CPU time, unlike
-  latency, does not grow when other processes take the cores.
+  pushes (scheduling, cutting, transforming, encoding, queueing) per push;
+  ``pushes_per_round``: how many pushes a round of the pump served (what its own cost a round,
+  waiting for the next wake-up, is shared by). CPU time, unlike latency, does not grow when other
+  processes take the cores (contention for caches and the memory bus still shows in it).
 
 A trial passes when every subscriber got >= 95% of the ticks and p99_ms <= 100, and none was
 disconnected or sent an ``Error`` (``disconnected`` counts them). ``max_subscribers`` is the
@@ -57,6 +59,7 @@ import json
 import math
 import multiprocessing as mp
 import os
+import subprocess
 import sys
 import time
 from collections.abc import Callable
@@ -68,7 +71,7 @@ from typing import Any
 import numpy as np
 from picows import WSCloseCode, WSFrame, WSListener, WSMsgType, WSTransport, ws_connect
 
-from fanout.relay.config import RelayConfig, Upstream
+from fanout.relay.config import Process, RelayConfig, Upstream
 from fanout.relay.core.relaycore import Send
 from fanout.relay.shell.server import RelayServer
 from fanout.testing import cpu, frames
@@ -94,6 +97,7 @@ TARGET_DELIVERED = 0.95
 TARGET_P99_MS = 100.0
 DRAIN = 1.5  # seconds after the window for its last pushes to arrive
 CONNECT_CONCURRENCY = 32
+HANDSHAKE = 60.0  # seconds a subscriber's opening handshake may take
 
 
 # -- the relay --------------------------------------------------------------------------------
@@ -101,7 +105,8 @@ CONNECT_CONCURRENCY = 32
 
 def instrument(server: RelayServer) -> Callable[[], dict[str, Any]]:
     """The relay process's only instrumentation (``fanout.testing.relays.Instrument``): when each
-    tick's state is swapped in, and the CPU time of the event loop's rounds of pushes."""
+    tick's state is swapped in, the CPU time of the event loop's rounds of pushes, and how many
+    rounds there were."""
     core = server.core
     swaps: list[tuple[int, float]] = []
     end_epoch = core.end_epoch
@@ -117,16 +122,18 @@ def instrument(server: RelayServer) -> Callable[[], dict[str, Any]]:
         return sends
 
     core.end_epoch = recorded_end_epoch  # type: ignore[method-assign]
-    pumping = [0.0]  # CPU seconds the event loop's thread spent in rounds of pushes
+    # The pump times its rounds itself (``Pump.push_cpu``, two CPU clock reads a round, each a
+    # system call of several µs here): the benchmark reads that and only counts the rounds.
+    rounds = [0]
     pump_round = server.pump.round
 
-    def timed_pump_round(now: float) -> None:
-        started = time.thread_time()
+    def counted_pump_round(now: float) -> None:
         pump_round(now)
-        pumping[0] += time.thread_time() - started
+        rounds[0] += 1
 
-    server.pump.round = timed_pump_round  # type: ignore[method-assign]
-    return lambda: {"swaps": list(swaps), "pump_cpu": pumping[0]}
+    server.pump.round = counted_pump_round  # type: ignore[method-assign]
+    pump = server.pump
+    return lambda: {"swaps": list(swaps), "pump_cpu": pump.push_cpu, "pump_rounds": rounds[0]}
 
 
 # -- the subscribers --------------------------------------------------------------------------
@@ -152,7 +159,11 @@ class Subscriber(WSListener):
         self._parts = bytearray()
 
     async def open(self) -> None:
-        await ws_connect(lambda: self, self.url, max_frame_size=1 << 30)
+        # A loaded machine's relay takes long to accept 1,000 connections: the trial measures
+        # pushes, not connecting (picows' own handshake timeout is 5 s).
+        await ws_connect(
+            lambda: self, self.url, max_frame_size=1 << 30, websocket_handshake_timeout=HANDSHAKE
+        )
         await asyncio.wait_for(self.welcomed, 60)
         self._subscribe(self.route.step(time.time() - self.started))
 
@@ -279,6 +290,7 @@ class Trial:
     relay_cpu: float = 0.0
     relay_cpu_us_per_push: float = math.nan
     pump_cpu_us_per_push: float = math.nan
+    pushes_per_round: float = math.nan
     clients_cpu: float = 0.0
     publisher_cpu: float = 0.0
     bodies_shared_fraction: float = 0.0
@@ -300,10 +312,11 @@ def run_trial(subscribers: int, args: argparse.Namespace, group: int = 1) -> Tri
         pub_conn, pub_child = context.Pipe()
         publisher = context.Process(target=publisher_main, args=(pub_child, args.entities))
         publisher.start()
+        pub_child.close()
         children.append(publisher)
         pub_url = pub_conn.recv()
         relay = RelayProcess(
-            RelayConfig(Upstream(pub_url), name="bench"),
+            RelayConfig(Upstream(pub_url), name="bench", **loop_given(args.loop)),
             log=log,
             instrument=instrument,
             profile=log.with_suffix(".prof") if args.profile else None,
@@ -317,6 +330,7 @@ def run_trial(subscribers: int, args: argparse.Namespace, group: int = 1) -> Tri
             conn, child = context.Pipe()
             process = context.Process(target=clients_main, args=(child, url, mine, started))
             process.start()
+            child.close()  # a client process that fails ends its pipe (EOFError), not waited on
             children.append(process)
             client_conns.append(conn)
         for conn in client_conns:
@@ -326,10 +340,15 @@ def run_trial(subscribers: int, args: argparse.Namespace, group: int = 1) -> Tri
         for conn in client_conns:
             conn.send((start, end))
         samples = []
+        spy = None
         for moment in (start, end):
             time.sleep(max(0.0, moment - time.time()))
             pub_conn.send("cpu")
             samples.append((relay.sample(), pub_conn.recv(), cpu.machine()))
+            if args.spy and spy is None:
+                spy = spy_on(relay.process.pid, args.measure, Path(args.spy))
+        if spy is not None:
+            spy.wait(timeout=args.measure + 30)
         reports = [conn.recv() for conn in client_conns]
         swaps = relay.sample().report["swaps"]  # after the clients' drain: every swap of the window
         pub_conn.send("report")
@@ -345,6 +364,26 @@ def run_trial(subscribers: int, args: argparse.Namespace, group: int = 1) -> Tri
             if child.is_alive():
                 child.kill()
                 child.join()
+
+
+def spy_on(pid: int | None, seconds: float, output: Path) -> subprocess.Popen[bytes]:
+    """Sample the relay process's stacks with py-spy for ``seconds`` (the measurement window),
+    written to ``output`` as collapsed stacks (``.txt``, one line a stack with its count) or as a
+    flame graph (``.svg``). Non-blocking: py-spy reads the process's memory without stopping it,
+    so the relay's own CPU time is what it is without the profiler."""
+    assert pid is not None
+    kind = "flamegraph" if output.suffix == ".svg" else "raw"
+    command = [str(Path(sys.executable).with_name("py-spy")), "record", "--pid", str(pid)]
+    command += ["--duration", str(math.ceil(seconds)), "--rate", "250", "--nonblocking"]
+    command += ["--format", kind, "--output", str(output)]
+    return subprocess.Popen(command, stdout=subprocess.DEVNULL)
+
+
+def loop_given(loop: str) -> dict[str, Process]:
+    """The relay's ``process`` section for ``--loop``; none for the default, so that this script
+    also runs a checkout from before ``Process.loop`` (``bench/checkouts.py``: one harness for
+    both sides of an A/B)."""
+    return {} if loop == "asyncio" else {"process": Process(loop=loop)}  # type: ignore[arg-type]
 
 
 @dataclass
@@ -416,6 +455,8 @@ def evaluate(trial: Trial, records: Records) -> Trial:
     trial.relay_cpu_us_per_push = relay_seconds / max(pushes, 1) * 1e6
     pump_seconds = relay_1.report["pump_cpu"] - relay_0.report["pump_cpu"]
     trial.pump_cpu_us_per_push = pump_seconds / max(pushes, 1) * 1e6
+    rounds = relay_1.report["pump_rounds"] - relay_0.report["pump_rounds"]
+    trial.pushes_per_round = pushes / max(rounds, 1)
     bodies = delta["bodies_cut"] + delta["bodies_shared"]
     trial.bodies_shared_fraction = delta["bodies_shared"] / max(bodies, 1)
     trial.relay_rows = after["rows"]
@@ -475,6 +516,12 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="short windows, coarse search")
     parser.add_argument(
         "--profile", action="store_true", help="profile the relay (cProfile files next to logs)"
+    )
+    parser.add_argument(
+        "--loop", choices=("asyncio", "uvloop"), default="asyncio", help="the relay's event loop"
+    )
+    parser.add_argument(
+        "--spy", help="py-spy the relay over the window into this file (.txt collapsed, .svg)"
     )
     parser.add_argument("--only", type=int, help="run one trial with this N and print it")
     args = parser.parse_args()

@@ -111,6 +111,13 @@ def relay_parser(commands: Any, command: Command) -> None:
         help="with --widen enclose: a side of the enclosure that must grow by d grows by"
         " (1 + this) * d (default: 0)",
     )
+    parser.add_argument(
+        "--loop",
+        choices=("uvloop", "asyncio"),  # relay.config.EventLoop (not imported: --help stays fast)
+        default="asyncio",
+        help="the event loop the relay runs on: asyncio's own, or uvloop (compiled; measured in"
+        " docs/benchmarks/relay.md: no gain a push) (default: asyncio)",
+    )
     limits = parser.add_argument_group(
         "limits", "what subscriber connections may take of the relay (docs/configuration.md)"
     )
@@ -274,7 +281,16 @@ def cluster_given(args: argparse.Namespace) -> dict[str, Any]:
 def run_relay(args: argparse.Namespace) -> int:
     """Run ``fanout relay`` with the parsed ``args`` (its settings not given as flags taken
     from the environment and ``--config``'s ``[relay]``: ``cli.settings``)."""
-    from fanout.relay.config import Cluster, Limits, Listening, Planning, RelayConfig, Upstream
+    from fanout.relay.config import (
+        Cluster,
+        Limits,
+        Listening,
+        Planning,
+        Process,
+        RelayConfig,
+        Upstream,
+    )
+    from fanout.relay.shell import loops
     from fanout.relay.shell.server import RelayServer
 
     args = settings.resolve(args.parser, args, "relay", args.config, os.environ)
@@ -301,6 +317,7 @@ def run_relay(args: argparse.Namespace) -> int:
         auth=cli_security.auth_config(args),
         cluster=cluster,
         mqtt=mqtt_config(args),
+        process=Process(loop=args.loop),
     )
     server = RelayServer(config)
     where = config.listening
@@ -308,7 +325,7 @@ def run_relay(args: argparse.Namespace) -> int:
     def ready(port: int) -> None:
         print(f"fanout relay ready {where.scheme}://{where.host}:{port}", flush=True)
 
-    asyncio.run(_until_stopped(server, ready))
+    loops.run(_until_stopped(server, ready), config.process.loop)
     return 0
 
 

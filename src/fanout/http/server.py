@@ -24,7 +24,7 @@ from collections.abc import Callable, Coroutine, Mapping
 from http import HTTPStatus
 from importlib import resources
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import h11
 
@@ -267,15 +267,15 @@ class PortConnection(asyncio.Protocol):
     # -- asyncio's side ---------------------------------------------------------------------
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.Transport)
-        self.transport = transport
+        # A stream's transport (uvloop's is not an ``asyncio.Transport`` subclass: no isinstance).
+        self.transport = cast(asyncio.Transport, transport)
         # Paused as soon as the kernel leaves bytes in the transport: a stream is idle (may
         # take the next push) only when it has written everything. asyncio's TLS transport
         # pauses at ``>=`` its high-water mark where the plain one pauses at ``>``: 0 would
         # pause it when empty and never resume.
-        transport.set_write_buffer_limits(1 if self._front.tls else 0)
+        self.transport.set_write_buffer_limits(1 if self._front.tls else 0)
         loop = asyncio.get_running_loop()
-        self._timer = loop.call_later(self._front._opening, transport.abort)
+        self._timer = loop.call_later(self._front._opening, self.transport.abort)
 
     def data_received(self, data: bytes) -> None:
         if self._taken and self._body is None:

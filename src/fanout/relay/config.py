@@ -14,6 +14,7 @@ import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Literal, get_args
 
 from fanout.auth import AuthConfig
 from fanout.cluster.settings import Cluster as Cluster  # noqa: PLC0414 (re-exported: a section of RelayConfig, owned by the cluster)
@@ -25,6 +26,9 @@ from fanout.relay.core.relaycore import MAX_SUBSCRIPTIONS
 from fanout.relay.core.scheduler import AGING
 from fanout.relay.core.throttle import CONTROL_BURST, CONTROL_SHARE, SQL_BURST, SQL_SHARE
 from fanout.relay.data.tables import QUERY_TIMEOUT
+
+#: The event loops a relay may run on (``Process.loop``).
+EventLoop = Literal["uvloop", "asyncio"]
 
 
 def _check(finite: Mapping[str, float], limits: list[tuple[str, bool, str, float]]) -> None:
@@ -251,11 +255,21 @@ class Process:
             the 300,000 objects of 2,000 connections every 8-10 s, an 80-100 ms pause. At
             10,000 nearly all of them die young: the collector took 2-6% of its former time
             and never ran a full collection in a trial.
+        loop: the event loop the relay runs on (``relay.shell.loops``): ``asyncio`` (Python's
+            own) or ``uvloop`` (libuv's, compiled). uvloop saved no CPU a push here (the socket
+            write's system call is most of the loop's share) and, beside the writer thread,
+            answered WebSocket handshakes seconds late under load (docs/benchmarks/relay.md,
+            "Where a push's time goes").
     """
 
     stats_every: float = 30.0
     switch_interval: float = 0.001
     young_collection: int = 10_000
+    loop: EventLoop = "asyncio"
+
+    def __post_init__(self) -> None:
+        if self.loop not in get_args(EventLoop):
+            raise ConfigError(f"loop: {self.loop!r} is not one of {', '.join(get_args(EventLoop))}")
 
 
 @dataclass(frozen=True)

@@ -20,6 +20,7 @@ from typing import Any
 
 from fanout.background import Background
 from fanout.relay.config import Listening, RelayConfig, Upstream
+from fanout.relay.shell import loops
 from fanout.relay.shell.server import RelayServer
 from fanout.testing import cpu
 from fanout.testing.ports import LOOPBACK
@@ -201,12 +202,13 @@ def _serve(pipe: Connection, job: _Job) -> None:
     """The relay process: serve, answer ``sample`` requests, end on ``stop``."""
     if job.log is not None:
         logging.basicConfig(filename=job.log, level=job.level)
+    main, loop = _relay_main(pipe, job.config, job.instrument), job.config.process.loop
     if job.profile is None:
-        asyncio.run(_relay_main(pipe, job.config, job.instrument))
+        loops.run(main, loop)
         return
     profiler = cProfile.Profile()
     try:
-        profiler.runcall(asyncio.run, _relay_main(pipe, job.config, job.instrument))
+        profiler.runcall(loops.run, main, loop)
     finally:
         profiler.dump_stats(job.profile)
 

@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import math
 import time
 from collections.abc import Callable, Iterable
 
@@ -74,18 +75,39 @@ class Pump:
         )
 
     async def run(self) -> None:
-        """Hand out due pushes round after round, until cancelled."""
+        """Hand out due pushes round after round, until cancelled.
+
+        Its clock is ``time.monotonic``, the loop's own clock (asyncio's ``loop.time()``), read
+        when it is needed: uvloop's ``loop.time()`` is libuv's, whole milliseconds read once a
+        turn of the loop, with which a push due within the millisecond was never due yet, and the
+        pump woke and found nothing to do, turn after turn, until the clock ticked over.
+        """
         loop = asyncio.get_running_loop()
         while True:
-            wakeup = self._core.next_wakeup(loop.time())
-            if wakeup is None or wakeup > loop.time():
-                timeout = None if wakeup is None else wakeup - loop.time()
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self._wake.wait(), timeout)
+            now = time.monotonic()
+            wakeup = self._core.next_wakeup(now)
+            if wakeup is None or wakeup > now:
+                await self._until_woken(loop, None if wakeup is None else wakeup - now)
             self._wake.clear()
             self._writer.advance()  # a batch written meanwhile is swapped in first
-            self.round(loop.time())
+            self.round(time.monotonic())
             await asyncio.sleep(0)  # let reads, writes and batches in between rounds
+
+    async def _until_woken(self, loop: asyncio.AbstractEventLoop, delay: float | None) -> None:
+        """Wait for ``wake``, or ``delay`` seconds if given, rounded up to whole milliseconds
+        (uvloop's timers are whole milliseconds: never early, so the push is due when it fires).
+
+        A timer that sets ``wake``, not ``asyncio.wait_for``: that made a task, a timeout and
+        their callbacks every round (docs/benchmarks/relay.md, "Where a push's time goes").
+        """
+        timer = None
+        if delay is not None:
+            timer = loop.call_later(math.ceil(delay * 1000) / 1000, self._wake.set)
+        try:
+            await self._wake.wait()
+        finally:
+            if timer is not None:
+                timer.cancel()
 
     def round(self, now: float) -> None:
         """Dispatch due pushes until there are none, the round's time budget is spent, or a
