@@ -27,6 +27,17 @@ os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
 
 
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Under pytest-xdist (``make test``: ``-n auto --dist loadgroup``) the tests that start real
+    processes (marked ``integration``) run one after another in one worker, as they were written
+    to: their waits assume one Spark publisher on the machine at a time. Every other module
+    goes whole to whichever worker is free."""
+    for item in items:
+        if item.get_closest_marker("integration") is not None:
+            item.add_marker(pytest.mark.xdist_group("processes"))
+
+
 @pytest.fixture(scope="session")
 def spark() -> Iterator[object]:
     """A local[2] SparkSession with the UI off and few shuffle partitions."""

@@ -106,6 +106,7 @@ async def ticks_received(publisher: ScriptedPublisher, view: LiveView, url: str,
     return sum(1 for tick in range(first + 1, first + TICKS + 1) if tick in ticks)
 
 
+@pytest.mark.integration  # a relay and a crowd in processes of their own, timed by the ticks
 async def test_a_thousand_idle_and_a_thousand_misbehaving_connections_leave_one_served() -> None:
     enough_files()
     async with relay_process() as (publisher, url), connect(url) as subscriber:
