@@ -1,0 +1,218 @@
+// The protocol's test vectors (spec/vectors/*.json, spec/README.md): the frames a subscriber
+// receives decode to their meaning, malformed ones are refused as protocol errors and newer
+// peers' ones accepted; the frames it sends encode to their meaning. Vectors of the publisher's
+// links (to_publisher, from_publisher) are not a subscriber's business: skipped, saying so.
+import assert from "node:assert/strict";
+import { readdirSync, readFileSync } from "node:fs";
+import { test } from "node:test";
+import { decode as unpack } from "@msgpack/msgpack";
+import {
+  CalendarDate, ClientCore, Decimal, HandshakeRefused, ProtocolError, SubscriptionError, Timestamp,
+  checkWelcome, decode, decodeColumns, encode, hello,
+} from "../dist/index.js";
+
+const FOLDER = new URL("../../../spec/vectors/", import.meta.url);
+const hex = (text) => Uint8Array.from(text.match(/../g) ?? [], (h) => parseInt(h, 16));
+const toHex = (bytes) => Array.from(bytes, (b) => b.toString(16).padStart(2, "0")).join("");
+
+/** The directions whose frames a subscriber never sees nor sends, and why. */
+const SKIPPED = {
+  to_publisher: "frames relays, readers and producers send the publisher: not a subscriber's",
+  from_publisher: "frames the publisher sends relays and readers: not a subscriber's",
+};
+
+/** Fields a frame's typed form holds when the bytes leave them out (fanout.wire.messages). */
+const DEFAULTS = {
+  hello: { name: "", capabilities: [], resume: {}, token: "" },
+  subscribe: {
+    rate: 10, priority: 0, transform: null, mode: "latest", resume: null, stay: false, relevance: null, transduce: null,
+  },
+  welcome: { datasets: {} },
+  error: { ref: null, location: null },
+};
+const TRANSFORM = { columns: null, precision: "float64", quantum: 0, relative_to: null };
+const RELEVANCE = { tiers: [], focus: null, priority_from: "given" };
+const TRANSDUCE = { params: {} };
+
+/** A msgpack value (decoded with bigints) in the spec's JSON rendering. */
+function rendered(value) {
+  if (value instanceof Uint8Array) return { $bin: toHex(value) };
+  if (typeof value === "bigint") return Number.isSafeInteger(Number(value)) ? Number(value) : value;
+  if (typeof value === "number" && !Number.isFinite(value)) return { $float: String(value) };
+  if (Array.isArray(value)) return value.map(rendered);
+  if (value !== null && typeof value === "object") {
+    return Object.fromEntries(Object.entries(value).map(([k, v]) => [k, rendered(v)]));
+  }
+  return value;
+}
+
+/** The spec's JSON rendering read back as values the client sends (`$bin`: Uint8Array). */
+function unrendered(value) {
+  if (Array.isArray(value)) return value.map(unrendered);
+  if (value === null || typeof value !== "object") return value;
+  if ("$bin" in value) return hex(value.$bin);
+  if ("$float" in value) return Number(value.$float);
+  return Object.fromEntries(Object.entries(value).map(([k, v]) => [k, unrendered(v)]));
+}
+
+/** A rendered frame with every default a typed decoder fills in (spec/README.md, `frame`). */
+function typed(frame) {
+  const out = { ...DEFAULTS[frame.type], ...frame };
+  if (out.type === "subscribe") {
+    if (out.transform !== null) out.transform = { ...TRANSFORM, ...out.transform };
+    if (out.relevance !== null) out.relevance = { ...RELEVANCE, ...out.relevance };
+    if (out.transduce !== null) out.transduce = { ...TRANSDUCE, ...out.transduce };
+  }
+  return out;
+}
+
+/** A decoded value in the spec's row rendering (`rows` of a vector). */
+function cell(value) {
+  if (value instanceof Timestamp) return value.toMicrosISOString();
+  if (value instanceof CalendarDate) return value.toString();
+  if (value instanceof Decimal) return value.text;
+  return rendered(value);
+}
+
+/** Each Columns field of `frame` decoded: field -> column -> values, as `rows` renders them. */
+function rowsOf(frame, fields) {
+  return Object.fromEntries(fields.map((field) => {
+    const columns = decodeColumns(frame[field]);
+    return [field, Object.fromEntries([...columns].map(([name, values]) => [name, values.map(cell)]))];
+  }));
+}
+
+/** A core whose hello was answered and which holds subscription 1, keyed by `key`. */
+function holding(key) {
+  const core = new ClientCore();
+  const asked = { dataset: "agents", view: { kind: "box", lo: [0, 0], hi: [1, 1] }, rate: 10, priority: 0, transform: null, mode: "every" };
+  core.subscribe(asked);
+  core.receive({ type: "subscribed", sub: 1, key, columns: [key] }, 0);
+  return [core, core.view(1)];
+}
+
+/** Each direction's vector files, by kind ("", "compatible_", "malformed_"). */
+const files = readdirSync(FOLDER).filter((name) => name.endsWith(".json")).sort();
+const ran = new Map(); // file -> vectors checked
+
+/** Register `check` as one test per vector of `file`, counting them. */
+function each(file, check) {
+  const { vectors } = JSON.parse(readFileSync(new URL(file, FOLDER)));
+  ran.set(file, vectors.length);
+  for (const vector of vectors) test(`vectors: ${file.replace(".json", "")} ${vector.name}`, () => check(vector));
+}
+
+/** A frame a subscriber receives decodes to its meaning (and its rows, when it has any). */
+function receives(vector) {
+  const frame = decode(hex(vector.hex));
+  assert.deepEqual(rendered(frame), typed(vector.decoded));
+  if (vector.rows !== undefined) assert.deepEqual(rowsOf(frame, Object.keys(vector.rows)), vector.rows);
+  if (frame.type === "welcome") assert.equal(checkWelcome(frame), frame);
+}
+
+/** A newer relay's frame is accepted: the typed frame holds every field, unknown ones gone. */
+function acceptsNewer(vector) {
+  const frame = decode(hex(vector.hex));
+  assert.deepEqual(rendered(frame), vector.frame);
+  if (frame.type === "welcome") assert.equal(checkWelcome(frame), frame);
+  if (frame.type === "push") {
+    const [core, view] = holding("id");
+    core.receive(frame, 0);
+    assert.deepEqual([...view.rows.keys()], rowsOf(frame, ["entered"]).entered.id ?? []);
+  }
+}
+
+/**
+ * A malformed frame is refused as a protocol error, and no row of it is applied: as the first
+ * frame, the handshake fails with a ProtocolError (not a relay's refusal); after it, the frame
+ * is a ProtocolError, which the shell turns into SubscriptionError `protocol` for every view.
+ */
+function refuses(vector) {
+  assert.deepEqual(vector.expect, { refuse: "protocol" });
+  const bytes = hex(vector.hex);
+  const isProtocolError = (e) => e instanceof ProtocolError && !(e instanceof HandshakeRefused);
+  if (!vector.after_hello) {
+    assert.throws(() => checkWelcome(decode(bytes)), isProtocolError);
+    return;
+  }
+  const [core, view] = holding(vector.context?.key ?? "id");
+  core.receive({ type: "push", sub: 1, epoch: 1, seq: 0, tick: 0, tick_time: 0, full: true,
+    entered: { length: 1, columns: [[view.key, "<i8", hex("0900000000000000")]] },
+    updated: { length: 0, columns: [] }, left: { length: 0, columns: [] } }, 0);
+  const before = [...view.rows];
+  assert.throws(() => core.receiveData(bytes, 1), isProtocolError);
+  if (vector.context === undefined) {
+    // Without a key to hold, the columnar rules alone refuse it (not its rows' lacking one).
+    assert.throws(() => ["entered", "updated", "left"].forEach((field) => decodeColumns(decode(bytes)[field])), isProtocolError);
+  }
+  assert.deepEqual([...view.rows], before);
+  core.fail(new SubscriptionError("protocol", "the shell's answer to a ProtocolError (subscriber.ts)"));
+  assert.equal(view.error.code, "protocol");
+}
+
+/**
+ * A frame a subscriber sends: the client's encoder writes its meaning (values compared, not
+ * bytes: fanout's encoder leaves defaults out and JavaScript has no float 1.0); the frames the
+ * client builds itself (hello, subscribe, unsubscribe) are built from the meaning's arguments.
+ */
+function sends(vector) {
+  const meaning = vector.decoded ?? vector.frame;
+  if (vector.decoded !== undefined) assert.deepEqual(rendered(unpack(hex(vector.hex), { useBigInt64: true })), vector.decoded);
+  const written = rendered(unpack(encode(unrendered(meaning)), { useBigInt64: true }));
+  assert.deepEqual(typed(written), typed(meaning));
+  const built = builtBy(typed(meaning));
+  if (built !== null) assert.deepEqual(typed(rendered(unpack(encode(built), { useBigInt64: true }))), typed(meaning));
+}
+
+/** The frame as the client's own API makes it, or null where the API takes other inputs. */
+function builtBy(frame) {
+  switch (frame.type) {
+    case "hello":
+      return hello({ name: frame.name, capabilities: frame.capabilities, token: frame.token });
+    case "subscribe": {
+      // A resume token is a held view's; a transducer the TypeScript client does not ask for yet.
+      if (frame.resume !== null || frame.transduce !== null) return null;
+      const { dataset, view, rate, priority, transform, mode, relevance, stay } = frame;
+      const core = new ClientCore();
+      for (let sub = 1; sub < frame.sub; sub++) core.withdraw(core.subscribe({ dataset, view, rate, priority, transform, mode }).sub);
+      return core.subscribe({ dataset, view, rate, priority, transform, mode, relevance }, { stay });
+    }
+    case "unsubscribe": {
+      const [core, view] = holding("id");
+      for (let sub = 2; sub <= frame.sub; sub++) core.receive({ type: "subscribed", sub: core.subscribe(view.asked).sub, key: "id", columns: [] }, 0);
+      return core.unsubscribe(core.view(frame.sub));
+    }
+    default:
+      return null; // publish: its columns are checked by encode above and by columns.test.mjs
+  }
+}
+
+const CHECKS = {
+  to_subscriber: receives,
+  compatible_to_subscriber: acceptsNewer,
+  malformed_to_subscriber: refuses,
+  to_relay: sends,
+  compatible_to_relay: sends,
+};
+
+for (const file of files) {
+  const name = file.replace(".json", "");
+  const direction = name.replace(/^(compatible|malformed)_/, "");
+  if (direction in SKIPPED) {
+    test(`vectors: ${name} skipped: ${SKIPPED[direction]}`, { skip: SKIPPED[direction] }, () => {});
+  } else if (name in CHECKS) {
+    each(file, CHECKS[name]);
+  } else if (name === "malformed_to_relay") {
+    // The relay's answers to bad frames (Error{code, ref}, close codes): a relay's business.
+    test(`vectors: ${name} skipped: how a relay answers bad frames, not a client's`, { skip: true }, () => {});
+  } else {
+    test(`vectors: ${file} is a direction this test knows`, () => assert.fail(`unknown vector file ${file}`));
+  }
+}
+
+test("vectors: every file the client is concerned with ran, not vacuously", () => {
+  assert.deepEqual([...ran.keys()].sort(), Object.keys(CHECKS).map((n) => `${n}.json`).sort());
+  const total = [...ran.values()].reduce((a, b) => a + b, 0);
+  assert.ok(total >= 40, `only ${total} vectors ran`);
+  for (const [file, count] of ran) assert.ok(count > 0, `${file} holds no vector`);
+});
