@@ -5,10 +5,10 @@
 import assert from "node:assert/strict";
 import { readdirSync, readFileSync } from "node:fs";
 import { test } from "node:test";
-import { decode as unpack } from "@msgpack/msgpack";
+import { decode as unpack, encode as pack } from "@msgpack/msgpack";
 import {
   CalendarDate, ClientCore, Decimal, HandshakeRefused, ProtocolError, SubscriptionError, Timestamp,
-  checkWelcome, decode, decodeColumns, encode, hello,
+  box, checkWelcome, connect, decode, decodeColumns, encode, hello,
 } from "../dist/index.js";
 
 const FOLDER = new URL("../../../spec/vectors/", import.meta.url);
@@ -123,31 +123,69 @@ function acceptsNewer(vector) {
 }
 
 /**
- * A malformed frame is refused as a protocol error, and no row of it is applied: as the first
- * frame, the handshake fails with a ProtocolError (not a relay's refusal); after it, the frame
- * is a ProtocolError, which the shell turns into SubscriptionError `protocol` for every view.
+ * A relay over an in-memory WebSocket (no sockets): answers the hello with `first` (default a
+ * welcome), a subscribe with `subscribed` keyed by `key` and a full push of key 9.
  */
-function refuses(vector) {
+function scriptedRelay(key, first = null) {
+  const frame = (fields) => pack(fields, { useBigInt64: true });
+  return class {
+    constructor() {
+      this.closedWith = null;
+      setImmediate(() => this.onopen?.({}));
+      scriptedRelay.last = this;
+    }
+    send(data) {
+      const message = unpack(data, { useBigInt64: true });
+      if (message.type === "hello") {
+        this.deliver(first ?? frame({ type: "welcome", version: 1, server: "r", session: "s", datasets: { agents: "space" } }));
+      } else if (message.type === "subscribe") {
+        const sub = Number(message.sub);
+        this.deliver(frame({ type: "subscribed", sub, key, columns: [key] }));
+        this.deliver(frame({ type: "push", sub, epoch: 1, seq: 0, tick: 0, tick_time: 0, full: true,
+          entered: { length: 1, columns: [[key, "<i8", hex("0900000000000000")]] },
+          updated: { length: 0, columns: [] }, left: { length: 0, columns: [] } }));
+      }
+    }
+    deliver(bytes) {
+      setImmediate(() => this.onmessage?.({ data: bytes.slice().buffer }));
+    }
+    close(code = 1000) {
+      this.closedWith ??= code;
+    }
+  };
+}
+
+/**
+ * A malformed frame is refused as a protocol error, and no row of it is applied: as the first
+ * frame, `connect` fails with a ProtocolError (not a relay's refusal, HandshakeRefused); after
+ * it, every view of the connection ends with SubscriptionError `protocol`, its rows as they
+ * were, and the client closes the WebSocket with 1002 (protocol error).
+ */
+async function refuses(vector) {
   assert.deepEqual(vector.expect, { refuse: "protocol" });
   const bytes = hex(vector.hex);
   const isProtocolError = (e) => e instanceof ProtocolError && !(e instanceof HandshakeRefused);
+  const key = vector.context?.key ?? "id";
   if (!vector.after_hello) {
-    assert.throws(() => checkWelcome(decode(bytes)), isProtocolError);
+    await assert.rejects(connect("ws://relay", { WebSocket: scriptedRelay(key, bytes) }), isProtocolError);
+    assert.equal(scriptedRelay.last.closedWith, 1002);
     return;
   }
-  const [core, view] = holding(vector.context?.key ?? "id");
-  core.receive({ type: "push", sub: 1, epoch: 1, seq: 0, tick: 0, tick_time: 0, full: true,
-    entered: { length: 1, columns: [[view.key, "<i8", hex("0900000000000000")]] },
-    updated: { length: 0, columns: [] }, left: { length: 0, columns: [] } }, 0);
+  const subscriber = await connect("ws://relay", { WebSocket: scriptedRelay(key) });
+  const socket = scriptedRelay.last;
+  const view = await subscriber.subscribe("agents", box([0, 0], [1, 1]), { mode: "every" });
+  while (view.seq < 0) await new Promise((r) => setImmediate(r));
   const before = [...view.rows];
-  assert.throws(() => core.receiveData(bytes, 1), isProtocolError);
+  assert.deepEqual(before.map(([k]) => k), [9]);
+  socket.deliver(bytes);
+  await subscriber.closed;
+  assert.equal(socket.closedWith, 1002);
+  assert.ok(view.error instanceof SubscriptionError && view.error.code === "protocol", String(view.error));
+  assert.deepEqual([...view.rows], before);
   if (vector.context === undefined) {
     // Without a key to hold, the columnar rules alone refuse it (not its rows' lacking one).
     assert.throws(() => ["entered", "updated", "left"].forEach((field) => decodeColumns(decode(bytes)[field])), isProtocolError);
   }
-  assert.deepEqual([...view.rows], before);
-  core.fail(new SubscriptionError("protocol", "the shell's answer to a ProtocolError (subscriber.ts)"));
-  assert.equal(view.error.code, "protocol");
 }
 
 /**
