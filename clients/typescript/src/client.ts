@@ -127,8 +127,9 @@ export class Client {
   private async rehold(view: LiveView, urls: string[], why: "moved" | "failover"): Promise<void> {
     const options: SubscribeOptions = {
       rate: view.rate, priority: view.priority, transform: view.transform, mode: view.mode,
-      relevance: view.state.asked.relevance ?? null,
-      resume: view.mode === "every" ? view : null, into: view, stay: why === "moved",
+      relevance: view.state.asked.relevance ?? null, transduce: view.state.asked.transduce ?? null,
+      // a transduced view starts again (a full push): its window was at the relay it left
+      resume: view.mode === "every" && !view.state.asked.transduce ? view : null, into: view, stay: why === "moved",
     };
     let delay = this.options.delay ?? 0.25;
     for (let round = 0; !this.closing && !view.ended; round++) {

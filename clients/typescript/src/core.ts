@@ -119,6 +119,7 @@ export class ClientCore {
     return {
       type: "subscribe", sub, dataset: asked.dataset, view: asked.view, rate: asked.rate, priority: asked.priority,
       transform: asked.transform, mode: asked.mode, resume: token, stay, relevance: asked.relevance ?? null,
+      transduce: asked.transduce ?? null,
     };
   }
 
@@ -130,6 +131,7 @@ export class ClientCore {
     return {
       type: "subscribe", sub: state.sub, dataset: asked.dataset, view, rate: state.asked.rate, priority: asked.priority,
       transform: asked.transform, mode: asked.mode, resume: null, stay: false, relevance: asked.relevance ?? null,
+      transduce: asked.transduce ?? null, // left out, the relay would refuse the change
     };
   }
 

@@ -56,6 +56,17 @@ export interface Subscribe {
   stay: boolean;
   /** Rate tiers by distance from the view's focus and a priority from its rows (region views). */
   relevance?: Relevance | null;
+  /** A transducer the relay runs over the pushes, which then carry its output. */
+  transduce?: Transduce | null;
+}
+/**
+ * A transducer the relay runs over a subscription's pushes (fanout.wire.messages.Transduce,
+ * docs/transducers.md): `window` (SQL over the view's last ticks) or one the relay installed.
+ */
+export interface Transduce {
+  name: string;
+  /** `window`'s: `query`, `ticks`, `key`. */
+  params?: Record<string, unknown>;
 }
 /** Beyond `beyond` from the focus, an entity is sent on one push in `every`. */
 export interface Tier { beyond: number; every: number }

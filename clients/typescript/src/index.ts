@@ -9,7 +9,7 @@ export { Client, MAX_HOPS, type ClientOptions } from "./client.js";
 export { decodeColumns, encodeColumns, keyColumn, validity, packBytes, type Columns, type WireColumns, type WireColumn } from "./columns.js";
 export { ClientCore, checkWelcome, hello, type Event, type HelloOptions } from "./core.js";
 export { ConnectionFailed, FanoutError, HandshakeRefused, InvalidView, ProtocolError, SubscriptionError } from "./errors.js";
-export { decode, encode, PROTOCOL_VERSION, type Mode, type Precision, type Relevance, type Resume, type Tier, type ToRelay, type ToSubscriber, type Transform } from "./frames.js";
+export { decode, encode, PROTOCOL_VERSION, type Mode, type Precision, type Relevance, type Resume, type Tier, type ToRelay, type ToSubscriber, type Transduce, type Transform } from "./frames.js";
 export { LiveView } from "./liveview.js";
 export { connect, Subscriber, type ConnectOptions, type SubscribeOptions, type WebSocketClass, type WebSocketLike } from "./subscriber.js";
 export { CalendarDate, Decimal, Timestamp, type Key, type Row, type Value } from "./values.js";

@@ -11,7 +11,7 @@
 
 import { ClientCore, checkWelcome, hello, type Event, type HelloOptions } from "./core.js";
 import { ConnectionFailed, ProtocolError, SubscriptionError } from "./errors.js";
-import { decode, encode, type Mode, type Relevance, type ToRelay, type Transform } from "./frames.js";
+import { decode, encode, type Mode, type Relevance, type ToRelay, type Transduce, type Transform } from "./frames.js";
 import { LiveView, type Holder } from "./liveview.js";
 import type { Row, Value } from "./values.js";
 import type { View } from "./views.js";
@@ -57,6 +57,8 @@ export interface SubscribeOptions {
   into?: LiveView | null;
   /** A region view's rate tiers by distance from its focus, and its priority from its rows. */
   relevance?: Relevance | null;
+  /** A transducer the relay runs over the pushes, which then carry its output (docs/transducers.md). */
+  transduce?: Transduce | null;
 }
 
 const now = () => Date.now() / 1000;
@@ -121,6 +123,7 @@ export class Subscriber implements Holder {
     const asked = {
       dataset, view, rate: options.rate ?? 10, priority: options.priority ?? 0,
       transform: options.transform ?? null, mode: options.mode ?? "latest", relevance: options.relevance ?? null,
+      transduce: options.transduce ?? null,
     };
     const request = this.core.subscribe(asked, {
       resume: options.resume?.state ?? null, stay: options.stay ?? false, into: options.into?.state ?? null,

@@ -15,7 +15,7 @@
 
 import { decodeColumns, encodeColumns, keyColumn, type Columns } from "./columns.js";
 import { ProtocolError, SubscriptionError } from "./errors.js";
-import type { Mode, NoUpdate, Push, Relevance, Resume, Transform } from "./frames.js";
+import type { Mode, NoUpdate, Push, Relevance, Resume, Transduce, Transform } from "./frames.js";
 import type { Key, Row } from "./values.js";
 import type { View } from "./views.js";
 
@@ -28,6 +28,7 @@ export interface Asked {
   readonly transform: Transform | null;
   readonly mode: Mode;
   readonly relevance?: Relevance | null;
+  readonly transduce?: Transduce | null;
 }
 
 /** One push (or no-update) of a view, as received. */

@@ -158,3 +158,13 @@ test("core: a view's relevance (rate tiers, priority from its rows) goes with it
   assert.deepEqual(core.change(core.view(request.sub), box([5, 5], [15, 15])).relevance, relevance);
   assert.equal(core.subscribe(asked()).relevance, null);
 });
+
+test("core: a view's transducer goes with its subscribe and its changes (a relay refuses changing it)", () => {
+  const core = new ClientCore();
+  const transduce = { name: "window", params: { query: "SELECT floor(x) AS cell, count(*) AS n FROM history GROUP BY cell", ticks: 10 } };
+  const request = core.subscribe({ ...asked("every"), transduce });
+  assert.deepEqual(request.transduce, transduce);
+  core.receiveData(frame({ type: "subscribed", sub: request.sub, key: "cell", columns: ["cell", "n"] }), 0);
+  assert.deepEqual(core.change(core.view(request.sub), box([5, 5], [15, 15])).transduce, transduce);
+  assert.equal(core.subscribe(asked()).transduce, null);
+});

@@ -208,12 +208,11 @@ function builtBy(frame) {
     case "hello":
       return hello({ name: frame.name, capabilities: frame.capabilities, token: frame.token });
     case "subscribe": {
-      // A resume token is a held view's; a transducer the TypeScript client does not ask for yet.
-      if (frame.resume !== null || frame.transduce !== null) return null;
-      const { dataset, view, rate, priority, transform, mode, relevance, stay } = frame;
+      if (frame.resume !== null) return null; // a resume token is a held view's (core.test.mjs)
+      const { dataset, view, rate, priority, transform, mode, relevance, transduce, stay } = frame;
       const core = new ClientCore();
       for (let sub = 1; sub < frame.sub; sub++) core.withdraw(core.subscribe({ dataset, view, rate, priority, transform, mode }).sub);
-      return core.subscribe({ dataset, view, rate, priority, transform, mode, relevance }, { stay });
+      return core.subscribe({ dataset, view, rate, priority, transform, mode, relevance, transduce }, { stay });
     }
     case "unsubscribe": {
       const [core, view] = holding("id");

@@ -2025,7 +2025,8 @@ var ClientCore = class {
       mode: asked.mode,
       resume: token,
       stay,
-      relevance: asked.relevance ?? null
+      relevance: asked.relevance ?? null,
+      transduce: asked.transduce ?? null
     };
   }
   /** The request moving held `state` to `view` (and `rate`, if given). */
@@ -2044,7 +2045,9 @@ var ClientCore = class {
       mode: asked.mode,
       resume: null,
       stay: false,
-      relevance: asked.relevance ?? null
+      relevance: asked.relevance ?? null,
+      transduce: asked.transduce ?? null
+      // left out, the relay would refuse the change
     };
   }
   /** The request ending held `state`; `ended` follows once the relay confirms. */
@@ -2353,7 +2356,8 @@ var Subscriber = class {
       priority: options.priority ?? 0,
       transform: options.transform ?? null,
       mode: options.mode ?? "latest",
-      relevance: options.relevance ?? null
+      relevance: options.relevance ?? null,
+      transduce: options.transduce ?? null
     };
     const request = this.core.subscribe(asked, {
       resume: options.resume?.state ?? null,
@@ -2616,7 +2620,9 @@ var Client = class {
       transform: view.transform,
       mode: view.mode,
       relevance: view.state.asked.relevance ?? null,
-      resume: view.mode === "every" ? view : null,
+      transduce: view.state.asked.transduce ?? null,
+      // a transduced view starts again (a full push): its window was at the relay it left
+      resume: view.mode === "every" && !view.state.asked.transduce ? view : null,
       into: view,
       stay: why === "moved"
     };
