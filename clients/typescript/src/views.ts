@@ -142,9 +142,28 @@ export function sql(text: string): Sql {
   return { kind: "sql", text };
 }
 
-/** An MQTT topic filter (`plant/+/temp`, `plant/#`) of a topic dataset. */
+/**
+ * An MQTT topic filter (`plant/+/temp`, `plant/#`, `$share/group/plant/#`) of a topic dataset,
+ * checked as fanout.views.topic.syntax checks it: no U+0000, at most 65,535 bytes, `#` a whole
+ * last level, `+` a whole level, a share name without `+` or `#` and a filter after it.
+ */
 export function topic(filter: string): Topic {
   if (typeof filter !== "string" || filter === "") throw new InvalidView("topic: the filter is empty");
+  if (filter.includes("\0")) throw new InvalidView(`topic: ${JSON.stringify(filter)} contains U+0000 (MQTT 4.7.3)`);
+  if (new TextEncoder().encode(filter).length > 65535) throw new InvalidView("topic: the filter is over 65,535 bytes of UTF-8 (MQTT 1.5.3)");
+  let levels = filter.split("/");
+  if (filter.startsWith("$share/")) {
+    const group = levels[1]!;
+    if (group === "" || /[+#]/.test(group)) throw new InvalidView(`topic: ${JSON.stringify(filter)}: the share name must be non-empty, without '+' or '#' [MQTT-4.8.2-1, 2]`);
+    levels = levels.slice(2);
+    if (levels.length === 0 || levels.join("/") === "") throw new InvalidView(`topic: ${JSON.stringify(filter)} has no topic filter after the share name [MQTT-4.8.2-2]`);
+  }
+  levels.forEach((level, i) => {
+    if (level.includes("#") && (level !== "#" || i !== levels.length - 1)) {
+      throw new InvalidView(`topic: ${JSON.stringify(filter)}: '#' must be a whole level and the last [MQTT-4.7.1-2]`);
+    }
+    if (level.includes("+") && level !== "+") throw new InvalidView(`topic: ${JSON.stringify(filter)}: '+' must be a whole level [MQTT-4.7.1-3]`);
+  });
   return { kind: "topic", filter };
 }
 

@@ -8,7 +8,7 @@ import { test } from "node:test";
 import { decode as unpack, encode as pack } from "@msgpack/msgpack";
 import {
   CalendarDate, ClientCore, Decimal, HandshakeRefused, ProtocolError, SubscriptionError, Timestamp,
-  box, checkWelcome, connect, decode, decodeColumns, encode, hello,
+  InvalidView, box, checkWelcome, connect, decode, decodeColumns, encode, hello, sector, topic, union,
 } from "../dist/index.js";
 
 const FOLDER = new URL("../../../spec/vectors/", import.meta.url);
@@ -95,11 +95,20 @@ function holding(key) {
 const files = readdirSync(FOLDER).filter((name) => name.endsWith(".json")).sort();
 const ran = new Map(); // file -> vectors checked
 
-/** Register `check` as one test per vector of `file`, counting them. */
+/**
+ * Register `check` as one test per vector of `file`, counting those it checked; a check that
+ * returns a reason has nothing to check in that vector: skipped, saying why.
+ */
 function each(file, check) {
   const { vectors } = JSON.parse(readFileSync(new URL(file, FOLDER)));
-  ran.set(file, vectors.length);
-  for (const vector of vectors) test(`vectors: ${file.replace(".json", "")} ${vector.name}`, () => check(vector));
+  ran.set(file, 0);
+  for (const vector of vectors) {
+    test(`vectors: ${file.replace(".json", "")} ${vector.name}`, async (t) => {
+      const skipped = await check(vector);
+      if (typeof skipped === "string") return t.skip(skipped);
+      ran.set(file, ran.get(file) + 1);
+    });
+  }
 }
 
 /** A frame a subscriber receives decodes to its meaning (and its rows, when it has any). */
@@ -224,12 +233,48 @@ function builtBy(frame) {
   }
 }
 
+/**
+ * The client's view builders, by the kind of view they make (`sql`: not here, only the relay
+ * parses SQL; `sphere`, `meet`, ...: no vector needs them).
+ */
+const BUILDERS = {
+  box: (v) => () => box(v.lo, v.hi),
+  sector: (v) => () => sector(v.center, v.radius, v.heading, v.half_angle),
+  union: (v) => () => union(...v.members.map((m) => BUILDERS[m.kind](m)())),
+  topic: (v) => () => topic(v.filter),
+};
+
+/**
+ * A malformed frame sent to a relay: what the relay answers is the relay's business (Python's
+ * tests send each to a real relay); the client's part is never to write one. Its encoder writes
+ * only well-formed frames of its own types, so the vectors where it has a say are the views
+ * its builders must refuse (InvalidView) before anything is sent.
+ */
+function neverWrites(vector) {
+  let frame;
+  try {
+    frame = unpack(hex(vector.hex));
+  } catch {
+    return `${vector.name}: not msgpack, which the encoder cannot write`;
+  }
+  const kind = frame?.view?.kind;
+  if (frame?.type !== "subscribe" || typeof frame.sub !== "number" || kind === undefined) {
+    return `${vector.name}: not a frame of the client's types (${JSON.stringify(frame).slice(0, 60)}): it cannot build one`;
+  }
+  if (!vector.after_hello) return `${vector.name}: a subscribe before the hello, which connect never sends`;
+  if (kind === "sql") return `${vector.name}: SQL is parsed by the relay; the client sends its text`;
+  if (!(kind in BUILDERS)) return `${vector.name}: a ${kind} view, which the client has no builder for`;
+  assert.throws(BUILDERS[kind](frame.view), InvalidView);
+  return null;
+}
+
 const CHECKS = {
   to_subscriber: receives,
   compatible_to_subscriber: acceptsNewer,
   malformed_to_subscriber: refuses,
   to_relay: sends,
   compatible_to_relay: sends,
+  malformed_to_relay: neverWrites,
 };
 
 for (const file of files) {
@@ -239,9 +284,6 @@ for (const file of files) {
     test(`vectors: ${name} skipped: ${SKIPPED[direction]}`, { skip: SKIPPED[direction] }, () => {});
   } else if (name in CHECKS) {
     each(file, CHECKS[name]);
-  } else if (name === "malformed_to_relay") {
-    // The relay's answers to bad frames (Error{code, ref}, close codes): a relay's business.
-    test(`vectors: ${name} skipped: how a relay answers bad frames, not a client's`, { skip: true }, () => {});
   } else {
     test(`vectors: ${file} is a direction this test knows`, () => assert.fail(`unknown vector file ${file}`));
   }

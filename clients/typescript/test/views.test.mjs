@@ -36,7 +36,15 @@ test("views: arguments fanout.views refuses are InvalidView", () => {
     () => anyOf(topic("a"), path("/b")),
     () => entity(true),
     () => sql(" "),
+    () => topic("a/#/b"),
+    () => topic("a/b#"),
+    () => topic("a+/b"),
+    () => topic("a\0b"),
+    () => topic("$share//a"),
+    () => topic("$share/g+/a"),
+    () => topic("$share/g"),
+    () => topic("$share/g/"),
   ]) {
-    assert.throws(bad, InvalidView);
+    assert.throws(bad, InvalidView, String(bad));
   }
 });
