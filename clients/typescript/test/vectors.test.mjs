@@ -1,7 +1,8 @@
 // The protocol's test vectors (spec/vectors/*.json, spec/README.md): the frames a subscriber
 // receives decode to their meaning, malformed ones are refused as protocol errors and newer
-// peers' ones accepted; the frames it sends encode to their meaning. Vectors of the publisher's
-// links (to_publisher, from_publisher) are not a subscriber's business: skipped, saying so.
+// peers' ones accepted; the frames it sends encode to their meaning, and the malformed views a
+// relay refuses are refused by the view builders. Vectors of the publisher's links
+// (to_publisher, from_publisher) are not a subscriber's business: skipped, saying so.
 import assert from "node:assert/strict";
 import { readdirSync, readFileSync } from "node:fs";
 import { test } from "node:test";
