@@ -51,7 +51,7 @@ demo: setup check-java
 	$(BIN)/fanout demo $(DEMO_ARGS)
 
 test: setup check-java
-	$(BIN)/pytest -n auto --dist loadgroup $(TEST_ARGS)
+	$(BIN)/pytest -n auto $(TEST_ARGS)
 
 lint: setup
 	$(BIN)/ruff check src tests bench
