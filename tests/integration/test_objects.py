@@ -28,6 +28,7 @@ from fanout.launch import Child, Children
 from fanout.testing.ports import free_port
 from fanout.testing.wait import eventually
 from fanout.views.objects import ObjectPath
+from fanout.views.objects.reading import full_text
 
 pytestmark = [
     pytest.mark.integration,
@@ -258,6 +259,9 @@ async def test_two_producers_merge_quality_orders_and_two_delta_readers_each_see
         )
         # Delta readers follow in mode every: their seq may come a little after the mount's.
         assert await early.read(wait=True) == "@t1\nspeed:n:11\n"
+        await eventually(  # the late reader's own copy (a full read of it consumes nothing)
+            lambda: full_text(late.store, "/fleet/t1"), lambda t: "speed:n:11" in t, **SHOWS
+        )
         assert await late.read() == "@t1\nfuel:n:80\nowner::ann\nspeed:n:11\n"
         await second.write("/fleet/t1", "[q=5]owner::cy\n-fuel\n")  # equal quality replaces
         assert await early.read(wait=True) in ("@t1\n-fuel\nowner::cy\n",)
