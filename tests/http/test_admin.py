@@ -170,13 +170,19 @@ async def test_the_viewer_draws_the_relays_primitives_and_its_subscribers_views(
             assert "box:0,0,10,10" in drawn["subscribers"]  # the WebSocket subscriber's view
             served = await page.evaluate("window.fanoutViewer.servedView")
             assert served in drawn["subscribers"]  # and the page's own
-            colours = await page.evaluate(
+            script = (
                 "(() => { const c = document.getElementById('map');"
                 " const d = c.getContext('2d').getImageData(0, 0, c.width, c.height).data;"
                 " const seen = new Set(); for (let i = 0; i < d.length; i += 4)"
                 " seen.add(`${d[i]},${d[i+1]},${d[i+2]}`); return [...seen]; })()"
             )
-            assert near(colours, (64, 192, 176)) and near(colours, (224, 160, 64))
+            # the layer is drawn at the page's next frame after the system state comes
+            await eventually(
+                lambda: page.evaluate(script),
+                lambda colours: near(colours, (64, 192, 176)) and near(colours, (224, 160, 64)),
+                timeout=10,
+                what="the held primitives (teal) and subscribers' views (orange) drawn",
+            )
             assert await page.evaluate("window.fanoutViewer.rows.size") == 4
             stats = await page.evaluate("document.getElementById('stats').textContent")
             assert "held" in stats and "subscribers 2" in stats
