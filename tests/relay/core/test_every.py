@@ -244,6 +244,28 @@ def resumed_behind(core: RelayCore, publisher: Publisher, seqs: int) -> Subscrib
     return subscriber
 
 
+def test_a_gap_is_asked_upstream_once_and_counted() -> None:
+    """Three batches the relay never got: it resyncs, and its ``every`` subscription asks
+    upstream once for seqs 1..5 (the three lost, the batch it resynced on and the one bringing
+    its new snapshot: neither is a whole change), counted in ``curiosity_asked`` and
+    ``curiosity_asked_seqs`` (the tiers' integration test checks a mid relay's merging by them)."""
+    publisher = Publisher()
+    core = relay()
+    subscriber = Subscriber()
+    publisher.take(core.on_subscribe(1, Subscribe(1, "agents", VIEW, mode="every")))
+    core.on_batch(publisher.step({1: (1.0, 1.0)}))
+    run(core, publisher, subscriber, 1.0)
+    for x in range(2, 5):
+        publisher.step({1: (float(x), 1.0)})  # lost on the way
+    publisher.take(core.on_batch(publisher.step({1: (5.0, 1.0)})))
+    publisher.take(core.on_batch(publisher.step({})))
+    sends = core.pushes(2.0, lambda client: True)
+    asked = [send.frame for send in sends if isinstance(send.frame, Curious)]
+    assert [(ask.first, ask.last) for ask in asked] == [(1, 5)]
+    stats = core.stats()
+    assert (stats["curiosity_asked"], stats["curiosity_asked_seqs"]) == (1, 5)
+
+
 def test_a_subscription_behind_gets_at_most_a_burst_of_seqs_a_turn() -> None:
     """A resumed subscription 10 seqs behind is sent ``every_burst`` (3) a turn, in order, so
     that a connection's queue never takes more than that from it at once."""

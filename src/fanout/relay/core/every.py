@@ -265,6 +265,8 @@ class EveryMode:
             return []  # asked already
         req = next(self._curiosity)
         history.asked(req, *wanted)
+        self._counters.curiosity_asked += 1
+        self._counters.curiosity_asked_seqs += wanted[1] - wanted[0] + 1
         return [Send(UPSTREAM, Curious(req, dataset, cursor.epoch, *wanted))]
 
     def horizons(self) -> list[Send]:

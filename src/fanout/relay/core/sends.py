@@ -60,4 +60,6 @@ class Counters:
     pushes: int = 0
     no_updates: int = 0
     ended: int = 0
+    curiosity_asked: int = 0
+    curiosity_asked_seqs: int = 0
     pushed_ticks: deque[float] = field(default_factory=lambda: deque(maxlen=PUSHED_TICKS))

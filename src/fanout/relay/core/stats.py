@@ -35,6 +35,8 @@ def core_stats(core: RelayCore) -> dict[str, float]:
         "catch_up_copies": sum(b.copies for b in buffers),
         "pushes": core.counters.pushes,
         "no_updates": core.counters.no_updates,
+        "curiosity_asked": core.counters.curiosity_asked,
+        "curiosity_asked_seqs": core.counters.curiosity_asked_seqs,
         "bodies_cut": core.parts.encodings.cut,
         "bodies_shared": core.parts.encodings.shared,
         "every_steps_computed": core.every.steps.computed,

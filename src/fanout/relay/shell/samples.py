@@ -28,6 +28,11 @@ CORE: dict[str, tuple[Kind, str]] = {
     "catch_up_copies": ("counter", "Inert buffers brought up to date by copying the active one."),
     "pushes": ("counter", "Pushes sent to subscribers."),
     "no_updates": ("counter", "No-update messages sent to subscribers."),
+    "curiosity_asked": (
+        "counter",
+        "Curiosity requests sent upstream for this relay's every-mode subscriptions.",
+    ),
+    "curiosity_asked_seqs": ("counter", "Seqs those curiosity requests asked for."),
     "bodies_cut": ("counter", "Push bodies computed."),
     "bodies_shared": ("counter", "Pushes that reused a body computed for another subscription."),
     "every_steps_computed": ("counter", "Mode-every deltas computed."),
