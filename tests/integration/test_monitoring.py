@@ -74,8 +74,10 @@ async def publisher(children: Children, tmp_path: Path) -> AsyncIterator[Child]:
 async def relay(
     children: Children, publisher: Child, registry: str, tmp_path: Path
 ) -> AsyncIterator[Child]:
-    """A relay of a map (the registry's figures), with a balancer that never splits (its)."""
+    """A relay of a map (the registry's figures), with a balancer that never splits (its),
+    serving MQTT too (the dashboard's MQTT row)."""
     args = ["--publisher", publisher.url, "--port", "0", "--name", "watched"]
+    args += ["--mqtt-port", str(free_port())]
     args += ["--registry", registry, "--split-above", "subscribers=1000000"]
     child = await children.start(
         "relay", [*args, "--log-level", "info", "--log-format", "json"], tmp_path / "relay.log"
