@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import datetime
+import decimal
 import json
 import math
 import urllib.parse
@@ -179,6 +181,20 @@ def test_bytes_are_base64_and_null_is_null() -> None:
         {"id": 2, "b": None},
         {"id": 3, "b": ""},
     ]
+
+
+def test_timestamps_are_utc_with_their_offset_and_decimals_and_dates_exact() -> None:
+    stream = EventStream("ndjson", "latest")
+    stream.event(Subscribed(1, "id", ["id", "at", "day", "price"]))
+    at = from_values([datetime.datetime(2026, 11, 29, 5, 0, 0, 250_000, datetime.UTC), None])
+    day = np.array(["2026-11-29", "2026-01-02"], dtype="datetime64[D]")
+    price = from_values([decimal.Decimal("1.10"), None])
+    entered = {"id": np.array([1, 2]), "at": at, "day": day, "price": price}
+    line = stream.event(push(1, full=True, entered=entered, left=[]))
+    rows = json.loads(line)["entered"]
+    assert [row["at"] for row in rows] == ["2026-11-29T05:00:00.250000Z", None]
+    assert [row["day"] for row in rows] == ["2026-11-29", "2026-01-02"]
+    assert [row["price"] for row in rows] == ["1.10", None]
 
 
 def test_sse_events_carry_the_token_as_their_id() -> None:

@@ -28,7 +28,7 @@ import numpy.typing as npt
 from fanout.errors import InvalidView, ProtocolError
 from fanout.views import registry
 from fanout.views.text import parse as parse_view
-from fanout.wire.columns import decode_columns, encode_columns, key_column
+from fanout.wire.columns import decode_columns, encode_columns, key_column, to_python
 from fanout.wire.messages import (
     DatasetInfo,
     Error,
@@ -388,10 +388,11 @@ class EventStream:
 
 
 def rows_json(columns: Mapping[str, npt.NDArray[Any]]) -> list[dict[str, Any]]:
-    """Rows as JSON objects, column by column: non-finite floats become ``None``; bytes are
-    base64 text (msgspec's JSON spelling of ``bytes``)."""
+    """Rows as JSON objects, column by column: non-finite floats become ``None``; timestamps
+    are RFC 3339 text in UTC (``Z``); bytes are base64 text (msgspec's JSON spelling of
+    ``bytes``)."""
     names = list(columns)
-    values = [[_plain(value) for value in columns[name].tolist()] for name in names]
+    values = [[_plain(value) for value in to_python(columns[name])] for name in names]
     return [dict(zip(names, row, strict=True)) for row in zip(*values, strict=True)]
 
 

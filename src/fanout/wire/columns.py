@@ -185,7 +185,7 @@ def to_python(values: npt.NDArray[np.generic]) -> list[Any]:
         mask = np.ma.getmaskarray(values) if isinstance(values, np.ma.MaskedArray) else None
         plain: list[Any] = np.ma.getdata(values).tolist()
         if kind == np.dtype(TIMESTAMP):
-            plain = [v.replace(tzinfo=datetime.UTC) for v in plain]
+            plain = [None if v is None else v.replace(tzinfo=datetime.UTC) for v in plain]
         if mask is not None:
             plain = [None if null else v for v, null in zip(plain, mask.tolist(), strict=True)]
         return plain
