@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import itertools
 import re
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -27,6 +28,7 @@ from pyspark.sql.types import (
 )
 
 from fanout.publisher.sources import pgoutput
+from fanout.publisher.sources import postgres_logical as logical_source
 from fanout.publisher.sources.postgres import install
 from fanout.publisher.sources.postgres_logical import LogicalStreamReader, capture_name
 from fanout.publisher.sources.postgres_reader import CaptureError, ConnectedReader, ReaderOptions
@@ -58,11 +60,8 @@ def table(postgres_dsn: str) -> Iterator[str]:
 
 
 def drop_slot(dsn: str, table: str) -> None:
-    execute(
-        dsn,
-        "SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots"
-        f" WHERE slot_name = '{capture_name(dsn, table)}'",
-    )
+    with psycopg.connect(dsn, autocommit=True) as db:
+        logical_source.drop_slot(db, dsn, capture_name(dsn, table))
 
 
 def reader(
@@ -356,6 +355,30 @@ def test_a_connection_the_database_dropped_is_made_again(postgres_dsn: str, tabl
     assert [r["order_id"] for r in changes(batches)] == [1] and end["id"] == 1
 
 
+def test_a_stream_the_database_ended_is_opened_again_and_loses_nothing(
+    postgres_dsn: str, table: str
+) -> None:
+    """The slot's stream ended by the server (its walsender terminated): the next read opens
+    it again from the slot's confirmed position, which sends again what Spark has not
+    committed; nothing is lost and nothing read twice."""
+    stream = captured(postgres_dsn, table)
+    start = stream.read(stream.initialOffset())[1]
+    execute(postgres_dsn, f"INSERT INTO {table} VALUES (1, 'ada', 1, NULL)")
+    first, offset = stream.read(start)  # read, not committed
+    slot = capture_name(postgres_dsn, table)
+    execute(
+        postgres_dsn,
+        "SELECT pg_terminate_backend(active_pid) FROM pg_replication_slots"
+        f" WHERE slot_name = '{slot}'",
+        f"INSERT INTO {table} VALUES (2, 'bob', 2, NULL)",
+    )
+    batches, _ = stream.read(offset)
+    assert [r["order_id"] for r in changes(first)] == [1]
+    assert [(r["order_id"], r["_version"]) for r in changes(batches)] == [(2, 2)]
+    again = changes(stream.readBetweenOffsets(start, offset))
+    assert [(r["order_id"], r["_version"]) for r in again] == [(1, 1)]
+
+
 def test_a_quiet_tables_slot_moves_on_while_others_are_written(
     postgres_dsn: str, table: str
 ) -> None:
@@ -381,6 +404,9 @@ def test_a_quiet_tables_slot_moves_on_while_others_are_written(
     )
     batches, offset = stream.read(start)
     assert changes(batches) == [] and offset == start  # no micro-batch for Spark to run
+    moved = time.monotonic() + 10  # the server takes the stream's status update in its time
+    while pgoutput.lsn_of(confirmed()) <= pgoutput.lsn_of(before) and time.monotonic() < moved:
+        time.sleep(0.05)
     assert pgoutput.lsn_of(confirmed()) > pgoutput.lsn_of(before)
     execute(postgres_dsn, f"INSERT INTO {table} VALUES (1, 'ada', 1, NULL)")
     assert [r["order_id"] for r in changes(stream.read(start)[0])] == [1]

@@ -244,6 +244,43 @@ def _expect(read: _Reader, kind: str) -> None:
         raise DecodeError(f"a tuple marked {found!r}, not {kind!r}")
 
 
+class Assembler:
+    """Transactions from messages fed one at a time (rule 3), as a replication stream sends
+    them: the relations it described earlier are remembered across transactions (a stream
+    describes each relation once, before its first change, and again when it changes)."""
+
+    def __init__(self) -> None:
+        self.relations: dict[int, Relation] = {}
+        self._changes: list[Change] | None = None
+
+    def feed(self, message: Message | None) -> Transaction | None:
+        """The transaction ``message`` commits, if it is a Commit.
+
+        Raises:
+            DecodeError: a change outside a transaction, or a Begin inside one.
+        """
+        match message:
+            case None:
+                return None
+            case Begin():
+                if self._changes is not None:
+                    raise DecodeError("a Begin inside a transaction")
+                self._changes = []
+            case Relation():
+                self.relations = {**self.relations, message.oid: message}
+            case Commit():
+                if self._changes is None:
+                    raise DecodeError("a Commit outside a transaction")
+                done = Transaction(message.end_lsn, tuple(self._changes), self.relations)
+                self._changes = None
+                return done
+            case _:
+                if self._changes is None:
+                    raise DecodeError(f"a {type(message).__name__} outside a transaction")
+                self._changes.append(message)
+        return None
+
+
 def transactions(messages: Iterable[Message | None]) -> list[Transaction]:
     """The committed transactions in ``messages`` (decoded in order), each with its changes
     and the relations known when it committed (rule 3). An unfinished last transaction is
@@ -252,29 +289,9 @@ def transactions(messages: Iterable[Message | None]) -> list[Transaction]:
     Raises:
         DecodeError: a change outside a transaction, or a Begin inside one.
     """
-    relations: dict[int, Relation] = {}
-    done: list[Transaction] = []
-    changes: list[Change] | None = None
-    for message in messages:
-        match message:
-            case None:
-                continue
-            case Begin():
-                if changes is not None:
-                    raise DecodeError("a Begin inside a transaction")
-                changes = []
-            case Relation():
-                relations = {**relations, message.oid: message}
-            case Commit():
-                if changes is None:
-                    raise DecodeError("a Commit outside a transaction")
-                done.append(Transaction(message.end_lsn, tuple(changes), relations))
-                changes = None
-            case _:
-                if changes is None:
-                    raise DecodeError(f"a {type(message).__name__} outside a transaction")
-                changes.append(message)
-    return done
+    assembler = Assembler()
+    done = (assembler.feed(message) for message in messages)
+    return [transaction for transaction in done if transaction is not None]
 
 
 def after(found: list[Transaction], lsn: int, max_changes: int) -> list[Transaction]:

@@ -7,40 +7,49 @@ through the slot functions (docs/configuration.md, "Capture by logical decoding"
 2. **Snapshot.** A new stream (re)creates the slot, whose exported snapshot the table's rows
    are copied under: every change after them is in the slot, none before.
 3. **Offsets** name the last transaction read (its commit's end ``lsn``) and the last
-   ``_version``; a read peeks whole transactions, in commit order, after ``lsn``.
-4. **Confirmed only when durable.** ``commit`` advances the slot (and trims the snapshot) once
-   Spark committed the micro-batch; a quiet table's slot is moved past the WAL it decoded; a
-   slot gone or taken by another stream is refused, never skipped.
+   ``_version``; a read takes whole transactions, in commit order, after ``lsn``, from the
+   slot's stream (``sources.slotstream``: decoded once by the server, caught up at each read).
+4. **Confirmed only when durable.** ``commit`` confirms the slot's position (and trims the
+   snapshot) once Spark committed the micro-batch; a quiet table's slot is moved past the WAL
+   it decoded; a slot gone or taken by another stream is refused, never skipped.
 """
 
 from __future__ import annotations
 
-import decimal
 import hashlib
+import logging
 import re
+import time
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 import psycopg
+import psycopg2
 import pyarrow as pa
-from psycopg import abc, sql
+from psycopg import sql
 from psycopg.adapt import Transformer
-from psycopg.pq import Format
 
 from fanout.publisher.sources import pgoutput
 from fanout.publisher.sources.postgres_reader import (
+    RECONNECT_FOR,
     TABLES,
     CaptureError,
     ConnectedReader,
     refuse_truncate,
 )
-from fanout.publisher.sources.postgres_values import Row, Unreadable, check_columns
+from fanout.publisher.sources.postgres_values import LoadedValues, Row, check_columns
+from fanout.publisher.sources.slotstream import Enough, SlotStream, in_use
 
-#: Session settings of the reader: the server's output functions spell values in them.
-SESSION = "SET TimeZone = 'UTC'; SET DateStyle = 'ISO'; SET bytea_output = 'hex'"
-#: The slot's text spelling of a TOASTed value an update left unchanged (not sent).
-UNCHANGED_TEXT = "a TOASTed value the update left unchanged (REPLICA IDENTITY FULL sends it)"
+log = logging.getLogger(__name__)
+
+#: Session settings of the slot's stream (the server's output functions spell values in
+#: them) and of the reader's connection (whose loaders read those values).
+SETTINGS = {"TimeZone": "UTC", "DateStyle": "ISO", "bytea_output": "hex"}
+SESSION = " ".join(f"-c {name}={value}" for name, value in SETTINGS.items())
+#: Seconds a read waits for the stream to catch up with the WAL flushed when it began (more
+#: is left to the next read); a read of a micro-batch again waits up to ``RECONNECT_FOR``.
+CATCH_UP = 5.0
 
 
 def capture_name(url: str, table: str) -> str:
@@ -120,13 +129,26 @@ def drop_logical(db: psycopg.Connection[Any], url: str, table: str) -> None:
     """Stop capturing ``table`` by logical decoding: its slot (which keeps WAL) and its
     publication go."""
     name = capture_name(url, table)
-    db.execute(
-        "SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots WHERE slot_name = %s",
-        (name,),
-    )
+    drop_slot(db, url, name)
     db.execute(sql.SQL("DROP PUBLICATION IF EXISTS {}").format(sql.Identifier(name)))
     db.execute(TABLES)
     db.execute("DELETE FROM fanout_changes WHERE starts_with(source, %s)", (f"{table}@",))
+
+
+def drop_slot(db: psycopg.Connection[Any], url: str, name: str) -> None:
+    """Drop slot ``name`` if it exists, ending the stream that holds it if one does (its
+    reader then finds the slot gone, or made again, and says so: rule 4)."""
+    db.execute(
+        "SELECT pg_terminate_backend(active_pid) FROM pg_replication_slots"
+        " WHERE slot_name = %s AND active_pid IS NOT NULL",
+        (name,),
+    )
+    found = db.execute("SELECT 1 FROM pg_replication_slots WHERE slot_name = %s", (name,))
+    if found.fetchone() is not None:
+        with psycopg.connect(url, autocommit=True, replication="database") as replication:
+            replication.execute(  # WAIT: until the ended stream has let go of it
+                sql.SQL("DROP_REPLICATION_SLOT {} WAIT").format(sql.Identifier(name))
+            )
 
 
 @dataclass(frozen=True)
@@ -168,14 +190,33 @@ class Offset:
 
 
 class LogicalStreamReader(ConnectedReader):
-    """Reads one table's changes from its slot, on the driver (rules 2-4)."""
+    """Reads one table's changes from its slot's stream, on the driver (rules 2-4)."""
+
+    #: The slot's stream, opened at the first read of changes.
+    _stream: SlotStream | None = None
+    #: The position this reader last confirmed (the slot's, when the stream opened).
+    _confirmed_at = 0
+    #: The snapshot's rows trimmed so far (``commit``).
+    _trimmed = 0
 
     @property
     def name(self) -> str:
         return capture_name(self.options.url, self.options.table)
 
+    def __getstate__(self) -> dict[str, Any]:
+        # A stream cannot travel either; whoever unpickles opens it again.
+        return {**super().__getstate__(), "_stream": None}
+
     def connected(self, db: psycopg.Connection[Any]) -> None:
-        db.execute(SESSION)
+        for name, value in SETTINGS.items():
+            db.execute(sql.SQL("SET {} = {}").format(sql.Identifier(name), sql.Literal(value)))
+
+    def stop(self) -> None:
+        """The stream stopped: close the slot's stream and the connection."""
+        if self._stream is not None:
+            self._stream.close()
+            self._stream = None
+        super().stop()
 
     def initialOffset(self) -> dict[str, Any]:
         """(Re)create the slot and copy the table's rows under its snapshot (rule 2); once per
@@ -187,11 +228,7 @@ class LogicalStreamReader(ConnectedReader):
     def _snapshot(self, db: psycopg.Connection[Any]) -> Offset:
         table, url = self.options.table, self.options.url
         db.execute(TABLES)
-        db.execute(
-            "SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots"
-            " WHERE slot_name = %s",
-            (self.name,),
-        )
+        drop_slot(db, url, self.name)
         db.execute("DELETE FROM fanout_changes WHERE starts_with(source, %s)", (f"{table}@",))
         with psycopg.connect(url, autocommit=True, replication="database") as replication:
             created = replication.execute(
@@ -225,10 +262,15 @@ class LogicalStreamReader(ConnectedReader):
             upto = min(at.snapshot, at.id + self.options.max_rows_per_batch)
             rows = self._copied(at, upto)
             return self._batches(rows), Offset(at.slot, at.snapshot, upto, at.lsn).spelled()
-        found, quiet = self._retrying(lambda db: self._transactions(db, at, None))
-        taken = pgoutput.after(found, at.lsn, self.options.max_rows_per_batch)
-        if not taken and quiet is not None:
-            self._retrying(lambda db: self._advance_quietly(db, at, quiet))
+        wanted = self.options.max_rows_per_batch
+
+        def enough(held: list[pgoutput.Transaction]) -> bool:
+            return sum(len(t.changes) for t in held if t.end_lsn > at.lsn) >= wanted
+
+        caught_up, held = self._stream_caught_up(at, None, enough, CATCH_UP)
+        taken = pgoutput.after(held, at.lsn, wanted)
+        if not taken and caught_up:
+            self._confirm_quietly(at)
         rows = self._rows(taken, at.id)
         end = Offset(at.slot, at.snapshot, at.id + len(rows), taken[-1].end_lsn) if taken else at
         return self._batches(rows), end.spelled()
@@ -240,8 +282,12 @@ class LogicalStreamReader(ConnectedReader):
         at, upto = Offset.of(self.options.table, start), Offset.of(self.options.table, end)
         if at.id < at.snapshot:
             return self._batches(self._copied(at, upto.id))
-        found, _ = self._retrying(lambda db: self._transactions(db, at, upto.lsn))
-        rows = self._rows([t for t in found if at.lsn < t.end_lsn <= upto.lsn], at.id)
+
+        def enough(held: list[pgoutput.Transaction]) -> bool:
+            return any(t.end_lsn >= upto.lsn for t in held)
+
+        _, held = self._stream_caught_up(at, upto.lsn, enough, RECONNECT_FOR)
+        rows = self._rows([t for t in held if at.lsn < t.end_lsn <= upto.lsn], at.id)
         if len(rows) != upto.id - at.id:
             raise CaptureError(
                 f"table {self.options.table!r}: the slot holds {len(rows)} changes between"
@@ -250,21 +296,105 @@ class LogicalStreamReader(ConnectedReader):
         return self._batches(rows)
 
     def commit(self, end: dict[str, Any]) -> None:
-        """Spark committed everything up to ``end``: trim the snapshot, advance the slot."""
+        """Spark committed everything up to ``end``: trim the snapshot, confirm the slot."""
         upto = Offset.of(self.options.table, end)
-
-        def confirm(db: psycopg.Connection[Any]) -> None:
-            db.execute(
-                "DELETE FROM fanout_changes WHERE source = %s AND id <= %s",
-                (_snapshot_source(self.options.table, upto.slot), upto.id),
-            )
-            if upto.lsn > self._confirmed(db, upto):
-                db.execute(
-                    "SELECT pg_replication_slot_advance(%s, %s::pg_lsn)",
-                    (self.name, pgoutput.lsn_text(upto.lsn)),
+        trim = min(upto.id, upto.snapshot)
+        if trim > self._trimmed:
+            self._retrying(
+                lambda db: db.execute(
+                    "DELETE FROM fanout_changes WHERE source = %s AND id <= %s",
+                    (_snapshot_source(self.options.table, upto.slot), trim),
                 )
+            )
+            self._trimmed = trim
+        self._confirm(upto.lsn)
 
-        self._retrying(confirm)
+    def _confirm(self, lsn: int) -> None:
+        """Confirm the slot at ``lsn``: on its stream, or (none open) by the slot function."""
+        if lsn <= self._confirmed_at:
+            return
+        if self._stream is not None and self._stream.open:
+            try:
+                self._stream.confirm(lsn)
+            except psycopg2.Error as exc:  # the next read opens it again and confirms then
+                log.warning("table %s: confirming %s: %s", self.options.table, lsn, exc)
+                self._stream.close()
+                return
+        else:
+            try:
+                self._retrying(
+                    lambda db: db.execute(
+                        "SELECT pg_replication_slot_advance(%s, %s::pg_lsn)",
+                        (self.name, pgoutput.lsn_text(lsn)),
+                    )
+                )
+            except psycopg.errors.ObjectInUse as exc:  # an earlier stream's, going: next time
+                log.warning("table %s: confirming %s: %s", self.options.table, lsn, exc)
+                return
+        self._confirmed_at = lsn
+
+    def _confirm_quietly(self, at: Offset) -> None:
+        """Nothing of the table's committed after ``at`` up to where the stream is: if Spark
+        committed everything up to ``at``, confirm that position too, so that the slot of a
+        quiet table on a busy server keeps no WAL. Safe: every transaction of the table
+        ending before it has been read (the stream sent it) and committed by Spark."""
+        stream = self._stream
+        if stream is None or self._confirmed_at < at.lsn or stream.sent <= at.lsn:
+            return
+        if not any(t.end_lsn > at.lsn for t in stream.held):
+            self._confirm(stream.sent)
+
+    def _stream_caught_up(
+        self, at: Offset, upto: int | None, enough: Enough, timeout: float
+    ) -> tuple[bool, list[pgoutput.Transaction]]:
+        """The transactions the slot's stream holds once caught up with ``upto`` (None: the
+        WAL flushed now), or ``enough``, or after ``timeout`` s; and whether it caught up.
+        The stream is opened (again) as needed, while the database is away for at most
+        ``RECONNECT_FOR`` s.
+
+        Raises:
+            CaptureError: the slot is gone or another stream's (rule 4), the stream stayed
+                unreachable, or it sent what is not pgoutput.
+        """
+        if upto is None:
+            flushed = self._retrying(
+                lambda db: db.execute("SELECT pg_current_wal_flush_lsn()::text").fetchone()
+            )
+            upto = pgoutput.lsn_of(flushed[0] if flushed else "0/0")
+        deadline, delay = time.monotonic() + RECONNECT_FOR, 0.1
+        while True:
+            stream = self._stream
+            try:
+                if stream is None or not stream.open:
+                    stream = self._open_stream(at)
+                return stream.catch_up(upto, enough, timeout), stream.held
+            except pgoutput.DecodeError as exc:
+                raise CaptureError(f"table {self.options.table!r}: the slot sent {exc}") from exc
+            except psycopg2.Error as exc:
+                if stream is not None:
+                    stream.close()
+                if time.monotonic() + delay > deadline:
+                    raise CaptureError(
+                        f"table {self.options.table!r}: the slot's stream stayed unreachable"
+                        f" for {RECONNECT_FOR:g} s: {str(exc).strip()}"
+                    ) from exc
+                if not in_use(exc):  # in use: the previous stream's connection is going
+                    log.warning(
+                        "table %s: the slot's stream: %s; opening it again in %.1f s",
+                        self.options.table,
+                        str(exc).strip(),
+                        delay,
+                    )
+                time.sleep(delay)
+                delay = min(delay * 2, 5.0)
+
+    def _open_stream(self, at: Offset) -> SlotStream:
+        """The slot's stream, from its confirmed position, once the slot is this stream's."""
+        confirmed = self._retrying(lambda db: self._confirmed(db, at))
+        stream = self._stream = SlotStream(self.options.url, self.name, self.name, SESSION)
+        stream.start()
+        self._confirmed_at = confirmed
+        return stream
 
     def _confirmed(self, db: psycopg.Connection[Any], at: Offset) -> int:
         """The slot's confirmed position.
@@ -294,52 +424,6 @@ class LogicalStreamReader(ConnectedReader):
             )
         return pgoutput.lsn_of(found[0])
 
-    def _transactions(
-        self, db: psycopg.Connection[Any], at: Offset, upto: int | None
-    ) -> tuple[list[pgoutput.Transaction], int | None]:
-        """The slot's committed transactions: up to the one ending at ``upto``, or (None) as
-        many as hold ``max_rows_per_batch`` changes after ``at`` (or all there are); and, when
-        all there are were read, a WAL position they all end before."""
-        self._confirmed(db, at)
-        wanted = self.options.max_rows_per_batch
-        limit = wanted + 3  # a transaction's Begin, Relation and Commit are rows too
-        while True:
-            (flushed,) = db.execute("SELECT pg_current_wal_flush_lsn()::text").fetchone() or ("",)
-            messages = db.execute(
-                "SELECT data FROM pg_logical_slot_peek_binary_changes(%s, %s::pg_lsn, %s,"
-                " 'proto_version', '1', 'publication_names', %s)",
-                (
-                    self.name,
-                    None if upto is None else pgoutput.lsn_text(upto),
-                    None if upto is not None else limit,
-                    self.name,
-                ),
-            ).fetchall()
-            try:
-                found = pgoutput.transactions(pgoutput.decode(bytes(m)) for (m,) in messages)
-            except pgoutput.DecodeError as exc:
-                raise CaptureError(f"table {self.options.table!r}: the slot sent {exc}") from exc
-            if upto is not None:
-                return found, None
-            if len(messages) < limit:
-                return found, pgoutput.lsn_of(flushed)
-            if sum(len(t.changes) for t in found if t.end_lsn > at.lsn) >= wanted:
-                return found, None
-            limit *= 4  # the transactions read already, not yet committed, filled the peek
-
-    def _advance_quietly(self, db: psycopg.Connection[Any], at: Offset, quiet: int) -> None:
-        """Nothing of the table's committed after ``at`` up to ``quiet``: if Spark committed
-        everything up to ``at`` (the slot is confirmed there or past it), confirm ``quiet``
-        too, so that the slot of a quiet table on a busy server keeps neither WAL nor each
-        read decoding it again. Safe: every transaction of the table ending at or before the
-        confirmed position has been committed by Spark, before as after."""
-        confirmed = self._confirmed(db, at)
-        if confirmed >= at.lsn and quiet > confirmed:
-            db.execute(
-                "SELECT pg_replication_slot_advance(%s, %s::pg_lsn)",
-                (self.name, pgoutput.lsn_text(quiet)),
-            )
-
     def _copied(self, at: Offset, upto: int) -> list[Row]:
         """The snapshot's rows ``at.id < id <= upto``; refused unless all are there."""
         source = _snapshot_source(self.options.table, at.slot)
@@ -360,7 +444,7 @@ class LogicalStreamReader(ConnectedReader):
     def _rows(self, taken: list[pgoutput.Transaction], after: int) -> list[Row]:
         """The changes of ``taken``, numbered from ``after + 1`` (a key change: a delete, then
         an upsert; rule 3 of ``sources.postgres``)."""
-        values = _Values(Transformer.from_context(self.db))
+        values = LoadedValues(Transformer.from_context(self.db))
         rows: list[Row] = []
         for transaction in taken:
             for change in transaction.changes:
@@ -373,65 +457,6 @@ class LogicalStreamReader(ConnectedReader):
                 for deleted, data in values.changes(relation, change, self.options.key):
                     rows.append((after + len(rows) + 1, deleted, data))
         return rows
-
-
-class _Values:
-    """The text values the slot sent, loaded as psycopg loads a query's (rule 2 of
-    ``sources.postgres_values``)."""
-
-    def __init__(self, transformer: abc.Transformer) -> None:
-        self.transformer = transformer
-        self.loaders: dict[int, abc.Loader] = {}
-
-    def changes(
-        self,
-        relation: pgoutput.Relation,
-        change: pgoutput.Insert | pgoutput.Update | pgoutput.Delete,
-        key: str | None,
-    ) -> list[tuple[bool, dict[str, Any]]]:
-        """``(deleted, values)`` of one change: an update of the key is a delete and an upsert."""
-        match change:
-            case pgoutput.Insert():
-                return [(False, self.row(relation, change.new))]
-            case pgoutput.Delete():
-                return [(True, self.row(relation, change.old))]
-            case pgoutput.Update():
-                new = self.row(relation, change.new, change.old)
-                if change.old is None:
-                    return [(False, new)]
-                old = self.row(relation, change.old)
-                keys = [key] if key else [c.name for c in relation.columns if c.key]
-                moved = any(old.get(name) != new.get(name) for name in keys)
-                return [(True, old), (False, new)] if moved else [(False, new)]
-
-    def row(
-        self,
-        relation: pgoutput.Relation,
-        values: tuple[pgoutput.Value, ...],
-        old: tuple[pgoutput.Value, ...] | None = None,
-    ) -> dict[str, Any]:
-        """A row's values by column name; an unchanged TOASTed value is the old row's, if sent."""
-        row: dict[str, Any] = {}
-        for at, (column, value) in enumerate(zip(relation.columns, values, strict=True)):
-            sent = old[at] if value is pgoutput.UNCHANGED and old is not None else value
-            row[column.name] = self.load(column.type_oid, sent)
-        return row
-
-    def load(self, oid: int, value: pgoutput.Value) -> Any:
-        if value is None:
-            return None
-        if not isinstance(value, bytes):
-            return Unreadable(UNCHANGED_TEXT)
-        loader = self.loaders.get(oid)
-        if loader is None:
-            loader = self.loaders[oid] = self.transformer.get_loader(oid, Format.TEXT)
-        try:
-            loaded = loader.load(value)
-        except (psycopg.DataError, ValueError, OverflowError):
-            return Unreadable(value.decode(errors="replace"))
-        if isinstance(loaded, decimal.Decimal) and not loaded.is_finite():
-            return value.decode()  # as to_jsonb spells it: a refusal says the same either way
-        return loaded
 
 
 def _slot_source(table: str) -> str:

@@ -22,8 +22,11 @@ from typing import Any
 
 import psycopg
 import pyarrow as pa
+from psycopg import abc
+from psycopg.pq import Format
 
 from fanout.publisher.datasets import DELETED, VERSION, ColumnType, decimal_of
+from fanout.publisher.sources import pgoutput
 from fanout.publisher.sources.fitting import Unfit, stored, unfit
 
 #: The reader's column naming why a change is refused (rule 3; null: it is not).
@@ -241,3 +244,66 @@ _KINDS: dict[ColumnType, pa.DataType] = {
     "date": pa.date32(),
     "bytes": pa.binary(),
 }
+
+
+#: The slot's text spelling of a TOASTed value an update left unchanged (not sent).
+UNCHANGED_TEXT = "a TOASTed value the update left unchanged (REPLICA IDENTITY FULL sends it)"
+
+
+class LoadedValues:
+    """The text values the slot sent, loaded as psycopg loads a query's (rule 2 of
+    ``sources.postgres_values``)."""
+
+    def __init__(self, transformer: abc.Transformer) -> None:
+        self.transformer = transformer
+        self.loaders: dict[int, abc.Loader] = {}
+
+    def changes(
+        self,
+        relation: pgoutput.Relation,
+        change: pgoutput.Insert | pgoutput.Update | pgoutput.Delete,
+        key: str | None,
+    ) -> list[tuple[bool, dict[str, Any]]]:
+        """``(deleted, values)`` of one change: an update of the key is a delete and an upsert."""
+        match change:
+            case pgoutput.Insert():
+                return [(False, self.row(relation, change.new))]
+            case pgoutput.Delete():
+                return [(True, self.row(relation, change.old))]
+            case pgoutput.Update():
+                new = self.row(relation, change.new, change.old)
+                if change.old is None:
+                    return [(False, new)]
+                old = self.row(relation, change.old)
+                keys = [key] if key else [c.name for c in relation.columns if c.key]
+                moved = any(old.get(name) != new.get(name) for name in keys)
+                return [(True, old), (False, new)] if moved else [(False, new)]
+
+    def row(
+        self,
+        relation: pgoutput.Relation,
+        values: tuple[pgoutput.Value, ...],
+        old: tuple[pgoutput.Value, ...] | None = None,
+    ) -> dict[str, Any]:
+        """A row's values by column name; an unchanged TOASTed value is the old row's, if sent."""
+        row: dict[str, Any] = {}
+        for at, (column, value) in enumerate(zip(relation.columns, values, strict=True)):
+            sent = old[at] if value is pgoutput.UNCHANGED and old is not None else value
+            row[column.name] = self.load(column.type_oid, sent)
+        return row
+
+    def load(self, oid: int, value: pgoutput.Value) -> Any:
+        if value is None:
+            return None
+        if not isinstance(value, bytes):
+            return Unreadable(UNCHANGED_TEXT)
+        loader = self.loaders.get(oid)
+        if loader is None:
+            loader = self.loaders[oid] = self.transformer.get_loader(oid, Format.TEXT)
+        try:
+            loaded = loader.load(value)
+        except (psycopg.DataError, ValueError, OverflowError):
+            return Unreadable(value.decode(errors="replace"))
+        if isinstance(loaded, decimal.Decimal) and not loaded.is_finite():
+            return value.decode()  # as to_jsonb spells it: a refusal says the same either way
+        return loaded
