@@ -1,0 +1,351 @@
+"""Live writes on a relay: a write shown to its ``latest`` watchers at once, provisionally, then
+settled by the publisher's stream (docs/concepts.md, "Two paths"). Pure: rows in, patches out.
+
+Rules:
+
+1. **Shown at once.** A write (keyed rows; ``None`` deletes) is shown to every watcher (a
+   ``latest`` subscription taking live writes) whose view its rows enter, change or leave, as a
+   provisional patch against what that subscriber holds.
+2. **Remembered until settled.** It stays pending until the publisher's state carries it: once
+   accepted at ingest offset ``last`` (``Published.last``), a swapped-in state of its dataset
+   with ``tick >= last`` confirms it. It is *refused* (the publisher's ``Error``) or *withdrawn*
+   (no answer or no confirming state by its deadline, the upstream link lost before it was
+   accepted, a new epoch); a settled write is gone from the overlay either way.
+3. **What a subscriber holds** is the confirmed path's view (what the push machinery believes
+   it holds) changed at the keys in its ``shown``: rows shown by the live path, or corrections.
+4. **Never twice.** A confirmed push is reconciled against ``shown``: a row the subscriber
+   already holds with that value is left out (``deduplicated``); a key still pending shows the
+   pending row; a key whose write was settled otherwise gets the confirmed row (``corrected``).
+5. **Corrected at once.** When a write settles, each watcher that was shown one of its keys is
+   sent what that key is now (a newer pending write's row, or the confirmed state's), if that
+   differs from what it holds.
+6. **Bounded.** At most ``limit`` writes pending; past it a write takes the confirmed path
+   alone (``skipped``).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Hashable, Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Protocol
+
+#: Seconds a write may stay pending before it is withdrawn (rule 2).
+CONFIRM_WITHIN = 30.0
+#: Writes pending at most (rule 6).
+MAX_PENDING = 4096
+
+Key = Hashable
+#: A row as one subscriber sees it (its columns, projected), or None: not in its view.
+Row = Mapping[str, object] | None
+
+
+class Lens(Protocol):
+    """One watcher's view of its dataset, asked by the core (its kind makes it)."""
+
+    def select(self, key: Key, row: Row) -> Row:
+        """``row`` (a whole row of the dataset, None: deleted) as this view shows it, or None
+        if the view does not select it."""
+        ...
+
+    def confirmed(self, keys: Iterable[Key]) -> dict[Key, Row]:
+        """The confirmed rows of ``keys`` in this view now (the active state's)."""
+        ...
+
+    def holds(self, keys: Iterable[Key]) -> dict[Key, bool]:
+        """Whether the push machinery believes the subscriber holds each of ``keys``."""
+        ...
+
+    def current(self) -> bool:
+        """Whether the push machinery believes the subscriber holds the active state's view (its
+        last push was cut from it)."""
+        ...
+
+
+@dataclass(frozen=True)
+class Patch:
+    """Rows to send one subscription: a push's ``entered``, ``updated`` and ``left``."""
+
+    sub: Hashable
+    entered: dict[Key, Mapping[str, object]] = field(default_factory=dict)
+    updated: dict[Key, Mapping[str, object]] = field(default_factory=dict)
+    left: list[Key] = field(default_factory=list)
+    provisional: bool = False
+
+    def __bool__(self) -> bool:
+        return bool(self.entered or self.updated or self.left)
+
+
+@dataclass
+class Write:
+    """One pending write: its rows by key (None: deleted), where and until when it waits."""
+
+    id: int
+    dataset: str
+    rows: dict[Key, Mapping[str, object] | None]
+    deadline: float
+    last: int | None = None  # the ingest offset that confirms it, once accepted
+
+
+@dataclass
+class Watcher:
+    """A ``latest`` subscription taking live writes, and the keys where its subscriber holds
+    what the push machinery does not believe it holds (rule 3)."""
+
+    dataset: str
+    lens: Lens
+    shown: dict[Key, Row] = field(default_factory=dict)
+
+
+@dataclass
+class Counters:
+    """What the live path did, for ``/metrics``."""
+
+    writes: int = 0
+    skipped: int = 0
+    confirmed: int = 0
+    refused: int = 0
+    withdrawn: int = 0
+    shown: int = 0  # rows sent provisionally
+    corrected: int = 0  # rows sent to undo what a subscriber was shown
+    deduplicated: int = 0  # rows the confirmed path carried and the subscriber already held
+
+
+def same(a: Row, b: Row) -> bool:
+    """Whether two rows are the same row (NaN equal to NaN)."""
+    if a is None or b is None:
+        return a is b
+    if a.keys() != b.keys():
+        return False
+    return all(_equal(a[name], b[name]) for name in a)
+
+
+def _equal(x: object, y: object) -> bool:
+    if isinstance(x, float) and isinstance(y, float) and math.isnan(x) and math.isnan(y):
+        return True
+    return bool(x == y)
+
+
+class LiveWrites:
+    """The relay's pending writes, its watchers and what each was shown (the rules above)."""
+
+    def __init__(self, within: float = CONFIRM_WITHIN, limit: int = MAX_PENDING) -> None:
+        self.within, self.limit = within, limit
+        self.counters = Counters()
+        self._writes: dict[int, Write] = {}
+        self._overlay: dict[str, dict[Key, list[int]]] = {}  # dataset -> key -> pending ids
+        self._ticks: dict[str, int] = {}  # dataset -> tick of its active state
+        self._watchers: dict[Hashable, Watcher] = {}
+
+    def __len__(self) -> int:
+        return len(self._writes)
+
+    # -- watchers ---------------------------------------------------------------------------
+
+    def watch(self, sub: Hashable, dataset: str, lens: Lens) -> None:
+        """``sub`` takes live writes from its next push on (its first, full push is reconciled
+        too, so it starts with what is pending)."""
+        self._watchers[sub] = Watcher(dataset, lens)
+
+    def forget(self, sub: Hashable) -> None:
+        """``sub`` ended, or its next push is the full view again (its subscriber starts over)."""
+        self._watchers.pop(sub, None)
+
+    def watching(self, sub: Hashable) -> bool:
+        """Whether pushes of ``sub`` must be reconciled (``reconcile``)."""
+        watcher = self._watchers.get(sub)
+        return watcher is not None and (bool(watcher.shown) or self._pending_in(watcher.dataset))
+
+    def _pending_in(self, dataset: str) -> bool:
+        return bool(self._overlay.get(dataset))
+
+    # -- writes -----------------------------------------------------------------------------
+
+    def write(
+        self, id: int, dataset: str, rows: Mapping[Key, Mapping[str, object] | None], now: float
+    ) -> list[Patch]:
+        """A write forwarded upstream under ``id``: shown to the watchers it concerns (rule 1)."""
+        self.counters.writes += 1
+        if len(self._writes) >= self.limit:
+            self.counters.skipped += 1
+            return []
+        self._writes[id] = Write(id, dataset, dict(rows), now + self.within)
+        overlay = self._overlay.setdefault(dataset, {})
+        for key in rows:
+            overlay.setdefault(key, []).append(id)
+        patches = []
+        for sub, watcher in self._watchers.items():
+            if watcher.dataset == dataset:
+                targets = {key: watcher.lens.select(key, row) for key, row in rows.items()}
+                patch = self._show(sub, watcher, targets, provisional=True)
+                self.counters.shown += _rows(patch)
+                patches.append(patch)
+        return [patch for patch in patches if patch]
+
+    def accepted(self, id: int, last: int) -> list[Patch]:
+        """The publisher logged write ``id`` up to offset ``last``: confirmed by the first state
+        with ``tick >= last``, which may be active already (rule 2)."""
+        write = self._writes.get(id)
+        if write is None:
+            return []
+        write.last = last
+        if self._ticks.get(write.dataset, -1) >= last:
+            return self._settle([write], "confirmed")
+        return []
+
+    def refused(self, id: int) -> list[Patch]:
+        """The publisher refused write ``id``: undone where it was shown (rules 2, 5)."""
+        write = self._writes.get(id)
+        return [] if write is None else self._settle([write], "refused")
+
+    def swapped(self, dataset: str, tick: int) -> list[Patch]:
+        """A state of ``dataset`` at ``tick`` is active: the writes it carries are confirmed."""
+        self._ticks[dataset] = tick
+        done = [
+            w
+            for w in self._writes.values()
+            if w.dataset == dataset and w.last is not None and w.last <= tick
+        ]
+        return self._settle(done, "confirmed")
+
+    def expire(self, now: float) -> list[Patch]:
+        """Withdraw the writes past their deadline (rule 2)."""
+        return self._settle([w for w in self._writes.values() if w.deadline <= now], "withdrawn")
+
+    def withdraw(self, unaccepted_only: bool = False) -> list[Patch]:
+        """Withdraw every pending write (a new epoch), or those not accepted yet (the upstream
+        link lost: the publisher may never have logged them)."""
+        gone = [w for w in self._writes.values() if not unaccepted_only or w.last is None]
+        return self._settle(gone, "withdrawn")
+
+    def _settle(self, writes: list[Write], how: str) -> list[Patch]:
+        touched: dict[str, set[Key]] = {}
+        for write in writes:
+            del self._writes[write.id]
+            setattr(self.counters, how, getattr(self.counters, how) + 1)
+            overlay = self._overlay[write.dataset]
+            for key in write.rows:
+                ids = overlay[key]
+                ids.remove(write.id)
+                if not ids:
+                    del overlay[key]
+                touched.setdefault(write.dataset, set()).add(key)
+        patches = []
+        for sub, watcher in self._watchers.items():
+            keys = [k for k in touched.get(watcher.dataset, ()) if k in watcher.shown]
+            if not keys:
+                continue
+            patch = self._show(sub, watcher, self._targets(watcher, keys), provisional=False)
+            self.counters.corrected += _rows(patch)
+            if watcher.lens.current():
+                for key in keys:  # the machinery's belief is now what the subscriber holds
+                    if key not in self._overlay.get(watcher.dataset, {}):
+                        watcher.shown.pop(key, None)
+            patches.append(patch)
+        return [patch for patch in patches if patch]
+
+    # -- pushes of the confirmed path ---------------------------------------------------------
+
+    def reconcile(self, push: Patch, full: bool) -> Patch:
+        """A push the machinery cut from the active state, as the subscriber must get it (rule 4;
+        ``full``: it replaces the subscriber's whole view). Afterwards the machinery believes the
+        subscriber holds the active view, so only pending keys stay in ``shown``."""
+        watcher = self._watchers.get(push.sub)
+        if watcher is None:
+            return push
+        pending = self._overlay.get(watcher.dataset, {})
+        held = {} if full else watcher.shown
+        carried: dict[Key, Row] = {**push.entered, **push.updated, **dict.fromkeys(push.left)}
+        keys = [*carried, *(k for k in held if k not in carried)]
+        keys += [k for k in pending if k not in carried and k not in held]
+        rest = [k for k in keys if k not in carried and k not in pending]
+        now = watcher.lens.confirmed(rest) if rest else {}
+        out = Patch(push.sub, provisional=any(k in pending for k in keys))
+        shown: dict[Key, Row] = {}
+        for key in keys:
+            if key in pending:
+                target = shown[key] = self._target(watcher, key)
+            else:
+                target = carried[key] if key in carried else now[key]
+            before: Row | _Unknown
+            if key in held:
+                before = held[key]
+                has = before is not None
+            elif full:
+                before, has = None, False
+            elif key in carried:  # the machinery's delta says whether it was held
+                before, has = _unknown, key not in push.entered
+            else:  # unchanged by this push: the machinery's row, the confirmed one
+                before = watcher.lens.confirmed([key])[key] if key in pending else target
+                has = before is not None
+            if not isinstance(before, _Unknown) and same(before, target):
+                if key in carried:
+                    self.counters.deduplicated += 1
+                continue
+            _put(out, key, target, has)
+        watcher.shown = shown
+        return out
+
+    # -- helpers ----------------------------------------------------------------------------
+
+    def _target(self, watcher: Watcher, key: Key) -> Row:
+        """The newest pending write's row of ``key`` as the watcher's view shows it."""
+        newest = self._overlay[watcher.dataset][key][-1]
+        return watcher.lens.select(key, self._writes[newest].rows[key])
+
+    def _targets(self, watcher: Watcher, keys: list[Key]) -> dict[Key, Row]:
+        pending = self._overlay.get(watcher.dataset, {})
+        confirmed = watcher.lens.confirmed([k for k in keys if k not in pending])
+        return {k: self._target(watcher, k) if k in pending else confirmed[k] for k in keys}
+
+    def _show(
+        self, sub: Hashable, watcher: Watcher, targets: Mapping[Key, Row], *, provisional: bool
+    ) -> Patch:
+        """Send ``sub`` each target that differs from what it holds; remember it as shown.
+
+        At a key not in ``shown`` the subscriber holds the machinery's row: the confirmed one if
+        its last push was cut from the active state, else a row of unknown value (sent anew).
+        """
+        patch = Patch(sub, provisional=provisional)
+        fresh = [key for key in targets if key not in watcher.shown]
+        holds = watcher.lens.holds(fresh) if fresh else {}
+        current = bool(fresh) and watcher.lens.current()
+        confirmed = watcher.lens.confirmed(fresh) if current else {}
+        for key, target in targets.items():
+            before: Row | _Unknown
+            if key in watcher.shown:
+                before = watcher.shown[key]
+                has = before is not None
+            else:
+                before = confirmed[key] if current else _unknown
+                has = holds[key]
+            watcher.shown[key] = target
+            if isinstance(before, _Unknown):
+                if target is None and not has:
+                    continue
+            elif same(before, target):
+                continue
+            _put(patch, key, target, has)
+        return patch
+
+
+def _put(patch: Patch, key: Key, target: Row, has: bool) -> None:
+    """Add ``target`` for ``key`` to ``patch``: left, updated or entered."""
+    if target is None:
+        if has:
+            patch.left.append(key)
+    elif has:
+        patch.updated[key] = target
+    else:
+        patch.entered[key] = target
+
+
+class _Unknown:
+    """What a subscriber held at a key the confirmed path changed: the machinery's old row."""
+
+
+_unknown = _Unknown()
+
+
+def _rows(patch: Patch) -> int:
+    return len(patch.entered) + len(patch.updated) + len(patch.left)
