@@ -29,6 +29,7 @@ export interface Asked {
   readonly mode: Mode;
   readonly relevance?: Relevance | null;
   readonly transduce?: Transduce | null;
+  readonly confirmed?: boolean;
 }
 
 /** One push (or no-update) of a view, as received. */

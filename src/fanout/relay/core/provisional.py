@@ -1,26 +1,16 @@
-"""Live writes on a relay: a write shown to its ``latest`` watchers at once, provisionally, then
-settled by the publisher's stream (docs/concepts.md, "Two paths"). Pure: rows in, patches out.
+"""Live writes on a relay, pure: rows in, patches out (docs/concepts.md, "Two paths"). Rules:
 
-Rules:
-
-1. **Shown at once.** A write (keyed rows; ``None`` deletes) is shown to every watcher (a
-   ``latest`` subscription taking live writes) whose view its rows enter, change or leave, as a
-   provisional patch against what that subscriber holds.
-2. **Remembered until settled.** It stays pending until the publisher's state carries it: once
-   accepted at ingest offset ``last`` (``Published.last``), a swapped-in state of its dataset
-   with ``tick >= last`` confirms it. It is *refused* (the publisher's ``Error``) or *withdrawn*
-   (no answer or no confirming state by its deadline, the upstream link lost before it was
-   accepted, a new epoch); a settled write is gone from the overlay either way.
-3. **What a subscriber holds** is the confirmed path's view (what the push machinery believes
-   it holds) changed at the keys in its ``shown``: rows shown by the live path, or corrections.
-4. **Never twice.** A confirmed push is reconciled against ``shown``: a row the subscriber
-   already holds with that value is left out (``deduplicated``); a key still pending shows the
-   pending row; a key whose write was settled otherwise gets the confirmed row (``corrected``).
-5. **Corrected at once.** When a write settles, each watcher that was shown one of its keys is
-   sent what that key is now (a newer pending write's row, or the confirmed state's), if that
-   differs from what it holds.
-6. **Bounded.** At most ``limit`` writes pending; past it a write takes the confirmed path
-   alone (``skipped``).
+1. A write (keyed rows; None deletes) is shown at once to each watcher (a ``latest``
+   subscription taking live writes) whose view it changes, as a provisional patch.
+2. It stays pending until settled: *confirmed* by an active state with ``tick >= last`` once
+   accepted at ingest offset ``last``; *refused* by the publisher; *withdrawn* past its deadline
+   or when the link is lost before it was accepted.
+3. A subscriber holds what the push machinery believes, changed at the keys of its ``shown``.
+4. Never twice: a confirmed push leaves out rows the subscriber holds already
+   (``deduplicated``), shows pending rows, and confirmed ones where a write settled otherwise.
+5. When a write settles, each watcher shown one of its keys gets what the key is now, if that
+   differs (``corrected``).
+6. At most ``limit`` writes pending; past it a write takes the confirmed path alone.
 """
 
 from __future__ import annotations

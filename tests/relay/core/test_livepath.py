@@ -1,0 +1,168 @@
+"""Writes made through a relay shown at once (relay/core/livepath.py), sans I/O: a relay's core
+with a topic dataset, a write forwarded, the publisher's answers and batches played by hand."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from fanout.relay.core.planner import Policy
+from fanout.relay.core.relaycore import UPSTREAM, Send
+from fanout.testing.catalog import sensors
+from fanout.testing.relaycore import ready_core
+from fanout.views.topic import parse as topic
+from fanout.wire.columns import decode_columns, encode_columns
+from fanout.wire.messages import Acquire, Batch, NoUpdate, Publish, Push, Subscribe, Subscribed
+
+SENSORS = sensors()
+CLIENT = 1
+
+
+class Talk:
+    """A relay serving ``sensors``; its subscribers' views as the client library keeps them."""
+
+    def __init__(self) -> None:
+        self.core = ready_core(SENSORS, policy=Policy(grace=0.0))
+        self.live = self.core.serving.live
+        self.snapshots: list[int] = []
+        self.seq = -1
+        self.now = 0.0
+        self.views: dict[int, dict[str, float]] = {}
+        self.pushes: list[Push] = []
+
+    def subscribe(self, sub: int, text: str, **options: Any) -> None:
+        request = Subscribe(sub, "sensors", topic(text), rate=1000.0, **options)
+        self.take(self.core.on_subscribe(CLIENT, request))
+
+    def take(self, sends: list[Send]) -> list[Push]:
+        pushes = []
+        for send in sends:
+            frame = send.message()
+            if send.to == UPSTREAM and isinstance(frame, Acquire):
+                self.snapshots.append(frame.prim)
+            elif isinstance(frame, Push):
+                self.apply(frame)
+                pushes.append(frame)
+            else:
+                assert isinstance(frame, Subscribed | NoUpdate), frame
+        self.pushes += pushes
+        return pushes
+
+    def apply(self, push: Push) -> None:
+        rows = self.views.setdefault(push.sub, {})
+        if push.full:
+            rows.clear()
+        for gone in decode_columns(push.left).get("topic", np.empty(0)).tolist():
+            del rows[gone]
+        for section in (push.entered, push.updated):
+            columns = decode_columns(section)
+            if columns:
+                rows.update(zip(columns["topic"].tolist(), columns["value"].tolist(), strict=True))
+
+    def batch(self, tick: int, upserts: dict[str, float], deletes: tuple[str, ...] = ()) -> None:
+        self.seq += 1
+        frame = Batch(
+            "sensors",
+            1,
+            self.seq,
+            tick,
+            0.0,
+            _rows(upserts),
+            encode_columns({"topic": np.array(deletes, dtype=object)}),
+            self.snapshots,
+        )
+        self.snapshots = []
+        self.take(self.core.on_batch(frame))
+
+    def round(self) -> list[Push]:
+        self.now += 1.0
+        return self.take(self.core.pushes(self.now, lambda client: True))
+
+    def write(
+        self, upstream: int, upserts: dict[str, float], deletes: tuple[str, ...] = ()
+    ) -> list[Push]:
+        request = Publish(
+            7, "sensors", _rows(upserts), encode_columns({"topic": np.array(deletes, dtype=object)})
+        )
+        return self.take(self.live.write(request, upstream, self.now))
+
+
+def _rows(upserts: dict[str, float]) -> Any:
+    return encode_columns(
+        {"topic": np.array(list(upserts), dtype=object), "value": np.array(list(upserts.values()))}
+    )
+
+
+def started() -> Talk:
+    talk = Talk()
+    talk.subscribe(1, "a/#")
+    talk.subscribe(2, "b/#")
+    talk.subscribe(3, "a/#", confirmed=True)
+    talk.subscribe(4, "a/#", mode="every")
+    talk.batch(1, {"a/1": 1.0, "b/1": 2.0})
+    talk.round()
+    assert talk.views == {1: {"a/1": 1.0}, 2: {"b/1": 2.0}, 3: {"a/1": 1.0}, 4: {"a/1": 1.0}}
+    return talk
+
+
+def test_a_write_reaches_its_latest_subscribers_at_once_marked_provisional() -> None:
+    talk = started()
+    (shown,) = talk.write(-1, {"a/1": 5.0, "a/2": 6.0})
+    assert shown.sub == 1 and shown.provisional and not shown.full
+    assert talk.views[1] == {"a/1": 5.0, "a/2": 6.0}
+    assert talk.views[3] == {"a/1": 1.0}  # confirmed rows only
+    assert talk.views[4] == {"a/1": 1.0}  # mode every stays on the log's path
+
+
+def test_the_batch_that_carries_it_is_not_delivered_twice() -> None:
+    talk = started()
+    talk.write(-1, {"a/1": 5.0, "a/2": 6.0})
+    assert talk.live.accepted(-1, 2) == []
+    talk.batch(2, {"a/1": 5.0, "a/2": 6.0})
+    talk.pushes.clear()
+    talk.round()
+    to_one = [p for p in talk.pushes if p.sub == 1]
+    assert all(not decode_columns(p.entered) and not decode_columns(p.updated) for p in to_one)
+    assert talk.views[1] == talk.views[3] == {"a/1": 5.0, "a/2": 6.0}
+    counters = talk.live.writes.counters
+    assert (counters.confirmed, counters.deduplicated, counters.corrected) == (1, 2, 0)
+
+
+def test_a_refused_write_is_undone_where_it_was_shown() -> None:
+    talk = started()
+    talk.write(-1, {"a/2": 6.0}, deletes=("a/1",))
+    assert talk.views[1] == {"a/2": 6.0}
+    (undone,) = talk.take(talk.live.refused(-1))
+    assert not undone.provisional
+    assert talk.views[1] == {"a/1": 1.0}
+    assert talk.live.writes.counters.corrected == 2
+
+
+def test_an_overridden_write_is_corrected_and_counted() -> None:
+    talk = started()
+    talk.write(-1, {"a/1": 5.0})
+    talk.live.accepted(-1, 2)
+    talk.batch(3, {"a/1": 9.0})  # a later producer's write of the same topic
+    talk.pushes.clear()
+    talk.round()  # its state swapped in: corrected at once, its push then carries nothing new
+    assert talk.views[1] == {"a/1": 9.0}
+    counters = talk.live.writes.counters
+    assert (counters.confirmed, counters.corrected, counters.deduplicated) == (1, 1, 1)
+    assert [p.sub for p in talk.pushes if decode_columns(p.updated)] == [1, 3, 4]
+
+
+def test_a_write_the_publisher_never_confirms_is_withdrawn_at_its_deadline() -> None:
+    talk = started()
+    talk.write(-1, {"a/9": 5.0})
+    assert talk.take(talk.live.expire(talk.now + 1.0)) == []
+    talk.take(talk.live.expire(talk.now + 60.0))
+    assert talk.views[1] == {"a/1": 1.0}
+    assert talk.live.writes.counters.withdrawn == 1
+
+
+def test_a_write_not_of_the_datasets_columns_is_not_shown() -> None:
+    talk = started()
+    bad = Publish(7, "sensors", encode_columns({"topic": np.array(["a/3"], dtype=object)}))
+    assert talk.live.write(bad, -1, 0.0) == []
+    assert talk.live.invalid == 1 and len(talk.live.writes) == 0
