@@ -96,6 +96,7 @@ class Asked:
     mode: Mode = "latest"
     relevance: Relevance | None = None
     transduce: Transduce | None = None
+    confirmed: bool = False
 
 
 @dataclass

@@ -83,6 +83,22 @@ class LivePath:
         """The upstream link is gone: the writes it had not answered are withdrawn."""
         return self._sends(self.writes.withdraw(unaccepted_only=True))
 
+    def stats(self) -> dict[str, float]:
+        """What the live path did (``/metrics``: ``relay_live_*``)."""
+        counters = self.writes.counters
+        return {
+            "live_writes": counters.writes,
+            "live_invalid": self.invalid,
+            "live_skipped": counters.skipped,
+            "live_pending": len(self.writes),
+            "live_shown": counters.shown,
+            "live_confirmed": counters.confirmed,
+            "live_refused": counters.refused,
+            "live_withdrawn": counters.withdrawn,
+            "live_corrected": counters.corrected,
+            "live_deduplicated": counters.deduplicated,
+        }
+
     # -- subscriptions ---------------------------------------------------------------------
 
     def forget(self, key: SubKey) -> None:
