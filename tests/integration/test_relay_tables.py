@@ -17,6 +17,7 @@ from fanout.client import LiveView, connect
 from fanout.client.publisher import PublisherClient, open_producer, open_reader
 from fanout.client.subscriber import Update
 from fanout.launch import Child, Children
+from fanout.metrics import scrape
 from fanout.publisher.log import SqliteLog
 from fanout.testing.audit import audit
 from fanout.testing.deployment import publisher_and_relay
@@ -288,9 +289,8 @@ async def test_an_every_sql_subscription_gets_each_seq_of_its_projected_rows(dep
 
 def carries(update: Update, topic_name: str) -> bool:
     """Whether ``update`` sends the row of ``topic_name`` (entered or updated)."""
-    return any(
-        topic_name in rows.get("topic", []).tolist() for rows in (update.entered, update.updated)
-    )
+    sent = [rows["topic"].tolist() for rows in (update.entered, update.updated) if rows]
+    return any(topic_name in topics for topics in sent)
 
 
 async def test_a_write_through_the_relay_is_shown_at_once_and_not_again_when_confirmed(
@@ -327,3 +327,7 @@ async def test_a_write_through_the_relay_is_shown_at_once_and_not_again_when_con
     assert not any(carries(update, "live/1") for update in later)
     assert not later[-1].provisional
     assert held(live) == held(confirmed) == {"live/1": {"topic": "live/1", "value": 1.5}}
+    counts = await asyncio.to_thread(scrape, relay.url)
+    assert counts["fanout_relay_live_confirmed_total"] == 1  # by the state's tick, not a deadline
+    assert counts["fanout_relay_live_pending"] == 0
+    assert counts["fanout_relay_live_corrected_total"] == 0

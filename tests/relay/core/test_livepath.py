@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import msgspec
 import numpy as np
 
 from fanout.relay.core.planner import Policy
@@ -15,7 +16,8 @@ from fanout.views.topic import parse as topic
 from fanout.wire.columns import decode_columns, encode_columns
 from fanout.wire.messages import Acquire, Batch, NoUpdate, Publish, Push, Subscribe, Subscribed
 
-SENSORS = sensors()
+# Its value column may hold NULL, as the publisher's columns other than the key may.
+SENSORS = msgspec.structs.replace(sensors(), nullable=["value"])
 CLIENT = 1
 
 
@@ -166,3 +168,21 @@ def test_a_write_not_of_the_datasets_columns_is_not_shown() -> None:
     bad = Publish(7, "sensors", encode_columns({"topic": np.array(["a/3"], dtype=object)}))
     assert talk.live.write(bad, -1, 0.0) == []
     assert talk.live.invalid == 1 and len(talk.live.writes) == 0
+
+
+def test_a_null_written_is_shown_as_null_and_not_sent_again() -> None:
+    talk = started()
+    value = np.ma.MaskedArray([0.0], mask=[True])
+    columns = encode_columns({"topic": np.array(["a/1"], dtype=object), "value": value})
+    request = Publish(7, "sensors", columns, encode_columns({"topic": np.array([], dtype=object)}))
+    talk.take(talk.live.write(request, -1, talk.now))
+    assert talk.views[1] == {"a/1": None}
+    talk.live.accepted(-1, 2)
+    frame = Batch("sensors", 1, talk.seq + 1, 2, 0.0, columns, encode_columns({}), [])
+    talk.seq += 1
+    talk.take(talk.core.on_batch(frame))
+    talk.pushes.clear()
+    talk.round()
+    assert talk.views[1] == talk.views[3] == {"a/1": None}
+    assert talk.live.writes.counters.deduplicated == 1
+    assert all(not decode_columns(p.updated) for p in talk.pushes if p.sub == 1)

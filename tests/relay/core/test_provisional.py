@@ -86,8 +86,8 @@ class Lens:
     def __init__(self, sub: Sub) -> None:
         self.sub = sub
 
-    def select(self, key: Key, row: Row) -> Row:
-        return self.sub.select(key, row)
+    def show(self, rows: Mapping[Key, Row]) -> dict[Key, Row]:
+        return {key: self.sub.select(key, row) for key, row in rows.items()}
 
     def confirmed(self, keys: Iterable[Key]) -> dict[Key, Row]:
         return self.sub.confirmed(keys)

@@ -15,7 +15,7 @@ This module turns frames and pushes into the pure core's rows and its patches in
 
 from __future__ import annotations
 
-from collections.abc import Hashable, Mapping, Sequence
+from collections.abc import Hashable, Iterable, Mapping, Sequence
 from typing import Any, cast
 
 import msgspec
@@ -27,7 +27,7 @@ from fanout.relay.core.provisional import LiveWrites, Patch
 from fanout.relay.core.sends import Send
 from fanout.relay.data.buffers import Stamp
 from fanout.relay.data.intake import decode_rows
-from fanout.relay.data.nulls import split
+from fanout.relay.data.nulls import is_companion, split
 from fanout.relay.data.pushes import Body, PushFrame, encode_rows
 from fanout.relay.kinds.base import Parts
 from fanout.relay.kinds.lens import RowLens
@@ -129,9 +129,14 @@ class LivePath:
             return None
         name = self.parts.kinds[subscription.dataset].state.info.key
         cut = Patch(
-            key, _rows(body.entered, name), _rows(body.updated, name), _keys(body.left, name)
+            key,
+            _rows(body.entered, name, lens.dtypes()),
+            _rows(body.updated, name, lens.dtypes()),
+            _keys(body.left, name),
         )
         patch = self.writes.reconcile(cut, body.full)
+        if patch == cut:  # nothing to change: the shared encoding goes
+            return None
         return encode_patch(patch, stamp, lens, body.full)
 
     def _watched(self, dataset: str) -> bool:
@@ -181,10 +186,16 @@ def written(
     return out
 
 
-def _rows(raw: msgspec.Raw, key: str) -> dict[Hashable, Mapping[str, object]]:
+def _rows(raw: msgspec.Raw, key: str, names: Iterable[str]) -> dict[Hashable, Mapping[str, object]]:
+    """A push's rows by key, each with every column of ``names``: a nullable column's
+    companion, which the wire leaves out when nothing is NULL, is then all true."""
     arrays = split(decode_columns(_columns.decode(raw)))
     if not arrays:
         return {}
+    length = len(arrays[key])
+    for name in names:
+        if is_companion(name) and name not in arrays:
+            arrays[name] = np.ones(length, dtype=bool)
     names = list(arrays)
     rows = (
         dict(zip(names, v, strict=True))

@@ -33,8 +33,8 @@ Row = Mapping[str, object] | None
 class Lens(Protocol):
     """One watcher's view of its dataset, asked by the core (its kind makes it)."""
 
-    def select(self, key: Key, row: Row) -> Row:
-        """``row`` (a whole row of the dataset, None: deleted) as this view shows it, or None
+    def show(self, rows: Mapping[Key, Row]) -> dict[Key, Row]:
+        """Whole rows of the dataset by key (None: deleted) as this view shows them, each None
         if the view does not select it."""
         ...
 
@@ -52,7 +52,7 @@ class Lens(Protocol):
         ...
 
 
-@dataclass(frozen=True)
+@dataclass
 class Patch:
     """Rows to send one subscription: a push's ``entered``, ``updated`` and ``left``."""
 
@@ -166,7 +166,7 @@ class LiveWrites:
         patches = []
         for sub, watcher in self._watchers.items():
             if watcher.dataset == dataset:
-                targets = {key: watcher.lens.select(key, row) for key, row in rows.items()}
+                targets = watcher.lens.show(rows)
                 patch = self._show(sub, watcher, targets, provisional=True)
                 self.counters.shown += _rows(patch)
                 patches.append(patch)
@@ -239,20 +239,20 @@ class LiveWrites:
     def reconcile(self, push: Patch, full: bool) -> Patch:
         """A push the machinery cut from the active state, as the subscriber must get it (rule 4;
         ``full``: it replaces the subscriber's whole view). Afterwards the machinery believes the
-        subscriber holds the active view, so only pending keys stay in ``shown``."""
+        subscriber holds the active view, so only pending keys stay in ``shown``; a pending key
+        shown and not carried stays as it is (``shown`` holds its newest write's row)."""
         watcher = self._watchers.get(push.sub)
         if watcher is None:
             return push
         pending = self._overlay.get(watcher.dataset, {})
         held = {} if full else watcher.shown
         carried: dict[Key, Row] = {**push.entered, **push.updated, **dict.fromkeys(push.left)}
-        keys = [*carried, *(k for k in held if k not in carried)]
-        keys += [k for k in pending if k not in carried and k not in held]
-        rest = [k for k in keys if k not in carried and k not in pending]
-        now = watcher.lens.confirmed(rest) if rest else {}
-        out = Patch(push.sub, provisional=any(k in pending for k in keys))
-        shown: dict[Key, Row] = {}
-        for key in keys:
+        shown = {k: row for k, row in held.items() if k in pending and k not in carried}
+        settled = [k for k in held if k not in carried and k not in pending]
+        fresh = [k for k in pending if k not in carried and k not in held]  # not shown yet
+        now = watcher.lens.confirmed(settled + fresh) if settled or fresh else {}
+        out = Patch(push.sub)
+        for key in [*carried, *settled, *fresh]:
             if key in pending:
                 target = shown[key] = self._target(watcher, key)
             else:
@@ -266,13 +266,14 @@ class LiveWrites:
             elif key in carried:  # the machinery's delta says whether it was held
                 before, has = _unknown, key not in push.entered
             else:  # unchanged by this push: the machinery's row, the confirmed one
-                before = watcher.lens.confirmed([key])[key] if key in pending else target
+                before = now[key]
                 has = before is not None
             if not isinstance(before, _Unknown) and same(before, target):
                 if key in carried:
                     self.counters.deduplicated += 1
                 continue
             _put(out, key, target, has)
+            out.provisional |= key in pending
         watcher.shown = shown
         return out
 
@@ -281,7 +282,7 @@ class LiveWrites:
     def _target(self, watcher: Watcher, key: Key) -> Row:
         """The newest pending write's row of ``key`` as the watcher's view shows it."""
         newest = self._overlay[watcher.dataset][key][-1]
-        return watcher.lens.select(key, self._writes[newest].rows[key])
+        return watcher.lens.show({key: self._writes[newest].rows[key]})[key]
 
     def _targets(self, watcher: Watcher, keys: list[Key]) -> dict[Key, Row]:
         pending = self._overlay.get(watcher.dataset, {})

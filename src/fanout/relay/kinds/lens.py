@@ -42,16 +42,20 @@ class RowLens:
         self.index = index
         self.selects = selects
 
-    def select(self, key: Hashable, row: Row) -> Row:
-        """The whole row ``row`` as the view shows it, or None if the view does not select it."""
-        if row is None:
-            return None
-        table = self.buffer.active
-        scratch = Table(table.key, table.wire)
-        scratch.upsert(
-            {name: np.asarray([row[name]], dtype=d) for name, d in table.dtypes.items()}, 0
-        )
-        return self._shown(scratch, np.arange(1)).get(key)
+    def show(self, rows: Mapping[Hashable, Row]) -> dict[Hashable, Row]:
+        """Whole rows by key (None: deleted) as the view shows them (None: not selected)."""
+        out: dict[Hashable, Row] = dict.fromkeys(rows)
+        whole = [row for row in rows.values() if row is not None]
+        if whole:
+            table = self.buffer.active
+            scratch = Table(table.key, table.wire)
+            columns = {
+                name: np.asarray([row[name] for row in whole], dtype=dtype)
+                for name, dtype in table.dtypes.items()
+            }
+            scratch.upsert(columns, 0)
+            out.update(self._shown(scratch, np.arange(len(scratch))))
+        return out
 
     def confirmed(self, keys: Iterable[Hashable]) -> dict[Hashable, Row]:
         """The active state's rows of ``keys`` in the view (None: not in it)."""
