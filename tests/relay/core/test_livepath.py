@@ -7,6 +7,8 @@ from typing import Any
 
 import msgspec
 import numpy as np
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from fanout.relay.core.planner import Policy
 from fanout.relay.core.relaycore import UPSTREAM, Send
@@ -52,15 +54,23 @@ class Talk:
         return pushes
 
     def apply(self, push: Push) -> None:
+        """As the client library does; a delta never enters a held key, nor updates or removes
+        one not held, and a push that is not provisional never updates a row to what it is (a
+        provisional one may: the relay did not know the value held)."""
         rows = self.views.setdefault(push.sub, {})
         if push.full:
             rows.clear()
         for gone in decode_columns(push.left).get("topic", np.empty(0)).tolist():
             del rows[gone]
-        for section in (push.entered, push.updated):
+        for section, held in ((push.entered, False), (push.updated, True)):
             columns = decode_columns(section)
             if columns:
-                rows.update(zip(columns["topic"].tolist(), columns["value"].tolist(), strict=True))
+                topics = columns["topic"].tolist()
+                assert all((t in rows) == held for t in topics), (push.sub, topics, rows)
+                sent = dict(zip(topics, columns["value"].tolist(), strict=True))
+                if held and not push.provisional:
+                    assert all(rows[t] != v for t, v in sent.items()), ("twice", push.sub, sent)
+                rows.update(sent)
 
     def batch(self, tick: int, upserts: dict[str, float], deletes: tuple[str, ...] = ()) -> None:
         self.seq += 1
@@ -186,3 +196,86 @@ def test_a_null_written_is_shown_as_null_and_not_sent_again() -> None:
     assert talk.views[1] == talk.views[3] == {"a/1": None}
     assert talk.live.writes.counters.deduplicated == 1
     assert all(not decode_columns(p.updated) for p in talk.pushes if p.sub == 1)
+
+
+TOPICS = ["a/0", "a/1", "b/0"]
+values = st.one_of(st.none(), st.sampled_from([1.0, 2.0]))  # None: deleted
+events = st.one_of(
+    st.tuples(st.just("write"), st.dictionaries(st.sampled_from(TOPICS), values, min_size=1)),
+    st.tuples(st.just("answer"), st.booleans()),
+    st.tuples(st.just("override"), st.sampled_from(TOPICS), values),
+    st.tuples(st.just("batch")),
+    st.tuples(st.just("round")),
+    st.tuples(st.just("late")),
+)
+
+
+class Played(Talk):
+    """A relay, with the publisher played by a brute-force model: its log and its state."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.log: list[tuple[str, float | None]] = []
+        self.state: dict[str, float] = {}
+        self.sent: dict[str, float] = {}  # the state the relay was last sent
+        self.waiting: list[tuple[int, dict[str, float | None]]] = []
+        self.ids = 0
+
+    def step(self, event: tuple[Any, ...]) -> None:
+        match event:
+            case ("write", dict() as rows):
+                self.ids += 1
+                self.waiting.append((-self.ids, rows))
+                upserts = {k: v for k, v in rows.items() if v is not None}
+                deletes = tuple(k for k, v in rows.items() if v is None)
+                self.write(-self.ids, upserts, deletes)
+            case ("answer", bool() as accept) if self.waiting:
+                upstream, rows = self.waiting.pop(0)
+                if accept:
+                    self.log += rows.items()
+                    self.take(self.live.accepted(upstream, len(self.log)))
+                else:
+                    self.take(self.live.refused(upstream))
+            case ("override", str() as key, value):
+                self.log.append((key, value))
+            case ("batch",):
+                self.micro_batch()
+            case ("round",):
+                self.round()
+            case ("late",):  # past every deadline: what is pending is withdrawn
+                self.now += 60.0
+                self.take(self.live.expire(self.now))
+
+    def micro_batch(self) -> None:
+        for key, value in self.log:
+            self.state.pop(key, None)
+            if value is not None:
+                self.state[key] = value
+        upserts = {k: v for k, v in self.state.items() if self.sent.get(k) != v}
+        deletes = tuple(k for k in self.sent if k not in self.state)
+        self.sent = dict(self.state)
+        self.batch(len(self.log), upserts, deletes)
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(events, max_size=25))
+def test_latest_views_of_a_real_relay_converge_to_the_publishers_state(script: list[Any]) -> None:
+    """The relay's core, kinds and encodings as they run, live writes and the publisher's
+    answers, overrides and micro-batches in any order: once everything is answered and
+    carried, every view is the publisher's state, and no delta was inconsistent on the way."""
+    talk = Played()
+    talk.subscribe(1, "a/#")
+    talk.subscribe(2, "#")
+    talk.subscribe(3, "a/#", confirmed=True)
+    talk.micro_batch()
+    talk.round()
+    for event in script:
+        talk.step(event)
+    while talk.waiting:
+        talk.step(("answer", True))
+    talk.micro_batch()
+    talk.round()
+    expected = dict(talk.state)
+    assert talk.views[2] == expected
+    assert talk.views[1] == talk.views[3] == {k: v for k, v in expected.items() if k[0] == "a"}
+    assert len(talk.live.writes) == 0
