@@ -1933,7 +1933,8 @@ var ViewState = class {
       updated,
       left,
       tickTime: push.tick_time,
-      receivedAt: now2
+      receivedAt: now2,
+      provisional: push.provisional
     };
   }
   rowsOf(payload, section) {
