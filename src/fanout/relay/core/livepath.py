@@ -7,9 +7,9 @@ This module turns frames and pushes into the pure core's rows and its patches in
 1. A write is shown only if its rows are whole rows of the dataset, of its column types, keys
    unique (else it takes the confirmed path alone, counted ``invalid``: the publisher's answer
    tells its writer why).
-2. A subscription watches when it is ``latest``, did not ask ``confirmed`` and its kind has a
-   lens (``DatasetKind.lens``); a push of a watching subscription with anything pending or
-   shown is decoded, reconciled and encoded again, marked provisional if it carries pending rows.
+2. A subscription watches from a full push when it is ``latest``, did not ask ``confirmed`` and
+   its kind has a lens (``DatasetKind.lens``); its pushes while anything is pending or shown
+   are decoded, reconciled and encoded again (provisional if they carry a pending row).
 3. Provisional pushes and corrections carry the active state's epoch, seq and tick.
 """
 
@@ -115,23 +115,31 @@ class LivePath:
 
     def deliver(self, subscription: Subscription, stamp: Stamp, body: Body) -> bytes | None:
         """The push of ``body`` as ``subscription``'s subscriber must get it, or None: as cut
-        (rule 2)."""
+        (rule 2). Whether it watches is decided at its full pushes (one dict look-up on the
+        others): a subscription changed to ``confirmed`` stops at once, one changed back starts
+        at its next full push."""
         key = subscription.key
-        if not self._watches(subscription):
-            if key in self._lenses:
-                self.forget(key)
-            return None
         lens = self._lenses.get(key)
-        if lens is None or body.full:
-            lens = self._lenses[key] = self._lens(subscription)
+        if body.full:
+            self.forget(key)
+            lens = self._lens(subscription)
+            if lens is None:
+                return None
+            self._lenses[key] = lens
             self.writes.watch(key, subscription.dataset, lens)
+        elif lens is None:
+            return None
+        elif subscription.mode != "latest" or subscription.asked.confirmed:
+            self.forget(key)
+            return None
         if not self.writes.watching(key):
             return None
         name = self.parts.kinds[subscription.dataset].state.info.key
+        dtypes = lens.dtypes()
         cut = Patch(
             key,
-            _rows(body.entered, name, lens.dtypes()),
-            _rows(body.updated, name, lens.dtypes()),
+            _rows(body.entered, name, dtypes),
+            _rows(body.updated, name, dtypes),
             _keys(body.left, name),
         )
         patch = self.writes.reconcile(cut, body.full)
@@ -142,16 +150,13 @@ class LivePath:
     def _watched(self, dataset: str) -> bool:
         return any(lens.subscription.dataset == dataset for lens in self._lenses.values())
 
-    def _watches(self, subscription: Subscription) -> bool:
+    def _lens(self, subscription: Subscription) -> RowLens | None:
+        """Its lens, if it takes live writes: ``latest``, not ``confirmed``, of a kind that
+        has lenses."""
         if subscription.mode != "latest" or subscription.asked.confirmed:
-            return False
+            return None
         kind = self.parts.kinds.get(subscription.dataset)
-        return kind is not None and kind.lens(subscription) is not None
-
-    def _lens(self, subscription: Subscription) -> RowLens:
-        lens = self.parts.kinds[subscription.dataset].lens(subscription)
-        assert lens is not None
-        return lens
+        return None if kind is None else kind.lens(subscription)
 
     def _sends(self, patches: Sequence[Patch]) -> list[Send]:
         sends = []
