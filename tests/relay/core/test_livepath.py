@@ -164,6 +164,19 @@ def test_an_overridden_write_is_corrected_and_counted() -> None:
     assert [p.sub for p in talk.pushes if decode_columns(p.updated)] == [1, 3, 4]
 
 
+def test_a_subscription_changed_to_confirmed_gets_back_to_the_confirmed_rows() -> None:
+    talk = started()
+    talk.write(-1, {"a/1": 5.0})
+    talk.subscribe(1, "a/+", confirmed=True)  # a view change, asking confirmed rows only
+    talk.round()
+    assert talk.views[1] == {"a/1": 1.0}
+    assert talk.write(-2, {"a/2": 7.0}) == []  # not shown any more
+    talk.take(talk.live.refused(-1))
+    talk.take(talk.live.refused(-2))
+    talk.round()
+    assert talk.views[1] == {"a/1": 1.0}
+
+
 def test_a_write_the_publisher_never_confirms_is_withdrawn_at_its_deadline() -> None:
     talk = started()
     talk.write(-1, {"a/9": 5.0})

@@ -116,8 +116,7 @@ class LivePath:
     def deliver(self, subscription: Subscription, stamp: Stamp, body: Body) -> bytes | None:
         """The push of ``body`` as ``subscription``'s subscriber must get it, or None: as cut
         (rule 2). Whether it watches is decided at its full pushes (one dict look-up on the
-        others): a subscription changed to ``confirmed`` stops at once, one changed back starts
-        at its next full push."""
+        others), and when it changes to ``confirmed`` (``changed``)."""
         key = subscription.key
         lens = self._lenses.get(key)
         if body.full:
@@ -128,9 +127,6 @@ class LivePath:
             self._lenses[key] = lens
             self.writes.watch(key, subscription.dataset, lens)
         elif lens is None:
-            return None
-        elif subscription.mode != "latest" or subscription.asked.confirmed:
-            self.forget(key)
             return None
         if not self.writes.watching(key):
             return None
@@ -146,6 +142,18 @@ class LivePath:
         if patch == cut:  # nothing to change: the shared encoding goes
             return None
         return encode_patch(patch, stamp, lens, body.full)
+
+    def changed(self, subscription: Subscription) -> list[Send]:
+        """``subscription`` was changed: if it asks confirmed rows only now, it is shown no new
+        write and what it was shown is brought back to the confirmed rows at once (one changed
+        back to live writes takes them from its next full push)."""
+        key = subscription.key
+        if key not in self._lenses or self._lens(subscription) is not None:
+            return []
+        sends = self._sends(self.writes.retire(key))
+        if not self.writes.watching(key):
+            self.forget(key)
+        return sends
 
     def _watched(self, dataset: str) -> bool:
         return any(lens.subscription.dataset == dataset for lens in self._lenses.values())

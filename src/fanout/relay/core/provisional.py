@@ -85,6 +85,7 @@ class Watcher:
     dataset: str
     lens: Lens
     shown: dict[Key, Row] = field(default_factory=dict)
+    retiring: bool = False  # takes no new writes; dropped once nothing it was shown is owed
 
 
 @dataclass
@@ -141,10 +142,31 @@ class LiveWrites:
         """``sub`` ended, or its next push is the full view again (its subscriber starts over)."""
         self._watchers.pop(sub, None)
 
+    def retire(self, sub: Hashable) -> list[Patch]:
+        """``sub`` now asks confirmed rows only: it is shown no new write, and sent the confirmed
+        rows of what it was shown; it is forgotten once the machinery believes what it holds."""
+        watcher = self._watchers.get(sub)
+        if watcher is None:
+            return []
+        watcher.retiring = True
+        keys = list(watcher.shown)
+        patch = self._show(sub, watcher, self._targets(watcher, keys), provisional=False)
+        self.counters.corrected += _rows(patch)
+        if watcher.lens.current():
+            watcher.shown.clear()
+        self._drop_if_done(sub, watcher)
+        return [patch] if patch else []
+
+    def _drop_if_done(self, sub: Hashable, watcher: Watcher) -> None:
+        if watcher.retiring and not watcher.shown:
+            del self._watchers[sub]
+
     def watching(self, sub: Hashable) -> bool:
         """Whether pushes of ``sub`` must be reconciled (``reconcile``)."""
         watcher = self._watchers.get(sub)
-        return watcher is not None and (bool(watcher.shown) or self._pending_in(watcher.dataset))
+        if watcher is None:
+            return False
+        return bool(watcher.shown) or (not watcher.retiring and self._pending_in(watcher.dataset))
 
     def _pending_in(self, dataset: str) -> bool:
         return bool(self._overlay.get(dataset))
@@ -165,7 +187,7 @@ class LiveWrites:
             overlay.setdefault(key, []).append(id)
         patches = []
         for sub, watcher in self._watchers.items():
-            if watcher.dataset == dataset:
+            if watcher.dataset == dataset and not watcher.retiring:
                 targets = watcher.lens.show(rows)
                 patch = self._show(sub, watcher, targets, provisional=True)
                 self.counters.shown += _rows(patch)
@@ -244,7 +266,8 @@ class LiveWrites:
         watcher = self._watchers.get(push.sub)
         if watcher is None:
             return push
-        pending = self._overlay.get(watcher.dataset, {})
+        # A retiring watcher is sent the confirmed rows of whatever it was shown.
+        pending = {} if watcher.retiring else self._overlay.get(watcher.dataset, {})
         held = {} if full else watcher.shown
         carried: dict[Key, Row] = {**push.entered, **push.updated, **dict.fromkeys(push.left)}
         shown = {k: row for k, row in held.items() if k in pending and k not in carried}
@@ -275,6 +298,7 @@ class LiveWrites:
             _put(out, key, target, has)
             out.provisional |= key in pending
         watcher.shown = shown
+        self._drop_if_done(push.sub, watcher)
         return out
 
     # -- helpers ----------------------------------------------------------------------------
@@ -285,7 +309,7 @@ class LiveWrites:
         return watcher.lens.show({key: self._writes[newest].rows[key]})[key]
 
     def _targets(self, watcher: Watcher, keys: list[Key]) -> dict[Key, Row]:
-        pending = self._overlay.get(watcher.dataset, {})
+        pending = {} if watcher.retiring else self._overlay.get(watcher.dataset, {})
         confirmed = watcher.lens.confirmed([k for k in keys if k not in pending])
         return {k: self._target(watcher, k) if k in pending else confirmed[k] for k in keys}
 

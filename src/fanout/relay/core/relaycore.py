@@ -318,11 +318,9 @@ class RelayCore:
         return self.lifecycle.writable(client)
 
     def on_subscribe(self, client: int, request: Subscribe, now: float | None = None) -> list[Send]:
-        """Add a subscription, or change it if ``request.sub`` is already in use.
-
-        ``now`` (monotonic seconds) dates a view change, so the planner learns how fast a view
-        moves (``Policy.lead``); without it no velocity is estimated.
-        """
+        """Add a subscription, or change it if ``request.sub`` is already in use. ``now``
+        (monotonic seconds) dates a view change, so the planner learns how fast a view moves
+        (``Policy.lead``); without it no velocity is estimated."""
         key = (client, request.sub)
         subscription = self.downstream.get(key)
         if subscription is None and not self.holding.holds(*key):
@@ -367,6 +365,7 @@ class RelayCore:
             sends.append(Send(client, subscribed))
         else:
             self.lifecycle.changed(subscription, asked, rate, now)
+            sends += self.serving.live.changed(subscription)  # asked confirmed rows now?
         added = kind.acquire(request.view, subscription.velocity, True)
         if not added and not any(map(self.upstream.pending, reads)):
             # Held primitives cover the view and all of them are ready: it is servable, and
