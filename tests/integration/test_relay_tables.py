@@ -17,6 +17,7 @@ from fanout.client import LiveView, connect
 from fanout.client.publisher import PublisherClient, open_producer, open_reader
 from fanout.client.subscriber import Update
 from fanout.launch import Child, Children
+from fanout.metrics import scrape
 from fanout.publisher.log import SqliteLog
 from fanout.testing.audit import audit
 from fanout.testing.deployment import publisher_and_relay
@@ -284,3 +285,49 @@ async def test_an_every_sql_subscription_gets_each_seq_of_its_projected_rows(dep
         report = audit(updates, query, key="order_id", index=(), log=stored, dataset="orders")
     assert report.clean, report.problems
     assert report.held == set(view.rows)
+
+
+def carries(update: Update, topic_name: str) -> bool:
+    """Whether ``update`` sends the row of ``topic_name`` (entered or updated)."""
+    sent = [rows["topic"].tolist() for rows in (update.entered, update.updated) if rows]
+    return any(topic_name in topics for topics in sent)
+
+
+async def test_a_write_through_the_relay_is_shown_at_once_and_not_again_when_confirmed(
+    deployment,
+) -> None:
+    """Issue 40: a write made through the relay reaches a ``latest`` view before Spark's
+    micro-batch carries it (a ``confirmed`` view of the same filter does not have it yet), marked
+    provisional; the micro-batch then confirms it and the view is not sent the row again."""
+    _, relay = deployment
+    async with connect(relay.url) as subscriber, connect(relay.url) as writer:
+        live = await subscriber.subscribe(topic("live/#"), dataset="sensors", rate=100.0)
+        confirmed = await subscriber.subscribe(
+            topic("live/#"), dataset="sensors", rate=100.0, confirmed=True
+        )
+        async with asyncio.timeout(90):  # a loaded machine's micro-batch
+            await anext(aiter(live))  # the first, full pushes: both views are served
+            await anext(aiter(confirmed))
+            written = asyncio.create_task(
+                writer.publish("sensors", [{"topic": "live/1", "value": 1.5}])
+            )
+            shown = await anext(aiter(live))
+            assert shown.provisional and carries(shown, "live/1")
+            assert held(live) == {"live/1": {"topic": "live/1", "value": 1.5}}
+            assert held(confirmed) == {}  # no micro-batch has carried it yet
+            await written
+            async for update in confirmed:
+                if carries(update, "live/1"):
+                    break
+            later: list[Update] = []
+            async for update in live:  # its push of the state that confirmed the write
+                later.append(update)
+                if live.tick >= confirmed.tick:
+                    break
+    assert not any(carries(update, "live/1") for update in later)
+    assert not later[-1].provisional
+    assert held(live) == held(confirmed) == {"live/1": {"topic": "live/1", "value": 1.5}}
+    counts = await asyncio.to_thread(scrape, relay.url)
+    assert counts["fanout_relay_live_confirmed_total"] == 1  # by the state's tick, not a deadline
+    assert counts["fanout_relay_live_pending"] == 0
+    assert counts["fanout_relay_live_corrected_total"] == 0

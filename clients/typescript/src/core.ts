@@ -119,7 +119,7 @@ export class ClientCore {
     return {
       type: "subscribe", sub, dataset: asked.dataset, view: asked.view, rate: asked.rate, priority: asked.priority,
       transform: asked.transform, mode: asked.mode, resume: token, stay, relevance: asked.relevance ?? null,
-      transduce: asked.transduce ?? null,
+      transduce: asked.transduce ?? null, ...(asked.confirmed ? { confirmed: true } : {}),
     };
   }
 
@@ -132,6 +132,7 @@ export class ClientCore {
       type: "subscribe", sub: state.sub, dataset: asked.dataset, view, rate: state.asked.rate, priority: asked.priority,
       transform: asked.transform, mode: asked.mode, resume: null, stay: false, relevance: asked.relevance ?? null,
       transduce: asked.transduce ?? null, // left out, the relay would refuse the change
+      ...(asked.confirmed ? { confirmed: true } : {}), // left out, live writes would start
     };
   }
 

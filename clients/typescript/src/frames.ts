@@ -58,6 +58,8 @@ export interface Subscribe {
   relevance?: Relevance | null;
   /** A transducer the relay runs over the pushes, which then carry its output. */
   transduce?: Transduce | null;
+  /** `latest`: only rows the publisher confirmed (no writes shown before; docs/concepts.md). */
+  confirmed?: boolean;
 }
 /**
  * A transducer the relay runs over a subscription's pushes (fanout.wire.messages.Transduce,
@@ -95,6 +97,8 @@ export interface Push {
   entered: WireColumns;
   updated: WireColumns;
   left: WireColumns;
+  /** It carries writes the publisher has not confirmed yet (docs/concepts.md, "Two paths"). */
+  provisional: boolean;
 }
 export interface NoUpdate { type: "no_update"; sub: number; epoch: number; seq: number; tick: number }
 export interface Published { type: "published"; req: number; first: number; last: number }
@@ -145,6 +149,7 @@ const FIELDS: Record<ToSubscriber["type"], [string, Check, unknown?][]> = {
   push: [
     ["sub", integer], ["epoch", integer], ["seq", integer], ["tick", integer], ["tick_time", number],
     ["full", boolean], ["entered", columns], ["updated", columns], ["left", columns],
+    ["provisional", boolean, false],
   ],
   no_update: [["sub", integer], ["epoch", integer], ["seq", integer], ["tick", integer]],
   published: [["req", integer], ["first", integer], ["last", integer]],

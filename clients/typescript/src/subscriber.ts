@@ -59,6 +59,8 @@ export interface SubscribeOptions {
   relevance?: Relevance | null;
   /** A transducer the relay runs over the pushes, which then carry its output (docs/transducers.md). */
   transduce?: Transduce | null;
+  /** `latest`: only rows the publisher confirmed, no write shown before (docs/concepts.md). */
+  confirmed?: boolean;
 }
 
 const now = () => Date.now() / 1000;
@@ -123,7 +125,7 @@ export class Subscriber implements Holder {
     const asked = {
       dataset, view, rate: options.rate ?? 10, priority: options.priority ?? 0,
       transform: options.transform ?? null, mode: options.mode ?? "latest", relevance: options.relevance ?? null,
-      transduce: options.transduce ?? null,
+      transduce: options.transduce ?? null, confirmed: options.confirmed ?? false,
     };
     const request = this.core.subscribe(asked, {
       resume: options.resume?.state ?? null, stay: options.stay ?? false, into: options.into?.state ?? null,

@@ -29,6 +29,7 @@ export interface Asked {
   readonly mode: Mode;
   readonly relevance?: Relevance | null;
   readonly transduce?: Transduce | null;
+  readonly confirmed?: boolean;
 }
 
 /** One push (or no-update) of a view, as received. */
@@ -47,6 +48,8 @@ export interface Update {
   /** Wall-clock seconds of the tick (0 for a no-update) and of the arrival. */
   readonly tickTime: number;
   readonly receivedAt: number;
+  /** It carries writes the publisher has not confirmed yet (docs/concepts.md, "Two paths"). */
+  readonly provisional?: boolean;
 }
 
 /** Whether nothing in the view changed (the relay's no-update). */
@@ -153,7 +156,7 @@ export class ViewState {
     for (const row of [...entered, ...updated]) this.rows.set(row[this.key] as Key, row);
     return {
       sub: push.sub, epoch: push.epoch, seq: push.seq, tick: push.tick, full: push.full,
-      entered, updated, left, tickTime: push.tick_time, receivedAt: now,
+      entered, updated, left, tickTime: push.tick_time, receivedAt: now, provisional: push.provisional,
     };
   }
 

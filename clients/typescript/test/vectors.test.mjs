@@ -27,7 +27,9 @@ const DEFAULTS = {
   hello: { name: "", capabilities: [], resume: {}, token: "" },
   subscribe: {
     rate: 10, priority: 0, transform: null, mode: "latest", resume: null, stay: false, relevance: null, transduce: null,
+    confirmed: false,
   },
+  push: { provisional: false },
   welcome: { datasets: {} },
   error: { ref: null, location: null },
 };

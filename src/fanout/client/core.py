@@ -189,6 +189,7 @@ class ClientCore:
             stay,
             relevance=asked.relevance,
             transduce=asked.transduce,
+            confirmed=asked.confirmed,
         )
 
     def change(self, state: ViewState, view: View, rate: float | None = None) -> Subscribe:
@@ -210,6 +211,7 @@ class ClientCore:
             mode=asked.mode,  # left out, it would be ``latest``: an ``every`` view would change
             relevance=asked.relevance,  # left out, its tiers would end
             transduce=asked.transduce,  # left out, the relay would refuse the change
+            confirmed=asked.confirmed,  # left out, writes not confirmed would be shown
         )
 
     def unsubscribe(self, state: ViewState) -> Unsubscribe:

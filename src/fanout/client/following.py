@@ -126,6 +126,7 @@ class ClusterSubscriber:
             "relevance": view.state.asked.relevance,
             "transform": view.transform,
             "transduce": view.state.asked.transduce,
+            "confirmed": view.state.asked.confirmed,
             "mode": view.mode,
             # a transduced view starts again (a full push): its window was at the relay it left
             "resume": view if every and view.state.asked.transduce is None else None,

@@ -144,6 +144,7 @@ class Subscriber:
         into: LiveView | None = None,
         relevance: Relevance | None = None,
         transduce: Transduce | None = None,
+        confirmed: bool = False,
     ) -> LiveView:
         """Hold ``view`` of ``dataset``, pushed at most ``rate`` times a second.
 
@@ -170,6 +171,9 @@ class Subscriber:
                 from its rows (``Relevance``; docs/concepts.md, "Priority from the data").
             transduce: a transducer the relay runs over the view's pushes: the view then holds
                 its output (docs/transducers.md).
+            confirmed: (``latest``) only rows the publisher's stream carries; by default a write
+                made through the relay is shown at once, its update ``provisional``, and
+                corrected if the publisher refuses or overrides it (docs/concepts.md).
 
         Raises:
             SubscriptionError: the relay refused it (bad view, unknown dataset, bad
@@ -177,7 +181,7 @@ class Subscriber:
                 ``location``), or the connection can serve no more (``failure``).
         """
         request = self._core.subscribe(
-            Asked(dataset, view, rate, priority, transform, mode, relevance, transduce),
+            Asked(dataset, view, rate, priority, transform, mode, relevance, transduce, confirmed),
             resume=resume.state if resume is not None else None,
             stay=stay,
             into=into.state if into is not None else None,

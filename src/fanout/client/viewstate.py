@@ -54,6 +54,8 @@ class Update:
         full: the first push of the subscription (``entered`` is the whole view).
         entered, updated: rows column by column; left: keys that left the view.
         received_at: wall-clock time of arrival; tick_time: wall-clock time of the tick.
+        provisional: it carries writes the publisher has not confirmed yet (docs/concepts.md,
+            "Two paths").
     """
 
     sub: int
@@ -66,6 +68,7 @@ class Update:
     left: npt.NDArray[Any]
     tick_time: float
     received_at: float
+    provisional: bool = False
 
     @property
     def no_update(self) -> bool:
@@ -93,6 +96,7 @@ class Asked:
     mode: Mode = "latest"
     relevance: Relevance | None = None
     transduce: Transduce | None = None
+    confirmed: bool = False
 
 
 @dataclass
@@ -192,6 +196,7 @@ class ViewState:
             left,
             push.tick_time,
             now,
+            push.provisional,
         )
 
     def _rows_of(self, columns: Payload, section: str) -> Columns:

@@ -246,6 +246,9 @@ class Subscribe(Frame, tag="subscribe", frozen=True):
     the data").
     ``transduce`` names a transducer the relay runs over the subscription's pushes; its pushes
     then carry the transducer's output (:class:`Transduce`).
+    ``confirmed`` (mode ``latest``): only rows the publisher's stream carries; without it, writes
+    made through the relay are pushed at once, provisionally (``Push.provisional``), and
+    corrected if the publisher refuses or overrides them (docs/concepts.md, "Two paths").
     """
 
     sub: int
@@ -259,6 +262,7 @@ class Subscribe(Frame, tag="subscribe", frozen=True):
     stay: bool = False
     relevance: Relevance | None = None
     transduce: Transduce | None = None
+    confirmed: bool = False
 
 
 class Unsubscribe(Frame, tag="unsubscribe", frozen=True):
@@ -285,7 +289,8 @@ class Push(Frame, tag="push", frozen=True):
     """The view's content at one publisher tick, as a delta against the previous push.
 
     ``full`` marks the first push of a subscription (or the first after a view change), whose
-    ``entered`` rows are the whole view. ``left`` holds only the key column.
+    ``entered`` rows are the whole view. ``left`` holds only the key column. ``provisional``:
+    it carries rows of writes the publisher has not confirmed yet (``Subscribe.confirmed``).
     """
 
     sub: int
@@ -297,6 +302,7 @@ class Push(Frame, tag="push", frozen=True):
     entered: Columns
     updated: Columns
     left: Columns
+    provisional: bool = False
 
 
 class NoUpdate(Frame, tag="no_update", frozen=True):

@@ -1795,7 +1795,8 @@ var FIELDS = {
     ["full", boolean],
     ["entered", columns],
     ["updated", columns],
-    ["left", columns]
+    ["left", columns],
+    ["provisional", boolean, false]
   ],
   no_update: [["sub", integer], ["epoch", integer], ["seq", integer], ["tick", integer]],
   published: [["req", integer], ["first", integer], ["last", integer]],
@@ -1932,7 +1933,8 @@ var ViewState = class {
       updated,
       left,
       tickTime: push.tick_time,
-      receivedAt: now2
+      receivedAt: now2,
+      provisional: push.provisional
     };
   }
   rowsOf(payload, section) {
@@ -2026,7 +2028,8 @@ var ClientCore = class {
       resume: token,
       stay,
       relevance: asked.relevance ?? null,
-      transduce: asked.transduce ?? null
+      transduce: asked.transduce ?? null,
+      ...asked.confirmed ? { confirmed: true } : {}
     };
   }
   /** The request moving held `state` to `view` (and `rate`, if given). */
@@ -2046,8 +2049,10 @@ var ClientCore = class {
       resume: null,
       stay: false,
       relevance: asked.relevance ?? null,
-      transduce: asked.transduce ?? null
+      transduce: asked.transduce ?? null,
       // left out, the relay would refuse the change
+      ...asked.confirmed ? { confirmed: true } : {}
+      // left out, live writes would start
     };
   }
   /** The request ending held `state`; `ended` follows once the relay confirms. */
@@ -2357,7 +2362,8 @@ var Subscriber = class {
       transform: options.transform ?? null,
       mode: options.mode ?? "latest",
       relevance: options.relevance ?? null,
-      transduce: options.transduce ?? null
+      transduce: options.transduce ?? null,
+      confirmed: options.confirmed ?? false
     };
     const request = this.core.subscribe(asked, {
       resume: options.resume?.state ?? null,

@@ -35,6 +35,7 @@ class Asked(msgspec.Struct, frozen=True, gc=False):
         shape: its transform, resolved for the dataset and the subscriber's capabilities.
         reads: the datasets its view reads (its own; several for a SQL join).
         relevance: rate tiers and a derived priority (``relay.core.tiering``), or None.
+        confirmed: only confirmed rows (``Subscribe.confirmed``; ``relay.core.livepath``).
     """
 
     dataset: str
@@ -45,6 +46,7 @@ class Asked(msgspec.Struct, frozen=True, gc=False):
     mode: Mode = "latest"
     reads: tuple[str, ...] = ()
     relevance: Relevance | None = None
+    confirmed: bool = False
 
 
 class Subscription:

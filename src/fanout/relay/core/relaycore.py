@@ -318,11 +318,9 @@ class RelayCore:
         return self.lifecycle.writable(client)
 
     def on_subscribe(self, client: int, request: Subscribe, now: float | None = None) -> list[Send]:
-        """Add a subscription, or change it if ``request.sub`` is already in use.
-
-        ``now`` (monotonic seconds) dates a view change, so the planner learns how fast a view
-        moves (``Policy.lead``); without it no velocity is estimated.
-        """
+        """Add a subscription, or change it if ``request.sub`` is already in use. ``now``
+        (monotonic seconds) dates a view change, so the planner learns how fast a view moves
+        (``Policy.lead``); without it no velocity is estimated."""
         key = (client, request.sub)
         subscription = self.downstream.get(key)
         if subscription is None and not self.holding.holds(*key):
@@ -359,6 +357,7 @@ class RelayCore:
             request.mode,
             reads,
             request.relevance,
+            request.confirmed,
         )
         if subscription is None:
             subscription = Subscription(client, request.sub, asked, cursor)
@@ -366,6 +365,7 @@ class RelayCore:
             sends.append(Send(client, subscribed))
         else:
             self.lifecycle.changed(subscription, asked, rate, now)
+            sends += self.serving.live.changed(subscription)  # asked confirmed rows now?
         added = kind.acquire(request.view, subscription.velocity, True)
         if not added and not any(map(self.upstream.pending, reads)):
             # Held primitives cover the view and all of them are ready: it is servable, and
@@ -422,22 +422,21 @@ class RelayCore:
     def end_epoch(self) -> list[Send]:
         """Swap in every dataset's new state (CA 3197003 [0150], steps 1070b-1070d).
 
-        Primitives whose snapshots arrived with that state become ready with it, and the
-        subscriptions that read the dataset are woken: each has a new state to be pushed.
-        Views that moved (relative to an entity) may need more upstream: the acquires are
-        returned.
+        Primitives whose snapshots arrived with that state become ready with it, and the readers
+        of the dataset are woken. Returned: the acquires of views that moved (relative to an
+        entity), and the corrections of live writes it settles (``relay.core.livepath``).
         """
         added: list[Primitive] = []
+        confirmed: list[Send] = []
         for name, kind in self.parts.kinds.items():
             state = kind.state
             before = state.buffer.stamp
             if state.busy:
                 continue
             if not state.buffer.swap():
-                # Snapshots that changed no row (each row held already, as it is: the
-                # publisher's snapshots of a quiet dataset, stamped with the last seq) leave
-                # nothing to swap in, and their primitives are ready now: the active table
-                # holds their rows. Waiting for a swap, they waited for the next change.
+                # Snapshots that changed no row (the publisher's snapshots of a quiet dataset,
+                # stamped with the last seq) leave nothing to swap in, and their primitives are
+                # ready now: the active table holds their rows (not: wait for the next change).
                 if state.readying:
                     self._ready_snapshots(name)
                     for subscription in self.downstream.of_reader(name):
@@ -452,7 +451,8 @@ class RelayCore:
                 if refresh:
                     self.lifecycle.new_epoch(subscription)
                 self.scheduler.wake(subscription.key)
-        return _acquires(added)
+            confirmed += self.serving.live.swapped(name, after)  # writes it carries
+        return _acquires(added) + confirmed
 
     def _ready_snapshots(self, name: str) -> None:
         state = self.datasets[name]

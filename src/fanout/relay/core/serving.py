@@ -27,6 +27,7 @@ from fanout.relay.core.downstream import SubKey, Subscription
 from fanout.relay.core.every import EveryMode
 from fanout.relay.core.lifecycle import Lifecycle
 from fanout.relay.core.links import Fit, Links
+from fanout.relay.core.livepath import LivePath
 from fanout.relay.core.planner import as_region
 from fanout.relay.core.sends import Counters, Send
 from fanout.relay.core.throttle import Budgets
@@ -70,6 +71,8 @@ class Serving:
         self._every = every
         self.budgets = budgets
         self.links = Links()
+        #: Writes made through this relay, shown at once (``relay.core.livepath``).
+        self.live = LivePath(parts)
         self._counters = counters
         # A turn can be several frames (``every`` mode); what a stopped round did not yield of
         # it goes out first in the next round, so nothing decided is lost — unless its
@@ -139,6 +142,7 @@ class Serving:
         """Drop what a stopped round left to send to subscription ``key``, which ended (its
         subscriber would get frames for a subscription it no longer has), and its link demand."""
         self.links.forget(*key)
+        self.live.forget(key)
         if self._unsent:
             self._forgotten.add(key)
 
@@ -370,7 +374,9 @@ class Serving:
             self._counters.no_updates += 1
             no_update = NoUpdate(subscription.sub, stamp.epoch, stamp.seq, stamp.tick)
             return Send(subscription.client, no_update)
-        data = encode_push(subscription.sub, stamp, body)
+        data = self.live.deliver(subscription, stamp, body) or encode_push(
+            subscription.sub, stamp, body
+        )
         self._lifecycle.pushed(subscription, now, 1, len(data), body.changes)
         self._counters.pushes += 1
         self._counters.pushed_ticks.append(stamp.tick_time)

@@ -54,4 +54,5 @@ def core_stats(core: RelayCore) -> dict[str, float]:
         "sql_pushes_put_off": core.serving.budgets.put_off,
         "transduced": len(core.transducing),
         "transducers_stopped": core.transducing.stopped,
+        **core.serving.live.stats(),
     }

@@ -124,7 +124,7 @@ class Body(msgspec.Struct, frozen=True, gc=False):
         return msgspec.structs.replace(self, changes=changes, updated=NO_ROWS, updates=0)
 
 
-class PushFrame(msgspec.Struct, tag="push", tag_field="type", frozen=True):
+class PushFrame(msgspec.Struct, tag="push", tag_field="type", frozen=True, omit_defaults=True):
     """``wire.messages.Push`` with its row payloads already encoded (same bytes on the wire)."""
 
     sub: int
@@ -136,6 +136,7 @@ class PushFrame(msgspec.Struct, tag="push", tag_field="type", frozen=True):
     entered: msgspec.Raw
     updated: msgspec.Raw
     left: msgspec.Raw
+    provisional: bool = False
 
 
 _encoder = msgspec.msgpack.Encoder()

@@ -29,6 +29,7 @@ from fanout.relay.data.buffers import Array, Keys, Mask, Table
 from fanout.relay.data.engine import QueryEngine
 from fanout.relay.data.intake import DatasetState
 from fanout.relay.data.pushes import Body, Encodings, Held
+from fanout.relay.kinds.lens import RowLens
 from fanout.views import View
 from fanout.wire.messages import DatasetInfo, Subscribe
 
@@ -181,6 +182,11 @@ class DatasetKind(Protocol):
         unchanged (a query reading the clock), or None if they change only with the rows:
         such a view is cut again at its rate (every that many seconds at most), not only when
         a new state comes."""
+        ...
+
+    def lens(self, subscription: Subscription) -> RowLens | None:
+        """The subscription's view of single rows, for writes shown at once
+        (``relay.core.livepath``), or None: it takes the confirmed path alone."""
         ...
 
     # -- every mode -------------------------------------------------------------------

@@ -29,6 +29,7 @@ from fanout.relay.data.buffers import Array, Keys, Mask, Table
 from fanout.relay.data.keyedstate import KeyedState
 from fanout.relay.data.pushes import Body
 from fanout.relay.kinds.base import PRUNE_WINDOW, Accepted, Cut, Parts
+from fanout.relay.kinds.lens import RowLens
 from fanout.views import View, covers, residual
 from fanout.wire.messages import Subscribe
 
@@ -83,6 +84,10 @@ class Rows(Protocol):
 
     def ticking(self, view: View) -> float | None:
         """As ``DatasetKind.ticking``."""
+        ...
+
+    def lens(self, subscription: Subscription) -> RowLens | None:
+        """As ``DatasetKind.lens``."""
         ...
 
     def forget(self) -> None:
@@ -189,6 +194,10 @@ class KeyedKind:
     def ticking(self, view: View) -> float | None:
         """As its rows say."""
         return self.rows.ticking(view)
+
+    def lens(self, subscription: Subscription) -> RowLens | None:
+        """As its rows say."""
+        return self.rows.lens(subscription)
 
     # -- every mode -------------------------------------------------------------------
 

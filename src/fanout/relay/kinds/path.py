@@ -80,5 +80,5 @@ def path_columns(view: ObjectPath, columns: Sequence[str], key: str) -> tuple[st
     return tuple(name for name in columns if name == key or name in view.attributes)
 
 
-SIDE = RelaySide(selecting(object_paths, PathSelector))
+SIDE = RelaySide(selecting(object_paths, PathSelector, selects=members))
 """Index ``path`` at the relay."""

@@ -29,6 +29,7 @@ from fanout.relay.data.buffers import Array, Keys, Mask, Table
 from fanout.relay.data.intake import DatasetState
 from fanout.relay.data.pushes import Body, Held, cut
 from fanout.relay.kinds.base import PRUNE_WINDOW, Accepted, Cut, Parts, RelaySide
+from fanout.relay.kinds.lens import RowLens
 from fanout.views import View, covers
 from fanout.views.entity import Entity
 from fanout.views.members import members
@@ -246,6 +247,10 @@ class RegionKind:
 
     def ticking(self, view: View) -> float | None:
         """Its views change only with its rows."""
+        return None
+
+    def lens(self, subscription: Subscription) -> RowLens | None:
+        """None: region views take the confirmed path alone (docs/concepts.md, "Two paths")."""
         return None
 
     # -- every mode -------------------------------------------------------------------

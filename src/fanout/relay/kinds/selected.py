@@ -24,6 +24,7 @@ from fanout.relay.data.keyedstate import KeyedState, Picks
 from fanout.relay.data.pushes import Body, Held, cut_positions
 from fanout.relay.kinds.base import Accepted, Cut, Parts
 from fanout.relay.kinds.keyed import KeyedKind, Language
+from fanout.relay.kinds.lens import RowLens, Selects
 from fanout.views import View
 from fanout.views.anyof import AnyOf
 from fanout.views.members import Selecting
@@ -142,9 +143,12 @@ class SelectedRows:
 
     metered = False
 
-    def __init__(self, state: KeyedState, parts: Parts, selector: Selector) -> None:
+    def __init__(
+        self, state: KeyedState, parts: Parts, selector: Selector, selects: Selects | None = None
+    ) -> None:
         self.state = state
         self.selector = selector
+        self.selects = selects
         self._parts = parts
 
     def cut(self, subscription: Subscription) -> Cut | None:
@@ -179,6 +183,13 @@ class SelectedRows:
         """No queries run."""
         return 0.0
 
+    def lens(self, subscription: Subscription) -> RowLens | None:
+        """Its view of single rows, if the kind selects each row by that row alone."""
+        if self.selects is None:
+            return None
+        index = tuple(self.state.info.index_columns)
+        return RowLens(subscription, self.state.buffer, index, self.selects)
+
     def ticking(self, view: View) -> float | None:
         """Its views change only with its rows."""
         return None
@@ -196,10 +207,12 @@ def selecting(
     language: Callable[[KeyedState], Language],
     selector: Callable[[KeyedState, Parts], Selector],
     picks: Picks | None = None,
+    selects: Selects | None = None,
 ) -> Callable[[DatasetInfo, Parts], KeyedKind]:
     """A selecting kind's ``serve``: a keyed dataset of ``language`` whose rows ``selector``
     picks for views, ``picks`` for primitives (None: as its language's views pick them,
-    ``relay.data.keyedstate.selected``).
+    ``relay.data.keyedstate.selected``); ``selects``: which rows a view selects, each by that
+    row alone (None: not so, and writes are not shown before they are confirmed).
 
     Raises (the function made):
         ProtocolError: the relay cannot hold the dataset (``DatasetState.of``).
@@ -209,7 +222,7 @@ def selecting(
         state = KeyedState.of(info)
         if picks is not None:
             state.picks = picks
-        rows = SelectedRows(state, parts, selector(state, parts))
+        rows = SelectedRows(state, parts, selector(state, parts), selects)
         return KeyedKind(state, parts, language(state), rows)
 
     return serve

@@ -28,6 +28,7 @@ from fanout.relay.data.pushes import Body
 from fanout.relay.data.rows import HeldRows, cut_rows
 from fanout.relay.kinds.base import Accepted, Cut, Parts, RelaySide
 from fanout.relay.kinds.keyed import KeyedKind
+from fanout.relay.kinds.lens import RowLens
 from fanout.relay.kinds.selected import Views
 from fanout.views import View
 from fanout.views.sql import Sql, SqlBox
@@ -224,6 +225,10 @@ class QueryRows:
         reads = sorted({name for name, _ in self.queries.needs(self.name, held.view)})
         now = tuple(datasets[name].buffer.generation for name in reads)
         return held.generations == now
+
+    def lens(self, subscription: Subscription) -> RowLens | None:
+        """None: a query's rows are not shown before the publisher confirms them (yet)."""
+        return None
 
     def query_seconds(self) -> float:
         """Seconds subscribers' queries have run in the engine."""

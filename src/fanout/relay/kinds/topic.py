@@ -20,6 +20,7 @@ from fanout.relay.kinds.base import Parts, RelaySide
 from fanout.relay.kinds.selected import PlainLanguage, Views, selecting
 from fanout.views import View
 from fanout.views.anyof import AnyOf
+from fanout.views.members import members
 from fanout.views.topic import TopicFilter
 from fanout.views.topic.index import TopicIndex
 from fanout.wire.messages import DatasetInfo
@@ -127,5 +128,8 @@ class TopicMatches:
         self.passes += 1
 
 
-SIDE = RelaySide(selecting(topic_filters, TopicSelector), ("topic_passes", "topic_rows_not_topics"))
+SIDE = RelaySide(
+    selecting(topic_filters, TopicSelector, selects=members),
+    ("topic_passes", "topic_rows_not_topics"),
+)
 """Index ``topic`` at the relay."""

@@ -143,6 +143,7 @@ class Pump:
             await asyncio.sleep(0.5)
             now = loop.time()
             self._dispatch(self._relays.housekeeping(now))
+            self._dispatch(self._core.serving.live.expire(now))  # writes never confirmed
             self._wake.set()  # a prune may have left new state to swap in
             if config.process.stats_every and now - logged >= config.process.stats_every:
                 logged = now

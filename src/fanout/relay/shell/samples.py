@@ -81,6 +81,23 @@ CORE: dict[str, tuple[Kind, str]] = {
         "counter",
         "Transducers stopped: over their budget, or failed (their subscription ended).",
     ),
+    # Writes made through this relay, shown at once (``relay.core.livepath``).
+    "live_writes": ("counter", "Writes made through this relay to datasets with live views."),
+    "live_invalid": ("counter", "Of those, not shown at once: not whole rows of the dataset."),
+    "live_skipped": ("counter", "Of those, not shown at once: too many writes pending."),
+    "live_pending": ("gauge", "Writes shown at once and not settled by the publisher yet."),
+    "live_shown": ("counter", "Rows pushed provisionally, before the publisher confirmed them."),
+    "live_confirmed": ("counter", "Writes shown at once, then confirmed by the stream."),
+    "live_refused": ("counter", "Writes shown at once that the publisher refused."),
+    "live_withdrawn": (
+        "counter",
+        "Writes shown at once but not confirmed in time, or their link lost before an answer.",
+    ),
+    "live_corrected": ("counter", "Rows pushed to undo or correct what a subscriber was shown."),
+    "live_deduplicated": (
+        "counter",
+        "Rows a confirmed push left out: the subscriber held them from the live path already.",
+    ),
     "topic_passes": ("counter", "Passes of changed topics through the topic index."),
     "topic_rows_not_topics": (
         "counter",

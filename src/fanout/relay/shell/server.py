@@ -356,6 +356,8 @@ class RelayServer:
             self._reply(client, action)
         else:
             self.upstream.send(codec.encode(action))
+            now = asyncio.get_running_loop().time()  # shown at once (``relay.core.livepath``)
+            self._dispatch(self.core.serving.live.write(request, action.req, now))
 
     async def confirm(self, request: Subscribe) -> None:
         """Before an HTTP stream's subscription is redirected, read the map afresh

@@ -143,6 +143,7 @@ class UpstreamLink:
                 self.sharing.publisher_lost()
             for client, refusal in self._forwarder.lost():
                 self._reply(client, refusal)
+            self._dispatch(self._core.serving.live.lost())  # shown, may never be logged
             self._core.on_upstream_lost()
             for client in self._relays.upstream_lost():  # they connect again (``fanout.tiers``)
                 self._close_below(client)
@@ -209,6 +210,16 @@ class UpstreamLink:
         if self._transport is not None:
             self._transport.abort()
 
+    def _answered(self, frame: Published | Error) -> None:
+        """The publisher's answer to a forwarded write: to its writer, and to the live path,
+        which confirms or undoes what it showed at once (``relay.core.livepath``)."""
+        live = self._core.serving.live
+        if isinstance(frame, Published):
+            self._dispatch(live.accepted(frame.req, frame.last))
+        elif frame.ref is not None:
+            self._dispatch(live.refused(frame.ref))
+        self._reply(*self._forwarder.answer(frame))
+
     async def _on_frame(self, frame: object, outbound: Outbound) -> None:
         if isinstance(frame, Batch) and self.sharing is not None:
             await self.sharing.on_piece(PUBLISHER, frame)  # assembled with other relays' pieces
@@ -238,7 +249,7 @@ class UpstreamLink:
             case DatasetState() as state:
                 self._on_dataset_state(state)
             case Published() | Error() if self._forwarder.answers(frame):
-                self._reply(*self._forwarder.answer(frame))
+                self._answered(frame)
             case Error() as error:
                 passed = self._relays.on_upstream_error(error)
                 if passed is None:

@@ -1,0 +1,251 @@
+"""The relay's live path for writes made through it: a ``Publish`` forwarded upstream is shown at
+once to the ``latest`` subscriptions it concerns, and their pushes are reconciled until the
+publisher's stream settles it (``relay.core.provisional``; docs/concepts.md, "Two paths").
+
+This module turns frames and pushes into the pure core's rows and its patches into push frames:
+
+1. A write is shown only if its rows are whole rows of the dataset, of its column types, keys
+   unique (else it takes the confirmed path alone, counted ``invalid``: the publisher's answer
+   tells its writer why).
+2. A subscription watches from a full push when it is ``latest``, did not ask ``confirmed`` and
+   its kind has a lens (``DatasetKind.lens``); its pushes while anything is pending or shown
+   are decoded, reconciled and encoded again (provisional if they carry a pending row).
+3. Provisional pushes and corrections carry the active state's epoch, seq and tick.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Hashable, Iterable, Mapping, Sequence
+from typing import Any, cast
+
+import msgspec
+import numpy as np
+
+from fanout.errors import FanoutError
+from fanout.relay.core.downstream import SubKey, Subscription
+from fanout.relay.core.provisional import LiveWrites, Patch
+from fanout.relay.core.sends import Send
+from fanout.relay.data.buffers import Stamp
+from fanout.relay.data.intake import decode_rows
+from fanout.relay.data.nulls import is_companion, split
+from fanout.relay.data.pushes import Body, PushFrame, encode_rows
+from fanout.relay.kinds.base import Parts
+from fanout.relay.kinds.lens import RowLens
+from fanout.wire.columns import Columns, decode_columns, key_column
+from fanout.wire.messages import Publish
+
+_encoder = msgspec.msgpack.Encoder()
+_columns = msgspec.msgpack.Decoder(Columns)
+
+
+class LivePath:
+    """Live writes on one relay: the pure core (``writes``) and the frames it needs."""
+
+    def __init__(self, parts: Parts, writes: LiveWrites | None = None) -> None:
+        self.parts = parts
+        self.writes = LiveWrites() if writes is None else writes
+        self.invalid = 0
+        self._lenses: dict[SubKey, RowLens] = {}
+
+    # -- writes and their answers --------------------------------------------------------
+
+    def write(self, request: Publish, upstream: int, now: float) -> list[Send]:
+        """``request`` was forwarded upstream as ``upstream``: shown to whom it concerns."""
+        self.prune()
+        kind = self.parts.kinds.get(request.dataset)
+        if kind is None or not self._watched(request.dataset):
+            return []
+        try:
+            rows = written(kind.state.buffer.active.dtypes, kind.state.info, request)
+        except (FanoutError, TypeError, ValueError):
+            self.invalid += 1  # rule 1
+            return []
+        return self._sends(self.writes.write(upstream, request.dataset, rows, now))
+
+    def accepted(self, upstream: int, last: int) -> list[Send]:
+        """The publisher logged write ``upstream`` up to ingest offset ``last``."""
+        return self._sends(self.writes.accepted(upstream, last))
+
+    def refused(self, upstream: int) -> list[Send]:
+        """The publisher refused write ``upstream``."""
+        return self._sends(self.writes.refused(upstream))
+
+    def swapped(self, dataset: str, stamp: Stamp | None) -> list[Send]:
+        """A new state of ``dataset`` is active."""
+        return [] if stamp is None else self._sends(self.writes.swapped(dataset, stamp.tick))
+
+    def expire(self, now: float) -> list[Send]:
+        """Withdraw the writes past their deadline; forget ended subscriptions."""
+        self.prune()
+        return self._sends(self.writes.expire(now))
+
+    def lost(self) -> list[Send]:
+        """The upstream link is gone: the writes it had not answered are withdrawn."""
+        return self._sends(self.writes.withdraw(unaccepted_only=True))
+
+    def stats(self) -> dict[str, float]:
+        """What the live path did (``/metrics``: ``relay_live_*``)."""
+        counters = self.writes.counters
+        return {
+            "live_writes": counters.writes,
+            "live_invalid": self.invalid,
+            "live_skipped": counters.skipped,
+            "live_pending": len(self.writes),
+            "live_shown": counters.shown,
+            "live_confirmed": counters.confirmed,
+            "live_refused": counters.refused,
+            "live_withdrawn": counters.withdrawn,
+            "live_corrected": counters.corrected,
+            "live_deduplicated": counters.deduplicated,
+        }
+
+    # -- subscriptions ---------------------------------------------------------------------
+
+    def forget(self, key: SubKey) -> None:
+        """Subscription ``key`` ended."""
+        self._lenses.pop(key, None)
+        self.writes.forget(key)
+
+    def prune(self) -> None:
+        """Forget the subscriptions that ended (however they did)."""
+        downstream = self.parts.downstream
+        for key, lens in list(self._lenses.items()):
+            if downstream.get(key) is not lens.subscription:
+                self.forget(key)
+
+    def deliver(self, subscription: Subscription, stamp: Stamp, body: Body) -> bytes | None:
+        """The push of ``body`` as ``subscription``'s subscriber must get it, or None: as cut
+        (rule 2). Whether it watches is decided at its full pushes (one dict look-up on the
+        others), and when it changes to ``confirmed`` (``changed``)."""
+        key = subscription.key
+        lens = self._lenses.get(key)
+        if body.full:
+            self.forget(key)
+            lens = self._lens(subscription)
+            if lens is None:
+                return None
+            self._lenses[key] = lens
+            self.writes.watch(key, subscription.dataset, lens)
+        elif lens is None:
+            return None
+        if not self.writes.watching(key):
+            return None
+        name = self.parts.kinds[subscription.dataset].state.info.key
+        dtypes = lens.dtypes()
+        cut = Patch(
+            key,
+            _rows(body.entered, name, dtypes),
+            _rows(body.updated, name, dtypes),
+            _keys(body.left, name),
+        )
+        patch = self.writes.reconcile(cut, body.full)
+        if patch == cut:  # nothing to change: the shared encoding goes
+            return None
+        return encode_patch(patch, stamp, lens, body.full)
+
+    def changed(self, subscription: Subscription) -> list[Send]:
+        """``subscription`` was changed: if it asks confirmed rows only now, it is shown no new
+        write and what it was shown is brought back to the confirmed rows at once (one changed
+        back to live writes takes them from its next full push)."""
+        key = subscription.key
+        if key not in self._lenses or self._lens(subscription) is not None:
+            return []
+        sends = self._sends(self.writes.retire(key))
+        if not self.writes.watching(key):
+            self.forget(key)
+        return sends
+
+    def _watched(self, dataset: str) -> bool:
+        return any(lens.subscription.dataset == dataset for lens in self._lenses.values())
+
+    def _lens(self, subscription: Subscription) -> RowLens | None:
+        """Its lens, if it takes live writes: ``latest``, not ``confirmed``, of a kind that
+        has lenses."""
+        if subscription.mode != "latest" or subscription.asked.confirmed:
+            return None
+        kind = self.parts.kinds.get(subscription.dataset)
+        return None if kind is None else kind.lens(subscription)
+
+    def _sends(self, patches: Sequence[Patch]) -> list[Send]:
+        sends = []
+        for patch in patches:
+            client, sub = cast(SubKey, patch.sub)
+            lens = self._lenses.get((client, sub))
+            stamp = None if lens is None else lens.buffer.stamp
+            if lens is not None and stamp is not None:
+                sends.append(Send(client, encode_patch(patch, stamp, lens, False)))
+        return sends
+
+
+def written(
+    dtypes: Mapping[str, np.dtype[Any]], info: Any, request: Publish
+) -> dict[Hashable, Mapping[str, object] | None]:
+    """A write's rows by key (None: deleted), checked as rule 1 says.
+
+    Raises:
+        FanoutError, TypeError, ValueError: not whole rows of the dataset's types.
+    """
+    rows = decode_rows(info, request.upserts, f"write {request.req}")
+    arrays = {name: np.asarray(values, dtype=dtypes[name]) for name, values in rows.items()}
+    deletes = np.asarray(key_column(request.deletes, info.key, "deletes"), dtype=dtypes[info.key])
+    out: dict[Hashable, Mapping[str, object] | None] = dict.fromkeys(deletes.tolist())
+    if arrays:
+        names = list(arrays)
+        for values in zip(*(arrays[name].tolist() for name in names), strict=True):
+            row = dict(zip(names, values, strict=True))
+            if row[info.key] in out:
+                raise ValueError(f"key {row[info.key]!r} twice in one write")
+            out[row[info.key]] = row
+    return out
+
+
+def _rows(raw: msgspec.Raw, key: str, names: Iterable[str]) -> dict[Hashable, Mapping[str, object]]:
+    """A push's rows by key, each with every column of ``names``: a nullable column's
+    companion, which the wire leaves out when nothing is NULL, is then all true."""
+    arrays = split(decode_columns(_columns.decode(raw)))
+    if not arrays:
+        return {}
+    length = len(arrays[key])
+    for name in names:
+        if is_companion(name) and name not in arrays:
+            arrays[name] = np.ones(length, dtype=bool)
+    names = list(arrays)
+    rows = (
+        dict(zip(names, v, strict=True))
+        for v in zip(*(arrays[n].tolist() for n in names), strict=True)
+    )
+    return {row[key]: row for row in rows}
+
+
+def _keys(raw: msgspec.Raw, key: str) -> list[Hashable]:
+    arrays = decode_columns(_columns.decode(raw))
+    return arrays[key].tolist() if arrays else []
+
+
+def encode_patch(patch: Patch, stamp: Stamp, lens: RowLens, full: bool) -> bytes:
+    """The push frame of ``patch`` (rule 3)."""
+    dtypes = lens.dtypes()
+    key = lens.buffer.active.key
+
+    def section(rows: Mapping[Hashable, Mapping[str, object]]) -> msgspec.Raw:
+        if not rows:
+            return encode_rows({})
+        values = list(rows.values())
+        return encode_rows(
+            {name: np.asarray([row[name] for row in values], dtype=dtypes[name]) for name in dtypes}
+        )
+
+    left = np.asarray(patch.left, dtype=lens.buffer.active.dtypes[key])
+    frame = PushFrame(
+        cast(SubKey, patch.sub)[1],
+        stamp.epoch,
+        stamp.seq,
+        stamp.tick,
+        stamp.tick_time,
+        full,
+        section(patch.entered),
+        section(patch.updated),
+        encode_rows({key: left}) if len(left) else encode_rows({}),
+        patch.provisional,
+    )
+    return _encoder.encode(frame)
