@@ -11,7 +11,8 @@ asks ``cluster.balance`` what to do, and carries it out through the map's assign
    seconds, else the split fails and is tried after a dwell.
 4. **Parts received count as a move** (``balance`` rule 3).
 5. **Carried out** by assigning or unassigning parts; refusals and Redis errors are logged,
-   counted and tried again after a dwell.
+   counted and tried again after a dwell. A split's parts are handed warm (``handover``;
+   redirect policy: the forward policy moves no subscriber).
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from typing import TYPE_CHECKING
 from redis.exceptions import RedisError
 
 from fanout import cancelling
+from fanout.cluster import handover
 from fanout.cluster.balance import Load, Merge, Split, Thresholds, decide
 from fanout.cluster.redirects import moved
 from fanout.cluster.registry import HandOverRefused, Registry
@@ -137,7 +139,9 @@ class Balancer:
         if target is None:
             self.failures += 1
             return
-        await self._registry.assign(target, list(split.parts))
+        held = [(s.dataset, s.view) for s in self._core.downstream]
+        warm = {} if self._forward else handover.warm(held, split.parts, self._registry.map.side)
+        await self._registry.assign(target, list(split.parts), warm)
         self.splits += 1
         moving = sum(parts[part] for part in split.parts)
         log.info(
