@@ -114,3 +114,15 @@ def test_an_assignment_reads_back_as_stored_and_an_older_relays_is_ready(
 ) -> None:
     assert Assignment.parse(held.stored()) == held
     assert Assignment.parse(f"{held.member}\n{held.giver}") == Assignment(held.member, held.giver)
+
+
+@given(maps, st.sampled_from(NAMES), st.dictionaries(st.sampled_from(PARTS), st.floats(0, 9)))
+def test_a_handover_under_way_is_each_unready_assignment_to_or_from_the_relay(
+    table: ResponsibilityMap, me: str, since: dict[str, float]
+) -> None:
+    found = handover.unready(table, me, 10.0, since)
+    for part, held in table.assigned.items():
+        mine = held.member == me or held.giver == me
+        assert (part in found) is (mine and not held.ready)
+    assert all(found[part] == since.get(part, 10.0) for part in found)
+    assert set(found) <= set(table.assigned)

@@ -6,9 +6,12 @@ micro-batches: seconds on a loaded machine). docs/cluster.md, "Split and merge o
 1. **The giver ends them when the assignment is ready**, or ``WAIT`` s after it first read it
    waiting (its member may be an older relay that never says it is ready, or may fail).
 2. **What the member warms:** the bounding box of the giver's region views in the part; a part
-   holding any other view, or none, warms nothing and is ready at once.
+   holding any other view, or none, warms nothing and is ready at once. It is ready once ready
+   primitives cover the box and its window holds a seq after they became ready.
 3. **The member pins what it warms** until ``HOLD`` s after it was ready (its subscribers have
    come by then), then leaves those primitives to its subscriptions' needs.
+4. **A handover under way is a move** to both relays' balancers: neither splits nor merges then
+   (the giver still holds the subscriptions, the member none of them yet).
 """
 
 from __future__ import annotations
@@ -68,6 +71,19 @@ def served(
             else:
                 assigned[part] = kept
     return ResponsibilityMap(after.members, after.side, after.standby, assigned), waiting
+
+
+def unready(
+    table: ResponsibilityMap, me: str, now: float, since: Mapping[str, float]
+) -> dict[str, float]:
+    """Part -> when first read (``since``, else ``now``), for each assignment to or from relay
+    ``me`` in ``table`` that is not ready: a handover under way while read less than ``WAIT``
+    s ago, which ``splitting`` counts as a move (rule 4)."""
+    return {
+        part: since.get(part, now)
+        for part, held in table.assigned.items()
+        if me in (held.member, held.giver) and not held.ready
+    }
 
 
 def warm(held: Iterable[tuple[str, View]], parts: Iterable[str], side: float) -> dict[str, str]:

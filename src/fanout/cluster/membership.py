@@ -3,13 +3,11 @@ Redis Cluster), split and merge on load (``splitting``) and, by policy, redirect
 (``sharing``). ``relay.shell.server`` holds one when started with ``--registry``. Rules:
 
 1. **Joined before ready.** The relay joins the map (its first beat) before it reports ready, so
-   a subscriber it accepts is never served by a relay the others do not know; the balancer
-   starts once the relay is in the map.
-2. **Moved parts take their subscriptions** (redirect policy): when a part leaves this relay —
-   a split or a merge hands it over, or a relay joins that is now responsible for it — each held
+   a subscriber it accepts is never served by a relay the others do not know.
+2. **Moved parts take their subscriptions** (redirect policy): when a part leaves this relay (a
+   split or a merge, or a relay joining that is now responsible for it), each held
    subscription of it ends with a redirect to the part's new relay, where its subscriber resumes
-   (``redirects`` rule 1), its primitives released. Under the forward policy the connection
-   stays and ``sharing`` acquires the part anew from its new owner.
+   (``redirects`` rule 1). Forward policy: ``sharing`` acquires the part from its new owner.
 3. **A lapsed lease ends what it holds** (redirect policy, ``registry`` rule 8): each held
    subscription ends with a redirect to its owner in the map without this relay.
 4. **Handed over warm** (redirect policy, ``handover``): the subscriptions of a part a split

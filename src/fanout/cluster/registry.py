@@ -8,13 +8,11 @@ around ``cluster.responsibility`` (docs/cluster.md, "Leases", says why of each r
 4. **Leaving.** A relay stopped cleanly removes itself (and its standby entry) at once.
 5. **Redis away.** A failed beat is logged and retried; every call times out (``REDIS_TIMEOUT``).
 6. **Standbys and assignments** are read with the members; ``ASSIGN`` checks atomically that
-   both relays are live, the giver's owners current, no part taken.
+   both relays are live, the giver's owners current, no part taken; ``WARMED`` marks one ready.
 7. **One beat at a time**: a late reply never puts an older map over a newer one; ``confirm``
    reads afresh before an HTTP stream is redirected.
 8. **A lapsed lease serves nothing**: unrenewed by a beat's send + ``lease``, the relay ends what
    it holds (``lapse_watchers``); back in the map, it serves again one lease later.
-9. **Warm handovers**: an assignment carries what its member acquires first; ``WARMED`` marks
-   it ready, and only then does the giver end its subscriptions (``cluster.handover``).
 """
 
 from __future__ import annotations
@@ -242,7 +240,7 @@ class Registry:
     ) -> None:
         """Hand ``parts`` (this relay's) to member ``target`` (rule 6), then read the map;
         ``warm``: part -> what ``target`` acquires before this relay ends the part's
-        subscriptions (a view's text; a part without one is ready at once: rule 9).
+        subscriptions (a view's text; a part without one is ready at once: rule 6).
 
         Raises:
             HandOverRefused: a relay is not live, the members changed since this relay's map
@@ -261,7 +259,7 @@ class Registry:
         await self.beat()
 
     async def warmed(self, parts: list[str]) -> int:
-        """Say that this relay holds ready what it was to warm for ``parts`` (rule 9), then
+        """Say that this relay holds ready what it was to warm for ``parts`` (rule 6), then
         read the map.
 
         Returns:

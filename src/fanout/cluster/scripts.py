@@ -87,7 +87,7 @@ end
 return (#ARGV - 3 - n) / 2
 """
 
-#: KEYS: the hash of assignments. ARGV: the member, then the parts it holds warm (rule 9).
+#: KEYS: the hash of assignments. ARGV: the member, then the parts it holds warm (its rule 6).
 #: Returns how many were assigned to it and waiting.
 WARMED = """
 local count = 0

@@ -1,6 +1,6 @@
 """Warm handovers, the member's side: a relay handed parts by a split acquires what each
 assignment says to warm before the giver ends its subscriptions there, and says so in the map
-once ready primitives cover it (``cluster.handover`` rules 2 and 3; ``registry`` rule 9).
+once ready primitives cover it (``cluster.handover`` rules 2 and 3; ``registry`` rule 6).
 """
 
 from __future__ import annotations
@@ -63,7 +63,7 @@ class Warming:
             self.warming[part] = (dataset, view)
 
     async def settle(self, now: float) -> None:
-        """Say which warming parts ready primitives now cover (rule 9 of the registry); unpin
+        """Say which warming parts ready primitives now cover (rule 6 of the registry); unpin
         what was held ``HOLD`` s, or whose part is not this relay's any more (rule 3). Redis
         away, the parts stay warming and are said ready at a later call."""
         received = set(self._registry.map.received(self._registry.name))
@@ -91,8 +91,16 @@ class Warming:
         log.info("split: %s holds warm %d parts handed to it", self._registry.name, len(ready))
 
     def _ready(self, dataset: str, view: View | None) -> bool:
+        """Whether ready primitives cover ``view`` and the window holds a seq after they
+        became ready (rule 2 of ``handover``): a moved ``every`` view, whose giver may be a
+        seq behind, then resumes from the window rather than from the publisher's log."""
         kind = self._core.parts.kinds.get(dataset)
-        return view is None or kind is None or kind.covered(view, ready_only=True)
+        if view is None or kind is None:
+            return True
+        stamp = kind.state.buffer.stamp
+        if stamp is None or not kind.covered(view, ready_only=True):
+            return False
+        return kind.complete_after(view, stamp.seq) < stamp.seq
 
     def _unpin(self, dataset: str, view: View | None) -> None:
         if view is not None:
