@@ -42,6 +42,16 @@ that ended during the run, each a failure of the split, with why (``split_views_
 error -> views) and ``split_slow_consumers``: connections the two relays closed as slow; and
 ``lost``, ``duplicated``, ``reordered``: every view's updates (moved or not) audited against the
 publisher's log (``fanout.testing.audit``).
+
+Where the pause goes (``phases``, ``split_phase_*``): per moved view, ``quiet`` from its last
+update at the giver to its redirect, ``rehome`` from the redirect to the standby's answer,
+``first`` from that answer to its first update there; ``split_handover_ms`` from the giver's
+assignment to the first redirect (the standby warming the parts while the giver serves them);
+from the standby's own figures, sampled every 0.25 s, when it acquired and asked the log; and
+the publisher's micro-batch interval. The tier's hop is broken down by the relays' histograms
+(``hop_*_mean_ms``: a batch's write, and its read to its swap, where a mid relay forwards it).
+Every run reports the machine's one-minute load average beside its figures
+(``load_average``, ``split_load_average``: min and max while it ran): the machine is shared.
 """
 
 from __future__ import annotations
@@ -617,25 +627,6 @@ async def bench(args: argparse.Namespace) -> dict[str, Any]:
         async with publishing(here, args.agents) as publisher:
             split_views = boxes(args.split_subscribers, seed=28)
             splits.append(await split_run(publisher, split_views, here, number))
-    keys = [
-        "egress_flat_bytes",
-        "egress_tiered_bytes",
-        "egress_ratio",
-        "latency_flat_p50_ms",
-        "latency_tiered_p50_ms",
-        "tier_latency_p50_ms",
-        "tier_latency_p99_ms",
-    ]
-    split_keys = [
-        "split_moved",
-        "split_views_ended",
-        "split_seconds",
-        "split_pause_p50_ms",
-        "split_pause_p99_ms",
-        "lost",
-        "duplicated",
-        "reordered",
-    ]
     return {
         "edges": EDGES,
         "mids": MIDS,
@@ -643,12 +634,56 @@ async def bench(args: argparse.Namespace) -> dict[str, Any]:
         "agents": args.agents,
         "window_seconds": args.window,
         "runs": runs,
-        **{key: spread([run[key] for run in runs]) for key in keys if runs},
         "split_subscribers": args.split_subscribers,
         "split_dwell_seconds": SPLIT_DWELL,
         "split_runs": splits,
-        **{key: spread([split[key] for split in splits]) for key in split_keys if splits},
+        **summary(runs, splits),
     }
+
+
+#: The figures of each tier run summarised over the runs (median, min, max) ...
+KEYS = (
+    "egress_flat_bytes",
+    "egress_tiered_bytes",
+    "egress_ratio",
+    "latency_flat_p50_ms",
+    "latency_tiered_p50_ms",
+    "tier_latency_p50_ms",
+    "tier_latency_p99_ms",
+)
+#: ... and of each split run.
+SPLIT_KEYS = (
+    "split_moved",
+    "split_views_ended",
+    "split_seconds",
+    "split_pause_p50_ms",
+    "split_pause_p99_ms",
+    "split_phase_quiet_p50_ms",
+    "split_phase_rehome_p50_ms",
+    "split_phase_rehome_p99_ms",
+    "split_phase_first_p50_ms",
+    "split_phase_first_p99_ms",
+    "split_handover_ms",
+    "split_micro_batch_seconds",
+    "lost",
+    "duplicated",
+    "reordered",
+)
+
+
+def summary(runs: list[dict[str, Any]], splits: list[dict[str, Any]]) -> dict[str, Any]:
+    """The runs' figures as median, min and max, with the highest load average each run saw
+    (``load_average_max``, ``split_load_average_max``)."""
+    out: dict[str, Any] = {}
+    if runs:
+        out |= {key: spread([run[key] for run in runs]) for key in KEYS}
+        out["load_average_max"] = spread([run["load_average"]["max"] for run in runs])
+    if splits:
+        out |= {key: spread([split[key] for split in splits]) for key in SPLIT_KEYS}
+        out["split_load_average_max"] = spread(
+            [split["split_load_average"]["max"] for split in splits]
+        )
+    return out
 
 
 def main() -> None:
