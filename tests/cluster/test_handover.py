@@ -122,7 +122,7 @@ def test_a_handover_under_way_is_each_unready_assignment_to_or_from_the_relay(
 ) -> None:
     found = handover.unready(table, me, 10.0, since)
     for part, held in table.assigned.items():
-        mine = held.member == me or held.giver == me
+        mine = me in {held.member, held.giver}
         assert (part in found) is (mine and not held.ready)
     assert all(found[part] == since.get(part, 10.0) for part in found)
     assert set(found) <= set(table.assigned)
