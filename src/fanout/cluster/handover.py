@@ -24,7 +24,7 @@ from fanout.errors import InvalidView
 from fanout.views import View, bounding_box, to_text
 
 #: Seconds a giver keeps serving a part it handed over that its member does not say is ready.
-WAIT = 10.0
+WAIT = 20.0
 #: Seconds a member keeps what it warmed pinned once ready.
 HOLD = 30.0
 

@@ -21,7 +21,7 @@ import asyncio
 import logging
 from collections.abc import Callable, Iterable
 
-from redis.exceptions import RedisError
+from redis.exceptions import RedisClusterException, RedisError
 
 from fanout.cluster import handover
 from fanout.cluster.registry import Registry
@@ -137,7 +137,7 @@ class Membership:
                     await registry.fresh()
                 if self.warming.busy or self.warming.held:
                     await self.warming.settle(loop.time())
-            except RedisError as error:
+            except (RedisError, RedisClusterException) as error:
                 log.warning("split: reading the map during a handover failed: %s", error)
             if self._waiting:
                 self._settle()

@@ -8,7 +8,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Iterable
 
-from redis.exceptions import RedisError
+from redis.exceptions import RedisClusterException, RedisError
 
 from fanout.cluster.handover import HOLD
 from fanout.cluster.registry import Registry
@@ -80,7 +80,7 @@ class Warming:
             return
         try:
             await self._registry.warmed(ready)
-        except RedisError as error:
+        except (RedisError, RedisClusterException) as error:
             log.warning(
                 "split: saying %d parts are warm failed, trying again: %s", len(ready), error
             )
