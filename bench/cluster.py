@@ -42,6 +42,16 @@ that ended during the run, each a failure of the split, with why (``split_views_
 error -> views) and ``split_slow_consumers``: connections the two relays closed as slow; and
 ``lost``, ``duplicated``, ``reordered``: every view's updates (moved or not) audited against the
 publisher's log (``fanout.testing.audit``).
+
+Where the pause goes (``phases``, ``split_phase_*``): per moved view, ``quiet`` from its last
+update at the giver to its redirect, ``rehome`` from the redirect to the standby's answer,
+``first`` from that answer to its first update there; ``split_handover_ms`` from the giver's
+assignment to the first redirect (the standby warming the parts while the giver serves them);
+from the standby's own figures, sampled every 0.25 s, when it acquired and asked the log; and
+the publisher's micro-batch interval. The tier's hop is broken down by the relays' histograms
+(``hop_*_mean_ms``: a batch's write, and its read to its swap, where a mid relay forwards it).
+Every run reports the machine's one-minute load average beside its figures
+(``load_average``, ``split_load_average``: min and max while it ran): the machine is shared.
 """
 
 from __future__ import annotations
@@ -49,6 +59,10 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import datetime as dt
+import itertools
+import json
+import os
 import statistics
 import tempfile
 import time
@@ -59,6 +73,7 @@ from typing import Any
 
 import numpy as np
 
+from fanout.background import Background
 from fanout.client import LiveView, SubscriptionError, Update, connect
 from fanout.client.following import ClusterSubscriber
 from fanout.launch import Child, Children, running
@@ -98,8 +113,9 @@ def boxes(count: int, seed: int = 27) -> list[Box]:
 @contextlib.asynccontextmanager
 async def deployment(
     publisher: Child, logs: Path
-) -> AsyncIterator[tuple[list[Child], list[Child]]]:
-    """Both deployments side by side on one publisher; yields (flat edges, tiered edges)."""
+) -> AsyncIterator[tuple[list[Child], list[Child], list[Child]]]:
+    """Both deployments side by side on one publisher; yields (flat edges, tiered edges, mid
+    relays)."""
     async with Children() as children:
 
         async def relay(name: str, *args: str) -> Child:
@@ -113,7 +129,42 @@ async def deployment(
             for m in range(MIDS)
         ]
         tiered = [await relay(f"edge{e}", "--upstream", mids[e % MIDS].url) for e in range(EDGES)]
-        yield flat, tiered
+        yield flat, tiered, mids
+
+
+#: The relays' histograms the tier's hop is broken down by (``fanout_relay_`` + name).
+HOP_PHASES = ("batch_write_seconds", "batch_read_to_swap_seconds")
+
+
+def histograms(relays: list[Child]) -> dict[str, tuple[float, float]]:
+    """Each of ``HOP_PHASES``' (sum, count) over ``relays`` now."""
+    out = dict.fromkeys(HOP_PHASES, (0.0, 0.0))
+    for relay in relays:
+        samples = scrape(relay.url)
+        for name in HOP_PHASES:
+            total, count = out[name]
+            out[name] = (
+                total + samples.get(f"fanout_relay_{name}_sum", 0.0),
+                count + samples.get(f"fanout_relay_{name}_count", 0.0),
+            )
+    return out
+
+
+def hop_phases(
+    before: dict[str, dict[str, tuple[float, float]]],
+    after: dict[str, dict[str, tuple[float, float]]],
+) -> dict[str, float]:
+    """Mean ms of each of ``HOP_PHASES`` per role (``mid``, ``edge_tiered``, ``edge_flat``)
+    between two ``histograms`` reads: a batch's write, and its read to its swap (a mid relay
+    forwards it to the relays below at its swap)."""
+    out = {}
+    for role in after:
+        for name in HOP_PHASES:
+            total = after[role][name][0] - before[role][name][0]
+            count = after[role][name][1] - before[role][name][1]
+            short = name.removeprefix("batch_").removesuffix("_seconds")
+            out[f"hop_{role}_{short}_mean_ms"] = total / count * 1000 if count else float("nan")
+    return out
 
 
 def counters(publisher: Child) -> dict[str, float]:
@@ -145,7 +196,15 @@ class Arrivals:
 
 async def run(publisher: Child, views: list[Box], window: float, logs: Path) -> dict[str, Any]:
     """One run: both deployments, the same views on each, one window measured."""
-    async with deployment(publisher, logs) as (flat, tiered), contextlib.AsyncExitStack() as stack:
+    async with (
+        deployment(publisher, logs) as (flat, tiered, mids),
+        contextlib.AsyncExitStack() as stack,
+    ):
+        roles = {"mid": mids, "edge_tiered": tiered, "edge_flat": flat}
+
+        def read_histograms() -> dict[str, dict[str, tuple[float, float]]]:
+            return {role: histograms(relays) for role, relays in roles.items()}
+
         sides = {}
         for side, edges in (("flat", flat), ("tiered", tiered)):
             clients = [await stack.enter_async_context(connect(edge.url)) for edge in edges]
@@ -163,12 +222,18 @@ async def run(publisher: Child, views: list[Box], window: float, logs: Path) -> 
             for i, view in enumerate(live)
         ]
         before = await asyncio.to_thread(counters, publisher)
-        for side in arrivals.values():
-            side.measuring = True
-        await asyncio.sleep(window)
-        for side in arrivals.values():
-            side.measuring = False
+        phases_before = await asyncio.to_thread(read_histograms)
+        loads = [os.getloadavg()[0]]
+        for arrival in arrivals.values():
+            arrival.measuring = True
+        for _ in range(int(window)):
+            await asyncio.sleep(1.0)
+            loads.append(os.getloadavg()[0])
+        await asyncio.sleep(window - int(window))
+        for arrival in arrivals.values():
+            arrival.measuring = False
         after = await asyncio.to_thread(counters, publisher)
+        phases_after = await asyncio.to_thread(read_histograms)
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
@@ -180,6 +245,9 @@ async def run(publisher: Child, views: list[Box], window: float, logs: Path) -> 
         "egress_flat_bytes": (after["flat"] - before["flat"]) / batches,
         "egress_tiered_bytes": (after["tiered"] - before["tiered"]) / batches,
         "paired_updates": len(extra),
+        **hop_phases(phases_before, phases_after),
+        # The machine's one-minute load average during the window (sampled every second).
+        "load_average": {"min": min(loads), "max": max(loads)},
     }
     result["egress_ratio"] = result["egress_tiered_bytes"] / max(result["egress_flat_bytes"], 1)
     for side, seen in arrivals.items():
@@ -191,15 +259,21 @@ async def run(publisher: Child, views: list[Box], window: float, logs: Path) -> 
 
 
 class Timed(ClusterSubscriber):
-    """A cluster subscriber noting when each redirect of a held view arrived."""
+    """A cluster subscriber noting when each redirect of a held view arrived, and when the
+    relay it moved to answered its subscription there (wall clock)."""
 
-    def __init__(self, entry: str, stack: contextlib.AsyncExitStack) -> None:
-        super().__init__(entry, stack)
+    def __init__(self, entry: str, stack: contextlib.AsyncExitStack, moving: Background) -> None:
+        super().__init__(entry, stack, moving)
         self.redirected_at: dict[int, float] = {}  # id of the view -> when
+        self.held_at: dict[int, float] = {}  # id of the view -> when held where it moved
 
     def _moved(self, view: LiveView, location: str) -> None:
         self.redirected_at[id(view)] = time.time()
         super()._moved(view, location)
+
+    async def _move(self, view: LiveView, location: str) -> None:
+        await super()._move(view, location)
+        self.held_at[id(view)] = time.time()
 
 
 class Followed:
@@ -250,11 +324,20 @@ async def split_run(
             for role, extra in (("g0", []), ("g1", ["--standby"])):
                 name = f"{role}-{run_number}"
                 log = logs / f"{name}.log"
-                started.append(
-                    await children.start("relay", [*common, "--name", name, *extra], log)
-                )
+                args = [
+                    *common,
+                    "--name",
+                    name,
+                    "--log-format",
+                    "json",
+                    "--log-level",
+                    "info",
+                    *extra,
+                ]
+                started.append(await children.start("relay", args, log))
             giver, standby = started
-            result = await _split_measured(giver, standby, views)
+            result = await _split_measured(publisher, giver, standby, views)
+    result.update(split_logged(logs / f"g0-{run_number}.log", result.pop("first_redirect")))
     with SqliteLog(logs / "publisher" / "log.db") as stored:
         counts = {"lost": 0, "duplicated": 0, "reordered": 0}
         for follower in result.pop("followers"):
@@ -271,9 +354,11 @@ async def split_run(
     return {**result, **counts}
 
 
-async def _split_measured(giver: Child, standby: Child, views: list[Box]) -> dict[str, Any]:
-    async with contextlib.AsyncExitStack() as stack:
-        clusters = [Timed(standby.url, stack) for _ in range(SPLIT_CONNECTIONS)]
+async def _split_measured(
+    publisher: Child, giver: Child, standby: Child, views: list[Box]
+) -> dict[str, Any]:
+    async with contextlib.AsyncExitStack() as stack, Background() as moving:
+        clusters = [Timed(standby.url, stack, moving) for _ in range(SPLIT_CONNECTIONS)]
         followers = []
         for i, box in enumerate(views[:-1]):
             view = await clusters[i % len(clusters)].subscribe(box, mode="every")
@@ -287,6 +372,7 @@ async def _split_measured(giver: Child, standby: Child, views: list[Box]) -> dic
             every=0.5,
             what="three updates of every view",
         )
+        timeline = Timeline(publisher, {"giver": giver, "standby": standby})
         view = await clusters[0].subscribe(views[-1], mode="every")
         followers.append(Followed(views[-1], view))
         await eventually(
@@ -315,6 +401,13 @@ async def _split_measured(giver: Child, standby: Child, views: list[Box]) -> dic
                 and (not f.view.moves or f.moved_after(redirected[id(f.view)]) < 0)
             ]
 
+        # The giver redirects once the standby holds the parts warm (docs/cluster.md).
+        await eventually(
+            lambda: sum(len(cluster.redirected_at) for cluster in clusters),
+            timeout=60,
+            every=0.05,
+            what="the split's first redirect",
+        )
         await asyncio.sleep(3.0)  # the split's redirects reach the subscribers
         await eventually(
             waiting,
@@ -328,9 +421,14 @@ async def _split_measured(giver: Child, standby: Child, views: list[Box]) -> dic
         for relay in (giver, standby):
             closed = await asyncio.to_thread(scrape, relay.url)
             slow += closed.get("fanout_relay_slow_consumers_closed_total", 0.0)
+        timeline.task.cancel()
+        moving.cancel()
         for follower in followers:
             follower.task.cancel()
-        await asyncio.gather(*(f.task for f in followers), return_exceptions=True)
+        await asyncio.gather(timeline.task, *(f.task for f in followers), return_exceptions=True)
+        held: dict[int, float] = {}
+        for cluster in clusters:
+            held.update(cluster.held_at)
     moved = [f for f in followers if id(f.view) in redirected]
     first_redirect = min(redirected.values())
     last_served = max(f.updates[f.moved_after(redirected[id(f.view)])].received_at for f in moved)
@@ -353,8 +451,150 @@ async def _split_measured(giver: Child, standby: Child, views: list[Box]) -> dic
         "split_seconds": last_served - first_redirect,
         "split_pause_p50_ms": _percentile(pauses, 50),
         "split_pause_p99_ms": _percentile(pauses, 99),
+        **phases(moved, redirected, held, timeline),
+        "first_redirect": first_redirect,
         "followers": followers,
     }
+
+
+def phases(
+    moved: list[Followed],
+    redirected: dict[int, float],
+    held: dict[int, float],
+    timeline: Timeline,
+) -> dict[str, Any]:
+    """Where a moved view's pause goes (``split_phase_*``, each p50 and p99 over the moved
+    views, ms): from its last update before the move to the redirect reaching it (``quiet``:
+    the giver had stopped serving it, or had nothing new), the redirect to the new relay's
+    answer (``rehome``: a connection there, the subscription answered), and that answer to its
+    first update there (``first``: the cell acquired upstream, the missed seqs caught up). And
+    from the standby's own figures, sampled (ms after the first redirect): its first new
+    primitive, its last primitive pending, its first curiosity request; with the load."""
+    quiet, rehome, first = [], [], []
+    for f in moved:
+        at = redirected[id(f.view)]
+        index = f.moved_after(at)
+        if index <= 0 or id(f.view) not in held:
+            continue
+        quiet.append((at - f.updates[index - 1].received_at) * 1000)
+        rehome.append((held[id(f.view)] - at) * 1000)
+        first.append((f.updates[index].received_at - held[id(f.view)]) * 1000)
+    start = min(redirected.values())
+    end = max(f.updates[f.moved_after(redirected[id(f.view)])].received_at for f in moved)
+    acquired = timeline.value("standby", "primitives_acquired_total", start - 1.0)
+    asked = timeline.value("standby", "curiosity_asked_total", start - 1.0)
+    loads = timeline.loads(start - 5.0, end + 5.0) or [os.getloadavg()[0]]
+    out: dict[str, Any] = {}
+    for name, values in (("quiet", quiet), ("rehome", rehome), ("first", first)):
+        out[f"split_phase_{name}_p50_ms"] = _percentile(values, 50)
+        out[f"split_phase_{name}_p99_ms"] = _percentile(values, 99)
+    out["split_standby_first_acquired_ms"] = (
+        timeline.first("standby", "primitives_acquired_total", acquired, start - 1.0) - start
+    ) * 1000
+    out["split_standby_acquired"] = (
+        timeline.value("standby", "primitives_acquired_total", end) - acquired
+    )
+    out["split_standby_last_pending_ms"] = (
+        timeline.last_change("standby", "primitives_pending", start - 1.0) - start
+    ) * 1000
+    out["split_standby_first_curiosity_ms"] = (
+        timeline.first("standby", "curiosity_asked_total", asked, start - 1.0) - start
+    ) * 1000
+    out["split_standby_curiosity_asked"] = (
+        timeline.value("standby", "curiosity_asked_total", end) - asked
+    )
+    out["split_micro_batch_seconds"] = timeline.micro_batch_seconds(start - 5.0, end)
+    out["split_load_average"] = {"min": min(loads), "max": max(loads)}
+    return out
+
+
+def split_logged(giver_log: Path, first_redirect: float) -> dict[str, float]:
+    """From the giver's JSON log: ms from its split's assignment (logged once written) to the
+    first redirect a subscriber got (``split_handover_ms``: the standby warming the parts
+    while the giver kept serving them; nan if not logged)."""
+    for line in giver_log.read_text(errors="replace").splitlines():
+        with contextlib.suppress(ValueError):
+            record = json.loads(line)
+            if str(record.get("message", "")).startswith("split: "):
+                at = dt.datetime.fromisoformat(record["time"]).timestamp()
+                return {"split_handover_ms": (first_redirect - at) * 1000}
+    return {"split_handover_ms": float("nan")}
+
+
+#: What the split case samples of each relay while the split runs (``fanout_relay_`` + name).
+WATCHED = (
+    "subscriptions",
+    "primitives",
+    "primitives_pending",
+    "primitives_acquired_total",
+    "curiosity_asked_total",
+    "curiosity_asked_seqs_total",
+    "pushes_total",
+    "splits_total",
+    "parts_received",
+)
+
+
+class Timeline:
+    """Both relays' ``WATCHED`` figures, the publisher's micro-batches and the machine's load
+    average every ``every`` s, with the wall-clock time: when the standby acquired its cells
+    and asked the log, and the load the split ran under."""
+
+    def __init__(self, publisher: Child, relays: dict[str, Child], every: float = 0.25) -> None:
+        self.publisher, self.relays, self.every = publisher, relays, every
+        self.samples: list[dict[str, Any]] = []
+        self.task = asyncio.create_task(self._run())
+
+    async def _run(self) -> None:
+        while True:
+            for name, relay in self.relays.items():
+                with contextlib.suppress(OSError):
+                    got = await asyncio.to_thread(scrape, relay.url)
+                    row = {key: got.get(f"fanout_relay_{key}", 0.0) for key in WATCHED}
+                    self.samples.append({"at": time.time(), "relay": name, **row})
+            with contextlib.suppress(OSError):
+                got = await asyncio.to_thread(scrape, self.publisher.url)
+                batches = sum(
+                    value
+                    for name, value in got.items()
+                    if name.startswith("fanout_publisher_micro_batches")
+                )
+                self.samples.append({"at": time.time(), "micro_batches": batches})
+            self.samples.append({"at": time.time(), "load": os.getloadavg()[0]})
+            await asyncio.sleep(self.every)
+
+    def first(self, relay: str, key: str, above: float, since: float = 0.0) -> float:
+        """When ``relay``'s ``key`` was first seen above ``above`` (nan: never)."""
+        for sample in self.samples:
+            if sample.get("relay") == relay and sample["at"] >= since and sample[key] > above:
+                return float(sample["at"])
+        return float("nan")
+
+    def last_change(self, relay: str, key: str, since: float) -> float:
+        """When ``relay``'s ``key`` last changed after ``since`` (nan: never)."""
+        rows = [s for s in self.samples if s.get("relay") == relay and s["at"] >= since]
+        at = float("nan")
+        for before, after in itertools.pairwise(rows):
+            if after[key] != before[key]:
+                at = float(after["at"])
+        return at
+
+    def value(self, relay: str, key: str, at: float) -> float:
+        """``relay``'s ``key`` as last sampled at or before ``at``."""
+        rows = [s for s in self.samples if s.get("relay") == relay and s["at"] <= at]
+        return float(rows[-1][key]) if rows else float("nan")
+
+    def micro_batch_seconds(self, start: float, end: float) -> float:
+        """The publisher's mean interval between micro-batches from ``start`` to ``end``."""
+        rows = [s for s in self.samples if "micro_batches" in s and start <= s["at"] <= end]
+        if len(rows) < 2 or rows[-1]["micro_batches"] == rows[0]["micro_batches"]:
+            return float("nan")
+        count = float(rows[-1]["micro_batches"] - rows[0]["micro_batches"])
+        return float(rows[-1]["at"] - rows[0]["at"]) / count
+
+    def loads(self, start: float, end: float) -> list[float]:
+        """The one-minute load averages sampled between ``start`` and ``end``."""
+        return [s["load"] for s in self.samples if "load" in s and start <= s["at"] <= end]
 
 
 def _percentile(values: list[float], q: float) -> float:
@@ -363,7 +603,7 @@ def _percentile(values: list[float], q: float) -> float:
 
 def spread(values: list[float]) -> dict[str, float]:
     """Median, min and max."""
-    return {"median": statistics.median(values), "min": min(values), "max": max(values)}
+    return {"median": float(statistics.median(values)), "min": min(values), "max": max(values)}
 
 
 def publishing(logs: Path, agents: int) -> contextlib.AbstractAsyncContextManager[Child]:
@@ -387,25 +627,6 @@ async def bench(args: argparse.Namespace) -> dict[str, Any]:
         async with publishing(here, args.agents) as publisher:
             split_views = boxes(args.split_subscribers, seed=28)
             splits.append(await split_run(publisher, split_views, here, number))
-    keys = [
-        "egress_flat_bytes",
-        "egress_tiered_bytes",
-        "egress_ratio",
-        "latency_flat_p50_ms",
-        "latency_tiered_p50_ms",
-        "tier_latency_p50_ms",
-        "tier_latency_p99_ms",
-    ]
-    split_keys = [
-        "split_moved",
-        "split_views_ended",
-        "split_seconds",
-        "split_pause_p50_ms",
-        "split_pause_p99_ms",
-        "lost",
-        "duplicated",
-        "reordered",
-    ]
     return {
         "edges": EDGES,
         "mids": MIDS,
@@ -413,12 +634,56 @@ async def bench(args: argparse.Namespace) -> dict[str, Any]:
         "agents": args.agents,
         "window_seconds": args.window,
         "runs": runs,
-        **{key: spread([run[key] for run in runs]) for key in keys if runs},
         "split_subscribers": args.split_subscribers,
         "split_dwell_seconds": SPLIT_DWELL,
         "split_runs": splits,
-        **{key: spread([split[key] for split in splits]) for key in split_keys if splits},
+        **summary(runs, splits),
     }
+
+
+#: The figures of each tier run summarised over the runs (median, min, max) ...
+KEYS = (
+    "egress_flat_bytes",
+    "egress_tiered_bytes",
+    "egress_ratio",
+    "latency_flat_p50_ms",
+    "latency_tiered_p50_ms",
+    "tier_latency_p50_ms",
+    "tier_latency_p99_ms",
+)
+#: ... and of each split run.
+SPLIT_KEYS = (
+    "split_moved",
+    "split_views_ended",
+    "split_seconds",
+    "split_pause_p50_ms",
+    "split_pause_p99_ms",
+    "split_phase_quiet_p50_ms",
+    "split_phase_rehome_p50_ms",
+    "split_phase_rehome_p99_ms",
+    "split_phase_first_p50_ms",
+    "split_phase_first_p99_ms",
+    "split_handover_ms",
+    "split_micro_batch_seconds",
+    "lost",
+    "duplicated",
+    "reordered",
+)
+
+
+def summary(runs: list[dict[str, Any]], splits: list[dict[str, Any]]) -> dict[str, Any]:
+    """The runs' figures as median, min and max, with the highest load average each run saw
+    (``load_average_max``, ``split_load_average_max``)."""
+    out: dict[str, Any] = {}
+    if runs:
+        out |= {key: spread([run[key] for run in runs]) for key in KEYS}
+        out["load_average_max"] = spread([run["load_average"]["max"] for run in runs])
+    if splits:
+        out |= {key: spread([split[key] for split in splits]) for key in SPLIT_KEYS}
+        out["split_load_average_max"] = spread(
+            [split["split_load_average"]["max"] for split in splits]
+        )
+    return out
 
 
 def main() -> None:

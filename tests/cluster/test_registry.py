@@ -134,15 +134,25 @@ async def test_a_split_assigns_parts_to_a_standby_and_a_merge_hands_them_back(no
         assert table.idle_standbys() == [standby.name]
         mine = [part for part in parts if table.owner(part).name == giver.name][:3]
         theirs = next(part for part in parts if table.owner(part).name == other.name)
-        await giver.assign(standby.name, mine)
+        await giver.assign(standby.name, mine, {mine[0]: "box:0,0,1,1"})
         assert {giver.map.owner(part).name for part in mine} == {standby.name}
-        assert giver.map.assigned[mine[0]] == Assignment(standby.name, giver.name)
+        # A part with something to warm waits for its member to hold it; one without is ready.
+        warm = Assignment(standby.name, giver.name, False, "box:0,0,1,1")
+        assert giver.map.assigned[mine[0]] == warm
+        assert giver.map.assigned[mine[1]] == Assignment(standby.name, giver.name)
         assert giver.map.idle_standbys() == []
         await eventually(
             lambda: standby.map.received(standby.name) == sorted(mine),
             timeout=30,
             what="the standby seeing its parts",
         )
+        # Only the member says a part is warm, and once.
+        assert await other.warmed([mine[0]]) == 0
+        assert await standby.warmed(mine) == 1
+        assert standby.map.assigned[mine[0]] == Assignment(
+            standby.name, giver.name, True, warm.warm
+        )
+        assert await standby.warmed(mine) == 0
         # Nobody hands over a part that is not theirs now: not one assigned elsewhere...
         with pytest.raises(HandOverRefused, match="not the giver's"):
             await other.assign(standby.name, [mine[0]])

@@ -18,6 +18,7 @@ from collections.abc import Iterator
 import pytest
 
 from fanout.client import SubscriptionError, connect
+from fanout.cluster import handover
 from fanout.cluster.responsibility import Assignment, ResponsibilityMap, part_of
 from fanout.cluster.settings import Cluster
 from fanout.cluster.splitting import responsible
@@ -73,7 +74,11 @@ async def test_a_relay_past_its_threshold_starts_a_standby_and_splits_to_it(
                     handed = table.received("sa-split-1")
                     assert len(handed) == 1 and handed[0] in {part_of("agents", b) for b in BOXES}
                     moved = next(v for v in views if part_of("agents", v.view) == handed[0])
-                    await eventually(lambda: moved.error, timeout=10, what="the redirect")
+                    # The standby never holds the part warm (this publisher sends no
+                    # snapshot): the giver ends the part's subscriptions after handover.WAIT.
+                    await eventually(
+                        lambda: moved.error, timeout=handover.WAIT + 10, what="the redirect"
+                    )
                     assert isinstance(moved.error, SubscriptionError)
                     assert moved.error.code == "redirect"
                     assert moved.error.location == table.members["sa-split-1"]

@@ -367,6 +367,13 @@ async def test_the_standby_killed_during_a_split_leaves_every_subscriber_served(
         every=0.1,
         what="a split",
     )
+    # The giver redirects once the standby holds the cells warm: the first view there.
+    await eventually(
+        lambda: any(f.view is not None and f.view.moves for f in followers),
+        timeout=60,
+        every=0.005,
+        what="a view at the standby",
+    )
     standby.kill()  # SIGKILL while its subscribers are moving to it
     await standby.process.wait()
     await asyncio.gather(*(f.reached(0) for f in followers if not f.failures))

@@ -3,31 +3,42 @@ Redis Cluster), split and merge on load (``splitting``) and, by policy, redirect
 (``sharing``). ``relay.shell.server`` holds one when started with ``--registry``. Rules:
 
 1. **Joined before ready.** The relay joins the map (its first beat) before it reports ready, so
-   a subscriber it accepts is never served by a relay the others do not know; the balancer
-   starts once the relay is in the map.
-2. **Moved parts take their subscriptions** (redirect policy): when a part leaves this relay —
-   a split or a merge hands it over, or a relay joins that is now responsible for it — each held
+   a subscriber it accepts is never served by a relay the others do not know.
+2. **Moved parts take their subscriptions** (redirect policy): when a part leaves this relay (a
+   split or a merge, or a relay joining that is now responsible for it), each held
    subscription of it ends with a redirect to the part's new relay, where its subscriber resumes
-   (``redirects`` rule 1), its primitives released. Under the forward policy the connection
-   stays and ``sharing`` acquires the part anew from its new owner.
+   (``redirects`` rule 1). Forward policy: ``sharing`` acquires the part from its new owner.
 3. **A lapsed lease ends what it holds** (redirect policy, ``registry`` rule 8): each held
    subscription ends with a redirect to its owner in the map without this relay.
+4. **Handed over warm** (redirect policy, ``handover``): the subscriptions of a part a split
+   handed over end once its member holds the part ready, and what this relay was handed is
+   warmed (``warming``); the map is read every ``LOOK`` s meanwhile, and by an idle standby.
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import Callable, Iterable
 
+from redis.exceptions import RedisClusterException, RedisError
+
+from fanout.cluster import handover
 from fanout.cluster.registry import Registry
 from fanout.cluster.registry import connect as registry_client
 from fanout.cluster.responsibility import ResponsibilityMap
 from fanout.cluster.settings import Cluster
 from fanout.cluster.sharing import Publisher, Sharing, Writer
 from fanout.cluster.splitting import Balancer, moved_subscriptions
+from fanout.cluster.warming import Warming
 from fanout.metrics import Sample
 from fanout.relay.core.relaycore import RelayCore, Send
 from fanout.wire.messages import Unsubscribe
+
+log = logging.getLogger(__name__)
+
+#: Seconds between two reads of the map while a handover is under way (rule 4).
+LOOK = 0.25
 
 
 class Membership:
@@ -84,6 +95,11 @@ class Membership:
         else:
             self.registry.watchers.append(self._parts_moved)
             self.registry.lapse_watchers.append(self._lapsed)
+        #: Rule 4: the map held subscriptions are ended by, the parts handed over and waiting
+        #: (part -> since when), and what this relay warms of the parts handed to it.
+        self._served = self.registry.map
+        self._waiting: dict[str, float] = {}
+        self.warming = Warming(core, self.registry, dispatch)
 
     async def join(self, tasks: asyncio.TaskGroup, url: str) -> None:
         """Join the map as reached at ``url`` and return once in it (rule 1); the registry's
@@ -94,6 +110,8 @@ class Membership:
         await in_map.wait()
         if self.balancer is not None:
             tasks.create_task(self.balancer.run())
+        if self.sharing is None:
+            tasks.create_task(self._handovers())
 
     def samples(self) -> list[Sample]:
         """The registry's and the balancer's figures for ``GET /metrics``."""
@@ -101,8 +119,38 @@ class Membership:
         return [*self.registry.samples(), *balancer]
 
     def _parts_moved(self, before: ResponsibilityMap, after: ResponsibilityMap) -> None:
-        """Rule 2, the redirect policy's half."""
-        for client, redirect in moved_subscriptions(self.core, before, after, self.name):
+        """Rules 2 and 4, the redirect policy's half."""
+        self.warming.start()
+        self._settle()
+
+    async def _handovers(self) -> None:
+        """Rule 4: every ``LOOK`` s, read the map while a part handed over waits, one handed
+        here warms, or this relay is an idle standby (a split may hand it parts: it warms
+        them at once rather than at its next beat); and act on it."""
+        loop = asyncio.get_running_loop()
+        registry = self.registry
+        while True:
+            await asyncio.sleep(LOOK)
+            idle = registry.standby and not registry.map.received(self.name)
+            try:
+                if self._waiting or self.warming.busy or idle:
+                    await registry.fresh()
+                if self.warming.busy or self.warming.held:
+                    await self.warming.settle(loop.time())
+            except (RedisError, RedisClusterException) as error:
+                log.warning("split: reading the map during a handover failed: %s", error)
+            if self._waiting:
+                self._settle()
+
+    def _settle(self) -> None:
+        """End the held subscriptions whose part moved, a part handed over only once its
+        member holds it warm (rule 4)."""
+        now = asyncio.get_running_loop().time()
+        before = self._served
+        self._served, self._waiting = handover.served(
+            self.registry.map, before, self.name, now, self._waiting
+        )
+        for client, redirect in moved_subscriptions(self.core, before, self._served, self.name):
             assert redirect.ref is not None, "a moved subscription's redirect names it"
             # The core's Unsubscribed is not sent: the redirect is what ends it for the client.
             self.core.on_unsubscribe(client, Unsubscribe(redirect.ref))

@@ -8,7 +8,7 @@ around ``cluster.responsibility`` (docs/cluster.md, "Leases", says why of each r
 4. **Leaving.** A relay stopped cleanly removes itself (and its standby entry) at once.
 5. **Redis away.** A failed beat is logged and retried; every call times out (``REDIS_TIMEOUT``).
 6. **Standbys and assignments** are read with the members; ``ASSIGN`` checks atomically that
-   both relays are live, the giver's owners current, no part taken.
+   both relays are live, the giver's owners current, no part taken; ``WARMED`` marks one ready.
 7. **One beat at a time**: a late reply never puts an older map over a newer one; ``confirm``
    reads afresh before an HTTP stream is redirected.
 8. **A lapsed lease serves nothing**: unrenewed by a beat's send + ``lease``, the relay ends what
@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from redis.asyncio.cluster import RedisCluster
@@ -28,6 +28,7 @@ from redis.exceptions import RedisError, ResponseError
 from fanout import cancelling
 from fanout.cluster.redirects import redirect
 from fanout.cluster.responsibility import DEFAULT_SIDE, Assignment, ResponsibilityMap
+from fanout.cluster.scripts import ASSIGN, BEAT, LEAVE, UNASSIGN, WARMED
 from fanout.cluster.settings import registry_address
 from fanout.errors import FanoutError
 from fanout.metrics import Sample
@@ -40,111 +41,6 @@ log = logging.getLogger(__name__)
 REDIS_TIMEOUT = 5.0
 #: The hash tag every key of the map shares (rule 1).
 NAMESPACE = "fanout-map"
-
-#: KEYS: the sorted set of deadlines, the hash of URLs, the set of standbys, the hash of
-#: assignments. ARGV: name, URL, lease in ms (a name of "" only reads), "1" if a standby.
-#: Returns {flat name, URL, ... of the live members; the standbys; flat part, member and
-#: giver, ...}.
-BEAT = """
-local now = redis.call('TIME')
-local ms = tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000)
-local dead = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', ms)
-for _, name in ipairs(dead) do
-  redis.call('ZREM', KEYS[1], name)
-  redis.call('HDEL', KEYS[2], name)
-  redis.call('SREM', KEYS[3], name)
-end
-if ARGV[1] ~= '' then
-  redis.call('ZADD', KEYS[1], ms + tonumber(ARGV[3]), ARGV[1])
-  redis.call('HSET', KEYS[2], ARGV[1], ARGV[2])
-  if ARGV[4] == '1' then
-    redis.call('SADD', KEYS[3], ARGV[1])
-  else
-    redis.call('SREM', KEYS[3], ARGV[1])
-  end
-end
-local live = redis.call('ZRANGE', KEYS[1], 0, -1)
-local out = {}
-for _, name in ipairs(live) do
-  table.insert(out, name)
-  table.insert(out, redis.call('HGET', KEYS[2], name) or '')
-end
-local assigned = {}
-local held = redis.call('HGETALL', KEYS[4])
-for i = 1, #held, 2 do
-  local member = string.match(held[i + 1], '^([^\\n]*)')
-  if redis.call('ZSCORE', KEYS[1], member) then
-    table.insert(assigned, held[i])
-    table.insert(assigned, held[i + 1])
-  else
-    redis.call('HDEL', KEYS[4], held[i])
-  end
-end
-local standby = {}
-for _, name in ipairs(redis.call('SMEMBERS', KEYS[3])) do
-  if redis.call('ZSCORE', KEYS[1], name) then
-    table.insert(standby, name)
-  else
-    redis.call('SREM', KEYS[3], name)
-  end
-end
-return {out, standby, assigned}
-"""
-
-#: KEYS: as ``BEAT``'s. ARGV: giver, target, n, the n members owning by rendezvous as the giver
-#: read them, then the parts. Returns the parts assigned, or an error saying why none was.
-ASSIGN = """
-local now = redis.call('TIME')
-local ms = tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000)
-local function live(name)
-  local deadline = redis.call('ZSCORE', KEYS[1], name)
-  return deadline and tonumber(deadline) > ms
-end
-if not live(ARGV[1]) then return redis.error_reply('the giver ' .. ARGV[1] .. ' is not live') end
-if not live(ARGV[2]) then return redis.error_reply('the relay ' .. ARGV[2] .. ' is not live') end
-local n = tonumber(ARGV[3])
-local owners = 0
-for _, name in ipairs(redis.call('ZRANGEBYSCORE', KEYS[1], '(' .. ms, '+inf')) do
-  if redis.call('SISMEMBER', KEYS[3], name) == 0 then owners = owners + 1 end
-end
-if owners ~= n then return redis.error_reply('the map changed: members joined or left') end
-for i = 4, 3 + n do
-  if not live(ARGV[i]) or redis.call('SISMEMBER', KEYS[3], ARGV[i]) == 1 then
-    return redis.error_reply('the map changed: members joined or left')
-  end
-end
-for i = 4 + n, #ARGV do
-  local held = redis.call('HGET', KEYS[4], ARGV[i])
-  if held and string.match(held, '^([^\\n]*)') ~= ARGV[1] then
-    return redis.error_reply('part ' .. ARGV[i] .. " is not the giver's any more")
-  end
-end
-for i = 4 + n, #ARGV do
-  redis.call('HSET', KEYS[4], ARGV[i], ARGV[2] .. '\\n' .. ARGV[1])
-end
-return #ARGV - 3 - n
-"""
-
-#: KEYS: the hash of assignments. ARGV: the member handing back, then the parts. Returns how
-#: many it held and handed back.
-UNASSIGN = """
-local count = 0
-for i = 2, #ARGV do
-  local held = redis.call('HGET', KEYS[1], ARGV[i])
-  if held and string.match(held, '^([^\\n]*)') == ARGV[1] then
-    redis.call('HDEL', KEYS[1], ARGV[i])
-    count = count + 1
-  end
-end
-return count
-"""
-
-LEAVE = """
-redis.call('ZREM', KEYS[1], ARGV[1])
-redis.call('HDEL', KEYS[2], ARGV[1])
-redis.call('SREM', KEYS[3], ARGV[1])
-return 1
-"""
 
 
 class HandOverRefused(FanoutError):
@@ -220,6 +116,7 @@ class Registry:
         self._leave = redis.register_script(LEAVE)
         self._assign = redis.register_script(ASSIGN)
         self._unassign = redis.register_script(UNASSIGN)
+        self._warmed = redis.register_script(WARMED)
 
     async def beat(self, join: bool = True) -> ResponsibilityMap:
         """Renew (``join``) or only read, and take the live members as the map (rules 3, 7).
@@ -269,7 +166,7 @@ class Registry:
         texts, held = _texts(flat_members), _texts(flat_assigned)
         members = dict(zip(texts[0::2], texts[1::2], strict=True))
         assigned = {
-            part: Assignment(*value.split("\n", 1))
+            part: Assignment.parse(value)
             for part, value in zip(held[0::2], held[1::2], strict=True)
         }
         after = ResponsibilityMap(members, self.map.side, frozenset(_texts(standby)), assigned)
@@ -338,8 +235,12 @@ class Registry:
         owner = without.owner_of(dataset, view)
         return Error("redirect", f"{why}: subscribe at {owner.url}", ref=sub, location=owner.url)
 
-    async def assign(self, target: str, parts: list[str]) -> None:
-        """Hand ``parts`` (this relay's) to member ``target`` (rule 6), then read the map.
+    async def assign(
+        self, target: str, parts: list[str], warm: Mapping[str, str] | None = None
+    ) -> None:
+        """Hand ``parts`` (this relay's) to member ``target`` (rule 6), then read the map;
+        ``warm``: part -> what ``target`` acquires before this relay ends the part's
+        subscriptions (a view's text; a part without one is ready at once: rule 6).
 
         Raises:
             HandOverRefused: a relay is not live, the members changed since this relay's map
@@ -347,12 +248,29 @@ class Registry:
             RedisError: Redis could not be reached.
         """
         owners = sorted(name for name in self.map.members if name not in self.map.standby)
-        args: list[str | int] = [self.name, target, len(owners), *owners, *parts]
+        args: list[str | int] = [self.name, target, len(owners), *owners]
+        for part in parts:
+            text = (warm or {}).get(part, "")
+            args += [part, Assignment(target, self.name, not text, text).stored()]
         try:
             await self._assign(keys=self._keys, args=args)
         except ResponseError as error:
             raise HandOverRefused(f"handing {len(parts)} parts to {target}: {error}") from None
         await self.beat()
+
+    async def warmed(self, parts: list[str]) -> int:
+        """Say that this relay holds ready what it was to warm for ``parts`` (rule 6), then
+        read the map.
+
+        Returns:
+            How many of them were assigned to it and waiting.
+
+        Raises:
+            RedisError: Redis could not be reached.
+        """
+        count = int(await self._warmed(keys=self._keys[3:], args=[self.name, *parts]))
+        await self.beat()
+        return count
 
     async def unassign(self, parts: list[str]) -> int:
         """Hand back the ``parts`` assigned to this relay (rule 6), then read the map.

@@ -95,10 +95,31 @@ class Member:
 
 @dataclass(frozen=True)
 class Assignment:
-    """A part handed over by a split (rule 4): ``member`` holds it, ``giver`` handed it."""
+    """A part handed over by a split (rule 4): ``member`` holds it, ``giver`` handed it.
+
+    Attributes:
+        ready: ``member`` holds ``warm`` ready (or there was nothing to warm): the giver ends
+            its subscriptions of the part now (``cluster.handover``).
+        warm: what ``member`` acquires before it is ready, a view's text ("": nothing).
+    """
 
     member: str
     giver: str
+    ready: bool = True
+    warm: str = ""
+
+    def stored(self) -> str:
+        """As the registry keeps it: its fields, one a line (``parse`` reads it back)."""
+        return f"{self.member}\n{self.giver}\n{int(self.ready)}\n{self.warm}"
+
+    @classmethod
+    def parse(cls, text: str) -> Assignment:
+        """An assignment as ``stored`` wrote it, or as an older relay did: ``member`` and
+        ``giver`` alone (ready, nothing to warm)."""
+        fields = text.split("\n", 3)
+        member, giver = fields[0], fields[1] if len(fields) > 1 else ""
+        ready = len(fields) < 3 or fields[2] != "0"
+        return cls(member, giver, ready, fields[3] if len(fields) > 3 else "")
 
 
 @dataclass(frozen=True)

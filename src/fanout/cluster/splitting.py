@@ -9,9 +9,10 @@ asks ``cluster.balance`` what to do, and carries it out through the map's assign
 3. **Where a split goes:** the first idle standby (forward policy: the first named after this
    relay); with none, ``--split-command`` is run with a fresh name and awaited ``--split-wait``
    seconds, else the split fails and is tried after a dwell.
-4. **Parts received count as a move** (``balance`` rule 3).
+4. **Parts received count as a move** (``balance`` rule 3), and so does a handover under way.
 5. **Carried out** by assigning or unassigning parts; refusals and Redis errors are logged,
-   counted and tried again after a dwell.
+   counted and tried again after a dwell. A split's parts are handed warm (``handover``;
+   redirect policy: the forward policy moves no subscriber).
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from typing import TYPE_CHECKING
 from redis.exceptions import RedisError
 
 from fanout import cancelling
+from fanout.cluster import handover
 from fanout.cluster.balance import Load, Merge, Split, Thresholds, decide
 from fanout.cluster.redirects import moved
 from fanout.cluster.registry import HandOverRefused, Registry
@@ -73,6 +75,7 @@ class Balancer:
         self._last: tuple[float, float, float] | None = None  # (wall, cpu, pushes) at last sample
         self._last_move: float | None = None
         self._received: set[str] = set()
+        self._unready: dict[str, float] = {}  # part -> since when (``handover.unready``)
         self._started = itertools.count(1)
         #: The relays ``command`` started (rule 3: the relay never stops them).
         self.started: list[asyncio.subprocess.Process] = []
@@ -119,6 +122,11 @@ class Balancer:
             # relay's load says nothing yet about whether to hand them back.
             self._last_move = self.load.at
         self._received = set(received)
+        now, me = self.load.at, self._registry.name
+        self._unready = handover.unready(self._registry.map, me, now, self._unready)
+        if any(now - since < handover.WAIT for since in self._unready.values()):
+            self._last_move = now  # a handover under way (``handover`` rule 4)
+            return
         decision = decide(self.thresholds, list(self._samples), parts, received, self._last_move)
         if decision is None:
             return
@@ -137,7 +145,9 @@ class Balancer:
         if target is None:
             self.failures += 1
             return
-        await self._registry.assign(target, list(split.parts))
+        held = [(s.dataset, s.view) for s in self._core.downstream]
+        warm = {} if self._forward else handover.warm(held, split.parts, self._registry.map.side)
+        await self._registry.assign(target, list(split.parts), warm)
         self.splits += 1
         moving = sum(parts[part] for part in split.parts)
         log.info(

@@ -114,7 +114,7 @@ async def primitives_by_relay(publisher: Child) -> dict[str, float]:
 
 async def assignments(redis: RedisCluster) -> dict[str, Assignment]:
     """The parts splits assigned in the map kept in ``redis`` (a client of its Redis Cluster,
-    ``fanout.cluster.registry.connect``), as stored now: part -> assignee and giver. Read
+    ``fanout.cluster.registry.connect``), as stored now: part -> assignee, giver and handover. Read
     straight from Redis, so a test sees an assignment the moment the giver wrote it.
 
     Raises:
@@ -123,8 +123,7 @@ async def assignments(redis: RedisCluster) -> dict[str, Assignment]:
     held = await redis.hgetall(f"{{{NAMESPACE}}}:assigned")
     out: dict[str, Assignment] = {}
     for part, value in held.items():
-        member, giver = _text(value).split("\n", 1)
-        out[_text(part)] = Assignment(member, giver)
+        out[_text(part)] = Assignment.parse(_text(value))
     return out
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Callable
+from typing import cast
 
 import msgspec
 import numpy as np
@@ -281,6 +282,41 @@ def test_a_subscription_behind_gets_at_most_a_burst_of_seqs_a_turn() -> None:
     assert turns == [3, 3, 3, 1, 0, 0]
     assert subscriber.seqs == list(range(-1, 11))  # take() checked each seq's rows too
     assert subscriber.rows == {1: (3.0, 1.0)}
+
+
+def test_one_connections_every_subscriptions_share_a_turn_up_to_a_burst() -> None:
+    """Three ``every`` subscriptions of one connection, each two seqs behind, are served in the
+    same turn while their seqs come to fewer than ``every_burst`` (5): 2 + 2 + 1 frames, the
+    connection then busy; the rest goes once it wrote them. (One subscription a turn would
+    cost a round each: a thousand views moved together on a few connections.)"""
+    publisher = Publisher()
+    core = ready_core(every_burst=5)
+    subscribers = {sub: Subscriber() for sub in (1, 2, 3)}
+    for sub in subscribers:
+        publisher.take(core.on_subscribe(1, Subscribe(sub, "agents", VIEW, mode="every")))
+    core.on_batch(publisher.step({1: (1.0, 1.0)}))
+
+    def deliver(sends: list[Send]) -> None:
+        for send in sends:
+            message = send.message()
+            if send.to == 1 and not isinstance(message, Subscribed):
+                subscribers[cast(Push | NoUpdate, message).sub].take(message, publisher)
+
+    deliver(core.pushes(1.0, lambda client: True))
+    for x in (2.0, 3.0):  # the connection is writing meanwhile: its subscriptions wait
+        core.on_batch(publisher.step({1: (x, 1.0)}))
+        assert [s for s in core.pushes(x, lambda client: False) if s.to == 1] == []
+    core.on_writable(1)
+    sent: list[Send] = []  # the connection is busy once sent a frame, as a socket would be
+    for send in core.serve(4.0, lambda client: not any(s.to == client for s in sent)):
+        sent.append(send)
+    deliver(sent)
+    frames = [cast(Push | NoUpdate, s.message()).sub for s in sent if s.to == 1]
+    assert sorted(frames) == [1, 1, 2, 2, 3]
+    core.on_writable(1)
+    deliver(core.pushes(5.0, lambda client: True))
+    for subscriber in subscribers.values():
+        assert subscriber.seqs == [-1, 0, 1, 2]  # take() checked each seq's rows too
 
 
 def test_nothing_of_a_subscription_follows_its_end_when_a_round_stopped_mid_burst() -> None:

@@ -173,8 +173,11 @@ class EveryMode:
         self._lifecycle.scheduler.wake_all(waiting)
         return bool(waiting)
 
-    def serve(self, subscription: Subscription, kind: DatasetKind, now: float) -> list[Send]:
-        """Up to ``burst`` seqs for an ``every`` subscription, in order.
+    def serve(
+        self, subscription: Subscription, kind: DatasetKind, now: float, room: int | None = None
+    ) -> list[Send]:
+        """Up to ``burst`` seqs (and at most ``room``, if given) for an ``every``
+        subscription, in order.
 
         Its first push (and the first after a ``resync``) is the full view from the active
         buffer; then one push or no-update per seq, from the live window or what the publisher's
@@ -193,7 +196,7 @@ class EveryMode:
         if owed is not None:
             message = f"{owed}; the next push is the full view"
             sends.append(Send(subscription.client, Error("resync", message, ref=subscription.sub)))
-        pushed = 0
+        pushed, burst = 0, self.burst if room is None else max(1, min(self.burst, room))
         try:
             if cursor is None:
                 body = kind.full_view(subscription)
@@ -204,7 +207,7 @@ class EveryMode:
                 if cursor.trusted_after is None:
                     after = kind.complete_after(subscription.view, stamp.seq)
                     lifecycle.trusted(subscription, after)
-                pushed = self._seqs(subscription, kind, history, cursor, sends)
+                pushed = self._seqs(subscription, kind, history, cursor, sends, burst=burst)
         except InvalidView as exc:  # a SQL view's query failed on the rows: it ends here
             lifecycle.end(subscription)
             return [
@@ -214,7 +217,7 @@ class EveryMode:
         current = subscription.cursor
         assert current is not None
         waiting = any(isinstance(send.frame, Curious) for send in sends) or (
-            current.seq < history.latest and pushed < self.burst and cursor is not None
+            current.seq < history.latest and pushed < burst and cursor is not None
         )
         if pushed:
             lifecycle.pushed(subscription, now, pushed)
@@ -233,12 +236,14 @@ class EveryMode:
         history: History,
         cursor: Cursor,
         sends: list[Send],
+        *,
+        burst: int,
     ) -> int:
-        """Append the seqs after ``cursor`` that are at hand to ``sends`` (and curiosity for the
-        first that is not); returns how many seqs went out."""
+        """Append up to ``burst`` of the seqs after ``cursor`` that are at hand to ``sends``
+        (and curiosity for the first that is not); returns how many seqs went out."""
         assert cursor.trusted_after is not None
         pushed = 0
-        while pushed < self.burst and cursor.seq < history.latest:
+        while pushed < burst and cursor.seq < history.latest:
             change = history.get(cursor.seq + 1, cursor.trusted_after)
             if change is None:
                 sends.extend(self._ask(subscription.dataset, history, cursor))

@@ -168,13 +168,18 @@ class Serving:
         One push per connection per turn: a later subscription of a connection already served
         in this turn goes back to the queue with its age, so the next turn finds the connection
         busy and parks it (its highest-priority subscription goes first, the others get the
-        state current when it can take more). Out of time, no more pushes other than cheap ones
-        start (the first always does): the rest go back to the queue with their age.
+        state current when it can take more). ``every`` subscriptions, whose seqs cannot be
+        coalesced, share one: a connection served only ``every`` seqs in this turn takes more
+        while they come to fewer than an ``every`` burst (each waiting its turn would cost a
+        round per subscription: a thousand views moved to a relay on a few connections). Out of
+        time, no more pushes other than cheap ones start (the first always does): the rest go
+        back to the queue with their age.
         """
         served: list[list[Send]] = []
         keys: list[SubKey] = []  # whose each list of ``served`` is
         together: dict[DatasetKind, list[tuple[int, Subscription, Hashable]]] = {}
         clients: set[int] = set()
+        room: dict[int, int] = {}  # client -> frames its ``every`` seqs may still take
         pushed = False  # a push not cut together (those are cheap)
         for at, sid in enumerate(sids):
             verdict = self._triage(sid, idle)
@@ -183,7 +188,8 @@ class Serving:
                 keys.append(sid)
                 continue
             subscription, kind, located = verdict
-            if subscription.client in clients:
+            client = subscription.client
+            if client in clients and (subscription.mode != "every" or room.get(client, 0) <= 0):
                 self._scheduler.requeue(sid)
                 continue
             fitted = self._fitted(subscription, now)
@@ -209,9 +215,13 @@ class Serving:
             pushed = True
             before = kind.query_seconds()
             if subscription.mode == "every":
-                served.append(self._every.serve(subscription, kind, now))
+                left = room.get(client, self._every.burst)
+                sends = self._every.serve(subscription, kind, now, left)
+                served.append(sends)
+                room[client] = left - sum(send.to == client for send in sends)
             else:
                 served.append(self._push(subscription, kind, located, now, fitted))
+                room[client] = 0
             if kind.metered:  # its query's time, if one ran (not a result shared, nor syncs)
                 self.budgets.spend(subscription.client, kind.query_seconds() - before, now)
         self._push_together(together, served, now)

@@ -1,0 +1,107 @@
+"""Warm handovers, the pure part: a split's giver keeps serving its subscriptions of a part it
+handed over until the part's new relay holds it ready, so that a moved subscriber waits for its
+move alone, not for the new relay's acquisitions upstream (one or two of the publisher's
+micro-batches: seconds on a loaded machine). docs/cluster.md, "Split and merge on load". Rules:
+
+1. **The giver ends them when the assignment is ready**, or ``WAIT`` s after it first read it
+   waiting (its member may be an older relay that never says it is ready, or may fail).
+2. **What the member warms:** the bounding box of the giver's region views in the part; a part
+   holding any other view, or none, warms nothing and is ready at once. It is ready once ready
+   primitives cover the box and its window holds a seq after they became ready.
+3. **The member pins what it warms** until ``HOLD`` s after it was ready (its subscribers have
+   come by then), then leaves those primitives to its subscriptions' needs.
+4. **A handover under way is a move** to both relays' balancers: neither splits nor merges then
+   (the giver still holds the subscriptions, the member none of them yet).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping
+
+from fanout.cluster.responsibility import ResponsibilityMap, part_of
+from fanout.errors import InvalidView
+from fanout.views import View, bounding_box, to_text
+
+#: Seconds a giver keeps serving a part it handed over that its member does not say is ready.
+WAIT = 20.0
+#: Seconds a member keeps what it warmed pinned once ready.
+HOLD = 30.0
+
+
+def served(
+    after: ResponsibilityMap,
+    before: ResponsibilityMap,
+    me: str,
+    now: float,
+    since: Mapping[str, float],
+    *,
+    wait: float = WAIT,
+) -> tuple[ResponsibilityMap, dict[str, float]]:
+    """The map relay ``me`` ends its held subscriptions by (rule 1), and the parts it waits for.
+
+    Args:
+        after: the map as read now.
+        before: the map it served by until now (what this function last returned).
+        me: the giver's name.
+        now: the time now (any clock, the one ``since`` is on).
+        since: part -> when ``me`` first read it handed over and waiting.
+        wait: ``WAIT``.
+
+    Returns:
+        ``after``, but for the parts ``me`` handed over whose assignment is not ready and was
+        first read less than ``wait`` ago: those keep their assignment in ``before`` (none:
+        their owner by rendezvous); and part -> when first read waiting, for every part ``me``
+        handed over that is not ready.
+    """
+    waiting = {
+        part: since.get(part, now)
+        for part, held in after.assigned.items()
+        if held.giver == me
+        and held.member != me
+        and not held.ready
+        and held.member in after.members
+    }
+    assigned = dict(after.assigned)
+    for part, first in waiting.items():
+        if now - first < wait:
+            kept = before.assigned.get(part)
+            if kept is None:
+                del assigned[part]
+            else:
+                assigned[part] = kept
+    return ResponsibilityMap(after.members, after.side, after.standby, assigned), waiting
+
+
+def unready(
+    table: ResponsibilityMap, me: str, now: float, since: Mapping[str, float]
+) -> dict[str, float]:
+    """Part -> when first read (``since``, else ``now``), for each assignment to or from relay
+    ``me`` in ``table`` that is not ready: a handover under way while read less than ``WAIT``
+    s ago, which ``splitting`` counts as a move (rule 4)."""
+    return {
+        part: since.get(part, now)
+        for part, held in table.assigned.items()
+        if me in (held.member, held.giver) and not held.ready
+    }
+
+
+def warm(held: Iterable[tuple[str, View]], parts: Iterable[str], side: float) -> dict[str, str]:
+    """What a relay holding ``held`` subscriptions (dataset, view) has the member it hands
+    ``parts`` to warm (rule 2): part -> the text of the bounding box of its views there, for
+    the parts that have one."""
+    wanted = set(parts)
+    views: dict[str, list[View]] = {}
+    for dataset, view in held:
+        part = part_of(dataset, view, side)
+        if part in wanted:
+            views.setdefault(part, []).append(view)
+    out: dict[str, str] = {}
+    for part, those in views.items():
+        try:
+            box = bounding_box(those)
+        except InvalidView:
+            continue  # not all regions (rule 2)
+        if all(math.isfinite(x) for x in (*box.lo, *box.hi)):
+            out[part] = to_text(box)
+    return out
