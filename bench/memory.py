@@ -19,7 +19,8 @@ default slow-consumer settings (``--queue-limit`` 64, ``--stall-timeout`` 10 s).
 
 Every 2 s the resident memory of each process is read (the publisher's Python and its Spark JVM
 apart). After ``--warmup`` seconds, each process's ``growth_pct_per_hour`` is the least-squares
-slope of its samples (MiB per hour) as a percentage of their mean; a role's is its worst process.
+slope of its samples (MiB per hour) as a percentage of their mean (``late_growth_pct_per_hour``:
+the same over the second half of them: a plateau reached late); a role's is its worst process.
 ``slow_subscriber_bound_kib`` is what a subscriber that stops reading can cost a relay by its
 configuration (``bench/stalled.py`` measures it with 1,000 of them).
 """
@@ -163,6 +164,8 @@ class Memory:
             hours = np.array([at / 3600 for at, _ in points])
             mib = np.array([m for _, m in points])
             slope = float(np.polyfit(hours, mib, 1)[0])
+            late = hours >= (hours[0] + hours[-1]) / 2  # the second half after warm-up
+            late_slope = float(np.polyfit(hours[late], mib[late], 1)[0]) if late.sum() > 1 else 0.0
             found[name] = {
                 "after_warmup_mib": round(float(mib.mean()), 1),
                 "first_mib": round(float(mib[0]), 1),
@@ -170,6 +173,7 @@ class Memory:
                 "peak_mib": round(float(mib.max()), 1),
                 "slope_mib_per_hour": round(slope, 2),
                 "growth_pct_per_hour": round(100 * slope / float(mib.mean()), 2),
+                "late_growth_pct_per_hour": round(100 * late_slope / float(mib.mean()), 2),
             }
         return found
 
@@ -368,8 +372,10 @@ def summary(
             "max": round(max(memory.loads, default=0.0), 2),
         },
         "setup": {key: getattr(args, key) for key in SETUP},
-        "samples_mib": {
-            name: [round(b / 2**20, 1) for at, n, b in memory.samples if n == name][::15]
+        "samples_s_mib": {  # every 30 s: seconds since the load started, MiB
+            name: [[round(at), round(b / 2**20, 1)] for at, n, b in memory.samples if n == name][
+                ::15
+            ]
             for name in processes
         },
         "machine": describe(),
