@@ -115,6 +115,13 @@ class Memory:
         self.loads: list[float] = []
         self.began = time.monotonic()
 
+    def start_clock(self) -> None:
+        """Count time from now: the samples taken so far get negative times (warm-up)."""
+        now = time.monotonic()
+        shift = now - self.began
+        self.samples = [(at - shift, name, size) for at, name, size in self.samples]
+        self.began = now
+
     async def run(self) -> None:
         while True:
             at = time.monotonic() - self.began
@@ -304,10 +311,10 @@ async def bench(args: argparse.Namespace) -> dict[str, Any]:
         memory, load, cut = Memory(d), Load(d, rng, args), []
         tasks = [asyncio.create_task(memory.run())]
         tasks += [asyncio.create_task(load.follow(n)) for n in range(args.followers)]
-        # The rest starts, and the clock with it, once the followers are served (Spark's first
+        # The rest starts, and the clock with it, once updates flow to the followers (Spark's first
         # micro-batches take a while on a loaded machine); samples before count as warm-up.
         await eventually(lambda: load.counts["updates"] >= args.followers, timeout=600, every=1)
-        memory.began = time.monotonic()
+        memory.start_clock()
         tasks += [asyncio.create_task(load.slow(n)) for n in range(args.slow)]
         tasks += [asyncio.create_task(load.stopped(n)) for n in range(args.stopped)]
         tasks += [asyncio.create_task(load.churn())]
