@@ -19,7 +19,9 @@ view of ``--box`` units at 10 pushes/s, then:
 run; ``bound_per_subscriber_kib`` is its configured queue (``--queue-limit`` frames of the mean
 push's size, with a 64 KiB transport buffer). The run passes (``within_bound``) when the first
 is at most the second: a subscriber that stops reading costs bounded memory, whatever the run's
-length. The kernel's socket buffers are not the relay's resident memory and are not counted.
+length. The kernel's socket buffers are not the relay's resident memory and are not counted:
+``sent_while_stalled_kib_per_subscriber`` is what the relay wrote to each after it stopped
+reading, what those buffers took before the relay's own held the rest.
 """
 
 from __future__ import annotations
@@ -163,6 +165,12 @@ async def bench(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
         "mean_push_bytes": round(mean_push),
         "pushes_per_s_reading": round(frames / args.measure),
         "bytes_read_by_clients": read,
+        "sent_while_stalled_kib_per_subscriber": round(
+            (end["fanout_relay_bytes_sent_total"] - after["fanout_relay_bytes_sent_total"])
+            / args.subscribers
+            / 1024,
+            1,
+        ),
         "slow_consumers_closed": end.get("fanout_relay_slow_consumers_closed_total", 0.0),
         "relay_cores_reading": round(relay_cores, 2),
         "client_cores_reading": round(client_cores, 2),

@@ -1,5 +1,6 @@
 """``every`` mode's change sets (relay/core/changesets.py): the window of change sets and what
-curiosity asks for, and each seq's delta against a brute-force oracle."""
+curiosity asks for, each seq's delta against a brute-force oracle, and the memo of steps held to
+its count and bytes."""
 
 from __future__ import annotations
 
@@ -9,7 +10,15 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from tests.relay.core.every_peers import SELECTING, Key, Kind, Row
 
-from fanout.relay.core.changesets import CURIOSITY_CHUNK, ChangeSet, History, delta
+from fanout.relay.core.changesets import (
+    CURIOSITY_CHUNK,
+    STEP_OVERHEAD,
+    ChangeSet,
+    History,
+    Step,
+    Steps,
+    delta,
+)
 from fanout.views.members import SELECTING as SELECTING_VIEWS
 
 
@@ -64,3 +73,43 @@ def test_a_delta_takes_the_held_rows_to_the_view_after_the_change(kind: Kind, da
     assert set(keys[found.entered].tolist()) == inside(after) - inside(before)
     assert set(keys[found.updated].tolist()) == inside(after) & inside(before) & set(moved)
     assert set(found.left.tolist()) == inside(before) - inside(after)
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    size=st.integers(1, 6),
+    budget=st.integers(STEP_OVERHEAD, 8 * STEP_OVERHEAD),
+    asks=st.lists(st.tuples(st.integers(0, 9), st.integers(0, 40)), max_size=60),
+)
+def test_the_steps_memo_keeps_the_latest_steps_within_its_count_and_bytes(
+    size: int, budget: int, asks: list[tuple[int, int]]
+) -> None:
+    """Oracle: a list of (token, cost), least recently used first, trimmed from the front while
+    it is longer than ``size`` or costs more than ``budget``; a step costing more than the
+    budget is never kept. A step is computed again exactly when the oracle no longer has it."""
+    steps = Steps(size=size, budget=budget)
+    kept: list[tuple[tuple[int, int], int]] = []
+    for seq, keys in asks:
+        held = np.arange(keys, dtype=np.int64)  # before and after: 8 bytes a key each
+        change = ChangeSet(1, seq, seq, 0.0, {}, np.empty(0, np.int64))
+        computed: list[Step] = []
+
+        def compute(held: np.ndarray = held, computed: list[Step] = computed) -> Step:
+            computed.append(Step(held.copy(), None))
+            return computed[-1]
+
+        token = (seq, keys)
+        had = [entry for entry in kept if entry[0] == token]
+        first = steps.get(change, "view", None, held, compute)  # type: ignore[arg-type]
+        assert bool(computed) == (not had)
+        kept = [entry for entry in kept if entry[0] != token]
+        cost = STEP_OVERHEAD + 16 * keys
+        if cost <= budget:
+            kept.append((token, cost))
+        while len(kept) > size or sum(c for _, c in kept) > budget:
+            kept.pop(0)
+        assert steps.bytes == sum(c for _, c in kept) <= budget
+        again = steps.get(change, "view", None, held, compute)  # type: ignore[arg-type]
+        assert (again is first) == (cost <= budget)
+        if cost > budget:  # asked again: computed again, still not kept
+            kept = [entry for entry in kept if entry[0] != token]

@@ -43,8 +43,13 @@ WINDOW_ROWS = 2_000_000
 IDLE_WINDOW = 8
 #: Seqs one curiosity request asks for at most.
 CURIOSITY_CHUNK = 500
-#: Steps (one seq's push for one view and held keys) remembered for sharing.
+#: Steps (one seq's push for one view and held keys) remembered for sharing ...
 STEPS = 4096
+#: ... and their bytes at most (keys and encoded rows): counted alone, 4096 steps of a view of
+#: 100,000 rows would hold gigabytes.
+STEPS_BYTES = 64 * 2**20
+#: What one remembered step costs beyond its keys and rows (its token, the dict's entry).
+STEP_OVERHEAD = 256
 
 _encoder = msgspec.msgpack.Encoder()
 
@@ -231,11 +236,14 @@ class Steps:
         computed: steps computed; shared: steps served from the memo instead.
     """
 
-    def __init__(self, size: int = STEPS) -> None:
+    def __init__(self, size: int = STEPS, budget: int = STEPS_BYTES) -> None:
         self.size = size
+        self.budget = budget
         self.computed = 0
         self.shared = 0
-        self._steps: OrderedDict[Hashable, Step] = OrderedDict()
+        #: What the remembered steps cost (``_cost``), at most ``budget``.
+        self.bytes = 0
+        self._steps: OrderedDict[Hashable, tuple[Step, int]] = OrderedDict()
 
     def get(
         self,
@@ -249,17 +257,35 @@ class Steps:
         called once for equal arguments while the step is remembered."""
         stream = (change.epoch, change.seq, change.pure, change.whole)
         token = (stream, view, shape, _content(held))
-        found = self._steps.get(token)
-        if found is not None:
+        remembered = self._steps.get(token)
+        if remembered is not None:
             self._steps.move_to_end(token)
             self.shared += 1
-            return found
+            return remembered[0]
         found = compute()
         self.computed += 1
-        self._steps[token] = found
-        if len(self._steps) > self.size:
-            self._steps.popitem(last=False)
+        cost = _cost(held, found)
+        if cost > self.budget:
+            return found  # larger than the whole memo: not remembered
+        self._steps[token] = (found, cost)
+        self.bytes += cost
+        while len(self._steps) > self.size or self.bytes > self.budget:
+            _, (_, oldest) = self._steps.popitem(last=False)
+            self.bytes -= oldest
         return found
+
+
+def _cost(held: Keys, found: Step) -> int:
+    """The bytes a remembered step holds: the keys held before (in its token) and after, and
+    its encoded rows (an object key counted as 64 bytes)."""
+    keys = [held, found.held]
+    rows = 0
+    if found.body is not None:
+        body = found.body
+        rows = len(body.entered) + len(body.updated) + len(body.left)
+        keys += [] if body.keys is found.held else [body.keys]
+    size = sum(k.nbytes if k.dtype != object else 64 * len(k) for k in keys)
+    return STEP_OVERHEAD + size + rows
 
 
 def _content(keys: Keys) -> Hashable:
