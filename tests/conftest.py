@@ -28,25 +28,59 @@ os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
 
 
+#: The lane of the test modules that start a Spark publisher (those marked ``integration`` in their
+#: source, less those also marked ``no_spark_publisher``): one worker runs them one after another.
+PUBLISHER_LANE = "one Spark publisher at a time"
+
+
+def lane(source: str) -> str | None:
+    """``PUBLISHER_LANE`` for a test module whose ``source`` marks it ``integration`` and not
+    ``no_spark_publisher``; None for any other (it goes whole to whichever worker is free)."""
+    if "pytest.mark.integration" not in source or "pytest.mark.no_spark_publisher" in source:
+        return None
+    return PUBLISHER_LANE
+
+
+def rank(scope: str, source: str) -> int:
+    """Which work xdist hands out first (lowest): the publisher lane (the longest), then the other
+    modules that start processes, then the rest (by their number of tests, as xdist orders)."""
+    if scope == PUBLISHER_LANE:
+        return 0
+    return 1 if "pytest.mark.integration" in source else 2
+
+
 def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
-    """Under pytest-xdist (``make test``: ``-n auto``) each test module goes whole to one worker,
-    and the modules that start real processes (marked ``integration`` in their source) all to
-    the same one, one after another, as they were written to: their waits assume one Spark
-    publisher on the machine at a time. (``xdist_group`` marks cannot say it: pytest 9 ignores
-    the node ids xdist rewrites for them.)"""
+    """Under pytest-xdist (``make test``: ``-n auto``) each test module goes whole to one worker
+    (its module fixtures made once), and the modules that start a Spark publisher (``lane``) all
+    to the same one, one after another, as they were written to: their waits assume one Spark
+    publisher on the machine at a time (two at once on 2 cores made timeouts). A module that
+    starts other processes (relays, brokers, a crowd) but no publisher is marked
+    ``no_spark_publisher`` too and runs beside that lane. The longest work is handed out first
+    (``rank``), so that no worker ends the run alone with a long module. (``xdist_group`` marks
+    cannot say any of this: pytest 9 ignores the node ids xdist rewrites for them.)"""
     from xdist.scheduler import LoadScopeScheduling
 
     root = config.rootpath
 
     @functools.cache
-    def starts_processes(module: str) -> bool:
+    def source(module: str) -> str:
         path = root / module
-        return path.is_file() and "pytest.mark.integration" in path.read_text(encoding="utf-8")
+        return path.read_text(encoding="utf-8") if path.is_file() else ""
 
     class Scheduling(LoadScopeScheduling):  # type: ignore[misc]  # an untyped base class
+        ordered = False
+
         def _split_scope(self, nodeid: str) -> str:
             module = nodeid.split("::", 1)[0]
-            return "processes" if starts_processes(module) else module
+            return lane(source(module)) or module
+
+        def _assign_work_unit(self, node: Any) -> None:
+            if not self.ordered:  # the first unit: the work queue is complete, order it once
+                first = sorted(self.workqueue, key=lambda scope: rank(scope, source(scope)))
+                for scope in first:  # a stable sort: xdist's order within each rank
+                    self.workqueue.move_to_end(scope)
+                self.ordered = True
+            super()._assign_work_unit(node)
 
     return Scheduling(config, log)
 

@@ -23,7 +23,11 @@ from fanout.testing.needs import need
 from fanout.testing.wait import eventually
 from fanout.wire.bus import InvalidLabel, ObjectMessage, encode_row
 
-pytestmark = [pytest.mark.integration, pytest.mark.asyncio(loop_scope="module")]
+pytestmark = [
+    pytest.mark.integration,
+    pytest.mark.no_spark_publisher,  # a nats-server only: it runs beside the publishers' lane
+    pytest.mark.asyncio(loop_scope="module"),
+]
 #: Seconds to wait for what the bus brings: generous, the machine may be loaded.
 WAIT = 60
 

@@ -5,19 +5,15 @@ and those defaults fill the rest."""
 
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 import sys
 from pathlib import Path
 
 import httpx
-import pyspark
 import pytest
 
 pytestmark = pytest.mark.integration
-
-SRC = Path(__file__).parents[2] / "src"
 
 CONFIG = """
 [spark]
@@ -81,43 +77,3 @@ def test_spark_submits_conf_wins_and_the_ui_address_is_printed(tmp_path: Path) -
     assert spark["spark.app.name"] == "fanout-publisher"
     # fanout's 4 GiB heap for an embedded driver (Spark's 1 GiB would leave about 0.4 GiB)
     assert memory > 1.5 * 2**30
-
-
-#: Run by spark-submit: the session fanout builds, its settings as JSON.
-SUBMITTED = """
-import json
-from fanout.publisher.spark import spark_session
-
-toml = {"spark.sql.shuffle.partitions": "3", "spark.sql.adaptive.enabled": "true"}
-spark = spark_session(conf=toml)
-conf = spark.sparkContext.getConf()
-keys = ["spark.app.name", *toml, "spark.ui.enabled"]
-print("settings", json.dumps({key: conf.get(key) for key in keys}))
-spark.stop()
-"""
-
-
-def test_under_spark_submit_its_conf_and_name_win(tmp_path: Path) -> None:
-    """The case Spark users know: spark-submit starts the JVM, then the publisher's Python."""
-    script = tmp_path / "submitted.py"
-    script.write_text(SUBMITTED)
-    spark_submit = Path(pyspark.__file__).parent / "bin" / "spark-submit"
-    result = subprocess.run(
-        [
-            *(str(spark_submit), "--master", "local[1]", "--name", "mine"),
-            *("--conf", "spark.sql.shuffle.partitions=9", str(script)),
-        ],
-        env=os.environ | {"PYSPARK_PYTHON": sys.executable, "PYTHONPATH": str(SRC)},
-        capture_output=True,
-        text=True,
-        timeout=240,
-        check=False,
-    )
-    assert result.returncode == 0, result.stderr[-3000:]
-    (line,) = [line for line in result.stdout.splitlines() if line.startswith("settings ")]
-    assert json.loads(line.removeprefix("settings ")) == {
-        "spark.app.name": "mine",  # spark-submit's --name
-        "spark.sql.shuffle.partitions": "9",  # spark-submit's --conf over fanout.toml's 3
-        "spark.sql.adaptive.enabled": "true",  # fanout.toml's over fanout's
-        "spark.ui.enabled": "false",  # fanout's, embedded: spark-submit's master is local
-    }
