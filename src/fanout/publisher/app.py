@@ -93,6 +93,8 @@ def run(config: PublisherSettings) -> int:
     began = time.monotonic()
     _stop_between_micro_batches(list(pipelines.values()))
     log.info("streaming queries stopped in %.1f s", time.monotonic() - began)
+    for pipeline in pipelines.values():
+        pipeline.stop_listening()
     control.stop()
     if bus is not None:
         bus.stop()

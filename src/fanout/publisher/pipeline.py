@@ -164,6 +164,13 @@ class Pipeline:
             self.spark.streams.removeListener(self.progress)
         return self._start_query(trigger_seconds)
 
+    def stop_listening(self) -> None:
+        """Stop taking Spark's progress events for this query. Each is a call into Python;
+        on a loaded machine they queue behind the micro-batches (0.4 s each), and
+        ``spark.stop()`` would wait for the queue to drain before it returns."""
+        if self.progress is not None:
+            self.spark.streams.removeListener(self.progress)
+
     def _start_query(self, trigger_seconds: float) -> StreamingQuery:
         if isinstance(self.dataset.source, IngestSource) and self._ingest is None:
             self._ingest = IngestLog(streams.ingest_log_path(self.state_dir), [self.dataset])
@@ -172,6 +179,7 @@ class Pipeline:
                 self.admission.recover(self.spark, self.checkpoint)
         rows = streams.stream(self.spark, self.dataset, self.stream.start_time, self.state_dir)
         name = f"fanout-{self.dataset.name}"
+        self.stop_listening()  # a restarted query's: one listener a query, not one a start
         self.progress = ProgressLog(self.dataset.name, name)
         self.spark.streams.addListener(self.progress)
         writer = (
