@@ -109,8 +109,12 @@ async def test_every_port_serving_metrics_shows_the_process_own_figures() -> Non
 
 def test_another_process_figures_come_under_their_own_prefix() -> None:
     """``process_of``: how the publisher shows its Spark driver JVM's memory and CPU."""
-    with subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"]) as child:
+    # The child says when it runs its own code: read just after ``exec``, before the child ran,
+    # a process's resident memory can still read 0 (CI saw it once).
+    script = "import sys, time; print('ready', flush=True); time.sleep(60)"
+    with subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE) as child:
         try:
+            assert child.stdout is not None and child.stdout.readline() == b"ready\n"
             text = render([], [process_of(child.pid, "fanout_publisher_jvm")]).decode()
         finally:
             child.kill()
