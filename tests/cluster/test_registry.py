@@ -10,6 +10,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from redis.exceptions import RedisClusterException
 
 from fanout.cluster.registry import HandOverRefused, Registry, connect
 from fanout.cluster.responsibility import Assignment, ResponsibilityMap, part_of
@@ -268,3 +269,26 @@ async def test_a_standby_that_leaves_is_a_standby_no_more(node: str) -> None:
         assert name not in read.members and name not in read.standby
     finally:
         await watcher.redis.aclose()
+
+
+async def test_a_member_whose_redis_cluster_answers_not_at_all_keeps_its_map_and_beats_on(
+    node: str,
+) -> None:
+    """redis-py raises ``RedisClusterException`` (not a ``RedisError``) when no node of the
+    cluster answers: a beat failing so keeps the last map (rule 5) and the member runs on."""
+    run = next(runs)
+    registry = member(node, f"u{run}")
+    async with running(registry) as task:
+        held = registry.map
+        beat = registry._beat
+
+        async def unreachable(**_: object) -> object:
+            raise RedisClusterException("Redis Cluster cannot be connected")
+
+        registry._beat = unreachable  # type: ignore[assignment]
+        await eventually(lambda: registry.failed_beats >= 2, timeout=30, what="failed beats")
+        assert not task.done() and registry.map == held
+        registry._beat = beat
+        failed = registry.failed_beats
+        await asyncio.sleep(registry.lease)
+        assert registry.failed_beats == failed and f"u{run}" in registry.map.members

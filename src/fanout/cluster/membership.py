@@ -21,10 +21,8 @@ import asyncio
 import logging
 from collections.abc import Callable, Iterable
 
-from redis.exceptions import RedisClusterException, RedisError
-
 from fanout.cluster import handover
-from fanout.cluster.registry import Registry
+from fanout.cluster.registry import REDIS_FAILURES, Registry
 from fanout.cluster.registry import connect as registry_client
 from fanout.cluster.responsibility import ResponsibilityMap
 from fanout.cluster.settings import Cluster
@@ -137,7 +135,7 @@ class Membership:
                     await registry.fresh()
                 if self.warming.busy or self.warming.held:
                     await self.warming.settle(loop.time())
-            except (RedisError, RedisClusterException) as error:
+            except REDIS_FAILURES as error:
                 log.warning("split: reading the map during a handover failed: %s", error)
             if self._waiting:
                 self._settle()

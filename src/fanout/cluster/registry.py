@@ -23,7 +23,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from redis.asyncio.cluster import RedisCluster
-from redis.exceptions import RedisError, ResponseError
+from redis.exceptions import RedisClusterException, RedisError, ResponseError
 
 from fanout import cancelling
 from fanout.cluster.redirects import redirect
@@ -36,6 +36,10 @@ from fanout.views import View
 from fanout.wire.messages import Error, Subscribe
 
 log = logging.getLogger(__name__)
+
+#: What a call to the Redis Cluster raises when it fails: redis-py raises
+#: ``RedisClusterException``, which is not a ``RedisError``, when no node answers at all.
+REDIS_FAILURES = (RedisError, RedisClusterException)
 
 #: Seconds any call to Redis may take (rule 5).
 REDIS_TIMEOUT = 5.0
@@ -148,7 +152,7 @@ class Registry:
             return
         try:
             await self.fresh()
-        except RedisError as error:
+        except REDIS_FAILURES as error:
             log.warning("registry: reading the map before a redirect failed: %s", error)
 
     async def _beat_now(self, join: bool) -> ResponsibilityMap:
@@ -300,7 +304,7 @@ class Registry:
                 await asyncio.sleep(self.lease / 3)
                 try:
                     await self.beat()
-                except RedisError as error:  # rule 5: keep the last map, try again
+                except REDIS_FAILURES as error:  # rule 5: keep the last map, try again
                     self.failed_beats += 1
                     log.warning("registry: a beat failed, keeping the last map: %s", error)
         finally:
@@ -314,7 +318,7 @@ class Registry:
         try:
             async with asyncio.timeout(REDIS_TIMEOUT):
                 await self._leave(keys=self._keys, args=[self.name])
-        except (RedisError, TimeoutError) as error:
+        except (*REDIS_FAILURES, TimeoutError) as error:
             log.warning("registry: leaving failed, the lease will run out: %r", error)
         finally:
             try:

@@ -26,13 +26,11 @@ from collections import deque
 from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING
 
-from redis.exceptions import RedisError
-
 from fanout import cancelling
 from fanout.cluster import handover
 from fanout.cluster.balance import Load, Merge, Split, Thresholds, decide
 from fanout.cluster.redirects import moved
-from fanout.cluster.registry import HandOverRefused, Registry
+from fanout.cluster.registry import REDIS_FAILURES, HandOverRefused, Registry
 from fanout.cluster.responsibility import ResponsibilityMap, part_of, taken_from
 from fanout.metrics import Sample
 from fanout.views import View
@@ -136,7 +134,7 @@ class Balancer:
                 await self._split(decision, parts)
             elif isinstance(decision, Merge):
                 await self._merge(decision)
-        except (HandOverRefused, RedisError, OSError) as error:
+        except (HandOverRefused, *REDIS_FAILURES, OSError) as error:
             self.failures += 1
             log.warning("split or merge failed, trying again after a dwell: %s", error)
 

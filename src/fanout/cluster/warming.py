@@ -8,10 +8,8 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Iterable
 
-from redis.exceptions import RedisClusterException, RedisError
-
 from fanout.cluster.handover import HOLD
-from fanout.cluster.registry import Registry
+from fanout.cluster.registry import REDIS_FAILURES, Registry
 from fanout.errors import InvalidView
 from fanout.relay.core.relaycore import RelayCore, Send
 from fanout.relay.core.sends import UPSTREAM
@@ -80,7 +78,7 @@ class Warming:
             return
         try:
             await self._registry.warmed(ready)
-        except (RedisError, RedisClusterException) as error:
+        except REDIS_FAILURES as error:
             log.warning(
                 "split: saying %d parts are warm failed, trying again: %s", len(ready), error
             )

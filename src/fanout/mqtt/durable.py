@@ -23,7 +23,7 @@ from collections import Counter, deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from redis.exceptions import RedisError
+from redis.exceptions import RedisClusterException, RedisError
 
 from fanout import cancelling
 from fanout.background import Background
@@ -181,7 +181,13 @@ class Durable:
                         cancelling.check()  # a cancel the Redis client swallowed
                         await self._sync()
                         await asyncio.sleep(self.sync)
-            except (OSError, FanoutError, ConnectionError, RedisError) as error:
+            except (
+                OSError,
+                FanoutError,
+                ConnectionError,
+                RedisError,
+                RedisClusterException,
+            ) as error:
                 log.warning("mqtt sessions: %s; again in %.1f s", error, reconnect_delay)
             finally:
                 self._subscriber = None
