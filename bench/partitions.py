@@ -15,7 +15,11 @@ object, writes ``bench/results/partitions.json`` and prints a one-line summary l
 Each partition picks a link no partition holds (``flat``, ``tier``, ``redis:mN``, ``mqtt:b``,
 ``mqtt:c``), a way (both, up, down; a tenth are cuts) and a length (0.5 to ``--longest`` s),
 heals it, and measures the recovery: until the link's subscribers are past what the publisher
-had logged (or published) at the heal, and a relay of the map serves again.
+had logged (or published) at the heal, and a relay of the map serves again. Beside the flat
+relay's and the edge's ``every`` followers, ``latest`` views of the same boxes: once healed,
+each must hold what its box held by the log at its seq (``latest_differing``). Besides the
+links, the persistent QoS 2 subscribers at b and c go away (DISCONNECT) and come back to their
+sessions at random (``AWAY``; ``clients_away``), audited as the others.
 """
 
 from __future__ import annotations
@@ -29,21 +33,16 @@ import random
 import signal
 import sys
 import tempfile
-import threading
 import time
 from collections import Counter
-from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-import paho.mqtt.client as mqtt
-from paho.mqtt.enums import CallbackAPIVersion
-
-from fanout.client import SubscriptionError
+from fanout.client import LiveView, SubscriptionError, connect
 from fanout.launch import Child, Children
 from fanout.publisher.log import SqliteLog
 from fanout.testing import followers as flat_followers
-from fanout.testing.audit import audit
+from fanout.testing.audit import Rows, audit, latest_differences
 from fanout.testing.calibration import calibrate
 from fanout.testing.clusterview import Follower as MapFollower
 from fanout.testing.clusterview import metric
@@ -53,115 +52,16 @@ from fanout.testing.proxy import Proxy, proxy
 from fanout.testing.redis import cluster_ports, throwaway_redis_cluster
 from fanout.testing.wait import NotYet, eventually
 from fanout.views import Box
+from partitionmqtt import MqttClient, mqtt_audit
+from partitionrecords import LEASE, double_served, records
 
 RESULTS = Path(__file__).parent / "results" / "partitions.json"
 KEEPALIVE = 2.0  # the flat relay's and the edge's --upstream-keepalive
-LEASE = 3.0  # the map's --registry-lease (the default)
 MAP = ("m0", "m1", "m2")
 MQTT = ("a", "b", "c")
+#: The persistent QoS 2 subscribers at b and c going away and coming back (not a link).
+AWAY = ("away:b", "away:c")
 BOXES = [Box((x + 40, y + 40), (x + 200, y + 200)) for x in (0, 256, 512, 768) for y in (0, 512)]
-
-
-class MqttClient:
-    """A paho-mqtt 5.0 client collecting (topic, payload) as received."""
-
-    def __init__(self, port: int, client_id: str, persistent: bool = False) -> None:
-        self.client = mqtt.Client(CallbackAPIVersion.VERSION2, client_id, protocol=mqtt.MQTTv5)
-        self.got: list[tuple[str, str]] = []
-        self.lock = threading.Lock()
-        self.client.on_message = self._on_message
-        properties = None
-        if persistent:  # a session the broker keeps while the client is away
-            properties = mqtt.Properties(mqtt.PacketTypes.CONNECT)
-            properties.SessionExpiryInterval = 600
-        self.client.connect(LOOPBACK, port, clean_start=not persistent, properties=properties)
-        self.client.loop_start()
-
-    def _on_message(self, client: object, userdata: object, message: mqtt.MQTTMessage) -> None:
-        with self.lock:
-            self.got.append((message.topic, message.payload.decode()))
-
-    def received(self) -> list[tuple[str, str]]:
-        with self.lock:
-            return list(self.got)
-
-    def close(self) -> None:
-        self.client.disconnect()
-        self.client.loop_stop()
-
-
-def mqtt_audit(got: list[tuple[str, str]], sent: dict[str, int], qos: int) -> dict[str, int]:
-    """One subscriber's messages against what was published on each topic (payload ``n``,
-    1..sent[topic], one publisher per topic): lost, duplicated, reordered (per topic)."""
-    lost = duplicated = reordered = 0
-    for topic, count in sent.items():
-        numbers = [int(payload) for name, payload in got if name == topic]
-        seen: set[int] = set()
-        last = 0
-        for number in numbers:
-            if number in seen:
-                duplicated += 1
-                continue
-            seen.add(number)
-            reordered += int(number < last)
-            last = max(last, number)
-        lost += count - len(seen & set(range(1, count + 1)))
-    return {"lost": lost, "duplicated": duplicated if qos == 2 else 0, "reordered": reordered}
-
-
-def records(log: Path, says: str) -> list[tuple[float, str]]:
-    """(time, message) of the JSON records of ``log`` whose message starts with ``says``."""
-    found = []
-    for line in log.read_text(errors="replace").splitlines():
-        if line.startswith("{") and (entry := json.loads(line))["message"].startswith(says):
-            found.append((datetime.fromisoformat(entry["time"]).timestamp(), entry["message"]))
-    return found
-
-
-def serving(log: Path, began: float, ended: float) -> list[tuple[float, float]]:
-    """When a relay of the map served its parts, from its own records: from ``began`` to its
-    lease lapsing, and from a lease after it came back on."""
-    intervals: list[tuple[float, float]] = []
-    since: float | None = began
-    events = sorted(
-        [(t, "lapsed") for t, _ in records(log, "registry: lease lapsed")]
-        + [(t + LEASE, "back") for t, _ in records(log, "registry: back in the map")]
-    )
-    for at, what in events:
-        if what == "lapsed" and since is not None:
-            intervals.append((since, at))
-            since = None
-        elif what == "back":
-            since = at
-    return [*intervals, (since, ended)] if since is not None else intervals
-
-
-def without(log: Path, name: str, began: float, ended: float) -> list[tuple[float, float]]:
-    """When the map a relay read (its ``members now`` records) lacked relay ``name``."""
-    intervals: list[tuple[float, float]] = []
-    start: float | None = None
-    for at, text in records(log, "registry: members now"):
-        has = name in text.split("members now ", 1)[1].split(", ")
-        if at >= began and not has and start is None:
-            start = at
-        elif has and start is not None:
-            intervals.append((start, at))
-            start = None
-    return [*intervals, (start, ended)] if start is not None else intervals
-
-
-def double_served(logs: dict[str, Path], began: float, ended: float) -> float:
-    """Seconds a relay of the map served its parts while another relay's map lacked it (that
-    relay took its parts), summed over the pairs."""
-    total = 0.0
-    for name, log in logs.items():
-        for other, other_log in logs.items():
-            if other == name:
-                continue
-            for a0, a1 in serving(log, began, ended):
-                for b0, b1 in without(other_log, name, began, ended):
-                    total += max(0.0, min(a1, b1) - max(a0, b0))
-    return total
 
 
 class Deployment:
@@ -246,6 +146,12 @@ class Run:
         self.loads: list[float] = []
         self.reentered = 0  # map followers that entered again after their view ended
         self.refusals: Counter[str] = Counter()  # failed attempts to enter again, by error
+        #: ``latest`` views beside the flat relay's and the edge's ``every`` followers, on
+        #: connections of their own: (every follower of the same box, the view).
+        self.latest: list[tuple[flat_followers.Follower, LiveView]] = []
+        #: What each ``latest`` view held once healed: (its every follower, seq, rows or None
+        #: if the view had ended).
+        self.latest_at: list[tuple[flat_followers.Follower, int, Rows | None]] = []
 
     async def subscribe(self) -> None:
         d = self.d
@@ -269,6 +175,10 @@ class Run:
         for client in self.shared:
             client.client.subscribe("$share/pool/q1/#", qos=1)
         self.producer = MqttClient(ports["a"], "producer")
+        for url, followers in ((d.flat.url, self.flat), (d.edge.url, self.edge)):
+            subscriber = await d.stack.enter_async_context(connect(url))
+            for follower in followers:
+                self.latest.append((follower, await subscriber.subscribe(follower.box)))
         await asyncio.sleep(3.0)  # the subscriptions reach the shared table
 
     async def publish(self) -> None:
@@ -304,6 +214,9 @@ class Run:
         return -1 if bounds is None else bounds[1]
 
     async def partition(self, name: str) -> None:
+        if name in AWAY:
+            await self.go_away(name)
+            return
         links, pid = self.d.links[name], self.d.pids.get(name)
         way = self.rng.choice(["both", "both", "up", "down"])
         cut = self.rng.random() < 0.1 and pid is None
@@ -319,6 +232,19 @@ class Run:
         await asyncio.sleep(length)
         for link in links:
             link.heal()
+        await self._recover(name, "cut" if cut else way, length, began)
+
+    async def go_away(self, name: str) -> None:
+        """A persistent session's client goes away for a while and comes back."""
+        client = self.q2[MQTT.index(name[-1]) - 1]
+        length = self.rng.uniform(0.5, self.args.longest)
+        began = time.monotonic()
+        await asyncio.to_thread(client.away)
+        await asyncio.sleep(length)
+        await asyncio.to_thread(client.back)
+        await self._recover(name, "away", length, began)
+
+    async def _recover(self, name: str, way: str, length: float, began: float) -> None:
         healed, target = time.monotonic(), self._targets(name)  # what was there at the heal
         waiting: list[str] = []
         try:
@@ -332,7 +258,7 @@ class Run:
         except NotYet:
             recovery = None
         self.log.append(
-            {"link": name, "way": "cut" if cut else way, "length_s": round(length, 2)}
+            {"link": name, "way": way, "length_s": round(length, 2)}
             | {"recovery_s": None if recovery is None else round(recovery, 2)}
             | {"at_s": round(began - self.began, 1)}
             | ({"waiting_for": waiting} if recovery is None else {})
@@ -340,16 +266,19 @@ class Run:
         self.held.discard(name)
 
     def _targets(self, name: str) -> Any:
-        if name.startswith("mqtt:"):
+        if name.startswith(("mqtt:", "away:")):
             return dict(self.sent)
         return self.logged()
 
     async def _recovered(self, name: str, target: Any, waiting: list[str]) -> bool:
         """Whether the link's subscribers are past ``target``; ``waiting`` says on what not."""
         waiting.clear()
-        if name.startswith("mqtt:"):
+        if name.startswith(("mqtt:", "away:")):
             at = MQTT.index(name[-1]) - 1
-            for clients, topic in ((self.q1, "q1/a"), (self.q2, "q2/a")):
+            audited = (
+                [(self.q2, "q2/a")] if name in AWAY else [(self.q1, "q1/a"), (self.q2, "q2/a")]
+            )
+            for clients, topic in audited:
                 numbers = [int(p) for t, p in clients[at].received() if t == topic]
                 if not numbers or max(numbers) < target[topic]:
                     waiting.append(f"{topic} at {name}")
@@ -362,6 +291,16 @@ class Run:
         waiting += [str(f.box) for f in followers if not f.updates or f.updates[-1].seq < target]
         return not waiting
 
+    async def snapshot_latest(self) -> None:
+        """What each ``latest`` view holds now, once every follower of its box has passed
+        its seq (so the audit replays the follower to exactly there)."""
+        for follower, view in self.latest:
+            held = None if view.state.ended else {k: dict(r) for k, r in view.rows.items()}
+            seq = view.state.seq
+            self.latest_at.append((follower, seq, held))
+            with contextlib.suppress(TimeoutError):
+                await follower.reached(seq, timeout=60)
+
     async def partitions(self) -> None:
         self.began = time.monotonic()
         running: set[asyncio.Task[None]] = set()
@@ -370,13 +309,13 @@ class Run:
             # One relay at a time loses Redis: a heal heals every connection of a proxy.
             redis = {n for n in self.d.links if n.startswith("redis")}
             taken = self.held | (redis if redis & self.held else {"redis"})
-            free = sorted(set(self.d.links) - taken)
+            free = sorted((set(self.d.links) | set(AWAY)) - taken)
             if free:
                 name = self.rng.choice(free)
                 self.held.add(name)
                 running.add(asyncio.create_task(self.partition(name)))
-                started += 1
-                if started % 10 == 0:
+                started += name not in AWAY  # a client away is not a partition of a link
+                if started % 10 == 0 and name not in AWAY:
                     print(json.dumps({"progress": started}), file=sys.stderr, flush=True)
             await asyncio.sleep(self.rng.uniform(0.2, self.args.interval))
             running = {task for task in running if not task.done()}
@@ -407,8 +346,11 @@ async def settle(run: Run, timeout: float) -> int:
 
 def audits(run: Run) -> dict[str, Any]:
     totals = {"lost": 0, "duplicated": 0, "reordered": 0, "mismatched": 0, "delivered": 0}
+    latest = {"checked": 0, "differing": 0, "ended": 0, "unchecked": 0}
+    problems: list[str] = []
     with SqliteLog(run.d.log) as stored:
         for follower in [*run.flat, *run.edge, *run.mapped]:
+            snapshots = [(seq, held) for f, seq, held in run.latest_at if f is follower]
             found = audit(
                 follower.updates,
                 follower.box,
@@ -416,9 +358,19 @@ def audits(run: Run) -> dict[str, Any]:
                 index=("x", "y"),
                 log=stored,
                 dataset="agents",
+                at={seq for seq, _ in snapshots},
             )
             for name in totals:
                 totals[name] += getattr(found, name)
+            for seq, held in snapshots:
+                expected = found.rows_at.get(seq)
+                if held is None or expected is None:  # ended, or no update of the seq
+                    latest["ended" if held is None else "unchecked"] += 1
+                    continue
+                latest["checked"] += 1
+                if differences := latest_differences(held, expected):
+                    latest["differing"] += 1
+                    problems.append(f"{follower.box} at seq {seq}: {'; '.join(differences)}")
     mqtt_found = {"lost": 0, "duplicated": 0, "reordered": 0}
     q2_duplicates = 0
     for clients, topic, qos in ((run.q1, "q1/a", 1), (run.q2, "q2/a", 2)):
@@ -434,6 +386,7 @@ def audits(run: Run) -> dict[str, Any]:
         "mqtt": mqtt_found,
         "qos2_duplicates": q2_duplicates,
         "share_lost": shared_lost,
+        "latest_views": latest | {"problems": problems[:10]},
         "mqtt_sent": dict(run.sent),
     }
 
@@ -455,6 +408,7 @@ async def bench(args: argparse.Namespace) -> dict[str, Any]:
             for task in loops:
                 task.cancel()
             behind = await settle(run, args.settle)
+            await run.snapshot_latest()
         finally:
             for task in loops:
                 task.cancel()
@@ -469,14 +423,16 @@ async def bench(args: argparse.Namespace) -> dict[str, Any]:
     recoveries = sorted(p["recovery_s"] for p in run.log if p["recovery_s"] is not None)
     p99 = recoveries[min(len(recoveries) - 1, int(0.99 * len(recoveries)))] if recoveries else None
     every, mqtt_found = found["every"], found["mqtt"]
-    links = sorted(set(deployment.links) - {"redis"})
+    links = sorted((set(deployment.links) | set(AWAY)) - {"redis"})
     return {
         "benchmark": "partitions",
-        "partitions": len(run.log),
+        "partitions": sum(p["link"] not in AWAY for p in run.log),
+        "clients_away": sum(p["link"] in AWAY for p in run.log),
         "lost": every["lost"] + mqtt_found["lost"],
         "duplicated": every["duplicated"],
         "reordered": every["reordered"] + mqtt_found["reordered"],
         "qos2_duplicates": found["qos2_duplicates"],
+        "latest_differing": found["latest_views"]["differing"] + found["latest_views"]["ended"],
         "double_served_s": round(double_served(deployment.map_logs, began, ended), 3),
         "recovery_p50_s": recoveries[len(recoveries) // 2] if recoveries else None,
         "recovery_p99_s": p99,
@@ -517,10 +473,11 @@ def main() -> int:
     result = asyncio.run(bench(args)) | {"calibration": calibration}
     write_results(result, None if args.no_save else RESULTS)
     keys = ("partitions", "lost", "duplicated", "reordered", "qos2_duplicates")
-    keys += ("double_served_s", "recovery_p99_s", "not_recovered", "behind_at_end")
+    keys += ("double_served_s", "latest_differing", "recovery_p99_s", "not_recovered")
+    keys += ("behind_at_end",)
     keys += ("load_average_during",)
     print(json.dumps({key: result[key] for key in keys}))
-    clean = not any(result[k] for k in keys[1:6]) and not result["not_recovered"]
+    clean = not any(result[k] for k in keys[1:7]) and not result["not_recovered"]
     clean = clean and not result["behind_at_end"]
     return 0 if clean else 1
 

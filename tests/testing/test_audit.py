@@ -12,7 +12,7 @@ import pytest
 
 from fanout.client import Update
 from fanout.publisher.log import LogEntry, SqliteLog
-from fanout.testing.audit import audit
+from fanout.testing.audit import audit, latest_differences
 from fanout.views import Box
 from fanout.views.sql import parse as sql
 
@@ -198,3 +198,24 @@ def test_the_sql_oracle_is_not_the_relays_query_engine() -> None:
         "assert not bad, bad\n"
     )
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_the_rows_held_at_a_seq_are_what_a_latest_view_must_hold_then(log) -> None:
+    found = audit(GOOD, VIEW, key="id", index=("x", "y"), log=log, dataset="agents", at={1, 3})
+    assert set(found.rows_at) == {1, 3}
+    assert found.rows_at[1] == {
+        1: {"id": 1, "x": 2.0, "y": 2.0},
+        2: {"id": 2, "x": 3.0, "y": 3.0},
+        3: {"id": 3, "x": 5.0, "y": 5.0},
+    }
+    assert found.rows_at[3] == {2: {"id": 2, "x": 3.0, "y": 3.0}}
+    expected = found.rows_at[1]
+    assert latest_differences({k: dict(r) for k, r in expected.items()}, expected) == []
+    held = {1: {"id": 1, "x": 1.0, "y": 1.0}, 2: expected[2], 9: {"id": 9, "x": 0.0, "y": 0.0}}
+    assert latest_differences(held, expected) == [
+        "missing [3] (1)",
+        "extra [9] (1)",
+        "different [1] (1)",
+    ]
+    # A projection holds fewer columns: only those it holds are compared.
+    assert latest_differences({k: {"id": k} for k in expected}, expected) == []

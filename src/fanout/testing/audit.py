@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import datetime
 import math
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -44,6 +44,7 @@ class Audit:
         mismatched: updates whose rows differ from what the logged change makes of the view.
         problems: the first few discrepancies, described.
         held: the keys the subscriber holds after the last update, by the replay.
+        rows_at: the rows it held right after each seq asked for (``audit``'s ``at``).
     """
 
     delivered: int = 0
@@ -56,6 +57,7 @@ class Audit:
     mismatched: int = 0
     problems: list[str] = field(default_factory=list)
     held: set[Any] = field(default_factory=set)
+    rows_at: dict[int, Rows] = field(default_factory=dict)
 
     @property
     def clean(self) -> bool:
@@ -76,6 +78,7 @@ def audit(
     index: Sequence[str],
     log: BatchLog,
     dataset: str,
+    at: Collection[int] = (),
 ) -> Audit:
     """Replay ``updates`` (in arrival order) of a view of ``dataset`` against ``log``.
 
@@ -86,6 +89,8 @@ def audit(
         key: the dataset's key column; index: its index columns (coordinates, topic, path).
         log: the publisher's log.
         dataset: the dataset's name.
+        at: seqs after which to keep a copy of the rows held (``Audit.rows_at``): what a
+            ``latest`` view of the same view at that seq must hold.
 
     Returns:
         What the replay found.
@@ -122,12 +127,24 @@ def audit(
         if problem is not None:
             report.mismatched += 1
             report.note(f"seq {update.seq}: {problem}")
+        if update.seq in at:
+            report.rows_at[update.seq] = {k: dict(row) for k, row in held.items()}
     report.held = set(held)
     return report
 
 
 Rows = dict[Any, dict[str, Any]]
 """Rows by key, each a column -> value mapping."""
+
+
+def latest_differences(held: Rows, expected: Rows) -> list[str]:
+    """How a ``latest`` view's rows ``held`` at a seq differ from ``expected``, the rows the
+    view holds at that seq by the log (an audited ``every`` view's ``Audit.rows_at``): keys
+    missing, keys extra, and rows whose values differ (the first five of each)."""
+    missing, extra = sorted(set(expected) - set(held)), sorted(set(held) - set(expected))
+    wrong = sorted(k for k in set(held) & set(expected) if not _same(held[k], expected[k]))
+    found = [("missing", missing), ("extra", extra), ("different", wrong)]
+    return [f"{what} {keys[:5]} ({len(keys)})" for what, keys in found if keys]
 
 
 def http_update(event: Mapping[str, Any]) -> Update:
