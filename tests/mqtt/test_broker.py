@@ -287,3 +287,32 @@ def test_qos_2_past_receive_maximum_is_refused() -> None:
     c.send(1, p.Publish("t", b"", 2, packet_id=2))  # no PUBREL for the first yet
     last = c.take(1)[-1]
     assert isinstance(last, p.Disconnect) and last.code == p.RECEIVE_MAXIMUM_EXCEEDED
+
+
+def test_a_qos_0_message_to_many_sessions_is_encoded_once_per_protocol_version() -> None:
+    """Its copies share one encoding per version (``outgoing``'s ``shared``); a copy that
+    differs (QoS 1, a subscription identifier, an expiry counting down) is its own."""
+    clients = Clients()
+    for connection, version in ((1, p.V5), (2, p.V5), (3, p.V311), (4, p.V311), (5, p.V5)):
+        clients.connect(connection, f"c{connection}", version)
+        properties = ((0x0B, 7),) if connection == 5 else ()
+        subscribe = p.Subscribe(1, (("t/#", 0),), properties if version == p.V5 else ())
+        clients.send(connection, subscribe)
+        clients.take(connection)
+    clients.connect(9, "producer")
+    actions = clients.broker.receive(9, encode(p.Publish("t/x", b"hello", 0, False), p.V5), 0.0)
+    sent = {a.connection: a.data for a in actions if isinstance(a, Send)}
+    assert sent[1] is sent[2] and sent[3] is sent[4] and sent[1] != sent[3]
+    assert sent[5] is not sent[1] and sent[5] != sent[1]  # its subscription identifier
+    clients.apply(actions)
+    got = {c: clients.take(c) for c in (1, 2, 3, 4, 5)}
+    assert all(
+        packets == [p.Publish("t/x", b"hello", 0, False)] for c, packets in got.items() if c != 5
+    )
+    (identified,) = got[5]
+    assert isinstance(identified, p.Publish) and identified.properties == ((0x0B, 7),)
+    expiring = p.Publish("t/y", b"soon", 0, False, properties=((0x02, 60),))
+    clients.now = 10.0
+    later = clients.broker.receive(9, encode(expiring, p.V5), 10.0)
+    copies = [a.data for a in later if isinstance(a, Send) and a.connection in (1, 2)]
+    assert len(copies) == 2 and copies[0] == copies[1]  # each encoded with what is left

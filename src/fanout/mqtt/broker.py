@@ -30,7 +30,7 @@ from fanout.mqtt.decoding import decode, split
 from fanout.mqtt.denials import Denials, refused_connack
 from fanout.mqtt.encoding import encode
 from fanout.mqtt.incoming import take_publish
-from fanout.mqtt.outgoing import Withheld, is_sys, outgoing
+from fanout.mqtt.outgoing import Encoded, Withheld, is_sys, outgoing
 from fanout.mqtt.rights import Rights
 from fanout.mqtt.sessions import Session, Subscription
 from fanout.mqtt.subscribers import Subscribers
@@ -415,6 +415,7 @@ class Broker:
             else:
                 self.retained.pop(message.topic, None)
         actions: list[Action] = []
+        shared: Encoded = {}
         for session, qos, retain, identifiers in self._subscribers.targets(
             message, origin, plain, shares
         ):
@@ -428,20 +429,25 @@ class Broker:
                 expires=message.expires,
             )
             if self.on_offer is None or self.on_offer(session, message, copy):
-                actions += self._offer(session, copy)
+                actions += self._offer(session, copy, shared)
         return actions
 
-    def _offer(self, session: Session, message: p.Publish) -> list[Action]:
-        """Send ``message`` to ``session`` now, or queue it (QoS 1) while it cannot take it."""
+    def _offer(
+        self, session: Session, message: p.Publish, shared: Encoded | None = None
+    ) -> list[Action]:
+        """Send ``message`` to ``session`` now, or queue it (QoS 1) while it cannot take it;
+        ``shared``: the encodings of the same delivery's other copies (``outgoing``)."""
         if session.connection is None or (message.qos and not session.can_send()):
             if message.qos:
                 session.queue(message, self.limits.max_queued)
             return []
-        return self._send(session, message)
+        return self._send(session, message, shared)
 
-    def _send(self, session: Session, message: p.Publish) -> list[Action]:
+    def _send(
+        self, session: Session, message: p.Publish, shared: Encoded | None = None
+    ) -> list[Action]:
         assert session.connection is not None
-        ready = outgoing(session, message, self._now)
+        ready = outgoing(session, message, self._now, shared)
         if ready is Withheld.UNREADABLE:
             self.denials.withheld += 1
         elif ready is Withheld.EXPIRED:
