@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import signal
 import threading
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
@@ -275,3 +276,36 @@ async def test_a_partitioned_peer_link_delivers_once_in_order_after_heal(
             finally:
                 for client in (far, publisher):
                     client.close()
+
+
+async def test_a_relay_stalled_past_its_lease_loses_nothing_forwarded_to_it(
+    redis_node: tuple[str, int], logs: Path
+) -> None:
+    """Relay b stops (SIGSTOP: a loaded host, a long pause) for twice its lease while QoS 1
+    messages for its subscriber are published at relay a: a holds a link to b, so it forwards
+    them whatever b's lease says, and b, going on, delivers each once, in order; nobody swept
+    it (its address outlives its lease)."""
+    async with relays(redis_node, ["a", "b"], logs) as running:
+        far = Client(running["b"][1], "far")
+        publisher = Client(running["a"][1], "near")
+        try:
+            far.client.subscribe("stall/+", qos=1)
+            await wait_registered(redis_node, "stall/x", {"b"})
+            expected = [("stall/x", str(n).encode()) for n in range(60)]
+            publisher.client.publish(*expected[0], qos=1)
+            await eventually(lambda: len(far.received()) == 1, timeout=30)  # the link is open
+            b = running["b"][0].process
+            b.send_signal(signal.SIGSTOP)
+            try:
+                for n, (topic_name, payload) in enumerate(expected[1:]):
+                    publisher.client.publish(topic_name, payload, qos=1)
+                    await asyncio.sleep(3.0 / 59 if n < 59 else 0)  # 3 s: twice its lease
+            finally:
+                b.send_signal(signal.SIGCONT)
+            await eventually(lambda: len(far.received()) >= len(expected), timeout=30)
+            await asyncio.sleep(0.5)  # a duplicate would have come by now
+            assert far.received() == expected
+        finally:
+            for client in (far, publisher):
+                client.close()
+    assert "swept" not in (logs / "a.log").read_text() + (logs / "b.log").read_text()

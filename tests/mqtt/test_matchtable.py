@@ -187,3 +187,34 @@ async def test_a_relay_that_stops_renewing_leaves_within_its_lease_and_is_swept(
         assert root == {b"c:a": b"1"}  # only alive's a/b is left on the path
     finally:
         await redis.aclose()
+
+
+async def test_a_relay_past_its_lease_is_matched_while_linked_and_swept_once_its_address_lapses(
+    cluster: tuple[str, int],
+) -> None:
+    """A relay stalled past its lease (a loaded host) is still matched by a relay holding a link
+    to it, and not swept while its address (``ADDRESS_LEASES`` leases) lives."""
+    redis = client(cluster)
+    try:
+        namespace = next(namespaces)
+        alive = MatchTable(redis, "alive", namespace=namespace, lease=0.4, max_age=0)
+        stalled = MatchTable(redis, "stalled", namespace=namespace, lease=0.4)
+        await alive.renew()
+        await stalled.renew()
+        await stalled.advertise("127.0.0.1:1")
+        await stalled.add("a/#")
+        await asyncio.sleep(0.5)  # its lease is over, its address (1.2 s) is not
+        await alive.renew()
+        assert (await alive.match("a/b")).relays == set()
+        assert (await alive.match("a/b", linked=["stalled"])).relays == {"stalled"}
+        assert await alive.sweep() == []  # its address lives: it may be stalled, not dead
+        assert (await alive.match("a/b", linked=["stalled"])).relays == {"stalled"}
+
+        async def swept() -> list[str]:
+            await alive.renew()
+            return await alive.sweep()
+
+        await eventually(swept, lambda relays: relays == ["stalled"], timeout=10)
+        assert (await alive.match("a/b", linked=["stalled"])).relays == set()
+    finally:
+        await redis.aclose()

@@ -3,7 +3,8 @@ relay a client published at forwards it to them, and to them only (docs/mqtt.md)
 
 1. Subscriptions taken and dropped here are written to the table (``matchtable``) in order; the
    lease and peer address are renewed every third of a lease, dead relays swept every lease, and
-   a relay swept while alive writes its subscriptions again.
+   a relay swept while alive writes its subscriptions again. A relay with an open link from
+   this one is forwarded to whatever its lease says (``matchtable`` rule 4).
 2. A message published here is delivered here at once, then forwarded once to every other relay
    with a matching subscription, over one connection per peer.
 3. Lookups and forwards go one message at a time in publish order: order per publisher and
@@ -184,9 +185,7 @@ class Cluster:
     async def _renew(self) -> None:
         table = self.table
         await table.renew()
-        key = f"{table.namespace}addr:{table.relay}"
-        address = self.advertise or f"{self.host}:{self.peer_port}"
-        await table.redis.set(key, address, px=int(table.lease * 1000))
+        await table.advertise(self.advertise or f"{self.host}:{self.peer_port}")
         if self._registered and not await table.redis.sismember(
             table.namespace + "relays", table.relay
         ):
@@ -223,7 +222,10 @@ class Cluster:
                 await self._forward(message, origin)
 
     async def _forward(self, message: p.Publish, origin: str) -> None:
-        matches = await self.table.match(message.topic)
+        # A relay this one holds a connection to is alive, whatever its lease says: one that
+        # stalled past its lease (a loaded host) still reads what is forwarded to it.
+        linked = [relay for relay, writer in self._peers.items() if not writer.is_closing()]
+        matches = await self.table.match(message.topic, linked)
         me = self.table.relay
         targets: dict[str, tuple[bool, list[str]]] = {
             relay: (True, []) for relay in matches.relays if relay != me
@@ -267,8 +269,8 @@ class Cluster:
 
     async def _connect(self, relay: str, link: Outgoing) -> asyncio.StreamWriter | None:
         """A new connection to ``relay`` (None: it is gone, and what waited for it is lost)."""
-        address = await self.table.redis.get(f"{self.table.namespace}addr:{relay}")
-        if address is None:  # its lease ran out: it died
+        address = await self.table.redis.get(self.table.address_key(relay))
+        if address is None:  # its address ran out, leases after its lease: it died
             self.lost += len(link.unacked)
             del self._links[relay]
             return None

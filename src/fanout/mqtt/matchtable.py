@@ -8,14 +8,18 @@ flooding and without proxy subscriptions (the layout: docs/mqtt.md, "How it is b
 2. **Lookup** walks only the branches a topic can match, one pipelined round trip per level.
 3. **Caching.** Entries are kept in a bounded LRU, dropped when a write's invalidation comes
    through the Redis stream, all of them past its trimmed start, and after ``max_age``.
-4. **Leases.** Lookups return only relays whose lease is alive; a restarted relay takes a new
-   incarnation name; any relay may ``sweep`` a dead one's filters (one sweeper wins).
+4. **Leases.** Lookups return only relays whose lease is alive, or that the caller knows alive
+   (an open link to it); a restarted relay takes a new incarnation name; any relay may
+   ``sweep`` a dead one's filters (one sweeper wins) once its address has lapsed too
+   (``ADDRESS_LEASES`` leases after its last renewal): a relay stalled past its lease keeps
+   its filters, and loses nothing forwarded to it.
 """
 
 from __future__ import annotations
 
 import time
 from collections import OrderedDict
+from collections.abc import Collection
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -30,6 +34,9 @@ if v <= 0 then redis.call('HDEL', KEYS[1], ARGV[1]) end
 return v
 """
 STREAM_LENGTH = 10_000
+#: A relay's peer address lives this many leases after its last renewal: for that long a relay
+#: stalled past its lease (a loaded host, a slow Redis) can still be reached, and is not swept.
+ADDRESS_LEASES = 3
 
 
 @dataclass
@@ -141,11 +148,13 @@ class MatchTable:
         await self._invalidate([prefix for prefix, _ in fields])
 
     async def sweep(self) -> list[str]:
-        """Remove the filters of every relay whose lease expired (rule 4); the relays swept."""
+        """Remove the filters of every relay whose lease and address expired (rule 4); the
+        relays swept."""
         swept = []
         for raw in await self.redis.smembers(self.namespace + "relays"):
             relay = raw.decode() if isinstance(raw, bytes) else raw
-            if relay == self.relay or await self.redis.exists(self._lease_key(relay)):
+            keys = (self._lease_key(relay), self.address_key(relay))
+            if relay == self.relay or await self.redis.exists(*keys):
                 continue
             claimed = self._filters_key(relay) + ":swept"
             try:
@@ -177,6 +186,15 @@ class MatchTable:
         )
         for prefix in prefixes:
             self._cache.pop(prefix, None)
+
+    async def advertise(self, address: str) -> None:
+        """Renew this relay's peer address (``HOST:PORT``), kept ``ADDRESS_LEASES`` leases."""
+        ttl = int(self.lease * 1000 * ADDRESS_LEASES)
+        await self.redis.set(self.address_key(self.relay), address, px=ttl)
+
+    def address_key(self, relay: str) -> str:
+        """The key of ``relay``'s peer address."""
+        return f"{self.namespace}addr:{relay}"
 
     def _lease_key(self, relay: str) -> str:
         return f"{self.namespace}lease:{relay}"
@@ -236,8 +254,9 @@ class MatchTable:
                 self._cache.popitem(last=False)
         return found
 
-    async def match(self, topic: str) -> Matches:
-        """Every live relay with a filter matching ``topic`` (rule 2), and the share groups.
+    async def match(self, topic: str, linked: Collection[str] = ()) -> Matches:
+        """Every live relay with a filter matching ``topic`` (rule 2), and the share groups;
+        the relays in ``linked`` are alive whatever their lease says (rule 4).
 
         Raises:
             InvalidView: ``topic`` is not a valid topic name.
@@ -269,9 +288,11 @@ class MatchTable:
         wanted = [entry_key(p) for p in hits if entry_key(p) not in entries]
         if wanted:
             entries.update(await self._entries(wanted))
-        return await self._alive_only(hits, entries)
+        return await self._alive_only(hits, entries, linked)
 
-    async def _alive_only(self, hits: list[tuple[str, ...]], entries: dict[str, Entry]) -> Matches:
+    async def _alive_only(
+        self, hits: list[tuple[str, ...]], entries: dict[str, Entry], linked: Collection[str]
+    ) -> Matches:
         matches = Matches()
         candidates: set[str] = set()
         for prefix in hits:
@@ -279,7 +300,7 @@ class MatchTable:
             candidates.update(entry.relays)
             for members in entry.groups.values():
                 candidates.update(members)
-        alive = await self._leases(candidates)
+        alive = await self._leases(candidates - set(linked)) | (candidates & set(linked))
         for prefix in hits:
             key = entry_key(prefix)
             entry = entries[key]
