@@ -20,8 +20,11 @@ import paho.mqtt.client as mqtt
 import pytest
 from paho.mqtt.enums import CallbackAPIVersion
 from redis.asyncio.cluster import RedisCluster
+from redis.exceptions import RedisClusterException
 
 from fanout.launch import Child, Children
+from fanout.mqtt.broker import Broker
+from fanout.mqtt.federation import Cluster
 from fanout.mqtt.matchtable import MatchTable
 from fanout.testing.ports import LOOPBACK, free_port
 from fanout.testing.proxy import proxy
@@ -309,3 +312,50 @@ async def test_a_relay_stalled_past_its_lease_loses_nothing_forwarded_to_it(
             for client in (far, publisher):
                 client.close()
     assert "swept" not in (logs / "a.log").read_text() + (logs / "b.log").read_text()
+
+
+async def test_the_cluster_serves_on_while_redis_fails_and_counts_the_failures(
+    redis_node: tuple[str, int],
+) -> None:
+    """Redis away (no node answering raises ``RedisClusterException``, not a ``RedisError``):
+    beats and table writes fail, are counted and tried again; the cluster's task runs on and
+    the subscription is written once Redis answers (rule 6)."""
+
+    class Flaky(MatchTable):
+        failing = 0
+
+        async def renew(self) -> None:
+            if self.failing:
+                self.failing -= 1
+                raise RedisClusterException("Redis Cluster cannot be connected")
+            await super().renew()
+
+        async def add(self, filter: str) -> None:
+            if self.failing:
+                raise RedisClusterException("Redis Cluster cannot be connected")
+            await super().add(filter)
+
+    redis = RedisCluster(host=redis_node[0], port=redis_node[1])
+    table = Flaky(redis, "flaky-1", namespace="flaky:", lease=0.6)
+    cluster = Cluster(table, Broker(), lambda actions: None, LOOPBACK)
+    joined = asyncio.Event()
+    task = asyncio.create_task(cluster.run(joined.set))
+    try:
+        await asyncio.wait_for(joined.wait(), 30)
+        table.failing = 3
+        cluster.on_filters([("flaky/#", 1)])
+        await eventually(lambda: cluster.redis_failures >= 3 and not table.failing, timeout=30)
+        assert not task.done()
+        await eventually(lambda: cluster._registered == 1, timeout=30)
+
+        async def matched() -> set[str]:
+            return (await table.match("flaky/x")).relays
+
+        await eventually(matched, lambda relays: relays == {"flaky-1"}, timeout=30)  # renewed
+        assert {s.name: s.value for s in cluster.samples()}[
+            "relay_mqtt_cluster_redis_failures_total"
+        ] >= 3
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task

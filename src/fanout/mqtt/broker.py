@@ -158,7 +158,7 @@ class Broker:
     def offer(self, client_id: str, message: p.Publish) -> list[Action]:
         """Deliver ``message`` to session ``client_id`` alone (a replay from the log), if held."""
         session = self.sessions.get(client_id)
-        return [] if session is None else self._offer(session, message)
+        return [] if session is None else self._offer(session, message, None)
 
     def packets(self, connection: int) -> int:
         """Packets read from ``connection`` so far (the shell throttles on them)."""
@@ -347,7 +347,7 @@ class Broker:
     def _drain(self, session: Session) -> list[Action]:
         actions: list[Action] = []
         while session.queued and session.can_send():
-            actions += self._send(session, session.queued.popleft())
+            actions += self._send(session, session.queued.popleft(), None)
         return actions
 
     def _pubrec(self, connection: int, session: Session, packet: p.PubRec) -> list[Action]:
@@ -385,8 +385,7 @@ class Broker:
             plain: deliver it to the matching plain subscriptions.
             shares: the shared subscriptions (``$share/GROUP/filter`` texts) this relay was
                 chosen to deliver it to one member of; None: every matching one.
-            now: the time it came (its Message Expiry Interval starts then); None: the last
-                event's.
+            now: when it came (its Message Expiry Interval starts then); None: the last event's.
         """
         if now is not None:
             self._now = now
@@ -432,20 +431,15 @@ class Broker:
                 actions += self._offer(session, copy, shared)
         return actions
 
-    def _offer(
-        self, session: Session, message: p.Publish, shared: Encoded | None = None
-    ) -> list[Action]:
-        """Send ``message`` to ``session`` now, or queue it (QoS 1) while it cannot take it;
-        ``shared``: the encodings of the same delivery's other copies (``outgoing``)."""
+    def _offer(self, session: Session, message: p.Publish, shared: Encoded | None) -> list[Action]:
+        """Send ``message`` to ``session`` now (``shared``: ``outgoing``'s), or queue it."""
         if session.connection is None or (message.qos and not session.can_send()):
             if message.qos:
                 session.queue(message, self.limits.max_queued)
             return []
         return self._send(session, message, shared)
 
-    def _send(
-        self, session: Session, message: p.Publish, shared: Encoded | None = None
-    ) -> list[Action]:
+    def _send(self, session: Session, message: p.Publish, shared: Encoded | None) -> list[Action]:
         assert session.connection is not None
         ready = outgoing(session, message, self._now, shared)
         if ready is Withheld.UNREADABLE:
@@ -464,7 +458,7 @@ class Broker:
         actions: list[Action] = [Send(connection, encode(done.ack, session.version))]
         for topic_filter, qos in done.retained:
             for message in retained_for(self.retained, topic_filter, qos, self._now):
-                actions += self._offer(session, message)
+                actions += self._offer(session, message, None)
         return actions
 
     def _disconnect(

@@ -12,6 +12,7 @@ relay a client published at forwards it to them, and to them only (docs/mqtt.md)
 4. A ``$share`` group spans the cluster: the publishing relay picks one of its relays in turn.
 5. Forwarding is exactly once across a broken connection (``links``); what waited for a relay
    that died is dropped and counted (``lost``).
+6. Redis away, the relay serves on: a failed beat is tried at the next, a failed step again.
 """
 
 from __future__ import annotations
@@ -23,7 +24,10 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from redis.exceptions import RedisClusterException, RedisError
+
 from fanout import cancelling
+from fanout.metrics import Sample
 from fanout.mqtt import packets as p
 from fanout.mqtt.actions import Action
 from fanout.mqtt.broker import Broker
@@ -38,6 +42,9 @@ log = logging.getLogger(__name__)
 MAX_PEER_PACKET = 256 << 20
 USER = 0x26
 ACK = "$fanout/ack"
+#: What a call to Redis raises when it fails (redis-py's ``RedisClusterException``, not a
+#: ``RedisError``, when no node answers): the beat or the step is tried again (rule 6).
+REDIS_FAILURES = (RedisError, RedisClusterException, OSError, TimeoutError)
 
 
 def share_filter(key: str) -> str:
@@ -127,7 +134,7 @@ class Cluster:
         reach its peer port at ``advertise`` (``host:port``; None: ``host`` and the port)."""
         self.table, self.broker, self.apply = table, broker, apply
         self.host, self.peer_port, self.advertise = host, peer_port, advertise
-        self.forwarded = self.received = self.lost = 0
+        self.forwarded = self.received = self.lost = self.redis_failures = 0
         self._queue: asyncio.Queue[tuple[Any, ...]] = asyncio.Queue()
         self._peers: dict[str, asyncio.StreamWriter] = {}
         self._links: dict[str, Outgoing] = {}
@@ -200,26 +207,61 @@ class Cluster:
         while True:
             cancelling.check()  # a cancel the Redis client swallowed
             await asyncio.sleep(self.table.lease / 3)
-            await self._renew()
-            for relay in [r for r, link in self._links.items() if link.unacked]:
-                await self._flush(relay)  # a broken link is opened again (rule 5)
             beats += 1
-            if beats % 3 == 0:
-                for relay in await self.table.sweep():
-                    log.info("mqtt cluster: swept relay %s (lease expired)", relay)
-            await self.table.follow_invalidations()
+            try:
+                await self._beat(sweep=beats % 3 == 0)
+            except REDIS_FAILURES as error:  # rule 6: the next beat tries again
+                self.redis_failures += 1
+                log.warning("mqtt cluster: a beat failed, trying again: %r", error)
+
+    async def _beat(self, sweep: bool) -> None:
+        await self._renew()
+        for relay in [r for r, link in self._links.items() if link.unacked]:
+            await self._flush(relay)  # a broken link is opened again (rule 5)
+        if sweep:
+            for relay in await self.table.sweep():
+                log.info("mqtt cluster: swept relay %s (lease expired)", relay)
+        await self.table.follow_invalidations()
 
     async def _work(self) -> None:
         while True:
             cancelling.check()  # a cancel the Redis client swallowed
             item = await self._queue.get()
-            if item[0] == "filter":
-                _, text, delta = item
-                await (self.table.add(text) if delta > 0 else self.table.remove(text))
-                self._registered += delta
-            else:
-                _, message, origin = item
-                await self._forward(message, origin)
+            while True:  # rule 6: the step, and every one queued behind it, waits for Redis
+                try:
+                    await self._step(item)
+                    break
+                except REDIS_FAILURES as error:
+                    self.redis_failures += 1
+                    log.warning("mqtt cluster: Redis failed, trying again: %r", error)
+                    await asyncio.sleep(self.table.lease / 3)
+
+    async def _step(self, item: tuple[Any, ...]) -> None:
+        """Write a filter change or forward a message; a Redis failure leaves nothing done
+        but a filter change's own writes (``_flush`` keeps its own failures)."""
+        if item[0] == "filter":
+            _, text, delta = item
+            await (self.table.add(text) if delta > 0 else self.table.remove(text))
+            self._registered += delta
+        else:
+            _, message, origin = item
+            await self._forward(message, origin)
+
+    def samples(self) -> list[Sample]:
+        """The cluster's figures for ``GET /metrics``."""
+        return [
+            Sample(f"relay_mqtt_cluster_{name}_total", "counter", text, value)
+            for name, text, value in (
+                ("forwarded", "Messages forwarded to other relays of the cluster.", self.forwarded),
+                ("received", "Messages other relays forwarded here, delivered.", self.received),
+                ("lost", "Forwarded messages dropped: their relay died first.", self.lost),
+                (
+                    "redis_failures",
+                    "Calls to Redis that failed (each tried again; MQTT kept serving).",
+                    self.redis_failures,
+                ),
+            )
+        ]
 
     async def _forward(self, message: p.Publish, origin: str) -> None:
         # A relay this one holds a connection to is alive, whatever its lease says: one that
@@ -261,11 +303,11 @@ class Cluster:
                 for data in link.to_write():
                     writer.write(data)
                 await writer.drain()
-            except (OSError, TimeoutError) as error:
+            except REDIS_FAILURES as error:  # the peer's address unread, or its connection
                 if writer is not None:
                     writer.transport.abort()
                 self._peers.pop(relay, None)
-                log.warning("mqtt cluster: forwarding to %s: %s; sent again later", relay, error)
+                log.warning("mqtt cluster: forwarding to %s: %r; sent again later", relay, error)
 
     async def _connect(self, relay: str, link: Outgoing) -> asyncio.StreamWriter | None:
         """A new connection to ``relay`` (None: it is gone, and what waited for it is lost)."""

@@ -107,10 +107,11 @@ class MqttFrontEnd:
         log.log(level, "relay %s: MQTT %s", self._config.name, describe(self.listener.access))
 
     def samples(self) -> list[Sample]:
-        """The MQTT port's figures for ``GET /metrics``: the broker's (``mqtt.introspection``)
-        and what access refused (``mqtt.denials``)."""
+        """The MQTT port's figures for ``GET /metrics``: the broker's (``mqtt.introspection``),
+        what access refused (``mqtt.denials``) and the cluster's (``mqtt.federation``)."""
         figures = introspection.figures(self.broker, self.listener.traffic)
-        return introspection.samples(figures) + self.broker.denials.samples()
+        cluster = [] if self.cluster is None else self.cluster.samples()
+        return introspection.samples(figures) + self.broker.denials.samples() + cluster
 
     def pages(self) -> dict[str, tuple[str, introspection.Rows]]:
         """The JSON pages of the relay's port (``GET`` path -> what a page names its rows, and
