@@ -24,7 +24,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/epoll.h>
-#include <sys/ioctl.h>
 #include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
@@ -125,15 +124,16 @@ static void watch(int epoll, Subscriber *s, int op) {
 static void serve(Subscriber *s, int epoll, uint32_t events) {
     if (events & EPOLLOUT) mosquitto_loop_write(s->mosq, 1);
     if (events & (EPOLLIN | EPOLLERR | EPOLLHUP)) {
-        /* libmosquitto reads about one packet a call: go on while the socket holds more. */
+        /* libmosquitto reads about one packet a call, and says it found the socket empty by
+         * leaving errno at EAGAIN: go on until it does (at most 256 packets a turn). */
         for (int n = 0; n < 256; n++) {
+            errno = 0;
             if (mosquitto_loop_read(s->mosq, 1) != MOSQ_ERR_SUCCESS) {
                 s->lost = 1;
                 epoll_ctl(epoll, EPOLL_CTL_DEL, s->fd, NULL);
                 return;
             }
-            int pending = 0;
-            if (ioctl(s->fd, FIONREAD, &pending) != 0 || pending == 0) break;
+            if (errno == EAGAIN || errno == EWOULDBLOCK) break;
         }
     }
     watch(epoll, s, EPOLL_CTL_MOD);

@@ -415,7 +415,10 @@ def summarize(runs: list[dict[str, Any]]) -> dict[str, Any]:
         for measure in SUMMARIZED:
             values = [r[f"{name}_{measure}"] for r in runs if r[f"{name}_{measure}"] is not None]
             key = f"{name}_{measure}"
-            result[key] = round(float(np.median(values)), 3) if values else None
+            median = float(np.median(values)) if values else None
+            if measure == "max_subscribers" and median is not None:
+                median = int(median)  # of an odd number of runs: one run's figure
+            result[key] = round(median, 3) if median is not None else None
             result[f"{key}_spread"] = round(max(values) - min(values), 3) if values else None
         result[f"{name}_bounds"] = [r[f"{name}_bound"] for r in runs]
     result["spatial_trials"] = [
