@@ -23,7 +23,7 @@ writes ``bench/results/mqtt_spatial.json`` (``--quick``: one short coarse run, w
 ``mqtt_spatial_quick.json``). It needs ``cc`` and libmosquitto's headers (``libmosquitto-dev``).
 
     .venv/bin/python bench/mqtt.py [--subscribers 20] [--messages 2000] [--runs 3] [--rate 200]
-    .venv/bin/python bench/mqtt.py --spatial [--quick] [--entities 20000] [--start 250]
+    .venv/bin/python bench/mqtt.py --spatial [--quick] [--entities 20000] [--start 500]
         [--limit 8000] [--processes 2] [--cases mosquitto relay relay_mqtt]
 """
 
@@ -243,7 +243,7 @@ def main() -> None:
     parser.add_argument("--no-save", action="store_true", help="do not write bench/results")
     parser.add_argument("--spatial", action="store_true", help="only the spatial part")
     parser.add_argument("--entities", type=int, default=20_000, help="spatial: entities")
-    parser.add_argument("--start", type=int, default=250, help="spatial: first N")
+    parser.add_argument("--start", type=int, default=500, help="spatial: first N")
     parser.add_argument("--limit", type=int, default=8000, help="spatial: largest N tried")
     parser.add_argument("--bisections", type=int, default=2, help="spatial: after doubling")
     parser.add_argument("--warmup", type=float, default=2.0, help="spatial: seconds before")

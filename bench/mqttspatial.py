@@ -52,7 +52,7 @@ from fanout.launch import running
 from fanout.testing import cpu
 from fanout.testing.ports import LOOPBACK, free_port
 from fanout.testing.publisher import ScriptedPublisher, serving
-from fanout.testing.spatial import CELLS, HEADER, Search, Verdict, boxes, cell_rows, cells_of, judge
+from fanout.testing.spatial import CELLS, Search, Verdict, boxes, cells_of, judge, tick_block
 from fanout.testing.world import TICK_RATE, Entities, publisher_main
 from fanout.wire.messages import Catalog
 
@@ -104,10 +104,8 @@ def cells_main(conn: Connection, port: int, entities: int, load: str) -> None:
                     return
             world.step(period)
             tick += 1
-            bounds, rows = cell_rows(world.ids, world.xy)
             now = time.time()
-            head = len(rows).to_bytes(4, "little") + HEADER.pack(tick, now)
-            publisher.stdin.write(head + bounds.tobytes() + rows.tobytes())
+            publisher.stdin.write(tick_block(tick, now, world.ids, world.xy))
             publisher.stdin.flush()
             sent.append((tick, now))
 

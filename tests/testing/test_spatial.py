@@ -2,10 +2,23 @@
 
 from __future__ import annotations
 
+import contextlib
+import json
+import select
+import shutil
+import socket
+import subprocess
+import time
+from pathlib import Path
+
 import numpy as np
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from fanout.testing.binaries import find, on_ci
+from fanout.testing.needs import need
+from fanout.testing.ports import LOOPBACK, free_port
 from fanout.testing.spatial import (
     CELL,
     CELLS,
@@ -15,9 +28,12 @@ from fanout.testing.spatial import (
     cell_rows,
     cells_of,
     judge,
+    tick_block,
     useful_rows,
 )
-from fanout.testing.world import VIEW_SIDE, WORLD
+from fanout.testing.world import VIEW_SIDE, WORLD, Entities
+
+LOAD_SOURCE = Path(__file__).parents[2] / "bench" / "mqttload.c"
 
 coordinates = st.floats(0, WORLD, allow_nan=False)
 points = st.lists(st.tuples(coordinates, coordinates), max_size=60)
@@ -132,3 +148,105 @@ def test_an_invalid_trial_ends_the_search_and_says_the_clients_bound_it() -> Non
     tried = run(search, {300: "invalid"}, threshold=350)
     assert tried == [100, 200, 400, 300]
     assert search.best == 200 and search.bound == "broker"
+
+
+def compiled_load(into: Path) -> Path:
+    """``bench/mqttload.c`` built as the benchmark builds it (skipped, or failed on CI, without
+    libmosquitto's headers)."""
+    need("mosquitto")
+    compiler = shutil.which("cc") or shutil.which("gcc")
+    binary = into / "mqttload"
+    built = subprocess.run(
+        [compiler or "cc", "-O2", "-o", str(binary), str(LOAD_SOURCE), "-lmosquitto"],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    if built.returncode != 0:
+        reason = f"bench/mqttload.c needs libmosquitto-dev (and gcc): {built.stderr[-500:]}"
+        if on_ci():
+            pytest.fail(reason, pytrace=False)
+        pytest.skip(reason)
+    return binary
+
+
+def test_the_compiled_clients_count_every_row_the_per_cell_publisher_sent(tmp_path: Path) -> None:
+    load = compiled_load(tmp_path)
+    port = free_port()
+    config = tmp_path / "mosquitto.conf"
+    config.write_text(f"listener {port} {LOOPBACK}\nallow_anonymous true\n")
+    chosen = boxes(3, seed=5)
+    lines = [
+        " ".join([*(f"{v:.3f}" for v in b), str(len(cells_of(b))), *cells_of(b)]) for b in chosen
+    ]
+    with contextlib.ExitStack() as stack:
+        broker = stack.enter_context(
+            subprocess.Popen([find("mosquitto") or "mosquitto", "-c", str(config)])
+        )
+        stack.callback(broker.kill)
+        wait_for_port(port)
+        subscribers = started(stack, [str(load), "subscribe", LOOPBACK, str(port)])
+        write(subscribers, "3\n" + "".join(f"{line}\n" for line in lines))
+        assert json.loads(read_line(subscribers)) == {"ready": 3}
+        publisher = started(stack, [str(load), "publish", LOOPBACK, str(port), str(CELLS)])
+        assert json.loads(read_line(publisher)) == {"ready": 1}
+        start = time.time()
+        write(subscribers, f"window {start:.6f} {start + 1.5:.6f} 0.5\n")
+        world, sent = Entities(3000, seed=2), []
+        for tick in range(1, 4):
+            world.step(0.1)
+            write(publisher, tick_block(tick, time.time(), world.ids, world.xy))
+            sent.append(world.xy.copy())
+        reports = [json.loads(read_line(subscribers)) for _ in chosen]
+        latencies = json.loads(read_line(subscribers))["latencies_ms"]
+    for box, report in zip(chosen, reports, strict=True):
+        topics = set(cells_of(box))
+        edges = tuple(float(np.float32(round(v, 3))) for v in box)  # as the program reads them
+        rows = useful = 0
+        for xy in sent:
+            cx = np.clip((xy[0] // CELL).astype(int), 0, CELLS - 1)
+            cy = np.clip((xy[1] // CELL).astype(int), 0, CELLS - 1)
+            mine = np.array([f"cells/{x}/{y}" in topics for x, y in zip(cx, cy, strict=True)])
+            rows += int(mine.sum())
+            xs, ys = xy.astype(np.float32)
+            useful += useful_rows(edges, xs[mine], ys[mine])  # type: ignore[arg-type]
+        assert rows > useful > 0
+        assert report["ticks"] == 3 and report["messages"] == 3 * len(topics)
+        assert report["rows"] == rows and report["useful"] == useful and report["lost"] == 0
+        assert report["bytes"] > 16 * rows
+    assert len(latencies) == sum(r["messages"] for r in reports)
+
+
+def started(stack: contextlib.ExitStack, command: list[str]) -> subprocess.Popen[bytes]:
+    process = stack.enter_context(
+        subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+    )
+    stack.callback(process.kill)
+    return process
+
+
+def write(process: subprocess.Popen[bytes], data: str | bytes) -> None:
+    assert process.stdin is not None
+    process.stdin.write(data.encode() if isinstance(data, str) else data)
+    process.stdin.flush()
+
+
+def read_line(process: subprocess.Popen[bytes], timeout: float = 20.0) -> bytes:
+    """A line of ``process``'s output, failing the test if none comes within ``timeout``."""
+    assert process.stdout is not None
+    ready, _, _ = select.select([process.stdout], [], [], timeout)
+    assert ready, f"{process.args} printed nothing within {timeout} s"
+    line = process.stdout.readline()
+    assert line, f"{process.args} exited ({process.wait()})"
+    return line
+
+
+def wait_for_port(port: int) -> None:
+    deadline = time.monotonic() + 10
+    while True:
+        try:
+            socket.create_connection((LOOPBACK, port), 0.2).close()
+            return
+        except OSError:
+            assert time.monotonic() < deadline, f"nothing listens on {port}"
+            time.sleep(0.05)

@@ -77,6 +77,16 @@ def cell_rows(
     return bounds, rows
 
 
+def tick_block(
+    tick: int, sent: float, ids: npt.NDArray[np.int64], xy: npt.NDArray[np.float64]
+) -> bytes:
+    """One tick as ``mqttload publish`` reads it (``bench/mqttload.c``): the row count, the
+    ``HEADER``, the cells' bounds (``cell_rows``) and the rows sorted by cell."""
+    bounds, rows = cell_rows(ids, xy)
+    head = len(rows).to_bytes(4, "little") + HEADER.pack(tick, sent)
+    return head + bounds.tobytes() + rows.tobytes()
+
+
 def judge(delivered_min: float, p99_ms: float, own_cores: list[float], lost: int) -> Verdict:
     """A trial's verdict: ``invalid`` if a process of the benchmark's own used more than
     ``OWN_CORES_MAX`` cores, else ``pass`` if every subscriber held 10 Hz, none lost its
