@@ -60,6 +60,14 @@ HERE = Path(__file__).parent
 DRAIN = 1.0  # seconds after the window for its last messages to arrive
 READY_TIMEOUT = 180.0  # seconds a client process may take to connect and subscribe everyone
 CASES = ("mosquitto", "relay", "relay_mqtt")
+NOTE = (
+    "the brokers, the publisher and the compiled clients share the machine's cores (each"
+    " trial's CPU says how: broker_cores, publisher_cores, client_cores per process,"
+    " machine_cores with other tenants); a trial where a process of the benchmark's own used"
+    " more than 0.8 of a core is invalid and ends the search (bound: clients); on a loaded"
+    " machine (load_average_1m) p99 measures the load as much as the broker, CPU per useful row"
+    " much less so"
+)
 NEEDS = (
     "bench/mqtt.py --spatial builds its MQTT clients in C against libmosquitto: install a C"
     " compiler and libmosquitto's headers (Debian: apt-get install gcc libmosquitto-dev)"
@@ -283,6 +291,7 @@ class Trial:
     client_cores: list[float] = field(default_factory=list)
     machine_cores: float = math.nan
     load_average: float = 0.0
+    trial_s: float = 0.0  # wall-clock seconds the trial took, connecting included
 
 
 def lines_for(chosen: list[tuple[float, float, float, float]], topics: bool) -> list[str]:
@@ -296,6 +305,7 @@ def lines_for(chosen: list[tuple[float, float, float, float]], topics: bool) -> 
 
 async def trial(contender: Case, n: int, args: Any, logs: Path) -> Trial:
     """``n`` subscribers of ``contender``: connect, warm up, measure a window, judge."""
+    began = time.monotonic()
     everyone = boxes(n, seed=n)
     count = min(args.processes, n)
     groups = [everyone[i::count] for i in range(count)]
@@ -323,7 +333,9 @@ async def trial(contender: Case, n: int, args: Any, logs: Path) -> Trial:
         for client in clients:
             await client.stop()
     sent = await contender.publisher.sent()
-    return evaluate(Trial(n), samples, reports, sum(1 for _, at in sent if start <= at <= end))
+    result = evaluate(Trial(n), samples, reports, sum(1 for _, at in sent if start <= at <= end))
+    result.trial_s = round(time.monotonic() - began, 1)
+    return result
 
 
 def sample(contender: Case, clients: list[Clients]) -> dict[str, Any]:
@@ -427,6 +439,7 @@ def summarize(runs: list[dict[str, Any]]) -> dict[str, Any]:
 
 async def spatial_runs(args: Any) -> dict[str, Any]:
     """``args.runs`` runs of the three contenders: the JSON keys of ``bench/mqtt.py --spatial``."""
+    began = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="fanout-bench-spatial-") as temp:
         load = build_load(Path(temp))
         logs = Path(args.logs)
@@ -437,5 +450,7 @@ async def spatial_runs(args: Any) -> dict[str, Any]:
         "spatial_entities": args.entities,
         "spatial_window_s": args.window,
         "spatial_client_processes": args.processes,
+        "spatial_elapsed_s": round(time.monotonic() - began),
+        "spatial_note": NOTE,
     }
     return {**result, **summarize(runs)}
