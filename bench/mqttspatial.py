@@ -292,6 +292,7 @@ class Trial:
     machine_cores: float = math.nan
     load_average: float = 0.0
     trial_s: float = 0.0  # wall-clock seconds the trial took, connecting included
+    error: str = ""  # why the subscribers could not all be subscribed, if so
 
 
 def lines_for(chosen: list[tuple[float, float, float, float]], topics: bool) -> list[str]:
@@ -316,8 +317,13 @@ async def trial(contender: Case, n: int, args: Any, logs: Path) -> Trial:
             clients.append(
                 await Clients.start(contender.clients, lines_for(group, contender.topics), log)
             )
-        for client in clients:
-            await asyncio.wait_for(client.line(), READY_TIMEOUT)
+        try:
+            for client in clients:
+                await asyncio.wait_for(client.line(), READY_TIMEOUT)
+        except (TimeoutError, RuntimeError) as exc:  # the broker refused or dropped them
+            why = f"not every subscriber got subscribed: {exc or 'timeout'}; see {log}"
+            print(f"spatial {contender.name} {n}: {why}", file=sys.stderr, flush=True)
+            return Trial(n, "fail", lost=n, error=why, load_average=os.getloadavg()[0])
         start = time.time() + args.warmup
         end = start + args.window
         for client in clients:
