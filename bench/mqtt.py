@@ -14,14 +14,17 @@ runs where it sends them at RATE a second (200 by default: SUBSCRIBERS x RATE de
 second, well below every case's throughput), so that it is the brokers' and not a queue's.
 
 Then the spatial part (``bench/mqttspatial.py``): the relay benchmark's moving entities as
-per-cell topics on Mosquitto against box views on one relay, the most subscribers each holds
-at 10 Hz with p99 <= 100 ms, bytes per useful update and the fraction of delivered rows inside
-the subscriber's view (``mosquitto_max_subscribers``, ``relay_max_subscribers``,
-``mosquitto_useful_fraction``, ``relay_useful_fraction``): medians of RUNS runs and spreads.
-``--spatial`` runs only that part and writes ``bench/results/mqtt_spatial.json``.
+per-cell topics on Mosquitto and on the relay's MQTT listener, and as box views on one relay;
+the most subscribers each holds at 10 Hz with p99 <= 100 ms, the broker's CPU per useful row
+(a row inside the subscriber's box), bytes per useful row, the fraction of delivered rows that
+are useful, with compiled clients whose CPU is checked (``mosquitto_*``, ``relay_*``,
+``relay_mqtt_*``): medians of RUNS runs and spreads. ``--spatial`` runs only that part and
+writes ``bench/results/mqtt_spatial.json`` (``--quick``: one short coarse run, written to
+``mqtt_spatial_quick.json``). It needs ``cc`` and libmosquitto's headers (``libmosquitto-dev``).
 
     .venv/bin/python bench/mqtt.py [--subscribers 20] [--messages 2000] [--runs 3] [--rate 200]
-    .venv/bin/python bench/mqtt.py --spatial [--entities 20000] [--start 25] [--limit 1600]
+    .venv/bin/python bench/mqtt.py --spatial [--quick] [--entities 20000] [--start 500]
+        [--limit 8000] [--processes 2] [--cases mosquitto relay relay_mqtt]
 """
 
 from __future__ import annotations
@@ -48,18 +51,10 @@ from fanout.testing.ports import LOOPBACK, free_port
 from fanout.testing.publisher import ScriptedPublisher, serving
 from fanout.testing.redis import throwaway_redis_cluster
 from fanout.wire.messages import Catalog
-from mqttspatial import spatial
+from mqttspatial import CASES, spatial_runs
 
 RESULTS = Path(__file__).parent / "results" / "mqtt.json"
 SPATIAL_RESULTS = Path(__file__).parent / "results" / "mqtt_spatial.json"
-SPATIAL_KEYS = (
-    "mosquitto_max_subscribers",
-    "relay_max_subscribers",
-    "mosquitto_useful_fraction",
-    "relay_useful_fraction",
-    "mosquitto_bytes_per_useful_update",
-    "relay_bytes_per_useful_update",
-)
 
 
 @contextlib.contextmanager
@@ -239,42 +234,6 @@ async def bench(subscribers: int, messages: int, count: int, rate: float) -> dic
     return result
 
 
-async def spatial_runs(args: argparse.Namespace) -> dict[str, object]:
-    """The spatial part ``args.runs`` times: medians and spreads, and every run's trials."""
-    runs = []
-    with tempfile.TemporaryDirectory(prefix="fanout-bench-mqtt-") as logs:
-        for _ in range(args.runs):
-            runs.append(
-                await spatial(
-                    args.entities,
-                    args.start,
-                    args.limit,
-                    warmup=2.0,
-                    window=args.window,
-                    logs=Path(logs),
-                )
-            )
-    result: dict[str, object] = {
-        "spatial_runs": args.runs,
-        "spatial_entities": args.entities,
-        "spatial_window_s": args.window,
-    }
-    for key in SPATIAL_KEYS:
-        result[key], result[f"{key}_spread"] = summarize(runs, key)  # type: ignore[arg-type]
-    result["spatial_note"] = (
-        "the subscribers (asyncio connections in one process), the publishers and the broker"
-        " share the machine's two cores, and on a shared machine other work too"
-        " (load_average_1m): p99 then measures the load as much as the broker, the search is"
-        " not monotone, and the most-subscribers figures vary widely from run to run (see the"
-        " spreads and each run's trials); the useful fractions and bytes per useful update do not"
-        " depend on the load"
-    )
-    result["spatial_trials"] = [
-        {"mosquitto": run["mosquitto_trials"], "relay": run["relay_trials"]} for run in runs
-    ]
-    return result
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--subscribers", type=int, default=20)
@@ -284,16 +243,31 @@ def main() -> None:
     parser.add_argument("--no-save", action="store_true", help="do not write bench/results")
     parser.add_argument("--spatial", action="store_true", help="only the spatial part")
     parser.add_argument("--entities", type=int, default=20_000, help="spatial: entities")
-    parser.add_argument("--start", type=int, default=25, help="spatial: first N")
-    parser.add_argument("--limit", type=int, default=1600, help="spatial: largest N tried")
-    parser.add_argument("--window", type=float, default=5.0, help="spatial: seconds measured")
+    parser.add_argument("--start", type=int, default=500, help="spatial: first N")
+    parser.add_argument("--limit", type=int, default=8000, help="spatial: largest N tried")
+    parser.add_argument("--bisections", type=int, default=2, help="spatial: after doubling")
+    parser.add_argument("--warmup", type=float, default=2.0, help="spatial: seconds before")
+    parser.add_argument("--window", type=float, default=4.0, help="spatial: seconds measured")
+    parser.add_argument("--processes", type=int, default=2, help="spatial: client processes")
+    parser.add_argument("--logs", default="/tmp/fanout-bench-spatial", help="spatial: logs here")
+    parser.add_argument(
+        "--cases", nargs="+", choices=CASES, default=list(CASES), help="spatial: contenders"
+    )
+    parser.add_argument(
+        "--quick", action="store_true", help="spatial: a smoke run (one run, short, coarse)"
+    )
     args = parser.parse_args()
+    if args.quick:
+        args.runs, args.start, args.limit, args.bisections = 1, 100, 400, 0
+        args.warmup, args.window = 1.0, 2.0
     calibration = calibrate()
     result: dict[str, object] = {}
     if not args.spatial:
         result = asyncio.run(bench(args.subscribers, args.messages, args.runs, args.rate))
     result.update(asyncio.run(spatial_runs(args)))
     path = SPATIAL_RESULTS if args.spatial else RESULTS
+    if args.quick:
+        path = path.with_name(path.stem + "_quick.json")
     write_results(
         {**result, "machine": describe(), "calibration": calibration},
         None if args.no_save else path,

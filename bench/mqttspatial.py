@@ -1,348 +1,462 @@
-"""The relay benchmark's spatial workload over MQTT: per-cell topics on Mosquitto against box
-views on one fanout relay (``bench/mqtt.py --spatial``).
+"""The relay benchmark's spatial workload three ways (``bench/mqtt.py --spatial``): per-cell
+topics on Mosquitto, box views on one fanout relay, and the same per-cell topics on the relay's
+MQTT listener; the most subscribers each holds at 10 Hz, and the broker's CPU per useful row.
 
-The world of ``bench/relay.py`` (``fanout.testing.world``'s ``Entities``: ENTITIES points in a
-4,000 x 4,000 world, every one moving every tick, 10 ticks a second), shown to N subscribers,
-each holding a 125 x 125 box at a random place (the relay benchmark's view size; the boxes stay
-put here).
+The world is ``fanout.testing.world``'s (ENTITIES points in a 4,000 x 4,000 world, every one
+moving every tick, 10 ticks a second); each subscriber holds a 125 x 125 box at a random place
+(the boxes stay put). The pure parts (boxes, cells, counting, verdicts, the search) are in
+``fanout.testing.spatial``.
 
-* **Mosquitto**: the world is cut into 125 x 125 cells, one topic each (``cells/<cx>/<cy>``);
-  every tick a publisher process sends each cell's rows (id, x, y, after a header with the tick
-  and its send time) as one QoS 0 message to its topic. A subscriber subscribes to the cells
-  its box overlaps (up to four) and gets all their rows.
-* **fanout**: the relay benchmark's scripted publisher process (``fanout.testing.world``'s
-  ``World``: each tick, the rows inside the relay's primitives) and one relay process; a
-  subscriber holds its box as a view at 10 pushes a second and gets the rows inside it.
+* **mosquitto** and **relay_mqtt**: the world cut into 125 x 125 cells, one topic each; every
+  tick a publisher sends each cell's rows as one QoS 0 message: a Python process steps the world
+  and sorts the rows by cell with numpy, a compiled one (``bench/mqttload.c`` over libmosquitto)
+  publishes the 1,024 messages. A subscriber subscribes to the up to four cells its box overlaps.
+  ``relay_mqtt`` is ``fanout relay --mqtt-port`` (an idle scripted publisher upstream).
+* **relay**: the scripted publisher of ``bench/relay.py`` (``publisher_main``: each tick the
+  rows inside the relay's primitives) and ``fanout relay``; a subscriber holds its box as a
+  view at 10 pushes a second.
 
-The same kind of client for both: asyncio connections in one process (MQTT through the
-project's own packet codec, fanout through its client library), each decoding every row it
-gets and checking it against its box. Per trial (one N), after a warm-up, for a window:
-
-* ``delivered``: per subscriber, the ticks it got rows of (distinct ticks) over the ticks
-  published in the window; the trial holds 10 Hz if every subscriber got >= 95%;
-* ``p99_ms``: the 99th percentile of tick-send-to-receipt over every message or push;
-* ``useful_fraction``: rows delivered inside the subscriber's box over rows delivered;
-* ``bytes_per_useful_update``: bytes the subscribers' sockets received (TCP_INFO's
-  ``tcpi_bytes_received``: frames and packets with their headers) over the rows delivered
-  inside a box.
-
-A trial passes when it holds 10 Hz with p99 <= 100 ms. ``max_subscribers``: N doubles from
-START until a trial fails (or reaches LIMIT), then is bisected twice. The clients share the two
-cores with the brokers and publishers: a most-subscribers figure here is the machine's, clients
-included, for both alike.
+The subscribers are compiled and spread over ``--processes`` processes: MQTT ones in C over
+libmosquitto (``mqttload subscribe``: every connection on one epoll set), relay ones over
+picows (``bench/boxclients.py``, pushes decoded in bulk with numpy). Each counts what it got in
+the window (distinct ticks, rows, rows inside its box, bytes on its socket) and each message's
+latency from the tick's send to receipt. Per trial the broker's, the publisher's and each
+client process's CPU are sampled over the window: a trial where a process of the benchmark's
+own used more than 0.8 of a core is invalid (``fanout.testing.spatial.judge``), and the search
+stops there, saying so (``bound``: ``clients``), rather than charge the broker with it.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
+import math
 import multiprocessing as mp
+import os
+import shutil
 import socket
-import struct
 import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
-from dataclasses import dataclass, field
+from collections.abc import AsyncIterator, Callable
+from dataclasses import asdict, dataclass, field
+from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from fanout.client.subscriber import LiveView, Subscriber, connect
 from fanout.launch import running
-from fanout.mqtt import packets as p
-from fanout.mqtt.decoding import decode, split
-from fanout.mqtt.encoding import encode
+from fanout.testing import cpu
 from fanout.testing.ports import LOOPBACK, free_port
-from fanout.testing.world import AGENTS, TICK_RATE, VIEW_SIDE, WORLD, Entities, publisher_main
-from fanout.views import Box
+from fanout.testing.publisher import ScriptedPublisher, serving
+from fanout.testing.spatial import CELLS, Search, Verdict, boxes, cells_of, judge, tick_block
+from fanout.testing.world import TICK_RATE, Entities, publisher_main
+from fanout.wire.messages import Catalog
 
-CELL = VIEW_SIDE
-CELLS = int(np.ceil(WORLD / CELL))
-HEADER = struct.Struct("<qd")  # tick, send time (time.time())
-TARGET_DELIVERED = 0.95
-TARGET_P99_MS = 100.0
-MAX_PACKET = 16 << 20
-TCPI_BYTES_RECEIVED = 128  # offset in struct tcp_info (Linux 4.1 and later)
+HERE = Path(__file__).parent
+DRAIN = 1.0  # seconds after the window for its last messages to arrive
+READY_TIMEOUT = 180.0  # seconds a client process may take to connect and subscribe everyone
+CASES = ("mosquitto", "relay", "relay_mqtt")
+NOTE = (
+    "the brokers, the publisher and the compiled clients share the machine's cores (each"
+    " trial's CPU says how: broker_cores, publisher_cores, client_cores per process,"
+    " machine_cores with other tenants); a trial where a process of the benchmark's own used"
+    " more than 0.8 of a core is invalid and ends the search (bound: clients); on a loaded"
+    " machine (load_average_1m) p99 measures the load as much as the broker, CPU per useful row"
+    " much less so"
+)
+NEEDS = (
+    "bench/mqtt.py --spatial builds its MQTT clients in C against libmosquitto: install a C"
+    " compiler and libmosquitto's headers (Debian: apt-get install gcc libmosquitto-dev)"
+)
+
+
+def build_load(into: Path) -> Path:
+    """Compile ``bench/mqttload.c`` into ``into``; say clearly if cc or libmosquitto is missing."""
+    compiler = shutil.which("cc") or shutil.which("gcc")
+    if compiler is None:
+        raise SystemExit(f"{NEEDS} (no cc on PATH)")
+    binary = into / "mqttload"
+    command = [compiler, "-O2", "-o", str(binary), str(HERE / "mqttload.c"), "-lmosquitto"]
+    built = subprocess.run(command, capture_output=True, text=True, check=False)
+    if built.returncode != 0:
+        raise SystemExit(f"{NEEDS}; cc said:\n{built.stderr}")
+    return binary
+
+
+# -- publishers -----------------------------------------------------------------------------
+
+
+def cells_main(conn: Connection, port: int, entities: int, load: str) -> None:
+    """The per-cell publisher process: each tick, step the world, sort its rows by cell (numpy)
+    and hand them to ``mqttload publish``, which publishes one message a cell. Answers the
+    coordinator's ``report`` (the ticks sent, with their send times) until ``stop``."""
+    world = Entities(entities)
+    command = [load, "publish", LOOPBACK, str(port), str(CELLS)]
+    with subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE) as publisher:
+        assert publisher.stdin is not None and publisher.stdout is not None
+        if not publisher.stdout.readline():
+            raise RuntimeError("mqttload publish did not connect")
+        conn.send("ready")
+        period, next_tick, tick, sent = 1.0 / TICK_RATE, time.monotonic(), 0, []
+        while True:
+            next_tick += period
+            while conn.poll(max(0.0, next_tick - time.monotonic())):
+                if conn.recv() == "report":
+                    conn.send(sent)
+                else:
+                    publisher.stdin.close()
+                    return
+            world.step(period)
+            tick += 1
+            now = time.time()
+            publisher.stdin.write(tick_block(tick, now, world.ids, world.xy))
+            publisher.stdin.flush()
+            sent.append((tick, now))
 
 
 @dataclass
-class Counts:
-    """What one subscriber got in the window."""
+class Publisher:
+    """A publisher process the coordinator drives through a pipe (``report``, ``stop``)."""
 
-    box: tuple[float, float, float, float]
-    ticks: set[int] = field(default_factory=set)
-    latencies: list[float] = field(default_factory=list)
-    rows: int = 0
-    useful: int = 0
-    counting: bool = False
-    sock: socket.socket | None = None
-    received: int = 0  # bytes, in the window
+    process: Any
+    conn: Connection
 
-    def take(self, tick: int, sent: float, x: np.ndarray, y: np.ndarray) -> None:
-        """Rows (x, y) of ``tick``, sent at ``sent``."""
-        if not self.counting:
-            return
-        self.ticks.add(tick)
-        self.latencies.append((time.time() - sent) * 1000)
-        x0, y0, x1, y1 = self.box
-        self.rows += len(x)
-        self.useful += int(((x >= x0) & (x < x1) & (y >= y0) & (y < y1)).sum())
+    async def sent(self) -> list[tuple[int, float]]:
+        """(tick, send time) of every tick it sent so far."""
+        self.conn.send("report")
+        report = await asyncio.get_running_loop().run_in_executor(None, self.conn.recv)
+        return list(report["sent"] if isinstance(report, dict) else report)
 
-
-@dataclass
-class Trial:
-    """One N's result."""
-
-    subscribers: int
-    delivered_min: float
-    p99_ms: float
-    useful_fraction: float
-    bytes_per_useful_update: float
-
-    @property
-    def passed(self) -> bool:
-        return self.delivered_min >= TARGET_DELIVERED and self.p99_ms <= TARGET_P99_MS
-
-
-# -- Mosquitto ------------------------------------------------------------------------------
+    def stop(self) -> None:
+        with contextlib.suppress(OSError):
+            self.conn.send("stop")
+        self.process.join(10)
+        if self.process.is_alive():
+            self.process.kill()
 
 
 @contextlib.contextmanager
-def mosquitto() -> Iterator[int]:
-    """One Mosquitto on a free loopback port."""
+def publisher_process(target: Callable[..., None], *args: Any) -> Any:
+    """``target(conn, *args)`` in a process of its own, until the block ends; it sends one
+    message when ready (the world publisher its URL)."""
+    context = mp.get_context("spawn")
+    here, there = context.Pipe()
+    process = context.Process(target=target, args=(there, *args), daemon=True)
+    process.start()
+    there.close()
+    publisher = Publisher(process, here)
+    try:
+        yield publisher, here.recv()
+    finally:
+        publisher.stop()
+
+
+# -- brokers --------------------------------------------------------------------------------
+
+
+@dataclass
+class Case:
+    """A contender ready for trials: its broker, its publisher, how its clients start."""
+
+    name: str
+    broker_pid: int
+    publisher: Publisher
+    clients: list[str]  # the client process's command
+    topics: bool  # do its subscribers subscribe to cell topics
+
+
+@contextlib.contextmanager
+def mosquitto() -> Any:
+    """One Mosquitto on a free loopback port: (port, pid)."""
     port = free_port()
     with tempfile.TemporaryDirectory(prefix="fanout-mosquitto-") as home:
         config = Path(home) / "mosquitto.conf"
         config.write_text(f"listener {port} {LOOPBACK}\nallow_anonymous true\n")
         process = subprocess.Popen(["mosquitto", "-c", str(config)], stderr=subprocess.DEVNULL)
         try:
-            deadline = time.monotonic() + 10
-            while True:
-                try:
-                    socket.create_connection((LOOPBACK, port), 0.2).close()
-                    break
-                except OSError:
-                    if time.monotonic() > deadline:
-                        raise
-                    time.sleep(0.05)
-            yield port
+            _wait_port(port)
+            yield port, process.pid
         finally:
             process.terminate()
             process.wait(10)
 
 
-def cells_main(port: int, entities: int, stop: Any) -> None:
-    """The per-cell publisher process: each tick, every cell's rows as one message."""
-    world = Entities(entities)
-    with socket.create_connection((LOOPBACK, port)) as sock:
-        sock.sendall(encode(p.Connect("cells", p.V311, keepalive=0), p.V311))
-        sock.recv(4)  # CONNACK
-        period, next_tick, tick = 1.0 / TICK_RATE, time.monotonic(), 0
-        while not stop.is_set():
-            next_tick += period
-            time.sleep(max(0.0, next_tick - time.monotonic()))
-            world.step(period)
-            tick += 1
-            cx = np.clip((world.xy[0] // CELL).astype(np.int64), 0, CELLS - 1)
-            cy = np.clip((world.xy[1] // CELL).astype(np.int64), 0, CELLS - 1)
-            order = np.lexsort((cy, cx))
-            cell = (cx * CELLS + cy)[order]
-            bounds = np.searchsorted(cell, np.arange(CELLS * CELLS + 1))
-            ids = world.ids[order]
-            xy = world.xy[:, order].astype("<f4")
-            header = HEADER.pack(tick, time.time())
-            packets = []
-            for n in range(CELLS * CELLS):
-                a, b = bounds[n], bounds[n + 1]
-                payload = header + ids[a:b].tobytes() + xy[0, a:b].tobytes() + xy[1, a:b].tobytes()
-                topic = f"cells/{n // CELLS}/{n % CELLS}"
-                packets.append(encode(p.Publish(topic, payload), p.V311))
-            sock.sendall(b"".join(packets))
+def _wait_port(port: int) -> None:
+    deadline = time.monotonic() + 20
+    while True:
+        try:
+            socket.create_connection((LOOPBACK, port), 0.2).close()
+            return
+        except OSError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.05)
 
 
-def cells_of(box: tuple[float, float, float, float]) -> list[str]:
-    """The cell topics ``box`` overlaps."""
-    x0, y0, x1, y1 = box
-    xs = range(int(x0 // CELL), min(int((x1 - 1e-9) // CELL), CELLS - 1) + 1)
-    ys = range(int(y0 // CELL), min(int((y1 - 1e-9) // CELL), CELLS - 1) + 1)
-    return [f"cells/{cx}/{cy}" for cx in xs for cy in ys]
-
-
-async def mqtt_subscriber(port: int, name: str, counts: Counts, ready: asyncio.Event) -> None:
-    """An MQTT 3.1.1 subscriber to its box's cells, until cancelled."""
-    reader, writer = await asyncio.open_connection(LOOPBACK, port)
-    counts.sock = writer.get_extra_info("socket")
-    try:
-        writer.write(encode(p.Connect(name, p.V311, keepalive=0), p.V311))
-        filters = tuple((topic, 0) for topic in cells_of(counts.box))
-        writer.write(encode(p.Subscribe(1, filters), p.V311))
-        buffer = bytearray()
-        while True:
-            data = await reader.read(1 << 16)
-            if not data:
-                raise ConnectionError(f"{name}: Mosquitto closed the connection")
-            buffer += data
-            while (found := split(buffer, MAX_PACKET)) is not None:
-                first, body, taken = found
-                del buffer[:taken]
-                packet = decode(first, body, p.V311)
-                if isinstance(packet, p.SubAck):
-                    ready.set()
-                elif isinstance(packet, p.Publish):
-                    tick, sent = HEADER.unpack_from(packet.payload)
-                    rows = (len(packet.payload) - HEADER.size) // 16
-                    at = HEADER.size + rows * 8
-                    x = np.frombuffer(packet.payload, "<f4", rows, at)
-                    y = np.frombuffer(packet.payload, "<f4", rows, at + rows * 4)
-                    counts.take(tick, sent, x, y)
-    finally:
-        writer.close()
-
-
-# -- fanout ---------------------------------------------------------------------------------
-
-
-async def fanout_subscriber(url: str, name: str, counts: Counts, ready: asyncio.Event) -> None:
-    """A fanout subscriber holding its box at 10 pushes a second, until cancelled."""
-    x0, y0, x1, y1 = counts.box
-    subscriber: Subscriber
-    async with connect(url, name=name) as subscriber:
-        view: LiveView = await subscriber.subscribe(Box((x0, y0), (x1, y1)), AGENTS.name, 10.0)
-        counts.sock = subscriber._websocket.transport.get_extra_info("socket")
-        ready.set()
-        async for update in view:
-            for rows in (update.entered, update.updated):
-                if "x" in rows:
-                    counts.take(update.tick, update.tick_time, rows["x"], rows["y"])
-            if update.no_update:
-                counts.take(update.tick, update.tick_time, np.empty(0), np.empty(0))
+@contextlib.asynccontextmanager
+async def case(name: str, entities: int, load: Path, logs: Path) -> AsyncIterator[Case]:
+    """Start contender ``name``'s broker and publisher; stop them when the block ends."""
+    mqtt_clients = [str(load), "subscribe", LOOPBACK]
+    if name == "mosquitto":
+        with (
+            mosquitto() as (port, pid),
+            publisher_process(cells_main, port, entities, str(load)) as (publisher, _),
+        ):
+            yield Case(name, pid, publisher, [*mqtt_clients, str(port)], True)
+    elif name == "relay_mqtt":
+        port = free_port()
+        async with serving(ScriptedPublisher(Catalog([]))) as url:
+            args = ["--publisher", url, "--port", "0", "--mqtt-port", str(port)]
+            args += ["--read-rate", "0"]  # the cells publisher sends 10,240 messages a second
+            async with running("relay", args, logs / "relay_mqtt.log") as relay:
+                with publisher_process(cells_main, port, entities, str(load)) as (publisher, _):
+                    yield Case(name, relay.pid, publisher, [*mqtt_clients, str(port)], True)
+    else:
+        with publisher_process(publisher_main, entities) as (publisher, url):
+            args = ["--publisher", url, "--port", "0"]
+            async with running("relay", args, logs / "relay.log") as relay:
+                command = [sys.executable, str(HERE / "boxclients.py"), relay.url]
+                yield Case(name, relay.pid, publisher, command, False)
 
 
 # -- trials ---------------------------------------------------------------------------------
 
 
-def _received(sock: socket.socket | None) -> int:
-    """Bytes ``sock`` received so far (Linux ``struct tcp_info``'s ``tcpi_bytes_received``)."""
-    if sock is None:
-        raise RuntimeError("a subscriber has no socket")
-    info = sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_INFO, 256)
-    return int(struct.unpack_from("<Q", info, TCPI_BYTES_RECEIVED)[0])
+class Clients:
+    """One client process: its subscribers' lines in, ``ready``, the window, its report out."""
+
+    def __init__(self, process: asyncio.subprocess.Process) -> None:
+        self.process = process
+
+    @classmethod
+    async def start(cls, command: list[str], lines: list[str], log: Path) -> Clients:
+        with log.open("ab") as stderr:
+            process = await asyncio.create_subprocess_exec(
+                *command,
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=stderr,
+                limit=1 << 30,  # the last line holds every latency
+            )
+        clients = cls(process)
+        clients.write(f"{len(lines)}\n" + "".join(f"{line}\n" for line in lines))
+        return clients
+
+    def write(self, text: str) -> None:
+        assert self.process.stdin is not None
+        self.process.stdin.write(text.encode())
+
+    async def line(self) -> dict[str, Any]:
+        assert self.process.stdout is not None
+        line = await self.process.stdout.readline()
+        if not line:
+            await self.process.wait()
+            raise RuntimeError(f"a client process exited ({self.process.returncode}): see its log")
+        found: dict[str, Any] = json.loads(line)
+        return found
+
+    async def report(self, count: int) -> tuple[list[dict[str, Any]], list[float]]:
+        """Each subscriber's counts and every latency sample (ms)."""
+        subscribers = [await self.line() for _ in range(count)]
+        return subscribers, (await self.line())["latencies_ms"]
+
+    async def stop(self) -> None:
+        if self.process.returncode is None:
+            with contextlib.suppress(ProcessLookupError):
+                self.process.kill()
+        await self.process.wait()
 
 
-async def trial(
-    kind: str, target: str | int, subscribers: int, *, warmup: float, window: float, seed: int
-) -> Trial:
-    """Run ``subscribers`` subscribers of ``kind`` against ``target``; measure one window."""
-    rng = np.random.default_rng(seed)
-    counts = [
-        Counts((x, y, x + VIEW_SIDE, y + VIEW_SIDE))
-        for x, y in rng.uniform(0, WORLD - VIEW_SIDE, (subscribers, 2))
-    ]
-    tasks, readies = [], []
-    for n, mine in enumerate(counts):
-        ready = asyncio.Event()
-        readies.append(ready)
-        if kind == "mosquitto":
-            work = mqtt_subscriber(int(target), f"s{n}", mine, ready)
-        else:
-            work = fanout_subscriber(str(target), f"s{n}", mine, ready)
-        tasks.append(asyncio.create_task(work))
+@dataclass
+class Trial:
+    """One N: what was measured, and the verdict (``fanout.testing.spatial.judge``)."""
+
+    subscribers: int
+    verdict: Verdict = "fail"
+    delivered_min: float = 0.0
+    p50_ms: float = math.nan
+    p99_ms: float = math.nan
+    lost: int = 0
+    useful_fraction: float = 0.0
+    useful_rows_per_s: float = 0.0
+    messages_per_s: float = 0.0
+    bytes_per_useful_row: float = math.nan
+    broker_cores: float = 0.0
+    broker_cpu_us_per_useful_row: float = math.nan
+    publisher_cores: float = 0.0
+    client_cores: list[float] = field(default_factory=list)
+    machine_cores: float = math.nan
+    load_average: float = 0.0
+    trial_s: float = 0.0  # wall-clock seconds the trial took, connecting included
+    error: str = ""  # why the subscribers could not all be subscribed, if so
+
+
+def lines_for(chosen: list[tuple[float, float, float, float]], topics: bool) -> list[str]:
+    """The client process's input lines: a box and, for MQTT, its cells' topics."""
+    out = []
+    for box in chosen:
+        cells = cells_of(box) if topics else []
+        out.append(" ".join([*(f"{v:.3f}" for v in box), str(len(cells)), *cells]))
+    return out
+
+
+async def trial(contender: Case, n: int, args: Any, logs: Path) -> Trial:
+    """``n`` subscribers of ``contender``: connect, warm up, measure a window, judge."""
+    began = time.monotonic()
+    everyone = boxes(n, seed=n)
+    count = min(args.processes, n)
+    groups = [everyone[i::count] for i in range(count)]
+    log = logs / f"{contender.name}-{n}-clients.log"
+    clients: list[Clients] = []
     try:
-        waits = [asyncio.create_task(r.wait()) for r in readies]
-        await asyncio.wait_for(asyncio.gather(*waits), 120)
-        await asyncio.sleep(warmup)
-        for mine in counts:
-            mine.counting = True
-            mine.received = -_received(mine.sock)
-        await asyncio.sleep(window)
-        for mine in counts:
-            mine.counting = False
-            mine.received += _received(mine.sock)
-        read = sum(mine.received for mine in counts)
-        for task in tasks:
-            if task.done() and task.exception() is not None:
-                raise RuntimeError(f"a {kind} subscriber failed") from task.exception()
-    finally:
-        for task in tasks:
-            task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
-    expected = window * TICK_RATE
-    latencies = [v for mine in counts for v in mine.latencies]
-    rows = sum(mine.rows for mine in counts)
-    useful = sum(mine.useful for mine in counts)
-    return Trial(
-        subscribers,
-        round(min(min(len(mine.ticks) / expected, 1.0) for mine in counts), 3),
-        round(float(np.percentile(latencies, 99)), 1) if latencies else float("inf"),
-        round(useful / rows, 3) if rows else 0.0,
-        round(read / useful, 1) if useful else float("inf"),
-    )
-
-
-async def search(
-    kind: str, target: str | int, start_n: int, limit: int, *, warmup: float, window: float
-) -> tuple[int, list[Trial]]:
-    """The most subscribers that pass: doubling from ``start_n``, then two bisections."""
-    trials: list[Trial] = []
-    best, n, failed = 0, start_n, None
-    while n <= limit:
-        result = await trial(kind, target, n, warmup=warmup, window=window, seed=n)
-        trials.append(result)
-        print(f"spatial {kind} {result}", file=sys.stderr, flush=True)
-        if not result.passed:
-            failed = n
-            break
-        best, n = n, n * 2
-    for _ in range(2):
-        if failed is None or failed - best <= 1:
-            break
-        middle = (best + failed) // 2
-        result = await trial(kind, target, middle, warmup=warmup, window=window, seed=middle)
-        trials.append(result)
-        print(f"spatial {kind} {result}", file=sys.stderr, flush=True)
-        best, failed = (middle, failed) if result.passed else (best, middle)
-    return best, trials
-
-
-async def spatial(
-    entities: int, start_n: int, limit: int, *, warmup: float, window: float, logs: Path
-) -> dict[str, Any]:
-    """Both cases, one after the other; the JSON keys of ``bench/mqtt.py``'s spatial part."""
-    context = mp.get_context("spawn")
-    results: dict[str, Any] = {"spatial_entities": entities, "spatial_window_s": window}
-    with mosquitto() as port:
-        stop = context.Event()
-        cells = context.Process(target=cells_main, args=(port, entities, stop), daemon=True)
-        cells.start()
+        for group in groups:
+            clients.append(
+                await Clients.start(contender.clients, lines_for(group, contender.topics), log)
+            )
         try:
-            best, trials = await search(
-                "mosquitto", port, start_n, limit, warmup=warmup, window=window
-            )
-        finally:
-            stop.set()
-            cells.join(10)
-    results["mosquitto_max_subscribers"] = best
-    results["mosquitto_useful_fraction"] = trials[0].useful_fraction
-    results["mosquitto_bytes_per_useful_update"] = trials[0].bytes_per_useful_update
-    results["mosquitto_trials"] = [t.__dict__ for t in trials]
-    here, there = context.Pipe()
-    world = context.Process(target=publisher_main, args=(there, entities), daemon=True)
-    world.start()
-    try:
-        url = await asyncio.get_running_loop().run_in_executor(None, here.recv)
-        args = ["--publisher", url, "--port", "0"]
-        async with running("relay", args, logs / "spatial.log") as relay:
-            best, trials = await search(
-                "relay", relay.url, start_n, limit, warmup=warmup, window=window
-            )
+            for client in clients:
+                await asyncio.wait_for(client.line(), READY_TIMEOUT)
+        except (TimeoutError, RuntimeError) as exc:  # the broker refused or dropped them
+            why = f"not every subscriber got subscribed: {exc or 'timeout'}; see {log}"
+            print(f"spatial {contender.name} {n}: {why}", file=sys.stderr, flush=True)
+            return Trial(n, "fail", lost=n, error=why, load_average=os.getloadavg()[0])
+        start = time.time() + args.warmup
+        end = start + args.window
+        for client in clients:
+            client.write(f"window {start:.6f} {end:.6f} {DRAIN}\n")
+        samples = []
+        for moment in (start, end):
+            await asyncio.sleep(max(0.0, moment - time.time()))
+            samples.append(sample(contender, clients))
+        reports = [
+            await client.report(len(group)) for client, group in zip(clients, groups, strict=True)
+        ]
     finally:
-        here.send("stop")
-        world.join(10)
-    results["relay_max_subscribers"] = best
-    results["relay_useful_fraction"] = trials[0].useful_fraction
-    results["relay_bytes_per_useful_update"] = trials[0].bytes_per_useful_update
-    results["relay_trials"] = [t.__dict__ for t in trials]
-    return results
+        for client in clients:
+            await client.stop()
+    sent = await contender.publisher.sent()
+    result = evaluate(Trial(n), samples, reports, sum(1 for _, at in sent if start <= at <= end))
+    result.trial_s = round(time.monotonic() - began, 1)
+    return result
+
+
+def sample(contender: Case, clients: list[Clients]) -> dict[str, Any]:
+    """CPU samples of everything the trial runs, and the machine's."""
+    return {
+        "broker": cpu.process_tree(contender.broker_pid),
+        "publisher": cpu.process_tree(contender.publisher.process.pid),
+        "clients": [cpu.process_tree(c.process.pid) for c in clients],
+        "machine": cpu.machine(),
+    }
+
+
+def evaluate(
+    result: Trial,
+    samples: list[dict[str, Any]],
+    reports: list[tuple[list[dict[str, Any]], list[float]]],
+    ticks: int,
+) -> Trial:
+    """A trial's measures from its CPU samples, its clients' reports and the ticks sent."""
+    before, after = samples
+    wall = after["machine"].at - before["machine"].at if after["machine"] else 0.0
+    counts = [s for subscribers, _ in reports for s in subscribers]
+    latencies = np.array([v for _, samples_ms in reports for v in samples_ms])
+    rows = sum(s["rows"] for s in counts)
+    useful = sum(s["useful"] for s in counts)
+    result.delivered_min = round(min(min(s["ticks"] / max(ticks, 1), 1.0) for s in counts), 3)
+    result.lost = sum(s["lost"] for s in counts)
+    if len(latencies):
+        result.p50_ms = round(float(np.percentile(latencies, 50)), 1)
+        result.p99_ms = round(float(np.percentile(latencies, 99)), 1)
+    window = after["broker"].at - before["broker"].at
+    result.useful_fraction = round(useful / rows, 3) if rows else 0.0
+    result.useful_rows_per_s = round(useful / window)
+    result.messages_per_s = round(sum(s["messages"] for s in counts) / window)
+    if useful:
+        result.bytes_per_useful_row = round(sum(s["bytes"] for s in counts) / useful, 1)
+        broker_seconds = after["broker"].seconds - before["broker"].seconds
+        result.broker_cpu_us_per_useful_row = round(broker_seconds / useful * 1e6, 3)
+    result.broker_cores = round(after["broker"].cores_since(before["broker"]), 3)
+    result.publisher_cores = round(after["publisher"].cores_since(before["publisher"]), 3)
+    result.client_cores = [
+        round(a.cores_since(b), 3) for a, b in zip(after["clients"], before["clients"], strict=True)
+    ]
+    if wall:
+        result.machine_cores = round(after["machine"].cores_since(before["machine"]), 3)
+    result.load_average = round(os.getloadavg()[0], 2)
+    own = [*result.client_cores, result.publisher_cores]
+    result.verdict = judge(result.delivered_min, result.p99_ms, own, result.lost)
+    return result
+
+
+async def search(contender: Case, args: Any, logs: Path) -> tuple[Search, list[Trial]]:
+    """The most subscribers ``contender`` holds (``fanout.testing.spatial.Search``)."""
+    found = Search(args.start, args.limit, args.bisections)
+    trials = []
+    while (n := found.next()) is not None:
+        result = await trial(contender, n, args, logs)
+        found.record(n, result.verdict)
+        trials.append(result)
+        print(f"spatial {contender.name} {json.dumps(asdict(result))}", file=sys.stderr, flush=True)
+    return found, trials
+
+
+async def one_run(args: Any, load: Path, logs: Path) -> dict[str, Any]:
+    """Each contender's search, one after the other."""
+    run: dict[str, Any] = {}
+    for name in args.cases:
+        async with case(name, args.entities, load, logs) as contender:
+            found, trials = await search(contender, args, logs)
+        top = next((t for t in trials if t.subscribers == found.best), None)
+        run[f"{name}_max_subscribers"] = found.best
+        run[f"{name}_bound"] = found.bound
+        run[f"{name}_cpu_us_per_useful_row"] = top.broker_cpu_us_per_useful_row if top else None
+        run[f"{name}_useful_fraction"] = trials[0].useful_fraction
+        run[f"{name}_bytes_per_useful_row"] = trials[0].bytes_per_useful_row
+        run[f"{name}_trials"] = [asdict(t) for t in trials]
+    return run
+
+
+SUMMARIZED = ("max_subscribers", "cpu_us_per_useful_row", "useful_fraction", "bytes_per_useful_row")
+
+
+def summarize(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    """Medians of the runs and spreads (max - min), each run's bound and trials."""
+    result: dict[str, Any] = {}
+    for name in [n for n in CASES if f"{n}_bound" in runs[0]]:
+        for measure in SUMMARIZED:
+            values = [r[f"{name}_{measure}"] for r in runs if r[f"{name}_{measure}"] is not None]
+            key = f"{name}_{measure}"
+            median = float(np.median(values)) if values else None
+            if measure == "max_subscribers" and median is not None:
+                median = int(median)  # of an odd number of runs: one run's figure
+            result[key] = round(median, 3) if median is not None else None
+            result[f"{key}_spread"] = round(max(values) - min(values), 3) if values else None
+        result[f"{name}_bounds"] = [r[f"{name}_bound"] for r in runs]
+    result["spatial_trials"] = [
+        {n: r[f"{n}_trials"] for n in CASES if f"{n}_trials" in r} for r in runs
+    ]
+    return result
+
+
+async def spatial_runs(args: Any) -> dict[str, Any]:
+    """``args.runs`` runs of the three contenders: the JSON keys of ``bench/mqtt.py --spatial``."""
+    began = time.monotonic()
+    with tempfile.TemporaryDirectory(prefix="fanout-bench-spatial-") as temp:
+        load = build_load(Path(temp))
+        logs = Path(args.logs)
+        logs.mkdir(parents=True, exist_ok=True)  # noqa: ASYNC240 (before any trial starts)
+        runs = [await one_run(args, load, logs) for _ in range(args.runs)]
+    result: dict[str, Any] = {
+        "spatial_runs": args.runs,
+        "spatial_entities": args.entities,
+        "spatial_window_s": args.window,
+        "spatial_client_processes": args.processes,
+        "spatial_elapsed_s": round(time.monotonic() - began),
+        "spatial_note": NOTE,
+    }
+    return {**result, **summarize(runs)}
