@@ -5,6 +5,7 @@ against what was published: lost, duplicated (QoS 2), reordered per topic."""
 from __future__ import annotations
 
 import threading
+from typing import Any
 
 import paho.mqtt.client as mqtt
 from paho.mqtt.enums import CallbackAPIVersion
@@ -50,10 +51,12 @@ class MqttClient:
         self.client.loop_start()
 
 
-def mqtt_audit(got: list[tuple[str, str]], sent: dict[str, int], qos: int) -> dict[str, int]:
+def mqtt_audit(got: list[tuple[str, str]], sent: dict[str, int], qos: int) -> dict[str, Any]:
     """One subscriber's messages against what was published on each topic (payload ``n``,
-    1..sent[topic], one publisher per topic): lost, duplicated, reordered (per topic)."""
+    1..sent[topic], one publisher per topic): lost, duplicated, reordered (per topic), and the
+    first lost numbers (a message's number over 20 is about when it was published, in s)."""
     lost = duplicated = reordered = 0
+    missing: list[int] = []
     for topic, count in sent.items():
         numbers = [int(payload) for name, payload in got if name == topic]
         seen: set[int] = set()
@@ -65,5 +68,8 @@ def mqtt_audit(got: list[tuple[str, str]], sent: dict[str, int], qos: int) -> di
             seen.add(number)
             reordered += int(number < last)
             last = max(last, number)
-        lost += count - len(seen & set(range(1, count + 1)))
-    return {"lost": lost, "duplicated": duplicated if qos == 2 else 0, "reordered": reordered}
+        gone = sorted(set(range(1, count + 1)) - seen)
+        lost += len(gone)
+        missing += gone[:20]
+    duplicated = duplicated if qos == 2 else 0
+    return {"lost": lost, "duplicated": duplicated, "reordered": reordered, "missing": missing}

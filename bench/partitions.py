@@ -373,9 +373,12 @@ def audits(run: Run) -> dict[str, Any]:
                     problems.append(f"{follower.box} at seq {seq}: {'; '.join(differences)}")
     mqtt_found = {"lost": 0, "duplicated": 0, "reordered": 0}
     q2_duplicates = 0
+    by_client: dict[str, Any] = {}
     for clients, topic, qos in ((run.q1, "q1/a", 1), (run.q2, "q2/a", 2)):
-        for client in clients:
+        for at, client in zip(("b", "c"), clients, strict=True):
             found = mqtt_audit(client.received(), {topic: run.sent[topic]}, qos)
+            if found["lost"] or found["duplicated"] or found["reordered"]:
+                by_client[f"{topic} at {at}"] = found
             mqtt_found["lost"] += found["lost"]
             mqtt_found["reordered"] += found["reordered"]
             q2_duplicates += found["duplicated"]
@@ -384,6 +387,7 @@ def audits(run: Run) -> dict[str, Any]:
     return {
         "every": totals,
         "mqtt": mqtt_found,
+        "mqtt_problems": by_client,
         "qos2_duplicates": q2_duplicates,
         "share_lost": shared_lost,
         "latest_views": latest | {"problems": problems[:10]},
