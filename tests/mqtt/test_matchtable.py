@@ -18,7 +18,7 @@ from redis.asyncio.cluster import RedisCluster
 
 from fanout.mqtt.matchtable import MatchTable
 from fanout.testing.redis import throwaway_redis_cluster
-from fanout.testing.wait import eventually
+from fanout.testing.wait import NotYet, eventually
 
 RELAYS = ("r1", "r2", "r3")
 namespaces = (f"t{n}:" for n in itertools.count())
@@ -214,6 +214,12 @@ async def test_a_relay_past_its_lease_is_matched_while_linked_and_swept_once_its
             await alive.renew()
             return await alive.sweep()
 
+        async def swept_unless_linked() -> list[str]:
+            await alive.renew()
+            return await alive.sweep(linked=["stalled"])
+
+        with pytest.raises(NotYet):  # a relay holding a link to it never sweeps it
+            await eventually(swept_unless_linked, lambda relays: relays != [], timeout=2)
         await eventually(swept, lambda relays: relays == ["stalled"], timeout=10)
         assert (await alive.match("a/b", linked=["stalled"])).relays == set()
     finally:

@@ -219,7 +219,7 @@ class Cluster:
         for relay in [r for r, link in self._links.items() if link.unacked]:
             await self._flush(relay)  # a broken link is opened again (rule 5)
         if sweep:
-            for relay in await self.table.sweep():
+            for relay in await self.table.sweep(self._linked()):
                 log.info("mqtt cluster: swept relay %s (lease expired)", relay)
         await self.table.follow_invalidations()
 
@@ -266,8 +266,7 @@ class Cluster:
     async def _forward(self, message: p.Publish, origin: str) -> None:
         # A relay this one holds a connection to is alive, whatever its lease says: one that
         # stalled past its lease (a loaded host) still reads what is forwarded to it.
-        linked = [relay for relay, writer in self._peers.items() if not writer.is_closing()]
-        matches = await self.table.match(message.topic, linked)
+        matches = await self.table.match(message.topic, self._linked())
         me = self.table.relay
         targets: dict[str, tuple[bool, list[str]]] = {
             relay: (True, []) for relay in matches.relays if relay != me
@@ -289,6 +288,10 @@ class Cluster:
             link.add(functools.partial(_numbered, me, (message, origin, plain, shares)))
             self.forwarded += 1
             await self._flush(relay)
+
+    def _linked(self) -> list[str]:
+        """The relays this one holds an open connection to: alive, whatever their lease says."""
+        return [relay for relay, writer in self._peers.items() if not writer.is_closing()]
 
     async def _flush(self, relay: str) -> None:
         """Write what ``relay``'s link has not written yet, (re)connecting first (rule 5)."""

@@ -147,14 +147,14 @@ class MatchTable:
             await self._decrement(keys=[self.namespace + prefix], args=[name, count])
         await self._invalidate([prefix for prefix, _ in fields])
 
-    async def sweep(self) -> list[str]:
-        """Remove the filters of every relay whose lease and address expired (rule 4); the
-        relays swept."""
+    async def sweep(self, linked: Collection[str] = ()) -> list[str]:
+        """Remove the filters of every relay whose lease and address expired (rule 4) but those
+        in ``linked`` (the caller's open links say they live); the relays swept."""
         swept = []
         for raw in await self.redis.smembers(self.namespace + "relays"):
             relay = raw.decode() if isinstance(raw, bytes) else raw
             keys = (self._lease_key(relay), self.address_key(relay))
-            if relay == self.relay or await self.redis.exists(*keys):
+            if relay == self.relay or relay in linked or await self.redis.exists(*keys):
                 continue
             claimed = self._filters_key(relay) + ":swept"
             try:
