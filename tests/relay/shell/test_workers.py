@@ -1,0 +1,237 @@
+"""A relay served by a leader and its workers (``relay.shell.workers``, ``fanout relay --workers``).
+
+The pure parts: each process's configuration derived from the relay's, the checks of what
+workers cannot do yet, the port held for them, and the leader's ``/metrics``, the workers'
+summed (against sums taken by hand of what each rendered). One real deployment: a scripted
+publisher and ``fanout relay --workers 2`` as a user starts it, subscribers on its one port.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import os
+import signal
+import socket
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from fanout.auth import AuthConfig
+from fanout.client import connect
+from fanout.errors import ConfigError
+from fanout.launch import running
+from fanout.metrics import Histogram, Sample, render, scrape
+from fanout.relay.config import Cluster, Limits, Listening, Mqtt, Process, RelayConfig, Upstream
+from fanout.relay.shell.summing import merged, summed
+from fanout.relay.shell.workers import leader_config, reserved, worker_config
+from fanout.testing.catalog import catalog
+from fanout.testing.ports import free_port
+from fanout.testing.publisher import ScriptedPublisher, serving
+from fanout.testing.wait import eventually
+from fanout.views import Box
+
+RELAY = RelayConfig(
+    Upstream("ws://publisher:7700", token="relay-token", keepalive=7.0),
+    name="edge",
+    listening=Listening("0.0.0.0", 7701, serve_relays=True),
+    limits=Limits(queue_limit=9),
+    process=Process(workers=3, workers_port=7799),
+    auth=AuthConfig("HS256", "s" * 32),
+    mqtt=Mqtt(port=1883),
+)
+
+
+def test_a_worker_is_an_edge_relay_of_its_leader_on_the_relays_port() -> None:
+    worker = worker_config(RELAY, 2, 7701, "ws://127.0.0.1:7799", "secret")
+    assert worker.upstream == Upstream("ws://127.0.0.1:7799", token="secret", keepalive=7.0)
+    assert worker.listening == dataclasses.replace(RELAY.listening, reuse_port=True)
+    assert (worker.name, worker.process.workers) == ("edge-2", 1)
+    assert (worker.mqtt, worker.cluster) == (Mqtt(), Cluster())  # MQTT is the leader's
+    assert (worker.limits, worker.auth, worker.planning) == (
+        RELAY.limits,
+        RELAY.auth,
+        RELAY.planning,
+    )
+
+
+def test_the_leader_listens_on_loopback_for_its_workers_and_keeps_the_rest() -> None:
+    leader = leader_config(RELAY)
+    assert leader.listening == Listening("127.0.0.1", 7799, serve_relays=True)
+    assert (leader.upstream, leader.mqtt, leader.auth) == (RELAY.upstream, RELAY.mqtt, RELAY.auth)
+
+
+@pytest.mark.parametrize(
+    ("make", "message"),
+    [
+        (lambda: Process(workers=0), "workers must be >= 1"),
+        (lambda: Process(workers_port=70000), "workers_port"),
+        (lambda: {"cluster": Cluster(registry="redis://r:6379")}, "map of responsibility"),
+        (lambda: {"mqtt": Mqtt(port=1883, websocket=True)}, "--mqtt-websocket"),
+    ],
+)
+def test_what_workers_cannot_do_yet_is_refused(make: Callable[[], object], message: str) -> None:
+    with pytest.raises(ConfigError, match=message):
+        sections = make()
+        assert isinstance(sections, dict)
+        RelayConfig(Upstream("ws://p:1"), process=Process(workers=2), **sections)
+
+
+def test_the_port_is_held_for_the_workers_and_shared_by_them_alone() -> None:
+    with reserved("127.0.0.1", 0) as port:
+        with socket.socket() as stranger, pytest.raises(OSError):
+            stranger.bind(("127.0.0.1", port))
+        with socket.socket() as worker:
+            worker.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+            worker.bind(("127.0.0.1", port))
+            worker.listen()
+
+
+BOUNDS = (0.01, 0.1, 1.0)
+NAMES = ("relay_pushes", "relay_rows", "relay_upstream_connected")
+one_worker = st.fixed_dictionaries(
+    {
+        "values": st.tuples(*(st.integers(0, 10**9) for _ in NAMES)),
+        "observed": st.lists(st.sampled_from((0.005, 0.05, 0.5, 5.0)), max_size=20),
+    }
+)
+
+
+def _rendered(values: tuple[int, ...], observed: list[float]) -> str:
+    samples: list[Sample | Histogram] = [
+        Sample(name, "counter" if i == 0 else "gauge", "h", value)
+        for i, (name, value) in enumerate(zip(NAMES, values, strict=True))
+    ]
+    histogram = Histogram("relay_tick_to_push_seconds", "h", BOUNDS)
+    for value in observed:
+        histogram.observe(value)
+    samples += [histogram, Sample("relay_worker", "gauge", "h", 1, {"worker": "1"})]
+    return render(samples).decode()
+
+
+@settings(max_examples=30, deadline=None)
+@given(st.lists(one_worker, min_size=1, max_size=4))
+def test_the_leaders_metrics_are_its_workers_summed(workers: list[dict[str, object]]) -> None:
+    texts = [_rendered(w["values"], w["observed"]) for w in workers]  # type: ignore[arg-type]
+    by_name = {sample.name: sample for sample in summed(texts)}
+    for i, name in enumerate(NAMES[:2]):
+        total = sum(w["values"][i] for w in workers)  # type: ignore[index]
+        assert by_name[name].value == total  # type: ignore[union-attr]
+    assert "relay_upstream_connected" not in by_name  # the leader's own link, not a sum
+    assert "relay_worker" not in by_name
+    histogram = by_name["relay_tick_to_push_seconds"]
+    assert isinstance(histogram, Histogram)
+    every = [value for w in workers for value in w["observed"]]  # type: ignore[attr-defined]
+    assert histogram.count == len(every)
+    assert histogram.counts == [
+        sum(1 for v in every if v == bucket) for bucket in (0.005, 0.05, 0.5, 5.0)
+    ]
+    assert histogram.total == pytest.approx(sum(every))
+    assert by_name["relay_workers_cpu_seconds"].value >= 0  # type: ignore[union-attr]
+    own: list[Sample | Histogram] = [
+        Sample("relay_upstream_connected", "gauge", "h", 1),
+        Sample("relay_pushes", "counter", "h", 5),
+        Sample("mqtt_clients", "gauge", "h", 3),
+    ]
+    answer = {sample.name: sample for sample in merged(own, summed(texts))}
+    assert answer["relay_upstream_connected"].value == 1  # type: ignore[union-attr]
+    assert answer["relay_pushes"].value == by_name["relay_pushes"].value  # type: ignore[union-attr]
+    assert answer["mqtt_clients"].value == 3  # type: ignore[union-attr]
+
+
+# -- a real deployment -------------------------------------------------------------------------
+
+BOX = Box((0, 0), (100, 100))
+ROWS = 20
+
+
+def _tick(seq: int) -> dict[str, list[float]]:
+    """The agents at ``seq``: all inside ``BOX``, moving."""
+    ids = list(range(ROWS))
+    return {"id": ids, "x": [float(i * 4 + seq % 7) for i in ids], "y": [float(seq % 50)] * ROWS}
+
+
+async def _publish(publisher: ScriptedPublisher, stop: asyncio.Event) -> None:
+    while not stop.is_set():
+        seq = publisher.next_seq.get("agents", 0)
+        await publisher.send(_tick(seq), snapshots=publisher.take_fresh())
+        await asyncio.sleep(0.1)
+
+
+def _by_worker(url: str, workers: int) -> dict[str, dict[str, float]]:
+    """Each worker's ``/metrics``, read on the shared port until every one has answered."""
+    seen: dict[str, dict[str, float]] = {}
+    while len(seen) < workers:
+        values = scrape(url)
+        seen[next(key for key in values if key.startswith("fanout_relay_worker{"))] = values
+    return seen
+
+
+@pytest.mark.integration
+@pytest.mark.no_spark_publisher
+async def test_two_workers_serve_one_port_with_one_link_upstream(tmp_path: Path) -> None:
+    publisher = ScriptedPublisher(catalog())
+    stop = asyncio.Event()
+    leader_port = free_port()
+    async with serving(publisher) as upstream, contextlib.AsyncExitStack() as stack:
+        ticking = asyncio.create_task(_publish(publisher, stop))
+        args = ["--publisher", upstream, "--port", "0", "--workers", "2"]
+        args += ["--workers-port", str(leader_port), "--log-level", "info"]
+        relay = await stack.enter_async_context(running("relay", args, tmp_path / "relay.log"))
+        subscribers = []
+        while True:  # until connections landed on both workers (the kernel picks)
+            subscriber = await stack.enter_async_context(connect(relay.url))
+            subscribers.append((subscriber, await subscriber.subscribe(BOX, rate=100)))
+            counts = {
+                worker: values["fanout_relay_connections"]
+                for worker, values in (await asyncio.to_thread(_by_worker, relay.url, 2)).items()
+            }
+            if min(counts.values()) >= 1 or len(subscribers) >= 40:
+                break
+        assert min(counts.values()) >= 1, counts
+        assert sum(counts.values()) == len(subscribers)
+        stop.set()
+        await ticking
+        last = publisher.next_seq["agents"] - 1
+        for _, view in subscribers:
+            async for update in view:
+                if update.seq >= last:
+                    break
+        expected = {
+            row: {"id": row, "x": x, "y": y}
+            for row, x, y in zip(*_tick(last).values(), strict=True)
+        }
+        assert all(view.rows == expected for _, view in subscribers)
+        assert publisher.connections == 1  # the leader's link: the publisher sees one relay
+        leader = f"http://127.0.0.1:{leader_port}"
+        await eventually(
+            lambda: scrape(leader).get("fanout_relay_connections", 0),
+            lambda summed: summed == len(subscribers),
+            timeout=10,
+            what="the leader's /metrics summing the workers' connections",
+        )
+        children = Path(f"/proc/{relay.pid}/task/{relay.pid}/children")
+        workers = (await asyncio.to_thread(children.read_text)).split()
+        os.kill(int(workers[0]), signal.SIGKILL)  # a worker dies: the leader restarts it
+        await eventually(
+            lambda: scrape(leader),
+            lambda values: (
+                values.get("fanout_relay_worker_restarts_total") == 1
+                and values.get("fanout_relay_workers") == 2
+            ),
+            timeout=30,
+            what="the worker restarted",
+        )
+        stop = asyncio.Event()
+        ticking = asyncio.create_task(_publish(publisher, stop))
+        for _ in range(4):  # the port serves, whichever worker answers
+            async with connect(relay.url) as late:
+                view = await late.subscribe(BOX, rate=100)
+                update = await asyncio.wait_for(view.__aiter__().__anext__(), 10)
+                assert update.full and len(view.rows) == ROWS
+        stop.set()
+        await ticking
