@@ -18,6 +18,7 @@ from fanout.cli import security as cli_security
 from fanout.cli import settings
 from fanout.cli.relaymqtt import mqtt_arguments, mqtt_config
 from fanout.cli.settings import fields_given
+from fanout.errors import ConfigError
 
 if TYPE_CHECKING:
     from fanout.relay.config import RelayConfig
@@ -316,6 +317,8 @@ def run_relay(args: argparse.Namespace) -> int:
 
         return worker.run(sys.stdin.buffer.read())
     args = settings.resolve(args.parser, args, "relay", args.config, os.environ)
+    if args.worker:  # from a file or the environment: a leader starts its workers itself
+        raise ConfigError("worker is no setting: a relay started with --workers N starts them")
 
     cluster = Cluster(**cluster_given(args))
     config = RelayConfig(

@@ -22,6 +22,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from fanout.auth import AuthConfig
+from fanout.cli.main import USAGE, main
+from fanout.cli.relay import worker_command
 from fanout.client import connect
 from fanout.errors import ConfigError
 from fanout.launch import running
@@ -79,6 +81,18 @@ def test_what_workers_cannot_do_yet_is_refused(make: Callable[[], object], messa
         sections = make()
         assert isinstance(sections, dict)
         RelayConfig(Upstream("ws://p:1"), process=Process(workers=2), **sections)
+
+
+def test_the_command_line_refuses_workers_it_cannot_run(monkeypatch: pytest.MonkeyPatch) -> None:
+    assert main(["relay", "--workers", "0"]) == USAGE
+    monkeypatch.setenv("FANOUT_RELAY_WORKER", "true")  # the leader's own flag is no setting
+    assert main(["relay"]) == USAGE
+
+
+def test_a_worker_runs_the_relay_command_logging_as_its_leader_does() -> None:
+    command = worker_command("debug", "json")
+    assert command[1:5] == ["-m", "fanout", "relay", "--worker"]
+    assert command[5:] == ["--log-level", "debug", "--log-format", "json"]
 
 
 def test_the_port_is_held_for_the_workers_and_shared_by_them_alone() -> None:
