@@ -36,6 +36,7 @@ from fanout.testing.ports import free_port
 from fanout.testing.publisher import ScriptedPublisher, serving
 from fanout.testing.wait import eventually
 from fanout.views import Box
+from fanout.wire.messages import Frame, Publish, Published
 
 RELAY = RelayConfig(
     Upstream("ws://publisher:7700", token="relay-token", keepalive=7.0),
@@ -188,7 +189,8 @@ def _by_worker(url: str, workers: int) -> dict[str, dict[str, float]]:
 @pytest.mark.integration
 @pytest.mark.no_spark_publisher
 async def test_two_workers_serve_one_port_with_one_link_upstream(tmp_path: Path) -> None:
-    publisher = ScriptedPublisher(catalog())
+    frames: list[Frame] = []
+    publisher = ScriptedPublisher(catalog(), on_frame=frames.append)
     stop = asyncio.Event()
     leader_port = free_port()
     async with serving(publisher) as upstream, contextlib.AsyncExitStack() as stack:
@@ -221,6 +223,21 @@ async def test_two_workers_serve_one_port_with_one_link_upstream(tmp_path: Path)
         }
         assert all(view.rows == expected for _, view in subscribers)
         assert publisher.connections == 1  # the leader's link: the publisher sees one relay
+        # Every subscriber writes (outside the box): each write reaches the publisher through
+        # its worker and the leader, and the publisher's answer comes back the same way.
+        writes = [
+            asyncio.create_task(subscriber.publish("agents", [{"id": 99, "x": 500.0, "y": 500.0}]))
+            for subscriber, _ in subscribers
+        ]
+        published = await eventually(
+            lambda: [frame for frame in frames if isinstance(frame, Publish)],
+            lambda got: len(got) == len(subscribers),
+            timeout=10,
+            what="every write at the publisher",
+        )
+        for at, publish in enumerate(published):
+            await publisher.broadcast(Published(publish.req, at, at))
+        assert sorted(await asyncio.gather(*writes)) == [(at, at) for at in range(len(writes))]
         leader = f"http://127.0.0.1:{leader_port}"
         await eventually(
             lambda: scrape(leader).get("fanout_relay_connections", 0),

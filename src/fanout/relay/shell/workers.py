@@ -22,14 +22,17 @@ import logging
 import pickle
 import secrets
 import socket
+import time
 import urllib.request
 from collections.abc import Callable, Iterator, Sequence
 
 from fanout.auth import Grant
 from fanout.metrics import PATH, Histogram, Sample
 from fanout.relay.config import Cluster, Listening, Mqtt, RelayConfig, Upstream
+from fanout.relay.core.sends import Send
 from fanout.relay.shell.server import RelayServer
 from fanout.relay.shell.summing import merged, summed
+from fanout.wire.messages import Frame, Publish
 
 log = logging.getLogger(__name__)
 
@@ -39,6 +42,8 @@ SCRAPE_EVERY = 2.0
 START_TIMEOUT = 60.0
 #: The first delay before restarting a worker that died (doubling up to ``RESTART_MOST``).
 RESTART_DELAY, RESTART_MOST = 0.2, 5.0
+#: What a worker is granted at its leader, and for how long (its life: the leader's).
+WORKER_ROLES, WORKER_TERM = frozenset({"relay", "producer"}), 100 * 365 * 86400.0
 #: What a worker prints once it serves, then its own loopback address (``relay.shell.worker``).
 READY = "fanout worker ready "
 
@@ -107,13 +112,25 @@ class Leader(RelayServer):
         self.addresses: dict[int, str] = {}
         self.restarts = 0
         self._texts: dict[int, str] = {}
+        self._on_frame = self.relays.on_frame
+        self.relays.on_frame = self._from_below  # type: ignore[method-assign]
 
     def authenticate(self, token: str | None, role: str = "subscriber") -> Grant | None:
         """A worker (its token is this run's secret) is admitted as a relay below with every
-        dataset; anyone else as the relay's authentication says."""
+        dataset, and as a producer (its subscribers' writes were admitted by it); anyone else
+        as the relay's authentication says."""
         if role == "relay" and token is not None and hmac.compare_digest(token, self._secret):
-            return None
+            return Grant("worker", WORKER_ROLES, None, expires=time.time() + WORKER_TERM)
         return super().authenticate(token, role)
+
+    def _from_below(self, client: int, frame: Frame) -> list[Send]:
+        """A frame from a worker: its subscribers' writes go on to the publisher (``write``;
+        the answer goes back to the worker, which answers its subscriber), the rest to the
+        relays below (``tiers.below``), which take no writes from relays below."""
+        if isinstance(frame, Publish):
+            self.write(client, frame)
+            return []
+        return self._on_frame(client, frame)
 
     async def run(self, ready: Callable[[int], None] | None = None) -> None:
         """Serve until cancelled; ``ready(port)`` once every worker serves the relay's port."""
