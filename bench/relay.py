@@ -371,6 +371,8 @@ class Trial:
     load_average: float = 0.0
     other_cpu: float = 0.0
     workers_cpu: list[float] = field(default_factory=list)
+    leader_cpu: float = math.nan
+    write_ms_per_batch: float = math.nan
     worker_connections: list[int] = field(default_factory=list)
     worker_rows: list[int] = field(default_factory=list)
     relay_stats: dict[str, int] = field(default_factory=dict)
@@ -545,13 +547,7 @@ def evaluate(trial: Trial, records: Records) -> Trial:
         rounds = relay_1.report["pump_rounds"] - relay_0.report["pump_rounds"]
         trial.pushes_per_round = pushes / max(rounds, 1)
     if "workers_cpu" in relay_1.report:
-        worker_pairs = zip(
-            relay_0.report["workers_cpu"], relay_1.report["workers_cpu"], strict=True
-        )
-        trial.workers_cpu = [after.cores_since(before) for before, after in worker_pairs]
-        seen = relay_1.report["workers"].values()
-        trial.worker_connections = [int(v.get("fanout_relay_connections", 0)) for v in seen]
-        trial.worker_rows = [int(v.get("fanout_relay_rows", 0)) for v in seen]
+        by_workers(trial, relay_0, relay_1, delta)
     bodies = delta["bodies_cut"] + delta["bodies_shared"]
     trial.bodies_shared_fraction = delta["bodies_shared"] / max(bodies, 1)
     trial.relay_rows = after["rows"]
@@ -562,6 +558,21 @@ def evaluate(trial: Trial, records: Records) -> Trial:
         and trial.disconnected == 0
     )
     return trial
+
+
+def by_workers(trial: Trial, relay_0: Any, relay_1: Any, delta: dict[str, float]) -> None:
+    """A trial's figures of ``CommandRelay``: each worker's CPU, connections and rows, the
+    leader's CPU, the writer's time a batch."""
+    worker_pairs = zip(relay_0.report["workers_cpu"], relay_1.report["workers_cpu"], strict=True)
+    trial.workers_cpu = [after.cores_since(before) for before, after in worker_pairs]
+    if trial.workers_cpu:
+        trial.leader_cpu = trial.relay_cpu - sum(trial.workers_cpu)
+    # the writer thread's time a batch, over the workers' batches (or the one process's)
+    batches = delta.get("batch_write_seconds_count", 0)
+    trial.write_ms_per_batch = delta.get("batch_write_seconds_sum", 0) / max(batches, 1) * 1e3
+    seen = relay_1.report["workers"].values()
+    trial.worker_connections = [int(v.get("fanout_relay_connections", 0)) for v in seen]
+    trial.worker_rows = [int(v.get("fanout_relay_rows", 0)) for v in seen]
 
 
 def search(args: argparse.Namespace, workers: int | None = None) -> tuple[int, list[Trial]]:
