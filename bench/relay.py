@@ -49,6 +49,12 @@ disconnected or sent an ``Error`` (``disconnected`` counts them). ``max_subscrib
 largest N that passes: N doubles from ``--start`` until a trial fails, then is bisected.
 A last pair of trials at the same N compares distinct views with groups of ``--group``
 subscribers sharing each view (spectators of one camera), to measure shared encodings.
+
+``--workers W`` runs the relay as ``fanout relay --workers W`` (a leader and W workers,
+``relay.shell.workers``), measured from outside (``CommandRelay``): CPU of the leader and its
+workers, counters from each worker's ``/metrics``, latency from the publisher's send. A full run
+then searches again with W workers for ``max_subscribers_all_workers``; ``--only N --alternate
+K`` runs K pairs of trials at N, 1 worker then W, and writes ``bench/results/relay-workers.json``.
 """
 
 from __future__ import annotations
@@ -92,6 +98,8 @@ from fanout.wire import codec
 from fanout.wire.messages import PROTOCOL_VERSION, Hello, Subscribe
 
 RESULTS = Path(__file__).parent / "results" / "relay.json"
+#: ``--only N --workers W --alternate K``'s results.
+WORKERS_RESULTS = RESULTS.with_name("relay-workers.json")
 
 ENTITIES = 100_000
 PUSH_RATE = 10.0
@@ -634,6 +642,8 @@ def alternate(args: argparse.Namespace) -> dict[str, Any]:
         "subscribers": args.only,
         "group": args.group,
         "workers": args.workers,
+        "note": "each trial runs the relay as `fanout relay --workers W` (W = 1 or --workers);"
+        " p99_ms is from the publisher's send; relay_cpu is the leader's and its workers'",
         "medians": medians,
         "passed": {w: [t.passed for t in arms[w]] for w in arms},
         "cpu_per_push_ratio": round(
@@ -684,7 +694,8 @@ def main() -> None:
     if args.quick:
         args.warmup, args.measure, args.resolution = 2.0, 4.0, 0.5
     if args.only and args.alternate:
-        print(json.dumps(alternate(args)))
+        calibration = calibrate()
+        write_results({**alternate(args), "calibration": calibration}, WORKERS_RESULTS)
         return
     if args.only:
         trial = run_trial(args.only, args, group=args.group, workers=args.workers)
