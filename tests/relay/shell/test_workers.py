@@ -12,6 +12,7 @@ import asyncio
 import contextlib
 import dataclasses
 import os
+import pickle
 import signal
 import socket
 from collections.abc import Callable
@@ -30,7 +31,7 @@ from fanout.launch import running
 from fanout.metrics import Histogram, Sample, render, scrape
 from fanout.relay.config import Cluster, Limits, Listening, Mqtt, Process, RelayConfig, Upstream
 from fanout.relay.shell.summing import merged, summed
-from fanout.relay.shell.workers import leader_config, reserved, worker_config
+from fanout.relay.shell.workers import Leader, leader_config, reserved, worker_config
 from fanout.testing.catalog import catalog
 from fanout.testing.ports import free_port
 from fanout.testing.publisher import ScriptedPublisher, serving
@@ -60,6 +61,7 @@ def test_a_worker_is_an_edge_relay_of_its_leader_on_the_relays_port() -> None:
         RELAY.auth,
         RELAY.planning,
     )
+    assert pickle.loads(pickle.dumps((2, worker))) == (2, worker)  # as it goes on stdin
 
 
 def test_the_leader_listens_on_loopback_for_its_workers_and_keeps_the_rest() -> None:
@@ -94,6 +96,13 @@ def test_a_worker_runs_the_relay_command_logging_as_its_leader_does() -> None:
     command = worker_command("debug", "json")
     assert command[1:5] == ["-m", "fanout", "relay", "--worker"]
     assert command[5:] == ["--log-level", "debug", "--log-format", "json"]
+
+
+def test_the_leader_serves_mqtt_on_the_relays_host_and_workers_on_loopback() -> None:
+    leader = Leader(RELAY, ["unused"])
+    assert leader.mqtt is not None
+    assert (leader.mqtt.listener.host, leader.mqtt.listener.port) == ("0.0.0.0", 1883)
+    assert (leader.config.listening.host, leader.port) == ("127.0.0.1", None)  # not started
 
 
 def test_the_port_is_held_for_the_workers_and_shared_by_them_alone() -> None:

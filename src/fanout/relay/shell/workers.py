@@ -28,6 +28,7 @@ from collections.abc import Callable, Iterator, Sequence
 
 from fanout.auth import Grant
 from fanout.metrics import PATH, Histogram, Sample
+from fanout.mqtt.setup import MqttFrontEnd
 from fanout.relay.config import Cluster, Listening, Mqtt, RelayConfig, Upstream
 from fanout.relay.core.sends import Send
 from fanout.relay.shell.server import RelayServer
@@ -112,6 +113,9 @@ class Leader(RelayServer):
         self.addresses: dict[int, str] = {}
         self.restarts = 0
         self._texts: dict[int, str] = {}
+        if self.mqtt is not None:  # on the relay's host as given, not the leader's loopback
+            self.mqtt = MqttFrontEnd(dataclasses.replace(self.config, listening=config.listening))
+            self.http.pages.update(self.mqtt.pages())
         self._on_frame = self.relays.on_frame
         self.relays.on_frame = self._from_below  # type: ignore[method-assign]
 
