@@ -3,7 +3,8 @@
 The pure parts: each process's configuration derived from the relay's, the checks of what
 workers cannot do yet, the port held for them, and the leader's ``/metrics``, the workers'
 summed (against sums taken by hand of what each rendered). One real deployment: a scripted
-publisher and ``fanout relay --workers 2`` as a user starts it, subscribers on its one port.
+publisher and ``fanout relay --workers 2`` as a user starts it, with tokens required,
+subscribers on its one port landing on both workers.
 """
 
 from __future__ import annotations
@@ -11,21 +12,24 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import json
 import os
 import pickle
 import signal
 import socket
+import urllib.request
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from fanout.auth import AuthConfig
+from fanout.auth import AuthConfig, issue
 from fanout.cli.main import USAGE, main
 from fanout.cli.relay import worker_command
-from fanout.client import connect
+from fanout.client import HandshakeRefused, connect
 from fanout.errors import ConfigError
 from fanout.launch import running
 from fanout.metrics import Histogram, Sample, render, scrape
@@ -171,12 +175,24 @@ def test_the_leaders_metrics_are_its_workers_summed(workers: list[dict[str, obje
 
 BOX = Box((0, 0), (100, 100))
 ROWS = 20
+SECRET = "workers-test-secret-of-32-bytes!"
+#: Every other subscriber's token confines it to the agents with x <= 40.5.
+TOKENS = [
+    issue("HS256", SECRET, ["subscriber", "producer"]),
+    issue("HS256", SECRET, ["subscriber", "producer"], rules={"agents": "box:0,0,40.5,100"}),
+]
 
 
 def _tick(seq: int) -> dict[str, list[float]]:
     """The agents at ``seq``: all inside ``BOX``, moving."""
     ids = list(range(ROWS))
     return {"id": ids, "x": [float(i * 4 + seq % 7) for i in ids], "y": [float(seq % 50)] * ROWS}
+
+
+def _rows(seq: int, ruled: bool) -> dict[int, dict[str, float]]:
+    """The rows a subscriber sees at ``seq``, under the rules of its token or not."""
+    rows = zip(*_tick(seq).values(), strict=True)
+    return {r: {"id": r, "x": x, "y": y} for r, x, y in rows if x <= 40.5 or not ruled}
 
 
 async def _publish(publisher: ScriptedPublisher, stop: asyncio.Event) -> None:
@@ -195,49 +211,68 @@ def _by_worker(url: str, workers: int) -> dict[str, dict[str, float]]:
     return seen
 
 
+def _datasets(url: str, token: str) -> list[str]:
+    """``GET /v1/datasets`` on the relay's port, with ``token``."""
+    request = urllib.request.Request(
+        url.replace("ws://", "http://") + "/v1/datasets",
+        headers={"Authorization": f"Bearer {token}"},
+    )
+    with urllib.request.urlopen(request, timeout=10) as answer:
+        return [dataset["name"] for dataset in json.loads(answer.read())["datasets"]]
+
+
+async def _on_both_workers(stack: contextlib.AsyncExitStack, url: str) -> list[Any]:
+    """Subscribers to ``BOX``, tokens alternating, until connections landed on both workers
+    (the kernel picks): [(subscriber, view, ruled)]."""
+    subscribers: list[Any] = []
+    while True:
+        ruled = len(subscribers) % 2 == 1
+        subscriber = await stack.enter_async_context(connect(url, token=TOKENS[ruled]))
+        subscribers.append((subscriber, await subscriber.subscribe(BOX, rate=100), ruled))
+        counts = {
+            worker: values["fanout_relay_connections"]
+            for worker, values in (await asyncio.to_thread(_by_worker, url, 2)).items()
+        }
+        if (min(counts.values()) >= 1 and len(subscribers) >= 4) or len(subscribers) >= 40:
+            assert min(counts.values()) >= 1, counts
+            assert sum(counts.values()) == len(subscribers)
+            return subscribers
+
+
 @pytest.mark.integration
 @pytest.mark.no_spark_publisher
 async def test_two_workers_serve_one_port_with_one_link_upstream(tmp_path: Path) -> None:
+    """Subscribers on both workers see the same rows (each as its token's rules allow), write
+    through them, read the HTTP API; the publisher sees one relay; the leader sums the workers'
+    metrics and restarts one killed."""
     frames: list[Frame] = []
     publisher = ScriptedPublisher(catalog(), on_frame=frames.append)
     stop = asyncio.Event()
-    leader_port = free_port()
+    leader_port, secret = free_port(), tmp_path / "secret"
+    secret.write_text(SECRET)
     async with serving(publisher) as upstream, contextlib.AsyncExitStack() as stack:
         ticking = asyncio.create_task(_publish(publisher, stop))
         args = ["--publisher", upstream, "--port", "0", "--workers", "2"]
-        args += ["--workers-port", str(leader_port), "--log-level", "info"]
+        args += ["--workers-port", str(leader_port), "--auth-key-file", str(secret)]
         relay = await stack.enter_async_context(running("relay", args, tmp_path / "relay.log"))
-        subscribers = []
-        while True:  # until connections landed on both workers (the kernel picks)
-            subscriber = await stack.enter_async_context(connect(relay.url))
-            subscribers.append((subscriber, await subscriber.subscribe(BOX, rate=100)))
-            counts = {
-                worker: values["fanout_relay_connections"]
-                for worker, values in (await asyncio.to_thread(_by_worker, relay.url, 2)).items()
-            }
-            if min(counts.values()) >= 1 or len(subscribers) >= 40:
-                break
-        assert min(counts.values()) >= 1, counts
-        assert sum(counts.values()) == len(subscribers)
+        with pytest.raises(HandshakeRefused):  # a worker checks tokens
+            await stack.enter_async_context(connect(relay.url))
+        subscribers = await _on_both_workers(stack, relay.url)
         stop.set()
         await ticking
         last = publisher.next_seq["agents"] - 1
-        for _, view in subscribers:
+        for _, view, _ in subscribers:
             async for update in view:
                 if update.seq >= last:
                     break
-        expected = {
-            row: {"id": row, "x": x, "y": y}
-            for row, x, y in zip(*_tick(last).values(), strict=True)
-        }
-        assert all(view.rows == expected for _, view in subscribers)
+        assert all(view.rows == _rows(last, ruled) for _, view, ruled in subscribers)
         assert publisher.connections == 1  # the leader's link: the publisher sees one relay
+        for _ in range(4):  # the HTTP API, whichever worker answers
+            assert await asyncio.to_thread(_datasets, relay.url, TOKENS[0]) == ["agents"]
         # Every subscriber writes (outside the box): each write reaches the publisher through
         # its worker and the leader, and the publisher's answer comes back the same way.
-        writes = [
-            asyncio.create_task(subscriber.publish("agents", [{"id": 99, "x": 500.0, "y": 500.0}]))
-            for subscriber, _ in subscribers
-        ]
+        write = {"id": 99, "x": 500.0, "y": 500.0}
+        writes = [asyncio.create_task(s.publish("agents", [write])) for s, _, _ in subscribers]
         published = await eventually(
             lambda: [frame for frame in frames if isinstance(frame, Publish)],
             lambda got: len(got) == len(subscribers),
@@ -247,31 +282,39 @@ async def test_two_workers_serve_one_port_with_one_link_upstream(tmp_path: Path)
         for at, publish in enumerate(published):
             await publisher.broadcast(Published(publish.req, at, at))
         assert sorted(await asyncio.gather(*writes)) == [(at, at) for at in range(len(writes))]
-        leader = f"http://127.0.0.1:{leader_port}"
-        await eventually(
-            lambda: scrape(leader).get("fanout_relay_connections", 0),
-            lambda summed: summed == len(subscribers),
-            timeout=10,
-            what="the leader's /metrics summing the workers' connections",
-        )
-        children = Path(f"/proc/{relay.pid}/task/{relay.pid}/children")
-        workers = (await asyncio.to_thread(children.read_text)).split()
-        os.kill(int(workers[0]), signal.SIGKILL)  # a worker dies: the leader restarts it
-        await eventually(
-            lambda: scrape(leader),
-            lambda values: (
-                values.get("fanout_relay_worker_restarts_total") == 1
-                and values.get("fanout_relay_workers") == 2
-            ),
-            timeout=30,
-            what="the worker restarted",
-        )
-        stop = asyncio.Event()
-        ticking = asyncio.create_task(_publish(publisher, stop))
-        for _ in range(4):  # the port serves, whichever worker answers
-            async with connect(relay.url) as late:
-                view = await late.subscribe(BOX, rate=100)
-                update = await asyncio.wait_for(view.__aiter__().__anext__(), 10)
-                assert update.full and len(view.rows) == ROWS
-        stop.set()
-        await ticking
+        await _restarted(relay.url, relay.pid, leader_port, len(subscribers), publisher)
+
+
+async def _restarted(
+    url: str, pid: int, leader_port: int, subscribers: int, publisher: ScriptedPublisher
+) -> None:
+    """The leader's ``/metrics`` sums its workers'; one killed is restarted, and the port
+    serves after, whichever worker answers."""
+    leader = f"http://127.0.0.1:{leader_port}"
+    await eventually(
+        lambda: scrape(leader).get("fanout_relay_connections", 0),
+        lambda summed: summed == subscribers,
+        timeout=10,
+        what="the leader's /metrics summing the workers' connections",
+    )
+    children = Path(f"/proc/{pid}/task/{pid}/children")
+    workers = (await asyncio.to_thread(children.read_text)).split()
+    os.kill(int(workers[0]), signal.SIGKILL)
+    await eventually(
+        lambda: scrape(leader),
+        lambda values: (
+            values.get("fanout_relay_worker_restarts_total") == 1
+            and values.get("fanout_relay_workers") == 2
+        ),
+        timeout=30,
+        what="the worker restarted",
+    )
+    stop = asyncio.Event()
+    ticking = asyncio.create_task(_publish(publisher, stop))
+    for _ in range(4):
+        async with connect(url, token=TOKENS[0]) as late:
+            view = await late.subscribe(BOX, rate=100)
+            update = await asyncio.wait_for(view.__aiter__().__anext__(), 10)
+            assert update.full and len(view.rows) == ROWS
+    stop.set()
+    await ticking
