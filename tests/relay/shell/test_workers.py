@@ -283,6 +283,23 @@ async def test_two_workers_serve_one_port_with_one_link_upstream(tmp_path: Path)
             await publisher.broadcast(Published(publish.req, at, at))
         assert sorted(await asyncio.gather(*writes)) == [(at, at) for at in range(len(writes))]
         await _restarted(relay.url, relay.pid, leader_port, len(subscribers), publisher)
+        children = Path(f"/proc/{relay.pid}/task/{relay.pid}/children")
+        workers = (await asyncio.to_thread(children.read_text)).split()
+        relay.kill()  # however the leader ends, its workers end with it
+        await eventually(
+            lambda: [pid for pid in workers if _running(int(pid))],
+            lambda running: not running,
+            timeout=10,
+            what="the workers ending with their leader",
+        )
+
+
+def _running(pid: int) -> bool:
+    """Whether process ``pid`` runs (exists and is no zombie)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
 
 
 async def _restarted(
