@@ -642,6 +642,7 @@ def alternate(args: argparse.Namespace) -> dict[str, Any]:
         "subscribers": args.only,
         "group": args.group,
         "workers": args.workers,
+        "entities": args.entities,
         "note": "each trial runs the relay as `fanout relay --workers W` (W = 1 or --workers);"
         " p99_ms is from the publisher's send; relay_cpu is the leader's and its workers'",
         "medians": medians,
@@ -690,12 +691,18 @@ def main() -> None:
         type=int,
         help="with --only and --workers: this many pairs of trials, 1 worker then --workers",
     )
+    parser.add_argument(
+        "--output",
+        type=Path,
+        default=WORKERS_RESULTS,
+        help=f"where --alternate writes its results (default: {WORKERS_RESULTS.name})",
+    )
     args = parser.parse_args()
     if args.quick:
         args.warmup, args.measure, args.resolution = 2.0, 4.0, 0.5
     if args.only and args.alternate:
         calibration = calibrate()
-        write_results({**alternate(args), "calibration": calibration}, WORKERS_RESULTS)
+        write_results({**alternate(args), "calibration": calibration}, args.output)
         return
     if args.only:
         trial = run_trial(args.only, args, group=args.group, workers=args.workers)
