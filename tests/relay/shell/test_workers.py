@@ -205,10 +205,12 @@ async def _publish(publisher: ScriptedPublisher, stop: asyncio.Event) -> None:
 def _by_worker(url: str, workers: int) -> dict[str, dict[str, float]]:
     """Each worker's ``/metrics``, read on the shared port until every one has answered."""
     seen: dict[str, dict[str, float]] = {}
-    while len(seen) < workers:
+    for _ in range(200):  # each a new connection, to the worker the kernel picks
         values = scrape(url)
         seen[next(key for key in values if key.startswith("fanout_relay_worker{"))] = values
-    return seen
+        if len(seen) == workers:
+            return seen
+    raise AssertionError(f"{workers} workers, {sorted(seen)} answered /metrics")
 
 
 def _datasets(url: str, token: str) -> list[str]:
