@@ -49,6 +49,12 @@ disconnected or sent an ``Error`` (``disconnected`` counts them). ``max_subscrib
 largest N that passes: N doubles from ``--start`` until a trial fails, then is bisected.
 A last pair of trials at the same N compares distinct views with groups of ``--group``
 subscribers sharing each view (spectators of one camera), to measure shared encodings.
+
+``--workers W`` runs the relay as ``fanout relay --workers W`` (a leader and W workers,
+``relay.shell.workers``), measured from outside (``CommandRelay``): CPU of the leader and its
+workers, counters from each worker's ``/metrics``, latency from the publisher's send. A full run
+then searches again with W workers for ``max_subscribers_all_workers``; ``--only N --alternate
+K`` runs K pairs of trials at N, 1 worker then W, and writes ``bench/results/relay-workers.json``.
 """
 
 from __future__ import annotations
@@ -66,11 +72,13 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from multiprocessing.connection import Connection
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import numpy as np
 from picows import WSCloseCode, WSFrame, WSListener, WSMsgType, WSTransport, ws_connect
 
+from fanout.metrics import scrape
 from fanout.relay.config import Process, RelayConfig, Upstream
 from fanout.relay.core.relaycore import Send
 from fanout.relay.shell.server import RelayServer
@@ -90,6 +98,8 @@ from fanout.wire import codec
 from fanout.wire.messages import PROTOCOL_VERSION, Hello, Subscribe
 
 RESULTS = Path(__file__).parent / "results" / "relay.json"
+#: ``--only N --workers W --alternate K``'s results.
+WORKERS_RESULTS = RESULTS.with_name("relay-workers.json")
 
 ENTITIES = 100_000
 PUSH_RATE = 10.0
@@ -134,6 +144,75 @@ def instrument(server: RelayServer) -> Callable[[], dict[str, Any]]:
     server.pump.round = counted_pump_round  # type: ignore[method-assign]
     pump = server.pump
     return lambda: {"swaps": list(swaps), "pump_cpu": pump.push_cpu, "pump_rounds": rounds[0]}
+
+
+class CommandRelay:
+    """The relay as ``fanout relay --workers N`` runs it (``--workers``): a leader and N workers
+    (or, for N = 1, the one process), sampled from outside, as ``RelayProcess`` is from inside.
+
+    CPU is the process tree's (the leader and its workers, ``cpu.process_tree``), each worker's
+    besides; counters are each worker's ``/metrics``, read on the relay's port until every
+    worker has answered (a new connection each time: the kernel picks the worker), summed.
+    Nothing in it records when a tick is swapped in: trials of this relay measure latency from
+    the publisher's send (``p99_tick_ms``).
+    """
+
+    def __init__(self, publisher: str, workers: int, log: Path) -> None:
+        command = [sys.executable, "-m", "fanout", "relay", "--publisher", publisher]
+        command += ["--port", "0", "--name", "bench", "--workers", str(workers)]
+        self.workers = workers
+        with log.open("ab") as stderr:
+            self.process = subprocess.Popen(
+                [*command, "--log-level", "warning"], stdout=subprocess.PIPE, stderr=stderr
+            )
+        self.url = ""
+
+    def ready(self, timeout: float = 120.0) -> str:
+        """Wait for its ready line; return its URL."""
+        assert self.process.stdout is not None
+        deadline = time.time() + timeout
+        while not self.url:
+            line = self.process.stdout.readline().decode()
+            if not line or time.time() > deadline:
+                raise RuntimeError(f"the relay did not become ready ({self.process.poll()})")
+            if line.startswith("fanout relay ready "):
+                self.url = line.split()[-1]
+        return self.url
+
+    def sample(self) -> SimpleNamespace:
+        """CPU time (all, and of each worker), counters summed and by worker, now."""
+        by_worker: dict[str, dict[str, float]] = {}
+        for _ in range(200):
+            values = scrape(self.url)
+            which = next((k for k in values if k.startswith("fanout_relay_worker{")), "1")
+            by_worker[which] = values
+            if len(by_worker) >= self.workers:
+                break
+        else:
+            raise RuntimeError(f"{self.workers} workers, {len(by_worker)} answered /metrics")
+        stats: dict[str, float] = {}
+        for values in by_worker.values():
+            for name, value in values.items():
+                if name.startswith("fanout_relay_") and "{" not in name:
+                    key = name.removeprefix("fanout_relay_").removesuffix("_total")
+                    stats[key] = stats.get(key, 0.0) + value
+        children = Path(f"/proc/{self.process.pid}/task/{self.process.pid}/children")
+        pids = [int(pid) for pid in children.read_text().split()] if self.workers > 1 else []
+        report = {
+            "pump_cpu": stats.get("push_cpu_seconds", 0.0),
+            "swaps": [],
+            "workers_cpu": [cpu.process_tree(pid) for pid in pids],
+            "workers": dict(sorted(by_worker.items())),
+        }
+        return SimpleNamespace(cpu=cpu.process_tree(self.process.pid), stats=stats, report=report)
+
+    def stop(self) -> None:
+        self.process.terminate()
+        try:
+            self.process.wait(30)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait()
 
 
 # -- the subscribers --------------------------------------------------------------------------
@@ -276,6 +355,7 @@ class Trial:
 
     subscribers: int
     group: int = 1
+    workers: int = 1
     passed: bool = False
     delivered_min: float = 0.0
     delivered_mean: float = 0.0
@@ -298,15 +378,26 @@ class Trial:
     disconnected: int = 0
     load_average: float = 0.0
     other_cpu: float = 0.0
+    workers_cpu: list[float] = field(default_factory=list)
+    leader_cpu: float = math.nan
+    write_ms_per_batch: float = math.nan
+    worker_connections: list[int] = field(default_factory=list)
+    worker_rows: list[int] = field(default_factory=list)
     relay_stats: dict[str, int] = field(default_factory=dict)
 
 
-def run_trial(subscribers: int, args: argparse.Namespace, group: int = 1) -> Trial:
-    """Start a publisher, a relay and the clients; measure one window; stop them all."""
+def run_trial(
+    subscribers: int, args: argparse.Namespace, group: int = 1, workers: int | None = None
+) -> Trial:
+    """Start a publisher, a relay and the clients; measure one window; stop them all.
+
+    ``workers``: run the relay as ``fanout relay --workers`` (``CommandRelay``); None: the
+    relay instrumented in a process of its own (``RelayProcess``).
+    """
     context = mp.get_context("spawn")
     children: list[Any] = []
-    relay: RelayProcess | None = None
-    log = Path(args.logs) / f"relay-{subscribers}-{group}.log"
+    relay: RelayProcess | CommandRelay | None = None
+    log = Path(args.logs) / f"relay-{subscribers}-{group}-{workers}.log"
     log.parent.mkdir(parents=True, exist_ok=True)
     try:
         pub_conn, pub_child = context.Pipe()
@@ -315,12 +406,15 @@ def run_trial(subscribers: int, args: argparse.Namespace, group: int = 1) -> Tri
         pub_child.close()
         children.append(publisher)
         pub_url = pub_conn.recv()
-        relay = RelayProcess(
-            RelayConfig(Upstream(pub_url), name="bench", **loop_given(args.loop)),
-            log=log,
-            instrument=instrument,
-            profile=log.with_suffix(".prof") if args.profile else None,
-        )
+        if workers is None:
+            relay = RelayProcess(
+                RelayConfig(Upstream(pub_url), name="bench", **loop_given(args.loop)),
+                log=log,
+                instrument=instrument,
+                profile=log.with_suffix(".prof") if args.profile else None,
+            )
+        else:
+            relay = CommandRelay(pub_url, workers, log)
         url = relay.ready()
         started = time.time()
         everyone = routes(subscribers, group, seed=subscribers)
@@ -355,7 +449,7 @@ def run_trial(subscribers: int, args: argparse.Namespace, group: int = 1) -> Tri
         sent = pub_conn.recv()["sent"]
         pub_conn.send("stop")
         records = Records(start, end, samples, reports, swaps, sent)
-        return evaluate(Trial(subscribers, group), records)
+        return evaluate(Trial(subscribers, group, workers=workers or 1), records)
     finally:
         if relay is not None:
             relay.stop()
@@ -429,6 +523,8 @@ def evaluate(trial: Trial, records: Records) -> Trial:
                     tick_latencies.append(at - window[seq])
                     if seq in swapped:
                         latencies.append(at - swapped[seq])
+    if not swaps:  # a relay run as the command (``CommandRelay``): from the publisher's send
+        latencies = tick_latencies
     trial.delivered_min = min(fractions, default=0.0)
     trial.delivered_mean = float(np.mean(fractions)) if fractions else 0.0
     if latencies:
@@ -455,8 +551,11 @@ def evaluate(trial: Trial, records: Records) -> Trial:
     trial.relay_cpu_us_per_push = relay_seconds / max(pushes, 1) * 1e6
     pump_seconds = relay_1.report["pump_cpu"] - relay_0.report["pump_cpu"]
     trial.pump_cpu_us_per_push = pump_seconds / max(pushes, 1) * 1e6
-    rounds = relay_1.report["pump_rounds"] - relay_0.report["pump_rounds"]
-    trial.pushes_per_round = pushes / max(rounds, 1)
+    if "pump_rounds" in relay_1.report:
+        rounds = relay_1.report["pump_rounds"] - relay_0.report["pump_rounds"]
+        trial.pushes_per_round = pushes / max(rounds, 1)
+    if "workers_cpu" in relay_1.report:
+        by_workers(trial, relay_0, relay_1, delta)
     bodies = delta["bodies_cut"] + delta["bodies_shared"]
     trial.bodies_shared_fraction = delta["bodies_shared"] / max(bodies, 1)
     trial.relay_rows = after["rows"]
@@ -469,12 +568,28 @@ def evaluate(trial: Trial, records: Records) -> Trial:
     return trial
 
 
-def search(args: argparse.Namespace) -> tuple[int, list[Trial]]:
-    """Double N until a trial fails, then bisect between the last pass and the first fail."""
+def by_workers(trial: Trial, relay_0: Any, relay_1: Any, delta: dict[str, float]) -> None:
+    """A trial's figures of ``CommandRelay``: each worker's CPU, connections and rows, the
+    leader's CPU, the writer's time a batch."""
+    worker_pairs = zip(relay_0.report["workers_cpu"], relay_1.report["workers_cpu"], strict=True)
+    trial.workers_cpu = [after.cores_since(before) for before, after in worker_pairs]
+    if trial.workers_cpu:
+        trial.leader_cpu = trial.relay_cpu - sum(trial.workers_cpu)
+    # the writer thread's time a batch, over the workers' batches (or the one process's)
+    batches = delta.get("batch_write_seconds_count", 0)
+    trial.write_ms_per_batch = delta.get("batch_write_seconds_sum", 0) / max(batches, 1) * 1e3
+    seen = relay_1.report["workers"].values()
+    trial.worker_connections = [int(v.get("fanout_relay_connections", 0)) for v in seen]
+    trial.worker_rows = [int(v.get("fanout_relay_rows", 0)) for v in seen]
+
+
+def search(args: argparse.Namespace, workers: int | None = None) -> tuple[int, list[Trial]]:
+    """Double N until a trial fails, then bisect between the last pass and the first fail
+    (``workers``: as ``run_trial``'s)."""
     trials: list[Trial] = []
 
     def trial(n: int) -> bool:
-        result = run_trial(n, args)
+        result = run_trial(n, args, workers=workers)
         trials.append(result)
         print(json.dumps(summary(result)), file=sys.stderr, flush=True)
         return result.passed
@@ -499,7 +614,46 @@ def search(args: argparse.Namespace) -> tuple[int, list[Trial]]:
 def summary(trial: Trial) -> dict[str, Any]:
     """A trial without its raw counters, rounded for reading."""
     out = {k: v for k, v in asdict(trial).items() if k != "relay_stats"}
-    return {k: round(v, 3) if isinstance(v, float) else v for k, v in out.items()}
+    return {k: _rounded(v) for k, v in out.items()}
+
+
+def _rounded(value: Any) -> Any:
+    if isinstance(value, list):
+        return [_rounded(v) for v in value]
+    return round(value, 3) if isinstance(value, float) else value
+
+
+def alternate(args: argparse.Namespace) -> dict[str, Any]:
+    """``--only N --workers W --alternate K``: K pairs of trials at N, 1 worker then W, both run
+    as the command (``CommandRelay``); their figures side by side and the medians' ratios."""
+    arms: dict[int, list[Trial]] = {1: [], args.workers: []}
+    for _ in range(args.alternate):
+        for workers, trials in arms.items():
+            trial = run_trial(args.only, args, group=args.group, workers=workers)
+            trials.append(trial)
+            print(json.dumps(summary(trial)), file=sys.stderr, flush=True)
+
+    def median(workers: int, name: str) -> float:
+        return float(np.median([getattr(t, name) for t in arms[workers]]))
+
+    figures = ("relay_cpu", "relay_cpu_us_per_push", "p99_ms", "delivered_min", "pushes_per_s")
+    medians = {w: {name: round(median(w, name), 3) for name in figures} for w in arms}
+    return {
+        "subscribers": args.only,
+        "group": args.group,
+        "workers": args.workers,
+        "entities": args.entities,
+        "note": "each trial runs the relay as `fanout relay --workers W` (W = 1 or --workers);"
+        " p99_ms is from the publisher's send; relay_cpu is the leader's and its workers'",
+        "medians": medians,
+        "passed": {w: [t.passed for t in arms[w]] for w in arms},
+        "cpu_per_push_ratio": round(
+            medians[args.workers]["relay_cpu_us_per_push"] / medians[1]["relay_cpu_us_per_push"],
+            3,
+        ),
+        "trials": {w: [summary(t) for t in arms[w]] for w in arms},
+        "machine": describe(),
+    }
 
 
 def main() -> None:
@@ -524,20 +678,51 @@ def main() -> None:
         "--spy", help="py-spy the relay over the window into this file (.txt collapsed, .svg)"
     )
     parser.add_argument("--only", type=int, help="run one trial with this N and print it")
+    parser.add_argument(
+        "--workers",
+        type=int,
+        help="run the relay as `fanout relay --workers N` (leader and workers, measured from"
+        " outside, latency from the publisher's send); a full run adds"
+        " max_subscribers_all_workers, searched with N workers (default: the relay"
+        " instrumented in one process)",
+    )
+    parser.add_argument(
+        "--alternate",
+        type=int,
+        help="with --only and --workers: this many pairs of trials, 1 worker then --workers",
+    )
+    parser.add_argument(
+        "--output",
+        type=Path,
+        default=WORKERS_RESULTS,
+        help=f"where --alternate writes its results (default: {WORKERS_RESULTS.name})",
+    )
     args = parser.parse_args()
     if args.quick:
         args.warmup, args.measure, args.resolution = 2.0, 4.0, 0.5
+    if args.only and args.alternate:
+        calibration = calibrate()
+        write_results({**alternate(args), "calibration": calibration}, args.output)
+        return
     if args.only:
-        print(json.dumps(summary(run_trial(args.only, args, group=args.group)), indent=2))
+        trial = run_trial(args.only, args, group=args.group, workers=args.workers)
+        print(json.dumps(summary(trial), indent=2))
         return
     calibration = calibrate()
     best, trials = search(args)
+    all_workers: int | None = None
+    if args.workers is not None and args.workers > 1:
+        all_workers, worker_trials = search(args, workers=args.workers)
+        trials += worker_trials
     compare_at = max(best, args.start)
     distinct = run_trial(compare_at, args, group=1)
     shared = run_trial(compare_at, args, group=args.group)
-    top = next((t for t in trials if t.subscribers == best and t.passed), None)
+    top = next((t for t in trials if (t.subscribers, t.workers, t.passed) == (best, 1, True)), None)
     results: dict[str, Any] = {
         "max_subscribers": best,
+        # with --workers N > 1 (latency from the publisher's send, CPU of leader and workers)
+        "max_subscribers_all_workers": all_workers,
+        "workers": args.workers,
         "p99_ms": round(top.p99_ms, 1) if top else None,
         "bytes_per_update": round(top.bytes_per_update, 1) if top else None,
         "target_max_subscribers": 2000,

@@ -9,6 +9,7 @@ import dataclasses
 import logging
 import os
 import signal
+import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -17,8 +18,10 @@ from fanout.cli import security as cli_security
 from fanout.cli import settings
 from fanout.cli.relaymqtt import mqtt_arguments, mqtt_config
 from fanout.cli.settings import fields_given
+from fanout.errors import ConfigError
 
 if TYPE_CHECKING:
+    from fanout.relay.config import RelayConfig
     from fanout.relay.core.planner import Policy
     from fanout.relay.shell.server import RelayServer
 
@@ -118,6 +121,22 @@ def relay_parser(commands: Any, command: Command) -> None:
         help="the event loop the relay runs on: asyncio's own, or uvloop (compiled; measured in"
         " docs/benchmarks/relay.md: no gain a push) (default: asyncio)",
     )
+    parser.add_argument(
+        "--workers",
+        type=int,
+        default=1,
+        help="processes serving --port: N > 1 makes this one their leader, holding the link"
+        " upstream, and N workers, edge relays of it sharing the port (SO_REUSEPORT); MQTT stays"
+        " on the leader (docs/deploy.md) (default: 1)",
+    )
+    parser.add_argument(
+        "--workers-port",
+        type=int,
+        default=0,
+        help="with --workers N > 1, the leader's own port on 127.0.0.1, where workers connect"
+        " and whose /metrics sums theirs; 0 picks a free one, logged (default: 0)",
+    )
+    parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)  # the leader's
     limits = parser.add_argument_group(
         "limits", "what subscriber connections may take of the relay (docs/configuration.md)"
     )
@@ -293,7 +312,13 @@ def run_relay(args: argparse.Namespace) -> int:
     from fanout.relay.shell import loops
     from fanout.relay.shell.server import RelayServer
 
+    if args.worker:  # started by a leader (``--workers``), its configuration on stdin
+        from fanout.relay.shell import worker
+
+        return worker.run(sys.stdin.buffer.read())
     args = settings.resolve(args.parser, args, "relay", args.config, os.environ)
+    if args.worker:  # from a file or the environment: a leader starts its workers itself
+        raise ConfigError("worker is no setting: a relay started with --workers N starts them")
 
     cluster = Cluster(**cluster_given(args))
     config = RelayConfig(
@@ -317,9 +342,9 @@ def run_relay(args: argparse.Namespace) -> int:
         auth=cli_security.auth_config(args),
         cluster=cluster,
         mqtt=mqtt_config(args),
-        process=Process(loop=args.loop),
+        process=Process(loop=args.loop, workers=args.workers, workers_port=args.workers_port),
     )
-    server = RelayServer(config)
+    server = RelayServer(config) if config.process.workers == 1 else _leader(config, args)
     where = config.listening
 
     def ready(port: int) -> None:
@@ -349,6 +374,20 @@ async def _until_stopped(server: RelayServer, ready: Callable[[int], None]) -> N
         if not stopped:
             raise
         log.info("relay: stopped by signal %d", stopped[0])
+
+
+def _leader(config: RelayConfig, args: argparse.Namespace) -> RelayServer:
+    """The leader of ``config.process.workers`` workers, each started as ``fanout relay
+    --worker`` logging as this process does (``relay.shell.workers``)."""
+    from fanout.relay.shell.workers import Leader
+
+    return Leader(config, worker_command(args.log_level, args.log_format))
+
+
+def worker_command(level: str, form: str) -> list[str]:
+    """The command a leader starts each worker with (its configuration goes on stdin)."""
+    command = [sys.executable, "-m", "fanout", "relay", "--worker"]
+    return [*command, "--log-level", level, "--log-format", form]
 
 
 def policy_given(args: argparse.Namespace, registry: str | None) -> Policy | None:

@@ -86,9 +86,12 @@ class HttpFrontEnd:
         opening: float,
         upgrade: Upgrade,
         tls_files: tuple[Path, Path] | None = None,
+        reuse_port: bool = False,
     ) -> None:
         """Args:
         host, port: where to listen (port 0: any free one).
+        reuse_port: listen with ``SO_REUSEPORT``, the port shared with the relay's other
+            workers (``relay.shell.workers``): the kernel spreads connections across them.
         opening: seconds a connection may take to send its request.
         upgrade: takes a WebSocket upgrade's connection (``websocket.server``).
         tls_files: the certificate and key to serve ``https://`` and ``wss://`` with.
@@ -97,6 +100,7 @@ class HttpFrontEnd:
         self._opening = opening
         self._upgrade = upgrade
         self._tls_files = tls_files
+        self._reuse_port = reuse_port
         self._relay: RelayApi | None = None
         self._tasks: asyncio.TaskGroup | None = None
         self._streams: set[asyncio.Task[None]] = set()
@@ -120,7 +124,11 @@ class HttpFrontEnd:
             context = tls.server_context(*self._tls_files)
         loop = asyncio.get_running_loop()
         self.listener = await loop.create_server(
-            lambda: PortConnection(self), self._host, self.port, ssl=context
+            lambda: PortConnection(self),
+            self._host,
+            self.port,
+            ssl=context,
+            reuse_port=self._reuse_port or None,
         )
         self.port = self.listener.sockets[0].getsockname()[1]
 

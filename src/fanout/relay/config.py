@@ -54,6 +54,8 @@ class Listening:
         serve_relays: accept relays below this one (``Hello{role: "relay"}``, ``fanout relay
             --upstream`` pointed here: a tier, ``tiers``); off, their ``Hello`` is refused,
             so that a relay facing the internet lets no stranger make it acquire data.
+        reuse_port: listen with ``SO_REUSEPORT``: set on a leader's workers, which share the
+            port (``relay.shell.workers``), not a flag of its own.
     """
 
     host: str = "127.0.0.1"
@@ -61,6 +63,7 @@ class Listening:
     tls_cert: Path | None = None
     tls_key: Path | None = None
     serve_relays: bool = False
+    reuse_port: bool = False
 
     def __post_init__(self) -> None:
         """Raises:
@@ -260,16 +263,29 @@ class Process:
             write's system call is most of the loop's share) and, beside the writer thread,
             answered WebSocket handshakes seconds late under load (docs/benchmarks/relay.md,
             "Where a push's time goes").
+        workers: processes serving the relay's port (``relay.shell.workers``): 1, this one;
+            N > 1, this one becomes their leader, holding the link upstream, and starts N
+            workers, edge relays of it sharing the port (``SO_REUSEPORT``).
+        workers_port: with workers, the leader's own port on loopback (0: any free one), where
+            the workers connect and whose ``/metrics`` sums theirs.
     """
 
     stats_every: float = 30.0
     switch_interval: float = 0.001
     young_collection: int = 10_000
     loop: EventLoop = "asyncio"
+    workers: int = 1
+    workers_port: int = 0
 
     def __post_init__(self) -> None:
         if self.loop not in get_args(EventLoop):
             raise ConfigError(f"loop: {self.loop!r} is not one of {', '.join(get_args(EventLoop))}")
+        if self.workers < 1:
+            raise ConfigError(f"workers must be >= 1, not {self.workers}")
+        if not 0 <= self.workers_port <= 65535:
+            raise ConfigError(
+                f"workers_port must be a port (0: any free one), not {self.workers_port}"
+            )
 
 
 @dataclass(frozen=True)
@@ -371,6 +387,17 @@ class RelayConfig:
     auth: AuthConfig | None = None
     cluster: Cluster = field(default_factory=Cluster)
     mqtt: Mqtt = field(default_factory=Mqtt)
+
+    def __post_init__(self) -> None:
+        """Raises:
+        ConfigError: workers with what they cannot share yet (``relay.shell.workers``): a map
+            of responsibility, whose redirects each worker would have to decide, or MQTT over
+            WebSockets on the port, whose sessions would split across workers.
+        """
+        if self.process.workers > 1 and self.cluster.registry is not None:
+            raise ConfigError("--workers > 1 does not join a map of responsibility (--registry)")
+        if self.process.workers > 1 and self.mqtt.websocket:
+            raise ConfigError("--workers > 1 serves MQTT on --mqtt-port only, not --mqtt-websocket")
 
     @property
     def policy(self) -> Policy:

@@ -100,6 +100,7 @@ class RelayServer:
             opening=limits.hello_timeout,
             upgrade=self.websocket.take,
             tls_files=where.tls,
+            reuse_port=where.reuse_port,
         )
         self.mqtt = MqttFrontEnd(config) if config.mqtt.port is not None else None
         mqtt_websockets = None if self.mqtt is None else self.mqtt.on_the_port(self._listener)

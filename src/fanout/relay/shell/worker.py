@@ -1,0 +1,98 @@
+"""One worker of a relay with ``--workers N`` (``relay.shell.workers``): its process.
+
+Started by its leader as ``fanout relay --worker``, it reads its number and configuration from
+stdin (they hold its token to the leader), asks the kernel to end it when the leader ends
+(``PR_SET_PDEATHSIG``, Linux), and serves as an edge relay of the leader on the relay's port
+(shared, ``SO_REUSEPORT``) and on a loopback port of its own, where its leader reads its
+``/metrics``. It says ``fanout worker ready ws://127.0.0.1:PORT`` (that port) once it serves.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import ctypes
+import logging
+import os
+import pickle
+import signal
+import sys
+from collections.abc import Callable
+
+from fanout.http.server import HttpFrontEnd
+from fanout.metrics import Histogram, Sample
+from fanout.relay.config import RelayConfig
+from fanout.relay.shell import loops
+from fanout.relay.shell.server import RelayServer
+from fanout.relay.shell.workers import READY
+
+log = logging.getLogger(__name__)
+
+#: ``prctl``'s option asking for a signal when the parent ends (linux/prctl.h).
+PR_SET_PDEATHSIG = 1
+
+
+class WorkerServer(RelayServer):
+    """A relay serving as worker ``index`` of its leader: also on its own loopback port."""
+
+    def __init__(self, config: RelayConfig, index: int) -> None:
+        super().__init__(config)
+        self.index = index
+        self.own = HttpFrontEnd(
+            "127.0.0.1", 0, opening=config.limits.hello_timeout, upgrade=self.websocket.take
+        )
+
+    async def run(self, ready: Callable[[int], None] | None = None) -> None:
+        """Serve until cancelled; ``ready(port)`` with its own loopback port once serving."""
+        async with asyncio.TaskGroup() as tasks:
+            await self.own.start(self, tasks)
+            try:
+                await super().run(lambda _: None if ready is None else ready(self.own.port))
+            finally:
+                await self.own.stop()
+
+    def samples(self) -> list[Sample | Histogram]:
+        """The relay's figures and which worker this is (``fanout_relay_worker``)."""
+        which = Sample(
+            "relay_worker",
+            "gauge",
+            "Which worker of the relay answered (its number in the label worker); always 1.",
+            1,
+            {"worker": str(self.index)},
+        )
+        return [*super().samples(), which]
+
+
+def run(stdin: bytes) -> int:
+    """Run the worker ``stdin`` describes (``relay.shell.workers``) until its leader stops it."""
+    _end_with_parent()
+    index, config = pickle.loads(stdin)  # written by the leader, our parent
+    assert isinstance(config, RelayConfig)
+    server = WorkerServer(config, index)
+
+    def ready(port: int) -> None:
+        print(f"{READY}ws://127.0.0.1:{port}", flush=True)
+
+    loops.run(_until_stopped(server, ready), config.process.loop)
+    return 0
+
+
+def _end_with_parent() -> None:
+    """Ask Linux for SIGTERM when the leader ends, however it ends; end now if it has."""
+    parent = os.getppid()
+    if sys.platform.startswith("linux"):
+        libc = ctypes.CDLL(None, use_errno=True)
+        if libc.prctl(PR_SET_PDEATHSIG, signal.SIGTERM) != 0:
+            raise OSError(ctypes.get_errno(), "prctl(PR_SET_PDEATHSIG) failed")
+    if os.getppid() != parent or parent == 1:
+        raise SystemExit("the relay's leader is gone")
+
+
+async def _until_stopped(server: WorkerServer, ready: Callable[[int], None]) -> None:
+    """Serve until SIGTERM (the leader stopping it, or ending), then stop cleanly."""
+    running = asyncio.current_task()
+    assert running is not None
+    asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, running.cancel)
+    try:
+        await server.run(ready)
+    except asyncio.CancelledError:
+        log.info("relay worker %d: stopped", server.index)

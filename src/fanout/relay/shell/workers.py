@@ -1,0 +1,297 @@
+"""A relay served by N processes on one port (``fanout relay --workers N``): a leader and workers.
+
+The leader is the relay the publisher sees: it holds the one link upstream and the datasets'
+state, and listens on a port of its own on loopback. Each worker is an edge relay of the leader
+(``tiers``: its upstream is the leader's port, its state a copy of what its subscribers need)
+listening on the relay's port with ``SO_REUSEPORT``, so that the kernel spreads subscribers'
+connections across the workers. The leader reserves the port before starting them (a bound
+socket that does not listen), hands each its configuration on stdin (its token to the leader, a
+secret of this run, among it), restarts a worker that dies, and sums their ``/metrics`` on its
+own port (``relay.shell.summing``). A worker dies with its leader (``PR_SET_PDEATHSIG``). MQTT is
+served by the leader only: a session must not split across workers. docs/deploy.md says how to
+run it, docs/benchmarks/relay.md what it costs.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import hmac
+import logging
+import pickle
+import secrets
+import socket
+import time
+import urllib.request
+from collections.abc import Callable, Iterator, Sequence
+
+from fanout.auth import Grant
+from fanout.metrics import PATH, Histogram, Sample
+from fanout.mqtt.setup import MqttFrontEnd
+from fanout.relay.config import Cluster, Listening, Mqtt, RelayConfig, Upstream
+from fanout.relay.core.sends import Send
+from fanout.relay.shell.server import RelayServer
+from fanout.relay.shell.summing import merged, summed
+from fanout.wire.messages import Frame, Publish
+
+log = logging.getLogger(__name__)
+
+#: Seconds between two reads of the workers' ``/metrics`` (the leader's answer is this old).
+SCRAPE_EVERY = 2.0
+#: Seconds a worker may take to say it serves.
+START_TIMEOUT = 60.0
+#: The first delay before restarting a worker that died (doubling up to ``RESTART_MOST``).
+RESTART_DELAY, RESTART_MOST = 0.2, 5.0
+#: What a worker is granted at its leader, and for how long (its life: the leader's).
+WORKER_ROLES, WORKER_TERM = frozenset({"relay", "producer"}), 100 * 365 * 86400.0
+#: What a worker prints once it serves, then its own loopback address (``relay.shell.worker``).
+READY = "fanout worker ready "
+
+
+def leader_config(config: RelayConfig) -> RelayConfig:
+    """The leader's own configuration: ``config`` listening on loopback at
+    ``process.workers_port`` for its workers (relays below it), not on the relay's port."""
+    private = Listening("127.0.0.1", config.process.workers_port, serve_relays=True)
+    return dataclasses.replace(config, listening=private)
+
+
+def worker_config(
+    config: RelayConfig, index: int, port: int, leader: str, secret: str
+) -> RelayConfig:
+    """Worker ``index``'s configuration: an edge relay of the leader at ``leader`` (presenting
+    ``secret``), on the relay's port (``port``, resolved) shared with the others; no MQTT
+    listener (the leader's), no map, no workers of its own."""
+    upstream = Upstream(
+        leader,
+        token=secret,
+        reconnect_delay=config.upstream.reconnect_delay,
+        keepalive=config.upstream.keepalive,
+    )
+    listening = dataclasses.replace(config.listening, port=port, reuse_port=True)
+    process = dataclasses.replace(config.process, workers=1, workers_port=0)
+    return dataclasses.replace(
+        config,
+        upstream=upstream,
+        name=f"{config.name}-{index}",
+        listening=listening,
+        process=process,
+        cluster=Cluster(),
+        mqtt=Mqtt(),
+    )
+
+
+@contextlib.contextmanager
+def reserved(host: str, port: int) -> Iterator[int]:
+    """Hold ``host:port`` (0: a free one) for the workers while in the block; yields the port.
+
+    The socket is bound with ``SO_REUSEPORT`` and never listens: no connection comes to it,
+    and no other program can take the port while the workers restart.
+    """
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as held:
+        held.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+        held.bind((host, port))
+        yield held.getsockname()[1]
+
+
+class Leader(RelayServer):
+    """The relay's process with ``--workers N``: the relay upstream of its workers, which it
+    starts, restarts and sums the metrics of."""
+
+    def __init__(self, config: RelayConfig, command: Sequence[str]) -> None:
+        """Args:
+        config: the relay's configuration, as given (``process.workers`` > 1).
+        command: the program a worker runs (``fanout relay --worker``: its configuration
+            read from stdin, ``relay.shell.worker``).
+        """
+        super().__init__(leader_config(config))
+        self.public = config
+        self._command = list(command)
+        self._secret = secrets.token_urlsafe(32)
+        #: Each worker's own loopback address (``ws://127.0.0.1:PORT``), by index, while it runs.
+        self.addresses: dict[int, str] = {}
+        self.restarts = 0
+        self._texts: dict[int, str] = {}
+        if self.mqtt is not None:  # on the relay's host as given, not the leader's loopback
+            self.mqtt = MqttFrontEnd(dataclasses.replace(self.config, listening=config.listening))
+            self.http.pages.update(self.mqtt.pages())
+        self._on_frame = self.relays.on_frame
+        self.relays.on_frame = self._from_below  # type: ignore[method-assign]
+
+    def authenticate(self, token: str | None, role: str = "subscriber") -> Grant | None:
+        """A worker (its token is this run's secret) is admitted as a relay below with every
+        dataset, and as a producer (its subscribers' writes were admitted by it); anyone else
+        as the relay's authentication says."""
+        if role == "relay" and token is not None and hmac.compare_digest(token, self._secret):
+            return Grant("worker", WORKER_ROLES, None, expires=time.time() + WORKER_TERM)
+        return super().authenticate(token, role)
+
+    def _from_below(self, client: int, frame: Frame) -> list[Send]:
+        """A frame from a worker: its subscribers' writes go on to the publisher (``write``;
+        the answer goes back to the worker, which answers its subscriber), the rest to the
+        relays below (``tiers.below``), which take no writes from relays below."""
+        if isinstance(frame, Publish):
+            self.write(client, frame)
+            return []
+        return self._on_frame(client, frame)
+
+    async def run(self, ready: Callable[[int], None] | None = None) -> None:
+        """Serve until cancelled; ``ready(port)`` once every worker serves the relay's port."""
+        where = self.public.listening
+        up: asyncio.Future[int] = asyncio.get_running_loop().create_future()
+        try:
+            with reserved(where.host, where.port) as port:
+                async with asyncio.TaskGroup() as tasks:
+                    tasks.create_task(super().run(up.set_result))
+                    leader = f"ws://127.0.0.1:{await up}"
+                    log.info(
+                        "relay %s: leader at %s (its /metrics sums the workers'), %d workers",
+                        self.public.name,
+                        leader,
+                        self.public.process.workers,
+                    )
+                    await self._lead(port, leader, ready)
+        except BaseExceptionGroup as group:  # one failure, as the command line reports it
+            if len(group.exceptions) == 1 and isinstance(group.exceptions[0], Exception):
+                raise group.exceptions[0] from None
+            raise
+
+    async def _lead(self, port: int, leader: str, ready: Callable[[int], None] | None) -> None:
+        """Start the workers, tell ``ready``, then keep them running until cancelled."""
+        configs = [
+            worker_config(self.public, index, port, leader, self._secret)
+            for index in range(1, self.public.process.workers + 1)
+        ]
+        starting = [_start(self._command, i, config) for i, config in enumerate(configs, 1)]
+        started = await asyncio.gather(*starting, return_exceptions=True)
+        failed = [result for result in started if isinstance(result, BaseException)]
+        if failed:  # those that started are stopped: the relay does not serve
+            await asyncio.gather(*(w.stop() for w in started if isinstance(w, Worker)))
+            raise failed[0]
+        async with asyncio.TaskGroup() as keeping:
+            for index, (config, first) in enumerate(zip(configs, started, strict=True), 1):
+                assert isinstance(first, Worker)
+                keeping.create_task(self._keep(index, config, first))
+            keeping.create_task(self._scrape())
+            if ready is not None:
+                ready(port)
+
+    async def _keep(self, index: int, config: RelayConfig, first: Worker) -> None:
+        """Keep worker ``index`` running: restart it when it dies; stop it when cancelled."""
+        worker: Worker | None = first
+        delay = RESTART_DELAY
+        try:
+            while True:
+                if worker is not None:
+                    self.addresses[index] = worker.address
+                    status = await worker.process.wait()
+                    self.addresses.pop(index, None)
+                    self._texts.pop(index, None)
+                    log.warning("relay worker %d exited (%s): restarting it", index, status)
+                    self.restarts += 1
+                await asyncio.sleep(delay)
+                try:
+                    worker = await _start(self._command, index, config)
+                    delay = RESTART_DELAY
+                except (OSError, WorkerError) as exc:
+                    log.error("relay worker %d did not start again: %s", index, exc)
+                    worker, delay = None, min(2 * delay, RESTART_MOST)
+        finally:
+            if worker is not None:
+                await worker.stop()
+
+    async def _scrape(self) -> None:
+        """Read every worker's ``/metrics`` every ``SCRAPE_EVERY`` seconds."""
+        while True:
+            for index, address in list(self.addresses.items()):
+                url = "http" + address.removeprefix("ws") + PATH
+                try:
+                    self._texts[index] = await asyncio.to_thread(_read, url)
+                except OSError as exc:
+                    log.debug("relay worker %d's /metrics not read: %s", index, exc)
+            await asyncio.sleep(SCRAPE_EVERY)
+
+    def samples(self) -> list[Sample | Histogram]:
+        """The workers' figures summed (as last read), the leader's of its link upstream and
+        those the workers lack; the workers running, and restarted."""
+        workers = [
+            Sample(
+                "relay_workers", "gauge", "Workers serving the relay's port.", len(self.addresses)
+            ),
+            Sample(
+                "relay_worker_restarts",
+                "counter",
+                "Workers the leader restarted after they died.",
+                self.restarts,
+            ),
+        ]
+        return [*merged(super().samples(), summed(self._texts.values())), *workers]
+
+
+class WorkerError(Exception):
+    """A worker exited, or said nothing, instead of serving."""
+
+
+@dataclasses.dataclass
+class Worker:
+    """A running worker process and its own loopback address."""
+
+    process: asyncio.subprocess.Process
+    address: str
+    drain: asyncio.Task[None]
+
+    async def stop(self, timeout: float = 10.0) -> None:
+        """SIGTERM, then SIGKILL after ``timeout``."""
+        if self.process.returncode is None:
+            with contextlib.suppress(ProcessLookupError):
+                self.process.terminate()
+            try:
+                await asyncio.wait_for(asyncio.shield(self.process.wait()), timeout)
+            except TimeoutError:
+                with contextlib.suppress(ProcessLookupError):
+                    self.process.kill()
+                await self.process.wait()
+        self.drain.cancel()
+
+
+async def _start(command: list[str], index: int, config: RelayConfig) -> Worker:
+    """Start worker ``index`` running ``command`` with ``config`` on its stdin; returns it
+    once it serves.
+
+    Its stderr is the leader's (one log); its stdout is read for its ready line, then drained.
+
+    Raises:
+        WorkerError: it exited first, or said nothing within ``START_TIMEOUT``.
+    """
+    process = await asyncio.create_subprocess_exec(
+        *command,
+        stdin=asyncio.subprocess.PIPE,
+        stdout=asyncio.subprocess.PIPE,
+        start_new_session=True,  # a terminal's ^C reaches the leader, which stops them
+    )
+    assert process.stdin is not None and process.stdout is not None
+    process.stdin.write(pickle.dumps((index, config)))
+    process.stdin.close()
+    try:
+        async with asyncio.timeout(START_TIMEOUT):
+            while not (line := (await process.stdout.readline()).decode()).startswith(READY):
+                if not line:
+                    raise WorkerError(f"it exited ({await process.wait()})")
+    except (TimeoutError, WorkerError) as exc:
+        with contextlib.suppress(ProcessLookupError):
+            process.kill()
+        await process.wait()
+        raise WorkerError(str(exc) or f"no ready line within {START_TIMEOUT:g} s") from exc
+    return Worker(process, line[len(READY) :].strip(), asyncio.create_task(_drain(process)))
+
+
+async def _drain(process: asyncio.subprocess.Process) -> None:
+    assert process.stdout is not None
+    while await process.stdout.read(65536):
+        pass
+
+
+def _read(url: str) -> str:
+    with urllib.request.urlopen(url, timeout=5.0) as answer:
+        return str(answer.read().decode())

@@ -1,0 +1,339 @@
+"""A relay served by a leader and its workers (``relay.shell.workers``, ``fanout relay --workers``).
+
+The pure parts: each process's configuration derived from the relay's, the checks of what
+workers cannot do yet, the port held for them, and the leader's ``/metrics``, the workers'
+summed (against sums taken by hand of what each rendered). One real deployment: a scripted
+publisher and ``fanout relay --workers 2`` as a user starts it, with tokens required,
+subscribers on its one port landing on both workers.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import json
+import os
+import pickle
+import signal
+import socket
+import urllib.request
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from fanout.auth import AuthConfig, issue
+from fanout.cli.main import USAGE, main
+from fanout.cli.relay import worker_command
+from fanout.client import HandshakeRefused, connect
+from fanout.errors import ConfigError
+from fanout.launch import running
+from fanout.metrics import Histogram, Sample, render, scrape
+from fanout.relay.config import Cluster, Limits, Listening, Mqtt, Process, RelayConfig, Upstream
+from fanout.relay.shell.summing import merged, summed
+from fanout.relay.shell.workers import Leader, leader_config, reserved, worker_config
+from fanout.testing.catalog import catalog
+from fanout.testing.ports import free_port
+from fanout.testing.publisher import ScriptedPublisher, serving
+from fanout.testing.wait import eventually
+from fanout.views import Box
+from fanout.wire.messages import Frame, Publish, Published
+
+RELAY = RelayConfig(
+    Upstream("ws://publisher:7700", token="relay-token", keepalive=7.0),
+    name="edge",
+    listening=Listening("0.0.0.0", 7701, serve_relays=True),
+    limits=Limits(queue_limit=9),
+    process=Process(workers=3, workers_port=7799),
+    auth=AuthConfig("HS256", "s" * 32),
+    mqtt=Mqtt(port=1883),
+)
+
+
+def test_a_worker_is_an_edge_relay_of_its_leader_on_the_relays_port() -> None:
+    worker = worker_config(RELAY, 2, 7701, "ws://127.0.0.1:7799", "secret")
+    assert worker.upstream == Upstream("ws://127.0.0.1:7799", token="secret", keepalive=7.0)
+    assert worker.listening == dataclasses.replace(RELAY.listening, reuse_port=True)
+    assert (worker.name, worker.process.workers) == ("edge-2", 1)
+    assert (worker.mqtt, worker.cluster) == (Mqtt(), Cluster())  # MQTT is the leader's
+    assert (worker.limits, worker.auth, worker.planning) == (
+        RELAY.limits,
+        RELAY.auth,
+        RELAY.planning,
+    )
+    assert pickle.loads(pickle.dumps((2, worker))) == (2, worker)  # as it goes on stdin
+
+
+def test_the_leader_listens_on_loopback_for_its_workers_and_keeps_the_rest() -> None:
+    leader = leader_config(RELAY)
+    assert leader.listening == Listening("127.0.0.1", 7799, serve_relays=True)
+    assert (leader.upstream, leader.mqtt, leader.auth) == (RELAY.upstream, RELAY.mqtt, RELAY.auth)
+
+
+@pytest.mark.parametrize(
+    ("make", "message"),
+    [
+        (lambda: Process(workers=0), "workers must be >= 1"),
+        (lambda: Process(workers_port=70000), "workers_port"),
+        (lambda: {"cluster": Cluster(registry="redis://r:6379")}, "map of responsibility"),
+        (lambda: {"mqtt": Mqtt(port=1883, websocket=True)}, "--mqtt-websocket"),
+    ],
+)
+def test_what_workers_cannot_do_yet_is_refused(make: Callable[[], object], message: str) -> None:
+    with pytest.raises(ConfigError, match=message):
+        sections = make()
+        assert isinstance(sections, dict)
+        RelayConfig(Upstream("ws://p:1"), process=Process(workers=2), **sections)
+
+
+def test_the_command_line_refuses_workers_it_cannot_run(monkeypatch: pytest.MonkeyPatch) -> None:
+    assert main(["relay", "--workers", "0"]) == USAGE
+    monkeypatch.setenv("FANOUT_RELAY_WORKER", "true")  # the leader's own flag is no setting
+    assert main(["relay"]) == USAGE
+
+
+def test_a_worker_runs_the_relay_command_logging_as_its_leader_does() -> None:
+    command = worker_command("debug", "json")
+    assert command[1:5] == ["-m", "fanout", "relay", "--worker"]
+    assert command[5:] == ["--log-level", "debug", "--log-format", "json"]
+
+
+def test_the_leader_serves_mqtt_on_the_relays_host_and_workers_on_loopback() -> None:
+    leader = Leader(RELAY, ["unused"])
+    assert leader.mqtt is not None
+    assert (leader.mqtt.listener.host, leader.mqtt.listener.port) == ("0.0.0.0", 1883)
+    assert (leader.config.listening.host, leader.port) == ("127.0.0.1", None)  # not started
+
+
+def test_the_port_is_held_for_the_workers_and_shared_by_them_alone() -> None:
+    with reserved("127.0.0.1", 0) as port:
+        with socket.socket() as stranger, pytest.raises(OSError):
+            stranger.bind(("127.0.0.1", port))
+        with socket.socket() as worker:
+            worker.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+            worker.bind(("127.0.0.1", port))
+            worker.listen()
+
+
+BOUNDS = (0.01, 0.1, 1.0)
+NAMES = ("relay_pushes", "relay_rows", "relay_upstream_connected")
+one_worker = st.fixed_dictionaries(
+    {
+        "values": st.tuples(*(st.integers(0, 10**9) for _ in NAMES)),
+        "observed": st.lists(st.sampled_from((0.005, 0.05, 0.5, 5.0)), max_size=20),
+    }
+)
+
+
+def _rendered(values: tuple[int, ...], observed: list[float]) -> str:
+    samples: list[Sample | Histogram] = [
+        Sample(name, "counter" if i == 0 else "gauge", "h", value)
+        for i, (name, value) in enumerate(zip(NAMES, values, strict=True))
+    ]
+    histogram = Histogram("relay_tick_to_push_seconds", "h", BOUNDS)
+    for value in observed:
+        histogram.observe(value)
+    samples += [histogram, Sample("relay_worker", "gauge", "h", 1, {"worker": "1"})]
+    return render(samples).decode()
+
+
+@settings(max_examples=30, deadline=None)
+@given(st.lists(one_worker, min_size=1, max_size=4))
+def test_the_leaders_metrics_are_its_workers_summed(workers: list[dict[str, object]]) -> None:
+    texts = [_rendered(w["values"], w["observed"]) for w in workers]  # type: ignore[arg-type]
+    by_name = {sample.name: sample for sample in summed(texts)}
+    for i, name in enumerate(NAMES[:2]):
+        total = sum(w["values"][i] for w in workers)  # type: ignore[index]
+        assert by_name[name].value == total  # type: ignore[union-attr]
+    assert "relay_upstream_connected" not in by_name  # the leader's own link, not a sum
+    assert "relay_worker" not in by_name
+    histogram = by_name["relay_tick_to_push_seconds"]
+    assert isinstance(histogram, Histogram)
+    every = [value for w in workers for value in w["observed"]]  # type: ignore[attr-defined]
+    assert histogram.count == len(every)
+    assert histogram.counts == [
+        sum(1 for v in every if v == bucket) for bucket in (0.005, 0.05, 0.5, 5.0)
+    ]
+    assert histogram.total == pytest.approx(sum(every))
+    assert by_name["relay_workers_cpu_seconds"].value >= 0  # type: ignore[union-attr]
+    own: list[Sample | Histogram] = [
+        Sample("relay_upstream_connected", "gauge", "h", 1),
+        Sample("relay_pushes", "counter", "h", 5),
+        Sample("mqtt_clients", "gauge", "h", 3),
+    ]
+    answer = {sample.name: sample for sample in merged(own, summed(texts))}
+    assert answer["relay_upstream_connected"].value == 1  # type: ignore[union-attr]
+    assert answer["relay_pushes"].value == by_name["relay_pushes"].value  # type: ignore[union-attr]
+    assert answer["mqtt_clients"].value == 3  # type: ignore[union-attr]
+
+
+# -- a real deployment -------------------------------------------------------------------------
+
+BOX = Box((0, 0), (100, 100))
+ROWS = 20
+SECRET = "workers-test-secret-of-32-bytes!"
+#: Every other subscriber's token confines it to the agents with x <= 40.5.
+TOKENS = [
+    issue("HS256", SECRET, ["subscriber", "producer"]),
+    issue("HS256", SECRET, ["subscriber", "producer"], rules={"agents": "box:0,0,40.5,100"}),
+]
+
+
+def _tick(seq: int) -> dict[str, list[float]]:
+    """The agents at ``seq``: all inside ``BOX``, moving."""
+    ids = list(range(ROWS))
+    return {"id": ids, "x": [float(i * 4 + seq % 7) for i in ids], "y": [float(seq % 50)] * ROWS}
+
+
+def _rows(seq: int, ruled: bool) -> dict[int, dict[str, float]]:
+    """The rows a subscriber sees at ``seq``, under the rules of its token or not."""
+    rows = zip(*_tick(seq).values(), strict=True)
+    return {r: {"id": r, "x": x, "y": y} for r, x, y in rows if x <= 40.5 or not ruled}
+
+
+async def _publish(publisher: ScriptedPublisher, stop: asyncio.Event) -> None:
+    while not stop.is_set():
+        seq = publisher.next_seq.get("agents", 0)
+        await publisher.send(_tick(seq), snapshots=publisher.take_fresh())
+        await asyncio.sleep(0.1)
+
+
+def _by_worker(url: str, workers: int) -> dict[str, dict[str, float]]:
+    """Each worker's ``/metrics``, read on the shared port until every one has answered."""
+    seen: dict[str, dict[str, float]] = {}
+    for _ in range(200):  # each a new connection, to the worker the kernel picks
+        values = scrape(url)
+        seen[next(key for key in values if key.startswith("fanout_relay_worker{"))] = values
+        if len(seen) == workers:
+            return seen
+    raise AssertionError(f"{workers} workers, {sorted(seen)} answered /metrics")
+
+
+def _datasets(url: str, token: str) -> list[str]:
+    """``GET /v1/datasets`` on the relay's port, with ``token``."""
+    request = urllib.request.Request(
+        url.replace("ws://", "http://") + "/v1/datasets",
+        headers={"Authorization": f"Bearer {token}"},
+    )
+    with urllib.request.urlopen(request, timeout=10) as answer:
+        return [dataset["name"] for dataset in json.loads(answer.read())["datasets"]]
+
+
+async def _on_both_workers(stack: contextlib.AsyncExitStack, url: str) -> list[Any]:
+    """Subscribers to ``BOX``, tokens alternating, until connections landed on both workers
+    (the kernel picks): [(subscriber, view, ruled)]."""
+    subscribers: list[Any] = []
+    while True:
+        ruled = len(subscribers) % 2 == 1
+        subscriber = await stack.enter_async_context(connect(url, token=TOKENS[ruled]))
+        subscribers.append((subscriber, await subscriber.subscribe(BOX, rate=100), ruled))
+        counts = {
+            worker: values["fanout_relay_connections"]
+            for worker, values in (await asyncio.to_thread(_by_worker, url, 2)).items()
+        }
+        if (min(counts.values()) >= 1 and len(subscribers) >= 4) or len(subscribers) >= 40:
+            assert min(counts.values()) >= 1, counts
+            assert sum(counts.values()) == len(subscribers)
+            return subscribers
+
+
+@pytest.mark.integration
+@pytest.mark.no_spark_publisher
+async def test_two_workers_serve_one_port_with_one_link_upstream(tmp_path: Path) -> None:
+    """Subscribers on both workers see the same rows (each as its token's rules allow), write
+    through them, read the HTTP API; the publisher sees one relay; the leader sums the workers'
+    metrics and restarts one killed."""
+    frames: list[Frame] = []
+    publisher = ScriptedPublisher(catalog(), on_frame=frames.append)
+    stop = asyncio.Event()
+    leader_port, secret = free_port(), tmp_path / "secret"
+    secret.write_text(SECRET)
+    async with serving(publisher) as upstream, contextlib.AsyncExitStack() as stack:
+        ticking = asyncio.create_task(_publish(publisher, stop))
+        args = ["--publisher", upstream, "--port", "0", "--workers", "2"]
+        args += ["--workers-port", str(leader_port), "--auth-key-file", str(secret)]
+        relay = await stack.enter_async_context(running("relay", args, tmp_path / "relay.log"))
+        with pytest.raises(HandshakeRefused):  # a worker checks tokens
+            await stack.enter_async_context(connect(relay.url))
+        subscribers = await _on_both_workers(stack, relay.url)
+        stop.set()
+        await ticking
+        last = publisher.next_seq["agents"] - 1
+        for _, view, _ in subscribers:
+            async for update in view:
+                if update.seq >= last:
+                    break
+        assert all(view.rows == _rows(last, ruled) for _, view, ruled in subscribers)
+        assert publisher.connections == 1  # the leader's link: the publisher sees one relay
+        for _ in range(4):  # the HTTP API, whichever worker answers
+            assert await asyncio.to_thread(_datasets, relay.url, TOKENS[0]) == ["agents"]
+        # Every subscriber writes (outside the box): each write reaches the publisher through
+        # its worker and the leader, and the publisher's answer comes back the same way.
+        write = {"id": 99, "x": 500.0, "y": 500.0}
+        writes = [asyncio.create_task(s.publish("agents", [write])) for s, _, _ in subscribers]
+        published = await eventually(
+            lambda: [frame for frame in frames if isinstance(frame, Publish)],
+            lambda got: len(got) == len(subscribers),
+            timeout=10,
+            what="every write at the publisher",
+        )
+        for at, publish in enumerate(published):
+            await publisher.broadcast(Published(publish.req, at, at))
+        assert sorted(await asyncio.gather(*writes)) == [(at, at) for at in range(len(writes))]
+        await _restarted(relay.url, relay.pid, leader_port, len(subscribers), publisher)
+        children = Path(f"/proc/{relay.pid}/task/{relay.pid}/children")
+        workers = (await asyncio.to_thread(children.read_text)).split()
+        relay.kill()  # however the leader ends, its workers end with it
+        await eventually(
+            lambda: [pid for pid in workers if _running(int(pid))],
+            lambda running: not running,
+            timeout=10,
+            what="the workers ending with their leader",
+        )
+
+
+def _running(pid: int) -> bool:
+    """Whether process ``pid`` runs (exists and is no zombie)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+async def _restarted(
+    url: str, pid: int, leader_port: int, subscribers: int, publisher: ScriptedPublisher
+) -> None:
+    """The leader's ``/metrics`` sums its workers'; one killed is restarted, and the port
+    serves after, whichever worker answers."""
+    leader = f"http://127.0.0.1:{leader_port}"
+    await eventually(
+        lambda: scrape(leader).get("fanout_relay_connections", 0),
+        lambda summed: summed == subscribers,
+        timeout=10,
+        what="the leader's /metrics summing the workers' connections",
+    )
+    children = Path(f"/proc/{pid}/task/{pid}/children")
+    workers = (await asyncio.to_thread(children.read_text)).split()
+    os.kill(int(workers[0]), signal.SIGKILL)
+    await eventually(
+        lambda: scrape(leader),
+        lambda values: (
+            values.get("fanout_relay_worker_restarts_total") == 1
+            and values.get("fanout_relay_workers") == 2
+        ),
+        timeout=30,
+        what="the worker restarted",
+    )
+    stop = asyncio.Event()
+    ticking = asyncio.create_task(_publish(publisher, stop))
+    for _ in range(4):
+        async with connect(url, token=TOKENS[0]) as late:
+            view = await late.subscribe(BOX, rate=100)
+            update = await asyncio.wait_for(view.__aiter__().__anext__(), 10)
+            assert update.full and len(view.rows) == ROWS
+    stop.set()
+    await ticking
