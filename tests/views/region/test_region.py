@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 
 from fanout.errors import InvalidView
 from fanout.testing import strategies as fs
-from fanout.views.region import Box, RegionUnion, Relative, Sector, Sphere, direction
+from fanout.views.region import SORTED_FROM, Box, RegionUnion, Relative, Sector, Sphere, direction
 
 # Rounded to 9 places: distances that underflow (1e-175 squared is 0) are not geometry.
 COORD = st.floats(-100, 100).map(lambda v: round(v, 9))
@@ -387,3 +387,23 @@ def test_sector_measure_matches_a_monte_carlo_estimate(data: st.DataObject) -> N
     cloud = np.random.default_rng(1).uniform(bounds.lo, bounds.hi, size=(200_000, dims)).T
     estimate = sector.match(*cloud).mean() * box_measure
     assert estimate == pytest.approx(sector.measure(), rel=0.05, abs=box_measure * 0.01)
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.data())
+def test_a_union_of_many_matches_each_point_as_any_of_its_members_does(data: st.DataObject) -> None:
+    """``RegionUnion.match`` over many members sorts the points and tests each member on the
+    points within its bounds' x-range; the oracle tests every member on every point. Points on
+    the members' bounds, at infinities and NaN included."""
+    dims = data.draw(DIMS)
+    members = data.draw(st.lists(shapes(dims), min_size=SORTED_FROM, max_size=3 * SORTED_FROM))
+    union = RegionUnion(members)
+    cloud = data.draw(points(dims, 300))
+    edges = np.array([[m.bounds().lo[0], m.bounds().hi[0]] for m in members]).ravel()
+    cloud[0, : len(edges)] = edges  # x on a bound
+    cloud[0, -3:] = [np.nan, np.inf, -np.inf]
+    coordinates = (*cloud, None) if dims == 2 else tuple(cloud)
+    expected = np.zeros(cloud.shape[1], dtype=bool)
+    for member in members:
+        expected |= member.match(*coordinates)
+    assert union.match(*coordinates).tolist() == expected.tolist()
