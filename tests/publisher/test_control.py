@@ -44,6 +44,7 @@ from fanout.wire.messages import (
     ReadState,
     StateRows,
     Welcome,
+    Written,
 )
 
 
@@ -283,6 +284,48 @@ async def test_a_producer_deletes_by_the_key_column_only(control) -> None:
     assert "unknown dataset 'trucks' (serving: agents)" in unknown.message
     assert [(name, deletes) for name, _, deletes in datasets.published] == [("agents", [4, 5])]
     await producer.close()
+
+
+async def test_a_durable_write_is_passed_at_once_to_the_other_relays_whose_primitives_hold_it(
+    control,
+) -> None:
+    """publisher/passing.py's rules through the control plane: never back to the relay it came
+    through, to a relay whose primitive selects a row of it, a delete to every relay holding a
+    primitive of the dataset, a refused write to none."""
+    plane, _, url = control
+    near, far, idle = await hello(url), await hello(url), await hello(url)
+    await near.send(codec.encode(Acquire(1, "agents", Box((0, 0), (1, 1)))))
+    await far.send(codec.encode(Acquire(1, "agents", Box((5, 5), (6, 6)))))
+    for relay in (near, far):  # held once a later request is answered
+        await relay.send(codec.encode(Acquire(8, "nope", Box((0, 0), (1, 1)))))
+        assert isinstance((await frames(relay, 1))[0], Error)
+    producer = await hello(url, role="producer")
+    inside = encode_columns({"id": np.array([1]), "x": np.array([0.5]), "y": np.array([0.5])})
+    by_key = encode_columns({"id": np.array([4], dtype=np.int64)})
+    await near.send(codec.encode(Publish(1, "agents", inside)))  # near showed it itself
+    assert isinstance((await frames(near, 1))[0], Published)
+    for req, rows, keys in [(2, encode_columns({}), by_key), (3, inside, encode_columns({}))]:
+        await producer.send(codec.encode(Publish(req, "agents", rows, keys)))
+        assert isinstance((await frames(producer, 1))[0], Published)
+    await producer.send(codec.encode(Publish(4, "trucks", inside)))  # refused
+    assert isinstance((await frames(producer, 1))[0], Error)
+    for relay in (near, far, idle):  # a fence: an acquire refused
+        await relay.send(codec.encode(Acquire(9, "nope", Box((0, 0), (1, 1)))))
+
+    async def until_fence(relay: ClientConnection) -> list[tuple[int, int]]:
+        got = []
+        while not isinstance(frame := (await frames(relay, 1))[0], Error):
+            assert isinstance(frame, Written)
+            got.append((frame.first, frame.last))
+        return got
+
+    assert await until_fence(near) == [(0, 0), (0, -1)]  # the producer's delete, then its row
+    assert await until_fence(far) == [(0, 0)]  # the delete alone
+    assert await until_fence(idle) == []  # no primitive
+    counted = {s.name: s.value for s in plane.samples()}
+    assert counted["publisher_writes_passed"] == 3
+    for websocket in (near, far, idle, producer):
+        await websocket.close()
 
 
 async def test_curiosity_is_answered_from_the_log_or_said_lost(control) -> None:
