@@ -1,20 +1,18 @@
 """The relays below a relay, sans I/O: a relay serving other relays as the publisher would
 (CA 3197003 [0055]-[0057]; US 7,487,246), speaking the upstream protocol (docs/protocol.md).
 
-1. **Catalog.** Welcomed with this relay's catalog; ``unavailable`` while it has none; a
-   ``resume`` is answered ``resync`` (this window holds only what this relay's coverage saw).
+1. **Catalog.** Welcomed with this relay's catalog (``unavailable`` while it has none); a
+   ``resume`` answered ``resync`` (this window holds only what this relay's coverage saw).
 2. **Acquire.** Pinned here, what is not covered acquired upstream; its snapshot goes down,
-   stamped with the last seq forwarded, once ready primitives cover it.
-3. **Batches.** Each batch written here is forwarded at once, before its swap, to every relay
-   below, cut to its live primitives (``tiers.cut``); those this relay snapshotted go whole. A
-   write made elsewhere (``Written``) goes at once to those whose live primitives hold a row
-   of it (all of them if it deletes).
+   stamped with the last seq forwarded, once ready primitives cover it; refused: ``invalid_view``.
+3. **Batches.** Each batch written here goes at once, before its swap, to every relay below,
+   cut to its live primitives (``tiers.cut``), those this relay snapshotted whole; a write made
+   elsewhere (``Written``) to those whose live primitives hold a row of it (or all: deletes).
 4. **Curiosity.** Answered from the window when every seq is whole there, else passed up merged
-   with other relays' asks: each seq asked once while in flight (``tiers.curiosity``).
+   with others': each seq asked once while in flight (``tiers.curiosity``).
 5. **Horizons.** The lowest of this relay's ``every`` subscriptions' and the relays' below.
-6. **Losing upstream.** The relays below are dropped (``upstream_lost``) and connect again.
-Kinds differ only by the kind's answers (``primitive``, ``holds``, ``contents``); an ``Acquire``
-the kind refuses is answered ``invalid_view``. Why and how: docs/cluster.md.
+6. **Losing upstream.** The relays below are dropped (``upstream_lost``), to connect again.
+Kinds differ by their answers alone (``primitive``, ``holds``, ``contents``). See docs/cluster.md.
 """
 
 from __future__ import annotations
