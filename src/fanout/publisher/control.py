@@ -34,7 +34,7 @@ from fanout.buckets import Throttle
 from fanout.connection import Outbound, refuse
 from fanout.errors import FanoutError
 from fanout.publisher.answers import Datasets, answer, answered
-from fanout.publisher.passing import recipients
+from fanout.publisher.passing import LIVE_KINDS, recipients
 from fanout.publisher.protocol import (
     Action,
     Close,
@@ -400,7 +400,7 @@ class ControlPlane:
         """Pass a durable write at once to the other relays it may concern
         (``publisher.passing``), each whose queue has room (``WRITTEN_SHARE``)."""
         info = next((i for i in self.datasets.infos() if i.name == request.dataset), None)
-        if info is None or not self._relays:
+        if info is None or info.index not in LIVE_KINDS or not self._relays:
             return
         plan = self.registry.plan(request.dataset)
         deleting = request.deletes.length > 0

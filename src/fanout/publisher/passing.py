@@ -3,9 +3,10 @@ docs/concepts.md, "Two paths"). Pure: the registry's plan and the write's rows i
 
 Rules:
 
-1. Only a durable write is passed (its ``Publish`` answered ``Published``): a refusal never
-   reaches another relay, so the publisher tells no outcome; each relay confirms the write by
-   its ingest offset or withdraws it at its deadline.
+1. Only a durable write is passed (its ``Publish`` answered ``Published``), and only to a
+   dataset whose relays show live writes (``LIVE_KINDS``): a refusal never reaches another
+   relay, so the publisher tells no outcome; each relay confirms the write by its ingest
+   offset or withdraws it at its deadline.
 2. Never back to the relay it came through: that relay showed it already.
 3. Per relay, not per subscriber: to each relay holding a primitive of the dataset that
    selects one of the written rows; a write that deletes goes to every relay holding a
@@ -22,6 +23,10 @@ import numpy.typing as npt
 from fanout.publisher.relaytable import Plan
 from fanout.views import View
 from fanout.views.members import SELECTING, members
+
+#: The dataset kinds (``DatasetInfo.index``) whose relays show a write at once: those with a
+#: lens (``relay.kinds.lens``). A write to another is not passed: no relay would show it.
+LIVE_KINDS = frozenset({"topic", "path"})
 
 
 def recipients(
