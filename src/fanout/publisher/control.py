@@ -6,7 +6,8 @@ sent: the shell moves bytes, owns time (the hello timer) and runs blocking work 
 log, reads, publishes) on threads. It runs its own asyncio loop on a thread beside Spark's
 driver. Spark's micro-batch callback hands it finished batches (``deliver``), which it queues per
 relay; a relay whose queue fills is closed as a slow consumer (it reconnects and re-acquires,
-getting fresh snapshots) rather than making the pipeline wait for it.
+getting fresh snapshots) rather than making the pipeline wait for it. A durable write is passed
+on at once to the other relays it concerns (``publisher.passing``).
 
 An HTTP ``GET /metrics`` on the same port is answered with what was written to each relay and
 the datasets' figures (``fanout.metrics``).
@@ -398,7 +399,18 @@ class ControlPlane:
         self, origin: int | None, request: Publish, upserts: dict[str, Any], first: int, last: int
     ) -> None:
         """Pass a durable write at once to the other relays it may concern
-        (``publisher.passing``), each whose queue has room (``WRITTEN_SHARE``)."""
+        (``publisher.passing``), each whose queue has room (``WRITTEN_SHARE``). Its writer was
+        answered already: a fault here is logged, and the micro-batch carries the write."""
+        try:
+            self._pass(origin, request, upserts, first, last)
+        except Exception:
+            log.exception(
+                "write %d to %s was not passed on to relays", request.req, request.dataset
+            )
+
+    def _pass(
+        self, origin: int | None, request: Publish, upserts: dict[str, Any], first: int, last: int
+    ) -> None:
         info = next((i for i in self.datasets.infos() if i.name == request.dataset), None)
         if info is None or info.index not in LIVE_KINDS or not self._relays:
             return
