@@ -3,16 +3,17 @@
 the same view (the publisher's micro-batch path), in one run.
 
 One real deployment on loopback: ``fanout publisher`` with a ``topic`` dataset fed by producers
-(Spark ``local[*]``) and ``fanout relay``. A writer connection writes ``--writes`` rows one after
-the other through the relay (``Subscriber.publish``, each returning once durable), each a topic
-of its own; one subscriber holds ``live/#`` twice, ``latest`` and ``confirmed``. Per write:
-``same_relay`` is the time from the call to the ``latest`` view holding it, ``confirmed`` to the
-``confirmed`` view holding it (the micro-batches take the writes as they come). Afterwards:
-``lost`` writes the confirmed view never held, ``duplicated`` updates of either view that sent a
-value it already held, ``corrected`` rows the relay pushed to undo what it showed (``/metrics``).
-``other_relay_p50_ms`` is null: a write is not shown live on other relays yet (docs/concepts.md,
-"Two paths"). Prints one JSON object last (median of ``--runs`` runs, spread, machine,
-calibration); writes it to ``bench/results/writes.json``.
+(Spark ``local[*]``) and two ``fanout relay``s on it. A writer writes ``--writes`` rows one after
+the other through relay A (``Subscriber.publish``, each returning once durable), each a topic of
+its own; a subscriber on A holds ``live/#`` twice, ``latest`` and ``confirmed``, one on relay B
+``latest``. Per write: ``same_relay`` is the time from the call to A's ``latest`` view holding it,
+``other_relay`` to B's (the publisher passes it on once durable: ``Written``), ``durable`` to
+the call's return (the publisher's answer, once the write is in its log), ``confirmed`` to
+the ``confirmed`` view (the micro-batches take the writes as they come). Afterwards: ``lost``
+writes the confirmed view never held, ``duplicated`` updates of any view that sent a value it
+already held, ``corrected`` rows either relay pushed to undo what it showed (``/metrics``).
+Prints one JSON object last (median of ``--runs`` runs, spread, machine, calibration); writes it
+to ``bench/results/writes.json``.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import statistics
 import sys
 import tempfile
@@ -88,23 +90,31 @@ def percentile(values: list[float], fraction: float) -> float:
     return ordered[min(len(ordered) - 1, round(fraction * (len(ordered) - 1)))]
 
 
-async def one_run(relay_url: str, args: argparse.Namespace, first: int) -> dict[str, Any]:
-    async with connect(relay_url) as subscriber, connect(relay_url) as writer:
+async def one_run(relays: list[str], args: argparse.Namespace, first: int) -> dict[str, Any]:
+    here, there = relays
+    async with (
+        connect(here) as subscriber,
+        connect(here) as writer,
+        connect(there) as watcher,
+    ):
         live = await subscriber.subscribe(topic("live/#"), dataset="sensors", rate=1000.0)
         confirmed = await subscriber.subscribe(
             topic("live/#"), dataset="sensors", rate=1000.0, confirmed=True
         )
-        for view in (live, confirmed):  # their first pushes
+        away = await watcher.subscribe(topic("live/#"), dataset="sensors", rate=1000.0)
+        for view in (live, confirmed, away):  # their first pushes
             while not view.updates:
                 await view.wait_updates()
-        fast, slow = Arrivals(live), Arrivals(confirmed)
-        before = await asyncio.to_thread(scrape, relay_url)
-        same_relay, started = [], {}
+        fast, slow, other = Arrivals(live), Arrivals(confirmed), Arrivals(away)
+        before = [await asyncio.to_thread(scrape, url) for url in relays]
+        same_relay, other_relay, durable, started = [], [], [], {}
         for number in range(first, first + args.writes):
             name, value = f"live/{number}", float(number)  # a topic of its own: never overridden
             started[name] = time.perf_counter()
             await writer.publish("sensors", [{"topic": name, "value": value}])
+            durable.append((time.perf_counter() - started[name]) * 1000)
             same_relay.append((await fast.at(name, value) - started[name]) * 1000)
+            other_relay.append((await other.at(name, value) - started[name]) * 1000)
         confirmed_ms, lost = [], 0
         for name, at in started.items():
             try:
@@ -112,22 +122,27 @@ async def one_run(relay_url: str, args: argparse.Namespace, first: int) -> dict[
                 confirmed_ms.append((arrived - at) * 1000)
             except TimeoutError:
                 lost += 1
-        after = await asyncio.to_thread(scrape, relay_url)
-        fast.task.cancel()
-        slow.task.cancel()
+        after = [await asyncio.to_thread(scrape, url) for url in relays]
+        for arrivals in (fast, slow, other):
+            arrivals.task.cancel()
 
     def counted(name: str) -> float:
-        return after.get(name, 0.0) - before.get(name, 0.0)
+        return sum(a.get(name, 0.0) - b.get(name, 0.0) for a, b in zip(after, before, strict=True))
 
     return {
         "same_relay_p50_ms": round(statistics.median(same_relay), 2),
         "same_relay_p99_ms": round(percentile(same_relay, 0.99), 2),
+        "other_relay_p50_ms": round(statistics.median(other_relay), 2),
+        "other_relay_p99_ms": round(percentile(other_relay, 0.99), 2),
+        "durable_p50_ms": round(statistics.median(durable), 2),
         "confirmed_p50_ms": round(statistics.median(confirmed_ms), 1) if confirmed_ms else None,
         "confirmed_p99_ms": round(percentile(confirmed_ms, 0.99), 1) if confirmed_ms else None,
         "corrected": int(counted("fanout_relay_live_corrected_total")),
         "deduplicated": int(counted("fanout_relay_live_deduplicated_total")),
         "lost": lost,
-        "duplicated": fast.duplicated + slow.duplicated,
+        "duplicated": fast.duplicated + slow.duplicated + other.duplicated,
+        "passed": int(counted("fanout_relay_live_passed_total")),
+        "late": int(counted("fanout_relay_live_late_total")),
         "writes": args.writes,
     }
 
@@ -135,12 +150,16 @@ async def one_run(relay_url: str, args: argparse.Namespace, first: int) -> dict[
 async def bench(args: argparse.Namespace, root: Path) -> dict[str, Any]:
     async with Children() as children:
         publisher, relay = await publisher_and_relay(children, root, CONFIG)
+        other = await children.start(
+            "relay", ["--publisher", publisher.url, "--port", "0"], root / "other-relay.log"
+        )
         runs = []
         try:
             for run in range(args.runs):
-                runs.append(await one_run(relay.url, args, 1 + run * args.writes))
+                runs.append(await one_run([relay.url, other.url], args, 1 + run * args.writes))
                 print(json.dumps(runs[-1]), file=sys.stderr, flush=True)
         finally:
+            await other.stop()
             await relay.stop()
             await publisher.stop()
     summary: dict[str, Any] = {}
@@ -150,12 +169,7 @@ async def bench(args: argparse.Namespace, root: Path) -> dict[str, Any]:
             continue
         summary[key] = statistics.median(values)
         summary[f"{key}_spread"] = [min(values), max(values)]
-    return {
-        **summary,
-        "other_relay_p50_ms": None,
-        "other_relay_why_null": "a write is shown live only on the relay it was made through",
-        "runs": runs,
-    }
+    return {**summary, "load_average_1m_end": round(os.getloadavg()[0], 2), "runs": runs}
 
 
 def main() -> None:

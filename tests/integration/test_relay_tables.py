@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 import pytest_asyncio
 
-from fanout.client import LiveView, connect
+from fanout.client import LiveView, SubscriptionError, connect
 from fanout.client.publisher import PublisherClient, open_producer, open_reader
 from fanout.client.subscriber import Update
 from fanout.launch import Child, Children
@@ -176,7 +176,11 @@ async def test_a_topic_filter_gets_the_matching_retained_messages(deployment) ->
             ],
         )
         async with connect(relay.url) as subscriber:
-            view = await subscriber.subscribe(view_filter, dataset="sensors", rate=50.0)
+            # Confirmed rows only: a producer's write is shown to a ``latest`` view before any
+            # state of the publisher holds it (the live path), which this test does not check.
+            view = await subscriber.subscribe(
+                view_filter, dataset="sensors", rate=50.0, confirmed=True
+            )
             await matches_publisher(
                 reader, view, "sensors", view_filter, lambda rows: len(rows) == 2
             )
@@ -329,5 +333,63 @@ async def test_a_write_through_the_relay_is_shown_at_once_and_not_again_when_con
     assert held(live) == held(confirmed) == {"live/1": {"topic": "live/1", "value": 1.5}}
     counts = await asyncio.to_thread(scrape, relay.url)
     assert counts["fanout_relay_live_confirmed_total"] == 1  # by the state's tick, not a deadline
+    assert counts["fanout_relay_live_pending"] == 0
+    assert counts["fanout_relay_live_corrected_total"] == 0
+
+
+@pytest_asyncio.fixture(scope="module", loop_scope="module")
+async def other_relay(deployment, children: Children, tmp_path: Path) -> Child:
+    """A second relay on the module's publisher."""
+    publisher, _ = deployment
+    return await children.start(
+        "relay",
+        ["--publisher", publisher.url, "--port", "0", "--log-level", "info"],
+        tmp_path / "other-relay.log",
+    )
+
+
+async def test_a_write_through_one_relay_is_shown_at_once_on_another(
+    deployment, other_relay
+) -> None:
+    """Issue 40: a write made through relay A reaches a ``latest`` view on relay B before Spark's
+    micro-batch carries it (B's ``confirmed`` view lacks it), marked provisional: the publisher
+    passed it on once durable (``Written``); B's state of its tick confirms it, not sent again.
+    A write the publisher refuses is passed to no relay."""
+    publisher, relay = deployment
+    async with connect(other_relay.url) as subscriber, connect(relay.url) as writer:
+        live = await subscriber.subscribe(topic("across/#"), dataset="sensors", rate=100.0)
+        confirmed = await subscriber.subscribe(
+            topic("across/#"), dataset="sensors", rate=100.0, confirmed=True
+        )
+        async with asyncio.timeout(90):  # a loaded machine's micro-batch
+            await anext(aiter(live))  # the first, full pushes: B holds the filter upstream
+            await anext(aiter(confirmed))
+            before = await asyncio.to_thread(scrape, publisher.url)
+            with pytest.raises(SubscriptionError):  # refused by the publisher: not passed on
+                await writer.publish("sensors", [{"topic": "across/0", "value": "not a number"}])
+            written = asyncio.create_task(
+                writer.publish("sensors", [{"topic": "across/1", "value": 2.5}])
+            )
+            shown = await anext(aiter(live))
+            assert shown.provisional and carries(shown, "across/1")
+            assert held(live) == {"across/1": {"topic": "across/1", "value": 2.5}}
+            assert held(confirmed) == {}  # no micro-batch has carried it yet
+            await written
+            async for update in confirmed:
+                if carries(update, "across/1"):
+                    break
+            later: list[Update] = []
+            async for update in live:
+                later.append(update)
+                if live.tick >= confirmed.tick:
+                    break
+    assert not any(carries(update, "across/1") for update in later)
+    assert held(live) == held(confirmed) == {"across/1": {"topic": "across/1", "value": 2.5}}
+    counts = await asyncio.to_thread(scrape, other_relay.url)
+    assert counts["fanout_relay_live_passed_total"] == 1
+    after = await asyncio.to_thread(scrape, publisher.url)
+    passed = "fanout_publisher_writes_passed_total"
+    assert after[passed] - before[passed] == 1  # to B alone; the refused write to none
+    assert counts["fanout_relay_live_confirmed_total"] == 1
     assert counts["fanout_relay_live_pending"] == 0
     assert counts["fanout_relay_live_corrected_total"] == 0

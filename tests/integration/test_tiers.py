@@ -312,7 +312,12 @@ async def test_keyed_datasets_are_served_through_a_tier_as_by_a_flat_relay(
             for case in KEYED:
                 for side, where in ((flat_side, "flat"), (edge_side, "edge")):
                     for mode in ("latest", "every"):
-                        view = await side.subscribe(case.view, case.dataset, 100.0, mode=mode)  # type: ignore[arg-type]
+                        # ``latest`` asks confirmed rows: a producer's write is shown before its
+                        # tick on each relay as it comes (the live path), so that the two sides'
+                        # rows are compared tick by tick (the live path's own test is below).
+                        view = await side.subscribe(
+                            case.view, case.dataset, 100.0, mode=mode, confirmed=mode == "latest"
+                        )  # type: ignore[arg-type]
                         recorders[case.dataset, where, mode] = Recorder(view)
             every = [r for (_, _, mode), r in recorders.items() if mode == "every"]
             number = 1
@@ -369,6 +374,36 @@ async def test_keyed_datasets_are_served_through_a_tier_as_by_a_flat_relay(
             assert len(common_seqs) >= ROUNDS_SEEN - 2, case.dataset
             for update in common_seqs:
                 assert _changes(update) == _changes(by_seq[update.seq]), (case.dataset, update.seq)
+
+
+async def test_a_producers_write_is_shown_at_once_on_an_edge_relay(
+    publisher: Child, tree: list[Child]
+) -> None:
+    """Issue 40: a write made with the producer API is passed by the publisher to the mid relay
+    once durable, and by the mid relay to the edge, whose ``latest`` view shows it provisionally
+    before a micro-batch carries it (its ``confirmed`` view lacks it), then confirms it."""
+    _, edge = tree
+    async with open_producer(publisher.url) as producer, connect(edge.url) as subscriber:
+        live = await subscriber.subscribe(topic("edge/#"), dataset="sensors", rate=100.0)
+        confirmed = await subscriber.subscribe(
+            topic("edge/#"), dataset="sensors", rate=100.0, confirmed=True
+        )
+        async with asyncio.timeout(90):  # a loaded machine's micro-batches
+            await anext(aiter(live))  # the first, full pushes: the edge holds the filter
+            await anext(aiter(confirmed))
+            await producer.publish("sensors", rows=[{"topic": "edge/1", "value": 4.5}])
+            shown = await anext(aiter(live))
+            assert shown.provisional
+            assert dict(live.rows) == {"edge/1": {"topic": "edge/1", "value": 4.5}}
+            assert dict(confirmed.rows) == {}  # no micro-batch has carried it yet
+            async for _ in confirmed:
+                if confirmed.rows:
+                    break
+    assert {k: dict(r) for k, r in confirmed.rows.items()} == {
+        k: dict(r) for k, r in live.rows.items()
+    }
+    counts = await asyncio.to_thread(scrape, edge.url)
+    assert counts["fanout_relay_live_passed_total"] == 1
 
 
 async def test_a_restarted_mid_relay_costs_every_mode_subscribers_of_the_edge_nothing(

@@ -23,8 +23,10 @@ from fanout.publisher.control import ControlPlane
 from fanout.publisher.log import Gap, LogGap
 from fanout.publisher.relaytable import Registry
 from fanout.testing.batches import batch
-from fanout.testing.catalog import AGENTS
+from fanout.testing.catalog import AGENTS, sensors
 from fanout.views import Box, View
+from fanout.views.topic import TopicFilter
+from fanout.views.topic import parse as topic
 from fanout.wire import codec
 from fanout.wire.columns import encode_columns
 from fanout.wire.messages import (
@@ -44,7 +46,10 @@ from fanout.wire.messages import (
     ReadState,
     StateRows,
     Welcome,
+    Written,
 )
+
+SENSORS = sensors()
 
 
 class FakeDatasets:
@@ -57,9 +62,11 @@ class FakeDatasets:
         self.published: list[tuple[str, dict[str, np.ndarray], list[object]]] = []
 
     def infos(self) -> list[DatasetInfo]:
-        return [AGENTS]
+        return [AGENTS, SENSORS]
 
     def check(self, name: str, view: View) -> View:
+        if name == "sensors" and isinstance(view, TopicFilter):
+            return view
         if name != "agents":
             raise InvalidView(f"unknown dataset {name!r}")
         if not isinstance(view, Box):
@@ -280,9 +287,59 @@ async def test_a_producer_deletes_by_the_key_column_only(control) -> None:
     assert isinstance(refused, Error) and (refused.code, refused.ref) == ("protocol", 2)
     assert "publish 2 deletes: 1 rows without the key column 'id'" in refused.message
     assert isinstance(unknown, Error) and unknown.code == "invalid_view"
-    assert "unknown dataset 'trucks' (serving: agents)" in unknown.message
+    assert "unknown dataset 'trucks' (serving: agents, sensors)" in unknown.message
     assert [(name, deletes) for name, _, deletes in datasets.published] == [("agents", [4, 5])]
     await producer.close()
+
+
+async def test_a_durable_write_is_passed_at_once_to_the_other_relays_whose_primitives_hold_it(
+    control,
+) -> None:
+    """publisher/passing.py's rules through the control plane: never back to the relay it came
+    through, to a relay whose primitive selects a row of it, a delete to every relay holding a
+    primitive of the dataset; a refused write, or one to a dataset of a kind without live
+    writes (a region's), to none."""
+    plane, _, url = control
+    near, far, idle = await hello(url), await hello(url), await hello(url)
+    await near.send(codec.encode(Acquire(1, "sensors", topic("a/#"))))
+    await near.send(codec.encode(Acquire(2, "agents", Box((0, 0), (1, 1)))))
+    await far.send(codec.encode(Acquire(1, "sensors", topic("b/#"))))
+    for relay in (near, far):  # held once a later request is answered
+        await relay.send(codec.encode(Acquire(8, "nope", Box((0, 0), (1, 1)))))
+        assert isinstance((await frames(relay, 1))[0], Error)
+    producer = await hello(url, role="producer")
+    inside = encode_columns({"topic": np.array(["a/1"], dtype=object), "value": np.array([1.0])})
+    by_key = encode_columns({"topic": np.array(["c/1"], dtype=object)})
+    agent = encode_columns({"id": np.array([1]), "x": np.array([0.5]), "y": np.array([0.5])})
+    await near.send(codec.encode(Publish(1, "sensors", inside)))  # near showed it itself
+    assert isinstance((await frames(near, 1))[0], Published)
+    writes = [
+        Publish(2, "sensors", encode_columns({}), by_key),
+        Publish(3, "sensors", inside),
+        Publish(4, "agents", agent),  # a region's: not shown live anywhere
+    ]
+    for write in writes:
+        await producer.send(codec.encode(write))
+        assert isinstance((await frames(producer, 1))[0], Published)
+    await producer.send(codec.encode(Publish(5, "trucks", inside)))  # refused
+    assert isinstance((await frames(producer, 1))[0], Error)
+    for relay in (near, far, idle):  # a fence: an acquire refused
+        await relay.send(codec.encode(Acquire(9, "nope", Box((0, 0), (1, 1)))))
+
+    async def until_fence(relay: ClientConnection) -> list[tuple[int, int]]:
+        got = []
+        while not isinstance(frame := (await frames(relay, 1))[0], Error):
+            assert isinstance(frame, Written)
+            got.append((frame.first, frame.last))
+        return got
+
+    assert await until_fence(near) == [(0, 0), (0, -1)]  # the producer's delete, then its row
+    assert await until_fence(far) == [(0, 0)]  # the delete alone
+    assert await until_fence(idle) == []  # no primitive
+    counted = {s.name: s.value for s in plane.samples()}
+    assert counted["publisher_writes_passed"] == 3
+    for websocket in (near, far, idle, producer):
+        await websocket.close()
 
 
 async def test_curiosity_is_answered_from_the_log_or_said_lost(control) -> None:

@@ -39,6 +39,7 @@ from fanout.wire.messages import (
     Horizon,
     Knowledge,
     Release,
+    Written,
 )
 
 TOPICS = sensors(value="v")
@@ -420,3 +421,22 @@ def test_a_stopped_upstream_dataset_is_passed_down_and_told_to_relays_arriving_m
     relays.on_dataset_state(stopped)
     relays.upstream_lost()  # the next upstream says again what is stopped
     assert relays.stats()["upstream_datasets_stopped"] == 0
+
+
+def test_a_write_made_elsewhere_goes_down_to_the_relays_below_that_hold_a_row_of_it() -> None:
+    """Rule 3: per relay below, by its live primitives; a write that deletes goes to every relay
+    below holding a primitive of the dataset (a key alone says nothing of where the row was)."""
+    tree = Tree(Publisher("sensors", topic_within, topic_columns))
+    tree.down(tree.relays.welcome(EDGE + 1, Hello(version=1, role="relay", name="idle")))
+    tree.step({"a/1": 1.0})
+    tree.acquire(topic("a/#"))
+    tree.step({})
+    tree.step({})
+
+    def written(rows: dict[str, float], deletes: tuple[str, ...] = ()) -> Written:
+        keys = encode_columns({"topic": np.array(deletes, dtype=object)})
+        return Written("sensors", 5, 5, encode_columns(topic_columns(rows)), keys)
+
+    assert [s.to for s in tree.relays.on_written(written({"a/2": 2.0, "b/2": 1.0}))] == [EDGE]
+    assert tree.relays.on_written(written({"b/2": 2.0})) == []
+    assert [s.to for s in tree.relays.on_written(written({}, ("b/9",)))] == [EDGE]

@@ -67,16 +67,24 @@ class Datasets(Protocol):
         """The datasets' figures for ``GET /metrics``."""
 
 
+#: Told of each write once durable: the request, the columns it upserted, its offsets.
+Logged = Callable[[Publish, dict[str, np.ndarray], int, int], None]
+
+
 async def answer(
-    datasets: Datasets, request: ReadState | Publish | Curious, outbound: Outbound
+    datasets: Datasets,
+    request: ReadState | Publish | Curious,
+    outbound: Outbound,
+    logged: Logged = lambda *_: None,
 ) -> None:
     """Answer a request that is blocking work, run on a thread; a refusal goes to the
-    requester as an ``Error`` naming its request."""
+    requester as an ``Error`` naming its request. A write, once durable and answered, is told
+    to ``logged`` (the control plane passes it on to other relays: ``publisher.passing``)."""
     match request:
         case ReadState():
             await _read_state(datasets, request, outbound)
         case Publish():
-            await _publish(datasets, request, outbound)
+            await _publish(datasets, request, outbound, logged)
         case Curious():
             await _curious(datasets, request, outbound)
 
@@ -99,7 +107,9 @@ async def _curious(datasets: Datasets, request: Curious, outbound: Outbound) -> 
         await outbound.put(codec.encode(answer))
 
 
-async def _publish(datasets: Datasets, request: Publish, outbound: Outbound) -> None:
+async def _publish(
+    datasets: Datasets, request: Publish, outbound: Outbound, logged: Logged
+) -> None:
     # Acknowledged only once durable: the append returns after the fsync.
     try:
         upserts = decode_columns(request.upserts)
@@ -111,6 +121,7 @@ async def _publish(datasets: Datasets, request: Publish, outbound: Outbound) -> 
         outbound.offer(codec.encode(Error(exc.code, str(exc), ref=request.req)))
         return
     outbound.offer(codec.encode(Published(request.req, first, last)))
+    logged(request, upserts, first, last)
 
 
 def _key_of(datasets: Datasets, dataset: str) -> str:

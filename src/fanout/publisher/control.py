@@ -6,7 +6,8 @@ sent: the shell moves bytes, owns time (the hello timer) and runs blocking work 
 log, reads, publishes) on threads. It runs its own asyncio loop on a thread beside Spark's
 driver. Spark's micro-batch callback hands it finished batches (``deliver``), which it queues per
 relay; a relay whose queue fills is closed as a slow consumer (it reconnects and re-acquires,
-getting fresh snapshots) rather than making the pipeline wait for it.
+getting fresh snapshots) rather than making the pipeline wait for it. A durable write is passed
+on at once to the other relays it concerns (``publisher.passing``).
 
 An HTTP ``GET /metrics`` on the same port is answered with what was written to each relay and
 the datasets' figures (``fanout.metrics``).
@@ -34,6 +35,7 @@ from fanout.buckets import Throttle
 from fanout.connection import Outbound, refuse
 from fanout.errors import FanoutError
 from fanout.publisher.answers import Datasets, answer, answered
+from fanout.publisher.passing import LIVE_KINDS, recipients
 from fanout.publisher.protocol import (
     Action,
     Close,
@@ -52,6 +54,8 @@ from fanout.wire.messages import (
     DatasetState,
     Error,
     Hello,
+    Publish,
+    Written,
 )
 
 log = logging.getLogger(__name__)
@@ -70,6 +74,10 @@ SUSPECT_BURST = 0.2
 #: The least a suspect's frame is charged, in seconds: what the timing around the session
 #: does not see (reading and unframing it in websockets, the system calls) is not free.
 SUSPECT_FRAME_COST = 20e-6
+#: The share of a relay's queue a write passed on at once may fill (``publisher.passing``):
+#: past it the write is not passed (counted), since the micro-batch carries it anyway, and a
+#: relay whose queue fills with batches is closed as a slow consumer.
+WRITTEN_SHARE = 0.5
 #: Error codes that are not the sender's fault (a connection answered with one stays trusted).
 NOT_BAD_INPUT = frozenset({"unavailable", "log_gap", "resync", "closed"})
 
@@ -118,6 +126,8 @@ class ControlPlane:
         self._suspects = Throttle(SUSPECT_SHARE, SUSPECT_BURST)
         self._suspect_waits = 0
         self._frames_received = 0
+        self._passed = 0
+        self._passed_dropped = 0
         self._loop: asyncio.AbstractEventLoop | None = None
         self._stop: asyncio.Event | None = None
         self._thread: threading.Thread | None = None
@@ -204,6 +214,18 @@ class ControlPlane:
                 "counter",
                 "Connections closed as slow consumers.",
                 self._slow_closed + sum(o.closed_for is not None for o in self._open),
+            ),
+            metrics.Sample(
+                "publisher_writes_passed",
+                "counter",
+                "Durable writes passed at once to another relay, before their micro-batch.",
+                self._passed,
+            ),
+            metrics.Sample(
+                "publisher_writes_not_passed",
+                "counter",
+                "Writes not passed to a relay whose queue was half full (the batch carries them).",
+                self._passed_dropped,
             ),
             metrics.Sample(
                 "publisher_suspect_reads_delayed",
@@ -364,13 +386,50 @@ class ControlPlane:
                 case Replay(resume=resume):
                     peer.work.start(self._replay(peer, resume))
                 case Start(request=request):
-                    job = functools.partial(answer, self.datasets, request, outbound)
+                    logged = functools.partial(self._pass_on, peer.session.relay)
+                    job = functools.partial(answer, self.datasets, request, outbound, logged)
                     peer.work.start(answered(request.req, job, outbound))
                 case Close(reason=None):
                     return False
                 case Close(reason=str() as reason):
                     outbound.close(reason)
         return True
+
+    def _pass_on(
+        self, origin: int | None, request: Publish, upserts: dict[str, Any], first: int, last: int
+    ) -> None:
+        """Pass a durable write at once to the other relays it may concern
+        (``publisher.passing``), each whose queue has room (``WRITTEN_SHARE``). Its writer was
+        answered already: a fault here is logged, and the micro-batch carries the write."""
+        try:
+            self._pass(origin, request, upserts, first, last)
+        except Exception:
+            log.exception(
+                "write %d to %s was not passed on to relays", request.req, request.dataset
+            )
+
+    def _pass(
+        self, origin: int | None, request: Publish, upserts: dict[str, Any], first: int, last: int
+    ) -> None:
+        info = next((i for i in self.datasets.infos() if i.name == request.dataset), None)
+        if info is None or info.index not in LIVE_KINDS or not self._relays:
+            return
+        plan = self.registry.plan(request.dataset)
+        deleting = request.deletes.length > 0
+        relays = recipients(plan, origin, upserts, deleting, info.index_columns)
+        if not relays:
+            return
+        written = Written(request.dataset, first, last, request.upserts, request.deletes)
+        data = codec.encode(written)
+        for relay in relays:
+            peer = self._relays.get(relay)
+            if peer is None:
+                continue
+            if peer.outbound.pending < self.queue_limit * WRITTEN_SHARE:
+                peer.outbound.offer(data)
+                self._passed += 1
+            else:
+                self._passed_dropped += 1
 
     async def _replay(self, peer: _Peer, resume: dict[str, tuple[int, int]]) -> None:
         """Replay what a reconnecting relay missed, then the live batches held back meanwhile

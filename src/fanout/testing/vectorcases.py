@@ -48,6 +48,7 @@ from fanout.wire.messages import (
     Unsubscribe,
     Unsubscribed,
     Welcome,
+    Written,
 )
 
 
@@ -347,5 +348,17 @@ VALID: list[Valid] = [
         "dataset_state",
         "a dataset's query stopped",
         DatasetState("agents", False, reason="source lost", retry_in=5.0),
+    ),
+    Valid(
+        "from_publisher",
+        "written",
+        "a write made through another relay, logged at offsets 102-103: shown before its batch",
+        Written(
+            "sensors",
+            102,
+            103,
+            encode_columns({"topic": np.array(["live/1"]), "value": np.array([1.5])}),
+            encode_columns({"topic": np.array(["live/0"])}),
+        ),
     ),
 ]

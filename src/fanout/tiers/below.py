@@ -1,18 +1,18 @@
 """The relays below a relay, sans I/O: a relay serving other relays as the publisher would
 (CA 3197003 [0055]-[0057]; US 7,487,246), speaking the upstream protocol (docs/protocol.md).
 
-1. **Catalog.** Welcomed with this relay's catalog; ``unavailable`` while it has none; a
-   ``resume`` is answered ``resync`` (this window holds only what this relay's coverage saw).
+1. **Catalog.** Welcomed with this relay's catalog (``unavailable`` while it has none); a
+   ``resume`` answered ``resync`` (this window holds only what this relay's coverage saw).
 2. **Acquire.** Pinned here, what is not covered acquired upstream; its snapshot goes down,
-   stamped with the last seq forwarded, once ready primitives cover it.
-3. **Batches.** Each batch written here is forwarded at once, before its swap, to every relay
-   below, cut to its live primitives (``tiers.cut``); those this relay snapshotted go whole.
+   stamped with the last seq forwarded, once ready primitives cover it; refused: ``invalid_view``.
+3. **Batches.** Each batch written here goes at once, before its swap, to every relay below,
+   cut to its live primitives (``tiers.cut``), those this relay snapshotted whole; a write made
+   elsewhere (``Written``) to those whose live primitives hold a row of it (or all: deletes).
 4. **Curiosity.** Answered from the window when every seq is whole there, else passed up merged
-   with other relays' asks: each seq asked once while in flight (``tiers.curiosity``).
+   with others': each seq asked once while in flight (``tiers.curiosity``).
 5. **Horizons.** The lowest of this relay's ``every`` subscriptions' and the relays' below.
-6. **Losing upstream.** The relays below are dropped (``upstream_lost``) and connect again.
-Kinds differ only by the kind's answers (``primitive``, ``holds``, ``contents``); an ``Acquire``
-the kind refuses is answered ``invalid_view``. Why and how: docs/cluster.md.
+6. **Losing upstream.** The relays below are dropped (``upstream_lost``), to connect again.
+Kinds differ by their answers alone (``primitive``, ``holds``, ``contents``). See docs/cluster.md.
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ from fanout.relay.core.changesets import ChangeSet
 from fanout.relay.core.relaycore import RelayCore
 from fanout.relay.core.sends import UPSTREAM, Send
 from fanout.relay.data.buffers import Array, Keys
-from fanout.relay.data.intake import Intake
+from fanout.relay.data.intake import Intake, decode_rows
 from fanout.relay.data.nulls import masked
 from fanout.relay.kinds import DatasetKind
 from fanout.tiers import cut
@@ -47,6 +47,7 @@ from fanout.wire.messages import (
     Horizon,
     Knowledge,
     Release,
+    Written,
 )
 
 #: Request numbers this relay gives the curiosity it passes upstream (its own ``every`` mode
@@ -199,6 +200,21 @@ class Relays:
         else:
             self.stopped[state.dataset] = state
         return [Send(below.client, state) for below in self.below.values()]
+
+    def on_written(self, frame: Written) -> list[Send]:
+        """A write made elsewhere, passed down to the relays below it concerns (rule 3; raises
+        ProtocolError: not whole rows of the dataset)."""
+        state = self.core.datasets.get(frame.dataset)
+        if not self.below or state is None:
+            return []
+        kind, deletes = self.core.parts.kinds[frame.dataset], frame.deletes.length > 0
+        rows = decode_rows(state.info, frame.upserts, f"written {frame.first}-{frame.last}")
+        views = {c: [p.view for p in below.live(frame.dataset)] for c, below in self.below.items()}
+        return [
+            Send(client, frame)
+            for client, held in views.items()
+            if held and (deletes or (rows and kind.holds(held, rows).any()))
+        ]
 
     def upstream_lost(self) -> list[int]:
         """This relay lost its upstream: the relays below to drop (rule 6)."""
@@ -388,7 +404,8 @@ class Relays:
         """
         waiting = self.core.on_knowledge(knowledge)
         askers = self.curiosity.answer(knowledge.req, knowledge.seq)
-        return waiting, [Send(client, _replace_req(knowledge, req)) for client, req in askers]
+        replace = msgspec.structs.replace
+        return waiting, [Send(client, replace(knowledge, req=req)) for client, req in askers]
 
     def on_upstream_error(self, error: Error) -> list[Send] | None:
         """An error from upstream about a request passed on: sent to the relay below that
@@ -478,7 +495,3 @@ def _knowledge(req: int, dataset: str, change: ChangeSet, core: RelayCore) -> Kn
         upserts=encode_columns(masked(change.rows)),
         deletes=encode_columns({key: change.deleted}),
     )
-
-
-def _replace_req(knowledge: Knowledge, req: int) -> Knowledge:
-    return msgspec.structs.replace(knowledge, req=req)

@@ -455,6 +455,20 @@ class Published(Frame, tag="published", frozen=True):
     last: int
 
 
+class Written(Frame, tag="written", frozen=True):
+    """A write to ``dataset`` made through another relay or a producer, durably logged at
+    ingest offsets first..last, passed at once to the relays whose coverage it may touch (and
+    on by them to the relays below). A relay shows it to its ``latest`` subscribers as
+    provisional; the first state it swaps in with ``tick >= last`` confirms it (docs/concepts.md,
+    "Two paths")."""
+
+    dataset: str
+    first: int
+    last: int
+    upserts: Columns = Columns()
+    deletes: Columns = Columns()
+
+
 class DatasetState(Frame, tag="dataset_state", frozen=True):
     """A dataset's streaming query stopped (``running`` false) or runs again, told to relays.
 
@@ -471,4 +485,6 @@ class DatasetState(Frame, tag="dataset_state", frozen=True):
 ToRelay = Hello | Subscribe | Unsubscribe | Publish
 ToSubscriber = Welcome | Subscribed | Push | NoUpdate | Unsubscribed | Published | Error
 ToPublisher = Hello | Acquire | Release | ReadState | Publish | Curious | Horizon
-FromPublisher = Welcome | Catalog | Batch | Knowledge | StateRows | Published | DatasetState | Error
+FromPublisher = (
+    Welcome | Catalog | Batch | Knowledge | StateRows | Published | Written | DatasetState | Error
+)

@@ -16,7 +16,16 @@ from fanout.testing.catalog import sensors
 from fanout.testing.relaycore import ready_core
 from fanout.views.topic import parse as topic
 from fanout.wire.columns import decode_columns, encode_columns
-from fanout.wire.messages import Acquire, Batch, NoUpdate, Publish, Push, Subscribe, Subscribed
+from fanout.wire.messages import (
+    Acquire,
+    Batch,
+    NoUpdate,
+    Publish,
+    Push,
+    Subscribe,
+    Subscribed,
+    Written,
+)
 
 # Its value column may hold NULL, as the publisher's columns other than the key may.
 SENSORS = msgspec.structs.replace(sensors(), nullable=["value"])
@@ -98,6 +107,12 @@ class Talk:
             7, "sensors", _rows(upserts), encode_columns({"topic": np.array(deletes, dtype=object)})
         )
         return self.take(self.live.write(request, upstream, self.now))
+
+
+def written(first: int, last: int, upserts: dict[str, float], deletes: tuple[str, ...] = ()) -> Any:
+    """A write made through another relay, logged at ``first..last``, as the publisher passes it."""
+    keys = encode_columns({"topic": np.array(deletes, dtype=object)})
+    return Written("sensors", first, last, _rows(upserts), keys)
 
 
 def _rows(upserts: dict[str, float]) -> Any:
@@ -211,11 +226,35 @@ def test_a_null_written_is_shown_as_null_and_not_sent_again() -> None:
     assert all(not decode_columns(p.updated) for p in talk.pushes if p.sub == 1)
 
 
+def test_a_write_made_elsewhere_is_shown_and_confirmed_by_its_tick() -> None:
+    talk = started()
+    (shown,) = talk.take(talk.live.from_elsewhere(written(2, 3, {"a/2": 6.0}, ("a/1",)), 0.0))
+    assert shown.sub == 1 and shown.provisional
+    assert talk.views[1] == {"a/2": 6.0} and talk.views[3] == {"a/1": 1.0}
+    talk.batch(2, {}, ("a/1",))  # carries only part of it: still pending
+    talk.round()
+    assert talk.views[1] == {"a/2": 6.0} and len(talk.live.writes) == 1
+    talk.batch(3, {"a/2": 6.0})
+    talk.pushes.clear()
+    talk.round()
+    assert talk.views[1] == talk.views[3] == {"a/2": 6.0}
+    assert all(not decode_columns(p.entered) for p in talk.pushes if p.sub == 1)
+    counters = talk.live.writes.counters
+    assert (talk.live.passed, counters.confirmed, counters.corrected) == (1, 1, 0)
+
+
+def test_a_write_made_elsewhere_that_the_state_carries_already_is_not_shown() -> None:
+    talk = started()  # its state is of tick 1
+    assert talk.live.from_elsewhere(written(1, 1, {"a/1": 9.0}), 0.0) == []
+    assert (talk.live.late, len(talk.live.writes)) == (1, 0)
+
+
 TOPICS = ["a/0", "a/1", "b/0"]
 values = st.one_of(st.none(), st.sampled_from([1.0, 2.0]))  # None: deleted
 events = st.one_of(
     st.tuples(st.just("write"), st.dictionaries(st.sampled_from(TOPICS), values, min_size=1)),
     st.tuples(st.just("answer"), st.booleans()),
+    st.tuples(st.just("elsewhere"), st.dictionaries(st.sampled_from(TOPICS), values, min_size=1)),
     st.tuples(st.just("override"), st.sampled_from(TOPICS), values),
     st.tuples(st.just("batch")),
     st.tuples(st.just("round")),
@@ -249,6 +288,13 @@ class Played(Talk):
                     self.take(self.live.accepted(upstream, len(self.log)))
                 else:
                     self.take(self.live.refused(upstream))
+            case ("elsewhere", dict() as rows):  # through another relay: logged, passed on
+                first = len(self.log) + 1
+                self.log += rows.items()
+                upserts = {k: v for k, v in rows.items() if v is not None}
+                deletes = tuple(k for k, v in rows.items() if v is None)
+                frame = written(first, len(self.log), upserts, deletes)
+                self.take(self.live.from_elsewhere(frame, self.now))
             case ("override", str() as key, value):
                 self.log.append((key, value))
             case ("batch",):
@@ -273,9 +319,10 @@ class Played(Talk):
 @settings(max_examples=150, deadline=None)
 @given(st.lists(events, max_size=25))
 def test_latest_views_of_a_real_relay_converge_to_the_publishers_state(script: list[Any]) -> None:
-    """The relay's core, kinds and encodings as they run, live writes and the publisher's
-    answers, overrides and micro-batches in any order: once everything is answered and
-    carried, every view is the publisher's state, and no delta was inconsistent on the way."""
+    """The relay's core, kinds and encodings as they run, live writes (its own and others'
+    passed on) and the publisher's answers, overrides and micro-batches in any order: once
+    everything is answered and carried, every view is the publisher's state, and no delta was
+    inconsistent on the way."""
     talk = Played()
     talk.subscribe(1, "a/#")
     talk.subscribe(2, "#")

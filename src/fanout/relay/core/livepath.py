@@ -6,7 +6,8 @@ This module turns frames and pushes into the pure core's rows and its patches in
 
 1. A write is shown only if its rows are whole rows of the dataset, of its column types, keys
    unique (else it takes the confirmed path alone, counted ``invalid``: the publisher's answer
-   tells its writer why).
+   tells its writer why). A write made elsewhere comes durable (``Written``, from upstream):
+   shown as one of ours already accepted at its offset, unless the active state carries it.
 2. A subscription watches from a full push when it is ``latest``, did not ask ``confirmed`` and
    its kind has a lens (``DatasetKind.lens``); its pushes while anything is pending or shown
    are decoded, reconciled and encoded again (provisional if they carry a pending row).
@@ -15,6 +16,7 @@ This module turns frames and pushes into the pure core's rows and its patches in
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Hashable, Iterable, Mapping, Sequence
 from typing import Any, cast
 
@@ -32,7 +34,7 @@ from fanout.relay.data.pushes import Body, PushFrame, encode_rows
 from fanout.relay.kinds.base import Parts
 from fanout.relay.kinds.lens import RowLens
 from fanout.wire.columns import Columns, decode_columns, key_column
-from fanout.wire.messages import Publish
+from fanout.wire.messages import Publish, Written
 
 _encoder = msgspec.msgpack.Encoder()
 _columns = msgspec.msgpack.Decoder(Columns)
@@ -45,7 +47,11 @@ class LivePath:
         self.parts = parts
         self.writes = LiveWrites() if writes is None else writes
         self.invalid = 0
+        self.passed = 0  # writes made elsewhere shown here
+        self.late = 0  # ... not shown: the active state carried them already
         self._lenses: dict[SubKey, RowLens] = {}
+        # Writes made elsewhere are numbered up from 1: ours by the ``Forwarder``, down from -1.
+        self._elsewhere = itertools.count(1)
 
     # -- writes and their answers --------------------------------------------------------
 
@@ -61,6 +67,28 @@ class LivePath:
             self.invalid += 1  # rule 1
             return []
         return self._sends(self.writes.write(upstream, request.dataset, rows, now))
+
+    def from_elsewhere(self, frame: Written, now: float) -> list[Send]:
+        """A write made through another relay or a producer, logged up to ``frame.last``: shown
+        to whom it concerns here, confirmed by this relay's first state with ``tick >= last``."""
+        self.prune()
+        kind = self.parts.kinds.get(frame.dataset)
+        if kind is None or not self._watched(frame.dataset):
+            return []
+        stamp = kind.state.buffer.stamp
+        if stamp is not None and stamp.tick >= frame.last:
+            self.late += 1  # the confirmed path was faster
+            return []
+        request = Publish(0, frame.dataset, frame.upserts, frame.deletes)
+        try:
+            rows = written(kind.state.buffer.active.dtypes, kind.state.info, request)
+        except (FanoutError, TypeError, ValueError):
+            self.invalid += 1  # the publisher logged it: our types differ, the batch decides
+            return []
+        self.passed += 1
+        id = next(self._elsewhere)
+        patches = self.writes.write(id, frame.dataset, rows, now)
+        return self._sends([*patches, *self.writes.accepted(id, frame.last)])
 
     def accepted(self, upstream: int, last: int) -> list[Send]:
         """The publisher logged write ``upstream`` up to ingest offset ``last``."""
@@ -89,6 +117,8 @@ class LivePath:
         return {
             "live_writes": counters.writes,
             "live_invalid": self.invalid,
+            "live_passed": self.passed,
+            "live_late": self.late,
             "live_skipped": counters.skipped,
             "live_pending": len(self.writes),
             "live_shown": counters.shown,

@@ -82,9 +82,17 @@ CORE: dict[str, tuple[Kind, str]] = {
         "Transducers stopped: over their budget, or failed (their subscription ended).",
     ),
     # Writes made through this relay, shown at once (``relay.core.livepath``).
-    "live_writes": ("counter", "Writes made through this relay to datasets with live views."),
+    "live_writes": (
+        "counter",
+        "Writes to datasets with live views, made through this relay or passed from upstream.",
+    ),
     "live_invalid": ("counter", "Of those, not shown at once: not whole rows of the dataset."),
     "live_skipped": ("counter", "Of those, not shown at once: too many writes pending."),
+    "live_passed": ("counter", "Writes made elsewhere, passed from upstream and shown here."),
+    "live_late": (
+        "counter",
+        "Writes passed from upstream not shown: this relay's state carried them already.",
+    ),
     "live_pending": ("gauge", "Writes shown at once and not settled by the publisher yet."),
     "live_shown": ("counter", "Rows pushed provisionally, before the publisher confirmed them."),
     "live_confirmed": ("counter", "Writes shown at once, then confirmed by the stream."),

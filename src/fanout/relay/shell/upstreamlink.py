@@ -45,6 +45,7 @@ from fanout.wire.messages import (
     Published,
     StateRows,
     Welcome,
+    Written,
 )
 
 log = logging.getLogger(__name__)
@@ -220,15 +221,28 @@ class UpstreamLink:
             self._dispatch(live.refused(frame.ref))
         self._reply(*self._forwarder.answer(frame))
 
-    async def _on_frame(self, frame: object, outbound: Outbound) -> None:
-        if isinstance(frame, Batch) and self.sharing is not None:
+    def _written(self, frame: Written) -> None:
+        """A write made elsewhere (``relay.core.livepath``), shown at once and passed on to the
+        relays below: the batches before it do not carry it."""
+        now = asyncio.get_running_loop().time()
+        self._dispatch(self._core.serving.live.from_elsewhere(frame, now))
+        self._dispatch(self._relays.on_written(frame))
+
+    async def _batch(self, frame: Batch) -> None:
+        if self.sharing is not None:
             await self.sharing.on_piece(PUBLISHER, frame)  # assembled with other relays' pieces
             return
+        self.writer.put(frame)
+        # One batch may wait while another is written, so that the next write starts as soon
+        # as the pump swaps the last one in; more wait in the socket.
+        await self.writer.room(1)
+
+    async def _on_frame(self, frame: object, outbound: Outbound) -> None:
         if isinstance(frame, Batch):
-            self.writer.put(frame)
-            # One batch may wait while another is written, so that the next write starts
-            # as soon as the pump swaps the last one in; more wait in the socket.
-            await self.writer.room(1)
+            await self._batch(frame)
+            return
+        if isinstance(frame, Written):
+            self._written(frame)
             return
         await self.writer.drain()  # other frames apply after the batches before them
         match frame:
