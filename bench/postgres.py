@@ -11,28 +11,30 @@ Measures, on one table ``(order_id bigint key, customer text, amount double)`` p
 * ``writes_per_s``: single-row ``INSERT ... ON CONFLICT UPDATE`` transactions per second, by 1
   and by 4 concurrent writers (threads, one connection each, random keys), with no capture, with
   the trigger (``capture = "trigger"``) and with logical decoding (``capture = "logical"``);
-  while captured, a reader in another process drains the changes as fast as it can, as the
-  publisher would with ``trigger = 0`` (reads and commits, 10,000 at a time), so the server's
-  and the reader's work compete with the writers for this machine's cores; ``_unread``: the
-  capture installed and its stream started, no reader (what the writers' own transactions
-  pay). The configurations' tables and readers are set up once; the writers then take turns
-  of 2 s at each table, the order rotated every turn, until each has had ``--seconds``; that
-  is one run of ``--runs``; the median and the spread (min, max) over runs.
+  while captured, a reader in another process reads and commits the changes (10,000 at most
+  a read) at most every ``--pace`` s (0.5: a publisher reads once a micro-batch, and Spark's
+  take a second and more), so the server's and the reader's work compete with the writers for
+  this machine's cores; ``logical_eager`` (opt-in): the reader reads again as soon as a read
+  ends; ``_unread``: the capture installed and its stream started, no reader (what the writers'
+  own transactions pay). The configurations' tables and readers are set up once; the writers
+  then take turns of 2 s at each table, the order rotated every turn, until each has had
+  ``--seconds``; that is one run of ``--runs``; the median and the spread (min, max) over runs.
 * ``*_writer_cost_ratio``: writes per second without capture / with it, per run (the same
   run's baseline), the median over runs; the headline is the worse of 1 and 4 writers.
 * ``cpu``: per number of writers and configuration, where the CPU went during its turns (from
   ``/proc``): the reader's and the walsender's microseconds per change (the walsender: the
   server process streaming the slot, found by ``pg_replication_slots.active_pid``), the cores
-  the machine, the server and every capture used, and ``accounted_ratio``: the machine's CPU
-  per write with every capture's reader and walsender taken out, against no capture's (what
-  the writers pay once the capture's own CPU is set aside).
-* ``logical_paced``: as ``logical``, but a read at most every ``--pace`` s (a publisher's
-  micro-batches), so that what arrives meanwhile is read in one go.
+  the machine, the server and every capture used (a slot's walsender decodes the whole server's
+  WAL, so the other tables' turns too), and ``accounted_ratio``: the machine's CPU per write
+  with every capture's reader and walsender taken out, against no capture's.
+* ``walsender_us_per_change``: one writer's single-row upserts streamed to a client that drops
+  every message: the walsender's CPU per change with pgoutput's text values, with ``binary``,
+  and for writes to a table outside the publication (decoded, not sent).
 * ``read_changes_per_s``: changes each reader reads and converts to Arrow per second, and its
   CPU per change (Spark not involved); also in single-row transactions, as the writers make.
 
-For the logical reader's A/B alone: ``--writers 4 --configurations logical,logical_paced,``
-``logical_unread`` (about 3 minutes).
+The reader's pace A/B: ``--writers 4 --configurations logical,logical_eager`` (about 3 min);
+the lead's full run (about 8 min): no options.
 """
 
 from __future__ import annotations
@@ -41,6 +43,7 @@ import argparse
 import itertools
 import multiprocessing
 import random
+import select
 import statistics
 import threading
 import time
@@ -48,9 +51,12 @@ from pathlib import Path
 from typing import Any
 
 import psycopg
+import psycopg2
+from psycopg2.extras import LogicalReplicationConnection
 
+from fanout.publisher.sources.pgoutput import lsn_of
 from fanout.publisher.sources.postgres import install
-from fanout.publisher.sources.postgres_logical import LogicalStreamReader, capture_name
+from fanout.publisher.sources.postgres_logical import LogicalStreamReader, capture_name, drop_slot
 from fanout.publisher.sources.postgres_reader import ConnectedReader, ReaderOptions
 from fanout.publisher.sources.postgres_trigger import TriggerStreamReader
 from fanout.testing.calibration import calibrate
@@ -60,16 +66,18 @@ from fanout.testing.machine import describe, write_results
 from fanout.testing.postgres import throwaway_postgres
 
 RESULTS = Path(__file__).parent / "results" / "postgres.json"
-#: Measured configurations: no capture; each capture drained by a reader flat out; logical
-#: decoding read at a publisher's pace (``--pace``); each capture unread.
+#: Measured configurations: no capture; each capture read at a publisher's pace (``--pace``);
+#: logical decoding read flat out (``_eager``); each capture unread.
 CONFIGURATIONS = (
     "none",
     "trigger",
     "logical",
-    "logical_paced",
+    "logical_eager",
     "trigger_unread",
     "logical_unread",
 )
+#: Measured unless ``--configurations`` says otherwise.
+DEFAULT = ("none", "trigger", "logical", "trigger_unread", "logical_unread")
 #: Seconds of one configuration's turn at writing.
 SLICE = 2.0
 _names = itertools.count()
@@ -124,7 +132,7 @@ class Captured:
         ready, self.stop_reading = spawn.Event(), spawn.Event()
         self.reading: Any = None
         if self.capture != "none" and how != "unread":
-            every = pace if how == "paced" else 0.0
+            every = 0.0 if how == "eager" else pace
             self.reading = spawn.Process(
                 target=drain,
                 args=(url, self.table, self.capture, ready, self.stop_reading),
@@ -294,6 +302,66 @@ def read_changes_per_s(
     }
 
 
+#: The walsender's streams compared by ``walsender_us_per_change``: pgoutput's options, and
+#: whether the writes are to the published table or to another (WAL decoded, nothing sent).
+STREAMS: dict[str, tuple[dict[str, str], bool]] = {
+    "text": ({}, True),
+    "binary": ({"binary": "true"}, True),
+    "unpublished_table": ({}, False),
+}
+
+
+def walsender_us_per_change(url: str, tables: tuple[str, str], stream: str, changes: int) -> float:
+    """The walsender's CPU per change while one writer makes ``changes`` single-row upserts,
+    streamed as ``STREAMS[stream]`` says to a client that drops every message as it comes."""
+    options, published = STREAMS[stream]
+    slot = f"bench_walsender_{next(_names)}"
+    connection = psycopg2.connect(url, connection_factory=LogicalReplicationConnection)
+    cursor = connection.cursor()
+    cursor.create_replication_slot(slot, output_plugin="pgoutput")
+    publication = {"proto_version": "1", "publication_names": capture_name(url, tables[0])}
+    cursor.start_replication(slot_name=slot, decode=False, options={**publication, **options})
+    walsender, target, done = connection.get_backend_pid(), [0], threading.Event()
+
+    def drop() -> None:  # read and drop until the server has sent the WAL up to ``target``
+        while not (done.is_set() and cursor.wal_end >= target[0]):
+            if cursor.read_message() is None:
+                if done.is_set():  # the writes are over: ask where the server is
+                    cursor.send_feedback(reply=True, force=True)
+                select.select([cursor], [], [], 0.05)
+
+    dropping = threading.Thread(target=drop)
+    dropping.start()
+    before = process_tree(walsender)
+    with psycopg.connect(url, autocommit=True) as db:
+        for _ in range(changes):
+            db.execute(
+                f"INSERT INTO {tables[0 if published else 1]} VALUES (%s, 'c', %s)"
+                " ON CONFLICT (order_id) DO UPDATE SET amount = EXCLUDED.amount",
+                (random.randrange(10_000), random.random()),
+            )
+        (flushed,) = db.execute("SELECT pg_current_wal_flush_lsn()::text").fetchone() or ("0/0",)
+        target[0] = lsn_of(flushed)
+        done.set()
+        dropping.join()
+        used = process_tree(walsender).seconds - before.seconds
+        connection.close()
+        drop_slot(db, url, slot)
+    return used / changes * 1e6
+
+
+def walsender_streams(url: str, changes: int, rounds: int) -> dict[str, dict[str, float]]:
+    """``walsender_us_per_change`` of every stream of ``STREAMS``, taking turns, ``rounds``
+    times: the median and the spread."""
+    tables = (fresh_table(url, "logical"), fresh_table(url, "none"))
+    found: dict[str, list[float]] = {stream: [] for stream in STREAMS}
+    for _ in range(rounds):
+        for stream in STREAMS:
+            found[stream].append(walsender_us_per_change(url, tables, stream, changes))
+    install(url, tables[0], "order_id", COLUMNS, "trigger")
+    return {stream: summary(values) for stream, values in found.items()}
+
+
 def summary(values: list[float]) -> dict[str, float]:
     return {
         "median": round(statistics.median(values), 2),
@@ -352,11 +420,11 @@ def main() -> None:
     )
     parser.add_argument(
         "--configurations",
-        default=",".join(CONFIGURATIONS),
+        default=",".join(DEFAULT),
         help=f"which of {','.join(CONFIGURATIONS)} (none is always measured)",
     )
     parser.add_argument(
-        "--pace", type=float, default=0.5, help="seconds between logical_paced's reads"
+        "--pace", type=float, default=0.5, help="seconds between a reader's reads (not _eager)"
     )
     parser.add_argument("--quick", action="store_true", help="a short run (not written)")
     parser.add_argument("--out", type=Path, default=RESULTS, help="where the results go")
@@ -394,6 +462,7 @@ def main() -> None:
         reading["logical_single_row_transactions"] = read_changes_per_s(
             url, "logical", args.changes // 5, 10_000, size=1
         )
+        walsender = walsender_streams(url, args.changes // 30, args.runs)
     cost = {label: summary(values) for label, values in ratios.items()}
     results: dict[str, Any] = {
         "benchmark": "postgres",
@@ -406,6 +475,7 @@ def main() -> None:
         "writer_cost": cost,
         "cpu": cpu,
         "read_changes_per_s": reading,
+        "walsender_us_per_change": walsender,
     }
     for configuration in chosen:
         worst = max(cost[f"{configuration}_{writers}_writers"]["median"] for writers in counts)
