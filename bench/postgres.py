@@ -25,8 +25,9 @@ Measures, on one table ``(order_id bigint key, customer text, amount double)`` p
   ``/proc``): the reader's and the walsender's microseconds per change (the walsender: the
   server process streaming the slot, found by ``pg_replication_slots.active_pid``), the cores
   the machine, the server and every capture used (a slot's walsender decodes the whole server's
-  WAL, so the other tables' turns too), and ``accounted_ratio``: the machine's CPU per write
-  with every capture's reader and walsender taken out, against no capture's.
+  WAL, so the other tables' turns too), and ``accounted_ratio``: the writers' CPU per write
+  (their process's and the server's, walsenders taken out) against no capture's: what the
+  writers' own transactions pay once the capture's CPU is set aside.
 * ``walsender_us_per_change``: one writer's single-row upserts streamed to a client that drops
   every message: the walsender's CPU per change with pgoutput's text values, with ``binary``,
   and for writes to a table outside the publication (decoded, not sent).
@@ -373,8 +374,8 @@ def summary(values: list[float]) -> dict[str, float]:
 def cpu_costs(runs: list[dict[str, Turns]]) -> dict[str, dict[str, float]]:
     """Per configuration, the medians over runs of where the CPU went during its turns:
     microseconds per write of its reader and walsender (its capture's own work), cores the
-    machine, the server and all captures used, and the writers' CPU per write with every
-    capture's reader and walsender taken out, against no capture's (``accounted_ratio``)."""
+    machine, the server and all captures used, and the writers' CPU per write (their process's
+    and the server's, walsenders taken out) against no capture's (``accounted_ratio``)."""
     found: dict[str, dict[str, list[float]]] = {}
     for turns in runs:
         base = _writers_cpu_per_write(turns["none"])
@@ -386,6 +387,7 @@ def cpu_costs(runs: list[dict[str, Turns]]) -> dict[str, dict[str, float]]:
             figures = {
                 "reader_us_per_change": cpu.get(f"{configuration}.reader", 0.0) * per_write,
                 "walsender_us_per_change": cpu.get(f"{configuration}.walsender", 0.0) * per_write,
+                "writers_us_per_write": _writers_cpu_per_write(turn) * 1e6,
                 "machine_us_per_write": cpu.get("machine", 0.0) * per_write,
                 "machine_cores": cpu.get("machine", 0.0) / turn.seconds,
                 "server_cores": cpu.get("server", 0.0) / turn.seconds,
@@ -406,8 +408,12 @@ def _captures(cpu: dict[str, float]) -> float:
 
 
 def _writers_cpu_per_write(turn: Turns) -> float:
-    """The machine's CPU seconds per write, the captures' readers and walsenders taken out."""
-    return (turn.cpu.get("machine", 0.0) - _captures(turn.cpu)) / max(1, turn.writes)
+    """The writers' CPU seconds per write: their process's and the server's, the walsenders
+    taken out (the machine's would count the other jobs of a shared machine too)."""
+    cpu = turn.cpu
+    walsenders = sum(v for name, v in cpu.items() if name.endswith(".walsender"))
+    used = cpu.get("writers_client", 0.0) + cpu.get("server", 0.0) - walsenders
+    return used / max(1, turn.writes)
 
 
 def main() -> None:
