@@ -30,7 +30,8 @@ Measures, on one table ``(order_id bigint key, customer text, amount double)`` p
   writers' own transactions pay once the capture's CPU is set aside.
 * ``walsender_us_per_change``: one writer's single-row upserts streamed to a client that drops
   every message: the walsender's CPU per change with pgoutput's text values, with ``binary``,
-  and for writes to a table outside the publication (decoded, not sent).
+  for writes to a table outside the publication (decoded, not sent), and with text values
+  read every 0.5 s rather than as they come.
 * ``read_changes_per_s``: changes each reader reads and converts to Arrow per second, and its
   CPU per change (Spark not involved); also in single-row transactions, as the writers make.
 
@@ -303,19 +304,22 @@ def read_changes_per_s(
     }
 
 
-#: The walsender's streams compared by ``walsender_us_per_change``: pgoutput's options, and
-#: whether the writes are to the published table or to another (WAL decoded, nothing sent).
-STREAMS: dict[str, tuple[dict[str, str], bool]] = {
-    "text": ({}, True),
-    "binary": ({"binary": "true"}, True),
-    "unpublished_table": ({}, False),
+#: The walsender's streams compared by ``walsender_us_per_change``: pgoutput's options,
+#: whether the writes are to the published table or to another (WAL decoded, nothing sent),
+#: and whether the client waits on the stream for each message or reads every 0.5 s (as the
+#: publisher's reader does, between micro-batches).
+STREAMS: dict[str, tuple[dict[str, str], bool, float]] = {
+    "text": ({}, True, 0.0),
+    "binary": ({"binary": "true"}, True, 0.0),
+    "unpublished_table": ({}, False, 0.0),
+    "text_read_every_0.5_s": ({}, True, 0.5),
 }
 
 
 def walsender_us_per_change(url: str, tables: tuple[str, str], stream: str, changes: int) -> float:
     """The walsender's CPU per change while one writer makes ``changes`` single-row upserts,
-    streamed as ``STREAMS[stream]`` says to a client that drops every message as it comes."""
-    options, published = STREAMS[stream]
+    streamed as ``STREAMS[stream]`` says to a client that drops every message."""
+    options, published, every = STREAMS[stream]
     slot = f"bench_walsender_{next(_names)}"
     connection = psycopg2.connect(url, connection_factory=LogicalReplicationConnection)
     cursor = connection.cursor()
@@ -326,7 +330,11 @@ def walsender_us_per_change(url: str, tables: tuple[str, str], stream: str, chan
 
     def drop() -> None:  # read and drop until the server has sent the WAL up to ``target``
         while not (done.is_set() and cursor.wal_end >= target[0]):
-            if cursor.read_message() is None:
+            if every and not done.is_set():
+                time.sleep(every)
+                while cursor.read_message() is not None:
+                    pass
+            elif cursor.read_message() is None:
                 if done.is_set():  # the writes are over: ask where the server is
                     cursor.send_feedback(reply=True, force=True)
                 select.select([cursor], [], [], 0.05)
