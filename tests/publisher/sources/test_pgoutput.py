@@ -177,3 +177,28 @@ def test_an_lsn_is_spelled_as_postgresql_does(lsn: int) -> None:
     high, low = spelled.split("/")
     assert int(high, 16) * 2**32 + int(low, 16) == lsn and spelled == spelled.upper()
     assert pgoutput.lsn_of(spelled) == lsn
+
+
+@given(
+    st.integers(0, 20),
+    st.lists(
+        st.one_of(
+            st.tuples(st.just("append"), st.integers(0, 30), st.integers(0, 4)),
+            st.tuples(st.just("replace"), st.integers(0, 30), st.integers(0, 4)),
+            st.tuples(st.just("look"), st.just(0), st.just(0)),
+        ),
+        max_size=30,
+    ),
+)
+def test_pending_counts_the_changes_after_its_lsn_as_brute_force_does(
+    lsn: int, steps: list[tuple[str, int, int]]
+) -> None:
+    """Oracle: the changes of every held transaction ending after ``lsn``, summed anew."""
+    pending, held = pgoutput.Pending(lsn), []
+    for step, end, size in steps:
+        made = Transaction(end, tuple(Insert(1, ()) for _ in range(size)))
+        if step == "append":
+            held.append(made)
+        elif step == "replace":  # reopened, or confirmed: a new list, maybe shorter
+            held = [t for t in held if t.end_lsn > end // 2] + [made]
+        assert pending.changes(held) == sum(len(t.changes) for t in held if t.end_lsn > lsn)

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import datetime
 import decimal
+import functools
 import math
 from collections.abc import Callable
 from typing import Any
@@ -44,12 +45,17 @@ def stored(column: str, kind: ColumnType, value: Any) -> Any:
     """
     if value is None:
         return None
-    found = decimal_of(kind)
-    check = _CHECKS[kind] if found is None else _decimal(*found)
-    kept = check(value)
+    kept = _check_of(kind)(value)
     if kept is _BAD:
         raise unfit(column, kind, value)
     return kept
+
+
+@functools.cache
+def _check_of(kind: ColumnType) -> Callable[[Any], Any]:
+    """The check of a column type, made once (a source checks every value of every change)."""
+    found = decimal_of(kind)
+    return _CHECKS[kind] if found is None else _decimal(*found)
 
 
 def unfit(column: str, kind: ColumnType, value: Any) -> Unfit:

@@ -105,22 +105,27 @@ class Transaction:
     relations: dict[int, Relation] = field(default_factory=dict)
 
 
+_BEGIN = struct.Struct("!QqI")  # final LSN, commit time, xid
+_COMMIT = struct.Struct("!BQQq")  # flags, commit LSN, end LSN, commit time
+_U8, _U16, _U32, _I32 = (struct.Struct(f) for f in ("!B", "!H", "!I", "!i"))
+_NULL, _TOASTED, _TEXT = b"n"[0], b"u"[0], b"t"[0]
+
+
 class _Reader:
-    """A cursor over one message's bytes."""
+    """A cursor over one message's bytes (running past its end: ``struct.error`` or
+    ``IndexError``, which ``decode`` turns into a DecodeError)."""
 
-    def __init__(self, data: bytes) -> None:
-        self.data, self.at = data, 0
+    def __init__(self, data: bytes, at: int = 1) -> None:
+        self.data, self.at = data, at
 
-    def take(self, fmt: str) -> int:
-        size = struct.calcsize(fmt)
-        if self.at + size > len(self.data):
-            raise DecodeError(f"message ends at byte {len(self.data)}, before its fields do")
-        (value,) = struct.unpack_from(fmt, self.data, self.at)
-        self.at += size
+    def take(self, fmt: struct.Struct) -> int:
+        (value,) = fmt.unpack_from(self.data, self.at)
+        self.at += fmt.size
         return int(value)
 
     def byte(self) -> str:
-        return chr(self.take("!B"))
+        self.at += 1
+        return chr(self.data[self.at - 1])
 
     def string(self) -> str:
         end = self.data.find(b"\0", self.at)
@@ -130,25 +135,29 @@ class _Reader:
         self.at = end + 1
         return text
 
-    def raw(self, size: int) -> bytes:
-        if size < 0 or self.at + size > len(self.data):
-            raise DecodeError(f"a value of {size} bytes past the message's end")
-        chunk = self.data[self.at : self.at + size]
-        self.at += size
-        return chunk
-
     def tuple(self) -> tuple[Value, ...]:
+        data, at = self.data, self.at
+        (count,) = _U16.unpack_from(data, at)
+        at += 2
         values: list[Value] = []
-        for _ in range(self.take("!H")):
-            match self.byte():
-                case "n":
-                    values.append(None)
-                case "u":
-                    values.append(UNCHANGED)
-                case "t":
-                    values.append(self.raw(self.take("!i")))
-                case other:
-                    raise DecodeError(f"a column value of kind {other!r}")
+        for _ in range(count):
+            kind = data[at]
+            if kind == _TEXT:
+                (size,) = _I32.unpack_from(data, at + 1)
+                at += 5
+                if size < 0 or at + size > len(data):
+                    raise DecodeError(f"a value of {size} bytes past the message's end")
+                values.append(data[at : at + size])
+                at += size
+            elif kind == _NULL:
+                values.append(None)
+                at += 1
+            elif kind == _TOASTED:
+                values.append(UNCHANGED)
+                at += 1
+            else:
+                raise DecodeError(f"a column value of kind {chr(kind)!r}")
+        self.at = at
         return tuple(values)
 
 
@@ -160,50 +169,58 @@ def decode(data: bytes) -> Message | None:
     """
     if not data:
         raise DecodeError("an empty message")
-    read = _Reader(data)
-    tag = read.byte()
-    if tag in ("O", "Y"):
-        return None
-    if tag not in _DECODERS:
-        raise DecodeError(f"a message of kind {tag!r}")
-    message = _DECODERS[tag](read)
+    tag = chr(data[0])
+    try:  # the commonest, of fixed size, first
+        if tag == "B" and len(data) == 1 + _BEGIN.size:
+            final_lsn, _, xid = _BEGIN.unpack_from(data, 1)
+            return Begin(final_lsn, xid)
+        if tag == "C" and len(data) == 1 + _COMMIT.size:
+            _, lsn, end_lsn, _ = _COMMIT.unpack_from(data, 1)
+            return Commit(lsn, end_lsn)
+        if tag in ("O", "Y"):
+            return None
+        if tag not in _DECODERS:
+            raise DecodeError(f"a message of kind {tag!r}")
+        read = _Reader(data)
+        message = _DECODERS[tag](read)
+    except (struct.error, IndexError):
+        raise DecodeError(f"message ends at byte {len(data)}, before its fields do") from None
     if read.at != len(data):
         raise DecodeError(f"{len(data) - read.at} bytes after a {tag!r} message")
     return message
 
 
-def _begin(read: _Reader) -> Begin:
-    final_lsn = read.take("!Q")
-    read.take("!q")  # the commit's time
-    return Begin(final_lsn, read.take("!I"))
+def _begin(read: _Reader) -> Begin:  # of another size than a Begin's: an error either way
+    final_lsn, _, xid = _BEGIN.unpack_from(read.data, read.at)
+    read.at += _BEGIN.size
+    return Begin(final_lsn, xid)
 
 
-def _commit(read: _Reader) -> Commit:
-    read.take("!B")  # flags, unused
-    commit = Commit(read.take("!Q"), read.take("!Q"))
-    read.take("!q")  # the commit's time
-    return commit
+def _commit(read: _Reader) -> Commit:  # as _begin
+    _, lsn, end_lsn, _ = _COMMIT.unpack_from(read.data, read.at)
+    read.at += _COMMIT.size
+    return Commit(lsn, end_lsn)
 
 
 def _relation(read: _Reader) -> Relation:
-    oid, namespace, name = read.take("!I"), read.string(), read.string()
-    read.take("!B")  # replica identity setting
+    oid, namespace, name = read.take(_U32), read.string(), read.string()
+    read.take(_U8)  # replica identity setting
     columns = []
-    for _ in range(read.take("!H")):
-        flags, column = read.take("!B"), read.string()
-        columns.append(Column(column, read.take("!I"), bool(flags & 1)))
-        read.take("!i")  # type modifier
+    for _ in range(read.take(_U16)):
+        flags, column = read.take(_U8), read.string()
+        columns.append(Column(column, read.take(_U32), bool(flags & 1)))
+        read.take(_I32)  # type modifier
     return Relation(oid, namespace, name, tuple(columns))
 
 
 def _insert(read: _Reader) -> Insert:
-    oid = read.take("!I")
+    oid = read.take(_U32)
     _expect(read, "N")
     return Insert(oid, read.tuple())
 
 
 def _update(read: _Reader) -> Update:
-    oid, old = read.take("!I"), None
+    oid, old = read.take(_U32), None
     kind = read.byte()
     if kind in ("K", "O"):
         old = read.tuple()
@@ -214,7 +231,7 @@ def _update(read: _Reader) -> Update:
 
 
 def _delete(read: _Reader) -> Delete:
-    oid = read.take("!I")
+    oid = read.take(_U32)
     kind = read.byte()
     if kind not in ("K", "O"):
         raise DecodeError(f"a delete's old row marked {kind!r}, not 'K' or 'O'")
@@ -222,9 +239,9 @@ def _delete(read: _Reader) -> Delete:
 
 
 def _truncate(read: _Reader) -> Truncate:
-    count = read.take("!I")
-    read.take("!B")  # options (CASCADE, RESTART IDENTITY)
-    return Truncate(tuple(read.take("!I") for _ in range(count)))
+    count = read.take(_U32)
+    read.take(_U8)  # options (CASCADE, RESTART IDENTITY)
+    return Truncate(tuple(read.take(_U32) for _ in range(count)))
 
 
 _DECODERS: dict[str, Callable[[_Reader], Message]] = {
@@ -308,6 +325,27 @@ def after(found: list[Transaction], lsn: int, max_changes: int) -> list[Transact
         taken.append(transaction)
         count += len(transaction.changes)
     return taken
+
+
+class Pending:
+    """The changes of the transactions ending after ``lsn`` in a stream's held list, counted
+    as the list grows: each transaction once, not the whole list at every look (a read looks
+    each time the stream has received more). A list replaced (the stream opened again, or
+    what is confirmed let go) is counted anew."""
+
+    def __init__(self, lsn: int) -> None:
+        self.lsn = lsn
+        self._seen: list[Transaction] | None = None
+        self._counted = self._changes = 0
+
+    def changes(self, held: list[Transaction]) -> int:
+        if held is not self._seen or len(held) < self._counted:
+            self._seen, self._counted, self._changes = held, 0, 0
+        for at in range(self._counted, len(held)):
+            if held[at].end_lsn > self.lsn:
+                self._changes += len(held[at].changes)
+        self._counted = len(held)
+        return self._changes
 
 
 def lsn_text(lsn: int) -> str:

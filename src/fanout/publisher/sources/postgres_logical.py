@@ -262,10 +262,10 @@ class LogicalStreamReader(ConnectedReader):
             upto = min(at.snapshot, at.id + self.options.max_rows_per_batch)
             rows = self._copied(at, upto)
             return self._batches(rows), Offset(at.slot, at.snapshot, upto, at.lsn).spelled()
-        wanted = self.options.max_rows_per_batch
+        wanted, pending = self.options.max_rows_per_batch, pgoutput.Pending(at.lsn)
 
         def enough(held: list[pgoutput.Transaction]) -> bool:
-            return sum(len(t.changes) for t in held if t.end_lsn > at.lsn) >= wanted
+            return pending.changes(held) >= wanted
 
         caught_up, held = self._stream_caught_up(at, None, enough, CATCH_UP)
         taken = pgoutput.after(held, at.lsn, wanted)
