@@ -112,6 +112,9 @@ class Listener:
         self.traffic = Traffic()
         self.peers: dict[int, Peer] = {}
         self._links: dict[int, Link] = {}
+        #: What each connection was sent in this turn of the event loop, written by ``flush``.
+        self._out: dict[int, list[bytes]] = {}
+        self._flushing: asyncio.Handle | None = None
         #: Connections closed and lingering (``LINGER``), with the timer that aborts them.
         self._finishing: dict[int, asyncio.TimerHandle] = {}
         self._ids = itertools.count(1)
@@ -152,16 +155,13 @@ class Listener:
             elif isinstance(action, Persist):
                 self._persist(action)
             elif isinstance(action, Send):
-                link = self._links.get(action.connection)
-                if link is None or action.connection in self._finishing:
-                    continue
-                link.write(action.data)
-                self.traffic.sent(action.data)
-                self.peers[action.connection].traffic.sent(action.data)
-                if link.buffered() > self.max_buffered:
-                    self.slow_closed += 1
-                    log.info("mqtt connection %d closed: slow consumer", action.connection)
-                    link.abort()
+                out = self._out.get(action.connection)
+                if out is not None:
+                    out.append(action.data)
+                elif action.connection in self._links:
+                    self._out[action.connection] = [action.data]
+                    if self._flushing is None:
+                        self._flushing = asyncio.get_running_loop().call_soon(self.flush)
             elif isinstance(action, Close):
                 self._finish(action.connection)
             elif isinstance(action, Restore | Authenticate):
@@ -174,11 +174,33 @@ class Listener:
         if changes and self.on_filters is not None:
             self.on_filters(changes)
 
+    def flush(self) -> None:
+        """Write what each connection was sent since the last flush, as one write (one system
+        call, where a write per packet made most of a fan-out's cost); called at the end of the
+        event loop's turn that sent it."""
+        self._flushing = None
+        out, self._out = self._out, {}
+        for connection, data in out.items():
+            self._put(connection, data)
+
+    def _put(self, connection: int, data: list[bytes] | None) -> None:
+        """Write ``data`` (packets, in order) to ``connection``, closed if it is too slow."""
+        link = self._links.get(connection)
+        if data is None or link is None or connection in self._finishing:
+            return
+        link.write(data[0] if len(data) == 1 else b"".join(data))
+        self.traffic.sent(data, self.peers[connection].traffic)
+        if link.buffered() > self.max_buffered:
+            self.slow_closed += 1
+            log.info("mqtt connection %d closed: slow consumer", connection)
+            link.abort()
+
     def _finish(self, connection: int) -> None:
         """Close ``connection`` after what was written; abort it ``LINGER`` seconds on."""
         link = self._links.get(connection)
         if link is None or connection in self._finishing:
             return
+        self._put(connection, self._out.pop(connection, None))
         link.finish()
         self._finishing[connection] = asyncio.get_running_loop().call_later(LINGER, link.abort)
 
@@ -267,6 +289,7 @@ class Listener:
             self.apply(self.broker.lost(connection, time.monotonic()))
             del self._links[connection]
             del self.peers[connection]
+            self._out.pop(connection, None)
             timer = self._finishing.pop(connection, None)
             if timer is not None:
                 timer.cancel()
