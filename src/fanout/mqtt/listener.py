@@ -58,16 +58,17 @@ class TcpLink:
 
     def __init__(self, writer: asyncio.StreamWriter) -> None:
         self.writer = writer
+        self.transport = writer.transport
 
     def address(self) -> str:
         return host(self.writer.get_extra_info("peername"))
 
     def write(self, data: bytes) -> None:
-        if not self.writer.is_closing():
-            self.writer.write(data)
+        if not self.transport.is_closing():
+            self.transport.write(data)
 
     def buffered(self) -> int:
-        return self.writer.transport.get_write_buffer_size()
+        return self.transport.get_write_buffer_size()
 
     def finish(self) -> None:
         if self.writer.can_write_eof():  # not over TLS: there the client closes on DISCONNECT
@@ -149,19 +150,20 @@ class Listener:
 
     def apply(self, actions: Iterable[Action]) -> None:
         """Carry out what the broker said: write, close, hand on published messages."""
+        held, out = self._held, self._out
         for action in actions:
-            if isinstance(action, Send | Close) and action.connection in self._held:
-                self._held[action.connection].append(action)
-            elif isinstance(action, Persist):
-                self._persist(action)
-            elif isinstance(action, Send):
-                out = self._out.get(action.connection)
-                if out is not None:
-                    out.append(action.data)
+            if type(action) is Send and action.connection not in held:  # most of them
+                pending = out.get(action.connection)
+                if pending is not None:
+                    pending.append(action.data)
                 elif action.connection in self._links:
-                    self._out[action.connection] = [action.data]
+                    out[action.connection] = [action.data]
                     if self._flushing is None:
                         self._flushing = asyncio.get_running_loop().call_soon(self.flush)
+            elif isinstance(action, Send | Close) and action.connection in held:
+                held[action.connection].append(action)
+            elif isinstance(action, Persist):
+                self._persist(action)
             elif isinstance(action, Close):
                 self._finish(action.connection)
             elif isinstance(action, Restore | Authenticate):
@@ -179,8 +181,9 @@ class Listener:
         call, where a write per packet made most of a fan-out's cost); called at the end of the
         event loop's turn that sent it."""
         self._flushing = None
-        out, self._out = self._out, {}
-        for connection, data in out.items():
+        out = list(self._out.items())
+        self._out.clear()  # the same dict: ``apply`` holds it
+        for connection, data in out:
             self._put(connection, data)
 
     def _put(self, connection: int, data: list[bytes] | None) -> None:
