@@ -168,7 +168,7 @@ class Listener:
                 self._finish(action.connection)
             elif isinstance(action, Restore | Authenticate):
                 self._parked(action)
-            else:
+            elif isinstance(action, Published):  # a Send went first, above
                 self.traffic.messages_received += 1
                 if self.on_published is not None:
                     self.on_published(action)
