@@ -32,6 +32,7 @@ class Subscribers:
         self._ids = itertools.count(1)
         self._turns: dict[str, int] = {}  # $share filter -> its next member's turn
         self._changes: list[tuple[str, int]] = []
+        self._shared = 0  # ``$share`` subscriptions held: none, no look-up of them per message
 
     def install(self, session: Session, sub: Subscription) -> None:
         """Add (or replace) ``sub`` of ``session``."""
@@ -41,6 +42,7 @@ class Subscribers:
             self._changes.append((sub.filter, 1))
         session.subscriptions[sub.filter] = (sub_id, sub)
         shared = sub.filter.startswith("$share/")
+        self._shared += shared and known is None
         self._subscribers[sub_id] = (session, None if shared else sub)
         self._index.add(sub.filter, sub_id)
 
@@ -61,6 +63,7 @@ class Subscribers:
     def _drop(self, text: str, sub_id: int) -> None:
         self._index.remove(text, sub_id)
         del self._subscribers[sub_id]
+        self._shared -= text.startswith("$share/")
         self._changes.append((text, -1))
 
     def take_changes(self) -> list[tuple[str, int]]:
@@ -79,7 +82,8 @@ class Subscribers:
             session, sub = subscribers[sub_id]
             if sub is not None:  # shared: one member per group, below
                 add_target(targets, session, sub, message, origin)
-        for text, members in sorted(self._index.match_shared(message.topic).items()):
+        shared = self._index.match_shared(message.topic) if self._shared else {}
+        for text, members in sorted(shared.items()):
             if shares is not None and text not in shares:
                 continue
             ordered = [m for m in sorted(members) if self._reads(m, message.topic)]
