@@ -2,7 +2,8 @@
 
 Each connection is read by its own task and its bytes handed to ``Broker.receive``; what comes
 back is carried out here. A connection is a ``Link`` (TCP or TLS here, a WebSocket in
-``mqtt.ws``): all go through ``serve``, so through one CONNECT path. Reads are rate-limited per
+``mqtt.ws``): all go through ``serve``, so through one CONNECT path. What one turn of the event
+loop sends a connection goes out as one write (``flush``). Reads are rate-limited per
 connection, a slow consumer is closed past ``max_buffered``, a ``Persist`` holds back what
 follows it until the session is written, an ``Authenticate`` is answered by
 ``mqtt.access.login`` (in a thread, failures limited per client address), and a ``Close``
