@@ -155,6 +155,19 @@ def test_shared_subscriptions_give_each_message_to_one_member_in_turn() -> None:
     assert counts == [3, 3, 3]
 
 
+def test_a_shared_subscription_taken_again_after_all_went_gets_its_messages() -> None:
+    c = Clients()
+    c.connect(1, "m")
+    c.connect(2, "pub")
+    for _ in range(2):  # none held in between: shared ones are not looked up then
+        c.send(1, p.Subscribe(1, (("$share/g/jobs", 0), ("$share/g/jobs", 0))))
+        c.send(2, p.Publish("jobs", b"", 0))
+        assert c.publishes(1) == [("jobs", b"", 0, False)]
+        c.send(1, p.Unsubscribe(2, ("$share/g/jobs",)))
+        c.send(2, p.Publish("jobs", b"", 0))
+        assert c.publishes(1) == []
+
+
 def test_bad_input_gets_the_mqtt_reaction() -> None:
     c = Clients(Broker(Limits(max_packet=64)))
     c.connect(1, "a")

@@ -255,3 +255,23 @@ def test_a_connect_of_another_protocol_level_is_unsupported() -> None:
     with pytest.raises(p.PacketError) as error:
         roundtrip(data, p.V5)
     assert error.value.code == p.UNSUPPORTED_PROTOCOL_VERSION
+
+
+@given(st.binary(max_size=12) | texts.map(str.encode), blobs, st.booleans(), versions)
+def test_a_qos_0_publish_decodes_as_its_topic_bytes_say(
+    raw: bytes, payload: bytes, retain: bool, version: int
+) -> None:
+    """The decoder's short way for the commonest PUBLISH (QoS 0, no properties), against the
+    rules written out: a topic of well-formed UTF-8 without U+0000 (MQTT 1.5.4), the rest
+    payload."""
+    body = len(raw).to_bytes(2, "big") + raw + (b"\x00" if version == p.V5 else b"") + payload
+    try:
+        topic = raw.decode("utf-8")
+        valid = "\x00" not in topic
+    except UnicodeDecodeError:
+        valid = False
+    if not valid:
+        with pytest.raises(p.PacketError):
+            decode(0x30 | retain, body, version)
+    else:
+        assert decode(0x30 | retain, body, version) == p.Publish(topic, payload, 0, retain)

@@ -208,11 +208,12 @@ async def test_the_figures_are_in_metrics(relay: RelayServer) -> None:
 
 
 def test_traffic_counts_publish_packets_apart() -> None:
-    traffic = Traffic()
-    traffic.sent(bytes([0x30, 3, 0, 1, 0x61]))  # a QoS 0 PUBLISH
-    traffic.sent(bytes([0x20, 2, 0, 0]))  # a CONNACK
+    traffic, connection = Traffic(), Traffic()
+    traffic.sent([bytes([0x30, 3, 0, 1, 0x61])], connection)  # a QoS 0 PUBLISH
+    traffic.sent([bytes([0x20, 2, 0, 0]), bytes([0xD0, 0])], connection)  # CONNACK, PINGRESP
     traffic.received(b"\xc0\x00\xc0\x00")  # two PINGREQs
-    assert traffic == Traffic(bytes_received=4, bytes_sent=9, packets_sent=2, messages_sent=1)
+    assert traffic == Traffic(bytes_received=4, bytes_sent=11, packets_sent=3, messages_sent=1)
+    assert connection == Traffic(bytes_sent=11, packets_sent=3, messages_sent=1)
 
 
 def test_no_client_writes_the_brokers_sys_topics_not_even_by_its_will() -> None:

@@ -30,7 +30,7 @@ from fanout.mqtt.decoding import decode, split
 from fanout.mqtt.denials import Denials, refused_connack
 from fanout.mqtt.encoding import encode
 from fanout.mqtt.incoming import take_publish
-from fanout.mqtt.outgoing import Encoded, Withheld, is_sys, outgoing
+from fanout.mqtt.outgoing import Encoded, Withheld, copy_for, is_sys, outgoing
 from fanout.mqtt.rights import Rights
 from fanout.mqtt.sessions import Session, Subscription
 from fanout.mqtt.subscribers import Subscribers
@@ -158,7 +158,10 @@ class Broker:
     def offer(self, client_id: str, message: p.Publish) -> list[Action]:
         """Deliver ``message`` to session ``client_id`` alone (a replay from the log), if held."""
         session = self.sessions.get(client_id)
-        return [] if session is None else self._offer(session, message, None)
+        actions: list[Action] = []
+        if session is not None:
+            self._offer(session, message, None, actions)
+        return actions
 
     def packets(self, connection: int) -> int:
         """Packets read from ``connection`` so far (the shell throttles on them)."""
@@ -347,7 +350,7 @@ class Broker:
     def _drain(self, session: Session) -> list[Action]:
         actions: list[Action] = []
         while session.queued and session.can_send():
-            actions += self._send(session, session.queued.popleft(), None)
+            self._send(session, session.queued.popleft(), None, actions)
         return actions
 
     def _pubrec(self, connection: int, session: Session, packet: p.PubRec) -> list[Action]:
@@ -415,31 +418,27 @@ class Broker:
                 self.retained.pop(message.topic, None)
         actions: list[Action] = []
         shared: Encoded = {}
-        for session, qos, retain, identifiers in self._subscribers.targets(
-            message, origin, plain, shares
-        ):
-            properties = message.properties + tuple((0x0B, i) for i in identifiers)
-            copy = p.Publish(
-                message.topic,
-                message.payload,
-                qos,
-                retain,
-                properties=properties,
-                expires=message.expires,
-            )
-            if self.on_offer is None or self.on_offer(session, message, copy):
-                actions += self._offer(session, copy, shared)
+        offered, targets = self.on_offer, self._subscribers.targets(message, origin, plain, shares)
+        for session, qos, retain, identifiers in targets:
+            copy = copy_for(message, qos, retain, identifiers)
+            if offered is None or offered(session, message, copy):
+                self._offer(session, copy, shared, actions)
         return actions
 
-    def _offer(self, session: Session, message: p.Publish, shared: Encoded | None) -> list[Action]:
+    def _offer(
+        self, session: Session, message: p.Publish, shared: Encoded | None, out: list[Action]
+    ) -> None:
         """Send ``message`` to ``session`` now (``shared``: ``outgoing``'s), or queue it."""
         if session.connection is None or (message.qos and not session.can_send()):
             if message.qos:
                 session.queue(message, self.limits.max_queued)
-            return []
-        return self._send(session, message, shared)
+            return
+        self._send(session, message, shared, out)
 
-    def _send(self, session: Session, message: p.Publish, shared: Encoded | None) -> list[Action]:
+    def _send(
+        self, session: Session, message: p.Publish, shared: Encoded | None, out: list[Action]
+    ) -> None:
+        """Append to ``out`` what sends ``message`` to ``session``'s connection, unless withheld."""
         assert session.connection is not None
         ready = outgoing(session, message, self._now, shared)
         if ready is Withheld.UNREADABLE:
@@ -447,18 +446,18 @@ class Broker:
         elif ready is Withheld.EXPIRED:
             self.expired += 1
         if isinstance(ready, Withheld):
-            return []
+            return
         message, data = ready
         if message.qos == 2 and session.durable:
-            return [Persist(session.connection, session.client_id), Send(session.connection, data)]
-        return [Send(session.connection, data)]
+            out.append(Persist(session.connection, session.client_id))
+        out.append(Send(session.connection, data))
 
     def _subscribe(self, connection: int, session: Session, packet: p.Subscribe) -> list[Action]:
         done = subscribe(session, packet, self._subscribers, self.limits, self.denials)
         actions: list[Action] = [Send(connection, encode(done.ack, session.version))]
         for topic_filter, qos in done.retained:
             for message in retained_for(self.retained, topic_filter, qos, self._now):
-                actions += self._offer(session, message, None)
+                self._offer(session, message, None, actions)
         return actions
 
     def _disconnect(

@@ -305,6 +305,14 @@ def _publish(reader: _Reader, flags: int, v5: bool) -> Publish:
         raise PacketError("PUBLISH with QoS 3 [MQTT-3.3.1-4]")
     if qos == 0 and dup:
         raise PacketError("PUBLISH with DUP at QoS 0 [MQTT-3.3.1-2]")
+    data = reader.data
+    if not qos and len(data) >= 2:  # most of them: QoS 0, an ASCII topic, no properties
+        end = 2 + (data[0] << 8 | data[1])
+        raw = data[2:end]
+        whole = end + v5 <= len(data) and (not v5 or data[end] == 0)  # 5.0: no properties
+        if whole and raw.isascii() and b"\x00" not in raw:
+            reader.at = len(data)
+            return Publish(raw.decode("ascii"), data[end + v5 :], 0, retain)
     topic = reader.text()
     packet_id = None
     if qos:

@@ -59,6 +59,8 @@ def take_publish(session: Session, packet: p.Publish, limits: Limits) -> Taken:
         answers.append(encode(p.PubRec(packet.packet_id), session.version))
         if again:
             return Taken(answers, None)  # delivered when it first came (sessions rule 6)
+    if not packet.properties and packet.packet_id is None and not packet.dup:
+        return Taken(answers, packet)  # as delivered already: no copy
     properties = forwarded(packet.properties)
     message = p.Publish(
         packet.topic, packet.payload, packet.qos, packet.retain, properties=properties

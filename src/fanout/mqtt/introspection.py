@@ -39,12 +39,15 @@ class Traffic:
     messages_received: int = 0
     messages_sent: int = 0
 
-    def sent(self, data: bytes) -> None:
-        """One packet written (``Send.data`` is one packet)."""
-        self.bytes_sent += len(data)
-        self.packets_sent += 1
-        if data and data[0] >> 4 == _PUBLISH:
-            self.messages_sent += 1
+    def sent(self, packets: list[bytes], connection: Traffic) -> None:
+        """``packets`` written to one connection (each ``Send.data`` is one packet), counted
+        here and in that ``connection``'s own."""
+        size = sum(map(len, packets))
+        messages = sum(1 for data in packets if data and data[0] >> 4 == _PUBLISH)
+        for traffic in (self, connection):
+            traffic.bytes_sent += size
+            traffic.packets_sent += len(packets)
+            traffic.messages_sent += messages
 
     def received(self, data: bytes) -> None:
         """``data`` read (the broker counts the packets in it: ``Broker.packets_in``)."""

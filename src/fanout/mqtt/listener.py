@@ -2,7 +2,8 @@
 
 Each connection is read by its own task and its bytes handed to ``Broker.receive``; what comes
 back is carried out here. A connection is a ``Link`` (TCP or TLS here, a WebSocket in
-``mqtt.ws``): all go through ``serve``, so through one CONNECT path. Reads are rate-limited per
+``mqtt.ws``): all go through ``serve``, so through one CONNECT path. What one turn of the event
+loop sends a connection goes out as one write (``flush``). Reads are rate-limited per
 connection, a slow consumer is closed past ``max_buffered``, a ``Persist`` holds back what
 follows it until the session is written, an ``Authenticate`` is answered by
 ``mqtt.access.login`` (in a thread, failures limited per client address), and a ``Close``
@@ -58,16 +59,17 @@ class TcpLink:
 
     def __init__(self, writer: asyncio.StreamWriter) -> None:
         self.writer = writer
+        self.transport = writer.transport
 
     def address(self) -> str:
         return host(self.writer.get_extra_info("peername"))
 
     def write(self, data: bytes) -> None:
-        if not self.writer.is_closing():
-            self.writer.write(data)
+        if not self.transport.is_closing():
+            self.transport.write(data)
 
     def buffered(self) -> int:
-        return self.writer.transport.get_write_buffer_size()
+        return self.transport.get_write_buffer_size()
 
     def finish(self) -> None:
         if self.writer.can_write_eof():  # not over TLS: there the client closes on DISCONNECT
@@ -112,6 +114,9 @@ class Listener:
         self.traffic = Traffic()
         self.peers: dict[int, Peer] = {}
         self._links: dict[int, Link] = {}
+        #: What each connection was sent in this turn of the event loop, written by ``flush``.
+        self._out: dict[int, list[bytes]] = {}
+        self._flushing: asyncio.Handle | None = None
         #: Connections closed and lingering (``LINGER``), with the timer that aborts them.
         self._finishing: dict[int, asyncio.TimerHandle] = {}
         self._ids = itertools.count(1)
@@ -146,27 +151,25 @@ class Listener:
 
     def apply(self, actions: Iterable[Action]) -> None:
         """Carry out what the broker said: write, close, hand on published messages."""
+        held, out = self._held, self._out
         for action in actions:
-            if isinstance(action, Send | Close) and action.connection in self._held:
-                self._held[action.connection].append(action)
+            if type(action) is Send and action.connection not in held:  # most of them
+                pending = out.get(action.connection)
+                if pending is not None:
+                    pending.append(action.data)
+                elif action.connection in self._links:
+                    out[action.connection] = [action.data]
+                    if self._flushing is None:
+                        self._flushing = asyncio.get_running_loop().call_soon(self.flush)
+            elif isinstance(action, Send | Close) and action.connection in held:
+                held[action.connection].append(action)
             elif isinstance(action, Persist):
                 self._persist(action)
-            elif isinstance(action, Send):
-                link = self._links.get(action.connection)
-                if link is None or action.connection in self._finishing:
-                    continue
-                link.write(action.data)
-                self.traffic.sent(action.data)
-                self.peers[action.connection].traffic.sent(action.data)
-                if link.buffered() > self.max_buffered:
-                    self.slow_closed += 1
-                    log.info("mqtt connection %d closed: slow consumer", action.connection)
-                    link.abort()
             elif isinstance(action, Close):
                 self._finish(action.connection)
             elif isinstance(action, Restore | Authenticate):
                 self._parked(action)
-            else:
+            elif isinstance(action, Published):  # a Send went first, above
                 self.traffic.messages_received += 1
                 if self.on_published is not None:
                     self.on_published(action)
@@ -174,11 +177,34 @@ class Listener:
         if changes and self.on_filters is not None:
             self.on_filters(changes)
 
+    def flush(self) -> None:
+        """Write what each connection was sent since the last flush, as one write (one system
+        call, where a write per packet made most of a fan-out's cost); called at the end of the
+        event loop's turn that sent it."""
+        self._flushing = None
+        out = list(self._out.items())
+        self._out.clear()  # the same dict: ``apply`` holds it
+        for connection, data in out:
+            self._put(connection, data)
+
+    def _put(self, connection: int, data: list[bytes] | None) -> None:
+        """Write ``data`` (packets, in order) to ``connection``, closed if it is too slow."""
+        link = self._links.get(connection)
+        if data is None or link is None or connection in self._finishing:
+            return
+        link.write(data[0] if len(data) == 1 else b"".join(data))
+        self.traffic.sent(data, self.peers[connection].traffic)
+        if link.buffered() > self.max_buffered:
+            self.slow_closed += 1
+            log.info("mqtt connection %d closed: slow consumer", connection)
+            link.abort()
+
     def _finish(self, connection: int) -> None:
         """Close ``connection`` after what was written; abort it ``LINGER`` seconds on."""
         link = self._links.get(connection)
         if link is None or connection in self._finishing:
             return
+        self._put(connection, self._out.pop(connection, None))
         link.finish()
         self._finishing[connection] = asyncio.get_running_loop().call_later(LINGER, link.abort)
 
@@ -267,6 +293,7 @@ class Listener:
             self.apply(self.broker.lost(connection, time.monotonic()))
             del self._links[connection]
             del self.peers[connection]
+            self._out.pop(connection, None)
             timer = self._finishing.pop(connection, None)
             if timer is not None:
                 timer.cancel()

@@ -59,6 +59,24 @@ def outgoing(
     return message, data
 
 
+def copy_for(message: p.Publish, qos: int, retain: bool, identifiers: tuple[int, ...]) -> p.Publish:
+    """The copy of ``message`` for one subscriber (broker rule 4): at ``qos``, with the retain
+    flag ``retain`` and its subscriptions' ``identifiers``; ``message`` itself where nothing
+    differs, as in most of a fan-out (no object made per subscriber)."""
+    if (
+        qos == message.qos
+        and retain == message.retain
+        and not identifiers
+        and message.packet_id is None
+        and not message.dup
+    ):
+        return message
+    properties = message.properties + tuple((0x0B, i) for i in identifiers)
+    return p.Publish(
+        message.topic, message.payload, qos, retain, properties=properties, expires=message.expires
+    )
+
+
 def expiring(properties: p.Properties, left: int) -> p.Properties:
     """``properties`` with Message Expiry Interval ``left`` seconds (rule 9)."""
     return tuple((k, left if k == 0x02 else v) for k, v in properties)

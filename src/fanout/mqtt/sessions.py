@@ -114,19 +114,19 @@ class Session:
         return self.away_since is not None and now - self.away_since >= self.expiry
 
 
+#: (session, QoS, retain flag, subscription identifiers) of one session a message goes to.
+Target = tuple[Session, int, bool, tuple[int, ...]]
+
+
 def add_target(
-    targets: dict[str, tuple[Session, int, bool, list[int]]],
-    session: Session,
-    sub: Subscription,
-    message: Publish,
-    origin: str,
+    targets: dict[str, Target], session: Session, sub: Subscription, message: Publish, origin: str
 ) -> None:
     """Add ``session``'s matching ``sub`` to ``targets``: one copy per session (broker rule 4)."""
     if sub.no_local and session.client_id == origin:
         return
-    qos = min(sub.qos, message.qos)
+    qos = sub.qos if sub.qos < message.qos else message.qos
     retain = message.retain and sub.retain_as_published
-    ids = [sub.identifier] if sub.identifier else []
+    ids = (sub.identifier,) if sub.identifier else ()
     entry = targets.get(session.client_id)
     if entry is None:
         targets[session.client_id] = (session, qos, retain, ids)

@@ -18,7 +18,7 @@ import itertools
 from collections.abc import Collection
 
 from fanout.mqtt import packets as p
-from fanout.mqtt.sessions import Session, Subscription, add_target
+from fanout.mqtt.sessions import Session, Subscription, Target, add_target
 from fanout.views.topic.index import TopicIndex
 
 
@@ -27,10 +27,12 @@ class Subscribers:
 
     def __init__(self) -> None:
         self._index = TopicIndex()
-        self._subscribers: dict[int, tuple[Session, str]] = {}
+        #: Each subscription by its id: its session, and itself (None: a ``$share`` one).
+        self._subscribers: dict[int, tuple[Session, Subscription | None]] = {}
         self._ids = itertools.count(1)
         self._turns: dict[str, int] = {}  # $share filter -> its next member's turn
         self._changes: list[tuple[str, int]] = []
+        self._shared = 0  # ``$share`` subscriptions held: none, no look-up of them per message
 
     def install(self, session: Session, sub: Subscription) -> None:
         """Add (or replace) ``sub`` of ``session``."""
@@ -39,7 +41,9 @@ class Subscribers:
         if known is None:
             self._changes.append((sub.filter, 1))
         session.subscriptions[sub.filter] = (sub_id, sub)
-        self._subscribers[sub_id] = (session, sub.filter)
+        shared = sub.filter.startswith("$share/")
+        self._shared += shared and known is None
+        self._subscribers[sub_id] = (session, None if shared else sub)
         self._index.add(sub.filter, sub_id)
 
     def remove(self, session: Session, text: str) -> bool:
@@ -59,6 +63,7 @@ class Subscribers:
     def _drop(self, text: str, sub_id: int) -> None:
         self._index.remove(text, sub_id)
         del self._subscribers[sub_id]
+        self._shared -= text.startswith("$share/")
         self._changes.append((text, -1))
 
     def take_changes(self) -> list[tuple[str, int]]:
@@ -68,15 +73,17 @@ class Subscribers:
 
     def targets(
         self, message: p.Publish, origin: str, plain: bool, shares: Collection[str] | None
-    ) -> list[tuple[Session, int, bool, list[int]]]:
+    ) -> list[Target]:
         """(session, QoS, retain flag, subscription identifiers) of each session ``message``
         goes to (rules 1-2); ``shares``: the groups to serve (None: every matching one)."""
-        targets: dict[str, tuple[Session, int, bool, list[int]]] = {}
+        targets: dict[str, Target] = {}
+        subscribers = self._subscribers
         for sub_id in self._index.match(message.topic) if plain else ():
-            session, text = self._subscribers[sub_id]
-            if not text.startswith("$share/"):  # shared: one member per group, below
-                add_target(targets, session, session.subscriptions[text][1], message, origin)
-        for text, members in sorted(self._index.match_shared(message.topic).items()):
+            session, sub = subscribers[sub_id]
+            if sub is not None:  # shared: one member per group, below
+                add_target(targets, session, sub, message, origin)
+        shared = self._index.match_shared(message.topic) if self._shared else {}
+        for text, members in sorted(shared.items()):
             if shares is not None and text not in shares:
                 continue
             ordered = [m for m in sorted(members) if self._reads(m, message.topic)]
