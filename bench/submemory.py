@@ -38,6 +38,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import gc
 import json
 import math
 import multiprocessing as mp
@@ -50,6 +51,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import tracemalloc
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import asdict, dataclass
 from multiprocessing.connection import Connection
@@ -66,6 +68,7 @@ from fanout.testing.binaries import require
 from fanout.testing.calibration import calibrate
 from fanout.testing.machine import Memory, describe, rss, tree_memory, write_results
 from fanout.testing.ports import LOOPBACK, free_port
+from fanout.testing.relays import running_relay
 from fanout.testing.world import WORLD, publisher_main, routes
 from fanout.views import Box
 from relay import Subscriber  # bench/relay.py's picows subscriber
@@ -685,6 +688,98 @@ def headline(found: dict[str, dict[str, Any]], args: argparse.Namespace) -> dict
     return results
 
 
+# -- what an idle subscriber's bytes are made of ----------------------------------------------
+
+
+async def breakdown(args: argparse.Namespace) -> dict[str, Any]:
+    """A relay in this process, traced (``tracemalloc``), and ``--breakdown`` idle subscribers
+    in client processes: the Python heap's growth per subscriber by where it was allocated, and
+    the objects the collector tracks that were added, by type (count and ``sys.getsizeof``)."""
+    context = mp.get_context("spawn")
+    pub_conn, child = context.Pipe()
+    publisher = context.Process(target=publisher_main, args=(child, args.entities))
+    publisher.start()
+    child.close()
+    count = args.breakdown
+    try:
+        url = await asyncio.to_thread(pub_conn.recv)
+        tracemalloc.start(args.frames)
+        async with running_relay(url, timeout=60) as (_, relay_url):
+            clients = Clients("relay", relay_url, "idle", count, args.processes)
+            try:
+                await asyncio.sleep(args.settle)
+                before, types_before = heap()
+                await asyncio.to_thread(clients.open, count)
+                await asyncio.sleep(args.settle)
+                after, types_after = heap()
+            finally:
+                await asyncio.to_thread(clients.stop)
+    finally:
+        tracemalloc.stop()
+        with contextlib.suppress(OSError):
+            pub_conn.send("stop")
+        publisher.join(10)
+    ours = [tracemalloc.Filter(False, __file__), tracemalloc.Filter(False, tracemalloc.__file__)]
+    before, after = before.filter_traces(ours), after.filter_traces(ours)
+    lines = after.compare_to(before, "traceback" if args.frames > 1 else "lineno")
+    grown = sum(d.size_diff for d in lines)
+    modules: dict[str, int] = {}
+    for d in after.compare_to(before, "filename"):
+        name = module_of(d.traceback[0].filename)
+        modules[name] = modules.get(name, 0) + d.size_diff
+    types = {
+        name: (types_after[name][0] - n, types_after[name][1] - size)
+        for name, (n, size) in types_before.items()
+        if name in types_after
+    } | {name: v for name, v in types_after.items() if name not in types_before}
+    return {
+        "subscribers": count,
+        "traced_bytes_per_subscriber": round(grown / count),
+        "by_module": {
+            name: round(size / count)
+            for name, size in sorted(modules.items(), key=lambda kv: -kv[1])[: args.top]
+        },
+        "by_line": [
+            {
+                "where": " < ".join(f"{module_of(f.filename)}:{f.lineno}" for f in d.traceback),
+                "bytes_per_subscriber": round(d.size_diff / count),
+                "blocks_per_subscriber": round(d.count_diff / count, 2),
+            }
+            for d in lines[: args.top]
+        ],
+        "by_type": [
+            {
+                "type": name,
+                "objects_per_subscriber": round(n / count, 2),
+                "getsizeof_bytes_per_subscriber": round(size / count),
+            }
+            for name, (n, size) in sorted(types.items(), key=lambda kv: -kv[1][1])[: args.top]
+        ],
+        "load_average": round(os.getloadavg()[0], 2),
+    }
+
+
+def module_of(filename: str) -> str:
+    """A source file's module, dotted (``fanout.connection``, ``asyncio.queues``)."""
+    for root in ("/src/", "site-packages/", "/python3.11/"):
+        if root in filename:
+            filename = filename.rsplit(root, 1)[1]
+            break
+    return filename.removesuffix(".py").replace("/", ".")
+
+
+def heap() -> tuple[tracemalloc.Snapshot, dict[str, tuple[int, int]]]:
+    """A traced heap's snapshot, and the collector's objects: (count, bytes) by type."""
+    gc.collect()
+    types: dict[str, list[int]] = {}
+    for each in gc.get_objects():
+        kind = type(each)
+        entry = types.setdefault(f"{kind.__module__}.{kind.__qualname__}", [0, 0])
+        entry[0] += 1
+        entry[1] += sys.getsizeof(each)
+    return tracemalloc.take_snapshot(), {k: (n, size) for k, (n, size) in types.items()}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--counts", type=int, nargs="+", default=[1000, 10_000])
@@ -705,7 +800,20 @@ def main() -> None:
     parser.add_argument("--modes", nargs="+", default=["idle", "active", "stopped"])
     parser.add_argument("--quick", action="store_true", help="100 and 500 subscribers, short")
     parser.add_argument("--out", type=Path, default=RESULTS)
+    parser.add_argument(
+        "--breakdown",
+        type=int,
+        help="instead: this many idle subscribers on a traced relay in this process; where its"
+        " heap grew (written to bench/results/submemory-breakdown.json)",
+    )
+    parser.add_argument("--frames", type=int, default=1, help="--breakdown's traceback depth")
+    parser.add_argument("--top", type=int, default=25, help="--breakdown's lines and types")
     args = parser.parse_args()
+    if args.breakdown:
+        found = asyncio.run(breakdown(args))
+        found |= {"machine": describe(), "calibration": calibrate()}
+        write_results(found, args.out.with_name("submemory-breakdown.json"))
+        return
     if args.quick:
         args.counts, args.stopped, args.stop_seconds = [100, 500], 50, 20.0
         args.settle, args.window = 3.0, 3.0
