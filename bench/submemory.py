@@ -11,8 +11,8 @@ Servers, each started afresh for each mode (its memory once grown is not given b
   ticks a second; no Spark);
 * **mosquitto**: ``/usr/sbin/mosquitto`` on a free loopback port, ``max_connections -1``, its
   other settings default (``max_queued_messages 1000``, ``max_queued_bytes 0``: no limit); an MQTT
-  publisher process (paho) sends each active subscriber's topic a ``--message-bytes`` message
-  (the relay's push of about 100 rows) ten times a second.
+  ``--publishers`` processes (paho) send each active subscriber's topic a ``--message-bytes``
+  message (the relay's push of about 100 rows) ten times a second.
 
 Modes, each measured at 0 (the baseline), then ``--counts`` subscribers (1,000 then 10,000):
 
@@ -95,19 +95,23 @@ def raise_open_files() -> int:
 
 
 class Still:
-    """An idle subscriber's route: a box outside the world, where no row ever is."""
+    """An idle subscriber's route: a box of its own outside the world, where no row ever is.
+    Its edges are on the scripted publisher's raster (``COVERAGE_CELL``), which matches the
+    rows of aligned primitives at once rather than box by box."""
 
     offset = 0.0
+    SIDE = 128.0
 
     def __init__(self, index: int) -> None:
-        self.corner = (WORLD + 1000 + 200 * (index % 200), WORLD + 1000 + 200 * (index // 200))
+        x, y = index % 200, index // 200
+        self.corner = (WORLD + 1024 + 2 * self.SIDE * x, WORLD + 1024 + 2 * self.SIDE * y)
 
     def step(self, seconds: float) -> int:
         return 0
 
     def box(self, step: int) -> Box:
         x, y = self.corner
-        return Box((x, y), (x + 125, y + 125))
+        return Box((x, y), (x + self.SIDE, y + self.SIDE))
 
 
 class Counting(Subscriber):
@@ -309,11 +313,14 @@ def network(client: mqtt.Client, events: int) -> None:
         client.loop_write()
 
 
-def mqtt_publisher_main(conn: Connection, port: int, message_bytes: int) -> None:
-    """Mosquitto's publisher: ``active/<i>`` for i < the count it is told, ten times a second.
-    A tick whose messages are still being written when the next is due is skipped (counted)."""
+def mqtt_publisher_main(
+    conn: Connection, port: int, message_bytes: int, share: tuple[int, int]
+) -> None:
+    """One of Mosquitto's publishers (``share``: its index and how many there are): each
+    ``active/<i>`` of its share for i < the count it is told, ten times a second. A tick whose
+    messages are still being written when the next is due is skipped (counted)."""
     raise_open_files()
-    client = mqtt.Client(CallbackAPIVersion.VERSION2, client_id="publisher")
+    client = mqtt.Client(CallbackAPIVersion.VERSION2, client_id=f"publisher-{share[0]}")
     client.connect(LOOPBACK, port, keepalive=60)
     sock = client.socket()
     assert sock is not None
@@ -329,9 +336,9 @@ def mqtt_publisher_main(conn: Connection, port: int, message_bytes: int) -> None
             if client.want_write():
                 state["skipped"] += 1
             else:
-                for i in range(state["topics"]):
+                for i in range(share[0], state["topics"], share[1]):
                     client.publish(f"active/{i}", payload, qos=0)
-                state["sent"] += state["topics"]
+                state["sent"] += len(range(share[0], state["topics"], share[1]))
         writing = selectors.EVENT_WRITE if client.want_write() else 0
         selector.modify(sock, selectors.EVENT_READ | writing, client)
         for key, events in selector.select(max(0.0, next_tick - time.monotonic())):
@@ -592,20 +599,30 @@ def mosquitto(workdir: Path) -> Iterator[tuple[int, int]]:
 
 
 @contextlib.contextmanager
-def mqtt_publisher(port: int, message_bytes: int) -> Iterator[Connection]:
+def mqtt_publishers(port: int, message_bytes: int, count: int) -> Iterator[list[Connection]]:
+    """``count`` publisher processes sharing the active topics; a pipe to each."""
     context = mp.get_context("spawn")
-    conn, child = context.Pipe()
-    process = context.Process(target=mqtt_publisher_main, args=(child, port, message_bytes))
-    process.start()
-    child.close()
+    conns, processes = [], []
+    for index in range(count):
+        conn, child = context.Pipe()
+        share = (index, count)
+        process = context.Process(
+            target=mqtt_publisher_main, args=(child, port, message_bytes, share)
+        )
+        process.start()
+        child.close()
+        conns.append(conn)
+        processes.append(process)
     try:
-        yield conn
+        yield conns
     finally:
-        with contextlib.suppress(OSError):
-            conn.send(("quit", None))
-        process.join(10)
-        if process.is_alive():
-            process.kill()
+        for conn in conns:
+            with contextlib.suppress(OSError):
+                conn.send(("quit", None))
+        for process in processes:
+            process.join(10)
+            if process.is_alive():
+                process.kill()
 
 
 def relay_slow_closed(url: str) -> float:
@@ -633,21 +650,24 @@ def run_mosquitto(mode: str, args: argparse.Namespace, workdir: Path) -> Any:
     (workdir / mode).mkdir(parents=True, exist_ok=True)
     with (
         mosquitto(workdir / mode) as (pid, port),
-        mqtt_publisher(port, args.message_bytes) as publisher,
+        mqtt_publishers(port, args.message_bytes, args.publishers) as publishers,
     ):
 
         def feed(count: int) -> None:
             if mode != "idle":
-                publisher.send(("topics", count))
-                publisher.recv()
+                for each in publishers:
+                    each.send(("topics", count))
+                for each in publishers:
+                    each.recv()
 
         clients = Clients("mosquitto", port, mode, total, args.processes)
         try:
             if mode == "stopped":
                 return stopped(pid, clients, args, feed, args.stop_seconds)
             found = steps(pid, clients, args.counts, args, feed)
-            publisher.send(("sample", None))
-            return {"steps": found, "publisher": publisher.recv()}
+            for each in publishers:
+                each.send(("sample", None))
+            return {"steps": found, "publishers": [each.recv() for each in publishers]}
         finally:
             clients.stop()
 
@@ -705,7 +725,7 @@ async def breakdown(args: argparse.Namespace) -> dict[str, Any]:
         url = await asyncio.to_thread(pub_conn.recv)
         tracemalloc.start(args.frames)
         async with running_relay(url, timeout=60) as (_, relay_url):
-            clients = Clients("relay", relay_url, "idle", count, args.processes)
+            clients = Clients("relay", relay_url, args.breakdown_mode, count, args.processes)
             try:
                 await asyncio.sleep(args.settle)
                 before, types_before = heap()
@@ -734,6 +754,7 @@ async def breakdown(args: argparse.Namespace) -> dict[str, Any]:
     } | {name: v for name, v in types_after.items() if name not in types_before}
     return {
         "subscribers": count,
+        "mode": args.breakdown_mode,
         "traced_bytes_per_subscriber": round(grown / count),
         "by_module": {
             name: round(size / count)
@@ -796,6 +817,7 @@ def main() -> None:
     parser.add_argument("--processes", type=int, default=4, help="client processes")
     parser.add_argument("--entities", type=int, default=ENTITIES)
     parser.add_argument("--message-bytes", type=int, default=4400, help="Mosquitto's message")
+    parser.add_argument("--publishers", type=int, default=2, help="Mosquitto's publishers")
     parser.add_argument("--servers", nargs="+", default=["relay", "mosquitto"])
     parser.add_argument("--modes", nargs="+", default=["idle", "active", "stopped"])
     parser.add_argument("--quick", action="store_true", help="100 and 500 subscribers, short")
@@ -807,12 +829,16 @@ def main() -> None:
         " heap grew (written to bench/results/submemory-breakdown.json)",
     )
     parser.add_argument("--frames", type=int, default=1, help="--breakdown's traceback depth")
+    parser.add_argument("--breakdown-mode", choices=("idle", "active"), default="idle")
     parser.add_argument("--top", type=int, default=25, help="--breakdown's lines and types")
     args = parser.parse_args()
     if args.breakdown:
         found = asyncio.run(breakdown(args))
         found |= {"machine": describe(), "calibration": calibrate()}
-        write_results(found, args.out.with_name("submemory-breakdown.json"))
+        name = "submemory-breakdown.json"
+        if args.breakdown_mode != "idle":
+            name = f"submemory-breakdown-{args.breakdown_mode}.json"
+        write_results(found, args.out.with_name(name))
         return
     if args.quick:
         args.counts, args.stopped, args.stop_seconds = [100, 500], 50, 20.0
