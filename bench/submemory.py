@@ -812,7 +812,7 @@ def main() -> None:
         help="seconds Mosquitto's stopped readers are watched (the relay's: at most 30, three"
         " times its stall timeout, after which it has closed them)",
     )
-    parser.add_argument("--settle", type=float, default=10.0, help="seconds before a window")
+    parser.add_argument("--settle", type=float, default=30.0, help="seconds before a window")
     parser.add_argument("--window", type=float, default=10.0, help="seconds sampled")
     parser.add_argument("--processes", type=int, default=4, help="client processes")
     parser.add_argument("--entities", type=int, default=ENTITIES)
