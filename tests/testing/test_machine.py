@@ -10,7 +10,14 @@ from pathlib import Path
 
 import pytest
 
-from fanout.testing.machine import describe, rss, tree_rss, write_results
+from fanout.testing.machine import (
+    Memory,
+    describe,
+    rss,
+    tree_memory,
+    tree_rss,
+    write_results,
+)
 
 
 def test_the_machine_is_described_with_its_load() -> None:
@@ -57,3 +64,25 @@ def test_tree_rss_counts_a_child_and_is_zero_for_no_process() -> None:
         finally:
             child.kill()
     assert tree_rss(child.pid) == rss(child.pid) == 0
+
+
+def test_tree_memory_counts_a_childs_unique_pages_and_is_zero_for_no_process() -> None:
+    with subprocess.Popen([sys.executable, "-c", HOLD_64_MIB], stdout=subprocess.PIPE) as child:
+        try:
+            assert child.stdout is not None
+            child.stdout.readline()
+            alone = tree_memory(child.pid)
+            assert alone.rss >= alone.pss >= alone.uss >= 64 * 2**20
+            assert tree_memory(os.getpid()).uss > alone.uss  # the child, and this process
+        finally:
+            child.kill()
+    assert tree_memory(child.pid) == Memory(0, 0, 0)
+
+
+def test_per_subscriber_memory_is_the_growth_over_the_baseline_shared_out() -> None:
+    baseline = Memory(rss=100 << 20, pss=80 << 20, uss=60 << 20)
+    loaded = Memory(rss=(100 << 20) + 30_000_000, pss=(80 << 20) + 20_000, uss=60 << 20)
+    assert loaded.per_subscriber(baseline, 1000) == {"rss": 30_000.0, "pss": 20.0, "uss": 0.0}
+    assert baseline.per_subscriber(loaded, 10)["rss"] == -3_000_000.0  # it shrank: said so
+    with pytest.raises(ValueError, match="subscribers must be >= 1"):
+        loaded.per_subscriber(baseline, 0)

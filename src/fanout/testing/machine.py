@@ -13,6 +13,7 @@ import json
 import os
 import platform
 from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 
 #: What every benchmark's results must hold.
@@ -111,3 +112,48 @@ def cpu_seconds(pid: int) -> float:
         return 0.0
     fields = stat.rsplit(")", 1)[1].split()  # after the command, which may hold spaces
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+@dataclass(frozen=True)
+class Memory:
+    """A process tree's memory at one moment, in bytes (Linux ``/proc/PID/smaps_rollup``).
+
+    Attributes:
+        rss: resident (what ``VmRSS`` says, summed over the tree).
+        pss: proportional: each shared page divided among the processes mapping it.
+        uss: unique: the pages only this tree's processes map (private clean + dirty).
+    """
+
+    rss: int
+    pss: int
+    uss: int
+
+    def per_subscriber(self, baseline: Memory, subscribers: int) -> dict[str, float]:
+        """What each of ``subscribers`` cost over ``baseline`` (the same process without them):
+        ``(this - baseline) / subscribers`` for each of rss, pss and uss, in bytes."""
+        if subscribers <= 0:
+            raise ValueError(f"subscribers must be >= 1, not {subscribers}")
+        return {
+            name: (getattr(self, name) - getattr(baseline, name)) / subscribers
+            for name in ("rss", "pss", "uss")
+        }
+
+
+_ROLLUP = {"Rss": "rss", "Pss": "pss", "Private_Clean": "uss", "Private_Dirty": "uss"}
+
+
+def tree_memory(pid: int) -> Memory:
+    """The resident, proportional and unique memory of a process and all its descendants
+    (what psutil's ``memory_full_info`` reads, from the same file); a process that has exited
+    counts as 0."""
+    total = {"rss": 0, "pss": 0, "uss": 0}
+    for each in tree(pid):
+        try:
+            text = (Path("/proc") / str(each) / "smaps_rollup").read_text()
+        except (FileNotFoundError, ProcessLookupError):
+            continue
+        for line in text.splitlines()[1:]:
+            name, value, *_ = line.split()
+            if (field := _ROLLUP.get(name.rstrip(":"))) is not None:
+                total[field] += int(value) * 1024
+    return Memory(**total)
