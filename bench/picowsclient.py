@@ -1,6 +1,5 @@
 """A fanout subscriber connection over picows, for benchmarks whose clients must leave the cores
-to the relay they measure (``bench/boxclients.py``; ``bench/relay.py`` has its own copy of the
-same steps, from before this module).
+to the relay they measure (``bench/boxclients.py``, ``bench/relay.py``).
 
 picows parses WebSocket frames in compiled code and hands each to a callback: no task, queue or
 future per message. :class:`Connection` opens the WebSocket, says ``Hello``, reassembles

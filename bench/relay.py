@@ -76,8 +76,8 @@ from types import SimpleNamespace
 from typing import Any
 
 import numpy as np
-from picows import WSCloseCode, WSFrame, WSListener, WSMsgType, WSTransport, ws_connect
 
+import picowsclient
 from fanout.metrics import scrape
 from fanout.relay.config import Process, RelayConfig, Upstream
 from fanout.relay.core.relaycore import Send
@@ -95,7 +95,7 @@ from fanout.testing.world import (
     routes,
 )
 from fanout.wire import codec
-from fanout.wire.messages import PROTOCOL_VERSION, Hello, Subscribe
+from fanout.wire.messages import Subscribe
 
 RESULTS = Path(__file__).parent / "results" / "relay.json"
 #: ``--only N --workers W --alternate K``'s results.
@@ -107,7 +107,6 @@ TARGET_DELIVERED = 0.95
 TARGET_P99_MS = 100.0
 DRAIN = 1.5  # seconds after the window for its last pushes to arrive
 CONNECT_CONCURRENCY = 32
-HANDSHAKE = 60.0  # seconds a subscriber's opening handshake may take
 
 
 # -- the relay --------------------------------------------------------------------------------
@@ -218,7 +217,7 @@ class CommandRelay:
 # -- the subscribers --------------------------------------------------------------------------
 
 
-class Subscriber(WSListener):
+class Subscriber(picowsclient.Connection):
     """One subscriber connection: subscribes, moves its view, records what arrives.
 
     It speaks WebSocket through picows, whose frame parsing is compiled: each frame reaches
@@ -229,71 +228,24 @@ class Subscriber(WSListener):
     """
 
     def __init__(self, url: str, route: Route, started: float) -> None:
-        self.url, self.route, self.started = url, route, started
+        super().__init__(url)
+        self.route, self.started = route, started
         self.received: list[tuple[int, float, int]] = []  # (seq, receipt time, bytes)
-        self.closed = ""
-        self.close_code: int | None = None
-        self.transport: WSTransport | None = None
-        self.welcomed = asyncio.get_running_loop().create_future()
-        self._parts = bytearray()
 
     async def open(self) -> None:
-        # A loaded machine's relay takes long to accept 1,000 connections: the trial measures
-        # pushes, not connecting (picows' own handshake timeout is 5 s).
-        await ws_connect(
-            lambda: self, self.url, max_frame_size=1 << 30, websocket_handshake_timeout=HANDSHAKE
-        )
-        await asyncio.wait_for(self.welcomed, 60)
+        await super().open()
         self._subscribe(self.route.step(time.time() - self.started))
 
-    def on_ws_connected(self, transport: WSTransport) -> None:
-        self.transport = transport
-        self._send(codec.encode(Hello(PROTOCOL_VERSION, "subscriber", "bench")))
-
-    def on_ws_frame(self, transport: WSTransport, frame: WSFrame) -> None:
-        now = time.time()
-        kind = frame.msg_type
-        if kind == WSMsgType.CLOSE:
-            self.close_code = frame.get_close_code()
-            self._fail(f"closed by the relay: {self.close_code} {frame.get_close_message()!r}")
-            transport.send_close(frame.get_close_code())
-            transport.disconnect()
-        elif kind in _DATA and (self._parts or not frame.fin):  # a fragmented message
-            self._parts += frame.get_payload_as_memoryview()
-            if frame.fin:
-                self._on_message(bytes(self._parts), now)
-                self._parts.clear()
-        elif kind in _DATA:
-            self._on_message(frame.get_payload_as_memoryview(), now)
-
-    def _on_message(self, message: bytes | memoryview, now: float) -> None:
-        if not self.welcomed.done():
-            self.welcomed.set_result(None)
-            return
+    def on_message(self, message: bytes | memoryview, now: float) -> None:
         head = frames.head(message)
         if head.type in ("push", "no_update"):
             self.received.append((head.seq, now, len(message)))
         elif head.type == "error":
-            self._fail(f"error frame: {frames.whole(message)}")
-
-    def on_ws_disconnected(self, transport: WSTransport) -> None:
-        if self.close_code is None:
-            self.close_code = 1006
-        self._fail("connection lost")
-
-    def _fail(self, why: str) -> None:
-        if not self.closed:
-            self.closed = why
-        if not self.welcomed.done():
-            self.welcomed.set_exception(ConnectionError(why))
-
-    def _send(self, data: bytes) -> None:
-        if self.transport is not None and not self.transport.is_disconnected:
-            self.transport.send(WSMsgType.BINARY, data)
+            self.refused(message)
 
     def _subscribe(self, step: int) -> None:
         request = Subscribe(1, "agents", self.route.box(step), rate=PUSH_RATE)
-        self._send(codec.encode(request))
+        self.send(codec.encode(request))
 
     async def move(self, until: float) -> None:
         step = self.route.step(time.time() - self.started)
@@ -302,14 +254,6 @@ class Subscriber(WSListener):
             due = self.started + self.route.offset + step * MOVE_EVERY
             await asyncio.sleep(max(0.0, due - time.time()))
             self._subscribe(step)
-
-    def close(self) -> None:
-        if self.transport is not None and not self.transport.is_disconnected:
-            self.transport.send_close(WSCloseCode.OK)
-            self.transport.disconnect()
-
-
-_DATA = (WSMsgType.BINARY, WSMsgType.TEXT, WSMsgType.CONTINUATION)
 
 
 def clients_main(conn: Connection, url: str, mine: list[Route], started: float) -> None:
