@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Sequence
-from typing import TypeAlias
+from typing import Any, TypeAlias
 
 import numpy as np
 import numpy.typing as npt
@@ -90,14 +90,21 @@ class RegionUnion(ViewBase, tag="union", frozen=True):
         points are sorted by x once and each member tests only those within its bounds'
         x-range, not every point (the sum of the members' shares of the points, not their
         number times all of them)."""
-        x, y = np.asarray(xs), np.asarray(ys)
-        z = None if zs is None else np.asarray(zs)
-        alike = x.ndim == 1 and y.shape == x.shape and (z is None or z.shape == x.shape)
-        if len(self.members) < SORTED_FROM or not alike or len(x) < SORTED_FROM:
-            mask = self.members[0].match(xs, ys, zs)
-            for member in self.members[1:]:
-                mask = mask | member.match(xs, ys, zs)
-            return mask
+        if len(self.members) >= SORTED_FROM:
+            x, y = np.asarray(xs), np.asarray(ys)
+            z = None if zs is None else np.asarray(zs)
+            columns = (y,) if z is None else (y, z)
+            if x.ndim == 1 and len(x) >= SORTED_FROM and all(c.shape == x.shape for c in columns):
+                return self._sorted_match(x, y, z)
+        mask = self.members[0].match(xs, ys, zs)
+        for member in self.members[1:]:
+            mask = mask | member.match(xs, ys, zs)
+        return mask
+
+    def _sorted_match(
+        self, x: npt.NDArray[Any], y: npt.NDArray[Any], z: npt.NDArray[Any] | None
+    ) -> Mask:
+        """``match`` over one-dimensional columns, a member at a time on its slice of x."""
         order = np.argsort(x, kind="stable")  # NaNs last: outside every range
         sx, sy = x[order], y[order]  # sorted together: a member's candidates are a slice
         sz = None if z is None else z[order]
