@@ -28,9 +28,11 @@ os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
 #: Every Spark JVM the tests start (the session below, each publisher) compiles with C1 only: a
 #: publisher's start to its ready line took 36% less CPU (11.2-12.2 s against 17.4-18.7 s, four
-#: starts alternated, a 2,000-agent publisher), and its CPU over the next 20 s was the same; C2's
-#: faster code never pays back its compiling in a test's short life. The ``java`` launcher reads
-#: this variable (Spark's settings do not see it); a user's own value is kept.
+#: starts alternated, a 2,000-agent publisher), and its CPU over the next 20 s was the same; the
+#: session's JVM under tests/publisher/test_mirror.py and test_microbatch.py took 30-33 s of CPU
+#: against 53 s. C2's faster code never pays back its compiling in a test's short life. The
+#: ``java`` launcher reads this variable (Spark's settings do not see it); a user's own value is
+#: kept.
 os.environ.setdefault("JDK_JAVA_OPTIONS", "-XX:TieredStopAtLevel=1")
 
 
