@@ -11,7 +11,7 @@ from fanout.relay.data import boxes as module
 from fanout.relay.data.boxes import Boxes
 from fanout.views.region import Box
 
-bound = st.integers(-10, 10).map(float)
+bound = st.one_of(st.integers(-10, 10).map(float), st.sampled_from([-1.7e308, 1.7e308]))
 
 
 @st.composite

@@ -13,6 +13,7 @@ most ``CHUNK`` candidates, so memory stays bounded however large a box is.
 from __future__ import annotations
 
 import itertools
+import math
 from collections.abc import Iterator, Sequence
 
 import numpy as np
@@ -37,11 +38,14 @@ class Boxes:
         self.dims, count = dims, len(boxes)
         #: The axis bisected within a column: the second, or the only one.
         self._bisected = 1 if dims > 1 else 0
-        self._widest = (hi - lo).max(axis=0) if count and dims else np.zeros(dims)
-        self._x0 = float(lo[:, 0].min()) if count and dims else 0.0
-        span = float(lo[:, 0].max()) - self._x0 if count and dims else 0.0
+        with np.errstate(over="ignore"):  # boxes spanning the floats: inf, and one column
+            self._widest = (hi - lo).max(axis=0) if count and dims else np.zeros(dims)
+            self._x0 = float(lo[:, 0].min()) if count and dims else 0.0
+            span = float(lo[:, 0].max()) - self._x0 if count and dims else 0.0
         self._side = max(float(self._widest[0]) if dims else 0.0, span / max(count, 1)) or 1.0
-        column = self._column(lo[:, 0]) if dims > 1 else np.zeros(count, dtype=np.int64)
+        #: Whether the boxes are in columns (not when the first axis overflows).
+        self._columned = dims > 1 and bool(np.isfinite(self._widest[0])) and math.isfinite(span)
+        column = self._column(lo[:, 0]) if self._columned else np.zeros(count, dtype=np.int64)
         self._columns = int(column.max()) + 1 if count else 0
         #: The distinct lower bounds on the bisected axis, sorted: a box's rank is its place.
         self._starts = np.unique(lo[:, self._bisected]) if count and dims else np.zeros(0)
@@ -64,11 +68,12 @@ class Boxes:
         """For queries ``lo``/``hi`` (rows): one row per column each may meet, as (the query's
         row, the first and past-the-last sorted position of the boxes there that may)."""
         axis, widest = self._bisected, self._widest
-        low = np.searchsorted(self._starts, lo[:, axis] - widest[axis], "left")
-        high = np.searchsorted(self._starts, hi[:, axis], "right")
-        if self.dims > 1:
+        with np.errstate(over="ignore", invalid="ignore"):  # far out: +-inf bisect, clip well
+            low = np.searchsorted(self._starts, lo[:, axis] - widest[axis], "left")
             first = np.floor((lo[:, 0] - widest[0] - self._x0) / self._side)
             last = np.floor((hi[:, 0] - self._x0) / self._side)
+        high = np.searchsorted(self._starts, hi[:, axis], "right")
+        if self._columned:
             first = np.clip(first, 0, self._columns).astype(np.int64)
             last = np.clip(last, -1, self._columns - 1).astype(np.int64)
         else:
