@@ -104,3 +104,39 @@ def test_merging_a_snapshot_keeps_its_rows_and_deletes_none_of_them(
     assert as_rows(merged.upserts) == {**moved, **inside(rows, views)}
     assert not set(merged.deletes.tolist()) & set(inside(rows, views))
     assert set(merged.held.tolist()) == set(inside(rows, views))
+
+
+keys = st.lists(st.integers(0, 40), max_size=30)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    held=st.sets(st.integers(0, 40)),
+    upserted=st.lists(st.tuples(st.integers(0, 40), st.booleans()), max_size=30),
+    gone=keys,
+    objects=st.booleans(),
+)
+def test_a_step_leaves_and_holds_the_keys_set_arithmetic_says(
+    held: set[int], upserted: list[tuple[int, bool]], gone: list[int], objects: bool
+) -> None:
+    """What ``step`` computes, against sets: the held keys that left the primitives or were
+    deleted are deleted; what it holds after is what it held, less those, plus the keys
+    inside (int64 keys, and object keys as a table of strings has them)."""
+
+    def typed(values: list[int]) -> Any:
+        if objects:
+            return np.array([f"k{v:02d}" for v in values], dtype=object)
+        return np.array(values, dtype=np.int64)
+
+    before = typed(sorted(held))
+    rows = {"id": typed([k for k, _ in upserted])} if upserted else {}
+    mask = np.array([i for _, i in upserted], dtype=bool)
+    found = cut.step(ChangeSet(1, 1, 1, 0.0, rows, typed(gone)), mask, before, key="id")
+    as_set = set(before.tolist())
+    named = typed([k for k, _ in upserted]).tolist()
+    left = {k for k, (_, i) in zip(named, upserted, strict=True) if not i}
+    left = (left | set(typed(gone).tolist())) & as_set
+    entered = {k for k, (_, i) in zip(named, upserted, strict=True) if i}
+    assert found.deletes.tolist() == sorted(left)
+    assert found.held.tolist() == sorted((as_set - left) | entered)
+    assert found.held.dtype == before.dtype and found.deletes.dtype == before.dtype

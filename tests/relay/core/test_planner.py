@@ -140,6 +140,53 @@ def test_unneeded_releases_primitives_no_view_depends_on() -> None:
     assert unneeded([old, new, wide], [Box((1, 1), (2, 2)), Box((21, 1), (22, 2))]) == [old, new]
 
 
+def brute_unneeded(prims: list[Primitive], views: list[Box]) -> list[Primitive]:
+    """``unneeded``'s rule, every pair tested: oldest first, a primitive goes when each view
+    meeting it stays covered by the other ready primitives left; one a view meets and no
+    other left ready primitive overlaps (interiors) is kept without asking coverage."""
+
+    def meet(a: Box, b: Box, interior: bool) -> bool:
+        if interior:
+            return all(a.lo[i] < b.hi[i] and b.lo[i] < a.hi[i] for i in range(2))
+        return all(a.lo[i] <= b.hi[i] and b.lo[i] <= a.hi[i] for i in range(2))
+
+    left = [p for p in prims if p.ready]
+    gone: list[Primitive] = []
+    for prim in sorted(prims, key=lambda p: p.prim):
+        box = prim.view
+        assert isinstance(box, Box)
+        near = [v for v in views if meet(v, box, False)]
+        rest = [p for p in left if p is not prim]
+        if near and not any(meet(p.view, box, True) for p in rest):  # type: ignore[arg-type]
+            continue
+        if all(covers([p.view for p in rest], v) for v in near):
+            gone.append(prim)
+            left = rest
+    return gone
+
+
+small_box = st.builds(
+    lambda x, y, w, h: Box((float(x), float(y)), (float(x + w), float(y + h))),
+    st.integers(0, 12),
+    st.integers(0, 12),
+    st.integers(1, 6),
+    st.integers(1, 6),
+)
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    held=st.lists(st.tuples(small_box, st.booleans()), max_size=10),
+    views=st.lists(small_box, max_size=8),
+)
+def test_unneeded_lets_go_of_what_every_pair_tested_says(
+    held: list[tuple[Box, bool]], views: list[Box]
+) -> None:
+    prims = [Primitive(i, "agents", box, ready=ready) for i, (box, ready) in enumerate(held)]
+    found = unneeded(prims[::-1], views)
+    assert [p.prim for p in found] == [p.prim for p in brute_unneeded(prims, views)]
+
+
 def test_a_primitive_is_kept_while_its_replacement_is_not_ready() -> None:
     old = Primitive(1, "agents", Box((0, 0), (10, 10)), ready=True)
     pending = Primitive(2, "agents", Box((0, 0), (10, 10)), ready=False)

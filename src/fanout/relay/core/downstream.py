@@ -172,6 +172,9 @@ class Downstream:
         self._by_join: dict[str, dict[SubKey, Subscription]] = {}
         #: subscriptions whose priority derives from their rows (``relay.core.tiering``)
         self.derived: dict[SubKey, Subscription] = {}
+        #: dataset -> how many of its subscriptions are in ``every`` mode (asked per batch:
+        #: counted, not looked for among them all)
+        self._every: dict[str, int] = {}
         #: dataset -> views held for relays below this one (``tiers``), counted: the
         #: coverage they need is kept like a subscription's.
         self.pinned: dict[str, dict[View, int]] = {}
@@ -200,12 +203,20 @@ class Downstream:
         relevance = subscription.asked.relevance
         if relevance is not None and relevance.priority_from != "given":
             self.derived[key] = subscription
+        if subscription.mode == "every":
+            self._every[subscription.dataset] = self._every.get(subscription.dataset, 0) + 1
 
     def remove(self, key: SubKey) -> Subscription | None:
         """Drop a subscription; returns it if it existed."""
         subscription = self._subs.pop(key, None)
         if subscription is not None:
             self.derived.pop(key, None)
+            if subscription.mode == "every":
+                left = self._every[subscription.dataset] - 1
+                if left:
+                    self._every[subscription.dataset] = left
+                else:
+                    del self._every[subscription.dataset]
             _discard(self._by_client, subscription.client, key)
             _discard(self._by_dataset, subscription.dataset, key)
             if len(subscription.reads) > 1:
@@ -225,6 +236,10 @@ class Downstream:
     def of_dataset(self, dataset: str) -> list[Subscription]:
         """Every subscription of one dataset."""
         return list(self._by_dataset.get(dataset, {}).values())
+
+    def any_every(self, dataset: str) -> bool:
+        """Whether some subscription of ``dataset`` is in ``every`` mode."""
+        return dataset in self._every
 
     def of_reader(self, dataset: str) -> list[Subscription]:
         """Every subscription whose view reads ``dataset`` (its own, or joined)."""

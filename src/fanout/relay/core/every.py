@@ -88,8 +88,7 @@ class EveryMode:
             pure=not batch.snapshots,
         )
         history = self.histories.setdefault(batch.dataset, History())
-        subscriptions = self._parts.downstream.of_dataset(batch.dataset)
-        reading = any(s.mode == "every" for s in subscriptions)
+        reading = self._parts.downstream.any_every(batch.dataset)
         history.window = WINDOW if reading else IDLE_WINDOW
         history.record(change)
 

@@ -18,13 +18,14 @@ import itertools
 import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Literal, cast
+from typing import Literal
 
 import numpy as np
 import numpy.typing as npt
 
 from fanout.errors import InvalidView
 from fanout.relay.core.upstream import Primitive
+from fanout.relay.data.boxes import Boxes
 from fanout.views import CoverIndex, View, bounding_box, covers, residual
 from fanout.views.region import Box, Intersection, RegionUnion, Sector, Sphere
 
@@ -319,33 +320,38 @@ def unneeded(prims: Sequence[Primitive], views: Sequence[Region]) -> list[Primit
     Oldest primitives are considered first, so a view that moved on lets go of where it was. A
     primitive whose interior no other ready primitive overlaps is kept whenever a view touches
     it, without asking the coverage algebra (with shared tiles that is almost every primitive,
-    which keeps this pass cheap with thousands of views).
+    which keeps this pass cheap with thousands of views). Which boxes meet which is found by a
+    sweep (``relay.data.boxes``), not by testing every view against every primitive: the
+    relay's housekeeping runs this twice a second over all its views.
     """
     order = sorted(prims, key=lambda p: p.prim)
-    boxes = _Boxes([as_region(p.view).bounds() for p in order])
-    touching = _Boxes([view.bounds() for view in views])
+    bounds = [as_region(p.view).bounds() for p in order]
+    boxes = Boxes(bounds)
+    touching = Boxes([view.bounds() for view in views])
     touched = touching.any_meeting(boxes)
     ready = [p for p in prims if p.ready]
-    others = _Boxes([as_region(p.view).bounds() for p in ready])
+    others = Boxes([as_region(p.view).bounds() for p in ready])
     alive = np.ones(len(ready), dtype=bool)
     slot = {p.prim: i for i, p in enumerate(ready)}
+    crowded = _crowded(others, boxes, np.array([slot.get(p.prim, -1) for p in order]))
     index: CoverIndex | None = None  # the alive ready primitives, built when first needed
     gone: list[Primitive] = []
     for at, (prim, is_touched) in enumerate(zip(order, touched.tolist(), strict=True)):
-        box = as_region(prim.view).bounds()
+        box = bounds[at]
         mine = slot.get(prim.prim)
         if is_touched:
-            overlapping = others.overlapping(boxes, at) & alive
-            if mine is not None:
-                overlapping[mine] = False
-            if not overlapping.any():
+            if not crowded[at]:
                 continue  # needed: no other primitive could cover what it serves
+            overlapping = others.meeting(box, interior=True)
+            overlapping = overlapping[alive[overlapping] & (overlapping != mine)]
+            if not len(overlapping):
+                continue
         if index is None:
             index = CoverIndex(p.view for p, keep in zip(ready, alive, strict=True) if keep)
         if mine is not None:
             alive[mine] = False
             index.remove(prim.view)
-        near = [views[int(i)] for i in np.flatnonzero(touching.meeting(box))] if is_touched else []
+        near = [views[int(i)] for i in touching.meeting(box)] if is_touched else []
         if all(covers(index, view) for view in near):
             gone.append(prim)
         elif mine is not None:
@@ -354,46 +360,14 @@ def unneeded(prims: Sequence[Primitive], views: Sequence[Region]) -> list[Primit
     return gone
 
 
-class _Boxes:
-    """Bounding boxes as arrays, for vectorised overlap tests."""
-
-    def __init__(self, boxes: Sequence[Box]) -> None:
-        dims = boxes[0].dims if boxes else 0
-        self.lo = np.array([b.lo for b in boxes], dtype=np.float64).reshape(len(boxes), dims)
-        self.hi = np.array([b.hi for b in boxes], dtype=np.float64).reshape(len(boxes), dims)
-
-    def any_meeting(self, boxes: _Boxes, chunk: int = 1 << 20) -> npt.NDArray[np.bool_]:
-        """For each of ``boxes``, whether any of these boxes meets it (closed)."""
-        found = np.zeros(len(boxes.lo), dtype=bool)
-        if not len(self.lo) or not len(boxes.lo) or self.lo.shape[1] != boxes.lo.shape[1]:
-            return found
-        step = max(1, chunk // len(self.lo))  # bound the pairwise matrices' size
-        for start in range(0, len(boxes.lo), step):
-            lo, hi = boxes.lo[start : start + step], boxes.hi[start : start + step]
-            meets = np.ones((len(lo), len(self.lo)), dtype=bool)
-            for axis in range(lo.shape[1]):
-                meets &= self.lo[:, axis] <= hi[:, axis, None]
-                meets &= self.hi[:, axis] >= lo[:, axis, None]
-            found[start : start + step] = meets.any(axis=1)
-        return found
-
-    def meeting(self, box: Box) -> npt.NDArray[np.bool_]:
-        """Which boxes meet ``box`` (closed: touching counts)."""
-        if not len(self.lo) or self.lo.shape[1] != box.dims:
-            return np.zeros(len(self.lo), dtype=bool)
-        lo, hi = np.asarray(box.lo), np.asarray(box.hi)
-        return cast(npt.NDArray[np.bool_], np.all((self.lo <= hi) & (self.hi >= lo), axis=1))
-
-    def overlapping(self, boxes: _Boxes, at: int) -> npt.NDArray[np.bool_]:
-        """Which of these boxes share interior with ``boxes``' box ``at`` (touching does not)."""
-        if not len(self.lo) or self.lo.shape[1] != boxes.lo.shape[1]:
-            return np.zeros(len(self.lo), dtype=bool)
-        lo, hi = boxes.lo[at], boxes.hi[at]
-        inside: npt.NDArray[np.bool_] = (self.lo[:, 0] < hi[0]) & (self.hi[:, 0] > lo[0])
-        for axis in range(1, len(lo)):
-            inside &= self.lo[:, axis] < hi[axis]
-            inside &= self.hi[:, axis] > lo[axis]
-        return inside
+def _crowded(others: Boxes, boxes: Boxes, own: npt.NDArray[np.intp]) -> npt.NDArray[np.bool_]:
+    """For each of ``boxes`` (positions given), whether one of ``others`` other than its own
+    (``own``: its position among them, or -1) shares interior with it."""
+    found = np.zeros(len(boxes), dtype=bool)
+    for mine, theirs in others.pairs(boxes, interior=True):
+        other, box = others.order[mine], boxes.order[theirs]
+        found[box[other != own[box]]] = True
+    return found
 
 
 def _extent(box: Box) -> float:
