@@ -12,6 +12,7 @@ publisher decides otherwise (cells this relay does not hold) is corrected when i
 from __future__ import annotations
 
 from collections.abc import Callable, Hashable, Iterable, Mapping
+from typing import cast
 
 import numpy as np
 
@@ -20,6 +21,8 @@ from fanout.relay.core.provisional import Row
 from fanout.relay.data.buffers import DoubleBuffer, Positions, Table
 from fanout.relay.data.nulls import is_companion
 from fanout.relay.kinds.lens import RowLens, Selects
+from fanout.views.anyof import members_of
+from fanout.views.objects import ObjectPath
 from fanout.views.objects.store import KEY, ObjectStore, cell_of, directory_of, split_key
 
 
@@ -41,12 +44,27 @@ class ObjectLens(RowLens):
         return {key: shown.get(key) for key in wanted}
 
     def reach(self, keys: Iterable[Hashable], pending: Mapping[Hashable, Row]) -> set[Hashable]:
-        """The cells of the objects of ``keys``, confirmed or pending."""
+        """The cells, confirmed or pending, of the objects of ``keys`` in the view's scope (no
+        cell of another can be in the view)."""
         wanted = list(keys)
-        objects = _objects(wanted)
+        objects = self._in_scope(_objects(wanted))
+        if not objects:
+            return set()
         table = self.buffer.active
         held = table.keys[_cells_of(table, objects)].tolist()
-        return {*wanted, *held, *(key for key in pending if _object(key) in objects)}
+        mine = (key for key in wanted if _object(key) in objects)
+        return {*mine, *held, *(key for key in pending if _object(key) in objects)}
+
+    def _in_scope(self, objects: set[str]) -> set[str]:
+        """Those of ``objects`` in the scope of the view's paths."""
+        if not objects:
+            return objects
+        ordered = sorted(objects)
+        paths = np.asarray(ordered, dtype=np.str_)
+        mask = np.zeros(len(ordered), dtype=bool)
+        for path in members_of(self.subscription.view):
+            mask |= cast(ObjectPath, path).in_scope(paths)
+        return {path for path, kept in zip(ordered, mask.tolist(), strict=True) if kept}
 
     def judged(
         self, keys: Iterable[Hashable], pending: Mapping[Hashable, Row]
@@ -123,7 +141,13 @@ def _parents(paths: Iterable[str]) -> set[str]:
 
 
 def _cells_of(table: Table, objects: set[str]) -> Positions:
-    """Positions of the cells of ``objects`` (markers included)."""
+    """Positions of the cells of ``objects`` (markers included): the keys that start with
+    ``object?``, a range of the sorted keys (``?`` + 1 is ``@``)."""
     if not objects or not len(table):
         return np.empty(0, dtype=np.intp)
-    return np.flatnonzero(np.isin(table.columns["object"], sorted(objects)))
+    ordered = sorted(objects)
+    keys = table.keys
+    starts = np.searchsorted(keys, np.asarray([f"{o}?" for o in ordered], dtype=object))
+    ends = np.searchsorted(keys, np.asarray([f"{o}@" for o in ordered], dtype=object))
+    ranges = [np.arange(a, b) for a, b in zip(starts.tolist(), ends.tolist(), strict=True)]
+    return np.concatenate(ranges).astype(np.intp)
