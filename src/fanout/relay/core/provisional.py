@@ -20,7 +20,7 @@ from __future__ import annotations
 import math
 from collections.abc import Hashable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import Protocol, runtime_checkable
+from typing import Protocol, cast, runtime_checkable
 
 #: Seconds a write may stay pending before it is withdrawn (rule 2).
 CONFIRM_WITHIN = 30.0
@@ -103,6 +103,7 @@ class Watcher:
     lens: Lens
     shown: dict[Key, Row] = field(default_factory=dict)
     retiring: bool = False  # takes no new writes; dropped once nothing it was shown is owed
+    judging: bool = False  # its lens is ``Judging`` (rule 7)
 
 
 @dataclass
@@ -153,7 +154,7 @@ class LiveWrites:
     def watch(self, sub: Hashable, dataset: str, lens: Lens) -> None:
         """``sub`` takes live writes from its next push on (its first, full push is reconciled
         too, so it starts with what is pending)."""
-        self._watchers[sub] = Watcher(dataset, lens)
+        self._watchers[sub] = Watcher(dataset, lens, judging=isinstance(lens, Judging))
 
     def forget(self, sub: Hashable) -> None:
         """``sub`` ended, or its next push is the full view again (its subscriber starts over)."""
@@ -331,8 +332,9 @@ class LiveWrites:
 
     def _reach(self, watcher: Watcher, keys: Iterable[Key]) -> dict[Key, None]:
         """``keys`` and the keys whose rows they may change in the watcher's view (rule 7)."""
-        if isinstance(watcher.lens, Judging):
-            return dict.fromkeys(watcher.lens.reach(keys, self.newest(watcher.dataset)))
+        if watcher.judging:
+            lens = cast(Judging, watcher.lens)
+            return dict.fromkeys(lens.reach(keys, self.newest(watcher.dataset)))
         return dict.fromkeys(keys)
 
     def _affected(self, watcher: Watcher) -> dict[Key, None]:
@@ -343,8 +345,10 @@ class LiveWrites:
     def _overlaid(self, watcher: Watcher, keys: Iterable[Key]) -> dict[Key, Row]:
         """``keys``'s rows in the watcher's view, pending rows on top of the confirmed (rule 7)."""
         keys = list(keys)
-        if isinstance(watcher.lens, Judging):
-            return watcher.lens.judged(keys, self.newest(watcher.dataset))
+        if not keys:
+            return {}
+        if watcher.judging:
+            return cast(Judging, watcher.lens).judged(keys, self.newest(watcher.dataset))
         pending = self.newest(watcher.dataset)
         newest = {k: pending[k] for k in keys if k in pending}
         shown = watcher.lens.show(newest) if newest else {}

@@ -11,6 +11,7 @@ publisher decides otherwise (cells this relay does not hold) is corrected when i
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Hashable, Iterable, Mapping
 from typing import cast
 
@@ -123,7 +124,9 @@ class ObjectLens(RowLens):
         return cells
 
 
+@functools.lru_cache(maxsize=1 << 16)
 def _object(key: Hashable) -> str:
+    """The object of a cell key (looked up for every pending cell, often)."""
     return split_key(str(key))[0]
 
 
