@@ -337,10 +337,10 @@ class LiveWrites:
             return dict.fromkeys(lens.reach(keys, self.newest(watcher.dataset)))
         return dict.fromkeys(keys)
 
-    def _affected(self, watcher: Watcher) -> dict[Key, None]:
+    def _affected(self, watcher: Watcher) -> Mapping[Key, object]:
         """The keys whose rows the pending writes decide in the watcher's view."""
-        overlay = self._overlay.get(watcher.dataset)
-        return self._reach(watcher, overlay) if overlay else {}
+        overlay = self._overlay.get(watcher.dataset, {})
+        return self._reach(watcher, overlay) if watcher.judging and overlay else overlay
 
     def _overlaid(self, watcher: Watcher, keys: Iterable[Key]) -> dict[Key, Row]:
         """``keys``'s rows in the watcher's view, pending rows on top of the confirmed (rule 7)."""
