@@ -1,5 +1,7 @@
 """Objects as files: attribute writes per second through a fuse3 mount and through the library, and
-the latency from ``echo >>`` returning to a ``cat 'obj?delta,wait'`` reader printing the change.
+the latency from ``echo >>`` returning to a ``cat 'obj?delta,wait'`` reader printing the change
+(mode ``every``: the confirmed path) and to a ``cat 'obj?wait'`` reader (mode ``latest``: the
+live path, docs/concepts.md "Two paths").
 
 One real deployment on loopback: ``fanout publisher`` with an objects dataset (Spark ``local[*]``),
 ``fanout relay``, two ``fanout mount``; ``--objects`` objects (1,000) written first, ``--watchers``
@@ -12,8 +14,9 @@ One real deployment on loopback: ``fanout publisher`` with an objects dataset (S
   writes through the relay, which forwards to the publisher (``writes_per_s_mount_direct``: a
   second mount, ``--publisher``, writing to the publisher itself);
 * ``echo_to_watch``: ``bash -c "echo 'seq:n:K' >> obj"`` run, and the time from it returning to
-  the watcher of that object printing ``seq:n:K`` (one sample at a time, round robin over the
-  watchers);
+  the delta watcher of that object printing ``seq:n:K`` (one sample at a time, round robin over
+  the watchers); ``echo_to_wait`` the same to a ``?wait`` watcher of the same object (each of
+  its reads the whole object once changed), which takes writes shown at once;
 * the Spark micro-batch share: the median, over the micro-batches of that run, of the time from
   a micro-batch's start to its batches being sent (Spark's steps before ``foreachBatch`` plus the
   pipeline's stages, from the publisher's log), over the run's median latency. The rest is the
@@ -60,24 +63,25 @@ _BEFORE = ("latestOffset", "getBatch", "queryPlanning", "walCommit")
 
 
 class Watcher:
-    """One ``cat 'obj?delta,wait'`` process and the times its lines arrived."""
+    """One ``cat 'obj?OPTIONS'`` process and the times its lines first arrived."""
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, options: str = "delta,wait") -> None:
         self.path = path
+        self.options = options
         self.lines: dict[str, float] = {}
         self._process: asyncio.subprocess.Process | None = None
         self._task: asyncio.Task[None] | None = None
 
     async def start(self) -> None:
         self._process = await asyncio.create_subprocess_exec(
-            "cat", f"{self.path}?delta,wait", stdout=asyncio.subprocess.PIPE
+            "cat", f"{self.path}?{self.options}", stdout=asyncio.subprocess.PIPE
         )
         self._task = asyncio.create_task(self._read(self._process))
 
     async def _read(self, process: asyncio.subprocess.Process) -> None:
         assert process.stdout is not None
         while line := await process.stdout.readline():
-            self.lines[line.decode().rstrip("\n")] = time.perf_counter()
+            self.lines.setdefault(line.decode().rstrip("\n"), time.perf_counter())
 
     async def arrival(self, line: str, timeout: float = 120.0) -> float:
         await eventually(lambda: line in self.lines, timeout=timeout, every=0.001)
@@ -107,18 +111,23 @@ def mount_writes(mountpoint: Path, count: int) -> float:
     return count / (time.perf_counter() - started)
 
 
-async def echo_to_watch(watchers: list[Watcher], samples: int, first: int) -> list[float]:
-    latencies = []
+async def echo_to_watch(
+    watchers: list[tuple[Watcher, Watcher]], samples: int, first: int
+) -> tuple[list[float], list[float]]:
+    """Milliseconds from each echo returning to its object's delta and wait watchers."""
+    delta, wait = [], []
     for number in range(first, first + samples):
-        watcher = watchers[number % len(watchers)]
+        watcher, waiter = watchers[number % len(watchers)]
         shell = await asyncio.create_subprocess_exec(
             "bash", "-c", f"echo 'seq:n:{number}' >> '{watcher.path}'"
         )
         if await shell.wait() != 0:
             raise RuntimeError(f"echo to {watcher.path} failed")
         returned = time.perf_counter()
-        latencies.append((await watcher.arrival(f"seq:n:{number}") - returned) * 1000)
-    return latencies
+        line = f"seq:n:{number}"
+        wait.append((await waiter.arrival(line) - returned) * 1000)
+        delta.append((await watcher.arrival(line) - returned) * 1000)
+    return delta, wait
 
 
 def spark_batch_ms(log: Path, since: str, until: str) -> list[float]:
@@ -146,6 +155,15 @@ def stamp() -> str:
     # The log's asctime format (logging's default): "2026-11-26 15:22:08,945"
     now = time.time()
     return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(now)) + f",{int(now % 1 * 1000):03d}"
+
+
+def looked_up(path: Path) -> bool:
+    """Whether ``path`` exists; False while the mount answers EIO (its relay's first push
+    still to come: Spark's first micro-batch, slow on a loaded machine)."""
+    try:
+        return path.exists()
+    except OSError:
+        return False
 
 
 def percentile(values: list[float], fraction: float) -> float:
@@ -190,7 +208,7 @@ async def deploy(
 async def bench(args: argparse.Namespace, root: Path) -> dict[str, Any]:
     async with Children() as children:
         publisher, relay, mounts, mountpoint, direct_point = await deploy(children, root)
-        watchers: list[Watcher] = []
+        watchers: list[tuple[Watcher, Watcher]] = []
         try:
             async with open_producer(publisher.url) as producer:
                 objects = Objects(None, producer, "pps")
@@ -200,20 +218,27 @@ async def bench(args: argparse.Namespace, root: Path) -> dict[str, Any]:
                     for attr in ("", "seq")
                 ]
                 await producer.publish("pps", cells)
-                watchers = [Watcher(mountpoint / "bench" / f"o{i}") for i in range(args.watchers)]
-                await eventually(
-                    (mountpoint / "bench" / f"o{args.objects - 1}").exists,
-                    timeout=120,
-                    in_thread=True,
-                )
-                for watcher in watchers:
-                    await watcher.start()
-                for watcher in watchers:
-                    await watcher.arrival("seq:n:0")
+                watchers = [
+                    (
+                        Watcher(mountpoint / "bench" / f"o{i}"),
+                        Watcher(mountpoint / "bench" / f"o{i}", "wait"),
+                    )
+                    for i in range(args.watchers)
+                ]
+                last = mountpoint / "bench" / f"o{args.objects - 1}"
+                await eventually(lambda: looked_up(last), timeout=120, in_thread=True)
+                for pair in watchers:
+                    for watcher in pair:
+                        await watcher.start()
+                for pair in watchers:
+                    for watcher in pair:
+                        await watcher.arrival("seq:n:0")
                 runs = []
                 for run in range(args.runs):
                     since = stamp()
-                    latencies = await echo_to_watch(watchers, args.samples, 1 + run * args.samples)
+                    latencies, waits = await echo_to_watch(
+                        watchers, args.samples, 1 + run * args.samples
+                    )
                     spark = spark_batch_ms(root / "publisher.log", since, stamp())
                     library = await library_writes(objects, args.writes)
                     through_mount = await asyncio.to_thread(mount_writes, mountpoint, args.writes)
@@ -226,6 +251,8 @@ async def bench(args: argparse.Namespace, root: Path) -> dict[str, Any]:
                             "writes_per_s_mount_direct": round(direct, 1),
                             "echo_to_watch_p50_ms": round(p50, 1),
                             "echo_to_watch_p99_ms": round(percentile(latencies, 0.99), 1),
+                            "echo_to_wait_p50_ms": round(statistics.median(waits), 1),
+                            "echo_to_wait_p99_ms": round(percentile(waits, 0.99), 1),
                             "spark_batch_p50_ms": statistics.median(spark) if spark else None,
                             "microbatch_share": (
                                 round(statistics.median(spark) / p50, 3) if spark else None
@@ -236,8 +263,9 @@ async def bench(args: argparse.Namespace, root: Path) -> dict[str, Any]:
                     )
                     print(json.dumps(runs[-1]), file=sys.stderr, flush=True)
         finally:
-            for watcher in watchers:
-                watcher.stop()
+            for pair in watchers:
+                for watcher in pair:
+                    watcher.stop()
             for process in mounts:
                 process.send_signal(signal.SIGTERM)
                 with contextlib.suppress(TimeoutError):
@@ -268,13 +296,14 @@ def main() -> None:
     parser.add_argument("--samples", type=int, default=40, help="echo-to-watch samples per run")
     parser.add_argument("--writes", type=int, default=300, help="writes per run, each way")
     parser.add_argument("--no-save", action="store_true", help="do not write bench/results")
+    parser.add_argument("--results", type=Path, default=RESULTS, help="where to write them")
     args = parser.parse_args()
     calibration = calibrate()
     with tempfile.TemporaryDirectory(prefix="fanout-bench-objects-") as root:
         result = asyncio.run(bench(args, Path(root)))
     write_results(
         {**result, "machine": describe(), "calibration": calibration},
-        None if args.no_save else RESULTS,
+        None if args.no_save else args.results,
     )
 
 

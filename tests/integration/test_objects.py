@@ -209,6 +209,22 @@ async def test_a_bad_write_is_einval_with_a_logged_reason_and_nothing_half_appli
     )
 
 
+async def test_cat_right_after_echo_reads_the_write(deployment: Deployment) -> None:
+    """Read your writes (issue 40, item 3): the relay shows a write it forwarded at once, so a
+    ``cat`` just after ``echo >>`` returns has it, a Spark micro-batch (about a second) before
+    the publisher's batch carries it; an attribute of lower quality is dropped at once too."""
+    mnt = deployment.mountpoint
+    await shell(f"echo 'v:n:0' >> {mnt}/mine")
+    await eventually(lambda: cat(mnt / "mine"), lambda text: "v:n:0" in text, **SHOWS)
+    for value in range(1, 4):
+        status, out, err = await shell(f"echo 'v:n:{value}' >> {mnt}/mine && cat {mnt}/mine")
+        assert (status, out) == (0, f"@mine\nv:n:{value}\n"), err
+    status, out, err = await shell(
+        f"echo '[q=5]v:n:50' >> {mnt}/mine && echo 'v:n:51' >> {mnt}/mine && cat {mnt}/mine"
+    )
+    assert (status, out) == (0, "@mine\nv:n:50\n"), err
+
+
 async def test_cat_delta_wait_prints_each_change_like_tail_f(deployment: Deployment) -> None:
     mnt = deployment.mountpoint
     await shell(f"echo 'speed:n:1' >> {mnt}/watched")

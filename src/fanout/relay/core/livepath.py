@@ -5,8 +5,9 @@ publisher's stream settles it (``relay.core.provisional``; docs/concepts.md, "Tw
 This module turns frames and pushes into the pure core's rows and its patches into push frames:
 
 1. A write is shown only if its rows are whole rows of the dataset, of its column types, keys
-   unique (else it takes the confirmed path alone, counted ``invalid``: the publisher's answer
-   tells its writer why). A write made elsewhere comes durable (``Written``, from upstream):
+   unique, and its kind's lens admits them as the publisher would (objects' quality rules;
+   else it takes the confirmed path alone, counted ``invalid``: the publisher's answer tells
+   its writer why). A write made elsewhere comes durable (``Written``, from upstream):
    shown as one of ours already accepted at its offset, unless the active state carries it.
 2. A subscription watches from a full push when it is ``latest``, did not ask ``confirmed`` and
    its kind has a lens (``DatasetKind.lens``); its pushes while anything is pending or shown
@@ -25,7 +26,7 @@ import numpy as np
 
 from fanout.errors import FanoutError
 from fanout.relay.core.downstream import SubKey, Subscription
-from fanout.relay.core.provisional import LiveWrites, Patch
+from fanout.relay.core.provisional import LiveWrites, Patch, Row
 from fanout.relay.core.sends import Send
 from fanout.relay.data.buffers import Stamp
 from fanout.relay.data.intake import decode_rows
@@ -63,6 +64,7 @@ class LivePath:
             return []
         try:
             rows = written(kind.state.buffer.active.dtypes, kind.state.info, request)
+            rows = self._admitted(request.dataset, rows)
         except (FanoutError, TypeError, ValueError):
             self.invalid += 1  # rule 1
             return []
@@ -184,6 +186,11 @@ class LivePath:
         if not self.writes.watching(key):
             self.forget(key)
         return sends
+
+    def _admitted(self, dataset: str, rows: Mapping[Hashable, Row]) -> dict[Hashable, Row]:
+        """The rows as the publisher admits them (a lens of the dataset says: rule 1)."""
+        lens = next(lens for lens in self._lenses.values() if lens.subscription.dataset == dataset)
+        return lens.admitted(rows, self.writes.newest(dataset))
 
     def _watched(self, dataset: str) -> bool:
         return any(lens.subscription.dataset == dataset for lens in self._lenses.values())

@@ -11,14 +11,16 @@
 5. When a write settles, each watcher shown one of its keys gets what the key is now, if that
    differs (``corrected``).
 6. At most ``limit`` writes pending; past it a write takes the confirmed path alone.
+7. A row is judged over the confirmed rows, each pending key's newest on top; a ``Judging``
+   lens judges a row with others (objects' ``f=``): a write changes the keys it reaches too.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Hashable, Iterable, Mapping
+from collections.abc import Hashable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Protocol, cast, runtime_checkable
 
 #: Seconds a write may stay pending before it is withdrawn (rule 2).
 CONFIRM_WITHIN = 30.0
@@ -49,6 +51,21 @@ class Lens(Protocol):
     def current(self) -> bool:
         """Whether the push machinery believes the subscriber holds the active state's view (its
         last push was cut from it)."""
+        ...
+
+
+@runtime_checkable
+class Judging(Protocol):
+    """A lens whose view judges a row with other rows (rule 7), asked where pending rows count."""
+
+    def reach(self, keys: Iterable[Key], pending: Mapping[Key, Row]) -> set[Key]:
+        """``keys`` and every key whose row in the view may change with theirs (``pending``:
+        each pending key's newest whole row, None: deleted)."""
+        ...
+
+    def judged(self, keys: Iterable[Key], pending: Mapping[Key, Row]) -> dict[Key, Row]:
+        """The rows of ``keys`` as the view shows them over the confirmed rows with ``pending``
+        laid on top (None: not in the view)."""
         ...
 
 
@@ -86,6 +103,7 @@ class Watcher:
     lens: Lens
     shown: dict[Key, Row] = field(default_factory=dict)
     retiring: bool = False  # takes no new writes; dropped once nothing it was shown is owed
+    judging: bool = False  # its lens is ``Judging`` (rule 7)
 
 
 @dataclass
@@ -136,7 +154,7 @@ class LiveWrites:
     def watch(self, sub: Hashable, dataset: str, lens: Lens) -> None:
         """``sub`` takes live writes from its next push on (its first, full push is reconciled
         too, so it starts with what is pending)."""
-        self._watchers[sub] = Watcher(dataset, lens)
+        self._watchers[sub] = Watcher(dataset, lens, judging=isinstance(lens, Judging))
 
     def forget(self, sub: Hashable) -> None:
         """``sub`` ended, or its next push is the full view again (its subscriber starts over)."""
@@ -188,7 +206,7 @@ class LiveWrites:
         patches = []
         for sub, watcher in self._watchers.items():
             if watcher.dataset == dataset and not watcher.retiring:
-                targets = watcher.lens.show(rows)
+                targets = self._overlaid(watcher, self._reach(watcher, rows))
                 patch = self._show(sub, watcher, targets, provisional=True)
                 self.counters.shown += _rows(patch)
                 patches.append(patch)
@@ -244,14 +262,16 @@ class LiveWrites:
                 touched.setdefault(write.dataset, set()).add(key)
         patches = []
         for sub, watcher in self._watchers.items():
-            keys = [k for k in touched.get(watcher.dataset, ()) if k in watcher.shown]
+            near = touched.get(watcher.dataset)
+            keys = [k for k in self._reach(watcher, near) if k in watcher.shown] if near else []
             if not keys:
                 continue
             patch = self._show(sub, watcher, self._targets(watcher, keys), provisional=False)
             self.counters.corrected += _rows(patch)
             if watcher.lens.current():
+                pending = self._affected(watcher)
                 for key in keys:  # the machinery's belief is now what the subscriber holds
-                    if key not in self._overlay.get(watcher.dataset, {}):
+                    if key not in pending:
                         watcher.shown.pop(key, None)
             patches.append(patch)
         return [patch for patch in patches if patch]
@@ -267,17 +287,19 @@ class LiveWrites:
         if watcher is None:
             return push
         # A retiring watcher is sent the confirmed rows of whatever it was shown.
-        pending = {} if watcher.retiring else self._overlay.get(watcher.dataset, {})
+        pending = {} if watcher.retiring else self._affected(watcher)
         held = {} if full else watcher.shown
         carried: dict[Key, Row] = {**push.entered, **push.updated, **dict.fromkeys(push.left)}
         shown = {k: row for k, row in held.items() if k in pending and k not in carried}
         settled = [k for k in held if k not in carried and k not in pending]
         fresh = [k for k in pending if k not in carried and k not in held]  # not shown yet
         now = watcher.lens.confirmed(settled + fresh) if settled or fresh else {}
+        keys = [*carried, *settled, *fresh]
+        overlaid = self._overlaid(watcher, [k for k in keys if k in pending]) if pending else {}
         out = Patch(push.sub)
-        for key in [*carried, *settled, *fresh]:
+        for key in keys:
             if key in pending:
-                target = shown[key] = self._target(watcher, key)
+                target = shown[key] = overlaid[key]
             else:
                 target = carried[key] if key in carried else now[key]
             before: Row | _Unknown
@@ -303,15 +325,40 @@ class LiveWrites:
 
     # -- helpers ----------------------------------------------------------------------------
 
-    def _target(self, watcher: Watcher, key: Key) -> Row:
-        """The newest pending write's row of ``key`` as the watcher's view shows it."""
-        newest = self._overlay[watcher.dataset][key][-1]
-        return watcher.lens.show({key: self._writes[newest].rows[key]})[key]
+    def newest(self, dataset: str) -> Mapping[Key, Row]:
+        """Each pending key of ``dataset`` with its newest pending write's whole row (None:
+        deleted), looked up as asked."""
+        return _Newest(self._overlay.get(dataset, {}), self._writes)
+
+    def _reach(self, watcher: Watcher, keys: Iterable[Key]) -> dict[Key, None]:
+        """``keys`` and the keys whose rows they may change in the watcher's view (rule 7)."""
+        if watcher.judging:
+            lens = cast(Judging, watcher.lens)
+            return dict.fromkeys(lens.reach(keys, self.newest(watcher.dataset)))
+        return dict.fromkeys(keys)
+
+    def _affected(self, watcher: Watcher) -> Mapping[Key, object]:
+        """The keys whose rows the pending writes decide in the watcher's view."""
+        overlay = self._overlay.get(watcher.dataset, {})
+        return self._reach(watcher, overlay) if watcher.judging and overlay else overlay
+
+    def _overlaid(self, watcher: Watcher, keys: Iterable[Key]) -> dict[Key, Row]:
+        """``keys``'s rows in the watcher's view, pending rows on top of the confirmed (rule 7)."""
+        keys = list(keys)
+        if not keys:
+            return {}
+        if watcher.judging:
+            return cast(Judging, watcher.lens).judged(keys, self.newest(watcher.dataset))
+        pending = self.newest(watcher.dataset)
+        newest = {k: pending[k] for k in keys if k in pending}
+        shown = watcher.lens.show(newest) if newest else {}
+        confirmed = watcher.lens.confirmed([k for k in keys if k not in newest])
+        return {k: shown[k] if k in newest else confirmed[k] for k in keys}
 
     def _targets(self, watcher: Watcher, keys: list[Key]) -> dict[Key, Row]:
-        pending = {} if watcher.retiring else self._overlay.get(watcher.dataset, {})
-        confirmed = watcher.lens.confirmed([k for k in keys if k not in pending])
-        return {k: self._target(watcher, k) if k in pending else confirmed[k] for k in keys}
+        if watcher.retiring:
+            return watcher.lens.confirmed(keys)
+        return self._overlaid(watcher, keys)
 
     def _show(
         self, sub: Hashable, watcher: Watcher, targets: Mapping[Key, Row], *, provisional: bool
@@ -342,6 +389,22 @@ class LiveWrites:
                 continue
             _put(patch, key, target, has)
         return patch
+
+
+class _Newest(Mapping[Key, Row]):
+    """The newest pending row of each key of a dataset (``LiveWrites.newest``)."""
+
+    def __init__(self, overlay: Mapping[Key, list[int]], writes: Mapping[int, Write]) -> None:
+        self._overlay, self._writes = overlay, writes
+
+    def __getitem__(self, key: Key) -> Row:
+        return self._writes[self._overlay[key][-1]].rows[key]
+
+    def __iter__(self) -> Iterator[Key]:
+        return iter(self._overlay)
+
+    def __len__(self) -> int:
+        return len(self._overlay)
 
 
 def _put(patch: Patch, key: Key, target: Row, has: bool) -> None:

@@ -3,9 +3,9 @@
 keys, and what the push machinery believes its subscriber holds.
 
 For kinds whose views select each row by that row alone (topic filters, object paths:
-``views.members``); a kind whose selection of a row depends on other rows (objects' cells,
-whose filters read the object's other attributes) or on a query (SQL) has no lens yet, and its
-subscriptions take the confirmed path alone.
+``views.members``); objects' cells, whose filters read the object's other attributes, have a
+lens of their own (``relay.kinds.objectlens``); a kind without one (SQL) takes the confirmed
+path alone.
 """
 
 from __future__ import annotations
@@ -41,6 +41,17 @@ class RowLens:
         self.buffer = buffer
         self.index = index
         self.selects = selects
+
+    def admitted(
+        self, rows: Mapping[Hashable, Row], pending: Mapping[Hashable, Row]
+    ) -> dict[Hashable, Row]:
+        """A write's whole rows by key (None: deleted) as its publisher admits them over the
+        confirmed rows with ``pending`` on top: as written here.
+
+        Raises:
+            InvalidWrite: the publisher would refuse it (a kind with rules of its own).
+        """
+        return dict(rows)
 
     def show(self, rows: Mapping[Hashable, Row]) -> dict[Hashable, Row]:
         """Whole rows by key (None: deleted) as the view shows them (None: not selected)."""

@@ -11,20 +11,23 @@ matching on the ``object`` column), so the relay holds whole objects.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any, cast
 
 import numpy as np
 import numpy.typing as npt
 
 from fanout.errors import InvalidView
 from fanout.relay.core.transforms import resolve
-from fanout.relay.data.buffers import Positions, Table
+from fanout.relay.data.buffers import Mask, Positions, Table
 from fanout.relay.data.keyedstate import KeyedState
 from fanout.relay.kinds.base import Accepted, Parts, RelaySide
+from fanout.relay.kinds.objectlens import ObjectLens
 from fanout.relay.kinds.path import OBJECT_PATHS, without_options
 from fanout.relay.kinds.selected import PlainLanguage, selecting
 from fanout.views import View
 from fanout.views.anyof import members_of
+from fanout.views.members import Selecting
 from fanout.views.objects import ObjectPath, passes
 from fanout.views.objects.store import DIRECTORY_MARK, OBJECT_MARK
 from fanout.wire.messages import Subscribe
@@ -75,22 +78,35 @@ class CellSelector:
 
 def cell_positions(view: ObjectPath, table: Table) -> Positions:
     """Sorted positions of the cells ``view`` selects (the module's rules)."""
-    objects = np.asarray(table.columns["object"], dtype=np.str_)
+    return np.flatnonzero(cell_mask(view, table.columns))
+
+
+def cells_selected(view: Selecting, columns: Mapping[str, Any], index: Sequence[str]) -> Mask:
+    """Which of some cells (whole objects: column -> values) a path, or any of several,
+    selects, each object judged on its cells among them (``lens.Selects``)."""
+    mask = np.zeros(len(columns["object"]), dtype=bool)
+    for path in members_of(view):
+        mask |= cell_mask(cast(ObjectPath, path), columns)
+    return mask
+
+
+def cell_mask(view: ObjectPath, columns: Mapping[str, Any]) -> Mask:
+    """Which of some cells (column -> values) ``view`` selects (the module's rules)."""
+    objects = np.asarray(columns["object"], dtype=np.str_)
     if not len(objects):
-        return np.empty(0, dtype=np.int64)
-    attrs = np.asarray(table.columns["attr"], dtype=np.str_)
+        return np.zeros(0, dtype=bool)
+    attrs = np.asarray(columns["attr"], dtype=np.str_)
     mask = view.in_scope(objects)
     if view.filters and mask.any():
-        mask &= np.isin(objects, sorted(_passing(view, table, mask)))
+        mask &= np.isin(objects, sorted(_passing(view, columns, mask)))
     if view.attributes is not None:
         mask &= np.isin(attrs, [*sorted(view.attributes), OBJECT_MARK, DIRECTORY_MARK])
-    return np.flatnonzero(mask)
+    return np.asarray(mask, dtype=bool)
 
 
-def _passing(view: ObjectPath, table: Table, mask: npt.NDArray[np.bool_]) -> set[str]:
+def _passing(view: ObjectPath, columns: Mapping[str, Any], mask: npt.NDArray[np.bool_]) -> set[str]:
     """The objects in scope for which one of the view's comparisons holds."""
     values: dict[str, dict[str, object]] = {}
-    columns = table.columns
     for at in np.flatnonzero(mask).tolist():
         attr = str(columns["attr"][at])
         cells = values.setdefault(str(columns["object"][at]), {})
@@ -110,5 +126,5 @@ def typed(encoding: str, text: str) -> object:
     return text
 
 
-SIDE = RelaySide(selecting(object_cells, CellSelector))
+SIDE = RelaySide(selecting(object_cells, CellSelector, lenses=ObjectLens.maker(cells_selected)))
 """Index ``objects`` at the relay."""

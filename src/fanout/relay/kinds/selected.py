@@ -11,6 +11,7 @@ a kind's ``serve`` of the two (``relay.kinds.base.RelaySide``).
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Protocol
@@ -19,7 +20,7 @@ from fanout.errors import InvalidView
 from fanout.relay.core.changesets import ChangeSet, Step, Steps, shared_step
 from fanout.relay.core.downstream import Subscription
 from fanout.relay.core.transforms import InvalidTransform, Shape, resolve
-from fanout.relay.data.buffers import Keys, Positions
+from fanout.relay.data.buffers import DoubleBuffer, Keys, Positions
 from fanout.relay.data.keyedstate import KeyedState, Picks
 from fanout.relay.data.pushes import Body, Held, cut_positions
 from fanout.relay.kinds.base import Accepted, Cut, Parts
@@ -32,6 +33,8 @@ from fanout.wire.messages import DatasetInfo, Subscribe, Transform
 
 #: Accepts a subscription of a language's views for a dataset (the view's class checked).
 Accepting = Callable[[KeyedState, Subscribe, Sequence[str]], Accepted]
+#: Makes a subscription's lens from its dataset's buffer and index columns.
+Lenses = Callable[[Subscription, DoubleBuffer, tuple[str, ...]], RowLens]
 
 
 @dataclass(frozen=True)
@@ -144,11 +147,11 @@ class SelectedRows:
     metered = False
 
     def __init__(
-        self, state: KeyedState, parts: Parts, selector: Selector, selects: Selects | None = None
+        self, state: KeyedState, parts: Parts, selector: Selector, lenses: Lenses | None = None
     ) -> None:
         self.state = state
         self.selector = selector
-        self.selects = selects
+        self.lenses = lenses
         self._parts = parts
 
     def cut(self, subscription: Subscription) -> Cut | None:
@@ -184,11 +187,11 @@ class SelectedRows:
         return 0.0
 
     def lens(self, subscription: Subscription) -> RowLens | None:
-        """Its view of single rows, if the kind selects each row by that row alone."""
-        if self.selects is None:
+        """Its view of single rows, if the kind has lenses."""
+        if self.lenses is None:
             return None
         index = tuple(self.state.info.index_columns)
-        return RowLens(subscription, self.state.buffer, index, self.selects)
+        return self.lenses(subscription, self.state.buffer, index)
 
     def ticking(self, view: View) -> float | None:
         """Its views change only with its rows."""
@@ -208,21 +211,27 @@ def selecting(
     selector: Callable[[KeyedState, Parts], Selector],
     picks: Picks | None = None,
     selects: Selects | None = None,
+    lenses: Lenses | None = None,
 ) -> Callable[[DatasetInfo, Parts], KeyedKind]:
     """A selecting kind's ``serve``: a keyed dataset of ``language`` whose rows ``selector``
     picks for views, ``picks`` for primitives (None: as its language's views pick them,
     ``relay.data.keyedstate.selected``); ``selects``: which rows a view selects, each by that
-    row alone (None: not so, and writes are not shown before they are confirmed).
+    row alone (a ``RowLens`` each), or ``lenses`` that make a subscription's lens (neither:
+    writes are not shown before they are confirmed).
 
     Raises (the function made):
         ProtocolError: the relay cannot hold the dataset (``DatasetState.of``).
     """
 
+    made = lenses
+    if made is None and selects is not None:
+        made = functools.partial(RowLens, selects=selects)
+
     def serve(info: DatasetInfo, parts: Parts) -> KeyedKind:
         state = KeyedState.of(info)
         if picks is not None:
             state.picks = picks
-        rows = SelectedRows(state, parts, selector(state, parts), selects)
+        rows = SelectedRows(state, parts, selector(state, parts), made)
         return KeyedKind(state, parts, language(state), rows)
 
     return serve
