@@ -1,13 +1,12 @@
 """Which relays a write is passed to at once, before Spark's micro-batch carries it (``Written``;
 docs/concepts.md, "Two paths"). Pure: the registry's plan and the write's rows in, relay ids out.
 
-Rules:
-
 1. Only a durable write is passed (its ``Publish`` answered ``Published``), and only to a
    dataset whose relays show live writes (``LIVE_KINDS``): a refusal never reaches another
    relay, so the publisher tells no outcome; each relay confirms the write by its ingest
    offset or withdraws it at its deadline.
-2. Never back to the relay it came through: that relay showed it already.
+2. Never back to the relay it came through (it showed it already), nor to one that has not
+   said it wants the dataset's live writes (``LiveWrites``: no ``latest`` view there takes them).
 3. Per relay, not per subscriber: to each relay holding a primitive of the dataset that
    selects one of the written rows; a write that deletes goes to every relay holding a
    primitive of the dataset (a key alone says nothing of where the row was); a relay holding
@@ -48,7 +47,10 @@ def recipients(
     return sorted(
         relay
         for relay, prims in plan.prims.items()
-        if relay != origin and prims and _touches(list(prims.values()), upserts, deletes, index)
+        if relay != origin
+        and relay in plan.live
+        and prims
+        and _touches(list(prims.values()), upserts, deletes, index)
     )
 
 

@@ -185,6 +185,19 @@ class LivePath:
             self.forget(key)
         return sends
 
+    def wanted(self, key: SubKey | None = None) -> set[str]:
+        """The datasets a subscription here takes live writes of (``LiveWrites``), or only
+        subscription ``key``'s if it does (at once, before its first full push)."""
+        downstream = self.parts.downstream
+        if key is not None:
+            one = downstream.get(key)
+            return set() if one is None or self._lens(one) is None else {one.dataset}
+        return {
+            name
+            for name in self.parts.kinds
+            if any(self._lens(s) is not None for s in downstream.of_dataset(name))
+        }
+
     def _watched(self, dataset: str) -> bool:
         return any(lens.subscription.dataset == dataset for lens in self._lenses.values())
 
