@@ -8,7 +8,7 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from fanout.publisher.passing import recipients
+from fanout.publisher.passing import Choice, recipients
 from fanout.publisher.relaytable import Registry
 from fanout.views import View
 from fanout.views.sql import parse as sql
@@ -77,9 +77,10 @@ def test_a_write_goes_to_each_other_relay_that_wants_it_and_whose_primitives_sel
     for relay in live:
         registry.want_live(ids[relay], "sensors", True)
         registry.want_live(ids[relay], "other", False)  # another dataset's leaves it alone
-    plan = registry.plan("sensors")
+    choice, live = Choice(registry.plan("sensors")), registry.live("sensors")
     upserts = {"topic": np.array(written, dtype=object), "value": np.zeros(len(written))}
-    passed = recipients(plan, None if origin is None else ids[origin], upserts, deletes, ["topic"])
+    came = None if origin is None else ids[origin]
+    passed = recipients(choice, live, came, upserts, deletes=deletes, index=["topic"])
     named = {number: relay for relay, number in ids.items()}
     assert [named[number] for number in passed] == oracle(held, live, origin, written, deletes)
 
@@ -90,8 +91,8 @@ def test_a_relay_that_no_longer_wants_live_writes_or_left_is_passed_none() -> No
     for relay in (first, second):
         registry.acquire(relay, 1, "sensors", topic("#"))
         registry.want_live(relay, "sensors", True)
-    assert registry.plan("sensors").live == {first, second}
+    assert registry.plan("sensors").live == registry.live("sensors") == {first, second}
     registry.want_live(first, "sensors", False)
     registry.drop_relay(second)
     registry.want_live(second, "sensors", True)  # a frame after it left: nothing to hold
-    assert registry.plan("sensors").live == frozenset()
+    assert registry.plan("sensors").live == registry.live("sensors") == frozenset()

@@ -140,6 +140,17 @@ class Registry:
             elif entry is not None:
                 entry.live.discard(dataset)
 
+    @property
+    def version(self) -> int:
+        """Changes whenever any relay's primitives change (``Plan.version``)."""
+        with self._lock:
+            return self._version
+
+    def live(self, dataset: str) -> frozenset[int]:
+        """The relays that want the writes to ``dataset`` made elsewhere (``Plan.live``)."""
+        with self._lock:
+            return frozenset(r for r, entry in self._relays.items() if dataset in entry.live)
+
     def held(self) -> dict[int, tuple[str, int]]:
         """relay -> (its name, how many primitives it holds)."""
         with self._lock:
