@@ -120,7 +120,7 @@ async def publisher(children: Children, state: Path, log: Path, port: int = 0) -
 
 class Watchers:
     """Three views of ``live/#`` on a real relay: ``latest`` with live writes (``shown``),
-    ``latest`` confirmed only, and ``every``, whose updates' topics are recorded in order
+    ``latest`` confirmed only, and ``every``, whose changes' topics are recorded in order
     (``stream``: the confirmed stream)."""
 
     def __init__(self) -> None:
@@ -134,6 +134,8 @@ class Watchers:
 
     async def record(self) -> None:
         async for update in self.every:
+            if update.full:  # the view as it is (the first push), not a change
+                continue
             for rows in (update.entered, update.updated):
                 self.stream += rows["topic"].tolist() if rows else []
 
