@@ -108,8 +108,13 @@ class LivePath:
         return self._sends(self.writes.expire(now))
 
     def lost(self) -> list[Send]:
-        """The upstream link is gone: the writes it had not answered are withdrawn."""
-        return self._sends(self.writes.withdraw(unaccepted_only=True))
+        """The upstream link is gone: the writes it had not answered are withdrawn; the
+        accepted ones wait, their deadlines stopped, for the stream to carry them."""
+        return self._sends(self.writes.away())
+
+    def back(self) -> None:
+        """A new upstream link: deadlines run again from each dataset's first state over it."""
+        self.writes.back()
 
     def stats(self) -> dict[str, float]:
         """What the live path did (``/metrics``: ``relay_live_*``)."""
