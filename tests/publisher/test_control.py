@@ -41,6 +41,7 @@ from fanout.wire.messages import (
     Hello,
     Horizon,
     Knowledge,
+    LiveWrites,
     Publish,
     Published,
     ReadState,
@@ -296,15 +297,19 @@ async def test_a_durable_write_is_passed_at_once_to_the_other_relays_whose_primi
     control,
 ) -> None:
     """publisher/passing.py's rules through the control plane: never back to the relay it came
-    through, to a relay whose primitive selects a row of it, a delete to every relay holding a
-    primitive of the dataset; a refused write, or one to a dataset of a kind without live
-    writes (a region's), to none."""
+    through, to a relay that wants the dataset's live writes and whose primitive selects a row
+    of it, a delete to every such relay holding a primitive of the dataset; a refused write, or
+    one to a dataset of a kind without live writes (a region's), to none; nor anything to a
+    relay that never said it wants them (``LiveWrites``)."""
     plane, _, url = control
-    near, far, idle = await hello(url), await hello(url), await hello(url)
+    near, far, idle, deaf = await hello(url), await hello(url), await hello(url), await hello(url)
     await near.send(codec.encode(Acquire(1, "sensors", topic("a/#"))))
     await near.send(codec.encode(Acquire(2, "agents", Box((0, 0), (1, 1)))))
     await far.send(codec.encode(Acquire(1, "sensors", topic("b/#"))))
-    for relay in (near, far):  # held once a later request is answered
+    await deaf.send(codec.encode(Acquire(1, "sensors", topic("#"))))
+    for relay in (near, far, idle):
+        await relay.send(codec.encode(LiveWrites("sensors")))
+    for relay in (near, far, deaf):  # held once a later request is answered
         await relay.send(codec.encode(Acquire(8, "nope", Box((0, 0), (1, 1)))))
         assert isinstance((await frames(relay, 1))[0], Error)
     producer = await hello(url, role="producer")
@@ -323,7 +328,7 @@ async def test_a_durable_write_is_passed_at_once_to_the_other_relays_whose_primi
         assert isinstance((await frames(producer, 1))[0], Published)
     await producer.send(codec.encode(Publish(5, "trucks", inside)))  # refused
     assert isinstance((await frames(producer, 1))[0], Error)
-    for relay in (near, far, idle):  # a fence: an acquire refused
+    for relay in (near, far, idle, deaf):  # a fence: an acquire refused
         await relay.send(codec.encode(Acquire(9, "nope", Box((0, 0), (1, 1)))))
 
     async def until_fence(relay: ClientConnection) -> list[tuple[int, int]]:
@@ -336,9 +341,10 @@ async def test_a_durable_write_is_passed_at_once_to_the_other_relays_whose_primi
     assert await until_fence(near) == [(0, 0), (0, -1)]  # the producer's delete, then its row
     assert await until_fence(far) == [(0, 0)]  # the delete alone
     assert await until_fence(idle) == []  # no primitive
+    assert await until_fence(deaf) == []  # never said it wants them
     counted = {s.name: s.value for s in plane.samples()}
     assert counted["publisher_writes_passed"] == 3
-    for websocket in (near, far, idle, producer):
+    for websocket in (near, far, idle, deaf, producer):
         await websocket.close()
 
 

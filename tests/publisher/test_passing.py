@@ -1,5 +1,6 @@
 """Which relays the publisher passes a durable write to at once (publisher/passing.py), against
-a brute-force oracle: MQTT filter levels matched by hand, the rules spelled out again."""
+a brute-force oracle: MQTT filter levels matched by hand, the rules spelled out again; and the
+registry's relays that want a dataset's live writes (``LiveWrites``)."""
 
 from __future__ import annotations
 
@@ -7,8 +8,8 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from fanout.publisher.passing import recipients
-from fanout.publisher.relaytable import Plan
+from fanout.publisher.passing import Choice, recipients
+from fanout.publisher.relaytable import Registry
 from fanout.views import View
 from fanout.views.sql import parse as sql
 from fanout.views.topic import TopicFilter
@@ -35,10 +36,16 @@ def matches(view: TopicFilter, name: str) -> bool:
     return len(wanted) == len(levels)
 
 
-def oracle(held: dict[int, list[View]], origin: int | None, written: list[str], deletes: bool):
+def oracle(
+    held: dict[int, list[View]],
+    live: set[int],
+    origin: int | None,
+    written: list[str],
+    deletes: bool,
+):
     out = []
     for relay, views in sorted(held.items()):
-        if relay == origin or not views:
+        if relay == origin or relay not in live or not views:
             continue
         filters = [v for v in views if isinstance(v, TopicFilter)]
         whole = deletes or len(filters) < len(views)  # a delete, or a view not by rows
@@ -50,20 +57,42 @@ def oracle(held: dict[int, list[View]], origin: int | None, written: list[str], 
 @settings(max_examples=300, deadline=None)
 @given(
     held=st.dictionaries(st.integers(1, 6), prims, max_size=5),
+    live=st.sets(st.integers(1, 6)),
     origin=st.none() | st.integers(1, 6),
     written=st.lists(names, max_size=4, unique=True),
     deletes=st.booleans(),
 )
-def test_a_write_goes_to_each_other_relay_whose_primitives_select_a_row_of_it(
-    held: dict[int, list[View]], origin: int | None, written: list[str], deletes: bool
+def test_a_write_goes_to_each_other_relay_that_wants_it_and_whose_primitives_select_a_row(
+    held: dict[int, list[View]],
+    live: set[int],
+    origin: int | None,
+    written: list[str],
+    deletes: bool,
 ) -> None:
-    plan = Plan(
-        1,
-        frozenset(held),
-        {relay: dict(enumerate(views)) for relay, views in held.items()},
-        {relay: frozenset() for relay in held},
-    )
+    registry = Registry()
+    ids = {relay: registry.add_relay(f"r{relay}") for relay in range(1, 7)}
+    for relay, views in held.items():
+        for prim, view in enumerate(views):
+            registry.acquire(ids[relay], prim, "sensors", view)
+    for relay in live:
+        registry.want_live(ids[relay], "sensors", True)
+        registry.want_live(ids[relay], "other", False)  # another dataset's leaves it alone
+    choice, live = Choice(registry.plan("sensors")), registry.live("sensors")
     upserts = {"topic": np.array(written, dtype=object), "value": np.zeros(len(written))}
-    assert recipients(plan, origin, upserts, deletes, ["topic"]) == oracle(
-        held, origin, written, deletes
-    )
+    came = None if origin is None else ids[origin]
+    passed = recipients(choice, live, came, upserts, deletes=deletes, index=["topic"])
+    named = {number: relay for relay, number in ids.items()}
+    assert [named[number] for number in passed] == oracle(held, live, origin, written, deletes)
+
+
+def test_a_relay_that_no_longer_wants_live_writes_or_left_is_passed_none() -> None:
+    registry = Registry()
+    first, second = registry.add_relay("first"), registry.add_relay("second")
+    for relay in (first, second):
+        registry.acquire(relay, 1, "sensors", topic("#"))
+        registry.want_live(relay, "sensors", True)
+    assert registry.plan("sensors").live == registry.live("sensors") == {first, second}
+    registry.want_live(first, "sensors", False)
+    registry.drop_relay(second)
+    registry.want_live(second, "sensors", True)  # a frame after it left: nothing to hold
+    assert registry.plan("sensors").live == registry.live("sensors") == frozenset()

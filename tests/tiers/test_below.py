@@ -38,6 +38,7 @@ from fanout.wire.messages import (
     Hello,
     Horizon,
     Knowledge,
+    LiveWrites,
     Release,
     Written,
 )
@@ -376,12 +377,12 @@ def test_the_horizon_told_upstream_is_the_lowest_here_and_below(
     tree.step({1: (1.0, 1.0)})
     relays = tree.relays
     if own is not None:
-        relays._own["agents"] = (1, own)
+        relays.upward.own["agents"] = (1, own)
     relays.on_frame(EDGE, Horizon("agents", 1, below))
     horizons = [s.frame for s in relays.housekeeping(0.0) if isinstance(s.frame, Horizon)]
     assert horizons == [Horizon("agents", 1, told)]
     relays.on_frame(EDGE, Horizon("agents", 1, -1))
-    relays._own.clear()
+    relays.upward.own.clear()
     horizons = [s.frame for s in relays.housekeeping(1.0) if isinstance(s.frame, Horizon)]
     assert horizons == [Horizon("agents", 1, -1)]
 
@@ -424,10 +425,15 @@ def test_a_stopped_upstream_dataset_is_passed_down_and_told_to_relays_arriving_m
 
 
 def test_a_write_made_elsewhere_goes_down_to_the_relays_below_that_hold_a_row_of_it() -> None:
-    """Rule 3: per relay below, by its live primitives; a write that deletes goes to every relay
-    below holding a primitive of the dataset (a key alone says nothing of where the row was)."""
+    """Rule 3: per relay below that wants the dataset's live writes, by its live primitives; a
+    write that deletes goes to every such relay holding a primitive of the dataset (a key alone
+    says nothing of where the row was); one that never said it wants them gets none."""
     tree = Tree(Publisher("sensors", topic_within, topic_columns))
     tree.down(tree.relays.welcome(EDGE + 1, Hello(version=1, role="relay", name="idle")))
+    tree.down(tree.relays.welcome(EDGE + 2, Hello(version=1, role="relay", name="deaf")))
+    for wanting in (EDGE, EDGE + 1):  # the third takes no live writes: it never said so
+        tree.relays.on_frame(wanting, LiveWrites("sensors"))
+    tree.down(tree.relays.on_frame(EDGE + 2, Acquire(1, "sensors", topic("#"))))
     tree.step({"a/1": 1.0})
     tree.acquire(topic("a/#"))
     tree.step({})

@@ -35,7 +35,7 @@ from fanout.buckets import Throttle
 from fanout.connection import Outbound, refuse
 from fanout.errors import FanoutError
 from fanout.publisher.answers import Datasets, answer, answered
-from fanout.publisher.passing import LIVE_KINDS, recipients
+from fanout.publisher.passing import LIVE_KINDS, Choice, recipients
 from fanout.publisher.protocol import (
     Action,
     Close,
@@ -128,6 +128,7 @@ class ControlPlane:
         self._frames_received = 0
         self._passed = 0
         self._passed_dropped = 0
+        self._choices: dict[str, Choice] = {}  # per dataset, for passing writes on
         self._loop: asyncio.AbstractEventLoop | None = None
         self._stop: asyncio.Event | None = None
         self._thread: threading.Thread | None = None
@@ -414,9 +415,13 @@ class ControlPlane:
         info = next((i for i in self.datasets.infos() if i.name == request.dataset), None)
         if info is None or info.index not in LIVE_KINDS or not self._relays:
             return
-        plan = self.registry.plan(request.dataset)
-        deleting = request.deletes.length > 0
-        relays = recipients(plan, origin, upserts, deleting, info.index_columns)
+        choice = self._choices.get(request.dataset)
+        if choice is None or choice.version != self.registry.version:  # relays moved
+            choice = self._choices[request.dataset] = Choice(self.registry.plan(request.dataset))
+        live, deleting = self.registry.live(request.dataset), request.deletes.length > 0
+        relays = recipients(
+            choice, live, origin, upserts, deletes=deleting, index=info.index_columns
+        )
         if not relays:
             return
         written = Written(request.dataset, first, last, request.upserts, request.deletes)

@@ -4,14 +4,14 @@
 1. **Handshake.** A ``Hello`` first (``wire.handshake``), answered ``Welcome`` and the
    ``Catalog``; none within the timeout: ``Error{handshake}`` and close.
 2. **Roles.** Only a ``relay`` (registered while connected) acquires, releases, sets horizons and
-   asks ``Curious``; readers and producers send ``ReadState`` and ``Publish``.
+   live writes wanted, asks ``Curious``; readers and producers send ``ReadState`` and ``Publish``.
 3. **Resume.** A relay naming its last seqs is replayed the log after them, then the live
    batches held back since its welcome; a replay that fails is answered ``resync``.
 4. **Held back, bounded** by ``HELD_BACK_LIMIT``; one more closes the connection.
 5. **Each seq once, in order:** only seqs above the relay's last of that dataset, but a batch of
    that same seq that carries snapshots.
-6. **Requests.** ``Acquire``, ``Release``, ``Horizon`` apply at once (refusals answered);
-   ``ReadState``, ``Publish``, ``Curious`` are blocking work (``Start``); else ``Error{protocol}``.
+6. **Requests.** ``Acquire``, ``Release``, ``Horizon``, ``LiveWrites`` apply at once (refusals
+   answered); ``ReadState``, ``Publish``, ``Curious`` are blocking work; else ``Error{protocol}``.
 Phases and their moves: ``Phase``, ``TRANSITIONS``.
 """
 
@@ -37,6 +37,7 @@ from fanout.wire.messages import (
     Frame,
     Hello,
     Horizon,
+    LiveWrites,
     Publish,
     ReadState,
     Release,
@@ -257,6 +258,8 @@ class PublisherSession:
                 refusal = self._refusal(prim, self._registry.release, relay, prim)
             case Horizon(dataset=dataset, epoch=epoch, seq=seq) if relay is not None:
                 self._registry.hold(relay, dataset, epoch, seq)
+            case LiveWrites(dataset=dataset, wanted=live) if relay is not None:
+                self._registry.want_live(relay, dataset, live)
             case ReadState() if self._role() in ("relay", "reader"):
                 return [Start(frame)]
             case Publish() if self._role() in ("producer", "relay"):

@@ -39,6 +39,7 @@ class _Relay:
     prims: dict[int, tuple[str, View]] = field(default_factory=dict)
     fresh: set[int] = field(default_factory=set)
     horizons: dict[tuple[str, int], int] = field(default_factory=dict)
+    live: set[str] = field(default_factory=set)
 
 
 @dataclass(frozen=True)
@@ -50,12 +51,15 @@ class Plan:
         relays: every connected relay, with or without primitives of this dataset.
         prims: relay -> primitive id -> view, for this dataset.
         fresh: relay -> primitives that need a snapshot in this micro-batch.
+        live: the relays that want writes to this dataset made elsewhere passed at once
+            (``LiveWrites``).
     """
 
     version: int
     relays: frozenset[int]
     prims: dict[int, dict[int, View]]
     fresh: dict[int, frozenset[int]]
+    live: frozenset[int] = frozenset()
 
 
 class Registry:
@@ -127,6 +131,26 @@ class Registry:
             else:
                 entry.horizons[(dataset, epoch)] = seq
 
+    def want_live(self, relay: int, dataset: str, wanted: bool) -> None:
+        """Whether ``relay`` wants the writes to ``dataset`` made elsewhere (``LiveWrites``)."""
+        with self._lock:
+            entry = self._relays.get(relay)
+            if entry is not None and wanted:
+                entry.live.add(dataset)
+            elif entry is not None:
+                entry.live.discard(dataset)
+
+    @property
+    def version(self) -> int:
+        """Changes whenever any relay's primitives change (``Plan.version``)."""
+        with self._lock:
+            return self._version
+
+    def live(self, dataset: str) -> frozenset[int]:
+        """The relays that want the writes to ``dataset`` made elsewhere (``Plan.live``)."""
+        with self._lock:
+            return frozenset(r for r, entry in self._relays.items() if dataset in entry.live)
+
     def held(self) -> dict[int, tuple[str, int]]:
         """relay -> (its name, how many primitives it holds)."""
         with self._lock:
@@ -151,7 +175,8 @@ class Registry:
                 mine = {p: view for p, (name, view) in entry.prims.items() if name == dataset}
                 prims[relay] = mine
                 fresh[relay] = frozenset(p for p in entry.fresh if p in mine)
-            return Plan(self._version, frozenset(self._relays), prims, fresh)
+            live = frozenset(r for r, entry in self._relays.items() if dataset in entry.live)
+            return Plan(self._version, frozenset(self._relays), prims, fresh, live)
 
     def delivered(self, plan: Plan) -> None:
         """The micro-batch built from ``plan`` was handed over: its snapshots are no longer due."""

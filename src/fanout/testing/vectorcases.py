@@ -31,6 +31,7 @@ from fanout.wire.messages import (
     Hello,
     Horizon,
     Knowledge,
+    LiveWrites,
     NoUpdate,
     Publish,
     Published,
@@ -310,6 +311,18 @@ VALID: list[Valid] = [
     ),
     Valid("to_publisher", "curious", "ask again for seqs 40..41", Curious(-6, "agents", 1, 40, 41)),
     Valid("to_publisher", "horizon", "the relay needs seqs from 40 on", Horizon("agents", 1, 40)),
+    Valid(
+        "to_publisher",
+        "live_writes",
+        "pass the relay writes to sensors made elsewhere at once",
+        LiveWrites("sensors"),
+    ),
+    Valid(
+        "to_publisher",
+        "live_writes_not_wanted",
+        "no latest view here takes live writes of sensors any more",
+        LiveWrites("sensors", wanted=False),
+    ),
     Valid("from_publisher", "catalog", "the datasets", Catalog([AGENTS, FLIGHTS])),
     Valid(
         "from_publisher",

@@ -7,10 +7,10 @@
    stamped with the last seq forwarded, once ready primitives cover it; refused: ``invalid_view``.
 3. **Batches.** Each batch written here goes at once, before its swap, to every relay below,
    cut to its live primitives (``tiers.cut``), those this relay snapshotted whole; a write made
-   elsewhere (``Written``) to those whose live primitives hold a row of it (or all: deletes).
+   elsewhere (``Written``) to those wanting it whose live primitives hold a row (all: deletes).
 4. **Curiosity.** Answered from the window when every seq is whole there, else passed up merged
    with others': each seq asked once while in flight (``tiers.curiosity``).
-5. **Horizons.** The lowest of this relay's ``every`` subscriptions' and the relays' below.
+5. **Upward.** Horizons and live writes wanted, this relay's and the relays' below combined.
 6. **Losing upstream.** The relays below are dropped (``upstream_lost``), to connect again.
 Kinds differ by their answers alone (``primitive``, ``holds``, ``contents``). See docs/cluster.md.
 """
@@ -33,6 +33,7 @@ from fanout.relay.data.nulls import masked
 from fanout.relay.kinds import DatasetKind
 from fanout.tiers import cut
 from fanout.tiers.curiosity import Curiosity
+from fanout.tiers.upward import Upward
 from fanout.views import View
 from fanout.wire.columns import Columns, encode_columns
 from fanout.wire.messages import (
@@ -46,6 +47,7 @@ from fanout.wire.messages import (
     Hello,
     Horizon,
     Knowledge,
+    LiveWrites,
     Release,
     Written,
 )
@@ -85,6 +87,7 @@ class Below:
         checkout: per dataset, the sorted keys sent to it and not deleted since.
         sent: per dataset, the (epoch, seq) of the last batch sent.
         horizons: per dataset, the (epoch, seq) of its last ``Horizon``.
+        live_writes: the datasets whose writes made elsewhere it wants (``LiveWrites``).
     """
 
     client: int
@@ -93,6 +96,14 @@ class Below:
     checkout: dict[str, Keys] = field(default_factory=dict)
     sent: dict[str, tuple[int, int]] = field(default_factory=dict)
     horizons: dict[str, tuple[int, int]] = field(default_factory=dict)
+    live_writes: set[str] = field(default_factory=set)
+
+    def told(self, frame: Horizon | LiveWrites) -> None:
+        """It told its horizon of a dataset, or whether it wants the dataset's live writes."""
+        if isinstance(frame, Horizon):
+            self.horizons[frame.dataset] = (frame.epoch, frame.seq)
+        else:
+            (self.live_writes.add if frame.wanted else self.live_writes.discard)(frame.dataset)
 
     def live(self, dataset: str) -> list[Held]:
         """Its live primitives of ``dataset``."""
@@ -124,8 +135,7 @@ class Relays:
         self.max_primitives = max_primitives
         self.below: dict[int, Below] = {}
         self.curiosity = Curiosity(FIRST_PASSED)
-        self._own: dict[str, tuple[int, int]] = {}  # the core's horizons, as it told them
-        self._told: dict[str, tuple[int, int]] = {}  # what went upstream
+        self.upward = Upward()  # what went upstream
         #: Datasets whose query the upstream said stopped (``DatasetState``), by name.
         self.stopped: dict[str, DatasetState] = {}
         self.forwarded = 0
@@ -157,10 +167,12 @@ class Relays:
         sends: list[Send] = []
         for send in self.core.housekeeping(now):
             if send.to == UPSTREAM and isinstance(send.frame, Horizon):
-                self._own[send.frame.dataset] = (send.frame.epoch, send.frame.seq)
+                self.upward.own[send.frame.dataset] = (send.frame.epoch, send.frame.seq)
             else:
                 sends.append(send)
-        return sends + self._horizons() + self.ready()
+        epochs = {name: state.epoch for name, state in self.core.datasets.items()}
+        horizons = self.upward.horizons(epochs, [below.horizons for below in self.below.values()])
+        return sends + horizons + self.live_writes() + self.ready()
 
     # -- connections -----------------------------------------------------------------------
 
@@ -209,7 +221,8 @@ class Relays:
             return []
         kind, deletes = self.core.parts.kinds[frame.dataset], frame.deletes.length > 0
         rows = decode_rows(state.info, frame.upserts, f"written {frame.first}-{frame.last}")
-        views = {c: [p.view for p in below.live(frame.dataset)] for c, below in self.below.items()}
+        wanting = {c: b for c, b in self.below.items() if frame.dataset in b.live_writes}
+        views = {c: [p.view for p in b.live(frame.dataset)] for c, b in wanting.items()}
         return [
             Send(client, frame)
             for client, held in views.items()
@@ -218,8 +231,7 @@ class Relays:
 
     def upstream_lost(self) -> list[int]:
         """This relay lost its upstream: the relays below to drop (rule 6)."""
-        self._own.clear()
-        self._told.clear()
+        self.upward.lost()
         self.stopped.clear()  # the next upstream says again what is stopped
         self.curiosity.clear()
         return list(self.below)
@@ -239,9 +251,9 @@ class Relays:
                 return []
             case Curious() as curious:
                 return self._curious(below, curious)
-            case Horizon(dataset=dataset, epoch=epoch, seq=seq):
-                below.horizons[dataset] = (epoch, seq)
-                return []
+            case Horizon() | LiveWrites():
+                below.told(frame)
+                return self.live_writes()
         name = type(frame).__name__.lower()
         return [Send(client, Error("protocol", f"a relay does not take {name} from a relay"))]
 
@@ -430,30 +442,18 @@ class Relays:
                 sends.append(Send(below.client, Error("invalid_view", message, ref=held.prim)))
         return sends
 
-    # -- horizons --------------------------------------------------------------------------
+    # -- what goes upstream (``tiers.upward``) ------------------------------------------------
 
-    def _horizons(self) -> list[Send]:
-        sends: list[Send] = []
-        names = set(self._own) | set(self._told)
-        for below in self.below.values():
-            names |= set(below.horizons)
-        for name in sorted(names):
-            state = self.core.datasets.get(name)
-            if state is None:
-                continue
-            marks = [self._own.get(name)] + [b.horizons.get(name) for b in self.below.values()]
-            needed = [m[1] for m in marks if m is not None and m[1] >= 0 and m[0] == state.epoch]
-            want = (state.epoch, min(needed)) if needed else None
-            told = self._told.get(name)
-            if want == told:
-                continue
-            if told is not None and (want is None or want[0] != told[0]):
-                sends.append(Send(UPSTREAM, Horizon(name, told[0], -1)))
-                del self._told[name]
-            if want is not None:
-                sends.append(Send(UPSTREAM, Horizon(name, *want)))
-                self._told[name] = want
-        return sends
+    def live_writes(self, subscribed: tuple[int, int] | None = None) -> list[Send]:
+        """The datasets whose live writes are wanted here or below, told upstream: all, or only
+        the dataset of ``subscribed`` (just made) if it takes them, at once, before its first
+        push (a dataset no longer wanted is told at housekeeping)."""
+        if not self.core.catalogued:  # told once connected (nothing goes upstream meanwhile)
+            return []
+        wanted = self.core.serving.live.wanted(subscribed)
+        for below in self.below.values() if subscribed is None else ():
+            wanted |= below.live_writes
+        return self.upward.live_writes(wanted, adding=subscribed is not None)
 
     def stats(self) -> dict[str, float]:
         """Counters of the relays below, for ``/metrics`` and logs."""

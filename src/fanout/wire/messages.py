@@ -469,6 +469,15 @@ class Written(Frame, tag="written", frozen=True):
     deletes: Columns = Columns()
 
 
+class LiveWrites(Frame, tag="live_writes", frozen=True):
+    """Whether this relay wants the writes to ``dataset`` made elsewhere passed at once
+    (``Written``): it does while a ``latest`` subscription of it takes live writes, here or on
+    a relay below. Until it says so it is passed none (the batches carry them anyway)."""
+
+    dataset: str
+    wanted: bool = True
+
+
 class DatasetState(Frame, tag="dataset_state", frozen=True):
     """A dataset's streaming query stopped (``running`` false) or runs again, told to relays.
 
@@ -484,7 +493,7 @@ class DatasetState(Frame, tag="dataset_state", frozen=True):
 
 ToRelay = Hello | Subscribe | Unsubscribe | Publish
 ToSubscriber = Welcome | Subscribed | Push | NoUpdate | Unsubscribed | Published | Error
-ToPublisher = Hello | Acquire | Release | ReadState | Publish | Curious | Horizon
+ToPublisher = Hello | Acquire | Release | ReadState | Publish | Curious | Horizon | LiveWrites
 FromPublisher = (
     Welcome | Catalog | Batch | Knowledge | StateRows | Published | Written | DatasetState | Error
 )

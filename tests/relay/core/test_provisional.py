@@ -141,6 +141,7 @@ class World:
         self.pending: dict[int, Pending] = {}  # the model's own view of what is pending
         self.ids = 0
         self.now = 0.0
+        self.held = False  # the link came back and no state since: accepted writes wait
 
     def deliver(self, patches: list[Patch], live: bool = False) -> None:
         for patch in patches:
@@ -168,6 +169,8 @@ class World:
             case ("time", float() as seconds):
                 self.now += seconds
                 for write in list(self.pending.values()):
+                    if self.held:  # no state since the link came back: deadlines wait
+                        write.deadline = max(write.deadline, self.now + WITHIN)
                     if write.deadline <= self.now:
                         del self.pending[write.id]
                 self.deliver(self.core.expire(self.now))
@@ -210,6 +213,7 @@ class World:
         for write in list(self.pending.values()):
             if write.told and write.offset is not None and write.offset <= self.applied:
                 del self.pending[write.id]
+        self.held = False
         self.deliver(self.core.swapped(DATASET, self.applied))
 
     def lost(self, logged: bool) -> None:
@@ -222,7 +226,9 @@ class World:
             self.pending.pop(write.id, None)
         self.unanswered.clear()
         self.untold.clear()
-        self.deliver(self.core.withdraw(unaccepted_only=True))
+        self.deliver(self.core.away())
+        self.core.back()  # a new link at once; the accepted writes wait for its first state
+        self.held = bool(self.pending)
 
     def push(self, sub: Sub) -> None:
         """The machinery's exact delta from its belief to the view now, then reconciled."""
@@ -332,3 +338,21 @@ def test_an_answer_after_its_batch_confirms_at_once() -> None:
     assert s0.holds == {0: {"v": 2, "g": 0}} and len(world.core) == 0
     world.push(s0)
     assert s0.holds == {0: {"v": 2, "g": 0}}
+
+
+def test_an_accepted_write_waits_while_the_link_is_lost_and_until_the_next_state() -> None:
+    """A restarted publisher may take minutes to its first micro-batch: an accepted write is not
+    withdrawn meanwhile (it is logged), and its deadline runs again from that state on."""
+    core = LiveWrites(within=WITHIN)
+    core.write(1, DATASET, {1: None}, 0.0)
+    core.write(2, DATASET, {2: None}, 0.0)
+    core.accepted(1, 5)
+    core.away()
+    assert (len(core), core.counters.withdrawn) == (1, 1)  # the unanswered one
+    assert core.expire(10 * WITHIN) == [] and len(core) == 1
+    core.back()
+    assert core.expire(20 * WITHIN) == [] and len(core) == 1
+    core.swapped(DATASET, 4)  # the first state over the new link does not carry it yet
+    assert core.expire(20 * WITHIN + WITHIN / 2) == [] and len(core) == 1
+    core.expire(21 * WITHIN)
+    assert (len(core), core.counters.withdrawn) == (0, 2)

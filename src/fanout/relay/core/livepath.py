@@ -110,8 +110,13 @@ class LivePath:
         return self._sends(self.writes.expire(now))
 
     def lost(self) -> list[Send]:
-        """The upstream link is gone: the writes it had not answered are withdrawn."""
-        return self._sends(self.writes.withdraw(unaccepted_only=True))
+        """The upstream link is gone: the writes it had not answered are withdrawn; the
+        accepted ones wait, their deadlines stopped, for the stream to carry them."""
+        return self._sends(self.writes.away())
+
+    def back(self) -> None:
+        """A new upstream link: deadlines run again from each dataset's first state over it."""
+        self.writes.back()
 
     def stats(self) -> dict[str, float]:
         """What the live path did (``/metrics``: ``relay_live_*``)."""
@@ -191,6 +196,19 @@ class LivePath:
         """The rows as the publisher admits them (a lens of the dataset says: rule 1)."""
         lens = next(lens for lens in self._lenses.values() if lens.subscription.dataset == dataset)
         return lens.admitted(rows, self.writes.newest(dataset))
+
+    def wanted(self, key: SubKey | None = None) -> set[str]:
+        """The datasets a subscription here takes live writes of (``LiveWrites``), or only
+        subscription ``key``'s if it does (at once, before its first full push)."""
+        downstream = self.parts.downstream
+        if key is not None:
+            one = downstream.get(key)
+            return set() if one is None or self._lens(one) is None else {one.dataset}
+        return {
+            name
+            for name in self.parts.kinds
+            if any(self._lens(s) is not None for s in downstream.of_dataset(name))
+        }
 
     def _watched(self, dataset: str) -> bool:
         return any(lens.subscription.dataset == dataset for lens in self._lenses.values())

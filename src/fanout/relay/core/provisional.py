@@ -4,7 +4,8 @@
    subscription taking live writes) whose view it changes, as a provisional patch.
 2. It stays pending until settled: *confirmed* by an active state with ``tick >= last`` once
    accepted at ingest offset ``last``; *refused* by the publisher; *withdrawn* past its deadline
-   or when the link is lost before it was accepted.
+   or when the link is lost before it was accepted. While the link is lost, and until its
+   dataset's first state over a new link, an accepted write's deadline does not run.
 3. A subscriber holds what the push machinery believes, changed at the keys of its ``shown``.
 4. Never twice: a confirmed push leaves out rows the subscriber holds already
    (``deduplicated``), shows pending rows, and confirmed ones where a write settled otherwise.
@@ -145,6 +146,8 @@ class LiveWrites:
         self._overlay: dict[str, dict[Key, list[int]]] = {}  # dataset -> key -> pending ids
         self._ticks: dict[str, int] = {}  # dataset -> tick of its active state
         self._watchers: dict[Hashable, Watcher] = {}
+        self._away = False  # the upstream link is lost
+        self._held: set[str] = set()  # datasets with no state since the link came back
 
     def __len__(self) -> int:
         return len(self._writes)
@@ -231,6 +234,8 @@ class LiveWrites:
     def swapped(self, dataset: str, tick: int) -> list[Patch]:
         """A state of ``dataset`` at ``tick`` is active: the writes it carries are confirmed."""
         self._ticks[dataset] = tick
+        if not self._away:
+            self._held.discard(dataset)
         done = [
             w
             for w in self._writes.values()
@@ -239,8 +244,22 @@ class LiveWrites:
         return self._settle(done, "confirmed")
 
     def expire(self, now: float) -> list[Patch]:
-        """Withdraw the writes past their deadline (rule 2)."""
+        """Withdraw the writes past their deadline, but those waiting for their stream (rule 2)."""
+        for write in self._writes.values():
+            if self._away or write.dataset in self._held:
+                write.deadline = max(write.deadline, now + self.within)
         return self._settle([w for w in self._writes.values() if w.deadline <= now], "withdrawn")
+
+    def away(self) -> list[Patch]:
+        """The upstream link is lost: the writes not accepted are withdrawn (the publisher may
+        never have logged them); the accepted ones wait for a new link (rule 2)."""
+        self._away = True
+        return self.withdraw(unaccepted_only=True)
+
+    def back(self) -> None:
+        """A new upstream link: each dataset's deadlines run again from its first state."""
+        self._away = False
+        self._held = {write.dataset for write in self._writes.values()}
 
     def withdraw(self, unaccepted_only: bool = False) -> list[Patch]:
         """Withdraw every pending write (a new epoch), or those not accepted yet (the upstream

@@ -336,6 +336,7 @@ class RelayServer:
             case Serve(request=admitted):
                 now = asyncio.get_running_loop().time()
                 self._dispatch(self.core.on_subscribe(client, admitted, now))
+                self._dispatch(self.relays.live_writes((client, admitted.sub)))  # before its push
             case Redirect(error=error) | Refuse(error=error):
                 self._dispatch([Send(client, error)])
         self._wake.set()

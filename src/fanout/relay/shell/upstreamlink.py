@@ -253,6 +253,7 @@ class UpstreamLink:
                 self.datasets = {info.name: info.index for info in catalog.datasets}
                 self.catalog = list(catalog.datasets)
                 self._outbound = outbound
+                self._core.serving.live.back()  # accepted writes wait for the stream again
                 self._dispatch(self._core.on_upstream_connected())
                 self.ready.set()
             case Knowledge() as knowledge:
