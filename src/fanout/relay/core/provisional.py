@@ -4,13 +4,12 @@
    subscription taking live writes) whose view it changes, as a provisional patch.
 2. It stays pending until settled: *confirmed* by an active state with ``tick >= last`` once
    accepted at ingest offset ``last``; *refused* by the publisher; *withdrawn* past its deadline
-   or when the link is lost before it was accepted. While the link is lost, and until its
-   dataset's first state over a new link, an accepted write's deadline does not run.
+   or when the link is lost before it was accepted (an accepted one's deadline waits while
+   the link is lost, until its dataset's first state over a new link).
 3. A subscriber holds what the push machinery believes, changed at the keys of its ``shown``.
 4. Never twice: a confirmed push leaves out rows the subscriber holds already
    (``deduplicated``), shows pending rows, and confirmed ones where a write settled otherwise.
-5. When a write settles, each watcher shown one of its keys gets what the key is now, if that
-   differs (``corrected``).
+5. A write settled: a watcher shown its keys gets what they are now if it differs (``corrected``).
 6. At most ``limit`` writes pending; past it a write takes the confirmed path alone.
 7. A row is judged over the confirmed rows, each pending key's newest on top; a ``Judging``
    lens judges a row with others (objects' ``f=``): a write changes the keys it reaches too.
