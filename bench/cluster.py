@@ -15,7 +15,9 @@ runs on this machine, sharing its cores, so it reports ratios and differences, n
   mid relay serving ``EDGES / MIDS`` of them. They are started for each run and stopped after.
 * **subscribers**: ``--subscribers`` box views (seeded: sides 50 to 150 in the 1,000 x 1,000
   world) on each deployment, spread over its edge relays round robin as a load balancer would,
-  mode ``latest`` at 10 pushes/s, from this process (``fanout.client``).
+  mode ``latest`` at 10 pushes/s (``fanout.client``), each deployment's from a process of its
+  own (``--subscriber-processes 2``; 1: both from this one, as runs before 2026-11-29 did: that
+  process stamped the tiered side's pushes after decoding the flat side's of the same tick).
 
 Per run, once every view had its first push and ``SETTLE`` seconds more, a window of
 ``--window`` seconds measures what the publisher sent to each deployment's relays
@@ -48,7 +50,11 @@ update at the giver to its redirect, ``rehome`` from the redirect to the standby
 ``first`` from that answer to its first update there; ``split_handover_ms`` from the giver's
 assignment to the first redirect (the standby warming the parts while the giver serves them);
 from the standby's own figures, sampled every 0.25 s, when it acquired and asked the log; and
-the publisher's micro-batch interval. The tier's hop is broken down by the relays' histograms
+the publisher's micro-batch interval; ``split_phase_late_*``, how much later a moved view got
+its first seq at the standby than the views that stayed got it at the giver, and
+``split_behind``, the share of moved views the giver had not yet sent a seq the others had when
+it redirected them (each moved view's updates go to ``moved-views.json`` in the run's log
+folder). The tier's hop is broken down by the relays' histograms
 (``hop_*_mean_ms``: a batch's write, and its read to its swap, where a mid relay forwards it).
 Every run reports the machine's one-minute load average beside its figures
 (``load_average``, ``split_load_average``: min and max while it ran): the machine is shared.
