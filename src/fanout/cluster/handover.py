@@ -12,6 +12,9 @@ micro-batches: seconds on a loaded machine). docs/cluster.md, "Split and merge o
    come by then), then leaves those primitives to its subscriptions' needs.
 4. **A handover under way is a move** to both relays' balancers: neither splits nor merges then
    (the giver still holds the subscriptions, the member none of them yet).
+5. **Each ``every`` subscription moves just after a seq**: once its part is ready it is ended
+   when it has been sent the giver's last seq (it then has a whole micro-batch interval to
+   reach the member before the next seq), or ``ALIGN`` s after, caught up or not.
 """
 
 from __future__ import annotations
@@ -23,10 +26,15 @@ from fanout.cluster.responsibility import ResponsibilityMap, part_of
 from fanout.errors import InvalidView
 from fanout.views import View, bounding_box, to_text
 
+#: An (epoch, seq) of the publisher's stream.
+Stamp = tuple[int, int]
+
 #: Seconds a giver keeps serving a part it handed over that its member does not say is ready.
 WAIT = 20.0
 #: Seconds a member keeps what it warmed pinned once ready.
 HOLD = 30.0
+#: Seconds a moving ``every`` subscription may wait to be sent the giver's last seq (rule 5).
+ALIGN = 4.0
 
 
 def served(
@@ -105,3 +113,16 @@ def warm(held: Iterable[tuple[str, View]], parts: Iterable[str], side: float) ->
         if all(math.isfinite(x) for x in (*box.lo, *box.hi)):
             out[part] = to_text(box)
     return out
+
+
+def due(sent: Stamp | None, last: Stamp | None, waited: float, *, align: float = ALIGN) -> bool:
+    """Whether a held subscription whose part moved is ended now (rule 5).
+
+    Args:
+        sent: the (epoch, seq) its subscriber was last sent (None: not an ``every``
+            subscription, or not served yet: it starts again wherever it goes).
+        last: the (epoch, seq) of the dataset's state at the giver (None: none yet).
+        waited: seconds since its part was ready.
+        align: ``ALIGN``.
+    """
+    return sent is None or last is None or sent >= last or waited >= align
