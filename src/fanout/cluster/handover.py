@@ -1,7 +1,6 @@
-"""Warm handovers, the pure part: a split's giver keeps serving its subscriptions of a part it
-handed over until the part's new relay holds it ready, so that a moved subscriber waits for its
-move alone, not for the new relay's acquisitions upstream (one or two of the publisher's
-micro-batches: seconds on a loaded machine). docs/cluster.md, "Split and merge on load". Rules:
+"""Warm handovers, the pure part: a split's giver serves a part it handed over until the part's
+new relay holds it ready, so that a moved subscriber waits for its move alone, not for the new
+relay's acquisitions upstream (docs/cluster.md, "Split and merge on load"). Rules:
 
 1. **The giver ends them when the assignment is ready**, or ``WAIT`` s after it first read it
    waiting (its member may be an older relay that never says it is ready, or may fail).
@@ -12,9 +11,8 @@ micro-batches: seconds on a loaded machine). docs/cluster.md, "Split and merge o
    come by then), then leaves those primitives to its subscriptions' needs.
 4. **A handover under way is a move** to both relays' balancers: neither splits nor merges then
    (the giver still holds the subscriptions, the member none of them yet).
-5. **Each ``every`` subscription moves just after a seq**: once its part is ready it is ended
-   when it has been sent the giver's last seq (it then has a whole micro-batch interval to
-   reach the member before the next seq), or ``ALIGN`` s after, caught up or not.
+5. **Each ``every`` subscription moves just after a seq**: ended once sent the giver's last
+   seq (a micro-batch interval to reach the member), or ``ALIGN`` s after its part is ready.
 """
 
 from __future__ import annotations

@@ -5,16 +5,14 @@ Redis Cluster), split and merge on load (``splitting``) and, by policy, redirect
 1. **Joined before ready.** The relay joins the map (its first beat) before it reports ready, so
    a subscriber it accepts is never served by a relay the others do not know.
 2. **Moved parts take their subscriptions** (redirect policy): when a part leaves this relay (a
-   split or a merge, or a relay joining that is now responsible for it), each held
-   subscription of it ends with a redirect to the part's new relay, where its subscriber resumes
-   (``redirects`` rule 1). Forward policy: ``sharing`` acquires the part from its new owner.
+   split, a merge, a relay joining), each held subscription of it ends with a redirect to the
+   part's new relay (``redirects`` rule 1). Forward policy: ``sharing`` acquires it there.
 3. **A lapsed lease ends what it holds** (redirect policy, ``registry`` rule 8): each held
    subscription ends with a redirect to its owner in the map without this relay.
 4. **Handed over warm** (redirect policy, ``handover``): the subscriptions of a part a split
    handed over end once its member holds the part ready, and what this relay was handed is
    warmed (``warming``); the map is read every ``LOOK`` s meanwhile, and by an idle standby.
-   An ``every`` subscription of a moved part is ended just after it was sent the relay's last
-   seq (``handover`` rule 5): checked every ``LOOK`` s.
+   ``every`` subscriptions of a moved part end just after a seq (``handover`` rule 5).
 """
 
 from __future__ import annotations
