@@ -15,7 +15,9 @@ runs on this machine, sharing its cores, so it reports ratios and differences, n
   mid relay serving ``EDGES / MIDS`` of them. They are started for each run and stopped after.
 * **subscribers**: ``--subscribers`` box views (seeded: sides 50 to 150 in the 1,000 x 1,000
   world) on each deployment, spread over its edge relays round robin as a load balancer would,
-  mode ``latest`` at 10 pushes/s, from this process (``fanout.client``).
+  mode ``latest`` at 10 pushes/s (``fanout.client``), each deployment's from a process of its
+  own (``--subscriber-processes 2``; 1: both from this one, as runs before 2026-11-29 did: that
+  process stamped the tiered side's pushes after decoding the flat side's of the same tick).
 
 Per run, once every view had its first push and ``SETTLE`` seconds more, a window of
 ``--window`` seconds measures what the publisher sent to each deployment's relays
@@ -48,7 +50,11 @@ update at the giver to its redirect, ``rehome`` from the redirect to the standby
 ``first`` from that answer to its first update there; ``split_handover_ms`` from the giver's
 assignment to the first redirect (the standby warming the parts while the giver serves them);
 from the standby's own figures, sampled every 0.25 s, when it acquired and asked the log; and
-the publisher's micro-batch interval. The tier's hop is broken down by the relays' histograms
+the publisher's micro-batch interval; ``split_phase_late_*``, how much later a moved view got
+its first seq at the standby than the views that stayed got it at the giver, and
+``split_behind``, the share of moved views the giver had not yet sent a seq the others had when
+it redirected them (each moved view's updates go to ``moved-views.json`` in the run's log
+folder). The tier's hop is broken down by the relays' histograms
 (``hop_*_mean_ms``: a batch's write, and its read to its swap, where a mid relay forwards it).
 Every run reports the machine's one-minute load average beside its figures
 (``load_average``, ``split_load_average``: min and max while it ran): the machine is shared.
@@ -62,12 +68,14 @@ import contextlib
 import datetime as dt
 import itertools
 import json
+import multiprocessing
 import os
 import statistics
 import tempfile
 import time
 from collections import Counter
 from collections.abc import AsyncIterator
+from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any
 
@@ -95,6 +103,10 @@ WORLD = 1000.0
 #: Seconds the giver must stay past its threshold before it splits (its subscribers' normal
 #: interval is measured meanwhile).
 SPLIT_DWELL = 10.0
+#: The split case's registry lease (s): long enough that a relay stalled by a loaded machine
+#: (load 80 stalled them past 3 s) does not lapse and redirect every view, which is not what
+#: is measured; a split's handover waits on the map, never on the lease.
+SPLIT_LEASE = 10.0
 #: Connections the split case's subscribers share.
 SPLIT_CONNECTIONS = 20
 
@@ -194,49 +206,127 @@ class Arrivals:
                 self.latencies.append((update.received_at - update.tick_time) * 1000)
 
 
-async def run(publisher: Child, views: list[Box], window: float, logs: Path) -> dict[str, Any]:
-    """One run: both deployments, the same views on each, one window measured."""
-    async with (
-        deployment(publisher, logs) as (flat, tiered, mids),
-        contextlib.AsyncExitStack() as stack,
-    ):
-        roles = {"mid": mids, "edge_tiered": tiered, "edge_flat": flat}
+def _side_process(urls: list[str], views: list[Box], pipe: Connection) -> None:
+    """A subscriber process of one deployment (``run``, two processes)."""
+    asyncio.run(_side(urls, views, pipe))
 
-        def read_histograms() -> dict[str, dict[str, tuple[float, float]]]:
-            return {role: histograms(relays) for role, relays in roles.items()}
 
-        sides = {}
-        for side, edges in (("flat", flat), ("tiered", tiered)):
-            clients = [await stack.enter_async_context(connect(edge.url)) for edge in edges]
-            sides[side] = [
+async def _side(urls: list[str], views: list[Box], pipe: Connection) -> None:
+    """``views`` over the edge relays at ``urls`` round robin; says ``ready`` once each had its
+    first push, measures between the two messages it is sent next, then sends back when each
+    update arrived and its latency (``Arrivals.at``, ``Arrivals.latencies``)."""
+    async with contextlib.AsyncExitStack() as stack:
+        clients = [await stack.enter_async_context(connect(url)) for url in urls]
+        live = [
+            await clients[i % len(clients)].subscribe(box, rate=10) for i, box in enumerate(views)
+        ]
+        await asyncio.wait_for(asyncio.gather(*(v.wait_updates(1) for v in live)), 300)
+        arrivals = Arrivals()
+        tasks = [asyncio.create_task(arrivals.drain(i, view)) for i, view in enumerate(live)]
+        pipe.send("ready")
+        await asyncio.to_thread(pipe.recv)
+        arrivals.measuring = True
+        await asyncio.to_thread(pipe.recv)
+        arrivals.measuring = False
+        pipe.send((arrivals.at, arrivals.latencies))
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+
+
+@contextlib.asynccontextmanager
+async def sides_in_processes(
+    sides: dict[str, list[str]], views: list[Box]
+) -> AsyncIterator[dict[str, Arrivals]]:
+    """Each deployment's subscribers in a process of their own (``--subscriber-processes 2``):
+    one process holding both would timestamp the tiered side's pushes after it has decoded the
+    flat side's of the same tick, adding its own work to the hop. Yields the sides' arrivals,
+    measuring, filled in when the block ends."""
+    spawn = multiprocessing.get_context("spawn")
+    pipes, processes = {}, []
+    for side, urls in sides.items():
+        here, there = spawn.Pipe()
+        process = spawn.Process(target=_side_process, args=(urls, views, there), daemon=True)
+        process.start()
+        pipes[side] = here
+        processes.append(process)
+    try:
+        for pipe in pipes.values():
+            if await asyncio.to_thread(pipe.poll, 360) is False:
+                raise TimeoutError("a subscriber process did not get its first pushes")
+            assert await asyncio.to_thread(pipe.recv) == "ready"
+        await asyncio.sleep(SETTLE)
+        arrivals = {side: Arrivals() for side in sides}
+        for pipe in pipes.values():
+            pipe.send("measure")
+        yield arrivals
+        for pipe in pipes.values():
+            pipe.send("stop")
+        for side, pipe in pipes.items():
+            arrivals[side].at, arrivals[side].latencies = await asyncio.to_thread(pipe.recv)
+    finally:
+        for process in processes:
+            await asyncio.to_thread(process.join, 30)
+            if process.is_alive():
+                process.kill()
+
+
+@contextlib.asynccontextmanager
+async def sides_here(
+    sides: dict[str, list[str]], views: list[Box]
+) -> AsyncIterator[dict[str, Arrivals]]:
+    """Both deployments' subscribers in this process (``--subscriber-processes 1``, how runs
+    before 2026-11-29 17:00 UTC measured); yields their arrivals, measuring."""
+    async with contextlib.AsyncExitStack() as stack:
+        held = {}
+        for side, urls in sides.items():
+            clients = [await stack.enter_async_context(connect(url)) for url in urls]
+            held[side] = [
                 await clients[i % len(clients)].subscribe(box, rate=10)
                 for i, box in enumerate(views)
             ]
-        everything = sides["flat"] + sides["tiered"]
+        everything = [view for live in held.values() for view in live]
         await asyncio.wait_for(asyncio.gather(*(v.wait_updates(1) for v in everything)), 300)
         await asyncio.sleep(SETTLE)
         arrivals = {side: Arrivals() for side in sides}
         tasks = [
             asyncio.create_task(arrivals[side].drain(i, view))
-            for side, live in sides.items()
+            for side, live in held.items()
             for i, view in enumerate(live)
         ]
-        before = await asyncio.to_thread(counters, publisher)
-        phases_before = await asyncio.to_thread(read_histograms)
-        loads = [os.getloadavg()[0]]
         for arrival in arrivals.values():
             arrival.measuring = True
-        for _ in range(int(window)):
-            await asyncio.sleep(1.0)
-            loads.append(os.getloadavg()[0])
-        await asyncio.sleep(window - int(window))
+        yield arrivals
         for arrival in arrivals.values():
             arrival.measuring = False
-        after = await asyncio.to_thread(counters, publisher)
-        phases_after = await asyncio.to_thread(read_histograms)
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
+
+
+async def run(
+    publisher: Child, views: list[Box], window: float, logs: Path, processes: int = 2
+) -> dict[str, Any]:
+    """One run: both deployments, the same views on each, one window measured; the
+    subscribers in ``processes`` processes (1: this one; 2: one per deployment)."""
+    async with deployment(publisher, logs) as (flat, tiered, mids):
+        roles = {"mid": mids, "edge_tiered": tiered, "edge_flat": flat}
+
+        def read_histograms() -> dict[str, dict[str, tuple[float, float]]]:
+            return {role: histograms(relays) for role, relays in roles.items()}
+
+        sides = {"flat": [e.url for e in flat], "tiered": [e.url for e in tiered]}
+        subscribing = sides_in_processes if processes == 2 else sides_here
+        async with subscribing(sides, views) as arrivals:
+            before = await asyncio.to_thread(counters, publisher)
+            phases_before = await asyncio.to_thread(read_histograms)
+            loads = [os.getloadavg()[0]]
+            for _ in range(int(window)):
+                await asyncio.sleep(1.0)
+                loads.append(os.getloadavg()[0])
+            await asyncio.sleep(window - int(window))
+            after = await asyncio.to_thread(counters, publisher)
+            phases_after = await asyncio.to_thread(read_histograms)
     batches = max(after["micro_batches"] - before["micro_batches"], 1)
     flat_at, tiered_at = arrivals["flat"].at, arrivals["tiered"].at
     extra = [(tiered_at[k] - flat_at[k]) * 1000 for k in flat_at.keys() & tiered_at.keys()]
@@ -245,6 +335,7 @@ async def run(publisher: Child, views: list[Box], window: float, logs: Path) -> 
         "egress_flat_bytes": (after["flat"] - before["flat"]) / batches,
         "egress_tiered_bytes": (after["tiered"] - before["tiered"]) / batches,
         "paired_updates": len(extra),
+        "subscriber_processes": processes,
         **hop_phases(phases_before, phases_after),
         # The machine's one-minute load average during the window (sampled every second).
         "load_average": {"min": min(loads), "max": max(loads)},
@@ -316,7 +407,7 @@ async def split_run(
     to a standby."""
     with throwaway_redis_cluster() as nodes:
         host, port = nodes[0]
-        common = ["--registry", f"redis://{host}:{port}", "--registry-lease", "3"]
+        common = ["--registry", f"redis://{host}:{port}", "--registry-lease", str(SPLIT_LEASE)]
         common += ["--split-above", f"subscribers={len(views) - 1}"]  # the last view tips it
         common += ["--split-dwell", str(SPLIT_DWELL), "--publisher", publisher.url, "--port", "0"]
         async with Children() as children:
@@ -338,6 +429,8 @@ async def split_run(
             giver, standby = started
             result = await _split_measured(publisher, giver, standby, views)
     result.update(split_logged(logs / f"g0-{run_number}.log", result.pop("first_redirect")))
+    # Each moved view's updates, redirect and answer, for a closer look than the percentiles.
+    (logs / "moved-views.json").write_text(json.dumps(result.pop("views")))
     with SqliteLog(logs / "publisher" / "log.db") as stored:
         counts = {"lost": 0, "duplicated": 0, "reordered": 0}
         for follower in result.pop("followers"):
@@ -438,7 +531,18 @@ async def _split_measured(
         for f in moved
         if f.moved_after(redirected[id(f.view)]) > 0
     ]
+    rows = [
+        {
+            "pause_ms": f.pause_ms(redirected[id(f.view)]),
+            "redirected": redirected[id(f.view)],
+            "held": held.get(id(f.view)),
+            "updates": [(u.seq, u.tick_time, u.received_at) for u in f.updates],
+        }
+        for f in moved
+        if f.moved_after(redirected[id(f.view)]) > 0
+    ]
     return {
+        "views": rows,
         "split_subscribers": len(views),
         "split_moved": len(moved),
         "split_views_ended": sum(f.error is not None for f in followers),
@@ -452,6 +556,7 @@ async def _split_measured(
         "split_pause_p50_ms": _percentile(pauses, 50),
         "split_pause_p99_ms": _percentile(pauses, 99),
         **phases(moved, redirected, held, timeline),
+        **late(moved, [f for f in followers if id(f.view) not in redirected], redirected),
         "first_redirect": first_redirect,
         "followers": followers,
     }
@@ -506,6 +611,38 @@ def phases(
     out["split_micro_batch_seconds"] = timeline.micro_batch_seconds(start - 5.0, end)
     out["split_load_average"] = {"min": min(loads), "max": max(loads)}
     return out
+
+
+def late(
+    moved: list[Followed], stayed: list[Followed], redirected: dict[int, float]
+) -> dict[str, Any]:
+    """How much later a moved view got its first seq at the standby than the views that stayed
+    at the giver got the same seq (``split_phase_late_*``: p50 and p99, ms; the median arrival
+    over the views that stayed), and the share of moved views whose first seq there the giver
+    had pushed to the views that stayed before the redirect reached them (``split_behind``: the
+    view was a seq or more behind when it moved)."""
+    arrivals: dict[tuple[int, int], list[float]] = {}
+    for f in stayed:
+        for update in f.updates:
+            arrivals.setdefault((update.epoch, update.seq), []).append(update.received_at)
+    typical = {stamp: float(np.median(at)) for stamp, at in arrivals.items()}
+    lateness, behind, counted = [], 0, 0
+    for f in moved:
+        index = f.moved_after(redirected[id(f.view)])
+        if index <= 0:
+            continue
+        first = f.updates[index]
+        there = typical.get((first.epoch, first.seq))
+        if there is None:
+            continue
+        counted += 1
+        lateness.append((first.received_at - there) * 1000)
+        behind += there < redirected[id(f.view)]
+    return {
+        "split_phase_late_p50_ms": _percentile(lateness, 50),
+        "split_phase_late_p99_ms": _percentile(lateness, 99),
+        "split_behind": behind / counted if counted else float("nan"),
+    }
 
 
 def split_logged(giver_log: Path, first_redirect: float) -> dict[str, float]:
@@ -619,7 +756,9 @@ async def bench(args: argparse.Namespace) -> dict[str, Any]:
     if not args.only_split:
         async with publishing(logs, args.agents) as publisher:
             for _ in range(args.runs):
-                runs.append(await run(publisher, views, args.window, logs))
+                runs.append(
+                    await run(publisher, views, args.window, logs, args.subscriber_processes)
+                )
     # Each split run on a publisher of its own: its audit reads a log holding only that run
     # (one publisher's log, grown over runs, outlived its retention while a run audited).
     for number in range(args.runs if args.split_subscribers else 0):
@@ -663,6 +802,9 @@ SPLIT_KEYS = (
     "split_phase_rehome_p99_ms",
     "split_phase_first_p50_ms",
     "split_phase_first_p99_ms",
+    "split_phase_late_p50_ms",
+    "split_phase_late_p99_ms",
+    "split_behind",
     "split_handover_ms",
     "split_micro_batch_seconds",
     "lost",
@@ -702,6 +844,13 @@ def main() -> None:
         "--only-split",
         action="store_true",
         help="run the split case alone (results to bench/results/cluster_split.json)",
+    )
+    parser.add_argument(
+        "--subscriber-processes",
+        type=int,
+        choices=(1, 2),
+        default=2,
+        help="the tier runs' subscribers: 2, a process per deployment; 1, both in this one",
     )
     parser.add_argument("--no-save", action="store_true", help="do not write bench/results")
     args = parser.parse_args()

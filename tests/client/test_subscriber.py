@@ -10,6 +10,7 @@ import msgspec
 import numpy as np
 import pytest
 from websockets.asyncio.server import ServerConnection, serve
+from websockets.exceptions import ConnectionClosed
 
 from fanout.client.core import ClientCore, Ended, Event, Held, Updated
 from fanout.client.subscriber import LiveView, Subscriber, SubscriptionError, connect
@@ -195,6 +196,28 @@ async def test_a_relay_that_sends_rows_without_keys_ends_the_views_with_an_error
             with pytest.raises(SubscriptionError, match=r"protocol: .*without the key column"):
                 await asyncio.wait_for(subscriber.subscribe(Box((0, 0), (1, 1))), 5)
     assert closed == [1002]  # the relay was told: protocol error
+
+
+async def test_a_subscription_asked_as_the_connection_closes_raises_its_failure() -> None:
+    """The relay's close not yet read (a loaded client), a subscription's send fails: the
+    caller gets the connection's ``SubscriptionError``, as ``subscribe`` says, not websockets'
+    exception (which ended every move of a split under load)."""
+
+    async def relay(websocket: ServerConnection) -> None:
+        decode = codec.to_relay().decode
+        assert isinstance(decode(await websocket.recv()), Hello)
+        await websocket.send(codec.encode(Welcome(PROTOCOL_VERSION, "closing", "s")))
+        await websocket.wait_closed()
+
+    async def closed(message: bytes) -> None:  # the send of a connection closed meanwhile
+        raise ConnectionClosed(None, None)
+
+    async with serve(relay, "127.0.0.1", 0) as server:
+        port = next(iter(server.sockets)).getsockname()[1]
+        async with connect(f"ws://127.0.0.1:{port}") as subscriber:
+            subscriber._websocket.send = closed  # type: ignore[method-assign,assignment]
+            with pytest.raises(SubscriptionError, match=r"closed: connection to the relay"):
+                await asyncio.wait_for(subscriber.subscribe(Box((0, 0), (1, 1))), 5)
 
 
 async def test_a_resumed_view_first_yields_what_the_old_one_received_but_had_not_yielded() -> None:

@@ -126,3 +126,20 @@ def test_a_handover_under_way_is_each_unready_assignment_to_or_from_the_relay(
         assert (part in found) is (mine and not held.ready)
     assert all(found[part] == since.get(part, 10.0) for part in found)
     assert set(found) <= set(table.assigned)
+
+
+stamps = st.none() | st.tuples(st.integers(0, 3), st.integers(-1, 20))
+
+
+@given(stamps, stamps, st.floats(0, 10))
+def test_a_moving_subscription_ends_once_sent_the_last_seq_or_after_the_align_wait(
+    sent: tuple[int, int] | None, last: tuple[int, int] | None, waited: float
+) -> None:
+    """Rule 5 against its statement: an ``every`` subscription behind the giver's last seq
+    waits for it, for ``ALIGN`` s at most; anything else moves at once."""
+    behind = (
+        sent is not None
+        and last is not None
+        and (sent[0] < last[0] or (sent[0] == last[0] and sent[1] < last[1]))
+    )
+    assert handover.due(sent, last, waited) == (not behind or waited >= handover.ALIGN)

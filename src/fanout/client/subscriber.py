@@ -191,7 +191,7 @@ class Subscriber:
         if into is not None:
             self._into[request.sub] = into
         try:
-            await self._send(request)
+            await self._request(request)
             await answered
         finally:
             self._core.withdraw(request.sub)
@@ -227,7 +227,7 @@ class Subscriber:
         written: asyncio.Future[tuple[int, int]] = asyncio.get_running_loop().create_future()
         self._writing[request.req] = written
         try:
-            await self._send(request)
+            await self._request(request)
             return await written
         finally:
             self._core.withdraw(request.req)
@@ -243,6 +243,19 @@ class Subscriber:
 
     async def _send(self, frame: Subscribe | Unsubscribe | Publish) -> None:
         await self._websocket.send(codec.encode(frame))
+
+    async def _request(self, frame: Subscribe | Publish) -> None:
+        """Send a request its caller awaits the answer of; a connection that closed before
+        this one's reader saw it raises what the caller is told to expect (the connection's
+        ``SubscriptionError``), not websockets' ``ConnectionClosed`` (a split's moves, each a
+        task of ``fanout.client.following``, would otherwise end them all)."""
+        try:
+            await self._send(frame)
+        except ConnectionClosed as exc:
+            failure = self.failure or SubscriptionError(
+                "closed", f"connection to the relay closed: {exc}"
+            )
+            raise failure from exc
 
     async def _read(self) -> None:
         """Feed the core what arrives until the connection ends, then fail it (rule 4)."""

@@ -1,7 +1,6 @@
-"""Warm handovers, the pure part: a split's giver keeps serving its subscriptions of a part it
-handed over until the part's new relay holds it ready, so that a moved subscriber waits for its
-move alone, not for the new relay's acquisitions upstream (one or two of the publisher's
-micro-batches: seconds on a loaded machine). docs/cluster.md, "Split and merge on load". Rules:
+"""Warm handovers, the pure part: a split's giver serves a part it handed over until the part's
+new relay holds it ready, so that a moved subscriber waits for its move alone, not for the new
+relay's acquisitions upstream (docs/cluster.md, "Split and merge on load"). Rules:
 
 1. **The giver ends them when the assignment is ready**, or ``WAIT`` s after it first read it
    waiting (its member may be an older relay that never says it is ready, or may fail).
@@ -12,6 +11,8 @@ micro-batches: seconds on a loaded machine). docs/cluster.md, "Split and merge o
    come by then), then leaves those primitives to its subscriptions' needs.
 4. **A handover under way is a move** to both relays' balancers: neither splits nor merges then
    (the giver still holds the subscriptions, the member none of them yet).
+5. **Each ``every`` subscription moves just after a seq**: ended once sent the giver's last
+   seq (a micro-batch interval to reach the member), or ``ALIGN`` s after its part is ready.
 """
 
 from __future__ import annotations
@@ -23,10 +24,15 @@ from fanout.cluster.responsibility import ResponsibilityMap, part_of
 from fanout.errors import InvalidView
 from fanout.views import View, bounding_box, to_text
 
+#: An (epoch, seq) of the publisher's stream.
+Stamp = tuple[int, int]
+
 #: Seconds a giver keeps serving a part it handed over that its member does not say is ready.
 WAIT = 20.0
 #: Seconds a member keeps what it warmed pinned once ready.
 HOLD = 30.0
+#: Seconds a moving ``every`` subscription may wait to be sent the giver's last seq (rule 5).
+ALIGN = 4.0
 
 
 def served(
@@ -105,3 +111,16 @@ def warm(held: Iterable[tuple[str, View]], parts: Iterable[str], side: float) ->
         if all(math.isfinite(x) for x in (*box.lo, *box.hi)):
             out[part] = to_text(box)
     return out
+
+
+def due(sent: Stamp | None, last: Stamp | None, waited: float, *, align: float = ALIGN) -> bool:
+    """Whether a held subscription whose part moved is ended now (rule 5).
+
+    Args:
+        sent: the (epoch, seq) its subscriber was last sent (None: not an ``every``
+            subscription, or not served yet: it starts again wherever it goes).
+        last: the (epoch, seq) of the dataset's state at the giver (None: none yet).
+        waited: seconds since its part was ready.
+        align: ``ALIGN``.
+    """
+    return sent is None or last is None or sent >= last or waited >= align

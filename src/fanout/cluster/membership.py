@@ -5,14 +5,14 @@ Redis Cluster), split and merge on load (``splitting``) and, by policy, redirect
 1. **Joined before ready.** The relay joins the map (its first beat) before it reports ready, so
    a subscriber it accepts is never served by a relay the others do not know.
 2. **Moved parts take their subscriptions** (redirect policy): when a part leaves this relay (a
-   split or a merge, or a relay joining that is now responsible for it), each held
-   subscription of it ends with a redirect to the part's new relay, where its subscriber resumes
-   (``redirects`` rule 1). Forward policy: ``sharing`` acquires the part from its new owner.
+   split, a merge, a relay joining), each held subscription of it ends with a redirect to the
+   part's new relay (``redirects`` rule 1). Forward policy: ``sharing`` acquires it there.
 3. **A lapsed lease ends what it holds** (redirect policy, ``registry`` rule 8): each held
    subscription ends with a redirect to its owner in the map without this relay.
 4. **Handed over warm** (redirect policy, ``handover``): the subscriptions of a part a split
    handed over end once its member holds the part ready, and what this relay was handed is
    warmed (``warming``); the map is read every ``LOOK`` s meanwhile, and by an idle standby.
+   ``every`` subscriptions of a moved part end just after a seq (``handover`` rule 5).
 """
 
 from __future__ import annotations
@@ -30,8 +30,9 @@ from fanout.cluster.sharing import Publisher, Sharing, Writer
 from fanout.cluster.splitting import Balancer, moved_subscriptions
 from fanout.cluster.warming import Warming
 from fanout.metrics import Sample
+from fanout.relay.core.downstream import SubKey, Subscription
 from fanout.relay.core.relaycore import RelayCore, Send
-from fanout.wire.messages import Unsubscribe
+from fanout.wire.messages import Error, Unsubscribe
 
 log = logging.getLogger(__name__)
 
@@ -98,6 +99,9 @@ class Membership:
         self._served = self.registry.map
         self._waiting: dict[str, float] = {}
         self.warming = Warming(core, self.registry, dispatch)
+        #: Held subscriptions whose part moved, waiting to be sent the last seq (``handover``
+        #: rule 5): key -> (the subscription, its redirect, when its part moved).
+        self._moving: dict[SubKey, tuple[Subscription, Error, float]] = {}
 
     async def join(self, tasks: asyncio.TaskGroup, url: str) -> None:
         """Join the map as reached at ``url`` and return once in it (rule 1); the registry's
@@ -139,6 +143,8 @@ class Membership:
                 log.warning("split: reading the map during a handover failed: %s", error)
             if self._waiting:
                 self._settle()
+            elif self._moving:
+                self._end_moving(loop.time())
 
     def _settle(self) -> None:
         """End the held subscriptions whose part moved, a part handed over only once its
@@ -150,10 +156,31 @@ class Membership:
         )
         for client, redirect in moved_subscriptions(self.core, before, self._served, self.name):
             assert redirect.ref is not None, "a moved subscription's redirect names it"
+            held = self.core.downstream.get((client, redirect.ref))
+            if held is not None:
+                self._moving.setdefault(held.key, (held, redirect, now))
+        self._end_moving(now)
+
+    def _end_moving(self, now: float) -> None:
+        """End each moving subscription that is due (``handover`` rule 5); forget those that
+        ended otherwise meanwhile (unsubscribed, or a lapsed lease)."""
+        ended = False
+        for key, (held, redirect, since) in list(self._moving.items()):
+            if self.core.downstream.get(key) is not held:
+                del self._moving[key]
+                continue
+            state = self.core.datasets.get(held.dataset)
+            last = None if state is None or state.seq < 0 else (state.epoch, state.seq)
+            sent = None if held.cursor is None else (held.cursor.epoch, held.cursor.seq)
+            if not handover.due(sent, last, now - since):
+                continue
+            del self._moving[key]
             # The core's Unsubscribed is not sent: the redirect is what ends it for the client.
-            self.core.on_unsubscribe(client, Unsubscribe(redirect.ref))
-            self._dispatch([Send(client, redirect)])
-        self._wake()
+            self.core.on_unsubscribe(held.client, Unsubscribe(held.sub))
+            self._dispatch([Send(held.client, redirect)])
+            ended = True
+        if ended:
+            self._wake()
 
     def _lapsed(self, without: ResponsibilityMap) -> None:
         """Rule 3."""
