@@ -30,7 +30,7 @@ from fanout.relay.kinds.base import Accepted, Cut, Parts, RelaySide
 from fanout.relay.kinds.keyed import KeyedKind
 from fanout.relay.kinds.lens import RowLens
 from fanout.relay.kinds.selected import Views
-from fanout.relay.kinds.sqllens import SqlLens, judged_row_by_row
+from fanout.relay.kinds.sqllens import Shown, SqlLens, judged_row_by_row
 from fanout.views import View
 from fanout.views.sql import Sql, SqlBox
 from fanout.wire.messages import DatasetInfo, Subscribe
@@ -174,6 +174,7 @@ class QueryRows:
         self.engine = queries.engine
         self._parts = parts
         self._row_by_row: dict[Sql, bool] = {}  # views subscribed: whether ``lens`` gives one
+        self._shown = Shown()
 
     def cut(self, subscription: Subscription) -> Cut | None:
         """The query's result at the tables' current states, as a delta (None: none of its
@@ -240,7 +241,7 @@ class QueryRows:
             row_by_row = self._row_by_row[view] = judged_row_by_row(self.engine, query)
         if not row_by_row:
             return None
-        return SqlLens(subscription, self.state.buffer, self.engine, query)
+        return SqlLens(subscription, self.state.buffer, self.engine, query, self._shown)
 
     def query_seconds(self) -> float:
         """Seconds subscribers' queries have run in the engine."""

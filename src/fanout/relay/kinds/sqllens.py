@@ -10,19 +10,21 @@ Any other SQL view has no lens: its subscriptions take the confirmed path alone 
 
 from __future__ import annotations
 
-from collections.abc import Hashable
+from collections.abc import Hashable, Mapping
+from dataclasses import dataclass, field
 
 import numpy as np
 
 from fanout.errors import InvalidView
 from fanout.relay.core.downstream import Subscription
 from fanout.relay.core.provisional import Row
-from fanout.relay.core.transforms import apply
+from fanout.relay.core.transforms import Shape, apply
 from fanout.relay.data.buffers import DoubleBuffer, Positions, Table
 from fanout.relay.data.engine import Query, QueryEngine
 from fanout.relay.data.nulls import is_companion, valid_of
 from fanout.relay.kinds.lens import RowLens
 from fanout.views.members import members
+from fanout.views.sql import Sql
 
 
 def judged_row_by_row(engine: QueryEngine, query: Query) -> bool:
@@ -36,6 +38,15 @@ def judged_row_by_row(engine: QueryEngine, query: Query) -> bool:
     return True
 
 
+@dataclass
+class Shown:
+    """What one write's rows are in each (view, shape) watching them: one query run per view
+    and shape, whoever watches it (the core shows a write to every watcher with one mapping)."""
+
+    rows: Mapping[Hashable, Row] | None = None
+    views: dict[tuple[Sql, Shape], dict[Hashable, Row]] = field(default_factory=dict)
+
+
 class SqlLens(RowLens):
     """A row-by-row query's view of rows (``provisional.Lens``): the query run on them alone.
 
@@ -45,12 +56,29 @@ class SqlLens(RowLens):
     """
 
     def __init__(
-        self, subscription: Subscription, buffer: DoubleBuffer, engine: QueryEngine, query: Query
+        self,
+        subscription: Subscription,
+        buffer: DoubleBuffer,
+        engine: QueryEngine,
+        query: Query,
+        shown: Shown,
     ) -> None:
         super().__init__(subscription, buffer, (), members)  # selects unused: ``_shown`` runs
         self.engine = engine
         self.query = query
+        self._last = shown  # shared by the dataset's SQL lenses
         self._dtypes: dict[str, np.dtype[np.generic]] | None = None
+
+    def show(self, rows: Mapping[Hashable, Row]) -> dict[Hashable, Row]:
+        """As ``RowLens.show``, run once per write for the watchers of one view and shape."""
+        last = self._last
+        if last.rows is not rows:  # held, so no other mapping can have its identity
+            last.rows, last.views = rows, {}
+        at = (self.query.view, self.subscription.shape)
+        found = last.views.get(at)
+        if found is None:
+            found = last.views[at] = super().show(rows)
+        return dict(found)
 
     def dtypes(self) -> dict[str, np.dtype[np.generic]]:
         """The result's columns as sent (the query over no rows), each nullable one's
