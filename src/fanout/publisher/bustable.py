@@ -8,11 +8,9 @@ moves the bytes; the namespace is ``wire.bus``'s, the reference docs/caches.md. 
 3. **Loads from the table**: the current version, or a ``LOADREPLY`` without state, version 0.
 4. **Queries** publish a ``LOADREPLY`` for every live object the label pattern selects.
 5. **Fragments** of at most ``fragment_bytes``, under one subject, request id and version.
-6. **Writes at once** (``written``): a durable write through a relay or the producer API is
-   published as soon as it is logged, its versions its ingest offsets. A micro-batch's row
-   older than one published so is not published (the table never goes back); one of the same
-   version is published again, for a cache that missed it (to the others, a repeat they drop).
-   A write a micro-batch carried before it was published at once is not (a slow thread).
+6. **Writes at once** (``written``): a durable write is published as soon as it is logged, its
+   versions its ingest offsets; a micro-batch never takes the table back past it, and repeats
+   it for a cache that missed it (docs/caches.md, "Writes at once").
 
 Called from one thread, so one object's messages are in version order on the bus.
 """
