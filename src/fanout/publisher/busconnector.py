@@ -203,9 +203,13 @@ class BusConnector:
         self, type_name: str, rows: list[Row], versions: list[int], deleted: list[bool]
     ) -> None:
         """Publish a durable write's rows at once, before a micro-batch carries them
-        (``ObjectTable.written``); thread-safe, and it does not wait: the writer was answered."""
-        if self._loop is None:
-            raise RuntimeError("the bus connector is not started")
+        (``ObjectTable.written``); thread-safe, and it does not wait. It never fails the write,
+        which is logged: a connector not running (yet, or any more) leaves it to the
+        micro-batch."""
+        loop = self._loop
+        if loop is None or loop.is_closed():
+            self.counters.late += 1
+            return
         table = self.tables[type_name]
 
         async def publish() -> None:
@@ -213,7 +217,11 @@ class BusConnector:
             self.counters.written += len(out)
             await self._send(out)
 
-        future = asyncio.run_coroutine_threadsafe(publish(), self._loop)
+        try:
+            future = asyncio.run_coroutine_threadsafe(publish(), loop)
+        except RuntimeError:  # its loop closed meanwhile (stopping)
+            self.counters.late += 1
+            return
         future.add_done_callback(_logged)
 
     def idle(self, type_name: str) -> None:
