@@ -164,8 +164,9 @@ async def writes(
 
     keys = zipf_keys(args.items, args.zipf, args.updates, 199 + run)
     held = sorted(set(keys))
-    for cache in caches:
-        await asyncio.gather(*(cache.find_by_key("note", key).get() for key in held))
+    handles = [[cache.find_by_key("note", key) for key in held] for cache in caches]
+    for cache, mine in zip(caches, handles, strict=True):
+        await asyncio.gather(*(handle.get() for handle in mine))
         cache.on_change(arrived)
     async with open_producer(publisher) as producer:
         for key in keys:

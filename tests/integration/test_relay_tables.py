@@ -393,3 +393,43 @@ async def test_a_write_through_one_relay_is_shown_at_once_on_another(
     assert counts["fanout_relay_live_confirmed_total"] == 1
     assert counts["fanout_relay_live_pending"] == 0
     assert counts["fanout_relay_live_corrected_total"] == 0
+
+
+async def test_a_write_through_the_relay_reaches_a_sql_view_at_once(deployment) -> None:
+    """Issue 40: a SQL view the relay judges row by row (one table, a WHERE and an expression)
+    is shown a write through the relay at once, as its query shows it, marked provisional; a
+    ``confirmed`` view of the same query gets it by the micro-batch, the live one not again."""
+    _, relay = deployment
+    query = sql("SELECT order_id, amount * 2 AS doubled FROM orders WHERE customer = 'zed'")
+    rows = [
+        {"order_id": 900, "customer": "zed", "amount": 4.0},
+        {"order_id": 901, "customer": "amy", "amount": 5.0},  # not in the view
+    ]
+    sends = lambda update: [  # noqa: E731
+        key
+        for part in (update.entered, update.updated)
+        if part
+        for key in part["order_id"].tolist()
+    ]
+    async with connect(relay.url) as subscriber, connect(relay.url) as writer:
+        live = await subscriber.subscribe(query, dataset="orders", rate=100.0)
+        confirmed = await subscriber.subscribe(query, dataset="orders", rate=100.0, confirmed=True)
+        async with asyncio.timeout(90):  # a loaded machine's micro-batch
+            await anext(aiter(live))
+            await anext(aiter(confirmed))
+            written = asyncio.create_task(writer.publish("orders", rows))
+            shown = await anext(aiter(live))
+            assert shown.provisional and sends(shown) == [900]
+            assert held(live) == {900: {"order_id": 900, "doubled": 8.0}}
+            assert held(confirmed) == {}  # no micro-batch has carried it yet
+            await written
+            async for update in confirmed:
+                if 900 in sends(update):
+                    break
+            later: list[Update] = []
+            async for update in live:
+                later.append(update)
+                if live.tick >= confirmed.tick:
+                    break
+    assert not any(900 in sends(update) for update in later)
+    assert held(live) == held(confirmed) == {900: {"order_id": 900, "doubled": 8.0}}
