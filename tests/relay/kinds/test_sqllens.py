@@ -20,6 +20,7 @@ from fanout.wire.messages import (
     Acquire,
     Batch,
     DatasetInfo,
+    Error,
     NoUpdate,
     Publish,
     Push,
@@ -255,6 +256,23 @@ def test_a_query_that_reads_the_clock_or_limits_rows_takes_the_confirmed_path_al
     talk.write({1: ("eu", 9.0)})
     assert talk.views[1][1]["amount"] == talk.views[5][1]["amount"] == 9.0
     assert talk.views[6][1]["amount"] == talk.views[7][1]["amount"] == 7.0
+
+
+def test_a_query_that_fails_on_a_written_row_shows_nothing_and_fails_by_the_confirmed_path() -> (
+    None
+):
+    talk = Talk()
+    talk.subscribe(1, "SELECT * FROM orders WHERE CAST(region AS INTEGER) > 0")
+    talk.log.append((1, ("5", 7.0)))
+    talk.micro_batch()
+    talk.round()
+    assert talk.views[1] == {1: {"id": 1, "region": "5", "amount": 7.0}}
+    talk.write({2: ("eu", 7.0)})  # not a number: the query fails on it, nothing is shown
+    assert talk.views[1] == {1: {"id": 1, "region": "5", "amount": 7.0}}
+    talk.answer(True)
+    talk.micro_batch()
+    errors = [s.message() for s in talk.core.pushes(talk.now + 1, lambda client: True)]
+    assert any(isinstance(frame, Error) and frame.code == "invalid_view" for frame in errors)
 
 
 values = st.one_of(

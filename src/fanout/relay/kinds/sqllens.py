@@ -98,10 +98,15 @@ class SqlLens(RowLens):
         return self._dtypes
 
     def _shown(self, table: Table, positions: Positions) -> dict[Hashable, Row]:
-        """The query's rows over the rows at ``positions`` alone, by key."""
+        """The query's rows over the rows at ``positions`` alone, by key; none if it fails on
+        them (a bad cast, say): the push of the state holding them ends the subscription with
+        the error, as without the live path."""
         if not len(positions):
             return {}
-        result = self.engine.evaluate_rows(self.query, table.take(positions))
+        try:
+            result = self.engine.evaluate_rows(self.query, table.take(positions))
+        except InvalidView:  # told by the confirmed path: its push fails alike, with the error
+            return {}
         if not len(result.keys):
             return {}
         shown = apply(result.rows, self.subscription.shape, None)
