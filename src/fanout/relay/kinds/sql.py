@@ -6,7 +6,8 @@ whoever subscribed to it. A join reads several datasets, so its needs are one pr
 the boxes its WHERE clause bounds each table's rows to (``views.sql.Sql.primitives``), acquired with
 every column (the publisher sends whole rows anyway). Its push is a delta of the query's result
 against what the subscriber holds (``relay.data.rows``: keys and row digests). Its query time counts
-against its connection's SQL share (``metered``).
+against its connection's SQL share (``metered``). A query judged row by row is shown writes at
+once (``kinds.sqllens``); any other takes the confirmed path alone.
 """
 
 from __future__ import annotations
