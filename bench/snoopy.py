@@ -240,7 +240,8 @@ async def bench(args: argparse.Namespace) -> dict[str, Any]:
             )
             try:
                 # Ready once a cache can load an item (the first micro-batch is published).
-                probe = await SnoopyCache.connect(bus.url, "bench")
+                # A loaded machine's first micro-batch may take minutes.
+                probe = await SnoopyCache.connect(bus.url, "bench", load_wait=600)
                 await probe.find_by_key("item", 1).get()
                 await seed_notes(publisher.url, probe, args.items)
                 await probe.close()
