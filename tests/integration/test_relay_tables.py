@@ -409,9 +409,9 @@ async def test_a_write_through_the_relay_reaches_a_sql_view_at_once(deployment) 
     is shown a write through the relay at once, as its query shows it, marked provisional; a
     ``confirmed`` view of the same query gets it by the micro-batch, the live one not again."""
     _, relay = deployment
-    query = sql("SELECT order_id, amount * 2 AS doubled FROM orders WHERE customer = 'zed'")
+    query = sql("SELECT order_id, amount * 2 AS doubled FROM orders WHERE customer = 'live-sql'")
     rows = [
-        {"order_id": 900, "customer": "zed", "amount": 4.0},
+        {"order_id": 900, "customer": "live-sql", "amount": 4.0},
         {"order_id": 901, "customer": "amy", "amount": 5.0},  # not in the view
     ]
     sends = lambda update: [  # noqa: E731
