@@ -18,7 +18,11 @@ of ``--items`` items published on the bus, then, ``--runs`` times:
    stamped with its commit time, while the snooping caches hold them; each cache notes when each
    ``UPDATENOTIFY`` arrives. ``update_to_cache_*_ms`` is commit to cache;
    ``commit_to_publish_*_ms`` is commit to the connector publishing it (the capture, the Spark
-   micro-batch and the connector), ``publish_to_cache_*_ms`` the bus and the cache.
+   micro-batch and the connector), ``publish_to_cache_*_ms`` the bus and the cache;
+4. **writes**: the same updates of an ingest dataset (``note``) through the producer API, which
+   the connector publishes as soon as they are logged, before Spark's micro-batch
+   (docs/caches.md, "Writes at once"): ``write_to_cache_*_ms`` is the producer's call to cache.
+   A database commit does not take that path (it enters through PostgreSQL, not fanout).
 
 Each figure is the median of the runs, with its spread (min, max) beside it.
 """
@@ -41,13 +45,16 @@ import psycopg
 
 from fanout.cache.client import SnoopyCache
 from fanout.cache.core import Change
+from fanout.client.publisher import open_producer
 from fanout.launch import Children
 from fanout.testing.calibration import calibrate
 from fanout.testing.machine import describe, write_results
 from fanout.testing.nats import throwaway_nats
 from fanout.testing.postgres import throwaway_postgres
+from fanout.testing.wait import eventually
 
 RESULTS = Path(__file__).parent / "results" / "snoopy.json"
+CATEGORIES = ["computer.hardware.misc", "computer.software", "garden.tools"]
 CONFIG = """
 [bus]
 url = "{nats}"
@@ -57,6 +64,12 @@ domain = "bench"
 key = "id"
 schema = {{ id = "long", category = "string", price = "double", stamp = "double" }}
 source = {{ kind = "postgres", url = "{db}", table = "items" }}
+bus = {{ label = "category" }}
+
+[datasets.note]
+key = "id"
+schema = {{ id = "long", category = "string", price = "double", stamp = "double" }}
+source = {{ kind = "ingest" }}
 bus = {{ label = "category" }}
 """
 
@@ -138,12 +151,45 @@ async def updates(db: str, caches: list[SnoopyCache], args: argparse.Namespace, 
     }
 
 
-async def one_run(url: str, db: str, args: argparse.Namespace, run: int) -> dict[str, Any]:
+async def writes(
+    publisher: str, caches: list[SnoopyCache], args: argparse.Namespace, run: int
+) -> dict[str, Any]:
+    """Write updates through the producer API and time their arrival at every cache that holds
+    the object (each cache holds the notes it will be told of: found and loaded first)."""
+    total: list[float] = []
+
+    def arrived(change: Change) -> None:
+        if change.kind == "UPDATENOTIFY" and change.ref[0] == "note" and change.row is not None:
+            total.append((time.time() - float(change.row["stamp"])) * 1000)  # type: ignore[arg-type]
+
+    keys = zipf_keys(args.items, args.zipf, args.updates, 199 + run)
+    held = sorted(set(keys))
+    handles = [[cache.find_by_key("note", key) for key in held] for cache in caches]
+    for cache, mine in zip(caches, handles, strict=True):
+        await asyncio.gather(*(handle.get() for handle in mine))
+        cache.on_change(arrived)
+    async with open_producer(publisher) as producer:
+        for key in keys:
+            row = {"id": key, "category": CATEGORIES[key % 3], "price": 1.0, "stamp": time.time()}
+            await producer.publish("note", rows=[row])
+            await asyncio.sleep(1 / args.rate)
+    await asyncio.sleep(5)  # the last micro-batch (its messages are repeats the caches drop)
+    return {
+        "write_to_cache_p50_ms": percentile(total, 50),
+        "write_to_cache_p99_ms": percentile(total, 99),
+        "writes_received": len(total),
+    }
+
+
+async def one_run(
+    url: str, db: str, publisher: str, args: argparse.Namespace, run: int
+) -> dict[str, Any]:
     snooping, with_loads, hits, faults = await read_group(url, args, run, snoop=True)
     plain, without_loads, _, _ = await read_group(url, args, run, snoop=False)
     for cache in plain:
         await cache.close()
     timing = await updates(db, snooping, args, run)
+    timing |= await writes(publisher, snooping, args, run)
     for cache in snooping:
         await cache.close()
     return {
@@ -155,6 +201,23 @@ async def one_run(url: str, db: str, args: argparse.Namespace, run: int) -> dict
     }
 
 
+async def seed_notes(publisher: str, probe: SnoopyCache, items: int) -> None:
+    """The notes, written through the producer API, once the caches can load the last."""
+    async with open_producer(publisher) as producer:
+        keys = np.arange(1, items + 1)
+        await producer.publish(
+            "note",
+            rows={
+                "id": keys,
+                "category": np.array([CATEGORIES[k % 3] for k in keys], dtype=object),
+                "price": np.ones(items),
+                "stamp": np.zeros(items),
+            },
+        )
+    last = probe.find_by_key("note", items)
+    await eventually(last.get, lambda row: row is not None, timeout=300, what="the notes")
+
+
 async def bench(args: argparse.Namespace) -> dict[str, Any]:
     with throwaway_postgres() as db, throwaway_nats() as bus, tempfile.TemporaryDirectory() as tmp:
         with psycopg.connect(db, autocommit=True) as connection:
@@ -162,11 +225,10 @@ async def bench(args: argparse.Namespace) -> dict[str, Any]:
                 "CREATE TABLE items (id bigint PRIMARY KEY, category text, price double"
                 " precision, stamp double precision)"
             )
-            categories = ["computer.hardware.misc", "computer.software", "garden.tools"]
             with connection.cursor() as cursor:
                 cursor.executemany(
                     "INSERT INTO items VALUES (%s, %s, 1.0, 0)",
-                    [(k, categories[k % 3]) for k in range(1, args.items + 1)],
+                    [(k, CATEGORIES[k % 3]) for k in range(1, args.items + 1)],
                 )
         config = Path(tmp) / "fanout.toml"
         config.write_text(CONFIG.format(nats=bus.url, db=db))
@@ -178,10 +240,14 @@ async def bench(args: argparse.Namespace) -> dict[str, Any]:
             )
             try:
                 # Ready once a cache can load an item (the first micro-batch is published).
-                probe = await SnoopyCache.connect(bus.url, "bench")
+                # A loaded machine's first micro-batch may take minutes.
+                probe = await SnoopyCache.connect(bus.url, "bench", load_wait=600)
                 await probe.find_by_key("item", 1).get()
+                await seed_notes(publisher.url, probe, args.items)
                 await probe.close()
-                runs = [await one_run(bus.url, db, args, run) for run in range(args.runs)]
+                runs = [
+                    await one_run(bus.url, db, publisher.url, args, run) for run in range(args.runs)
+                ]
             finally:
                 await publisher.stop()
     return summarize(runs)
@@ -210,6 +276,7 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--quick", action="store_true", help="a short run (not saved)")
     parser.add_argument("--no-save", action="store_true", help="do not write bench/results")
+    parser.add_argument("--out", type=Path, default=RESULTS, help="where the results go")
     args = parser.parse_args()
     if args.quick:
         args.reads, args.updates, args.runs, args.no_save = 50, 40, 1, True
@@ -220,7 +287,7 @@ def main() -> None:
         for name in ("caches", "items", "reads", "zipf", "pause", "updates", "rate", "runs")
     }
     full = {**result, "settings": settings, "machine": describe(), "calibration": calibration}
-    write_results(full, None if args.no_save else RESULTS)
+    write_results(full, None if args.no_save else args.out)
     print(json.dumps({k: v for k, v in result.items() if k != "runs"}))
 
 

@@ -135,6 +135,32 @@ async def test_updates_creates_and_deletes_reach_every_cache_in_order(
         await changes.aclose()
 
 
+async def test_a_write_reaches_caches_at_once_and_its_micro_batch_is_dropped_as_a_repeat(
+    server: NatsServer, feed: Feed
+) -> None:
+    """A durable write handed to the connector (``publish_written``, as ``Pipeline.publish``
+    does once the log holds it) reaches a cache before any micro-batch; the micro-batch that
+    carries it, same version, changes nothing the application sees (docs/caches.md)."""
+    async with await SnoopyCache.connect(server.url, "shop") as cache:
+        seen: list[tuple[str, int]] = []
+        cache.on_change(lambda change: seen.append((change.kind, change.version)))
+        handle = cache.find_by_key("item", 20)
+        await feed.change(item(20, "garden"))
+        await eventually(lambda: handle.version, lambda v: v > 0, timeout=WAIT)
+        version = next(feed.versions)  # the write's ingest offset
+        feed.connector.publish_written("item", [item(20, "home", "kettle")], [version], [False])
+        await eventually(lambda: handle.version, lambda v: v == version, timeout=WAIT)
+        assert (await handle.get())["title"] == "kettle"
+        stale = cache.counters.stale
+        table = {name: [value] for name, value in item(20, "home", "kettle").items()}
+        table |= {"_version": [version], "_deleted": [False]}
+        await asyncio.to_thread(
+            feed.connector.publish_changes, "item", pa.table(table), "b1.99", None
+        )
+        await eventually(lambda: cache.counters.stale, lambda n: n > stale, timeout=WAIT)
+        assert [kind for kind, v in seen if v == version] == ["UPDATENOTIFY"]
+
+
 async def test_a_label_collection_is_kept_current(server: NatsServer, feed: Feed) -> None:
     await feed.change(item(10, "computer.hardware"), item(11, "computer.software"))
     await feed.change(item(12, "garden"))

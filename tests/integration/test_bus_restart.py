@@ -8,15 +8,20 @@ from __future__ import annotations
 from collections.abc import Iterator
 from pathlib import Path
 
+import msgspec
+import nats
+import numpy as np
 import psycopg
 import pytest
 
 from fanout.cache.client import SnoopyCache
+from fanout.client.publisher import open_producer
 from fanout.launch import Children
 from fanout.testing.nats import NatsServer, throwaway_nats
 from fanout.testing.needs import need
 from fanout.testing.postgres import throwaway_postgres
 from fanout.testing.wait import eventually
+from fanout.wire.bus import ObjectMessage
 
 pytestmark = [pytest.mark.integration, pytest.mark.asyncio(loop_scope="module")]
 
@@ -30,6 +35,12 @@ key = "id"
 schema = {{ id = "long", title = "string", category = "string" }}
 source = {{ kind = "postgres", url = "{db}", table = "items" }}
 bus = {{ label = "category" }}
+
+[datasets.note]
+key = "id"
+schema = {{ id = "long", text = "string" }}
+source = {{ kind = "ingest" }}
+bus = true
 """
 
 
@@ -76,5 +87,36 @@ async def test_a_restarted_publisher_goes_on_from_its_table(
             assert ("CREATE", 1) not in seen
             # loads are answered from the whole table, loaded again from Spark's state
             assert (await cache.find_by_key("item", 2).get())["title"] == "rake"
+            await writes_reach_caches_at_once(publisher.url, bus.url, cache)
         finally:
             await publisher.stop()
+
+
+async def writes_reach_caches_at_once(publisher: str, url: str, cache: SnoopyCache) -> None:
+    """A write through the producer API to an ingest dataset on the bus reaches a cache holding
+    the object as soon as it is logged (``bustable`` rule 6): the first message of its version
+    is the write's (request ``written``), the micro-batch's a repeat the cache drops."""
+    bus = await nats.connect(url)
+    heard: list[tuple[int, str]] = []
+
+    async def listen(msg: nats.aio.msg.Msg) -> None:
+        message = msgspec.msgpack.decode(msg.data, type=ObjectMessage)
+        heard.append((message.version, message.request))
+
+    try:
+        await bus.subscribe("*.note.7.shop.>", cb=listen)
+        await bus.flush()
+        note = cache.find_by_key("note", 7)
+        async with open_producer(publisher) as producer:
+            rows = {"id": np.array([7]), "text": np.array(["first"], dtype=object)}
+            await producer.publish("note", rows=rows)  # its table is loaded by this batch
+            await eventually(note.get, lambda row: row is not None, timeout=180)
+            rows["text"] = np.array(["second"], dtype=object)
+            _, last = await producer.publish("note", rows=rows)
+            await eventually(lambda: note.version, lambda v: v >= last, timeout=180)
+        assert (await note.get())["text"] == "second"
+        of_last = lambda: [request for v, request in heard if v == last]  # noqa: E731
+        await eventually(of_last, lambda requests: len(requests) >= 2, timeout=180)
+        assert of_last()[0] == "written"  # the write's own message first, the batch's after
+    finally:
+        await bus.close()

@@ -7,6 +7,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from fanout.cache.core import CacheCore
 from fanout.errors import ConfigError
 from fanout.publisher.bustable import ObjectTable, object_type
 from fanout.publisher.config import parse_config
@@ -119,3 +120,138 @@ def test_it_answers_only_once_the_stream_caught_up() -> None:
     empty.changes([], [], [], "b1.0", 0.0)
     empty.mark_ready()  # idle after one: the table is empty
     assert empty.ready
+
+
+# -- writes published at once (rule 6) ----------------------------------------------------------
+
+KEYS = [1, 2, 3]
+write_rows = st.lists(
+    st.tuples(st.sampled_from(KEYS), st.one_of(st.none(), st.sampled_from(["a.x", "b"]))),
+    min_size=1,
+    max_size=3,
+)
+events = st.lists(
+    st.one_of(
+        write_rows.map(lambda rows: ("write", rows)),
+        st.just(("publish", None)),  # the oldest write not yet published live is (or is lost)
+        st.just(("lose", None)),
+        st.just(("batch", None)),
+        st.just(("newest", None)),  # the newest write first: threads answered out of order
+    ),
+    max_size=30,
+)
+
+
+class Bus:
+    """The connector's table and the caches' core behind it, with the publisher's ingest log
+    and state played by a brute-force model (the newest offset of each key wins)."""
+
+    def __init__(self) -> None:
+        self.table = table()
+        self.table.changes([], [], [], "b0", 0.0)  # the stream's first micro-batch: empty
+        self.core = CacheCore(len(KEYS))
+        for key in KEYS:
+            self.core.want(("item", key))
+        self.log: list[tuple[int, str | None]] = []  # (key, label | None: deleted)
+        self.carried = 0  # offsets up to this are in the state
+        self.state: dict[int, tuple[int, str]] = {}  # key -> (version, label) of live objects
+        self.unpublished: list[tuple[list[dict[str, object]], list[int], list[bool]]] = []
+        self.taken: list[tuple[int, int]] = []  # (key, version) of every change the cache took
+
+    def deliver(self, out: list) -> None:
+        for subject, message in out:
+            parsed = parse_object_subject(subject)
+            key = int(parsed.key_token)
+            row = decode_row(message.data) if message.found else None
+            label = None if row is None else row["category"]
+            change = self.core.offer(
+                parsed.kind, ("item", key), version=message.version, row=row, label=label
+            )
+            if change is not None:
+                self.taken.append((key, change.version))
+
+    def write(self, rows: list[tuple[int, str | None]]) -> None:
+        first = len(self.log) + 1
+        self.log += rows
+        versions = list(range(first, first + len(rows)))
+        written = [row(key, label) if label else {"id": key} for key, label in rows]
+        self.unpublished.append((written, versions, [label is None for _, label in rows]))
+
+    def publish(self, lose: bool = False, newest: bool = False) -> None:
+        if self.unpublished:
+            rows, versions, deleted = self.unpublished.pop(-1 if newest else 0)
+            out = self.table.written(rows, versions, deleted, "written", 0.0)
+            if not lose:
+                self.deliver(out)
+
+    def batch(self) -> None:
+        """The state's changed rows since the last micro-batch, one per key: the newest."""
+        newest: dict[int, tuple[int, str | None]] = {}
+        for offset in range(self.carried + 1, len(self.log) + 1):
+            key, label = self.log[offset - 1]
+            newest[key] = (offset, label)
+        self.carried = len(self.log)
+        keys = sorted(newest)
+        for key in keys:
+            version, label = newest[key]
+            if label is None:
+                self.state.pop(key, None)
+            else:
+                self.state[key] = (version, label)
+        rows = [row(k, newest[k][1]) if newest[k][1] else {"id": k} for k in keys]
+        versions = [newest[k][0] for k in keys]
+        deleted = [newest[k][1] is None for k in keys]
+        self.deliver(self.table.changes(rows, versions, deleted, "b", 0.0))
+
+
+@given(events)
+def test_writes_published_at_once_converge_and_are_taken_once(script: list) -> None:
+    """Durable writes published at once (in the order their threads get there, some lost on
+    the way), micro-batches in between: afterwards every cache holds the publisher's state,
+    no version of an object was taken twice, none went back, and a load answers the newest."""
+    bus = Bus()
+    for what, arg in script:
+        match what:
+            case "write":
+                bus.write(arg)
+            case "publish":
+                bus.publish()
+            case "lose":
+                bus.publish(lose=True)
+            case "newest":
+                bus.publish(newest=True)
+            case "batch":
+                bus.batch()
+    while bus.unpublished:
+        bus.publish()
+    bus.batch()
+    for key in KEYS:
+        entry = bus.core.read(("item", key))
+        expected = bus.state.get(key)
+        if expected is None:
+            assert entry is None or not entry.found, (key, entry)
+        else:
+            assert entry is not None and entry.found and entry.version == expected[0], (key, entry)
+            assert entry.row == row(key, expected[1])
+            (reply,) = bus.table.load_reply(str(key), "r", 0.0)
+            assert reply[1].version == expected[0]
+    assert len(bus.taken) == len(set(bus.taken))
+    for key in KEYS:
+        versions = [v for k, v in bus.taken if k == key]
+        assert versions == sorted(versions)
+
+
+def test_a_write_is_published_at_once_and_its_micro_batch_is_a_repeat_caches_drop() -> None:
+    bus = Bus()
+    bus.write([(1, "a.x")])
+    bus.publish()
+    assert bus.taken == [(1, 1)]
+    bus.batch()
+    assert bus.taken == [(1, 1)] and bus.core.counters.stale == 1
+    bus.write([(1, "b")])
+    bus.write([(1, None)])
+    bus.publish(lose=True)  # lost on the way: the micro-batch's message is the cache's
+    bus.publish()
+    bus.batch()
+    assert bus.taken == [(1, 1), (1, 3)]
+    assert bus.table.written([row(1, "b")], [2], [False], "w", 0.0) == []  # carried already

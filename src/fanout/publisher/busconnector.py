@@ -17,6 +17,7 @@ asked again by the caches.
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import logging
 import threading
 import time
@@ -39,6 +40,7 @@ from fanout.wire.bus import (
     LoadRequest,
     QueryReply,
     QueryRequest,
+    Row,
     TypesReply,
     types_subject,
 )
@@ -56,6 +58,7 @@ class BusCounters:
     """What the connector did since it started."""
 
     published: int = 0
+    written: int = 0  # of which published at once, from durable writes
     loads: int = 0
     queries: int = 0
     malformed: int = 0
@@ -196,6 +199,31 @@ class BusConnector:
                 "bus: micro-batch %s of %s not flushed in %gs", request, type_name, PUBLISH_WAIT
             )
 
+    def publish_written(
+        self, type_name: str, rows: list[Row], versions: list[int], deleted: list[bool]
+    ) -> None:
+        """Publish a durable write's rows at once, before a micro-batch carries them
+        (``ObjectTable.written``); thread-safe, and it does not wait. It never fails the write,
+        which is logged: a connector not running (yet, or any more) leaves it to the
+        micro-batch."""
+        loop = self._loop
+        if loop is None or loop.is_closed():
+            self.counters.late += 1
+            return
+        table = self.tables[type_name]
+
+        async def publish() -> None:
+            out = table.written(rows, versions, deleted, "written", time.time())
+            self.counters.written += len(out)
+            await self._send(out)
+
+        try:
+            future = asyncio.run_coroutine_threadsafe(publish(), loop)
+        except RuntimeError:  # its loop closed meanwhile (stopping)
+            self.counters.late += 1
+            return
+        future.add_done_callback(_logged)
+
     def idle(self, type_name: str) -> None:
         """The stream of ``type_name`` is idle after a micro-batch: its table is ready
         (``ObjectTable.ready``); thread-safe."""
@@ -284,3 +312,9 @@ class BusConnector:
         if msg.reply:
             reply = TypesReply({name: t.kind.info for name, t in self.tables.items()})
             await msg.respond(msgspec.msgpack.encode(reply))
+
+
+def _logged(future: concurrent.futures.Future[None]) -> None:
+    """A write published at once that failed: logged (the micro-batch carries it)."""
+    if not future.cancelled() and future.exception() is not None:
+        log.warning("bus: a write was not published at once: %s", future.exception())

@@ -8,6 +8,9 @@ moves the bytes; the namespace is ``wire.bus``'s, the reference docs/caches.md. 
 3. **Loads from the table**: the current version, or a ``LOADREPLY`` without state, version 0.
 4. **Queries** publish a ``LOADREPLY`` for every live object the label pattern selects.
 5. **Fragments** of at most ``fragment_bytes``, under one subject, request id and version.
+6. **Writes at once** (``written``): a durable write is published as soon as it is logged, its
+   versions its ingest offsets; a micro-batch never takes the table back past it, and repeats
+   it for a cache that missed it (docs/caches.md, "Writes at once").
 
 Called from one thread, so one object's messages are in version order on the bus.
 """
@@ -55,6 +58,16 @@ class _Live:
     row: Row
 
 
+@dataclass
+class _Floor:
+    """The newest version of a key published when written, and whether it existed then under
+    which label (rule 6)."""
+
+    version: int
+    existed: bool
+    label: str | None
+
+
 class ObjectTable:
     """One type's live objects and what to publish about them (rules 1-5).
 
@@ -74,6 +87,8 @@ class ObjectTable:
         self.loaded = False
         self.ready = False
         self._live: dict[int | str, _Live] = {}
+        self._floors: dict[int | str, _Floor] = {}  # keys written, not carried by a batch yet
+        self._batched = 0  # the newest version a micro-batch carried (ingest: every older one)
 
     def __len__(self) -> int:
         return len(self._live)
@@ -98,12 +113,51 @@ class ObjectTable:
         """
         self.loaded = True
         self.ready = self.ready or bool(rows)
+        self._batched = max([self._batched, *versions])
+        return self._apply(rows, versions, deleted, request, now, live=False)
+
+    def written(
+        self, rows: list[Row], versions: list[int], deleted: list[bool], request: str, now: float
+    ) -> list[Outgoing]:
+        """Apply a durable write's rows at once and say what to publish (rule 6): as
+        ``changes``, once the table holds the type's objects (before, the micro-batch does)."""
+        if not self.loaded:
+            return []
+        later = [at for at, version in enumerate(versions) if version > self._batched]
+        if len(later) < len(versions):  # a micro-batch carried the rest first (a slow thread)
+            rows, deleted = [rows[at] for at in later], [deleted[at] for at in later]
+            versions = [versions[at] for at in later]
+        return self._apply(rows, versions, deleted, request, now, live=True)
+
+    def _apply(  # noqa: PLR0917  # changes' arguments, and which path they came by
+        self,
+        rows: list[Row],
+        versions: list[int],
+        deleted: list[bool],
+        request: str,
+        now: float,
+        live: bool,
+    ) -> list[Outgoing]:
         key, out = self.kind.info.key, []
         for at in sorted(range(len(rows)), key=versions.__getitem__):
             row, version = rows[at], versions[at]
             ref = _key(row[key])
+            floor = self._floors.get(ref)
+            if floor is not None and version < floor.version:
+                continue  # a newer write was published already: not older than it
             before = self._live.get(ref)
             old_label = self._label(before.row) if before is not None else None
+            if live:
+                if before is None and floor is not None:  # what a missed delete is sent under
+                    self._floors[ref] = _Floor(version, floor.existed, floor.label)
+                else:
+                    self._floors[ref] = _Floor(version, before is not None, old_label)
+            elif floor is not None:
+                del self._floors[ref]
+                if version == floor.version and deleted[at] and before is None and floor.existed:
+                    # Deleted when written: again, for a cache that missed it (a repeat to others).
+                    out += self._messages("DELETE", ref, floor.label, version, None, request, now)
+                    continue
             if deleted[at]:
                 if before is None:
                     continue  # nothing live to delete (a re-run of the micro-batch)

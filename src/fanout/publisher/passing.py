@@ -29,7 +29,7 @@ from fanout.views.topic.index import TopicIndex
 
 #: The dataset kinds (``DatasetInfo.index``) whose relays show a write at once: those with a
 #: lens (``relay.kinds.lens``). A write to another is not passed: no relay would show it.
-LIVE_KINDS = frozenset({"topic", "path"})
+LIVE_KINDS = frozenset({"topic", "path", "sql"})
 
 
 class Choice:

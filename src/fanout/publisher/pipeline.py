@@ -360,6 +360,10 @@ class Pipeline:
         if not events:
             raise BadRequest("publish: no upserts and no deletes")
         offsets = self._ingest.append(self.dataset.name, events)
+        if self.bus is not None:  # the caches see it at once (``bustable`` rule 6)
+            rows = [event.values or {key: event.key} for event in events]
+            deleted = [event.values is None for event in events]
+            self.bus.publish_written(self.dataset.name, rows, list(offsets), deleted)
         return offsets[0], offsets[-1]
 
     def read(self, view: View, tick: int, timeout: float) -> tuple[int, pa.Table]:

@@ -16,9 +16,10 @@ from fanout.testing.catalog import AGENTS, sensors
 from fanout.testing.relaycore import frames_to, ready_core
 from fanout.views import Box
 from fanout.views.region import Relative, Sphere
+from fanout.views.sql import parse as sql
 from fanout.views.text import to_text
 from fanout.views.topic import parse as topic
-from fanout.wire.messages import Acquire, Subscribe
+from fanout.wire.messages import Acquire, DatasetInfo, Subscribe
 
 from .conversations import ready_relay, subscribe
 
@@ -92,3 +93,14 @@ def test_a_topic_view_is_explained_by_its_kind_as_subscribing_would_plan_it() ->
     said = explain(core.parts, "sensors", view, None, 1.0)
     assert said["covered"] and said["covered_by"] == prims and said["residual"] == []
     assert said["cost"]["rows"] == 1
+
+
+def test_it_says_whether_writes_are_shown_to_the_view_at_once() -> None:
+    orders = DatasetInfo("orders", "id", {"id": "<i8", "amount": "<f8"}, "sql", ["id"])
+    core = ready_core(AGENTS, sensors(), orders)
+    said = lambda dataset, view: explain(core.parts, dataset, view, None, 1.0)  # noqa: E731
+    assert said("sensors", topic("a/#"))["live_writes"]
+    assert said("orders", sql("SELECT id FROM orders WHERE amount > 1"))["live_writes"]
+    # a query not judged row by row, and region views: confirmed rows only
+    assert not said("orders", sql("SELECT * FROM orders ORDER BY amount LIMIT 3"))["live_writes"]
+    assert not said("agents", Box((0, 0), (6, 6)))["live_writes"]

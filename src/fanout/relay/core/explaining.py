@@ -17,11 +17,13 @@ import msgspec
 import numpy as np
 
 from fanout.errors import InvalidView
+from fanout.relay.core.downstream import Asked, Subscription
 from fanout.relay.core.links import Links
 from fanout.relay.core.rules import Rules, effective
+from fanout.relay.core.transforms import Shape
 from fanout.relay.core.upstream import Primitive
 from fanout.relay.data.nulls import masked
-from fanout.relay.kinds import Parts
+from fanout.relay.kinds import DatasetKind, Parts
 from fanout.views import View, covers, registry, residual
 from fanout.views.region import Relative
 from fanout.views.text import to_text
@@ -89,7 +91,15 @@ def explain(
             "bytes_per_second": per_push * rate,
         },
         "links": None if links is None else links[0].fitting(per_push, rate, links[1]),
+        "live_writes": _live(kind, dataset, served, rate),
     }
+
+
+def _live(kind: DatasetKind, dataset: str, view: View, rate: float) -> bool:
+    """Whether a ``latest`` subscription of the view is shown writes at once (its kind gives it
+    a lens: ``relay.core.livepath``), or takes the confirmed path alone."""
+    probe = Subscription(0, 0, Asked(dataset, view, rate, Shape(())))
+    return kind.lens(probe) is not None
 
 
 def _meets(prim: Primitive, name: str, need: View) -> bool:

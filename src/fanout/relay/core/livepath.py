@@ -9,16 +9,17 @@ This module turns frames and pushes into the pure core's rows and its patches in
    else it takes the confirmed path alone, counted ``invalid``: the publisher's answer tells
    its writer why). A write made elsewhere comes durable (``Written``, from upstream):
    shown as one of ours already accepted at its offset, unless the active state carries it.
-2. A subscription watches from a full push when it is ``latest``, did not ask ``confirmed`` and
-   its kind has a lens (``DatasetKind.lens``); its pushes while anything is pending or shown
-   are decoded, reconciled and encoded again (provisional if they carry a pending row).
+2. A subscription watches from a full push when it is ``latest``, did not ask ``confirmed``, is
+   not transduced and its kind has a lens (``DatasetKind.lens``); its pushes while anything is
+   pending or shown are decoded, reconciled and encoded again (provisional if they carry a
+   pending row).
 3. Provisional pushes and corrections carry the active state's epoch, seq and tick.
 """
 
 from __future__ import annotations
 
 import itertools
-from collections.abc import Hashable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from typing import Any, cast
 
 import msgspec
@@ -50,6 +51,8 @@ class LivePath:
         self.invalid = 0
         self.passed = 0  # writes made elsewhere shown here
         self.late = 0  # ... not shown: the active state carried them already
+        #: Whether a subscription is transduced: its transducer steps the confirmed rows alone.
+        self.transduced: Callable[[SubKey], bool] = lambda key: False
         self._lenses: dict[SubKey, RowLens] = {}
         # Writes made elsewhere are numbered up from 1: ours by the ``Forwarder``, down from -1.
         self._elsewhere = itertools.count(1)
@@ -214,9 +217,13 @@ class LivePath:
         return any(lens.subscription.dataset == dataset for lens in self._lenses.values())
 
     def _lens(self, subscription: Subscription) -> RowLens | None:
-        """Its lens, if it takes live writes: ``latest``, not ``confirmed``, of a kind that
-        has lenses."""
-        if subscription.mode != "latest" or subscription.asked.confirmed:
+        """Its lens, if it takes live writes: ``latest``, not ``confirmed``, not transduced, of a
+        kind that has lenses."""
+        if (
+            subscription.mode != "latest"
+            or subscription.asked.confirmed
+            or self.transduced(subscription.key)
+        ):
             return None
         kind = self.parts.kinds.get(subscription.dataset)
         return None if kind is None else kind.lens(subscription)

@@ -112,6 +112,7 @@ class RelayCore:
         self.holding = Holding() if holding is None else holding
         self.catalogued = False
         self.transducing = Transducing(transducers, self.lifecycle, self.serving)
+        self.serving.live.transduced = self.transducing.transduced
 
     @property
     def histories(self) -> dict[str, History]:

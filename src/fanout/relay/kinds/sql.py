@@ -6,7 +6,8 @@ whoever subscribed to it. A join reads several datasets, so its needs are one pr
 the boxes its WHERE clause bounds each table's rows to (``views.sql.Sql.primitives``), acquired with
 every column (the publisher sends whole rows anyway). Its push is a delta of the query's result
 against what the subscriber holds (``relay.data.rows``: keys and row digests). Its query time counts
-against its connection's SQL share (``metered``).
+against its connection's SQL share (``metered``). A query judged row by row is shown writes at
+once (``kinds.sqllens``); any other takes the confirmed path alone.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ from fanout.relay.kinds.base import Accepted, Cut, Parts, RelaySide
 from fanout.relay.kinds.keyed import KeyedKind
 from fanout.relay.kinds.lens import RowLens
 from fanout.relay.kinds.selected import Views
+from fanout.relay.kinds.sqllens import Shown, SqlLens, judged_row_by_row
 from fanout.views import View
 from fanout.views.sql import Sql, SqlBox
 from fanout.wire.messages import DatasetInfo, Subscribe
@@ -172,6 +174,8 @@ class QueryRows:
         self.queries = queries
         self.engine = queries.engine
         self._parts = parts
+        self._row_by_row: dict[Sql, bool] = {}  # views subscribed: whether ``lens`` gives one
+        self._shown = Shown()
 
     def cut(self, subscription: Subscription) -> Cut | None:
         """The query's result at the tables' current states, as a delta (None: none of its
@@ -227,8 +231,18 @@ class QueryRows:
         return held.generations == now
 
     def lens(self, subscription: Subscription) -> RowLens | None:
-        """None: a query's rows are not shown before the publisher confirms them (yet)."""
-        return None
+        """A query judged row by row runs on written rows alone (``kinds.sqllens``); any other
+        takes the confirmed path alone (None)."""
+        view = subscription.view
+        if not isinstance(view, Sql):
+            return None
+        row_by_row = self._row_by_row.get(view)
+        query = self.queries.prepare(view)
+        if row_by_row is None:
+            row_by_row = self._row_by_row[view] = judged_row_by_row(self.engine, query)
+        if not row_by_row:
+            return None
+        return SqlLens(subscription, self.state.buffer, self.engine, query, self._shown)
 
     def query_seconds(self) -> float:
         """Seconds subscribers' queries have run in the engine."""
@@ -261,6 +275,8 @@ class QueryRows:
         """Forget the engine's results of views no longer subscribed."""
         views = [s.view for s in self._parts.downstream]
         self.engine.forget([view for view in views if isinstance(view, Sql)])
+        kept = set(views)
+        self._row_by_row = {v: judged for v, judged in self._row_by_row.items() if v in kept}
 
     def stats(self) -> dict[str, float]:
         """No counters of its own (the engine's are the relay's)."""
