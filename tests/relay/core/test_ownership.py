@@ -31,6 +31,7 @@ NOT_SUBSCRIPTIONS = {
     ("relay/core/scheduler.py", "slot.priority"),  # a scheduler slot
     ("relay/core/scheduler.py", "slot.rate"),
     ("testing/audit.py", "report.held"),  # a subscriber's audit
+    ("relay/kinds/sqllens.py", "last.rows"),  # the SQL lenses' memo of one write
 }
 
 
