@@ -145,6 +145,7 @@ async def test_a_write_reaches_caches_at_once_and_its_micro_batch_is_dropped_as_
         seen: list[tuple[str, int]] = []
         cache.on_change(lambda change: seen.append((change.kind, change.version)))
         handle = cache.find_by_key("item", 20)
+        await handle.listening()  # else the change may come before its subscription
         await feed.change(item(20, "garden"))
         await eventually(lambda: handle.version, lambda v: v > 0, timeout=WAIT)
         version = next(feed.versions)  # the write's ingest offset

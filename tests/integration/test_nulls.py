@@ -188,7 +188,7 @@ async def test_sql_views_over_nulls_are_duckdbs_answers(deployment) -> None:
         await published(reader, "flights", len(FLIGHTS))
         async with connect(relay.url) as subscriber:
             views = [
-                await subscriber.subscribe(sql(text), dataset="flights", rate=50.0)
+                await subscriber.subscribe(sql(text), dataset="flights", rate=50.0, confirmed=True)
                 for text in VIEWS
             ]
             for text, view in zip(VIEWS, views, strict=True):
@@ -269,7 +269,7 @@ async def test_producers_publish_timestamps_dates_decimals_and_nulls(deployment)
         await published(reader, "bookings", len(BOOKINGS))
         async with connect(relay.url) as subscriber:
             views = [
-                await subscriber.subscribe(sql(text), dataset="bookings", rate=50.0)
+                await subscriber.subscribe(sql(text), dataset="bookings", rate=50.0, confirmed=True)
                 for text in texts
             ]
             for text, view in zip(texts, views, strict=True):
@@ -391,7 +391,7 @@ async def test_producers_publish_bytes_and_sql_views_select_them(deployment, tmp
             # the change).
             every = await subscriber.subscribe(EVERY, dataset="carriers", mode="every")
             views = [
-                await subscriber.subscribe(sql(text), dataset="carriers", rate=50.0)
+                await subscriber.subscribe(sql(text), dataset="carriers", rate=50.0, confirmed=True)
                 for text in BLOB_VIEWS
             ]
             for text, view in zip(BLOB_VIEWS, views, strict=True):

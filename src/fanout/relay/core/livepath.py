@@ -2,8 +2,7 @@
 once to the ``latest`` subscriptions it concerns, and their pushes are reconciled until the
 publisher's stream settles it (``relay.core.provisional``; docs/concepts.md, "Two paths").
 
-This module turns frames and pushes into the pure core's rows and its patches into push frames:
-
+It turns frames and pushes into the pure core's rows, and its patches into push frames:
 1. A write is shown only if its rows are whole rows of the dataset, of its column types, keys
    unique, and its kind's lens admits them as the publisher would (objects' quality rules;
    else it takes the confirmed path alone, counted ``invalid``: the publisher's answer tells
