@@ -379,3 +379,27 @@ def test_deleting_an_object_withdraws_its_cells_at_once() -> None:
     assert talk.views == expected(talk)
     counters = talk.live.writes.counters
     assert (counters.confirmed, counters.corrected) == (1, 0)
+
+
+def test_a_confirmed_cell_of_an_object_a_pending_write_shows_reaches_its_watcher() -> None:
+    talk = Played()
+    talk.step(("override", "/c/1", [("state", "on", 1)]))  # another producer's, not swapped yet
+    talk.step(("batch",))
+    talk.step(("write", "/c/1", [("rpm", "5000", 0)]))  # /c/1 enters rpm>4000, state as on/0
+    talk.step(("round",))  # no push of the confirmed view (/c/1 fails it) carries on/1
+    talk.check()
+    assert talk.views[2]["/c/1?state"] == ("on", 1)
+
+
+def test_a_cell_shown_with_a_pending_write_leaves_when_its_object_loses_it() -> None:
+    talk = Played()
+    talk.step(("write", "/c/1", [("rpm", "900", 1), ("state", None, 0)]))
+    talk.step(("late",))  # withdrawn at the relay, yet logged by the publisher
+    talk.step(("write", "/c/1", [("rpm", "5000", 0)]))  # shows /c/1?state: on; lower quality
+    assert talk.views[2]["/c/1?state"] == ("on", 0)
+    while talk.waiting:
+        talk.step(("answer", True))
+    talk.micro_batch()
+    talk.round()
+    assert talk.views == expected(talk)
+    assert len(talk.live.writes) == 0
