@@ -12,7 +12,7 @@
 5. A write settled: a watcher shown its keys gets what they are now if it differs (``corrected``).
 6. At most ``limit`` writes pending; past it a write takes the confirmed path alone.
 7. A row is judged over the confirmed rows, each pending key's newest on top; a ``Judging``
-   lens judges a row with others (objects' ``f=``): a write changes the keys it reaches too.
+   lens judges a row with others (objects' ``f=``): a write, or a swap, changes the keys it reaches.
 """
 
 from __future__ import annotations
@@ -240,7 +240,28 @@ class LiveWrites:
             for w in self._writes.values()
             if w.dataset == dataset and w.last is not None and w.last <= tick
         ]
-        return self._settle(done, "confirmed")
+        return self._settle(done, "confirmed") + self._rejudge(dataset)
+
+    def _rejudge(self, dataset: str) -> list[Patch]:
+        """A judged row rests on confirmed rows too (rule 7), which a swap may change where no
+        push of the watcher's confirmed view goes: its pending keys are shown anew, and a key
+        shown that no pending write reaches now (its object's cell deleted) gets its confirmed
+        row."""
+        patches = []
+        for sub, watcher in self._watchers.items():
+            if watcher.judging and not watcher.retiring and watcher.dataset == dataset:
+                affected = self._affected(watcher)
+                stale = [k for k in watcher.shown if k not in affected]
+                if stale:
+                    targets = watcher.lens.confirmed(stale)
+                    patch = self._show(sub, watcher, targets, provisional=False)
+                    self.counters.corrected += _rows(patch)
+                    patches.append(patch)
+                targets = self._overlaid(watcher, affected)
+                patch = self._show(sub, watcher, targets, provisional=True)
+                self.counters.shown += _rows(patch)
+                patches.append(patch)
+        return [patch for patch in patches if patch]
 
     def expire(self, now: float) -> list[Patch]:
         """Withdraw the writes past their deadline, but those waiting for their stream (rule 2)."""
