@@ -381,8 +381,15 @@ async def test_forwarding_takes_topic_filters_from_the_relay_responsible_for_the
     async with open_producer(publisher.url) as producer:
         await producer.publish("sensors", rows=readings(0.0))
         async with connect(entry.url) as here, connect(relay.url) as flat_side:
-            forwarded = [Recorder(await here.subscribe(f, "sensors", 100.0)) for f in theirs]
-            flat = [Recorder(await flat_side.subscribe(f, "sensors", 100.0)) for f in theirs]
+            # Compared tick for tick: confirmed rows (producer writes reach latest views before
+            # their tick, at each relay as the publisher passes them).
+            forwarded = [
+                Recorder(await here.subscribe(f, "sensors", 100.0, confirmed=True)) for f in theirs
+            ]
+            flat = [
+                Recorder(await flat_side.subscribe(f, "sensors", 100.0, confirmed=True))
+                for f in theirs
+            ]
             for value in range(1, 9):
                 await producer.publish("sensors", rows=readings(float(value)))
                 await asyncio.sleep(0.3)
