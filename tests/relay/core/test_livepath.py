@@ -11,19 +11,16 @@ from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from fanout.relay.core.planner import Policy
-from fanout.relay.core.relaycore import UPSTREAM, Send
+from fanout.relay.core.relaycore import Send
 from fanout.testing.catalog import sensors
-from fanout.testing.relaycore import ready_core
+from fanout.testing.relaycore import ready_core, take
 from fanout.views.topic import parse as topic
 from fanout.wire.columns import decode_columns, encode_columns
 from fanout.wire.messages import (
-    Acquire,
     Batch,
-    NoUpdate,
     Publish,
     Push,
     Subscribe,
-    Subscribed,
     Written,
 )
 
@@ -53,16 +50,7 @@ class Talk:
         self.take(self.core.on_subscribe(CLIENT, request))
 
     def take(self, sends: list[Send]) -> list[Push]:
-        pushes = []
-        for send in sends:
-            frame = send.message()
-            if send.to == UPSTREAM and isinstance(frame, Acquire):
-                self.snapshots.append(frame.prim)
-            elif isinstance(frame, Push):
-                self.apply(frame)
-                pushes.append(frame)
-            else:
-                assert isinstance(frame, Subscribed | NoUpdate), frame
+        pushes = take(sends, self.snapshots, self.apply)
         self.pushes += pushes
         return pushes
 

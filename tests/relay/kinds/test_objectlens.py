@@ -15,21 +15,18 @@ from hypothesis import strategies as st
 
 from fanout.errors import InvalidWrite
 from fanout.relay.core.planner import Policy
-from fanout.relay.core.relaycore import UPSTREAM, Send
-from fanout.testing.relaycore import ready_core
+from fanout.relay.core.relaycore import Send
+from fanout.testing.relaycore import ready_core, take
 from fanout.views.objects import ObjectPath
 from fanout.views.objects.store import SCHEMA, Cell, ObjectStore, Row, cell_of, directory_of
 from fanout.views.objects.text import SetAttribute, Value
 from fanout.wire.columns import decode_columns, encode_columns
 from fanout.wire.messages import (
-    Acquire,
     Batch,
     DatasetInfo,
-    NoUpdate,
     Publish,
     Push,
     Subscribe,
-    Subscribed,
 )
 
 WIRE = {"string": "str", "int": "<i4", "boolean": "|b1"}
@@ -141,14 +138,7 @@ class Played:
         self.round()
 
     def take(self, sends: list[Send]) -> None:
-        for send in sends:
-            frame = send.message()
-            if send.to == UPSTREAM and isinstance(frame, Acquire):
-                self.snapshots.append(frame.prim)
-            elif isinstance(frame, Push):
-                self.apply(frame)
-            else:
-                assert isinstance(frame, Subscribed | NoUpdate), frame
+        take(sends, self.snapshots, self.apply)
 
     def apply(self, push: Push) -> None:
         """As the client library does: a delta never enters a held cell, nor updates or removes

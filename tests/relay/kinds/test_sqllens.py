@@ -11,21 +11,18 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from fanout.relay.core.planner import Policy
-from fanout.relay.core.relaycore import UPSTREAM, Send
+from fanout.relay.core.relaycore import Send
 from fanout.relay.data.tables import TableStore
-from fanout.testing.relaycore import ready_core
+from fanout.testing.relaycore import ready_core, take
 from fanout.views.sql import parse as sql
 from fanout.wire.columns import decode_columns, encode_columns
 from fanout.wire.messages import (
-    Acquire,
     Batch,
     DatasetInfo,
     Error,
-    NoUpdate,
     Publish,
     Push,
     Subscribe,
-    Subscribed,
     Written,
 )
 
@@ -129,17 +126,7 @@ class Talk:
         self.take(self.core.on_subscribe(CLIENT, request))
 
     def take(self, sends: list[Send]) -> list[Push]:
-        pushes = []
-        for send in sends:
-            frame = send.message()
-            if send.to == UPSTREAM and isinstance(frame, Acquire):
-                self.snapshots.append(frame.prim)
-            elif isinstance(frame, Push):
-                self.apply(frame)
-                pushes.append(frame)
-            else:
-                assert isinstance(frame, Subscribed | NoUpdate), frame
-        return pushes
+        return take(sends, self.snapshots, self.apply)
 
     def apply(self, push: Push) -> None:
         """As the client library does; a delta never enters a held key nor updates or removes
