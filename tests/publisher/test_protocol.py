@@ -38,6 +38,7 @@ from fanout.wire.messages import (
     Error,
     Hello,
     Horizon,
+    LiveWrites,
     Publish,
     ReadState,
     Release,
@@ -174,6 +175,19 @@ def test_acquire_and_release_are_checked_and_recorded() -> None:
     assert isinstance(not_held, Send) and isinstance(not_held.frame, Error)
     assert not_held.frame.ref == 2 and "not held" in not_held.frame.message
     assert registry.plan("agents").prims == {1: {}}
+
+
+def test_live_writes_of_an_unknown_dataset_are_refused_and_the_relay_stays() -> None:
+    registry = Registry()
+    session = new_session(registry)
+    session.receive(hello())
+    (unknown,) = session.receive(codec.encode(LiveWrites("nope")))
+    assert isinstance(unknown, Send) and unknown.frame == Error(
+        "invalid_view", "unknown dataset 'nope' (serving: agents)"
+    )
+    assert session.phase is Phase.LIVE
+    assert session.receive(codec.encode(LiveWrites("agents"))) == []
+    assert len(registry.live("agents")) == 1 and registry.live("nope") == frozenset()
 
 
 def test_a_relay_that_holds_too_many_primitives_is_refused_one_more() -> None:

@@ -259,7 +259,12 @@ class PublisherSession:
             case Horizon(dataset=dataset, epoch=epoch, seq=seq) if relay is not None:
                 self._registry.hold(relay, dataset, epoch, seq)
             case LiveWrites(dataset=dataset, wanted=live) if relay is not None:
-                self._registry.want_live(relay, dataset, live)
+                names = [info.name for info in self._catalog()]
+                if dataset in names:
+                    self._registry.want_live(relay, dataset, live)
+                else:
+                    message = f"unknown dataset {dataset!r} (serving: {', '.join(names)})"
+                    refusal = Error("invalid_view", message)
             case ReadState() if self._role() in ("relay", "reader"):
                 return [Start(frame)]
             case Publish() if self._role() in ("producer", "relay"):
