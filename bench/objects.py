@@ -1,27 +1,27 @@
 """Objects as files: attribute writes per second through a fuse3 mount and through the library, and
-the latency from ``echo >>`` returning to a ``cat 'obj?delta,wait'`` reader printing the change
-(mode ``every``: the confirmed path) and to a ``cat 'obj?wait'`` reader (mode ``latest``: the
-live path, docs/concepts.md "Two paths").
+the latency from ``echo >>`` returning to a ``cat 'obj?wait'`` reader printing the change (mode
+``latest``: the live path, docs/concepts.md "Two paths"), on the writer's relay and on another,
+and to a ``cat 'obj?delta,wait'`` reader (mode ``every``: the log's order, the confirmed path).
 
 One real deployment on loopback: ``fanout publisher`` with an objects dataset (Spark ``local[*]``),
-``fanout relay``, two ``fanout mount``; ``--objects`` objects (1,000) written first, ``--watchers``
-(10) ``cat '/bench/oK?delta,wait'`` processes, one per object. Each run measures:
+two ``fanout relay``s, three ``fanout mount``s (one through each relay, one ``--publisher``);
+``--objects`` objects (1,000) written first, ``--watchers`` (10) objects followed by three ``cat``
+processes each: ``?wait`` and ``?delta,wait`` on the first relay's mount, ``?wait`` on the
+second's. Each run measures:
 
 * ``writes_per_s_library``: ``Objects.write`` of one attribute, one after the other, each
   returning once durable at the publisher;
-* ``writes_per_s_mount``: the same through the mount, each an ``open(O_APPEND)``, one
-  ``write(2)`` and a ``close`` of an object file, as ``echo 'attr::v' >> obj`` does; the mount
-  writes through the relay, which forwards to the publisher (``writes_per_s_mount_direct``: a
-  second mount, ``--publisher``, writing to the publisher itself);
-* ``echo_to_watch``: ``bash -c "echo 'seq:n:K' >> obj"`` run, and the time from it returning to
-  the delta watcher of that object printing ``seq:n:K`` (one sample at a time, round robin over
-  the watchers); ``echo_to_wait`` the same to a ``?wait`` watcher of the same object (each of
-  its reads the whole object once changed), which takes writes shown at once;
+* ``writes_per_s_mount``: the same through the first mount, each an ``open(O_APPEND)``, one
+  ``write(2)`` and a ``close`` of an object file, as ``echo 'attr::v' >> obj`` does
+  (``writes_per_s_mount_direct``: the ``--publisher`` mount, writing to the publisher itself);
+* ``echo_to_watch``: ``bash -c "echo 'seq:n:K' >> obj"`` run on the first mount, and the time
+  from it returning to that mount's ``?wait`` watcher printing ``seq:n:K`` (one sample at a
+  time, round robin over the objects); ``echo_to_watch_other_relay`` the same at the second
+  relay's ``?wait`` watcher; ``echo_to_delta`` at the ``?delta,wait`` watcher (until 2026-11-29
+  ``echo_to_watch`` named this one: mode ``every`` keeps the log's order and waits for Spark);
 * the Spark micro-batch share: the median, over the micro-batches of that run, of the time from
   a micro-batch's start to its batches being sent (Spark's steps before ``foreachBatch`` plus the
-  pipeline's stages, from the publisher's log), over the run's median latency. The rest is the
-  wait for the next trigger, the relay (apply, push at the subscription's rate, 100/s) and the
-  mount.
+  pipeline's stages, from the publisher's log), over the run's median ``echo_to_delta``.
 
 Prints one JSON object last: the median of ``--runs`` runs and their spread (min, max), the
 runs, the machine and its calibration; writes it to ``bench/results/objects.json``.
@@ -40,6 +40,7 @@ import statistics
 import sys
 import tempfile
 import time
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -112,22 +113,23 @@ def mount_writes(mountpoint: Path, count: int) -> float:
 
 
 async def echo_to_watch(
-    watchers: list[tuple[Watcher, Watcher]], samples: int, first: int
-) -> tuple[list[float], list[float]]:
-    """Milliseconds from each echo returning to its object's delta and wait watchers."""
-    delta, wait = [], []
+    watchers: list[tuple[Watcher, Watcher, Watcher]], samples: int, first: int
+) -> dict[str, list[float]]:
+    """Milliseconds from each echo returning to its object's watchers: ``wait`` and ``delta``
+    on the writer's relay, ``other`` (``?wait``) on the second relay."""
+    out: dict[str, list[float]] = {"wait": [], "other": [], "delta": []}
     for number in range(first, first + samples):
-        watcher, waiter = watchers[number % len(watchers)]
+        delta, wait, other = watchers[number % len(watchers)]
         shell = await asyncio.create_subprocess_exec(
-            "bash", "-c", f"echo 'seq:n:{number}' >> '{watcher.path}'"
+            "bash", "-c", f"echo 'seq:n:{number}' >> '{delta.path}'"
         )
         if await shell.wait() != 0:
-            raise RuntimeError(f"echo to {watcher.path} failed")
+            raise RuntimeError(f"echo to {delta.path} failed")
         returned = time.perf_counter()
         line = f"seq:n:{number}"
-        wait.append((await waiter.arrival(line) - returned) * 1000)
-        delta.append((await watcher.arrival(line) - returned) * 1000)
-    return delta, wait
+        for name, watcher in (("wait", wait), ("other", other), ("delta", delta)):
+            out[name].append((await watcher.arrival(line) - returned) * 1000)
+    return out
 
 
 def spark_batch_ms(log: Path, since: str, until: str) -> list[float]:
@@ -189,7 +191,7 @@ async def mount(
 
 async def deploy(
     children: Children, root: Path
-) -> tuple[Child, Child, list[asyncio.subprocess.Process], Path, Path]:
+) -> tuple[Child, list[Child], list[asyncio.subprocess.Process], list[Path]]:
     (root / "fanout.toml").write_text(CONFIG)
     publisher = await children.start(
         "publisher",
@@ -197,18 +199,81 @@ async def deploy(
          str(root / "state"), "--log-level", "info"],
         root / "publisher.log",
     )  # fmt: skip
-    relay = await children.start(
-        "relay", ["--publisher", publisher.url, "--port", "0"], root / "relay.log"
-    )
-    through, mountpoint = await mount(root, "mnt", relay, None)
-    direct, direct_point = await mount(root, "direct", relay, publisher)
-    return publisher, relay, [through, direct], mountpoint, direct_point
+    relays = [
+        await children.start(
+            "relay", ["--publisher", publisher.url, "--port", "0"], root / f"relay{n}.log"
+        )
+        for n in (1, 2)
+    ]
+    through, mountpoint = await mount(root, "mnt", relays[0], None)
+    direct, direct_point = await mount(root, "direct", relays[0], publisher)
+    far, far_point = await mount(root, "far", relays[1], None)
+    return publisher, relays, [through, direct, far], [mountpoint, direct_point, far_point]
+
+
+async def start_watchers(
+    args: argparse.Namespace, points: list[Path]
+) -> list[tuple[Watcher, Watcher, Watcher]]:
+    """Per followed object, ``?delta,wait`` and ``?wait`` on the first relay's mount and
+    ``?wait`` on the second's, started once both mounts see the last object written."""
+    near, _, far = points
+    for last in (point / "bench" / f"o{args.objects - 1}" for point in (near, far)):
+        await eventually(partial(looked_up, last), timeout=120, in_thread=True)
+    watchers = [
+        (
+            Watcher(near / "bench" / f"o{i}"),
+            Watcher(near / "bench" / f"o{i}", "wait"),
+            Watcher(far / "bench" / f"o{i}", "wait"),
+        )
+        for i in range(args.watchers)
+    ]
+    every = [watcher for triple in watchers for watcher in triple]
+    for watcher in every:
+        await watcher.start()
+    for watcher in every:
+        await watcher.arrival("seq:n:0")
+    return watchers
+
+
+async def one_run(
+    args: argparse.Namespace,
+    run: int,
+    root: Path,
+    objects: Objects,
+    watchers: list[tuple[Watcher, Watcher, Watcher]],
+    *,
+    points: list[Path],
+) -> dict[str, Any]:
+    """One run's figures: the echoes to each watcher, then the writes each way."""
+    mountpoint, direct_point, _ = points
+    since = stamp()
+    latencies = await echo_to_watch(watchers, args.samples, 1 + run * args.samples)
+    spark = spark_batch_ms(root / "publisher.log", since, stamp())
+    library = await library_writes(objects, args.writes)
+    through_mount = await asyncio.to_thread(mount_writes, mountpoint, args.writes)
+    direct = await asyncio.to_thread(mount_writes, direct_point, args.writes)
+    p50 = statistics.median(latencies["delta"])
+    figures = {
+        f"echo_to_{name}_{p}_ms": round(percentile(latencies[key], q), 1)
+        for name, key in (("watch", "wait"), ("watch_other_relay", "other"), ("delta", "delta"))
+        for p, q in (("p50", 0.5), ("p99", 0.99))
+    }
+    return {
+        "writes_per_s_library": round(library, 1),
+        "writes_per_s_mount": round(through_mount, 1),
+        "writes_per_s_mount_direct": round(direct, 1),
+        **figures,
+        "spark_batch_p50_ms": statistics.median(spark) if spark else None,
+        "microbatch_share": round(statistics.median(spark) / p50, 3) if spark else None,
+        "samples": len(latencies["delta"]),
+        "micro_batches": len(spark),
+    }
 
 
 async def bench(args: argparse.Namespace, root: Path) -> dict[str, Any]:
     async with Children() as children:
-        publisher, relay, mounts, mountpoint, direct_point = await deploy(children, root)
-        watchers: list[tuple[Watcher, Watcher]] = []
+        publisher, relays, mounts, points = await deploy(children, root)
+        watchers: list[tuple[Watcher, Watcher, Watcher]] = []
         try:
             async with open_producer(publisher.url) as producer:
                 objects = Objects(None, producer, "pps")
@@ -218,49 +283,10 @@ async def bench(args: argparse.Namespace, root: Path) -> dict[str, Any]:
                     for attr in ("", "seq")
                 ]
                 await producer.publish("pps", cells)
-                watchers = [
-                    (
-                        Watcher(mountpoint / "bench" / f"o{i}"),
-                        Watcher(mountpoint / "bench" / f"o{i}", "wait"),
-                    )
-                    for i in range(args.watchers)
-                ]
-                last = mountpoint / "bench" / f"o{args.objects - 1}"
-                await eventually(lambda: looked_up(last), timeout=120, in_thread=True)
-                for pair in watchers:
-                    for watcher in pair:
-                        await watcher.start()
-                for pair in watchers:
-                    for watcher in pair:
-                        await watcher.arrival("seq:n:0")
+                watchers = await start_watchers(args, points)
                 runs = []
                 for run in range(args.runs):
-                    since = stamp()
-                    latencies, waits = await echo_to_watch(
-                        watchers, args.samples, 1 + run * args.samples
-                    )
-                    spark = spark_batch_ms(root / "publisher.log", since, stamp())
-                    library = await library_writes(objects, args.writes)
-                    through_mount = await asyncio.to_thread(mount_writes, mountpoint, args.writes)
-                    direct = await asyncio.to_thread(mount_writes, direct_point, args.writes)
-                    p50 = statistics.median(latencies)
-                    runs.append(
-                        {
-                            "writes_per_s_library": round(library, 1),
-                            "writes_per_s_mount": round(through_mount, 1),
-                            "writes_per_s_mount_direct": round(direct, 1),
-                            "echo_to_watch_p50_ms": round(p50, 1),
-                            "echo_to_watch_p99_ms": round(percentile(latencies, 0.99), 1),
-                            "echo_to_wait_p50_ms": round(statistics.median(waits), 1),
-                            "echo_to_wait_p99_ms": round(percentile(waits, 0.99), 1),
-                            "spark_batch_p50_ms": statistics.median(spark) if spark else None,
-                            "microbatch_share": (
-                                round(statistics.median(spark) / p50, 3) if spark else None
-                            ),
-                            "samples": len(latencies),
-                            "micro_batches": len(spark),
-                        }
-                    )
+                    runs.append(await one_run(args, run, root, objects, watchers, points=points))
                     print(json.dumps(runs[-1]), file=sys.stderr, flush=True)
         finally:
             for pair in watchers:
@@ -270,7 +296,8 @@ async def bench(args: argparse.Namespace, root: Path) -> dict[str, Any]:
                 process.send_signal(signal.SIGTERM)
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(process.wait(), 30)
-            await relay.stop()
+            for relay in relays:
+                await relay.stop()
             await publisher.stop()
     summary: dict[str, Any] = {}
     for key in runs[0]:
@@ -291,13 +318,15 @@ async def bench(args: argparse.Namespace, root: Path) -> dict[str, Any]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--objects", type=int, default=1000)
-    parser.add_argument("--watchers", type=int, default=10)
+    parser.add_argument("--watchers", type=int, default=10, help="objects followed")
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--samples", type=int, default=40, help="echo-to-watch samples per run")
     parser.add_argument("--writes", type=int, default=300, help="writes per run, each way")
     parser.add_argument("--no-save", action="store_true", help="do not write bench/results")
     parser.add_argument("--results", type=Path, default=RESULTS, help="where to write them")
     args = parser.parse_args()
+    # A TERM ends the run through its ``finally`` (mounts and watchers stopped), not at once.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     calibration = calibrate()
     with tempfile.TemporaryDirectory(prefix="fanout-bench-objects-") as root:
         result = asyncio.run(bench(args, Path(root)))
