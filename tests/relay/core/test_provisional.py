@@ -67,7 +67,14 @@ class Sub:
         return self.generation == self.relay.generation
 
     def apply(self, patch: Patch, live: bool) -> None:
-        """The subscriber applies a patch; no row goes to one that holds it already."""
+        """The subscriber applies a patch; no row goes to one that holds it already, and one not
+        marked provisional carries confirmed rows only (docs/protocol.md, ``Push``)."""
+        if not patch.provisional:
+            view = self.view()
+            for key, row in (*patch.entered.items(), *patch.updated.items()):
+                assert same(view.get(key), row), (self.name, "not provisional, not confirmed")
+            for key in patch.left:
+                assert key not in view, (self.name, "left, not provisional, yet confirmed")
         for key, row in patch.entered.items():
             assert key not in self.holds, (self.name, "entered twice", key, row)
             self.holds[key] = row
@@ -356,3 +363,21 @@ def test_an_accepted_write_waits_while_the_link_is_lost_and_until_the_next_state
     assert core.expire(20 * WITHIN + WITHIN / 2) == [] and len(core) == 1
     core.expire(21 * WITHIN)
     assert (len(core), core.counters.withdrawn) == (0, 2)
+
+
+def test_a_correction_that_shows_another_pending_write_is_provisional() -> None:
+    """Two writes of one key, the later refused: the key goes back to the earlier write's row,
+    which the publisher has not confirmed yet, so the correction is provisional."""
+    world = World()
+    for sub in world.subs:
+        world.push(sub)
+    s0 = world.subs[0]
+    world.step(("write", {1: {"v": 1, "g": 0}}))
+    world.step(("write", {1: {"v": 2, "g": 0}}))
+    world.step(("answer", True))
+    world.step(("answer", False))
+    world.step(("tell",))
+    corrections = world.core.refused(world.untold[0][0].id)
+    assert [(p.updated, p.provisional) for p in corrections if p.sub == s0.name] == [
+        ({1: {"v": 1, "g": 0}}, True)
+    ]

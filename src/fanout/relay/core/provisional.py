@@ -2,14 +2,14 @@
 
 1. A write (keyed rows; None deletes) is shown at once to each watcher (a ``latest``
    subscription taking live writes) whose view it changes, as a provisional patch.
-2. It stays pending until settled: *confirmed* by an active state with ``tick >= last`` once
-   accepted at ingest offset ``last``; *refused* by the publisher; *withdrawn* past its deadline
-   or when the link is lost before it was accepted (an accepted one's deadline waits while
-   the link is lost, until its dataset's first state over a new link).
+2. Pending until settled: *confirmed* by an active state with ``tick >= last`` once accepted
+   at ingest offset ``last``; *refused*; *withdrawn* past its deadline or when the link is lost
+   before it was accepted (an accepted one's deadline waits until a new link's first state).
 3. A subscriber holds what the push machinery believes, changed at the keys of its ``shown``.
-4. Never twice: a confirmed push leaves out rows the subscriber holds already
-   (``deduplicated``), shows pending rows, and confirmed ones where a write settled otherwise.
-5. A write settled: a watcher shown its keys gets what they are now if it differs (``corrected``).
+4. Never twice: a confirmed push leaves out rows held already (``deduplicated``), shows pending
+   rows, and confirmed ones where a write settled otherwise.
+5. A write settled: a watcher shown its keys gets what they are now if it differs (``corrected``,
+   provisional if another pending write decides one of its rows).
 6. At most ``limit`` writes pending; past it a write takes the confirmed path alone.
 7. A row is judged over the confirmed rows, each pending key's newest on top; a ``Judging``
    lens judges a row with others (objects' ``f=``): a write, or a swap, changes the keys it reaches.
@@ -307,8 +307,10 @@ class LiveWrites:
                 continue
             patch = self._show(sub, watcher, self._targets(watcher, keys), provisional=False)
             self.counters.corrected += _rows(patch)
+            pending = self._affected(watcher)
+            if not watcher.retiring:  # a row another pending write decides is not confirmed
+                patch.provisional = any(key in pending for key in _keys(patch))
             if watcher.lens.current():
-                pending = self._affected(watcher)
                 for key in keys:  # the machinery's belief is now what the subscriber holds
                     if key not in pending:
                         watcher.shown.pop(key, None)
@@ -462,6 +464,12 @@ class _Unknown:
 
 
 _unknown = _Unknown()
+
+
+def _keys(patch: Patch) -> Iterator[Key]:
+    yield from patch.entered
+    yield from patch.updated
+    yield from patch.left
 
 
 def _rows(patch: Patch) -> int:
