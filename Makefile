@@ -76,6 +76,28 @@ bench: setup check-java
 	$(BIN)/python bench/postgres.py
 	$(BIN)/python bench/sharing.py --compare-assign
 	$(BIN)/python bench/soak.py --faults 10
+	$(BIN)/python bench/idlecost.py
+	$(BIN)/python bench/pushcost.py
+	$(BIN)/python bench/mqttcore.py
+	$(BIN)/python bench/mqtt.py
+	$(BIN)/python bench/mqtt.py --spatial
+	$(BIN)/python bench/handshakes.py
+	$(BIN)/python bench/latency.py
+	$(BIN)/python bench/microbatch.py
+	$(BIN)/python bench/priority.py
+	$(BIN)/python bench/transducers.py
+	$(BIN)/python bench/source.py
+	$(BIN)/python bench/passing.py
+	$(BIN)/python bench/writes.py
+	$(BIN)/python bench/objects.py
+	$(BIN)/python bench/snoopy.py
+	$(BIN)/python bench/sharingmodel.py
+	$(BIN)/python bench/cluster.py
+	$(BIN)/python bench/partitions.py
+	$(BIN)/python bench/stalled.py
+	$(BIN)/python bench/submemory.py
+	$(BIN)/python bench/fuzz.py
+	$(BIN)/python bench/memory.py
 
 # Re-pin every dependency of every extra from pyproject.toml (needs network); versions already
 # in requirements.lock are kept where they still fit. Commit the new requirements.lock.
