@@ -110,7 +110,8 @@ async def test_a_killed_publisher_resumes_from_its_slot(tmp_path: Path, database
                 await first.process.wait()
                 await asyncio.sleep(2.0)  # the writers go on meanwhile
                 await publisher(children, config, state, tmp_path / "publisher-2.log", port)
-                await asyncio.sleep(5.0)
+                restarted = sum(seen.values())  # the writers go on until the new one serves them
+                await eventually(lambda: sum(seen.values()), lambda n: n > restarted, timeout=120)
                 stop.set()
                 await asyncio.to_thread(writer.join)
                 final = table(database)
