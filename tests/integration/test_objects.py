@@ -20,11 +20,12 @@ from pathlib import Path
 import pytest
 import pytest_asyncio
 
-from fanout.client import connect
+from fanout.client import LiveView, connect
 from fanout.client.objects import Objects
 from fanout.client.publisher import open_producer, open_reader
-from fanout.client.subscriber import SubscriptionError
+from fanout.client.subscriber import SubscriptionError, Update
 from fanout.launch import Child, Children
+from fanout.metrics import scrape
 from fanout.testing.ports import free_port
 from fanout.testing.wait import eventually
 from fanout.views.objects import ObjectPath
@@ -223,6 +224,78 @@ async def test_cat_right_after_echo_reads_the_write(deployment: Deployment) -> N
         f"echo '[q=5]v:n:50' >> {mnt}/mine && echo 'v:n:51' >> {mnt}/mine && cat {mnt}/mine"
     )
     assert (status, out) == (0, "@mine\nv:n:50\n"), err
+
+
+@pytest_asyncio.fixture(scope="module", loop_scope="module")
+async def other_relay(deployment: Deployment) -> Child:
+    """A second relay on the module's publisher (no mount)."""
+    return await deployment.children.start(
+        "relay",
+        ["--publisher", deployment.publisher.url, "--port", "0", "--log-level", "info"],
+        deployment.root / "other-relay.log",
+    )
+
+
+def value_of(view: LiveView, cell: str) -> str | None:
+    row = view.rows.get(cell)
+    return None if row is None else str(row["value"])
+
+
+def carries(update: Update, cell: str, value: str | None) -> bool:
+    """Whether ``update`` sends ``cell`` with ``value`` (None: it leaves)."""
+    if value is None:
+        return cell in update.left.tolist()
+    for rows in (update.entered, update.updated):
+        if rows and (cell, value) in zip(
+            rows["cell"].tolist(), rows["value"].tolist(), strict=True
+        ):
+            return True
+    return False
+
+
+async def test_an_echo_through_one_relay_reaches_a_latest_view_on_another_at_once(
+    deployment: Deployment, other_relay: Child
+) -> None:
+    """Issue 40: ``echo >>`` on the mount (relay A) reaches a ``latest`` view on relay B before
+    Spark's micro-batch (B's ``confirmed`` view lacks it), provisional: the publisher passed the
+    request on once durable and B admitted it over its cells; the batch confirms it, nothing is
+    sent twice or corrected. Deleting the object leaves B's view at once too."""
+    mnt, cell = deployment.mountpoint, "/across?v"
+    async with connect(other_relay.url) as subscriber:
+        live = await subscriber.subscribe(ObjectPath("/across"), "pps", rate=100.0)
+        confirmed = await subscriber.subscribe(
+            ObjectPath("/across"), "pps", rate=100.0, confirmed=True
+        )
+        await shell(f"echo 'v:n:0' >> {mnt}/across")
+        for view in (live, confirmed):  # B holds the object upstream, wants its live writes
+            await eventually(lambda v=view: value_of(v, cell), lambda got: got == "0", **SHOWS)
+        before = await asyncio.to_thread(scrape, other_relay.url)
+        async with asyncio.timeout(90):  # a loaded machine's micro-batch
+            for value in ("1", None):
+                updates = aiter(live)
+                if value is None:
+                    assert (await shell(f"rm {mnt}/across"))[0] == 0
+                else:
+                    assert (await shell(f"echo 'v:n:{value}' >> {mnt}/across"))[0] == 0
+                while not carries(shown := await anext(updates), cell, value):
+                    pass
+                assert shown.provisional
+                assert value_of(live, cell) == value
+                assert value_of(confirmed, cell) != value  # no micro-batch carried it yet
+                await eventually(lambda v=value: value_of(confirmed, cell) == v, **SHOWS)
+                later: list[Update] = []
+                while live.tick < confirmed.tick:  # its push of the state that confirmed it
+                    later.append(await anext(updates))
+                assert not any(carries(update, cell, value) for update in later)
+    counts = await asyncio.to_thread(scrape, other_relay.url)
+
+    def grew(name: str) -> float:
+        return counts[name] - before.get(name, 0)
+
+    assert grew("fanout_relay_live_passed_total") == 2
+    assert grew("fanout_relay_live_confirmed_total") == 2
+    assert grew("fanout_relay_live_corrected_total") == 0
+    assert counts["fanout_relay_live_pending"] == 0
 
 
 async def test_cat_delta_wait_prints_each_change_like_tail_f(deployment: Deployment) -> None:

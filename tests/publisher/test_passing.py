@@ -8,9 +8,10 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from fanout.publisher.passing import Choice, recipients
+from fanout.publisher.passing import Choice, recipients, touched
 from fanout.publisher.relaytable import Registry
 from fanout.views import View
+from fanout.views.objects import ObjectPath
 from fanout.views.sql import parse as sql
 from fanout.views.topic import TopicFilter
 from fanout.views.topic import parse as topic
@@ -96,3 +97,55 @@ def test_a_relay_that_no_longer_wants_live_writes_or_left_is_passed_none() -> No
     registry.drop_relay(second)
     registry.want_live(second, "sensors", True)  # a frame after it left: nothing to hold
     assert registry.plan("sensors").live == registry.live("sensors") == frozenset()
+
+
+#: Object paths a relay may hold (acquired without options) and the objects a write names.
+OBJECT_PATHS = ["/a/.all", "/a/b/.all", "/a/b/x", "/a/b/c/.all", "/d/.all", "/.all"]
+objects = st.lists(st.sampled_from(["a", "b", "c", "x", "d"]), min_size=1, max_size=4).map(
+    lambda levels: "/" + "/".join(levels)
+)
+
+
+def paths_oracle(held: dict[int, list[str]], written: list[str], deletes: bool) -> list[int]:
+    """An objects write's relays: those holding a path whose scope holds an object written or
+    a directory above one (created with it); all holding a path when it deletes."""
+    touched = set()
+    for path in written:
+        parts = path.strip("/").split("/")
+        touched |= {"/" + "/".join(parts[:n]) for n in range(1, len(parts) + 1)}
+
+    def holds(view: str, path: str) -> bool:
+        if view.endswith("/.all"):
+            return path.rsplit("/", 1)[0] == view[: -len("/.all")]
+        return path == view
+
+    return sorted(
+        relay
+        for relay, views in held.items()
+        if views and (deletes or any(holds(v, p) for v in views for p in touched))
+    )
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    held=st.dictionaries(
+        st.integers(1, 5), st.lists(st.sampled_from(OBJECT_PATHS), max_size=2), max_size=5
+    ),
+    written=st.lists(objects, max_size=3),
+    deletes=st.booleans(),
+)
+def test_an_objects_write_goes_to_the_relays_holding_its_objects_or_the_directories_above(
+    held: dict[int, list[str]], written: list[str], deletes: bool
+) -> None:
+    registry = Registry()
+    ids = {relay: registry.add_relay(f"r{relay}") for relay in range(1, 6)}
+    for relay, views in held.items():
+        for prim, view in enumerate(views):
+            registry.acquire(ids[relay], prim, "pps", ObjectPath(view))
+        registry.want_live(ids[relay], "pps", True)
+    choice = Choice(registry.plan("pps"))
+    upserts = {"object": np.array(written, dtype=object), "attr": np.array([""] * len(written))}
+    rows = touched(upserts, ["object"])
+    passed = recipients(choice, registry.live("pps"), None, rows, deletes=deletes, index=["object"])
+    named = {number: relay for relay, number in ids.items()}
+    assert [named[number] for number in passed] == paths_oracle(held, written, deletes)

@@ -35,7 +35,7 @@ from fanout.buckets import Throttle
 from fanout.connection import Outbound, refuse
 from fanout.errors import FanoutError
 from fanout.publisher.answers import Datasets, answer, answered
-from fanout.publisher.passing import LIVE_KINDS, Choice, recipients
+from fanout.publisher.passing import LIVE_KINDS, Choice, recipients, touched
 from fanout.publisher.protocol import (
     Action,
     Close,
@@ -419,9 +419,9 @@ class ControlPlane:
         if choice is None or choice.version != self.registry.version:  # relays moved
             choice = self._choices[request.dataset] = Choice(self.registry.plan(request.dataset))
         live, deleting = self.registry.live(request.dataset), request.deletes.length > 0
-        relays = recipients(
-            choice, live, origin, upserts, deletes=deleting, index=info.index_columns
-        )
+        index = info.index_columns
+        rows = touched(upserts, index) if info.index == "objects" else upserts
+        relays = recipients(choice, live, origin, rows, deletes=deleting, index=index)
         if not relays:
             return
         written = Written(request.dataset, first, last, request.upserts, request.deletes)

@@ -1,16 +1,17 @@
 """Which relays a write is passed to at once, before Spark's micro-batch carries it (``Written``;
 docs/concepts.md, "Two paths"). Pure: the registry's plan and the write's rows in, relay ids out.
 
-1. Only a durable write is passed (its ``Publish`` answered ``Published``), and only to a
-   dataset whose relays show live writes (``LIVE_KINDS``): a refusal never reaches another
-   relay, so the publisher tells no outcome; each relay confirms the write by its ingest
-   offset or withdraws it at its deadline.
-2. Never back to the relay it came through (it showed it already), nor to one that has not
-   said it wants the dataset's live writes (``LiveWrites``: no ``latest`` view there takes them).
-3. Per relay, not per subscriber: to each relay holding a primitive of the dataset that
-   selects one of the written rows; a write that deletes goes to every relay holding a
-   primitive of the dataset (a key alone says nothing of where the row was); a relay holding
-   a primitive that does not select rows by their own columns (a SQL view's) gets every write.
+1. Only a durable write is passed (``Published``), of a dataset whose relays show live writes
+   (``LIVE_KINDS``): a refusal reaches no relay; each confirms by offset or withdraws at its
+   deadline.
+2. Never back to the relay it came through, nor to one that has not said it wants the
+   dataset's live writes (``LiveWrites``: no ``latest`` view there takes them).
+3. Per relay: to each holding a primitive of the dataset that selects one of the written rows;
+   a write that deletes goes to every relay holding a primitive of the dataset (a key alone
+   says nothing of where the row was); one holding a SQL view's primitive gets every write.
+4. An ``objects`` write goes as its request, each relay admitting it over the cells it holds
+   as it does its own (docs/objects.md says why), to the relays whose paths hold an object it
+   names or a directory above one (``touched``: a write creates its missing parents).
 """
 
 from __future__ import annotations
@@ -24,12 +25,13 @@ import numpy.typing as npt
 from fanout.errors import InvalidView
 from fanout.publisher.relaytable import Plan
 from fanout.views.members import SELECTING, Selecting, members
+from fanout.views.objects.store import directory_of
 from fanout.views.topic import TopicFilter
 from fanout.views.topic.index import TopicIndex
 
 #: The dataset kinds (``DatasetInfo.index``) whose relays show a write at once: those with a
 #: lens (``relay.kinds.lens``). A write to another is not passed: no relay would show it.
-LIVE_KINDS = frozenset({"topic", "path", "sql"})
+LIVE_KINDS = frozenset({"topic", "path", "sql", "objects"})
 
 
 class Choice:
@@ -69,6 +71,17 @@ class Choice:
             if any(members(view, rows, index).any() for view in views):
                 chosen.add(relay)
         return chosen
+
+
+def touched(upserts: Mapping[str, npt.ArrayLike], index: Sequence[str]) -> dict[str, list[str]]:
+    """The paths an ``objects`` write may change cells of (rule 4): the objects it names and
+    every directory above them (the root aside), as the index column to choose relays by."""
+    paths: set[str] = set()
+    for path in np.asarray(upserts.get(index[0], ()), dtype=object).tolist():
+        paths.add(str(path))
+        while (path := directory_of(str(path))) != "/":
+            paths.add(path)
+    return {index[0]: sorted(paths)}
 
 
 def recipients(

@@ -1,10 +1,10 @@
 """Writes to an objects dataset shown at once (relay/kinds/objectlens.py through the relay's live
-path), sans I/O: a real relay core serving object paths, writes forwarded through it, and the
-publisher played by a brute-force model (its own admission store, its log and its state)."""
+path), sans I/O: a real relay core serving object paths, writes forwarded through it or made
+through another relay (passed on by the publisher as ``Written``, the request), and the publisher
+played by a brute-force model (its own admission store, its log and its state)."""
 
 from __future__ import annotations
 
-import contextlib
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -27,6 +27,7 @@ from fanout.wire.messages import (
     Publish,
     Push,
     Subscribe,
+    Written,
 )
 
 WIRE = {"string": "str", "int": "<i4", "boolean": "|b1"}
@@ -236,6 +237,8 @@ class Played:
                     self.take(self.live.refused(upstream))
             case ("override", str() as path, list() as lines):  # another producer's
                 self.admit(*request(path, lines))
+            case ("elsewhere", str() as path, lines):  # through another relay (None: delete)
+                self.passed(*(request(path, lines) if lines else ([], [f"{path}?"])))
             case ("batch",):
                 self.micro_batch()
             case ("round",):
@@ -248,13 +251,34 @@ class Played:
     def forward(self, upserts: list[Row], deletes: list[str]) -> None:
         self.ids += 1
         self.waiting.append((-self.ids, upserts, deletes))
-        store = ObjectStore(cell_of(row) for row in self.showing().values())
-        with contextlib.suppress(InvalidWrite):  # not shown: the relay's rules refuse it
-            effects = store.admit(upserts, deletes)
-            changed: dict[str, Row | None] = {row["cell"]: row for row in effects.upserts}
-            self.shown[-self.ids] = ({**changed, **dict.fromkeys(effects.deletes)}, None)
+        self.shown[-self.ids] = (self.admitted(upserts, deletes), None)
         frame = Publish(7, "pps", columns(upserts), keys(deletes))
         self.take(self.live.write(frame, -self.ids, self.now))
+
+    def passed(self, upserts: list[Row], deletes: list[str]) -> None:
+        """A write made through another relay: if the publisher admits it, it is passed here
+        once logged (the request, at its offsets), shown unless the active state carries it,
+        admitted over what this relay shows, and confirmed by the first state of its offset."""
+        first = len(self.log)
+        if not self.admit(upserts, deletes):
+            return  # refused: passed to no relay
+        last = len(self.log)
+        if last > self.tick:
+            self.ids += 1
+            self.shown[1_000_000 + self.ids] = (self.admitted(upserts, deletes), last)
+        frame = Written("pps", first, last, columns(upserts), keys(deletes))
+        self.take(self.live.from_elsewhere(frame, self.now))
+
+    def admitted(self, upserts: list[Row], deletes: list[str]) -> dict[str, Row | None]:
+        """The cells a write changes as this relay admits it, over what it shows (none if its
+        rules refuse it)."""
+        store = ObjectStore(cell_of(row) for row in self.showing().values())
+        try:
+            effects = store.admit(upserts, deletes)
+        except InvalidWrite:
+            return {}
+        changed: dict[str, Row | None] = {row["cell"]: row for row in effects.upserts}
+        return {**changed, **dict.fromkeys(effects.deletes)}
 
     def check(self) -> None:
         """Each view is what the relay shows: live writes on top, or the confirmed cells."""
@@ -288,6 +312,8 @@ events = st.one_of(
     st.tuples(st.just("delete"), st.sampled_from(PATHS)),
     st.tuples(st.just("answer"), st.booleans()),
     st.tuples(st.just("override"), st.sampled_from(PATHS), lines),
+    st.tuples(st.just("elsewhere"), st.sampled_from(PATHS), lines),
+    st.tuples(st.just("elsewhere"), st.sampled_from(PATHS), st.none()),
     st.tuples(st.just("batch")),
     st.tuples(st.just("round")),
     st.tuples(st.just("late")),
@@ -393,3 +419,25 @@ def test_a_cell_shown_with_a_pending_write_leaves_when_its_object_loses_it() -> 
     talk.round()
     assert talk.views == expected(talk)
     assert len(talk.live.writes) == 0
+
+
+def test_a_write_through_another_relay_is_admitted_here_and_confirmed_by_its_offset() -> None:
+    talk = Played()
+    talk.step(("elsewhere", "/c/1", [("rpm", "9000", 0)]))  # passed on: /c/1 enters rpm>4000
+    assert talk.views[2]["/c/1?rpm"] == ("9000", 0) and "/c/1?state" in talk.views[2]
+    assert "/c/1?rpm" not in talk.views[5]  # confirmed only: not yet
+    talk.step(("elsewhere", "/c/2", None))  # deleting the object: all of its cells, here too
+    assert not any(cell.startswith("/c/2") for cell in talk.views[1])
+    talk.step(("batch",))
+    talk.step(("round",))
+    assert talk.views == expected(talk)
+    counters = talk.live.writes.counters
+    assert (talk.live.passed, counters.confirmed, counters.corrected) == (2, 2, 0)
+    upserts, deletes = request("/c/3", [("rpm", "5000", 0)])
+    talk.step(("override", "/c/3", [("rpm", "5000", 0)]))
+    talk.step(("batch",))
+    talk.step(("round",))  # the batch carried it before it was passed on: not shown again
+    frame = Written("pps", 0, len(talk.log), columns(upserts), keys(deletes))
+    talk.take(talk.live.from_elsewhere(frame, talk.now))
+    assert talk.live.late == 1 and len(talk.live.writes) == 0
+    assert talk.views == expected(talk)

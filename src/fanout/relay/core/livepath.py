@@ -86,8 +86,9 @@ class LivePath:
         request = Publish(0, frame.dataset, frame.upserts, frame.deletes)
         try:
             rows = written(kind.state.buffer.active.dtypes, kind.state.info, request)
+            rows = self._admitted(frame.dataset, rows)  # over the rows held here (objects')
         except (FanoutError, TypeError, ValueError):
-            self.invalid += 1  # the publisher logged it: our types differ, the batch decides
+            self.invalid += 1  # the publisher logged it: what we hold differs, the batch decides
             return []
         self.passed += 1
         id = next(self._elsewhere)

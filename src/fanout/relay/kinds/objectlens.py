@@ -7,6 +7,8 @@ or stops passing. Pending cells are laid over the confirmed ones before judging.
 admitted here as the publisher admits it (``views.objects.store``: quality, deletions, missing
 directories), over the cells of the objects it names with the pending ones on top; what the
 publisher decides otherwise (cells this relay does not hold) is corrected when it answers.
+A write made through another relay comes as its request (``Written``) and is admitted here the
+same way, over the cells this relay holds (``publisher.passing`` rule 4; docs/objects.md).
 """
 
 from __future__ import annotations
