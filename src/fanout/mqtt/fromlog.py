@@ -10,6 +10,8 @@ log, and sends what the live path did not carry (docs/mqtt.md). Rules:
    following the topic through ``durable`` take it from there.
 4. A deleted row removes the topic's retained message; nothing is delivered.
 5. A stream's first push (the dataset as it is) delivers nothing.
+6. A durable write from the relay's live path (``written``) is delivered at once as rule 3
+   says, unless a copy was delivered live already; it is remembered as rule 2 says.
 """
 
 from __future__ import annotations
@@ -18,6 +20,8 @@ import asyncio
 import logging
 from collections import deque
 from collections.abc import Callable
+
+import numpy as np
 
 from fanout.client.subscriber import LiveView, Subscriber, SubscriptionError, Update, connect
 from fanout.errors import FanoutError
@@ -28,6 +32,7 @@ from fanout.mqtt.durable import Durable
 from fanout.mqtt.ingest import Routes, is_message_key
 from fanout.mqtt.logrows import retained_with_payload, rows_of
 from fanout.views.topic import parse as topic_view
+from fanout.wire.columns import Columns, decode_columns
 
 log = logging.getLogger(__name__)
 
@@ -54,6 +59,8 @@ class LogFeed:
         self.shared = shared
         self.carried = carried or retained_with_payload
         self.delivered = self.deduplicated = 0
+        self.passed = 0  # durable writes delivered at once (rule 6)
+        self.keys: dict[str, str] = {}  # each followed dataset's key column
         #: The persistent sessions, which follow their own subscriptions (rule 3).
         self.durable: Durable | None = None
         self._memo: dict[str, deque[bytes]] = {}
@@ -70,6 +77,24 @@ class LogFeed:
                 del self._memo[next(iter(self._memo))]
             memo = self._memo[message.topic] = deque(maxlen=MEMO)
         memo.append(message.payload)
+
+    def written(self, dataset: str, upserts: Columns) -> None:
+        """A durable write of ``dataset`` (rule 6), its rows ``upserts``."""
+        if dataset not in self.routes.datasets():
+            return
+        key, columns = self.keys.get(dataset), decode_columns(upserts)
+        if key is None or not columns:
+            return  # not followed yet: the log delivers it
+        update = Update(0, 0, 0, 0, False, columns, {}, np.empty(0, object), 0.0, 0.0)
+        actions: list[Action] = []
+        for row in rows_of(update, key):
+            memo = self._memo.get(row.topic)
+            if memo is not None and row.payload in memo:
+                continue  # delivered live here already: the log dedups both copies as one
+            self.passed += 1
+            message = p.Publish(row.topic, row.payload, 1, retain=row.retain)
+            actions += self.broker.publish(message, shares=None if self.shared else ())
+        self.apply(actions)
 
     def take(self, key: str, update: Update) -> list[Action]:
         """What ``update`` of a followed dataset sends to the clients (rules 2-5)."""
@@ -130,5 +155,6 @@ class LogFeed:
             log.warning("mqtt log feed: %r not followed: %s", dataset, error)
             return
         streams[dataset] = stream
+        self.keys[dataset] = stream.key
         async for update in stream:
             self.apply(self.take(stream.key, update))
