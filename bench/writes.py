@@ -68,7 +68,7 @@ class Arrivals:
 
     def __init__(self) -> None:
         self.seen: dict[tuple[str, str], float] = {}
-        self.duplicated = 0
+        self.again: list[str] = []  # the topics sent again
         self._lock = threading.Lock()
         self._loop = asyncio.get_running_loop()
         self._waiting: dict[tuple[str, str], asyncio.Future[float]] = {}
@@ -78,7 +78,7 @@ class Arrivals:
         now, key = time.perf_counter(), (topic_name, payload)
         with self._lock:
             if key in self.seen:
-                self.duplicated += 1
+                self.again.append(topic_name)
                 return
             self.seen[key] = now
             waiter = self._waiting.pop(key, None)
@@ -248,7 +248,11 @@ def summarise(
         per_entry[entry] = {}
         for watcher in WATCHERS:
             values = times.get((entry, watcher), [])
-            row: dict[str, Any] = {**figures(values), "missing": missing.get((entry, watcher), 0)}
+            row: dict[str, Any] = {
+                **figures(values),
+                "missing": missing.get((entry, watcher), 0),
+                "duplicated": sum(t.split("/")[1] == entry for t in watchers[watcher].again),
+            }
             if watcher != "confirmed":
                 median = row["p50_ms"]
                 row["path"] = "none" if median is None else "live" if median < floor else "batch"
@@ -267,7 +271,7 @@ def summarise(
         "corrected": int(counted.get("fanout_relay_live_corrected_total", 0)),
         "deduplicated": int(counted.get("fanout_relay_live_deduplicated_total", 0)),
         "lost": sum(n for (_, w), n in missing.items() if w == "confirmed"),
-        "duplicated": sum(arrivals.duplicated for arrivals in watchers.values()),
+        "duplicated": sum(len(arrivals.again) for arrivals in watchers.values()),
         "passed": int(counted.get("fanout_relay_live_passed_total", 0)),
         "writes": len(started),
         "entries": per_entry,

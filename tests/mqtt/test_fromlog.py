@@ -169,3 +169,19 @@ def test_logged_messages_without_retain_are_news_once_and_never_retained() -> No
     update = replace(_logged_update(2, []), left=np.array([k for k, *_ in rows[2:]], dtype=object))
     c.apply(feed.take("id", update))
     assert set(broker.retained) == {"a/2"}
+
+
+def test_a_peer_relays_copy_of_a_passed_write_is_delivered_once() -> None:
+    """Rule 6 in a cluster: an MQTT client's message at another relay comes here both as the
+    durable write (``written``) and as the peer's copy, in either order: the second is not
+    delivered again; a copy of a message whose row the log carried already is news."""
+    broker = Broker()
+    c = Clients(broker)
+    feed = LogFeed(broker, c.apply, Routes("d"), str, shared=False)
+    feed.keys["d"] = "topic"
+    feed.written("d", _written([("a/1", b"x"), ("a/2", b"y")]))
+    assert feed.relayed(p.Publish("a/1", b"x", 1, retain=True))
+    assert not feed.relayed(p.Publish("a/1", b"x", 1, retain=True))  # another, the same
+    assert not feed.relayed(p.Publish("a/1", b"z", 1, retain=True))
+    feed.take("topic", _update(1, [("a/2", "y")]))
+    assert not feed.relayed(p.Publish("a/2", b"y", 1, retain=True))

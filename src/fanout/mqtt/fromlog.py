@@ -11,7 +11,8 @@ log, and sends what the live path did not carry (docs/mqtt.md). Rules:
 4. A deleted row removes the topic's retained message; nothing is delivered.
 5. A stream's first push (the dataset as it is) delivers nothing.
 6. A durable write from the relay's live path (``written``) is delivered at once as rule 3
-   says, unless a copy was delivered live already; it is remembered as rule 2 says.
+   says, unless a copy was delivered live already; remembered as rule 2 says, and until its
+   row comes as passed: a peer relay's copy of it then is not delivered (``relayed``).
 """
 
 from __future__ import annotations
@@ -64,19 +65,19 @@ class LogFeed:
         #: The persistent sessions, which follow their own subscriptions (rule 3).
         self.durable: Durable | None = None
         self._memo: dict[str, deque[bytes]] = {}
+        self._passed: dict[str, deque[bytes]] = {}  # rule 6
         self._feeding = False
         broker.on_deliver = self.on_deliver
 
     def on_deliver(self, message: p.Publish) -> None:
         """A message the broker delivers: remembered if the log will carry it (rule 2)."""
-        if self._feeding or not self.carried(message):
-            return
-        memo = self._memo.get(message.topic)
-        if memo is None:
-            if len(self._memo) >= MEMO:
-                del self._memo[next(iter(self._memo))]
-            memo = self._memo[message.topic] = deque(maxlen=MEMO)
-        memo.append(message.payload)
+        if not self._feeding and self.carried(message):
+            _remember(self._memo, message.topic, message.payload)
+
+    def relayed(self, message: p.Publish) -> bool:
+        """A peer relay's copy of a message for the plain subscriptions: whether ``written``
+        delivered it here already (rule 6; then the copy is not delivered again)."""
+        return _forget(self._passed, message.topic, message.payload)
 
     def written(self, dataset: str, upserts: Columns) -> None:
         """A durable write of ``dataset`` (rule 6), its rows ``upserts``."""
@@ -88,10 +89,12 @@ class LogFeed:
         update = Update(0, 0, 0, 0, False, columns, {}, np.empty(0, object), 0.0, 0.0)
         actions: list[Action] = []
         for row in rows_of(update, key):
+            _forget(self._passed, row.topic, row.payload)  # a copy relayed later is news
             memo = self._memo.get(row.topic)
             if memo is not None and row.payload in memo:
                 continue  # delivered live here already: the log dedups both copies as one
             self.passed += 1
+            _remember(self._passed, row.topic, row.payload)
             message = p.Publish(row.topic, row.payload, 1, retain=row.retain)
             actions += self.broker.publish(message, shares=None if self.shared else ())
         self.apply(actions)
@@ -105,6 +108,7 @@ class LogFeed:
                 self.broker.retained.pop(str(topic), None)
         actions: list[Action] = []
         for row in rows_of(update, key):
+            _forget(self._passed, row.topic, row.payload)  # a copy relayed later is news
             memo = self._memo.get(row.topic)
             if memo is not None and row.payload in memo:
                 self.deduplicated += 1
@@ -158,3 +162,24 @@ class LogFeed:
         self.keys[dataset] = stream.key
         async for update in stream:
             self.apply(self.take(stream.key, update))
+
+
+def _remember(memo: dict[str, deque[bytes]], topic: str, payload: bytes) -> None:
+    """Note ``payload`` delivered on ``topic`` (bounded: the oldest topic goes first)."""
+    held = memo.get(topic)
+    if held is None:
+        if len(memo) >= MEMO:
+            del memo[next(iter(memo))]
+        held = memo[topic] = deque(maxlen=MEMO)
+    held.append(payload)
+
+
+def _forget(memo: dict[str, deque[bytes]], topic: str, payload: bytes) -> bool:
+    """Take one ``payload`` noted on ``topic`` out; whether there was one."""
+    held = memo.get(topic)
+    if held is None or payload not in held:
+        return False
+    held.remove(payload)
+    if not held:
+        del memo[topic]
+    return True

@@ -229,6 +229,8 @@ def mqtt_parts(
             cluster.durable = durable
             if feed is not None:
                 feed.durable = durable
+        if feed is not None:
+            cluster.relayed = feed.relayed
     if routes.datasets() and not plain:
         log.warning(
             "mqtt: other producers' messages do not reach MQTT clients, and persistent sessions"
