@@ -14,8 +14,10 @@ from the call to the watcher holding it; each watcher's path is ``live`` when it
 below half the confirmed one's (``paths``), else ``batch``. ``same_relay`` is A's ``latest``
 view for writes entering at A; ``other_relay`` is B's for them and both for the producer's;
 ``lost`` (writes the confirmed view never held), ``duplicated`` (a value any watcher got again)
-and ``corrected`` (relays' ``/metrics``) are over all entry points. Prints one JSON object last
-(median of ``--runs`` runs, spread, per-entry breakdown, CPU seconds of each process).
+and ``corrected`` (relays' ``/metrics``) are over all entry points; ``durable`` is the time
+to the call's return (the publisher's answer; not MQTT's, whose call does not wait). Prints
+one JSON object last (median of ``--runs`` runs, spread, per-entry breakdown, CPU seconds of
+each relay, of the publisher with its JVM and of this client process, paho's threads too).
 """
 
 from __future__ import annotations
@@ -180,6 +182,7 @@ async def one_run(
     relay_a, relay_b, publisher = deployment["a"], deployment["b"], deployment["publisher"]
     watchers = {name: Arrivals() for name in WATCHERS}
     started: dict[str, tuple[str, str, float]] = {}  # topic -> entry, payload, when written
+    returned: dict[str, float] = {}  # topic -> when its call returned (once durable, but MQTT's)
     urls = [relay_a.url, relay_b.url]
     async with connect(relay_a.url) as here, connect(relay_b.url) as there:
         views = {
@@ -207,6 +210,7 @@ async def one_run(
                         name, payload = f"live/{entry}/{number}", str(number)
                         started[name] = (entry, payload, time.perf_counter())
                         await write(entry, name, payload)
+                        returned[name] = time.perf_counter()
                         for watcher in ("latest_a", "latest_b"):  # one write at a time
                             await watchers[watcher].at(name, payload, args.timeout)
             for name, (_, payload, _) in started.items():  # the slower paths, afterwards
@@ -222,7 +226,16 @@ async def one_run(
         for name in after[0]
     }
     used = {name: round(cpu_after[name] - cpu_before[name], 2) for name in cpu_after}
-    return {**summarise(watchers, started, args, counted), "cpu_s": used}
+    durable = [
+        (returned[name] - at) * 1000
+        for name, (entry, _, at) in started.items()
+        if entry != "mqtt"  # paho's publish returns before its PUBACK
+    ]
+    return {
+        **summarise(watchers, started, args, counted),
+        "durable_p50_ms": figures(durable)["p50_ms"],
+        "cpu_s": used,
+    }
 
 
 def summarise(
