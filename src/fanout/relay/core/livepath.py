@@ -219,7 +219,7 @@ class LivePath:
         if key is not None:
             one = downstream.get(key)
             return set() if one is None or self._lens(one) is None else {one.dataset}
-        return set(self.durable_datasets) | {
+        return set(self.durable_datasets & self.parts.kinds.keys()) | {
             name
             for name in self.parts.kinds
             if any(self._lens(s) is not None for s in downstream.of_dataset(name))
