@@ -260,6 +260,12 @@ class Cluster:
                 ("received", "Messages other relays forwarded here, delivered.", self.received),
                 ("lost", "Forwarded messages dropped: their relay died first.", self.lost),
                 (
+                    "deduplicated",
+                    "Messages forwarded here that reached its clients first as a durable write"
+                    " (then only to the shared subscriptions named).",
+                    self.deduplicated,
+                ),
+                (
                     "redis_failures",
                     "Calls to Redis that failed (each tried again; MQTT kept serving).",
                     self.redis_failures,
