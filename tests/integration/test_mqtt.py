@@ -17,7 +17,7 @@ from paho.mqtt.packettypes import PacketTypes
 from paho.mqtt.properties import Properties
 from redis.asyncio.cluster import RedisCluster
 
-from fanout.client import SubscriptionError
+from fanout.client import SubscriptionError, connect
 from fanout.client.publisher import open_producer, open_reader
 from fanout.launch import Child, Children
 from fanout.mqtt.matchtable import MatchTable
@@ -271,9 +271,11 @@ async def test_a_persistent_session_survives_its_relay_killed_mid_stream(
 
 
 async def test_a_producers_messages_reach_mqtt_subscribers_once(publisher: Child) -> None:
-    """Rows written through the producer API reach a matching MQTT subscriber once; a retained
-    message an MQTT client published reaches it once too, though the log carries it again."""
-    async with running_relay(publisher.url, mqtt=Mqtt(0, dataset="devices")) as (relay, _):
+    """Rows written through the producer API and through the relay's WebSocket reach a matching
+    MQTT subscriber once, at once (passed on by the live path once durable, not by the log); a
+    retained message an MQTT client published reaches it once too, though the log carries it
+    again."""
+    async with running_relay(publisher.url, mqtt=Mqtt(0, dataset="devices")) as (relay, url):
         assert relay.mqtt is not None
         subscriber = mqtt.Client(CallbackAPIVersion.VERSION2, "news", protocol=mqtt.MQTTv5)
         got: list[tuple[str, bytes]] = []
@@ -292,26 +294,36 @@ async def test_a_producers_messages_reach_mqtt_subscribers_once(publisher: Child
                     return [m for m in got if m[0] == "news/probe"]
 
                 await eventually(probe, bool, timeout=90, every=2.0)
+                assert relay.mqtt.feed is not None
+                passed = relay.mqtt.feed.passed
                 await run(
                     *("mosquitto_pub", "-p", str(relay.mqtt.port), "-q", "1", "-r"),
                     *("-t", "news/mqtt", "-m", "live"),
                 )
                 rows = [{"topic": "news/api", "payload": "from a producer"}]
                 await producer.publish("devices", [*rows, {"topic": "other", "payload": "x"}])
+            async with connect(url) as writer:
+                await writer.publish("devices", [{"topic": "news/ws", "payload": "through it"}])
 
             def news() -> list[tuple[str, bytes]]:
                 return sorted(m for m in got if m[0] != "news/probe")
 
-            await eventually(lambda: len(news()) >= 2, timeout=90, every=0.5)
+            await eventually(lambda: len(news()) >= 3, timeout=90, every=0.5)
+            assert relay.mqtt.feed.passed >= passed + 2  # news/api and news/ws: not the log's
             # The next micro-batches carry news/mqtt as well: it is not sent again.
             async with open_reader(publisher.url) as reader:
                 await eventually(
                     lambda: reader.read("devices", topic("news/#")),
                     lambda result: "news/mqtt" in result[1]["topic"].tolist(),
+                    retrying=(SubscriptionError,),  # no micro-batch yet: the news came live
                     **NEXT_BATCH,
                 )
             await asyncio.sleep(2.0)
-            assert news() == [("news/api", b"from a producer"), ("news/mqtt", b"live")]
+            assert news() == [
+                ("news/api", b"from a producer"),
+                ("news/mqtt", b"live"),
+                ("news/ws", b"through it"),
+            ]
         finally:
             subscriber.disconnect()
             subscriber.loop_stop()

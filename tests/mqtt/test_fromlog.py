@@ -19,11 +19,14 @@ from fanout.mqtt import packets as p
 from fanout.mqtt.broker import Broker
 from fanout.mqtt.fromlog import LogFeed
 from fanout.mqtt.ingest import Pending, Routes
+from fanout.wire.columns import Columns, encode_columns
 
 events = st.lists(
     st.one_of(
         st.tuples(st.just("live"), st.sampled_from(["a/1", "a/2", "b/1"])),
         st.tuples(st.just("foreign"), st.sampled_from(["a/1", "a/4", "b/2"])),
+        st.tuples(st.just("durable"), st.sampled_from(["a/1", "a/4", "b/2"])),
+        st.tuples(st.just("echo"), st.integers(0, 4)),
         st.tuples(st.just("batch"), st.integers(0, 4)),
     ),
     max_size=40,
@@ -39,8 +42,10 @@ def test_each_message_reaches_a_subscriber_once(events: list[tuple[str, Any]]) -
     c.send(1, p.Subscribe(1, (("a/+", 1),)))
     c.take(1)
     feed = LogFeed(broker, c.apply, Routes("d"), str)
+    feed.keys["d"] = "topic"  # followed
     unlogged: list[tuple[str, bytes]] = []
     foreign: list[tuple[str, bytes]] = []
+    passed: set[tuple[str, bytes]] = set()  # foreign ones passed at once (durable: rule 6)
     expected: Counter[tuple[str, bytes]] = Counter()
     for n, (kind, value) in enumerate(events):
         if kind == "live":
@@ -50,14 +55,53 @@ def test_each_message_reaches_a_subscriber_once(events: list[tuple[str, Any]]) -
             expected[message] += value.startswith("a/")
         elif kind == "foreign":
             foreign.append((value, f"f{n}".encode()))
+        elif kind == "durable":
+            message = (value, f"d{n}".encode())
+            feed.written("d", _written([message]))
+            foreign.append(message)
+            passed.add(message)
+            expected[message] += value.startswith("a/")
+        elif kind == "echo":  # a live message made durable comes back (the ingest link's)
+            if value < len(unlogged):
+                feed.written("d", _written([unlogged[value]]))
         else:  # a micro-batch: the first ``value`` live messages waiting, and the foreign ones
             taken, unlogged = unlogged[:value], unlogged[value:]
             last = dict(taken + foreign)  # the last message of each topic in the batch
-            expected.update((t, m) for t, m in foreign if last[t] == m and t.startswith("a/"))
+            expected.update(
+                (t, m)
+                for t, m in foreign
+                if last[t] == m and t.startswith("a/") and (t, m) not in passed
+            )
             foreign = []
             rows = [(t, m.decode()) for t, m in last.items()]
             c.apply(feed.take("topic", _update(n, rows)))
     assert Counter((t, m) for t, m, *_ in c.publishes(1)) == expected
+
+
+def _written(messages: list[tuple[str, bytes]]) -> Columns:
+    """A durable write's rows of ``messages`` (topic, payload), as the live path hands it."""
+    return encode_columns(
+        {
+            "topic": np.array([t for t, _ in messages], dtype=object),
+            "payload": np.array([m.decode() for _, m in messages], dtype=object),
+        }
+    )
+
+
+def test_a_durable_write_of_a_dataset_not_followed_waits_for_the_log() -> None:
+    broker = Broker()
+    c = Clients(broker)
+    c.connect(1, "s")
+    c.send(1, p.Subscribe(1, (("a/+", 1),)))
+    c.take(1)
+    feed = LogFeed(broker, c.apply, Routes("d"), str)
+    feed.written("d", _written([("a/1", b"x")]))  # its key column not known yet
+    feed.keys["d"] = "topic"
+    feed.written("other", _written([("a/1", b"y")]))  # not routed here
+    assert c.publishes(1) == []
+    feed.written("d", _written([("a/1", b"z")]))
+    assert c.publishes(1) == [("a/1", b"z", 1, False)]  # news: not flagged retained
+    assert broker.retained["a/1"].payload == b"z"
 
 
 def test_rows_of_the_log_are_the_retained_messages() -> None:
@@ -125,3 +169,19 @@ def test_logged_messages_without_retain_are_news_once_and_never_retained() -> No
     update = replace(_logged_update(2, []), left=np.array([k for k, *_ in rows[2:]], dtype=object))
     c.apply(feed.take("id", update))
     assert set(broker.retained) == {"a/2"}
+
+
+def test_a_peer_relays_copy_of_a_passed_write_is_delivered_once() -> None:
+    """Rule 6 in a cluster: an MQTT client's message at another relay comes here both as the
+    durable write (``written``) and as the peer's copy, in either order: the second is not
+    delivered again; a copy of a message whose row the log carried already is news."""
+    broker = Broker()
+    c = Clients(broker)
+    feed = LogFeed(broker, c.apply, Routes("d"), str, shared=False)
+    feed.keys["d"] = "topic"
+    feed.written("d", _written([("a/1", b"x"), ("a/2", b"y")]))
+    assert feed.relayed(p.Publish("a/1", b"x", 1, retain=True))
+    assert not feed.relayed(p.Publish("a/1", b"x", 1, retain=True))  # another, the same
+    assert not feed.relayed(p.Publish("a/1", b"z", 1, retain=True))
+    feed.take("topic", _update(1, [("a/2", "y")]))
+    assert not feed.relayed(p.Publish("a/2", b"y", 1, retain=True))

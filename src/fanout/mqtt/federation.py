@@ -147,6 +147,10 @@ class Cluster:
         self._registered = 0  # subscriptions of this relay in the table
         #: Persistent sessions kept in Redis (``durable``), run with the cluster; None: none.
         self.durable: Durable | None = None
+        #: Whether a peer's message was delivered here already, as a durable write
+        #: (``fromlog.LogFeed.relayed``): then only to the shares it names.
+        self.relayed: Callable[[p.Publish], bool] = lambda message: False
+        self.deduplicated = 0
         broker.shared_locally = False
 
     # -- what the broker says -----------------------------------------------------------------
@@ -255,6 +259,12 @@ class Cluster:
                 ("forwarded", "Messages forwarded to other relays of the cluster.", self.forwarded),
                 ("received", "Messages other relays forwarded here, delivered.", self.received),
                 ("lost", "Forwarded messages dropped: their relay died first.", self.lost),
+                (
+                    "deduplicated",
+                    "Messages forwarded here that reached its clients first as a durable write"
+                    " (then only to the shared subscriptions named).",
+                    self.deduplicated,
+                ),
                 (
                     "redis_failures",
                     "Calls to Redis that failed (each tried again; MQTT kept serving).",
@@ -365,6 +375,8 @@ class Cluster:
                     message, origin, plain, shares, (sender, number) = read_peer_packet(packet)
                     if not sender or self._incoming.accept(sender, number):
                         self.received += 1
+                        if plain and self.relayed(message):  # delivered from the log's side
+                            plain, self.deduplicated = False, self.deduplicated + 1
                         now = time.monotonic()  # its expiry starts here (broker rule 9)
                         delivered = self.broker.publish(
                             message, origin, plain=plain, shares=shares, now=now

@@ -10,6 +10,9 @@ log, and sends what the live path did not carry (docs/mqtt.md). Rules:
    following the topic through ``durable`` take it from there.
 4. A deleted row removes the topic's retained message; nothing is delivered.
 5. A stream's first push (the dataset as it is) delivers nothing.
+6. A durable write from the relay's live path (``written``) is delivered at once as rule 3
+   says, unless a copy was delivered live already; remembered as rule 2 says, and until its
+   row comes as passed: a peer relay's copy of it then is not delivered (``relayed``).
 """
 
 from __future__ import annotations
@@ -18,6 +21,8 @@ import asyncio
 import logging
 from collections import deque
 from collections.abc import Callable
+
+import numpy as np
 
 from fanout.client.subscriber import LiveView, Subscriber, SubscriptionError, Update, connect
 from fanout.errors import FanoutError
@@ -28,6 +33,7 @@ from fanout.mqtt.durable import Durable
 from fanout.mqtt.ingest import Routes, is_message_key
 from fanout.mqtt.logrows import retained_with_payload, rows_of
 from fanout.views.topic import parse as topic_view
+from fanout.wire.columns import Columns, decode_columns
 
 log = logging.getLogger(__name__)
 
@@ -54,22 +60,44 @@ class LogFeed:
         self.shared = shared
         self.carried = carried or retained_with_payload
         self.delivered = self.deduplicated = 0
+        self.passed = 0  # durable writes delivered at once (rule 6)
+        self.keys: dict[str, str] = {}  # each followed dataset's key column
         #: The persistent sessions, which follow their own subscriptions (rule 3).
         self.durable: Durable | None = None
         self._memo: dict[str, deque[bytes]] = {}
+        self._passed: dict[str, deque[bytes]] = {}  # rule 6
         self._feeding = False
         broker.on_deliver = self.on_deliver
 
     def on_deliver(self, message: p.Publish) -> None:
         """A message the broker delivers: remembered if the log will carry it (rule 2)."""
-        if self._feeding or not self.carried(message):
+        if not self._feeding and self.carried(message):
+            _remember(self._memo, message.topic, message.payload)
+
+    def relayed(self, message: p.Publish) -> bool:
+        """A peer relay's copy of a message for the plain subscriptions: whether ``written``
+        delivered it here already (rule 6; then the copy is not delivered again)."""
+        return _forget(self._passed, message.topic, message.payload)
+
+    def written(self, dataset: str, upserts: Columns) -> None:
+        """A durable write of ``dataset`` (rule 6), its rows ``upserts``."""
+        if dataset not in self.routes.datasets():
             return
-        memo = self._memo.get(message.topic)
-        if memo is None:
-            if len(self._memo) >= MEMO:
-                del self._memo[next(iter(self._memo))]
-            memo = self._memo[message.topic] = deque(maxlen=MEMO)
-        memo.append(message.payload)
+        key, columns = self.keys.get(dataset), decode_columns(upserts)
+        if key is None or not columns:
+            return  # not followed yet: the log delivers it
+        update = Update(0, 0, 0, 0, False, columns, {}, np.empty(0, object), 0.0, 0.0)
+        actions: list[Action] = []
+        for row in rows_of(update, key):
+            _forget(self._passed, row.topic, row.payload)  # a copy relayed later is news
+            memo = self._memo.get(row.topic)
+            if memo is not None and row.payload in memo:
+                continue  # delivered live here already: the log dedups both copies as one
+            self.passed += 1
+            _remember(self._passed, row.topic, row.payload)
+            message = p.Publish(row.topic, row.payload, 1, retain=row.retain)
+            actions += self.broker.publish(message, shares=None if self.shared else ())
+        self.apply(actions)
 
     def take(self, key: str, update: Update) -> list[Action]:
         """What ``update`` of a followed dataset sends to the clients (rules 2-5)."""
@@ -80,6 +108,7 @@ class LogFeed:
                 self.broker.retained.pop(str(topic), None)
         actions: list[Action] = []
         for row in rows_of(update, key):
+            _forget(self._passed, row.topic, row.payload)  # a copy relayed later is news
             memo = self._memo.get(row.topic)
             if memo is not None and row.payload in memo:
                 self.deduplicated += 1
@@ -130,5 +159,27 @@ class LogFeed:
             log.warning("mqtt log feed: %r not followed: %s", dataset, error)
             return
         streams[dataset] = stream
+        self.keys[dataset] = stream.key
         async for update in stream:
             self.apply(self.take(stream.key, update))
+
+
+def _remember(memo: dict[str, deque[bytes]], topic: str, payload: bytes) -> None:
+    """Note ``payload`` delivered on ``topic`` (bounded: the oldest topic goes first)."""
+    held = memo.get(topic)
+    if held is None:
+        if len(memo) >= MEMO:
+            del memo[next(iter(memo))]
+        held = memo[topic] = deque(maxlen=MEMO)
+    held.append(payload)
+
+
+def _forget(memo: dict[str, deque[bytes]], topic: str, payload: bytes) -> bool:
+    """Take one ``payload`` noted on ``topic`` out; whether there was one."""
+    held = memo.get(topic)
+    if held is None or payload not in held:
+        return False
+    held.remove(payload)
+    if not held:
+        del memo[topic]
+    return True

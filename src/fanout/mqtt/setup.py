@@ -36,6 +36,7 @@ from fanout.relay.api import RelayApi
 
 if TYPE_CHECKING:
     from fanout.relay.config import RelayConfig
+    from fanout.relay.core.livepath import LivePath
 
 log = logging.getLogger(__name__)
 
@@ -56,8 +57,15 @@ class MqttFrontEnd:
         self._relay: RelayApi | None = None
         self._started = time.monotonic()
         self._tasks: list[asyncio.Task[None]] = []
-        self.listener, self.ingest, self.cluster = mqtt_parts(config, self._url)
+        self.listener, self.ingest, self.cluster, self.feed = mqtt_parts(config, self._url)
         self.websockets: MqttWebSockets | None = None
+
+    def take_durable_writes(self, live: LivePath) -> None:
+        """Have the relay's live path hand this broker's clients each durable write of the
+        datasets it routes at once (``mqtt.fromlog`` rule 6), if it follows their logs."""
+        if self.feed is not None:
+            live.durable = self.feed.written
+            live.durable_datasets = frozenset(self.feed.routes.datasets())
 
     def on_the_port(self, port: Callable[[], asyncio.Server | None]) -> MqttWebSockets | None:
         """MQTT over WebSockets on the relay's port (``port()``, its listener), if configured:
@@ -152,8 +160,9 @@ class MqttFrontEnd:
 
 def mqtt_parts(
     config: RelayConfig, url: Callable[[], str] | None = None
-) -> tuple[Listener, ProducerLink | None, Cluster | None]:
-    """The listener on ``config.mqtt.port``, and the ingest link and cluster if configured.
+) -> tuple[Listener, ProducerLink | None, Cluster | None, LogFeed | None]:
+    """The listener on ``config.mqtt.port``, and the ingest link, cluster and log feed if
+    configured.
 
     ``url()`` is where the relay serves subscribers once it runs: with a topic dataset, the relay
     reads the dataset's log there (``fromlog``; in a cluster also for persistent sessions,
@@ -220,6 +229,8 @@ def mqtt_parts(
             cluster.durable = durable
             if feed is not None:
                 feed.durable = durable
+        if feed is not None:
+            cluster.relayed = feed.relayed
     if routes.datasets() and not plain:
         log.warning(
             "mqtt: other producers' messages do not reach MQTT clients, and persistent sessions"
@@ -233,7 +244,7 @@ def mqtt_parts(
             cluster.on_published(action.message, action.client_id)
 
     listener.on_published = published
-    return listener, link, cluster
+    return listener, link, cluster, feed
 
 
 def mqtt_access(config: RelayConfig, datasets: list[str]) -> Access:

@@ -361,3 +361,29 @@ def test_latest_views_of_a_real_relay_converge_to_the_publishers_state(script: l
     assert talk.views[2] == expected
     assert talk.views[1] == talk.views[3] == {k: v for k, v in expected.items() if k[0] == "a"}
     assert len(talk.live.writes) == 0
+
+
+def test_each_durable_write_goes_at_once_to_whom_takes_them() -> None:
+    """Rule 4 (the MQTT front end's clients): ours once logged, never a refused one; one made
+    elsewhere as it comes, unless the state carries it (the log delivers it then); and the
+    relay asks for the dataset's writes though no ``latest`` view here takes them."""
+    talk = Talk()
+    got: list[list[str]] = []
+    talk.live.durable = lambda dataset, upserts: got.append(
+        decode_columns(upserts)["topic"].tolist()
+    )
+    talk.live.durable_datasets = frozenset({"sensors"})
+    assert talk.live.wanted() == {"sensors"}
+    talk.subscribe(1, "a/#", mode="every")
+    talk.batch(1, {"a/1": 1.0})
+    talk.round()
+    for upstream, name in ((-1, "a/2"), (-2, "a/3"), (-3, "a/4"), (-4, "a/5")):
+        talk.write(upstream, {name: 5.0})
+    assert got == []  # forwarded, not logged yet
+    talk.live.accepted(-1, 2)
+    talk.live.refused(-2)
+    talk.live.lost()  # -3 and -4 answered unavailable: they may or may not be logged
+    talk.live.accepted(-3, 3)
+    talk.live.from_elsewhere(written(2, 3, {"b/1": 1.0}), 0.0)
+    talk.live.from_elsewhere(written(1, 1, {"b/2": 1.0}), 0.0)  # the state carries it
+    assert got == [["a/2"], ["b/1"]]

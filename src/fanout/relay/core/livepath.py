@@ -3,16 +3,15 @@ once to the ``latest`` subscriptions it concerns, and their pushes are reconcile
 publisher's stream settles it (``relay.core.provisional``; docs/concepts.md, "Two paths").
 
 It turns frames and pushes into the pure core's rows, and its patches into push frames:
-1. A write is shown only if its rows are whole rows of the dataset, of its column types, keys
-   unique, and its kind's lens admits them as the publisher would (objects' quality rules;
-   else it takes the confirmed path alone, counted ``invalid``: the publisher's answer tells
-   its writer why). A write made elsewhere comes durable (``Written``, from upstream):
-   shown as one of ours already accepted at its offset, unless the active state carries it.
-2. A subscription watches from a full push when it is ``latest``, did not ask ``confirmed``, is
-   not transduced and its kind has a lens (``DatasetKind.lens``); its pushes while anything is
-   pending or shown are decoded, reconciled and encoded again (provisional if they carry a
-   pending row).
+1. A write is shown only if it is whole rows of the dataset's column types, keys unique, that
+   its kind's lens admits (objects' quality rules); else it is counted ``invalid`` and takes
+   the confirmed path alone. One made elsewhere comes durable (``Written``): shown as ours
+   accepted at its offset, unless the active state carries it.
+2. A subscription watches from a full push if ``latest``, not ``confirmed``, not transduced, of
+   a kind with a lens; its pushes meanwhile are reconciled (provisional if a row is pending).
 3. Provisional pushes and corrections carry the active state's epoch, seq and tick.
+4. A durable write of ``durable_datasets`` goes to ``durable`` at once (ours once logged): to
+   MQTT clients (``mqtt.fromlog``), who cannot be told a write they saw was undone.
 """
 
 from __future__ import annotations
@@ -55,12 +54,19 @@ class LivePath:
         self._lenses: dict[SubKey, RowLens] = {}
         # Writes made elsewhere are numbered up from 1: ours by the ``Forwarder``, down from -1.
         self._elsewhere = itertools.count(1)
+        #: Who takes the durable writes of ``durable_datasets`` (rule 4), and ours awaiting
+        #: answers meanwhile (as many as the ``Forwarder`` lets wait).
+        self.durable: Callable[[str, Columns], None] = lambda dataset, upserts: None
+        self.durable_datasets: frozenset[str] = frozenset()
+        self._asked: dict[int, Publish] = {}
 
     # -- writes and their answers --------------------------------------------------------
 
     def write(self, request: Publish, upstream: int, now: float) -> list[Send]:
         """``request`` was forwarded upstream as ``upstream``: shown to whom it concerns."""
         self.prune()
+        if request.dataset in self.durable_datasets:
+            self._asked[upstream] = request  # rule 4, once answered
         kind = self.parts.kinds.get(request.dataset)
         if kind is None or not self._watched(request.dataset):
             return []
@@ -76,12 +82,13 @@ class LivePath:
         """A write made through another relay or a producer, logged up to ``frame.last``: shown
         to whom it concerns here, confirmed by this relay's first state with ``tick >= last``."""
         self.prune()
+        if self._carried(frame.dataset, frame.last):
+            self.late += 1  # the confirmed path was faster
+            return []
+        if frame.dataset in self.durable_datasets:
+            self.durable(frame.dataset, frame.upserts)  # rule 4
         kind = self.parts.kinds.get(frame.dataset)
         if kind is None or not self._watched(frame.dataset):
-            return []
-        stamp = kind.state.buffer.stamp
-        if stamp is not None and stamp.tick >= frame.last:
-            self.late += 1  # the confirmed path was faster
             return []
         request = Publish(0, frame.dataset, frame.upserts, frame.deletes)
         try:
@@ -97,10 +104,14 @@ class LivePath:
 
     def accepted(self, upstream: int, last: int) -> list[Send]:
         """The publisher logged write ``upstream`` up to ingest offset ``last``."""
+        request = self._asked.pop(upstream, None)
+        if request is not None and not self._carried(request.dataset, last):
+            self.durable(request.dataset, request.upserts)  # rule 4
         return self._sends(self.writes.accepted(upstream, last))
 
     def refused(self, upstream: int) -> list[Send]:
         """The publisher refused write ``upstream``."""
+        self._asked.pop(upstream, None)
         return self._sends(self.writes.refused(upstream))
 
     def swapped(self, dataset: str, stamp: Stamp | None) -> list[Send]:
@@ -115,6 +126,7 @@ class LivePath:
     def lost(self) -> list[Send]:
         """The upstream link is gone: the writes it had not answered are withdrawn; the
         accepted ones wait, their deadlines stopped, for the stream to carry them."""
+        self._asked.clear()  # answered ``unavailable``: they may or may not be logged
         return self._sends(self.writes.away())
 
     def back(self) -> None:
@@ -201,17 +213,24 @@ class LivePath:
         return lens.admitted(rows, self.writes.newest(dataset))
 
     def wanted(self, key: SubKey | None = None) -> set[str]:
-        """The datasets a subscription here takes live writes of (``LiveWrites``), or only
-        subscription ``key``'s if it does (at once, before its first full push)."""
+        """The datasets a subscription here takes live writes of (``LiveWrites``), and those
+        ``durable`` takes (rule 4), or only subscription ``key``'s if it does (at once, before
+        its first full push)."""
         downstream = self.parts.downstream
         if key is not None:
             one = downstream.get(key)
             return set() if one is None or self._lens(one) is None else {one.dataset}
-        return {
+        return set(self.durable_datasets & self.parts.kinds.keys()) | {
             name
             for name in self.parts.kinds
             if any(self._lens(s) is not None for s in downstream.of_dataset(name))
         }
+
+    def _carried(self, dataset: str, last: int) -> bool:
+        """Whether the active state of ``dataset`` carries the writes logged up to ``last``."""
+        kind = self.parts.kinds.get(dataset)
+        stamp = None if kind is None else kind.state.buffer.stamp
+        return stamp is not None and stamp.tick >= last
 
     def _watched(self, dataset: str) -> bool:
         return any(lens.subscription.dataset == dataset for lens in self._lenses.values())
