@@ -7,7 +7,8 @@ count of rows differs. A cell that is not changed holds the same rows, unchanged
 it now was not written since, so it lay in that cell then, and the counts are equal. A box
 whose cells are all unchanged therefore holds the same rows with the same values: its push
 would enter, update and leave nothing. The summary is of one pair of states: a view held as of
-the earlier one may use it (``QuietCells.since``).
+the earlier one may use it (``QuietCells.since``). Counting is a pass over the rows a state:
+where it finds nothing quiet it pauses (``QuietViews``).
 """
 
 from __future__ import annotations
@@ -15,10 +16,15 @@ from __future__ import annotations
 import itertools
 import math
 import sys
-from collections.abc import Sequence
+from collections.abc import Hashable, Sequence
+from typing import cast
 
 import numpy as np
 import numpy.typing as npt
+
+from fanout.relay.core.downstream import Subscription
+from fanout.relay.data.buffers import DoubleBuffer
+from fanout.views.region import Box
 
 Floats = npt.NDArray[np.float64]
 Mask = npt.NDArray[np.bool_]
@@ -28,6 +34,61 @@ Mask = npt.NDArray[np.bool_]
 PER_CELL = 4
 #: Cells per axis at most.
 MOST_CELLS = 256
+#: States at most between two counts of a dataset's rows in which no view asked was quiet.
+BACKOFF = 32
+
+
+class QuietViews:
+    """Which due box views of one dataset are quiet (their ``QuietCells``), counting the rows
+    of each state only while that pays."""
+
+    def __init__(self) -> None:
+        self.cells = QuietCells()
+        self._count_from = 0  # the generation from which to count again (``_back_off``)
+        self._pause = 1
+
+    def of(self, due: Sequence[tuple[Subscription, Hashable]], buffer: DoubleBuffer) -> list[bool]:
+        """Which of the due box views (each with the box it is cut from) hold the rows of the
+        state before this one, in which no row changed inside them since: their push is a
+        ``NoUpdate``."""
+        cells, stamp = self.cells, buffer.stamp
+        if stamp is None or buffer.generation < self._count_from:
+            return [False] * len(due)
+        position = (stamp.epoch, stamp.seq)
+        cells.advance(buffer.generation, position, buffer.index.columns, buffer.active.changed)
+        since = cells.since
+        if since is None:
+            return [False] * len(due)
+        asked = [
+            at
+            for at, (subscription, located) in enumerate(due)
+            if (held := subscription.held) is not None
+            and (held.generation, held.seq) == since
+            and held.epoch == stamp.epoch
+            and not held.refresh
+            and held.stale is None
+            and held.anchor is None
+            and located == subscription.view == held.view
+        ]
+        quiet = [False] * len(due)
+        if asked:
+            views = [cast(Box, due[at][1]) for at in asked]
+            lo = np.array([view.lo for view in views], dtype=np.float64)
+            hi = np.array([view.hi for view in views], dtype=np.float64)
+            for at, still in zip(asked, cells.quiet(lo, hi).tolist(), strict=True):
+                quiet[at] = still
+            self._back_off(any(quiet), buffer.generation)
+        return quiet
+
+    def _back_off(self, paid: bool, generation: int) -> None:
+        """Counting costs a pass over the rows each state: where no view asked was quiet (every
+        cell changes, as in a world where everything moves), count again only after 2, 4, ...
+        up to ``BACKOFF`` states (views are cut meanwhile)."""
+        if paid:
+            self._pause = 1
+            return
+        self._count_from = generation + self._pause
+        self._pause = min(2 * self._pause, BACKOFF)
 
 
 class QuietCells:
@@ -43,7 +104,7 @@ class QuietCells:
         self._last: tuple[int, int] | None = None
         self._epoch = 0
         self._lo: Floats | None = None
-        self._side: Floats | None = None
+        self._inverse: Floats | None = None  # 1 / a cell's side, per axis
         self._cells = 0
         self._counts: npt.NDArray[np.int64] | None = None
         self._table: npt.NDArray[np.int64] | None = None  # changed cells' summed-area table
@@ -100,7 +161,8 @@ class QuietCells:
         lo = [float(c[finite].min()) if count else 0.0 for c in columns]
         hi = [float(c[finite].max()) if count else 1.0 for c in columns]
         self._lo = np.array(lo)
-        self._side = np.array([_side(low, high, inner) for low, high in zip(lo, hi, strict=True)])
+        sides = [_side(low, high, inner) for low, high in zip(lo, hi, strict=True)]
+        self._inverse = np.array([1.0 / side for side in sides])
         self._cells = inner + 2  # a band of cells on each side holds rows beyond the grid
 
     def _buckets(self) -> int:
@@ -108,13 +170,17 @@ class QuietCells:
         return int(self._cells**dims) + 1
 
     def _axis(self, values: Floats, axis: int) -> npt.NDArray[np.int64]:
-        """Cells along ``axis``; the same monotonic formula for rows and box corners, so a box
-        touches the cell of every point inside it."""
-        assert self._lo is not None and self._side is not None
+        """Cells along ``axis``, 0 and the last for beyond the grid; the same monotonic formula
+        for rows and box corners, so a box touches the cell of every point inside it (NaN:
+        any cell, the caller's to ignore)."""
+        assert self._lo is not None and self._inverse is not None
         with np.errstate(invalid="ignore", over="ignore"):
-            raw = np.floor((values - self._lo[axis]) / self._side[axis]) + 1
-        raw = np.nan_to_num(raw, nan=0.0, posinf=self._cells - 1, neginf=0.0)
-        cells: npt.NDArray[np.int64] = np.clip(raw, 0, self._cells - 1).astype(np.int64)
+            raw = values - self._lo[axis]
+            raw *= self._inverse[axis]
+            raw += 1.0
+            np.maximum(raw, 0.0, out=raw)
+            np.minimum(raw, self._cells - 1.0, out=raw)
+            cells: npt.NDArray[np.int64] = raw.astype(np.int64)  # truncation: floor here
         return cells
 
     def _cell_of_rows(self, columns: Sequence[Floats]) -> npt.NDArray[np.int64]:

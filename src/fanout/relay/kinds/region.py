@@ -13,7 +13,6 @@ inside it, an entity primitive its entity's row.
 from __future__ import annotations
 
 from collections.abc import Hashable, Mapping, Sequence
-from typing import cast
 
 import numpy as np
 
@@ -31,7 +30,7 @@ from fanout.relay.data.intake import DatasetState
 from fanout.relay.data.pushes import NO_ROWS, Body, Held, cut
 from fanout.relay.kinds.base import PRUNE_WINDOW, Accepted, Cut, Parts, RelaySide
 from fanout.relay.kinds.lens import RowLens
-from fanout.relay.kinds.quiet import QuietCells
+from fanout.relay.kinds.quiet import QuietViews
 from fanout.views import View, covers
 from fanout.views.entity import Entity
 from fanout.views.members import members
@@ -55,7 +54,7 @@ class RegionKind:
         self.state = DatasetState.of(info, info.index_columns)
         self.name = info.name
         self._parts = parts
-        self._cells = QuietCells()
+        self._quiet = QuietViews()
 
     # -- subscribing ------------------------------------------------------------------
 
@@ -198,7 +197,7 @@ class RegionKind:
     def cut_together(self, due: Sequence[tuple[Subscription, Hashable]]) -> list[Cut | None]:
         """``cut`` for box views: those no row changed in since their last push are not cut
         (``relay.kinds.quiet``), the others' bodies not yet encoded in one pass per shape."""
-        quiet = self._quiet(due)
+        quiet = self._quiet.of(due, self.state.buffer) if self.quiet_views else []
         if not any(quiet):
             return self._cut_boxes(due)
         cuts = iter(self._cut_boxes([d for d, q in zip(due, quiet, strict=True) if not q]))
@@ -206,39 +205,6 @@ class RegionKind:
             self._unchanged(subscription) if q else next(cuts)
             for (subscription, _), q in zip(due, quiet, strict=True)
         ]
-
-    def _quiet(self, due: Sequence[tuple[Subscription, Hashable]]) -> list[bool]:
-        """Which of the due box views hold the rows of the state before this one, in which no
-        row changed inside them since: their push is a ``NoUpdate``."""
-        buffer, cells = self.state.buffer, self._cells
-        stamp = buffer.stamp
-        if not self.quiet_views or stamp is None:
-            return [False] * len(due)
-        cells.advance(
-            buffer.generation, (stamp.epoch, stamp.seq), buffer.index.columns, buffer.active.changed
-        )
-        since = cells.since
-        if since is None:
-            return [False] * len(due)
-        asked = [
-            at
-            for at, (subscription, located) in enumerate(due)
-            if (held := subscription.held) is not None
-            and (held.generation, held.seq) == since
-            and held.epoch == stamp.epoch
-            and not held.refresh
-            and held.stale is None
-            and held.anchor is None
-            and located == subscription.view == held.view
-        ]
-        quiet = [False] * len(due)
-        if asked:
-            views = [cast(Box, due[at][1]) for at in asked]
-            lo = np.array([view.lo for view in views], dtype=np.float64)
-            hi = np.array([view.hi for view in views], dtype=np.float64)
-            for at, still in zip(asked, cells.quiet(lo, hi).tolist(), strict=True):
-                quiet[at] = still
-        return quiet
 
     def _unchanged(self, subscription: Subscription) -> Cut:
         """The push of a view no row changed in: the rows it holds, as of the active state."""
