@@ -10,7 +10,8 @@ scripted world ticks (``--entities``) beside them. Reports, in this thread's CPU
 * ``housekeeping_cpu_ms``: one ``RelayCore.housekeeping`` (the relay runs it twice a second:
   releasing unneeded primitives looks at every view and every primitive);
 * ``tick_cpu_ms``: ending a tick's epoch and serving what is due (``RelayCore.pushes``: each idle
-  view gets a ``NoUpdate`` a tick), and ``tick_cpu_us_per_idle``, that over the idle views;
+  view gets a ``NoUpdate`` a tick, not cut: ``relay.kinds.quiet``), and
+  ``tick_cpu_us_per_idle``, that over the idle views;
 * ``cores_at_10hz``: what ticks at 10 a second and housekeeping twice a second would take of a
   core, the figure ``docs/benchmarks/submemory.md`` saw as 0.58 cores at 10,000.
 """

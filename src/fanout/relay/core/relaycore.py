@@ -448,10 +448,9 @@ class RelayCore:
             self._ready_snapshots(name)
             readers = self.downstream.of_reader(name)
             added += kind.after_swap(readers)
-            for subscription in readers:
-                if refresh:
-                    self.lifecycle.new_epoch(subscription)
-                self.scheduler.wake(subscription.key)
+            for subscription in readers if refresh else ():
+                self.lifecycle.new_epoch(subscription)
+            self.scheduler.wake_all([subscription.key for subscription in readers])
             confirmed += self.serving.live.swapped(name, after)  # writes it carries
         return _acquires(added) + confirmed
 

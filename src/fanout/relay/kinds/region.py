@@ -27,9 +27,10 @@ from fanout.relay.core.upstream import Primitive, release_spare
 from fanout.relay.data.batchcut import batchable, cut_boxes
 from fanout.relay.data.buffers import Array, Keys, Mask, Table
 from fanout.relay.data.intake import DatasetState
-from fanout.relay.data.pushes import Body, Held, cut
+from fanout.relay.data.pushes import NO_ROWS, Body, Held, cut
 from fanout.relay.kinds.base import PRUNE_WINDOW, Accepted, Cut, Parts, RelaySide
 from fanout.relay.kinds.lens import RowLens
+from fanout.relay.kinds.quiet import QuietViews
 from fanout.views import View, covers
 from fanout.views.entity import Entity
 from fanout.views.members import members
@@ -41,6 +42,9 @@ class RegionKind:
     """A ``space`` dataset at the relay (``relay.kinds.base.DatasetKind``)."""
 
     metered = False
+    #: Whether box views no row changed in are pushed without a cut (``relay.kinds.quiet``);
+    #: off only to compare with cutting every view (its property test).
+    quiet_views = True
 
     def __init__(self, info: DatasetInfo, parts: Parts) -> None:
         """
@@ -50,6 +54,7 @@ class RegionKind:
         self.state = DatasetState.of(info, info.index_columns)
         self.name = info.name
         self._parts = parts
+        self._quiet = QuietViews()
 
     # -- subscribing ------------------------------------------------------------------
 
@@ -190,6 +195,25 @@ class RegionKind:
         return body, self._held_after(subscription, body)
 
     def cut_together(self, due: Sequence[tuple[Subscription, Hashable]]) -> list[Cut | None]:
+        """``cut`` for box views: those no row changed in since their last push are not cut
+        (``relay.kinds.quiet``), the others' bodies not yet encoded in one pass per shape."""
+        quiet = self._quiet.of(due, self.state.buffer) if self.quiet_views else []
+        if not any(quiet):
+            return self._cut_boxes(due)
+        cuts = iter(self._cut_boxes([d for d, q in zip(due, quiet, strict=True) if not q]))
+        return [
+            self._unchanged(subscription) if q else next(cuts)
+            for (subscription, _), q in zip(due, quiet, strict=True)
+        ]
+
+    def _unchanged(self, subscription: Subscription) -> Cut:
+        """The push of a view no row changed in: the rows it holds, as of the active state."""
+        held = subscription.held
+        assert held is not None
+        body = Body(held.keys, None, False, 0, NO_ROWS, NO_ROWS, NO_ROWS)
+        return body, self._held_after(subscription, body)
+
+    def _cut_boxes(self, due: Sequence[tuple[Subscription, Hashable]]) -> list[Cut | None]:
         """``cut`` for box views, the bodies not yet encoded cut in one pass per shape."""
         encodings, buffer = self._parts.encodings, self.state.buffer
         wanted: dict[Shape, dict[Hashable, tuple[Box, Held | None]]] = {}

@@ -9,7 +9,8 @@ round, and ends a round early: the next one starts from its state.
 
 Housekeeping, twice a second, releases spare primitives (of the relays below too), logs the
 relay's counts every ``stats_every`` seconds and closes subscribers that left a push (or, on a
-link it paces, a ping behind one: ``relay.core.links``) unread for ``stall_timeout`` seconds.
+link it paces, a ping behind one: ``relay.core.links``) unread for ``stall_timeout`` seconds,
+looking at the connections pushed to or busy, not all of them each time.
 """
 
 from __future__ import annotations
@@ -29,6 +30,10 @@ from fanout.relay.shell.writer import Writer
 from fanout.tiers.below import Relays
 
 log = logging.getLogger(__name__)
+
+#: Housekeeping passes (two a second) in which every connection is looked at once for a stall,
+#: besides those watched (``Pump._close_stalled``).
+SWEEP = 10
 
 
 class Pump:
@@ -68,6 +73,9 @@ class Pump:
         #: CPU seconds the event loop's thread spent in rounds of pushes (``relay.shell.admin``).
         self.push_cpu = 0.0
         self._dispatch = dispatch
+        #: Connections to look at for a stall: pushed to, or found busy, since last seen idle.
+        self._watched: set[int] = set()
+        self._sweep: list[int] = []  # the connections this sweep has still to look at
         self.tick_to_push = metrics.Histogram(
             "relay_tick_to_push_seconds",
             "Seconds from a tick (the publisher's clock) to the relay handing its push to the"
@@ -119,6 +127,7 @@ class Pump:
         with contextlib.closing(rounds) as pushes:
             for send in pushes:
                 self._dispatch((send,))
+                self._watched.add(send.to)  # looked at for a stall until seen idle
                 if time.perf_counter() >= deadline or writer.written():
                     break
         writer.advance()
@@ -131,7 +140,12 @@ class Pump:
 
     def _is_idle(self, client: int) -> bool:
         outbound = self._clients.open.get(client)
-        return outbound is not None and outbound.idle
+        if outbound is None:
+            return False
+        if not outbound.idle:
+            self._watched.add(client)
+            return False
+        return True
 
     async def housekeeping(self) -> None:
         """Release spare primitives, log counts and close stalled subscribers, until
@@ -149,8 +163,30 @@ class Pump:
                 logged = now
                 stats = {**self._core.stats(), **self._relays.stats()}
                 log.info("relay %s: %s", config.name, stats)
-            links = self._core.serving.links  # a paced link's ping unanswered: pushes unread
-            for client, outbound in list(self._clients.open.items()):
-                stalled = max(outbound.stalled_for(now), links.unread_for(client, now))
-                if stalled > config.limits.stall_timeout:
-                    outbound.close(f"slow consumer: a push unread for {stalled:.0f} s")
+            self._close_stalled(now)
+
+    def _close_stalled(self, now: float) -> None:
+        """Close the connections that left a push (or a paced link's ping) unread too long.
+
+        Looked at: those pushed to or found busy since they were last seen idle, those on a
+        fitted link (``relay.core.links``), and a ``SWEEP``-th of all (any other frame they
+        hold: every connection once in ``SWEEP`` passes), not every connection each pass.
+        """
+        open_, links = self._clients.open, self._core.serving.links
+        if not self._sweep:
+            self._sweep = list(open_)
+        share = min(len(self._sweep), math.ceil(len(open_) / SWEEP))
+        swept = [self._sweep.pop() for _ in range(share)]
+        watched = self._watched
+        for client in {*watched, *links.fitted, *swept}:
+            outbound = open_.get(client)
+            if outbound is None:
+                watched.discard(client)
+                continue
+            stalled = max(outbound.stalled_for(now), links.unread_for(client, now))
+            if stalled > self._config.limits.stall_timeout:
+                outbound.close(f"slow consumer: a push unread for {stalled:.0f} s")
+            elif outbound.idle:
+                watched.discard(client)
+            else:
+                watched.add(client)
