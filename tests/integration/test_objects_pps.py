@@ -59,7 +59,11 @@ async def test_a_delta_reader_gets_every_change_of_an_attribute_in_order(
         values = [str(n) for n in range(1, 7)]
         for value in values:  # each in a later micro-batch than the one before: its own seq
             await objects.write("/seq/x", f"n:n:{value}\nbig::{'x' * 300}{value}\n")
-            await eventually(latest.read, lambda text, v=value: f"n:n:{v}\n" in text, **SHOWS)
+            await eventually(  # the delta reader's copy: the batches' (latest shows it at once)
+                lambda: full_text(reader.store, "/seq/x"),
+                lambda text, v=value: f"n:n:{v}\n" in text,
+                **SHOWS,
+            )
         # each open is its own subscription, pushed at its own pace: wait until the delta
         # readers' copies hold the last value too (a full read of a copy consumes nothing)
         for watch in (reader, small):
@@ -107,7 +111,8 @@ async def test_select_and_poll_on_two_mounted_objects_wake_for_the_one_that_chan
     mnt = deployment.mountpoint
     assert (await shell(f"mkdir -p {mnt}/sel && echo 'v::0' >> {mnt}/sel/a"))[0] == 0
     assert (await shell(f"echo 'v::0' >> {mnt}/sel/b"))[0] == 0
-    await eventually(lambda: cat(mnt / "sel/.all"), lambda t: t.count("v::0") == 2, **SHOWS)
+    # in the confirmed state (a delta reader's first read; plain cat shows the writes at once)
+    await eventually(lambda: cat(mnt / "sel/.all?delta"), lambda t: t.count("v::0") == 2, **SHOWS)
     program = await asyncio.create_subprocess_exec(
         sys.executable, "-c", SELECT_PROGRAM, f"{mnt}/sel/", stdout=asyncio.subprocess.PIPE
     )
