@@ -39,7 +39,10 @@ Measured: ``split_moved`` (views that moved); ``split_seconds``, from the first 
 subscriber received (the split's command reaching the subscribers) to the last moved view's
 first update at ``g1``; ``split_pause_p50_ms`` / ``split_pause_p99_ms`` over the moved views,
 each the gap between its last update before the move and its first after, minus its normal
-interval (the median gap between its updates before the move); ``split_views_ended``: views
+interval (the median gap between its arrivals before the move, updates received together as
+one: ``BURST_GAP``); ``split_pause_stayed_*``, the
+views that stayed measured alike over the split (their longest gap then: what the loaded giver
+and publisher cost every view, moved or not); ``split_views_ended``: views
 that ended during the run, each a failure of the split, with why (``split_views_ended_why``:
 error -> views) and ``split_slow_consumers``: connections the two relays closed as slow; and
 ``lost``, ``duplicated``, ``reordered``: every view's updates (moved or not) audited against the
@@ -54,8 +57,9 @@ the publisher's micro-batch interval; ``split_phase_late_*``, how much later a m
 its first seq at the standby than the views that stayed got it at the giver, and
 ``split_behind``, the share of moved views the giver had not yet sent a seq the others had when
 it redirected them (each moved view's updates go to ``moved-views.json`` in the run's log
-folder). The tier's hop is broken down by the relays' histograms
-(``hop_*_mean_ms``: a batch's write, and its read to its swap, where a mid relay forwards it).
+folder, those of the views that stayed to ``stayed-views.json``). The tier's hop is broken
+down by the relays' histograms (``hop_*_mean_ms``: a batch's write, and its read to its swap,
+where a mid relay forwards it).
 Every run reports the machine's one-minute load average beside its figures
 (``load_average``, ``split_load_average``: min and max while it ran): the machine is shared.
 """
@@ -395,9 +399,25 @@ class Followed:
         """The gap across its move minus its normal interval (the module's docstring)."""
         at = [update.received_at for update in self.updates]
         first = self.moved_after(redirected)
-        before = np.diff(at[:first])
-        normal = float(np.median(before)) if len(before) else 0.0
-        return max(at[first] - at[first - 1] - normal, 0.0) * 1000
+        return max(at[first] - at[first - 1] - normal_interval(at[:first]), 0.0) * 1000
+
+
+#: Updates a view receives within this many seconds of each other are one arrival: a loaded
+#: relay sends a view the seqs it is behind by in one burst, and a burst's zero gaps are not a
+#: subscriber's normal interval (with them, the median gap of a view served in bursts of two or
+#: three seqs was 0, and its pause across a move the whole gap).
+BURST_GAP = 0.05
+
+
+def normal_interval(received: list[float]) -> float:
+    """The median gap between a view's arrivals at ``received`` (wall clock, ascending), its
+    updates received within ``BURST_GAP`` s of the one before counted with it; 0 if fewer than
+    two arrivals."""
+    arrivals: list[float] = []
+    for at in received:
+        if not arrivals or at - arrivals[-1] > BURST_GAP:
+            arrivals.append(at)
+    return float(np.median(np.diff(arrivals))) if len(arrivals) > 1 else 0.0
 
 
 async def split_run(
@@ -431,6 +451,7 @@ async def split_run(
     result.update(split_logged(logs / f"g0-{run_number}.log", result.pop("first_redirect")))
     # Each moved view's updates, redirect and answer, for a closer look than the percentiles.
     (logs / "moved-views.json").write_text(json.dumps(result.pop("views")))
+    (logs / "stayed-views.json").write_text(json.dumps(result.pop("stayed")))
     with SqliteLog(logs / "publisher" / "log.db") as stored:
         counts = {"lost": 0, "duplicated": 0, "reordered": 0}
         for follower in result.pop("followers"):
@@ -543,6 +564,11 @@ async def _split_measured(
     ]
     return {
         "views": rows,
+        "stayed": [
+            [(u.seq, u.tick_time, u.received_at) for u in f.updates]
+            for f in followers
+            if id(f.view) not in redirected
+        ],
         "split_subscribers": len(views),
         "split_moved": len(moved),
         "split_views_ended": sum(f.error is not None for f in followers),
@@ -555,10 +581,32 @@ async def _split_measured(
         "split_seconds": last_served - first_redirect,
         "split_pause_p50_ms": _percentile(pauses, 50),
         "split_pause_p99_ms": _percentile(pauses, 99),
+        **stayed_pauses(
+            [f for f in followers if id(f.view) not in redirected], first_redirect, last_served
+        ),
         **phases(moved, redirected, held, timeline),
         **late(moved, [f for f in followers if id(f.view) not in redirected], redirected),
         "first_redirect": first_redirect,
         "followers": followers,
+    }
+
+
+def stayed_pauses(stayed: list[Followed], start: float, end: float) -> dict[str, float]:
+    """The views that stayed measured as the moved ones are, over the split (``start`` to
+    ``end``, wall clock): each one's longest gap ending then, minus its normal interval before
+    ``start`` (``split_pause_stayed_p50_ms``, ``_p99_ms``). What a loaded giver and publisher
+    cost any view meanwhile, moved or not: the move's own share of a moved view's pause is
+    what exceeds it."""
+    pauses = []
+    for f in stayed:
+        at = [update.received_at for update in f.updates]
+        normal = normal_interval([t for t in at if t <= start])
+        gaps = [at[i] - at[i - 1] for i in range(1, len(at)) if start < at[i] <= end]
+        if gaps:
+            pauses.append(max(max(gaps) - normal, 0.0) * 1000)
+    return {
+        "split_pause_stayed_p50_ms": _percentile(pauses, 50),
+        "split_pause_stayed_p99_ms": _percentile(pauses, 99),
     }
 
 
@@ -797,6 +845,8 @@ SPLIT_KEYS = (
     "split_seconds",
     "split_pause_p50_ms",
     "split_pause_p99_ms",
+    "split_pause_stayed_p50_ms",
+    "split_pause_stayed_p99_ms",
     "split_phase_quiet_p50_ms",
     "split_phase_rehome_p50_ms",
     "split_phase_rehome_p99_ms",

@@ -10,6 +10,7 @@ from hypothesis import strategies as st
 from fanout.cluster import handover
 from fanout.cluster.redirects import moved
 from fanout.cluster.responsibility import Assignment, ResponsibilityMap, part_of
+from fanout.relay.core.scheduler import Scheduler
 from fanout.views import Box, Sphere, View, parse_region
 from fanout.views.topic import TopicFilter
 
@@ -143,3 +144,28 @@ def test_a_moving_subscription_ends_once_sent_the_last_seq_or_after_the_align_wa
         and (sent[0] < last[0] or (sent[0] == last[0] and sent[1] < last[1]))
     )
     assert handover.due(sent, last, waited) == (not behind or waited >= handover.ALIGN)
+
+
+@given(
+    st.lists(
+        st.tuples(st.integers(-50, 50), st.floats(0, 60), st.booleans()), min_size=1, max_size=30
+    )
+)
+def test_moving_subscriptions_are_served_before_those_that_stay(
+    subscriptions: list[tuple[int, float, bool]],
+) -> None:
+    """Rule 5's ``FIRST``, through the relay's real scheduler: subscriptions (priority, when
+    woken, moving) all due; each moving one given ``FIRST`` levels more comes out before every
+    one that stays, whatever their priorities (-50..50) and waits (up to a minute)."""
+    scheduler = Scheduler()
+    for sid, (priority, woken, _) in sorted(enumerate(subscriptions), key=lambda s: s[1][1]):
+        scheduler.add(sid, priority, rate=10.0)
+        scheduler.settle(woken)
+    for sid, (priority, _, moving) in enumerate(subscriptions):
+        if moving:
+            scheduler.reprioritise(sid, priority + handover.FIRST)
+    scheduler.settle(60.0)
+    order = scheduler.pop_many(len(subscriptions))
+    assert sorted(order) == list(range(len(subscriptions)))
+    kinds = [subscriptions[sid][2] for sid in order]
+    assert kinds == sorted(kinds, reverse=True)  # every moving one first

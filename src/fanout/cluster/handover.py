@@ -3,16 +3,16 @@ new relay holds it ready, so that a moved subscriber waits for its move alone, n
 relay's acquisitions upstream (docs/cluster.md, "Split and merge on load"). Rules:
 
 1. **The giver ends them when the assignment is ready**, or ``WAIT`` s after it first read it
-   waiting (its member may be an older relay that never says it is ready, or may fail).
+   waiting (its member may be an older relay, or may fail).
 2. **What the member warms:** the bounding box of the giver's region views in the part; a part
    holding any other view, or none, warms nothing and is ready at once. It is ready once ready
    primitives cover the box and its window holds a seq after they became ready.
-3. **The member pins what it warms** until ``HOLD`` s after it was ready (its subscribers have
-   come by then), then leaves those primitives to its subscriptions' needs.
+3. **The member pins what it warms** until ``HOLD`` s after it was ready (its subscribers came).
 4. **A handover under way is a move** to both relays' balancers: neither splits nor merges then
    (the giver still holds the subscriptions, the member none of them yet).
 5. **Each ``every`` subscription moves just after a seq**: ended once sent the giver's last
-   seq (a micro-batch interval to reach the member), or ``ALIGN`` s after its part is ready.
+   seq (a micro-batch interval to reach the member), or ``ALIGN`` s after its part is ready;
+   until then it is served ahead of the giver's others (``FIRST`` priority levels more).
 """
 
 from __future__ import annotations
@@ -33,6 +33,10 @@ WAIT = 20.0
 HOLD = 30.0
 #: Seconds a moving ``every`` subscription may wait to be sent the giver's last seq (rule 5).
 ALIGN = 4.0
+#: Priority levels a moving ``every`` subscription gains at the giver (rule 5; the scheduler's
+#: aging adds 10 a second of waiting): it is sent the giver's last seq ahead of the subscriptions
+#: that stay, rather than at the tail of a loaded giver's round, and leaves just after it.
+FIRST = 1000.0
 
 
 def served(

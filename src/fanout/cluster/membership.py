@@ -12,7 +12,7 @@ Redis Cluster), split and merge on load (``splitting``) and, by policy, redirect
 4. **Handed over warm** (redirect policy, ``handover``): the subscriptions of a part a split
    handed over end once its member holds the part ready, and what this relay was handed is
    warmed (``warming``); the map is read every ``LOOK`` s meanwhile, and by an idle standby.
-   ``every`` subscriptions of a moved part end just after a seq (``handover`` rule 5).
+   ``every`` subscriptions of a moved part end just after a seq, served first (rule 5 there).
 """
 
 from __future__ import annotations
@@ -154,12 +154,17 @@ class Membership:
         self._served, self._waiting = handover.served(
             self.registry.map, before, self.name, now, self._waiting
         )
+        moving: list[Subscription] = []
         for client, redirect in moved_subscriptions(self.core, before, self._served, self.name):
             assert redirect.ref is not None, "a moved subscription's redirect names it"
             held = self.core.downstream.get((client, redirect.ref))
-            if held is not None:
-                self._moving.setdefault(held.key, (held, redirect, now))
+            if held is not None and held.key not in self._moving:
+                self._moving[held.key] = (held, redirect, now)
+                moving.append(held)
         self._end_moving(now)
+        for held in moving:  # those not due yet are sent the giver's last seq first (rule 5)
+            if held.key in self._moving and held.key in self.core.scheduler:
+                self.core.scheduler.reprioritise(held.key, held.priority + handover.FIRST)
 
     def _end_moving(self, now: float) -> None:
         """End each moving subscription that is due (``handover`` rule 5); forget those that
