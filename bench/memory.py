@@ -104,9 +104,11 @@ class Deployment:
         stack: contextlib.AsyncExitStack,
         root: Path,
         traced: list[str] | None = None,
+        mid_env: list[str] | None = None,
     ) -> None:
         self.children, self.stack, self.root = children, stack, root
         self.traced = traced  # TRACED's arguments for the mid relay (None: not traced)
+        self.mid_env = mid_env or []  # KEY=VALUE added to the mid relay's environment
         self.links: dict[str, Proxy] = {}
         self.relays: dict[str, Child] = {}
 
@@ -118,7 +120,7 @@ class Deployment:
         flat = await self._proxy("flat", self.publisher.url)
         await self._relay("flat", "--publisher", f"ws://{flat.address}", *keep)
         mid = await self._relay(
-            "mid", "--publisher", self.publisher.url, "--serve-relays", traced=self.traced
+            "mid", "--publisher", self.publisher.url, "--serve-relays", mid=True
         )
         tier = await self._proxy("edge", mid.url)
         await self._relay("edge", "--upstream", f"ws://{tier.address}", *keep)
@@ -128,13 +130,14 @@ class Deployment:
         self.links[name] = await self.stack.enter_async_context(proxy((LOOPBACK, port)))
         return self.links[name]
 
-    async def _relay(self, name: str, *args: str, traced: list[str] | None = None) -> Child:
+    async def _relay(self, name: str, *args: str, mid: bool = False) -> Child:
         every = [*args, "--port", "0", "--name", name, "--queue-limit", str(QUEUE_LIMIT)]
         log = self.root / f"{name}.log"
-        if traced is None:
+        if not mid or (self.traced is None and not self.mid_env):
             child = await self.children.start("relay", every, log)
-        else:
-            command = [sys.executable, "-c", TRACED, *traced, "relay", *every]
+        else:  # the mid relay with its environment, traced: env K=V python -c TRACED ...
+            run = ["-m", "fanout"] if self.traced is None else ["-c", TRACED, *self.traced]
+            command = ["env", *self.mid_env, sys.executable, *run, "relay", *every]
             child = await self.children.spawn("relay", command, log)
         self.relays[name] = child
         return child
@@ -352,7 +355,7 @@ async def bench(args: argparse.Namespace) -> dict[str, Any]:
         args.trace_mid.mkdir(parents=True, exist_ok=True)
         traced = [str(args.trace_mid), str(args.trace_every), str(args.trace_frames)]
     async with Children() as children, contextlib.AsyncExitStack() as stack:
-        d = Deployment(children, stack, root, traced)
+        d = Deployment(children, stack, root, traced, args.mid_env)
         await d.start(args.agents)
         memory, load, cut = Memory(d), Load(d, rng, args), []
         tasks = [asyncio.create_task(memory.run())]
@@ -480,7 +483,10 @@ def summary(
             "max": round(max(memory.loads, default=0.0), 2),
         },
         "setup": {key: getattr(args, key) for key in SETUP}
-        | {"traced": args.trace_mid is not None},
+        | {
+            "traced": args.trace_mid is not None,
+            "mid_env": args.mid_env,
+        },
         "samples_s_mib": {  # every 30 s: seconds since the load started, MiB
             name: [[round(at), round(b / 2**20, 1)] for at, n, b in memory.samples if n == name][
                 ::15
@@ -508,6 +514,9 @@ def main() -> int:
     parser.add_argument("--no-save", action="store_true", help="do not write bench/results")
     parser.add_argument("--trace-mid", type=Path, help="tracemalloc the mid relay: snapshots here")
     parser.add_argument("--trace-every", type=float, default=60.0, help="seconds between them")
+    parser.add_argument(
+        "--mid-env", action="append", default=[], help="KEY=VALUE for the mid relay (repeat)"
+    )
     parser.add_argument("--trace-frames", type=int, default=8, help="frames kept per allocation")
     args = parser.parse_args()
     if args.warmup >= args.duration:
