@@ -26,7 +26,9 @@ configuration (``bench/stalled.py`` measures it with 1,000 of them).
 
 ``--trace-mid DIR`` runs the mid relay under ``tracemalloc`` (``--trace-frames`` deep), writing a
 snapshot to DIR every ``--trace-every`` seconds; the JSON's ``mid_traced`` has the allocation
-sites that grew most from the first snapshot after warm-up to the last (its relay runs slower).
+sites that grew most from the first snapshot after warm-up to the last (its relay runs slower),
+and glibc's arenas at each (``--trace-frames 0``: those alone). ``--mid-env KEY=VALUE`` adds to
+the mid relay's environment (an allocator setting, A/B). docs/benchmarks/memory.md has results.
 """
 
 from __future__ import annotations
