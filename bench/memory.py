@@ -23,6 +23,12 @@ slope of its samples (MiB per hour) as a percentage of their mean (``late_growth
 the same over the second half of them: a plateau reached late); a role's is its worst process.
 ``slow_subscriber_bound_kib`` is what a subscriber that stops reading can cost a relay by its
 configuration (``bench/stalled.py`` measures it with 1,000 of them).
+
+``--trace-mid DIR`` runs the mid relay under ``tracemalloc`` (``--trace-frames`` deep), writing a
+snapshot to DIR every ``--trace-every`` seconds; the JSON's ``mid_traced`` has the allocation
+sites that grew most from the first snapshot after warm-up to the last (its relay runs slower),
+and glibc's arenas at each (``--trace-frames 0``: those alone). ``--mid-env KEY=VALUE`` adds to
+the mid relay's environment (an allocator setting, A/B). docs/benchmarks/memory.md has results.
 """
 
 from __future__ import annotations
@@ -38,9 +44,11 @@ import signal
 import sys
 import tempfile
 import time
+import tracemalloc
 from asyncio.subprocess import DEVNULL, PIPE
 from pathlib import Path
 from typing import Any
+from xml.etree import ElementTree
 
 import numpy as np
 from websockets.exceptions import ConnectionClosed
@@ -65,13 +73,44 @@ EXPECTED = (OSError, SubscriptionError, TimeoutError, ConnectionClosed)
 TARGET_PCT_PER_HOUR = 5.0
 SETUP = ("duration", "warmup", "agents", "followers", "slow", "stopped", "slow_every")
 SETUP += ("stop_hold", "churn", "partition_every", "seed")
+#: How the mid relay runs under ``--trace-mid``: ``python -c TRACED DIR EVERY FRAMES relay ...``.
+TRACED = """
+import ctypes, runpy, sys, threading, time, tracemalloc
+folder, every, frames = sys.argv[1], float(sys.argv[2]), int(sys.argv[3])
+sys.argv[:4] = ["fanout"]
+libc = ctypes.CDLL(None)
+libc.fopen.restype, libc.fopen.argtypes = ctypes.c_void_p, [ctypes.c_char_p, ctypes.c_char_p]
+libc.fclose.argtypes, libc.malloc_info.argtypes = [ctypes.c_void_p], [ctypes.c_int, ctypes.c_void_p]
+if frames:
+    tracemalloc.start(frames)
+def snapshots():
+    for number in range(1_000_000):
+        time.sleep(every)
+        name = f"{folder}/{number:05d}-{time.monotonic():.0f}"
+        if frames:
+            tracemalloc.take_snapshot().dump(name + ".trace")
+        stream = libc.fopen(f"{name}.malloc".encode(), b"w")
+        libc.malloc_info(0, stream)
+        libc.fclose(stream)
+threading.Thread(target=snapshots, daemon=True).start()
+runpy.run_module("fanout", run_name="__main__", alter_sys=True)
+"""
 
 
 class Deployment:
     """The publisher, the three relays, and the two proxies the partitions cut."""
 
-    def __init__(self, children: Children, stack: contextlib.AsyncExitStack, root: Path) -> None:
+    def __init__(
+        self,
+        children: Children,
+        stack: contextlib.AsyncExitStack,
+        root: Path,
+        traced: list[str] | None = None,
+        mid_env: list[str] | None = None,
+    ) -> None:
         self.children, self.stack, self.root = children, stack, root
+        self.traced = traced  # TRACED's arguments for the mid relay (None: not traced)
+        self.mid_env = mid_env or []  # KEY=VALUE added to the mid relay's environment
         self.links: dict[str, Proxy] = {}
         self.relays: dict[str, Child] = {}
 
@@ -82,7 +121,9 @@ class Deployment:
         keep = ("--upstream-keepalive", str(KEEPALIVE))
         flat = await self._proxy("flat", self.publisher.url)
         await self._relay("flat", "--publisher", f"ws://{flat.address}", *keep)
-        mid = await self._relay("mid", "--publisher", self.publisher.url, "--serve-relays")
+        mid = await self._relay(
+            "mid", "--publisher", self.publisher.url, "--serve-relays", mid=True
+        )
         tier = await self._proxy("edge", mid.url)
         await self._relay("edge", "--upstream", f"ws://{tier.address}", *keep)
 
@@ -91,9 +132,15 @@ class Deployment:
         self.links[name] = await self.stack.enter_async_context(proxy((LOOPBACK, port)))
         return self.links[name]
 
-    async def _relay(self, name: str, *args: str) -> Child:
+    async def _relay(self, name: str, *args: str, mid: bool = False) -> Child:
         every = [*args, "--port", "0", "--name", name, "--queue-limit", str(QUEUE_LIMIT)]
-        child = await self.children.start("relay", every, self.root / f"{name}.log")
+        log = self.root / f"{name}.log"
+        if not mid or (self.traced is None and not self.mid_env):
+            child = await self.children.start("relay", every, log)
+        else:  # the mid relay with its environment, traced: env K=V python -c TRACED ...
+            run = ["-m", "fanout"] if self.traced is None else ["-c", TRACED, *self.traced]
+            command = ["env", *self.mid_env, sys.executable, *run, "relay", *every]
+            child = await self.children.spawn("relay", command, log)
         self.relays[name] = child
         return child
 
@@ -305,8 +352,12 @@ async def partitions(d: Deployment, rng: random.Random, every: float, log: list[
 async def bench(args: argparse.Namespace) -> dict[str, Any]:
     rng = random.Random(args.seed)
     root = Path(tempfile.mkdtemp(prefix="fanout-memory-"))
+    traced = None
+    if args.trace_mid is not None:
+        args.trace_mid.mkdir(parents=True, exist_ok=True)
+        traced = [str(args.trace_mid), str(args.trace_every), str(args.trace_frames)]
     async with Children() as children, contextlib.AsyncExitStack() as stack:
-        d = Deployment(children, stack, root)
+        d = Deployment(children, stack, root, traced, args.mid_env)
         await d.start(args.agents)
         memory, load, cut = Memory(d), Load(d, rng, args), []
         tasks = [asyncio.create_task(memory.run())]
@@ -330,7 +381,62 @@ async def bench(args: argparse.Namespace) -> dict[str, Any]:
             for task in tasks:
                 task.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
-    return summary(args, memory, load, cut, metrics)
+    found = summary(args, memory, load, cut, metrics)
+    if args.trace_mid is not None:
+        found["mid_traced"] = traced_growth(args.trace_mid, memory.began + args.warmup)
+    return found
+
+
+def traced_growth(folder: Path, since: float, top: int = 25) -> dict[str, Any]:
+    """The mid relay's allocation sites that grew most from its first snapshot taken after
+    ``since`` (``time.monotonic``) to its last, by line and by traceback; and its allocator's
+    arenas at each snapshot (glibc ``malloc_info``)."""
+    found: dict[str, Any] = {"allocator": [_arenas(p) for p in sorted(folder.glob("*.malloc"))]}
+    names = sorted(folder.glob("*.trace"))
+    after = [p for p in names if _taken(p) >= since] or names[-1:]
+    if len(after) < 2:
+        return found
+    ours = [tracemalloc.Filter(False, "<string>"), tracemalloc.Filter(False, tracemalloc.__file__)]
+    first, last = (
+        tracemalloc.Snapshot.load(str(p)).filter_traces(ours) for p in (after[0], after[-1])
+    )
+
+    def site(stat: tracemalloc.StatisticDiff) -> dict[str, Any]:
+        frames = [f"{f.filename.rsplit('/src/', 1)[-1]}:{f.lineno}" for f in stat.traceback]
+        return {
+            "kib": round(stat.size / 1024, 1),
+            "grew_kib": round(stat.size_diff / 1024, 1),
+            "count": stat.count,
+            "grew_count": stat.count_diff,
+            "at": frames,
+        }
+
+    return found | {
+        "between_s": round(_taken(after[-1]) - _taken(after[0])),
+        "traced_mib": [round(sum(t.size for t in s.traces) / 2**20, 1) for s in (first, last)],
+        "by_line": [site(s) for s in last.compare_to(first, "lineno")[:top]],
+        "by_traceback": [site(s) for s in last.compare_to(first, "traceback")[:top]],
+    }
+
+
+def _taken(path: Path) -> float:
+    return float(path.name.split(".")[0].split("-")[1])
+
+
+def _arenas(path: Path) -> dict[str, float]:
+    """One ``malloc_info`` dump: the arenas' bytes from the system, free in them, and mmapped
+    blocks (MiB), when it was taken (``time.monotonic``)."""
+    root = ElementTree.parse(path).getroot()
+    totals = {(e.tag, e.get("type")): int(e.get("size", "0")) for e in root if e.tag != "heap"}
+    return {
+        "at": _taken(path),
+        "arenas": len(root.findall("heap")),
+        "system_mib": round(totals.get(("system", "current"), 0) / 2**20, 1),
+        "free_mib": round(
+            (totals.get(("total", "fast"), 0) + totals.get(("total", "rest"), 0)) / 2**20, 1
+        ),
+        "mmap_mib": round(totals.get(("total", "mmap"), 0) / 2**20, 1),
+    }
 
 
 def summary(
@@ -378,7 +484,11 @@ def summary(
             "mean": round(sum(memory.loads) / max(1, len(memory.loads)), 2),
             "max": round(max(memory.loads, default=0.0), 2),
         },
-        "setup": {key: getattr(args, key) for key in SETUP},
+        "setup": {key: getattr(args, key) for key in SETUP}
+        | {
+            "traced": args.trace_mid is not None,
+            "mid_env": args.mid_env,
+        },
         "samples_s_mib": {  # every 30 s: seconds since the load started, MiB
             name: [[round(at), round(b / 2**20, 1)] for at, n, b in memory.samples if n == name][
                 ::15
@@ -404,6 +514,12 @@ def main() -> int:
     parser.add_argument("--seed", type=int, default=45, help="random seed of the plan")
     parser.add_argument("--out", type=Path, default=RESULTS, help="where the JSON goes")
     parser.add_argument("--no-save", action="store_true", help="do not write bench/results")
+    parser.add_argument("--trace-mid", type=Path, help="tracemalloc the mid relay: snapshots here")
+    parser.add_argument("--trace-every", type=float, default=60.0, help="seconds between them")
+    parser.add_argument(
+        "--mid-env", action="append", default=[], help="KEY=VALUE for the mid relay (repeat)"
+    )
+    parser.add_argument("--trace-frames", type=int, default=8, help="frames kept per allocation")
     args = parser.parse_args()
     if args.warmup >= args.duration:
         raise SystemExit("--warmup must be shorter than --duration")
