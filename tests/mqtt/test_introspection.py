@@ -159,6 +159,8 @@ async def test_the_lists_of_clients_and_subscriptions_are_for_admins(relay: Rela
     try:
         ana.client.subscribe([("plant/a/#", 1), ("plant/b/+", 0)])
         await eventually(lambda: ana.subacks == [1, 0], timeout=10)
+        # Both sessions past their CONNACK, so the two listings below see the same rows.
+        await eventually(admin.client.is_connected, timeout=10)
         async with httpx.AsyncClient(base_url=base, timeout=10) as http:
             answer = await http.get("/v1/mqtt/clients")
             assert answer.status_code == 401 and "a token is required" in answer.text
