@@ -311,7 +311,6 @@ async def bench(args: argparse.Namespace, root: Path) -> dict[str, Any]:
         "objects": args.objects,
         "watchers": args.watchers,
         "runs": runs,
-        "noisy": "other sessions ran tests on the 2 cores meanwhile (see load_average_1m)",
     }
 
 
