@@ -33,14 +33,20 @@ events = st.lists(
 )
 
 
-@settings(max_examples=60, deadline=None)
-@given(events)
-def test_each_message_reaches_a_subscriber_once(events: list[tuple[str, Any]]) -> None:
+def _subscribed() -> tuple[Broker, Clients]:
+    """A broker with client 1 ("s") subscribed to ``a/+`` at QoS 1, its SUBACK taken."""
     broker = Broker()
     c = Clients(broker)
     c.connect(1, "s")
     c.send(1, p.Subscribe(1, (("a/+", 1),)))
     c.take(1)
+    return broker, c
+
+
+@settings(max_examples=60, deadline=None)
+@given(events)
+def test_each_message_reaches_a_subscriber_once(events: list[tuple[str, Any]]) -> None:
+    broker, c = _subscribed()
     feed = LogFeed(broker, c.apply, Routes("d"), str)
     feed.keys["d"] = "topic"  # followed
     unlogged: list[tuple[str, bytes]] = []
@@ -89,11 +95,7 @@ def _written(messages: list[tuple[str, bytes]]) -> Columns:
 
 
 def test_a_durable_write_of_a_dataset_not_followed_waits_for_the_log() -> None:
-    broker = Broker()
-    c = Clients(broker)
-    c.connect(1, "s")
-    c.send(1, p.Subscribe(1, (("a/+", 1),)))
-    c.take(1)
+    broker, c = _subscribed()
     feed = LogFeed(broker, c.apply, Routes("d"), str)
     feed.written("d", _written([("a/1", b"x")]))  # its key column not known yet
     feed.keys["d"] = "topic"
@@ -119,11 +121,7 @@ def test_rows_of_the_log_are_the_retained_messages() -> None:
 
 
 def test_the_first_push_is_the_state_not_news() -> None:
-    broker = Broker()
-    c = Clients(broker)
-    c.connect(1, "s")
-    c.send(1, p.Subscribe(1, (("a/+", 1),)))
-    c.take(1)
+    broker, c = _subscribed()
     feed = LogFeed(broker, c.apply, Routes("d"), str)
     full = replace(_update(1, [("a/1", "x")]), full=True)
     assert feed.take("topic", full) == []
@@ -141,11 +139,7 @@ def _logged_update(seq: int, rows: list[tuple[str, str, str, bool]]) -> Update:
 
 
 def test_logged_messages_without_retain_are_news_once_and_never_retained() -> None:
-    broker = Broker()
-    c = Clients(broker)
-    c.connect(1, "s")
-    c.send(1, p.Subscribe(1, (("a/+", 1),)))
-    c.take(1)
+    broker, c = _subscribed()
     pending = Pending(Routes("d"), logged={"d"})
     feed = LogFeed(broker, c.apply, Routes("d"), str, carried=pending.carried)
     c.apply(broker.publish(p.Publish("a/1", b"live", 1)))  # not retained, at QoS 1: logged
