@@ -325,6 +325,17 @@ def expected(talk: Played) -> dict[int, Shown]:
     return {sub: oracle(state, watch) for sub, watch in WATCHES.items()}
 
 
+def answered_and_carried(talk: Played) -> None:
+    """Every write answered and accepted, one micro-batch, every view pushed: each view is the
+    publisher's, and nothing is pending."""
+    while talk.waiting:
+        talk.step(("answer", True))
+    talk.micro_batch()
+    talk.round()
+    assert talk.views == expected(talk)
+    assert len(talk.live.writes) == 0
+
+
 @settings(max_examples=150, deadline=None)
 @given(st.lists(events, max_size=25))
 @example(  # /c/2?rpm 900 and back to 5000 between two pushes of 5: sent again, changed twice
@@ -346,12 +357,7 @@ def test_latest_objects_views_converge_to_the_publishers_objects(script: list[An
     for event in script:
         talk.step(event)
         talk.check()
-    while talk.waiting:
-        talk.step(("answer", True))
-    talk.micro_batch()
-    talk.round()
-    assert talk.views == expected(talk)
-    assert len(talk.live.writes) == 0
+    answered_and_carried(talk)
 
 
 def test_a_write_that_makes_an_object_pass_shows_all_of_its_cells_at_once() -> None:
@@ -413,12 +419,7 @@ def test_a_cell_shown_with_a_pending_write_leaves_when_its_object_loses_it() -> 
     talk.step(("late",))  # withdrawn at the relay, yet logged by the publisher
     talk.step(("write", "/c/1", [("rpm", "5000", 0)]))  # shows /c/1?state: on; lower quality
     assert talk.views[2]["/c/1?state"] == ("on", 0)
-    while talk.waiting:
-        talk.step(("answer", True))
-    talk.micro_batch()
-    talk.round()
-    assert talk.views == expected(talk)
-    assert len(talk.live.writes) == 0
+    answered_and_carried(talk)
 
 
 def test_a_write_through_another_relay_is_admitted_here_and_confirmed_by_its_offset() -> None:
