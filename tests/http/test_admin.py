@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import time
 from collections.abc import AsyncIterator
 
 import httpx
@@ -101,6 +102,7 @@ async def test_only_admin_tokens_are_answered_and_bad_requests_say_why() -> None
             ),
             ("/v1/admin/subscribers?top=0", 400, "bad_request"),
             ("/v1/admin/subscribers?topp=3", 400, "bad_request"),
+            ("/v1/admin/batches?top=3", 400, "bad_request"),
         ):
             answer = await client.get(base + query, headers=bearer(ADMIN))
             assert (answer.status_code, answer.json()["error"]) == (status, code), query
@@ -127,6 +129,28 @@ async def test_subscribers_are_accounted_and_the_top_ones_are_in_the_metrics() -
         metrics = (await client.get(base + "/metrics")).text
         labels = f'client="{top["client"]}",dataset="agents",sub="{top["sub"]}"'
         assert f"fanout_relay_top_subscriber_bytes{{{labels}}}" in metrics
+
+
+async def test_batches_list_each_one_s_times_through_the_relay() -> None:
+    async with deployment() as (publisher, _, base), httpx.AsyncClient(timeout=10) as client:
+        assert (await client.get(base + "/v1/admin/batches")).status_code == 401
+        ticked = time.time() - 1.0
+        sent = await publisher.send({"id": [1], "x": [2.0], "y": [2.0]}, tick_time=ticked)
+        query = base + "/v1/admin/batches"
+
+        async def listed() -> list[dict]:
+            return (await client.get(query, headers=bearer(ADMIN))).json()["batches"]
+
+        said = await eventually(
+            listed, lambda said: said and said[-1]["seq"] == sent.seq and said[-1]["pushed_last"]
+        )
+        first, last = said[0], said[-1]  # the first batch, with the subscriber's snapshot
+        assert [b["seq"] for b in said] == [first["seq"], sent.seq] and first["seq"] < sent.seq
+        assert (last["dataset"], last["tick"], last["tick_time"]) == ("agents", sent.tick, ticked)
+        # In the order a batch goes through the relay: read, written, swapped in, pushed.
+        for times in said:
+            assert times["read"] <= times["written"] <= times["swapped"] <= times["pushed_first"]
+            assert times["pushed_first"] <= times["pushed_last"] < time.time()
 
 
 async def test_fanout_explain_relay_prints_the_relays_answer(

@@ -4,7 +4,8 @@ that cost the most (docs/http.md, "Admin").
 ``GET /v1/admin/explain?dataset=&view=[&rule=DATASET=VIEW...][&rate=]`` explains a view as the
 relay holds things now (``relay.core.explaining``), narrowed by the rules given as a token's
 ``rules`` claim would narrow it; ``GET /v1/admin/subscribers?top=N`` lists the top ``N`` by
-bytes pushed (``relay.shell.admin``). Nothing here touches a socket: requests in, JSON out.
+bytes pushed (``relay.shell.admin``); ``GET /v1/admin/batches`` the last batches' wall-clock times
+through the relay (read, written, swapped in, pushed). Nothing here touches a socket.
 """
 
 from __future__ import annotations
@@ -24,11 +25,13 @@ from fanout.views.text import parse as parse_view
 
 EXPLAIN = "/v1/admin/explain"
 SUBSCRIBERS = "/v1/admin/subscribers"
-PATHS = frozenset({EXPLAIN, SUBSCRIBERS})
+BATCHES = "/v1/admin/batches"
+PATHS = frozenset({EXPLAIN, SUBSCRIBERS, BATCHES})
 #: Query parameters each path takes; any other is refused (a typo would be ignored).
 PARAMETERS = {
     EXPLAIN: frozenset({"dataset", "view", "rule", "rate", "access_token"}),
     SUBSCRIBERS: frozenset({"top", "access_token"}),
+    BATCHES: frozenset({"access_token"}),
 }
 #: Most subscribers one request may list.
 MOST = 1000
@@ -45,6 +48,8 @@ def answer(relay: RelayApi, path: str, query: str) -> bytes:
     params = _params(query, PARAMETERS[path])
     if path == SUBSCRIBERS:
         return _JSON.encode(relay.subscribers(_top(params))) + b"\n"
+    if path == BATCHES:
+        return _JSON.encode(relay.batches()) + b"\n"
     dataset = _one(params, "dataset")
     datasets = relay.datasets()
     if dataset not in datasets:

@@ -154,6 +154,10 @@ class RelayApi(Protocol):
         """The ``count`` subscriptions that cost the most (``relay.shell.admin``)."""
         ...
 
+    def batches(self) -> dict[str, Any]:
+        """The last batches' wall-clock times through the relay (``relay.shell.admin``)."""
+        ...
+
     def unready(self) -> str | None:
         """Why the relay should be sent no subscribers now (``GET /readyz``), or None."""
         ...

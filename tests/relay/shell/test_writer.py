@@ -15,7 +15,7 @@ from fanout.errors import ProtocolError
 from fanout.relay.core.relaycore import RelayCore
 from fanout.relay.core.sends import Send
 from fanout.relay.data.intake import Intake
-from fanout.relay.shell.writer import Writer
+from fanout.relay.shell.writer import RECORDED, Writer
 from fanout.testing import batches
 from fanout.testing.catalog import AGENTS
 from fanout.wire.messages import Batch, Catalog
@@ -214,3 +214,27 @@ async def test_each_batch_s_write_wait_and_tick_age_are_measured() -> None:
         # waiting includes writing, and the first batch waited at the gate
         assert waited.total >= write.total and waited.total >= 0.05
         assert 3 * 2.0 <= aged.total < 3 * 60.0  # ticks 2 s old (the publisher's clock)
+
+
+async def test_the_last_batches_wall_clock_times_are_kept_in_order() -> None:
+    async with pumping() as pump:
+        pump.gate.clear()
+        before = time.time()
+        for seq in range(3):
+            pump.writer.put(batch(seq, tick_time=before - 2.0))
+        await asyncio.sleep(0.05)  # the first write waits at the gate meanwhile
+        pump.gate.set()
+        await asyncio.wait_for(pump.writer.drain(), 10)
+        timings = list(pump.writer.timings)
+        assert [(t.dataset, t.seq, t.tick, t.tick_time) for t in timings] == [
+            ("agents", seq, seq, before - 2.0) for seq in range(3)
+        ]
+        for timing in timings:
+            assert before <= timing.read <= timing.written <= timing.swapped <= time.time()
+        assert timings[0].written - timings[0].read >= 0.05  # it waited at the gate
+        # Each batch is written only after the one before it is swapped in (rule 1).
+        assert timings[0].swapped <= timings[1].written <= timings[1].swapped <= timings[2].written
+        for seq in range(3, 3 + RECORDED):
+            pump.writer.put(batch(seq, rows=1))
+        await asyncio.wait_for(pump.writer.drain(), 30)
+        assert len(pump.writer.timings) == RECORDED and pump.writer.timings[-1].seq == RECORDED + 2

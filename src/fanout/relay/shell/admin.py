@@ -4,19 +4,22 @@ Per-subscriber accounting is kept on the subscriptions by the core as pushes go 
 bytes, rows, ticks coalesced: ``relay.core.lifecycle.pushed``); the relay's CPU time spent in
 rounds of pushes (``relay.shell.pump``) is attributed to them by their share of the bytes pushed
 — nothing is timed per push. ``GET /v1/admin/subscribers`` lists the top ones; ``/metrics``
-carries the top ``METRICS_TOP`` by bytes (bounded label cardinality). docs/http.md, "Admin".
+carries the top ``METRICS_TOP`` by bytes (bounded label cardinality). ``GET /v1/admin/batches``
+lists the last batches' wall-clock times through the relay (``batches``). docs/http.md, "Admin".
 """
 
 from __future__ import annotations
 
+import dataclasses
 import heapq
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from fanout.auth import Grant
 from fanout.metrics import Sample
 from fanout.relay.core.downstream import Subscription
 from fanout.relay.core.relaycore import RelayCore
+from fanout.relay.shell.writer import Timing
 from fanout.views.text import to_text
 
 #: Subscribers in ``/metrics`` (each a label set: keep it small and fixed).
@@ -81,3 +84,16 @@ def samples(core: RelayCore) -> list[Sample]:
         ):
             found.append(Sample(f"relay_{name}", "gauge", help, float(value), labels))
     return found
+
+
+def batches(
+    timings: Iterable[Timing], pushed: Mapping[float, tuple[float, float]]
+) -> dict[str, Any]:
+    """``GET /v1/admin/batches``'s body: each batch the writer swapped in lately, oldest first,
+    with its wall-clock times (``relay.shell.writer.Timing``) and when the first and the last
+    round pushing its tick ended (``pushed_first``, ``pushed_last``; null: not pushed here)."""
+    listed = []
+    for timing in timings:
+        first, last = pushed.get(timing.tick_time, (None, None))
+        listed.append({**dataclasses.asdict(timing), "pushed_first": first, "pushed_last": last})
+    return {"batches": listed}

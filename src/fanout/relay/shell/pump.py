@@ -26,7 +26,7 @@ from fanout import metrics
 from fanout.relay.config import RelayConfig
 from fanout.relay.core.relaycore import RelayCore, Send
 from fanout.relay.shell.clients import Clients
-from fanout.relay.shell.writer import Writer
+from fanout.relay.shell.writer import RECORDED, Writer
 from fanout.tiers.below import Relays
 
 log = logging.getLogger(__name__)
@@ -42,6 +42,8 @@ class Pump:
     Attributes:
         tick_to_push: seconds from a tick (the publisher's clock) to its push being handed to
             the subscriber's connection.
+        pushed: the last ``RECORDED`` ticks pushed, by their tick time: when (``time.time``)
+            the first and the last round that pushed one of them ended.
     """
 
     def __init__(
@@ -81,6 +83,7 @@ class Pump:
             "Seconds from a tick (the publisher's clock) to the relay handing its push to the"
             " subscriber's connection.",
         )
+        self.pushed: dict[float, tuple[float, float]] = {}
 
     async def run(self) -> None:
         """Hand out due pushes round after round, until cancelled.
@@ -134,9 +137,12 @@ class Pump:
         self.push_cpu += time.thread_time() - started
         pushed = self._core.take_pushed_ticks()
         if pushed:
-            wall = time.time()
+            wall, seen = time.time(), self.pushed
             for tick_time in pushed:
                 self.tick_to_push.observe(max(0.0, wall - tick_time))
+                seen[tick_time] = (seen.get(tick_time, (wall, wall))[0], wall)
+            while len(seen) > RECORDED:
+                del seen[next(iter(seen))]
 
     def _is_idle(self, client: int) -> bool:
         outbound = self._clients.open.get(client)

@@ -421,6 +421,10 @@ class RelayServer:
         now = asyncio.get_running_loop().time()
         return admin.subscribers(self.core, self.clients.grants, self.pump.push_cpu, count, now)
 
+    def batches(self) -> dict[str, Any]:
+        """The last batches' wall-clock times through the relay (``relay.shell.admin``)."""
+        return admin.batches(self._writer.timings, self.pump.pushed)
+
     def held(self) -> Mapping[str, int]:
         """The rows held of each dataset now: its active state buffer's (``relay_rows`` in
         ``GET /metrics`` is their sum)."""

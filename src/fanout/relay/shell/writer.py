@@ -11,7 +11,9 @@ batch in (ending the epoch) and starts writing the next. Rules:
    after it, is raised to the link by its next call and handed to ``on_failure``, so that the
    link drops the connection at once.
 3. **Timing.** Each batch's write, read-to-swap wait and tick age are recorded for
-   ``GET /metrics`` (``histograms``).
+   ``GET /metrics`` (``histograms``), and the last ``RECORDED`` batches' wall-clock times
+   (``Timing``: read, written, swapped in) for ``GET /v1/admin/batches``, which the tier bench
+   joins across processes tick by tick (docs/benchmarks/cluster.md).
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ import logging
 import time
 from collections import deque
 from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 from typing import Protocol
 
 from fanout import metrics
@@ -32,6 +35,25 @@ from fanout.relay.data.intake import Intake
 from fanout.wire.messages import Batch
 
 log = logging.getLogger(__name__)
+
+#: Batches whose ``Timing`` the writer keeps (the latest).
+RECORDED = 1000
+
+
+@dataclass(frozen=True, slots=True)
+class Timing:
+    """One batch's way through the writer, wall clock (``time.time``, comparable across the
+    processes of one host): ``read`` off the upstream connection, ``written`` to the inert
+    buffer (on the writer thread), ``swapped`` in, its pushes and the frames to the relays
+    below handed to their connections (``tiers.below``)."""
+
+    dataset: str
+    seq: int
+    tick: int
+    tick_time: float
+    read: float
+    written: float
+    swapped: float
 
 
 class Core(Protocol):
@@ -70,11 +92,15 @@ class Writer:
         self._wake = wake
         self._on_failure = on_failure
         self._thread = concurrent.futures.ThreadPoolExecutor(1, "relay-writer")
-        #: Each batch queued with the time it was read (``time.perf_counter``).
-        self._queue: deque[tuple[Batch, float]] = deque()
-        self._writing: tuple[Intake, concurrent.futures.Future[None]] | None = None
+        #: Each batch queued with the times it was read (``time.perf_counter``, ``time.time``).
+        self._queue: deque[tuple[Batch, float, float]] = deque()
+        #: The intake being written and its job, whose result is when it was written.
+        self._writing: tuple[Intake, concurrent.futures.Future[float]] | None = None
         self._read_at = 0.0
-        self._last_done: concurrent.futures.Future[None] | None = None
+        self._read_wall = 0.0
+        self._last_done: concurrent.futures.Future[float] | None = None
+        #: The last ``RECORDED`` batches swapped in, oldest first.
+        self.timings: deque[Timing] = deque(maxlen=RECORDED)
         self._progress = asyncio.Event()
         self.failure: BaseException | None = None
         self.write_seconds = metrics.Histogram(
@@ -103,7 +129,7 @@ class Writer:
             Exception: the error of a write that failed (``failure``).
         """
         self._check()
-        self._queue.append((batch, time.perf_counter()))
+        self._queue.append((batch, time.perf_counter(), time.time()))
         self.advance()
 
     @property
@@ -116,7 +142,7 @@ class Writer:
         asks between any two pushes)."""
         return self._writing is not None and self._writing[1] is self._last_done
 
-    def _done(self, loop: asyncio.AbstractEventLoop, job: concurrent.futures.Future[None]) -> None:
+    def _done(self, loop: asyncio.AbstractEventLoop, job: concurrent.futures.Future[float]) -> None:
         # On the writer thread. One assignment: no lock needed to read it on the loop.
         self._last_done = job
         loop.call_soon_threadsafe(self._wake)
@@ -129,7 +155,7 @@ class Writer:
                 return
             self._swap_in()
         while self._queue and self._writing is None and self.failure is None:
-            batch, self._read_at = self._queue.popleft()
+            batch, self._read_at, self._read_wall = self._queue.popleft()
             try:
                 intake = self._core.admit(batch)
             except Exception as exc:  # a batch for an unknown dataset
@@ -141,12 +167,13 @@ class Writer:
                 self._writing = (intake, job)
         self._progress.set()
 
-    def _write(self, intake: Intake) -> None:
+    def _write(self, intake: Intake) -> float:
         # On the writer thread; the histogram is observed there, read on the loop (a torn read
-        # of a scrape is one observation off, never wrong twice).
+        # of a scrape is one observation off, never wrong twice). Returns when it was written.
         began = time.perf_counter()
         intake.write()
         self.write_seconds.observe(time.perf_counter() - began)
+        return time.time()
 
     def _swap_in(self, failing: bool = True) -> None:
         assert self._writing is not None
@@ -156,8 +183,20 @@ class Writer:
             self._dispatch(self._core.finish(intake))
             self._dispatch(self._core.end_epoch())  # swapped in now, not at the next round
             self.read_to_swap.observe(time.perf_counter() - self._read_at)
-            if intake.batch.tick_time:
-                self.tick_to_swap.observe(max(0.0, time.time() - intake.batch.tick_time))
+            batch, swapped = intake.batch, time.time()
+            if batch.tick_time:
+                self.tick_to_swap.observe(max(0.0, swapped - batch.tick_time))
+            self.timings.append(
+                Timing(
+                    batch.dataset,
+                    batch.seq,
+                    batch.tick,
+                    batch.tick_time,
+                    self._read_wall,
+                    job.result(),
+                    swapped,
+                )
+            )
         else:
             intake.state.busy = False  # nothing of it was written (``Intake.write``)
             if failing:
