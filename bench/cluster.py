@@ -59,7 +59,10 @@ its first seq at the standby than the views that stayed got it at the giver, and
 it redirected them (each moved view's updates go to ``moved-views.json`` in the run's log
 folder, those of the views that stayed to ``stayed-views.json``). The tier's hop is broken
 down by the relays' histograms (``hop_*_mean_ms``: a batch's write, and its read to its swap,
-where a mid relay forwards it).
+where a mid relay forwards it) and, tick by tick, by the relays' own record of each tick
+(``GET /v1/admin/batches``, joined by ``tierhops``: ``hops`` per run, where the slowest 1% of
+paired updates waited; each paired update's stages go to ``hops-N.jsonl`` in the log folder).
+Each run's headline figures go to stderr as it ends (the JSON comes once all have).
 Every run reports the machine's one-minute load average beside its figures
 (``load_average``, ``split_load_average``: min and max while it ran): the machine is shared.
 """
@@ -75,6 +78,7 @@ import json
 import multiprocessing
 import os
 import statistics
+import sys
 import tempfile
 import time
 from collections import Counter
@@ -85,6 +89,7 @@ from typing import Any
 
 import numpy as np
 
+import tierhops
 from fanout.background import Background
 from fanout.client import LiveView, SubscriptionError, Update, connect
 from fanout.client.following import ClusterSubscriber
@@ -128,16 +133,20 @@ def boxes(count: int, seed: int = 27) -> list[Box]:
 
 @contextlib.asynccontextmanager
 async def deployment(
-    publisher: Child, logs: Path
+    publisher: Child, logs: Path, nice: int = 0
 ) -> AsyncIterator[tuple[list[Child], list[Child], list[Child]]]:
-    """Both deployments side by side on one publisher; yields (flat edges, tiered edges, mid
-    relays)."""
+    """Both deployments side by side on one publisher, every relay at priority ``nice``
+    (``setpriority``: below 0, ahead of the machine's other processes); yields (flat edges,
+    tiered edges, mid relays)."""
     async with Children() as children:
 
         async def relay(name: str, *args: str) -> Child:
-            return await children.start(
+            child = await children.start(
                 "relay", [*args, "--port", "0", "--name", name], logs / f"{name}.log"
             )
+            if nice:
+                os.setpriority(os.PRIO_PROCESS, child.pid, nice)
+            return child
 
         flat = [await relay(f"flat{e}", "--publisher", publisher.url) for e in range(EDGES)]
         mids = [
@@ -309,11 +318,20 @@ async def sides_here(
 
 
 async def run(
-    publisher: Child, views: list[Box], window: float, logs: Path, processes: int = 2
+    publisher: Child,
+    views: list[Box],
+    window: float,
+    logs: Path,
+    processes: int = 2,
+    *,
+    number: int = 0,
+    nice: int = 0,
 ) -> dict[str, Any]:
     """One run: both deployments, the same views on each, one window measured; the
-    subscribers in ``processes`` processes (1: this one; 2: one per deployment)."""
-    async with deployment(publisher, logs) as (flat, tiered, mids):
+    subscribers in ``processes`` processes (1: this one; 2: one per deployment). Each paired
+    update's way through the relays goes to ``hops-NUMBER.jsonl`` in ``logs`` (``tierhops``);
+    the relays run at priority ``nice``."""
+    async with deployment(publisher, logs, nice) as (flat, tiered, mids):
         roles = {"mid": mids, "edge_tiered": tiered, "edge_flat": flat}
 
         def read_histograms() -> dict[str, dict[str, tuple[float, float]]]:
@@ -331,6 +349,10 @@ async def run(
             await asyncio.sleep(window - int(window))
             after = await asyncio.to_thread(counters, publisher)
             phases_after = await asyncio.to_thread(read_histograms)
+        listed = {
+            role: [await asyncio.to_thread(tierhops.batches, r.url) for r in relays]
+            for role, relays in roles.items()
+        }
     batches = max(after["micro_batches"] - before["micro_batches"], 1)
     flat_at, tiered_at = arrivals["flat"].at, arrivals["tiered"].at
     extra = [(tiered_at[k] - flat_at[k]) * 1000 for k in flat_at.keys() & tiered_at.keys()]
@@ -340,6 +362,7 @@ async def run(
         "egress_tiered_bytes": (after["tiered"] - before["tiered"]) / batches,
         "paired_updates": len(extra),
         "subscriber_processes": processes,
+        "relay_nice": nice,
         **hop_phases(phases_before, phases_after),
         # The machine's one-minute load average during the window (sampled every second).
         "load_average": {"min": min(loads), "max": max(loads)},
@@ -350,6 +373,11 @@ async def run(
         result[f"latency_{side}_p99_ms"] = _percentile(seen.latencies, 99)
     result["tier_latency_p50_ms"] = _percentile(extra, 50)
     result["tier_latency_p99_ms"] = _percentile(extra, 99)
+    found = tierhops.records(
+        flat_at, tiered_at, listed["edge_flat"], listed["edge_tiered"], listed["mid"]
+    )
+    tierhops.save(found, logs / f"hops-{number}.jsonl")
+    result["hops"] = tierhops.summary(found)
     return result
 
 
@@ -782,6 +810,17 @@ class Timeline:
         return [s["load"] for s in self.samples if "load" in s and start <= s["at"] <= end]
 
 
+#: What ``progress`` says of each tier run and each split run.
+TIER_SAID = ("relay_nice", "tier_latency_p50_ms", "tier_latency_p99_ms", "load_average")
+SPLIT_SAID = ("split_moved", "split_pause_p50_ms", "split_pause_p99_ms", "split_load_average")
+
+
+def progress(what: str, result: dict[str, Any], keys: tuple[str, ...]) -> None:
+    """Say on stderr that a run ended, with its headline figures (the JSON comes at the end)."""
+    said = {key: result.get(key) for key in keys}
+    print(f"{dt.datetime.now(dt.UTC):%H:%M:%S} {what}: {json.dumps(said)}", file=sys.stderr)
+
+
 def _percentile(values: list[float], q: float) -> float:
     return float(np.percentile(values, q)) if values else float("nan")
 
@@ -803,10 +842,21 @@ async def bench(args: argparse.Namespace) -> dict[str, Any]:
     runs, splits = [], []
     if not args.only_split:
         async with publishing(logs, args.agents) as publisher:
-            for _ in range(args.runs):
+            for number in range(args.runs):
+                # --relay-nice N: runs alternate between relays at 0 and at N (A/B in one run).
+                nice = args.relay_nice if number % 2 else 0
                 runs.append(
-                    await run(publisher, views, args.window, logs, args.subscriber_processes)
+                    await run(
+                        publisher,
+                        views,
+                        args.window,
+                        logs,
+                        args.subscriber_processes,
+                        number=number,
+                        nice=nice,
+                    )
                 )
+                progress(f"tier run {number + 1}/{args.runs}", runs[-1], TIER_SAID)
     # Each split run on a publisher of its own: its audit reads a log holding only that run
     # (one publisher's log, grown over runs, outlived its retention while a run audited).
     for number in range(args.runs if args.split_subscribers else 0):
@@ -814,6 +864,7 @@ async def bench(args: argparse.Namespace) -> dict[str, Any]:
         async with publishing(here, args.agents) as publisher:
             split_views = boxes(args.split_subscribers, seed=28)
             splits.append(await split_run(publisher, split_views, here, number))
+        progress(f"split run {number + 1}/{args.runs}", splits[-1], SPLIT_SAID)
     return {
         "edges": EDGES,
         "mids": MIDS,
@@ -865,11 +916,18 @@ SPLIT_KEYS = (
 
 def summary(runs: list[dict[str, Any]], splits: list[dict[str, Any]]) -> dict[str, Any]:
     """The runs' figures as median, min and max, with the highest load average each run saw
-    (``load_average_max``, ``split_load_average_max``)."""
+    (``load_average_max``, ``split_load_average_max``); with ``--relay-nice``, each arm's
+    alike (``by_relay_nice``)."""
     out: dict[str, Any] = {}
     if runs:
         out |= {key: spread([run[key] for run in runs]) for key in KEYS}
         out["load_average_max"] = spread([run["load_average"]["max"] for run in runs])
+        arms = sorted({run["relay_nice"] for run in runs})
+        if len(arms) > 1:
+            out["by_relay_nice"] = {
+                str(arm): summary([run for run in runs if run["relay_nice"] == arm], [])
+                for arm in arms
+            }
     if splits:
         out |= {key: spread([split[key] for split in splits]) for key in SPLIT_KEYS}
         out["split_load_average_max"] = spread(
@@ -901,6 +959,12 @@ def main() -> None:
         choices=(1, 2),
         default=2,
         help="the tier runs' subscribers: 2, a process per deployment; 1, both in this one",
+    )
+    parser.add_argument(
+        "--relay-nice",
+        type=int,
+        default=0,
+        help="A/B: every second tier run starts its relays at this priority (e.g. -5; root)",
     )
     parser.add_argument("--no-save", action="store_true", help="do not write bench/results")
     args = parser.parse_args()

@@ -1,0 +1,125 @@
+"""Where the tier's hop goes, tick by tick (issue 45.6): ``bench/cluster.py``'s tier runs join
+each paired update (a view's tick delivered by both deployments) with the relays' own record of
+that tick (``GET /v1/admin/batches``: read, written, swapped in, pushed), all wall clock on one
+host.
+
+Per paired update, each stage's time in ms from the flat edge reading the tick:
+
+* tiered path: ``mid_read`` (the publisher reached the mid relay after the flat edge),
+  ``mid_written`` (on its writer thread), ``mid_swapped`` (it forwards the batch below as it
+  swaps it in), ``edge_read`` (the mid relay's frame read by the edge below it),
+  ``edge_swapped``, ``edge_pushed`` and ``edge_pushed_last`` (the edge's first and last rounds
+  pushing the tick ended), ``received`` (the tiered subscriber process got it);
+* flat path: ``flat_swapped``, ``flat_pushed``, ``flat_pushed_last``, ``flat_received``.
+
+``segments`` turns them into the hop's pieces (the tiered path's steps, and the flat path's
+to subtract); ``summary`` gives each piece's median over every paired update and over the
+slowest 1% (the tail: the piece that grows there is what the tail waits on).
+"""
+
+from __future__ import annotations
+
+import json
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+#: The hop's pieces: name -> (later stage, earlier stage) of ``record``'s stages.
+SEGMENTS = {
+    "publisher_mid_after_flat": ("mid_read", "flat_read"),
+    "mid_read_to_written": ("mid_written", "mid_read"),
+    "mid_written_to_swap": ("mid_swapped", "mid_written"),
+    "mid_to_edge": ("edge_read", "mid_swapped"),
+    "edge_read_to_swap": ("edge_swapped", "edge_read"),
+    "edge_swap_to_push": ("edge_pushed", "edge_swapped"),
+    "edge_push_rounds": ("edge_pushed_last", "edge_pushed"),
+    "edge_push_to_received": ("received", "edge_pushed"),
+    "flat_read_to_swap": ("flat_swapped", "flat_read"),
+    "flat_swap_to_push": ("flat_pushed", "flat_swapped"),
+    "flat_push_rounds": ("flat_pushed_last", "flat_pushed"),
+    "flat_push_to_received": ("flat_received", "flat_pushed"),
+}
+
+
+def batches(url: str) -> dict[int, dict[str, Any]]:
+    """The relay at ``url``'s last batches of ``agents`` (``GET /v1/admin/batches``), by tick."""
+    address = url.replace("ws://", "http://").rstrip("/") + "/v1/admin/batches"
+    with urllib.request.urlopen(address, timeout=10) as answer:
+        listed = json.load(answer)["batches"]
+    return {b["tick"]: b for b in listed if b["dataset"] == "agents"}
+
+
+def records(
+    flat_at: dict[tuple[int, int], float],
+    tiered_at: dict[tuple[int, int], float],
+    flat: list[dict[int, dict[str, Any]]],
+    tiered: list[dict[int, dict[str, Any]]],
+    mids: list[dict[int, dict[str, Any]]],
+) -> list[dict[str, float]]:
+    """Each paired update's stages (``view``, ``tick``, ``hop``, wall-clock stages; see the
+    module): view ``i`` is on flat edge ``i % E``, tiered edge ``i % E``, below mid relay
+    ``(i % E) % M`` (``cluster.deployment``); updates whose tick a relay no longer lists are
+    left out."""
+    out = []
+    for view, tick in sorted(flat_at.keys() & tiered_at.keys()):
+        edge = view % len(flat)
+        f, e, m = flat[edge].get(tick), tiered[edge].get(tick), mids[edge % len(mids)].get(tick)
+        if f is None or e is None or m is None:
+            continue
+        out.append(
+            {
+                "view": view,
+                "tick": tick,
+                "tick_time": f["tick_time"],
+                "hop": (tiered_at[(view, tick)] - flat_at[(view, tick)]) * 1000,
+                "flat_read": f["read"],
+                "flat_swapped": f["swapped"],
+                "flat_pushed": f["pushed_first"] or f["swapped"],
+                "flat_pushed_last": f["pushed_last"] or f["swapped"],
+                "flat_received": flat_at[(view, tick)],
+                "mid_read": m["read"],
+                "mid_written": m["written"],
+                "mid_swapped": m["swapped"],
+                "edge_read": e["read"],
+                "edge_swapped": e["swapped"],
+                "edge_pushed": e["pushed_first"] or e["swapped"],
+                "edge_pushed_last": e["pushed_last"] or e["swapped"],
+                "received": tiered_at[(view, tick)],
+            }
+        )
+    return out
+
+
+def segments(record: dict[str, float]) -> dict[str, float]:
+    """``record``'s pieces (``SEGMENTS``), ms."""
+    return {name: (record[a] - record[b]) * 1000 for name, (a, b) in SEGMENTS.items()}
+
+
+def summary(found: list[dict[str, float]], tail: float = 99.0) -> dict[str, Any]:
+    """Each piece's median over every record and over those whose hop is at or above its
+    ``tail`` percentile, and the ticks of that tail (a tail of a few ticks is a stall of
+    one process; of many, a steady cost)."""
+    if not found:
+        return {"records": 0}
+    hops = np.array([r["hop"] for r in found])
+    cut = float(np.percentile(hops, tail))
+    slow = [r for r in found if r["hop"] >= cut]
+    pieces = [segments(r) for r in found]
+    slow_pieces = [segments(r) for r in slow]
+    return {
+        "records": len(found),
+        "tail_from_ms": cut,
+        "tail_ticks": sorted({int(r["tick"]) for r in slow}),
+        "median_ms": {k: float(np.median([p[k] for p in pieces])) for k in SEGMENTS},
+        "tail_median_ms": {k: float(np.median([p[k] for p in slow_pieces])) for k in SEGMENTS},
+        "p99_ms": {k: float(np.percentile([p[k] for p in pieces], 99)) for k in SEGMENTS},
+    }
+
+
+def save(found: list[dict[str, float]], path: Path) -> None:
+    """The records, one JSON object a line."""
+    with path.open("w") as out:
+        for record in found:
+            out.write(json.dumps(record) + "\n")
