@@ -73,6 +73,7 @@ import argparse
 import asyncio
 import contextlib
 import datetime as dt
+import gc
 import itertools
 import json
 import multiprocessing
@@ -116,6 +117,8 @@ SPLIT_DWELL = 10.0
 #: (load 80 stalled them past 3 s) does not lapse and redirect every view, which is not what
 #: is measured; a split's handover waits on the map, never on the lease.
 SPLIT_LEASE = 10.0
+#: The shortest garbage collection of a subscriber process the tier runs note (s).
+GC_NOTED = 0.005
 #: Connections the split case's subscribers share.
 SPLIT_CONNECTIONS = 20
 
@@ -205,12 +208,24 @@ def counters(publisher: Child) -> dict[str, float]:
 
 
 class Arrivals:
-    """When each view's update of each tick arrived (wall clock), and its latency."""
+    """When each view's update of each tick arrived (wall clock), and its latency; the
+    subscriber process's garbage collections meanwhile (``gc``: wall-clock start and end, each
+    of at least ``GC_NOTED`` s) and its CPU seconds (``cpu``)."""
 
     def __init__(self) -> None:
         self.at: dict[tuple[int, int], float] = {}
         self.latencies: list[float] = []
         self.measuring = False
+        self.gc: list[tuple[float, float]] = []
+        self.cpu = 0.0
+        self._collecting = 0.0
+
+    def collected(self, phase: str, info: dict[str, int]) -> None:
+        """A ``gc.callbacks`` entry: notes each collection while measuring."""
+        if phase == "start":
+            self._collecting = time.time()
+        elif self.measuring and time.time() - self._collecting >= GC_NOTED:
+            self.gc.append((self._collecting, time.time()))
 
     async def drain(self, index: int, view: LiveView) -> None:
         async for update in view:
@@ -236,12 +251,13 @@ async def _side(urls: list[str], views: list[Box], pipe: Connection) -> None:
         await asyncio.wait_for(asyncio.gather(*(v.wait_updates(1) for v in live)), 300)
         arrivals = Arrivals()
         tasks = [asyncio.create_task(arrivals.drain(i, view)) for i, view in enumerate(live)]
+        gc.callbacks.append(arrivals.collected)
         pipe.send("ready")
         await asyncio.to_thread(pipe.recv)
-        arrivals.measuring = True
+        arrivals.measuring, cpu = True, time.process_time()
         await asyncio.to_thread(pipe.recv)
-        arrivals.measuring = False
-        pipe.send((arrivals.at, arrivals.latencies))
+        arrivals.measuring, cpu = False, time.process_time() - cpu
+        pipe.send((arrivals.at, arrivals.latencies, arrivals.gc, cpu))
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
@@ -276,7 +292,8 @@ async def sides_in_processes(
         for pipe in pipes.values():
             pipe.send("stop")
         for side, pipe in pipes.items():
-            arrivals[side].at, arrivals[side].latencies = await asyncio.to_thread(pipe.recv)
+            got = arrivals[side]
+            got.at, got.latencies, got.gc, got.cpu = await asyncio.to_thread(pipe.recv)
     finally:
         for process in processes:
             await asyncio.to_thread(process.join, 30)
@@ -377,7 +394,8 @@ async def run(
         flat_at, tiered_at, listed["edge_flat"], listed["edge_tiered"], listed["mid"]
     )
     tierhops.save(found, logs / f"hops-{number}.jsonl")
-    result["hops"] = tierhops.summary(found)
+    result["hops"] = tierhops.summary(found, {side: seen.gc for side, seen in arrivals.items()})
+    result["subscriber_cpu_share"] = {side: seen.cpu / window for side, seen in arrivals.items()}
     return result
 
 

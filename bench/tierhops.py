@@ -14,7 +14,9 @@ Per paired update, each stage's time in ms from the flat edge reading the tick:
 
 ``segments`` turns them into the hop's pieces (the tiered path's steps, and the flat path's
 to subtract); ``summary`` gives each piece's median over every paired update and over the
-slowest 1% (the tail: the piece that grows there is what the tail waits on).
+slowest 1% (the tail: the piece that grows there is what the tail waits on), and the hop as the
+edges pushed it (``edge_hop_percentiles_ms``: the tiered edge's last round pushing the tick
+against the flat edge's serving the same views), which leaves the subscriber processes out.
 """
 
 from __future__ import annotations
@@ -97,12 +99,37 @@ def segments(record: dict[str, float]) -> dict[str, float]:
     return {name: (record[a] - record[b]) * 1000 for name, (a, b) in SEGMENTS.items()}
 
 
-def summary(found: list[dict[str, float]], tail: float = 99.0) -> dict[str, Any]:
+def summary(
+    found: list[dict[str, float]],
+    collections: dict[str, list[tuple[float, float]]] | None = None,
+    tail: float = 99.0,
+) -> dict[str, Any]:
     """Each piece's median over every record and over those whose hop is at or above its
     ``tail`` percentile, and the ticks of that tail (a tail of a few ticks is a stall of
-    one process; of many, a steady cost)."""
+    one process; of many, a steady cost); the hop's percentiles both ways (the difference of
+    two paths: its low tail is the flat path's stalls); with the subscriber processes' garbage
+    collections (``collections``: side -> wall-clock start and end), how many there were, the
+    longest, and the share of the tail whose tiered arrival waited on one."""
     if not found:
         return {"records": 0}
+    out = _summary(found, tail)
+    for side, spans in (collections or {}).items():
+        out[f"gc_{side}"] = {
+            "collections": len(spans),
+            "longest_ms": max(((b - a) * 1000 for a, b in spans), default=0.0),
+        }
+    if collections and "tiered" in collections:
+        slow = [r for r in found if r["hop"] >= out["tail_from_ms"]]
+        waited = [
+            r
+            for r in slow
+            if any(a < r["received"] and b > r["edge_pushed"] for a, b in collections["tiered"])
+        ]
+        out["tail_in_tiered_gc"] = len(waited) / len(slow)
+    return out
+
+
+def _summary(found: list[dict[str, float]], tail: float) -> dict[str, Any]:
     hops = np.array([r["hop"] for r in found])
     cut = float(np.percentile(hops, tail))
     slow = [r for r in found if r["hop"] >= cut]
@@ -110,6 +137,17 @@ def summary(found: list[dict[str, float]], tail: float = 99.0) -> dict[str, Any]
     slow_pieces = [segments(r) for r in slow]
     return {
         "records": len(found),
+        "hop_percentiles_ms": {str(q): float(np.percentile(hops, q)) for q in (1, 5, 50, 95, 99)},
+        # The tier's hop without the subscriber processes: when the tiered edge's last round
+        # pushing the tick ended, against the flat edge serving the same views.
+        "edge_hop_percentiles_ms": {
+            str(q): float(
+                np.percentile(
+                    [(r["edge_pushed_last"] - r["flat_pushed_last"]) * 1000 for r in found], q
+                )
+            )
+            for q in (1, 5, 50, 95, 99)
+        },
         "tail_from_ms": cut,
         "tail_ticks": sorted({int(r["tick"]) for r in slow}),
         "median_ms": {k: float(np.median([p[k] for p in pieces])) for k in SEGMENTS},
