@@ -265,18 +265,21 @@ async def _side(urls: list[str], views: list[Box], pipe: Connection) -> None:
 
 @contextlib.asynccontextmanager
 async def sides_in_processes(
-    sides: dict[str, list[str]], views: list[Box]
+    sides: dict[str, list[str]], views: list[Box], nice: int = 0
 ) -> AsyncIterator[dict[str, Arrivals]]:
     """Each deployment's subscribers in a process of their own (``--subscriber-processes 2``):
     one process holding both would timestamp the tiered side's pushes after it has decoded the
     flat side's of the same tick, adding its own work to the hop. Yields the sides' arrivals,
-    measuring, filled in when the block ends."""
+    measuring, filled in when the block ends. The processes run at priority ``nice``."""
     spawn = multiprocessing.get_context("spawn")
     pipes, processes = {}, []
     for side, urls in sides.items():
         here, there = spawn.Pipe()
         process = spawn.Process(target=_side_process, args=(urls, views, there), daemon=True)
         process.start()
+        if nice:
+            assert process.pid is not None
+            os.setpriority(os.PRIO_PROCESS, process.pid, nice)
         pipes[side] = here
         processes.append(process)
     try:
@@ -343,11 +346,12 @@ async def run(
     *,
     number: int = 0,
     nice: int = 0,
+    subscriber_nice: int = 0,
 ) -> dict[str, Any]:
     """One run: both deployments, the same views on each, one window measured; the
     subscribers in ``processes`` processes (1: this one; 2: one per deployment). Each paired
     update's way through the relays goes to ``hops-NUMBER.jsonl`` in ``logs`` (``tierhops``);
-    the relays run at priority ``nice``."""
+    the relays run at priority ``nice``, the subscriber processes at ``subscriber_nice``."""
     async with deployment(publisher, logs, nice) as (flat, tiered, mids):
         roles = {"mid": mids, "edge_tiered": tiered, "edge_flat": flat}
 
@@ -355,8 +359,11 @@ async def run(
             return {role: histograms(relays) for role, relays in roles.items()}
 
         sides = {"flat": [e.url for e in flat], "tiered": [e.url for e in tiered]}
-        subscribing = sides_in_processes if processes == 2 else sides_here
-        async with subscribing(sides, views) as arrivals:
+        if processes == 2:
+            subscribing = sides_in_processes(sides, views, subscriber_nice)
+        else:
+            subscribing = sides_here(sides, views)
+        async with subscribing as arrivals:
             before = await asyncio.to_thread(counters, publisher)
             phases_before = await asyncio.to_thread(read_histograms)
             loads = [os.getloadavg()[0]]
@@ -380,6 +387,7 @@ async def run(
         "paired_updates": len(extra),
         "subscriber_processes": processes,
         "relay_nice": nice,
+        "subscriber_nice": subscriber_nice,
         **hop_phases(phases_before, phases_after),
         # The machine's one-minute load average during the window (sampled every second).
         "load_average": {"min": min(loads), "max": max(loads)},
@@ -396,6 +404,10 @@ async def run(
     tierhops.save(found, logs / f"hops-{number}.jsonl")
     result["hops"] = tierhops.summary(found, {side: seen.gc for side, seen in arrivals.items()})
     result["subscriber_cpu_share"] = {side: seen.cpu / window for side, seen in arrivals.items()}
+    # The hop as the edge relays pushed it (the subscriber processes left out: ``tierhops``).
+    edge_hop = result["hops"].get("edge_hop_percentiles_ms", {})
+    result["tier_edge_hop_p50_ms"] = edge_hop.get("50", float("nan"))
+    result["tier_edge_hop_p99_ms"] = edge_hop.get("99", float("nan"))
     return result
 
 
@@ -829,7 +841,14 @@ class Timeline:
 
 
 #: What ``progress`` says of each tier run and each split run.
-TIER_SAID = ("relay_nice", "tier_latency_p50_ms", "tier_latency_p99_ms", "load_average")
+TIER_SAID = (
+    "relay_nice",
+    "subscriber_nice",
+    "tier_latency_p50_ms",
+    "tier_latency_p99_ms",
+    "tier_edge_hop_p99_ms",
+    "load_average",
+)
 SPLIT_SAID = ("split_moved", "split_pause_p50_ms", "split_pause_p99_ms", "split_load_average")
 
 
@@ -861,8 +880,8 @@ async def bench(args: argparse.Namespace) -> dict[str, Any]:
     if not args.only_split:
         async with publishing(logs, args.agents) as publisher:
             for number in range(args.runs):
-                # --relay-nice N: runs alternate between relays at 0 and at N (A/B in one run).
-                nice = args.relay_nice if number % 2 else 0
+                # --relay-nice, --subscriber-nice: every second run (B) at those priorities.
+                arm_b = number % 2 == 1
                 runs.append(
                     await run(
                         publisher,
@@ -871,7 +890,8 @@ async def bench(args: argparse.Namespace) -> dict[str, Any]:
                         logs,
                         args.subscriber_processes,
                         number=number,
-                        nice=nice,
+                        nice=args.relay_nice if arm_b else 0,
+                        subscriber_nice=args.subscriber_nice if arm_b else 0,
                     )
                 )
                 progress(f"tier run {number + 1}/{args.runs}", runs[-1], TIER_SAID)
@@ -906,6 +926,8 @@ KEYS = (
     "latency_tiered_p50_ms",
     "tier_latency_p50_ms",
     "tier_latency_p99_ms",
+    "tier_edge_hop_p50_ms",
+    "tier_edge_hop_p99_ms",
 )
 #: ... and of each split run.
 SPLIT_KEYS = (
@@ -934,17 +956,20 @@ SPLIT_KEYS = (
 
 def summary(runs: list[dict[str, Any]], splits: list[dict[str, Any]]) -> dict[str, Any]:
     """The runs' figures as median, min and max, with the highest load average each run saw
-    (``load_average_max``, ``split_load_average_max``); with ``--relay-nice``, each arm's
-    alike (``by_relay_nice``)."""
+    (``load_average_max``, ``split_load_average_max``); with ``--relay-nice`` or
+    ``--subscriber-nice``, each arm's alike (``by_nice``: ``relays=N,subscribers=M``)."""
     out: dict[str, Any] = {}
     if runs:
         out |= {key: spread([run[key] for run in runs]) for key in KEYS}
         out["load_average_max"] = spread([run["load_average"]["max"] for run in runs])
-        arms = sorted({run["relay_nice"] for run in runs})
+        arms = sorted({(run["relay_nice"], run["subscriber_nice"]) for run in runs})
         if len(arms) > 1:
-            out["by_relay_nice"] = {
-                str(arm): summary([run for run in runs if run["relay_nice"] == arm], [])
-                for arm in arms
+            out["by_nice"] = {
+                f"relays={relays},subscribers={subs}": summary(
+                    [r for r in runs if (r["relay_nice"], r["subscriber_nice"]) == (relays, subs)],
+                    [],
+                )
+                for relays, subs in arms
             }
     if splits:
         out |= {key: spread([split[key] for split in splits]) for key in SPLIT_KEYS}
@@ -983,6 +1008,12 @@ def main() -> None:
         type=int,
         default=0,
         help="A/B: every second tier run starts its relays at this priority (e.g. -5; root)",
+    )
+    parser.add_argument(
+        "--subscriber-nice",
+        type=int,
+        default=0,
+        help="A/B: every second tier run puts its subscriber processes at this priority",
     )
     parser.add_argument("--no-save", action="store_true", help="do not write bench/results")
     args = parser.parse_args()
