@@ -210,14 +210,15 @@ def counters(publisher: Child) -> dict[str, float]:
 class Arrivals:
     """When each view's update of each tick arrived (wall clock), and its latency; the
     subscriber process's garbage collections meanwhile (``gc``: wall-clock start and end, each
-    of at least ``GC_NOTED`` s) and its CPU seconds (``cpu``)."""
+    of at least ``GC_NOTED`` s) and its scheduling (``sched``)."""
 
     def __init__(self) -> None:
         self.at: dict[tuple[int, int], float] = {}
         self.latencies: list[float] = []
         self.measuring = False
         self.gc: list[tuple[float, float]] = []
-        self.cpu = 0.0
+        #: The process's ``tierhops.schedstat`` as the window began and ended.
+        self.sched: tuple[tuple[float, float, int], ...] = ((0.0, 0.0, 0), (0.0, 0.0, 0))
         self._collecting = 0.0
 
     def collected(self, phase: str, info: dict[str, int]) -> None:
@@ -254,10 +255,10 @@ async def _side(urls: list[str], views: list[Box], pipe: Connection) -> None:
         gc.callbacks.append(arrivals.collected)
         pipe.send("ready")
         await asyncio.to_thread(pipe.recv)
-        arrivals.measuring, cpu = True, time.process_time()
+        arrivals.measuring, began = True, tierhops.schedstat()
         await asyncio.to_thread(pipe.recv)
-        arrivals.measuring, cpu = False, time.process_time() - cpu
-        pipe.send((arrivals.at, arrivals.latencies, arrivals.gc, cpu))
+        arrivals.measuring, ended = False, tierhops.schedstat()
+        pipe.send((arrivals.at, arrivals.latencies, arrivals.gc, (began, ended)))
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
@@ -296,7 +297,7 @@ async def sides_in_processes(
             pipe.send("stop")
         for side, pipe in pipes.items():
             got = arrivals[side]
-            got.at, got.latencies, got.gc, got.cpu = await asyncio.to_thread(pipe.recv)
+            got.at, got.latencies, got.gc, got.sched = await asyncio.to_thread(pipe.recv)
     finally:
         for process in processes:
             await asyncio.to_thread(process.join, 30)
@@ -365,12 +366,18 @@ async def run(
             subscribing = sides_here(sides, views)
         async with subscribing as arrivals:
             before = await asyncio.to_thread(counters, publisher)
+            sched_before = {
+                role: [tierhops.schedstat(r.pid) for r in rs] for role, rs in roles.items()
+            }
             phases_before = await asyncio.to_thread(read_histograms)
             loads = [os.getloadavg()[0]]
             for _ in range(int(window)):
                 await asyncio.sleep(1.0)
                 loads.append(os.getloadavg()[0])
             await asyncio.sleep(window - int(window))
+            sched_after = {
+                role: [tierhops.schedstat(r.pid) for r in rs] for role, rs in roles.items()
+            }
             after = await asyncio.to_thread(counters, publisher)
             phases_after = await asyncio.to_thread(read_histograms)
         listed = {
@@ -403,7 +410,14 @@ async def run(
     )
     tierhops.save(found, logs / f"hops-{number}.jsonl")
     result["hops"] = tierhops.summary(found, {side: seen.gc for side, seen in arrivals.items()})
-    result["subscriber_cpu_share"] = {side: seen.cpu / window for side, seen in arrivals.items()}
+    # Each role's main threads on a CPU and waiting for one (a loaded machine's cost).
+    result["scheduling"] = {
+        role: tierhops.scheduling(sched_before[role], sched_after[role], window) for role in roles
+    } | {
+        f"subscribers_{side}": tierhops.scheduling([seen.sched[0]], [seen.sched[1]], window)
+        for side, seen in arrivals.items()
+        if processes == 2
+    }
     # The hop as the edge relays pushed it (the subscriber processes left out: ``tierhops``).
     edge_hop = result["hops"].get("edge_hop_percentiles_ms", {})
     result["tier_edge_hop_p50_ms"] = edge_hop.get("50", float("nan"))

@@ -161,3 +161,28 @@ def save(found: list[dict[str, float]], path: Path) -> None:
     with path.open("w") as out:
         for record in found:
             out.write(json.dumps(record) + "\n")
+
+
+def schedstat(pid: int | str = "self") -> tuple[float, float, int]:
+    """The main thread of ``pid``'s time on a CPU and waiting for one while runnable (s), and
+    its time slices (``/proc/PID/schedstat``): the waiting is what a loaded machine costs a
+    process that must run."""
+    with open(f"/proc/{pid}/schedstat") as stats:
+        ran, waited, slices = stats.read().split()
+    return int(ran) / 1e9, int(waited) / 1e9, int(slices)
+
+
+def scheduling(
+    before: list[tuple[float, float, int]], after: list[tuple[float, float, int]], seconds: float
+) -> dict[str, float]:
+    """Processes' ``schedstat`` over ``seconds``: each one's mean share of the time on a CPU
+    and waiting for one, and the mean wait a time slice began with (ms)."""
+    ran = sum(b[0] - a[0] for a, b in zip(before, after, strict=True))
+    waited = sum(b[1] - a[1] for a, b in zip(before, after, strict=True))
+    slices = sum(b[2] - a[2] for a, b in zip(before, after, strict=True))
+    count = max(len(before), 1)
+    return {
+        "cpu_share": ran / seconds / count,
+        "waiting_share": waited / seconds / count,
+        "wait_per_slice_ms": waited / max(slices, 1) * 1000,
+    }
