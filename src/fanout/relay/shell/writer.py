@@ -10,10 +10,9 @@ batch in (ending the epoch) and starts writing the next. Rules:
 2. **Failure.** A batch that fails to write (nothing of it was written) drops the batches queued
    after it, is raised to the link by its next call and handed to ``on_failure``, so that the
    link drops the connection at once.
-3. **Timing.** Each batch's write, read-to-swap wait and tick age are recorded for
-   ``GET /metrics`` (``histograms``), and the last ``RECORDED`` batches' wall-clock times
-   (``Timing``: read, written, swapped in) for ``GET /v1/admin/batches``, which the tier bench
-   joins across processes tick by tick (docs/benchmarks/cluster.md).
+3. **Timing.** Each batch's write, read-to-swap wait and tick age go to ``GET /metrics``
+   (``histograms``); the last ``RECORDED`` batches' wall-clock times (``Timing``) to
+   ``GET /v1/admin/batches``, joined across processes tick by tick by ``bench/tierhops.py``.
 """
 
 from __future__ import annotations
