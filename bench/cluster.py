@@ -63,6 +63,9 @@ where a mid relay forwards it) and, tick by tick, by the relays' own record of e
 (``GET /v1/admin/batches``, joined by ``tierhops``: ``hops`` per run, where the slowest 1% of
 paired updates waited; each paired update's stages go to ``hops-N.jsonl`` in the log folder).
 Each run's headline figures go to stderr as it ends (the JSON comes once all have).
+``scheduling``: each role's main threads' time on a CPU and waiting for one over the window
+(``/proc/PID/schedstat``). ``--relay-nice N`` / ``--subscriber-nice N``: every second tier run
+puts its relays / subscriber processes at priority ``N`` (an A/B in one run, ``by_nice``).
 Every run reports the machine's one-minute load average beside its figures
 (``load_average``, ``split_load_average``: min and max while it ran): the machine is shared.
 """
