@@ -1,9 +1,10 @@
 """Where a table's logical capture stands, kept in the database for a live tail
 (``sources.postgres_logical`` rule 5, ``sources.postgres_tail``): the slot its stream reads
-(named by its start), and an anchor, a position it reached for good with the last change's
-``_version`` there. Both live in ``fanout_changes`` under the table's name (``table@slot``,
-``table@anchor``), so a new stream's snapshot, which deletes the table's rows there, drops an
-old stream's anchor too; one read with a slot not the current one's is no anchor.
+(named by its start), an anchor (a position it read to, with the last change's ``_version``
+there), and where a waiting tail's own slot starts. All live in ``fanout_changes`` under the
+table's name (``table@slot``, ``table@anchor``, ``table@tail``), so a new stream's snapshot,
+which deletes the table's rows there, drops an old stream's anchor too; one read with a slot
+not the current one's is no anchor.
 """
 
 from __future__ import annotations
@@ -60,3 +61,30 @@ def slot_source(table: str) -> str:
 def anchor_source(table: str) -> str:
     """``fanout_changes.source`` of the table's anchor."""
     return f"{table}@anchor"
+
+
+def tail_source(table: str) -> str:
+    """``fanout_changes.source`` of where a waiting tail's slot starts."""
+    return f"{table}@tail"
+
+
+def wait_for_anchor(db: psycopg.Connection[Any], table: str, start: int) -> None:
+    """A tail whose slot starts at ``start`` waits for an anchor at or past it: say so."""
+    db.execute(
+        "INSERT INTO fanout_changes VALUES (%s, 0, 'T', to_jsonb(%s::text)) ON CONFLICT"
+        " (source, id) DO UPDATE SET data = excluded.data",
+        (tail_source(table), pgoutput.lsn_text(start)),
+    )
+
+
+def flushed_and_waited(db: psycopg.Connection[Any], table: str) -> tuple[int, int]:
+    """The server's WAL flushed so far, and where a waiting tail's slot starts (0: none)."""
+    found = db.execute(
+        "SELECT pg_current_wal_flush_lsn()::text, (SELECT data #>> '{}' FROM fanout_changes"
+        " WHERE source = %s AND id = 0)",
+        (tail_source(table),),
+    ).fetchone()
+    if found is None:
+        return 0, 0
+    flushed, waits = found
+    return pgoutput.lsn_of(flushed), pgoutput.lsn_of(waits) if waits else 0

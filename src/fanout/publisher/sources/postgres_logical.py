@@ -12,10 +12,10 @@ through the slot functions (docs/configuration.md, "Capture by logical decoding"
 4. **Confirmed only when durable.** ``commit`` confirms the slot's position (and trims the
    snapshot) once Spark committed the micro-batch; a quiet table's slot is moved past the WAL
    it decoded; a slot gone or taken by another stream is refused, never skipped.
-5. **Anchors for a live tail.** Each position the stream reached for good (its snapshot's end,
-   a committed offset, a quiet slot moved on) is kept as the table's anchor (``anchor_of``):
-   whoever reads the slot's publication from there numbers its changes as the reader does
-   (``sources.livenumbers``, ``sources.postgres_tail``).
+5. **Anchors for a live tail.** Every offset read is one (its numbers are fixed by the offset
+   it was read from), and so is a quiet table's position past the last one: the snapshot's end
+   and each read's end are kept as the table's anchor (``sources.anchors``), and a quiet
+   position when a tail waits for one past its start (``sources.livenumbers``).
 """
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ from psycopg import sql
 from psycopg.adapt import Transformer
 
 from fanout.publisher.sources import pgoutput
-from fanout.publisher.sources.anchors import keep_anchor, slot_source
+from fanout.publisher.sources.anchors import flushed_and_waited, keep_anchor, slot_source
 from fanout.publisher.sources.postgres_reader import (
     RECONNECT_FOR,
     TABLES,
@@ -204,8 +204,9 @@ class LogicalStreamReader(ConnectedReader):
     _confirmed_at = 0
     #: The snapshot's rows trimmed so far (``commit``).
     _trimmed = 0
-    #: The position of the last anchor kept (rule 5).
+    #: The position of the last anchor kept (rule 5), and the start of a tail waiting for one.
     _anchored = 0
+    _tail_waits = 0
 
     @property
     def name(self) -> str:
@@ -280,8 +281,10 @@ class LogicalStreamReader(ConnectedReader):
         taken = pgoutput.after(held, at.lsn, wanted)
         if not taken and caught_up:
             self._confirm_quietly(at)
+            self._anchor_quietly(at)
         rows = self._rows(taken, at.id)
         end = Offset(at.slot, at.snapshot, at.id + len(rows), taken[-1].end_lsn) if taken else at
+        self._anchor(end)
         return self._batches(rows), end.spelled()
 
     def readBetweenOffsets(
@@ -317,8 +320,15 @@ class LogicalStreamReader(ConnectedReader):
             )
             self._trimmed = trim
         self._confirm(upto.lsn)
-        if upto.id >= upto.snapshot:
-            self._anchor(upto)
+
+    def _anchor_quietly(self, at: Offset) -> None:
+        """Nothing of the table's ends after ``at`` up to where the stream is: keep that
+        position as the anchor if a tail waits for one past its start (rule 5)."""
+        stream = self._stream
+        if stream is None or stream.sent <= at.lsn or self._tail_waits <= self._anchored:
+            return
+        if not any(t.end_lsn > at.lsn for t in stream.held):
+            self._anchor(Offset(at.slot, at.snapshot, at.id, stream.sent))
 
     def _anchor(self, at: Offset) -> None:
         """Keep ``at`` as the table's anchor (rule 5), if it is further than the last."""
@@ -360,7 +370,6 @@ class LogicalStreamReader(ConnectedReader):
             return
         if not any(t.end_lsn > at.lsn for t in stream.held):
             self._confirm(stream.sent)
-            self._anchor(Offset(at.slot, at.snapshot, at.id, stream.sent))
 
     def _stream_caught_up(
         self, at: Offset, upto: int | None, enough: Enough, timeout: float
@@ -375,10 +384,8 @@ class LogicalStreamReader(ConnectedReader):
                 unreachable, or it sent what is not pgoutput.
         """
         if upto is None:
-            flushed = self._retrying(
-                lambda db: db.execute("SELECT pg_current_wal_flush_lsn()::text").fetchone()
-            )
-            upto = pgoutput.lsn_of(flushed[0] if flushed else "0/0")
+            flushed = self._retrying(lambda db: flushed_and_waited(db, self.options.table))
+            upto, self._tail_waits = flushed
         deadline, delay = time.monotonic() + RECONNECT_FOR, 0.1
         while True:
             stream = self._stream

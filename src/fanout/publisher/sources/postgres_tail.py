@@ -7,8 +7,8 @@ then confirms it (``bustable`` rules 6 and 7). Rules:
    WAL; the server drops it with the session), decoded and loaded as the capture does
    (``changes_of``, ``LoadedValues``, ``to_batches``): a change the capture refuses is not shown.
 2. **Numbered from the capture's anchor** (``sources.livenumbers``, ``sources.anchors``),
-   read every ``ANCHOR_EVERY`` s: one of another slot, or contradicting the count, ends the
-   tail's slot and it starts again.
+   asked for (past the tail's start) until it comes, then read every ``ANCHOR_EVERY`` s: one of
+   another slot, or contradicting the count, ends the tail's slot and it starts again.
 3. **Never in the way**: a database away, a broken stream, a truncate: logged, and the tail
    starts again after a pause; the micro-batches carry everything meanwhile.
 4. **Logical capture only**: a trigger-captured table has no tail (no publication to read).
@@ -33,7 +33,7 @@ from pyspark.sql.types import DataType, StructType
 
 from fanout.publisher.datasets import DELETED, VERSION
 from fanout.publisher.sources import pgoutput
-from fanout.publisher.sources.anchors import anchor_of
+from fanout.publisher.sources.anchors import anchor_of, wait_for_anchor
 from fanout.publisher.sources.livenumbers import Numbering
 from fanout.publisher.sources.postgres_logical import SESSION, SETTINGS, capture_name, changes_of
 from fanout.publisher.sources.postgres_reader import CaptureError, ReaderOptions
@@ -150,7 +150,7 @@ class LiveTail:
         values: LoadedValues,
         numbering: Numbering[Changes],
     ) -> None:
-        slot, polled = None, 0.0
+        slot, polled, asked = None, 0.0, 0.0
         while not self._stopping.is_set():
             for transaction in stream.receive(RECEIVE_WAIT):
                 changes = changes_of(transaction, values, self.options)
@@ -161,6 +161,10 @@ class LiveTail:
                 continue
             polled = now
             anchor = anchor_of(db, self.options.table)
+            waiting = not numbering.anchored and (anchor is None or anchor.lsn < numbering.start)
+            if waiting and now - asked >= ANCHOR_EVERY:
+                wait_for_anchor(db, self.options.table, numbering.start)
+                asked = now
             if anchor is None:
                 continue
             if slot not in (None, anchor.slot) or not numbering.check(anchor.lsn, anchor.last):
