@@ -26,7 +26,7 @@ from fanout.publisher.pipeline import Pipeline
 from fanout.publisher.relaytable import Registry
 from fanout.publisher.service import DatasetService
 from fanout.publisher.sources.postgres_reader import ReaderOptions
-from fanout.publisher.sources.postgres_tail import LiveTail
+from fanout.publisher.sources.postgres_tail import LiveTail, source_schema
 from fanout.publisher.spark import spark_session
 from fanout.wire.messages import DatasetState
 
@@ -203,7 +203,7 @@ def _live_tails(config: PublisherSettings, bus: BusConnector | None) -> list[Liv
             continue
         table = source.table or dataset.name
         options = ReaderOptions(source.url, table, dataset.spark_schema(), key=dataset.key)
-        tail = LiveTail(options, partial(bus.publish_written, dataset.name))
+        tail = LiveTail(options, source_schema(options), partial(bus.publish_written, dataset.name))
         tail.start()
         tails.append(tail)
     return tails

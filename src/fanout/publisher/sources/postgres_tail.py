@@ -61,6 +61,15 @@ Publish = Callable[[list[dict[str, Any]], list[int], list[bool]], None]
 Changes = list[tuple[bool, dict[str, Any]]]
 
 
+def source_schema(options: ReaderOptions) -> pa.Schema:
+    """The Arrow schema of the capture's rows (its columns, ``_version``, ``_deleted``,
+    ``_problem``); Spark parses the columns, so a session must be running."""
+    declared = f"{options.schema}, `{VERSION}` bigint, `{DELETED}` boolean, `{PROBLEM}` string"
+    struct = DataType.fromDDL(declared)
+    assert isinstance(struct, StructType)
+    return to_arrow_schema(struct, timezone="UTC")
+
+
 class Restart(Exception):
     """The tail's count is no longer the capture's (rule 2)."""
 
@@ -68,15 +77,19 @@ class Restart(Exception):
 class LiveTail:
     """One table's tail, on a daemon thread of its own (rules 1-4)."""
 
-    def __init__(self, options: ReaderOptions, publish: Publish) -> None:
+    def __init__(self, options: ReaderOptions, arrow_schema: pa.Schema, publish: Publish) -> None:
+        """
+        Args:
+            options: the capture's (its table, key and database).
+            arrow_schema: the capture's rows' (``source_schema``).
+            publish: where the numbered changes go.
+        """
         self.options = options
+        self.arrow_schema = arrow_schema
         self.publish = publish
         self.published = 0  # changes handed over live
         self.restarts = 0
-        declared = f"{options.schema}, `{VERSION}` bigint, `{DELETED}` boolean, `{PROBLEM}` string"
-        struct = DataType.fromDDL(declared)
-        assert isinstance(struct, StructType)
-        self.arrow_schema = to_arrow_schema(struct, timezone="UTC")
+        self.counting = False  # whether the tail has its anchor (rule 2): commits go out at once
         self._stopping = threading.Event()
         self._thread: threading.Thread | None = None
 
@@ -140,6 +153,7 @@ class LiveTail:
             try:
                 self._tail(db, stream, values, numbering)
             finally:
+                self.counting = False
                 stream.close()
         return True
 
@@ -171,7 +185,7 @@ class LiveTail:
                 raise Restart(f"the capture's anchor {anchor} is not the tail's count")
             self._hand_over(numbering.anchor(anchor.lsn, anchor.last))
             if numbering.anchored and slot is None:
-                slot = anchor.slot
+                slot, self.counting = anchor.slot, True
                 log.info(
                     "table %s: live tail counts from change %d", self.options.table, anchor.last
                 )
