@@ -1,6 +1,5 @@
-"""The database connector's side of the subject bus, without I/O (Liebig et al., §3 and §4.1):
-what to publish for a micro-batch's changes, a ``LOAD`` and a ``QUERY``. ``publisher.busconnector``
-moves the bytes; the namespace is ``wire.bus``'s, the reference docs/caches.md. Rules:
+"""The database connector's side of the subject bus, without I/O (Liebig et al., §3, §4.1):
+what to publish for a micro-batch, a ``LOAD``, a ``QUERY`` (the reference: docs/caches.md). Rules:
 
 1. **One table per type** (a dataset with ``bus``): key -> (version, row) of its live objects.
 2. **Changes in commit order**, in version order: ``CREATE``, ``UPDATENOTIFY`` or ``DELETE``
@@ -8,14 +7,11 @@ moves the bytes; the namespace is ``wire.bus``'s, the reference docs/caches.md. 
 3. **Loads from the table**: the current version, or a ``LOADREPLY`` without state, version 0.
 4. **Queries** publish a ``LOADREPLY`` for every live object the label pattern selects.
 5. **Fragments** of at most ``fragment_bytes``, under one subject, request id and version.
-6. **Writes at once** (``written``): a durable write (or a committed database change: the
-   live tail, ``sources.postgres_tail``) is published as soon as it is known, its versions the
-   ones the micro-batch will carry; a micro-batch never takes the table back past it, and
+6. **Writes at once** (``written``): a durable write or a commit (``sources.postgres_tail``),
+   under the versions its micro-batch will carry, which never takes the table back past it and
    repeats it for a cache that missed it (docs/caches.md, "Writes at once").
-7. **The batch decides.** A key written at once that a micro-batch passed (it carried a newer
-   version of another key) without carrying it is corrected: its confirmed row, or a delete, is
-   published under the batch's newest version, which is above the write's.
-
+7. **The batch decides**: a key written at once that a micro-batch passed without carrying it
+   is corrected to its confirmed row (or deleted) under the batch's newest version.
 Called from one thread, so one object's messages are in version order on the bus.
 """
 

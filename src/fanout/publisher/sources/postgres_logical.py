@@ -1,6 +1,5 @@
-"""Change capture by logical decoding (``sources.postgres``, ``capture = "logical"``): the
-table's changes read from a logical replication slot with the built-in ``pgoutput`` plug-in,
-through the slot functions (docs/configuration.md, "Capture by logical decoding"). Rules:
+"""Change capture by logical decoding (``sources.postgres``, ``capture = "logical"``): a slot's
+``pgoutput`` stream (docs/configuration.md, "Capture by logical decoding"). Rules:
 
 1. **Install** checks ``wal_level = logical``, the role's ``REPLICATION`` and the key in the
    replica identity, then creates the publication and refuses ``TRUNCATE``; no row trigger.
@@ -12,10 +11,8 @@ through the slot functions (docs/configuration.md, "Capture by logical decoding"
 4. **Confirmed only when durable.** ``commit`` confirms the slot's position (and trims the
    snapshot) once Spark committed the micro-batch; a quiet table's slot is moved past the WAL
    it decoded; a slot gone or taken by another stream is refused, never skipped.
-5. **Anchors for a live tail.** Every offset read is one (its numbers are fixed by the offset
-   it was read from), and so is a quiet table's position past the last one: the snapshot's end
-   and each read's end are kept as the table's anchor (``sources.anchors``), and a quiet
-   position when a tail waits for one past its start (``sources.livenumbers``).
+5. **Anchors for a live tail** (``sources.anchors``): the snapshot's end and each read's end
+   are kept (their numbers are fixed), and a quiet position when a tail waits for one.
 """
 
 from __future__ import annotations
@@ -204,9 +201,7 @@ class LogicalStreamReader(ConnectedReader):
     _confirmed_at = 0
     #: The snapshot's rows trimmed so far (``commit``).
     _trimmed = 0
-    #: The position of the last anchor kept (rule 5), and the start of a tail waiting for one.
-    _anchored = 0
-    _tail_waits = 0
+    _anchored = _tail_waits = 0  # the last anchor kept (rule 5); a waiting tail's start
 
     @property
     def name(self) -> str:

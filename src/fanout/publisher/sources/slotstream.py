@@ -12,8 +12,7 @@ advance (docs/configuration.md, "Capture by logical decoding"). Rules:
    passes their end; a read stops pumping once it has enough, so the server waits, not memory.
 4. **Confirmed when durable.** ``confirm`` sends the flush position: the server may then drop
    the WAL before it. A connection lost is opened again; what it held is sent again (rule 1).
-5. **A temporary slot** (``start(temporary=True)``, a live tail's) is made by the stream's own
-   session and gone with it; ``receive`` hands each transaction over once, holding none.
+5. **A temporary slot** (a live tail's) lives as long as the stream; ``receive`` holds none.
 """
 
 from __future__ import annotations
