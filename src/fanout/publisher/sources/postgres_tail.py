@@ -166,10 +166,12 @@ class LiveTail:
     ) -> None:
         slot, polled, asked = None, 0.0, 0.0
         while not self._stopping.is_set():
-            for transaction in stream.receive(RECEIVE_WAIT):
+            received = stream.receive(RECEIVE_WAIT)
+            for transaction in received:
                 changes = changes_of(transaction, values, self.options)
                 self._hand_over(numbering.transaction(transaction.end_lsn, len(changes), changes))
-                stream.confirm(transaction.end_lsn)
+            if received:
+                stream.confirm(received[-1].end_lsn)
             now = time.monotonic()
             if now - polled < (ANCHOR_EVERY if numbering.anchored else ANCHOR_WAIT):
                 continue
