@@ -44,6 +44,22 @@ class Published:
             time.sleep(0.01)
 
 
+def wait_until_counting(tail: LiveTail, reader: LogicalStreamReader, offset: dict) -> None:
+    """Spark's trigger: quiet reads, one anchoring past the tail's start once it asks."""
+    deadline = time.monotonic() + 30
+    while not tail.counting and time.monotonic() < deadline:
+        reader.read(offset)
+        time.sleep(0.1)
+    assert tail.counting
+
+
+def expected(batch: list[dict[str, Any]]) -> dict[int, tuple[bool, dict[str, Any]]]:
+    """A micro-batch's rows as the tail hands them over, by version."""
+    return {
+        row["_version"]: (row["_deleted"], {name: row[name] for name in COLUMNS}) for row in batch
+    }
+
+
 def test_the_tail_publishes_each_commit_as_the_micro_batch_will(postgres_dsn: str) -> None:
     execute(
         postgres_dsn,
@@ -61,11 +77,7 @@ def test_the_tail_publishes_each_commit_as_the_micro_batch_will(postgres_dsn: st
         offset = reader.initialOffset()
         _, offset = reader.read(offset)  # the snapshot's rows
         tail.start()
-        deadline = time.monotonic() + 30
-        while not tail.counting and time.monotonic() < deadline:
-            reader.read(offset)  # Spark's trigger: a quiet read, anchoring past the tail's start
-            time.sleep(0.1)
-        assert tail.counting
+        wait_until_counting(tail, reader, offset)
         execute(
             postgres_dsn,
             f"INSERT INTO {TABLE} VALUES (3, 'cy', 3, NULL)",
@@ -87,7 +99,49 @@ def test_the_tail_publishes_each_commit_as_the_micro_batch_will(postgres_dsn: st
         with psycopg.connect(postgres_dsn, autocommit=True) as db:
             drop_capture_slot(db, postgres_dsn, capture_name(postgres_dsn, TABLE))
     assert len(batch) == 7
-    expected = {
-        row["_version"]: (row["_deleted"], {name: row[name] for name in COLUMNS}) for row in batch
-    }
-    assert published.rows == expected
+    assert published.rows == expected(batch)
+
+
+def test_a_new_streams_snapshot_restarts_the_tail_which_counts_as_it_does(
+    postgres_dsn: str,
+) -> None:
+    """Another stream's snapshot makes the slot again and numbers from its copied rows: the
+    tail's anchor is then of another slot, so it starts again and counts as the new stream."""
+    table = TABLE + "_again"
+    execute(
+        postgres_dsn,
+        f"DROP TABLE IF EXISTS {table}",
+        f"CREATE TABLE {table} (order_id bigint PRIMARY KEY, customer text, amount float8)",
+        f"INSERT INTO {table} VALUES (1, 'ada', 1)",
+    )
+    assert install(postgres_dsn, table, "order_id", COLUMNS, "logical") == "logical"
+    options = ReaderOptions(postgres_dsn, table, "", 1000, "order_id", "logical")
+    first, published = LogicalStreamReader(options, SCHEMA), Published()
+    tail = LiveTail(options, to_arrow_schema(SCHEMA, timezone="UTC"), published)
+    second = LogicalStreamReader(options, SCHEMA)
+    try:
+        _, offset = first.read(first.initialOffset())
+        tail.start()
+        wait_until_counting(tail, first, offset)
+        execute(postgres_dsn, f"UPDATE {table} SET amount = 2 WHERE order_id = 1")
+        published.wait_for(1)
+        first.stop()
+        execute(postgres_dsn, f"INSERT INTO {table} VALUES (2, 'bob', 2)")
+        _, again = second.read(second.initialOffset())  # the new stream: 2 rows copied
+        deadline = time.monotonic() + 30
+        while tail.restarts == 0 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert tail.restarts >= 1
+        wait_until_counting(tail, second, again)
+        published.rows.clear()
+        execute(postgres_dsn, f"UPDATE {table} SET customer = 'bo' WHERE order_id = 2")
+        published.wait_for(1)
+        batch = changes(second.read(again)[0])
+    finally:
+        tail.stop()
+        first.stop()
+        second.stop()
+        with psycopg.connect(postgres_dsn, autocommit=True) as db:
+            drop_capture_slot(db, postgres_dsn, capture_name(postgres_dsn, table))
+    assert [row["_version"] for row in batch] == [3]  # after the new snapshot's two rows
+    assert published.rows == expected(batch)
