@@ -11,7 +11,8 @@ then confirms it (``bustable`` rules 6 and 7). Rules:
    another slot, or contradicting the count, ends the tail's slot and it starts again.
 3. **Never in the way**: a database away, a broken stream, a truncate: logged, and the tail
    starts again after a pause; the micro-batches carry everything meanwhile.
-4. **Logical capture only**: a trigger-captured table has no tail (no publication to read).
+4. **Logical capture only**: a trigger-captured table has no tail (no publication to read;
+   looked at again every ``RESTART_MAX`` s, so a capture installed later is followed).
 """
 
 from __future__ import annotations
@@ -108,11 +109,17 @@ class LiveTail:
             self._thread.join(timeout=10)
 
     def _run(self) -> None:
-        delay = RESTART_FIRST
+        delay, told = RESTART_FIRST, False
         while not self._stopping.is_set():
             try:
-                if not self._follow():
-                    return
+                if not self._follow():  # looked at again: a capture installed later is followed
+                    if not told:
+                        log.info(
+                            "table %s: captured by a trigger: no live tail", self.options.table
+                        )
+                    told, delay = True, RESTART_MAX
+                    self._stopping.wait(delay)
+                    continue
                 delay = RESTART_FIRST
             except (
                 psycopg.Error,
@@ -139,7 +146,6 @@ class LiveTail:
             if not db.execute(
                 "SELECT 1 FROM pg_publication WHERE pubname = %s", (name,)
             ).fetchone():
-                log.info("table %s: captured by a trigger: no live tail", table)
                 return False
             set_json_loads(exact_json, db)
             for setting, value in SETTINGS.items():
