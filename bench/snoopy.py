@@ -17,12 +17,14 @@ of ``--items`` items published on the bus, then, ``--runs`` times:
 3. **updates**: a writer commits ``--updates`` updates of Zipf-drawn items to PostgreSQL, each
    stamped with its commit time, while the snooping caches hold them; each cache notes when each
    ``UPDATENOTIFY`` arrives. ``update_to_cache_*_ms`` is commit to cache;
-   ``commit_to_publish_*_ms`` is commit to the connector publishing it (the capture, the Spark
-   micro-batch and the connector), ``publish_to_cache_*_ms`` the bus and the cache;
+   ``commit_to_publish_*_ms`` is commit to the connector publishing it (the table is captured
+   by logical decoding: the publisher's live tail publishes a commit at once, its micro-batch
+   repeats it; docs/caches.md, "A database commit at once"), ``publish_to_cache_*_ms`` the bus
+   and the cache;
 4. **writes**: the same updates of an ingest dataset (``note``) through the producer API, which
    the connector publishes as soon as they are logged, before Spark's micro-batch
    (docs/caches.md, "Writes at once"): ``write_to_cache_*_ms`` is the producer's call to cache.
-   A database commit does not take that path (it enters through PostgreSQL, not fanout).
+   A database commit takes the live tail instead (item 3).
 
 Each figure is the median of the runs, with its spread (min, max) beside it.
 """

@@ -1,7 +1,8 @@
 """The database connector across a publisher restart: its table is loaded again from Spark's
 state before the first micro-batch after the restart is published, so a change made while the
 publisher was down reaches a cache as an update of what it held, and loads are answered from the
-whole table again."""
+whole table again. Then writes reach the caches at once: a producer's, and a database commit
+(the live tail), each before its micro-batch and taken once."""
 
 from __future__ import annotations
 
@@ -88,6 +89,7 @@ async def test_a_restarted_publisher_goes_on_from_its_table(
             # loads are answered from the whole table, loaded again from Spark's state
             assert (await cache.find_by_key("item", 2).get())["title"] == "rake"
             await writes_reach_caches_at_once(publisher.url, bus.url, cache)
+            await commits_reach_caches_at_once(database, bus.url, cache, tmp_path)
         finally:
             await publisher.stop()
 
@@ -118,5 +120,42 @@ async def writes_reach_caches_at_once(publisher: str, url: str, cache: SnoopyCac
         of_last = lambda: [request for v, request in heard if v == last]  # noqa: E731
         await eventually(of_last, lambda requests: len(requests) >= 2, timeout=180)
         assert of_last()[0] == "written"  # the write's own message first, the batch's after
+    finally:
+        await bus.close()
+
+
+async def commits_reach_caches_at_once(
+    database: str, url: str, cache: SnoopyCache, tmp_path: Path
+) -> None:
+    """A database commit reaches a cache holding the object from the publisher's live tail
+    (``sources.postgres_tail``) before the micro-batch, under the version that micro-batch
+    carries: the cache takes it once, the batch's message a repeat it drops."""
+    log = tmp_path / "publisher.log"
+    since_start = lambda: log.read_text().rsplit("live tail from", 1)[-1]  # noqa: E731
+    await eventually(since_start, lambda text: "live tail counts from" in text, timeout=60)
+    bus = await nats.connect(url)
+    heard: list[tuple[int, str]] = []
+
+    async def listen(msg: nats.aio.msg.Msg) -> None:
+        message = msgspec.msgpack.decode(msg.data, type=ObjectMessage)
+        heard.append((message.version, message.request))
+
+    try:
+        await bus.subscribe("*.item.2.shop.>", cb=listen)
+        await bus.flush()
+        rake = cache.find_by_key("item", 2)
+        before = rake.version
+        taken: list[int] = []
+        cache.on_change(lambda change: taken.append(change.version) if change.ref[1] == 2 else None)
+        with psycopg.connect(database, autocommit=True) as db:
+            db.execute("UPDATE items SET title = 'rake, sharp' WHERE id = 2")
+        await eventually(lambda: rake.version, lambda v: v > before, timeout=60)
+        assert (await rake.get())["title"] == "rake, sharp"
+        version = rake.version
+        of_it = lambda: [request for v, request in heard if v == version]  # noqa: E731
+        await eventually(of_it, lambda requests: len(requests) >= 2, timeout=60)
+        assert of_it()[0] == "written"  # the tail's message first, the micro-batch's after
+        assert of_it()[1].startswith("b")
+        assert taken == [version]  # taken once
     finally:
         await bus.close()

@@ -7,6 +7,7 @@ import signal
 import sys
 import threading
 import time
+from functools import partial
 from types import FrameType
 
 from prometheus_client.registry import Collector
@@ -19,10 +20,13 @@ from fanout.publisher.busconnector import BusConnector
 from fanout.publisher.bustable import ObjectTable, object_type
 from fanout.publisher.config import PublisherSettings
 from fanout.publisher.control import ControlPlane
+from fanout.publisher.datasets import PostgresSource
 from fanout.publisher.log import open_log
 from fanout.publisher.pipeline import Pipeline
 from fanout.publisher.relaytable import Registry
 from fanout.publisher.service import DatasetService
+from fanout.publisher.sources.postgres_reader import ReaderOptions
+from fanout.publisher.sources.postgres_tail import LiveTail, source_schema
 from fanout.publisher.spark import spark_session
 from fanout.wire.messages import DatasetState
 
@@ -71,6 +75,7 @@ def run(config: PublisherSettings) -> int:
     port = control.start_in_thread(config.host, config.port)
     for pipeline in pipelines.values():
         pipeline.start(config.trigger)
+    tails = _live_tails(config, bus)
     scheme = "ws" if ssl is None else "wss"
     print(f"fanout publisher ready {scheme}://{config.host}:{port}", flush=True)
     stopping = threading.Event()
@@ -96,6 +101,8 @@ def run(config: PublisherSettings) -> int:
     for pipeline in pipelines.values():
         pipeline.stop_listening()
     control.stop()
+    for tail in tails:
+        tail.stop()
     if bus is not None:
         bus.stop()
     spark.stop()
@@ -184,6 +191,22 @@ def _bus(config: PublisherSettings) -> BusConnector | None:
         if dataset.bus is not None
     }
     return BusConnector(config.bus.url, config.bus.domain, tables) if tables else None
+
+
+def _live_tails(config: PublisherSettings, bus: BusConnector | None) -> list[LiveTail]:
+    """A live tail (``sources.postgres_tail``) of each database table whose dataset is on the
+    bus, publishing its commits at once; started (once the captures are installed)."""
+    tails = []
+    for dataset in config.datasets.values():
+        source = dataset.source
+        if bus is None or dataset.bus is None or not isinstance(source, PostgresSource):
+            continue
+        table = source.table or dataset.name
+        options = ReaderOptions(source.url, table, dataset.spark_schema(), key=dataset.key)
+        tail = LiveTail(options, source_schema(options), partial(bus.publish_written, dataset.name))
+        tail.start()
+        tails.append(tail)
+    return tails
 
 
 #: Seconds a stopping publisher waits for a micro-batch in flight to end before it cuts it off.

@@ -1,6 +1,5 @@
-"""The database connector's side of the subject bus, without I/O (Liebig et al., §3 and §4.1):
-what to publish for a micro-batch's changes, a ``LOAD`` and a ``QUERY``. ``publisher.busconnector``
-moves the bytes; the namespace is ``wire.bus``'s, the reference docs/caches.md. Rules:
+"""The database connector's side of the subject bus, without I/O (Liebig et al., §3, §4.1):
+what to publish for a micro-batch, a ``LOAD``, a ``QUERY`` (the reference: docs/caches.md). Rules:
 
 1. **One table per type** (a dataset with ``bus``): key -> (version, row) of its live objects.
 2. **Changes in commit order**, in version order: ``CREATE``, ``UPDATENOTIFY`` or ``DELETE``
@@ -8,17 +7,18 @@ moves the bytes; the namespace is ``wire.bus``'s, the reference docs/caches.md. 
 3. **Loads from the table**: the current version, or a ``LOADREPLY`` without state, version 0.
 4. **Queries** publish a ``LOADREPLY`` for every live object the label pattern selects.
 5. **Fragments** of at most ``fragment_bytes``, under one subject, request id and version.
-6. **Writes at once** (``written``): a durable write is published as soon as it is logged, its
-   versions its ingest offsets; a micro-batch never takes the table back past it, and repeats
-   it for a cache that missed it (docs/caches.md, "Writes at once").
-
+6. **Writes at once** (``written``): a durable write or a commit (``sources.postgres_tail``),
+   under the versions its micro-batch will carry, which never takes the table back past it and
+   repeats it for a cache that missed it (docs/caches.md, "Writes at once").
+7. **The batch decides**: a key written at once that a micro-batch passed without carrying it
+   is corrected to its confirmed row (or deleted) under the batch's newest version.
 Called from one thread, so one object's messages are in version order on the bus.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from fanout.publisher.datasets import Dataset, PostgresSource
 from fanout.wire.bus import (
@@ -66,6 +66,9 @@ class _Floor:
     version: int
     existed: bool
     label: str | None
+    #: The key's row as the micro-batches last left it (None: not live): what a write the
+    #: batch never carries is corrected back to (rule 7).
+    confirmed: _Live | None
 
 
 class ObjectTable:
@@ -89,6 +92,7 @@ class ObjectTable:
         self._live: dict[int | str, _Live] = {}
         self._floors: dict[int | str, _Floor] = {}  # keys written, not carried by a batch yet
         self._batched = 0  # the newest version a micro-batch carried (ingest: every older one)
+        self.corrected = 0  # keys written at once that a micro-batch corrected (rule 7)
 
     def __len__(self) -> int:
         return len(self._live)
@@ -114,7 +118,33 @@ class ObjectTable:
         self.loaded = True
         self.ready = self.ready or bool(rows)
         self._batched = max([self._batched, *versions])
-        return self._apply(rows, versions, deleted, request, now, live=False)
+        out = self._apply(rows, versions, deleted, request, now, live=False)
+        return out + self._corrections(request, now)
+
+    def _corrections(self, request: str, now: float) -> list[Outgoing]:
+        """Correct every key written at once whose write the micro-batches passed without
+        carrying it (rule 7): back to its confirmed row, under the newest version batched."""
+        passed = [ref for ref, floor in self._floors.items() if floor.version < self._batched]
+        out: list[Outgoing] = []
+        for ref in passed:
+            confirmed = self._floors.pop(ref).confirmed
+            shown = self._live.get(ref)
+            shown_label = self._label(shown.row) if shown is not None else None
+            self.corrected += 1
+            if confirmed is None:
+                if shown is not None:
+                    del self._live[ref]
+                    out += self._messages(
+                        "DELETE", ref, shown_label, self._batched, None, request, now
+                    )
+                continue
+            row, label = confirmed.row, self._label(confirmed.row)
+            self._live[ref] = _Live(self._batched, row)
+            kind: ObjectKind = "CREATE" if shown is None else "UPDATENOTIFY"
+            out += self._messages(kind, ref, label, self._batched, row, request, now)
+            if shown is not None and shown_label != label:
+                out += self._messages(kind, ref, shown_label, self._batched, row, request, now)
+        return out
 
     def written(
         self, rows: list[Row], versions: list[int], deleted: list[bool], request: str, now: float
@@ -144,14 +174,18 @@ class ObjectTable:
             ref = _key(row[key])
             floor = self._floors.get(ref)
             if floor is not None and version < floor.version:
-                continue  # a newer write was published already: not older than it
+                if not live:  # a newer write was published already: not older than it
+                    confirmed = None if deleted[at] else _Live(version, row)
+                    self._floors[ref] = replace(floor, confirmed=confirmed)
+                continue
             before = self._live.get(ref)
             old_label = self._label(before.row) if before is not None else None
             if live:
+                confirmed = floor.confirmed if floor is not None else before
                 if before is None and floor is not None:  # what a missed delete is sent under
-                    self._floors[ref] = _Floor(version, floor.existed, floor.label)
+                    self._floors[ref] = _Floor(version, floor.existed, floor.label, confirmed)
                 else:
-                    self._floors[ref] = _Floor(version, before is not None, old_label)
+                    self._floors[ref] = _Floor(version, before is not None, old_label, confirmed)
             elif floor is not None:
                 del self._floors[ref]
                 if version == floor.version and deleted[at] and before is None and floor.existed:

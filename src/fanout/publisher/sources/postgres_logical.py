@@ -1,6 +1,5 @@
-"""Change capture by logical decoding (``sources.postgres``, ``capture = "logical"``): the
-table's changes read from a logical replication slot with the built-in ``pgoutput`` plug-in,
-through the slot functions (docs/configuration.md, "Capture by logical decoding"). Rules:
+"""Change capture by logical decoding (``sources.postgres``, ``capture = "logical"``): a slot's
+``pgoutput`` stream (docs/configuration.md, "Capture by logical decoding"). Rules:
 
 1. **Install** checks ``wal_level = logical``, the role's ``REPLICATION`` and the key in the
    replica identity, then creates the publication and refuses ``TRUNCATE``; no row trigger.
@@ -12,6 +11,8 @@ through the slot functions (docs/configuration.md, "Capture by logical decoding"
 4. **Confirmed only when durable.** ``commit`` confirms the slot's position (and trims the
    snapshot) once Spark committed the micro-batch; a quiet table's slot is moved past the WAL
    it decoded; a slot gone or taken by another stream is refused, never skipped.
+5. **Anchors for a live tail** (``sources.anchors``): the snapshot's end and each read's end
+   are kept (their numbers are fixed), and a quiet position when a tail waits for one.
 """
 
 from __future__ import annotations
@@ -31,11 +32,13 @@ from psycopg import sql
 from psycopg.adapt import Transformer
 
 from fanout.publisher.sources import pgoutput
+from fanout.publisher.sources.anchors import flushed_and_waited, keep_anchor, slot_source
 from fanout.publisher.sources.postgres_reader import (
     RECONNECT_FOR,
     TABLES,
     CaptureError,
     ConnectedReader,
+    ReaderOptions,
     refuse_truncate,
 )
 from fanout.publisher.sources.postgres_values import LoadedValues, Row, check_columns
@@ -198,6 +201,7 @@ class LogicalStreamReader(ConnectedReader):
     _confirmed_at = 0
     #: The snapshot's rows trimmed so far (``commit``).
     _trimmed = 0
+    _anchored = _tail_waits = 0  # the last anchor kept (rule 5); a waiting tail's start
 
     @property
     def name(self) -> str:
@@ -240,7 +244,7 @@ class LogicalStreamReader(ConnectedReader):
             start = pgoutput.lsn_of(created[1])
             db.execute(  # which stream the slot is now (rule 4)
                 "INSERT INTO fanout_changes VALUES (%s, 0, 'S', to_jsonb(%s::text))",
-                (_slot_source(table), pgoutput.lsn_text(start)),
+                (slot_source(table), pgoutput.lsn_text(start)),
             )
             with psycopg.connect(url) as copy:
                 copy.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
@@ -252,6 +256,7 @@ class LogicalStreamReader(ConnectedReader):
                     ).format(sql.Identifier(table)),
                     (_snapshot_source(table, start),),
                 ).rowcount
+        keep_anchor(db, table, start, start, copied)
         return Offset(start, copied, 0, start)
 
     def read(self, start: dict[str, Any]) -> tuple[Iterator[pa.RecordBatch], dict[str, Any]]:
@@ -271,8 +276,10 @@ class LogicalStreamReader(ConnectedReader):
         taken = pgoutput.after(held, at.lsn, wanted)
         if not taken and caught_up:
             self._confirm_quietly(at)
+            self._anchor_quietly(at)
         rows = self._rows(taken, at.id)
         end = Offset(at.slot, at.snapshot, at.id + len(rows), taken[-1].end_lsn) if taken else at
+        self._anchor(end)
         return self._batches(rows), end.spelled()
 
     def readBetweenOffsets(
@@ -308,6 +315,21 @@ class LogicalStreamReader(ConnectedReader):
             )
             self._trimmed = trim
         self._confirm(upto.lsn)
+
+    def _anchor_quietly(self, at: Offset) -> None:
+        """Nothing of the table's ends after ``at`` up to where the stream is: keep that
+        position as the anchor if a tail waits for one past its start (rule 5)."""
+        stream = self._stream
+        if stream is None or stream.sent <= at.lsn or self._tail_waits <= self._anchored:
+            return
+        if not any(t.end_lsn > at.lsn for t in stream.held):
+            self._anchor(Offset(at.slot, at.snapshot, at.id, stream.sent))
+
+    def _anchor(self, at: Offset) -> None:
+        """Keep ``at`` as the table's anchor (rule 5), if it is further than the last."""
+        if at.lsn > self._anchored:
+            self._retrying(lambda db: keep_anchor(db, self.options.table, at.slot, at.lsn, at.id))
+            self._anchored = at.lsn
 
     def _confirm(self, lsn: int) -> None:
         """Confirm the slot at ``lsn``: on its stream, or (none open) by the slot function."""
@@ -357,10 +379,8 @@ class LogicalStreamReader(ConnectedReader):
                 unreachable, or it sent what is not pgoutput.
         """
         if upto is None:
-            flushed = self._retrying(
-                lambda db: db.execute("SELECT pg_current_wal_flush_lsn()::text").fetchone()
-            )
-            upto = pgoutput.lsn_of(flushed[0] if flushed else "0/0")
+            flushed = self._retrying(lambda db: flushed_and_waited(db, self.options.table))
+            upto, self._tail_waits = flushed
         deadline, delay = time.monotonic() + RECONNECT_FOR, 0.1
         while True:
             stream = self._stream
@@ -414,7 +434,7 @@ class LogicalStreamReader(ConnectedReader):
             )
         (made,) = db.execute(
             "SELECT data #>> '{}' FROM fanout_changes WHERE source = %s AND id = 0",
-            (_slot_source(self.options.table),),
+            (slot_source(self.options.table),),
         ).fetchone() or (None,)
         if made != pgoutput.lsn_text(at.slot):
             raise CaptureError(
@@ -442,26 +462,34 @@ class LogicalStreamReader(ConnectedReader):
         return [(version, False, data) for version, data in rows]
 
     def _rows(self, taken: list[pgoutput.Transaction], after: int) -> list[Row]:
-        """The changes of ``taken``, numbered from ``after + 1`` (a key change: a delete, then
-        an upsert; rule 3 of ``sources.postgres``)."""
+        """The changes of ``taken``, numbered from ``after + 1`` (rule 3)."""
         values = LoadedValues(Transformer.from_context(self.db))
         rows: list[Row] = []
         for transaction in taken:
-            for change in transaction.changes:
-                if isinstance(change, pgoutput.Truncate):
-                    raise CaptureError(
-                        f"table {self.options.table!r} was truncated (its trigger refusing"
-                        " TRUNCATE dropped?): its rows vanished unseen; start a new stream"
-                    )
-                relation = transaction.relations[change.relation]
-                for deleted, data in values.changes(relation, change, self.options.key):
-                    rows.append((after + len(rows) + 1, deleted, data))
+            for deleted, data in changes_of(transaction, values, self.options):
+                rows.append((after + len(rows) + 1, deleted, data))
         return rows
 
 
-def _slot_source(table: str) -> str:
-    """``fanout_changes.source`` of the row naming the stream the table's slot is now."""
-    return f"{table}@slot"
+def changes_of(
+    transaction: pgoutput.Transaction, values: LoadedValues, options: ReaderOptions
+) -> list[tuple[bool, dict[str, Any]]]:
+    """``(deleted, values)`` of a transaction's changes of the table, in order (a key change: a
+    delete, then an upsert; rule 3 of ``sources.postgres``).
+
+    Raises:
+        CaptureError: the table was truncated.
+    """
+    rows: list[tuple[bool, dict[str, Any]]] = []
+    for change in transaction.changes:
+        if isinstance(change, pgoutput.Truncate):
+            raise CaptureError(
+                f"table {options.table!r} was truncated (its trigger refusing TRUNCATE"
+                " dropped?): its rows vanished unseen; start a new stream"
+            )
+        relation = transaction.relations[change.relation]
+        rows += values.changes(relation, change, options.key)
+    return rows
 
 
 def _snapshot_source(table: str, slot: int) -> str:

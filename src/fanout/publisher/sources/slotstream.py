@@ -12,6 +12,7 @@ advance (docs/configuration.md, "Capture by logical decoding"). Rules:
    passes their end; a read stops pumping once it has enough, so the server waits, not memory.
 4. **Confirmed when durable.** ``confirm`` sends the flush position: the server may then drop
    the WAL before it. A connection lost is opened again; what it held is sent again (rule 1).
+5. **A temporary slot** (a live tail's) lives as long as the stream; ``receive`` holds none.
 """
 
 from __future__ import annotations
@@ -64,8 +65,13 @@ class SlotStream:
         """The WAL position the server said it has sent up to (0: nothing said yet)."""
         return int(self._cursor.wal_end) if self._cursor is not None else 0
 
-    def start(self) -> None:
-        """Open the stream from the slot's confirmed position (rule 1).
+    def start(self, temporary: bool = False) -> int:
+        """Open the stream from the slot's confirmed position (rule 1); ``temporary``: make
+        the slot first, for this session only (rule 5).
+
+        Returns:
+            Where a temporary slot starts (its consistent point: it sends the transactions
+            ending after it); 0 for a slot there already.
 
         Raises:
             psycopg2.Error: the server refused (the slot is gone, in use by another stream,
@@ -77,8 +83,15 @@ class SlotStream:
             psycopg.conninfo.make_conninfo(self.url, options=f"{given} {self.session}".strip()),
             connection_factory=psycopg2.extras.LogicalReplicationConnection,
         )
+        begins = 0
         try:
             cursor = connection.cursor()
+            if temporary:
+                cursor.execute(
+                    f'CREATE_REPLICATION_SLOT "{self.slot}" TEMPORARY LOGICAL pgoutput'
+                    " NOEXPORT_SNAPSHOT"
+                )
+                begins = pgoutput.lsn_of(cursor.fetchone()[1])
             cursor.start_replication(
                 slot_name=self.slot,
                 decode=False,
@@ -91,6 +104,7 @@ class SlotStream:
             raise
         self._connection, self._cursor = connection, cursor
         self.held, self._assembler = [], pgoutput.Assembler()
+        return begins
 
     def close(self) -> None:
         """Close the stream; what it held is sent again when it opens (rule 4)."""
@@ -118,6 +132,20 @@ class SlotStream:
                 self._cursor.send_feedback(reply=True, force=True)
                 asked = now
             select.select([self._cursor], [], [], ASK_EVERY)
+
+    def receive(self, timeout: float) -> list[pgoutput.Transaction]:
+        """The transactions completed since the last call, waiting up to ``timeout`` seconds
+        for one; handed over, not held (rule 5).
+
+        Raises:
+            psycopg2.Error, pgoutput.DecodeError: as ``catch_up``.
+        """
+        self._drain()
+        if not self.held:
+            select.select([self._cursor], [], [], timeout)
+            self._drain()
+        done, self.held = self.held, []
+        return done
 
     def confirm(self, lsn: int) -> None:
         """Everything up to ``lsn`` is durable: let it go, and tell the server (rule 4)."""
