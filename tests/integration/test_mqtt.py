@@ -274,8 +274,10 @@ async def test_a_producers_messages_reach_mqtt_subscribers_once(publisher: Child
     """Rows written through the producer API and through the relay's WebSocket reach a matching
     MQTT subscriber once, at once (passed on by the live path once durable, not by the log); a
     retained message an MQTT client published reaches it once too, though the log carries it
-    again."""
-    async with running_relay(publisher.url, mqtt=Mqtt(0, dataset="devices")) as (relay, url):
+    again. A routed dataset no subscription here could take (``plant/`` into ``events``) is
+    not passed to the relay at all: the log carries it."""
+    mqtt_port = Mqtt(0, dataset="devices", routes=(("plant/", "events"),))
+    async with running_relay(publisher.url, mqtt=mqtt_port) as (relay, url):
         assert relay.mqtt is not None
         subscriber = mqtt.Client(CallbackAPIVersion.VERSION2, "news", protocol=mqtt.MQTTv5)
         got: list[tuple[str, bytes]] = []
@@ -324,6 +326,18 @@ async def test_a_producers_messages_reach_mqtt_subscribers_once(publisher: Child
                 ("news/mqtt", b"live"),
                 ("news/ws", b"through it"),
             ]
+            passed = relay.mqtt.feed.passed
+            async with open_producer(publisher.url) as producer:
+                row = {"id": "plant/1", "topic": "plant/1", "payload": "p", "retain": True}
+                await producer.publish("events", [row])
+            async with open_reader(publisher.url) as reader:
+                await eventually(
+                    lambda: reader.read("events", topic("plant/#")),
+                    lambda result: "plant/1" in result[1]["topic"].tolist(),
+                    retrying=(SubscriptionError,),
+                    **NEXT_BATCH,
+                )
+            assert relay.mqtt.feed.passed == passed  # the write was durable before its batch
         finally:
             subscriber.disconnect()
             subscriber.loop_stop()

@@ -62,10 +62,12 @@ class MqttFrontEnd:
 
     def take_durable_writes(self, live: LivePath) -> None:
         """Have the relay's live path hand this broker's clients each durable write of the
-        datasets it routes at once (``mqtt.fromlog`` rule 6), if it follows their logs."""
+        datasets it routes at once (``mqtt.fromlog`` rule 6), if it follows their logs; asked
+        for while a client's subscription could take one."""
         if self.feed is not None:
             live.durable = self.feed.written
             live.durable_datasets = frozenset(self.feed.routes.datasets())
+            live.durable_wanted = self.feed.wanted
 
     def on_the_port(self, port: Callable[[], asyncio.Server | None]) -> MqttWebSockets | None:
         """MQTT over WebSockets on the relay's port (``port()``, its listener), if configured:

@@ -387,3 +387,15 @@ def test_each_durable_write_goes_at_once_to_whom_takes_them() -> None:
     talk.live.from_elsewhere(written(2, 3, {"b/1": 1.0}), 0.0)
     talk.live.from_elsewhere(written(1, 1, {"b/2": 1.0}), 0.0)  # the state carries it
     assert got == [["a/2"], ["b/1"]]
+
+
+def test_durable_writes_are_asked_for_only_while_a_client_could_take_one() -> None:
+    """Rule 4: of ``durable_datasets``, those ``durable_wanted`` names now (an MQTT port's
+    subscriptions, ``mqtt.fromlog.LogFeed.wanted``); a ``latest`` view asks for its own."""
+    talk = Talk()
+    talk.live.durable_datasets = frozenset({"sensors"})
+    clients: set[str] = set()
+    talk.live.durable_wanted = lambda: clients
+    assert talk.live.wanted() == set()
+    clients.add("sensors")
+    assert talk.live.wanted() == {"sensors"}

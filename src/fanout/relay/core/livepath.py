@@ -11,13 +11,14 @@ It turns frames and pushes into the pure core's rows, and its patches into push 
    a kind with a lens; its pushes meanwhile are reconciled (provisional if a row is pending).
 3. Provisional pushes and corrections carry the active state's epoch, seq and tick.
 4. A durable write of ``durable_datasets`` goes to ``durable`` at once (ours once logged): to
-   MQTT clients (``mqtt.fromlog``), who cannot be told a write they saw was undone.
+   MQTT clients (``mqtt.fromlog``), who cannot be told a write they saw was undone; those
+   ``durable_wanted`` says a client could take are asked for (``wanted``).
 """
 
 from __future__ import annotations
 
 import itertools
-from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence, Set
 from typing import Any, cast
 
 import msgspec
@@ -58,6 +59,7 @@ class LivePath:
         #: answers meanwhile (as many as the ``Forwarder`` lets wait).
         self.durable: Callable[[str, Columns], None] = lambda dataset, upserts: None
         self.durable_datasets: frozenset[str] = frozenset()
+        self.durable_wanted: Callable[[], Set[str]] = lambda: self.durable_datasets
         self._asked: dict[int, Publish] = {}
 
     # -- writes and their answers --------------------------------------------------------
@@ -214,13 +216,13 @@ class LivePath:
 
     def wanted(self, key: SubKey | None = None) -> set[str]:
         """The datasets a subscription here takes live writes of (``LiveWrites``), and those
-        ``durable`` takes (rule 4), or only subscription ``key``'s if it does (at once, before
-        its first full push)."""
+        ``durable`` may take now (rule 4), or only subscription ``key``'s if it does (at once,
+        before its first full push)."""
         downstream = self.parts.downstream
         if key is not None:
             one = downstream.get(key)
             return set() if one is None or self._lens(one) is None else {one.dataset}
-        return set(self.durable_datasets & self.parts.kinds.keys()) | {
+        return set(self.durable_wanted() & self.durable_datasets & self.parts.kinds.keys()) | {
             name
             for name in self.parts.kinds
             if any(self._lens(s) is not None for s in downstream.of_dataset(name))
