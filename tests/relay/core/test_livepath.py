@@ -399,3 +399,18 @@ def test_durable_writes_are_asked_for_only_while_a_client_could_take_one() -> No
     assert talk.live.wanted() == set()
     clients.add("sensors")
     assert talk.live.wanted() == {"sensors"}
+
+
+def test_a_write_the_state_carried_already_is_late_only_for_a_dataset_watched_here() -> None:
+    """``live_late`` counts writes a ``latest`` view here would have shown had the confirmed
+    path not been faster; one of a dataset nobody here watches was late for no one."""
+    talk = Talk()
+    talk.subscribe(1, "a/#", mode="every")  # no lens: watches nothing
+    talk.batch(2, {"a/1": 1.0})
+    talk.round()
+    assert talk.live.from_elsewhere(written(1, 2, {"a/2": 1.0}), 0.0) == []
+    assert talk.live.stats()["live_late"] == 0
+    talk.subscribe(2, "a/#")
+    talk.round()
+    assert talk.live.from_elsewhere(written(1, 2, {"a/2": 1.0}), 0.0) == []
+    assert talk.live.stats()["live_late"] == 1

@@ -49,7 +49,7 @@ class LivePath:
         self.writes = LiveWrites() if writes is None else writes
         self.invalid = 0
         self.passed = 0  # writes made elsewhere shown here
-        self.late = 0  # ... not shown: the active state carried them already
+        self.late = 0  # ... not shown to a view watching: the active state carried them already
         #: Whether a subscription is transduced: its transducer steps the confirmed rows alone.
         self.transduced: Callable[[SubKey], bool] = lambda key: False
         self._lenses: dict[SubKey, RowLens] = {}
@@ -85,7 +85,7 @@ class LivePath:
         to whom it concerns here, confirmed by this relay's first state with ``tick >= last``."""
         self.prune()
         if self._carried(frame.dataset, frame.last):
-            self.late += 1  # the confirmed path was faster
+            self.late += self._watched(frame.dataset)  # the confirmed path was faster
             return []
         if frame.dataset in self.durable_datasets:
             self.durable(frame.dataset, frame.upserts)  # rule 4
