@@ -8,6 +8,7 @@ import asyncio
 import threading
 from collections.abc import AsyncIterator, Mapping
 from pathlib import Path
+from typing import Any
 
 import paho.mqtt.client as mqtt
 import pytest
@@ -338,6 +339,36 @@ async def test_a_producers_messages_reach_mqtt_subscribers_once(publisher: Child
                     **NEXT_BATCH,
                 )
             assert relay.mqtt.feed.passed == passed  # the write was durable before its batch
+            await _an_mqtt_message_is_shown_at_once_on_its_relay(publisher, relay, url)
         finally:
             subscriber.disconnect()
             subscriber.loop_stop()
+
+
+async def _an_mqtt_message_is_shown_at_once_on_its_relay(
+    publisher: Child, relay: Any, url: str
+) -> None:
+    """Issue 40: a retained message published on a relay reaches that relay's ``latest`` view
+    as it goes to the publisher (``LivePath.ours``), provisional, not when the publisher passes
+    it back (that copy is not shown again: ``live_passed`` stays)."""
+    async with connect(url) as watcher:
+        view = await watcher.subscribe(topic("news/#"), dataset="devices", rate=100.0)
+        async with asyncio.timeout(90):
+            await anext(aiter(view))  # the full push
+            passed = relay.core.serving.live.passed
+            await run(
+                *("mosquitto_pub", "-p", str(relay.mqtt.port), "-q", "1", "-r"),
+                *("-t", "news/again", "-m", "at once"),
+            )
+            async for shown in view:  # (a push with nothing new may come first)
+                if "news/again" in list(shown.entered.get("topic", ())):
+                    break
+        assert shown.provisional
+    async with open_reader(publisher.url) as reader:  # passed back long before this
+        await eventually(
+            lambda: reader.read("devices", topic("news/#")),
+            lambda result: "news/again" in result[1]["topic"].tolist(),
+            retrying=(SubscriptionError,),
+            **NEXT_BATCH,
+        )
+    assert relay.core.serving.live.passed == passed

@@ -414,3 +414,27 @@ def test_a_write_the_state_carried_already_is_late_only_for_a_dataset_watched_he
     talk.round()
     assert talk.live.from_elsewhere(written(1, 2, {"a/2": 1.0}), 0.0) == []
     assert talk.live.stats()["live_late"] == 1
+
+
+def test_a_write_on_a_link_of_our_own_is_shown_at_once_and_its_copy_passed_back_not_again() -> None:
+    """``ours`` (the MQTT port's producer link): shown before any answer, as a forwarded write
+    is; the publisher's copy passed back is not shown twice, and confirms it by its offset
+    whichever of it and the link's answer comes first; a refused one is undone."""
+    talk = started()
+    request = Publish(1, "sensors", _rows({"a/1": 5.0}), encode_columns({}))
+    id, sends = talk.live.ours(request, talk.now)
+    (shown,) = talk.take(sends)
+    assert shown.sub == 1 and shown.provisional and talk.views[1] == {"a/1": 5.0}
+    copy = Written("sensors", 2, 2, request.upserts, request.deletes)
+    assert talk.live.from_elsewhere(copy, talk.now) == []
+    assert talk.live.accepted(id, 2) == []
+    assert (talk.live.passed, talk.live.writes.counters.writes) == (0, 1)
+    talk.batch(2, {"a/1": 5.0})
+    talk.round()
+    assert talk.views[1] == talk.views[3] == {"a/1": 5.0} and len(talk.live.writes) == 0
+    refused = Publish(2, "sensors", _rows({"a/2": 7.0}), encode_columns({}))
+    id, sends = talk.live.ours(refused, talk.now)
+    talk.take(sends)
+    assert talk.views[1] == {"a/1": 5.0, "a/2": 7.0}
+    talk.take(talk.live.refused(id))
+    assert talk.views[1] == {"a/1": 5.0} and talk.live.writes.counters.corrected == 1
