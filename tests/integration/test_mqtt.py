@@ -8,6 +8,7 @@ import asyncio
 import threading
 from collections.abc import AsyncIterator, Mapping
 from pathlib import Path
+from typing import Any
 
 import paho.mqtt.client as mqtt
 import pytest
@@ -274,8 +275,10 @@ async def test_a_producers_messages_reach_mqtt_subscribers_once(publisher: Child
     """Rows written through the producer API and through the relay's WebSocket reach a matching
     MQTT subscriber once, at once (passed on by the live path once durable, not by the log); a
     retained message an MQTT client published reaches it once too, though the log carries it
-    again."""
-    async with running_relay(publisher.url, mqtt=Mqtt(0, dataset="devices")) as (relay, url):
+    again. A routed dataset no subscription here could take (``plant/`` into ``events``) is
+    not passed to the relay at all: the log carries it."""
+    mqtt_port = Mqtt(0, dataset="devices", routes=(("plant/", "events"),))
+    async with running_relay(publisher.url, mqtt=mqtt_port) as (relay, url):
         assert relay.mqtt is not None
         subscriber = mqtt.Client(CallbackAPIVersion.VERSION2, "news", protocol=mqtt.MQTTv5)
         got: list[tuple[str, bytes]] = []
@@ -324,6 +327,48 @@ async def test_a_producers_messages_reach_mqtt_subscribers_once(publisher: Child
                 ("news/mqtt", b"live"),
                 ("news/ws", b"through it"),
             ]
+            passed = relay.mqtt.feed.passed
+            async with open_producer(publisher.url) as producer:
+                row = {"id": "plant/1", "topic": "plant/1", "payload": "p", "retain": True}
+                await producer.publish("events", [row])
+            async with open_reader(publisher.url) as reader:
+                await eventually(
+                    lambda: reader.read("events", topic("plant/#")),
+                    lambda result: "plant/1" in result[1]["topic"].tolist(),
+                    retrying=(SubscriptionError,),
+                    **NEXT_BATCH,
+                )
+            assert relay.mqtt.feed.passed == passed  # the write was durable before its batch
+            await _an_mqtt_message_is_shown_at_once_on_its_relay(publisher, relay, url)
         finally:
             subscriber.disconnect()
             subscriber.loop_stop()
+
+
+async def _an_mqtt_message_is_shown_at_once_on_its_relay(
+    publisher: Child, relay: Any, url: str
+) -> None:
+    """Issue 40: a retained message published on a relay reaches that relay's ``latest`` view
+    as it goes to the publisher (``LivePath.ours``), provisional, not when the publisher passes
+    it back (that copy is not shown again: ``live_passed`` stays)."""
+    async with connect(url) as watcher:
+        view = await watcher.subscribe(topic("news/#"), dataset="devices", rate=100.0)
+        async with asyncio.timeout(90):
+            await anext(aiter(view))  # the full push
+            passed = relay.core.serving.live.passed
+            await run(
+                *("mosquitto_pub", "-p", str(relay.mqtt.port), "-q", "1", "-r"),
+                *("-t", "news/again", "-m", "at once"),
+            )
+            async for shown in view:  # (a push with nothing new may come first)
+                if "news/again" in list(shown.entered.get("topic", ())):
+                    break
+        assert shown.provisional
+    async with open_reader(publisher.url) as reader:  # passed back long before this
+        await eventually(
+            lambda: reader.read("devices", topic("news/#")),
+            lambda result: "news/again" in result[1]["topic"].tolist(),
+            retrying=(SubscriptionError,),
+            **NEXT_BATCH,
+        )
+    assert relay.core.serving.live.passed == passed

@@ -406,6 +406,37 @@ async def test_a_producers_write_is_shown_at_once_on_an_edge_relay(
     assert counts["fanout_relay_live_passed_total"] == 1
 
 
+async def test_a_write_in_a_new_directory_is_shown_at_once_on_an_edge_holding_its_parent(
+    publisher: Child, tree: list[Child]
+) -> None:
+    """Issue 40: writing ``/yard/new/o`` makes the directory ``/yard/new``, which the edge's
+    ``/yard/.all`` view holds: the mid relay passes the write down by the paths it may change,
+    as the publisher chooses (``views.objects.store.touched``), and the edge shows the new
+    directory provisionally before a micro-batch carries it (its ``confirmed`` view lacks it)."""
+    _, edge = tree
+    async with open_producer(publisher.url) as producer, connect(edge.url) as subscriber:
+        live = await subscriber.subscribe(path("/yard/.all"), dataset="pps", rate=100.0)
+        confirmed = await subscriber.subscribe(
+            path("/yard/.all"), dataset="pps", rate=100.0, confirmed=True
+        )
+        pps = Objects(None, producer, "pps")
+        await pps.write("/yard/old", "v:n:0\n")  # a micro-batch: the edge's snapshot comes
+        async with asyncio.timeout(90):  # a loaded machine's micro-batches
+            for view in (live, confirmed):
+                async for _ in view:
+                    if "/yard/old?" in view.rows:
+                        break
+            await pps.write("/yard/new/o", "v:n:1\n")
+            while "/yard/new?/" not in live.rows:  # the new directory's marker cell
+                shown = await anext(aiter(live))
+            assert shown.provisional
+            assert "/yard/new?/" not in confirmed.rows  # no micro-batch has carried it yet
+            async for _ in confirmed:
+                if "/yard/new?/" in confirmed.rows:
+                    break
+    assert set(confirmed.rows) == set(live.rows) >= {"/yard/old?", "/yard/new?/"}
+
+
 async def test_a_restarted_mid_relay_costs_every_mode_subscribers_of_the_edge_nothing(
     children: Children, publisher: Child, tree: list[Child], tmp_path: Path
 ) -> None:

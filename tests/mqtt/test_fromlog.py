@@ -179,3 +179,28 @@ def test_a_peer_relays_copy_of_a_passed_write_is_delivered_once() -> None:
     assert not feed.relayed(p.Publish("a/1", b"z", 1, retain=True))
     feed.take("topic", _update(1, [("a/2", "y")]))
     assert not feed.relayed(p.Publish("a/2", b"y", 1, retain=True))
+
+
+def test_only_datasets_a_subscription_could_take_are_asked_for() -> None:
+    """Rule 6: writes of a routed dataset are asked for while some session here holds a filter
+    reaching it: a persistent session away still does (its QoS 1 messages wait for it), a
+    ``$share`` group does where it takes rows here; one that ended, or nothing, asks none."""
+    broker = Broker()
+    c = Clients(broker)
+    routes = Routes("rest", (("plant/", "plants"), ("fleet/", "cars")))
+    feed = LogFeed(broker, c.apply, routes, str)
+    assert feed.wanted() == set()
+    c.connect(1, "kept", p.V311, clean_start=False)
+    c.send(1, p.Subscribe(1, (("plant/+/temp", 1),)))
+    assert feed.wanted() == {"plants"}
+    c.send(1, p.Disconnect())  # away, its session kept
+    assert feed.wanted() == {"plants"}
+    c.connect(2, "group")
+    c.send(2, p.Subscribe(1, (("$share/g/fleet/+", 1),)))
+    assert feed.wanted() == {"plants", "cars"}
+    assert LogFeed(broker, c.apply, routes, str, shared=False).wanted() == {"plants"}
+    c.connect(3, "kept", p.V311, clean_start=True)  # the kept session ends
+    c.send(2, p.Unsubscribe(2, ("$share/g/fleet/+",)))
+    assert feed.wanted() == set()
+    c.send(3, p.Subscribe(1, (("#", 0),)))
+    assert feed.wanted() == {"plants", "cars", "rest"}

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import itertools
+
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from fanout.errors import ConfigError
@@ -118,3 +120,53 @@ def test_a_dataset_that_does_not_log_messages_keeps_only_retained_ones() -> None
     assert not pending.carried(Publish("a", b"x", 2, False))
     assert pending.carried(Publish("a", b"x", 0, True))
     assert pending.take() == []
+
+
+LEVEL = st.sampled_from(["a", "b", "ab", ""])
+TOPICS = [
+    "/".join(levels)
+    for size in (1, 2, 3)
+    for levels in itertools.product(["a", "b", "ab", ""], repeat=size)
+]
+
+
+def filter_matches(text: str, topic: str) -> bool:
+    """MQTT 3.1.1 section 4.7, level by level (a ``$share/GROUP/`` one as its filter)."""
+    if text.startswith("$share/"):
+        text = text.split("/", 2)[2]
+    wanted, levels = text.split("/"), topic.split("/")
+    for at, level in enumerate(wanted):
+        if level == "#":
+            return True
+        if at >= len(levels) or level not in ("+", levels[at]):
+            return False
+    return len(wanted) == len(levels)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    default=st.sampled_from([None, "rest"]),
+    prefixes=st.lists(
+        st.tuples(st.sampled_from(["a", "a/", "a/b", "ab/", "b/", "/", "b/a/"]), LEVEL), max_size=3
+    ),
+    levels=st.lists(st.one_of(LEVEL, st.just("+")), min_size=1, max_size=3),
+    tail=st.booleans(),
+    shared=st.booleans(),
+)
+def test_a_filter_reaches_every_dataset_a_topic_it_matches_belongs_to(
+    default: str | None,
+    prefixes: list[tuple[str, str]],
+    levels: list[str],
+    tail: bool,
+    shared: bool,
+) -> None:
+    """Against every topic of up to three levels: none a filter matches is routed to a dataset
+    ``reachable`` leaves out; a filter without wildcards reaches its one topic's dataset only."""
+    routes = Routes(default, tuple((prefix, f"d{name}") for prefix, name in dict(prefixes).items()))
+    text = "/".join(levels + (["#"] if tail else []))
+    text = f"$share/g/{text}" if shared else text
+    reached = routes.reachable(text)
+    belongs = {routes.dataset(topic) for topic in TOPICS if filter_matches(text, topic)}
+    assert belongs - {None} <= reached
+    if "+" not in text and "#" not in text:
+        assert reached == belongs - {None}

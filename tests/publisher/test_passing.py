@@ -8,10 +8,11 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from fanout.publisher.passing import Choice, recipients, touched
+from fanout.publisher.passing import Choice, recipients
 from fanout.publisher.relaytable import Registry
 from fanout.views import View
 from fanout.views.objects import ObjectPath
+from fanout.views.objects.store import touched
 from fanout.views.sql import parse as sql
 from fanout.views.topic import TopicFilter
 from fanout.views.topic import parse as topic

@@ -22,9 +22,10 @@ from fanout.relay.core.planner import Policy
 from fanout.relay.core.relaycore import UPSTREAM, RelayCore, Send
 from fanout.testing.catalog import AGENTS, sensors
 from fanout.testing.relaycore import ready_core
-from fanout.tiers.below import FIRST_PASSED, Relays
+from fanout.tiers.below import FIRST_PASSED, Below, Held, Relays
 from fanout.views import Box, View
 from fanout.views.entity import Entity
+from fanout.views.objects import parse as path
 from fanout.views.topic import TopicFilter
 from fanout.views.topic import parse as topic
 from fanout.wire.columns import decode_columns, encode_columns
@@ -33,6 +34,7 @@ from fanout.wire.messages import (
     Batch,
     Catalog,
     Curious,
+    DatasetInfo,
     DatasetState,
     Error,
     Hello,
@@ -446,3 +448,66 @@ def test_a_write_made_elsewhere_goes_down_to_the_relays_below_that_hold_a_row_of
     assert [s.to for s in tree.relays.on_written(written({"a/2": 2.0, "b/2": 1.0}))] == [EDGE]
     assert tree.relays.on_written(written({"b/2": 2.0})) == []
     assert [s.to for s in tree.relays.on_written(written({}, ("b/9",)))] == [EDGE]
+
+
+PPS = DatasetInfo(
+    "pps", "cell", {"cell": "str", "object": "str", "attr": "str"}, "objects", ["object"]
+)
+#: Object paths a relay below may hold (acquired without options) and the objects written.
+OBJECT_PATHS = ["/a/.all", "/a/b/.all", "/a/b/x", "/a/b/c/.all", "/d/.all", "/.all"]
+objects = st.lists(st.sampled_from(["a", "b", "c", "x", "d"]), min_size=1, max_size=4).map(
+    lambda levels: "/" + "/".join(levels)
+)
+
+
+def passed_down(held: dict[int, list[str]], written: list[str], deletes: bool) -> list[int]:
+    """Brute force, as the publisher chooses (tests/publisher/test_passing.py): the relays
+    holding a path whose scope holds an object written or a directory above it (a write makes
+    its parents); every relay holding a path when it deletes."""
+    made = set()
+    for name in written:
+        parts = name.strip("/").split("/")
+        made |= {"/" + "/".join(parts[:n]) for n in range(1, len(parts) + 1)}
+
+    def holds(view: str, path: str) -> bool:
+        if view.endswith("/.all"):
+            return path.rsplit("/", 1)[0] == view[: -len("/.all")]
+        return path == view
+
+    return sorted(
+        client
+        for client, views in held.items()
+        if views and (deletes or any(holds(v, p) for v in views for p in made))
+    )
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    held=st.dictionaries(
+        st.integers(EDGE, EDGE + 4), st.lists(st.sampled_from(OBJECT_PATHS), max_size=2)
+    ),
+    written=st.lists(objects, max_size=3, unique=True),
+    deletes=st.booleans(),
+)
+def test_an_objects_write_goes_down_to_the_relays_holding_its_objects_or_a_directory_above(
+    held: dict[int, list[str]], written: list[str], deletes: bool
+) -> None:
+    """Rule 3 for ``objects``: chosen by the paths the write may change, parents included (a
+    relay below holding ``/a/.all`` gets a write of ``/a/b/x``, which makes ``/a/b``)."""
+    relays = Relays(ready_core(PPS))
+    kind = relays.core.parts.kinds["pps"]
+    for client, views in held.items():
+        prims = {n: Held(n, "pps", kind.primitive(path(v)), live=True) for n, v in enumerate(views)}
+        relays.below[client] = Below(client, "below", prims, live_writes={"pps"})
+    cells = {"cell": [f"{p}?" for p in written], "object": written, "attr": [""] * len(written)}
+    gone = ["/d/gone?"] if deletes else []
+    frame = Written(
+        "pps",
+        5,
+        5,
+        encode_columns({name: np.array(values, dtype=object) for name, values in cells.items()}),
+        encode_columns({"cell": np.array(gone, dtype=object)}),
+    )
+    assert sorted(send.to for send in relays.on_written(frame)) == passed_down(
+        held, written, deletes
+    )

@@ -66,7 +66,7 @@ class Broker:
         self.gated = False
         self.denials = Denials()
         self._connections: dict[int, _Connection] = {}
-        self._subscribers = Subscribers()
+        self.subscribers = Subscribers()  # every session's, matched by topic
         #: False in a cluster: the cluster chooses which relay serves a share group.
         self.shared_locally = True
         self._assigned = itertools.count(1)
@@ -130,7 +130,7 @@ class Broker:
             session = Session(packet.client_id, packet.version, None, 0.0, away_since=now)
             self.sessions[packet.client_id] = session
             for subscription in subscriptions:
-                self._subscribers.install(session, subscription)
+                self.subscribers.install(session, subscription)
             for packet_id, message, released in in_flight:
                 session.in_flight[packet_id] = replace(message, packet_id=packet_id)
                 if released:
@@ -248,7 +248,7 @@ class Broker:
             case p.Subscribe():
                 actions = self._subscribe(connection, session, packet)
             case p.Unsubscribe():
-                ack = unsubscribe(session, packet, self._subscribers)
+                ack = unsubscribe(session, packet, self.subscribers)
                 actions = [Send(connection, encode(ack, session.version))]
             case p.PingReq():
                 actions = [Send(connection, encode(p.PingResp(), session.version))]
@@ -401,7 +401,7 @@ class Broker:
 
     def take_filter_changes(self) -> list[tuple[str, int]]:
         """(filter, +1 or -1) for every subscription added or removed since the last call."""
-        return self._subscribers.take_changes()
+        return self.subscribers.take_changes()
 
     def _deliver(
         self, message: p.Publish, origin: str, plain: bool, shares: Collection[str] | None
@@ -418,7 +418,7 @@ class Broker:
                 self.retained.pop(message.topic, None)
         actions: list[Action] = []
         shared: Encoded = {}
-        offered, targets = self.on_offer, self._subscribers.targets(message, origin, plain, shares)
+        offered, targets = self.on_offer, self.subscribers.targets(message, origin, plain, shares)
         for session, qos, retain, identifiers in targets:
             copy = copy_for(message, qos, retain, identifiers)
             if offered is None or offered(session, message, copy):
@@ -453,7 +453,7 @@ class Broker:
         out.append(Send(session.connection, data))
 
     def _subscribe(self, connection: int, session: Session, packet: p.Subscribe) -> list[Action]:
-        done = subscribe(session, packet, self._subscribers, self.limits, self.denials)
+        done = subscribe(session, packet, self.subscribers, self.limits, self.denials)
         actions: list[Action] = [Send(connection, encode(done.ack, session.version))]
         for topic_filter, qos in done.retained:
             for message in retained_for(self.retained, topic_filter, qos, self._now):
@@ -494,6 +494,6 @@ class Broker:
         return []
 
     def _end(self, session: Session) -> None:
-        self._subscribers.remove_all(session)
+        self.subscribers.remove_all(session)
         if self.sessions.get(session.client_id) is session:
             del self.sessions[session.client_id]

@@ -10,9 +10,9 @@ log, and sends what the live path did not carry (docs/mqtt.md). Rules:
    following the topic through ``durable`` take it from there.
 4. A deleted row removes the topic's retained message; nothing is delivered.
 5. A stream's first push (the dataset as it is) delivers nothing.
-6. A durable write from the relay's live path (``written``) is delivered at once as rule 3
-   says, unless a copy was delivered live already; remembered as rule 2 says, and until its
-   row comes as passed: a peer relay's copy of it then is not delivered (``relayed``).
+6. A durable write from the live path (``written``, asked of the datasets a subscription could
+   take: ``wanted``) goes at once as rule 3 says, unless a copy was delivered live; remembered
+   as rule 2 says, and as passed until its row comes: a peer's copy is then not (``relayed``).
 """
 
 from __future__ import annotations
@@ -78,6 +78,19 @@ class LogFeed:
         """A peer relay's copy of a message for the plain subscriptions: whether ``written``
         delivered it here already (rule 6; then the copy is not delivered again)."""
         return _forget(self._passed, message.topic, message.payload)
+
+    def wanted(self) -> set[str]:
+        """The routed datasets a durable write of which some subscription here could take
+        (rule 6, what the relay asks to be passed): by every session's filters, persistent
+        ones away too, ``$share`` ones if they take rows here. A write of another dataset is
+        delivered by the log all the same (rule 3), later."""
+        routed, found = set(self.routes.datasets()), set()
+        for text in self.broker.subscribers.filters():
+            if self.shared or not text.startswith("$share/"):
+                found |= self.routes.reachable(text)
+                if found >= routed:
+                    break
+        return found & routed
 
     def written(self, dataset: str, upserts: Columns) -> None:
         """A durable write of ``dataset`` (rule 6), its rows ``upserts``."""

@@ -72,6 +72,27 @@ class Routes:
         names = [dataset for _, dataset in self.prefixes]
         return sorted(set(names + ([self.default] if self.default else [])))
 
+    def reachable(self, topic_filter: str) -> set[str]:
+        """The datasets a topic ``topic_filter`` matches may belong to: never fewer, at times
+        more (its topics all start with its text before the first wildcard; a prefix is
+        reachable if one of the two starts the other, the default unless that text starts
+        with a prefix). ``$share/GROUP/`` is read through."""
+        if topic_filter.startswith("$share/"):
+            topic_filter = topic_filter.split("/", 2)[2]
+        wild = [at for at in (topic_filter.find("+"), topic_filter.find("#")) if at >= 0]
+        if not wild:  # one topic
+            dataset = self.dataset(topic_filter)
+            return set() if dataset is None else {dataset}
+        start = topic_filter[: min(wild)]
+        if topic_filter[min(wild)] == "#":
+            start = start.removesuffix("/")  # ``a/#`` matches ``a`` too
+        found = {
+            d for prefix, d in self.prefixes if prefix.startswith(start) or start.startswith(prefix)
+        }
+        if self.default and not any(start.startswith(prefix) for prefix, _ in self.prefixes):
+            found.add(self.default)
+        return found
+
 
 def parse_route(text: str) -> tuple[str, str]:
     """``PREFIX=DATASET`` as (prefix, dataset).

@@ -1,11 +1,12 @@
 """The relay's producer link: retained MQTT messages into their topic datasets at the publisher.
 
 A connection of its own to the publisher, as a ``producer``: each batch of ``ingest.Pending``
-goes as one ``Publish`` per dataset, the next once it is durable; the live path never waits for
-it. Logged messages' rows are deleted ``MESSAGE_TTL`` seconds later in a later batch. On
-connecting it reads each routed dataset's rows (``ReadState`` of ``#``) into the broker's
-retained messages, so a restarted relay serves them at once. A refused batch is logged and
-counted (``refused``), not retried; a lost connection is retried with the batch in hand first.
+goes as one ``Publish`` per dataset, the next once it is durable, shown at once to the relay's
+``latest`` views (``show``); the broker never waits for it. Logged messages' rows are deleted
+``MESSAGE_TTL`` seconds later in a later batch. On connecting it reads each routed dataset's
+rows (``ReadState`` of ``#``) into the broker's retained messages, so a restarted relay serves
+them at once. A refused batch is logged and counted (``refused``), not retried; a lost
+connection is retried with the batch in hand first.
 Both connections present the relay's token and dial with its TLS settings, as its upstream link
 does (``relay.config.Upstream``).
 """
@@ -17,6 +18,7 @@ import contextlib
 import logging
 import time
 from collections import deque
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -76,6 +78,10 @@ class ProducerLink:
         self._req = 0
         #: (when, dataset, key) of logged message rows to delete, oldest first (``ingest`` 3).
         self._expiring: deque[tuple[float, str, str]] = deque()
+        #: Each batch as it goes, to the relay's live path (shown at once to its ``latest``
+        #: views): what it returns hears the answer, the offset logged up to or None (refused,
+        #: or unanswered: it goes again, shown again).
+        self.show: Callable[[Publish], Callable[[int | None], None]] = lambda frame: _unheard
 
     def offer(self, message: MqttPublish) -> None:
         """A message a client published: keep it for the next batch if it is to be kept."""
@@ -204,15 +210,19 @@ class ProducerLink:
             upserts=_columns(rows),
             deletes=_columns({key: [*deletes, *expired]}),
         )
+        settle = self.show(frame)
         try:
             answer = await self._request(websocket, frame)
         except BaseException:
+            settle(None)
             self._put_back(batch, expired)
             raise
         if isinstance(answer, Error):
+            settle(None)
             self.refused += 1
             log.warning("mqtt ingest into %r refused: %s", dataset, answer.message)
             return
+        settle(answer.last)
         self.sent += len(upserts) + len(deletes) + len(batch.messages)
         due = time.monotonic() + MESSAGE_TTL
         self._expiring.extend((due, dataset, k) for k, _, _ in batch.messages)
@@ -239,6 +249,10 @@ class ProducerLink:
         messages[:0] = batch.messages  # older than those that came since
         self._expiring.extendleft((0.0, dataset, k) for k in reversed(expired))
         self.wake.set()
+
+
+def _unheard(last: int | None) -> None:
+    """No live path hears the answer."""
 
 
 def _columns(columns: dict[str, list[Any]]) -> Columns:

@@ -6,6 +6,7 @@ sessions in Redis (each only if configured)."""
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import time
 import uuid
@@ -37,6 +38,8 @@ from fanout.relay.api import RelayApi
 if TYPE_CHECKING:
     from fanout.relay.config import RelayConfig
     from fanout.relay.core.livepath import LivePath
+    from fanout.relay.core.sends import Send
+    from fanout.wire.messages import Publish
 
 log = logging.getLogger(__name__)
 
@@ -60,12 +63,17 @@ class MqttFrontEnd:
         self.listener, self.ingest, self.cluster, self.feed = mqtt_parts(config, self._url)
         self.websockets: MqttWebSockets | None = None
 
-    def take_durable_writes(self, live: LivePath) -> None:
-        """Have the relay's live path hand this broker's clients each durable write of the
-        datasets it routes at once (``mqtt.fromlog`` rule 6), if it follows their logs."""
+    def join_live_path(self, live: LivePath, dispatch: Callable[[list[Send]], None]) -> None:
+        """Have the relay's live path show the messages its clients publish to its ``latest``
+        views at once (``ours``; ``dispatch`` sends what it says), and hand this broker's
+        clients each durable write of the datasets it routes (``mqtt.fromlog`` rule 6), if it
+        follows their logs, asked for while a client's subscription could take one."""
+        if self.ingest is not None:
+            self.ingest.show = functools.partial(_shown, live, dispatch)
         if self.feed is not None:
             live.durable = self.feed.written
             live.durable_datasets = frozenset(self.feed.routes.datasets())
+            live.durable_wanted = self.feed.wanted
 
     def on_the_port(self, port: Callable[[], asyncio.Server | None]) -> MqttWebSockets | None:
         """MQTT over WebSockets on the relay's port (``port()``, its listener), if configured:
@@ -156,6 +164,20 @@ class MqttFrontEnd:
     def _url(self) -> str:
         assert self._relay is not None, "the MQTT front end is not started"
         return self._relay.local_url()
+
+
+def _shown(
+    live: LivePath, dispatch: Callable[[list[Send]], None], request: Publish
+) -> Callable[[int | None], None]:
+    """``request``, a batch of messages going to the publisher, shown at once to the relay's
+    ``latest`` views; what hears its answer (None: withdrawn)."""
+    id, sends = live.ours(request, asyncio.get_running_loop().time())
+    dispatch(sends)
+
+    def answered(last: int | None) -> None:
+        dispatch(live.refused(id) if last is None else live.accepted(id, last))
+
+    return answered
 
 
 def mqtt_parts(

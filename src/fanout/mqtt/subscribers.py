@@ -33,6 +33,7 @@ class Subscribers:
         self._turns: dict[str, int] = {}  # $share filter -> its next member's turn
         self._changes: list[tuple[str, int]] = []
         self._shared = 0  # ``$share`` subscriptions held: none, no look-up of them per message
+        self._filters: dict[str, int] = {}  # each filter held, and by how many sessions
 
     def install(self, session: Session, sub: Subscription) -> None:
         """Add (or replace) ``sub`` of ``session``."""
@@ -40,6 +41,7 @@ class Subscribers:
         sub_id = known[0] if known else next(self._ids)
         if known is None:
             self._changes.append((sub.filter, 1))
+            self._filters[sub.filter] = self._filters.get(sub.filter, 0) + 1
         session.subscriptions[sub.filter] = (sub_id, sub)
         shared = sub.filter.startswith("$share/")
         self._shared += shared and known is None
@@ -65,6 +67,12 @@ class Subscribers:
         del self._subscribers[sub_id]
         self._shared -= text.startswith("$share/")
         self._changes.append((text, -1))
+        if (held := self._filters.pop(text) - 1) > 0:
+            self._filters[text] = held
+
+    def filters(self) -> Collection[str]:
+        """Every filter a session here holds (persistent ones away too), ``$share`` ones whole."""
+        return self._filters.keys()
 
     def take_changes(self) -> list[tuple[str, int]]:
         """(filter, +1 or -1) for every subscription added or removed since the last call."""

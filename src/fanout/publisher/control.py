@@ -35,7 +35,7 @@ from fanout.buckets import Throttle
 from fanout.connection import Outbound, refuse
 from fanout.errors import FanoutError
 from fanout.publisher.answers import Datasets, answer, answered
-from fanout.publisher.passing import LIVE_KINDS, Choice, recipients, touched
+from fanout.publisher.passing import LIVE_KINDS, Choice, recipients
 from fanout.publisher.protocol import (
     Action,
     Close,
@@ -48,6 +48,7 @@ from fanout.publisher.protocol import (
     Welcomed,
 )
 from fanout.publisher.relaytable import Registry
+from fanout.views.objects.store import touched
 from fanout.wire import codec
 from fanout.wire.messages import (
     Batch,

@@ -11,7 +11,8 @@ docs/concepts.md, "Two paths"). Pure: the registry's plan and the write's rows i
    says nothing of where the row was); one holding a SQL view's primitive gets every write.
 4. An ``objects`` write goes as its request, each relay admitting it over the cells it holds
    as it does its own (docs/objects.md says why), to the relays whose paths hold an object it
-   names or a directory above one (``touched``: a write creates its missing parents).
+   names or a directory above one (``views.objects.store.touched``: a write creates its
+   missing parents; relays passing it on below choose alike).
 """
 
 from __future__ import annotations
@@ -25,7 +26,6 @@ import numpy.typing as npt
 from fanout.errors import InvalidView
 from fanout.publisher.relaytable import Plan
 from fanout.views.members import SELECTING, Selecting, members
-from fanout.views.objects.store import directory_of
 from fanout.views.topic import TopicFilter
 from fanout.views.topic.index import TopicIndex
 
@@ -71,17 +71,6 @@ class Choice:
             if any(members(view, rows, index).any() for view in views):
                 chosen.add(relay)
         return chosen
-
-
-def touched(upserts: Mapping[str, npt.ArrayLike], index: Sequence[str]) -> dict[str, list[str]]:
-    """The paths an ``objects`` write may change cells of (rule 4): the objects it names and
-    every directory above them (the root aside), as the index column to choose relays by."""
-    paths: set[str] = set()
-    for path in np.asarray(upserts.get(index[0], ()), dtype=object).tolist():
-        paths.add(str(path))
-        while (path := directory_of(str(path))) != "/":
-            paths.add(path)
-    return {index[0]: sorted(paths)}
 
 
 def recipients(

@@ -387,3 +387,54 @@ def test_each_durable_write_goes_at_once_to_whom_takes_them() -> None:
     talk.live.from_elsewhere(written(2, 3, {"b/1": 1.0}), 0.0)
     talk.live.from_elsewhere(written(1, 1, {"b/2": 1.0}), 0.0)  # the state carries it
     assert got == [["a/2"], ["b/1"]]
+
+
+def test_durable_writes_are_asked_for_only_while_a_client_could_take_one() -> None:
+    """Rule 4: of ``durable_datasets``, those ``durable_wanted`` names now (an MQTT port's
+    subscriptions, ``mqtt.fromlog.LogFeed.wanted``); a ``latest`` view asks for its own."""
+    talk = Talk()
+    talk.live.durable_datasets = frozenset({"sensors"})
+    clients: set[str] = set()
+    talk.live.durable_wanted = lambda: clients
+    assert talk.live.wanted() == set()
+    clients.add("sensors")
+    assert talk.live.wanted() == {"sensors"}
+
+
+def test_a_write_the_state_carried_already_is_late_only_for_a_dataset_watched_here() -> None:
+    """``live_late`` counts writes a ``latest`` view here would have shown had the confirmed
+    path not been faster; one of a dataset nobody here watches was late for no one."""
+    talk = Talk()
+    talk.subscribe(1, "a/#", mode="every")  # no lens: watches nothing
+    talk.batch(2, {"a/1": 1.0})
+    talk.round()
+    assert talk.live.from_elsewhere(written(1, 2, {"a/2": 1.0}), 0.0) == []
+    assert talk.live.stats()["live_late"] == 0
+    talk.subscribe(2, "a/#")
+    talk.round()
+    assert talk.live.from_elsewhere(written(1, 2, {"a/2": 1.0}), 0.0) == []
+    assert talk.live.stats()["live_late"] == 1
+
+
+def test_a_write_on_a_link_of_our_own_is_shown_at_once_and_its_copy_passed_back_not_again() -> None:
+    """``ours`` (the MQTT port's producer link): shown before any answer, as a forwarded write
+    is; the publisher's copy passed back is not shown twice, and confirms it by its offset
+    whichever of it and the link's answer comes first; a refused one is undone."""
+    talk = started()
+    request = Publish(1, "sensors", _rows({"a/1": 5.0}), encode_columns({}))
+    id, sends = talk.live.ours(request, talk.now)
+    (shown,) = talk.take(sends)
+    assert shown.sub == 1 and shown.provisional and talk.views[1] == {"a/1": 5.0}
+    copy = Written("sensors", 2, 2, request.upserts, request.deletes)
+    assert talk.live.from_elsewhere(copy, talk.now) == []
+    assert talk.live.accepted(id, 2) == []
+    assert (talk.live.passed, talk.live.writes.counters.writes) == (0, 1)
+    talk.batch(2, {"a/1": 5.0})
+    talk.round()
+    assert talk.views[1] == talk.views[3] == {"a/1": 5.0} and len(talk.live.writes) == 0
+    refused = Publish(2, "sensors", _rows({"a/2": 7.0}), encode_columns({}))
+    id, sends = talk.live.ours(refused, talk.now)
+    talk.take(sends)
+    assert talk.views[1] == {"a/1": 5.0, "a/2": 7.0}
+    talk.take(talk.live.refused(id))
+    assert talk.views[1] == {"a/1": 5.0} and talk.live.writes.counters.corrected == 1

@@ -1,6 +1,6 @@
-"""The relay's live path for writes made through it: a ``Publish`` forwarded upstream is shown at
-once to the ``latest`` subscriptions it concerns, and their pushes are reconciled until the
-publisher's stream settles it (``relay.core.provisional``; docs/concepts.md, "Two paths").
+"""The relay's live path: a ``Publish`` forwarded upstream (or on a link of its own, MQTT's:
+``ours``) is shown at once to the ``latest`` subscriptions it concerns, their pushes reconciled
+until the publisher's stream settles it (``relay.core.provisional``; docs/concepts.md).
 
 It turns frames and pushes into the pure core's rows, and its patches into push frames:
 1. A write is shown only if it is whole rows of the dataset's column types, keys unique, that
@@ -10,14 +10,15 @@ It turns frames and pushes into the pure core's rows, and its patches into push 
 2. A subscription watches from a full push if ``latest``, not ``confirmed``, not transduced, of
    a kind with a lens; its pushes meanwhile are reconciled (provisional if a row is pending).
 3. Provisional pushes and corrections carry the active state's epoch, seq and tick.
-4. A durable write of ``durable_datasets`` goes to ``durable`` at once (ours once logged): to
-   MQTT clients (``mqtt.fromlog``), who cannot be told a write they saw was undone.
+4. A durable write of ``durable_datasets`` goes to ``durable`` at once (ours once logged) for
+   MQTT clients (``mqtt.fromlog``), who cannot be told a write was undone; asked for while
+   ``durable_wanted`` says a client could take one.
 """
 
 from __future__ import annotations
 
 import itertools
-from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence, Set
 from typing import Any, cast
 
 import msgspec
@@ -48,7 +49,7 @@ class LivePath:
         self.writes = LiveWrites() if writes is None else writes
         self.invalid = 0
         self.passed = 0  # writes made elsewhere shown here
-        self.late = 0  # ... not shown: the active state carried them already
+        self.late = 0  # ... not shown to a view watching: the active state carried them already
         #: Whether a subscription is transduced: its transducer steps the confirmed rows alone.
         self.transduced: Callable[[SubKey], bool] = lambda key: False
         self._lenses: dict[SubKey, RowLens] = {}
@@ -58,7 +59,10 @@ class LivePath:
         #: answers meanwhile (as many as the ``Forwarder`` lets wait).
         self.durable: Callable[[str, Columns], None] = lambda dataset, upserts: None
         self.durable_datasets: frozenset[str] = frozenset()
+        self.durable_wanted: Callable[[], Set[str]] = lambda: self.durable_datasets
         self._asked: dict[int, Publish] = {}
+        #: Ours sent on a link of our own (``ours``), pending: the publisher passes them back.
+        self._own: dict[tuple[str, bytes, bytes], int] = {}
 
     # -- writes and their answers --------------------------------------------------------
 
@@ -78,12 +82,32 @@ class LivePath:
             return []
         return self._sends(self.writes.write(upstream, request.dataset, rows, now))
 
+    def ours(self, request: Publish, now: float) -> tuple[int, list[Send]]:
+        """``request`` made through this relay went upstream on a link of its own (the MQTT
+        port's producer link): shown at once as ``write`` shows it, under the number returned
+        (answered by ``accepted`` or ``refused``); its copy passed back is not shown again."""
+        id = next(self._elsewhere)
+        kind = self.parts.kinds.get(request.dataset)
+        if kind is None or not self._watched(request.dataset):
+            return id, []
+        try:
+            rows = written(kind.state.buffer.active.dtypes, kind.state.info, request)
+            rows = self._admitted(request.dataset, rows)
+        except (FanoutError, TypeError, ValueError):
+            self.invalid += 1  # rule 1
+            return id, []
+        self._own[_signature(request.dataset, request.upserts, request.deletes)] = id
+        return id, self._sends(self.writes.write(id, request.dataset, rows, now))
+
     def from_elsewhere(self, frame: Written, now: float) -> list[Send]:
         """A write made through another relay or a producer, logged up to ``frame.last``: shown
         to whom it concerns here, confirmed by this relay's first state with ``tick >= last``."""
         self.prune()
+        own = self._own.pop(_signature(frame.dataset, frame.upserts, frame.deletes), None)
+        if own is not None:  # ours (``ours``), shown already: its MQTT clients got it too
+            return self._sends(self.writes.accepted(own, frame.last))
         if self._carried(frame.dataset, frame.last):
-            self.late += 1  # the confirmed path was faster
+            self.late += self._watched(frame.dataset)  # the confirmed path was faster
             return []
         if frame.dataset in self.durable_datasets:
             self.durable(frame.dataset, frame.upserts)  # rule 4
@@ -110,13 +134,20 @@ class LivePath:
         return self._sends(self.writes.accepted(upstream, last))
 
     def refused(self, upstream: int) -> list[Send]:
-        """The publisher refused write ``upstream``."""
+        """The publisher refused write ``upstream`` (or ``ours``: it may not have logged it)."""
         self._asked.pop(upstream, None)
+        if upstream > 0:
+            self._own = {sign: id for sign, id in self._own.items() if id != upstream}
         return self._sends(self.writes.refused(upstream))
 
     def swapped(self, dataset: str, stamp: Stamp | None) -> list[Send]:
         """A new state of ``dataset`` is active."""
-        return [] if stamp is None else self._sends(self.writes.swapped(dataset, stamp.tick))
+        if stamp is None:
+            return []
+        sends = self._sends(self.writes.swapped(dataset, stamp.tick))
+        if self._own:  # settled without their copy passed back (not passed: a full queue)
+            self._own = {sign: id for sign, id in self._own.items() if id in self.writes}
+        return sends
 
     def expire(self, now: float) -> list[Send]:
         """Withdraw the writes past their deadline; forget ended subscriptions."""
@@ -214,13 +245,13 @@ class LivePath:
 
     def wanted(self, key: SubKey | None = None) -> set[str]:
         """The datasets a subscription here takes live writes of (``LiveWrites``), and those
-        ``durable`` takes (rule 4), or only subscription ``key``'s if it does (at once, before
-        its first full push)."""
+        ``durable`` may take now (rule 4), or only subscription ``key``'s if it does (at once,
+        before its first full push)."""
         downstream = self.parts.downstream
         if key is not None:
             one = downstream.get(key)
             return set() if one is None or self._lens(one) is None else {one.dataset}
-        return set(self.durable_datasets & self.parts.kinds.keys()) | {
+        return set(self.durable_wanted() & self.durable_datasets & self.parts.kinds.keys()) | {
             name
             for name in self.parts.kinds
             if any(self._lens(s) is not None for s in downstream.of_dataset(name))
@@ -278,6 +309,11 @@ def written(
                 raise ValueError(f"key {row[info.key]!r} twice in one write")
             out[row[info.key]] = row
     return out
+
+
+def _signature(dataset: str, upserts: Columns, deletes: Columns) -> tuple[str, bytes, bytes]:
+    """A write as the publisher passes it back, to know it by."""
+    return dataset, _encoder.encode(upserts), _encoder.encode(deletes)
 
 
 def _rows(raw: msgspec.Raw, key: str, names: Iterable[str]) -> dict[Hashable, Mapping[str, object]]:

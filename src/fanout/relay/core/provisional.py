@@ -151,6 +151,10 @@ class LiveWrites:
     def __len__(self) -> int:
         return len(self._writes)
 
+    def __contains__(self, id: object) -> bool:
+        """Whether write ``id`` is pending."""
+        return id in self._writes
+
     # -- watchers ---------------------------------------------------------------------------
 
     def watch(self, sub: Hashable, dataset: str, lens: Lens) -> None:

@@ -89,7 +89,7 @@ def selected(views: Iterable[View], rows: Mapping[str, Array], info: DatasetInfo
     A topic filter holds its topics; an object path every attribute of the objects in its scope
     (the publisher ignores attribute filters upstream); a SQL primitive the rows in its boxes.
     """
-    length = len(rows[info.key]) if rows else 0
+    length = len(next(iter(rows.values()))) if rows else 0
     mask = np.zeros(length, dtype=bool)
     topics: pa.Array | None = None
     paths: npt.NDArray[np.str_] | None = None

@@ -91,7 +91,8 @@ CORE: dict[str, tuple[Kind, str]] = {
     "live_passed": ("counter", "Writes made elsewhere, passed from upstream and shown here."),
     "live_late": (
         "counter",
-        "Writes passed from upstream not shown: this relay's state carried them already.",
+        "Writes passed from upstream not shown: a view here watches their dataset, and this"
+        " relay's state carried them already.",
     ),
     "live_pending": ("gauge", "Writes shown at once and not settled by the publisher yet."),
     "live_shown": ("counter", "Rows pushed provisionally, before the publisher confirmed them."),

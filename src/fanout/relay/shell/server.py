@@ -108,7 +108,7 @@ class RelayServer:
             self.http.mqtt_upgrade = mqtt_websockets.take
         if self.mqtt is not None:
             self.http.pages.update(self.mqtt.pages())
-            self.mqtt.take_durable_writes(self.core.serving.live)  # rule 4 of its live path
+            self.mqtt.join_live_path(self.core.serving.live, self._dispatch)
         #: Why a front end could not start, if one could not.
         self._not_started: Exception | None = None
         self.upstream = UpstreamLink(

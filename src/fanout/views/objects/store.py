@@ -21,6 +21,9 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
+import numpy as np
+import numpy.typing as npt
+
 from fanout.errors import InvalidView, InvalidWrite
 from fanout.views.objects.syntax import ALL_OBJECT, parse_path
 from fanout.views.objects.text import (
@@ -106,6 +109,21 @@ def directory_of(path: str) -> str:
     """The directory holding ``path`` (``/`` at the root)."""
     parent = path.rsplit("/", 1)[0]
     return parent or "/"
+
+
+def touched(
+    upserts: Mapping[str, npt.ArrayLike], index: Sequence[str]
+) -> dict[str, npt.NDArray[np.generic]]:
+    """The paths a write's rows (column -> values) may change cells of: the objects they name
+    and every directory above them, the root aside (rule 3: a write makes missing parents), as
+    the index column, sorted. Whoever passes a write on chooses by these (the publisher; a relay
+    for the relays below it), so that a view of a parent directory's ``.all`` gets it."""
+    paths: set[str] = set()
+    for path in np.asarray(upserts.get(index[0], ()), dtype=object).tolist():
+        paths.add(str(path))
+        while (path := directory_of(str(path))) != "/":
+            paths.add(path)
+    return {index[0]: np.array(sorted(paths), dtype=object)}
 
 
 def check_object_path(path: str, what: str = "object") -> str:
