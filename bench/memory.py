@@ -71,8 +71,8 @@ KEEPALIVE = 2.0  # the proxied relays' --upstream-keepalive: a partition is noti
 QUEUE_LIMIT = 64  # the relays' --queue-limit (their default, given so the bound says it)
 EXPECTED = (OSError, SubscriptionError, TimeoutError, ConnectionClosed)
 TARGET_PCT_PER_HOUR = 5.0
-SETUP = ("duration", "warmup", "agents", "followers", "slow", "stopped", "slow_every")
-SETUP += ("stop_hold", "churn", "partition_every", "seed")
+SETUP: tuple[str, ...] = ("duration", "warmup", "agents", "followers", "slow", "stopped")
+SETUP += ("slow_every", "stop_hold", "churn", "partition_every", "seed")
 #: How the mid relay runs under ``--trace-mid``: ``python -c TRACED DIR EVERY FRAMES relay ...``.
 TRACED = """
 import ctypes, runpy, sys, threading, time, tracemalloc
@@ -107,10 +107,13 @@ class Deployment:
         root: Path,
         traced: list[str] | None = None,
         mid_env: list[str] | None = None,
+        *,
+        relay_args: list[str] | None = None,
     ) -> None:
         self.children, self.stack, self.root = children, stack, root
         self.traced = traced  # TRACED's arguments for the mid relay (None: not traced)
         self.mid_env = mid_env or []  # KEY=VALUE added to the mid relay's environment
+        self.relay_args = relay_args or []  # added to every relay's command line
         self.links: dict[str, Proxy] = {}
         self.relays: dict[str, Child] = {}
 
@@ -134,6 +137,7 @@ class Deployment:
 
     async def _relay(self, name: str, *args: str, mid: bool = False) -> Child:
         every = [*args, "--port", "0", "--name", name, "--queue-limit", str(QUEUE_LIMIT)]
+        every += self.relay_args
         log = self.root / f"{name}.log"
         if not mid or (self.traced is None and not self.mid_env):
             child = await self.children.start("relay", every, log)
@@ -241,7 +245,7 @@ class Load:
         self.counts = {"updates": 0, "churns": 0, "moves": 0, "slow_read": 0}
         self.counts |= {"slow_closed": 0, "stopped_opened": 0}
         self.errors: dict[str, int] = {}
-        self.sessions: list[asyncio.Task[None]] = []
+        self.sessions: list[asyncio.Task[LiveView | None]] = []
 
     def box(self) -> Box:
         x, y = self.rng.uniform(0, WORLD - 150), self.rng.uniform(0, WORLD - 150)
@@ -357,9 +361,10 @@ async def bench(args: argparse.Namespace) -> dict[str, Any]:
         args.trace_mid.mkdir(parents=True, exist_ok=True)
         traced = [str(args.trace_mid), str(args.trace_every), str(args.trace_frames)]
     async with Children() as children, contextlib.AsyncExitStack() as stack:
-        d = Deployment(children, stack, root, traced, args.mid_env)
+        d = Deployment(children, stack, root, traced, args.mid_env, relay_args=args.relay_arg)
         await d.start(args.agents)
-        memory, load, cut = Memory(d), Load(d, rng, args), []
+        memory, load = Memory(d), Load(d, rng, args)
+        cut: list[Any] = []
         tasks = [asyncio.create_task(memory.run())]
         tasks += [asyncio.create_task(load.follow(n)) for n in range(args.followers)]
         # The rest starts, and the clock with it, once updates flow to the followers (Spark's first
@@ -447,13 +452,13 @@ def summary(
     metrics: dict[str, dict[str, float]],
 ) -> dict[str, Any]:
     processes = memory.growth(args.warmup)
-    roles: dict[str, dict[str, float]] = {}
+    roles: dict[str, dict[str, Any]] = {}
     for name, (role, _) in memory.d.processes().items():
         if name in processes and (
             role not in roles
             or processes[name]["growth_pct_per_hour"] > roles[role]["growth_pct_per_hour"]
         ):
-            roles[role] = processes[name] | {"process": name}  # type: ignore[dict-item]
+            roles[role] = {**processes[name], "process": name}
     pushes = {
         name: m["fanout_relay_bytes_sent_total"] / max(1.0, m["fanout_relay_frames_sent_total"])
         for name, m in metrics.items()
@@ -488,6 +493,7 @@ def summary(
         | {
             "traced": args.trace_mid is not None,
             "mid_env": args.mid_env,
+            "relay_args": args.relay_arg,
         },
         "samples_s_mib": {  # every 30 s: seconds since the load started, MiB
             name: [[round(at), round(b / 2**20, 1)] for at, n, b in memory.samples if n == name][
@@ -520,6 +526,12 @@ def main() -> int:
         "--mid-env", action="append", default=[], help="KEY=VALUE for the mid relay (repeat)"
     )
     parser.add_argument("--trace-frames", type=int, default=8, help="frames kept per allocation")
+    parser.add_argument(
+        "--relay-arg",
+        action="append",
+        default=[],
+        help="added to every relay's command line, as --relay-arg=--trim-every=0 (repeat)",
+    )
     args = parser.parse_args()
     if args.warmup >= args.duration:
         raise SystemExit("--warmup must be shorter than --duration")
@@ -527,7 +539,7 @@ def main() -> int:
     signal.signal(signal.SIGTERM, signal.default_int_handler)
     result = asyncio.run(bench(args)) | {"calibration": calibration}
     write_results(result, None if args.no_save else args.out)
-    keys = ("growth_pct_per_hour", "within_target", "slow_subscriber_bound_kib")
+    keys: tuple[str, ...] = ("growth_pct_per_hour", "within_target", "slow_subscriber_bound_kib")
     keys += ("slow_consumers_closed", "partitions", "load_average_during")
     print(json.dumps({key: result[key] for key in keys}))
     return 0 if result["within_target"] else 1

@@ -1,0 +1,95 @@
+"""glibc's allocator held to what a long-running server uses (issue 45, item 5).
+
+A relay's Python heap stays level over hours while its resident memory grows: glibc keeps what
+is freed after a burst. Its *dynamic* mmap threshold rises to the size of each large block freed
+(a batch's columns, a snapshot's rows), so later ones come from the heap and stay there once
+freed, each burst bigger than the last raising the high-water mark (docs/benchmarks/memory.md).
+``tune`` fixes the threshold (``mallopt(M_MMAP_THRESHOLD)``, which turns the dynamic one off),
+``trimming`` gives free pages back every so often (``malloc_trim(0)``, timed in
+``trim_seconds``). Both are the process's: a server sets them once, at its start. On a C library
+other than glibc they do nothing and say so once in the log. docs/operations.md has the settings.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import ctypes
+import functools
+import logging
+import os
+import time
+
+from fanout import metrics
+
+log = logging.getLogger(__name__)
+
+#: ``mallopt``'s option for the mmap threshold (glibc's ``malloc.h``).
+M_MMAP_THRESHOLD = -3
+#: The largest threshold glibc documents on 64-bit (``DEFAULT_MMAP_THRESHOLD_MAX``; ``mallopt(3)``).
+MAX_MMAP_THRESHOLD = 32 * 2**20
+
+trim_seconds = metrics.Histogram(
+    "malloc_trim_seconds",
+    "Seconds each malloc_trim(0) took, giving glibc's free pages back to the system.",
+    (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1),
+)
+
+
+@functools.cache
+def glibc() -> ctypes.CDLL | None:
+    """The process's C library if it is glibc (``mallopt`` and ``malloc_trim`` in it), else
+    None, said once in the log."""
+    try:
+        version = os.confstr("CS_GNU_LIBC_VERSION")
+    except (ValueError, OSError):  # not a name this platform knows
+        version = None
+    if not version or not version.startswith("glibc"):
+        log.info("allocator settings skipped: the C library is not glibc")
+        return None
+    libc = ctypes.CDLL(None)
+    libc.mallopt.argtypes, libc.mallopt.restype = [ctypes.c_int, ctypes.c_int], ctypes.c_int
+    libc.malloc_trim.argtypes, libc.malloc_trim.restype = [ctypes.c_size_t], ctypes.c_int
+    return libc
+
+
+def tune(mmap_threshold: int) -> bool:
+    """Fix glibc's mmap threshold at ``mmap_threshold`` bytes (0: leave its dynamic one).
+
+    Blocks of that size or more that do not fit in the heap's free memory are then mapped
+    apart and unmapped when freed, whatever was freed before. Returns whether it was set.
+
+    Raises:
+        ValueError: glibc refused the value.
+    """
+    libc = glibc()
+    if libc is None or mmap_threshold <= 0:
+        return False
+    if not libc.mallopt(M_MMAP_THRESHOLD, mmap_threshold):
+        raise ValueError(f"glibc refused an mmap threshold of {mmap_threshold} bytes")
+    log.info("glibc's mmap threshold fixed at %d bytes", mmap_threshold)
+    return True
+
+
+def trim() -> bool:
+    """Give glibc's free pages back to the system now (``malloc_trim(0)``), timed in
+    ``trim_seconds``. Returns whether glibc gave any back (False elsewhere than glibc)."""
+    libc = glibc()
+    if libc is None:
+        return False
+    started = time.perf_counter()
+    released = bool(libc.malloc_trim(0))
+    trim_seconds.observe(time.perf_counter() - started)
+    return released
+
+
+async def trimming(every: float) -> None:
+    """``trim`` every ``every`` seconds until cancelled (0, or not glibc: return at once).
+
+    On the event loop's thread: it takes about a millisecond (``trim_seconds``), and from
+    another thread it would hold the arenas' locks against the loop's allocations as long.
+    """
+    if every <= 0 or glibc() is None:
+        return
+    while True:
+        await asyncio.sleep(every)
+        trim()
