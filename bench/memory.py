@@ -109,18 +109,25 @@ class Deployment:
         mid_env: list[str] | None = None,
         *,
         relay_args: list[str] | None = None,
+        publisher_traced: list[str] | None = None,
     ) -> None:
         self.children, self.stack, self.root = children, stack, root
         self.traced = traced  # TRACED's arguments for the mid relay (None: not traced)
         self.mid_env = mid_env or []  # KEY=VALUE added to the mid relay's environment
         self.relay_args = relay_args or []  # added to every relay's command line
+        self.publisher_traced = publisher_traced  # TRACED's arguments for the publisher
         self.links: dict[str, Proxy] = {}
         self.relays: dict[str, Child] = {}
 
     async def start(self, agents: int) -> None:
         args = ["--port", "0", "--state-dir", str(self.root / "publisher")]
         args += ["--agents", str(agents), "--world", str(WORLD)]
-        self.publisher = await self.children.start("publisher", args, self.root / "publisher.log")
+        log = self.root / "publisher.log"
+        if self.publisher_traced is None:
+            self.publisher = await self.children.start("publisher", args, log)
+        else:
+            command = [sys.executable, "-c", TRACED, *self.publisher_traced, "publisher", *args]
+            self.publisher = await self.children.spawn("publisher", command, log)
         keep = ("--upstream-keepalive", str(KEEPALIVE))
         flat = await self._proxy("flat", self.publisher.url)
         await self._relay("flat", "--publisher", f"ws://{flat.address}", *keep)
@@ -356,12 +363,17 @@ async def partitions(d: Deployment, rng: random.Random, every: float, log: list[
 async def bench(args: argparse.Namespace) -> dict[str, Any]:
     rng = random.Random(args.seed)
     root = Path(tempfile.mkdtemp(prefix="fanout-memory-"))
-    traced = None
-    if args.trace_mid is not None:
-        args.trace_mid.mkdir(parents=True, exist_ok=True)
-        traced = [str(args.trace_mid), str(args.trace_every), str(args.trace_frames)]
+    traced, publisher_traced = _traced(args, args.trace_mid), _traced(args, args.trace_publisher)
     async with Children() as children, contextlib.AsyncExitStack() as stack:
-        d = Deployment(children, stack, root, traced, args.mid_env, relay_args=args.relay_arg)
+        d = Deployment(
+            children,
+            stack,
+            root,
+            traced,
+            args.mid_env,
+            relay_args=args.relay_arg,
+            publisher_traced=publisher_traced,
+        )
         await d.start(args.agents)
         memory, load = Memory(d), Load(d, rng, args)
         cut: list[Any] = []
@@ -389,11 +401,22 @@ async def bench(args: argparse.Namespace) -> dict[str, Any]:
     found = summary(args, memory, load, cut, metrics)
     if args.trace_mid is not None:
         found["mid_traced"] = traced_growth(args.trace_mid, memory.began + args.warmup)
+    if args.trace_publisher is not None:
+        since = memory.began + args.warmup
+        found["publisher_traced"] = traced_growth(args.trace_publisher, since)
     return found
 
 
+def _traced(args: argparse.Namespace, folder: Path | None) -> list[str] | None:
+    """TRACED's arguments for a process traced into ``folder`` (None: not traced)."""
+    if folder is None:
+        return None
+    folder.mkdir(parents=True, exist_ok=True)
+    return [str(folder), str(args.trace_every), str(args.trace_frames)]
+
+
 def traced_growth(folder: Path, since: float, top: int = 25) -> dict[str, Any]:
-    """The mid relay's allocation sites that grew most from its first snapshot taken after
+    """A traced process's allocation sites that grew most from its first snapshot taken after
     ``since`` (``time.monotonic``) to its last, by line and by traceback; and its allocator's
     arenas at each snapshot (glibc ``malloc_info``)."""
     found: dict[str, Any] = {"allocator": [_arenas(p) for p in sorted(folder.glob("*.malloc"))]}
@@ -475,6 +498,11 @@ def summary(
         "slow_subscriber_bound_kib": round((QUEUE_LIMIT * largest + TRANSPORT_BYTES) / 1024, 1),
         "mean_push_bytes": {name: round(size) for name, size in pushes.items()},
         "queue_limit": QUEUE_LIMIT,
+        "malloc_trims": {  # each relay's trims (fanout.allocator): how many, mean milliseconds
+            name: [count, round(1000 * m["fanout_malloc_trim_seconds_sum"] / count, 3)]
+            for name, m in metrics.items()
+            if (count := m.get("fanout_malloc_trim_seconds_count", 0.0))
+        },
         "slow_consumers_closed": {
             name: m.get("fanout_relay_slow_consumers_closed_total", 0.0)
             for name, m in metrics.items()
@@ -492,6 +520,7 @@ def summary(
         "setup": {key: getattr(args, key) for key in SETUP}
         | {
             "traced": args.trace_mid is not None,
+            "publisher_traced": args.trace_publisher is not None,
             "mid_env": args.mid_env,
             "relay_args": args.relay_arg,
         },
@@ -521,6 +550,9 @@ def main() -> int:
     parser.add_argument("--out", type=Path, default=RESULTS, help="where the JSON goes")
     parser.add_argument("--no-save", action="store_true", help="do not write bench/results")
     parser.add_argument("--trace-mid", type=Path, help="tracemalloc the mid relay: snapshots here")
+    parser.add_argument(
+        "--trace-publisher", type=Path, help="tracemalloc the publisher's Python: snapshots here"
+    )
     parser.add_argument("--trace-every", type=float, default=60.0, help="seconds between them")
     parser.add_argument(
         "--mid-env", action="append", default=[], help="KEY=VALUE for the mid relay (repeat)"
