@@ -127,7 +127,7 @@ class Deployment:
             self.publisher = await self.children.start("publisher", args, log)
         else:
             command = [sys.executable, "-c", TRACED, *self.publisher_traced, "publisher", *args]
-            self.publisher = await self.children.spawn("publisher", command, log)
+            self.publisher = await self.children.spawn("publisher", command, log, 600.0)
         keep = ("--upstream-keepalive", str(KEEPALIVE))
         flat = await self._proxy("flat", self.publisher.url)
         await self._relay("flat", "--publisher", f"ws://{flat.address}", *keep)

@@ -66,6 +66,7 @@ def test_a_fixed_mmap_threshold_stays_where_it_was_put() -> None:
     # little smaller comes from the heap, and stays there once freed (docs/benchmarks/memory.md)
     assert after_a_large_block(0) == "True False"
     assert after_a_large_block(131_072) == "True True"
+    assert not allocator.tune(0)  # glibc's dynamic one: nothing set
 
 
 def test_a_threshold_past_glibcs_documented_maximum_is_refused() -> None:

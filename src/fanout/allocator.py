@@ -85,8 +85,9 @@ def trim() -> bool:
 async def trimming(every: float) -> None:
     """``trim`` every ``every`` seconds until cancelled (0, or not glibc: return at once).
 
-    On the event loop's thread: it takes about a millisecond (``trim_seconds``), and from
-    another thread it would hold the arenas' locks against the loop's allocations as long.
+    On the event loop's thread: it took 0.3-0.5 ms in a relay (``trim_seconds``;
+    ``bench/memory.py``), and from another thread it would hold the arenas' locks against the
+    loop's allocations as long.
     """
     if every <= 0 or glibc() is None:
         return

@@ -140,13 +140,13 @@ def relay_parser(commands: Any, command: Command) -> None:
         "--mmap-threshold",
         type=int,
         help="glibc's mmap threshold in bytes, fixed while the relay runs; 0 leaves glibc's"
-        " dynamic one (docs/operations.md) (default: 131072)",
+        " dynamic one (docs/operations.md) (default: 0)",
     )
     parser.add_argument(
         "--trim-every",
         type=float,
         help="seconds between two malloc_trim(0), giving glibc's free pages back; 0: never"
-        " (docs/operations.md) (default: 60)",
+        " (docs/operations.md) (default: 10)",
     )
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)  # the leader's
     limits = parser.add_argument_group(

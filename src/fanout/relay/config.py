@@ -270,10 +270,12 @@ class Process:
         workers_port: with workers, the leader's own port on loopback (0: any free one), where
             the workers connect and whose ``/metrics`` sums theirs.
         mmap_threshold: glibc's mmap threshold in bytes, fixed while the relay runs
-            (``fanout.allocator.tune``; 0: glibc's dynamic one): see ``trim_every``.
+            (``fanout.allocator.tune``; 0: glibc's dynamic one). Not the default: fixed at 128
+            KiB or 1 MiB it cost 4-8% more CPU a push (``bench/allocator.py``).
         trim_every: seconds between two ``malloc_trim(0)`` (``fanout.allocator.trimming``; 0:
-            never). With glibc's defaults a relay's resident memory grew 36 %/h over an hour
-            while its Python heap stayed level: memory freed after bursts, kept by glibc
+            never). With glibc's defaults a mid relay's resident memory grew in steps (36 %/h
+            over an hour) while its Python heap stayed level: memory freed after bursts, kept
+            by glibc; trimmed every 10 s it stayed level, at 0.3-0.5 ms a trim
             (docs/benchmarks/memory.md, "What the mid relay keeps").
     """
 
@@ -283,8 +285,8 @@ class Process:
     loop: EventLoop = "asyncio"
     workers: int = 1
     workers_port: int = 0
-    mmap_threshold: int = 131_072
-    trim_every: float = 60.0
+    mmap_threshold: int = 0
+    trim_every: float = 10.0
 
     def __post_init__(self) -> None:
         if not 0 <= self.mmap_threshold <= MAX_MMAP_THRESHOLD:
