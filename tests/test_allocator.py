@@ -8,6 +8,7 @@ import asyncio
 import ctypes
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 from tests.relay.shell.deployments import running
@@ -49,6 +50,7 @@ def mapped_apart(size: int) -> bool:
 #: whether an 8 MiB block is mapped apart, then one a little smaller after it was freed.
 AFTER_A_LARGE_BLOCK = """
 import sys
+from pathlib import Path
 from fanout import allocator
 from tests.test_allocator import mapped_apart
 allocator.tune(int(sys.argv[1]))
@@ -96,3 +98,17 @@ async def test_a_relay_fixes_the_threshold_and_trims_while_it_runs(
         await asyncio.sleep(0.2)
     assert tuned == [40 * 1024, Process().mmap_threshold]
     assert allocator.trim_seconds.count == count  # never trimmed
+
+
+def test_the_relays_flags_and_file_reach_its_process_settings(tmp_path: Path) -> None:
+    from fanout.cli.main import _parser
+    from fanout.cli.relay import _allocator_given
+    from fanout.cli.settings import resolve
+
+    toml = tmp_path / "fanout.toml"
+    toml.write_text("[relay]\ntrim_every = 2.5\n")
+    args = _parser().parse_args(["relay", "--config", str(toml), "--mmap-threshold", "65536"])
+    args = resolve(args.parser, args, "relay", args.config, {})
+    assert Process(**_allocator_given(args)) == Process(mmap_threshold=65_536, trim_every=2.5)
+    args = _parser().parse_args(["relay"])
+    assert _allocator_given(resolve(args.parser, args, "relay", None, {})) == {}
