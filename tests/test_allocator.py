@@ -112,3 +112,19 @@ def test_the_relays_flags_and_file_reach_its_process_settings(tmp_path: Path) ->
     assert Process(**_allocator_given(args)) == Process(mmap_threshold=65_536, trim_every=2.5)
     args = _parser().parse_args(["relay"])
     assert _allocator_given(resolve(args.parser, args, "relay", None, {})) == {}
+
+
+def test_the_publishers_flag_and_file_reach_its_settings(monkeypatch: pytest.MonkeyPatch) -> None:
+    import fanout.publisher.app
+    from fanout.cli.main import _parser
+    from fanout.cli.publisher import run_publisher
+    from fanout.publisher.config import PublisherSettings, parse_config
+
+    seen: list[PublisherSettings] = []
+    monkeypatch.setattr(fanout.publisher.app, "run", lambda settings: seen.append(settings) or 0)
+    assert run_publisher(_parser().parse_args(["publisher", "--trim-every", "3"])) == 0
+    assert run_publisher(_parser().parse_args(["publisher"])) == 0
+    assert [settings.trim_every for settings in seen] == [3.0, 10.0]
+    assert parse_config("[publisher]\ntrim_every = 0\n").trim_every == 0.0
+    with pytest.raises(ConfigError, match=r"publisher\.trim_every"):
+        parse_config("[publisher]\ntrim_every = -1\n")

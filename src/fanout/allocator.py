@@ -18,6 +18,9 @@ import functools
 import logging
 import os
 import time
+from collections.abc import Iterator
+
+from prometheus_client.metrics_core import Metric
 
 from fanout import metrics
 
@@ -33,6 +36,15 @@ trim_seconds = metrics.Histogram(
     "Seconds each malloc_trim(0) took, giving glibc's free pages back to the system.",
     (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1),
 )
+
+
+class TrimCollector:
+    """``trim_seconds`` as one of prometheus_client's collectors (the publisher's ``/metrics``,
+    ``metrics.route``'s ``collectors``; the relay lists the histogram itself)."""
+
+    def collect(self) -> Iterator[Metric]:
+        """The histogram's family."""
+        yield trim_seconds.family()
 
 
 @functools.cache
