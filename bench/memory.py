@@ -110,18 +110,20 @@ class Deployment:
         *,
         relay_args: list[str] | None = None,
         publisher_traced: list[str] | None = None,
+        publisher_args: list[str] | None = None,
     ) -> None:
         self.children, self.stack, self.root = children, stack, root
         self.traced = traced  # TRACED's arguments for the mid relay (None: not traced)
         self.mid_env = mid_env or []  # KEY=VALUE added to the mid relay's environment
         self.relay_args = relay_args or []  # added to every relay's command line
         self.publisher_traced = publisher_traced  # TRACED's arguments for the publisher
+        self.publisher_args = publisher_args or []  # added to its command line
         self.links: dict[str, Proxy] = {}
         self.relays: dict[str, Child] = {}
 
     async def start(self, agents: int) -> None:
         args = ["--port", "0", "--state-dir", str(self.root / "publisher")]
-        args += ["--agents", str(agents), "--world", str(WORLD)]
+        args += ["--agents", str(agents), "--world", str(WORLD), *self.publisher_args]
         log = self.root / "publisher.log"
         if self.publisher_traced is None:
             self.publisher = await self.children.start("publisher", args, log)
@@ -373,6 +375,7 @@ async def bench(args: argparse.Namespace) -> dict[str, Any]:
             args.mid_env,
             relay_args=args.relay_arg,
             publisher_traced=publisher_traced,
+            publisher_args=args.publisher_arg,
         )
         await d.start(args.agents)
         memory, load = Memory(d), Load(d, rng, args)
@@ -523,6 +526,7 @@ def summary(
             "publisher_traced": args.trace_publisher is not None,
             "mid_env": args.mid_env,
             "relay_args": args.relay_arg,
+            "publisher_args": args.publisher_arg,
         },
         "samples_s_mib": {  # every 30 s: seconds since the load started, MiB
             name: [[round(at), round(b / 2**20, 1)] for at, n, b in memory.samples if n == name][
@@ -563,6 +567,12 @@ def main() -> int:
         action="append",
         default=[],
         help="added to every relay's command line, as --relay-arg=--trim-every=0 (repeat)",
+    )
+    parser.add_argument(
+        "--publisher-arg",
+        action="append",
+        default=[],
+        help="added to the publisher's command line, as --publisher-arg=--trim-every=0 (repeat)",
     )
     args = parser.parse_args()
     if args.warmup >= args.duration:
