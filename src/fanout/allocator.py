@@ -1,13 +1,13 @@
 """glibc's allocator held to what a long-running server uses (issue 45, item 5).
 
-A relay's Python heap stays level over hours while its resident memory grows: glibc keeps what
-is freed after a burst. Its *dynamic* mmap threshold rises to the size of each large block freed
-(a batch's columns, a snapshot's rows), so later ones come from the heap and stay there once
-freed, each burst bigger than the last raising the high-water mark (docs/benchmarks/memory.md).
-``tune`` fixes the threshold (``mallopt(M_MMAP_THRESHOLD)``, which turns the dynamic one off),
-``trimming`` gives free pages back every so often (``malloc_trim(0)``, timed in
-``trim_seconds``). Both are the process's: a server sets them once, at its start. On a C library
-other than glibc they do nothing and say so once in the log. docs/operations.md has the settings.
+A relay's and the publisher's Python heaps stay level over hours while their resident memory
+grows: glibc keeps what is freed after a burst. Its *dynamic* mmap threshold rises to the size of
+each large block freed (a batch's columns, a snapshot's rows), so later ones come from the heap
+and stay there once freed; each thread's arena (the publisher's Py4J threads) holds its own free
+memory (docs/benchmarks/memory.md). ``trim`` gives every arena's free pages back
+(``malloc_trim(0)``, timed in ``trim_seconds``): a relay's ``trimming`` task and the publisher's
+main loop call it every few seconds. ``tune`` fixes the threshold (``mallopt``), an operator's
+setting. On a C library other than glibc they do nothing and say so once in the log.
 """
 
 from __future__ import annotations
