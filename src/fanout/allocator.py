@@ -97,7 +97,7 @@ def trim() -> bool:
 async def trimming(every: float) -> None:
     """``trim`` every ``every`` seconds until cancelled (0, or not glibc: return at once).
 
-    On the event loop's thread: it took 0.3-0.5 ms in a relay (``trim_seconds``;
+    On the event loop's thread: it took 0.3-0.7 ms in a relay (``trim_seconds``;
     ``bench/memory.py``), and from another thread it would hold the arenas' locks against the
     loop's allocations as long.
     """

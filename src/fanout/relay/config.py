@@ -275,8 +275,8 @@ class Process:
         trim_every: seconds between two ``malloc_trim(0)`` (``fanout.allocator.trimming``; 0:
             never). With glibc's defaults a mid relay's resident memory grew in steps (36 %/h
             over an hour) while its Python heap stayed level: memory freed after bursts, kept
-            by glibc; trimmed every 10 s it stayed level, at 0.3-0.5 ms a trim
-            (docs/benchmarks/memory.md, "What the mid relay keeps").
+            by glibc; trimmed every 10 s it gave memory back after peaks, at 0.3-0.7 ms a
+            trim (docs/benchmarks/memory.md, "What the mid relay keeps").
     """
 
     stats_every: float = 30.0
