@@ -71,8 +71,8 @@ KEEPALIVE = 2.0  # the proxied relays' --upstream-keepalive: a partition is noti
 QUEUE_LIMIT = 64  # the relays' --queue-limit (their default, given so the bound says it)
 EXPECTED = (OSError, SubscriptionError, TimeoutError, ConnectionClosed)
 TARGET_PCT_PER_HOUR = 5.0
-SETUP = ("duration", "warmup", "agents", "followers", "slow", "stopped", "slow_every")
-SETUP += ("stop_hold", "churn", "partition_every", "seed")
+SETUP: tuple[str, ...] = ("duration", "warmup", "agents", "followers", "slow", "stopped")
+SETUP += ("slow_every", "stop_hold", "churn", "partition_every", "seed")
 #: How the mid relay runs under ``--trace-mid``: ``python -c TRACED DIR EVERY FRAMES relay ...``.
 TRACED = """
 import ctypes, runpy, sys, threading, time, tracemalloc
@@ -107,17 +107,29 @@ class Deployment:
         root: Path,
         traced: list[str] | None = None,
         mid_env: list[str] | None = None,
+        *,
+        relay_args: list[str] | None = None,
+        publisher_traced: list[str] | None = None,
+        publisher_args: list[str] | None = None,
     ) -> None:
         self.children, self.stack, self.root = children, stack, root
         self.traced = traced  # TRACED's arguments for the mid relay (None: not traced)
         self.mid_env = mid_env or []  # KEY=VALUE added to the mid relay's environment
+        self.relay_args = relay_args or []  # added to every relay's command line
+        self.publisher_traced = publisher_traced  # TRACED's arguments for the publisher
+        self.publisher_args = publisher_args or []  # added to its command line
         self.links: dict[str, Proxy] = {}
         self.relays: dict[str, Child] = {}
 
     async def start(self, agents: int) -> None:
         args = ["--port", "0", "--state-dir", str(self.root / "publisher")]
-        args += ["--agents", str(agents), "--world", str(WORLD)]
-        self.publisher = await self.children.start("publisher", args, self.root / "publisher.log")
+        args += ["--agents", str(agents), "--world", str(WORLD), *self.publisher_args]
+        log = self.root / "publisher.log"
+        if self.publisher_traced is None:
+            self.publisher = await self.children.start("publisher", args, log)
+        else:
+            command = [sys.executable, "-c", TRACED, *self.publisher_traced, "publisher", *args]
+            self.publisher = await self.children.spawn("publisher", command, log, 600.0)
         keep = ("--upstream-keepalive", str(KEEPALIVE))
         flat = await self._proxy("flat", self.publisher.url)
         await self._relay("flat", "--publisher", f"ws://{flat.address}", *keep)
@@ -134,6 +146,7 @@ class Deployment:
 
     async def _relay(self, name: str, *args: str, mid: bool = False) -> Child:
         every = [*args, "--port", "0", "--name", name, "--queue-limit", str(QUEUE_LIMIT)]
+        every += self.relay_args
         log = self.root / f"{name}.log"
         if not mid or (self.traced is None and not self.mid_env):
             child = await self.children.start("relay", every, log)
@@ -241,7 +254,7 @@ class Load:
         self.counts = {"updates": 0, "churns": 0, "moves": 0, "slow_read": 0}
         self.counts |= {"slow_closed": 0, "stopped_opened": 0}
         self.errors: dict[str, int] = {}
-        self.sessions: list[asyncio.Task[None]] = []
+        self.sessions: list[asyncio.Task[LiveView | None]] = []
 
     def box(self) -> Box:
         x, y = self.rng.uniform(0, WORLD - 150), self.rng.uniform(0, WORLD - 150)
@@ -352,14 +365,21 @@ async def partitions(d: Deployment, rng: random.Random, every: float, log: list[
 async def bench(args: argparse.Namespace) -> dict[str, Any]:
     rng = random.Random(args.seed)
     root = Path(tempfile.mkdtemp(prefix="fanout-memory-"))
-    traced = None
-    if args.trace_mid is not None:
-        args.trace_mid.mkdir(parents=True, exist_ok=True)
-        traced = [str(args.trace_mid), str(args.trace_every), str(args.trace_frames)]
+    traced, publisher_traced = _traced(args, args.trace_mid), _traced(args, args.trace_publisher)
     async with Children() as children, contextlib.AsyncExitStack() as stack:
-        d = Deployment(children, stack, root, traced, args.mid_env)
+        d = Deployment(
+            children,
+            stack,
+            root,
+            traced,
+            args.mid_env,
+            relay_args=args.relay_arg,
+            publisher_traced=publisher_traced,
+            publisher_args=args.publisher_arg,
+        )
         await d.start(args.agents)
-        memory, load, cut = Memory(d), Load(d, rng, args), []
+        memory, load = Memory(d), Load(d, rng, args)
+        cut: list[Any] = []
         tasks = [asyncio.create_task(memory.run())]
         tasks += [asyncio.create_task(load.follow(n)) for n in range(args.followers)]
         # The rest starts, and the clock with it, once updates flow to the followers (Spark's first
@@ -384,11 +404,22 @@ async def bench(args: argparse.Namespace) -> dict[str, Any]:
     found = summary(args, memory, load, cut, metrics)
     if args.trace_mid is not None:
         found["mid_traced"] = traced_growth(args.trace_mid, memory.began + args.warmup)
+    if args.trace_publisher is not None:
+        since = memory.began + args.warmup
+        found["publisher_traced"] = traced_growth(args.trace_publisher, since)
     return found
 
 
+def _traced(args: argparse.Namespace, folder: Path | None) -> list[str] | None:
+    """TRACED's arguments for a process traced into ``folder`` (None: not traced)."""
+    if folder is None:
+        return None
+    folder.mkdir(parents=True, exist_ok=True)
+    return [str(folder), str(args.trace_every), str(args.trace_frames)]
+
+
 def traced_growth(folder: Path, since: float, top: int = 25) -> dict[str, Any]:
-    """The mid relay's allocation sites that grew most from its first snapshot taken after
+    """A traced process's allocation sites that grew most from its first snapshot taken after
     ``since`` (``time.monotonic``) to its last, by line and by traceback; and its allocator's
     arenas at each snapshot (glibc ``malloc_info``)."""
     found: dict[str, Any] = {"allocator": [_arenas(p) for p in sorted(folder.glob("*.malloc"))]}
@@ -447,13 +478,13 @@ def summary(
     metrics: dict[str, dict[str, float]],
 ) -> dict[str, Any]:
     processes = memory.growth(args.warmup)
-    roles: dict[str, dict[str, float]] = {}
+    roles: dict[str, dict[str, Any]] = {}
     for name, (role, _) in memory.d.processes().items():
         if name in processes and (
             role not in roles
             or processes[name]["growth_pct_per_hour"] > roles[role]["growth_pct_per_hour"]
         ):
-            roles[role] = processes[name] | {"process": name}  # type: ignore[dict-item]
+            roles[role] = {**processes[name], "process": name}
     pushes = {
         name: m["fanout_relay_bytes_sent_total"] / max(1.0, m["fanout_relay_frames_sent_total"])
         for name, m in metrics.items()
@@ -470,6 +501,11 @@ def summary(
         "slow_subscriber_bound_kib": round((QUEUE_LIMIT * largest + TRANSPORT_BYTES) / 1024, 1),
         "mean_push_bytes": {name: round(size) for name, size in pushes.items()},
         "queue_limit": QUEUE_LIMIT,
+        "malloc_trims": {  # each relay's trims (fanout.allocator): how many, mean milliseconds
+            name: [count, round(1000 * m["fanout_malloc_trim_seconds_sum"] / count, 3)]
+            for name, m in metrics.items()
+            if (count := m.get("fanout_malloc_trim_seconds_count", 0.0))
+        },
         "slow_consumers_closed": {
             name: m.get("fanout_relay_slow_consumers_closed_total", 0.0)
             for name, m in metrics.items()
@@ -487,7 +523,10 @@ def summary(
         "setup": {key: getattr(args, key) for key in SETUP}
         | {
             "traced": args.trace_mid is not None,
+            "publisher_traced": args.trace_publisher is not None,
             "mid_env": args.mid_env,
+            "relay_args": args.relay_arg,
+            "publisher_args": args.publisher_arg,
         },
         "samples_s_mib": {  # every 30 s: seconds since the load started, MiB
             name: [[round(at), round(b / 2**20, 1)] for at, n, b in memory.samples if n == name][
@@ -515,11 +554,26 @@ def main() -> int:
     parser.add_argument("--out", type=Path, default=RESULTS, help="where the JSON goes")
     parser.add_argument("--no-save", action="store_true", help="do not write bench/results")
     parser.add_argument("--trace-mid", type=Path, help="tracemalloc the mid relay: snapshots here")
+    parser.add_argument(
+        "--trace-publisher", type=Path, help="tracemalloc the publisher's Python: snapshots here"
+    )
     parser.add_argument("--trace-every", type=float, default=60.0, help="seconds between them")
     parser.add_argument(
         "--mid-env", action="append", default=[], help="KEY=VALUE for the mid relay (repeat)"
     )
     parser.add_argument("--trace-frames", type=int, default=8, help="frames kept per allocation")
+    parser.add_argument(
+        "--relay-arg",
+        action="append",
+        default=[],
+        help="added to every relay's command line, as --relay-arg=--trim-every=0 (repeat)",
+    )
+    parser.add_argument(
+        "--publisher-arg",
+        action="append",
+        default=[],
+        help="added to the publisher's command line, as --publisher-arg=--trim-every=0 (repeat)",
+    )
     args = parser.parse_args()
     if args.warmup >= args.duration:
         raise SystemExit("--warmup must be shorter than --duration")
@@ -527,7 +581,7 @@ def main() -> int:
     signal.signal(signal.SIGTERM, signal.default_int_handler)
     result = asyncio.run(bench(args)) | {"calibration": calibration}
     write_results(result, None if args.no_save else args.out)
-    keys = ("growth_pct_per_hour", "within_target", "slow_subscriber_bound_kib")
+    keys: tuple[str, ...] = ("growth_pct_per_hour", "within_target", "slow_subscriber_bound_kib")
     keys += ("slow_consumers_closed", "partitions", "load_average_during")
     print(json.dumps({key: result[key] for key in keys}))
     return 0 if result["within_target"] else 1

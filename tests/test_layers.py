@@ -30,9 +30,10 @@ SERVERS = {
     "cancelling",
     "background",
     "handoff",
+    "allocator",
 }
 #: The shared units that do I/O (asyncio helpers): the relay's pure parts may not import them.
-SHARED_IO = {"connection", "cancelling", "background", "handoff"}
+SHARED_IO = {"connection", "cancelling", "background", "handoff", "allocator"}
 #: The relay's sans-I/O parts, and its compiled kernels.
 PURE_RELAY = {"relay", "relay/core", "relay/data", "relay/kinds", "relay/kernels"}
 #: The packages plugging into the relay: its front ends and the many-relay parts.

@@ -8,6 +8,7 @@ state inside its view at the tick of its last update.
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import math
 import sys
@@ -24,6 +25,7 @@ from fanout.client import SubscriptionError, connect
 from fanout.client.publisher import open_reader
 from fanout.launch import Child, Children
 from fanout.metrics import scrape
+from fanout.testing.wait import eventually
 from fanout.views import Box, Relative, Sphere
 from fanout.views.entity import Entity
 from fanout.wire import codec
@@ -97,6 +99,12 @@ async def test_the_publisher_and_the_relay_answer_get_metrics(
     assert publisher_side['fanout_publisher_stage_ms{dataset="agents",stage="state+match"}'] > 0
     relays = [k for k in publisher_side if k.startswith("fanout_publisher_relay_bytes_sent")]
     assert relays and all(publisher_side[k] > 0 for k in relays)
+    # Both give glibc's free pages back every 10 s (``fanout.allocator``, --trim-every).
+    for process in (publisher, relay):
+        trims = functools.partial(scrape, process.url)
+        await eventually(
+            trims, lambda m: m["fanout_malloc_trim_seconds_count"] >= 1, timeout=15, in_thread=True
+        )
 
 
 async def test_a_subscriber_follows_an_agent_with_a_relative_sphere(

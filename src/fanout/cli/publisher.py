@@ -182,6 +182,13 @@ def publisher_parser(commands: Any, command: Command) -> None:
         help="seconds between micro-batches (default: 0, as fast as possible)",
     )
     parser.add_argument(
+        "--trim-every",
+        type=float,
+        default=None,
+        help="seconds between two malloc_trim(0) in the driver, giving glibc's free pages back;"
+        " 0: never (docs/operations.md) (default: 10)",
+    )
+    parser.add_argument(
         "--config",
         type=Path,
         default=None,
@@ -230,6 +237,7 @@ def run_publisher(args: argparse.Namespace) -> int:
         master=args.master,
         state_dir=args.state_dir,
         trigger=args.trigger,
+        trim_every=args.trim_every,
         log=args.log,
         auth=cli_security.auth_config(args),
         tls_cert=args.tls_cert,

@@ -136,6 +136,18 @@ def relay_parser(commands: Any, command: Command) -> None:
         help="with --workers N > 1, the leader's own port on 127.0.0.1, where workers connect"
         " and whose /metrics sums theirs; 0 picks a free one, logged (default: 0)",
     )
+    parser.add_argument(
+        "--mmap-threshold",
+        type=int,
+        help="glibc's mmap threshold in bytes, fixed while the relay runs; 0 leaves glibc's"
+        " dynamic one (docs/operations.md) (default: 0)",
+    )
+    parser.add_argument(
+        "--trim-every",
+        type=float,
+        help="seconds between two malloc_trim(0), giving glibc's free pages back; 0: never"
+        " (docs/operations.md) (default: 10)",
+    )
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)  # the leader's
     limits = parser.add_argument_group(
         "limits", "what subscriber connections may take of the relay (docs/configuration.md)"
@@ -342,7 +354,12 @@ def run_relay(args: argparse.Namespace) -> int:
         auth=cli_security.auth_config(args),
         cluster=cluster,
         mqtt=mqtt_config(args),
-        process=Process(loop=args.loop, workers=args.workers, workers_port=args.workers_port),
+        process=Process(
+            loop=args.loop,
+            workers=args.workers,
+            workers_port=args.workers_port,
+            **_allocator_given(args),
+        ),
     )
     server = RelayServer(config) if config.process.workers == 1 else _leader(config, args)
     where = config.listening
@@ -352,6 +369,12 @@ def run_relay(args: argparse.Namespace) -> int:
 
     loops.run(_until_stopped(server, ready), config.process.loop)
     return 0
+
+
+def _allocator_given(args: argparse.Namespace) -> dict[str, Any]:
+    """``Process``'s allocator settings among ``args``, those given (the rest its defaults)."""
+    given = {"mmap_threshold": args.mmap_threshold, "trim_every": args.trim_every}
+    return {name: value for name, value in given.items() if value is not None}
 
 
 async def _until_stopped(server: RelayServer, ready: Callable[[int], None]) -> None:

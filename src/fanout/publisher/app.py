@@ -14,7 +14,7 @@ from prometheus_client.registry import Collector
 from pyspark.errors import PySparkException
 from pyspark.sql import SparkSession
 
-from fanout import metrics, tls
+from fanout import allocator, metrics, tls
 from fanout.errors import ConfigError
 from fanout.publisher.busconnector import BusConnector
 from fanout.publisher.bustable import ObjectTable, object_type
@@ -54,7 +54,7 @@ def run(config: PublisherSettings) -> int:
         auth=config.auth,
         ssl=ssl,
         not_ready=lambda: _not_ready(pipelines),
-        collectors=_driver_jvm(spark),
+        collectors=[*_driver_jvm(spark), allocator.TrimCollector()],
     )
     batch_log = open_log(config.log_url())
     bus = _bus(config)
@@ -86,7 +86,11 @@ def run(config: PublisherSettings) -> int:
 
     signal.signal(signal.SIGTERM, stop)
     signal.signal(signal.SIGINT, stop)
+    trimmed = time.monotonic()
     while not stopping.wait(1.0):
+        if config.trim_every and time.monotonic() - trimmed >= config.trim_every:
+            allocator.trim()  # glibc's free pages back (issue 45, item 5)
+            trimmed = time.monotonic()
         for pipeline in pipelines.values():
             try:
                 pipeline.bus_ready_if_idle()

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal, get_args
 
+from fanout.allocator import MAX_MMAP_THRESHOLD
 from fanout.auth import AuthConfig
 from fanout.cluster.settings import Cluster as Cluster  # noqa: PLC0414 (re-exported: a section of RelayConfig, owned by the cluster)
 from fanout.errors import ConfigError
@@ -268,6 +269,14 @@ class Process:
             workers, edge relays of it sharing the port (``SO_REUSEPORT``).
         workers_port: with workers, the leader's own port on loopback (0: any free one), where
             the workers connect and whose ``/metrics`` sums theirs.
+        mmap_threshold: glibc's mmap threshold in bytes, fixed while the relay runs
+            (``fanout.allocator.tune``; 0: glibc's dynamic one). Not the default: fixed at 128
+            KiB or 1 MiB it cost 4-8% more CPU a push (``bench/allocator.py``).
+        trim_every: seconds between two ``malloc_trim(0)`` (``fanout.allocator.trimming``; 0:
+            never). With glibc's defaults a mid relay's resident memory grew in steps (36 %/h
+            over an hour) while its Python heap stayed level: memory freed after bursts, kept
+            by glibc; trimmed every 10 s it gave memory back after peaks, at 0.3-0.7 ms a
+            trim (docs/benchmarks/memory.md, "What the mid relay keeps").
     """
 
     stats_every: float = 30.0
@@ -276,8 +285,17 @@ class Process:
     loop: EventLoop = "asyncio"
     workers: int = 1
     workers_port: int = 0
+    mmap_threshold: int = 0
+    trim_every: float = 10.0
 
     def __post_init__(self) -> None:
+        if not 0 <= self.mmap_threshold <= MAX_MMAP_THRESHOLD:
+            raise ConfigError(
+                f"mmap_threshold must be 0 (glibc's dynamic one) to {MAX_MMAP_THRESHOLD} bytes,"
+                f" not {self.mmap_threshold}"
+            )
+        if self.trim_every < 0:
+            raise ConfigError(f"trim_every must be >= 0 seconds (0: never), not {self.trim_every}")
         if self.loop not in get_args(EventLoop):
             raise ConfigError(f"loop: {self.loop!r} is not one of {', '.join(get_args(EventLoop))}")
         if self.workers < 1:

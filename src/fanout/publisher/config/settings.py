@@ -91,6 +91,9 @@ class PublisherSettings:
             snapshots (``publisher.mirror``); 0: snapshots always read Spark's state store.
         max_primitives: upstream primitives one relay may hold at once; an ``Acquire``
             beyond them is refused (``publisher.relaytable``).
+        trim_every: seconds between two ``malloc_trim(0)`` in the driver (``fanout.allocator``;
+            0: never): its threads (Py4J's, the control plane's) left glibc's arenas holding
+            free memory that grew with the run (docs/benchmarks/memory.md).
         auth: how connections' tokens are checked (``fanout.auth``); None: no
             authentication.
         tls_cert, tls_key: PEM files: serve ``wss://`` with them (None: plain ``ws://``).
@@ -108,6 +111,7 @@ class PublisherSettings:
     retention_seconds: float = 600.0
     mirror_rows: int = MIRROR_ROWS
     max_primitives: int = MAX_PRIMITIVES
+    trim_every: float = 10.0
     auth: AuthConfig | None = None
     tls_cert: Path | None = None
     tls_key: Path | None = None
@@ -302,6 +306,7 @@ _PUBLISHER_KEYS: dict[str, Callable[[object, str], Any]] = {
     "retention_seconds": lambda value, path: as_number(value, path, "> 0"),
     "mirror_rows": lambda value, path: as_integer(value, path, 0, None),
     "max_primitives": lambda value, path: as_integer(value, path, 1, None),
+    "trim_every": as_number,
     "tls_cert": lambda value, path: Path(as_string(value, path)),
     "tls_key": lambda value, path: Path(as_string(value, path)),
 }

@@ -23,7 +23,7 @@ import sys
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
-from fanout import metrics
+from fanout import allocator, metrics
 from fanout.auth import Grant, Verifier
 from fanout.cluster.membership import Membership
 from fanout.http.server import HttpFrontEnd
@@ -161,7 +161,8 @@ class RelayServer:
 
         Sets the interpreter's switch interval and the garbage collector's youngest threshold
         (``RelayConfig.process``) meanwhile: they are the process's, and the relay is meant to
-        be its process's main work.
+        be its process's main work; and glibc's mmap threshold and trimming (``fanout.allocator``;
+        the threshold stays after: glibc cannot say what it was).
         """
         process = self.config.process
         interval, thresholds = sys.getswitchinterval(), gc.get_threshold()
@@ -169,6 +170,7 @@ class RelayServer:
             sys.setswitchinterval(process.switch_interval)
         if process.young_collection > 0:
             gc.set_threshold(process.young_collection, *thresholds[1:])
+        allocator.tune(process.mmap_threshold)
         started: list[FrontEnd] = []
         try:
             async with asyncio.TaskGroup() as tasks:
@@ -178,6 +180,7 @@ class RelayServer:
                 tasks.create_task(self.upstream.run())
                 tasks.create_task(self.pump.run())
                 tasks.create_task(self.pump.housekeeping())
+                tasks.create_task(allocator.trimming(process.trim_every))
                 if self.upstream.sharing is not None:
                     tasks.create_task(self.upstream.sharing.run())
                 if self.membership is not None:  # joined before it is ready (cluster)
@@ -249,6 +252,7 @@ class RelayServer:
             metrics.build_info("relay"),
             self.pump.tick_to_push,
             *self._writer.histograms,
+            allocator.trim_seconds,
             *relay_samples(
                 {**self.core.stats(), **self.relays.stats(), **self.upstream.stats()},
                 **self.clients.counts(),
