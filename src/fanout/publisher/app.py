@@ -8,6 +8,7 @@ import sys
 import threading
 import time
 from functools import partial
+from ssl import SSLContext
 from types import FrameType
 
 from prometheus_client.registry import Collector
@@ -38,11 +39,7 @@ def run(config: PublisherSettings) -> int:
 
     Prints ``fanout publisher ready ws://HOST:PORT`` on stdout once relays can connect.
     """
-    ssl = None
-    if config.tls_cert is not None or config.tls_key is not None:
-        if config.tls_cert is None or config.tls_key is None:
-            raise ConfigError("TLS needs both a certificate and its key (tls_cert, tls_key)")
-        ssl = tls.server_context(config.tls_cert, config.tls_key)
+    ssl = _ssl(config)
     spark = spark_session(config.master, conf=config.spark.conf, ui=config.spark.ui)
     if spark.sparkContext.uiWebUrl:  # None with the UI off
         print(f"fanout publisher Spark UI {spark.sparkContext.uiWebUrl}", flush=True)
@@ -113,6 +110,15 @@ def run(config: PublisherSettings) -> int:
     log.info("stopped in %.1f s", time.monotonic() - began)
     batch_log.close()
     return 0
+
+
+def _ssl(config: PublisherSettings) -> SSLContext | None:
+    """The control plane's TLS context, or None without ``tls_cert`` and ``tls_key``."""
+    if config.tls_cert is None and config.tls_key is None:
+        return None
+    if config.tls_cert is None or config.tls_key is None:
+        raise ConfigError("TLS needs both a certificate and its key (tls_cert, tls_key)")
+    return tls.server_context(config.tls_cert, config.tls_key)
 
 
 #: Characters of a failed query's exception told to relays (Spark's carry a Java stack trace).
