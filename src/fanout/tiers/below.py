@@ -35,7 +35,6 @@ from fanout.tiers import cut
 from fanout.tiers.curiosity import Curiosity
 from fanout.tiers.upward import Upward
 from fanout.views import View
-from fanout.views.objects.store import touched
 from fanout.wire.columns import Columns, encode_columns
 from fanout.wire.messages import (
     Acquire,
@@ -215,14 +214,14 @@ class Relays:
         return [Send(below.client, state) for below in self.below.values()]
 
     def on_written(self, frame: Written) -> list[Send]:
-        """A write made elsewhere, passed down to the relays below it concerns (rule 3; objects'
-        by the paths they may change: ``touched``; raises ProtocolError: not whole rows)."""
+        """A write made elsewhere, passed down to the relays below it concerns (rule 3: by the
+        rows it may change, ``DatasetKind.reach``; raises ProtocolError: not whole rows)."""
         state = self.core.datasets.get(frame.dataset)
         if not self.below or state is None:
             return []
         kind, deletes = self.core.parts.kinds[frame.dataset], frame.deletes.length > 0
-        rows = decode_rows(state.info, frame.upserts, f"written {frame.first}-{frame.last}")
-        rows = touched(rows, state.info.index_columns) if state.info.index == "objects" else rows
+        named = decode_rows(state.info, frame.upserts, f"written {frame.first}-{frame.last}")
+        rows = kind.reach(named)
         wanting = {c: b for c, b in self.below.items() if frame.dataset in b.live_writes}
         views = {c: [p.view for p in b.live(frame.dataset)] for c, b in wanting.items()}
         return [

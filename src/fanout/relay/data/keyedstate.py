@@ -34,6 +34,8 @@ from fanout.wire.messages import DatasetInfo
 
 #: Which of some rows (column -> values, aligned) any of some primitives holds upstream.
 Picks = Callable[[Iterable[View], Mapping[str, Array], DatasetInfo], Mask]
+#: The rows a write of some rows may change, given the dataset's index columns.
+Reach = Callable[[Mapping[str, Array], Sequence[str]], Mapping[str, Array]]
 
 
 @dataclass

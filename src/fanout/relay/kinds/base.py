@@ -238,6 +238,12 @@ class DatasetKind(Protocol):
         """
         ...
 
+    def reach(self, rows: Mapping[str, Array]) -> Mapping[str, Array]:
+        """The rows a write of ``rows`` made elsewhere may change, for ``holds`` to judge: the
+        rows themselves, or more where a write changes rows it does not name (objects: every
+        directory above an object it names)."""
+        ...
+
     def holds(self, prims: Sequence[View], rows: Mapping[str, Array]) -> Mask:
         """Which of ``rows`` (column -> values, aligned, every column the relay holds) any of
         the primitives ``prims`` (as ``primitive`` or ``acquire`` made them) holds."""

@@ -26,7 +26,7 @@ from fanout.relay.core.sends import Send
 from fanout.relay.core.transforms import Shape
 from fanout.relay.core.upstream import Primitive, release_spare
 from fanout.relay.data.buffers import Array, Keys, Mask, Table
-from fanout.relay.data.keyedstate import KeyedState
+from fanout.relay.data.keyedstate import KeyedState, Reach
 from fanout.relay.data.pushes import Body
 from fanout.relay.kinds.base import PRUNE_WINDOW, Accepted, Cut, Parts
 from fanout.relay.kinds.lens import RowLens
@@ -103,8 +103,16 @@ class KeyedKind:
     """A keyed dataset at the relay (``relay.kinds.base.DatasetKind``), of the language and
     rows given."""
 
-    def __init__(self, state: KeyedState, parts: Parts, language: Language, rows: Rows) -> None:
+    def __init__(
+        self,
+        state: KeyedState,
+        parts: Parts,
+        language: Language,
+        rows: Rows,
+        reach: Reach | None = None,
+    ) -> None:
         self.state = state
+        self._reach = reach
         self.name = state.info.name
         self.language = language
         self.rows = rows
@@ -265,6 +273,10 @@ class KeyedKind:
     def primitive(self, view: View) -> View:
         """As the language says (``Language.primitive``)."""
         return self.language.primitive(view)
+
+    def reach(self, rows: Mapping[str, Array]) -> Mapping[str, Array]:
+        """The rows a write of ``rows`` may change: as its kind says, or ``rows``."""
+        return rows if self._reach is None else self._reach(rows, self.state.info.index_columns)
 
     def holds(self, prims: Sequence[View], rows: Mapping[str, Array]) -> Mask:
         """The rows the publisher would match to any of the primitives (``KeyedState.picks``)."""

@@ -29,7 +29,7 @@ from fanout.views import View
 from fanout.views.anyof import members_of
 from fanout.views.members import Selecting
 from fanout.views.objects import ObjectPath, passes
-from fanout.views.objects.store import DIRECTORY_MARK, OBJECT_MARK
+from fanout.views.objects.store import DIRECTORY_MARK, OBJECT_MARK, touched
 from fanout.wire.messages import Subscribe
 
 
@@ -126,5 +126,7 @@ def typed(encoding: str, text: str) -> object:
     return text
 
 
-SIDE = RelaySide(selecting(object_cells, CellSelector, lenses=ObjectLens.maker(cells_selected)))
+SIDE = RelaySide(
+    selecting(object_cells, CellSelector, lenses=ObjectLens.maker(cells_selected), reach=touched)
+)
 """Index ``objects`` at the relay."""

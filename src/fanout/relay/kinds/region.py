@@ -375,6 +375,10 @@ class RegionKind:
             )
         return view
 
+    def reach(self, rows: Mapping[str, Array]) -> Mapping[str, Array]:
+        """A write changes the rows it names."""
+        return rows
+
     def holds(self, prims: Sequence[View], rows: Mapping[str, Array]) -> Mask:
         """The rows inside any of the regions, and the rows of the entities."""
         info = self.state.info

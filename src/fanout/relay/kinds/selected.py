@@ -21,7 +21,7 @@ from fanout.relay.core.changesets import ChangeSet, Step, Steps, shared_step
 from fanout.relay.core.downstream import Subscription
 from fanout.relay.core.transforms import InvalidTransform, Shape, resolve
 from fanout.relay.data.buffers import DoubleBuffer, Keys, Positions
-from fanout.relay.data.keyedstate import KeyedState, Picks
+from fanout.relay.data.keyedstate import KeyedState, Picks, Reach
 from fanout.relay.data.pushes import Body, Held, cut_positions
 from fanout.relay.kinds.base import Accepted, Cut, Parts
 from fanout.relay.kinds.keyed import KeyedKind, Language
@@ -212,12 +212,15 @@ def selecting(
     picks: Picks | None = None,
     selects: Selects | None = None,
     lenses: Lenses | None = None,
+    *,
+    reach: Reach | None = None,
 ) -> Callable[[DatasetInfo, Parts], KeyedKind]:
     """A selecting kind's ``serve``: a keyed dataset of ``language`` whose rows ``selector``
     picks for views, ``picks`` for primitives (None: as its language's views pick them,
     ``relay.data.keyedstate.selected``); ``selects``: which rows a view selects, each by that
     row alone (a ``RowLens`` each), or ``lenses`` that make a subscription's lens (neither:
-    writes are not shown before they are confirmed).
+    writes are not shown before they are confirmed); ``reach``: the rows a write may change
+    beyond those it names (``KeyedKind.reach``).
 
     Raises (the function made):
         ProtocolError: the relay cannot hold the dataset (``DatasetState.of``).
@@ -232,6 +235,6 @@ def selecting(
         if picks is not None:
             state.picks = picks
         rows = SelectedRows(state, parts, selector(state, parts), made)
-        return KeyedKind(state, parts, language(state), rows)
+        return KeyedKind(state, parts, language(state), rows, reach)
 
     return serve
