@@ -124,18 +124,10 @@ def main() -> None:
         for name, path in checkouts.items()
     }
     ratio = {
-        m: round(compared["this"][m]["median"] / compared["base"][m]["median"], 3)
+        m: divided(compared["this"][m]["median"], compared["base"][m]["median"])
         for m in args.measure
     }
-    paired = {
-        m: round(
-            statistics.median(
-                t / b for t, b in zip(*(values[n][m] for n in ("this", "base")), strict=True)
-            ),
-            3,
-        )
-        for m in args.measure
-    }
+    paired = {m: paired_ratio(values["this"][m], values["base"][m]) for m in args.measure}
     name = args.name or Path(script[0]).stem
     write_results(
         {
@@ -150,6 +142,18 @@ def main() -> None:
         },
         None if args.no_save else HERE / "results" / f"checkouts-{name}.json",
     )
+
+
+def divided(this: float, base: float) -> float | None:
+    """``this / base``, rounded; None where the base is 0 (a measure such as the share of
+    ticks delivered, 0 in a trial that failed: no ratio, the runs are still written)."""
+    return round(this / base, 3) if base else None
+
+
+def paired_ratio(this: list[float], base: list[float]) -> float | None:
+    """The median of each round's own ratio, over the rounds whose base is not 0."""
+    ratios = [t / b for t, b in zip(this, base, strict=True) if b]
+    return round(statistics.median(ratios), 3) if ratios else None
 
 
 if __name__ == "__main__":

@@ -7,7 +7,9 @@ Processes, all on this machine and sharing its cores:
 
 * **publisher**: a scripted publisher speaking the real protocol (``fanout.testing.publisher``:
   ``Hello``/``Welcome``, ``Catalog``, ``Acquire``/``Release``, one ``Batch`` per tick; no
-  Spark): 100,000 entities in a 4,000 x 4,000 world, every one moving every tick, 10 ticks/s.
+  Spark): 100,000 entities in a 4,000 x 4,000 world, every one moving every tick, 10 ticks/s
+  (the headline; ``--moving 0.001``: a mostly idle world where one in a thousand moves, and
+  most views see no row change in a tick: ``relay.kinds.quiet``).
   Each batch carries the rows inside the relay's primitives, deletes for rows that left them and
   snapshots for primitives acquired since the last tick, like the real publisher's.
   ``tick_time`` is the batch's send time.
@@ -345,7 +347,9 @@ def run_trial(
     log.parent.mkdir(parents=True, exist_ok=True)
     try:
         pub_conn, pub_child = context.Pipe()
-        publisher = context.Process(target=publisher_main, args=(pub_child, args.entities))
+        publisher = context.Process(
+            target=publisher_main, args=(pub_child, args.entities, args.moving)
+        )
         publisher.start()
         pub_child.close()
         children.append(publisher)
@@ -587,6 +591,7 @@ def alternate(args: argparse.Namespace) -> dict[str, Any]:
         "group": args.group,
         "workers": args.workers,
         "entities": args.entities,
+        "moving": args.moving,
         "note": "each trial runs the relay as `fanout relay --workers W` (W = 1 or --workers);"
         " p99_ms is from the publisher's send; relay_cpu is the leader's and its workers'",
         "medians": medians,
@@ -603,6 +608,13 @@ def alternate(args: argparse.Namespace) -> dict[str, Any]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--entities", type=int, default=ENTITIES)
+    parser.add_argument(
+        "--moving",
+        type=float,
+        default=1.0,
+        help="fraction of the entities that move (default 1: every one, every tick; 0.001: a"
+        " mostly idle world, where most views see no row change in a tick)",
+    )
     parser.add_argument("--start", type=int, default=125, help="first N (default: 125)")
     parser.add_argument("--max", type=int, default=4096, help="largest N tried (default: 4096)")
     parser.add_argument("--resolution", type=float, default=0.125, help="bisect to this fraction")
@@ -671,6 +683,7 @@ def main() -> None:
         "bytes_per_update": round(top.bytes_per_update, 1) if top else None,
         "target_max_subscribers": 2000,
         "entities": args.entities,
+        "moving": args.moving,
         "tick_rate": TICK_RATE,
         "push_rate": PUSH_RATE,
         "view_side": VIEW_SIDE,

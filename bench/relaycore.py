@@ -9,8 +9,9 @@ also prints the hottest functions (and writes nothing: the profiler slows what i
 processes and the network stack make every number noisy; this one runs ``RelayCore`` alone, fed
 ticks directly, so that a change to cutting, scheduling or coverage planning can be compared with
 the code before it in a minute. The workload is ``bench/relay.py``'s: 100,000 entities that all
-move every tick, N subscribers with 125 x 125 box views (distinct) at 10 pushes/s, each view
-moving once a second (a tenth of them each tick).
+move every tick (``--moving 0.001``: one in a thousand, the rest still: most views quiet), N
+subscribers with 125 x 125 box views (distinct) at 10 pushes/s, each view moving once a second
+(a tenth of them each tick).
 
 Reports:
 
@@ -57,21 +58,23 @@ TICK = 0.1
 class Feed:
     """Ticks of moving entities, written straight into a relay core (the scripted publisher)."""
 
-    def __init__(self, core: RelayCore, entities: int) -> None:
-        self.core, self.entities, self.seq = core, Entities(entities), 0
+    def __init__(self, core: RelayCore, entities: int, moving: float = 1.0) -> None:
+        self.core, self.entities, self.seq = core, Entities(entities, moving=moving), 0
 
     def tick(self, snapshots: list[int]) -> None:
+        """One batch: every row the first time, then the rows that moved."""
         entities = self.entities
+        at = np.arange(len(entities.ids))
         if self.seq:
             entities.step(TICK)
-        count = len(entities.ids)
+            at = np.flatnonzero(entities.moving)
         rows = {
-            "id": entities.ids,
-            "x": entities.xy[0].copy(),
-            "y": entities.xy[1].copy(),
-            "kind": entities.kind,
-            "tick": np.full(count, self.seq, dtype=np.int64),
-            "ts": np.zeros(count),
+            "id": entities.ids[at],
+            "x": entities.xy[0, at],
+            "y": entities.xy[1, at],
+            "kind": entities.kind[at],
+            "tick": np.full(len(at), self.seq, dtype=np.int64),
+            "ts": np.zeros(len(at)),
         }
         batch = Batch(
             "agents",
@@ -90,7 +93,9 @@ class Feed:
         self.seq += 1
 
 
-def run(subscribers: int, ticks: int, profiler: cProfile.Profile | None) -> dict[str, Any]:
+def run(
+    subscribers: int, ticks: int, profiler: cProfile.Profile | None, moving: float = 1.0
+) -> dict[str, Any]:
     core = RelayCore(Policy())
     core.on_catalog(Catalog([DatasetInfo("agents", "id", COLUMNS, "space", ["x", "y"])]))
     core.on_upstream_connected()
@@ -103,7 +108,7 @@ def run(subscribers: int, ticks: int, profiler: cProfile.Profile | None) -> dict
             if send.to == UPSTREAM and isinstance(send.frame, Acquire):
                 acquired.append(send.frame.prim)
     subscribe_s = time.perf_counter() - started
-    feed = Feed(core, 100_000)
+    feed = Feed(core, 100_000, moving)
     feed.tick(acquired)  # the snapshots of everything acquired
     now = 1.0
     core.pushes(now, lambda client: True)  # first pushes: whole views
@@ -143,12 +148,19 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--subscribers", type=int, default=2000)
     parser.add_argument("--ticks", type=int, default=20)
+    parser.add_argument(
+        "--moving",
+        type=float,
+        default=1.0,
+        help="fraction of the entities that move (default 1; 0.001: a mostly idle world, most"
+        " views quiet: relay.kinds.quiet)",
+    )
     parser.add_argument("--profile", action="store_true", help="print the hottest functions")
     parser.add_argument("--no-save", action="store_true", help="do not write bench/results")
     args = parser.parse_args()
     calibration = calibrate()
     profiler = cProfile.Profile() if args.profile else None
-    result = run(args.subscribers, args.ticks, profiler)
+    result = {**run(args.subscribers, args.ticks, profiler, args.moving), "moving": args.moving}
     if profiler is not None:
         pstats.Stats(profiler, stream=sys.stderr).sort_stats("tottime").print_stats(25)
         print(json.dumps(result))

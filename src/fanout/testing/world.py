@@ -5,7 +5,8 @@ them to a relay, and the routes subscribers' box views move along.
 ``bench/mqttspatial.py`` the MQTT front end: the same load, so that their numbers compare.
 
 - ``Entities``: ``count`` entities moving in straight lines at ``ENTITY_SPEED``, bouncing off
-  the walls of a ``WORLD`` x ``WORLD`` square.
+  the walls of a ``WORLD`` x ``WORLD`` square (a fraction of them only: ``moving``, the rest
+  still, for a mostly idle world).
 - ``World`` and ``publisher_main``: a ``ScriptedPublisher`` sending one batch per tick
   (``TICK_RATE``) with the rows inside the relay's primitives, in this process or in one of its
   own that a coordinator drives through a pipe (``control``).
@@ -56,12 +57,15 @@ AGENTS = DatasetInfo(
 class Entities:
     """Entities moving in straight lines at constant speed, bouncing off the world's walls."""
 
-    def __init__(self, count: int, seed: int = 7) -> None:
+    def __init__(self, count: int, seed: int = 7, moving: float = 1.0) -> None:
         rng = np.random.default_rng(seed)
         self.ids = np.arange(count, dtype=np.int64)
         self.xy = rng.uniform(0, WORLD, (2, count))
         angle = rng.uniform(0, 2 * math.pi, count)
         self.velocity = ENTITY_SPEED * np.stack([np.cos(angle), np.sin(angle)])
+        #: Which entities move (the first ``moving`` fraction; the others stay where they are).
+        self.moving = self.ids < round(moving * count)
+        self.velocity[:, ~self.moving] = 0.0
         self.kind = (self.ids % 7).astype(np.int32)
 
     def step(self, seconds: float) -> None:
@@ -131,8 +135,8 @@ class World:
     (``fanout.testing.publisher``) that feeds the relay's acquires and releases to the coverage
     raster and sends one batch per tick."""
 
-    def __init__(self, entities: int) -> None:
-        self.entities = Entities(entities)
+    def __init__(self, entities: int, moving: float = 1.0) -> None:
+        self.entities = Entities(entities, moving=moving)
         self.coverage = Coverage()
         self.publisher = ScriptedPublisher(
             Catalog([AGENTS]), name="bench-publisher", on_frame=self._track
@@ -157,7 +161,11 @@ class World:
             entities = self.entities
             entities.step(period)
             inside = self.coverage.inside(entities.xy)
-            at = np.flatnonzero(inside)  # every entity moved: all of these are upserts
+            snapshots = self.publisher.take_fresh()
+            sent = inside & entities.moving  # the rows that moved, and fresh primitives' rows
+            if snapshots:
+                sent |= self.coverage.inside(entities.xy, snapshots)
+            at = np.flatnonzero(sent)
             seq, now = self.publisher.next_seq.get("agents", 0), time.time()
             rows = {
                 "id": entities.ids[at],
@@ -168,7 +176,6 @@ class World:
                 "ts": np.full(len(at), now),
             }
             gone = entities.ids[previous & ~inside]
-            snapshots = self.publisher.take_fresh()
             batch = await self.publisher.send(
                 rows, deletes=gone, snapshots=snapshots, tick_time=now
             )
@@ -177,11 +184,12 @@ class World:
                 self.sent.append((batch.seq, now))
 
 
-def publisher_main(conn: Connection, entities: int) -> None:
-    """The publisher process: serve, tick, answer the coordinator."""
+def publisher_main(conn: Connection, entities: int, moving: float = 1.0) -> None:
+    """The publisher process: serve, tick (``moving``: the fraction of entities that move),
+    answer the coordinator."""
 
     async def main() -> None:
-        world = World(entities)
+        world = World(entities, moving)
         async with serving(world.publisher) as url:
             conn.send(url)
             async with asyncio.TaskGroup() as group:

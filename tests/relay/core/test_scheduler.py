@@ -322,3 +322,96 @@ def settle_popped(scheduler: Scheduler, popped: list[Hashable], now: float, park
             scheduler.park(sid, cast(int, sid) % 2)
         else:
             scheduler.served(sid, now)
+
+
+def bucket(pushes: list[float], rate: float, now: float) -> float:
+    """The brute-force rate bucket: pushes a subscription's rate allows at ``now``, replayed
+    from every push it had (full at first, ``BURST`` at most, one taken per push)."""
+    credit, last = BURST, -math.inf
+    for at in pushes:
+        credit = max(min(BURST, credit + (at - last) * rate) - 1.0, 0.0)
+        last = at
+    return min(BURST, credit + (now - last) * rate)
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    rates=st.lists(st.sampled_from([3.0, 7.0, 10.0, 40.0]), min_size=1, max_size=12),
+    rounds=st.lists(
+        st.tuples(st.floats(0.001, 0.3), st.sets(st.integers(0, 11))), min_size=1, max_size=40
+    ),
+    bulk=st.booleans(),
+)
+def test_served_all_serves_what_the_rate_buckets_allow_and_nothing_else(
+    rates: list[float], rounds: list[tuple[float, set[int]]], bulk: bool
+) -> None:
+    """Each round serves every due subscription (``served_all``, or ``served`` one by one): a
+    woken subscription is served at the first round its bucket (replayed from its pushes)
+    holds a push, never before."""
+    scheduler = Scheduler()
+    for sid, rate in enumerate(rates):
+        scheduler.add(sid, priority=sid % 3, rate=rate)
+    pending = set(range(len(rates)))
+    pushes: dict[int, list[float]] = {sid: [] for sid in range(len(rates))}
+    now = 0.0
+    for step, woken in rounds:
+        now += step
+        for sid in woken & set(range(len(rates))):
+            scheduler.wake(sid)
+            pending.add(sid)
+        scheduler.settle(now)
+        popped = cast(list[int], scheduler.pop_many(len(rates)))
+        if bulk:
+            scheduler.served_all(popped, now)
+        else:
+            for sid in popped:
+                scheduler.served(sid, now)
+        for sid in range(len(rates)):
+            allowed = bucket(pushes[sid], rates[sid], now)
+            if sid in popped:
+                assert sid in pending and allowed >= 1.0 - 1e-9, f"{sid} served early"
+            elif sid in pending:
+                assert allowed < 1.0 + 1e-9, f"{sid} due but not served"
+        for sid in popped:
+            pushes[sid].append(now)
+            pending.discard(sid)
+    assert scheduler.served_count == sum(len(times) for times in pushes.values())
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    ops=st.lists(
+        st.tuples(st.sampled_from(["wake", "lazy", "round"]), st.integers(0, 7)),
+        max_size=60,
+    )
+)
+def test_served_all_leaves_the_scheduler_as_served_one_by_one(
+    ops: list[tuple[str, int]],
+) -> None:
+    one, bulk = Scheduler(), Scheduler()
+    for scheduler in (one, bulk):
+        for sid in range(8):
+            scheduler.add(sid, priority=sid % 3, rate=10.0 if sid % 2 else 25.0)
+    now = 0.0
+    for op, sid in ops:
+        now += 0.011
+        if op == "round":
+            popped = []
+            for scheduler in (one, bulk):
+                scheduler.settle(now)
+                popped.append(scheduler.pop_many(8))
+                if sid % 2 and popped[-1]:
+                    scheduler.wake(popped[-1][0], eager=sid % 4 == 1)  # woken while popped
+            assert popped[0] == popped[1]
+            for sid_ in popped[0]:
+                one.served(sid_, now)
+            bulk.served_all(popped[1], now)
+        else:
+            for scheduler in (one, bulk):
+                scheduler.wake(sid, eager=op != "lazy")
+    for sid in range(8):
+        assert one._slots[sid] == bulk._slots[sid]
+    assert one.served_count == bulk.served_count
+    one.settle(now + 1)
+    bulk.settle(now + 1)
+    assert one.pop_many(8) == bulk.pop_many(8)

@@ -63,7 +63,11 @@ def test_a_box_said_quiet_holds_the_same_rows_unchanged(
         assert cells.since == (seq - 1, seq - 1)
         lo = np.array([(b[0], b[1]) for b in boxes], dtype=np.float64).reshape(-1, 2)
         hi = lo + np.array([(b[2], b[3]) for b in boxes], dtype=np.float64).reshape(-1, 2)
-        for quiet, low, high in zip(cells.quiet(lo, hi), lo.tolist(), hi.tolist(), strict=True):
+        said = cells.quiet(lo, hi)
+        remembered = [Box(tuple(low), tuple(high)) for low, high in zip(lo, hi, strict=True)]
+        assert cells.quiet_boxes(remembered).tolist() == said.tolist()  # cached corners too
+        assert cells.quiet_boxes(remembered).tolist() == said.tolist()
+        for quiet, low, high in zip(said, lo.tolist(), hi.tolist(), strict=True):
             if quiet:
                 assert inside(held, low, high) == inside(before, low, high)
 

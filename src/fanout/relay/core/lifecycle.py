@@ -16,7 +16,7 @@ Each phase in full (what parks it, what wakes it): docs/architecture.md, "Inside
 
 from __future__ import annotations
 
-from collections.abc import Hashable
+from collections.abc import Hashable, Sequence
 from enum import Enum
 from typing import TYPE_CHECKING
 
@@ -24,12 +24,12 @@ import msgspec
 
 from fanout.relay.core import planner
 from fanout.relay.core.scheduler import Scheduler
+from fanout.relay.data.pushes import Held
 
 if TYPE_CHECKING:
     from fanout.relay.core.changesets import Cursor
     from fanout.relay.core.downstream import Asked, Downstream, Subscription
     from fanout.relay.data.buffers import Keys, Stamp
-    from fanout.relay.data.pushes import Held
 
 
 class Phase(Enum):
@@ -188,6 +188,37 @@ class Lifecycle:
         subscription.sent_bytes += sent
         subscription.rows += rows
         self.scheduler.served(subscription.key, now)
+
+    def unchanged(
+        self, subscriptions: Sequence[Subscription], stamp: Stamp, generation: int, now: float
+    ) -> list[bool]:
+        """Quiet views (``relay.kinds.quiet``): each now holds the same keys as of ``stamp``
+        (the buffer's ``generation``), as ``holds`` of a push that changes nothing would make
+        it. Those that held an earlier state are pushed a no-update at ``now`` (True; rule 6),
+        the others idle: ``holds``, ``pushed`` and the scheduler's ``served`` in one pass."""
+        epoch, seq = stamp.epoch, stamp.seq
+        pushed: list[bool] = []
+        keys: list[Hashable] = []
+        for subscription in subscriptions:
+            before = subscription.held
+            assert before is not None
+            if before.epoch == epoch:
+                subscription.coalesced += max(0, seq - before.seq - 1)
+            subscription.held = Held(before.view, generation, epoch, seq, before.keys)
+            if before.epoch == epoch and before.seq == seq:
+                self.scheduler.idle(subscription.key)  # a new state, but no new tick
+                pushed.append(False)
+                continue
+            after = TRANSITIONS[subscription.phase].get(Event.PUSHED)
+            if after is None:
+                raise _refused(subscription.phase, Event.PUSHED)
+            subscription.phase = after
+            subscription.last_push = now
+            subscription.pushes += 1
+            pushed.append(True)
+            keys.append(subscription.key)
+        self.scheduler.served_all(keys, now)
+        return pushed
 
     def sent(self, subscription: Subscription, sent: int, rows: int) -> None:
         """One more ``every`` step of ``sent`` bytes carrying ``rows`` rows went out (its

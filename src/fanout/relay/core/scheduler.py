@@ -293,6 +293,22 @@ class Scheduler:
         self.served_count += 1
         self._rest(sid, slot)
 
+    def served_all(self, sids: Iterable[Hashable], now: float) -> None:
+        """``served`` for each of ``sids`` (popped, all served at ``now``: a turn's quiet views,
+        ``relay.core.serving``), their rate buckets advanced in one pass."""
+        slots, idle, count = self._slots, Where.IDLE, 0
+        for sid in sids:
+            slot = slots[sid]
+            credit = slot.credit + (now - slot.credit_at) * slot.rate
+            credit = (BURST if credit > BURST else credit) - 1.0
+            slot.credit, slot.credit_at, slot.due_since = credit if credit > 0.0 else 0.0, now, None
+            slot.where = idle
+            count += 1
+            if slot.rewoken is not None:
+                need, slot.rewoken = slot.rewoken, None
+                self.wake(sid, eager=need <= 1.0)
+        self.served_count += count
+
     def idle(self, sid: Hashable) -> None:
         """A popped subscription turned out to have nothing to send: not pending, not served."""
         slot = self._slots[sid]

@@ -234,15 +234,45 @@ class Serving:
         now: float,
     ) -> None:
         """Cut each kind's cheap pushes of the turn at once; each goes in its place in
-        ``served``."""
-        for kind, due in together.items():
-            cuts = kind.cut_together([(s, located) for _, s, located in due])
+        ``served``. Quiet views (``DatasetKind.quiet``) are not cut: their no-updates are made
+        together (``_unchanged``)."""
+        for kind, turn in together.items():
             stamp = kind.state.buffer.stamp
             assert stamp is not None
+            quiet = kind.quiet([(s, located) for _, s, located in turn])
+            due = turn
+            if any(quiet):
+                self._unchanged(
+                    kind, [d for d, q in zip(turn, quiet, strict=True) if q], served, now
+                )
+                due = [d for d, q in zip(turn, quiet, strict=True) if not q]
+            cuts = kind.cut_together([(s, located) for _, s, located in due])
             for (at, subscription, _), found in zip(due, cuts, strict=True):
                 send = self._deliver(subscription, stamp, found, now)
                 if send is not None:
                     served[at].append(send)
+
+    def _unchanged(
+        self,
+        kind: DatasetKind,
+        due: list[tuple[int, Subscription, Hashable]],
+        served: list[list[Send]],
+        now: float,
+    ) -> None:
+        """The no-updates of a turn's quiet views of ``kind``, made together: their progress
+        and rate buckets in one pass (``Lifecycle.unchanged``); each in its place in
+        ``served``."""
+        buffer = kind.state.buffer
+        stamp = buffer.stamp
+        assert stamp is not None
+        subscriptions = [subscription for _, subscription, _ in due]
+        pushed = self._lifecycle.unchanged(subscriptions, stamp, buffer.generation, now)
+        self._counters.no_updates += pushed.count(True)
+        epoch, seq, tick = stamp.epoch, stamp.seq, stamp.tick
+        for (at, subscription, _), sent in zip(due, pushed, strict=True):
+            if sent:
+                no_update = NoUpdate(subscription.sub, epoch, seq, tick)
+                served[at].append(Send(subscription.client, no_update))
 
     def _triage(
         self, sid: SubKey, idle: Callable[[int], bool]

@@ -173,6 +173,12 @@ class DatasetKind(Protocol):
         """``cut`` for many batched pushes at once, in order."""
         ...
 
+    def quiet(self, due: Sequence[tuple[Subscription, Hashable]]) -> list[bool]:
+        """Which of many batched pushes are quiet: the view holds the same rows, unchanged,
+        as its subscriber (held as of the state before this one), so its push is a
+        ``NoUpdate`` and it need not be cut (``relay.core.serving`` answers them in bulk)."""
+        ...
+
     def query_seconds(self) -> float:
         """Seconds its queries have run so far (what ``metered`` pushes are charged)."""
         ...

@@ -195,6 +195,10 @@ class KeyedKind:
         """``cut``, one by one."""
         return [self.rows.cut(subscription) for subscription, _ in due]
 
+    def quiet(self, due: Sequence[tuple[Subscription, Hashable]]) -> list[bool]:
+        """None is known quiet: each is cut."""
+        return [False] * len(due)
+
     def query_seconds(self) -> float:
         """Seconds its queries have run."""
         return self.rows.query_seconds()

@@ -36,6 +36,8 @@ PER_CELL = 4
 MOST_CELLS = 256
 #: States at most between two counts of a dataset's rows in which no view asked was quiet.
 BACKOFF = 32
+#: Boxes whose corner cells ``QuietCells.quiet_boxes`` keeps (all forgotten when more come).
+CACHED = 1 << 16
 
 
 class QuietViews:
@@ -73,9 +75,7 @@ class QuietViews:
         quiet = [False] * len(due)
         if asked:
             views = [cast(Box, due[at][1]) for at in asked]
-            lo = np.array([view.lo for view in views], dtype=np.float64)
-            hi = np.array([view.hi for view in views], dtype=np.float64)
-            for at, still in zip(asked, cells.quiet(lo, hi).tolist(), strict=True):
+            for at, still in zip(asked, cells.quiet_boxes(views).tolist(), strict=True):
                 quiet[at] = still
             self._back_off(any(quiet), buffer.generation)
         return quiet
@@ -108,6 +108,9 @@ class QuietCells:
         self._cells = 0
         self._counts: npt.NDArray[np.int64] | None = None
         self._table: npt.NDArray[np.int64] | None = None  # changed cells' summed-area table
+        #: Each box's corners in the flattened table, for ``quiet_boxes`` (the grid is fixed).
+        self._corners: dict[Box, list[int]] = {}
+        self._signs: npt.NDArray[np.int64] | None = None  # each corner's sign in the sum
 
     def advance(
         self,
@@ -149,6 +152,42 @@ class QuietCells:
             total += sign * table[index]
         quiet: Mask = total == 0
         return quiet
+
+    def quiet_boxes(self, boxes: Sequence[Box]) -> Mask:
+        """``quiet`` for boxes, their corner cells remembered from turn to turn (a box's
+        cells depend only on the box: the grid is laid out once)."""
+        if self.since is None or self._table is None or not boxes:
+            return np.zeros(len(boxes), dtype=bool)
+        corners, table = self._corners, self._table
+        missing = [box for box in dict.fromkeys(boxes) if box not in corners]
+        if missing and len(corners) + len(missing) > CACHED:
+            corners.clear()
+            missing = list(dict.fromkeys(boxes))
+        if missing:
+            lo = np.array([box.lo for box in missing], dtype=np.float64)
+            hi = np.array([box.hi for box in missing], dtype=np.float64)
+            flat = self._flat_corners(lo, hi, table.shape).tolist()
+            corners.update(zip(missing, flat, strict=True))
+        assert self._signs is not None
+        index = np.array([corners[box] for box in boxes], dtype=np.int64)
+        total = table.ravel()[index.reshape(len(boxes), -1)] @ self._signs
+        quiet: Mask = total == 0
+        return quiet
+
+    def _flat_corners(
+        self, lo: Floats, hi: Floats, shape: tuple[int, ...]
+    ) -> npt.NDArray[np.int64]:
+        """Each box's corners (one row per box) as indices into the flattened summed-area
+        table, in the order of ``itertools.product``; their signs in ``_signs``."""
+        first, last = self._cell_of_points(lo), self._cell_of_points(hi) + 1
+        dims = lo.shape[1]
+        flat, signs = [], []
+        for corner in itertools.product((0, 1), repeat=dims):
+            index = tuple(last[:, a] if c else first[:, a] for a, c in enumerate(corner))
+            flat.append(np.ravel_multi_index(index, shape))
+            signs.append(-1 if (dims - sum(corner)) % 2 else 1)
+        self._signs = np.array(signs, dtype=np.int64)
+        return np.stack(flat, axis=1).astype(np.int64)
 
     def _lay_out(self, columns: Sequence[Floats]) -> None:
         dims, rows = len(columns), len(columns[0])
@@ -202,7 +241,7 @@ def _side(low: float, high: float, cells: int) -> float:
     side = (high - low) / cells
     if not math.isfinite(side):
         side = min(high / cells - low / cells, sys.float_info.max)
-    return side or 1.0
+    return side if side and math.isfinite(1.0 / side) else 1.0  # 0, or too small to invert
 
 
 def _summed(dirty: Mask) -> npt.NDArray[np.int64]:

@@ -27,7 +27,7 @@ from fanout.relay.core.upstream import Primitive, release_spare
 from fanout.relay.data.batchcut import batchable, cut_boxes
 from fanout.relay.data.buffers import Array, Keys, Mask, Table
 from fanout.relay.data.intake import DatasetState
-from fanout.relay.data.pushes import NO_ROWS, Body, Held, cut
+from fanout.relay.data.pushes import Body, Held, cut
 from fanout.relay.kinds.base import PRUNE_WINDOW, Accepted, Cut, Parts, RelaySide
 from fanout.relay.kinds.lens import RowLens
 from fanout.relay.kinds.quiet import QuietViews
@@ -195,23 +195,14 @@ class RegionKind:
         return body, self._held_after(subscription, body)
 
     def cut_together(self, due: Sequence[tuple[Subscription, Hashable]]) -> list[Cut | None]:
-        """``cut`` for box views: those no row changed in since their last push are not cut
-        (``relay.kinds.quiet``), the others' bodies not yet encoded in one pass per shape."""
-        quiet = self._quiet.of(due, self.state.buffer) if self.quiet_views else []
-        if not any(quiet):
-            return self._cut_boxes(due)
-        cuts = iter(self._cut_boxes([d for d, q in zip(due, quiet, strict=True) if not q]))
-        return [
-            self._unchanged(subscription) if q else next(cuts)
-            for (subscription, _), q in zip(due, quiet, strict=True)
-        ]
+        """``cut`` for box views, the bodies not yet encoded cut in one pass per shape."""
+        return self._cut_boxes(due)
 
-    def _unchanged(self, subscription: Subscription) -> Cut:
-        """The push of a view no row changed in: the rows it holds, as of the active state."""
-        held = subscription.held
-        assert held is not None
-        body = Body(held.keys, None, False, 0, NO_ROWS, NO_ROWS, NO_ROWS)
-        return body, self._held_after(subscription, body)
+    def quiet(self, due: Sequence[tuple[Subscription, Hashable]]) -> list[bool]:
+        """The box views no row changed in since their last push (``relay.kinds.quiet``)."""
+        if not self.quiet_views:
+            return [False] * len(due)
+        return self._quiet.of(due, self.state.buffer)
 
     def _cut_boxes(self, due: Sequence[tuple[Subscription, Hashable]]) -> list[Cut | None]:
         """``cut`` for box views, the bodies not yet encoded cut in one pass per shape."""
