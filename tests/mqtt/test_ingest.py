@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 from fanout.errors import ConfigError
 from fanout.mqtt.ingest import Batch, Pending, Routes, is_message_key, parse_route
 from fanout.mqtt.packets import Publish
+from fanout.testing import oracle
 
 
 def test_the_longest_prefix_wins_then_the_default() -> None:
@@ -134,13 +135,7 @@ def filter_matches(text: str, topic: str) -> bool:
     """MQTT 3.1.1 section 4.7, level by level (a ``$share/GROUP/`` one as its filter)."""
     if text.startswith("$share/"):
         text = text.split("/", 2)[2]
-    wanted, levels = text.split("/"), topic.split("/")
-    for at, level in enumerate(wanted):
-        if level == "#":
-            return True
-        if at >= len(levels) or level not in ("+", levels[at]):
-            return False
-    return len(wanted) == len(levels)
+    return oracle.filter_matches(text, topic)
 
 
 @settings(max_examples=300, deadline=None)

@@ -10,6 +10,7 @@ from hypothesis import strategies as st
 
 from fanout.publisher.passing import Choice, recipients
 from fanout.publisher.relaytable import Registry
+from fanout.testing.oracle import filter_matches
 from fanout.views import View
 from fanout.views.objects import ObjectPath
 from fanout.views.objects.store import touched
@@ -29,13 +30,7 @@ prims = st.lists(st.one_of(filters.map(topic), st.just(sql("SELECT * FROM sensor
 
 
 def matches(view: TopicFilter, name: str) -> bool:
-    wanted, levels = view.topic_filter.split("/"), name.split("/")
-    for at, level in enumerate(wanted):
-        if level == "#":
-            return True
-        if at >= len(levels) or level not in ("+", levels[at]):
-            return False
-    return len(wanted) == len(levels)
+    return filter_matches(view.topic_filter, name)
 
 
 def oracle(

@@ -20,6 +20,7 @@ from hypothesis import strategies as st
 
 from fanout.relay.core.planner import Policy
 from fanout.relay.core.relaycore import UPSTREAM, RelayCore, Send
+from fanout.testing import oracle
 from fanout.testing.catalog import AGENTS, sensors
 from fanout.testing.relaycore import ready_core
 from fanout.tiers.below import FIRST_PASSED, Below, Held, Relays
@@ -72,13 +73,7 @@ def topic_columns(rows: dict[str, float]) -> dict[str, np.ndarray]:
 def topic_within(view: View, name: str, value: float) -> bool:
     """Brute force: MQTT filter levels against topic levels (no ``$`` topics here)."""
     assert isinstance(view, TopicFilter)
-    wanted, levels = view.topic_filter.split("/"), name.split("/")
-    for at, level in enumerate(wanted):
-        if level == "#":
-            return True
-        if at >= len(levels) or level not in ("+", levels[at]):
-            return False
-    return len(wanted) == len(levels)
+    return oracle.filter_matches(view.topic_filter, name)
 
 
 @dataclass

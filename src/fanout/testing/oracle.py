@@ -1,5 +1,6 @@
 """Brute-force membership of 2-D regions by plain comparisons: the oracle that views' own
-``match`` and the relay's access rules are tested against.
+``match`` and the relay's access rules are tested against; and of a topic in an MQTT filter,
+level by level (``filter_matches``).
 
 ``inside(shape, x, y)`` reads a box, a disc, a union or an intersection by its definition;
 ``grid_points(high)`` are the points every half unit around a grid of shapes with corners and
@@ -41,3 +42,15 @@ def inside(shape: object, x: float, y: float) -> bool:
 def grid_points(high: int) -> list[tuple[float, float]]:
     """The points every half unit from -0.5 to ``high + 1`` on both axes."""
     return [(x / 2, y / 2) for x in range(-1, 2 * high + 3) for y in range(-1, 2 * high + 3)]
+
+
+def filter_matches(text: str, topic: str) -> bool:
+    """Whether MQTT topic filter ``text`` matches ``topic``, level by level (MQTT 3.1.1 section
+    4.7; ``$`` topics and ``$share/GROUP/`` are the caller's to read)."""
+    wanted, levels = text.split("/"), topic.split("/")
+    for at, level in enumerate(wanted):
+        if level == "#":
+            return True
+        if at >= len(levels) or level not in ("+", levels[at]):
+            return False
+    return len(wanted) == len(levels)

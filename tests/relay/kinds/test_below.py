@@ -21,6 +21,7 @@ from hypothesis import strategies as st
 from fanout.errors import InvalidView
 from fanout.relay.core.planner import Policy
 from fanout.relay.core.relaycore import RelayCore
+from fanout.testing import oracle
 from fanout.testing.catalog import AGENTS, sensors
 from fanout.testing.relaycore import ready_core
 from fanout.views import Box, View
@@ -121,13 +122,7 @@ def filter_matches(view: View, row: dict[str, Any]) -> bool:
     assert not text.startswith("$share/")  # the primitive is the filter without its group
     if text[0] in "+#" and name.startswith("$"):
         return False
-    wanted, levels = text.split("/"), name.split("/")
-    for at, level in enumerate(wanted):
-        if level == "#":
-            return True
-        if at >= len(levels) or level not in ("+", levels[at]):
-            return False
-    return len(wanted) == len(levels)
+    return oracle.filter_matches(text, name)
 
 
 @settings(max_examples=60, deadline=None)
