@@ -94,20 +94,27 @@ async def test_a_restarted_publisher_goes_on_from_its_table(
             await publisher.stop()
 
 
-async def writes_reach_caches_at_once(publisher: str, url: str, cache: SnoopyCache) -> None:
-    """A write through the producer API to an ingest dataset on the bus reaches a cache holding
-    the object as soon as it is logged (``bustable`` rule 6): the first message of its version
-    is the write's (request ``written``), the micro-batch's a repeat the cache drops."""
+async def listening(url: str, subject: str, heard: list[tuple[int, str]]) -> nats.aio.client.Client:
+    """A bus connection noting (version, request) of each object message on ``subject`` in
+    ``heard``; the caller closes it."""
     bus = await nats.connect(url)
-    heard: list[tuple[int, str]] = []
 
     async def listen(msg: nats.aio.msg.Msg) -> None:
         message = msgspec.msgpack.decode(msg.data, type=ObjectMessage)
         heard.append((message.version, message.request))
 
+    await bus.subscribe(subject, cb=listen)
+    await bus.flush()
+    return bus
+
+
+async def writes_reach_caches_at_once(publisher: str, url: str, cache: SnoopyCache) -> None:
+    """A write through the producer API to an ingest dataset on the bus reaches a cache holding
+    the object as soon as it is logged (``bustable`` rule 6): the first message of its version
+    is the write's (request ``written``), the micro-batch's a repeat the cache drops."""
+    heard: list[tuple[int, str]] = []
+    bus = await listening(url, "*.note.7.shop.>", heard)
     try:
-        await bus.subscribe("*.note.7.shop.>", cb=listen)
-        await bus.flush()
         note = cache.find_by_key("note", 7)
         async with open_producer(publisher) as producer:
             rows = {"id": np.array([7]), "text": np.array(["first"], dtype=object)}
@@ -133,16 +140,9 @@ async def commits_reach_caches_at_once(
     log = tmp_path / "publisher.log"
     since_start = lambda: log.read_text().rsplit("live tail from", 1)[-1]  # noqa: E731
     await eventually(since_start, lambda text: "live tail counts from" in text, timeout=60)
-    bus = await nats.connect(url)
     heard: list[tuple[int, str]] = []
-
-    async def listen(msg: nats.aio.msg.Msg) -> None:
-        message = msgspec.msgpack.decode(msg.data, type=ObjectMessage)
-        heard.append((message.version, message.request))
-
+    bus = await listening(url, "*.item.2.shop.>", heard)
     try:
-        await bus.subscribe("*.item.2.shop.>", cb=listen)
-        await bus.flush()
         rake = cache.find_by_key("item", 2)
         before = rake.version
         taken: list[int] = []
