@@ -176,11 +176,6 @@ async def positioned(node: tuple[str, int], client_id: str, filter: str, held: i
         await redis.aclose()
 
 
-@pytest.mark.xfail(
-    reason="known defect, stop 51 notes: the QoS 2 session moved between relays at times gets a"
-    " live message before the replay's earlier ones (mqtt.durable rule 5); fix, then drop this",
-    strict=False,
-)
 async def test_a_persistent_session_survives_its_relay_killed_mid_stream(
     children: Children, publisher: Child, tmp_path: Path
 ) -> None:

@@ -33,7 +33,7 @@ from fanout.mqtt.incoming import take_publish
 from fanout.mqtt.outgoing import Encoded, Withheld, copy_for, is_sys, outgoing
 from fanout.mqtt.rights import Rights
 from fanout.mqtt.sessions import Session, Subscription
-from fanout.mqtt.subscribers import Subscribers
+from fanout.mqtt.subscribers import Plain, Subscribers
 from fanout.mqtt.subscribing import retained_for, subscribe, unsubscribe
 
 
@@ -376,7 +376,7 @@ class Broker:
         message: p.Publish,
         origin: str = "",
         *,
-        plain: bool = True,
+        plain: Plain = True,
         shares: Collection[str] | None = None,
         now: float | None = None,
     ) -> list[Action]:
@@ -385,7 +385,7 @@ class Broker:
         Args:
             message: the message.
             origin: the client id that published it (for No Local).
-            plain: deliver it to the matching plain subscriptions.
+            plain: deliver it to the matching plain subscriptions (a callable: those it keeps).
             shares: the shared subscriptions (``$share/GROUP/filter`` texts) this relay was
                 chosen to deliver it to one member of; None: every matching one.
             now: when it came (its Message Expiry Interval starts then); None: the last event's.
@@ -404,7 +404,7 @@ class Broker:
         return self.subscribers.take_changes()
 
     def _deliver(
-        self, message: p.Publish, origin: str, plain: bool, shares: Collection[str] | None
+        self, message: p.Publish, origin: str, plain: Plain, shares: Collection[str] | None
     ) -> list[Action]:
         if self.on_deliver is not None:
             self.on_deliver(message)

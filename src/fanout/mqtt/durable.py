@@ -105,8 +105,9 @@ class Durable:
         #: Per restored session, the QoS 2 messages in flight or completed on the relay before
         #: (topic, payload): not replayed from the log (rule 7).
         self._skip: dict[str, Counter[tuple[str, bytes]]] = {}
-        #: True while ``fromlog`` delivers a row of the log: sessions following it take it
-        #: from their own stream instead.
+        #: True while ``fromlog`` delivers a row of the log or passes a durable write at once
+        #: (its rules 3 and 6): sessions following it take it from their own stream instead,
+        #: at their QoS and in their log's order.
         self.feeding = False
         broker.durable = True
         broker.on_offer = self.on_offer
@@ -122,11 +123,8 @@ class Durable:
 
     def on_offer(self, session: Session, message: p.Publish, copy: p.Publish) -> bool:
         """A live copy for ``session``: remember it for the log (rule 3), hold it (rule 5)."""
-        if self.feeding:
-            return not any(
-                (session.client_id, text) in self._follows and matches(text, message.topic)
-                for text in session.subscriptions
-            )
+        if self.feeding:  # a row of the log: sessions following it take it from their streams
+            return not self._following(session, message.topic)
         carried = self.carried(message)
         if carried:
             for text in session.subscriptions:
@@ -144,6 +142,17 @@ class Durable:
         held.append((copy, carried))
         self._check(session.client_id)  # one the log will not carry may end the wait
         return False
+
+    def follows(self, client_id: str, text: str) -> bool:
+        """Whether session ``client_id``'s subscription ``text`` has a stream of its own."""
+        return (client_id, text) in self._follows
+
+    def _following(self, session: Session, topic: str) -> bool:
+        """Whether ``session`` follows ``topic`` through a stream of its own (rule 3)."""
+        return any(
+            (session.client_id, text) in self._follows and matches(text, topic)
+            for text in session.subscriptions
+        )
 
     async def on_persist(self, client_id: str) -> None:
         """Write session ``client_id`` now: a QoS 2 PUBLISH or PUBREL waits for it (rule 7).

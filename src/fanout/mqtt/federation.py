@@ -21,7 +21,7 @@ import asyncio
 import functools
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from typing import Any
 
 from redis.exceptions import RedisClusterException, RedisError
@@ -36,6 +36,7 @@ from fanout.mqtt.durable import Durable
 from fanout.mqtt.encoding import encode
 from fanout.mqtt.links import Incoming, Outgoing
 from fanout.mqtt.matchtable import MatchTable
+from fanout.mqtt.subscribers import Plain
 
 log = logging.getLogger(__name__)
 
@@ -359,6 +360,20 @@ class Cluster:
         finally:
             writer.transport.abort()  # written again on a new connection
 
+    def _deliver(
+        self, message: p.Publish, origin: str, plain: bool, shares: Collection[str] | None
+    ) -> list[Action]:
+        """A peer's message to this relay's clients. One passed here already as a durable write
+        (``fromlog`` rule 6) goes to its shares and to the persistent sessions following its
+        topic alone: they take their messages from the peers and their own streams, never
+        from that copy."""
+        keep: Plain = plain
+        if plain and self.relayed(message):
+            self.deduplicated += 1
+            keep = False if self.durable is None else self.durable.follows
+        now = time.monotonic()  # its expiry starts here (broker rule 9)
+        return self.broker.publish(message, origin, plain=keep, shares=shares, now=now)
+
     async def _serve_peer(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         buffer = bytearray()
         sender = ""
@@ -375,13 +390,7 @@ class Cluster:
                     message, origin, plain, shares, (sender, number) = read_peer_packet(packet)
                     if not sender or self._incoming.accept(sender, number):
                         self.received += 1
-                        if plain and self.relayed(message):  # delivered from the log's side
-                            plain, self.deduplicated = False, self.deduplicated + 1
-                        now = time.monotonic()  # its expiry starts here (broker rule 9)
-                        delivered = self.broker.publish(
-                            message, origin, plain=plain, shares=shares, now=now
-                        )
-                        self.apply(delivered)
+                        self.apply(self._deliver(message, origin, plain, shares))
                 if sender:  # rule 5: the last delivered, after each read
                     ack = p.Publish(ACK, str(self._incoming.last.get(sender, 0)).encode())
                     writer.write(encode(ack, p.V5))

@@ -4,7 +4,9 @@ log, and sends what the live path did not carry (docs/mqtt.md). Rules:
 1. The relay follows each topic dataset with one ``every`` subscription of ``#`` on its own port,
    from when it started, resuming after a lost connection.
 2. A message delivered live that the log will carry is remembered by topic (bounded by ``MEMO``)
-   until its row comes: that row, and older ones of its topic, are not delivered again.
+   until its row comes: that row, and older ones of its topic, are not delivered again. (An
+   older one whose row comes after all, the publisher having taken it after the later one, is
+   delivered again: at QoS 1, at least once, and its clients end with the log's order.)
 3. Any other row is published to this relay's clients at QoS 1 (retained rows as retained
    messages), to plain subscriptions, and to ``$share`` groups only on a relay alone; sessions
    following the topic through ``durable`` take it from there.
@@ -109,7 +111,7 @@ class LogFeed:
             self.passed += 1
             _remember(self._passed, row.topic, row.payload)
             message = p.Publish(row.topic, row.payload, 1, retain=row.retain)
-            actions += self.broker.publish(message, shares=None if self.shared else ())
+            actions += self._publish(message, remembered=True)
         self.apply(actions)
 
     def take(self, key: str, update: Update) -> list[Action]:
@@ -134,8 +136,11 @@ class LogFeed:
             actions += self._publish(p.Publish(row.topic, row.payload, 1, retain=row.retain))
         return actions
 
-    def _publish(self, message: p.Publish) -> list[Action]:
-        self._feeding = True
+    def _publish(self, message: p.Publish, *, remembered: bool = False) -> list[Action]:
+        """Deliver a row to the clients but the persistent sessions following its topic, which
+        take it from their own streams, in their log's order and at their QoS (rule 3);
+        ``remembered``: noted as delivered (rule 2), a durable write whose row comes later."""
+        self._feeding = not remembered
         if self.durable is not None:
             self.durable.feeding = True
         try:

@@ -15,11 +15,15 @@ Rules (broker rule 4):
 from __future__ import annotations
 
 import itertools
-from collections.abc import Collection
+from collections.abc import Callable, Collection
 
 from fanout.mqtt import packets as p
 from fanout.mqtt.sessions import Session, Subscription, Target, add_target
 from fanout.views.topic.index import TopicIndex
+
+#: Which plain subscriptions a message goes to: all or none, or those a callable keeps (by
+#: client id and filter).
+Plain = bool | Callable[[str, str], bool]
 
 
 class Subscribers:
@@ -80,16 +84,18 @@ class Subscribers:
         return changes
 
     def targets(
-        self, message: p.Publish, origin: str, plain: bool, shares: Collection[str] | None
+        self, message: p.Publish, origin: str, plain: Plain, shares: Collection[str] | None
     ) -> list[Target]:
         """(session, QoS, retain flag, subscription identifiers) of each session ``message``
-        goes to (rules 1-2); ``shares``: the groups to serve (None: every matching one)."""
+        goes to (rules 1-2); ``plain``: to the plain subscriptions (a callable: to those it
+        keeps, by client id and filter); ``shares``: the groups to serve (None: every one)."""
         targets: dict[str, Target] = {}
         subscribers = self._subscribers
+        keep = None if isinstance(plain, bool) else plain
         for sub_id in self._index.match(message.topic) if plain else ():
             session, sub = subscribers[sub_id]
-            if sub is not None:  # shared: one member per group, below
-                add_target(targets, session, sub, message, origin)
+            if sub is not None and (keep is None or keep(session.client_id, sub.filter)):
+                add_target(targets, session, sub, message, origin)  # shared: below
         shared = self._index.match_shared(message.topic) if self._shared else {}
         for text, members in sorted(shared.items()):
             if shares is not None and text not in shares:
