@@ -1,12 +1,10 @@
 """Messages of a topic dataset's other producers to MQTT clients: the relay reads the dataset's
 log, and sends what the live path did not carry (docs/mqtt.md). Rules:
 
-1. The relay follows each topic dataset with one ``every`` subscription of ``#`` on its own port,
-   from when it started, resuming after a lost connection.
+1. One ``every`` subscription of ``#`` a topic dataset on the relay's own port, from its start.
 2. A message delivered live that the log will carry is remembered by topic (bounded by ``MEMO``)
-   until its row comes: that row, and older ones of its topic, are not delivered again. (An
-   older one whose row comes after all, the publisher having taken it after the later one, is
-   delivered again: at QoS 1, at least once, and its clients end with the log's order.)
+   until its row comes: that row, and older ones of its topic, are not delivered again (one
+   whose row comes later after all is: at least once, ending in the log's order).
 3. Any other row is published to this relay's clients at QoS 1 (retained rows as retained
    messages), to plain subscriptions, and to ``$share`` groups only on a relay alone; sessions
    following the topic through ``durable`` take it from there.
