@@ -380,7 +380,11 @@ class Cluster:
             return None
         host, _, port = address.decode().rpartition(":")
         reader, writer = await asyncio.wait_for(asyncio.open_connection(host, int(port)), 5)
-        keepalive(writer.get_extra_info("socket"))
+        try:
+            keepalive(writer.get_extra_info("socket"))
+        except OSError:  # it closed already: dialed again later
+            writer.transport.abort()
+            raise
         self._peers[relay] = writer
         link.reconnected()
         assert self._tasks is not None, "links are connected only while run() runs"
@@ -414,6 +418,7 @@ class Cluster:
         sender = ""
         self._served.add(writer)
         try:
+            keepalive(writer.get_extra_info("socket"))  # a sender that died is found out
             while data := await reader.read(65536):
                 buffer += data
                 while found := split(buffer, MAX_PEER_PACKET):
