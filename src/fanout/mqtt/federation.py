@@ -4,10 +4,10 @@ relay a client published at forwards it to them, and to them only (docs/mqtt.md)
 1. Subscriptions taken and dropped here are written to the table (``matchtable``) in order; the
    lease and peer address are renewed every third of a lease, dead relays swept every lease, and
    a relay swept while alive writes its subscriptions again, whole, at its first renewal that
-   reaches Redis, before anything else. A relay with an open link from this one is forwarded
-   to whatever its lease says (``matchtable`` rule 4), and vouched for: this relay renews its
-   lease and address every beat (``matchtable`` rule 5), so that a relay cut from Redis but not
-   from its peers is neither dropped by lookups nor swept.
+   reaches Redis (not queued behind the steps that waited for Redis). A relay with an open link
+   from this one is forwarded to whatever its lease says (``matchtable`` rule 4), and vouched
+   for: this relay renews its lease and address every beat (``matchtable`` rule 5), so that a
+   relay cut from Redis but not from its peers is neither dropped by lookups nor swept.
 2. A message published here is delivered here at once, then forwarded once to every other relay
    with a matching subscription, over one connection per peer; every lease this relay dials
    each relay of the table it holds no connection to (a full mesh, with TCP keepalive).
@@ -231,7 +231,7 @@ class Cluster:
         if self._written.total() and not await table.registered():
             async with self._writing:  # what was written, not what waits in the queue
                 # Swept while alive (cut from Redis or stalled, and no relay linked to it
-                # vouched for it): its filters, whole, before anything else (rule 1).
+                # vouched for it): its filters, whole, not queued behind steps (rule 1).
                 await table.register(self._written)
             log.warning("mqtt cluster: %s was swept while alive; registered again", table.relay)
 
