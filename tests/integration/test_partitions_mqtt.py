@@ -31,6 +31,7 @@ from redis.asyncio.cluster import RedisCluster
 
 from fanout.launch import Child, Children
 from fanout.mqtt.matchtable import ADDRESS_LEASES, MatchTable
+from fanout.testing.clusterview import metric
 from fanout.testing.ports import LOOPBACK, free_port
 from fanout.testing.proxy import Proxy, proxy
 from fanout.testing.publisher import ScriptedPublisher, serving
@@ -141,6 +142,13 @@ async def test_a_relay_cut_from_redis_past_its_address_keeps_every_message_for_i
         for qos in range(3):
             subscriber.client.subscribe(f"q{qos}/+", qos=qos)
         await eventually(lambda: registered(broker), lambda relays: relays == {"b"}, timeout=30)
+        for name in "ac":  # the mesh: each dialed the relay with subscriptions, b
+            await eventually(
+                lambda url=relays[name][0].url: metric(url, "fanout_relay_mqtt_cluster_peers"),
+                lambda peers: peers == 1,
+                timeout=30,
+                what=f"{name} linked to b",
+            )
         publishing.append(asyncio.create_task(publish(near, "a", done)))
         await eventually(lambda: len(subscriber.received()) >= 3, timeout=30)  # a forwards
         b = relays["b"][0].process.pid

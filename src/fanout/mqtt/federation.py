@@ -10,7 +10,7 @@ relay a client published at forwards it to them, and to them only (docs/mqtt.md)
    relay cut from Redis but not from its peers is neither dropped by lookups nor swept.
 2. A message published here is delivered here at once, then forwarded once to every other relay
    with a matching subscription, over one connection per peer; every lease this relay dials
-   each relay of the table it holds no connection to (a full mesh, with TCP keepalive).
+   each relay with subscriptions it holds no connection to (a mesh, with TCP keepalive).
 3. Lookups and forwards go one message at a time in publish order: order per publisher and
    topic holds across relays.
 4. A ``$share`` group spans the cluster: the publishing relay picks one of its relays in turn.
@@ -320,6 +320,13 @@ class Cluster:
                     "Calls to Redis that failed (each tried again; MQTT kept serving).",
                     self.redis_failures,
                 ),
+            )
+        ] + [
+            Sample(
+                "relay_mqtt_cluster_peers",
+                "gauge",
+                "Relays of the cluster this one holds a connection to, and vouches for.",
+                len(self._linked()),
             )
         ]
 
