@@ -13,13 +13,14 @@ object, writes ``bench/results/partitions.json`` and prints a one-line summary l
 * three relays as one MQTT broker, the peer links to ``b`` and ``c`` through proxies.
 
 Each partition picks a link no partition holds (``flat``, ``tier``, ``redis:mN``, ``mqtt:b``,
-``mqtt:c``), a way (both, up, down; a tenth are cuts) and a length (0.5 to ``--longest`` s),
-heals it, and measures the recovery: until the link's subscribers are past what the publisher
-had logged (or published) at the heal, and a relay of the map serves again. Beside the flat
-relay's and the edge's ``every`` followers, ``latest`` views of the same boxes: once healed,
-each must hold what its box held by the log at its seq (``latest_differing``). Besides the
-links, the persistent QoS 2 subscribers at b and c go away (DISCONNECT) and come back to their
-sessions at random (``AWAY``; ``clients_away``), audited as the others.
+``mqtt:c``, ``redis:mqtt-b``, ``redis:mqtt-c``: an MQTT relay alone loses Redis), a way (both, up,
+down; a tenth are cuts) and a length (0.5 to ``--longest`` s), heals it, and measures the recovery:
+until the link's subscribers are past what the publisher had logged (or published) at the heal, and
+a relay of the map serves again. Beside the flat relay's and the edge's ``every`` followers,
+``latest`` views of the same boxes: once healed, each must hold what its box held by the log at its
+seq (``latest_differing``). Besides the links, the persistent QoS 2 subscribers at b and c go away
+(DISCONNECT) and come back to their sessions at random (``AWAY``; ``clients_away``), audited as the
+others.
 """
 
 from __future__ import annotations
@@ -120,18 +121,21 @@ class Deployment:
             self.map.append(child)
             self.links[f"redis:{name}"] = self.links["redis"]
             self.pids[f"redis:{name}"] = child.process.pid
-        self.redis = f"{LOOPBACK}:{ports[0]}"
+        self.redis = nodes[0].address  # the MQTT relays dial Redis through the proxies too
 
     async def _mqtt(self) -> None:
         for name in MQTT:
             peer, self.mqtt_ports[name] = free_port(), free_port()
             link = await self._proxy(f"mqtt:{name}", peer)
-            await self._relay(
+            child = await self._relay(
                 f"mqtt-{name}",
                 *("--publisher", self.publisher.url, "--mqtt-port", str(self.mqtt_ports[name])),
                 *("--mqtt-redis", self.redis, "--mqtt-lease", "1.5"),
                 *("--mqtt-peer-port", str(peer), "--mqtt-peer-advertise", link.address),
             )
+            if name != "a":  # b or c alone loses Redis, its peer links up (issue 45)
+                self.links[f"redis:mqtt-{name}"] = self.links["redis"]
+                self.pids[f"redis:mqtt-{name}"] = child.process.pid
         del self.links["mqtt:a"]  # a's subscribers are none: its links carry nothing audited
 
 
@@ -266,14 +270,14 @@ class Run:
         self.held.discard(name)
 
     def _targets(self, name: str) -> Any:
-        if name.startswith(("mqtt:", "away:")):
+        if name.startswith(("mqtt:", "away:", "redis:mqtt-")):
             return dict(self.sent)
         return self.logged()
 
     async def _recovered(self, name: str, target: Any, waiting: list[str]) -> bool:
         """Whether the link's subscribers are past ``target``; ``waiting`` says on what not."""
         waiting.clear()
-        if name.startswith(("mqtt:", "away:")):
+        if name.startswith(("mqtt:", "away:", "redis:mqtt-")):
             at = MQTT.index(name[-1]) - 1
             audited = (
                 [(self.q2, "q2/a")] if name in AWAY else [(self.q1, "q1/a"), (self.q2, "q2/a")]

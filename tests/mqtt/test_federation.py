@@ -359,3 +359,45 @@ async def test_the_cluster_serves_on_while_redis_fails_and_counts_the_failures(
         task.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await task
+
+
+async def test_a_relay_swept_while_alive_writes_back_what_it_had_written_at_its_next_beat(
+    redis_node: tuple[str, int],
+) -> None:
+    """Swept while alive (its lease and address deleted under it, as after a partition from
+    Redis and every peer): at its next renewal the relay writes back exactly the table it had
+    written (rule 1), and a change queued meanwhile applies on top."""
+    redis = RedisCluster(host=redis_node[0], port=redis_node[1])
+    table = MatchTable(redis, "swept-1", namespace="swept:", lease=0.6)
+    cluster = Cluster(table, Broker(), lambda actions: None, LOOPBACK)
+    other = MatchTable(redis, "other", namespace="swept:", lease=0.6)
+    task = asyncio.create_task(cluster.run())
+    try:
+        cluster.on_filters([("x/#", 1), ("x/#", 1), ("x/+/z", 1), ("y", 1)])
+        await eventually(lambda: cluster._registered == 4, timeout=30)
+        written = await table_keys(redis, "swept:")
+
+        async def swept() -> list[str]:
+            await redis.delete(table._lease_key("swept-1"), table.address_key("swept-1"))
+            return await other.sweep()
+
+        await eventually(swept, lambda relays: relays == ["swept-1"], timeout=30)
+        await eventually(table.registered, timeout=30)
+        assert await table_keys(redis, "swept:") == written
+        cluster.on_filters([("y", -1)])
+        await eventually(lambda: cluster._registered == 3, timeout=30)
+        assert (await other.match("y", linked=["swept-1"])).relays == set()
+        assert (await other.match("x/a/z", linked=["swept-1"])).relays == {"swept-1"}
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+
+
+async def table_keys(redis: RedisCluster, namespace: str) -> dict[bytes, dict[bytes, bytes]]:
+    """The table's entries and filter lists, field by field (not leases, addresses, stream)."""
+    found = await redis.keys(f"{namespace}*", target_nodes=RedisCluster.ALL_NODES)
+    skip = (b"lease:", b"addr:", b"invalidations")
+    relays = f"{namespace}relays".encode()
+    wanted = sorted(k for k in found if k != relays and not any(part in k for part in skip))
+    return {key: await redis.hgetall(key) for key in wanted}

@@ -77,3 +77,38 @@ def test_past_its_bound_the_oldest_is_dropped_and_the_receiver_counts_the_gap() 
     assert link.dropped == 2 and list(link.unacked) == [3, 4]
     assert incoming.accept("a", 1) and incoming.accept("a", 3)
     assert not incoming.accept("a", 3) and incoming.gaps == 1 and incoming.duplicates == 1
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.sampled_from(["send", "read", "ack", "drop"]), max_size=60))
+def test_a_link_given_up_loses_only_what_waited_and_numbers_on(events: list[str]) -> None:
+    """The sender gives its peer up for dead (``drop``, its connection gone) while the peer
+    lives: what waited is lost (or was delivered before), and every message sent later is
+    delivered, once, in order: its numbers go on above what the peer delivered."""
+    link, incoming = Outgoing(), Incoming()
+    wire: list[int] = []
+    delivered: list[int] = []
+    given_up: set[int] = set()
+    sent = 0
+    for kind in events:
+        if kind == "send":
+            sent += 1
+            link.add(lambda n: str(n).encode())
+            wire += [int(data) for data in link.to_write()]
+        elif kind == "read" and wire:
+            number = wire.pop(0)
+            if incoming.accept("a", number):
+                delivered.append(number)
+        elif kind == "ack":
+            link.ack(incoming.last.get("a", 0))
+        elif kind == "drop":
+            waiting = set(link.unacked)
+            assert link.drop() == len(waiting) and not link.unacked
+            given_up |= waiting
+            wire.clear()
+            link.reconnected()
+    for number in wire:
+        if incoming.accept("a", number):
+            delivered.append(number)
+    assert delivered == sorted(set(delivered))  # once each, in order
+    assert set(range(1, sent + 1)) - given_up <= set(delivered)  # only what was given up lost

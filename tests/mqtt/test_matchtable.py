@@ -224,3 +224,50 @@ async def test_a_relay_past_its_lease_is_matched_while_linked_and_swept_once_its
         assert (await alive.match("a/b", linked=["stalled"])).relays == set()
     finally:
         await redis.aclose()
+
+
+async def test_a_relay_vouched_for_is_matched_and_kept_and_once_swept_registers_whole(
+    cluster: tuple[str, int],
+) -> None:
+    """A relay that renews nothing (cut from Redis) while another vouches for it (rule 5) is
+    matched by a third that holds no link to it, and not swept; unvouched it is swept, and its
+    ``register`` writes back exactly the table it held (the same entries, counts and all)."""
+    redis = client(cluster)
+    try:
+        namespace = next(namespaces)
+        tables = {
+            name: MatchTable(redis, name, namespace=namespace, lease=0.4, max_age=0)
+            for name in ("cut", "voucher", "third")
+        }
+        cut, voucher, third = tables.values()
+        for table in tables.values():
+            await table.renew()
+        await cut.advertise("127.0.0.1:1")
+        held = Counter({"a/#": 2, "a/+/c": 1, "$share/g/a/b": 1})
+        for text, count in held.items():
+            for _ in range(count):
+                await cut.add(text)
+        before = {key: await redis.hgetall(key) for key in await keys(redis, namespace)}
+        for _ in range(8):  # 1.6 s: four leases, past its address (three)
+            await asyncio.sleep(0.2)
+            await voucher.renew()
+            await third.renew()
+            await voucher.vouch(["cut"])
+            assert await third.sweep() == []
+            assert (await third.match("a/b/c")).relays == {"cut"}
+        await eventually(third.sweep, lambda swept: swept == ["cut"], timeout=10)
+        assert (await third.match("a/b/c")).relays == set() and not await cut.registered()
+        await cut.register(held)
+        assert await cut.registered()
+        after = {key: await redis.hgetall(key) for key in await keys(redis, namespace)}
+        assert after == before
+    finally:
+        await redis.aclose()
+
+
+async def keys(redis: RedisCluster, namespace: str) -> list[bytes]:
+    """The table's entries and filter lists (not leases, addresses, the stream, the relays)."""
+    found = await redis.keys(f"{namespace}*", target_nodes=RedisCluster.ALL_NODES)
+    skip = (b"lease:", b"addr:", b"invalidations")
+    relays = f"{namespace}relays".encode()
+    return sorted(k for k in found if k != relays and not any(part in k for part in skip))

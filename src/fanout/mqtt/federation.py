@@ -3,10 +3,14 @@ relay a client published at forwards it to them, and to them only (docs/mqtt.md)
 
 1. Subscriptions taken and dropped here are written to the table (``matchtable``) in order; the
    lease and peer address are renewed every third of a lease, dead relays swept every lease, and
-   a relay swept while alive writes its subscriptions again. A relay with an open link from
-   this one is forwarded to whatever its lease says (``matchtable`` rule 4).
+   a relay swept while alive writes its subscriptions again, whole, at its first renewal that
+   reaches Redis (not queued behind the steps that waited for Redis). A relay with an open link
+   from this one is forwarded to whatever its lease says (``matchtable`` rule 4), and vouched
+   for: this relay renews its lease and address every beat (``matchtable`` rule 5), so that a
+   relay cut from Redis but not from its peers is neither dropped by lookups nor swept.
 2. A message published here is delivered here at once, then forwarded once to every other relay
-   with a matching subscription, over one connection per peer.
+   with a matching subscription, over one connection per peer; every lease this relay dials
+   each relay with subscriptions it holds no connection to (a mesh, with TCP keepalive).
 3. Lookups and forwards go one message at a time in publish order: order per publisher and
    topic holds across relays.
 4. A ``$share`` group spans the cluster: the publishing relay picks one of its relays in turn.
@@ -20,7 +24,9 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
+import socket
 import time
+from collections import Counter
 from collections.abc import Callable, Collection
 from typing import Any
 
@@ -46,6 +52,12 @@ ACK = "$fanout/ack"
 #: What a call to Redis raises when it fails (redis-py's ``RedisClusterException``, not a
 #: ``RedisError``, when no node answers): the beat or the step is tried again (rule 6).
 REDIS_FAILURES = (RedisError, RedisClusterException, OSError, TimeoutError)
+#: A peer connection idle this many seconds is probed (TCP keepalive), every second, three
+#: times: a peer whose host died stops being vouched for (rule 1) within KEEPIDLE + 3 s.
+KEEPIDLE = 2
+#: A peer connection whose sent bytes stay unacknowledged (by the peer's kernel) this many
+#: milliseconds is closed: the same with messages in flight.
+USER_TIMEOUT = 15_000
 
 
 def share_filter(key: str) -> str:
@@ -113,6 +125,16 @@ def read_peer_packet(
     return clean, origin, plain, shares, (sender, number)
 
 
+def keepalive(sock: socket.socket) -> None:
+    """TCP keepalive on a peer connection (``KEEPIDLE``, ``USER_TIMEOUT``): a peer whose host
+    died or went away is found out, and its link closed, though nothing is sent on it."""
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
+    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPIDLE, KEEPIDLE)
+    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPINTVL, 1)
+    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPCNT, 3)
+    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_USER_TIMEOUT, USER_TIMEOUT)
+
+
 def _numbered(me: str, forward: tuple[p.Publish, str, bool, list[str]], number: int) -> bytes:
     """``forward`` (message, origin, plain, shares) as message ``number`` of ``me``'s link."""
     return peer_packet(*forward, link=(me, number))
@@ -145,7 +167,11 @@ class Cluster:
         self._tasks: asyncio.TaskGroup | None = None
         self._turns: dict[str, int] = {}
         self._served: set[asyncio.StreamWriter] = set()
-        self._registered = 0  # subscriptions of this relay in the table
+        #: This relay's subscriptions by filter as written to the table, and one writer at a
+        #: time of them: a step, or a registration after a sweep (rule 1).
+        self._written: Counter[str] = Counter()
+        self._writing = asyncio.Lock()
+        self._dialing: set[str] = set()  # relays being dialed by the mesh (rule 2)
         #: Persistent sessions kept in Redis (``durable``), run with the cluster; None: none.
         self.durable: Durable | None = None
         #: Whether a peer's message was delivered here already, as a durable write
@@ -194,18 +220,21 @@ class Cluster:
                 await self.durable.close()
             await self.table.redis.aclose()
 
+    @property
+    def _registered(self) -> int:
+        """Subscriptions of this relay in the table."""
+        return self._written.total()
+
     async def _renew(self) -> None:
         table = self.table
         await table.renew()
         await table.advertise(self.advertise or f"{self.host}:{self.peer_port}")
-        if self._registered and not await table.redis.sismember(
-            table.namespace + "relays", table.relay
-        ):
-            # Swept while alive (this relay stalled past its lease): register again.
-            log.warning("mqtt cluster: %s was swept while alive; registering again", table.relay)
-            self._registered = 0
-            for session in self.broker.sessions.values():
-                self.on_filters([(text, 1) for text in session.subscriptions])
+        if self._written.total() and not await table.registered():
+            async with self._writing:  # what was written, not what waits in the queue
+                # Swept while alive (cut from Redis or stalled, and no relay linked to it
+                # vouched for it): its filters, whole, not queued behind steps (rule 1).
+                await table.register(self._written)
+            log.warning("mqtt cluster: %s was swept while alive; registered again", table.relay)
 
     async def _keep_lease(self) -> None:
         beats = 0
@@ -221,12 +250,30 @@ class Cluster:
 
     async def _beat(self, sweep: bool) -> None:
         await self._renew()
+        await self.table.vouch(self._linked())
         for relay in [r for r, link in self._links.items() if link.unacked]:
             await self._flush(relay)  # a broken link is opened again (rule 5)
         if sweep:
+            self._mesh(await self.table.relays())
             for relay in await self.table.sweep(self._linked()):
                 log.info("mqtt cluster: swept relay %s (lease expired)", relay)
         await self.table.follow_invalidations()
+
+    def _mesh(self, relays: set[str]) -> None:
+        """Dial, in the background, every relay of ``relays`` not linked from here (rule 2)."""
+        cancelling.check()  # a cancel the Redis client swallowed: the task group is closing
+        linked = set(self._linked())
+        assert self._tasks is not None, "the mesh is dialed only while run() runs"
+        for relay in sorted(relays - linked - self._dialing - {self.table.relay}):
+            self._dialing.add(relay)
+            self._links.setdefault(relay, Outgoing())
+            self._tasks.create_task(self._dial(relay))
+
+    async def _dial(self, relay: str) -> None:
+        try:
+            await self._flush(relay)
+        finally:
+            self._dialing.discard(relay)
 
     async def _work(self) -> None:
         while True:
@@ -246,8 +293,11 @@ class Cluster:
         but a filter change's own writes (``_flush`` keeps its own failures)."""
         if item[0] == "filter":
             _, text, delta = item
-            await (self.table.add(text) if delta > 0 else self.table.remove(text))
-            self._registered += delta
+            async with self._writing:
+                await (self.table.add(text) if delta > 0 else self.table.remove(text))
+                self._written[text] += delta
+                if not self._written[text]:
+                    del self._written[text]
         else:
             _, message, origin = item
             await self._forward(message, origin)
@@ -271,6 +321,13 @@ class Cluster:
                     "Calls to Redis that failed (each tried again; MQTT kept serving).",
                     self.redis_failures,
                 ),
+            )
+        ] + [
+            Sample(
+                "relay_mqtt_cluster_peers",
+                "gauge",
+                "Relays of the cluster this one holds a connection to, and vouches for.",
+                len(self._linked()),
             )
         ]
 
@@ -327,11 +384,15 @@ class Cluster:
         """A new connection to ``relay`` (None: it is gone, and what waited for it is lost)."""
         address = await self.table.redis.get(self.table.address_key(relay))
         if address is None:  # its address ran out, leases after its lease: it died
-            self.lost += len(link.unacked)
-            del self._links[relay]
+            self.lost += link.drop()  # the link is kept: its numbers go on (links rule 1)
             return None
         host, _, port = address.decode().rpartition(":")
         reader, writer = await asyncio.wait_for(asyncio.open_connection(host, int(port)), 5)
+        try:
+            keepalive(writer.get_extra_info("socket"))
+        except OSError:  # it closed already: dialed again later
+            writer.transport.abort()
+            raise
         self._peers[relay] = writer
         link.reconnected()
         assert self._tasks is not None, "links are connected only while run() runs"
@@ -379,6 +440,7 @@ class Cluster:
         sender = ""
         self._served.add(writer)
         try:
+            keepalive(writer.get_extra_info("socket"))  # a sender that died is found out
             while data := await reader.read(65536):
                 buffer += data
                 while found := split(buffer, MAX_PEER_PACKET):

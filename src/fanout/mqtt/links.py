@@ -2,7 +2,8 @@
 deduplicated on receipt. No sockets here (``cluster`` carries the bytes). Rules:
 
 1. A sender numbers what it forwards to each peer 1, 2, 3, ... (per incarnation) and keeps each
-   message until acknowledged (``Outgoing``).
+   message until acknowledged (``Outgoing``), or until it gives the peer up for dead (``drop``):
+   numbers go on from there, never from 1 again.
 2. On a new connection it sends again, in order, every message not acknowledged, then new ones.
 3. A receiver delivers only numbers above the last it delivered of that sender (``Incoming``)
    and acknowledges the last after each read.
@@ -42,6 +43,14 @@ class Outgoing:
         """The peer delivered every message up to ``number``."""
         while self.unacked and next(iter(self.unacked)) <= number:
             self.unacked.popitem(last=False)
+
+    def drop(self) -> int:
+        """Give up what waits (its peer looks dead); how many. Numbering goes on: a peer that
+        lived after all delivers only numbers above its last (rule 3), so numbers never restart
+        on a link to one incarnation."""
+        dropped = len(self.unacked)
+        self.unacked.clear()
+        return dropped
 
     def reconnected(self) -> None:
         """A new connection: everything not acknowledged is to be written again (rule 2)."""

@@ -13,13 +13,17 @@ flooding and without proxy subscriptions (the layout: docs/mqtt.md, "How it is b
    ``sweep`` a dead one's filters (one sweeper wins) once its address has lapsed too
    (``ADDRESS_LEASES`` leases after its last renewal): a relay stalled past its lease keeps
    its filters, and loses nothing forwarded to it.
+5. **Vouching.** A relay renews its own lease and address, and ``vouch`` renews them for the
+   relays it holds an open link to: a relay that cannot reach Redis but reaches its peers is
+   alive to the whole cluster (looked up, never swept). One swept all the same writes its
+   filters again whole (``register``) as soon as it reaches Redis.
 """
 
 from __future__ import annotations
 
 import time
 from collections import OrderedDict
-from collections.abc import Collection
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -151,8 +155,7 @@ class MatchTable:
         """Remove the filters of every relay whose lease and address expired (rule 4) but those
         in ``linked`` (the caller's open links say they live); the relays swept."""
         swept = []
-        for raw in await self.redis.smembers(self.namespace + "relays"):
-            relay = raw.decode() if isinstance(raw, bytes) else raw
+        for relay in await self.relays():
             keys = (self._lease_key(relay), self.address_key(relay))
             if relay == self.relay or relay in linked or await self.redis.exists(*keys):
                 continue
@@ -171,6 +174,41 @@ class MatchTable:
             await self.redis.srem(self.namespace + "relays", relay)
             swept.append(relay)
         return swept
+
+    async def relays(self) -> set[str]:
+        """Every relay with filters in the table (swept ones are not)."""
+        return {_text(raw) for raw in await self.redis.smembers(self.namespace + "relays")}
+
+    async def register(self, counts: Mapping[str, int]) -> None:
+        """Write this relay's subscriptions again whole (``counts``: filter -> subscriptions
+        held), after a sweep removed them (rule 5)."""
+        held = {text: count for text, count in counts.items() if count > 0}
+        prefixes: list[str] = []
+        pipe = self.redis.pipeline()
+        for text, count in held.items():
+            for prefix, name in path_fields(text, self.relay):
+                pipe.hincrby(self.namespace + prefix, name, count)
+                prefixes.append(prefix)
+            pipe.hincrby(self._filters_key(self.relay), text, count)
+        pipe.sadd(self.namespace + "relays", self.relay)
+        await pipe.execute()
+        await self._invalidate(list(dict.fromkeys(prefixes)))
+
+    async def registered(self) -> bool:
+        """Whether this relay is in the table's list of relays (not swept)."""
+        return bool(await self.redis.sismember(self.namespace + "relays", self.relay))
+
+    async def vouch(self, relays: Collection[str]) -> None:
+        """Renew the lease and keep the address of each of ``relays`` (rule 5): the caller holds
+        an open link to each, so each lives whatever Redis last heard from it."""
+        if not relays:
+            return
+        ttl = int(self.lease * 1000 * ADDRESS_LEASES)
+        pipe = self.redis.pipeline()
+        for relay in relays:
+            pipe.set(self._lease_key(relay), b"1", px=int(self.lease * 1000))
+            pipe.pexpire(self.address_key(relay), ttl)
+        await pipe.execute()
 
     def _filters_key(self, relay: str) -> str:
         # The relay's name as a hash tag: its list and the list renamed live in one slot.
