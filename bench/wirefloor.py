@@ -98,6 +98,7 @@ class Trial:
     lost: int = 0
     sender_cores: float = 0.0
     sender_cpu_us_per_push: float = math.nan
+    sender_system_share: float = math.nan
     receivers_cores: list[float] = field(default_factory=list)
     receivers_cpu_us_per_push: float = math.nan
     other_cores: float = 0.0
@@ -116,7 +117,8 @@ class Records:
         received: each receiver's report (frames, bytes, lost, ticks a connection).
         latencies: (from due, from send) ms of every frame due in the window, as rows.
         samples: (sender, receivers..., machine) CPU samples at the window's start and end.
-        kernel: the machine's (softirq, steal) seconds at the window's start and end.
+        kernel: the machine's softirq and steal seconds and the sender's system seconds, at
+            the window's start and end.
     """
 
     window: float
@@ -124,7 +126,7 @@ class Records:
     received: list[dict[str, Any]]
     latencies: np.ndarray
     samples: tuple[list[cpu.CpuSample | None], list[cpu.CpuSample | None]]
-    kernel: tuple[tuple[float, float], tuple[float, float]]
+    kernel: tuple[tuple[float, float, float], tuple[float, float, float]]
 
 
 def evaluate(trial: Trial, records: Records) -> Trial:
@@ -154,7 +156,9 @@ def evaluate(trial: Trial, records: Records) -> Trial:
     if machine_0 is not None and machine_1 is not None:
         ours = trial.sender_cores + sum(trial.receivers_cores)
         trial.other_cores = max(0.0, machine_1.cores_since(machine_0) - ours)
-    (softirq_0, steal_0), (softirq_1, steal_1) = records.kernel
+    (softirq_0, steal_0, system_0), (softirq_1, steal_1, system_1) = records.kernel
+    sender_seconds = sender_1.seconds - sender_0.seconds
+    trial.sender_system_share = (system_1 - system_0) / sender_seconds if sender_seconds else 0.0
     trial.softirq_cores = (softirq_1 - softirq_0) / records.window
     trial.steal_cores = (steal_1 - steal_0) / records.window
     trial.load_average = [round(v, 2) for v in os.getloadavg()]
@@ -186,12 +190,15 @@ def sample(pids: list[int]) -> list[cpu.CpuSample | None]:
     return [cpu.process_tree(pid) for pid in pids] + [cpu.machine()]
 
 
-def kernel_seconds() -> tuple[float, float]:
-    """Seconds all cores spent in softirqs (loopback delivery, mostly charged to the process it
-    interrupted too) and stolen by the hypervisor, from ``/proc/stat``."""
-    fields = Path("/proc/stat").read_text().split("\n", 1)[0].split()
+def kernel_seconds(sender: int) -> tuple[float, float, float]:
+    """Seconds all cores spent in softirqs (loopback delivery: this kernel charges them to the
+    process they interrupted too) and stolen by the hypervisor, from ``/proc/stat``; seconds the
+    sender spent in the kernel, from its ``/proc/PID/stat``."""
+    machine = Path("/proc/stat").read_text().split("\n", 1)[0].split()
+    stat = Path(f"/proc/{sender}/stat").read_text()
+    system = int(stat[stat.rindex(")") + 2 :].split()[12])  # stime
     tick = os.sysconf("SC_CLK_TCK")
-    return int(fields[7]) / tick, int(fields[8]) / tick
+    return int(machine[7]) / tick, int(machine[8]) / tick, system / tick
 
 
 def run_trial(binary: Path, n: int, size: int, args: argparse.Namespace) -> Trial:
@@ -219,9 +226,9 @@ def run_trial(binary: Path, n: int, size: int, args: argparse.Namespace) -> Tria
                 tell(receiver, f"window {start:.6f} {end:.6f} {args.drain}")
             pids = [sender.pid, *(r.pid for r in receivers)]
             time.sleep(max(0.0, start - time.time()))
-            first, kernel_first = sample(pids), kernel_seconds()
+            first, kernel_first = sample(pids), kernel_seconds(sender.pid)
             time.sleep(max(0.0, end - time.time()))
-            last, kernel_last = sample(pids), kernel_seconds()
+            last, kernel_last = sample(pids), kernel_seconds(sender.pid)
             sent = read_json(sender, args.drain + 10)
             received = [read_json(r, args.drain + 30) for r in receivers]
             for receiver in receivers:
