@@ -23,6 +23,7 @@ push size (4,600 bytes) and a small one (200), ``--runs`` times each; medians an
 
     .venv/bin/python bench/wirefloor.py [--runs 3] [--start 1250] [--limit 19000]
     .venv/bin/python bench/wirefloor.py --quick --no-save    # a smoke run, a few hundred
+    .venv/bin/python bench/wirefloor.py --only 10000 --output bench/results/wirefloor-10000.json
 """
 
 from __future__ import annotations
@@ -357,6 +358,24 @@ def results(runs: list[dict[str, Any]], args: argparse.Namespace) -> dict[str, A
     }
 
 
+def only(binary: Path, args: argparse.Namespace) -> dict[str, Any]:
+    """``--only N``: ``--runs`` trials at N at each push size, alternating the sizes."""
+    trials = []
+    for _ in range(args.runs):
+        for size in (args.size, args.small):
+            trials.append(run_trial(binary, args.only, size, args))
+            print(json.dumps(summary(trials[-1])), file=sys.stderr, flush=True)
+    figures = ("sender_cpu_us_per_push", "receivers_cpu_us_per_push", "sender_cores")
+    medians = {
+        size: {
+            name: round(statistics.median(getattr(t, name) for t in trials if t.size == size), 3)
+            for name in figures
+        }
+        for size in (args.size, args.small)
+    }
+    return {"subscribers": args.only, "medians": medians, "trials": [summary(t) for t in trials]}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--size", type=int, default=RELAY_PUSH, help="payload bytes a push")
@@ -373,6 +392,9 @@ def main() -> None:
     parser.add_argument("--output", type=Path, default=RESULTS)
     parser.add_argument("--no-save", action="store_true", help="do not write bench/results")
     parser.add_argument("--quick", action="store_true", help="a smoke run: one, 200-400, short")
+    parser.add_argument(
+        "--only", type=int, help="no search: --runs trials at this N at each size (a cost at N)"
+    )
     args = parser.parse_args()
     if args.quick:
         args.runs, args.start, args.limit, args.resolution = 1, 200, 400, 1.0
@@ -380,9 +402,12 @@ def main() -> None:
     calibration = calibrate()
     with tempfile.TemporaryDirectory(prefix="fanout-wirefloor-build-") as into:
         binary = build(Path(into))
-        runs = [one_run(binary, args) for _ in range(args.runs)]
+        if args.only:
+            out = only(binary, args)
+        else:
+            out = results([one_run(binary, args) for _ in range(args.runs)], args)
     write_results(
-        {**results(runs, args), "machine": describe(), "calibration": calibration},
+        {**out, "machine": describe(), "calibration": calibration},
         None if args.no_save else args.output,
     )
 
