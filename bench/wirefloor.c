@@ -76,7 +76,7 @@ static int read_window(double *start, double *end, double *drain) {
 
 typedef struct {
     int fd;
-    size_t pending; /* bytes of the last frame still to write, at rest + size - pending */
+    size_t pending; /* bytes of its last frame still to write (at rest + total - pending) */
     unsigned char *rest;
 } Peer;
 
@@ -102,10 +102,9 @@ static int send_main(int count, size_t size, double rate) {
     size_t head = size < 126 ? 2 : size < 65536 ? 4 : 10, total = head + size;
     unsigned char *frame = calloc(total, 1);
     frame[0] = 0x82; /* FIN, binary */
-    if (head == 2) frame[1] = (unsigned char)size;
-    for (size_t b = 0; head > 2 && b < head - 2; b++)
-        frame[head - 1 - b] = (unsigned char)(size >> (8 * b));
-    if (head > 2) frame[1] = head == 4 ? 126 : 127;
+    frame[1] = head == 2 ? (unsigned char)size : head == 4 ? 126 : 127;
+    for (size_t b = 2; b < head; b++) /* the longer length, big-endian */
+        frame[b] = (unsigned char)(size >> (8 * (head - 1 - b)));
     memset(frame + head + STAMP, 'x', size - STAMP);
 
     int epoll = epoll_create1(0);
@@ -158,7 +157,7 @@ static int send_main(int count, size_t size, double rate) {
             fflush(stdout);
             reported = 1;
         }
-        double wait = t0 + (next + 0.0) * period / count - now();
+        double wait = t0 + (double)next * period / count - now(); /* to the next slot */
         int n = epoll_wait(epoll, events, 1024, wait > 0 ? (int)ceil(wait * 1e3) : 0);
         for (int e = 0; e < n; e++) {
             uint64_t key = events[e].data.u64;
