@@ -71,6 +71,7 @@ bench: setup check-java
 	$(BIN)/python bench/pipeline.py
 	$(BIN)/python bench/relay.py
 	$(BIN)/python bench/relaycore.py
+	$(BIN)/python bench/wirefloor.py
 	$(BIN)/python bench/release.py
 	$(BIN)/python bench/sqlshare.py
 	$(BIN)/python bench/postgres.py
