@@ -1,13 +1,10 @@
 """Relays as one MQTT broker: the shared match table says which relays want a message, and the
 relay a client published at forwards it to them, and to them only (docs/mqtt.md). Rules:
 
-1. Subscriptions taken and dropped here are written to the table (``matchtable``) in order; the
-   lease and peer address are renewed every third of a lease, dead relays swept every lease, and
-   a relay swept while alive writes its subscriptions again, whole, at its first renewal that
-   reaches Redis (not queued behind the steps that waited for Redis). A relay with an open link
-   from this one is forwarded to whatever its lease says (``matchtable`` rule 4), and vouched
-   for: this relay renews its lease and address every beat (``matchtable`` rule 5), so that a
-   relay cut from Redis but not from its peers is neither dropped by lookups nor swept.
+1. Subscriptions taken and dropped here are written to the table (``matchtable``) in order;
+   lease and address are renewed every third of a lease, also for each relay this one holds an
+   open link to (vouched for: ``matchtable`` rule 5), dead relays swept every lease; a relay
+   swept while alive writes its table back whole at its first renewal that reaches Redis.
 2. A message published here is delivered here at once, then forwarded once to every other relay
    with a matching subscription, over one connection per peer; every lease this relay dials
    each relay with subscriptions it holds no connection to (a mesh, with TCP keepalive).

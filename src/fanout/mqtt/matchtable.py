@@ -2,21 +2,16 @@
 one distributed table, so a publication is matched against all relays' subscriptions without
 flooding and without proxy subscriptions (the layout: docs/mqtt.md, "How it is built"). Rules:
 
-1. **Entries.** One Redis hash per topic-filter prefix (``views/topic/index.py``'s layout).
-   Adding or removing a filter changes every entry on its path, each in one Lua step, so that
-   concurrent writers commute.
+1. **Entries.** One Redis hash per topic-filter prefix, every entry on a filter's path changed
+   in one Lua step, so that concurrent writers commute.
 2. **Lookup** walks only the branches a topic can match, one pipelined round trip per level.
-3. **Caching.** Entries are kept in a bounded LRU, dropped when a write's invalidation comes
-   through the Redis stream, all of them past its trimmed start, and after ``max_age``.
-4. **Leases.** Lookups return only relays whose lease is alive, or that the caller knows alive
-   (an open link to it); a restarted relay takes a new incarnation name; any relay may
-   ``sweep`` a dead one's filters (one sweeper wins) once its address has lapsed too
-   (``ADDRESS_LEASES`` leases after its last renewal): a relay stalled past its lease keeps
-   its filters, and loses nothing forwarded to it.
-5. **Vouching.** A relay renews its own lease and address, and ``vouch`` renews them for the
-   relays it holds an open link to: a relay that cannot reach Redis but reaches its peers is
-   alive to the whole cluster (looked up, never swept). One swept all the same writes its
-   filters again whole (``register``) as soon as it reaches Redis.
+3. **Caching.** A bounded LRU, emptied by the invalidations' Redis stream and ``max_age``.
+4. **Leases.** Lookups return relays whose lease is alive, or that the caller knows alive (an
+   open link); a restarted relay takes a new incarnation name; any relay may ``sweep`` a dead
+   one's filters once its address has lapsed too (``ADDRESS_LEASES`` leases after it renewed).
+5. **Vouching.** ``vouch`` renews the lease and address of the relays one holds an open link
+   to: one cut from Redis but not from its peers stays alive to the cluster (looked up, never
+   swept). One swept all the same writes its filters again whole (``register``) once it can.
 """
 
 from __future__ import annotations
