@@ -8,8 +8,7 @@ relay a client published at forwards it to them, and to them only (docs/mqtt.md)
 2. A message published here is delivered here at once, then forwarded once to every other relay
    with a matching subscription, over one connection per peer; every lease this relay dials
    each relay with subscriptions it holds no connection to (a mesh, with TCP keepalive).
-3. Lookups and forwards go one message at a time in publish order: order per publisher and
-   topic holds across relays.
+3. Lookups and forwards go one at a time in publish order: order per publisher and topic holds.
 4. A ``$share`` group spans the cluster: the publishing relay picks one of its relays in turn.
 5. Forwarding is exactly once across a broken connection (``links``); what waited for a relay
    that died is dropped and counted (``lost``).
