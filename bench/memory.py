@@ -62,6 +62,7 @@ from fanout.testing.ports import LOOPBACK
 from fanout.testing.proxy import Proxy, proxy
 from fanout.testing.wait import eventually
 from fanout.views import Box
+from memtrace import TRACED  # bench/memtrace.py: the traced process's own dumps
 from stalled import TRANSPORT_BYTES  # bench/stalled.py: the same stalled subscribers
 from stalled import subscriber as raw_subscriber
 
@@ -73,28 +74,6 @@ EXPECTED = (OSError, SubscriptionError, TimeoutError, ConnectionClosed)
 TARGET_PCT_PER_HOUR = 5.0
 SETUP: tuple[str, ...] = ("duration", "warmup", "agents", "followers", "slow", "stopped")
 SETUP += ("slow_every", "stop_hold", "churn", "partition_every", "seed")
-#: How the mid relay runs under ``--trace-mid``: ``python -c TRACED DIR EVERY FRAMES relay ...``.
-TRACED = """
-import ctypes, runpy, sys, threading, time, tracemalloc
-folder, every, frames = sys.argv[1], float(sys.argv[2]), int(sys.argv[3])
-sys.argv[:4] = ["fanout"]
-libc = ctypes.CDLL(None)
-libc.fopen.restype, libc.fopen.argtypes = ctypes.c_void_p, [ctypes.c_char_p, ctypes.c_char_p]
-libc.fclose.argtypes, libc.malloc_info.argtypes = [ctypes.c_void_p], [ctypes.c_int, ctypes.c_void_p]
-if frames:
-    tracemalloc.start(frames)
-def snapshots():
-    for number in range(1_000_000):
-        time.sleep(every)
-        name = f"{folder}/{number:05d}-{time.monotonic():.0f}"
-        if frames:
-            tracemalloc.take_snapshot().dump(name + ".trace")
-        stream = libc.fopen(f"{name}.malloc".encode(), b"w")
-        libc.malloc_info(0, stream)
-        libc.fclose(stream)
-threading.Thread(target=snapshots, daemon=True).start()
-runpy.run_module("fanout", run_name="__main__", alter_sys=True)
-"""
 
 
 class Deployment:
