@@ -132,10 +132,11 @@ def _objects(folder: Path, since: float, top: int = 15) -> dict[str, Any]:
     }
 
 
-def _pymalloc(path: Path) -> int:
-    """obmalloc's arenas (1 MiB each) in one ``sys._debugmallocstats`` dump."""
+def _pymalloc(path: Path) -> int | None:
+    """obmalloc's arenas (1 MiB each) in one ``sys._debugmallocstats`` dump; None under
+    ``tracemalloc``, whose hooks leave the dump without them."""
     found = re.search(r"# arenas allocated current\s*=\s*([\d,]+)", path.read_text())
-    return int(found[1].replace(",", "")) if found else 0
+    return int(found[1].replace(",", "")) if found else None
 
 
 #: The flags that bound a JVM's memory outside what it sizes itself (G1's tables, threads).
