@@ -44,11 +44,9 @@ import signal
 import sys
 import tempfile
 import time
-import tracemalloc
 from asyncio.subprocess import DEVNULL, PIPE
 from pathlib import Path
 from typing import Any
-from xml.etree import ElementTree
 
 import numpy as np
 from websockets.exceptions import ConnectionClosed
@@ -62,6 +60,7 @@ from fanout.testing.ports import LOOPBACK
 from fanout.testing.proxy import Proxy, proxy
 from fanout.testing.wait import eventually
 from fanout.views import Box
+from memtrace import TRACED, jvm_ceiling, traced_growth  # bench/memtrace.py
 from stalled import TRANSPORT_BYTES  # bench/stalled.py: the same stalled subscribers
 from stalled import subscriber as raw_subscriber
 
@@ -73,28 +72,6 @@ EXPECTED = (OSError, SubscriptionError, TimeoutError, ConnectionClosed)
 TARGET_PCT_PER_HOUR = 5.0
 SETUP: tuple[str, ...] = ("duration", "warmup", "agents", "followers", "slow", "stopped")
 SETUP += ("slow_every", "stop_hold", "churn", "partition_every", "seed")
-#: How the mid relay runs under ``--trace-mid``: ``python -c TRACED DIR EVERY FRAMES relay ...``.
-TRACED = """
-import ctypes, runpy, sys, threading, time, tracemalloc
-folder, every, frames = sys.argv[1], float(sys.argv[2]), int(sys.argv[3])
-sys.argv[:4] = ["fanout"]
-libc = ctypes.CDLL(None)
-libc.fopen.restype, libc.fopen.argtypes = ctypes.c_void_p, [ctypes.c_char_p, ctypes.c_char_p]
-libc.fclose.argtypes, libc.malloc_info.argtypes = [ctypes.c_void_p], [ctypes.c_int, ctypes.c_void_p]
-if frames:
-    tracemalloc.start(frames)
-def snapshots():
-    for number in range(1_000_000):
-        time.sleep(every)
-        name = f"{folder}/{number:05d}-{time.monotonic():.0f}"
-        if frames:
-            tracemalloc.take_snapshot().dump(name + ".trace")
-        stream = libc.fopen(f"{name}.malloc".encode(), b"w")
-        libc.malloc_info(0, stream)
-        libc.fclose(stream)
-threading.Thread(target=snapshots, daemon=True).start()
-runpy.run_module("fanout", run_name="__main__", alter_sys=True)
-"""
 
 
 class Deployment:
@@ -174,6 +151,7 @@ class Memory:
         self.samples: list[tuple[float, str, int]] = []
         self.loads: list[float] = []
         self.began = time.monotonic()
+        self.ceiling: dict[str, float] = {}  # the Spark JVM's, MiB (memtrace.jvm_ceiling)
 
     def start_clock(self) -> None:
         """Count time from now: the samples taken so far get negative times (warm-up)."""
@@ -219,6 +197,9 @@ class Memory:
         self.samples.append((at, "publisher-jvm-heap-used", int(used)))
         self.samples.append((at, "publisher-jvm-heap-committed", int(committed)))
         self.samples.append((at, "publisher-jvm-old-used", int(gc.get("OU", 0.0) * 1024)))
+        self.samples.append((at, "publisher-jvm-own", rss(jvm[0])))  # without Spark's workers
+        if not self.ceiling:  # what its flags let it hold (bench/memtrace.py)
+            self.ceiling = await asyncio.to_thread(jvm_ceiling, jvm[0])
 
     def growth(self, warmup: float) -> dict[str, dict[str, float]]:
         """Per process: the mean, first and last, peak after ``warmup`` (MiB), the least-squares
@@ -418,58 +399,6 @@ def _traced(args: argparse.Namespace, folder: Path | None) -> list[str] | None:
     return [str(folder), str(args.trace_every), str(args.trace_frames)]
 
 
-def traced_growth(folder: Path, since: float, top: int = 25) -> dict[str, Any]:
-    """A traced process's allocation sites that grew most from its first snapshot taken after
-    ``since`` (``time.monotonic``) to its last, by line and by traceback; and its allocator's
-    arenas at each snapshot (glibc ``malloc_info``)."""
-    found: dict[str, Any] = {"allocator": [_arenas(p) for p in sorted(folder.glob("*.malloc"))]}
-    names = sorted(folder.glob("*.trace"))
-    after = [p for p in names if _taken(p) >= since] or names[-1:]
-    if len(after) < 2:
-        return found
-    ours = [tracemalloc.Filter(False, "<string>"), tracemalloc.Filter(False, tracemalloc.__file__)]
-    first, last = (
-        tracemalloc.Snapshot.load(str(p)).filter_traces(ours) for p in (after[0], after[-1])
-    )
-
-    def site(stat: tracemalloc.StatisticDiff) -> dict[str, Any]:
-        frames = [f"{f.filename.rsplit('/src/', 1)[-1]}:{f.lineno}" for f in stat.traceback]
-        return {
-            "kib": round(stat.size / 1024, 1),
-            "grew_kib": round(stat.size_diff / 1024, 1),
-            "count": stat.count,
-            "grew_count": stat.count_diff,
-            "at": frames,
-        }
-
-    return found | {
-        "between_s": round(_taken(after[-1]) - _taken(after[0])),
-        "traced_mib": [round(sum(t.size for t in s.traces) / 2**20, 1) for s in (first, last)],
-        "by_line": [site(s) for s in last.compare_to(first, "lineno")[:top]],
-        "by_traceback": [site(s) for s in last.compare_to(first, "traceback")[:top]],
-    }
-
-
-def _taken(path: Path) -> float:
-    return float(path.name.split(".")[0].split("-")[1])
-
-
-def _arenas(path: Path) -> dict[str, float]:
-    """One ``malloc_info`` dump: the arenas' bytes from the system, free in them, and mmapped
-    blocks (MiB), when it was taken (``time.monotonic``)."""
-    root = ElementTree.parse(path).getroot()
-    totals = {(e.tag, e.get("type")): int(e.get("size", "0")) for e in root if e.tag != "heap"}
-    return {
-        "at": _taken(path),
-        "arenas": len(root.findall("heap")),
-        "system_mib": round(totals.get(("system", "current"), 0) / 2**20, 1),
-        "free_mib": round(
-            (totals.get(("total", "fast"), 0) + totals.get(("total", "rest"), 0)) / 2**20, 1
-        ),
-        "mmap_mib": round(totals.get(("total", "mmap"), 0) / 2**20, 1),
-    }
-
-
 def summary(
     args: argparse.Namespace,
     memory: Memory,
@@ -498,6 +427,7 @@ def summary(
         "target_pct_per_hour": TARGET_PCT_PER_HOUR,
         "roles": roles,
         "processes": processes,
+        "jvm_ceiling_mib": memory.ceiling,
         "slow_subscriber_bound_kib": round((QUEUE_LIMIT * largest + TRANSPORT_BYTES) / 1024, 1),
         "mean_push_bytes": {name: round(size) for name, size in pushes.items()},
         "queue_limit": QUEUE_LIMIT,

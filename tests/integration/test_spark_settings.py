@@ -13,6 +13,8 @@ from pathlib import Path
 import httpx
 import pytest
 
+from fanout.testing.machine import tree
+
 pytestmark = pytest.mark.integration
 
 CONFIG = """
@@ -22,6 +24,7 @@ ui = true  # embedded (local), where it is off by default
 "spark.ui.port" = 0
 "spark.sql.shuffle.partitions" = 3
 "spark.sql.adaptive.enabled" = true
+"spark.driver.extraJavaOptions" = "-XX:MaxMetaspaceSize=300m"
 """
 #: spark-submit's own --conf: it must win over fanout.toml's 3 and fanout's 1 (one core).
 SUBMIT_ARGS = "--conf spark.sql.shuffle.partitions=5 pyspark-shell"
@@ -68,6 +71,10 @@ def test_spark_submits_conf_wins_and_the_ui_address_is_printed(tmp_path: Path) -
                 line.removeprefix(prefix).strip() for line in printed if line.startswith(prefix)
             ]
             spark, memory = spark_application(ui)
+            (jvm,) = [
+                p for p in tree(process.pid) if Path(f"/proc/{p}/comm").read_text() == "java\n"
+            ]
+            flags = Path(f"/proc/{jvm}/cmdline").read_bytes().decode().split("\0")
         finally:
             process.terminate()
     assert spark["spark.sql.shuffle.partitions"] == "5"  # spark-submit's --conf
@@ -77,3 +84,6 @@ def test_spark_submits_conf_wins_and_the_ui_address_is_printed(tmp_path: Path) -
     assert spark["spark.app.name"] == "fanout-publisher"
     # fanout's 4 GiB heap for an embedded driver (Spark's 1 GiB would leave about 0.4 GiB)
     assert memory > 1.5 * 2**30
+    # fanout's bounds on its memory outside the heap, fanout.toml's own over them (the last wins)
+    assert "-XX:MaxDirectMemorySize=512m" in flags
+    assert [f for f in flags if f.startswith("-XX:MaxMetaspaceSize=")][-1].endswith("=300m")

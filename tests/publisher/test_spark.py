@@ -17,7 +17,13 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from fanout.errors import ConfigError
-from fanout.publisher.spark import CLUSTER, local_cores, session_settings
+from fanout.publisher.spark import (
+    CLUSTER,
+    JAVA_OPTIONS,
+    java_options,
+    local_cores,
+    session_settings,
+)
 
 
 @pytest.mark.parametrize(
@@ -34,6 +40,14 @@ from fanout.publisher.spark import CLUSTER, local_cores, session_settings
 )
 def test_a_local_master_runs_tasks_on_its_cores(master: str, cores: int | None) -> None:
     assert local_cores(master) == cores
+
+
+def test_the_embedded_drivers_java_options_come_before_the_users() -> None:
+    assert java_options(None) == java_options("") == JAVA_OPTIONS
+    assert "-XX:MaxMetaspaceSize=" in JAVA_OPTIONS and "-XX:MaxDirectMemorySize=" in JAVA_OPTIONS
+    mine = "-XX:MaxMetaspaceSize=1g -Dx=1"
+    assert java_options(mine) == f"{JAVA_OPTIONS} {mine}"  # the JVM takes a flag's last value
+    assert java_options(java_options(mine)) == java_options(mine)  # a second session's start
 
 
 # -- who wins: spark-submit's --conf (preset), then fanout.toml's [spark] conf, then fanout's ---

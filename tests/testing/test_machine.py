@@ -14,10 +14,12 @@ from fanout.testing.machine import (
     Memory,
     describe,
     rss,
+    tree,
     tree_memory,
     tree_rss,
     write_results,
 )
+from fanout.testing.wait import eventually_sync
 
 
 def test_the_machine_is_described_with_its_load() -> None:
@@ -64,6 +66,37 @@ def test_tree_rss_counts_a_child_and_is_zero_for_no_process() -> None:
         finally:
             child.kill()
     assert tree_rss(child.pid) == rss(child.pid) == 0
+
+
+#: Holds 64 MiB, then spawns a child that blocks before its ``exec`` (opening a FIFO for reading,
+#: a file action ``posix_spawn`` runs in the child, in its parent's memory), as Java's
+#: ``ProcessBuilder`` does on Linux until its child has started.
+SPAWN_64_MIB = """
+import os, sys
+b = bytearray(64 * 2**20)
+print(1, flush=True)
+blocks = [(os.POSIX_SPAWN_OPEN, 3, sys.argv[1], os.O_RDONLY, 0)]
+os.posix_spawn("/bin/true", ["true"], {}, file_actions=blocks)
+"""
+
+
+def test_a_child_in_its_parents_memory_is_counted_once(tmp_path: Path) -> None:
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    command = [sys.executable, "-c", SPAWN_64_MIB, str(fifo)]
+    with subprocess.Popen(command, stdout=subprocess.PIPE) as parent:
+        try:
+            assert parent.stdout is not None
+            parent.stdout.readline()
+            eventually_sync(lambda: tree(parent.pid), lambda t: len(t) == 2, what="its child")
+            alone = rss(parent.pid)
+            assert alone >= 64 * 2**20
+            assert rss(tree(parent.pid)[1]) >= 64 * 2**20  # /proc gives it its parent's
+            assert alone <= tree_rss(parent.pid) < alone + 32 * 2**20
+            assert tree_memory(parent.pid).rss < alone + 32 * 2**20
+        finally:
+            os.close(os.open(fifo, os.O_WRONLY))  # the child opens it, and execs
+            parent.wait(10)
 
 
 def test_tree_memory_counts_a_childs_unique_pages_and_is_zero_for_no_process() -> None:

@@ -45,6 +45,15 @@ CLUSTER = REQUIRED | {
 #: behind where the HDFS-backed store kept up. Given as ``SPARK_DRIVER_MEMORY``, the one place
 #: below ``--driver-memory``, ``--conf spark.driver.memory`` and ``spark-defaults.conf``.
 DRIVER_MEMORY = "4g"
+#: The embedded driver's memory outside its heap, bounded so that its resident memory has a
+#: ceiling: ``-Xmx`` (the driver memory) + these + the code cache (240 MiB, the JVM's default
+#: ``ReservedCodeCacheSize``) + about 0.4 GiB the JVM sizes itself (G1's tables, threads, symbols;
+#: docs/configuration.md, "Spark settings"). Unbounded by default, metaspace grows with the classes
+#: loaded and direct buffers up to ``-Xmx`` again; measured under ``bench/memory.py``'s load
+#: (``jcmd VM.native_memory``), metaspace held 140 MiB and direct buffers 8. Given before the
+#: user's own options (``SPARK_SUBMIT_OPTS``, then ``spark.driver.defaultJavaOptions`` and
+#: ``spark.driver.extraJavaOptions``), so that any of theirs naming the same flag wins.
+JAVA_OPTIONS = "-XX:MaxMetaspaceSize=512m -XX:MaxDirectMemorySize=512m"
 #: What spark-submit sets itself when pyspark starts the JVM as ``pyspark-shell``: not the
 #: user's, so not kept over fanout's when fanout started the JVM (a user asking for exactly these
 #: values through ``PYSPARK_SUBMIT_ARGS`` gets fanout's instead).
@@ -63,6 +72,14 @@ def local_cores(master: str) -> int | None:
     if found is None:
         return None
     return (os.cpu_count() or 1) if found[1] == "*" else max(1, int(found[1]))
+
+
+def java_options(given: str | None) -> str:
+    """``SPARK_SUBMIT_OPTS`` for an embedded driver fanout starts: :data:`JAVA_OPTIONS`, then what
+    the user gave (the JVM takes a flag's last value, so theirs wins); given again, unchanged."""
+    if not given:
+        return JAVA_OPTIONS
+    return given if given.startswith(JAVA_OPTIONS) else f"{JAVA_OPTIONS} {given}"
 
 
 def session_settings(
@@ -124,6 +141,7 @@ def spark_session(
     started = SparkContext._jvm is not None or "PYSPARK_GATEWAY_PORT" in os.environ
     if master and local_cores(master) and not started:
         os.environ.setdefault("SPARK_DRIVER_MEMORY", DRIVER_MEMORY)
+        os.environ["SPARK_SUBMIT_OPTS"] = java_options(os.environ.get("SPARK_SUBMIT_OPTS"))
     preset = _preset(conf or {})
     builder = SparkSession.builder
     if not started:  # fanout started the JVM as pyspark-shell, whose defaults are not the user's

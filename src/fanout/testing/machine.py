@@ -8,6 +8,7 @@ either.
 
 from __future__ import annotations
 
+import ctypes
 import datetime as dt
 import json
 import os
@@ -77,15 +78,55 @@ def tree_rss(pid: int) -> int:
     """The resident memory of a process and all its descendants, in bytes (Linux ``/proc``).
 
     A publisher's memory is its own and its Spark JVM's (a child); a process that has exited
-    (or is exiting) while being read counts as 0.
+    (or is exiting) while being read counts as 0, and so does a child still in its parent's
+    address space (:func:`spaces`: its ``VmRSS`` is its parent's).
 
     Args:
         pid: the root process.
 
     Returns:
-        The sum of ``VmRSS`` over the tree; 0 when ``pid`` does not exist.
+        The sum of ``VmRSS`` over the tree's address spaces; 0 when ``pid`` does not exist.
     """
-    return sum(rss(each) for each in tree(pid))
+    return sum(rss(each) for each in spaces(pid))
+
+
+def spaces(pid: int) -> list[int]:
+    """A process and its descendants, less those that share their parent's address space.
+
+    A child spawned by ``vfork`` or ``posix_spawn`` (glibc's clones with ``CLONE_VM``) runs in
+    its parent's memory until it calls ``exec``, and ``/proc`` gives it its parent's ``VmRSS``
+    meanwhile: a Spark JVM spawns a few such children a micro-batch (Hadoop's local file system
+    runs ``chmod`` and ``readlink``), and summing them counted the JVM two to four times
+    (docs/benchmarks/memory.md).
+    """
+    found = []
+    for each in tree(pid):
+        parent = _parent(each)
+        if each == pid or parent is None or not _same_memory(each, parent):
+            found.append(each)
+    return found
+
+
+#: ``kcmp(2)``'s system call number, by machine, and its type that compares address spaces.
+_KCMP = {"x86_64": 312, "aarch64": 272}.get(platform.machine())
+_KCMP_VM = 1
+_LIBC = ctypes.CDLL(None, use_errno=True)
+
+
+def _same_memory(pid: int, other: int) -> bool:
+    """Whether two processes share one address space (``kcmp(2)``, ``KCMP_VM``); False where
+    the call is not known (another machine) and for a process that has exited."""
+    if _KCMP is None:
+        return False
+    return bool(_LIBC.syscall(_KCMP, pid, other, _KCMP_VM, 0, 0) == 0)
+
+
+def _parent(pid: int) -> int | None:
+    try:
+        stat = (Path("/proc") / str(pid) / "stat").read_text()
+    except (FileNotFoundError, ProcessLookupError):
+        return None
+    return int(stat.rsplit(")", 1)[1].split()[1])
 
 
 def tree(pid: int) -> list[int]:
@@ -145,9 +186,9 @@ _ROLLUP = {"Rss": "rss", "Pss": "pss", "Private_Clean": "uss", "Private_Dirty": 
 def tree_memory(pid: int) -> Memory:
     """The resident, proportional and unique memory of a process and all its descendants
     (what psutil's ``memory_full_info`` reads, from the same file); a process that has exited
-    counts as 0."""
+    counts as 0, and so does a child still in its parent's address space (:func:`spaces`)."""
     total = {"rss": 0, "pss": 0, "uss": 0}
-    for each in tree(pid):
+    for each in spaces(pid):
         try:
             text = (Path("/proc") / str(each) / "smaps_rollup").read_text()
         except (FileNotFoundError, ProcessLookupError):
