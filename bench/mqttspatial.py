@@ -34,7 +34,6 @@ import json
 import math
 import multiprocessing as mp
 import os
-import shutil
 import socket
 import subprocess
 import sys
@@ -49,7 +48,7 @@ from typing import Any
 import numpy as np
 
 from fanout.launch import running
-from fanout.testing import cpu
+from fanout.testing import cc, cpu
 from fanout.testing.ports import LOOPBACK, free_port
 from fanout.testing.publisher import ScriptedPublisher, serving
 from fanout.testing.spatial import CELLS, Search, Verdict, boxes, cells_of, judge, tick_block
@@ -76,15 +75,7 @@ NEEDS = (
 
 def build_load(into: Path) -> Path:
     """Compile ``bench/mqttload.c`` into ``into``; say clearly if cc or libmosquitto is missing."""
-    compiler = shutil.which("cc") or shutil.which("gcc")
-    if compiler is None:
-        raise SystemExit(f"{NEEDS} (no cc on PATH)")
-    binary = into / "mqttload"
-    command = [compiler, "-O2", "-o", str(binary), str(HERE / "mqttload.c"), "-lmosquitto"]
-    built = subprocess.run(command, capture_output=True, text=True, check=False)
-    if built.returncode != 0:
-        raise SystemExit(f"{NEEDS}; cc said:\n{built.stderr}")
-    return binary
+    return cc.build(HERE / "mqttload.c", into, ["-lmosquitto"], NEEDS)
 
 
 # -- publishers -----------------------------------------------------------------------------

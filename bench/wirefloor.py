@@ -33,7 +33,6 @@ import json
 import math
 import os
 import select
-import shutil
 import statistics
 import subprocess
 import sys
@@ -46,7 +45,7 @@ from typing import Any, Literal
 
 import numpy as np
 
-from fanout.testing import cpu
+from fanout.testing import cc, cpu
 from fanout.testing.calibration import calibrate
 from fanout.testing.machine import describe, write_results
 
@@ -68,15 +67,7 @@ Verdict = Literal["pass", "fail", "clients"]
 
 def build(into: Path) -> Path:
     """Compile ``bench/wirefloor.c`` into ``into``; say clearly if there is no compiler."""
-    compiler = shutil.which("cc") or shutil.which("gcc")
-    if compiler is None:
-        raise SystemExit(f"{NEEDS} (no cc on PATH)")
-    binary = into / "wirefloor"
-    command = [compiler, "-O2", "-o", str(binary), str(HERE / "wirefloor.c"), "-lm"]
-    built = subprocess.run(command, capture_output=True, text=True, check=False)
-    if built.returncode != 0:
-        raise SystemExit(f"{NEEDS}; cc said:\n{built.stderr}")
-    return binary
+    return cc.build(HERE / "wirefloor.c", into, ["-lm"], NEEDS)
 
 
 @dataclass
