@@ -263,10 +263,12 @@ async def test_two_workers_serve_one_port_with_one_link_upstream(tmp_path: Path)
         stop.set()
         await ticking
         last = publisher.next_seq["agents"] - 1
-        for _, view, _ in subscribers:
-            async for update in view:
-                if update.seq >= last:
-                    break
+        for _, view, _ in subscribers:  # bounded: a hang fails instead of waiting for ever
+            try:
+                await asyncio.wait_for(_until_seq(view, last), 30)
+            except TimeoutError:
+                seqs = [v.seq for _, v, _ in subscribers]
+                raise AssertionError(f"views at seqs {seqs}, not at the last, {last}") from None
         assert all(view.rows == _rows(last, ruled) for _, view, ruled in subscribers)
         assert publisher.connections == 1  # the leader's link: the publisher sees one relay
         for _ in range(4):  # the HTTP API, whichever worker answers
@@ -283,7 +285,8 @@ async def test_two_workers_serve_one_port_with_one_link_upstream(tmp_path: Path)
         )
         for at, publish in enumerate(published):
             await publisher.broadcast(Published(publish.req, at, at))
-        assert sorted(await asyncio.gather(*writes)) == [(at, at) for at in range(len(writes))]
+        answers = await asyncio.wait_for(asyncio.gather(*writes), 30)
+        assert sorted(answers) == [(at, at) for at in range(len(writes))]
         await _restarted(relay.url, relay.pid, leader_port, len(subscribers), publisher)
         children = Path(f"/proc/{relay.pid}/task/{relay.pid}/children")
         workers = (await asyncio.to_thread(children.read_text)).split()
@@ -294,6 +297,13 @@ async def test_two_workers_serve_one_port_with_one_link_upstream(tmp_path: Path)
             timeout=10,
             what="the workers ending with their leader",
         )
+
+
+async def _until_seq(view: Any, seq: int) -> None:
+    """Read ``view``'s updates until one at ``seq`` or later."""
+    async for update in view:
+        if update.seq >= seq:
+            return
 
 
 def _running(pid: int) -> bool:
