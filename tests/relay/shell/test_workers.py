@@ -260,6 +260,10 @@ async def test_two_workers_serve_one_port_with_one_link_upstream(tmp_path: Path)
         with pytest.raises(HandshakeRefused):  # a worker checks tokens
             await stack.enter_async_context(connect(relay.url))
         subscribers = await _on_both_workers(stack, relay.url)
+        # Their first push while the publisher still ticks: the scripted publisher answers the
+        # workers' acquisitions with its next tick, so stopping first left them without rows.
+        for _, view, _ in subscribers:
+            await asyncio.wait_for(_until_seq(view, 0), 30)
         stop.set()
         await ticking
         last = publisher.next_seq["agents"] - 1
@@ -300,7 +304,9 @@ async def test_two_workers_serve_one_port_with_one_link_upstream(tmp_path: Path)
 
 
 async def _until_seq(view: Any, seq: int) -> None:
-    """Read ``view``'s updates until one at ``seq`` or later."""
+    """Read ``view``'s updates until it is at ``seq`` or later."""
+    if view.seq >= seq:
+        return
     async for update in view:
         if update.seq >= seq:
             return
