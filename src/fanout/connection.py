@@ -121,6 +121,9 @@ class Outbound:
             # The block's error stays the caller's: the group only waits for the writer and
             # the closing handshake.
             await self._tasks.__aexit__(None, None, None)
+            # The cancelled writer's traceback holds its frame, which holds this object: with
+            # the task kept here, the connection would wait for a full collection to be freed.
+            self._writer = None
 
     @property
     def idle(self) -> bool:

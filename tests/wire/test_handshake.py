@@ -125,7 +125,7 @@ def test_a_subscribe_with_an_invalid_view_is_refused_as_that_subscription() -> N
 def test_the_welcome_names_the_datasets_served_when_asked_at_the_hello() -> None:
     served: dict[str, str] = {}
     accepting = AcceptingSession(
-        codec.to_relay(), "test", frozenset({"subscriber"}), datasets=lambda: served
+        codec.to_relay(), "test", frozenset({"subscriber"}), datasets=lambda grant: served
     )
     served["orders"] = "sql"  # learnt after the session was made, before its hello
     outcome = accepting.receive(hello())

@@ -124,7 +124,7 @@ class WebSocketServer:
             f"fanout-relay {self._config.name}",
             relay.roles,
             room=relay.room,
-            datasets=lambda: visible(relay.datasets(), session.grant),
+            datasets=lambda grant: visible(relay.datasets(), grant),  # not session's: a cycle
             authenticate=(
                 (lambda hello: relay.authenticate(hello.token, hello.role))
                 if relay.authenticating

@@ -61,7 +61,7 @@ class AcceptingSession(Generic[T]):
         roles: frozenset[Role],
         *,
         room: Callable[[], str | None] = lambda: None,
-        datasets: Callable[[], dict[str, str]] = dict,
+        datasets: Callable[[object], dict[str, str]] = lambda grant: {},
         authenticate: Callable[[Hello], object] | None = None,
     ) -> None:
         """Args:
@@ -70,8 +70,9 @@ class AcceptingSession(Generic[T]):
         roles: the roles it serves.
         room: asked when a valid ``Hello`` arrives: None to admit the connection, else why
             there is no room for it (refused with code ``unavailable``).
-        datasets: asked when a ``Hello`` is admitted: the datasets served and the kind of
-            each one's index, for the ``Welcome`` (a relay's, to its subscribers).
+        datasets: asked when a ``Hello`` is admitted, with what its token grants: the datasets
+            served to it and the kind of each one's index, for the ``Welcome`` (a relay's, to
+            its subscribers).
         authenticate: asked when a ``Hello`` of a served role arrives, before anything else:
             what its token grants (kept as ``grant``), or raises ``Unauthorized``, and the
             connection is refused with the error's code (``unauthorized``, ``forbidden``)
@@ -128,7 +129,7 @@ class AcceptingSession(Generic[T]):
             version=PROTOCOL_VERSION,
             server=self._server,
             session=self.session_id,
-            datasets=self._datasets(),
+            datasets=self._datasets(self.grant),
         )
         return Outcome(reply=welcome)
 

@@ -7,6 +7,7 @@ The publisher here is ``fanout.testing.publisher.ScriptedPublisher``, speaking t
 from __future__ import annotations
 
 import asyncio
+import gc
 from collections.abc import AsyncIterator
 from dataclasses import replace
 
@@ -17,6 +18,7 @@ from websockets.exceptions import ConnectionClosed
 
 from fanout.client import HandshakeRefused, SubscriptionError, connect
 from fanout.cluster.upstreams import Upstreams
+from fanout.connection import Outbound
 from fanout.metrics import scrape
 from fanout.relay.config import Limits
 from fanout.relay.core.planner import Policy
@@ -29,6 +31,7 @@ from fanout.testing.wait import eventually
 from fanout.tiers.below import Relays
 from fanout.views import Box
 from fanout.wire import codec
+from fanout.wire.handshake import AcceptingSession
 from fanout.wire.messages import (
     PROTOCOL_VERSION,
     Catalog,
@@ -465,3 +468,33 @@ async def test_a_subscribers_write_is_forwarded_and_answered_under_its_req() -> 
         await publisher.relays[0].close()  # the answer is lost with the connection
         with pytest.raises(SubscriptionError, match=r"unavailable: .*may or may not be applied"):
             await asyncio.wait_for(lost, 5)
+
+
+def _alive(*kinds: type) -> dict[str, int]:
+    """Instances of ``kinds`` the collector tracks, unreachable ones not yet collected too."""
+    found = dict.fromkeys((kind.__name__ for kind in kinds), 0)
+    for each in gc.get_objects():
+        if type(each) in kinds:
+            found[type(each).__name__] += 1
+    return found
+
+
+async def test_a_closed_connection_is_freed_without_waiting_for_a_full_collection(
+    deployment,
+) -> None:
+    """Its objects in no reference cycle: a relay that keeps 100,000 objects collects them all
+    rarely, and closed connections (their sockets, buffers, tasks) waited for that."""
+    _, _, url = deployment
+    kinds = (Outbound, AcceptingSession)
+    async with connect(url):  # one first, whatever it leaves for good
+        pass
+    gc.collect()
+    gc.disable()
+    try:
+        before = _alive(*kinds)
+        for _ in range(5):
+            async with connect(url):
+                pass
+        await eventually(lambda: _alive(*kinds), lambda now: now == before, what="freed")
+    finally:
+        gc.enable()
