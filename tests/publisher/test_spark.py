@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -48,6 +49,22 @@ def test_the_embedded_drivers_java_options_come_before_the_users() -> None:
     mine = "-XX:MaxMetaspaceSize=1g -Dx=1"
     assert java_options(mine) == f"{JAVA_OPTIONS} {mine}"  # the JVM takes a flag's last value
     assert java_options(java_options(mine)) == java_options(mine)  # a second session's start
+
+
+@pytest.mark.parametrize("maximum", ["256m", "1g"])
+def test_the_embedded_drivers_heap_is_fixed_at_whatever_its_maximum(maximum: str) -> None:
+    """Whoever sets ``-Xmx`` (fanout's 4 GiB, ``--driver-memory``), the heap starts at it, is
+    touched at once and is never shrunk: the JVM's own reading of its flags, a real ``java``."""
+    command = ["java", *JAVA_OPTIONS.split(), f"-Xmx{maximum}", "-XX:+PrintFlagsFinal", "-version"]
+    printed = subprocess.run(command, capture_output=True, text=True, check=True).stdout
+    flags = dict(re.findall(r"^\s*\S+ (\w+)\s+= (\S+)", printed, re.MULTILINE))
+    assert flags["InitialHeapSize"] == flags["MaxHeapSize"] == str(parse_size(maximum))
+    assert flags["AlwaysPreTouch"] == "true" and flags["MaxHeapFreeRatio"] == "100"
+
+
+def parse_size(size: str) -> int:
+    """Bytes of a JVM size such as ``256m`` or ``1g``."""
+    return int(size[:-1]) * {"m": 2**20, "g": 2**30}[size[-1]]
 
 
 # -- who wins: spark-submit's --conf (preset), then fanout.toml's [spark] conf, then fanout's ---

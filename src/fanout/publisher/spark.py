@@ -45,15 +45,22 @@ CLUSTER = REQUIRED | {
 #: behind where the HDFS-backed store kept up. Given as ``SPARK_DRIVER_MEMORY``, the one place
 #: below ``--driver-memory``, ``--conf spark.driver.memory`` and ``spark-defaults.conf``.
 DRIVER_MEMORY = "4g"
-#: The embedded driver's memory outside its heap, bounded so that its resident memory has a
-#: ceiling: ``-Xmx`` (the driver memory) + these + the code cache (240 MiB, the JVM's default
-#: ``ReservedCodeCacheSize``) + about 0.4 GiB the JVM sizes itself (G1's tables, threads, symbols;
-#: docs/configuration.md, "Spark settings"). Unbounded by default, metaspace grows with the classes
-#: loaded and direct buffers up to ``-Xmx`` again; measured under ``bench/memory.py``'s load
-#: (``jcmd VM.native_memory``), metaspace held 140 MiB and direct buffers 8. Given before the
-#: user's own options (``SPARK_SUBMIT_OPTS``, then ``spark.driver.defaultJavaOptions`` and
+#: The embedded driver's memory, fixed so that its resident memory stays flat: its heap is
+#: committed whole at the start and touched once (``InitialRAMPercentage=100`` makes the initial
+#: heap the maximum, whatever sets ``-Xmx``; ``AlwaysPreTouch``), and never given back
+#: (``MaxHeapFreeRatio=100``). Left elastic, G1 grew its heap in steps under load and gave it back
+#: late: the JVM's RSS rose 22.6 %/h over an hour after warm-up (docs/benchmarks/memory.md).
+#: Outside the heap, metaspace and direct buffers are bounded (unbounded by default, metaspace
+#: grows with the classes loaded and direct buffers up to ``-Xmx`` again; measured under
+#: ``bench/memory.py``'s load, metaspace held 140 MiB and direct buffers 8). The ceiling:
+#: ``-Xmx`` + these + the code cache (240 MiB) + about 0.4 GiB the JVM sizes itself (G1's tables,
+#: threads, symbols; docs/configuration.md, "Spark settings"). Given before the user's own options
+#: (``SPARK_SUBMIT_OPTS``, then ``spark.driver.defaultJavaOptions`` and
 #: ``spark.driver.extraJavaOptions``), so that any of theirs naming the same flag wins.
-JAVA_OPTIONS = "-XX:MaxMetaspaceSize=512m -XX:MaxDirectMemorySize=512m"
+JAVA_OPTIONS = (
+    "-XX:InitialRAMPercentage=100 -XX:MaxHeapFreeRatio=100 -XX:+AlwaysPreTouch"
+    " -XX:MaxMetaspaceSize=512m -XX:MaxDirectMemorySize=512m"
+)
 #: What spark-submit sets itself when pyspark starts the JVM as ``pyspark-shell``: not the
 #: user's, so not kept over fanout's when fanout started the JVM (a user asking for exactly these
 #: values through ``PYSPARK_SUBMIT_ARGS`` gets fanout's instead).
