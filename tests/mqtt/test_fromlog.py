@@ -284,3 +284,30 @@ def test_a_peers_copy_of_a_passed_write_goes_to_the_following_sessions_alone() -
     c.apply(cluster._deliver(p.Publish("a/2", b"y", 2), "writer", True, None))  # not passed
     got = c.publishes(2) + c.publishes(1) + c.publishes(3)
     assert [(t, m) for t, m, *_ in got] == [("a/2", b"y")] * 3
+
+
+def test_a_write_a_plain_qos_2_subscription_takes_waits_for_the_peers_copy() -> None:
+    """Rule 6 and QoS: a row has no QoS, so a durable write passed at once goes at QoS 1; where a
+    plain QoS 2 subscription matches its topic it is not passed (that copy would stand for the
+    peer's QoS 2 one, which is then dropped as a duplicate): the peer's copy reaches each
+    subscription at its QoS, once. A topic only QoS 1 subscriptions match is passed at once."""
+    broker = Broker()
+    c = Clients(broker)
+    c.connect(1, "exact")
+    c.send(1, p.Subscribe(1, (("a/1", 2),)))
+    c.connect(2, "loose")
+    c.send(2, p.Subscribe(1, (("a/+", 1),)))
+    c.take(1), c.take(2)
+    feed = LogFeed(broker, c.apply, Routes("d"), str, shared=False)
+    feed.keys["d"] = "topic"
+    cluster = Cluster(MatchTable(_Unreached(), "here"), broker, c.apply, LOOPBACK)
+    cluster.relayed = feed.relayed
+    feed.written("d", _written([("a/1", b"x"), ("a/2", b"y")]))
+    assert c.publishes(1) == [] and c.publishes(2) == [("a/2", b"y", 1, False)]
+    assert (feed.held_back, feed.passed) == (1, 1)
+    for topic, payload in (("a/1", b"x"), ("a/2", b"y")):  # retained: the log carries them
+        c.apply(cluster._deliver(p.Publish(topic, payload, 2, True), "writer", True, None))
+    assert [(t, m, q) for t, m, q, _ in c.publishes(1)] == [("a/1", b"x", 2)]
+    assert [(t, m, q) for t, m, q, _ in c.publishes(2)] == [("a/1", b"x", 1)]
+    assert cluster.deduplicated == 1  # a/2's copy: passed already
+    assert feed.take("topic", _update(1, [("a/1", "x"), ("a/2", "y")])) == []  # the log's rows

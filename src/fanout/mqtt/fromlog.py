@@ -5,14 +5,14 @@ log, and sends what the live path did not carry (docs/mqtt.md). Rules:
 2. A message delivered live that the log will carry is remembered by topic (bounded by ``MEMO``)
    until its row comes: that row, and older ones of its topic, are not delivered again (one
    whose row comes later after all is: at least once, ending in the log's order).
-3. Any other row is published to this relay's clients at QoS 1 (retained rows as retained
-   messages), to plain subscriptions, and to ``$share`` groups only on a relay alone; sessions
-   following the topic through ``durable`` take it from there.
-4. A deleted row removes the topic's retained message; nothing is delivered.
+3. Any other row goes to this relay's clients at QoS 1 (retained rows retained), to plain
+   subscriptions, to ``$share`` groups only on a relay alone; sessions following the topic
+   through ``durable`` take it from there. 4. A deleted row removes the topic's retained message.
 5. A stream's first push (the dataset as it is) delivers nothing.
 6. A durable write from the live path (``written``, asked of the datasets a subscription could
-   take: ``wanted``) goes at once as rule 3 says, unless a copy was delivered live; remembered
-   as rule 2 says, and as passed until its row comes: a peer's copy is then not (``relayed``).
+   take: ``wanted``) goes at once as rule 3 says, unless delivered live or a plain QoS 2
+   subscription matches its topic (a row has no QoS: the peer's copy or the log serves it);
+   remembered as rule 2 says, and as passed until its row comes: a peer's copy is then not.
 """
 
 from __future__ import annotations
@@ -61,6 +61,7 @@ class LogFeed:
         self.carried = carried or retained_with_payload
         self.delivered = self.deduplicated = 0
         self.passed = 0  # durable writes delivered at once (rule 6)
+        self.held_back = 0  # durable writes left to a peer's copy or the log (rule 6)
         self.keys: dict[str, str] = {}  # each followed dataset's key column
         #: The persistent sessions, which follow their own subscriptions (rule 3).
         self.durable: Durable | None = None
@@ -106,11 +107,18 @@ class LogFeed:
             memo = self._memo.get(row.topic)
             if memo is not None and row.payload in memo:
                 continue  # delivered live here already: the log dedups both copies as one
+            if self.broker.subscribers.highest_qos(row.topic, self._plain) == 2:
+                self.held_back += 1
+                continue
             self.passed += 1
             _remember(self._passed, row.topic, row.payload)
             message = p.Publish(row.topic, row.payload, 1, retain=row.retain)
             actions += self._publish(message, remembered=True)
         self.apply(actions)
+
+    def _plain(self, client_id: str, text: str) -> bool:
+        """Whether a subscription takes a row here as a plain one: not followed (rule 3)."""
+        return self.durable is None or not self.durable.follows(client_id, text)
 
     def take(self, key: str, update: Update) -> list[Action]:
         """What ``update`` of a followed dataset sends to the clients (rules 2-5)."""

@@ -109,6 +109,16 @@ class Subscribers:
             add_target(targets, session, session.subscriptions[text][1], message, "")
         return list(targets.values())
 
+    def highest_qos(self, topic: str, plain: Callable[[str, str], bool]) -> int:
+        """The highest QoS of the plain subscriptions matching ``topic`` that ``plain`` keeps
+        (by client id and filter); -1 for none."""
+        subscribers, found = self._subscribers, -1
+        for sub_id in self._index.match(topic):
+            session, sub = subscribers[sub_id]
+            if sub is not None and sub.qos > found and plain(session.client_id, sub.filter):
+                found = sub.qos
+        return found
+
     def _reads(self, sub_id: int, topic: str) -> bool:
         rights = self._subscribers[sub_id][0].rights
         return rights is None or rights.may_read(topic)
