@@ -9,18 +9,19 @@ object, writes ``bench/results/partitions.json`` and prints a one-line summary l
 * a Spark publisher (the ``agents`` simulation, 10 ticks/s), a relay on it (``flat``) and a tier
   (a mid relay, an ``edge`` below it), the flat relay and the edge dialing through proxies;
 * three relays in a map of responsibility (redirect policy, lease ``LEASE``, 3 s) in a Redis Cluster
-  whose nodes announce proxies: each relay can lose Redis alone (``Proxy.isolate``);
+  whose nodes announce proxies: each relay can lose Redis alone (``Proxy.isolate``); three more
+  in a map of their own with the forward policy (``f0``-``f2``, ``every`` followers at each);
 * three relays as one MQTT broker, the peer links to ``b`` and ``c`` through proxies.
 
-Each partition picks a link no partition holds (``flat``, ``tier``, ``redis:mN``, ``mqtt:b``,
-``mqtt:c``, ``redis:mqtt-b``, ``redis:mqtt-c``: an MQTT relay alone loses Redis), a way (both, up,
-down; a tenth are cuts) and a length (0.5 to ``--longest`` s), heals it, and measures the recovery:
-until the link's subscribers are past what the publisher had logged (or published) at the heal, and
-a relay of the map serves again. Beside the flat relay's and the edge's ``every`` followers,
-``latest`` views of the same boxes: once healed, each must hold what its box held by the log at its
-seq (``latest_differing``). Besides the links, the persistent QoS 2 subscribers at b and c go away
-(DISCONNECT) and come back to their sessions at random (``AWAY``; ``clients_away``), audited as the
-others.
+Each partition picks a link no partition holds (``flat``, ``tier``, ``redis:mN``, ``redis:fN``,
+``mqtt:b``, ``mqtt:c``, ``redis:mqtt-b``, ``redis:mqtt-c``: an MQTT relay alone loses Redis), a
+way (both, up, down; a tenth are cuts) and a length (0.5 to ``--longest`` s), heals it, and
+measures the recovery: until the link's subscribers are past what the publisher had logged (or
+published) at the heal, and a relay of the map serves again. Beside the flat relay's and the
+edge's ``every`` followers, ``latest`` views of the same boxes: once healed, each must hold what its
+box held by the log at its seq (``latest_differing``). Besides the links, the persistent QoS 2
+subscribers at b and c go away (DISCONNECT) and come back to their sessions at random (``AWAY``;
+``clients_away``), audited as the others.
 """
 
 from __future__ import annotations
@@ -43,7 +44,7 @@ from fanout.client import LiveView, SubscriptionError, connect
 from fanout.launch import Child, Children
 from fanout.publisher.log import SqliteLog
 from fanout.testing import followers as flat_followers
-from fanout.testing.audit import Rows, audit, latest_differences
+from fanout.testing.audit import Rows
 from fanout.testing.calibration import calibrate
 from fanout.testing.clusterview import Follower as MapFollower
 from fanout.testing.clusterview import metric
@@ -53,12 +54,14 @@ from fanout.testing.proxy import Proxy, proxy
 from fanout.testing.redis import cluster_ports, throwaway_redis_cluster
 from fanout.testing.wait import NotYet, eventually
 from fanout.views import Box
-from partitionmqtt import MqttClient, mqtt_audit
+from partitionaudit import audits
+from partitionmqtt import MqttClient
 from partitionrecords import LEASE, double_served, records
 
 RESULTS = Path(__file__).parent / "results" / "partitions.json"
 KEEPALIVE = 2.0  # the flat relay's and the edge's --upstream-keepalive
 MAP = ("m0", "m1", "m2")
+FORWARD = ("f0", "f1", "f2")  # the forward policy's map
 MQTT = ("a", "b", "c")
 #: The persistent QoS 2 subscribers at b and c going away and coming back (not a link).
 AWAY = ("away:b", "away:c")
@@ -74,6 +77,9 @@ class Deployment:
         self.pids: dict[str, int] = {}  # a link isolating one process: its pid
         self.map_logs: dict[str, Path] = {}
         self.map: list[Child] = []
+        self.forward_logs: dict[str, Path] = {}
+        self.forward: list[Child] = []
+        self.named: dict[str, Child] = {}  # the relays of both maps by name
         self.mqtt_ports: dict[str, int] = {}
         self.log = root / "publisher" / "log.db"
 
@@ -93,6 +99,7 @@ class Deployment:
         tier = await self._proxy("tier", int(self.mid.url.rsplit(":", 1)[1]))
         self.edge = await self._relay("edge", "--upstream", f"ws://{tier.address}", *keep)
         await self._map()
+        await self._forward()
         await self._mqtt()
 
     async def _proxy(self, name: str, port: int) -> Proxy:
@@ -119,9 +126,31 @@ class Deployment:
                 "json",
             )
             self.map.append(child)
+            self.named[name] = child
             self.links[f"redis:{name}"] = self.links["redis"]
             self.pids[f"redis:{name}"] = child.process.pid
         self.redis = nodes[0].address  # the MQTT relays dial Redis through the proxies too
+
+    async def _forward(self) -> None:
+        """The forward policy's map, in a Redis Cluster of its own (the registry's keys hold
+        one map), each relay able to lose it alone (``redis:fN``)."""
+        ports = cluster_ports(3)
+        nodes = [await self.stack.enter_async_context(proxy((LOOPBACK, p))) for p in ports]
+        announced = throwaway_redis_cluster(ports=ports, announce=[n.port for n in nodes])
+        await asyncio.to_thread(self.stack.enter_context, announced)
+        for name in FORWARD:
+            self.forward_logs[name] = self.root / f"{name}.log"
+            child = await self._relay(
+                name,
+                *("--publisher", self.publisher.url, "--registry-policy", "forward"),
+                *("--registry", f"redis://{nodes[0].address}", "--registry-lease", str(LEASE)),
+                "--log-format",
+                "json",
+            )
+            self.forward.append(child)
+            self.named[name] = child
+            self.links[f"redis:{name}"] = nodes
+            self.pids[f"redis:{name}"] = child.process.pid
 
     async def _mqtt(self) -> None:
         for name in MQTT:
@@ -168,6 +197,9 @@ class Run:
         self.mapped = [MapFollower(box) for box in BOXES]
         for n, follower in enumerate(self.mapped):
             await follower.attach(d.map[n % len(d.map)].url)
+        self.forwarded = [flat_followers.Follower(box) for box in BOXES]  # never redirected
+        for n, follower in enumerate(self.forwarded):
+            await follower.attach(d.forward[n % len(d.forward)].url)
         ports = d.mqtt_ports
         self.q1 = [MqttClient(ports[n], f"q1-{n}") for n in ("b", "c")]
         self.q2 = [MqttClient(ports[n], f"q2-{n}", persistent=True) for n in ("b", "c")]
@@ -287,11 +319,13 @@ class Run:
                 if not numbers or max(numbers) < target[topic]:
                     waiting.append(f"{topic} at {name}")
             return not waiting
-        followers = {"flat": self.flat, "tier": self.edge}.get(name, self.mapped)
-        if name.startswith("redis:"):
-            child = self.d.map[MAP.index(name.split(":")[1])]
-            if await metric(child.url, "fanout_relay_registry_serving") != 1:
-                waiting.append(f"{name} serving")
+        relay = name.split(":")[1] if name.startswith("redis:") else ""
+        followers = {"flat": self.flat, "tier": self.edge}.get(
+            name, self.forwarded if relay in FORWARD else self.mapped
+        )
+        serving = "fanout_relay_registry_serving"
+        if relay and await metric(self.d.named[relay].url, serving) != 1:
+            waiting.append(f"{name} serving")
         waiting += [str(f.box) for f in followers if not f.updates or f.updates[-1].seq < target]
         return not waiting
 
@@ -331,7 +365,7 @@ async def settle(run: Run, timeout: float) -> int:
     """Wait until every subscriber is past what was logged and published after the last heal;
     how many ``every`` views were not by ``timeout`` seconds."""
     target, sent = run.logged() + 3, dict(run.sent)
-    every = [*run.flat, *run.edge, *run.mapped]
+    every = [*run.flat, *run.edge, *run.mapped, *run.forwarded]
     with contextlib.suppress(NotYet):
         await eventually(
             lambda: (
@@ -346,57 +380,6 @@ async def settle(run: Run, timeout: float) -> int:
             every=0.5,
         )
     return sum(not f.updates or f.updates[-1].seq < target for f in every)
-
-
-def audits(run: Run) -> dict[str, Any]:
-    totals = {"lost": 0, "duplicated": 0, "reordered": 0, "mismatched": 0, "delivered": 0}
-    latest = {"checked": 0, "differing": 0, "ended": 0, "unchecked": 0}
-    problems: list[str] = []
-    with SqliteLog(run.d.log) as stored:
-        for follower in [*run.flat, *run.edge, *run.mapped]:
-            snapshots = [(seq, held) for f, seq, held in run.latest_at if f is follower]
-            found = audit(
-                follower.updates,
-                follower.box,
-                key="id",
-                index=("x", "y"),
-                log=stored,
-                dataset="agents",
-                at={seq for seq, _ in snapshots},
-            )
-            for name in totals:
-                totals[name] += getattr(found, name)
-            for seq, held in snapshots:
-                expected = found.rows_at.get(seq)
-                if held is None or expected is None:  # ended, or no update of the seq
-                    latest["ended" if held is None else "unchecked"] += 1
-                    continue
-                latest["checked"] += 1
-                if differences := latest_differences(held, expected):
-                    latest["differing"] += 1
-                    problems.append(f"{follower.box} at seq {seq}: {'; '.join(differences)}")
-    mqtt_found = {"lost": 0, "duplicated": 0, "reordered": 0}
-    q2_duplicates = 0
-    by_client: dict[str, Any] = {}
-    for clients, topic, qos in ((run.q1, "q1/a", 1), (run.q2, "q2/a", 2)):
-        for at, client in zip(("b", "c"), clients, strict=True):
-            found = mqtt_audit(client.received(), {topic: run.sent[topic]}, qos)
-            if found["lost"] or found["duplicated"] or found["reordered"]:
-                by_client[f"{topic} at {at}"] = found
-            mqtt_found["lost"] += found["lost"]
-            mqtt_found["reordered"] += found["reordered"]
-            q2_duplicates += found["duplicated"]
-    shared = [t for c in run.shared for t in c.received()]
-    shared_lost = mqtt_audit(shared, {"q1/a": run.sent["q1/a"]}, 1)["lost"]
-    return {
-        "every": totals,
-        "mqtt": mqtt_found,
-        "mqtt_problems": by_client,
-        "qos2_duplicates": q2_duplicates,
-        "share_lost": shared_lost,
-        "latest_views": latest | {"problems": problems[:10]},
-        "mqtt_sent": dict(run.sent),
-    }
 
 
 async def bench(args: argparse.Namespace) -> dict[str, Any]:
@@ -420,18 +403,28 @@ async def bench(args: argparse.Namespace) -> dict[str, Any]:
         finally:
             for task in loops:
                 task.cancel()
-            for follower in [*run.flat, *run.edge]:
+            for follower in [*run.flat, *run.edge, *run.forwarded]:
                 await follower.detach()
             for mapped in run.mapped:
                 await mapped.detach()
             for client in [*run.q1, *run.q2, *run.shared, run.producer]:
                 client.close()
         ended = time.time()
-        found = audits(run)
+        found = audits(
+            deployment.log,
+            [*run.flat, *run.edge, *run.mapped, *run.forwarded],
+            run.latest_at,
+            {"q1": run.q1, "q2": run.q2, "shared": run.shared},
+            run.sent,
+        )
     recoveries = sorted(p["recovery_s"] for p in run.log if p["recovery_s"] is not None)
     p99 = recoveries[min(len(recoveries) - 1, int(0.99 * len(recoveries)))] if recoveries else None
     every, mqtt_found = found["every"], found["mqtt"]
     links = sorted((set(deployment.links) | set(AWAY)) - {"redis"})
+    doubly = {  # seconds two relays of a map served the same part, from their own records
+        "redirect": double_served(deployment.map_logs, began, ended),
+        "forward": double_served(deployment.forward_logs, began, ended),
+    }
     return {
         "benchmark": "partitions",
         "partitions": sum(p["link"] not in AWAY for p in run.log),
@@ -444,7 +437,8 @@ async def bench(args: argparse.Namespace) -> dict[str, Any]:
         "latest_differing": sum(
             found["latest_views"][k] for k in ("differing", "ended", "unchecked")
         ),
-        "double_served_s": round(double_served(deployment.map_logs, began, ended), 3),
+        "double_served_s": round(sum(doubly.values()), 3),
+        "double_served_by_map_s": {name: round(s, 3) for name, s in doubly.items()},
         "recovery_p50_s": recoveries[len(recoveries) // 2] if recoveries else None,
         "recovery_p99_s": p99,
         "not_recovered": sum(p["recovery_s"] is None for p in run.log),
@@ -455,7 +449,7 @@ async def bench(args: argparse.Namespace) -> dict[str, Any]:
         "by_link": {n: sum(p["link"] == n for p in run.log) for n in links},
         "lapses": {
             name: len(records(log, "registry: lease lapsed"))
-            for name, log in deployment.map_logs.items()
+            for name, log in (deployment.map_logs | deployment.forward_logs).items()
         },
         "load_average_during": {
             "mean": round(sum(run.loads) / max(1, len(run.loads)), 2),

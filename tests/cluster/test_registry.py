@@ -292,3 +292,25 @@ async def test_a_member_whose_redis_cluster_answers_not_at_all_keeps_its_map_and
         failed = registry.failed_beats
         await asyncio.sleep(registry.lease)
         assert registry.failed_beats == failed and f"u{run}" in registry.map.members
+
+
+async def test_a_lapsed_member_is_told_when_it_lapses_and_when_it_serves_again(
+    node: str,
+) -> None:
+    """Rule 8: the lapse watchers get the map without it; the back watchers are told a lease
+    after a beat brought it back, when ``serving`` turns true."""
+    name = f"l{next(runs)}"
+    lapsed = member(node, name, lease=2.0)
+    told: list[object] = []
+    lapsed.lapse_watchers.append(told.append)
+    lapsed.back_watchers.append(lambda: told.append(lapsed.serving))
+    await lapsed.beat()  # joined, then silent: its lease lapses unrenewed
+    await eventually(lambda: len(told) == 1, timeout=10, what="the lapse")
+    assert isinstance(told[0], ResponsibilityMap) and name not in told[0].members
+    assert not lapsed.serving
+    back = asyncio.get_running_loop().time()
+    async with running(lapsed):  # beating again
+        assert not lapsed.serving  # back in the map, it waits a lease
+        await eventually(lambda: len(told) == 2, timeout=10, what="serving again")
+        assert told[1] is True and asyncio.get_running_loop().time() - back >= 2.0
+    assert lapsed.lapses == 1

@@ -2,13 +2,13 @@
 Redis Cluster), split and merge on load (``splitting``) and, by policy, redirects or forwarding
 (``sharing``). ``relay.shell.server`` holds one when started with ``--registry``. Rules:
 
-1. **Joined before ready.** The relay joins the map (its first beat) before it reports ready, so
-   a subscriber it accepts is never served by a relay the others do not know.
+1. **Joined before ready** (its first beat): a subscriber it accepts is never served by a relay
+   the others do not know.
 2. **Moved parts take their subscriptions** (redirect policy): when a part leaves this relay (a
    split, a merge, a relay joining), each held subscription of it ends with a redirect to the
    part's new relay (``redirects`` rule 1). Forward policy: ``sharing`` acquires it there.
-3. **A lapsed lease ends what it holds** (redirect policy, ``registry`` rule 8): each held
-   subscription ends with a redirect to its owner in the map without this relay.
+3. **A lapsed lease** (``registry`` rule 8) ends each held subscription with a redirect to its
+   owner in the map without this relay; forward policy: kept, parts taken from that map.
 4. **Handed over warm** (redirect policy, ``handover``): the subscriptions of a part a split
    handed over end once its member holds the part ready, and what this relay was handed is
    warmed (``warming``); the map is read every ``LOOK`` s meanwhile, and by an idle standby.

@@ -11,8 +11,8 @@ around ``cluster.responsibility`` (docs/cluster.md, "Leases", says why of each r
    both relays are live, the giver's owners current, no part taken; ``WARMED`` marks one ready.
 7. **One beat at a time**: a late reply never puts an older map over a newer one; ``confirm``
    reads afresh before an HTTP stream is redirected.
-8. **A lapsed lease serves nothing**: unrenewed by a beat's send + ``lease``, the relay ends what
-   it holds (``lapse_watchers``); back in the map, it serves again one lease later.
+8. **A lapsed lease serves nothing**: unrenewed by a beat's send + ``lease``, the relay owns no
+   part (``lapse_watchers``); back in the map, it serves again a lease later (``back_watchers``).
 """
 
 from __future__ import annotations
@@ -103,10 +103,13 @@ class Registry:
         self.redirected = 0
         #: Rule 8: told (with the map without this relay) when its lease lapsed.
         self.lapse_watchers: list[Callable[[ResponsibilityMap], None]] = []
+        #: Rule 8: told when this relay serves again, one lease after it came back.
+        self.back_watchers: list[Callable[[], None]] = []
         self.lapses = 0
         self._lapsed = False
         self._serving_from = 0.0  # loop time: back in the map, serving again from then
         self._timer: asyncio.TimerHandle | None = None  # fires when the lease as renewed lapses
+        self._back: asyncio.TimerHandle | None = None  # fires when it serves again
         self._keys = [
             f"{{{NAMESPACE}}}:deadlines",
             f"{{{NAMESPACE}}}:urls",
@@ -205,6 +208,7 @@ class Registry:
         if self._lapsed:
             self._lapsed = False
             self._serving_from = now + self.lease
+            self._back = loop.call_at(self._serving_from, self._serving_again)
             log.warning("registry: back in the map; serving again in %g s", self.lease)
         self._timer = loop.call_at(sent + self.lease, self._lapse)
 
@@ -213,11 +217,21 @@ class Registry:
         if self._lapsed:
             return
         self._lapsed, self._timer = True, None
+        if self._back is not None:
+            self._back.cancel()
+            self._back = None
         self.lapses += 1
-        log.warning("registry: lease lapsed (Redis away): ending what this relay serves")
+        log.warning("registry: lease lapsed (Redis away): this relay owns no part")
         without = self._without_me()
         for watcher in self.lapse_watchers:
             watcher(without)
+
+    def _serving_again(self) -> None:
+        """Rule 8: a lease after coming back, this relay owns its parts again."""
+        self._back = None
+        log.info("registry: serving again")
+        for watcher in self.back_watchers:
+            watcher()
 
     @property
     def serving(self) -> bool:
@@ -308,8 +322,9 @@ class Registry:
                     self.failed_beats += 1
                     log.warning("registry: a beat failed, keeping the last map: %s", error)
         finally:
-            if self._timer is not None:
-                self._timer.cancel()
+            for timer in (self._timer, self._back):
+                if timer is not None:
+                    timer.cancel()
             await self.leave()
 
     async def leave(self) -> None:

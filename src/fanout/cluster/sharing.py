@@ -6,7 +6,9 @@ when first needed and owned by ``run``'s task group. Every batch goes through th
 whole seqs go to the writer in order. An unreachable relay is not asked again for
 ``RETRY_AFTER`` seconds (the publisher serves its parts meanwhile). When the map changes, or a
 split or merge moves a part, the primitives held at a relay no longer responsible are acquired
-anew, routed by the new map.
+anew, routed by the new map. A relay whose lease lapsed keeps its subscribers but owns nothing
+(``upstreams`` rule 4): it routes by the map without itself, its parts acquired from their new
+owners and released at the publisher, until it serves again (``registry`` rule 8).
 """
 
 from __future__ import annotations
@@ -20,8 +22,8 @@ from typing import Protocol
 
 from fanout.cluster.peerlink import PeerLink
 from fanout.cluster.registry import Registry
-from fanout.cluster.responsibility import ResponsibilityMap, part_of, taken_from
-from fanout.cluster.upstreams import PUBLISHER, Taken, Upstreams
+from fanout.cluster.responsibility import ResponsibilityMap
+from fanout.cluster.upstreams import PUBLISHER, Taken, Upstreams, acquired_anew, routing_map
 from fanout.relay.core.relaycore import UPSTREAM, RelayCore, Send
 from fanout.wire import codec
 from fanout.wire.messages import Batch, Catalog, Error
@@ -84,7 +86,11 @@ class Sharing:
         self._links: dict[str, PeerLink] = {}
         self._failed: dict[str, float] = {}
         self._group: asyncio.TaskGroup | None = None
+        #: The map routed by (``upstreams`` rule 4), and whether this relay owns its parts.
+        self._routing, self._owning = registry.map, True
         registry.on_change = self._map_changed
+        registry.lapse_watchers.append(self._lapsed)
+        registry.back_watchers.append(self._serving_again)
 
     async def run(self) -> None:
         """Own the links to other relays until cancelled."""
@@ -106,7 +112,7 @@ class Sharing:
     def send(self, send: Send, *, below: bool = False) -> None:
         """Route a frame of the core's to its upstream (``below``: sent for a relay below)."""
         frame = send.message()
-        upstream = self.upstreams.route(frame, self._registry.map, self._reachable, below=below)
+        upstream = self.upstreams.route(frame, self._routing, self._reachable, below=below)
         if upstream is None:
             return
         data = codec.encode(frame)
@@ -122,7 +128,7 @@ class Sharing:
     def _link(self, name: str) -> PeerLink:
         link = self._links.get(name)
         if link is None:
-            url = self._registry.map.members[name]
+            url = self._routing.members[name]
             link = PeerLink(
                 name,
                 url,
@@ -190,22 +196,31 @@ class Sharing:
     # -- the map changing ------------------------------------------------------------------
 
     def _map_changed(self, before: ResponsibilityMap, after: ResponsibilityMap) -> None:
-        datasets = set()
-        me = self._registry.name
-        for held in self.upstreams.held.values():
-            if held.upstream == PUBLISHER:
-                # The part went to another relay (a split, a merge, a relay joining): taken
-                # from its new owner.
-                part = part_of(held.dataset, held.view, after.side)
-                if taken_from(before, after, me, part):
-                    datasets.add(held.dataset)
-                continue
-            if held.upstream not in self._links:
-                continue
-            if not after.members or after.owner_of(held.dataset, held.view).name != held.upstream:
-                datasets.add(held.dataset)
+        self._reroute(routing_map(after, self._registry.name, self._owning), "the map changed")
+
+    def _lapsed(self, without: ResponsibilityMap) -> None:
+        """The lease lapsed: this relay's parts are taken from the map without it."""
+        self._owning = False
+        self._reroute(without, "the lease lapsed")
+
+    def _serving_again(self) -> None:
+        """A lease after coming back: routed by the map again."""
+        self._owning = True
+        self._reroute(self._registry.map, "serving again")
+
+    def _reroute(self, after: ResponsibilityMap, why: str) -> None:
+        """Route by ``after`` from now; acquire anew what is held where it is no longer
+        routed (``upstreams.acquired_anew``)."""
+        before, self._routing = self._routing, after
+        datasets = acquired_anew(
+            self.upstreams.held.values(),
+            before,
+            after,
+            self._registry.name,
+            self._links.__contains__,
+        )
         for dataset in sorted(datasets):
-            log.info("the map changed: %s acquired anew, routed by the new map", dataset)
+            log.info("%s: %s acquired anew, routed by the new map", why, dataset)
             self._dispatch(self._core.resync(dataset))
         if datasets:
             self._wake()

@@ -2,27 +2,26 @@
 and assembles every seq from the pieces its upstreams send (CA 3197003 [0111], [0116], Fig. 9;
 docs/cluster.md, "The forward policy"). Rules:
 
-1. **Acquire.** A primitive whose part (``responsibility.part_of``) another live relay owns is
-   acquired from that relay over the tier protocol if its name sorts after this one's (so waits
-   never form a circle); every other primitive, and every one acquired for a relay below, from
-   the publisher (``PUBLISHER``).
-2. **Release** goes where its primitive was acquired; curiosity, horizons and subscribers'
-   writes go to the publisher.
-3. **Batches** come in pieces, merged (``cluster.assembly``, ``cluster.merging``) once whole; a
-   peer is expected for a dataset from its first primitive until its last is released.
-4. **Stale snapshots.** Their primitives are released and acquired again at the same relay.
-5. **A peer lost.** Waiting seqs go on without it; its datasets are resynced (from the publisher
+1. **Acquire.** A primitive whose part another live relay owns is acquired there if its name sorts
+   after this one's (waits never form a circle); every other, and every one for a relay below, from
+   the publisher (``PUBLISHER``). Release goes where it was acquired; the rest to the publisher.
+2. **Batches** come in pieces, merged once whole; a peer is expected for a dataset from its first
+   primitive until its last is released. Stale snapshots: released and acquired again there.
+3. **A peer lost.** Waiting seqs go on without it; its datasets are resynced (from the publisher
    while it is unreachable), ``every`` subscribers catching up by curiosity.
+4. **A lapsed lease owns nothing** (``registry`` rule 8): the relay routes by the map without
+   itself (:func:`routing_map`) until it serves again. When the map it routes by changes, what is
+   held where it is no longer routed is acquired anew (:func:`acquired_anew`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from fanout.cluster.assembly import Assembled, Assembly
 from fanout.cluster.merging import merge_pieces
-from fanout.cluster.responsibility import ResponsibilityMap
+from fanout.cluster.responsibility import ResponsibilityMap, part_of
 from fanout.views import View
 from fanout.views.entity import Entity
 from fanout.wire.messages import Acquire, Batch, Catalog, Release
@@ -48,8 +47,8 @@ class Taken:
 
     Attributes:
         batches: whole seqs for the core, in order.
-        sends: (upstream, frame) to send (rule 4).
-        resync: datasets the core must resync (rule 5).
+        sends: (upstream, frame) to send (rule 2).
+        resync: datasets the core must resync (rule 3).
     """
 
     batches: list[Batch]
@@ -88,7 +87,7 @@ class Upstreams:
         *,
         below: bool = False,
     ) -> str | None:
-        """The upstream ``frame`` goes to (rules 1, 2): a relay's name, ``PUBLISHER``, or None
+        """The upstream ``frame`` goes to (rule 1): a relay's name, ``PUBLISHER``, or None
         (the release of a primitive of a lost peer: nothing to send).
 
         Args:
@@ -161,7 +160,7 @@ class Upstreams:
         return assembly
 
     def on_batch(self, upstream: str, batch: Batch) -> Taken:
-        """A piece from ``upstream`` (rule 3, 4)."""
+        """A piece from ``upstream`` (rule 2)."""
         assembly = self._assembly(batch.dataset)
         outcome = assembly.add(
             upstream, (batch.epoch, batch.seq), batch, snapshots=bool(batch.snapshots)
@@ -176,7 +175,7 @@ class Upstreams:
         return taken
 
     def lost(self, upstream: str) -> Taken:
-        """Peer ``upstream`` is lost (rule 5): the seqs that waited for it, and its datasets to
+        """Peer ``upstream`` is lost (rule 3): the seqs that waited for it, and its datasets to
         resync (the core releases their primitives, which go nowhere, and acquires them anew,
         routed again)."""
         taken = Taken([], [], set())
@@ -213,3 +212,50 @@ class Upstreams:
             "forwarded": self.forwarded,
             "assembled": self.assembled,
         }
+
+
+def routing_map(known: ResponsibilityMap, me: str, owning: bool) -> ResponsibilityMap:
+    """The map relay ``me`` routes by (rule 4): the map ``known`` as last read while it owns
+    its parts, else that map without ``me`` (its lease lapsed, or it waits to serve again)."""
+    if owning:
+        return known
+    return known.with_members({n: url for n, url in known.members.items() if n != me})
+
+
+def acquired_anew(
+    held: Iterable[Held],
+    before: ResponsibilityMap,
+    after: ResponsibilityMap,
+    me: str,
+    linked: Callable[[str], bool],
+) -> set[str]:
+    """The datasets relay ``me`` acquires anew when the map it routes by changes from
+    ``before`` to ``after`` (rule 4): those of a primitive held from the publisher whose part
+    was ``me``'s and is another relay's now (a split, a merge, a relay joining, its own lease
+    lapsing), and those of one held from a ``linked`` relay no longer responsible for it.
+
+    Args:
+        held: where each primitive was acquired (``Upstreams.held``).
+        before: the map routed by until now (:func:`routing_map`).
+        after: the map routed by from now.
+        me: this relay's name.
+        linked: whether a peer link to a relay is open (a lost one is rule 3's).
+    """
+    datasets = set()
+    for primitive in held:
+        dataset, view, upstream = primitive.dataset, primitive.view, primitive.upstream
+        if upstream == PUBLISHER:
+            part = part_of(dataset, view, after.side)
+            if _owner(before, part) == me and _owner(after, part) not in (me, None):
+                datasets.add(dataset)
+        elif (
+            upstream != GONE
+            and linked(upstream)
+            and (not after.members or after.owner_of(dataset, view).name != upstream)
+        ):
+            datasets.add(dataset)
+    return datasets
+
+
+def _owner(members: ResponsibilityMap, part: str) -> str | None:
+    return members.owner(part).name if members.members else None
