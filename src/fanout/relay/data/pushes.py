@@ -442,6 +442,14 @@ class Encodings:
             self.shared += 1
         return body
 
+    def current(self, dataset: str, generation: int) -> dict[Hashable, Body]:
+        """The bodies cut from this generation of ``dataset``, by key (for a turn's pushes
+        looked up together: the caller counts ``shared``, and ``put``s what it cuts)."""
+        if self._generation.get(dataset) != generation:
+            self._generation[dataset] = generation
+            self._bodies[dataset] = {}
+        return self._bodies[dataset]
+
     def put(self, dataset: str, key: Hashable, body: Body) -> None:
         """Remember a body cut from the current generation of ``dataset``."""
         self.cut += 1
