@@ -242,9 +242,9 @@ class RegionKind:
         for shape, cuts in wanted.items():
             regions = [region for region, _ in cuts.values()]
             helds = [held for _, held in cuts.values()]
-            for key, body in zip(cuts, cut_boxes(regions, helds, shape, buffer), strict=True):
-                bodies[key] = body
-                encodings.put(self.name, key, body)
+            made = dict(zip(cuts, cut_boxes(regions, helds, shape, buffer), strict=True))
+            bodies.update(made)
+            encodings.put_all(self.name, made)
         # ``bodies`` holds one body per distinct key pushed: the other pushes shared one.
         encodings.shared += len(keys) - keys.count(None) - len(bodies)
         epoch, seq = stamp.epoch, stamp.seq
