@@ -260,7 +260,8 @@ class RegionKind:
 
     def _current(self, subscription: Subscription) -> bool:
         """Whether the subscriber holds its view as of the active state (no row held back by
-        its rate tiers): nothing to push."""
+        its rate tiers): nothing to push. (Inlined in ``_cut_boxes``, as ``_held_after`` is:
+        keep them alike.)"""
         held, buffer = subscription.held, self.state.buffer
         return (
             held is not None
