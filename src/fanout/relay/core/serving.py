@@ -247,10 +247,47 @@ class Serving:
                 )
                 due = [d for d, q in zip(turn, quiet, strict=True) if not q]
             cuts = kind.cut_together([(s, located) for _, s, located in due])
-            for (at, subscription, _), found in zip(due, cuts, strict=True):
-                send = self._deliver(subscription, stamp, found, now)
-                if send is not None:
-                    served[at].append(send)
+            self._deliver_together(due, cuts, stamp, served, now)
+
+    def _deliver_together(
+        self,
+        due: list[tuple[int, Subscription, Hashable]],
+        cuts: list[Cut | None],
+        stamp: Stamp,
+        served: list[list[Send]],
+        now: float,
+    ) -> None:
+        """``_deliver`` for each of a turn's pushes cut together, in one pass: each send in its
+        place in ``served``, their progress and rate buckets at once (``Lifecycle.pushed_all``).
+        """
+        lifecycle, scheduler, live = self._lifecycle, self._scheduler, self.live
+        epoch, seq, tick = stamp.epoch, stamp.seq, stamp.tick
+        pushed: list[tuple[Subscription, int, int]] = []
+        for (at, subscription, _), found in zip(due, cuts, strict=True):
+            if found is None:
+                scheduler.idle(subscription.key)  # woken, but nothing is new for it
+                continue
+            body, after = found
+            held = subscription.held
+            advanced = held is None or held.epoch != epoch or held.seq != seq
+            lifecycle.holds(subscription, after, stamp)
+            if not (body.full or body.changes):
+                if not advanced:
+                    scheduler.idle(subscription.key)  # a new state, but no new tick nor change
+                    continue
+                pushed.append((subscription, 0, 0))
+                self._counters.no_updates += 1
+                no_update = NoUpdate(subscription.sub, epoch, seq, tick)
+                served[at].append(Send(subscription.client, no_update))
+                continue
+            data = live.deliver(subscription, stamp, body) or encode_push(
+                subscription.sub, stamp, body
+            )
+            pushed.append((subscription, len(data), body.changes))
+            self._counters.pushes += 1
+            self._counters.pushed_ticks.append(stamp.tick_time)
+            served[at].append(Send(subscription.client, data))
+        lifecycle.pushed_all(pushed, now)
 
     def _unchanged(
         self,

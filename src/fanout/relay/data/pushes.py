@@ -442,10 +442,23 @@ class Encodings:
             self.shared += 1
         return body
 
+    def current(self, dataset: str, generation: int) -> dict[Hashable, Body]:
+        """The bodies cut from this generation of ``dataset``, by key (for a turn's pushes
+        looked up together: the caller counts ``shared``, and puts what it cuts: ``put_all``)."""
+        if self._generation.get(dataset) != generation:
+            self._generation[dataset] = generation
+            self._bodies[dataset] = {}
+        return self._bodies[dataset]
+
     def put(self, dataset: str, key: Hashable, body: Body) -> None:
         """Remember a body cut from the current generation of ``dataset``."""
         self.cut += 1
         self._bodies.setdefault(dataset, {})[key] = body
+
+    def put_all(self, dataset: str, bodies: Mapping[Hashable, Body]) -> None:
+        """``put`` each of ``bodies`` (by key): a turn's, at once."""
+        self.cut += len(bodies)
+        self._bodies.setdefault(dataset, {}).update(bodies)
 
     def forget(self, dataset: str) -> None:
         """Drop every body of ``dataset`` (its catalog entry changed)."""

@@ -205,41 +205,63 @@ class RegionKind:
         return self._quiet.of(due, self.state.buffer)
 
     def _cut_boxes(self, due: Sequence[tuple[Subscription, Hashable]]) -> list[Cut | None]:
-        """``cut`` for box views, the bodies not yet encoded cut in one pass per shape."""
+        """``cut`` for box views, the bodies not yet encoded cut in one pass per shape.
+
+        ``_current``, ``_body_key`` and ``_held_after`` are inlined: this runs per push."""
         encodings, buffer = self._parts.encodings, self.state.buffer
+        generation, stamp = buffer.generation, buffer.stamp
+        assert stamp is not None
+        cached: dict[Hashable, Body] | None = None  # this generation's bodies, once asked
         wanted: dict[Shape, dict[Hashable, tuple[Box, Held | None]]] = {}
         bodies: dict[Hashable, Body] = {}
         keys: list[Hashable | None] = []
         for subscription, located in due:
-            if self._current(subscription):
-                keys.append(None)
+            held, view = subscription.held, subscription.view
+            if (
+                held is not None
+                and held.generation == generation
+                and held.view == view
+                and held.stale is None
+            ):
+                keys.append(None)  # it holds the active state: nothing to push
                 continue
-            key = _body_key(subscription)
+            shape = subscription.shape
+            key: Hashable = (view, shape, None if held is None else held.signature())
             keys.append(key)
             if key in bodies:
                 continue
-            body = encodings.get(self.name, buffer.generation, key)
+            if cached is None:
+                cached = encodings.current(self.name, generation)
+            body = cached.get(key)
             if body is not None:
+                encodings.shared += 1
                 bodies[key] = body
                 continue
             assert isinstance(located, Box)
-            wanted.setdefault(subscription.shape, {})[key] = (located, subscription.held)
+            wanted.setdefault(shape, {})[key] = (located, held)
         for shape, cuts in wanted.items():
             regions = [region for region, _ in cuts.values()]
             helds = [held for _, held in cuts.values()]
-            for key, body in zip(cuts, cut_boxes(regions, helds, shape, buffer), strict=True):
-                bodies[key] = body
-                encodings.put(self.name, key, body)
+            made = dict(zip(cuts, cut_boxes(regions, helds, shape, buffer), strict=True))
+            bodies.update(made)
+            encodings.put_all(self.name, made)
         # ``bodies`` holds one body per distinct key pushed: the other pushes shared one.
         encodings.shared += len(keys) - keys.count(None) - len(bodies)
+        epoch, seq = stamp.epoch, stamp.seq
         return [
-            None if key is None else (bodies[key], self._held_after(subscription, bodies[key]))
+            None
+            if key is None
+            else (
+                body := bodies[key],
+                Held(subscription.view, generation, epoch, seq, body.keys, body.anchor),
+            )
             for (subscription, _), key in zip(due, keys, strict=True)
         ]
 
     def _current(self, subscription: Subscription) -> bool:
         """Whether the subscriber holds its view as of the active state (no row held back by
-        its rate tiers): nothing to push."""
+        its rate tiers): nothing to push. (Inlined in ``_cut_boxes``, as ``_held_after`` is:
+        keep them alike.)"""
         held, buffer = subscription.held, self.state.buffer
         return (
             held is not None
@@ -414,7 +436,8 @@ def _union(
 
 
 def _body_key(subscription: Subscription) -> Hashable:
-    """What a push body depends on besides the active state (``pushes.Encodings``)."""
+    """What a push body depends on besides the active state (``pushes.Encodings``; inlined in
+    ``RegionKind._cut_boxes``: keep both alike)."""
     held = subscription.held
     return (subscription.view, subscription.shape, None if held is None else held.signature())
 
