@@ -13,7 +13,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from fanout.testing.machine import tree
+from fanout.testing.machine import rss, tree
 
 pytestmark = pytest.mark.integration
 
@@ -58,6 +58,7 @@ def test_spark_submits_conf_wins_and_the_ui_address_is_printed(tmp_path: Path) -
     command = [sys.executable, "-m", "fanout", "publisher", "--config", str(config)]
     command += ["--port", "0", "--state-dir", str(tmp_path / "state"), "--master", "local[1]"]
     environment = os.environ | {"PYSPARK_SUBMIT_ARGS": SUBMIT_ARGS}
+    environment.pop("SPARK_SUBMIT_OPTS", None)  # the suite's (tests/conftest.py): fanout's alone
     with (
         (tmp_path / "publisher.log").open("wb") as log,
         subprocess.Popen(
@@ -75,6 +76,7 @@ def test_spark_submits_conf_wins_and_the_ui_address_is_printed(tmp_path: Path) -
                 p for p in tree(process.pid) if Path(f"/proc/{p}/comm").read_text() == "java\n"
             ]
             flags = Path(f"/proc/{jvm}/cmdline").read_bytes().decode().split("\0")
+            resident = rss(jvm)
         finally:
             process.terminate()
     assert spark["spark.sql.shuffle.partitions"] == "5"  # spark-submit's --conf
@@ -86,4 +88,7 @@ def test_spark_submits_conf_wins_and_the_ui_address_is_printed(tmp_path: Path) -
     assert memory > 1.5 * 2**30
     # fanout's bounds on its memory outside the heap, fanout.toml's own over them (the last wins)
     assert "-XX:MaxDirectMemorySize=512m" in flags
+    # fanout's fixed heap: touched whole at the start, so the JVM is resident past it at once
+    assert "-XX:+AlwaysPreTouch" in flags and "-XX:InitialRAMPercentage=100" in flags
+    assert resident > 4 * 2**30
     assert [f for f in flags if f.startswith("-XX:MaxMetaspaceSize=")][-1].endswith("=300m")
