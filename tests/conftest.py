@@ -34,11 +34,15 @@ os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
 #: ``java`` launcher reads this variable (Spark's settings do not see it); a user's own value is
 #: kept.
 os.environ.setdefault("JDK_JAVA_OPTIONS", "-XX:TieredStopAtLevel=1")
-#: Every Spark JVM the tests start leaves its heap untouched until used: an embedded driver's
-#: heap is fixed and touched whole at its start (``publisher/spark.py``'s ``JAVA_OPTIONS``: 4 GiB
-#: resident at once), and the suite has several JVMs at a time on a 24 GiB machine. Given after
-#: fanout's (the last wins); ``tests/integration/test_spark_settings.py`` starts one without it.
-os.environ.setdefault("SPARK_SUBMIT_OPTS", "-XX:-AlwaysPreTouch")
+#: Every Spark JVM the tests start has the JVM's own elastic heap: an embedded driver's heap is
+#: fixed and touched whole at its start (``publisher/spark.py``'s ``JAVA_OPTIONS``: 4 GiB resident
+#: at once, and a young generation as large as it likes), and the suite has several JVMs at a
+#: time on a 24 GiB machine. These are the JVM's defaults, given after fanout's (the last wins);
+#: ``tests/integration/test_spark_settings.py`` starts a publisher without them.
+os.environ.setdefault(
+    "SPARK_SUBMIT_OPTS",
+    "-XX:InitialRAMPercentage=1.5625 -XX:MaxHeapFreeRatio=70 -XX:-AlwaysPreTouch",
+)
 
 
 #: The lane of the test modules that start a Spark publisher (those marked ``integration`` in their
