@@ -322,8 +322,24 @@ async def test_cat_delta_wait_prints_each_change_like_tail_f(deployment: Deploym
             b"@watched\n-speed\n"
         )
     finally:
-        watcher.send_signal(signal.SIGINT)  # Ctrl-C: the blocked read is interrupted
-        assert await asyncio.wait_for(watcher.wait(), 20) != 0
+        assert await interrupted(watcher) != 0  # Ctrl-C: the blocked read is interrupted
+
+
+async def interrupted(reader: asyncio.subprocess.Process) -> int:
+    """Send a blocked reader Ctrl-C (SIGINT) and return its exit status; one still there 20 s
+    later fails the test with its state (signals pending, blocked, ignored; where it waits)."""
+    reader.send_signal(signal.SIGINT)
+    try:
+        return await asyncio.wait_for(reader.wait(), 20)
+    except TimeoutError:
+        proc = Path(f"/proc/{reader.pid}")
+        fields = ("State", "SigQ", "SigPnd", "ShdPnd", "SigBlk", "SigIgn", "SigCgt")
+        status = [s for s in (proc / "status").read_text().splitlines() if s.startswith(fields)]
+        wchan = (proc / "wchan").read_text()
+        reader.kill()
+        raise AssertionError(
+            f"a reader sent SIGINT still runs: {status}, waits in {wchan}"
+        ) from None
 
 
 async def test_two_producers_merge_quality_orders_and_two_delta_readers_each_see_changes(

@@ -11,7 +11,6 @@ from __future__ import annotations
 import asyncio
 import errno
 import os
-import signal
 import sys
 import textwrap
 
@@ -21,6 +20,7 @@ from tests.integration.test_objects import (  # noqa: F401 (the module's deploym
     Deployment,
     cat,
     deployment,
+    interrupted,
     shell,
 )
 
@@ -168,8 +168,7 @@ async def test_deltadir_gives_the_names_created_and_deleted(
         await shell(f"rm {mnt}/dd/one")
         assert await asyncio.wait_for(watcher.stdout.readline(), 120) == b"-@one\n"
     finally:
-        watcher.send_signal(signal.SIGINT)
-        await asyncio.wait_for(watcher.wait(), 20)
+        await interrupted(watcher)
 
 
 async def test_a_notification_group_says_which_of_its_objects_has_something_to_read(
