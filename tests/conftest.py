@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import functools
 import os
+import signal
 import sys
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -43,6 +44,14 @@ os.environ.setdefault(
     "SPARK_SUBMIT_OPTS",
     "-XX:InitialRAMPercentage=1.5625 -XX:MaxHeapFreeRatio=70 -XX:-AlwaysPreTouch",
 )
+
+
+#: A suite started in the background (``nohup make test &``: a shell starts background jobs with
+#: SIGINT ignored) would hand that on to every process it starts, which tests send Ctrl-C to (a
+#: ``cat`` of a blocked ``?delta,wait`` read, the mount): Python's own handler again, so that
+#: the processes the tests start get SIGINT's default action.
+if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 #: The lane of the test modules that start a Spark publisher (those marked ``integration`` in their
