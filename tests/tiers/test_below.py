@@ -359,8 +359,11 @@ def test_curiosity_is_passed_upstream_and_answered_from_the_window_after() -> No
     (answered,) = tree.relays.on_frame(EDGE, Curious(4, "agents", 1, 0, 0))
     assert answered.to == EDGE and isinstance(answered.frame, Knowledge)
     assert answered.frame.req == 4 and tree.relays.answered == 1
+    # Seq 0 held, 1..9 not: 0 is answered here, upstream is asked only for the rest.
+    local, passed = tree.relays.on_frame(EDGE, Curious(5, "agents", 1, 0, 9))
+    assert local.to == EDGE and isinstance(local.frame, Knowledge) and local.frame.seq == 0
+    assert isinstance(passed.frame, Curious) and (passed.frame.first, passed.frame.last) == (1, 9)
     # A refusal upstream goes back to the relay that asked, under its number.
-    (passed,) = tree.relays.on_frame(EDGE, Curious(5, "agents", 1, 0, 9))
     (refusal,) = tree.relays.on_upstream_error(Error("lost", "gone", ref=passed.frame.req)) or []
     assert refusal.to == EDGE and refusal.frame == Error("lost", "gone", ref=5)
     assert tree.relays.on_upstream_error(Error("lost", "gone", ref=12345)) is None

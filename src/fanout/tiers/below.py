@@ -396,16 +396,25 @@ class Relays:
             message = f"curiosity about seqs {curious.first}..{curious.last}: ask for 1 to"
             message += f" {MAX_ASKED} seqs"
             return [Send(below.client, Error("bad_request", message, ref=curious.req))]
+        # Seqs the window holds whole are answered from here (an answer to an earlier flight
+        # may have landed some of them); upstream is asked only for the rest.
+        held = [change for change in known if change is not None and change.whole]
         asker = (below.client, curious.req)
         requests = self.curiosity.ask(
-            asker, curious.dataset, curious.epoch, curious.first, curious.last
+            asker,
+            curious.dataset,
+            curious.epoch,
+            curious.first,
+            curious.last,
+            held=frozenset(change.seq for change in held),
         )
         self.passed += len(requests)
         self.passed_seqs += sum(r.last - r.first + 1 for r in requests)
         self.merged += not requests
         return [
-            Send(UPSTREAM, Curious(r.req, r.dataset, r.epoch, r.first, r.last)) for r in requests
-        ]
+            Send(below.client, _knowledge(curious.req, curious.dataset, change, self.core))
+            for change in held
+        ] + [Send(UPSTREAM, Curious(r.req, r.dataset, r.epoch, r.first, r.last)) for r in requests]
 
     def on_knowledge(self, knowledge: Knowledge) -> tuple[bool, list[Send]]:
         """Knowledge from upstream: kept in the window, and sent to every relay below waiting

@@ -2,7 +2,8 @@
 
 A mid relay asked by several relays below for overlapping seqs asks its upstream once per gap:
 1. **Asks.** An ask of (dataset, epoch, first..last) needs only the seqs no request in flight
-   still awaits; each run of those becomes one request upstream (a *flight*).
+   still awaits and the caller's window does not hold (it answers those itself); each run of
+   the rest becomes one request upstream (a *flight*).
 2. **Answers.** Upstream answers a flight with its seqs in order (``Knowledge``); each answer
    goes to every ask still waiting for that seq, once; an ask that has all its seqs is done.
 3. **Refusals.** A refused flight fails every ask waiting for one of its seqs, once each.
@@ -68,13 +69,26 @@ class Curiosity:
         self.flights: dict[int, Flight] = {}
         self.asks: dict[int, Ask] = {}
 
-    def ask(self, asker: Asker, dataset: str, epoch: int, first: int, last: int) -> list[Request]:
-        """An ask from below for seqs ``first..last`` (``first <= last``): the requests to send
-        upstream for those of its seqs no flight awaits (rule 1)."""
+    def ask(
+        self,
+        asker: Asker,
+        dataset: str,
+        epoch: int,
+        first: int,
+        last: int,
+        *,
+        held: frozenset[int] = frozenset(),
+    ) -> list[Request]:
+        """An ask from below for seqs ``first..last`` (``first <= last``) but those in ``held``
+        (answered by the caller from its window): the requests to send upstream for those of
+        its seqs no flight awaits (rule 1)."""
         stream = (dataset, epoch)
-        self.asks[next(self._ids)] = Ask(asker, stream, set(range(first, last + 1)))
+        waiting = set(range(first, last + 1)) - held
+        if waiting:
+            self.asks[next(self._ids)] = Ask(asker, stream, waiting)
         requests = []
-        for lo, hi in _gaps(first, last, self._awaited(stream)):
+        skipped = sorted([*self._awaited(stream), *((seq, seq) for seq in held)])
+        for lo, hi in _gaps(first, last, skipped):
             req = next(self._reqs)
             self.flights[req] = Flight(stream, lo, hi)
             requests.append(Request(req, dataset, epoch, lo, hi))
@@ -127,7 +141,7 @@ class Curiosity:
 
 
 def _gaps(first: int, last: int, awaited: list[tuple[int, int]]) -> list[tuple[int, int]]:
-    """The runs of ``first..last`` outside the sorted, disjoint ranges ``awaited``."""
+    """The runs of ``first..last`` outside the ranges ``awaited`` (sorted by their start)."""
     gaps, at = [], first
     for lo, hi in awaited:
         if hi < at or lo > last:
