@@ -23,7 +23,8 @@ from fanout.relay.core.relaycore import UPSTREAM, RelayCore, Send
 from fanout.testing import oracle
 from fanout.testing.catalog import AGENTS, sensors
 from fanout.testing.relaycore import ready_core
-from fanout.tiers.below import FIRST_PASSED, Below, Held, Relays
+from fanout.tiers.below import FIRST_PASSED, Relays
+from fanout.tiers.held import Below, Held
 from fanout.views import Box, View
 from fanout.views.entity import Entity
 from fanout.views.objects import parse as path
@@ -367,6 +368,39 @@ def test_curiosity_is_passed_upstream_and_answered_from_the_window_after() -> No
     (refusal,) = tree.relays.on_upstream_error(Error("lost", "gone", ref=passed.frame.req)) or []
     assert refusal.to == EDGE and refusal.frame == Error("lost", "gone", ref=5)
     assert tree.relays.on_upstream_error(Error("lost", "gone", ref=12345)) is None
+
+
+def _knowledge(req: int, seq: int) -> Knowledge:
+    rows, deletes = columns({1: (1.0, 1.0)}), {"id": np.array([], dtype=np.int64)}
+    return Knowledge(req, "agents", 1, seq, seq, 0.0, encode_columns(rows), encode_columns(deletes))
+
+
+@pytest.mark.parametrize("told", ["horizon", "curious"])
+def test_a_gap_longer_than_the_idle_window_is_answered_from_here_to_the_next_relay_below(
+    told: str,
+) -> None:
+    """The mid relay has no ``every`` subscription of its own: its window is the idle one (8)
+    unless relays below read in ``every`` mode (a horizon told, or an ask waiting). A gap of 20
+    learnt for one edge answers the next edge's ask here, every seq of it (stop 53's CI
+    failure: the first seqs forgotten as the last were learnt, and asked upstream again)."""
+    tree = Tree()
+    tree.step({1: (1.0, 1.0)})
+    if told == "horizon":
+        tree.relays.on_frame(EDGE, Horizon("agents", 1, 0))
+    (passed,) = tree.relays.on_frame(EDGE, Curious(3, "agents", 1, 0, 19))
+    assert isinstance(passed.frame, Curious)
+    for seq in range(20):
+        tree.relays.on_knowledge(_knowledge(passed.frame.req, seq))
+    other = 8
+    tree.relays.welcome(other, Hello(version=1, role="relay", name="edge-2"))
+    answers = tree.relays.on_frame(other, Curious(4, "agents", 1, 0, 19))
+    assert [s.to for s in answers] == [other] * 20
+    assert [s.frame.seq for s in answers if isinstance(s.frame, Knowledge)] == list(range(20))
+    assert tree.relays.passed_seqs == 20
+    # Every relay below gone, nothing waiting: the window is the idle one again.
+    tree.relays.gone(EDGE)
+    tree.relays.gone(other)
+    assert tree.mid.every.histories["agents"].window == 8
 
 
 @pytest.mark.parametrize(("own", "below", "told"), [(None, 7, 7), (4, 7, 4), (9, 7, 7)])

@@ -8,7 +8,7 @@
 3. **Batches.** Each batch written here goes at once, before its swap, to every relay below,
    cut to its live primitives (``tiers.cut``), those this relay snapshotted whole; a write made
    elsewhere (``Written``) to those wanting it whose live primitives hold a row (all: deletes).
-4. **Curiosity.** Answered from the window when every seq is whole there, else passed up merged
+4. **Curiosity.** Answered from the window for the seqs whole there, the rest passed up merged
    with others': each seq asked once while in flight (``tiers.curiosity``).
 5. **Upward.** Horizons and live writes wanted, this relay's and the relays' below combined.
 6. **Losing upstream.** The relays below are dropped (``upstream_lost``), to connect again.
@@ -18,7 +18,6 @@ Kinds differ by their answers alone (``primitive``, ``holds``, ``contents``). Se
 from __future__ import annotations
 
 import sys
-from dataclasses import dataclass, field
 
 import msgspec
 import numpy as np
@@ -27,14 +26,14 @@ from fanout.errors import InvalidView
 from fanout.relay.core.changesets import ChangeSet
 from fanout.relay.core.relaycore import RelayCore
 from fanout.relay.core.sends import UPSTREAM, Send
-from fanout.relay.data.buffers import Array, Keys
+from fanout.relay.data.buffers import Array
 from fanout.relay.data.intake import Intake, decode_rows
 from fanout.relay.data.nulls import masked
 from fanout.relay.kinds import DatasetKind
 from fanout.tiers import cut
 from fanout.tiers.curiosity import Curiosity
+from fanout.tiers.held import Below, Held
 from fanout.tiers.upward import Upward
-from fanout.views import View
 from fanout.wire.columns import Columns, encode_columns
 from fanout.wire.messages import (
     Acquire,
@@ -57,57 +56,6 @@ from fanout.wire.messages import (
 FIRST_PASSED = 1 << 50
 #: Seqs one ``Curious`` may ask for (the publisher's ``MAX_CURIOSITY``).
 MAX_ASKED = 10_000
-
-
-@dataclass
-class Held:
-    """One primitive of a relay below.
-
-    Attributes:
-        prim: its id, chosen by the relay below.
-        dataset: the dataset it selects from.
-        view: what it selects, as this relay holds it (``DatasetKind.primitive``).
-        live: its snapshot went down: batches carry every change inside it.
-    """
-
-    prim: int
-    dataset: str
-    view: View
-    live: bool = False
-
-
-@dataclass
-class Below:
-    """One relay below.
-
-    Attributes:
-        client: its connection.
-        name: the name in its ``Hello``.
-        prims: its primitives, by its ids.
-        checkout: per dataset, the sorted keys sent to it and not deleted since.
-        sent: per dataset, the (epoch, seq) of the last batch sent.
-        horizons: per dataset, the (epoch, seq) of its last ``Horizon``.
-        live_writes: the datasets whose writes made elsewhere it wants (``LiveWrites``).
-    """
-
-    client: int
-    name: str
-    prims: dict[int, Held] = field(default_factory=dict)
-    checkout: dict[str, Keys] = field(default_factory=dict)
-    sent: dict[str, tuple[int, int]] = field(default_factory=dict)
-    horizons: dict[str, tuple[int, int]] = field(default_factory=dict)
-    live_writes: set[str] = field(default_factory=set)
-
-    def told(self, frame: Horizon | LiveWrites) -> None:
-        """It told its horizon of a dataset, or whether it wants the dataset's live writes."""
-        if isinstance(frame, Horizon):
-            self.horizons[frame.dataset] = (frame.epoch, frame.seq)
-        else:
-            (self.live_writes.add if frame.wanted else self.live_writes.discard)(frame.dataset)
-
-    def live(self, dataset: str) -> list[Held]:
-        """Its live primitives of ``dataset``."""
-        return [p for p in self.prims.values() if p.dataset == dataset and p.live]
 
 
 class Relays:
@@ -203,6 +151,15 @@ class Relays:
         for held in below.prims.values():
             self.core.downstream.unpin(held.dataset, held.view)
         self.curiosity.gone(client)
+        self._reading()
+
+    def _reading(self) -> None:
+        """Tell the core which datasets relays below read in ``every`` mode: those of their
+        horizons and of their asks still waiting (an ask may come before its horizon)."""
+        datasets = {stream[0] for stream in self.curiosity.streams()}
+        for below in self.below.values():
+            datasets |= below.reads()
+        self.core.every.read_below(frozenset(datasets))
 
     def on_dataset_state(self, state: DatasetState) -> list[Send]:
         """The upstream's dataset stopped or runs again: remembered (a relay below connecting
@@ -251,9 +208,12 @@ class Relays:
                 self.core.downstream.unpin(held.dataset, held.view)
                 return []
             case Curious() as curious:
-                return self._curious(below, curious)
+                sends = self._curious(below, curious)
+                self._reading()
+                return sends
             case Horizon() | LiveWrites():
                 below.told(frame)
+                self._reading()
                 return self.live_writes()
         name = type(frame).__name__.lower()
         return [Send(client, Error("protocol", f"a relay does not take {name} from a relay"))]

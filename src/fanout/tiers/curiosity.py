@@ -131,6 +131,10 @@ class Curiosity:
         """A relay below went away: its asks are forgotten (their flights still land here)."""
         self.asks = {n: a for n, a in self.asks.items() if a.asker[0] != client}
 
+    def streams(self) -> set[Stream]:
+        """The streams of the asks still waiting."""
+        return {ask.stream for ask in self.asks.values()}
+
     def clear(self) -> None:
         """The upstream was lost: nothing is in flight any more, and no ask will be answered."""
         self.flights.clear()

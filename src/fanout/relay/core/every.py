@@ -68,6 +68,7 @@ class EveryMode:
         self.steps = Steps()
         self._curiosity = itertools.count(FIRST_CURIOSITY)
         self._horizons: dict[str, tuple[int, int]] = {}  # dataset -> (epoch, seq) told upstream
+        self._below: frozenset[str] = frozenset()  # datasets relays below read in every mode
 
     def define(self, dataset: str) -> None:
         """A dataset is new or changed in the catalog: its history starts empty (its
@@ -88,9 +89,21 @@ class EveryMode:
             pure=not batch.snapshots,
         )
         history = self.histories.setdefault(batch.dataset, History())
-        reading = self._parts.downstream.any_every(batch.dataset)
-        history.window = WINDOW if reading else IDLE_WINDOW
+        history.window = self._window(batch.dataset)
         history.record(change)
+
+    def read_below(self, datasets: frozenset[str]) -> None:
+        """The datasets relays below read in ``every`` mode (``tiers.below``): their windows
+        are as wide as for ``every`` subscriptions here, so that the whole changes learnt for
+        one relay below's curiosity answer the next one's (an idle window of 8 would forget a
+        longer gap's first seqs as its last are learnt, and ask upstream for them again)."""
+        self._below = datasets
+        for name, history in self.histories.items():
+            history.window = self._window(name)
+
+    def _window(self, dataset: str) -> int:
+        reading = dataset in self._below or self._parts.downstream.any_every(dataset)
+        return WINDOW if reading else IDLE_WINDOW
 
     def upstream_lost(self) -> None:
         """The publisher connection dropped: what was asked is asked again once it is back,
