@@ -71,7 +71,7 @@ from fanout.testing.ports import LOOPBACK, free_port
 from fanout.testing.relays import running_relay
 from fanout.testing.world import WORLD, publisher_main, routes
 from fanout.views import Box
-from relay import Subscriber  # bench/relay.py's picows subscriber
+from relayclients import Subscriber  # bench/relay.py's picows subscriber
 
 RESULTS = Path(__file__).parent / "results" / "submemory.json"
 ENTITIES = 100_000
