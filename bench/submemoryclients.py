@@ -68,14 +68,11 @@ class Counting(Subscriber):
         super().__init__(url, route, started)
         self.frames = self.bytes = 0
 
-    def _on_message(self, message: bytes | memoryview, now: float) -> None:
-        if not self.welcomed.done():
-            self.welcomed.set_result(None)
-            return
+    def on_message(self, message: bytes | memoryview, now: float) -> None:
         self.frames += 1
         self.bytes += len(message)
         if frames.head(message).type == "error":
-            self._fail(f"error frame: {frames.whole(message)}")
+            self.refused(message)
 
     def pause(self) -> None:
         """Stop reading: the socket's receive buffer fills, then the relay's queue."""
