@@ -32,7 +32,8 @@ from fanout.testing.relays import RelayProcess
 from fanout.testing.world import publisher_main, routes
 
 sys.path.insert(0, str(Path(__file__).parent))
-from relay import CONNECT_CONCURRENCY, HANDSHAKE, Subscriber  # bench/relay.py: the same clients
+from picowsclient import HANDSHAKE
+from relayclients import CONNECT_CONCURRENCY, Subscriber  # bench/relay.py's clients
 
 
 def quantiles(values: list[float]) -> dict[str, float]:

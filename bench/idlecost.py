@@ -29,7 +29,7 @@ from fanout.testing.calibration import calibrate
 from fanout.testing.machine import describe, write_results
 from fanout.wire.messages import Acquire, Catalog, DatasetInfo, Subscribe
 from relaycore import COLUMNS, RATE, TICK, Feed
-from submemory import Still
+from submemoryclients import Still
 
 
 def run(idle: int, entities: int, ticks: int) -> dict[str, float | int]:
