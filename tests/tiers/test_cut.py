@@ -140,3 +140,21 @@ def test_a_step_leaves_and_holds_the_keys_set_arithmetic_says(
     assert found.deletes.tolist() == sorted(left)
     assert found.held.tolist() == sorted((as_set - left) | entered)
     assert found.held.dtype == before.dtype and found.deletes.dtype == before.dtype
+
+
+@settings(max_examples=200, deadline=None)
+@given(held=st.sets(st.integers(0, 40)), added=keys, objects=st.booleans())
+def test_a_union_of_held_and_added_keys_is_the_sets_union_sorted(
+    held: set[int], added: list[int], objects: bool
+) -> None:
+    """``union``: the sorted held keys and keys in any order (repeated too), as sets say."""
+
+    def typed(values: list[int]) -> Any:
+        if objects:
+            return np.array([f"k{v:02d}" for v in values], dtype=object)
+        return np.array(values, dtype=np.int64)
+
+    before = typed(sorted(held))
+    found = cut.union(before, typed(added))
+    assert found.tolist() == sorted(set(before.tolist()) | set(typed(added).tolist()))
+    assert found.dtype == before.dtype

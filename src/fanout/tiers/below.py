@@ -271,7 +271,7 @@ class Relays:
         for held in ready:
             held.live = True
         before = below.checkout.get(dataset, state.table.as_keys([]))
-        below.checkout[dataset] = np.union1d(before, content[info.key]).astype(before.dtype)
+        below.checkout[dataset] = cut.union(before, content[info.key])
         below.sent[dataset] = (stamp.epoch, stamp.seq)
         self.snapshots += len(ready)
         batch = Batch(
@@ -299,13 +299,14 @@ class Relays:
         )
         refreshed = _refreshed(intake, kind)
         sends: list[Send] = []
+        holds = kind.holder(change.rows)  # the rows prepared once for every relay below
         for below in self.below.values():
             sent = below.sent.get(batch.dataset)
             if sent is not None and sent[0] == batch.epoch and batch.seq <= sent[1]:
                 continue  # a re-send here (our own snapshots): nothing new below
             live = below.live(batch.dataset)
             held = below.checkout.get(batch.dataset, deleted[:0])
-            inside = kind.holds([p.view for p in live], change.rows)
+            inside = holds([p.view for p in live])
             found = cut.step(change, inside, held, key=info.key)
             touched = [p for p in live if refreshed and kind.holds([p.view], refreshed).any()]
             if touched:  # rows of our snapshots among the changes: send those prims whole

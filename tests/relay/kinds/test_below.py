@@ -107,6 +107,31 @@ def test_a_region_holds_the_rows_inside_it_and_an_entity_its_row(
     check(AGENTS, rows, list(prims), in_box)
 
 
+@settings(max_examples=60, deadline=None)
+@given(
+    st.lists(st.tuples(coordinate, coordinate), min_size=8, max_size=40),
+    st.lists(st.lists(boxes() | st.integers(0, 45).map(Entity), max_size=20), max_size=4),
+)
+def test_one_holder_answers_each_relay_below_as_holds_would(
+    points: list[tuple[float, float]], relays: list[list[View]]
+) -> None:
+    """``holder``: a batch's rows prepared once (sorted by x for unions of 8 or more regions),
+    then asked of several relays' primitives, each answer the brute-force one."""
+    rows = {
+        "id": np.arange(len(points), dtype=np.int64),
+        "x": np.array([p[0] for p in points]),
+        "y": np.array([p[1] for p in points]),
+    }
+    core = relay(AGENTS, rows)
+    kind = core.parts.kinds[AGENTS.name]
+    holds = kind.holder(rows)
+    table = [{"id": i, "x": x, "y": y} for i, (x, y) in enumerate(points)]
+    for prims in relays:
+        held = [kind.primitive(view) for view in prims]
+        want = [any(in_box(view, row) for view in held) for row in table]
+        assert holds(held).tolist() == want
+
+
 LEVELS = (
     st.lists(st.sampled_from(["a", "b", "", "$s"]), min_size=1, max_size=3)
     .map("/".join)

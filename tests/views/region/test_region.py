@@ -14,7 +14,16 @@ from hypothesis import strategies as st
 
 from fanout.errors import InvalidView
 from fanout.testing import strategies as fs
-from fanout.views.region import SORTED_FROM, Box, RegionUnion, Relative, Sector, Sphere, direction
+from fanout.views.region import (
+    SORTED_FROM,
+    Box,
+    RegionUnion,
+    Relative,
+    Sector,
+    SortedPoints,
+    Sphere,
+    direction,
+)
 
 # Rounded to 9 places: distances that underflow (1e-175 squared is 0) are not geometry.
 COORD = st.floats(-100, 100).map(lambda v: round(v, 9))
@@ -407,3 +416,12 @@ def test_a_union_of_many_matches_each_point_as_any_of_its_members_does(data: st.
     for member in members:
         expected |= member.match(*coordinates)
     assert union.match(*coordinates).tolist() == expected.tolist()
+    # The points sorted once, then asked of this union and of another (its later members).
+    sorted_points = SortedPoints.of(*coordinates)
+    assert sorted_points is not None
+    assert union.match_sorted(sorted_points).tolist() == expected.tolist()
+    others = members[len(members) // 2 :]
+    expected = np.zeros(cloud.shape[1], dtype=bool)
+    for member in others:
+        expected |= member.match(*coordinates)
+    assert RegionUnion(others).match_sorted(sorted_points).tolist() == expected.tolist()

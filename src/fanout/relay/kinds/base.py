@@ -255,6 +255,11 @@ class DatasetKind(Protocol):
         the primitives ``prims`` (as ``primitive`` or ``acquire`` made them) holds."""
         ...
 
+    def holder(self, rows: Mapping[str, Array]) -> Callable[[Sequence[View]], Mask]:
+        """``holds`` of ``rows`` for several sets of primitives: what the rows need prepared
+        (sorted, indexed) is prepared once for all of them (a batch cut for each relay below)."""
+        ...
+
     def contents(self, prims: Sequence[View], table: Table | None = None) -> dict[str, Array]:
         """The rows of ``table`` (None: the active state) any of ``prims`` holds, every
         column the relay holds."""

@@ -13,7 +13,7 @@ holds the rows the publisher would match (``relay.data.keyedstate.selected``).
 
 from __future__ import annotations
 
-from collections.abc import Hashable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from typing import Protocol
 
 import numpy as np
@@ -285,6 +285,10 @@ class KeyedKind:
     def holds(self, prims: Sequence[View], rows: Mapping[str, Array]) -> Mask:
         """The rows the publisher would match to any of the primitives (``KeyedState.picks``)."""
         return self.state.picks(prims, rows, self.state.info)
+
+    def holder(self, rows: Mapping[str, Array]) -> Callable[[Sequence[View]], Mask]:
+        """``holds`` of ``rows``, for several sets of primitives (nothing to share here)."""
+        return lambda prims: self.holds(prims, rows)
 
     def contents(self, prims: Sequence[View], table: Table | None = None) -> dict[str, Array]:
         """The rows of ``table`` (the active state) any of the primitives holds."""

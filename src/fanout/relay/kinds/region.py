@@ -12,7 +12,7 @@ inside it, an entity primitive its entity's row.
 
 from __future__ import annotations
 
-from collections.abc import Hashable, Mapping, Sequence
+from collections.abc import Callable, Hashable, Mapping, Sequence
 
 import numpy as np
 
@@ -34,7 +34,16 @@ from fanout.relay.kinds.quiet import QuietViews
 from fanout.views import View, covers
 from fanout.views.entity import Entity
 from fanout.views.members import members
-from fanout.views.region import Box, Intersection, RegionUnion, Relative, Sector, Sphere
+from fanout.views.region import (
+    SORTED_FROM,
+    Box,
+    Intersection,
+    RegionUnion,
+    Relative,
+    Sector,
+    SortedPoints,
+    Sphere,
+)
 from fanout.wire.messages import DatasetInfo, Subscribe
 
 
@@ -394,16 +403,38 @@ class RegionKind:
 
     def holds(self, prims: Sequence[View], rows: Mapping[str, Array]) -> Mask:
         """The rows inside any of the regions, and the rows of the entities."""
+        return self.holder(rows)(prims)
+
+    def holder(self, rows: Mapping[str, Array]) -> Callable[[Sequence[View]], Mask]:
+        """``holds`` of ``rows`` for several sets of primitives (a batch cut for each relay
+        below): the rows are sorted by their first coordinate once, for every union of many
+        regions asked of them, not once a union (``SortedPoints``)."""
         info = self.state.info
+        index = tuple(info.index_columns)
         length = len(rows[info.key]) if rows else 0
-        regions = [view for view in prims if isinstance(view, _HELD)]
-        mask = np.zeros(length, dtype=bool)
-        if length and regions:
-            mask |= members(_union(regions), rows, tuple(info.index_columns))
-        entities = [view.key for view in prims if isinstance(view, Entity)]
-        if length and entities:
-            mask |= np.isin(rows[info.key], self.state.table.as_keys(entities))
-        return mask
+        made: list[SortedPoints | None] = []  # at the first union that sorts
+
+        def holds(prims: Sequence[View]) -> Mask:
+            regions = [view for view in prims if isinstance(view, _HELD)]
+            mask = np.zeros(length, dtype=bool)
+            if length and regions:
+                union = _union(regions)
+                if isinstance(union, RegionUnion) and len(union.members) >= SORTED_FROM:
+                    if not made:
+                        made.append(SortedPoints.of(*(rows[name] for name in index)))
+                    points = made[0]
+                    if points is not None:
+                        mask |= union.match_sorted(points)
+                    else:
+                        mask |= members(union, rows, index)
+                else:
+                    mask |= members(union, rows, index)
+            entities = [view.key for view in prims if isinstance(view, Entity)]
+            if length and entities:
+                mask |= np.isin(rows[info.key], self.state.table.as_keys(entities))
+            return mask
+
+        return holds
 
     def contents(self, prims: Sequence[View], table: Table | None = None) -> dict[str, Array]:
         """The rows any of the primitives holds; of the active state's regions through its grid

@@ -43,6 +43,7 @@ __all__ = [
     "RegionUnion",
     "Relative",
     "Sector",
+    "SortedPoints",
     "Sphere",
     "direction",
     "enclosing_box",
@@ -91,32 +92,27 @@ class RegionUnion(ViewBase, tag="union", frozen=True):
         x-range, not every point (the sum of the members' shares of the points, not their
         number times all of them)."""
         if len(self.members) >= SORTED_FROM:
-            x, y = np.asarray(xs), np.asarray(ys)
-            z = None if zs is None else np.asarray(zs)
-            columns = (y,) if z is None else (y, z)
-            if x.ndim == 1 and len(x) >= SORTED_FROM and all(c.shape == x.shape for c in columns):
-                return self._sorted_match(x, y, z)
+            points = SortedPoints.of(xs, ys, zs)
+            if points is not None:
+                return self.match_sorted(points)
         mask = self.members[0].match(xs, ys, zs)
         for member in self.members[1:]:
             mask = mask | member.match(xs, ys, zs)
         return mask
 
-    def _sorted_match(
-        self, x: npt.NDArray[Any], y: npt.NDArray[Any], z: npt.NDArray[Any] | None
-    ) -> Mask:
-        """``match`` over one-dimensional columns, a member at a time on its slice of x."""
-        order = np.argsort(x, kind="stable")  # NaNs last: outside every range
-        sx, sy = x[order], y[order]  # sorted together: a member's candidates are a slice
-        sz = None if z is None else z[order]
+    def match_sorted(self, points: SortedPoints) -> Mask:
+        """``match`` over points sorted by x already (``SortedPoints``, shared by the unions
+        asked of the same points), a member at a time on its slice of x."""
+        sx, sy, sz = points.x, points.y, points.z
         bounds = [member.bounds() for member in self.members]
         starts = np.searchsorted(sx, [box.lo[0] for box in bounds], side="left").tolist()
         stops = np.searchsorted(sx, [box.hi[0] for box in bounds], side="right").tolist()
-        hit = np.zeros(len(x), dtype=np.bool_)
+        hit = np.zeros(len(sx), dtype=np.bool_)
         for member, start, stop in zip(self.members, starts, stops, strict=True):
             near = slice(start, stop)
             hit[near] |= member.match(sx[near], sy[near], None if sz is None else sz[near])
-        mask = np.empty(len(x), dtype=np.bool_)
-        mask[order] = hit
+        mask = np.empty(len(sx), dtype=np.bool_)
+        mask[points.order] = hit
         return mask
 
     def bounds(self) -> Box:
@@ -134,6 +130,30 @@ class RegionUnion(ViewBase, tag="union", frozen=True):
 
 #: Members and points from which ``RegionUnion.match`` sorts the points first.
 SORTED_FROM = 8
+
+
+class SortedPoints:
+    """Points sorted by x (NaNs last: outside every range), with their y (and z): a union's
+    member finds its candidates in a slice. Made once for points many unions are asked of
+    (a batch's rows, cut for each relay below)."""
+
+    def __init__(self, x: npt.NDArray[Any], y: npt.NDArray[Any], z: npt.NDArray[Any] | None):
+        self.order = np.argsort(x, kind="stable")
+        self.x, self.y = x[self.order], y[self.order]
+        self.z = None if z is None else z[self.order]
+
+    @classmethod
+    def of(
+        cls, xs: npt.ArrayLike, ys: npt.ArrayLike, zs: npt.ArrayLike | None = None
+    ) -> SortedPoints | None:
+        """The points sorted, if they are as many one-dimensional columns of at least
+        ``SORTED_FROM`` (None: not worth sorting, or not columns)."""
+        x, y = np.asarray(xs), np.asarray(ys)
+        z = None if zs is None else np.asarray(zs)
+        columns = (y,) if z is None else (y, z)
+        if x.ndim == 1 and len(x) >= SORTED_FROM and all(c.shape == x.shape for c in columns):
+            return cls(x, y, z)
+        return None
 
 
 def _flatten_members(members: object) -> Iterable[Primitive]:
