@@ -88,8 +88,8 @@ class RegionUnion(ViewBase, tag="union", frozen=True):
         """Return a boolean mask of the points inside any member.
 
         Many members over many points (a relay below's primitives over a tick's rows): the
-        points are sorted by x once and each member tests only those within its bounds'
-        x-range, not every point (the sum of the members' shares of the points, not their
+        points are binned by x once and each member tests only those in the bins of its
+        bounds' x-range, not every point (the sum of the members' shares of the points, not their
         number times all of them)."""
         if len(self.members) >= SORTED_FROM:
             points = SortedPoints.of(xs, ys, zs)
@@ -101,12 +101,11 @@ class RegionUnion(ViewBase, tag="union", frozen=True):
         return mask
 
     def match_sorted(self, points: SortedPoints) -> Mask:
-        """``match`` over points sorted by x already (``SortedPoints``, shared by the unions
-        asked of the same points), a member at a time on its slice of x."""
+        """``match`` over points binned by x already (``SortedPoints``, shared by the unions
+        asked of the same points), a member at a time on the run of bins of its x-range."""
         sx, sy, sz = points.x, points.y, points.z
         bounds = [member.bounds() for member in self.members]
-        starts = np.searchsorted(sx, [box.lo[0] for box in bounds], side="left").tolist()
-        stops = np.searchsorted(sx, [box.hi[0] for box in bounds], side="right").tolist()
+        starts, stops = points.runs([box.lo[0] for box in bounds], [box.hi[0] for box in bounds])
         hit = np.zeros(len(sx), dtype=np.bool_)
         for member, start, stop in zip(self.members, starts, stops, strict=True):
             near = slice(start, stop)
@@ -128,31 +127,64 @@ class RegionUnion(ViewBase, tag="union", frozen=True):
         return RegionUnion(tuple(member.translate(offset) for member in self.members))
 
 
-#: Members and points from which ``RegionUnion.match`` sorts the points first.
+#: Members and points from which ``RegionUnion.match`` bins the points by x first.
 SORTED_FROM = 8
+#: Bins along x at most (bin numbers fit 16 bits: numpy's stable sort of them is a radix
+#: sort), and points a bin aims for.
+BINS, PER_BIN = 4096, 16
 
 
 class SortedPoints:
-    """Points sorted by x (NaNs last: outside every range), with their y (and z): a union's
-    member finds its candidates in a slice. Made once for points many unions are asked of
-    (a batch's rows, cut for each relay below)."""
+    """Points in order of their x, binned (NaNs in no bin: outside every range), with their y
+    (and z): a union's member finds its candidates in the run of the bins its x-range touches.
+    Made once for points many unions are asked of (a batch's rows, cut for each relay below).
+    Binning is a counting sort (a stable sort of 16-bit bin numbers), not a sort of the x's."""
 
     def __init__(self, x: npt.NDArray[Any], y: npt.NDArray[Any], z: npt.NDArray[Any] | None):
-        self.order = np.argsort(x, kind="stable")
+        finite = np.isfinite(x)
+        self.bins = max(1, min(BINS, len(x) // PER_BIN))
+        seen = x[finite]
+        self.lo = float(seen.min()) if len(seen) else 0.0
+        span = float(seen.max()) - self.lo if len(seen) else 0.0
+        self.width = span / self.bins if span > 0 else 1.0
+        numbers = self._bin(x)
+        numbers[np.isnan(x)] = self.bins  # past every real bin: never in a run
+        self.order = np.argsort(numbers.astype(np.uint16), kind="stable")
+        counts = np.bincount(numbers, minlength=self.bins + 1)
+        self.starts = np.zeros(self.bins + 2, dtype=np.intp)
+        np.cumsum(counts, out=self.starts[1:])
         self.x, self.y = x[self.order], y[self.order]
         self.z = None if z is None else z[self.order]
+
+    def _bin(self, values: npt.NDArray[Any]) -> npt.NDArray[np.intp]:
+        """The bin of each value: non-decreasing in the value (infinities in the end bins),
+        the same formula for points and for bounds, so a range's points lie in its bins."""
+        with np.errstate(invalid="ignore", over="ignore", divide="ignore"):
+            raw = np.floor((np.asarray(values, dtype=np.float64) - self.lo) / self.width)
+        raw = np.nan_to_num(raw, nan=0.0, posinf=self.bins - 1, neginf=0.0)
+        return np.clip(raw, 0, self.bins - 1).astype(np.intp)
+
+    def runs(self, lows: Sequence[float], highs: Sequence[float]) -> tuple[list[int], list[int]]:
+        """Where the candidates of each x-range ``lows[i]..highs[i]`` start and stop in the
+        binned order (empty for a range with a NaN end)."""
+        low, high = np.asarray(lows, dtype=np.float64), np.asarray(highs, dtype=np.float64)
+        first, last = self._bin(low), self._bin(high)
+        first[np.isnan(low)], last[np.isnan(high)] = self.bins, -1
+        starts = self.starts[first]
+        stops = np.maximum(self.starts[np.maximum(last + 1, 0)], starts)
+        return starts.tolist(), stops.tolist()
 
     @classmethod
     def of(
         cls, xs: npt.ArrayLike, ys: npt.ArrayLike, zs: npt.ArrayLike | None = None
     ) -> SortedPoints | None:
-        """The points sorted, if they are as many one-dimensional columns of at least
-        ``SORTED_FROM`` (None: not worth sorting, or not columns)."""
+        """The points binned, if they are as many one-dimensional columns of at least
+        ``SORTED_FROM`` (None: not worth it, or not columns)."""
         x, y = np.asarray(xs), np.asarray(ys)
         z = None if zs is None else np.asarray(zs)
         columns = (y,) if z is None else (y, z)
         if x.ndim == 1 and len(x) >= SORTED_FROM and all(c.shape == x.shape for c in columns):
-            return cls(x, y, z)
+            return cls(x.astype(np.float64, copy=False), y, z)
         return None
 
 
