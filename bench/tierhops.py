@@ -6,10 +6,11 @@ host.
 Per paired update, each stage's time in ms from the flat edge reading the tick:
 
 * tiered path: ``mid_read`` (the publisher reached the mid relay after the flat edge),
-  ``mid_written`` (on its writer thread), ``mid_swapped`` (it forwards the batch below as it
-  swaps it in), ``edge_read`` (the mid relay's frame read by the edge below it),
-  ``edge_swapped``, ``edge_pushed`` and ``edge_pushed_last`` (the edge's first and last rounds
-  pushing the tick ended), ``received`` (the tiered subscriber process got it);
+  ``mid_written`` (on its writer thread), ``mid_swapped`` (a pure batch went below once
+  decoded, before these two; one with the mid relay's snapshots as it was swapped in),
+  ``edge_read`` (the mid relay's frame read by the edge below it), ``edge_swapped``,
+  ``edge_pushed`` and ``edge_pushed_last`` (the edge's first and last rounds pushing the tick
+  ended), ``received`` (the tiered subscriber process got it);
 * flat path: ``flat_swapped``, ``flat_pushed``, ``flat_pushed_last``, ``flat_received``.
 
 ``segments`` turns them into the hop's pieces (the tiered path's steps, and the flat path's

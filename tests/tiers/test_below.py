@@ -20,6 +20,7 @@ from hypothesis import strategies as st
 
 from fanout.relay.core.planner import Policy
 from fanout.relay.core.relaycore import UPSTREAM, RelayCore, Send
+from fanout.relay.data.intake import Intake
 from fanout.testing import oracle
 from fanout.testing.catalog import AGENTS, sensors
 from fanout.testing.relaycore import ready_core
@@ -178,13 +179,20 @@ class Tree:
         added = self.edge.parts.kinds[self.publisher.dataset].acquire(view, None, True)
         self.up([Send(UPSTREAM, Acquire(p.prim, p.dataset, p.view)) for p in added])
 
-    def step(self, changes: dict[int, tuple[float, float] | None]) -> None:
-        """One micro-batch through the mid relay, as its writer takes it."""
+    def step(self, changes: dict[Any, Any], told: str = "decoded") -> None:
+        """One micro-batch through the mid relay, as its writer takes it: told it is decoded
+        before it is written (``told="decoded"``), or only after it is written and swapped in
+        (``"late"``: the pump saw it written first), or never (``"never"``)."""
         intake = self.relays.admit(self.publisher.step(changes))
         if intake is not None:
-            intake.write()
+            if told == "decoded":
+                intake.write(lambda decoded: self.down(self.relays.decoded(decoded)))
+            else:
+                intake.write()
             self.down(self.relays.finish(intake))
             self.down(self.relays.end_epoch())
+            if told == "late":
+                assert self.relays.decoded(intake) == []  # it went at finish
 
     def check(self) -> None:
         """The edge's rows inside its ready primitives are the truth's."""
@@ -221,22 +229,27 @@ def boxes(draw: st.DrawFn) -> Box:
 @given(
     first=st.dictionaries(st.integers(0, 40), position, max_size=30),
     script=st.lists(
-        st.tuples(changes, st.none() | boxes() | st.integers(0, 40).map(Entity)),
+        st.tuples(
+            changes,
+            st.none() | boxes() | st.integers(0, 40).map(Entity),
+            st.sampled_from(["decoded", "late", "never"]),
+        ),
         min_size=1,
         max_size=8,
     ),
 )
 def test_the_edge_holds_the_truth_inside_its_primitives(
-    first: Rows, script: list[tuple[dict[int, tuple[float, float] | None], View | None]]
+    first: Rows, script: list[tuple[dict[int, tuple[float, float] | None], View | None, str]]
 ) -> None:
-    """Regions, and entities (the rows of keys an edge follows for its relative views)."""
+    """Regions, and entities (the rows of keys an edge follows for its relative views); each
+    batch forwarded when decoded (before the mid relay writes it) or when written."""
     tree = Tree()
     tree.step(dict(first))
-    for changed, wanted in script:
+    for changed, wanted, told in script:
         if wanted is not None:
             tree.acquire(wanted)
         tree.sent.clear()
-        tree.step(changed)
+        tree.step(changed, told)
         tree.check()
         # A batch listing no snapshots is a pure change set: only rows that changed.
         for batch in tree.sent:
@@ -298,6 +311,36 @@ def test_a_batch_with_the_mids_own_snapshots_goes_down_as_a_snapshot_of_what_it_
 def _seen(sends: list[Send], into: list[Batch]) -> list[Send]:
     into.extend(s.frame for s in sends if isinstance(s.frame, Batch) and s.to == EDGE)
     return sends
+
+
+def test_a_pure_batch_goes_below_when_decoded_and_one_with_snapshots_once_written() -> None:
+    """A pure change set reads nothing of the mid relay's state: it goes below before the mid
+    relay writes it, and not again at finish; a batch carrying the mid relay's own snapshots
+    (whose cut reads the written state) goes at finish only."""
+    tree = Tree()
+    tree.step({1: (5.0, 5.0)})
+    tree.acquire(Box((0.0, 0.0), (10.0, 10.0)))  # the mid acquires: its next batch snapshots
+    tree.step({})
+    tree.step({})
+
+    def written(changes: Rows) -> tuple[Intake, list[Send]]:
+        intake = tree.relays.admit(tree.publisher.step(changes))
+        assert intake is not None
+        went: list[Send] = []
+        intake.write(lambda decoded: went.extend(tree.relays.decoded(decoded)))
+        return intake, went
+
+    for changes in ({1: (6.0, 6.0)}, {2: (7.0, 7.0)}):
+        intake, went = written(changes)
+        assert not intake.snapshots and [s.to for s in went] == [EDGE]
+        assert isinstance(went[0].frame, Batch) and went[0].frame.seq == tree.publisher.seq
+        assert intake.state.busy  # not swapped in here yet
+        assert [s for s in tree.relays.finish(intake) if s.to == EDGE] == []
+        tree.relays.end_epoch()
+    tree.acquire(Box((20.0, 20.0), (30.0, 30.0)))
+    intake, went = written({})
+    assert intake.snapshots and went == []
+    assert [s.to for s in tree.relays.finish(intake)] == [EDGE]
 
 
 def test_what_a_relay_cannot_forward_is_refused_naming_the_primitive() -> None:

@@ -5,9 +5,9 @@
    ``resume`` answered ``resync`` (this window holds only what this relay's coverage saw).
 2. **Acquire.** Pinned here, what is not covered acquired upstream; its snapshot goes down,
    stamped with the last seq forwarded, once ready primitives cover it; refused: ``invalid_view``.
-3. **Batches.** Each batch written here goes at once, before its swap, to every relay below,
-   cut to its live primitives (``tiers.cut``), those this relay snapshotted whole; a write made
-   elsewhere (``Written``) to those wanting it whose live primitives hold a row (all: deletes).
+3. **Batches.** Each batch goes below once decoded (with snapshots: once written), before its
+   swap, cut to each relay's live primitives (``tiers.cut``), those snapshotted here whole; a
+   write made elsewhere (``Written``) to those wanting it whose primitives hold a row (deletes).
 4. **Curiosity.** Answered from the window for the seqs whole there, the rest passed up merged
    with others': each seq asked once while in flight (``tiers.curiosity``).
 5. **Upward.** Horizons and live writes wanted, this relay's and the relays' below combined.
@@ -62,8 +62,9 @@ class Relays:
     """The relays below one relay, around its ``RelayCore``.
 
     It stands in for the core where batches are written (``relay.shell.writer.Core``: ``admit``,
-    ``finish``, ``end_epoch``) and where housekeeping runs, so that each batch is forwarded as
-    it is written and each snapshot as soon as it can be cut.
+    ``finish``, ``end_epoch``; and the writer's ``decoded``) and where housekeeping runs, so
+    that each batch is forwarded once decoded (or written) and each snapshot as soon as it can
+    be cut.
 
     Attributes:
         forwarded: batches sent to relays below; snapshots: primitives below made live;
@@ -100,10 +101,19 @@ class Relays:
         """``RelayCore.admit``."""
         return self.core.admit(batch)
 
+    def decoded(self, intake: Intake) -> list[Send]:
+        """A batch decoded, not yet written here: a pure one (no snapshots, so its cut reads
+        nothing of this relay's state) goes to every relay below at once (rule 3): this
+        relay's write is on no path below (a leader's workers, a mid relay's edges)."""
+        if intake.snapshots or intake.forwarded:
+            return []
+        return self._forward(intake)
+
     def finish(self, intake: Intake) -> list[Send]:
-        """``RelayCore.finish``, then the batch forwarded to every relay below (rule 3)."""
+        """``RelayCore.finish``, then the batch forwarded to every relay below unless it went
+        when decoded (rule 3)."""
         sends = self.core.finish(intake)
-        return sends + self._forward(intake)
+        return sends if intake.forwarded else sends + self._forward(intake)
 
     def end_epoch(self) -> list[Send]:
         """``RelayCore.end_epoch``, then the snapshots that can go down now (rule 2)."""
@@ -291,6 +301,7 @@ class Relays:
     def _forward(self, intake: Intake) -> list[Send]:
         if not self.below or intake.deletes is None:
             return []
+        intake.forwarded = True
         batch, state = intake.batch, intake.state
         info, kind = state.info, self.core.parts.kinds[batch.dataset]
         deleted = intake.deletes

@@ -6,7 +6,7 @@ import asyncio
 import contextlib
 import threading
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 
 import numpy as np
 import pytest
@@ -38,7 +38,7 @@ class Pump:
     test can hold batches queued behind a write however fast the machine writes them.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, decoded: Callable[[Intake], list[Send]] | None = None) -> None:
         self.core = RelayCore()
         self.core.on_catalog(Catalog([AGENTS]))
         self.gate = threading.Event()
@@ -50,9 +50,9 @@ class Pump:
             if intake is not None:
                 write = intake.write
 
-                def waiting() -> None:
+                def waiting(*told: Callable[[Intake], None]) -> None:
                     assert self.gate.wait(10), "the test never opened the gate"
-                    write()
+                    write(*told)
 
                 intake.write = waiting  # type: ignore[method-assign]
             return intake
@@ -73,7 +73,9 @@ class Pump:
             return sends
 
         self.core.end_epoch = recorded  # type: ignore[method-assign]
-        self.writer = Writer(self.core, self.sent.extend, self.woken.set, self.failures.append)
+        self.writer = Writer(
+            self.core, self.sent.extend, self.woken.set, self.failures.append, decoded
+        )
 
     async def run(self) -> None:
         while True:
@@ -83,9 +85,11 @@ class Pump:
 
 
 @contextlib.asynccontextmanager
-async def pumping(advancing: bool = True) -> AsyncIterator[Pump]:
+async def pumping(
+    advancing: bool = True, decoded: Callable[[Intake], list[Send]] | None = None
+) -> AsyncIterator[Pump]:
     """A pump, advancing the writer when woken (``advancing``) or only when the test does."""
-    pump = Pump()
+    pump = Pump(decoded)
     task = asyncio.create_task(pump.run()) if advancing else None
     try:
         yield pump
@@ -238,3 +242,23 @@ async def test_the_last_batches_wall_clock_times_are_kept_in_order() -> None:
             pump.writer.put(batch(seq, rows=1))
         await asyncio.wait_for(pump.writer.drain(), 30)
         assert len(pump.writer.timings) == RECORDED and pump.writer.timings[-1].seq == RECORDED + 2
+
+
+async def test_each_batch_is_told_decoded_once_on_the_loop_in_order_and_its_sends_go() -> None:
+    """``decoded`` (the relays below's early forwarding) hears of each batch once it is decoded,
+    on the event loop, in order, with its rows; what it returns is dispatched."""
+    loop_thread = threading.current_thread()
+    told: list[tuple[int, int, bool]] = []
+
+    def decoded(intake: Intake) -> list[Send]:
+        rows = len(intake.upserts["id"])
+        told.append((intake.batch.seq, rows, threading.current_thread() is loop_thread))
+        return [Send(intake.batch.seq, intake.batch)]
+
+    async with pumping(decoded=decoded) as pump:
+        for seq in range(4):
+            pump.writer.put(batch(seq, rows=5_000))
+        await asyncio.wait_for(pump.writer.drain(), 10)
+        assert told == [(seq, 5_000, True) for seq in range(4)]
+        assert [send.to for send in pump.sent] == [0, 1, 2, 3]
+        assert pump.swapped == [0, 1, 2, 3]

@@ -14,7 +14,7 @@ the core not to swap (or prune) that dataset meanwhile.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Self
 
@@ -139,7 +139,18 @@ class DatasetState:
         Raises:
             ProtocolError: its columns or keys do not fit the catalog, or keys repeat.
         """
-        upserts, deletes = self._decode(batch)
+        upserts, deletes = self.decode(batch)
+        self.apply(batch, snapshots, upserts, deletes)
+        return upserts, deletes
+
+    def apply(
+        self,
+        batch: Batch,
+        snapshots: Sequence[tuple[int, View]],
+        upserts: dict[str, Array],
+        deletes: Array,
+    ) -> None:
+        """Write ``batch``, decoded (``decode``), to the inert buffer (``write``)."""
         buffer = self.buffer
         if self.epoch not in (-1, batch.epoch):
             buffer.restart_changes()  # seqs restart in a new epoch
@@ -154,14 +165,18 @@ class DatasetState:
         buffer.mark(Stamp(batch.epoch, batch.seq, batch.tick, batch.tick_time))
         buffer.stage_index()
         self.epoch, self.seq = batch.epoch, batch.seq
-        return upserts, deletes
 
     def drop_inside(self, views: Sequence[View]) -> None:
         """Delete the inert rows inside any of these primitives (regions; keyed datasets:
         ``relay.data.keyedstate``)."""
         self.buffer.delete_inside([view for view in views if isinstance(view, IndexedRegion)])
 
-    def _decode(self, batch: Batch) -> tuple[dict[str, Array], Array]:
+    def decode(self, batch: Batch) -> tuple[dict[str, Array], Array]:
+        """``batch``'s upserts (column -> array) and deleted keys, checked against the catalog.
+
+        Raises:
+            ProtocolError: its columns or keys do not fit the catalog, or keys repeat.
+        """
         info, table = self.info, self.buffer.inert
         upserts = decode_rows(info, batch.upserts, f"batch {batch.seq}")
         keys = key_column(batch.deletes, info.key, f"batch {batch.seq} deletes")
@@ -229,7 +244,8 @@ class Intake:
         batch: the batch.
         snapshots: (id, view) of the held primitives whose snapshots it carries.
         gap_after: the seq it follows with batches missing in between, or None.
-        upserts, deletes: the batch decoded, once written.
+        upserts, deletes: the batch decoded, once decoded.
+        forwarded: it went to the relays below (``tiers.below``).
     """
 
     state: DatasetState
@@ -238,11 +254,16 @@ class Intake:
     gap_after: int | None
     upserts: dict[str, Array] = field(default_factory=dict)
     deletes: Array | None = None
+    forwarded: bool = False
 
-    def write(self) -> None:
-        """Check and write the batch to the inert buffer (``DatasetState.write``).
+    def write(self, decoded: Callable[[Intake], None] | None = None) -> None:
+        """Check and write the batch to the inert buffer (``DatasetState.write``), calling
+        ``decoded(self)`` once it is decoded, before it is written.
 
         Raises:
             ProtocolError: as ``DatasetState.write``; nothing was written then.
         """
-        self.upserts, self.deletes = self.state.write(self.batch, self.snapshots)
+        self.upserts, self.deletes = self.state.decode(self.batch)
+        if decoded is not None:
+            decoded(self)
+        self.state.apply(self.batch, self.snapshots, self.upserts, self.deletes)

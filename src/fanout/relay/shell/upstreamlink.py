@@ -95,7 +95,7 @@ class UpstreamLink:
         self._dispatch = dispatch
         self._reply = reply
         self._close_below = close_below
-        self.writer = Writer(relays, dispatch, wake, self.drop)
+        self.writer = Writer(relays, dispatch, wake, self.drop, relays.decoded)
         self.wake = wake
         self.tls_ca = config.upstream.tls_ca
         self._token = PresentedToken(config.upstream.token, config.upstream.token_file)

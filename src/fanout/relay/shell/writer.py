@@ -10,9 +10,9 @@ batch in (ending the epoch) and starts writing the next. Rules:
 2. **Failure.** A batch that fails to write (nothing of it was written) drops the batches queued
    after it, is raised to the link by its next call and handed to ``on_failure``, so that the
    link drops the connection at once.
-3. **Timing.** Each batch's write, read-to-swap wait and tick age go to ``GET /metrics``
-   (``histograms``); the last ``RECORDED`` batches' wall-clock times (``Timing``) to
-   ``GET /v1/admin/batches``, joined across processes tick by tick by ``bench/tierhops.py``.
+3. **Timing.** Each batch's write, read-to-swap wait and tick age go to ``GET /metrics``;
+   the last ``RECORDED`` batches' wall-clock times to ``GET /v1/admin/batches``.
+4. **Decoded.** ``decoded`` is told of each batch decoded, before its write (relays below).
 """
 
 from __future__ import annotations
@@ -79,13 +79,17 @@ class Writer:
         dispatch: Callable[[Iterable[Send]], None],
         wake: Callable[[], None],
         on_failure: Callable[[BaseException], None] = lambda exc: None,
+        decoded: Callable[[Intake], list[Send]] | None = None,
     ) -> None:
         """Args:
         core: the relay's core (admits, finishes and swaps in batches).
         dispatch: sends the frames the core returns.
         wake: wakes the pump; called (on the loop) when a write is done.
         on_failure: called (on the loop) with a write's error.
+        decoded: called (on the loop) with a batch decoded on the writer thread, before it
+            is written (rule 4); its sends are dispatched.
         """
+        self._decoded = decoded
         self._core = core
         self._dispatch = dispatch
         self._wake = wake
@@ -161,18 +165,32 @@ class Writer:
                 self._fail(exc)
                 return
             if intake is not None:  # else a replay: applied already
-                job = self._thread.submit(self._write, intake)
-                job.add_done_callback(functools.partial(self._done, asyncio.get_running_loop()))
+                loop = asyncio.get_running_loop()
+                job = self._thread.submit(self._write, intake, loop)
+                job.add_done_callback(functools.partial(self._done, loop))
                 self._writing = (intake, job)
         self._progress.set()
 
-    def _write(self, intake: Intake) -> float:
+    def _write(self, intake: Intake, loop: asyncio.AbstractEventLoop) -> float:
         # On the writer thread; the histogram is observed there, read on the loop (a torn read
         # of a scrape is one observation off, never wrong twice). Returns when it was written.
         began = time.perf_counter()
-        intake.write()
+        if self._decoded is None:
+            intake.write()
+        else:
+
+            def decoded(done: Intake) -> None:
+                loop.call_soon_threadsafe(self._on_decoded, done)
+
+            intake.write(decoded)
         self.write_seconds.observe(time.perf_counter() - began)
         return time.time()
+
+    def _on_decoded(self, intake: Intake) -> None:
+        # On the loop: before the write is swapped in, or after (the pump saw it written
+        # first); ``decoded`` tells which by the intake.
+        assert self._decoded is not None
+        self._dispatch(self._decoded(intake))
 
     def _swap_in(self, failing: bool = True) -> None:
         assert self._writing is not None
