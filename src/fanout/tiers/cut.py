@@ -83,7 +83,8 @@ def _sorted(keys: Keys) -> Keys:
 def union(held: Keys, added: Keys) -> Keys:
     """The sorted distinct keys of the sorted ``held`` and ``added`` (any order), as
     ``np.union1d``, but only the keys not held are sorted and inserted."""
-    fresh = np.unique(np.asarray(added)[~_held(held, np.asarray(added))]).astype(held.dtype)
+    keys = np.asarray(added)
+    fresh = np.unique(keys[~_held(held, keys)]).astype(held.dtype)
     return np.insert(held, np.searchsorted(held, fresh), fresh) if len(fresh) else held
 
 

@@ -16,11 +16,11 @@ from fanout.errors import InvalidView
 from fanout.testing import strategies as fs
 from fanout.views.region import (
     SORTED_FROM,
+    BinnedPoints,
     Box,
     RegionUnion,
     Relative,
     Sector,
-    SortedPoints,
     Sphere,
     direction,
 )
@@ -417,11 +417,11 @@ def test_a_union_of_many_matches_each_point_as_any_of_its_members_does(data: st.
         expected |= member.match(*coordinates)
     assert union.match(*coordinates).tolist() == expected.tolist()
     # The points sorted once, then asked of this union and of another (its later members).
-    sorted_points = SortedPoints.of(*coordinates)
-    assert sorted_points is not None
-    assert union.match_sorted(sorted_points).tolist() == expected.tolist()
+    binned = BinnedPoints.of(*coordinates)
+    assert binned is not None
+    assert union.match_binned(binned).tolist() == expected.tolist()
     others = members[len(members) // 2 :]
     expected = np.zeros(cloud.shape[1], dtype=bool)
     for member in others:
         expected |= member.match(*coordinates)
-    assert RegionUnion(others).match_sorted(sorted_points).tolist() == expected.tolist()
+    assert RegionUnion(others).match_binned(binned).tolist() == expected.tolist()

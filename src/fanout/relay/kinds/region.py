@@ -36,12 +36,12 @@ from fanout.views.entity import Entity
 from fanout.views.members import members
 from fanout.views.region import (
     SORTED_FROM,
+    BinnedPoints,
     Box,
     Intersection,
     RegionUnion,
     Relative,
     Sector,
-    SortedPoints,
     Sphere,
 )
 from fanout.wire.messages import DatasetInfo, Subscribe
@@ -407,12 +407,12 @@ class RegionKind:
 
     def holder(self, rows: Mapping[str, Array]) -> Callable[[Sequence[View]], Mask]:
         """``holds`` of ``rows`` for several sets of primitives (a batch cut for each relay
-        below): the rows are sorted by their first coordinate once, for every union of many
-        regions asked of them, not once a union (``SortedPoints``)."""
+        below): the rows are binned by their first coordinate once, for every union of many
+        regions asked of them, not sorted once a union (``BinnedPoints``)."""
         info = self.state.info
         index = tuple(info.index_columns)
         length = len(rows[info.key]) if rows else 0
-        made: list[SortedPoints | None] = []  # at the first union that sorts
+        made: list[BinnedPoints | None] = []  # at the first union that bins them
 
         def holds(prims: Sequence[View]) -> Mask:
             regions = [view for view in prims if isinstance(view, _HELD)]
@@ -421,10 +421,10 @@ class RegionKind:
                 union = _union(regions)
                 if isinstance(union, RegionUnion) and len(union.members) >= SORTED_FROM:
                     if not made:
-                        made.append(SortedPoints.of(*(rows[name] for name in index)))
+                        made.append(BinnedPoints.of(*(rows[name] for name in index)))
                     points = made[0]
                     if points is not None:
-                        mask |= union.match_sorted(points)
+                        mask |= union.match_binned(points)
                     else:
                         mask |= members(union, rows, index)
                 else:

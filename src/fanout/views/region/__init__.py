@@ -36,6 +36,7 @@ __all__ = [
     "PRIMITIVES",
     "REGIONS",
     "AbsoluteRegion",
+    "BinnedPoints",
     "Box",
     "Intersection",
     "Primitive",
@@ -43,7 +44,6 @@ __all__ = [
     "RegionUnion",
     "Relative",
     "Sector",
-    "SortedPoints",
     "Sphere",
     "direction",
     "enclosing_box",
@@ -92,16 +92,16 @@ class RegionUnion(ViewBase, tag="union", frozen=True):
         bounds' x-range, not every point (the sum of the members' shares of the points, not their
         number times all of them)."""
         if len(self.members) >= SORTED_FROM:
-            points = SortedPoints.of(xs, ys, zs)
+            points = BinnedPoints.of(xs, ys, zs)
             if points is not None:
-                return self.match_sorted(points)
+                return self.match_binned(points)
         mask = self.members[0].match(xs, ys, zs)
         for member in self.members[1:]:
             mask = mask | member.match(xs, ys, zs)
         return mask
 
-    def match_sorted(self, points: SortedPoints) -> Mask:
-        """``match`` over points binned by x already (``SortedPoints``, shared by the unions
+    def match_binned(self, points: BinnedPoints) -> Mask:
+        """``match`` over points binned by x already (``BinnedPoints``, shared by the unions
         asked of the same points), a member at a time on the run of bins of its x-range."""
         sx, sy, sz = points.x, points.y, points.z
         bounds = [member.bounds() for member in self.members]
@@ -134,7 +134,7 @@ SORTED_FROM = 8
 BINS, PER_BIN = 4096, 16
 
 
-class SortedPoints:
+class BinnedPoints:
     """Points in order of their x, binned (NaNs in no bin: outside every range), with their y
     (and z): a union's member finds its candidates in the run of the bins its x-range touches.
     Made once for points many unions are asked of (a batch's rows, cut for each relay below).
@@ -177,7 +177,7 @@ class SortedPoints:
     @classmethod
     def of(
         cls, xs: npt.ArrayLike, ys: npt.ArrayLike, zs: npt.ArrayLike | None = None
-    ) -> SortedPoints | None:
+    ) -> BinnedPoints | None:
         """The points binned, if they are as many one-dimensional columns of at least
         ``SORTED_FROM`` (None: not worth it, or not columns)."""
         x, y = np.asarray(xs), np.asarray(ys)
