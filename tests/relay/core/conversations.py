@@ -34,14 +34,17 @@ def batch(
     deletes: list[int] | None = None,
     snapshots: list[int] | None = None,
     epoch: int = 1,
+    *,
+    tick_time: float | None = None,
 ) -> Batch:
+    """Batch ``seq``, ticked at ``tick_time`` (by default ``seq`` seconds)."""
     return kit.batch(
         seq,
         upserts,
         deletes or (),
         epoch=epoch,
         tick=10 * seq,
-        tick_time=float(seq),
+        tick_time=float(seq) if tick_time is None else tick_time,
         snapshots=snapshots or (),
     )
 

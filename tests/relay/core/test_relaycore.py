@@ -87,14 +87,15 @@ def test_no_change_in_the_view_is_a_no_update() -> None:
 
 
 def test_the_rate_limits_pushes_and_next_wakeup_says_when() -> None:
+    """Ticks faster than the rate, by the wall clock and by their own times alike."""
     core = relay()
     core.on_subscribe(CLIENT, Subscribe(1, "agents", Box((0, 0), (10, 10)), rate=2.0))
-    core.on_batch(batch(0, rows(k1=(1, 1)), snapshots=[1]))
+    core.on_batch(batch(0, rows(k1=(1, 1)), snapshots=[1], tick_time=10.0))
     assert len(pushes(core, now=10.0)) == 1
     for seq in range(1, int(BURST)):
-        core.on_batch(batch(seq, rows(k1=(seq, seq))))
+        core.on_batch(batch(seq, rows(k1=(seq, seq)), tick_time=10.0 + seq / 100))
         assert len(pushes(core, now=10.0)) == 1  # the rate's bucket holds spare pushes
-    core.on_batch(batch(int(BURST), rows(k1=(9, 9))))
+    core.on_batch(batch(int(BURST), rows(k1=(9, 9)), tick_time=10.3))
     assert pushes(core, now=10.3) == []
     # the bucket refills at 2 pushes/s from empty at 10.0
     assert core.next_wakeup(10.3) == pytest.approx(10.5)
@@ -104,13 +105,13 @@ def test_the_rate_limits_pushes_and_next_wakeup_says_when() -> None:
 def test_a_view_change_alone_waits_for_the_next_tick_when_the_rate_is_tight() -> None:
     core = relay()
     core.on_subscribe(CLIENT, Subscribe(1, "agents", Box((0, 0), (10, 10)), rate=10.0))
-    core.on_batch(batch(0, rows(k1=(1, 1), k2=(3, 3)), snapshots=[1]))
+    core.on_batch(batch(0, rows(k1=(1, 1), k2=(3, 3)), snapshots=[1], tick_time=10.0))
     for tick in range(1, 4):  # quick ticks use up the bucket's spare pushes
-        core.on_batch(batch(tick, rows(k1=(1, 1))))
+        core.on_batch(batch(tick, rows(k1=(1, 1)), tick_time=10.0 + tick * 0.01))
         assert len(pushes(core, now=10.0 + tick * 0.01)) == 1
     core.on_subscribe(CLIENT, Subscribe(1, "agents", Box((2, 2), (10, 10)), rate=10.0))
     assert pushes(core, now=10.08) == []  # a push now would delay the next tick's
-    core.on_batch(batch(4, rows(k1=(1, 1))))
+    core.on_batch(batch(4, rows(k1=(1, 1)), tick_time=10.13))
     (push,) = pushes(core, now=10.13)  # the tick's push carries the view change too
     assert isinstance(push, Push)
     assert (push.seq, keys(push.left)) == (4, [1])
@@ -382,3 +383,28 @@ def test_a_3d_sphere_view_gets_the_rows_inside_the_ball() -> None:
     assert keys(second.entered) == [3]
     assert keys(second.updated) == [1]
     assert keys(second.left) == [4]  # |(-5, 0, -9)| > 10
+
+
+def test_a_view_moving_out_of_coverage_every_tick_keeps_every_tick_on_time() -> None:
+    """The view moves past what the relay holds before each tick; the new region's snapshot
+    comes at the seq already held (as a relay below gets it from its upstream). It completes a
+    change of view, which takes only a spare push: the ticks, a little early, go out at once.
+    (Woken as by new state, each snapshot took a push the ticks needed: from the second tick on
+    they waited for the rate, and stayed locked behind it.)"""
+    core = relay()
+    sends = core.on_subscribe(CLIENT, Subscribe(1, "agents", Box((0, 0), (10, 10)), rate=10.0))
+    (acquire,) = frames(sends, UPSTREAM)
+    core.on_batch(batch(0, rows(k1=(1, 1)), snapshots=[acquire.prim]))
+    assert len(pushes(core, now=10.0)) == 1
+    for tick in range(1, 9):
+        x = 100.0 * tick
+        moved = Box((x, x), (x + 10, x + 10))
+        (acquire,) = frames(core.on_subscribe(CLIENT, Subscribe(1, "agents", moved)), UPSTREAM)
+        pushes(core, now=10.0 + tick * 0.1 - 0.07)  # not covered yet: nothing to push
+        snapshot = rows(**{f"k{tick + 1}": (x + 1, x + 1)})
+        core.on_batch(batch(tick - 1, snapshot, snapshots=[acquire.prim]))  # at the held seq
+        pushes(core, now=10.0 + tick * 0.1 - 0.05)  # the view's rows: if the rate has room
+        core.on_batch(batch(tick, rows(**{f"k{tick + 1}": (x + 2, x + 2)})))
+        got = pushes(core, now=10.0 + tick * 0.1 - 0.02)
+        assert [p.seq for p in got if isinstance(p, Push)] == [tick], f"tick {tick} waits"
+        assert sorted(core.datasets["agents"].table.keys.tolist())[-1] == tick + 1

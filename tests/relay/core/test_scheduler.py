@@ -69,6 +69,25 @@ def test_a_change_of_view_alone_waits_for_room_to_spare() -> None:
     assert serve_round(scheduler, 0.3, capacity=1) == ["a"]
 
 
+def test_waking_all_lazily_is_waking_each_as_a_change_of_view() -> None:
+    """``wake_all(eager=False)`` (snapshots at the seq held: ``RelayCore.end_epoch``) needs
+    room to spare, as ``wake(eager=False)`` does, and an eager wake still makes it due."""
+    scheduler = Scheduler()
+    for sid in ("idle", "timed"):
+        scheduler.add(sid, 0, rate=10.0)
+    for now in (0.0, 0.01, 0.1, 0.2):
+        scheduler.wake_all(["idle", "timed"])
+        assert serve_round(scheduler, now, capacity=2) == ["idle", "timed"]
+    scheduler.wake("timed", eager=False)
+    scheduler.settle(0.22)  # "timed" waits in the timer queue; "idle" is idle
+    scheduler.wake_all(["idle", "timed", "unknown"], eager=False)
+    assert serve_round(scheduler, 0.25, capacity=2) == []
+    assert scheduler.next_wakeup() == pytest.approx(0.35)
+    scheduler.wake_all(["timed"])
+    assert serve_round(scheduler, 0.3, capacity=2) == ["timed"]
+    assert serve_round(scheduler, 0.35, capacity=2) == ["idle"]
+
+
 def test_a_late_push_does_not_delay_the_next_one() -> None:
     """Ticks at the subscription's own rate, each a little early or late: each goes out."""
     scheduler = Scheduler()
@@ -249,6 +268,84 @@ def assert_rate(times: np.ndarray, rate: float) -> None:
     for lag in range(1, len(times)):
         spans = times[lag:] - times[:-lag]
         assert np.all(spans >= (lag + 1 - BURST) / rate - 1e-9), f"{lag + 1} pushes too close"
+
+
+@settings(max_examples=200)
+@given(
+    ticks=st.lists(
+        st.tuples(
+            st.floats(0.0, 0.3),  # the tick came that late (a relay behind its upstream)
+            st.floats(0.0, 0.09),  # its push sent that late (the loop busy with others)
+            st.booleans(),  # a moved view's rows came before it, at the seq held
+        ),
+        min_size=1,
+        max_size=60,
+    )
+)
+def test_ticks_at_its_rate_are_due_as_they_come_however_late_or_bunched(
+    ticks: list[tuple[float, float, bool]],
+) -> None:
+    """Ticks at the subscription's own rate by their own times, arriving up to 300 ms late
+    (so some bunched, and a late one followed by one on time), a view completed between
+    some: every tick is due as soon as it comes (the data's clock, rule 2). With the wall
+    clock alone, a tick coming early after late ones waited, and the pushes after it
+    stayed locked behind the rate."""
+    scheduler = Scheduler()
+    scheduler.add("a", 0, rate=10.0)
+    scheduler.settle(0.0)
+    assert scheduler.pop() == "a"
+    scheduler.served("a", 0.0)
+    arrived = 0.0
+    for number, (late, sent, completed) in enumerate(ticks, start=1):
+        tick_time = number * 0.1
+        now = max(arrived, tick_time + late)  # in order
+        if completed:  # pushed at once if the rate has room to spare
+            scheduler.wake("a", eager=False)
+            scheduler.settle(now)
+            if scheduler.pop() == "a":
+                scheduler.served("a", now)
+        scheduler.wake("a", tick_time=tick_time)
+        scheduler.settle(now)
+        assert scheduler.pop() == "a", f"tick {number} waits for the rate"
+        arrived = now + sent
+        scheduler.served("a", arrived)
+
+
+@settings(max_examples=200)
+@given(
+    wakes=st.lists(
+        st.tuples(
+            st.floats(0.0, 0.2),  # wall seconds since the last wake
+            st.one_of(st.none(), st.floats(0.0, 0.2)),  # tick seconds gained, or no new tick
+            st.booleans(),  # eager
+        ),
+        min_size=1,
+        max_size=80,
+    ),
+    rate=st.sampled_from([1.0, 5.0, 10.0, 40.0]),
+)
+def test_both_clocks_together_bound_the_pushes(
+    wakes: list[tuple[float, float | None, bool]], rate: float
+) -> None:
+    """Any k + 1 pushes in a row span at least (k + 1 - 2 * BURST) / rate seconds of the wall
+    clock and the data's clock together: pushes the wall clock allowed are at most
+    rate * T + BURST, those the ticks' times allowed rate * T' + BURST."""
+    scheduler = Scheduler()
+    scheduler.add("a", 0, rate=rate)
+    now, tick, pushed = 0.0, 0.0, []
+    for wall, gained, eager in wakes:
+        now += wall
+        if gained is not None:
+            tick += gained
+        scheduler.wake("a", eager, None if gained is None else tick)
+        scheduler.settle(now)
+        if scheduler.pop() == "a":
+            scheduler.served("a", now)
+            pushed.append((now, tick))
+    times = np.array(pushed).reshape(-1, 2)
+    for lag in range(1, len(times)):
+        spans = (times[lag:] - times[:-lag]).sum(axis=1)
+        assert np.all(spans >= (lag + 1 - 2 * BURST) / rate - 1e-9), f"{lag + 1} too close"
 
 
 def test_priority_decides_who_gets_the_scarce_pushes() -> None:

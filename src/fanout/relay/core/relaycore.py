@@ -31,6 +31,7 @@ from fanout.relay.core.throttle import SQL_BURST, SQL_SHARE, Budgets
 from fanout.relay.core.transducing import Transducing
 from fanout.relay.core.transforms import InvalidTransform
 from fanout.relay.core.upstream import Primitive, Upstream
+from fanout.relay.data.buffers import new_tick
 from fanout.relay.data.engine import QueryEngine
 from fanout.relay.data.intake import DatasetState, Intake
 from fanout.relay.data.pushes import Encodings
@@ -423,9 +424,9 @@ class RelayCore:
     def end_epoch(self) -> list[Send]:
         """Swap in every dataset's new state (CA 3197003 [0150], steps 1070b-1070d).
 
-        Primitives whose snapshots arrived with that state become ready with it, and the readers
-        of the dataset are woken. Returned: the acquires of views that moved (relative to an
-        entity), and the corrections of live writes it settles (``relay.core.livepath``).
+        Primitives whose snapshots arrived with it become ready; its readers are woken (as by a
+        view change if no new seq came: ``buffers.new_tick``). Returned: the acquires of views
+        that moved (relative to an entity), and the corrections of live writes it settles.
         """
         added: list[Primitive] = []
         confirmed: list[Send] = []
@@ -435,13 +436,12 @@ class RelayCore:
             if state.busy:
                 continue
             if not state.buffer.swap():
-                # Snapshots that changed no row (the publisher's snapshots of a quiet dataset,
-                # stamped with the last seq) leave nothing to swap in, and their primitives are
-                # ready now: the active table holds their rows (not: wait for the next change).
+                # Snapshots that changed no row (of a quiet dataset, stamped with the last seq)
+                # leave nothing to swap in; their primitives are ready now (the table has them).
                 if state.readying:
                     self._ready_snapshots(name)
-                    for subscription in self.downstream.of_reader(name):
-                        self.scheduler.wake(subscription.key)
+                    readers = self.downstream.of_reader(name)
+                    self.scheduler.wake_all([s.key for s in readers], eager=False)
                 continue
             after = state.buffer.stamp
             refresh = before is not None and after is not None and before.epoch != after.epoch
@@ -450,7 +450,8 @@ class RelayCore:
             added += kind.after_swap(readers)
             for subscription in readers if refresh else ():
                 self.lifecycle.new_epoch(subscription)
-            self.scheduler.wake_all([subscription.key for subscription in readers])
+            tick = new_tick(before, after)  # None: only snapshots at the seq held
+            self.scheduler.wake_all([s.key for s in readers], tick is not None, tick)
             confirmed += self.serving.live.swapped(name, after)  # writes it carries
         return _acquires(added) + confirmed
 

@@ -4,7 +4,10 @@
 1. A subscription is **pending** with something to push (``wake``); serving it clears that.
 2. A pending subscription is **due** when its token bucket (``rate`` a second, at most ``BURST``,
    starting full) holds a push; a change of view alone (``eager=False``) needs ``LAZY``. Until
-   then it waits in a timer queue.
+   then it waits in a timer queue. A push of a new tick may also take from a second bucket,
+   filled on the data's own clock (the ticks' times a wake brings): a tick that comes early,
+   or late ones bunched, does not wait for a bucket the wall clock keeps short. A push takes
+   one from the wall's bucket, and one from the data's if it carries a new tick.
 3. Due subscriptions go highest **effective priority** first:
    ``priority + aging * (now - due_since)``, a heap on ``due_since - priority / aging``.
 4. One the caller cannot serve now is **parked** under a reason, keeping its ``due_since``, until
@@ -53,6 +56,9 @@ class Slot:
     rate: float
     credit: float = BURST  # pushes the rate allows, as of ``credit_at``
     credit_at: float = -math.inf
+    data: float = BURST  # pushes the rate allows on the data's clock, as of ``data_at``
+    data_at: float = -math.inf  # the tick time of the state last pushed
+    data_new: float = -math.inf  # the tick time of the newest state woken with
     need: float = 1.0  # credit the pending push needs (1, or LAZY for a view change alone)
     due_since: float | None = None
     where: Where = Where.IDLE
@@ -145,24 +151,28 @@ class Scheduler:
 
     # -- becoming pending -----------------------------------------------------------------
 
-    def wake(self, sid: Hashable, eager: bool = True) -> None:
+    def wake(self, sid: Hashable, eager: bool = True, tick_time: float | None = None) -> None:
         """``sid`` has something new to push (unknown ids are ignored).
 
         Args:
             sid: the subscription.
             eager: new state (True), or only a change of its view, which may wait for the next
                 state if the rate has no room to spare (see rule 2).
+            tick_time: the tick time of the new state, if it brought a new tick (rule 2).
         """
         slot = self._slots.get(sid)
         if slot is None:
             return
         need = 1.0 if eager else LAZY
+        newer = False
+        if tick_time is not None and tick_time > slot.data_new:
+            slot.data_new, newer = tick_time, True
         if slot.where is Where.IDLE:  # the common case (a new state wakes every reader)
             slot.need, slot.where = need, Where.FRESH
             self._fresh.append(sid)
             return
-        if slot.where is Where.TIMER and need < slot.need:
-            slot.need = need
+        if slot.where is Where.TIMER and (need < slot.need or newer):
+            slot.need = min(slot.need, need)
             self._resort(sid, slot)  # due sooner now
             return
         slot.need = min(slot.need, need)
@@ -173,19 +183,24 @@ class Scheduler:
         elif slot.where is Where.POPPED:
             slot.rewoken = need if slot.rewoken is None else min(slot.rewoken, need)
 
-    def wake_all(self, sids: Iterable[Hashable]) -> None:
-        """``wake`` each of ``sids`` (a new state wakes every reader of its dataset: the idle
-        ones, the common case, without a call each)."""
+    def wake_all(
+        self, sids: Iterable[Hashable], eager: bool = True, tick_time: float | None = None
+    ) -> None:
+        """``wake(sid, eager, tick_time)`` for each of ``sids`` (a new state wakes every reader
+        of its dataset: the idle ones, the common case, without a call each)."""
         slots, fresh = self._slots, self._fresh
+        need = 1.0 if eager else LAZY
+        tick = -math.inf if tick_time is None else tick_time
         for sid in sids:
             slot = slots.get(sid)
             if slot is None:
                 continue
             if slot.where is Where.IDLE:
-                slot.need, slot.where = 1.0, Where.FRESH
+                slot.need, slot.where = need, Where.FRESH
+                slot.data_new = max(slot.data_new, tick)
                 fresh.append(sid)
             else:
-                self.wake(sid)
+                self.wake(sid, eager, tick_time)
 
     def park(self, sid: Hashable, reason: Hashable) -> None:
         """A popped subscription cannot be served until ``unpark(reason)``; it keeps its age."""
@@ -290,6 +305,8 @@ class Scheduler:
         slot = self._slots[sid]
         credit = min(BURST, slot.credit + (now - slot.credit_at) * slot.rate)
         slot.credit, slot.credit_at, slot.due_since = max(credit - 1.0, 0.0), now, None
+        if slot.data_new > slot.data_at:  # a new tick: on the data's clock too
+            slot.data, slot.data_at = max(_data_credit(slot) - 1.0, 0.0), slot.data_new
         self.served_count += 1
         self._rest(sid, slot)
 
@@ -302,6 +319,10 @@ class Scheduler:
             credit = slot.credit + (now - slot.credit_at) * slot.rate
             credit = (BURST if credit > BURST else credit) - 1.0
             slot.credit, slot.credit_at, slot.due_since = credit if credit > 0.0 else 0.0, now, None
+            if slot.data_new > slot.data_at:  # a new tick: on the data's clock too
+                data = slot.data + (slot.data_new - slot.data_at) * slot.rate
+                data = (BURST if data > BURST else data) - 1.0
+                slot.data, slot.data_at = data if data > 0.0 else 0.0, slot.data_new
             slot.where = idle
             count += 1
             if slot.rewoken is not None:
@@ -356,7 +377,16 @@ class Scheduler:
 
 
 def _due_at(slot: Slot) -> float:
-    """When ``slot``'s rate bucket next holds what its push needs (-inf: it does already)."""
-    if slot.credit >= slot.need:
+    """When ``slot``'s rate bucket next holds what its push needs (-inf: it does already; the
+    data's clock moves only with a wake, so a wait is the wall clock's)."""
+    if slot.credit >= slot.need or (
+        slot.data_new > slot.data_at and _data_credit(slot) >= slot.need
+    ):
         return -math.inf
     return slot.credit_at + (slot.need - slot.credit) / slot.rate
+
+
+def _data_credit(slot: Slot) -> float:
+    """What ``slot``'s bucket holds on the data's clock with the newest tick woken with (one
+    not yet pushed: only a push of a new tick takes from it, or is allowed by it)."""
+    return min(BURST, slot.data + (slot.data_new - slot.data_at) * slot.rate)

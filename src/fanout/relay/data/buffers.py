@@ -201,6 +201,17 @@ class Stamp:
     tick_time: float
 
 
+def new_tick(before: Stamp | None, after: Stamp | None) -> float | None:
+    """The tick time of the new seq (or epoch) a swap from ``before`` to ``after`` brought;
+    None if it brought none, only snapshots of primitives at the seq already held: no news to
+    a reader served at that seq, only the completion of a view that waited for them."""
+    if after is None or (
+        before is not None and (before.epoch, before.seq) == (after.epoch, after.seq)
+    ):
+        return None
+    return after.tick_time
+
+
 class _Write(Protocol):
     """One write to the inert buffer, kept to be replayed on the other buffer after a swap."""
 
