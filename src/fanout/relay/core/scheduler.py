@@ -3,19 +3,16 @@
 
 1. A subscription is **pending** with something to push (``wake``); serving it clears that.
 2. A pending subscription is **due** when its token bucket (``rate`` a second, at most ``BURST``,
-   starting full) holds a push; a change of view alone (``eager=False``) needs ``LAZY``. Until
-   then it waits in a timer queue. A push of a new tick may also take from a second bucket,
-   filled on the data's own clock (the ticks' times a wake brings): a tick that comes early,
-   or late ones bunched, does not wait for a bucket the wall clock keeps short. A push takes
-   one from the wall's bucket, and one from the data's if it carries a new tick.
+   starting full) holds a push, or for a new tick a second one filled on the ticks' own times
+   does (docs/concepts.md, "The data's clock"); a change of view alone (``eager=False``) needs
+   ``LAZY``. Until then it waits in a timer queue.
 3. Due subscriptions go highest **effective priority** first:
    ``priority + aging * (now - due_since)``, a heap on ``due_since - priority / aging``.
 4. One the caller cannot serve now is **parked** under a reason, keeping its ``due_since``, until
-   ``unpark`` (latest-value coalescing: nothing queues for a busy connection).
-5. Nothing starves: rates bound how often others are served.
-
-The caller's loop: ``settle(now)`` once per round, ``pop()`` until None, and for each either
-``served``, ``park``, ``defer`` or ``idle``; ones popped but not handled go back by ``requeue``.
+   ``unpark`` (latest-value coalescing: nothing queues for a busy connection). Nothing starves:
+   rates bound how often others are served. The caller's loop: ``settle(now)`` once per round,
+   ``pop()`` until None, and for each either ``served``, ``park``, ``defer`` or ``idle``; ones
+   popped but not handled go back by ``requeue``.
 """
 
 from __future__ import annotations
