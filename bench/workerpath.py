@@ -83,10 +83,12 @@ def by_tick(answers: list[list[dict[str, Any]]]) -> list[dict[str, Any]]:
 
 
 def stages(records: list[dict[str, Any]], start: float, end: float) -> dict[str, Any]:
-    """Each stage's ms after its tick, over the ticks of the window pushed here."""
-    kept = [r for r in records if start <= r["tick_time"] <= end and r["pushed_first"]]
+    """Each stage's ms after its tick, over the window's ticks that reached it (a leader
+    pushes none: its pushed stages are None)."""
+    kept = [r for r in records if start <= r["tick_time"] <= end]
     return {
-        stage: percentiles([1e3 * (r[stage] - r["tick_time"]) for r in kept]) for stage in STAGES
+        stage: percentiles([1e3 * (r[stage] - r["tick_time"]) for r in kept if r[stage]])
+        for stage in STAGES
     }
 
 
