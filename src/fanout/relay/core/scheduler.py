@@ -194,7 +194,8 @@ class Scheduler:
                 continue
             if slot.where is Where.IDLE:
                 slot.need, slot.where = need, Where.FRESH
-                slot.data_new = max(slot.data_new, tick)
+                if tick > slot.data_new:  # noqa: PLR1730  (per reader per tick: no call)
+                    slot.data_new = tick
                 fresh.append(sid)
             else:
                 self.wake(sid, eager, tick_time)
