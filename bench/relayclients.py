@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Callable
 from multiprocessing.connection import Connection
+from typing import Any
 
 import picowsclient
 from fanout.testing import cpu, frames
@@ -93,3 +95,40 @@ def clients_main(conn: Connection, url: str, mine: list[Route], started: float) 
             subscriber.close()
 
     asyncio.run(main())
+
+
+def start_clients(
+    context: Any,
+    url: str,
+    everyone: list[Route],
+    started: float,
+    *,
+    processes: int,
+    children: list[Any],
+    target: Callable[..., None] = clients_main,
+    extra: tuple[Any, ...] = (),
+) -> list[Connection]:
+    """Start ``processes`` client processes sharing ``everyone``'s routes (``target``, called as
+    ``clients_main`` is, ``extra`` after its arguments), each added to ``children`` as it
+    starts; return their pipes once each says it is ready."""
+    conns = []
+    for index in range(processes):
+        mine = everyone[index::processes]
+        conn, child = context.Pipe()
+        process = context.Process(target=target, args=(child, url, mine, started, *extra))
+        process.start()
+        child.close()  # a client process that fails ends its pipe (EOFError), not waited on
+        children.append(process)
+        conns.append(conn)
+    for conn in conns:
+        assert conn.recv() == "ready"
+    return conns
+
+
+def open_window(conns: list[Connection], warmup: float, measure: float) -> tuple[float, float]:
+    """Tell the client processes the measurement window, ``warmup`` seconds from now; return it."""
+    start = time.time() + warmup
+    end = start + measure
+    for conn in conns:
+        conn.send((start, end))
+    return start, end

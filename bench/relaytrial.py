@@ -21,7 +21,7 @@ from fanout.testing.world import (
     publisher_main,
     routes,
 )
-from relayclients import clients_main
+from relayclients import open_window, start_clients
 from relayinstrument import CommandRelay, instrument, loop_given, spy_on
 
 ENTITIES = 100_000
@@ -100,21 +100,10 @@ def run_trial(
         url = relay.ready()
         started = time.time()
         everyone = routes(subscribers, group, seed=subscribers)
-        client_conns = []
-        for index in range(args.processes):
-            mine = everyone[index :: args.processes]
-            conn, child = context.Pipe()
-            process = context.Process(target=clients_main, args=(child, url, mine, started))
-            process.start()
-            child.close()  # a client process that fails ends its pipe (EOFError), not waited on
-            children.append(process)
-            client_conns.append(conn)
-        for conn in client_conns:
-            assert conn.recv() == "ready"
-        start = time.time() + args.warmup
-        end = start + args.measure
-        for conn in client_conns:
-            conn.send((start, end))
+        client_conns = start_clients(
+            context, url, everyone, started, processes=args.processes, children=children
+        )
+        start, end = open_window(client_conns, args.warmup, args.measure)
         samples = []
         spy = None
         for moment in (start, end):

@@ -32,7 +32,7 @@ import relayclients
 from fanout.testing import cpu, world
 from fanout.testing.calibration import calibrate
 from fanout.testing.machine import describe, write_results
-from relayclients import clients_main
+from relayclients import clients_main, open_window, start_clients
 
 STAGES = ("read", "written", "swapped", "pushed_first", "pushed_last")
 LATE_MS = 50.0
@@ -123,22 +123,17 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         started = time.time()
         everyone = world.routes(args.subscribers, 1, seed=args.subscribers)
         options = {"still": args.still, "rate": args.rate}
-        conns = []
-        for index in range(args.processes):
-            conn, child = context.Pipe()
-            share = everyone[index :: args.processes]
-            process = context.Process(
-                target=subscribers_main, args=(child, url, share, started, options)
-            )
-            process.start()
-            children.append(process)
-            conns.append(conn)
-        for conn in conns:
-            assert conn.recv() == "ready"
-        start = time.time() + args.warmup
-        end = start + args.measure
-        for conn in conns:
-            conn.send((start, end))
+        conns = start_clients(
+            context,
+            url,
+            everyone,
+            started,
+            processes=args.processes,
+            children=children,
+            target=subscribers_main,
+            extra=(options,),
+        )
+        start, end = open_window(conns, args.warmup, args.measure)
         relay_cpu = cpu.process_tree(relay.pid)
         time.sleep(max(0.0, end - time.time()))
         relay_cores = cpu.process_tree(relay.pid).cores_since(relay_cpu)
