@@ -388,23 +388,27 @@ def test_a_3d_sphere_view_gets_the_rows_inside_the_ball() -> None:
 def test_a_view_moving_out_of_coverage_every_tick_keeps_every_tick_on_time() -> None:
     """The view moves past what the relay holds before each tick; the new region's snapshot
     comes at the seq already held (as a relay below gets it from its upstream). It completes a
-    change of view, which takes only a spare push: the ticks, a little early, go out at once.
-    (Woken as by new state, each snapshot took a push the ticks needed: from the second tick on
-    they waited for the rate, and stayed locked behind it.)"""
+    change of view, which takes only a spare push (else it goes with the next tick, which
+    carries it), and the ticks, a little early, go out at once. (Woken as by new state, each
+    snapshot took a push of its own, and with the wall clock's bucket alone the ticks from the
+    second on waited for the rate, and stayed locked behind it.)"""
     core = relay()
     sends = core.on_subscribe(CLIENT, Subscribe(1, "agents", Box((0, 0), (10, 10)), rate=10.0))
     (acquire,) = frames(sends, UPSTREAM)
-    core.on_batch(batch(0, rows(k1=(1, 1)), snapshots=[acquire.prim]))
+    core.on_batch(batch(0, rows(k1=(1, 1)), snapshots=[acquire.prim], tick_time=10.0))
     assert len(pushes(core, now=10.0)) == 1
+    own = 0  # completed views pushed on their own, not with a tick
     for tick in range(1, 9):
-        x = 100.0 * tick
+        x, at = 100.0 * tick, 10.0 + tick * 0.1
         moved = Box((x, x), (x + 10, x + 10))
         (acquire,) = frames(core.on_subscribe(CLIENT, Subscribe(1, "agents", moved)), UPSTREAM)
-        pushes(core, now=10.0 + tick * 0.1 - 0.07)  # not covered yet: nothing to push
+        pushes(core, now=at - 0.07)  # not covered yet: nothing to push
         snapshot = rows(**{f"k{tick + 1}": (x + 1, x + 1)})
-        core.on_batch(batch(tick - 1, snapshot, snapshots=[acquire.prim]))  # at the held seq
-        pushes(core, now=10.0 + tick * 0.1 - 0.05)  # the view's rows: if the rate has room
-        core.on_batch(batch(tick, rows(**{f"k{tick + 1}": (x + 2, x + 2)})))
-        got = pushes(core, now=10.0 + tick * 0.1 - 0.02)
+        held = at - 0.1  # the seq held, ticked a tick ago
+        core.on_batch(batch(tick - 1, snapshot, snapshots=[acquire.prim], tick_time=held))
+        own += len(pushes(core, now=at - 0.05))  # the view's rows: only if the rate has room
+        core.on_batch(batch(tick, rows(**{f"k{tick + 1}": (x + 2, x + 2)}), tick_time=at))
+        got = pushes(core, now=at - 0.02)  # the tick came a little early
         assert [p.seq for p in got if isinstance(p, Push)] == [tick], f"tick {tick} waits"
         assert sorted(core.datasets["agents"].table.keys.tolist())[-1] == tick + 1
+    assert own <= 1, f"{own} completed views took pushes of their own, not the one spare"
