@@ -147,8 +147,9 @@ def test_fitted_pushes_follow_a_brute_force_token_bucket(
             continue
         assert until is None
         verdict, again = links.fit(C, 1, 10.0, whole=whole, important=important, now=now)
-        if whole <= before + 1e-6 or before >= cap - 1e-6:
-            assert verdict is Fit.WHOLE or math.isclose(whole, before, rel_tol=1e-9)
+        # Levels are compared within ``SLACK`` bytes (the bucket's refills are floats).
+        if whole <= before + rules.SLACK or before >= cap - rules.SLACK:
+            assert verdict is Fit.WHOLE
         elif important:  # creations and deletions first, never held back
             assert verdict is Fit.IMPORTANT
             need = min(whole - important, cap)
