@@ -34,7 +34,8 @@ from fanout.testing.relaycore import ready_core
 from fanout.views import Box
 from fanout.wire import codec
 from fanout.wire.columns import decode_columns, encode_columns
-from fanout.wire.messages import Acquire, Batch, Push, Relevance, Subscribe, Tier
+from fanout.wire.messages import Acquire, Batch, Push, Subscribe
+from fanout.wire.options import Relevance, Tier
 
 RESULTS = Path(__file__).resolve().parent / "results" / "priority.json"
 SIDE = 1000.0  # the world's side

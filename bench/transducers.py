@@ -25,7 +25,8 @@ from fanout.transducers import Budget, Transducers
 from fanout.transducers.crossings import Crossings
 from fanout.transducers.session import Session
 from fanout.wire.columns import encode_columns
-from fanout.wire.messages import Push, Transduce
+from fanout.wire.messages import Push
+from fanout.wire.options import Transduce
 
 RESULTS = Path(__file__).resolve().parent / "results" / "transducers.json"
 SCHEMA = pa.schema([("id", pa.int64()), ("x", pa.float64()), ("y", pa.float64())])

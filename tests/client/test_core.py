@@ -33,13 +33,12 @@ from fanout.wire.messages import (
     Publish,
     Published,
     Push,
-    Relevance,
     Subscribe,
     Subscribed,
-    Tier,
     Unsubscribe,
     Unsubscribed,
 )
+from fanout.wire.options import Relevance, Tier
 
 BOX = Box((0, 0), (1, 1))
 FAILED = SubscriptionError("closed", "connection to the relay closed")

@@ -26,7 +26,8 @@ from fanout.http.api import (
 )
 from fanout.views import Box
 from fanout.wire.columns import decode_columns, encode_columns, from_values
-from fanout.wire.messages import DatasetInfo, Error, NoUpdate, Push, Resume, Subscribed
+from fanout.wire.messages import DatasetInfo, Error, NoUpdate, Push, Subscribed
+from fanout.wire.options import Resume
 
 DATASETS = {"agents": "space", "orders": "sql"}
 

@@ -29,7 +29,8 @@ from fanout.testing.wait import eventually
 from fanout.views import Box, Relative, Sphere
 from fanout.views.entity import Entity
 from fanout.wire import codec
-from fanout.wire.messages import PROTOCOL_VERSION, Error, Hello, Relevance, Tier, Welcome
+from fanout.wire.messages import PROTOCOL_VERSION, Error, Hello, Welcome
+from fanout.wire.options import Relevance, Tier
 
 from .conftest import settle
 

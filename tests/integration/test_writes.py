@@ -24,7 +24,7 @@ from fanout.launch import Child, Children
 from fanout.testing.deployment import publisher_and_relay
 from fanout.testing.wait import eventually
 from fanout.views.sql import parse as sql
-from fanout.wire.messages import Transduce
+from fanout.wire.options import Transduce
 
 pytestmark = [pytest.mark.integration, pytest.mark.asyncio(loop_scope="module")]
 

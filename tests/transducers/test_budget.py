@@ -13,7 +13,8 @@ from tests.transducers.streams import SCHEMA, frames
 
 from fanout.transducers import Budget, OverBudget, Transducers, TransducerStopped
 from fanout.wire.columns import encode_columns
-from fanout.wire.messages import Push, Transduce
+from fanout.wire.messages import Push
+from fanout.wire.options import Transduce
 
 
 class Points:

@@ -13,7 +13,7 @@ from tests.transducers.streams import SCHEMA, apply, frames
 
 from fanout.transducers import GROUP, InvalidTransducer, Transducers
 from fanout.transducers.crossings import Crossings
-from fanout.wire.messages import Transduce
+from fanout.wire.options import Transduce
 
 PYPROJECT = Path(__file__).parents[2] / "pyproject.toml"
 

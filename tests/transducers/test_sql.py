@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from tests.transducers.streams import SCHEMA, Content, apply, contents, frames
 
 from fanout.transducers import Budget, InvalidTransducer, Transducers
-from fanout.wire.messages import Transduce
+from fanout.wire.options import Transduce
 
 ORACLE = settings(max_examples=60, deadline=None)
 TRANSDUCERS = Transducers(Budget(seconds=60))  # a loaded machine's evaluations stay in it

@@ -137,6 +137,13 @@ def relay_parser(commands: Any, command: Command) -> None:
         " and whose /metrics sums theirs; 0 picks a free one, logged (default: 0)",
     )
     parser.add_argument(
+        "--no-shared-state",
+        dest="shared_state",
+        action="store_false",
+        help="with --workers N > 1, send the workers the leader's rows over their links instead"
+        " of its state in shared memory, written once a swap (docs/deploy.md)",
+    )
+    parser.add_argument(
         "--mmap-threshold",
         type=int,
         help="glibc's mmap threshold in bytes, fixed while the relay runs; 0 leaves glibc's"
@@ -358,6 +365,7 @@ def run_relay(args: argparse.Namespace) -> int:
             loop=args.loop,
             workers=args.workers,
             workers_port=args.workers_port,
+            shared_state=args.shared_state,
             **_allocator_given(args),
         ),
     )

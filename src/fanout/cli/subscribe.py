@@ -33,7 +33,7 @@ from fanout.client.following import connect_cluster
 from fanout.errors import ConfigError
 from fanout.views import View, parse
 from fanout.wire.columns import to_python
-from fanout.wire.messages import Transduce
+from fanout.wire.options import Transduce
 
 #: How long to wait before trying the next relay.
 RETRY_DELAY = 1.0

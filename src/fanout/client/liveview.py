@@ -10,7 +10,8 @@ from typing import TYPE_CHECKING, Any
 
 from fanout.client.viewstate import SubscriptionError, Update, ViewState
 from fanout.views import View
-from fanout.wire.messages import Mode, Resume, Transform
+from fanout.wire.messages import Mode, Transform
+from fanout.wire.options import Resume
 
 if TYPE_CHECKING:
     from fanout.client.subscriber import Subscriber

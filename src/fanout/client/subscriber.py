@@ -52,12 +52,11 @@ from fanout.wire.messages import (
     Hello,
     Mode,
     Publish,
-    Relevance,
     Subscribe,
-    Transduce,
     Transform,
     Unsubscribe,
 )
+from fanout.wire.options import Relevance, Transduce
 
 __all__ = [
     "MAX_FRAME",

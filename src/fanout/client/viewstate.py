@@ -26,7 +26,8 @@ from fanout.errors import FanoutError, ProtocolError
 from fanout.views import View
 from fanout.wire.columns import Columns as Payload
 from fanout.wire.columns import decode_columns, encode_columns, key_column, to_python
-from fanout.wire.messages import Mode, NoUpdate, Push, Relevance, Resume, Transduce, Transform
+from fanout.wire.messages import Mode, NoUpdate, Push, Transform
+from fanout.wire.options import Relevance, Resume, Transduce
 
 Columns = dict[str, npt.NDArray[Any]]
 

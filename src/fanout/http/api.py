@@ -34,12 +34,12 @@ from fanout.wire.messages import (
     Error,
     NoUpdate,
     Push,
-    Resume,
     Subscribe,
     Subscribed,
     Transform,
     Unsubscribed,
 )
+from fanout.wire.options import Resume
 
 #: The one subscription an HTTP stream holds, as the core numbers it on its connection.
 SUB = 1

@@ -269,6 +269,11 @@ class Process:
             workers, edge relays of it sharing the port (``SO_REUSEPORT``).
         workers_port: with workers, the leader's own port on loopback (0: any free one), where
             the workers connect and whose ``/metrics`` sums theirs.
+        shared_state: with workers, the leader writes each space-indexed dataset's state
+            (fixed-width columns) to shared memory once a swap and its workers read it there
+            (``relay.shell.sharedstate``); False: it reaches them as rows, as any relay below.
+        shared_directory: a worker's: its leader's shared memory (set by the leader; empty:
+            none, every batch comes as rows).
         mmap_threshold: glibc's mmap threshold in bytes, fixed while the relay runs
             (``fanout.allocator.tune``; 0: glibc's dynamic one). Not the default: fixed at 128
             KiB or 1 MiB it cost 4-8% more CPU a push (``bench/allocator.py``).
@@ -285,6 +290,8 @@ class Process:
     loop: EventLoop = "asyncio"
     workers: int = 1
     workers_port: int = 0
+    shared_state: bool = True
+    shared_directory: str = ""
     mmap_threshold: int = 0
     trim_every: float = 10.0
 

@@ -38,19 +38,16 @@ from fanout.wire.messages import (
     Push,
     ReadState,
     Release,
-    Relevance,
-    Resume,
     StateRows,
     Subscribe,
     Subscribed,
-    Tier,
-    Transduce,
     Transform,
     Unsubscribe,
     Unsubscribed,
     Welcome,
     Written,
 )
+from fanout.wire.options import Relevance, Resume, Tier, Transduce
 
 
 @dataclass(frozen=True)

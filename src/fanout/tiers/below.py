@@ -20,23 +20,23 @@ from __future__ import annotations
 import sys
 
 import msgspec
-import numpy as np
 
 from fanout.errors import InvalidView
 from fanout.relay.core.changesets import ChangeSet
 from fanout.relay.core.relaycore import RelayCore
 from fanout.relay.core.sends import UPSTREAM, Send
-from fanout.relay.data.buffers import Array
+from fanout.relay.data.intake import DatasetState as HeldState
 from fanout.relay.data.intake import Intake, decode_rows
 from fanout.relay.data.nulls import masked
-from fanout.relay.kinds import DatasetKind
-from fanout.tiers import cut
+from fanout.tiers import cut, shared
 from fanout.tiers.curiosity import Curiosity
 from fanout.tiers.held import Below, Held
+from fanout.tiers.shared import SHARED_STATE, Adopting, Publishing
 from fanout.tiers.upward import Upward
 from fanout.wire.columns import Columns, encode_columns
 from fanout.wire.messages import (
     Acquire,
+    Adopted,
     Batch,
     Catalog,
     Curious,
@@ -87,6 +87,10 @@ class Relays:
         self.upward = Upward()  # what went upstream
         #: Datasets whose query the upstream said stopped (``DatasetState``), by name.
         self.stopped: dict[str, DatasetState] = {}
+        #: A leader's shared memory, where its workers read its state (``tiers.shared``).
+        self.shared: Publishing | None = None
+        #: A worker's generations of its leader's shared state, told it (``Adopted``).
+        self.adopting = Adopting()
         self.forwarded = 0
         self.snapshots = 0
         self.asked = 0
@@ -116,8 +120,22 @@ class Relays:
         return sends if intake.forwarded else sends + self._forward(intake)
 
     def end_epoch(self) -> list[Send]:
-        """``RelayCore.end_epoch``, then the snapshots that can go down now (rule 2)."""
-        return self.core.end_epoch() + self.ready()
+        """``RelayCore.end_epoch``, then the state told to workers in shared memory, the
+        snapshots that can go down now (rule 2), and (a worker) the generations adopted."""
+        return self.core.end_epoch() + self._share() + self.ready() + self._adopted()
+
+    def _share(self) -> list[Send]:
+        if self.shared is None:
+            return []
+        return shared.share(self.shared, self.core.datasets, list(self.below.values()))
+
+    def _sharing(self, state: HeldState) -> list[Below]:
+        if self.shared is None:
+            return []
+        return shared.sharing(state, list(self.below.values()))
+
+    def _adopted(self) -> list[Send]:
+        return [Send(UPSTREAM, f) for f in self.adopting.adopted(self.core.datasets)]
 
     def housekeeping(self, now: float) -> list[Send]:
         """``RelayCore.housekeeping``, its horizons combined with those below (rule 5); and
@@ -130,7 +148,7 @@ class Relays:
                 sends.append(send)
         epochs = {name: state.epoch for name, state in self.core.datasets.items()}
         horizons = self.upward.horizons(epochs, [below.horizons for below in self.below.values()])
-        return sends + horizons + self.live_writes() + self.ready()
+        return sends + horizons + self.live_writes() + self._share() + self.ready()
 
     # -- connections -----------------------------------------------------------------------
 
@@ -141,7 +159,8 @@ class Relays:
             return Error(
                 "unavailable", "this relay is not connected upstream yet; connect again later"
             )
-        self.below[client] = Below(client, hello.name)
+        shared = self.shared is not None and SHARED_STATE in hello.capabilities
+        self.below[client] = Below(client, hello.name, shared=shared)
         infos = [state.info for state in self.core.datasets.values()]
         sends = [Send(client, Catalog(datasets=infos))]
         sends += [Send(client, state) for state in self.stopped.values()]
@@ -211,12 +230,7 @@ class Relays:
             case Acquire() as acquire:
                 return self._acquire(below, acquire)
             case Release(prim=prim):
-                held = below.prims.pop(prim, None)
-                if held is None:
-                    message = f"release of primitive {prim}, which is not held"
-                    return [Send(client, Error("primitive", message, ref=prim))]
-                self.core.downstream.unpin(held.dataset, held.view)
-                return []
+                return self._release(below, prim)
             case Curious() as curious:
                 sends = self._curious(below, curious)
                 self._reading()
@@ -225,10 +239,20 @@ class Relays:
                 below.told(frame)
                 self._reading()
                 return self.live_writes()
+            case Adopted() if below.shared and self.shared is not None:
+                return shared.adopted(self.shared, below, frame)
         name = type(frame).__name__.lower()
         return [Send(client, Error("protocol", f"a relay does not take {name} from a relay"))]
 
     # -- acquiring -------------------------------------------------------------------------
+
+    def _release(self, below: Below, prim: int) -> list[Send]:
+        held = below.prims.pop(prim, None)
+        if held is None:
+            message = f"release of primitive {prim}, which is not held"
+            return [Send(below.client, Error("primitive", message, ref=prim))]
+        self.core.downstream.unpin(held.dataset, held.view)
+        return []
 
     def _acquire(self, below: Below, acquire: Acquire) -> list[Send]:
         client, prim = below.client, acquire.prim
@@ -270,6 +294,12 @@ class Relays:
         stamp = state.buffer.stamp
         if state.busy or stamp is None or (stamp.epoch, stamp.seq) != (state.epoch, state.seq):
             return []  # a batch is written but not swapped in: after it is
+        if below in self._sharing(state):
+            assert self.shared is not None
+            ready = [p for p in prims if kind.covered(p.view, ready_only=True)]
+            sends = shared.snapshot(self.shared, below, dataset, state, ready)
+            self.snapshots += len(ready) if sends else 0
+            return sends
         sent = below.sent.get(dataset)
         if sent is not None and sent != (stamp.epoch, stamp.seq):
             return []
@@ -308,10 +338,13 @@ class Relays:
         change = ChangeSet(
             batch.epoch, batch.seq, batch.tick, batch.tick_time, intake.upserts, deleted
         )
-        refreshed = _refreshed(intake, kind)
+        refreshed = cut.refreshed(intake, kind)
         sends: list[Send] = []
         holds = kind.holder(change.rows)  # the rows prepared once for every relay below
+        sharing = self._sharing(state)
         for below in self.below.values():
+            if below in sharing:
+                continue  # told the whole state once it is swapped in (``_share``)
             sent = below.sent.get(batch.dataset)
             if sent is not None and sent[0] == batch.epoch and batch.seq <= sent[1]:
                 continue  # a re-send here (our own snapshots): nothing new below
@@ -451,18 +484,6 @@ class Relays:
             "below_curiosity_answered": self.answered,
             "upstream_datasets_stopped": len(self.stopped),
         }
-
-
-def _refreshed(intake: Intake, kind: DatasetKind) -> dict[str, Array]:
-    """The rows of ``intake`` inside the primitives whose snapshots it carries: unchanged rows
-    among the changes, for all the relay knows (none: a pure change set)."""
-    views = [view for _, view in intake.snapshots]
-    if not views or not intake.upserts:
-        return {}
-    mask = kind.holds(views, intake.upserts)
-    if not mask.any():
-        return {}
-    return {name: np.asarray(values)[mask] for name, values in intake.upserts.items()}
 
 
 def _knowledge(req: int, dataset: str, change: ChangeSet, core: RelayCore) -> Knowledge:

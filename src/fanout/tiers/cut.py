@@ -23,6 +23,8 @@ import numpy.typing as npt
 
 from fanout.relay.core.changesets import ChangeSet
 from fanout.relay.data.buffers import Array, Keys, Mask
+from fanout.relay.data.intake import Intake
+from fanout.relay.kinds import DatasetKind
 
 Rows = dict[str, Array]
 
@@ -116,3 +118,15 @@ def merge(cut: Cut, content: Rows, key: str) -> Cut:
 
 def _take(rows: Mapping[str, Array], positions: npt.NDArray[np.intp]) -> Rows:
     return {name: np.asarray(values)[positions] for name, values in rows.items()}
+
+
+def refreshed(intake: Intake, kind: DatasetKind) -> dict[str, Array]:
+    """The rows of ``intake`` inside the primitives whose snapshots it carries: unchanged rows
+    among the changes, for all the relay knows (none: a pure change set)."""
+    views = [view for _, view in intake.snapshots]
+    if not views or not intake.upserts:
+        return {}
+    mask = kind.holds(views, intake.upserts)
+    if not mask.any():
+        return {}
+    return {name: np.asarray(values)[mask] for name, values in intake.upserts.items()}

@@ -39,6 +39,7 @@ class Below:
         sent: per dataset, the (epoch, seq) of the last batch sent.
         horizons: per dataset, the (epoch, seq) of its last ``Horizon``.
         live_writes: the datasets whose writes made elsewhere it wants (``LiveWrites``).
+        shared: a worker of this relay, told the state in shared memory (``tiers.shared``).
     """
 
     client: int
@@ -48,6 +49,7 @@ class Below:
     sent: dict[str, tuple[int, int]] = field(default_factory=dict)
     horizons: dict[str, tuple[int, int]] = field(default_factory=dict)
     live_writes: set[str] = field(default_factory=set)
+    shared: bool = False
 
     def told(self, frame: Horizon | LiveWrites) -> None:
         """It told its horizon of a dataset, or whether it wants the dataset's live writes."""

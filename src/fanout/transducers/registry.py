@@ -19,7 +19,7 @@ import pyarrow as pa
 from fanout.transducers.budget import MEMORY, Budget, InvalidTransducer
 from fanout.transducers.session import Session, Transducer
 from fanout.transducers.sql import WindowEngine, WindowSql
-from fanout.wire.messages import Transduce
+from fanout.wire.options import Transduce
 
 #: The entry-point group installed transducers are registered in.
 GROUP = "fanout.transducers"

@@ -34,9 +34,9 @@ from fanout.wire.messages import (
     NoUpdate,
     Push,
     Release,
-    Resume,
     Subscribed,
 )
+from fanout.wire.options import Resume
 
 INFO = AGENTS
 VIEW = Box((0, 0), (10, 10))

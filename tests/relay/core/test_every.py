@@ -49,13 +49,13 @@ from fanout.wire.messages import (
     Knowledge,
     NoUpdate,
     Push,
-    Resume,
     Subscribe,
     Subscribed,
     Transform,
     Unsubscribe,
     Unsubscribed,
 )
+from fanout.wire.options import Resume
 
 
 @pytest.mark.parametrize("kind", KINDS, ids=lambda kind: kind.info.index)

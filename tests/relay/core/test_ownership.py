@@ -32,6 +32,8 @@ NOT_SUBSCRIPTIONS = {
     ("relay/core/scheduler.py", "slot.rate"),
     ("testing/audit.py", "report.held"),  # a subscriber's audit
     ("relay/kinds/sqllens.py", "last.rows"),  # the SQL lenses' memo of one write
+    ("relay/data/buffers.py", "table.key"),  # a table restored from shared memory
+    ("relay/data/spatial.py", "grid.rows"),  # a grid restored from shared memory
 }
 
 

@@ -16,15 +16,8 @@ from fanout.testing.relaycore import frames_to, ready_core
 from fanout.views import Box
 from fanout.views.region import Sphere
 from fanout.wire.columns import decode_columns, encode_columns
-from fanout.wire.messages import (
-    Acquire,
-    Batch,
-    Curious,
-    Knowledge,
-    Push,
-    Resume,
-    Subscribe,
-)
+from fanout.wire.messages import Acquire, Batch, Curious, Knowledge, Push, Subscribe
+from fanout.wire.options import Resume
 
 POINTS = grid_points(12)
 SPACE = {"agents": "space"}

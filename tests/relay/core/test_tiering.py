@@ -25,16 +25,8 @@ from fanout.views import Box, Sphere
 from fanout.views.kinds import View
 from fanout.views.region import Relative
 from fanout.wire.columns import decode_columns
-from fanout.wire.messages import (
-    Error,
-    NoUpdate,
-    Push,
-    Relevance,
-    Subscribe,
-    Subscribed,
-    Tier,
-    Transduce,
-)
+from fanout.wire.messages import Error, NoUpdate, Push, Subscribe, Subscribed
+from fanout.wire.options import Relevance, Tier, Transduce
 
 WORLD = Box((-50, -50), (150, 150))  # held by a warm-up subscription: every view is covered
 

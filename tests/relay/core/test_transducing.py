@@ -20,13 +20,12 @@ from fanout.wire.messages import (
     Error,
     NoUpdate,
     Push,
-    Resume,
     Subscribe,
     Subscribed,
-    Transduce,
     Unsubscribe,
     Unsubscribed,
 )
+from fanout.wire.options import Resume, Transduce
 
 OTHER = 2
 VIEW = Box((0, 0), (10, 10))

@@ -243,10 +243,14 @@ async def _on_both_workers(stack: contextlib.AsyncExitStack, url: str) -> list[A
 
 @pytest.mark.integration
 @pytest.mark.no_spark_publisher
-async def test_two_workers_serve_one_port_with_one_link_upstream(tmp_path: Path) -> None:
+@pytest.mark.parametrize("shared", [True, False], ids=["shared-memory", "rows"])
+async def test_two_workers_serve_one_port_with_one_link_upstream(
+    tmp_path: Path, shared: bool
+) -> None:
     """Subscribers on both workers see the same rows (each as its token's rules allow), write
     through them, read the HTTP API; the publisher sees one relay; the leader sums the workers'
-    metrics and restarts one killed."""
+    metrics and restarts one killed. The leader's state reaches the workers in shared memory
+    (the default), or as rows (``--no-shared-state``): the same to the subscribers."""
     frames: list[Frame] = []
     publisher = ScriptedPublisher(catalog(), on_frame=frames.append)
     stop = asyncio.Event()
@@ -256,6 +260,7 @@ async def test_two_workers_serve_one_port_with_one_link_upstream(tmp_path: Path)
         ticking = asyncio.create_task(_publish(publisher, stop))
         args = ["--publisher", upstream, "--port", "0", "--workers", "2"]
         args += ["--workers-port", str(leader_port), "--auth-key-file", str(secret)]
+        args += [] if shared else ["--no-shared-state"]
         relay = await stack.enter_async_context(running("relay", args, tmp_path / "relay.log"))
         with pytest.raises(HandshakeRefused):  # a worker checks tokens
             await stack.enter_async_context(connect(relay.url))
@@ -275,6 +280,8 @@ async def test_two_workers_serve_one_port_with_one_link_upstream(tmp_path: Path)
                 raise AssertionError(f"views at seqs {seqs}, not at the last, {last}") from None
         assert all(view.rows == _rows(last, ruled) for _, view, ruled in subscribers)
         assert publisher.connections == 1  # the leader's link: the publisher sees one relay
+        leader = scrape(f"http://127.0.0.1:{leader_port}")
+        assert (leader["fanout_relay_shared_states_total"] > 0) == shared
         for _ in range(4):  # the HTTP API, whichever worker answers
             assert await asyncio.to_thread(_datasets, relay.url, TOKENS[0]) == ["agents"]
         # Every subscriber writes (outside the box): each write reaches the publisher through

@@ -20,7 +20,8 @@ from fanout.relay.core.lifecycle import Phase
 from fanout.relay.core.transforms import Shape, coarser
 from fanout.relay.data.pushes import Held
 from fanout.views import View
-from fanout.wire.messages import Mode, Relevance
+from fanout.wire.messages import Mode
+from fanout.wire.options import Relevance
 
 SubKey = tuple[int, int]  # (client, subscription id chosen by that client)
 Group = TypeVar("Group", int, str)

@@ -86,7 +86,7 @@ class EveryMode:
             batch.tick_time,
             intake.upserts,
             deletes,
-            pure=not batch.snapshots,
+            pure=not batch.snapshots and batch.shared is None,  # shared: the changes unknown
         )
         history = self.histories.setdefault(batch.dataset, History())
         history.window = self._window(batch.dataset)

@@ -27,7 +27,8 @@ import numpy.typing as npt
 from fanout.errors import InvalidView
 from fanout.relay.data.pushes import Held, cut_positions, entity_position, locate_anchor
 from fanout.views.region import Box, Intersection, RegionUnion, Relative, Sector, Sphere
-from fanout.wire.messages import DatasetInfo, Relevance, Subscribe
+from fanout.wire.messages import DatasetInfo, Subscribe
+from fanout.wire.options import Relevance
 
 if TYPE_CHECKING:
     from fanout.relay.core.downstream import Subscription

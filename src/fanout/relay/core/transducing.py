@@ -30,15 +30,8 @@ from fanout.transducers import (
     TransducerStopped,
 )
 from fanout.transducers.window import view_schema
-from fanout.wire.messages import (
-    Error,
-    Frame,
-    NoUpdate,
-    Push,
-    Subscribe,
-    Subscribed,
-    Transduce,
-)
+from fanout.wire.messages import Error, Frame, NoUpdate, Push, Subscribe, Subscribed
+from fanout.wire.options import Transduce
 
 
 class Transducing:

@@ -16,13 +16,21 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Protocol
 
 import numpy as np
 import numpy.typing as npt
 
 from fanout.relay.data.nulls import is_companion, with_companions
 from fanout.relay.data.spatial import GridIndex, IndexedRegion
+from fanout.relay.data.writelog import (
+    BufferCounters,
+    Delete,
+    DeleteInside,
+    Log,
+    RestartChanges,
+    Upsert,
+    Write,
+)
 from fanout.relay.kernels.compiled import COMPILED, fixed_width, tablekernel
 from fanout.wire.columns import NUMERIC_DTYPES, STRING
 
@@ -76,6 +84,18 @@ class Table:
         self.changed: npt.NDArray[np.int64] = np.empty(0, dtype=np.int64)
         #: Whether some column has a companion (``relay.data.nulls``): only then does ``take`` look.
         self.nullable = any(map(is_companion, columns))
+
+    @classmethod
+    def restore(
+        cls, like: Table, columns: dict[str, Array], changed: npt.NDArray[np.int64]
+    ) -> Table:
+        """A table of ``like``'s schema holding these arrays as they are (not copied: views of
+        a leader's shared memory, ``relay.data.layout``)."""
+        table = cls.__new__(cls)
+        table.key, table.wire, table.dtypes = like.key, like.wire, like.dtypes
+        table.nullable = like.nullable
+        table.columns, table.changed = columns, changed
+        return table
 
     def __len__(self) -> int:
         return len(self.keys)
@@ -212,121 +232,6 @@ def new_tick(before: Stamp | None, after: Stamp | None) -> float | None:
     return after.tick_time
 
 
-class _Write(Protocol):
-    """One write to the inert buffer, kept to be replayed on the other buffer after a swap."""
-
-    @property
-    def rows(self) -> int:
-        """About how many rows it touches (to choose between replaying and copying)."""
-        ...
-
-    def apply(self, table: Table) -> bool:
-        """Do the write on ``table``; whether it changed anything."""
-        ...
-
-
-@dataclass(frozen=True)
-class _Upsert:
-    values: Mapping[str, npt.ArrayLike]
-    seq: int
-    rows: int
-
-    def apply(self, table: Table) -> bool:
-        table.upsert(self.values, self.seq)
-        return True
-
-
-@dataclass(frozen=True)
-class _Delete:
-    keys: Keys
-
-    @property
-    def rows(self) -> int:
-        return len(self.keys)
-
-    def apply(self, table: Table) -> bool:
-        return table.delete(self.keys)
-
-
-@dataclass(frozen=True)
-class _DeleteInside:
-    """Delete rows inside any of ``regions``, outside every one of ``kept``, not keyed ``keys``."""
-
-    regions: tuple[IndexedRegion, ...]
-    kept: tuple[IndexedRegion, ...]
-    coordinates: tuple[str, ...]
-    rows: int
-    keys: Keys | None = None
-
-    def apply(self, table: Table) -> bool:
-        coords = [table.column(name) for name in self.coordinates]
-        inside = np.zeros(len(table), dtype=bool)
-        for region in self.regions:
-            inside |= region.match(*coords)
-        at = np.flatnonzero(inside)
-        if len(at) and self.kept:
-            near = [column[at] for column in coords]
-            for region in self.kept:
-                at = at[~region.match(*near)]
-                near = [column[at] for column in coords]
-        if len(at) and self.keys is not None and len(self.keys):
-            at = at[~np.isin(table.keys[at], self.keys)]
-        mask = np.zeros(len(table), dtype=bool)
-        mask[at] = True
-        return table.delete_where(mask)
-
-
-@dataclass(frozen=True)
-class _RestartChanges:
-    rows: int
-
-    def apply(self, table: Table) -> bool:
-        table.restart_changes()
-        return len(table) > 0
-
-
-@dataclass
-class BufferCounters:
-    """What the double buffer has done (visible in the relay's stats).
-
-    Attributes:
-        swaps: buffer swaps (epochs ended with new state).
-        replays: swaps after which the new inert buffer was caught up by replaying writes.
-        copies: swaps after which it was caught up by copying the active buffer.
-        writes: writes applied to the inert buffer.
-    """
-
-    swaps: int = 0
-    replays: int = 0
-    copies: int = 0
-    writes: int = 0
-
-
-@dataclass
-class _Log:
-    """Writes to replay on the other buffer, at most ``limit`` of them (else: copy it)."""
-
-    limit: int
-    writes: list[_Write] = field(default_factory=list)
-    overflowed: bool = False
-
-    def __bool__(self) -> bool:
-        return bool(self.writes) or self.overflowed
-
-    def add(self, write: _Write) -> None:
-        if self.overflowed:
-            return
-        if len(self.writes) >= self.limit:
-            self.writes.clear()
-            self.overflowed = True  # too many to keep: the catch-up will copy instead
-            return
-        self.writes.append(write)
-
-    @property
-    def rows(self) -> int:
-        return sum(write.rows for write in self.writes)
-
-
 @dataclass
 class DoubleBuffer:
     """Active and inert copies of one dataset's table, the active one spatially indexed.
@@ -343,6 +248,8 @@ class DoubleBuffer:
         stamp: the stream position of the active table (None before the first swap).
         written: the stream position of the inert table (None before the first batch).
         generation: how many swaps brought new state; identifies the active state.
+        shared: the leader's shared generation the active table was installed from
+            (``install``), or -1: a table of its own.
         index: the grid over the active table's index columns.
         replay_limit: replay the writes on the new inert table when they touched at most this
             fraction of its rows, else copy.
@@ -359,17 +266,20 @@ class DoubleBuffer:
     stamp: Stamp | None = None
     written: Stamp | None = None
     generation: int = 0
+    shared: int = -1
     counters: BufferCounters = field(default_factory=BufferCounters)
     index: GridIndex = field(init=False)
-    _pending: _Log = field(init=False)  # written to the inert table since the last swap
-    _behind: _Log | None = None  # what the inert table lacks since the last swap
+    _pending: Log = field(init=False)  # written to the inert table since the last swap
+    _behind: Log | None = None  # what the inert table lacks since the last swap
     _staged: GridIndex | None = None  # the inert table's index, if built since its last write
+    _installed: int = -1  # the shared generation installed as the inert table, not swapped in
+    _borrowed: bool = False  # the inert table is not ours to write (shared, or the active one)
 
     def __post_init__(self) -> None:
         self.active = Table(self.key, self.columns)
         self.inert = Table(self.key, self.columns)
         self.index = self._index(self.active)
-        self._pending = _Log(self.max_writes)
+        self._pending = Log(self.max_writes)
 
     def _index(self, table: Table) -> GridIndex:
         # The compiled kernel reads every column in the grid's cell order (``GridIndex.carried``).
@@ -382,7 +292,7 @@ class DoubleBuffer:
     @property
     def dirty(self) -> bool:
         """Whether the inert table holds writes the active one does not show yet."""
-        return bool(self._pending) or self.written != self.stamp
+        return bool(self._pending) or self.written != self.stamp or self._installed >= 0
 
     # -- writes (inert buffer) ------------------------------------------------------------
 
@@ -390,13 +300,13 @@ class DoubleBuffer:
         """Insert or overwrite rows in the inert table (see :meth:`Table.upsert`)."""
         count = len(np.asarray(rows[self.key]))
         if count:
-            self._write(_Upsert(rows, seq, count))
+            self._write(Upsert(rows, seq, count))
 
     def delete(self, keys: npt.ArrayLike) -> None:
         """Remove rows by key from the inert table."""
         keys = self.inert.as_keys(keys)
         if len(keys):
-            self._write(_Delete(keys))
+            self._write(Delete(keys))
 
     def delete_inside(
         self,
@@ -412,20 +322,20 @@ class DoubleBuffer:
             self.catch_up()
             rows = len(self.inert)
             keys = self.inert.as_keys(kept_keys)
-            write = _DeleteInside(tuple(regions), tuple(kept), self.coordinates, rows, keys)
+            write = DeleteInside(tuple(regions), tuple(kept), self.coordinates, rows, keys)
             self._write(write)
 
     def restart_changes(self) -> None:
         """A new epoch: every row of the inert table counts as changed before any new seq."""
         self.catch_up()
-        self._write(_RestartChanges(len(self.inert)))
+        self._write(RestartChanges(len(self.inert)))
 
     def mark(self, stamp: Stamp) -> None:
         """Record the stream position the inert table has reached."""
         self.catch_up()
         self.written = stamp
 
-    def _write(self, write: _Write) -> None:
+    def _write(self, write: Write) -> None:
         self.catch_up()
         # A write that changes nothing here changes nothing on the other buffer either (it is
         # replayed at the same point of the same sequence), so it is neither kept nor counted.
@@ -454,17 +364,36 @@ class DoubleBuffer:
         if not self.dirty:
             return False
         self.index = self._staged if self._staged is not None else self._index(self.inert)
+        leaving = self.shared  # the table that stops being active came from shared memory
         self.active, self.inert = self.inert, self.active
         self.stamp = self.written
         self.generation += 1
         self.counters.swaps += 1
-        self._behind, self._pending = self._pending, _Log(self.max_writes)
+        self._behind, self._pending = self._pending, Log(self.max_writes)
         self._staged = None
+        self.shared, self._installed = self._installed, -1
+        if self.shared >= 0 or leaving >= 0:  # no shared table stays inert: borrow the active
+            self.inert, self._borrowed, self._behind = self.active, True, None
         return True
+
+    def install(self, table: Table, index: GridIndex, stamp: Stamp, generation: int) -> None:
+        """Make ``table`` (a leader's whole state at ``stamp``, read from its shared memory,
+        with its grid) the inert table, in place of everything written to it since the last
+        swap; ``swap`` makes it active. Its arrays are never written: a write after it goes
+        to a copy (``catch_up``)."""
+        self.inert, self._staged, self.written = table, index, stamp
+        self._pending, self._behind = Log(self.max_writes), None
+        self._installed, self._borrowed = generation, True
 
     def catch_up(self) -> None:
         """Bring the inert table up to date with the active one (CA 3197003 [0150], step 1070d)."""
         behind, self._behind = self._behind, None
+        if self._borrowed:  # first a table of our own, equal to the one borrowed
+            source = self.inert if self._installed >= 0 else self.active
+            self.inert, self._borrowed = Table(self.key, self.columns), False
+            self.inert.copy_from(source)
+            self.counters.copies += 1
+            return
         if behind is None:
             return
         if behind.overflowed or behind.rows > self.replay_limit * max(len(self.active), 1):

@@ -23,7 +23,7 @@ import numpy as np
 from fanout.errors import ProtocolError
 from fanout.relay.data.buffers import Array, DoubleBuffer, Stamp, Table
 from fanout.relay.data.nulls import split, valid_of
-from fanout.relay.data.spatial import IndexedRegion
+from fanout.relay.data.spatial import GridIndex, IndexedRegion
 from fanout.views import View
 from fanout.views.entity import Entity
 from fanout.wire.columns import (
@@ -122,6 +122,8 @@ class DatasetState:
 
     def is_gap(self, batch: Batch) -> bool:
         """Whether batches are missing between the last one and ``batch``."""
+        if batch.shared is not None:
+            return False  # a whole state (``install``): nothing before it is needed
         return self.seq >= 0 and batch.epoch == self.epoch and batch.seq > self.seq + 1
 
     def write(
@@ -164,6 +166,31 @@ class DatasetState:
         buffer.delete(deletes)
         buffer.mark(Stamp(batch.epoch, batch.seq, batch.tick, batch.tick_time))
         buffer.stage_index()
+        self.epoch, self.seq = batch.epoch, batch.seq
+
+    def install(
+        self,
+        batch: Batch,
+        snapshots: Sequence[tuple[int, View]],
+        table: Table,
+        index: GridIndex,
+        stamp: Stamp,
+    ) -> None:
+        """Take ``table`` (with its grid), the leader's whole state at ``stamp`` that ``batch``
+        names in its shared memory (``Batch.shared``), as the inert buffer; the primitives
+        whose snapshots ``batch`` announces become ready when it is swapped in.
+
+        Raises:
+            ProtocolError: the state is not at the batch's seq.
+        """
+        assert batch.shared is not None
+        if (stamp.epoch, stamp.seq) != (batch.epoch, batch.seq):
+            raise ProtocolError(
+                f"batch {batch.seq}: the shared state is at seq {stamp.seq} of epoch"
+                f" {stamp.epoch}, not at seq {batch.seq} of epoch {batch.epoch}"
+            )
+        self.readying.extend(prim for prim, _ in snapshots)
+        self.buffer.install(table, index, stamp, batch.shared.generation)
         self.epoch, self.seq = batch.epoch, batch.seq
 
     def drop_inside(self, views: Sequence[View]) -> None:
@@ -261,9 +288,33 @@ class Intake:
         ``decoded(self)`` once it is decoded, before it is written.
 
         Raises:
-            ProtocolError: as ``DatasetState.write``; nothing was written then.
+            ProtocolError: as ``DatasetState.write``, or the batch is in shared memory
+                (``install``); nothing was written then.
         """
+        if self.batch.shared is not None:  # no rows to write: ``install`` takes it
+            raise ProtocolError(f"batch {self.batch.seq} is in shared memory; read it there")
         self.upserts, self.deletes = self.state.decode(self.batch)
         if decoded is not None:
             decoded(self)
         self.state.apply(self.batch, self.snapshots, self.upserts, self.deletes)
+
+    def install(self, read: SharedReader | None) -> None:
+        """Take the leader's whole state the batch names in shared memory (``Batch.shared``),
+        read by ``read`` (``relay.shell.sharedstate``), instead of writing rows.
+
+        Raises:
+            ProtocolError: this relay reads no shared memory, or the state cannot be read.
+        """
+        batch = self.batch
+        if read is None:
+            raise ProtocolError(f"batch {batch.seq} is in shared memory; this relay reads none")
+        try:
+            table, index, stamp = read(batch, self.state.buffer.active)
+        except (OSError, ValueError) as exc:
+            raise ProtocolError(f"batch {batch.seq}: its shared state: {exc}") from exc
+        self.deletes = self.state.buffer.active.as_keys([])
+        self.state.install(batch, self.snapshots, table, index, stamp)
+
+
+#: Reads the state a batch names in shared memory, given a table of the dataset's schema.
+SharedReader = Callable[[Batch, Table], tuple[Table, GridIndex, Stamp]]

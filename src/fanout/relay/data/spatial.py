@@ -13,7 +13,7 @@ import itertools
 import math
 import sys
 from collections.abc import Mapping, Sequence
-from typing import Any, cast
+from typing import Any, Self, cast
 
 import numpy as np
 import numpy.typing as npt
@@ -105,6 +105,39 @@ class GridIndex:
         if carry is not None:
             self.carried = dict(zip(names, taken[dims : dims + len(names)], strict=True))
             self.carried_changed = taken[-1]
+
+    def parts(self) -> tuple[dict[str, npt.NDArray[Any]], dict[str, Any]]:
+        """The grid's arrays by name and its other figures: what ``restore`` needs to rebuild
+        it without binning again (a leader lays them out in shared memory for its workers,
+        ``relay.data.layout``)."""
+        arrays: dict[str, npt.NDArray[Any]] = {"order": self.order, "offsets": self.offsets}
+        for axis, (column, binned) in enumerate(zip(self.columns, self.binned, strict=True)):
+            arrays[f"axis{axis}"], arrays[f"binned{axis}"] = column, binned
+        for name, values in self.carried.items():
+            arrays[f"carried:{name}"] = values
+        if self.carried_changed is not None:
+            arrays["carried_changed"] = self.carried_changed
+        figures = {"dims": len(self.columns), "rows": self.rows, "cells": self.cells}
+        return arrays, {**figures, "lo": self.lo, "hi": self.hi, "side": self.side}
+
+    @classmethod
+    def restore(cls, arrays: Mapping[str, npt.NDArray[Any]], figures: Mapping[str, Any]) -> Self:
+        """The grid ``parts`` described (its arrays used as they are, not copied)."""
+        grid = cls.__new__(cls)
+        dims = int(figures["dims"])
+        grid.columns = [arrays[f"axis{axis}"] for axis in range(dims)]
+        grid.binned = [arrays[f"binned{axis}"] for axis in range(dims)]
+        grid.rows, grid.cells = int(figures["rows"]), int(figures["cells"])
+        grid.lo, grid.hi = [float(v) for v in figures["lo"]], [float(v) for v in figures["hi"]]
+        grid.side = [float(v) for v in figures["side"]]
+        grid.origin, grid.top = np.array(grid.lo), np.array(grid.hi)
+        grid.side_array = np.array(grid.side)
+        grid.order, grid.offsets = arrays["order"], arrays["offsets"]
+        grid._offsets = grid.offsets.tolist()
+        prefix = "carried:"
+        grid.carried = {n[len(prefix) :]: a for n, a in arrays.items() if n.startswith(prefix)}
+        grid.carried_changed = arrays.get("carried_changed")
+        return grid
 
     def _bin(self, finite: npt.NDArray[np.bool_]) -> tuple[Positions, npt.NDArray[np.int64]]:
         """``gridkernel.bin_rows`` with numpy: the rows in cell order, and where cells start."""

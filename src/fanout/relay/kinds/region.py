@@ -360,8 +360,8 @@ class RegionKind:
         """
         state = self.state
         state.released = [(r, t) for r, t in state.released if now - t <= PRUNE_WINDOW]
-        if not state.released or state.busy:
-            return  # a busy dataset is pruned at the next housekeeping
+        if not state.released or state.busy or state.buffer.shared >= 0:
+            return  # busy: at the next housekeeping; shared: the leader's rows, not ours
         released = [region for region, _ in state.released]
         prims = self._parts.upstream.of(self.name)
         held = [as_region(p.view) for p in prims if not isinstance(p.view, Entity)]

@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable, Iterable
+from pathlib import Path
 
 from websockets.exceptions import ConnectionClosed
 
@@ -29,8 +30,10 @@ from fanout.errors import ProtocolError
 from fanout.relay.config import RelayConfig
 from fanout.relay.core.forwarding import Forwarder
 from fanout.relay.core.relaycore import RelayCore, Send
+from fanout.relay.shell.sharedstate import SharedReader
 from fanout.relay.shell.writer import Writer
 from fanout.tiers.below import Relays
+from fanout.tiers.shared import SHARED_STATE
 from fanout.wire import codec
 from fanout.wire.handshake import check_welcome
 from fanout.wire.messages import (
@@ -95,7 +98,10 @@ class UpstreamLink:
         self._dispatch = dispatch
         self._reply = reply
         self._close_below = close_below
-        self.writer = Writer(relays, dispatch, wake, self.drop, relays.decoded)
+        directory = config.process.shared_directory
+        shared = SharedReader(Path(directory)) if directory else None
+        self.writer = Writer(relays, dispatch, wake, self.drop, relays.decoded, shared=shared)
+        self._capabilities = [SHARED_STATE] if shared is not None else []
         self.wake = wake
         self.tls_ca = config.upstream.tls_ca
         self._token = PresentedToken(config.upstream.token, config.upstream.token_file)
@@ -167,6 +173,7 @@ class UpstreamLink:
                 version=PROTOCOL_VERSION,
                 role="relay",
                 name=config.name,
+                capabilities=self._capabilities,
                 resume=self._core.resume_points(),
                 token=self.token,
             )

@@ -32,6 +32,7 @@ from fanout.mqtt.setup import MqttFrontEnd
 from fanout.relay.config import Cluster, Listening, Mqtt, RelayConfig, Upstream
 from fanout.relay.core.sends import Send
 from fanout.relay.shell.server import RelayServer
+from fanout.relay.shell.sharedstate import SharedStore
 from fanout.relay.shell.summing import merged, summed
 from fanout.wire.messages import Frame, Publish
 
@@ -57,11 +58,12 @@ def leader_config(config: RelayConfig) -> RelayConfig:
 
 
 def worker_config(
-    config: RelayConfig, index: int, port: int, leader: str, secret: str
+    config: RelayConfig, index: int, port: int, leader: str, secret: str, *, shared: str = ""
 ) -> RelayConfig:
     """Worker ``index``'s configuration: an edge relay of the leader at ``leader`` (presenting
-    ``secret``), on the relay's port (``port``, resolved) shared with the others; no MQTT
-    listener (the leader's), no map, no workers of its own."""
+    ``secret``), on the relay's port (``port``, resolved) shared with the others, reading the
+    leader's state in the directory ``shared`` (empty: as rows); no MQTT listener (the
+    leader's), no map, no workers of its own."""
     upstream = Upstream(
         leader,
         token=secret,
@@ -69,7 +71,9 @@ def worker_config(
         keepalive=config.upstream.keepalive,
     )
     listening = dataclasses.replace(config.listening, port=port, reuse_port=True)
-    process = dataclasses.replace(config.process, workers=1, workers_port=0)
+    process = dataclasses.replace(
+        config.process, workers=1, workers_port=0, shared_directory=shared
+    )
     return dataclasses.replace(
         config,
         upstream=upstream,
@@ -117,6 +121,9 @@ class Leader(RelayServer):
             self.mqtt = MqttFrontEnd(dataclasses.replace(self.config, listening=config.listening))
             self.http.pages.update(self.mqtt.pages())
         self._on_frame = self.relays.on_frame
+        #: The leader's state in shared memory for the workers (``relay.shell.sharedstate``).
+        self.shared = SharedStore() if config.process.shared_state else None
+        self.relays.shared = self.shared
         self.relays.on_frame = self._from_below  # type: ignore[method-assign]
 
     def authenticate(self, token: str | None, role: str = "subscriber") -> Grant | None:
@@ -156,11 +163,15 @@ class Leader(RelayServer):
             if len(group.exceptions) == 1 and isinstance(group.exceptions[0], Exception):
                 raise group.exceptions[0] from None
             raise
+        finally:
+            if self.shared is not None:
+                self.shared.close()
 
     async def _lead(self, port: int, leader: str, ready: Callable[[int], None] | None) -> None:
         """Start the workers, tell ``ready``, then keep them running until cancelled."""
+        shared = "" if self.shared is None else str(self.shared.directory)
         configs = [
-            worker_config(self.public, index, port, leader, self._secret)
+            worker_config(self.public, index, port, leader, self._secret, shared=shared)
             for index in range(1, self.public.process.workers + 1)
         ]
         starting = [_start(self._command, i, config) for i, config in enumerate(configs, 1)]
@@ -188,6 +199,8 @@ class Leader(RelayServer):
                     status = await worker.process.wait()
                     self.addresses.pop(index, None)
                     self._texts.pop(index, None)
+                    if self.shared is not None:  # it reads none of the shared memory now
+                        self.shared.holdings.forget(config.name)
                     log.warning("relay worker %d exited (%s): restarting it", index, status)
                     self.restarts += 1
                 await asyncio.sleep(delay)
@@ -218,6 +231,12 @@ class Leader(RelayServer):
         workers = [
             Sample(
                 "relay_workers", "gauge", "Workers serving the relay's port.", len(self.addresses)
+            ),
+            Sample(
+                "relay_shared_states",
+                "counter",
+                "States the leader wrote to shared memory for its workers.",
+                0 if self.shared is None else self.shared.written,
             ),
             Sample(
                 "relay_worker_restarts",

@@ -30,7 +30,7 @@ from typing import Protocol
 
 from fanout import metrics
 from fanout.relay.core.sends import Send
-from fanout.relay.data.intake import Intake
+from fanout.relay.data.intake import Intake, SharedReader
 from fanout.wire.messages import Batch
 
 log = logging.getLogger(__name__)
@@ -80,6 +80,8 @@ class Writer:
         wake: Callable[[], None],
         on_failure: Callable[[BaseException], None] = lambda exc: None,
         decoded: Callable[[Intake], list[Send]] | None = None,
+        *,
+        shared: SharedReader | None = None,
     ) -> None:
         """Args:
         core: the relay's core (admits, finishes and swaps in batches).
@@ -88,8 +90,10 @@ class Writer:
         on_failure: called (on the loop) with a write's error.
         decoded: called (on the loop) with a batch decoded on the writer thread, before it
             is written (rule 4); its sends are dispatched.
+        shared: reads the leader's state a batch names in shared memory (a worker's).
         """
         self._decoded = decoded
+        self._shared = shared
         self._core = core
         self._dispatch = dispatch
         self._wake = wake
@@ -175,7 +179,9 @@ class Writer:
         # On the writer thread; the histogram is observed there, read on the loop (a torn read
         # of a scrape is one observation off, never wrong twice). Returns when it was written.
         began = time.perf_counter()
-        if self._decoded is None:
+        if intake.batch.shared is not None:  # the leader's whole state, not rows
+            intake.install(self._shared)
+        elif self._decoded is None:
             intake.write()
         else:
 
