@@ -130,9 +130,8 @@ class Relays:
         return shared.share(self.shared, self.core.datasets, list(self.below.values()))
 
     def _sharing(self, state: HeldState) -> list[Below]:
-        if self.shared is None:
-            return []
-        return shared.sharing(state, list(self.below.values()))
+        below = list(self.below.values())
+        return [] if self.shared is None else shared.sharing(state, below)
 
     def _adopted(self) -> list[Send]:
         return [Send(UPSTREAM, f) for f in self.adopting.adopted(self.core.datasets)]
@@ -333,6 +332,10 @@ class Relays:
             return []
         intake.forwarded = True
         batch, state = intake.batch, intake.state
+        sharing = self._sharing(state)  # told the whole state once swapped in (``_share``)
+        receiving = [below for below in self.below.values() if below not in sharing]
+        if not receiving:
+            return []
         info, kind = state.info, self.core.parts.kinds[batch.dataset]
         deleted = intake.deletes
         change = ChangeSet(
@@ -341,10 +344,7 @@ class Relays:
         refreshed = cut.refreshed(intake, kind)
         sends: list[Send] = []
         holds = kind.holder(change.rows)  # the rows prepared once for every relay below
-        sharing = self._sharing(state)
-        for below in self.below.values():
-            if below in sharing:
-                continue  # told the whole state once it is swapped in (``_share``)
+        for below in receiving:
             sent = below.sent.get(batch.dataset)
             if sent is not None and sent[0] == batch.epoch and batch.seq <= sent[1]:
                 continue  # a re-send here (our own snapshots): nothing new below
