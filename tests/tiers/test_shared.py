@@ -178,7 +178,7 @@ def _empty() -> Any:
 # -- which generations are in use: against a model of each worker's reading ------------------
 
 operations = st.lists(
-    st.tuples(st.sampled_from(["publish", "adopt", "forget"]), st.sampled_from("ab")),
+    st.tuples(st.sampled_from(["publish", "adopt", "forget", "connect"]), st.sampled_from("ab")),
     max_size=60,
 )
 
@@ -189,32 +189,41 @@ def test_what_a_worker_may_read_is_in_use_and_a_lagging_one_holds_few(
     script: list[tuple[str, str]],
 ) -> None:
     """A leader publishing, telling each worker what ``may_tell`` allows; workers adopting the
-    oldest generation told and not adopted, or ending. The model: a worker may read each
-    generation told to it from the one it adopted on (its reading, exactly). Every such
-    generation is in use; a worker holds at most ``LAG + 1`` generations in use."""
+    oldest generation told and not adopted, ending, or connecting again. The model: a worker
+    may read each generation told to it from the one it adopted on. Every such generation is
+    in use; a worker holds at most ``LAG + 1`` of them (one more each time it connects again
+    before adopting); one that adopted all it was told is told the next."""
     holdings = Holdings()
     told: dict[str, list[int]] = {"a": [], "b": []}
     reading: dict[str, int] = {}
+    again = {"a": 0, "b": 0}  # connections since its last adoption
     generation = 0
     for operation, worker in script:
         if operation == "publish":
             generation += 1
             for name, generations in told.items():
+                caught_up = not [g for g in generations if g > reading.get(name, -1)]
+                if caught_up:  # liveness: nothing left to adopt, so it is told the new one
+                    assert holdings.may_tell(name, "d", generation)
                 if holdings.may_tell(name, "d", generation):
                     holdings.told(name, "d", generation)
                     generations.append(generation)
         elif operation == "adopt":
             waiting = [g for g in told[worker] if g > reading.get(worker, -1)]
             if waiting:
-                reading[worker] = waiting[0]
+                reading[worker], again[worker] = waiting[0], 0
                 holdings.adopted(worker, "d", waiting[0])
+        elif operation == "connect":
+            holdings.connected(worker)
+            again[worker] += 1
         else:
             holdings.forget(worker)
             told[worker], reading[worker] = [], generation  # a new process: reads nothing yet
+            again[worker] = 0
         for name, generations in told.items():
             readable = [g for g in generations if g >= reading.get(name, -1)]
             assert all(holdings.in_use("d", g) for g in readable)
-            assert len(readable) <= LAG + 1
+            assert len(readable) <= LAG + 1 + again[name]
     assert not holdings.in_use("d", generation + 1)
 
 

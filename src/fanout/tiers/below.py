@@ -31,7 +31,7 @@ from fanout.relay.data.nulls import masked
 from fanout.tiers import cut, shared
 from fanout.tiers.curiosity import Curiosity
 from fanout.tiers.held import Below, Held
-from fanout.tiers.shared import SHARED_STATE, Adopting, Publishing
+from fanout.tiers.shared import Adopting, Publishing
 from fanout.tiers.upward import Upward
 from fanout.wire.columns import Columns, encode_columns
 from fanout.wire.messages import (
@@ -158,8 +158,7 @@ class Relays:
             return Error(
                 "unavailable", "this relay is not connected upstream yet; connect again later"
             )
-        shared = self.shared is not None and SHARED_STATE in hello.capabilities
-        self.below[client] = Below(client, hello.name, shared=shared)
+        self.below[client] = Below(client, hello.name, shared=shared.welcome(self.shared, hello))
         infos = [state.info for state in self.core.datasets.values()]
         sends = [Send(client, Catalog(datasets=infos))]
         sends += [Send(client, state) for state in self.stopped.values()]

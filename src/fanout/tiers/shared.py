@@ -2,10 +2,11 @@
 (``relay.shell.sharedstate`` writes them; ``tiers.below`` tells the workers).
 
 A worker is told generations in increasing order and says which one it adopted (``Adopted``)
-once it reads nothing older. So a worker may read any generation from the last it adopted to
-the last it was told: those are **in use**, and the leader writes over none of them. A worker
-that lags (told ``LAG`` generations past the one it adopted) is told no newer one until it
-adopts, so one stuck worker holds at most ``LAG + 1`` generations, never the whole ring.
+once it reads nothing older. So a worker may read each generation it was told from the last it
+adopted on: those are **in use**, and the leader writes over none of them. A worker holding
+``LAG + 1`` of them is told no newer one until it adopts, so one stuck worker holds at most
+``LAG + 1`` generations, never the whole ring; once it adopts, it is told the latest again, as
+it is once after connecting again (what was told on the lost connection stays in use).
 """
 
 from __future__ import annotations
@@ -20,46 +21,53 @@ from fanout.relay.data.buffers import DoubleBuffer, Stamp
 from fanout.relay.data.intake import DatasetState
 from fanout.tiers.held import Below, Held
 from fanout.wire.columns import Columns
-from fanout.wire.messages import Adopted, Batch, SharedRef
+from fanout.wire.messages import Adopted, Batch, Hello, SharedRef
 
-#: Generations told past the one adopted, at most (see the module docstring).
+#: Generations a worker may hold in use besides the one it adopted (see the module docstring).
 LAG = 3
 
 
 @dataclass
 class Holdings:
-    """Per worker (by name) and dataset: [the generation adopted, the last one told]."""
+    """Per worker (by name) and dataset: the generations it was told from the one it adopted
+    on, oldest first."""
 
     lag: int = LAG
     _held: dict[str, dict[str, list[int]]] = field(default_factory=dict)
+    _connected: set[tuple[str, str]] = field(default_factory=set)  # not told since connecting
 
     def may_tell(self, worker: str, dataset: str, generation: int) -> bool:
-        """Whether ``worker`` may be told ``generation`` now (it does not lag)."""
-        held = self._held.get(worker, {}).get(dataset)
-        return held is None or generation - held[0] <= self.lag
+        """Whether ``worker`` may be told ``generation`` now (it does not lag, or it has just
+        connected again: what it was told before is lost)."""
+        held = self._held.get(worker, {}).get(dataset, [])
+        fresh = (worker, dataset) in self._connected
+        return fresh or generation in held or len(held) <= self.lag
 
     def told(self, worker: str, dataset: str, generation: int) -> None:
-        """``worker`` was told ``generation`` of ``dataset`` (the first: as if adopted)."""
-        held = self._held.setdefault(worker, {}).setdefault(dataset, [generation, generation])
-        held[1] = max(held[1], generation)
+        """``worker`` was told ``generation`` of ``dataset``."""
+        self._connected.discard((worker, dataset))
+        held = self._held.setdefault(worker, {}).setdefault(dataset, [])
+        if not held or generation > held[-1]:
+            held.append(generation)
+
+    def connected(self, worker: str) -> None:
+        """``worker`` connected (again): it may be told one generation of each dataset."""
+        self._connected |= {(worker, dataset) for dataset in self._held.get(worker, {})}
 
     def adopted(self, worker: str, dataset: str, generation: int) -> None:
-        """``worker`` reads ``generation`` and no older one (a lower one than before: ignored)."""
+        """``worker`` reads ``generation`` and none older (older than before: ignored)."""
         held = self._held.get(worker, {}).get(dataset)
         if held is not None:
-            held[0] = max(held[0], min(generation, held[1]))
+            held[:] = [told for told in held if told >= generation]
 
     def forget(self, worker: str) -> None:
         """``worker``'s process ended: it reads nothing."""
         self._held.pop(worker, None)
+        self._connected = {(name, dataset) for name, dataset in self._connected if name != worker}
 
     def in_use(self, dataset: str, generation: int) -> bool:
         """Whether some worker may read ``generation`` of ``dataset``."""
-        return any(
-            held[0] <= generation <= held[1]
-            for datasets in self._held.values()
-            if (held := datasets.get(dataset)) is not None
-        )
+        return any(generation in datasets.get(dataset, ()) for datasets in self._held.values())
 
 
 #: What a worker lists in its ``Hello.capabilities`` to be told its leader's state in shared
@@ -115,6 +123,15 @@ class Adopting:
                 self.told[name] = generation
                 frames.append(Adopted(name, generation))
         return frames
+
+
+def welcome(publishing: Publishing | None, hello: Hello) -> bool:
+    """Whether the relay below saying ``hello`` is told the state in shared memory (a worker
+    declaring ``SHARED_STATE`` to a leader that writes it); it is then (again) connected."""
+    if publishing is None or SHARED_STATE not in hello.capabilities:
+        return False
+    publishing.holdings.connected(hello.name)
+    return True
 
 
 def sharing(state: DatasetState, belows: Sequence[Below]) -> list[Below]:

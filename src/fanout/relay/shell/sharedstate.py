@@ -29,8 +29,9 @@ from fanout.wire.messages import Batch, SharedRef
 
 log = logging.getLogger(__name__)
 
-#: Files per dataset at most: a state that finds them all in use is not shared (the workers
-#: keep the last one until a file is free).
+#: Files per dataset at most (the leader gives its own: enough for every worker lagging at
+#: once): a state that finds them all in use is not shared (the workers keep the last one
+#: until a file is free). Files are made as they are needed.
 MOST_FILES = 8
 #: Where the directory goes when the machine has it (memory, not disk).
 SHM = Path("/dev/shm")

@@ -34,6 +34,7 @@ from fanout.relay.core.sends import Send
 from fanout.relay.shell.server import RelayServer
 from fanout.relay.shell.sharedstate import SharedStore
 from fanout.relay.shell.summing import merged, summed
+from fanout.tiers.shared import LAG
 from fanout.wire.messages import Frame, Publish
 
 log = logging.getLogger(__name__)
@@ -122,8 +123,7 @@ class Leader(RelayServer):
             self.http.pages.update(self.mqtt.pages())
         self._on_frame = self.relays.on_frame
         #: The leader's state in shared memory for the workers (``relay.shell.sharedstate``).
-        self.shared = SharedStore() if config.process.shared_state else None
-        self.relays.shared = self.shared
+        self.shared: SharedStore | None = None  # made when it runs (a directory of its own)
         self.relays.on_frame = self._from_below  # type: ignore[method-assign]
 
     def authenticate(self, token: str | None, role: str = "subscriber") -> Grant | None:
@@ -147,6 +147,9 @@ class Leader(RelayServer):
         """Serve until cancelled; ``ready(port)`` once every worker serves the relay's port."""
         where = self.public.listening
         up: asyncio.Future[int] = asyncio.get_running_loop().create_future()
+        if self.public.process.shared_state:  # files enough for every worker lagging at once
+            self.shared = SharedStore(most=(LAG + 1) * self.public.process.workers + 2)
+            self.relays.shared = self.shared
         try:
             with reserved(where.host, where.port) as port:
                 async with asyncio.TaskGroup() as tasks:
