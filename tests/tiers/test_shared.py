@@ -191,12 +191,13 @@ def test_what_a_worker_may_read_is_in_use_and_a_lagging_one_holds_few(
     """A leader publishing, telling each worker what ``may_tell`` allows; workers adopting the
     oldest generation told and not adopted, ending, or connecting again. The model: a worker
     may read each generation told to it from the one it adopted on. Every such generation is
-    in use; a worker holds at most ``LAG + 1`` of them (one more each time it connects again
-    before adopting); one that adopted all it was told is told the next."""
+    in use; a worker holds at most ``LAG + 1`` of them, and the first told after each time it
+    connected again; one that adopted all it was told is told the next."""
     holdings = Holdings()
     told: dict[str, list[int]] = {"a": [], "b": []}
     reading: dict[str, int] = {}
-    again = {"a": 0, "b": 0}  # connections since its last adoption
+    fresh = {"a": False, "b": False}  # connected again, told nothing since
+    granted: dict[str, list[int]] = {"a": [], "b": []}  # the first told after connecting
     generation = 0
     for operation, worker in script:
         if operation == "publish":
@@ -208,22 +209,26 @@ def test_what_a_worker_may_read_is_in_use_and_a_lagging_one_holds_few(
                 if holdings.may_tell(name, "d", generation):
                     holdings.told(name, "d", generation)
                     generations.append(generation)
+                    if fresh[name]:
+                        granted[name].append(generation)
+                    fresh[name] = False
         elif operation == "adopt":
             waiting = [g for g in told[worker] if g > reading.get(worker, -1)]
             if waiting:
-                reading[worker], again[worker] = waiting[0], 0
+                reading[worker] = waiting[0]
                 holdings.adopted(worker, "d", waiting[0])
         elif operation == "connect":
             holdings.connected(worker)
-            again[worker] += 1
+            fresh[worker] = bool(told[worker])
         else:
             holdings.forget(worker)
             told[worker], reading[worker] = [], generation  # a new process: reads nothing yet
-            again[worker] = 0
+            fresh[worker], granted[worker] = False, []
         for name, generations in told.items():
             readable = [g for g in generations if g >= reading.get(name, -1)]
             assert all(holdings.in_use("d", g) for g in readable)
-            assert len(readable) <= LAG + 1 + again[name]
+            extra = [g for g in granted[name] if g in readable]
+            assert len(readable) <= LAG + 1 + len(extra)
     assert not holdings.in_use("d", generation + 1)
 
 
