@@ -34,14 +34,19 @@ from fanout.errors import ConfigError
 from fanout.launch import running
 from fanout.metrics import Histogram, Sample, render, scrape
 from fanout.relay.config import Cluster, Limits, Listening, Mqtt, Process, RelayConfig, Upstream
+from fanout.relay.data.buffers import DoubleBuffer, Stamp
+from fanout.relay.shell.sharedstate import PREFIX, SharedStore, sweep
 from fanout.relay.shell.summing import merged, summed
 from fanout.relay.shell.workers import Leader, leader_config, reserved, worker_config
 from fanout.testing.catalog import catalog
 from fanout.testing.ports import free_port
 from fanout.testing.publisher import ScriptedPublisher, serving
 from fanout.testing.wait import eventually
+from fanout.tiers import shared
+from fanout.tiers.held import Below
+from fanout.tiers.shared import SHARED_STATE
 from fanout.views import Box
-from fanout.wire.messages import Frame, Publish, Published
+from fanout.wire.messages import Frame, Hello, Publish, Published
 
 RELAY = RelayConfig(
     Upstream("ws://publisher:7700", token="relay-token", keepalive=7.0),
@@ -107,6 +112,37 @@ def test_the_leader_serves_mqtt_on_the_relays_host_and_workers_on_loopback() -> 
     assert leader.mqtt is not None
     assert (leader.mqtt.listener.host, leader.mqtt.listener.port) == ("0.0.0.0", 1883)
     assert (leader.config.listening.host, leader.port) == ("127.0.0.1", None)  # not started
+
+
+def test_a_leader_whose_shared_memory_fails_sends_rows_and_makes_its_workers_resync(
+    tmp_path: Path,
+) -> None:
+    """No room to write a state (here: no directory at all): the leader says so once, and
+    closes each worker reading shared memory, which connects again and is sent rows."""
+    leader = Leader(RELAY, ["unused"])
+    leader.shared = leader.relays.shared = SharedStore(tmp_path / "gone")
+    leader.relays.below = {4: Below(4, "edge-1", shared=True), 5: Below(5, "other")}
+    closed: list[int] = []
+    leader.tiers.close = closed.append  # type: ignore[method-assign]
+    leader.unshare()
+    assert closed == [] and leader.relays.shared is not None  # nothing failed yet
+    buffer = DoubleBuffer("id", {"id": "<i8", "x": "<f8", "y": "<f8"}, ("x", "y"))
+    buffer.mark(Stamp(1, 0, 0, 0.0))
+    buffer.swap()
+    assert leader.shared.publish("agents", buffer) is None
+    assert isinstance(leader.shared.failure, FileNotFoundError)
+    leader.unshare()
+    assert closed == [4] and leader.relays.shared is None
+    hello = Hello(version=1, role="relay", name="edge-1", capabilities=[SHARED_STATE])
+    assert not shared.welcome(leader.relays.shared, hello)  # rows from now on
+
+
+def test_directories_of_leaders_that_were_killed_are_removed(tmp_path: Path) -> None:
+    dead, alive = tmp_path / f"{PREFIX}999999999-x", tmp_path / f"{PREFIX}{os.getpid()}-y"
+    dead.mkdir(), alive.mkdir()
+    (dead / "0-0").write_bytes(b"state")
+    sweep(tmp_path)
+    assert not dead.exists() and alive.exists()
 
 
 def test_the_port_is_held_for_the_workers_and_shared_by_them_alone() -> None:

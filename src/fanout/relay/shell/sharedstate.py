@@ -8,7 +8,9 @@ worker may still read (``tiers.shared``) and tells the workers its name and gene
 ``Batch`` without rows (``Batch.shared``); a worker maps the file read-only and swaps in its
 arrays as they are: no rows encoded, sent, decoded, written or indexed again per worker.
 Only tables of fixed-width columns (integer keys) with a space index are shared; the rest
-travel as rows, as between any two relays.
+travel as rows. Space is reserved before it is written (a full ``/dev/shm`` is an error,
+``failure``, never a crash); a directory left by a leader that was killed is removed by the
+next leader on the machine.
 """
 
 from __future__ import annotations
@@ -35,6 +37,8 @@ log = logging.getLogger(__name__)
 MOST_FILES = 8
 #: Where the directory goes when the machine has it (memory, not disk).
 SHM = Path("/dev/shm")
+#: The directory's name: this, the leader's process id, a dash and a random part.
+PREFIX = "fanout-relay-"
 
 
 @dataclass
@@ -59,12 +63,17 @@ class SharedStore:
         directory: where the files are (the workers are given it).
         holdings: what each worker may still read.
         written: states written (a figure for ``/metrics``).
+        failure: why the last state could not be written (no space), or None.
     """
 
     def __init__(self, directory: Path | None = None, most: int = MOST_FILES) -> None:
-        base = SHM if SHM.is_dir() and os.access(SHM, os.W_OK) else None
-        self.directory = directory or Path(tempfile.mkdtemp(prefix="fanout-relay-", dir=base))
+        if directory is None:
+            base = SHM if SHM.is_dir() and os.access(SHM, os.W_OK) else Path(tempfile.gettempdir())
+            sweep(base)
+            directory = Path(tempfile.mkdtemp(prefix=f"{PREFIX}{os.getpid()}-", dir=base))
+        self.directory = directory
         self.most = most
+        self.failure: OSError | None = None
         self.holdings = Holdings()
         self.written = 0
         self._datasets: dict[str, _Dataset] = {}
@@ -81,7 +90,14 @@ class SharedStore:
         if swap is not None and swap[0] is buffer and swap[1] == buffer.generation:
             return held.latest
         laid = layout.lay_out(buffer.active, buffer.index, buffer.stamp)
-        target = self._free(dataset, held, laid.size)
+        try:
+            target = self._free(dataset, held, laid.size)
+        except OSError as exc:  # no room on /dev/shm (or its like): said, not raised
+            if self.failure is None:
+                where = self.directory
+                log.error("shared state of %s not written in %s: %s", dataset, where, exc)
+            self.failure = exc
+            return None
         if target is None:
             log.warning("shared state of %s: every file is in use; the workers wait", dataset)
             return None
@@ -154,9 +170,20 @@ def _mapped(path: Path, size: int = 0, writable: bool = False) -> mmap.mmap:
     descriptor = os.open(path, flags, 0o600)
     try:
         if writable and os.fstat(descriptor).st_size < size:
-            os.ftruncate(descriptor, size)
+            os.posix_fallocate(descriptor, 0, size)  # ENOSPC now, not SIGBUS when written
         length = os.fstat(descriptor).st_size
         protection = mmap.PROT_READ | (mmap.PROT_WRITE if writable else 0)
         return mmap.mmap(descriptor, length, mmap.MAP_SHARED, protection)
     finally:
         os.close(descriptor)
+
+
+def sweep(base: Path) -> None:
+    """Remove the directories in ``base`` of leaders that no longer run (killed: they could
+    not remove their own); where processes cannot be looked up in ``/proc``, none."""
+    if not Path("/proc/self").exists():
+        return
+    for directory in base.glob(f"{PREFIX}*-*"):
+        pid = directory.name[len(PREFIX) :].split("-", 1)[0]
+        if pid.isdigit() and not Path(f"/proc/{pid}").exists():
+            shutil.rmtree(directory, ignore_errors=True)

@@ -220,6 +220,7 @@ class Leader(RelayServer):
     async def _scrape(self) -> None:
         """Read every worker's ``/metrics`` every ``SCRAPE_EVERY`` seconds."""
         while True:
+            self.unshare()
             for index, address in list(self.addresses.items()):
                 url = "http" + address.removeprefix("ws") + PATH
                 try:
@@ -227,6 +228,17 @@ class Leader(RelayServer):
                 except OSError as exc:
                     log.debug("relay worker %d's /metrics not read: %s", index, exc)
             await asyncio.sleep(SCRAPE_EVERY)
+
+    def unshare(self) -> None:
+        """If the shared memory failed (no room to write a state): the workers get rows from
+        now on, each closed once to connect again and take its primitives' snapshots."""
+        if self.shared is None or self.shared.failure is None or self.relays.shared is None:
+            return
+        log.error("relay %s: the workers get rows from now on", self.public.name)
+        self.relays.shared = None
+        for client, below in list(self.relays.below.items()):
+            if below.shared:
+                self.tiers.close(client)
 
     def samples(self) -> list[Sample | Histogram]:
         """The workers' figures summed (as last read), the leader's of its link upstream and
