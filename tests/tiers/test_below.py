@@ -161,12 +161,16 @@ class Tree:
             match send.frame:
                 case Batch() as batch:
                     self.sent.append(batch)
-                    self.up(self.edge.on_batch(batch))
-                    self.edge.end_epoch()
+                    self.take(batch)
                 case Catalog() as catalog:
                     self.edge.on_catalog(catalog)
                 case frame:
                     raise AssertionError(f"unexpected {frame!r} sent down")
+
+    def take(self, batch: Batch) -> None:
+        """The edge relay takes a batch and swaps it in."""
+        self.up(self.edge.on_batch(batch))
+        self.edge.end_epoch()
 
     def up(self, sends: list[Send]) -> None:
         """Frames from the edge relay to the mid relay."""

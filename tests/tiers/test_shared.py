@@ -25,7 +25,7 @@ from fanout.relay.shell.sharedstate import SharedReader, SharedStore
 from fanout.tiers.shared import LAG, SHARED_STATE, Adopting, Holdings
 from fanout.views import Box, View
 from fanout.views.entity import Entity
-from fanout.wire.messages import Adopted, Batch, Catalog, Hello, SharedRef
+from fanout.wire.messages import Adopted, Batch, Hello, SharedRef
 
 
 class SharedTree(Tree):
@@ -42,31 +42,17 @@ class SharedTree(Tree):
         hello = Hello(version=1, role="relay", name="worker-1", capabilities=[SHARED_STATE])
         self.down(self.relays.welcome(EDGE, hello))
 
-    def down(self, sends: list[Send] | Error) -> None:  # type: ignore[override]
-        assert isinstance(sends, list)
-        self.publisher.take([s for s in sends if s.to == UPSTREAM])
-        for send in sends:
-            if send.to != EDGE:
-                continue
-            match send.frame:
-                case Batch(shared=SharedRef()) as batch:
-                    self.notices += 1
-                    intake = self.edge.admit(batch)
-                    if intake is not None:
-                        intake.install(self.reader)
-                        self.up(self.edge.finish(intake))
-                    self.edge.end_epoch()
-                    adopted = self.adopting.adopted(self.edge.datasets)
-                    self.up([Send(UPSTREAM, frame) for frame in adopted])
-                case Batch() as batch:
-                    raise AssertionError(f"rows sent to a worker reading shared memory: {batch}")
-                case Catalog() as catalog:
-                    self.edge.on_catalog(catalog)
-                case frame:
-                    raise AssertionError(f"unexpected {frame!r} sent down")
-
-
-Error = Any  # ``Tree.down``'s refusal type, not raised here
+    def take(self, batch: Batch) -> None:
+        """A worker takes the leader's state named in shared memory (never rows), swaps it in
+        and says which generation it adopted."""
+        assert batch.shared is not None, f"rows sent to a worker reading shared memory: {batch}"
+        self.notices += 1
+        intake = self.edge.admit(batch)
+        if intake is not None:
+            intake.install(self.reader)
+            self.up(self.edge.finish(intake))
+        self.edge.end_epoch()
+        self.up([Send(UPSTREAM, frame) for frame in self.adopting.adopted(self.edge.datasets)])
 
 
 @settings(max_examples=100, deadline=None)
