@@ -283,10 +283,11 @@ async def _on_both_workers(stack: contextlib.AsyncExitStack, url: str) -> list[A
 async def test_two_workers_serve_one_port_with_one_link_upstream(
     tmp_path: Path, shared: bool
 ) -> None:
-    """Subscribers on both workers see the same rows (each as its token's rules allow), write
-    through them, read the HTTP API; the publisher sees one relay; the leader sums the workers'
-    metrics and restarts one killed. The leader's state reaches the workers in shared memory
-    (the default), or as rows (``--no-shared-state``): the same to the subscribers."""
+    """Subscribers on both workers see the same rows (each as its token's rules allow), in
+    mode ``latest`` and ``every`` (each seq once, in order), write through them, read the HTTP
+    API; the publisher sees one relay; the leader sums the workers' metrics and restarts one
+    killed. The leader's state reaches the workers in shared memory (the default), or as rows
+    (``--no-shared-state``): the same to the subscribers."""
     frames: list[Frame] = []
     publisher = ScriptedPublisher(catalog(), on_frame=frames.append)
     stop = asyncio.Event()
@@ -301,6 +302,7 @@ async def test_two_workers_serve_one_port_with_one_link_upstream(
         with pytest.raises(HandshakeRefused):  # a worker checks tokens
             await stack.enter_async_context(connect(relay.url))
         subscribers = await _on_both_workers(stack, relay.url)
+        everies = [(await s.subscribe(BOX, mode="every"), ruled) for s, _, ruled in subscribers]
         # Their first push while the publisher still ticks: the scripted publisher answers the
         # workers' acquisitions with its next tick, so stopping first left them without rows.
         for _, view, _ in subscribers:
@@ -315,6 +317,10 @@ async def test_two_workers_serve_one_port_with_one_link_upstream(
                 seqs = [v.seq for _, v, _ in subscribers]
                 raise AssertionError(f"views at seqs {seqs}, not at the last, {last}") from None
         assert all(view.rows == _rows(last, ruled) for _, view, ruled in subscribers)
+        for every, ruled in everies:  # from the leader's window where the state was shared
+            await asyncio.wait_for(_until_seq(every, last), 30)
+            assert every.rows == _rows(last, ruled)
+            assert (every.gaps, every.resyncs) == (0, 0)
         assert publisher.connections == 1  # the leader's link: the publisher sees one relay
         leader = scrape(f"http://127.0.0.1:{leader_port}")
         assert (leader["fanout_relay_shared_states_total"] > 0) == shared
