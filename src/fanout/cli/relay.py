@@ -123,10 +123,11 @@ def relay_parser(commands: Any, command: Command) -> None:
     )
     parser.add_argument(
         "--workers",
-        type=int,
+        type=workers_count,
         default=1,
         help="processes serving --port: N > 1 makes this one their leader, holding the link"
-        " upstream, and N workers, edge relays of it sharing the port (SO_REUSEPORT); MQTT stays"
+        " upstream and its state in shared memory, and N workers, edge relays of it sharing the"
+        " port (SO_REUSEPORT); 'auto': as many as the cores this process may run on; MQTT stays"
         " on the leader (docs/deploy.md) (default: 1)",
     )
     parser.add_argument(
@@ -377,6 +378,16 @@ def run_relay(args: argparse.Namespace) -> int:
 
     loops.run(_until_stopped(server, ready), config.process.loop)
     return 0
+
+
+def workers_count(value: str) -> int:
+    """``--workers``: a number, or ``auto``: the cores this process may run on (its CPU
+    affinity, as a container or ``taskset`` limits it; else the machine's)."""
+    if value != "auto":
+        return int(value)
+    if hasattr(os, "sched_getaffinity"):
+        return len(os.sched_getaffinity(0))
+    return os.cpu_count() or 1
 
 
 def _allocator_given(args: argparse.Namespace) -> dict[str, Any]:

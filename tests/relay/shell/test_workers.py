@@ -28,7 +28,7 @@ from hypothesis import strategies as st
 
 from fanout.auth import AuthConfig, issue
 from fanout.cli.main import USAGE, main
-from fanout.cli.relay import worker_command
+from fanout.cli.relay import worker_command, workers_count
 from fanout.client import HandshakeRefused, connect
 from fanout.errors import ConfigError
 from fanout.launch import running
@@ -95,8 +95,18 @@ def test_what_workers_cannot_do_yet_is_refused(make: Callable[[], object], messa
         RelayConfig(Upstream("ws://p:1"), process=Process(workers=2), **sections)
 
 
+def test_auto_workers_are_the_cores_the_relay_may_run_on(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 2, 5}, raising=False)
+    assert (workers_count("auto"), workers_count("4")) == (3, 4)
+    with pytest.raises(ValueError):
+        workers_count("many")
+
+
 def test_the_command_line_refuses_workers_it_cannot_run(monkeypatch: pytest.MonkeyPatch) -> None:
     assert main(["relay", "--workers", "0"]) == USAGE
+    with pytest.raises(SystemExit) as refused:  # argparse's own usage error
+        main(["relay", "--workers", "many"])
+    assert refused.value.code == USAGE
     monkeypatch.setenv("FANOUT_RELAY_WORKER", "true")  # the leader's own flag is no setting
     assert main(["relay"]) == USAGE
 
