@@ -25,6 +25,7 @@ from fanout.relay.shell.sharedstate import SharedReader, SharedStore
 from fanout.tiers.shared import LAG, SHARED_STATE, Adopting, Holdings
 from fanout.views import Box, View
 from fanout.views.entity import Entity
+from fanout.wire.columns import Columns
 from fanout.wire.messages import Adopted, Batch, Hello, SharedRef
 
 
@@ -123,7 +124,7 @@ def test_a_worker_reads_what_the_leader_wrote_and_sees_it_written_over(tmp_path:
     first = _buffer(100, 3)
     ref = store.publish("agents", first)
     assert ref is not None and store.publish("agents", first) == ref  # once a swap
-    batch = Batch("agents", 1, 3, 3, 3.0, first.active.columns and _empty(), _empty(), shared=ref)
+    batch = Batch("agents", 1, 3, 3, 3.0, Columns(), Columns(), shared=ref)
     table, grid, stamp = reader(batch, first.active)
     assert stamp == first.stamp
     assert table.keys.tolist() == list(range(100)) and not table.keys.flags.writeable
@@ -153,12 +154,6 @@ def test_generations_a_worker_may_read_are_never_written_over(tmp_path: Path) ->
     third = store.publish("agents", _buffer(30000, 3))  # and grows
     assert third is not None and third.name == ref.name
     assert (tmp_path / third.name).stat().st_size >= 30000 * 8 * 3
-
-
-def _empty() -> Any:
-    from fanout.wire.columns import Columns
-
-    return Columns()
 
 
 # -- which generations are in use: against a model of each worker's reading ------------------

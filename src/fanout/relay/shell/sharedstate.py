@@ -133,7 +133,7 @@ class SharedStore:
         for held in self._datasets.values():
             for file in held.files:
                 file.memory.close()
-        shutil.rmtree(self.directory, ignore_errors=True)
+        _remove(self.directory)
 
 
 class SharedReader:
@@ -186,4 +186,15 @@ def sweep(base: Path) -> None:
     for directory in base.glob(f"{PREFIX}*-*"):
         pid = directory.name[len(PREFIX) :].split("-", 1)[0]
         if pid.isdigit() and not Path(f"/proc/{pid}").exists():
-            shutil.rmtree(directory, ignore_errors=True)
+            _remove(directory)
+
+
+def _remove(directory: Path) -> None:
+    """Remove ``directory`` and its files; what cannot be removed is logged, not raised (the
+    relay stops, or starts, all the same)."""
+    try:
+        shutil.rmtree(directory)
+    except FileNotFoundError:
+        pass
+    except OSError as exc:
+        log.warning("shared state's directory %s not removed: %s", directory, exc)

@@ -12,7 +12,8 @@ batch in (ending the epoch) and starts writing the next. Rules:
    link drops the connection at once.
 3. **Timing.** Each batch's write, read-to-swap wait and tick age go to ``GET /metrics``;
    the last ``RECORDED`` batches' wall-clock times to ``GET /v1/admin/batches``.
-4. **Decoded.** ``decoded`` is told of each batch decoded, before its write (relays below).
+4. **Decoded.** ``decoded`` is told of each batch decoded, before its write (relays below);
+   a batch naming its leader's state in shared memory (a worker's) is read there instead.
 """
 
 from __future__ import annotations
