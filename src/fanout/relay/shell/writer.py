@@ -7,13 +7,12 @@ batch in (ending the epoch) and starts writing the next. Rules:
 
 1. **Order.** A batch is written only after the one before it is swapped in, so no tick is
    skipped; frames other than batches wait for ``drain``.
-2. **Failure.** A batch that fails to write (nothing of it was written) drops the batches queued
-   after it, is raised to the link by its next call and handed to ``on_failure``, so that the
-   link drops the connection at once.
-3. **Timing.** Each batch's write, read-to-swap wait and tick age go to ``GET /metrics``;
-   the last ``RECORDED`` batches' wall-clock times to ``GET /v1/admin/batches``.
+2. **Failure.** A batch that fails to write (nothing of it written) drops those queued after
+   it, is raised to the link by its next call and handed to ``on_failure``: the link drops.
+3. **Timing.** Each batch's write, read-to-swap wait and tick age go to ``GET /metrics``,
+   the last ``RECORDED`` batches' times to ``GET /v1/admin/batches``.
 4. **Decoded.** ``decoded`` is told of each batch decoded, before its write (relays below);
-   a batch naming its leader's state in shared memory (a worker's) is read there instead.
+   a worker's batch naming its leader's state in shared memory is installed from there.
 """
 
 from __future__ import annotations
