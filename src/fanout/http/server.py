@@ -20,13 +20,14 @@ import asyncio
 import functools
 import logging
 import ssl as ssl_module
-from collections.abc import Callable, Coroutine, Mapping
+from collections.abc import Awaitable, Callable, Coroutine, Mapping
 from http import HTTPStatus
 from importlib import resources
 from pathlib import Path
 from typing import Any, cast
 
 import h11
+from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4
 
 from fanout import metrics, tls
 from fanout.errors import Unauthorized
@@ -69,6 +70,8 @@ VIEWER = {
 Upgrade = Callable[[asyncio.Transport, bytes], None]
 #: Where MQTT over WebSockets is asked for, besides the subprotocol ``mqtt`` on any path.
 MQTT_PATH = "/mqtt"
+#: Reads ``GET /metrics``' whole body from elsewhere (a relay's workers: ``relay.shell.workers``).
+MetricsSource = Callable[[], Awaitable[bytes]]
 
 
 class HttpFrontEnd:
@@ -110,6 +113,8 @@ class HttpFrontEnd:
         self.mqtt_upgrade: Upgrade | None = None
         #: The admin pages front ends offer, by path (``http.pages``: the MQTT broker's lists).
         self.pages: dict[str, Page] = {}
+        #: Where ``GET /metrics`` is read from instead of the relay's own samples, if set.
+        self.metrics_source: MetricsSource | None = None
 
     @property
     def tls(self) -> bool:
@@ -157,7 +162,9 @@ class HttpFrontEnd:
         method = request.method.decode("latin-1")
         path = target.split("?", 1)[0]
         relay = self.relay
-        if (probe := metrics.answer(target, relay.samples, relay.unready)) is not None:
+        if path == metrics.PATH and self.metrics_source is not None:
+            self._run(_metrics_from(connection, self.metrics_source))
+        elif (probe := metrics.answer(target, relay.samples, relay.unready)) is not None:
             code, content_type, body = probe
             connection.answer(Answer(code, plain_headers(content_type, body), body))
         elif "websocket" in headers.get("upgrade", "").lower():
@@ -234,6 +241,19 @@ class HttpFrontEnd:
 
     def _stream(self, stream: HttpSubscription) -> None:
         self._run(_streamed(stream))
+
+
+async def _metrics_from(connection: PortConnection, source: MetricsSource) -> None:
+    """Answer ``GET /metrics`` with what ``source`` reads; 503, said, if it cannot."""
+    try:
+        body = await source()
+    except (OSError, ValueError) as exc:
+        body = f"the relay's metrics were not read: {exc}\n".encode()
+        headers = plain_headers(metrics.TEXT, body)
+        connection.answer(Answer(HTTPStatus.SERVICE_UNAVAILABLE, headers, body))
+        return
+    headers = plain_headers(CONTENT_TYPE_PLAIN_0_0_4, body)
+    connection.answer(Answer(HTTPStatus.OK, headers, body))
 
 
 async def _streamed(stream: HttpSubscription) -> None:

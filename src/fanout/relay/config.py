@@ -416,13 +416,10 @@ class RelayConfig:
     def __post_init__(self) -> None:
         """Raises:
         ConfigError: workers with what they cannot share yet (``relay.shell.workers``): a map
-            of responsibility, whose redirects each worker would have to decide, or MQTT over
-            WebSockets on the port, whose sessions would split across workers.
+            of responsibility, whose redirects each worker would have to decide.
         """
         if self.process.workers > 1 and self.cluster.registry is not None:
             raise ConfigError("--workers > 1 does not join a map of responsibility (--registry)")
-        if self.process.workers > 1 and self.mqtt.websocket:
-            raise ConfigError("--workers > 1 serves MQTT on --mqtt-port only, not --mqtt-websocket")
 
     @property
     def policy(self) -> Policy:

@@ -11,6 +11,7 @@ would select.
 from __future__ import annotations
 
 from collections.abc import Callable
+from decimal import Decimal
 from typing import Any
 
 import numpy as np
@@ -274,3 +275,27 @@ def test_a_filter_is_held_without_its_group_and_a_path_without_its_options() -> 
     core = ready_core(SENSORS, CARS, policy=Policy())
     assert core.parts.kinds["sensors"].primitive(topic("$share/g/a/+")) == topic("a/+")
     assert core.parts.kinds["cars"].primitive(path("/c/.all?delta,f=rpm>4")) == path("/c/.all")
+
+
+TICKETS = DatasetInfo(
+    "tickets", "id", {"id": "<i8", "fare": "decimal(8,2)", "scan": "bytes"}, "sql", ["fare"]
+)
+
+
+def test_a_primitive_bounding_a_decimal_column_fits_it_and_holds_its_rows() -> None:
+    """A relay below asks for decimals compared with numbers (as the publisher takes them);
+    the relay's table holds them as ``Decimal`` objects, not strings."""
+    fares = [Decimal("99.99"), Decimal("100.00"), Decimal("100.01"), Decimal("250.50")]
+    rows = {
+        "id": np.arange(len(fares), dtype=np.int64),
+        "fare": np.array(fares, dtype=object),
+        "scan": np.array([b"", b"\x00", b"ab", b"z"], dtype=object),
+    }
+    core = relay(TICKETS, rows)
+    kind = core.parts.kinds["tickets"]
+    held = kind.primitive(sql("SELECT * FROM tickets WHERE fare > 100 AND scan IS NOT NULL"))
+    state = core.datasets["tickets"].table
+    want = [key for key, fare in enumerate(fares) if fare > 100]
+    assert sorted(state.keys[kind.holds([held], state.columns)].tolist()) == want
+    with pytest.raises(InvalidView, match="does not fit table 'tickets'"):
+        kind.primitive(sql("SELECT * FROM tickets WHERE fare > 'cheap'"))

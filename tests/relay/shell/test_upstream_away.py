@@ -12,6 +12,7 @@ from collections.abc import AsyncIterator
 
 import pytest
 
+from fanout.auth import AuthConfig, issue
 from fanout.client import SubscriptionError, connect
 from fanout.metrics import scrape
 from fanout.relay.config import Limits, Planning, RelayConfig, Upstream
@@ -24,9 +25,13 @@ from fanout.testing.wait import eventually
 from fanout.views import Box
 from fanout.wire.messages import Catalog
 
+SECRET = "away-secret-" + "k" * 32
+
 
 @contextlib.asynccontextmanager
-async def relay_alone(limits: Limits | None = None) -> AsyncIterator[tuple[RelayServer, str, int]]:
+async def relay_alone(
+    limits: Limits | None = None, auth: AuthConfig | None = None
+) -> AsyncIterator[tuple[RelayServer, str, int]]:
     """A relay whose publisher port (yielded) has nobody listening yet."""
     port = free_port()
     relay = RelayServer(
@@ -34,6 +39,7 @@ async def relay_alone(limits: Limits | None = None) -> AsyncIterator[tuple[Relay
             Upstream(f"ws://{LOOPBACK}:{port}", reconnect_delay=0.05),
             limits=limits or Limits(),
             planning=Planning(Policy(widen="margin")),
+            auth=auth,
         )
     )
     task = asyncio.create_task(relay.run())
@@ -78,6 +84,25 @@ async def test_subscribers_arriving_before_the_publisher_are_served_once_it_come
                     assert view.rows == {1: {"id": 1, "x": 1.0, "y": 1.0}}
                 assert await asyncio.to_thread(probe, url, "/readyz") == (200, "ready\n")
                 assert relay.core.stats()["held"] == 0
+
+
+async def test_a_held_subscription_is_narrowed_by_its_tokens_rules_once_the_catalog_comes() -> None:
+    """Before the catalog the relay cannot narrow a view by a rule (it does not know the
+    dataset's kind): the request is held, and admitted again when the catalog comes. It was
+    taken as asked, every row of the box (a rule bypassed)."""
+    ruled = issue("HS256", SECRET, ["subscriber"], rules={"agents": "box:0,0,5,10"})
+    auth = AuthConfig("HS256", SECRET)
+    async with relay_alone(auth=auth) as (relay, url, port), connect(url, token=ruled) as early:
+        waiting = asyncio.create_task(early.subscribe(Box((0, 0), (10, 10))))
+        await eventually(lambda: relay.core.stats()["held"] == 1, what="held")
+        publisher = ScriptedPublisher(Catalog([AGENTS]))
+        async with serving(publisher, port=port):
+            view = await asyncio.wait_for(waiting, 10)
+            acquire = await publisher.next_acquire()
+            rows = {"id": [1, 2, 3], "x": [1.0, 6.0, 8.0], "y": [1.0, 1.0, 1.0]}
+            await publisher.send(rows, snapshots=[acquire.prim])
+            await asyncio.wait_for(view.__aiter__().__anext__(), 10)
+            assert view.rows == {1: {"id": 1, "x": 1.0, "y": 1.0}}
 
 
 async def test_a_subscription_held_longer_than_the_wait_is_refused_as_unavailable() -> None:

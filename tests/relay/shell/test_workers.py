@@ -25,6 +25,7 @@ from typing import Any
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from websockets.asyncio.client import connect as ws_connect
 
 from fanout.auth import AuthConfig, issue
 from fanout.cli.main import USAGE, main
@@ -33,6 +34,9 @@ from fanout.client import HandshakeRefused, connect
 from fanout.errors import ConfigError
 from fanout.launch import running
 from fanout.metrics import Histogram, Sample, render, scrape
+from fanout.mqtt import packets as mp
+from fanout.mqtt.decoding import decode, split
+from fanout.mqtt.encoding import encode
 from fanout.relay.config import Cluster, Limits, Listening, Mqtt, Process, RelayConfig, Upstream
 from fanout.relay.data.buffers import DoubleBuffer, Stamp
 from fanout.relay.shell.sharedstate import PREFIX, SharedStore, sweep
@@ -85,7 +89,6 @@ def test_the_leader_listens_on_loopback_for_its_workers_and_keeps_the_rest() -> 
         (lambda: Process(workers=0), "workers must be >= 1"),
         (lambda: Process(workers_port=70000), "workers_port"),
         (lambda: {"cluster": Cluster(registry="redis://r:6379")}, "map of responsibility"),
-        (lambda: {"mqtt": Mqtt(port=1883, websocket=True)}, "--mqtt-websocket"),
     ],
 )
 def test_what_workers_cannot_do_yet_is_refused(make: Callable[[], object], message: str) -> None:
@@ -220,6 +223,8 @@ def test_the_leaders_metrics_are_its_workers_summed(workers: list[dict[str, obje
 # -- a real deployment -------------------------------------------------------------------------
 
 BOX = Box((0, 0), (100, 100))
+#: The leader's count of subscribers' connections on each worker (label ``worker``).
+WORKER_CONNECTIONS = "fanout_relay_worker_connections{"
 ROWS = 20
 SECRET = "workers-test-secret-of-32-bytes!"
 #: Every other subscriber's token confines it to the agents with x <= 40.5.
@@ -248,17 +253,6 @@ async def _publish(publisher: ScriptedPublisher, stop: asyncio.Event) -> None:
         await asyncio.sleep(0.1)
 
 
-def _by_worker(url: str, workers: int) -> dict[str, dict[str, float]]:
-    """Each worker's ``/metrics``, read on the shared port until every one has answered."""
-    seen: dict[str, dict[str, float]] = {}
-    for _ in range(200):  # each a new connection, to the worker the kernel picks
-        values = scrape(url)
-        seen[next(key for key in values if key.startswith("fanout_relay_worker{"))] = values
-        if len(seen) == workers:
-            return seen
-    raise AssertionError(f"{workers} workers, {sorted(seen)} answered /metrics")
-
-
 def _datasets(url: str, token: str) -> list[str]:
     """``GET /v1/datasets`` on the relay's port, with ``token``."""
     request = urllib.request.Request(
@@ -277,14 +271,42 @@ async def _on_both_workers(stack: contextlib.AsyncExitStack, url: str) -> list[A
         ruled = len(subscribers) % 2 == 1
         subscriber = await stack.enter_async_context(connect(url, token=TOKENS[ruled]))
         subscribers.append((subscriber, await subscriber.subscribe(BOX, rate=100), ruled))
-        counts = {
-            worker: values["fanout_relay_connections"]
-            for worker, values in (await asyncio.to_thread(_by_worker, url, 2)).items()
-        }
-        if (min(counts.values()) >= 1 and len(subscribers) >= 4) or len(subscribers) >= 40:
-            assert min(counts.values()) >= 1, counts
+        values = await asyncio.to_thread(scrape, url)  # the relay's, whichever worker answers
+        assert values["fanout_relay_connections"] == len(subscribers)  # every worker's, summed
+        counts = {k: v for k, v in values.items() if k.startswith(WORKER_CONNECTIONS)}
+        if len(subscribers) >= 40 or (len(subscribers) >= 4 and min(counts.values()) >= 1):
+            assert len(counts) == 2 and min(counts.values()) >= 1, counts
             assert sum(counts.values()) == len(subscribers)
             return subscribers
+
+
+async def _mqtt_over_the_port(url: str) -> None:
+    """Two MQTT clients over WebSockets on the relay's port, each carried by whichever worker
+    took it to the leader's broker: one's message reaches the other's subscription."""
+    mqtt = url + "/mqtt"
+    async with ws_connect(mqtt) as reader, ws_connect(mqtt) as writer:
+        for client, name in ((reader, "reader"), (writer, "writer")):
+            login = mp.Connect(name, mp.V5, username=name, password=TOKENS[0].encode())
+            await client.send(encode(login, mp.V5))
+            assert isinstance(await _packet(client), mp.ConnAck)
+        await reader.send(encode(mp.Subscribe(1, (("w/#", 1),)), mp.V5))
+        assert await _packet(reader) == mp.SubAck(1, (1,))
+        await writer.send(encode(mp.Publish("w/1", b"through a worker", 1, packet_id=1), mp.V5))
+        assert isinstance(await _packet(writer), mp.PubAck)
+        got = await _packet(reader)
+        assert isinstance(got, mp.Publish) and (got.topic, got.payload) == (
+            "w/1",
+            b"through a worker",
+        )
+
+
+async def _packet(client: Any) -> mp.Packet:
+    """The next MQTT packet from ``client`` (a WebSocket), within 10 s."""
+    received = b""
+    while (found := split(received, 1 << 20)) is None:
+        received += await asyncio.wait_for(client.recv(), 10)
+    assert found[2] == len(received), "one packet a message here"
+    return decode(found[0], found[1], mp.V5)
 
 
 @pytest.mark.integration
@@ -307,6 +329,7 @@ async def test_two_workers_serve_one_port_with_one_link_upstream(
         ticking = asyncio.create_task(_publish(publisher, stop))
         args = ["--publisher", upstream, "--port", "0", "--workers", "2"]
         args += ["--workers-port", str(leader_port), "--auth-key-file", str(secret)]
+        args += ["--mqtt-port", "0", "--mqtt-websocket"]
         args += [] if shared else ["--no-shared-state"]
         relay = await stack.enter_async_context(running("relay", args, tmp_path / "relay.log"))
         with pytest.raises(HandshakeRefused):  # a worker checks tokens
@@ -350,6 +373,9 @@ async def test_two_workers_serve_one_port_with_one_link_upstream(
             await publisher.broadcast(Published(publish.req, at, at))
         answers = await asyncio.wait_for(asyncio.gather(*writes), 30)
         assert sorted(answers) == [(at, at) for at in range(len(writes))]
+        await _mqtt_over_the_port(relay.url)
+        carried = "fanout_relay_mqtt_websockets_carried_total"
+        assert scrape(relay.url)[carried] == 2  # read now, through a worker: its leader's sum
         await _restarted(relay.url, relay.pid, leader_port, len(subscribers), publisher)
         children = Path(f"/proc/{relay.pid}/task/{relay.pid}/children")
         workers = (await asyncio.to_thread(children.read_text)).split()

@@ -12,8 +12,10 @@ once (``kinds.sqllens``); any other takes the confirmed path alone.
 
 from __future__ import annotations
 
+import decimal
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -34,6 +36,7 @@ from fanout.relay.kinds.selected import Views
 from fanout.relay.kinds.sqllens import Shown, SqlLens, judged_row_by_row
 from fanout.views import View
 from fanout.views.sql import Sql, SqlBox
+from fanout.wire.columns import BYTES, STRING, decimal_type
 from fanout.wire.messages import DatasetInfo, Subscribe
 
 #: The views of a SQL dataset.
@@ -157,7 +160,7 @@ class SqlLanguage:
         if unknown:
             raise InvalidView(f"dataset {self.name!r} has no column(s) {', '.join(unknown)}")
         try:  # bounds of another type than their column's: refused now, not at every batch
-            view.match(_probe(self.state.table))
+            view.match(_probe(self.state.table, self.state.info.columns))
         except (TypeError, ValueError) as exc:
             raise InvalidView(f"the primitive does not fit table {table!r}: {exc}") from exc
         return self.widened(view)
@@ -283,13 +286,26 @@ class QueryRows:
         return {}
 
 
-def _probe(table: Table) -> dict[str, Array]:
-    """One row of ``table``'s columns and types (strings empty, other values zero)."""
+def _probe(table: Table, types: Mapping[str, str]) -> dict[str, Array]:
+    """One row of ``table``'s columns, each of its type as the catalog's ``types`` say (objects
+    are strings, decimals or bytes): strings and bytes empty, other values zero."""
     return {
-        name: np.array([""], dtype=object) if dtype.kind == "O" else np.zeros(1, dtype=dtype)
+        name: _zero(dtype, types.get(name, STRING))
         for name, dtype in table.dtypes.items()
         if not is_companion(name)
     }
+
+
+def _zero(dtype: np.dtype[Any], wire: str) -> Array:
+    """A zero (empty) value of a column held as ``dtype``, of the catalog's type ``wire``."""
+    if dtype.kind != "O":
+        return np.zeros(1, dtype=dtype)
+    value: object = ""
+    if decimal_type(wire) is not None:
+        value = decimal.Decimal(0)
+    elif wire == BYTES:
+        value = b""
+    return np.array([value], dtype=object)
 
 
 def _no_rows(query: Query, held: Keys) -> Result:

@@ -102,7 +102,7 @@ class RelayServer:
             tls_files=where.tls,
             reuse_port=where.reuse_port,
         )
-        self.mqtt = MqttFrontEnd(config) if config.mqtt.port is not None else None
+        self.mqtt = self._mqtt_front_end(config) if config.mqtt.port is not None else None
         mqtt_websockets = None if self.mqtt is None else self.mqtt.on_the_port(self._listener)
         if mqtt_websockets is not None:
             self.http.mqtt_upgrade = mqtt_websockets.take
@@ -120,6 +120,7 @@ class RelayServer:
             wake=self._wake.set,
             reply=self._reply,
             close_below=self.tiers.close,
+            subscribe=self.subscribe,
         )
         self._writer = self.upstream.writer
         self.pump = Pump(
@@ -148,6 +149,11 @@ class RelayServer:
         self.registry = None if self.membership is None else self.membership.registry
         self.balancer = None if self.membership is None else self.membership.balancer
 
+    def _mqtt_front_end(self, config: RelayConfig) -> MqttFrontEnd:
+        """The MQTT listener of a relay configured as ``config`` (a leader's: on the relay's
+        host, ``relay.shell.workers``)."""
+        return MqttFrontEnd(config)
+
     def _listener(self) -> asyncio.Server | None:
         return self.http.listener
 
@@ -156,8 +162,14 @@ class RelayServer:
         """The port subscribers connect to, once the relay serves."""
         return self.http.port if self.http.listener is not None else None
 
-    async def run(self, ready: Callable[[int], None] | None = None) -> None:
-        """Serve until cancelled; ``ready(port)`` is called once serving and connected upstream.
+    async def run(
+        self,
+        ready: Callable[[int], None] | None = None,
+        listening: Callable[[int], None] | None = None,
+    ) -> None:
+        """Serve until cancelled; ``ready(port)`` is called once serving and connected upstream,
+        ``listening(port)`` once the port listens (before any upstream: subscribers are held
+        until the catalog).
 
         Sets the interpreter's switch interval and the garbage collector's youngest threshold
         (``RelayConfig.process``) meanwhile: they are the process's, and the relay is meant to
@@ -177,6 +189,9 @@ class RelayServer:
                 on_the_port: tuple[FrontEnd, ...] = (self.http, self.websocket, self.tiers)
                 for front_end in on_the_port:  # HTTP listens; relays below come through it
                     await self._start(front_end, tasks, started)
+                if listening is not None:
+                    assert self.port is not None, "the HTTP front end listens"
+                    listening(self.port)
                 tasks.create_task(self.upstream.run())
                 tasks.create_task(self.pump.run())
                 tasks.create_task(self.pump.housekeeping())

@@ -1,13 +1,13 @@
 """The ``GET /metrics`` of a relay's leader: its workers' figures summed (``relay.shell.workers``).
 
-Each worker answers its own ``/metrics`` (on the shared port, whichever worker the connection
-landed on; on its own loopback port, always that worker). The leader reads every worker's and
-sums them family by family, sample by sample (counters, gauges, histograms' buckets), so that a
-scrape of the leader's port reads the relay as one: ``fanout_relay_pushes_total`` is every
-worker's pushes. The leader's own figures are kept where the workers have none (its MQTT
-listener's) and for its link upstream (``relay_upstream_*``: the workers' upstream is the leader;
-the relay's is the leader's). The workers' processes are summed as
-``relay_workers_cpu_seconds`` and ``relay_workers_resident_memory_bytes``.
+Each worker answers its own ``/metrics`` on its own loopback port. The leader reads every
+worker's and sums them family by family, sample by sample (counters, gauges, histograms'
+buckets), so that a scrape of the relay's port (which a worker answers from the leader) or the
+leader's reads the relay as one: ``fanout_relay_pushes_total`` is every worker's pushes. The
+leader's own figures are kept where the workers have none (its MQTT listener's) and for its
+link upstream (``relay_upstream_*``: the workers' upstream is the leader, the relay's is the
+leader's; so are the seqs asked upstream for relays below). The workers' processes are summed
+as ``relay_workers_cpu_seconds`` and ``relay_workers_resident_memory_bytes``.
 """
 
 from __future__ import annotations
@@ -20,8 +20,10 @@ from prometheus_client.samples import Sample as Observed
 
 from fanout.metrics import Histogram, Sample
 
-#: Families the leader reports of itself, never the workers' sum.
-OWN = ("relay_upstream_", "build_info", "relay_worker")
+#: Families the leader reports of itself, never the workers' sum: its link upstream, and the
+#: seqs it asked upstream for relays below (the workers' asks are to the leader, which merges
+#: them: the relay's asks upstream are the leader's).
+OWN = ("relay_upstream_", "build_info", "relay_worker", "relay_below_curiosity_passed")
 #: The workers' process figures summed: prometheus_client's family -> the leader's sample.
 PROCESSES = {
     "process_cpu_seconds": Sample(

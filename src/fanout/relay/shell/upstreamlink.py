@@ -47,6 +47,7 @@ from fanout.wire.messages import (
     Knowledge,
     Published,
     StateRows,
+    Subscribe,
     Welcome,
     Written,
 )
@@ -80,6 +81,7 @@ class UpstreamLink:
         wake: Callable[[], None],
         reply: Callable[[int, Published | Error], None],
         close_below: Callable[[int], None],
+        subscribe: Callable[[int, Subscribe], None],
     ) -> None:
         """Args:
         config: the relay's configuration (``publisher`` is the upstream's URL).
@@ -90,6 +92,9 @@ class UpstreamLink:
         wake: wakes the pump.
         reply: sends an answer to a subscriber's write (client, frame).
         close_below: closes a relay below's connection (it connects again).
+        subscribe: admits and takes a subscription (the relay's ``subscribe``): those held
+            until the catalog are admitted again once it comes, their tokens' rules applied
+            to datasets now known.
         """
         self._config = config
         self._core = core
@@ -98,6 +103,7 @@ class UpstreamLink:
         self._dispatch = dispatch
         self._reply = reply
         self._close_below = close_below
+        self._subscribe = subscribe
         directory = config.process.shared_directory
         shared = SharedReader(Path(directory)) if directory else None
         self.writer = Writer(relays, dispatch, wake, self.drop, relays.decoded, shared=shared)
@@ -244,6 +250,22 @@ class UpstreamLink:
         # as the pump swaps the last one in; more wait in the socket.
         await self.writer.room(1)
 
+    def _on_catalog(self, catalog: Catalog, outbound: Outbound) -> None:
+        """Upstream's datasets (first on every connection): every primitive acquired again,
+        and the subscriptions held until now admitted as if they had just come."""
+        self._core.on_catalog(catalog)  # raises ProtocolError before anything is changed
+        held = self._core.holding.release()  # admitted below, their datasets known
+        if self.sharing is not None:
+            self.sharing.on_catalog(catalog)
+        self.datasets = {info.name: info.index for info in catalog.datasets}
+        self.catalog = list(catalog.datasets)
+        self._outbound = outbound
+        self._core.serving.live.back()  # accepted writes wait for the stream again
+        self._dispatch(self._core.on_upstream_connected())
+        for request in held:
+            self._subscribe(request.client, request.request)
+        self.ready.set()
+
     async def _on_frame(self, frame: object, outbound: Outbound) -> None:
         if isinstance(frame, Batch):
             await self._batch(frame)
@@ -254,15 +276,7 @@ class UpstreamLink:
         await self.writer.drain()  # other frames apply after the batches before them
         match frame:
             case Catalog() as catalog:
-                self._core.on_catalog(catalog)
-                if self.sharing is not None:
-                    self.sharing.on_catalog(catalog)
-                self.datasets = {info.name: info.index for info in catalog.datasets}
-                self.catalog = list(catalog.datasets)
-                self._outbound = outbound
-                self._core.serving.live.back()  # accepted writes wait for the stream again
-                self._dispatch(self._core.on_upstream_connected())
-                self.ready.set()
+                self._on_catalog(catalog, outbound)
             case Knowledge() as knowledge:
                 waiting, sends = self._relays.on_knowledge(knowledge)
                 self._dispatch(sends)

@@ -11,19 +11,22 @@ from __future__ import annotations
 
 import asyncio
 import ctypes
+import functools
 import logging
 import os
 import pickle
 import signal
 import sys
+import urllib.parse
 from collections.abc import Callable
 
 from fanout.http.server import HttpFrontEnd
-from fanout.metrics import Histogram, Sample
+from fanout.metrics import PATH, Histogram, Sample
 from fanout.relay.config import RelayConfig
 from fanout.relay.shell import loops
+from fanout.relay.shell.carry import Carrier
 from fanout.relay.shell.server import RelayServer
-from fanout.relay.shell.workers import READY
+from fanout.relay.shell.workers import READY, read_text
 
 log = logging.getLogger(__name__)
 
@@ -34,19 +37,41 @@ PR_SET_PDEATHSIG = 1
 class WorkerServer(RelayServer):
     """A relay serving as worker ``index`` of its leader: also on its own loopback port."""
 
-    def __init__(self, config: RelayConfig, index: int) -> None:
+    def __init__(self, config: RelayConfig, index: int, *, carry: bool = False) -> None:
+        """Args:
+        config: its configuration (``relay.shell.workers.worker_config``).
+        index: its number among the leader's workers, from 1.
+        carry: carry MQTT over WebSockets on the relay's port to the leader's port, where
+            the MQTT sessions are (``relay.shell.carry``).
+        """
         super().__init__(config)
         self.index = index
+        at = urllib.parse.urlsplit(config.upstream.publisher)  # the leader: ws://127.0.0.1:P
+        assert at.hostname is not None and at.port is not None
+        self.carrier: Carrier | None = None
+        if carry:
+            self.carrier = Carrier(at.hostname, at.port)
+            self.http.mqtt_upgrade = self.carrier.take
         self.own = HttpFrontEnd(
             "127.0.0.1", 0, opening=config.limits.hello_timeout, upgrade=self.websocket.take
         )
+        # The relay's port answers the relay's /metrics, the leader's sum; this worker's own
+        # port its own (which the leader reads).
+        leader = f"http://{at.hostname}:{at.port}{PATH}"
+        self.http.metrics_source = functools.partial(asyncio.to_thread, read_text, leader)
 
-    async def run(self, ready: Callable[[int], None] | None = None) -> None:
-        """Serve until cancelled; ``ready(port)`` with its own loopback port once serving."""
+    async def run(
+        self,
+        ready: Callable[[int], None] | None = None,
+        listening: Callable[[int], None] | None = None,
+    ) -> None:
+        """Serve until cancelled; ``ready(port)`` with its own loopback port once it listens
+        on both ports, connected to its leader or not (its subscribers wait for the catalog,
+        as they would at a relay whose publisher is away); ``listening`` is not called."""
         async with asyncio.TaskGroup() as tasks:
             await self.own.start(self, tasks)
             try:
-                await super().run(lambda _: None if ready is None else ready(self.own.port))
+                await super().run(listening=lambda _: ready and ready(self.own.port))
             finally:
                 await self.own.stop()
 
@@ -59,15 +84,31 @@ class WorkerServer(RelayServer):
             1,
             {"worker": str(self.index)},
         )
-        return [*super().samples(), which]
+        if self.carrier is None:
+            return [*super().samples(), which]
+        carried = [
+            Sample(
+                "relay_mqtt_websockets_carried",
+                "counter",
+                "MQTT over WebSockets connections a worker carried to its leader.",
+                self.carrier.carried,
+            ),
+            Sample(
+                "relay_mqtt_websockets_not_carried",
+                "counter",
+                "MQTT over WebSockets connections a worker could not carry to its leader.",
+                self.carrier.failed,
+            ),
+        ]
+        return [*super().samples(), which, *carried]
 
 
 def run(stdin: bytes) -> int:
     """Run the worker ``stdin`` describes (``relay.shell.workers``) until its leader stops it."""
     _end_with_parent()
-    index, config = pickle.loads(stdin)  # written by the leader, our parent
+    index, config, carry = pickle.loads(stdin)  # written by the leader, our parent
     assert isinstance(config, RelayConfig)
-    server = WorkerServer(config, index)
+    server = WorkerServer(config, index, carry=carry)
 
     def ready(port: int) -> None:
         print(f"{READY}ws://127.0.0.1:{port}", flush=True)

@@ -27,7 +27,7 @@ import urllib.request
 from collections.abc import Callable, Iterator, Sequence
 
 from fanout.auth import Grant
-from fanout.metrics import PATH, Histogram, Sample
+from fanout.metrics import PATH, Histogram, Sample, render
 from fanout.mqtt.setup import MqttFrontEnd
 from fanout.relay.config import Cluster, Listening, Mqtt, RelayConfig, Upstream
 from fanout.relay.core.sends import Send
@@ -35,7 +35,7 @@ from fanout.relay.shell.server import RelayServer
 from fanout.relay.shell.sharedstate import SharedStore
 from fanout.relay.shell.summing import merged, summed
 from fanout.tiers.shared import LAG
-from fanout.wire.messages import Frame, Publish
+from fanout.wire.messages import Error, Frame, Publish, Published, Written
 
 log = logging.getLogger(__name__)
 
@@ -110,21 +110,29 @@ class Leader(RelayServer):
         command: the program a worker runs (``fanout relay --worker``: its configuration
             read from stdin, ``relay.shell.worker``).
         """
-        super().__init__(leader_config(config))
         self.public = config
+        super().__init__(leader_config(config))
         self._command = list(command)
         self._secret = secrets.token_urlsafe(32)
         #: Each worker's own loopback address (``ws://127.0.0.1:PORT``), by index, while it runs.
         self.addresses: dict[int, str] = {}
         self.restarts = 0
         self._texts: dict[int, str] = {}
-        if self.mqtt is not None:  # on the relay's host as given, not the leader's loopback
-            self.mqtt = MqttFrontEnd(dataclasses.replace(self.config, listening=config.listening))
-            self.http.pages.update(self.mqtt.pages())
+        #: Whether workers carry MQTT over WebSockets to the leader's port (``relay.shell.carry``).
+        self._carry = config.mqtt.websocket
         self._on_frame = self.relays.on_frame
         #: The leader's state in shared memory for the workers (``relay.shell.sharedstate``).
         self.shared: SharedStore | None = None  # made when it runs (a directory of its own)
         self.relays.on_frame = self._from_below  # type: ignore[method-assign]
+        #: The workers' writes waiting for the publisher's answer, by (client, req).
+        self._writes: dict[tuple[int, int | None], Publish] = {}
+        self.http.metrics_source = self.metrics_now
+
+    def _mqtt_front_end(self, config: RelayConfig) -> MqttFrontEnd:
+        """The relay's MQTT listener, on the relay's host as given (not the leader's loopback);
+        MQTT over WebSockets comes to the leader's own port, carried by the workers."""
+        host = dataclasses.replace(config.listening, host=self.public.listening.host)
+        return MqttFrontEnd(dataclasses.replace(config, listening=host))
 
     def authenticate(self, token: str | None, role: str = "subscriber") -> Grant | None:
         """A worker (its token is this run's secret) is admitted as a relay below with every
@@ -139,29 +147,58 @@ class Leader(RelayServer):
         the answer goes back to the worker, which answers its subscriber), the rest to the
         relays below (``tiers.below``), which take no writes from relays below."""
         if isinstance(frame, Publish):
+            self._writes[(client, frame.req)] = frame
             self.write(client, frame)
             return []
         return self._on_frame(client, frame)
 
-    async def run(self, ready: Callable[[int], None] | None = None) -> None:
-        """Serve until cancelled; ``ready(port)`` once every worker serves the relay's port."""
+    def _reply(self, client: int, frame: Published | Error) -> None:
+        """The answer to a worker's write; once the publisher logged it, the write is passed
+        at once to the other workers (``Written``, to those whose subscribers take live
+        writes and hold its rows), as the publisher passes a write to the relays other than
+        the one it came through: this leader."""
+        super()._reply(client, frame)
+        write = self._writes.pop(
+            (client, frame.req if isinstance(frame, Published) else frame.ref), None
+        )
+        if write is None or not isinstance(frame, Published):
+            return
+        written = Written(write.dataset, frame.first, frame.last, write.upserts, write.deletes)
+        self._dispatch([send for send in self.relays.on_written(written) if send.to != client])
+
+    async def run(
+        self,
+        ready: Callable[[int], None] | None = None,
+        listening: Callable[[int], None] | None = None,
+    ) -> None:
+        """Serve until cancelled; ``ready(port)`` once every worker listens on the relay's
+        port and the leader is connected upstream; ``listening(port)`` once every worker
+        listens (the workers start as soon as the leader listens, upstream or not)."""
         where = self.public.listening
-        up: asyncio.Future[int] = asyncio.get_running_loop().create_future()
-        if self.public.process.shared_state:  # files enough for every worker lagging at once
+        loop = asyncio.get_running_loop()
+        up: asyncio.Future[int] = loop.create_future()
+        listens: asyncio.Future[int] = loop.create_future()
+        if where.serve_relays and self.public.process.shared_state:
+            log.info(
+                "relay %s serves relays below: its workers get rows (the seqs' changes their"
+                " relays below need), not its state in shared memory",
+                self.public.name,
+            )
+        elif self.public.process.shared_state:  # files enough for every worker lagging at once
             self.shared = SharedStore(most=(LAG + 1) * self.public.process.workers + 2)
             self.relays.shared = self.shared
         try:
             with reserved(where.host, where.port) as port:
                 async with asyncio.TaskGroup() as tasks:
-                    tasks.create_task(super().run(up.set_result))
-                    leader = f"ws://127.0.0.1:{await up}"
+                    tasks.create_task(super().run(up.set_result, listens.set_result))
+                    leader = f"ws://127.0.0.1:{await listens}"
                     log.info(
                         "relay %s: leader at %s (its /metrics sums the workers'), %d workers",
                         self.public.name,
                         leader,
                         self.public.process.workers,
                     )
-                    await self._lead(port, leader, ready)
+                    await self._lead(port, leader, up, ready, listening)
         except BaseExceptionGroup as group:  # one failure, as the command line reports it
             if len(group.exceptions) == 1 and isinstance(group.exceptions[0], Exception):
                 raise group.exceptions[0] from None
@@ -170,14 +207,24 @@ class Leader(RelayServer):
             if self.shared is not None:
                 self.shared.close()
 
-    async def _lead(self, port: int, leader: str, ready: Callable[[int], None] | None) -> None:
-        """Start the workers, tell ``ready``, then keep them running until cancelled."""
+    async def _lead(
+        self,
+        port: int,
+        leader: str,
+        up: asyncio.Future[int],
+        ready: Callable[[int], None] | None,
+        listening: Callable[[int], None] | None,
+    ) -> None:
+        """Start the workers, tell ``listening``, and ``ready`` once ``up`` (the leader is
+        connected upstream); then keep them running until cancelled."""
         shared = "" if self.shared is None else str(self.shared.directory)
         configs = [
             worker_config(self.public, index, port, leader, self._secret, shared=shared)
             for index in range(1, self.public.process.workers + 1)
         ]
-        starting = [_start(self._command, i, config) for i, config in enumerate(configs, 1)]
+        starting = [
+            _start(self._command, i, config, self._carry) for i, config in enumerate(configs, 1)
+        ]
         started = await asyncio.gather(*starting, return_exceptions=True)
         failed = [result for result in started if isinstance(result, BaseException)]
         if failed:  # those that started are stopped: the relay does not serve
@@ -188,6 +235,9 @@ class Leader(RelayServer):
                 assert isinstance(first, Worker)
                 keeping.create_task(self._keep(index, config, first))
             keeping.create_task(self._scrape())
+            if listening is not None:
+                listening(port)
+            await up
             if ready is not None:
                 ready(port)
 
@@ -199,6 +249,8 @@ class Leader(RelayServer):
             while True:
                 if worker is not None:
                     self.addresses[index] = worker.address
+                    own = "http" + worker.address.removeprefix("ws") + PATH
+                    log.info("relay worker %d serves; its own figures at %s", index, own)
                     status = await worker.process.wait()
                     self.addresses.pop(index, None)
                     self._texts.pop(index, None)
@@ -208,7 +260,7 @@ class Leader(RelayServer):
                     self.restarts += 1
                 await asyncio.sleep(delay)
                 try:
-                    worker = await _start(self._command, index, config)
+                    worker = await _start(self._command, index, config, self._carry)
                     delay = RESTART_DELAY
                 except (OSError, WorkerError) as exc:
                     log.error("relay worker %d did not start again: %s", index, exc)
@@ -221,13 +273,29 @@ class Leader(RelayServer):
         """Read every worker's ``/metrics`` every ``SCRAPE_EVERY`` seconds."""
         while True:
             self.unshare()
-            for index, address in list(self.addresses.items()):
-                url = "http" + address.removeprefix("ws") + PATH
-                try:
-                    self._texts[index] = await asyncio.to_thread(_read, url)
-                except OSError as exc:
-                    log.debug("relay worker %d's /metrics not read: %s", index, exc)
+            await self._read()
             await asyncio.sleep(SCRAPE_EVERY)
+
+    async def _read(self) -> None:
+        """Read every worker's ``/metrics`` now (one not read keeps its last)."""
+
+        async def one(index: int, address: str) -> None:
+            url = "http" + address.removeprefix("ws") + PATH
+            try:
+                text = (await asyncio.to_thread(read_text, url)).decode()
+            except OSError as exc:
+                log.debug("relay worker %d's /metrics not read: %s", index, exc)
+                return
+            if index in self.addresses:  # not gone meanwhile
+                self._texts[index] = text
+
+        await asyncio.gather(*(one(i, a) for i, a in list(self.addresses.items())))
+
+    async def metrics_now(self) -> bytes:
+        """``GET /metrics`` of the relay, on the leader's port and (through it) on every
+        worker's share of the relay's: the workers' figures read now, summed."""
+        await self._read()
+        return render(self.samples())
 
     def unshare(self) -> None:
         """If the shared memory failed (no room to write a state): the workers get rows from
@@ -260,6 +328,21 @@ class Leader(RelayServer):
                 self.restarts,
             ),
         ]
+        for index, text in sorted(self._texts.items()):  # how the kernel spread them
+            connections = sum(
+                sample.value
+                for sample in summed([text])
+                if sample.name == "relay_connections" and isinstance(sample, Sample)
+            )
+            workers.append(
+                Sample(
+                    "relay_worker_connections",
+                    "gauge",
+                    "Subscribers' connections on each worker (its number in the label worker).",
+                    connections,
+                    {"worker": str(index)},
+                )
+            )
         return [*merged(super().samples(), summed(self._texts.values())), *workers]
 
 
@@ -289,9 +372,10 @@ class Worker:
         self.drain.cancel()
 
 
-async def _start(command: list[str], index: int, config: RelayConfig) -> Worker:
-    """Start worker ``index`` running ``command`` with ``config`` on its stdin; returns it
-    once it serves.
+async def _start(command: list[str], index: int, config: RelayConfig, carry: bool) -> Worker:
+    """Start worker ``index`` running ``command`` with ``config`` on its stdin (and whether it
+    carries MQTT over WebSockets to its leader, ``relay.shell.carry``); returns it once it
+    serves.
 
     Its stderr is the leader's (one log); its stdout is read for its ready line, then drained.
 
@@ -305,7 +389,7 @@ async def _start(command: list[str], index: int, config: RelayConfig) -> Worker:
         start_new_session=True,  # a terminal's ^C reaches the leader, which stops them
     )
     assert process.stdin is not None and process.stdout is not None
-    process.stdin.write(pickle.dumps((index, config)))
+    process.stdin.write(pickle.dumps((index, config, carry)))
     process.stdin.close()
     try:
         async with asyncio.timeout(START_TIMEOUT):
@@ -326,6 +410,7 @@ async def _drain(process: asyncio.subprocess.Process) -> None:
         pass
 
 
-def _read(url: str) -> str:
+def read_text(url: str) -> bytes:
+    """The body at ``url`` (blocking, within 5 s)."""
     with urllib.request.urlopen(url, timeout=5.0) as answer:
-        return str(answer.read().decode())
+        return bytes(answer.read())
