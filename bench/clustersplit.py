@@ -113,6 +113,7 @@ async def split_run(
     with throwaway_redis_cluster() as nodes:
         host, port = nodes[0]
         common = ["--registry", f"redis://{host}:{port}", "--registry-lease", str(SPLIT_LEASE)]
+        common += ["--workers", "1"]
         common += ["--split-above", f"subscribers={len(views) - 1}"]  # the last view tips it
         common += ["--split-dwell", str(SPLIT_DWELL), "--publisher", publisher.url, "--port", "0"]
         async with Children() as children:

@@ -39,7 +39,9 @@ async def deployment(
 
         async def relay(name: str, *args: str) -> Child:
             child = await children.start(
-                "relay", [*args, "--port", "0", "--name", name], logs / f"{name}.log"
+                "relay",
+                [*args, "--port", "0", "--name", name, "--workers", "1"],
+                logs / f"{name}.log",
             )
             if nice:
                 os.setpriority(os.PRIO_PROCESS, child.pid, nice)

@@ -131,7 +131,9 @@ async def run(args: argparse.Namespace, root: Path) -> dict[str, Any]:
                 root / "publisher.log",
             )
             relay = await children.start(
-                "relay", ["--publisher", publisher.url, "--port", "0"], root / "relay.log"
+                "relay",
+                ["--publisher", publisher.url, "--port", "0", "--workers", "1"],
+                root / "relay.log",
             )
             subscribers = Subscribers(relay.url, args.subscribers)
             await subscribers.start()

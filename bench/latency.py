@@ -207,7 +207,9 @@ async def run_load(
             state / "publisher.log",
         )
         relay = await children.start(
-            "relay", ["--publisher", publisher.url, "--port", "0"], state / "relay.log"
+            "relay",
+            ["--publisher", publisher.url, "--port", "0", "--workers", "1"],
+            state / "relay.log",
         )
         async with contextlib.AsyncExitStack() as stack:
             views = []

@@ -123,6 +123,7 @@ class Deployment:
 
     async def _relay(self, name: str, *args: str, mid: bool = False) -> Child:
         every = [*args, "--port", "0", "--name", name, "--queue-limit", str(QUEUE_LIMIT)]
+        every += ["--workers", "1"]  # one process measured
         every += self.relay_args
         log = self.root / f"{name}.log"
         if not mid or (self.traced is None and not self.mid_env):

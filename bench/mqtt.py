@@ -80,7 +80,7 @@ async def fanout_relays(count: int, redis: str | None, logs: Path) -> AsyncItera
         ports = []
         for n in range(count):
             port = free_port()
-            args = ["--publisher", url, "--port", "0", "--name", f"r{n}"]
+            args = ["--publisher", url, "--port", "0", "--name", f"r{n}", "--workers", "1"]
             args += ["--mqtt-port", str(port), "--read-rate", "0"]
             if redis is not None:
                 args += ["--mqtt-redis", redis]

@@ -202,13 +202,14 @@ async def case(name: str, entities: int, load: Path, logs: Path) -> AsyncIterato
         port = free_port()
         async with serving(ScriptedPublisher(Catalog([]))) as url:
             args = ["--publisher", url, "--port", "0", "--mqtt-port", str(port)]
+            args += ["--workers", "1"]  # one process, as Mosquitto is
             args += ["--read-rate", "0"]  # the cells publisher sends 10,240 messages a second
             async with running("relay", args, logs / "relay_mqtt.log") as relay:
                 with publisher_process(cells_main, port, entities, str(load)) as (publisher, _):
                     yield Case(name, relay.pid, publisher, [*mqtt_clients, str(port)], True)
     else:
         with publisher_process(publisher_main, entities) as (publisher, url):
-            args = ["--publisher", url, "--port", "0"]
+            args = ["--publisher", url, "--port", "0", "--workers", "1"]
             async with running("relay", args, logs / "relay.log") as relay:
                 command = [sys.executable, str(HERE / "boxclients.py"), relay.url]
                 yield Case(name, relay.pid, publisher, command, False)

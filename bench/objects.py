@@ -201,7 +201,9 @@ async def deploy(
     )  # fmt: skip
     relays = [
         await children.start(
-            "relay", ["--publisher", publisher.url, "--port", "0"], root / f"relay{n}.log"
+            "relay",
+            ["--publisher", publisher.url, "--port", "0", "--workers", "1"],
+            root / f"relay{n}.log",
         )
         for n in (1, 2)
     ]

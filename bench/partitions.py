@@ -108,7 +108,7 @@ class Deployment:
         return link
 
     async def _relay(self, name: str, *args: str) -> Child:
-        every = [*args, "--port", "0", "--name", name, "--log-level", "info"]
+        every = [*args, "--port", "0", "--name", name, "--log-level", "info", "--workers", "1"]
         return await self.children.start("relay", every, self.root / f"{name}.log")
 
     async def _map(self) -> None:

@@ -183,6 +183,7 @@ class Deployment:
         else:
             above = ["--publisher", f"ws://127.0.0.1:{self.port}"]
         args = [*above, "--port", str(port), "--name", f"relay-{number}", "--log-level", "info"]
+        args += ["--workers", "1"]  # one process a relay, as measured
         return await self.scope.start("relay", args, self.root / f"relay-{number}.log")
 
     async def kill(self, name: str) -> None:

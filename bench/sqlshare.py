@@ -133,7 +133,7 @@ async def trial(args: argparse.Namespace, name: str, limits: list[str]) -> dict[
     orders = Orders(args.rows, args.changed)
     logs = Path(tempfile.mkdtemp(prefix="fanout-bench-sqlshare-"))
     async with serving(orders.publisher) as url:
-        args_ = ["--publisher", url, "--port", "0", *limits]
+        args_ = ["--publisher", url, "--port", "0", "--workers", "1", *limits]
         async with running("relay", args_, logs / f"relay-{name}.log") as relay:
             return await _measure(args, name, orders, relay.url)
 

@@ -109,7 +109,7 @@ async def bench(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
         relay = await children.start(
             "relay",
             [
-                *("--publisher", publisher.url, "--port", "0"),
+                *("--publisher", publisher.url, "--port", "0", "--workers", "1"),
                 *("--queue-limit", str(args.queue_limit)),
                 *("--stall-timeout", str(3 * args.measure + 120)),
                 *("--max-connections", str(args.subscribers + 10)),

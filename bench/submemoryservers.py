@@ -34,7 +34,9 @@ async def relay_server(workdir: Path, entities: int) -> AsyncIterator[tuple[int,
         url = await asyncio.to_thread(pub_conn.recv)
         async with Children() as children:
             relay = await children.start(
-                "relay", ["--publisher", url, "--port", "0"], workdir / "relay.log"
+                "relay",
+                ["--publisher", url, "--port", "0", "--workers", "1"],
+                workdir / "relay.log",
             )
             yield relay.pid, relay.url
     finally:

@@ -332,7 +332,7 @@ async def deploy(children: Children, root: Path, redis: str | None) -> dict[str,
     deployment: dict[str, Any] = {"publisher": publisher}
     for name in ("a", "b"):
         port = free_port()
-        args = ["--publisher", publisher.url, "--port", "0", "--name", name]
+        args = ["--publisher", publisher.url, "--port", "0", "--name", name, "--workers", "1"]
         args += ["--mqtt-port", str(port), "--mqtt-dataset", "sensors"]
         args += [] if redis is None else ["--mqtt-redis", redis]
         deployment[name] = await children.start("relay", args, root / f"relay-{name}.log")

@@ -21,7 +21,7 @@ from fanout.cli.settings import fields_given
 from fanout.errors import ConfigError
 
 if TYPE_CHECKING:
-    from fanout.relay.config import RelayConfig
+    from fanout.relay.config import Cluster, RelayConfig
     from fanout.relay.core.planner import Policy
     from fanout.relay.shell.server import RelayServer
 
@@ -124,11 +124,10 @@ def relay_parser(commands: Any, command: Command) -> None:
     parser.add_argument(
         "--workers",
         type=workers_count,
-        default=1,
         help="processes serving --port: N > 1 makes this one their leader, holding the link"
         " upstream and its state in shared memory, and N workers, edge relays of it sharing the"
-        " port (SO_REUSEPORT); 'auto': as many as the cores this process may run on; MQTT stays"
-        " on the leader (docs/deploy.md) (default: 1)",
+        " port (SO_REUSEPORT); 'auto': as many as the cores this process may run on; MQTT"
+        " sessions stay on the leader (docs/deploy.md) (default: auto; 1 with --registry)",
     )
     parser.add_argument(
         "--workers-port",
@@ -364,7 +363,7 @@ def run_relay(args: argparse.Namespace) -> int:
         mqtt=mqtt_config(args),
         process=Process(
             loop=args.loop,
-            workers=args.workers,
+            workers=default_workers(cluster) if args.workers is None else args.workers,
             workers_port=args.workers_port,
             shared_state=args.shared_state,
             **_allocator_given(args),
@@ -378,6 +377,15 @@ def run_relay(args: argparse.Namespace) -> int:
 
     loops.run(_until_stopped(server, ready), config.process.loop)
     return 0
+
+
+def default_workers(cluster: Cluster) -> int:
+    """``--workers`` not given: ``auto``, but one process in a map of responsibility, whose
+    redirects every worker would have to decide (``RelayConfig`` refuses workers there)."""
+    if cluster.registry is not None:
+        log.info("relay: one process: a relay in a map of responsibility (--registry) runs no workers")
+        return 1
+    return workers_count("auto")
 
 
 def workers_count(value: str) -> int:

@@ -27,7 +27,6 @@ from pathlib import Path
 from typing import Any, cast
 
 import h11
-from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4
 
 from fanout import metrics, tls
 from fanout.errors import Unauthorized
@@ -70,8 +69,9 @@ VIEWER = {
 Upgrade = Callable[[asyncio.Transport, bytes], None]
 #: Where MQTT over WebSockets is asked for, besides the subprotocol ``mqtt`` on any path.
 MQTT_PATH = "/mqtt"
-#: Reads ``GET /metrics``' whole body from elsewhere (a relay's workers: ``relay.shell.workers``).
-MetricsSource = Callable[[], Awaitable[bytes]]
+#: Answers a ``GET`` of a path from elsewhere (a relay's workers ask their leader:
+#: ``relay.shell.workers``), given the request's target and headers.
+Elsewhere = Callable[[str, Mapping[str, str]], Awaitable[Answer]]
 
 
 class HttpFrontEnd:
@@ -113,8 +113,8 @@ class HttpFrontEnd:
         self.mqtt_upgrade: Upgrade | None = None
         #: The admin pages front ends offer, by path (``http.pages``: the MQTT broker's lists).
         self.pages: dict[str, Page] = {}
-        #: Where ``GET /metrics`` is read from instead of the relay's own samples, if set.
-        self.metrics_source: MetricsSource | None = None
+        #: Paths whose ``GET`` is answered from elsewhere, not by the relay itself.
+        self.elsewhere: dict[str, Elsewhere] = {}
 
     @property
     def tls(self) -> bool:
@@ -162,8 +162,8 @@ class HttpFrontEnd:
         method = request.method.decode("latin-1")
         path = target.split("?", 1)[0]
         relay = self.relay
-        if path == metrics.PATH and self.metrics_source is not None:
-            self._run(_metrics_from(connection, self.metrics_source))
+        if path in self.elsewhere and method == "GET":
+            self._run(_answered_elsewhere(connection, self.elsewhere[path], target, headers))
         elif (probe := metrics.answer(target, relay.samples, relay.unready)) is not None:
             code, content_type, body = probe
             connection.answer(Answer(code, plain_headers(content_type, body), body))
@@ -243,17 +243,16 @@ class HttpFrontEnd:
         self._run(_streamed(stream))
 
 
-async def _metrics_from(connection: PortConnection, source: MetricsSource) -> None:
-    """Answer ``GET /metrics`` with what ``source`` reads; 503, said, if it cannot."""
+async def _answered_elsewhere(
+    connection: PortConnection, elsewhere: Elsewhere, target: str, headers: Mapping[str, str]
+) -> None:
+    """Answer a request as ``elsewhere`` does; 503, said, if it cannot."""
     try:
-        body = await source()
+        answer = await elsewhere(target, headers)
     except (OSError, ValueError) as exc:
-        body = f"the relay's metrics were not read: {exc}\n".encode()
-        headers = plain_headers(metrics.TEXT, body)
-        connection.answer(Answer(HTTPStatus.SERVICE_UNAVAILABLE, headers, body))
-        return
-    headers = plain_headers(CONTENT_TYPE_PLAIN_0_0_4, body)
-    connection.answer(Answer(HTTPStatus.OK, headers, body))
+        body = f"the relay could not answer {target.split('?', 1)[0]}: {exc}\n".encode()
+        answer = Answer(HTTPStatus.SERVICE_UNAVAILABLE, plain_headers(metrics.TEXT, body), body)
+    connection.answer(answer)
 
 
 async def _streamed(stream: HttpSubscription) -> None:

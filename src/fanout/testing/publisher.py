@@ -1,5 +1,5 @@
 """A scripted publisher: a WebSocket server speaking the publisher's side of the real protocol to
-real relays, sending the batches its caller makes. No Spark, no state, no log::
+real relays, sending the batches its caller makes. No Spark, no state::
 
     publisher = ScriptedPublisher(Catalog([info]))
     async with serving(publisher) as url, running_relay(url) as (relay, relay_url):
@@ -9,8 +9,11 @@ real relays, sending the batches its caller makes. No Spark, no state, no log::
 1. A relay's ``Hello`` is welcomed with the next of ``catalogs`` (the last one stays); any other
    first frame closes the connection (1002).
 2. Every ``Acquire`` is held until its ``Release`` and fresh until ``take_fresh``; frames go to
-   ``on_frame``, or acquires to ``next_acquire``. Nothing else is answered (no log).
+   ``on_frame``, or acquires to ``next_acquire``.
 3. A batch goes to every relay connected; seqs count from 0 per dataset (``next_seq``).
+4. ``Curious`` is answered from the batches sent (the last ``LOGGED``): a seq's ``Knowledge``
+   is its batch's upserts and deletes (what the script said changed); ``lost`` for one not
+   kept. Nothing else is answered.
 In full: docs/architecture.md, "Tests and benchmarks".
 """
 
@@ -36,12 +39,18 @@ from fanout.wire.messages import (
     Acquire,
     Batch,
     Catalog,
+    Curious,
     DatasetInfo,
+    Error,
     Frame,
     Hello,
+    Knowledge,
     Release,
     Welcome,
 )
+
+#: Batches kept to answer ``Curious`` from.
+LOGGED = 10_000
 
 
 class ScriptedPublisher:
@@ -81,6 +90,8 @@ class ScriptedPublisher:
         self._fresh: list[int] = []
         self._acquired: asyncio.Queue[Acquire] = asyncio.Queue()
         self._datasets = {info.name: info for info in self.catalogs[-1].datasets}
+        #: The batches sent, by (dataset, epoch, seq): the last ``LOGGED``.
+        self.log: dict[tuple[str, int, int], Batch] = {}
 
     @property
     def datasets(self) -> dict[str, DatasetInfo]:
@@ -104,10 +115,36 @@ class ScriptedPublisher:
         try:
             with contextlib.suppress(ConnectionClosed):
                 async for message in websocket:
-                    self._take(decoder.decode(message))
+                    frame = decoder.decode(message)
+                    if isinstance(frame, Curious):
+                        for answer in self._answers(frame):
+                            await websocket.send(codec.encode(answer))
+                    self._take(frame)
         finally:
             if websocket in self.relays:  # a test may have taken it out to close it
                 self.relays.remove(websocket)
+
+    def _answers(self, curious: Curious) -> list[Knowledge | Error]:
+        """A relay's ``Curious``, answered from the batches sent (rule 4)."""
+        answers: list[Knowledge | Error] = []
+        for seq in range(curious.first, curious.last + 1):
+            batch = self.log.get((curious.dataset, curious.epoch, seq))
+            if batch is None:
+                message = f"seq {seq} of {curious.dataset!r} is not in the scripted log"
+                return [Error("lost", message, ref=curious.req)]
+            answers.append(
+                Knowledge(
+                    curious.req,
+                    batch.dataset,
+                    batch.epoch,
+                    batch.seq,
+                    batch.tick,
+                    batch.tick_time,
+                    batch.upserts,
+                    batch.deletes,
+                )
+            )
+        return answers
 
     def _take(self, frame: Frame) -> None:
         match frame:
@@ -176,6 +213,9 @@ class ScriptedPublisher:
             deletes=encode_columns({info.key: _keys(deletes, info)}),
             snapshots=list(snapshots),
         )
+        self.log[(batch.dataset, batch.epoch, batch.seq)] = batch
+        if len(self.log) > LOGGED:
+            del self.log[next(iter(self.log))]
         await self.broadcast(batch)
         return batch
 

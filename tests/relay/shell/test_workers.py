@@ -17,8 +17,10 @@ import os
 import pickle
 import signal
 import socket
+import urllib.error
 import urllib.request
 from collections.abc import Callable
+from http import HTTPStatus
 from pathlib import Path
 from typing import Any
 
@@ -29,7 +31,7 @@ from websockets.asyncio.client import connect as ws_connect
 
 from fanout.auth import AuthConfig, issue
 from fanout.cli.main import USAGE, main
-from fanout.cli.relay import worker_command, workers_count
+from fanout.cli.relay import default_workers, worker_command, workers_count
 from fanout.client import HandshakeRefused, connect
 from fanout.errors import ConfigError
 from fanout.launch import running
@@ -101,6 +103,8 @@ def test_what_workers_cannot_do_yet_is_refused(make: Callable[[], object], messa
 def test_auto_workers_are_the_cores_the_relay_may_run_on(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 2, 5}, raising=False)
     assert (workers_count("auto"), workers_count("4")) == (3, 4)
+    assert default_workers(Cluster()) == 3  # --workers not given: auto
+    assert default_workers(Cluster(registry="redis://r:6379")) == 1  # a map: one process
     with pytest.raises(ValueError):
         workers_count("many")
 
@@ -253,14 +257,14 @@ async def _publish(publisher: ScriptedPublisher, stop: asyncio.Event) -> None:
         await asyncio.sleep(0.1)
 
 
-def _datasets(url: str, token: str) -> list[str]:
+def _datasets(url: str, token: str) -> list[tuple[str, int]]:
     """``GET /v1/datasets`` on the relay's port, with ``token``."""
     request = urllib.request.Request(
         url.replace("ws://", "http://") + "/v1/datasets",
         headers={"Authorization": f"Bearer {token}"},
     )
     with urllib.request.urlopen(request, timeout=10) as answer:
-        return [dataset["name"] for dataset in json.loads(answer.read())["datasets"]]
+        return [(d["name"], d["rows_held"]) for d in json.loads(answer.read())["datasets"]]
 
 
 async def _on_both_workers(stack: contextlib.AsyncExitStack, url: str) -> list[Any]:
@@ -278,6 +282,46 @@ async def _on_both_workers(stack: contextlib.AsyncExitStack, url: str) -> list[A
             assert len(counts) == 2 and min(counts.values()) >= 1, counts
             assert sum(counts.values()) == len(subscribers)
             return subscribers
+
+
+def _on_each_worker(url: str) -> dict[str, float]:
+    """The subscribers' connections on each worker, by its label (the relay's ``/metrics``)."""
+    return {k: v for k, v in scrape(url).items() if k.startswith(WORKER_CONNECTIONS)}
+
+
+async def _resumed_on_the_other_worker(url: str, publisher: ScriptedPublisher) -> None:
+    """An ``every`` view resumed on a connection that landed on the other worker continues
+    after its seq: each seq once, in order, while the publisher ticks."""
+    async with contextlib.AsyncExitStack() as stack:
+        before = await asyncio.to_thread(_on_each_worker, url)
+        first = await stack.enter_async_context(connect(url, token=TOKENS[0]))
+        now = await asyncio.to_thread(_on_each_worker, url)
+        worker = next(k for k, v in now.items() if v > before.get(k, 0))
+        view = await first.subscribe(BOX, mode="every", rate=100)
+        stop = asyncio.Event()
+        ticking = asyncio.create_task(_publish(publisher, stop))
+        target = publisher.next_seq["agents"] + 2
+        await asyncio.wait_for(_until_seq(view, target), 30)
+    async with contextlib.AsyncExitStack() as stack:  # the first connection closed
+        for _ in range(40):  # until the kernel puts one on the other worker
+            before = await asyncio.to_thread(_on_each_worker, url)
+            again = await stack.enter_async_context(connect(url, token=TOKENS[0]))
+            now = await asyncio.to_thread(_on_each_worker, url)
+            if next(k for k, v in now.items() if v > before.get(k, 0)) != worker:
+                break
+        else:
+            raise AssertionError("no connection landed on the other worker")
+        seqs, after = [], view.seq
+        resumed = await again.subscribe(BOX, mode="every", rate=100, resume=view)
+        async for update in resumed:
+            seqs.append(update.seq)
+            if update.seq >= after + 5:
+                break
+        stop.set()
+        await ticking
+        assert seqs == list(range(after + 1, after + 1 + len(seqs))), (after, seqs)
+        assert resumed.rows == _rows(seqs[-1], ruled=False)
+        assert (resumed.gaps, resumed.resyncs) == (0, 0)
 
 
 async def _mqtt_over_the_port(url: str) -> None:
@@ -354,11 +398,17 @@ async def test_two_workers_serve_one_port_with_one_link_upstream(
             await asyncio.wait_for(_until_seq(every, last), 30)
             assert every.rows == _rows(last, ruled)
             assert (every.gaps, every.resyncs) == (0, 0)
+        await _resumed_on_the_other_worker(relay.url, publisher)
         assert publisher.connections == 1  # the leader's link: the publisher sees one relay
         leader = scrape(f"http://127.0.0.1:{leader_port}")
         assert (leader["fanout_relay_shared_states_total"] > 0) == shared
         for _ in range(4):  # the HTTP API, whichever worker answers
-            assert await asyncio.to_thread(_datasets, relay.url, TOKENS[0]) == ["agents"]
+            # the rows the relay holds: the leader's, whichever worker was asked
+            assert await asyncio.to_thread(_datasets, relay.url, TOKENS[0]) == [("agents", ROWS)]
+        with pytest.raises(urllib.error.HTTPError) as refused:  # the leader checks the token
+            await asyncio.to_thread(_datasets, relay.url, "not-a-token")
+        refused.value.close()
+        assert refused.value.code == HTTPStatus.UNAUTHORIZED
         # Every subscriber writes (outside the box): each write reaches the publisher through
         # its worker and the leader, and the publisher's answer comes back the same way.
         write = {"id": 99, "x": 500.0, "y": 500.0}

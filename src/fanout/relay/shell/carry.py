@@ -1,4 +1,5 @@
-"""MQTT over WebSockets on a worker's share of the relay's port, carried to its leader.
+"""What a worker carries to its leader: MQTT over WebSockets, and the ``GET``s the relay answers
+as a whole.
 
 MQTT sessions live on the leader (one per client id, whichever worker a client's connection
 lands on), so a worker serves none of an MQTT upgrade (``http.server``: path ``/mqtt`` or the
@@ -6,12 +7,20 @@ subprotocol ``mqtt``): it connects to the leader's loopback port, writes what it
 request, and from then on copies bytes both ways; TLS ends at the worker. Each side's flow
 control holds the other (a side that cannot write pauses reading from the one that writes), and
 either side closing closes both. The leader sees such clients as from loopback (docs/deploy.md).
+``asked``: a ``GET`` whose answer is the relay's, not one worker's (``/metrics``, the rows held
+in ``/v1/datasets``), is asked of the leader with the request's token, and answered as it was.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import urllib.error
+import urllib.request
+from collections.abc import Mapping
+from email.message import Message
+
+from fanout.http.answers import Answer
 
 log = logging.getLogger(__name__)
 
@@ -87,3 +96,30 @@ class Carrier:
         leader.other, client.other = transport, theirs
         theirs.write(head)
         transport.resume_reading()
+
+
+#: Headers of the leader's answer not passed on: hop by hop, or the front end's own.
+DROPPED = frozenset({"connection", "keep-alive", "transfer-encoding", "content-length", "server"})
+
+
+async def asked(base: str, target: str, headers: Mapping[str, str]) -> Answer:
+    """``GET target`` of the leader at ``base`` (``http://127.0.0.1:PORT``) with the request's
+    ``Authorization`` (the leader checks the token as the worker would), answered as it was."""
+    return await asyncio.to_thread(_get, base + target, headers.get("authorization"))
+
+
+def _get(url: str, authorization: str | None) -> Answer:
+    request = urllib.request.Request(url)
+    if authorization is not None:
+        request.add_header("Authorization", authorization)
+    try:
+        with urllib.request.urlopen(request, timeout=5.0) as got:
+            return _answer(got.status, got.headers, got.read())
+    except urllib.error.HTTPError as refused:  # the leader's refusal is the answer
+        with refused:
+            return _answer(refused.code, refused.headers, refused.read())
+
+
+def _answer(status: int, headers: Message, body: bytes) -> Answer:
+    kept = [(name, value) for name, value in headers.items() if name.lower() not in DROPPED]
+    return Answer(status, [*kept, ("Content-Length", str(len(body)))], body)

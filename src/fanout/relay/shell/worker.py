@@ -20,13 +20,13 @@ import sys
 import urllib.parse
 from collections.abc import Callable
 
-from fanout.http.server import HttpFrontEnd
+from fanout.http.server import DATASETS, HttpFrontEnd
 from fanout.metrics import PATH, Histogram, Sample
 from fanout.relay.config import RelayConfig
 from fanout.relay.shell import loops
-from fanout.relay.shell.carry import Carrier
+from fanout.relay.shell.carry import Carrier, asked
 from fanout.relay.shell.server import RelayServer
-from fanout.relay.shell.workers import READY, read_text
+from fanout.relay.shell.workers import READY
 
 log = logging.getLogger(__name__)
 
@@ -57,8 +57,8 @@ class WorkerServer(RelayServer):
         )
         # The relay's port answers the relay's /metrics, the leader's sum; this worker's own
         # port its own (which the leader reads).
-        leader = f"http://{at.hostname}:{at.port}{PATH}"
-        self.http.metrics_source = functools.partial(asyncio.to_thread, read_text, leader)
+        ask = functools.partial(asked, f"http://{at.hostname}:{at.port}")
+        self.http.elsewhere.update({PATH: ask, DATASETS: ask})
 
     async def run(
         self,

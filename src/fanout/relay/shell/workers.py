@@ -24,9 +24,13 @@ import secrets
 import socket
 import time
 import urllib.request
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from http import HTTPStatus
+
+from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4
 
 from fanout.auth import Grant
+from fanout.http.answers import Answer, plain_headers
 from fanout.metrics import PATH, Histogram, Sample, render
 from fanout.mqtt.setup import MqttFrontEnd
 from fanout.relay.config import Cluster, Listening, Mqtt, RelayConfig, Upstream
@@ -126,7 +130,7 @@ class Leader(RelayServer):
         self.relays.on_frame = self._from_below  # type: ignore[method-assign]
         #: The workers' writes waiting for the publisher's answer, by (client, req).
         self._writes: dict[tuple[int, int | None], Publish] = {}
-        self.http.metrics_source = self.metrics_now
+        self.http.elsewhere[PATH] = self.metrics_now
 
     def _mqtt_front_end(self, config: RelayConfig) -> MqttFrontEnd:
         """The relay's MQTT listener, on the relay's host as given (not the leader's loopback);
@@ -291,11 +295,12 @@ class Leader(RelayServer):
 
         await asyncio.gather(*(one(i, a) for i, a in list(self.addresses.items())))
 
-    async def metrics_now(self) -> bytes:
+    async def metrics_now(self, target: str, headers: Mapping[str, str]) -> Answer:
         """``GET /metrics`` of the relay, on the leader's port and (through it) on every
         worker's share of the relay's: the workers' figures read now, summed."""
         await self._read()
-        return render(self.samples())
+        body = render(self.samples())
+        return Answer(HTTPStatus.OK, plain_headers(CONTENT_TYPE_PLAIN_0_0_4, body), body)
 
     def unshare(self) -> None:
         """If the shared memory failed (no room to write a state): the workers get rows from
