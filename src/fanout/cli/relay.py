@@ -383,7 +383,7 @@ def default_workers(cluster: Cluster) -> int:
     """``--workers`` not given: ``auto``, but one process in a map of responsibility, whose
     redirects every worker would have to decide (``RelayConfig`` refuses workers there)."""
     if cluster.registry is not None:
-        log.info("relay: one process: a relay in a map of responsibility (--registry) runs no workers")
+        log.info("relay: one process: a relay in a map of responsibility runs no workers")
         return 1
     return workers_count("auto")
 
