@@ -1,5 +1,5 @@
 """A scripted publisher: a WebSocket server speaking the publisher's side of the real protocol to
-real relays, sending the batches its caller makes. No Spark, no state::
+real relays, sending the batches its caller makes (no Spark)::
 
     publisher = ScriptedPublisher(Catalog([info]))
     async with serving(publisher) as url, running_relay(url) as (relay, relay_url):
@@ -11,10 +11,8 @@ real relays, sending the batches its caller makes. No Spark, no state::
 2. Every ``Acquire`` is held until its ``Release`` and fresh until ``take_fresh``; frames go to
    ``on_frame``, or acquires to ``next_acquire``.
 3. A batch goes to every relay connected; seqs count from 0 per dataset (``next_seq``).
-4. ``Curious`` is answered from the batches sent (the last ``LOGGED``): a seq's ``Knowledge``
-   is its batch's upserts and deletes (what the script said changed); ``lost`` for one not
-   kept. Nothing else is answered.
-In full: docs/architecture.md, "Tests and benchmarks".
+4. ``Curious`` is answered from the last ``LOGGED`` batches sent (a seq's ``Knowledge``: its
+   upserts and deletes), ``lost`` for one not kept; nothing else. See docs/architecture.md.
 """
 
 from __future__ import annotations

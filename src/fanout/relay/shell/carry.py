@@ -122,4 +122,6 @@ def _get(url: str, authorization: str | None) -> Answer:
 
 def _answer(status: int, headers: Message, body: bytes) -> Answer:
     kept = [(name, value) for name, value in headers.items() if name.lower() not in DROPPED]
-    return Answer(status, [*kept, ("Content-Length", str(len(body)))], body)
+    # the relay's port closes the connection after a whole answer, and says so
+    closing = [("Content-Length", str(len(body))), ("Connection", "close")]
+    return Answer(status, [*kept, *closing], body)

@@ -26,7 +26,7 @@ from fanout.relay.config import RelayConfig
 from fanout.relay.shell import loops
 from fanout.relay.shell.carry import Carrier, asked
 from fanout.relay.shell.server import RelayServer
-from fanout.relay.shell.workers import READY
+from fanout.relay.shell.workers import CONNECTED, READY
 
 log = logging.getLogger(__name__)
 
@@ -67,11 +67,15 @@ class WorkerServer(RelayServer):
     ) -> None:
         """Serve until cancelled; ``ready(port)`` with its own loopback port once it listens
         on both ports, connected to its leader or not (its subscribers wait for the catalog,
-        as they would at a relay whose publisher is away); ``listening`` is not called."""
+        as they would at a relay whose publisher is away), and ``CONNECTED`` on stdout once
+        connected to it; ``listening`` is not called."""
         async with asyncio.TaskGroup() as tasks:
             await self.own.start(self, tasks)
             try:
-                await super().run(listening=lambda _: ready and ready(self.own.port))
+                await super().run(
+                    lambda _: print(CONNECTED, flush=True),
+                    lambda _: ready and ready(self.own.port),
+                )
             finally:
                 await self.own.stop()
 

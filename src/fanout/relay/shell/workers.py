@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import functools
 import hmac
 import logging
 import pickle
@@ -53,6 +54,8 @@ RESTART_DELAY, RESTART_MOST = 0.2, 5.0
 WORKER_ROLES, WORKER_TERM = frozenset({"relay", "producer"}), 100 * 365 * 86400.0
 #: What a worker prints once it serves, then its own loopback address (``relay.shell.worker``).
 READY = "fanout worker ready "
+#: What a worker prints once connected to its leader (its catalog came).
+CONNECTED = "fanout worker connected"
 
 
 def leader_config(config: RelayConfig) -> RelayConfig:
@@ -124,6 +127,9 @@ class Leader(RelayServer):
         self._texts: dict[int, str] = {}
         #: Whether workers carry MQTT over WebSockets to the leader's port (``relay.shell.carry``).
         self._carry = config.mqtt.websocket
+        #: The workers connected to the leader, by index; set once all are, the first time.
+        self._connected: set[int] = set()
+        self._all_connected = asyncio.Event()
         self._on_frame = self.relays.on_frame
         #: The leader's state in shared memory for the workers (``relay.shell.sharedstate``).
         self.shared: SharedStore | None = None  # made when it runs (a directory of its own)
@@ -227,7 +233,8 @@ class Leader(RelayServer):
             for index in range(1, self.public.process.workers + 1)
         ]
         starting = [
-            _start(self._command, i, config, self._carry) for i, config in enumerate(configs, 1)
+            _start(self._command, i, c, self._carry, functools.partial(self._connected_one, i))
+            for i, c in enumerate(configs, 1)
         ]
         started = await asyncio.gather(*starting, return_exceptions=True)
         failed = [result for result in started if isinstance(result, BaseException)]
@@ -242,8 +249,15 @@ class Leader(RelayServer):
             if listening is not None:
                 listening(port)
             await up
+            await self._all_connected.wait()  # a subscriber's write is taken at once
             if ready is not None:
                 ready(port)
+
+    def _connected_one(self, index: int) -> None:
+        """Worker ``index`` says it is connected to the leader."""
+        self._connected.add(index)
+        if len(self._connected) == self.public.process.workers:
+            self._all_connected.set()
 
     async def _keep(self, index: int, config: RelayConfig, first: Worker) -> None:
         """Keep worker ``index`` running: restart it when it dies; stop it when cancelled."""
@@ -257,6 +271,7 @@ class Leader(RelayServer):
                     log.info("relay worker %d serves; its own figures at %s", index, own)
                     status = await worker.process.wait()
                     self.addresses.pop(index, None)
+                    self._connected.discard(index)
                     self._texts.pop(index, None)
                     if self.shared is not None:  # it reads none of the shared memory now
                         self.shared.holdings.forget(config.name)
@@ -264,7 +279,8 @@ class Leader(RelayServer):
                     self.restarts += 1
                 await asyncio.sleep(delay)
                 try:
-                    worker = await _start(self._command, index, config, self._carry)
+                    connected = functools.partial(self._connected_one, index)
+                    worker = await _start(self._command, index, config, self._carry, connected)
                     delay = RESTART_DELAY
                 except (OSError, WorkerError) as exc:
                     log.error("relay worker %d did not start again: %s", index, exc)
@@ -377,10 +393,16 @@ class Worker:
         self.drain.cancel()
 
 
-async def _start(command: list[str], index: int, config: RelayConfig, carry: bool) -> Worker:
+async def _start(
+    command: list[str],
+    index: int,
+    config: RelayConfig,
+    carry: bool,
+    connected: Callable[[], None],
+) -> Worker:
     """Start worker ``index`` running ``command`` with ``config`` on its stdin (and whether it
     carries MQTT over WebSockets to its leader, ``relay.shell.carry``); returns it once it
-    serves.
+    listens, and calls ``connected`` once it says it is connected to the leader.
 
     Its stderr is the leader's (one log); its stdout is read for its ready line, then drained.
 
@@ -406,13 +428,16 @@ async def _start(command: list[str], index: int, config: RelayConfig, carry: boo
             process.kill()
         await process.wait()
         raise WorkerError(str(exc) or f"no ready line within {START_TIMEOUT:g} s") from exc
-    return Worker(process, line[len(READY) :].strip(), asyncio.create_task(_drain(process)))
+    drain = asyncio.create_task(_drain(process, connected))
+    return Worker(process, line[len(READY) :].strip(), drain)
 
 
-async def _drain(process: asyncio.subprocess.Process) -> None:
+async def _drain(process: asyncio.subprocess.Process, connected: Callable[[], None]) -> None:
+    """Read the worker's stdout to its end, calling ``connected`` at its ``CONNECTED`` line."""
     assert process.stdout is not None
-    while await process.stdout.read(65536):
-        pass
+    while line := await process.stdout.readline():
+        if line.decode().startswith(CONNECTED):
+            connected()
 
 
 def read_text(url: str) -> bytes:
