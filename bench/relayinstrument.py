@@ -58,8 +58,8 @@ class CommandRelay:
     (or, for N = 1, the one process), sampled from outside, as ``RelayProcess`` is from inside.
 
     CPU is the process tree's (the leader and its workers, ``cpu.process_tree``), each worker's
-    besides; counters are each worker's ``/metrics``, read on the relay's port until every
-    worker has answered (a new connection each time: the kernel picks the worker), summed.
+    besides; counters are the relay's ``/metrics`` (every worker's, summed by the leader), and
+    each worker's connections and rows from its ``*_by_worker{worker}`` figures.
     Nothing in it records when a tick is swapped in: trials of this relay measure latency from
     the publisher's send (``p99_tick_ms``).
     """
@@ -88,21 +88,19 @@ class CommandRelay:
 
     def sample(self) -> SimpleNamespace:
         """CPU time (all, and of each worker), counters summed and by worker, now."""
+        values = scrape(self.url)  # the relay's: the leader's sum of its workers'
+        stats = {
+            name.removeprefix("fanout_relay_").removesuffix("_total"): value
+            for name, value in values.items()
+            if name.startswith("fanout_relay_") and "{" not in name
+        }
         by_worker: dict[str, dict[str, float]] = {}
-        for _ in range(200):
-            values = scrape(self.url)
-            which = next((k for k in values if k.startswith("fanout_relay_worker{")), "1")
-            by_worker[which] = values
-            if len(by_worker) >= self.workers:
-                break
-        else:
-            raise RuntimeError(f"{self.workers} workers, {len(by_worker)} answered /metrics")
-        stats: dict[str, float] = {}
-        for values in by_worker.values():
-            for name, value in values.items():
-                if name.startswith("fanout_relay_") and "{" not in name:
-                    key = name.removeprefix("fanout_relay_").removesuffix("_total")
-                    stats[key] = stats.get(key, 0.0) + value
+        for name, value in values.items():
+            family, _, label = name.partition("_by_worker{")
+            if label:  # fanout_relay_rows_by_worker{worker="1"}: that worker's fanout_relay_rows
+                by_worker.setdefault(label.rstrip("}"), {})[family] = value
+        if self.workers > 1 and len(by_worker) != self.workers:
+            raise RuntimeError(f"{self.workers} workers, the leader read {len(by_worker)}")
         children = Path(f"/proc/{self.process.pid}/task/{self.process.pid}/children")
         pids = [int(pid) for pid in children.read_text().split()] if self.workers > 1 else []
         report = {

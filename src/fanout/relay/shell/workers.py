@@ -44,6 +44,12 @@ from fanout.wire.messages import Error, Frame, Publish, Published, Written
 
 log = logging.getLogger(__name__)
 
+#: Each worker's own figures the leader shows by worker (``NAME_by_worker{worker}``) beside
+#: their sum: how the kernel spread the subscribers, and the rows each holds.
+PER_WORKER = {
+    "relay_connections": "Subscribers' connections on each worker (its number: label worker).",
+    "relay_rows": "Rows each worker holds (its number: label worker).",
+}
 #: Seconds between two reads of the workers' ``/metrics`` (the leader's answer is this old).
 SCRAPE_EVERY = 2.0
 #: Seconds a worker may take to say it serves.
@@ -349,21 +355,13 @@ class Leader(RelayServer):
                 self.restarts,
             ),
         ]
-        for index, text in sorted(self._texts.items()):  # how the kernel spread them
-            connections = sum(
-                sample.value
-                for sample in summed([text])
-                if sample.name == "relay_connections" and isinstance(sample, Sample)
-            )
-            workers.append(
-                Sample(
-                    "relay_worker_connections",
-                    "gauge",
-                    "Subscribers' connections on each worker (its number in the label worker).",
-                    connections,
-                    {"worker": str(index)},
+        for index, text in sorted(self._texts.items()):  # how the kernel spread the load
+            own = {s.name: s.value for s in summed([text]) if isinstance(s, Sample)}
+            for name, what in PER_WORKER.items():
+                value = own.get(name, 0.0)
+                workers.append(
+                    Sample(f"{name}_by_worker", "gauge", what, value, {"worker": str(index)})
                 )
-            )
         return [*merged(super().samples(), summed(self._texts.values())), *workers]
 
 
