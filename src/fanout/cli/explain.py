@@ -98,8 +98,25 @@ def render(said: dict[str, Any]) -> str:
     if links is not None:  # relay/core/links.py: connections whose pushes are paced to their link
         lines.append(f"links fitted to their drain rate: {links['fitted']} of {links['probed']}")
         lines += [
-            f"  client {x['client']}: ~{x['paced_bytes_per_second']:.0f} bytes/s,"
+            f"  client {x['client']}{_on(x)}: ~{x['paced_bytes_per_second']:.0f} bytes/s,"
             f" {x['pushes_per_second']:.2g} pushes/s of this view, {x['detail']} detail"
             for x in links["fitted_links"]
         ]
+    for worker in said.get("workers", []):  # a relay with workers: each one's own coverage
+        covering = ", ".join(f"#{prim}" for prim in worker["covered_by"]) or "nothing"
+        served = "covered" if worker["covered"] else "not covered"
+        asks = len(worker["residual"])
+        lines.append(
+            f"worker {worker['worker']}: {served} (by {covering}), would ask the leader for"
+            f" {asks} piece{'' if asks == 1 else 's'}"
+        )
+    if said.get("workers_unanswered"):
+        lines.append(f"workers that did not answer: {said['workers_unanswered']}")
     return "\n".join(lines)
+
+
+def _on(link: dict[str, Any]) -> str:
+    """Which process a fitted link is on, in a relay with workers (0: the leader)."""
+    if "worker" not in link:
+        return ""
+    return " on the leader" if link["worker"] == 0 else f" on worker {link['worker']}"

@@ -73,6 +73,11 @@ def answer(relay: RelayApi, path: str, query: str) -> bytes:
     return _JSON.encode(said) + b"\n"
 
 
+def top(query: str) -> int:
+    """How many subscribers ``GET /v1/admin/subscribers?query`` asks for (raises HttpError)."""
+    return _top(_params(query, PARAMETERS[SUBSCRIBERS]))
+
+
 def _params(query: str, known: frozenset[str]) -> dict[str, list[str]]:
     try:
         pairs = urllib.parse.parse_qsl(

@@ -176,7 +176,7 @@ class HttpFrontEnd:
         elif path.startswith(PUBLISH):
             self._write(connection, method, target, headers)
         elif path in admin.PATHS:
-            connection.answer(self._admin(method, path, headers, target))
+            connection.answer(self.admin(method, path, headers, target))
         elif (path in (SUBSCRIBE, DATASETS) or path in self.pages) and method != "GET":
             status, extra, body = not_a_get(method)
             connection.answer(
@@ -225,7 +225,7 @@ class HttpFrontEnd:
         body = datasets_json(list(shown.values()), self.relay.held())
         return Answer(HTTPStatus.OK, json_headers(len(body), HTTPStatus.OK), body)
 
-    def _admin(self, method: str, path: str, headers: Mapping[str, str], target: str) -> Answer:
+    def admin(self, method: str, path: str, headers: Mapping[str, str], target: str) -> Answer:
         """An admin request (``http.admin``): its token must grant role ``admin``."""
         if method != "GET":
             status, extra, body = not_a_get(method)

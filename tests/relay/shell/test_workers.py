@@ -236,6 +236,7 @@ TOKENS = [
     issue("HS256", SECRET, ["subscriber", "producer"]),
     issue("HS256", SECRET, ["subscriber", "producer"], rules={"agents": "box:0,0,40.5,100"}),
 ]
+ADMIN = issue("HS256", SECRET, ["admin"])
 
 
 def _tick(seq: int) -> dict[str, list[float]]:
@@ -265,6 +266,36 @@ def _datasets(url: str, token: str) -> list[tuple[str, int]]:
     )
     with urllib.request.urlopen(request, timeout=10) as answer:
         return [(d["name"], d["rows_held"]) for d in json.loads(answer.read())["datasets"]]
+
+
+def _admin(url: str, target: str, token: str = ADMIN) -> dict[str, Any]:
+    """``GET target`` of the admin API on the relay's port, with ``token``."""
+    request = urllib.request.Request(
+        url.replace("ws://", "http://") + target, headers={"Authorization": f"Bearer {token}"}
+    )
+    with urllib.request.urlopen(request, timeout=10) as answer:
+        return dict(json.loads(answer.read()))
+
+
+async def _admin_of_the_relay(url: str, subscriptions: int) -> None:
+    """The admin API answers for the whole relay, whichever worker is asked: every worker's
+    subscriptions, batches and coverage; the token is checked as on one process."""
+    for _ in range(4):
+        listed = await asyncio.to_thread(_admin, url, "/v1/admin/subscribers?top=1000")
+        assert listed["subscriptions"] == subscriptions, listed
+        assert {entry["worker"] for entry in listed["top"]} == {1, 2}
+        assert listed["workers_unanswered"] == []
+    batches = (await asyncio.to_thread(_admin, url, "/v1/admin/batches"))["batches"]
+    assert any(b["workers_swapped_last"] and b["pushed_last"] for b in batches), batches[-3:]
+    explained = await asyncio.to_thread(
+        _admin, url, "/v1/admin/explain?dataset=agents&view=box:0,0,100,100"
+    )
+    assert explained["covered"]  # the leader holds it of the publisher
+    assert [(w["worker"], w["covered"]) for w in explained["workers"]] == [(1, True), (2, True)]
+    with pytest.raises(urllib.error.HTTPError) as refused:  # not an admin's token
+        await asyncio.to_thread(_admin, url, "/v1/admin/batches", TOKENS[0])
+    refused.value.close()
+    assert refused.value.code == HTTPStatus.FORBIDDEN
 
 
 async def _on_both_workers(stack: contextlib.AsyncExitStack, url: str) -> list[Any]:
@@ -409,6 +440,7 @@ async def test_two_workers_serve_one_port_with_one_link_upstream(
             await asyncio.to_thread(_datasets, relay.url, "not-a-token")
         refused.value.close()
         assert refused.value.code == HTTPStatus.UNAUTHORIZED
+        await _admin_of_the_relay(relay.url, 2 * len(subscribers))  # BOX and every, each
         # Every subscriber writes (outside the box): each write reaches the publisher through
         # its worker and the leader, and the publisher's answer comes back the same way.
         write = {"id": 99, "x": 500.0, "y": 500.0}

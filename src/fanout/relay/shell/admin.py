@@ -5,14 +5,16 @@ bytes, rows, ticks coalesced: ``relay.core.lifecycle.pushed``); the relay's CPU 
 rounds of pushes (``relay.shell.pump``) is attributed to them by their share of the bytes pushed
 — nothing is timed per push. ``GET /v1/admin/subscribers`` lists the top ones; ``/metrics``
 carries the top ``METRICS_TOP`` by bytes (bounded label cardinality). ``GET /v1/admin/batches``
-lists the last batches' wall-clock times through the relay (``batches``). docs/http.md, "Admin".
+lists the last batches' wall-clock times through the relay (``batches``). With workers, the
+leader merges its own answer with each worker's (``merged_*``): the relay's, whichever worker a
+request lands on. docs/http.md, "Admin".
 """
 
 from __future__ import annotations
 
 import dataclasses
 import heapq
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from fanout.auth import Grant
@@ -97,3 +99,86 @@ def batches(
         first, last = pushed.get(timing.tick_time, (None, None))
         listed.append({**dataclasses.asdict(timing), "pushed_first": first, "pushed_last": last})
     return {"batches": listed}
+
+
+#: Fitted links a merged EXPLAIN lists at most (as ``relay.core.links.Links.fitting``).
+MOST_LINKS = 20
+
+
+def merged_subscribers(
+    own: Mapping[str, Any], workers: Mapping[int, Mapping[str, Any]], count: int
+) -> dict[str, Any]:
+    """The relay's ``/v1/admin/subscribers`` from the leader's answer (``own``: its MQTT
+    listener's subscriptions) and each worker's by its number: totals summed, the top
+    ``count`` of them all, each with its ``worker`` (0: the leader; clients are numbered per
+    process)."""
+    every = [(0, own), *sorted(workers.items())]
+    listed = [{**entry, "worker": index} for index, body in every for entry in body["top"]]
+    links = {name: sum(body["links"][name] for _, body in every) for name in own["links"]}
+    return {
+        "subscriptions": sum(body["subscriptions"] for _, body in every),
+        "bytes": sum(body["bytes"] for _, body in every),
+        "push_cpu_seconds": sum(body["push_cpu_seconds"] for _, body in every),
+        "links": links,
+        "top": heapq.nlargest(count, listed, key=lambda entry: entry["bytes"]),
+    }
+
+
+def merged_batches(
+    own: Mapping[str, Any], workers: Mapping[int, Mapping[str, Any]]
+) -> dict[str, Any]:
+    """The relay's ``/v1/admin/batches``: each batch the leader swapped in (its ``read``,
+    ``written``, ``swapped``), with when the first and the last worker that had it swapped it
+    in (``workers_swapped_first``, ``_last``; null: none yet) and the first and last rounds
+    pushing its tick on any process (``pushed_first``, ``pushed_last``)."""
+    theirs: dict[tuple[str, int], list[Mapping[str, Any]]] = {}
+    for body in workers.values():
+        for batch in body["batches"]:
+            theirs.setdefault((batch["dataset"], batch["seq"]), []).append(batch)
+    listed = []
+    for batch in own["batches"]:
+        found = theirs.get((batch["dataset"], batch["seq"]), [])
+        swapped = [w["swapped"] for w in found]
+        firsts = _known([batch["pushed_first"], *(w["pushed_first"] for w in found)])
+        lasts = _known([batch["pushed_last"], *(w["pushed_last"] for w in found)])
+        listed.append(
+            {
+                **batch,
+                "workers_swapped_first": min(swapped, default=None),
+                "workers_swapped_last": max(swapped, default=None),
+                "pushed_first": min(firsts, default=None),
+                "pushed_last": max(lasts, default=None),
+            }
+        )
+    return {"batches": listed}
+
+
+def merged_explain(
+    own: Mapping[str, Any], workers: Mapping[int, Mapping[str, Any]]
+) -> dict[str, Any]:
+    """The relay's live EXPLAIN: the leader's (what the relay holds of the publisher, what it
+    would acquire upstream, the cost), the links of every process (``links`` summed, up to
+    ``MOST_LINKS`` fitted ones, each with its ``worker``), and each worker's own coverage
+    (``workers``: what it holds of the leader's, whether a subscriber landing on it would be
+    served now, what it would ask the leader for)."""
+    every = [(0, own), *sorted(workers.items())]
+    found = [(index, body["links"]) for index, body in every if body["links"] is not None]
+    links = None
+    if found:
+        fitted = [{**link, "worker": i} for i, body in found for link in body["fitted_links"]]
+        links = {
+            "needs_bytes_per_second": found[0][1]["needs_bytes_per_second"],
+            "probed": sum(body["probed"] for _, body in found),
+            "fitted": sum(body["fitted"] for _, body in found),
+            "fitted_links": fitted[:MOST_LINKS],
+        }
+    coverage = ("held", "covered_by", "covered", "residual")
+    each = [
+        {"worker": index, **{name: body[name] for name in coverage}}
+        for index, body in sorted(workers.items())
+    ]
+    return {**own, "links": links, "workers": each}
+
+
+def _known(times: Sequence[float | None]) -> list[float]:
+    return [at for at in times if at is not None]

@@ -20,6 +20,7 @@ import sys
 import urllib.parse
 from collections.abc import Callable
 
+from fanout.http.admin import PATHS as ADMIN
 from fanout.http.server import DATASETS, HttpFrontEnd
 from fanout.metrics import PATH, Histogram, Sample
 from fanout.relay.config import RelayConfig
@@ -55,10 +56,10 @@ class WorkerServer(RelayServer):
         self.own = HttpFrontEnd(
             "127.0.0.1", 0, opening=config.limits.hello_timeout, upgrade=self.websocket.take
         )
-        # The relay's port answers the relay's /metrics, the leader's sum; this worker's own
-        # port its own (which the leader reads).
+        # The relay's port answers the relay's /metrics, datasets and admin API, the leader's
+        # answers for every worker; this worker's own port its own (which the leader reads).
         ask = functools.partial(asked, f"http://{at.hostname}:{at.port}")
-        self.http.elsewhere.update({PATH: ask, DATASETS: ask})
+        self.http.elsewhere.update({PATH: ask, DATASETS: ask, **dict.fromkeys(ADMIN, ask)})
 
     async def run(
         self,

@@ -6,9 +6,10 @@ state, and listens on a port of its own on loopback. Each worker is an edge rela
 listening on the relay's port with ``SO_REUSEPORT``, so that the kernel spreads subscribers'
 connections across the workers. The leader reserves the port before starting them (a bound
 socket that does not listen), hands each its configuration on stdin (its token to the leader, a
-secret of this run, among it), restarts a worker that dies, and sums their ``/metrics`` on its
-own port (``relay.shell.summing``). A worker dies with its leader (``PR_SET_PDEATHSIG``). MQTT is
-served by the leader only: a session must not split across workers. docs/deploy.md says how to
+secret of this run, among it), restarts a worker that dies, sums their ``/metrics`` on its own
+port (``relay.shell.summing``) and merges their admin answers (``relay.shell.relaywide``). A
+worker dies with its leader (``PR_SET_PDEATHSIG``). MQTT is served by the leader only: a session
+must not split across workers. docs/deploy.md says how to
 run it, docs/benchmarks/relay.md what it costs.
 """
 
@@ -31,11 +32,13 @@ from http import HTTPStatus
 from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4
 
 from fanout.auth import Grant
+from fanout.http.admin import PATHS as ADMIN
 from fanout.http.answers import Answer, plain_headers
 from fanout.metrics import PATH, Histogram, Sample, render
 from fanout.mqtt.setup import MqttFrontEnd
 from fanout.relay.config import Cluster, Listening, Mqtt, RelayConfig, Upstream
 from fanout.relay.core.sends import Send
+from fanout.relay.shell import relaywide
 from fanout.relay.shell.server import RelayServer
 from fanout.relay.shell.sharedstate import SharedStore
 from fanout.relay.shell.summing import merged, summed
@@ -143,6 +146,8 @@ class Leader(RelayServer):
         #: The workers' writes waiting for the publisher's answer, by (client, req).
         self._writes: dict[tuple[int, int | None], Publish] = {}
         self.http.elsewhere[PATH] = self.metrics_now
+        for path in ADMIN:  # the relay's answers: the leader's and its workers' merged
+            self.http.elsewhere[path] = self.admin_now
 
     def _mqtt_front_end(self, config: RelayConfig) -> MqttFrontEnd:
         """The relay's MQTT listener, on the relay's host as given (not the leader's loopback);
@@ -323,6 +328,11 @@ class Leader(RelayServer):
         await self._read()
         body = render(self.samples())
         return Answer(HTTPStatus.OK, plain_headers(CONTENT_TYPE_PLAIN_0_0_4, body), body)
+
+    async def admin_now(self, target: str, headers: Mapping[str, str]) -> Answer:
+        """An admin request to the relay, on the leader's port and (through it) on every
+        worker's share of the relay's: every process's answer, merged."""
+        return await relaywide.answer(self.http, dict(self.addresses), target, headers)
 
     def unshare(self) -> None:
         """If the shared memory failed (no room to write a state): the workers get rows from
