@@ -43,6 +43,9 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
+#: The broker's JSON pages on the relay's port (``pages``): its clients, sessions, subscriptions.
+PAGES = ("/v1/mqtt/clients", "/v1/mqtt/sessions", "/v1/mqtt/subscriptions")
+
 
 class MqttFrontEnd:
     """The relay's MQTT broker: its listener, and its ingest link and cluster if configured.
@@ -133,13 +136,11 @@ class MqttFrontEnd:
         """The JSON pages of the relay's port (``GET`` path -> what a page names its rows, and
         them; ``http.server`` serves them to admins): clients, sessions, subscriptions."""
         broker, listener = self.broker, self.listener
+        clients, sessions, subscriptions = PAGES
         return {
-            "/v1/mqtt/clients": ("clients", lambda: introspection.clients(broker, listener.peers)),
-            "/v1/mqtt/sessions": ("sessions", lambda: introspection.sessions(broker)),
-            "/v1/mqtt/subscriptions": (
-                "subscriptions",
-                lambda: introspection.subscriptions(broker),
-            ),
+            clients: ("clients", lambda: introspection.clients(broker, listener.peers)),
+            sessions: ("sessions", lambda: introspection.sessions(broker)),
+            subscriptions: ("subscriptions", lambda: introspection.subscriptions(broker)),
         }
 
     async def _publish_sys(self, interval: float) -> None:

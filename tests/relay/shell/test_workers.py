@@ -373,6 +373,9 @@ async def _mqtt_over_the_port(url: str) -> None:
             "w/1",
             b"through a worker",
         )
+        for _ in range(4):  # the broker's pages, asked of the leader by whichever worker
+            listed = await asyncio.to_thread(_admin, url, "/v1/mqtt/clients")
+            assert sorted(c["client_id"] for c in listed["clients"]) == ["reader", "writer"]
 
 
 async def _packet(client: Any) -> mp.Packet:

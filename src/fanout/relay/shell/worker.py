@@ -23,6 +23,7 @@ from collections.abc import Callable
 from fanout.http.admin import PATHS as ADMIN
 from fanout.http.server import DATASETS, HttpFrontEnd
 from fanout.metrics import PATH, Histogram, Sample
+from fanout.mqtt.setup import PAGES as MQTT_PAGES
 from fanout.relay.config import RelayConfig
 from fanout.relay.shell import loops
 from fanout.relay.shell.carry import Carrier, asked
@@ -56,10 +57,12 @@ class WorkerServer(RelayServer):
         self.own = HttpFrontEnd(
             "127.0.0.1", 0, opening=config.limits.hello_timeout, upgrade=self.websocket.take
         )
-        # The relay's port answers the relay's /metrics, datasets and admin API, the leader's
-        # answers for every worker; this worker's own port its own (which the leader reads).
+        # The relay's port answers the relay's /metrics, datasets, admin API and MQTT pages,
+        # the leader's answers for every worker; this worker's own port its own (which the
+        # leader reads).
         ask = functools.partial(asked, f"http://{at.hostname}:{at.port}")
-        self.http.elsewhere.update({PATH: ask, DATASETS: ask, **dict.fromkeys(ADMIN, ask)})
+        asked_of_the_leader = (PATH, DATASETS, *ADMIN, *MQTT_PAGES)  # MQTT's on the leader
+        self.http.elsewhere.update(dict.fromkeys(asked_of_the_leader, ask))
 
     async def run(
         self,
