@@ -7,8 +7,9 @@ subscribers in ``--processes`` client processes share this machine's cores. A tr
 every subscriber got >= 95% of the ticks and p99 tick-swap-to-receipt <= 100 ms, none dropped;
 ``max_subscribers`` is the largest N that passes (doubled from ``--start``, then bisected), and
 a last pair of trials compares distinct views with groups of ``--group`` sharing a view.
-``--workers W`` runs the relay as ``fanout relay --workers W`` (``--alternate K``: K pairs at
-``--only N``, to ``bench/results/relay-workers.json``). docs/benchmarks/relay.md says what
+``--workers W`` also searches ``fanout relay --workers 1`` and ``--workers W`` run as commands,
+latency from the publisher's send (their ratio: ``all_workers_ratio``; ``--alternate K``: K
+pairs at ``--only N``, to ``bench/results/relay-workers.json``). docs/benchmarks/relay.md says what
 each figure is and what it found; the parts: ``relayclients``, ``relayinstrument``,
 ``relaytrial``.
 """
@@ -167,10 +168,13 @@ def main() -> None:
         return
     calibration = calibrate()
     best, trials = search(args)
-    all_workers: int | None = None
+    all_workers = one_worker = None
     if args.workers is not None and args.workers > 1:
+        # Both as the command, latency from the publisher's send: the ratio's like for like
+        # (``max_subscribers`` is the instrumented process's, its latency from its own swap).
+        one_worker, one_trials = search(args, workers=1)
         all_workers, worker_trials = search(args, workers=args.workers)
-        trials += worker_trials
+        trials += one_trials + worker_trials
     compare_at = max(best, args.start)
     distinct = run_trial(compare_at, args, group=1)
     shared = run_trial(compare_at, args, group=args.group)
@@ -179,6 +183,10 @@ def main() -> None:
         "max_subscribers": best,
         # with --workers N > 1 (latency from the publisher's send, CPU of leader and workers)
         "max_subscribers_all_workers": all_workers,
+        "max_subscribers_one_worker_from_send": one_worker,
+        "all_workers_ratio": round(all_workers / one_worker, 3)
+        if all_workers and one_worker
+        else None,
         "workers": args.workers,
         "p99_ms": round(top.p99_ms, 1) if top else None,
         "bytes_per_update": round(top.bytes_per_update, 1) if top else None,
