@@ -156,9 +156,8 @@ async def test_kill_9_and_restart_loses_and_repeats_nothing(
 ) -> None:
     first = await publisher(children, tmp_path / "state", tmp_path / "publisher-1.log")
     url = first.url
-    # One process: the writer's write is shown at once to the subscriber beside it; with
-    # workers, to one on another worker only once logged (docs/deploy.md), never while the
-    # publisher is stopped, which is what this test holds it at.
+    # One process (``--workers 1``): this test is of the publisher killed and restarted; across
+    # workers a write is shown at once too (tests/relay/shell/test_workers_live.py).
     args = ["--publisher", url, "--port", "0", "--log-level", "info", "--workers", "1"]
     relay = await children.start("relay", args, tmp_path / "relay.log")
     model, watchers = ModelRelay(), Watchers()

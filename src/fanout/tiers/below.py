@@ -47,6 +47,7 @@ from fanout.wire.messages import (
     Horizon,
     Knowledge,
     LiveWrites,
+    Pending,
     Release,
     Written,
 )
@@ -197,14 +198,14 @@ class Relays:
             self.stopped[state.dataset] = state
         return [Send(below.client, state) for below in self.below.values()]
 
-    def on_written(self, frame: Written) -> list[Send]:
-        """A write made elsewhere, passed down to the relays below it concerns (rule 3: by the
-        rows it may change, ``DatasetKind.reach``; raises ProtocolError: not whole rows)."""
+    def on_written(self, frame: Written | Pending) -> list[Send]:
+        """A write made elsewhere (or a leader's ``Pending``), passed down to the relays below
+        it concerns (rule 3, ``DatasetKind.reach``). Raises ProtocolError: not whole rows."""
         state = self.core.datasets.get(frame.dataset)
         if not self.below or state is None:
             return []
         kind, deletes = self.core.parts.kinds[frame.dataset], frame.deletes.length > 0
-        named = decode_rows(state.info, frame.upserts, f"written {frame.first}-{frame.last}")
+        named = decode_rows(state.info, frame.upserts, type(frame).__name__.lower())
         rows = kind.reach(named)
         wanting = {c: b for c, b in self.below.items() if frame.dataset in b.live_writes}
         views = {c: [p.view for p in b.live(frame.dataset)] for c, b in wanting.items()}

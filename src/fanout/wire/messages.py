@@ -8,7 +8,7 @@ peer keeps decoding what a newer one sends. Conversations:
   ``Unsubscribed``, ``Error``.
 * relay -> publisher: ``Hello``, then ``Acquire`` / ``Release`` (primitives), ``ReadState``.
 * publisher -> relay: ``Welcome`` and ``Catalog``, then one ``Batch`` per micro-batch,
-  ``StateRows``, ``Error``.
+  ``StateRows``, ``Error`` (and from a relay's leader to its workers ``Pending``, ``Settled``).
 
 A ``reader`` talks to the publisher like a relay but holds no primitives and receives no batches.
 A ``producer`` sends ``Publish`` frames to ``ingest`` datasets and gets ``Published`` once the
@@ -421,6 +421,29 @@ class Written(Frame, tag="written", frozen=True):
     deletes: Columns = Columns()
 
 
+class Pending(Frame, tag="pending", frozen=True):
+    """A relay's leader to its workers only (``fanout relay --workers``): a write made through
+    another worker, forwarded to the publisher and not answered yet, passed at once under the
+    leader's ``ref`` to the workers ``Written`` would go to. A worker shows it provisionally, as
+    a write made through it, until ``Settled`` with the same ``ref`` (docs/protocol.md)."""
+
+    ref: int
+    dataset: str
+    upserts: Columns = Columns()
+    deletes: Columns = Columns()
+
+
+class Settled(Frame, tag="settled", frozen=True):
+    """A relay's leader to its workers only: the publisher's answer to ``Pending`` ``ref``.
+    Logged at ingest offsets first..last: confirmed by the worker's first state with ``tick >=
+    last``; neither given: refused, withdrawn where it was shown. A worker told ``Pending`` of
+    a write is sent no ``Written`` of it."""
+
+    ref: int
+    first: int | None = None
+    last: int | None = None
+
+
 class LiveWrites(Frame, tag="live_writes", frozen=True):
     """Whether this relay wants the writes to ``dataset`` made elsewhere passed at once
     (``Written``): it does while a ``latest`` subscription of it takes live writes, here or on
@@ -449,5 +472,15 @@ ToPublisher = (
     Hello | Acquire | Release | ReadState | Publish | Curious | Horizon | LiveWrites | Adopted
 )
 FromPublisher = (
-    Welcome | Catalog | Batch | Knowledge | StateRows | Published | Written | DatasetState | Error
+    Welcome
+    | Catalog
+    | Batch
+    | Knowledge
+    | StateRows
+    | Published
+    | Written
+    | Pending
+    | Settled
+    | DatasetState
+    | Error
 )

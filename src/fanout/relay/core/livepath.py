@@ -4,9 +4,9 @@ until the publisher's stream settles it (``relay.core.provisional``; docs/concep
 
 It turns frames and pushes into the pure core's rows, and its patches into push frames:
 1. A write is shown only if it is whole rows of the dataset's column types, keys unique, that
-   its kind's lens admits (objects' quality rules); else it is counted ``invalid`` and takes
-   the confirmed path alone. One made elsewhere comes durable (``Written``): shown as ours
-   accepted at its offset, unless the active state carries it.
+   its kind's lens admits (objects' quality rules); else counted ``invalid`` (confirmed path
+   alone). One made elsewhere, durable (``Written``): shown as ours accepted at its offset unless
+   the active state carries it; one a worker's leader passes unanswered (``Pending``): as ours.
 2. A subscription watches from a full push if ``latest``, not ``confirmed``, not transduced, of
    a kind with a lens; its pushes meanwhile are reconciled (provisional if a row is pending).
 3. Provisional pushes and corrections carry the active state's epoch, seq and tick.
@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence, Set
-from typing import Any, cast
+from typing import Any, NamedTuple, cast
 
 import msgspec
 import numpy as np
@@ -35,10 +35,18 @@ from fanout.relay.data.pushes import Body, PushFrame, encode_rows
 from fanout.relay.kinds.base import Parts
 from fanout.relay.kinds.lens import RowLens
 from fanout.wire.columns import Columns, decode_columns, key_column
-from fanout.wire.messages import Publish, Written
+from fanout.wire.messages import Pending, Publish, Settled, Written
 
 _encoder = msgspec.msgpack.Encoder()
 _columns = msgspec.msgpack.Decoder(Columns)
+
+
+class Passed(NamedTuple):
+    """A write a worker's leader passed before the publisher answered (``LivePath.pending``)."""
+
+    id: int  # shown under it (``LiveWrites``), if shown
+    write: Pending
+    deadline: float  # forgotten past it if not settled, and not pending any more
 
 
 class LivePath:
@@ -63,6 +71,9 @@ class LivePath:
         self._asked: dict[int, Publish] = {}
         #: Ours sent on a link of our own (``ours``), pending: the publisher passes them back.
         self._own: dict[tuple[str, bytes, bytes], int] = {}
+        #: A worker's: writes its leader passed before the publisher answered (``pending``), by
+        #: the leader's reference; as many at most as may be pending.
+        self._passed: dict[int, Passed] = {}
 
     # -- writes and their answers --------------------------------------------------------
 
@@ -87,17 +98,64 @@ class LivePath:
         port's producer link): shown at once as ``write`` shows it, under the number returned
         (answered by ``accepted`` or ``refused``); its copy passed back is not shown again."""
         id = next(self._elsewhere)
+        return id, self._shown(id, request, now)
+
+    def _shown(self, id: int, request: Publish, now: float) -> list[Send]:
+        """``request`` shown at once under ``id``; its copy passed back is known as it."""
         kind = self.parts.kinds.get(request.dataset)
         if kind is None or not self._watched(request.dataset):
-            return id, []
+            return []
         try:
             rows = written(kind.state.buffer.active.dtypes, kind.state.info, request)
             rows = self._admitted(request.dataset, rows)
         except (FanoutError, TypeError, ValueError):
             self.invalid += 1  # rule 1
-            return id, []
+            return []
         self._own[_signature(request.dataset, request.upserts, request.deletes)] = id
-        return id, self._sends(self.writes.write(id, request.dataset, rows, now))
+        return self._sends(self.writes.write(id, request.dataset, rows, now))
+
+    def pending(self, frame: Pending, now: float) -> list[Send]:
+        """A worker's leader passed a write made through another worker, not answered yet:
+        shown at once as ``ours`` shows it, until ``settled``; at most as many wait as may be
+        pending (past that, and once its deadline passed unsettled, it takes the confirmed
+        path alone)."""
+        self.prune()
+        self._forget_unsettled(now)
+        if len(self._passed) >= self.writes.limit:
+            self.writes.counters.skipped += 1
+            return []
+        id = next(self._elsewhere)
+        self._passed[frame.ref] = Passed(id, frame, now + self.writes.within)
+        request = Publish(0, frame.dataset, frame.upserts, frame.deletes)
+        sends = self._shown(id, request, now)
+        self.passed += id in self.writes
+        return sends
+
+    def settled(self, frame: Settled) -> tuple[list[Send], Written | None]:
+        """The publisher answered the write ``pending`` showed: confirmed by the first state
+        with ``tick >= last`` if it logged it, else undone. Returns what to send, and the write
+        as logged (``Written``, for the relays below; None: refused, or not known here)."""
+        passed = self._passed.pop(frame.ref, None)
+        if passed is None:
+            return [], None
+        id, write, _ = passed
+        if frame.last is None:
+            return self.refused(id), None
+        first = frame.last if frame.first is None else frame.first
+        written = Written(write.dataset, first, frame.last, write.upserts, write.deletes)
+        if write.dataset in self.durable_datasets and not self._carried(write.dataset, frame.last):
+            self.durable(write.dataset, write.upserts)  # rule 4
+        return self._sends(self.writes.accepted(id, frame.last)), written
+
+    def _forget_unsettled(self, now: float) -> None:
+        """Forget the passed writes unsettled past their deadline that are not pending (withdrawn
+        there, or never shown): their answer, should it come, has nothing left to settle."""
+        if self._passed:
+            self._passed = {
+                ref: passed
+                for ref, passed in self._passed.items()
+                if passed.deadline > now or passed.id in self.writes
+            }
 
     def from_elsewhere(self, frame: Written, now: float) -> list[Send]:
         """A write made through another relay or a producer, logged up to ``frame.last``: shown
@@ -152,13 +210,20 @@ class LivePath:
     def expire(self, now: float) -> list[Send]:
         """Withdraw the writes past their deadline; forget ended subscriptions."""
         self.prune()
-        return self._sends(self.writes.expire(now))
+        sends = self._sends(self.writes.expire(now))
+        self._forget_unsettled(now)
+        return sends
 
     def lost(self) -> list[Send]:
         """The upstream link is gone: the writes it had not answered are withdrawn; the
         accepted ones wait, their deadlines stopped, for the stream to carry them."""
         self._asked.clear()  # answered ``unavailable``: they may or may not be logged
-        return self._sends(self.writes.away())
+        sends = self._sends(self.writes.away())  # the passed ones too: none was accepted
+        if self._passed:  # their settling would come on the lost link
+            gone = {passed.id for passed in self._passed.values()}
+            self._own = {sign: id for sign, id in self._own.items() if id not in gone}
+            self._passed.clear()
+        return sends
 
     def back(self) -> None:
         """A new upstream link: deadlines run again from each dataset's first state over it."""
@@ -174,6 +239,7 @@ class LivePath:
             "live_late": self.late,
             "live_skipped": counters.skipped,
             "live_pending": len(self.writes),
+            "live_unsettled": len(self._passed),
             "live_shown": counters.shown,
             "live_confirmed": counters.confirmed,
             "live_refused": counters.refused,

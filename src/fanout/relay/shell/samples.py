@@ -95,6 +95,10 @@ CORE: dict[str, tuple[Kind, str]] = {
         " relay's state carried them already.",
     ),
     "live_pending": ("gauge", "Writes shown at once and not settled by the publisher yet."),
+    "live_unsettled": (
+        "gauge",
+        "A worker's: writes its leader passed before the publisher answered, not answered yet.",
+    ),
     "live_shown": ("counter", "Rows pushed provisionally, before the publisher confirmed them."),
     "live_confirmed": ("counter", "Writes shown at once, then confirmed by the stream."),
     "live_refused": ("counter", "Writes shown at once that the publisher refused."),

@@ -45,7 +45,9 @@ from fanout.wire.messages import (
     Error,
     Hello,
     Knowledge,
+    Pending,
     Published,
+    Settled,
     StateRows,
     Subscribe,
     Welcome,
@@ -234,12 +236,23 @@ class UpstreamLink:
             self._dispatch(live.refused(frame.ref))
         self._reply(*self._forwarder.answer(frame))
 
-    def _written(self, frame: Written) -> None:
-        """A write made elsewhere (``relay.core.livepath``), shown at once and passed on to the
-        relays below: the batches before it do not carry it."""
-        now = asyncio.get_running_loop().time()
-        self._dispatch(self._core.serving.live.from_elsewhere(frame, now))
-        self._dispatch(self._relays.on_written(frame))
+    def _elsewhere(self, frame: Written | Pending | Settled) -> None:
+        """A write made elsewhere (``relay.core.livepath``): logged (``Written``), or from a
+        worker's leader before the publisher answers (``Pending``, then ``Settled``). Shown at
+        once, and passed on once logged to the relays below: the batches before it do not
+        carry it."""
+        live, now = self._core.serving.live, asyncio.get_running_loop().time()
+        below: Written | None
+        match frame:
+            case Written():
+                sends, below = live.from_elsewhere(frame, now), frame
+            case Pending():
+                sends, below = live.pending(frame, now), None
+            case Settled():
+                sends, below = live.settled(frame)
+        self._dispatch(sends)
+        if below is not None:
+            self._dispatch(self._relays.on_written(below))
 
     async def _batch(self, frame: Batch) -> None:
         if self.sharing is not None:
@@ -270,8 +283,8 @@ class UpstreamLink:
         if isinstance(frame, Batch):
             await self._batch(frame)
             return
-        if isinstance(frame, Written):
-            self._written(frame)
+        if isinstance(frame, Written | Pending | Settled):
+            self._elsewhere(frame)
             return
         await self.writer.drain()  # other frames apply after the batches before them
         match frame:

@@ -42,8 +42,9 @@ from fanout.relay.shell import relaywide
 from fanout.relay.shell.server import RelayServer
 from fanout.relay.shell.sharedstate import SharedStore
 from fanout.relay.shell.summing import merged, summed
+from fanout.tiers.passing import PassedWrites
 from fanout.tiers.shared import LAG
-from fanout.wire.messages import Error, Frame, Publish, Published, Written
+from fanout.wire.messages import Error, Frame, Publish, Published
 
 log = logging.getLogger(__name__)
 
@@ -143,8 +144,8 @@ class Leader(RelayServer):
         #: The leader's state in shared memory for the workers (``relay.shell.sharedstate``).
         self.shared: SharedStore | None = None  # made when it runs (a directory of its own)
         self.relays.on_frame = self._from_below  # type: ignore[method-assign]
-        #: The workers' writes waiting for the publisher's answer, by (client, req).
-        self._writes: dict[tuple[int, int | None], Publish] = {}
+        #: The workers' writes waiting for the publisher's answer (``tiers.passing``).
+        self._writes = PassedWrites(self.relays)
         self.http.elsewhere[PATH] = self.metrics_now
         for path in ADMIN:  # the relay's answers: the leader's and its workers' merged
             self.http.elsewhere[path] = self.admin_now
@@ -165,27 +166,24 @@ class Leader(RelayServer):
 
     def _from_below(self, client: int, frame: Frame) -> list[Send]:
         """A frame from a worker: its subscribers' writes go on to the publisher (``write``;
-        the answer goes back to the worker, which answers its subscriber), the rest to the
-        relays below (``tiers.below``), which take no writes from relays below."""
+        the answer goes back to the worker, which answers its subscriber) and at once, as
+        ``Pending``, to the other workers whose subscribers take live writes and hold its rows
+        (``tiers.passing``); the rest to the relays below (``tiers.below``), which take no
+        writes from relays below."""
         if isinstance(frame, Publish):
-            self._writes[(client, frame.req)] = frame
-            self.write(client, frame)
+            self._writes.forwarding(client, frame)
+            self.write(client, frame)  # a write refused here is answered at once: passed to none
+            self._dispatch(self._writes.forwarded(client, frame))
             return []
         return self._on_frame(client, frame)
 
     def _reply(self, client: int, frame: Published | Error) -> None:
-        """The answer to a worker's write; once the publisher logged it, the write is passed
-        at once to the other workers (``Written``, to those whose subscribers take live
-        writes and hold its rows), as the publisher passes a write to the relays other than
-        the one it came through: this leader."""
+        """The answer to a worker's write; the other workers told it was pending are told how
+        it settled, and once the publisher logged it the others it concerns are passed it
+        (``Written``), as the publisher passes a write to the relays other than the one it
+        came through: this leader (``tiers.passing``)."""
         super()._reply(client, frame)
-        write = self._writes.pop(
-            (client, frame.req if isinstance(frame, Published) else frame.ref), None
-        )
-        if write is None or not isinstance(frame, Published):
-            return
-        written = Written(write.dataset, frame.first, frame.last, write.upserts, write.deletes)
-        self._dispatch([send for send in self.relays.on_written(written) if send.to != client])
+        self._dispatch(self._writes.answered(client, frame))
 
     async def run(
         self,
