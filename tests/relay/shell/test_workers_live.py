@@ -105,3 +105,5 @@ async def test_a_write_through_one_worker_is_shown_at_once_on_the_other(tmp_path
         assert counts["fanout_relay_live_refused_total"] == 1
         assert counts["fanout_relay_live_deduplicated_total"] == 1
         assert counts["fanout_relay_live_pending"] == counts["fanout_relay_live_unsettled"] == 0
+        assert counts["fanout_relay_workers_writes_passed_total"] == 2  # the leader's
+        assert counts["fanout_relay_workers_writes_not_passed_total"] == 0

@@ -362,6 +362,18 @@ class Leader(RelayServer):
                 "Workers the leader restarted after they died.",
                 self.restarts,
             ),
+            Sample(
+                "relay_workers_writes_passed",
+                "counter",
+                "Workers' writes passed to other workers before the publisher answered.",
+                self._writes.passed,
+            ),
+            Sample(
+                "relay_workers_writes_not_passed",
+                "counter",
+                "Workers' writes not passed to the other workers: their rows not whole.",
+                self._writes.invalid,
+            ),
         ]
         for index, text in sorted(self._texts.items()):  # how the kernel spread the load
             own = {s.name: s.value for s in summed([text]) if isinstance(s, Sample)}
