@@ -267,5 +267,6 @@ async def test_a_relay_that_loses_redis_serves_at_most_its_lease_then_rejoins(
         maps = [(t, text) for t, text in records(other, "registry: members now") if t > isolated]
         dropped = next(t for t, text in maps if name not in text)
         readded = next(t for t, text in maps if t > dropped and name in text)
-        assert lapsed < dropped, f"{other.name} took the victim's parts before it stopped serving"
+        # Log times are to the millisecond: the same one says nothing of the order within it.
+        assert lapsed <= dropped, f"{other.name} took the victim's parts before it stopped serving"
         assert readded < serving_again, f"{other.name} read the victim back after it served again"
