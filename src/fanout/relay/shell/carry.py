@@ -8,7 +8,8 @@ request, and from then on copies bytes both ways; TLS ends at the worker. Each s
 control holds the other (a side that cannot write pauses reading from the one that writes), and
 either side closing closes both. The leader sees such clients as from loopback (docs/deploy.md).
 ``asked``: a ``GET`` whose answer is the relay's, not one worker's (``/metrics``, the rows held
-in ``/v1/datasets``), is asked of the leader with the request's token, and answered as it was.
+in ``/v1/datasets``, the admin API, the MQTT broker's pages), is asked of the leader with the
+request's token, and answered as it was.
 """
 
 from __future__ import annotations
