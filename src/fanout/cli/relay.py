@@ -127,7 +127,8 @@ def relay_parser(commands: Any, command: Command) -> None:
         help="processes serving --port: N > 1 makes this one their leader, holding the link"
         " upstream and its state in shared memory, and N workers, edge relays of it sharing the"
         " port (SO_REUSEPORT); 'auto': as many as the cores this process may run on; MQTT"
-        " sessions stay on the leader (docs/deploy.md) (default: auto; 1 with --registry)",
+        " sessions stay on the leader (docs/deploy.md) (default: auto; 1 in a map that forwards"
+        " or splits on load)",
     )
     parser.add_argument(
         "--workers-port",
@@ -380,10 +381,13 @@ def run_relay(args: argparse.Namespace) -> int:
 
 
 def default_workers(cluster: Cluster) -> int:
-    """``--workers`` not given: ``auto``, but one process in a map of responsibility, whose
-    redirects every worker would have to decide (``RelayConfig`` refuses workers there)."""
-    if cluster.registry is not None:
-        log.info("relay: one process: a relay in a map of responsibility runs no workers")
+    """``--workers`` not given: ``auto``, but one process in a map of responsibility whose
+    policy or balancer workers cannot share yet (``relay.config.one_process``)."""
+    from fanout.relay.config import one_process
+
+    why = one_process(cluster)
+    if why is not None:
+        log.info("relay: one process: a relay of workers does not %s", why)
         return 1
     return workers_count("auto")
 

@@ -7,6 +7,8 @@ Fig. 9; docs/cluster.md). Rules:
    (:func:`moved`) and followed by ``fanout.client.following``.
 2. A subscription marked ``stay`` is served here, whoever owns it.
 3. A relay that knows no members serves everything.
+4. A relay whose lease **lapsed** serves nothing: each subscription goes to its owner in the
+   map without it (:func:`elsewhere`), or is refused ``unavailable`` when none is left.
 """
 
 from __future__ import annotations
@@ -36,6 +38,27 @@ def redirect(members: ResponsibilityMap, me: str, request: Subscribe, held: bool
         return None
     message = f"relay {owner.name} is responsible for {part}: subscribe at {owner.url}"
     return Error("redirect", message, ref=request.sub, location=owner.url)
+
+
+def answer(
+    members: ResponsibilityMap, me: str, serving: bool, request: Subscribe, held: bool
+) -> Error | None:
+    """What answers ``request`` at relay ``me``, whose lease is its own if ``serving``: rule 4
+    while it is not (``stay`` or not), else :func:`redirect`; None to serve it here."""
+    if not serving:
+        return elsewhere(members, me, request.dataset, request.view, request.sub)
+    return redirect(members, me, request, held)
+
+
+def elsewhere(members: ResponsibilityMap, me: str, dataset: str, view: View, sub: int) -> Error:
+    """What answers (or ends) subscription ``sub`` at relay ``me`` while its lease is lapsed
+    (rule 4): a redirect to its part's owner in ``members`` without ``me``, or ``unavailable``."""
+    without = members.with_members({n: url for n, url in members.members.items() if n != me})
+    why = f"relay {me} lost the map of responsibility (its lease lapsed)"
+    if not without.members:
+        return Error("unavailable", f"{why}: subscribe again later", ref=sub)
+    owner = without.owner_of(dataset, view)
+    return Error("redirect", f"{why}: subscribe at {owner.url}", ref=sub, location=owner.url)
 
 
 def moved(

@@ -26,7 +26,8 @@ from redis.asyncio.cluster import RedisCluster
 from redis.exceptions import RedisClusterException, RedisError, ResponseError
 
 from fanout import cancelling
-from fanout.cluster.redirects import redirect
+from fanout.cluster import redirects
+from fanout.cluster.redirects import elsewhere, redirect
 from fanout.cluster.responsibility import DEFAULT_SIDE, Assignment, ResponsibilityMap
 from fanout.cluster.scripts import ASSIGN, BEAT, LEAVE, UNASSIGN, WARMED
 from fanout.cluster.settings import registry_address
@@ -244,14 +245,9 @@ class Registry:
         return self.map.with_members(members)
 
     def elsewhere(self, dataset: str, view: View, sub: int) -> Error:
-        """What answers (or ends) subscription ``sub`` while this relay is not ``serving``: a
-        redirect to its part's owner in the map without this relay, or ``unavailable``."""
-        without = self._without_me()
-        why = f"relay {self.name} lost the map of responsibility (its lease lapsed)"
-        if not without.members:
-            return Error("unavailable", f"{why}: subscribe again later", ref=sub)
-        owner = without.owner_of(dataset, view)
-        return Error("redirect", f"{why}: subscribe at {owner.url}", ref=sub, location=owner.url)
+        """What answers (or ends) subscription ``sub`` while this relay is not ``serving``
+        (``redirects.elsewhere``)."""
+        return elsewhere(self.map, self.name, dataset, view, sub)
 
     async def assign(
         self, target: str, parts: list[str], warm: Mapping[str, str] | None = None
@@ -346,11 +342,8 @@ class Registry:
 
     def redirect(self, request: Subscribe, held: bool) -> Error | None:
         """The redirect answering ``request`` here, or None to serve it (``redirects``; rule
-        9 while not ``serving``, ``stay`` or not)."""
-        if not self.serving:
-            self.redirected += 1
-            return self.elsewhere(request.dataset, request.view, request.sub)
-        answer = redirect(self.map, self.name, request, held)
+        8 while not ``serving``, ``stay`` or not)."""
+        answer = redirects.answer(self.map, self.name, self.serving, request, held)
         if answer is not None:
             self.redirected += 1
         return answer
@@ -391,13 +384,18 @@ class Registry:
                 "1 while this relay's lease is its own and it serves its parts, else 0.",
                 int(self.serving),
             ),
-            Sample(
-                "relay_redirected",
-                "counter",
-                "New subscriptions answered with a redirect to the responsible relay.",
-                self.redirected,
-            ),
+            redirected(self.redirected),
         ]
+
+
+def redirected(count: int) -> Sample:
+    """``relay_redirected_total``: the new subscriptions a relay (or a worker) redirected."""
+    return Sample(
+        "relay_redirected",
+        "counter",
+        "New subscriptions answered with a redirect to the responsible relay.",
+        count,
+    )
 
 
 def _texts(items: list[Any]) -> list[str]:

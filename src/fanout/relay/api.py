@@ -17,7 +17,7 @@ from typing import Any, Protocol
 from fanout.auth import Grant
 from fanout.metrics import Histogram, Sample
 from fanout.views import View
-from fanout.wire.messages import DatasetInfo, Publish, Role, Subscribe, Unsubscribe
+from fanout.wire.messages import DatasetInfo, Error, Publish, Role, Subscribe, Unsubscribe
 
 
 class Downstream(Protocol):
@@ -164,6 +164,21 @@ class RelayApi(Protocol):
 
     def local_url(self) -> str:
         """Where the relay serves subscribers, as a program on this host reaches it."""
+        ...
+
+
+class Redirects(Protocol):
+    """What decides which subscriptions a relay of a map of responsibility sends elsewhere: its
+    registry (``cluster.registry``), or a worker's copy of its leader's map
+    (``cluster.mapcopy``)."""
+
+    def redirect(self, request: Subscribe, held: bool) -> Error | None:
+        """The redirect answering ``request`` (``held``: a view change), or None to serve it."""
+        ...
+
+    async def confirm(self, request: Subscribe) -> None:
+        """Make sure the map is not a beat old before ``request`` (an HTTP stream) is
+        redirected."""
         ...
 
 

@@ -415,11 +415,13 @@ class RelayConfig:
 
     def __post_init__(self) -> None:
         """Raises:
-        ConfigError: workers with what they cannot share yet (``relay.shell.workers``): a map
-            of responsibility, whose redirects each worker would have to decide.
+        ConfigError: workers with what they cannot share yet (``relay.shell.workers``): in a
+            map of responsibility, the forward policy (each worker would acquire from the
+            other relays) or split and merge on load (the balancer would weigh the workers'
+            load).
         """
-        if self.process.workers > 1 and self.cluster.registry is not None:
-            raise ConfigError("--workers > 1 does not join a map of responsibility (--registry)")
+        if self.process.workers > 1 and (why := one_process(self.cluster)) is not None:
+            raise ConfigError(f"--workers > 1 does not {why}")
 
     @property
     def policy(self) -> Policy:
@@ -429,3 +431,14 @@ class RelayConfig:
         if self.planning.policy is not None:
             return self.planning.policy
         return IN_A_MAP if self.cluster.registry is not None else Policy()
+
+
+def one_process(cluster: Cluster) -> str | None:
+    """Why a relay of ``cluster`` runs as one process (``--workers 1``), or None: a relay of
+    a map with workers redirects (each worker by its leader's map), but neither forwards nor
+    splits and merges on load yet."""
+    if cluster.forwarding:
+        return "forward subscriptions to other relays (--registry-policy forward)"
+    if cluster.thresholds.on:
+        return "split and merge on load (--split-above, --merge-below)"
+    return None

@@ -8,23 +8,23 @@ peer keeps decoding what a newer one sends. Conversations:
   ``Unsubscribed``, ``Error``.
 * relay -> publisher: ``Hello``, then ``Acquire`` / ``Release`` (primitives), ``ReadState``.
 * publisher -> relay: ``Welcome`` and ``Catalog``, then one ``Batch`` per micro-batch,
-  ``StateRows``, ``Error`` (and from a relay's leader to its workers ``Pending``, ``Settled``).
+  ``StateRows``, ``Error``; a relay's leader <-> its workers: ``Pending``, ``Settled``,
+  ``Responsibility`` down, ``Adopted``, ``MapWanted`` up.
 
-A ``reader`` talks to the publisher like a relay but holds no primitives and receives no batches.
-A ``producer`` sends ``Publish`` frames to ``ingest`` datasets and gets ``Published`` once the
-events are durably in the ingest log.
+A ``reader`` talks to the publisher like a relay, holding no primitives and sent no batches; a
+``producer`` sends ``Publish`` to ``ingest`` datasets, answered ``Published`` once durable.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import ClassVar, Literal
+from typing import Literal
 
 import msgspec
 
 from fanout.views import View
 from fanout.wire.columns import Columns
 from fanout.wire.options import Relevance, Resume, Transduce
+from fanout.wire.options import Transform as Transform  # noqa: PLC0414 (re-exported)
 
 #: Bumped on any change an older peer could misread; peers with another version are refused.
 PROTOCOL_VERSION = 1
@@ -85,72 +85,6 @@ class Error(Frame, tag="error", frozen=True):
     message: str
     ref: int | None = None
     location: str | None = None
-
-
-class Transform(msgspec.Struct, frozen=True, omit_defaults=True):
-    """How a relay adapts a subscription's rows for its subscriber (CA 3197003 [0091]-[0093]).
-
-    The relay applies the transform to floating-point columns only (integers and strings travel
-    as stored), in this order: projection, relative coordinates, then precision.
-
-    Attributes:
-        columns: the columns to send (the key is always sent, first); None sends every column.
-            A column the dataset does not have is refused with ``Error{code:
-            "invalid_transform"}`` at subscribe time.
-        precision: ``float64`` as stored, ``float32``, or ``fixed``: floats become int64
-            values counting ``quantum`` units, rounded to nearest (for subscribers without
-            floating point); values beyond int64 saturate, NaN becomes ``FIXED_NAN``.
-        quantum: the unit of ``fixed`` values (0: ``DEFAULT_QUANTUM``), and for ``float64`` /
-            ``float32`` an optional rounding step (0: no rounding).
-        relative_to: the key of an entity; the dataset's index coordinates (``x, y[, z]``) are
-            sent relative to that entity's position (the subscriber's own avatar, say), looked
-            up in the relay's state at the tick of each push. If the relay does not hold the
-            entity when a push is due, the subscription ends with ``Error{code:
-            "entity_not_held"}``: absolute coordinates are never sent in their place.
-
-    Capabilities: a subscriber lists in ``Hello.capabilities`` the number formats it decodes —
-    ``float64``, ``float32``, ``fixed`` (integers; every subscriber decodes those). An empty
-    list declares nothing and means every format. :meth:`negotiate` is the rule both sides
-    apply to learn the effective transform.
-    """
-
-    columns: list[str] | None = None
-    precision: Literal["float64", "float32", "fixed"] = "float64"
-    quantum: float = 0.0
-    relative_to: int | str | None = None
-
-    #: Capability names (``Hello.capabilities``).
-    FLOAT64: ClassVar[str] = "float64"
-    FLOAT32: ClassVar[str] = "float32"
-    FIXED: ClassVar[str] = "fixed"
-    #: The unit of ``fixed`` values when the transform names none: 1/1024, exact in binary.
-    DEFAULT_QUANTUM: ClassVar[float] = 1.0 / 1024.0
-    #: What a NaN becomes in ``fixed`` precision (the smallest int64; finite values saturate
-    #: one above it).
-    FIXED_NAN: ClassVar[int] = -(2**63)
-
-    def negotiate(self, capabilities: Sequence[str]) -> Transform:
-        """The transform a relay applies for a subscriber that declared ``capabilities``.
-
-        The precision asked for is kept if the subscriber decodes it; otherwise the other float
-        format if it decodes that; otherwise ``fixed``. ``fixed`` without a quantum gets
-        ``DEFAULT_QUANTUM``. Capability names this version does not know are ignored.
-        """
-        declared = set(capabilities)
-        every = {self.FLOAT64, self.FLOAT32}
-        floats = every & declared if declared else every
-        precision = self.precision
-        if precision != "fixed" and precision not in floats:
-            other: Literal["float64", "float32"] = (
-                "float32" if precision == "float64" else "float64"
-            )
-            precision = other if other in floats else "fixed"
-        quantum = self.quantum
-        if precision == self.FIXED and quantum == 0.0:
-            quantum = self.DEFAULT_QUANTUM
-        if (precision, quantum) == (self.precision, self.quantum):
-            return self
-        return msgspec.structs.replace(self, precision=precision, quantum=quantum)
 
 
 Mode = Literal["latest", "every"]
@@ -444,6 +378,25 @@ class Settled(Frame, tag="settled", frozen=True):
     last: int | None = None
 
 
+class Responsibility(Frame, tag="responsibility", frozen=True):
+    """A relay's leader to its workers only, in a map of responsibility (``--registry``): the
+    map as the leader last read it, and whether its lease is its own (``serving``). Sent
+    before the catalog and on every change; each worker redirects new subscriptions and ends
+    moved ones by it (``cluster.mapcopy``). ``assigned``: part -> ``Assignment.stored()``."""
+
+    me: str
+    side: float
+    members: dict[str, str] = {}
+    standby: list[str] = []
+    assigned: dict[str, str] = {}
+    serving: bool = True
+
+
+class MapWanted(Frame, tag="map_wanted", frozen=True):
+    """A relay's worker to its leader only: read the map afresh and send ``Responsibility``
+    (an HTTP stream is about to be redirected, ``Registry.confirm``)."""
+
+
 class LiveWrites(Frame, tag="live_writes", frozen=True):
     """Whether this relay wants the writes to ``dataset`` made elsewhere passed at once
     (``Written``): it does while a ``latest`` subscription of it takes live writes, here or on
@@ -469,7 +422,16 @@ class DatasetState(Frame, tag="dataset_state", frozen=True):
 ToRelay = Hello | Subscribe | Unsubscribe | Publish
 ToSubscriber = Welcome | Subscribed | Push | NoUpdate | Unsubscribed | Published | Error
 ToPublisher = (
-    Hello | Acquire | Release | ReadState | Publish | Curious | Horizon | LiveWrites | Adopted
+    Hello
+    | Acquire
+    | Release
+    | ReadState
+    | Publish
+    | Curious
+    | Horizon
+    | LiveWrites
+    | Adopted
+    | MapWanted
 )
 FromPublisher = (
     Welcome
@@ -481,6 +443,7 @@ FromPublisher = (
     | Written
     | Pending
     | Settled
+    | Responsibility
     | DatasetState
     | Error
 )

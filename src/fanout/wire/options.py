@@ -1,11 +1,13 @@
-"""What a ``Subscribe`` may ask for besides its view: rate tiers and priority from the data
-(``Relevance``), a transducer (``Transduce``), and where an ``every`` stream resumes
-(``Resume``). Part of the protocol's frames (``wire.messages``, docs/protocol.md).
+"""What a ``Subscribe`` may ask for besides its view: its rows adapted (``Transform``), rate
+tiers and priority from the data (``Relevance``), a transducer (``Transduce``), and where an
+``every`` stream resumes (``Resume``). Part of the protocol's frames (``wire.messages``,
+docs/protocol.md).
 """
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from collections.abc import Sequence
+from typing import Any, ClassVar, Literal
 
 import msgspec
 
@@ -76,3 +78,69 @@ class Resume(msgspec.Struct, frozen=True):
     epoch: int
     seq: int
     keys: Columns
+
+
+class Transform(msgspec.Struct, frozen=True, omit_defaults=True):
+    """How a relay adapts a subscription's rows for its subscriber (CA 3197003 [0091]-[0093]).
+
+    The relay applies the transform to floating-point columns only (integers and strings travel
+    as stored), in this order: projection, relative coordinates, then precision.
+
+    Attributes:
+        columns: the columns to send (the key is always sent, first); None sends every column.
+            A column the dataset does not have is refused with ``Error{code:
+            "invalid_transform"}`` at subscribe time.
+        precision: ``float64`` as stored, ``float32``, or ``fixed``: floats become int64
+            values counting ``quantum`` units, rounded to nearest (for subscribers without
+            floating point); values beyond int64 saturate, NaN becomes ``FIXED_NAN``.
+        quantum: the unit of ``fixed`` values (0: ``DEFAULT_QUANTUM``), and for ``float64`` /
+            ``float32`` an optional rounding step (0: no rounding).
+        relative_to: the key of an entity; the dataset's index coordinates (``x, y[, z]``) are
+            sent relative to that entity's position (the subscriber's own avatar, say), looked
+            up in the relay's state at the tick of each push. If the relay does not hold the
+            entity when a push is due, the subscription ends with ``Error{code:
+            "entity_not_held"}``: absolute coordinates are never sent in their place.
+
+    Capabilities: a subscriber lists in ``Hello.capabilities`` the number formats it decodes —
+    ``float64``, ``float32``, ``fixed`` (integers; every subscriber decodes those). An empty
+    list declares nothing and means every format. :meth:`negotiate` is the rule both sides
+    apply to learn the effective transform.
+    """
+
+    columns: list[str] | None = None
+    precision: Literal["float64", "float32", "fixed"] = "float64"
+    quantum: float = 0.0
+    relative_to: int | str | None = None
+
+    #: Capability names (``Hello.capabilities``).
+    FLOAT64: ClassVar[str] = "float64"
+    FLOAT32: ClassVar[str] = "float32"
+    FIXED: ClassVar[str] = "fixed"
+    #: The unit of ``fixed`` values when the transform names none: 1/1024, exact in binary.
+    DEFAULT_QUANTUM: ClassVar[float] = 1.0 / 1024.0
+    #: What a NaN becomes in ``fixed`` precision (the smallest int64; finite values saturate
+    #: one above it).
+    FIXED_NAN: ClassVar[int] = -(2**63)
+
+    def negotiate(self, capabilities: Sequence[str]) -> Transform:
+        """The transform a relay applies for a subscriber that declared ``capabilities``.
+
+        The precision asked for is kept if the subscriber decodes it; otherwise the other float
+        format if it decodes that; otherwise ``fixed``. ``fixed`` without a quantum gets
+        ``DEFAULT_QUANTUM``. Capability names this version does not know are ignored.
+        """
+        declared = set(capabilities)
+        every = {self.FLOAT64, self.FLOAT32}
+        floats = every & declared if declared else every
+        precision = self.precision
+        if precision != "fixed" and precision not in floats:
+            other: Literal["float64", "float32"] = (
+                "float32" if precision == "float64" else "float64"
+            )
+            precision = other if other in floats else "fixed"
+        quantum = self.quantum
+        if precision == self.FIXED and quantum == 0.0:
+            quantum = self.DEFAULT_QUANTUM
+        if (precision, quantum) == (self.precision, self.quantum):
+            return self
+        return msgspec.structs.replace(self, precision=precision, quantum=quantum)

@@ -40,6 +40,7 @@ from fanout.mqtt import packets as mp
 from fanout.mqtt.decoding import decode, split
 from fanout.mqtt.encoding import encode
 from fanout.relay.config import Cluster, Limits, Listening, Mqtt, Process, RelayConfig, Upstream
+from fanout.relay.core.planner import IN_A_MAP, Policy
 from fanout.relay.data.buffers import DoubleBuffer, Stamp
 from fanout.relay.shell.sharedstate import PREFIX, SharedStore, sweep
 from fanout.relay.shell.summing import merged, summed
@@ -70,13 +71,15 @@ def test_a_worker_is_an_edge_relay_of_its_leader_on_the_relays_port() -> None:
     assert worker.upstream == Upstream("ws://127.0.0.1:7799", token="secret", keepalive=7.0)
     assert worker.listening == dataclasses.replace(RELAY.listening, reuse_port=True)
     assert (worker.name, worker.process.workers) == ("edge-2", 1)
-    assert (worker.mqtt, worker.cluster) == (Mqtt(), Cluster())  # MQTT is the leader's
-    assert (worker.limits, worker.auth, worker.planning) == (
-        RELAY.limits,
-        RELAY.auth,
-        RELAY.planning,
-    )
+    assert (worker.mqtt, worker.cluster) == (Mqtt(), Cluster())  # MQTT, a map: the leader's
+    assert (worker.limits, worker.auth, worker.policy) == (RELAY.limits, RELAY.auth, Policy())
     assert pickle.loads(pickle.dumps((2, worker))) == (2, worker)  # as it goes on stdin
+
+
+def test_a_worker_of_a_relay_in_a_map_plans_as_the_relay_does() -> None:
+    in_a_map = dataclasses.replace(RELAY, cluster=Cluster(registry="redis://r:6379"))
+    worker = worker_config(in_a_map, 1, 7701, "ws://127.0.0.1:7799", "secret")
+    assert worker.cluster == Cluster() and worker.policy == in_a_map.policy == IN_A_MAP
 
 
 def test_the_leader_listens_on_loopback_for_its_workers_and_keeps_the_rest() -> None:
@@ -90,7 +93,8 @@ def test_the_leader_listens_on_loopback_for_its_workers_and_keeps_the_rest() -> 
     [
         (lambda: Process(workers=0), "workers must be >= 1"),
         (lambda: Process(workers_port=70000), "workers_port"),
-        (lambda: {"cluster": Cluster(registry="redis://r:6379")}, "map of responsibility"),
+        (lambda: {"cluster": Cluster(registry="redis://r:6379", policy="forward")}, "forward"),
+        (lambda: {"cluster": Cluster(registry="r:1", split_above={"rows": 9})}, "split and merge"),
     ],
 )
 def test_what_workers_cannot_do_yet_is_refused(make: Callable[[], object], message: str) -> None:
@@ -104,7 +108,9 @@ def test_auto_workers_are_the_cores_the_relay_may_run_on(monkeypatch: pytest.Mon
     monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 2, 5}, raising=False)
     assert (workers_count("auto"), workers_count("4")) == (3, 4)
     assert default_workers(Cluster()) == 3  # --workers not given: auto
-    assert default_workers(Cluster(registry="redis://r:6379")) == 1  # a map: one process
+    assert default_workers(Cluster(registry="redis://r:6379")) == 3  # a map redirecting
+    assert default_workers(Cluster(registry="redis://r:6379", policy="forward")) == 1
+    assert default_workers(Cluster(registry="redis://r:6379", merge_below={"rows": 1})) == 1
     with pytest.raises(ValueError):
         workers_count("many")
 

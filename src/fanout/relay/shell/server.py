@@ -28,7 +28,7 @@ from fanout.auth import Grant, Verifier
 from fanout.cluster.membership import Membership
 from fanout.http.server import HttpFrontEnd
 from fanout.mqtt.setup import MqttFrontEnd
-from fanout.relay.api import Downstream, FrontEnd
+from fanout.relay.api import Downstream, FrontEnd, Redirects
 from fanout.relay.config import RelayConfig
 from fanout.relay.core import explaining
 from fanout.relay.core.admission import Redirect, Refuse, Serve, admit, admit_write, roles
@@ -146,7 +146,10 @@ class RelayServer:
                 wake=self._wake.set,
             )
             self.upstream.sharing = self.membership.sharing
-        self.registry = None if self.membership is None else self.membership.registry
+        #: What decides redirects: the registry; a worker's copy of its leader's map.
+        self.registry: Redirects | None = None
+        if self.membership is not None:
+            self.registry = self.membership.registry
         self.balancer = None if self.membership is None else self.membership.balancer
 
     def _mqtt_front_end(self, config: RelayConfig) -> MqttFrontEnd:
@@ -199,10 +202,7 @@ class RelayServer:
                 if self.upstream.sharing is not None:
                     tasks.create_task(self.upstream.sharing.run())
                 if self.membership is not None:  # joined before it is ready (cluster)
-                    own = (
-                        f"{self.config.listening.scheme}://{self.config.listening.host}:{self.port}"
-                    )
-                    await self.membership.join(tasks, self.config.cluster.advertise or own)
+                    await self.membership.join(tasks, await self.advertised())
                 if self.mqtt is not None:  # it reads the relay's port (``mqtt.fromlog``)
                     await self._start(self.mqtt, tasks, started)
                 await self.upstream.ready.wait()
@@ -242,6 +242,12 @@ class RelayServer:
             self._not_started = exc
             raise
         started.append(front_end)
+
+    async def advertised(self) -> str:
+        """The URL the map of responsibility gives for this relay (``--advertise``, else as
+        it listens), once subscribers may connect there."""
+        where = self.config.listening
+        return self.config.cluster.advertise or f"{where.scheme}://{where.host}:{self.port}"
 
     def local_url(self) -> str:
         """Where this relay serves subscribers, as a program on this host reaches it."""

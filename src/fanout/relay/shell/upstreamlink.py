@@ -47,6 +47,7 @@ from fanout.wire.messages import (
     Knowledge,
     Pending,
     Published,
+    Responsibility,
     Settled,
     StateRows,
     Subscribe,
@@ -118,6 +119,8 @@ class UpstreamLink:
         self.ready = asyncio.Event()
         #: The forward policy's upstreams (``cluster.sharing``), if the relay forwards.
         self.sharing: Sharing | None = None
+        #: A worker's: takes its leader's map of responsibility (``cluster.mapcopy``).
+        self.on_map: Callable[[Responsibility], None] | None = None
         self.datasets: dict[str, str] = {}
         self.catalog: list[DatasetInfo] = []
 
@@ -297,6 +300,8 @@ class UpstreamLink:
                     self.wake()
             case DatasetState() as state:
                 self._on_dataset_state(state)
+            case Responsibility() as told if self.on_map is not None:
+                self.on_map(told)
             case Published() | Error() if self._forwarder.answers(frame):
                 self._answered(frame)
             case Error() as error:
@@ -307,7 +312,7 @@ class UpstreamLink:
                 else:
                     self._dispatch(passed)
                 self.wake()
-            case Welcome() | StateRows():
+            case Welcome() | StateRows() | Responsibility():
                 raise ProtocolError(f"unexpected {type(frame).__name__.lower()} from the publisher")
 
 

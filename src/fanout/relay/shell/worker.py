@@ -20,6 +20,7 @@ import sys
 import urllib.parse
 from collections.abc import Callable
 
+from fanout.cluster.mapcopy import MapCopy
 from fanout.http.admin import PATHS as ADMIN
 from fanout.http.server import DATASETS, HttpFrontEnd
 from fanout.metrics import PATH, Histogram, Sample
@@ -27,8 +28,10 @@ from fanout.mqtt.setup import PAGES as MQTT_PAGES
 from fanout.relay.config import RelayConfig
 from fanout.relay.shell import loops
 from fanout.relay.shell.carry import Carrier, asked
+from fanout.relay.shell.processes import CONNECTED, READY, Told
 from fanout.relay.shell.server import RelayServer
-from fanout.relay.shell.workers import CONNECTED, READY
+from fanout.wire import codec
+from fanout.wire.messages import MapWanted
 
 log = logging.getLogger(__name__)
 
@@ -39,19 +42,28 @@ PR_SET_PDEATHSIG = 1
 class WorkerServer(RelayServer):
     """A relay serving as worker ``index`` of its leader: also on its own loopback port."""
 
-    def __init__(self, config: RelayConfig, index: int, *, carry: bool = False) -> None:
+    def __init__(self, config: RelayConfig, index: int, told: Told | None = None) -> None:
         """Args:
         config: its configuration (``relay.shell.workers.worker_config``).
         index: its number among the leader's workers, from 1.
-        carry: carry MQTT over WebSockets on the relay's port to the leader's port, where
-            the MQTT sessions are (``relay.shell.carry``).
+        told: whether it carries MQTT over WebSockets on the relay's port to the leader's
+            port, where the MQTT sessions are (``relay.shell.carry``), and whether the
+            relay is in a map of responsibility, whose map the leader tells it
+            (``cluster.mapcopy``).
         """
         super().__init__(config)
         self.index = index
+        told = told or Told()
+        #: The leader's map, if the relay is in one: what redirects this worker's subscriptions.
+        self.map: MapCopy | None = None
+        if told.in_map:
+            self.map = MapCopy(self.core, dispatch=self._dispatch, wake=self.wake, ask=self._ask)
+            self.registry = self.map
+            self.upstream.on_map = self.map.tell
         at = urllib.parse.urlsplit(config.upstream.publisher)  # the leader: ws://127.0.0.1:P
         assert at.hostname is not None and at.port is not None
         self.carrier: Carrier | None = None
-        if carry:
+        if told.carry:
             self.carrier = Carrier(at.hostname, at.port)
             self.http.mqtt_upgrade = self.carrier.take
         self.own = HttpFrontEnd(
@@ -75,6 +87,8 @@ class WorkerServer(RelayServer):
         connected to it; ``listening`` is not called."""
         async with asyncio.TaskGroup() as tasks:
             await self.own.start(self, tasks)
+            if self.map is not None:
+                tasks.create_task(self.map.run())
             try:
                 await super().run(
                     lambda _: print(CONNECTED, flush=True),
@@ -83,8 +97,17 @@ class WorkerServer(RelayServer):
             finally:
                 await self.own.stop()
 
+    def _ask(self) -> bool:
+        """Ask the leader to read its map afresh (``cluster.mapcopy`` rule 3); False: not
+        connected to it."""
+        if not self.upstream.connected:
+            return False
+        self.upstream.send(codec.encode(MapWanted()))
+        return True
+
     def samples(self) -> list[Sample | Histogram]:
-        """The relay's figures and which worker this is (``fanout_relay_worker``)."""
+        """The relay's figures (its redirects in a map) and which worker this is
+        (``fanout_relay_worker``)."""
         which = Sample(
             "relay_worker",
             "gauge",
@@ -92,8 +115,9 @@ class WorkerServer(RelayServer):
             1,
             {"worker": str(self.index)},
         )
+        own = [*super().samples(), *(self.map.samples() if self.map is not None else []), which]
         if self.carrier is None:
-            return [*super().samples(), which]
+            return own
         carried = [
             Sample(
                 "relay_mqtt_websockets_carried",
@@ -108,15 +132,15 @@ class WorkerServer(RelayServer):
                 self.carrier.failed,
             ),
         ]
-        return [*super().samples(), which, *carried]
+        return [*own, *carried]
 
 
 def run(stdin: bytes) -> int:
     """Run the worker ``stdin`` describes (``relay.shell.workers``) until its leader stops it."""
     _end_with_parent()
-    index, config, carry = pickle.loads(stdin)  # written by the leader, our parent
-    assert isinstance(config, RelayConfig)
-    server = WorkerServer(config, index, carry=carry)
+    index, config, told = pickle.loads(stdin)  # written by the leader, our parent
+    assert isinstance(config, RelayConfig) and isinstance(told, Told)
+    server = WorkerServer(config, index, told)
 
     def ready(port: int) -> None:
         print(f"{READY}ws://127.0.0.1:{port}", flush=True)

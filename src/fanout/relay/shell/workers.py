@@ -21,11 +21,9 @@ import dataclasses
 import functools
 import hmac
 import logging
-import pickle
 import secrets
 import socket
 import time
-import urllib.request
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from http import HTTPStatus
 
@@ -39,12 +37,14 @@ from fanout.mqtt.setup import MqttFrontEnd
 from fanout.relay.config import Cluster, Listening, Mqtt, RelayConfig, Upstream
 from fanout.relay.core.sends import Send
 from fanout.relay.shell import relaywide
+from fanout.relay.shell.processes import Told, Worker, WorkerError, read_text, start
 from fanout.relay.shell.server import RelayServer
 from fanout.relay.shell.sharedstate import SharedStore
 from fanout.relay.shell.summing import merged, summed
+from fanout.relay.shell.workermap import MapForWorkers
 from fanout.tiers.passing import PassedWrites
 from fanout.tiers.shared import LAG
-from fanout.wire.messages import Error, Frame, Publish, Published
+from fanout.wire.messages import Error, Frame, Hello, MapWanted, Publish, Published
 
 log = logging.getLogger(__name__)
 
@@ -56,16 +56,10 @@ PER_WORKER = {
 }
 #: Seconds between two reads of the workers' ``/metrics`` (the leader's answer is this old).
 SCRAPE_EVERY = 2.0
-#: Seconds a worker may take to say it serves.
-START_TIMEOUT = 60.0
 #: The first delay before restarting a worker that died (doubling up to ``RESTART_MOST``).
 RESTART_DELAY, RESTART_MOST = 0.2, 5.0
 #: What a worker is granted at its leader, and for how long (its life: the leader's).
 WORKER_ROLES, WORKER_TERM = frozenset({"relay", "producer"}), 100 * 365 * 86400.0
-#: What a worker prints once it serves, then its own loopback address (``relay.shell.worker``).
-READY = "fanout worker ready "
-#: What a worker prints once connected to its leader (its catalog came).
-CONNECTED = "fanout worker connected"
 
 
 def leader_config(config: RelayConfig) -> RelayConfig:
@@ -81,7 +75,8 @@ def worker_config(
     """Worker ``index``'s configuration: an edge relay of the leader at ``leader`` (presenting
     ``secret``), on the relay's port (``port``, resolved) shared with the others, reading the
     leader's state in the directory ``shared`` (empty: as rows); no MQTT listener (the
-    leader's), no map, no workers of its own."""
+    leader's), no registry (told the leader's map, ``relay.shell.workermap``), no workers of
+    its own."""
     upstream = Upstream(
         leader,
         token=secret,
@@ -92,9 +87,11 @@ def worker_config(
     process = dataclasses.replace(
         config.process, workers=1, workers_port=0, shared_directory=shared
     )
+    planning = dataclasses.replace(config.planning, policy=config.policy)  # a map's, if in one
     return dataclasses.replace(
         config,
         upstream=upstream,
+        planning=planning,
         name=f"{config.name}-{index}",
         listening=listening,
         process=process,
@@ -135,8 +132,9 @@ class Leader(RelayServer):
         self.addresses: dict[int, str] = {}
         self.restarts = 0
         self._texts: dict[int, str] = {}
-        #: Whether workers carry MQTT over WebSockets to the leader's port (``relay.shell.carry``).
-        self._carry = config.mqtt.websocket
+        #: What a worker is told besides its configuration: whether it carries MQTT over
+        #: WebSockets to the leader's port (``relay.shell.carry``), and is told a map.
+        self._told = Told(carry=config.mqtt.websocket, in_map=config.cluster.registry is not None)
         #: The workers connected to the leader, by index; set once all are, the first time.
         self._connected: set[int] = set()
         self._all_connected = asyncio.Event()
@@ -146,6 +144,13 @@ class Leader(RelayServer):
         self.relays.on_frame = self._from_below  # type: ignore[method-assign]
         #: The workers' writes waiting for the publisher's answer (``tiers.passing``).
         self._writes = PassedWrites(self.relays)
+        #: The map of responsibility told to the workers, in a map (``relay.shell.workermap``).
+        self.map: MapForWorkers | None = None
+        if self.membership is not None:
+            self.map = MapForWorkers(self.membership.registry, self.relays, self._dispatch)
+            self._welcome = self.relays.welcome
+            self.relays.welcome = self._welcome_worker  # type: ignore[method-assign]
+        self._public_port: asyncio.Future[int] | None = None
         self.http.elsewhere[PATH] = self.metrics_now
         for path in ADMIN:  # the relay's answers: the leader's and its workers' merged
             self.http.elsewhere[path] = self.admin_now
@@ -170,12 +175,30 @@ class Leader(RelayServer):
         ``Pending``, to the other workers whose subscribers take live writes and hold its rows
         (``tiers.passing``); the rest to the relays below (``tiers.below``), which take no
         writes from relays below."""
+        if isinstance(frame, MapWanted) and self.map is not None:
+            self.map.wanted(client)
+            return []
         if isinstance(frame, Publish):
             self._writes.forwarding(client, frame)
             self.write(client, frame)  # a write refused here is answered at once: passed to none
             self._dispatch(self._writes.forwarded(client, frame))
             return []
         return self._on_frame(client, frame)
+
+    def _welcome_worker(self, client: int, hello: Hello) -> list[Send] | Error:
+        """A worker welcomed in a map: told the map before its catalog (``workermap``)."""
+        welcomed = self._welcome(client, hello)
+        if isinstance(welcomed, Error) or self.map is None:
+            return welcomed
+        return [self.map.welcome(client), *welcomed]
+
+    async def advertised(self) -> str:
+        """The relay's URL in the map (``--advertise``, else the relay's port as given), once
+        every worker listens on that port."""
+        assert self._public_port is not None, "the leader runs"
+        port = await self._public_port
+        where = self.public.listening
+        return self.public.cluster.advertise or f"{where.scheme}://{where.host}:{port}"
 
     def _reply(self, client: int, frame: Published | Error) -> None:
         """The answer to a worker's write; the other workers told it was pending are told how
@@ -197,6 +220,7 @@ class Leader(RelayServer):
         loop = asyncio.get_running_loop()
         up: asyncio.Future[int] = loop.create_future()
         listens: asyncio.Future[int] = loop.create_future()
+        self._public_port = loop.create_future()
         if where.serve_relays and self.public.process.shared_state:
             log.info(
                 "relay %s serves relays below: its workers get rows (the seqs' changes their"
@@ -242,7 +266,7 @@ class Leader(RelayServer):
             for index in range(1, self.public.process.workers + 1)
         ]
         starting = [
-            _start(self._command, i, c, self._carry, functools.partial(self._connected_one, i))
+            start(self._command, i, c, self._told, functools.partial(self._connected_one, i))
             for i, c in enumerate(configs, 1)
         ]
         started = await asyncio.gather(*starting, return_exceptions=True)
@@ -255,6 +279,8 @@ class Leader(RelayServer):
                 assert isinstance(first, Worker)
                 keeping.create_task(self._keep(index, config, first))
             keeping.create_task(self._scrape())
+            assert self._public_port is not None
+            self._public_port.set_result(port)  # the map may send subscribers there now
             if listening is not None:
                 listening(port)
             await up
@@ -289,7 +315,7 @@ class Leader(RelayServer):
                 await asyncio.sleep(delay)
                 try:
                     connected = functools.partial(self._connected_one, index)
-                    worker = await _start(self._command, index, config, self._carry, connected)
+                    worker = await start(self._command, index, config, self._told, connected)
                     delay = RESTART_DELAY
                 except (OSError, WorkerError) as exc:
                     log.error("relay worker %d did not start again: %s", index, exc)
@@ -383,82 +409,3 @@ class Leader(RelayServer):
                     Sample(f"{name}_by_worker", "gauge", what, value, {"worker": str(index)})
                 )
         return [*merged(super().samples(), summed(self._texts.values())), *workers]
-
-
-class WorkerError(Exception):
-    """A worker exited, or said nothing, instead of serving."""
-
-
-@dataclasses.dataclass
-class Worker:
-    """A running worker process and its own loopback address."""
-
-    process: asyncio.subprocess.Process
-    address: str
-    drain: asyncio.Task[None]
-
-    async def stop(self, timeout: float = 10.0) -> None:
-        """SIGTERM, then SIGKILL after ``timeout``."""
-        if self.process.returncode is None:
-            with contextlib.suppress(ProcessLookupError):
-                self.process.terminate()
-            try:
-                await asyncio.wait_for(asyncio.shield(self.process.wait()), timeout)
-            except TimeoutError:
-                with contextlib.suppress(ProcessLookupError):
-                    self.process.kill()
-                await self.process.wait()
-        self.drain.cancel()
-
-
-async def _start(
-    command: list[str],
-    index: int,
-    config: RelayConfig,
-    carry: bool,
-    connected: Callable[[], None],
-) -> Worker:
-    """Start worker ``index`` running ``command`` with ``config`` on its stdin (and whether it
-    carries MQTT over WebSockets to its leader, ``relay.shell.carry``); returns it once it
-    listens, and calls ``connected`` once it says it is connected to the leader.
-
-    Its stderr is the leader's (one log); its stdout is read for its ready line, then drained.
-
-    Raises:
-        WorkerError: it exited first, or said nothing within ``START_TIMEOUT``.
-    """
-    process = await asyncio.create_subprocess_exec(
-        *command,
-        stdin=asyncio.subprocess.PIPE,
-        stdout=asyncio.subprocess.PIPE,
-        start_new_session=True,  # a terminal's ^C reaches the leader, which stops them
-    )
-    assert process.stdin is not None and process.stdout is not None
-    process.stdin.write(pickle.dumps((index, config, carry)))
-    process.stdin.close()
-    try:
-        async with asyncio.timeout(START_TIMEOUT):
-            while not (line := (await process.stdout.readline()).decode()).startswith(READY):
-                if not line:
-                    raise WorkerError(f"it exited ({await process.wait()})")
-    except (TimeoutError, WorkerError) as exc:
-        with contextlib.suppress(ProcessLookupError):
-            process.kill()
-        await process.wait()
-        raise WorkerError(str(exc) or f"no ready line within {START_TIMEOUT:g} s") from exc
-    drain = asyncio.create_task(_drain(process, connected))
-    return Worker(process, line[len(READY) :].strip(), drain)
-
-
-async def _drain(process: asyncio.subprocess.Process, connected: Callable[[], None]) -> None:
-    """Read the worker's stdout to its end, calling ``connected`` at its ``CONNECTED`` line."""
-    assert process.stdout is not None
-    while line := await process.stdout.readline():
-        if line.decode().startswith(CONNECTED):
-            connected()
-
-
-def read_text(url: str) -> bytes:
-    """The body at ``url`` (blocking, within 5 s)."""
-    with urllib.request.urlopen(url, timeout=5.0) as answer:
-        return bytes(answer.read())
