@@ -169,3 +169,41 @@ def test_moving_subscriptions_are_served_before_those_that_stay(
     assert sorted(order) == list(range(len(subscriptions)))
     kinds = [subscriptions[sid][2] for sid in order]
     assert kinds == sorted(kinds, reverse=True)  # every moving one first
+
+
+#: Views of a few parts: boxes and spheres (which warm) and a topic filter (which does not).
+held_views = st.lists(
+    st.tuples(
+        st.sampled_from(["agents", "topics"]),
+        st.one_of(
+            st.builds(
+                lambda x, y, w, h: Box((x, y), (x + w, y + h)),
+                st.floats(0, 700),
+                st.floats(0, 700),
+                st.floats(1, 60),
+                st.floats(1, 60),
+            ),
+            st.builds(lambda x, r: Sphere((x, x), r), st.floats(0, 700), st.floats(1, 30)),
+            st.sampled_from([TopicFilter("plant/#"), TopicFilter("yard/+/temp")]),
+        ),
+    ),
+    max_size=12,
+)
+
+
+@given(held_views, st.lists(st.integers(0, 2), max_size=12))
+def test_what_workers_warm_together_is_what_one_process_holding_their_views_warms(
+    held: list[tuple[str, View]], placed: list[int]
+) -> None:
+    """Oracle: rule 2 over every view at once (``warm``), whichever of three workers holds
+    each view; each worker tells its parts and its own ``warm`` of them."""
+    workers: list[list[tuple[str, View]]] = [[], [], []]
+    for i, subscription in enumerate(held):
+        workers[placed[i] if i < len(placed) else 0].append(subscription)
+    parts = {part_of(dataset, view, 256.0) for dataset, view in held}
+    told = []
+    for own in workers:
+        weights = {part_of(dataset, view, 256.0): 1.0 for dataset, view in own}
+        told.append((weights, handover.warm(own, weights, 256.0)))
+    assert handover.merged_warm(told, parts) == handover.warm(held, parts, 256.0)
+

@@ -127,8 +127,7 @@ def relay_parser(commands: Any, command: Command) -> None:
         help="processes serving --port: N > 1 makes this one their leader, holding the link"
         " upstream and its state in shared memory, and N workers, edge relays of it sharing the"
         " port (SO_REUSEPORT); 'auto': as many as the cores this process may run on; MQTT"
-        " sessions stay on the leader (docs/deploy.md) (default: auto; 1 in a map that forwards"
-        " or splits on load)",
+        " sessions stay on the leader (docs/deploy.md) (default: auto; 1 in a map that forwards)",
     )
     parser.add_argument(
         "--workers-port",
@@ -382,7 +381,7 @@ def run_relay(args: argparse.Namespace) -> int:
 
 def default_workers(cluster: Cluster) -> int:
     """``--workers`` not given: ``auto``, but one process in a map of responsibility whose
-    policy or balancer workers cannot share yet (``relay.config.one_process``)."""
+    policy workers cannot share yet (``relay.config.one_process``)."""
     from fanout.relay.config import one_process
 
     why = one_process(cluster)

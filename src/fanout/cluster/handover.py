@@ -22,7 +22,7 @@ from collections.abc import Iterable, Mapping
 
 from fanout.cluster.responsibility import ResponsibilityMap, part_of
 from fanout.errors import InvalidView
-from fanout.views import View, bounding_box, to_text
+from fanout.views import View, bounding_box, parse_region, to_text
 
 #: An (epoch, seq) of the publisher's stream.
 Stamp = tuple[int, int]
@@ -115,6 +115,24 @@ def warm(held: Iterable[tuple[str, View]], parts: Iterable[str], side: float) ->
         if all(math.isfinite(x) for x in (*box.lo, *box.hi)):
             out[part] = to_text(box)
     return out
+
+
+def merged_warm(
+    held: Iterable[tuple[Mapping[str, float], Mapping[str, str]]], parts: Iterable[str]
+) -> dict[str, str]:
+    """Rule 2 over the subscriptions of several processes (a relay's workers), each given as
+    (part -> how many it holds, ``warm`` of every part it holds): a part warms the bounding box
+    of every process's box of it, and nothing if one holds it without a box."""
+    wanted = set(parts)
+    boxes: dict[str, list[View]] = {}
+    bare: set[str] = set()
+    for weights, warmed in held:
+        for part in wanted.intersection(weights):
+            if part in warmed:
+                boxes.setdefault(part, []).append(parse_region(warmed[part]))
+            else:
+                bare.add(part)
+    return {part: to_text(bounding_box(views)) for part, views in boxes.items() if part not in bare}
 
 
 def due(sent: Stamp | None, last: Stamp | None, waited: float, *, align: float = ALIGN) -> bool:

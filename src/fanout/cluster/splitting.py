@@ -3,9 +3,9 @@ asks ``cluster.balance`` what to do, and carries it out through the map's assign
 (``cluster.registry`` rule 6; docs/cluster.md, "Split and merge on load"). Rules:
 
 1. **Samples** every ``EVERY`` s (subscriptions, pushes and no-updates a second, CPU share, rows),
-   the last ``dwell`` seconds kept. Under the forward policy only the subscriptions of the
-   relay's own parts count.
-2. **Parts** are weighed by their subscriptions (forward policy: also relays below's primitives).
+   the last ``dwell`` seconds kept; forward policy: the subscriptions of its own parts only.
+2. **Parts** are weighed by their subscriptions (forward policy: also relays below's primitives);
+   the core's (``Holdings``), or at a relay's leader its workers' (``relay.shell.workermap``).
 3. **Where a split goes:** the first idle standby (forward policy: the first named after this
    relay); with none, ``--split-command`` is run with a fresh name and awaited ``--split-wait``
    seconds, else the split fails and is tried after a dwell.
@@ -24,7 +24,7 @@ import shlex
 import time
 from collections import deque
 from collections.abc import Iterable, Mapping
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from fanout import cancelling
 from fanout.cluster import handover
@@ -34,7 +34,7 @@ from fanout.cluster.registry import REDIS_FAILURES, HandOverRefused, Registry
 from fanout.cluster.responsibility import ResponsibilityMap, part_of, taken_from
 from fanout.metrics import Sample
 from fanout.views import View
-from fanout.wire.messages import Error
+from fanout.wire.messages import Error, WorkerLoad
 
 if TYPE_CHECKING:
     from fanout.relay.core.relaycore import RelayCore
@@ -69,6 +69,8 @@ class Balancer:
         """
         self._core, self._registry, self.thresholds = core, registry, thresholds
         self._command, self._wait, self._forward = command, wait, forward
+        #: What it weighs: the core's subscriptions; a relay's leader: its workers' (rule 2).
+        self.holdings: Holdings = CoreHoldings(core, forward)
         self._samples: deque[Load] = deque(maxlen=int(thresholds.dwell / EVERY) + 2)
         self._last: tuple[float, float, float] | None = None  # (wall, cpu, pushes) at last sample
         self._last_move: float | None = None
@@ -92,14 +94,14 @@ class Balancer:
     def sample(self, now: float, parts: dict[str, float]) -> Load:
         """Take a sample of the relay's load at ``now`` (rule 1), ``parts`` as ``parts()``
         weighs them now."""
-        cpu, pushes = time.process_time(), float(self._core.pushes_sent)
+        held, pushes, cpu = self.holdings.figures()
         rate = share = 0.0
         if self._last is not None and now > self._last[0]:
             elapsed = now - self._last[0]
             share, rate = (cpu - self._last[1]) / elapsed, (pushes - self._last[2]) / elapsed
         self._last = (now, cpu, pushes)
         rows = sum(len(state.buffer.active) for state in self._core.datasets.values())
-        subscribers = sum(parts.values()) if self._forward else len(self._core.downstream)
+        subscribers = sum(parts.values()) if self._forward else held
         self.load = Load(now, subscribers, rate, share, rows)
         self._samples.append(self.load)
         return self.load
@@ -107,9 +109,8 @@ class Balancer:
     def parts(self) -> dict[str, float]:
         """The parts this relay holds subscriptions of and is responsible for, weighed by their
         subscriptions (rule 2; under the forward policy, relays' below primitives too)."""
-        held: list[tuple[str, View]] = [(s.dataset, s.view) for s in self._core.downstream]
-        pinned = self._core.downstream.pinned if self._forward else {}
-        return responsible(self._registry.map, self._registry.name, held, pinned)
+        table = self._registry.map
+        return owned(table, self._registry.name, self.holdings.weights(table.side))
 
     async def act(self, parts: dict[str, float]) -> None:
         """Split or merge if the thresholds say so (rules 3-5), ``parts`` as ``parts()``
@@ -143,8 +144,8 @@ class Balancer:
         if target is None:
             self.failures += 1
             return
-        held = [(s.dataset, s.view) for s in self._core.downstream]
-        warm = {} if self._forward else handover.warm(held, split.parts, self._registry.map.side)
+        side = self._registry.map.side
+        warm = {} if self._forward else self.holdings.warm(split.parts, side)
         await self._registry.assign(target, list(split.parts), warm)
         self.splits += 1
         moving = sum(parts[part] for part in split.parts)
@@ -255,18 +256,72 @@ def responsible(
     """The parts relay ``me`` is responsible for in ``table`` among those of ``held``
     subscriptions and ``pinned`` primitives (dataset -> view -> how many relays below hold it),
     each weighed by how many of them it holds (rule 2); {} if the map has no member."""
-    if not table.members:
-        return {}
+    return owned(table, me, weighed(held, pinned, table.side))
+
+
+def weighed(
+    held: Iterable[tuple[str, View]], pinned: Mapping[str, Mapping[View, int]], side: float
+) -> dict[str, float]:
+    """Part (of the grid of ``side``) -> how many of ``held`` and ``pinned`` it holds."""
     weights: dict[str, float] = {}
     for dataset, view in held:
-        part = part_of(dataset, view, table.side)
+        part = part_of(dataset, view, side)
         weights[part] = weights.get(part, 0.0) + 1.0
     for dataset, views in pinned.items():
         for view, count in views.items():
-            part = part_of(dataset, view, table.side)
+            part = part_of(dataset, view, side)
             weights[part] = weights.get(part, 0.0) + count
-    # Owners once per part, not per subscription: a relay holds many of each.
+    return weights
+
+
+def owned(table: ResponsibilityMap, me: str, weights: Mapping[str, float]) -> dict[str, float]:
+    """Of ``weights``, the parts relay ``me`` is responsible for in ``table`` ({} if the map
+    has no member). Owners once per part, not per subscription: a relay holds many of each."""
+    if not table.members:
+        return {}
     return {part: load for part, load in weights.items() if table.owner(part).name == me}
+
+
+class Holdings(Protocol):
+    """What a balancer weighs (rules 1, 2 and 6)."""
+
+    def weights(self, side: float) -> dict[str, float]:
+        """Part (of the grid of ``side``) -> the subscriptions held of it (forward policy:
+        relays' below primitives too)."""
+        ...
+
+    def warm(self, parts: Iterable[str], side: float) -> dict[str, str]:
+        """What the member a split hands ``parts`` to warms (``handover.warm``)."""
+        ...
+
+    def figures(self) -> tuple[int, float, float]:
+        """Subscriptions held, pushes and no-updates sent, CPU seconds used: so far."""
+        ...
+
+
+class CoreHoldings:
+    """A relay process's own subscriptions and counters (``Holdings``)."""
+
+    def __init__(self, core: RelayCore, forward: bool = False) -> None:
+        self._core, self._forward = core, forward
+
+    def weights(self, side: float) -> dict[str, float]:
+        held = [(s.dataset, s.view) for s in self._core.downstream]
+        return weighed(held, self._core.downstream.pinned if self._forward else {}, side)
+
+    def warm(self, parts: Iterable[str], side: float) -> dict[str, str]:
+        return handover.warm([(s.dataset, s.view) for s in self._core.downstream], parts, side)
+
+    def figures(self) -> tuple[int, float, float]:
+        core = self._core
+        return len(core.downstream), float(core.pushes_sent), time.process_time()
+
+    def told(self, side: float) -> WorkerLoad:
+        """What a relay's worker tells its leader of these holdings (``relay.shell.worker``)."""
+        weights = self.weights(side)
+        held, pushes, cpu = self.figures()
+        parts = {part: int(count) for part, count in weights.items()}
+        return WorkerLoad(side, parts, self.warm(weights, side), held, int(pushes), cpu)
 
 
 def moved_subscriptions(

@@ -417,8 +417,7 @@ class RelayConfig:
         """Raises:
         ConfigError: workers with what they cannot share yet (``relay.shell.workers``): in a
             map of responsibility, the forward policy (each worker would acquire from the
-            other relays) or split and merge on load (the balancer would weigh the workers'
-            load).
+            other relays).
         """
         if self.process.workers > 1 and (why := one_process(self.cluster)) is not None:
             raise ConfigError(f"--workers > 1 does not {why}")
@@ -435,10 +434,8 @@ class RelayConfig:
 
 def one_process(cluster: Cluster) -> str | None:
     """Why a relay of ``cluster`` runs as one process (``--workers 1``), or None: a relay of
-    a map with workers redirects (each worker by its leader's map), but neither forwards nor
-    splits and merges on load yet."""
+    a map with workers redirects (each worker by its leader's map) and splits and merges on
+    load (the leader weighing its workers' load), but does not forward yet."""
     if cluster.forwarding:
         return "forward subscriptions to other relays (--registry-policy forward)"
-    if cluster.thresholds.on:
-        return "split and merge on load (--split-above, --merge-below)"
     return None

@@ -49,6 +49,7 @@ from fanout.wire.messages import (
     Unsubscribe,
     Unsubscribed,
     Welcome,
+    WorkerLoad,
     Written,
 )
 from fanout.wire.options import Relevance, Resume, Tier, Transduce
@@ -413,6 +414,19 @@ VALID: list[Valid] = [
         "responsibility",
         "a relay's leader to its workers: its lease lapsed (it serves nothing)",
         Responsibility("edge-a", 256.0, {"edge-b": "ws://10.0.0.2:7701"}, serving=False),
+    ),
+    Valid(
+        "to_publisher",
+        "worker_load",
+        "a relay's worker to its leader: its subscriptions by part, what a split would warm",
+        WorkerLoad(
+            256.0,
+            {"agents/cell:0,0": 3, "sensors/topic:plant": 1},
+            {"agents/cell:0,0": "box:10,10,90,120"},
+            subscriptions=4,
+            pushes=1200,
+            cpu=3.5,
+        ),
     ),
     Valid(
         "to_publisher",

@@ -9,7 +9,7 @@ peer keeps decoding what a newer one sends. Conversations:
 * relay -> publisher: ``Hello``, then ``Acquire`` / ``Release`` (primitives), ``ReadState``.
 * publisher -> relay: ``Welcome`` and ``Catalog``, then one ``Batch`` per micro-batch,
   ``StateRows``, ``Error``; a relay's leader <-> its workers: ``Pending``, ``Settled``,
-  ``Responsibility`` down, ``Adopted``, ``MapWanted`` up.
+  ``Responsibility`` down, ``Adopted``, ``MapWanted``, ``WorkerLoad`` up.
 
 A ``reader`` talks to the publisher like a relay, holding no primitives and sent no batches; a
 ``producer`` sends ``Publish`` to ``ingest`` datasets, answered ``Published`` once durable.
@@ -397,6 +397,20 @@ class MapWanted(Frame, tag="map_wanted", frozen=True):
     (an HTTP stream is about to be redirected, ``Registry.confirm``)."""
 
 
+class WorkerLoad(Frame, tag="worker_load", frozen=True):
+    """A relay's worker to its leader only, every second while the relay splits and merges on
+    load (``cluster.splitting``): its subscriptions by part of the map's grid of ``side``, the
+    box each part warms (``handover.warm``: none for a part holding another view than a region),
+    and its counters so far: subscriptions, pushes and no-updates sent, CPU seconds."""
+
+    side: float
+    parts: dict[str, int] = {}
+    boxes: dict[str, str] = {}
+    subscriptions: int = 0
+    pushes: int = 0
+    cpu: float = 0.0
+
+
 class LiveWrites(Frame, tag="live_writes", frozen=True):
     """Whether this relay wants the writes to ``dataset`` made elsewhere passed at once
     (``Written``): it does while a ``latest`` subscription of it takes live writes, here or on
@@ -432,6 +446,7 @@ ToPublisher = (
     | LiveWrites
     | Adopted
     | MapWanted
+    | WorkerLoad
 )
 FromPublisher = (
     Welcome

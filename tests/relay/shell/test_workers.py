@@ -94,7 +94,6 @@ def test_the_leader_listens_on_loopback_for_its_workers_and_keeps_the_rest() -> 
         (lambda: Process(workers=0), "workers must be >= 1"),
         (lambda: Process(workers_port=70000), "workers_port"),
         (lambda: {"cluster": Cluster(registry="redis://r:6379", policy="forward")}, "forward"),
-        (lambda: {"cluster": Cluster(registry="r:1", split_above={"rows": 9})}, "split and merge"),
     ],
 )
 def test_what_workers_cannot_do_yet_is_refused(make: Callable[[], object], message: str) -> None:
@@ -110,7 +109,7 @@ def test_auto_workers_are_the_cores_the_relay_may_run_on(monkeypatch: pytest.Mon
     assert default_workers(Cluster()) == 3  # --workers not given: auto
     assert default_workers(Cluster(registry="redis://r:6379")) == 3  # a map redirecting
     assert default_workers(Cluster(registry="redis://r:6379", policy="forward")) == 1
-    assert default_workers(Cluster(registry="redis://r:6379", merge_below={"rows": 1})) == 1
+    assert default_workers(Cluster(registry="redis://r:6379", merge_below={"rows": 1})) == 3
     with pytest.raises(ValueError):
         workers_count("many")
 

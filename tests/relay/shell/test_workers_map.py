@@ -1,9 +1,10 @@
 """A relay of two workers in a map of responsibility (``fanout relay --workers 2 --registry``,
 issue 39): each worker redirects new subscriptions by its leader's map, ends the held ones a
 relay joining the map takes, and has its leader read the map afresh before it redirects an HTTP
-stream; the relay's figures are its workers' summed. Real relays as a user starts them, a real
-Redis Cluster; the publisher is the scripted one. A lapsed lease with workers is tested in
-``tests/integration/test_partitions.py`` (its relays run two workers each)."""
+stream; the relay splits on the load of all its workers; its figures are theirs summed. Real
+relays as a user starts them, a real Redis Cluster; the publisher is the scripted one. A lapsed
+lease and splits with Spark are tested in ``tests/integration`` (``test_partitions.py``,
+``test_split.py``: their relays run two workers each on CI)."""
 
 from __future__ import annotations
 
@@ -17,11 +18,12 @@ import httpx
 import pytest
 
 from fanout.client import SubscriptionError
-from fanout.cluster.responsibility import ResponsibilityMap
+from fanout.cluster.registry import connect as registry_client
+from fanout.cluster.responsibility import ResponsibilityMap, part_of
 from fanout.launch import running
 from fanout.metrics import scrape
 from fanout.testing.catalog import catalog, sensors
-from fanout.testing.clusterview import members_seen
+from fanout.testing.clusterview import assignments, members_seen
 from fanout.testing.ports import free_port
 from fanout.testing.publisher import ScriptedPublisher, serving
 from fanout.testing.redis import throwaway_redis_cluster
@@ -46,10 +48,10 @@ def registry() -> Iterator[str]:
         yield f"redis://{host}:{port}"
 
 
-def _relay(upstream: str, registry: str, name: str) -> list[str]:
+def _relay(upstream: str, registry: str, name: str, *extra: str) -> list[str]:
     args = ["--publisher", upstream, "--port", "0", "--name", name, "--workers", "2"]
     args += ["--workers-port", str(free_port()), "--registry", registry]
-    return [*args, "--registry-lease", str(LEASE), "--log-level", "info"]
+    return [*args, "--registry-lease", str(LEASE), "--log-level", "info", *extra]
 
 
 async def _ended(view: Any, timeout: float = 20.0) -> SubscriptionError:
@@ -128,3 +130,49 @@ async def test_each_worker_redirects_by_the_map_and_ends_what_a_joining_relay_ta
         assert counts["fanout_relay_map_unconfirmed_total"] == 0
         assert counts["fanout_relay_registry_members"] == 2
         assert counts["fanout_relay_workers"] == 2
+
+
+async def test_a_relay_of_workers_splits_on_the_load_of_all_its_workers(
+    registry: str, tmp_path: Path
+) -> None:
+    """Ten subscriptions over two workers, five each: only their sum passes the threshold of
+    seven, so the split is the leader weighing every worker's load."""
+    publisher = ScriptedPublisher(catalog(sensors()))
+    splitting = ["--split-above", "subscribers=7", "--merge-below", "subscribers=3"]
+    splitting += ["--split-dwell", "2"]
+    async with serving(publisher) as upstream, contextlib.AsyncExitStack() as stack:
+        giver = await stack.enter_async_context(
+            running("relay", [*_relay(upstream, registry, "g", *splitting)], tmp_path / "g.log")
+        )
+        standby = await stack.enter_async_context(
+            running(
+                "relay",
+                [*_relay(upstream, registry, "s", *splitting), "--standby"],
+                tmp_path / "s.log",
+            )
+        )
+        await members_seen([giver, standby], 2)
+        on_workers = await _on_two_workers(stack, giver.url)
+        views = {}
+        for i, text in enumerate(FILTERS[:10]):
+            views[text] = await on_workers[i % 2].subscribe(topic(text), dataset="sensors")
+        counts = await eventually(
+            lambda: scrape(giver.url),
+            lambda now: now["fanout_relay_splits_total"] == 1,
+            in_thread=True,
+            timeout=60,
+            what="the giver to split",
+        )
+        assert counts["fanout_relay_load_subscribers"] == 10  # both workers' subscriptions
+        # The parts handed over take their subscriptions to the standby, on either worker.
+        redis = registry_client(registry)
+        try:
+            handed = await assignments(redis)
+        finally:
+            await redis.aclose()
+        moved = [t for t in views if part_of("sensors", topic(t)) in handed]
+        assert 0 < len(moved) < len(views)
+        assert {FILTERS.index(text) % 2 for text in moved} == {0, 1}, "on each worker"
+        assert {held.member for held in handed.values()} == {"s"}
+        for error in await asyncio.gather(*(_ended(views[text]) for text in moved)):
+            assert (error.code, error.location) == ("redirect", standby.url)

@@ -57,6 +57,8 @@ class Told:
     carry: bool = False
     #: The relay is in a map of responsibility: the leader tells the worker its map.
     in_map: bool = False
+    #: The relay splits and merges on load: the worker tells the leader its load every second.
+    balancing: bool = False
 
 
 async def start(

@@ -21,6 +21,7 @@ import urllib.parse
 from collections.abc import Callable
 
 from fanout.cluster.mapcopy import MapCopy
+from fanout.cluster.splitting import EVERY, CoreHoldings
 from fanout.http.admin import PATHS as ADMIN
 from fanout.http.server import DATASETS, HttpFrontEnd
 from fanout.metrics import PATH, Histogram, Sample
@@ -54,6 +55,7 @@ class WorkerServer(RelayServer):
         super().__init__(config)
         self.index = index
         told = told or Told()
+        self._balancing = told.balancing
         #: The leader's map, if the relay is in one: what redirects this worker's subscriptions.
         self.map: MapCopy | None = None
         if told.in_map:
@@ -89,6 +91,8 @@ class WorkerServer(RelayServer):
             await self.own.start(self, tasks)
             if self.map is not None:
                 tasks.create_task(self.map.run())
+                if self._balancing:
+                    tasks.create_task(self._tell_load(self.map))
             try:
                 await super().run(
                     lambda _: print(CONNECTED, flush=True),
@@ -96,6 +100,15 @@ class WorkerServer(RelayServer):
                 )
             finally:
                 await self.own.stop()
+
+    async def _tell_load(self, copy: MapCopy) -> None:
+        """Every ``splitting.EVERY`` s, tell the leader this worker's load (its balancer weighs
+        every worker's, ``relay.shell.workermap``), once it was told a map."""
+        holdings = CoreHoldings(self.core)
+        while True:
+            await asyncio.sleep(EVERY)
+            if copy.name and self.upstream.connected:
+                self.upstream.send(codec.encode(holdings.told(copy.map.side)))
 
     def _ask(self) -> bool:
         """Ask the leader to read its map afresh (``cluster.mapcopy`` rule 3); False: not

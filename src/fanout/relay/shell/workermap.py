@@ -6,19 +6,23 @@ the map it is told (``cluster.mapcopy``). Rules:
 2. **On every change**: the map read changed, the lease lapsed, or it is the relay's again.
 3. **Asked afresh** (``MapWanted``): the leader reads the map (``Registry.fresh``) and answers
    the worker that asked with it, read or not (Redis away: the map as last read).
+4. **Load**: splitting on load, the leader's balancer weighs the workers' subscriptions as each
+   last told them (``WorkerLoad``, every second), and its CPU with theirs (``WorkersLoad``).
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Callable, Iterable
 
+from fanout.cluster import handover
 from fanout.cluster.mapcopy import telling
 from fanout.cluster.registry import REDIS_FAILURES, Registry
 from fanout.relay.core.sends import Send
 from fanout.tiers.below import Relays
-from fanout.wire.messages import Responsibility
+from fanout.wire.messages import Responsibility, WorkerLoad
 
 log = logging.getLogger(__name__)
 
@@ -67,3 +71,46 @@ class MapForWorkers:
             log.warning("registry: reading the map for a worker failed: %s", error)
         if client in self._relays.below:
             self._dispatch([Send(client, self.frame())])
+
+
+class WorkersLoad:
+    """What a leader's balancer weighs (``cluster.splitting.Holdings``, rule 4): its workers'
+    subscriptions as each last told them, their counters summed with those of the workers gone
+    (so that the sums never fall when one restarts), and its own CPU with theirs."""
+
+    def __init__(self) -> None:
+        self._told: dict[int, WorkerLoad] = {}
+        self._gone_pushes, self._gone_cpu = 0, 0.0
+
+    def told(self, client: int, frame: WorkerLoad) -> None:
+        """Worker ``client`` says what it holds now."""
+        self._told[client] = frame
+
+    def gone(self, client: int) -> None:
+        """Worker ``client``'s connection ended: what it last told counts as gone."""
+        frame = self._told.pop(client, None)
+        if frame is not None:
+            self._gone_pushes += frame.pushes
+            self._gone_cpu += frame.cpu
+
+    def _of(self, side: float) -> list[WorkerLoad]:
+        """What the workers told of the map's grid of ``side`` (one told before it knew the
+        map is counted from its next report)."""
+        return [frame for frame in self._told.values() if frame.side == side]
+
+    def weights(self, side: float) -> dict[str, float]:
+        total: dict[str, float] = {}
+        for frame in self._of(side):
+            for part, count in frame.parts.items():
+                total[part] = total.get(part, 0.0) + count
+        return total
+
+    def warm(self, parts: Iterable[str], side: float) -> dict[str, str]:
+        return handover.merged_warm(((f.parts, f.boxes) for f in self._of(side)), parts)
+
+    def figures(self) -> tuple[int, float, float]:
+        told = list(self._told.values())
+        held = sum(frame.subscriptions for frame in told)
+        pushes = self._gone_pushes + sum(frame.pushes for frame in told)
+        cpu = time.process_time() + self._gone_cpu + sum(frame.cpu for frame in told)
+        return held, float(pushes), cpu

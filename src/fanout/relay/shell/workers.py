@@ -41,10 +41,18 @@ from fanout.relay.shell.processes import Told, Worker, WorkerError, read_text, s
 from fanout.relay.shell.server import RelayServer
 from fanout.relay.shell.sharedstate import SharedStore
 from fanout.relay.shell.summing import merged, summed
-from fanout.relay.shell.workermap import MapForWorkers
+from fanout.relay.shell.workermap import MapForWorkers, WorkersLoad
 from fanout.tiers.passing import PassedWrites
 from fanout.tiers.shared import LAG
-from fanout.wire.messages import Error, Frame, Hello, MapWanted, Publish, Published
+from fanout.wire.messages import (
+    Error,
+    Frame,
+    Hello,
+    MapWanted,
+    Publish,
+    Published,
+    WorkerLoad,
+)
 
 log = logging.getLogger(__name__)
 
@@ -134,7 +142,12 @@ class Leader(RelayServer):
         self._texts: dict[int, str] = {}
         #: What a worker is told besides its configuration: whether it carries MQTT over
         #: WebSockets to the leader's port (``relay.shell.carry``), and is told a map.
-        self._told = Told(carry=config.mqtt.websocket, in_map=config.cluster.registry is not None)
+        cluster = config.cluster
+        self._told = Told(
+            carry=config.mqtt.websocket,
+            in_map=cluster.registry is not None,
+            balancing=cluster.registry is not None and cluster.thresholds.on,
+        )
         #: The workers connected to the leader, by index; set once all are, the first time.
         self._connected: set[int] = set()
         self._all_connected = asyncio.Event()
@@ -146,10 +159,16 @@ class Leader(RelayServer):
         self._writes = PassedWrites(self.relays)
         #: The map of responsibility told to the workers, in a map (``relay.shell.workermap``).
         self.map: MapForWorkers | None = None
+        #: What the leader's balancer weighs, splitting on load: its workers' load.
+        self.load: WorkersLoad | None = None
         if self.membership is not None:
             self.map = MapForWorkers(self.membership.registry, self.relays, self._dispatch)
             self._welcome = self.relays.welcome
             self.relays.welcome = self._welcome_worker  # type: ignore[method-assign]
+            if self.membership.balancer is not None:
+                self.load = self.membership.balancer.holdings = WorkersLoad()
+                self._gone = self.relays.gone
+                self.relays.gone = self._worker_gone  # type: ignore[method-assign]
         self._public_port: asyncio.Future[int] | None = None
         self.http.elsewhere[PATH] = self.metrics_now
         for path in ADMIN:  # the relay's answers: the leader's and its workers' merged
@@ -178,6 +197,9 @@ class Leader(RelayServer):
         if isinstance(frame, MapWanted) and self.map is not None:
             self.map.wanted(client)
             return []
+        if isinstance(frame, WorkerLoad) and self.load is not None:
+            self.load.told(client, frame)
+            return []
         if isinstance(frame, Publish):
             self._writes.forwarding(client, frame)
             self.write(client, frame)  # a write refused here is answered at once: passed to none
@@ -191,6 +213,12 @@ class Leader(RelayServer):
         if isinstance(welcomed, Error) or self.map is None:
             return welcomed
         return [self.map.welcome(client), *welcomed]
+
+    def _worker_gone(self, client: int) -> None:
+        """A worker's connection ended: its load is no longer told (``workermap``)."""
+        self._gone(client)
+        if self.load is not None:
+            self.load.gone(client)
 
     async def advertised(self) -> str:
         """The relay's URL in the map (``--advertise``, else the relay's port as given), once
