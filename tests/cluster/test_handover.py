@@ -206,4 +206,3 @@ def test_what_workers_warm_together_is_what_one_process_holding_their_views_warm
         weights = {part_of(dataset, view, 256.0): 1.0 for dataset, view in own}
         told.append((weights, handover.warm(own, weights, 256.0)))
     assert handover.merged_warm(told, parts) == handover.warm(held, parts, 256.0)
-
