@@ -48,9 +48,9 @@ class WorkerServer(RelayServer):
         config: its configuration (``relay.shell.workers.worker_config``).
         index: its number among the leader's workers, from 1.
         told: whether it carries MQTT over WebSockets on the relay's port to the leader's
-            port, where the MQTT sessions are (``relay.shell.carry``), and whether the
-            relay is in a map of responsibility, whose map the leader tells it
-            (``cluster.mapcopy``).
+            port, where the MQTT sessions are (``relay.shell.carry``); whether the relay is
+            in a map of responsibility, whose map the leader tells it (``cluster.mapcopy``),
+            and splits on load, when it tells the leader its load every second.
         """
         super().__init__(config)
         self.index = index

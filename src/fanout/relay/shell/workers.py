@@ -141,7 +141,8 @@ class Leader(RelayServer):
         self.restarts = 0
         self._texts: dict[int, str] = {}
         #: What a worker is told besides its configuration: whether it carries MQTT over
-        #: WebSockets to the leader's port (``relay.shell.carry``), and is told a map.
+        #: WebSockets to the leader's port (``relay.shell.carry``), is told a map, and tells
+        #: its load (``relay.shell.workermap``).
         cluster = config.cluster
         self._told = Told(
             carry=config.mqtt.websocket,
