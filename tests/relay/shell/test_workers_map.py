@@ -54,6 +54,13 @@ def _relay(upstream: str, registry: str, name: str, *extra: str) -> list[str]:
     return [*args, "--registry-lease", str(LEASE), "--log-level", "info", *extra]
 
 
+async def _once(url: str, name: str, what: str, timeout: float = 30) -> dict[str, float]:
+    """The relay's figures at ``url`` once its counter ``name`` is 1."""
+    return await eventually(
+        lambda: scrape(url), lambda now: now[name] == 1, in_thread=True, timeout=timeout, what=what
+    )
+
+
 async def _ended(view: Any, timeout: float = 20.0) -> SubscriptionError:
     """The error ``view`` ended with (its updates read until then)."""
 
@@ -117,13 +124,7 @@ async def test_each_worker_redirects_by_the_map_and_ends_what_a_joining_relay_ta
             "http" + b.url.removeprefix("ws")
         )
 
-        counts = await eventually(
-            lambda: scrape(a.url),
-            lambda now: now["fanout_relay_map_confirmed_total"] == 1,
-            in_thread=True,
-            timeout=30,
-            what="the HTTP stream's redirect confirmed",
-        )
+        counts = await _once(a.url, "fanout_relay_map_confirmed_total", "the redirect confirmed")
         # Summed over the workers: two WebSocket redirects and the HTTP stream's; the
         # registry's figures are the leader's, not one per process.
         assert counts["fanout_relay_redirected_total"] == 3
@@ -156,13 +157,7 @@ async def test_a_relay_of_workers_splits_on_the_load_of_all_its_workers(
         views = {}
         for i, text in enumerate(FILTERS[:10]):
             views[text] = await on_workers[i % 2].subscribe(topic(text), dataset="sensors")
-        counts = await eventually(
-            lambda: scrape(giver.url),
-            lambda now: now["fanout_relay_splits_total"] == 1,
-            in_thread=True,
-            timeout=60,
-            what="the giver to split",
-        )
+        counts = await _once(giver.url, "fanout_relay_splits_total", "the giver to split", 60)
         assert counts["fanout_relay_load_subscribers"] == 10  # both workers' subscriptions
         # The parts handed over take their subscriptions to the standby, on either worker.
         redis = registry_client(registry)
