@@ -4,11 +4,13 @@
 
 from __future__ import annotations
 
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
 from fanout.cluster.responsibility import part_of
 from fanout.cluster.splitting import CoreHoldings
+from fanout.errors import InvalidView
 from fanout.relay.shell.workermap import WorkersLoad
 from fanout.testing.relaycore import ready_core
 from fanout.views import Box
@@ -59,4 +61,13 @@ def test_the_leader_weighs_every_workers_subscriptions_and_its_sums_never_fall()
     load.gone(2)
     load.told(4, WorkerLoad(SIDE, {}, {}, 0, 5))
     assert load.figures()[:2] == (10, 165.0) and load.figures()[2] >= 1.5
+    assert load.warm(["a/cell:0,0"], SIDE) == {"a/cell:0,0": "box:0,0,5,5"}
+
+
+def test_a_report_with_a_box_that_is_no_region_is_refused_and_the_last_one_stands() -> None:
+    load = WorkersLoad()
+    load.told(1, WorkerLoad(SIDE, {"a/cell:0,0": 1}, {"a/cell:0,0": "box:0,0,5,5"}, 1))
+    with pytest.raises(InvalidView):
+        load.told(1, WorkerLoad(SIDE, {"a/cell:0,0": 9}, {"a/cell:0,0": "box:nonsense"}, 9))
+    assert load.weights(SIDE) == {"a/cell:0,0": 1.0}
     assert load.warm(["a/cell:0,0"], SIDE) == {"a/cell:0,0": "box:0,0,5,5"}

@@ -22,6 +22,7 @@ from fanout.cluster.mapcopy import telling
 from fanout.cluster.registry import REDIS_FAILURES, Registry
 from fanout.relay.core.sends import Send
 from fanout.tiers.below import Relays
+from fanout.views import parse_region
 from fanout.wire.messages import Responsibility, WorkerLoad
 
 log = logging.getLogger(__name__)
@@ -83,7 +84,13 @@ class WorkersLoad:
         self._gone_pushes, self._gone_cpu = 0, 0.0
 
     def told(self, client: int, frame: WorkerLoad) -> None:
-        """Worker ``client`` says what it holds now."""
+        """Worker ``client`` says what it holds now.
+
+        Raises:
+            InvalidView: a box that is no region's text (the last report stands).
+        """
+        for text in frame.boxes.values():
+            parse_region(text)  # read again at a split: refused now, not then
         self._told[client] = frame
 
     def gone(self, client: int) -> None:

@@ -30,6 +30,7 @@ from http import HTTPStatus
 from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4
 
 from fanout.auth import Grant
+from fanout.errors import InvalidView
 from fanout.http.admin import PATHS as ADMIN
 from fanout.http.answers import Answer, plain_headers
 from fanout.metrics import PATH, Histogram, Sample, render
@@ -199,7 +200,10 @@ class Leader(RelayServer):
             self.map.wanted(client)
             return []
         if isinstance(frame, WorkerLoad) and self.load is not None:
-            self.load.told(client, frame)
+            try:
+                self.load.told(client, frame)
+            except InvalidView as error:
+                return [Send(client, Error("protocol", f"worker_load: {error}"))]
             return []
         if isinstance(frame, Publish):
             self._writes.forwarding(client, frame)
