@@ -457,6 +457,10 @@ async def test_a_split_and_a_merge_under_the_forward_policy_move_the_upstream_wo
             every=0.2,
             what="the moved cells forwarded from the standby",
         )
+        if await metric(giver.url, "fanout_relay_workers") > 1:
+            # The giver's leader acquired the cells anew: its workers were told which of their
+            # primitives wait for snapshots (``Resync``), their ``every`` views audited below.
+            assert await metric(giver.url, "fanout_relay_resyncs_taken_total") > 0
         # What the balancers count now: the giver the subscriptions of the cells it kept, the
         # standby the primitives the giver forwards from it (neither splits nor merges).
         await eventually(

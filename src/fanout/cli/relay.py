@@ -21,7 +21,7 @@ from fanout.cli.settings import fields_given
 from fanout.errors import ConfigError
 
 if TYPE_CHECKING:
-    from fanout.relay.config import Cluster, RelayConfig
+    from fanout.relay.config import RelayConfig
     from fanout.relay.core.planner import Policy
     from fanout.relay.shell.server import RelayServer
 
@@ -127,7 +127,7 @@ def relay_parser(commands: Any, command: Command) -> None:
         help="processes serving --port: N > 1 makes this one their leader, holding the link"
         " upstream and its state in shared memory, and N workers, edge relays of it sharing the"
         " port (SO_REUSEPORT); 'auto': as many as the cores this process may run on; MQTT"
-        " sessions stay on the leader (docs/deploy.md) (default: auto; 1 in a map that forwards)",
+        " sessions stay on the leader (docs/deploy.md) (default: auto)",
     )
     parser.add_argument(
         "--workers-port",
@@ -363,7 +363,7 @@ def run_relay(args: argparse.Namespace) -> int:
         mqtt=mqtt_config(args),
         process=Process(
             loop=args.loop,
-            workers=default_workers(cluster) if args.workers is None else args.workers,
+            workers=default_workers() if args.workers is None else args.workers,
             workers_port=args.workers_port,
             shared_state=args.shared_state,
             **_allocator_given(args),
@@ -379,15 +379,8 @@ def run_relay(args: argparse.Namespace) -> int:
     return 0
 
 
-def default_workers(cluster: Cluster) -> int:
-    """``--workers`` not given: ``auto``, but one process in a map of responsibility whose
-    policy workers cannot share yet (``relay.config.one_process``)."""
-    from fanout.relay.config import one_process
-
-    why = one_process(cluster)
-    if why is not None:
-        log.info("relay: one process: a relay of workers does not %s", why)
-        return 1
+def default_workers() -> int:
+    """``--workers`` not given: ``auto``."""
     return workers_count("auto")
 
 

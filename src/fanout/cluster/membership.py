@@ -26,7 +26,7 @@ from fanout.cluster.registry import REDIS_FAILURES, Registry
 from fanout.cluster.registry import connect as registry_client
 from fanout.cluster.responsibility import ResponsibilityMap
 from fanout.cluster.settings import Cluster
-from fanout.cluster.sharing import Publisher, Sharing, Writer
+from fanout.cluster.sharing import Coverage, Publisher, Sharing, Writer
 from fanout.cluster.splitting import Balancer
 from fanout.cluster.warming import Warming
 from fanout.metrics import Sample
@@ -50,6 +50,7 @@ class Membership:
         writer: Writer,
         publisher: Publisher,
         *,
+        coverage: Coverage,
         dispatch: Callable[[Iterable[Send]], None],
         wake: Callable[[], None],
     ) -> None:
@@ -59,6 +60,7 @@ class Membership:
         core: the relay's core.
         writer: where whole seqs go (the forward policy's assembled seqs).
         publisher: the link to the publisher.
+        coverage: the relay's coverage, with the relays below (the forward policy resyncs).
         dispatch: sends what the core answers.
         wake: wakes the relay's pump (subscriptions ended).
 
@@ -88,7 +90,7 @@ class Membership:
         #: The forward policy's routing of primitives to their owners (None: redirects).
         self.sharing: Sharing | None = None
         if settings.policy == "forward":
-            self.sharing = Sharing(core, self.registry, writer, publisher, dispatch)
+            self.sharing = Sharing(coverage, self.registry, writer, publisher, dispatch)
         else:
             self.registry.watchers.append(self._parts_moved)
             self.registry.lapse_watchers.append(self._lapsed)

@@ -22,7 +22,7 @@ from fanout.connection import Outbound, dial
 from fanout.errors import ProtocolError
 from fanout.wire import codec
 from fanout.wire.handshake import check_welcome
-from fanout.wire.messages import PROTOCOL_VERSION, Batch, Catalog, Error, Hello
+from fanout.wire.messages import PROTOCOL_VERSION, Batch, Catalog, Error, Hello, Resync
 
 log = logging.getLogger(__name__)
 
@@ -45,6 +45,7 @@ class PeerLink:
         tls_ca: Path | None = None,
         on_batch: Callable[[str, Batch], Awaitable[None]],
         on_error: Callable[[str, Error], None],
+        on_resync: Callable[[Resync], None],
     ) -> None:
         """Args:
         name: the other relay's name in the map.
@@ -54,10 +55,11 @@ class PeerLink:
         tls_ca: CA file to check a ``wss://`` relay with.
         on_batch: awaited with (name, batch) for every batch read, in order.
         on_error: called with (name, error) for an error the other relay sent.
+        on_resync: called with a ``Resync`` the other relay sent, after the batches before it.
         """
         self.name, self.url = name, url
         self._me, self._token, self._tls_ca = me, token, tls_ca
-        self._on_batch, self._on_error = on_batch, on_error
+        self._on_batch, self._on_error, self._on_resync = on_batch, on_error, on_resync
         self._outbound: Outbound | None = None
         self._waiting: list[bytes] = []
         self._transport: object | None = None
@@ -117,3 +119,5 @@ class PeerLink:
                             self._waiting.clear()
                         case Error():
                             self._on_error(self.name, frame)
+                        case Resync():
+                            self._on_resync(frame)

@@ -24,9 +24,9 @@ from fanout.cluster.peerlink import PeerLink
 from fanout.cluster.registry import Registry
 from fanout.cluster.responsibility import ResponsibilityMap
 from fanout.cluster.upstreams import PUBLISHER, Taken, Upstreams, acquired_anew, routing_map
-from fanout.relay.core.relaycore import UPSTREAM, RelayCore, Send
+from fanout.relay.core.relaycore import UPSTREAM, Send
 from fanout.wire import codec
-from fanout.wire.messages import Batch, Catalog, Error
+from fanout.wire.messages import Batch, Catalog, Error, Resync
 
 log = logging.getLogger(__name__)
 
@@ -60,25 +60,38 @@ class Writer(Protocol):
 RETRY_AFTER = 5.0
 
 
+class Coverage(Protocol):
+    """What sharing asks of the relay when part of a stream is lost (``tiers.below.Relays``):
+    each also tells the relays below which of their primitives wait for snapshots again."""
+
+    def resync(self, dataset: str) -> list[Send]:
+        """Acquire ``dataset``'s primitives anew (``RelayCore.resync``)."""
+        ...
+
+    def on_resync(self, resync: Resync) -> list[Send]:
+        """An upstream relay's ``Resync`` (``RelayCore.unready``)."""
+        ...
+
+
 class Sharing:
     """The upstreams of a relay with the forward policy."""
 
     def __init__(
         self,
-        core: RelayCore,
+        coverage: Coverage,
         registry: Registry,
         writer: Writer,
         publisher: Publisher,
         dispatch: Callable[[Iterable[Send]], None],
     ) -> None:
         """Args:
-        core: the relay's core (resynced when part of a stream is lost).
+        coverage: the relay's coverage (resynced when part of a stream is lost).
         registry: the map.
         writer: where whole seqs go.
         publisher: the link to the publisher (``relay.shell.upstreamlink``).
         dispatch: sends the core's frames.
         """
-        self._core, self._registry, self._writer = core, registry, writer
+        self._coverage, self._registry, self._writer = coverage, registry, writer
         self._to_publisher, self._dispatch = publisher.send, dispatch
         self._wake = publisher.wake
         self._publisher, self._tls_ca = publisher, publisher.tls_ca
@@ -137,6 +150,7 @@ class Sharing:
                 tls_ca=self._tls_ca,
                 on_batch=self.on_piece,
                 on_error=self._refused,
+                on_resync=self._resynced,
             )
             self._links[name] = link
             assert self._group is not None, "the relay runs Sharing.run before it sends"
@@ -180,11 +194,17 @@ class Sharing:
             elif (link := self._links.get(upstream)) is not None:
                 link.send(data)
         for dataset in taken.resync:
-            self._dispatch(self._core.resync(dataset))
+            self._dispatch(self._coverage.resync(dataset))
             self._wake()
         for batch in taken.batches:
             self._writer.put(batch)
             await self._writer.room(1)
+
+    def _resynced(self, resync: Resync) -> None:
+        """A relay forwarded from lacks changes inside primitives of this relay's until it
+        sends their snapshots again: they wait for them, ``every`` views catching up."""
+        self._dispatch(self._coverage.on_resync(resync))
+        self._wake()
 
     def publisher_lost(self) -> None:
         """The publisher is lost: the core acquires everything anew once it is back, so the
@@ -221,7 +241,7 @@ class Sharing:
         )
         for dataset in sorted(datasets):
             log.info("%s: %s acquired anew, routed by the new map", why, dataset)
-            self._dispatch(self._core.resync(dataset))
+            self._dispatch(self._coverage.resync(dataset))
         if datasets:
             self._wake()
 

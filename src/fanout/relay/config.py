@@ -413,15 +413,6 @@ class RelayConfig:
     cluster: Cluster = field(default_factory=Cluster)
     mqtt: Mqtt = field(default_factory=Mqtt)
 
-    def __post_init__(self) -> None:
-        """Raises:
-        ConfigError: workers with what they cannot share yet (``relay.shell.workers``): in a
-            map of responsibility, the forward policy (each worker would acquire from the
-            other relays).
-        """
-        if self.process.workers > 1 and (why := one_process(self.cluster)) is not None:
-            raise ConfigError(f"--workers > 1 does not {why}")
-
     @property
     def policy(self) -> Policy:
         """The coverage policy the relay plans with: ``planning.policy`` if given, otherwise
@@ -430,12 +421,3 @@ class RelayConfig:
         if self.planning.policy is not None:
             return self.planning.policy
         return IN_A_MAP if self.cluster.registry is not None else Policy()
-
-
-def one_process(cluster: Cluster) -> str | None:
-    """Why a relay of ``cluster`` runs as one process (``--workers 1``), or None: a relay of
-    a map with workers redirects (each worker by its leader's map) and splits and merges on
-    load (the leader weighing its workers' load), but does not forward yet."""
-    if cluster.forwarding:
-        return "forward subscriptions to other relays (--registry-policy forward)"
-    return None

@@ -41,6 +41,7 @@ from fanout.wire.messages import (
     ReadState,
     Release,
     Responsibility,
+    Resync,
     Settled,
     StateRows,
     Subscribe,
@@ -304,6 +305,12 @@ VALID: list[Valid] = [
         "acquire one entity's row",
         Acquire(3, "agents", Entity(42)),
     ),
+    Valid(
+        "to_publisher",
+        "acquire_below",
+        "a relay's worker to its leader: a primitive for the relays below the worker",
+        Acquire(4, "agents", Box((0, 0), (10, 10)), below=True),
+    ),
     Valid("to_publisher", "release", "release primitive 1", Release(1)),
     Valid(
         "to_publisher",
@@ -363,6 +370,12 @@ VALID: list[Valid] = [
         "dataset_state",
         "a dataset's query stopped",
         DatasetState("agents", False, reason="source lost", retry_in=5.0),
+    ),
+    Valid(
+        "from_publisher",
+        "resync",
+        "a relay to a relay below: primitives 3 and 5 wait for their snapshots again",
+        Resync("agents", [3, 5]),
     ),
     Valid(
         "from_publisher",

@@ -5,18 +5,19 @@
    ``resume`` answered ``resync`` (this window holds only what this relay's coverage saw).
 2. **Acquire.** Pinned here, what is not covered acquired upstream; its snapshot goes down,
    stamped with the last seq forwarded, once ready primitives cover it; refused: ``invalid_view``.
-3. **Batches.** Each batch goes below once decoded (with snapshots: once written), before its
-   swap, cut to each relay's live primitives (``tiers.cut``), those snapshotted here whole; a
-   write made elsewhere (``Written``) to those wanting it whose primitives hold a row (deletes).
+3. **Batches.** Each goes below once decoded (with snapshots: once written), before its swap,
+   cut to each relay's live primitives (``tiers.cut``); ``Written`` to those it concerns.
 4. **Curiosity.** Answered from the window for the seqs whole there, the rest passed up merged
    with others': each seq asked once while in flight (``tiers.curiosity``).
 5. **Upward.** Horizons and live writes wanted, this relay's and the relays' below combined.
-6. **Losing upstream.** The relays below are dropped (``upstream_lost``), to connect again.
+6. **Losing upstream**: the relays below are dropped, to connect again; **losing coverage**
+   (``resync``, ``Resync``): what is no longer covered ready waits for snapshots (rule 2).
 Kinds differ by their answers alone (``primitive``, ``holds``, ``contents``). See docs/cluster.md.
 """
 
 from __future__ import annotations
 
+import functools
 import sys
 
 import msgspec
@@ -49,6 +50,7 @@ from fanout.wire.messages import (
     LiveWrites,
     Pending,
     Release,
+    Resync,
     Written,
 )
 
@@ -71,7 +73,8 @@ class Relays:
         forwarded: batches sent to relays below; snapshots: primitives below made live;
         asked: curiosity requests from relays below; passed: requests passed upstream for
         them, and passed_seqs their seqs; merged: asks needing no new request (their seqs
-        already asked); answered: answered from the window.
+        already asked); answered: answered from the window; resyncs_sent, resyncs_taken:
+        ``Resync`` frames sent below and taken from upstream.
     """
 
     def __init__(self, core: RelayCore, max_primitives: int = 10_000) -> None:
@@ -92,13 +95,8 @@ class Relays:
         self.shared: Publishing | None = None
         #: A worker's generations of its leader's shared state, told it (``Adopted``).
         self.adopting = Adopting()
-        self.forwarded = 0
-        self.snapshots = 0
-        self.asked = 0
-        self.passed = 0
-        self.passed_seqs = 0
-        self.merged = 0
-        self.answered = 0
+        self.forwarded = self.snapshots = self.asked = self.passed = self.passed_seqs = 0
+        self.merged = self.answered = self.resyncs_sent = self.resyncs_taken = 0
 
     # -- the writer's side (relay.writer.Core) ---------------------------------------------
 
@@ -174,9 +172,7 @@ class Relays:
     def gone(self, client: int) -> None:
         """A relay below went away: its primitives are unpinned (released here later)."""
         below = self.below.pop(client, None)
-        if below is None:
-            return
-        for held in below.prims.values():
+        for held in () if below is None else below.prims.values():
             self.core.downstream.unpin(held.dataset, held.view)
         self.curiosity.gone(client)
         self._reading()
@@ -393,7 +389,7 @@ class Relays:
         if all(change is not None and change.whole for change in known):
             self.answered += 1
             return [
-                Send(below.client, _knowledge(curious.req, curious.dataset, change, self.core))
+                Send(below.client, cut.knowledge(curious.req, curious.dataset, change, self.core))
                 for change in known
                 if change is not None
             ]
@@ -417,22 +413,38 @@ class Relays:
         self.passed_seqs += sum(r.last - r.first + 1 for r in requests)
         self.merged += not requests
         return [
-            Send(below.client, _knowledge(curious.req, curious.dataset, change, self.core))
+            Send(below.client, cut.knowledge(curious.req, curious.dataset, change, self.core))
             for change in held
         ] + [Send(UPSTREAM, Curious(r.req, r.dataset, r.epoch, r.first, r.last)) for r in requests]
 
     def on_knowledge(self, knowledge: Knowledge) -> tuple[bool, list[Send]]:
         """Knowledge from upstream: kept in the window, and sent to every relay below waiting
         for that seq (``tiers.curiosity``). Returns whether a subscription here was waiting
-        for it, and the sends.
-
-        Raises:
-            ProtocolError: its columns do not fit the catalog (``RelayCore.on_knowledge``).
-        """
+        for it, and the sends. Raises ProtocolError as ``RelayCore.on_knowledge``."""
         waiting = self.core.on_knowledge(knowledge)
         askers = self.curiosity.answer(knowledge.req, knowledge.seq)
         replace = msgspec.structs.replace
         return waiting, [Send(client, replace(knowledge, req=req)) for client, req in askers]
+
+    def resync(self, dataset: str) -> list[Send]:
+        """``RelayCore.resync``, and each relay below told which of its primitives wait for
+        their snapshots again, no longer covered by ready primitives here (``Resync``)."""
+        return self.core.resync(dataset) + self._unready_below(dataset)
+
+    def on_resync(self, resync: Resync) -> list[Send]:
+        """The upstream's batches lack the changes inside some primitives until it sends their
+        snapshots again (``RelayCore.unready``): so will this relay's to the relays below."""
+        self.core.unready(resync.dataset, resync.prims)
+        self.resyncs_taken += 1
+        return self._unready_below(resync.dataset)
+
+    def _unready_below(self, dataset: str) -> list[Send]:
+        kind = self.core.parts.kinds[dataset]
+        covered = functools.partial(kind.covered, ready_only=True)
+        told = ((below, below.unready(dataset, covered)) for below in self.below.values())
+        sends = [Send(below.client, resync) for below, resync in told if resync is not None]
+        self.resyncs_sent += len(sends)
+        return sends
 
     def on_upstream_error(self, error: Error) -> list[Send] | None:
         """An error from upstream about a request passed on: sent to the relay below that
@@ -482,19 +494,7 @@ class Relays:
             "below_curiosity_passed_seqs": self.passed_seqs,
             "below_curiosity_merged": self.merged,
             "below_curiosity_answered": self.answered,
+            "below_resyncs": self.resyncs_sent,
+            "resyncs_taken": self.resyncs_taken,
             "upstream_datasets_stopped": len(self.stopped),
         }
-
-
-def _knowledge(req: int, dataset: str, change: ChangeSet, core: RelayCore) -> Knowledge:
-    key = core.datasets[dataset].info.key
-    return Knowledge(
-        req,
-        dataset,
-        change.epoch,
-        change.seq,
-        change.tick,
-        change.tick_time,
-        upserts=encode_columns(masked(change.rows)),
-        deletes=encode_columns({key: change.deleted}),
-    )

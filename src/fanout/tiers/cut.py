@@ -22,9 +22,13 @@ import numpy as np
 import numpy.typing as npt
 
 from fanout.relay.core.changesets import ChangeSet
+from fanout.relay.core.relaycore import RelayCore
 from fanout.relay.data.buffers import Array, Keys, Mask
 from fanout.relay.data.intake import Intake
+from fanout.relay.data.nulls import masked
 from fanout.relay.kinds import DatasetKind
+from fanout.wire.columns import encode_columns
+from fanout.wire.messages import Knowledge
 
 Rows = dict[str, Array]
 
@@ -130,3 +134,18 @@ def refreshed(intake: Intake, kind: DatasetKind) -> dict[str, Array]:
     if not mask.any():
         return {}
     return {name: np.asarray(values)[mask] for name, values in intake.upserts.items()}
+
+
+def knowledge(req: int, dataset: str, change: ChangeSet, core: RelayCore) -> Knowledge:
+    """Curiosity request ``req`` of a relay below answered with one seq's whole change."""
+    key = core.datasets[dataset].info.key
+    return Knowledge(
+        req,
+        dataset,
+        change.epoch,
+        change.seq,
+        change.tick,
+        change.tick_time,
+        upserts=encode_columns(masked(change.rows)),
+        deletes=encode_columns({key: change.deleted}),
+    )

@@ -3,11 +3,12 @@ to it, and what it told (horizons, live writes wanted)."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from fanout.relay.data.buffers import Keys
 from fanout.views import View
-from fanout.wire.messages import Horizon, LiveWrites
+from fanout.wire.messages import Horizon, LiveWrites, Resync
 
 
 @dataclass
@@ -61,6 +62,15 @@ class Below:
     def live(self, dataset: str) -> list[Held]:
         """Its live primitives of ``dataset``."""
         return [p for p in self.prims.values() if p.dataset == dataset and p.live]
+
+    def unready(self, dataset: str, covered: Callable[[View], bool]) -> Resync | None:
+        """Its live primitives of ``dataset`` that are not ``covered`` (by ready primitives
+        here) wait for their snapshots again (``tiers.below`` rule 2): what to tell it, if any
+        (``Resync``)."""
+        lost = [held for held in self.live(dataset) if not covered(held.view)]
+        for held in lost:
+            held.live = False
+        return Resync(dataset, [held.prim for held in lost]) if lost else None
 
     def reads(self) -> set[str]:
         """The datasets it reads in ``every`` mode: those whose horizon it told and did not

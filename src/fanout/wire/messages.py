@@ -213,11 +213,13 @@ class Catalog(Frame, tag="catalog", frozen=True):
 
 
 class Acquire(Frame, tag="acquire", frozen=True):
-    """A relay asks the publisher for the data of one upstream primitive, named ``prim``."""
+    """A relay asks the publisher for the data of one upstream primitive, named ``prim``;
+    ``below``: a relay's worker to its leader, acquired for the relays below the worker."""
 
     prim: int
     dataset: str
     view: View
+    below: bool = False
 
 
 class Release(Frame, tag="release", frozen=True):
@@ -433,6 +435,16 @@ class DatasetState(Frame, tag="dataset_state", frozen=True):
     retry_in: float = 0.0
 
 
+class Resync(Frame, tag="resync", frozen=True):
+    """A relay to a relay below: its batches lack the changes inside primitives ``prims``
+    (the below's ids) of ``dataset`` until their snapshots come again (its own coverage is
+    being acquired anew: the map changed, a relay it forwards from was lost). The relay below
+    holds them not ready until then; its ``every`` streams catch up from the log."""
+
+    dataset: str
+    prims: list[int]
+
+
 ToRelay = Hello | Subscribe | Unsubscribe | Publish
 ToSubscriber = Welcome | Subscribed | Push | NoUpdate | Unsubscribed | Published | Error
 ToPublisher = (
@@ -460,5 +472,6 @@ FromPublisher = (
     | Settled
     | Responsibility
     | DatasetState
+    | Resync
     | Error
 )

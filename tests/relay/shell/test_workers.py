@@ -93,23 +93,29 @@ def test_the_leader_listens_on_loopback_for_its_workers_and_keeps_the_rest() -> 
     [
         (lambda: Process(workers=0), "workers must be >= 1"),
         (lambda: Process(workers_port=70000), "workers_port"),
-        (lambda: {"cluster": Cluster(registry="redis://r:6379", policy="forward")}, "forward"),
     ],
 )
-def test_what_workers_cannot_do_yet_is_refused(make: Callable[[], object], message: str) -> None:
+def test_a_bad_process_section_is_refused(make: Callable[[], object], message: str) -> None:
     with pytest.raises(ConfigError, match=message):
-        sections = make()
-        assert isinstance(sections, dict)
-        RelayConfig(Upstream("ws://p:1"), process=Process(workers=2), **sections)
+        make()
+
+
+def test_a_worker_of_a_relay_that_forwards_serves_the_other_relays_of_the_map() -> None:
+    forwarding = dataclasses.replace(
+        RELAY,
+        listening=dataclasses.replace(RELAY.listening, serve_relays=False),
+        cluster=Cluster(registry="redis://r:6379", policy="forward"),
+    )
+    worker = worker_config(forwarding, 1, 7701, "ws://127.0.0.1:7799", "secret")
+    assert worker.listening.serve_relays and worker.cluster == Cluster()
+    alone = dataclasses.replace(forwarding, cluster=Cluster())
+    assert not worker_config(alone, 1, 7701, "ws://127.0.0.1:7799", "s").listening.serve_relays
 
 
 def test_auto_workers_are_the_cores_the_relay_may_run_on(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 2, 5}, raising=False)
     assert (workers_count("auto"), workers_count("4")) == (3, 4)
-    assert default_workers(Cluster()) == 3  # --workers not given: auto
-    assert default_workers(Cluster(registry="redis://r:6379")) == 3  # a map redirecting
-    assert default_workers(Cluster(registry="redis://r:6379", policy="forward")) == 1
-    assert default_workers(Cluster(registry="redis://r:6379", merge_below={"rows": 1})) == 3
+    assert default_workers() == 3  # --workers not given: auto, in a map or not
     with pytest.raises(ValueError):
         workers_count("many")
 

@@ -236,6 +236,15 @@ class RelayCore:
         self.every.distrust(dataset)
         return self._resync(dataset)
 
+    def unready(self, dataset: str, prims: Sequence[int]) -> None:
+        """An upstream relay's batches lack the changes inside ``prims`` until it sends their
+        snapshots again (``Resync``): not ready until then, ``every`` streams distrusted."""
+        self.upstream.unready(set(prims))
+        if (state := self.datasets.get(dataset)) is not None:  # snapshots taken before it
+            state.readying = [prim for prim in state.readying if prim not in prims]
+        self.parts.shrunk += 1
+        self.every.distrust(dataset)
+
     def _resync(self, dataset: str) -> list[Send]:
         sends: list[Send] = []
         for prim in self.upstream.of(dataset):
@@ -247,14 +256,9 @@ class RelayCore:
         return sends
 
     def on_knowledge(self, knowledge: Knowledge) -> bool:
-        """A logged micro-batch's whole change, in answer to curiosity (``relay.core.every``).
-
-        Returns:
-            Whether a subscription was waiting for it (pushing has work).
-
-        Raises:
-            ProtocolError: its columns do not fit the catalog.
-        """
+        """A logged micro-batch's whole change, in answer to curiosity (``relay.core.every``):
+        whether a subscription was waiting for it (pushing has work). Raises ProtocolError: its
+        columns do not fit the catalog."""
         return self.every.on_knowledge(knowledge)
 
     def on_upstream_error(self, error: Error) -> list[Send]:
@@ -453,7 +457,7 @@ class RelayCore:
             tick = new_tick(before, after)  # None: only snapshots at the seq held
             self.scheduler.wake_all([s.key for s in readers], tick is not None, tick)
             confirmed += self.serving.live.swapped(name, after)  # writes it carries
-        return _acquires(added) + confirmed
+        return [Send(UPSTREAM, Acquire(p.prim, p.dataset, p.view)) for p in added] + confirmed
 
     def _ready_snapshots(self, name: str) -> None:
         state = self.datasets[name]
@@ -493,8 +497,3 @@ class RelayCore:
         """Counters of the relay's work, for logs, ``/metrics`` and benchmarks
         (``relay.core.stats``)."""
         return core_stats(self)
-
-
-def _acquires(added: list[Primitive]) -> list[Send]:
-    """The ``Acquire`` frames of primitives just added."""
-    return [Send(UPSTREAM, Acquire(p.prim, p.dataset, p.view)) for p in added]

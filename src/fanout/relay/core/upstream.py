@@ -13,7 +13,7 @@ like the others but are in no cover index: they cover no region; ``entity`` find
 from __future__ import annotations
 
 import itertools
-from collections.abc import Iterator
+from collections.abc import Collection, Iterator
 from dataclasses import dataclass
 
 from fanout.relay.core.sends import UPSTREAM, Send
@@ -134,13 +134,15 @@ class Upstream:
         """The primitives of ``dataset``."""
         return [p for p in self._prims.values() if p.dataset == dataset]
 
-    def unready(self) -> None:
-        """Mark every primitive not ready (the upstream connection was lost)."""
-        self._pending.clear()
+    def unready(self, prims: Collection[int] | None = None) -> None:
+        """Mark primitives ``prims`` (default: all, the upstream connection was lost) not
+        ready: they wait for their snapshots again."""
         for primitive in self._prims.values():
-            primitive.ready, primitive.ready_seq = False, -1
-            self._pending[primitive.dataset] = self.pending(primitive.dataset) + 1
-        self._ready.clear()
+            if primitive.ready and (prims is None or primitive.prim in prims):
+                primitive.ready, primitive.ready_seq = False, -1
+                if isinstance(primitive.view, REGIONS):
+                    self.cover(primitive.dataset, ready_only=True).remove(primitive.view)
+                self._pending[primitive.dataset] = self.pending(primitive.dataset) + 1
 
 
 def release_spare(

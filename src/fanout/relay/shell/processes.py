@@ -55,10 +55,13 @@ class Told:
 
     #: Carry MQTT over WebSockets on the relay's port to the leader's (``relay.shell.carry``).
     carry: bool = False
-    #: The relay is in a map of responsibility: the leader tells the worker its map.
+    #: The relay is in a map of responsibility and redirects: the leader tells the worker its map.
     in_map: bool = False
-    #: The relay splits and merges on load: the worker tells the leader its load every second.
+    #: The relay splits and merges on load: the worker tells the leader its load every second,
+    #: by part of the map's grid of ``side`` (the forward policy's weights if ``forward``).
     balancing: bool = False
+    side: float = 0.0
+    forward: bool = False
 
 
 async def start(

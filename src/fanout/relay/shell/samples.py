@@ -149,6 +149,14 @@ CORE: dict[str, tuple[Kind, str]] = {
         "counter",
         "Curiosity requests of relays below answered from this relay's window.",
     ),
+    "below_resyncs": (
+        "counter",
+        "Resync frames sent to relays below: primitives of theirs wait for snapshots again.",
+    ),
+    "resyncs_taken": (
+        "counter",
+        "Resync frames taken from upstream: primitives here wait for snapshots again.",
+    ),
 }
 
 

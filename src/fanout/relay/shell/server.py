@@ -142,6 +142,7 @@ class RelayServer:
                 self.core,
                 self._writer,
                 self.upstream,
+                coverage=self.relays,
                 dispatch=self._dispatch,
                 wake=self._wake.set,
             )

@@ -48,6 +48,7 @@ from fanout.wire.messages import (
     Pending,
     Published,
     Responsibility,
+    Resync,
     Settled,
     StateRows,
     Subscribe,
@@ -204,10 +205,16 @@ class UpstreamLink:
                     self._transport = None
                     await self.writer.stop()
 
-    def _on_dataset_state(self, state: DatasetState) -> None:
+    def _on_dataset(self, frame: DatasetState | Resync) -> None:
         """The upstream's streaming query of a dataset stopped or runs again: said in the log
         and in ``/metrics`` (``relay_upstream_dataset_running``), and passed to relays below.
-        Subscribers stay: their views go on once batches come again."""
+        Subscribers stay: their views go on once batches come again. Or (``Resync``) its
+        batches lack changes inside some primitives until their snapshots come again."""
+        if isinstance(frame, Resync):
+            self._dispatch(self._relays.on_resync(frame))
+            self.wake()
+            return
+        state = frame
         upstream = self._config.upstream.publisher
         if state.running:
             log.warning("upstream %s: dataset %s runs again", upstream, state.dataset)
@@ -298,8 +305,8 @@ class UpstreamLink:
                 self._dispatch(sends)
                 if waiting:
                     self.wake()
-            case DatasetState() as state:
-                self._on_dataset_state(state)
+            case DatasetState() | Resync():
+                self._on_dataset(frame)
             case Responsibility() as told if self.on_map is not None:
                 self.on_map(told)
             case Published() | Error() if self._forwarder.answers(frame):

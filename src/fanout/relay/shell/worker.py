@@ -18,7 +18,9 @@ import pickle
 import signal
 import sys
 import urllib.parse
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
+
+import msgspec
 
 from fanout.cluster.mapcopy import MapCopy
 from fanout.cluster.splitting import EVERY, CoreHoldings
@@ -27,12 +29,13 @@ from fanout.http.server import DATASETS, HttpFrontEnd
 from fanout.metrics import PATH, Histogram, Sample
 from fanout.mqtt.setup import PAGES as MQTT_PAGES
 from fanout.relay.config import RelayConfig
+from fanout.relay.core.sends import UPSTREAM, Send
 from fanout.relay.shell import loops
 from fanout.relay.shell.carry import Carrier, asked
 from fanout.relay.shell.processes import CONNECTED, READY, Told
 from fanout.relay.shell.server import RelayServer
 from fanout.wire import codec
-from fanout.wire.messages import MapWanted
+from fanout.wire.messages import Acquire, MapWanted
 
 log = logging.getLogger(__name__)
 
@@ -55,7 +58,7 @@ class WorkerServer(RelayServer):
         super().__init__(config)
         self.index = index
         told = told or Told()
-        self._balancing = told.balancing
+        self._told = told
         #: The leader's map, if the relay is in one: what redirects this worker's subscriptions.
         self.map: MapCopy | None = None
         if told.in_map:
@@ -91,8 +94,8 @@ class WorkerServer(RelayServer):
             await self.own.start(self, tasks)
             if self.map is not None:
                 tasks.create_task(self.map.run())
-                if self._balancing:
-                    tasks.create_task(self._tell_load(self.map))
+            if self._told.balancing:
+                tasks.create_task(self._tell_load())
             try:
                 await super().run(
                     lambda _: print(CONNECTED, flush=True),
@@ -101,14 +104,26 @@ class WorkerServer(RelayServer):
             finally:
                 await self.own.stop()
 
-    async def _tell_load(self, copy: MapCopy) -> None:
+    async def _tell_load(self) -> None:
         """Every ``splitting.EVERY`` s, tell the leader this worker's load (its balancer weighs
-        every worker's, ``relay.shell.workermap``), once it was told a map."""
-        holdings = CoreHoldings(self.core)
+        every worker's, ``relay.shell.workermap``)."""
+        told = self._told
+        holdings = CoreHoldings(self.core, told.forward)
         while True:
             await asyncio.sleep(EVERY)
-            if copy.name and self.upstream.connected:
-                self.upstream.send(codec.encode(holdings.told(copy.map.side)))
+            if self.upstream.connected:
+                self.upstream.send(codec.encode(holdings.told(told.side)))
+
+    def _for_below(self, sends: Iterable[Send]) -> None:
+        """What a relay below made this worker send: its acquisitions marked as for relays
+        below (``Acquire.below``), which the leader of a relay that forwards routes to the
+        publisher, as a relay of one process does its relays' below (``cluster.upstreams``)."""
+        self._dispatch(
+            Send(s.to, msgspec.structs.replace(s.frame, below=True))
+            if s.to == UPSTREAM and isinstance(s.frame, Acquire)
+            else s
+            for s in sends
+        )
 
     def _ask(self) -> bool:
         """Ask the leader to read its map afresh (``cluster.mapcopy`` rule 3); False: not

@@ -46,6 +46,7 @@ from fanout.relay.shell.workermap import MapForWorkers, WorkersLoad
 from fanout.tiers.passing import PassedWrites
 from fanout.tiers.shared import LAG
 from fanout.wire.messages import (
+    Acquire,
     Error,
     Frame,
     Hello,
@@ -92,7 +93,12 @@ def worker_config(
         reconnect_delay=config.upstream.reconnect_delay,
         keepalive=config.upstream.keepalive,
     )
-    listening = dataclasses.replace(config.listening, port=port, reuse_port=True)
+    listening = dataclasses.replace(
+        config.listening,
+        port=port,
+        reuse_port=True,
+        serve_relays=config.listening.serve_relays or config.cluster.forwarding,  # the peers'
+    )
     process = dataclasses.replace(
         config.process, workers=1, workers_port=0, shared_directory=shared
     )
@@ -147,8 +153,10 @@ class Leader(RelayServer):
         cluster = config.cluster
         self._told = Told(
             carry=config.mqtt.websocket,
-            in_map=cluster.registry is not None,
+            in_map=cluster.registry is not None and not cluster.forwarding,
             balancing=cluster.registry is not None and cluster.thresholds.on,
+            side=cluster.side,
+            forward=cluster.forwarding,
         )
         #: The workers connected to the leader, by index; set once all are, the first time.
         self._connected: set[int] = set()
@@ -163,14 +171,14 @@ class Leader(RelayServer):
         self.map: MapForWorkers | None = None
         #: What the leader's balancer weighs, splitting on load: its workers' load.
         self.load: WorkersLoad | None = None
-        if self.membership is not None:
+        if self.membership is not None and self.membership.sharing is None:
             self.map = MapForWorkers(self.membership.registry, self.relays, self._dispatch)
             self._welcome = self.relays.welcome
             self.relays.welcome = self._welcome_worker  # type: ignore[method-assign]
-            if self.membership.balancer is not None:
-                self.load = self.membership.balancer.holdings = WorkersLoad()
-                self._gone = self.relays.gone
-                self.relays.gone = self._worker_gone  # type: ignore[method-assign]
+        if self.membership is not None and self.membership.balancer is not None:
+            self.load = self.membership.balancer.holdings = WorkersLoad()
+            self._gone = self.relays.gone
+            self.relays.gone = self._worker_gone  # type: ignore[method-assign]
         self._public_port: asyncio.Future[int] | None = None
         self.http.elsewhere[PATH] = self.metrics_now
         for path in ADMIN:  # the relay's answers: the leader's and its workers' merged
@@ -204,6 +212,11 @@ class Leader(RelayServer):
                 self.load.told(client, frame)
             except InvalidView as error:
                 return [Send(client, Error("protocol", f"worker_load: {error}"))]
+            return []
+        if isinstance(frame, Acquire) and not frame.below and self.upstream.sharing is not None:
+            # For a worker's subscribers: routed as the relay's own (the forward policy takes
+            # other relays' parts from them), not as a relay below's (from the publisher).
+            self._dispatch(self._on_frame(client, frame))
             return []
         if isinstance(frame, Publish):
             self._writes.forwarding(client, frame)
@@ -254,7 +267,8 @@ class Leader(RelayServer):
         up: asyncio.Future[int] = loop.create_future()
         listens: asyncio.Future[int] = loop.create_future()
         self._public_port = loop.create_future()
-        if where.serve_relays and self.public.process.shared_state:
+        serving_relays = where.serve_relays or self.public.cluster.forwarding  # at the workers
+        if serving_relays and self.public.process.shared_state:
             log.info(
                 "relay %s serves relays below: its workers get rows (the seqs' changes their"
                 " relays below need), not its state in shared memory",
