@@ -65,6 +65,28 @@ def test_a_binary_frame_is_framed_as_websockets_frames_it(size: int) -> None:
     assert binary_frame(data) == expected
 
 
+async def test_probes_are_pings_the_peer_answers_each_acked_once_in_order() -> None:
+    """Framed here (not by websockets' protocol object), as its own pings would be; a real
+    websockets client answers each, and each probe is acked once, after the frames before it."""
+    async with pair() as (server_side, client), Outbound(server_side, limit=8) as outbound:
+        acked: list[tuple[int, float]] = []
+        for n in range(3):
+            assert outbound.offer(b"frame %d" % n)
+            assert outbound.probe(lambda at, n=n: acked.append((n, at)))
+        assert len(server_side.pending_pings) == 3  # each its own data: none taken for another
+        for n in range(3):
+            assert await asyncio.wait_for(client.recv(), 5) == b"frame %d" % n
+        await eventually(lambda: len(acked), lambda count: count == 3, timeout=5)
+        assert [n for n, _ in acked] == [0, 1, 2] and not server_side.pending_pings
+
+
+def test_a_probe_is_framed_as_websockets_frames_a_ping() -> None:
+    from fanout.connection import _PING_DATA, _PING_HEADER
+
+    data = _PING_DATA(7)
+    assert _PING_HEADER + data == Frame(Opcode.PING, data).serialize(mask=False, extensions=[])
+
+
 async def test_frames_of_every_header_size_reach_the_peer_whole() -> None:
     async with pair() as (server_side, client), Outbound(server_side, limit=8) as outbound:
         for size in (0, 125, 126, 65535, 65536, 300_000):

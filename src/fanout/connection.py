@@ -13,8 +13,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import itertools
 import logging
-import os
 import struct
 from collections.abc import AsyncIterator, Callable
 from types import TracebackType
@@ -199,13 +199,17 @@ class Outbound:
         websocket = self._websocket
         if websocket.protocol.state is not State.OPEN or websocket.transport.is_closing():
             return False
-        data = os.urandom(4)
+        data = _PING_DATA(next(_pings) & 0xFFFFFFFF)  # unique among those in flight (a count)
         while data in websocket.pending_pings:
-            data = os.urandom(4)
+            data = _PING_DATA(next(_pings) & 0xFFFFFFFF)
         pong = self._loop.create_future()
         websocket.pending_pings[data] = (pong, self._loop.time())
-        websocket.protocol.send_ping(data)
-        websocket.send_data()
+        protocol = websocket.protocol
+        if self._frames_itself and not protocol.writes:  # framed here, as ``_write_now`` does
+            websocket.transport.write(_PING_HEADER + data)
+        else:
+            protocol.send_ping(data)
+            websocket.send_data()
         loop = self._loop
 
         def answered(done: asyncio.Future[float]) -> None:
@@ -298,6 +302,11 @@ def binary_frame(data: bytes) -> bytes:
 
 
 _HEADER_16 = struct.Struct("!BBH").pack
+#: A server's ping of 4 bytes of data (FIN, opcode 9; unmasked), and its data: a count, not
+#: ``os.urandom`` (a system call each, which websockets makes for its own pings).
+_PING_HEADER = b"\x89\x04"
+_PING_DATA = struct.Struct("!I").pack
+_pings = itertools.count()
 _HEADER_64 = struct.Struct("!BBQ").pack
 
 

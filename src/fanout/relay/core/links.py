@@ -66,6 +66,7 @@ class Link:
 
     samples: deque[tuple[float, float]] = field(default_factory=deque)  # (at, bytes/s)
     rtts: deque[tuple[float, float]] = field(default_factory=deque)  # (at, seconds)
+    base_rtt: float | None = None  # the least of ``rtts`` (they change on an ack only)
     last_rtt: float = 0.0
     probe: tuple[float, int] | None = None  # in flight: (sent at, bytes marked)
     probed_at: float = -math.inf
@@ -116,7 +117,9 @@ class Links:
 
     def probed(self, client: int, sent: int, now: float) -> None:
         """A probe went out at ``now``, behind ``sent`` bytes written to the connection."""
-        link = self._links.setdefault(client, Link())
+        link = self._links.get(client)
+        if link is None:  # not ``setdefault``: a ``Link`` made each probe is dear at 10^4 links
+            link = self._links[client] = Link()
         link.probe, link.probed_at = (now, sent), now
 
     def acked(self, client: int, now: float, sent: int) -> None:
@@ -128,6 +131,7 @@ class Links:
         (sent_at, marked), link.probe = link.probe, None
         link.last_rtt = now - sent_at
         _keep(link.rtts, now, link.last_rtt, RTT_WINDOW)
+        link.base_rtt = min(rtt for _, rtt in link.rtts)
         behind = sent > marked
         if link.acked is not None and now > link.acked[0]:
             rate = (marked - link.acked[1]) / (now - link.acked[0])
@@ -290,7 +294,7 @@ def _keep(window: deque[tuple[float, float]], now: float, value: float, span: fl
 
 
 def _rtt(link: Link) -> float | None:
-    return min(rtt for _, rtt in link.rtts) if link.rtts else None
+    return link.base_rtt
 
 
 def _drain(link: Link, now: float) -> float | None:
