@@ -111,7 +111,7 @@ def test_a_lost_relay_lets_the_seqs_go_and_resyncs_its_datasets() -> None:
     assert not routes.on_batch(PUBLISHER, batch(5, [1])).batches
     taken = routes.lost("b")
     assert [b.seq for b in taken.batches] == [5]
-    assert taken.resync == {"agents"}
+    assert taken.resync == {"agents": {1}}  # the primitive held from it, no other
     assert routes.route(Release(1), MAP, always) is None  # nothing to tell a lost relay
 
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Collection, Iterable
 from pathlib import Path
 from typing import Protocol
 
@@ -64,8 +64,9 @@ class Coverage(Protocol):
     """What sharing asks of the relay when part of a stream is lost (``tiers.below.Relays``):
     each also tells the relays below which of their primitives wait for snapshots again."""
 
-    def resync(self, dataset: str) -> list[Send]:
-        """Acquire ``dataset``'s primitives anew (``RelayCore.resync``)."""
+    def resync(self, dataset: str, prims: Collection[int] | None = None) -> list[Send]:
+        """Acquire primitives ``prims`` of ``dataset`` (default: all) anew
+        (``RelayCore.resync``)."""
         ...
 
     def on_resync(self, resync: Resync) -> list[Send]:
@@ -193,8 +194,8 @@ class Sharing:
                 self._to_publisher(data)
             elif (link := self._links.get(upstream)) is not None:
                 link.send(data)
-        for dataset in taken.resync:
-            self._dispatch(self._coverage.resync(dataset))
+        for dataset, prims in taken.resync.items():
+            self._dispatch(self._coverage.resync(dataset, prims))
             self._wake()
         for batch in taken.batches:
             self._writer.put(batch)
@@ -232,17 +233,15 @@ class Sharing:
         """Route by ``after`` from now; acquire anew what is held where it is no longer
         routed (``upstreams.acquired_anew``)."""
         before, self._routing = self._routing, after
-        datasets = acquired_anew(
-            self.upstreams.held.values(),
-            before,
-            after,
-            self._registry.name,
-            self._links.__contains__,
+        anew = acquired_anew(
+            self.upstreams.held, before, after, self._registry.name, self._links.__contains__
         )
-        for dataset in sorted(datasets):
-            log.info("%s: %s acquired anew, routed by the new map", why, dataset)
-            self._dispatch(self._coverage.resync(dataset))
-        if datasets:
+        for dataset, prims in sorted(anew.items()):
+            log.info(
+                "%s: %d primitives of %s acquired anew, by the new map", why, len(prims), dataset
+            )
+            self._dispatch(self._coverage.resync(dataset, prims))
+        if anew:
             self._wake()
 
     def stats(self) -> dict[str, int]:

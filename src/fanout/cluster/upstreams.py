@@ -16,7 +16,7 @@ docs/cluster.md, "The forward policy"). Rules:
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from fanout.cluster.assembly import Assembled, Assembly
@@ -48,12 +48,12 @@ class Taken:
     Attributes:
         batches: whole seqs for the core, in order.
         sends: (upstream, frame) to send (rule 2).
-        resync: datasets the core must resync (rule 3).
+        resync: per dataset, the primitives the core must acquire anew (rule 3).
     """
 
     batches: list[Batch]
     sends: list[tuple[str, Acquire | Release]]
-    resync: set[str]
+    resync: dict[str, set[int]]
 
 
 class Upstreams:
@@ -165,7 +165,7 @@ class Upstreams:
         outcome = assembly.add(
             upstream, (batch.epoch, batch.seq), batch, snapshots=bool(batch.snapshots)
         )
-        taken = Taken(self._merged(batch.dataset, outcome.assembled), [], set())
+        taken = Taken(self._merged(batch.dataset, outcome.assembled), [], {})
         for piece in outcome.stale:
             for prim in piece.snapshots:
                 held = self.held.get(prim)
@@ -175,16 +175,16 @@ class Upstreams:
         return taken
 
     def lost(self, upstream: str) -> Taken:
-        """Peer ``upstream`` is lost (rule 3): the seqs that waited for it, and its datasets to
-        resync (the core releases their primitives, which go nowhere, and acquires them anew,
-        routed again)."""
-        taken = Taken([], [], set())
+        """Peer ``upstream`` is lost (rule 3): the seqs that waited for it, and the primitives
+        held from it to acquire anew (the core releases them, which goes nowhere, and acquires
+        them again, routed anew)."""
+        taken = Taken([], [], {})
         for dataset, assembly in self._assemblies.items():
             taken.batches += self._merged(dataset, assembly.forget(upstream).assembled)
         for prim, held in list(self.held.items()):
             if held.upstream == upstream:
                 self.held[prim] = Held(GONE, held.dataset, held.view)
-                taken.resync.add(held.dataset)
+                taken.resync.setdefault(held.dataset, set()).add(prim)
         return taken
 
     def reset(self) -> None:
@@ -223,38 +223,40 @@ def routing_map(known: ResponsibilityMap, me: str, owning: bool) -> Responsibili
 
 
 def acquired_anew(
-    held: Iterable[Held],
+    held: Mapping[int, Held],
     before: ResponsibilityMap,
     after: ResponsibilityMap,
     me: str,
     linked: Callable[[str], bool],
-) -> set[str]:
-    """The datasets relay ``me`` acquires anew when the map it routes by changes from
-    ``before`` to ``after`` (rule 4): those of a primitive held from the publisher whose part
-    was ``me``'s and is another relay's now (a split, a merge, a relay joining, its own lease
-    lapsing), and those of one held from a ``linked`` relay no longer responsible for it.
+) -> dict[str, set[int]]:
+    """The primitives relay ``me`` acquires anew, per dataset, when the map it routes by
+    changes from ``before`` to ``after`` (rule 4): one held from the publisher whose part was
+    ``me``'s and is another relay's now (a split, a merge, a relay joining, its own lease
+    lapsing), and one held from a ``linked`` relay no longer responsible for it. The others
+    stay where they are: their rows never stop.
 
     Args:
-        held: where each primitive was acquired (``Upstreams.held``).
+        held: where each primitive was acquired (``Upstreams.held``), by id.
         before: the map routed by until now (:func:`routing_map`).
         after: the map routed by from now.
         me: this relay's name.
         linked: whether a peer link to a relay is open (a lost one is rule 3's).
     """
-    datasets = set()
-    for primitive in held:
+    anew: dict[str, set[int]] = {}
+    for prim, primitive in held.items():
         dataset, view, upstream = primitive.dataset, primitive.view, primitive.upstream
         if upstream == PUBLISHER:
             part = part_of(dataset, view, after.side)
-            if _owner(before, part) == me and _owner(after, part) not in (me, None):
-                datasets.add(dataset)
-        elif (
-            upstream != GONE
-            and linked(upstream)
-            and (not after.members or after.owner_of(dataset, view).name != upstream)
-        ):
-            datasets.add(dataset)
-    return datasets
+            moved = _owner(before, part) == me and _owner(after, part) not in (me, None)
+        else:
+            moved = (
+                upstream != GONE
+                and linked(upstream)
+                and (not after.members or after.owner_of(dataset, view).name != upstream)
+            )
+        if moved:
+            anew.setdefault(dataset, set()).add(prim)
+    return anew
 
 
 def _owner(members: ResponsibilityMap, part: str) -> str | None:

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import functools
 import sys
+from collections.abc import Collection
 
 import msgspec
 
@@ -426,10 +427,10 @@ class Relays:
         replace = msgspec.structs.replace
         return waiting, [Send(client, replace(knowledge, req=req)) for client, req in askers]
 
-    def resync(self, dataset: str) -> list[Send]:
+    def resync(self, dataset: str, prims: Collection[int] | None = None) -> list[Send]:
         """``RelayCore.resync``, and each relay below told which of its primitives wait for
         their snapshots again, no longer covered by ready primitives here (``Resync``)."""
-        return self.core.resync(dataset) + self._unready_below(dataset)
+        return self.core.resync(dataset, prims) + self._unready_below(dataset)
 
     def on_resync(self, resync: Resync) -> list[Send]:
         """The upstream's batches lack the changes inside some primitives until it sends their
@@ -439,8 +440,7 @@ class Relays:
         return self._unready_below(resync.dataset)
 
     def _unready_below(self, dataset: str) -> list[Send]:
-        kind = self.core.parts.kinds[dataset]
-        covered = functools.partial(kind.covered, ready_only=True)
+        covered = functools.partial(self.core.parts.kinds[dataset].covered, ready_only=True)
         told = ((below, below.unready(dataset, covered)) for below in self.below.values())
         sends = [Send(below.client, resync) for below, resync in told if resync is not None]
         self.resyncs_sent += len(sends)

@@ -438,7 +438,7 @@ class DatasetState(Frame, tag="dataset_state", frozen=True):
 class Resync(Frame, tag="resync", frozen=True):
     """A relay to a relay below: its batches lack the changes inside primitives ``prims``
     (the below's ids) of ``dataset`` until their snapshots come again (its own coverage is
-    being acquired anew: the map changed, a relay it forwards from was lost). The relay below
+    being acquired anew: the map moved parts, a relay it forwards from was lost). The relay below
     holds them not ready until then; its ``every`` streams catch up from the log."""
 
     dataset: str

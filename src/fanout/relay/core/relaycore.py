@@ -12,7 +12,7 @@ cut, transform and encode each push): docs/concepts.md, "How a relay pushes".
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Generator, Sequence
+from collections.abc import Callable, Collection, Generator, Sequence
 
 from fanout.errors import BadRequest, InvalidView, ProtocolError
 from fanout.relay import kinds
@@ -229,12 +229,11 @@ class RelayCore:
         self.every.record(intake)
         return []
 
-    def resync(self, dataset: str) -> list[Send]:
-        """Acquire every primitive of ``dataset`` anew and distrust its ``every`` streams, as
-        after a gap: part of its stream is missing (a relay it came from was lost,
-        ``cluster.upstreams``)."""
+    def resync(self, dataset: str, prims: Collection[int] | None = None) -> list[Send]:
+        """Acquire ``prims`` of ``dataset`` (default: all) anew and distrust its ``every``
+        streams, as after a gap (a relay it came from was lost, or parts moved: ``cluster``)."""
         self.every.distrust(dataset)
-        return self._resync(dataset)
+        return self._resync(dataset, prims)
 
     def unready(self, dataset: str, prims: Sequence[int]) -> None:
         """An upstream relay's batches lack the changes inside ``prims`` until it sends their
@@ -245,9 +244,10 @@ class RelayCore:
         self.parts.shrunk += 1
         self.every.distrust(dataset)
 
-    def _resync(self, dataset: str) -> list[Send]:
+    def _resync(self, dataset: str, prims: Collection[int] | None = None) -> list[Send]:
         sends: list[Send] = []
-        for prim in self.upstream.of(dataset):
+        held = self.upstream.of(dataset) if prims is None else map(self.upstream.get, sorted(prims))
+        for prim in (p for p in held if p is not None and p.dataset == dataset):
             self.upstream.remove(prim.prim)
             sends.append(Send(UPSTREAM, Release(prim.prim)))
             fresh = self.upstream.add(dataset, prim.view)
