@@ -15,7 +15,7 @@ from fanout.testing.catalog import AGENTS, sensors
 from fanout.views import Box
 from fanout.views.entity import Entity
 from fanout.views.topic import parse as topic
-from fanout.wire.messages import Acquire, Batch, Catalog, Release
+from fanout.wire.messages import Acquire, Batch, Catalog, Release, Resync
 
 MAP = ResponsibilityMap({"a": "ws://a:1", "b": "ws://b:1"})
 #: Boxes of cells a and b are responsible for.
@@ -102,6 +102,21 @@ def test_a_seq_waits_for_the_other_relays_piece_and_goes_out_merged() -> None:
     assert not routes.on_batch(PUBLISHER, batch(5, [1])).batches  # waits for b
     out = routes.on_batch("b", batch(5, [2, 3])).batches
     assert [(b.seq, b.upserts.length) for b in out] == [(5, 3)]
+
+
+def test_a_resync_strikes_its_primitives_from_the_relays_snapshots_still_waiting() -> None:
+    """A snapshot of b's that waits for the publisher's piece of its seq, then b's ``Resync``
+    of that primitive: the seq goes out without it among its snapshots (its rows stay), so it
+    is not made ready again until b sends it anew; b's other snapshots in it are kept."""
+    routes = upstreams()
+    routes.route(Acquire(1, "agents", OF["b"]), MAP, always)
+    routes.route(Acquire(2, "agents", OF["b"]), MAP, always)
+    routes.on_batch(PUBLISHER, batch(4, [1]))
+    assert not routes.on_batch("b", batch(5, [2, 3], snapshots=[1, 2])).batches  # waits
+    routes.resynced("b", Resync("agents", [1]))
+    routes.resynced(PUBLISHER, Resync("agents", [2]))  # another upstream's: nothing of b's
+    (out,) = routes.on_batch(PUBLISHER, batch(5, [4])).batches
+    assert (out.seq, out.snapshots, out.upserts.length) == (5, [2], 3)
 
 
 def test_a_lost_relay_lets_the_seqs_go_and_resyncs_its_datasets() -> None:

@@ -18,7 +18,7 @@ view over two upstreams' parts never shows one at tick t, the other at t - 1 (CA
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Hashable
+from collections.abc import Callable, Hashable
 from dataclasses import dataclass, field
 from typing import Generic, TypeVar
 
@@ -92,6 +92,12 @@ class Assembly(Generic[P]):
                 outcome.stale.extend(pieces)
         self._assemble(outcome)
         return outcome
+
+    def rewrite(self, upstream: Hashable, change: Callable[[P], P]) -> None:
+        """Replace each piece of ``upstream`` not handed out yet by ``change(piece)``."""
+        state = self._upstreams.get(upstream)
+        for _, pieces in () if state is None else state.queue:
+            pieces[:] = [change(piece) for piece in pieces]
 
     def expected(self) -> set[Hashable]:
         """The upstreams expected."""

@@ -45,7 +45,7 @@ class PeerLink:
         tls_ca: Path | None = None,
         on_batch: Callable[[str, Batch], Awaitable[None]],
         on_error: Callable[[str, Error], None],
-        on_resync: Callable[[Resync], None],
+        on_resync: Callable[[str, Resync], Awaitable[None]],
     ) -> None:
         """Args:
         name: the other relay's name in the map.
@@ -55,7 +55,8 @@ class PeerLink:
         tls_ca: CA file to check a ``wss://`` relay with.
         on_batch: awaited with (name, batch) for every batch read, in order.
         on_error: called with (name, error) for an error the other relay sent.
-        on_resync: called with a ``Resync`` the other relay sent, after the batches before it.
+        on_resync: awaited with (name, ``Resync``) the other relay sent, after its batches
+            before it.
         """
         self.name, self.url = name, url
         self._me, self._token, self._tls_ca = me, token, tls_ca
@@ -120,4 +121,4 @@ class PeerLink:
                         case Error():
                             self._on_error(self.name, frame)
                         case Resync():
-                            self._on_resync(frame)
+                            await self._on_resync(self.name, frame)

@@ -49,11 +49,14 @@ class Publisher(Protocol):
 
 class Writer(Protocol):
     """What sharing needs of the relay's writer (``relay.shell.writer.Writer``, which the
-    composition root hands in): whole seqs queued in order, and room waited for."""
+    composition root hands in): whole seqs queued in order, room waited for, and every seq
+    queued so far swapped in."""
 
     def put(self, batch: Batch) -> None: ...
 
     async def room(self, queued: int) -> None: ...
+
+    async def drain(self) -> None: ...
 
 
 #: Seconds a relay that could not be reached is not asked again.
@@ -201,9 +204,13 @@ class Sharing:
             self._writer.put(batch)
             await self._writer.room(1)
 
-    def _resynced(self, resync: Resync) -> None:
-        """A relay forwarded from lacks changes inside primitives of this relay's until it
-        sends their snapshots again: they wait for them, ``every`` views catching up."""
+    async def _resynced(self, name: str, resync: Resync) -> None:
+        """Relay ``name`` lacks changes inside primitives of this relay's until it sends their
+        snapshots again: they wait for them, ``every`` views catching up. Its snapshots of them
+        that came before it make none ready: those still waiting in the assembly are struck
+        out, and those handed to the writer are swapped in first."""
+        self.upstreams.resynced(name, resync)
+        await self._writer.drain()
         self._dispatch(self._coverage.on_resync(resync))
         self._wake()
 

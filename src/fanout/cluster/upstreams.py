@@ -19,12 +19,14 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
+from msgspec.structs import replace
+
 from fanout.cluster.assembly import Assembled, Assembly
 from fanout.cluster.merging import merge_pieces
 from fanout.cluster.responsibility import ResponsibilityMap, part_of
 from fanout.views import View
 from fanout.views.entity import Entity
-from fanout.wire.messages import Acquire, Batch, Catalog, Release
+from fanout.wire.messages import Acquire, Batch, Catalog, Release, Resync
 
 #: The name of the publisher among a relay's upstreams.
 PUBLISHER = ""
@@ -173,6 +175,18 @@ class Upstreams:
                     taken.sends.append((upstream, Release(prim)))
                     taken.sends.append((upstream, Acquire(prim, held.dataset, held.view)))
         return taken
+
+    def resynced(self, upstream: str, resync: Resync) -> None:
+        """Relay ``upstream`` lacks the changes inside ``resync.prims`` until it sends their
+        snapshots again: those of its pieces still waiting here do not make them ready."""
+        prims = set(resync.prims)
+
+        def without(piece: Batch) -> Batch:
+            if prims.isdisjoint(piece.snapshots):
+                return piece
+            return replace(piece, snapshots=[p for p in piece.snapshots if p not in prims])
+
+        self._assembly(resync.dataset).rewrite(upstream, without)
 
     def lost(self, upstream: str) -> Taken:
         """Peer ``upstream`` is lost (rule 3): the seqs that waited for it, and the primitives
