@@ -169,3 +169,12 @@ def test_a_relay_told_resync_distrusts_its_every_streams_and_forgets_snapshots_n
     assert state.readying == [] and not any(p.ready for p in tree.edge.upstream)
     assert tree.edge.upstream.pending("agents") == len(prims)
     assert subscription.cursor.trusted_after is None  # its seqs come from the log until ready
+
+
+def test_a_resync_of_a_dataset_not_held_changes_nothing_and_tells_nobody() -> None:
+    tree = ToldTree(Late())
+    tree.step({1: (5.0, 5.0)})
+    tree.acquire(Box((0, 0), (10, 10)))
+    tree.step({})
+    assert tree.relays.on_resync(Resync("nowhere", [1, 2])) == []
+    assert all(p.ready for p in tree.edge.upstream) and all(p.ready for p in tree.mid.upstream)

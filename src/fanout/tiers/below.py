@@ -125,9 +125,8 @@ class Relays:
         return self.core.end_epoch() + self._share() + self.ready() + self._adopted()
 
     def _share(self) -> list[Send]:
-        if self.shared is None:
-            return []
-        return shared.share(self.shared, self.core.datasets, list(self.below.values()))
+        below = list(self.below.values())
+        return [] if self.shared is None else shared.share(self.shared, self.core.datasets, below)
 
     def _sharing(self, state: HeldState) -> list[Below]:
         below = list(self.below.values())
@@ -428,8 +427,7 @@ class Relays:
         return waiting, [Send(client, replace(knowledge, req=req)) for client, req in askers]
 
     def resync(self, dataset: str, prims: Collection[int] | None = None) -> list[Send]:
-        """``RelayCore.resync``, and each relay below told which of its primitives wait for
-        their snapshots again, no longer covered by ready primitives here (``Resync``)."""
+        """``RelayCore.resync``; each relay below told what waits for snapshots (``Resync``)."""
         return self.core.resync(dataset, prims) + self._unready_below(dataset)
 
     def on_resync(self, resync: Resync) -> list[Send]:
@@ -440,7 +438,9 @@ class Relays:
         return self._unready_below(resync.dataset)
 
     def _unready_below(self, dataset: str) -> list[Send]:
-        covered = functools.partial(self.core.parts.kinds[dataset].covered, ready_only=True)
+        if (kind := self.core.parts.kinds.get(dataset)) is None:
+            return []  # a dataset not held here (a ``Resync`` of one): nothing below holds it
+        covered = functools.partial(kind.covered, ready_only=True)
         told = ((below, below.unready(dataset, covered)) for below in self.below.values())
         sends = [Send(below.client, resync) for below, resync in told if resync is not None]
         self.resyncs_sent += len(sends)

@@ -238,7 +238,8 @@ class RelayCore:
     def unready(self, dataset: str, prims: Sequence[int]) -> None:
         """An upstream relay's batches lack the changes inside ``prims`` until it sends their
         snapshots again (``Resync``): not ready until then, ``every`` streams distrusted."""
-        self.upstream.unready(set(prims))
+        wanted = set(prims)  # ids of this dataset's primitives only: others are not its
+        self.upstream.unready({p.prim for p in self.upstream.of(dataset) if p.prim in wanted})
         if (state := self.datasets.get(dataset)) is not None:  # snapshots taken before it
             state.readying = [prim for prim in state.readying if prim not in prims]
         self.parts.shrunk += 1
