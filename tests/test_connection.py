@@ -16,7 +16,7 @@ from websockets.asyncio.server import ServerConnection, serve
 from websockets.exceptions import ConnectionClosed
 from websockets.frames import Frame, Opcode
 
-from fanout.connection import Outbound, binary_frame, dial, greet
+from fanout.connection import _PING_DATA, _PING_HEADER, Outbound, binary_frame, dial, greet
 from fanout.testing.wait import eventually
 
 
@@ -81,8 +81,6 @@ async def test_probes_are_pings_the_peer_answers_each_acked_once_in_order() -> N
 
 
 def test_a_probe_is_framed_as_websockets_frames_a_ping() -> None:
-    from fanout.connection import _PING_DATA, _PING_HEADER
-
     data = _PING_DATA(7)
     assert _PING_HEADER + data == Frame(Opcode.PING, data).serialize(mask=False, extensions=[])
 

@@ -302,12 +302,12 @@ def binary_frame(data: bytes) -> bytes:
 
 
 _HEADER_16 = struct.Struct("!BBH").pack
+_HEADER_64 = struct.Struct("!BBQ").pack
 #: A server's ping of 4 bytes of data (FIN, opcode 9; unmasked), and its data: a count, not
 #: ``os.urandom`` (a system call each, which websockets makes for its own pings).
 _PING_HEADER = b"\x89\x04"
 _PING_DATA = struct.Struct("!I").pack
 _pings = itertools.count()
-_HEADER_64 = struct.Struct("!BBQ").pack
 
 
 def _paused(websocket: Connection) -> bool:
