@@ -80,6 +80,41 @@ async def test_probes_are_pings_the_peer_answers_each_acked_once_in_order() -> N
         assert [n for n, _ in acked] == [0, 1, 2] and not server_side.pending_pings
 
 
+async def test_a_probed_frame_and_its_ping_go_out_in_one_write_and_its_pong_acks_it() -> None:
+    async with pair() as (server_side, client), Outbound(server_side, limit=8) as outbound:
+        writes: list[bytes] = []
+        transport, write = server_side.transport, server_side.transport.write
+        transport.write = lambda data: (writes.append(bytes(data)), write(data))[1]  # type: ignore[method-assign]
+        acked: list[float] = []
+        assert outbound.offer_probed(b"frame", acked.append)
+        (ping,) = server_side.pending_pings
+        assert writes == [binary_frame(b"frame") + _PING_HEADER + ping]
+        assert await asyncio.wait_for(client.recv(), 5) == b"frame"
+        await eventually(lambda: acked, what="the pong")
+        assert len(acked) == 1 and not server_side.pending_pings
+
+
+async def test_a_probed_frame_that_must_wait_is_queued_and_its_ping_goes_at_once() -> None:
+    """Behind a draining push the frame waits its turn; the ping marks what was written."""
+    big = bytes(4 << 20)
+    async with pair() as (server_side, client), stalled(server_side, big, limit=4) as outbound:
+        acked: list[float] = []
+        assert outbound.offer_probed(b"after", acked.append)
+        assert outbound.pending == 2 and len(server_side.pending_pings) == 1  # the drain, it
+        assert [await client.recv() for _ in range(3)] == [b"first", big, b"after"]
+        await eventually(lambda: acked, what="the pong")
+
+
+async def test_a_probe_whose_connection_ends_before_its_pong_is_never_acked() -> None:
+    big = bytes(4 << 20)  # the client has stopped reading: no pong comes
+    async with pair() as (server_side, _client), stalled(server_side, big, limit=4) as outbound:
+        acked: list[float] = []
+        assert outbound.offer_probed(b"after", acked.append)
+        server_side.transport.abort()  # websockets ends the pings in flight
+        await asyncio.wait_for(server_side.wait_closed(), 10)
+        assert not acked and not server_side.pending_pings
+
+
 def test_a_probe_is_framed_as_websockets_frames_a_ping() -> None:
     data = _PING_DATA(7)
     assert _PING_HEADER + data == Frame(Opcode.PING, data).serialize(mask=False, extensions=[])

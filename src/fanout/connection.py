@@ -162,8 +162,10 @@ class Outbound:
         self._drained.clear()
         return True
 
-    def _write_now(self, data: bytes) -> bool:
-        """Write ``data`` without the writer task, if the connection is open and not paused."""
+    def _write_now(self, data: bytes, acked: Callable[[float], None] | None = None) -> bool:
+        """Write ``data`` without the writer task, if the connection is open and not paused;
+        with ``acked``, a probe's ping in the same write (``offer_probed``), if this object
+        frames what it writes."""
         websocket = self._websocket
         if (
             websocket.protocol.state is not State.OPEN
@@ -174,7 +176,13 @@ class Outbound:
             return False
         protocol = websocket.protocol
         if self._frames_itself and not protocol.writes and not protocol.expect_continuation_frame:
-            websocket.transport.write(binary_frame(data))
+            if acked is None:
+                websocket.transport.write(binary_frame(data))
+            else:
+                ping = _PING_HEADER + self._ping(acked)
+                websocket.transport.write(binary_frame(data, ping))
+        elif acked is not None:
+            return False  # the frame and the ping go as ``offer`` and ``probe`` send them
         else:
             protocol.send_binary(data)
             websocket.send_data()
@@ -185,6 +193,21 @@ class Outbound:
             self._queue.put_nowait(_DRAIN)
             self._drained.clear()
         return True
+
+    def offer_probed(self, data: bytes, acked: Callable[[float], None]) -> bool:
+        """``offer(data)``, then ``probe(acked)``: when the frame is written at once, its
+        probe's ping goes in the same write (a system call and a pass through the transport
+        fewer: a relay probes each free link twice a second, ``relay.core.links``).
+
+        Returns:
+            Whether the probe was sent (not if the frame was refused, or on a closing
+            connection).
+        """
+        if self.overflowed:
+            return False
+        if self.idle and self._write_now(data, acked):
+            return True
+        return self.offer(data) and self.probe(acked)
 
     def probe(self, acked: Callable[[float], None]) -> bool:
         """Ping the peer behind every byte written so far (``sent_bytes``); ``acked(at)`` with
@@ -199,25 +222,23 @@ class Outbound:
         websocket = self._websocket
         if websocket.protocol.state is not State.OPEN or websocket.transport.is_closing():
             return False
-        data = _PING_DATA(next(_pings) & 0xFFFFFFFF)  # unique among those in flight (a count)
-        while data in websocket.pending_pings:
-            data = _PING_DATA(next(_pings) & 0xFFFFFFFF)
-        pong = self._loop.create_future()
-        websocket.pending_pings[data] = (pong, self._loop.time())
         protocol = websocket.protocol
         if self._frames_itself and not protocol.writes:  # framed here, as ``_write_now`` does
-            websocket.transport.write(_PING_HEADER + data)
+            websocket.transport.write(_PING_HEADER + self._ping(acked))
         else:
-            protocol.send_ping(data)
+            protocol.send_ping(self._ping(acked))
             websocket.send_data()
-        loop = self._loop
-
-        def answered(done: asyncio.Future[float]) -> None:
-            if not done.cancelled() and done.exception() is None:  # closed: no answer
-                acked(loop.time())
-
-        pong.add_done_callback(answered)
         return True
+
+    def _ping(self, acked: Callable[[float], None]) -> bytes:
+        """A ping's data, registered with websockets (``pending_pings``, which its
+        ``acknowledge_pings`` completes when the pong comes) to call ``acked``."""
+        pings = self._websocket.pending_pings
+        data = _PING_DATA(next(_pings) & 0xFFFFFFFF)  # unique among those in flight (a count)
+        while data in pings:
+            data = _PING_DATA(next(_pings) & 0xFFFFFFFF)
+        pings[data] = (_Pong(acked, self._loop), self._loop.time())  # type: ignore[assignment]
+        return data
 
     def close(self, reason: str) -> None:
         """Close the connection with a policy-violation code and ``reason`` (once: later calls,
@@ -284,9 +305,10 @@ def close_reason(text: str) -> str:
     return text.encode()[:123].decode(errors="ignore")
 
 
-def binary_frame(data: bytes) -> bytes:
+def binary_frame(data: bytes, after: bytes = b"") -> bytes:
     """``data`` as one unmasked binary WebSocket frame (RFC 6455 section 5.2), as websockets'
-    ``Frame.serialize`` writes it for a server without extensions.
+    ``Frame.serialize`` writes it for a server without extensions; ``after`` (frames of its
+    own) follows it in the same bytes.
 
     A relay writes thousands of pushes a second; websockets' protocol object builds a ``Frame``
     for each, checks it and serializes it, about 1 µs a frame. Here: two to ten header bytes.
@@ -298,7 +320,7 @@ def binary_frame(data: bytes) -> bytes:
         header = _HEADER_16(0x82, 126, size)
     else:
         header = _HEADER_64(0x82, 127, size)
-    return header + data
+    return b"".join((header, data, after)) if after else header + data
 
 
 _HEADER_16 = struct.Struct("!BBH").pack
@@ -308,6 +330,32 @@ _HEADER_64 = struct.Struct("!BBQ").pack
 _PING_HEADER = b"\x89\x04"
 _PING_DATA = struct.Struct("!I").pack
 _pings = itertools.count()
+
+
+class _Pong:
+    """What a probe's ping waits on in websockets' ``pending_pings``, in place of its future:
+    ``acknowledge_pings`` calls ``set_result`` when the pong comes, which calls ``acked`` with
+    the loop's time at once (no future, and no callback scheduled, a ping); a connection that
+    closes first (``terminate_pending_pings``: ``set_exception``, ``cancel``) acks nothing."""
+
+    __slots__ = ("_acked", "_done", "_loop")
+
+    def __init__(self, acked: Callable[[float], None], loop: asyncio.AbstractEventLoop) -> None:
+        self._acked, self._loop, self._done = acked, loop, False
+
+    def done(self) -> bool:
+        return self._done
+
+    def set_result(self, latency: float) -> None:
+        self._done = True
+        self._acked(self._loop.time())
+
+    def set_exception(self, error: BaseException) -> None:
+        self._done = True
+
+    def cancel(self) -> bool:
+        self._done = True
+        return False
 
 
 def _paused(websocket: Connection) -> bool:

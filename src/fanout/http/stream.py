@@ -149,8 +149,10 @@ class HttpSubscription:
         """Seconds the stream has held bytes the client did not read (0 if none)."""
         return 0.0 if self._stalled_since is None else time.monotonic() - self._stalled_since
 
-    def probe(self, acked: Callable[[float], None]) -> bool:
-        """No acknowledgements on HTTP: its link is not estimated (``relay.core.links``)."""
+    def offer_probed(self, data: bytes, acked: Callable[[float], None]) -> bool:
+        """``offer(data)``; no acknowledgements on HTTP: its link is not estimated
+        (``relay.core.links``)."""
+        self.offer(data)
         return False
 
     def offer(self, data: bytes, control: bool = False) -> bool:

@@ -106,8 +106,10 @@ class HttpWrite:
         """A write holds no unread bytes."""
         return 0.0
 
-    def probe(self, acked: Callable[[float], None]) -> bool:
-        """No acknowledgements on HTTP: its link is not estimated (``relay.core.links``)."""
+    def offer_probed(self, data: bytes, acked: Callable[[float], None]) -> bool:
+        """``offer(data)``; no acknowledgements on HTTP: its link is not estimated
+        (``relay.core.links``)."""
+        self.offer(data)
         return False
 
     def offer(self, data: bytes, control: bool = False) -> bool:

@@ -50,9 +50,10 @@ class Downstream(Protocol):
         """Cut it off (a slow consumer)."""
         ...
 
-    def probe(self, acked: Callable[[float], None]) -> bool:
-        """Ask the peer to acknowledge every byte written so far (a WebSocket ping);
-        ``acked(at)`` once it did. Returns whether it was asked (an HTTP stream cannot be)."""
+    def offer_probed(self, data: bytes, acked: Callable[[float], None]) -> bool:
+        """``offer(data)``, then ask the peer to acknowledge every byte written so far (a
+        WebSocket ping, in the same write as the frame when it can be); ``acked(at)`` once it
+        did. Returns whether it was asked (an HTTP stream cannot be)."""
         ...
 
 

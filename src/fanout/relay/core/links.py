@@ -65,7 +65,9 @@ class Link:
     """One connection's estimates and bucket (read by ``report``; written by ``Links``)."""
 
     samples: deque[tuple[float, float]] = field(default_factory=deque)  # (at, bytes/s)
-    rtts: deque[tuple[float, float]] = field(default_factory=deque)  # (at, seconds)
+    #: (at, seconds): the round trips in ``RTT_WINDOW`` that may yet be the least, least first
+    #: (``_keep_least``); the last probe's is always kept.
+    rtts: deque[tuple[float, float]] = field(default_factory=deque)
     base_rtt: float | None = None  # the least of ``rtts`` (they change on an ack only)
     last_rtt: float = 0.0
     probe: tuple[float, int] | None = None  # in flight: (sent at, bytes marked)
@@ -130,8 +132,7 @@ class Links:
             return
         (sent_at, marked), link.probe = link.probe, None
         link.last_rtt = now - sent_at
-        _keep(link.rtts, now, link.last_rtt, RTT_WINDOW)
-        link.base_rtt = min(rtt for _, rtt in link.rtts)
+        link.base_rtt = _keep_least(link.rtts, now, link.last_rtt, RTT_WINDOW)
         behind = sent > marked
         if link.acked is not None and now > link.acked[0]:
             rate = (marked - link.acked[1]) / (now - link.acked[0])
@@ -291,6 +292,21 @@ def _keep(window: deque[tuple[float, float]], now: float, value: float, span: fl
     window.append((now, value))
     while len(window) > 1 and window[0][0] < now - span:
         window.popleft()
+
+
+def _keep_least(window: deque[tuple[float, float]], now: float, value: float, span: float) -> float:
+    """Add a sample and return the least of those in the last ``span`` (the new one included).
+
+    The window keeps only samples that may yet be the least: an older one no smaller than a
+    newer one never will be again (it leaves the window first), so the samples kept rise from
+    the least, and each ack costs what it adds and drops, not a pass over the window.
+    """
+    while window and window[-1][1] >= value:
+        window.pop()
+    window.append((now, value))
+    while window[0][0] < now - span:  # the new sample is within: the loop ends at it
+        window.popleft()
+    return window[0][1]
 
 
 def _rtt(link: Link) -> float | None:

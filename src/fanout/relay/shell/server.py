@@ -303,17 +303,19 @@ class RelayServer:
                 else:
                     self.upstream.send(send.data())
             elif (outbound := self.clients.open.get(send.to)) is not None:
-                outbound.offer(send.data(), send.control)
-                if not send.control:
-                    self._probe(send.to, outbound)
+                if send.control or not self._probing(send.to):
+                    outbound.offer(send.data(), send.control)
+                else:
+                    self._probe(send.to, outbound, send.data())
 
-    def _probe(self, client: int, outbound: Downstream) -> None:
-        """Ask a connection pushed to to acknowledge what it was sent, if its link's estimates
-        want a probe now (``relay.core.links``)."""
+    def _probing(self, client: int) -> bool:
+        """Whether a push to ``client`` takes a probe now (``relay.core.links``)."""
+        return self.core.serving.links.pushed(client, asyncio.get_running_loop().time())
+
+    def _probe(self, client: int, outbound: Downstream, data: bytes) -> None:
+        """Push ``data`` to a connection and ask it to acknowledge what it was sent."""
         links, now = self.core.serving.links, asyncio.get_running_loop().time()
-        if links.pushed(client, now) and outbound.probe(
-            lambda at: links.acked(client, at, outbound.sent_bytes)
-        ):
+        if outbound.offer_probed(data, lambda at: links.acked(client, at, outbound.sent_bytes)):
             links.probed(client, outbound.sent_bytes, now)
 
     def _for_below(self, sends: Iterable[Send]) -> None:
