@@ -115,6 +115,23 @@ async def test_a_probe_whose_connection_ends_before_its_pong_is_never_acked() ->
         assert not acked and not server_side.pending_pings
 
 
+async def test_an_ack_that_fails_is_logged_and_the_connection_reads_on(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    async with pair() as (server_side, client), Outbound(server_side, limit=8) as outbound:
+
+        def broken(at: float) -> None:
+            raise ValueError("a bug in the bookkeeping")
+
+        assert outbound.offer_probed(b"frame", broken)
+        assert await asyncio.wait_for(client.recv(), 5) == b"frame"
+        await eventually(lambda: "a probe's ack failed" in caplog.text, what="the log line")
+        acked: list[float] = []
+        assert outbound.offer_probed(b"next", acked.append)  # still open, still acked
+        assert await asyncio.wait_for(client.recv(), 5) == b"next"
+        await eventually(lambda: acked, what="the pong")
+
+
 def test_a_probe_is_framed_as_websockets_frames_a_ping() -> None:
     data = _PING_DATA(7)
     assert _PING_HEADER + data == Frame(Opcode.PING, data).serialize(mask=False, extensions=[])

@@ -348,7 +348,10 @@ class _Pong:
 
     def set_result(self, latency: float) -> None:
         self._done = True
-        self._acked(self._loop.time())
+        try:
+            self._acked(self._loop.time())
+        except Exception:  # a bug in the ack's bookkeeping: logged, as the loop logs a future's
+            log.exception("a probe's ack failed")  # callback's; the connection reads on
 
     def set_exception(self, error: BaseException) -> None:
         self._done = True
