@@ -241,7 +241,7 @@ class RelayCore:
         wanted = set(prims)  # ids of this dataset's primitives only: others are not its
         self.upstream.unready({p.prim for p in self.upstream.of(dataset) if p.prim in wanted})
         if (state := self.datasets.get(dataset)) is not None:  # snapshots taken before it
-            state.readying = [prim for prim in state.readying if prim not in prims]
+            state.readying = [prim for prim in state.readying if prim not in wanted]
         self.parts.shrunk += 1
         self.every.distrust(dataset)
 
