@@ -119,3 +119,16 @@ def refusals(spark: SparkSession) -> Refusals:
             spark.streams.addListener(listener)
             _LISTENERS[spark] = listener
         return listener
+
+
+def stop_refusals(spark: SparkSession) -> None:
+    """Unregister the session's :class:`Refusals` listener, if it has one (a publisher's stop).
+
+    It hears every query's progress, each event a call into Python converted field by field;
+    queued behind busy micro-batches, they held ``spark.stop()`` past 20 s (a publisher of five
+    queries, ``tests/integration/test_tiers.py``), as the queries' own ``ProgressLog`` did.
+    """
+    with _LISTENERS_LOCK:
+        listener = _LISTENERS.pop(spark, None)
+    if listener is not None:
+        spark.streams.removeListener(listener)
