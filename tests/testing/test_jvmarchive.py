@@ -23,7 +23,9 @@ def test_the_options_map_the_archive_and_silence_the_jvms_notes_on_it() -> None:
 
 def test_the_sessions_jvm_maps_the_archive_make_test_made(spark: Any) -> None:
     archive = _made()
-    assert options(archive) in os.environ["JDK_JAVA_OPTIONS"]  # tests/conftest.py's
+    if options(archive) not in os.environ["JDK_JAVA_OPTIONS"]:  # not tests/conftest.py's value
+        assert not os.environ.get("FANOUT_CI"), os.environ["JDK_JAVA_OPTIONS"]  # CI sets none
+        pytest.skip("JDK_JAVA_OPTIONS was set before the tests ran: the tests keep a user's own")
     pid = spark.sparkContext._jvm.java.lang.ProcessHandle.current().pid()
     mapped = Path(f"/proc/{pid}/maps").read_text()
     assert str(archive.resolve()) in mapped  # a JVM that cannot use it unmaps it
