@@ -44,8 +44,9 @@ async def build(archive: Path) -> bool:
         directory = Path(scratch)
         (directory / "fanout.toml").write_text(CONFIG)
         written = directory / "classes.jsa"
-        given = os.environ.get("JDK_JAVA_OPTIONS", "-XX:TieredStopAtLevel=1")
-        os.environ["JDK_JAVA_OPTIONS"] = f"{given} -XX:ArchiveClassesAtExit={written}"
+        given = os.environ.get("JDK_JAVA_OPTIONS")
+        dump = f"-XX:ArchiveClassesAtExit={written}"
+        os.environ["JDK_JAVA_OPTIONS"] = f"{given} {dump}" if given else dump
         config, state = directory / "fanout.toml", directory / "state"
         args = ["--config", str(config), "--port", "0", "--state-dir", str(state)]
         try:
@@ -54,7 +55,10 @@ async def build(archive: Path) -> bool:
                 await asyncio.sleep(RUN_SECONDS)
                 await publisher.stop(timeout=60.0)
         finally:
-            os.environ["JDK_JAVA_OPTIONS"] = given
+            if given is None:
+                del os.environ["JDK_JAVA_OPTIONS"]
+            else:
+                os.environ["JDK_JAVA_OPTIONS"] = given
         if not written.is_file():
             return False
         archive.parent.mkdir(parents=True, exist_ok=True)
