@@ -22,13 +22,13 @@ from fanout.publisher.bustable import ObjectTable, object_type
 from fanout.publisher.config import PublisherSettings
 from fanout.publisher.control import ControlPlane
 from fanout.publisher.datasets import PostgresSource
+from fanout.publisher.listener import stop_listening
 from fanout.publisher.log import open_log
 from fanout.publisher.pipeline import Pipeline
 from fanout.publisher.relaytable import Registry
 from fanout.publisher.service import DatasetService
 from fanout.publisher.sources.postgres_reader import ReaderOptions
 from fanout.publisher.sources.postgres_tail import LiveTail, source_schema
-from fanout.publisher.sources.refusals import stop_refusals
 from fanout.publisher.spark import spark_session
 from fanout.wire.messages import DatasetState
 
@@ -107,7 +107,7 @@ def run(config: PublisherSettings) -> int:
         tail.stop()
     if bus is not None:
         bus.stop()
-    stop_refusals(spark)  # after the control plane, whose /metrics would register it again
+    stop_listening(spark)  # after the control plane, whose /metrics would register it again
     spark.stop()
     log.info("stopped in %.1f s", time.monotonic() - began)
     batch_log.close()

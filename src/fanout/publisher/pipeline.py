@@ -32,6 +32,7 @@ from fanout.publisher import streams
 from fanout.publisher.busconnector import BusConnector
 from fanout.publisher.datasets import Dataset, IngestSource
 from fanout.publisher.delivery import BatchSink, Checkouts, Stamp, build_batches
+from fanout.publisher.listener import listener
 from fanout.publisher.log import BatchLog
 from fanout.publisher.matching import matcher_for, side_of
 from fanout.publisher.microbatch import (
@@ -160,16 +161,12 @@ class Pipeline:
         tick, the mirror, the log and the relays each take the re-run as the same micro-batch.
         The ingest log and the producers' admission stay as they are.
         """
-        if self.progress is not None:
-            self.spark.streams.removeListener(self.progress)
         return self._start_query(trigger_seconds)
 
     def stop_listening(self) -> None:
-        """Stop taking Spark's progress events for this query. Each is a call into Python;
-        on a loaded machine they queue behind the micro-batches (0.4 s each), and
-        ``spark.stop()`` would wait for the queue to drain before it returns."""
+        """Stop taking Spark's progress events for this query (``publisher.listener``)."""
         if self.progress is not None:
-            self.spark.streams.removeListener(self.progress)
+            listener(self.spark).discard(self.progress.query_name, "progress")
 
     def _start_query(self, trigger_seconds: float) -> StreamingQuery:
         if isinstance(self.dataset.source, IngestSource) and self._ingest is None:
@@ -179,9 +176,8 @@ class Pipeline:
                 self.admission.recover(self.spark, self.checkpoint)
         rows = streams.stream(self.spark, self.dataset, self.stream.start_time, self.state_dir)
         name = f"fanout-{self.dataset.name}"
-        self.stop_listening()  # a restarted query's: one listener a query, not one a start
-        self.progress = ProgressLog(self.dataset.name, name)
-        self.spark.streams.addListener(self.progress)
+        self.progress = ProgressLog(self.dataset.name, name)  # a restarted query's in its place
+        listener(self.spark).add(name, "progress", self.progress.heard)
         writer = (
             latest_per_key(rows, self.dataset)
             .writeStream.outputMode("update")

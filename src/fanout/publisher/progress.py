@@ -7,19 +7,14 @@ import json
 import logging
 import time
 
-from pyspark.sql.streaming.listener import (
-    QueryIdleEvent,
-    QueryProgressEvent,
-    QueryStartedEvent,
-    QueryTerminatedEvent,
-    StreamingQueryListener,
-)
+from pyspark.sql.streaming.listener import StreamingQueryProgress
 
 log = logging.getLogger(__name__)
 
 
-class ProgressLog(StreamingQueryListener):
-    """Logs Spark's own account of each micro-batch of one query (INFO), beside the stages.
+class ProgressLog:
+    """Logs Spark's own account of each micro-batch of one query (INFO), beside the stages: a
+    handler of the session's one listener (``publisher.listener``) for that query's events.
 
     One line per micro-batch: ``<dataset> progress batch N: {"durationMs": {...}, ...}``, where
     ``durationMs`` splits the micro-batch into Spark's phases (``triggerExecution`` is all of it;
@@ -37,14 +32,8 @@ class ProgressLog(StreamingQueryListener):
         #: ms; None before one): the pipeline's own floor, which the demo prints lag beside.
         self.fastest_ms: float | None = None
 
-    def onQueryStarted(self, event: QueryStartedEvent) -> None:  # noqa: N802 (Spark's name)
-        """Nothing to log."""
-
-    def onQueryProgress(self, event: QueryProgressEvent) -> None:  # noqa: N802
+    def heard(self, progress: StreamingQueryProgress) -> None:
         """Log the micro-batch's durations, rows and state store figures."""
-        progress = event.progress
-        if progress.name != self.query_name:
-            return
         totals = self.phase_seconds
         for phase, ms in progress.durationMs.items():
             totals[phase] = totals.get(phase, 0.0) + ms / 1e3
@@ -69,12 +58,6 @@ class ProgressLog(StreamingQueryListener):
             "state": state,
         }
         log.info("%s progress batch %d: %s", self.dataset, progress.batchId, json.dumps(summary))
-
-    def onQueryIdle(self, event: QueryIdleEvent) -> None:  # noqa: N802
-        """Nothing to log."""
-
-    def onQueryTerminated(self, event: QueryTerminatedEvent) -> None:  # noqa: N802
-        """Nothing to log."""
 
 
 class StageClock:

@@ -3,9 +3,9 @@
 A source marks each row it refuses with a problem (a text naming where the row came from and
 why: ``file:line: reason: text``, ``table 't', key 7: column 'c' is ...``) and
 :func:`drop_refused` drops those rows after counting them in an observed metric of the
-micro-batch. :class:`Refusals`, a listener on the session, adds each micro-batch's counts up per
-dataset (the publisher's ``/metrics`` shows them) and logs the first few problems once, when
-the micro-batch is done.
+micro-batch. :class:`Refusals`, a handler of the session's listener (``publisher.listener``),
+adds each micro-batch's counts up per dataset (the publisher's ``/metrics`` shows them) and logs
+the first few problems once, when the micro-batch is done.
 """
 
 from __future__ import annotations
@@ -13,11 +13,12 @@ from __future__ import annotations
 import logging
 import threading
 import weakref
-from typing import Any
 
 import pyspark.sql.functions as sf
 from pyspark.sql import Column, DataFrame, SparkSession
-from pyspark.sql.streaming.listener import StreamingQueryListener
+from pyspark.sql.streaming.listener import StreamingQueryProgress
+
+from fanout.publisher.listener import SessionProgress, listener
 
 log = logging.getLogger(__name__)
 
@@ -52,8 +53,9 @@ def drop_refused(
     return observed.where(~bad)
 
 
-class Refusals(StreamingQueryListener):
-    """Counts and logs the rows sources refused, from each micro-batch's observed metrics.
+class Refusals:
+    """Counts and logs the rows sources refused, from each micro-batch's observed metrics (of
+    every query of the session).
 
     Attributes:
         counts: dataset -> rows refused since this listener was registered.
@@ -65,21 +67,14 @@ class Refusals(StreamingQueryListener):
         self.samples: dict[str, str] = {}
         self._lock = threading.Lock()
 
-    def onQueryStarted(self, event: Any) -> None:
-        """Nothing to count yet."""
-
-    def onQueryProgress(self, event: Any) -> None:
+    def heard(self, progress: StreamingQueryProgress) -> None:
         """Add this micro-batch's refusals and log them."""
-        progress = event.progress
         for name, row in progress.observedMetrics.items():
             prefix = next((p for p in PREFIXES if name.startswith(p)), None)
             if prefix is not None and row["rejected"]:
                 samples = row.asDict().get("samples")
                 dataset = name.removeprefix(prefix)
                 self.add(dataset, progress.batchId, row["rejected"], row["sample"], samples)
-
-    def onQueryTerminated(self, event: Any) -> None:
-        """Counts stay: they describe the data, not the query."""
 
     def add(
         self,
@@ -106,29 +101,18 @@ class Refusals(StreamingQueryListener):
         )
 
 
-_LISTENERS: weakref.WeakKeyDictionary[SparkSession, Refusals] = weakref.WeakKeyDictionary()
-_LISTENERS_LOCK = threading.Lock()
+#: Each session listener's refusals: a listener stopped and made anew counts anew.
+_REFUSALS: weakref.WeakKeyDictionary[SessionProgress, Refusals] = weakref.WeakKeyDictionary()
+_REFUSALS_LOCK = threading.Lock()
 
 
 def refusals(spark: SparkSession) -> Refusals:
-    """The session's :class:`Refusals` listener, registered with it on first use."""
-    with _LISTENERS_LOCK:
-        listener = _LISTENERS.get(spark)
-        if listener is None:
-            listener = Refusals()
-            spark.streams.addListener(listener)
-            _LISTENERS[spark] = listener
-        return listener
-
-
-def stop_refusals(spark: SparkSession) -> None:
-    """Unregister the session's :class:`Refusals` listener, if it has one (a publisher's stop).
-
-    It hears every query's progress, each event a call into Python converted field by field;
-    queued behind busy micro-batches, they held ``spark.stop()`` past 20 s (a publisher of five
-    queries, ``tests/integration/test_tiers.py``), as the queries' own ``ProgressLog`` did.
-    """
-    with _LISTENERS_LOCK:
-        listener = _LISTENERS.pop(spark, None)
-    if listener is not None:
-        spark.streams.removeListener(listener)
+    """The session's :class:`Refusals`, hearing every query's progress from first use until
+    the session's listener is stopped (``listener.stop_listening``, a publisher's stop)."""
+    session = listener(spark)
+    with _REFUSALS_LOCK:
+        found = _REFUSALS.get(session)
+        if found is None:
+            found = _REFUSALS[session] = Refusals()
+            session.add(None, "refusals", found.heard)
+        return found
