@@ -64,35 +64,44 @@ if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
 
 
 #: The lane of the test modules that start a Spark publisher (those marked ``integration`` in their
-#: source, less those also marked ``no_spark_publisher``): one worker runs them one after another.
+#: source, less those also marked ``no_spark_publisher`` or ``second_lane``): one worker runs them
+#: one after another.
 PUBLISHER_LANE = "one Spark publisher at a time"
+#: The second lane: modules marked ``second_lane`` too (light ones, whose waits allow for another
+#: publisher beside theirs), handed out last, when the modules that start no publisher are done.
+SECOND_LANE = "a second Spark publisher, at the end"
 
 
 def lane(source: str) -> str | None:
     """``PUBLISHER_LANE`` for a test module whose ``source`` marks it ``integration`` and not
-    ``no_spark_publisher``; None for any other (it goes whole to whichever worker is free)."""
+    ``no_spark_publisher``, ``SECOND_LANE`` if it is marked ``second_lane`` too; None for any
+    other (it goes whole to whichever worker is free)."""
     if "pytest.mark.integration" not in source or "pytest.mark.no_spark_publisher" in source:
         return None
-    return PUBLISHER_LANE
+    return SECOND_LANE if "pytest.mark.second_lane" in source else PUBLISHER_LANE
 
 
 def rank(scope: str, source: str) -> int:
     """Which work xdist hands out first (lowest): the publisher lane (the longest), then the other
-    modules that start processes, then the rest (by their number of tests, as xdist orders)."""
+    modules that start processes, then the rest (by their number of tests, as xdist orders), and
+    the second lane last: it runs beside the end of the first lane, on the worker the rest freed."""
     if scope == PUBLISHER_LANE:
         return 0
+    if scope == SECOND_LANE:
+        return 3
     return 1 if "pytest.mark.integration" in source else 2
 
 
 def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
     """Under pytest-xdist (``make test``: ``-n auto``) each test module goes whole to one worker
     (its module fixtures made once), and the modules that start a Spark publisher (``lane``) all
-    to the same one, one after another, as they were written to: their waits assume one Spark
-    publisher on the machine at a time (two at once on 2 cores made timeouts). A module that
-    starts other processes (relays, brokers, a crowd) but no publisher is marked
-    ``no_spark_publisher`` too and runs beside that lane. The longest work is handed out first
-    (``rank``), so that no worker ends the run alone with a long module. (``xdist_group`` marks
-    cannot say any of this: pytest 9 ignores the node ids xdist rewrites for them.)"""
+    to the same one, one after another: the long ones' waits assume one Spark publisher on the
+    machine at a time (two at once on 2 cores, at random, made timeouts). The light ones, marked
+    ``second_lane``, go last to the other worker, beside the first lane's end, which alone took
+    twice as long as all the rest. A module that starts other processes (relays, brokers, a
+    crowd) but no publisher is marked ``no_spark_publisher`` too and runs beside the lane. The
+    longest work is handed out first (``rank``). (``xdist_group`` marks cannot say any of this:
+    pytest 9 ignores the node ids xdist rewrites for them.)"""
     from xdist.scheduler import LoadScopeScheduling
 
     root = config.rootpath

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.second_lane]
 
 
 def test_the_demos_result_is_one_json_object_on_stdout(tmp_path: Path) -> None:

@@ -25,7 +25,11 @@ from fanout.launch import Child, Children
 from fanout.testing.wait import eventually
 from fanout.views.topic import parse as topic
 
-pytestmark = [pytest.mark.integration, pytest.mark.asyncio(loop_scope="module")]
+pytestmark = [
+    pytest.mark.integration,
+    pytest.mark.second_lane,
+    pytest.mark.asyncio(loop_scope="module"),
+]
 
 #: Spark picks published rows up on its next micro-batch.
 NEXT_BATCH = {"timeout": 90.0, "every": 0.5}

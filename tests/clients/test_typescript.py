@@ -38,7 +38,11 @@ from fanout.views import Box
 from fanout.views.sql import parse as sql
 from fanout.wire.columns import to_python
 
-pytestmark = [pytest.mark.integration, pytest.mark.asyncio(loop_scope="module")]
+pytestmark = [
+    pytest.mark.integration,
+    pytest.mark.second_lane,
+    pytest.mark.asyncio(loop_scope="module"),
+]
 
 FOLLOW = Path(__file__).parent / "node" / "follow.mjs"
 UTC = datetime.UTC

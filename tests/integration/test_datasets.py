@@ -26,7 +26,11 @@ from fanout.wire import codec
 from fanout.wire.columns import decode_columns
 from fanout.wire.messages import PROTOCOL_VERSION, Acquire, Batch, Catalog, Hello, Welcome
 
-pytestmark = [pytest.mark.integration, pytest.mark.asyncio(loop_scope="module")]
+pytestmark = [
+    pytest.mark.integration,
+    pytest.mark.second_lane,
+    pytest.mark.asyncio(loop_scope="module"),
+]
 
 #: How long to poll the publisher's state for published rows: Spark picks them up on its next
 #: micro-batch.

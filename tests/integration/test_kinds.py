@@ -20,7 +20,11 @@ from fanout.testing.wait import eventually
 from fanout.views import registry
 from fanout.views.topic import TopicFilter
 
-pytestmark = [pytest.mark.integration, pytest.mark.asyncio(loop_scope="module")]
+pytestmark = [
+    pytest.mark.integration,
+    pytest.mark.second_lane,
+    pytest.mark.asyncio(loop_scope="module"),
+]
 
 #: Spark picks rows up on its next micro-batch.
 NEXT_BATCH = {"timeout": 90.0, "every": 0.5}

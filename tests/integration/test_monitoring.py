@@ -30,7 +30,7 @@ from fanout.testing.ports import free_port
 from fanout.testing.redis import throwaway_redis_cluster
 from fanout.testing.wait import eventually
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.second_lane]
 
 DEPLOY = Path(__file__).parents[2] / "deploy"
 DASHBOARD = DEPLOY / "grafana" / "fanout.json"

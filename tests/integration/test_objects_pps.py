@@ -33,6 +33,7 @@ from fanout.views.objects.reading import full_text
 
 pytestmark = [
     pytest.mark.integration,
+    pytest.mark.second_lane,
     pytest.mark.asyncio(loop_scope="module"),
     pytest.mark.skipif(
         not (os.path.exists("/dev/fuse") and os.geteuid() == 0),

@@ -25,7 +25,11 @@ from fanout.views import View
 from fanout.views.sql import parse as sql
 from fanout.views.topic import parse as topic
 
-pytestmark = [pytest.mark.integration, pytest.mark.asyncio(loop_scope="module")]
+pytestmark = [
+    pytest.mark.integration,
+    pytest.mark.second_lane,
+    pytest.mark.asyncio(loop_scope="module"),
+]
 
 CONFIG = """
 [datasets.orders]

@@ -15,7 +15,7 @@ import pytest
 
 from fanout.testing.machine import rss, tree
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.second_lane]
 
 CONFIG = """
 [spark]

@@ -27,7 +27,11 @@ from fanout.testing.needs import need
 from fanout.testing.wait import eventually
 from fanout.views import Box
 
-pytestmark = [pytest.mark.integration, pytest.mark.asyncio(loop_scope="module")]
+pytestmark = [
+    pytest.mark.integration,
+    pytest.mark.second_lane,
+    pytest.mark.asyncio(loop_scope="module"),
+]
 
 CONFIG = """
 [spark.conf]

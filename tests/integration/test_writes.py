@@ -26,7 +26,11 @@ from fanout.testing.wait import eventually
 from fanout.views.sql import parse as sql
 from fanout.wire.options import Transduce
 
-pytestmark = [pytest.mark.integration, pytest.mark.asyncio(loop_scope="module")]
+pytestmark = [
+    pytest.mark.integration,
+    pytest.mark.second_lane,
+    pytest.mark.asyncio(loop_scope="module"),
+]
 
 CONFIG = """
 [datasets.flights]
