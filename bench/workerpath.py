@@ -3,8 +3,9 @@ subscribers it is late for.
 
 One trial of ``bench/relay.py``'s workload (its publisher, its picows subscribers moving box
 views of their own at 10 Hz), with the relay run as the command. Per tick, from the relays' own
-record (``GET /v1/admin/batches``: read, written, swapped in, first and last round pushing it),
-each stage's time after the publisher's tick, on the leader and on the workers; per subscriber,
+record (``GET /v1/admin/batches``, which the relay's port and the leader's both answer for the
+whole relay: the leader's read, write and swap, the first and last worker's swap, the first and
+last round pushing it on any process), each stage's time after the publisher's tick; per subscriber,
 the median latency of what it received (from the publisher's send). ``late_subscribers`` counts
 those whose median is past 50 ms: on a stream at their own rate they were the sign of the rate
 bucket's lock (docs/benchmarks/relay.md, "A tick behind: the rate's lock"). ``--still`` holds
@@ -34,7 +35,15 @@ from fanout.testing.calibration import calibrate
 from fanout.testing.machine import describe, write_results
 from relayclients import clients_main, open_window, start_clients
 
-STAGES = ("read", "written", "swapped", "pushed_first", "pushed_last")
+STAGES = (
+    "read",
+    "written",
+    "swapped",
+    "workers_swapped_first",
+    "workers_swapped_last",
+    "pushed_first",
+    "pushed_last",
+)
 LATE_MS = 50.0
 
 
@@ -63,31 +72,12 @@ def percentiles(values: list[float]) -> dict[str, float] | None:
     return {"p50": round(float(p50), 1), "p90": round(float(p90), 1), "p99": round(float(p99), 1)}
 
 
-def by_tick(answers: list[list[dict[str, Any]]]) -> list[dict[str, Any]]:
-    """Each worker's batch of each tick, from answers of the workers at random: one worker's
-    answers share batches (grouped so), and of a tick's batches the first read is the tick's
-    own (the later ones carry snapshots of views that moved, at that tick)."""
-    workers: list[tuple[set[tuple[float, float]], dict[float, dict[str, Any]]]] = []
-    for answer in answers:
-        marks = {(b["tick_time"], b["read"]) for b in answer}
-        group = next((g for g in workers if g[0] & marks), None)
-        if group is None:
-            group = (set(), {})
-            workers.append(group)
-        group[0].update(marks)
-        for batch in answer:
-            first = group[1].get(batch["tick_time"])
-            if first is None or batch["read"] < first["read"]:
-                group[1][batch["tick_time"]] = batch
-    return [batch for _, ticks in workers for batch in ticks.values()]
-
-
 def stages(records: list[dict[str, Any]], start: float, end: float) -> dict[str, Any]:
-    """Each stage's ms after its tick, over the window's ticks that reached it (a leader
-    pushes none: its pushed stages are None)."""
+    """Each stage's ms after its tick, over the window's ticks that reached it (a stage not
+    reached, or not in the record, is left out)."""
     kept = [r for r in records if start <= r["tick_time"] <= end]
     return {
-        stage: percentiles([1e3 * (r[stage] - r["tick_time"]) for r in kept if r[stage]])
+        stage: percentiles([1e3 * (r[stage] - r["tick_time"]) for r in kept if r.get(stage)])
         for stage in STAGES
     }
 
@@ -137,8 +127,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         relay_cpu = cpu.process_tree(relay.pid)
         time.sleep(max(0.0, end - time.time()))
         relay_cores = cpu.process_tree(relay.pid).cores_since(relay_cpu)
-        answers = [batches(url) for _ in range(10 * args.workers)]  # the kernel picks a worker
-        led = batches(found.group(1).decode()) if found else []
+        led = batches(found.group(1).decode() if found else url)  # the whole relay's record
         reports = [conn.recv() for conn in conns]
         pub_conn.send("report")
         sent = {seq: at for seq, at in pub_conn.recv()["sent"] if start <= at <= end}
@@ -157,8 +146,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "still": args.still,
         "rate": args.rate,
         **received(reports, sent),
-        "leader_ms": stages(led, start, end) if led else None,
-        "workers_ms": stages(by_tick(answers), start, end),
+        "relay_ms": stages(led, start, end),
         "relay_cores": round(relay_cores, 2),
         "clients_cores": round(sum(r["cpu"][1].cores_since(r["cpu"][0]) for r in reports), 2),
     }
