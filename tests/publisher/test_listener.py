@@ -6,7 +6,7 @@ fails leaves the others hearing, and the publisher's ``ProgressLog`` sums what i
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pyspark.sql.functions as sf
@@ -39,10 +39,11 @@ def _start(spark: Any, name: str) -> Any:
     )
 
 
-def _until(heard: list[StreamingQueryProgress], count: int) -> None:
+def _until(heard: Callable[[], list[StreamingQueryProgress]], count: int) -> None:
+    """Wait until what ``heard`` says holds ``count`` micro-batches with rows (read anew)."""
     deadline = time.monotonic() + 120
-    while sum(1 for p in heard if p.numInputRows) < count:
-        assert time.monotonic() < deadline, f"{len(heard)} events heard"
+    while sum(1 for p in heard() if p.numInputRows) < count:
+        assert time.monotonic() < deadline, f"{len(heard())} events heard"
         time.sleep(0.1)
 
 
@@ -62,8 +63,8 @@ def test_each_handler_hears_what_it_asked_as_spark_told_it(session: Any) -> None
     progress = ProgressLog("one", "one")
     heard.add("one", "progress", progress.heard)
     one, two = _start(session, "one"), _start(session, "two")
-    _until(ones, 3)
-    _until([p for p in every if p.name == "two"], 3)
+    _until(lambda: ones, 3)
+    _until(lambda: [p for p in every if p.name == "two"], 3)
     heard.discard(None, "every")
     one.stop()
     two.stop()
