@@ -9,7 +9,8 @@ last round pushing it on any process), each stage's time after the publisher's t
 the median latency of what it received (from the publisher's send). ``late_subscribers`` counts
 those whose median is past 50 ms: on a stream at their own rate they were the sign of the rate
 bucket's lock (docs/benchmarks/relay.md, "A tick behind: the rate's lock"). ``--still`` holds
-every view still; ``--rate`` asks another rate than the ticks' 10 a second.
+every view still; ``--rate`` asks another rate than the ticks' 10 a second; ``--entities`` sizes
+the world (100,000 by default).
 
     .venv/bin/python bench/workerpath.py --subscribers 500 --workers 2
 """
@@ -105,7 +106,9 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     relay = None
     try:
         pub_conn, pub_child = context.Pipe()
-        publisher = context.Process(target=world.publisher_main, args=(pub_child, 100_000, 1.0))
+        publisher = context.Process(
+            target=world.publisher_main, args=(pub_child, args.entities, 1.0)
+        )
         publisher.start()
         children.append(publisher)
         relay, url = start_relay(pub_conn.recv(), args.workers, log)
@@ -142,6 +145,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                 child.kill()
     return {
         "subscribers": args.subscribers,
+        "entities": args.entities,
         "workers": args.workers,
         "still": args.still,
         "rate": args.rate,
@@ -172,6 +176,7 @@ def received(reports: list[dict[str, Any]], sent: dict[int, float]) -> dict[str,
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--subscribers", type=int, default=500)
+    parser.add_argument("--entities", type=int, default=100_000, help="the world's entities")
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--still", action="store_true", help="views that never move")
     parser.add_argument("--rate", type=float, default=10.0, help="pushes a second asked")

@@ -156,6 +156,44 @@ def test_generations_a_worker_may_read_are_never_written_over(tmp_path: Path) ->
     assert (tmp_path / third.name).stat().st_size >= 30000 * 8 * 3
 
 
+@settings(max_examples=150, deadline=None)
+@given(script=st.lists(st.sampled_from(["swap", "adopt", "snapshot"]), max_size=25))
+def test_what_a_worker_reads_is_the_state_it_was_told(
+    tmp_path_factory: pytest.TempPathFactory, script: list[str]
+) -> None:
+    """States published at their swaps, states of another buffer published between (a
+    worker's snapshot), a worker adopting late: every generation it may still read holds the
+    rows active when it was published (the oracle: a copy of them taken then)."""
+    directory = tmp_path_factory.mktemp("files")
+    store, reader = SharedStore(directory, most=4), SharedReader(directory)
+    buffers = {"swap": _buffer(4, 1), "snapshot": _buffer(2, 0)}
+    expected: dict[SharedRef, dict[int, float]] = {}
+    told: list[SharedRef] = []
+    for seq, step in enumerate(script, start=2):
+        if step == "adopt":
+            if told:
+                store.holdings.adopted("w", "agents", told.pop(0).generation)
+            continue
+        buffer = buffers[step]
+        rows = np.array([seq % 7, 50 + seq], dtype=np.int64)
+        buffer.upsert({"id": rows, "x": rows + seq * 1.0, "y": rows * 0.5, "name": rows}, seq)
+        buffer.mark(Stamp(1, seq, seq, float(seq)))
+        buffer.swap()
+        ref = store.publish("agents", buffer)
+        if ref is not None:
+            keys, xs = buffer.active.keys.tolist(), buffer.active.column("x").tolist()
+            expected[ref] = dict(zip(keys, xs, strict=True))
+            if store.holdings.may_tell("w", "agents", ref.generation):
+                store.holdings.told("w", "agents", ref.generation)
+                told.append(ref)
+        for ref in told:
+            batch = Batch("agents", 1, 0, 0, 0.0, Columns(), Columns(), shared=ref)
+            table, _, _ = reader(batch, buffer.active)
+            held = zip(table.keys.tolist(), table.column("x").tolist(), strict=True)
+            assert dict(held) == expected[ref]
+    store.close()
+
+
 # -- which generations are in use: against a model of each worker's reading ------------------
 
 operations = st.lists(
