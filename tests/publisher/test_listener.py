@@ -1,10 +1,13 @@
 """The session's one progress listener (``publisher.listener``) on real streaming queries: each
 handler hears the queries it asked for, what it hears is Spark's own account of the micro-batch
 (``StreamingQuery.recentProgress``, read by PySpark apart from the listener), a handler that
-fails leaves the others hearing, and the publisher's ``ProgressLog`` sums what it heard."""
+fails leaves the others hearing, the publisher's ``ProgressLog`` sums what it heard, and an
+event Spark wrote without a source's rate is heard (one PySpark cannot read is logged)."""
 
 from __future__ import annotations
 
+import json
+import math
 import time
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -47,7 +50,9 @@ def _until(heard: Callable[[], list[StreamingQueryProgress]], count: int) -> Non
         time.sleep(0.1)
 
 
-def test_each_handler_hears_what_it_asked_as_spark_told_it(session: Any) -> None:
+def test_each_handler_hears_what_it_asked_as_spark_told_it(
+    session: Any, caplog: pytest.LogCaptureFixture
+) -> None:
     ones: list[StreamingQueryProgress] = []
     every: list[StreamingQueryProgress] = []
     failures: list[str] = []
@@ -91,3 +96,34 @@ def test_each_handler_hears_what_it_asked_as_spark_told_it(session: Any) -> None
         lambda sums: sums[0] == pytest.approx(sums[1]),
     )
     assert progress.fastest_ms is not None and progress.fastest_ms > 0
+    _rates_left_out_and_bad_json(heard, json.loads(ones[-1].json), caplog)
+
+
+class _Event:
+    """What the JVM hands the listener: an event whose progress says ``text`` as its JSON."""
+
+    def __init__(self, text: str) -> None:
+        self.text = text
+
+    def progress(self) -> Any:
+        return self
+
+    def json(self) -> str:
+        return self.text
+
+
+def _rates_left_out_and_bad_json(heard: Any, spark_said: dict[str, Any], caplog: Any) -> None:
+    """Spark leaves a NaN or infinite rate out of a source's JSON: heard, that rate NaN. JSON
+    PySpark cannot read: logged, not raised; the next event heard."""
+    got: list[StreamingQueryProgress] = []
+    heard.add(None, "late", got.append)
+    for source in spark_said["sources"]:
+        del source["inputRowsPerSecond"], source["processedRowsPerSecond"]
+    heard.onQueryProgress(_Event(json.dumps(spark_said)))
+    assert len(got) == 1 and got[0].batchId == spark_said["batchId"]
+    assert math.isnan(got[0].sources[0].inputRowsPerSecond)
+    assert got[0].sources[0].numInputRows == spark_said["sources"][0]["numInputRows"]
+    heard.onQueryProgress(_Event('{"id": "not a progress"}'))
+    assert "could not be read" in caplog.text and len(got) == 1
+    heard.onQueryProgress(_Event(json.dumps(spark_said)))
+    assert len(got) == 2

@@ -7,13 +7,16 @@ once for every listener registered: the publisher had one a query (``progress.Pr
 and one for refused rows (``sources.refusals``), each hearing every query's events. Here the
 session has one listener: it asks the JVM for the progress's JSON (one call), parses it with
 PySpark's own ``StreamingQueryProgress.fromJson`` (what Spark Connect's listeners get), and
-calls the handlers of that query's name and those of every query.
+calls the handlers of that query's name and those of every query. Spark leaves a source's NaN
+or infinite rate out of its JSON, which ``SourceProgress.fromJson`` reads without a default:
+such a rate is NaN here; an event that still cannot be read is logged, never raised into py4j.
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import math
 import threading
 import weakref
 from collections.abc import Callable
@@ -27,6 +30,22 @@ log = logging.getLogger(__name__)
 
 #: What a handler is called with: one micro-batch's progress of one query.
 Handler = Callable[[StreamingQueryProgress], None]
+#: A source's rates, left out of Spark's JSON when NaN or infinite (see the module docstring).
+RATES = ("inputRowsPerSecond", "processedRowsPerSecond")
+
+
+def parsed(text: str) -> StreamingQueryProgress:
+    """One progress event's JSON (Spark's) as PySpark's object; a source's rate Spark left out
+    is NaN.
+
+    Raises:
+        ValueError, KeyError: not a progress's JSON as PySpark reads it.
+    """
+    progress = json.loads(text)
+    for source in progress.get("sources", ()):
+        for rate in RATES:
+            source.setdefault(rate, math.nan)
+    return StreamingQueryProgress.fromJson(progress)
 
 
 class SessionProgress:
@@ -62,7 +81,11 @@ class SessionProgress:
             handlers = list(self._handlers.items())
         if not handlers:
             return
-        progress = StreamingQueryProgress.fromJson(json.loads(jevent.progress().json()))
+        try:
+            progress = parsed(jevent.progress().json())
+        except Exception:  # said here: raised, py4j would only hand it back to Spark's log
+            log.exception("a streaming query's progress event could not be read; not heard")
+            return
         for (query, name), handler in handlers:
             if query is None or query == progress.name:
                 try:
