@@ -30,7 +30,7 @@ from fanout.mqtt.decoding import decode, split
 from fanout.mqtt.denials import Denials, refused_connack
 from fanout.mqtt.encoding import encode
 from fanout.mqtt.incoming import take_publish
-from fanout.mqtt.outgoing import Encoded, Withheld, copy_for, is_sys, outgoing
+from fanout.mqtt.outgoing import Encoded, Withheld, copy_for, fan_out, is_sys, outgoing
 from fanout.mqtt.rights import Rights
 from fanout.mqtt.sessions import Session, Subscription
 from fanout.mqtt.subscribers import Plain, Subscribers
@@ -390,8 +390,7 @@ class Broker:
                 chosen to deliver it to one member of; None: every matching one.
             now: when it came (its Message Expiry Interval starts then); None: the last event's.
         """
-        if now is not None:
-            self._now = now
+        self._now = self._now if now is None else now
         return self._deliver(message, origin, plain, shares)
 
     def _publish(self, message: p.Publish, client_id: str) -> list[Action]:
@@ -411,14 +410,16 @@ class Broker:
         interval = p.prop(message.properties, 0x02)
         if message.expires is None and isinstance(interval, int):
             message = replace(message, expires=self._now + interval)  # rule 9
-        if message.retain:
-            if message.payload:
-                self.retained[message.topic] = message
-            else:
-                self.retained.pop(message.topic, None)
+        if message.retain and message.payload:
+            self.retained[message.topic] = message
+        elif message.retain:
+            self.retained.pop(message.topic, None)
         actions: list[Action] = []
         shared: Encoded = {}
         offered, targets = self.on_offer, self.subscribers.targets(message, origin, plain, shares)
+        if offered is None and not message.qos and message.expires is None:  # most fan-outs
+            self.denials.withheld += fan_out(message, targets, shared, actions)
+            return actions
         for session, qos, retain, identifiers in targets:
             copy = copy_for(message, qos, retain, identifiers)
             if offered is None or offered(session, message, copy):

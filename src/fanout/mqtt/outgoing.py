@@ -9,8 +9,9 @@ import math
 from dataclasses import replace
 
 from fanout.mqtt import packets as p
+from fanout.mqtt.actions import Action, Send
 from fanout.mqtt.encoding import encode
-from fanout.mqtt.sessions import Session
+from fanout.mqtt.sessions import Session, Target
 
 
 class Withheld(enum.Enum):
@@ -57,6 +58,33 @@ def outgoing(
         session.in_flight.pop(message.packet_id or 0, None)
         return Withheld.TOO_LARGE
     return message, data
+
+
+def fan_out(message: p.Publish, targets: list[Target], shared: Encoded, out: list[Action]) -> int:
+    """Append to ``out`` a ``Send`` of ``message`` (QoS 0, not expiring: every copy at QoS 0,
+    nothing queued) to each of ``targets`` that is connected: what ``copy_for`` and
+    ``outgoing`` make of it, in one loop (most of a fan-out; no call a copy). Returns how many
+    copies were withheld as unreadable (rule 11)."""
+    unreadable, itself = 0, message.packet_id is None and not message.dup
+    for session, _, retain, identifiers in targets:
+        connection = session.connection
+        if connection is None:  # away: a QoS 0 copy is not kept
+            continue
+        if itself and retain == message.retain and not identifiers:
+            copy = message
+        else:
+            copy = copy_for(message, 0, retain, identifiers)
+        rights = session.rights
+        if rights is not None and not rights.may_read(message.topic):
+            unreadable += 1
+            continue
+        key = (session.version, copy.retain, copy.properties)
+        data = shared.get(key)
+        if data is None:
+            data = shared[key] = encode(copy, session.version)
+        if len(data) <= session.max_packet_size:
+            out.append(Send(connection, data))
+    return unreadable
 
 
 def copy_for(message: p.Publish, qos: int, retain: bool, identifiers: tuple[int, ...]) -> p.Publish:
