@@ -1,7 +1,7 @@
 """The listener's writes: what the broker sends a connection in one turn of the event loop goes
-out as one write, in the broker's order, before a close; a connection too slow to take it is
-closed. Links here are in memory (the unit is the listener's buffering; ``test_listener`` has
-real clients on real sockets).
+out as one write (a burst's full reads each as they are read), in the broker's order, before a
+close; a connection too slow to take it is closed. Links here are in memory (the unit is the
+listener's buffering; ``test_listener`` has real clients on real sockets).
 
 The oracle for order is the broker itself: the same bytes fed to a bare ``Broker`` give each
 connection's packets in order, which the listener's links must have received whole, however
@@ -21,7 +21,7 @@ from fanout.mqtt import packets as p
 from fanout.mqtt.actions import Send
 from fanout.mqtt.broker import Broker
 from fanout.mqtt.encoding import encode
-from fanout.mqtt.listener import Listener
+from fanout.mqtt.listener import READ_SIZE, Listener
 
 TOPICS = ("a", "b", "c/d")
 
@@ -177,3 +177,29 @@ async def test_a_connection_too_slow_is_closed_and_the_others_served() -> None:
     assert slow.events == ["write", "abort"]  # past max_buffered at its first write
     assert listener.slow_closed == 1
     assert quick.writes[-1] == message
+
+
+async def test_a_burst_goes_out_as_it_is_read() -> None:
+    """A publisher's reads that fill ``READ_SIZE`` follow one another with no turn of the loop
+    between them: what each delivered is written before the next is read, not all of it at
+    the burst's end; the last, smaller read goes out at the turn's end."""
+    listener = Listener(Broker(), "127.0.0.1", 0, read_rate=0)
+    reader, publisher = MemoryLink(), MemoryLink()
+    message = encode(p.Publish("a", bytes(300)), p.V311)
+    burst = message * (2 * READ_SIZE // len(message) + 1)
+    written: list[bytes] = []  # to the reader before each read of the burst
+
+    class Burst(Fed):
+        async def __aiter__(self) -> AsyncIterator[bytes]:
+            yield encode(p.Connect("pub", p.V311), p.V311)
+            await asyncio.sleep(0)
+            for at in range(0, len(burst), READ_SIZE):
+                written.append(b"".join(reader.writes[1:]))  # after CONNACK and SUBACK
+                yield burst[at : at + READ_SIZE]
+            self.fed.set()
+            await self.stop.wait()
+
+    await serve(listener, [(reader, Fed([subscriber("r", ("a",))])), (publisher, Burst([]))])
+    whole = READ_SIZE // len(message)  # the messages the first read holds whole
+    assert written == [b"", message * whole, message * (2 * READ_SIZE // len(message))]
+    assert b"".join(reader.writes[1:]) == burst

@@ -180,7 +180,8 @@ class Listener:
     def flush(self) -> None:
         """Write what each connection was sent since the last flush, as one write (one system
         call, where a write per packet made most of a fan-out's cost); called at the end of the
-        event loop's turn that sent it."""
+        event loop's turn that sent it, or after a full read (``READ_SIZE``: a publisher's burst,
+        whose reads follow without a turn between them: its first messages go out meanwhile)."""
         self._flushing = None
         out = list(self._out.items())
         self._out.clear()  # the same dict: ``apply`` holds it
@@ -280,6 +281,9 @@ class Listener:
                     continue  # closed: read and dropped until the client closes (``LINGER``)
                 before = self.broker.packets(connection)
                 self.apply(self.broker.receive(connection, data, time.monotonic()))
+                if len(data) >= READ_SIZE and self._flushing is not None:  # a burst: more waits
+                    self._flushing.cancel()
+                    self.flush()
                 self.traffic.received(data)
                 peer.traffic.received(data)
                 if throttle is not None:
