@@ -205,7 +205,7 @@ class Deployment:
     async def pause(self, name: str, seconds: float) -> None:
         """SIGSTOP a process for ``seconds``, then SIGCONT."""
         child = self.children()[name]
-        child.pause()
+        await child.pause()
         await asyncio.sleep(seconds)
         child.resume()
 

@@ -58,10 +58,25 @@ class Child:
         with contextlib.suppress(ProcessLookupError):
             self.process.kill()
 
-    def pause(self) -> None:
-        """SIGSTOP: the process stops answering but its sockets stay open."""
+    async def pause(self, timeout: float = 10.0) -> None:
+        """SIGSTOP, returning once every thread of the process has stopped: it answers nothing
+        more but its sockets stay open.
+
+        Linux stops one thread first and the others only when that one is next scheduled: on a
+        loaded machine another thread (a publisher's control plane) ran on meanwhile and
+        answered a write sent after the signal.
+
+        Raises:
+            LaunchError: some thread still runs after ``timeout`` seconds.
+        """
         with contextlib.suppress(ProcessLookupError):
             self.process.send_signal(signal.SIGSTOP)
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        while running := _running_threads(self.pid):
+            if loop.time() > deadline:
+                raise LaunchError(f"{self.role} {self.pid}: threads {running} run after SIGSTOP")
+            await asyncio.sleep(0.001)
 
     def resume(self) -> None:
         """SIGCONT after ``pause``."""
@@ -76,6 +91,7 @@ class Child:
         if self.process.returncode is None:
             with contextlib.suppress(ProcessLookupError):
                 self.process.terminate()
+                self.process.send_signal(signal.SIGCONT)  # a paused child hears it too
             try:
                 await asyncio.wait_for(self.process.wait(), timeout)
             except TimeoutError:
@@ -162,6 +178,19 @@ async def running(
     """One child in a scope of its own: ``async with running("relay", [...], log) as relay``."""
     async with Children() as children:
         yield await children.start(role, args, log, timeout)
+
+
+def _running_threads(pid: int) -> list[int]:
+    """The threads of process ``pid`` not stopped (state ``T``) nor exited, from ``/proc``."""
+    running = []
+    for task in Path(f"/proc/{pid}/task").glob("*"):
+        try:
+            stat = (task / "stat").read_text()
+        except (FileNotFoundError, ProcessLookupError):
+            continue  # the thread exited
+        if stat.rsplit(")", 1)[1].split()[0] not in ("T", "t", "Z", "X"):
+            running.append(int(task.name))
+    return running
 
 
 async def _ready_line(role: str, stdout: asyncio.StreamReader) -> str:

@@ -139,7 +139,7 @@ async def test_a_relay_stopped_for_5_s_loses_nothing(publisher, relays, tmp_path
     for follower in followers:
         await follower.attach(c.url)
     await asyncio.gather(*(f.received(3) for f in followers))
-    c.pause()
+    await c.pause()
     await asyncio.sleep(5)
     c.resume()
     target = logged(tmp_path, followers[0]) + 3

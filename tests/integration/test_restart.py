@@ -171,7 +171,7 @@ async def test_kill_9_and_restart_loses_and_repeats_nothing(
         try:
             await model.follow(url, until=6)
             await write(writer, "live/1")  # accepted: durable in the publisher's ingest log
-            first.pause()  # ... the next write in flight when it is killed
+            await first.pause()  # ... the next write in flight when it is killed
             assert "live/1" not in watchers.confirmed.rows, "confirmed already: nothing tested"
             unanswered = tasks.create_task(refused(writer, "live/2"))
             await eventually(lambda: "live/2" in watchers.shown.rows, what="live/2 shown")
