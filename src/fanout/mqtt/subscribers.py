@@ -10,6 +10,10 @@ Rules (broker rule 4):
    the cluster chooses which relay serves a group).
 3. Every filter added or removed is noted (``take_changes``): the cluster's shared match table
    follows them.
+4. A message's plain targets are kept by (topic, QoS, retain) until a subscription changes, and
+   reused while no ``$share`` subscription is held and no No Local one matches: most messages
+   go to topics seen the tick before (a session's connection, version and rights are read at
+   each send, not kept).
 """
 
 from __future__ import annotations
@@ -25,6 +29,9 @@ from fanout.views.topic.index import TopicIndex
 #: client id and filter).
 Plain = bool | Callable[[str, str], bool]
 
+#: Topics whose targets are kept at most (rule 4): the oldest kept goes first past it.
+KEPT_TOPICS = 8192
+
 
 class Subscribers:
     """The subscriptions of one relay's sessions, matched by topic."""
@@ -38,6 +45,7 @@ class Subscribers:
         self._changes: list[tuple[str, int]] = []
         self._shared = 0  # ``$share`` subscriptions held: none, no look-up of them per message
         self._filters: dict[str, int] = {}  # each filter held, and by how many sessions
+        self._kept: dict[tuple[str, int, bool], list[Target]] = {}  # rule 4
 
     def install(self, session: Session, sub: Subscription) -> None:
         """Add (or replace) ``sub`` of ``session``."""
@@ -51,6 +59,7 @@ class Subscribers:
         self._shared += shared and known is None
         self._subscribers[sub_id] = (session, None if shared else sub)
         self._index.add(sub.filter, sub_id)
+        self._kept.clear()
 
     def remove(self, session: Session, text: str) -> bool:
         """Remove ``session``'s subscription ``text``; whether it had one."""
@@ -67,6 +76,7 @@ class Subscribers:
         session.subscriptions.clear()
 
     def _drop(self, text: str, sub_id: int) -> None:
+        self._kept.clear()
         self._index.remove(text, sub_id)
         del self._subscribers[sub_id]
         self._shared -= text.startswith("$share/")
@@ -87,16 +97,26 @@ class Subscribers:
         self, message: p.Publish, origin: str, plain: Plain, shares: Collection[str] | None
     ) -> list[Target]:
         """(session, QoS, retain flag, subscription identifiers) of each session ``message``
-        goes to (rules 1-2); ``plain``: to the plain subscriptions (a callable: to those it
-        keeps, by client id and filter); ``shares``: the groups to serve (None: every one)."""
-        targets: dict[str, Target] = {}
-        subscribers = self._subscribers
+        goes to (rules 1-2), not to be changed (rule 4); ``plain``: to the plain subscriptions
+        (a callable: to those it keeps, by client id and filter); ``shares``: the groups to
+        serve (None: every one)."""
+        if plain is True and not self._shared:
+            key = (message.topic, message.qos, message.retain)
+            kept = self._kept.get(key)
+            if kept is not None:
+                return kept
+            found, local = self._plain(message, origin, None)
+            if not local:
+                if len(self._kept) >= KEPT_TOPICS:
+                    del self._kept[next(iter(self._kept))]
+                self._kept[key] = found
+            return found
         keep = None if isinstance(plain, bool) else plain
-        for sub_id in self._index.match(message.topic) if plain else ():
-            session, sub = subscribers[sub_id]
-            if sub is not None and (keep is None or keep(session.client_id, sub.filter)):
-                add_target(targets, session, sub, message, origin)  # shared: below
+        targets = self._plain(message, origin, keep)[0] if plain else []
         shared = self._index.match_shared(message.topic) if self._shared else {}
+        if not shared:
+            return targets
+        by_client = {target[0].client_id: target for target in targets}
         for text, members in sorted(shared.items()):
             if shares is not None and text not in shares:
                 continue
@@ -106,8 +126,22 @@ class Subscribers:
             turn = self._turns.get(text, 0)
             self._turns[text] = turn + 1
             session, _ = self._subscribers[ordered[turn % len(ordered)]]
-            add_target(targets, session, session.subscriptions[text][1], message, "")
-        return list(targets.values())
+            add_target(by_client, session, session.subscriptions[text][1], message, "")
+        return list(by_client.values())
+
+    def _plain(
+        self, message: p.Publish, origin: str, keep: Callable[[str, str], bool] | None
+    ) -> tuple[list[Target], bool]:
+        """The targets of the plain subscriptions ``keep`` keeps (None: all), and whether a No
+        Local one matched (they then depend on ``origin``)."""
+        targets: dict[str, Target] = {}
+        subscribers, local = self._subscribers, False
+        for sub_id in self._index.match(message.topic):
+            session, sub = subscribers[sub_id]
+            if sub is not None and (keep is None or keep(session.client_id, sub.filter)):
+                local = local or sub.no_local
+                add_target(targets, session, sub, message, origin)  # shared: in ``targets``
+        return list(targets.values()), local
 
     def highest_qos(self, topic: str, plain: Callable[[str, str], bool]) -> int:
         """The highest QoS of the plain subscriptions matching ``topic`` that ``plain`` keeps
