@@ -39,15 +39,23 @@ class Traffic:
     messages_received: int = 0
     messages_sent: int = 0
 
-    def sent(self, packets: list[bytes], connection: Traffic) -> None:
-        """``packets`` written to one connection (each ``Send.data`` is one packet), counted
-        here and in that ``connection``'s own."""
-        size = sum(map(len, packets))
-        messages = sum(1 for data in packets if data and data[0] >> 4 == _PUBLISH)
-        for traffic in (self, connection):
-            traffic.bytes_sent += size
-            traffic.packets_sent += len(packets)
-            traffic.messages_sent += messages
+    def sent(self, packets: list[bytes], connection: Traffic, size: int | None = None) -> None:
+        """``packets`` written to one connection (each ``Send.data`` is one packet; ``size``:
+        their bytes, if known), counted here and in that ``connection``'s own (once a write
+        for each connection: no generator, no loop over the two)."""
+        if size is None:
+            size = sum(map(len, packets))
+        messages = 0
+        for data in packets:
+            if data[0] >> 4 == _PUBLISH:
+                messages += 1
+        count = len(packets)
+        self.bytes_sent += size
+        self.packets_sent += count
+        self.messages_sent += messages
+        connection.bytes_sent += size
+        connection.packets_sent += count
+        connection.messages_sent += messages
 
     def received(self, data: bytes) -> None:
         """``data`` read (the broker counts the packets in it: ``Broker.packets_in``)."""

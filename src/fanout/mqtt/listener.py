@@ -193,8 +193,9 @@ class Listener:
         link = self._links.get(connection)
         if data is None or link is None or connection in self._finishing:
             return
-        link.write(data[0] if len(data) == 1 else b"".join(data))
-        self.traffic.sent(data, self.peers[connection].traffic)
+        payload = data[0] if len(data) == 1 else b"".join(data)
+        link.write(payload)
+        self.traffic.sent(data, self.peers[connection].traffic, len(payload))
         if link.buffered() > self.max_buffered:
             self.slow_closed += 1
             log.info("mqtt connection %d closed: slow consumer", connection)

@@ -63,28 +63,38 @@ def outgoing(
 def fan_out(message: p.Publish, targets: list[Target], shared: Encoded, out: list[Action]) -> int:
     """Append to ``out`` a ``Send`` of ``message`` (QoS 0, not expiring: every copy at QoS 0,
     nothing queued) to each of ``targets`` that is connected: what ``copy_for`` and
-    ``outgoing`` make of it, in one loop (most of a fan-out; no call a copy). Returns how many
-    copies were withheld as unreadable (rule 11)."""
-    unreadable, itself = 0, message.packet_id is None and not message.dup
+    ``outgoing`` make of it, in one loop (most of a fan-out; no call a copy, and for a copy
+    that is the message itself one look-up by protocol version). Returns how many copies were
+    withheld as unreadable (rule 11)."""
+    unreadable, topic = 0, message.topic
+    itself = message.retain if message.packet_id is None and not message.dup else None
+    plain: dict[int, bytes] = {}  # the message itself, encoded, by protocol version
     for session, _, retain, identifiers in targets:
         connection = session.connection
         if connection is None:  # away: a QoS 0 copy is not kept
             continue
-        if itself and retain == message.retain and not identifiers:
-            copy = message
-        else:
-            copy = copy_for(message, 0, retain, identifiers)
         rights = session.rights
-        if rights is not None and not rights.may_read(message.topic):
+        if rights is not None and not rights.may_read(topic):
             unreadable += 1
             continue
-        key = (session.version, copy.retain, copy.properties)
-        data = shared.get(key)
-        if data is None:
-            data = shared[key] = encode(copy, session.version)
+        if retain == itself and not identifiers:
+            data = plain.get(session.version)
+            if data is None:
+                data = plain[session.version] = _shared(message, session.version, shared)
+        else:
+            data = _shared(copy_for(message, 0, retain, identifiers), session.version, shared)
         if len(data) <= session.max_packet_size:
             out.append(Send(connection, data))
     return unreadable
+
+
+def _shared(copy: p.Publish, version: int, shared: Encoded) -> bytes:
+    """``copy`` encoded for ``version``, once for every copy alike (``Encoded``)."""
+    key = (version, copy.retain, copy.properties)
+    data = shared.get(key)
+    if data is None:
+        data = shared[key] = encode(copy, version)
+    return data
 
 
 def copy_for(message: p.Publish, qos: int, retain: bool, identifiers: tuple[int, ...]) -> p.Publish:
