@@ -1,6 +1,5 @@
-"""Who gets a message on one relay: every session's topic filters in one match index.
-
-Rules (broker rule 4):
+"""Who gets a message on one relay: every session's topic filters in one match index. Rules
+(broker rule 4):
 
 1. A message goes to every session with a matching plain subscription once, at the highest QoS
    of its matching subscriptions, capped by the message's (3.3.5), with the Subscription
