@@ -10,9 +10,8 @@
 3. Every filter added or removed is noted (``take_changes``): the cluster's shared match table
    follows them.
 4. A message's plain targets are kept by (topic, QoS, retain) until a subscription changes, and
-   reused while no ``$share`` subscription is held and no No Local one matches: most messages
-   go to topics seen the tick before (a session's connection, version and rights are read at
-   each send, not kept).
+   reused unless a No Local one matches (``$share`` members are chosen each time): most
+   messages go to topics seen the tick before (connections, versions, rights read at a send).
 """
 
 from __future__ import annotations
@@ -99,23 +98,15 @@ class Subscribers:
         goes to (rules 1-2), not to be changed (rule 4); ``plain``: to the plain subscriptions
         (a callable: to those it keeps, by client id and filter); ``shares``: the groups to
         serve (None: every one)."""
-        if plain is True and not self._shared:
-            key = (message.topic, message.qos, message.retain)
-            kept = self._kept.get(key)
-            if kept is not None:
-                return kept
-            found, local = self._plain(message, origin, None)
-            if not local:
-                if len(self._kept) >= KEPT_TOPICS:
-                    del self._kept[next(iter(self._kept))]
-                self._kept[key] = found
-            return found
-        keep = None if isinstance(plain, bool) else plain
-        targets = self._plain(message, origin, keep)[0] if plain else []
+        if plain is True:
+            targets = self._kept_plain(message, origin)
+        else:
+            keep = None if isinstance(plain, bool) else plain
+            targets = self._plain(message, origin, keep)[0] if plain else []
         shared = self._index.match_shared(message.topic) if self._shared else {}
         if not shared:
             return targets
-        by_client = {target[0].client_id: target for target in targets}
+        by_client = {target[0].client_id: target for target in targets}  # a copy: rule 4
         for text, members in sorted(shared.items()):
             if shares is not None and text not in shares:
                 continue
@@ -127,6 +118,19 @@ class Subscribers:
             session, _ = self._subscribers[ordered[turn % len(ordered)]]
             add_target(by_client, session, session.subscriptions[text][1], message, "")
         return list(by_client.values())
+
+    def _kept_plain(self, message: p.Publish, origin: str) -> list[Target]:
+        """The targets of every plain subscription, kept by topic (rule 4)."""
+        key = (message.topic, message.qos, message.retain)
+        kept = self._kept.get(key)
+        if kept is not None:
+            return kept
+        found, local = self._plain(message, origin, None)
+        if not local:
+            if len(self._kept) >= KEPT_TOPICS:
+                del self._kept[next(iter(self._kept))]
+            self._kept[key] = found
+        return found
 
     def _plain(
         self, message: p.Publish, origin: str, keep: Callable[[str, str], bool] | None
