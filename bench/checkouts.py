@@ -119,7 +119,7 @@ def main() -> None:
             for measure in args.measure:
                 values[name][measure].append(pick(result, measure))
             print(f"round {round_ + 1} {name}: {json.dumps(values[name])}", file=sys.stderr)
-    compared = {
+    compared: dict[str, dict[str, Any]] = {
         name: {"commit": commit(path), **{m: summary(values[name][m]) for m in args.measure}}
         for name, path in checkouts.items()
     }

@@ -110,11 +110,12 @@ RELAY_HISTOGRAMS = {
 # -- the floor ---------------------------------------------------------------------------------
 
 
-def measure_floor(cases: list[str], batches: int) -> dict[str, dict[str, float]]:
+def measure_floor(cases: list[str], batches: int) -> dict[str, dict[str, Any]]:
     """One-tick micro-batches of the source (and state) into ``noop``, per case (in-process).
 
     Returns:
-        case -> fastest and median ``triggerExecution`` and median ``addBatch``, in ms.
+        case -> fastest and median ``triggerExecution`` and median ``addBatch``, in ms (and
+        every ``triggerExecution``, rows per batch and batches measured).
     """
     # bench/state.py's machinery, at this benchmark's load; imported here so the Spark session
     # exists only for this phase.
@@ -133,7 +134,7 @@ def measure_floor(cases: list[str], batches: int) -> dict[str, dict[str, float]]
         partitions=2,
         start_time=time.time() - 10_000_000,
     )
-    out = {}
+    out: dict[str, dict[str, Any]] = {}
     try:
         for case in cases:
             spark.conf.unset("spark.sql.streaming.stateStore.providerClass")

@@ -48,6 +48,7 @@ from pyspark.sql import DataFrame, SparkSession
 from fanout.publisher.datasets import Dataset, agents
 from fanout.publisher.matching import Matcher, matcher_for
 from fanout.publisher.matching.local import local_tables
+from fanout.publisher.matching.regions import ShapeFrames
 from fanout.publisher.microbatch import match_changes
 from fanout.publisher.sources.simulation import SimulationParams
 from fanout.publisher.spark import spark_session
@@ -159,12 +160,17 @@ def _sink(
         return lambda changes: changes.write.format("noop").mode("overwrite").save()
     if case == "collect":
         return lambda changes: changes.toArrow()
-    tables = local_tables(boxes()) if case == "match" else matcher.tables(spark, boxes())
+    if case == "match":
+        tables = local_tables(boxes())
+        return lambda changes: match_changes(changes, dataset, matcher, tables)
+    # Agents are a region dataset: their matcher's Spark tables are ShapeFrames (PRIMS boxes).
+    frames = matcher.tables(spark, boxes())
+    assert isinstance(frames, ShapeFrames)
     if case == "match-before":
-        tables = dataclasses.replace(
-            tables, bucketed=tables.bucketed.cache(), wide=tables.wide.cache()
+        frames = dataclasses.replace(
+            frames, bucketed=frames.bucketed.cache(), wide=frames.wide.cache()
         )
-    return lambda changes: match_changes(changes, dataset, matcher, tables)
+    return lambda changes: match_changes(changes, dataset, matcher, frames)
 
 
 def main() -> None:

@@ -92,7 +92,8 @@ def cells_main(conn: Connection, port: int, entities: int, load: str) -> None:
         if not publisher.stdout.readline():
             raise RuntimeError("mqttload publish did not connect")
         conn.send("ready")
-        period, next_tick, tick, sent = 1.0 / TICK_RATE, time.monotonic(), 0, []
+        period, next_tick, tick = 1.0 / TICK_RATE, time.monotonic(), 0
+        sent: list[tuple[int, float]] = []  # (tick, when sent)
         while True:
             next_tick += period
             while conn.poll(max(0.0, next_tick - time.monotonic())):

@@ -62,12 +62,12 @@ def audits(
     by_client: dict[str, Any] = {}
     for clients, topic, qos in ((mqtt["q1"], "q1/a", 1), (mqtt["q2"], "q2/a", 2)):
         for at, client in zip(("b", "c"), clients, strict=True):
-            found = mqtt_audit(client.received(), {topic: sent[topic]}, qos)
-            if found["lost"] or found["duplicated"] or found["reordered"]:
-                by_client[f"{topic} at {at}"] = found
-            mqtt_found["lost"] += found["lost"]
-            mqtt_found["reordered"] += found["reordered"]
-            q2_duplicates += found["duplicated"]
+            got = mqtt_audit(client.received(), {topic: sent[topic]}, qos)
+            if got["lost"] or got["duplicated"] or got["reordered"]:
+                by_client[f"{topic} at {at}"] = got
+            mqtt_found["lost"] += got["lost"]
+            mqtt_found["reordered"] += got["reordered"]
+            q2_duplicates += got["duplicated"]
     shared = [t for c in mqtt["shared"] for t in c.received()]
     shared_lost = mqtt_audit(shared, {"q1/a": sent["q1/a"]}, 1)["lost"]
     return {

@@ -9,6 +9,8 @@ from typing import Any
 
 import paho.mqtt.client as mqtt
 from paho.mqtt.enums import CallbackAPIVersion
+from paho.mqtt.packettypes import PacketTypes
+from paho.mqtt.properties import Properties
 
 from fanout.testing.ports import LOOPBACK
 
@@ -23,7 +25,8 @@ class MqttClient:
         self.client.on_message = self._on_message
         properties = None
         if persistent:  # a session the broker keeps while the client is away
-            properties = mqtt.Properties(mqtt.PacketTypes.CONNECT)
+            # paho's Properties.__init__ is unannotated.
+            properties = Properties(PacketTypes.CONNECT)  # type: ignore[no-untyped-call]
             properties.SessionExpiryInterval = 600
         self.client.connect(LOOPBACK, port, clean_start=not persistent, properties=properties)
         self.client.loop_start()

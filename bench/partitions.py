@@ -50,7 +50,7 @@ from fanout.testing.clusterview import Follower as MapFollower
 from fanout.testing.clusterview import metric
 from fanout.testing.machine import describe, write_results
 from fanout.testing.ports import LOOPBACK, free_port
-from fanout.testing.proxy import Proxy, proxy
+from fanout.testing.proxy import Proxy, Way, proxy
 from fanout.testing.redis import cluster_ports, throwaway_redis_cluster
 from fanout.testing.wait import NotYet, eventually
 from fanout.views import Box
@@ -195,8 +195,8 @@ class Run:
         for follower in self.edge:
             await follower.attach(d.edge.url)
         self.mapped = [MapFollower(box) for box in BOXES]
-        for n, follower in enumerate(self.mapped):
-            await follower.attach(d.map[n % len(d.map)].url)
+        for n, mapped in enumerate(self.mapped):
+            await mapped.attach(d.map[n % len(d.map)].url)
         self.forwarded = [flat_followers.Follower(box) for box in BOXES]  # never redirected
         for n, follower in enumerate(self.forwarded):
             await follower.attach(d.forward[n % len(d.forward)].url)
@@ -254,7 +254,7 @@ class Run:
             await self.go_away(name)
             return
         links, pid = self.d.links[name], self.d.pids.get(name)
-        way = self.rng.choice(["both", "both", "up", "down"])
+        way: Way = self.rng.choice(["both", "both", "up", "down"])
         cut = self.rng.random() < 0.1 and pid is None
         length = self.rng.uniform(0.5, self.args.longest)
         began = time.monotonic()
@@ -264,7 +264,7 @@ class Run:
             elif cut:
                 link.cut()
             else:
-                link.partition(way)  # type: ignore[arg-type]
+                link.partition(way)
         await asyncio.sleep(length)
         for link in links:
             link.heal()
@@ -365,7 +365,8 @@ async def settle(run: Run, timeout: float) -> int:
     """Wait until every subscriber is past what was logged and published after the last heal;
     how many ``every`` views were not by ``timeout`` seconds."""
     target, sent = run.logged() + 3, dict(run.sent)
-    every = [*run.flat, *run.edge, *run.mapped, *run.forwarded]
+    every: list[flat_followers.Follower | MapFollower] = [*run.flat, *run.edge]
+    every += [*run.mapped, *run.forwarded]
     with contextlib.suppress(NotYet):
         await eventually(
             lambda: (
@@ -477,7 +478,7 @@ def main() -> int:
     signal.signal(signal.SIGTERM, signal.default_int_handler)
     result = asyncio.run(bench(args)) | {"calibration": calibration}
     write_results(result, None if args.no_save else RESULTS)
-    keys = ("partitions", "lost", "duplicated", "reordered", "qos2_duplicates")
+    keys: tuple[str, ...] = ("partitions", "lost", "duplicated", "reordered", "qos2_duplicates")
     keys += ("double_served_s", "latest_differing", "recovery_p99_s", "not_recovered")
     keys += ("behind_at_end",)
     keys += ("load_average_during",)

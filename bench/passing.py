@@ -34,7 +34,7 @@ from fanout.publisher.passing import Choice, recipients
 from fanout.publisher.relaytable import Plan, Registry
 from fanout.testing.calibration import calibrate
 from fanout.testing.machine import describe, write_results
-from fanout.views.members import members
+from fanout.views.members import SELECTING, members
 from fanout.views.topic import parse as topic
 from fanout.wire import codec
 from fanout.wire.columns import Columns, encode_columns
@@ -56,11 +56,15 @@ def registry(relays: int, prims: int) -> Registry:
 
 
 def brute_force(plan: Plan, upserts: dict[str, np.ndarray]) -> list[int]:
-    """The choice as it was: every wanting relay's filters matched one by one."""
+    """The choice as it was: every wanting relay's selecting views matched one by one (the
+    old ``passing._touches`` kept those ``isinstance(view, SELECTING)`` too)."""
     return sorted(
         relay
         for relay, prims in plan.prims.items()
-        if relay in plan.live and any(members(v, upserts, ["topic"]).any() for v in prims.values())
+        if relay in plan.live
+        and any(
+            members(v, upserts, ["topic"]).any() for v in prims.values() if isinstance(v, SELECTING)
+        )
     )
 
 

@@ -67,7 +67,7 @@ class Connection(WSListener):
         now = time.time()
         kind = frame.msg_type
         if kind == WSMsgType.CLOSE:
-            self.close_code = frame.get_close_code()
+            self.close_code = frame.get_close_code().value
             self.fail(f"closed by the relay: {self.close_code} {frame.get_close_message()!r}")
             transport.send_close(frame.get_close_code())
             transport.disconnect()

@@ -24,7 +24,7 @@ import json
 import re
 from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import matplotlib as mpl
 import matplotlib.dates as mdates
@@ -33,6 +33,9 @@ from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 from matplotlib.ticker import FuncFormatter
 from PIL import Image
+
+if TYPE_CHECKING:  # matplotlib.typing is provisional: not imported when the script runs
+    from matplotlib.typing import RcKeyType
 
 RESULTS = Path(__file__).parent / "results"
 IMAGES = Path(__file__).parent.parent / "docs" / "img"
@@ -47,7 +50,7 @@ RELAY_RUNS = (
     "relay-f3b7283.json",
 )
 
-STYLE = {
+STYLE: dict[RcKeyType, Any] = {
     "font.family": "DejaVu Sans",
     "font.size": 10,
     "axes.titlesize": 10.5,
@@ -214,8 +217,9 @@ def plot_relay(results: Path) -> Figure:
     runs.set_ylim(0, 2600)
     runs.set_ylabel("max_subscribers")
     runs.set_title("Largest passing subscribers, every run")
-    runs.xaxis.set_major_locator(mdates.DayLocator())
-    runs.xaxis.set_major_formatter(mdates.DateFormatter("%m-%d"))
+    # matplotlib.dates has no annotations or stubs.
+    runs.xaxis.set_major_locator(mdates.DayLocator())  # type: ignore[no-untyped-call]
+    runs.xaxis.set_major_formatter(mdates.DateFormatter("%m-%d"))  # type: ignore[no-untyped-call]
     runs.set_xlabel("date of the run (2026, UTC)")
     runs.legend(loc="upper left")
     return fig

@@ -59,7 +59,7 @@ from psycopg2.extras import LogicalReplicationConnection
 from fanout.publisher.sources.pgoutput import lsn_of
 from fanout.publisher.sources.postgres import install
 from fanout.publisher.sources.postgres_logical import LogicalStreamReader, capture_name, drop_slot
-from fanout.publisher.sources.postgres_reader import ConnectedReader, ReaderOptions
+from fanout.publisher.sources.postgres_reader import ReaderOptions
 from fanout.publisher.sources.postgres_trigger import TriggerStreamReader
 from fanout.testing.calibration import calibrate
 from fanout.testing.capture import COLUMNS, SCHEMA
@@ -96,7 +96,10 @@ def fresh_table(url: str, capture: str) -> str:
     return name
 
 
-def stream_reader(url: str, table: str, capture: str, batch: int) -> ConnectedReader:
+def stream_reader(
+    url: str, table: str, capture: str, batch: int
+) -> LogicalStreamReader | TriggerStreamReader:
+    """The publisher's reader of ``table``'s changes (its ``read`` gives Arrow batches)."""
     if capture == "logical":
         options = ReaderOptions(url, table, "", batch, "order_id", "logical")
         return LogicalStreamReader(options, SCHEMA)

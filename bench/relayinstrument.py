@@ -11,13 +11,16 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 from types import SimpleNamespace
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypedDict
 
 from fanout.metrics import scrape
 from fanout.relay.config import Process
 from fanout.relay.core.relaycore import Send
 from fanout.relay.shell.server import RelayServer
 from fanout.testing import cpu
+
+if TYPE_CHECKING:  # not imported when run: a checkout from before Process.loop lacks it
+    from fanout.relay.config import EventLoop
 
 
 def instrument(server: RelayServer) -> Callable[[], dict[str, Any]]:
@@ -133,8 +136,14 @@ def spy_on(pid: int | None, seconds: float, output: Path) -> subprocess.Popen[by
     return subprocess.Popen(command, stdout=subprocess.DEVNULL)
 
 
-def loop_given(loop: str) -> dict[str, Process]:
+class ProcessSection(TypedDict, total=False):
+    """``RelayConfig``'s ``process`` keyword, when one is given."""
+
+    process: Process
+
+
+def loop_given(loop: EventLoop) -> ProcessSection:
     """The relay's ``process`` section for ``--loop``; none for the default, so that this script
     also runs a checkout from before ``Process.loop`` (``bench/checkouts.py``: one harness for
     both sides of an A/B)."""
-    return {} if loop == "asyncio" else {"process": Process(loop=loop)}  # type: ignore[arg-type]
+    return {} if loop == "asyncio" else {"process": Process(loop=loop)}

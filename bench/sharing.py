@@ -61,7 +61,9 @@ def ratio(steps: list[dict[str, Any]], key: str = "egress_bytes_per_s") -> float
     """``key`` at the last step over ``key`` at the step before."""
     if len(steps) < 2 or not steps[-2][key] or steps[-1][key] is None:
         return None
-    return round(steps[-1][key] / steps[-2][key], 3)
+    last: float = steps[-1][key]
+    before: float = steps[-2][key]
+    return round(last / before, 3)
 
 
 def savings(
@@ -70,7 +72,9 @@ def savings(
     """Direct egress over relay egress (``key``) at the last step."""
     if not relay[-1][key] or direct[-1][key] is None:
         return None
-    return round(direct[-1][key] / relay[-1][key], 2)
+    alone: float = direct[-1][key]
+    shared: float = relay[-1][key]
+    return round(alone / shared, 2)
 
 
 async def bench(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
@@ -314,7 +318,9 @@ def main() -> None:
     results["calibration"] = calibration
     default = relay_policy(args) is None and args.assign == "spread"
     named = {"redirect": "sharing.json", "forward": "sharing-forward.json"}
-    path = RESULTS.with_name(named[args.registry_policy] if args.registry else "sharing-alone.json")
+    path: Path | None = RESULTS.with_name(
+        named[args.registry_policy] if args.registry else "sharing-alone.json"
+    )
     if args.out is not None:
         path = args.out
     elif args.steps != list(DEFAULT_STEPS) or not default:

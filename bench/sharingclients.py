@@ -154,6 +154,7 @@ async def subscriber_connection(
             for sub, (lo, hi) in views:
                 await send(sub, lo, hi)
         async for message in websocket:
+            assert isinstance(message, bytes), "fanout's frames are binary"
             head = frames.head(message)
             if head.type in ("push", "no_update"):
                 seen.record(number, len(message))
@@ -187,6 +188,7 @@ async def direct_connection(
             acquire = Acquire(sub + 1, "agents", Box(tuple(lo), tuple(hi)))
             await websocket.send(codec.encode(acquire))
         async for message in websocket:
+            assert isinstance(message, bytes), "fanout's frames are binary"
             head = frames.head(message)
             if head.type == "batch":
                 seen.record(number, len(message))

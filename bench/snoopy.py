@@ -54,6 +54,7 @@ from fanout.testing.machine import describe, write_results
 from fanout.testing.nats import throwaway_nats
 from fanout.testing.postgres import throwaway_postgres
 from fanout.testing.wait import eventually
+from fanout.wire.bus import Row
 
 RESULTS = Path(__file__).parent / "results" / "snoopy.json"
 CATEGORIES = ["computer.hardware.misc", "computer.software", "garden.tools"]
@@ -80,7 +81,8 @@ def zipf_keys(items: int, exponent: float, count: int, seed: int) -> list[int]:
     """``count`` keys in 1..``items``, key k drawn with weight 1 / k**exponent."""
     weights = 1.0 / np.arange(1, items + 1) ** exponent
     rng = np.random.default_rng(seed)
-    return (rng.choice(items, size=count, p=weights / weights.sum()) + 1).tolist()
+    keys: list[int] = (rng.choice(items, size=count, p=weights / weights.sum()) + 1).tolist()
+    return keys
 
 
 def percentile(values: Sequence[float], q: float) -> float:
@@ -119,7 +121,9 @@ async def read_group(
     return caches, loads, hits, faults
 
 
-async def updates(db: str, caches: list[SnoopyCache], args: argparse.Namespace, run: int) -> dict:
+async def updates(
+    db: str, caches: list[SnoopyCache], args: argparse.Namespace, run: int
+) -> dict[str, Any]:
     """Commit updates and time their arrival at every cache that holds the item."""
     total: list[float] = []
     to_publish: list[float] = []
@@ -217,7 +221,11 @@ async def seed_notes(publisher: str, probe: SnoopyCache, items: int) -> None:
             },
         )
     last = probe.find_by_key("note", items)
-    await eventually(last.get, lambda row: row is not None, timeout=300, what="the notes")
+
+    def loaded(row: Row | None) -> bool:
+        return row is not None
+
+    await eventually(last.get, loaded, timeout=300, what="the notes")
 
 
 async def bench(args: argparse.Namespace) -> dict[str, Any]:

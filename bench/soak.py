@@ -396,10 +396,10 @@ async def _soak(children: Children, args: argparse.Namespace) -> dict[str, Any]:
     finally:
         for task in [*tasks, sampler]:
             task.cancel()
-        ended = await asyncio.gather(*tasks, sampler, return_exceptions=True)
+        outcomes = await asyncio.gather(*tasks, sampler, return_exceptions=True)
         crashes = [
             f"{type(exc).__name__}: {exc}"
-            for exc in ended
+            for exc in outcomes
             if isinstance(exc, BaseException) and not isinstance(exc, asyncio.CancelledError)
         ]
         await deployment.stop()

@@ -147,12 +147,12 @@ def main() -> None:
     parser.add_argument("--top", type=int, default=25, help="--breakdown's lines and types")
     args = parser.parse_args()
     if args.breakdown:
-        found = asyncio.run(breakdown(args))
-        found |= {"machine": describe(), "calibration": calibrate()}
+        traced = asyncio.run(breakdown(args))
+        traced |= {"machine": describe(), "calibration": calibrate()}
         name = "submemory-breakdown.json"
         if args.breakdown_mode != "idle":
             name = f"submemory-breakdown-{args.breakdown_mode}.json"
-        write_results(found, args.out.with_name(name))
+        write_results(traced, args.out.with_name(name))
         return
     if args.quick:
         args.counts, args.stopped, args.stop_seconds = [100, 500], 50, 20.0

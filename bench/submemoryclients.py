@@ -161,7 +161,7 @@ class MqttSubscriber:
         # not close it for that.
         self.client.connect(LOOPBACK, port, keepalive=3600)
         sock = self.client.socket()
-        assert sock is not None
+        assert isinstance(sock, socket.socket), "paho's plain TCP transport: a socket"
         if window is not None:
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, window)
         self.sock = sock

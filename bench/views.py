@@ -27,7 +27,7 @@ from pathlib import Path
 
 from fanout.testing.calibration import calibrate
 from fanout.testing.machine import describe, write_results
-from fanout.views import Box, CoverIndex, Sphere, covers, residual
+from fanout.views import Box, CoverIndex, Sphere, View, covers, residual
 from fanout.views.topic.index import TopicIndex
 
 HELD_COUNTS = (10, 100, 1_000, 10_000)
@@ -40,10 +40,10 @@ RESULTS = Path(__file__).parent / "results" / "views.json"
 def random_box(rng: random.Random, world: float, low: float, high: float) -> Box:
     x, y = rng.uniform(0, world), rng.uniform(0, world)
     width, height = rng.uniform(low, high), rng.uniform(low, high)
-    return Box([x, y], [x + width, y + height])
+    return Box((x, y), (x + width, y + height))
 
 
-def median_ms(call: Callable[[object], object], views: list[object]) -> float:
+def median_ms(call: Callable[[View], object], views: list[View]) -> float:
     """Return the median wall time of ``call(view)`` over the views, in milliseconds."""
     times = []
     for view in views:
@@ -60,7 +60,7 @@ def bench_covers(results: dict[str, object]) -> None:
         # 1.5 deep everywhere, whatever the count.
         world = math.sqrt(count * 2500 / 1.5)
         index = CoverIndex(random_box(rng, world, 20, 80) for _ in range(count))
-        views: list[object] = [random_box(rng, world, 10, 40) for _ in range(VIEWS_PER_COUNT)]
+        views: list[View] = [random_box(rng, world, 10, 40) for _ in range(VIEWS_PER_COUNT)]
         results[f"covers_ms_median_{count}"] = round(median_ms(partial(covers, index), views), 4)
         results[f"residual_ms_median_{count}"] = round(
             median_ms(partial(residual, index), views), 4
@@ -69,8 +69,8 @@ def bench_covers(results: dict[str, object]) -> None:
             sum(covers(index, view) for view in views) / len(views), 3
         )
         if count == HELD_COUNTS[-1]:
-            spheres: list[object] = [
-                Sphere([rng.uniform(0, world), rng.uniform(0, world)], rng.uniform(5, 20))
+            spheres: list[View] = [
+                Sphere((rng.uniform(0, world), rng.uniform(0, world)), rng.uniform(5, 20))
                 for _ in range(VIEWS_PER_COUNT // 4)
             ]
             results[f"covers_ms_median_sphere_{count}"] = round(

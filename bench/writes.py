@@ -85,7 +85,12 @@ class Arrivals:
             self.seen[key] = now
             waiter = self._waiting.pop(key, None)
         if waiter is not None:
-            self._loop.call_soon_threadsafe(lambda: waiter.done() or waiter.set_result(now))
+
+            def settle() -> None:  # the wait may have timed out meanwhile
+                if not waiter.done():
+                    waiter.set_result(now)
+
+            self._loop.call_soon_threadsafe(settle)
 
     async def at(self, topic_name: str, payload: str, timeout: float) -> float | None:
         """When it arrived, waiting up to ``timeout`` seconds (None: it did not)."""
@@ -108,7 +113,7 @@ async def follow(view: LiveView, arrivals: Arrivals) -> None:
 
 def sent(update: Update) -> list[tuple[str, str]]:
     """The (topic, payload) rows an update entered or updated (none of a full push)."""
-    out = []
+    out: list[tuple[str, str]] = []
     for rows in () if update.full else (update.entered, update.updated):
         if rows:
             out += zip(rows["topic"].tolist(), rows["payload"].tolist(), strict=True)
@@ -118,7 +123,8 @@ def sent(update: Update) -> list[tuple[str, str]]:
 @contextlib.contextmanager
 def mqtt_client(port: int, name: str, arrivals: Arrivals | None = None) -> Iterator[mqtt.Client]:
     """A paho 5.0 client on ``port``; with ``arrivals``, subscribed to ``live/#``."""
-    client = mqtt.Client(CallbackAPIVersion.VERSION2, f"{name}-{time.time_ns()}", mqtt.MQTTv5)
+    client_id = f"{name}-{time.time_ns()}"
+    client = mqtt.Client(CallbackAPIVersion.VERSION2, client_id, protocol=mqtt.MQTTv5)
     subscribed = threading.Event()
     if arrivals is not None:
         client.on_message = lambda _c, _u, m: arrivals.arrived(m.topic, m.payload.decode())
