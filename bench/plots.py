@@ -130,6 +130,8 @@ def relay_runs(results: Path) -> list[tuple[str, dict[str, Any]]]:
         p.name for p in results.glob("relay*.json") if not p.name.startswith("relaycore")
     )
     runs = [(name, load(results, name)) for name in names]
+    # Other files share the prefix (profiles, A/Bs, notes): a run has its date and its result.
+    runs = [(n, d) for n, d in runs if "date" in d.get("machine", {}) and "max_subscribers" in d]
     return sorted(runs, key=lambda run: run_date(run[1]))
 
 
