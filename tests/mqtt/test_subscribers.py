@@ -4,6 +4,7 @@ any sequence of subscribes, unsubscribes, session ends and messages."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import Any
 
 from hypothesis import example, given
@@ -60,8 +61,34 @@ def expected(sessions: dict[str, Session], message: p.Publish, origin: str) -> d
 
 
 @given(STEPS)
+@example(  # each change after the topic's targets were kept: a subscribe, an unsubscribe, an end
+    [
+        ("message", p.Publish("a/b")),
+        ("subscribe", "c0", Subscription("a/b", 0)),
+        ("subscribe", "c1", Subscription("#", 1)),
+        ("message", p.Publish("a/b")),
+        ("unsubscribe", "c0", "a/b"),
+        ("message", p.Publish("a/b")),
+        ("end", "c1"),
+        ("message", p.Publish("a/b")),
+    ]
+)
 def test_the_targets_are_every_matching_sessions_after_any_changes(steps: list[Any]) -> None:
-    subscribers, sessions = Subscribers(), {}
+    subscribers, sessions = Subscribers(), dict[str, Session]()
+    for message in run(steps, subscribers, sessions):
+        for origin in ["", *CLIENTS, ""]:  # the same key again: from what was kept
+            got = subscribers.targets(message, origin, True, None)
+            assert {
+                s.client_id: (s, qos, retain, sorted(ids)) for s, qos, retain, ids in got
+            } == expected(sessions, message, origin)
+            assert len(got) == len({s.client_id for s, *_ in got})
+
+
+def run(
+    steps: list[Any], subscribers: Subscribers, sessions: dict[str, Session]
+) -> Iterator[p.Publish]:
+    """Apply the subscribes, unsubscribes and session ends of ``steps`` in order, yielding each
+    message step's message between them (to be checked there)."""
     for step in steps:
         match step:
             case ("subscribe", client, sub):
@@ -72,12 +99,7 @@ def test_the_targets_are_every_matching_sessions_after_any_changes(steps: list[A
             case ("end", client) if client in sessions:
                 subscribers.remove_all(sessions.pop(client))
             case ("message", message):
-                for origin in ["", *CLIENTS, ""]:  # the same key again: from what was kept
-                    got = subscribers.targets(message, origin, True, None)
-                    assert {
-                        s.client_id: (s, qos, retain, sorted(ids)) for s, qos, retain, ids in got
-                    } == expected(sessions, message, origin)
-                    assert len(got) == len({s.client_id for s, *_ in got})
+                yield message
 
 
 SHARES = ["$share/g/a/+", "$share/h/#"]
@@ -110,34 +132,25 @@ def test_with_shares_the_plain_targets_are_kept_and_one_member_a_group_is_added(
 ) -> None:
     """Share subscriptions carry identifiers of their own (100 + their index): a group's
     member is the one target whose identifiers hold its group's; the rest is rule 1's."""
-    subscribers, sessions = Subscribers(), {}
-    for step in steps:
-        match step:
-            case ("subscribe", client, sub):
-                session = sessions.setdefault(client, Session(client, 5, 1, 0.0))
-                subscribers.install(session, sub)
-            case ("unsubscribe", client, text) if client in sessions:
-                subscribers.remove(sessions[client], text)
-            case ("end", client) if client in sessions:
-                subscribers.remove_all(sessions.pop(client))
-            case ("message", message):
-                plain = {client: _plain_only(s) for client, s in sessions.items()}
-                for origin in ["", *CLIENTS, ""]:
-                    got = subscribers.targets(message, origin, True, None)
-                    want = expected(plain, message, origin)
-                    for index, text in enumerate(SHARES):
-                        holders = [c for c, s in sessions.items() if text in s.subscriptions]
-                        members = [s for s, _, _, ids in got if 100 + index in ids]
-                        if holders and matches(text, message.topic):
-                            assert len(members) == 1 and members[0].client_id in holders
-                        else:
-                            assert members == []
-                    assert {
-                        s.client_id: sorted(i for i in ids if i < 100)
-                        for s, _, _, ids in got
-                        if s.client_id in want
-                    } == {c: w[3] for c, w in want.items()}
-                    assert len(got) == len({s.client_id for s, *_ in got})
+    subscribers, sessions = Subscribers(), dict[str, Session]()
+    for message in run(steps, subscribers, sessions):
+        plain = {client: _plain_only(s) for client, s in sessions.items()}
+        for origin in ["", *CLIENTS, ""]:
+            got = subscribers.targets(message, origin, True, None)
+            want = expected(plain, message, origin)
+            for index, text in enumerate(SHARES):
+                holders = [c for c, s in sessions.items() if text in s.subscriptions]
+                members = [s for s, _, _, ids in got if 100 + index in ids]
+                if holders and matches(text, message.topic):
+                    assert len(members) == 1 and members[0].client_id in holders
+                else:
+                    assert members == []
+            assert {
+                s.client_id: sorted(i for i in ids if i < 100)
+                for s, _, _, ids in got
+                if s.client_id in want
+            } == {c: w[3] for c, w in want.items()}
+            assert len(got) == len({s.client_id for s, *_ in got})
 
 
 def _plain_only(session: Session) -> Session:
