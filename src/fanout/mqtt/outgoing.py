@@ -40,10 +40,7 @@ def outgoing(
     if session.rights is not None and not session.rights.may_read(message.topic):
         return Withheld.UNREADABLE
     if shared is not None and not message.qos and message.expires is None:
-        key = (session.version, message.retain, message.properties)
-        data = shared.get(key)
-        if data is None:
-            data = shared[key] = encode(message, session.version)
+        data = _shared(message, session.version, shared)
         return (message, data) if len(data) <= session.max_packet_size else Withheld.TOO_LARGE
     if message.expires is not None:
         left = message.expires - now
